@@ -1,0 +1,207 @@
+/* sharedtensor client library (libstclient).
+ *
+ * Connects to a stserver over its Unix socket, calls endpoints and maps the
+ * tensors they return, zero-copy: the server sends file descriptors and this
+ * library maps them into the calling process.
+ *
+ * Threads: an st_client_t is used by one thread at a time (calls on one
+ * client must not overlap); distinct clients may be used from distinct
+ * threads. Results are independent of the client that produced them: they
+ * stay valid after st_client_close() and may be read from any thread. The
+ * per-process open-cache (an allocation received twice is mapped once) is
+ * shared by all clients and locked internally.
+ *
+ * Errors: every int-returning function returns ST_OK (0) or a negative
+ * ST_ERR_* (include/st/errors.h). A client remembers the last failure:
+ * st_client_error() gives its message. The library never aborts and never
+ * prints.
+ *
+ * Ownership: "owned" pointers are freed by the caller with the named
+ * function; "borrowed" pointers belong to the object they came from and live
+ * as long as it does.
+ */
+#ifndef ST_CLIENT_H
+#define ST_CLIENT_H
+
+#include "st/api.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "st/dtype.h"
+#include "st/errors.h"
+#include "st/wire.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct st_client st_client_t;
+typedef struct st_args st_args_t;
+typedef struct st_result st_result_t;
+
+/* ---------------------------------------------------------------- values */
+
+typedef enum {
+  ST_DEVICE_CPU = 0,
+  ST_DEVICE_CUDA = 1
+} st_device_kind_t;
+
+/* A mapped tensor. Everything here is borrowed from the st_result_t. */
+typedef struct st_tensor {
+  const char *name;          /* path in the result: "", "weight", "0.bias" */
+  void *data;                /* first element: mapping base + offset       */
+  st_dtype_t dtype;
+  int ndim;
+  const int64_t *shape;      /* ndim entries                               */
+  const int64_t *strides;    /* ndim entries, in elements                  */
+  int64_t numel;
+  size_t nbytes;             /* numel * element size                       */
+  st_device_kind_t device;
+  int device_index;          /* CUDA ordinal in this process; -1 for CPU   */
+  const char *device_uuid;   /* "GPU-..." for CUDA, "" for CPU             */
+} st_tensor_t;
+
+typedef enum {
+  ST_VALUE_NIL,
+  ST_VALUE_BOOL,
+  ST_VALUE_INT,      /* int64; larger unsigned values arrive as FLOAT */
+  ST_VALUE_FLOAT,
+  ST_VALUE_STRING,   /* UTF-8, NUL-terminated as well as counted */
+  ST_VALUE_BINARY,
+  ST_VALUE_ARRAY,
+  ST_VALUE_MAP,
+  ST_VALUE_TENSOR,
+  ST_VALUE_MODULE
+} st_value_kind_t;
+
+typedef struct st_value st_value_t;
+struct st_value {
+  st_value_kind_t kind;
+  union {
+    int boolean;
+    int64_t integer;
+    double number;
+    struct { const char *ptr; size_t len; } str;              /* STRING, BINARY */
+    struct { const st_value_t *items; size_t len; } array;
+    struct { const st_value_t *keys; const st_value_t *values; size_t len; } map;
+    const st_tensor_t *tensor;
+    struct {
+      const st_tensor_t *const *tensors;   /* in the module's order   */
+      size_t len;
+      const st_value_t *metadata;          /* a MAP (maybe empty)     */
+    } module;
+  } as;
+};
+
+/* Value in a MAP by string key, or NULL. Borrowed. */
+ST_API const st_value_t *st_value_get(const st_value_t *map, const char *key);
+
+/* JSON text for a value (tensors appear as {"tensor": {dtype, shape, ...}}).
+ * Returns an owned string (free()) or NULL when out of memory. */
+ST_API char *st_value_json(const st_value_t *v, int pretty);
+
+/* Element `linear` (row-major over the tensor's shape, honouring strides)
+ * as a double; CPU tensors only (NaN for CUDA ones). */
+ST_API double st_tensor_get(const st_tensor_t *t, int64_t linear);
+
+/* --------------------------------------------------------------- results */
+
+/* The whole reply value. Borrowed from r. */
+ST_API const st_value_t *st_result_value(const st_result_t *r);
+
+/* Every tensor in the result, depth-first in reply order (module tensors
+ * named by their module key, nested ones by dotted paths). Borrowed. */
+ST_API size_t st_result_tensor_count(const st_result_t *r);
+ST_API const st_tensor_t *st_result_tensor(const st_result_t *r, size_t i);
+ST_API const st_tensor_t *st_result_find(const st_result_t *r, const char *name);
+
+/* Frees a result. Its mappings are unmapped when no other result of this
+ * process still maps the same allocation. NULL is a no-op. */
+ST_API void st_result_free(st_result_t *r);
+
+/* ------------------------------------------------------------- arguments */
+
+/* A map of named arguments. Owned by the caller (st_args_free). Setting a key
+ * twice keeps the last value. */
+ST_API st_args_t *st_args_new(void);
+ST_API void st_args_free(st_args_t *a);
+ST_API int st_args_nil(st_args_t *a, const char *key);
+ST_API int st_args_bool(st_args_t *a, const char *key, int v);
+ST_API int st_args_int(st_args_t *a, const char *key, int64_t v);
+ST_API int st_args_float(st_args_t *a, const char *key, double v);
+ST_API int st_args_string(st_args_t *a, const char *key, const char *v);
+
+/* One shell word "key=value". The value is typed by its text: an integer,
+ * a float, true/false, null, else a string. A type may be forced with
+ * "key:int=", "key:float=", "key:bool=", "key:str=" or "key:json=" (any JSON
+ * value). ST_ERR_INVALID_ARGUMENT on a malformed word; `err` (may be NULL,
+ * `errlen` bytes) then says why. */
+ST_API int st_args_parse_kv(st_args_t *a, const char *word, char *err, size_t errlen);
+
+/* A JSON object; each member becomes an argument (nested arrays and objects
+ * are kept). ST_ERR_INVALID_ARGUMENT with a reason in `err` otherwise. */
+ST_API int st_args_parse_json(st_args_t *a, const char *json, char *err, size_t errlen);
+
+/* ---------------------------------------------------------------- client */
+
+/* Socket path for a device: "<base>-<device>.sock". `base` NULL means
+ * $SHARED_TENSOR_BASE_PATH, else ST_DEFAULT_BASE_PATH. Writes at most
+ * `len` bytes; ST_ERR_INVALID_ARGUMENT if it does not fit. */
+ST_API int st_socket_path(const char *base, int device, char *out, size_t len);
+
+/* Connects and exchanges `hello`. On success *out is owned by the caller
+ * (st_client_close). On failure *out is NULL and `err` (may be NULL) holds
+ * a message: ST_ERR_IO when nothing listens, ST_ERR_AUTH when the server
+ * refuses this user, ST_ERR_PROTOCOL on a version mismatch. */
+ST_API int st_client_connect(const char *path, st_client_t **out, char *err, size_t errlen);
+ST_API int st_client_connect_device(const char *base, int device, st_client_t **out,
+                             char *err, size_t errlen);
+
+/* Closes the connection. Results already returned stay valid. NULL ok. */
+ST_API void st_client_close(st_client_t *c);
+
+/* Message of the last failure on this client ("" if none). Borrowed; valid
+ * until the next call on c. */
+ST_API const char *st_client_error(const st_client_t *c);
+
+/* Stable error name of the last failure as sent by the server ("ENDPOINT"),
+ * or the local one. Borrowed. */
+ST_API const char *st_client_error_name(const st_client_t *c);
+
+/* Receive timeout for each reply in milliseconds; 0 (default) waits as long
+ * as the server takes. A timed-out call fails with ST_ERR_TIMEOUT and the
+ * connection is closed (its reply would arrive out of step). */
+ST_API void st_client_set_timeout(st_client_t *c, int timeout_ms);
+
+/* From the hello reply; borrowed. */
+ST_API const char *st_client_server_id(const st_client_t *c);
+ST_API const char *st_client_server_version(const st_client_t *c);
+ST_API int st_client_server_pid(const st_client_t *c);
+
+/* Round trip of `ping`. rtt_us (may be NULL) receives the measured time. */
+ST_API int st_client_ping(st_client_t *c, double *rtt_us);
+
+/* Calls an endpoint. `args` may be NULL (all defaults). On success *out is
+ * owned by the caller (st_result_free). */
+ST_API int st_client_call(st_client_t *c, const char *endpoint, const st_args_t *args,
+                   st_result_t **out);
+
+/* Any method of docs/protocol.md with named parameters (`params` may be
+ * NULL). The reply's result is the value of *out. Used for info, endpoints
+ * and every method without a dedicated wrapper. */
+ST_API int st_client_rpc(st_client_t *c, const char *method, const st_args_t *params,
+                  st_result_t **out);
+
+/* Shorthands for st_client_rpc(c, "info" / "endpoints", NULL, out). */
+ST_API int st_client_info(st_client_t *c, st_result_t **out);
+ST_API int st_client_endpoints(st_client_t *c, st_result_t **out);
+
+/* Open-cache statistics of this process: allocations mapped now, and
+ * mappings reused instead of created since start. For tests and stcli. */
+ST_API void st_open_cache_stats(size_t *mapped, uint64_t *reused);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

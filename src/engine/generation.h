@@ -1,0 +1,99 @@
+/* src/engine: one generation of endpoints, as the loop thread sees it.
+ *
+ * A generation is what one load of the endpoints directory produced: the
+ * validated declarations (plain C, no Lua) and the source text of every
+ * file. Workers compile that same text into their own lua_State, so every
+ * worker runs exactly the code that was validated, whatever happens on disk
+ * afterwards. A generation is immutable once loaded and reference-counted:
+ * in-flight jobs hold it, so a reload never frees code that still runs.
+ *
+ * Threads: loaded on the loop thread (st__generation_load lives in src/lua);
+ * read from any thread; ref/unref are atomic.
+ */
+#ifndef ST_ENGINE_GENERATION_H
+#define ST_ENGINE_GENERATION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { ST_EXEC_DIRECT = 0, ST_EXEC_TASK = 1 } st__execution_t;
+typedef enum { ST_CONC_PARALLEL = 0, ST_CONC_SERIALIZED = 1 } st__concurrency_t;
+typedef enum { ST_IPC_VMM = 0, ST_IPC_LEGACY = 1 } st__ipc_t;
+
+/* Type of a parameter, taken from its default value. A call argument must
+ * have the same type (an integer is accepted for a NUMBER parameter);
+ * ANY accepts everything (a required parameter, or default nil). */
+typedef enum {
+  ST_PARAM_ANY = 0,
+  ST_PARAM_BOOL,
+  ST_PARAM_INTEGER,
+  ST_PARAM_NUMBER,
+  ST_PARAM_STRING,
+  ST_PARAM_TABLE
+} st__param_type_t;
+
+typedef struct st__param {
+  char *name;                 /* owned */
+  int required;               /* no default: the caller must pass it */
+  st__param_type_t type;
+  char *default_mp;           /* owned msgpack bytes of the default (NULL if required) */
+  size_t default_len;
+} st__param_t;
+
+typedef struct st__endpoint_decl {
+  char *name;                 /* owned */
+  char *file;                 /* owned, path as loaded */
+  int line;                   /* line of the st.endpoint{...} call */
+  char *doc;                  /* owned, may be NULL */
+  st__execution_t execution;
+  st__concurrency_t concurrency;
+  int managed;
+  int cache;                  /* effective: true if cache = true or a cache_format_key is set */
+  char *cache_format_key;     /* owned, may be NULL */
+  int singleflight;
+  double timeout_s;           /* 0: no limit */
+  char *device;               /* owned: "cpu", "cuda", "cuda:N", or NULL = the socket's */
+  st__ipc_t ipc;
+  size_t nparams;
+  st__param_t *params;        /* owned, sorted by name */
+  uint64_t fingerprint;       /* hash of the declaration and its file's text:
+                                 a reload keeps caches of unchanged endpoints */
+} st__endpoint_decl_t;
+
+typedef struct st__source {
+  char *path;                 /* owned */
+  char *text;                 /* owned, NUL-terminated */
+  size_t len;
+} st__source_t;
+
+typedef struct st__generation {
+  int refs;                   /* atomic */
+  uint64_t number;            /* 1 for the first load, +1 per reload */
+  double loaded_at;           /* unix time */
+  char *dir;                  /* owned */
+  size_t nendpoints;
+  st__endpoint_decl_t *endpoints;  /* owned, sorted by name */
+  size_t nsources;
+  st__source_t *sources;      /* owned, sorted by path */
+} st__generation_t;
+
+/* Error list filled by loaders: each entry "file:line: message". */
+typedef struct st__errlist {
+  size_t count;
+  char **items;               /* owned */
+} st__errlist_t;
+
+void st__errlist_add(st__errlist_t *l, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void st__errlist_clear(st__errlist_t *l);
+/* All entries joined with "\n"; owned string (free) or NULL if empty. */
+char *st__errlist_join(const st__errlist_t *l);
+
+void st__generation_ref(st__generation_t *g);
+void st__generation_unref(st__generation_t *g);   /* frees at zero */
+
+/* Endpoint by name (binary search), or NULL. Borrowed. */
+const st__endpoint_decl_t *st__generation_find(const st__generation_t *g, const char *name,
+                                               size_t len);
+
+#endif

@@ -1,0 +1,77 @@
+/* src/lua: the only module that includes lua.h. This header is its face to
+ * the rest of the server and has no Lua types in it.
+ *
+ *  - st__config_load:     runs config.lua in a sandbox and fills a config.
+ *  - st__generation_load: loads endpoints/*.lua, validates every
+ *                         declaration, and produces a generation.
+ *  - st__vm_*:            one worker's Lua state for one generation; runs
+ *                         endpoint bodies and turns what they return into a
+ *                         build result (msgpack value + arenas).
+ *
+ * Sandbox (docs/endpoints.md): endpoint code sees an allow-list of globals
+ * (assert error ipairs next pairs pcall xpcall select tonumber tostring type
+ * unpack rawequal rawget rawset rawlen setmetatable getmetatable string
+ * (without dump) table math bit os.{time,clock,date} load (text only, in the
+ * sandbox) require (st modules only) print (to the server log) and st);
+ * no io, os.execute, os.exit, ffi, debug, jit, package, dofile, loadfile,
+ * loadstring, string.dump, and reading or assigning an undeclared global is
+ * an error.
+ */
+#ifndef ST_LUA_H
+#define ST_LUA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/generation.h"
+#include "engine/result.h"
+#include "server/config.h"
+
+/* Runs the config file at `path` (sandboxed, no st module) and fills *cfg
+ * over its current values (call st__config_defaults first). Unknown keys,
+ * wrong types and bad values are reported in errs as "path:line: message"
+ * (line of the config file where known). Returns ST_OK or
+ * ST_ERR_CONFIGURATION. Loop thread, at start. */
+int st__config_load(const char *path, st__config_t *cfg, st__errlist_t *errs);
+
+/* Loads every "*.lua" file of `dir` (sorted by name, not recursive). Each
+ * must return one st.endpoint{...} or an array of them. Every problem is
+ * reported in errs as "file:line: message": a syntax or runtime error, an
+ * unknown option, a wrong type, a bad enum value, a cache_format_key naming
+ * no parameter, a duplicate endpoint name (naming both files). On success
+ * *out holds one reference. Returns ST_OK or ST_ERR_CONFIGURATION (then *out
+ * is NULL and nothing leaks). Loop thread; never runs a build body. */
+int st__generation_load(const char *dir, uint64_t number, st__generation_t **out,
+                        st__errlist_t *errs);
+
+typedef struct st__vm st__vm_t;
+
+/* Creates a sandboxed state that has compiled every source of `gen` and
+ * keeps a reference to gen. `worker_id` only names the state in logs.
+ * ST_OK, or ST_ERR_CONFIGURATION / ST_ERR_OUT_OF_MEMORY with a reason.
+ * Called on the worker thread that will use it. */
+int st__vm_new(st__generation_t *gen, int worker_id, st__vm_t **out, char *err, size_t errlen);
+
+/* Closes the state and drops its generation reference. NULL ok. */
+void st__vm_free(st__vm_t *vm);
+
+/* Borrowed: the generation this state was built from. */
+st__generation_t *st__vm_generation(const st__vm_t *vm);
+
+/* Runs the build body of `ep` (a declaration of this vm's generation) with
+ * `args`, the msgpack map of bound arguments (every parameter present).
+ * On success fills *res (initialised here; the caller destroys it).
+ * Errors, each with a message in err:
+ *   ST_ERR_ENDPOINT       the body raised ("file:line: message")
+ *   ST_ERR_SERIALIZATION  it returned something that cannot be sent
+ *                         (function, userdata, cycle, nesting > 32, a key
+ *                         that is not a string or integer)
+ *   ST_ERR_OUT_OF_MEMORY  an arena could not be allocated
+ *   ST_ERR_LIMIT          an arena above max_object_bytes
+ *   ST_ERR_TIMEOUT        the body ran past ep->timeout_s
+ *   ST_ERR_CANCELLED      *cancel became nonzero while it ran
+ * `cancel` may be NULL. The state stays usable after any error. */
+int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, size_t args_len,
+                 const volatile int *cancel, st__build_result_t *res, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,158 @@
+/* src/proto: msgpack-RPC framing, message shapes, value checks and tensor
+ * descriptors. No I/O and no libev: callers feed bytes in and take bytes out
+ * (msgpack_sbuffer). Shared by the server and libstclient (docs/protocol.md).
+ *
+ * Threads: every function works on the objects it is given; none keeps
+ * global state, so any thread may call them on objects it owns.
+ */
+#ifndef ST_PROTO_H
+#define ST_PROTO_H
+
+#include <msgpack.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "st/dtype.h"
+#include "st/errors.h"
+#include "st/wire.h"
+
+/* ------------------------------------------------------------- reading */
+
+/* Incremental frame reader over msgpack_unpacker. Owns its buffer. */
+typedef struct st__reader {
+  msgpack_unpacker up;
+  size_t max_message;       /* a frame larger than this is ST_ERR_LIMIT */
+  int failed;               /* sticky: after an error the reader is dead */
+} st__reader_t;
+
+/* A decoded message. Fields point into `unpacked`, which owns the memory;
+ * st__message_destroy() frees it. */
+typedef struct st__message {
+  int type;                 /* ST_MSG_REQUEST / RESPONSE / NOTIFICATION */
+  uint32_t id;              /* request and response                       */
+  const char *method;       /* request and notification; NOT NUL-terminated */
+  size_t method_len;
+  msgpack_object params;    /* request and notification: an ARRAY        */
+  msgpack_object error;     /* response: NIL or MAP                       */
+  msgpack_object result;    /* response                                  */
+  msgpack_unpacked unpacked;
+} st__message_t;
+
+/* ST_OK or ST_ERR_OUT_OF_MEMORY. */
+int st__reader_init(st__reader_t *r, size_t max_message);
+void st__reader_destroy(st__reader_t *r);
+
+/* Space for at least `want` more bytes; *buf/*cap receive where to write.
+ * Returns ST_OK, ST_ERR_OUT_OF_MEMORY. */
+int st__reader_reserve(st__reader_t *r, size_t want, char **buf, size_t *cap);
+
+/* Marks `n` bytes written into the space from st__reader_reserve. */
+void st__reader_commit(st__reader_t *r, size_t n);
+
+/* Feeds a whole buffer (copying); for tests and clients that read into
+ * their own buffers. ST_OK or ST_ERR_OUT_OF_MEMORY. */
+int st__reader_feed(st__reader_t *r, const void *data, size_t n);
+
+/* Takes the next complete message.
+ *   1  a message is in *msg (caller destroys it),
+ *   0  more bytes are needed,
+ *  <0  ST_ERR_PROTOCOL (bytes are not msgpack, or not one of the three
+ *      message shapes; *msg then holds id in msg->id if one was readable and
+ *      msg->type = -1) or ST_ERR_LIMIT (the frame exceeds max_message).
+ * `err` (may be NULL) receives a reason. After an error the reader stays
+ * failed: the connection must be closed. */
+int st__reader_next(st__reader_t *r, st__message_t *msg, char *err, size_t errlen);
+
+/* Bytes buffered that do not yet form a whole message (a half-sent frame). */
+size_t st__reader_pending(const st__reader_t *r);
+
+void st__message_destroy(st__message_t *msg);
+
+/* ------------------------------------------------------------- writing */
+
+/* [0, id, method, <caller packs params>] */
+void st__pack_request_head(msgpack_packer *pk, uint32_t id, const char *method);
+/* [1, id, nil, <caller packs result>] */
+void st__pack_response_head(msgpack_packer *pk, uint32_t id);
+/* [1, id, {code, name, message}, nil] — a whole message. */
+void st__pack_error_response(msgpack_packer *pk, uint32_t id, int err, const char *message);
+/* [2, method, <caller packs params>] */
+void st__pack_notification_head(msgpack_packer *pk, const char *method);
+/* {code, name, message}; err is a negative ST_ERR_*. */
+void st__pack_error(msgpack_packer *pk, int err, const char *message);
+/* A NUL-terminated string (NULL packs nil). */
+void st__pack_cstr(msgpack_packer *pk, const char *s);
+/* An ext value whose payload is the bytes of `payload`. */
+void st__pack_ext(msgpack_packer *pk, int8_t type, const msgpack_sbuffer *payload);
+
+/* ------------------------------------------------------------- inspecting */
+
+/* Key lookup in a MAP with string keys; NULL if absent or not a map. */
+const msgpack_object *st__map_get(const msgpack_object *map, const char *key);
+
+/* Nonzero if o is a STR equal to s. */
+int st__str_eq(const msgpack_object *o, const char *s);
+
+/* The named-parameter map of a request: `params` must be an ARRAY of zero
+ * or one MAP. *map receives the map or NULL for []. ST_OK or
+ * ST_ERR_INVALID_ARGUMENT with a reason in err. */
+int st__params_map(const msgpack_object *params, const msgpack_object **map,
+                   char *err, size_t errlen);
+
+/* Checks that every key of a params map is in the NULL-terminated list
+ * `allowed`. ST_OK or ST_ERR_INVALID_ARGUMENT ("unknown parameter 'x'"). */
+int st__params_check(const msgpack_object *map, const char *const *allowed,
+                     char *err, size_t errlen);
+
+/* Checks a client-supplied value: only nil, bool, int, float, str, bin,
+ * array and map (string keys at every level), nested at most ST_MAX_DEPTH.
+ * Ext values are refused unless allow_ext. ST_OK or ST_ERR_INVALID_ARGUMENT. */
+int st__check_value(const msgpack_object *o, int allow_ext, char *err, size_t errlen);
+
+/* ------------------------------------------------------------- descriptors */
+
+typedef struct st__tensor_desc {
+  uint32_t arena;                  /* index in the reply's arenas */
+  uint64_t offset;                 /* bytes from the arena start  */
+  st_dtype_t dtype;
+  int ndim;
+  int64_t shape[ST_MAX_NDIM];
+  int64_t strides[ST_MAX_NDIM];    /* in elements, >= 0            */
+} st__tensor_desc_t;
+
+typedef struct st__arena_desc {
+  uint32_t fd;                     /* index among the message's fds */
+  uint64_t bytes;
+  int cuda;                        /* 0 cpu, 1 cuda                 */
+  char uuid[48];                   /* "GPU-..." or ""               */
+  char backend[16];                /* "memfd", "vmm"                */
+  uint64_t id;
+} st__arena_desc_t;
+
+/* Packs a tensor as ext ST_EXT_TENSOR. */
+void st__pack_tensor(msgpack_packer *pk, const st__tensor_desc_t *d);
+
+/* Parses an ext ST_EXT_TENSOR object (o->type == MSGPACK_OBJECT_EXT).
+ * Validates dtype, ndim, non-negative sizes and strides. ST_OK or
+ * ST_ERR_PROTOCOL with a reason. */
+int st__parse_tensor(const msgpack_object *o, st__tensor_desc_t *d, char *err, size_t errlen);
+
+/* Byte range [*lo, *hi) that a tensor touches, relative to its arena.
+ * An empty tensor gives lo == hi == offset. ST_ERR_PROTOCOL on overflow. */
+int st__tensor_extent(const st__tensor_desc_t *d, uint64_t *lo, uint64_t *hi);
+
+/* Number of elements (product of shape; 1 for ndim 0). */
+int64_t st__tensor_numel(const st__tensor_desc_t *d);
+
+/* Arena map, as in docs/protocol.md. */
+void st__pack_arena(msgpack_packer *pk, const st__arena_desc_t *a);
+int st__parse_arena(const msgpack_object *o, st__arena_desc_t *a, char *err, size_t errlen);
+
+/* Modules: ext ST_EXT_MODULE whose payload is {tensors: [[name, tensor]...],
+ * metadata: map}. The packer side builds the payload with
+ * st__pack_tensor() and st__pack_ext(); parsing hands back the pieces. */
+int st__parse_module(const msgpack_object *o, msgpack_unpacked *payload,
+                     const msgpack_object **tensors, const msgpack_object **metadata,
+                     char *err, size_t errlen);
+
+#endif
