@@ -60,9 +60,11 @@ ST_API int st_dtype_is_float(st_dtype_t dtype);
  * printing values and checksums; never for bulk math. */
 ST_API double st_dtype_load(st_dtype_t dtype, const void *base, size_t i);
 
-/* Store `v` as element i of a buffer of `dtype`: integers are truncated
- * toward zero and wrap like a C cast of int64; floats round to nearest even;
- * float8_e4m3fn saturates to +-448 and has no infinity (NaN stays NaN). */
+/* Store `v` as element i of a buffer of `dtype`. Integers: truncated toward
+ * zero, then wrapped to the type's width (NaN stores 0, out-of-int64-range
+ * saturates first). bool: v != 0. Floats round to nearest even, as PyTorch
+ * converts: float8_e4m3fn has no infinity (overflow and +-inf give NaN,
+ * 0x7f/0xff), float8_e5m2 overflows to +-inf. */
 ST_API void st_dtype_store(st_dtype_t dtype, void *base, size_t i, double v);
 
 /* Scalar conversions used by st_dtype_load/store, exported for tests and
