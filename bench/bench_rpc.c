@@ -1,0 +1,204 @@
+/* bench_rpc: control-plane latency and throughput of stserver, against a raw
+ * Unix-socket ping-pong measured in the same run.
+ *
+ *   bench_rpc [--iters N] [--clients N] [--seconds S]
+ *
+ * Starts its own stserver (a temp dir, the endpoints below) and prints:
+ *   - raw UDS ping-pong, 64 B each way (a forked echo process): p50/p99
+ *   - stserver ping through libstclient: p50/p99
+ *   - call returning a 16-float CPU tensor (map + unmap included): p50/p99
+ *   - calls/s of that call with 1 client and with N client processes
+ * Timings are printed, never asserted (shared machines are noisy).
+ */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fixture.h"
+#include "st/client.h"
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static void report(const char *what, double *us, int n) {
+  qsort(us, (size_t)n, sizeof *us, cmp_double);
+  double sum = 0;
+  for (int i = 0; i < n; i++) sum += us[i];
+  printf("%-44s n=%-7d p50 %8.1f us   p99 %8.1f us   mean %8.1f us\n", what, n,
+         us[n / 2], us[(int)(n * 0.99)], sum / n);
+}
+
+/* Raw baseline: a forked process echoes 64-byte messages on a UDS. */
+static void bench_raw(const char *dir, int iters) {
+  char path[400];
+  snprintf(path, sizeof path, "%s/raw.sock", dir);
+  int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+  if (bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, 1) != 0) {
+    perror("raw bind");
+    exit(1);
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    int c = accept(lfd, NULL, NULL);
+    char buf[64];
+    for (;;) {
+      size_t got = 0;
+      while (got < sizeof buf) {
+        ssize_t n = read(c, buf + got, sizeof buf - got);
+        if (n <= 0) _exit(0);
+        got += (size_t)n;
+      }
+      if (write(c, buf, sizeof buf) != (ssize_t)sizeof buf) _exit(0);
+    }
+  }
+  close(lfd);
+  int fd = stt_connect(path);
+  double *us = malloc(sizeof(double) * (size_t)iters);
+  char buf[64] = {1};
+  for (int i = -100; i < iters; i++) {
+    double t0 = stt_now_ms();
+    if (write(fd, buf, sizeof buf) != (ssize_t)sizeof buf) exit(1);
+    size_t got = 0;
+    while (got < sizeof buf) {
+      ssize_t n = read(fd, buf + got, sizeof buf - got);
+      if (n <= 0) exit(1);
+      got += (size_t)n;
+    }
+    if (i >= 0) us[i] = (stt_now_ms() - t0) * 1e3;
+  }
+  close(fd);
+  waitpid(pid, NULL, 0);
+  report("raw UDS ping-pong 64 B (baseline)", us, iters);
+  free(us);
+}
+
+static st_client_t *connect_or_die(const char *sock) {
+  st_client_t *c;
+  char err[256];
+  if (st_client_connect(sock, &c, err, sizeof err) != ST_OK) {
+    fprintf(stderr, "connect: %s\n", err);
+    exit(1);
+  }
+  return c;
+}
+
+static void bench_ping(const char *sock, int iters) {
+  st_client_t *c = connect_or_die(sock);
+  double *us = malloc(sizeof(double) * (size_t)iters);
+  for (int i = -100; i < iters; i++) {
+    double t0 = stt_now_ms();
+    if (st_client_ping(c, NULL) != ST_OK) exit(1);
+    if (i >= 0) us[i] = (stt_now_ms() - t0) * 1e3;
+  }
+  report("stserver ping (libstclient)", us, iters);
+  free(us);
+  st_client_close(c);
+}
+
+static int one_call(st_client_t *c) {
+  st_result_t *r;
+  if (st_client_call(c, "tensor16", NULL, &r) != ST_OK) {
+    fprintf(stderr, "call: %s\n", st_client_error(c));
+    return -1;
+  }
+  const st_tensor_t *t = st_result_tensor(r, 0);
+  int ok = t && t->numel == 16 && ((float *)t->data)[15] == 15.0f;
+  st_result_free(r);
+  return ok ? 0 : -1;
+}
+
+static void bench_call(const char *sock, int iters) {
+  st_client_t *c = connect_or_die(sock);
+  double *us = malloc(sizeof(double) * (size_t)iters);
+  for (int i = -100; i < iters; i++) {
+    double t0 = stt_now_ms();
+    if (one_call(c) != 0) exit(1);
+    if (i >= 0) us[i] = (stt_now_ms() - t0) * 1e3;
+  }
+  report("call -> 16 x float32 CPU tensor, mapped", us, iters);
+  free(us);
+  st_client_close(c);
+}
+
+/* Each of n processes calls for `seconds`; the parent adds up the counts. */
+static void bench_throughput(const char *sock, int nproc, double seconds) {
+  int pipefd[2];
+  if (pipe(pipefd) != 0) exit(1);
+  for (int p = 0; p < nproc; p++) {
+    if (fork() == 0) {
+      close(pipefd[0]);
+      st_client_t *c = connect_or_die(sock);
+      long count = 0;
+      double end = stt_now_ms() + seconds * 1e3;
+      while (stt_now_ms() < end) {
+        if (one_call(c) != 0) _exit(1);
+        count++;
+      }
+      st_client_close(c);
+      if (write(pipefd[1], &count, sizeof count) != (ssize_t)sizeof count) _exit(1);
+      _exit(0);
+    }
+  }
+  close(pipefd[1]);
+  long total = 0, one;
+  int got = 0;
+  while (read(pipefd[0], &one, sizeof one) == (ssize_t)sizeof one) {
+    total += one;
+    got++;
+  }
+  close(pipefd[0]);
+  while (wait(NULL) > 0) {}
+  char what[80];
+  snprintf(what, sizeof what, "calls/s, %d client process%s", nproc, nproc == 1 ? "" : "es");
+  printf("%-44s %.0f calls/s (%d of %d processes reported)\n", what, total / seconds, got,
+         nproc);
+}
+
+int main(int argc, char **argv) {
+  int iters = 20000, clients = 16;
+  double seconds = 3;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--clients") && i + 1 < argc) clients = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) seconds = atof(argv[++i]);
+    else {
+      fprintf(stderr, "usage: bench_rpc [--iters N] [--clients N] [--seconds S]\n");
+      return 2;
+    }
+  }
+  setenv("ST_SERVER_BIN", ST_BENCH_SERVER_BIN, 0);
+  setenv("ST_SOURCE_DIR", ST_BENCH_SOURCE_DIR, 0);
+  signal(SIGPIPE, SIG_IGN);
+
+  stt_server_t s;
+  stt_server_init(&s);
+  stt_write_endpoint(&s, "bench.lua",
+                     "return st.endpoint{ name = 'tensor16',\n"
+                     "  build = function() return st.arange{16, dtype = 'float32'} end }\n");
+  stt_server_config(&s, "log_level = 'warn', workers = 2,");
+  if (stt_server_start(&s) != 0) return 1;
+
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  printf("bench_rpc: %ld CPUs, %d iterations per latency figure\n", ncpu, iters);
+  bench_raw(s.dir, iters);
+  bench_ping(s.socket, iters);
+  bench_call(s.socket, iters);
+  bench_throughput(s.socket, 1, seconds);
+  bench_throughput(s.socket, clients, seconds);
+
+  int rc = stt_server_stop(&s);
+  stt_server_cleanup(&s);
+  return rc == 0 ? 0 : 1;
+}

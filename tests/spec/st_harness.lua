@@ -1,0 +1,141 @@
+-- Functional-test harness for busted specs: starts a real stserver in a
+-- private temp dir and drives it with the real stcli binary.
+--
+--   local H = require("st_harness")
+--   local srv = H.server{ endpoints = { ["e.lua"] = "return st.endpoint{...}" },
+--                         config = "workers = 2," }
+--   local out, rc, err = srv:cli("call", "e", "n=3")
+--   srv:stop()   -- asserts a clean exit (status 0, socket removed)
+--
+-- Paths come from the environment ctest sets (ST_SERVER_BIN, ST_CLI_BIN,
+-- ST_SOURCE_DIR). Never sleeps blindly: start() polls `ping` with a deadline.
+local H = {}
+
+local function env(name)
+  local v = os.getenv(name)
+  assert(v and v ~= "", name .. " is not set: run the specs through ctest")
+  return v
+end
+
+H.server_bin = function() return env("ST_SERVER_BIN") end
+H.cli_bin = function() return env("ST_CLI_BIN") end
+H.source_dir = function() return env("ST_SOURCE_DIR") end
+
+local function shquote(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+H.shquote = shquote
+
+-- Runs a shell command; returns stdout, exit status, stderr.
+function H.run(cmd)
+  local errfile = os.tmpname()
+  local p = assert(io.popen("(" .. cmd .. ") 2>" .. errfile .. "; echo \"__rc=$?\""))
+  local out = p:read("*a")
+  p:close()
+  local f = io.open(errfile)
+  local err = f and f:read("*a") or ""
+  if f then f:close() end
+  os.remove(errfile)
+  local rc = tonumber(out:match("__rc=(%d+)%s*$"))
+  out = out:gsub("__rc=%d+%s*$", "")
+  return out, rc, err
+end
+
+function H.write(path, text)
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+end
+
+function H.read(path)
+  local f = io.open(path)
+  if not f then return nil end
+  local t = f:read("*a")
+  f:close()
+  return t
+end
+
+local function now()
+  -- os.clock measures CPU time; use the shell's clock for wall time.
+  local p = io.popen("date +%s.%N")
+  local t = tonumber(p:read("*a"))
+  p:close()
+  return t
+end
+
+local Server = {}
+Server.__index = Server
+
+-- opts.endpoints: map file name -> text (else the repo's endpoints/)
+-- opts.config: extra Lua fields inside the config table
+function H.server(opts)
+  opts = opts or {}
+  local dir = H.run("mktemp -d /tmp/stspec-XXXXXX"):gsub("%s+$", "")
+  local self = setmetatable({ dir = dir, base = dir .. "/st" }, Server)
+  self.socket = self.base .. "-0.sock"
+  self.log = dir .. "/server.log"
+  local epdir = H.source_dir() .. "/endpoints"
+  if opts.endpoints then
+    epdir = dir .. "/endpoints"
+    H.run("mkdir -p " .. shquote(epdir))
+    for name, text in pairs(opts.endpoints) do H.write(epdir .. "/" .. name, text) end
+  end
+  self.endpoints = epdir
+  self.config = dir .. "/config.lua"
+  H.write(self.config, string.format(
+    "return {\n  base_path = %q,\n  endpoints = %q,\n  workers = 2,\n  log_level = 'debug',\n%s\n}\n",
+    self.base, epdir, opts.config or ""))
+  if opts.start ~= false then self:start() end
+  return self
+end
+
+function Server:start()
+  -- The subshell records the exit status so stop() can assert a clean exit.
+  H.run(string.format("(%s --config %s >>%s 2>&1; echo $? > %s) & echo $! > %s",
+    shquote(H.server_bin()), shquote(self.config), shquote(self.log),
+    shquote(self.dir .. "/exit"), shquote(self.dir .. "/wrapper.pid")))
+  local deadline = now() + 10
+  while now() < deadline do
+    local _, rc = H.run(shquote(H.cli_bin()) .. " --socket " .. shquote(self.socket) .. " ping")
+    if rc == 0 then
+      local info = self:cli("--json", "info")
+      self.pid = tonumber(info:match('"pid"%s*:%s*(%d+)'))
+      return self
+    end
+    if H.read(self.dir .. "/exit") then break end
+  end
+  error("stserver did not start; log:\n" .. (H.read(self.log) or ""))
+end
+
+-- Runs stcli against this server; returns stdout, exit status, stderr.
+function Server:cli(...)
+  local args = { shquote(H.cli_bin()), "--socket", shquote(self.socket) }
+  for _, a in ipairs({ ... }) do args[#args + 1] = shquote(a) end
+  return H.run(table.concat(args, " "))
+end
+
+-- Sends a signal to the server process.
+function Server:signal(sig)
+  assert(self.pid, "server pid unknown")
+  H.run("kill -" .. sig .. " " .. self.pid)
+end
+
+-- Stops with SIGTERM and returns the exit status (waits up to 10 s).
+function Server:stop()
+  if self.pid then self:signal("TERM") end
+  local deadline = now() + 10
+  local status
+  while now() < deadline do
+    status = H.read(self.dir .. "/exit")
+    if status and status:match("%d") then break end
+  end
+  status = tonumber(status)
+  self.exit_status = status
+  return status
+end
+
+function Server:cleanup()
+  if not os.getenv("STT_KEEP") then H.run("rm -rf " .. shquote(self.dir)) end
+end
+
+return H
