@@ -40,11 +40,13 @@ static void report(const char *what, double *us, int n) {
 
 /* Raw baseline: a forked process echoes 64-byte messages on a UDS. */
 static void bench_raw(const char *dir, int iters) {
-  char path[400];
-  snprintf(path, sizeof path, "%s/raw.sock", dir);
-  int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+  if ((size_t)snprintf(sa.sun_path, sizeof sa.sun_path, "%s/raw.sock", dir) >= sizeof sa.sun_path) {
+    fprintf(stderr, "socket path too long under %s\n", dir);
+    exit(1);
+  }
+  const char *path = sa.sun_path;
+  int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
   if (bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, 1) != 0) {
     perror("raw bind");
     exit(1);

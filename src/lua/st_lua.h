@@ -2,7 +2,7 @@
  * the rest of the server and has no Lua types in it.
  *
  *  - st__config_load:     runs config.lua in a sandbox and fills a config.
- *  - st__generation_load: loads endpoints/*.lua, validates every
+ *  - st__generation_load: loads endpoints/NAME.lua, validates every
  *                         declaration, and produces a generation.
  *  - st__vm_*:            one worker's Lua state for one generation; runs
  *                         endpoint bodies and turns what they return into a

@@ -18,11 +18,35 @@
 
 /* ------------------------------------------------------------- reading */
 
+/* Open non-empty containers msgpack_unpacker can hold
+ * (MSGPACK_EMBED_STACK_SIZE); deeper frames are ST_ERR_PROTOCOL. */
+#define ST__SCAN_DEPTH 32
+
+/* Framing scan, private to reader.c: follows the object headers of the bytes
+ * handed to `up` so that a frame whose declared sizes exceed max_message (or
+ * that is not msgpack) is refused before msgpack allocates for it, and so
+ * that message boundaries are known exactly. */
+typedef struct st__frame_scan {
+  uint64_t msg_bytes;               /* bytes of the message in progress      */
+  uint64_t skip;                    /* payload bytes still to pass           */
+  uint64_t items;                   /* objects still due, all levels         */
+  uint64_t left[ST__SCAN_DEPTH];    /* objects still due per open container  */
+  uint32_t objects;                 /* objects begun in this message         */
+  uint32_t id;                      /* the message's id, when id_stage == 3  */
+  int depth;
+  int id_stage;                     /* 0 none, 1 array, 2 type ok, 3 id read */
+  uint8_t head[9];                  /* an object header split across feeds   */
+  uint8_t head_len, head_need;
+  int err;                          /* first error found, delivered by next  */
+  const char *why;                  /* static reason for err                 */
+} st__frame_scan_t;
+
 /* Incremental frame reader over msgpack_unpacker. Owns its buffer. */
 typedef struct st__reader {
   msgpack_unpacker up;
   size_t max_message;       /* a frame larger than this is ST_ERR_LIMIT */
   int failed;               /* sticky: after an error the reader is dead */
+  st__frame_scan_t scan;    /* private to reader.c                       */
 } st__reader_t;
 
 /* A decoded message. Fields point into `unpacked`, which owns the memory;
@@ -42,7 +66,7 @@ typedef struct st__message {
 int st__reader_init(st__reader_t *r, size_t max_message);
 void st__reader_destroy(st__reader_t *r);
 
-/* Space for at least `want` more bytes; *buf/*cap receive where to write.
+/* Space for at least `want` more bytes; *buf and *cap receive where to write.
  * Returns ST_OK, ST_ERR_OUT_OF_MEMORY. */
 int st__reader_reserve(st__reader_t *r, size_t want, char **buf, size_t *cap);
 

@@ -55,7 +55,7 @@ int stt_connect(const char *path);
 /* Sends all bytes (blocking). 0 or -1. */
 int stt_send_all(int fd, const void *buf, size_t len);
 /* Reads one msgpack-RPC response into *buf (malloc'ed msgpack bytes of the
- * whole message), collecting any fds into fds[]/*nfds (max `maxfds`).
+ * whole message), collecting any fds into fds[] and their count into *nfds (max `maxfds`).
  * timeout_ms bounds the wait. Returns 1 on a message, 0 on EOF, -1 on
  * error or timeout. */
 int stt_recv_message(int fd, char **buf, size_t *len, int *fds, int maxfds, int *nfds,

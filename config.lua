@@ -1,0 +1,65 @@
+-- stserver configuration (docs/operations.md).
+--
+-- This file is Lua: it runs once at start, sandboxed, and returns one table.
+-- Every key is optional; a missing key keeps the default shown here. An
+-- unknown key, a wrong type or a bad value stops the server at start with
+-- "config.lua: key: message" (check a file with `stserver --check`).
+-- Command-line flags override this file: --base-path, --endpoints,
+-- --workers, --log-level.
+return {
+  -- Socket base: the server listens on "<base_path>-<device>.sock", one
+  -- socket per entry of `devices`. Precedence: --base-path, then this key,
+  -- then $SHARED_TENSOR_BASE_PATH, then "/tmp/shared-tensor". Left unset
+  -- here so that the environment variable applies.
+  -- base_path = "/run/shared-tensor/st",
+
+  -- Socket indices to serve (one socket each). Index N is the CUDA device
+  -- N for CUDA endpoints; CPU endpoints work on every socket.
+  devices = { 0 },
+
+  -- Worker threads that run endpoint bodies (1..256). Each keeps its own
+  -- Lua state per generation of the endpoints.
+  workers = 4,
+
+  -- Directory of the endpoint files (*.lua, not recursive). A relative
+  -- path is relative to the directory of this file.
+  endpoints = "endpoints",
+
+  -- "error", "warn", "info" or "debug". Logs go to stderr, one line each.
+  log_level = "info",
+
+  -- Permission bits of the socket file, as an octal string (Lua has no
+  -- octal literals). The socket is created with these bits atomically.
+  -- Whoever can connect still has to pass the peer check below.
+  socket_mode = "0600",
+
+  -- Group of the socket file (a name or a number). With a group, a
+  -- directory the server creates for the socket gets mode 0750 and that
+  -- group; use socket_mode = "0660" so that its members can connect.
+  -- socket_group = "ml",
+
+  -- Peers admitted besides root and the server's own uid: these uids, and
+  -- processes whose primary gid is one of allow_gids. Everyone else gets an
+  -- AUTH error and is disconnected before the server reads a byte.
+  allow_uids = {},
+  allow_gids = {},
+
+  limits = {
+    -- Largest incoming message; a bigger one is a LIMIT error and the
+    -- connection is closed.
+    max_message_bytes = 16 * 1024 * 1024,
+    -- Connections at once; one more gets a LIMIT error and is closed.
+    max_connections = 1024,
+    -- Requests of one connection waiting for a reply; the extra ones get
+    -- BUSY at once.
+    max_inflight = 64,
+    -- A frame that stays half-sent this long: TIMEOUT, connection closed.
+    frame_timeout_ms = 10000,
+    -- Largest single allocation (arena) an endpoint may make; 0 = no cap.
+    max_object_bytes = 64 * 1024 * 1024 * 1024,
+  },
+
+  -- On SIGTERM/SIGINT, calls in flight get this many seconds to finish;
+  -- then they are cancelled (their clients get CANCELLED).
+  shutdown_grace_s = 10,
+}

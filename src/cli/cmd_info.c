@@ -1,0 +1,332 @@
+/* stcli info and stcli endpoints: what the server is and what it serves.
+ * Both print a human summary, or with --json the server's whole reply. The
+ * summary is tolerant of fields it does not know: anything that is not a
+ * plain scalar is shown as compact JSON. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+/* Parses the command's own arguments: only --help and global options. */
+static int no_args(cli_t *g, const cli_command_t *cmd, int argc, char **argv, int *done) {
+  *done = 0;
+  for (int i = 1; i < argc; i++) {
+    int r = cli_global_option(g, argc, argv, &i);
+    if (r < 0) return CLI_USAGE;
+    if (r > 0) continue;
+    if (strcmp(argv[i], "--help") == 0) {
+      cli_print_command_help(cmd, stdout);
+      *done = 1;
+      return CLI_OK;
+    }
+    return cli_usage(cmd->name, "unexpected argument '%s'", argv[i]);
+  }
+  return CLI_OK;
+}
+
+/* Connects and runs one method; prints errors. */
+static int fetch(cli_t *g, int (*method)(st_client_t *, st_result_t **), st_result_t **out) {
+  st_client_t *c;
+  int code = cli_connect(g, &c);
+  if (code != CLI_OK) return code;
+  int rc = method(c, out);
+  if (rc != ST_OK) code = cli_fail(c, rc);
+  st_client_close(c);
+  return code;
+}
+
+static void line(const char *label, const st_value_t *v) {
+  if (!v) return;
+  char *s = cli_value_text(v);
+  printf("%-12s %s\n", label, s ? s : "?");
+  free(s);
+}
+
+/* "k1 v1, k2 v2" for a map, wrapped under the label, else the value. */
+static void map_line(const char *label, const st_value_t *v) {
+  if (!v) return;
+  if (v->kind != ST_VALUE_MAP) {
+    line(label, v);
+    return;
+  }
+  size_t col = (size_t)printf("%-12s", label);
+  for (size_t i = 0; i < v->as.map.len; i++) {
+    char *k = cli_value_text(&v->as.map.keys[i]);
+    char *s = cli_value_text(&v->as.map.values[i]);
+    size_t need = (k ? strlen(k) : 1) + (s ? strlen(s) : 1) + 3;
+    if (i && col + need > 100) {
+      printf(",\n%-12s", "");
+      col = 12;
+    } else if (i) {
+      col += (size_t)printf(",");
+    }
+    col += (size_t)printf(" %s %s", k ? k : "?", s ? s : "?");
+    free(k);
+    free(s);
+  }
+  printf("\n");
+}
+
+/* A time in seconds since the epoch as local "YYYY-MM-DD HH:MM:SS". */
+static void format_time(const st_value_t *v, char *buf, size_t len) {
+  double t = v->kind == ST_VALUE_FLOAT ? v->as.number
+             : v->kind == ST_VALUE_INT ? (double)v->as.integer : -1;
+  struct tm tm;
+  time_t secs = (time_t)t;
+  if (t < 0 || !localtime_r(&secs, &tm) || !strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm)) {
+    char *s = cli_value_text(v);
+    snprintf(buf, len, "%s", s ? s : "?");
+    free(s);
+  }
+}
+
+static void generation_line(const st_value_t *gen) {
+  if (!gen) return;
+  if (gen->kind != ST_VALUE_MAP) {
+    line("generation", gen);
+    return;
+  }
+  const st_value_t *num = st_value_get(gen, "number"), *eps = st_value_get(gen, "endpoints"),
+                   *at = st_value_get(gen, "loaded_at"), *last = st_value_get(gen, "last_reload");
+  char *n = num ? cli_value_text(num) : NULL;
+  char *e = eps ? cli_value_text(eps) : NULL;
+  char a[64] = "";
+  if (at) format_time(at, a, sizeof a);
+  printf("%-12s #%s", "generation", n ? n : "?");
+  if (e) printf(", %s endpoints", e);
+  if (*a) printf(", loaded at %s", a);
+  printf("\n");
+  free(n);
+  free(e);
+  if (last && last->kind == ST_VALUE_MAP) {
+    const st_value_t *ok = st_value_get(last, "ok"), *err = st_value_get(last, "error");
+    if (ok && ok->kind == ST_VALUE_BOOL && !ok->as.boolean) {
+      char *m = err ? cli_value_text(err) : NULL;
+      printf("%-12s FAILED: %s\n", "last reload", m ? m : "?");
+      free(m);
+    } else if (ok && ok->kind == ST_VALUE_BOOL) {
+      printf("%-12s ok\n", "last reload");
+    }
+  }
+}
+
+static void devices_lines(const st_value_t *devs) {
+  if (!devs) return;
+  if (devs->kind != ST_VALUE_ARRAY) {
+    line("devices", devs);
+    return;
+  }
+  if (devs->as.array.len == 0) printf("%-12s none\n", "devices");
+  for (size_t i = 0; i < devs->as.array.len; i++) {
+    const st_value_t *d = &devs->as.array.items[i];
+    char *s = NULL;
+    if (d->kind == ST_VALUE_MAP) {
+      /* "cpu", or "0: cuda NVIDIA H200 GPU-..." */
+      const st_value_t *index = st_value_get(d, "index");
+      char *kind = cli_value_text(st_value_get(d, "kind"));
+      char *name = cli_value_text(st_value_get(d, "name"));
+      char *uuid = cli_value_text(st_value_get(d, "uuid"));
+      char buf[512];
+      int n = 0;
+      if (index && index->kind == ST_VALUE_INT && index->as.integer >= 0)
+        n = snprintf(buf, sizeof buf, "%lld: ", (long long)index->as.integer);
+      snprintf(buf + n, sizeof buf - (size_t)n, "%s%s%s%s%s", kind ? kind : "?",
+               name && *name && (!kind || strcmp(name, kind) != 0) ? " " : "",
+               name && *name && (!kind || strcmp(name, kind) != 0) ? name : "",
+               uuid && *uuid && strcmp(uuid, "-") != 0 ? " " : "",
+               uuid && *uuid && strcmp(uuid, "-") != 0 ? uuid : "");
+      free(kind);
+      free(name);
+      free(uuid);
+      s = strdup(buf);
+    } else {
+      s = cli_value_text(d);
+    }
+    printf("%-12s %s\n", i ? "" : "devices", s ? s : "?");
+    free(s);
+  }
+}
+
+static int run_info(cli_t *g, int argc, char **argv) {
+  int done, code = no_args(g, &cli_info_command, argc, argv, &done);
+  if (code != CLI_OK || done) return code;
+  st_result_t *r;
+  code = fetch(g, st_client_info, &r);
+  if (code != CLI_OK) return code;
+  const st_value_t *v = st_result_value(r);
+  if (g->json) {
+    code = cli_print_json_owned(st_value_json(v, 1));
+    st_result_free(r);
+    return code;
+  }
+  line("server", st_value_get(v, "server_id"));
+  line("version", st_value_get(v, "version"));
+  line("pid", st_value_get(v, "pid"));
+  const st_value_t *up = st_value_get(v, "uptime_s");
+  if (up && (up->kind == ST_VALUE_FLOAT || up->kind == ST_VALUE_INT))
+    printf("%-12s %.1f s\n", "uptime",
+           up->kind == ST_VALUE_FLOAT ? up->as.number : (double)up->as.integer);
+  const st_value_t *ready = st_value_get(v, "ready");
+  if (ready && ready->kind == ST_VALUE_BOOL)
+    printf("%-12s %s\n", "ready", ready->as.boolean ? "yes" : "no");
+  generation_line(st_value_get(v, "generation"));
+  devices_lines(st_value_get(v, "devices"));
+  map_line("workers", st_value_get(v, "workers"));
+  map_line("connections", st_value_get(v, "connections"));
+  map_line("counters", st_value_get(v, "counters"));
+  map_line("limits", st_value_get(v, "limits"));
+  st_result_free(r);
+  return CLI_OK;
+}
+
+const cli_command_t cli_info_command = {
+    "info",
+    "info",
+    "Show the server's version, uptime, generation, devices, workers and counters.",
+    "With --json, prints the server's whole info map.\n",
+    run_info,
+};
+
+/* ------------------------------------------------------------ endpoints */
+
+static int truthy(const st_value_t *v) {
+  if (!v) return 0;
+  switch (v->kind) {
+  case ST_VALUE_BOOL: return v->as.boolean;
+  case ST_VALUE_INT: return v->as.integer != 0;
+  case ST_VALUE_FLOAT: return v->as.number != 0;
+  case ST_VALUE_STRING: return v->as.str.len > 0;
+  case ST_VALUE_NIL: return 0;
+  default: return 1;
+  }
+}
+
+/* "managed cache singleflight timeout=5 device=cuda ipc=legacy" or "-". */
+static char *flags_text(const st_value_t *e) {
+  char buf[512] = "";
+  size_t len = 0;
+  const char *bools[] = {"managed", "cache", "singleflight"};
+  for (size_t i = 0; i < 3; i++)
+    if (truthy(st_value_get(e, bools[i])))
+      len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", len ? " " : "", bools[i]);
+  const char *valued[] = {"cache_format_key", "timeout", "device", "ipc"};
+  for (size_t i = 0; i < 4 && len < sizeof buf; i++) {
+    const st_value_t *f = st_value_get(e, valued[i]);
+    if (!truthy(f)) continue;
+    /* ipc matters only when it is the opt-in legacy mode. */
+    if (i == 3 && !(f->kind == ST_VALUE_STRING && strcmp(f->as.str.ptr, "legacy") == 0)) continue;
+    char *t = cli_value_text(f);
+    if (!t) continue;
+    const char *name = i == 0 ? "key" : valued[i];
+    len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s=%s", len ? " " : "", name, t);
+    free(t);
+  }
+  if (len >= sizeof buf) len = sizeof buf - 1;
+  return strdup(len ? buf : "-");
+}
+
+/* "x (required), n=4, dtype=\"float32\"" or "-". */
+static char *params_text(const st_value_t *e) {
+  size_t cap = 256, len = 0;
+  char *buf = malloc(cap);
+  if (!buf) return NULL;
+  buf[0] = '\0';
+  const st_value_t *req = st_value_get(e, "required");
+  const st_value_t *params = st_value_get(e, "params");
+  for (int pass = 0; pass < 2; pass++) {
+    const st_value_t *src = pass == 0 ? req : params;
+    if (!src) continue;
+    size_t n = pass == 0 ? (src->kind == ST_VALUE_ARRAY ? src->as.array.len : 0)
+                         : (src->kind == ST_VALUE_MAP ? src->as.map.len : 0);
+    for (size_t i = 0; i < n; i++) {
+      char *k = cli_value_text(pass == 0 ? &src->as.array.items[i] : &src->as.map.keys[i]);
+      char *d = pass == 0 ? NULL : st_value_json(&src->as.map.values[i], 0);
+      size_t need = len + (k ? strlen(k) : 1) + (d ? strlen(d) : 0) + 16;
+      if (need > cap) {
+        while (cap < need) cap *= 2;
+        char *p = realloc(buf, cap);
+        if (!p) {
+          free(k);
+          free(d);
+          free(buf);
+          return NULL;
+        }
+        buf = p;
+      }
+      if (pass == 0)
+        len += (size_t)sprintf(buf + len, "%s%s (required)", len ? ", " : "", k ? k : "?");
+      else
+        len += (size_t)sprintf(buf + len, "%s%s=%s", len ? ", " : "", k ? k : "?", d ? d : "?");
+      free(k);
+      free(d);
+    }
+  }
+  if (!len) strcpy(buf, "-");
+  return buf;
+}
+
+static int run_endpoints(cli_t *g, int argc, char **argv) {
+  int done, code = no_args(g, &cli_endpoints_command, argc, argv, &done);
+  if (code != CLI_OK || done) return code;
+  st_result_t *r;
+  code = fetch(g, st_client_endpoints, &r);
+  if (code != CLI_OK) return code;
+  const st_value_t *v = st_result_value(r);
+  if (g->json || v->kind != ST_VALUE_ARRAY) {
+    code = cli_print_json_owned(st_value_json(v, 1));
+    st_result_free(r);
+    return code;
+  }
+  size_t n = v->as.array.len;
+  enum { NAME, EXEC, CONC, FLAGS, PARAMS, NCOL };
+  static const char *const heads[NCOL] = {"NAME", "EXECUTION", "CONCURRENCY", "FLAGS", "PARAMS"};
+  char **cells = calloc((n ? n : 1) * NCOL, sizeof *cells);
+  if (!cells) {
+    st_result_free(r);
+    fprintf(stderr, "stcli: OUT_OF_MEMORY: cannot build the table\n");
+    return CLI_SERVER_ERROR;
+  }
+  size_t width[NCOL];
+  for (int k = 0; k < NCOL; k++) width[k] = strlen(heads[k]);
+  for (size_t i = 0; i < n; i++) {
+    const st_value_t *e = &v->as.array.items[i];
+    char **row = cells + i * NCOL;
+    row[NAME] = cli_value_text(st_value_get(e, "name"));
+    row[EXEC] = cli_value_text(st_value_get(e, "execution"));
+    row[CONC] = cli_value_text(st_value_get(e, "concurrency"));
+    row[FLAGS] = flags_text(e);
+    row[PARAMS] = params_text(e);
+    for (int k = 0; k < NCOL; k++) {
+      if (!row[k]) row[k] = strdup("?");
+      if (row[k] && strlen(row[k]) > width[k]) width[k] = strlen(row[k]);
+    }
+  }
+  printf("%-*s  %-*s  %-*s  %-*s  %s\n", (int)width[NAME], heads[NAME], (int)width[EXEC],
+         heads[EXEC], (int)width[CONC], heads[CONC], (int)width[FLAGS], heads[FLAGS],
+         heads[PARAMS]);
+  for (size_t i = 0; i < n; i++) {
+    char **row = cells + i * NCOL;
+    printf("%-*s  %-*s  %-*s  %-*s  %s\n", (int)width[NAME], row[NAME] ? row[NAME] : "?",
+           (int)width[EXEC], row[EXEC] ? row[EXEC] : "?", (int)width[CONC],
+           row[CONC] ? row[CONC] : "?", (int)width[FLAGS], row[FLAGS] ? row[FLAGS] : "?",
+           row[PARAMS] ? row[PARAMS] : "?");
+  }
+  if (n == 0) printf("(no endpoints)\n");
+  for (size_t i = 0; i < n * NCOL; i++) free(cells[i]);
+  free(cells);
+  st_result_free(r);
+  return CLI_OK;
+}
+
+const cli_command_t cli_endpoints_command = {
+    "endpoints",
+    "endpoints",
+    "List the endpoints the server serves, with their options and parameters.",
+    "Columns: NAME, EXECUTION (direct|task), CONCURRENCY (parallel|serialized),\n"
+    "FLAGS (managed, cache, singleflight, key=<cache_format_key>, timeout=,\n"
+    "device=, ipc=legacy), PARAMS (required ones first, then name=default as JSON).\n"
+    "With --json, prints the server's whole reply.\n",
+    run_endpoints,
+};

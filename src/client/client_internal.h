@@ -1,0 +1,168 @@
+/* src/client: internals shared by the files of libstclient.
+ *
+ *   conn.c    socket, connect, send/recv with deadlines, the fd FIFO
+ *   rpc.c     request ids, one synchronous exchange, server errors
+ *   hello.c   connect + hello, the public client functions
+ *   result.c  result memory, decoding replies into st_value_t trees
+ *   value.c   accessors of values, results and tensors
+ *   map.c     the process-wide open-cache of mapped arenas
+ *   args.c    the st_args_t builder and "key=value" words
+ *   json_parse.c / json_write.c   JSON to msgpack, values to JSON
+ *
+ * Nothing here is exported: the shared library is built with
+ * -fvisibility=hidden and only ST_API functions are visible.
+ */
+#ifndef ST_CLIENT_INTERNAL_H
+#define ST_CLIENT_INTERNAL_H
+
+#include <msgpack.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/proto.h"
+#include "st/client.h"
+
+/* Largest reply frame the client accepts (replies are descriptors and
+ * metadata, never tensor bytes). */
+#define ST_CLIENT_MAX_REPLY (64u << 20)
+/* Limit for connect + hello when the caller gave no timeout. */
+#define ST_CLIENT_CONNECT_TIMEOUT_MS 10000
+
+/* ------------------------------------------------------------- buffers */
+
+/* A msgpack_sbuffer whose packer records allocation failure instead of
+ * losing it: pack freely, then check `oom` once. */
+typedef struct st__cbuf {
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  int oom;
+} st__cbuf_t;
+
+void st__client_cbuf_init(st__cbuf_t *b);
+void st__client_cbuf_destroy(st__cbuf_t *b);
+/* Appends raw (already msgpack) bytes through the packer. */
+void st__client_cbuf_raw(msgpack_packer *pk, const void *data, size_t len);
+
+/* Growable NUL-terminated text with a sticky out-of-memory flag. */
+typedef struct st__text {
+  char *ptr;
+  size_t len, cap;
+  int oom;
+} st__text_t;
+
+void st__client_text_put(st__text_t *t, const char *s, size_t n);
+void st__client_text_puts(st__text_t *t, const char *s);
+void st__client_text_printf(st__text_t *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Length of the valid UTF-8 sequence at s (at most `left` bytes); 0 when
+ * invalid. */
+size_t st__client_utf8_len(const unsigned char *s, size_t left);
+
+/* -------------------------------------------------------------- client */
+
+struct st_client {
+  int fd;                      /* -1 once closed or broken                  */
+  char path[108];
+  st__reader_t reader;
+  int reader_ready;
+  /* Received descriptors not yet claimed by a response, arrival order. */
+  int *fifo;
+  size_t fifo_head, fifo_len, fifo_cap;
+  uint32_t next_id;
+  int timeout_ms;              /* 0: no limit                               */
+  int reply_pending;           /* a request was just sent: poll before recv */
+  /* hello */
+  char server_id[128];
+  char server_version[64];
+  int server_pid;
+  int device;
+  /* last failure */
+  int err;
+  char err_name[32];
+  char err_msg[512];
+  char closed_why[160];        /* why fd is -1, for later calls             */
+};
+
+/* Records a failure (a negative ST_ERR_*) with the local error name and a
+ * formatted message; returns err. */
+int st__client_fail(st_client_t *c, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Records a failure named by the server. Returns err. */
+int st__client_fail_remote(st_client_t *c, int err, const char *name, size_t name_len,
+                           const char *msg, size_t msg_len);
+void st__client_clear_error(st_client_t *c);
+
+/* Monotonic time in nanoseconds. */
+int64_t st__client_now_ns(void);
+/* Deadline for a limit in ms (0 = none -> -1). */
+int64_t st__client_deadline(int timeout_ms);
+
+/* conn.c. Each returns ST_OK or a recorded failure. */
+int st__client_conn_open(st_client_t *c, const char *path, int timeout_ms);
+int st__client_conn_send(st_client_t *c, const void *buf, size_t len, int64_t deadline);
+/* Reads what is available (waiting until the deadline for something) into
+ * the reader, queueing any descriptors. */
+int st__client_conn_fill(st_client_t *c, int64_t deadline);
+/* Closes the socket and every queued descriptor; records `why` for later
+ * calls. Safe to call twice. */
+void st__client_conn_shutdown(st_client_t *c, const char *why);
+/* Moves the first n queued descriptors to out[] (owned by the caller).
+ * ST_OK, or ST_ERR_PROTOCOL when fewer are queued. */
+int st__client_fifo_take(st_client_t *c, int *out, size_t n);
+
+/* rpc.c: one request and its reply. `params` (may be NULL) is the bytes of
+ * one msgpack map of named parameters. On ST_OK *reply holds the response
+ * (caller destroys it), and when its result is a map with an `arenas` array
+ * *fds receives that many descriptors (owned by the caller, *nfds set;
+ * *fds NULL when none). On failure nothing is left to free. */
+int st__client_exchange(st_client_t *c, const char *method, const void *params,
+                        size_t params_len, st__message_t *reply, int **fds, size_t *nfds);
+
+/* ------------------------------------------------------------- results */
+
+typedef struct st__mapping st__mapping_t;
+
+/* map.c: maps arena `d` received as `fd` (always consumed: closed or kept
+ * by nobody) for the allocation (server_id, d->id), or reuses the mapping
+ * this process already has. On ST_OK *out holds one reference. Errors:
+ * ST_ERR_CAPABILITY (CUDA), ST_ERR_PROTOCOL (descriptor and file
+ * disagree), ST_ERR_IO / ST_ERR_OUT_OF_MEMORY, with a reason. Any thread. */
+int st__client_map_arena(const char *server_id, const st__arena_desc_t *d, int fd,
+                         st__mapping_t **out, char *err, size_t errlen);
+/* Drops one reference; the last one unmaps. NULL ok. Any thread. */
+void st__client_mapping_release(st__mapping_t *m);
+/* Base address (NULL for an empty arena) and the bytes a tensor may use. */
+void *st__client_mapping_base(const st__mapping_t *m);
+
+/* result.c: decodes a reply's result into a new result. When `unwrap` the
+ * value is result["value"] (call); otherwise the whole result (rpc). fds
+ * (nfds of them, may be NULL) are consumed. */
+int st__client_result_decode(st_client_t *c, const msgpack_object *result, int unwrap,
+                             int *fds, size_t nfds, st_result_t **out);
+
+/* -------------------------------------------------------------- args */
+
+/* Packs the arguments as one msgpack map (NULL packs {}). */
+void st__client_args_pack(msgpack_packer *pk, const st_args_t *a);
+/* Sets `key` to a copy of msgpack bytes. ST_OK / ST_ERR_OUT_OF_MEMORY /
+ * ST_ERR_INVALID_ARGUMENT (empty or NULL key). */
+int st__client_args_set_raw(st_args_t *a, const char *key, size_t key_len, const void *data,
+                            size_t len);
+
+/* -------------------------------------------------------------- JSON */
+
+/* Parses one JSON text (`len` bytes) and packs it. ST_OK, or
+ * ST_ERR_INVALID_ARGUMENT with "... at line L, column C" in err,
+ * ST_ERR_OUT_OF_MEMORY. When `each_member` is set the text must be an
+ * object and cb is called with every member instead (key, its value's
+ * msgpack bytes). */
+typedef int (*st__json_member_cb)(void *ud, const char *key, size_t key_len,
+                                  const void *value, size_t value_len);
+int st__client_json_pack(const char *text, size_t len, msgpack_packer *pk, char *err,
+                         size_t errlen);
+int st__client_json_members(const char *text, size_t len, st__json_member_cb cb, void *ud,
+                            char *err, size_t errlen);
+
+#endif

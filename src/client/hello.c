@@ -1,0 +1,253 @@
+/* src/client: the public client functions: socket paths, connect + hello,
+ * close, errors, ping, call and generic methods. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client/client_internal.h"
+
+#define CLIENT_NAME "libstclient/" ST_VERSION_STRING
+
+/* "<base>-<device>.sock" into out; see client.h. Any thread. */
+ST_API int st_socket_path(const char *base, int device, char *out, size_t len) {
+  if (!out || device < 0) return ST_ERR_INVALID_ARGUMENT;
+  if (!base || !*base) {
+    base = getenv(ST_ENV_BASE_PATH);
+    if (!base || !*base) base = ST_DEFAULT_BASE_PATH;
+  }
+  int n = snprintf(out, len, "%s-%d.sock", base, device);
+  if (n < 0 || (size_t)n >= len) {
+    if (len) out[0] = '\0';
+    return ST_ERR_INVALID_ARGUMENT;
+  }
+  return ST_OK;
+}
+
+static void copy_str(char *dst, size_t cap, const msgpack_object *o) {
+  if (o && o->type == MSGPACK_OBJECT_STR)
+    snprintf(dst, cap, "%.*s", (int)o->via.str.size, o->via.str.ptr);
+  else
+    dst[0] = '\0';
+}
+
+static int64_t int_of(const msgpack_object *o, int64_t dflt) {
+  if (!o) return dflt;
+  if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= INT64_MAX)
+    return (int64_t)o->via.u64;
+  if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) return o->via.i64;
+  return dflt;
+}
+
+/* Exchanges hello and keeps the server's identity. */
+static int hello(st_client_t *c) {
+  st_args_t *a = st_args_new();
+  if (!a) return st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory");
+  st__cbuf_t b;
+  st__client_cbuf_init(&b);
+  int rc = st_args_int(a, "protocol", ST_PROTOCOL_VERSION);
+  if (rc == ST_OK) rc = st_args_string(a, "client", CLIENT_NAME);
+  if (rc == ST_OK) st__client_args_pack(&b.pk, a);
+  st_args_free(a);
+  if (rc != ST_OK || b.oom) {
+    st__client_cbuf_destroy(&b);
+    return st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  st__message_t m;
+  int *fds;
+  size_t nfds;
+  rc = st__client_exchange(c, "hello", b.sb.data, b.sb.size, &m, &fds, &nfds);
+  st__client_cbuf_destroy(&b);
+  if (rc != ST_OK) return rc;
+  for (size_t i = 0; i < nfds; i++) close(fds[i]);
+  free(fds);
+
+  const msgpack_object *r = &m.result;
+  rc = ST_OK;
+  if (r->type != MSGPACK_OBJECT_MAP) {
+    rc = st__client_fail(c, ST_ERR_PROTOCOL, "the hello reply is not a map");
+  } else {
+    const msgpack_object *sid = st__map_get(r, "server_id");
+    int64_t proto = int_of(st__map_get(r, "protocol"), -1);
+    if (!sid || sid->type != MSGPACK_OBJECT_STR || sid->via.str.size == 0) {
+      rc = st__client_fail(c, ST_ERR_PROTOCOL, "the hello reply has no server_id");
+    } else if (proto < ST_PROTOCOL_VERSION) {
+      rc = st__client_fail(c, ST_ERR_PROTOCOL,
+                           "the server speaks protocol %lld, this client needs %d",
+                           (long long)proto, ST_PROTOCOL_VERSION);
+    } else {
+      copy_str(c->server_id, sizeof c->server_id, sid);
+      copy_str(c->server_version, sizeof c->server_version, st__map_get(r, "version"));
+      c->server_pid = (int)int_of(st__map_get(r, "pid"), 0);
+      c->device = (int)int_of(st__map_get(r, "device"), 0);
+    }
+  }
+  st__message_destroy(&m);
+  if (rc != ST_OK) st__client_conn_shutdown(c, c->err_msg);
+  return rc;
+}
+
+/* Connects to `path` and says hello; see client.h. Any thread. */
+ST_API int st_client_connect(const char *path, st_client_t **out, char *err, size_t errlen) {
+  if (err && errlen) err[0] = '\0';
+  if (!out) return ST_ERR_INVALID_ARGUMENT;
+  *out = NULL;
+  if (!path) {
+    if (err && errlen) snprintf(err, errlen, "no socket path given");
+    return ST_ERR_INVALID_ARGUMENT;
+  }
+  st_client_t *c = calloc(1, sizeof *c);
+  if (!c) {
+    if (err && errlen) snprintf(err, errlen, "out of memory");
+    return ST_ERR_OUT_OF_MEMORY;
+  }
+  c->fd = -1;
+  c->next_id = 1;
+  snprintf(c->closed_why, sizeof c->closed_why, "not connected");
+  int rc = st__reader_init(&c->reader, ST_CLIENT_MAX_REPLY);
+  if (rc != ST_OK) {
+    free(c);
+    if (err && errlen) snprintf(err, errlen, "out of memory");
+    return ST_ERR_OUT_OF_MEMORY;
+  }
+  c->reader_ready = 1;
+  rc = st__client_conn_open(c, path, ST_CLIENT_CONNECT_TIMEOUT_MS);
+  if (rc == ST_OK) {
+    c->timeout_ms = ST_CLIENT_CONNECT_TIMEOUT_MS;
+    rc = hello(c);
+    c->timeout_ms = 0;
+  }
+  if (rc != ST_OK) {
+    if (err && errlen) snprintf(err, errlen, "%s", c->err_msg);
+    st_client_close(c);
+    return rc;
+  }
+  st__client_clear_error(c);
+  *out = c;
+  return ST_OK;
+}
+
+/* Connects to the socket of `device` under `base`; see client.h. */
+ST_API int st_client_connect_device(const char *base, int device, st_client_t **out, char *err,
+                                    size_t errlen) {
+  char path[sizeof(((st_client_t *)0)->path)];
+  if (out) *out = NULL;
+  if (st_socket_path(base, device, path, sizeof path) != ST_OK) {
+    if (err && errlen)
+      snprintf(err, errlen, "no usable socket path for device %d (too long or negative)",
+               device);
+    return ST_ERR_INVALID_ARGUMENT;
+  }
+  return st_client_connect(path, out, err, errlen);
+}
+
+/* Closes the connection and frees the client; results stay valid. */
+ST_API void st_client_close(st_client_t *c) {
+  if (!c) return;
+  st__client_conn_shutdown(c, "closed");
+  free(c->fifo);
+  if (c->reader_ready) st__reader_destroy(&c->reader);
+  free(c);
+}
+
+/* Last failure's message, "" if none; borrowed from c (NULL gives ""). */
+ST_API const char *st_client_error(const st_client_t *c) { return c ? c->err_msg : ""; }
+
+/* Last failure's stable name, "" if none; borrowed from c. */
+ST_API const char *st_client_error_name(const st_client_t *c) {
+  return c && c->err ? c->err_name : "";
+}
+
+/* Limit for each exchange in ms; 0 or less: none. Thread of the client. */
+ST_API void st_client_set_timeout(st_client_t *c, int timeout_ms) {
+  if (c) c->timeout_ms = timeout_ms > 0 ? timeout_ms : 0;
+}
+
+/* Identity from the hello reply; borrowed from c. */
+ST_API const char *st_client_server_id(const st_client_t *c) { return c ? c->server_id : ""; }
+
+ST_API const char *st_client_server_version(const st_client_t *c) {
+  return c ? c->server_version : "";
+}
+
+ST_API int st_client_server_pid(const st_client_t *c) { return c ? c->server_pid : 0; }
+
+/* ping: one round trip; see client.h. Thread of the client. */
+ST_API int st_client_ping(st_client_t *c, double *rtt_us) {
+  if (!c) return ST_ERR_INVALID_ARGUMENT;
+  st__message_t m;
+  int *fds;
+  size_t nfds;
+  int64_t t0 = st__client_now_ns();
+  int rc = st__client_exchange(c, "ping", NULL, 0, &m, &fds, &nfds);
+  int64_t t1 = st__client_now_ns();
+  if (rc != ST_OK) return rc;
+  for (size_t i = 0; i < nfds; i++) close(fds[i]);
+  free(fds);
+  if (!st__str_eq(&m.result, "pong"))
+    rc = st__client_fail(c, ST_ERR_PROTOCOL, "ping was not answered with \"pong\"");
+  st__message_destroy(&m);
+  if (rc == ST_OK && rtt_us) *rtt_us = (double)(t1 - t0) / 1000.0;
+  return rc;
+}
+
+/* Exchange + decode; params are msgpack map bytes or NULL. */
+static int call_and_decode(st_client_t *c, const char *method, const st__cbuf_t *params,
+                           int unwrap, st_result_t **out) {
+  st__message_t m;
+  int *fds;
+  size_t nfds;
+  int rc = st__client_exchange(c, method, params ? params->sb.data : NULL,
+                               params ? params->sb.size : 0, &m, &fds, &nfds);
+  if (rc != ST_OK) return rc;
+  rc = st__client_result_decode(c, &m.result, unwrap, fds, nfds, out);
+  free(fds);
+  st__message_destroy(&m);
+  return rc;
+}
+
+/* Calls an endpoint; see client.h. Thread of the client. */
+ST_API int st_client_call(st_client_t *c, const char *endpoint, const st_args_t *args,
+                          st_result_t **out) {
+  if (out) *out = NULL;
+  if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
+  if (!endpoint || !*endpoint)
+    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "no endpoint name given");
+  st__cbuf_t b;
+  st__client_cbuf_init(&b);
+  msgpack_pack_map(&b.pk, 2);
+  st__pack_cstr(&b.pk, "endpoint");
+  st__pack_cstr(&b.pk, endpoint);
+  st__pack_cstr(&b.pk, "args");
+  st__client_args_pack(&b.pk, args);
+  int rc = b.oom ? st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing the arguments")
+                 : call_and_decode(c, "call", &b, 1, out);
+  st__client_cbuf_destroy(&b);
+  return rc;
+}
+
+/* Any method with named parameters; see client.h. Thread of the client. */
+ST_API int st_client_rpc(st_client_t *c, const char *method, const st_args_t *params,
+                         st_result_t **out) {
+  if (out) *out = NULL;
+  if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
+  if (!method || !*method)
+    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "no method name given");
+  if (!params) return call_and_decode(c, method, NULL, 0, out);
+  st__cbuf_t b;
+  st__client_cbuf_init(&b);
+  st__client_args_pack(&b.pk, params);
+  int rc = b.oom ? st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing the parameters")
+                 : call_and_decode(c, method, &b, 0, out);
+  st__client_cbuf_destroy(&b);
+  return rc;
+}
+
+/* st_client_rpc(c, "info" / "endpoints", NULL, out). */
+ST_API int st_client_info(st_client_t *c, st_result_t **out) {
+  return st_client_rpc(c, "info", NULL, out);
+}
+
+ST_API int st_client_endpoints(st_client_t *c, st_result_t **out) {
+  return st_client_rpc(c, "endpoints", NULL, out);
+}

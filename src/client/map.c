@@ -1,0 +1,207 @@
+/* src/client: the open-cache. One process-wide table of the allocations
+ * this process has mapped, keyed by (server_id, arena id), so that an
+ * allocation received several times (two tensors of one reply, a cached
+ * object returned to two calls) is mapped once. Entries are reference
+ * counted by results and unmapped when the last result using them is freed.
+ *
+ * The key is checked against the file itself (device and inode): a server
+ * that reused a server_id could otherwise make us hand out a stale mapping.
+ * Every received descriptor is closed here: the mapping keeps the memory.
+ *
+ * Threads: any; one mutex guards the table. Mapping happens under the lock
+ * (mmap of a memfd is cheap) so that two threads never map one allocation
+ * twice.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "client/client_internal.h"
+
+struct st__mapping {
+  st__mapping_t *next;
+  char *server_id;
+  uint64_t arena_id;
+  dev_t dev;
+  ino_t ino;
+  void *base;       /* NULL when nothing was mapped (empty arena) */
+  size_t map_len;
+  uint64_t bytes;   /* what tensors may use                       */
+  size_t refs;
+};
+
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static st__mapping_t *cache_head;
+static size_t cache_mapped;
+static uint64_t cache_reused;
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+
+/* fork() while another thread holds the lock would leave it locked forever
+ * in the child: take it around fork so the child starts with a consistent,
+ * unlocked table (its mappings are inherited and stay valid there). */
+static void fork_prepare(void) { pthread_mutex_lock(&cache_lock); }
+static void fork_parent(void) { pthread_mutex_unlock(&cache_lock); }
+static void fork_child(void) { pthread_mutex_unlock(&cache_lock); }
+static void cache_init(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+
+static void cache_enter(void) {
+  pthread_once(&cache_once, cache_init);
+  pthread_mutex_lock(&cache_lock);
+}
+
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
+  if (err && errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+/* Maps a memfd arena: checks seals and size, then mmap. */
+static int map_cpu(const st__arena_desc_t *d, int fd, const struct stat *st,
+                   st__mapping_t *m, char *err, size_t errlen) {
+  if (!S_ISREG(st->st_mode))
+    return fail(err, errlen, ST_ERR_PROTOCOL, "arena %llu: the descriptor is not a memory file",
+                (unsigned long long)d->id);
+  if ((uint64_t)st->st_size < d->bytes)
+    return fail(err, errlen, ST_ERR_PROTOCOL,
+                "arena %llu: the descriptor says %llu bytes but the file has %lld",
+                (unsigned long long)d->id, (unsigned long long)d->bytes,
+                (long long)st->st_size);
+  if (strcmp(d->backend, "memfd") == 0) {
+    /* Another holder of the file could shrink an unsealed memfd under our
+     * mapping, and touching the lost pages would kill us with SIGBUS. */
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || !(seals & F_SEAL_SHRINK))
+      return fail(err, errlen, ST_ERR_PROTOCOL,
+                  "arena %llu: the memfd is not sealed against shrinking",
+                  (unsigned long long)d->id);
+  }
+  if (d->bytes > SIZE_MAX)
+    return fail(err, errlen, ST_ERR_OUT_OF_MEMORY, "arena %llu is too large for this process",
+                (unsigned long long)d->id);
+  size_t len = (size_t)d->bytes;
+  if (len == 0) len = (size_t)st->st_size;
+  m->map_len = len;
+  m->base = NULL;
+  if (len == 0) return ST_OK;
+  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED && (errno == EACCES || errno == EPERM))
+    p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0); /* write-sealed */
+  if (p == MAP_FAILED) {
+    int e = errno;
+    return fail(err, errlen, e == ENOMEM ? ST_ERR_OUT_OF_MEMORY : ST_ERR_IO,
+                "arena %llu: mmap of %zu bytes failed: %s", (unsigned long long)d->id, len,
+                strerror(e));
+  }
+  m->base = p;
+  return ST_OK;
+}
+
+/* See client_internal.h. Consumes fd. Any thread. */
+int st__client_map_arena(const char *server_id, const st__arena_desc_t *d, int fd,
+                         st__mapping_t **out, char *err, size_t errlen) {
+  *out = NULL;
+  if (d->cuda) {
+    close(fd);
+#ifdef ST_HAVE_CUDA
+    return fail(err, errlen, ST_ERR_CAPABILITY,
+                "arena %llu is CUDA memory: this client cannot map CUDA tensors yet",
+                (unsigned long long)d->id);
+#else
+    return fail(err, errlen, ST_ERR_CAPABILITY, "CUDA tensors need a CUDA build");
+#endif
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return fail(err, errlen, ST_ERR_IO, "arena %llu: fstat failed: %s",
+                (unsigned long long)d->id, strerror(e));
+  }
+
+  cache_enter();
+  for (st__mapping_t *m = cache_head; m; m = m->next) {
+    if (m->arena_id == d->id && m->dev == st.st_dev && m->ino == st.st_ino &&
+        strcmp(m->server_id, server_id) == 0) {
+      if (d->bytes > m->bytes) break; /* same file, larger claim: map anew */
+      m->refs++;
+      cache_reused++;
+      pthread_mutex_unlock(&cache_lock);
+      close(fd);
+      *out = m;
+      return ST_OK;
+    }
+  }
+  int rc = ST_ERR_OUT_OF_MEMORY;
+  st__mapping_t *m = calloc(1, sizeof *m);
+  char *sid = strdup(server_id);
+  if (!m || !sid) {
+    fail(err, errlen, rc, "out of memory");
+    goto out_fail;
+  }
+  m->server_id = sid;
+  m->arena_id = d->id;
+  m->dev = st.st_dev;
+  m->ino = st.st_ino;
+  m->bytes = d->bytes;
+  m->refs = 1;
+  rc = map_cpu(d, fd, &st, m, err, errlen);
+  if (rc != ST_OK) goto out_fail;
+  m->next = cache_head;
+  cache_head = m;
+  cache_mapped++;
+  pthread_mutex_unlock(&cache_lock);
+  close(fd);
+  *out = m;
+  return ST_OK;
+
+out_fail:
+  pthread_mutex_unlock(&cache_lock);
+  close(fd);
+  free(sid);
+  free(m);
+  return rc;
+}
+
+/* Drops one reference; the last one unmaps and forgets the entry. */
+void st__client_mapping_release(st__mapping_t *m) {
+  if (!m) return;
+  cache_enter();
+  if (--m->refs > 0) {
+    pthread_mutex_unlock(&cache_lock);
+    return;
+  }
+  for (st__mapping_t **pp = &cache_head; *pp; pp = &(*pp)->next) {
+    if (*pp == m) {
+      *pp = m->next;
+      break;
+    }
+  }
+  cache_mapped--;
+  pthread_mutex_unlock(&cache_lock);
+  if (m->base) munmap(m->base, m->map_len);
+  free(m->server_id);
+  free(m);
+}
+
+/* Base of the mapping (NULL for an empty arena). Borrowed. */
+void *st__client_mapping_base(const st__mapping_t *m) { return m->base; }
+
+/* Counts for tests and stcli; see client.h. Any thread. */
+ST_API void st_open_cache_stats(size_t *mapped, uint64_t *reused) {
+  cache_enter();
+  if (mapped) *mapped = cache_mapped;
+  if (reused) *reused = cache_reused;
+  pthread_mutex_unlock(&cache_lock);
+}

@@ -1,0 +1,400 @@
+/* src/client: decoding a reply into an st_result_t.
+ *
+ * A result owns everything its value tree points to: nodes, strings,
+ * tensors and their shapes live in a chain of blocks freed at once, and the
+ * result holds one open-cache reference per arena it maps. Arenas are mapped
+ * before the value is decoded, so that every tensor is checked against the
+ * size of its arena before it is exposed.
+ */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client/client_internal.h"
+#include "client/result.h"
+
+#define BLOCK_MIN 4096
+
+/* Bump allocation from the result's blocks; NULL when out of memory. */
+void *st__client_result_alloc(st_result_t *r, size_t size) {
+  size = (size + 15) & ~(size_t)15;
+  if (size == 0) size = 16;
+  st__block_t *b = r->blocks;
+  if (!b || b->cap - b->used < size) {
+    size_t cap = size > BLOCK_MIN ? size : BLOCK_MIN;
+    b = malloc(offsetof(st__block_t, data) + cap);
+    if (!b) return NULL;
+    b->cap = cap;
+    b->used = 0;
+    b->next = r->blocks;
+    r->blocks = b;
+  }
+  void *p = b->data + b->used;
+  b->used += size;
+  return p;
+}
+
+typedef struct decoder {
+  st_client_t *c;
+  st_result_t *r;
+  const st__arena_desc_t *arenas;
+  size_t narenas;
+  st__text_t path;           /* dotted name of the value being decoded */
+} decoder_t;
+
+static int oom(decoder_t *d) {
+  return st__client_fail(d->c, ST_ERR_OUT_OF_MEMORY, "out of memory decoding a reply");
+}
+
+static char *copy_bytes(st_result_t *r, const char *p, size_t n) {
+  char *s = st__client_result_alloc(r, n + 1);
+  if (!s) return NULL;
+  if (n) memcpy(s, p, n);
+  s[n] = '\0';
+  return s;
+}
+
+static int push_tensor(decoder_t *d, const st_tensor_t *t) {
+  st_result_t *r = d->r;
+  if (r->ntensors == r->tensors_cap) {
+    size_t cap = r->tensors_cap ? r->tensors_cap * 2 : 8;
+    const st_tensor_t **p = realloc(r->tensors, cap * sizeof *p);
+    if (!p) return oom(d);
+    r->tensors = p;
+    r->tensors_cap = cap;
+  }
+  r->tensors[r->ntensors++] = t;
+  return ST_OK;
+}
+
+/* Path handling: append ".seg" (or "seg" at the root), return the old
+ * length to restore. */
+static size_t path_push(decoder_t *d, const char *seg, size_t n) {
+  size_t old = d->path.len;
+  if (old) st__client_text_put(&d->path, ".", 1);
+  st__client_text_put(&d->path, seg, n);
+  return old;
+}
+
+static void path_pop(decoder_t *d, size_t old) {
+  d->path.len = old;
+  if (d->path.ptr) d->path.ptr[old] = '\0';
+}
+
+static const char *path_now(decoder_t *d) { return d->path.ptr ? d->path.ptr : ""; }
+
+/* Decodes a tensor ext value into a new st_tensor_t at the current path. */
+static int decode_tensor(decoder_t *d, const msgpack_object *o, const st_tensor_t **out) {
+  st__tensor_desc_t td;
+  char why[200] = "";
+  if (st__parse_tensor(o, &td, why, sizeof why) != ST_OK)
+    return st__client_fail(d->c, ST_ERR_PROTOCOL, "bad tensor '%s' in the reply: %s",
+                           path_now(d), why);
+  if (td.arena >= d->narenas)
+    return st__client_fail(d->c, ST_ERR_PROTOCOL,
+                           "tensor '%s' names arena %u but the reply has %zu", path_now(d),
+                           td.arena, d->narenas);
+  const st__arena_desc_t *a = &d->arenas[td.arena];
+  uint64_t lo, hi;
+  if (st__tensor_extent(&td, &lo, &hi) != ST_OK || hi > a->bytes)
+    return st__client_fail(d->c, ST_ERR_PROTOCOL,
+                           "tensor '%s' reaches beyond its arena (%llu bytes)", path_now(d),
+                           (unsigned long long)a->bytes);
+  st_result_t *r = d->r;
+  st_tensor_t *t = st__client_result_alloc(r, sizeof *t);
+  int64_t *dims = st__client_result_alloc(r, sizeof(int64_t) * 2 * (size_t)(td.ndim ? td.ndim : 1));
+  char *name = copy_bytes(r, path_now(d), d->path.len);
+  if (!t || !dims || !name || d->path.oom) return oom(d);
+  memcpy(dims, td.shape, sizeof(int64_t) * (size_t)td.ndim);
+  memcpy(dims + td.ndim, td.strides, sizeof(int64_t) * (size_t)td.ndim);
+  char *base = st__client_mapping_base(r->maps[td.arena]);
+  t->name = name;
+  t->data = base ? base + td.offset : NULL;
+  t->dtype = td.dtype;
+  t->ndim = td.ndim;
+  t->shape = dims;
+  t->strides = dims + td.ndim;
+  /* Strides may be 0 (broadcast), so the extent check does not bound the
+   * element count: check it for overflow on its own. */
+  uint64_t numel = 1, esize = st_dtype_size(td.dtype);
+  for (int i = 0; i < td.ndim; i++) {
+    uint64_t s = (uint64_t)td.shape[i];
+    if (s && numel > (uint64_t)INT64_MAX / s)
+      return st__client_fail(d->c, ST_ERR_PROTOCOL, "tensor '%s' has too many elements",
+                             path_now(d));
+    numel *= s;
+  }
+  if (esize && numel > SIZE_MAX / esize)
+    return st__client_fail(d->c, ST_ERR_PROTOCOL, "tensor '%s' has too many elements", path_now(d));
+  t->numel = (int64_t)numel;
+  t->nbytes = (size_t)(numel * esize);
+  t->device = a->cuda ? ST_DEVICE_CUDA : ST_DEVICE_CPU;
+  t->device_index = a->cuda ? 0 : -1;
+  t->device_uuid = a->cuda ? copy_bytes(r, a->uuid, strlen(a->uuid)) : "";
+  if (!t->device_uuid) return oom(d);
+  int rc = push_tensor(d, t);
+  if (rc != ST_OK) return rc;
+  *out = t;
+  return ST_OK;
+}
+
+static int decode_value(decoder_t *d, const msgpack_object *o, st_value_t *v, int depth);
+
+/* Decodes a module ext value: its tensors named "<path>.<name>". */
+static int decode_module(decoder_t *d, const msgpack_object *o, st_value_t *v, int depth) {
+  msgpack_unpacked payload;
+  msgpack_unpacked_init(&payload);
+  const msgpack_object *tensors = NULL, *meta = NULL;
+  char why[200] = "";
+  int rc = st__parse_module(o, &payload, &tensors, &meta, why, sizeof why);
+  if (rc == ST_ERR_OUT_OF_MEMORY) {
+    msgpack_unpacked_destroy(&payload);
+    return oom(d);
+  }
+  if (rc != ST_OK || !tensors || tensors->type != MSGPACK_OBJECT_ARRAY) {
+    msgpack_unpacked_destroy(&payload);
+    return st__client_fail(d->c, ST_ERR_PROTOCOL, "bad module '%s' in the reply: %s",
+                           path_now(d), why[0] ? why : "no tensors array");
+  }
+  size_t n = tensors->via.array.size;
+  const st_tensor_t **list = st__client_result_alloc(d->r, sizeof *list * (n ? n : 1));
+  st_value_t *mv = st__client_result_alloc(d->r, sizeof *mv);
+  if (!list || !mv) {
+    msgpack_unpacked_destroy(&payload);
+    return oom(d);
+  }
+  for (size_t i = 0; i < n && rc == ST_OK; i++) {
+    const msgpack_object *pair = &tensors->via.array.ptr[i];
+    if (pair->type != MSGPACK_OBJECT_ARRAY || pair->via.array.size != 2 ||
+        pair->via.array.ptr[0].type != MSGPACK_OBJECT_STR) {
+      rc = st__client_fail(d->c, ST_ERR_PROTOCOL,
+                           "module '%s': entry %zu is not a [name, tensor] pair", path_now(d), i);
+      break;
+    }
+    const msgpack_object *nm = &pair->via.array.ptr[0];
+    size_t old = path_push(d, nm->via.str.ptr, nm->via.str.size);
+    rc = decode_tensor(d, &pair->via.array.ptr[1], &list[i]);
+    path_pop(d, old);
+  }
+  if (rc == ST_OK) {
+    if (meta && meta->type != MSGPACK_OBJECT_NIL) {
+      size_t old = path_push(d, "metadata", 8);
+      rc = decode_value(d, meta, mv, depth + 1);
+      path_pop(d, old);
+    } else {
+      memset(mv, 0, sizeof *mv);
+      mv->kind = ST_VALUE_MAP;
+    }
+  }
+  msgpack_unpacked_destroy(&payload);
+  if (rc != ST_OK) return rc;
+  v->kind = ST_VALUE_MODULE;
+  v->as.module.tensors = list;
+  v->as.module.len = n;
+  v->as.module.metadata = mv;
+  return ST_OK;
+}
+
+static int decode_value(decoder_t *d, const msgpack_object *o, st_value_t *v, int depth) {
+  if (depth > ST_MAX_DEPTH)
+    return st__client_fail(d->c, ST_ERR_PROTOCOL, "reply value nested deeper than %d at '%s'",
+                           ST_MAX_DEPTH, path_now(d));
+  memset(v, 0, sizeof *v);
+  st_result_t *r = d->r;
+  switch (o->type) {
+  case MSGPACK_OBJECT_NIL:
+    v->kind = ST_VALUE_NIL;
+    return ST_OK;
+  case MSGPACK_OBJECT_BOOLEAN:
+    v->kind = ST_VALUE_BOOL;
+    v->as.boolean = o->via.boolean ? 1 : 0;
+    return ST_OK;
+  case MSGPACK_OBJECT_POSITIVE_INTEGER:
+    if (o->via.u64 > INT64_MAX) {
+      v->kind = ST_VALUE_FLOAT;
+      v->as.number = (double)o->via.u64;
+    } else {
+      v->kind = ST_VALUE_INT;
+      v->as.integer = (int64_t)o->via.u64;
+    }
+    return ST_OK;
+  case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+    v->kind = ST_VALUE_INT;
+    v->as.integer = o->via.i64;
+    return ST_OK;
+  case MSGPACK_OBJECT_FLOAT32:
+  case MSGPACK_OBJECT_FLOAT64:
+    v->kind = ST_VALUE_FLOAT;
+    v->as.number = o->via.f64;
+    return ST_OK;
+  case MSGPACK_OBJECT_STR:
+  case MSGPACK_OBJECT_BIN: {
+    const char *p = o->type == MSGPACK_OBJECT_STR ? o->via.str.ptr : o->via.bin.ptr;
+    size_t n = o->type == MSGPACK_OBJECT_STR ? o->via.str.size : o->via.bin.size;
+    v->kind = o->type == MSGPACK_OBJECT_STR ? ST_VALUE_STRING : ST_VALUE_BINARY;
+    v->as.str.ptr = copy_bytes(r, p, n);
+    v->as.str.len = n;
+    return v->as.str.ptr ? ST_OK : oom(d);
+  }
+  case MSGPACK_OBJECT_ARRAY: {
+    size_t n = o->via.array.size;
+    st_value_t *items = st__client_result_alloc(r, sizeof *items * (n ? n : 1));
+    if (!items) return oom(d);
+    for (size_t i = 0; i < n; i++) {
+      char seg[24];
+      int k = snprintf(seg, sizeof seg, "%zu", i);
+      size_t old = path_push(d, seg, (size_t)k);
+      int rc = decode_value(d, &o->via.array.ptr[i], &items[i], depth + 1);
+      path_pop(d, old);
+      if (rc != ST_OK) return rc;
+    }
+    v->kind = ST_VALUE_ARRAY;
+    v->as.array.items = items;
+    v->as.array.len = n;
+    return ST_OK;
+  }
+  case MSGPACK_OBJECT_MAP: {
+    size_t n = o->via.map.size;
+    st_value_t *keys = st__client_result_alloc(r, sizeof *keys * (n ? n : 1));
+    st_value_t *vals = st__client_result_alloc(r, sizeof *vals * (n ? n : 1));
+    if (!keys || !vals) return oom(d);
+    for (size_t i = 0; i < n; i++) {
+      const msgpack_object_kv *kv = &o->via.map.ptr[i];
+      int rc = decode_value(d, &kv->key, &keys[i], depth + 1);
+      if (rc != ST_OK) return rc;
+      char seg[24];
+      const char *sp = seg;
+      size_t sn;
+      if (kv->key.type == MSGPACK_OBJECT_STR) {
+        sp = kv->key.via.str.ptr;
+        sn = kv->key.via.str.size;
+      } else if (keys[i].kind == ST_VALUE_INT) {
+        sn = (size_t)snprintf(seg, sizeof seg, "%lld", (long long)keys[i].as.integer);
+      } else {
+        sn = (size_t)snprintf(seg, sizeof seg, "?");
+      }
+      size_t old = path_push(d, sp, sn);
+      rc = decode_value(d, &kv->val, &vals[i], depth + 1);
+      path_pop(d, old);
+      if (rc != ST_OK) return rc;
+    }
+    v->kind = ST_VALUE_MAP;
+    v->as.map.keys = keys;
+    v->as.map.values = vals;
+    v->as.map.len = n;
+    return ST_OK;
+  }
+  case MSGPACK_OBJECT_EXT:
+    if (o->via.ext.type == ST_EXT_TENSOR) {
+      v->kind = ST_VALUE_TENSOR;
+      return decode_tensor(d, o, &v->as.tensor);
+    }
+    if (o->via.ext.type == ST_EXT_MODULE) return decode_module(d, o, v, depth);
+    return st__client_fail(d->c, ST_ERR_PROTOCOL, "unknown ext type %d at '%s'",
+                           (int)o->via.ext.type, path_now(d));
+  default:
+    return st__client_fail(d->c, ST_ERR_PROTOCOL, "unexpected msgpack type %d at '%s'",
+                           (int)o->type, path_now(d));
+  }
+}
+
+/* Parses and maps the reply's arenas; consumes every fd. */
+static int map_arenas(decoder_t *d, const msgpack_object *list, int *fds, size_t nfds,
+                      st__arena_desc_t *descs) {
+  st_result_t *r = d->r;
+  size_t n = list ? list->via.array.size : 0;
+  int rc = ST_OK;
+  for (size_t i = 0; i < n && rc == ST_OK; i++) {
+    char why[200] = "";
+    if (st__parse_arena(&list->via.array.ptr[i], &descs[i], why, sizeof why) != ST_OK) {
+      rc = st__client_fail(d->c, ST_ERR_PROTOCOL, "bad arena %zu in the reply: %s", i, why);
+    } else if (descs[i].fd >= nfds || fds[descs[i].fd] < 0) {
+      rc = st__client_fail(d->c, ST_ERR_PROTOCOL,
+                           "arena %zu names descriptor %u, which is missing or taken", i,
+                           descs[i].fd);
+    } else {
+      int fd = fds[descs[i].fd];
+      fds[descs[i].fd] = -1;
+      rc = st__client_map_arena(d->c->server_id, &descs[i], fd, &r->maps[i], why, sizeof why);
+      if (rc != ST_OK) {
+        st__client_fail(d->c, rc, "%s", why);
+      } else {
+        r->nmaps = i + 1;
+      }
+    }
+  }
+  for (size_t i = 0; i < nfds; i++)
+    if (fds[i] >= 0) {
+      close(fds[i]);
+      fds[i] = -1;
+    }
+  return rc;
+}
+
+/* See client_internal.h. Thread of the client. */
+int st__client_result_decode(st_client_t *c, const msgpack_object *result, int unwrap,
+                             int *fds, size_t nfds, st_result_t **out) {
+  *out = NULL;
+  decoder_t d;
+  memset(&d, 0, sizeof d);
+  d.c = c;
+  st_result_t *r = calloc(1, sizeof *r);
+  const msgpack_object *list = st__map_get(result, "arenas");
+  if (list && list->type != MSGPACK_OBJECT_ARRAY) list = NULL;
+  size_t n = list ? list->via.array.size : 0;
+  st__arena_desc_t *descs = n ? calloc(n, sizeof *descs) : NULL;
+  if (r && n) r->maps = calloc(n, sizeof *r->maps);
+  int rc;
+  if (!r || (n && (!descs || !r->maps))) {
+    for (size_t i = 0; i < nfds; i++) close(fds[i]);
+    rc = st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory decoding a reply");
+    goto done;
+  }
+  d.r = r;
+  rc = map_arenas(&d, list, fds, nfds, descs);
+  if (rc != ST_OK) goto done;
+  d.arenas = descs;
+  d.narenas = n;
+
+  const msgpack_object *value = result;
+  if (unwrap) {
+    value = st__map_get(result, "value");
+    if (result->type != MSGPACK_OBJECT_MAP || !value) {
+      rc = st__client_fail(c, ST_ERR_PROTOCOL, "the reply has no 'value'");
+      goto done;
+    }
+  }
+  r->value = st__client_result_alloc(r, sizeof *r->value);
+  if (!r->value) {
+    rc = oom(&d);
+    goto done;
+  }
+  rc = decode_value(&d, value, r->value, 0);
+
+done:
+  free(descs);
+  free(d.path.ptr);
+  if (rc != ST_OK) {
+    st_result_free(r);
+    return rc;
+  }
+  *out = r;
+  return ST_OK;
+}
+
+/* Frees a result and drops its open-cache references; see client.h. */
+ST_API void st_result_free(st_result_t *r) {
+  if (!r) return;
+  for (size_t i = 0; i < r->nmaps; i++) st__client_mapping_release(r->maps[i]);
+  free(r->maps);
+  free(r->tensors);
+  st__block_t *b = r->blocks;
+  while (b) {
+    st__block_t *next = b->next;
+    free(b);
+    b = next;
+  }
+  free(r);
+}

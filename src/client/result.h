@@ -1,0 +1,30 @@
+/* src/client: the layout of a result, shared by result.c (decoding) and
+ * value.c (accessors). */
+#ifndef ST_CLIENT_RESULT_H
+#define ST_CLIENT_RESULT_H
+
+#include <stddef.h>
+
+#include "client/client_internal.h"
+
+/* One chunk of a result's memory; everything a value points to lives in
+ * the chain and is freed with the result. */
+typedef struct st__block {
+  struct st__block *next;
+  size_t used, cap;
+  _Alignas(16) unsigned char data[];
+} st__block_t;
+
+struct st_result {
+  st__block_t *blocks;
+  st_value_t *value;
+  const st_tensor_t **tensors;   /* depth-first, reply order */
+  size_t ntensors, tensors_cap;
+  st__mapping_t **maps;          /* one reference per arena of the reply */
+  size_t nmaps;
+};
+
+/* 16-byte aligned memory owned by r, or NULL when out of memory. */
+void *st__client_result_alloc(st_result_t *r, size_t size);
+
+#endif

@@ -1,0 +1,166 @@
+/* src/client: small helpers of libstclient: buffers that remember an
+ * allocation failure, per-client error recording, monotonic time. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "client/client_internal.h"
+
+static int cbuf_write(void *data, const char *buf, size_t len) {
+  st__cbuf_t *b = data;
+  if (b->oom) return -1;
+  if (msgpack_sbuffer_write(&b->sb, buf, len) != 0) {
+    b->oom = 1;
+    return -1;
+  }
+  return 0;
+}
+
+/* Prepares an empty buffer and its packer. Never fails: the first write
+ * allocates. Caller destroys it. Any thread. */
+void st__client_cbuf_init(st__cbuf_t *b) {
+  msgpack_sbuffer_init(&b->sb);
+  b->oom = 0;
+  msgpack_packer_init(&b->pk, b, cbuf_write);
+}
+
+/* Frees the buffer's bytes. Any thread. */
+void st__client_cbuf_destroy(st__cbuf_t *b) {
+  msgpack_sbuffer_destroy(&b->sb);
+  b->sb.data = NULL;
+  b->sb.size = b->sb.alloc = 0;
+}
+
+/* Appends bytes that already are msgpack through any packer. */
+void st__client_cbuf_raw(msgpack_packer *pk, const void *data, size_t len) {
+  if (len) pk->callback(pk->data, data, len);
+}
+
+static int text_grow(st__text_t *t, size_t need) {
+  if (t->oom) return -1;
+  if (t->len + need + 1 <= t->cap) return 0;
+  size_t cap = t->cap ? t->cap : 256;
+  while (cap < t->len + need + 1) {
+    if (cap > SIZE_MAX / 2) {
+      t->oom = 1;
+      return -1;
+    }
+    cap *= 2;
+  }
+  char *p = realloc(t->ptr, cap);
+  if (!p) {
+    t->oom = 1;
+    return -1;
+  }
+  t->ptr = p;
+  t->cap = cap;
+  return 0;
+}
+
+/* Appends n bytes (text stays NUL-terminated). Any thread. */
+void st__client_text_put(st__text_t *t, const char *s, size_t n) {
+  if (text_grow(t, n) != 0) return;
+  memcpy(t->ptr + t->len, s, n);
+  t->len += n;
+  t->ptr[t->len] = '\0';
+}
+
+/* Appends a C string. */
+void st__client_text_puts(st__text_t *t, const char *s) { st__client_text_put(t, s, strlen(s)); }
+
+/* Appends formatted text. */
+void st__client_text_printf(st__text_t *t, const char *fmt, ...) {
+  char small[128];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(small, sizeof small, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  if ((size_t)n < sizeof small) {
+    st__client_text_put(t, small, (size_t)n);
+    return;
+  }
+  if (text_grow(t, (size_t)n) != 0) return;
+  va_start(ap, fmt);
+  vsnprintf(t->ptr + t->len, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  t->len += (size_t)n;
+}
+
+/* Records a local failure on c: the stable name of err and a message.
+ * Returns err. Thread of the client. */
+int st__client_fail(st_client_t *c, int err, const char *fmt, ...) {
+  c->err = err;
+  snprintf(c->err_name, sizeof c->err_name, "%s", st_err_name(err));
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->err_msg, sizeof c->err_msg, fmt, ap);
+  va_end(ap);
+  return err;
+}
+
+/* Records a failure as the server named it (name and message are counted,
+ * not NUL-terminated). Returns err. */
+int st__client_fail_remote(st_client_t *c, int err, const char *name, size_t name_len,
+                           const char *msg, size_t msg_len) {
+  c->err = err;
+  if (!name || !name_len) {
+    name = st_err_name(err);
+    name_len = strlen(name);
+  }
+  snprintf(c->err_name, sizeof c->err_name, "%.*s", (int)name_len, name);
+  snprintf(c->err_msg, sizeof c->err_msg, "%.*s", (int)msg_len, msg ? msg : "");
+  return err;
+}
+
+/* Forgets the last failure. */
+void st__client_clear_error(st_client_t *c) {
+  c->err = 0;
+  c->err_name[0] = '\0';
+  c->err_msg[0] = '\0';
+}
+
+/* Monotonic clock in ns. Any thread. */
+int64_t st__client_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Absolute deadline in ns for a limit in ms; -1 (none) for <= 0. */
+int64_t st__client_deadline(int timeout_ms) {
+  if (timeout_ms <= 0) return -1;
+  return st__client_now_ns() + (int64_t)timeout_ms * 1000000;
+}
+
+/* Length of the valid UTF-8 sequence at s (at most `left` bytes), 0 if it
+ * is invalid: overlong forms, surrogates and code points above U+10FFFF
+ * are refused. Any thread. */
+size_t st__client_utf8_len(const unsigned char *s, size_t left) {
+  unsigned c = s[0], cp, min;
+  size_t n;
+  if (c < 0x80) return 1;
+  if ((c & 0xe0) == 0xc0) {
+    n = 2;
+    cp = c & 0x1f;
+    min = 0x80;
+  } else if ((c & 0xf0) == 0xe0) {
+    n = 3;
+    cp = c & 0x0f;
+    min = 0x800;
+  } else if ((c & 0xf8) == 0xf0) {
+    n = 4;
+    cp = c & 0x07;
+    min = 0x10000;
+  } else {
+    return 0;
+  }
+  if (n > left) return 0;
+  for (size_t i = 1; i < n; i++) {
+    if ((s[i] & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (s[i] & 0x3f);
+  }
+  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+  return n;
+}

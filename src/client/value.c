@@ -1,0 +1,52 @@
+/* src/client: read-only accessors of results, values and tensors. All of
+ * them only read what a result owns, so any thread may call them while the
+ * result lives. */
+#include <math.h>
+#include <string.h>
+
+#include "client/result.h"
+
+/* Value of a MAP under a string key, or NULL (not a map, absent). */
+ST_API const st_value_t *st_value_get(const st_value_t *map, const char *key) {
+  if (!map || !key || map->kind != ST_VALUE_MAP) return NULL;
+  size_t n = strlen(key);
+  for (size_t i = 0; i < map->as.map.len; i++) {
+    const st_value_t *k = &map->as.map.keys[i];
+    if (k->kind == ST_VALUE_STRING && k->as.str.len == n && memcmp(k->as.str.ptr, key, n) == 0)
+      return &map->as.map.values[i];
+  }
+  return NULL;
+}
+
+/* The reply value of r (borrowed), NULL for a NULL result. */
+ST_API const st_value_t *st_result_value(const st_result_t *r) { return r ? r->value : NULL; }
+
+/* Number of tensors in r (module tensors included). */
+ST_API size_t st_result_tensor_count(const st_result_t *r) { return r ? r->ntensors : 0; }
+
+/* Tensor i in depth-first reply order, or NULL past the end. Borrowed. */
+ST_API const st_tensor_t *st_result_tensor(const st_result_t *r, size_t i) {
+  return r && i < r->ntensors ? r->tensors[i] : NULL;
+}
+
+/* First tensor named `name` ("" is a bare tensor), or NULL. Borrowed. */
+ST_API const st_tensor_t *st_result_find(const st_result_t *r, const char *name) {
+  if (!r || !name) return NULL;
+  for (size_t i = 0; i < r->ntensors; i++)
+    if (strcmp(r->tensors[i]->name, name) == 0) return r->tensors[i];
+  return NULL;
+}
+
+/* Element `linear` in row-major order, following the strides; NaN for
+ * CUDA tensors or an index outside [0, numel). Any thread. */
+ST_API double st_tensor_get(const st_tensor_t *t, int64_t linear) {
+  if (!t || t->device != ST_DEVICE_CPU || !t->data || linear < 0 || linear >= t->numel)
+    return NAN;
+  int64_t off = 0;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    int64_t dim = t->shape[i];
+    off += (linear % dim) * t->strides[i];
+    linear /= dim;
+  }
+  return st_dtype_load(t->dtype, t->data, (size_t)off);
+}

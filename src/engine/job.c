@@ -1,0 +1,54 @@
+/* src/engine: jobs (job.h). */
+#include "engine/job.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "st/errors.h"
+
+/* Monotonic seconds. Any thread. */
+double st__now_mono(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A new job holding a generation reference and a copy of the bound
+ * args; see job.h. Loop thread. */
+st__job_t *st__job_new(uint64_t conn_id, uint32_t request_id, st__generation_t *gen,
+                       const st__endpoint_decl_t *ep, const char *args, size_t args_len) {
+  st__job_t *j = calloc(1, sizeof *j);
+  if (!j) return NULL;
+  j->args = malloc(args_len ? args_len : 1);
+  if (!j->args) {
+    free(j);
+    return NULL;
+  }
+  if (args_len) memcpy(j->args, args, args_len);
+  j->args_len = args_len;
+  j->conn_id = conn_id;
+  j->request_id = request_id;
+  st__generation_ref(gen);
+  j->gen = gen;
+  j->ep = ep;
+  j->queued_at = st__now_mono();
+  j->status = ST_OK;
+  j->worker = -1;
+  st__build_result_init(&j->result);
+  return j;
+}
+
+/* Frees a job and everything it owns; see job.h. */
+void st__job_free(st__job_t *job) {
+  if (!job) return;
+  st__build_result_destroy(&job->result);
+  free(job->args);
+  if (job->gen) st__generation_unref(job->gen);
+  free(job);
+}
+
+/* Sets the cancel flag (atomic store). Any thread. */
+void st__job_cancel(st__job_t *job) {
+  __atomic_store_n(&job->cancel, 1, __ATOMIC_RELAXED);
+}

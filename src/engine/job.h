@@ -1,0 +1,64 @@
+/* src/engine: one call of an endpoint, on its way from the loop thread to a
+ * worker and back.
+ *
+ * Ownership and threads:
+ *  - The loop thread creates a job (st__job_new), fills the request fields
+ *    and hands it to the pool (st__pool_submit). From then on the pool owns
+ *    it: exactly one worker runs it and writes the completion fields.
+ *  - The worker pushes the finished job onto the pool's completion queue;
+ *    the loop thread takes it back (st__pool_take_done), replies if the
+ *    connection still exists, and frees it with st__job_free.
+ *  - `cancel` is the only field both sides touch while a job runs: the loop
+ *    thread sets it (atomically) and the worker's Lua hook reads it.
+ * A job names its connection by id, never by pointer: a connection may be
+ * gone by the time the job completes.
+ */
+#ifndef ST_ENGINE_JOB_H
+#define ST_ENGINE_JOB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/generation.h"
+#include "engine/result.h"
+
+typedef struct st__job {
+  struct st__job *next;            /* link of whichever queue holds the job */
+
+  /* request, written by the loop thread before submit, then read-only */
+  uint64_t conn_id;                /* connection that asked; 0 = none */
+  uint32_t request_id;
+  st__generation_t *gen;           /* owned reference */
+  const st__endpoint_decl_t *ep;   /* borrowed from gen */
+  char *args;                      /* owned: bound msgpack map */
+  size_t args_len;
+  double queued_at;                /* monotonic seconds */
+
+  volatile int cancel;             /* set by the loop thread (atomic store) */
+
+  /* completion, written by the worker before it pushes the job back */
+  int status;                      /* ST_OK or a negative ST_ERR_* */
+  char error[1024];                /* message when status != ST_OK */
+  st__build_result_t result;       /* owned when status == ST_OK */
+  int worker;                      /* index of the worker that ran it */
+  double started_at, finished_at;  /* monotonic seconds */
+} st__job_t;
+
+/* Creates a job for `ep` of `gen`: takes a new reference on gen and copies
+ * `args` (the bound map). Returns NULL when out of memory. Loop thread. */
+st__job_t *st__job_new(uint64_t conn_id, uint32_t request_id, st__generation_t *gen,
+                       const st__endpoint_decl_t *ep, const char *args, size_t args_len);
+
+/* Destroys the result (dropping its arena references), the args and the
+ * generation reference, then the job. NULL is a no-op. Any thread that owns
+ * the job. */
+void st__job_free(st__job_t *job);
+
+/* Asks a queued or running job to stop (the body sees ST_ERR_CANCELLED at
+ * its next hook check). Any thread. */
+void st__job_cancel(st__job_t *job);
+
+/* Monotonic clock in seconds. Any thread. */
+double st__now_mono(void);
+
+#endif

@@ -1,0 +1,358 @@
+/* src/engine: the worker pool (pool.h).
+ *
+ * Locks: `mu` guards the job queue, `stopping`, `current` and each worker's
+ * `job`; `done_mu` guards the completion queue. A worker never holds both,
+ * and never holds either while it runs Lua.
+ */
+#include "engine/pool.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "st/errors.h"
+
+typedef struct worker {
+  struct st__pool *pool;
+  int id;
+  pthread_t thread;
+  int started;
+  int exited;                 /* under pool->mu */
+  st__job_t *job;             /* the job it runs now; under pool->mu */
+} worker_t;
+
+struct st__pool {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;          /* jobs queued, stop requested, new generation */
+  pthread_cond_t exit_cv;     /* a worker exited */
+  st__job_t *qhead, *qtail;
+  int stopping;
+  st__generation_t *current;  /* owned reference; may be NULL */
+
+  pthread_mutex_t done_mu;
+  st__job_t *dhead, *dtail;
+
+  st__pool_notify_fn notify;
+  void *ud;
+  st__pool_runner_t run;
+
+  size_t outstanding;         /* loop thread only */
+  uint64_t ndone, nfailed;    /* atomic */
+  int nworkers;
+  worker_t *workers;
+};
+
+/* Builds `vm` for gen on this worker, replacing the one it has. On failure
+ * *vm is NULL and err says why. Worker thread, without locks. */
+static int switch_vm(worker_t *w, st__vm_t **vm, st__generation_t *gen, char *err,
+                     size_t errlen) {
+  w->pool->run.vm_free(*vm);
+  *vm = NULL;
+  int rc = w->pool->run.vm_new(gen, w->id, vm, err, errlen);
+  if (rc != ST_OK) *vm = NULL;
+  return rc;
+}
+
+/* Runs one job to completion, filling its completion fields. Worker
+ * thread, without locks. */
+static void run_job(worker_t *w, st__vm_t **vm, st__job_t *job) {
+  job->worker = w->id;
+  job->started_at = st__now_mono();
+  if (__atomic_load_n(&job->cancel, __ATOMIC_RELAXED)) {
+    job->status = ST_ERR_CANCELLED;
+    snprintf(job->error, sizeof job->error, "cancelled before it started");
+  } else {
+    int rc = ST_OK;
+    if (!*vm || w->pool->run.vm_generation(*vm) != job->gen) {
+      char why[768];
+      rc = switch_vm(w, vm, job->gen, why, sizeof why);
+      if (rc != ST_OK) {
+        snprintf(job->error, sizeof job->error, "worker %d could not load generation %llu: %s",
+                 w->id, (unsigned long long)job->gen->number, why);
+        job->status = rc;
+      }
+    }
+    if (rc == ST_OK) {
+      job->error[0] = '\0';
+      job->status = w->pool->run.vm_build(*vm, job->ep, job->args, job->args_len, &job->cancel,
+                                 &job->result, job->error, sizeof job->error);
+      if (job->status != ST_OK && !job->error[0])
+        snprintf(job->error, sizeof job->error, "%s", st_strerror(job->status));
+    }
+  }
+  job->finished_at = st__now_mono();
+  if (job->status == ST_OK) __atomic_add_fetch(&w->pool->ndone, 1, __ATOMIC_RELAXED);
+  else __atomic_add_fetch(&w->pool->nfailed, 1, __ATOMIC_RELAXED);
+}
+
+static void push_done(st__pool_t *p, st__job_t *job) {
+  job->next = NULL;
+  pthread_mutex_lock(&p->done_mu);
+  if (p->dtail) p->dtail->next = job;
+  else p->dhead = job;
+  p->dtail = job;
+  pthread_mutex_unlock(&p->done_mu);
+  p->notify(p->ud);
+}
+
+/* An idle worker should (re)build its state when the pool has a current
+ * generation its state is not for, unless that very generation already
+ * failed to build here (then the next job reports the error). */
+static int wants_refresh(const st__pool_t *p, st__vm_t *vm, uint64_t failed_number) {
+  if (!p->current) return 0;
+  if (vm && p->run.vm_generation(vm) == p->current) return 0;
+  return failed_number != p->current->number;
+}
+
+static void *worker_main(void *arg) {
+  worker_t *w = arg;
+  st__pool_t *p = w->pool;
+  st__vm_t *vm = NULL;
+  uint64_t failed_number = 0;   /* generation numbers start at 1 */
+  pthread_mutex_lock(&p->mu);
+  for (;;) {
+    while (!p->qhead && !p->stopping && !wants_refresh(p, vm, failed_number))
+      pthread_cond_wait(&p->cv, &p->mu);
+    if (p->qhead) {
+      st__job_t *job = p->qhead;
+      p->qhead = job->next;
+      if (!p->qhead) p->qtail = NULL;
+      job->next = NULL;
+      w->job = job;
+      pthread_mutex_unlock(&p->mu);
+      run_job(w, &vm, job);
+      pthread_mutex_lock(&p->mu);
+      w->job = NULL;
+      pthread_mutex_unlock(&p->mu);
+      push_done(p, job);
+      pthread_mutex_lock(&p->mu);
+      continue;
+    }
+    if (p->stopping) break;
+    /* Idle and the current generation changed: prepare for it. */
+    st__generation_t *gen = p->current;
+    st__generation_ref(gen);
+    pthread_mutex_unlock(&p->mu);
+    char err[512];
+    if (switch_vm(w, &vm, gen, err, sizeof err) != ST_OK) {
+      failed_number = gen->number;
+      ST_LOG_E("worker", "worker %d: generation %llu: %s", w->id,
+               (unsigned long long)gen->number, err);
+    }
+    st__generation_unref(gen);
+    pthread_mutex_lock(&p->mu);
+  }
+  pthread_mutex_unlock(&p->mu);
+  if (vm) p->run.vm_free(vm);
+  pthread_mutex_lock(&p->mu);
+  w->exited = 1;
+  pthread_cond_broadcast(&p->exit_cv);
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
+}
+
+/* Starts the workers; see pool.h. Loop thread. */
+int st__pool_start(int nworkers, const st__pool_runner_t *runner, st__generation_t *gen,
+                   st__pool_notify_fn notify, void *ud, st__pool_t **out, char *err,
+                   size_t errlen) {
+  *out = NULL;
+  if (!runner || !runner->vm_new || !runner->vm_free || !runner->vm_generation ||
+      !runner->vm_build || !notify) {
+    snprintf(err, errlen, "incomplete pool runner");
+    return ST_ERR_INVALID_ARGUMENT;
+  }
+  if (nworkers < 1 || nworkers > 1024) {
+    snprintf(err, errlen, "workers must be between 1 and 1024 (got %d)", nworkers);
+    return ST_ERR_INVALID_ARGUMENT;
+  }
+  st__pool_t *p = calloc(1, sizeof *p);
+  worker_t *ws = calloc((size_t)nworkers, sizeof *ws);
+  if (!p || !ws) {
+    free(p);
+    free(ws);
+    snprintf(err, errlen, "out of memory");
+    return ST_ERR_OUT_OF_MEMORY;
+  }
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_mutex_init(&p->done_mu, NULL);
+  pthread_cond_init(&p->cv, NULL);
+  pthread_cond_init(&p->exit_cv, NULL);
+  p->notify = notify;
+  p->ud = ud;
+  p->run = *runner;
+  p->workers = ws;
+  p->nworkers = nworkers;
+  if (gen) {
+    st__generation_ref(gen);
+    p->current = gen;
+  }
+  /* Threads inherit the creator's mask: block everything while creating
+   * them so that signals always go to the loop thread. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int rc = ST_OK;
+  for (int i = 0; i < nworkers; i++) {
+    ws[i].pool = p;
+    ws[i].id = i;
+    int e = pthread_create(&ws[i].thread, NULL, worker_main, &ws[i]);
+    if (e != 0) {
+      snprintf(err, errlen, "cannot start worker %d: %s", i, strerror(e));
+      rc = ST_ERR_OUT_OF_MEMORY;
+      break;
+    }
+    ws[i].started = 1;
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != ST_OK) {
+    st__pool_free(p, 30.0);
+    return rc;
+  }
+  *out = p;
+  return ST_OK;
+}
+
+/* Queues a job (the pool owns it on ST_OK). Loop thread. */
+int st__pool_submit(st__pool_t *p, st__job_t *job) {
+  job->next = NULL;
+  pthread_mutex_lock(&p->mu);
+  if (p->stopping) {
+    pthread_mutex_unlock(&p->mu);
+    return ST_ERR_SHUTTING_DOWN;
+  }
+  if (p->qtail) p->qtail->next = job;
+  else p->qhead = job;
+  p->qtail = job;
+  p->outstanding++;
+  pthread_cond_signal(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+  return ST_OK;
+}
+
+/* New current generation for idle workers. Loop thread. */
+void st__pool_set_generation(st__pool_t *p, st__generation_t *gen) {
+  if (gen) st__generation_ref(gen);
+  pthread_mutex_lock(&p->mu);
+  st__generation_t *old = p->current;
+  p->current = gen;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+  if (old) st__generation_unref(old);
+}
+
+/* Takes the completed jobs, oldest first. Loop thread. */
+st__job_t *st__pool_take_done(st__pool_t *p) {
+  pthread_mutex_lock(&p->done_mu);
+  st__job_t *list = p->dhead;
+  p->dhead = p->dtail = NULL;
+  pthread_mutex_unlock(&p->done_mu);
+  for (st__job_t *j = list; j; j = j->next) p->outstanding--;
+  return list;
+}
+
+/* Jobs submitted and not yet taken back. Loop thread. */
+size_t st__pool_outstanding(st__pool_t *p) {
+  return p->outstanding;
+}
+
+/* Cancels every queued and running job. Loop thread. */
+void st__pool_cancel_all(st__pool_t *p) {
+  pthread_mutex_lock(&p->mu);
+  for (st__job_t *j = p->qhead; j; j = j->next) st__job_cancel(j);
+  for (int i = 0; i < p->nworkers; i++)
+    if (p->workers[i].job) st__job_cancel(p->workers[i].job);
+  pthread_mutex_unlock(&p->mu);
+}
+
+/* Cancels the jobs of one connection; returns how many. Loop thread. */
+size_t st__pool_cancel_conn(st__pool_t *p, uint64_t conn_id) {
+  size_t n = 0;
+  pthread_mutex_lock(&p->mu);
+  for (st__job_t *j = p->qhead; j; j = j->next) {
+    if (j->conn_id == conn_id) {
+      st__job_cancel(j);
+      n++;
+    }
+  }
+  for (int i = 0; i < p->nworkers; i++) {
+    st__job_t *j = p->workers[i].job;
+    if (j && j->conn_id == conn_id) {
+      st__job_cancel(j);
+      n++;
+    }
+  }
+  pthread_mutex_unlock(&p->mu);
+  return n;
+}
+
+/* Refuses new jobs; workers drain the queue and exit. Loop thread. */
+void st__pool_shutdown(st__pool_t *p) {
+  pthread_mutex_lock(&p->mu);
+  p->stopping = 1;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+}
+
+/* Waits for the workers and frees the pool; see pool.h. Loop thread. */
+int st__pool_free(st__pool_t *p, double timeout_s) {
+  if (!p) return 0;
+  st__pool_shutdown(p);
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  double whole = (double)(long)timeout_s;
+  deadline.tv_sec += (time_t)whole;
+  deadline.tv_nsec += (long)((timeout_s - whole) * 1e9);
+  if (deadline.tv_nsec >= 1000000000L) {
+    deadline.tv_sec++;
+    deadline.tv_nsec -= 1000000000L;
+  }
+  int stuck = 0;
+  pthread_mutex_lock(&p->mu);
+  for (int i = 0; i < p->nworkers; i++) {
+    if (!p->workers[i].started) continue;
+    while (!p->workers[i].exited) {
+      if (pthread_cond_timedwait(&p->exit_cv, &p->mu, &deadline) == ETIMEDOUT) break;
+    }
+    if (!p->workers[i].exited) stuck++;
+  }
+  pthread_mutex_unlock(&p->mu);
+  if (stuck) return stuck;   /* leaked on purpose: see pool.h */
+  for (int i = 0; i < p->nworkers; i++)
+    if (p->workers[i].started) pthread_join(p->workers[i].thread, NULL);
+  st__job_t *j = p->qhead;
+  while (j) {
+    st__job_t *next = j->next;
+    st__job_free(j);
+    j = next;
+  }
+  j = p->dhead;
+  while (j) {
+    st__job_t *next = j->next;
+    st__job_free(j);
+    j = next;
+  }
+  if (p->current) st__generation_unref(p->current);
+  pthread_mutex_destroy(&p->mu);
+  pthread_mutex_destroy(&p->done_mu);
+  pthread_cond_destroy(&p->cv);
+  pthread_cond_destroy(&p->exit_cv);
+  free(p->workers);
+  free(p);
+  return 0;
+}
+
+/* Number of workers. */
+int st__pool_size(const st__pool_t *p) {
+  return p->nworkers;
+}
+
+/* Completed and failed job counts. Any thread. */
+void st__pool_stats(st__pool_t *p, uint64_t *done, uint64_t *failed) {
+  *done = __atomic_load_n(&p->ndone, __ATOMIC_RELAXED);
+  *failed = __atomic_load_n(&p->nfailed, __ATOMIC_RELAXED);
+}

@@ -1,0 +1,103 @@
+/* src/engine: the worker pool.
+ *
+ * N threads take jobs from one locked queue (mutex + condition variable),
+ * run them in their own Lua state, and push them onto a completion queue
+ * (its own mutex). After each push the pool calls `notify` (the server
+ * passes a function that does ev_async_send), and the loop thread drains the
+ * completion queue with st__pool_take_done.
+ *
+ * Thread ownership:
+ *  - st__pool_start / submit / set_generation / take_done / shutdown /
+ *    free are called by the loop thread (one owner thread).
+ *  - Worker threads own their st__vm_t; nothing else touches it. A worker
+ *    keeps one state for the generation of the last job it ran: when a job
+ *    of another generation arrives (after a reload) it frees the old state
+ *    and builds one for the job's generation. An idle worker also rebuilds
+ *    eagerly after st__pool_set_generation, so the old generation is freed
+ *    as soon as its last job ends and the first call after a reload does
+ *    not pay for compiling.
+ *  - Workers block every signal: signals are the loop thread's.
+ */
+#ifndef ST_ENGINE_POOL_H
+#define ST_ENGINE_POOL_H
+
+#include <stddef.h>
+
+#include "engine/generation.h"
+#include "engine/job.h"
+
+typedef struct st__pool st__pool_t;
+
+/* How a worker runs endpoint code. The engine does not depend on the Lua
+ * module: the server passes src/lua's functions (st__vm_new, st__vm_free,
+ * st__vm_generation, st__vm_build; see lua/st_lua.h for their contracts),
+ * and unit tests may pass their own. */
+typedef struct st__vm st__vm_t;
+typedef struct st__pool_runner {
+  int (*vm_new)(st__generation_t *gen, int worker_id, st__vm_t **out, char *err, size_t errlen);
+  void (*vm_free)(st__vm_t *vm);
+  st__generation_t *(*vm_generation)(const st__vm_t *vm);
+  int (*vm_build)(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args,
+                  size_t args_len, const volatile int *cancel, st__build_result_t *res,
+                  char *err, size_t errlen);
+} st__pool_runner_t;
+
+/* Called by a worker after it pushed a completion; must be async-safe with
+ * respect to the loop (ev_async_send is). */
+typedef void (*st__pool_notify_fn)(void *ud);
+
+/* Starts `nworkers` threads (1..1024) that run jobs with `runner` (copied).
+ * `gen` (may be NULL) is the current generation: the pool takes a
+ * reference and workers build their states for it before the first job
+ * arrives. On success *out is owned by the caller (st__pool_free). ST_OK,
+ * ST_ERR_INVALID_ARGUMENT or ST_ERR_OUT_OF_MEMORY (with a reason in err).
+ * Loop thread. */
+int st__pool_start(int nworkers, const st__pool_runner_t *runner, st__generation_t *gen,
+                   st__pool_notify_fn notify, void *ud, st__pool_t **out, char *err,
+                   size_t errlen);
+
+/* Queues a job; the pool owns it from now on. ST_OK, or
+ * ST_ERR_SHUTTING_DOWN after st__pool_shutdown (the caller keeps the job).
+ * Loop thread. */
+int st__pool_submit(st__pool_t *p, st__job_t *job);
+
+/* Makes `gen` the generation idle workers prepare for (takes a reference,
+ * drops the previous one). Jobs always run on their own generation. Loop
+ * thread. */
+void st__pool_set_generation(st__pool_t *p, st__generation_t *gen);
+
+/* Takes every completed job, oldest first, as a list linked by `next`
+ * (NULL if none). The caller owns them. Loop thread. */
+st__job_t *st__pool_take_done(st__pool_t *p);
+
+/* Jobs submitted and not yet taken back with st__pool_take_done. */
+size_t st__pool_outstanding(st__pool_t *p);
+
+/* Sets the cancel flag of every queued and running job. Loop thread. */
+void st__pool_cancel_all(st__pool_t *p);
+
+/* Sets the cancel flag of the queued and running jobs of one connection
+ * (it closed: nobody will read their results). Returns how many. Loop
+ * thread. */
+size_t st__pool_cancel_conn(st__pool_t *p, uint64_t conn_id);
+
+/* Stops taking jobs: st__pool_submit fails from now on. Workers finish the
+ * job they run and every queued one, then exit. Does not wait. Loop
+ * thread. */
+void st__pool_shutdown(st__pool_t *p);
+
+/* Waits up to `timeout_s` for the workers to exit (shutting down first if
+ * needed), then frees the pool and every job it still holds (their results
+ * are destroyed). Returns the number of workers that did not exit in time
+ * (their threads are left running, the pool is then leaked on purpose so
+ * that they never touch freed memory; the process is about to exit).
+ * Loop thread. */
+int st__pool_free(st__pool_t *p, double timeout_s);
+
+/* Number of worker threads. */
+int st__pool_size(const st__pool_t *p);
+
+/* Jobs run to completion, per status, since start (for info). */
+void st__pool_stats(st__pool_t *p, uint64_t *done, uint64_t *failed);
+
+#endif

@@ -1,0 +1,240 @@
+/* src/lua: loading a generation of endpoints (st_lua.h).
+ *
+ * Each endpoints/NAME.lua (sorted, not recursive, hidden files skipped) is
+ * read once; its text is kept in the generation and run in its own
+ * sandboxed validation state, where st.endpoint{...} only records the
+ * declaration and its line. What the file returns is validated in C
+ * (decl.c). Build bodies never run here. Every problem of every file is
+ * collected; any problem fails the whole load and frees everything.
+ */
+#include "lua/lua_int.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define SOURCE_MAX_BYTES (16u << 20)
+
+static int str_cmp(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int decl_cmp(const void *a, const void *b) {
+  const st__endpoint_decl_t *x = a, *y = b;
+  int c = strcmp(x->name, y->name);
+  if (c) return c;
+  c = strcmp(x->file, y->file);
+  return c ? c : x->line - y->line;
+}
+
+/* Sorted names of the *.lua files of dir; NULL with an error added. */
+static char **list_files(const char *dir, size_t *count, st__errlist_t *errs) {
+  DIR *d = opendir(dir);
+  *count = 0;
+  if (!d) {
+    st__errlist_add(errs, "%s: cannot open the endpoints directory: %s", dir, strerror(errno));
+    return NULL;
+  }
+  char **names = NULL;
+  size_t n = 0, cap = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    size_t len = strlen(e->d_name);
+    if (e->d_name[0] == '.' || len < 5 || strcmp(e->d_name + len - 4, ".lua") != 0) continue;
+    char path[4096];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (n == cap) {
+      cap = cap ? cap * 2 : 16;
+      char **v = realloc(names, cap * sizeof *v);
+      if (!v) break;
+      names = v;
+    }
+    if (!(names[n] = strdup(e->d_name))) break;
+    n++;
+  }
+  closedir(d);
+  if (n) qsort(names, n, sizeof *names, str_cmp);
+  *count = n;
+  if (!names) names = calloc(1, sizeof *names);
+  return names;
+}
+
+/* Reads a whole file into an owned NUL-terminated buffer. */
+static char *read_text(const char *path, size_t *len, st__errlist_t *errs) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    st__errlist_add(errs, "%s: cannot read: %s", path, strerror(errno));
+    return NULL;
+  }
+  size_t cap = 4096, n = 0;
+  char *buf = malloc(cap);
+  while (buf) {
+    if (n + 1 >= cap) {
+      if (cap >= SOURCE_MAX_BYTES) {
+        st__errlist_add(errs, "%s: larger than %u bytes", path, SOURCE_MAX_BYTES);
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      char *b = realloc(buf, cap * 2);
+      if (!b) {
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = b;
+      cap *= 2;
+    }
+    size_t k = fread(buf + n, 1, cap - n - 1, f);
+    n += k;
+    if (k == 0) break;
+  }
+  if (buf && ferror(f)) {
+    st__errlist_add(errs, "%s: cannot read: %s", path, strerror(errno));
+    free(buf);
+    buf = NULL;
+  }
+  fclose(f);
+  if (!buf) return NULL;
+  buf[n] = '\0';
+  *len = n;
+  return buf;
+}
+
+typedef struct decls {
+  st__endpoint_decl_t *v;
+  size_t n, cap;
+} decls_t;
+
+/* Runs one file in a validation state and appends its declarations. */
+static void load_file(const st__source_t *src, decls_t *out, st__errlist_t *errs) {
+  st__lua_ctx_t ctx = {.mode = ST__LUA_LOAD, .who = "lua"};
+  lua_State *L = st__lua_state_new(&ctx);
+  if (!L) {
+    st__errlist_add(errs, "%s: cannot create a Lua state (out of memory)", src->path);
+    return;
+  }
+  char chunkname[4200], err[2048];
+  snprintf(chunkname, sizeof chunkname, "@%s", src->path);
+  if (luaL_loadbufferx(L, src->text, src->len, chunkname, "t") != 0) {
+    st__errlist_add(errs, "%s", lua_tostring(L, -1));  /* "file:line: message" */
+    lua_close(L);
+    return;
+  }
+  ctx.src_text = src->text;
+  ctx.src_len = src->len;
+  st__lua_arm(L, ST__LUA_LOAD_LIMIT_S, NULL);
+  int rc = st__lua_pcall(L, 0, 1, err, sizeof err);   /* ret */
+  st__lua_disarm(L);
+  if (rc != 0) {
+    if (ctx.stop == ST_ERR_TIMEOUT)
+      st__errlist_add(errs, "%s (loading a file may take at most %g s)", err, ST__LUA_LOAD_LIMIT_S);
+    else if (st__lua_has_position(err))
+      st__errlist_add(errs, "%s", err);
+    else
+      st__errlist_add(errs, "%s: %s", src->path, err);
+    lua_close(L);
+    return;
+  }
+  int n = st__lua_decl_list(L, -1);           /* ret, list|msg */
+  if (n < 0) {
+    st__errlist_add(errs, "%s: %s", src->path, lua_tostring(L, -1));
+    lua_close(L);
+    return;
+  }
+  for (int i = 1; i <= n; i++) {
+    lua_rawgeti(L, -1, i);                    /* ret, list, decl */
+    if (out->n == out->cap) {
+      size_t cap = out->cap ? out->cap * 2 : 16;
+      st__endpoint_decl_t *v = realloc(out->v, cap * sizeof *v);
+      if (!v) {
+        st__errlist_add(errs, "%s: out of memory", src->path);
+        break;
+      }
+      out->v = v;
+      out->cap = cap;
+    }
+    st__endpoint_decl_t *d = &out->v[out->n];
+    if (st__lua_decl_parse(L, -1, src->path, st__lua_decl_line(L, -1), d, errs) == 0) {
+      uint64_t h = st__lua_fnv1a(ST__FNV_OFFSET, src->text, src->len);
+      h = st__lua_fnv1a(h, "", 1);
+      d->fingerprint = st__lua_fnv1a(h, d->name, strlen(d->name));
+      out->n++;
+    }
+    lua_pop(L, 1);                            /* ret, list */
+  }
+  lua_close(L);
+}
+
+static double wall_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Loop thread. See st_lua.h. */
+int st__generation_load(const char *dir, uint64_t number, st__generation_t **out,
+                        st__errlist_t *errs) {
+  *out = NULL;
+  size_t errs0 = errs->count;
+  size_t nfiles;
+  char **files = list_files(dir, &nfiles, errs);
+  if (!files) return ST_ERR_CONFIGURATION;
+
+  st__generation_t *g = calloc(1, sizeof *g);
+  decls_t decls = {0};
+  if (!g || !(g->dir = strdup(dir)) ||
+      !(g->sources = calloc(nfiles ? nfiles : 1, sizeof *g->sources))) {
+    st__errlist_add(errs, "%s: out of memory", dir);
+    goto fail;
+  }
+  g->refs = 1;
+  g->number = number;
+  g->loaded_at = wall_now();
+
+  for (size_t i = 0; i < nfiles; i++) {
+    st__source_t *s = &g->sources[g->nsources];
+    char path[4096];
+    size_t dl = strlen(dir);
+    snprintf(path, sizeof path, "%s%s%s", dir, dl && dir[dl - 1] == '/' ? "" : "/", files[i]);
+    if (!(s->text = read_text(path, &s->len, errs))) continue;
+    s->path = strdup(path);
+    g->nsources++;
+    load_file(s, &decls, errs);
+  }
+
+  if (decls.n) qsort(decls.v, decls.n, sizeof *decls.v, decl_cmp);
+  for (size_t i = 1; i < decls.n; i++) {
+    const st__endpoint_decl_t *a = &decls.v[i - 1], *b = &decls.v[i];
+    if (strcmp(a->name, b->name) == 0)
+      st__errlist_add(errs, "%s:%d: duplicate endpoint name '%s' (also declared at %s:%d)",
+                      b->file, b->line, b->name, a->file, a->line);
+  }
+  g->endpoints = decls.v;
+  g->nendpoints = decls.n;
+  decls.v = NULL;
+  decls.n = 0;
+  if (errs->count > errs0) goto fail;
+
+  for (size_t i = 0; i < nfiles; i++) free(files[i]);
+  free(files);
+  *out = g;
+  return ST_OK;
+
+fail:
+  for (size_t i = 0; i < decls.n; i++) st__lua_decl_free(&decls.v[i]);
+  free(decls.v);
+  for (size_t i = 0; i < nfiles; i++) free(files[i]);
+  free(files);
+  if (g) {
+    g->refs = 1;
+    st__generation_unref(g);
+  }
+  return ST_ERR_CONFIGURATION;
+}

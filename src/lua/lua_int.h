@@ -1,0 +1,255 @@
+/* src/lua: declarations shared by the files of this module only. Everything
+ * here may use Lua types; nothing outside src/lua includes this header.
+ *
+ * Files:
+ *   sandbox.c      states, the allow-listed environment, strict globals,
+ *                  read-only library proxies, safe load/require/print/pcall,
+ *                  the count hook that enforces time limits and cancel
+ *   pcall.c        the one protected-call wrapper (adds a traceback)
+ *   stlib.c        the `st` module table: endpoint, required, cancelled,
+ *                  sleep, array; declaration lists of a file
+ *   tensor.c       tensor userdata and its methods
+ *   construct.c    st.empty/zeros/ones/full/arange/rand/randn
+ *   module.c       st.module: several tensors packed in one arena
+ *   value.c        msgpack <-> Lua, result serialization
+ *   decl.c         validation of one st.endpoint{...} table
+ *   loader.c       st__generation_load
+ *   vm.c           worker states: st__vm_new/build/free
+ *   config_load.c  st__config_load
+ *
+ * Threads: a lua_State is used by one thread at a time; nothing here keeps
+ * global mutable state (registry keys are addresses of static chars).
+ */
+#ifndef ST_LUA_INT_H
+#define ST_LUA_INT_H
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <msgpack.h>
+#include <stdint.h>
+
+#include "engine/generation.h"
+#include "engine/result.h"
+#include "lua/st_lua.h"
+#include "mem/arena.h"
+#include "st/dtype.h"
+#include "st/errors.h"
+#include "st/wire.h"
+
+/* How long a file's top level (config.lua, an endpoint file) may run while
+ * it is loaded: a file that loops forever is a load error, not a hang. */
+#define ST__LUA_LOAD_LIMIT_S 10.0
+
+/* Instructions between two checks of the deadline and the cancel flag. */
+#define ST__LUA_HOOK_COUNT 1000
+
+typedef enum {
+  ST__LUA_CONFIG = 0,    /* config.lua: no st module */
+  ST__LUA_LOAD,          /* validation of endpoint files (loop thread) */
+  ST__LUA_VM             /* a worker's state */
+} st__lua_mode_t;
+
+/* Per-state context, reachable from every C function of the state. */
+typedef struct st__lua_ctx {
+  st__lua_mode_t mode;
+  const char *who;                 /* log name ("lua") */
+  double deadline;                 /* monotonic seconds; 0 = none */
+  double limit_s;                  /* the limit, for messages */
+  const volatile int *cancel;      /* may be NULL */
+  int stop;                        /* 0, ST_ERR_TIMEOUT or ST_ERR_CANCELLED */
+  int alloc_err;                   /* last arena failure of the current call */
+  char alloc_msg[256];
+  uint64_t gc_debt;                /* arena bytes made since the last full GC */
+  int main_line;                   /* ST__LUA_LOAD: last line run by a main chunk */
+  const char *src_text;            /* ST__LUA_LOAD: the file being run (borrowed) */
+  size_t src_len;
+} st__lua_ctx_t;
+
+/* ------------------------------------------------------------ sandbox.c */
+
+/* Creates a state with the JIT engine off, the sandbox environment as its
+ * globals and, unless mode is ST__LUA_CONFIG, the st module. `ctx` is
+ * borrowed and must outlive the state. NULL when out of memory. */
+lua_State *st__lua_state_new(st__lua_ctx_t *ctx);
+
+/* The context of a state (never NULL for states made above). */
+st__lua_ctx_t *st__lua_ctx(lua_State *L);
+
+/* Monotonic clock in seconds. */
+double st__lua_now(void);
+
+/* Arms the count hook: a limit (seconds, 0 = none) and a cancel flag (may
+ * be NULL) for the next call into Lua; clears ctx->stop and alloc_err. In
+ * ST__LUA_LOAD states a line hook also tracks ctx->main_line (st.endpoint
+ * needs it when it is tail-called: `return st.endpoint{...}` leaves no
+ * caller frame to ask). st__lua_disarm removes the hooks. */
+void st__lua_arm(lua_State *L, double limit_s, const volatile int *cancel);
+void st__lua_disarm(lua_State *L);
+
+/* Raises the stop error if the deadline passed or cancel is set (sets
+ * ctx->stop); returns otherwise. Used by the hook and st.sleep. */
+void st__lua_check_stop(lua_State *L);
+
+/* Raises an error "where: message" where `where` is the innermost Lua
+ * frame (C functions called through pcall or metamethods still report the
+ * endpoint's file:line). Never returns. */
+int st__lua_raise(lua_State *L, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3), noreturn));
+
+/* Writes "file:line" of the innermost Lua frame into buf ("?" if none). */
+void st__lua_where(lua_State *L, char *buf, size_t len);
+
+/* [-0, +1] Pushes a read-only proxy of the table at idx: reads go to the
+ * table, writes raise, the metatable is hidden, rawset refuses it. */
+void st__lua_push_readonly(lua_State *L, int idx);
+
+/* ------------------------------------------------------------ pcall.c */
+
+/* [-(nargs+1), +nresults or +0] Calls the function below the nargs
+ * arguments with a message handler that records a traceback. On success
+ * returns 0 with the results on the stack. On failure returns the Lua
+ * status, leaves nothing on the stack, copies the message (prefixed with
+ * file:line when it had no position) into err and logs the traceback at
+ * debug level. */
+int st__lua_pcall(lua_State *L, int nargs, int nresults, char *err, size_t errlen);
+
+/* Nonzero when msg starts with a "chunk:line:" position. */
+int st__lua_has_position(const char *msg);
+
+/* ------------------------------------------------------------ stlib.c */
+
+/* [-0, +1] Pushes the read-only st module (built on first use). */
+void st__lua_push_st(lua_State *L);
+
+/* [-0, +1] Pushes the st.required sentinel. */
+void st__lua_push_required(lua_State *L);
+
+/* Nonzero if the value at idx is st.required. */
+int st__lua_is_required(lua_State *L, int idx);
+
+/* [-0, +1] Normalizes what an endpoint file returned (at idx): one
+ * st.endpoint{...} or an array of them. Pushes an array of declaration
+ * tables and returns its length, or pushes an error message and returns -1. */
+int st__lua_decl_list(lua_State *L, int idx);
+
+/* Line of the st.endpoint{...} call that made the table at idx (0 if it
+ * was not made by st.endpoint). */
+int st__lua_decl_line(lua_State *L, int idx);
+
+/* [-0, +1] Pushes the marker metatable of tables that serialize as arrays
+ * even when empty. */
+void st__lua_push_array_mt(lua_State *L);
+
+/* ------------------------------------------------------------ tensor.c */
+
+typedef struct st__ltensor {
+  st__arena_t *arena;              /* owned reference (NULL only while built) */
+  uint64_t offset;                 /* bytes from the arena start to element 0 */
+  st_dtype_t dtype;
+  int ndim;
+  int64_t shape[ST_MAX_NDIM];
+  int64_t strides[ST_MAX_NDIM];    /* in elements, >= 0 */
+} st__ltensor_t;
+
+/* Registers the tensor metatable; called once per state. */
+void st__lua_open_tensor(lua_State *L);
+
+/* [-0, +1] Pushes a tensor userdata with no arena yet (the caller fills
+ * every field; arena takes a reference the tensor owns). */
+st__ltensor_t *st__lua_push_tensor(lua_State *L);
+
+/* [-0, +1] Pushes a new contiguous, zero-filled tensor in its own arena.
+ * Raises on a bad shape or when the arena cannot be made. */
+st__ltensor_t *st__lua_new_tensor(lua_State *L, st_dtype_t dtype, int ndim,
+                                  const int64_t *shape);
+
+/* [-0, +1] Pushes a view: a new userdata sharing t's arena (one more ref)
+ * with the given geometry. `t` is borrowed. */
+st__ltensor_t *st__lua_push_view(lua_State *L, const st__ltensor_t *t, uint64_t offset,
+                                 int ndim, const int64_t *shape, const int64_t *strides);
+
+/* The tensor at idx, or NULL if the value is not one. */
+st__ltensor_t *st__lua_totensor(lua_State *L, int idx);
+
+/* Creates an arena for the current state; on failure records the error in
+ * the context (so that st__vm_build can return OUT_OF_MEMORY or LIMIT) and
+ * raises. Runs a full GC first when many arena bytes were made since the
+ * last one (Lua's collector does not see arena memory). */
+st__arena_t *st__lua_new_arena(lua_State *L, uint64_t bytes);
+
+int64_t st__ltensor_numel(const st__ltensor_t *t);
+int st__ltensor_is_contiguous(const st__ltensor_t *t);
+/* Address of element 0. */
+char *st__ltensor_data(const st__ltensor_t *t);
+/* Fills row-major contiguous strides for t's shape. */
+void st__ltensor_set_contiguous(st__ltensor_t *t);
+/* Copies src into dst element by element (same shape; casts). dst and
+ * src must not overlap. */
+void st__ltensor_copy(const st__ltensor_t *dst, const st__ltensor_t *src);
+/* Copies t into dst_base (contiguous, t's dtype). */
+void st__ltensor_pack(void *dst_base, const st__ltensor_t *t);
+
+/* Reads an integral Lua number at idx for argument checks; raises
+ * "fn: what must be an integer" otherwise. */
+int64_t st__lua_check_int(lua_State *L, int idx, const char *fn, const char *what);
+
+/* Converts a double to int64 when it is integral and in range. */
+int st__lua_num_to_int(double d, int64_t *out);
+
+/* ------------------------------------------------------------ construct.c */
+
+/* Adds st.empty, zeros, ones, full, arange, rand, randn to the table at
+ * idx. */
+void st__lua_open_construct(lua_State *L, int idx);
+
+/* Parses a device option (nil, "cpu", "cuda", "cuda:N") of function fn;
+ * raises for CUDA (no backend) and for anything else. */
+void st__lua_check_device(lua_State *L, int idx, const char *fn);
+
+/* ------------------------------------------------------------ module.c */
+
+typedef struct st__lmodule {
+  st__arena_t *arena;              /* owned reference */
+  size_t ntensors;
+} st__lmodule_t;
+
+/* The module's environment table holds these slots. */
+#define ST__MODULE_NAMES    1      /* array of names, in order */
+#define ST__MODULE_TENSORS  2      /* name -> tensor (a view in the arena) */
+#define ST__MODULE_METADATA 3      /* table or absent */
+
+void st__lua_open_module(lua_State *L, int idx);
+st__lmodule_t *st__lua_tomodule(lua_State *L, int idx);
+
+/* ------------------------------------------------------------ value.c */
+
+/* Packs the Lua value at idx. With res, tensors and modules are packed as
+ * ext values and their arenas are added to res (references taken); with
+ * res NULL they are refused (declaration defaults). Returns ST_OK or
+ * ST_ERR_SERIALIZATION with a message naming where in the value the
+ * problem is ("value.layers[2]: cannot serialize a function"). `root`
+ * names the top of the value in messages. Does not raise. */
+int st__lua_pack(lua_State *L, int idx, msgpack_packer *pk, st__build_result_t *res,
+                 const char *root, char *err, size_t errlen);
+
+/* [-0, +1] Pushes a msgpack object as a Lua value (arrays and maps become
+ * tables; an empty array keeps the array marker). Ext values are refused:
+ * pushes nothing and returns ST_ERR_INVALID_ARGUMENT. */
+int st__lua_push_msgpack(lua_State *L, const msgpack_object *o, char *err, size_t errlen);
+
+/* ------------------------------------------------------------ decl.c */
+
+/* Validates the declaration table at idx (made by st.endpoint at
+ * file:line) into *out (zeroed first; on errors everything is freed again
+ * and the problems are in errs). Returns the number of errors added. */
+int st__lua_decl_parse(lua_State *L, int idx, const char *file, int line,
+                       st__endpoint_decl_t *out, st__errlist_t *errs);
+
+/* Frees what a declaration owns (not the struct). */
+void st__lua_decl_free(st__endpoint_decl_t *d);
+
+/* 64-bit FNV-1a, continued from h (start with ST__FNV_OFFSET). */
+#define ST__FNV_OFFSET 0xcbf29ce484222325ull
+uint64_t st__lua_fnv1a(uint64_t h, const void *data, size_t len);
+
+#endif

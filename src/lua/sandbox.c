@@ -1,0 +1,441 @@
+/* src/lua: sandboxed states (docs/endpoints.md, "Sandbox").
+ *
+ * A state's globals table is replaced by a fresh environment that holds
+ * only the allow-list below. The environment is strict: reading or
+ * assigning a name that is not in it raises. Library tables (string, table,
+ * math, bit, os, st) are read-only proxies, so one endpoint cannot change
+ * what another sees. The real string table (the __index of the string
+ * metatable) has no `dump`, and the string metatable is hidden.
+ *
+ * The JIT engine is off in every sandboxed state: LuaJIT does not call
+ * hooks inside compiled traces, and the count hook is what enforces
+ * `timeout` and cancellation. Endpoint bodies orchestrate; the heavy work
+ * (filling, copying, random numbers) runs in C either way.
+ */
+#include "lua/lua_int.h"
+
+#include <errno.h>
+#include <luajit.h>
+#include <lualib.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+
+static char ctx_key;          /* registry: light userdata st__lua_ctx_t*    */
+static char readonly_key;     /* key present in the metatable of proxies    */
+static char loaded_key;       /* registry: table of required st.* modules   */
+
+double st__lua_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+st__lua_ctx_t *st__lua_ctx(lua_State *L) {
+  lua_pushlightuserdata(L, &ctx_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  st__lua_ctx_t *c = lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  return c;
+}
+
+void st__lua_where(lua_State *L, char *buf, size_t len) {
+  lua_Debug ar;
+  for (int level = 0; lua_getstack(L, level, &ar); level++) {
+    if (!lua_getinfo(L, "Sl", &ar)) break;
+    if (ar.currentline > 0) {
+      snprintf(buf, len, "%s:%d", ar.short_src, ar.currentline);
+      return;
+    }
+  }
+  snprintf(buf, len, "?");
+}
+
+int st__lua_raise(lua_State *L, const char *fmt, ...) {
+  char msg[1024], where[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  st__lua_where(L, where, sizeof where);
+  /* No Lua frame (a tail call such as `return require('x')` replaced it):
+   * the caller of the protected call adds the endpoint's own position. */
+  if (strcmp(where, "?") == 0) lua_pushstring(L, msg);
+  else lua_pushfstring(L, "%s: %s", where, msg);
+  lua_error(L);
+  __builtin_unreachable();
+}
+
+/* ------------------------------------------------------------ time limits */
+
+void st__lua_check_stop(lua_State *L) {
+  st__lua_ctx_t *c = st__lua_ctx(L);
+  if (!c) return;
+  if (!c->stop) {
+    if (c->cancel && *c->cancel) c->stop = ST_ERR_CANCELLED;
+    else if (c->deadline > 0 && st__lua_now() > c->deadline) c->stop = ST_ERR_TIMEOUT;
+  }
+  if (c->stop == ST_ERR_CANCELLED) st__lua_raise(L, "cancelled");
+  if (c->stop == ST_ERR_TIMEOUT) st__lua_raise(L, "timed out after %g s", c->limit_s);
+}
+
+/* Runs every ST__LUA_HOOK_COUNT instructions of interpreted code. Raising
+ * from a count hook is allowed; the sandbox's pcall re-raises a stop error,
+ * so endpoint code cannot swallow it. */
+static void count_hook(lua_State *L, lua_Debug *ar) {
+  if (ar->event == LUA_HOOKLINE) {
+    if (lua_getinfo(L, "S", ar) && ar->what[0] == 'm') st__lua_ctx(L)->main_line = ar->currentline;
+    return;
+  }
+  st__lua_check_stop(L);
+}
+
+void st__lua_arm(lua_State *L, double limit_s, const volatile int *cancel) {
+  st__lua_ctx_t *c = st__lua_ctx(L);
+  c->stop = 0;
+  c->alloc_err = 0;
+  c->alloc_msg[0] = '\0';
+  c->cancel = cancel;
+  c->limit_s = limit_s;
+  c->deadline = limit_s > 0 ? st__lua_now() + limit_s : 0;
+  c->main_line = 0;
+  int mask = limit_s > 0 || cancel ? LUA_MASKCOUNT : 0;
+  if (c->mode == ST__LUA_LOAD) mask |= LUA_MASKLINE;
+  if (mask) lua_sethook(L, count_hook, mask, ST__LUA_HOOK_COUNT);
+  else lua_sethook(L, NULL, 0, 0);
+}
+
+void st__lua_disarm(lua_State *L) {
+  st__lua_ctx_t *c = st__lua_ctx(L);
+  lua_sethook(L, NULL, 0, 0);
+  c->deadline = 0;
+  c->cancel = NULL;
+}
+
+/* ------------------------------------------------------------ strict globals */
+
+static int l_strict_index(lua_State *L) {
+  /* stack: env, key */
+  return st__lua_raise(L, "undeclared global '%s' (not available in the sandbox)",
+                       lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "?");
+}
+
+static int l_strict_newindex(lua_State *L) {
+  /* stack: env, key, value */
+  return st__lua_raise(L, "assignment to undeclared global '%s' (use local)",
+                       lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "?");
+}
+
+static int l_readonly_newindex(lua_State *L) {
+  /* stack: proxy, key, value */
+  return st__lua_raise(L, "attempt to modify read-only table (field '%s')",
+                       lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "?");
+}
+
+void st__lua_push_readonly(lua_State *L, int idx) {
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  lua_newtable(L);                            /* proxy */
+  lua_createtable(L, 0, 4);                   /* proxy, mt */
+  lua_pushvalue(L, idx);
+  lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, l_readonly_newindex);
+  lua_setfield(L, -2, "__newindex");
+  lua_pushboolean(L, 0);
+  lua_setfield(L, -2, "__metatable");
+  lua_pushlightuserdata(L, &readonly_key);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, -3);
+  lua_setmetatable(L, -2);                    /* proxy */
+}
+
+static int is_readonly(lua_State *L, int idx) {
+  if (!lua_getmetatable(L, idx)) return 0;    /* mt */
+  lua_pushlightuserdata(L, &readonly_key);
+  lua_rawget(L, -2);                          /* mt, flag */
+  int ro = lua_toboolean(L, -1);
+  lua_pop(L, 2);
+  return ro;
+}
+
+/* ------------------------------------------------------------ safe globals */
+
+/* rawset that refuses read-only proxies (library tables and st). */
+static int l_rawset(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checkany(L, 2);
+  luaL_checkany(L, 3);
+  if (is_readonly(L, 1)) return st__lua_raise(L, "rawset: table is read-only");
+  lua_settop(L, 3);
+  lua_rawset(L, 1);
+  return 1;
+}
+
+static int l_rawlen(lua_State *L) {
+  int t = lua_type(L, 1);
+  luaL_argcheck(L, t == LUA_TTABLE || t == LUA_TSTRING, 1, "table or string expected");
+  lua_pushinteger(L, (lua_Integer)lua_objlen(L, 1));
+  return 1;
+}
+
+/* pcall/xpcall that re-raise a stop (timeout, cancel): the count hook's
+ * error must reach the top however the body wraps its code. */
+static int finish_pcall(lua_State *L, int status, int base) {
+  st__lua_ctx_t *c = st__lua_ctx(L);
+  if (status != 0 && (c->stop || status == LUA_ERRMEM)) return lua_error(L);
+  lua_pushboolean(L, status == 0);
+  lua_replace(L, base);                       /* status in place of the handler slot */
+  return lua_gettop(L) - base + 1;
+}
+
+static int l_pcall(lua_State *L) {
+  luaL_checkany(L, 1);
+  /* stack: f, args... -> nil(slot), f, args... */
+  lua_pushnil(L);
+  lua_insert(L, 1);
+  int status = lua_pcall(L, lua_gettop(L) - 2, LUA_MULTRET, 0);
+  /* stack: slot, results... | slot, error */
+  return finish_pcall(L, status, 1);
+}
+
+static int l_xpcall(lua_State *L) {
+  luaL_checkany(L, 2);
+  /* stack: f, handler, args... -> handler, f, args... */
+  lua_pushvalue(L, 1);
+  lua_pushvalue(L, 2);
+  lua_replace(L, 1);
+  lua_replace(L, 2);
+  int status = lua_pcall(L, lua_gettop(L) - 2, LUA_MULTRET, 1);
+  /* stack: handler, results... | handler, error */
+  return finish_pcall(L, status, 1);
+}
+
+/* load(text [, chunkname [, mode [, env]]]): text only, never bytecode.
+ * Compile errors return nil, message (as Lua does); bytecode raises. */
+static int l_load(lua_State *L) {
+  if (lua_type(L, 1) != LUA_TSTRING)
+    return st__lua_raise(L, "load: only source text (a string) can be loaded");
+  size_t len;
+  const char *s = lua_tolstring(L, 1, &len);
+  if (len > 0 && s[0] == LUA_SIGNATURE[0])
+    return st__lua_raise(L, "load: binary chunks are not allowed");
+  const char *mode = luaL_optstring(L, 3, "t");
+  if (!strchr(mode, 't'))
+    return st__lua_raise(L, "load: only text mode is allowed");
+  const char *name = luaL_optstring(L, 2, "=(load)");
+  if (luaL_loadbufferx(L, s, len, name, "t") != 0) {
+    lua_pushnil(L);                           /* ..., msg, nil */
+    lua_insert(L, -2);                        /* ..., nil, msg */
+    return 2;
+  }
+  if (!lua_isnoneornil(L, 4)) {               /* ..., f */
+    luaL_checktype(L, 4, LUA_TTABLE);
+    lua_pushvalue(L, 4);
+    lua_setfenv(L, -2);
+  }
+  return 1;
+}
+
+/* print(...) -> one info line in the server log, prefixed with file:line.
+ * Long lines are cut at 4 KiB. */
+static int l_print(lua_State *L) {
+  int n = lua_gettop(L);
+  char line[4096], where[256];
+  size_t used = 0;
+  st__lua_where(L, where, sizeof where);
+  line[0] = '\0';
+  for (int i = 1; i <= n; i++) {
+    const char *s;
+    char tmp[64];
+    switch (lua_type(L, i)) {
+    case LUA_TNIL: s = "nil"; break;
+    case LUA_TBOOLEAN: s = lua_toboolean(L, i) ? "true" : "false"; break;
+    case LUA_TNUMBER:
+    case LUA_TSTRING: s = lua_tostring(L, i); break;
+    default:
+      if (luaL_callmeta(L, i, "__tostring") && lua_type(L, -1) == LUA_TSTRING) {
+        s = lua_tostring(L, -1);              /* stays on the stack until return */
+      } else {
+        snprintf(tmp, sizeof tmp, "%s: %p", luaL_typename(L, i), lua_topointer(L, i));
+        s = tmp;
+      }
+    }
+    int k = snprintf(line + used, sizeof line - used, "%s%s", i > 1 ? "\t" : "", s);
+    if (k < 0) break;
+    used += (size_t)k;
+    if (used >= sizeof line) {
+      used = sizeof line - 1;
+      break;
+    }
+  }
+  st__log(ST_LOG_INFO, st__lua_ctx(L)->who, "%s: %s", where, line);
+  return 0;
+}
+
+/* require("st") or require("st.<name>") (lua/st/<name>.lua, run in the
+ * sandbox once per state); anything else raises. */
+static int l_require(lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  if (strcmp(name, "st") == 0) {
+    st__lua_push_st(L);
+    return 1;
+  }
+  int ok = strncmp(name, "st.", 3) == 0 && name[3];
+  for (const char *p = name + 3; ok && *p; p++)
+    ok = (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_';
+  if (!ok)
+    return st__lua_raise(L, "require: module '%s' is not available in endpoints "
+                            "(only 'st' and 'st.<name>')", name);
+  lua_pushlightuserdata(L, &loaded_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);           /* name, loaded */
+  lua_getfield(L, -1, name);                  /* name, loaded, mod? */
+  if (!lua_isnil(L, -1)) return 1;
+  lua_pop(L, 1);                              /* name, loaded */
+  char path[4096];
+  snprintf(path, sizeof path, "%s/st/%s.lua", ST_LUA_DIR, name + 3);
+  FILE *f = fopen(path, "rb");
+  if (!f) return st__lua_raise(L, "require: cannot open %s: %s", path, strerror(errno));
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  char chunk[4096];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) luaL_addlstring(&b, chunk, n);
+  fclose(f);
+  luaL_pushresult(&b);                        /* name, loaded, text */
+  size_t len;
+  const char *text = lua_tolstring(L, -1, &len);
+  lua_pushfstring(L, "@%s", path);            /* name, loaded, text, chunkname */
+  if (luaL_loadbufferx(L, text, len, lua_tostring(L, -1), "t") != 0) return lua_error(L);
+  lua_pushstring(L, name);                    /* name, loaded, text, chunkname, f, name */
+  lua_call(L, 1, 1);                          /* name, loaded, text, chunkname, mod */
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    lua_pushboolean(L, 1);
+  }
+  lua_pushvalue(L, -1);
+  lua_setfield(L, -5, name);                  /* loaded[name] = mod */
+  return 1;
+}
+
+/* ------------------------------------------------------------ the state */
+
+static const char *const base_allow[] = {
+  "assert", "error", "ipairs", "next", "pairs", "select", "tonumber", "tostring",
+  "type", "unpack", "rawequal", "rawget", "setmetatable", "getmetatable", NULL
+};
+
+static const luaL_Reg safe_funcs[] = {
+  {"rawset", l_rawset}, {"rawlen", l_rawlen}, {"pcall", l_pcall}, {"xpcall", l_xpcall},
+  {"load", l_load}, {"print", l_print}, {NULL, NULL}
+};
+
+static void open_lib(lua_State *L, lua_CFunction f, const char *name) {
+  lua_pushcfunction(L, f);
+  lua_pushstring(L, name);
+  lua_call(L, 1, 0);
+}
+
+/* Builds everything inside a protected call (any allocation may raise). */
+static int l_setup(lua_State *L) {
+  st__lua_ctx_t *ctx = lua_touserdata(L, 1);
+  lua_pushlightuserdata(L, &ctx_key);
+  lua_pushlightuserdata(L, ctx);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+  lua_pushlightuserdata(L, &loaded_key);
+  lua_newtable(L);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+
+  open_lib(L, luaopen_base, "");
+  open_lib(L, luaopen_string, LUA_STRLIBNAME);
+  open_lib(L, luaopen_table, LUA_TABLIBNAME);
+  open_lib(L, luaopen_math, LUA_MATHLIBNAME);
+  open_lib(L, luaopen_bit, LUA_BITLIBNAME);
+  open_lib(L, luaopen_os, LUA_OSLIBNAME);
+
+  lua_newtable(L);                                 /* env */
+  int env = lua_gettop(L);
+  for (int i = 0; base_allow[i]; i++) {
+    lua_getglobal(L, base_allow[i]);
+    lua_setfield(L, env, base_allow[i]);
+  }
+  for (const luaL_Reg *r = safe_funcs; r->name; r++) {
+    lua_pushcfunction(L, r->func);
+    lua_setfield(L, env, r->name);
+  }
+  if (ctx->mode != ST__LUA_CONFIG) {
+    lua_pushcfunction(L, l_require);
+    lua_setfield(L, env, "require");
+  }
+
+  /* string: no dump, and the string metatable is hidden so that its
+   * __index (the real string table) cannot be reached or changed. */
+  lua_getglobal(L, "string");                      /* env, string */
+  lua_pushnil(L);
+  lua_setfield(L, -2, "dump");
+  lua_pushliteral(L, "");
+  lua_getmetatable(L, -1);                         /* env, string, "", smt */
+  lua_pushboolean(L, 0);
+  lua_setfield(L, -2, "__metatable");
+  lua_pop(L, 2);                                   /* env, string */
+  st__lua_push_readonly(L, -1);
+  lua_setfield(L, env, "string");
+  lua_pop(L, 1);                                   /* env */
+
+  static const char *const libs[] = {"table", "math", "bit", NULL};
+  for (int i = 0; libs[i]; i++) {
+    lua_getglobal(L, libs[i]);                     /* env, lib */
+    st__lua_push_readonly(L, -1);                  /* env, lib, proxy */
+    lua_setfield(L, env, libs[i]);
+    lua_pop(L, 1);
+  }
+
+  /* os: only the clock and the calendar. */
+  lua_getglobal(L, "os");                          /* env, os */
+  lua_createtable(L, 0, 3);                        /* env, os, safe_os */
+  static const char *const os_allow[] = {"time", "clock", "date", NULL};
+  for (int i = 0; os_allow[i]; i++) {
+    lua_getfield(L, -2, os_allow[i]);
+    lua_setfield(L, -2, os_allow[i]);
+  }
+  st__lua_push_readonly(L, -1);                    /* env, os, safe_os, proxy */
+  lua_setfield(L, env, "os");
+  lua_pop(L, 2);                                   /* env */
+
+  if (ctx->mode != ST__LUA_CONFIG) {
+    st__lua_open_tensor(L);
+    st__lua_push_st(L);                            /* env, st */
+    lua_setfield(L, env, "st");
+  }
+
+  lua_createtable(L, 0, 3);                        /* env, mt */
+  lua_pushcfunction(L, l_strict_index);
+  lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, l_strict_newindex);
+  lua_setfield(L, -2, "__newindex");
+  lua_pushboolean(L, 0);
+  lua_setfield(L, -2, "__metatable");
+  lua_setmetatable(L, env);                        /* env */
+
+  /* The environment becomes the globals of everything loaded from now on;
+   * the original globals (with io-free but still unsafe base functions
+   * such as setfenv) are unreachable afterwards. */
+  lua_replace(L, LUA_GLOBALSINDEX);
+  return 0;
+}
+
+lua_State *st__lua_state_new(st__lua_ctx_t *ctx) {
+  lua_State *L = luaL_newstate();
+  if (!L) return NULL;
+  luaJIT_setmode(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_OFF);
+  if (lua_cpcall(L, l_setup, ctx) != 0) {
+    const char *msg = lua_tostring(L, -1);
+    st__log(ST_LOG_ERROR, "lua", "cannot set up a Lua state: %s", msg ? msg : "?");
+    lua_close(L);
+    return NULL;
+  }
+  lua_settop(L, 0);
+  return L;
+}

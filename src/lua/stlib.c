@@ -1,0 +1,228 @@
+/* src/lua: the `st` module as endpoint code sees it (docs/endpoints.md).
+ *
+ *   st.endpoint{...}   declares an endpoint (returns the declaration)
+ *   st.required        default marking a parameter the caller must pass
+ *   st.cancelled()     true once the running call was cancelled
+ *   st.sleep(s)        sleeps, waking for cancel and the timeout
+ *   st.array(t)        marks t to serialize as an array even when empty
+ *   st.version         server version string
+ *   + tensors (construct.c) and st.module (module.c)
+ *
+ * The table is built once per state and exposed as a read-only proxy.
+ */
+#include "lua/lua_int.h"
+
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+static char st_key;           /* registry: the read-only st proxy           */
+static char required_key;     /* registry: the st.required sentinel         */
+static char decls_key;        /* registry: weak table decl -> line          */
+static char array_mt_key;     /* registry: metatable of marked arrays       */
+
+void st__lua_push_required(lua_State *L) {
+  lua_pushlightuserdata(L, &required_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+}
+
+int st__lua_is_required(lua_State *L, int idx) {
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  st__lua_push_required(L);
+  int eq = lua_rawequal(L, idx, -1);
+  lua_pop(L, 1);
+  return eq;
+}
+
+void st__lua_push_array_mt(lua_State *L) {
+  lua_pushlightuserdata(L, &array_mt_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+}
+
+/* `return st.endpoint{...}` is a tail call: the file's frame is gone when
+ * st.endpoint runs, and LuaJIT gives the tail call the line of its last
+ * token. The line hook saw that line last (ctx->main_line); the call
+ * starts on the nearest line at or above it that mentions st.endpoint. */
+static int tail_call_line(const st__lua_ctx_t *c) {
+  if (!c->src_text || c->main_line <= 0) return c->main_line;
+  int line = 1, found = 0;
+  const char *p = c->src_text, *end = c->src_text + c->src_len;
+  while (p < end && line <= c->main_line) {
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    const char *eol = nl ? nl : end;
+    for (const char *q = p; q + 11 <= eol; q++)
+      if (memcmp(q, "st.endpoint", 11) == 0) {
+        found = line;
+        break;
+      }
+    p = eol + 1;
+    line++;
+  }
+  return found ? found : c->main_line;
+}
+
+/* st.endpoint{...}: remembers the line of the call and returns the table.
+ * Validation happens when the file has returned (decl.c), so that every
+ * problem of every declaration is reported, each with this line. */
+static int l_endpoint(lua_State *L) {
+  if (lua_type(L, 1) != LUA_TTABLE || lua_gettop(L) != 1)
+    return st__lua_raise(L, "st.endpoint expects one table: st.endpoint{ name = ..., build = ... }");
+  lua_Debug ar;
+  int line = 0;
+  if (lua_getstack(L, 1, &ar) && lua_getinfo(L, "l", &ar)) line = ar.currentline;
+  if (line <= 0) line = tail_call_line(st__lua_ctx(L));
+  if (line <= 0) line = 1;
+  lua_pushlightuserdata(L, &decls_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);           /* t, decls */
+  lua_pushvalue(L, 1);
+  lua_pushinteger(L, line);
+  lua_rawset(L, -3);                          /* decls[t] = line */
+  lua_pop(L, 1);                              /* t */
+  return 1;
+}
+
+int st__lua_decl_line(lua_State *L, int idx) {
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  if (lua_type(L, idx) != LUA_TTABLE) return 0;
+  lua_pushlightuserdata(L, &decls_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);           /* decls */
+  lua_pushvalue(L, idx);
+  lua_rawget(L, -2);                          /* decls, line? */
+  int line = (int)lua_tointeger(L, -1);
+  lua_pop(L, 2);
+  return line;
+}
+
+int st__lua_decl_list(lua_State *L, int idx) {
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  const char *shape = "the file must return st.endpoint{...} or an array of them";
+  if (st__lua_decl_line(L, idx) > 0) {
+    lua_createtable(L, 1, 0);                 /* list */
+    lua_pushvalue(L, idx);
+    lua_rawseti(L, -2, 1);
+    return 1;
+  }
+  if (lua_type(L, idx) != LUA_TTABLE) {
+    lua_pushfstring(L, "%s (it returned %s)", shape, luaL_typename(L, idx));
+    return -1;
+  }
+  int n = (int)lua_objlen(L, idx);
+  int count = 0;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {                  /* key, value */
+    count++;
+    lua_pop(L, 1);
+  }
+  if (n == 0 || count != n) {
+    lua_pushfstring(L, "%s (it returned a table that is neither)", shape);
+    return -1;
+  }
+  lua_createtable(L, n, 0);                   /* list */
+  for (int i = 1; i <= n; i++) {
+    lua_rawgeti(L, idx, i);                   /* list, v */
+    if (st__lua_decl_line(L, -1) <= 0) {
+      lua_pop(L, 2);
+      lua_pushfstring(L, "%s (element %d is not an st.endpoint{...})", shape, i);
+      return -1;
+    }
+    lua_rawseti(L, -2, i);                    /* list */
+  }
+  return n;
+}
+
+static int l_cancelled(lua_State *L) {
+  st__lua_ctx_t *c = st__lua_ctx(L);
+  lua_pushboolean(L, c->stop == ST_ERR_CANCELLED || (c->cancel && *c->cancel));
+  return 1;
+}
+
+/* Sleeps in slices of at most 10 ms; raises at cancel or the deadline. */
+static int l_sleep(lua_State *L) {
+  if (lua_type(L, 1) != LUA_TNUMBER)
+    return st__lua_raise(L, "st.sleep: seconds must be a number");
+  double s = lua_tonumber(L, 1);
+  if (!(s >= 0) || isinf(s)) return st__lua_raise(L, "st.sleep: seconds must be >= 0 and finite");
+  double end = st__lua_now() + s;
+  for (;;) {
+    st__lua_check_stop(L);
+    double left = end - st__lua_now();
+    if (left <= 0) break;
+    if (left > 0.010) left = 0.010;
+    struct timespec ts = {0, (long)(left * 1e9)};
+    nanosleep(&ts, NULL);
+  }
+  return 0;
+}
+
+static int l_array(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  st__lua_push_array_mt(L);
+  lua_setmetatable(L, 1);
+  return 1;
+}
+
+static int l_required_tostring(lua_State *L) {
+  lua_pushliteral(L, "st.required");
+  return 1;
+}
+
+/* Builds the st table and its proxy in the registry. */
+static void build_st(lua_State *L) {
+  /* st.required: a full userdata, unique per state, printable. */
+  lua_pushlightuserdata(L, &required_key);
+  lua_newuserdata(L, 1);                      /* key, req */
+  lua_createtable(L, 0, 2);
+  lua_pushcfunction(L, l_required_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pushboolean(L, 0);
+  lua_setfield(L, -2, "__metatable");
+  lua_setmetatable(L, -2);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+
+  lua_pushlightuserdata(L, &decls_key);
+  lua_newtable(L);                            /* key, decls */
+  lua_createtable(L, 0, 1);
+  lua_pushliteral(L, "k");
+  lua_setfield(L, -2, "__mode");
+  lua_setmetatable(L, -2);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+
+  lua_pushlightuserdata(L, &array_mt_key);
+  lua_createtable(L, 0, 1);                   /* key, mt */
+  lua_pushboolean(L, 0);
+  lua_setfield(L, -2, "__metatable");
+  lua_rawset(L, LUA_REGISTRYINDEX);
+
+  lua_newtable(L);                            /* st */
+  int st = lua_gettop(L);
+  static const luaL_Reg funcs[] = {
+    {"endpoint", l_endpoint}, {"cancelled", l_cancelled}, {"sleep", l_sleep},
+    {"array", l_array}, {NULL, NULL}
+  };
+  for (const luaL_Reg *r = funcs; r->name; r++) {
+    lua_pushcfunction(L, r->func);
+    lua_setfield(L, st, r->name);
+  }
+  st__lua_push_required(L);
+  lua_setfield(L, st, "required");
+  lua_pushliteral(L, ST_VERSION_STRING);
+  lua_setfield(L, st, "version");
+  st__lua_open_construct(L, st);
+  st__lua_open_module(L, st);
+
+  lua_pushlightuserdata(L, &st_key);
+  st__lua_push_readonly(L, st);               /* st, key, proxy */
+  lua_rawset(L, LUA_REGISTRYINDEX);
+  lua_pop(L, 1);                              /* (empty) */
+}
+
+void st__lua_push_st(lua_State *L) {
+  lua_pushlightuserdata(L, &st_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  if (!lua_isnil(L, -1)) return;
+  lua_pop(L, 1);
+  build_st(L);
+  lua_pushlightuserdata(L, &st_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+}

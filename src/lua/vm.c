@@ -1,0 +1,238 @@
+/* src/lua: a worker's Lua state for one generation (st_lua.h).
+ *
+ * st__vm_new compiles the generation's source texts (never the files on
+ * disk, which may have changed) in a fresh sandbox and keeps each
+ * endpoint's build function in a registry table by name. st__vm_build runs
+ * one body under the count hook (timeout, cancel) through the pcall
+ * wrapper and serializes what it returns.
+ */
+#include "lua/lua_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+
+static char builds_key;       /* registry: endpoint name -> build function */
+
+struct st__vm {
+  lua_State *L;
+  st__generation_t *gen;      /* owned reference */
+  int worker_id;
+  st__lua_ctx_t ctx;          /* the state points here */
+};
+
+/* Runs one source's top level and records its build functions. */
+static int compile_source(st__vm_t *vm, const st__source_t *src, char *err, size_t errlen) {
+  lua_State *L = vm->L;
+  char chunkname[4200];
+  snprintf(chunkname, sizeof chunkname, "@%s", src->path);
+  if (luaL_loadbufferx(L, src->text, src->len, chunkname, "t") != 0) {
+    snprintf(err, errlen, "%s", lua_tostring(L, -1));
+    lua_settop(L, 0);
+    return ST_ERR_CONFIGURATION;
+  }
+  st__lua_arm(L, ST__LUA_LOAD_LIMIT_S, NULL);
+  int rc = st__lua_pcall(L, 0, 1, err, errlen);     /* ret */
+  st__lua_disarm(L);
+  if (rc != 0) {
+    if (!st__lua_has_position(err)) {
+      char tmp[1024];
+      snprintf(tmp, sizeof tmp, "%s", err);
+      snprintf(err, errlen, "%s: %s", src->path, tmp);
+    }
+    return rc == LUA_ERRMEM ? ST_ERR_OUT_OF_MEMORY : ST_ERR_CONFIGURATION;
+  }
+  int n = st__lua_decl_list(L, 1);                  /* ret, list|msg */
+  if (n < 0) {
+    snprintf(err, errlen, "%s: %s", src->path, lua_tostring(L, -1));
+    lua_settop(L, 0);
+    return ST_ERR_CONFIGURATION;
+  }
+  lua_pushlightuserdata(L, &builds_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);                 /* ret, list, builds */
+  for (int i = 1; i <= n; i++) {
+    lua_rawgeti(L, 2, i);                           /* ret, list, builds, decl */
+    lua_getfield(L, -1, "name");                    /* ..., decl, name */
+    lua_getfield(L, -2, "build");                   /* ..., decl, name, build */
+    if (lua_type(L, -2) == LUA_TSTRING && lua_type(L, -1) == LUA_TFUNCTION) lua_rawset(L, 3);
+    else lua_pop(L, 2);
+    lua_pop(L, 1);                                  /* ret, list, builds */
+  }
+  lua_settop(L, 0);
+  return ST_OK;
+}
+
+/* Worker thread. See st_lua.h. */
+int st__vm_new(st__generation_t *gen, int worker_id, st__vm_t **out, char *err, size_t errlen) {
+  char dummy[1];
+  if (!err) { err = dummy; errlen = 1; }
+  *out = NULL;
+  st__vm_t *vm = calloc(1, sizeof *vm);
+  if (!vm) {
+    snprintf(err, errlen, "out of memory");
+    return ST_ERR_OUT_OF_MEMORY;
+  }
+  vm->worker_id = worker_id;
+  vm->ctx.mode = ST__LUA_VM;
+  vm->ctx.who = "lua";
+  vm->L = st__lua_state_new(&vm->ctx);
+  if (!vm->L) {
+    free(vm);
+    snprintf(err, errlen, "cannot create a Lua state (out of memory)");
+    return ST_ERR_OUT_OF_MEMORY;
+  }
+  lua_State *L = vm->L;
+  lua_pushlightuserdata(L, &builds_key);
+  lua_newtable(L);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+
+  int rc = ST_OK;
+  for (size_t i = 0; i < gen->nsources && rc == ST_OK; i++)
+    rc = compile_source(vm, &gen->sources[i], err, errlen);
+
+  lua_pushlightuserdata(L, &builds_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);                 /* builds */
+  for (size_t i = 0; i < gen->nendpoints && rc == ST_OK; i++) {
+    lua_getfield(L, -1, gen->endpoints[i].name);    /* builds, fn */
+    if (lua_type(L, -1) != LUA_TFUNCTION) {
+      snprintf(err, errlen, "%s:%d: endpoint '%s' has no build function in worker %d's state",
+               gen->endpoints[i].file, gen->endpoints[i].line, gen->endpoints[i].name, worker_id);
+      rc = ST_ERR_CONFIGURATION;
+    }
+    lua_pop(L, 1);
+  }
+  lua_settop(L, 0);
+  if (rc != ST_OK) {
+    lua_close(L);
+    free(vm);
+    return rc;
+  }
+  st__generation_ref(gen);
+  vm->gen = gen;
+  lua_gc(L, LUA_GCCOLLECT, 0);
+  *out = vm;
+  return ST_OK;
+}
+
+void st__vm_free(st__vm_t *vm) {
+  if (!vm) return;
+  lua_close(vm->L);                   /* finalizers drop every arena reference */
+  st__generation_unref(vm->gen);
+  free(vm);
+}
+
+st__generation_t *st__vm_generation(const st__vm_t *vm) { return vm->gen; }
+
+typedef struct build_call {
+  const st__endpoint_decl_t *ep;
+  const msgpack_object *args;
+  st__build_result_t *res;
+  int rc;                     /* failure that did not raise: args, serialization */
+  char *err;
+  size_t errlen;
+} build_call_t;
+
+/* Protected body of a build: fn(args), then serialization. */
+static int l_build_call(lua_State *L) {
+  build_call_t *b = lua_touserdata(L, 1);
+  lua_settop(L, 0);
+  lua_pushlightuserdata(L, &builds_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);                 /* builds */
+  lua_getfield(L, 1, b->ep->name);                  /* builds, fn */
+  if (lua_type(L, -1) != LUA_TFUNCTION) {
+    snprintf(b->err, b->errlen, "endpoint '%s' is not in this state's generation", b->ep->name);
+    b->rc = ST_ERR_UNKNOWN_ENDPOINT;
+    return 0;
+  }
+  if (b->args && b->args->type != MSGPACK_OBJECT_NIL) {
+    if (b->args->type != MSGPACK_OBJECT_MAP) {
+      snprintf(b->err, b->errlen, "arguments must be a map");
+      b->rc = ST_ERR_INVALID_ARGUMENT;
+      return 0;
+    }
+    b->rc = st__lua_push_msgpack(L, b->args, b->err, b->errlen);  /* builds, fn, args */
+    if (b->rc != ST_OK) return 0;
+  } else {
+    lua_newtable(L);
+  }
+  lua_call(L, 1, 1);                                /* builds, ret */
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &b->res->value, msgpack_sbuffer_write);
+  char msg[1024];
+  b->rc = st__lua_pack(L, 2, &pk, b->res, "value", msg, sizeof msg);
+  if (b->rc == ST_ERR_SERIALIZATION)
+    snprintf(b->err, b->errlen, "%s:%d: endpoint '%s' returned a value that cannot be sent: %s",
+             b->ep->file, b->ep->line, b->ep->name, msg);
+  else if (b->rc != ST_OK)
+    snprintf(b->err, b->errlen, "%s", msg);
+  return 0;
+}
+
+/* Worker thread that owns vm. See st_lua.h. */
+int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, size_t args_len,
+                 const volatile int *cancel, st__build_result_t *res, char *err, size_t errlen) {
+  char dummy[1];
+  if (!err) { err = dummy; errlen = 1; }
+  err[0] = '\0';
+  st__build_result_init(res);
+  lua_State *L = vm->L;
+  if (cancel && *cancel) {
+    snprintf(err, errlen, "endpoint '%s' was cancelled before it started", ep->name);
+    return ST_ERR_CANCELLED;
+  }
+
+  msgpack_unpacked up;
+  msgpack_unpacked_init(&up);
+  const msgpack_object *argobj = NULL;
+  if (args && args_len) {
+    size_t off = 0;
+    if (msgpack_unpack_next(&up, args, args_len, &off) != MSGPACK_UNPACK_SUCCESS) {
+      msgpack_unpacked_destroy(&up);
+      snprintf(err, errlen, "arguments are not valid msgpack");
+      return ST_ERR_INVALID_ARGUMENT;
+    }
+    argobj = &up.data;
+  }
+
+  build_call_t b = {.ep = ep, .args = argobj, .res = res, .rc = ST_OK, .err = err,
+                    .errlen = errlen};
+  uint64_t debt0 = vm->ctx.gc_debt;
+  st__lua_arm(L, ep->timeout_s, cancel);
+  lua_pushcfunction(L, l_build_call);
+  lua_pushlightuserdata(L, &b);
+  char msg[2048];
+  int status = st__lua_pcall(L, 1, 0, msg, sizeof msg);
+  st__lua_disarm(L);
+  msgpack_unpacked_destroy(&up);
+  lua_settop(L, 0);
+
+  int rc = b.rc;
+  if (status != 0) {
+    st__lua_ctx_t *c = &vm->ctx;
+    if (c->stop == ST_ERR_TIMEOUT) {
+      rc = ST_ERR_TIMEOUT;
+      snprintf(err, errlen, "%s (endpoint '%s', timeout %g s)", msg, ep->name, ep->timeout_s);
+    } else if (c->stop == ST_ERR_CANCELLED) {
+      rc = ST_ERR_CANCELLED;
+      snprintf(err, errlen, "%s (endpoint '%s')", msg, ep->name);
+    } else if (status == LUA_ERRMEM) {
+      rc = ST_ERR_OUT_OF_MEMORY;
+      snprintf(err, errlen, "%s:%d: %s", ep->file, ep->line, msg);
+    } else {
+      rc = c->alloc_err && c->alloc_msg[0] && strstr(msg, c->alloc_msg) ? c->alloc_err
+                                                                          : ST_ERR_ENDPOINT;
+      if (st__lua_has_position(msg)) snprintf(err, errlen, "%s", msg);
+      else snprintf(err, errlen, "%s:%d: %s", ep->file, ep->line, msg);  /* tail call */
+    }
+  }
+  if (rc != ST_OK) st__build_result_destroy(res);
+  /* Tensors the body dropped still hold arena references until Lua
+   * collects them: collect now, so that memory follows the result. */
+  if (vm->ctx.gc_debt != debt0) {
+    lua_gc(L, LUA_GCCOLLECT, 0);
+    vm->ctx.gc_debt = 0;
+  }
+  return rc;
+}

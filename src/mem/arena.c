@@ -1,0 +1,192 @@
+/* src/mem: arenas (see arena.h).
+ *
+ * The CPU backend is a sealed memfd mapped shared read-write. The struct
+ * carries a `kind` so that a CUDA (VMM) backend can live beside it: the
+ * reference counting, ids, the size cap and the live statistics below are
+ * backend independent; only creation, release and describe() switch on the
+ * kind.
+ */
+#include "mem/arena.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+typedef enum {
+  ST__ARENA_CPU = 0,           /* memfd, mapped in the server */
+  ST__ARENA_CUDA = 1           /* reserved for the VMM backend */
+} st__arena_kind_t;
+
+struct st__arena {
+  st__arena_kind_t kind;
+  atomic_int refs;
+  uint64_t id;                 /* process-unique, never reused */
+  uint64_t bytes;              /* usable size: what the caller asked for */
+  uint64_t size;               /* allocated size (page / granularity rounded) */
+  int fd;                      /* the exported descriptor; dups go to clients */
+  void *base;                  /* CPU: the server's mapping */
+};
+
+static atomic_uint_fast64_t next_id = 1;
+static atomic_uint_fast64_t live_count;
+static atomic_uint_fast64_t live_bytes;
+static atomic_uint_fast64_t limit_bytes;
+
+void st__arena_set_limit(uint64_t max_bytes) {
+  atomic_store(&limit_bytes, max_bytes);
+}
+
+/* Maps an errno of an allocation step to an ST_ERR_* and a message. */
+static int alloc_error(int e, const char *step, uint64_t bytes, char *err, size_t errlen) {
+  if (e == EMFILE || e == ENFILE) {
+    snprintf(err, errlen, "%s: out of file descriptors (%s)", step, strerror(e));
+    return ST_ERR_LIMIT;
+  }
+  if (e == ENOMEM || e == ENOSPC || e == EFBIG) {
+    snprintf(err, errlen, "%s: cannot allocate an arena of %llu bytes (%s)", step,
+             (unsigned long long)bytes, strerror(e));
+    return ST_ERR_OUT_OF_MEMORY;
+  }
+  snprintf(err, errlen, "%s: %s", step, strerror(e));
+  return ST_ERR_OUT_OF_MEMORY;
+}
+
+/* Creates a sealed memfd arena. Any thread; *out gets one reference. */
+int st__arena_new_cpu(uint64_t bytes, st__arena_t **out, char *err, size_t errlen) {
+  char dummy[1];
+  if (!err) { err = dummy; errlen = sizeof dummy; }
+  *out = NULL;
+  uint64_t cap = atomic_load(&limit_bytes);
+  if (cap && bytes > cap) {
+    snprintf(err, errlen, "object of %llu bytes exceeds max_object_bytes (%llu)",
+             (unsigned long long)bytes, (unsigned long long)cap);
+    return ST_ERR_LIMIT;
+  }
+  long page = sysconf(_SC_PAGESIZE);
+  if (page <= 0) page = 4096;
+  if (bytes > UINT64_MAX - (uint64_t)page || bytes > (uint64_t)(SIZE_MAX / 2)) {
+    snprintf(err, errlen, "object of %llu bytes is too large", (unsigned long long)bytes);
+    return ST_ERR_LIMIT;
+  }
+  /* At least one page so that a client can always mmap it. */
+  uint64_t size = bytes ? (bytes + (uint64_t)page - 1) / (uint64_t)page * (uint64_t)page
+                        : (uint64_t)page;
+
+  st__arena_t *a = calloc(1, sizeof *a);
+  if (!a) {
+    snprintf(err, errlen, "out of memory");
+    return ST_ERR_OUT_OF_MEMORY;
+  }
+  a->kind = ST__ARENA_CPU;
+  a->id = atomic_fetch_add(&next_id, 1);
+  a->bytes = bytes;
+  a->size = size;
+  a->fd = -1;
+
+  char name[48];
+  snprintf(name, sizeof name, "st-arena-%llu", (unsigned long long)a->id);
+  a->fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  int rc;
+  if (a->fd < 0) {
+    rc = alloc_error(errno, "memfd_create", bytes, err, errlen);
+    free(a);
+    return rc;
+  }
+  if (ftruncate(a->fd, (off_t)size) != 0) {
+    rc = alloc_error(errno, "ftruncate", bytes, err, errlen);
+    goto fail;
+  }
+  /* Commit the pages now: a shortage is reported here as OUT_OF_MEMORY
+   * instead of a SIGBUS when the worker first writes to them. */
+  int fe = posix_fallocate(a->fd, 0, (off_t)size);
+  if (fe != 0 && fe != EOPNOTSUPP && fe != EINVAL) {
+    rc = alloc_error(fe, "fallocate", bytes, err, errlen);
+    goto fail;
+  }
+  if (fcntl(a->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    rc = alloc_error(errno, "seal", bytes, err, errlen);
+    goto fail;
+  }
+  a->base = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, 0);
+  if (a->base == MAP_FAILED) {
+    a->base = NULL;
+    rc = alloc_error(errno, "mmap", bytes, err, errlen);
+    goto fail;
+  }
+  atomic_init(&a->refs, 1);
+  atomic_fetch_add(&live_count, 1);
+  atomic_fetch_add(&live_bytes, size);
+  *out = a;
+  return ST_OK;
+
+fail:
+  close(a->fd);
+  free(a);
+  return rc;
+}
+
+/* Any thread. */
+void st__arena_ref(st__arena_t *a) {
+  atomic_fetch_add_explicit(&a->refs, 1, memory_order_relaxed);
+}
+
+/* Any thread; the last reference releases the allocation. The kernel keeps
+ * the memory while clients still hold a descriptor or a mapping. */
+void st__arena_unref(st__arena_t *a) {
+  if (!a) return;
+  if (atomic_fetch_sub_explicit(&a->refs, 1, memory_order_acq_rel) != 1) return;
+  switch (a->kind) {
+  case ST__ARENA_CPU:
+    if (a->base) munmap(a->base, (size_t)a->size);
+    if (a->fd >= 0) close(a->fd);
+    break;
+  case ST__ARENA_CUDA:
+    break;
+  }
+  atomic_fetch_sub(&live_count, 1);
+  atomic_fetch_sub(&live_bytes, a->size);
+  free(a);
+}
+
+void *st__arena_base(const st__arena_t *a) { return a->base; }
+uint64_t st__arena_bytes(const st__arena_t *a) { return a->bytes; }
+uint64_t st__arena_id(const st__arena_t *a) { return a->id; }
+
+/* A close-on-exec dup of the arena's descriptor, owned by the caller. */
+int st__arena_dup_fd(const st__arena_t *a) {
+  int fd = fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
+  if (fd >= 0) return fd;
+  if (errno == EMFILE || errno == ENFILE) return ST_ERR_LIMIT;
+  return ST_ERR_INTERNAL;
+}
+
+/* Fills everything but d->fd. `bytes` is the allocated size, which is what
+ * a client maps (never 0). */
+void st__arena_describe(const st__arena_t *a, st__arena_desc_t *d) {
+  uint32_t fd = d->fd;
+  memset(d, 0, sizeof *d);
+  d->fd = fd;
+  d->bytes = a->size;
+  d->id = a->id;
+  switch (a->kind) {
+  case ST__ARENA_CPU:
+    d->cuda = 0;
+    snprintf(d->backend, sizeof d->backend, "memfd");
+    break;
+  case ST__ARENA_CUDA:
+    d->cuda = 1;
+    snprintf(d->backend, sizeof d->backend, "vmm");
+    break;
+  }
+}
+
+/* Live arenas and their allocated bytes. Any thread. */
+void st__arena_stats(uint64_t *count, uint64_t *bytes) {
+  if (count) *count = atomic_load(&live_count);
+  if (bytes) *bytes = atomic_load(&live_bytes);
+}

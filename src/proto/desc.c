@@ -1,0 +1,350 @@
+/* src/proto/desc.c: tensor, arena and module descriptors (docs/protocol.md,
+ * "Values"). Parsing is strict: whatever a client will map must be fully
+ * described, in range and self-consistent; any doubt is ST_ERR_PROTOCOL.
+ * No state; any thread.
+ */
+#include "proto/proto.h"
+#include "proto/scan.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+__attribute__((format(printf, 3, 4)))
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+  if (err && errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return ST_ERR_PROTOCOL;
+}
+
+/* ------------------------------------------------------------ fixed packer */
+
+/* A tensor payload always fits: 5 keys, a dtype name and 2 x 16 integers. */
+#define TENSOR_PAYLOAD_MAX 512
+
+typedef struct {
+  char data[TENSOR_PAYLOAD_MAX];
+  size_t size;
+} fixed_buf_t;
+
+static int fixed_write(void *data, const char *buf, size_t len) {
+  fixed_buf_t *b = data;
+  if (len > sizeof b->data - b->size) return -1;
+  memcpy(b->data + b->size, buf, len);
+  b->size += len;
+  return 0;
+}
+
+static void pack_i64_array(msgpack_packer *pk, const int64_t *v, int n) {
+  msgpack_pack_array(pk, (size_t)n);
+  for (int i = 0; i < n; i++) msgpack_pack_int64(pk, v[i]);
+}
+
+/* See proto.h. `d` is borrowed. A descriptor with an ndim outside
+ * [0, ST_MAX_NDIM] or an invalid dtype is a caller bug: it is packed as nil
+ * so that the receiver refuses it. */
+void st__pack_tensor(msgpack_packer *pk, const st__tensor_desc_t *d) {
+  const char *dtype = st_dtype_name(d->dtype);
+  if (d->ndim < 0 || d->ndim > ST_MAX_NDIM || !dtype) {
+    msgpack_pack_nil(pk);
+    return;
+  }
+  fixed_buf_t buf;
+  buf.size = 0;
+  msgpack_packer p;
+  msgpack_packer_init(&p, &buf, fixed_write);
+  msgpack_pack_map(&p, 5);
+  st__pack_cstr(&p, "arena");
+  msgpack_pack_uint32(&p, d->arena);
+  st__pack_cstr(&p, "offset");
+  msgpack_pack_uint64(&p, d->offset);
+  st__pack_cstr(&p, "dtype");
+  st__pack_cstr(&p, dtype);
+  st__pack_cstr(&p, "shape");
+  pack_i64_array(&p, d->shape, d->ndim);
+  st__pack_cstr(&p, "strides");
+  pack_i64_array(&p, d->strides, d->ndim);
+  msgpack_pack_ext(pk, buf.size, ST_EXT_TENSOR);
+  msgpack_pack_ext_body(pk, buf.data, buf.size);
+}
+
+/* ------------------------------------------------------------ field readers */
+
+static int get_u64(const msgpack_object *map, const char *key, uint64_t max, uint64_t *out,
+                   char *err, size_t errlen) {
+  const msgpack_object *v = st__map_get(map, key);
+  if (!v) return fail(err, errlen, "missing '%s'", key);
+  if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER || v->via.u64 > max)
+    return fail(err, errlen, "'%s' is not an unsigned integer in range", key);
+  *out = v->via.u64;
+  return ST_OK;
+}
+
+/* Copies a string field into out[cap] (NUL-terminated); it must be
+ * non-empty and shorter than cap. */
+static int get_str(const msgpack_object *map, const char *key, char *out, size_t cap,
+                   char *err, size_t errlen) {
+  const msgpack_object *v = st__map_get(map, key);
+  if (!v) return fail(err, errlen, "missing '%s'", key);
+  if (v->type != MSGPACK_OBJECT_STR || v->via.str.size == 0 || v->via.str.size >= cap)
+    return fail(err, errlen, "'%s' is not a string of 1 to %zu bytes", key, cap - 1);
+  memcpy(out, v->via.str.ptr, v->via.str.size);
+  out[v->via.str.size] = '\0';
+  if (memchr(out, '\0', v->via.str.size)) return fail(err, errlen, "'%s' holds a NUL byte", key);
+  return ST_OK;
+}
+
+/* Reads an array of at most ST_MAX_NDIM integers in [0, INT64_MAX]. */
+static int get_dims(const msgpack_object *map, const char *key, int64_t *out, int *n,
+                    char *err, size_t errlen) {
+  const msgpack_object *v = st__map_get(map, key);
+  if (!v) return fail(err, errlen, "missing '%s'", key);
+  if (v->type != MSGPACK_OBJECT_ARRAY) return fail(err, errlen, "'%s' is not an array", key);
+  if (v->via.array.size > ST_MAX_NDIM)
+    return fail(err, errlen, "'%s' has more than %d dimensions", key, ST_MAX_NDIM);
+  for (uint32_t i = 0; i < v->via.array.size; i++) {
+    const msgpack_object *x = &v->via.array.ptr[i];
+    if (x->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+      return fail(err, errlen, "'%s'[%u] is negative", key, i);
+    if (x->type != MSGPACK_OBJECT_POSITIVE_INTEGER || x->via.u64 > (uint64_t)INT64_MAX)
+      return fail(err, errlen, "'%s'[%u] is not an integer in range", key, i);
+    out[i] = (int64_t)x->via.u64;
+  }
+  *n = (int)v->via.array.size;
+  return ST_OK;
+}
+
+/* Decodes the payload of ext `o` of type `type` into *pl (caller destroys
+ * it on ST_OK; released here otherwise). The payload must be exactly one
+ * map. */
+static int unpack_payload(const msgpack_object *o, int8_t type, const char *what,
+                          msgpack_unpacked *pl, char *err, size_t errlen) {
+  msgpack_unpacked_init(pl);
+  if (!o || o->type != MSGPACK_OBJECT_EXT || o->via.ext.type != type)
+    return fail(err, errlen, "not a %s (expected ext type %d)", what, (int)type);
+  const char *data = o->via.ext.ptr;
+  size_t size = o->via.ext.size, off = 0;
+  if (st__scan_bounded(data, size) != ST_OK)
+    return fail(err, errlen, "%s payload is not msgpack", what);
+  msgpack_unpack_return ret = msgpack_unpack_next(pl, data, size, &off);
+  if (ret != MSGPACK_UNPACK_SUCCESS || off != size) {
+    msgpack_unpacked_destroy(pl);
+    msgpack_unpacked_init(pl);
+    return fail(err, errlen, "%s payload is not one msgpack value", what);
+  }
+  if (pl->data.type != MSGPACK_OBJECT_MAP) {
+    msgpack_unpacked_destroy(pl);
+    msgpack_unpacked_init(pl);
+    return fail(err, errlen, "%s payload is not a map", what);
+  }
+  return ST_OK;
+}
+
+/* ------------------------------------------------------------------ tensors */
+
+static int tensor_fields(const msgpack_object *m, st__tensor_desc_t *d, char *err,
+                         size_t errlen) {
+  uint64_t u = 0;
+  char dtype[32];
+  int rc, nstrides = 0;
+  if ((rc = get_u64(m, "arena", UINT32_MAX, &u, err, errlen)) != ST_OK) return rc;
+  d->arena = (uint32_t)u;
+  if ((rc = get_u64(m, "offset", UINT64_MAX, &d->offset, err, errlen)) != ST_OK) return rc;
+  if ((rc = get_str(m, "dtype", dtype, sizeof dtype, err, errlen)) != ST_OK) return rc;
+  d->dtype = st_dtype_from_name(dtype);
+  /* The wire carries canonical names only; aliases are for people. */
+  if (d->dtype == ST_DTYPE_INVALID || strcmp(st_dtype_name(d->dtype), dtype) != 0)
+    return fail(err, errlen, "unknown dtype '%s'", dtype);
+  if ((rc = get_dims(m, "shape", d->shape, &d->ndim, err, errlen)) != ST_OK) return rc;
+  if ((rc = get_dims(m, "strides", d->strides, &nstrides, err, errlen)) != ST_OK) return rc;
+  if (nstrides != d->ndim)
+    return fail(err, errlen, "shape has %d dimensions but strides %d", d->ndim, nstrides);
+  return ST_OK;
+}
+
+/* See proto.h. *d is filled on ST_OK only (it may be partly written on
+ * failure). `o` is borrowed. */
+int st__parse_tensor(const msgpack_object *o, st__tensor_desc_t *d, char *err, size_t errlen) {
+  msgpack_unpacked pl;
+  int rc = unpack_payload(o, ST_EXT_TENSOR, "tensor", &pl, err, errlen);
+  if (rc != ST_OK) return rc;
+  memset(d, 0, sizeof *d);
+  rc = tensor_fields(&pl.data, d, err, errlen);
+  msgpack_unpacked_destroy(&pl);
+  return rc;
+}
+
+/* See proto.h. Returns -1 when the product overflows int64 (or the
+ * descriptor is malformed). */
+int64_t st__tensor_numel(const st__tensor_desc_t *d) {
+  if (d->ndim < 0 || d->ndim > ST_MAX_NDIM) return -1;
+  int64_t n = 1;
+  for (int k = 0; k < d->ndim; k++)
+    if (d->shape[k] == 0) return 0;
+  for (int k = 0; k < d->ndim; k++) {
+    if (d->shape[k] < 0 || __builtin_mul_overflow(n, d->shape[k], &n)) return -1;
+  }
+  return n;
+}
+
+/* See proto.h. Also ST_ERR_PROTOCOL when the element count or its byte size
+ * overflows int64, when hi passes INT64_MAX, or when the descriptor is
+ * malformed (bad dtype or ndim, negative sizes): a tensor that passes can be
+ * indexed with signed 64-bit byte offsets without further checks. */
+int st__tensor_extent(const st__tensor_desc_t *d, uint64_t *lo, uint64_t *hi) {
+  uint64_t es = st_dtype_size(d->dtype);
+  if (es == 0 || d->ndim < 0 || d->ndim > ST_MAX_NDIM) return ST_ERR_PROTOCOL;
+  for (int k = 0; k < d->ndim; k++)
+    if (d->shape[k] < 0 || d->strides[k] < 0) return ST_ERR_PROTOCOL;
+  int64_t numel = st__tensor_numel(d), nbytes;
+  if (numel < 0 || __builtin_mul_overflow(numel, (int64_t)es, &nbytes)) return ST_ERR_PROTOCOL;
+  if (numel == 0) {
+    *lo = *hi = d->offset;
+    return ST_OK;
+  }
+  uint64_t span = 0, term, end;
+  for (int k = 0; k < d->ndim; k++) {
+    if (__builtin_mul_overflow((uint64_t)(d->shape[k] - 1), (uint64_t)d->strides[k], &term) ||
+        __builtin_add_overflow(span, term, &span))
+      return ST_ERR_PROTOCOL;
+  }
+  if (__builtin_add_overflow(span, (uint64_t)1, &span) ||
+      __builtin_mul_overflow(span, es, &span) ||
+      __builtin_add_overflow(d->offset, span, &end) || end > (uint64_t)INT64_MAX)
+    return ST_ERR_PROTOCOL;
+  *lo = d->offset;
+  *hi = end;
+  return ST_OK;
+}
+
+/* ------------------------------------------------------------------- arenas */
+
+/* See proto.h. `a` is borrowed; uuid is sent for CUDA arenas only. */
+void st__pack_arena(msgpack_packer *pk, const st__arena_desc_t *a) {
+  msgpack_pack_map(pk, a->cuda ? 6 : 5);
+  st__pack_cstr(pk, "fd");
+  msgpack_pack_uint32(pk, a->fd);
+  st__pack_cstr(pk, "bytes");
+  msgpack_pack_uint64(pk, a->bytes);
+  st__pack_cstr(pk, "device");
+  st__pack_cstr(pk, a->cuda ? "cuda" : "cpu");
+  if (a->cuda) {
+    st__pack_cstr(pk, "uuid");
+    st__pack_cstr(pk, a->uuid);
+  }
+  st__pack_cstr(pk, "backend");
+  st__pack_cstr(pk, a->backend);
+  st__pack_cstr(pk, "id");
+  msgpack_pack_uint64(pk, a->id);
+}
+
+/* See proto.h. ST_OK or ST_ERR_PROTOCOL with a reason; `o` is borrowed.
+ * A CUDA arena must name its device's uuid; a CPU arena's uuid is "". */
+int st__parse_arena(const msgpack_object *o, st__arena_desc_t *a, char *err, size_t errlen) {
+  uint64_t u = 0;
+  int rc;
+  char device[8];
+  memset(a, 0, sizeof *a);
+  if (!o || o->type != MSGPACK_OBJECT_MAP) return fail(err, errlen, "arena is not a map");
+  if ((rc = get_u64(o, "fd", UINT32_MAX, &u, err, errlen)) != ST_OK) return rc;
+  a->fd = (uint32_t)u;
+  if ((rc = get_u64(o, "bytes", UINT64_MAX, &a->bytes, err, errlen)) != ST_OK) return rc;
+  if ((rc = get_str(o, "device", device, sizeof device, err, errlen)) != ST_OK) return rc;
+  if (strcmp(device, "cpu") == 0) a->cuda = 0;
+  else if (strcmp(device, "cuda") == 0) a->cuda = 1;
+  else return fail(err, errlen, "unknown device '%s'", device);
+  if (a->cuda && (rc = get_str(o, "uuid", a->uuid, sizeof a->uuid, err, errlen)) != ST_OK)
+    return rc;
+  if ((rc = get_str(o, "backend", a->backend, sizeof a->backend, err, errlen)) != ST_OK)
+    return rc;
+  if ((rc = get_u64(o, "id", UINT64_MAX, &a->id, err, errlen)) != ST_OK) return rc;
+  return ST_OK;
+}
+
+/* ------------------------------------------------------------------ modules */
+
+static int cmp_names(const void *pa, const void *pb) {
+  const msgpack_object *a = *(const msgpack_object *const *)pa;
+  const msgpack_object *b = *(const msgpack_object *const *)pb;
+  size_t n = a->via.str.size < b->via.str.size ? a->via.str.size : b->via.str.size;
+  int c = n ? memcmp(a->via.str.ptr, b->via.str.ptr, n) : 0;
+  if (c) return c;
+  return (a->via.str.size > b->via.str.size) - (a->via.str.size < b->via.str.size);
+}
+
+/* Nonzero if two of the names in pairs[0..n) are equal; -1 out of memory. */
+static int names_repeat(const msgpack_object *pairs, uint32_t n) {
+  if (n < 2) return 0;
+  const msgpack_object **v = malloc(n * sizeof *v);
+  if (!v) return -1;
+  for (uint32_t i = 0; i < n; i++) v[i] = &pairs[i].via.array.ptr[0];
+  qsort(v, n, sizeof *v, cmp_names);
+  int dup = 0;
+  for (uint32_t i = 1; i < n && !dup; i++) dup = cmp_names(&v[i - 1], &v[i]) == 0;
+  free(v);
+  return dup;
+}
+
+static int module_fields(const msgpack_object *m, const msgpack_object **tensors,
+                         const msgpack_object **metadata, char *err, size_t errlen) {
+  const msgpack_object *t = st__map_get(m, "tensors");
+  const msgpack_object *md = st__map_get(m, "metadata");
+  if (!t) return fail(err, errlen, "missing 'tensors'");
+  if (!md) return fail(err, errlen, "missing 'metadata'");
+  if (t->type != MSGPACK_OBJECT_ARRAY) return fail(err, errlen, "'tensors' is not an array");
+  if (md->type != MSGPACK_OBJECT_MAP) return fail(err, errlen, "'metadata' is not a map");
+  char why[128];
+  if (st__check_value(md, 0, why, sizeof why) != ST_OK)
+    return fail(err, errlen, "bad 'metadata': %s", why);
+
+  uint32_t arena = 0;
+  for (uint32_t i = 0; i < t->via.array.size; i++) {
+    const msgpack_object *pair = &t->via.array.ptr[i];
+    if (pair->type != MSGPACK_OBJECT_ARRAY || pair->via.array.size != 2 ||
+        pair->via.array.ptr[0].type != MSGPACK_OBJECT_STR)
+      return fail(err, errlen, "'tensors'[%u] is not a [name, tensor] pair", i);
+    st__tensor_desc_t d;
+    if (st__parse_tensor(&pair->via.array.ptr[1], &d, why, sizeof why) != ST_OK)
+      return fail(err, errlen, "'tensors'[%u]: %s", i, why);
+    if (i == 0) arena = d.arena;
+    else if (d.arena != arena)
+      return fail(err, errlen, "'tensors'[%u] is in another arena than the module's", i);
+  }
+  int dup = names_repeat(t->via.array.ptr, t->via.array.size);
+  if (dup < 0) {
+    if (err && errlen) snprintf(err, errlen, "out of memory");
+    return ST_ERR_OUT_OF_MEMORY;
+  }
+  if (dup) return fail(err, errlen, "module tensor names repeat");
+  *tensors = t;
+  *metadata = md;
+  return ST_OK;
+}
+
+/* See proto.h. On ST_OK *payload holds the decoded payload (caller frees it
+ * with msgpack_unpacked_destroy) and *tensors / *metadata point into it;
+ * its strings point into o's bytes, so the message holding `o` must outlive
+ * it. Every pair is checked ([str, valid tensor], unique names, one arena)
+ * and metadata must be a map of plain values with string keys. On failure
+ * *payload holds nothing. ST_ERR_PROTOCOL or ST_ERR_OUT_OF_MEMORY. */
+int st__parse_module(const msgpack_object *o, msgpack_unpacked *payload,
+                     const msgpack_object **tensors, const msgpack_object **metadata,
+                     char *err, size_t errlen) {
+  *tensors = NULL;
+  *metadata = NULL;
+  int rc = unpack_payload(o, ST_EXT_MODULE, "module", payload, err, errlen);
+  if (rc != ST_OK) return rc;
+  rc = module_fields(&payload->data, tensors, metadata, err, errlen);
+  if (rc != ST_OK) {
+    msgpack_unpacked_destroy(payload);
+    msgpack_unpacked_init(payload);
+    *tensors = NULL;
+    *metadata = NULL;
+  }
+  return rc;
+}

@@ -1,0 +1,141 @@
+/* src/proto/inspect.c: looking into decoded messages and checking values
+ * received from clients. No state; any thread.
+ */
+#include "proto/proto.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+__attribute__((format(printf, 3, 4)))
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+  if (err && errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return ST_ERR_INVALID_ARGUMENT;
+}
+
+/* Length of a name for messages: long or binary keys are cut. */
+static int shown_len(const msgpack_object *o) {
+  return o->via.str.size > 64 ? 64 : (int)o->via.str.size;
+}
+
+/* See proto.h. Returns a pointer into `map` (borrowed); the first match
+ * wins. */
+const msgpack_object *st__map_get(const msgpack_object *map, const char *key) {
+  if (!map || map->type != MSGPACK_OBJECT_MAP || !key) return NULL;
+  for (uint32_t i = 0; i < map->via.map.size; i++) {
+    const msgpack_object_kv *kv = &map->via.map.ptr[i];
+    if (st__str_eq(&kv->key, key)) return &kv->val;
+  }
+  return NULL;
+}
+
+/* See proto.h. */
+int st__str_eq(const msgpack_object *o, const char *s) {
+  if (!o || !s || o->type != MSGPACK_OBJECT_STR) return 0;
+  size_t n = strlen(s);
+  return o->via.str.size == n && memcmp(o->via.str.ptr, s, n) == 0;
+}
+
+/* See proto.h. *map is borrowed from params. */
+int st__params_map(const msgpack_object *params, const msgpack_object **map,
+                   char *err, size_t errlen) {
+  *map = NULL;
+  if (!params || params->type != MSGPACK_OBJECT_ARRAY)
+    return fail(err, errlen, "params must be an array");
+  if (params->via.array.size == 0) return ST_OK;
+  if (params->via.array.size > 1)
+    return fail(err, errlen, "params must be [] or [{named parameters}]");
+  const msgpack_object *m = &params->via.array.ptr[0];
+  if (m->type != MSGPACK_OBJECT_MAP)
+    return fail(err, errlen, "params must be [] or [{named parameters}]");
+  for (uint32_t i = 0; i < m->via.map.size; i++)
+    if (m->via.map.ptr[i].key.type != MSGPACK_OBJECT_STR)
+      return fail(err, errlen, "parameter names must be strings");
+  *map = m;
+  return ST_OK;
+}
+
+/* See proto.h. `map` NULL (no parameters) passes. */
+int st__params_check(const msgpack_object *map, const char *const *allowed,
+                     char *err, size_t errlen) {
+  if (!map) return ST_OK;
+  if (map->type != MSGPACK_OBJECT_MAP) return fail(err, errlen, "params must be a map");
+  for (uint32_t i = 0; i < map->via.map.size; i++) {
+    const msgpack_object *k = &map->via.map.ptr[i].key;
+    if (k->type != MSGPACK_OBJECT_STR) return fail(err, errlen, "parameter names must be strings");
+    int known = 0;
+    for (const char *const *a = allowed; a && *a && !known; a++) known = st__str_eq(k, *a);
+    if (!known)
+      return fail(err, errlen, "unknown parameter '%.*s'", shown_len(k), k->via.str.ptr);
+  }
+  return ST_OK;
+}
+
+/* Checks an ext value: a tensor or module whose descriptor parses. */
+static int check_ext(const msgpack_object *o, char *err, size_t errlen) {
+  char why[160];
+  why[0] = '\0';
+  if (o->via.ext.type == ST_EXT_TENSOR) {
+    st__tensor_desc_t d;
+    if (st__parse_tensor(o, &d, why, sizeof why) != ST_OK)
+      return fail(err, errlen, "bad tensor value: %s", why);
+    return ST_OK;
+  }
+  if (o->via.ext.type == ST_EXT_MODULE) {
+    msgpack_unpacked payload;
+    const msgpack_object *tensors, *metadata;
+    if (st__parse_module(o, &payload, &tensors, &metadata, why, sizeof why) != ST_OK)
+      return fail(err, errlen, "bad module value: %s", why);
+    msgpack_unpacked_destroy(&payload);
+    return ST_OK;
+  }
+  return fail(err, errlen, "ext type %d is not a value", (int)o->via.ext.type);
+}
+
+static int check_value(const msgpack_object *o, int allow_ext, int depth, char *err,
+                       size_t errlen) {
+  switch (o->type) {
+  case MSGPACK_OBJECT_NIL: case MSGPACK_OBJECT_BOOLEAN:
+  case MSGPACK_OBJECT_POSITIVE_INTEGER: case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+  case MSGPACK_OBJECT_FLOAT32: case MSGPACK_OBJECT_FLOAT64:
+  case MSGPACK_OBJECT_STR: case MSGPACK_OBJECT_BIN:
+    return ST_OK;
+  case MSGPACK_OBJECT_EXT:
+    if (!allow_ext) return fail(err, errlen, "ext values are not accepted here");
+    return check_ext(o, err, errlen);
+  case MSGPACK_OBJECT_ARRAY:
+  case MSGPACK_OBJECT_MAP:
+    break;
+  default:
+    return fail(err, errlen, "unsupported value type");
+  }
+  if (depth >= ST_MAX_DEPTH)
+    return fail(err, errlen, "value nested deeper than %d", ST_MAX_DEPTH);
+  if (o->type == MSGPACK_OBJECT_ARRAY) {
+    for (uint32_t i = 0; i < o->via.array.size; i++) {
+      int rc = check_value(&o->via.array.ptr[i], allow_ext, depth + 1, err, errlen);
+      if (rc != ST_OK) return rc;
+    }
+    return ST_OK;
+  }
+  for (uint32_t i = 0; i < o->via.map.size; i++) {
+    const msgpack_object_kv *kv = &o->via.map.ptr[i];
+    if (kv->key.type != MSGPACK_OBJECT_STR) return fail(err, errlen, "map keys must be strings");
+    int rc = check_value(&kv->val, allow_ext, depth + 1, err, errlen);
+    if (rc != ST_OK) return rc;
+  }
+  return ST_OK;
+}
+
+/* See proto.h. Arrays and maps count one level each: a value with
+ * ST_MAX_DEPTH levels of containers passes, one more fails. With allow_ext,
+ * tensor and module values must carry a well-formed descriptor. */
+int st__check_value(const msgpack_object *o, int allow_ext, char *err, size_t errlen) {
+  if (!o) return fail(err, errlen, "no value");
+  return check_value(o, allow_ext, 0, err, errlen);
+}

@@ -1,0 +1,71 @@
+/* src/proto/pack.c: packing the msgpack-RPC envelopes and small values.
+ *
+ * Each function appends to the packer's buffer; a buffer that runs out of
+ * memory fails inside msgpack and the caller's sbuffer is then short, which
+ * the sender detects by its size. No state; any thread on its own packer.
+ */
+#include "proto/proto.h"
+
+#include <string.h>
+
+/* See proto.h. `method` is borrowed. */
+void st__pack_request_head(msgpack_packer *pk, uint32_t id, const char *method) {
+  msgpack_pack_array(pk, 4);
+  msgpack_pack_uint8(pk, ST_MSG_REQUEST);
+  msgpack_pack_uint32(pk, id);
+  st__pack_cstr(pk, method);
+}
+
+/* See proto.h. */
+void st__pack_response_head(msgpack_packer *pk, uint32_t id) {
+  msgpack_pack_array(pk, 4);
+  msgpack_pack_uint8(pk, ST_MSG_RESPONSE);
+  msgpack_pack_uint32(pk, id);
+  msgpack_pack_nil(pk);
+}
+
+/* See proto.h. `message` is borrowed; NULL uses st_strerror(err). */
+void st__pack_error_response(msgpack_packer *pk, uint32_t id, int err, const char *message) {
+  msgpack_pack_array(pk, 4);
+  msgpack_pack_uint8(pk, ST_MSG_RESPONSE);
+  msgpack_pack_uint32(pk, id);
+  st__pack_error(pk, err, message);
+  msgpack_pack_nil(pk);
+}
+
+/* See proto.h. `method` is borrowed. */
+void st__pack_notification_head(msgpack_packer *pk, const char *method) {
+  msgpack_pack_array(pk, 3);
+  msgpack_pack_uint8(pk, ST_MSG_NOTIFICATION);
+  st__pack_cstr(pk, method);
+}
+
+/* See proto.h. The code on the wire is positive (-err); a positive err is
+ * taken as a wire code already. `message` NULL uses st_strerror(err). */
+void st__pack_error(msgpack_packer *pk, int err, const char *message) {
+  int64_t code = err < 0 ? -(int64_t)err : (int64_t)err;
+  msgpack_pack_map(pk, 3);
+  st__pack_cstr(pk, "code");
+  msgpack_pack_int64(pk, code);
+  st__pack_cstr(pk, "name");
+  st__pack_cstr(pk, st_err_name(err));
+  st__pack_cstr(pk, "message");
+  st__pack_cstr(pk, message ? message : st_strerror(err));
+}
+
+/* See proto.h. `s` is borrowed. */
+void st__pack_cstr(msgpack_packer *pk, const char *s) {
+  if (!s) {
+    msgpack_pack_nil(pk);
+    return;
+  }
+  size_t n = strlen(s);
+  msgpack_pack_str(pk, n);
+  msgpack_pack_str_body(pk, s, n);
+}
+
+/* See proto.h. `payload` is borrowed. */
+void st__pack_ext(msgpack_packer *pk, int8_t type, const msgpack_sbuffer *payload) {
+  msgpack_pack_ext(pk, payload->size, type);
+  if (payload->size) msgpack_pack_ext_body(pk, payload->data, payload->size);
+}

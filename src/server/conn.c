@@ -1,0 +1,452 @@
+/* src/server: connections (conn.h). Loop thread only. */
+#include "server/conn.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "st/errors.h"
+
+/* Stop reading a client whose replies pile up beyond this many bytes (it
+ * pipelines without reading); resume below the low mark. */
+#define WQ_HIGH (8u << 20)
+#define WQ_LOW  (1u << 20)
+#define READ_CHUNK 65536
+#define MAX_IOV 64
+
+static void on_read(struct ev_loop *loop, ev_io *w, int revents);
+static void on_write(struct ev_loop *loop, ev_io *w, int revents);
+static void on_frame_timeout(struct ev_loop *loop, ev_timer *w, int revents);
+static void on_resume(struct ev_loop *loop, ev_idle *w, int revents);
+static void process_messages(st__conn_t *c);
+static void flush(st__conn_t *c);
+
+/* ------------------------------------------------------------- id table */
+
+static size_t bucket_of(const st__server_t *srv, uint64_t id) {
+  return (size_t)(id * 0x9e3779b97f4a7c15ull >> 17) & (srv->nbuckets - 1);
+}
+
+static void table_insert(st__server_t *srv, st__conn_t *c) {
+  size_t b = bucket_of(srv, c->id);
+  c->hnext = srv->buckets[b];
+  srv->buckets[b] = c;
+  srv->nconns++;
+}
+
+static void table_remove(st__server_t *srv, st__conn_t *c) {
+  st__conn_t **pp = &srv->buckets[bucket_of(srv, c->id)];
+  while (*pp && *pp != c) pp = &(*pp)->hnext;
+  if (*pp) {
+    *pp = c->hnext;
+    srv->nconns--;
+  }
+  c->hnext = NULL;
+}
+
+/* Connection by id or NULL (borrowed); see conn.h. Loop thread. */
+st__conn_t *st__conn_find(st__server_t *srv, uint64_t id) {
+  for (st__conn_t *c = srv->buckets[bucket_of(srv, id)]; c; c = c->hnext)
+    if (c->id == id) return c;
+  return NULL;
+}
+
+/* ------------------------------------------------------------- open/close */
+
+/* Adopts an admitted socket (fd owned) and starts reading. Loop thread. */
+void st__conn_open(st__server_t *srv, int fd, int device, const struct ucred *cred) {
+  st__conn_t *c = calloc(1, sizeof *c);
+  if (!c || st__reader_init(&c->reader, srv->cfg->max_message_bytes) != ST_OK) {
+    free(c);
+    ST_LOG_E("conn", "out of memory accepting a connection");
+    close(fd);
+    return;
+  }
+  c->srv = srv;
+  c->id = ++srv->next_conn_id;
+  c->fd = fd;
+  c->device = device;
+  c->cred = *cred;
+  c->opened_at = st__now_mono();
+  ev_io_init(&c->rio, on_read, fd, EV_READ);
+  ev_io_init(&c->wio, on_write, fd, EV_WRITE);
+  double t = srv->cfg->frame_timeout_ms / 1000.0;
+  ev_timer_init(&c->frame_timer, on_frame_timeout, t, t);
+  ev_idle_init(&c->resume, on_resume);
+  c->rio.data = c->wio.data = c->frame_timer.data = c->resume.data = c;
+  table_insert(srv, c);
+  srv->counters.connections++;
+  ev_io_start(srv->loop, &c->rio);
+  ST_LOG_D("conn", "conn %llu accepted on device %d: pid %d uid %u gid %u",
+           (unsigned long long)c->id, device, (int)cred->pid, (unsigned)cred->uid,
+           (unsigned)cred->gid);
+}
+
+static void free_frame(st__wframe_t *f) {
+  for (int i = 0; i < f->nfds; i++) close(f->fds[i]);
+  free(f->data);
+  free(f);
+}
+
+/* Closes at once; the struct is freed by st__conn_reap. Loop thread. */
+void st__conn_close(st__conn_t *c, const char *why) {
+  if (c->dead) return;
+  st__server_t *srv = c->srv;
+  c->dead = 1;
+  ev_io_stop(srv->loop, &c->rio);
+  ev_io_stop(srv->loop, &c->wio);
+  ev_timer_stop(srv->loop, &c->frame_timer);
+  ev_idle_stop(srv->loop, &c->resume);
+  table_remove(srv, c);
+  close(c->fd);
+  c->fd = -1;
+  st__wframe_t *f = c->wq_head;
+  while (f) {
+    st__wframe_t *next = f->next;
+    free_frame(f);
+    f = next;
+  }
+  c->wq_head = c->wq_tail = NULL;
+  c->wq_bytes = 0;
+  st__reader_destroy(&c->reader);
+  /* Nobody will read the results of its calls: stop them early. Their
+   * completions find no connection and drop what was built. */
+  size_t cancelled = c->inflight > 0 && srv->pool ? st__pool_cancel_conn(srv->pool, c->id) : 0;
+  ST_LOG_D("conn", "conn %llu closed (%s) after %llu requests; %zu calls cancelled",
+           (unsigned long long)c->id, why ? why : "closed", (unsigned long long)c->requests,
+           cancelled);
+  c->dnext = srv->dead;
+  srv->dead = c;
+}
+
+/* Frees the connections closed since the last call (ev_prepare). Loop thread. */
+void st__conn_reap(st__server_t *srv) {
+  st__conn_t *c = srv->dead;
+  srv->dead = NULL;
+  while (c) {
+    st__conn_t *next = c->dnext;
+    free(c);
+    c = next;
+  }
+}
+
+/* Stops reading; closes once the write queue is empty. Loop thread. */
+void st__conn_close_after_flush(st__conn_t *c, const char *why) {
+  if (c->dead) return;
+  if (!c->closing) ST_LOG_D("conn", "conn %llu closing: %s", (unsigned long long)c->id, why);
+  c->closing = 1;
+  ev_io_stop(c->srv->loop, &c->rio);
+  ev_timer_stop(c->srv->loop, &c->frame_timer);
+  if (!c->wq_head) st__conn_close(c, why);
+}
+
+/* Shutdown: one last flush of each connection, then close. Loop thread. */
+void st__conn_close_all(st__server_t *srv) {
+  for (size_t b = 0; b < srv->nbuckets; b++) {
+    while (srv->buckets[b]) {
+      st__conn_t *c = srv->buckets[b];
+      if (c->wq_head) flush(c);
+      if (!c->dead) st__conn_close(c, "server stopping");
+    }
+  }
+}
+
+/* Closes a connection whose peer finished sending once nothing remains to
+ * be sent or computed for it. */
+static void maybe_finish(st__conn_t *c) {
+  if (!c->dead && c->eof && c->inflight == 0 && !c->wq_head) st__conn_close(c, "end of input");
+}
+
+/* One in-flight request was answered; see conn.h. Loop thread. */
+void st__conn_request_done(st__conn_t *c) {
+  if (c->inflight > 0) c->inflight--;
+  maybe_finish(c);
+}
+
+/* ------------------------------------------------------------- reading */
+
+/* Closes every descriptor a client attached: nothing it sends may hold one
+ * of our descriptor slots. */
+static void drop_received_fds(st__conn_t *c, struct msghdr *mh) {
+  for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+    size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    int *fds = (int *)CMSG_DATA(cm);
+    for (size_t i = 0; i < n; i++) {
+      int fd;
+      memcpy(&fd, &fds[i], sizeof fd);
+      close(fd);
+    }
+    c->srv->counters.fds_received += n;
+    if (n) ST_LOG_D("conn", "conn %llu: closed %zu descriptors it sent", (unsigned long long)c->id, n);
+  }
+}
+
+static void update_frame_timer(st__conn_t *c, int completed) {
+  if (c->dead || c->closing || c->read_paused || c->eof) {
+    ev_timer_stop(c->srv->loop, &c->frame_timer);
+    return;
+  }
+  if (st__reader_pending(&c->reader) == 0) {
+    ev_timer_stop(c->srv->loop, &c->frame_timer);
+  } else if (completed || !ev_is_active(&c->frame_timer)) {
+    ev_timer_again(c->srv->loop, &c->frame_timer);
+  }
+}
+
+static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
+  st__conn_t *c = w->data;
+  (void)loop;
+  (void)revents;
+  for (int round = 0; round < 4; round++) {
+    if (c->dead || c->closing || c->read_paused || c->eof) return;
+    char *buf;
+    size_t cap;
+    if (st__reader_reserve(&c->reader, READ_CHUNK, &buf, &cap) != ST_OK) {
+      st__conn_close(c, "out of memory");
+      return;
+    }
+    union {
+      char buf[CMSG_SPACE(sizeof(int) * ST_MAX_FDS_PER_MESSAGE)];
+      struct cmsghdr align;
+    } ctl;
+    struct iovec iov = {.iov_base = buf, .iov_len = cap};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                        .msg_controllen = sizeof ctl.buf};
+    ssize_t n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (mh.msg_controllen > 0) drop_received_fds(c, &mh);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      char why[128];
+      snprintf(why, sizeof why, "read: %s", strerror(errno));
+      st__conn_close(c, why);
+      return;
+    }
+    if (n == 0) {
+      /* The peer closed (POLLHUP: both directions are shut) or only
+       * finished sending (shutdown(SHUT_WR)): then it still reads the
+       * replies of what it sent, and we close once they are out. */
+      struct pollfd p = {.fd = c->fd, .events = POLLOUT};
+      if (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR))) {
+        st__conn_close(c, "closed by the client");
+        return;
+      }
+      c->eof = 1;
+      ev_io_stop(c->srv->loop, &c->rio);
+      update_frame_timer(c, 0);
+      if (st__reader_pending(&c->reader) > 0)
+        ST_LOG_D("conn", "conn %llu: input ended inside a frame", (unsigned long long)c->id);
+      maybe_finish(c);
+      return;
+    }
+    st__reader_commit(&c->reader, (size_t)n);
+    c->srv->counters.bytes_received += (uint64_t)n;
+    process_messages(c);
+    if ((size_t)n < cap) return;
+  }
+}
+
+static void process_messages(st__conn_t *c) {
+  st__server_t *srv = c->srv;
+  int completed = 0;
+  while (!c->dead && !c->closing) {
+    if (c->wq_bytes > WQ_HIGH) {
+      /* Backpressure: keep the rest buffered until the client reads. */
+      if (!c->read_paused) {
+        c->read_paused = 1;
+        ev_io_stop(srv->loop, &c->rio);
+      }
+      break;
+    }
+    st__message_t msg;
+    memset(&msg, 0, sizeof msg);
+    char why[256] = "";
+    int r = st__reader_next(&c->reader, &msg, why, sizeof why);
+    if (r == 0) break;
+    if (r < 0) {
+      uint32_t id = r == ST_ERR_PROTOCOL ? msg.id : 0;
+      st__message_destroy(&msg);
+      if (r == ST_ERR_PROTOCOL) srv->counters.protocol_errors++;
+      ST_LOG_W("conn", "conn %llu (pid %d): %s: %s; closing", (unsigned long long)c->id,
+               (int)c->cred.pid, st_err_name(r), why[0] ? why : st_strerror(r));
+      st__conn_send_error(c, id, r, why[0] ? why : st_strerror(r));
+      st__conn_close_after_flush(c, st_err_name(r));
+      break;
+    }
+    completed = 1;
+    c->requests++;
+    st__dispatch(c, &msg);
+    st__message_destroy(&msg);
+  }
+  update_frame_timer(c, completed);
+}
+
+static void on_frame_timeout(struct ev_loop *loop, ev_timer *w, int revents) {
+  st__conn_t *c = w->data;
+  (void)loop;
+  (void)revents;
+  ev_timer_stop(c->srv->loop, &c->frame_timer);
+  if (c->dead || c->closing) return;
+  char msg[128];
+  snprintf(msg, sizeof msg, "frame incomplete after %d ms (%zu bytes received)",
+           c->srv->cfg->frame_timeout_ms, st__reader_pending(&c->reader));
+  c->srv->counters.timeouts++;
+  ST_LOG_W("conn", "conn %llu (pid %d): %s; closing", (unsigned long long)c->id,
+           (int)c->cred.pid, msg);
+  st__conn_send_error(c, 0, ST_ERR_TIMEOUT, msg);
+  st__conn_close_after_flush(c, "frame timeout");
+}
+
+/* ------------------------------------------------------------- writing */
+
+/* Queues a frame (takes the bytes of sb and the fds) and writes what
+ * the socket takes now; see conn.h. Loop thread. */
+void st__conn_send(st__conn_t *c, msgpack_sbuffer *sb, const int *fds, int nfds) {
+  if (nfds < 0) nfds = 0;
+  if (c->dead) {
+    for (int i = 0; i < nfds; i++) close(fds[i]);
+    msgpack_sbuffer_destroy(sb);
+    msgpack_sbuffer_init(sb);
+    return;
+  }
+  st__wframe_t *f = malloc(sizeof *f + (size_t)nfds * sizeof(int));
+  if (!f) {
+    for (int i = 0; i < nfds; i++) close(fds[i]);
+    msgpack_sbuffer_destroy(sb);
+    msgpack_sbuffer_init(sb);
+    st__conn_close(c, "out of memory");
+    return;
+  }
+  f->next = NULL;
+  f->len = sb->size;
+  f->off = 0;
+  f->data = msgpack_sbuffer_release(sb);
+  f->nfds = nfds;
+  if (nfds) memcpy(f->fds, fds, (size_t)nfds * sizeof(int));
+  if (c->wq_tail) c->wq_tail->next = f;
+  else c->wq_head = f;
+  c->wq_tail = f;
+  c->wq_bytes += f->len;
+  /* Write at once unless the socket already pushed back (then the write
+   * watcher is active and will continue in order). */
+  if (!ev_is_active(&c->wio)) flush(c);
+}
+
+/* Queues [1, id, {code, name, message}, nil] and counts it. Loop thread. */
+void st__conn_send_error(st__conn_t *c, uint32_t id, int err, const char *message) {
+  if (c->dead) return;
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  st__pack_error_response(&pk, id, err, message);
+  c->srv->counters.errors++;
+  st__conn_send(c, &sb, NULL, 0);
+  msgpack_sbuffer_destroy(&sb);
+}
+
+/* Writes as much of the queue as the socket takes. Frames without
+ * descriptors are gathered into one sendmsg; a frame with descriptors
+ * always starts a sendmsg of its own so that they ride on its first byte. */
+static void flush(st__conn_t *c) {
+  st__server_t *srv = c->srv;
+  while (c->wq_head && !c->dead) {
+    struct iovec iov[MAX_IOV];
+    int niov = 0;
+    st__wframe_t *head = c->wq_head;
+    union {
+      char buf[CMSG_SPACE(sizeof(int) * ST_MAX_FDS_PER_MESSAGE)];
+      struct cmsghdr align;
+    } ctl;
+    struct msghdr mh = {.msg_iov = iov};
+    int with_fds = head->off == 0 && head->nfds > 0;
+    if (with_fds) {
+      mh.msg_control = ctl.buf;
+      mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)head->nfds);
+      struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+      cm->cmsg_level = SOL_SOCKET;
+      cm->cmsg_type = SCM_RIGHTS;
+      cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)head->nfds);
+      memcpy(CMSG_DATA(cm), head->fds, sizeof(int) * (size_t)head->nfds);
+    }
+    iov[niov].iov_base = head->data + head->off;
+    iov[niov].iov_len = head->len - head->off;
+    niov++;
+    for (st__wframe_t *f = head->next; f && niov < MAX_IOV && f->nfds == 0; f = f->next) {
+      iov[niov].iov_base = f->data;
+      iov[niov].iov_len = f->len;
+      niov++;
+    }
+    mh.msg_iovlen = (size_t)niov;
+    ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        ev_io_start(srv->loop, &c->wio);
+        return;
+      }
+      char why[128];
+      snprintf(why, sizeof why, "write: %s", strerror(errno));
+      st__conn_close(c, why);
+      return;
+    }
+    if (with_fds) {
+      /* The kernel took its own references with the first byte. */
+      for (int i = 0; i < head->nfds; i++) close(head->fds[i]);
+      srv->counters.fds_sent += (uint64_t)head->nfds;
+      head->nfds = 0;
+    }
+    srv->counters.bytes_sent += (uint64_t)n;
+    size_t left = (size_t)n;
+    while (left > 0 && c->wq_head) {
+      st__wframe_t *f = c->wq_head;
+      size_t rest = f->len - f->off;
+      if (left < rest) {
+        f->off += left;
+        c->wq_bytes -= left;
+        left = 0;
+        break;
+      }
+      left -= rest;
+      c->wq_bytes -= rest;
+      c->wq_head = f->next;
+      if (!c->wq_head) c->wq_tail = NULL;
+      free_frame(f);
+    }
+  }
+  if (c->dead) return;
+  ev_io_stop(srv->loop, &c->wio);
+  if (c->closing) {
+    st__conn_close(c, "closed after error");
+    return;
+  }
+  if (c->read_paused && c->wq_bytes < WQ_LOW) {
+    /* Resume: first the messages buffered while paused (from an idle
+     * watcher, not from here, so that flush never recurses), then reads. */
+    c->read_paused = 0;
+    if (!c->eof) ev_io_start(srv->loop, &c->rio);
+    ev_idle_start(srv->loop, &c->resume);
+  }
+  maybe_finish(c);
+}
+
+static void on_resume(struct ev_loop *loop, ev_idle *w, int revents) {
+  st__conn_t *c = w->data;
+  (void)revents;
+  ev_idle_stop(loop, &c->resume);
+  if (!c->dead && !c->read_paused) process_messages(c);
+}
+
+static void on_write(struct ev_loop *loop, ev_io *w, int revents) {
+  st__conn_t *c = w->data;
+  (void)loop;
+  (void)revents;
+  ev_io_stop(c->srv->loop, &c->wio);
+  flush(c);
+}

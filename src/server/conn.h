@@ -1,0 +1,110 @@
+/* src/server: one client connection (loop thread only).
+ *
+ * Reading: recvmsg into the frame reader (src/proto); descriptors a client
+ * sends are closed at once (arguments carry no tensors yet) and counted.
+ * Each complete message goes to st__dispatch. A frame that stays half-sent
+ * for frame_timeout_ms gets TIMEOUT and the connection is closed.
+ *
+ * Writing: a queue of frames (bytes + optional descriptors). A frame with
+ * descriptors goes out with one SCM_RIGHTS control message on the sendmsg
+ * that carries its first byte; the queue owns those descriptors and closes
+ * them once sent or when the connection dies.
+ *
+ * Lifetime: st__conn_close() unlinks the connection from the id table and
+ * closes its socket at once, but the struct is freed only before the next
+ * poll (ev_prepare), so code that still holds the pointer in the current
+ * callback may test c->dead. Jobs name the connection by id: a completion
+ * whose connection is gone finds nothing and drops its result.
+ */
+#ifndef ST_SERVER_CONN_H
+#define ST_SERVER_CONN_H
+
+#include <ev.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "proto/proto.h"
+#include "server/server.h"
+
+typedef struct st__wframe {
+  struct st__wframe *next;
+  char *data;                 /* owned msgpack bytes                        */
+  size_t len, off;            /* off: bytes already sent                    */
+  int nfds;                   /* descriptors still ours (sent with byte 0)  */
+  int fds[];
+} st__wframe_t;
+
+struct st__conn {
+  st__server_t *srv;
+  uint64_t id;
+  int fd;
+  int device;                 /* socket index it came in on                 */
+  struct ucred cred;
+  st__reader_t reader;
+  ev_io rio, wio;
+  ev_timer frame_timer;       /* runs while a frame is half-received        */
+  ev_idle resume;             /* handles messages buffered while paused     */
+  st__wframe_t *wq_head, *wq_tail;
+  size_t wq_bytes;
+  int inflight;               /* requests waiting for a reply (calls)       */
+  int closing;                /* close once the write queue is flushed      */
+  int eof;                    /* peer finished sending: close when idle     */
+  int read_paused;            /* write queue too long: not reading          */
+  int dead;                   /* closed; struct freed before the next poll  */
+  double opened_at;           /* monotonic                                  */
+  uint64_t requests;
+  char client[64];            /* from hello, for logs                       */
+  st__conn_t *hnext;          /* id hash chain                              */
+  st__conn_t *dnext;          /* dead list                                  */
+};
+
+/* Adopts an accepted, admitted socket (non-blocking, close-on-exec) and
+ * starts reading. Takes ownership of fd (closed on failure). Loop thread. */
+void st__conn_open(st__server_t *srv, int fd, int device, const struct ucred *cred);
+
+/* Connection by id, or NULL when it is gone. Borrowed. */
+st__conn_t *st__conn_find(st__server_t *srv, uint64_t id);
+
+/* Queues a frame: takes the bytes of `sb` (left empty) and the `nfds`
+ * descriptors (ownership moves to the connection, closed even on failure)
+ * and starts writing at once. Does nothing but close the fds on a dead
+ * connection. May close the connection on a write error: test c->dead
+ * afterwards. Loop thread. */
+void st__conn_send(st__conn_t *c, msgpack_sbuffer *sb, const int *fds, int nfds);
+
+/* Queues an error response [1, id, {code, name, message}, nil] and counts
+ * it. Loop thread. */
+void st__conn_send_error(st__conn_t *c, uint32_t id, int err, const char *message);
+
+/* A reply for one in-flight request was queued: drops the in-flight count
+ * and closes a connection whose peer already finished sending once nothing
+ * is left to send. Loop thread. */
+void st__conn_request_done(st__conn_t *c);
+
+/* Stops reading and closes once the write queue is flushed. */
+void st__conn_close_after_flush(st__conn_t *c, const char *why);
+
+/* Closes now: the socket, the queued frames and their descriptors. The
+ * struct stays readable (c->dead) until the next loop iteration. */
+void st__conn_close(st__conn_t *c, const char *why);
+
+/* Frees connections closed since the last call. Loop thread. */
+void st__conn_reap(st__server_t *srv);
+
+/* Closes every connection, trying one last non-blocking flush of each. */
+void st__conn_close_all(st__server_t *srv);
+
+/* Dispatch (dispatch.c): handles one decoded message of c. Borrows msg. */
+void st__dispatch(st__conn_t *c, const st__message_t *msg);
+
+/* Completion (dispatch.c): replies to the job's request if its connection
+ * still exists, then frees the job. Loop thread. */
+void st__dispatch_complete(st__server_t *srv, st__job_t *job);
+
+/* describe.c: result maps of hello, info and endpoints. */
+void st__describe_hello(msgpack_packer *pk, st__server_t *srv, int device);
+void st__describe_info(msgpack_packer *pk, st__server_t *srv);
+void st__describe_endpoints(msgpack_packer *pk, const st__generation_t *gen);
+void st__describe_devices(msgpack_packer *pk, const st__devices_t *d);
+
+#endif

@@ -1,0 +1,337 @@
+/* src/server: the listening sockets, one per served device, at
+ * "<base>-<index>.sock".
+ *
+ * Safety rules (docs/security.md): the socket's directory must be ours or
+ * root's and not writable by others unless sticky (like /tmp); a file
+ * already at the path is replaced only when it is a socket nobody answers
+ * on (stale); the socket is created with its final mode atomically (umask
+ * around bind), so there is no window where it is more open than
+ * socket_mode. On exit a socket is unlinked only if it is still the inode we
+ * bound.
+ */
+#include <errno.h>
+#include <grp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "server/conn.h"
+#include "server/server.h"
+#include "st/errors.h"
+
+#define SUN_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
+
+/* "<base>-<index>.sock" into out, or ST_ERR_LIMIT when it does not fit
+ * in sun_path (the message names the length). Any thread. */
+int st__socket_path(const char *base, int index, char *out, size_t len, char *err,
+                    size_t errlen) {
+  char path[4096];
+  int n = snprintf(path, sizeof path, "%s-%d.sock", base, index);
+  if (n < 0 || (size_t)n >= sizeof path) {
+    snprintf(err, errlen, "socket path for base '%.64s...' is too long", base);
+    return ST_ERR_LIMIT;
+  }
+  if ((size_t)n > SUN_PATH_MAX) {
+    snprintf(err, errlen,
+             "socket path %s is %d bytes long; a Unix socket path holds at most %zu: "
+             "choose a shorter base_path",
+             path, n, SUN_PATH_MAX);
+    return ST_ERR_LIMIT;
+  }
+  if ((size_t)n >= len) {
+    snprintf(err, errlen, "socket path %s is too long", path);
+    return ST_ERR_LIMIT;
+  }
+  memcpy(out, path, (size_t)n + 1);
+  return ST_OK;
+}
+
+/* Group id for socket_group (a name or a number). */
+static int lookup_group(const char *name, gid_t *gid, char *err, size_t errlen) {
+  struct group *g = getgrnam(name);
+  if (g) {
+    *gid = g->gr_gid;
+    return ST_OK;
+  }
+  char *end;
+  unsigned long v = strtoul(name, &end, 10);
+  if (*name && !*end) {
+    *gid = (gid_t)v;
+    return ST_OK;
+  }
+  snprintf(err, errlen, "socket_group '%s' is not a group of this host", name);
+  return ST_ERR_CONFIGURATION;
+}
+
+/* Creates every missing directory of `dir` with `mode` (like mkdir -p). */
+static int make_dirs(const char *dir, mode_t mode, int *created, char *err, size_t errlen) {
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s", dir);
+  size_t len = strlen(tmp);
+  for (size_t i = 1; i <= len; i++) {
+    if (tmp[i] != '/' && tmp[i] != '\0') continue;
+    char saved = tmp[i];
+    tmp[i] = '\0';
+    if (mkdir(tmp, mode) == 0) {
+      *created = 1;
+      /* mkdir's mode is filtered by the umask: set it exactly. */
+      chmod(tmp, mode);
+    } else if (errno != EEXIST) {
+      snprintf(err, errlen, "cannot create directory %s: %s", tmp, strerror(errno));
+      return ST_ERR_IO;
+    }
+    tmp[i] = saved;
+  }
+  return ST_OK;
+}
+
+/* The directory that holds the socket: created if missing; otherwise it
+ * must be a directory owned by us or root, not writable by group or
+ * others unless sticky (then nobody can remove or replace our socket). */
+static int check_dir(const st__config_t *cfg, const char *path, int have_gid, gid_t gid,
+                     char *err, size_t errlen) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == dir) dir[1] = '\0';
+  else *slash = '\0';
+  struct stat st;
+  if (stat(dir, &st) != 0) {
+    if (errno != ENOENT) {
+      snprintf(err, errlen, "cannot inspect socket directory %s: %s", dir, strerror(errno));
+      return ST_ERR_IO;
+    }
+    int created = 0;
+    mode_t mode = cfg->socket_group ? 0750 : 0700;
+    int rc = make_dirs(dir, mode, &created, err, errlen);
+    if (rc != ST_OK) return rc;
+    if (have_gid && chown(dir, (uid_t)-1, gid) != 0) {
+      snprintf(err, errlen, "cannot give directory %s to group %s: %s", dir, cfg->socket_group,
+               strerror(errno));
+      return ST_ERR_IO;
+    }
+    ST_LOG_I("listen", "created socket directory %s (mode %04o)", dir, (unsigned)mode);
+    if (stat(dir, &st) != 0) {
+      snprintf(err, errlen, "cannot inspect socket directory %s: %s", dir, strerror(errno));
+      return ST_ERR_IO;
+    }
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    snprintf(err, errlen, "%s is not a directory", dir);
+    return ST_ERR_CONFIGURATION;
+  }
+  if (st.st_uid != geteuid() && st.st_uid != 0) {
+    snprintf(err, errlen,
+             "socket directory %s belongs to uid %u, not to us (uid %u) or root: refusing "
+             "to serve from it",
+             dir, (unsigned)st.st_uid, (unsigned)geteuid());
+    return ST_ERR_CONFIGURATION;
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX)) {
+    snprintf(err, errlen,
+             "socket directory %s is writable by %s and not sticky (mode %04o): another "
+             "user could replace the socket; refusing to serve from it",
+             dir, (st.st_mode & S_IWOTH) ? "others" : "its group",
+             (unsigned)(st.st_mode & 07777));
+    return ST_ERR_CONFIGURATION;
+  }
+  return ST_OK;
+}
+
+/* Something exists at `path`: a socket nobody answers on is removed;
+ * anything else is refused. */
+static int clear_path(const char *path, char *err, size_t errlen) {
+  struct stat st;
+  if (lstat(path, &st) != 0) {
+    if (errno == ENOENT) return ST_OK;
+    snprintf(err, errlen, "cannot inspect %s: %s", path, strerror(errno));
+    return ST_ERR_IO;
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    snprintf(err, errlen, "%s exists and is not a socket: refusing to replace it", path);
+    return ST_ERR_CONFIGURATION;
+  }
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    snprintf(err, errlen, "socket: %s", strerror(errno));
+    return ST_ERR_IO;
+  }
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  memcpy(sa.sun_path, path, strlen(path) + 1);
+  int r = connect(fd, (struct sockaddr *)&sa, sizeof sa);
+  int e = errno;
+  close(fd);
+  if (r == 0 || e == EAGAIN || e == EINPROGRESS) {
+    snprintf(err, errlen, "another stserver is serving on %s", path);
+    return ST_ERR_CONFIGURATION;
+  }
+  if (e != ECONNREFUSED) {
+    snprintf(err, errlen, "%s exists and cannot be probed (%s): refusing to replace it", path,
+             strerror(e));
+    return ST_ERR_CONFIGURATION;
+  }
+  if (unlink(path) != 0 && errno != ENOENT) {
+    snprintf(err, errlen, "cannot remove stale socket %s: %s", path, strerror(errno));
+    return ST_ERR_IO;
+  }
+  ST_LOG_I("listen", "removed stale socket %s (nothing was serving on it)", path);
+  return ST_OK;
+}
+
+static void on_accept(struct ev_loop *loop, ev_io *w, int revents);
+
+static void on_retry(struct ev_loop *loop, ev_timer *w, int revents) {
+  st__listener_t *l = w->data;
+  (void)revents;
+  ev_timer_stop(loop, &l->retry);
+  if (l->fd >= 0) ev_io_start(loop, &l->io);
+}
+
+static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
+  st__listener_t *l = w->data;
+  st__server_t *srv = l->srv;
+  const st__config_t *cfg = srv->cfg;
+  (void)revents;
+  for (int i = 0; i < 64 && l->fd >= 0; i++) {
+    int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      /* Out of descriptors (or memory): the connection stays in the
+       * backlog; pause accepting instead of spinning on it. */
+      ST_LOG_W("listen", "accept on %s: %s; pausing accepts for 100 ms", l->path,
+               strerror(errno));
+      ev_io_stop(loop, &l->io);
+      ev_timer_set(&l->retry, 0.1, 0.);
+      ev_timer_start(loop, &l->retry);
+      return;
+    }
+    struct ucred cred;
+    socklen_t clen = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0) {
+      ST_LOG_W("listen", "SO_PEERCRED on %s: %s; dropping the connection", l->path,
+               strerror(errno));
+      close(fd);
+      continue;
+    }
+    if (!st__peer_admitted(cfg, &cred)) {
+      srv->counters.auth_refused++;
+      char msg[160];
+      snprintf(msg, sizeof msg, "uid %u (gid %u) is not allowed on this server",
+               (unsigned)cred.uid, (unsigned)cred.gid);
+      ST_LOG_W("listen", "refused pid %d uid %u gid %u on %s: not allowed", (int)cred.pid,
+               (unsigned)cred.uid, (unsigned)cred.gid, l->path);
+      st__peer_refuse(fd, ST_ERR_AUTH, msg);
+      continue;
+    }
+    if (srv->nconns >= cfg->max_connections) {
+      srv->counters.limit_refused++;
+      char msg[128];
+      snprintf(msg, sizeof msg, "too many connections (max_connections = %d)",
+               cfg->max_connections);
+      ST_LOG_W("listen", "refused pid %d uid %u: %s", (int)cred.pid, (unsigned)cred.uid, msg);
+      st__peer_refuse(fd, ST_ERR_LIMIT, msg);
+      continue;
+    }
+    st__conn_open(srv, fd, l->device, &cred);
+  }
+}
+
+/* Opens the socket of one device; see server.h. Loop thread, at start. */
+int st__listen_open(st__server_t *srv, int device, char *err, size_t errlen) {
+  const st__config_t *cfg = srv->cfg;
+  st__listener_t *l = &srv->listeners[srv->nlisteners];
+  memset(l, 0, sizeof *l);
+  l->fd = -1;
+  l->srv = srv;
+  l->device = device;
+  int rc = st__socket_path(cfg->base_path, device, l->path, sizeof l->path, err, errlen);
+  if (rc != ST_OK) return rc;
+  gid_t gid = 0;
+  int have_gid = 0;
+  if (cfg->socket_group && cfg->socket_group[0]) {
+    rc = lookup_group(cfg->socket_group, &gid, err, errlen);
+    if (rc != ST_OK) return rc;
+    have_gid = 1;
+  }
+  rc = check_dir(cfg, l->path, have_gid, gid, err, errlen);
+  if (rc != ST_OK) return rc;
+  rc = clear_path(l->path, err, errlen);
+  if (rc != ST_OK) return rc;
+
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    snprintf(err, errlen, "socket: %s", strerror(errno));
+    return ST_ERR_IO;
+  }
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  memcpy(sa.sun_path, l->path, strlen(l->path) + 1);
+  /* The socket file gets 0777 & ~umask: set the umask so that it is born
+   * with socket_mode. Only the loop thread runs while sockets are opened. */
+  mode_t old = umask((mode_t)(~cfg->socket_mode & 0777));
+  int r = bind(fd, (struct sockaddr *)&sa, sizeof sa);
+  int e = errno;
+  umask(old);
+  if (r != 0) {
+    close(fd);
+    snprintf(err, errlen, "cannot bind %s: %s", l->path, strerror(e));
+    return ST_ERR_IO;
+  }
+  struct stat st;
+  if (lstat(l->path, &st) == 0) {
+    l->st_dev = st.st_dev;
+    l->st_ino = st.st_ino;
+  }
+  if (have_gid && chown(l->path, (uid_t)-1, gid) != 0) {
+    e = errno;
+    unlink(l->path);
+    close(fd);
+    snprintf(err, errlen, "cannot give %s to group %s: %s", l->path, cfg->socket_group,
+             strerror(e));
+    return ST_ERR_IO;
+  }
+  if (listen(fd, SOMAXCONN) != 0) {
+    e = errno;
+    unlink(l->path);
+    close(fd);
+    snprintf(err, errlen, "cannot listen on %s: %s", l->path, strerror(e));
+    return ST_ERR_IO;
+  }
+  l->fd = fd;
+  ev_io_init(&l->io, on_accept, fd, EV_READ);
+  ev_init(&l->retry, on_retry);
+  l->io.data = l->retry.data = l;
+  ev_io_start(srv->loop, &l->io);
+  srv->nlisteners++;
+  ST_LOG_I("listen", "listening on %s (device %d, mode %04o%s%s)", l->path, device,
+           cfg->socket_mode & 07777, have_gid ? ", group " : "",
+           have_gid ? cfg->socket_group : "");
+  return ST_OK;
+}
+
+/* Closes the listeners and unlinks our socket files. Loop thread. */
+void st__listen_close_all(st__server_t *srv) {
+  for (int i = 0; i < srv->nlisteners; i++) {
+    st__listener_t *l = &srv->listeners[i];
+    if (l->fd < 0) continue;
+    ev_io_stop(srv->loop, &l->io);
+    ev_timer_stop(srv->loop, &l->retry);
+    close(l->fd);
+    l->fd = -1;
+    struct stat st;
+    if (lstat(l->path, &st) == 0 && st.st_dev == l->st_dev && st.st_ino == l->st_ino) {
+      if (unlink(l->path) != 0)
+        ST_LOG_W("listen", "cannot remove %s: %s", l->path, strerror(errno));
+      else
+        ST_LOG_D("listen", "removed %s", l->path);
+    } else {
+      ST_LOG_W("listen", "%s is no longer our socket: left in place", l->path);
+    }
+  }
+}

@@ -1,0 +1,322 @@
+/* src/server: the server's life: start, completions, reload, shutdown.
+ * Loop thread only (server.h). */
+#include "server/server.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "lua/st_lua.h"
+#include "mem/arena.h"
+#include "server/conn.h"
+#include "st/errors.h"
+#include "st/wire.h"
+
+/* Wall-clock time in seconds. Any thread. */
+double st__now_unix(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* 128 random bits as 32 hex digits: names this process start, so clients
+ * never confuse arena ids of two server lifetimes. */
+static void make_server_id(char out[33]) {
+  unsigned char b[16];
+  size_t got = 0;
+  while (got < sizeof b) {
+    ssize_t n = getrandom(b + got, sizeof b - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      /* No entropy source at all: time and pid still make restarts
+       * distinct on one host. */
+      uint64_t t = (uint64_t)(st__now_unix() * 1e9), p = (uint64_t)getpid();
+      memcpy(b, &t, 8);
+      memcpy(b + 8, &p, 8);
+      break;
+    }
+    got += (size_t)n;
+  }
+  for (int i = 0; i < 16; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
+
+/* Workers call this after queueing a completion. */
+static void notify_loop(void *ud) {
+  st__server_t *srv = ud;
+  ev_async_send(srv->loop, &srv->done);
+}
+
+static void on_done(struct ev_loop *loop, ev_async *w, int revents) {
+  st__server_t *srv = w->data;
+  (void)loop;
+  (void)revents;
+  st__job_t *job = st__pool_take_done(srv->pool);
+  while (job) {
+    st__job_t *next = job->next;
+    job->next = NULL;
+    st__dispatch_complete(srv, job);
+    job = next;
+  }
+  st__server_check_drained(srv);
+}
+
+static void on_reap(struct ev_loop *loop, ev_prepare *w, int revents) {
+  (void)loop;
+  (void)revents;
+  st__conn_reap(w->data);
+}
+
+/* Shutdown deadline. First expiry: the grace period is over, so the calls
+ * still running are cancelled (they answer CANCELLED within moments: the
+ * Lua hook and st.sleep check the flag); second expiry, one second later:
+ * stop whatever is left. */
+static void on_grace(struct ev_loop *loop, ev_timer *w, int revents) {
+  st__server_t *srv = w->data;
+  (void)revents;
+  size_t left = srv->pool ? st__pool_outstanding(srv->pool) : 0;
+  if (!srv->grace_expired) {
+    srv->grace_expired = 1;
+    ST_LOG_W("server", "%zu calls still running after %.1f s: cancelling them", left,
+             srv->cfg->shutdown_grace_s);
+    if (srv->pool) st__pool_cancel_all(srv->pool);
+    ev_timer_set(&srv->grace, 1.0, 0.);
+    ev_timer_start(loop, &srv->grace);
+    return;
+  }
+  ST_LOG_W("server", "%zu cancelled calls did not stop within 1 s: stopping without them",
+           left);
+  srv->stopped = 1;
+  ev_break(loop, EVBREAK_ALL);
+}
+
+/* Comma-separated endpoint names of a generation (truncated). */
+static void endpoint_names(const st__generation_t *g, char *out, size_t cap) {
+  size_t used = 0;
+  out[0] = '\0';
+  for (size_t i = 0; g && i < g->nendpoints && used + 1 < cap; i++) {
+    int n = snprintf(out + used, cap - used, "%s%s", i ? ", " : "", g->endpoints[i].name);
+    if (n < 0) break;
+    used += (size_t)n;
+  }
+  if (used >= cap && cap > 4) memcpy(out + cap - 4, "...", 4);
+}
+
+static void log_errors(st__log_level_t level, const char *who, const st__errlist_t *errs) {
+  for (size_t i = 0; i < errs->count; i++) st__log(level, who, "%s", errs->items[i]);
+}
+
+/* Starts everything but the loop; see server.h. Loop thread. */
+int st__server_init(st__server_t *srv, const st__config_t *cfg) {
+  memset(srv, 0, sizeof *srv);
+  srv->cfg = cfg;
+  srv->started_at = st__now_unix();
+  srv->started_mono = st__now_mono();
+  make_server_id(srv->server_id);
+  srv->loop = ev_default_loop(EVFLAG_AUTO);
+  if (!srv->loop) {
+    ST_LOG_E("server", "cannot create the event loop");
+    return ST_ERR_INTERNAL;
+  }
+  size_t nb = 64;
+  while (nb < (size_t)cfg->max_connections * 2 && nb < (1u << 20)) nb <<= 1;
+  srv->nbuckets = nb;
+  srv->buckets = calloc(nb, sizeof *srv->buckets);
+  if (!srv->buckets) {
+    ST_LOG_E("server", "out of memory");
+    return ST_ERR_OUT_OF_MEMORY;
+  }
+  ev_prepare_init(&srv->reap, on_reap);
+  srv->reap.data = srv;
+  ev_prepare_start(srv->loop, &srv->reap);
+  ev_async_init(&srv->done, on_done);
+  srv->done.data = srv;
+  ev_async_start(srv->loop, &srv->done);
+  ev_init(&srv->grace, on_grace);
+  srv->grace.data = srv;
+  /* Signals first: a SIGTERM from here on unlinks what we create. */
+  st__signals_start(srv);
+
+  ST_LOG_I("server", "stserver %s (protocol %d) pid %d, server id %s", ST_VERSION_STRING,
+           ST_PROTOCOL_VERSION, (int)getpid(), srv->server_id);
+  ST_LOG_I("server", "config: %s", cfg->path && cfg->path[0] ? cfg->path : "none (defaults)");
+
+  st__devices_probe(&srv->devices);
+  if (srv->devices.cuda_count)
+    ST_LOG_I("server", "devices: cpu and %d CUDA device(s)", srv->devices.cuda_count);
+  else
+    ST_LOG_I("server", "devices: cpu; no CUDA device: %s", srv->devices.cuda_reason);
+  for (int i = 0; i < srv->devices.count; i++)
+    if (srv->devices.list[i].index >= 0)
+      ST_LOG_I("server", "  cuda:%d %s %s", srv->devices.list[i].index,
+               srv->devices.list[i].name, srv->devices.list[i].uuid);
+
+  st__arena_set_limit(cfg->max_object_bytes);
+
+  st__errlist_t errs = {0};
+  int rc = st__generation_load(cfg->endpoints_dir, 1, &srv->gen, &errs);
+  if (rc != ST_OK) {
+    ST_LOG_E("server", "cannot load endpoints from %s:", cfg->endpoints_dir);
+    log_errors(ST_LOG_ERROR, "server", &errs);
+    st__errlist_clear(&errs);
+    srv->gen = NULL;
+    return ST_ERR_CONFIGURATION;
+  }
+  st__errlist_clear(&errs);
+  {
+    char names[1024];
+    endpoint_names(srv->gen, names, sizeof names);
+    ST_LOG_I("server", "endpoints: %s: %zu loaded: %s", cfg->endpoints_dir,
+             srv->gen->nendpoints, names);
+  }
+
+  for (int i = 0; i < cfg->ndevices; i++) {
+    char err[512];
+    rc = st__listen_open(srv, cfg->devices[i], err, sizeof err);
+    if (rc != ST_OK) {
+      ST_LOG_E("server", "%s", err);
+      return rc;
+    }
+  }
+
+  static const st__pool_runner_t lua_runner = {
+      .vm_new = st__vm_new,
+      .vm_free = st__vm_free,
+      .vm_generation = st__vm_generation,
+      .vm_build = st__vm_build,
+  };
+  char err[256];
+  rc = st__pool_start(cfg->workers, &lua_runner, srv->gen, notify_loop, srv, &srv->pool, err,
+                      sizeof err);
+  if (rc != ST_OK) {
+    ST_LOG_E("server", "%s", err);
+    return rc;
+  }
+  ST_LOG_I("server", "workers: %d; limits: max_message_bytes %zu, max_connections %d, "
+           "max_inflight %d, frame_timeout_ms %d",
+           cfg->workers, cfg->max_message_bytes, cfg->max_connections, cfg->max_inflight,
+           cfg->frame_timeout_ms);
+  ST_LOG_I("server", "ready");
+  return ST_OK;
+}
+
+/* Runs the loop until the server stops. Loop thread. */
+void st__server_run(st__server_t *srv) {
+  if (!srv->stopped) ev_run(srv->loop, 0);
+}
+
+/* Ends a shutdown once no call is in flight. Loop thread. */
+void st__server_check_drained(st__server_t *srv) {
+  if (!srv->shutting_down || srv->stopped) return;
+  if (srv->pool && st__pool_outstanding(srv->pool) > 0) return;
+  ev_timer_stop(srv->loop, &srv->grace);
+  ST_LOG_I("server", "in-flight calls finished");
+  srv->stopped = 1;
+  ev_break(srv->loop, EVBREAK_ALL);
+}
+
+/* SIGTERM/SIGINT; see server.h. Loop thread. */
+void st__server_shutdown(st__server_t *srv, const char *why) {
+  if (srv->shutting_down) {
+    ST_LOG_W("server", "%s again: stopping now", why);
+    if (srv->pool) st__pool_cancel_all(srv->pool);
+    srv->stopped = 1;
+    ev_break(srv->loop, EVBREAK_ALL);
+    return;
+  }
+  srv->shutting_down = 1;
+  st__listen_close_all(srv);
+  size_t left = srv->pool ? st__pool_outstanding(srv->pool) : 0;
+  if (left == 0) {
+    ST_LOG_I("server", "%s: shutting down", why);
+    srv->stopped = 1;
+    ev_break(srv->loop, EVBREAK_ALL);
+    return;
+  }
+  ST_LOG_I("server", "%s: shutting down; waiting up to %.1f s for %zu in-flight calls", why,
+           srv->cfg->shutdown_grace_s, left);
+  ev_timer_set(&srv->grace, srv->cfg->shutdown_grace_s, 0.);
+  ev_timer_start(srv->loop, &srv->grace);
+}
+
+/* SIGHUP: compile, validate, then swap; on error keep the current
+ * generation and record why. Loop thread. */
+void st__server_reload(st__server_t *srv) {
+  if (srv->shutting_down) {
+    ST_LOG_W("server", "reload ignored: shutting down");
+    return;
+  }
+  uint64_t number = (srv->gen ? srv->gen->number : 0) + 1;
+  st__errlist_t errs = {0};
+  st__generation_t *g = NULL;
+  double t0 = st__now_mono();
+  int rc = st__generation_load(srv->cfg->endpoints_dir, number, &g, &errs);
+  srv->last_reload_done = 1;
+  srv->last_reload_at = st__now_unix();
+  free(srv->last_reload_error);
+  srv->last_reload_error = NULL;
+  if (rc != ST_OK) {
+    srv->last_reload_ok = 0;
+    srv->last_reload_error = st__errlist_join(&errs);
+    if (!srv->last_reload_error) srv->last_reload_error = strdup(st_strerror(rc));
+    srv->counters.reload_failures++;
+    ST_LOG_E("server", "reload failed; generation %llu stays in service:",
+             (unsigned long long)(srv->gen ? srv->gen->number : 0));
+    log_errors(ST_LOG_ERROR, "server", &errs);
+    st__errlist_clear(&errs);
+    return;
+  }
+  st__errlist_clear(&errs);
+  st__generation_t *old = srv->gen;
+  srv->gen = g;
+  if (srv->pool) st__pool_set_generation(srv->pool, g);
+  /* Jobs and worker states hold their own references: the old generation
+   * is freed when the last of them lets go. */
+  if (old) st__generation_unref(old);
+  srv->last_reload_ok = 1;
+  srv->counters.reloads++;
+  char names[1024];
+  endpoint_names(g, names, sizeof names);
+  ST_LOG_I("server", "reloaded in %.1f ms: generation %llu, %zu endpoints: %s",
+           (st__now_mono() - t0) * 1e3, (unsigned long long)g->number, g->nendpoints, names);
+}
+
+/* Closes and frees everything after the loop ended. Loop thread. */
+void st__server_destroy(st__server_t *srv) {
+  if (!srv->loop) return;
+  st__listen_close_all(srv);
+  st__signals_stop(srv);
+  /* Replies already queued get one last chance; calls still running are
+   * cancelled and their results dropped with their jobs. */
+  if (srv->buckets) st__conn_close_all(srv);
+  if (srv->pool) {
+    st__pool_cancel_all(srv->pool);
+    int stuck = st__pool_free(srv->pool, 5.0);
+    if (stuck)
+      ST_LOG_E("server", "%d workers did not stop within 5 s; exiting without them", stuck);
+    srv->pool = NULL;
+  }
+  st__conn_reap(srv);
+  ev_timer_stop(srv->loop, &srv->grace);
+  ev_async_stop(srv->loop, &srv->done);
+  ev_prepare_stop(srv->loop, &srv->reap);
+  const st__counters_t *k = &srv->counters;
+  ST_LOG_I("server",
+           "stopped after %.1f s: %llu connections, %llu requests, %llu calls (%llu ok), "
+           "%llu errors, %llu bytes and %llu descriptors sent, %llu peers refused",
+           st__now_mono() - srv->started_mono, (unsigned long long)k->connections,
+           (unsigned long long)k->requests, (unsigned long long)k->calls,
+           (unsigned long long)k->calls_ok, (unsigned long long)k->errors,
+           (unsigned long long)k->bytes_sent, (unsigned long long)k->fds_sent,
+           (unsigned long long)(k->auth_refused + k->limit_refused));
+  if (srv->gen) st__generation_unref(srv->gen);
+  srv->gen = NULL;
+  free(srv->last_reload_error);
+  free(srv->buckets);
+  srv->buckets = NULL;
+  srv->loop = NULL;
+}

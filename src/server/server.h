@@ -1,0 +1,192 @@
+/* src/server: the server process: loop, listeners, connections, counters
+ * and the current generation.
+ *
+ * Threads: everything in st__server_t belongs to the loop thread, except
+ * the pool (engine/pool.h: locked internally) and the job completions it
+ * hands back through `done` (ev_async). Worker threads never see this
+ * struct and never touch a connection.
+ */
+#ifndef ST_SERVER_SERVER_H
+#define ST_SERVER_SERVER_H
+
+#include <ev.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include "engine/generation.h"
+#include "engine/job.h"
+#include "engine/pool.h"
+#include "server/config.h"
+
+/* ------------------------------------------------------------- devices */
+
+typedef struct st__device {
+  int index;                  /* CUDA ordinal; -1 for the cpu device       */
+  char kind[8];               /* "cpu" | "cuda"                            */
+  char name[128];
+  char uuid[48];              /* "GPU-xxxxxxxx-..." for CUDA, "" for cpu   */
+  uint64_t memory_bytes;      /* total device memory (0 for cpu)           */
+} st__device_t;
+
+typedef struct st__devices {
+  int count;
+  st__device_t list[1 + 64];
+  int cuda_count;
+  char cuda_reason[256];      /* why there is no CUDA device ("" if some)  */
+} st__devices_t;
+
+/* Fills *d: the "cpu" device first, then every CUDA device the runtime
+ * reports (when built with CUDA). Never fails: a missing driver means no
+ * CUDA devices and a reason in cuda_reason. Loop thread, at start. */
+void st__devices_probe(st__devices_t *d);
+
+/* ------------------------------------------------------------- server */
+
+typedef struct st__counters {
+  uint64_t requests;          /* requests received (every method)          */
+  uint64_t errors;            /* error responses sent                      */
+  uint64_t calls;             /* calls queued on the pool                  */
+  uint64_t calls_ok;          /* calls answered with a result              */
+  uint64_t calls_dropped;     /* results whose connection was gone         */
+  uint64_t notifications;     /* client notifications (ignored)            */
+  uint64_t bytes_received;
+  uint64_t bytes_sent;
+  uint64_t fds_sent;
+  uint64_t fds_received;      /* client-sent descriptors, all closed       */
+  uint64_t connections;       /* connections admitted since start          */
+  uint64_t auth_refused;      /* peers refused by the credential check     */
+  uint64_t limit_refused;     /* connections refused at max_connections    */
+  uint64_t protocol_errors;   /* connections closed for bad bytes          */
+  uint64_t busy;              /* requests refused with BUSY                */
+  uint64_t timeouts;          /* connections closed for a half-sent frame  */
+  uint64_t reloads;           /* successful reloads                        */
+  uint64_t reload_failures;
+} st__counters_t;
+
+typedef struct st__conn st__conn_t;
+typedef struct st__server st__server_t;
+
+typedef struct st__listener {
+  ev_io io;
+  ev_timer retry;             /* re-arms accept after EMFILE              */
+  st__server_t *srv;
+  int fd;                     /* -1 when closed                            */
+  int device;                 /* socket index (config devices[])          */
+  char path[108];
+  dev_t st_dev;               /* identity of the socket file we bound,    */
+  ino_t st_ino;               /* so we only ever unlink our own           */
+} st__listener_t;
+
+struct st__server {
+  struct ev_loop *loop;
+  const st__config_t *cfg;    /* borrowed; outlives the server             */
+
+  st__listener_t listeners[ST_MAX_DEVICES];
+  int nlisteners;
+
+  /* connections by id (chained hash); ids start at 1 and are never reused */
+  st__conn_t **buckets;
+  size_t nbuckets;            /* power of two                              */
+  int nconns;
+  uint64_t next_conn_id;
+  st__conn_t *dead;           /* closed, freed by `reap` before next poll  */
+  ev_prepare reap;
+
+  st__generation_t *gen;      /* owned reference: the current generation  */
+  int last_reload_done;       /* a reload was attempted                    */
+  int last_reload_ok;
+  char *last_reload_error;    /* owned, NULL when ok                       */
+  double last_reload_at;      /* unix time                                 */
+
+  st__pool_t *pool;
+  ev_async done;              /* workers: "completions are queued"         */
+  ev_signal sig_term, sig_int, sig_hup;
+  ev_timer grace;             /* shutdown: in-flight work deadline         */
+
+  st__counters_t counters;
+  st__devices_t devices;
+  char server_id[33];         /* 128 random bits, hex                      */
+  double started_at;          /* unix time                                 */
+  double started_mono;
+  int shutting_down;
+  int grace_expired;          /* in-flight calls were cancelled           */
+  int stopped;                /* the loop was told to stop                 */
+};
+
+/* Command-line options (main.c); NULL / 0 means "not given". */
+typedef struct st__options {
+  const char *config;         /* --config                                  */
+  const char *base_path;      /* --base-path                               */
+  const char *endpoints;      /* --endpoints                               */
+  int workers;                /* --workers, 0 = config                     */
+  int log_level;              /* --log-level, -1 = config                  */
+  int check;                  /* --check                                   */
+} st__options_t;
+
+/* Everything after flag parsing: loads the config, applies the flags, then
+ * either checks (--check) or runs the server until SIGTERM/SIGINT. Returns
+ * the process exit status (0 ok, 1 error). Main thread. */
+int st__server_main(const st__options_t *opts);
+
+/* Loads the generation, opens the sockets, starts the pool and the signal
+ * watchers. ST_OK, or an error already logged (nothing left open).
+ * `cfg` is borrowed and must outlive the server. Loop thread. */
+int st__server_init(st__server_t *srv, const st__config_t *cfg);
+
+/* Runs the loop until the server stopped (after SIGTERM and the drain).
+ * Loop thread. */
+void st__server_run(st__server_t *srv);
+
+/* Closes connections and listeners, stops the pool and frees everything.
+ * Loop thread, after st__server_run. */
+void st__server_destroy(st__server_t *srv);
+
+/* SIGTERM/SIGINT: stop accepting, unlink the sockets, refuse new calls,
+ * let in-flight calls finish within shutdown_grace_s, then stop the loop.
+ * A second call stops at once. Loop thread. */
+void st__server_shutdown(st__server_t *srv, const char *why);
+
+/* SIGHUP: loads a new generation and swaps it in; on failure keeps the
+ * current one and records the errors for info. Loop thread. */
+void st__server_reload(st__server_t *srv);
+
+/* Called by the completion handler when the last in-flight job drained:
+ * finishes a shutdown in progress. Loop thread. */
+void st__server_check_drained(st__server_t *srv);
+
+/* Wall-clock unix time in seconds. */
+double st__now_unix(void);
+
+/* ------------------------------------------------------------- pieces */
+
+/* listen.c: socket path of device `index` into out (ST_ERR_LIMIT with a
+ * message naming the length when it does not fit in sun_path). */
+int st__socket_path(const char *base, int index, char *out, size_t len, char *err,
+                    size_t errlen);
+
+/* listen.c: checks/creates the socket's directory, handles an existing
+ * file at the path (stale socket: replaced; live server or non-socket:
+ * refused), binds with socket_mode and starts accepting. ST_OK or
+ * ST_ERR_CONFIGURATION/ST_ERR_IO with a message. Loop thread. */
+int st__listen_open(st__server_t *srv, int device, char *err, size_t errlen);
+
+/* listen.c: stops accepting, closes every listener and unlinks its socket
+ * file if it is still the one we bound. Idempotent. Loop thread. */
+void st__listen_close_all(st__server_t *srv);
+
+/* peer.c: nonzero if a peer with these credentials may use the server:
+ * root, our own uid, a uid of allow_uids, a primary gid of allow_gids. */
+int st__peer_admitted(const st__config_t *cfg, const struct ucred *cred);
+
+/* peer.c: answers a connection we will not serve with one error response
+ * (id 0) and closes it. Takes ownership of fd. Loop thread. */
+void st__peer_refuse(int fd, int err, const char *message);
+
+/* signals.c: starts the SIGTERM/SIGINT/SIGHUP watchers and ignores
+ * SIGPIPE. Loop thread. */
+void st__signals_start(st__server_t *srv);
+void st__signals_stop(st__server_t *srv);
+
+#endif

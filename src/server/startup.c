@@ -1,0 +1,170 @@
+/* src/server: from parsed flags to a running (or checked) server.
+ * Precedence of every setting: flag > config.lua > environment (only
+ * SHARED_TENSOR_BASE_PATH) > built-in default. Main thread.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "lua/st_lua.h"
+#include "server/server.h"
+#include "st/errors.h"
+#include "st/wire.h"
+
+#define DEFAULT_CONFIG "config.lua"
+
+static char *dir_of(const char *path) {
+  char *d = strdup(path);
+  if (!d) return NULL;
+  char *slash = strrchr(d, '/');
+  if (!slash) {
+    free(d);
+    return strdup(".");
+  }
+  if (slash == d) slash[1] = '\0';
+  else *slash = '\0';
+  return d;
+}
+
+/* The default endpoints directory ("endpoints") is relative to the config
+ * file's directory when there is one (st__config_load already resolves a
+ * value set in config.lua); --endpoints, and everything when no config
+ * file is used, is relative to the working directory. */
+static void resolve_endpoints(st__config_t *cfg, int keep) {
+  if (keep || !cfg->endpoints_dir || cfg->endpoints_dir[0] == '/') return;
+  if (!cfg->path || !cfg->path[0]) return;
+  char *dir = dir_of(cfg->path);
+  if (!dir) return;
+  if (strcmp(dir, ".") != 0) {
+    size_t n = strlen(dir) + strlen(cfg->endpoints_dir) + 2;
+    char *joined = malloc(n);
+    if (joined) {
+      snprintf(joined, n, "%s/%s", dir, cfg->endpoints_dir);
+      free(cfg->endpoints_dir);
+      cfg->endpoints_dir = joined;
+    }
+  }
+  free(dir);
+}
+
+static void print_errors(const st__errlist_t *errs) {
+  for (size_t i = 0; i < errs->count; i++) fprintf(stderr, "%s\n", errs->items[i]);
+}
+
+static const char *yes(int v) {
+  return v ? "yes" : "no";
+}
+
+/* --check: config, socket paths and every endpoint file; errors on
+ * stderr (file:line: message), a summary on stdout. */
+static int run_check(const st__config_t *cfg, int config_errors) {
+  int nerr = config_errors;
+  printf("config: %s\n", cfg->path && cfg->path[0] ? cfg->path : "none (defaults)");
+  for (int i = 0; i < cfg->ndevices; i++) {
+    char path[200], err[512];
+    if (st__socket_path(cfg->base_path, cfg->devices[i], path, sizeof path, err, sizeof err) !=
+        ST_OK) {
+      fprintf(stderr, "%s: %s\n", cfg->path && cfg->path[0] ? cfg->path : "config", err);
+      nerr++;
+    } else {
+      printf("socket: %s (device %d)\n", path, cfg->devices[i]);
+    }
+  }
+  st__errlist_t errs = {0};
+  st__generation_t *gen = NULL;
+  int rc = st__generation_load(cfg->endpoints_dir, 1, &gen, &errs);
+  print_errors(&errs);
+  if (rc != ST_OK) {
+    nerr += errs.count ? (int)errs.count : 1;
+    if (!errs.count)
+      fprintf(stderr, "%s: cannot load endpoints: %s\n", cfg->endpoints_dir, st_strerror(rc));
+  }
+  st__errlist_clear(&errs);
+  printf("endpoints: %s\n", cfg->endpoints_dir);
+  if (gen) {
+    for (size_t i = 0; i < gen->nendpoints; i++) {
+      const st__endpoint_decl_t *ep = &gen->endpoints[i];
+      printf("  %s(", ep->name);
+      for (size_t k = 0; k < ep->nparams; k++)
+        printf("%s%s%s", k ? ", " : "", ep->params[k].name,
+               ep->params[k].required ? "" : "=...");
+      printf(")  %s:%d  execution=%s concurrency=%s managed=%s cache=%s singleflight=%s\n",
+             ep->file, ep->line, ep->execution == ST_EXEC_TASK ? "task" : "direct",
+             ep->concurrency == ST_CONC_SERIALIZED ? "serialized" : "parallel", yes(ep->managed),
+             yes(ep->cache), yes(ep->singleflight));
+    }
+    printf("%zu endpoint%s, ", gen->nendpoints, gen->nendpoints == 1 ? "" : "s");
+    st__generation_unref(gen);
+  }
+  printf("%d error%s\n", nerr, nerr == 1 ? "" : "s");
+  return nerr ? 1 : 0;
+}
+
+/* Config, flags, then --check or the server; returns the exit status.
+ * Main thread. */
+int st__server_main(const st__options_t *o) {
+  st__config_t cfg;
+  st__config_defaults(&cfg);
+  int config_errors = 0;
+  int endpoints_set = 0;   /* config.lua named the endpoints directory */
+  const char *path = o->config ? o->config : DEFAULT_CONFIG;
+  int use_config = 1;
+  if (!o->config && access(DEFAULT_CONFIG, F_OK) != 0) use_config = 0;
+  if (use_config) {
+    if (access(path, R_OK) != 0) {
+      fprintf(stderr, "stserver: cannot read config file %s: %s\n", path, strerror(errno));
+      st__config_free(&cfg);
+      return 1;
+    }
+    char real[PATH_MAX];
+    free(cfg.path);
+    cfg.path = strdup(realpath(path, real) ? real : path);
+    st__errlist_t errs = {0};
+    uintptr_t default_endpoints = (uintptr_t)cfg.endpoints_dir;
+    if (st__config_load(path, &cfg, &errs) != ST_OK) {
+      print_errors(&errs);
+      if (!errs.count) fprintf(stderr, "%s: invalid configuration\n", path);
+      config_errors = errs.count ? (int)errs.count : 1;
+      st__errlist_clear(&errs);
+      if (!o->check) {
+        fprintf(stderr, "stserver: not starting: the configuration has errors\n");
+        st__config_free(&cfg);
+        return 1;
+      }
+    }
+    st__errlist_clear(&errs);
+    endpoints_set = (uintptr_t)cfg.endpoints_dir != default_endpoints;
+  }
+  if (o->base_path) {
+    free(cfg.base_path);
+    cfg.base_path = strdup(o->base_path);
+  }
+  if (o->endpoints) {
+    free(cfg.endpoints_dir);
+    cfg.endpoints_dir = strdup(o->endpoints);
+  }
+  resolve_endpoints(&cfg, o->endpoints != NULL || endpoints_set);
+  if (o->workers > 0) cfg.workers = o->workers;
+  if (o->log_level >= 0) cfg.log_level = (st__log_level_t)o->log_level;
+  st__log_set_level(cfg.log_level);
+
+  if (o->check) {
+    int rc = run_check(&cfg, config_errors);
+    st__config_free(&cfg);
+    return rc;
+  }
+  if (!use_config)
+    ST_LOG_I("server", "no ./%s: running on the built-in defaults", DEFAULT_CONFIG);
+
+  st__server_t srv;
+  int rc = st__server_init(&srv, &cfg);
+  if (rc == ST_OK) st__server_run(&srv);
+  st__server_destroy(&srv);
+  st__config_free(&cfg);
+  return rc == ST_OK ? 0 : 1;
+}

@@ -1,0 +1,317 @@
+/* stcli, the real binary (ST_CLI_BIN), against a real stserver: every
+ * command, typed arguments, --values with checksums, --json output that
+ * parses, errors on stderr with the documented exit codes, --help. */
+#include <poll.h>
+#include <signal.h>
+#include <st/client.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "fixture.h"
+
+static stt_server_t srv;
+static const char *cli_bin;
+
+typedef struct run {
+  int status;          /* exit code, or 128 + signal */
+  char out[16384];
+  char err[4096];
+} run_t;
+
+static run_t R;
+
+/* Runs stcli with args (NULL-terminated), env "NAME=value" (or NULL),
+ * capturing both streams. Returns the exit code. */
+static int run_env(const char *env, const char *const *args) {
+  memset(&R, 0, sizeof R);
+  int po[2], pe[2];
+  if (pipe(po) != 0 || pipe(pe) != 0) abort();
+  pid_t pid = fork();
+  if (pid < 0) abort();
+  if (pid == 0) {
+    dup2(po[1], 1);
+    dup2(pe[1], 2);
+    close(po[0]);
+    close(pe[0]);
+    unsetenv(ST_ENV_BASE_PATH);
+    if (env) putenv((char *)env);
+    const char *argv[40];
+    int n = 0;
+    argv[n++] = cli_bin;
+    for (int i = 0; args[i] && n < 39; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    execv(cli_bin, (char *const *)argv);
+    _exit(127);
+  }
+  close(po[1]);
+  close(pe[1]);
+  size_t no = 0, ne = 0;
+  int open_o = 1, open_e = 1;
+  double deadline = stt_now_ms() + 30000;
+  while ((open_o || open_e) && stt_now_ms() < deadline) {
+    struct pollfd p[2] = {{.fd = open_o ? po[0] : -1, .events = POLLIN},
+                          {.fd = open_e ? pe[0] : -1, .events = POLLIN}};
+    if (poll(p, 2, 1000) < 0) continue;
+    if (open_o && p[0].revents) {
+      ssize_t k = read(po[0], R.out + no, sizeof R.out - 1 - no);
+      if (k <= 0) open_o = 0;
+      else no += (size_t)k;
+    }
+    if (open_e && p[1].revents) {
+      ssize_t k = read(pe[0], R.err + ne, sizeof R.err - 1 - ne);
+      if (k <= 0) open_e = 0;
+      else ne += (size_t)k;
+    }
+  }
+  if (open_o || open_e) kill(pid, SIGKILL);
+  close(po[0]);
+  close(pe[0]);
+  int st;
+  waitpid(pid, &st, 0);
+  R.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  if (getenv("STT_VERBOSE"))
+    fprintf(stderr, "[exit %d]\n--stdout--\n%s--stderr--\n%s", R.status, R.out, R.err);
+  return R.status;
+}
+
+#define STCLI(...) run_env(NULL, (const char *const[]){__VA_ARGS__, NULL})
+#define SOCK "--socket", srv.socket
+
+/* Strict JSON check with the library's parser (it takes objects). */
+static int json_ok(const char *text) {
+  size_t n = strlen(text);
+  char *wrapped = malloc(n + 16);
+  snprintf(wrapped, n + 16, "{\"v\": %s}", text);
+  st_args_t *a = st_args_new();
+  char err[200];
+  int rc = st_args_parse_json(a, wrapped, err, sizeof err);
+  if (rc != ST_OK) fprintf(stderr, "bad JSON (%s):\n%s\n", err, text);
+  st_args_free(a);
+  free(wrapped);
+  return rc == ST_OK;
+}
+
+static uint64_t fnv_floats(const float *v, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  const unsigned char *p = (const unsigned char *)v;
+  for (size_t i = 0; i < n * sizeof(float); i++) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+TEST(version_and_help) {
+  CHECK_EQ_INT(STCLI("--version"), 0);
+  CHECK_CONTAINS(R.out, "stcli " ST_VERSION_STRING);
+  CHECK_EQ_INT(STCLI("--help"), 0);
+  CHECK_CONTAINS(R.out, "usage: stcli [global options] COMMAND");
+  CHECK_CONTAINS(R.out, "endpoints");
+  CHECK_CONTAINS(R.out, "Exit codes");
+  const char *cmds[] = {"ping", "info", "endpoints", "call", "help"};
+  for (size_t i = 0; i < 5; i++) {
+    char want[80];
+    snprintf(want, sizeof want, "usage: stcli [global options] %s", cmds[i]);
+    CHECK_EQ_INT(STCLI(cmds[i], "--help"), 0);
+    CHECK_CONTAINS(R.out, want);
+    CHECK_STR_EQ(R.err, "");
+    CHECK_EQ_INT(STCLI("help", cmds[i]), 0);
+    CHECK_CONTAINS(R.out, want);
+  }
+  CHECK_EQ_INT(STCLI("help"), 0);
+  CHECK_CONTAINS(R.out, "Commands:");
+}
+
+TEST(usage_errors) {
+  CHECK_EQ_INT(STCLI("frob"), 2);
+  CHECK_CONTAINS(R.err, "stcli: USAGE: unknown command 'frob'");
+  CHECK_STR_EQ(R.out, "");
+  CHECK_EQ_INT(run_env(NULL, (const char *const[]){NULL}), 2);
+  CHECK_CONTAINS(R.err, "usage:");
+  CHECK_EQ_INT(STCLI("--bogus", "ping"), 2);
+  CHECK_CONTAINS(R.err, "unknown option '--bogus'");
+  CHECK_EQ_INT(STCLI("--timeout", "soon", "ping"), 2);
+  CHECK_CONTAINS(R.err, "--timeout needs milliseconds");
+  CHECK_EQ_INT(STCLI("--device"), 2);
+  CHECK_EQ_INT(STCLI(SOCK, "ping", "extra"), 2);
+  CHECK_CONTAINS(R.err, "unexpected argument 'extra'");
+  CHECK_EQ_INT(STCLI(SOCK, "ping", "--count", "0"), 2);
+  CHECK_EQ_INT(STCLI(SOCK, "call"), 2);
+  CHECK_CONTAINS(R.err, "call needs an endpoint name");
+  CHECK_EQ_INT(STCLI(SOCK, "call", "t", "n:int=x"), 2);
+  CHECK_CONTAINS(R.err, "stcli: INVALID_ARGUMENT: 'n:int=x': 'x' is not an integer");
+  CHECK_EQ_INT(STCLI(SOCK, "call", "t", "--args-json", "{\"n\": }"), 2);
+  CHECK_CONTAINS(R.err, "--args-json: unexpected '}' (expected a value) at line 1, column 7");
+  CHECK_EQ_INT(STCLI(SOCK, "call", "t", "--values=x"), 2);
+  CHECK_EQ_INT(STCLI("help", "nope"), 2);
+}
+
+TEST(ping) {
+  CHECK_EQ_INT(STCLI(SOCK, "ping"), 0);
+  CHECK_CONTAINS(R.out, "pong from ");
+  CHECK_CONTAINS(R.out, " us\n");
+  CHECK_EQ_INT(STCLI(SOCK, "ping", "--count", "20"), 0);
+  CHECK_CONTAINS(R.out, "20 pongs from");
+  CHECK_CONTAINS(R.out, "min ");
+  CHECK_CONTAINS(R.out, "p50 ");
+  CHECK_CONTAINS(R.out, "p99 ");
+  CHECK_EQ_INT(STCLI("ping", "--count=3", "--json", SOCK), 0);
+  CHECK(json_ok(R.out));
+  CHECK_CONTAINS(R.out, "\"count\": 3");
+  CHECK_CONTAINS(R.out, "\"p99_us\"");
+  /* The socket named by base path and device, by flag or environment. */
+  CHECK_EQ_INT(STCLI("--base-path", srv.base, "--device", "0", "ping"), 0);
+  CHECK_CONTAINS(R.out, "pong from");
+  char env[400];
+  snprintf(env, sizeof env, "%s=%s", ST_ENV_BASE_PATH, srv.base);
+  CHECK_EQ_INT(run_env(env, (const char *const[]){"ping", NULL}), 0);
+  CHECK_CONTAINS(R.out, "pong from");
+}
+
+TEST(info) {
+  CHECK_EQ_INT(STCLI(SOCK, "info"), 0);
+  CHECK_CONTAINS(R.out, "server ");
+  CHECK_CONTAINS(R.out, "version      " ST_VERSION_STRING);
+  char pid[64];
+  snprintf(pid, sizeof pid, "pid          %d\n", (int)srv.pid);
+  CHECK_CONTAINS(R.out, pid);
+  CHECK_CONTAINS(R.out, "uptime ");
+  CHECK_CONTAINS(R.out, "generation ");
+  CHECK_CONTAINS(R.out, "counters ");
+  CHECK_EQ_INT(STCLI(SOCK, "--json", "info"), 0);
+  CHECK(json_ok(R.out));
+  CHECK_CONTAINS(R.out, "\"server_id\": ");
+  CHECK_CONTAINS(R.out, "\"counters\": {");
+  CHECK_CONTAINS(R.out, "\"generation\": {");
+}
+
+TEST(endpoints) {
+  CHECK_EQ_INT(STCLI(SOCK, "endpoints"), 0);
+  CHECK_CONTAINS(R.out, "NAME");
+  CHECK_CONTAINS(R.out, "EXECUTION");
+  CHECK_CONTAINS(R.out, "CONCURRENCY");
+  CHECK_CONTAINS(R.out, "PARAMS");
+  CHECK_CONTAINS(R.out, "\nt ");
+  CHECK_CONTAINS(R.out, "n=4");
+  CHECK_CONTAINS(R.out, "s=2");
+  CHECK_EQ_INT(STCLI(SOCK, "endpoints", "--json"), 0);
+  CHECK(json_ok(R.out));
+  CHECK_CONTAINS(R.out, "\"name\": \"t\"");
+  CHECK_CONTAINS(R.out, "\"params\": {");
+}
+
+TEST(call_values_and_checksums) {
+  CHECK_EQ_INT(STCLI(SOCK, "call", "t", "n=5", "--values"), 0);
+  CHECK_CONTAINS(R.out, "(tensor)  float32  [5]  cpu  20 bytes\n");
+  CHECK_CONTAINS(R.out, "  values: 0 1 2 3 4\n");
+  float v5[5] = {0, 1, 2, 3, 4};
+  char want[128];
+  snprintf(want, sizeof want, "  sum: 10  fnv1a64: 0x%016llx\n",
+           (unsigned long long)fnv_floats(v5, 5));
+  CHECK_CONTAINS(R.out, want);
+  CHECK_EQ_INT(STCLI(SOCK, "call", "t", "n=20", "--values=3"), 0);
+  CHECK_CONTAINS(R.out, "  values: 0 1 2 ... (17 more)\n");
+  CHECK_CONTAINS(R.out, "  sum: 190  ");
+  /* Without --values only the description. */
+  CHECK_EQ_INT(STCLI(SOCK, "call", "t"), 0);
+  CHECK_STR_EQ(R.out, "(tensor)  float32  [4]  cpu  16 bytes\n");
+  CHECK_EQ_INT(STCLI(SOCK, "call", "mod", "--values=2"), 0);
+  CHECK_CONTAINS(R.out, "weight  float32  [2, 2]  cpu  16 bytes\n  values: 1 1 ... (2 more)\n"
+                        "  sum: 4  ");
+  CHECK_CONTAINS(R.out, "bias    float32  [2]     cpu  8 bytes\n  values: 0 0\n  sum: 0  ");
+}
+
+TEST(call_typed_arguments) {
+  CHECK_EQ_INT(STCLI(SOCK, "call", "plain", "n=3", "x=1e3", "s:str=42", "b:bool=1"), 0);
+  CHECK(json_ok(R.out));
+  CHECK_CONTAINS(R.out, "\"n\": 3");
+  CHECK_CONTAINS(R.out, "\"x\": 1000"); /* the server sends integral numbers as integers */
+  CHECK_CONTAINS(R.out, "\"s\": \"42\"");
+  CHECK_CONTAINS(R.out, "\"b\": true");
+  CHECK_EQ_INT(STCLI(SOCK, "call", "plain", "--args-json", "{\"n\": 9, \"s\": \"j\"}", "s=k"), 0);
+  CHECK_CONTAINS(R.out, "\"n\": 9");
+  CHECK_CONTAINS(R.out, "\"s\": \"k\"");
+  CHECK_EQ_INT(STCLI(SOCK, "call", "t", "--args-json={\"n\":3}"), 0);
+  CHECK_CONTAINS(R.out, "[3]");
+}
+
+TEST(call_json) {
+  CHECK_EQ_INT(STCLI(SOCK, "--json", "call", "t", "n=2"), 0);
+  CHECK(json_ok(R.out));
+  CHECK_CONTAINS(R.out, "\"tensor\": {");
+  CHECK_CONTAINS(R.out, "\"dtype\": \"float32\"");
+  CHECK_CONTAINS(R.out, "\"shape\": [2]");
+  CHECK_CONTAINS(R.out, "\"nbytes\": 8");
+  CHECK_EQ_INT(STCLI(SOCK, "call", "mod", "--json", "--values"), 0);
+  CHECK(json_ok(R.out));
+  CHECK_CONTAINS(R.out, "\"module\": {");
+  CHECK_CONTAINS(R.out, "{\"name\": \"weight\", \"values\": [1, 1, 1, 1], \"sum\": 4, "
+                        "\"fnv1a64\": \"0x");
+  CHECK_CONTAINS(R.out, "{\"name\": \"bias\", \"values\": [0, 0], \"sum\": 0, ");
+}
+
+TEST(errors_and_exit_codes) {
+  CHECK_EQ_INT(STCLI(SOCK, "call", "bad"), 1);
+  CHECK_CONTAINS(R.err, "stcli: ENDPOINT: ");
+  CHECK_CONTAINS(R.err, "bad.lua:3");
+  CHECK_STR_EQ(R.out, "");
+  CHECK_EQ_INT(STCLI(SOCK, "call", "nosuch"), 1);
+  CHECK_CONTAINS(R.err, "stcli: UNKNOWN_ENDPOINT: ");
+  CHECK_EQ_INT(STCLI(SOCK, "call", "t", "n=x"), 1); /* the server refuses a string */
+  CHECK_CONTAINS(R.err, "stcli: INVALID_ARGUMENT: ");
+  char missing[400];
+  snprintf(missing, sizeof missing, "%s/none-0.sock", srv.dir);
+  CHECK_EQ_INT(STCLI("--socket", missing, "ping"), 3);
+  CHECK_CONTAINS(R.err, "stcli: IO: cannot connect to ");
+  CHECK_CONTAINS(R.err, "no server is listening");
+  CHECK_EQ_INT(STCLI("--base-path", srv.base, "--device", "3", "info"), 3);
+  CHECK_CONTAINS(R.err, "-3.sock");
+  double t0 = stt_now_ms();
+  CHECK_EQ_INT(STCLI(SOCK, "--timeout", "200", "call", "slow"), 4);
+  CHECK(stt_now_ms() - t0 < 1500);
+  CHECK_CONTAINS(R.err, "stcli: TIMEOUT: ");
+}
+
+int main(void) {
+  cli_bin = getenv("ST_CLI_BIN");
+  if (!cli_bin) stt_skip("ST_CLI_BIN is not set (run through ctest)");
+  stt_server_init(&srv);
+  stt_write_endpoint(&srv, "t.lua",
+                     "return st.endpoint{ name = \"t\", params = { n = 4 },\n"
+                     "  build = function(a) return st.arange{a.n, dtype = \"float32\"} end }\n");
+  stt_write_endpoint(&srv, "mod.lua",
+                     "return st.endpoint{ name = \"mod\",\n"
+                     "  build = function(a)\n"
+                     "    return st.module{ weight = st.ones{2, 2}, bias = st.zeros{2} }\n"
+                     "  end }\n");
+  stt_write_endpoint(&srv, "bad.lua",
+                     "return st.endpoint{ name = \"bad\",\n"
+                     "  build = function(a)\n"
+                     "    error(\"boom\")\n"
+                     "  end }\n");
+  stt_write_endpoint(&srv, "slow.lua",
+                     "return st.endpoint{ name = \"slow\", params = { s = 2 },\n"
+                     "  build = function(a) st.sleep(a.s) return 1 end }\n");
+  stt_write_endpoint(&srv, "plain.lua",
+                     "return st.endpoint{ name = \"plain\",\n"
+                     "  params = { n = 1, x = 0.5, s = \"a\", b = false },\n"
+                     "  build = function(a) return { n = a.n, x = a.x, s = a.s, b = a.b } end }\n");
+  if (stt_server_start(&srv) != 0) return 1;
+  RUN(version_and_help);
+  RUN(usage_errors);
+  RUN(ping);
+  RUN(info);
+  RUN(endpoints);
+  RUN(call_values_and_checksums);
+  RUN(call_typed_arguments);
+  RUN(call_json);
+  RUN(errors_and_exit_codes);
+  int status = stt_server_stop(&srv);
+  if (status != 0) {
+    fprintf(stderr, "stserver did not exit cleanly (%d)\n", status);
+    stt_failed++;
+  }
+  stt_server_cleanup(&srv);
+  return stt_summary();
+}

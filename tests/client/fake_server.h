@@ -1,0 +1,387 @@
+/* A scripted stand-in for stserver, for client tests that need replies the
+ * real server never sends (refusals, malformed descriptors, the same arena
+ * twice, a reply that stops half-way). It runs on a thread of the test
+ * process, listens on a Unix socket in a temp dir and serves each
+ * connection on a thread of its own:
+ *   hello -> a version-1 hello reply (unless fs->on_accept / on_request
+ *            says otherwise), ping -> "pong", echo -> its params map,
+ *   anything else -> fs->on_request(fs, conn, id, method, params map).
+ * Header-only: each test program includes it once.
+ */
+#ifndef STT_FAKE_SERVER_H
+#define STT_FAKE_SERVER_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <msgpack.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct fake_server fake_server_t;
+struct fake_server {
+  char dir[64];
+  char path[100];
+  int listen_fd;
+  int stop_pipe[2];
+  pthread_t thread;
+  /* Called on accept; return nonzero to close the connection at once. */
+  int (*on_accept)(fake_server_t *fs, int conn);
+  /* Called for methods other than hello/ping/echo (and for hello when
+   * hello_custom is set); return nonzero to close the connection. */
+  int (*on_request)(fake_server_t *fs, int conn, uint32_t id, const char *method,
+                    const msgpack_object *params);
+  int hello_custom;
+  void *ud;
+  int requests;      /* requests seen (any method) */
+  pthread_mutex_t lock;
+  pthread_cond_t idle;
+  int active;        /* connection threads still running */
+};
+
+typedef struct fake_conn {
+  fake_server_t *fs;
+  int fd;
+} fake_conn_t;
+
+/* ------------------------------------------------------------- sending */
+
+/* Sends bytes with descriptors attached to the first byte. 0 or -1. */
+static inline int fake_send(int conn, const void *buf, size_t len, const int *fds, int nfds) {
+  const char *p = buf;
+  int first = 1;
+  while (len > 0 || (first && nfds > 0)) {
+    struct iovec iov = {.iov_base = (void *)p, .iov_len = len};
+    union {
+      char b[CMSG_SPACE(sizeof(int) * 64)];
+      struct cmsghdr align;
+    } ctl;
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    memset(&ctl, 0, sizeof ctl);
+    if (first && nfds > 0) {
+      mh.msg_control = ctl.b;
+      mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+      struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+      cm->cmsg_level = SOL_SOCKET;
+      cm->cmsg_type = SCM_RIGHTS;
+      cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+      memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+    }
+    ssize_t n = sendmsg(conn, &mh, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return -1;
+    first = 0;
+    p += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+static inline void fake_pack_str(msgpack_packer *pk, const char *s) {
+  msgpack_pack_str_with_body(pk, s, strlen(s));
+}
+
+/* [1, id, nil, <result packed by the caller into `result`>] with fds. */
+static inline int fake_reply(int conn, uint32_t id, const msgpack_sbuffer *result, const int *fds,
+                      int nfds) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msgpack_pack_array(&pk, 4);
+  msgpack_pack_uint32(&pk, 1);
+  msgpack_pack_uint32(&pk, id);
+  msgpack_pack_nil(&pk);
+  msgpack_sbuffer_write(&sb, result->data, result->size);
+  int rc = fake_send(conn, sb.data, sb.size, fds, nfds);
+  msgpack_sbuffer_destroy(&sb);
+  return rc;
+}
+
+/* [1, id, {code, name, message}, nil]. */
+static inline int fake_error(int conn, uint32_t id, int code, const char *name,
+                             const char *message) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msgpack_pack_array(&pk, 4);
+  msgpack_pack_uint32(&pk, 1);
+  msgpack_pack_uint32(&pk, id);
+  msgpack_pack_map(&pk, 3);
+  fake_pack_str(&pk, "code");
+  msgpack_pack_int(&pk, code);
+  fake_pack_str(&pk, "name");
+  fake_pack_str(&pk, name);
+  fake_pack_str(&pk, "message");
+  fake_pack_str(&pk, message);
+  msgpack_pack_nil(&pk);
+  int rc = fake_send(conn, sb.data, sb.size, NULL, 0);
+  msgpack_sbuffer_destroy(&sb);
+  return rc;
+}
+
+/* The standard hello result with a given protocol number. */
+static inline int fake_hello(int conn, uint32_t id, int protocol) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msgpack_pack_map(&pk, 7);
+  fake_pack_str(&pk, "protocol");
+  msgpack_pack_int(&pk, protocol);
+  fake_pack_str(&pk, "version");
+  fake_pack_str(&pk, "0.0.0-fake");
+  fake_pack_str(&pk, "server_id");
+  char sid[64];
+  snprintf(sid, sizeof sid, "fake-%d", (int)getpid());
+  fake_pack_str(&pk, sid);
+  fake_pack_str(&pk, "pid");
+  msgpack_pack_int(&pk, (int)getpid());
+  fake_pack_str(&pk, "device");
+  msgpack_pack_int(&pk, 0);
+  fake_pack_str(&pk, "devices");
+  msgpack_pack_array(&pk, 0);
+  fake_pack_str(&pk, "limits");
+  msgpack_pack_map(&pk, 0);
+  int rc = fake_reply(conn, id, &sb, NULL, 0);
+  msgpack_sbuffer_destroy(&sb);
+  return rc;
+}
+
+/* ------------------------------------------------------------- payloads */
+
+/* Ext tensor {arena, offset, dtype, shape, strides} (1-D or 2-D). */
+static inline void fake_pack_tensor(msgpack_packer *pk, unsigned arena, uint64_t offset,
+                             const char *dtype, int ndim, const int64_t *shape,
+                             const int64_t *strides) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer in;
+  msgpack_packer_init(&in, &sb, msgpack_sbuffer_write);
+  msgpack_pack_map(&in, 5);
+  fake_pack_str(&in, "arena");
+  msgpack_pack_uint32(&in, arena);
+  fake_pack_str(&in, "offset");
+  msgpack_pack_uint64(&in, offset);
+  fake_pack_str(&in, "dtype");
+  fake_pack_str(&in, dtype);
+  fake_pack_str(&in, "shape");
+  msgpack_pack_array(&in, (size_t)ndim);
+  for (int i = 0; i < ndim; i++) msgpack_pack_int64(&in, shape[i]);
+  fake_pack_str(&in, "strides");
+  msgpack_pack_array(&in, (size_t)ndim);
+  for (int i = 0; i < ndim; i++) msgpack_pack_int64(&in, strides[i]);
+  msgpack_pack_ext_with_body(pk, sb.data, sb.size, 1);
+  msgpack_sbuffer_destroy(&sb);
+}
+
+/* Arena map {fd, bytes, device, backend, id}. */
+static inline void fake_pack_arena(msgpack_packer *pk, unsigned fd, uint64_t bytes,
+                                   const char *device, uint64_t id) {
+  int cuda = strcmp(device, "cuda") == 0;
+  msgpack_pack_map(pk, cuda ? 6 : 5);
+  fake_pack_str(pk, "fd");
+  msgpack_pack_uint32(pk, fd);
+  fake_pack_str(pk, "bytes");
+  msgpack_pack_uint64(pk, bytes);
+  fake_pack_str(pk, "device");
+  fake_pack_str(pk, device);
+  if (cuda) {
+    fake_pack_str(pk, "uuid");
+    fake_pack_str(pk, "GPU-00000000-0000-0000-0000-000000000000");
+  }
+  fake_pack_str(pk, "backend");
+  fake_pack_str(pk, cuda ? "vmm" : "memfd");
+  fake_pack_str(pk, "id");
+  msgpack_pack_uint64(pk, id);
+}
+
+/* A memfd of `bytes` holding `data` (may be NULL), sealed against
+ * shrinking and growing when `seal`. Returns the fd. */
+static inline int fake_memfd(size_t bytes, const void *data, size_t len, int seal) {
+  int fd = memfd_create("fake-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) abort();
+  if (ftruncate(fd, (off_t)bytes) != 0) abort();
+  if (data && len && pwrite(fd, data, len, 0) != (ssize_t)len) abort();
+  if (seal && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) abort();
+  return fd;
+}
+
+/* ------------------------------------------------------------- serving */
+
+static inline int fake_params_map(const msgpack_object *params, const msgpack_object **map) {
+  *map = NULL;
+  if (params->type != MSGPACK_OBJECT_ARRAY) return -1;
+  if (params->via.array.size == 1) *map = &params->via.array.ptr[0];
+  return 0;
+}
+
+/* Serves one connection until it closes or a handler asks to stop. */
+static inline void fake_serve(fake_server_t *fs, int conn) {
+  msgpack_unpacker up;
+  msgpack_unpacker_init(&up, 4096);
+  msgpack_unpacked u;
+  msgpack_unpacked_init(&u);
+  int done = 0;
+  while (!done) {
+    struct pollfd p[2] = {{.fd = conn, .events = POLLIN},
+                          {.fd = fs->stop_pipe[0], .events = POLLIN}};
+    if (poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (p[1].revents) break;
+    msgpack_unpacker_reserve_buffer(&up, 4096);
+    ssize_t n = recv(conn, msgpack_unpacker_buffer(&up), msgpack_unpacker_buffer_capacity(&up), 0);
+    if (n <= 0) break;
+    msgpack_unpacker_buffer_consumed(&up, (size_t)n);
+    while (!done && msgpack_unpacker_next(&up, &u) == MSGPACK_UNPACK_SUCCESS) {
+      const msgpack_object *o = &u.data;
+      if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 4) continue;
+      const msgpack_object *it = o->via.array.ptr;
+      uint32_t id = (uint32_t)it[1].via.u64;
+      char method[64];
+      snprintf(method, sizeof method, "%.*s", (int)it[2].via.str.size, it[2].via.str.ptr);
+      const msgpack_object *map;
+      fake_params_map(&it[3], &map);
+      fs->requests++;
+      if (strcmp(method, "hello") == 0 && !fs->hello_custom) {
+        done = fake_hello(conn, id, 1) != 0;
+      } else if (strcmp(method, "ping") == 0) {
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        fake_pack_str(&pk, "pong");
+        done = fake_reply(conn, id, &sb, NULL, 0) != 0;
+        msgpack_sbuffer_destroy(&sb);
+      } else if (strcmp(method, "echo") == 0) {
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        if (map)
+          msgpack_pack_object(&pk, *map);
+        else
+          msgpack_pack_nil(&pk);
+        done = fake_reply(conn, id, &sb, NULL, 0) != 0;
+        msgpack_sbuffer_destroy(&sb);
+      } else if (fs->on_request) {
+        done = fs->on_request(fs, conn, id, method, map) != 0;
+      } else {
+        done = fake_error(conn, id, 16, "UNKNOWN_METHOD", "no such method") != 0;
+      }
+    }
+  }
+  msgpack_unpacked_destroy(&u);
+  msgpack_unpacker_destroy(&up);
+  close(conn);
+}
+
+static void *fake_conn_main(void *arg) {
+  fake_conn_t *fc = arg;
+  fake_server_t *fs = fc->fs;
+  if (!(fs->on_accept && fs->on_accept(fs, fc->fd)))
+    fake_serve(fs, fc->fd);
+  else
+    close(fc->fd);
+  free(fc);
+  pthread_mutex_lock(&fs->lock);
+  if (--fs->active == 0) pthread_cond_signal(&fs->idle);
+  pthread_mutex_unlock(&fs->lock);
+  return NULL;
+}
+
+static void *fake_main(void *arg) {
+  fake_server_t *fs = arg;
+  for (;;) {
+    struct pollfd p[2] = {{.fd = fs->listen_fd, .events = POLLIN},
+                          {.fd = fs->stop_pipe[0], .events = POLLIN}};
+    if (poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (p[1].revents) break;
+    int conn = accept4(fs->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (conn < 0) continue;
+    fake_conn_t *fc = malloc(sizeof *fc);
+    if (!fc) abort();
+    fc->fs = fs;
+    fc->fd = conn;
+    pthread_mutex_lock(&fs->lock);
+    fs->active++;
+    pthread_mutex_unlock(&fs->lock);
+    pthread_t t;
+    if (pthread_create(&t, NULL, fake_conn_main, fc) != 0) abort();
+    pthread_detach(t);
+  }
+  return NULL;
+}
+
+/* Starts listening; handlers must be set before. Aborts on setup errors. */
+static inline void fake_start(fake_server_t *fs) {
+  snprintf(fs->dir, sizeof fs->dir, "/tmp/stfake-XXXXXX");
+  if (!mkdtemp(fs->dir)) abort();
+  snprintf(fs->path, sizeof fs->path, "%s/fake-0.sock", fs->dir);
+  fs->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  memcpy(sa.sun_path, fs->path, strlen(fs->path) + 1);
+  if (fs->listen_fd < 0 || bind(fs->listen_fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+      listen(fs->listen_fd, 16) != 0 || pipe2(fs->stop_pipe, O_CLOEXEC) != 0)
+    abort();
+  pthread_mutex_init(&fs->lock, NULL);
+  pthread_cond_init(&fs->idle, NULL);
+  fs->active = 0;
+  if (pthread_create(&fs->thread, NULL, fake_main, fs) != 0) abort();
+}
+
+/* Stops the threads (connections still open are closed) and removes the
+ * socket and dir. */
+static inline void fake_stop(fake_server_t *fs) {
+  if (write(fs->stop_pipe[1], "x", 1) != 1) abort();
+  pthread_join(fs->thread, NULL);
+  pthread_mutex_lock(&fs->lock);
+  while (fs->active > 0) pthread_cond_wait(&fs->idle, &fs->lock);
+  pthread_mutex_unlock(&fs->lock);
+  close(fs->listen_fd);
+  close(fs->stop_pipe[0]);
+  close(fs->stop_pipe[1]);
+  unlink(fs->path);
+  rmdir(fs->dir);
+}
+
+/* Waits (up to ms) until no connection thread runs. 0, or -1 on timeout. */
+static inline int fake_wait_idle(fake_server_t *fs, int ms) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += ms / 1000;
+  until.tv_nsec += (long)(ms % 1000) * 1000000;
+  if (until.tv_nsec >= 1000000000) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000;
+  }
+  int rc = 0;
+  pthread_mutex_lock(&fs->lock);
+  while (fs->active > 0 && rc == 0) rc = pthread_cond_timedwait(&fs->idle, &fs->lock, &until);
+  int left = fs->active;
+  pthread_mutex_unlock(&fs->lock);
+  return left ? -1 : 0;
+}
+
+/* Number of open descriptors of this process (for leak checks). */
+static inline int fake_count_fds(void) {
+  int n = 0;
+  for (int fd = 0; fd < 4096; fd++)
+    if (fcntl(fd, F_GETFD) >= 0) n++;
+  return n;
+}
+
+#endif

@@ -1,0 +1,605 @@
+/* libstclient against a scripted server: the replies a correct stserver
+ * never sends, and the cases it cannot produce yet. Refusals at connect
+ * (AUTH, version), descriptor bookkeeping (order, missing descriptors,
+ * leaks), checks before a tensor is exposed (extent, file size, seals),
+ * the open-cache reusing a mapping for an allocation that arrives twice,
+ * server errors, timeouts and a server that stops mid-reply. */
+#include <math.h>
+#include <st/client.h>
+
+#include "check.h"
+#include "fake_server.h"
+
+#include <time.h>
+
+static double stt_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static fake_server_t fs;
+
+/* What the scripted "call" answers; chosen per test. */
+enum scenario {
+  SC_SAME_ARENA_TWICE, SC_SWAPPED_FDS, SC_OUT_OF_RANGE, SC_FILE_TOO_SMALL, SC_UNSEALED,
+  SC_MISSING_FD, SC_WRONG_ID, SC_CUT_OFF, SC_SILENT, SC_ERROR_BY_NAME, SC_CUDA, SC_MODULE,
+  SC_NOTIFY_FIRST, SC_EMPTY_ARENA, SC_STRIDED, SC_SAME_ID_OTHER_FILE,
+};
+static enum scenario scenario;
+
+static int shared_fd = -1; /* the allocation SC_SAME_ARENA_TWICE resends */
+static const float kData[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+
+static void pack_result_head(msgpack_packer *pk) {
+  msgpack_pack_map(pk, 2);
+  fake_pack_str(pk, "value");
+}
+
+static int send_call(int conn, uint32_t id, msgpack_sbuffer *sb, int *fds, int nfds) {
+  int rc = fake_reply(conn, id, sb, fds, nfds);
+  for (int i = 0; i < nfds; i++) close(fds[i]);
+  return rc;
+}
+
+static int on_request(fake_server_t *f, int conn, uint32_t id, const char *method,
+                      const msgpack_object *params) {
+  if (strcmp(method, "call") != 0) return fake_error(conn, id, 16, "UNKNOWN_METHOD", method);
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  int64_t shape4[1] = {4}, stride1[1] = {1};
+  int fds[2] = {-1, -1}, nfds = 0, rc = 0;
+  switch (scenario) {
+  case SC_SAME_ARENA_TWICE: {
+    /* Two arena entries naming one allocation (id 7), two descriptors;
+     * every call sends the same allocation again, as a cache would. */
+    if (shared_fd < 0) shared_fd = fake_memfd(4096, kData, sizeof kData, 1);
+    fds[0] = dup(shared_fd);
+    fds[1] = dup(shared_fd);
+    nfds = 2;
+    pack_result_head(&pk);
+    msgpack_pack_map(&pk, 2);
+    fake_pack_str(&pk, "a");
+    fake_pack_tensor(&pk, 0, 0, "float32", 1, shape4, stride1);
+    fake_pack_str(&pk, "b");
+    fake_pack_tensor(&pk, 1, 16, "float32", 1, shape4, stride1);
+    fake_pack_str(&pk, "arenas");
+    msgpack_pack_array(&pk, 2);
+    fake_pack_arena(&pk, 0, 4096, "cpu", 7);
+    fake_pack_arena(&pk, 1, 4096, "cpu", 7);
+    break;
+  }
+  case SC_SAME_ID_OTHER_FILE: {
+    /* Arena id 7 again, but a new file: not the cached allocation. */
+    float other[4] = {9, 9, 9, 9};
+    fds[0] = fake_memfd(4096, other, sizeof other, 1);
+    nfds = 1;
+    pack_result_head(&pk);
+    fake_pack_tensor(&pk, 0, 0, "float32", 1, shape4, stride1);
+    fake_pack_str(&pk, "arenas");
+    msgpack_pack_array(&pk, 1);
+    fake_pack_arena(&pk, 0, 4096, "cpu", 7);
+    break;
+  }
+  case SC_SWAPPED_FDS: {
+    /* Arena 0 uses descriptor 1 and arena 1 descriptor 0. */
+    float other[4] = {10, 20, 30, 40};
+    fds[0] = fake_memfd(64, other, sizeof other, 1);
+    fds[1] = fake_memfd(64, kData, sizeof kData, 1);
+    nfds = 2;
+    pack_result_head(&pk);
+    msgpack_pack_array(&pk, 2);
+    fake_pack_tensor(&pk, 0, 0, "float32", 1, shape4, stride1);
+    fake_pack_tensor(&pk, 1, 0, "float32", 1, shape4, stride1);
+    fake_pack_str(&pk, "arenas");
+    msgpack_pack_array(&pk, 2);
+    fake_pack_arena(&pk, 1, 64, "cpu", 100);
+    fake_pack_arena(&pk, 0, 64, "cpu", 101);
+    break;
+  }
+  case SC_OUT_OF_RANGE:
+  case SC_FILE_TOO_SMALL:
+  case SC_UNSEALED:
+  case SC_EMPTY_ARENA: {
+    uint64_t bytes = scenario == SC_FILE_TOO_SMALL ? 1 << 20 : 32;
+    if (scenario == SC_EMPTY_ARENA) bytes = 0;
+    fds[0] = fake_memfd(scenario == SC_EMPTY_ARENA ? 4096 : 32, kData, sizeof kData,
+                        scenario != SC_UNSEALED);
+    nfds = 1;
+    int64_t shape[1] = {scenario == SC_OUT_OF_RANGE ? 9 : 0};
+    if (scenario == SC_FILE_TOO_SMALL || scenario == SC_UNSEALED) shape[0] = 4;
+    pack_result_head(&pk);
+    fake_pack_tensor(&pk, 0, 0, "float32", 1, shape, stride1);
+    fake_pack_str(&pk, "arenas");
+    msgpack_pack_array(&pk, 1);
+    fake_pack_arena(&pk, 0, bytes, "cpu", 200 + (uint64_t)scenario);
+    break;
+  }
+  case SC_STRIDED: {
+    /* A 2x2 view with strides {1, 2} (a transpose) at offset 4 bytes. */
+    fds[0] = fake_memfd(64, kData, sizeof kData, 1);
+    nfds = 1;
+    int64_t shape[2] = {2, 2}, strides[2] = {1, 2};
+    pack_result_head(&pk);
+    fake_pack_tensor(&pk, 0, 4, "float32", 2, shape, strides);
+    fake_pack_str(&pk, "arenas");
+    msgpack_pack_array(&pk, 1);
+    fake_pack_arena(&pk, 0, 64, "cpu", 300);
+    break;
+  }
+  case SC_MISSING_FD:
+    pack_result_head(&pk);
+    fake_pack_tensor(&pk, 0, 0, "float32", 1, shape4, stride1);
+    fake_pack_str(&pk, "arenas");
+    msgpack_pack_array(&pk, 1);
+    fake_pack_arena(&pk, 0, 64, "cpu", 400);
+    break;
+  case SC_CUDA:
+    fds[0] = fake_memfd(64, NULL, 0, 1);
+    nfds = 1;
+    pack_result_head(&pk);
+    fake_pack_tensor(&pk, 0, 0, "float32", 1, shape4, stride1);
+    fake_pack_str(&pk, "arenas");
+    msgpack_pack_array(&pk, 1);
+    fake_pack_arena(&pk, 0, 64, "cuda", 500);
+    break;
+  case SC_MODULE: {
+    fds[0] = fake_memfd(4096, kData, sizeof kData, 1);
+    nfds = 1;
+    msgpack_sbuffer m;
+    msgpack_sbuffer_init(&m);
+    msgpack_packer mp;
+    msgpack_packer_init(&mp, &m, msgpack_sbuffer_write);
+    msgpack_pack_map(&mp, 2);
+    fake_pack_str(&mp, "tensors");
+    msgpack_pack_array(&mp, 2);
+    int64_t s22[2] = {2, 2}, st22[2] = {2, 1}, s2[1] = {2};
+    msgpack_pack_array(&mp, 2);
+    fake_pack_str(&mp, "weight");
+    fake_pack_tensor(&mp, 0, 0, "float32", 2, s22, st22);
+    msgpack_pack_array(&mp, 2);
+    fake_pack_str(&mp, "bias");
+    fake_pack_tensor(&mp, 0, 16, "float32", 1, s2, stride1);
+    fake_pack_str(&mp, "metadata");
+    msgpack_pack_map(&mp, 1);
+    fake_pack_str(&mp, "format");
+    fake_pack_str(&mp, "pt");
+    pack_result_head(&pk);
+    msgpack_pack_map(&pk, 2);
+    fake_pack_str(&pk, "m");
+    msgpack_pack_ext_with_body(&pk, m.data, m.size, 2);
+    fake_pack_str(&pk, "n");
+    msgpack_pack_int(&pk, 3);
+    msgpack_sbuffer_destroy(&m);
+    fake_pack_str(&pk, "arenas");
+    msgpack_pack_array(&pk, 1);
+    fake_pack_arena(&pk, 0, 4096, "cpu", 600);
+    break;
+  }
+  case SC_WRONG_ID:
+    fake_pack_str(&pk, "x");
+    rc = fake_reply(conn, id + 5, &sb, NULL, 0);
+    msgpack_sbuffer_destroy(&sb);
+    return rc;
+  case SC_CUT_OFF: {
+    /* Half a reply, then the server goes away. */
+    pack_result_head(&pk);
+    fake_pack_str(&pk, "a long string that will never be finished");
+    fake_pack_str(&pk, "arenas");
+    msgpack_pack_array(&pk, 0);
+    msgpack_sbuffer whole;
+    msgpack_sbuffer_init(&whole);
+    msgpack_packer wp;
+    msgpack_packer_init(&wp, &whole, msgpack_sbuffer_write);
+    msgpack_pack_array(&wp, 4);
+    msgpack_pack_uint32(&wp, 1);
+    msgpack_pack_uint32(&wp, id);
+    msgpack_pack_nil(&wp);
+    msgpack_sbuffer_write(&whole, sb.data, sb.size);
+    fake_send(conn, whole.data, whole.size / 2, NULL, 0);
+    msgpack_sbuffer_destroy(&whole);
+    msgpack_sbuffer_destroy(&sb);
+    return 1;
+  }
+  case SC_SILENT: {
+    /* Never answers; waits until the client hangs up. */
+    char b[64];
+    while (recv(conn, b, sizeof b, 0) > 0) {
+    }
+    msgpack_sbuffer_destroy(&sb);
+    return 1;
+  }
+  case SC_ERROR_BY_NAME:
+    msgpack_sbuffer_destroy(&sb);
+    return fake_error(conn, id, 999, "BUSY", "too many requests in flight");
+  case SC_NOTIFY_FIRST: {
+    msgpack_sbuffer n;
+    msgpack_sbuffer_init(&n);
+    msgpack_packer np;
+    msgpack_packer_init(&np, &n, msgpack_sbuffer_write);
+    msgpack_pack_array(&np, 3);
+    msgpack_pack_uint32(&np, 2);
+    fake_pack_str(&np, "log");
+    msgpack_pack_array(&np, 0);
+    fake_send(conn, n.data, n.size, NULL, 0);
+    msgpack_sbuffer_destroy(&n);
+    pack_result_head(&pk);
+    msgpack_pack_int(&pk, 42);
+    fake_pack_str(&pk, "arenas");
+    msgpack_pack_array(&pk, 0);
+    break;
+  }
+  }
+  (void)params;
+  (void)f;
+  rc = send_call(conn, id, &sb, fds, nfds);
+  msgpack_sbuffer_destroy(&sb);
+  return rc;
+}
+
+static st_client_t *connect_fake(void) {
+  st_client_t *c = NULL;
+  char err[256];
+  if (st_client_connect(fs.path, &c, err, sizeof err) != ST_OK)
+    fprintf(stderr, "connect: %s\n", err);
+  return c;
+}
+
+static int call_scenario(st_client_t *c, enum scenario s, st_result_t **r) {
+  scenario = s;
+  return st_client_call(c, "x", NULL, r);
+}
+
+TEST(hello_fields) {
+  st_client_t *c = connect_fake();
+  CHECK(c);
+  char sid[64];
+  snprintf(sid, sizeof sid, "fake-%d", (int)getpid());
+  CHECK_STR_EQ(st_client_server_id(c), sid);
+  CHECK_STR_EQ(st_client_server_version(c), "0.0.0-fake");
+  CHECK_EQ_INT(st_client_server_pid(c), getpid());
+  CHECK_STR_EQ(st_client_error(c), "");
+  CHECK_STR_EQ(st_client_error_name(c), "");
+  st_client_close(c);
+}
+
+TEST(open_cache_maps_one_allocation_once) {
+  st_client_t *c = connect_fake();
+  CHECK(c);
+  size_t mapped0, mapped;
+  uint64_t reused0, reused;
+  st_open_cache_stats(&mapped0, &reused0);
+  st_result_t *r1 = NULL, *r2 = NULL;
+  CHECK_EQ_INT(call_scenario(c, SC_SAME_ARENA_TWICE, &r1), ST_OK);
+  st_open_cache_stats(&mapped, &reused);
+  CHECK_EQ_INT(mapped, mapped0 + 1);
+  CHECK_EQ_INT(reused, reused0 + 1);
+  const st_tensor_t *a = st_result_find(r1, "a"), *b = st_result_find(r1, "b");
+  CHECK(a && b);
+  CHECK((char *)b->data == (char *)a->data + 16);
+  CHECK_EQ_INT(st_tensor_get(b, 0), 4);
+  /* A second result naming the same allocation shares the mapping. */
+  CHECK_EQ_INT(call_scenario(c, SC_SAME_ARENA_TWICE, &r2), ST_OK);
+  st_open_cache_stats(&mapped, &reused);
+  CHECK_EQ_INT(mapped, mapped0 + 1);
+  CHECK_EQ_INT(reused, reused0 + 3);
+  CHECK(st_result_find(r2, "a")->data == a->data);
+  /* The same key naming another file is another allocation. */
+  st_result_t *r3 = NULL;
+  CHECK_EQ_INT(call_scenario(c, SC_SAME_ID_OTHER_FILE, &r3), ST_OK);
+  st_open_cache_stats(&mapped, &reused);
+  CHECK_EQ_INT(mapped, mapped0 + 2);
+  CHECK_EQ_INT(reused, reused0 + 3);
+  CHECK_EQ_INT(st_tensor_get(st_result_find(r3, ""), 0), 9);
+  CHECK_EQ_INT(st_tensor_get(a, 0), 0);
+  st_result_free(r3);
+  st_result_free(r1);
+  st_open_cache_stats(&mapped, NULL);
+  CHECK_EQ_INT(mapped, mapped0 + 1); /* r2 still uses it */
+  CHECK_EQ_INT(st_tensor_get(st_result_find(r2, "a"), 3), 3);
+  st_result_free(r2);
+  st_open_cache_stats(&mapped, NULL);
+  CHECK_EQ_INT(mapped, mapped0);
+  st_client_close(c);
+}
+
+TEST(descriptors_follow_the_fd_index) {
+  st_client_t *c = connect_fake();
+  CHECK(c);
+  st_result_t *r = NULL;
+  CHECK_EQ_INT(call_scenario(c, SC_SWAPPED_FDS, &r), ST_OK);
+  CHECK_EQ_INT(st_result_tensor_count(r), 2);
+  CHECK_STR_EQ(st_result_tensor(r, 0)->name, "0");
+  CHECK_STR_EQ(st_result_tensor(r, 1)->name, "1");
+  CHECK_EQ_INT(st_tensor_get(st_result_tensor(r, 0), 1), 1);  /* arena 0 = fd 1 = kData */
+  CHECK_EQ_INT(st_tensor_get(st_result_tensor(r, 1), 1), 20); /* arena 1 = fd 0 */
+  st_result_free(r);
+  st_client_close(c);
+}
+
+TEST(strided_view) {
+  st_client_t *c = connect_fake();
+  CHECK(c);
+  st_result_t *r = NULL;
+  CHECK_EQ_INT(call_scenario(c, SC_STRIDED, &r), ST_OK);
+  const st_tensor_t *t = st_result_find(r, "");
+  CHECK(t);
+  CHECK_EQ_INT(t->numel, 4);
+  CHECK_EQ_INT(t->nbytes, 16);
+  /* data starts at element 1: [[1, 3], [2, 4]] row-major. */
+  CHECK_EQ_INT(st_tensor_get(t, 0), 1);
+  CHECK_EQ_INT(st_tensor_get(t, 1), 3);
+  CHECK_EQ_INT(st_tensor_get(t, 2), 2);
+  CHECK_EQ_INT(st_tensor_get(t, 3), 4);
+  CHECK(isnan(st_tensor_get(t, 4)));
+  CHECK(isnan(st_tensor_get(t, -1)));
+  st_result_free(r);
+  st_client_close(c);
+}
+
+TEST(bad_descriptors_are_refused_and_the_connection_stays) {
+  CHECK_EQ_INT(fake_wait_idle(&fs, 2000), 0);
+  int fds0 = fake_count_fds();
+  st_client_t *c = connect_fake();
+  CHECK(c);
+  size_t mapped0, mapped;
+  st_open_cache_stats(&mapped0, NULL);
+  st_result_t *r = NULL;
+  CHECK_EQ_INT(call_scenario(c, SC_OUT_OF_RANGE, &r), ST_ERR_PROTOCOL);
+  CHECK(r == NULL);
+  CHECK_CONTAINS(st_client_error(c), "reaches beyond its arena");
+  CHECK_STR_EQ(st_client_error_name(c), "PROTOCOL");
+  CHECK_EQ_INT(call_scenario(c, SC_FILE_TOO_SMALL, &r), ST_ERR_PROTOCOL);
+  CHECK_CONTAINS(st_client_error(c), "the file has 32");
+  CHECK_EQ_INT(call_scenario(c, SC_UNSEALED, &r), ST_ERR_PROTOCOL);
+  CHECK_CONTAINS(st_client_error(c), "not sealed");
+  CHECK_EQ_INT(call_scenario(c, SC_CUDA, &r), ST_ERR_CAPABILITY);
+  CHECK_CONTAINS(st_client_error(c), "CUDA");
+  st_open_cache_stats(&mapped, NULL);
+  CHECK_EQ_INT(mapped, mapped0);
+  double rtt;
+  CHECK_EQ_INT(st_client_ping(c, &rtt), ST_OK);
+  CHECK_STR_EQ(st_client_error(c), "");
+  st_client_close(c);
+  CHECK_EQ_INT(fake_wait_idle(&fs, 2000), 0);
+  CHECK_EQ_INT(fake_count_fds(), fds0); /* every descriptor was closed */
+}
+
+TEST(empty_arena) {
+  st_client_t *c = connect_fake();
+  CHECK(c);
+  st_result_t *r = NULL;
+  CHECK_EQ_INT(call_scenario(c, SC_EMPTY_ARENA, &r), ST_OK);
+  const st_tensor_t *t = st_result_find(r, "");
+  CHECK(t && t->numel == 0 && t->nbytes == 0);
+  CHECK(isnan(st_tensor_get(t, 0)));
+  st_result_free(r);
+  st_client_close(c);
+}
+
+TEST(module_value) {
+  st_client_t *c = connect_fake();
+  CHECK(c);
+  st_result_t *r = NULL;
+  CHECK_EQ_INT(call_scenario(c, SC_MODULE, &r), ST_OK);
+  CHECK_EQ_INT(st_result_tensor_count(r), 2);
+  const st_tensor_t *w = st_result_find(r, "m.weight"), *b = st_result_find(r, "m.bias");
+  CHECK(w && b);
+  CHECK_EQ_INT(w->ndim, 2);
+  CHECK_EQ_INT(st_tensor_get(w, 3), 3);
+  CHECK_EQ_INT(st_tensor_get(b, 1), 5);
+  const st_value_t *m = st_value_get(st_result_value(r), "m");
+  CHECK(m && m->kind == ST_VALUE_MODULE && m->as.module.len == 2);
+  CHECK(m->as.module.tensors[0] == w);
+  const st_value_t *fmt = st_value_get(m->as.module.metadata, "format");
+  CHECK(fmt && fmt->kind == ST_VALUE_STRING);
+  CHECK_STR_EQ(fmt->as.str.ptr, "pt");
+  char *js = st_value_json(st_result_value(r), 0);
+  CHECK_CONTAINS(js, "\"m\":{\"module\":{\"tensors\":[{\"name\":\"m.weight\",\"dtype\":\"float32\","
+                     "\"shape\":[2,2],\"strides\":[2,1],\"device\":\"cpu\",\"nbytes\":16}");
+  CHECK_CONTAINS(js, "\"metadata\":{\"format\":\"pt\"}}},\"n\":3}");
+  free(js);
+  st_result_free(r);
+  st_client_close(c);
+}
+
+TEST(notifications_are_skipped) {
+  st_client_t *c = connect_fake();
+  CHECK(c);
+  st_result_t *r = NULL;
+  CHECK_EQ_INT(call_scenario(c, SC_NOTIFY_FIRST, &r), ST_OK);
+  CHECK_EQ_INT(st_result_value(r)->kind, ST_VALUE_INT);
+  CHECK_EQ_INT(st_result_value(r)->as.integer, 42);
+  st_result_free(r);
+  st_client_close(c);
+}
+
+TEST(server_error_by_name) {
+  st_client_t *c = connect_fake();
+  CHECK(c);
+  st_result_t *r = NULL;
+  CHECK_EQ_INT(call_scenario(c, SC_ERROR_BY_NAME, &r), ST_ERR_BUSY);
+  CHECK_STR_EQ(st_client_error_name(c), "BUSY");
+  CHECK_STR_EQ(st_client_error(c), "too many requests in flight");
+  /* Unknown methods keep the connection. */
+  CHECK_EQ_INT(st_client_rpc(c, "nope", NULL, &r), ST_ERR_UNKNOWN_METHOD);
+  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK);
+  st_client_close(c);
+}
+
+TEST(stream_errors_close_the_connection) {
+  CHECK_EQ_INT(fake_wait_idle(&fs, 2000), 0);
+  int fds0 = fake_count_fds();
+  st_client_t *c = connect_fake();
+  CHECK(c);
+  st_result_t *r = NULL;
+  CHECK_EQ_INT(call_scenario(c, SC_MISSING_FD, &r), ST_ERR_PROTOCOL);
+  CHECK_CONTAINS(st_client_error(c), "names 1 arenas but carries 0 descriptors");
+  CHECK_EQ_INT(st_client_ping(c, NULL), ST_ERR_IO);
+  CHECK_CONTAINS(st_client_error(c), "the connection is closed");
+  st_client_close(c);
+
+  c = connect_fake();
+  CHECK(c);
+  CHECK_EQ_INT(call_scenario(c, SC_WRONG_ID, &r), ST_ERR_PROTOCOL);
+  CHECK_CONTAINS(st_client_error(c), "answered request");
+  st_client_close(c);
+  CHECK_EQ_INT(fake_wait_idle(&fs, 2000), 0);
+  CHECK_EQ_INT(fake_count_fds(), fds0);
+}
+
+TEST(server_gone_mid_reply) {
+  st_client_t *c = connect_fake();
+  CHECK(c);
+  st_result_t *r = NULL;
+  double t0 = stt_now_ms();
+  CHECK_EQ_INT(call_scenario(c, SC_CUT_OFF, &r), ST_ERR_IO);
+  CHECK(stt_now_ms() - t0 < 2000);
+  CHECK_STR_EQ(st_client_error(c), "connection closed by the server");
+  CHECK_STR_EQ(st_client_error_name(c), "IO");
+  CHECK_EQ_INT(st_client_ping(c, NULL), ST_ERR_IO);
+  st_client_close(c);
+}
+
+TEST(timeout) {
+  st_client_t *c = connect_fake();
+  CHECK(c);
+  st_client_set_timeout(c, 200);
+  st_result_t *r = NULL;
+  double t0 = stt_now_ms();
+  CHECK_EQ_INT(call_scenario(c, SC_SILENT, &r), ST_ERR_TIMEOUT);
+  double took = stt_now_ms() - t0;
+  CHECK(took >= 190 && took < 1000);
+  CHECK_STR_EQ(st_client_error_name(c), "TIMEOUT");
+  CHECK_CONTAINS(st_client_error(c), "200 ms");
+  CHECK_EQ_INT(st_client_ping(c, NULL), ST_ERR_IO); /* closed: the reply would be out of step */
+  st_client_close(c);
+}
+
+/* --- refusals at connect --------------------------------------------- */
+
+static int refuse_auth(fake_server_t *f, int conn) {
+  (void)f;
+  fake_error(conn, 0, 10, "AUTH", "uid 4242 is not allowed to connect");
+  return 1;
+}
+
+static int old_hello(fake_server_t *f, int conn, uint32_t id, const char *method,
+                     const msgpack_object *params) {
+  (void)f;
+  (void)params;
+  if (strcmp(method, "hello") != 0) return fake_error(conn, id, 16, "UNKNOWN_METHOD", method);
+  return fake_hello(conn, id, 0);
+}
+
+static int newer_client(fake_server_t *f, int conn, uint32_t id, const char *method,
+                        const msgpack_object *params) {
+  (void)f;
+  (void)params;
+  (void)method;
+  return fake_error(conn, id, 1, "PROTOCOL", "client protocol 1 is newer than the server's");
+}
+
+TEST(connect_refusals) {
+  fake_server_t f2 = {.on_accept = refuse_auth};
+  fake_start(&f2);
+  st_client_t *c = (st_client_t *)1;
+  char err[256] = "";
+  CHECK_EQ_INT(st_client_connect(f2.path, &c, err, sizeof err), ST_ERR_AUTH);
+  CHECK(c == NULL);
+  CHECK_CONTAINS(err, "uid 4242 is not allowed");
+  fake_stop(&f2);
+
+  fake_server_t f3 = {.on_request = old_hello, .hello_custom = 1};
+  fake_start(&f3);
+  CHECK_EQ_INT(st_client_connect(f3.path, &c, err, sizeof err), ST_ERR_PROTOCOL);
+  CHECK_CONTAINS(err, "the server speaks protocol 0, this client needs 1");
+  fake_stop(&f3);
+
+  fake_server_t f4 = {.on_request = newer_client, .hello_custom = 1};
+  fake_start(&f4);
+  CHECK_EQ_INT(st_client_connect(f4.path, &c, err, sizeof err), ST_ERR_PROTOCOL);
+  CHECK_CONTAINS(err, "newer than the server");
+  fake_stop(&f4);
+}
+
+TEST(connect_missing_socket) {
+  st_client_t *c = (st_client_t *)1;
+  char err[256] = "";
+  double t0 = stt_now_ms();
+  CHECK_EQ_INT(st_client_connect("/nonexistent-dir/st-0.sock", &c, err, sizeof err), ST_ERR_IO);
+  CHECK(stt_now_ms() - t0 < 100);
+  CHECK(c == NULL);
+  CHECK_CONTAINS(err, "cannot connect to /nonexistent-dir/st-0.sock: no server is listening");
+  CHECK_CONTAINS(err, "No such file or directory");
+  char longp[300];
+  memset(longp, 'a', sizeof longp - 1);
+  longp[sizeof longp - 1] = '\0';
+  CHECK_EQ_INT(st_client_connect(longp, &c, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_client_connect_device(longp, 0, &c, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+}
+
+TEST(socket_paths) {
+  char p[64];
+  CHECK_EQ_INT(st_socket_path("/run/st", 3, p, sizeof p), ST_OK);
+  CHECK_STR_EQ(p, "/run/st-3.sock");
+  setenv("SHARED_TENSOR_BASE_PATH", "/tmp/envbase", 1);
+  CHECK_EQ_INT(st_socket_path(NULL, 0, p, sizeof p), ST_OK);
+  CHECK_STR_EQ(p, "/tmp/envbase-0.sock");
+  unsetenv("SHARED_TENSOR_BASE_PATH");
+  CHECK_EQ_INT(st_socket_path(NULL, 1, p, sizeof p), ST_OK);
+  CHECK_STR_EQ(p, "/tmp/shared-tensor-1.sock");
+  CHECK_EQ_INT(st_socket_path("/x", 0, p, 5), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_socket_path("/x", -1, p, sizeof p), ST_ERR_INVALID_ARGUMENT);
+}
+
+TEST(null_arguments) {
+  st_result_t *r = (st_result_t *)1;
+  CHECK_EQ_INT(st_client_call(NULL, "x", NULL, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK(r == NULL);
+  st_client_close(NULL);
+  st_result_free(NULL);
+  CHECK_STR_EQ(st_client_error(NULL), "");
+  CHECK(st_result_value(NULL) == NULL);
+  CHECK_EQ_INT(st_result_tensor_count(NULL), 0);
+  CHECK(st_value_get(NULL, "x") == NULL);
+  CHECK(isnan(st_tensor_get(NULL, 0)));
+  st_client_t *c = connect_fake();
+  CHECK(c);
+  CHECK_EQ_INT(st_client_call(c, "", NULL, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_client_call(c, NULL, NULL, &r), ST_ERR_INVALID_ARGUMENT);
+  st_client_close(c);
+}
+
+int main(void) {
+  fs.on_request = on_request;
+  fake_start(&fs);
+  int fds0 = fake_count_fds();
+  RUN(hello_fields);
+  RUN(open_cache_maps_one_allocation_once);
+  RUN(descriptors_follow_the_fd_index);
+  RUN(strided_view);
+  RUN(bad_descriptors_are_refused_and_the_connection_stays);
+  RUN(empty_arena);
+  RUN(module_value);
+  RUN(notifications_are_skipped);
+  RUN(server_error_by_name);
+  RUN(stream_errors_close_the_connection);
+  RUN(server_gone_mid_reply);
+  RUN(timeout);
+  RUN(connect_refusals);
+  RUN(connect_missing_socket);
+  RUN(socket_paths);
+  RUN(null_arguments);
+  fake_wait_idle(&fs, 2000);
+  fake_stop(&fs);
+  if (shared_fd >= 0) close(shared_fd);
+  int fds1 = fake_count_fds();
+  if (fds1 != fds0 - 3) { /* fake_stop closed the listener and its pipe */
+    fprintf(stderr, "descriptor leak: %d open before, %d after\n", fds0, fds1);
+    stt_failed++;
+  }
+  return stt_summary();
+}

@@ -1,0 +1,116 @@
+/* The server log (src/common/log.h): line format, levels, escaping, and
+ * whole lines from concurrent threads. stderr is pointed at a temp file. */
+#include <fcntl.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "common/log.h"
+
+static char path[] = "/tmp/st-test-log-XXXXXX";
+static int saved_stderr = -1;
+
+/* Points fd 2 at an empty temp file. */
+static int capture(void) {
+  int fd = mkstemp(path);
+  if (fd < 0) return -1;
+  unlink(path);
+  saved_stderr = dup(2);
+  dup2(fd, 2);
+  close(fd);
+  return 0;
+}
+
+/* Restores fd 2 and returns what was written (malloc'd). */
+static char *release(void) {
+  off_t n = lseek(2, 0, SEEK_END);
+  char *buf = calloc(1, (size_t)n + 1);
+  if (n > 0 && pread(2, buf, (size_t)n, 0) != n) buf[0] = '\0';
+  dup2(saved_stderr, 2);
+  close(saved_stderr);
+  strcpy(path, "/tmp/st-test-log-XXXXXX");
+  return buf;
+}
+
+/* "YYYY-MM-DDTHH:MM:SS.mmmZ " */
+static int stamp_ok(const char *s) {
+  const char *pat = "dddd-dd-ddTdd:dd:dd.dddZ ";
+  for (size_t i = 0; pat[i]; i++) {
+    if (pat[i] == 'd' ? (s[i] < '0' || s[i] > '9') : s[i] != pat[i]) return 0;
+  }
+  return 1;
+}
+
+TEST(format_and_levels) {
+  CHECK(capture() == 0);
+  st__log_set_level(ST_LOG_INFO);
+  CHECK(st__log_enabled(ST_LOG_INFO));
+  CHECK(!st__log_enabled(ST_LOG_DEBUG));
+  ST_LOG_I("loop", "listening on %s", "/tmp/x.sock");
+  ST_LOG_D("loop", "hidden %d", 1);
+  ST_LOG_W("conn", "slow");
+  ST_LOG_E(NULL, "bad");
+  st__log_set_level(ST_LOG_DEBUG);
+  ST_LOG_D("lua", "two\nlines\r");
+  st__log_set_level(ST_LOG_ERROR);
+  ST_LOG_W("conn", "not shown");
+  ST_LOG_E("conn", "shown");
+  st__log_set_level(ST_LOG_INFO);
+  char *out = release();
+  fprintf(stderr, "%s", out);
+  const char *want[] = {"info  loop: listening on /tmp/x.sock", "warn  conn: slow",
+                        "error -: bad", "debug lua: two\\nlines\\r", "error conn: shown"};
+  char *line = out;
+  for (size_t i = 0; i < 5; i++) {
+    char *nl = strchr(line, '\n');
+    CHECK(nl != NULL);
+    *nl = '\0';
+    CHECK(stamp_ok(line));
+    CHECK_STR_EQ(line + 25, want[i]);
+    line = nl + 1;
+  }
+  CHECK_STR_EQ(line, "");
+  free(out);
+}
+
+TEST(long_message_is_one_line) {
+  CHECK(capture() == 0);
+  char big[10000];
+  memset(big, 'x', sizeof big - 1);
+  big[sizeof big - 1] = '\0';
+  ST_LOG_I("big", "%s", big);
+  char *out = release();
+  char *nl = strchr(out, '\n');
+  CHECK(nl != NULL && nl[1] == '\0');
+  CHECK(strlen(out) < 4200);
+  free(out);
+}
+
+static void *spam(void *arg) {
+  for (int i = 0; i < 500; i++) ST_LOG_I("thread", "worker %ld line %d", (long)(intptr_t)arg, i);
+  return NULL;
+}
+
+TEST(threads_write_whole_lines) {
+  CHECK(capture() == 0);
+  pthread_t t[4];
+  for (intptr_t i = 0; i < 4; i++) pthread_create(&t[i], NULL, spam, (void *)i);
+  for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+  char *out = release();
+  int lines = 0;
+  for (char *line = out, *nl; (nl = strchr(line, '\n')); line = nl + 1) {
+    *nl = '\0';
+    CHECK(stamp_ok(line));
+    CHECK(strncmp(line + 25, "info  thread: worker ", 21) == 0);
+    lines++;
+  }
+  CHECK_EQ_INT(lines, 2000);
+  free(out);
+}
+
+int main(void) {
+  RUN(format_and_levels);
+  RUN(long_message_is_one_line);
+  RUN(threads_write_whole_lines);
+  return stt_summary();
+}

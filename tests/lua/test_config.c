@@ -1,0 +1,191 @@
+/* src/lua: config.lua loading, good and bad files. */
+#include "lua_kit.h"
+#include "server/config.h"
+
+static char cfg_path[600];
+
+static int load_cfg(const char *text, st__config_t *c, char **errs) {
+  kit_fresh();
+  kit_write("config.lua", "%s", text);
+  snprintf(cfg_path, sizeof cfg_path, "%s/config.lua", kit_dir);
+  st__config_defaults(c);
+  st__errlist_t l = {0};
+  int rc = st__config_load(cfg_path, c, &l);
+  *errs = st__errlist_join(&l);
+  if (*errs) fprintf(stderr, "   config errors:\n%s\n", *errs);
+  st__errlist_clear(&l);
+  return rc;
+}
+
+TEST(every_key) {
+  st__config_t c;
+  char *errs;
+  CHECK_EQ_INT(load_cfg("-- comment\n"
+                        "local base = '/tmp/st-test'\n"
+                        "return {\n"
+                        "  base_path = base .. '-x',\n"
+                        "  devices = { 0, 2 },\n"
+                        "  workers = 8,\n"
+                        "  endpoints = 'eps',\n"
+                        "  log_level = 'debug',\n"
+                        "  socket_mode = '0660',\n"
+                        "  socket_group = 'wheel',\n"
+                        "  allow_uids = { 1000, 1001 },\n"
+                        "  allow_gids = { 27 },\n"
+                        "  limits = { max_message_bytes = 1024, max_connections = 10, max_inflight = 3,\n"
+                        "             frame_timeout_ms = 500, max_object_bytes = 4096 },\n"
+                        "  shutdown_grace_s = 2.5,\n"
+                        "}\n", &c, &errs), ST_OK);
+  CHECK(errs == NULL);
+  CHECK_STR_EQ(c.path, cfg_path);
+  CHECK_STR_EQ(c.base_path, "/tmp/st-test-x");
+  CHECK_EQ_INT(c.ndevices, 2);
+  CHECK_EQ_INT(c.devices[1], 2);
+  CHECK_EQ_INT(c.workers, 8);
+  char want[700];
+  snprintf(want, sizeof want, "%s/eps", kit_dir);
+  CHECK_STR_EQ(c.endpoints_dir, want);
+  CHECK_EQ_INT(c.log_level, ST_LOG_DEBUG);
+  CHECK_EQ_INT(c.socket_mode, 0660);
+  CHECK_STR_EQ(c.socket_group, "wheel");
+  CHECK_EQ_INT(c.nallow_uids, 2);
+  CHECK_EQ_INT(c.allow_uids[1], 1001);
+  CHECK_EQ_INT(c.nallow_gids, 1);
+  CHECK_EQ_INT(c.allow_gids[0], 27);
+  CHECK_EQ_INT(c.max_message_bytes, 1024);
+  CHECK_EQ_INT(c.max_connections, 10);
+  CHECK_EQ_INT(c.max_inflight, 3);
+  CHECK_EQ_INT(c.frame_timeout_ms, 500);
+  CHECK_EQ_INT(c.max_object_bytes, 4096);
+  CHECK(c.shutdown_grace_s == 2.5);
+  st__config_free(&c);
+}
+
+TEST(defaults_stay_and_short_forms) {
+  st__config_t c;
+  char *errs;
+  CHECK_EQ_INT(load_cfg("return { devices = 3, socket_mode = 384, endpoints = '/abs/eps' }\n", &c, &errs),
+               ST_OK);
+  CHECK_EQ_INT(c.ndevices, 1);
+  CHECK_EQ_INT(c.devices[0], 3);
+  CHECK_EQ_INT(c.socket_mode, 0600);
+  CHECK_STR_EQ(c.endpoints_dir, "/abs/eps");
+  CHECK_EQ_INT(c.workers, 4);                       /* untouched default */
+  CHECK_EQ_INT(c.max_inflight, ST_DEFAULT_MAX_INFLIGHT);
+  st__config_free(&c);
+  CHECK_EQ_INT(load_cfg("return {}\n", &c, &errs), ST_OK);
+  st__config_free(&c);
+}
+
+TEST(bad_values_are_all_reported) {
+  st__config_t c;
+  char *errs;
+  CHECK_EQ_INT(load_cfg("return {\n"
+                        "  wrokers = 4,\n"
+                        "  workers = 0,\n"
+                        "  devices = { 0, -1 },\n"
+                        "  log_level = 'loud',\n"
+                        "  socket_mode = '0999',\n"
+                        "  base_path = 5,\n"
+                        "  allow_uids = 'me',\n"
+                        "  limits = { max_inflight = 2.5, bogus = 1 },\n"
+                        "  shutdown_grace_s = -1,\n"
+                        "  [1] = 'x',\n"
+                        "}\n", &c, &errs), ST_ERR_CONFIGURATION);
+  CHECK(errs != NULL);
+  CHECK_CONTAINS(errs, "config.lua: unknown key 'wrokers'");
+  CHECK_CONTAINS(errs, "config.lua: workers: expected an integer in 1..256, got 0");
+  CHECK_CONTAINS(errs, "devices[2]: expected an integer in 0..4095, got -1");
+  CHECK_CONTAINS(errs, "log_level: expected \"error\", \"warn\", \"info\" or \"debug\"");
+  CHECK_CONTAINS(errs, "socket_mode: expected octal permission bits like \"0660\", got \"0999\"");
+  CHECK_CONTAINS(errs, "base_path: expected a non-empty string, got number");
+  CHECK_CONTAINS(errs, "allow_uids: expected an array of integers, got string");
+  CHECK_CONTAINS(errs, "limits.max_inflight: expected an integer");
+  CHECK_CONTAINS(errs, "limits: unknown key 'bogus'");
+  CHECK_CONTAINS(errs, "shutdown_grace_s: expected a number of seconds >= 0, got -1");
+  CHECK_CONTAINS(errs, "config.lua: keys must be strings");
+  free(errs);
+  st__config_free(&c);
+}
+
+TEST(lua_errors_name_the_line) {
+  st__config_t c;
+  char *errs;
+  CHECK_EQ_INT(load_cfg("return {\n  workers = 4\n  endpoints = 'x',\n}\n", &c, &errs),
+               ST_ERR_CONFIGURATION);
+  CHECK_CONTAINS(errs, "config.lua:3:");
+  free(errs);
+  st__config_free(&c);
+  CHECK_EQ_INT(load_cfg("local x = nil\nreturn { workers = x.n }\n", &c, &errs), ST_ERR_CONFIGURATION);
+  CHECK_CONTAINS(errs, "config.lua:2:");
+  free(errs);
+  st__config_free(&c);
+  CHECK_EQ_INT(load_cfg("return 42\n", &c, &errs), ST_ERR_CONFIGURATION);
+  CHECK_CONTAINS(errs, "config.lua: the file must return a table");
+  free(errs);
+  st__config_free(&c);
+}
+
+TEST(config_is_sandboxed) {
+  static const char *const bodies[] = {
+    "os.execute('touch /tmp/st-config-escaped') return {}\n",
+    "return { base_path = io.read() }\n",
+    "return { base_path = os.getenv('HOME') }\n",
+    "return { workers = st.version }\n",
+    "local ffi = require('ffi') return {}\n",
+    "x = 1 return {}\n",
+  };
+  for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+    st__config_t c;
+    char *errs;
+    CHECK_EQ_INT(load_cfg(bodies[i], &c, &errs), ST_ERR_CONFIGURATION);
+    CHECK_CONTAINS(errs, "config.lua:");
+    free(errs);
+    st__config_free(&c);
+  }
+  CHECK(access("/tmp/st-config-escaped", F_OK) != 0);
+}
+
+TEST(repository_config_loads) {
+  const char *src = getenv("ST_SOURCE_DIR");
+  char path[4096];
+  snprintf(path, sizeof path, "%s/config.lua", src ? src : ".");
+  st__config_t c;
+  st__config_defaults(&c);
+  st__errlist_t l = {0};
+  int rc = st__config_load(path, &c, &l);
+  char *errs = st__errlist_join(&l);
+  if (errs) fprintf(stderr, "%s\n", errs);
+  free(errs);
+  st__errlist_clear(&l);
+  CHECK_EQ_INT(rc, ST_OK);
+  CHECK_CONTAINS(c.endpoints_dir, "/endpoints");
+  CHECK_EQ_INT(c.max_object_bytes, 64ull << 30);
+  st__config_free(&c);
+  CHECK_EQ_INT(load_cfg("return { socket_group = 27 }\n", &c, &errs), ST_OK);
+  CHECK_STR_EQ(c.socket_group, "27");
+  st__config_free(&c);
+}
+
+TEST(missing_file) {
+  st__config_t c;
+  st__config_defaults(&c);
+  st__errlist_t l = {0};
+  CHECK_EQ_INT(st__config_load("/nonexistent/config.lua", &c, &l), ST_ERR_CONFIGURATION);
+  CHECK_EQ_INT(l.count, 1);
+  CHECK_CONTAINS(l.items[0], "/nonexistent/config.lua: cannot read");
+  st__errlist_clear(&l);
+  st__config_free(&c);
+}
+
+int main(void) {
+  RUN(every_key);
+  RUN(defaults_stay_and_short_forms);
+  RUN(bad_values_are_all_reported);
+  RUN(lua_errors_name_the_line);
+  RUN(config_is_sandboxed);
+  RUN(repository_config_loads);
+  RUN(missing_file);
+  kit_rmdir();
+  return stt_summary();
+}

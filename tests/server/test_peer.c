@@ -1,0 +1,118 @@
+/* Peer admission (SO_PEERCRED): a process of another uid is refused with
+ * AUTH and closed while a normal client keeps working; allow_uids and
+ * allow_gids admit it. Needs root (to become uid 65534); skipped
+ * otherwise. */
+#include <grp.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "check.h"
+#include "raw.h"
+
+#define NOBODY 65534
+
+static const char *PING_EP =
+    "return st.endpoint{ name = \"one\", build = function() return 1 end }\n";
+
+/* In a child running as NOBODY: connects and either expects AUTH then EOF
+ * (want_auth) or a working ping. Returns the child's exit status (0 when
+ * it saw what it expected). */
+static int as_nobody(const char *socket, int want_auth) {
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    if (setgroups(0, NULL) != 0 || setresgid(NOBODY, NOBODY, NOBODY) != 0 ||
+        setresuid(NOBODY, NOBODY, NOBODY) != 0)
+      _exit(10);
+    rc_t c;
+    if (rc_open(&c, socket) != 0) _exit(11);
+    if (!want_auth) _exit(stt_ping(c.fd, 1) == 0 ? 0 : 12);
+    /* Even a client that talks first gets the refusal, not a reset. */
+    rq_t r;
+    rq_init(&r);
+    rq_simple(&r, 1, "ping");
+    (void)rc_send_rq(&c, &r);
+    msg_t m;
+    if (rc_next(&c, &m, 5000) != 1) _exit(13);
+    int ok = m.id == 0 && msg_code(&m) == 10 && strcmp(msg_errname(&m), "AUTH") == 0;
+    msg_free(&m);
+    if (!ok) _exit(14);
+    if (rc_next(&c, &m, 5000) != 0) _exit(15);
+    _exit(0);
+  }
+  int status;
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+/* Lets uid NOBODY reach the socket through the file system (the server's
+ * own checks are what is tested). */
+static void open_up(stt_server_t *s) {
+  chmod(s->dir, 0711);
+  chmod(s->socket, 0666);
+}
+
+static stt_server_t S;
+
+static void refused_body(void) {
+  rc_t good;
+  CHECK(rc_open(&good, S.socket) == 0);
+  CHECK(stt_ping(good.fd, 1) == 0);
+  CHECK_EQ_INT(as_nobody(S.socket, 1), 0);
+  CHECK_EQ_INT(as_nobody(S.socket, 1), 0);
+  CHECK(stt_ping(good.fd, 2) == 0);
+  CHECK_EQ_INT(rc_info_int(&good, "counters.auth_refused"), 2);
+  rc_close(&good);
+  char *log = stt_server_log(&S);
+  CHECK_CONTAINS(log, "uid 65534");
+  free(log);
+}
+
+TEST(other_uid_is_refused) {
+  stt_server_init(&S);
+  stt_write_endpoint(&S, "one.lua", PING_EP);
+  int started = stt_server_start(&S);
+  if (started == 0) {
+    open_up(&S);
+    refused_body();
+  }
+  int status = started == 0 ? stt_server_stop(&S) : -1;
+  stt_server_cleanup(&S);
+  CHECK_EQ_INT(started, 0);
+  CHECK_EQ_INT(status, 0);
+}
+
+static void admitted(const char *config_line) {
+  stt_server_init(&S);
+  stt_write_endpoint(&S, "one.lua", PING_EP);
+  stt_server_config(&S, config_line);
+  int started = stt_server_start(&S);
+  int child = -1;
+  if (started == 0) {
+    open_up(&S);
+    child = as_nobody(S.socket, 0);
+  }
+  int status = started == 0 ? stt_server_stop(&S) : -1;
+  stt_server_cleanup(&S);
+  CHECK_EQ_INT(started, 0);
+  CHECK_EQ_INT(child, 0);
+  CHECK_EQ_INT(status, 0);
+}
+
+TEST(allow_uids_admits) {
+  admitted("allow_uids = { 65534 },");
+}
+
+TEST(allow_gids_admits) {
+  admitted("allow_gids = { 65534 },");
+}
+
+int main(void) {
+  if (geteuid() != 0) stt_skip("needs root to run a client as another uid");
+  signal(SIGPIPE, SIG_IGN);
+  RUN(other_uid_is_refused);
+  RUN(allow_uids_admits);
+  RUN(allow_gids_admits);
+  return stt_summary();
+}
