@@ -260,7 +260,10 @@ static void process_messages(st__conn_t *c) {
       /* Backpressure: keep the rest buffered until the client reads. */
       if (!c->read_paused) {
         c->read_paused = 1;
+        srv->counters.read_pauses++;
         ev_io_stop(srv->loop, &c->rio);
+        ST_LOG_D("conn", "conn %llu: %zu bytes of replies unread: pausing reads",
+                 (unsigned long long)c->id, c->wq_bytes);
       }
       break;
     }

@@ -77,8 +77,8 @@ static void pack_counters(msgpack_packer *pk, const st__counters_t *c) {
 #define COUNTERS(X)                                                                        \
   X(requests) X(errors) X(calls) X(calls_ok) X(calls_dropped) X(notifications)             \
   X(bytes_received) X(bytes_sent) X(fds_sent) X(fds_received) X(connections)               \
-  X(auth_refused) X(limit_refused) X(protocol_errors) X(busy) X(timeouts) X(reloads)       \
-  X(reload_failures)
+  X(auth_refused) X(limit_refused) X(protocol_errors) X(busy) X(timeouts) X(read_pauses)   \
+  X(reloads) X(reload_failures)
 #define COUNT(name) +1
   msgpack_pack_map(pk, 0 COUNTERS(COUNT));
 #define PACK(name)               \

@@ -3,6 +3,7 @@
  * SHARED_TENSOR_BASE_PATH) > built-in default. Main thread.
  */
 #include <errno.h>
+#include <msgpack.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -56,6 +57,23 @@ static void print_errors(const st__errlist_t *errs) {
   for (size_t i = 0; i < errs->count; i++) fprintf(stderr, "%s\n", errs->items[i]);
 }
 
+/* "name" or "name=<default>" for a --check listing. */
+static void print_param(const st__param_t *p) {
+  if (p->required || !p->default_mp) {
+    printf("%s", p->name);
+    return;
+  }
+  msgpack_unpacked u;
+  msgpack_unpacked_init(&u);
+  size_t off = 0;
+  char text[64] = "...";
+  if (msgpack_unpack_next(&u, p->default_mp, p->default_len, &off) == MSGPACK_UNPACK_SUCCESS &&
+      msgpack_object_print_buffer(text, sizeof text, u.data) <= 0)
+    snprintf(text, sizeof text, "...");
+  msgpack_unpacked_destroy(&u);
+  printf("%s=%s", p->name, text);
+}
+
 static const char *yes(int v) {
   return v ? "yes" : "no";
 }
@@ -90,9 +108,10 @@ static int run_check(const st__config_t *cfg, int config_errors) {
     for (size_t i = 0; i < gen->nendpoints; i++) {
       const st__endpoint_decl_t *ep = &gen->endpoints[i];
       printf("  %s(", ep->name);
-      for (size_t k = 0; k < ep->nparams; k++)
-        printf("%s%s%s", k ? ", " : "", ep->params[k].name,
-               ep->params[k].required ? "" : "=...");
+      for (size_t k = 0; k < ep->nparams; k++) {
+        if (k) printf(", ");
+        print_param(&ep->params[k]);
+      }
       printf(")  %s:%d  execution=%s concurrency=%s managed=%s cache=%s singleflight=%s\n",
              ep->file, ep->line, ep->execution == ST_EXEC_TASK ? "task" : "direct",
              ep->concurrency == ST_CONC_SERIALIZED ? "serialized" : "parallel", yes(ep->managed),

@@ -239,6 +239,37 @@ static inline int rc_next(rc_t *c, msg_t *m, int timeout_ms) {
   }
 }
 
+/* Reads what is there now (non-blocking) into the stream. Returns bytes
+ * read, 0 at EOF, -1 when nothing is there (or on error). */
+static inline ssize_t rc_pump(rc_t *c) {
+  msgpack_unpacker_reserve_buffer(&c->up, 1 << 16);
+  ssize_t n = recv(c->fd, msgpack_unpacker_buffer(&c->up),
+                   msgpack_unpacker_buffer_capacity(&c->up), MSG_DONTWAIT);
+  if (n > 0) msgpack_unpacker_buffer_consumed(&c->up, (size_t)n);
+  if (n == 0) c->eof = 1;
+  return n;
+}
+
+/* Next message already buffered (no I/O): 1 or 0. */
+static inline int rc_take(rc_t *c, msg_t *m) {
+  msgpack_unpacked_init(&m->u);
+  if (msgpack_unpacker_next(&c->up, &m->u) != MSGPACK_UNPACK_SUCCESS) {
+    msg_free(m);
+    return 0;
+  }
+  const msgpack_object *o = &m->u.data;
+  m->type = -1;
+  m->id = 0;
+  m->error = m->result = NULL;
+  if (o->type == MSGPACK_OBJECT_ARRAY && o->via.array.size == 4) {
+    m->type = (int)o->via.array.ptr[0].via.u64;
+    m->id = (uint32_t)o->via.array.ptr[1].via.u64;
+    if (o->via.array.ptr[2].type != MSGPACK_OBJECT_NIL) m->error = &o->via.array.ptr[2];
+    m->result = &o->via.array.ptr[3];
+  }
+  return 1;
+}
+
 /* Sends a whole request and reads the next message. 1 on success. */
 static inline int rc_rpc(rc_t *c, rq_t *r, msg_t *m) {
   if (rc_send_rq(c, r) != 0) return -1;

@@ -452,6 +452,49 @@ TEST(sigterm_drains_inflight_calls) {
   CHECK_EQ_INT(status, 0);
 }
 
+static void devices_body(void) {
+  char path3[400];
+  snprintf(path3, sizeof path3, "%s-3.sock", S.base);
+  rc_t c;
+  CHECK(rc_open(&c, path3) == 0);
+  rq_t r;
+  rq_init(&r);
+  rq_simple(&r, 1, "hello");
+  msg_t m;
+  CHECK(rc_rpc(&c, &r, &m) == 1);
+  CHECK_EQ_INT(obj_int(obj_get(m.result, "device")), 3);
+  msg_free(&m);
+  CHECK(rc_info(&c, 2, &m) == 1);
+  const msgpack_object *socks = obj_get(m.result, "sockets");
+  CHECK(socks && socks->type == MSGPACK_OBJECT_ARRAY && socks->via.array.size == 2);
+  CHECK_STR_EQ(obj_str(obj_get(&socks->via.array.ptr[1], "path")), path3);
+  msg_free(&m);
+  rc_close(&c);
+  CHECK(rc_open(&c, S.socket) == 0);
+  rq_init(&r);
+  rq_simple(&r, 3, "hello");
+  CHECK(rc_rpc(&c, &r, &m) == 1);
+  CHECK_EQ_INT(obj_int(obj_get(m.result, "device")), 0);
+  msg_free(&m);
+  rc_close(&c);
+}
+
+TEST(one_socket_per_device) {
+  stt_server_init(&S);
+  stt_write_endpoint(&S, "alpha.lua", A_EP);
+  stt_server_config(&S, "devices = { 0, 3 },");
+  int started = stt_server_start(&S);
+  if (started == 0) devices_body();
+  int status = started == 0 ? stt_server_stop(&S) : -1;
+  char path3[400];
+  snprintf(path3, sizeof path3, "%s-3.sock", S.base);
+  int left = access(path3, F_OK) == 0;
+  stt_server_cleanup(&S);
+  CHECK_EQ_INT(started, 0);
+  CHECK_EQ_INT(status, 0);
+  CHECK_EQ_INT(left, 0);
+}
+
 /* Waits for the server process to exit (it was already signalled). */
 static int wait_exit(stt_server_t *s, int timeout_ms) {
   double end = stt_now_ms() + timeout_ms;
@@ -518,5 +561,6 @@ int main(void) {
   RUN(sighup_reloads);
   RUN(sigterm_drains_inflight_calls);
   RUN(grace_period_cancels_long_calls);
+  RUN(one_socket_per_device);
   return stt_summary();
 }

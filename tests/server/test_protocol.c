@@ -411,6 +411,52 @@ TEST(half_closed_client_gets_replies) {
   rc_close(&c);
 }
 
+TEST(slow_reader_backpressure) {
+  /* A client that sends many requests before reading: the server stops
+   * reading while its replies pile up, and every reply arrives in the end
+   * once the client reads. */
+  enum { N = 20000 };
+  rc_t c;
+  CHECK(rc_open(&c, S.socket) == 0);
+  rq_t r;
+  rq_init(&r);
+  for (uint32_t id = 1; id <= N; id++) rq_simple(&r, id, "info");
+  size_t sent = 0;
+  int blocked = 0;
+  static unsigned char seen[N + 1];
+  memset(seen, 0, sizeof seen);
+  int got = 0;
+  double end = stt_now_ms() + 30000;
+  while (got < N && stt_now_ms() < end) {
+    if (sent < r.sb.size) {
+      ssize_t n = send(c.fd, r.sb.data + sent, r.sb.size - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n > 0) sent += (size_t)n;
+      else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) blocked = 1;
+      else CHECK(0);
+      if (!blocked) continue;   /* do not read before the server pushed back */
+    }
+    struct pollfd p = {.fd = c.fd, .events = POLLIN | (sent < r.sb.size ? POLLOUT : 0)};
+    poll(&p, 1, 100);
+    while (rc_pump(&c) > 0) {
+    }
+    CHECK(!c.eof);
+    msg_t m;
+    while (rc_take(&c, &m)) {
+      CHECK(m.error == NULL);
+      CHECK(m.id >= 1 && m.id <= N && !seen[m.id]);
+      seen[m.id] = 1;
+      got++;
+      msg_free(&m);
+    }
+  }
+  rq_free(&r);
+  CHECK(blocked);
+  CHECK_EQ_INT(got, N);
+  CHECK(stt_ping(c.fd, N + 1) == 0);
+  CHECK(rc_info_int(&c, "counters.read_pauses") >= 1);
+  rc_close(&c);
+}
+
 static stt_server_t S2;
 
 static void max_connections_body(stt_server_t *s) {
@@ -479,6 +525,7 @@ int main(void) {
   RUN(client_fds_are_closed);
   RUN(notifications_are_ignored);
   RUN(half_closed_client_gets_replies);
+  RUN(slow_reader_backpressure);
   RUN(max_connections_limit);
   int status = stt_server_stop(&S);
   if (status != 0) {
