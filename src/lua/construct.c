@@ -9,6 +9,10 @@
  * not silently build the wrong tensor). rand/randn are counter-based
  * (Philox4x32-10, key = seed, counter = row-major element index), so the
  * same seed gives the same bytes on every host and every backend.
+ *
+ * The contract of each non-static function (what it does, returns and owns)
+ * is its comment in lua_int.h; all of them run on the thread that owns the
+ * lua_State they are given.
  */
 #include "lua/lua_int.h"
 

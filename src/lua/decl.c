@@ -1,6 +1,10 @@
 /* src/lua: validation of one st.endpoint{...} declaration into plain C
  * (engine/generation.h). Every problem is reported, each as
  * "file:line: message" with the line of the st.endpoint call.
+ *
+ * The contract of each non-static function (what it does, returns and owns)
+ * is its comment in lua_int.h; all of them run on the thread that owns the
+ * lua_State they are given.
  */
 #include "lua/lua_int.h"
 
@@ -267,12 +271,14 @@ int st__lua_decl_parse(lua_State *L, int idx, const char *file, int line,
     lua_pop(L, 1);                            /* decl, key */
   }
   if (!d->name) {
-    lua_getfield(L, idx, "name");
+    lua_pushliteral(L, "name");
+    lua_rawget(L, idx);                       /* raw: no metamethod runs here */
     if (lua_isnil(L, -1)) bad(&c, "missing option 'name'");
     lua_pop(L, 1);
   }
   if (!has_build) {
-    lua_getfield(L, idx, "build");
+    lua_pushliteral(L, "build");
+    lua_rawget(L, idx);
     if (lua_isnil(L, -1)) bad(&c, "missing option 'build' (the function that builds the result)");
     lua_pop(L, 1);
   }

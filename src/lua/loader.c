@@ -112,44 +112,49 @@ typedef struct decls {
   size_t n, cap;
 } decls_t;
 
-/* Runs one file in a validation state and appends its declarations. */
-static void load_file(const st__source_t *src, decls_t *out, st__errlist_t *errs) {
-  st__lua_ctx_t ctx = {.mode = ST__LUA_LOAD, .who = "lua"};
-  lua_State *L = st__lua_state_new(&ctx);
-  if (!L) {
-    st__errlist_add(errs, "%s: cannot create a Lua state (out of memory)", src->path);
-    return;
-  }
+typedef struct filerun {
+  const st__source_t *src;
+  decls_t *out;
+  st__errlist_t *errs;
+} filerun_t;
+
+/* Protected part of load_file: compile, run the top level, validate what
+ * it returned. A failure of the Lua API itself (out of memory) raises to
+ * load_file instead of panicking. */
+static int l_run_file(lua_State *L) {
+  filerun_t *f = lua_touserdata(L, 1);
+  const st__source_t *src = f->src;
+  st__errlist_t *errs = f->errs;
+  lua_settop(L, 0);
+  st__lua_ctx_t *ctx = st__lua_ctx(L);
   char chunkname[4200], err[2048];
   snprintf(chunkname, sizeof chunkname, "@%s", src->path);
   if (luaL_loadbufferx(L, src->text, src->len, chunkname, "t") != 0) {
     st__errlist_add(errs, "%s", lua_tostring(L, -1));  /* "file:line: message" */
-    lua_close(L);
-    return;
+    return 0;
   }
-  ctx.src_text = src->text;
-  ctx.src_len = src->len;
+  ctx->src_text = src->text;
+  ctx->src_len = src->len;
   st__lua_arm(L, ST__LUA_LOAD_LIMIT_S, NULL);
   int rc = st__lua_pcall(L, 0, 1, err, sizeof err);   /* ret */
   st__lua_disarm(L);
   if (rc != 0) {
-    if (ctx.stop == ST_ERR_TIMEOUT)
+    if (ctx->stop == ST_ERR_TIMEOUT)
       st__errlist_add(errs, "%s (loading a file may take at most %g s)", err, ST__LUA_LOAD_LIMIT_S);
     else if (st__lua_has_position(err))
       st__errlist_add(errs, "%s", err);
     else
       st__errlist_add(errs, "%s: %s", src->path, err);
-    lua_close(L);
-    return;
+    return 0;
   }
-  int n = st__lua_decl_list(L, -1);           /* ret, list|msg */
+  int n = st__lua_decl_list(L, 1);            /* ret, list|msg */
   if (n < 0) {
     st__errlist_add(errs, "%s: %s", src->path, lua_tostring(L, -1));
-    lua_close(L);
-    return;
+    return 0;
   }
+  decls_t *out = f->out;
   for (int i = 1; i <= n; i++) {
-    lua_rawgeti(L, -1, i);                    /* ret, list, decl */
+    lua_rawgeti(L, 2, i);                     /* ret, list, decl */
     if (out->n == out->cap) {
       size_t cap = out->cap ? out->cap * 2 : 16;
       st__endpoint_decl_t *v = realloc(out->v, cap * sizeof *v);
@@ -161,14 +166,28 @@ static void load_file(const st__source_t *src, decls_t *out, st__errlist_t *errs
       out->cap = cap;
     }
     st__endpoint_decl_t *d = &out->v[out->n];
-    if (st__lua_decl_parse(L, -1, src->path, st__lua_decl_line(L, -1), d, errs) == 0) {
+    if (st__lua_decl_parse(L, 3, src->path, st__lua_decl_line(L, 3), d, errs) == 0) {
       uint64_t h = st__lua_fnv1a(ST__FNV_OFFSET, src->text, src->len);
       h = st__lua_fnv1a(h, "", 1);
       d->fingerprint = st__lua_fnv1a(h, d->name, strlen(d->name));
       out->n++;
     }
-    lua_pop(L, 1);                            /* ret, list */
+    lua_settop(L, 2);                         /* ret, list */
   }
+  return 0;
+}
+
+/* Runs one file in its own validation state and appends its declarations. */
+static void load_file(const st__source_t *src, decls_t *out, st__errlist_t *errs) {
+  st__lua_ctx_t ctx = {.mode = ST__LUA_LOAD, .who = "lua"};
+  lua_State *L = st__lua_state_new(&ctx);
+  if (!L) {
+    st__errlist_add(errs, "%s: cannot create a Lua state (out of memory)", src->path);
+    return;
+  }
+  filerun_t f = {src, out, errs};
+  if (lua_cpcall(L, l_run_file, &f) != 0)
+    st__errlist_add(errs, "%s: %s", src->path, lua_tostring(L, -1));
   lua_close(L);
 }
 

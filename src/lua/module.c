@@ -12,6 +12,10 @@
  *   m:names()  m:metadata()  m:nbytes()  #m
  * Methods take precedence over tensor names in m.x; m:tensor(name) always
  * works.
+ *
+ * The contract of each non-static function (what it does, returns and owns)
+ * is its comment in lua_int.h; all of them run on the thread that owns the
+ * lua_State they are given.
  */
 #include "lua/lua_int.h"
 

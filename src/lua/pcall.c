@@ -5,6 +5,10 @@
  * traceback at the point of the error (the stack is gone once lua_pcall
  * returns), the message itself stays "file:line: message" for the client,
  * and the traceback goes to the log at debug level.
+ *
+ * The contract of each non-static function (what it does, returns and owns)
+ * is its comment in lua_int.h; all of them run on the thread that owns the
+ * lua_State they are given.
  */
 #include "lua/lua_int.h"
 

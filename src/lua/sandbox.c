@@ -11,6 +11,10 @@
  * hooks inside compiled traces, and the count hook is what enforces
  * `timeout` and cancellation. Endpoint bodies orchestrate; the heavy work
  * (filling, copying, random numbers) runs in C either way.
+ *
+ * The contract of each non-static function (what it does, returns and owns)
+ * is its comment in lua_int.h; all of them run on the thread that owns the
+ * lua_State they are given.
  */
 #include "lua/lua_int.h"
 

@@ -9,6 +9,10 @@
  *   + tensors (construct.c) and st.module (module.c)
  *
  * The table is built once per state and exposed as a read-only proxy.
+ *
+ * The contract of each non-static function (what it does, returns and owns)
+ * is its comment in lua_int.h; all of them run on the thread that owns the
+ * lua_State they are given.
  */
 #include "lua/lua_int.h"
 

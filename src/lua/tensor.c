@@ -5,6 +5,10 @@
  * negative: the wire has no negative strides). Views share the arena and
  * each hold their own reference; __gc drops it. Dimensions and indices are
  * 0-based as in PyTorch; negative ones count from the end.
+ *
+ * The contract of each non-static function (what it does, returns and owns)
+ * is its comment in lua_int.h; all of them run on the thread that owns the
+ * lua_State they are given.
  */
 #include "lua/lua_int.h"
 
@@ -274,6 +278,8 @@ static int parse_new_shape(lua_State *L, int idx, const char *fn, int64_t numel,
     } else if (shape[i] < 0) {
       st__lua_raise(L, "%s: invalid size %lld", fn, (long long)shape[i]);
     } else {
+      if (shape[i] > 0 && known > ((int64_t)1 << 62) / shape[i])
+        st__lua_raise(L, "%s: shape is too large", fn);
       known *= shape[i];
     }
   }

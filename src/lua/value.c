@@ -13,6 +13,10 @@
  * msgpack -> Lua (call arguments): the reverse; integers become Lua numbers
  * (exact up to 2^53); an empty array gets the array marker so it comes back
  * as an array if returned.
+ *
+ * The contract of each non-static function (what it does, returns and owns)
+ * is its comment in lua_int.h; all of them run on the thread that owns the
+ * lua_State they are given.
  */
 #include "lua/lua_int.h"
 

@@ -5,6 +5,10 @@
  * endpoint's build function in a registry table by name. st__vm_build runs
  * one body under the count hook (timeout, cancel) through the pcall
  * wrapper and serializes what it returns.
+ *
+ * The contract of each non-static function (what it does, returns and owns)
+ * is its comment in st_lua.h; a vm is used by the one worker thread that
+ * created it.
  */
 #include "lua/lua_int.h"
 
@@ -23,9 +27,9 @@ struct st__vm {
   st__lua_ctx_t ctx;          /* the state points here */
 };
 
-/* Runs one source's top level and records its build functions. */
-static int compile_source(st__vm_t *vm, const st__source_t *src, char *err, size_t errlen) {
-  lua_State *L = vm->L;
+/* Runs one source's top level and records its build functions. Runs in
+ * protected mode (l_compile), so that nothing here can panic the state. */
+static int compile_source(lua_State *L, const st__source_t *src, char *err, size_t errlen) {
   char chunkname[4200];
   snprintf(chunkname, sizeof chunkname, "@%s", src->path);
   if (luaL_loadbufferx(L, src->text, src->len, chunkname, "t") != 0) {
@@ -54,14 +58,30 @@ static int compile_source(st__vm_t *vm, const st__source_t *src, char *err, size
   lua_rawget(L, LUA_REGISTRYINDEX);                 /* ret, list, builds */
   for (int i = 1; i <= n; i++) {
     lua_rawgeti(L, 2, i);                           /* ret, list, builds, decl */
-    lua_getfield(L, -1, "name");                    /* ..., decl, name */
-    lua_getfield(L, -2, "build");                   /* ..., decl, name, build */
+    lua_pushliteral(L, "name");                     /* raw gets: no metamethods */
+    lua_rawget(L, -2);                              /* ..., decl, name */
+    lua_pushliteral(L, "build");
+    lua_rawget(L, -3);                              /* ..., decl, name, build */
     if (lua_type(L, -2) == LUA_TSTRING && lua_type(L, -1) == LUA_TFUNCTION) lua_rawset(L, 3);
     else lua_pop(L, 2);
     lua_pop(L, 1);                                  /* ret, list, builds */
   }
   lua_settop(L, 0);
   return ST_OK;
+}
+
+typedef struct compile {
+  const st__source_t *src;
+  char *err;
+  size_t errlen;
+  int rc;
+} compile_t;
+
+static int l_compile(lua_State *L) {
+  compile_t *c = lua_touserdata(L, 1);
+  lua_settop(L, 0);
+  c->rc = compile_source(L, c->src, c->err, c->errlen);
+  return 0;
 }
 
 /* Worker thread. See st_lua.h. */
@@ -89,8 +109,15 @@ int st__vm_new(st__generation_t *gen, int worker_id, st__vm_t **out, char *err, 
   lua_rawset(L, LUA_REGISTRYINDEX);
 
   int rc = ST_OK;
-  for (size_t i = 0; i < gen->nsources && rc == ST_OK; i++)
-    rc = compile_source(vm, &gen->sources[i], err, errlen);
+  for (size_t i = 0; i < gen->nsources && rc == ST_OK; i++) {
+    compile_t c = {&gen->sources[i], err, errlen, ST_OK};
+    if (lua_cpcall(L, l_compile, &c) != 0) {
+      snprintf(err, errlen, "%s: %s", gen->sources[i].path, lua_tostring(L, -1));
+      c.rc = ST_ERR_OUT_OF_MEMORY;
+    }
+    lua_settop(L, 0);
+    rc = c.rc;
+  }
 
   lua_pushlightuserdata(L, &builds_key);
   lua_rawget(L, LUA_REGISTRYINDEX);                 /* builds */

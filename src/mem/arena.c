@@ -5,6 +5,8 @@
  * reference counting, ids, the size cap and the live statistics below are
  * backend independent; only creation, release and describe() switch on the
  * kind.
+ *
+ * Contracts of the non-static functions: their comments in arena.h.
  */
 #include "mem/arena.h"
 

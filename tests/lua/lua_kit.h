@@ -25,7 +25,7 @@ static inline void kit_rmdir(void) {
   DIR *d = opendir(kit_dir);
   struct dirent *e;
   while (d && (e = readdir(d))) {
-    if (e->d_name[0] == '.') continue;
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
     char p[600];
     snprintf(p, sizeof p, "%s/%s", kit_dir, e->d_name);
     unlink(p);

@@ -239,6 +239,7 @@ TEST(view_errors) {
     {"return st.zeros{2}.fill(3)", "fill: expected a tensor, got number"},
     {"return #st.empty{}", "len() of a 0-d tensor"},
     {"return st.zeros{2}:item()", "item: the tensor has 2 elements, not 1"},
+    {"return st.zeros{0}:view{2^32, 2^32, 0}", "view: shape is too large"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     st__build_result_t res;

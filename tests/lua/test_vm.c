@@ -267,6 +267,19 @@ TEST(good_generation) {
   st__generation_unref(g);
 }
 
+TEST(metatables_on_declarations_run_no_code) {
+  kit_fresh();
+  kit_write("meta.lua",
+            "local trap = { __index = function() while true do end end }\n"
+            "return setmetatable(st.endpoint{ name = 'm', params = { t = setmetatable({ 1 }, trap) },\n"
+            "  build = function() return 1 end }, trap)\n");
+  kit_vm_t k;
+  CHECK_EQ_INT(kit_vm_open(&k), ST_OK);
+  CHECK_EQ_INT(k.gen->nendpoints, 1);
+  CHECK_EQ_INT(k.gen->endpoints[0].line, 2);
+  kit_vm_close(&k);
+}
+
 TEST(missing_dir) {
   st__generation_t *g;
   st__errlist_t l = {0};
@@ -491,6 +504,7 @@ int main(void) {
   RUN(every_error_is_collected);
   RUN(endless_top_level_is_a_load_error_not_a_hang);
   RUN(good_generation);
+  RUN(metatables_on_declarations_run_no_code);
   RUN(missing_dir);
   RUN(arguments_and_results);
   RUN(raised_error_names_file_line_and_vm_survives);

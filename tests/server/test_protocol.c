@@ -414,8 +414,9 @@ TEST(half_closed_client_gets_replies) {
 TEST(slow_reader_backpressure) {
   /* A client that sends many requests before reading: the server stops
    * reading while its replies pile up, and every reply arrives in the end
-   * once the client reads. */
-  enum { N = 20000 };
+   * once the client reads. The requests (about 1.2 MB) must outgrow the
+   * socket buffers, or the client's send would never block. */
+  enum { N = 100000 };
   rc_t c;
   CHECK(rc_open(&c, S.socket) == 0);
   rq_t r;

@@ -11,6 +11,11 @@
 -- ST_SOURCE_DIR). Never sleeps blindly: start() polls `ping` with a deadline.
 local H = {}
 
+-- The project's Lua modules (lua/st/...) for specs that use them. busted's
+-- --lpath takes one entry (its re-exec under --lua splits on ';'), so the
+-- harness adds this one itself.
+package.path = (os.getenv("ST_SOURCE_DIR") or ".") .. "/lua/?.lua;" .. package.path
+
 local function env(name)
   local v = os.getenv(name)
   assert(v and v ~= "", name .. " is not set: run the specs through ctest")
@@ -91,7 +96,9 @@ end
 
 function Server:start()
   -- The subshell records the exit status so stop() can assert a clean exit.
-  H.run(string.format("(%s --config %s >>%s 2>&1; echo $? > %s) & echo $! > %s",
+  -- Its output goes to files, not to our popen pipe, or run() would wait
+  -- for the server to exit.
+  H.run(string.format("(%s --config %s >>%s 2>&1; echo $? > %s) >/dev/null 2>&1 & echo $! > %s",
     shquote(H.server_bin()), shquote(self.config), shquote(self.log),
     shquote(self.dir .. "/exit"), shquote(self.dir .. "/wrapper.pid")))
   local deadline = now() + 10
