@@ -227,6 +227,18 @@ static char *flags_text(const st_value_t *e) {
   return strdup(len ? buf : "-");
 }
 
+/* Nonzero if the STRING `key` is an element of the ARRAY `list`. */
+static int is_listed(const st_value_t *list, const st_value_t *key) {
+  if (!list || list->kind != ST_VALUE_ARRAY || key->kind != ST_VALUE_STRING) return 0;
+  for (size_t i = 0; i < list->as.array.len; i++) {
+    const st_value_t *e = &list->as.array.items[i];
+    if (e->kind == ST_VALUE_STRING && e->as.str.len == key->as.str.len &&
+        memcmp(e->as.str.ptr, key->as.str.ptr, key->as.str.len) == 0)
+      return 1;
+  }
+  return 0;
+}
+
 /* "x (required), n=4, dtype=\"float32\"" or "-". */
 static char *params_text(const st_value_t *e) {
   size_t cap = 256, len = 0;
@@ -241,6 +253,7 @@ static char *params_text(const st_value_t *e) {
     size_t n = pass == 0 ? (src->kind == ST_VALUE_ARRAY ? src->as.array.len : 0)
                          : (src->kind == ST_VALUE_MAP ? src->as.map.len : 0);
     for (size_t i = 0; i < n; i++) {
+      if (pass == 1 && is_listed(req, &src->as.map.keys[i])) continue;  /* shown as required */
       char *k = cli_value_text(pass == 0 ? &src->as.array.items[i] : &src->as.map.keys[i]);
       char *d = pass == 0 ? NULL : st_value_json(&src->as.map.values[i], 0);
       size_t need = len + (k ? strlen(k) : 1) + (d ? strlen(d) : 0) + 16;

@@ -195,6 +195,9 @@ TEST(endpoints) {
   CHECK_CONTAINS(R.out, "\nt ");
   CHECK_CONTAINS(R.out, "n=4");
   CHECK_CONTAINS(R.out, "s=2");
+  /* A required parameter is listed once, as required, never as "=null". */
+  CHECK_CONTAINS(R.out, "v (required), k=3");
+  CHECK(strstr(R.out, "v=null") == NULL);
   CHECK_EQ_INT(STCLI(SOCK, "endpoints", "--json"), 0);
   CHECK(json_ok(R.out));
   CHECK_CONTAINS(R.out, "\"name\": \"t\"");
@@ -290,6 +293,9 @@ int main(void) {
                      "  build = function(a)\n"
                      "    error(\"boom\")\n"
                      "  end }\n");
+  stt_write_endpoint(&srv, "need.lua",
+                     "return st.endpoint{ name = \"need\", params = { v = st.required, k = 3 },\n"
+                     "  build = function(a) return a.v end }\n");
   stt_write_endpoint(&srv, "slow.lua",
                      "return st.endpoint{ name = \"slow\", params = { s = 2 },\n"
                      "  build = function(a) st.sleep(a.s) return 1 end }\n");
