@@ -138,8 +138,9 @@ static void bench_call(const char *sock, int iters) {
 static void bench_throughput(const char *sock, int nproc, double seconds) {
   int pipefd[2];
   if (pipe(pipefd) != 0) exit(1);
+  pid_t *pids = calloc((size_t)nproc, sizeof *pids);
   for (int p = 0; p < nproc; p++) {
-    if (fork() == 0) {
+    if ((pids[p] = fork()) == 0) {
       close(pipefd[0]);
       st_client_t *c = connect_or_die(sock);
       long count = 0;
@@ -161,7 +162,9 @@ static void bench_throughput(const char *sock, int nproc, double seconds) {
     got++;
   }
   close(pipefd[0]);
-  while (wait(NULL) > 0) {}
+  /* Only our workers: the server started by the fixture is a child too. */
+  for (int p = 0; p < nproc; p++) waitpid(pids[p], NULL, 0);
+  free(pids);
   char what[80];
   snprintf(what, sizeof what, "calls/s, %d client process%s", nproc, nproc == 1 ? "" : "es");
   printf("%-44s %.0f calls/s (%d of %d processes reported)\n", what, total / seconds, got,
@@ -183,6 +186,7 @@ int main(int argc, char **argv) {
   setenv("ST_SERVER_BIN", ST_BENCH_SERVER_BIN, 0);
   setenv("ST_SOURCE_DIR", ST_BENCH_SOURCE_DIR, 0);
   signal(SIGPIPE, SIG_IGN);
+  setvbuf(stdout, NULL, _IOLBF, 0);
 
   stt_server_t s;
   stt_server_init(&s);

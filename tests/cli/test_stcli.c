@@ -54,13 +54,13 @@ static int run_env(const char *env, const char *const *args) {
                           {.fd = open_e ? pe[0] : -1, .events = POLLIN}};
     if (poll(p, 2, 1000) < 0) continue;
     if (open_o && p[0].revents) {
-      ssize_t k = read(po[0], R.out + no, sizeof R.out - 1 - no);
-      if (k <= 0) open_o = 0;
+      ssize_t k = no < sizeof R.out - 1 ? read(po[0], R.out + no, sizeof R.out - 1 - no) : 0;
+      if (k <= 0) open_o = 0;   /* EOF, error, or the buffer is full */
       else no += (size_t)k;
     }
     if (open_e && p[1].revents) {
-      ssize_t k = read(pe[0], R.err + ne, sizeof R.err - 1 - ne);
-      if (k <= 0) open_e = 0;
+      ssize_t k = ne < sizeof R.err - 1 ? read(pe[0], R.err + ne, sizeof R.err - 1 - ne) : 0;
+      if (k <= 0) open_e = 0;   /* EOF, error, or the buffer is full */
       else ne += (size_t)k;
     }
   }
