@@ -73,6 +73,7 @@ Server.__index = Server
 
 -- opts.endpoints: map file name -> text (else the repo's endpoints/)
 -- opts.config: extra Lua fields inside the config table
+-- opts.config_file: run on this config file instead (socket under the temp dir)
 function H.server(opts)
   opts = opts or {}
   local dir = H.run("mktemp -d /tmp/stspec-XXXXXX"):gsub("%s+$", "")
@@ -86,10 +87,16 @@ function H.server(opts)
     for name, text in pairs(opts.endpoints) do H.write(epdir .. "/" .. name, text) end
   end
   self.endpoints = epdir
-  self.config = dir .. "/config.lua"
-  H.write(self.config, string.format(
-    "return {\n  base_path = %q,\n  endpoints = %q,\n  workers = 2,\n  log_level = 'debug',\n%s\n}\n",
-    self.base, epdir, opts.config or ""))
+  if opts.config_file then
+    -- An existing config (the repository's own): only the socket moves.
+    self.config = opts.config_file
+    self.args = "--base-path " .. shquote(self.base)
+  else
+    self.config = dir .. "/config.lua"
+    H.write(self.config, string.format(
+      "return {\n  base_path = %q,\n  endpoints = %q,\n  workers = 2,\n  log_level = 'debug',\n%s\n}\n",
+      self.base, epdir, opts.config or ""))
+  end
   if opts.start ~= false then self:start() end
   return self
 end
@@ -98,8 +105,8 @@ function Server:start()
   -- The subshell records the exit status so stop() can assert a clean exit.
   -- Its output goes to files, not to our popen pipe, or run() would wait
   -- for the server to exit.
-  H.run(string.format("(%s --config %s >>%s 2>&1; echo $? > %s) >/dev/null 2>&1 & echo $! > %s",
-    shquote(H.server_bin()), shquote(self.config), shquote(self.log),
+  H.run(string.format("(%s --config %s %s >>%s 2>&1; echo $? > %s) >/dev/null 2>&1 & echo $! > %s",
+    shquote(H.server_bin()), shquote(self.config), self.args or "", shquote(self.log),
     shquote(self.dir .. "/exit"), shquote(self.dir .. "/wrapper.pid")))
   local deadline = now() + 10
   while now() < deadline do

@@ -1,0 +1,63 @@
+-- The README's "Try it" section, run as written against the repository's
+-- own config.lua and endpoints/: a new user's first commands must work.
+local H = require("st_harness")
+
+describe("quick start with the default config", function()
+  local srv
+  setup(function()
+    srv = H.server{ config_file = H.source_dir() .. "/config.lua" }
+  end)
+  teardown(function()
+    if srv then
+      assert.are.equal(0, srv:stop())
+      srv:cleanup()
+    end
+  end)
+
+  it("answers ping", function()
+    local out, rc = srv:cli("ping")
+    assert.are.equal(0, rc)
+    assert.matches("^pong from %x+ in [%d.]+ us", out)
+  end)
+
+  it("lists the default endpoints", function()
+    local out, rc = srv:cli("endpoints")
+    assert.are.equal(0, rc)
+    for _, name in ipairs{ "echo", "hello", "load_linear", "make_tensor" } do
+      assert.matches("\n" .. name .. " ", out)
+    end
+  end)
+
+  it("prints a tensor with its values", function()
+    local out, rc = srv:cli("call", "make_tensor", "--values")
+    assert.are.equal(0, rc)
+    assert.matches("float32%s+%[4, 8%]%s+cpu%s+128 bytes", out)
+    assert.matches("values: 0 1 2 3 4 5 6 7", out)
+    assert.matches("sum: 496", out)
+  end)
+
+  it("builds the linear module with arguments, deterministically", function()
+    local a, rc = srv:cli("call", "load_linear", "input_dim=8", "output_dim=2", "--values=4")
+    assert.are.equal(0, rc)
+    assert.matches("weight%s+float32%s+%[2, 8%]", a)
+    assert.matches("bias%s+float32%s+%[2%]", a)
+    local b = srv:cli("call", "load_linear", "input_dim=8", "output_dim=2", "--values=4")
+    assert.are.equal(a, b)   -- same seed, same numbers, same checksums
+  end)
+
+  it("rejects a bad argument with a clear error and keeps serving", function()
+    local _, rc, err = srv:cli("call", "make_tensor", "rows=x")
+    assert.are.equal(1, rc)
+    assert.matches("INVALID_ARGUMENT", err)
+    assert.matches("rows", err)
+    local _, rc2 = srv:cli("ping")
+    assert.are.equal(0, rc2)
+  end)
+
+  it("passes the stserver --check of the shipped config", function()
+    local out, rc, err = H.run(H.shquote(H.server_bin()) .. " --check --config " ..
+      H.shquote(H.source_dir() .. "/config.lua"))
+    assert.are.equal(0, rc, err)
+    assert.matches("load_linear", out .. err)
+  end)
+end)
