@@ -5,7 +5,11 @@
  */
 #include "st/errors.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
+
+#include "common/fail.h"
 
 typedef struct {
   int code;             /* positive wire code */
@@ -51,4 +55,14 @@ int st_err_from_name(const char *name) {
   for (size_t i = 0; i < ERR_TABLE_LEN; i++)
     if (strcmp(err_table[i].name, name) == 0) return -err_table[i].code;
   return 0;
+}
+
+int st__fail(int code, char *err, size_t errlen, const char *fmt, ...) {
+  if (err && errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return code;
 }

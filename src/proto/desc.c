@@ -4,6 +4,8 @@
  * No state; any thread.
  */
 #include "proto/proto.h"
+
+#include "common/fail.h"
 #include "proto/scan.h"
 
 #include <stdarg.h>
@@ -11,16 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-__attribute__((format(printf, 3, 4)))
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return ST_ERR_PROTOCOL;
-}
+/* Every failure here is PROTOCOL. */
+#define fail(err, errlen, ...) st__fail(ST_ERR_PROTOCOL, err, errlen, __VA_ARGS__)
 
 /* ------------------------------------------------------------ fixed packer */
 

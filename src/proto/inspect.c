@@ -3,20 +3,14 @@
  */
 #include "proto/proto.h"
 
+#include "common/fail.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-__attribute__((format(printf, 3, 4)))
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return ST_ERR_INVALID_ARGUMENT;
-}
+/* Every failure here is INVALID_ARGUMENT. */
+#define fail(err, errlen, ...) st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, __VA_ARGS__)
 
 /* Length of a name for messages: long or binary keys are cut. */
 static int shown_len(const msgpack_object *o) {

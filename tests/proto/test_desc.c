@@ -1,38 +1,13 @@
 /* Tensor, arena and module descriptors (src/proto/desc.c): round trips,
  * every rejection, and byte extents. */
 #include "check.h"
+#include "mpbuf.h"
 #include "proto/proto.h"
 
 static char why[256];
 
 /* ------------------------------------------------------------- helpers */
 
-/* A decoded buffer: one object from sb. */
-typedef struct {
-  msgpack_sbuffer sb;
-  msgpack_packer pk;
-  msgpack_unpacked up;
-} buf_t;
-
-static void buf_init(buf_t *b) {
-  msgpack_sbuffer_init(&b->sb);
-  msgpack_packer_init(&b->pk, &b->sb, msgpack_sbuffer_write);
-  msgpack_unpacked_init(&b->up);
-}
-
-static const msgpack_object *buf_obj(buf_t *b) {
-  size_t off = 0;
-  msgpack_unpacked_destroy(&b->up);
-  msgpack_unpacked_init(&b->up);
-  if (msgpack_unpack_next(&b->up, b->sb.data, b->sb.size, &off) != MSGPACK_UNPACK_SUCCESS)
-    return NULL;
-  return &b->up.data;
-}
-
-static void buf_free(buf_t *b) {
-  msgpack_unpacked_destroy(&b->up);
-  msgpack_sbuffer_destroy(&b->sb);
-}
 
 static void key(msgpack_packer *pk, const char *k) { st__pack_cstr(pk, k); }
 
@@ -42,7 +17,7 @@ static void dims(msgpack_packer *pk, const int64_t *v, int n) {
 }
 
 /* Wraps the payload packed in `payload` as an ext of `type` into out. */
-static void wrap_ext(buf_t *out, int8_t type, const msgpack_sbuffer *payload) {
+static void wrap_ext(mpbuf_t *out, int8_t type, const msgpack_sbuffer *payload) {
   st__pack_ext(&out->pk, type, payload);
 }
 
@@ -68,13 +43,13 @@ static int parse_made(const char *skip, const char *dtype, const int64_t *shape,
   msgpack_sbuffer payload;
   msgpack_sbuffer_init(&payload);
   tensor_payload(&payload, skip, dtype, shape, nshape, strides, nstrides);
-  buf_t b;
-  buf_init(&b);
+  mpbuf_t b;
+  mpbuf_init(&b);
   wrap_ext(&b, ST_EXT_TENSOR, &payload);
   why[0] = '\0';
-  int rc = st__parse_tensor(buf_obj(&b), d, why, sizeof why);
+  int rc = st__parse_tensor(mpbuf_obj(&b), d, why, sizeof why);
   if (rc != ST_OK) fprintf(stderr, "  refused: %s\n", why);
-  buf_free(&b);
+  mpbuf_free(&b);
   msgpack_sbuffer_destroy(&payload);
   return rc;
 }
@@ -84,13 +59,13 @@ static int parse_raw(int8_t type, const void *bytes, size_t n) {
   msgpack_sbuffer payload;
   msgpack_sbuffer_init(&payload);
   if (n) msgpack_sbuffer_write(&payload, bytes, n);
-  buf_t b;
-  buf_init(&b);
+  mpbuf_t b;
+  mpbuf_init(&b);
   wrap_ext(&b, type, &payload);
   st__tensor_desc_t d;
-  int rc = st__parse_tensor(buf_obj(&b), &d, why, sizeof why);
+  int rc = st__parse_tensor(mpbuf_obj(&b), &d, why, sizeof why);
   if (rc != ST_OK) fprintf(stderr, "  refused: %s\n", why);
-  buf_free(&b);
+  mpbuf_free(&b);
   msgpack_sbuffer_destroy(&payload);
   return rc;
 }
@@ -122,16 +97,16 @@ TEST(tensor_round_trip) {
     cases[3].strides[k] = (int64_t)1 << k;
   }
   for (int i = 0; i < 4; i++) {
-    buf_t b;
-    buf_init(&b);
+    mpbuf_t b;
+    mpbuf_init(&b);
     st__pack_tensor(&b.pk, &cases[i]);
-    const msgpack_object *o = buf_obj(&b);
+    const msgpack_object *o = mpbuf_obj(&b);
     CHECK(o && o->type == MSGPACK_OBJECT_EXT && o->via.ext.type == ST_EXT_TENSOR);
     st__tensor_desc_t d;
     memset(&d, 0xee, sizeof d);
     CHECK_EQ_INT(st__parse_tensor(o, &d, why, sizeof why), ST_OK);
     CHECK(same_tensor(&d, &cases[i]));
-    buf_free(&b);
+    mpbuf_free(&b);
   }
   /* Every dtype by name. */
   for (int t = ST_DTYPE_INVALID + 1; t < ST_DTYPE_COUNT; t++) {
@@ -307,10 +282,10 @@ TEST(arena_round_trip) {
                           .id = UINT64_MAX};
   const st__arena_desc_t *in[2] = {&cpu, &gpu};
   for (int i = 0; i < 2; i++) {
-    buf_t b;
-    buf_init(&b);
+    mpbuf_t b;
+    mpbuf_init(&b);
     st__pack_arena(&b.pk, in[i]);
-    const msgpack_object *o = buf_obj(&b);
+    const msgpack_object *o = mpbuf_obj(&b);
     CHECK(o && o->type == MSGPACK_OBJECT_MAP);
     CHECK_EQ_INT(o->via.map.size, in[i]->cuda ? 6 : 5);   /* uuid only for CUDA */
     CHECK_EQ_INT(st__map_get(o, "uuid") != NULL, in[i]->cuda);
@@ -323,15 +298,15 @@ TEST(arena_round_trip) {
     CHECK_STR_EQ(a.uuid, in[i]->uuid);
     CHECK_STR_EQ(a.backend, in[i]->backend);
     CHECK(a.id == in[i]->id);
-    buf_free(&b);
+    mpbuf_free(&b);
   }
 }
 
 /* Packs an arena map field by field; `skip` leaves one key out. */
 static int parse_arena_made(const char *skip, const char *device, const char *uuid,
                             uint64_t fd, const char *backend) {
-  buf_t b;
-  buf_init(&b);
+  mpbuf_t b;
+  mpbuf_init(&b);
   int n = 5 + (uuid ? 1 : 0) - (skip ? 1 : 0);
   msgpack_pack_map(&b.pk, (size_t)n);
   if (!skip || strcmp(skip, "fd")) { key(&b.pk, "fd"); msgpack_pack_uint64(&b.pk, fd); }
@@ -341,9 +316,9 @@ static int parse_arena_made(const char *skip, const char *device, const char *uu
   if (!skip || strcmp(skip, "backend")) { key(&b.pk, "backend"); st__pack_cstr(&b.pk, backend); }
   if (!skip || strcmp(skip, "id")) { key(&b.pk, "id"); msgpack_pack_uint64(&b.pk, 9); }
   st__arena_desc_t a;
-  int rc = st__parse_arena(buf_obj(&b), &a, why, sizeof why);
+  int rc = st__parse_arena(mpbuf_obj(&b), &a, why, sizeof why);
   if (rc != ST_OK) fprintf(stderr, "  refused: %s\n", why);
-  buf_free(&b);
+  mpbuf_free(&b);
   return rc;
 }
 
@@ -385,7 +360,7 @@ typedef struct {
 } module_spec_t;
 
 /* Packs a module ext from a spec into b. */
-static void pack_module(buf_t *b, const module_spec_t *s) {
+static void pack_module(mpbuf_t *b, const module_spec_t *s) {
   msgpack_sbuffer pl;
   msgpack_sbuffer_init(&pl);
   msgpack_packer pk;
@@ -429,12 +404,12 @@ static void pack_module(buf_t *b, const module_spec_t *s) {
 }
 
 static int parse_module_spec(const module_spec_t *s) {
-  buf_t b;
-  buf_init(&b);
+  mpbuf_t b;
+  mpbuf_init(&b);
   pack_module(&b, s);
   msgpack_unpacked payload;
   const msgpack_object *tensors = (void *)1, *metadata = (void *)1;
-  int rc = st__parse_module(buf_obj(&b), &payload, &tensors, &metadata, why, sizeof why);
+  int rc = st__parse_module(mpbuf_obj(&b), &payload, &tensors, &metadata, why, sizeof why);
   if (rc == ST_OK) {
     if (!tensors || tensors->via.array.size != (uint32_t)s->n || !metadata ||
         metadata->type != MSGPACK_OBJECT_MAP)
@@ -452,7 +427,7 @@ static int parse_module_spec(const module_spec_t *s) {
     fprintf(stderr, "  refused: %s\n", why);
     if (tensors || metadata || payload.zone) rc = -997;   /* nothing handed back */
   }
-  buf_free(&b);
+  mpbuf_free(&b);
   return rc;
 }
 
@@ -490,14 +465,14 @@ TEST(module_rejections) {
   CHECK_EQ_INT(parse_module_spec(&s), ST_ERR_PROTOCOL);
   CHECK_CONTAINS(why, "tensors");
   /* A tensor ext is not a module. */
-  buf_t b;
-  buf_init(&b);
+  mpbuf_t b;
+  mpbuf_init(&b);
   st__tensor_desc_t d = tensor(ST_DTYPE_FLOAT32, 0, 0, NULL, NULL);
   st__pack_tensor(&b.pk, &d);
   msgpack_unpacked payload;
   const msgpack_object *t, *m;
-  CHECK_EQ_INT(st__parse_module(buf_obj(&b), &payload, &t, &m, why, sizeof why), ST_ERR_PROTOCOL);
-  buf_free(&b);
+  CHECK_EQ_INT(st__parse_module(mpbuf_obj(&b), &payload, &t, &m, why, sizeof why), ST_ERR_PROTOCOL);
+  mpbuf_free(&b);
 }
 
 int main(void) {

@@ -1,39 +1,15 @@
 /* Looking into messages and checking client values (src/proto/inspect.c),
  * and the error envelope (src/proto/pack.c). */
 #include "check.h"
+#include "mpbuf.h"
 #include "proto/proto.h"
 
 static char why[256];
 
-typedef struct {
-  msgpack_sbuffer sb;
-  msgpack_packer pk;
-  msgpack_unpacked up;
-} buf_t;
-
-static void buf_init(buf_t *b) {
-  msgpack_sbuffer_init(&b->sb);
-  msgpack_packer_init(&b->pk, &b->sb, msgpack_sbuffer_write);
-  msgpack_unpacked_init(&b->up);
-}
-
-static const msgpack_object *buf_obj(buf_t *b) {
-  size_t off = 0;
-  msgpack_unpacked_destroy(&b->up);
-  msgpack_unpacked_init(&b->up);
-  if (msgpack_unpack_next(&b->up, b->sb.data, b->sb.size, &off) != MSGPACK_UNPACK_SUCCESS)
-    return NULL;
-  return &b->up.data;
-}
-
-static void buf_free(buf_t *b) {
-  msgpack_unpacked_destroy(&b->up);
-  msgpack_sbuffer_destroy(&b->sb);
-}
 
 TEST(map_get_and_str_eq) {
-  buf_t b;
-  buf_init(&b);
+  mpbuf_t b;
+  mpbuf_init(&b);
   msgpack_pack_map(&b.pk, 3);
   st__pack_cstr(&b.pk, "a");
   msgpack_pack_int(&b.pk, 1);
@@ -41,7 +17,7 @@ TEST(map_get_and_str_eq) {
   msgpack_pack_int(&b.pk, 2);
   st__pack_cstr(&b.pk, "ab");
   st__pack_cstr(&b.pk, "x");
-  const msgpack_object *o = buf_obj(&b);
+  const msgpack_object *o = mpbuf_obj(&b);
   const msgpack_object *v = st__map_get(o, "a");
   CHECK(v && v->via.u64 == 1);
   CHECK(st__str_eq(st__map_get(o, "ab"), "x"));
@@ -53,45 +29,45 @@ TEST(map_get_and_str_eq) {
   CHECK(!st__str_eq(st__map_get(o, "ab"), ""));
   CHECK(!st__str_eq(v, "1"));
   CHECK(!st__str_eq(NULL, "x"));
-  buf_free(&b);
+  mpbuf_free(&b);
 }
 
 TEST(params_map_and_check) {
   static const char *const allowed[] = {"endpoint", "args", NULL};
   const msgpack_object *map = (void *)1;
-  buf_t b;
+  mpbuf_t b;
 
-  buf_init(&b);
+  mpbuf_init(&b);
   msgpack_pack_array(&b.pk, 0);
-  CHECK_EQ_INT(st__params_map(buf_obj(&b), &map, why, sizeof why), ST_OK);
+  CHECK_EQ_INT(st__params_map(mpbuf_obj(&b), &map, why, sizeof why), ST_OK);
   CHECK(map == NULL);
   CHECK_EQ_INT(st__params_check(map, allowed, why, sizeof why), ST_OK);
-  buf_free(&b);
+  mpbuf_free(&b);
 
-  buf_init(&b);
+  mpbuf_init(&b);
   msgpack_pack_array(&b.pk, 1);
   msgpack_pack_map(&b.pk, 2);
   st__pack_cstr(&b.pk, "endpoint");
   st__pack_cstr(&b.pk, "e");
   st__pack_cstr(&b.pk, "args");
   msgpack_pack_map(&b.pk, 0);
-  CHECK_EQ_INT(st__params_map(buf_obj(&b), &map, why, sizeof why), ST_OK);
+  CHECK_EQ_INT(st__params_map(mpbuf_obj(&b), &map, why, sizeof why), ST_OK);
   CHECK(map && map->type == MSGPACK_OBJECT_MAP);
   CHECK_EQ_INT(st__params_check(map, allowed, why, sizeof why), ST_OK);
   static const char *const fewer[] = {"endpoint", NULL};
   CHECK_EQ_INT(st__params_check(map, fewer, why, sizeof why), ST_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(why, "unknown parameter 'args'");
-  buf_free(&b);
+  mpbuf_free(&b);
 
   /* [1], [{}, {}], [[]], {} and a non-string parameter name. */
   const char *bad[] = {"\x91\x01", "\x92\x80\x80", "\x91\x90", "\x80", "\x91\x81\x01\x02"};
   const size_t len[] = {2, 3, 2, 1, 4};
   for (int i = 0; i < 5; i++) {
-    buf_init(&b);
+    mpbuf_init(&b);
     msgpack_sbuffer_write(&b.sb, bad[i], len[i]);
-    CHECK_EQ_INT(st__params_map(buf_obj(&b), &map, why, sizeof why), ST_ERR_INVALID_ARGUMENT);
+    CHECK_EQ_INT(st__params_map(mpbuf_obj(&b), &map, why, sizeof why), ST_ERR_INVALID_ARGUMENT);
     CHECK(map == NULL);
-    buf_free(&b);
+    mpbuf_free(&b);
   }
 }
 
@@ -131,8 +107,8 @@ TEST(check_value_depth) {
 }
 
 TEST(check_value_types_and_keys) {
-  buf_t b;
-  buf_init(&b);
+  mpbuf_t b;
+  mpbuf_init(&b);
   /* Every plain type, nested. */
   msgpack_pack_map(&b.pk, 2);
   st__pack_cstr(&b.pk, "all");
@@ -151,20 +127,20 @@ TEST(check_value_types_and_keys) {
   msgpack_pack_map(&b.pk, 1);
   st__pack_cstr(&b.pk, "x");
   msgpack_pack_array(&b.pk, 0);
-  CHECK_EQ_INT(st__check_value(buf_obj(&b), 0, why, sizeof why), ST_OK);
-  buf_free(&b);
+  CHECK_EQ_INT(st__check_value(mpbuf_obj(&b), 0, why, sizeof why), ST_OK);
+  mpbuf_free(&b);
 
   /* A non-string key two levels down. */
-  buf_init(&b);
+  mpbuf_init(&b);
   msgpack_pack_map(&b.pk, 1);
   st__pack_cstr(&b.pk, "a");
   msgpack_pack_array(&b.pk, 1);
   msgpack_pack_map(&b.pk, 1);
   msgpack_pack_int(&b.pk, 3);
   msgpack_pack_nil(&b.pk);
-  CHECK_EQ_INT(st__check_value(buf_obj(&b), 0, why, sizeof why), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st__check_value(mpbuf_obj(&b), 0, why, sizeof why), ST_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(why, "keys");
-  buf_free(&b);
+  mpbuf_free(&b);
 }
 
 TEST(check_value_ext) {
@@ -174,14 +150,14 @@ TEST(check_value_ext) {
   d.ndim = 1;
   d.shape[0] = 4;
   d.strides[0] = 1;
-  buf_t b;
+  mpbuf_t b;
 
-  buf_init(&b);
+  mpbuf_init(&b);
   msgpack_pack_array(&b.pk, 1);
   st__pack_tensor(&b.pk, &d);
-  CHECK_EQ_INT(st__check_value(buf_obj(&b), 0, why, sizeof why), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st__check_value(buf_obj(&b), 1, why, sizeof why), ST_OK);
-  buf_free(&b);
+  CHECK_EQ_INT(st__check_value(mpbuf_obj(&b), 0, why, sizeof why), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st__check_value(mpbuf_obj(&b), 1, why, sizeof why), ST_OK);
+  mpbuf_free(&b);
 
   /* A module whose payload is well formed. */
   msgpack_sbuffer pl;
@@ -196,56 +172,56 @@ TEST(check_value_ext) {
   st__pack_tensor(&pk, &d);
   st__pack_cstr(&pk, "metadata");
   msgpack_pack_map(&pk, 0);
-  buf_init(&b);
+  mpbuf_init(&b);
   st__pack_ext(&b.pk, ST_EXT_MODULE, &pl);
-  CHECK_EQ_INT(st__check_value(buf_obj(&b), 0, why, sizeof why), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st__check_value(buf_obj(&b), 1, why, sizeof why), ST_OK);
-  buf_free(&b);
+  CHECK_EQ_INT(st__check_value(mpbuf_obj(&b), 0, why, sizeof why), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st__check_value(mpbuf_obj(&b), 1, why, sizeof why), ST_OK);
+  mpbuf_free(&b);
 
   /* Other ext types, and a tensor ext whose payload is bad. */
-  buf_init(&b);
+  mpbuf_init(&b);
   st__pack_ext(&b.pk, 5, &pl);
-  CHECK_EQ_INT(st__check_value(buf_obj(&b), 1, why, sizeof why), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st__check_value(mpbuf_obj(&b), 1, why, sizeof why), ST_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(why, "ext type 5");
-  buf_free(&b);
-  buf_init(&b);
+  mpbuf_free(&b);
+  mpbuf_init(&b);
   st__pack_ext(&b.pk, -1, &pl);   /* msgpack timestamp */
-  CHECK_EQ_INT(st__check_value(buf_obj(&b), 1, why, sizeof why), ST_ERR_INVALID_ARGUMENT);
-  buf_free(&b);
-  buf_init(&b);
+  CHECK_EQ_INT(st__check_value(mpbuf_obj(&b), 1, why, sizeof why), ST_ERR_INVALID_ARGUMENT);
+  mpbuf_free(&b);
+  mpbuf_init(&b);
   st__pack_ext(&b.pk, ST_EXT_TENSOR, &pl);   /* a module payload as a tensor */
-  CHECK_EQ_INT(st__check_value(buf_obj(&b), 1, why, sizeof why), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st__check_value(mpbuf_obj(&b), 1, why, sizeof why), ST_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(why, "tensor");
-  buf_free(&b);
+  mpbuf_free(&b);
   msgpack_sbuffer_destroy(&pl);
 }
 
 TEST(error_envelope) {
-  buf_t b;
-  buf_init(&b);
+  mpbuf_t b;
+  mpbuf_init(&b);
   st__pack_error(&b.pk, ST_ERR_UNKNOWN_ENDPOINT, NULL);
-  const msgpack_object *o = buf_obj(&b);
+  const msgpack_object *o = mpbuf_obj(&b);
   CHECK_EQ_INT(o->via.map.size, 3);
   CHECK_EQ_INT(st__map_get(o, "code")->via.u64, 2);
   CHECK(st__str_eq(st__map_get(o, "name"), "UNKNOWN_ENDPOINT"));
   CHECK(st__str_eq(st__map_get(o, "message"), "unknown endpoint"));
-  buf_free(&b);
+  mpbuf_free(&b);
 
-  buf_init(&b);
+  mpbuf_init(&b);
   st__pack_error_response(&b.pk, 42, ST_ERR_BUSY, "64 requests in flight");
-  o = buf_obj(&b);
+  o = mpbuf_obj(&b);
   CHECK_EQ_INT(o->via.array.size, 4);
   CHECK_EQ_INT(o->via.array.ptr[0].via.u64, 1);
   CHECK_EQ_INT(o->via.array.ptr[1].via.u64, 42);
   CHECK_EQ_INT(st__map_get(&o->via.array.ptr[2], "code")->via.u64, 11);
   CHECK(st__str_eq(st__map_get(&o->via.array.ptr[2], "message"), "64 requests in flight"));
   CHECK_EQ_INT(o->via.array.ptr[3].type, MSGPACK_OBJECT_NIL);
-  buf_free(&b);
+  mpbuf_free(&b);
 
-  buf_init(&b);
+  mpbuf_init(&b);
   st__pack_cstr(&b.pk, NULL);
-  CHECK_EQ_INT(buf_obj(&b)->type, MSGPACK_OBJECT_NIL);
-  buf_free(&b);
+  CHECK_EQ_INT(mpbuf_obj(&b)->type, MSGPACK_OBJECT_NIL);
+  mpbuf_free(&b);
 }
 
 int main(void) {
