@@ -9,6 +9,7 @@
  * Contracts of the non-static functions: their comments in arena.h.
  */
 #include "mem/arena.h"
+#include "mem/cuda.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,7 +22,7 @@
 
 typedef enum {
   ST__ARENA_CPU = 0,           /* memfd, mapped in the server */
-  ST__ARENA_CUDA = 1           /* reserved for the VMM backend */
+  ST__ARENA_CUDA = 1           /* VMM allocation (cuda_arena.c) */
 } st__arena_kind_t;
 
 struct st__arena {
@@ -31,7 +32,8 @@ struct st__arena {
   uint64_t bytes;              /* usable size: what the caller asked for */
   uint64_t size;               /* allocated size (page / granularity rounded) */
   int fd;                      /* the exported descriptor; dups go to clients */
-  void *base;                  /* CPU: the server's mapping */
+  void *base;                  /* CPU: the server's mapping; CUDA: device address */
+  struct st__cuda_alloc *cuda; /* CUDA: the allocation, owned */
 };
 
 static atomic_uint_fast64_t next_id = 1;
@@ -148,6 +150,7 @@ void st__arena_unref(st__arena_t *a) {
     if (a->fd >= 0) close(a->fd);
     break;
   case ST__ARENA_CUDA:
+    st__cuda_alloc_free(a->cuda);   /* unmaps, releases, closes a->fd */
     break;
   }
   atomic_fetch_sub(&live_count, 1);
@@ -183,8 +186,44 @@ void st__arena_describe(const st__arena_t *a, st__arena_desc_t *d) {
   case ST__ARENA_CUDA:
     d->cuda = 1;
     snprintf(d->backend, sizeof d->backend, "vmm");
+    snprintf(d->uuid, sizeof d->uuid, "%s", st__cuda_alloc_uuid(a->cuda));
     break;
   }
+}
+
+/* -1 for CPU arenas. Any thread. */
+int st__arena_device(const st__arena_t *a) {
+  return a->kind == ST__ARENA_CUDA ? st__cuda_alloc_ordinal(a->cuda) : -1;
+}
+
+/* The cap of st__arena_set_limit, for backends. Any thread. */
+int st__arena_check_limit(uint64_t bytes, char *err, size_t errlen) {
+  uint64_t cap = atomic_load(&limit_bytes);
+  if (cap && bytes > cap) {
+    if (err && errlen)
+      snprintf(err, errlen, "object of %llu bytes exceeds max_object_bytes (%llu)",
+               (unsigned long long)bytes, (unsigned long long)cap);
+    return ST_ERR_LIMIT;
+  }
+  return ST_OK;
+}
+
+/* Wraps a CUDA allocation; NULL when calloc fails. Any thread. */
+st__arena_t *st__arena_adopt_cuda(struct st__cuda_alloc *c, uint64_t bytes, uint64_t size,
+                                  int fd, void *base) {
+  st__arena_t *a = calloc(1, sizeof *a);
+  if (!a) return NULL;
+  a->kind = ST__ARENA_CUDA;
+  a->id = atomic_fetch_add(&next_id, 1);
+  a->bytes = bytes;
+  a->size = size;
+  a->fd = fd;
+  a->base = base;
+  a->cuda = c;
+  atomic_init(&a->refs, 1);
+  atomic_fetch_add(&live_count, 1);
+  atomic_fetch_add(&live_bytes, size);
+  return a;
 }
 
 /* Live arenas and their allocated bytes. Any thread. */

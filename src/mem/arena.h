@@ -2,7 +2,8 @@
  * clients as file descriptors (DESIGN §3).
  *
  * An arena is one allocation: for the CPU backend a sealed memfd mapped
- * read-write in the server. Tensors live in an arena at byte offsets; an
+ * read-write in the server; for the CUDA backend an exported VMM allocation
+ * mapped on its device (st__arena_new_cuda, src/mem/cuda.h). Tensors live in an arena at byte offsets; an
  * object (a module, a result tensor) is one arena. The server's reference
  * and each client's mapping are independent: the kernel keeps the memory
  * while any fd or mapping exists, so unref'ing the last server reference
@@ -21,6 +22,7 @@
 #include "proto/proto.h"
 
 typedef struct st__arena st__arena_t;
+struct st__cuda_alloc;           /* src/mem/cuda.h */
 
 /* Offsets of tensors inside an arena are multiples of this. */
 #define ST_ARENA_ALIGN 256u
@@ -34,6 +36,21 @@ typedef struct st__arena st__arena_t;
  * cap set by st__arena_set_limit), with a reason in err. Any thread. */
 int st__arena_new_cpu(uint64_t bytes, st__arena_t **out, char *err, size_t errlen);
 
+/* Creates a CUDA arena of `bytes` on device `ordinal` of this process
+ * (src/mem/cuda_arena.c): one VMM allocation (cuMemCreate, POSIX-fd
+ * shareable, never FABRIC) of `bytes` rounded up to the allocation
+ * granularity (one granule for 0), exported to a descriptor once, mapped
+ * read-write on that device in the server (st__arena_base is then a device
+ * address, usable by kernels in that device's context) and zero-filled.
+ * st__arena_dup_fd dups the exported descriptor; describe() says cuda,
+ * "vmm" and the device UUID. On success *out holds one reference owned by
+ * the caller. Errors: ST_ERR_LIMIT (over the cap of st__arena_set_limit),
+ * ST_ERR_OUT_OF_MEMORY (with the requested and free bytes in err),
+ * ST_ERR_INVALID_ARGUMENT (no such ordinal), ST_ERR_CAPABILITY ("no CUDA
+ * device: <reason>"). Any thread; leaves the device's primary context
+ * current on the calling thread. */
+int st__arena_new_cuda(int ordinal, uint64_t bytes, st__arena_t **out, char *err, size_t errlen);
+
 /* Caps the size of one arena (config max_object_bytes). Call once at start
  * before any worker runs. 0 means no cap. */
 void st__arena_set_limit(uint64_t max_bytes);
@@ -43,8 +60,9 @@ void st__arena_set_limit(uint64_t max_bytes);
 void st__arena_ref(st__arena_t *a);
 void st__arena_unref(st__arena_t *a);
 
-/* Base address in the server (borrowed, valid while a reference is held),
- * usable size (what was asked for), and the process-unique id. */
+/* Base address in the server (borrowed, valid while a reference is held;
+ * a device address for a CUDA arena), usable size (what was asked for),
+ * and the process-unique id. */
 void *st__arena_base(const st__arena_t *a);
 uint64_t st__arena_bytes(const st__arena_t *a);
 uint64_t st__arena_id(const st__arena_t *a);
@@ -56,6 +74,21 @@ int st__arena_dup_fd(const st__arena_t *a);
 
 /* Fills everything of *d except d->fd (the message-local index). */
 void st__arena_describe(const st__arena_t *a, st__arena_desc_t *d);
+
+/* Device ordinal (in this process) of a CUDA arena; -1 for a CPU arena. */
+int st__arena_device(const st__arena_t *a);
+
+/* For backends (cuda_arena.c): ST_OK when an arena of `bytes` is within
+ * the cap of st__arena_set_limit, else ST_ERR_LIMIT with the reason. */
+int st__arena_check_limit(uint64_t bytes, char *err, size_t errlen);
+
+/* For backends: wraps a CUDA allocation (ownership moves to the arena,
+ * which frees it with st__cuda_alloc_free on the last unref) into a new
+ * arena holding one reference. `fd` is the exported descriptor (owned by
+ * the allocation), `base` the server's device address, `size` the
+ * allocated size. NULL when out of host memory (the caller still owns c). */
+st__arena_t *st__arena_adopt_cuda(struct st__cuda_alloc *c, uint64_t bytes, uint64_t size,
+                                  int fd, void *base);
 
 /* Live arenas and their bytes in this process (for info and leak checks). */
 void st__arena_stats(uint64_t *count, uint64_t *bytes);

@@ -1,0 +1,187 @@
+/* src/cuda/kernels.cu: construction kernels (see kernels.h).
+ *
+ * One thread per element in a grid-stride loop; the dtype is a kernel
+ * argument and the switch in st__dev_store is uniform across a warp, so the
+ * kernels stay memory bound without one instantiation per dtype. Built with
+ * --fmad=false, and arange uses explicit _rn intrinsics as well, so that no
+ * multiply-add is fused where the CPU rounds twice.
+ */
+#include "cuda/kernels.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "common/philox.h"
+#include "cuda/dtype_dev.h"
+
+namespace {
+
+const int kThreads = 256;
+const int64_t kMaxBlocks = 65536;
+
+__global__ void k_fill1(uint8_t *dst, int64_t n, uint8_t v) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    dst[i] = v;
+}
+
+__global__ void k_fill2(uint16_t *dst, int64_t n, uint16_t v) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    dst[i] = v;
+}
+
+__global__ void k_fill4(uint32_t *dst, int64_t n, uint32_t v) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    dst[i] = v;
+}
+
+__global__ void k_fill8(uint64_t *dst, int64_t n, uint64_t v) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    dst[i] = v;
+}
+
+__global__ void k_arange(void *dst, st_dtype_t dtype, int64_t n, double start, double step) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    st__dev_store(dtype, dst, i, __dadd_rn(start, __dmul_rn((double)i, step)));
+}
+
+__global__ void k_rand(void *dst, st_dtype_t dtype, int64_t n, uint64_t seed, int wide) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    st__dev_store(dtype, dst, i, st__rng_uniform(seed, (uint64_t)i, wide));
+}
+
+__global__ void k_randn(void *dst, st_dtype_t dtype, int64_t n, uint64_t seed) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    st__dev_store(dtype, dst, i, st__rng_normal(seed, (uint64_t)i));
+}
+
+__global__ void k_cast(void *dst, st_dtype_t ddt, const void *src, st_dtype_t sdt, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    st__dev_store(ddt, dst, i, st__dev_load(sdt, src, i));
+}
+
+__attribute__((format(printf, 4, 5)))
+int fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
+  if (err && errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return rc;
+}
+
+bool valid_dtype(st_dtype_t d) { return d > ST_DTYPE_INVALID && d < ST_DTYPE_COUNT; }
+
+/* Checks the common arguments; ST_OK when a launch is due, 1 when n == 0. */
+int check_args(const char *fn, const void *dst, st_dtype_t dtype, int64_t n, char *err,
+               size_t errlen) {
+  if (!valid_dtype(dtype))
+    return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "%s: invalid dtype %d", fn, (int)dtype);
+  if (n < 0)
+    return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "%s: negative element count %lld", fn, (long long)n);
+  if ((uint64_t)n > (uint64_t)INT64_MAX / st_dtype_size(dtype))
+    return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "%s: %lld elements overflow", fn, (long long)n);
+  if (n == 0) return 1;
+  if (!dst) return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "%s: null buffer", fn);
+  return ST_OK;
+}
+
+unsigned blocks_for(int64_t n) {
+  int64_t b = (n + kThreads - 1) / kThreads;
+  return (unsigned)(b < kMaxBlocks ? b : kMaxBlocks);
+}
+
+/* Reports a failed launch (bad configuration, no context, sticky error). */
+int launched(const char *fn, char *err, size_t errlen) {
+  cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return ST_OK;
+  if (err && errlen)
+    snprintf(err, errlen, "%s: kernel launch failed: %s (%s)", fn, cudaGetErrorString(e),
+             cudaGetErrorName(e));
+  return ST_ERR_INTERNAL;
+}
+
+}  // namespace
+
+/* See kernels.h. The element's bytes are computed once on the host with
+ * st_dtype_store itself, so fill matches the CPU backend by construction. */
+extern "C" int st__cuda_fill(void *dst, st_dtype_t dtype, int64_t n, double value,
+                             CUstream stream, char *err, size_t errlen) {
+  int rc = check_args("fill", dst, dtype, n, err, errlen);
+  if (rc != ST_OK) return rc > 0 ? ST_OK : rc;
+  unsigned char pat[8] = {0};
+  st_dtype_store(dtype, pat, 0, value);
+  unsigned blocks = blocks_for(n);
+  cudaStream_t s = (cudaStream_t)stream;
+  switch (st_dtype_size(dtype)) {
+  case 1: k_fill1<<<blocks, kThreads, 0, s>>>((uint8_t *)dst, n, pat[0]); break;
+  case 2: { uint16_t v; memcpy(&v, pat, 2); k_fill2<<<blocks, kThreads, 0, s>>>((uint16_t *)dst, n, v); break; }
+  case 4: { uint32_t v; memcpy(&v, pat, 4); k_fill4<<<blocks, kThreads, 0, s>>>((uint32_t *)dst, n, v); break; }
+  default: { uint64_t v; memcpy(&v, pat, 8); k_fill8<<<blocks, kThreads, 0, s>>>((uint64_t *)dst, n, v); break; }
+  }
+  return launched("fill", err, errlen);
+}
+
+/* See kernels.h. */
+extern "C" int st__cuda_arange(void *dst, st_dtype_t dtype, int64_t n, double start, double step,
+                               CUstream stream, char *err, size_t errlen) {
+  int rc = check_args("arange", dst, dtype, n, err, errlen);
+  if (rc != ST_OK) return rc > 0 ? ST_OK : rc;
+  k_arange<<<blocks_for(n), kThreads, 0, (cudaStream_t)stream>>>(dst, dtype, n, start, step);
+  return launched("arange", err, errlen);
+}
+
+/* See kernels.h. */
+extern "C" int st__cuda_rand(void *dst, st_dtype_t dtype, int64_t n, uint64_t seed,
+                             CUstream stream, char *err, size_t errlen) {
+  int rc = check_args("rand", dst, dtype, n, err, errlen);
+  if (rc != ST_OK) return rc > 0 ? ST_OK : rc;
+  if (!st_dtype_is_float(dtype))
+    return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "rand: dtype must be a floating type, got %s",
+                st_dtype_name(dtype));
+  int wide = dtype == ST_DTYPE_FLOAT64;
+  k_rand<<<blocks_for(n), kThreads, 0, (cudaStream_t)stream>>>(dst, dtype, n, seed, wide);
+  return launched("rand", err, errlen);
+}
+
+/* See kernels.h. */
+extern "C" int st__cuda_randn(void *dst, st_dtype_t dtype, int64_t n, uint64_t seed,
+                              CUstream stream, char *err, size_t errlen) {
+  int rc = check_args("randn", dst, dtype, n, err, errlen);
+  if (rc != ST_OK) return rc > 0 ? ST_OK : rc;
+  if (!st_dtype_is_float(dtype))
+    return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "randn: dtype must be a floating type, got %s",
+                st_dtype_name(dtype));
+  k_randn<<<blocks_for(n), kThreads, 0, (cudaStream_t)stream>>>(dst, dtype, n, seed);
+  return launched("randn", err, errlen);
+}
+
+/* See kernels.h. */
+extern "C" int st__cuda_cast(void *dst, st_dtype_t dst_dtype, const void *src,
+                             st_dtype_t src_dtype, int64_t n, CUstream stream, char *err,
+                             size_t errlen) {
+  int rc = check_args("cast", dst, dst_dtype, n, err, errlen);
+  if (rc == ST_OK) rc = check_args("cast", src, src_dtype, n, err, errlen);
+  if (rc != ST_OK) return rc > 0 ? ST_OK : rc;
+  if (dst_dtype == src_dtype) {
+    cudaError_t e = cudaMemcpyAsync(dst, src, (size_t)n * st_dtype_size(dst_dtype),
+                                    cudaMemcpyDeviceToDevice, (cudaStream_t)stream);
+    if (e != cudaSuccess)
+      return fail(err, errlen, ST_ERR_INTERNAL, "cast: cudaMemcpyAsync failed: %s",
+                  cudaGetErrorString(e));
+    return ST_OK;
+  }
+  k_cast<<<blocks_for(n), kThreads, 0, (cudaStream_t)stream>>>(dst, dst_dtype, src, src_dtype, n);
+  return launched("cast", err, errlen);
+}

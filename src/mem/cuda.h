@@ -1,0 +1,179 @@
+/* src/mem/cuda.h: the CUDA driver API as this project uses it, without
+ * linking libcuda (DESIGN §3, decisions 1, 6 and 7).
+ *
+ * The binaries link only the CUDA runtime. Driver functions (the VMM calls
+ * cuMemCreate, cuMemExportToShareableHandle, ...) are looked up once per
+ * process with cudaGetDriverEntryPointByVersion and kept in a table. On a
+ * host without an NVIDIA driver the lookup fails, every function below
+ * returns ST_ERR_CAPABILITY with "no CUDA device: <reason>", and the
+ * process carries on. In a build without CUDA (ST_HAVE_CUDA undefined) the
+ * same functions exist and say "no CUDA device: built without CUDA
+ * support".
+ *
+ * Devices are named by UUID ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx",
+ * the form nvidia-smi prints) on the wire; an ordinal is local to a process
+ * and depends on its CUDA_VISIBLE_DEVICES.
+ *
+ * Contexts: each device's primary context is retained the first time a
+ * thread enters it (st__cuda_ctx_enter) and kept for the life of the
+ * process. Functions that talk to a device make its primary context current
+ * on the calling thread themselves.
+ *
+ * This header and cuda_driver.c / cuda_import.c depend on nothing else of
+ * the project but include/st/errors.h, so the client library can link them.
+ */
+#ifndef ST_MEM_CUDA_H
+#define ST_MEM_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "st/errors.h"
+
+#ifdef ST_HAVE_CUDA
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#endif
+
+/* "GPU-" + 32 hex digits + 4 dashes + NUL fits in 48 (st__arena_desc_t). */
+#define ST_CUDA_UUID_LEN 48
+
+#ifdef ST_HAVE_CUDA
+/* Driver entry points, by the ABI version of CUDA 12.0 (the _v2 functions
+ * where a _v2 exists). Filled once; read-only afterwards. */
+typedef struct st__cuda_api {
+  PFN_cuInit_v2000 cuInit;
+  PFN_cuDeviceGet_v2000 cuDeviceGet;
+  PFN_cuDeviceGetCount_v2000 cuDeviceGetCount;
+  PFN_cuDeviceGetUuid_v11040 cuDeviceGetUuid;
+  PFN_cuDevicePrimaryCtxRetain_v7000 cuDevicePrimaryCtxRetain;
+  PFN_cuDevicePrimaryCtxRelease_v11000 cuDevicePrimaryCtxRelease;
+  PFN_cuCtxSetCurrent_v4000 cuCtxSetCurrent;
+  PFN_cuMemGetAllocationGranularity_v10020 cuMemGetAllocationGranularity;
+  PFN_cuMemCreate_v10020 cuMemCreate;
+  PFN_cuMemRelease_v10020 cuMemRelease;
+  PFN_cuMemExportToShareableHandle_v10020 cuMemExportToShareableHandle;
+  PFN_cuMemImportFromShareableHandle_v10020 cuMemImportFromShareableHandle;
+  PFN_cuMemAddressReserve_v10020 cuMemAddressReserve;
+  PFN_cuMemAddressFree_v10020 cuMemAddressFree;
+  PFN_cuMemMap_v10020 cuMemMap;
+  PFN_cuMemUnmap_v10020 cuMemUnmap;
+  PFN_cuMemSetAccess_v10020 cuMemSetAccess;
+  PFN_cuMemGetInfo_v3020 cuMemGetInfo;
+  PFN_cuGetErrorName_v6000 cuGetErrorName;
+  PFN_cuGetErrorString_v6000 cuGetErrorString;
+  PFN_cuStreamCreate_v2000 cuStreamCreate;
+  PFN_cuStreamSynchronize_v2000 cuStreamSynchronize;
+  PFN_cuStreamDestroy_v4000 cuStreamDestroy;
+  PFN_cuMemcpyHtoDAsync_v3020 cuMemcpyHtoDAsync;
+  PFN_cuMemcpyDtoH_v3020 cuMemcpyDtoH;
+  PFN_cuMemcpyDtoD_v3020 cuMemcpyDtoD;
+  PFN_cuMemsetD8Async_v3020 cuMemsetD8Async;
+} st__cuda_api_t;
+
+/* The driver table, loaded on the first call (pthread_once): the runtime's
+ * cudaGetDeviceCount must succeed, every entry point must resolve and
+ * cuInit(0) must succeed. Returns the table (static, never freed) or NULL
+ * with "no CUDA device: <reason>" in err. Any thread. */
+const st__cuda_api_t *st__cuda_api(char *err, size_t errlen);
+
+/* Formats a failed driver call as "<what>: CUDA_ERROR_X (text)" into err
+ * and returns the matching ST_ERR_*: OUT_OF_MEMORY for
+ * CUDA_ERROR_OUT_OF_MEMORY, INVALID_ARGUMENT for invalid values and
+ * handles, CAPABILITY for missing devices or features, INTERNAL otherwise.
+ * ST_OK for CUDA_SUCCESS (err untouched). Any thread. */
+int st__cuda_error(CUresult r, const char *what, char *err, size_t errlen);
+
+/* The allocation properties every VMM allocation of this project uses:
+ * pinned device memory on `ordinal`, exportable as a POSIX descriptor
+ * (never FABRIC). Fills *prop. Any thread. */
+void st__cuda_alloc_prop(int ordinal, CUmemAllocationProp *prop);
+#endif
+
+/* ST_OK when the driver loaded and at least one device is visible;
+ * otherwise ST_ERR_CAPABILITY and "no CUDA device: <reason>". Any thread. */
+int st__cuda_available(char *err, size_t errlen);
+
+/* Number of devices visible to this process (after CUDA_VISIBLE_DEVICES).
+ * ST_OK or ST_ERR_CAPABILITY. Any thread. */
+int st__cuda_device_count(int *count, char *err, size_t errlen);
+
+/* UUID string of device `ordinal` into out (ST_CUDA_UUID_LEN bytes,
+ * caller's buffer). ST_OK, ST_ERR_INVALID_ARGUMENT for a bad ordinal, or
+ * ST_ERR_CAPABILITY. Any thread. */
+int st__cuda_device_uuid(int ordinal, char *out, char *err, size_t errlen);
+
+/* Ordinal in this process of the device whose UUID is `uuid` ("GPU-..." or
+ * the bare 32 hex digits with dashes; case-insensitive). ST_ERR_NOT_FOUND
+ * when no visible device has it (another CUDA_VISIBLE_DEVICES hides it),
+ * ST_ERR_CAPABILITY without a driver. Any thread. */
+int st__cuda_device_by_uuid(const char *uuid, int *ordinal, char *err, size_t errlen);
+
+/* Makes the primary context of device `ordinal` current on the calling
+ * thread, retaining it the first time (kept until the process exits).
+ * Kernels launched through the runtime afterwards run on that device.
+ * ST_OK, ST_ERR_INVALID_ARGUMENT or ST_ERR_CAPABILITY. Any thread. */
+int st__cuda_ctx_enter(int ordinal, char *err, size_t errlen);
+
+/* Free and total memory of device `ordinal` in bytes (cuMemGetInfo); makes
+ * its context current. Any thread. */
+int st__cuda_mem_info(int ordinal, uint64_t *free_bytes, uint64_t *total_bytes,
+                      char *err, size_t errlen);
+
+/* VMM allocation granularity of device `ordinal` (the minimum; 2 MiB on
+ * current GPUs). Any thread. */
+int st__cuda_granularity(int ordinal, uint64_t *gran, char *err, size_t errlen);
+
+/* Copies between host memory and a device address of a mapping
+ * (synchronous; for tests, checks and small metadata). Any thread. */
+int st__cuda_copy_to_host(void *dst, uint64_t src_dptr, uint64_t bytes, int ordinal,
+                          char *err, size_t errlen);
+int st__cuda_copy_to_device(uint64_t dst_dptr, const void *src, uint64_t bytes, int ordinal,
+                            char *err, size_t errlen);
+
+/* ------------------------------------------------------ client side import */
+
+/* One allocation mapped into this process from an exported descriptor. */
+typedef struct st__cuda_mapping {
+  uint64_t dptr;     /* device address in this process (0: not mapped) */
+  uint64_t bytes;    /* mapped size (the arena's allocated size)       */
+  int ordinal;       /* device ordinal in this process                 */
+} st__cuda_mapping_t;
+
+/* Maps an allocation received as a POSIX descriptor (cuda_import.c): finds
+ * the device whose UUID is `uuid`, imports `fd` (borrowed: the caller
+ * closes it afterwards, the mapping does not need it), reserves `bytes` of
+ * address space (a multiple of the allocation granularity, as the server
+ * sends it), maps the whole allocation read-write on that device and
+ * releases the imported handle, so the mapping alone keeps the memory.
+ * On success *out is filled; undo with st__cuda_unmap. Errors:
+ * ST_ERR_NOT_FOUND (no visible device has that UUID), ST_ERR_INVALID_ARGUMENT
+ * (bad fd or size), ST_ERR_OUT_OF_MEMORY (no address space), ST_ERR_CAPABILITY
+ * (no driver), with the reason in err. Any thread; the device's primary
+ * context is current on the calling thread afterwards. */
+int st__cuda_import(int fd, uint64_t bytes, const char *uuid, st__cuda_mapping_t *out,
+                    char *err, size_t errlen);
+
+/* Unmaps and frees the address range of a mapping filled by
+ * st__cuda_import and clears it; the driver frees the memory once no
+ * process maps it and no descriptor or handle remains. NULL or an
+ * unmapped struct is a no-op. Any thread. */
+void st__cuda_unmap(st__cuda_mapping_t *m);
+
+/* --------------------------------------------------- server side (arenas) */
+
+/* One exported VMM allocation, mapped in the server (cuda_arena.c). Owned
+ * by a CUDA arena; freed by st__cuda_alloc_free on its last unref. */
+typedef struct st__cuda_alloc st__cuda_alloc_t;
+
+/* Unmaps, frees the address range, releases the allocation handle, closes
+ * the exported descriptor and frees *c. Clients' mappings keep the memory.
+ * NULL is a no-op. Any thread. */
+void st__cuda_alloc_free(st__cuda_alloc_t *c);
+
+/* UUID string of the allocation's device (borrowed, static for the life of
+ * c) and its ordinal in this process. */
+const char *st__cuda_alloc_uuid(const st__cuda_alloc_t *c);
+int st__cuda_alloc_ordinal(const st__cuda_alloc_t *c);
+
+#endif

@@ -1,0 +1,129 @@
+/* src/mem/cuda_import.c: mapping an exported VMM allocation into a client
+ * process (DESIGN §3, decision 1; see cuda.h).
+ *
+ * Steps, each undone in reverse on failure:
+ *   1. the device whose UUID the descriptor names -> ordinal here (a client
+ *      with another CUDA_VISIBLE_DEVICES numbers devices differently);
+ *   2. cuMemImportFromShareableHandle(fd) -> a handle to the allocation;
+ *   3. cuMemAddressReserve(bytes, aligned to the granularity) -> a VA range;
+ *   4. cuMemMap(range, handle) and cuMemSetAccess(range, device, RW);
+ *   5. cuMemRelease(handle): the mapping alone now keeps the memory, so the
+ *      process has nothing else to free but the range.
+ * The descriptor stays the caller's to close.
+ *
+ * Depends only on cuda.h / cuda_driver.c, so libstclient can link both.
+ */
+#include "mem/cuda.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+
+#ifdef ST_HAVE_CUDA
+
+/* See cuda.h. Any thread. */
+int st__cuda_import(int fd, uint64_t bytes, const char *uuid, st__cuda_mapping_t *out,
+                    char *err, size_t errlen) {
+  char dummy[1];
+  if (!err) { err = dummy; errlen = sizeof dummy; }
+  memset(out, 0, sizeof *out);
+  out->ordinal = -1;
+  const st__cuda_api_t *a = st__cuda_api(err, errlen);
+  if (!a) return ST_ERR_CAPABILITY;
+  if (fd < 0 || fcntl(fd, F_GETFD) < 0) {
+    snprintf(err, errlen, "import: %d is not an open descriptor", fd);
+    return ST_ERR_INVALID_ARGUMENT;
+  }
+  int ordinal;
+  int rc = st__cuda_device_by_uuid(uuid, &ordinal, err, errlen);
+  if (rc != ST_OK) return rc;
+  uint64_t gran;
+  rc = st__cuda_granularity(ordinal, &gran, err, errlen);
+  if (rc != ST_OK) return rc;
+  if (bytes == 0 || bytes % gran != 0) {
+    snprintf(err, errlen,
+             "import: size %llu is not a positive multiple of the allocation granularity (%llu)",
+             (unsigned long long)bytes, (unsigned long long)gran);
+    return ST_ERR_INVALID_ARGUMENT;
+  }
+  rc = st__cuda_ctx_enter(ordinal, err, errlen);
+  if (rc != ST_OK) return rc;
+
+  CUmemGenericAllocationHandle h;
+  CUresult r = a->cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
+                                                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  if (r != CUDA_SUCCESS) {
+    /* The driver answers CUDA_ERROR_UNKNOWN for a descriptor that is not an
+     * exported allocation (a pipe, a memfd): that is the caller's input. */
+    rc = st__cuda_error(r, "cuMemImportFromShareableHandle (not an exported CUDA allocation?)",
+                        err, errlen);
+    return rc == ST_ERR_OUT_OF_MEMORY ? rc : ST_ERR_INVALID_ARGUMENT;
+  }
+  CUdeviceptr va = 0;
+  rc = st__cuda_error(a->cuMemAddressReserve(&va, (size_t)bytes, (size_t)gran, 0, 0),
+                      "cuMemAddressReserve", err, errlen);
+  if (rc != ST_OK) goto release;
+  /* A size larger than the allocation fails here (the driver says
+   * CUDA_ERROR_NOT_SUPPORTED): a lying descriptor cannot map past its end. */
+  r = a->cuMemMap(va, (size_t)bytes, 0, h, 0);
+  if (r != CUDA_SUCCESS) {
+    char what[96];
+    snprintf(what, sizeof what, "cuMemMap of %llu bytes (larger than the allocation?)",
+             (unsigned long long)bytes);
+    rc = st__cuda_error(r, what, err, errlen);
+    if (rc != ST_ERR_OUT_OF_MEMORY) rc = ST_ERR_INVALID_ARGUMENT;
+    goto free_va;
+  }
+  CUmemAccessDesc acc;
+  memset(&acc, 0, sizeof acc);
+  acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  acc.location.id = ordinal;
+  acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  rc = st__cuda_error(a->cuMemSetAccess(va, (size_t)bytes, &acc, 1), "cuMemSetAccess", err,
+                      errlen);
+  if (rc != ST_OK) goto unmap;
+  /* The mapping holds its own reference to the physical memory. */
+  a->cuMemRelease(h);
+  out->dptr = (uint64_t)va;
+  out->bytes = bytes;
+  out->ordinal = ordinal;
+  return ST_OK;
+
+unmap:
+  a->cuMemUnmap(va, (size_t)bytes);
+free_va:
+  a->cuMemAddressFree(va, (size_t)bytes);
+release:
+  a->cuMemRelease(h);
+  return rc;
+}
+
+/* See cuda.h. Any thread. */
+void st__cuda_unmap(st__cuda_mapping_t *m) {
+  if (!m || !m->dptr) return;
+  const st__cuda_api_t *a = st__cuda_api(NULL, 0);
+  if (a && st__cuda_ctx_enter(m->ordinal, NULL, 0) == ST_OK) {
+    a->cuMemUnmap((CUdeviceptr)m->dptr, (size_t)m->bytes);
+    a->cuMemAddressFree((CUdeviceptr)m->dptr, (size_t)m->bytes);
+  }
+  memset(m, 0, sizeof *m);
+  m->ordinal = -1;
+}
+
+#else /* !ST_HAVE_CUDA */
+
+/* See cuda.h: always ST_ERR_CAPABILITY in a build without CUDA. */
+int st__cuda_import(int fd, uint64_t bytes, const char *uuid, st__cuda_mapping_t *out,
+                    char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  out->ordinal = -1;
+  if (err && errlen) snprintf(err, errlen, "no CUDA device: built without CUDA support");
+  return ST_ERR_CAPABILITY;
+}
+
+/* See cuda.h. */
+void st__cuda_unmap(st__cuda_mapping_t *m) {
+  if (m) memset(m, 0, sizeof *m);
+}
+
+#endif
