@@ -62,4 +62,19 @@ return {
   -- On SIGTERM/SIGINT, calls in flight get this many seconds to finish;
   -- then they are cancelled (their clients get CANCELLED).
   shutdown_grace_s = 10,
+
+  tasks = {
+    -- A finished task (and a result nobody fetched) is kept this many
+    -- seconds; then its id gives NOT_FOUND and its memory is freed.
+    ttl_s = 600,
+    -- Tasks kept at most; a new one drops the oldest finished task. When
+    -- all of them are pending or running, submit gets LIMIT.
+    capacity = 10000,
+  },
+
+  -- Bytes of server-held objects (cached, leased, unfetched task results)
+  -- per device; 0 = no budget. Past it, the least recently used cache
+  -- entries nobody holds are evicted; an object that still does not fit
+  -- fails with OUT_OF_MEMORY. Default for cpu: half the physical memory.
+  -- memory_budget = { cpu = 32 * 1024 * 1024 * 1024, ["cuda:0"] = 60 * 1024 * 1024 * 1024 },
 }

@@ -116,6 +116,29 @@ ST_API size_t st_result_tensor_count(const st_result_t *r);
 ST_API const st_tensor_t *st_result_tensor(const st_result_t *r, size_t i);
 ST_API const st_tensor_t *st_result_find(const st_result_t *r, const char *name);
 
+/* The server object a reply names (docs/protocol.md, "Objects, leases and
+ * caching"): results of managed, cached or singleflight endpoints, from
+ * st_client_call() or st_client_task_result(). Strings are borrowed from
+ * the result and live as long as it does. */
+typedef struct st_object_info {
+  uint64_t id;               /* unique within one server process           */
+  const char *server_id;     /* the server process that owns it            */
+  const char *cache_key;     /* "" when the endpoint does not cache        */
+  const char *device;        /* "cpu", "cuda", ... ("" if not sent)        */
+  int cached;                /* 1: the server's cache holds the object     */
+  int managed;               /* 1: a managed endpoint produced it          */
+  int lease;                 /* 1: this reply gave the connection a lease  */
+  int64_t refcount;          /* leases held on it, all connections, after
+                                this reply                                 */
+  uint64_t bytes;            /* memory the object holds                    */
+} st_object_info_t;
+
+/* Fills *out with the object of a call or task result. ST_ERR_NOT_FOUND
+ * when the result names no object (plain endpoints, results of
+ * st_client_rpc and the other methods); ST_ERR_INVALID_ARGUMENT for NULL.
+ * Any thread while r lives. */
+ST_API int st_result_object(const st_result_t *r, st_object_info_t *out);
+
 /* Frees a result. Its mappings are unmapped when no other result of this
  * process still maps the same allocation. NULL is a no-op. */
 ST_API void st_result_free(st_result_t *r);
@@ -196,6 +219,105 @@ ST_API int st_client_rpc(st_client_t *c, const char *method, const st_args_t *pa
 /* Shorthands for st_client_rpc(c, "info" / "endpoints", NULL, out). */
 ST_API int st_client_info(st_client_t *c, st_result_t **out);
 ST_API int st_client_endpoints(st_client_t *c, st_result_t **out);
+
+/* ----------------------------------------------------------------- tasks
+ *
+ * A task is a build queued on the server (docs/protocol.md, `submit`).
+ * Task info is a MAP value: {id, endpoint, status, created_at, started_at,
+ * completed_at, error, progress, note, object_id}; `status` is "pending",
+ * "running", "completed", "failed" or "cancelled"; times are unix seconds
+ * or nil; `error` is nil or {code, name, message}; `progress` a number in
+ * [0, 1] or nil. Every function below runs on the client's thread (one
+ * call at a time per client); results are owned by the caller
+ * (st_result_free) and outlive the client. */
+
+/* Queues a build of `endpoint` with `args` (NULL: all defaults) and
+ * returns at once with its id in *task_id. Argument errors
+ * (UNKNOWN_ENDPOINT, INVALID_ARGUMENT) come back here, not later. */
+ST_API int st_client_submit(st_client_t *c, const char *endpoint, const st_args_t *args,
+                            uint64_t *task_id);
+
+/* Task info of task `id` now. ST_ERR_NOT_FOUND for an unknown or expired
+ * task. */
+ST_API int st_client_task_status(st_client_t *c, uint64_t id, st_result_t **info);
+
+/* Waits until the task ends or `timeout_s` seconds pass (a negative value
+ * means the server's default, 30 s; the server caps it at 3600), then
+ * gives its task info: a task still running after the timeout is not an
+ * error, its info says so. The server holds no thread while it waits. The
+ * client's own timeout (st_client_set_timeout) is extended by timeout_s
+ * for this call, so it does not fire before the server answers. */
+ST_API int st_client_task_wait(st_client_t *c, uint64_t id, double timeout_s,
+                               st_result_t **info);
+
+/* The task's result, mapped like st_client_call: the value, its tensors
+ * and, for managed/cached endpoints, the object (st_result_object) with a
+ * lease for this connection. A failed task gives its error (e.g.
+ * ST_ERR_ENDPOINT with file:line), a cancelled one ST_ERR_CANCELLED, one
+ * not finished ST_ERR_TASK ("task 7 is running"). A plain result is
+ * handed over once: a second fetch is ST_ERR_TASK. */
+ST_API int st_client_task_result(st_client_t *c, uint64_t id, st_result_t **out);
+
+/* Cancels a task: a pending one at once, a running one when its body
+ * next checks (it then ends "cancelled"); a finished one is unchanged.
+ * `info` (may be NULL) receives the task info after the request. */
+ST_API int st_client_task_cancel(st_client_t *c, uint64_t id, st_result_t **info);
+
+/* An ARRAY of task info, newest first; `status` (may be NULL) keeps only
+ * tasks in that state. */
+ST_API int st_client_tasks(st_client_t *c, const char *status, st_result_t **out);
+
+/* --------------------------------------------------- objects and caches
+ *
+ * Leases belong to the connection: st_client_close() (or the process
+ * dying) gives back every lease the client holds. Mappings already in
+ * results stay valid whatever happens to the object on the server. */
+
+/* Gives back this connection's lease on object `object_id`. Idempotent:
+ * without a lease *released is 0. Out pointers may be NULL: *released,
+ * *destroyed (the object is gone from the server: no lease left and not
+ * cached) and *refcount (leases left, all connections). */
+ST_API int st_client_release(st_client_t *c, uint64_t object_id, int *released,
+                             int *destroyed, int64_t *refcount);
+
+/* Object info as a MAP: {id, server_id, endpoint, cache_key, cached,
+ * managed, refcount, bytes, device, created_at, last_accessed_at}.
+ * ST_ERR_STALE_HANDLE when the object is gone. */
+ST_API int st_client_object_info(st_client_t *c, uint64_t object_id, st_result_t **out);
+
+/* ST_OK when object `object_id` of server `server_id` still lives on the
+ * server. `server_id` NULL (or "") means the server this client was
+ * talking to when the call began; pass st_object_info_t.server_id to be
+ * exact. Fast and bounded, never a long hang:
+ *   - ST_ERR_STALE_HANDLE: the object is gone, or it belonged to another
+ *     server process (the server restarted);
+ *   - a broken connection is reconnected once (a new hello; leases of the
+ *     old connection are already gone; the client stays on the new one);
+ *     when nothing listens any more the answer is, at once, ST_ERR_IO
+ *     "server at PATH is not running";
+ *   - with no st_client_set_timeout limit the exchange is bounded by 5 s
+ *     (ST_ERR_TIMEOUT). */
+ST_API int st_client_ensure_live(st_client_t *c, uint64_t object_id, const char *server_id);
+
+/* An ARRAY of object info (as st_client_object_info), by id. */
+ST_API int st_client_objects(st_client_t *c, st_result_t **out);
+
+/* Drops the cache entry of `endpoint` for these arguments (bound like a
+ * call: defaults filled). *dropped (may be NULL): 1 if an entry existed.
+ * Leased objects live on until their last lease is released. */
+ST_API int st_client_invalidate_call(st_client_t *c, const char *endpoint,
+                                     const st_args_t *args, int *dropped);
+
+/* Drops every cache entry of `endpoint`; *count (may be NULL) receives how
+ * many. */
+ST_API int st_client_invalidate_endpoint(st_client_t *c, const char *endpoint,
+                                         int64_t *count);
+
+/* Reloads the endpoint files, as SIGHUP does. *out is a MAP {ok,
+ * generation, error, changed, added, removed}; a load error is not a
+ * failure of the call: ok is false and `error` names file:line, and the
+ * old generation keeps serving. */
+ST_API int st_client_reload(st_client_t *c, st_result_t **out);
 
 /* Open-cache statistics of this process: allocations mapped now, and
  * mappings reused instead of created since start. For tests and stcli. */

@@ -5,6 +5,11 @@
  *   cmd_ping.c   ping
  *   cmd_info.c   info, endpoints
  *   cmd_call.c   call
+ *   cmd_task.c   submit, wait, status, result, cancel, tasks
+ *   cmd_object.c objects, release, invalidate
+ *   cmd_admin.c  reload, stats
+ *   result_out.c NAME key=value command lines; printing call-like results
+ *   table.c      tables, ids, times and small value helpers
  *   print.c      shared output helpers (values, tensors, checksums)
  */
 #ifndef ST_CLI_H
@@ -42,6 +47,17 @@ extern const cli_command_t cli_ping_command;
 extern const cli_command_t cli_info_command;
 extern const cli_command_t cli_endpoints_command;
 extern const cli_command_t cli_call_command;
+extern const cli_command_t cli_submit_command;
+extern const cli_command_t cli_wait_command;
+extern const cli_command_t cli_status_command;
+extern const cli_command_t cli_result_command;
+extern const cli_command_t cli_cancel_command;
+extern const cli_command_t cli_tasks_command;
+extern const cli_command_t cli_objects_command;
+extern const cli_command_t cli_release_command;
+extern const cli_command_t cli_invalidate_command;
+extern const cli_command_t cli_reload_command;
+extern const cli_command_t cli_stats_command;
 
 /* main.c */
 /* Consumes a global option at argv[*i] (advancing *i past its value).
@@ -61,6 +77,70 @@ int cli_fail(st_client_t *c, int rc);
 int cli_exit_code(int rc);
 /* Parses a non-negative decimal int; 0 on success. */
 int cli_parse_count(const char *s, long max, long *out);
+
+/* result_out.c */
+#define CLI_DEFAULT_VALUES 8
+#define CLI_ARGS_VALUES 1u   /* accept --values[=N] */
+#define CLI_ARGS_ALL 2u      /* accept --all        */
+
+/* "NAME [key=value ...] [--args-json JSON]" and the flags' options. */
+typedef struct cli_call_args {
+  const char *endpoint;   /* borrowed from argv                          */
+  st_args_t *args;        /* owned (st_args_free); NULL after a failure  */
+  int nargs;              /* key=value words and --args-json given       */
+  long nvalues;           /* --values[=N]; -1 when absent                */
+  int all;                /* --all                                       */
+  int help;               /* --help was printed: exit CLI_OK             */
+} cli_call_args_t;
+
+/* Parses a command line of that shape (argv[0] is the command), global
+ * options included. Returns CLI_OK (check ->help) or an exit code after
+ * printing the error. */
+int cli_parse_call_args(cli_t *g, const cli_command_t *cmd, int argc, char **argv,
+                        unsigned flags, cli_call_args_t *out);
+/* Prints a call-like result as `call` does: tensors (with values when
+ * nvalues >= 0), a non-tensor value as JSON, the object line; or JSON
+ * with --json. Returns the exit code. */
+int cli_print_result(const cli_t *g, const st_result_t *r, long nvalues);
+
+/* table.c */
+/* A text table: columns as wide as their widest cell, two spaces apart. */
+typedef struct cli_table {
+  size_t ncol;
+  const char *const *heads;
+  char **cells;           /* nrows * ncol owned strings (NULL: "?") */
+  size_t nrows, cap;
+} cli_table_t;
+
+void cli_table_init(cli_table_t *t, size_t ncol, const char *const *heads);
+/* Adds a row; takes the ncol strings in row[] (owned, may be NULL).
+ * Returns 0, or -1 when out of memory (the strings are freed). */
+int cli_table_add(cli_table_t *t, char **row);
+/* Prints the heads and rows on stdout. */
+void cli_table_print(const cli_table_t *t);
+void cli_table_free(cli_table_t *t);
+/* A formatted, owned string (free()), or NULL when out of memory. */
+char *cli_strdupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* 1 and *out when v is an integer or float; 0 otherwise. */
+int cli_value_number(const st_value_t *v, double *out);
+/* The text of a STRING value, or NULL. Borrowed. */
+const char *cli_value_str(const st_value_t *v);
+/* Parses a task or object id (a decimal uint64). CLI_OK, or a usage error
+ * for `cmd` naming `what`. */
+int cli_parse_id(const char *cmd, const char *what, const char *s, uint64_t *out);
+/* Seconds as "850 ms", "4.2 s", "3 min", "2.5 h", "4 d". */
+void cli_format_duration(double seconds, char *buf, size_t len);
+/* Bytes as "40 B", "4.0 KiB", "11.8 GiB". */
+void cli_format_bytes(double bytes, char *buf, size_t len);
+/* Unix time as local "YYYY-MM-DD HH:MM:SS". */
+void cli_format_unix_time(double t, char *buf, size_t len);
+/* Seconds since the epoch now (wall clock). */
+double cli_now_unix(void);
+/* A command line with only --help, global options and min..max
+ * positional words (stored in pos[]; `need` names them for the error,
+ * "a task id"); returns CLI_OK (check *done) or an exit code. */
+int cli_parse_plain(cli_t *g, const cli_command_t *cmd, int argc, char **argv, int min, int max,
+                    const char *need, const char **pos, int *done);
 
 /* print.c */
 /* Prints `s`, then a newline, freeing it; NULL prints an error. */

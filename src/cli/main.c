@@ -16,7 +16,11 @@
 static const cli_command_t help_command;
 
 static const cli_command_t *const commands[] = {
-    &cli_ping_command, &cli_info_command, &cli_endpoints_command, &cli_call_command,
+    &cli_ping_command,    &cli_info_command,       &cli_stats_command,
+    &cli_endpoints_command, &cli_call_command,     &cli_submit_command,
+    &cli_wait_command,    &cli_status_command,     &cli_result_command,
+    &cli_cancel_command,  &cli_tasks_command,      &cli_objects_command,
+    &cli_release_command, &cli_invalidate_command, &cli_reload_command,
     &help_command,
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
@@ -36,7 +40,7 @@ static void print_main_help(FILE *out) {
   fprintf(out, "usage: stcli [global options] COMMAND [args]\n\n"
                "Talks to a sharedtensor server (stserver) on this host.\n\nCommands:\n");
   for (size_t i = 0; i < NCOMMANDS; i++)
-    fprintf(out, "  %-10s %s\n", commands[i]->name, commands[i]->summary);
+    fprintf(out, "  %-11s %s\n", commands[i]->name, commands[i]->summary);
   fprintf(out, "\n%s\nExit codes: 0 ok, 1 the server answered with an error, 2 usage error,\n"
                "3 cannot connect or connection lost, 4 timeout.\n",
           global_help);

@@ -3,6 +3,9 @@
  *   conn.c    socket, connect, send/recv with deadlines, the fd FIFO
  *   rpc.c     request ids, one synchronous exchange, server errors
  *   hello.c   connect + hello, the public client functions
+ *   tasks.c   submit, status, wait, result, cancel, tasks
+ *   objects.c release, object_info, ensure_live, objects, invalidation,
+ *             reload
  *   result.c  result memory, decoding replies into st_value_t trees
  *   value.c   accessors of values, results and tensors
  *   map.c     the process-wide open-cache of mapped arenas
@@ -119,6 +122,17 @@ int st__client_fifo_take(st_client_t *c, int *out, size_t n);
  * *fds NULL when none). On failure nothing is left to free. */
 int st__client_exchange(st_client_t *c, const char *method, const void *params,
                         size_t params_len, st__message_t *reply, int **fds, size_t *nfds);
+
+/* hello.c: one exchange of `method` (params: the bytes of one msgpack map,
+ * or NULL for none) decoded into a new result owned by the caller; with
+ * `unwrap` the value is result["value"] and result["object"] is kept (call,
+ * task result). Thread of the client. */
+int st__client_method(st_client_t *c, const char *method, const st__cbuf_t *params, int unwrap,
+                      st_result_t **out);
+/* hello.c: closes the connection and connects again to c->path with a new
+ * hello (server_id and the rest updated), waiting at most timeout_ms.
+ * ST_OK or a recorded failure (ST_ERR_IO when nothing listens). */
+int st__client_reconnect(st_client_t *c, int timeout_ms);
 
 /* ------------------------------------------------------------- results */
 

@@ -127,6 +127,34 @@ ST_API int st_client_connect(const char *path, st_client_t **out, char *err, siz
   return ST_OK;
 }
 
+/* Drops the connection (if any) and connects again to the same path with
+ * a new hello, waiting at most timeout_ms (> 0) for connect and hello.
+ * ST_OK, or a recorded failure as st_client_connect reports it. Thread of
+ * the client. */
+int st__client_reconnect(st_client_t *c, int timeout_ms) {
+  st__client_conn_shutdown(c, "reconnecting");
+  if (c->reader_ready) st__reader_destroy(&c->reader);
+  c->reader_ready = 0;
+  if (st__reader_init(&c->reader, ST_CLIENT_MAX_REPLY) != ST_OK)
+    return st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory");
+  c->reader_ready = 1;
+  c->reply_pending = 0;
+  char path[sizeof c->path];
+  snprintf(path, sizeof path, "%s", c->path);
+  int rc = st__client_conn_open(c, path, timeout_ms);
+  if (rc != ST_OK) {
+    snprintf(c->closed_why, sizeof c->closed_why, "%.*s", (int)sizeof c->closed_why - 1,
+             c->err_msg);
+    return rc;
+  }
+  int keep = c->timeout_ms;
+  c->timeout_ms = timeout_ms;
+  rc = hello(c);
+  c->timeout_ms = keep;
+  if (rc == ST_OK) st__client_clear_error(c);
+  return rc;
+}
+
 /* Connects to the socket of `device` under `base`; see client.h. */
 ST_API int st_client_connect_device(const char *base, int device, st_client_t **out, char *err,
                                     size_t errlen) {
@@ -191,9 +219,10 @@ ST_API int st_client_ping(st_client_t *c, double *rtt_us) {
   return rc;
 }
 
-/* Exchange + decode; params are msgpack map bytes or NULL. */
-static int call_and_decode(st_client_t *c, const char *method, const st__cbuf_t *params,
-                           int unwrap, st_result_t **out) {
+/* One exchange of `method` decoded into a new result; see
+ * client_internal.h. Thread of the client. */
+int st__client_method(st_client_t *c, const char *method, const st__cbuf_t *params, int unwrap,
+                      st_result_t **out) {
   st__message_t m;
   int *fds;
   size_t nfds;
@@ -221,7 +250,7 @@ ST_API int st_client_call(st_client_t *c, const char *endpoint, const st_args_t 
   st__pack_cstr(&b.pk, "args");
   st__client_args_pack(&b.pk, args);
   int rc = b.oom ? st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing the arguments")
-                 : call_and_decode(c, "call", &b, 1, out);
+                 : st__client_method(c, "call", &b, 1, out);
   st__client_cbuf_destroy(&b);
   return rc;
 }
@@ -233,12 +262,12 @@ ST_API int st_client_rpc(st_client_t *c, const char *method, const st_args_t *pa
   if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
   if (!method || !*method)
     return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "no method name given");
-  if (!params) return call_and_decode(c, method, NULL, 0, out);
+  if (!params) return st__client_method(c, method, NULL, 0, out);
   st__cbuf_t b;
   st__client_cbuf_init(&b);
   st__client_args_pack(&b.pk, params);
   int rc = b.oom ? st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing the parameters")
-                 : call_and_decode(c, method, &b, 0, out);
+                 : st__client_method(c, method, &b, 0, out);
   st__client_cbuf_destroy(&b);
   return rc;
 }

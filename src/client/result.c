@@ -300,6 +300,50 @@ static int decode_value(decoder_t *d, const msgpack_object *o, st_value_t *v, in
   }
 }
 
+static int64_t value_int(const st_value_t *v, int64_t dflt) {
+  if (v && v->kind == ST_VALUE_INT) return v->as.integer;
+  if (v && v->kind == ST_VALUE_FLOAT && v->as.number >= 0 && v->as.number < 1.9e19)
+    return (int64_t)(uint64_t)v->as.number;
+  return dflt;
+}
+
+static const char *value_str(const st_value_t *v) {
+  return v && v->kind == ST_VALUE_STRING ? v->as.str.ptr : "";
+}
+
+static int value_bool(const st_value_t *v) {
+  return v && v->kind == ST_VALUE_BOOL && v->as.boolean;
+}
+
+/* Decodes result["object"] (docs/protocol.md, "Objects, leases and
+ * caching") into r->object. Absent: ST_OK, no object. */
+static int decode_object(decoder_t *d, const msgpack_object *o) {
+  st_value_t *v = st__client_result_alloc(d->r, sizeof *v);
+  if (!v) return oom(d);
+  size_t old = path_push(d, "object", 6);
+  int rc = decode_value(d, o, v, 1);
+  path_pop(d, old);
+  if (rc != ST_OK) return rc;
+  const st_value_t *id = st_value_get(v, "id");
+  int id_ok = id && ((id->kind == ST_VALUE_INT && id->as.integer >= 0) ||
+                     (id->kind == ST_VALUE_FLOAT && id->as.number >= 0));
+  if (v->kind != ST_VALUE_MAP || !id_ok)
+    return st__client_fail(d->c, ST_ERR_PROTOCOL, "the reply's 'object' has no id");
+  st_object_info_t *info = &d->r->object;
+  info->id = id->kind == ST_VALUE_INT ? (uint64_t)id->as.integer : (uint64_t)id->as.number;
+  info->server_id = value_str(st_value_get(v, "server_id"));
+  if (!*info->server_id) info->server_id = d->r->server_id;
+  info->cache_key = value_str(st_value_get(v, "cache_key"));
+  info->device = value_str(st_value_get(v, "device"));
+  info->cached = value_bool(st_value_get(v, "cached"));
+  info->managed = value_bool(st_value_get(v, "managed"));
+  info->lease = value_bool(st_value_get(v, "lease"));
+  info->refcount = value_int(st_value_get(v, "refcount"), 0);
+  info->bytes = (uint64_t)value_int(st_value_get(v, "bytes"), 0);
+  d->r->has_object = 1;
+  return ST_OK;
+}
+
 /* Parses and maps the reply's arenas; consumes every fd. */
 static int map_arenas(decoder_t *d, const msgpack_object *list, int *fds, size_t nfds,
                       st__arena_desc_t *descs) {
@@ -372,6 +416,11 @@ int st__client_result_decode(st_client_t *c, const msgpack_object *result, int u
     goto done;
   }
   rc = decode_value(&d, value, r->value, 0);
+  const msgpack_object *object = unwrap ? st__map_get(result, "object") : NULL;
+  if (rc == ST_OK && object && object->type != MSGPACK_OBJECT_NIL) {
+    r->server_id = copy_bytes(r, c->server_id, strlen(c->server_id));
+    rc = r->server_id ? decode_object(&d, object) : oom(&d);
+  }
 
 done:
   free(descs);

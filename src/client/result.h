@@ -22,6 +22,9 @@ struct st_result {
   size_t ntensors, tensors_cap;
   st__mapping_t **maps;          /* one reference per arena of the reply */
   size_t nmaps;
+  int has_object;                /* the reply named a server object      */
+  const char *server_id;         /* of the client that decoded the reply */
+  st_object_info_t object;       /* strings point into the blocks        */
 };
 
 /* 16-byte aligned memory owned by r, or NULL when out of memory. */

@@ -21,6 +21,14 @@ ST_API const st_value_t *st_value_get(const st_value_t *map, const char *key) {
 /* The reply value of r (borrowed), NULL for a NULL result. */
 ST_API const st_value_t *st_result_value(const st_result_t *r) { return r ? r->value : NULL; }
 
+/* The object a call/task result names; see client.h. Any thread. */
+ST_API int st_result_object(const st_result_t *r, st_object_info_t *out) {
+  if (!r || !out) return ST_ERR_INVALID_ARGUMENT;
+  if (!r->has_object) return ST_ERR_NOT_FOUND;
+  *out = r->object;
+  return ST_OK;
+}
+
 /* Number of tensors in r (module tensors included). */
 ST_API size_t st_result_tensor_count(const st_result_t *r) { return r ? r->ntensors : 0; }
 

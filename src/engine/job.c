@@ -14,6 +14,13 @@ double st__now_mono(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* Wall-clock seconds. Any thread. */
+double st__now_unix(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 /* A new job holding a generation reference and a copy of the bound
  * args; see job.h. Loop thread. */
 st__job_t *st__job_new(uint64_t conn_id, uint32_t request_id, st__generation_t *gen,
@@ -35,6 +42,8 @@ st__job_t *st__job_new(uint64_t conn_id, uint32_t request_id, st__generation_t *
   j->queued_at = st__now_mono();
   j->status = ST_OK;
   j->worker = -1;
+  j->state = ST_JOB_QUEUED;
+  pthread_mutex_init(&j->progress.mu, NULL);
   st__build_result_init(&j->result);
   return j;
 }
@@ -45,10 +54,43 @@ void st__job_free(st__job_t *job) {
   st__build_result_destroy(&job->result);
   free(job->args);
   if (job->gen) st__generation_unref(job->gen);
+  pthread_mutex_destroy(&job->progress.mu);
   free(job);
 }
 
 /* Sets the cancel flag (atomic store). Any thread. */
 void st__job_cancel(st__job_t *job) {
   __atomic_store_n(&job->cancel, 1, __ATOMIC_RELAXED);
+}
+
+/* Acquire load of the state the worker published. Any thread. */
+st__job_state_t st__job_state(const st__job_t *job) {
+  return (st__job_state_t)__atomic_load_n(&job->state, __ATOMIC_ACQUIRE);
+}
+
+/* Worker thread that runs the job. */
+void st__progress_set(st__progress_t *p, double fraction, const char *note, size_t note_len) {
+  if (!(fraction >= 0)) fraction = 0;
+  if (fraction > 1) fraction = 1;
+  if (note && note_len > ST_PROGRESS_NOTE_MAX) note_len = ST_PROGRESS_NOTE_MAX;
+  pthread_mutex_lock(&p->mu);
+  p->set = 1;
+  p->fraction = fraction;
+  if (note) {
+    memcpy(p->note, note, note_len);
+    p->note[note_len] = '\0';
+    p->has_note = 1;
+  }
+  pthread_mutex_unlock(&p->mu);
+}
+
+/* Any thread; copies under the lock. */
+int st__progress_get(st__progress_t *p, st__progress_t *out) {
+  pthread_mutex_lock(&p->mu);
+  out->set = p->set;
+  out->fraction = p->fraction;
+  out->has_note = p->has_note;
+  memcpy(out->note, p->note, sizeof out->note);
+  pthread_mutex_unlock(&p->mu);
+  return out->set;
 }

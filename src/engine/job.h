@@ -16,11 +16,34 @@
 #ifndef ST_ENGINE_JOB_H
 #define ST_ENGINE_JOB_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "engine/generation.h"
 #include "engine/result.h"
+
+/* Longest note st.progress keeps (bytes, without the NUL). */
+#define ST_PROGRESS_NOTE_MAX 200
+
+/* What a running body reported with st.progress(fraction, note). The
+ * worker writes it, the loop thread reads it (status, wait, tasks): both
+ * under `mu`, which is held only to copy these few bytes. */
+typedef struct st__progress {
+  pthread_mutex_t mu;
+  int set;                         /* st.progress was called */
+  double fraction;                 /* in [0, 1] */
+  int has_note;
+  char note[ST_PROGRESS_NOTE_MAX + 1];
+} st__progress_t;
+
+/* Where a job is; written by the worker with a release store, read by the
+ * loop thread with an acquire load. */
+typedef enum {
+  ST_JOB_QUEUED = 0,               /* in the pool's queue */
+  ST_JOB_RUNNING = 1,              /* a worker took it (started_unix is set) */
+  ST_JOB_DONE = 2                  /* finished (completion fields are set) */
+} st__job_state_t;
 
 typedef struct st__job {
   struct st__job *next;            /* link of whichever queue holds the job */
@@ -35,6 +58,10 @@ typedef struct st__job {
   double queued_at;                /* monotonic seconds */
 
   volatile int cancel;             /* set by the loop thread (atomic store) */
+  int state;                       /* st__job_state_t, atomic (see above) */
+  st__progress_t progress;         /* st.progress of the body (locked) */
+  void *owner;                     /* loop thread only: the server's record
+                                      of this build (never touched here) */
 
   /* completion, written by the worker before it pushes the job back */
   int status;                      /* ST_OK or a negative ST_ERR_* */
@@ -42,6 +69,7 @@ typedef struct st__job {
   st__build_result_t result;       /* owned when status == ST_OK */
   int worker;                      /* index of the worker that ran it */
   double started_at, finished_at;  /* monotonic seconds */
+  double started_unix;             /* wall clock, written before state RUNNING */
 } st__job_t;
 
 /* Creates a job for `ep` of `gen`: takes a new reference on gen and copies
@@ -60,5 +88,20 @@ void st__job_cancel(st__job_t *job);
 
 /* Monotonic clock in seconds. Any thread. */
 double st__now_mono(void);
+
+/* Wall-clock unix time in seconds. Any thread. */
+double st__now_unix(void);
+
+/* Current state of a job (acquire load). Any thread. */
+st__job_state_t st__job_state(const st__job_t *job);
+
+/* Records a progress report: fraction in [0, 1] (clamped), note NULL (the
+ * previous note stays) or a string cut to ST_PROGRESS_NOTE_MAX bytes.
+ * Worker thread that runs the job. */
+void st__progress_set(st__progress_t *p, double fraction, const char *note, size_t note_len);
+
+/* Copies the last report into *out (out->mu is not touched). Returns
+ * nonzero when st.progress was called at least once. Any thread. */
+int st__progress_get(st__progress_t *p, st__progress_t *out);
 
 #endif

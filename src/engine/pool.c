@@ -63,6 +63,8 @@ static int switch_vm(worker_t *w, st__vm_t **vm, st__generation_t *gen, char *er
 static void run_job(worker_t *w, st__vm_t **vm, st__job_t *job) {
   job->worker = w->id;
   job->started_at = st__now_mono();
+  job->started_unix = st__now_unix();
+  __atomic_store_n(&job->state, ST_JOB_RUNNING, __ATOMIC_RELEASE);
   if (__atomic_load_n(&job->cancel, __ATOMIC_RELAXED)) {
     job->status = ST_ERR_CANCELLED;
     snprintf(job->error, sizeof job->error, "cancelled before it started");
@@ -80,12 +82,14 @@ static void run_job(worker_t *w, st__vm_t **vm, st__job_t *job) {
     if (rc == ST_OK) {
       job->error[0] = '\0';
       job->status = w->pool->run.vm_build(*vm, job->ep, job->args, job->args_len, &job->cancel,
-                                 &job->result, job->error, sizeof job->error);
+                                          &job->progress, &job->result, job->error,
+                                          sizeof job->error);
       if (job->status != ST_OK && !job->error[0])
         snprintf(job->error, sizeof job->error, "%s", st_strerror(job->status));
     }
   }
   job->finished_at = st__now_mono();
+  __atomic_store_n(&job->state, ST_JOB_DONE, __ATOMIC_RELEASE);
   if (job->status == ST_OK) __atomic_add_fetch(&w->pool->ndone, 1, __ATOMIC_RELAXED);
   else __atomic_add_fetch(&w->pool->nfailed, 1, __ATOMIC_RELAXED);
 }
@@ -234,6 +238,25 @@ int st__pool_submit(st__pool_t *p, st__job_t *job) {
   return ST_OK;
 }
 
+/* Unlinks a job that no worker took yet. Loop thread. */
+int st__pool_remove(st__pool_t *p, st__job_t *job) {
+  int found = 0;
+  pthread_mutex_lock(&p->mu);
+  st__job_t *prev = NULL;
+  for (st__job_t *j = p->qhead; j; prev = j, j = j->next) {
+    if (j != job) continue;
+    if (prev) prev->next = j->next;
+    else p->qhead = j->next;
+    if (p->qtail == j) p->qtail = prev;
+    j->next = NULL;
+    p->outstanding--;
+    found = 1;
+    break;
+  }
+  pthread_mutex_unlock(&p->mu);
+  return found;
+}
+
 /* New current generation for idle workers. Loop thread. */
 void st__pool_set_generation(st__pool_t *p, st__generation_t *gen) {
   if (gen) st__generation_ref(gen);
@@ -267,27 +290,6 @@ void st__pool_cancel_all(st__pool_t *p) {
   for (int i = 0; i < p->nworkers; i++)
     if (p->workers[i].job) st__job_cancel(p->workers[i].job);
   pthread_mutex_unlock(&p->mu);
-}
-
-/* Cancels the jobs of one connection; returns how many. Loop thread. */
-size_t st__pool_cancel_conn(st__pool_t *p, uint64_t conn_id) {
-  size_t n = 0;
-  pthread_mutex_lock(&p->mu);
-  for (st__job_t *j = p->qhead; j; j = j->next) {
-    if (j->conn_id == conn_id) {
-      st__job_cancel(j);
-      n++;
-    }
-  }
-  for (int i = 0; i < p->nworkers; i++) {
-    st__job_t *j = p->workers[i].job;
-    if (j && j->conn_id == conn_id) {
-      st__job_cancel(j);
-      n++;
-    }
-  }
-  pthread_mutex_unlock(&p->mu);
-  return n;
 }
 
 /* Refuses new jobs; workers drain the queue and exit. Loop thread. */

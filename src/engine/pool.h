@@ -38,8 +38,8 @@ typedef struct st__pool_runner {
   void (*vm_free)(st__vm_t *vm);
   st__generation_t *(*vm_generation)(const st__vm_t *vm);
   int (*vm_build)(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args,
-                  size_t args_len, const volatile int *cancel, st__build_result_t *res,
-                  char *err, size_t errlen);
+                  size_t args_len, const volatile int *cancel, st__progress_t *progress,
+                  st__build_result_t *res, char *err, size_t errlen);
 } st__pool_runner_t;
 
 /* Called by a worker after it pushed a completion; must be async-safe with
@@ -61,6 +61,12 @@ int st__pool_start(int nworkers, const st__pool_runner_t *runner, st__generation
  * Loop thread. */
 int st__pool_submit(st__pool_t *p, st__job_t *job);
 
+/* Takes a job that is still waiting in the queue back out of it: returns
+ * 1 when it was there (the caller owns it again and it counts as
+ * outstanding no more), 0 when a worker already took it (it runs or ran
+ * and comes back through st__pool_take_done). Loop thread. */
+int st__pool_remove(st__pool_t *p, st__job_t *job);
+
 /* Makes `gen` the generation idle workers prepare for (takes a reference,
  * drops the previous one). Jobs always run on their own generation. Loop
  * thread. */
@@ -75,11 +81,6 @@ size_t st__pool_outstanding(st__pool_t *p);
 
 /* Sets the cancel flag of every queued and running job. Loop thread. */
 void st__pool_cancel_all(st__pool_t *p);
-
-/* Sets the cancel flag of the queued and running jobs of one connection
- * (it closed: nobody will read their results). Returns how many. Loop
- * thread. */
-size_t st__pool_cancel_conn(st__pool_t *p, uint64_t conn_id);
 
 /* Stops taking jobs: st__pool_submit fails from now on. Workers finish the
  * job they run and every queued one, then exit. Does not wait. Loop

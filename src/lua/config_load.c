@@ -149,6 +149,61 @@ static void parse_limits(cfgck_t *c, int idx, st__config_t *cfg) {
   }
 }
 
+/* tasks = { ttl_s = 600, capacity = 10000 } */
+static void parse_tasks(cfgck_t *c, int idx, st__config_t *cfg) {
+  lua_State *L = c->L;
+  if (lua_type(L, idx) != LUA_TTABLE) {
+    bad(c, "tasks", "expected a table, got %s", luaL_typename(L, idx));
+    return;
+  }
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {                  /* ..., key, value */
+    int v = lua_gettop(L);
+    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+    int64_t n;
+    char buf[64];
+    if (!k) {
+      bad(c, "tasks", "keys must be strings");
+    } else if (strcmp(k, "ttl_s") == 0) {
+      double d = lua_tonumber(L, v);
+      if (lua_type(L, v) != LUA_TNUMBER || !(d > 0) || d > 1e9)
+        bad(c, "tasks.ttl_s", "expected a number of seconds > 0, got %s",
+            got(L, v, buf, sizeof buf));
+      else cfg->task_ttl_s = d;
+    } else if (strcmp(k, "capacity") == 0) {
+      if (get_int(c, v, "tasks.capacity", 1, 10000000, &n)) cfg->task_capacity = (int)n;
+    } else {
+      bad(c, NULL, "tasks: unknown key '%s' (ttl_s, capacity)", k);
+    }
+    lua_pop(L, 1);
+  }
+}
+
+/* memory_budget = { cpu = bytes, ["cuda:0"] = bytes }; 0 = no budget. */
+static void parse_budget(cfgck_t *c, int idx, st__config_t *cfg) {
+  lua_State *L = c->L;
+  if (lua_type(L, idx) != LUA_TTABLE) {
+    bad(c, "memory_budget", "expected a table such as { cpu = 8 * 2^30 }, got %s",
+        luaL_typename(L, idx));
+    return;
+  }
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {                  /* ..., key, value */
+    int v = lua_gettop(L);
+    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+    char key[64];
+    snprintf(key, sizeof key, "memory_budget.%s", k ? k : "?");
+    int64_t n;
+    if (!k || !st__lua_device_name_ok(k, 0)) {
+      bad(c, NULL, "memory_budget: keys are \"cpu\" or \"cuda:N\", got '%s'", k ? k : "?");
+    } else if (get_int(c, v, key, 0, (int64_t)1 << 60, &n)) {
+      if (st__config_set_budget(cfg, k, (uint64_t)n) != 0)
+        bad(c, key, "at most %d devices", ST_MAX_BUDGETS);
+    }
+    lua_pop(L, 1);
+  }
+}
+
 static void parse_socket_mode(cfgck_t *c, int idx, st__config_t *cfg) {
   lua_State *L = c->L;
   int64_t v;
@@ -232,6 +287,10 @@ static void parse_key(cfgck_t *c, const char *k, int v, st__config_t *cfg) {
     }
   } else if (strcmp(k, "limits") == 0) {
     parse_limits(c, v, cfg);
+  } else if (strcmp(k, "tasks") == 0) {
+    parse_tasks(c, v, cfg);
+  } else if (strcmp(k, "memory_budget") == 0) {
+    parse_budget(c, v, cfg);
   } else if (strcmp(k, "shutdown_grace_s") == 0) {
     double d = lua_tonumber(L, v);
     char buf[64];

@@ -203,8 +203,8 @@ static void check_format_key(checker_t *c, const st__endpoint_decl_t *d) {
   }
 }
 
-static int valid_device(const char *s) {
-  if (strcmp(s, "cpu") == 0 || strcmp(s, "cuda") == 0) return 1;
+int st__lua_device_name_ok(const char *s, int bare_cuda) {
+  if (strcmp(s, "cpu") == 0 || (bare_cuda && strcmp(s, "cuda") == 0)) return 1;
   if (strncmp(s, "cuda:", 5) != 0 || !s[5] || strlen(s + 5) > 4) return 0;
   return strspn(s + 5, "0123456789") == strlen(s + 5);
 }
@@ -257,7 +257,7 @@ int st__lua_decl_parse(lua_State *L, int idx, const char *file, int line,
       else d->timeout_s = t;
     } else if (strcmp(k, "device") == 0) {
       if ((s = want_string(&c, k))) {
-        if (valid_device(s)) d->device = strdup(s);
+        if (st__lua_device_name_ok(s, 1)) d->device = strdup(s);
         else bad(&c, "option 'device' must be \"cpu\", \"cuda\" or \"cuda:N\", got \"%s\"", s);
       }
     } else if (strcmp(k, "params") == 0) {

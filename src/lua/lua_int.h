@@ -7,7 +7,7 @@
  *                  the count hook that enforces time limits and cancel
  *   pcall.c        the one protected-call wrapper (adds a traceback)
  *   stlib.c        the `st` module table: endpoint, required, cancelled,
- *                  sleep, array; declaration lists of a file
+ *                  sleep, progress, array; declaration lists of a file
  *   tensor.c       tensor userdata and its methods
  *   construct.c    st.empty/zeros/ones/full/arange/rand/randn
  *   module.c       st.module: several tensors packed in one arena
@@ -55,7 +55,8 @@ typedef struct st__lua_ctx {
   const char *who;                 /* log name ("lua") */
   double deadline;                 /* monotonic seconds; 0 = none */
   double limit_s;                  /* the limit, for messages */
-  const volatile int *cancel;      /* may be NULL */
+  const volatile int *cancel;      /* may be NULL; read with atomic loads */
+  st__progress_t *progress;        /* st.progress goes here; may be NULL */
   int stop;                        /* 0, ST_ERR_TIMEOUT or ST_ERR_CANCELLED */
   int alloc_err;                   /* last arena failure of the current call */
   char alloc_msg[256];
@@ -89,6 +90,10 @@ void st__lua_disarm(lua_State *L);
 /* Raises the stop error if the deadline passed or cancel is set (sets
  * ctx->stop); returns otherwise. Used by the hook and st.sleep. */
 void st__lua_check_stop(lua_State *L);
+
+/* Nonzero once the cancel flag of the running call is set (an atomic
+ * load; 0 when there is no flag). */
+int st__lua_cancel_requested(const st__lua_ctx_t *c);
 
 /* Raises an error "where: message" where `where` is the innermost Lua
  * frame (C functions called through pcall or metamethods still report the
@@ -244,6 +249,10 @@ int st__lua_push_msgpack(lua_State *L, const msgpack_object *o, char *err, size_
  * and the problems are in errs). Returns the number of errors added. */
 int st__lua_decl_parse(lua_State *L, int idx, const char *file, int line,
                        st__endpoint_decl_t *out, st__errlist_t *errs);
+
+/* Nonzero for "cpu" and "cuda:N" (N: 1 to 4 digits), and for a bare
+ * "cuda" when bare_cuda (the endpoint option; budgets need an index). */
+int st__lua_device_name_ok(const char *s, int bare_cuda);
 
 /* Frees what a declaration owns (not the struct). */
 void st__lua_decl_free(st__endpoint_decl_t *d);

@@ -76,11 +76,15 @@ int st__lua_raise(lua_State *L, const char *fmt, ...) {
 
 /* ------------------------------------------------------------ time limits */
 
+int st__lua_cancel_requested(const st__lua_ctx_t *c) {
+  return c->cancel && __atomic_load_n(c->cancel, __ATOMIC_RELAXED);
+}
+
 void st__lua_check_stop(lua_State *L) {
   st__lua_ctx_t *c = st__lua_ctx(L);
   if (!c) return;
   if (!c->stop) {
-    if (c->cancel && *c->cancel) c->stop = ST_ERR_CANCELLED;
+    if (st__lua_cancel_requested(c)) c->stop = ST_ERR_CANCELLED;
     else if (c->deadline > 0 && st__lua_now() > c->deadline) c->stop = ST_ERR_TIMEOUT;
   }
   if (c->stop == ST_ERR_CANCELLED) st__lua_raise(L, "cancelled");

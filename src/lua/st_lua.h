@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "engine/generation.h"
+#include "engine/job.h"
 #include "engine/result.h"
 #include "server/config.h"
 
@@ -70,8 +71,11 @@ st__generation_t *st__vm_generation(const st__vm_t *vm);
  *   ST_ERR_LIMIT          an arena above max_object_bytes
  *   ST_ERR_TIMEOUT        the body ran past ep->timeout_s
  *   ST_ERR_CANCELLED      *cancel became nonzero while it ran
- * `cancel` may be NULL. The state stays usable after any error. */
+ * `cancel` may be NULL; it is read with atomic loads. `progress` (may be
+ * NULL) receives what the body reports with st.progress(fraction, note).
+ * The state stays usable after any error. */
 int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, size_t args_len,
-                 const volatile int *cancel, st__build_result_t *res, char *err, size_t errlen);
+                 const volatile int *cancel, st__progress_t *progress, st__build_result_t *res,
+                 char *err, size_t errlen);
 
 #endif

@@ -4,6 +4,7 @@
  *   st.required        default marking a parameter the caller must pass
  *   st.cancelled()     true once the running call was cancelled
  *   st.sleep(s)        sleeps, waking for cancel and the timeout
+ *   st.progress(f, n)  reports progress of the running call (tasks)
  *   st.array(t)        marks t to serialize as an array even when empty
  *   st.version         server version string
  *   + tensors (construct.c) and st.module (module.c)
@@ -136,8 +137,32 @@ int st__lua_decl_list(lua_State *L, int idx) {
 
 static int l_cancelled(lua_State *L) {
   st__lua_ctx_t *c = st__lua_ctx(L);
-  lua_pushboolean(L, c->stop == ST_ERR_CANCELLED || (c->cancel && *c->cancel));
+  lua_pushboolean(L, c->stop == ST_ERR_CANCELLED || st__lua_cancel_requested(c));
   return 1;
+}
+
+/* st.progress(fraction [, note]): what a task's status shows while it
+ * runs. Misuse raises; outside a call (no sink) it does nothing. */
+static int l_progress(lua_State *L) {
+  if (lua_type(L, 1) != LUA_TNUMBER)
+    return st__lua_raise(L, "st.progress: fraction must be a number in [0, 1], got %s",
+                         luaL_typename(L, 1));
+  double f = lua_tonumber(L, 1);
+  if (!(f >= 0 && f <= 1))
+    return st__lua_raise(L, "st.progress: fraction must be in [0, 1], got %g", f);
+  const char *note = NULL;
+  size_t len = 0;
+  if (!lua_isnoneornil(L, 2)) {
+    if (lua_type(L, 2) != LUA_TSTRING)
+      return st__lua_raise(L, "st.progress: note must be a string, got %s", luaL_typename(L, 2));
+    note = lua_tolstring(L, 2, &len);
+    if (len > ST_PROGRESS_NOTE_MAX)
+      return st__lua_raise(L, "st.progress: note of %zu bytes is longer than %d", len,
+                           ST_PROGRESS_NOTE_MAX);
+  }
+  st__lua_ctx_t *c = st__lua_ctx(L);
+  if (c->progress) st__progress_set(c->progress, f, note, len);
+  return 0;
 }
 
 /* Sleeps in slices of at most 10 ms; raises at cancel or the deadline. */
@@ -202,7 +227,7 @@ static void build_st(lua_State *L) {
   int st = lua_gettop(L);
   static const luaL_Reg funcs[] = {
     {"endpoint", l_endpoint}, {"cancelled", l_cancelled}, {"sleep", l_sleep},
-    {"array", l_array}, {NULL, NULL}
+    {"progress", l_progress}, {"array", l_array}, {NULL, NULL}
   };
   for (const luaL_Reg *r = funcs; r->name; r++) {
     lua_pushcfunction(L, r->func);

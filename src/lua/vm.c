@@ -199,13 +199,14 @@ static int l_build_call(lua_State *L) {
 
 /* Worker thread that owns vm. See st_lua.h. */
 int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, size_t args_len,
-                 const volatile int *cancel, st__build_result_t *res, char *err, size_t errlen) {
+                 const volatile int *cancel, st__progress_t *progress, st__build_result_t *res,
+                 char *err, size_t errlen) {
   char dummy[1];
   if (!err) { err = dummy; errlen = 1; }
   err[0] = '\0';
   st__build_result_init(res);
   lua_State *L = vm->L;
-  if (cancel && *cancel) {
+  if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED)) {
     snprintf(err, errlen, "endpoint '%s' was cancelled before it started", ep->name);
     return ST_ERR_CANCELLED;
   }
@@ -227,11 +228,13 @@ int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, 
                     .errlen = errlen};
   uint64_t debt0 = vm->ctx.gc_debt;
   st__lua_arm(L, ep->timeout_s, cancel);
+  vm->ctx.progress = progress;
   lua_pushcfunction(L, l_build_call);
   lua_pushlightuserdata(L, &b);
   char msg[2048];
   int status = st__lua_pcall(L, 1, 0, msg, sizeof msg);
   st__lua_disarm(L);
+  vm->ctx.progress = NULL;
   msgpack_unpacked_destroy(&up);
   lua_settop(L, 0);
 

@@ -2,8 +2,10 @@
  * runs config.lua, lives in src/lua; flags are applied by the startup code. */
 #include "server/config.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "st/wire.h"
 
@@ -28,6 +30,33 @@ void st__config_defaults(st__config_t *c) {
   c->frame_timeout_ms = ST_DEFAULT_FRAME_TIMEOUT_MS;
   c->max_object_bytes = ST_DEFAULT_MAX_OBJECT_BYTES;
   c->shutdown_grace_s = 10.0;
+  c->task_ttl_s = 600.0;
+  c->task_capacity = 10000;
+  c->nbudgets = 1;
+  snprintf(c->budgets[0].device, sizeof c->budgets[0].device, "cpu");
+  c->budgets[0].bytes = st__config_default_cpu_budget();
+}
+
+/* Half of the physical memory; 0 (no budget) when sysconf cannot tell. */
+uint64_t st__config_default_cpu_budget(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  return (uint64_t)pages * (uint64_t)page / 2;
+}
+
+/* Sets or adds one budget entry. Loop thread, at start. */
+int st__config_set_budget(st__config_t *c, const char *device, uint64_t bytes) {
+  for (int i = 0; i < c->nbudgets; i++) {
+    if (strcmp(c->budgets[i].device, device) == 0) {
+      c->budgets[i].bytes = bytes;
+      return 0;
+    }
+  }
+  if (c->nbudgets == ST_MAX_BUDGETS) return -1;
+  snprintf(c->budgets[c->nbudgets].device, sizeof c->budgets[0].device, "%s", device);
+  c->budgets[c->nbudgets].bytes = bytes;
+  c->nbudgets++;
+  return 0;
 }
 
 /* Frees the strings of *c and clears it. Safe on a zeroed struct. */

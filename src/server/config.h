@@ -11,6 +11,7 @@
 
 #define ST_MAX_DEVICES 16
 #define ST_MAX_ALLOW   64
+#define ST_MAX_BUDGETS (1 + ST_MAX_DEVICES)   /* "cpu" and "cuda:N" entries */
 
 typedef enum { ST_LOG_ERROR = 0, ST_LOG_WARN, ST_LOG_INFO, ST_LOG_DEBUG } st__log_level_t;
 
@@ -36,13 +37,31 @@ typedef struct st__config {
   int frame_timeout_ms;
   uint64_t max_object_bytes;
   double shutdown_grace_s;      /* in-flight work gets this long on SIGTERM */
+  /* tasks (docs/protocol.md, "submit" ... "tasks") */
+  double task_ttl_s;            /* finished tasks are kept this long (600) */
+  int task_capacity;            /* at most this many tasks are kept (10000) */
+  /* memory_budget: bytes of server-held objects per device; 0 = none.
+   * Entry 0 is always "cpu" (default: half of the physical memory). */
+  int nbudgets;
+  struct {
+    char device[16];            /* "cpu" or "cuda:N" */
+    uint64_t bytes;
+  } budgets[ST_MAX_BUDGETS];
 } st__config_t;
 
 /* Fills every field with its default (ST_DEFAULT_* of include/st/wire.h,
  * workers = 4, endpoints "endpoints", log "info", base path from
- * $SHARED_TENSOR_BASE_PATH or ST_DEFAULT_BASE_PATH, devices {0}). */
+ * $SHARED_TENSOR_BASE_PATH or ST_DEFAULT_BASE_PATH, devices {0}, tasks
+ * ttl 600 s and capacity 10000, cpu budget half the physical memory). */
 void st__config_defaults(st__config_t *c);
 void st__config_free(st__config_t *c);
+
+/* Half of the physical memory (sysconf), the default cpu budget. */
+uint64_t st__config_default_cpu_budget(void);
+
+/* Sets the budget of `device` ("cpu" or "cuda:N"), adding an entry when
+ * needed. 0 on success, -1 when every entry is taken. */
+int st__config_set_budget(st__config_t *c, const char *device, uint64_t bytes);
 
 /* Parses "error" | "warn" | "info" | "debug"; -1 if unknown. */
 int st__log_level_parse(const char *s);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "server/work.h"
 #include "st/errors.h"
 
 /* Stop reading a client whose replies pile up beyond this many bytes (it
@@ -114,12 +115,13 @@ void st__conn_close(st__conn_t *c, const char *why) {
   c->wq_head = c->wq_tail = NULL;
   c->wq_bytes = 0;
   st__reader_destroy(&c->reader);
-  /* Nobody will read the results of its calls: stop them early. Their
-   * completions find no connection and drop what was built. */
-  size_t cancelled = c->inflight > 0 && srv->pool ? st__pool_cancel_conn(srv->pool, c->id) : 0;
-  ST_LOG_D("conn", "conn %llu closed (%s) after %llu requests; %zu calls cancelled",
+  /* Nobody will read the results of its calls: builds nobody else waits
+   * for stop early (their completions drop what was built), its waits
+   * end, and its leases go back. */
+  ST_LOG_D("conn", "conn %llu closed (%s) after %llu requests, %d waiting, %llu leases",
            (unsigned long long)c->id, why ? why : "closed", (unsigned long long)c->requests,
-           cancelled);
+           c->inflight, (unsigned long long)c->leases);
+  st__work_conn_closed(srv, c);
   c->dnext = srv->dead;
   srv->dead = c;
 }

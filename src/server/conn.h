@@ -53,6 +53,7 @@ struct st__conn {
   int dead;                   /* closed; struct freed before the next poll  */
   double opened_at;           /* monotonic                                  */
   uint64_t requests;
+  uint64_t leases;            /* leases it holds on objects                 */
   char client[64];            /* from hello, for logs                       */
   st__conn_t *hnext;          /* id hash chain                              */
   st__conn_t *dnext;          /* dead list                                  */
@@ -97,9 +98,6 @@ void st__conn_close_all(st__server_t *srv);
 /* Dispatch (dispatch.c): handles one decoded message of c. Borrows msg. */
 void st__dispatch(st__conn_t *c, const st__message_t *msg);
 
-/* Completion (dispatch.c): replies to the job's request if its connection
- * still exists, then frees the job. Loop thread. */
-void st__dispatch_complete(st__server_t *srv, st__job_t *job);
 
 /* describe.c: result maps of hello, info and endpoints. */
 void st__describe_hello(msgpack_packer *pk, st__server_t *srv, int device);

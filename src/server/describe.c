@@ -6,17 +6,8 @@
 
 #include "engine/bind.h"
 #include "mem/arena.h"
-#include "server/conn.h"
+#include "server/work.h"
 #include "st/wire.h"
-
-static void pack_key(msgpack_packer *pk, const char *k) {
-  st__pack_cstr(pk, k);
-}
-
-static void pack_bool(msgpack_packer *pk, int v) {
-  if (v) msgpack_pack_true(pk);
-  else msgpack_pack_false(pk);
-}
 
 /* Packs the device list of hello and info. Loop thread. */
 void st__describe_devices(msgpack_packer *pk, const st__devices_t *d) {
@@ -24,150 +15,212 @@ void st__describe_devices(msgpack_packer *pk, const st__devices_t *d) {
   for (int i = 0; i < d->count; i++) {
     const st__device_t *dev = &d->list[i];
     msgpack_pack_map(pk, 5);
-    pack_key(pk, "index");
+    st__pack_cstr(pk, "index");
     msgpack_pack_int(pk, dev->index);
-    pack_key(pk, "kind");
+    st__pack_cstr(pk, "kind");
     st__pack_cstr(pk, dev->kind);
-    pack_key(pk, "name");
+    st__pack_cstr(pk, "name");
     st__pack_cstr(pk, dev->name);
-    pack_key(pk, "uuid");
+    st__pack_cstr(pk, "uuid");
     st__pack_cstr(pk, dev->uuid);
-    pack_key(pk, "memory_bytes");
+    st__pack_cstr(pk, "memory_bytes");
     msgpack_pack_uint64(pk, dev->memory_bytes);
   }
 }
 
 static void pack_limits(msgpack_packer *pk, const st__config_t *cfg, int full) {
   msgpack_pack_map(pk, full ? 6 : 2);
-  pack_key(pk, "max_message_bytes");
+  st__pack_cstr(pk, "max_message_bytes");
   msgpack_pack_uint64(pk, cfg->max_message_bytes);
-  pack_key(pk, "max_inflight");
+  st__pack_cstr(pk, "max_inflight");
   msgpack_pack_int(pk, cfg->max_inflight);
   if (!full) return;
-  pack_key(pk, "max_connections");
+  st__pack_cstr(pk, "max_connections");
   msgpack_pack_int(pk, cfg->max_connections);
-  pack_key(pk, "frame_timeout_ms");
+  st__pack_cstr(pk, "frame_timeout_ms");
   msgpack_pack_int(pk, cfg->frame_timeout_ms);
-  pack_key(pk, "max_object_bytes");
+  st__pack_cstr(pk, "max_object_bytes");
   msgpack_pack_uint64(pk, cfg->max_object_bytes);
-  pack_key(pk, "shutdown_grace_s");
+  st__pack_cstr(pk, "shutdown_grace_s");
   msgpack_pack_double(pk, cfg->shutdown_grace_s);
 }
 
 /* Packs the result of hello for a connection on socket `device`. */
 void st__describe_hello(msgpack_packer *pk, st__server_t *srv, int device) {
   msgpack_pack_map(pk, 7);
-  pack_key(pk, "protocol");
+  st__pack_cstr(pk, "protocol");
   msgpack_pack_int(pk, ST_PROTOCOL_VERSION);
-  pack_key(pk, "version");
+  st__pack_cstr(pk, "version");
   st__pack_cstr(pk, ST_VERSION_STRING);
-  pack_key(pk, "server_id");
+  st__pack_cstr(pk, "server_id");
   st__pack_cstr(pk, srv->server_id);
-  pack_key(pk, "pid");
+  st__pack_cstr(pk, "pid");
   msgpack_pack_int(pk, (int)getpid());
-  pack_key(pk, "device");
+  st__pack_cstr(pk, "device");
   msgpack_pack_int(pk, device);
-  pack_key(pk, "devices");
+  st__pack_cstr(pk, "devices");
   st__describe_devices(pk, &srv->devices);
-  pack_key(pk, "limits");
+  st__pack_cstr(pk, "limits");
   pack_limits(pk, srv->cfg, 0);
 }
 
-static void pack_counters(msgpack_packer *pk, const st__counters_t *c) {
+static void pack_counters(msgpack_packer *pk, const st__counters_t *c, const st__objects_t *o) {
 #define COUNTERS(X)                                                                        \
   X(requests) X(errors) X(calls) X(calls_ok) X(calls_dropped) X(notifications)             \
   X(bytes_received) X(bytes_sent) X(fds_sent) X(fds_received) X(connections)               \
   X(auth_refused) X(limit_refused) X(protocol_errors) X(busy) X(timeouts) X(read_pauses)   \
-  X(reloads) X(reload_failures)
+  X(reloads) X(reload_failures) X(builds) X(cache_hits) X(cache_misses) X(joins)           \
+  X(budget_refusals) X(tasks_submitted) X(tasks_expired) X(releases) X(invalidations)
 #define COUNT(name) +1
-  msgpack_pack_map(pk, 0 COUNTERS(COUNT));
+  msgpack_pack_map(pk, 2 COUNTERS(COUNT));
 #define PACK(name)               \
-  pack_key(pk, #name);           \
+  st__pack_cstr(pk, #name);           \
   msgpack_pack_uint64(pk, c->name);
   COUNTERS(PACK)
+  st__pack_cstr(pk, "evictions");
+  msgpack_pack_uint64(pk, o->evictions);
+  st__pack_cstr(pk, "objects_created");
+  msgpack_pack_uint64(pk, o->created);
 #undef PACK
 #undef COUNT
 #undef COUNTERS
 }
 
+/* objects = {count, leases, bytes}: what the server holds now. */
+static void pack_objects(msgpack_packer *pk, const st__objects_t *r) {
+  uint64_t bytes = 0;
+  for (const st__object_t *o = r->all_head; o; o = o->all_next) bytes += o->bytes;
+  st__pack_cstr(pk, "objects");
+  msgpack_pack_map(pk, 3);
+  st__pack_cstr(pk, "count");
+  msgpack_pack_uint64(pk, r->count);
+  st__pack_cstr(pk, "leases");
+  msgpack_pack_uint64(pk, r->leases);
+  st__pack_cstr(pk, "bytes");
+  msgpack_pack_uint64(pk, bytes);
+}
+
+/* memory = {cpu = {budget, cached_bytes, leased_bytes, objects}, ...}: one
+ * entry per device with a budget or objects. */
+static void pack_memory(msgpack_packer *pk, const st__objects_t *r) {
+  st__pack_cstr(pk, "memory");
+  msgpack_pack_map(pk, (size_t)r->nbudgets);
+  for (int i = 0; i < r->nbudgets; i++) {
+    st__budget_stats_t s;
+    st__objects_stats(r, r->budgets[i].device, &s);
+    st__pack_cstr(pk, r->budgets[i].device);
+    msgpack_pack_map(pk, 4);
+    st__pack_cstr(pk, "budget");
+    msgpack_pack_uint64(pk, s.budget);
+    st__pack_cstr(pk, "cached_bytes");
+    msgpack_pack_uint64(pk, s.cached_bytes);
+    st__pack_cstr(pk, "leased_bytes");
+    msgpack_pack_uint64(pk, s.leased_bytes);
+    st__pack_cstr(pk, "objects");
+    msgpack_pack_uint64(pk, s.objects);
+  }
+}
+
+/* tasks = {pending, running, completed, failed, cancelled, total}. */
+static void pack_tasks(msgpack_packer *pk, st__server_t *srv) {
+  st__work_t *w = srv->work;
+  st__pack_cstr(pk, "tasks");
+  msgpack_pack_map(pk, ST_TASK_NSTATES + 1);
+  /* Pending tasks whose job a worker took are running: look first. */
+  for (st__task_t *t = w ? w->newest : NULL; t; t = t->older)
+    if (t->status == ST_TASK_PENDING) st__task_status(srv, t);
+  for (int s = 0; s < ST_TASK_NSTATES; s++) {
+    st__pack_cstr(pk, st__task_status_name((st__task_status_t)s));
+    msgpack_pack_uint64(pk, w ? w->nstatus[s] : 0);
+  }
+  st__pack_cstr(pk, "total");
+  msgpack_pack_uint64(pk, w ? w->ntasks : 0);
+}
+
 /* Packs the result of info (docs/protocol.md). Loop thread. */
 void st__describe_info(msgpack_packer *pk, st__server_t *srv) {
   const st__config_t *cfg = srv->cfg;
-  msgpack_pack_map(pk, 16);
-  pack_key(pk, "server_id");
+  msgpack_pack_map(pk, 20);
+  st__pack_cstr(pk, "server_id");
   st__pack_cstr(pk, srv->server_id);
-  pack_key(pk, "version");
+  st__pack_cstr(pk, "version");
   st__pack_cstr(pk, ST_VERSION_STRING);
-  pack_key(pk, "protocol");
+  st__pack_cstr(pk, "protocol");
   msgpack_pack_int(pk, ST_PROTOCOL_VERSION);
-  pack_key(pk, "pid");
+  st__pack_cstr(pk, "pid");
   msgpack_pack_int(pk, (int)getpid());
-  pack_key(pk, "uptime_s");
+  st__pack_cstr(pk, "uptime_s");
   msgpack_pack_double(pk, st__now_mono() - srv->started_mono);
-  pack_key(pk, "ready");
-  pack_bool(pk, srv->gen && !srv->shutting_down);
+  st__pack_cstr(pk, "ready");
+  st__pack_bool(pk, srv->gen && !srv->shutting_down);
 
-  pack_key(pk, "generation");
+  st__pack_cstr(pk, "generation");
   msgpack_pack_map(pk, 5);
-  pack_key(pk, "number");
+  st__pack_cstr(pk, "number");
   msgpack_pack_uint64(pk, srv->gen ? srv->gen->number : 0);
-  pack_key(pk, "loaded_at");
+  st__pack_cstr(pk, "loaded_at");
   msgpack_pack_double(pk, srv->gen ? srv->gen->loaded_at : 0.0);
-  pack_key(pk, "endpoints");
+  st__pack_cstr(pk, "endpoints");
   msgpack_pack_uint64(pk, srv->gen ? srv->gen->nendpoints : 0);
-  pack_key(pk, "dir");
+  st__pack_cstr(pk, "dir");
   st__pack_cstr(pk, cfg->endpoints_dir);
-  pack_key(pk, "last_reload");
+  st__pack_cstr(pk, "last_reload");
   if (!srv->last_reload_done) {
     msgpack_pack_nil(pk);
   } else {
     msgpack_pack_map(pk, 3);
-    pack_key(pk, "ok");
-    pack_bool(pk, srv->last_reload_ok);
-    pack_key(pk, "error");
+    st__pack_cstr(pk, "ok");
+    st__pack_bool(pk, srv->last_reload_ok);
+    st__pack_cstr(pk, "error");
     st__pack_cstr(pk, srv->last_reload_error);
-    pack_key(pk, "at");
+    st__pack_cstr(pk, "at");
     msgpack_pack_double(pk, srv->last_reload_at);
   }
 
-  pack_key(pk, "devices");
+  st__pack_cstr(pk, "devices");
   st__describe_devices(pk, &srv->devices);
-  pack_key(pk, "cuda");
+  st__pack_cstr(pk, "cuda");
   msgpack_pack_map(pk, 2);
-  pack_key(pk, "devices");
+  st__pack_cstr(pk, "devices");
   msgpack_pack_int(pk, srv->devices.cuda_count);
-  pack_key(pk, "reason");
+  st__pack_cstr(pk, "reason");
   st__pack_cstr(pk, srv->devices.cuda_count ? NULL : srv->devices.cuda_reason);
 
-  pack_key(pk, "sockets");
+  st__pack_cstr(pk, "sockets");
   msgpack_pack_array(pk, (size_t)srv->nlisteners);
   for (int i = 0; i < srv->nlisteners; i++) {
     msgpack_pack_map(pk, 2);
-    pack_key(pk, "device");
+    st__pack_cstr(pk, "device");
     msgpack_pack_int(pk, srv->listeners[i].device);
-    pack_key(pk, "path");
+    st__pack_cstr(pk, "path");
     st__pack_cstr(pk, srv->listeners[i].path);
   }
 
-  pack_key(pk, "workers");
+  st__pack_cstr(pk, "workers");
   msgpack_pack_int(pk, srv->pool ? st__pool_size(srv->pool) : 0);
-  pack_key(pk, "connections");
+  st__pack_cstr(pk, "connections");
   msgpack_pack_int(pk, srv->nconns);
-  pack_key(pk, "inflight");
+  st__pack_cstr(pk, "inflight");
   msgpack_pack_uint64(pk, srv->pool ? st__pool_outstanding(srv->pool) : 0);
-  pack_key(pk, "counters");
-  pack_counters(pk, &srv->counters);
-  pack_key(pk, "limits");
+  st__pack_cstr(pk, "waiting");
+  msgpack_pack_uint64(pk, srv->work ? srv->work->nwaiting : 0);
+  st__pack_cstr(pk, "counters");
+  pack_counters(pk, &srv->counters, &srv->objects);
+  st__pack_cstr(pk, "limits");
   pack_limits(pk, cfg, 1);
 
   uint64_t count = 0, bytes = 0;
   st__arena_stats(&count, &bytes);
-  pack_key(pk, "arenas");
+  st__pack_cstr(pk, "arenas");
   msgpack_pack_map(pk, 2);
-  pack_key(pk, "count");
+  st__pack_cstr(pk, "count");
   msgpack_pack_uint64(pk, count);
-  pack_key(pk, "bytes");
+  st__pack_cstr(pk, "bytes");
   msgpack_pack_uint64(pk, bytes);
+
+  pack_objects(pk, &srv->objects);
+  pack_memory(pk, &srv->objects);
+  pack_tasks(pk, srv);
 }
 
 static const char *execution_name(st__execution_t e) {
@@ -185,33 +238,33 @@ void st__describe_endpoints(msgpack_packer *pk, const st__generation_t *gen) {
   for (size_t i = 0; i < n; i++) {
     const st__endpoint_decl_t *ep = &gen->endpoints[i];
     msgpack_pack_map(pk, 17);
-    pack_key(pk, "name");
+    st__pack_cstr(pk, "name");
     st__pack_cstr(pk, ep->name);
-    pack_key(pk, "file");
+    st__pack_cstr(pk, "file");
     st__pack_cstr(pk, ep->file);
-    pack_key(pk, "line");
+    st__pack_cstr(pk, "line");
     msgpack_pack_int(pk, ep->line);
-    pack_key(pk, "execution");
+    st__pack_cstr(pk, "execution");
     st__pack_cstr(pk, execution_name(ep->execution));
-    pack_key(pk, "concurrency");
+    st__pack_cstr(pk, "concurrency");
     st__pack_cstr(pk, concurrency_name(ep->concurrency));
-    pack_key(pk, "managed");
-    pack_bool(pk, ep->managed);
-    pack_key(pk, "cache");
-    pack_bool(pk, ep->cache);
-    pack_key(pk, "cache_format_key");
+    st__pack_cstr(pk, "managed");
+    st__pack_bool(pk, ep->managed);
+    st__pack_cstr(pk, "cache");
+    st__pack_bool(pk, ep->cache);
+    st__pack_cstr(pk, "cache_format_key");
     st__pack_cstr(pk, ep->cache_format_key);
-    pack_key(pk, "singleflight");
-    pack_bool(pk, ep->singleflight);
-    pack_key(pk, "timeout");
+    st__pack_cstr(pk, "singleflight");
+    st__pack_bool(pk, ep->singleflight);
+    st__pack_cstr(pk, "timeout");
     if (ep->timeout_s > 0) msgpack_pack_double(pk, ep->timeout_s);
     else msgpack_pack_nil(pk);
-    pack_key(pk, "device");
+    st__pack_cstr(pk, "device");
     st__pack_cstr(pk, ep->device);
-    pack_key(pk, "ipc");
+    st__pack_cstr(pk, "ipc");
     st__pack_cstr(pk, ep->ipc == ST_IPC_LEGACY ? "legacy" : "vmm");
     /* params: every parameter, with its default (nil for required ones). */
-    pack_key(pk, "params");
+    st__pack_cstr(pk, "params");
     msgpack_pack_map(pk, ep->nparams);
     size_t nrequired = 0;
     for (size_t k = 0; k < ep->nparams; k++) {
@@ -224,20 +277,20 @@ void st__describe_endpoints(msgpack_packer *pk, const st__generation_t *gen) {
         pk->callback(pk->data, p->default_mp, p->default_len);
       }
     }
-    pack_key(pk, "required");
+    st__pack_cstr(pk, "required");
     msgpack_pack_array(pk, nrequired);
     for (size_t k = 0; k < ep->nparams; k++)
       if (ep->params[k].required || !ep->params[k].default_mp)
         st__pack_cstr(pk, ep->params[k].name);
-    pack_key(pk, "types");
+    st__pack_cstr(pk, "types");
     msgpack_pack_map(pk, ep->nparams);
     for (size_t k = 0; k < ep->nparams; k++) {
       st__pack_cstr(pk, ep->params[k].name);
       st__pack_cstr(pk, st__param_type_name(ep->params[k].type));
     }
-    pack_key(pk, "doc");
+    st__pack_cstr(pk, "doc");
     st__pack_cstr(pk, ep->doc);
-    pack_key(pk, "fingerprint");
+    st__pack_cstr(pk, "fingerprint");
     char fp[17];
     snprintf(fp, sizeof fp, "%016llx", (unsigned long long)ep->fingerprint);
     st__pack_cstr(pk, fp);

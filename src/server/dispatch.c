@@ -1,16 +1,14 @@
-/* src/server: method dispatch (docs/protocol.md, "Methods") and call
- * completions. Loop thread only: hello, ping, info and endpoints are
- * answered here at once; call binds its arguments and queues a job, whose
- * completion comes back through st__dispatch_complete.
+/* src/server: method dispatch (docs/protocol.md, "Methods"). Loop thread
+ * only: hello, ping, info and endpoints are answered here at once; the
+ * methods of builds, tasks and objects live in builds.c and methods.c
+ * (work.h).
  */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "common/log.h"
-#include "engine/bind.h"
-#include "mem/arena.h"
-#include "server/conn.h"
+#include "server/work.h"
 #include "st/wire.h"
 
 typedef void (*method_fn)(st__conn_t *c, uint32_t id, const msgpack_object *params);
@@ -21,25 +19,13 @@ typedef struct method {
   const char *const *allowed;   /* parameter names, NULL-terminated */
 } method_t;
 
-/* A response with a result: [1, id, nil, <result packed by fill>]. */
-static void reply_begin(msgpack_sbuffer *sb, msgpack_packer *pk, uint32_t id) {
-  msgpack_sbuffer_init(sb);
-  msgpack_packer_init(pk, sb, msgpack_sbuffer_write);
-  st__pack_response_head(pk, id);
-}
-
-static void reply_send(st__conn_t *c, msgpack_sbuffer *sb) {
-  st__conn_send(c, sb, NULL, 0);
-  msgpack_sbuffer_destroy(sb);
-}
-
 static void do_ping(st__conn_t *c, uint32_t id, const msgpack_object *params) {
   (void)params;
   msgpack_sbuffer sb;
   msgpack_packer pk;
-  reply_begin(&sb, &pk, id);
+  st__reply_begin(&sb, &pk, id);
   st__pack_cstr(&pk, "pong");
-  reply_send(c, &sb);
+  st__reply_send(c, &sb);
 }
 
 static void do_hello(st__conn_t *c, uint32_t id, const msgpack_object *params) {
@@ -70,93 +56,58 @@ static void do_hello(st__conn_t *c, uint32_t id, const msgpack_object *params) {
   }
   msgpack_sbuffer sb;
   msgpack_packer pk;
-  reply_begin(&sb, &pk, id);
+  st__reply_begin(&sb, &pk, id);
   st__describe_hello(&pk, c->srv, c->device);
-  reply_send(c, &sb);
+  st__reply_send(c, &sb);
 }
 
 static void do_info(st__conn_t *c, uint32_t id, const msgpack_object *params) {
   (void)params;
   msgpack_sbuffer sb;
   msgpack_packer pk;
-  reply_begin(&sb, &pk, id);
+  st__reply_begin(&sb, &pk, id);
   st__describe_info(&pk, c->srv);
-  reply_send(c, &sb);
+  st__reply_send(c, &sb);
 }
 
 static void do_endpoints(st__conn_t *c, uint32_t id, const msgpack_object *params) {
   (void)params;
   msgpack_sbuffer sb;
   msgpack_packer pk;
-  reply_begin(&sb, &pk, id);
+  st__reply_begin(&sb, &pk, id);
   st__describe_endpoints(&pk, c->srv->gen);
-  reply_send(c, &sb);
-}
-
-static void do_call(st__conn_t *c, uint32_t id, const msgpack_object *params) {
-  st__server_t *srv = c->srv;
-  const msgpack_object *name = st__map_get(params, "endpoint");
-  const msgpack_object *args = st__map_get(params, "args");
-  if (!name || name->type != MSGPACK_OBJECT_STR) {
-    st__conn_send_error(c, id, ST_ERR_INVALID_ARGUMENT, "call: 'endpoint' (a string) is required");
-    return;
-  }
-  if (srv->shutting_down || !srv->pool) {
-    st__conn_send_error(c, id, ST_ERR_SHUTTING_DOWN, "the server is shutting down");
-    return;
-  }
-  int nlen = (int)(name->via.str.size > 128 ? 128 : name->via.str.size);
-  const st__endpoint_decl_t *ep =
-      st__generation_find(srv->gen, name->via.str.ptr, name->via.str.size);
-  if (!ep) {
-    char msg[256];
-    snprintf(msg, sizeof msg, "unknown endpoint '%.*s'", nlen, name->via.str.ptr);
-    st__conn_send_error(c, id, ST_ERR_UNKNOWN_ENDPOINT, msg);
-    return;
-  }
-  /* execution = "task", concurrency = "serialized", caching, managed
-   * objects and singleflight are declared and validated, and listed by
-   * `endpoints`; until they are implemented these endpoints run as direct,
-   * parallel calls. */
-  msgpack_sbuffer bound;
-  msgpack_sbuffer_init(&bound);
-  char err[1024];
-  int rc = st__bind_args(ep, args, &bound, err, sizeof err);
-  if (rc != ST_OK) {
-    msgpack_sbuffer_destroy(&bound);
-    char msg[1100];
-    snprintf(msg, sizeof msg, "%s: %s", ep->name, err);
-    st__conn_send_error(c, id, rc, msg);
-    return;
-  }
-  st__job_t *job = st__job_new(c->id, id, srv->gen, ep, bound.data, bound.size);
-  msgpack_sbuffer_destroy(&bound);
-  if (!job) {
-    st__conn_send_error(c, id, ST_ERR_OUT_OF_MEMORY, "out of memory queueing the call");
-    return;
-  }
-  rc = st__pool_submit(srv->pool, job);
-  if (rc != ST_OK) {
-    st__job_free(job);
-    st__conn_send_error(c, id, rc, "the server is shutting down");
-    return;
-  }
-  c->inflight++;
-  srv->counters.calls++;
-  ST_LOG_D("call", "conn %llu: call %s (id %u) queued", (unsigned long long)c->id, ep->name,
-           (unsigned)id);
+  st__reply_send(c, &sb);
 }
 
 static const char *const no_params[] = {NULL};
 static const char *const hello_params[] = {"protocol", "client", NULL};
 static const char *const call_params[] = {"endpoint", "args", NULL};
+static const char *const task_params[] = {"task_id", NULL};
+static const char *const wait_params[] = {"task_id", "timeout", NULL};
+static const char *const tasks_params[] = {"status", NULL};
+static const char *const object_params[] = {"object_id", NULL};
+static const char *const live_params[] = {"object_id", "server_id", NULL};
+static const char *const endpoint_params[] = {"endpoint", NULL};
 
 static const method_t methods[] = {
     {"ping", do_ping, no_params},
     {"hello", do_hello, hello_params},
-    {"call", do_call, call_params},
+    {"call", st__method_call, call_params},
     {"info", do_info, no_params},
     {"endpoints", do_endpoints, no_params},
+    {"submit", st__method_submit, call_params},
+    {"status", st__method_status, task_params},
+    {"wait", st__method_wait, wait_params},
+    {"result", st__method_result, task_params},
+    {"cancel", st__method_cancel, task_params},
+    {"tasks", st__method_tasks, tasks_params},
+    {"release", st__method_release, object_params},
+    {"object_info", st__method_object_info, object_params},
+    {"ensure_live", st__method_ensure_live, live_params},
+    {"objects", st__method_objects, no_params},
+    {"invalidate_call", st__method_invalidate_call, call_params},
+    {"invalidate_endpoint", st__method_invalidate_endpoint, endpoint_params},
+    {"reload", st__method_reload, no_params},
 };
 
 /* Handles one message of c (borrowed); see conn.h. Loop thread. */
@@ -211,88 +162,4 @@ void st__dispatch(st__conn_t *c, const st__message_t *msg) {
     return;
   }
   method->fn(c, id, params);
-}
-
-/* ------------------------------------------------------------- completion */
-
-/* The reply of a successful call: {value, arenas} with one duplicated
- * descriptor per arena. On failure to duplicate, an error reply instead. */
-static void reply_result(st__conn_t *c, st__job_t *job) {
-  st__server_t *srv = c->srv;
-  st__build_result_t *r = &job->result;
-  if (r->narenas > ST_MAX_FDS_PER_MESSAGE) {
-    char m[160];
-    snprintf(m, sizeof m, "%s: the result uses %zu allocations; at most %d fit in one reply",
-             job->ep->name, r->narenas, ST_MAX_FDS_PER_MESSAGE);
-    st__conn_send_error(c, job->request_id, ST_ERR_LIMIT, m);
-    return;
-  }
-  int fds[ST_MAX_FDS_PER_MESSAGE];
-  int nfds = 0;
-  for (size_t i = 0; i < r->narenas; i++) {
-    int fd = st__arena_dup_fd(r->arenas[i]);
-    if (fd < 0) {
-      for (int k = 0; k < nfds; k++) close(fds[k]);
-      char m[160];
-      snprintf(m, sizeof m, "%s: cannot duplicate an arena descriptor (%s)", job->ep->name,
-               st_strerror(fd));
-      ST_LOG_E("call", "%s", m);
-      st__conn_send_error(c, job->request_id, fd, m);
-      return;
-    }
-    fds[nfds++] = fd;
-  }
-  msgpack_sbuffer sb;
-  msgpack_packer pk;
-  reply_begin(&sb, &pk, job->request_id);
-  msgpack_pack_map(&pk, 2);
-  st__pack_cstr(&pk, "value");
-  if (r->value.size) msgpack_sbuffer_write(&sb, r->value.data, r->value.size);
-  else msgpack_pack_nil(&pk);
-  st__pack_cstr(&pk, "arenas");
-  msgpack_pack_array(&pk, r->narenas);
-  for (size_t i = 0; i < r->narenas; i++) {
-    st__arena_desc_t d;
-    memset(&d, 0, sizeof d);
-    st__arena_describe(r->arenas[i], &d);
-    d.fd = (uint32_t)i;
-    st__pack_arena(&pk, &d);
-  }
-  srv->counters.calls_ok++;
-  st__conn_send(c, &sb, fds, nfds);
-  msgpack_sbuffer_destroy(&sb);
-}
-
-/* Replies to a finished job if its connection is alive, then frees the
- * job (and so the server's arena references). Loop thread. */
-void st__dispatch_complete(st__server_t *srv, st__job_t *job) {
-  double ms = (job->finished_at - job->queued_at) * 1e3;
-  st__conn_t *c = st__conn_find(srv, job->conn_id);
-  if (job->status != ST_OK) {
-    ST_LOG_W("call", "conn %llu: call %s (id %u) failed after %.1f ms: %s: %s",
-             (unsigned long long)job->conn_id, job->ep->name, (unsigned)job->request_id, ms,
-             st_err_name(job->status), job->error);
-  } else {
-    ST_LOG_D("call", "conn %llu: call %s (id %u) done in %.1f ms: %zu arenas, %llu bytes",
-             (unsigned long long)job->conn_id, job->ep->name, (unsigned)job->request_id, ms,
-             job->result.narenas, (unsigned long long)job->result.bytes);
-  }
-  if (!c || c->dead) {
-    /* The client went away: destroying the job drops the arena
-     * references, so nothing of this call stays in memory. */
-    srv->counters.calls_dropped++;
-    ST_LOG_D("call", "conn %llu is gone: result of %s dropped", (unsigned long long)job->conn_id,
-             job->ep->name);
-    st__job_free(job);
-    return;
-  }
-  if (job->status == ST_OK) {
-    reply_result(c, job);
-  } else {
-    st__conn_send_error(c, job->request_id, job->status, job->error);
-  }
-  /* Plain results: the client's descriptors now own the memory; the
-   * server's references go with the job. */
-  st__job_free(job);
-  st__conn_request_done(c);
 }

@@ -14,15 +14,9 @@
 #include "lua/st_lua.h"
 #include "mem/arena.h"
 #include "server/conn.h"
+#include "server/work.h"
 #include "st/errors.h"
 #include "st/wire.h"
-
-/* Wall-clock time in seconds. Any thread. */
-double st__now_unix(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* 128 random bits as 32 hex digits: names this process start, so clients
  * never confuse arena ids of two server lifetimes. */
@@ -59,7 +53,7 @@ static void on_done(struct ev_loop *loop, ev_async *w, int revents) {
   while (job) {
     st__job_t *next = job->next;
     job->next = NULL;
-    st__dispatch_complete(srv, job);
+    st__build_complete(srv, job);
     job = next;
   }
   st__server_check_drained(srv);
@@ -84,6 +78,7 @@ static void on_grace(struct ev_loop *loop, ev_timer *w, int revents) {
     ST_LOG_W("server", "%zu calls still running after %.1f s: cancelling them", left,
              srv->cfg->shutdown_grace_s);
     if (srv->pool) st__pool_cancel_all(srv->pool);
+    st__builds_cancel_waiting(srv);
     ev_timer_set(&srv->grace, 1.0, 0.);
     ev_timer_start(loop, &srv->grace);
     return;
@@ -156,6 +151,10 @@ int st__server_init(st__server_t *srv, const st__config_t *cfg) {
                srv->devices.list[i].name, srv->devices.list[i].uuid);
 
   st__arena_set_limit(cfg->max_object_bytes);
+  st__objects_init(&srv->objects);
+  for (int i = 0; i < cfg->nbudgets; i++)
+    st__objects_set_budget(&srv->objects, cfg->budgets[i].device, cfg->budgets[i].bytes);
+  st__work_init(srv);
 
   st__errlist_t errs = {0};
   int rc = st__generation_load(cfg->endpoints_dir, 1, &srv->gen, &errs);
@@ -200,6 +199,9 @@ int st__server_init(st__server_t *srv, const st__config_t *cfg) {
            "max_inflight %d, frame_timeout_ms %d",
            cfg->workers, cfg->max_message_bytes, cfg->max_connections, cfg->max_inflight,
            cfg->frame_timeout_ms);
+  ST_LOG_I("server", "memory budget: cpu %llu bytes%s; tasks: ttl %g s, capacity %d",
+           (unsigned long long)cfg->budgets[0].bytes, cfg->budgets[0].bytes ? "" : " (none)",
+           cfg->task_ttl_s, cfg->task_capacity);
   ST_LOG_I("server", "ready");
   return ST_OK;
 }
@@ -243,11 +245,64 @@ void st__server_shutdown(st__server_t *srv, const char *why) {
   ev_timer_start(srv->loop, &srv->grace);
 }
 
-/* SIGHUP: compile, validate, then swap; on error keep the current
- * generation and record why. Loop thread. */
-void st__server_reload(st__server_t *srv) {
+/* Frees the owned strings of a reload report. */
+void st__reload_report_free(st__reload_report_t *r) {
+  free(r->error);
+  for (int k = 0; k < 3; k++) {
+    for (size_t i = 0; i < r->counts[k]; i++) free(r->names[k][i]);
+    free(r->names[k]);
+  }
+  memset(r, 0, sizeof *r);
+}
+
+static void report_add(st__reload_report_t *r, int list, const char *name) {
+  char **v = realloc(r->names[list], (r->counts[list] + 1) * sizeof *v);
+  if (!v) return;
+  r->names[list] = v;
+  char *copy = strdup(name);
+  if (copy) v[r->counts[list]++] = copy;
+}
+
+/* Changed, added and removed endpoints between two generations (both
+ * sorted by name), compared by fingerprint. Caches of changed and removed
+ * endpoints are dropped, and their builds in flight are not cached. */
+static void diff_generations(st__server_t *srv, const st__generation_t *old,
+                             const st__generation_t *g, st__reload_report_t *r) {
+  size_t i = 0, j = 0, nold = old ? old->nendpoints : 0;
+  while (i < nold || j < g->nendpoints) {
+    int c = i == nold ? 1 : j == g->nendpoints ? -1
+                                               : strcmp(old->endpoints[i].name, g->endpoints[j].name);
+    if (c < 0 || (c == 0 && old->endpoints[i].fingerprint != g->endpoints[j].fingerprint)) {
+      const char *name = old->endpoints[i].name;
+      report_add(r, c < 0 ? ST_RELOAD_REMOVED : ST_RELOAD_CHANGED, name);
+      size_t dropped = st__objects_uncache_endpoint(&srv->objects, name);
+      st__builds_forget(srv, name, NULL, 0);
+      if (dropped)
+        ST_LOG_I("server", "reload: %s %s: %zu cache entries dropped", name,
+                 c < 0 ? "removed" : "changed", dropped);
+      i++;
+      if (c == 0) j++;
+    } else if (c > 0) {
+      report_add(r, ST_RELOAD_ADDED, g->endpoints[j].name);
+      j++;
+    } else {
+      i++;
+      j++;
+    }
+  }
+}
+
+/* SIGHUP and `reload`: compile, validate, then swap; on error keep the
+ * current generation and record why. Loop thread. */
+void st__server_reload(st__server_t *srv, st__reload_report_t *report) {
+  st__reload_report_t local;
+  st__reload_report_t *r = report ? report : &local;
+  memset(r, 0, sizeof *r);
+  r->generation = srv->gen ? srv->gen->number : 0;
   if (srv->shutting_down) {
     ST_LOG_W("server", "reload ignored: shutting down");
+    r->error = strdup("the server is shutting down");
+    if (!report) st__reload_report_free(r);
     return;
   }
   uint64_t number = (srv->gen ? srv->gen->number : 0) + 1;
@@ -268,10 +323,13 @@ void st__server_reload(st__server_t *srv) {
              (unsigned long long)(srv->gen ? srv->gen->number : 0));
     log_errors(ST_LOG_ERROR, "server", &errs);
     st__errlist_clear(&errs);
+    r->error = srv->last_reload_error ? strdup(srv->last_reload_error) : NULL;
+    if (!report) st__reload_report_free(r);
     return;
   }
   st__errlist_clear(&errs);
   st__generation_t *old = srv->gen;
+  diff_generations(srv, old, g, r);
   srv->gen = g;
   if (srv->pool) st__pool_set_generation(srv->pool, g);
   /* Jobs and worker states hold their own references: the old generation
@@ -279,10 +337,16 @@ void st__server_reload(st__server_t *srv) {
   if (old) st__generation_unref(old);
   srv->last_reload_ok = 1;
   srv->counters.reloads++;
+  r->ok = 1;
+  r->generation = g->number;
   char names[1024];
   endpoint_names(g, names, sizeof names);
-  ST_LOG_I("server", "reloaded in %.1f ms: generation %llu, %zu endpoints: %s",
-           (st__now_mono() - t0) * 1e3, (unsigned long long)g->number, g->nendpoints, names);
+  ST_LOG_I("server", "reloaded in %.1f ms: generation %llu, %zu endpoints (%zu changed, "
+           "%zu added, %zu removed): %s",
+           (st__now_mono() - t0) * 1e3, (unsigned long long)g->number, g->nendpoints,
+           r->counts[ST_RELOAD_CHANGED], r->counts[ST_RELOAD_ADDED],
+           r->counts[ST_RELOAD_REMOVED], names);
+  if (!report) st__reload_report_free(r);
 }
 
 /* Closes and frees everything after the loop ended. Loop thread. */
@@ -301,6 +365,10 @@ void st__server_destroy(st__server_t *srv) {
     srv->pool = NULL;
   }
   st__conn_reap(srv);
+  /* After the pool: builds and tasks no longer have jobs on it. Tasks
+   * hold objects, so they go first. */
+  st__work_destroy(srv);
+  st__objects_free(&srv->objects);
   ev_timer_stop(srv->loop, &srv->grace);
   ev_async_stop(srv->loop, &srv->done);
   ev_prepare_stop(srv->loop, &srv->reap);

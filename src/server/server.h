@@ -17,6 +17,7 @@
 
 #include "engine/generation.h"
 #include "engine/job.h"
+#include "engine/objects.h"
 #include "engine/pool.h"
 #include "server/config.h"
 
@@ -47,9 +48,18 @@ void st__devices_probe(st__devices_t *d);
 typedef struct st__counters {
   uint64_t requests;          /* requests received (every method)          */
   uint64_t errors;            /* error responses sent                      */
-  uint64_t calls;             /* calls queued on the pool                  */
-  uint64_t calls_ok;          /* calls answered with a result              */
+  uint64_t calls;             /* call requests accepted (bound)            */
+  uint64_t calls_ok;          /* call/result replies that carried a result */
   uint64_t calls_dropped;     /* results whose connection was gone         */
+  uint64_t builds;            /* jobs handed to the pool                   */
+  uint64_t cache_hits;        /* calls answered from the cache             */
+  uint64_t cache_misses;      /* calls of cached endpoints that built      */
+  uint64_t joins;             /* calls that joined a build in flight       */
+  uint64_t budget_refusals;   /* objects refused: they did not fit the budget */
+  uint64_t tasks_submitted;   /* tasks created (submit, task endpoints)    */
+  uint64_t tasks_expired;     /* finished tasks dropped (TTL, capacity)    */
+  uint64_t releases;          /* leases given back with release            */
+  uint64_t invalidations;     /* cache entries dropped by invalidate_*     */
   uint64_t notifications;     /* client notifications (ignored)            */
   uint64_t bytes_received;
   uint64_t bytes_sent;
@@ -68,6 +78,20 @@ typedef struct st__counters {
 
 typedef struct st__conn st__conn_t;
 typedef struct st__server st__server_t;
+typedef struct st__work st__work_t;
+
+/* What a reload did (the `reload` method's reply; docs/protocol.md). */
+typedef struct st__reload_report {
+  int ok;
+  uint64_t generation;        /* the generation serving afterwards */
+  char *error;                /* owned; NULL when ok */
+  char **names[3];            /* owned arrays: changed, added, removed */
+  size_t counts[3];
+} st__reload_report_t;
+
+enum { ST_RELOAD_CHANGED = 0, ST_RELOAD_ADDED = 1, ST_RELOAD_REMOVED = 2 };
+
+void st__reload_report_free(st__reload_report_t *r);
 
 typedef struct st__listener {
   ev_io io;
@@ -103,6 +127,9 @@ struct st__server {
 
   st__pool_t *pool;
   ev_async done;              /* workers: "completions are queued"         */
+
+  st__objects_t objects;      /* objects, cache, leases, budgets           */
+  st__work_t *work;           /* builds, flights, serialized queues, tasks */
   ev_signal sig_term, sig_int, sig_hup;
   ev_timer grace;             /* shutdown: in-flight work deadline         */
 
@@ -149,16 +176,15 @@ void st__server_destroy(st__server_t *srv);
  * A second call stops at once. Loop thread. */
 void st__server_shutdown(st__server_t *srv, const char *why);
 
-/* SIGHUP: loads a new generation and swaps it in; on failure keeps the
- * current one and records the errors for info. Loop thread. */
-void st__server_reload(st__server_t *srv);
+/* SIGHUP and the `reload` method: loads a new generation and swaps it in;
+ * on failure keeps the current one and records the errors for info.
+ * Caches of changed and removed endpoints are dropped. Fills *report when
+ * it is not NULL (free it with st__reload_report_free). Loop thread. */
+void st__server_reload(st__server_t *srv, st__reload_report_t *report);
 
 /* Called by the completion handler when the last in-flight job drained:
  * finishes a shutdown in progress. Loop thread. */
 void st__server_check_drained(st__server_t *srv);
-
-/* Wall-clock unix time in seconds. */
-double st__now_unix(void);
 
 /* ------------------------------------------------------------- pieces */
 

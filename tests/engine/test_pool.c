@@ -1,6 +1,6 @@
 /* Unit tests of the worker pool (src/engine/pool.c) with a fake runner:
- * completion order and notification, errors, cancellation by connection
- * and of everything, generation switches (eager rebuild, old generations
+ * completion order and notification, errors, taking a queued job back,
+ * cancellation of running jobs and of everything, generation switches (eager rebuild, old generations
  * released, in-flight jobs keep their own), and shutdown. */
 #include <errno.h>
 #include <fcntl.h>
@@ -64,8 +64,9 @@ static void sleep_ms(int ms) {
 /* "ok": value = generation number * 1000 + first byte of args;
  * "fail": ENDPOINT error; "slow": runs until cancelled (5 s at most). */
 static int fake_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args,
-                      size_t args_len, const volatile int *cancel, st__build_result_t *res,
-                      char *err, size_t errlen) {
+                      size_t args_len, const volatile int *cancel, st__progress_t *progress,
+                      st__build_result_t *res, char *err, size_t errlen) {
+  (void)progress;
   st__build_result_init(res);
   if (strcmp(ep->name, "fail") == 0) {
     snprintf(err, errlen, "fail.lua:3: boom");
@@ -227,30 +228,45 @@ TEST(errors_come_back) {
   st__generation_unref(g);
 }
 
-TEST(cancel_by_connection) {
+TEST(remove_queued_and_cancel_running) {
   st__generation_t *g = make_gen(1, "gen1");
   st__pool_t *p;
   char err[128];
-  CHECK_EQ_INT(st__pool_start(2, &RUNNER, g, notify, NULL, &p, err, sizeof err), ST_OK);
-  /* Conn 7: one running, one queued behind conn 8's running job. */
-  CHECK_EQ_INT(st__pool_submit(p, st__job_new(7, 1, g, ep_of(g, "slow"), NULL, 0)), ST_OK);
-  CHECK_EQ_INT(st__pool_submit(p, st__job_new(8, 2, g, ep_of(g, "slow"), NULL, 0)), ST_OK);
-  CHECK_EQ_INT(st__pool_submit(p, st__job_new(7, 3, g, ep_of(g, "ok"), NULL, 0)), ST_OK);
-  CHECK_EQ_INT(st__pool_cancel_conn(p, 7), 2);
-  st__job_t *done[3];
-  CHECK_EQ_INT(collect(p, done, 2), 2);
-  for (int i = 0; i < 2; i++) {
-    CHECK_EQ_INT(done[i]->conn_id, 7);
-    CHECK_EQ_INT(done[i]->status, ST_ERR_CANCELLED);
-    st__job_free(done[i]);
-  }
-  /* Conn 8's job still runs until everything is cancelled. */
+  CHECK_EQ_INT(st__pool_start(1, &RUNNER, g, notify, NULL, &p, err, sizeof err), ST_OK);
+  /* One worker: the first job runs, the second waits in the queue. */
+  st__job_t *running = st__job_new(7, 1, g, ep_of(g, "slow"), NULL, 0);
+  st__job_t *queued = st__job_new(7, 2, g, ep_of(g, "ok"), NULL, 0);
+  CHECK_EQ_INT(st__pool_submit(p, running), ST_OK);
+  CHECK_EQ_INT(st__pool_submit(p, queued), ST_OK);
+  double end = stt_now() + 2.0;
+  while (st__job_state(running) != ST_JOB_RUNNING && stt_now() < end) sleep_ms(1);
+  CHECK_EQ_INT(st__job_state(running), ST_JOB_RUNNING);
+  CHECK_EQ_INT(st__job_state(queued), ST_JOB_QUEUED);
+  CHECK(running->started_unix > 1e9);
+  /* The queued job comes back out; the running one cannot. */
+  CHECK_EQ_INT(st__pool_remove(p, queued), 1);
+  CHECK_EQ_INT(st__pool_remove(p, queued), 0);
+  CHECK_EQ_INT(st__pool_remove(p, running), 0);
   CHECK_EQ_INT(st__pool_outstanding(p), 1);
-  st__pool_cancel_all(p);
+  st__job_free(queued);
+  st__job_cancel(running);
+  st__job_t *done[1];
   CHECK_EQ_INT(collect(p, done, 1), 1);
-  CHECK_EQ_INT(done[0]->conn_id, 8);
+  CHECK(done[0] == running);
   CHECK_EQ_INT(done[0]->status, ST_ERR_CANCELLED);
+  CHECK_EQ_INT(st__job_state(done[0]), ST_JOB_DONE);
   st__job_free(done[0]);
+  CHECK_EQ_INT(st__pool_outstanding(p), 0);
+  /* cancel_all reaches queued and running jobs. */
+  CHECK_EQ_INT(st__pool_submit(p, st__job_new(8, 3, g, ep_of(g, "slow"), NULL, 0)), ST_OK);
+  CHECK_EQ_INT(st__pool_submit(p, st__job_new(8, 4, g, ep_of(g, "slow"), NULL, 0)), ST_OK);
+  st__pool_cancel_all(p);
+  st__job_t *two[2];
+  CHECK_EQ_INT(collect(p, two, 2), 2);
+  for (int i = 0; i < 2; i++) {
+    CHECK_EQ_INT(two[i]->status, ST_ERR_CANCELLED);
+    st__job_free(two[i]);
+  }
   CHECK_EQ_INT(st__pool_free(p, 5.0), 0);
   st__generation_unref(g);
 }
@@ -325,7 +341,7 @@ int main(void) {
   if (pipe2(notify_pipe, O_NONBLOCK | O_CLOEXEC) != 0) return 1;
   RUN(runs_many_jobs);
   RUN(errors_come_back);
-  RUN(cancel_by_connection);
+  RUN(remove_queued_and_cancel_running);
   RUN(generation_switch);
   RUN(shutdown_drains_and_refuses);
   RUN(bad_arguments);

@@ -95,10 +95,11 @@ static inline void kit_vm_close(kit_vm_t *k) {
   memset(k, 0, sizeof *k);
 }
 
-/* Runs endpoint `name` with the msgpack args (NULL: none). */
-static inline int kit_build(kit_vm_t *k, const char *name, const msgpack_sbuffer *args,
-                     const volatile int *cancel, st__build_result_t *res, char *err,
-                     size_t errlen) {
+/* Runs endpoint `name` with the msgpack args (NULL: none); what the body
+ * reports with st.progress goes to `progress` (may be NULL). */
+static inline int kit_build_p(kit_vm_t *k, const char *name, const msgpack_sbuffer *args,
+                              const volatile int *cancel, st__progress_t *progress,
+                              st__build_result_t *res, char *err, size_t errlen) {
   const st__endpoint_decl_t *ep = st__generation_find(k->gen, name, strlen(name));
   if (!ep) {
     snprintf(err, errlen, "no endpoint %s", name);
@@ -106,9 +107,15 @@ static inline int kit_build(kit_vm_t *k, const char *name, const msgpack_sbuffer
     return -1000;
   }
   int rc = st__vm_build(k->vm, ep, args ? args->data : NULL, args ? args->size : 0, cancel,
-                        res, err, errlen);
+                        progress, res, err, errlen);
   if (rc != ST_OK) fprintf(stderr, "   build %s: %s (%s)\n", name, err, st_err_name(rc));
   return rc;
+}
+
+static inline int kit_build(kit_vm_t *k, const char *name, const msgpack_sbuffer *args,
+                            const volatile int *cancel, st__build_result_t *res, char *err,
+                            size_t errlen) {
+  return kit_build_p(k, name, args, cancel, NULL, res, err, errlen);
 }
 
 /* The decoded value of a result (caller destroys `up`). */

@@ -35,6 +35,8 @@ TEST(every_key) {
                         "  limits = { max_message_bytes = 1024, max_connections = 10, max_inflight = 3,\n"
                         "             frame_timeout_ms = 500, max_object_bytes = 4096 },\n"
                         "  shutdown_grace_s = 2.5,\n"
+                        "  tasks = { ttl_s = 0.5, capacity = 20 },\n"
+                        "  memory_budget = { cpu = 4096, ['cuda:1'] = 0 },\n"
                         "}\n", &c, &errs), ST_OK);
   CHECK(errs == NULL);
   CHECK_STR_EQ(c.path, cfg_path);
@@ -58,6 +60,13 @@ TEST(every_key) {
   CHECK_EQ_INT(c.frame_timeout_ms, 500);
   CHECK_EQ_INT(c.max_object_bytes, 4096);
   CHECK(c.shutdown_grace_s == 2.5);
+  CHECK(c.task_ttl_s == 0.5);
+  CHECK_EQ_INT(c.task_capacity, 20);
+  CHECK_EQ_INT(c.nbudgets, 2);
+  CHECK_STR_EQ(c.budgets[0].device, "cpu");
+  CHECK_EQ_INT(c.budgets[0].bytes, 4096);
+  CHECK_STR_EQ(c.budgets[1].device, "cuda:1");
+  CHECK_EQ_INT(c.budgets[1].bytes, 0);
   st__config_free(&c);
 }
 
@@ -72,6 +81,11 @@ TEST(defaults_stay_and_short_forms) {
   CHECK_STR_EQ(c.endpoints_dir, "/abs/eps");
   CHECK_EQ_INT(c.workers, 4);                       /* untouched default */
   CHECK_EQ_INT(c.max_inflight, ST_DEFAULT_MAX_INFLIGHT);
+  CHECK(c.task_ttl_s == 600.0);
+  CHECK_EQ_INT(c.task_capacity, 10000);
+  CHECK_EQ_INT(c.nbudgets, 1);
+  CHECK_EQ_INT(c.budgets[0].bytes, st__config_default_cpu_budget());
+  CHECK(c.budgets[0].bytes > 0);
   st__config_free(&c);
   CHECK_EQ_INT(load_cfg("return {}\n", &c, &errs), ST_OK);
   st__config_free(&c);
@@ -90,6 +104,8 @@ TEST(bad_values_are_all_reported) {
                         "  allow_uids = 'me',\n"
                         "  limits = { max_inflight = 2.5, bogus = 1 },\n"
                         "  shutdown_grace_s = -1,\n"
+                        "  tasks = { ttl_s = 0, capacity = 0, keep = 1 },\n"
+                        "  memory_budget = { gpu = 1, cpu = -5, ['cuda:x'] = 1 },\n"
                         "  [1] = 'x',\n"
                         "}\n", &c, &errs), ST_ERR_CONFIGURATION);
   CHECK(errs != NULL);
@@ -104,6 +120,12 @@ TEST(bad_values_are_all_reported) {
   CHECK_CONTAINS(errs, "limits: unknown key 'bogus'");
   CHECK_CONTAINS(errs, "shutdown_grace_s: expected a number of seconds >= 0, got -1");
   CHECK_CONTAINS(errs, "config.lua: keys must be strings");
+  CHECK_CONTAINS(errs, "tasks.ttl_s: expected a number of seconds > 0, got 0");
+  CHECK_CONTAINS(errs, "tasks.capacity: expected an integer in 1..10000000, got 0");
+  CHECK_CONTAINS(errs, "tasks: unknown key 'keep' (ttl_s, capacity)");
+  CHECK_CONTAINS(errs, "memory_budget: keys are \"cpu\" or \"cuda:N\", got 'gpu'");
+  CHECK_CONTAINS(errs, "memory_budget: keys are \"cpu\" or \"cuda:N\", got 'cuda:x'");
+  CHECK_CONTAINS(errs, "memory_budget.cpu: expected an integer in 0..");
   free(errs);
   st__config_free(&c);
 }

@@ -22,7 +22,7 @@ static int build_defaults(const char *name, const char *extra_key, int64_t extra
     if (extra_key && strcmp(p->name, extra_key) == 0) msgpack_pack_int64(&pk, extra_val);
     else msgpack_sbuffer_write(&sb, p->default_mp, p->default_len);
   }
-  int rc = st__vm_build(vm, ep, sb.data, sb.size, NULL, res, err, errlen);
+  int rc = st__vm_build(vm, ep, sb.data, sb.size, NULL, NULL, res, err, errlen);
   if (rc) fprintf(stderr, "   %s: %s\n", name, err);
   msgpack_sbuffer_destroy(&sb);
   return rc;

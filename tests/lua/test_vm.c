@@ -428,6 +428,83 @@ static void *cancel_when_started(void *arg) {
   return NULL;
 }
 
+/* st.progress(fraction, note): the last report lands in the job's sink;
+ * misuse raises with file:line; without a sink it does nothing. */
+TEST(progress_reports_reach_the_sink) {
+  kit_fresh();
+  kit_write("p.lua",
+            "return {\n"
+            "  st.endpoint{ name = 'steps', build = function()\n"
+            "    st.progress(0.25, 'loading')\n"
+            "    st.progress(0.5)\n"
+            "    return 1 end },\n"
+            "  st.endpoint{ name = 'bad', params = { f = 0.5, note = 'x', n = 1 },\n"
+            "    build = function(a)\n"
+            "      if a.n == 1 then st.progress(a.f) end\n"
+            "      if a.n == 2 then st.progress(0.5, 7) end\n"
+            "      if a.n == 3 then st.progress(0.5, string.rep('x', 201)) end\n"
+            "      if a.n == 4 then st.progress(0.5, string.rep('y', 200)) end\n"
+            "      return 1 end },\n"
+            "}\n");
+  kit_vm_t k;
+  CHECK_EQ_INT(kit_vm_open(&k), ST_OK);
+  st__build_result_t res;
+  char err[1024];
+  st__progress_t p, got;
+  memset(&p, 0, sizeof p);
+  pthread_mutex_init(&p.mu, NULL);
+  CHECK_EQ_INT(kit_build_p(&k, "steps", NULL, NULL, &p, &res, err, sizeof err), ST_OK);
+  st__build_result_destroy(&res);
+  CHECK(st__progress_get(&p, &got));
+  CHECK(got.fraction == 0.5);
+  CHECK(got.has_note);
+  CHECK_STR_EQ(got.note, "loading");          /* a report without a note keeps the last one */
+  /* Without a sink: nothing happens. */
+  CHECK_EQ_INT(kit_build(&k, "steps", NULL, NULL, &res, err, sizeof err), ST_OK);
+  st__build_result_destroy(&res);
+  static const struct { double f; int n; const char *msg; } bad[] = {
+      {1.5, 1, "p.lua:8: st.progress: fraction must be in [0, 1], got 1.5"},
+      {-0.5, 1, "fraction must be in [0, 1]"},
+      {0.5, 2, "p.lua:9: st.progress: note must be a string, got number"},
+      {0.5, 3, "p.lua:10: st.progress: note of 201 bytes is longer than 200"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    msgpack_sbuffer args;
+    msgpack_sbuffer_init(&args);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &args, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 3);
+    st__pack_cstr(&pk, "f");
+    msgpack_pack_double(&pk, bad[i].f);
+    st__pack_cstr(&pk, "n");
+    msgpack_pack_int(&pk, bad[i].n);
+    st__pack_cstr(&pk, "note");
+    st__pack_cstr(&pk, "x");
+    int rc = kit_build_p(&k, "bad", &args, NULL, &p, &res, err, sizeof err);
+    msgpack_sbuffer_destroy(&args);
+    CHECK_EQ_INT(rc, ST_ERR_ENDPOINT);
+    CHECK_CONTAINS(err, bad[i].msg);
+  }
+  msgpack_sbuffer args;
+  msgpack_sbuffer_init(&args);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &args, msgpack_sbuffer_write);
+  msgpack_pack_map(&pk, 3);
+  st__pack_cstr(&pk, "f");
+  msgpack_pack_double(&pk, 0.5);
+  st__pack_cstr(&pk, "n");
+  msgpack_pack_int(&pk, 4);
+  st__pack_cstr(&pk, "note");
+  st__pack_cstr(&pk, "x");
+  CHECK_EQ_INT(kit_build_p(&k, "bad", &args, NULL, &p, &res, err, sizeof err), ST_OK);
+  msgpack_sbuffer_destroy(&args);
+  st__build_result_destroy(&res);
+  st__progress_get(&p, &got);
+  CHECK_EQ_INT(strlen(got.note), 200);
+  pthread_mutex_destroy(&p.mu);
+  kit_vm_close(&k);
+}
+
 TEST(cancel_flag_stops_the_body) {
   kit_fresh();
   kit_write("c.lua",
@@ -510,6 +587,7 @@ int main(void) {
   RUN(raised_error_names_file_line_and_vm_survives);
   RUN(timeout_fires_on_endless_loops);
   RUN(cancel_flag_stops_the_body);
+  RUN(progress_reports_reach_the_sink);
   RUN(print_and_require);
   kit_rmdir();
   return stt_summary();

@@ -1,0 +1,305 @@
+/* bench_semantics: costs of the endpoint semantics of stserver, through
+ * libstclient, with a ping baseline measured in the same run.
+ *
+ *   bench_semantics [--iters N] [--clients N] [--seconds S] [--slow N]
+ *
+ * Starts its own stserver (a temp dir, the endpoints below) and prints:
+ *   - ping p50/p99 with no load (the baseline)
+ *   - cached call (a cache hit; the arena is already mapped in this
+ *     process, so the open-cache reuses the mapping): p50/p99
+ *   - managed call + release (a build, a lease, the lease given back)
+ *   - submit + wait, and submit + wait + result, of a trivial endpoint
+ *   - calls/s of the cached call with 1 and with N client processes
+ *   - ping p50/p99 while N slow builds (1 s of st.sleep each) run as
+ *     tasks, on a second server with N workers (--slow N, default 64)
+ * Timings are printed, never asserted (shared machines are noisy).
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fixture.h"
+#include "st/client.h"
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static void report(const char *what, double *us, int n) {
+  qsort(us, (size_t)n, sizeof *us, cmp_double);
+  double sum = 0;
+  for (int i = 0; i < n; i++) sum += us[i];
+  printf("%-44s n=%-7d p50 %8.1f us   p99 %8.1f us   mean %8.1f us\n", what, n, us[n / 2],
+         us[(int)(n * 0.99)], sum / n);
+}
+
+static st_client_t *connect_or_die(const char *sock) {
+  st_client_t *c;
+  char err[256];
+  if (st_client_connect(sock, &c, err, sizeof err) != ST_OK) {
+    fprintf(stderr, "connect: %s\n", err);
+    exit(1);
+  }
+  return c;
+}
+
+static void die(st_client_t *c, const char *what) {
+  fprintf(stderr, "%s: %s: %s\n", what, st_client_error_name(c), st_client_error(c));
+  exit(1);
+}
+
+/* Ping round trips for `iters` (or until `until_ms` when > 0). */
+static int measure_ping(st_client_t *c, double *us, int iters, double until_ms) {
+  int n = 0;
+  for (int i = -100; i < iters; i++) {
+    if (until_ms > 0 && stt_now_ms() >= until_ms) break;
+    double t0 = stt_now_ms();
+    if (st_client_ping(c, NULL) != ST_OK) die(c, "ping");
+    if (i >= 0) us[n++] = (stt_now_ms() - t0) * 1e3;
+  }
+  return n;
+}
+
+static int cached_call(st_client_t *c) {
+  st_result_t *r;
+  if (st_client_call(c, "cached16", NULL, &r) != ST_OK) die(c, "call cached16");
+  const st_tensor_t *t = st_result_tensor(r, 0);
+  st_object_info_t o;
+  int ok = t && t->numel == 16 && ((float *)t->data)[15] == 15.0f &&
+           st_result_object(r, &o) == ST_OK && o.cached;
+  st_result_free(r);
+  return ok ? 0 : -1;
+}
+
+static void bench_cached(const char *sock, int iters) {
+  st_client_t *c = connect_or_die(sock);
+  /* The first call builds and caches; `keep` holds the mapping, so every
+   * later hit finds the arena in this process's open-cache. */
+  st_result_t *keep;
+  if (st_client_call(c, "cached16", NULL, &keep) != ST_OK) die(c, "call cached16");
+  size_t mapped0;
+  uint64_t reused0, reused1;
+  st_open_cache_stats(&mapped0, &reused0);
+  double *us = malloc(sizeof(double) * (size_t)iters);
+  for (int i = -100; i < iters; i++) {
+    double t0 = stt_now_ms();
+    if (cached_call(c) != 0) {
+      fprintf(stderr, "cached16: not a cached 16-float tensor\n");
+      exit(1);
+    }
+    if (i >= 0) us[i] = (stt_now_ms() - t0) * 1e3;
+  }
+  st_open_cache_stats(NULL, &reused1);
+  report("cached call (hit, mapping reused)", us, iters);
+  printf("%-44s %llu of %d calls\n", "  open-cache reuses", (unsigned long long)(reused1 - reused0),
+         iters + 100);
+  free(us);
+  st_result_free(keep);
+  st_client_close(c);
+}
+
+static void bench_managed(const char *sock, int iters) {
+  st_client_t *c = connect_or_die(sock);
+  double *us = malloc(sizeof(double) * (size_t)iters);
+  for (int i = -100; i < iters; i++) {
+    double t0 = stt_now_ms();
+    st_result_t *r;
+    if (st_client_call(c, "managed16", NULL, &r) != ST_OK) die(c, "call managed16");
+    st_object_info_t o;
+    if (st_result_object(r, &o) != ST_OK || !o.lease) {
+      fprintf(stderr, "managed16: no lease in the reply\n");
+      exit(1);
+    }
+    int released;
+    if (st_client_release(c, o.id, &released, NULL, NULL) != ST_OK || !released)
+      die(c, "release");
+    st_result_free(r);
+    if (i >= 0) us[i] = (stt_now_ms() - t0) * 1e3;
+  }
+  report("managed call + release", us, iters);
+  free(us);
+  st_client_close(c);
+}
+
+static void bench_tasks(const char *sock, int iters) {
+  st_client_t *c = connect_or_die(sock);
+  double *us = malloc(sizeof(double) * (size_t)iters);
+  for (int with_result = 0; with_result < 2; with_result++) {
+    for (int i = -100; i < iters; i++) {
+      double t0 = stt_now_ms();
+      uint64_t id;
+      if (st_client_submit(c, "quick", NULL, &id) != ST_OK) die(c, "submit");
+      st_result_t *info;
+      if (st_client_task_wait(c, id, 10, &info) != ST_OK) die(c, "wait");
+      const st_value_t *s = st_value_get(st_result_value(info), "status");
+      if (!s || s->kind != ST_VALUE_STRING || strcmp(s->as.str.ptr, "completed") != 0) {
+        fprintf(stderr, "task %llu did not complete\n", (unsigned long long)id);
+        exit(1);
+      }
+      st_result_free(info);
+      if (with_result) {
+        st_result_t *r;
+        if (st_client_task_result(c, id, &r) != ST_OK) die(c, "result");
+        st_result_free(r);
+      }
+      if (i >= 0) us[i] = (stt_now_ms() - t0) * 1e3;
+    }
+    report(with_result ? "submit + wait + result" : "submit + wait", us, iters);
+  }
+  free(us);
+  st_client_close(c);
+}
+
+/* Each of n processes calls cached16 for `seconds`; the parent adds up. */
+static void bench_throughput(const char *sock, int nproc, double seconds) {
+  int pipefd[2];
+  if (pipe(pipefd) != 0) exit(1);
+  pid_t *pids = calloc((size_t)nproc, sizeof *pids);
+  for (int p = 0; p < nproc; p++) {
+    if ((pids[p] = fork()) == 0) {
+      close(pipefd[0]);
+      st_client_t *c = connect_or_die(sock);
+      st_result_t *keep; /* one mapping per process, reused by every hit */
+      if (st_client_call(c, "cached16", NULL, &keep) != ST_OK) _exit(1);
+      long count = 0;
+      double end = stt_now_ms() + seconds * 1e3;
+      while (stt_now_ms() < end) {
+        if (cached_call(c) != 0) _exit(1);
+        count++;
+      }
+      st_result_free(keep);
+      st_client_close(c);
+      if (write(pipefd[1], &count, sizeof count) != (ssize_t)sizeof count) _exit(1);
+      _exit(0);
+    }
+  }
+  close(pipefd[1]);
+  long total = 0, one;
+  int got = 0;
+  while (read(pipefd[0], &one, sizeof one) == (ssize_t)sizeof one) {
+    total += one;
+    got++;
+  }
+  close(pipefd[0]);
+  /* Only our workers: the server started by the fixture is a child too. */
+  for (int p = 0; p < nproc; p++) waitpid(pids[p], NULL, 0);
+  free(pids);
+  char what[80];
+  snprintf(what, sizeof what, "cached calls/s, %d client process%s", nproc,
+           nproc == 1 ? "" : "es");
+  printf("%-44s %.0f calls/s (%d of %d processes reported)\n", what, total / seconds, got,
+         nproc);
+}
+
+/* A server of its own with `nslow` workers: submits `nslow` slow builds
+ * (1 s of st.sleep each, all running at once; st.sleep wakes every 10 ms
+ * to check for a stop request) and pings while they run. */
+static void bench_ping_under_load(int nslow, int iters) {
+  stt_server_t s;
+  stt_server_init(&s);
+  stt_write_endpoint(&s, "slow.lua",
+                     "return st.endpoint{ name = 'slow',\n"
+                     "  build = function() st.sleep(1) return 1 end }\n");
+  char cfg[96];
+  snprintf(cfg, sizeof cfg, "log_level = 'warn', workers = %d,", nslow);
+  stt_server_config(&s, cfg);
+  if (stt_server_start(&s) != 0) exit(1);
+  st_client_t *sub = connect_or_die(s.socket), *c = connect_or_die(s.socket);
+  uint64_t *ids = calloc((size_t)nslow, sizeof *ids);
+  double t0 = stt_now_ms();
+  for (int i = 0; i < nslow; i++)
+    if (st_client_submit(sub, "slow", NULL, &ids[i]) != ST_OK) die(sub, "submit slow");
+  /* Measure inside the builds' second, leaving room for a slow start. */
+  double *us = malloc(sizeof(double) * (size_t)iters);
+  int n = measure_ping(c, us, iters, t0 + 900);
+  int running = 0, pending = 0, completed = 0;
+  st_result_t *r;
+  if (st_client_tasks(sub, NULL, &r) != ST_OK) die(sub, "tasks");
+  const st_value_t *list = st_result_value(r);
+  for (size_t i = 0; list->kind == ST_VALUE_ARRAY && i < list->as.array.len; i++) {
+    const st_value_t *status = st_value_get(&list->as.array.items[i], "status");
+    if (!status || status->kind != ST_VALUE_STRING) continue;
+    running += strcmp(status->as.str.ptr, "running") == 0;
+    pending += strcmp(status->as.str.ptr, "pending") == 0;
+    completed += strcmp(status->as.str.ptr, "completed") == 0;
+  }
+  st_result_free(r);
+  char what[80];
+  snprintf(what, sizeof what, "ping while %d slow builds run", nslow);
+  if (n > 0) report(what, us, n);
+  printf("%-44s %d running, %d pending, %d completed after %.0f ms\n", "  slow builds", running,
+         pending, completed, stt_now_ms() - t0);
+  /* All of them end; the server then stops at once. */
+  for (int i = 0; i < nslow; i++) {
+    st_result_t *info;
+    if (st_client_task_wait(sub, ids[i], 30, &info) != ST_OK) die(sub, "wait slow");
+    st_result_free(info);
+  }
+  printf("%-44s %.0f ms from the first submit\n", "  all slow builds completed", stt_now_ms() - t0);
+  free(us);
+  free(ids);
+  st_client_close(c);
+  st_client_close(sub);
+  stt_server_stop(&s);
+  stt_server_cleanup(&s);
+}
+
+int main(int argc, char **argv) {
+  int iters = 5000, clients = 16, slow = 64;
+  double seconds = 3;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--clients") && i + 1 < argc) clients = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) seconds = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--slow") && i + 1 < argc) slow = atoi(argv[++i]);
+    else {
+      fprintf(stderr, "usage: bench_semantics [--iters N] [--clients N] [--seconds S] "
+                      "[--slow N (1..256)]\n");
+      return 2;
+    }
+  }
+  if (iters < 1 || clients < 1 || slow < 1 || slow > 256 || !(seconds > 0)) {
+    fprintf(stderr, "bench_semantics: counts and seconds must be positive\n");
+    return 2;
+  }
+  setenv("ST_SERVER_BIN", ST_BENCH_SERVER_BIN, 0);
+  setenv("ST_SOURCE_DIR", ST_BENCH_SOURCE_DIR, 0);
+  signal(SIGPIPE, SIG_IGN);
+  setvbuf(stdout, NULL, _IOLBF, 0);
+
+  stt_server_t s;
+  stt_server_init(&s);
+  stt_write_endpoint(&s, "bench.lua",
+                     "return st.endpoint{ name = 'cached16', cache = true,\n"
+                     "  build = function() return st.arange{16, dtype = 'float32'} end }\n");
+  stt_write_endpoint(&s, "managed.lua",
+                     "return st.endpoint{ name = 'managed16', managed = true,\n"
+                     "  build = function() return st.arange{16, dtype = 'float32'} end }\n");
+  stt_write_endpoint(&s, "quick.lua",
+                     "return st.endpoint{ name = 'quick',\n"
+                     "  build = function() return 1 end }\n");
+  stt_server_config(&s, "log_level = 'warn', workers = 2,");
+  if (stt_server_start(&s) != 0) return 1;
+
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  printf("bench_semantics: %ld CPUs, 2 server workers, %d iterations per latency figure\n", ncpu,
+         iters);
+  st_client_t *c = connect_or_die(s.socket);
+  double *us = malloc(sizeof(double) * (size_t)iters);
+  report("ping, no load (baseline)", us, measure_ping(c, us, iters, 0));
+  free(us);
+  st_client_close(c);
+  bench_cached(s.socket, iters);
+  bench_managed(s.socket, iters);
+  bench_tasks(s.socket, iters);
+  bench_throughput(s.socket, 1, seconds);
+  bench_throughput(s.socket, clients, seconds);
+  int rc = stt_server_stop(&s);
+  stt_server_cleanup(&s);
+  bench_ping_under_load(slow, iters * 100);
+  return rc == 0 ? 0 : 1;
+}

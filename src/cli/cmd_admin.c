@@ -1,0 +1,196 @@
+/* stcli reload and stats: reload the endpoint files (as SIGHUP does), and
+ * the server's counters in a compact form. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* ---------------------------------------------------------------- reload */
+
+/* "a, b" of an array of names, or "-". */
+static void names_line(const char *label, const st_value_t *list) {
+  printf("%-10s", label);
+  size_t n = list && list->kind == ST_VALUE_ARRAY ? list->as.array.len : 0;
+  for (size_t i = 0; i < n; i++) {
+    char *s = cli_value_text(&list->as.array.items[i]);
+    printf("%s%s", i ? ", " : "", s ? s : "?");
+    free(s);
+  }
+  printf("%s\n", n ? "" : "-");
+}
+
+static int run_reload(cli_t *g, int argc, char **argv) {
+  const char *pos[1];
+  int done;
+  int code = cli_parse_plain(g, &cli_reload_command, argc, argv, 0, 0, "", pos, &done);
+  if (code != CLI_OK || done) return code;
+  st_client_t *c;
+  code = cli_connect(g, &c);
+  if (code != CLI_OK) return code;
+  st_result_t *r = NULL;
+  int rc = st_client_reload(c, &r);
+  if (rc != ST_OK) code = cli_fail(c, rc);
+  st_client_close(c);
+  if (rc != ST_OK) return code;
+  const st_value_t *v = st_result_value(r);
+  const st_value_t *ok = st_value_get(v, "ok");
+  int good = ok && ok->kind == ST_VALUE_BOOL && ok->as.boolean;
+  if (g->json) {
+    code = cli_print_json_owned(st_value_json(v, 1));
+  } else if (good) {
+    double gen = 0;
+    cli_value_number(st_value_get(v, "generation"), &gen);
+    printf("reload ok: generation %.0f\n", gen);
+    names_line("changed", st_value_get(v, "changed"));
+    names_line("added", st_value_get(v, "added"));
+    names_line("removed", st_value_get(v, "removed"));
+  }
+  if (!good) {
+    const char *err = cli_value_str(st_value_get(v, "error"));
+    fprintf(stderr, "stcli: CONFIGURATION: %s (the old endpoints keep serving)\n",
+            err ? err : "the reload failed");
+    code = CLI_SERVER_ERROR;
+  }
+  st_result_free(r);
+  return code;
+}
+
+const cli_command_t cli_reload_command = {
+    "reload",
+    "reload",
+    "Reload the endpoint files, as SIGHUP does.",
+    "The server loads and checks every endpoint file, then swaps them in;\n"
+    "work in flight finishes on the old ones, and the caches of changed and\n"
+    "removed endpoints are dropped. Prints \"reload ok: generation N\" and the\n"
+    "changed, added and removed endpoints. A file that does not load leaves\n"
+    "the old generation serving: the error (with file:line) goes to stderr as\n"
+    "\"stcli: CONFIGURATION: ...\" and the exit code is 1. With --json, prints\n"
+    "the server's reply {ok, generation, error, changed, added, removed}.\n",
+    run_reload,
+};
+
+/* ----------------------------------------------------------------- stats */
+
+/* A number member of a map, or -1 when absent. */
+static double member(const st_value_t *map, const char *key) {
+  double d;
+  return cli_value_number(st_value_get(map, key), &d) ? d : -1;
+}
+
+/* Appends ", <label> <n>" (or "<label> <n>" first) when the member
+ * exists; `bytes` prints it as a size. */
+static void item(int *first, const char *label, const st_value_t *map, const char *key,
+                 int bytes) {
+  double d = member(map, key);
+  if (d < 0) return;
+  char buf[32];
+  if (bytes)
+    cli_format_bytes(d, buf, sizeof buf);
+  else
+    snprintf(buf, sizeof buf, "%.0f", d);
+  printf("%s%s %s", *first ? "" : ", ", label, buf);
+  *first = 0;
+}
+
+/* One line "label  items..." when at least one item exists. */
+typedef struct stat_item {
+  const char *label, *key;
+  int bytes;
+} stat_item_t;
+
+static void stat_line(const char *label, const char *prefix, const st_value_t *map,
+                      const stat_item_t *items) {
+  if (!map || map->kind != ST_VALUE_MAP) return;
+  int any = 0;
+  for (const stat_item_t *it = items; it->key && !any; it++) any = member(map, it->key) >= 0;
+  if (!any) return;
+  printf("%-9s %s", label, prefix);
+  int first = 1;
+  for (const stat_item_t *it = items; it->key; it++) item(&first, it->label, map, it->key, it->bytes);
+  printf("\n");
+}
+
+static int run_stats(cli_t *g, int argc, char **argv) {
+  const char *pos[1];
+  int done;
+  int code = cli_parse_plain(g, &cli_stats_command, argc, argv, 0, 0, "", pos, &done);
+  if (code != CLI_OK || done) return code;
+  st_client_t *c;
+  code = cli_connect(g, &c);
+  if (code != CLI_OK) return code;
+  st_result_t *r = NULL;
+  int rc = st_client_info(c, &r);
+  if (rc != ST_OK) code = cli_fail(c, rc);
+  st_client_close(c);
+  if (rc != ST_OK) return code;
+  const st_value_t *v = st_result_value(r);
+  static const char *const parts[] = {"counters", "tasks", "objects", "memory", NULL};
+  if (g->json) {
+    /* The parts of info the summary draws on. */
+    printf("{");
+    int first = 1;
+    for (size_t i = 0; parts[i]; i++) {
+      const st_value_t *p = st_value_get(v, parts[i]);
+      if (!p) continue;
+      char *s = st_value_json(p, 1);
+      printf("%s\n\"%s\": %s", first ? "" : ",", parts[i], s ? s : "null");
+      free(s);
+      first = 0;
+    }
+    printf("\n}\n");
+    st_result_free(r);
+    return CLI_OK;
+  }
+  static const stat_item_t requests[] = {
+      {"requests", "requests", 0}, {"errors", "errors", 0}, {"calls", "calls", 0},
+      {"builds", "builds", 0},     {"submitted", "tasks_submitted", 0}, {NULL, NULL, 0}};
+  static const stat_item_t cache[] = {{"hits", "cache_hits", 0},
+                                      {"misses", "cache_misses", 0},
+                                      {"evictions", "evictions", 0},
+                                      {"singleflight joins", "joins", 0},
+                                      {"invalidations", "invalidations", 0},
+                                      {NULL, NULL, 0}};
+  static const stat_item_t tasks[] = {
+      {"pending", "pending", 0},     {"running", "running", 0},
+      {"completed", "completed", 0}, {"failed", "failed", 0},
+      {"cancelled", "cancelled", 0}, {NULL, NULL, 0}};
+  static const stat_item_t objects[] = {
+      {"count", "count", 0}, {"leases", "leases", 0}, {"bytes", "bytes", 1}, {NULL, NULL, 0}};
+  static const stat_item_t memory[] = {{"cached", "cached_bytes", 1},
+                                       {"leased", "leased_bytes", 1},
+                                       {"budget", "budget", 1},
+                                       {"objects", "objects", 0},
+                                       {NULL, NULL, 0}};
+  const st_value_t *counters = st_value_get(v, "counters");
+  stat_line("requests", "", counters, requests);
+  stat_line("cache", "", counters, cache);
+  stat_line("tasks", "", st_value_get(v, "tasks"), tasks);
+  stat_line("objects", "", st_value_get(v, "objects"), objects);
+  const st_value_t *mem = st_value_get(v, "memory");
+  for (size_t i = 0; mem && mem->kind == ST_VALUE_MAP && i < mem->as.map.len; i++) {
+    char *dev = cli_value_text(&mem->as.map.keys[i]);
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%s: ", dev ? dev : "?");
+    free(dev);
+    stat_line("memory", prefix, &mem->as.map.values[i], memory);
+  }
+  st_result_free(r);
+  return CLI_OK;
+}
+
+const cli_command_t cli_stats_command = {
+    "stats",
+    "stats",
+    "Show the server's counters compactly: requests, cache, tasks, objects, memory.",
+    "Lines (each only when the server reports it):\n"
+    "  requests   requests, errors, calls, builds, tasks submitted\n"
+    "  cache      hits, misses, evictions, singleflight joins, invalidations\n"
+    "  tasks      how many are pending, running, completed, failed, cancelled\n"
+    "  objects    count, leases (all connections), bytes\n"
+    "  memory     per device (\"cpu: ...\"): bytes of cached and of leased\n"
+    "             objects, budget (0: none), objects\n"
+    "Read from `info` (`stcli info` shows everything). With --json, prints\n"
+    "the counters, tasks, objects and memory parts of info.\n",
+    run_stats,
+};

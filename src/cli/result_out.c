@@ -1,0 +1,211 @@
+/* stcli: what `call`, `result` and `wait` share: reading "NAME key=value
+ * ... --args-json JSON" command lines, and printing a call-like result
+ * (its tensors, optional values and checksums, its value as JSON, and the
+ * server object a managed or cached endpoint produced). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char *display_name(const st_tensor_t *t) { return *t->name ? t->name : "(tensor)"; }
+
+/* "name  dtype  [shape]  device  N bytes", columns aligned over all. */
+static void print_tensors(const st_result_t *r, long nvalues) {
+  size_t n = st_result_tensor_count(r), wname = 0, wdtype = 0, wshape = 0;
+  char shape[256], dev[32];
+  for (size_t i = 0; i < n; i++) {
+    const st_tensor_t *t = st_result_tensor(r, i);
+    cli_format_shape(t, shape, sizeof shape);
+    const char *dt = st_dtype_name(t->dtype);
+    if (strlen(display_name(t)) > wname) wname = strlen(display_name(t));
+    if (dt && strlen(dt) > wdtype) wdtype = strlen(dt);
+    if (strlen(shape) > wshape) wshape = strlen(shape);
+  }
+  for (size_t i = 0; i < n; i++) {
+    const st_tensor_t *t = st_result_tensor(r, i);
+    cli_format_shape(t, shape, sizeof shape);
+    printf("%-*s  %-*s  %-*s  %s  %zu bytes\n", (int)wname, display_name(t), (int)wdtype,
+           st_dtype_name(t->dtype), (int)wshape, shape, cli_device_name(t, dev, sizeof dev),
+           t->nbytes);
+    if (nvalues < 0) continue;
+    if (t->device != ST_DEVICE_CPU) {
+      printf("  values: (in device memory, not shown)\n");
+      continue;
+    }
+    printf("  values:");
+    int64_t shown = t->numel < nvalues ? t->numel : nvalues;
+    for (int64_t k = 0; k < shown; k++) {
+      char buf[64];
+      cli_format_element(t, k, buf, sizeof buf);
+      printf(" %s", buf);
+    }
+    if (t->numel > shown) printf(" ... (%" PRId64 " more)", t->numel - shown);
+    printf("\n");
+    double sum;
+    uint64_t fnv;
+    cli_checksum(t, &sum, &fnv);
+    char sbuf[64];
+    cli_format_json_number(sum, sbuf, sizeof sbuf);
+    printf("  sum: %s  fnv1a64: 0x%016" PRIx64 "\n", sbuf, fnv);
+  }
+}
+
+/* The "tensors" member of --json --values: [{name, values, sum, fnv1a64}]. */
+static void print_json_tensor_values(const st_result_t *r, long nvalues) {
+  size_t n = st_result_tensor_count(r);
+  printf("[");
+  for (size_t i = 0; i < n; i++) {
+    const st_tensor_t *t = st_result_tensor(r, i);
+    printf("%s\n  {\"name\": ", i ? "," : "");
+    cli_print_json_string(stdout, t->name);
+    if (t->device != ST_DEVICE_CPU) {
+      printf(", \"values\": null, \"sum\": null, \"fnv1a64\": null}");
+      continue;
+    }
+    printf(", \"values\": [");
+    int64_t shown = t->numel < nvalues ? t->numel : nvalues;
+    for (int64_t k = 0; k < shown; k++) {
+      char buf[64];
+      cli_format_json_number(st_tensor_get(t, k), buf, sizeof buf);
+      printf("%s%s", k ? ", " : "", buf);
+    }
+    double sum;
+    uint64_t fnv;
+    cli_checksum(t, &sum, &fnv);
+    char sbuf[64];
+    cli_format_json_number(sum, sbuf, sizeof sbuf);
+    printf("], \"sum\": %s, \"fnv1a64\": \"0x%016" PRIx64 "\"}", sbuf, fnv);
+  }
+  printf("%s]", n ? "\n" : "");
+}
+
+/* The object as one JSON line. */
+static void print_json_object(const st_object_info_t *o) {
+  printf("{\"id\": %" PRIu64 ", \"server_id\": ", o->id);
+  cli_print_json_string(stdout, o->server_id);
+  printf(", \"cache_key\": ");
+  cli_print_json_string(stdout, o->cache_key);
+  printf(", \"cached\": %s, \"managed\": %s, \"lease\": %s, \"refcount\": %" PRId64
+         ", \"bytes\": %" PRIu64 ", \"device\": ",
+         o->cached ? "true" : "false", o->managed ? "true" : "false",
+         o->lease ? "true" : "false", o->refcount, o->bytes);
+  cli_print_json_string(stdout, o->device);
+  printf("}");
+}
+
+/* "object 12 (lease, refcount 1, cache key lin:4)"; a singleflight
+ * endpoint's object has a key but is not cached. */
+static void print_object_line(const st_object_info_t *o) {
+  printf("object %" PRIu64 " (%s, refcount %" PRId64, o->id, o->lease ? "lease" : "no lease",
+         o->refcount);
+  if (o->cached)
+    printf(", cache key %s", *o->cache_key ? o->cache_key : "-");
+  else if (*o->cache_key)
+    printf(", key %s, not cached", o->cache_key); /* singleflight only */
+  printf(")\n");
+}
+
+/* See cli.h. */
+int cli_print_result(const cli_t *g, const st_result_t *r, long nvalues) {
+  const st_value_t *v = st_result_value(r);
+  st_object_info_t obj;
+  int has_obj = st_result_object(r, &obj) == ST_OK;
+  if (!g->json) {
+    print_tensors(r, nvalues);
+    int code = CLI_OK;
+    if (v->kind != ST_VALUE_TENSOR && v->kind != ST_VALUE_MODULE)
+      code = cli_print_json_owned(st_value_json(v, 1));
+    if (has_obj) print_object_line(&obj);
+    return code;
+  }
+  if (nvalues < 0 && !has_obj) return cli_print_json_owned(st_value_json(v, 1));
+  char *value = st_value_json(v, 1);
+  if (!value) return cli_print_json_owned(NULL);
+  printf("{\n\"value\": %s", value);
+  free(value);
+  if (nvalues >= 0) {
+    printf(",\n\"tensors\": ");
+    print_json_tensor_values(r, nvalues);
+  }
+  if (has_obj) {
+    printf(",\n\"object\": ");
+    print_json_object(&obj);
+  }
+  printf("\n}\n");
+  return CLI_OK;
+}
+
+/* See cli.h. */
+int cli_parse_call_args(cli_t *g, const cli_command_t *cmd, int argc, char **argv,
+                        unsigned flags, cli_call_args_t *out) {
+  memset(out, 0, sizeof *out);
+  out->nvalues = -1;
+  out->args = st_args_new();
+  if (!out->args) {
+    fprintf(stderr, "stcli: OUT_OF_MEMORY: cannot build the arguments\n");
+    return CLI_SERVER_ERROR;
+  }
+  int rest = 0, code = CLI_OK;
+  char err[256];
+  for (int i = 1; i < argc && code == CLI_OK; i++) {
+    const char *a = argv[i];
+    if (!rest && a[0] == '-' && a[1] == '-') {
+      int r = cli_global_option(g, argc, argv, &i);
+      if (r < 0) {
+        code = CLI_USAGE;
+        break;
+      }
+      if (r > 0) continue;
+      if (strcmp(a, "--") == 0) {
+        rest = 1;
+      } else if (strcmp(a, "--help") == 0) {
+        cli_print_command_help(cmd, stdout);
+        out->help = 1;
+        return CLI_OK;
+      } else if ((flags & CLI_ARGS_VALUES) && strcmp(a, "--values") == 0) {
+        out->nvalues = CLI_DEFAULT_VALUES;
+      } else if ((flags & CLI_ARGS_VALUES) && strncmp(a, "--values=", 9) == 0) {
+        if (cli_parse_count(a + 9, 1L << 40, &out->nvalues) != 0)
+          code = cli_usage(cmd->name, "--values=N needs a count, not '%s'", a + 9);
+      } else if ((flags & CLI_ARGS_ALL) && strcmp(a, "--all") == 0) {
+        out->all = 1;
+      } else if (strcmp(a, "--args-json") == 0 || strncmp(a, "--args-json=", 12) == 0) {
+        const char *json = a[11] == '=' ? a + 12 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!json) {
+          code = cli_usage(cmd->name, "--args-json needs a JSON object");
+        } else if (st_args_parse_json(out->args, json, err, sizeof err) != ST_OK) {
+          fprintf(stderr, "stcli: INVALID_ARGUMENT: --args-json: %s\n", err);
+          code = CLI_USAGE;
+        } else {
+          out->nargs++;
+        }
+      } else {
+        code = cli_usage(cmd->name, "unknown option '%s'", a);
+      }
+      continue;
+    }
+    if (!out->endpoint) {
+      out->endpoint = a;
+      continue;
+    }
+    int rc = st_args_parse_kv(out->args, a, err, sizeof err);
+    if (rc == ST_ERR_INVALID_ARGUMENT) {
+      fprintf(stderr, "stcli: INVALID_ARGUMENT: %s\n", err);
+      code = CLI_USAGE;
+    } else if (rc != ST_OK) {
+      fprintf(stderr, "stcli: %s: %s\n", st_err_name(rc), st_strerror(rc));
+      code = CLI_SERVER_ERROR;
+    } else {
+      out->nargs++;
+    }
+  }
+  if (code == CLI_OK && !out->endpoint)
+    code = cli_usage(cmd->name, "%s needs an endpoint name", cmd->name);
+  if (code != CLI_OK) {
+    st_args_free(out->args);
+    out->args = NULL;
+  }
+  return code;
+}

@@ -1,0 +1,174 @@
+/* stcli: small helpers of the task and object commands: text tables,
+ * ids, durations and times, plain command lines, value accessors. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+/* See cli.h. */
+void cli_table_init(cli_table_t *t, size_t ncol, const char *const *heads) {
+  memset(t, 0, sizeof *t);
+  t->ncol = ncol;
+  t->heads = heads;
+}
+
+/* See cli.h. */
+int cli_table_add(cli_table_t *t, char **row) {
+  if (t->nrows == t->cap) {
+    size_t cap = t->cap ? t->cap * 2 : 16;
+    char **p = realloc(t->cells, cap * t->ncol * sizeof *p);
+    if (!p) {
+      for (size_t k = 0; k < t->ncol; k++) free(row[k]);
+      return -1;
+    }
+    t->cells = p;
+    t->cap = cap;
+  }
+  memcpy(t->cells + t->nrows * t->ncol, row, t->ncol * sizeof *row);
+  t->nrows++;
+  return 0;
+}
+
+static const char *cell(const cli_table_t *t, size_t i, size_t k) {
+  const char *s = t->cells[i * t->ncol + k];
+  return s ? s : "?";
+}
+
+/* See cli.h. */
+void cli_table_print(const cli_table_t *t) {
+  size_t width[16];
+  size_t ncol = t->ncol < 16 ? t->ncol : 16;
+  for (size_t k = 0; k < ncol; k++) {
+    width[k] = strlen(t->heads[k]);
+    for (size_t i = 0; i < t->nrows; i++)
+      if (strlen(cell(t, i, k)) > width[k]) width[k] = strlen(cell(t, i, k));
+  }
+  for (size_t i = 0; i <= t->nrows; i++) {
+    for (size_t k = 0; k < ncol; k++) {
+      const char *s = i == 0 ? t->heads[k] : cell(t, i - 1, k);
+      if (k + 1 == ncol)
+        printf("%s\n", s);
+      else
+        printf("%-*s  ", (int)width[k], s);
+    }
+  }
+}
+
+/* See cli.h. */
+void cli_table_free(cli_table_t *t) {
+  for (size_t i = 0; i < t->nrows * t->ncol; i++) free(t->cells[i]);
+  free(t->cells);
+  memset(t, 0, sizeof *t);
+}
+
+/* See cli.h. */
+char *cli_strdupf(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *s = NULL;
+  if (vasprintf(&s, fmt, ap) < 0) s = NULL;
+  va_end(ap);
+  return s;
+}
+
+/* See cli.h. */
+int cli_value_number(const st_value_t *v, double *out) {
+  if (v && v->kind == ST_VALUE_INT) {
+    *out = (double)v->as.integer;
+    return 1;
+  }
+  if (v && v->kind == ST_VALUE_FLOAT) {
+    *out = v->as.number;
+    return 1;
+  }
+  return 0;
+}
+
+/* See cli.h. */
+const char *cli_value_str(const st_value_t *v) {
+  return v && v->kind == ST_VALUE_STRING ? v->as.str.ptr : NULL;
+}
+
+/* See cli.h. */
+int cli_parse_id(const char *cmd, const char *what, const char *s, uint64_t *out) {
+  if (!s || *s < '0' || *s > '9')
+    return cli_usage(cmd, "%s needs a %s id (a number), not '%s'", cmd, what, s ? s : "");
+  errno = 0;
+  char *end;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || *end)
+    return cli_usage(cmd, "%s needs a %s id (a number), not '%s'", cmd, what, s);
+  *out = (uint64_t)v;
+  return CLI_OK;
+}
+
+/* See cli.h. */
+void cli_format_duration(double s, char *buf, size_t len) {
+  if (s < 0) s = 0;
+  if (s < 1)
+    snprintf(buf, len, "%.0f ms", s * 1e3);
+  else if (s < 60)
+    snprintf(buf, len, "%.1f s", s);
+  else if (s < 3600)
+    snprintf(buf, len, "%.0f min", s / 60);
+  else if (s < 86400)
+    snprintf(buf, len, "%.1f h", s / 3600);
+  else
+    snprintf(buf, len, "%.0f d", s / 86400);
+}
+
+/* See cli.h. */
+void cli_format_bytes(double bytes, char *buf, size_t len) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 5) {
+    bytes /= 1024;
+    u++;
+  }
+  if (u == 0)
+    snprintf(buf, len, "%.0f B", bytes);
+  else
+    snprintf(buf, len, "%.1f %s", bytes, units[u]);
+}
+
+/* See cli.h. */
+void cli_format_unix_time(double t, char *buf, size_t len) {
+  struct tm tm;
+  time_t secs = (time_t)t;
+  if (t < 0 || !localtime_r(&secs, &tm) || !strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm))
+    snprintf(buf, len, "%.3f", t);
+}
+
+/* See cli.h. */
+double cli_now_unix(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* See cli.h. */
+int cli_parse_plain(cli_t *g, const cli_command_t *cmd, int argc, char **argv, int min, int max,
+                    const char *need, const char **pos, int *done) {
+  *done = 0;
+  int n = 0;
+  for (int i = 1; i < argc; i++) {
+    int r = cli_global_option(g, argc, argv, &i);
+    if (r < 0) return CLI_USAGE;
+    if (r > 0) continue;
+    if (strcmp(argv[i], "--help") == 0) {
+      cli_print_command_help(cmd, stdout);
+      *done = 1;
+      return CLI_OK;
+    }
+    if (argv[i][0] == '-' && argv[i][1] == '-')
+      return cli_usage(cmd->name, "unknown option '%s'", argv[i]);
+    if (n >= max) return cli_usage(cmd->name, "unexpected argument '%s'", argv[i]);
+    pos[n++] = argv[i];
+  }
+  if (n < min) return cli_usage(cmd->name, "%s needs %s", cmd->name, need);
+  return CLI_OK;
+}

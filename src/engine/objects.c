@@ -1,0 +1,377 @@
+/* src/engine: objects, cache, leases, budget (objects.h). Loop thread. */
+#include "engine/objects.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/fail.h"
+#include "engine/job.h"
+#include "st/errors.h"
+
+/* Empty registry; ids start at 1. */
+void st__objects_init(st__objects_t *r) {
+  memset(r, 0, sizeof *r);
+  st__smap_init(&r->by_id);
+  st__smap_init(&r->cache);
+  r->next_id = 1;
+}
+
+static st__budget_t *budget_of(st__objects_t *r, const char *device, int create) {
+  for (int i = 0; i < r->nbudgets; i++)
+    if (strcmp(r->budgets[i].device, device) == 0) return &r->budgets[i];
+  if (!create || r->nbudgets == ST_OBJ_MAX_BUDGETS) return NULL;
+  st__budget_t *b = &r->budgets[r->nbudgets++];
+  memset(b, 0, sizeof *b);
+  snprintf(b->device, sizeof b->device, "%s", device);
+  return b;
+}
+
+/* Budget of a device (0 = none). ST_OK or ST_ERR_LIMIT. */
+int st__objects_set_budget(st__objects_t *r, const char *device, uint64_t bytes) {
+  st__budget_t *b = budget_of(r, device, 1);
+  if (!b) return ST_ERR_LIMIT;
+  b->budget = bytes;
+  return ST_OK;
+}
+
+static void lru_unlink(st__objects_t *r, st__object_t *o) {
+  if (o->lru_prev) o->lru_prev->lru_next = o->lru_next;
+  else if (r->lru_head == o) r->lru_head = o->lru_next;
+  if (o->lru_next) o->lru_next->lru_prev = o->lru_prev;
+  else if (r->lru_tail == o) r->lru_tail = o->lru_prev;
+  o->lru_prev = o->lru_next = NULL;
+}
+
+static void lru_append(st__objects_t *r, st__object_t *o) {
+  o->lru_prev = r->lru_tail;
+  o->lru_next = NULL;
+  if (r->lru_tail) r->lru_tail->lru_next = o;
+  else r->lru_head = o;
+  r->lru_tail = o;
+}
+
+/* Removes o from the cache index and the LRU list (not destroyed). */
+static void drop_cache_entry(st__objects_t *r, st__object_t *o) {
+  if (!o->cached) return;
+  if (st__smap_get(&r->cache, o->slot, o->slot_len) == o)
+    st__smap_del(&r->cache, o->slot, o->slot_len);
+  lru_unlink(r, o);
+  o->cached = 0;
+}
+
+static void destroy(st__objects_t *r, st__object_t *o) {
+  drop_cache_entry(r, o);
+  st__smap_del(&r->by_id, ST__ID_KEY(&o->id));
+  if (o->all_prev) o->all_prev->all_next = o->all_next;
+  else r->all_head = o->all_next;
+  if (o->all_next) o->all_next->all_prev = o->all_prev;
+  else r->all_tail = o->all_prev;
+  st__budget_t *b = budget_of(r, o->device, 0);
+  if (b) {
+    b->bytes -= o->bytes;
+    b->objects--;
+  }
+  r->leases -= o->refcount;
+  r->count--;
+  r->destroyed++;
+  st__build_result_destroy(&o->result);
+  free(o->endpoint);
+  free(o->cache_key);
+  free(o->slot);
+  free(o->leases);
+  free(o);
+}
+
+/* Destroys every object. */
+void st__objects_free(st__objects_t *r) {
+  while (r->all_head) destroy(r, r->all_head);
+  st__smap_clear(&r->by_id);
+  st__smap_clear(&r->cache);
+}
+
+static int evictable(const st__object_t *o) {
+  return o->cached && o->refcount == 0 && o->holds == 0;
+}
+
+/* Destroys o if nothing holds it; 1 when it did. */
+int st__objects_collect(st__objects_t *r, st__object_t *o) {
+  if (o->cached || o->refcount || o->holds) return 0;
+  destroy(r, o);
+  return 1;
+}
+
+/* "cpu" unless an arena lives on a GPU. */
+static void device_of(const st__build_result_t *res, char out[ST_OBJ_DEVICE_LEN]) {
+  snprintf(out, ST_OBJ_DEVICE_LEN, "cpu");
+  for (size_t i = 0; i < res->narenas; i++) {
+    st__arena_desc_t d;
+    memset(&d, 0, sizeof d);
+    st__arena_describe(res->arenas[i], &d);
+    if (d.cuda) {
+      snprintf(out, ST_OBJ_DEVICE_LEN, "cuda");
+      return;
+    }
+  }
+}
+
+static char *make_slot(const char *endpoint, const char *key, size_t key_len, size_t *len) {
+  size_t el = strlen(endpoint);
+  char *s = malloc(el + 1 + key_len + 1);
+  if (!s) return NULL;
+  memcpy(s, endpoint, el + 1);
+  memcpy(s + el + 1, key, key_len);
+  s[el + 1 + key_len] = '\0';
+  *len = el + 1 + key_len;
+  return s;
+}
+
+/* Makes room for `need` bytes on b's device: ST_OK (after evicting what
+ * had to go), or ST_ERR_OUT_OF_MEMORY with nothing evicted. */
+static int make_room(st__objects_t *r, st__budget_t *b, uint64_t need, char *err,
+                     size_t errlen) {
+  if (!b->budget || b->bytes + need <= b->budget) return ST_OK;
+  uint64_t freeable = 0;
+  for (st__object_t *o = r->lru_head; o; o = o->lru_next)
+    if (evictable(o) && strcmp(o->device, b->device) == 0) freeable += o->bytes;
+  if (need > b->budget || b->bytes - freeable + need > b->budget)
+    return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen,
+                    "object of %llu bytes does not fit the %s budget of %llu bytes "
+                    "(%llu bytes held by leases)",
+                    (unsigned long long)need, b->device, (unsigned long long)b->budget,
+                    (unsigned long long)(b->bytes - freeable));
+  st__object_t *o = r->lru_head;
+  while (o && b->bytes + need > b->budget) {
+    st__object_t *next = o->lru_next;
+    if (evictable(o) && strcmp(o->device, b->device) == 0) {
+      drop_cache_entry(r, o);
+      destroy(r, o);
+      r->evictions++;
+    }
+    o = next;
+  }
+  return ST_OK;
+}
+
+/* Registers a result as an object; see objects.h. */
+int st__objects_add(st__objects_t *r, const st__object_spec_t *spec, st__build_result_t *result,
+                    st__object_t **out, char *err, size_t errlen) {
+  *out = NULL;
+  char device[ST_OBJ_DEVICE_LEN];
+  device_of(result, device);
+  st__budget_t *b = budget_of(r, device, 1);
+  if (!b) return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "too many devices");
+  st__object_t *o = calloc(1, sizeof *o);
+  if (!o) return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+  o->endpoint = strdup(spec->endpoint);
+  if (spec->cache_key) {
+    o->cache_key = malloc(spec->cache_key_len + 1);
+    if (o->cache_key) {
+      memcpy(o->cache_key, spec->cache_key, spec->cache_key_len);
+      o->cache_key[spec->cache_key_len] = '\0';
+      o->cache_key_len = spec->cache_key_len;
+    }
+    o->slot = make_slot(spec->endpoint, spec->cache_key, spec->cache_key_len, &o->slot_len);
+  }
+  if (!o->endpoint || (spec->cache_key && (!o->cache_key || !o->slot))) {
+    free(o->endpoint);
+    free(o->cache_key);
+    free(o->slot);
+    free(o);
+    return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+  }
+  o->id = r->next_id;
+  if (st__smap_put(&r->by_id, ST__ID_KEY(&o->id), o) != ST_OK) {
+    free(o->endpoint);
+    free(o->cache_key);
+    free(o->slot);
+    free(o);
+    return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+  }
+  int rc = make_room(r, b, result->bytes, err, errlen);
+  if (rc != ST_OK) {
+    st__smap_del(&r->by_id, ST__ID_KEY(&o->id));
+    free(o->endpoint);
+    free(o->cache_key);
+    free(o->slot);
+    free(o);
+    return rc;
+  }
+  r->next_id++;
+  o->fingerprint = spec->fingerprint;
+  o->managed = spec->managed;
+  o->bytes = result->bytes;
+  memcpy(o->device, device, sizeof device);
+  o->created_at = o->last_accessed_at = st__now_unix();
+  o->result = *result;
+  st__build_result_init(result);
+  o->all_prev = r->all_tail;
+  if (r->all_tail) r->all_tail->all_next = o;
+  else r->all_head = o;
+  r->all_tail = o;
+  r->count++;
+  r->created++;
+  b->bytes += o->bytes;
+  b->objects++;
+  if (spec->cache && o->slot) {
+    st__object_t *old = st__smap_get(&r->cache, o->slot, o->slot_len);
+    if (st__smap_put(&r->cache, o->slot, o->slot_len, o) == ST_OK) {
+      if (old) {
+        lru_unlink(r, old);
+        old->cached = 0;
+        st__objects_collect(r, old);
+      }
+      o->cached = 1;
+      lru_append(r, o);
+    }
+  }
+  *out = o;
+  return ST_OK;
+}
+
+/* Object by id or NULL. */
+st__object_t *st__objects_find(st__objects_t *r, uint64_t id) {
+  return st__smap_get(&r->by_id, ST__ID_KEY(&id));
+}
+
+/* Cached object of (endpoint, key) or NULL. */
+st__object_t *st__objects_lookup(st__objects_t *r, const char *endpoint, const char *key,
+                                 size_t key_len) {
+  size_t len;
+  char *slot = make_slot(endpoint, key, key_len, &len);
+  if (!slot) return NULL;
+  st__object_t *o = st__smap_get(&r->cache, slot, len);
+  free(slot);
+  return o;
+}
+
+/* Last use: now, and the fresh end of the LRU order. */
+void st__objects_touch(st__objects_t *r, st__object_t *o) {
+  o->last_accessed_at = st__now_unix();
+  if (o->cached) {
+    lru_unlink(r, o);
+    lru_append(r, o);
+  }
+}
+
+/* One more lease for conn_id. */
+int st__objects_lease(st__objects_t *r, st__object_t *o, uint64_t conn_id) {
+  for (size_t i = 0; i < o->nleases; i++) {
+    if (o->leases[i].conn_id == conn_id) {
+      o->leases[i].count++;
+      o->refcount++;
+      r->leases++;
+      return ST_OK;
+    }
+  }
+  if (o->nleases == o->cap_leases) {
+    size_t cap = o->cap_leases ? o->cap_leases * 2 : 4;
+    st__lease_t *l = realloc(o->leases, cap * sizeof *l);
+    if (!l) return ST_ERR_OUT_OF_MEMORY;
+    o->leases = l;
+    o->cap_leases = cap;
+  }
+  o->leases[o->nleases].conn_id = conn_id;
+  o->leases[o->nleases].count = 1;
+  o->nleases++;
+  o->refcount++;
+  r->leases++;
+  return ST_OK;
+}
+
+/* Drops `n` leases of entry i (all of them when n is 0). */
+static uint32_t drop_leases(st__objects_t *r, st__object_t *o, size_t i, uint32_t n) {
+  uint32_t k = n && n < o->leases[i].count ? n : o->leases[i].count;
+  o->leases[i].count -= k;
+  o->refcount -= k;
+  r->leases -= k;
+  if (o->leases[i].count == 0) o->leases[i] = o->leases[--o->nleases];
+  return k;
+}
+
+/* One lease of conn_id back; see objects.h. */
+void st__objects_release(st__objects_t *r, uint64_t id, uint64_t conn_id, int *released,
+                         int *destroyed, uint32_t *refcount) {
+  *released = 0;
+  *destroyed = 1;
+  *refcount = 0;
+  st__object_t *o = st__objects_find(r, id);
+  if (!o) return;
+  for (size_t i = 0; i < o->nleases; i++) {
+    if (o->leases[i].conn_id == conn_id) {
+      drop_leases(r, o, i, 1);
+      *released = 1;
+      break;
+    }
+  }
+  *refcount = o->refcount;
+  *destroyed = st__objects_collect(r, o);
+}
+
+/* Every lease of a closed connection; returns how many. */
+size_t st__objects_release_conn(st__objects_t *r, uint64_t conn_id) {
+  size_t n = 0;
+  st__object_t *o = r->all_head;
+  while (o) {
+    st__object_t *next = o->all_next;
+    for (size_t i = 0; i < o->nleases; i++) {
+      if (o->leases[i].conn_id == conn_id) {
+        n += drop_leases(r, o, i, 0);
+        st__objects_collect(r, o);
+        break;
+      }
+    }
+    o = next;
+  }
+  return n;
+}
+
+/* A task's hold on an unfetched result. */
+void st__objects_hold(st__objects_t *r, st__object_t *o) {
+  (void)r;
+  o->holds++;
+}
+
+/* Gives a hold back; destroys the object if nothing else holds it. */
+void st__objects_unhold(st__objects_t *r, st__object_t *o) {
+  if (o->holds) o->holds--;
+  st__objects_collect(r, o);
+}
+
+/* Drops one cache entry; 1 if it existed. */
+int st__objects_uncache(st__objects_t *r, const char *endpoint, const char *key, size_t key_len) {
+  st__object_t *o = st__objects_lookup(r, endpoint, key, key_len);
+  if (!o) return 0;
+  drop_cache_entry(r, o);
+  st__objects_collect(r, o);
+  return 1;
+}
+
+/* Drops every cache entry of an endpoint; returns how many. */
+size_t st__objects_uncache_endpoint(st__objects_t *r, const char *endpoint) {
+  size_t n = 0;
+  st__object_t *o = r->lru_head;
+  while (o) {
+    st__object_t *next = o->lru_next;
+    if (strcmp(o->endpoint, endpoint) == 0) {
+      drop_cache_entry(r, o);
+      st__objects_collect(r, o);
+      n++;
+    }
+    o = next;
+  }
+  return n;
+}
+
+/* Per-device figures. */
+void st__objects_stats(const st__objects_t *r, const char *device, st__budget_stats_t *out) {
+  memset(out, 0, sizeof *out);
+  for (int i = 0; i < r->nbudgets; i++)
+    if (strcmp(r->budgets[i].device, device) == 0) out->budget = r->budgets[i].budget;
+  for (const st__object_t *o = r->all_head; o; o = o->all_next) {
+    if (strcmp(o->device, device) != 0) continue;
+    out->objects++;
+    if (evictable(o)) out->cached_bytes += o->bytes;
+    else out->leased_bytes += o->bytes;
+  }
+}

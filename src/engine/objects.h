@@ -1,0 +1,164 @@
+/* src/engine: server objects, the result cache, leases and the memory
+ * budget (docs/protocol.md, "Objects, leases and caching";
+ * docs/lifecycle.md).
+ *
+ * An object is a build result the server keeps a reference to: the value
+ * bytes and the arenas they name. It lives while any of these holds it:
+ *  - the cache (`cached`: an entry under (endpoint, cache key));
+ *  - leases (`refcount`): counted per connection, given by replies of
+ *    managed endpoints and taken back by release or when the connection
+ *    closes;
+ *  - holds: finished tasks whose result was not fetched yet.
+ * With none left the object is destroyed: its arena references go, and
+ * memory that clients still map stays theirs.
+ *
+ * Budget: every device ("cpu", later "cuda:N") has a budget in bytes
+ * (0 = none). Objects count their `bytes` against their device's budget
+ * while they exist. Adding an object that does not fit first evicts cached
+ * objects that nothing else holds (no lease, no hold), least recently used
+ * first; if it still cannot fit, nothing is evicted and the add fails.
+ *
+ * Threads: loop thread only; nothing here locks.
+ */
+#ifndef ST_ENGINE_OBJECTS_H
+#define ST_ENGINE_OBJECTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/result.h"
+#include "engine/smap.h"
+
+#define ST_OBJ_DEVICE_LEN 16
+#define ST_OBJ_MAX_BUDGETS 17
+
+typedef struct st__lease {
+  uint64_t conn_id;
+  uint32_t count;             /* leases this connection holds on the object */
+} st__lease_t;
+
+typedef struct st__object {
+  uint64_t id;                /* unique within the process, never reused */
+  char *endpoint;             /* owned */
+  char *cache_key;            /* owned; NULL when the endpoint has no key */
+  size_t cache_key_len;
+  uint64_t fingerprint;       /* of the declaration that built it */
+  int cached;                 /* in the cache now */
+  int managed;
+  uint32_t refcount;          /* leases, all connections together */
+  uint32_t holds;             /* unfetched task results */
+  st__lease_t *leases;        /* owned, nleases used */
+  size_t nleases, cap_leases;
+  uint64_t bytes;             /* sum of the arenas' sizes */
+  char device[ST_OBJ_DEVICE_LEN];
+  double created_at;          /* unix seconds */
+  double last_accessed_at;    /* unix seconds: last reply that handed it out */
+  st__build_result_t result;  /* owned: value bytes and arena references */
+  char *slot;                 /* owned cache slot key (endpoint NUL key) */
+  size_t slot_len;
+  struct st__object *lru_prev, *lru_next;  /* cached objects, oldest use first */
+  struct st__object *all_prev, *all_next;  /* every object, by id */
+} st__object_t;
+
+typedef struct st__budget {
+  char device[ST_OBJ_DEVICE_LEN];
+  uint64_t budget;            /* bytes; 0 = no budget */
+  uint64_t bytes;             /* bytes of this device's objects */
+  uint64_t objects;
+} st__budget_t;
+
+typedef struct st__objects {
+  st__smap_t by_id;           /* id -> object */
+  st__smap_t cache;           /* slot (endpoint NUL key) -> object */
+  st__object_t *lru_head, *lru_tail;
+  st__object_t *all_head, *all_tail;
+  size_t count;
+  uint64_t next_id;
+  uint64_t leases;            /* sum of refcounts */
+  uint64_t evictions;         /* cache entries evicted for the budget */
+  uint64_t created, destroyed;
+  st__budget_t budgets[ST_OBJ_MAX_BUDGETS];
+  int nbudgets;
+} st__objects_t;
+
+/* What a new object is. Strings are borrowed (copied by st__objects_add). */
+typedef struct st__object_spec {
+  const char *endpoint;
+  const char *cache_key;      /* NULL: no key */
+  size_t cache_key_len;
+  uint64_t fingerprint;
+  int cache;                  /* put it in the cache (replaces an entry) */
+  int managed;
+} st__object_spec_t;
+
+/* Per-device figures for info. */
+typedef struct st__budget_stats {
+  uint64_t budget;
+  uint64_t cached_bytes;      /* objects only the cache holds (evictable) */
+  uint64_t leased_bytes;      /* objects held by leases or tasks */
+  uint64_t objects;
+} st__budget_stats_t;
+
+void st__objects_init(st__objects_t *r);
+
+/* Destroys every object (dropping their arena references). */
+void st__objects_free(st__objects_t *r);
+
+/* Sets the budget of `device` ("cpu", "cuda:0"); 0 = none. ST_OK or
+ * ST_ERR_LIMIT when too many devices are named. */
+int st__objects_set_budget(st__objects_t *r, const char *device, uint64_t bytes);
+
+/* Registers the result as a new object (refcount 0, no hold): evicts for
+ * the budget, then moves *result into the object (*result is left empty).
+ * On failure nothing is registered or evicted, *result is untouched, and
+ * err says why:
+ *   ST_ERR_OUT_OF_MEMORY  "object of N bytes does not fit the cpu budget
+ *                          of B bytes (L bytes held by leases)", or malloc
+ * The new object is borrowed by the caller, who must give it a lease, a
+ * hold or leave it cached, then call st__objects_collect. */
+int st__objects_add(st__objects_t *r, const st__object_spec_t *spec, st__build_result_t *result,
+                    st__object_t **out, char *err, size_t errlen);
+
+/* Object by id (borrowed) or NULL. */
+st__object_t *st__objects_find(st__objects_t *r, uint64_t id);
+
+/* The cached object of (endpoint, key), or NULL. Does not touch it. */
+st__object_t *st__objects_lookup(st__objects_t *r, const char *endpoint, const char *key,
+                                 size_t key_len);
+
+/* Marks an object as just handed out: last_accessed_at, and the most
+ * recently used end of the LRU order. */
+void st__objects_touch(st__objects_t *r, st__object_t *o);
+
+/* Gives conn_id one more lease. ST_OK or ST_ERR_OUT_OF_MEMORY. */
+int st__objects_lease(st__objects_t *r, st__object_t *o, uint64_t conn_id);
+
+/* Takes one lease of conn_id on object `id` back. Fills *released (0 when
+ * conn_id held none), *destroyed (the object is gone, also when it was
+ * unknown) and *refcount (leases left). */
+void st__objects_release(st__objects_t *r, uint64_t id, uint64_t conn_id, int *released,
+                         int *destroyed, uint32_t *refcount);
+
+/* Takes back every lease of conn_id (its connection closed); returns how
+ * many. Objects nothing holds any more are destroyed. */
+size_t st__objects_release_conn(st__objects_t *r, uint64_t conn_id);
+
+/* Holds for unfetched task results; unhold may destroy the object. */
+void st__objects_hold(st__objects_t *r, st__object_t *o);
+void st__objects_unhold(st__objects_t *r, st__object_t *o);
+
+/* Destroys the object if nothing holds it (no lease, hold or cache
+ * entry); returns 1 when it did (the pointer is then dead). */
+int st__objects_collect(st__objects_t *r, st__object_t *o);
+
+/* Drops the cache entry of (endpoint, key): 1 if there was one. */
+int st__objects_uncache(st__objects_t *r, const char *endpoint, const char *key, size_t key_len);
+
+/* Drops every cache entry of an endpoint; returns how many. */
+size_t st__objects_uncache_endpoint(st__objects_t *r, const char *endpoint);
+
+/* Figures of one device (zeros for a device with neither budget nor
+ * objects). */
+void st__objects_stats(const st__objects_t *r, const char *device, st__budget_stats_t *out);
+
+#endif

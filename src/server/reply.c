@@ -1,0 +1,202 @@
+/* src/server: replies shared by the methods (work.h, "reply.c"): the
+ * response head, results with their descriptors and object maps, and the
+ * checks of id parameters. Loop thread only. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "mem/arena.h"
+#include "server/work.h"
+#include "st/wire.h"
+
+/* A response with a result: [1, id, nil, <result packed next>]. */
+void st__reply_begin(msgpack_sbuffer *sb, msgpack_packer *pk, uint32_t id) {
+  msgpack_sbuffer_init(sb);
+  msgpack_packer_init(pk, sb, msgpack_sbuffer_write);
+  st__pack_response_head(pk, id);
+}
+
+/* Queues the reply (no descriptors) and frees the buffer. */
+void st__reply_send(st__conn_t *c, msgpack_sbuffer *sb) {
+  st__conn_send(c, sb, NULL, 0);
+  msgpack_sbuffer_destroy(sb);
+}
+
+/* true / false. */
+void st__pack_bool(msgpack_packer *pk, int v) {
+  if (v) msgpack_pack_true(pk);
+  else msgpack_pack_false(pk);
+}
+
+/* The `object` map of a call reply. */
+static void pack_object(msgpack_packer *pk, st__server_t *srv, const st__object_t *o,
+                        int lease) {
+  msgpack_pack_map(pk, 9);
+  st__pack_cstr(pk, "id");
+  msgpack_pack_uint64(pk, o->id);
+  st__pack_cstr(pk, "server_id");
+  st__pack_cstr(pk, srv->server_id);
+  st__pack_cstr(pk, "cache_key");
+  if (o->cache_key) {
+    msgpack_pack_str(pk, o->cache_key_len);
+    msgpack_pack_str_body(pk, o->cache_key, o->cache_key_len);
+  } else {
+    msgpack_pack_nil(pk);
+  }
+  st__pack_cstr(pk, "cached");
+  st__pack_bool(pk, o->cached);
+  st__pack_cstr(pk, "managed");
+  st__pack_bool(pk, o->managed);
+  st__pack_cstr(pk, "lease");
+  st__pack_bool(pk, lease);
+  st__pack_cstr(pk, "refcount");
+  msgpack_pack_uint32(pk, o->refcount);
+  st__pack_cstr(pk, "bytes");
+  msgpack_pack_uint64(pk, o->bytes);
+  st__pack_cstr(pk, "device");
+  st__pack_cstr(pk, o->device);
+}
+
+/* Packs one object's info (object_info, objects). Loop thread. */
+void st__pack_object_info(msgpack_packer *pk, st__server_t *srv, const st__object_t *o) {
+  msgpack_pack_map(pk, 12);
+  st__pack_cstr(pk, "id");
+  msgpack_pack_uint64(pk, o->id);
+  st__pack_cstr(pk, "server_id");
+  st__pack_cstr(pk, srv->server_id);
+  st__pack_cstr(pk, "endpoint");
+  st__pack_cstr(pk, o->endpoint);
+  st__pack_cstr(pk, "cache_key");
+  if (o->cache_key) {
+    msgpack_pack_str(pk, o->cache_key_len);
+    msgpack_pack_str_body(pk, o->cache_key, o->cache_key_len);
+  } else {
+    msgpack_pack_nil(pk);
+  }
+  st__pack_cstr(pk, "cached");
+  st__pack_bool(pk, o->cached);
+  st__pack_cstr(pk, "managed");
+  st__pack_bool(pk, o->managed);
+  st__pack_cstr(pk, "refcount");
+  msgpack_pack_uint32(pk, o->refcount);
+  st__pack_cstr(pk, "bytes");
+  msgpack_pack_uint64(pk, o->bytes);
+  st__pack_cstr(pk, "device");
+  st__pack_cstr(pk, o->device);
+  st__pack_cstr(pk, "created_at");
+  msgpack_pack_double(pk, o->created_at);
+  st__pack_cstr(pk, "last_accessed_at");
+  msgpack_pack_double(pk, o->last_accessed_at);
+  /* Not "arenas": a result with that key carries descriptors. */
+  st__pack_cstr(pk, "arena_ids");
+  msgpack_pack_array(pk, o->result.narenas);
+  for (size_t i = 0; i < o->result.narenas; i++)
+    msgpack_pack_uint64(pk, st__arena_id(o->result.arenas[i]));
+}
+
+/* {value, arenas[, object]} with one descriptor per arena; see work.h. */
+int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
+                      const st__build_result_t *r, const st__object_t *obj, int lease) {
+  st__server_t *srv = c->srv;
+  if (r->narenas > ST_MAX_FDS_PER_MESSAGE) {
+    char m[200];
+    snprintf(m, sizeof m, "%s: the result uses %zu allocations; at most %d fit in one reply",
+             endpoint, r->narenas, ST_MAX_FDS_PER_MESSAGE);
+    st__conn_send_error(c, id, ST_ERR_LIMIT, m);
+    return ST_ERR_LIMIT;
+  }
+  int fds[ST_MAX_FDS_PER_MESSAGE];
+  int nfds = 0;
+  for (size_t i = 0; i < r->narenas; i++) {
+    int fd = st__arena_dup_fd(r->arenas[i]);
+    if (fd < 0) {
+      for (int k = 0; k < nfds; k++) close(fds[k]);
+      char m[200];
+      snprintf(m, sizeof m, "%s: cannot duplicate an arena descriptor (%s)", endpoint,
+               st_strerror(fd));
+      ST_LOG_E("call", "%s", m);
+      st__conn_send_error(c, id, fd, m);
+      return fd;
+    }
+    fds[nfds++] = fd;
+  }
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  st__reply_begin(&sb, &pk, id);
+  msgpack_pack_map(&pk, obj ? 3 : 2);
+  st__pack_cstr(&pk, "value");
+  if (r->value.size) msgpack_sbuffer_write(&sb, r->value.data, r->value.size);
+  else msgpack_pack_nil(&pk);
+  st__pack_cstr(&pk, "arenas");
+  msgpack_pack_array(&pk, r->narenas);
+  for (size_t i = 0; i < r->narenas; i++) {
+    st__arena_desc_t d;
+    memset(&d, 0, sizeof d);
+    st__arena_describe(r->arenas[i], &d);
+    d.fd = (uint32_t)i;
+    st__pack_arena(&pk, &d);
+  }
+  if (obj) {
+    st__pack_cstr(&pk, "object");
+    pack_object(&pk, srv, obj, lease);
+  }
+  srv->counters.calls_ok++;
+  st__conn_send(c, &sb, fds, nfds);
+  msgpack_sbuffer_destroy(&sb);
+  return ST_OK;
+}
+
+/* A lease whose reply failed goes back; see work.h. */
+void st__drop_lease(st__server_t *srv, st__conn_t *c, st__object_t *obj) {
+  /* The object is held by its caller (cache, hold or a delivery that
+   * collects afterwards), so releasing cannot destroy it under us... */
+  obj->holds++;
+  int released, destroyed;
+  uint32_t refcount;
+  st__objects_release(&srv->objects, obj->id, c->id, &released, &destroyed, &refcount);
+  obj->holds--;   /* ...and the caller collects it when it is done. */
+  if (released) c->leases--;
+}
+
+/* Optional unsigned integer parameter; see work.h. */
+int st__param_u64(st__conn_t *c, uint32_t id, const char *method, const msgpack_object *params,
+                  const char *name, uint64_t *out) {
+  const msgpack_object *v = st__map_get(params, name);
+  if (!v || v->type == MSGPACK_OBJECT_NIL) return 0;
+  if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER) {
+    char m[160];
+    snprintf(m, sizeof m, "%s: '%s' must be an integer >= 0", method, name);
+    st__conn_send_error(c, id, ST_ERR_INVALID_ARGUMENT, m);
+    return -1;
+  }
+  *out = v->via.u64;
+  return 1;
+}
+
+/* params.endpoint in the current generation; see work.h. */
+const st__endpoint_decl_t *st__param_endpoint(st__conn_t *c, uint32_t id, const char *method,
+                                              const msgpack_object *params) {
+  const msgpack_object *name = st__map_get(params, "endpoint");
+  char m[256];
+  if (!name || name->type != MSGPACK_OBJECT_STR) {
+    snprintf(m, sizeof m, "%s: 'endpoint' (a string) is required", method);
+    st__conn_send_error(c, id, ST_ERR_INVALID_ARGUMENT, m);
+    return NULL;
+  }
+  const st__endpoint_decl_t *ep =
+      st__generation_find(c->srv->gen, name->via.str.ptr, name->via.str.size);
+  if (!ep) {
+    snprintf(m, sizeof m, "unknown endpoint '%.*s'",
+             (int)(name->via.str.size > 128 ? 128 : name->via.str.size), name->via.str.ptr);
+    st__conn_send_error(c, id, ST_ERR_UNKNOWN_ENDPOINT, m);
+  }
+  return ep;
+}
+
+/* INVALID_ARGUMENT for a missing required parameter. */
+void st__param_missing(st__conn_t *c, uint32_t id, const char *method, const char *name) {
+  char m[160];
+  snprintf(m, sizeof m, "%s: '%s' is required", method, name);
+  st__conn_send_error(c, id, ST_ERR_INVALID_ARGUMENT, m);
+}

@@ -1,0 +1,446 @@
+/* src/server: tasks (work.h): the table, states and retention, waiters
+ * parked by `wait` and by calls of task endpoints, and task info.
+ * Loop thread only.
+ *
+ * Retention: a finished task stays for tasks.ttl_s (a periodic timer drops
+ * expired ones, oldest first) and the table holds at most tasks.capacity
+ * tasks (a new one pushes out the oldest finished). A result is kept only
+ * until it is fetched: fetching a plain result frees it, fetching an
+ * object result gives up the task's hold on the object.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "server/work.h"
+#include "st/errors.h"
+
+static const char *const status_names[ST_TASK_NSTATES] = {"pending", "running", "completed",
+                                                          "failed", "cancelled"};
+
+/* "pending" ... "cancelled" (static). Any thread. */
+const char *st__task_status_name(st__task_status_t s) {
+  return (unsigned)s < ST_TASK_NSTATES ? status_names[s] : "?";
+}
+
+/* The status named by s (not NUL-terminated), or -1. Any thread. */
+int st__task_status_parse(const char *s, size_t len) {
+  for (int i = 0; i < ST_TASK_NSTATES; i++)
+    if (strlen(status_names[i]) == len && memcmp(status_names[i], s, len) == 0) return i;
+  return -1;
+}
+
+static int finished(const st__task_t *t) {
+  return t->status >= ST_TASK_COMPLETED;
+}
+
+static void set_status(st__work_t *w, st__task_t *t, st__task_status_t s) {
+  w->nstatus[t->status]--;
+  t->status = s;
+  w->nstatus[s]++;
+}
+
+/* Task by id (borrowed) or NULL. Loop thread. */
+st__task_t *st__task_find(st__server_t *srv, uint64_t id) {
+  return st__smap_get(&srv->work->tasks, ST__ID_KEY(&id));
+}
+
+/* ------------------------------------------------------------- removal */
+
+static void free_task(st__server_t *srv, st__task_t *t) {
+  if (t->holds_object) {
+    st__object_t *o = st__objects_find(&srv->objects, t->object_id);
+    if (o) st__objects_unhold(&srv->objects, o);
+  }
+  st__build_result_destroy(&t->result);
+  free(t->endpoint);
+  free(t->err_msg);
+  free(t);
+}
+
+/* Drops a finished task (it has no waiters and no build). */
+static void expire(st__server_t *srv, st__task_t *t) {
+  st__work_t *w = srv->work;
+  st__smap_del(&w->tasks, ST__ID_KEY(&t->id));
+  if (t->newer) t->newer->older = t->older;
+  else w->newest = t->older;
+  if (t->older) t->older->newer = t->newer;
+  else w->oldest = t->newer;
+  if (t->dprev) t->dprev->dnext = t->dnext;
+  else w->done_head = t->dnext;
+  if (t->dnext) t->dnext->dprev = t->dprev;
+  else w->done_tail = t->dprev;
+  w->nstatus[t->status]--;
+  w->ntasks--;
+  srv->counters.tasks_expired++;
+  ST_LOG_D("task", "task %llu (%s, %s) dropped", (unsigned long long)t->id, t->endpoint,
+           st__task_status_name(t->status));
+  free_task(srv, t);
+}
+
+/* Timer: finished tasks older than the TTL go. */
+void st__tasks_sweep(st__server_t *srv) {
+  st__work_t *w = srv->work;
+  double now = st__now_mono();
+  while (w->done_head && w->done_head->completed_mono + srv->cfg->task_ttl_s <= now)
+    expire(srv, w->done_head);
+}
+
+/* ------------------------------------------------------------- creation */
+
+/* A new pending task (capacity and TTL applied first); see work.h. Loop
+ * thread. */
+st__task_t *st__task_new(st__server_t *srv, const char *endpoint, char *err, size_t errlen,
+                         int *code) {
+  st__work_t *w = srv->work;
+  st__tasks_sweep(srv);
+  if (w->ntasks >= (size_t)srv->cfg->task_capacity) {
+    if (!w->done_head) {
+      snprintf(err, errlen, "%zu tasks are pending or running (tasks.capacity)", w->ntasks);
+      *code = ST_ERR_LIMIT;
+      return NULL;
+    }
+    expire(srv, w->done_head);
+  }
+  st__task_t *t = calloc(1, sizeof *t);
+  if (t) t->endpoint = strdup(endpoint);
+  if (!t || !t->endpoint) {
+    free(t);
+    snprintf(err, errlen, "out of memory");
+    *code = ST_ERR_OUT_OF_MEMORY;
+    return NULL;
+  }
+  t->id = ++w->next_task_id;
+  if (st__smap_put(&w->tasks, ST__ID_KEY(&t->id), t) != ST_OK) {
+    free(t->endpoint);
+    free(t);
+    snprintf(err, errlen, "out of memory");
+    *code = ST_ERR_OUT_OF_MEMORY;
+    return NULL;
+  }
+  t->status = ST_TASK_PENDING;
+  t->created_at = st__now_unix();
+  st__build_result_init(&t->result);
+  t->older = w->newest;
+  if (w->newest) w->newest->newer = t;
+  else w->oldest = t;
+  w->newest = t;
+  w->ntasks++;
+  w->nstatus[ST_TASK_PENDING]++;
+  return t;
+}
+
+/* ------------------------------------------------------------- state */
+
+/* A worker took the task's build: pending becomes running. Loop thread. */
+void st__task_started(st__server_t *srv, st__task_t *t, double started_unix) {
+  if (t->status != ST_TASK_PENDING) return;
+  t->started_at = started_unix;
+  set_status(srv->work, t, ST_TASK_RUNNING);
+}
+
+/* Current status; pending becomes running once a worker took the job.
+ * Loop thread. */
+st__task_status_t st__task_status(st__server_t *srv, st__task_t *t) {
+  if (t->status == ST_TASK_PENDING && t->build && t->build->state == ST_BUILD_SUBMITTED &&
+      st__job_state(t->build->job) != ST_JOB_QUEUED)
+    st__task_started(srv, t, t->build->job->started_unix);
+  return t->status;
+}
+
+static void pack_error(msgpack_packer *pk, const st__task_t *t) {
+  if (t->status == ST_TASK_FAILED || t->status == ST_TASK_CANCELLED)
+    st__pack_error(pk, t->err_code ? t->err_code : ST_ERR_CANCELLED, t->err_msg);
+  else
+    msgpack_pack_nil(pk);
+}
+
+static void pack_time(msgpack_packer *pk, double t) {
+  if (t > 0) msgpack_pack_double(pk, t);
+  else msgpack_pack_nil(pk);
+}
+
+/* Packs task info (docs/protocol.md); progress is read from the running
+ * job under its lock. Loop thread. */
+void st__pack_task(msgpack_packer *pk, st__server_t *srv, st__task_t *t) {
+  st__task_status(srv, t);
+  st__progress_t p;
+  memset(&p, 0, sizeof p);
+  if (t->status == ST_TASK_RUNNING && t->build && t->build->state == ST_BUILD_SUBMITTED)
+    st__progress_get(&t->build->job->progress, &p);
+  else if (finished(t))
+    p = t->progress;
+  msgpack_pack_map(pk, 10);
+  st__pack_cstr(pk, "id");
+  msgpack_pack_uint64(pk, t->id);
+  st__pack_cstr(pk, "endpoint");
+  st__pack_cstr(pk, t->endpoint);
+  st__pack_cstr(pk, "status");
+  st__pack_cstr(pk, st__task_status_name(t->status));
+  st__pack_cstr(pk, "created_at");
+  pack_time(pk, t->created_at);
+  st__pack_cstr(pk, "started_at");
+  pack_time(pk, t->started_at);
+  st__pack_cstr(pk, "completed_at");
+  pack_time(pk, t->completed_at);
+  st__pack_cstr(pk, "error");
+  pack_error(pk, t);
+  st__pack_cstr(pk, "progress");
+  if (p.set) msgpack_pack_double(pk, p.fraction);
+  else msgpack_pack_nil(pk);
+  st__pack_cstr(pk, "note");
+  st__pack_cstr(pk, p.set && p.has_note ? p.note : NULL);
+  st__pack_cstr(pk, "object_id");
+  if (t->status == ST_TASK_COMPLETED && t->object_id) msgpack_pack_uint64(pk, t->object_id);
+  else msgpack_pack_nil(pk);
+}
+
+/* Answers request_id with t's info. Loop thread. */
+void st__reply_task(st__conn_t *c, uint32_t request_id, st__task_t *t) {
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  st__reply_begin(&sb, &pk, request_id);
+  st__pack_task(&pk, c->srv, t);
+  st__reply_send(c, &sb);
+}
+
+/* ------------------------------------------------------------- waiters */
+
+static void unlink_waiter(st__server_t *srv, st__waiter_t *x) {
+  st__work_t *w = srv->work;
+  st__task_t *t = x->task;
+  if (x->tprev) x->tprev->tnext = x->tnext;
+  else t->waiters = x->tnext;
+  if (x->tnext) x->tnext->tprev = x->tprev;
+  if (x->gprev) x->gprev->gnext = x->gnext;
+  else w->waiters = x->gnext;
+  if (x->gnext) x->gnext->gprev = x->gprev;
+  ev_timer_stop(srv->loop, &x->timer);
+}
+
+/* Answers a waiter (if its connection is still there) and frees it. */
+static void answer(st__server_t *srv, st__waiter_t *x) {
+  unlink_waiter(srv, x);
+  st__conn_t *c = st__conn_find(srv, x->conn_id);
+  if (c && !c->dead) {
+    if (x->kind == ST_WAIT_RESULT) st__task_reply_result(c, x->request_id, x->task);
+    else st__reply_task(c, x->request_id, x->task);
+    st__conn_request_done(c);
+  }
+  free(x);
+}
+
+static void on_wait_timeout(struct ev_loop *loop, ev_timer *tm, int revents) {
+  (void)loop;
+  (void)revents;
+  st__waiter_t *x = tm->data;
+  answer(x->srv, x);
+}
+
+/* Parks a request until t ends; see work.h. */
+int st__task_add_waiter(st__server_t *srv, st__task_t *t, st__conn_t *c, uint32_t request_id,
+                        st__wait_kind_t kind, double timeout_s) {
+  st__work_t *w = srv->work;
+  if (finished(t) || (kind == ST_WAIT_INFO && timeout_s <= 0)) {
+    if (kind == ST_WAIT_RESULT) st__task_reply_result(c, request_id, t);
+    else st__reply_task(c, request_id, t);
+    return ST_OK;
+  }
+  st__waiter_t *x = calloc(1, sizeof *x);
+  if (!x) return ST_ERR_OUT_OF_MEMORY;
+  x->srv = srv;
+  x->task = t;
+  x->kind = kind;
+  x->conn_id = c->id;
+  x->request_id = request_id;
+  x->tnext = t->waiters;
+  if (t->waiters) t->waiters->tprev = x;
+  t->waiters = x;
+  x->gnext = w->waiters;
+  if (w->waiters) w->waiters->gprev = x;
+  w->waiters = x;
+  ev_timer_init(&x->timer, on_wait_timeout, timeout_s, 0.);
+  x->timer.data = x;
+  if (kind == ST_WAIT_INFO) {
+    ev_now_update(srv->loop);     /* the timeout counts from now */
+    ev_timer_start(srv->loop, &x->timer);
+  }
+  c->inflight++;
+  return ST_OK;
+}
+
+/* Waiters of a closed connection; see work.h. */
+void st__tasks_conn_closed(st__server_t *srv, uint64_t conn_id) {
+  st__work_t *w = srv->work;
+  uint64_t orphans[64];
+  size_t norphans = 0, more = 0;
+  st__waiter_t *x = w->waiters;
+  while (x) {
+    st__waiter_t *next = x->gnext;
+    if (x->conn_id == conn_id) {
+      if (x->kind == ST_WAIT_RESULT && !finished(x->task)) {
+        if (norphans < 64) orphans[norphans++] = x->task->id;
+        else more++;
+      }
+      unlink_waiter(srv, x);
+      free(x);
+    }
+    x = next;
+  }
+  /* A task its call started has nobody to answer any more. */
+  for (size_t i = 0; i < norphans; i++) {
+    st__task_t *t = st__task_find(srv, orphans[i]);
+    if (t) st__task_cancel(srv, t);
+  }
+  if (more)
+    ST_LOG_W("task", "conn %llu: %zu more tasks of its calls keep running",
+             (unsigned long long)conn_id, more);
+}
+
+/* ------------------------------------------------------------- ending */
+
+static void finish(st__server_t *srv, st__task_t *t, st__task_status_t s) {
+  st__work_t *w = srv->work;
+  t->build = NULL;
+  set_status(w, t, s);
+  t->completed_at = st__now_unix();
+  if (s == ST_TASK_COMPLETED && !t->started_at) t->started_at = t->completed_at;
+  t->completed_mono = st__now_mono();
+  t->dprev = w->done_tail;
+  t->dnext = NULL;
+  if (w->done_tail) w->done_tail->dnext = t;
+  else w->done_head = t;
+  w->done_tail = t;
+  ST_LOG_D("task", "task %llu (%s) %s", (unsigned long long)t->id, t->endpoint,
+           st__task_status_name(s));
+  while (t->waiters) answer(srv, t->waiters);
+}
+
+/* Ends t failed (or cancelled: a CANCELLED code, or a cancel that was
+ * requested); message NULL: "task N was cancelled". Loop thread. */
+void st__task_finish_error(st__server_t *srv, st__task_t *t, int code, const char *message) {
+  if (finished(t)) return;
+  if (t->cancel_requested) {
+    code = ST_ERR_CANCELLED;
+    message = NULL;
+  }
+  free(t->err_msg);
+  if (message) {
+    t->err_msg = strdup(message);
+  } else {
+    char m[96];
+    snprintf(m, sizeof m, "task %llu was cancelled", (unsigned long long)t->id);
+    t->err_msg = strdup(m);
+  }
+  t->err_code = code;
+  finish(srv, t, code == ST_ERR_CANCELLED ? ST_TASK_CANCELLED : ST_TASK_FAILED);
+}
+
+/* Ends t completed with obj, which it holds until fetched. Loop thread. */
+void st__task_finish_object(st__server_t *srv, st__task_t *t, st__object_t *obj) {
+  if (finished(t)) return;
+  if (t->cancel_requested) {
+    st__task_finish_error(srv, t, ST_ERR_CANCELLED, NULL);
+    return;
+  }
+  t->object_id = obj->id;
+  t->holds_object = 1;
+  st__objects_hold(&srv->objects, obj);
+  finish(srv, t, ST_TASK_COMPLETED);
+}
+
+/* Ends t completed with a plain result (taken from *result). Loop thread. */
+void st__task_finish_plain(st__server_t *srv, st__task_t *t, st__build_result_t *result) {
+  if (finished(t)) return;
+  if (t->cancel_requested) {
+    st__task_finish_error(srv, t, ST_ERR_CANCELLED, NULL);
+    return;
+  }
+  t->result = *result;
+  st__build_result_init(result);
+  finish(srv, t, ST_TASK_COMPLETED);
+}
+
+/* cancel (docs/protocol.md): pending ends now; running alone is asked to
+ * stop and ends when it does; running in a shared build leaves it and
+ * ends now. Loop thread. */
+void st__task_cancel(st__server_t *srv, st__task_t *t) {
+  st__task_status(srv, t);
+  if (finished(t) || t->cancel_requested) return;
+  st__build_t *b = t->build;
+  if (!b || st__build_drop_task(srv, b, t)) {
+    t->build = NULL;
+    st__task_finish_error(srv, t, ST_ERR_CANCELLED, NULL);
+    return;
+  }
+  /* It runs alone: it ends cancelled when its body stops. */
+  t->cancel_requested = 1;
+}
+
+/* ------------------------------------------------------------- result */
+
+/* Answers as `result` would; see work.h. */
+void st__task_reply_result(st__conn_t *c, uint32_t request_id, st__task_t *t) {
+  st__server_t *srv = c->srv;
+  char m[640];
+  st__task_status_t s = st__task_status(srv, t);
+  if (s == ST_TASK_PENDING || s == ST_TASK_RUNNING) {
+    snprintf(m, sizeof m, "task %llu is %s", (unsigned long long)t->id, st__task_status_name(s));
+    st__conn_send_error(c, request_id, ST_ERR_TASK, m);
+    return;
+  }
+  if (s != ST_TASK_COMPLETED) {
+    st__conn_send_error(c, request_id, t->err_code ? t->err_code : ST_ERR_TASK, t->err_msg);
+    return;
+  }
+  st__object_t *obj = t->object_id ? st__objects_find(&srv->objects, t->object_id) : NULL;
+  if (t->taken || (t->object_id && !obj)) {
+    snprintf(m, sizeof m, "task %llu: result already taken", (unsigned long long)t->id);
+    st__conn_send_error(c, request_id, ST_ERR_TASK, m);
+    return;
+  }
+  if (!obj) {
+    if (st__reply_result(c, request_id, t->endpoint, &t->result, NULL, 0) == ST_OK) {
+      st__build_result_destroy(&t->result);
+      t->taken = 1;
+    }
+    return;
+  }
+  int lease = 0;
+  if (obj->managed && st__objects_lease(&srv->objects, obj, c->id) == ST_OK) {
+    c->leases++;
+    lease = 1;
+  }
+  st__objects_touch(&srv->objects, obj);
+  if (st__reply_result(c, request_id, t->endpoint, &obj->result, obj, lease) != ST_OK) {
+    /* Nothing was handed over: the task keeps its result. */
+    if (lease) st__drop_lease(srv, c, obj);
+    return;
+  }
+  t->taken = 1;
+  if (t->holds_object) {
+    t->holds_object = 0;
+    st__objects_unhold(&srv->objects, obj);
+  }
+}
+
+/* ------------------------------------------------------------- teardown */
+
+/* Frees every task and waiter. Loop thread, at exit. */
+void st__tasks_destroy(st__server_t *srv) {
+  st__work_t *w = srv->work;
+  while (w->waiters) {
+    st__waiter_t *x = w->waiters;
+    unlink_waiter(srv, x);
+    free(x);
+  }
+  st__task_t *t = w->newest;
+  while (t) {
+    st__task_t *older = t->older;
+    free_task(srv, t);
+    t = older;
+  }
+  w->newest = w->oldest = w->done_head = w->done_tail = NULL;
+  w->ntasks = 0;
+}

@@ -1,0 +1,278 @@
+/* src/server: builds, tasks and objects as the loop thread runs them
+ * (docs/protocol.md: call, submit ... reload; docs/lifecycle.md).
+ *
+ * A build is one run of an endpoint body: a job on the pool (or waiting in
+ * the queue of a serialized endpoint) plus the consumers that wait for its
+ * result. A consumer is a call (a connection and a request id) or a task.
+ * Calls of a singleflight or cached endpoint with the same key join the
+ * build in flight instead of starting one (the flight table). When the
+ * build ends, an object-producing endpoint registers one object and every
+ * consumer receives it; a plain result goes to its only consumer.
+ *
+ * Everything here belongs to the loop thread. Files:
+ *   builds.c    call and submit, flights, serialized queues, completion
+ *   tasks.c     the task table, states, retention, waiters (wait)
+ *   methods.c   task and object methods, invalidation, reload
+ *   reply.c     replies shared by the above (results, objects, params)
+ */
+#ifndef ST_SERVER_WORK_H
+#define ST_SERVER_WORK_H
+
+#include <ev.h>
+#include <msgpack.h>
+#include <stdint.h>
+
+#include "engine/objects.h"
+#include "server/conn.h"
+
+/* ------------------------------------------------------------- builds */
+
+typedef enum { ST_CONSUMER_CALL = 0, ST_CONSUMER_TASK = 1 } st__consumer_kind_t;
+
+typedef struct st__consumer {
+  struct st__consumer *next;
+  st__consumer_kind_t kind;
+  uint64_t conn_id;           /* CALL: who asked ... */
+  uint32_t request_id;        /* ... and the request to answer */
+  struct st__task *task;      /* TASK */
+} st__consumer_t;
+
+typedef enum {
+  ST_BUILD_WAITING = 0,       /* in its serialized endpoint's queue */
+  ST_BUILD_SUBMITTED = 1      /* on the pool: queued or running */
+} st__build_state_t;
+
+typedef struct st__build {
+  st__job_t *job;             /* owned while WAITING; the pool's while SUBMITTED */
+  st__build_state_t state;
+  char *endpoint;             /* owned name */
+  int serialized;             /* holds (or waits for) its endpoint's turn */
+  int object;                 /* produces a server object */
+  int cacheable;              /* cache the object when done (invalidation clears it) */
+  char *cache_key;            /* owned, NULL for plain endpoints */
+  size_t cache_key_len;
+  char *flight;               /* owned flight-table key while joinable, else NULL */
+  size_t flight_len;
+  int cancelled;              /* nobody waits: the job was asked to stop */
+  size_t dropped;             /* calls that stopped waiting (client left) */
+  st__consumer_t *consumers;
+  struct st__build *prev, *next;        /* every build */
+  struct st__build *qnext;              /* serialized queue */
+} st__build_t;
+
+/* Per-endpoint state of concurrency = "serialized" (by name). */
+typedef struct st__serial {
+  int busy;                   /* one build of the endpoint is on the pool */
+  st__build_t *head, *tail;   /* builds waiting for their turn, FIFO */
+} st__serial_t;
+
+/* ------------------------------------------------------------- tasks */
+
+typedef enum {
+  ST_TASK_PENDING = 0,
+  ST_TASK_RUNNING,
+  ST_TASK_COMPLETED,
+  ST_TASK_FAILED,
+  ST_TASK_CANCELLED,
+  ST_TASK_NSTATES
+} st__task_status_t;
+
+typedef enum { ST_WAIT_INFO = 0, ST_WAIT_RESULT = 1 } st__wait_kind_t;
+
+/* A request parked until a task ends: `wait` (answered with task info, or
+ * at its timeout) or a `call` of an execution = "task" endpoint (answered
+ * like `result`). Holds no thread: a list entry and a timer. */
+typedef struct st__waiter {
+  ev_timer timer;             /* ST_WAIT_INFO only */
+  st__server_t *srv;
+  struct st__task *task;
+  st__wait_kind_t kind;
+  uint64_t conn_id;
+  uint32_t request_id;
+  struct st__waiter *tprev, *tnext;     /* the task's waiters */
+  struct st__waiter *gprev, *gnext;     /* every waiter */
+} st__waiter_t;
+
+typedef struct st__task {
+  uint64_t id;
+  char *endpoint;             /* owned */
+  st__task_status_t status;
+  double created_at, started_at, completed_at;   /* unix; 0 = not yet */
+  double completed_mono;      /* for the TTL */
+  int err_code;               /* failed/cancelled: ST_ERR_* */
+  char *err_msg;              /* owned */
+  st__progress_t progress;    /* last report (copied from the job at the end) */
+  st__build_t *build;         /* while pending/running */
+  int cancel_requested;       /* running: cancel asked, ends cancelled */
+  uint64_t object_id;         /* completed object task (0: none) */
+  int holds_object;           /* the task holds object_id until fetched */
+  st__build_result_t result;  /* completed plain task: kept until fetched */
+  int taken;                  /* the result was handed over */
+  st__waiter_t *waiters;
+  struct st__task *newer, *older;       /* every task, by creation */
+  struct st__task *dnext, *dprev;       /* finished tasks, by completion */
+} st__task_t;
+
+/* ------------------------------------------------------------- state */
+
+typedef struct st__work {
+  st__smap_t flights;         /* flight key -> build */
+  st__smap_t serial;          /* endpoint name -> st__serial_t */
+  st__build_t *builds;        /* every build in flight */
+  size_t nwaiting;            /* builds in serialized queues */
+  st__smap_t tasks;           /* id -> task */
+  st__task_t *newest, *oldest;
+  st__task_t *done_head, *done_tail;
+  size_t ntasks;
+  size_t nstatus[ST_TASK_NSTATES];
+  uint64_t next_task_id;
+  st__waiter_t *waiters;
+  ev_timer sweep;             /* drops expired tasks */
+} st__work_t;
+
+/* ------------------------------------------------------------- builds.c */
+
+/* Starts the tables. Loop thread, at start. */
+void st__work_init(st__server_t *srv);
+
+/* Frees every build, task and waiter (jobs still on the pool are the
+ * pool's). Loop thread, after the pool stopped. */
+void st__work_destroy(st__server_t *srv);
+
+/* The `call` and `submit` methods. */
+void st__method_call(st__conn_t *c, uint32_t id, const msgpack_object *params);
+void st__method_submit(st__conn_t *c, uint32_t id, const msgpack_object *params);
+
+/* A job came back from the pool: delivers it to its consumers and starts
+ * the next build of a serialized endpoint. Takes the job. */
+void st__build_complete(st__server_t *srv, st__job_t *job);
+
+/* Starts (or joins, or answers from the cache) a build of `ep` (of the
+ * current generation) with bound arguments for one consumer. On failure
+ * returns an error and a message in err; the consumer was not added. */
+int st__build_start(st__server_t *srv, const st__endpoint_decl_t *ep, const char *bound,
+                    size_t bound_len, const st__consumer_t *who, char *err, size_t errlen);
+
+/* Removes one task consumer from its build; cancels the build when no
+ * consumer is left. Returns 1 when the build is gone without having run
+ * (the task can be cancelled at once), 0 when it still runs. */
+int st__build_drop_task(st__server_t *srv, st__build_t *b, st__task_t *t);
+
+/* A connection closed: its calls stop waiting (builds nobody waits for any
+ * more are cancelled), its waits end, its leases are released. */
+void st__work_conn_closed(st__server_t *srv, st__conn_t *c);
+
+/* Shutdown grace expired: builds still waiting in serialized queues end
+ * CANCELLED without running. */
+void st__builds_cancel_waiting(st__server_t *srv);
+
+/* Builds in flight that would cache under (endpoint[, key]) no longer do,
+ * and later calls no longer join them. key NULL: all of the endpoint. */
+void st__builds_forget(st__server_t *srv, const char *endpoint, const char *key, size_t key_len);
+
+/* ------------------------------------------------------------- tasks.c */
+
+/* A new pending task of `endpoint`, or NULL with err set (LIMIT when
+ * tasks.capacity tasks are unfinished, OUT_OF_MEMORY). */
+st__task_t *st__task_new(st__server_t *srv, const char *endpoint, char *err, size_t errlen,
+                         int *code);
+st__task_t *st__task_find(st__server_t *srv, uint64_t id);
+
+/* The task's build was taken by a worker. */
+void st__task_started(st__server_t *srv, st__task_t *t, double started_unix);
+
+/* Ends a task (answers its waiters). With an object: the task holds it
+ * until fetched. With a plain result: takes *result. With an error: code
+ * and message. */
+void st__task_finish_object(st__server_t *srv, st__task_t *t, st__object_t *obj);
+void st__task_finish_plain(st__server_t *srv, st__task_t *t, st__build_result_t *result);
+void st__task_finish_error(st__server_t *srv, st__task_t *t, int code, const char *message);
+
+/* cancel: see docs/protocol.md. */
+void st__task_cancel(st__server_t *srv, st__task_t *t);
+
+/* Current status (pending becomes running once its job started). */
+st__task_status_t st__task_status(st__server_t *srv, st__task_t *t);
+
+/* Packs task info (docs/protocol.md, "Task info"); st__reply_task answers
+ * a request with it. */
+void st__pack_task(msgpack_packer *pk, st__server_t *srv, st__task_t *t);
+void st__reply_task(st__conn_t *c, uint32_t request_id, st__task_t *t);
+
+/* Answers `request_id` on c as `result` would (consumes a result). */
+void st__task_reply_result(st__conn_t *c, uint32_t request_id, st__task_t *t);
+
+/* Parks a request until t ends: ST_WAIT_INFO with a timeout in seconds,
+ * or ST_WAIT_RESULT. Counts as in flight on c. ST_OK or OUT_OF_MEMORY. */
+int st__task_add_waiter(st__server_t *srv, st__task_t *t, st__conn_t *c, uint32_t request_id,
+                        st__wait_kind_t kind, double timeout_s);
+
+/* Drops every waiter of a connection; tasks started by its calls
+ * (ST_WAIT_RESULT) are cancelled. */
+void st__tasks_conn_closed(st__server_t *srv, uint64_t conn_id);
+
+/* Frees every task and waiter. */
+void st__tasks_destroy(st__server_t *srv);
+
+/* Drops finished tasks older than tasks.ttl_s (the sweep timer). */
+void st__tasks_sweep(st__server_t *srv);
+
+/* Name of a status ("pending"), and the status of a name (-1 if none). */
+const char *st__task_status_name(st__task_status_t s);
+int st__task_status_parse(const char *s, size_t len);
+
+/* ------------------------------------------------------------- reply.c */
+
+/* [1, id, nil, <the caller packs the result>] into a fresh buffer. */
+void st__reply_begin(msgpack_sbuffer *sb, msgpack_packer *pk, uint32_t id);
+/* Sends the buffer (no descriptors) and frees it. */
+void st__reply_send(st__conn_t *c, msgpack_sbuffer *sb);
+void st__pack_bool(msgpack_packer *pk, int v);
+
+/* The reply of call/result: {value, arenas[, object]} with one descriptor
+ * per arena. `obj` NULL: a plain result. `lease`: this reply gives c a
+ * lease. Counts calls_ok. Sends an error reply instead when a descriptor
+ * cannot be made or the arenas do not fit one message, and returns that
+ * error (ST_OK when the result went out). */
+int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
+                      const st__build_result_t *r, const st__object_t *obj, int lease);
+
+/* Takes back a lease given to c on obj whose reply could not be sent.
+ * obj stays valid (the caller still holds it through a hold, the cache or
+ * the delivery in progress). */
+void st__drop_lease(st__server_t *srv, st__conn_t *c, st__object_t *obj);
+
+/* object_info map (docs/protocol.md). */
+void st__pack_object_info(msgpack_packer *pk, st__server_t *srv, const st__object_t *o);
+
+/* Reads an optional unsigned integer parameter. Returns 1 (found, *out
+ * set), 0 (absent) or -1 (wrong type: an INVALID_ARGUMENT reply was
+ * sent). */
+int st__param_u64(st__conn_t *c, uint32_t id, const char *method, const msgpack_object *params,
+                  const char *name, uint64_t *out);
+
+/* The endpoint of the current generation named by params.endpoint, or
+ * NULL after an error reply (INVALID_ARGUMENT when the parameter is not a
+ * string, UNKNOWN_ENDPOINT "unknown endpoint 'x'"). Borrowed. */
+const st__endpoint_decl_t *st__param_endpoint(st__conn_t *c, uint32_t id, const char *method,
+                                              const msgpack_object *params);
+
+/* A required parameter was missing: sends INVALID_ARGUMENT naming it. */
+void st__param_missing(st__conn_t *c, uint32_t id, const char *method, const char *name);
+
+/* ------------------------------------------------------------- methods.c */
+
+void st__method_status(st__conn_t *c, uint32_t id, const msgpack_object *params);
+void st__method_wait(st__conn_t *c, uint32_t id, const msgpack_object *params);
+void st__method_result(st__conn_t *c, uint32_t id, const msgpack_object *params);
+void st__method_cancel(st__conn_t *c, uint32_t id, const msgpack_object *params);
+void st__method_tasks(st__conn_t *c, uint32_t id, const msgpack_object *params);
+void st__method_release(st__conn_t *c, uint32_t id, const msgpack_object *params);
+void st__method_object_info(st__conn_t *c, uint32_t id, const msgpack_object *params);
+void st__method_ensure_live(st__conn_t *c, uint32_t id, const msgpack_object *params);
+void st__method_objects(st__conn_t *c, uint32_t id, const msgpack_object *params);
+void st__method_invalidate_call(st__conn_t *c, uint32_t id, const msgpack_object *params);
+void st__method_invalidate_endpoint(st__conn_t *c, uint32_t id, const msgpack_object *params);
+void st__method_reload(st__conn_t *c, uint32_t id, const msgpack_object *params);
+
+#endif

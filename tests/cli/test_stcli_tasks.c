@@ -1,0 +1,404 @@
+/* stcli's task, object and admin commands, the real binary (ST_CLI_BIN)
+ * against a real stserver: submit / wait (plain progress lines, and a
+ * progress bar on a terminal) / status / result / cancel / tasks, the
+ * object line of managed calls, objects, release, invalidate, reload and
+ * stats, with their output, --json and exit codes. */
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <st/client.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "cli_run.h"
+#include "fixture.h"
+
+static stt_server_t srv;
+#define SOCK "--socket", srv.socket
+
+/* The first line of R.out as a task id (0 when it is not one). */
+static unsigned long long out_id(void) {
+  char *end;
+  unsigned long long id = strtoull(R.out, &end, 10);
+  return end != R.out && *end == '\n' ? id : 0;
+}
+
+/* Runs stcli with stderr on a pseudo-terminal: R.err gets what a
+ * terminal would show (the child holds the only descriptor of the
+ * terminal's other side, so reading ends with EIO when it exits). Returns
+ * the exit code. */
+static int run_tty(const char *const *args) {
+  memset(&R, 0, sizeof R);
+  int master = posix_openpt(O_RDWR | O_NOCTTY);
+  if (master < 0 || grantpt(master) != 0 || unlockpt(master) != 0) abort();
+  const char *slave_name = ptsname(master);
+  int po[2];
+  if (!slave_name || pipe(po) != 0) abort();
+  pid_t pid = fork();
+  if (pid < 0) abort();
+  if (pid == 0) {
+    int slave = open(slave_name, O_RDWR | O_NOCTTY);
+    if (slave < 0) _exit(126);
+    dup2(po[1], 1);
+    dup2(slave, 2);
+    close(po[0]);
+    close(master);
+    const char *argv[40];
+    int n = 0;
+    argv[n++] = cli_bin;
+    for (int i = 0; args[i] && n < 39; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    execv(cli_bin, (char *const *)argv);
+    _exit(127);
+  }
+  close(po[1]);
+  size_t no = 0, ne = 0;
+  int open_o = 1, open_e = 1;
+  double deadline = stt_now_ms() + 30000;
+  while ((open_o || open_e) && stt_now_ms() < deadline) {
+    struct pollfd p[2] = {{.fd = open_o ? po[0] : -1, .events = POLLIN},
+                          {.fd = open_e ? master : -1, .events = POLLIN}};
+    if (poll(p, 2, 100) < 0) continue;
+    if (open_o && p[0].revents) {
+      ssize_t k = no < sizeof R.out - 1 ? read(po[0], R.out + no, sizeof R.out - 1 - no) : 0;
+      if (k <= 0) open_o = 0;
+      else no += (size_t)k;
+    }
+    if (open_e && p[1].revents) {
+      ssize_t k = ne < sizeof R.err - 1 ? read(master, R.err + ne, sizeof R.err - 1 - ne) : 0;
+      if (k <= 0) open_e = 0; /* EIO once the child's side is closed */
+      else ne += (size_t)k;
+    }
+  }
+  if (open_o || open_e) kill(pid, SIGKILL);
+  close(po[0]);
+  close(master);
+  int st;
+  waitpid(pid, &st, 0);
+  R.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return R.status;
+}
+
+/* Polls `stcli --json status ID` until the status is `want` (5 s). */
+static int wait_status(const char *id, const char *want) {
+  char needle[64];
+  snprintf(needle, sizeof needle, "\"status\": \"%s\"", want);
+  double end = stt_now_ms() + 5000;
+  while (stt_now_ms() < end) {
+    if (STCLI(SOCK, "--json", "status", id) == 0 && strstr(R.out, needle)) return 1;
+    struct timespec ts = {0, 10000000};
+    nanosleep(&ts, NULL);
+  }
+  fprintf(stderr, "task %s never became %s: %s%s\n", id, want, R.out, R.err);
+  return 0;
+}
+
+TEST(help_for_every_command) {
+  const char *cmds[] = {"submit", "wait",    "status",     "result", "cancel", "tasks",
+                        "objects", "release", "invalidate", "reload", "stats"};
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+    char want[80];
+    snprintf(want, sizeof want, "usage: stcli [global options] %s", cmds[i]);
+    CHECK_EQ_INT(STCLI(cmds[i], "--help"), 0);
+    CHECK_CONTAINS(R.out, want);
+    CHECK_STR_EQ(R.err, "");
+    CHECK_EQ_INT(STCLI("help", cmds[i]), 0);
+    CHECK_CONTAINS(R.out, want);
+    CHECK_EQ_INT(STCLI("--help"), 0);
+    snprintf(want, sizeof want, "\n  %s ", cmds[i]);
+    CHECK_CONTAINS(R.out, want);
+  }
+}
+
+TEST(usage_errors) {
+  CHECK_EQ_INT(STCLI(SOCK, "status"), 2);
+  CHECK_CONTAINS(R.err, "stcli: USAGE: status needs a task id");
+  CHECK_EQ_INT(STCLI(SOCK, "status", "abc"), 2);
+  CHECK_CONTAINS(R.err, "needs a task id (a number), not 'abc'");
+  CHECK_EQ_INT(STCLI(SOCK, "status", "1", "2"), 2);
+  CHECK_EQ_INT(STCLI(SOCK, "wait", "1", "--timeout", "soon"), 2);
+  CHECK_CONTAINS(R.err, "--timeout needs seconds");
+  CHECK_EQ_INT(STCLI(SOCK, "result", "1", "--values=x"), 2);
+  CHECK_EQ_INT(STCLI(SOCK, "submit"), 2);
+  CHECK_CONTAINS(R.err, "submit needs an endpoint name");
+  CHECK_EQ_INT(STCLI(SOCK, "submit", "steps", "n:int=x"), 2);
+  CHECK_EQ_INT(STCLI(SOCK, "tasks", "--status"), 2);
+  CHECK_EQ_INT(STCLI(SOCK, "tasks", "extra"), 2);
+  CHECK_EQ_INT(STCLI(SOCK, "release"), 2);
+  CHECK_CONTAINS(R.err, "release needs an object id");
+  CHECK_EQ_INT(STCLI(SOCK, "invalidate"), 2);
+  CHECK_EQ_INT(STCLI(SOCK, "invalidate", "lin", "n=1", "--all"), 2);
+  CHECK_CONTAINS(R.err, "--all drops every entry");
+  CHECK_EQ_INT(STCLI(SOCK, "objects", "x"), 2);
+  CHECK_EQ_INT(STCLI(SOCK, "reload", "--frob"), 2);
+  CHECK_EQ_INT(STCLI(SOCK, "stats", "x"), 2);
+  CHECK_STR_EQ(R.out, "");
+}
+
+TEST(managed_call_prints_its_object) {
+  CHECK_EQ_INT(STCLI(SOCK, "call", "lin", "n=5"), 0);
+  CHECK_CONTAINS(R.out, "(tensor)  float32  [5]  cpu  20 bytes\nobject ");
+  CHECK_CONTAINS(R.out, " (lease, refcount ");
+  CHECK_CONTAINS(R.out, ", cache key lin:5)\n");
+  CHECK_EQ_INT(STCLI(SOCK, "--json", "call", "lin", "n=5"), 0);
+  CHECK(json_ok(R.out));
+  CHECK_CONTAINS(R.out, "\"value\": {");
+  CHECK_CONTAINS(R.out, "\"object\": {\"id\": ");
+  CHECK_CONTAINS(R.out, "\"cache_key\": \"lin:5\", \"cached\": true, \"managed\": true, "
+                        "\"lease\": true");
+  /* Plain endpoints print no object line. */
+  CHECK_EQ_INT(STCLI(SOCK, "call", "plain"), 0);
+  CHECK_STR_EQ(R.out, "(tensor)  float32  [2]  cpu  8 bytes\n");
+}
+
+TEST(objects_release_invalidate) {
+  CHECK_EQ_INT(STCLI(SOCK, "call", "lin", "n=6"), 0);
+  unsigned long long id = 0;
+  const char *o = strstr(R.out, "object ");
+  CHECK(o && sscanf(o, "object %llu", &id) == 1 && id > 0);
+  CHECK_EQ_INT(STCLI(SOCK, "objects"), 0);
+  CHECK_CONTAINS(R.out, "ID");
+  CHECK_CONTAINS(R.out, "ENDPOINT");
+  CHECK_CONTAINS(R.out, "CACHE KEY");
+  CHECK_CONTAINS(R.out, "REFCOUNT");
+  CHECK_CONTAINS(R.out, "BYTES");
+  CHECK_CONTAINS(R.out, "DEVICE");
+  CHECK_CONTAINS(R.out, "AGE");
+  CHECK_CONTAINS(R.out, "lin:6");
+  CHECK_CONTAINS(R.out, "cpu");
+  CHECK_EQ_INT(STCLI(SOCK, "--json", "objects"), 0);
+  CHECK(json_ok(R.out));
+  CHECK_CONTAINS(R.out, "\"cache_key\": \"lin:6\"");
+  char ids[32];
+  snprintf(ids, sizeof ids, "%llu", id);
+  /* stcli's own connection never holds the lease another one took. */
+  CHECK_EQ_INT(STCLI(SOCK, "release", ids), 0);
+  CHECK_CONTAINS(R.out, "no lease of this connection to release");
+  CHECK_EQ_INT(STCLI(SOCK, "--json", "release", ids), 0);
+  CHECK(json_ok(R.out));
+  CHECK_CONTAINS(R.out, "\"released\": false");
+  CHECK_EQ_INT(STCLI(SOCK, "invalidate", "lin", "n=6"), 0);
+  CHECK_STR_EQ(R.out, "lin: dropped the cache entry\n");
+  CHECK_EQ_INT(STCLI(SOCK, "invalidate", "lin", "n=6"), 0);
+  CHECK_STR_EQ(R.out, "lin: no cache entry for these arguments\n");
+  CHECK_EQ_INT(STCLI(SOCK, "--json", "invalidate", "lin", "--args-json", "{\"n\": 6}"), 0);
+  CHECK_STR_EQ(R.out, "{\"dropped\": false}\n");
+  CHECK_EQ_INT(STCLI(SOCK, "call", "lin", "n=7"), 0);
+  CHECK_EQ_INT(STCLI(SOCK, "call", "lin", "n=8"), 0);
+  CHECK_EQ_INT(STCLI(SOCK, "invalidate", "lin", "--all"), 0);
+  CHECK_CONTAINS(R.out, "lin: dropped ");
+  CHECK_CONTAINS(R.out, " cache entries\n");
+  CHECK_EQ_INT(STCLI(SOCK, "--json", "invalidate", "lin", "--all"), 0);
+  CHECK_STR_EQ(R.out, "{\"count\": 0}\n");
+  CHECK_EQ_INT(STCLI(SOCK, "invalidate", "nosuch", "--all"), 1);
+  CHECK_CONTAINS(R.err, "stcli: UNKNOWN_ENDPOINT: ");
+  CHECK_EQ_INT(STCLI(SOCK, "objects"), 0);
+  CHECK(strstr(R.out, "lin:6") == NULL);
+}
+
+TEST(submit_wait_status_result) {
+  CHECK_EQ_INT(STCLI(SOCK, "submit", "steps", "n=20"), 0); /* 1 s: several polls */
+  unsigned long long id = out_id();
+  CHECK(id > 0);
+  char ids[32];
+  snprintf(ids, sizeof ids, "%llu", id);
+  CHECK_EQ_INT(STCLI(SOCK, "wait", ids), 0);
+  CHECK_STR_EQ(R.out, "(tensor)  float32  [3]  cpu  12 bytes\n");
+  /* Not a terminal: progress as plain lines on stderr. */
+  char line[64];
+  snprintf(line, sizeof line, "task %s running ", ids);
+  CHECK_CONTAINS(R.err, line);
+  CHECK_CONTAINS(R.err, "% step ");
+  CHECK(strchr(R.err, '\r') == NULL);
+  CHECK_EQ_INT(STCLI(SOCK, "status", ids), 0);
+  CHECK_CONTAINS(R.out, "task        ");
+  CHECK_CONTAINS(R.out, "endpoint    steps\n");
+  CHECK_CONTAINS(R.out, "status      completed\n");
+  CHECK_CONTAINS(R.out, "progress    100%  step 20\n");
+  CHECK_CONTAINS(R.out, "created     ");
+  CHECK_CONTAINS(R.out, " ago)\n");
+  CHECK_EQ_INT(STCLI(SOCK, "--json", "status", ids), 0);
+  CHECK(json_ok(R.out));
+  CHECK_CONTAINS(R.out, "\"status\": \"completed\"");
+  /* wait took the plain result. */
+  CHECK_EQ_INT(STCLI(SOCK, "result", ids), 1);
+  CHECK_CONTAINS(R.err, "stcli: TASK: ");
+  CHECK_CONTAINS(R.err, "already taken");
+  /* submit, then result once it completed. */
+  CHECK_EQ_INT(STCLI(SOCK, "--json", "submit", "steps", "n=1", "dt=0.0"), 0);
+  CHECK(json_ok(R.out));
+  CHECK_CONTAINS(R.out, "{\"task_id\": ");
+  id = strtoull(R.out + strlen("{\"task_id\": "), NULL, 10);
+  snprintf(ids, sizeof ids, "%llu", id);
+  CHECK(wait_status(ids, "completed"));
+  CHECK_EQ_INT(STCLI(SOCK, "result", ids, "--values"), 0);
+  CHECK_CONTAINS(R.out, "(tensor)  float32  [3]  cpu  12 bytes\n  values: 0 1 2\n");
+  /* A managed task: wait prints the object line too. */
+  CHECK_EQ_INT(STCLI(SOCK, "submit", "lin", "n=9"), 0);
+  snprintf(ids, sizeof ids, "%llu", out_id());
+  CHECK_EQ_INT(STCLI(SOCK, "wait", ids), 0);
+  CHECK_CONTAINS(R.out, "(tensor)  float32  [9]  cpu  36 bytes\nobject ");
+  CHECK_CONTAINS(R.out, "cache key lin:9)");
+  CHECK_EQ_INT(STCLI(SOCK, "status", "999999"), 1);
+  CHECK_CONTAINS(R.err, "stcli: NOT_FOUND: ");
+}
+
+TEST(wait_draws_a_progress_bar_on_a_terminal) {
+  CHECK_EQ_INT(STCLI(SOCK, "submit", "steps", "n=10", "dt=0.05"), 0);
+  char ids[32];
+  snprintf(ids, sizeof ids, "%llu", out_id());
+  CHECK_EQ_INT(run_tty((const char *const[]){SOCK, "wait", ids, NULL}), 0);
+  CHECK_CONTAINS(R.err, "\r");
+  CHECK_CONTAINS(R.err, "[###");
+  CHECK_CONTAINS(R.err, "%  step ");
+  CHECK_CONTAINS(R.err, "\033[K");
+  CHECK_STR_EQ(R.out, "(tensor)  float32  [3]  cpu  12 bytes\n");
+}
+
+TEST(wait_timeout_cancel_and_failures) {
+  CHECK_EQ_INT(STCLI(SOCK, "submit", "sleeper"), 0);
+  char ids[32];
+  snprintf(ids, sizeof ids, "%llu", out_id());
+  double t0 = stt_now_ms();
+  CHECK_EQ_INT(STCLI(SOCK, "wait", ids, "--timeout", "0.3"), 4);
+  CHECK(stt_now_ms() - t0 < 3000);
+  CHECK_CONTAINS(R.err, "stcli: TIMEOUT: task ");
+  CHECK_CONTAINS(R.err, " is still ");
+  CHECK_EQ_INT(STCLI(SOCK, "tasks", "--status", "running"), 0);
+  CHECK_CONTAINS(R.out, "ID");
+  CHECK_CONTAINS(R.out, "STATUS");
+  CHECK_CONTAINS(R.out, "sleeper");
+  CHECK_EQ_INT(STCLI(SOCK, "cancel", ids), 0);
+  CHECK(strstr(R.out, ": running, asked to stop\n") || strstr(R.out, ": cancelled\n"));
+  CHECK_EQ_INT(STCLI(SOCK, "wait", ids), 1);
+  CHECK_CONTAINS(R.err, "stcli: CANCELLED: ");
+  CHECK_EQ_INT(STCLI(SOCK, "cancel", ids), 0);
+  CHECK_CONTAINS(R.out, ": cancelled\n");
+  CHECK_EQ_INT(STCLI(SOCK, "--json", "cancel", ids), 0);
+  CHECK(json_ok(R.out));
+  /* A failing build. */
+  CHECK_EQ_INT(STCLI(SOCK, "submit", "bad"), 0);
+  snprintf(ids, sizeof ids, "%llu", out_id());
+  CHECK_EQ_INT(STCLI(SOCK, "wait", ids), 1);
+  CHECK_CONTAINS(R.err, "stcli: ENDPOINT: ");
+  CHECK_CONTAINS(R.err, "bad.lua:3");
+  CHECK_EQ_INT(STCLI(SOCK, "tasks", "--status", "failed"), 0);
+  CHECK_CONTAINS(R.out, "bad");
+  CHECK_CONTAINS(R.out, "ENDPOINT: ");
+  CHECK_EQ_INT(STCLI(SOCK, "tasks"), 0);
+  CHECK_CONTAINS(R.out, "steps");
+  CHECK_CONTAINS(R.out, "cancelled");
+  CHECK_EQ_INT(STCLI(SOCK, "--json", "tasks"), 0);
+  CHECK(json_ok(R.out));
+  CHECK_EQ_INT(STCLI(SOCK, "tasks", "--status", "pending"), 0);
+  CHECK_STR_EQ(R.out, "(no pending tasks)\n");
+  CHECK_EQ_INT(STCLI(SOCK, "submit", "nosuch"), 1);
+  CHECK_CONTAINS(R.err, "stcli: UNKNOWN_ENDPOINT: ");
+  CHECK_EQ_INT(STCLI(SOCK, "submit", "steps", "zzz=1"), 1);
+  CHECK_CONTAINS(R.err, "stcli: INVALID_ARGUMENT: ");
+}
+
+TEST(reload_and_stats) {
+  stt_write_endpoint(&srv, "extra.lua",
+                     "return st.endpoint{ name = \"extra\", build = function() return 7 end }\n");
+  CHECK_EQ_INT(STCLI(SOCK, "reload"), 0);
+  CHECK_CONTAINS(R.out, "reload ok: generation ");
+  CHECK_CONTAINS(R.out, "added     extra\n");
+  CHECK_CONTAINS(R.out, "removed   -\n");
+  CHECK_EQ_INT(STCLI(SOCK, "call", "extra"), 0);
+  CHECK_CONTAINS(R.out, "7");
+  stt_write_endpoint(&srv, "broken.lua", "return st.endpoint{ name = \"broken\",\n  = }\n");
+  CHECK_EQ_INT(STCLI(SOCK, "reload"), 1);
+  CHECK_CONTAINS(R.err, "stcli: CONFIGURATION: ");
+  CHECK_CONTAINS(R.err, "broken.lua:2");
+  CHECK_EQ_INT(STCLI(SOCK, "--json", "reload"), 1);
+  CHECK(json_ok(R.out));
+  CHECK_CONTAINS(R.out, "\"ok\": false");
+  char path[400];
+  snprintf(path, sizeof path, "%s/broken.lua", srv.endpoints);
+  unlink(path);
+  snprintf(path, sizeof path, "%s/extra.lua", srv.endpoints);
+  unlink(path);
+  CHECK_EQ_INT(STCLI(SOCK, "reload"), 0);
+  CHECK_CONTAINS(R.out, "removed   extra\n");
+  CHECK_EQ_INT(STCLI(SOCK, "stats"), 0);
+  CHECK_CONTAINS(R.out, "requests  requests ");
+  CHECK_CONTAINS(R.out, "calls ");
+  CHECK_CONTAINS(R.out, "\ncache     hits ");
+  CHECK_CONTAINS(R.out, "\ntasks     pending ");
+  CHECK_CONTAINS(R.out, "\nobjects   count ");
+  CHECK_CONTAINS(R.out, "\nmemory    cpu: cached ");
+  CHECK_EQ_INT(STCLI(SOCK, "--json", "stats"), 0);
+  CHECK(json_ok(R.out));
+  CHECK_CONTAINS(R.out, "\"counters\": {");
+}
+
+TEST(no_server) {
+  char missing[400];
+  snprintf(missing, sizeof missing, "%s/none-0.sock", srv.dir);
+  const char *cmds[][3] = {{"submit", "x", NULL}, {"wait", "1", NULL}, {"status", "1", NULL},
+                           {"result", "1", NULL}, {"cancel", "1", NULL}, {"tasks", NULL, NULL},
+                           {"objects", NULL, NULL}, {"release", "1", NULL},
+                           {"invalidate", "x", NULL}, {"reload", NULL, NULL},
+                           {"stats", NULL, NULL}};
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+    CHECK_EQ_INT(
+        run_env(NULL, (const char *const[]){"--socket", missing, cmds[i][0], cmds[i][1], NULL}),
+        3);
+    CHECK_CONTAINS(R.err, "stcli: IO: cannot connect to ");
+  }
+}
+
+int main(void) {
+  cli_bin = getenv("ST_CLI_BIN");
+  if (!cli_bin) stt_skip("ST_CLI_BIN is not set (run through ctest)");
+  stt_server_init(&srv);
+  stt_write_endpoint(&srv, "lin.lua",
+                     "return st.endpoint{ name = \"lin\", managed = true,\n"
+                     "  cache_format_key = \"lin:{n}\", params = { n = 4 },\n"
+                     "  build = function(a) return st.arange{a.n, dtype = \"float32\"} end }\n");
+  stt_write_endpoint(&srv, "plain.lua",
+                     "return st.endpoint{ name = \"plain\", params = { n = 2 },\n"
+                     "  build = function(a) return st.arange{a.n, dtype = \"float32\"} end }\n");
+  stt_write_endpoint(&srv, "steps.lua",
+                     "return st.endpoint{ name = \"steps\", params = { n = 4, dt = 0.05 },\n"
+                     "  build = function(a)\n"
+                     "    for i = 1, a.n do st.progress(i / a.n, \"step \" .. i) st.sleep(a.dt) end\n"
+                     "    return st.arange{3, dtype = \"float32\"}\n"
+                     "  end }\n");
+  stt_write_endpoint(&srv, "sleeper.lua",
+                     "return st.endpoint{ name = \"sleeper\", params = { s = 10 },\n"
+                     "  build = function(a)\n"
+                     "    for i = 1, a.s * 100 do\n"
+                     "      if st.cancelled() then return nil end\n"
+                     "      st.sleep(0.01)\n"
+                     "    end\n"
+                     "    return 1\n"
+                     "  end }\n");
+  stt_write_endpoint(&srv, "bad.lua",
+                     "return st.endpoint{ name = \"bad\",\n"
+                     "  build = function(a)\n"
+                     "    error(\"boom\")\n"
+                     "  end }\n");
+  stt_server_config(&srv, "workers = 2,");
+  if (stt_server_start(&srv) != 0) return 1;
+  RUN(help_for_every_command);
+  RUN(usage_errors);
+  RUN(managed_call_prints_its_object);
+  RUN(objects_release_invalidate);
+  RUN(submit_wait_status_result);
+  RUN(wait_draws_a_progress_bar_on_a_terminal);
+  RUN(wait_timeout_cancel_and_failures);
+  RUN(reload_and_stats);
+  RUN(no_server);
+  int status = stt_server_stop(&srv);
+  if (status != 0) {
+    fprintf(stderr, "stserver did not exit cleanly (%d)\n", status);
+    stt_failed++;
+  }
+  stt_server_cleanup(&srv);
+  return stt_summary();
+}

@@ -1,0 +1,538 @@
+/* The task, object, invalidation and reload wrappers of libstclient
+ * against a scripted server: the exact request each one sends (method and
+ * named parameters), how each reply is read (task ids, task info maps,
+ * the `object` of a call-like reply, release counts, booleans and counts),
+ * server errors passed through, replies of the wrong shape, the wait
+ * timeout extending the client's own, and ensure_live with a broken
+ * connection and a server that is gone. */
+#include <math.h>
+#include <st/client.h>
+
+#include "check.h"
+#include "fake_server.h"
+
+#include <time.h>
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static fake_server_t fs;
+
+/* The last request other than hello/ping, as msgpack_object_print text. */
+static char last_method[64];
+static char last_params[1024];
+static int malformed; /* answer with replies of the wrong shape */
+static int wait_delay_ms;
+
+static void pack_task_info(msgpack_packer *pk, uint64_t id, const char *status) {
+  msgpack_pack_map(pk, 10);
+  fake_pack_str(pk, "id");
+  msgpack_pack_uint64(pk, id);
+  fake_pack_str(pk, "endpoint");
+  fake_pack_str(pk, "slow");
+  fake_pack_str(pk, "status");
+  fake_pack_str(pk, status);
+  fake_pack_str(pk, "created_at");
+  msgpack_pack_double(pk, 1700000000.5);
+  fake_pack_str(pk, "started_at");
+  msgpack_pack_double(pk, 1700000001.0);
+  fake_pack_str(pk, "completed_at");
+  msgpack_pack_nil(pk);
+  fake_pack_str(pk, "error");
+  msgpack_pack_nil(pk);
+  fake_pack_str(pk, "progress");
+  msgpack_pack_double(pk, 0.25);
+  fake_pack_str(pk, "note");
+  fake_pack_str(pk, "loading");
+  fake_pack_str(pk, "object_id");
+  msgpack_pack_nil(pk);
+}
+
+/* A call-like reply: a 4-float tensor, and an object unless `plain`. */
+static int reply_result(int conn, uint32_t id, int plain) {
+  static const float data[4] = {1, 2, 3, 4};
+  int fd = fake_memfd(4096, data, sizeof data, 1);
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  int64_t shape[1] = {4}, strides[1] = {1};
+  msgpack_pack_map(&pk, plain ? 2 : 3);
+  fake_pack_str(&pk, "value");
+  fake_pack_tensor(&pk, 0, 0, "float32", 1, shape, strides);
+  fake_pack_str(&pk, "arenas");
+  msgpack_pack_array(&pk, 1);
+  fake_pack_arena(&pk, 0, 4096, "cpu", 900);
+  if (!plain) {
+    char sid[64];
+    snprintf(sid, sizeof sid, "fake-%d", (int)getpid());
+    fake_pack_str(&pk, "object");
+    msgpack_pack_map(&pk, 9);
+    fake_pack_str(&pk, "id");
+    msgpack_pack_uint64(&pk, 42);
+    fake_pack_str(&pk, "server_id");
+    fake_pack_str(&pk, sid);
+    fake_pack_str(&pk, "cache_key");
+    fake_pack_str(&pk, "k:3");
+    fake_pack_str(&pk, "cached");
+    msgpack_pack_true(&pk);
+    fake_pack_str(&pk, "managed");
+    msgpack_pack_true(&pk);
+    fake_pack_str(&pk, "lease");
+    msgpack_pack_true(&pk);
+    fake_pack_str(&pk, "refcount");
+    msgpack_pack_int(&pk, 2);
+    fake_pack_str(&pk, "bytes");
+    msgpack_pack_uint64(&pk, 4096);
+    fake_pack_str(&pk, "device");
+    fake_pack_str(&pk, "cpu");
+  }
+  int rc = fake_reply(conn, id, &sb, &fd, 1);
+  close(fd);
+  msgpack_sbuffer_destroy(&sb);
+  return rc;
+}
+
+/* {value: 1, object: {id: "x"}}: an object without a usable id. */
+static int reply_bad_object(int conn, uint32_t id) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msgpack_pack_map(&pk, 2);
+  fake_pack_str(&pk, "value");
+  msgpack_pack_int(&pk, 1);
+  fake_pack_str(&pk, "object");
+  msgpack_pack_map(&pk, 1);
+  fake_pack_str(&pk, "id");
+  fake_pack_str(&pk, "x");
+  int rc = fake_reply(conn, id, &sb, NULL, 0);
+  msgpack_sbuffer_destroy(&sb);
+  return rc;
+}
+
+static uint64_t param_u64(const msgpack_object *params, const char *key) {
+  if (!params || params->type != MSGPACK_OBJECT_MAP) return 0;
+  for (uint32_t i = 0; i < params->via.map.size; i++) {
+    const msgpack_object_kv *kv = &params->via.map.ptr[i];
+    if (kv->key.type == MSGPACK_OBJECT_STR && kv->key.via.str.size == strlen(key) &&
+        memcmp(kv->key.via.str.ptr, key, kv->key.via.str.size) == 0 &&
+        kv->val.type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+      return kv->val.via.u64;
+  }
+  return 0;
+}
+
+static int on_request(fake_server_t *f, int conn, uint32_t id, const char *method,
+                      const msgpack_object *params) {
+  (void)f;
+  snprintf(last_method, sizeof last_method, "%s", method);
+  if (params)
+    msgpack_object_print_buffer(last_params, sizeof last_params, *params);
+  else
+    snprintf(last_params, sizeof last_params, "none");
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  int rc = 0, sent = 0;
+  uint64_t task = param_u64(params, "task_id"), object = param_u64(params, "object_id");
+  if (strcmp(method, "submit") == 0) {
+    msgpack_pack_map(&pk, 1);
+    fake_pack_str(&pk, malformed ? "id" : "task_id");
+    msgpack_pack_uint64(&pk, 7);
+  } else if (strcmp(method, "status") == 0 || strcmp(method, "cancel") == 0) {
+    if (task != 7) {
+      rc = fake_error(conn, id, 17, "NOT_FOUND", "no task 8");
+      sent = 1;
+    } else {
+      pack_task_info(&pk, task, strcmp(method, "cancel") == 0 ? "cancelled" : "running");
+    }
+  } else if (strcmp(method, "wait") == 0) {
+    if (wait_delay_ms) {
+      struct timespec ts = {0, (long)wait_delay_ms * 1000000};
+      nanosleep(&ts, NULL);
+    }
+    pack_task_info(&pk, task, "completed");
+  } else if (strcmp(method, "result") == 0) {
+    if (task == 9) rc = fake_error(conn, id, 7, "ENDPOINT", "slow.lua:3: boom");
+    else if (task == 10) rc = reply_bad_object(conn, id);
+    else rc = reply_result(conn, id, task == 8);
+    sent = 1;
+  } else if (strcmp(method, "tasks") == 0) {
+    msgpack_pack_array(&pk, 2);
+    pack_task_info(&pk, 8, "running");
+    pack_task_info(&pk, 7, "completed");
+  } else if (strcmp(method, "release") == 0) {
+    if (malformed) {
+      msgpack_pack_true(&pk);
+    } else {
+      msgpack_pack_map(&pk, 3);
+      fake_pack_str(&pk, "released");
+      msgpack_pack_true(&pk);
+      fake_pack_str(&pk, "destroyed");
+      msgpack_pack_false(&pk);
+      fake_pack_str(&pk, "refcount");
+      msgpack_pack_int(&pk, 1);
+    }
+  } else if (strcmp(method, "object_info") == 0) {
+    msgpack_pack_map(&pk, 2);
+    fake_pack_str(&pk, "id");
+    msgpack_pack_uint64(&pk, object);
+    fake_pack_str(&pk, "endpoint");
+    fake_pack_str(&pk, "lin");
+  } else if (strcmp(method, "ensure_live") == 0) {
+    if (object == 1) {
+      msgpack_pack_true(&pk);
+    } else {
+      rc = fake_error(conn, id, 8, "STALE_HANDLE", "object 2 is gone");
+      sent = 1;
+    }
+  } else if (strcmp(method, "objects") == 0) {
+    msgpack_pack_array(&pk, 0);
+  } else if (strcmp(method, "invalidate_call") == 0) {
+    if (malformed) msgpack_pack_int(&pk, 1);
+    else msgpack_pack_true(&pk);
+  } else if (strcmp(method, "invalidate_endpoint") == 0) {
+    msgpack_pack_int(&pk, 3);
+  } else if (strcmp(method, "reload") == 0) {
+    msgpack_pack_map(&pk, 6);
+    fake_pack_str(&pk, "ok");
+    msgpack_pack_false(&pk);
+    fake_pack_str(&pk, "generation");
+    msgpack_pack_int(&pk, 1);
+    fake_pack_str(&pk, "error");
+    fake_pack_str(&pk, "x.lua:2: unexpected symbol");
+    fake_pack_str(&pk, "changed");
+    msgpack_pack_array(&pk, 0);
+    fake_pack_str(&pk, "added");
+    msgpack_pack_array(&pk, 0);
+    fake_pack_str(&pk, "removed");
+    msgpack_pack_array(&pk, 0);
+  } else if (strcmp(method, "call") == 0) {
+    rc = reply_result(conn, id, 1);
+    sent = 1;
+  } else {
+    rc = fake_error(conn, id, 16, "UNKNOWN_METHOD", method);
+    sent = 1;
+  }
+  if (!sent) rc = fake_reply(conn, id, &sb, NULL, 0);
+  msgpack_sbuffer_destroy(&sb);
+  return rc;
+}
+
+static st_client_t *connect_fake(const fake_server_t *f) {
+  st_client_t *c = NULL;
+  char err[256];
+  if (st_client_connect(f->path, &c, err, sizeof err) != ST_OK)
+    fprintf(stderr, "connect: %s\n", err);
+  return c;
+}
+
+static const char *str_of(const st_value_t *v) {
+  return v && v->kind == ST_VALUE_STRING ? v->as.str.ptr : "(not a string)";
+}
+
+TEST(submit_sends_endpoint_and_args) {
+  st_client_t *c = connect_fake(&fs);
+  CHECK(c);
+  st_args_t *a = st_args_new();
+  st_args_int(a, "n", 3);
+  uint64_t task = 99;
+  CHECK_EQ_INT(st_client_submit(c, "slow", a, &task), ST_OK);
+  CHECK_EQ_INT(task, 7);
+  CHECK_STR_EQ(last_method, "submit");
+  CHECK_STR_EQ(last_params, "{\"endpoint\"=>\"slow\", \"args\"=>{\"n\"=>3}}");
+  CHECK_EQ_INT(st_client_submit(c, "slow", NULL, &task), ST_OK);
+  CHECK_STR_EQ(last_params, "{\"endpoint\"=>\"slow\", \"args\"=>{}}");
+  malformed = 1;
+  CHECK_EQ_INT(st_client_submit(c, "slow", NULL, &task), ST_ERR_PROTOCOL);
+  malformed = 0;
+  CHECK_EQ_INT(task, 0);
+  CHECK_CONTAINS(st_client_error(c), "no task_id");
+  CHECK_EQ_INT(st_client_submit(c, "", NULL, &task), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_client_submit(c, "slow", NULL, NULL), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK);
+  st_args_free(a);
+  st_client_close(c);
+}
+
+TEST(status_and_cancel_give_task_info) {
+  st_client_t *c = connect_fake(&fs);
+  CHECK(c);
+  st_result_t *info = NULL;
+  CHECK_EQ_INT(st_client_task_status(c, 7, &info), ST_OK);
+  CHECK_STR_EQ(last_method, "status");
+  CHECK_STR_EQ(last_params, "{\"task_id\"=>7}");
+  const st_value_t *v = st_result_value(info);
+  CHECK_EQ_INT(v->kind, ST_VALUE_MAP);
+  CHECK_STR_EQ(str_of(st_value_get(v, "status")), "running");
+  CHECK_STR_EQ(str_of(st_value_get(v, "note")), "loading");
+  CHECK(st_value_get(v, "progress")->as.number == 0.25);
+  CHECK_EQ_INT(st_value_get(v, "completed_at")->kind, ST_VALUE_NIL);
+  st_object_info_t o;
+  CHECK_EQ_INT(st_result_object(info, &o), ST_ERR_NOT_FOUND);
+  st_result_free(info);
+  CHECK_EQ_INT(st_client_task_status(c, 8, &info), ST_ERR_NOT_FOUND);
+  CHECK(info == NULL);
+  CHECK_STR_EQ(st_client_error_name(c), "NOT_FOUND");
+  CHECK_STR_EQ(st_client_error(c), "no task 8");
+  CHECK_EQ_INT(st_client_task_cancel(c, 7, &info), ST_OK);
+  CHECK_STR_EQ(last_method, "cancel");
+  CHECK_STR_EQ(last_params, "{\"task_id\"=>7}");
+  CHECK_STR_EQ(str_of(st_value_get(st_result_value(info), "status")), "cancelled");
+  st_result_free(info);
+  CHECK_EQ_INT(st_client_task_cancel(c, 7, NULL), ST_OK); /* info not wanted */
+  st_client_close(c);
+}
+
+TEST(wait_sends_its_timeout_and_outlasts_the_client_limit) {
+  st_client_t *c = connect_fake(&fs);
+  CHECK(c);
+  st_result_t *info = NULL;
+  CHECK_EQ_INT(st_client_task_wait(c, 7, 0.25, &info), ST_OK);
+  CHECK_STR_EQ(last_method, "wait");
+  CHECK_STR_EQ(last_params, "{\"task_id\"=>7, \"timeout\"=>0.250000}");
+  CHECK_STR_EQ(str_of(st_value_get(st_result_value(info), "status")), "completed");
+  st_result_free(info);
+  CHECK_EQ_INT(st_client_task_wait(c, 7, -1, &info), ST_OK);
+  CHECK_STR_EQ(last_params, "{\"task_id\"=>7}"); /* the server's default */
+  st_result_free(info);
+  CHECK_EQ_INT(st_client_task_wait(c, 7, NAN, &info), ST_ERR_INVALID_ARGUMENT);
+  /* The server answers after 400 ms, within the wait's 1 s: a client
+   * limit of 200 ms must not cut the wait short. */
+  st_client_set_timeout(c, 200);
+  wait_delay_ms = 400;
+  CHECK_EQ_INT(st_client_task_wait(c, 7, 1.0, &info), ST_OK);
+  wait_delay_ms = 0;
+  st_result_free(info);
+  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK);
+  st_client_close(c);
+}
+
+TEST(task_result_maps_like_call_and_names_the_object) {
+  st_client_t *c = connect_fake(&fs);
+  CHECK(c);
+  st_result_t *r = NULL;
+  CHECK_EQ_INT(st_client_task_result(c, 7, &r), ST_OK);
+  CHECK_STR_EQ(last_method, "result");
+  CHECK_STR_EQ(last_params, "{\"task_id\"=>7}");
+  const st_tensor_t *t = st_result_find(r, "");
+  CHECK(t && t->numel == 4);
+  CHECK(st_tensor_get(t, 3) == 4);
+  CHECK_EQ_INT(st_result_value(r)->kind, ST_VALUE_TENSOR); /* the value, unwrapped */
+  st_object_info_t o;
+  memset(&o, 0, sizeof o);
+  CHECK_EQ_INT(st_result_object(r, &o), ST_OK);
+  CHECK_EQ_INT(o.id, 42);
+  CHECK_STR_EQ(o.server_id, st_client_server_id(c));
+  CHECK_STR_EQ(o.cache_key, "k:3");
+  CHECK_STR_EQ(o.device, "cpu");
+  CHECK_EQ_INT(o.cached, 1);
+  CHECK_EQ_INT(o.managed, 1);
+  CHECK_EQ_INT(o.lease, 1);
+  CHECK_EQ_INT(o.refcount, 2);
+  CHECK_EQ_INT(o.bytes, 4096);
+  st_client_close(c);
+  CHECK_EQ_INT(st_result_object(r, &o), ST_OK); /* borrowed from r, not c */
+  CHECK_STR_EQ(o.cache_key, "k:3");
+  st_result_free(r);
+
+  c = connect_fake(&fs);
+  CHECK(c);
+  CHECK_EQ_INT(st_client_task_result(c, 8, &r), ST_OK); /* plain: no object */
+  CHECK_EQ_INT(st_result_object(r, &o), ST_ERR_NOT_FOUND);
+  CHECK_EQ_INT(st_result_object(r, NULL), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_result_object(NULL, &o), ST_ERR_INVALID_ARGUMENT);
+  st_result_free(r);
+  CHECK_EQ_INT(st_client_call(c, "x", NULL, &r), ST_OK);
+  CHECK_EQ_INT(st_result_object(r, &o), ST_ERR_NOT_FOUND);
+  st_result_free(r);
+  CHECK_EQ_INT(st_client_task_result(c, 9, &r), ST_ERR_ENDPOINT);
+  CHECK(r == NULL);
+  CHECK_STR_EQ(st_client_error(c), "slow.lua:3: boom");
+  CHECK_EQ_INT(st_client_task_result(c, 10, &r), ST_ERR_PROTOCOL);
+  CHECK(r == NULL);
+  CHECK_CONTAINS(st_client_error(c), "'object' has no id");
+  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK); /* the stream stayed in step */
+  st_client_close(c);
+}
+
+TEST(tasks_with_and_without_a_filter) {
+  st_client_t *c = connect_fake(&fs);
+  CHECK(c);
+  st_result_t *r = NULL;
+  CHECK_EQ_INT(st_client_tasks(c, NULL, &r), ST_OK);
+  CHECK_STR_EQ(last_method, "tasks");
+  CHECK_STR_EQ(last_params, "none");
+  CHECK_EQ_INT(st_result_value(r)->kind, ST_VALUE_ARRAY);
+  CHECK_EQ_INT(st_result_value(r)->as.array.len, 2);
+  st_result_free(r);
+  CHECK_EQ_INT(st_client_tasks(c, "running", &r), ST_OK);
+  CHECK_STR_EQ(last_params, "{\"status\"=>\"running\"}");
+  st_result_free(r);
+  st_client_close(c);
+}
+
+TEST(release_reads_its_three_fields) {
+  st_client_t *c = connect_fake(&fs);
+  CHECK(c);
+  int released = -1, destroyed = -1;
+  int64_t refcount = -1;
+  CHECK_EQ_INT(st_client_release(c, 42, &released, &destroyed, &refcount), ST_OK);
+  CHECK_STR_EQ(last_method, "release");
+  CHECK_STR_EQ(last_params, "{\"object_id\"=>42}");
+  CHECK_EQ_INT(released, 1);
+  CHECK_EQ_INT(destroyed, 0);
+  CHECK_EQ_INT(refcount, 1);
+  CHECK_EQ_INT(st_client_release(c, 42, NULL, NULL, NULL), ST_OK);
+  malformed = 1;
+  CHECK_EQ_INT(st_client_release(c, 42, &released, &destroyed, &refcount), ST_ERR_PROTOCOL);
+  malformed = 0;
+  CHECK_EQ_INT(released, 0);
+  st_result_t *r = NULL;
+  CHECK_EQ_INT(st_client_object_info(c, 42, &r), ST_OK);
+  CHECK_STR_EQ(last_method, "object_info");
+  CHECK_STR_EQ(last_params, "{\"object_id\"=>42}");
+  CHECK_STR_EQ(str_of(st_value_get(st_result_value(r), "endpoint")), "lin");
+  st_result_free(r);
+  CHECK_EQ_INT(st_client_objects(c, &r), ST_OK);
+  CHECK_STR_EQ(last_method, "objects");
+  CHECK_EQ_INT(st_result_value(r)->kind, ST_VALUE_ARRAY);
+  st_result_free(r);
+  st_client_close(c);
+}
+
+TEST(invalidation_and_reload) {
+  st_client_t *c = connect_fake(&fs);
+  CHECK(c);
+  st_args_t *a = st_args_new();
+  st_args_int(a, "n", 1);
+  int dropped = -1;
+  CHECK_EQ_INT(st_client_invalidate_call(c, "lin", a, &dropped), ST_OK);
+  CHECK_STR_EQ(last_method, "invalidate_call");
+  CHECK_STR_EQ(last_params, "{\"endpoint\"=>\"lin\", \"args\"=>{\"n\"=>1}}");
+  CHECK_EQ_INT(dropped, 1);
+  malformed = 1;
+  CHECK_EQ_INT(st_client_invalidate_call(c, "lin", a, &dropped), ST_ERR_PROTOCOL);
+  malformed = 0;
+  st_args_free(a);
+  int64_t count = -1;
+  CHECK_EQ_INT(st_client_invalidate_endpoint(c, "lin", &count), ST_OK);
+  CHECK_STR_EQ(last_method, "invalidate_endpoint");
+  CHECK_STR_EQ(last_params, "{\"endpoint\"=>\"lin\"}");
+  CHECK_EQ_INT(count, 3);
+  CHECK_EQ_INT(st_client_invalidate_endpoint(c, NULL, &count), ST_ERR_INVALID_ARGUMENT);
+  st_result_t *r = NULL;
+  CHECK_EQ_INT(st_client_reload(c, &r), ST_OK);
+  CHECK_STR_EQ(last_method, "reload");
+  const st_value_t *ok = st_value_get(st_result_value(r), "ok");
+  CHECK(ok && ok->kind == ST_VALUE_BOOL && !ok->as.boolean);
+  CHECK_CONTAINS(str_of(st_value_get(st_result_value(r), "error")), "x.lua:2");
+  st_result_free(r);
+  st_client_close(c);
+}
+
+TEST(ensure_live_asks_with_the_server_id) {
+  st_client_t *c = connect_fake(&fs);
+  CHECK(c);
+  char want[160];
+  snprintf(want, sizeof want, "{\"object_id\"=>1, \"server_id\"=>\"%s\"}", st_client_server_id(c));
+  CHECK_EQ_INT(st_client_ensure_live(c, 1, NULL), ST_OK);
+  CHECK_STR_EQ(last_method, "ensure_live");
+  CHECK_STR_EQ(last_params, want);
+  CHECK_EQ_INT(st_client_ensure_live(c, 1, st_client_server_id(c)), ST_OK);
+  CHECK_EQ_INT(st_client_ensure_live(c, 2, NULL), ST_ERR_STALE_HANDLE);
+  CHECK_STR_EQ(st_client_error_name(c), "STALE_HANDLE");
+  CHECK_STR_EQ(st_client_error(c), "object 2 is gone");
+  /* A handle of another server process is stale without asking. */
+  int before = fs.requests;
+  CHECK_EQ_INT(st_client_ensure_live(c, 1, "another-server"), ST_ERR_STALE_HANDLE);
+  CHECK_EQ_INT(fs.requests, before);
+  CHECK_CONTAINS(st_client_error(c), "belongs to server another-server");
+  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK);
+  st_client_close(c);
+}
+
+TEST(ensure_live_reconnects_a_broken_connection) {
+  st_client_t *c = connect_fake(&fs);
+  CHECK(c);
+  /* A timed-out wait closes the connection (its reply would come late). */
+  st_client_set_timeout(c, 50);
+  wait_delay_ms = 300;
+  st_result_t *info = NULL;
+  CHECK_EQ_INT(st_client_task_wait(c, 7, 0.0, &info), ST_ERR_TIMEOUT);
+  wait_delay_ms = 0;
+  CHECK_EQ_INT(st_client_ping(c, NULL), ST_ERR_IO);
+  CHECK_EQ_INT(st_client_ensure_live(c, 1, NULL), ST_OK);
+  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK); /* usable again */
+  st_client_close(c);
+}
+
+TEST(ensure_live_with_the_server_gone_fails_fast) {
+  fake_server_t f2 = {.on_request = on_request};
+  fake_start(&f2);
+  st_client_t *c = connect_fake(&f2);
+  CHECK(c);
+  CHECK_EQ_INT(st_client_ensure_live(c, 1, NULL), ST_OK);
+  fake_stop(&f2); /* closes our connection and removes the socket */
+  double t0 = now_ms();
+  CHECK_EQ_INT(st_client_ensure_live(c, 1, NULL), ST_ERR_IO);
+  CHECK(now_ms() - t0 < 1000);
+  char want[200];
+  snprintf(want, sizeof want, "server at %s is not running", f2.path);
+  CHECK_CONTAINS(st_client_error(c), want);
+  /* And again, on the already broken connection. */
+  t0 = now_ms();
+  CHECK_EQ_INT(st_client_ensure_live(c, 1, NULL), ST_ERR_IO);
+  CHECK(now_ms() - t0 < 1000);
+  CHECK_CONTAINS(st_client_error(c), "is not running");
+  st_client_close(c);
+}
+
+TEST(null_arguments) {
+  st_result_t *r = (st_result_t *)1;
+  uint64_t id = 5;
+  CHECK_EQ_INT(st_client_submit(NULL, "x", NULL, &id), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_client_task_status(NULL, 1, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK(r == NULL);
+  CHECK_EQ_INT(st_client_task_wait(NULL, 1, 1, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_client_task_result(NULL, 1, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_client_task_cancel(NULL, 1, NULL), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_client_tasks(NULL, NULL, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_client_release(NULL, 1, NULL, NULL, NULL), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_client_object_info(NULL, 1, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_client_ensure_live(NULL, 1, NULL), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_client_objects(NULL, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_client_invalidate_call(NULL, "x", NULL, NULL), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_client_invalidate_endpoint(NULL, "x", NULL), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_client_reload(NULL, &r), ST_ERR_INVALID_ARGUMENT);
+}
+
+int main(void) {
+  fs.on_request = on_request;
+  fake_start(&fs);
+  int fds0 = fake_count_fds();
+  RUN(submit_sends_endpoint_and_args);
+  RUN(status_and_cancel_give_task_info);
+  RUN(wait_sends_its_timeout_and_outlasts_the_client_limit);
+  RUN(task_result_maps_like_call_and_names_the_object);
+  RUN(tasks_with_and_without_a_filter);
+  RUN(release_reads_its_three_fields);
+  RUN(invalidation_and_reload);
+  RUN(ensure_live_asks_with_the_server_id);
+  RUN(ensure_live_reconnects_a_broken_connection);
+  RUN(ensure_live_with_the_server_gone_fails_fast);
+  RUN(null_arguments);
+  fake_wait_idle(&fs, 2000);
+  fake_stop(&fs);
+  int fds1 = fake_count_fds();
+  if (fds1 != fds0 - 3) { /* fake_stop closed the listener and its pipe */
+    fprintf(stderr, "descriptor leak: %d open before, %d after\n", fds0, fds1);
+    stt_failed++;
+  }
+  return stt_summary();
+}

@@ -1,0 +1,164 @@
+/* Unit tests of the object registry (src/engine/objects.c): ids, the
+ * cache index, leases counted per connection, holds, LRU eviction under a
+ * budget, the OUT_OF_MEMORY refusal that evicts nothing, and that every
+ * arena goes when the objects do. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "engine/objects.h"
+#include "mem/arena.h"
+#include "st/errors.h"
+
+/* A result holding one fresh CPU arena of `bytes`. */
+static void make_result(st__build_result_t *r, uint64_t bytes) {
+  st__build_result_init(r);
+  st__arena_t *a = NULL;
+  if (st__arena_new_cpu(bytes, &a, NULL, 0) != ST_OK) abort();
+  r->arenas = malloc(sizeof *r->arenas);
+  r->arenas[0] = a;
+  r->narenas = 1;
+  r->bytes = bytes;
+  msgpack_sbuffer_write(&r->value, "\xc0", 1);
+}
+
+static st__object_t *add(st__objects_t *reg, const char *ep, const char *key, int cache,
+                         int managed, uint64_t bytes, int *rc, char *err) {
+  st__build_result_t r;
+  make_result(&r, bytes);
+  st__object_spec_t spec = {.endpoint = ep, .cache_key = key,
+                            .cache_key_len = key ? strlen(key) : 0,
+                            .cache = cache, .managed = managed};
+  st__object_t *o = NULL;
+  *rc = st__objects_add(reg, &spec, &r, &o, err, 256);
+  st__build_result_destroy(&r);   /* empty after a successful add */
+  return o;
+}
+
+static uint64_t live_arenas(void) {
+  uint64_t n = 0;
+  st__arena_stats(&n, NULL);
+  return n;
+}
+
+TEST(cache_leases_and_holds) {
+  st__objects_t reg;
+  st__objects_init(&reg);
+  uint64_t arenas0 = live_arenas();
+  int rc;
+  char err[256];
+  st__object_t *a = add(&reg, "e", "k1", 1, 1, 100, &rc, err);
+  CHECK_EQ_INT(rc, ST_OK);
+  CHECK_EQ_INT(a->id, 1);
+  CHECK(a->cached);
+  CHECK_STR_EQ(a->device, "cpu");
+  CHECK(st__objects_lookup(&reg, "e", "k1", 2) == a);
+  CHECK(st__objects_lookup(&reg, "e", "k2", 2) == NULL);
+  CHECK(st__objects_lookup(&reg, "f", "k1", 2) == NULL);
+  CHECK(st__objects_find(&reg, 1) == a);
+  /* Leases count per connection. */
+  CHECK_EQ_INT(st__objects_lease(&reg, a, 7), ST_OK);
+  CHECK_EQ_INT(st__objects_lease(&reg, a, 7), ST_OK);
+  CHECK_EQ_INT(st__objects_lease(&reg, a, 8), ST_OK);
+  CHECK_EQ_INT(a->refcount, 3);
+  CHECK_EQ_INT(reg.leases, 3);
+  int released, destroyed;
+  uint32_t refs;
+  st__objects_release(&reg, 1, 9, &released, &destroyed, &refs);
+  CHECK(!released && !destroyed);
+  CHECK_EQ_INT(refs, 3);
+  st__objects_release(&reg, 1, 7, &released, &destroyed, &refs);
+  CHECK(released && !destroyed);
+  CHECK_EQ_INT(refs, 2);
+  CHECK_EQ_INT(st__objects_release_conn(&reg, 7), 1);
+  CHECK_EQ_INT(st__objects_release_conn(&reg, 7), 0);
+  CHECK_EQ_INT(a->refcount, 1);
+  /* Uncached but leased: alive; the last lease destroys it. */
+  CHECK_EQ_INT(st__objects_uncache(&reg, "e", "k1", 2), 1);
+  CHECK_EQ_INT(st__objects_uncache(&reg, "e", "k1", 2), 0);
+  CHECK(st__objects_find(&reg, 1) == a);
+  st__objects_release(&reg, 1, 8, &released, &destroyed, &refs);
+  CHECK(released && destroyed);
+  CHECK(st__objects_find(&reg, 1) == NULL);
+  st__objects_release(&reg, 1, 8, &released, &destroyed, &refs);
+  CHECK(!released && destroyed);
+  /* A hold keeps an uncached object until unhold. */
+  st__object_t *b = add(&reg, "e", NULL, 0, 0, 10, &rc, err);
+  CHECK_EQ_INT(b->id, 2);
+  st__objects_hold(&reg, b);
+  CHECK_EQ_INT(st__objects_collect(&reg, b), 0);
+  st__objects_unhold(&reg, b);
+  CHECK(st__objects_find(&reg, 2) == NULL);
+  /* A second entry under the same key replaces the first. */
+  st__object_t *c1 = add(&reg, "e", "k", 1, 0, 10, &rc, err);
+  st__object_t *c2 = add(&reg, "e", "k", 1, 0, 10, &rc, err);
+  (void)c1;
+  CHECK(st__objects_lookup(&reg, "e", "k", 1) == c2);
+  CHECK(st__objects_find(&reg, 3) == NULL);
+  CHECK_EQ_INT(reg.count, 1);
+  add(&reg, "e", "j", 1, 0, 10, &rc, err);
+  add(&reg, "g", "j", 1, 0, 10, &rc, err);
+  CHECK_EQ_INT(st__objects_uncache_endpoint(&reg, "e"), 2);
+  CHECK_EQ_INT(reg.count, 1);
+  st__objects_free(&reg);
+  CHECK_EQ_INT(live_arenas(), arenas0);
+}
+
+TEST(budget_evicts_lru_and_refuses) {
+  st__objects_t reg;
+  st__objects_init(&reg);
+  CHECK_EQ_INT(st__objects_set_budget(&reg, "cpu", 1000), ST_OK);
+  uint64_t arenas0 = live_arenas();
+  int rc;
+  char err[256];
+  st__object_t *a = add(&reg, "e", "a", 1, 0, 400, &rc, err);
+  st__object_t *b = add(&reg, "e", "b", 1, 0, 400, &rc, err);
+  (void)b;
+  st__objects_touch(&reg, a);                  /* b is now the least recently used */
+  st__object_t *c = add(&reg, "e", "c", 1, 0, 400, &rc, err);
+  CHECK_EQ_INT(rc, ST_OK);
+  CHECK(st__objects_lookup(&reg, "e", "b", 1) == NULL);
+  CHECK(st__objects_lookup(&reg, "e", "a", 1) == a);
+  CHECK_EQ_INT(reg.evictions, 1);
+  /* Leased objects are never evicted. */
+  CHECK_EQ_INT(st__objects_lease(&reg, a, 1), ST_OK);
+  CHECK_EQ_INT(st__objects_lease(&reg, c, 1), ST_OK);
+  uint64_t n0 = reg.count;
+  CHECK(add(&reg, "e", "d", 1, 0, 400, &rc, err) == NULL);
+  CHECK_EQ_INT(rc, ST_ERR_OUT_OF_MEMORY);
+  CHECK_STR_EQ(err, "object of 400 bytes does not fit the cpu budget of 1000 bytes "
+                    "(800 bytes held by leases)");
+  CHECK_EQ_INT(reg.count, n0);
+  st__budget_stats_t s;
+  st__objects_stats(&reg, "cpu", &s);
+  CHECK_EQ_INT(s.budget, 1000);
+  CHECK_EQ_INT(s.leased_bytes, 800);
+  CHECK_EQ_INT(s.cached_bytes, 0);
+  CHECK_EQ_INT(s.objects, 2);
+  /* Releasing one makes it evictable: the refusal becomes an eviction,
+   * and only as much as needed goes. */
+  CHECK_EQ_INT(st__objects_release_conn(&reg, 1), 2);
+  st__objects_touch(&reg, c);
+  st__object_t *d = add(&reg, "e", "d", 1, 0, 300, &rc, err);
+  CHECK_EQ_INT(rc, ST_OK);
+  CHECK(d != NULL);
+  CHECK(st__objects_lookup(&reg, "e", "a", 1) == NULL);
+  CHECK(st__objects_lookup(&reg, "e", "c", 1) == c);
+  st__objects_stats(&reg, "cpu", &s);
+  CHECK_EQ_INT(s.cached_bytes, 700);
+  /* Larger than the budget itself: refused, nothing evicted. */
+  CHECK(add(&reg, "e", "z", 1, 0, 1001, &rc, err) == NULL);
+  CHECK_EQ_INT(rc, ST_ERR_OUT_OF_MEMORY);
+  CHECK_EQ_INT(reg.count, 2);
+  /* No budget: anything fits. */
+  st__objects_set_budget(&reg, "cpu", 0);
+  CHECK(add(&reg, "e", "big", 1, 0, 5000, &rc, err) != NULL);
+  st__objects_free(&reg);
+  CHECK_EQ_INT(live_arenas(), arenas0);
+}
+
+int main(void) {
+  RUN(cache_leases_and_holds);
+  RUN(budget_evicts_lru_and_refuses);
+  return stt_summary();
+}

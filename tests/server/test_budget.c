@@ -1,0 +1,124 @@
+/* The memory budget over the real socket (memory_budget = { cpu = 10000 }):
+ * cached objects nothing holds are evicted least recently used first; an
+ * object that cannot fit even after evicting them fails with OUT_OF_MEMORY
+ * naming the budget, and nothing is evicted or registered; info reports
+ * the bytes per device. */
+#include <signal.h>
+
+#include "check.h"
+#include "rpc_kit.h"
+#include "st/errors.h"
+
+static stt_server_t S;
+
+static int alive(rc_t *c, int64_t oid) {
+  return info_field(c, (uint64_t)oid, "id") == oid;
+}
+
+TEST(lru_eviction_then_out_of_memory) {
+  rc_t c, h;
+  CHECK(rc_open(&c, S.socket) == 0);
+  CHECK(rc_open(&h, S.socket) == 0);
+  int64_t ev0 = rc_info_int(&c, "counters.evictions");
+  msg_t m;
+  CHECK(rk_call(&c, "blob", "n", 4000, &m) == 1 && !m.error);
+  int64_t a = obj_field(&m, "id");
+  msg_free(&m);
+  CHECK(rk_call(&c, "blob", "n", 4001, &m) == 1 && !m.error);
+  int64_t b = obj_field(&m, "id");
+  msg_free(&m);
+  /* A hit makes a the most recently used: b goes first. */
+  CHECK(rk_call(&c, "blob", "n", 4000, &m) == 1 && !m.error);
+  CHECK_EQ_INT(obj_field(&m, "id"), a);
+  msg_free(&m);
+  CHECK_EQ_INT(rc_info_int(&c, "memory.cpu.budget"), 10000);
+  CHECK_EQ_INT(rc_info_int(&c, "memory.cpu.cached_bytes"), 8001);
+  CHECK_EQ_INT(rc_info_int(&c, "memory.cpu.leased_bytes"), 0);
+  CHECK_EQ_INT(rc_info_int(&c, "memory.cpu.objects"), 2);
+  CHECK(rk_call(&c, "blob", "n", 4002, &m) == 1 && !m.error);
+  int64_t d = obj_field(&m, "id");
+  msg_free(&m);
+  CHECK(alive(&c, a));
+  CHECK(!alive(&c, b));
+  CHECK(alive(&c, d));
+  CHECK_EQ_INT(rc_info_int(&c, "counters.evictions"), ev0 + 1);
+  /* A leased object of 5990 bytes: a (least recently used) is evicted,
+   * and that is enough. */
+  CHECK(rk_call(&h, "held", "n", 5990, &m) == 1 && !m.error);
+  int64_t l = obj_field(&m, "id");
+  msg_free(&m);
+  CHECK(!alive(&c, a));
+  CHECK(alive(&c, d));
+  CHECK_EQ_INT(rc_info_int(&c, "memory.cpu.leased_bytes"), 5990);
+  CHECK_EQ_INT(rc_info_int(&c, "memory.cpu.cached_bytes"), 4002);
+  /* 6000 more cannot fit while the lease holds 5990: refused, and the
+   * cached d is not evicted for nothing. */
+  int64_t refused0 = rc_info_int(&c, "counters.budget_refusals");
+  CHECK(rk_call(&c, "held", "n", 6000, &m) == 1);
+  CHECK_STR_EQ(msg_errname(&m), "OUT_OF_MEMORY");
+  CHECK_CONTAINS(msg_errmsg(&m), "object of 6000 bytes does not fit the cpu budget of 10000 "
+                                 "bytes (5990 bytes held by leases)");
+  msg_free(&m);
+  CHECK(alive(&c, d));
+  CHECK_EQ_INT(rc_info_int(&c, "counters.budget_refusals"), refused0 + 1);
+  CHECK_EQ_INT(rc_info_int(&c, "memory.cpu.objects"), 2);
+  CHECK(rc_wait_info(&c, "arenas.count", 2, 5000) == 0);   /* the refused one is gone */
+  /* Larger than the whole budget. */
+  CHECK(rk_call(&c, "blob", "n", 20000, &m) == 1);
+  CHECK_STR_EQ(msg_errname(&m), "OUT_OF_MEMORY");
+  msg_free(&m);
+  /* The lease goes back: now it fits (d is evicted). */
+  rc_close(&h);
+  CHECK(rc_wait_info(&c, "memory.cpu.leased_bytes", 0, 5000) == 0);
+  CHECK(rk_call(&c, "held", "n", 6000, &m) == 1 && !m.error);
+  msg_free(&m);
+  CHECK(!alive(&c, l));
+  CHECK(!alive(&c, d));
+  rc_close(&c);
+}
+
+TEST(task_results_count_until_fetched) {
+  rc_t c;
+  CHECK(rc_open(&c, S.socket) == 0);
+  CHECK(rc_wait_info(&c, "memory.cpu.objects", 0, 5000) == 0);
+  uint64_t t = rk_submit(&c, "held", "n", 3000);
+  CHECK(rk_wait_status(&c, t, "completed", 5000) == 0);
+  CHECK_EQ_INT(rc_info_int(&c, "memory.cpu.leased_bytes"), 3000);
+  msg_t m;
+  CHECK(rk_id(&c, "result", "task_id", t, &m) == 1 && !m.error);
+  rc_drop_fds(&c);
+  int64_t oid = obj_field(&m, "id");
+  msg_free(&m);
+  CHECK(rk_id(&c, "release", "object_id", (uint64_t)oid, &m) == 1 && !m.error);
+  CHECK_EQ_INT(obj_int(obj_get(m.result, "destroyed")), 1);
+  msg_free(&m);
+  CHECK_EQ_INT(rc_info_int(&c, "memory.cpu.leased_bytes"), 0);
+  CHECK_EQ_INT(rc_info_int(&c, "objects.count"), 0);
+  rc_close(&c);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  stt_server_init(&S);
+  stt_server_config(&S, "workers = 2, memory_budget = { cpu = 10000 },");
+  stt_write_endpoint(&S, "blob.lua",
+                     "return st.endpoint{ name = 'blob', cache_format_key = 'blob:{n}',\n"
+                     "  params = { n = 1 },\n"
+                     "  build = function(a) return st.zeros{a.n, dtype = 'uint8'} end }\n");
+  stt_write_endpoint(&S, "held.lua",
+                     "return st.endpoint{ name = 'held', managed = true, params = { n = 1 },\n"
+                     "  build = function(a) return st.zeros{a.n, dtype = 'uint8'} end }\n");
+  if (stt_server_start(&S) != 0) {
+    stt_server_cleanup(&S);
+    return 1;
+  }
+  RUN(lru_eviction_then_out_of_memory);
+  RUN(task_results_count_until_fetched);
+  int status = stt_server_stop(&S);
+  if (status != 0) {
+    fprintf(stderr, "server exit status %d\n", status);
+    stt_failed++;
+  }
+  stt_server_cleanup(&S);
+  return stt_summary();
+}

@@ -1,0 +1,258 @@
+/* The reload method over the real socket: it reports changed, added and
+ * removed endpoints by fingerprint and drops only the caches of changed
+ * ones; a reload with a syntax error keeps the old generation serving and
+ * answers ok = false with file:line (also in info); reloads while a client
+ * hammers calls lose no request. */
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "rpc_kit.h"
+#include "st/errors.h"
+
+static stt_server_t S;
+
+static const char *A_EP =
+    "return st.endpoint{ name = 'a', cache_format_key = 'a:{n}', params = { n = 1 },\n"
+    "  build = function(a) return st.full{a.n, value = 1} end }\n";
+
+static void write_b(int version) {
+  char text[512];
+  snprintf(text, sizeof text,
+           "-- version %d\n"
+           "return st.endpoint{ name = 'b', cache_format_key = 'b:{n}', params = { n = 1 },\n"
+           "  build = function(a) return st.full{a.n, value = %d} end }\n",
+           version, version);
+  stt_write_endpoint(&S, "b.lua", text);
+}
+
+/* reload; the reply in *m (caller frees). */
+static int reload(rc_t *c, msg_t *m) {
+  rq_t r;
+  rq_init(&r);
+  rq_simple(&r, 40, "reload");
+  return rc_rpc(c, &r, m);
+}
+
+/* The single name of list `key` of a reload reply, or "" (or "<n>" when
+ * there are n != 1). */
+static const char *only_name(const msg_t *m, const char *key) {
+  static char buf[64];
+  const msgpack_object *l = obj_get(m->result, key);
+  if (!l || l->type != MSGPACK_OBJECT_ARRAY) return "?";
+  if (l->via.array.size == 0) return "";
+  if (l->via.array.size > 1) {
+    snprintf(buf, sizeof buf, "<%u>", l->via.array.size);
+    return buf;
+  }
+  return obj_str(&l->via.array.ptr[0]);
+}
+
+TEST(reload_drops_only_changed_caches) {
+  rc_t c;
+  CHECK(rc_open(&c, S.socket) == 0);
+  msg_t m;
+  CHECK(rk_call(&c, "a", "n", 2, &m) == 1 && !m.error);
+  int64_t oa = obj_field(&m, "id");
+  msg_free(&m);
+  CHECK(rk_call(&c, "b", "n", 2, &m) == 1 && !m.error);
+  int64_t ob = obj_field(&m, "id");
+  msg_free(&m);
+  int64_t gen0 = rc_info_int(&c, "generation.number");
+  write_b(2);
+  CHECK(reload(&c, &m) == 1 && !m.error);
+  CHECK_EQ_INT(obj_int(obj_get(m.result, "ok")), 1);
+  CHECK_EQ_INT(obj_int(obj_get(m.result, "generation")), gen0 + 1);
+  CHECK(obj_get(m.result, "error")->type == MSGPACK_OBJECT_NIL);
+  CHECK_STR_EQ(only_name(&m, "changed"), "b");
+  CHECK_STR_EQ(only_name(&m, "added"), "");
+  CHECK_STR_EQ(only_name(&m, "removed"), "");
+  msg_free(&m);
+  /* a keeps its cache entry; b's went with its old definition. */
+  CHECK_EQ_INT(info_field(&c, (uint64_t)oa, "cached"), 1);
+  CHECK_EQ_INT(info_field(&c, (uint64_t)ob, "cached"), INT64_MIN);
+  CHECK(rk_call(&c, "a", "n", 2, &m) == 1 && !m.error);
+  CHECK_EQ_INT(obj_field(&m, "id"), oa);
+  msg_free(&m);
+  CHECK(rk_call(&c, "b", "n", 2, &m) == 1 && !m.error);
+  CHECK(obj_field(&m, "id") != ob);
+  msg_free(&m);
+  /* added, then removed */
+  stt_write_endpoint(&S, "c.lua", "return st.endpoint{ name = 'c', build = function() return 3 end }\n");
+  CHECK(reload(&c, &m) == 1 && !m.error);
+  CHECK_STR_EQ(only_name(&m, "added"), "c");
+  CHECK_STR_EQ(only_name(&m, "changed"), "");
+  msg_free(&m);
+  char path[700];
+  snprintf(path, sizeof path, "%s/c.lua", S.endpoints);
+  CHECK(unlink(path) == 0);
+  CHECK(reload(&c, &m) == 1 && !m.error);
+  CHECK_STR_EQ(only_name(&m, "removed"), "c");
+  msg_free(&m);
+  CHECK(rk_call(&c, "c", NULL, 0, &m) == 1);
+  CHECK_STR_EQ(msg_errname(&m), "UNKNOWN_ENDPOINT");
+  msg_free(&m);
+  rc_close(&c);
+}
+
+TEST(reload_with_a_syntax_error_keeps_serving) {
+  rc_t c;
+  CHECK(rc_open(&c, S.socket) == 0);
+  msg_t m;
+  CHECK(rk_call(&c, "b", "n", 3, &m) == 1 && !m.error);
+  int64_t ob = obj_field(&m, "id");
+  msg_free(&m);
+  int64_t gen0 = rc_info_int(&c, "generation.number");
+  int64_t failures0 = rc_info_int(&c, "counters.reload_failures");
+  stt_write_endpoint(&S, "b.lua", "-- broken\nreturn st.endpoint{ name = 'b',, }\n");
+  CHECK(reload(&c, &m) == 1 && !m.error);
+  CHECK_EQ_INT(obj_int(obj_get(m.result, "ok")), 0);
+  CHECK_EQ_INT(obj_int(obj_get(m.result, "generation")), gen0);
+  CHECK_CONTAINS(obj_str(obj_get(m.result, "error")), "b.lua:2:");
+  CHECK_STR_EQ(only_name(&m, "changed"), "");
+  msg_free(&m);
+  CHECK_EQ_INT(rc_info_int(&c, "counters.reload_failures"), failures0 + 1);
+  CHECK_EQ_INT(rc_info_int(&c, "generation.last_reload.ok"), 0);
+  msg_t info;
+  CHECK(rc_info(&c, 3, &info) == 1);
+  CHECK_CONTAINS(obj_str(obj_path(info.result, "generation.last_reload.error")), "b.lua:2:");
+  msg_free(&info);
+  /* The old generation serves, with its cache. */
+  CHECK(rk_call(&c, "b", "n", 3, &m) == 1 && !m.error);
+  CHECK_EQ_INT(obj_field(&m, "id"), ob);
+  msg_free(&m);
+  CHECK(rk_call(&c, "b", "n", 4, &m) == 1 && !m.error);
+  msg_free(&m);
+  write_b(2);
+  CHECK(reload(&c, &m) == 1 && !m.error);
+  CHECK_EQ_INT(obj_int(obj_get(m.result, "ok")), 1);
+  CHECK_STR_EQ(only_name(&m, "changed"), "");   /* the same text as before the error */
+  msg_free(&m);
+  CHECK_EQ_INT(info_field(&c, (uint64_t)ob, "cached"), 1);
+  rc_close(&c);
+}
+
+/* The load: pipelined calls, up to 8 in flight, until told to stop. */
+typedef struct load {
+  volatile int stop;
+  int sent, ok, failed, lost;
+  char first_error[256];
+} load_t;
+
+static void *hammer(void *arg) {
+  load_t *L = arg;
+  rc_t c;
+  if (rc_open(&c, S.socket) != 0) {
+    L->lost = -1;
+    return NULL;
+  }
+  int inflight = 0;
+  uint32_t id = 0;
+  while (!__atomic_load_n(&L->stop, __ATOMIC_RELAXED) || inflight > 0) {
+    while (inflight < 8 && !__atomic_load_n(&L->stop, __ATOMIC_RELAXED)) {
+      rq_t r;
+      rq_init(&r);
+      id++;
+      if (id % 3 == 0) rq_ep_args(&r, id, "call", "a", 1, "n", 'i', (int64_t)(id % 5));
+      else rq_ep_args(&r, id, "call", "work", 0);
+      if (rc_send_rq(&c, &r) != 0) break;
+      L->sent++;
+      inflight++;
+    }
+    msg_t m;
+    if (rc_next(&c, &m, 10000) != 1) {
+      L->lost += inflight;
+      break;
+    }
+    inflight--;
+    if (m.error) {
+      if (!L->failed)
+        snprintf(L->first_error, sizeof L->first_error, "%s: %s", msg_errname(&m), msg_errmsg(&m));
+      L->failed++;
+    } else {
+      L->ok++;
+    }
+    msg_free(&m);
+    rc_drop_fds(&c);
+  }
+  rc_close(&c);
+  return NULL;
+}
+
+static void write_work(int version) {
+  char text[512];
+  snprintf(text, sizeof text,
+           "-- version %d\n"
+           "return st.endpoint{ name = 'work',\n"
+           "  build = function() st.sleep(0.002); return %d end }\n",
+           version, version);
+  stt_write_endpoint(&S, "work.lua", text);
+}
+
+TEST(reload_under_load_loses_no_request) {
+  rc_t c;
+  CHECK(rc_open(&c, S.socket) == 0);
+  load_t L1, L2;
+  memset(&L1, 0, sizeof L1);
+  memset(&L2, 0, sizeof L2);
+  pthread_t t1, t2;
+  CHECK(pthread_create(&t1, NULL, hammer, &L1) == 0);
+  CHECK(pthread_create(&t2, NULL, hammer, &L2) == 0);
+  int reloads = 0, good = 0;
+  for (int i = 0; i < 20; i++) {
+    write_work(100 + i);
+    msg_t m;
+    if (reload(&c, &m) == 1) {
+      reloads++;
+      if (!m.error && obj_int(obj_get(m.result, "ok")) == 1 &&
+          strcmp(only_name(&m, "changed"), "work") == 0)
+        good++;
+      msg_free(&m);
+    }
+    rk_pause_ms(10);   /* spread the reloads over the load */
+  }
+  __atomic_store_n(&L1.stop, 1, __ATOMIC_RELAXED);
+  __atomic_store_n(&L2.stop, 1, __ATOMIC_RELAXED);
+  pthread_join(t1, NULL);
+  pthread_join(t2, NULL);
+  fprintf(stderr, "   %d reloads; load: %d + %d calls sent, %d + %d ok\n", reloads, L1.sent,
+          L2.sent, L1.ok, L2.ok);
+  if (L1.failed || L2.failed) fprintf(stderr, "   first error: %s%s\n", L1.first_error, L2.first_error);
+  CHECK_EQ_INT(reloads, 20);
+  CHECK_EQ_INT(good, 20);
+  CHECK(L1.sent > 20 && L2.sent > 20);
+  CHECK_EQ_INT(L1.lost, 0);
+  CHECK_EQ_INT(L2.lost, 0);
+  CHECK_EQ_INT(L1.failed + L2.failed, 0);
+  CHECK_EQ_INT(L1.ok, L1.sent);
+  CHECK_EQ_INT(L2.ok, L2.sent);
+  msg_t m;
+  CHECK(rk_call(&c, "work", NULL, 0, &m) == 1 && !m.error);
+  CHECK_EQ_INT(obj_int(obj_get(m.result, "value")), 119);
+  msg_free(&m);
+  rc_close(&c);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  stt_server_init(&S);
+  stt_server_config(&S, "workers = 2,");
+  stt_write_endpoint(&S, "a.lua", A_EP);
+  write_b(1);
+  write_work(0);
+  if (stt_server_start(&S) != 0) {
+    stt_server_cleanup(&S);
+    return 1;
+  }
+  RUN(reload_drops_only_changed_caches);
+  RUN(reload_with_a_syntax_error_keeps_serving);
+  RUN(reload_under_load_loses_no_request);
+  int status = stt_server_stop(&S);
+  if (status != 0) {
+    fprintf(stderr, "server exit status %d\n", status);
+    stt_failed++;
+  }
+  stt_server_cleanup(&S);
+  return stt_summary();
+}

@@ -1,0 +1,347 @@
+/* Tasks over the real socket: submit/status/wait/result/cancel/tasks; a
+ * queued task is cancelled at once, a running one that checks
+ * st.cancelled() ends cancelled; wait answers at its timeout with the
+ * current info; st.progress shows in status; a result is handed over once
+ * and its memory goes with it; finished tasks expire after tasks.ttl_s;
+ * calls of execution = "task" endpoints answer like result. */
+#include <signal.h>
+
+#include "check.h"
+#include "rpc_kit.h"
+#include "st/errors.h"
+
+static stt_server_t S;
+
+TEST(submit_wait_result_once) {
+  rc_t c;
+  CHECK(rc_open(&c, S.socket) == 0);
+  uint64_t t = rk_submit(&c, "slow", "s", 0.05);
+  CHECK(t > 0);
+  rq_t r;
+  msg_t m;
+  rq_init(&r);
+  rq_named(&r, 2, "wait", 2, "task_id", 'i', (int64_t)t, "timeout", 'd', 10.0);
+  CHECK(rc_rpc(&c, &r, &m) == 1 && !m.error);
+  CHECK_STR_EQ(obj_str(obj_get(m.result, "status")), "completed");
+  CHECK_STR_EQ(obj_str(obj_get(m.result, "endpoint")), "slow");
+  CHECK_EQ_INT(obj_int(obj_get(m.result, "id")), t);
+  CHECK(obj_get(m.result, "created_at")->via.f64 <= obj_get(m.result, "started_at")->via.f64);
+  CHECK(obj_get(m.result, "started_at")->via.f64 <= obj_get(m.result, "completed_at")->via.f64);
+  CHECK(obj_get(m.result, "error")->type == MSGPACK_OBJECT_NIL);
+  CHECK(obj_get(m.result, "object_id")->type == MSGPACK_OBJECT_NIL);
+  msg_free(&m);
+  /* The unfetched result is the server's: one arena. */
+  CHECK_EQ_INT(rc_info_int(&c, "arenas.count"), 1);
+  CHECK(rk_id(&c, "result", "task_id", t, &m) == 1 && !m.error);
+  CHECK_EQ_INT(c.nfds, 1);
+  CHECK(obj_get(m.result, "value")->type == MSGPACK_OBJECT_EXT);
+  msg_free(&m);
+  rc_drop_fds(&c);
+  /* Fetched: the server keeps nothing of it. */
+  CHECK(rc_wait_info(&c, "arenas.count", 0, 5000) == 0);
+  CHECK(rk_id(&c, "result", "task_id", t, &m) == 1);
+  CHECK_STR_EQ(msg_errname(&m), "TASK");
+  CHECK_CONTAINS(msg_errmsg(&m), "already taken");
+  msg_free(&m);
+  CHECK_EQ_INT(c.nfds, 0);
+  rc_close(&c);
+}
+
+TEST(result_of_unfinished_failed_and_unknown_tasks) {
+  rc_t c;
+  CHECK(rc_open(&c, S.socket) == 0);
+  msg_t m;
+  uint64_t t = rk_submit(&c, "slow", "s", 0.3);
+  CHECK(rk_id(&c, "result", "task_id", t, &m) == 1);
+  CHECK_STR_EQ(msg_errname(&m), "TASK");
+  CHECK(strstr(msg_errmsg(&m), "is running") || strstr(msg_errmsg(&m), "is pending"));
+  msg_free(&m);
+  uint64_t f = rk_submit(&c, "fail", NULL, 0);
+  CHECK(rk_wait_status(&c, f, "failed", 5000) == 0);
+  CHECK(rk_id(&c, "status", "task_id", f, &m) == 1 && !m.error);
+  CHECK_EQ_INT(obj_int(obj_path(m.result, "error.code")), 7);
+  CHECK_CONTAINS(obj_str(obj_path(m.result, "error.message")), "fail.lua:2: nope");
+  msg_free(&m);
+  CHECK(rk_id(&c, "result", "task_id", f, &m) == 1);
+  CHECK_STR_EQ(msg_errname(&m), "ENDPOINT");
+  CHECK_CONTAINS(msg_errmsg(&m), "fail.lua:2: nope");
+  msg_free(&m);
+  CHECK(rk_id(&c, "status", "task_id", 999999, &m) == 1);
+  CHECK_STR_EQ(msg_errname(&m), "NOT_FOUND");
+  msg_free(&m);
+  /* submit binds like call. */
+  rq_t r;
+  rq_init(&r);
+  rq_ep_args(&r, 3, "submit", "slow", 1, "nope", 'i', (int64_t)1);
+  CHECK(rc_rpc(&c, &r, &m) == 1);
+  CHECK_STR_EQ(msg_errname(&m), "INVALID_ARGUMENT");
+  msg_free(&m);
+  rq_init(&r);
+  rq_ep_args(&r, 4, "submit", "nosuch", 0);
+  CHECK(rc_rpc(&c, &r, &m) == 1);
+  CHECK_STR_EQ(msg_errname(&m), "UNKNOWN_ENDPOINT");
+  msg_free(&m);
+  CHECK(rk_wait_status(&c, t, "completed", 5000) == 0);
+  rc_close(&c);
+}
+
+TEST(cancel_pending_then_running) {
+  rc_t c;
+  CHECK(rc_open(&c, S.socket) == 0);
+  /* Both workers busy: the third task stays pending. */
+  uint64_t a = rk_submit(&c, "slow", "s", 5.0), b = rk_submit(&c, "slow", "s", 5.0);
+  CHECK(rk_wait_status(&c, a, "running", 5000) == 0);
+  CHECK(rk_wait_status(&c, b, "running", 5000) == 0);
+  uint64_t q = rk_submit(&c, "slow", "s", 5.0);
+  CHECK_STR_EQ(rk_status(&c, q), "pending");
+  CHECK_EQ_INT(rc_info_int(&c, "tasks.pending"), 1);
+  msg_t m;
+  CHECK(rk_id(&c, "cancel", "task_id", q, &m) == 1 && !m.error);
+  CHECK_STR_EQ(obj_str(obj_get(m.result, "status")), "cancelled");
+  CHECK_EQ_INT(obj_int(obj_path(m.result, "error.code")), 18);
+  CHECK(obj_get(m.result, "started_at")->type == MSGPACK_OBJECT_NIL);
+  msg_free(&m);
+  CHECK(rk_id(&c, "result", "task_id", q, &m) == 1);
+  CHECK_STR_EQ(msg_errname(&m), "CANCELLED");
+  msg_free(&m);
+  /* Running: st.sleep sees the flag; both end cancelled long before 5 s. */
+  double t0 = stt_now_ms();
+  CHECK(rk_id(&c, "cancel", "task_id", a, &m) == 1 && !m.error);
+  msg_free(&m);
+  CHECK(rk_id(&c, "cancel", "task_id", b, &m) == 1 && !m.error);
+  msg_free(&m);
+  CHECK(rk_wait_status(&c, a, "cancelled", 3000) == 0);
+  CHECK(rk_wait_status(&c, b, "cancelled", 3000) == 0);
+  CHECK(stt_now_ms() - t0 < 3000);
+  /* Cancelling a finished task changes nothing. */
+  CHECK(rk_id(&c, "cancel", "task_id", a, &m) == 1 && !m.error);
+  CHECK_STR_EQ(obj_str(obj_get(m.result, "status")), "cancelled");
+  msg_free(&m);
+  CHECK(rc_wait_info(&c, "inflight", 0, 3000) == 0);
+  rc_close(&c);
+}
+
+TEST(cancel_a_body_that_checks_cancelled) {
+  rc_t c;
+  CHECK(rc_open(&c, S.socket) == 0);
+  uint64_t t = rk_submit(&c, "loop", NULL, 0);
+  CHECK(rk_wait_status(&c, t, "running", 5000) == 0);
+  msg_t m;
+  CHECK(rk_id(&c, "cancel", "task_id", t, &m) == 1 && !m.error);
+  msg_free(&m);
+  CHECK(rk_wait_status(&c, t, "cancelled", 3000) == 0);
+  CHECK(rk_id(&c, "result", "task_id", t, &m) == 1);
+  CHECK_STR_EQ(msg_errname(&m), "CANCELLED");
+  msg_free(&m);
+  rc_close(&c);
+}
+
+TEST(wait_timeout_returns_current_info) {
+  rc_t c;
+  CHECK(rc_open(&c, S.socket) == 0);
+  uint64_t t = rk_submit(&c, "slow", "s", 0.6);
+  rq_t r;
+  msg_t m;
+  double t0 = stt_now_ms();
+  rq_init(&r);
+  rq_named(&r, 2, "wait", 2, "task_id", 'i', (int64_t)t, "timeout", 'd', 0.05);
+  CHECK(rc_rpc(&c, &r, &m) == 1 && !m.error);
+  double took = stt_now_ms() - t0;
+  const char *s = obj_str(obj_get(m.result, "status"));
+  CHECK(strcmp(s, "running") == 0 || strcmp(s, "pending") == 0);
+  msg_free(&m);
+  fprintf(stderr, "   wait(0.05) answered after %.1f ms\n", took);
+  CHECK(took >= 40 && took < 400);
+  /* Waits of several connections end together when the task does. */
+  rc_t d;
+  CHECK(rc_open(&d, S.socket) == 0);
+  rq_init(&r);
+  rq_named(&r, 3, "wait", 2, "task_id", 'i', (int64_t)t, "timeout", 'i', (int64_t)10);
+  CHECK(rc_send_rq(&d, &r) == 0);
+  rq_init(&r);
+  rq_named(&r, 4, "wait", 1, "task_id", 'i', (int64_t)t);
+  CHECK(rc_rpc(&c, &r, &m) == 1 && !m.error);
+  CHECK_STR_EQ(obj_str(obj_get(m.result, "status")), "completed");
+  msg_free(&m);
+  CHECK(rc_next(&d, &m, 5000) == 1 && !m.error);
+  CHECK_STR_EQ(obj_str(obj_get(m.result, "status")), "completed");
+  msg_free(&m);
+  CHECK(stt_now_ms() - t0 < 3000);
+  /* A bad timeout. */
+  rq_init(&r);
+  rq_named(&r, 5, "wait", 2, "task_id", 'i', (int64_t)t, "timeout", 'd', 4000.0);
+  CHECK(rc_rpc(&c, &r, &m) == 1);
+  CHECK_STR_EQ(msg_errname(&m), "INVALID_ARGUMENT");
+  msg_free(&m);
+  rc_close(&d);
+  rc_close(&c);
+}
+
+TEST(progress_shows_in_status) {
+  rc_t c;
+  CHECK(rc_open(&c, S.socket) == 0);
+  uint64_t t = rk_submit(&c, "steps", "s", 0.08);
+  double end = stt_now_ms() + 5000;
+  int seen = 0;
+  while (!seen && stt_now_ms() < end) {
+    msg_t m;
+    CHECK(rk_id(&c, "status", "task_id", t, &m) == 1 && !m.error);
+    const msgpack_object *p = obj_get(m.result, "progress");
+    if (p && p->type == MSGPACK_OBJECT_FLOAT64 && p->via.f64 > 0 && p->via.f64 < 1 &&
+        strcmp(obj_str(obj_get(m.result, "status")), "running") == 0) {
+      CHECK_CONTAINS(obj_str(obj_get(m.result, "note")), "step ");
+      seen = 1;
+    }
+    msg_free(&m);
+    if (!seen) rk_pause_ms(2);
+  }
+  CHECK(seen);
+  rq_t r;
+  msg_t m;
+  rq_init(&r);
+  rq_named(&r, 2, "wait", 1, "task_id", 'i', (int64_t)t);
+  CHECK(rc_rpc(&c, &r, &m) == 1 && !m.error);
+  CHECK_STR_EQ(obj_str(obj_get(m.result, "status")), "completed");
+  CHECK(obj_get(m.result, "progress")->via.f64 == 1.0);
+  CHECK_STR_EQ(obj_str(obj_get(m.result, "note")), "step 4");
+  msg_free(&m);
+  rc_close(&c);
+}
+
+TEST(task_endpoint_call_and_managed_result) {
+  rc_t c;
+  CHECK(rc_open(&c, S.socket) == 0);
+  int64_t submitted = rc_info_int(&c, "counters.tasks_submitted");
+  msg_t m;
+  CHECK(rk_call(&c, "mtask", "n", 3, &m) == 1 && !m.error);
+  CHECK(obj_get(m.result, "value")->type == MSGPACK_OBJECT_EXT);
+  CHECK_EQ_INT(obj_field(&m, "lease"), 1);
+  CHECK_EQ_INT(obj_field(&m, "refcount"), 1);
+  int64_t oid = obj_field(&m, "id");
+  msg_free(&m);
+  CHECK_EQ_INT(rc_info_int(&c, "counters.tasks_submitted"), submitted + 1);
+  /* submit + result: a lease for the fetching connection. */
+  uint64_t t = rk_submit(&c, "mtask", "n", 4);
+  CHECK(rk_wait_status(&c, t, "completed", 5000) == 0);
+  CHECK(rk_id(&c, "status", "task_id", t, &m) == 1 && !m.error);
+  int64_t tobj = obj_int(obj_get(m.result, "object_id"));
+  CHECK(tobj > 0 && tobj != oid);
+  msg_free(&m);
+  CHECK_EQ_INT(info_field(&c, (uint64_t)tobj, "refcount"), 0);   /* held by the task */
+  CHECK(rk_id(&c, "result", "task_id", t, &m) == 1 && !m.error);
+  rc_drop_fds(&c);
+  CHECK_EQ_INT(obj_field(&m, "id"), tobj);
+  CHECK_EQ_INT(obj_field(&m, "lease"), 1);
+  msg_free(&m);
+  CHECK_EQ_INT(info_field(&c, (uint64_t)tobj, "refcount"), 1);
+  CHECK(rk_id(&c, "release", "object_id", (uint64_t)tobj, &m) == 1 && !m.error);
+  CHECK_EQ_INT(obj_int(obj_get(m.result, "destroyed")), 1);
+  msg_free(&m);
+  /* tasks, newest first, with a filter. */
+  rq_t r;
+  rq_init(&r);
+  rq_named(&r, 3, "tasks", 1, "status", 's', "completed");
+  CHECK(rc_rpc(&c, &r, &m) == 1 && !m.error);
+  CHECK(m.result->type == MSGPACK_OBJECT_ARRAY && m.result->via.array.size >= 2);
+  CHECK_EQ_INT(obj_int(obj_get(&m.result->via.array.ptr[0], "id")), t);
+  for (uint32_t i = 0; i < m.result->via.array.size; i++)
+    CHECK_STR_EQ(obj_str(obj_get(&m.result->via.array.ptr[i], "status")), "completed");
+  msg_free(&m);
+  rq_init(&r);
+  rq_named(&r, 4, "tasks", 1, "status", 's', "done");
+  CHECK(rc_rpc(&c, &r, &m) == 1);
+  CHECK_STR_EQ(msg_errname(&m), "INVALID_ARGUMENT");
+  msg_free(&m);
+  rc_close(&c);
+}
+
+TEST(finished_tasks_expire_after_the_ttl) {
+  rc_t c;
+  CHECK(rc_open(&c, S.socket) == 0);
+  int64_t expired = rc_info_int(&c, "counters.tasks_expired");
+  uint64_t t = rk_submit(&c, "slow", "s", 0.01);
+  CHECK(rk_wait_status(&c, t, "completed", 5000) == 0);
+  CHECK(rc_info_int(&c, "arenas.count") >= 1);   /* the unfetched result */
+  double t0 = stt_now_ms();
+  double end = t0 + 5000;
+  while (strcmp(rk_status(&c, t), "") != 0 && stt_now_ms() < end) rk_pause_ms(5);
+  double gone = stt_now_ms() - t0;
+  fprintf(stderr, "   task dropped %.0f ms after completion (ttl 1.5 s)\n", gone);
+  msg_t m;
+  CHECK(rk_id(&c, "status", "task_id", t, &m) == 1);
+  CHECK_STR_EQ(msg_errname(&m), "NOT_FOUND");
+  msg_free(&m);
+  CHECK(gone > 1000);
+  CHECK(rc_wait_info(&c, "arenas.count", 0, 5000) == 0);
+  CHECK(rc_info_int(&c, "counters.tasks_expired") > expired);
+  rc_close(&c);
+}
+
+TEST(closing_the_caller_cancels_its_task) {
+  rc_t c, w;
+  CHECK(rc_open(&c, S.socket) == 0);
+  CHECK(rc_open(&w, S.socket) == 0);
+  rq_t r;
+  rq_init(&r);
+  rq_ep_args(&r, 1, "call", "tslow", 0);
+  CHECK(rc_send_rq(&c, &r) == 0);
+  CHECK(rc_wait_info(&w, "tasks.running", 1, 5000) == 0);
+  rc_close(&c);
+  CHECK(rc_wait_info(&w, "tasks.running", 0, 3000) == 0);
+  msg_t m;
+  rq_init(&r);
+  rq_named(&r, 2, "tasks", 1, "status", 's', "cancelled");
+  CHECK(rc_rpc(&w, &r, &m) == 1 && !m.error);
+  CHECK(m.result->via.array.size >= 1);
+  CHECK_STR_EQ(obj_str(obj_get(&m.result->via.array.ptr[0], "endpoint")), "tslow");
+  msg_free(&m);
+  rc_close(&w);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  stt_server_init(&S);
+  stt_server_config(&S, "workers = 2, tasks = { ttl_s = 1.5, capacity = 100 },");
+  stt_write_endpoint(&S, "slow.lua",
+                     "return st.endpoint{ name = 'slow', params = { s = 0.5 },\n"
+                     "  build = function(a) local t = st.zeros{256}; st.sleep(a.s); return t end }\n");
+  stt_write_endpoint(&S, "fail.lua",
+                     "return st.endpoint{ name = 'fail', build = function()\n"
+                     "  error('nope') end }\n");
+  stt_write_endpoint(&S, "loop.lua",
+                     "return st.endpoint{ name = 'loop', build = function()\n"
+                     "  local n = 0\n"
+                     "  while not st.cancelled() do n = n + 1 end\n"
+                     "  return n end }\n");
+  stt_write_endpoint(&S, "steps.lua",
+                     "return st.endpoint{ name = 'steps', params = { n = 4, s = 0.1 },\n"
+                     "  build = function(a)\n"
+                     "    for i = 1, a.n do st.sleep(a.s); st.progress(i / a.n, 'step ' .. i) end\n"
+                     "    return st.arange{3} end }\n");
+  stt_write_endpoint(&S, "mtask.lua",
+                     "return st.endpoint{ name = 'mtask', execution = 'task', managed = true,\n"
+                     "  params = { n = 4 }, build = function(a) return st.ones{a.n} end }\n");
+  stt_write_endpoint(&S, "tslow.lua",
+                     "return st.endpoint{ name = 'tslow', execution = 'task',\n"
+                     "  build = function() st.sleep(10); return 1 end }\n");
+  if (stt_server_start(&S) != 0) {
+    stt_server_cleanup(&S);
+    return 1;
+  }
+  RUN(submit_wait_result_once);
+  RUN(result_of_unfinished_failed_and_unknown_tasks);
+  RUN(cancel_pending_then_running);
+  RUN(cancel_a_body_that_checks_cancelled);
+  RUN(wait_timeout_returns_current_info);
+  RUN(progress_shows_in_status);
+  RUN(task_endpoint_call_and_managed_result);
+  RUN(finished_tasks_expire_after_the_ttl);
+  RUN(closing_the_caller_cancels_its_task);
+  int status = stt_server_stop(&S);
+  if (status != 0) {
+    fprintf(stderr, "server exit status %d\n", status);
+    stt_failed++;
+  }
+  stt_server_cleanup(&S);
+  return stt_summary();
+}
