@@ -23,20 +23,8 @@
 #include <unistd.h>
 
 #include "fixture.h"
+#include "kit.h"
 #include "st/client.h"
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static void report(const char *what, double *us, int n) {
-  qsort(us, (size_t)n, sizeof *us, cmp_double);
-  double sum = 0;
-  for (int i = 0; i < n; i++) sum += us[i];
-  printf("%-44s n=%-7d p50 %8.1f us   p99 %8.1f us   mean %8.1f us\n", what, n,
-         us[n / 2], us[(int)(n * 0.99)], sum / n);
-}
 
 /* Raw baseline: a forked process echoes 64-byte messages on a UDS. */
 static void bench_raw(const char *dir, int iters) {
@@ -82,29 +70,19 @@ static void bench_raw(const char *dir, int iters) {
   }
   close(fd);
   waitpid(pid, NULL, 0);
-  report("raw UDS ping-pong 64 B (baseline)", us, iters);
+  bk_report("raw UDS ping-pong 64 B (baseline)", us, iters);
   free(us);
 }
 
-static st_client_t *connect_or_die(const char *sock) {
-  st_client_t *c;
-  char err[256];
-  if (st_client_connect(sock, &c, err, sizeof err) != ST_OK) {
-    fprintf(stderr, "connect: %s\n", err);
-    exit(1);
-  }
-  return c;
-}
-
 static void bench_ping(const char *sock, int iters) {
-  st_client_t *c = connect_or_die(sock);
+  st_client_t *c = bk_connect(sock);
   double *us = malloc(sizeof(double) * (size_t)iters);
   for (int i = -100; i < iters; i++) {
     double t0 = stt_now_ms();
     if (st_client_ping(c, NULL) != ST_OK) exit(1);
     if (i >= 0) us[i] = (stt_now_ms() - t0) * 1e3;
   }
-  report("stserver ping (libstclient)", us, iters);
+  bk_report("stserver ping (libstclient)", us, iters);
   free(us);
   st_client_close(c);
 }
@@ -122,53 +100,16 @@ static int one_call(st_client_t *c) {
 }
 
 static void bench_call(const char *sock, int iters) {
-  st_client_t *c = connect_or_die(sock);
+  st_client_t *c = bk_connect(sock);
   double *us = malloc(sizeof(double) * (size_t)iters);
   for (int i = -100; i < iters; i++) {
     double t0 = stt_now_ms();
     if (one_call(c) != 0) exit(1);
     if (i >= 0) us[i] = (stt_now_ms() - t0) * 1e3;
   }
-  report("call -> 16 x float32 CPU tensor, mapped", us, iters);
+  bk_report("call -> 16 x float32 CPU tensor, mapped", us, iters);
   free(us);
   st_client_close(c);
-}
-
-/* Each of n processes calls for `seconds`; the parent adds up the counts. */
-static void bench_throughput(const char *sock, int nproc, double seconds) {
-  int pipefd[2];
-  if (pipe(pipefd) != 0) exit(1);
-  pid_t *pids = calloc((size_t)nproc, sizeof *pids);
-  for (int p = 0; p < nproc; p++) {
-    if ((pids[p] = fork()) == 0) {
-      close(pipefd[0]);
-      st_client_t *c = connect_or_die(sock);
-      long count = 0;
-      double end = stt_now_ms() + seconds * 1e3;
-      while (stt_now_ms() < end) {
-        if (one_call(c) != 0) _exit(1);
-        count++;
-      }
-      st_client_close(c);
-      if (write(pipefd[1], &count, sizeof count) != (ssize_t)sizeof count) _exit(1);
-      _exit(0);
-    }
-  }
-  close(pipefd[1]);
-  long total = 0, one;
-  int got = 0;
-  while (read(pipefd[0], &one, sizeof one) == (ssize_t)sizeof one) {
-    total += one;
-    got++;
-  }
-  close(pipefd[0]);
-  /* Only our workers: the server started by the fixture is a child too. */
-  for (int p = 0; p < nproc; p++) waitpid(pids[p], NULL, 0);
-  free(pids);
-  char what[80];
-  snprintf(what, sizeof what, "calls/s, %d client process%s", nproc, nproc == 1 ? "" : "es");
-  printf("%-44s %.0f calls/s (%d of %d processes reported)\n", what, total / seconds, got,
-         nproc);
 }
 
 int main(int argc, char **argv) {
@@ -201,8 +142,8 @@ int main(int argc, char **argv) {
   bench_raw(s.dir, iters);
   bench_ping(s.socket, iters);
   bench_call(s.socket, iters);
-  bench_throughput(s.socket, 1, seconds);
-  bench_throughput(s.socket, clients, seconds);
+  bk_throughput("calls/s", s.socket, 1, seconds, NULL, one_call);
+  bk_throughput("calls/s", s.socket, clients, seconds, NULL, one_call);
 
   int rc = stt_server_stop(&s);
   stt_server_cleanup(&s);

@@ -22,30 +22,8 @@
 #include <unistd.h>
 
 #include "fixture.h"
+#include "kit.h"
 #include "st/client.h"
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static void report(const char *what, double *us, int n) {
-  qsort(us, (size_t)n, sizeof *us, cmp_double);
-  double sum = 0;
-  for (int i = 0; i < n; i++) sum += us[i];
-  printf("%-44s n=%-7d p50 %8.1f us   p99 %8.1f us   mean %8.1f us\n", what, n, us[n / 2],
-         us[(int)(n * 0.99)], sum / n);
-}
-
-static st_client_t *connect_or_die(const char *sock) {
-  st_client_t *c;
-  char err[256];
-  if (st_client_connect(sock, &c, err, sizeof err) != ST_OK) {
-    fprintf(stderr, "connect: %s\n", err);
-    exit(1);
-  }
-  return c;
-}
 
 static void die(st_client_t *c, const char *what) {
   fprintf(stderr, "%s: %s: %s\n", what, st_client_error_name(c), st_client_error(c));
@@ -75,8 +53,13 @@ static int cached_call(st_client_t *c) {
   return ok ? 0 : -1;
 }
 
+/* One mapping per process, reused by every hit (bk_throughput's prepare). */
+static int hold_cached(st_client_t *c, st_result_t **keep) {
+  return st_client_call(c, "cached16", NULL, keep) == ST_OK ? 0 : -1;
+}
+
 static void bench_cached(const char *sock, int iters) {
-  st_client_t *c = connect_or_die(sock);
+  st_client_t *c = bk_connect(sock);
   /* The first call builds and caches; `keep` holds the mapping, so every
    * later hit finds the arena in this process's open-cache. */
   st_result_t *keep;
@@ -94,7 +77,7 @@ static void bench_cached(const char *sock, int iters) {
     if (i >= 0) us[i] = (stt_now_ms() - t0) * 1e3;
   }
   st_open_cache_stats(NULL, &reused1);
-  report("cached call (hit, mapping reused)", us, iters);
+  bk_report("cached call (hit, mapping reused)", us, iters);
   printf("%-44s %llu of %d calls\n", "  open-cache reuses", (unsigned long long)(reused1 - reused0),
          iters + 100);
   free(us);
@@ -103,7 +86,7 @@ static void bench_cached(const char *sock, int iters) {
 }
 
 static void bench_managed(const char *sock, int iters) {
-  st_client_t *c = connect_or_die(sock);
+  st_client_t *c = bk_connect(sock);
   double *us = malloc(sizeof(double) * (size_t)iters);
   for (int i = -100; i < iters; i++) {
     double t0 = stt_now_ms();
@@ -120,13 +103,13 @@ static void bench_managed(const char *sock, int iters) {
     st_result_free(r);
     if (i >= 0) us[i] = (stt_now_ms() - t0) * 1e3;
   }
-  report("managed call + release", us, iters);
+  bk_report("managed call + release", us, iters);
   free(us);
   st_client_close(c);
 }
 
 static void bench_tasks(const char *sock, int iters) {
-  st_client_t *c = connect_or_die(sock);
+  st_client_t *c = bk_connect(sock);
   double *us = malloc(sizeof(double) * (size_t)iters);
   for (int with_result = 0; with_result < 2; with_result++) {
     for (int i = -100; i < iters; i++) {
@@ -148,51 +131,10 @@ static void bench_tasks(const char *sock, int iters) {
       }
       if (i >= 0) us[i] = (stt_now_ms() - t0) * 1e3;
     }
-    report(with_result ? "submit + wait + result" : "submit + wait", us, iters);
+    bk_report(with_result ? "submit + wait + result" : "submit + wait", us, iters);
   }
   free(us);
   st_client_close(c);
-}
-
-/* Each of n processes calls cached16 for `seconds`; the parent adds up. */
-static void bench_throughput(const char *sock, int nproc, double seconds) {
-  int pipefd[2];
-  if (pipe(pipefd) != 0) exit(1);
-  pid_t *pids = calloc((size_t)nproc, sizeof *pids);
-  for (int p = 0; p < nproc; p++) {
-    if ((pids[p] = fork()) == 0) {
-      close(pipefd[0]);
-      st_client_t *c = connect_or_die(sock);
-      st_result_t *keep; /* one mapping per process, reused by every hit */
-      if (st_client_call(c, "cached16", NULL, &keep) != ST_OK) _exit(1);
-      long count = 0;
-      double end = stt_now_ms() + seconds * 1e3;
-      while (stt_now_ms() < end) {
-        if (cached_call(c) != 0) _exit(1);
-        count++;
-      }
-      st_result_free(keep);
-      st_client_close(c);
-      if (write(pipefd[1], &count, sizeof count) != (ssize_t)sizeof count) _exit(1);
-      _exit(0);
-    }
-  }
-  close(pipefd[1]);
-  long total = 0, one;
-  int got = 0;
-  while (read(pipefd[0], &one, sizeof one) == (ssize_t)sizeof one) {
-    total += one;
-    got++;
-  }
-  close(pipefd[0]);
-  /* Only our workers: the server started by the fixture is a child too. */
-  for (int p = 0; p < nproc; p++) waitpid(pids[p], NULL, 0);
-  free(pids);
-  char what[80];
-  snprintf(what, sizeof what, "cached calls/s, %d client process%s", nproc,
-           nproc == 1 ? "" : "es");
-  printf("%-44s %.0f calls/s (%d of %d processes reported)\n", what, total / seconds, got,
-         nproc);
 }
 
 /* A server of its own with `nslow` workers: submits `nslow` slow builds
@@ -208,7 +150,7 @@ static void bench_ping_under_load(int nslow, int iters) {
   snprintf(cfg, sizeof cfg, "log_level = 'warn', workers = %d,", nslow);
   stt_server_config(&s, cfg);
   if (stt_server_start(&s) != 0) exit(1);
-  st_client_t *sub = connect_or_die(s.socket), *c = connect_or_die(s.socket);
+  st_client_t *sub = bk_connect(s.socket), *c = bk_connect(s.socket);
   uint64_t *ids = calloc((size_t)nslow, sizeof *ids);
   double t0 = stt_now_ms();
   for (int i = 0; i < nslow; i++)
@@ -230,7 +172,7 @@ static void bench_ping_under_load(int nslow, int iters) {
   st_result_free(r);
   char what[80];
   snprintf(what, sizeof what, "ping while %d slow builds run", nslow);
-  if (n > 0) report(what, us, n);
+  if (n > 0) bk_report(what, us, n);
   printf("%-44s %d running, %d pending, %d completed after %.0f ms\n", "  slow builds", running,
          pending, completed, stt_now_ms() - t0);
   /* All of them end; the server then stops at once. */
@@ -288,16 +230,16 @@ int main(int argc, char **argv) {
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   printf("bench_semantics: %ld CPUs, 2 server workers, %d iterations per latency figure\n", ncpu,
          iters);
-  st_client_t *c = connect_or_die(s.socket);
+  st_client_t *c = bk_connect(s.socket);
   double *us = malloc(sizeof(double) * (size_t)iters);
-  report("ping, no load (baseline)", us, measure_ping(c, us, iters, 0));
+  bk_report("ping, no load (baseline)", us, measure_ping(c, us, iters, 0));
   free(us);
   st_client_close(c);
   bench_cached(s.socket, iters);
   bench_managed(s.socket, iters);
   bench_tasks(s.socket, iters);
-  bench_throughput(s.socket, 1, seconds);
-  bench_throughput(s.socket, clients, seconds);
+  bk_throughput("cached calls/s", s.socket, 1, seconds, hold_cached, cached_call);
+  bk_throughput("cached calls/s", s.socket, clients, seconds, hold_cached, cached_call);
   int rc = stt_server_stop(&s);
   stt_server_cleanup(&s);
   bench_ping_under_load(slow, iters * 100);

@@ -1,0 +1,23 @@
+/* Shared pieces of the benchmarks in bench/: percentile reports, client
+ * connection, and the multi-process throughput loop. Benchmark code only:
+ * failures print a message and exit. */
+#ifndef ST_BENCH_KIT_H
+#define ST_BENCH_KIT_H
+
+#include "st/client.h"
+
+/* Sorts us[0..n) and prints p50, p99 and the mean under `what`. */
+void bk_report(const char *what, double *us, int n);
+
+/* A connected client, or exit(1) with the reason. */
+st_client_t *bk_connect(const char *sock);
+
+/* Forks `nproc` client processes. Each connects, runs `prepare` once (may
+ * be NULL; a result it leaves in *keep is freed at the end), then `call` in
+ * a loop for `seconds`. Prints "<label>, N client processes: X calls/s".
+ * Waits for its own children only (the fixture's server is one too). */
+void bk_throughput(const char *label, const char *sock, int nproc, double seconds,
+                   int (*prepare)(st_client_t *c, st_result_t **keep),
+                   int (*call)(st_client_t *c));
+
+#endif
