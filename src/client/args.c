@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "client/client_internal.h"
+#include "common/fail.h"
 
 typedef struct arg {
   char *key;
@@ -149,17 +150,8 @@ ST_API int st_args_string(st_args_t *a, const char *key, const char *v) {
 
 /* ------------------------------------------------------------ key=value */
 
-static int bad(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int bad(char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return ST_ERR_INVALID_ARGUMENT;
-}
+/* Every failure of argument parsing is INVALID_ARGUMENT. */
+#define bad(err, errlen, ...) st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, __VA_ARGS__)
 
 static const char *digits(const char *p) {
   while (*p >= '0' && *p <= '9') p++;

@@ -129,6 +129,12 @@ int st__client_exchange(st_client_t *c, const char *method, const void *params,
  * task result). Thread of the client. */
 int st__client_method(st_client_t *c, const char *method, const st__cbuf_t *params, int unwrap,
                       st_result_t **out);
+/* hello.c: st__client_method of `method` with params {endpoint[, args]}
+ * (`with_args`); an empty endpoint name is ST_ERR_INVALID_ARGUMENT. Used by
+ * call, submit and invalidate_*. Thread of the client. */
+int st__client_endpoint_method(st_client_t *c, const char *method, const char *endpoint,
+                               const st_args_t *args, int with_args, int unwrap,
+                               st_result_t **out);
 /* hello.c: closes the connection and connects again to c->path with a new
  * hello (server_id and the rest updated), waiting at most timeout_ms.
  * ST_OK or a recorded failure (ST_ERR_IO when nothing listens). */

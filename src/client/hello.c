@@ -235,24 +235,33 @@ int st__client_method(st_client_t *c, const char *method, const st__cbuf_t *para
   return rc;
 }
 
+/* Runs `method` with {endpoint[, args]}; see client_internal.h. */
+int st__client_endpoint_method(st_client_t *c, const char *method, const char *endpoint,
+                               const st_args_t *args, int with_args, int unwrap,
+                               st_result_t **out) {
+  if (!endpoint || !*endpoint)
+    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "no endpoint name given");
+  st__cbuf_t b;
+  st__client_cbuf_init(&b);
+  msgpack_pack_map(&b.pk, with_args ? 2 : 1);
+  st__pack_cstr(&b.pk, "endpoint");
+  st__pack_cstr(&b.pk, endpoint);
+  if (with_args) {
+    st__pack_cstr(&b.pk, "args");
+    st__client_args_pack(&b.pk, args);
+  }
+  int rc = b.oom ? st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing '%s'", method)
+                 : st__client_method(c, method, &b, unwrap, out);
+  st__client_cbuf_destroy(&b);
+  return rc;
+}
+
 /* Calls an endpoint; see client.h. Thread of the client. */
 ST_API int st_client_call(st_client_t *c, const char *endpoint, const st_args_t *args,
                           st_result_t **out) {
   if (out) *out = NULL;
   if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
-  if (!endpoint || !*endpoint)
-    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "no endpoint name given");
-  st__cbuf_t b;
-  st__client_cbuf_init(&b);
-  msgpack_pack_map(&b.pk, 2);
-  st__pack_cstr(&b.pk, "endpoint");
-  st__pack_cstr(&b.pk, endpoint);
-  st__pack_cstr(&b.pk, "args");
-  st__client_args_pack(&b.pk, args);
-  int rc = b.oom ? st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing the arguments")
-                 : st__client_method(c, "call", &b, 1, out);
-  st__client_cbuf_destroy(&b);
-  return rc;
+  return st__client_endpoint_method(c, "call", endpoint, args, 1, 1, out);
 }
 
 /* Any method with named parameters; see client.h. Thread of the client. */

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "client/client_internal.h"
+#include "common/fail.h"
 
 struct st__mapping {
   st__mapping_t *next;
@@ -55,41 +56,29 @@ static void cache_enter(void) {
   pthread_mutex_lock(&cache_lock);
 }
 
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return code;
-}
-
 /* Maps a memfd arena: checks seals and size, then mmap. */
-static int map_cpu(const st__arena_desc_t *d, int fd, const struct stat *st,
-                   st__mapping_t *m, char *err, size_t errlen) {
+static int map_cpu(const st__arena_desc_t *d, int fd, const struct stat *st, st__mapping_t *m,
+                   char *err, size_t errlen) {
   if (!S_ISREG(st->st_mode))
-    return fail(err, errlen, ST_ERR_PROTOCOL, "arena %llu: the descriptor is not a memory file",
-                (unsigned long long)d->id);
+    return st__fail(ST_ERR_PROTOCOL, err, errlen, "arena %llu: the descriptor is not a memory file",
+                    (unsigned long long)d->id);
   if ((uint64_t)st->st_size < d->bytes)
-    return fail(err, errlen, ST_ERR_PROTOCOL,
-                "arena %llu: the descriptor says %llu bytes but the file has %lld",
-                (unsigned long long)d->id, (unsigned long long)d->bytes,
-                (long long)st->st_size);
+    return st__fail(ST_ERR_PROTOCOL, err, errlen,
+                    "arena %llu: the descriptor says %llu bytes but the file has %lld",
+                    (unsigned long long)d->id, (unsigned long long)d->bytes,
+                    (long long)st->st_size);
   if (strcmp(d->backend, "memfd") == 0) {
     /* Another holder of the file could shrink an unsealed memfd under our
      * mapping, and touching the lost pages would kill us with SIGBUS. */
     int seals = fcntl(fd, F_GET_SEALS);
     if (seals < 0 || !(seals & F_SEAL_SHRINK))
-      return fail(err, errlen, ST_ERR_PROTOCOL,
-                  "arena %llu: the memfd is not sealed against shrinking",
-                  (unsigned long long)d->id);
+      return st__fail(ST_ERR_PROTOCOL, err, errlen,
+                      "arena %llu: the memfd is not sealed against shrinking",
+                      (unsigned long long)d->id);
   }
   if (d->bytes > SIZE_MAX)
-    return fail(err, errlen, ST_ERR_OUT_OF_MEMORY, "arena %llu is too large for this process",
-                (unsigned long long)d->id);
+    return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "arena %llu is too large for this process",
+                    (unsigned long long)d->id);
   size_t len = (size_t)d->bytes;
   if (len == 0) len = (size_t)st->st_size;
   m->map_len = len;
@@ -100,9 +89,9 @@ static int map_cpu(const st__arena_desc_t *d, int fd, const struct stat *st,
     p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0); /* write-sealed */
   if (p == MAP_FAILED) {
     int e = errno;
-    return fail(err, errlen, e == ENOMEM ? ST_ERR_OUT_OF_MEMORY : ST_ERR_IO,
-                "arena %llu: mmap of %zu bytes failed: %s", (unsigned long long)d->id, len,
-                strerror(e));
+    return st__fail(e == ENOMEM ? ST_ERR_OUT_OF_MEMORY : ST_ERR_IO, err, errlen,
+                    "arena %llu: mmap of %zu bytes failed: %s", (unsigned long long)d->id, len,
+                    strerror(e));
   }
   m->base = p;
   return ST_OK;
@@ -115,19 +104,19 @@ int st__client_map_arena(const char *server_id, const st__arena_desc_t *d, int f
   if (d->cuda) {
     close(fd);
 #ifdef ST_HAVE_CUDA
-    return fail(err, errlen, ST_ERR_CAPABILITY,
-                "arena %llu is CUDA memory: this client cannot map CUDA tensors yet",
-                (unsigned long long)d->id);
+    return st__fail(ST_ERR_CAPABILITY, err, errlen,
+                    "arena %llu is CUDA memory: this client cannot map CUDA tensors yet",
+                    (unsigned long long)d->id);
 #else
-    return fail(err, errlen, ST_ERR_CAPABILITY, "CUDA tensors need a CUDA build");
+    return st__fail(ST_ERR_CAPABILITY, err, errlen, "CUDA tensors need a CUDA build");
 #endif
   }
   struct stat st;
   if (fstat(fd, &st) != 0) {
     int e = errno;
     close(fd);
-    return fail(err, errlen, ST_ERR_IO, "arena %llu: fstat failed: %s",
-                (unsigned long long)d->id, strerror(e));
+    return st__fail(ST_ERR_IO, err, errlen, "arena %llu: fstat failed: %s",
+                    (unsigned long long)d->id, strerror(e));
   }
 
   cache_enter();
@@ -147,7 +136,7 @@ int st__client_map_arena(const char *server_id, const st__arena_desc_t *d, int f
   st__mapping_t *m = calloc(1, sizeof *m);
   char *sid = strdup(server_id);
   if (!m || !sid) {
-    fail(err, errlen, rc, "out of memory");
+    st__fail(rc, err, errlen, "out of memory");
     goto out_fail;
   }
   m->server_id = sid;

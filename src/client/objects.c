@@ -24,26 +24,6 @@ static int object_method(st_client_t *c, const char *method, uint64_t id, st_res
   return rc;
 }
 
-/* Runs `method` with {endpoint, args?}. */
-static int endpoint_method(st_client_t *c, const char *method, const char *endpoint,
-                           const st_args_t *args, int with_args, st_result_t **out) {
-  if (!endpoint || !*endpoint)
-    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "no endpoint name given");
-  st__cbuf_t b;
-  st__client_cbuf_init(&b);
-  msgpack_pack_map(&b.pk, with_args ? 2 : 1);
-  st__pack_cstr(&b.pk, "endpoint");
-  st__pack_cstr(&b.pk, endpoint);
-  if (with_args) {
-    st__pack_cstr(&b.pk, "args");
-    st__client_args_pack(&b.pk, args);
-  }
-  int rc = b.oom ? st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing '%s'", method)
-                 : st__client_method(c, method, &b, 0, out);
-  st__client_cbuf_destroy(&b);
-  return rc;
-}
-
 static int is_bool(const st_value_t *v) { return v && v->kind == ST_VALUE_BOOL; }
 static int is_int(const st_value_t *v) { return v && v->kind == ST_VALUE_INT; }
 
@@ -161,7 +141,7 @@ ST_API int st_client_invalidate_call(st_client_t *c, const char *endpoint, const
   if (dropped) *dropped = 0;
   if (!c) return ST_ERR_INVALID_ARGUMENT;
   st_result_t *r = NULL;
-  int rc = endpoint_method(c, "invalidate_call", endpoint, args, 1, &r);
+  int rc = st__client_endpoint_method(c, "invalidate_call", endpoint, args, 1, 0, &r);
   if (rc != ST_OK) return rc;
   const st_value_t *v = st_result_value(r);
   if (!is_bool(v))
@@ -177,7 +157,7 @@ ST_API int st_client_invalidate_endpoint(st_client_t *c, const char *endpoint, i
   if (count) *count = 0;
   if (!c) return ST_ERR_INVALID_ARGUMENT;
   st_result_t *r = NULL;
-  int rc = endpoint_method(c, "invalidate_endpoint", endpoint, NULL, 0, &r);
+  int rc = st__client_endpoint_method(c, "invalidate_endpoint", endpoint, NULL, 0, 0, &r);
   if (rc != ST_OK) return rc;
   const st_value_t *v = st_result_value(r);
   if (!is_int(v) || v->as.integer < 0)

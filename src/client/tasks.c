@@ -31,19 +31,8 @@ ST_API int st_client_submit(st_client_t *c, const char *endpoint, const st_args_
                             uint64_t *task_id) {
   if (task_id) *task_id = 0;
   if (!c || !task_id) return ST_ERR_INVALID_ARGUMENT;
-  if (!endpoint || !*endpoint)
-    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "no endpoint name given");
-  st__cbuf_t b;
-  st__client_cbuf_init(&b);
-  msgpack_pack_map(&b.pk, 2);
-  st__pack_cstr(&b.pk, "endpoint");
-  st__pack_cstr(&b.pk, endpoint);
-  st__pack_cstr(&b.pk, "args");
-  st__client_args_pack(&b.pk, args);
   st_result_t *r = NULL;
-  int rc = b.oom ? st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing the arguments")
-                 : st__client_method(c, "submit", &b, 0, &r);
-  st__client_cbuf_destroy(&b);
+  int rc = st__client_endpoint_method(c, "submit", endpoint, args, 1, 0, &r);
   if (rc != ST_OK) return rc;
   const st_value_t *id = st_value_get(st_result_value(r), "task_id");
   if (id && id->kind == ST_VALUE_INT && id->as.integer >= 0)
