@@ -77,4 +77,21 @@ return {
   -- entries nobody holds are evicted; an object that still does not fit
   -- fails with OUT_OF_MEMORY. Default for cpu: half the physical memory.
   -- memory_budget = { cpu = 32 * 1024 * 1024 * 1024, ["cuda:0"] = 60 * 1024 * 1024 * 1024 },
+
+  -- Where an endpoint builds when it names no `device` (and a constructor
+  -- names none): "socket" builds on the socket's device (socket N on
+  -- cuda:N when this server has that CUDA device, else on the CPU); "cpu"
+  -- always builds in host shared memory.
+  default_device = "socket",
+
+  -- Files that endpoints load (st.load_safetensors) must lie in one of
+  -- these directories (symlinks resolved); relative names are taken from
+  -- this file's directory. Default: this file's directory.
+  -- data_dirs = { "models", "/srv/weights" },
+
+  -- safetensors loading: reader threads per load, and the pinned host
+  -- staging pool for copies to the GPU (allocated once, at start, when a
+  -- CUDA device is served).
+  loader_threads = 4,
+  staging_bytes = 256 * 1024 * 1024,
 }

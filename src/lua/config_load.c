@@ -232,6 +232,35 @@ static char *resolve_dir(const char *config_path, const char *dir) {
   return out;
 }
 
+/* data_dirs = { "models", "/srv/weights" }: relative entries are resolved
+ * against the config file's directory. Replaces the default. */
+static void parse_data_dirs(cfgck_t *c, int idx, st__config_t *cfg) {
+  lua_State *L = c->L;
+  if (lua_type(L, idx) != LUA_TTABLE) {
+    bad(c, "data_dirs", "expected an array of directory names, got %s", luaL_typename(L, idx));
+    return;
+  }
+  int n = (int)lua_objlen(L, idx);
+  if (n > ST_MAX_DATA_DIRS) {
+    bad(c, "data_dirs", "at most %d directories, got %d", ST_MAX_DATA_DIRS, n);
+    return;
+  }
+  for (int i = 0; i < cfg->ndata_dirs; i++) free(cfg->data_dirs[i]);
+  cfg->ndata_dirs = 0;
+  for (int i = 1; i <= n; i++) {
+    lua_rawgeti(L, idx, i);                        /* [dir] */
+    if (lua_type(L, -1) != LUA_TSTRING || lua_objlen(L, -1) == 0) {
+      bad(c, "data_dirs", "entry %d: expected a directory name, got %s", i,
+          luaL_typename(L, -1));
+    } else {
+      char *dir = resolve_dir(c->path, lua_tostring(L, -1));
+      if (dir) cfg->data_dirs[cfg->ndata_dirs++] = dir;
+      else bad(c, "data_dirs", "out of memory");
+    }
+    lua_pop(L, 1);                                 /* [] */
+  }
+}
+
 static void parse_key(cfgck_t *c, const char *k, int v, st__config_t *cfg) {
   lua_State *L = c->L;
   int64_t ids[ST_MAX_ALLOW], n;
@@ -291,6 +320,20 @@ static void parse_key(cfgck_t *c, const char *k, int v, st__config_t *cfg) {
     parse_tasks(c, v, cfg);
   } else if (strcmp(k, "memory_budget") == 0) {
     parse_budget(c, v, cfg);
+  } else if (strcmp(k, "default_device") == 0) {
+    const char *d = lua_type(L, v) == LUA_TSTRING ? lua_tostring(L, v) : NULL;
+    if (!d || (strcmp(d, "socket") != 0 && strcmp(d, "cpu") != 0)) {
+      bad(c, k, "expected \"socket\" or \"cpu\"");
+    } else {
+      free(cfg->default_device);
+      cfg->default_device = strdup(d);
+    }
+  } else if (strcmp(k, "data_dirs") == 0) {
+    parse_data_dirs(c, v, cfg);
+  } else if (strcmp(k, "loader_threads") == 0) {
+    if (get_int(c, v, k, 1, 64, &n)) cfg->loader_threads = (int)n;
+  } else if (strcmp(k, "staging_bytes") == 0) {
+    if (get_int(c, v, k, 4 << 20, INT64_C(1) << 40, &n)) cfg->staging_bytes = (uint64_t)n;
   } else if (strcmp(k, "shutdown_grace_s") == 0) {
     double d = lua_tonumber(L, v);
     char buf[64];
@@ -362,6 +405,14 @@ int st__config_load(const char *path, st__config_t *cfg, st__errlist_t *errs) {
   }
   lua_close(L);
   if (errs->count > errs0) return ST_ERR_CONFIGURATION;
+  /* The default data directory is the config file's own directory. */
+  if (cfg->ndata_dirs == 1 && strcmp(cfg->data_dirs[0], ".") == 0) {
+    char *dir = resolve_dir(path, ".");
+    if (dir) {
+      free(cfg->data_dirs[0]);
+      cfg->data_dirs[0] = dir;
+    }
+  }
   char *p = strdup(path);
   if (p) {
     free(cfg->path);

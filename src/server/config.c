@@ -35,6 +35,11 @@ void st__config_defaults(st__config_t *c) {
   c->nbudgets = 1;
   snprintf(c->budgets[0].device, sizeof c->budgets[0].device, "cpu");
   c->budgets[0].bytes = st__config_default_cpu_budget();
+  c->default_device = strdup("socket");
+  c->ndata_dirs = 1;
+  c->data_dirs[0] = strdup(".");
+  c->loader_threads = 4;
+  c->staging_bytes = 256ull << 20;
 }
 
 /* Half of the physical memory; 0 (no budget) when sysconf cannot tell. */
@@ -65,6 +70,8 @@ void st__config_free(st__config_t *c) {
   free(c->base_path);
   free(c->endpoints_dir);
   free(c->socket_group);
+  free(c->default_device);
+  for (int i = 0; i < c->ndata_dirs; i++) free(c->data_dirs[i]);
   memset(c, 0, sizeof *c);
 }
 

@@ -12,6 +12,7 @@
 #define ST_MAX_DEVICES 16
 #define ST_MAX_ALLOW   64
 #define ST_MAX_BUDGETS (1 + ST_MAX_DEVICES)   /* "cpu" and "cuda:N" entries */
+#define ST_MAX_DATA_DIRS 16
 
 typedef enum { ST_LOG_ERROR = 0, ST_LOG_WARN, ST_LOG_INFO, ST_LOG_DEBUG } st__log_level_t;
 
@@ -47,6 +48,19 @@ typedef struct st__config {
     char device[16];            /* "cpu" or "cuda:N" */
     uint64_t bytes;
   } budgets[ST_MAX_BUDGETS];
+  /* Where tensors are built when neither the endpoint (`device`) nor the
+   * constructor names a device: "socket" (default: socket N builds on
+   * cuda:N when the server has that CUDA device, else on the CPU) or "cpu". */
+  char *default_device;         /* owned */
+  /* Directories that files loaded by endpoints (st.load_safetensors) must
+   * lie in, after resolving symlinks. Default: the config file's directory
+   * (the working directory when there is no config file). */
+  int ndata_dirs;
+  char *data_dirs[ST_MAX_DATA_DIRS];   /* owned */
+  /* safetensors loading: reader threads, and the pinned host staging pool
+   * (allocated once at start when the CUDA backend has a device). */
+  int loader_threads;           /* default 4 */
+  uint64_t staging_bytes;       /* default 256 MiB */
 } st__config_t;
 
 /* Fills every field with its default (ST_DEFAULT_* of include/st/wire.h,

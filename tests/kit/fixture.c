@@ -214,6 +214,9 @@ static void write_config(stt_server_t *s) {
            "  endpoints = \"%s\",\n"
            "  workers = 2,\n"
            "  log_level = \"debug\",\n"
+           "  -- Tests build on the CPU unless an endpoint names a device, so the\n"
+           "  -- same tests mean the same thing on hosts with and without a GPU.\n"
+           "  default_device = \"cpu\",\n"
            "%s"
            "}\n",
            s->base, s->endpoints, s->extra_config);

@@ -37,6 +37,10 @@ TEST(every_key) {
                         "  shutdown_grace_s = 2.5,\n"
                         "  tasks = { ttl_s = 0.5, capacity = 20 },\n"
                         "  memory_budget = { cpu = 4096, ['cuda:1'] = 0 },\n"
+                        "  default_device = 'cpu',\n"
+                        "  data_dirs = { 'models', '/srv/weights' },\n"
+                        "  loader_threads = 8,\n"
+                        "  staging_bytes = 64 * 1024 * 1024,\n"
                         "}\n", &c, &errs), ST_OK);
   CHECK(errs == NULL);
   CHECK_STR_EQ(c.path, cfg_path);
@@ -67,6 +71,13 @@ TEST(every_key) {
   CHECK_EQ_INT(c.budgets[0].bytes, 4096);
   CHECK_STR_EQ(c.budgets[1].device, "cuda:1");
   CHECK_EQ_INT(c.budgets[1].bytes, 0);
+  CHECK_STR_EQ(c.default_device, "cpu");
+  CHECK_EQ_INT(c.ndata_dirs, 2);
+  snprintf(want, sizeof want, "%s/models", kit_dir);
+  CHECK_STR_EQ(c.data_dirs[0], want);
+  CHECK_STR_EQ(c.data_dirs[1], "/srv/weights");
+  CHECK_EQ_INT(c.loader_threads, 8);
+  CHECK_EQ_INT(c.staging_bytes, 64 << 20);
   st__config_free(&c);
 }
 
@@ -86,6 +97,14 @@ TEST(defaults_stay_and_short_forms) {
   CHECK_EQ_INT(c.nbudgets, 1);
   CHECK_EQ_INT(c.budgets[0].bytes, st__config_default_cpu_budget());
   CHECK(c.budgets[0].bytes > 0);
+  CHECK_STR_EQ(c.default_device, "socket");
+  CHECK_EQ_INT(c.loader_threads, 4);
+  CHECK_EQ_INT(c.staging_bytes, 256 << 20);
+  /* The default data directory is the config file's directory. */
+  char want[700];
+  snprintf(want, sizeof want, "%s/.", kit_dir);
+  CHECK_EQ_INT(c.ndata_dirs, 1);
+  CHECK_STR_EQ(c.data_dirs[0], want);
   st__config_free(&c);
   CHECK_EQ_INT(load_cfg("return {}\n", &c, &errs), ST_OK);
   st__config_free(&c);
@@ -107,6 +126,10 @@ TEST(bad_values_are_all_reported) {
                         "  tasks = { ttl_s = 0, capacity = 0, keep = 1 },\n"
                         "  memory_budget = { gpu = 1, cpu = -5, ['cuda:x'] = 1 },\n"
                         "  [1] = 'x',\n"
+                        "  default_device = 'gpu',\n"
+                        "  data_dirs = 'models',\n"
+                        "  loader_threads = 0,\n"
+                        "  staging_bytes = 1024,\n"
                         "}\n", &c, &errs), ST_ERR_CONFIGURATION);
   CHECK(errs != NULL);
   CHECK_CONTAINS(errs, "config.lua: unknown key 'wrokers'");
@@ -126,6 +149,10 @@ TEST(bad_values_are_all_reported) {
   CHECK_CONTAINS(errs, "memory_budget: keys are \"cpu\" or \"cuda:N\", got 'gpu'");
   CHECK_CONTAINS(errs, "memory_budget: keys are \"cpu\" or \"cuda:N\", got 'cuda:x'");
   CHECK_CONTAINS(errs, "memory_budget.cpu: expected an integer in 0..");
+  CHECK_CONTAINS(errs, "default_device: expected \"socket\" or \"cpu\"");
+  CHECK_CONTAINS(errs, "data_dirs: expected an array of directory names, got string");
+  CHECK_CONTAINS(errs, "loader_threads: expected an integer in 1..64, got 0");
+  CHECK_CONTAINS(errs, "staging_bytes: expected an integer in 4194304..");
   free(errs);
   st__config_free(&c);
 }

@@ -94,7 +94,7 @@ function H.server(opts)
   else
     self.config = dir .. "/config.lua"
     H.write(self.config, string.format(
-      "return {\n  base_path = %q,\n  endpoints = %q,\n  workers = 2,\n  log_level = 'debug',\n%s\n}\n",
+      "return {\n  base_path = %q,\n  endpoints = %q,\n  workers = 2,\n  log_level = 'debug',\n  default_device = 'cpu',\n%s\n}\n",
       self.base, epdir, opts.config or ""))
   end
   if opts.start ~= false then self:start() end
