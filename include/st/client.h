@@ -47,10 +47,22 @@ typedef enum {
   ST_DEVICE_CUDA = 1
 } st_device_kind_t;
 
-/* A mapped tensor. Everything here is borrowed from the st_result_t. */
+/* A mapped tensor. Everything here is borrowed from the st_result_t.
+ *
+ * CUDA tensors (device == ST_DEVICE_CUDA): `data` is a device address in
+ * this process (the mapping's base + offset), valid on device
+ * `device_index`, the ordinal in this process of the GPU whose UUID the
+ * server named (so CUDA_VISIBLE_DEVICES is honoured). The memory is ready
+ * when the call returns: the server synchronized its stream before it
+ * replied, so no event or stream wait is needed. The mapping is made in
+ * the device's primary context (the one the CUDA runtime, PyTorch and
+ * CuPy use); the library leaves the calling thread's current context as it
+ * found it. The mapping stays valid, readable and writable, until the last
+ * result using it is freed, even if the server exits or is killed. */
 typedef struct st_tensor {
   const char *name;          /* path in the result: "", "weight", "0.bias" */
-  void *data;                /* first element: mapping base + offset       */
+  void *data;                /* first element: mapping base + offset (a
+                                device address for CUDA)                   */
   st_dtype_t dtype;
   int ndim;
   const int64_t *shape;      /* ndim entries                               */
@@ -102,8 +114,20 @@ ST_API const st_value_t *st_value_get(const st_value_t *map, const char *key);
 ST_API char *st_value_json(const st_value_t *v, int pretty);
 
 /* Element `linear` (row-major over the tensor's shape, honouring strides)
- * as a double; CPU tensors only (NaN for CUDA ones). */
+ * as a double; NaN for an index outside [0, numel) or a failed copy. For a
+ * CUDA tensor each call is a small synchronous device-to-host copy (tens
+ * of microseconds): meant for inspection, not for loops; use
+ * st_tensor_copy_to_host for more than a few elements. Any thread. */
 ST_API double st_tensor_get(const st_tensor_t *t, int64_t linear);
+
+/* Copies every element of t into dst (caller's host memory, `len` >=
+ * t->nbytes bytes) in contiguous row-major order: t->nbytes bytes, whatever
+ * t's strides are. CPU and CUDA tensors. A strided CUDA tensor is copied as
+ * its whole spanned range into a temporary host buffer and gathered there.
+ * The copy is synchronous. ST_OK; ST_ERR_INVALID_ARGUMENT (NULL, len too
+ * small); ST_ERR_OUT_OF_MEMORY; a CUDA failure (ST_ERR_INTERNAL,
+ * ST_ERR_CAPABILITY). Any thread, while t's result lives. */
+ST_API int st_tensor_copy_to_host(const st_tensor_t *t, void *dst, size_t len);
 
 /* --------------------------------------------------------------- results */
 
@@ -140,7 +164,8 @@ typedef struct st_object_info {
 ST_API int st_result_object(const st_result_t *r, st_object_info_t *out);
 
 /* Frees a result. Its mappings are unmapped when no other result of this
- * process still maps the same allocation. NULL is a no-op. */
+ * process still maps the same allocation (CUDA device memory is given back
+ * to the driver then, once no process maps it). NULL is a no-op. */
 ST_API void st_result_free(st_result_t *r);
 
 /* ------------------------------------------------------------- arguments */
@@ -206,7 +231,12 @@ ST_API int st_client_server_pid(const st_client_t *c);
 ST_API int st_client_ping(st_client_t *c, double *rtt_us);
 
 /* Calls an endpoint. `args` may be NULL (all defaults). On success *out is
- * owned by the caller (st_result_free). */
+ * owned by the caller (st_result_free). A reply carrying CUDA memory that
+ * this process cannot map (no driver, no visible device with the UUID the
+ * server named, a build without CUDA) fails with ST_ERR_CAPABILITY, "no
+ * CUDA device: <reason> (arena N is on GPU-...)"; nothing of the reply is
+ * kept (its descriptors are closed). The same holds for every function
+ * below that returns a result. */
 ST_API int st_client_call(st_client_t *c, const char *endpoint, const st_args_t *args,
                    st_result_t **out);
 

@@ -150,13 +150,21 @@ int cli_print_json_owned(char *s);
 char *cli_value_text(const st_value_t *v);
 /* "[2, 3]" for a shape. */
 void cli_format_shape(const st_tensor_t *t, char *buf, size_t len);
-/* "cpu" or "cuda:N". */
+/* "cpu", or "cuda:N (GPU-uuid)" for a CUDA tensor. */
 const char *cli_device_name(const st_tensor_t *t, char *buf, size_t len);
-/* Element i in row-major order as text, exact for integers. */
-void cli_format_element(const st_tensor_t *t, int64_t i, char *buf, size_t len);
+/* Called with `count` elements in row-major order, from element `first`,
+ * as host bytes at `base` (contiguous). */
+typedef void (*cli_chunk_fn)(void *ud, const void *base, int64_t first, int64_t count);
+/* Hands the first n elements of t (row-major, strides followed) to fn in
+ * order, chunk by chunk; a CUDA tensor is copied to the host with
+ * st_tensor_copy_to_host. ST_OK or the copy's error. */
+int cli_each_chunk(const st_tensor_t *t, int64_t n, cli_chunk_fn fn, void *ud);
+/* Element k of contiguous host elements at base as text, exact for
+ * integers. */
+void cli_format_element(st_dtype_t dtype, const void *base, int64_t k, char *buf, size_t len);
 /* Sum of all elements (as doubles) and FNV-1a 64 of the element bytes in
- * row-major order. CPU tensors only. */
-void cli_checksum(const st_tensor_t *t, double *sum, uint64_t *fnv);
+ * row-major order; CPU and CUDA tensors. ST_OK or the copy's error. */
+int cli_checksum(const st_tensor_t *t, double *sum, uint64_t *fnv);
 /* A double as JSON (null for NaN and infinities). */
 void cli_format_json_number(double d, char *buf, size_t len);
 /* s as a JSON string literal on out. */

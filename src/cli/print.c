@@ -46,16 +46,17 @@ void cli_format_shape(const st_tensor_t *t, char *buf, size_t len) {
   if (used < len) snprintf(buf + used, len - used, "]");
 }
 
-/* "cpu" or "cuda:N" into buf; returns buf. */
+/* "cpu", or "cuda:N (GPU-uuid)" into buf; returns buf. */
 const char *cli_device_name(const st_tensor_t *t, char *buf, size_t len) {
   if (t->device == ST_DEVICE_CUDA)
-    snprintf(buf, len, "cuda:%d", t->device_index);
+    snprintf(buf, len, "cuda:%d (%s)", t->device_index, t->device_uuid);
   else
     snprintf(buf, len, "cpu");
   return buf;
 }
 
-/* Address of element `linear` (row-major, following strides). */
+/* Address of element `linear` of a CPU tensor (row-major, following
+ * strides). */
 static const unsigned char *element(const st_tensor_t *t, int64_t linear) {
   int64_t off = 0;
   for (int i = t->ndim - 1; i >= 0; i--) {
@@ -64,6 +65,90 @@ static const unsigned char *element(const st_tensor_t *t, int64_t linear) {
     linear /= dim;
   }
   return (const unsigned char *)t->data + (size_t)off * st_dtype_size(t->dtype);
+}
+
+static int is_contiguous(const st_tensor_t *t) {
+  int64_t want = 1;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    if (t->shape[i] == 1) continue;
+    if (t->strides[i] != want) return 0;
+    want *= t->shape[i];
+  }
+  return 1;
+}
+
+/* Elements handed to a callback at once: 8 MiB of float64. */
+#define CHUNK ((int64_t)1 << 20)
+/* Up to this many leading values of a strided device tensor are read one
+ * by one; more, and the whole tensor is copied once. */
+#define FEW 4096
+
+/* Copies `count` contiguous elements of a device tensor starting at
+ * element `first` (t contiguous) to dst through a 1-D view. */
+static int copy_run(const st_tensor_t *t, int64_t first, int64_t count, unsigned char *dst) {
+  size_t esize = st_dtype_size(t->dtype);
+  int64_t one = 1;
+  st_tensor_t v = *t;
+  v.data = (unsigned char *)t->data + (size_t)first * esize;
+  v.ndim = 1;
+  v.shape = &count;
+  v.strides = &one;
+  v.numel = count;
+  v.nbytes = (size_t)count * esize;
+  return st_tensor_copy_to_host(&v, dst, v.nbytes);
+}
+
+/* See cli.h. */
+int cli_each_chunk(const st_tensor_t *t, int64_t n, cli_chunk_fn fn, void *ud) {
+  if (n > t->numel) n = t->numel;
+  if (n <= 0) return ST_OK;
+  size_t esize = st_dtype_size(t->dtype);
+  int contiguous = is_contiguous(t);
+  if (t->device == ST_DEVICE_CPU && contiguous) {
+    fn(ud, t->data, 0, n);
+    return ST_OK;
+  }
+  if (t->device != ST_DEVICE_CPU && !contiguous && (n == t->numel || n > FEW)) {
+    /* A strided device tensor is gathered by the library in one copy. */
+    unsigned char *all = malloc(t->nbytes ? t->nbytes : 1);
+    if (!all) return ST_ERR_OUT_OF_MEMORY;
+    int rc = st_tensor_copy_to_host(t, all, t->nbytes);
+    if (rc == ST_OK) fn(ud, all, 0, n);
+    free(all);
+    return rc;
+  }
+  int64_t per = n < CHUNK ? n : CHUNK;
+  unsigned char *buf = malloc((size_t)per * esize);
+  if (!buf) return ST_ERR_OUT_OF_MEMORY;
+  int rc = ST_OK;
+  for (int64_t first = 0; first < n && rc == ST_OK; first += per) {
+    int64_t count = n - first < per ? n - first : per;
+    if (t->device == ST_DEVICE_CPU) {
+      for (int64_t k = 0; k < count; k++)
+        memcpy(buf + (size_t)k * esize, element(t, first + k), esize);
+    } else if (contiguous) {
+      rc = copy_run(t, first, count, buf);
+    } else {
+      /* The first few values of a strided device tensor: one element at a
+       * time (each a small copy through a 0-d view). */
+      for (int64_t k = 0; k < count && rc == ST_OK; k++) {
+        int64_t off = 0, linear = first + k;
+        for (int i = t->ndim - 1; i >= 0; i--) {
+          off += (linear % t->shape[i]) * t->strides[i];
+          linear /= t->shape[i];
+        }
+        st_tensor_t v = *t;
+        v.data = (unsigned char *)t->data + (size_t)off * esize;
+        v.ndim = 0;
+        v.numel = 1;
+        v.nbytes = esize;
+        rc = st_tensor_copy_to_host(&v, buf + (size_t)k * esize, esize);
+      }
+    }
+    if (rc == ST_OK) fn(ud, buf, first, count);
+  }
+  free(buf);
+  return rc;
 }
 
 /* Shortest text that reads back as the same float (or double). */
@@ -84,10 +169,10 @@ static void shortest(double d, int single, char *buf, size_t len) {
   }
 }
 
-/* Element i as text: integers exactly, floats in their shortest form. */
-void cli_format_element(const st_tensor_t *t, int64_t i, char *buf, size_t len) {
-  const unsigned char *p = element(t, i);
-  switch (t->dtype) {
+/* See cli.h: integers exactly, floats in their shortest form. */
+void cli_format_element(st_dtype_t dtype, const void *base, int64_t k, char *buf, size_t len) {
+  const unsigned char *p = (const unsigned char *)base + (size_t)k * st_dtype_size(dtype);
+  switch (dtype) {
   case ST_DTYPE_BOOL:
     snprintf(buf, len, "%s", *p ? "true" : "false");
     return;
@@ -119,25 +204,36 @@ void cli_format_element(const st_tensor_t *t, int64_t i, char *buf, size_t len) 
     return;
   }
   default:
-    shortest(st_tensor_get(t, i), t->dtype != ST_DTYPE_FLOAT64, buf, len);
+    shortest(st_dtype_load(dtype, base, (size_t)k), dtype != ST_DTYPE_FLOAT64, buf, len);
   }
 }
 
-/* Sum as doubles and FNV-1a 64 over the element bytes, row-major. */
-void cli_checksum(const st_tensor_t *t, double *sum, uint64_t *fnv) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  double s = 0;
-  size_t esize = st_dtype_size(t->dtype);
-  for (int64_t i = 0; i < t->numel; i++) {
-    const unsigned char *p = element(t, i);
-    for (size_t k = 0; k < esize; k++) {
-      h ^= p[k];
-      h *= 0x100000001b3ull;
-    }
-    s += st_tensor_get(t, i);
+typedef struct checksum {
+  st_dtype_t dtype;
+  double sum;
+  uint64_t h;
+} checksum_t;
+
+static void checksum_chunk(void *ud, const void *base, int64_t first, int64_t count) {
+  checksum_t *c = ud;
+  size_t esize = st_dtype_size(c->dtype);
+  const unsigned char *p = base;
+  uint64_t h = c->h;
+  for (size_t k = 0; k < (size_t)count * esize; k++) {
+    h ^= p[k];
+    h *= 0x100000001b3ull;
   }
-  *sum = s;
-  *fnv = h;
+  c->h = h;
+  for (int64_t k = 0; k < count; k++) c->sum += st_dtype_load(c->dtype, base, (size_t)k);
+}
+
+/* See cli.h: one pass in row-major order, device tensors in chunks. */
+int cli_checksum(const st_tensor_t *t, double *sum, uint64_t *fnv) {
+  checksum_t c = {t->dtype, 0, 0xcbf29ce484222325ull};
+  int rc = cli_each_chunk(t, t->numel, checksum_chunk, &c);
+  *sum = c.sum;
+  *fnv = c.h;
+  return rc;
 }
 
 /* A double as a JSON number, null when it is not finite. */

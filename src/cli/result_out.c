@@ -11,10 +11,39 @@
 
 static const char *display_name(const st_tensor_t *t) { return *t->name ? t->name : "(tensor)"; }
 
-/* "name  dtype  [shape]  device  N bytes", columns aligned over all. */
-static void print_tensors(const st_result_t *r, long nvalues) {
-  size_t n = st_result_tensor_count(r), wname = 0, wdtype = 0, wshape = 0;
-  char shape[256], dev[32];
+typedef struct values_out {
+  st_dtype_t dtype;
+  int json;
+} values_out_t;
+
+/* Prints " v0 v1 ..." (text) or "v0, v1, ..." (JSON numbers). */
+static void print_values_chunk(void *ud, const void *base, int64_t first, int64_t count) {
+  const values_out_t *o = ud;
+  for (int64_t k = 0; k < count; k++) {
+    char buf[64];
+    if (o->json) {
+      cli_format_json_number(st_dtype_load(o->dtype, base, (size_t)k), buf, sizeof buf);
+      printf("%s%s", first + k ? ", " : "", buf);
+    } else {
+      cli_format_element(o->dtype, base, k, buf, sizeof buf);
+      printf(" %s", buf);
+    }
+  }
+}
+
+/* A tensor's values could not be read (a CUDA copy failed). */
+static void values_failed(const st_tensor_t *t, int rc) {
+  fprintf(stderr, "stcli: %s: cannot read the values of '%s' on %s: %s\n", st_err_name(rc),
+          display_name(t), t->device == ST_DEVICE_CUDA ? "the GPU" : "the host",
+          st_strerror(rc));
+}
+
+/* "name  dtype  [shape]  device  N bytes", columns aligned over all.
+ * Returns the exit code (a value that could not be read fails). */
+static int print_tensors(const st_result_t *r, long nvalues) {
+  size_t n = st_result_tensor_count(r), wname = 0, wdtype = 0, wshape = 0, wdev = 0;
+  char shape[256], dev[96];
+  int code = CLI_OK;
   for (size_t i = 0; i < n; i++) {
     const st_tensor_t *t = st_result_tensor(r, i);
     cli_format_shape(t, shape, sizeof shape);
@@ -22,63 +51,65 @@ static void print_tensors(const st_result_t *r, long nvalues) {
     if (strlen(display_name(t)) > wname) wname = strlen(display_name(t));
     if (dt && strlen(dt) > wdtype) wdtype = strlen(dt);
     if (strlen(shape) > wshape) wshape = strlen(shape);
+    if (strlen(cli_device_name(t, dev, sizeof dev)) > wdev) wdev = strlen(dev);
   }
   for (size_t i = 0; i < n; i++) {
     const st_tensor_t *t = st_result_tensor(r, i);
     cli_format_shape(t, shape, sizeof shape);
-    printf("%-*s  %-*s  %-*s  %s  %zu bytes\n", (int)wname, display_name(t), (int)wdtype,
-           st_dtype_name(t->dtype), (int)wshape, shape, cli_device_name(t, dev, sizeof dev),
-           t->nbytes);
+    printf("%-*s  %-*s  %-*s  %-*s  %zu bytes\n", (int)wname, display_name(t), (int)wdtype,
+           st_dtype_name(t->dtype), (int)wshape, shape, (int)wdev,
+           cli_device_name(t, dev, sizeof dev), t->nbytes);
     if (nvalues < 0) continue;
-    if (t->device != ST_DEVICE_CPU) {
-      printf("  values: (in device memory, not shown)\n");
-      continue;
-    }
-    printf("  values:");
     int64_t shown = t->numel < nvalues ? t->numel : nvalues;
-    for (int64_t k = 0; k < shown; k++) {
-      char buf[64];
-      cli_format_element(t, k, buf, sizeof buf);
-      printf(" %s", buf);
-    }
-    if (t->numel > shown) printf(" ... (%" PRId64 " more)", t->numel - shown);
+    values_out_t o = {t->dtype, 0};
+    printf("  values:");
+    int rc = cli_each_chunk(t, shown, print_values_chunk, &o);
+    if (rc == ST_OK && t->numel > shown) printf(" ... (%" PRId64 " more)", t->numel - shown);
     printf("\n");
     double sum;
     uint64_t fnv;
-    cli_checksum(t, &sum, &fnv);
+    if (rc == ST_OK) rc = cli_checksum(t, &sum, &fnv);
+    if (rc != ST_OK) {
+      values_failed(t, rc);
+      code = CLI_SERVER_ERROR;
+      continue;
+    }
     char sbuf[64];
     cli_format_json_number(sum, sbuf, sizeof sbuf);
     printf("  sum: %s  fnv1a64: 0x%016" PRIx64 "\n", sbuf, fnv);
   }
+  return code;
 }
 
-/* The "tensors" member of --json --values: [{name, values, sum, fnv1a64}]. */
-static void print_json_tensor_values(const st_result_t *r, long nvalues) {
+/* The "tensors" member of --json --values: [{name, values, sum, fnv1a64}].
+ * Returns the exit code. */
+static int print_json_tensor_values(const st_result_t *r, long nvalues) {
   size_t n = st_result_tensor_count(r);
+  int code = CLI_OK;
   printf("[");
   for (size_t i = 0; i < n; i++) {
     const st_tensor_t *t = st_result_tensor(r, i);
     printf("%s\n  {\"name\": ", i ? "," : "");
     cli_print_json_string(stdout, t->name);
-    if (t->device != ST_DEVICE_CPU) {
-      printf(", \"values\": null, \"sum\": null, \"fnv1a64\": null}");
-      continue;
-    }
     printf(", \"values\": [");
     int64_t shown = t->numel < nvalues ? t->numel : nvalues;
-    for (int64_t k = 0; k < shown; k++) {
-      char buf[64];
-      cli_format_json_number(st_tensor_get(t, k), buf, sizeof buf);
-      printf("%s%s", k ? ", " : "", buf);
-    }
+    values_out_t o = {t->dtype, 1};
+    int rc = cli_each_chunk(t, shown, print_values_chunk, &o);
     double sum;
     uint64_t fnv;
-    cli_checksum(t, &sum, &fnv);
+    if (rc == ST_OK) rc = cli_checksum(t, &sum, &fnv);
+    if (rc != ST_OK) {
+      values_failed(t, rc);
+      code = CLI_SERVER_ERROR;
+      printf("], \"sum\": null, \"fnv1a64\": null}");
+      continue;
+    }
     char sbuf[64];
     cli_format_json_number(sum, sbuf, sizeof sbuf);
     printf("], \"sum\": %s, \"fnv1a64\": \"0x%016" PRIx64 "\"}", sbuf, fnv);
   }
   printf("%s]", n ? "\n" : "");
+  return code;
 }
 
 /* The object as one JSON line. */
@@ -113,10 +144,11 @@ int cli_print_result(const cli_t *g, const st_result_t *r, long nvalues) {
   st_object_info_t obj;
   int has_obj = st_result_object(r, &obj) == ST_OK;
   if (!g->json) {
-    print_tensors(r, nvalues);
-    int code = CLI_OK;
-    if (v->kind != ST_VALUE_TENSOR && v->kind != ST_VALUE_MODULE)
-      code = cli_print_json_owned(st_value_json(v, 1));
+    int code = print_tensors(r, nvalues);
+    if (v->kind != ST_VALUE_TENSOR && v->kind != ST_VALUE_MODULE) {
+      int c2 = cli_print_json_owned(st_value_json(v, 1));
+      if (code == CLI_OK) code = c2;
+    }
     if (has_obj) print_object_line(&obj);
     return code;
   }
@@ -125,16 +157,17 @@ int cli_print_result(const cli_t *g, const st_result_t *r, long nvalues) {
   if (!value) return cli_print_json_owned(NULL);
   printf("{\n\"value\": %s", value);
   free(value);
+  int code = CLI_OK;
   if (nvalues >= 0) {
     printf(",\n\"tensors\": ");
-    print_json_tensor_values(r, nvalues);
+    code = print_json_tensor_values(r, nvalues);
   }
   if (has_obj) {
     printf(",\n\"object\": ");
     print_json_object(&obj);
   }
   printf("\n}\n");
-  return CLI_OK;
+  return code;
 }
 
 /* See cli.h. */

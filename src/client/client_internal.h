@@ -9,6 +9,8 @@
  *   result.c  result memory, decoding replies into st_value_t trees
  *   value.c   accessors of values, results and tensors
  *   map.c     the process-wide open-cache of mapped arenas
+ *   device.c  CUDA: device lookup, import, unmap, copies (contexts kept)
+ *   tensor.c  reading tensors: st_tensor_get, st_tensor_copy_to_host
  *   args.c    the st_args_t builder and "key=value" words
  *   json_parse.c / json_write.c   JSON to msgpack, values to JSON
  *
@@ -23,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mem/cuda.h"
 #include "proto/proto.h"
 #include "st/client.h"
 
@@ -153,8 +156,29 @@ int st__client_map_arena(const char *server_id, const st__arena_desc_t *d, int f
                          st__mapping_t **out, char *err, size_t errlen);
 /* Drops one reference; the last one unmaps. NULL ok. Any thread. */
 void st__client_mapping_release(st__mapping_t *m);
-/* Base address (NULL for an empty arena) and the bytes a tensor may use. */
+/* Base address (NULL for an empty arena; a device address for CUDA). */
 void *st__client_mapping_base(const st__mapping_t *m);
+/* CUDA ordinal of the mapping in this process; -1 for CPU memory. */
+int st__client_mapping_ordinal(const st__mapping_t *m);
+
+/* device.c: CUDA for the client. Every function leaves the calling
+ * thread's current CUDA context as it found it. Any thread. */
+/* Ordinal in this process of the device arena `d` names by UUID, with its
+ * primary context created. ST_OK; ST_ERR_CAPABILITY "no CUDA device:
+ * <reason> (arena N is on GPU-...)" without a driver or when no visible
+ * device has that UUID; ST_ERR_PROTOCOL for a malformed UUID. */
+int st__client_cuda_device(const st__arena_desc_t *d, int *ordinal, char *err, size_t errlen);
+/* st__cuda_import of `fd` (borrowed; the caller closes it) as `d` says,
+ * with client errors: ST_ERR_PROTOCOL when the descriptor and its
+ * allocation disagree (size, not an exported allocation),
+ * ST_ERR_CAPABILITY, ST_ERR_OUT_OF_MEMORY. */
+int st__client_cuda_import(const st__arena_desc_t *d, int fd, st__cuda_mapping_t *out,
+                           char *err, size_t errlen);
+/* st__cuda_unmap. NULL or unmapped: no-op. */
+void st__client_cuda_unmap(st__cuda_mapping_t *m);
+/* Synchronous copy of `bytes` from device address `src` on device
+ * `ordinal` to host memory. ST_OK or a negative ST_ERR_*. */
+int st__client_cuda_to_host(void *dst, const void *src, size_t bytes, int ordinal);
 
 /* result.c: decodes a reply's result into a new result. When `unwrap` the
  * value is result["value"] (call); otherwise the whole result (rpc). fds

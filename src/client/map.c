@@ -4,13 +4,21 @@
  * object returned to two calls) is mapped once. Entries are reference
  * counted by results and unmapped when the last result using them is freed.
  *
- * The key is checked against the file itself (device and inode): a server
- * that reused a server_id could otherwise make us hand out a stale mapping.
+ * CPU arenas (memfd) are mapped with mmap. The key is checked against the
+ * file itself (device and inode): a server that reused a server_id could
+ * otherwise make us hand out a stale mapping.
+ *
+ * CUDA arenas (backend "vmm") are imported with st__cuda_import on the
+ * device whose UUID the descriptor names (device.c), and unmapped with
+ * st__cuda_unmap. Their descriptors are anonymous driver files that carry
+ * no usable identity, so the key is (server_id, arena id, device UUID).
+ *
  * Every received descriptor is closed here: the mapping keeps the memory.
  *
  * Threads: any; one mutex guards the table. Mapping happens under the lock
- * (mmap of a memfd is cheap) so that two threads never map one allocation
- * twice.
+ * (mmap of a memfd and a CUDA import take tens of microseconds; creating a
+ * CUDA context, which is slow, happens before the lock is taken) so that
+ * two threads never map one allocation twice.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -29,12 +38,16 @@ struct st__mapping {
   st__mapping_t *next;
   char *server_id;
   uint64_t arena_id;
-  dev_t dev;
+  int cuda;         /* 1: a CUDA import, `cm` holds it            */
+  char uuid[ST_CUDA_UUID_LEN];
+  dev_t dev;        /* CPU: the file's identity                   */
   ino_t ino;
   void *base;       /* NULL when nothing was mapped (empty arena) */
   size_t map_len;
   uint64_t bytes;   /* what tensors may use                       */
   size_t refs;
+  st__cuda_mapping_t cm;
+  pid_t pid;        /* the process that mapped it                 */
 };
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -97,20 +110,76 @@ static int map_cpu(const st__arena_desc_t *d, int fd, const struct stat *st, st_
   return ST_OK;
 }
 
+/* The CUDA half of st__client_map_arena; consumes fd. */
+static int map_cuda_arena(const char *server_id, const st__arena_desc_t *d, int fd,
+                          st__mapping_t **out, char *err, size_t errlen) {
+  if (strcmp(d->backend, "vmm") != 0) {
+    close(fd);
+    return st__fail(ST_ERR_CAPABILITY, err, errlen,
+                    "arena %llu: CUDA backend \"%s\" cannot be mapped by this client (only "
+                    "\"vmm\")",
+                    (unsigned long long)d->id, d->backend);
+  }
+  /* Refuses before anything is imported when this process has no driver
+   * or does not see the device, and creates the context outside the lock. */
+  int ordinal;
+  int rc = st__client_cuda_device(d, &ordinal, err, errlen);
+  if (rc != ST_OK) {
+    close(fd);
+    return rc;
+  }
+  cache_enter();
+  for (st__mapping_t *m = cache_head; m; m = m->next) {
+    if (m->cuda && m->arena_id == d->id && strcasecmp(m->uuid, d->uuid) == 0 &&
+        strcmp(m->server_id, server_id) == 0) {
+      if (d->bytes > m->bytes) break; /* a larger claim: import anew */
+      m->refs++;
+      cache_reused++;
+      pthread_mutex_unlock(&cache_lock);
+      close(fd);
+      *out = m;
+      return ST_OK;
+    }
+  }
+  rc = ST_ERR_OUT_OF_MEMORY;
+  st__mapping_t *m = calloc(1, sizeof *m);
+  char *sid = strdup(server_id);
+  if (!m || !sid) {
+    st__fail(rc, err, errlen, "out of memory");
+    goto out_fail;
+  }
+  m->server_id = sid;
+  m->arena_id = d->id;
+  m->cuda = 1;
+  snprintf(m->uuid, sizeof m->uuid, "%s", d->uuid);
+  m->bytes = d->bytes;
+  m->refs = 1;
+  m->pid = getpid();
+  rc = st__client_cuda_import(d, fd, &m->cm, err, errlen);
+  if (rc != ST_OK) goto out_fail;
+  m->base = (void *)(uintptr_t)m->cm.dptr;
+  m->map_len = (size_t)m->cm.bytes;
+  m->next = cache_head;
+  cache_head = m;
+  cache_mapped++;
+  pthread_mutex_unlock(&cache_lock);
+  close(fd);
+  *out = m;
+  return ST_OK;
+
+out_fail:
+  pthread_mutex_unlock(&cache_lock);
+  close(fd);
+  free(sid);
+  free(m);
+  return rc;
+}
+
 /* See client_internal.h. Consumes fd. Any thread. */
 int st__client_map_arena(const char *server_id, const st__arena_desc_t *d, int fd,
                          st__mapping_t **out, char *err, size_t errlen) {
   *out = NULL;
-  if (d->cuda) {
-    close(fd);
-#ifdef ST_HAVE_CUDA
-    return st__fail(ST_ERR_CAPABILITY, err, errlen,
-                    "arena %llu is CUDA memory: this client cannot map CUDA tensors yet",
-                    (unsigned long long)d->id);
-#else
-    return st__fail(ST_ERR_CAPABILITY, err, errlen, "CUDA tensors need a CUDA build");
-#endif
-  }
+  if (d->cuda) return map_cuda_arena(server_id, d, fd, out, err, errlen);
   struct stat st;
   if (fstat(fd, &st) != 0) {
     int e = errno;
@@ -121,7 +190,7 @@ int st__client_map_arena(const char *server_id, const st__arena_desc_t *d, int f
 
   cache_enter();
   for (st__mapping_t *m = cache_head; m; m = m->next) {
-    if (m->arena_id == d->id && m->dev == st.st_dev && m->ino == st.st_ino &&
+    if (!m->cuda && m->arena_id == d->id && m->dev == st.st_dev && m->ino == st.st_ino &&
         strcmp(m->server_id, server_id) == 0) {
       if (d->bytes > m->bytes) break; /* same file, larger claim: map anew */
       m->refs++;
@@ -145,6 +214,7 @@ int st__client_map_arena(const char *server_id, const st__arena_desc_t *d, int f
   m->ino = st.st_ino;
   m->bytes = d->bytes;
   m->refs = 1;
+  m->pid = getpid();
   rc = map_cpu(d, fd, &st, m, err, errlen);
   if (rc != ST_OK) goto out_fail;
   m->next = cache_head;
@@ -179,13 +249,22 @@ void st__client_mapping_release(st__mapping_t *m) {
   }
   cache_mapped--;
   pthread_mutex_unlock(&cache_lock);
-  if (m->base) munmap(m->base, m->map_len);
+  if (m->cuda) {
+    /* A child forked without exec cannot call the driver: it only forgets
+     * the parent's mapping, which stays the parent's. */
+    if (m->pid == getpid()) st__client_cuda_unmap(&m->cm);
+  } else if (m->base) {
+    munmap(m->base, m->map_len);
+  }
   free(m->server_id);
   free(m);
 }
 
 /* Base of the mapping (NULL for an empty arena). Borrowed. */
 void *st__client_mapping_base(const st__mapping_t *m) { return m->base; }
+
+/* CUDA ordinal in this process, -1 for CPU memory. */
+int st__client_mapping_ordinal(const st__mapping_t *m) { return m->cuda ? m->cm.ordinal : -1; }
 
 /* Counts for tests and stcli; see client.h. Any thread. */
 ST_API void st_open_cache_stats(size_t *mapped, uint64_t *reused) {

@@ -131,7 +131,7 @@ static int decode_tensor(decoder_t *d, const msgpack_object *o, const st_tensor_
   t->numel = (int64_t)numel;
   t->nbytes = (size_t)(numel * esize);
   t->device = a->cuda ? ST_DEVICE_CUDA : ST_DEVICE_CPU;
-  t->device_index = a->cuda ? 0 : -1;
+  t->device_index = st__client_mapping_ordinal(r->maps[td.arena]);
   t->device_uuid = a->cuda ? copy_bytes(r, a->uuid, strlen(a->uuid)) : "";
   if (!t->device_uuid) return oom(d);
   int rc = push_tensor(d, t);

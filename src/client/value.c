@@ -1,7 +1,6 @@
-/* src/client: read-only accessors of results, values and tensors. All of
+/* src/client: read-only accessors of results and values. All of
  * them only read what a result owns, so any thread may call them while the
  * result lives. */
-#include <math.h>
 #include <string.h>
 
 #include "client/result.h"
@@ -43,18 +42,4 @@ ST_API const st_tensor_t *st_result_find(const st_result_t *r, const char *name)
   for (size_t i = 0; i < r->ntensors; i++)
     if (strcmp(r->tensors[i]->name, name) == 0) return r->tensors[i];
   return NULL;
-}
-
-/* Element `linear` in row-major order, following the strides; NaN for
- * CUDA tensors or an index outside [0, numel). Any thread. */
-ST_API double st_tensor_get(const st_tensor_t *t, int64_t linear) {
-  if (!t || t->device != ST_DEVICE_CPU || !t->data || linear < 0 || linear >= t->numel)
-    return NAN;
-  int64_t off = 0;
-  for (int i = t->ndim - 1; i >= 0; i--) {
-    int64_t dim = t->shape[i];
-    off += (linear % dim) * t->strides[i];
-    linear /= dim;
-  }
-  return st_dtype_load(t->dtype, t->data, (size_t)off);
 }

@@ -16,6 +16,7 @@
 
 #include "common/philox.h"
 #include "cuda/dtype_dev.h"
+#include "st/wire.h"
 
 namespace {
 
@@ -68,6 +69,70 @@ __global__ void k_cast(void *dst, st_dtype_t ddt, const void *src, st_dtype_t sd
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x)
     st__dev_store(ddt, dst, i, st__dev_load(sdt, src, i));
+}
+
+/* Shape and strides of a strided copy, passed by value (well under the
+ * 4 KiB kernel parameter limit). */
+struct Geom {
+  int ndim;
+  int64_t shape[ST_MAX_NDIM];
+  int64_t dst[ST_MAX_NDIM];
+  int64_t src[ST_MAX_NDIM];
+};
+
+/* Element offsets of linear index i (row-major over g.shape). */
+__device__ inline void offsets(const Geom &g, int64_t i, int64_t *doff, int64_t *soff) {
+  int64_t d = 0, s = 0;
+  for (int k = g.ndim - 1; k >= 0; k--) {
+    int64_t n = g.shape[k];
+    int64_t q = i / n;
+    int64_t idx = i - q * n;
+    i = q;
+    d += idx * g.dst[k];
+    s += idx * g.src[k];
+  }
+  *doff = d;
+  *soff = s;
+}
+
+/* Same dtype: the element's bytes move as one word of `es` bytes. */
+__global__ void k_strided_bytes(uint8_t *dst, const uint8_t *src, Geom g, int64_t n, int es) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t d, s;
+    offsets(g, i, &d, &s);
+    switch (es) {
+    case 1: dst[d] = src[s]; break;
+    case 2: ((uint16_t *)dst)[d] = ((const uint16_t *)src)[s]; break;
+    case 4: ((uint32_t *)dst)[d] = ((const uint32_t *)src)[s]; break;
+    default: ((uint64_t *)dst)[d] = ((const uint64_t *)src)[s]; break;
+    }
+  }
+}
+
+__global__ void k_strided_cast(void *dst, st_dtype_t ddt, const void *src, st_dtype_t sdt, Geom g,
+                               int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t d, s;
+    offsets(g, i, &d, &s);
+    st__dev_store(ddt, dst, d, st__dev_load(sdt, src, s));
+  }
+}
+
+/* Fill: the `es` bytes of `pat` at every strided element (g.src unused). */
+__global__ void k_strided_fill(uint8_t *dst, Geom g, int64_t n, int es, uint64_t pat) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t d, s;
+    offsets(g, i, &d, &s);
+    switch (es) {
+    case 1: dst[d] = (uint8_t)pat; break;
+    case 2: ((uint16_t *)dst)[d] = (uint16_t)pat; break;
+    case 4: ((uint32_t *)dst)[d] = (uint32_t)pat; break;
+    default: ((uint64_t *)dst)[d] = pat; break;
+    }
+  }
 }
 
 __attribute__((format(printf, 4, 5)))
@@ -184,4 +249,90 @@ extern "C" int st__cuda_cast(void *dst, st_dtype_t dst_dtype, const void *src,
   }
   k_cast<<<blocks_for(n), kThreads, 0, (cudaStream_t)stream>>>(dst, dst_dtype, src, src_dtype, n);
   return launched("cast", err, errlen);
+}
+
+namespace {
+
+/* Fills g from the arguments; ST_OK, 1 when there is nothing to copy, or
+ * an error. *n gets the element count. */
+int make_geom(const char *fn, Geom *g, int ndim, const int64_t *shape, const int64_t *dst_strides,
+              const int64_t *src_strides, int64_t *n, char *err, size_t errlen) {
+  if (ndim < 0 || ndim > ST_MAX_NDIM)
+    return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "%s: %d dimensions (at most %d)", fn, ndim,
+                ST_MAX_NDIM);
+  memset(g, 0, sizeof *g);
+  g->ndim = ndim;
+  int64_t count = 1;
+  for (int k = 0; k < ndim; k++) {
+    if (shape[k] < 0 || dst_strides[k] < 0 || (src_strides && src_strides[k] < 0))
+      return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "%s: negative size or stride", fn);
+    if (shape[k] == 0) {
+      *n = 0;
+      return 1;
+    }
+    if (count > INT64_MAX / shape[k])
+      return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "%s: too many elements", fn);
+    count *= shape[k];
+    g->shape[k] = shape[k];
+    g->dst[k] = dst_strides[k];
+    g->src[k] = src_strides ? src_strides[k] : 0;
+  }
+  *n = count;
+  return ST_OK;
+}
+
+}  // namespace
+
+/* See kernels.h. */
+extern "C" int st__cuda_copy_strided(void *dst, st_dtype_t dst_dtype, const int64_t *dst_strides,
+                                     const void *src, st_dtype_t src_dtype,
+                                     const int64_t *src_strides, int ndim, const int64_t *shape,
+                                     CUstream stream, char *err, size_t errlen) {
+  if (!valid_dtype(dst_dtype) || !valid_dtype(src_dtype))
+    return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "copy: invalid dtype");
+  Geom g;
+  int64_t n = 0;
+  int rc = make_geom("copy", &g, ndim, shape, dst_strides, src_strides, &n, err, errlen);
+  if (rc != ST_OK) return rc > 0 ? ST_OK : rc;
+  if (!dst || !src) return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "copy: null buffer");
+  cudaStream_t s = (cudaStream_t)stream;
+  if (dst_dtype == src_dtype)
+    k_strided_bytes<<<blocks_for(n), kThreads, 0, s>>>((uint8_t *)dst, (const uint8_t *)src, g, n,
+                                                       (int)st_dtype_size(dst_dtype));
+  else
+    k_strided_cast<<<blocks_for(n), kThreads, 0, s>>>(dst, dst_dtype, src, src_dtype, g, n);
+  return launched("copy", err, errlen);
+}
+
+/* See kernels.h. */
+extern "C" int st__cuda_fill_strided(void *dst, st_dtype_t dtype, const int64_t *strides,
+                                     int ndim, const int64_t *shape, double value,
+                                     CUstream stream, char *err, size_t errlen) {
+  if (!valid_dtype(dtype)) return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "fill: invalid dtype");
+  Geom g;
+  int64_t n = 0;
+  int rc = make_geom("fill", &g, ndim, shape, strides, NULL, &n, err, errlen);
+  if (rc != ST_OK) return rc > 0 ? ST_OK : rc;
+  if (!dst) return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "fill: null buffer");
+  unsigned char pat[8] = {0};
+  st_dtype_store(dtype, pat, 0, value);
+  uint64_t word = 0;
+  memcpy(&word, pat, st_dtype_size(dtype));   /* little-endian: the low bytes */
+  k_strided_fill<<<blocks_for(n), kThreads, 0, (cudaStream_t)stream>>>(
+      (uint8_t *)dst, g, n, (int)st_dtype_size(dtype), word);
+  return launched("fill", err, errlen);
+}
+
+/* See kernels.h. */
+extern "C" int st__cuda_memcpy(void *dst, const void *src, uint64_t bytes, CUstream stream,
+                               char *err, size_t errlen) {
+  if (bytes == 0) return ST_OK;
+  if (!dst || !src) return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "memcpy: null buffer");
+  cudaError_t e = cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDefault, (cudaStream_t)stream);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return fail(err, errlen, ST_ERR_INTERNAL, "cudaMemcpyAsync of %llu bytes failed: %s (%s)",
+                (unsigned long long)bytes, cudaGetErrorString(e), cudaGetErrorName(e));
+  }
+  return ST_OK;
 }

@@ -53,6 +53,33 @@ int st__cuda_randn(void *dst, st_dtype_t dtype, int64_t n, uint64_t seed, CUstre
 int st__cuda_cast(void *dst, st_dtype_t dst_dtype, const void *src, st_dtype_t src_dtype,
                   int64_t n, CUstream stream, char *err, size_t errlen);
 
+/* Strided copy over `shape` (ndim <= ST_MAX_NDIM dims, row-major order of
+ * the multi-index): the element of `src` at sum(idx[d] * src_strides[d])
+ * (strides in elements, >= 0) goes to the element of `dst` at
+ * sum(idx[d] * dst_strides[d]). Equal dtypes copy the element's bytes (so
+ * int64 and NaN payloads stay exact); different dtypes convert as
+ * st__cuda_cast does. Gathers a strided view into a contiguous buffer,
+ * scatters into a strided destination, or both. The caller makes sure
+ * the destination elements do not overlap the source ones. */
+int st__cuda_copy_strided(void *dst, st_dtype_t dst_dtype, const int64_t *dst_strides,
+                          const void *src, st_dtype_t src_dtype, const int64_t *src_strides,
+                          int ndim, const int64_t *shape, CUstream stream, char *err,
+                          size_t errlen);
+
+/* Stores `value` (as st_dtype_store would) in every element of a strided
+ * view over `shape` (the strided counterpart of st__cuda_fill). */
+int st__cuda_fill_strided(void *dst, st_dtype_t dtype, const int64_t *strides, int ndim,
+                          const int64_t *shape, double value, CUstream stream, char *err,
+                          size_t errlen);
+
+/* Copies `bytes` between any two addresses this process can name (host
+ * memory or device addresses of the current context; direction from the
+ * unified address space), queued on `stream`. A copy to or from pageable
+ * host memory may return before or after it completes: synchronize the
+ * stream before reading the destination on the host. */
+int st__cuda_memcpy(void *dst, const void *src, uint64_t bytes, CUstream stream, char *err,
+                    size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -42,6 +42,8 @@ st__job_t *st__job_new(uint64_t conn_id, uint32_t request_id, st__generation_t *
   j->queued_at = st__now_mono();
   j->status = ST_OK;
   j->worker = -1;
+  j->device = -1;
+  j->cuda_device = -1;
   j->state = ST_JOB_QUEUED;
   pthread_mutex_init(&j->progress.mu, NULL);
   st__build_result_init(&j->result);

@@ -56,6 +56,10 @@ typedef struct st__job {
   char *args;                      /* owned: bound msgpack map */
   size_t args_len;
   double queued_at;                /* monotonic seconds */
+  int device;                      /* where the body builds by default: -1
+                                      the CPU, N cuda:N (st__job_new: -1) */
+  int cuda_device;                 /* what "cuda" names in the body: the
+                                      socket's CUDA device, -1 none */
 
   volatile int cancel;             /* set by the loop thread (atomic store) */
   int state;                       /* st__job_state_t, atomic (see above) */

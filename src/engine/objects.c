@@ -67,9 +67,9 @@ static void destroy(st__objects_t *r, st__object_t *o) {
   else r->all_head = o->all_next;
   if (o->all_next) o->all_next->all_prev = o->all_prev;
   else r->all_tail = o->all_prev;
-  st__budget_t *b = budget_of(r, o->device, 0);
-  if (b) {
-    b->bytes -= o->bytes;
+  for (int i = 0; i < o->ncharges; i++) {
+    st__budget_t *b = &r->budgets[o->charges[i].budget];
+    b->bytes -= o->charges[i].bytes;
     b->objects--;
   }
   r->leases -= o->refcount;
@@ -101,49 +101,108 @@ int st__objects_collect(st__objects_t *r, st__object_t *o) {
   return 1;
 }
 
-/* "cpu" unless an arena lives on a GPU. */
-static void device_of(const st__build_result_t *res, char out[ST_OBJ_DEVICE_LEN]) {
-  snprintf(out, ST_OBJ_DEVICE_LEN, "cpu");
-  for (size_t i = 0; i < res->narenas; i++) {
-    st__arena_desc_t d;
-    memset(&d, 0, sizeof d);
-    st__arena_describe(res->arenas[i], &d);
-    if (d.cuda) {
-      snprintf(out, ST_OBJ_DEVICE_LEN, "cuda");
-      return;
+/* What an object of `res` charges, per device: a CPU arena its usable
+ * size, a CUDA arena its allocated size (granularity-rounded: what the
+ * device gives up). A result without arenas charges 0 bytes to the cpu.
+ * Fills charges (budgets created as needed) and `device` ("cpu" or the
+ * first CUDA device). ST_OK or ST_ERR_OUT_OF_MEMORY (too many devices). */
+static int charges_of(st__objects_t *r, const st__build_result_t *res, st__charge_t *charges,
+                      int *ncharges, char device[ST_OBJ_DEVICE_LEN], char *err, size_t errlen) {
+  *ncharges = 0;
+  snprintf(device, ST_OBJ_DEVICE_LEN, "cpu");
+  int have_cuda = 0;
+  for (size_t i = 0; i <= res->narenas; i++) {
+    char name[ST_OBJ_DEVICE_LEN];
+    uint64_t bytes = 0;
+    if (i == res->narenas) {
+      if (*ncharges) break;
+      snprintf(name, sizeof name, "cpu");
+    } else {
+      int dev = st__arena_device(res->arenas[i]);
+      if (dev < 0) {
+        snprintf(name, sizeof name, "cpu");
+        bytes = st__arena_bytes(res->arenas[i]);
+      } else {
+        st__arena_desc_t d;
+        memset(&d, 0, sizeof d);
+        st__arena_describe(res->arenas[i], &d);
+        snprintf(name, sizeof name, "cuda:%d", dev);
+        bytes = d.bytes;
+        if (!have_cuda) snprintf(device, ST_OBJ_DEVICE_LEN, "%s", name);
+        have_cuda = 1;
+      }
     }
+    st__budget_t *b = budget_of(r, name, 1);
+    if (!b) return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "too many devices");
+    int bi = (int)(b - r->budgets), k = 0;
+    while (k < *ncharges && charges[k].budget != bi) k++;
+    if (k == *ncharges) {
+      charges[k].budget = bi;
+      charges[k].bytes = 0;
+      (*ncharges)++;
+    }
+    charges[k].bytes += bytes;
   }
+  return ST_OK;
 }
 
-static char *make_slot(const char *endpoint, const char *key, size_t key_len, size_t *len) {
-  size_t el = strlen(endpoint);
-  char *s = malloc(el + 1 + key_len + 1);
+/* Bytes o charges to budget bi. */
+static uint64_t charge_on(const st__object_t *o, int bi) {
+  for (int i = 0; i < o->ncharges; i++)
+    if (o->charges[i].budget == bi) return o->charges[i].bytes;
+  return 0;
+}
+
+/* "endpoint NUL where NUL key" (where "" when NULL). */
+static char *make_slot(const char *endpoint, const char *where, const char *key, size_t key_len,
+                       size_t *len) {
+  if (!where) where = "";
+  size_t el = strlen(endpoint), wl = strlen(where);
+  char *s = malloc(el + 1 + wl + 1 + key_len + 1);
   if (!s) return NULL;
   memcpy(s, endpoint, el + 1);
-  memcpy(s + el + 1, key, key_len);
-  s[el + 1 + key_len] = '\0';
-  *len = el + 1 + key_len;
+  memcpy(s + el + 1, where, wl + 1);
+  memcpy(s + el + 1 + wl + 1, key, key_len);
+  s[el + wl + 2 + key_len] = '\0';
+  *len = el + wl + 2 + key_len;
   return s;
 }
 
-/* Makes room for `need` bytes on b's device: ST_OK (after evicting what
- * had to go), or ST_ERR_OUT_OF_MEMORY with nothing evicted. */
-static int make_room(st__objects_t *r, st__budget_t *b, uint64_t need, char *err,
+/* Nonzero while charge c does not fit its budget. */
+static int over(const st__objects_t *r, const st__charge_t *c) {
+  const st__budget_t *b = &r->budgets[c->budget];
+  return b->budget && b->bytes + c->bytes > b->budget;
+}
+
+/* Makes room for the charges of a new object on every device: ST_OK (after
+ * evicting what had to go), or ST_ERR_OUT_OF_MEMORY with nothing evicted. */
+static int make_room(st__objects_t *r, const st__charge_t *charges, int n, char *err,
                      size_t errlen) {
-  if (!b->budget || b->bytes + need <= b->budget) return ST_OK;
-  uint64_t freeable = 0;
-  for (st__object_t *o = r->lru_head; o; o = o->lru_next)
-    if (evictable(o) && strcmp(o->device, b->device) == 0) freeable += o->bytes;
-  if (need > b->budget || b->bytes - freeable + need > b->budget)
-    return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen,
-                    "object of %llu bytes does not fit the %s budget of %llu bytes "
-                    "(%llu bytes held by leases)",
-                    (unsigned long long)need, b->device, (unsigned long long)b->budget,
-                    (unsigned long long)(b->bytes - freeable));
-  st__object_t *o = r->lru_head;
-  while (o && b->bytes + need > b->budget) {
+  int any = 0;
+  for (int i = 0; i < n; i++) {
+    if (!over(r, &charges[i])) continue;
+    any = 1;
+    const st__budget_t *b = &r->budgets[charges[i].budget];
+    uint64_t need = charges[i].bytes, freeable = 0;
+    for (st__object_t *o = r->lru_head; o; o = o->lru_next)
+      if (evictable(o)) freeable += charge_on(o, charges[i].budget);
+    if (need > b->budget || b->bytes - freeable + need > b->budget)
+      return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen,
+                      "object of %llu bytes does not fit the %s budget of %llu bytes "
+                      "(%llu bytes held by leases)",
+                      (unsigned long long)need, b->device, (unsigned long long)b->budget,
+                      (unsigned long long)(b->bytes - freeable));
+  }
+  st__object_t *o = any ? r->lru_head : NULL;
+  while (o) {
+    int still = 0;
+    for (int i = 0; i < n && !still; i++) still = over(r, &charges[i]);
+    if (!still) break;
     st__object_t *next = o->lru_next;
-    if (evictable(o) && strcmp(o->device, b->device) == 0) {
+    int helps = 0;
+    for (int i = 0; i < n && !helps; i++)
+      helps = over(r, &charges[i]) && charge_on(o, charges[i].budget) > 0;
+    if (evictable(o) && helps) {
       drop_cache_entry(r, o);
       destroy(r, o);
       r->evictions++;
@@ -158,9 +217,10 @@ int st__objects_add(st__objects_t *r, const st__object_spec_t *spec, st__build_r
                     st__object_t **out, char *err, size_t errlen) {
   *out = NULL;
   char device[ST_OBJ_DEVICE_LEN];
-  device_of(result, device);
-  st__budget_t *b = budget_of(r, device, 1);
-  if (!b) return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "too many devices");
+  st__charge_t charges[ST_OBJ_MAX_BUDGETS];
+  int ncharges = 0;
+  int rc = charges_of(r, result, charges, &ncharges, device, err, errlen);
+  if (rc != ST_OK) return rc;
   st__object_t *o = calloc(1, sizeof *o);
   if (!o) return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
   o->endpoint = strdup(spec->endpoint);
@@ -171,7 +231,8 @@ int st__objects_add(st__objects_t *r, const st__object_spec_t *spec, st__build_r
       o->cache_key[spec->cache_key_len] = '\0';
       o->cache_key_len = spec->cache_key_len;
     }
-    o->slot = make_slot(spec->endpoint, spec->cache_key, spec->cache_key_len, &o->slot_len);
+    o->slot = make_slot(spec->endpoint, spec->where, spec->cache_key, spec->cache_key_len,
+                        &o->slot_len);
   }
   if (!o->endpoint || (spec->cache_key && (!o->cache_key || !o->slot))) {
     free(o->endpoint);
@@ -188,7 +249,7 @@ int st__objects_add(st__objects_t *r, const st__object_spec_t *spec, st__build_r
     free(o);
     return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
   }
-  int rc = make_room(r, b, result->bytes, err, errlen);
+  rc = make_room(r, charges, ncharges, err, errlen);
   if (rc != ST_OK) {
     st__smap_del(&r->by_id, ST__ID_KEY(&o->id));
     free(o->endpoint);
@@ -200,7 +261,14 @@ int st__objects_add(st__objects_t *r, const st__object_spec_t *spec, st__build_r
   r->next_id++;
   o->fingerprint = spec->fingerprint;
   o->managed = spec->managed;
-  o->bytes = result->bytes;
+  o->bytes = 0;
+  for (int i = 0; i < ncharges; i++) {
+    o->charges[i] = charges[i];
+    o->bytes += charges[i].bytes;
+    r->budgets[charges[i].budget].bytes += charges[i].bytes;
+    r->budgets[charges[i].budget].objects++;
+  }
+  o->ncharges = ncharges;
   memcpy(o->device, device, sizeof device);
   o->created_at = o->last_accessed_at = st__now_unix();
   o->result = *result;
@@ -211,8 +279,6 @@ int st__objects_add(st__objects_t *r, const st__object_spec_t *spec, st__build_r
   r->all_tail = o;
   r->count++;
   r->created++;
-  b->bytes += o->bytes;
-  b->objects++;
   if (spec->cache && o->slot) {
     st__object_t *old = st__smap_get(&r->cache, o->slot, o->slot_len);
     if (st__smap_put(&r->cache, o->slot, o->slot_len, o) == ST_OK) {
@@ -234,15 +300,21 @@ st__object_t *st__objects_find(st__objects_t *r, uint64_t id) {
   return st__smap_get(&r->by_id, ST__ID_KEY(&id));
 }
 
-/* Cached object of (endpoint, key) or NULL. */
-st__object_t *st__objects_lookup(st__objects_t *r, const char *endpoint, const char *key,
-                                 size_t key_len) {
+/* Cached object of (endpoint, where, key) or NULL. */
+st__object_t *st__objects_lookup_on(st__objects_t *r, const char *endpoint, const char *where,
+                                    const char *key, size_t key_len) {
   size_t len;
-  char *slot = make_slot(endpoint, key, key_len, &len);
+  char *slot = make_slot(endpoint, where, key, key_len, &len);
   if (!slot) return NULL;
   st__object_t *o = st__smap_get(&r->cache, slot, len);
   free(slot);
   return o;
+}
+
+/* Cached object of (endpoint, key) added without a device, or NULL. */
+st__object_t *st__objects_lookup(st__objects_t *r, const char *endpoint, const char *key,
+                                 size_t key_len) {
+  return st__objects_lookup_on(r, endpoint, NULL, key, key_len);
 }
 
 /* Last use: now, and the fresh end of the LRU order. */
@@ -338,13 +410,22 @@ void st__objects_unhold(st__objects_t *r, st__object_t *o) {
   st__objects_collect(r, o);
 }
 
-/* Drops one cache entry; 1 if it existed. */
+/* Drops the cache entries of (endpoint, key) on every device; 1 if one
+ * existed. */
 int st__objects_uncache(st__objects_t *r, const char *endpoint, const char *key, size_t key_len) {
-  st__object_t *o = st__objects_lookup(r, endpoint, key, key_len);
-  if (!o) return 0;
-  drop_cache_entry(r, o);
-  st__objects_collect(r, o);
-  return 1;
+  int found = 0;
+  st__object_t *o = r->lru_head;
+  while (o) {
+    st__object_t *next = o->lru_next;
+    if (strcmp(o->endpoint, endpoint) == 0 && o->cache_key && o->cache_key_len == key_len &&
+        memcmp(o->cache_key, key, key_len) == 0) {
+      drop_cache_entry(r, o);
+      st__objects_collect(r, o);
+      found = 1;
+    }
+    o = next;
+  }
+  return found;
 }
 
 /* Drops every cache entry of an endpoint; returns how many. */
@@ -366,12 +447,19 @@ size_t st__objects_uncache_endpoint(st__objects_t *r, const char *endpoint) {
 /* Per-device figures. */
 void st__objects_stats(const st__objects_t *r, const char *device, st__budget_stats_t *out) {
   memset(out, 0, sizeof *out);
+  int bi = -1;
   for (int i = 0; i < r->nbudgets; i++)
-    if (strcmp(r->budgets[i].device, device) == 0) out->budget = r->budgets[i].budget;
+    if (strcmp(r->budgets[i].device, device) == 0) {
+      out->budget = r->budgets[i].budget;
+      bi = i;
+    }
+  if (bi < 0) return;
   for (const st__object_t *o = r->all_head; o; o = o->all_next) {
-    if (strcmp(o->device, device) != 0) continue;
-    out->objects++;
-    if (evictable(o)) out->cached_bytes += o->bytes;
-    else out->leased_bytes += o->bytes;
+    for (int i = 0; i < o->ncharges; i++) {
+      if (o->charges[i].budget != bi) continue;
+      out->objects++;
+      if (evictable(o)) out->cached_bytes += o->charges[i].bytes;
+      else out->leased_bytes += o->charges[i].bytes;
+    }
   }
 }

@@ -12,9 +12,10 @@
  * With none left the object is destroyed: its arena references go, and
  * memory that clients still map stays theirs.
  *
- * Budget: every device ("cpu", later "cuda:N") has a budget in bytes
- * (0 = none). Objects count their `bytes` against their device's budget
- * while they exist. Adding an object that does not fit first evicts cached
+ * Budget: every device ("cpu", "cuda:N") has a budget in bytes (0 =
+ * none). Each arena of an object is charged to its device while the object
+ * exists: a CPU arena its usable size, a CUDA arena its allocated size (a
+ * multiple of the VMM granularity: what the device really gives up). Adding an object that does not fit first evicts cached
  * objects that nothing else holds (no lease, no hold), least recently used
  * first; if it still cannot fit, nothing is evicted and the add fails.
  *
@@ -37,6 +38,12 @@ typedef struct st__lease {
   uint32_t count;             /* leases this connection holds on the object */
 } st__lease_t;
 
+/* Bytes an object charges to one device (index into budgets[]). */
+typedef struct st__charge {
+  int budget;
+  uint64_t bytes;
+} st__charge_t;
+
 typedef struct st__object {
   uint64_t id;                /* unique within the process, never reused */
   char *endpoint;             /* owned */
@@ -49,8 +56,10 @@ typedef struct st__object {
   uint32_t holds;             /* unfetched task results */
   st__lease_t *leases;        /* owned, nleases used */
   size_t nleases, cap_leases;
-  uint64_t bytes;             /* sum of the arenas' sizes */
-  char device[ST_OBJ_DEVICE_LEN];
+  uint64_t bytes;             /* sum of the charges */
+  char device[ST_OBJ_DEVICE_LEN];   /* "cpu", or its first CUDA device */
+  st__charge_t charges[ST_OBJ_MAX_BUDGETS];  /* per device; at least one */
+  int ncharges;
   double created_at;          /* unix seconds */
   double last_accessed_at;    /* unix seconds: last reply that handed it out */
   st__build_result_t result;  /* owned: value bytes and arena references */
@@ -89,6 +98,9 @@ typedef struct st__object_spec {
   uint64_t fingerprint;
   int cache;                  /* put it in the cache (replaces an entry) */
   int managed;
+  const char *where;          /* NULL, or the device the call built on: part
+                                 of the cache slot, so that one endpoint and
+                                 key cache one object per device */
 } st__object_spec_t;
 
 /* Per-device figures for info. */
@@ -122,7 +134,11 @@ int st__objects_add(st__objects_t *r, const st__object_spec_t *spec, st__build_r
 /* Object by id (borrowed) or NULL. */
 st__object_t *st__objects_find(st__objects_t *r, uint64_t id);
 
-/* The cached object of (endpoint, key), or NULL. Does not touch it. */
+/* The cached object of (endpoint, key) built on `where` (as in the spec;
+ * NULL matches only objects added without one), or NULL. Does not touch
+ * it. st__objects_lookup is st__objects_lookup_on with where NULL. */
+st__object_t *st__objects_lookup_on(st__objects_t *r, const char *endpoint, const char *where,
+                                    const char *key, size_t key_len);
 st__object_t *st__objects_lookup(st__objects_t *r, const char *endpoint, const char *key,
                                  size_t key_len);
 
@@ -151,7 +167,8 @@ void st__objects_unhold(st__objects_t *r, st__object_t *o);
  * entry); returns 1 when it did (the pointer is then dead). */
 int st__objects_collect(st__objects_t *r, st__object_t *o);
 
-/* Drops the cache entry of (endpoint, key): 1 if there was one. */
+/* Drops the cache entries of (endpoint, key), whatever device they were
+ * built on: 1 if there was one. */
 int st__objects_uncache(st__objects_t *r, const char *endpoint, const char *key, size_t key_len);
 
 /* Drops every cache entry of an endpoint; returns how many. */

@@ -40,6 +40,7 @@ struct st__pool {
   st__pool_notify_fn notify;
   void *ud;
   st__pool_runner_t run;
+  st__pool_device_fn set_device;   /* under mu until the first job; may be NULL */
 
   size_t outstanding;         /* loop thread only */
   uint64_t ndone, nfailed;    /* atomic */
@@ -81,6 +82,7 @@ static void run_job(worker_t *w, st__vm_t **vm, st__job_t *job) {
     }
     if (rc == ST_OK) {
       job->error[0] = '\0';
+      if (w->pool->set_device) w->pool->set_device(*vm, job->device, job->cuda_device);
       job->status = w->pool->run.vm_build(*vm, job->ep, job->args, job->args_len, &job->cancel,
                                           &job->progress, &job->result, job->error,
                                           sizeof job->error);
@@ -219,6 +221,14 @@ int st__pool_start(int nworkers, const st__pool_runner_t *runner, st__generation
   }
   *out = p;
   return ST_OK;
+}
+
+/* The per-job device hook; see pool.h. Loop thread. Workers read it only
+ * after taking a job under mu, which orders them after this store. */
+void st__pool_set_device_fn(st__pool_t *p, st__pool_device_fn fn) {
+  pthread_mutex_lock(&p->mu);
+  p->set_device = fn;
+  pthread_mutex_unlock(&p->mu);
 }
 
 /* Queues a job (the pool owns it on ST_OK). Loop thread. */

@@ -5,7 +5,10 @@
  *   st.arange{n}  st.arange{start, stop[, step]}  st.arange{start =, stop =, step =}
  *   st.rand{..., seed = 0}  st.randn{..., seed = 0}
  *
- * Each constructor makes a new arena. Unknown options raise (a typo must
+ * Each constructor makes a new arena on its device: `device` names one
+ * ("cpu", "cuda", "cuda:N"), else the call's default (device.c). On a
+ * CUDA device the values come from the kernels of src/cuda, which store
+ * the bytes these CPU loops store. Each constructor makes a new arena. Unknown options raise (a typo must
  * not silently build the wrong tensor). rand/randn are counter-based
  * (Philox4x32-10, key = seed, counter = row-major element index), so the
  * same seed gives the same bytes on every host and every backend.
@@ -34,28 +37,12 @@ typedef struct spec {
   uint64_t seed;
   int has_start, has_stop, has_step;
   double start, stop, step;
+  int device;                   /* ST__DEV_CPU or a CUDA ordinal */
 } spec_t;
 
 #define OPT_VALUE 1
 #define OPT_SEED  2
 #define OPT_RANGE 4
-
-void st__lua_check_device(lua_State *L, int idx, const char *fn) {
-  if (lua_isnoneornil(L, idx)) return;
-  const char *d = lua_type(L, idx) == LUA_TSTRING ? lua_tostring(L, idx) : NULL;
-  if (d && strcmp(d, "cpu") == 0) return;
-  int cuda = d && strncmp(d, "cuda", 4) == 0 &&
-             (d[4] == '\0' || (d[4] == ':' && d[5] && strspn(d + 5, "0123456789") == strlen(d + 5)));
-  if (cuda) {
-    st__lua_ctx_t *c = st__lua_ctx(L);
-    c->alloc_err = ST_ERR_CAPABILITY;
-    snprintf(c->alloc_msg, sizeof c->alloc_msg,
-             "no CUDA device: the CUDA backend is not built in this binary");
-    st__lua_raise(L, "%s", c->alloc_msg);
-  }
-  st__lua_raise(L, "%s: unknown device '%s' (expected \"cpu\", \"cuda\" or \"cuda:N\")", fn,
-                d ? d : luaL_typename(L, idx));
-}
 
 static double check_number(lua_State *L, int idx, const char *fn, const char *what) {
   if (lua_type(L, idx) != LUA_TNUMBER)
@@ -81,6 +68,7 @@ static void read_shape_table(lua_State *L, int idx, spec_t *s) {
 static void parse_spec(lua_State *L, const char *fn, int opts, spec_t *s) {
   memset(s, 0, sizeof *s);
   s->fn = fn;
+  s->device = st__lua_ctx(L)->device;
   if (lua_type(L, 1) != LUA_TTABLE || lua_gettop(L) != 1)
     st__lua_raise(L, "%s: expected one table, e.g. st.%s{2, 3, dtype = \"float32\"}", fn, fn);
   int n = (int)lua_objlen(L, 1);
@@ -101,7 +89,7 @@ static void parse_spec(lua_State *L, const char *fn, int opts, spec_t *s) {
         if (s->dtype == ST_DTYPE_INVALID)
           st__lua_raise(L, "%s: unknown dtype '%s'", fn, d ? d : luaL_typename(L, -1));
       } else if (strcmp(k, "device") == 0) {
-        st__lua_check_device(L, lua_gettop(L), fn);
+        s->device = st__lua_device_arg(L, lua_gettop(L), fn);
       } else if (strcmp(k, "shape") == 0 && !(opts & OPT_RANGE)) {
         if (lua_type(L, -1) != LUA_TTABLE) st__lua_raise(L, "%s: shape must be a table", fn);
         read_shape_table(L, lua_gettop(L), s);
@@ -145,38 +133,29 @@ static void parse_spec(lua_State *L, const char *fn, int opts, spec_t *s) {
   if (s->dtype == ST_DTYPE_INVALID && !(opts & OPT_RANGE)) s->dtype = ST_DTYPE_FLOAT32;
 }
 
+/* [-0, +1] The zero-filled tensor of a parsed spec, on its device. */
+static st__ltensor_t *new_of(lua_State *L, const spec_t *s) {
+  return st__lua_new_tensor_on(L, s->device, s->dtype, s->ndim, s->shape);
+}
+
 static int l_empty(lua_State *L) {
   spec_t s;
   parse_spec(L, "empty", 0, &s);
-  st__lua_new_tensor(L, s.dtype, s.ndim, s.shape);
+  new_of(L, &s);
   return 1;
 }
 
 static int l_zeros(lua_State *L) {
   spec_t s;
   parse_spec(L, "zeros", 0, &s);
-  st__lua_new_tensor(L, s.dtype, s.ndim, s.shape);   /* arenas start zero-filled */
+  new_of(L, &s);                              /* arenas start zero-filled */
   return 1;
-}
-
-static void fill_contiguous(st__ltensor_t *t, double v) {
-  int64_t n = st__ltensor_numel(t);
-  if (n == 0) return;
-  size_t es = st_dtype_size(t->dtype);
-  char *d = st__ltensor_data(t);
-  st_dtype_store(t->dtype, d, 0, v);
-  size_t have = es, total = (size_t)n * es;
-  while (have < total) {
-    size_t k = have < total - have ? have : total - have;
-    memcpy(d + have, d, k);
-    have += k;
-  }
 }
 
 static int l_ones(lua_State *L) {
   spec_t s;
   parse_spec(L, "ones", 0, &s);
-  fill_contiguous(st__lua_new_tensor(L, s.dtype, s.ndim, s.shape), 1.0);
+  st__lua_tensor_fill(L, new_of(L, &s), 1.0, "ones");
   return 1;
 }
 
@@ -184,7 +163,7 @@ static int l_full(lua_State *L) {
   spec_t s;
   parse_spec(L, "full", OPT_VALUE, &s);
   if (!s.has_value) return st__lua_raise(L, "full: value is required: st.full{2, 3, value = 1.5}");
-  fill_contiguous(st__lua_new_tensor(L, s.dtype, s.ndim, s.shape), s.value);
+  st__lua_tensor_fill(L, new_of(L, &s), s.value, "full");
   return 1;
 }
 
@@ -218,7 +197,11 @@ static int l_arange(lua_State *L) {
     s.dtype = ints ? ST_DTYPE_INT64 : ST_DTYPE_FLOAT32;
   }
   int64_t n = (int64_t)count;
-  st__ltensor_t *t = st__lua_new_tensor(L, s.dtype, 1, &n);
+  st__ltensor_t *t = st__lua_new_tensor_on(L, s.device, s.dtype, 1, &n);
+  if (s.device != ST__DEV_CPU) {
+    st__lua_cuda_generate(L, t, ST__GEN_ARANGE, start, step, 0, "arange");
+    return 1;
+  }
   char *d = st__ltensor_data(t);
   for (int64_t i = 0; i < n; i++) st_dtype_store(t->dtype, d, (size_t)i, start + (double)i * step);
   return 1;
@@ -228,12 +211,16 @@ static st__ltensor_t *new_random(lua_State *L, const char *fn, spec_t *s) {
   parse_spec(L, fn, OPT_SEED, s);
   if (!st_dtype_is_float(s->dtype))
     st__lua_raise(L, "%s: dtype must be a floating type, got %s", fn, st_dtype_name(s->dtype));
-  return st__lua_new_tensor(L, s->dtype, s->ndim, s->shape);
+  return new_of(L, s);
 }
 
 static int l_rand(lua_State *L) {
   spec_t s;
   st__ltensor_t *t = new_random(L, "rand", &s);
+  if (s.device != ST__DEV_CPU) {
+    st__lua_cuda_generate(L, t, ST__GEN_RAND, 0, 0, s.seed, "rand");
+    return 1;
+  }
   int64_t n = st__ltensor_numel(t);
   char *d = st__ltensor_data(t);
   int wide = t->dtype == ST_DTYPE_FLOAT64;
@@ -245,6 +232,10 @@ static int l_rand(lua_State *L) {
 static int l_randn(lua_State *L) {
   spec_t s;
   st__ltensor_t *t = new_random(L, "randn", &s);
+  if (s.device != ST__DEV_CPU) {
+    st__lua_cuda_generate(L, t, ST__GEN_RANDN, 0, 0, s.seed, "randn");
+    return 1;
+  }
   int64_t n = st__ltensor_numel(t);
   char *d = st__ltensor_data(t);
   for (int64_t i = 0; i < n; i++)

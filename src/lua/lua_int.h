@@ -8,7 +8,12 @@
  *   pcall.c        the one protected-call wrapper (adds a traceback)
  *   stlib.c        the `st` module table: endpoint, required, cancelled,
  *                  sleep, progress, array; declaration lists of a file
- *   tensor.c       tensor userdata and its methods
+ *   tensor.c       tensor userdata and its methods (geometry, views)
+ *   tensor_ops.c   tensor methods that touch data (fill, copies, to, get,
+ *                  set, tolist) on either device
+ *   device.c       devices of a call: parsing "cpu"/"cuda"/"cuda:N", the
+ *                  worker's CUDA stream per device, copies between devices,
+ *                  the synchronization before a call completes
  *   construct.c    st.empty/zeros/ones/full/arange/rand/randn
  *   module.c       st.module: several tensors packed in one arena
  *   value.c        msgpack <-> Lua, result serialization
@@ -64,7 +69,20 @@ typedef struct st__lua_ctx {
   int main_line;                   /* ST__LUA_LOAD: last line run by a main chunk */
   const char *src_text;            /* ST__LUA_LOAD: the file being run (borrowed) */
   size_t src_len;
+  /* Devices (device.c). Set by st__lua_state_new to the CPU; a worker's
+   * st__vm_build sets them for each call. */
+  int in_call;                     /* a build body runs: CUDA is allowed */
+  int device;                      /* where constructors build by default:
+                                      ST__DEV_CPU or a CUDA ordinal */
+  int cuda_device;                 /* what "cuda" means (the socket's CUDA
+                                      device); -1: none */
+  uint64_t cuda_used;              /* bit N: the call queued work on cuda:N */
 } st__lua_ctx_t;
+
+/* The CPU, as a device number; CUDA devices are their ordinals (>= 0). */
+#define ST__DEV_CPU (-1)
+/* CUDA ordinals a call may use (bits of cuda_used). */
+#define ST__DEV_MAX 64
 
 /* ------------------------------------------------------------ sandbox.c */
 
@@ -107,6 +125,82 @@ void st__lua_where(lua_State *L, char *buf, size_t len);
 /* [-0, +1] Pushes a read-only proxy of the table at idx: reads go to the
  * table, writes raise, the metatable is hidden, rawset refuses it. */
 void st__lua_push_readonly(lua_State *L, int idx);
+
+/* ------------------------------------------------------------ device.c */
+
+typedef struct st__ltensor st__ltensor_t;    /* tensor.c, below */
+
+/* Parses the device value at idx for function fn: nil gives the call's
+ * default (ctx->device), "cpu" ST__DEV_CPU, "cuda" the socket's CUDA
+ * device, "cuda:N" N. Raises for anything else, and for a CUDA device
+ * this process cannot use (recorded as ST_ERR_CAPABILITY with
+ * "no CUDA device: cuda:N is unavailable: <reason>", so the call fails
+ * with CAPABILITY),
+ * and for CUDA outside a build body. */
+int st__lua_device_arg(lua_State *L, int idx, const char *fn);
+
+/* Raises (CAPABILITY, as above) unless `device` is the CPU or a CUDA
+ * device this process can use inside the running call. */
+void st__lua_device_check(lua_State *L, int device, const char *fn);
+
+/* "cpu" or "cuda:N" into buf. Returns buf. */
+const char *st__lua_device_name(int device, char *buf, size_t len);
+
+/* The calling worker thread's stream on CUDA device `ordinal` (a CUstream,
+ * created the first time and kept for the life of the thread), with the
+ * device's primary context made current, and the device marked as used
+ * by the running call: st__vm_build synchronizes every used stream before
+ * the call completes (DESIGN §3, decision 5). Work queued on it by the
+ * body needs no synchronization of its own. Raises (CAPABILITY or
+ * INTERNAL) when the stream cannot be made. */
+void *st__lua_cuda_stream(lua_State *L, int ordinal);
+
+/* Waits for every stream the running call used (ctx->cuda_used), then
+ * clears the mask. ST_OK, or the first failure with a message in err. */
+int st__lua_cuda_sync_used(lua_State *L, char *err, size_t errlen);
+
+/* Waits for the calling thread's stream on `ordinal`, if it has one
+ * (before an arena that queued work may touch is released). Never
+ * raises. */
+void st__lua_cuda_quiesce(int ordinal);
+
+/* Raises for a failed CUDA step (kernels.h or cuda.h status rc with its
+ * message), recording rc so that the call fails with that code. */
+int st__lua_cuda_fail(lua_State *L, int rc, const char *fn, const char *msg)
+    __attribute__((noreturn));
+
+/* Copies `bytes` between two addresses of the same or different devices
+ * (ST__DEV_CPU: host memory, e.g. a CPU arena; N: a device address of
+ * cuda:N), in order with the call's earlier work, and returns when the
+ * destination holds the bytes. Copies between two CUDA devices go
+ * through host memory. Raises on failure. */
+void st__lua_transfer(lua_State *L, void *dst, int dst_dev, const void *src, int src_dev,
+                      uint64_t bytes, const char *fn);
+
+/* What st__lua_cuda_generate writes into a contiguous CUDA tensor (the
+ * same values the CPU loops of construct.c write). */
+typedef enum {
+  ST__GEN_FILL = 0,                /* a */
+  ST__GEN_ARANGE,                  /* a + i*b */
+  ST__GEN_RAND,                    /* uniform of `seed` */
+  ST__GEN_RANDN                    /* normal of `seed` */
+} st__lua_gen_t;
+
+/* Runs the matching kernel (src/cuda/kernels.h) over every element of the
+ * contiguous CUDA tensor t on the worker's stream. Raises on failure. */
+void st__lua_cuda_generate(lua_State *L, const st__ltensor_t *t, st__lua_gen_t kind, double a,
+                           double b, uint64_t seed, const char *fn);
+
+/* Stores v in every element of the CUDA tensor t (any strides). */
+void st__lua_cuda_fill(lua_State *L, const st__ltensor_t *t, double v, const char *fn);
+
+/* Copies src into dst, both on the same CUDA device, with casts and any
+ * strides (the elements must not overlap). Raises on failure. */
+void st__lua_cuda_copy(lua_State *L, const st__ltensor_t *dst, const st__ltensor_t *src,
+                       const char *fn);
+
+/* Nonzero when s is a device name ("cpu", "cuda", "cuda:N"). */
+int st__lua_is_device_name(const char *s);
 
 /* ------------------------------------------------------------ pcall.c */
 
@@ -163,8 +257,13 @@ void st__lua_open_tensor(lua_State *L);
  * every field; arena takes a reference the tensor owns). */
 st__ltensor_t *st__lua_push_tensor(lua_State *L);
 
-/* [-0, +1] Pushes a new contiguous, zero-filled tensor in its own arena.
- * Raises on a bad shape or when the arena cannot be made. */
+/* [-0, +1] Pushes a new contiguous, zero-filled tensor in its own arena
+ * on device `device` (ST__DEV_CPU or a CUDA ordinal; see device.c).
+ * Raises on a bad shape, an unusable device or when the arena cannot be
+ * made. st__lua_new_tensor builds on the call's default device
+ * (ctx->device). */
+st__ltensor_t *st__lua_new_tensor_on(lua_State *L, int device, st_dtype_t dtype, int ndim,
+                                     const int64_t *shape);
 st__ltensor_t *st__lua_new_tensor(lua_State *L, st_dtype_t dtype, int ndim,
                                   const int64_t *shape);
 
@@ -176,23 +275,53 @@ st__ltensor_t *st__lua_push_view(lua_State *L, const st__ltensor_t *t, uint64_t 
 /* The tensor at idx, or NULL if the value is not one. */
 st__ltensor_t *st__lua_totensor(lua_State *L, int idx);
 
-/* Creates an arena for the current state; on failure records the error in
- * the context (so that st__vm_build can return OUT_OF_MEMORY or LIMIT) and
- * raises. Runs a full GC first when many arena bytes were made since the
- * last one (Lua's collector does not see arena memory). */
+/* The tensor at idx; raises "fn: expected a tensor" otherwise. */
+st__ltensor_t *st__lua_check_tensor(lua_State *L, int idx, const char *fn);
+
+/* Creates a zero-filled arena of `bytes` on `device` for the current
+ * state (st__arena_new_cpu or st__arena_new_cuda); on failure records the
+ * error in the context (so that st__vm_build returns OUT_OF_MEMORY, LIMIT
+ * or CAPABILITY) and raises. Runs a full GC first when many arena bytes
+ * were made since the last one (Lua's collector does not see arena
+ * memory). The caller owns the reference. st__lua_new_arena is
+ * st__lua_new_arena_on the CPU. */
+st__arena_t *st__lua_new_arena_on(lua_State *L, int device, uint64_t bytes);
 st__arena_t *st__lua_new_arena(lua_State *L, uint64_t bytes);
+
+/* Drops an arena reference held by a userdata (its __gc): waits first for
+ * this thread's stream on the arena's device, so that memory a queued
+ * kernel still writes is never unmapped under it. NULL is a no-op. */
+void st__lua_arena_release(st__arena_t *a);
 
 int64_t st__ltensor_numel(const st__ltensor_t *t);
 int st__ltensor_is_contiguous(const st__ltensor_t *t);
-/* Address of element 0. */
+/* Device of the tensor's arena: ST__DEV_CPU or a CUDA ordinal. */
+int st__ltensor_device(const st__ltensor_t *t);
+/* Address of element 0 (a device address for a CUDA tensor). */
 char *st__ltensor_data(const st__ltensor_t *t);
 /* Fills row-major contiguous strides for t's shape. */
 void st__ltensor_set_contiguous(st__ltensor_t *t);
-/* Copies src into dst element by element (same shape; casts). dst and
- * src must not overlap. */
+/* Copies src into dst element by element (same shape; casts). Both on
+ * the CPU; dst and src must not overlap. */
 void st__ltensor_copy(const st__ltensor_t *dst, const st__ltensor_t *src);
-/* Copies t into dst_base (contiguous, t's dtype). */
+/* Stores v in every element of t (on the CPU; any strides). */
+void st__ltensor_fill_cpu(const st__ltensor_t *t, double v);
+/* Copies t (on the CPU) into dst_base (contiguous, t's dtype). */
 void st__ltensor_pack(void *dst_base, const st__ltensor_t *t);
+
+/* Copies src into dst (same shape; casts; any strides), on whichever
+ * devices they live: CPU loops, CUDA kernels on the worker's stream, or
+ * transfers through contiguous temporaries (collected by the GC). dst and
+ * src may share an arena. Leaves the stack as it found it. Raises on
+ * failure (fn names the method in messages). */
+void st__lua_tensor_copy(lua_State *L, const st__ltensor_t *dst, const st__ltensor_t *src,
+                         const char *fn);
+
+/* Stores v in every element of t (any strides, either device). */
+void st__lua_tensor_fill(lua_State *L, const st__ltensor_t *t, double v, const char *fn);
+
+/* Opens the data methods of tensor_ops.c into the method table at idx. */
+void st__lua_open_tensor_ops(lua_State *L, int idx);
 
 /* Reads an integral Lua number at idx for argument checks; raises
  * "fn: what must be an integer" otherwise. */
@@ -206,10 +335,6 @@ int st__lua_num_to_int(double d, int64_t *out);
 /* Adds st.empty, zeros, ones, full, arange, rand, randn to the table at
  * idx. */
 void st__lua_open_construct(lua_State *L, int idx);
-
-/* Parses a device option (nil, "cpu", "cuda", "cuda:N") of function fn;
- * raises for CUDA (no backend) and for anything else. */
-void st__lua_check_device(lua_State *L, int idx, const char *fn);
 
 /* ------------------------------------------------------------ module.c */
 
@@ -260,5 +385,11 @@ void st__lua_decl_free(st__endpoint_decl_t *d);
 /* 64-bit FNV-1a, continued from h (start with ST__FNV_OFFSET). */
 #define ST__FNV_OFFSET 0xcbf29ce484222325ull
 uint64_t st__lua_fnv1a(uint64_t h, const void *data, size_t len);
+
+/* ------------------------------------------------------------ safetensors.c */
+
+/* Adds st.load_safetensors to the st table at idx; call after
+ * st__lua_open_module (it keeps st.module as an upvalue). */
+void st__lua_open_safetensors(lua_State *L, int idx);
 
 #endif

@@ -5,7 +5,9 @@
  *
  * Every tensor is copied (contiguous) into ONE new arena at offsets that
  * are multiples of ST_ARENA_ALIGN, so a client maps the whole module with
- * one descriptor. The module userdata holds the arena; its environment
+ * one descriptor. All tensors must be on one device (the arena's: the CPU
+ * or one CUDA device; CUDA tensors are copied device to device). The
+ * module userdata holds the arena; its environment
  * table holds the names in order, a view per name and the metadata.
  *
  *   m.weight / m["layers.0.bias"] / m:tensor(name)   the view
@@ -129,14 +131,27 @@ static int l_module(lua_State *L) {
   }
   /* stack: spec, meta, names, byname */
 
-  /* layout: offsets in a userdata (freed by the GC if anything raises) */
+  /* layout: offsets in a userdata (freed by the GC if anything raises);
+   * every tensor on one device, which the arena is made on */
   uint64_t total = 0;
+  int device = n ? ST__DEV_MAX : st__lua_ctx(L)->device;
   uint64_t *offs = lua_newuserdata(L, (n ? n : 1) * sizeof *offs);  /* ..., offs */
   for (size_t i = 0; i < n; i++) {
     lua_rawgeti(L, 3, (int)i + 1);
     lua_rawget(L, 4);
     st__ltensor_t *t = lua_touserdata(L, -1);
     lua_pop(L, 1);
+    int d = st__ltensor_device(t);
+    if (device == ST__DEV_MAX) {
+      device = d;
+    } else if (d != device) {
+      char a[16], b[16];
+      lua_rawgeti(L, 3, (int)i + 1);
+      return st__lua_raise(L, "module: tensors on different devices ('%s' is on %s, the ones "
+                              "before it on %s): move them with :to(device) first",
+                           lua_tostring(L, -1), st__lua_device_name(d, a, sizeof a),
+                           st__lua_device_name(device, b, sizeof b));
+    }
     total = (total + ST_ARENA_ALIGN - 1) / ST_ARENA_ALIGN * ST_ARENA_ALIGN;
     offs[i] = total;
     total += (uint64_t)st__ltensor_numel(t) * st_dtype_size(t->dtype);
@@ -149,17 +164,15 @@ static int l_module(lua_State *L) {
   lua_rawget(L, LUA_REGISTRYINDEX);
   lua_setmetatable(L, -2);
   int midx = lua_gettop(L);
-  m->arena = st__lua_new_arena(L, total);
+  m->arena = st__lua_new_arena_on(L, device, total);
 
   lua_createtable(L, 3, 0);                   /* ..., offs, m, env */
   lua_newtable(L);                            /* ..., env, views */
-  char *base = st__arena_base(m->arena);
   for (size_t i = 0; i < n; i++) {
     lua_rawgeti(L, 3, (int)i + 1);            /* ..., views, name */
     lua_pushvalue(L, -1);
     lua_rawget(L, 4);                         /* ..., views, name, src */
     st__ltensor_t *src = lua_touserdata(L, -1);
-    st__ltensor_pack(base + offs[i], src);
     st__ltensor_t *v = st__lua_push_tensor(L);  /* ..., views, name, src, view */
     v->dtype = src->dtype;
     v->ndim = src->ndim;
@@ -168,6 +181,9 @@ static int l_module(lua_State *L) {
     v->offset = offs[i];
     st__arena_ref(m->arena);
     v->arena = m->arena;
+    /* CPU: a packing loop; CUDA: a device-to-device copy (or a gather
+     * kernel for a strided source) on the worker's stream. */
+    st__lua_tensor_copy(L, v, src, "module");
     lua_replace(L, -2);                       /* ..., views, name, view */
     lua_rawset(L, -3);                        /* ..., views */
   }
@@ -184,7 +200,7 @@ static int l_module(lua_State *L) {
 
 static int l_module_gc(lua_State *L) {
   st__lmodule_t *m = lua_touserdata(L, 1);
-  st__arena_unref(m->arena);
+  st__lua_arena_release(m->arena);
   m->arena = NULL;
   return 0;
 }
@@ -247,8 +263,11 @@ static int l_module_len(lua_State *L) {
 
 static int l_module_tostring(lua_State *L) {
   st__lmodule_t *m = lua_touserdata(L, 1);
-  lua_pushfstring(L, "module(%d tensors, %d bytes, cpu)", (int)m->ntensors,
-                  m->arena ? (int)st__arena_bytes(m->arena) : 0);
+  char dev[16];
+  lua_pushfstring(L, "module(%d tensors, %d bytes, %s)", (int)m->ntensors,
+                  m->arena ? (int)st__arena_bytes(m->arena) : 0,
+                  st__lua_device_name(m->arena ? st__arena_device(m->arena) : ST__DEV_CPU, dev,
+                                      sizeof dev));
   return 1;
 }
 

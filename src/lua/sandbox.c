@@ -435,6 +435,10 @@ static int l_setup(lua_State *L) {
 }
 
 lua_State *st__lua_state_new(st__lua_ctx_t *ctx) {
+  ctx->in_call = 0;
+  ctx->device = ST__DEV_CPU;     /* a worker's calls set their own */
+  ctx->cuda_device = 0;          /* "cuda" outside a server call: cuda:0 */
+  ctx->cuda_used = 0;
   lua_State *L = luaL_newstate();
   if (!L) return NULL;
   luaJIT_setmode(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_OFF);

@@ -59,6 +59,13 @@ void st__vm_free(st__vm_t *vm);
 /* Borrowed: the generation this state was built from. */
 st__generation_t *st__vm_generation(const st__vm_t *vm);
 
+/* Where the next st__vm_build builds by default: `device` is -1 (the CPU)
+ * or a CUDA ordinal, `cuda_device` the ordinal that "cuda" names in the
+ * body (the CUDA device of the socket the call came in on; -1: none). A
+ * new state builds on the CPU. The server resolved and checked both
+ * (docs/endpoints.md, "Devices"). Worker thread that owns vm. */
+void st__vm_set_device(st__vm_t *vm, int device, int cuda_device);
+
 /* Runs the build body of `ep` (a declaration of this vm's generation) with
  * `args`, the msgpack map of bound arguments (every parameter present).
  * On success fills *res (initialised here; the caller destroys it).
@@ -69,10 +76,13 @@ st__generation_t *st__vm_generation(const st__vm_t *vm);
  *                         that is not a string or integer)
  *   ST_ERR_OUT_OF_MEMORY  an arena could not be allocated
  *   ST_ERR_LIMIT          an arena above max_object_bytes
+ *   ST_ERR_CAPABILITY     a CUDA device this process cannot use
+ *   ST_ERR_INTERNAL       a CUDA kernel or copy failed
  *   ST_ERR_TIMEOUT        the body ran past ep->timeout_s
  *   ST_ERR_CANCELLED      *cancel became nonzero while it ran
  * `cancel` may be NULL; it is read with atomic loads. `progress` (may be
  * NULL) receives what the body reports with st.progress(fraction, note).
+ * Work the body queued on CUDA streams is complete when this returns.
  * The state stays usable after any error. */
 int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, size_t args_len,
                  const volatile int *cancel, st__progress_t *progress, st__build_result_t *res,

@@ -239,6 +239,7 @@ static void build_st(lua_State *L) {
   lua_setfield(L, st, "version");
   st__lua_open_construct(L, st);
   st__lua_open_module(L, st);
+  st__lua_open_safetensors(L, st);
 
   lua_pushlightuserdata(L, &st_key);
   st__lua_push_readonly(L, st);               /* st, key, proxy */

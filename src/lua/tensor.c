@@ -3,8 +3,11 @@
  * A tensor is a view into an arena: a reference on the arena, a byte
  * offset to element 0, a dtype, a shape and strides in elements (never
  * negative: the wire has no negative strides). Views share the arena and
- * each hold their own reference; __gc drops it. Dimensions and indices are
- * 0-based as in PyTorch; negative ones count from the end.
+ * each hold their own reference; __gc drops it (after waiting for the
+ * worker's stream when the arena is on a CUDA device). Dimensions and
+ * indices are 0-based as in PyTorch; negative ones count from the end.
+ * This file holds geometry and views; methods that touch element data are
+ * in tensor_ops.c, device handling in device.c.
  *
  * The contract of each non-static function (what it does, returns and owns)
  * is its comment in lua_int.h; all of them run on the thread that owns the
@@ -18,9 +21,6 @@
 #include <string.h>
 
 static char tensor_mt_key;    /* registry: metatable of tensors */
-
-/* Elements at most that tolist() converts. */
-#define TOLIST_MAX 1000000
 
 /* Full GC before an allocation once this many arena bytes were made since
  * the last one: Lua's collector does not see arena memory. */
@@ -116,6 +116,27 @@ void st__ltensor_copy(const st__ltensor_t *dst, const st__ltensor_t *src) {
                src->dtype, src->strides, dst->ndim, dst->shape);
 }
 
+void st__ltensor_fill_cpu(const st__ltensor_t *t, double v) {
+  unsigned char pat[8];
+  st_dtype_store(t->dtype, pat, 0, v);
+  int64_t zero[ST_MAX_NDIM] = {0};
+  size_t es = st_dtype_size(t->dtype);
+  int64_t n = st__ltensor_numel(t);
+  if (st__ltensor_is_contiguous(t) && n > 0) {
+    char *d = st__ltensor_data(t);            /* doubling copies of the pattern */
+    memcpy(d, pat, es);
+    size_t have = es, total = (size_t)n * es;
+    while (have < total) {
+      size_t k = have < total - have ? have : total - have;
+      memcpy(d + have, d, k);
+      have += k;
+    }
+  } else {
+    strided_copy(st__ltensor_data(t), t->dtype, t->strides, (char *)pat, t->dtype, zero,
+                 t->ndim, t->shape);
+  }
+}
+
 void st__ltensor_pack(void *dst_base, const st__ltensor_t *t) {
   st__ltensor_t c = *t;
   st__ltensor_set_contiguous(&c);
@@ -125,15 +146,17 @@ void st__ltensor_pack(void *dst_base, const st__ltensor_t *t) {
 
 /* ------------------------------------------------------------ userdata */
 
-st__arena_t *st__lua_new_arena(lua_State *L, uint64_t bytes) {
+st__arena_t *st__lua_new_arena_on(lua_State *L, int device, uint64_t bytes) {
   st__lua_ctx_t *c = st__lua_ctx(L);
+  if (device != ST__DEV_CPU) st__lua_device_check(L, device, "tensor");
   if (c->gc_debt > GC_DEBT_LIMIT) {
     c->gc_debt = 0;
     lua_gc(L, LUA_GCCOLLECT, 0);
   }
   st__arena_t *a;
   char err[256];
-  int rc = st__arena_new_cpu(bytes, &a, err, sizeof err);
+  int rc = device == ST__DEV_CPU ? st__arena_new_cpu(bytes, &a, err, sizeof err)
+                                 : st__arena_new_cuda(device, bytes, &a, err, sizeof err);
   if (rc != ST_OK) {
     c->alloc_err = rc;
     snprintf(c->alloc_msg, sizeof c->alloc_msg, "%s", err);
@@ -143,9 +166,24 @@ st__arena_t *st__lua_new_arena(lua_State *L, uint64_t bytes) {
   return a;
 }
 
+st__arena_t *st__lua_new_arena(lua_State *L, uint64_t bytes) {
+  return st__lua_new_arena_on(L, ST__DEV_CPU, bytes);
+}
+
+void st__lua_arena_release(st__arena_t *a) {
+  if (!a) return;
+  int dev = st__arena_device(a);
+  if (dev >= 0) st__lua_cuda_quiesce(dev);
+  st__arena_unref(a);
+}
+
+int st__ltensor_device(const st__ltensor_t *t) {
+  return st__arena_device(t->arena);
+}
+
 static int l_tensor_gc(lua_State *L) {
   st__ltensor_t *t = lua_touserdata(L, 1);
-  st__arena_unref(t->arena);
+  st__lua_arena_release(t->arena);
   t->arena = NULL;
   return 0;
 }
@@ -169,7 +207,7 @@ st__ltensor_t *st__lua_totensor(lua_State *L, int idx) {
   return is ? p : NULL;
 }
 
-static st__ltensor_t *check_tensor(lua_State *L, int idx, const char *fn) {
+st__ltensor_t *st__lua_check_tensor(lua_State *L, int idx, const char *fn) {
   st__ltensor_t *t = st__lua_totensor(L, idx);
   if (!t || !t->arena)
     st__lua_raise(L, "%s: expected a tensor, got %s (call methods with ':')", fn,
@@ -177,8 +215,8 @@ static st__ltensor_t *check_tensor(lua_State *L, int idx, const char *fn) {
   return t;
 }
 
-st__ltensor_t *st__lua_new_tensor(lua_State *L, st_dtype_t dtype, int ndim,
-                                  const int64_t *shape) {
+st__ltensor_t *st__lua_new_tensor_on(lua_State *L, int device, st_dtype_t dtype, int ndim,
+                                     const int64_t *shape) {
   if (ndim < 0 || ndim > ST_MAX_NDIM)
     st__lua_raise(L, "a tensor has at most %d dimensions, got %d", ST_MAX_NDIM, ndim);
   uint64_t n = 1;
@@ -195,8 +233,13 @@ st__ltensor_t *st__lua_new_tensor(lua_State *L, st_dtype_t dtype, int ndim,
   t->ndim = ndim;
   memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
   st__ltensor_set_contiguous(t);
-  t->arena = st__lua_new_arena(L, n * es);
+  t->arena = st__lua_new_arena_on(L, device, n * es);
   return t;
+}
+
+st__ltensor_t *st__lua_new_tensor(lua_State *L, st_dtype_t dtype, int ndim,
+                                  const int64_t *shape) {
+  return st__lua_new_tensor_on(L, st__lua_ctx(L)->device, dtype, ndim, shape);
 }
 
 st__ltensor_t *st__lua_push_view(lua_State *L, const st__ltensor_t *t, uint64_t offset,
@@ -229,34 +272,6 @@ static void push_shape(lua_State *L, int n, const int64_t *v) {
     lua_pushnumber(L, (lua_Number)v[i]);
     lua_rawseti(L, -2, i + 1);
   }
-}
-
-static void push_element(lua_State *L, const st__ltensor_t *t, int64_t off) {
-  double v = st_dtype_load(t->dtype, st__ltensor_data(t), (size_t)off);
-  if (t->dtype == ST_DTYPE_BOOL) lua_pushboolean(L, v != 0);
-  else lua_pushnumber(L, v);
-}
-
-static double check_value(lua_State *L, int idx, const char *fn) {
-  if (lua_type(L, idx) == LUA_TBOOLEAN) return lua_toboolean(L, idx) ? 1.0 : 0.0;
-  if (lua_type(L, idx) != LUA_TNUMBER)
-    st__lua_raise(L, "%s: value must be a number or a boolean, got %s", fn, luaL_typename(L, idx));
-  return lua_tonumber(L, idx);
-}
-
-/* Element offset of the indices at stack positions first..first+ndim-1. */
-static int64_t element_offset(lua_State *L, const st__ltensor_t *t, int first, const char *fn) {
-  int64_t off = 0;
-  for (int i = 0; i < t->ndim; i++) {
-    int64_t k = st__lua_check_int(L, first + i, fn, "index");
-    int64_t k0 = k;
-    if (k < 0) k += t->shape[i];
-    if (k < 0 || k >= t->shape[i])
-      st__lua_raise(L, "%s: index %lld is out of range for dim %d of size %lld", fn,
-                    (long long)k0, i, (long long)t->shape[i]);
-    off += k * t->strides[i];
-  }
-  return off;
 }
 
 /* Reads a shape from a table at idx or from the numbers idx..top, with one
@@ -297,38 +312,8 @@ static int parse_new_shape(lua_State *L, int idx, const char *fn, int64_t numel,
 
 /* ------------------------------------------------------------ methods */
 
-static int l_fill(lua_State *L) {
-  st__ltensor_t *t = check_tensor(L, 1, "fill");
-  double v = check_value(L, 2, "fill");
-  unsigned char pat[8];
-  st_dtype_store(t->dtype, pat, 0, v);
-  int64_t zero[ST_MAX_NDIM] = {0};
-  size_t es = st_dtype_size(t->dtype);
-  int64_t n = st__ltensor_numel(t);
-  if (st__ltensor_is_contiguous(t) && n > 0) {
-    char *d = st__ltensor_data(t);            /* doubling copies of the pattern */
-    memcpy(d, pat, es);
-    size_t have = es, total = (size_t)n * es;
-    while (have < total) {
-      size_t k = have < total - have ? have : total - have;
-      memcpy(d + have, d, k);
-      have += k;
-    }
-  } else {
-    strided_copy(st__ltensor_data(t), t->dtype, t->strides, (char *)pat, t->dtype, zero,
-                 t->ndim, t->shape);
-  }
-  lua_settop(L, 1);
-  return 1;
-}
-
-static void push_copy(lua_State *L, const st__ltensor_t *t, st_dtype_t dtype) {
-  st__ltensor_t *c = st__lua_new_tensor(L, dtype, t->ndim, t->shape);
-  st__ltensor_copy(c, t);
-}
-
 static int l_view(lua_State *L) {
-  st__ltensor_t *t = check_tensor(L, 1, "view");
+  st__ltensor_t *t = st__lua_check_tensor(L, 1, "view");
   if (!st__ltensor_is_contiguous(t))
     return st__lua_raise(L, "view: the tensor is not contiguous (use reshape, which copies)");
   int64_t shape[ST_MAX_NDIM], strides[ST_MAX_NDIM];
@@ -342,7 +327,7 @@ static int l_view(lua_State *L) {
 }
 
 static int l_reshape(lua_State *L) {
-  st__ltensor_t *t = check_tensor(L, 1, "reshape");
+  st__ltensor_t *t = st__lua_check_tensor(L, 1, "reshape");
   int64_t shape[ST_MAX_NDIM];
   int n = parse_new_shape(L, 2, "reshape", st__ltensor_numel(t), shape);
   st__ltensor_t tmp = {.ndim = n};
@@ -352,8 +337,9 @@ static int l_reshape(lua_State *L) {
     st__lua_push_view(L, t, t->offset, n, shape, tmp.strides);
     return 1;
   }
-  push_copy(L, t, t->dtype);                  /* ..., copy */
-  st__ltensor_t *c = lua_touserdata(L, -1);
+  st__ltensor_t *c = st__lua_new_tensor_on(L, st__ltensor_device(t), t->dtype, t->ndim,
+                                           t->shape);   /* ..., copy */
+  st__lua_tensor_copy(L, c, t, "reshape");
   c->ndim = n;
   memcpy(c->shape, shape, sizeof shape);
   memcpy(c->strides, tmp.strides, sizeof tmp.strides);
@@ -361,7 +347,7 @@ static int l_reshape(lua_State *L) {
 }
 
 static int l_narrow(lua_State *L) {
-  st__ltensor_t *t = check_tensor(L, 1, "narrow");
+  st__ltensor_t *t = st__lua_check_tensor(L, 1, "narrow");
   int d = check_dim(L, t, 2, "narrow");
   int64_t start = st__lua_check_int(L, 3, "narrow", "start");
   int64_t length = st__lua_check_int(L, 4, "narrow", "length");
@@ -383,7 +369,7 @@ static int l_narrow(lua_State *L) {
 }
 
 static int l_slice(lua_State *L) {
-  st__ltensor_t *t = check_tensor(L, 1, "slice");
+  st__ltensor_t *t = st__lua_check_tensor(L, 1, "slice");
   int d = check_dim(L, t, 2, "slice");
   int64_t size = t->shape[d];
   int64_t start = lua_isnoneornil(L, 3) ? 0 : st__lua_check_int(L, 3, "slice", "start");
@@ -405,147 +391,50 @@ static int l_slice(lua_State *L) {
 }
 
 static int l_dtype(lua_State *L) {
-  lua_pushstring(L, st_dtype_name(check_tensor(L, 1, "dtype")->dtype));
+  lua_pushstring(L, st_dtype_name(st__lua_check_tensor(L, 1, "dtype")->dtype));
   return 1;
 }
 
 static int l_device(lua_State *L) {
-  check_tensor(L, 1, "device");
-  lua_pushliteral(L, "cpu");
+  char name[16];
+  lua_pushstring(L, st__lua_device_name(st__ltensor_device(st__lua_check_tensor(L, 1, "device")),
+                                        name, sizeof name));
   return 1;
 }
 
 /* shape() -> table; shape(dim) -> size of dim. */
 static int l_shape(lua_State *L) {
-  st__ltensor_t *t = check_tensor(L, 1, "shape");
+  st__ltensor_t *t = st__lua_check_tensor(L, 1, "shape");
   if (lua_isnoneornil(L, 2)) push_shape(L, t->ndim, t->shape);
   else lua_pushnumber(L, (lua_Number)t->shape[check_dim(L, t, 2, "shape")]);
   return 1;
 }
 
 static int l_stride(lua_State *L) {
-  st__ltensor_t *t = check_tensor(L, 1, "stride");
+  st__ltensor_t *t = st__lua_check_tensor(L, 1, "stride");
   if (lua_isnoneornil(L, 2)) push_shape(L, t->ndim, t->strides);
   else lua_pushnumber(L, (lua_Number)t->strides[check_dim(L, t, 2, "stride")]);
   return 1;
 }
 
 static int l_numel(lua_State *L) {
-  lua_pushnumber(L, (lua_Number)st__ltensor_numel(check_tensor(L, 1, "numel")));
+  lua_pushnumber(L, (lua_Number)st__ltensor_numel(st__lua_check_tensor(L, 1, "numel")));
   return 1;
 }
 
 static int l_nbytes(lua_State *L) {
-  st__ltensor_t *t = check_tensor(L, 1, "nbytes");
+  st__ltensor_t *t = st__lua_check_tensor(L, 1, "nbytes");
   lua_pushnumber(L, (lua_Number)st__ltensor_numel(t) * (lua_Number)st_dtype_size(t->dtype));
   return 1;
 }
 
 static int l_dim(lua_State *L) {
-  lua_pushinteger(L, check_tensor(L, 1, "dim")->ndim);
+  lua_pushinteger(L, st__lua_check_tensor(L, 1, "dim")->ndim);
   return 1;
 }
 
 static int l_is_contiguous(lua_State *L) {
-  lua_pushboolean(L, st__ltensor_is_contiguous(check_tensor(L, 1, "is_contiguous")));
-  return 1;
-}
-
-static int l_contiguous(lua_State *L) {
-  st__ltensor_t *t = check_tensor(L, 1, "contiguous");
-  if (st__ltensor_is_contiguous(t)) lua_settop(L, 1);
-  else push_copy(L, t, t->dtype);
-  return 1;
-}
-
-static int l_clone(lua_State *L) {
-  st__ltensor_t *t = check_tensor(L, 1, "clone");
-  push_copy(L, t, t->dtype);
-  return 1;
-}
-
-static int l_to(lua_State *L) {
-  st__ltensor_t *t = check_tensor(L, 1, "to");
-  const char *name = lua_tostring(L, 2);
-  st_dtype_t dt = name ? st_dtype_from_name(name) : ST_DTYPE_INVALID;
-  if (dt == ST_DTYPE_INVALID)
-    return st__lua_raise(L, "to: unknown dtype '%s'", name ? name : luaL_typename(L, 2));
-  push_copy(L, t, dt);
-  return 1;
-}
-
-static int l_copy_(lua_State *L) {
-  st__ltensor_t *t = check_tensor(L, 1, "copy_");
-  st__ltensor_t *s = check_tensor(L, 2, "copy_");
-  int same = t->ndim == s->ndim;
-  for (int i = 0; same && i < t->ndim; i++) same = t->shape[i] == s->shape[i];
-  if (!same) return st__lua_raise(L, "copy_: source and destination shapes differ");
-  if (t->arena == s->arena) {
-    /* may overlap: go through a private contiguous copy */
-    size_t bytes = (size_t)st__ltensor_numel(s) * st_dtype_size(s->dtype);
-    void *tmp = malloc(bytes ? bytes : 1);
-    if (!tmp) return st__lua_raise(L, "copy_: out of memory");
-    st__ltensor_pack(tmp, s);
-    st__ltensor_t c = *s;
-    st__ltensor_set_contiguous(&c);
-    strided_copy(st__ltensor_data(t), t->dtype, t->strides, tmp, s->dtype, c.strides, t->ndim,
-                 t->shape);
-    free(tmp);
-  } else {
-    st__ltensor_copy(t, s);
-  }
-  lua_settop(L, 1);
-  return 1;
-}
-
-static int l_get(lua_State *L) {
-  st__ltensor_t *t = check_tensor(L, 1, "get");
-  if (lua_gettop(L) != 1 + t->ndim)
-    return st__lua_raise(L, "get: expected %d indices, got %d", t->ndim, lua_gettop(L) - 1);
-  push_element(L, t, element_offset(L, t, 2, "get"));
-  return 1;
-}
-
-static int l_set(lua_State *L) {
-  st__ltensor_t *t = check_tensor(L, 1, "set");
-  if (lua_gettop(L) != 2 + t->ndim)
-    return st__lua_raise(L, "set: expected %d indices and a value, got %d arguments", t->ndim,
-                         lua_gettop(L) - 1);
-  double v = check_value(L, 2 + t->ndim, "set");
-  st_dtype_store(t->dtype, st__ltensor_data(t), (size_t)element_offset(L, t, 2, "set"), v);
-  lua_settop(L, 1);
-  return 1;
-}
-
-static int l_item(lua_State *L) {
-  st__ltensor_t *t = check_tensor(L, 1, "item");
-  if (st__ltensor_numel(t) != 1)
-    return st__lua_raise(L, "item: the tensor has %lld elements, not 1",
-                         (long long)st__ltensor_numel(t));
-  push_element(L, t, 0);
-  return 1;
-}
-
-static void push_list(lua_State *L, const st__ltensor_t *t, int d, int64_t off) {
-  if (d == t->ndim) {
-    push_element(L, t, off);
-    return;
-  }
-  luaL_checkstack(L, 4, "tolist");
-  lua_createtable(L, (int)t->shape[d], 0);
-  for (int64_t i = 0; i < t->shape[d]; i++) {
-    push_list(L, t, d + 1, off + i * t->strides[d]);
-    lua_rawseti(L, -2, (int)i + 1);
-  }
-}
-
-static int l_tolist(lua_State *L) {
-  st__ltensor_t *t = check_tensor(L, 1, "tolist");
-  int64_t n = st__ltensor_numel(t);
-  if (n > TOLIST_MAX)
-    return st__lua_raise(L, "tolist: the tensor has %lld elements (at most %d)", (long long)n,
-                         TOLIST_MAX);
-  push_list(L, t, 0, 0);
+  lua_pushboolean(L, st__ltensor_is_contiguous(st__lua_check_tensor(L, 1, "is_contiguous")));
   return 1;
 }
 
@@ -555,13 +444,16 @@ static int l_tostring(lua_State *L) {
   size_t n = (size_t)snprintf(buf, sizeof buf, "tensor(%s, {", st_dtype_name(t->dtype));
   for (int i = 0; i < t->ndim && n < sizeof buf; i++)
     n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%lld", i ? "," : "", (long long)t->shape[i]);
-  if (n < sizeof buf) snprintf(buf + n, sizeof buf - n, "}, cpu)");
+  char dev[16];
+  if (n < sizeof buf)
+    snprintf(buf + n, sizeof buf - n, "}, %s)",
+             st__lua_device_name(t->arena ? st__ltensor_device(t) : ST__DEV_CPU, dev, sizeof dev));
   lua_pushstring(L, buf);
   return 1;
 }
 
 static int l_len(lua_State *L) {
-  st__ltensor_t *t = check_tensor(L, 1, "len");
+  st__ltensor_t *t = st__lua_check_tensor(L, 1, "len");
   if (t->ndim == 0) return st__lua_raise(L, "len() of a 0-d tensor");
   lua_pushnumber(L, (lua_Number)t->shape[0]);
   return 1;
@@ -569,12 +461,10 @@ static int l_len(lua_State *L) {
 
 void st__lua_open_tensor(lua_State *L) {
   static const luaL_Reg methods[] = {
-    {"fill", l_fill}, {"reshape", l_reshape}, {"view", l_view}, {"narrow", l_narrow},
+    {"reshape", l_reshape}, {"view", l_view}, {"narrow", l_narrow},
     {"slice", l_slice}, {"dtype", l_dtype}, {"device", l_device}, {"shape", l_shape},
     {"size", l_shape}, {"stride", l_stride}, {"numel", l_numel}, {"nbytes", l_nbytes},
-    {"dim", l_dim}, {"is_contiguous", l_is_contiguous}, {"contiguous", l_contiguous},
-    {"clone", l_clone}, {"to", l_to}, {"copy_", l_copy_}, {"get", l_get}, {"set", l_set},
-    {"item", l_item}, {"tolist", l_tolist}, {NULL, NULL}
+    {"dim", l_dim}, {"is_contiguous", l_is_contiguous}, {NULL, NULL}
   };
   lua_pushlightuserdata(L, &tensor_mt_key);
   lua_createtable(L, 0, 6);                   /* key, mt */
@@ -583,6 +473,7 @@ void st__lua_open_tensor(lua_State *L) {
     lua_pushcfunction(L, r->func);
     lua_setfield(L, -2, r->name);
   }
+  st__lua_open_tensor_ops(L, lua_gettop(L));
   lua_setfield(L, -2, "__index");             /* key, mt */
   lua_pushcfunction(L, l_tensor_gc);
   lua_setfield(L, -2, "__gc");

@@ -152,6 +152,12 @@ void st__vm_free(st__vm_t *vm) {
 
 st__generation_t *st__vm_generation(const st__vm_t *vm) { return vm->gen; }
 
+/* Worker thread that owns vm. See st_lua.h. */
+void st__vm_set_device(st__vm_t *vm, int device, int cuda_device) {
+  vm->ctx.device = device < 0 ? ST__DEV_CPU : device;
+  vm->ctx.cuda_device = cuda_device;
+}
+
 typedef struct build_call {
   const st__endpoint_decl_t *ep;
   const msgpack_object *args;
@@ -229,12 +235,20 @@ int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, 
   uint64_t debt0 = vm->ctx.gc_debt;
   st__lua_arm(L, ep->timeout_s, cancel);
   vm->ctx.progress = progress;
+  vm->ctx.in_call = 1;
+  vm->ctx.cuda_used = 0;
   lua_pushcfunction(L, l_build_call);
   lua_pushlightuserdata(L, &b);
   char msg[2048];
   int status = st__lua_pcall(L, 1, 0, msg, sizeof msg);
   st__lua_disarm(L);
   vm->ctx.progress = NULL;
+  /* Whatever the body queued on CUDA streams completes before the result
+   * leaves this thread (DESIGN §3, decision 5), and before the GC below
+   * can release arenas a kernel still writes. */
+  char sync_err[512];
+  int sync_rc = st__lua_cuda_sync_used(L, sync_err, sizeof sync_err);
+  vm->ctx.in_call = 0;
   msgpack_unpacked_destroy(&up);
   lua_settop(L, 0);
 
@@ -256,6 +270,10 @@ int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, 
       if (st__lua_has_position(msg)) snprintf(err, errlen, "%s", msg);
       else snprintf(err, errlen, "%s:%d: %s", ep->file, ep->line, msg);  /* tail call */
     }
+  }
+  if (sync_rc != ST_OK && rc == ST_OK) {
+    rc = sync_rc;
+    snprintf(err, errlen, "%s:%d: endpoint '%s': %s", ep->file, ep->line, ep->name, sync_err);
   }
   if (rc != ST_OK) st__build_result_destroy(res);
   /* Tensors the body dropped still hold arena references until Lua

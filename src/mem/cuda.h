@@ -115,6 +115,11 @@ int st__cuda_device_by_uuid(const char *uuid, int *ordinal, char *err, size_t er
  * ST_OK, ST_ERR_INVALID_ARGUMENT or ST_ERR_CAPABILITY. Any thread. */
 int st__cuda_ctx_enter(int ordinal, char *err, size_t errlen);
 
+/* Nonzero when this process already retained the primary context of
+ * device `ordinal` (st__cuda_ctx_enter ran for it on some thread), so that
+ * entering it again is cheap. Any thread. */
+int st__cuda_ctx_ready(int ordinal);
+
 /* Free and total memory of device `ordinal` in bytes (cuMemGetInfo); makes
  * its context current. Any thread. */
 int st__cuda_mem_info(int ordinal, uint64_t *free_bytes, uint64_t *total_bytes,

@@ -285,6 +285,15 @@ int st__cuda_ctx_enter(int ordinal, char *err, size_t errlen) {
 }
 
 /* See cuda.h. Any thread. */
+int st__cuda_ctx_ready(int ordinal) {
+  if (ordinal < 0 || ordinal >= MAX_DEVICES) return 0;
+  pthread_mutex_lock(&ctx_lock);
+  int ready = ctx_of[ordinal] != NULL;
+  pthread_mutex_unlock(&ctx_lock);
+  return ready;
+}
+
+/* See cuda.h. Any thread. */
 int st__cuda_mem_info(int ordinal, uint64_t *free_bytes, uint64_t *total_bytes, char *err,
                       size_t errlen) {
   int rc = st__cuda_ctx_enter(ordinal, err, errlen);
@@ -372,6 +381,9 @@ int st__cuda_device_by_uuid(const char *uuid, int *ordinal, char *err, size_t er
 
 /* See cuda.h. Any thread. */
 int st__cuda_ctx_enter(int ordinal, char *err, size_t errlen) { return no_cuda(err, errlen); }
+
+/* See cuda.h. Any thread. */
+int st__cuda_ctx_ready(int ordinal) { return 0; }
 
 /* See cuda.h. Any thread. */
 int st__cuda_mem_info(int ordinal, uint64_t *free_bytes, uint64_t *total_bytes, char *err,

@@ -119,20 +119,21 @@ static void forget_flight(st__work_t *w, st__build_t *b) {
   b->flight = NULL;
 }
 
-/* "name NUL fingerprint NUL key": a build of another definition of the
- * endpoint (after a reload) is never joined. */
-static char *flight_key(const st__endpoint_decl_t *ep, const char *key, size_t klen,
-                        size_t *len) {
-  char fp[17];
-  snprintf(fp, sizeof fp, "%016llx", (unsigned long long)ep->fingerprint);
+/* "name NUL fingerprint@device NUL key": a build of another definition
+ * of the endpoint (after a reload), or on another device, is never
+ * joined. */
+static char *flight_key(const st__endpoint_decl_t *ep, const char *where, const char *key,
+                        size_t klen, size_t *len) {
+  char fp[48];
+  int fl = snprintf(fp, sizeof fp, "%016llx@%s", (unsigned long long)ep->fingerprint, where);
   size_t nl = strlen(ep->name);
-  char *s = malloc(nl + 1 + 16 + 1 + klen + 1);
+  char *s = malloc(nl + 1 + (size_t)fl + 1 + klen + 1);
   if (!s) return NULL;
   memcpy(s, ep->name, nl + 1);
-  memcpy(s + nl + 1, fp, 17);
-  memcpy(s + nl + 18, key, klen);
-  s[nl + 18 + klen] = '\0';
-  *len = nl + 18 + klen;
+  memcpy(s + nl + 1, fp, (size_t)fl + 1);
+  memcpy(s + nl + 1 + (size_t)fl + 1, key, klen);
+  *len = nl + 1 + (size_t)fl + 1 + klen;
+  s[*len] = '\0';
   return s;
 }
 
@@ -336,16 +337,24 @@ static void consumer_waits(st__server_t *srv, const st__consumer_t *who, st__bui
 
 /* Cache hit, join, or a new build; see work.h. */
 int st__build_start(st__server_t *srv, const st__endpoint_decl_t *ep, const char *bound,
-                    size_t bound_len, const st__consumer_t *who, char *err, size_t errlen) {
+                    size_t bound_len, const st__consumer_t *who, int socket, char *err,
+                    size_t errlen) {
   st__work_t *w = srv->work;
+  int device, cuda_device;
+  int rc = st__device_for_call(&srv->devices, srv->cfg, ep, socket, &device, &cuda_device, err,
+                               errlen);
+  if (rc != ST_OK) return rc;
+  char where[16];
+  if (device < 0) snprintf(where, sizeof where, "cpu");
+  else snprintf(where, sizeof where, "cuda:%d", device);
   char *key = NULL;
   size_t klen = 0;
   if (ep->cache || ep->singleflight) {
-    int rc = st__cache_key(ep, bound, bound_len, &key, &klen, err, errlen);
+    rc = st__cache_key(ep, bound, bound_len, &key, &klen, err, errlen);
     if (rc != ST_OK) return rc;
   }
   if (ep->cache) {
-    st__object_t *obj = st__objects_lookup(&srv->objects, ep->name, key, klen);
+    st__object_t *obj = st__objects_lookup_on(&srv->objects, ep->name, where, key, klen);
     if (obj) {
       srv->counters.cache_hits++;
       free(key);
@@ -358,7 +367,7 @@ int st__build_start(st__server_t *srv, const st__endpoint_decl_t *ep, const char
   char *fk = NULL;
   size_t flen = 0;
   if (key) {
-    fk = flight_key(ep, key, klen, &flen);
+    fk = flight_key(ep, where, key, klen, &flen);
     st__build_t *b = fk ? st__smap_get(&w->flights, fk, flen) : NULL;
     if (b) {
       st__consumer_t *k = copy_consumer(who);
@@ -389,7 +398,10 @@ int st__build_start(st__server_t *srv, const st__endpoint_decl_t *ep, const char
     return ST_ERR_OUT_OF_MEMORY;
   }
   job->owner = b;
+  job->device = device;
+  job->cuda_device = cuda_device;
   b->job = job;
+  snprintf(b->where, sizeof b->where, "%s", where);
   b->serialized = ep->concurrency == ST_CONC_SERIALIZED;
   b->object = ep->managed || ep->cache || ep->singleflight;
   b->cacheable = ep->cache;
@@ -403,7 +415,7 @@ int st__build_start(st__server_t *srv, const st__endpoint_decl_t *ep, const char
     free(fk);
   }
   link_build(w, b);
-  int rc = enqueue(srv, b);
+  rc = enqueue(srv, b);
   if (rc != ST_OK) {
     unlink_build(w, b);
     forget_flight(w, b);
@@ -463,7 +475,7 @@ static st__task_t *start_task(st__conn_t *c, uint32_t id, const st__endpoint_dec
     return NULL;
   }
   st__consumer_t who = {.kind = ST_CONSUMER_TASK, .task = t};
-  int rc = st__build_start(srv, ep, bound->data, bound->size, &who, err, sizeof err);
+  int rc = st__build_start(srv, ep, bound->data, bound->size, &who, c->device, err, sizeof err);
   if (rc != ST_OK) {
     char msg[700];
     snprintf(msg, sizeof msg, "%s: %s", ep->name, err);
@@ -493,7 +505,7 @@ void st__method_call(st__conn_t *c, uint32_t id, const msgpack_object *params) {
   }
   st__consumer_t who = {.kind = ST_CONSUMER_CALL, .conn_id = c->id, .request_id = id};
   char err[512];
-  int rc = st__build_start(srv, ep, bound.data, bound.size, &who, err, sizeof err);
+  int rc = st__build_start(srv, ep, bound.data, bound.size, &who, c->device, err, sizeof err);
   msgpack_sbuffer_destroy(&bound);
   if (rc != ST_OK) {
     char msg[700];
@@ -573,7 +585,8 @@ void st__build_complete(st__server_t *srv, st__job_t *job) {
                                 .cache_key_len = b->cache_key_len,
                                 .fingerprint = job->ep->fingerprint,
                                 .cache = cache,
-                                .managed = job->ep->managed};
+                                .managed = job->ep->managed,
+                                .where = b->where};
       st__object_t *obj = NULL;
       char err[512];
       int rc = st__objects_add(&srv->objects, &spec, &job->result, &obj, err, sizeof err);

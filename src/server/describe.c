@@ -1,11 +1,14 @@
 /* src/server: the result maps of hello, info and endpoints
  * (docs/protocol.md, "Methods"). Loop thread. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "engine/bind.h"
 #include "mem/arena.h"
+#include "mem/cuda.h"
+#include "st/errors.h"
 #include "server/work.h"
 #include "st/wire.h"
 
@@ -101,15 +104,32 @@ static void pack_objects(msgpack_packer *pk, const st__objects_t *r) {
 }
 
 /* memory = {cpu = {budget, cached_bytes, leased_bytes, objects}, ...}: one
- * entry per device with a budget or objects. */
-static void pack_memory(msgpack_packer *pk, const st__objects_t *r) {
+ * entry per device with a budget or objects. CUDA devices the server has
+ * add free_bytes and total_bytes (cuMemGetInfo; free_bytes is nil until
+ * this process holds the device's context, which it takes at start for
+ * the sockets' devices and on a worker's first CUDA job otherwise). */
+static void pack_memory(msgpack_packer *pk, st__server_t *srv) {
+  const st__objects_t *r = &srv->objects;
   st__pack_cstr(pk, "memory");
   msgpack_pack_map(pk, (size_t)r->nbudgets);
   for (int i = 0; i < r->nbudgets; i++) {
     st__budget_stats_t s;
     st__objects_stats(r, r->budgets[i].device, &s);
     st__pack_cstr(pk, r->budgets[i].device);
-    msgpack_pack_map(pk, 4);
+    const st__device_t *dev = strncmp(r->budgets[i].device, "cuda:", 5) == 0
+                                  ? st__devices_cuda(&srv->devices, atoi(r->budgets[i].device + 5))
+                                  : NULL;
+    msgpack_pack_map(pk, dev ? 6 : 4);
+    if (dev) {
+      uint64_t free_b = 0, total_b = dev->memory_bytes;
+      int known = st__cuda_ctx_ready(dev->index) &&
+                  st__cuda_mem_info(dev->index, &free_b, &total_b, NULL, 0) == ST_OK;
+      st__pack_cstr(pk, "free_bytes");
+      if (known) msgpack_pack_uint64(pk, free_b);
+      else msgpack_pack_nil(pk);
+      st__pack_cstr(pk, "total_bytes");
+      msgpack_pack_uint64(pk, total_b);
+    }
     st__pack_cstr(pk, "budget");
     msgpack_pack_uint64(pk, s.budget);
     st__pack_cstr(pk, "cached_bytes");
@@ -219,7 +239,7 @@ void st__describe_info(msgpack_packer *pk, st__server_t *srv) {
   msgpack_pack_uint64(pk, bytes);
 
   pack_objects(pk, &srv->objects);
-  pack_memory(pk, &srv->objects);
+  pack_memory(pk, srv);
   pack_tasks(pk, srv);
 }
 

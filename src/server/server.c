@@ -154,6 +154,7 @@ int st__server_init(st__server_t *srv, const st__config_t *cfg) {
   st__objects_init(&srv->objects);
   for (int i = 0; i < cfg->nbudgets; i++)
     st__objects_set_budget(&srv->objects, cfg->budgets[i].device, cfg->budgets[i].bytes);
+  st__devices_start(srv);
   st__work_init(srv);
 
   st__errlist_t errs = {0};
@@ -195,6 +196,7 @@ int st__server_init(st__server_t *srv, const st__config_t *cfg) {
     ST_LOG_E("server", "%s", err);
     return rc;
   }
+  st__pool_set_device_fn(srv->pool, st__vm_set_device);
   ST_LOG_I("server", "workers: %d; limits: max_message_bytes %zu, max_connections %d, "
            "max_inflight %d, frame_timeout_ms %d",
            cfg->workers, cfg->max_message_bytes, cfg->max_connections, cfg->max_inflight,

@@ -21,6 +21,8 @@
 #include "engine/pool.h"
 #include "server/config.h"
 
+typedef struct st__server st__server_t;
+
 /* ------------------------------------------------------------- devices */
 
 typedef struct st__device {
@@ -42,6 +44,33 @@ typedef struct st__devices {
  * reports (when built with CUDA). Never fails: a missing driver means no
  * CUDA devices and a reason in cuda_reason. Loop thread, at start. */
 void st__devices_probe(st__devices_t *d);
+
+/* The CUDA device of ordinal `ordinal`, or NULL when the server has none
+ * by that number. Borrowed. */
+st__device_t *st__devices_cuda(st__devices_t *d, int ordinal);
+
+/* Where a socket builds when neither the endpoint nor a constructor names
+ * a device (config default_device): "socket" gives cuda:N for socket N
+ * when the server has that CUDA device, else the CPU; "cpu" the CPU.
+ * Returns -1 (the CPU) or the ordinal. */
+int st__device_socket_default(const st__devices_t *d, const st__config_t *cfg, int socket);
+
+/* Where a call of `ep` that came in on socket `socket` builds
+ * (docs/endpoints.md, "Devices"): the endpoint's `device` option ("cpu",
+ * "cuda" = cuda:<socket>, "cuda:N"), else st__device_socket_default.
+ * Fills *device (-1 or an ordinal) and *cuda_device (what "cuda" names in
+ * the body: the socket's index). ST_OK, or ST_ERR_CAPABILITY with
+ * "no CUDA device: cuda:N is unavailable: <reason>" when the server does
+ * not have that device. */
+int st__device_for_call(const st__devices_t *d, const st__config_t *cfg,
+                        const st__endpoint_decl_t *ep, int socket, int *device, int *cuda_device,
+                        char *err, size_t errlen);
+
+/* At start: budgets of the CUDA devices the config leaves unset (90% of
+ * each device's memory), primary contexts of the devices the sockets
+ * build on (so that info's cuMemGetInfo never waits for one), and one log
+ * line per socket saying where it builds by default. Loop thread. */
+void st__devices_start(st__server_t *srv);
 
 /* ------------------------------------------------------------- server */
 
@@ -77,7 +106,6 @@ typedef struct st__counters {
 } st__counters_t;
 
 typedef struct st__conn st__conn_t;
-typedef struct st__server st__server_t;
 typedef struct st__work st__work_t;
 
 /* What a reload did (the `reload` method's reply; docs/protocol.md). */

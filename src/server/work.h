@@ -51,6 +51,7 @@ typedef struct st__build {
   int cacheable;              /* cache the object when done (invalidation clears it) */
   char *cache_key;            /* owned, NULL for plain endpoints */
   size_t cache_key_len;
+  char where[16];             /* the device it builds on: "cpu", "cuda:N" */
   char *flight;               /* owned flight-table key while joinable, else NULL */
   size_t flight_len;
   int cancelled;              /* nobody waits: the job was asked to stop */
@@ -148,10 +149,14 @@ void st__method_submit(st__conn_t *c, uint32_t id, const msgpack_object *params)
 void st__build_complete(st__server_t *srv, st__job_t *job);
 
 /* Starts (or joins, or answers from the cache) a build of `ep` (of the
- * current generation) with bound arguments for one consumer. On failure
- * returns an error and a message in err; the consumer was not added. */
+ * current generation) with bound arguments for one consumer whose request
+ * came in on socket `socket` (which decides the call's device: devices.c).
+ * Builds, flights and cache entries are per device. On failure returns an
+ * error (CAPABILITY for a CUDA device the server does not have) and a
+ * message in err; the consumer was not added. */
 int st__build_start(st__server_t *srv, const st__endpoint_decl_t *ep, const char *bound,
-                    size_t bound_len, const st__consumer_t *who, char *err, size_t errlen);
+                    size_t bound_len, const st__consumer_t *who, int socket, char *err,
+                    size_t errlen);
 
 /* Removes one task consumer from its build; cancels the build when no
  * consumer is left. Returns 1 when the build is gone without having run

@@ -183,9 +183,11 @@ static inline void fake_pack_tensor(msgpack_packer *pk, unsigned arena, uint64_t
   msgpack_sbuffer_destroy(&sb);
 }
 
-/* Arena map {fd, bytes, device, backend, id}. */
-static inline void fake_pack_arena(msgpack_packer *pk, unsigned fd, uint64_t bytes,
-                                   const char *device, uint64_t id) {
+/* Arena map {fd, bytes, device[, uuid], backend, id} as the server packs
+ * it; `uuid` is sent only for "cuda". */
+static inline void fake_pack_arena_full(msgpack_packer *pk, unsigned fd, uint64_t bytes,
+                                        const char *device, const char *uuid,
+                                        const char *backend, uint64_t id) {
   int cuda = strcmp(device, "cuda") == 0;
   msgpack_pack_map(pk, cuda ? 6 : 5);
   fake_pack_str(pk, "fd");
@@ -196,12 +198,36 @@ static inline void fake_pack_arena(msgpack_packer *pk, unsigned fd, uint64_t byt
   fake_pack_str(pk, device);
   if (cuda) {
     fake_pack_str(pk, "uuid");
-    fake_pack_str(pk, "GPU-00000000-0000-0000-0000-000000000000");
+    fake_pack_str(pk, uuid);
   }
   fake_pack_str(pk, "backend");
-  fake_pack_str(pk, cuda ? "vmm" : "memfd");
+  fake_pack_str(pk, backend);
   fake_pack_str(pk, "id");
   msgpack_pack_uint64(pk, id);
+}
+
+/* Arena map {fd, bytes, device, backend, id}; a "cuda" one names a UUID no
+ * device has. */
+static inline void fake_pack_arena(msgpack_packer *pk, unsigned fd, uint64_t bytes,
+                                   const char *device, uint64_t id) {
+  int cuda = strcmp(device, "cuda") == 0;
+  fake_pack_arena_full(pk, fd, bytes, device, "GPU-00000000-0000-0000-0000-000000000000",
+                       cuda ? "vmm" : "memfd", id);
+}
+
+/* The string member `key` of a params map, copied into out ("" if absent). */
+static inline void fake_param_str(const msgpack_object *map, const char *key, char *out,
+                                  size_t len) {
+  out[0] = '\0';
+  if (!map || map->type != MSGPACK_OBJECT_MAP) return;
+  for (uint32_t i = 0; i < map->via.map.size; i++) {
+    const msgpack_object *k = &map->via.map.ptr[i].key, *v = &map->via.map.ptr[i].val;
+    if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == strlen(key) &&
+        memcmp(k->via.str.ptr, key, k->via.str.size) == 0 && v->type == MSGPACK_OBJECT_STR) {
+      snprintf(out, len, "%.*s", (int)v->via.str.size, v->via.str.ptr);
+      return;
+    }
+  }
 }
 
 /* A memfd of `bytes` holding `data` (may be NULL), sealed against

@@ -47,7 +47,7 @@
   X(coroutine, "return coroutine.wrap(function() return io end)()")        \
   X(module_fn, "return module('x')")                                       \
   X(gcinfo, "return gcinfo()")                                             \
-  X(cuda_device, "return st.zeros{2, device = 'cuda:0'}")
+  X(cuda_device, "return st.zeros{2, device = 'cuda:4095'}")
 
 static kit_vm_t V;   /* one vm over every escape file, shared by the tests */
 
@@ -101,7 +101,7 @@ TEST(messages_say_what_is_wrong) {
             "  st.endpoint{ name = 'q', build = function() return require('os') end },\n"
             "  st.endpoint{ name = 'b', build = function() return load('\\27LJ') end },\n"
             "  st.endpoint{ name = 's', build = function() st.zeros = 1 end },\n"
-            "  st.endpoint{ name = 'c', build = function() return st.zeros{1, device = 'cuda'} end },\n"
+            "  st.endpoint{ name = 'c', build = function() return st.zeros{1, device = 'cuda:4095'} end },\n"
             "  st.endpoint{ name = 'n', build = function() local m = require('st.nothing_here') return m end },\n"
             "}\n");
   kit_vm_t k;
@@ -120,7 +120,7 @@ TEST(messages_say_what_is_wrong) {
   kit_build(&k, "s", NULL, NULL, &res, err, sizeof err);
   CHECK_CONTAINS(err, "m.lua:6: attempt to modify read-only table (field 'zeros')");
   CHECK_EQ_INT(kit_build(&k, "c", NULL, NULL, &res, err, sizeof err), ST_ERR_CAPABILITY);
-  CHECK_CONTAINS(err, "m.lua:7: no CUDA device: the CUDA backend is not built in this binary");
+  CHECK_CONTAINS(err, "m.lua:7: no CUDA device: cuda:4095 is unavailable");
   CHECK_EQ_INT(kit_build(&k, "n", NULL, NULL, &res, err, sizeof err), ST_ERR_ENDPOINT);
   CHECK_CONTAINS(err, "m.lua:8: require: cannot open ");
   CHECK_CONTAINS(err, "/st/nothing_here.lua");

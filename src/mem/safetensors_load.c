@@ -1,0 +1,296 @@
+/* src/mem/safetensors_load.c: a parsed checkpoint into ONE arena
+ * (safetensors.h; DESIGN §3, decision 3).
+ *
+ * Layout: tensors in module order, each at the next multiple of
+ * ST_ARENA_ALIGN, in its own dtype or, when a conversion is asked for and
+ * the tensor is floating, in the requested dtype (integer and bool
+ * tensors keep theirs: token ids must not become floats).
+ *
+ * Reading: the tensors are cut into pieces (at most 16 MiB of file data on
+ * the CPU, one staging chunk for CUDA), sorted by file and offset so that
+ * each file is read front to back, and handed to reader threads through
+ * an atomic counter. On the CPU a piece is pread straight into the
+ * mapped memfd (no bounce buffer) after its pages are populated in one
+ * call; a converted piece is read into a per-thread buffer and converted
+ * into the arena. CUDA arenas go through safetensors_cuda.c.
+ *
+ * Contracts of the non-static functions: their comments in safetensors.h.
+ */
+#include "mem/safetensors.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+/* File bytes per CPU piece. */
+#define CPU_PIECE (16ull << 20)
+/* Staging offsets of pieces packed into one chunk are multiples of this. */
+#define STAGE_ALIGN 256u
+
+/* ------------------------------------------------------------ conversion */
+
+static float to_float(st_dtype_t t, const unsigned char *p) {
+  switch (t) {
+  case ST_DTYPE_FLOAT32: { float f; memcpy(&f, p, 4); return f; }
+  case ST_DTYPE_FLOAT16: { uint16_t h; memcpy(&h, p, 2); return st_half_to_float(h); }
+  case ST_DTYPE_BFLOAT16: { uint32_t u = (uint32_t)p[0] << 16 | (uint32_t)p[1] << 24; float f;
+                            memcpy(&f, &u, 4); return f; }
+  case ST_DTYPE_FLOAT8_E4M3FN: return st_e4m3fn_to_float(*p);
+  default: return st_e5m2_to_float(*p);
+  }
+}
+
+static void from_float(st_dtype_t t, unsigned char *p, float f) {
+  switch (t) {
+  case ST_DTYPE_FLOAT32: memcpy(p, &f, 4); break;
+  case ST_DTYPE_FLOAT16: { uint16_t h = st_float_to_half(f); memcpy(p, &h, 2); break; }
+  case ST_DTYPE_BFLOAT16: { uint16_t h = st_float_to_bfloat16(f); memcpy(p, &h, 2); break; }
+  case ST_DTYPE_FLOAT8_E4M3FN: *p = st_float_to_e4m3fn(f); break;
+  default: *p = st_float_to_e5m2(f); break;
+  }
+}
+
+static int small_float(st_dtype_t t) {
+  return t == ST_DTYPE_FLOAT32 || t == ST_DTYPE_FLOAT16 || t == ST_DTYPE_BFLOAT16 ||
+         t == ST_DTYPE_FLOAT8_E4M3FN || t == ST_DTYPE_FLOAT8_E5M2;
+}
+
+/* See safetensors.h. Between float32 and the 16- and 8-bit formats the
+ * values go through float, which is what st_dtype_load/store do for them;
+ * anything else goes through st_dtype_load/store (double). Any thread. */
+void st__safetensors_convert(void *dst, st_dtype_t ddt, const void *src, st_dtype_t sdt,
+                             uint64_t n) {
+  size_t ds = st_dtype_size(ddt), ss = st_dtype_size(sdt);
+  if (ddt == sdt) {
+    memcpy(dst, src, (size_t)n * ds);
+    return;
+  }
+  const unsigned char *s = src;
+  unsigned char *d = dst;
+  if (small_float(sdt) && small_float(ddt)) {
+    for (uint64_t i = 0; i < n; i++) from_float(ddt, d + i * ds, to_float(sdt, s + i * ss));
+    return;
+  }
+  for (uint64_t i = 0; i < n; i++) st_dtype_store(ddt, d, (size_t)i, st_dtype_load(sdt, s, (size_t)i));
+}
+
+/* ------------------------------------------------------------ layout */
+
+/* See safetensors.h. Any thread. */
+int st__safetensors_layout(const st__safetensors_t *s, st_dtype_t dtype, uint64_t *offsets,
+                           st_dtype_t *dtypes, uint64_t *total, char *err, size_t errlen) {
+  uint64_t at = 0;
+  for (size_t i = 0; i < s->ntensors; i++) {
+    const st__safetensors_tensor_t *t = &s->tensors[i];
+    st_dtype_t d = dtype != ST_DTYPE_INVALID && st_dtype_is_float(t->dtype) ? dtype : t->dtype;
+    uint64_t es = st_dtype_size(d);
+    if (at > UINT64_MAX - ST_ARENA_ALIGN || (es && t->numel > UINT64_MAX / es)) goto overflow;
+    at = (at + ST_ARENA_ALIGN - 1) / ST_ARENA_ALIGN * ST_ARENA_ALIGN;
+    offsets[i] = at;
+    dtypes[i] = d;
+    if (t->numel * es > UINT64_MAX - at) goto overflow;
+    at += t->numel * es;
+  }
+  *total = at;
+  return ST_OK;
+overflow:
+  snprintf(err, errlen, "the checkpoint's tensors add up to more than 2^64 bytes");
+  return ST_ERR_LIMIT;
+}
+
+/* ------------------------------------------------------------ pieces */
+
+static int by_source(const void *a, const void *b) {
+  const st__sft_piece_t *x = a, *y = b;
+  if (x->file != y->file) return x->file < y->file ? -1 : 1;
+  return x->src_off < y->src_off ? -1 : x->src_off > y->src_off ? 1 : 0;
+}
+
+/* Cuts every non-empty tensor into pieces whose footprint (file bytes, plus
+ * the converted bytes and alignment when `room` says the conversion needs
+ * space beside them) is at most `limit`; sorted by file and offset. */
+static int make_pieces(const st__safetensors_t *s, const uint64_t *offsets,
+                       const st_dtype_t *dtypes, uint64_t limit, int room,
+                       st__sft_piece_t **out, size_t *nout, char *err, size_t errlen) {
+  size_t n = 0, cap = s->ntensors + 16;
+  st__sft_piece_t *p = malloc(cap * sizeof *p);
+  if (!p) goto oom;
+  for (size_t i = 0; i < s->ntensors; i++) {
+    const st__safetensors_tensor_t *t = &s->tensors[i];
+    uint64_t ss = st_dtype_size(t->dtype), ds = st_dtype_size(dtypes[i]);
+    uint64_t per = ss + (room && dtypes[i] != t->dtype ? ds : 0);
+    uint64_t max = (limit - (room ? 2 * STAGE_ALIGN : 0)) / per;
+    for (uint64_t e = 0; e < t->numel; e += max) {
+      if (n == cap) {
+        cap *= 2;
+        st__sft_piece_t *q = realloc(p, cap * sizeof *q);
+        if (!q) goto oom;
+        p = q;
+      }
+      uint64_t k = t->numel - e < max ? t->numel - e : max;
+      p[n].file = t->file;
+      p[n].src_off = s->files[t->file].data_start + t->begin + e * ss;
+      p[n].n = k;
+      p[n].dst_off = offsets[i] + e * ds;
+      p[n].sdt = t->dtype;
+      p[n].ddt = dtypes[i];
+      n++;
+    }
+  }
+  qsort(p, n, sizeof *p, by_source);
+  *out = p;
+  *nout = n;
+  return ST_OK;
+oom:
+  free(p);
+  snprintf(err, errlen, "out of memory planning the load");
+  return ST_ERR_OUT_OF_MEMORY;
+}
+
+/* ------------------------------------------------------------ CPU readers */
+
+typedef struct cpu_run {
+  const st__safetensors_t *s;
+  const st__safetensors_opts_t *o;
+  const st__sft_piece_t *pieces;
+  size_t npieces;
+  char *base;
+  size_t next;                 /* atomic: next piece */
+  int failed;                  /* atomic */
+  pthread_mutex_t lock;
+  int rc;
+  char err[512];
+} cpu_run_t;
+
+static void cpu_fail(cpu_run_t *r, int rc, const char *msg) {
+  pthread_mutex_lock(&r->lock);
+  if (r->rc == ST_OK) {
+    r->rc = rc;
+    snprintf(r->err, sizeof r->err, "%s", msg);
+  }
+  pthread_mutex_unlock(&r->lock);
+  __atomic_store_n(&r->failed, 1, __ATOMIC_RELEASE);
+}
+
+/* Faults the pages of [p, p + len) in with one call (pread would take one
+ * fault per page); a kernel without MADV_POPULATE_WRITE just skips it. */
+static void populate(char *p, uint64_t len) {
+  uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t a = (uintptr_t)p & ~(pg - 1), e = ((uintptr_t)p + len + pg - 1) & ~(pg - 1);
+  madvise((void *)a, e - a, MADV_POPULATE_WRITE);
+}
+
+static void *cpu_reader(void *arg) {
+  cpu_run_t *r = arg;
+  char *tmp = NULL;
+  char err[512];
+  for (;;) {
+    size_t i = __atomic_fetch_add(&r->next, 1, __ATOMIC_RELAXED);
+    if (i >= r->npieces || __atomic_load_n(&r->failed, __ATOMIC_ACQUIRE)) break;
+    int stop = r->o->stop ? r->o->stop(r->o->stop_ud) : 0;
+    if (stop) {
+      cpu_fail(r, stop, stop == ST_ERR_TIMEOUT ? "the load ran past the time limit"
+                                               : "the load was cancelled");
+      break;
+    }
+    const st__sft_piece_t *p = &r->pieces[i];
+    const st__safetensors_file_t *f = &r->s->files[p->file];
+    uint64_t sbytes = p->n * st_dtype_size(p->sdt);
+    char *dst = r->base + p->dst_off;
+    int rc;
+    if (p->sdt == p->ddt) {
+      populate(dst, sbytes);
+      rc = st__safetensors_pread(f, dst, sbytes, p->src_off, err, sizeof err);
+    } else {
+      if (!tmp && !(tmp = malloc(CPU_PIECE))) {
+        cpu_fail(r, ST_ERR_OUT_OF_MEMORY, "out of memory for a conversion buffer");
+        break;
+      }
+      rc = st__safetensors_pread(f, tmp, sbytes, p->src_off, err, sizeof err);
+      if (rc == ST_OK) st__safetensors_convert(dst, p->ddt, tmp, p->sdt, p->n);
+    }
+    if (rc != ST_OK) {
+      cpu_fail(r, rc, err);
+      break;
+    }
+  }
+  free(tmp);
+  return NULL;
+}
+
+static int load_cpu(const st__safetensors_t *s, const st__safetensors_opts_t *o,
+                    st__arena_t *arena, const st__sft_piece_t *pieces, size_t npieces,
+                    int threads, char *err, size_t errlen) {
+  cpu_run_t r;
+  memset(&r, 0, sizeof r);
+  r.s = s;
+  r.o = o;
+  r.pieces = pieces;
+  r.npieces = npieces;
+  r.base = st__arena_base(arena);
+  pthread_mutex_init(&r.lock, NULL);
+  pthread_t tid[64];
+  int started = 0;
+  for (int i = 1; i < threads && i < 64; i++)
+    if (pthread_create(&tid[started], NULL, cpu_reader, &r) == 0) started++;
+  cpu_reader(&r);
+  for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
+  pthread_mutex_destroy(&r.lock);
+  if (r.rc != ST_OK) snprintf(err, errlen, "%s", r.err);
+  return r.rc;
+}
+
+/* ------------------------------------------------------------ entry */
+
+/* See safetensors.h. A worker thread; blocks. */
+int st__safetensors_load(const st__safetensors_t *s, const st__safetensors_opts_t *o,
+                         st__arena_t **arena, uint64_t *offsets, st_dtype_t *dtypes, char *err,
+                         size_t errlen) {
+  char dummy[1];
+  if (!err) { err = dummy; errlen = sizeof dummy; }
+  *arena = NULL;
+  if (o->dtype != ST_DTYPE_INVALID && !st_dtype_is_float(o->dtype)) {
+    snprintf(err, errlen, "conversion target %s is not a floating dtype",
+             st_dtype_name(o->dtype) ? st_dtype_name(o->dtype) : "(invalid)");
+    return ST_ERR_INVALID_ARGUMENT;
+  }
+  uint64_t total = 0;
+  int rc = st__safetensors_layout(s, o->dtype, offsets, dtypes, &total, err, errlen);
+  if (rc != ST_OK) return rc;
+  int threads = o->threads > 0 ? o->threads : st__safetensors_loader_threads();
+  if (threads > 64) threads = 64;
+
+  uint64_t limit = CPU_PIECE;
+  if (o->device >= 0) {
+    rc = st__staging_init(0, err, errlen);      /* no-op once the pool exists */
+    if (rc != ST_OK) return rc;
+    int nchunks = 0;
+    st__staging_info(&limit, &nchunks);
+  }
+  st__sft_piece_t *pieces = NULL;
+  size_t npieces = 0;
+  rc = make_pieces(s, offsets, dtypes, limit, o->device >= 0, &pieces, &npieces, err, errlen);
+  if (rc != ST_OK) return rc;
+  if ((size_t)threads > npieces) threads = npieces ? (int)npieces : 1;
+
+  st__arena_t *a = NULL;
+  rc = o->device < 0 ? st__arena_new_cpu(total, &a, err, errlen)
+                     : st__arena_new_cuda(o->device, total, &a, err, errlen);
+  if (rc == ST_OK && npieces)
+    rc = o->device < 0 ? load_cpu(s, o, a, pieces, npieces, threads, err, errlen)
+                       : st__safetensors_load_cuda(s, o, a, pieces, npieces, threads, err, errlen);
+  free(pieces);
+  if (rc != ST_OK) {
+    st__arena_unref(a);
+    return rc;
+  }
+  *arena = a;
+  return ST_OK;
+}
