@@ -40,8 +40,15 @@ static float to_float(st_dtype_t t, const unsigned char *p) {
   switch (t) {
   case ST_DTYPE_FLOAT32: { float f; memcpy(&f, p, 4); return f; }
   case ST_DTYPE_FLOAT16: { uint16_t h; memcpy(&h, p, 2); return st_half_to_float(h); }
-  case ST_DTYPE_BFLOAT16: { uint32_t u = (uint32_t)p[0] << 16 | (uint32_t)p[1] << 24; float f;
-                            memcpy(&f, &u, 4); return f; }
+  case ST_DTYPE_BFLOAT16: {
+    /* A signaling NaN comes out quiet, as st_dtype_load's trip through
+     * double makes it. */
+    uint32_t u = (uint32_t)p[0] << 16 | (uint32_t)p[1] << 24;
+    if ((u & 0x7fffffff) > 0x7f800000) u |= 0x400000;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+  }
   case ST_DTYPE_FLOAT8_E4M3FN: return st_e4m3fn_to_float(*p);
   default: return st_e5m2_to_float(*p);
   }
@@ -62,8 +69,61 @@ static int small_float(st_dtype_t t) {
          t == ST_DTYPE_FLOAT8_E4M3FN || t == ST_DTYPE_FLOAT8_E5M2;
 }
 
+/* Lookup tables: for a 16- or 8-bit float source, every source code maps
+ * to the destination's bytes, computed once with the same to_float and
+ * from_float as the per-element path, so the results are identical by
+ * construction (DESIGN: both backends round as st_dtype_store does).
+ * At most 256 KiB each; built on first use and kept for the process. */
+static pthread_mutex_t lut_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned char *luts[ST_DTYPE_COUNT][ST_DTYPE_COUNT];
+
+static const unsigned char *lut_for(st_dtype_t sdt, st_dtype_t ddt) {
+  unsigned char *t = __atomic_load_n(&luts[sdt][ddt], __ATOMIC_ACQUIRE);
+  if (t) return t;
+  pthread_mutex_lock(&lut_lock);
+  t = luts[sdt][ddt];
+  if (!t) {
+    size_t ss = st_dtype_size(sdt), ds = st_dtype_size(ddt), count = (size_t)1 << (8 * ss);
+    t = malloc(count * ds);
+    for (size_t c = 0; t && c < count; c++) {
+      unsigned char code[2] = {(unsigned char)c, (unsigned char)(c >> 8)};  /* little-endian */
+      from_float(ddt, t + c * ds, to_float(sdt, code));
+    }
+    __atomic_store_n(&luts[sdt][ddt], t, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&lut_lock);
+  return t;
+}
+
+/* dst[i] = lut[src[i]] for source codes of ss bytes and results of ds. */
+static void convert_lut(unsigned char *d, size_t ds, const unsigned char *s, size_t ss,
+                        const unsigned char *lut, uint64_t n) {
+  if (ss == 2 && ds == 2) {
+    for (uint64_t i = 0; i < n; i++) {
+      uint16_t c, v;
+      memcpy(&c, s + 2 * i, 2);
+      memcpy(&v, lut + 2 * (size_t)c, 2);
+      memcpy(d + 2 * i, &v, 2);
+    }
+  } else if (ss == 2 && ds == 4) {
+    for (uint64_t i = 0; i < n; i++) {
+      uint16_t c;
+      uint32_t v;
+      memcpy(&c, s + 2 * i, 2);
+      memcpy(&v, lut + 4 * (size_t)c, 4);
+      memcpy(d + 4 * i, &v, 4);
+    }
+  } else {
+    for (uint64_t i = 0; i < n; i++) {
+      size_t c = ss == 2 ? (size_t)(s[2 * i] | s[2 * i + 1] << 8) : s[i];
+      memcpy(d + ds * i, lut + ds * c, ds);
+    }
+  }
+}
+
 /* See safetensors.h. Between float32 and the 16- and 8-bit formats the
- * values go through float, which is what st_dtype_load/store do for them;
+ * values go through float, which is what st_dtype_load/store do for them
+ * (16- and 8-bit sources through a lookup table of exactly those results);
  * anything else goes through st_dtype_load/store (double). Any thread. */
 void st__safetensors_convert(void *dst, st_dtype_t ddt, const void *src, st_dtype_t sdt,
                              uint64_t n) {
@@ -75,6 +135,11 @@ void st__safetensors_convert(void *dst, st_dtype_t ddt, const void *src, st_dtyp
   const unsigned char *s = src;
   unsigned char *d = dst;
   if (small_float(sdt) && small_float(ddt)) {
+    const unsigned char *lut = ss <= 2 ? lut_for(sdt, ddt) : NULL;
+    if (lut) {
+      convert_lut(d, ds, s, ss, lut, n);
+      return;
+    }
     for (uint64_t i = 0; i < n; i++) from_float(ddt, d + i * ds, to_float(sdt, s + i * ss));
     return;
   }

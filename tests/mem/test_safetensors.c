@@ -646,6 +646,39 @@ TEST(dtype_conversion_converts_floating_tensors_only) {
   }
 }
 
+/* Every code of every 16- and 8-bit float format, to every float format:
+ * the lookup tables give exactly what st_dtype_store gives. */
+TEST(converter_matches_st_dtype_store_for_every_code) {
+  static const st_dtype_t from[] = {ST_DTYPE_FLOAT16, ST_DTYPE_BFLOAT16, ST_DTYPE_FLOAT8_E4M3FN,
+                                    ST_DTYPE_FLOAT8_E5M2};
+  static const st_dtype_t to[] = {ST_DTYPE_FLOAT16, ST_DTYPE_BFLOAT16, ST_DTYPE_FLOAT8_E4M3FN,
+                                  ST_DTYPE_FLOAT8_E5M2, ST_DTYPE_FLOAT32, ST_DTYPE_FLOAT64};
+  unsigned char *src = malloc(65536 * 2), *got = malloc(65536 * 8), *want = malloc(65536 * 8);
+  for (size_t f = 0; f < sizeof from / sizeof from[0]; f++) {
+    size_t ss = st_dtype_size(from[f]), count = (size_t)1 << (8 * ss);
+    for (size_t c = 0; c < count; c++) {
+      src[c * ss] = (unsigned char)c;
+      if (ss == 2) src[c * ss + 1] = (unsigned char)(c >> 8);
+    }
+    for (size_t t = 0; t < sizeof to / sizeof to[0]; t++) {
+      if (from[f] == to[t]) continue;
+      size_t ds = st_dtype_size(to[t]);
+      st__safetensors_convert(got, to[t], src, from[f], count);
+      for (size_t c = 0; c < count; c++)
+        st_dtype_store(to[t], want, c, st_dtype_load(from[f], src, c));
+      for (size_t c = 0; c < count; c++)
+        if (memcmp(got + c * ds, want + c * ds, ds) != 0) {
+          fprintf(stderr, "   %s -> %s, code 0x%zx differs\n", st_dtype_name(from[f]),
+                  st_dtype_name(to[t]), c);
+          CHECK(0);
+        }
+    }
+  }
+  free(src);
+  free(got);
+  free(want);
+}
+
 /* ------------------------------------------------------------ big reads */
 
 static int stop_now(void *ud) { return *(int *)ud; }
@@ -767,6 +800,7 @@ int main(void) {
   RUN(bad_shard_sets);
   RUN(paths_are_confined_to_data_dirs);
   RUN(dtype_conversion_converts_floating_tensors_only);
+  RUN(converter_matches_st_dtype_store_for_every_code);
   RUN(big_tensors_split_across_threads);
   RUN(cuda_without_a_device_is_a_clear_error);
   rm_tree(dir);
