@@ -411,14 +411,27 @@ TEST(half_closed_client_gets_replies) {
   rc_close(&c);
 }
 
-TEST(slow_reader_backpressure) {
+/* A server of its own for one test: `config` goes into its config table. */
+static int with_own_server(const char *config, void (*body)(stt_server_t *s)) {
+  static stt_server_t own;
+  stt_server_init(&own);
+  stt_server_config(&own, config);
+  stt_write_endpoint(&own, "slow.lua", SLOW);
+  int started = stt_server_start(&own);
+  if (started == 0) body(&own);
+  int status = started == 0 ? stt_server_stop(&own) : -1;
+  stt_server_cleanup(&own);
+  return started == 0 && status == 0 ? 0 : -1;
+}
+
+static void backpressure_body(stt_server_t *s) {
   /* A client that sends many requests before reading: the server stops
    * reading while its replies pile up, and every reply arrives in the end
    * once the client reads. The requests (about 1.2 MB) must outgrow the
    * socket buffers, or the client's send would never block. */
   enum { N = 100000 };
   rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  CHECK(rc_open(&c, s->socket) == 0);
   rq_t r;
   rq_init(&r);
   for (uint32_t id = 1; id <= N; id++) rq_simple(&r, id, "info");
@@ -443,6 +456,7 @@ TEST(slow_reader_backpressure) {
     CHECK(!c.eof);
     msg_t m;
     while (rc_take(&c, &m)) {
+      if (m.error) fprintf(stderr, "reply %u: %s: %s\n", m.id, msg_errname(&m), msg_errmsg(&m));
       CHECK(m.error == NULL);
       CHECK(m.id >= 1 && m.id <= N && !seen[m.id]);
       seen[m.id] = 1;
@@ -458,7 +472,12 @@ TEST(slow_reader_backpressure) {
   rc_close(&c);
 }
 
-static stt_server_t S2;
+TEST(slow_reader_backpressure) {
+  /* The client's sends end mid-frame at arbitrary points, and a loaded
+   * machine may leave such a tail for a while: this test runs on a server
+   * with the default frame timeout, not the 300 ms of the shared one. */
+  CHECK_EQ_INT(with_own_server("", backpressure_body), 0);
+}
 
 static void max_connections_body(stt_server_t *s) {
   rc_t a, b, c;
@@ -491,15 +510,7 @@ static void max_connections_body(stt_server_t *s) {
 }
 
 TEST(max_connections_limit) {
-  stt_server_init(&S2);
-  stt_server_config(&S2, "limits = { max_connections = 2 },");
-  stt_write_endpoint(&S2, "slow.lua", SLOW);
-  int started = stt_server_start(&S2);
-  if (started == 0) max_connections_body(&S2);
-  int status = started == 0 ? stt_server_stop(&S2) : -1;
-  stt_server_cleanup(&S2);
-  CHECK_EQ_INT(started, 0);
-  CHECK_EQ_INT(status, 0);
+  CHECK_EQ_INT(with_own_server("limits = { max_connections = 2 },", max_connections_body), 0);
 }
 
 int main(void) {
