@@ -427,8 +427,10 @@ static int with_own_server(const char *config, void (*body)(stt_server_t *s)) {
 static void backpressure_body(stt_server_t *s) {
   /* A client that sends many requests before reading: the server stops
    * reading while its replies pile up, and every reply arrives in the end
-   * once the client reads. The requests (about 1.2 MB) must outgrow the
-   * socket buffers, or the client's send would never block. */
+   * once the client reads. Answering all N requests would queue about
+   * 100 MB of replies, so the server must pause long before that; the
+   * client sends without reading until its sends make no progress for
+   * 500 ms (the server stopped reading), and only then reads. */
   enum { N = 100000 };
   rc_t c;
   CHECK(rc_open(&c, s->socket) == 0);
@@ -436,7 +438,20 @@ static void backpressure_body(stt_server_t *s) {
   rq_init(&r);
   for (uint32_t id = 1; id <= N; id++) rq_simple(&r, id, "info");
   size_t sent = 0;
-  int blocked = 0;
+  int stalled = 0;
+  while (sent < r.sb.size && !stalled) {
+    ssize_t n = send(c.fd, r.sb.data + sent, r.sb.size - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += (size_t)n;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      struct pollfd p = {.fd = c.fd, .events = POLLOUT};
+      if (poll(&p, 1, 500) == 0) stalled = 1;
+    } else {
+      CHECK(0);
+    }
+  }
+  CHECK(stalled);
+  CHECK(sent < r.sb.size);
   static unsigned char seen[N + 1];
   memset(seen, 0, sizeof seen);
   int got = 0;
@@ -445,9 +460,7 @@ static void backpressure_body(stt_server_t *s) {
     if (sent < r.sb.size) {
       ssize_t n = send(c.fd, r.sb.data + sent, r.sb.size - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
       if (n > 0) sent += (size_t)n;
-      else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) blocked = 1;
-      else CHECK(0);
-      if (!blocked) continue;   /* do not read before the server pushed back */
+      else CHECK(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
     }
     struct pollfd p = {.fd = c.fd, .events = POLLIN | (sent < r.sb.size ? POLLOUT : 0)};
     poll(&p, 1, 100);
@@ -465,7 +478,6 @@ static void backpressure_body(stt_server_t *s) {
     }
   }
   rq_free(&r);
-  CHECK(blocked);
   CHECK_EQ_INT(got, N);
   CHECK(stt_ping(c.fd, N + 1) == 0);
   CHECK(rc_info_int(&c, "counters.read_pauses") >= 1);
