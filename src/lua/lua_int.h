@@ -77,6 +77,8 @@ typedef struct st__lua_ctx {
   int cuda_device;                 /* what "cuda" means (the socket's CUDA
                                       device); -1: none */
   uint64_t cuda_used;              /* bit N: the call queued work on cuda:N */
+  int cuda_legacy;                 /* the call's endpoint has ipc = "legacy":
+                                      its CUDA arenas are legacy IPC ones */
 } st__lua_ctx_t;
 
 /* The CPU, as a device number; CUDA devices are their ordinals (>= 0). */

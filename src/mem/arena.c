@@ -1,7 +1,8 @@
 /* src/mem: arenas (see arena.h).
  *
  * The CPU backend is a sealed memfd mapped shared read-write. The struct
- * carries a `kind` so that a CUDA (VMM) backend can live beside it: the
+ * carries a `kind` so that the CUDA backends (VMM, legacy IPC) live beside
+ * it: the
  * reference counting, ids, the size cap and the live statistics below are
  * backend independent; only creation, release and describe() switch on the
  * kind.
@@ -22,7 +23,8 @@
 
 typedef enum {
   ST__ARENA_CPU = 0,           /* memfd, mapped in the server */
-  ST__ARENA_CUDA = 1           /* VMM allocation (cuda_arena.c) */
+  ST__ARENA_CUDA = 1,          /* VMM allocation (cuda_arena.c) */
+  ST__ARENA_CUDA_LEGACY = 2    /* cuMemAlloc + IPC handle (cuda_legacy.c) */
 } st__arena_kind_t;
 
 struct st__arena {
@@ -34,6 +36,7 @@ struct st__arena {
   int fd;                      /* the exported descriptor; dups go to clients */
   void *base;                  /* CPU: the server's mapping; CUDA: device address */
   struct st__cuda_alloc *cuda; /* CUDA: the allocation, owned */
+  struct st__cuda_legacy *legacy; /* CUDA_LEGACY: the allocation, owned */
 };
 
 static atomic_uint_fast64_t next_id = 1;
@@ -152,6 +155,9 @@ void st__arena_unref(st__arena_t *a) {
   case ST__ARENA_CUDA:
     st__cuda_alloc_free(a->cuda);   /* unmaps, releases, closes a->fd */
     break;
+  case ST__ARENA_CUDA_LEGACY:
+    st__cuda_legacy_free(a->legacy);  /* cuMemFree; there is no fd */
+    break;
   }
   atomic_fetch_sub(&live_count, 1);
   atomic_fetch_sub(&live_bytes, a->size);
@@ -162,8 +168,12 @@ void *st__arena_base(const st__arena_t *a) { return a->base; }
 uint64_t st__arena_bytes(const st__arena_t *a) { return a->bytes; }
 uint64_t st__arena_id(const st__arena_t *a) { return a->id; }
 
+/* Any thread. */
+int st__arena_has_fd(const st__arena_t *a) { return a->kind != ST__ARENA_CUDA_LEGACY; }
+
 /* A close-on-exec dup of the arena's descriptor, owned by the caller. */
 int st__arena_dup_fd(const st__arena_t *a) {
+  if (a->fd < 0) return ST_ERR_INVALID_ARGUMENT;
   int fd = fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
   if (fd >= 0) return fd;
   if (errno == EMFILE || errno == ENFILE) return ST_ERR_LIMIT;
@@ -188,12 +198,26 @@ void st__arena_describe(const st__arena_t *a, st__arena_desc_t *d) {
     snprintf(d->backend, sizeof d->backend, "vmm");
     snprintf(d->uuid, sizeof d->uuid, "%s", st__cuda_alloc_uuid(a->cuda));
     break;
+  case ST__ARENA_CUDA_LEGACY:
+    d->cuda = 1;
+    d->legacy = 1;
+    d->fd = 0;   /* no descriptor travels */
+    snprintf(d->backend, sizeof d->backend, "legacy");
+    snprintf(d->uuid, sizeof d->uuid, "%s", st__cuda_legacy_uuid(a->legacy));
+    memcpy(d->ipc_handle, st__cuda_legacy_handle(a->legacy), ST_IPC_HANDLE_LEN);
+    d->device_index = st__cuda_legacy_ordinal(a->legacy);
+    d->storage_bytes = a->bytes;
+    break;
   }
 }
 
 /* -1 for CPU arenas. Any thread. */
 int st__arena_device(const st__arena_t *a) {
-  return a->kind == ST__ARENA_CUDA ? st__cuda_alloc_ordinal(a->cuda) : -1;
+  switch (a->kind) {
+  case ST__ARENA_CUDA: return st__cuda_alloc_ordinal(a->cuda);
+  case ST__ARENA_CUDA_LEGACY: return st__cuda_legacy_ordinal(a->legacy);
+  default: return -1;
+  }
 }
 
 /* The cap of st__arena_set_limit, for backends. Any thread. */
@@ -220,6 +244,24 @@ st__arena_t *st__arena_adopt_cuda(struct st__cuda_alloc *c, uint64_t bytes, uint
   a->fd = fd;
   a->base = base;
   a->cuda = c;
+  atomic_init(&a->refs, 1);
+  atomic_fetch_add(&live_count, 1);
+  atomic_fetch_add(&live_bytes, size);
+  return a;
+}
+
+/* Wraps a legacy allocation; NULL when calloc fails. Any thread. */
+st__arena_t *st__arena_adopt_cuda_legacy(struct st__cuda_legacy *l, uint64_t bytes,
+                                         uint64_t size, void *base) {
+  st__arena_t *a = calloc(1, sizeof *a);
+  if (!a) return NULL;
+  a->kind = ST__ARENA_CUDA_LEGACY;
+  a->id = atomic_fetch_add(&next_id, 1);
+  a->bytes = bytes;
+  a->size = size;
+  a->fd = -1;
+  a->base = base;
+  a->legacy = l;
   atomic_init(&a->refs, 1);
   atomic_fetch_add(&live_count, 1);
   atomic_fetch_add(&live_bytes, size);

@@ -3,7 +3,10 @@
  *
  * An arena is one allocation: for the CPU backend a sealed memfd mapped
  * read-write in the server; for the CUDA backend an exported VMM allocation
- * mapped on its device (st__arena_new_cuda, src/mem/cuda.h). Tensors live in an arena at byte offsets; an
+ * mapped on its device (st__arena_new_cuda, src/mem/cuda.h); for endpoints
+ * declared with ipc = "legacy", a dedicated cuMemAlloc allocation exported
+ * as a legacy CUDA IPC handle, which travels without a descriptor
+ * (st__arena_new_cuda_legacy, src/mem/cuda_legacy.c). Tensors live in an arena at byte offsets; an
  * object (a module, a result tensor) is one arena. The server's reference
  * and each client's mapping are independent: the kernel keeps the memory
  * while any fd or mapping exists, so unref'ing the last server reference
@@ -51,6 +54,19 @@ int st__arena_new_cpu(uint64_t bytes, st__arena_t **out, char *err, size_t errle
  * current on the calling thread. */
 int st__arena_new_cuda(int ordinal, uint64_t bytes, st__arena_t **out, char *err, size_t errlen);
 
+/* Creates a legacy CUDA IPC arena of `bytes` on device `ordinal`
+ * (src/mem/cuda_legacy.c): one dedicated cuMemAlloc allocation of `bytes`
+ * rounded up to the VMM allocation granularity (one granule for 0; never
+ * shared with another arena or with VMM memory), zero-filled, and its
+ * cudaIpcMemHandle_t taken once (cuIpcGetMemHandle of the base).
+ * st__arena_base is the device address; the arena has no descriptor
+ * (st__arena_has_fd is 0); describe() says cuda, "legacy", the UUID, the
+ * handle, the ordinal and the usable bytes. Freed with cuMemFree on the
+ * last unref. Errors as st__arena_new_cuda. Any thread; leaves the
+ * device's primary context current on the calling thread. */
+int st__arena_new_cuda_legacy(int ordinal, uint64_t bytes, st__arena_t **out, char *err,
+                              size_t errlen);
+
 /* Caps the size of one arena (config max_object_bytes). Call once at start
  * before any worker runs. 0 means no cap. */
 void st__arena_set_limit(uint64_t max_bytes);
@@ -67,15 +83,23 @@ void *st__arena_base(const st__arena_t *a);
 uint64_t st__arena_bytes(const st__arena_t *a);
 uint64_t st__arena_id(const st__arena_t *a);
 
+/* Nonzero when the arena travels to clients as a descriptor (memfd and
+ * VMM arenas); 0 for a legacy CUDA IPC arena, which a reply describes by
+ * its handle alone. Any thread. */
+int st__arena_has_fd(const st__arena_t *a);
+
 /* A new descriptor for the allocation, to send to one client (the caller
  * owns it and closes it after sendmsg). Returns the fd, or a negative
- * ST_ERR_* (ST_ERR_LIMIT when the process is out of descriptors). */
+ * ST_ERR_* (ST_ERR_LIMIT when the process is out of descriptors,
+ * ST_ERR_INVALID_ARGUMENT for an arena without one: st__arena_has_fd). */
 int st__arena_dup_fd(const st__arena_t *a);
 
-/* Fills everything of *d except d->fd (the message-local index). */
+/* Fills everything of *d except d->fd (the message-local index; a legacy
+ * arena has none and sets d->legacy). */
 void st__arena_describe(const st__arena_t *a, st__arena_desc_t *d);
 
-/* Device ordinal (in this process) of a CUDA arena; -1 for a CPU arena. */
+/* Device ordinal (in this process) of a CUDA arena (VMM or legacy); -1
+ * for a CPU arena. */
 int st__arena_device(const st__arena_t *a);
 
 /* For backends (cuda_arena.c): ST_OK when an arena of `bytes` is within
@@ -89,6 +113,14 @@ int st__arena_check_limit(uint64_t bytes, char *err, size_t errlen);
  * allocated size. NULL when out of host memory (the caller still owns c). */
 st__arena_t *st__arena_adopt_cuda(struct st__cuda_alloc *c, uint64_t bytes, uint64_t size,
                                   int fd, void *base);
+
+/* For backends: wraps a legacy allocation (ownership moves to the arena,
+ * which frees it with st__cuda_legacy_free on the last unref) into a new
+ * arena holding one reference; `base` is its device address, `size` the
+ * allocated size. NULL when out of host memory (the caller still owns l). */
+struct st__cuda_legacy;
+st__arena_t *st__arena_adopt_cuda_legacy(struct st__cuda_legacy *l, uint64_t bytes,
+                                         uint64_t size, void *base);
 
 /* Live arenas and their bytes in this process (for info and leak checks). */
 void st__arena_stats(uint64_t *count, uint64_t *bytes);

@@ -35,6 +35,9 @@
 #include <cudaTypedefs.h>
 #endif
 
+/* Bytes of a legacy cudaIpcMemHandle_t / CUipcMemHandle. */
+#define ST_CUDA_IPC_HANDLE_LEN 64
+
 /* "GPU-" + 32 hex digits + 4 dashes + NUL fits in 48 (st__arena_desc_t). */
 #define ST_CUDA_UUID_LEN 48
 
@@ -69,6 +72,10 @@ typedef struct st__cuda_api {
   PFN_cuMemcpyDtoH_v3020 cuMemcpyDtoH;
   PFN_cuMemcpyDtoD_v3020 cuMemcpyDtoD;
   PFN_cuMemsetD8Async_v3020 cuMemsetD8Async;
+  /* Legacy CUDA IPC (cuda_legacy.c): ipc = "legacy" endpoints only. */
+  PFN_cuMemAlloc_v3020 cuMemAlloc;
+  PFN_cuMemFree_v3020 cuMemFree;
+  PFN_cuIpcGetMemHandle_v4010 cuIpcGetMemHandle;
 } st__cuda_api_t;
 
 /* The driver table, loaded on the first call (pthread_once): the runtime's
@@ -180,5 +187,27 @@ void st__cuda_alloc_free(st__cuda_alloc_t *c);
  * c) and its ordinal in this process. */
 const char *st__cuda_alloc_uuid(const st__cuda_alloc_t *c);
 int st__cuda_alloc_ordinal(const st__cuda_alloc_t *c);
+
+/* ------------------------------------- server side (legacy CUDA IPC arenas) */
+
+/* One dedicated cuMemAlloc allocation exported with cuIpcGetMemHandle
+ * (cuda_legacy.c): the backing of an arena of an endpoint declared with
+ * ipc = "legacy" (DESIGN §3, decision 1). Owned by its arena; freed by
+ * st__cuda_legacy_free on the arena's last unref. */
+typedef struct st__cuda_legacy st__cuda_legacy_t;
+
+/* Frees the allocation (cuMemFree in its device's primary context, which
+ * becomes current on the calling thread) and *l. A consumer that still has
+ * the handle open must not use it afterwards (CUDA leaves that undefined):
+ * legacy objects are meant to be managed, so that the consumer's lease
+ * keeps the allocation. NULL is a no-op. Any thread. */
+void st__cuda_legacy_free(st__cuda_legacy_t *l);
+
+/* UUID string of the allocation's device (borrowed, valid for the life of
+ * l), its ordinal in this process, and the ST_CUDA_IPC_HANDLE_LEN bytes of
+ * the cudaIpcMemHandle_t of the allocation base (borrowed). */
+const char *st__cuda_legacy_uuid(const st__cuda_legacy_t *l);
+int st__cuda_legacy_ordinal(const st__cuda_legacy_t *l);
+const unsigned char *st__cuda_legacy_handle(const st__cuda_legacy_t *l);
 
 #endif

@@ -109,6 +109,9 @@ static void load_api(void) {
   LOAD(cuMemcpyDtoH);
   LOAD(cuMemcpyDtoD);
   LOAD(cuMemsetD8Async);
+  LOAD(cuMemAlloc);
+  LOAD(cuMemFree);
+  LOAD(cuIpcGetMemHandle);
   CUresult r = api.cuInit(0);
   if (r != CUDA_SUCCESS) {
     const char *name = NULL;

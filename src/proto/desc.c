@@ -218,23 +218,58 @@ int st__tensor_extent(const st__tensor_desc_t *d, uint64_t *lo, uint64_t *hi) {
 
 /* ------------------------------------------------------------------- arenas */
 
-/* See proto.h. `a` is borrowed; uuid is sent for CUDA arenas only. */
+/* See proto.h. `a` is borrowed; uuid is sent for CUDA arenas only; a
+ * legacy arena has no fd and carries its IPC handle instead. */
 void st__pack_arena(msgpack_packer *pk, const st__arena_desc_t *a) {
-  msgpack_pack_map(pk, a->cuda ? 6 : 5);
-  st__pack_cstr(pk, "fd");
-  msgpack_pack_uint32(pk, a->fd);
+  size_t n = a->legacy ? 8 : a->cuda ? 6 : 5;
+  msgpack_pack_map(pk, n);
+  if (!a->legacy) {
+    st__pack_cstr(pk, "fd");
+    msgpack_pack_uint32(pk, a->fd);
+  }
   st__pack_cstr(pk, "bytes");
   msgpack_pack_uint64(pk, a->bytes);
   st__pack_cstr(pk, "device");
-  st__pack_cstr(pk, a->cuda ? "cuda" : "cpu");
-  if (a->cuda) {
+  st__pack_cstr(pk, a->cuda || a->legacy ? "cuda" : "cpu");
+  if (a->cuda || a->legacy) {
     st__pack_cstr(pk, "uuid");
     st__pack_cstr(pk, a->uuid);
   }
   st__pack_cstr(pk, "backend");
-  st__pack_cstr(pk, a->backend);
+  st__pack_cstr(pk, a->legacy ? "legacy" : a->backend);
   st__pack_cstr(pk, "id");
   msgpack_pack_uint64(pk, a->id);
+  if (a->legacy) {
+    st__pack_cstr(pk, "ipc_handle");
+    msgpack_pack_bin(pk, ST_IPC_HANDLE_LEN);
+    msgpack_pack_bin_body(pk, a->ipc_handle, ST_IPC_HANDLE_LEN);
+    st__pack_cstr(pk, "device_index");
+    msgpack_pack_uint32(pk, a->device_index < 0 ? 0u : (uint32_t)a->device_index);
+    st__pack_cstr(pk, "storage_bytes");
+    msgpack_pack_uint64(pk, a->storage_bytes);
+  }
+}
+
+/* The fields of a legacy arena (backend "legacy"): a CUDA device, no fd,
+ * a 64-byte handle, a device index and storage_bytes <= bytes. */
+static int legacy_fields(const msgpack_object *o, st__arena_desc_t *a, char *err,
+                         size_t errlen) {
+  uint64_t u = 0;
+  int rc;
+  if (!a->cuda) return fail(err, errlen, "a legacy arena must be on device 'cuda'");
+  if (st__map_get(o, "fd"))
+    return fail(err, errlen, "a legacy arena carries no descriptor, but 'fd' is present");
+  const msgpack_object *h = st__map_get(o, "ipc_handle");
+  if (!h) return fail(err, errlen, "missing 'ipc_handle'");
+  if (h->type != MSGPACK_OBJECT_BIN || h->via.bin.size != ST_IPC_HANDLE_LEN)
+    return fail(err, errlen, "'ipc_handle' is not bin of %d bytes", ST_IPC_HANDLE_LEN);
+  memcpy(a->ipc_handle, h->via.bin.ptr, ST_IPC_HANDLE_LEN);
+  if ((rc = get_u64(o, "device_index", INT32_MAX, &u, err, errlen)) != ST_OK) return rc;
+  a->device_index = (int32_t)u;
+  if ((rc = get_u64(o, "storage_bytes", a->bytes, &a->storage_bytes, err, errlen)) != ST_OK)
+    return rc;
+  a->legacy = 1;
+  return ST_OK;
 }
 
 /* See proto.h. ST_OK or ST_ERR_PROTOCOL with a reason; `o` is borrowed.
@@ -245,8 +280,6 @@ int st__parse_arena(const msgpack_object *o, st__arena_desc_t *a, char *err, siz
   char device[8];
   memset(a, 0, sizeof *a);
   if (!o || o->type != MSGPACK_OBJECT_MAP) return fail(err, errlen, "arena is not a map");
-  if ((rc = get_u64(o, "fd", UINT32_MAX, &u, err, errlen)) != ST_OK) return rc;
-  a->fd = (uint32_t)u;
   if ((rc = get_u64(o, "bytes", UINT64_MAX, &a->bytes, err, errlen)) != ST_OK) return rc;
   if ((rc = get_str(o, "device", device, sizeof device, err, errlen)) != ST_OK) return rc;
   if (strcmp(device, "cpu") == 0) a->cuda = 0;
@@ -257,6 +290,9 @@ int st__parse_arena(const msgpack_object *o, st__arena_desc_t *a, char *err, siz
   if ((rc = get_str(o, "backend", a->backend, sizeof a->backend, err, errlen)) != ST_OK)
     return rc;
   if ((rc = get_u64(o, "id", UINT64_MAX, &a->id, err, errlen)) != ST_OK) return rc;
+  if (strcmp(a->backend, "legacy") == 0) return legacy_fields(o, a, err, errlen);
+  if ((rc = get_u64(o, "fd", UINT32_MAX, &u, err, errlen)) != ST_OK) return rc;
+  a->fd = (uint32_t)u;
   return ST_OK;
 }
 

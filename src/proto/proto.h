@@ -144,13 +144,23 @@ typedef struct st__tensor_desc {
   int64_t strides[ST_MAX_NDIM];    /* in elements, >= 0            */
 } st__tensor_desc_t;
 
+/* Bytes of a legacy CUDA IPC handle (cudaIpcMemHandle_t). */
+#define ST_IPC_HANDLE_LEN 64
+
 typedef struct st__arena_desc {
-  uint32_t fd;                     /* index among the message's fds */
+  uint32_t fd;                     /* index among the message's fds;
+                                      unused (0) for a legacy arena  */
   uint64_t bytes;
   int cuda;                        /* 0 cpu, 1 cuda                 */
   char uuid[48];                   /* "GPU-..." or ""               */
-  char backend[16];                /* "memfd", "vmm"                */
+  char backend[16];                /* "memfd", "vmm", "legacy"      */
   uint64_t id;
+  /* backend "legacy" only (docs/protocol.md, "Legacy CUDA IPC arenas"):
+   * no descriptor travels; the allocation is named by its handle. */
+  int legacy;                      /* 1: backend is "legacy"        */
+  unsigned char ipc_handle[ST_IPC_HANDLE_LEN]; /* of the allocation base */
+  int32_t device_index;            /* the server's device ordinal   */
+  uint64_t storage_bytes;          /* bytes holding data, <= bytes  */
 } st__arena_desc_t;
 
 /* Packs a tensor as ext ST_EXT_TENSOR. */
@@ -168,7 +178,10 @@ int st__tensor_extent(const st__tensor_desc_t *d, uint64_t *lo, uint64_t *hi);
 /* Number of elements (product of shape; 1 for ndim 0). */
 int64_t st__tensor_numel(const st__tensor_desc_t *d);
 
-/* Arena map, as in docs/protocol.md. */
+/* Arena map, as in docs/protocol.md. A legacy arena (d->legacy, backend
+ * "legacy", always CUDA) is packed without "fd" and with ipc_handle,
+ * device_index and storage_bytes; parsing refuses a legacy arena that has
+ * an "fd" or lacks one of those, and any other arena without "fd". */
 void st__pack_arena(msgpack_packer *pk, const st__arena_desc_t *a);
 int st__parse_arena(const msgpack_object *o, st__arena_desc_t *a, char *err, size_t errlen);
 

@@ -82,7 +82,8 @@ void st__pack_object_info(msgpack_packer *pk, st__server_t *srv, const st__objec
     msgpack_pack_uint64(pk, st__arena_id(o->result.arenas[i]));
 }
 
-/* {value, arenas[, object]} with one descriptor per arena; see work.h. */
+/* {value, arenas[, object]} with one descriptor per arena that is not a
+ * legacy CUDA IPC arena, in the order of the arenas; see work.h. */
 int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
                       const st__build_result_t *r, const st__object_t *obj, int lease) {
   st__server_t *srv = c->srv;
@@ -93,9 +94,12 @@ int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
     st__conn_send_error(c, id, ST_ERR_LIMIT, m);
     return ST_ERR_LIMIT;
   }
+  /* One descriptor per arena that has one: a legacy CUDA IPC arena is
+   * described by its handle and takes no slot (docs/protocol.md). */
   int fds[ST_MAX_FDS_PER_MESSAGE];
   int nfds = 0;
   for (size_t i = 0; i < r->narenas; i++) {
+    if (!st__arena_has_fd(r->arenas[i])) continue;
     int fd = st__arena_dup_fd(r->arenas[i]);
     if (fd < 0) {
       for (int k = 0; k < nfds; k++) close(fds[k]);
@@ -117,11 +121,12 @@ int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
   else msgpack_pack_nil(&pk);
   st__pack_cstr(&pk, "arenas");
   msgpack_pack_array(&pk, r->narenas);
+  uint32_t next_fd = 0;
   for (size_t i = 0; i < r->narenas; i++) {
     st__arena_desc_t d;
     memset(&d, 0, sizeof d);
     st__arena_describe(r->arenas[i], &d);
-    d.fd = (uint32_t)i;
+    if (!d.legacy) d.fd = next_fd++;   /* its index among the fds sent */
     st__pack_arena(&pk, &d);
   }
   if (obj) {

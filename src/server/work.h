@@ -235,7 +235,7 @@ void st__reply_send(st__conn_t *c, msgpack_sbuffer *sb);
 void st__pack_bool(msgpack_packer *pk, int v);
 
 /* The reply of call/result: {value, arenas[, object]} with one descriptor
- * per arena. `obj` NULL: a plain result. `lease`: this reply gives c a
+ * per arena that is not a legacy CUDA IPC arena. `obj` NULL: a plain result. `lease`: this reply gives c a
  * lease. Counts calls_ok. Sends an error reply instead when a descriptor
  * cannot be made or the arenas do not fit one message, and returns that
  * error (ST_OK when the result went out). */

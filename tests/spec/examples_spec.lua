@@ -1,0 +1,43 @@
+-- Every example runs with its one documented command and says what it
+-- should (examples/README.md).
+local H = require("st_harness")
+
+local function run_example(name)
+  local script = H.source_dir() .. "/examples/" .. name .. "/run.sh"
+  return H.run("ST_BUILD_DIR=" .. H.shquote(os.getenv("ST_BUILD_DIR")) .. " " .. H.shquote(script))
+end
+
+describe("examples", function()
+  it("model_service builds once for two concurrent clients", function()
+    local out, rc, err = run_example("model_service")
+    assert.are.equal(0, rc, err)
+    assert.matches("both clients got object 1", out)
+    assert.matches("w1%s+float32%s+%[64, 32%]", out)
+    assert.matches("singleflight joins 1", out)
+    assert.matches("object 2 %(lease", out)     -- rebuilt after invalidate
+  end)
+
+  it("async_service waits with progress and cancels", function()
+    local out, rc, err = run_example("async_service")
+    assert.are.equal(0, rc, err)
+    assert.matches("task 1 submitted", out)
+    assert.matches("sum: 60", out)              -- rows 1..5, four columns each
+    assert.matches("status%s+cancelled", out)
+  end)
+
+  it("the C and Lua consumers compute the same forward pass", function()
+    local c_out, c_rc, c_err = run_example("c_consumer")
+    assert.are.equal(0, c_rc, c_err)
+    assert.matches("%(no copy%)", c_out)
+    local l_out, l_rc, l_err = run_example("lua_consumer")
+    assert.are.equal(0, l_rc, l_err)
+    local function ys(s)
+      local t = {}
+      for line in s:gmatch("y%[%d+%] = [-%d.]+") do t[#t + 1] = line end
+      return t
+    end
+    assert.are.equal(4, #ys(c_out))
+    assert.are.same(ys(c_out), ys(l_out))
+    assert.matches("released object %d+ %(refcount now 0%)", l_out)
+  end)
+end)
