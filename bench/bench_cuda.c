@@ -25,11 +25,11 @@
  *      process's CUDA context overhead reported apart.
  * Timings are printed, never asserted (shared machines are noisy).
  */
-#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
