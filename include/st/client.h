@@ -163,9 +163,15 @@ typedef struct st_object_info {
  * Any thread while r lives. */
 ST_API int st_result_object(const st_result_t *r, st_object_info_t *out);
 
-/* Frees a result. Its mappings are unmapped when no other result of this
- * process still maps the same allocation (CUDA device memory is given back
- * to the driver then, once no process maps it). NULL is a no-op. */
+/* Takes one more reference on r (DLPack exports keep their result alive
+ * this way, include/st/dlpack.h): each reference is dropped by one
+ * st_result_free. NULL is a no-op. Any thread while r lives. */
+ST_API void st_result_ref(st_result_t *r);
+
+/* Drops one reference on a result; the last one frees it. Its mappings are
+ * unmapped when no other result of this process still maps the same
+ * allocation (CUDA device memory is given back to the driver then, once no
+ * process maps it). NULL is a no-op. Any thread. */
 ST_API void st_result_free(st_result_t *r);
 
 /* ------------------------------------------------------------- arguments */

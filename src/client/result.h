@@ -25,6 +25,8 @@ struct st_result {
   int has_object;                /* the reply named a server object      */
   const char *server_id;         /* of the client that decoded the reply */
   st_object_info_t object;       /* strings point into the blocks        */
+  int extra_refs;                /* st_result_ref calls not yet matched by
+                                    st_result_free (atomic; 0 at decode)  */
 };
 
 /* 16-byte aligned memory owned by r, or NULL when out of memory. */

@@ -1,0 +1,23 @@
+"""sharedtensor: zero-copy tensors from a stserver, in Python.
+
+    import sharedtensor as st
+    with st.Client() as c:                        # device 0's socket
+        w = c.call("make_tensor", rows=2, cols=3)  # a torch tensor, mapped
+        with c.call("load_linear", input_dim=16) as h:   # managed: a Handle
+            layer = st.load_into(torch.nn.Linear(16, 4), h.value)
+
+Pure Python over libstclient (ctypes); tensors cross into frameworks
+through DLPack without a copy. docs/python.md has the details.
+"""
+from .errors import *  # noqa: F401,F403
+from .errors import Error, __all__ as _error_names
+from .client import Client, Handle, Module
+from .tensor import SharedTensor
+from .nn import load_into
+from . import _lib
+
+__version__ = "0.1.0"
+library_path = _lib.path
+
+__all__ = ["Client", "Handle", "Module", "SharedTensor", "load_into", "library_path"] + \
+    list(_error_names)

@@ -1,0 +1,209 @@
+"""libstclient through ctypes: finding the library and declaring its API.
+
+The library is found through $ST_CLIENT_LIB (a path), else the system
+loader's search for "stclient" (ctypes.util.find_library, LD_LIBRARY_PATH).
+"""
+import ctypes
+import ctypes.util
+import os
+
+c_void_p = ctypes.c_void_p
+c_char_p = ctypes.c_char_p
+c_int = ctypes.c_int
+c_int64 = ctypes.c_int64
+c_uint64 = ctypes.c_uint64
+c_size_t = ctypes.c_size_t
+c_double = ctypes.c_double
+
+
+class Tensor(ctypes.Structure):
+    """st_tensor_t (include/st/client.h)."""
+    _fields_ = [
+        ("name", c_char_p),
+        ("data", c_void_p),
+        ("dtype", c_int),
+        ("ndim", c_int),
+        ("shape", ctypes.POINTER(c_int64)),
+        ("strides", ctypes.POINTER(c_int64)),
+        ("numel", c_int64),
+        ("nbytes", c_size_t),
+        ("device", c_int),
+        ("device_index", c_int),
+        ("device_uuid", c_char_p),
+    ]
+
+
+class Value(ctypes.Structure):
+    pass
+
+
+class _Str(ctypes.Structure):
+    # ptr as c_void_p: strings may hold NULs (binary) and are counted.
+    _fields_ = [("ptr", c_void_p), ("len", c_size_t)]
+
+
+class _Array(ctypes.Structure):
+    _fields_ = [("items", ctypes.POINTER(Value)), ("len", c_size_t)]
+
+
+class _Map(ctypes.Structure):
+    _fields_ = [("keys", ctypes.POINTER(Value)), ("values", ctypes.POINTER(Value)),
+                ("len", c_size_t)]
+
+
+class _Module(ctypes.Structure):
+    _fields_ = [("tensors", ctypes.POINTER(ctypes.POINTER(Tensor))), ("len", c_size_t),
+                ("metadata", ctypes.POINTER(Value))]
+
+
+class _ValueUnion(ctypes.Union):
+    _fields_ = [
+        ("boolean", c_int),
+        ("integer", c_int64),
+        ("number", c_double),
+        ("str", _Str),
+        ("array", _Array),
+        ("map", _Map),
+        ("tensor", ctypes.POINTER(Tensor)),
+        ("module", _Module),
+    ]
+
+
+Value._fields_ = [("kind", c_int), ("as_", _ValueUnion)]
+
+(V_NIL, V_BOOL, V_INT, V_FLOAT, V_STRING, V_BINARY, V_ARRAY, V_MAP, V_TENSOR,
+ V_MODULE) = range(10)
+
+
+class ObjectInfo(ctypes.Structure):
+    """st_object_info_t."""
+    _fields_ = [
+        ("id", c_uint64),
+        ("server_id", c_char_p),
+        ("cache_key", c_char_p),
+        ("device", c_char_p),
+        ("cached", c_int),
+        ("managed", c_int),
+        ("lease", c_int),
+        ("refcount", c_int64),
+        ("bytes", c_uint64),
+    ]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    """The head of DLManagedTensor (legacy): DLTensor comes first."""
+    _fields_ = [("data", c_void_p), ("device_type", c_int), ("device_id", ctypes.c_int32),
+                ("ndim", ctypes.c_int32), ("dtype", DLDataType),
+                ("shape", c_void_p), ("strides", c_void_p), ("byte_offset", c_uint64)]
+
+
+KDL_UINT, KDL_BOOL = 1, 6
+
+P = ctypes.POINTER
+_PROTOS = {
+    "st_err_name": (c_char_p, [c_int]),
+    "st_dtype_name": (c_char_p, [c_int]),
+    "st_dtype_size": (c_size_t, [c_int]),
+    "st_result_value": (P(Value), [c_void_p]),
+    "st_result_object": (c_int, [c_void_p, P(ObjectInfo)]),
+    "st_result_ref": (None, [c_void_p]),
+    "st_result_free": (None, [c_void_p]),
+    "st_tensor_dlpack": (c_void_p, [c_void_p, P(Tensor), c_int]),
+    "st_args_new": (c_void_p, []),
+    "st_args_free": (None, [c_void_p]),
+    "st_args_nil": (c_int, [c_void_p, c_char_p]),
+    "st_args_bool": (c_int, [c_void_p, c_char_p, c_int]),
+    "st_args_int": (c_int, [c_void_p, c_char_p, c_int64]),
+    "st_args_float": (c_int, [c_void_p, c_char_p, c_double]),
+    "st_args_string": (c_int, [c_void_p, c_char_p, c_char_p]),
+    "st_args_parse_json": (c_int, [c_void_p, c_char_p, c_char_p, c_size_t]),
+    "st_client_connect": (c_int, [c_char_p, P(c_void_p), c_char_p, c_size_t]),
+    "st_client_connect_device": (c_int, [c_char_p, c_int, P(c_void_p), c_char_p, c_size_t]),
+    "st_client_close": (None, [c_void_p]),
+    "st_client_error": (c_char_p, [c_void_p]),
+    "st_client_error_name": (c_char_p, [c_void_p]),
+    "st_client_set_timeout": (None, [c_void_p, c_int]),
+    "st_client_server_id": (c_char_p, [c_void_p]),
+    "st_client_server_version": (c_char_p, [c_void_p]),
+    "st_client_server_pid": (c_int, [c_void_p]),
+    "st_client_ping": (c_int, [c_void_p, P(c_double)]),
+    "st_client_call": (c_int, [c_void_p, c_char_p, c_void_p, P(c_void_p)]),
+    "st_client_rpc": (c_int, [c_void_p, c_char_p, c_void_p, P(c_void_p)]),
+    "st_client_submit": (c_int, [c_void_p, c_char_p, c_void_p, P(c_uint64)]),
+    "st_client_task_status": (c_int, [c_void_p, c_uint64, P(c_void_p)]),
+    "st_client_task_wait": (c_int, [c_void_p, c_uint64, c_double, P(c_void_p)]),
+    "st_client_task_result": (c_int, [c_void_p, c_uint64, P(c_void_p)]),
+    "st_client_task_cancel": (c_int, [c_void_p, c_uint64, P(c_void_p)]),
+    "st_client_tasks": (c_int, [c_void_p, c_char_p, P(c_void_p)]),
+    "st_client_release": (c_int, [c_void_p, c_uint64, P(c_int), P(c_int), P(c_int64)]),
+    "st_client_object_info": (c_int, [c_void_p, c_uint64, P(c_void_p)]),
+    "st_client_objects": (c_int, [c_void_p, P(c_void_p)]),
+    "st_client_ensure_live": (c_int, [c_void_p, c_uint64, c_char_p]),
+    "st_client_invalidate_call": (c_int, [c_void_p, c_char_p, c_void_p, P(c_int)]),
+    "st_client_invalidate_endpoint": (c_int, [c_void_p, c_char_p, P(c_int64)]),
+    "st_client_reload": (c_int, [c_void_p, P(c_void_p)]),
+    "st_open_cache_stats": (None, [P(c_size_t), P(c_uint64)]),
+}
+
+
+def _load():
+    path = os.environ.get("ST_CLIENT_LIB") or ctypes.util.find_library("stclient")
+    if not path:
+        raise ImportError(
+            "sharedtensor: libstclient not found: set ST_CLIENT_LIB to the path of "
+            "libstclient.so (e.g. <build>/lib/libstclient.so), or put its directory on "
+            "LD_LIBRARY_PATH / in the ldconfig cache")
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise ImportError("sharedtensor: cannot load libstclient from %r: %s "
+                          "(set ST_CLIENT_LIB to the library's path)" % (path, e)) from None
+    for name, (res, args) in _PROTOS.items():
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            raise ImportError("sharedtensor: %s lacks %s: it is older than this package"
+                              % (path, name)) from None
+        fn.restype = res
+        fn.argtypes = args
+    return lib, path
+
+
+lib, path = _load()
+
+# The capsule destructor is passed to PyCapsule_New as a plain address: it
+# is a C function of the library, never a Python callback.
+capsule_destructor = ctypes.cast(lib.st_dlpack_capsule_destructor, c_void_p)
+
+_PyCapsule_New = ctypes.pythonapi.PyCapsule_New
+_PyCapsule_New.restype = ctypes.py_object
+_PyCapsule_New.argtypes = [c_void_p, c_char_p, c_void_p]
+
+# Capsule names must outlive every capsule: module-level buffers.
+NAME_LEGACY = ctypes.create_string_buffer(b"dltensor")
+NAME_VERSIONED = ctypes.create_string_buffer(b"dltensor_versioned")
+
+
+def open_cache_stats():
+    """(allocations mapped now, mappings reused since start) in this process."""
+    mapped, reused = c_size_t(), c_uint64()
+    lib.st_open_cache_stats(ctypes.byref(mapped), ctypes.byref(reused))
+    return mapped.value, reused.value
+
+
+def retag_bool_as_uint8(ptr):
+    """Marks a legacy managed tensor of bools as uint8 (same bytes), for
+    consumers that predate kDLBool (torch 1.13)."""
+    dl = ctypes.cast(ptr, P(DLTensor)).contents
+    if dl.dtype.code == KDL_BOOL and dl.dtype.bits == 8:
+        dl.dtype.code = KDL_UINT
+
+
+def capsule(ptr, versioned):
+    """A PyCapsule owning the managed tensor at `ptr` (from st_tensor_dlpack)."""
+    name = NAME_VERSIONED if versioned else NAME_LEGACY
+    return _PyCapsule_New(ptr, ctypes.cast(name, c_char_p), capsule_destructor)

@@ -1,0 +1,391 @@
+"""Client: a connection to one stserver socket (include/st/client.h)."""
+import collections
+import ctypes
+import json
+import threading
+
+from . import _lib
+from . import tensor as _tensor
+from .errors import make
+
+_l = _lib.lib
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+class Module(collections.OrderedDict):
+    """A module result: name -> tensor in the server's order, plus
+    `.metadata` (a dict)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.metadata = {}
+
+
+class Handle:
+    """The result of a managed or cached endpoint: `.value` (what a plain
+    call would return), `.object_id`, `.cache_key`, `.refcount` (leases on
+    the object after this reply), `.cached`, `.managed`, `.lease`,
+    `.server_id`, `.bytes`. A context manager: leaving it releases this
+    connection's lease (release() does the same, once). Tensors in
+    `.value` stay valid after the release: mappings outlive leases."""
+
+    def __init__(self, client, value, info):
+        self._client = client
+        self.value = value
+        self.object_id = info.id
+        self.server_id = info.server_id.decode()
+        self.cache_key = info.cache_key.decode()
+        self.device = info.device.decode()
+        self.cached = bool(info.cached)
+        self.managed = bool(info.managed)
+        self.lease = bool(info.lease)
+        self.refcount = info.refcount
+        self.bytes = info.bytes
+        self.released = False
+
+    def release(self):
+        """Gives back the lease (idempotent); returns the release result dict
+        {released, destroyed, refcount}, or None when already released."""
+        if self.released:
+            return None
+        self.released = True
+        return self._client.release(self.object_id)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self._client._ptr:   # closing the client gave leases back already
+            self.release()
+        return False
+
+    def __repr__(self):
+        return "Handle(object_id=%d, cache_key=%r, refcount=%d)" % (
+            self.object_id, self.cache_key, self.refcount)
+
+
+class Client:
+    """A connection to a stserver.
+
+    Client(device=0, path=None, base_path=None, timeout=None, framework="torch")
+
+    `path` names the socket; otherwise device N's socket "<base>-N.sock"
+    (base: base_path, else $SHARED_TENSOR_BASE_PATH, else
+    /tmp/shared-tensor). `timeout` (seconds) bounds each reply; a call that
+    times out raises TimeoutError and closes the connection.
+    `framework`: "torch" gives torch tensors, None gives SharedTensor
+    objects (DLPack producers for numpy, cupy, jax, ...).
+
+    One call at a time per client (calls are serialized by a lock);
+    results are independent of the client and outlive it.
+    """
+
+    def __init__(self, device=0, path=None, base_path=None, timeout=None, framework="torch"):
+        if framework not in ("torch", None):
+            raise ValueError('framework must be "torch" or None')
+        self.framework = framework
+        self._lock = threading.Lock()
+        self._ptr = None
+        out = ctypes.c_void_p()
+        err = ctypes.create_string_buffer(512)
+        if path is not None:
+            rc = _l.st_client_connect(str(path).encode(), ctypes.byref(out), err, 512)
+        else:
+            if not isinstance(device, int) or device < 0:
+                raise ValueError("device must be an integer >= 0")
+            base = None if base_path is None else str(base_path).encode()
+            rc = _l.st_client_connect_device(base, device, ctypes.byref(out), err, 512)
+        if rc != 0:
+            raise make(rc, _l.st_err_name(rc).decode(), err.value.decode(errors="replace"))
+        self._ptr = out.value
+        if timeout is not None:
+            _l.st_client_set_timeout(self._ptr, max(1, int(timeout * 1000)))
+        self.server_id = _l.st_client_server_id(self._ptr).decode()
+        self.server_version = _l.st_client_server_version(self._ptr).decode()
+        self.server_pid = _l.st_client_server_pid(self._ptr)
+
+    # ------------------------------------------------------------ basics
+
+    def close(self):
+        """Closes the connection (gives back every lease it holds). Tensors
+        already returned stay valid."""
+        with self._lock:
+            p, self._ptr = self._ptr, None
+            if p:
+                _l.st_client_close(p)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _h(self):
+        if not self._ptr:
+            raise ValueError("the client is closed")
+        return self._ptr
+
+    def _fail(self, rc):
+        name = (_l.st_client_error_name(self._ptr) or b"").decode() if self._ptr else ""
+        msg = (_l.st_client_error(self._ptr) or b"").decode(errors="replace") if self._ptr else ""
+        raise make(rc, name or _l.st_err_name(rc).decode(), msg or _l.st_err_name(rc).decode())
+
+    def _do(self, fn, *args):
+        with self._lock:
+            rc = fn(self._h(), *args)
+            if rc != 0:
+                self._fail(rc)
+
+    def ping(self):
+        """Round trip of `ping` in microseconds."""
+        rtt = ctypes.c_double()
+        self._do(_l.st_client_ping, ctypes.byref(rtt))
+        return rtt.value
+
+    # ------------------------------------------------------------ values
+
+    def _value_call(self, fn, *args):
+        """Runs a method whose reply is a plain value; returns it converted."""
+        out = ctypes.c_void_p()
+        self._do(fn, *args, ctypes.byref(out))
+        res = _tensor.Result(out.value)
+        try:
+            return _convert(_l.st_result_value(res.ptr).contents, res, "", "torch")
+        finally:
+            res.close()
+
+    def _wrap(self, out, as_torch):
+        """Converts an owned result: a Handle when it names an object."""
+        res = _tensor.Result(out.value)
+        framework = self.framework if as_torch is None else ("torch" if as_torch else None)
+        try:
+            value = _convert(_l.st_result_value(res.ptr).contents, res, "", framework)
+            info = _lib.ObjectInfo()
+            if _l.st_result_object(res.ptr, ctypes.byref(info)) == 0:
+                return Handle(self, value, info)
+            return value
+        finally:
+            # torch tensors hold their own references; SharedTensor objects
+            # hold `res` itself.
+            if framework == "torch":
+                res.close()
+
+    def info(self):
+        """The server's `info` (a dict)."""
+        return self._value_call(_l.st_client_rpc, b"info", None)
+
+    def endpoints(self):
+        """The endpoints (the `endpoints` method's reply)."""
+        return self._value_call(_l.st_client_rpc, b"endpoints", None)
+
+    def rpc(self, method, **params):
+        """Any method of docs/protocol.md with named parameters; a plain value."""
+        with _Args(params) as a:
+            return self._value_call(_l.st_client_rpc, method.encode(), a.ptr)
+
+    def call(self, name, as_torch=None, **args):
+        """Calls endpoint `name` with keyword arguments.
+
+        Returns a torch tensor for a tensor, a Module (OrderedDict of
+        tensors, `.metadata`) for a module, plain Python values otherwise
+        (tensors inside). A managed or cached endpoint gives a Handle whose
+        `.value` is that. as_torch=False (or a client made with
+        framework=None) gives SharedTensor objects instead of torch tensors.
+        """
+        out = ctypes.c_void_p()
+        with _Args(args) as a:
+            self._do(_l.st_client_call, name.encode(), a.ptr, ctypes.byref(out))
+        return self._wrap(out, as_torch)
+
+    # ------------------------------------------------------------- tasks
+
+    def submit(self, name, **args):
+        """Queues a build of `name`; returns the task id at once."""
+        tid = ctypes.c_uint64()
+        with _Args(args) as a:
+            self._do(_l.st_client_submit, name.encode(), a.ptr, ctypes.byref(tid))
+        return tid.value
+
+    def status(self, task_id):
+        """Task info now (dict: id, endpoint, status, error, progress, ...)."""
+        return self._value_call(_l.st_client_task_status, task_id)
+
+    def wait(self, task_id, timeout=30):
+        """Waits until the task ends or `timeout` seconds pass; its info."""
+        return self._value_call(_l.st_client_task_wait, task_id, float(timeout))
+
+    def result(self, task_id, as_torch=None):
+        """The result of a finished task, as call() returns it."""
+        out = ctypes.c_void_p()
+        self._do(_l.st_client_task_result, task_id, ctypes.byref(out))
+        return self._wrap(out, as_torch)
+
+    def cancel(self, task_id):
+        """Cancels a task; its info after the request."""
+        return self._value_call(_l.st_client_task_cancel, task_id)
+
+    def tasks(self, status=None):
+        """Task infos, newest first (optionally only those in `status`)."""
+        return self._value_call(_l.st_client_tasks, None if status is None else status.encode())
+
+    # ----------------------------------------------------------- objects
+
+    def release(self, object_id):
+        """Gives back this connection's lease on an object (idempotent):
+        {released, destroyed, refcount}."""
+        rel, des, ref = ctypes.c_int(), ctypes.c_int(), ctypes.c_int64()
+        self._do(_l.st_client_release, object_id, ctypes.byref(rel), ctypes.byref(des),
+                 ctypes.byref(ref))
+        return {"released": bool(rel.value), "destroyed": bool(des.value),
+                "refcount": ref.value}
+
+    def object_info(self, object_id):
+        """Object info (dict); StaleHandleError when the object is gone."""
+        return self._value_call(_l.st_client_object_info, object_id)
+
+    def objects(self):
+        """Every object of the server (list of dicts)."""
+        return self._value_call(_l.st_client_objects)
+
+    def ensure_live(self, object_id, server_id=None):
+        """Raises StaleHandleError unless the object still lives."""
+        self._do(_l.st_client_ensure_live, object_id,
+                 None if server_id is None else server_id.encode())
+
+    def invalidate(self, name, **args):
+        """Drops the cache entry of this call; True if one existed."""
+        dropped = ctypes.c_int()
+        with _Args(args) as a:
+            self._do(_l.st_client_invalidate_call, name.encode(), a.ptr, ctypes.byref(dropped))
+        return bool(dropped.value)
+
+    def invalidate_all(self, name):
+        """Drops every cache entry of an endpoint; how many there were."""
+        count = ctypes.c_int64()
+        self._do(_l.st_client_invalidate_endpoint, name.encode(), ctypes.byref(count))
+        return count.value
+
+    def reload(self):
+        """Reloads the endpoint files: {ok, generation, error, changed, ...}."""
+        return self._value_call(_l.st_client_reload)
+
+
+# ------------------------------------------------------------- arguments
+
+class _Args:
+    """Keyword arguments as an st_args_t, freed on exit."""
+
+    def __init__(self, args):
+        self.args = args
+        self.ptr = None
+
+    def __enter__(self):
+        if not self.args:
+            return self
+        self.ptr = _l.st_args_new()
+        if not self.ptr:
+            raise MemoryError("st_args_new")
+        try:
+            for k, v in self.args.items():
+                self._set(k, v)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _set(self, k, v):
+        key = k.encode()
+        if v is None:
+            rc = _l.st_args_nil(self.ptr, key)
+        elif isinstance(v, bool):
+            rc = _l.st_args_bool(self.ptr, key, 1 if v else 0)
+        elif isinstance(v, int):
+            if not _INT64_MIN <= v <= _INT64_MAX:
+                raise OverflowError("argument %r does not fit int64" % k)
+            rc = _l.st_args_int(self.ptr, key, v)
+        elif isinstance(v, float):
+            rc = _l.st_args_float(self.ptr, key, v)
+        elif isinstance(v, str):
+            rc = _l.st_args_string(self.ptr, key, v.encode())
+        elif isinstance(v, (list, tuple, dict)):
+            try:
+                text = json.dumps({k: v}, allow_nan=False)
+            except (TypeError, ValueError) as e:
+                raise TypeError("argument %r: %s" % (k, e)) from None
+            err = ctypes.create_string_buffer(256)
+            rc = _l.st_args_parse_json(self.ptr, text.encode(), err, 256)
+            if rc != 0:
+                raise make(rc, "INVALID_ARGUMENT", "argument %r: %s" % (k, err.value.decode()))
+        else:
+            raise TypeError("argument %r: cannot send a %s" % (k, type(v).__name__))
+        if rc != 0:
+            raise make(rc, _l.st_err_name(rc).decode(), "argument %r" % k)
+
+    def __exit__(self, *exc):
+        p, self.ptr = self.ptr, None
+        if p:
+            _l.st_args_free(p)
+        return False
+
+
+# ---------------------------------------------------------------- values
+
+def _tensor_of(result, tptr, framework):
+    st = _tensor.SharedTensor(result, tptr)
+    if framework != "torch":
+        return st
+    if not _tensor.torch_knows(st.dtype):
+        return st   # e.g. float8 on a torch older than 2.1
+    return _tensor.to_torch(result, tptr)
+
+
+def _join(path, key):
+    return "%s.%s" % (path, key) if path else str(key)
+
+
+def _convert(v, result, path, framework):
+    """A Python value for an st_value_t (depth is bounded by the server)."""
+    k = v.kind
+    a = v.as_
+    if k == _lib.V_NIL:
+        return None
+    if k == _lib.V_BOOL:
+        return bool(a.boolean)
+    if k == _lib.V_INT:
+        return a.integer
+    if k == _lib.V_FLOAT:
+        return a.number
+    if k == _lib.V_STRING:
+        return ctypes.string_at(a.str.ptr, a.str.len).decode("utf-8", errors="replace")
+    if k == _lib.V_BINARY:
+        return ctypes.string_at(a.str.ptr, a.str.len)
+    if k == _lib.V_ARRAY:
+        return [_convert(a.array.items[i], result, _join(path, i), framework)
+                for i in range(a.array.len)]
+    if k == _lib.V_MAP:
+        out = {}
+        for i in range(a.map.len):
+            key = _convert(a.map.keys[i], result, path, framework)
+            out[key] = _convert(a.map.values[i], result, _join(path, key), framework)
+        return out
+    if k == _lib.V_TENSOR:
+        return _tensor_of(result, a.tensor, framework)
+    if k == _lib.V_MODULE:
+        m = Module()
+        prefix = path + "." if path else ""
+        for i in range(a.module.len):
+            tptr = a.module.tensors[i]
+            full = tptr.contents.name.decode()
+            name = full[len(prefix):] if full.startswith(prefix) else full
+            m[name] = _tensor_of(result, tptr, framework)
+        if a.module.metadata:
+            m.metadata = _convert(a.module.metadata.contents, result, path, framework)
+        return m
+    raise ValueError("unknown value kind %d" % k)
