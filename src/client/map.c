@@ -13,6 +13,10 @@
  * st__cuda_unmap. Their descriptors are anonymous driver files that carry
  * no usable identity, so the key is (server_id, arena id, device UUID).
  *
+ * Legacy CUDA IPC arenas (backend "legacy", which travel without a
+ * descriptor: fd is -1) are refused with ST_ERR_CAPABILITY: they exist for
+ * PyTorch's rebuild_cuda_tensor, and this library maps VMM memory only.
+ *
  * Every received descriptor is closed here: the mapping keeps the memory.
  *
  * Threads: any; one mutex guards the table. Mapping happens under the lock
@@ -179,6 +183,13 @@ out_fail:
 int st__client_map_arena(const char *server_id, const st__arena_desc_t *d, int fd,
                          st__mapping_t **out, char *err, size_t errlen) {
   *out = NULL;
+  if (d->legacy) {
+    if (fd >= 0) close(fd);
+    return st__fail(ST_ERR_CAPABILITY, err, errlen,
+                    "arena %llu: legacy CUDA IPC arenas are for PyTorch's rebuild_cuda_tensor; "
+                    "use ipc = vmm",
+                    (unsigned long long)d->id);
+  }
   if (d->cuda) return map_cuda_arena(server_id, d, fd, out, err, errlen);
   struct stat st;
   if (fstat(fd, &st) != 0) {

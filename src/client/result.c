@@ -354,13 +354,16 @@ static int map_arenas(decoder_t *d, const msgpack_object *list, int *fds, size_t
     char why[200] = "";
     if (st__parse_arena(&list->via.array.ptr[i], &descs[i], why, sizeof why) != ST_OK) {
       rc = st__client_fail(d->c, ST_ERR_PROTOCOL, "bad arena %zu in the reply: %s", i, why);
-    } else if (descs[i].fd >= nfds || fds[descs[i].fd] < 0) {
+    } else if (!descs[i].legacy && (descs[i].fd >= nfds || fds[descs[i].fd] < 0)) {
       rc = st__client_fail(d->c, ST_ERR_PROTOCOL,
                            "arena %zu names descriptor %u, which is missing or taken", i,
                            descs[i].fd);
     } else {
-      int fd = fds[descs[i].fd];
-      fds[descs[i].fd] = -1;
+      int fd = -1;   /* a legacy arena has none: map.c refuses it */
+      if (!descs[i].legacy) {
+        fd = fds[descs[i].fd];
+        fds[descs[i].fd] = -1;
+      }
       rc = st__client_map_arena(d->c->server_id, &descs[i], fd, &r->maps[i], why, sizeof why);
       if (rc != ST_OK) {
         st__client_fail(d->c, rc, "%s", why);
@@ -433,9 +436,24 @@ done:
   return ST_OK;
 }
 
-/* Frees a result and drops its open-cache references; see client.h. */
+/* Takes one more reference on r; see client.h. Any thread. */
+ST_API void st_result_ref(st_result_t *r) {
+  if (r) __atomic_add_fetch(&r->extra_refs, 1, __ATOMIC_RELAXED);
+}
+
+/* Drops one reference; the last one frees the result and drops its
+ * open-cache references; see client.h. Any thread. */
 ST_API void st_result_free(st_result_t *r) {
   if (!r) return;
+  /* extra_refs counts references beyond the first: a positive count is
+   * decremented and the result lives on. Acquire/release orders every
+   * earlier use of r before the free. */
+  int refs = __atomic_load_n(&r->extra_refs, __ATOMIC_ACQUIRE);
+  while (refs > 0) {
+    if (__atomic_compare_exchange_n(&r->extra_refs, &refs, refs - 1, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+      return;
+  }
   for (size_t i = 0; i < r->nmaps; i++) st__client_mapping_release(r->maps[i]);
   free(r->maps);
   free(r->tensors);

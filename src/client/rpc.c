@@ -54,11 +54,16 @@ static int record_server_error(st_client_t *c, const msgpack_object *e) {
   return st__client_fail_remote(c, err, nm, nl, ms, ml);
 }
 
-/* Number of arenas a successful result names (0 if none). */
+/* Number of descriptors a successful result carries: its arenas that are
+ * not legacy CUDA IPC arenas (0 if none). */
 static size_t arena_count(const msgpack_object *result) {
   const msgpack_object *a = st__map_get(result, "arenas");
   if (!a || a->type != MSGPACK_OBJECT_ARRAY) return 0;
-  return a->via.array.size;
+  /* One descriptor per arena, except legacy CUDA IPC arenas (none). */
+  size_t n = 0;
+  for (uint32_t i = 0; i < a->via.array.size; i++)
+    if (!st__str_eq(st__map_get(&a->via.array.ptr[i], "backend"), "legacy")) n++;
+  return n;
 }
 
 /* Reads messages until the response to `id`. ST_OK with *reply filled, or

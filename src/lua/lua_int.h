@@ -281,7 +281,8 @@ st__ltensor_t *st__lua_totensor(lua_State *L, int idx);
 st__ltensor_t *st__lua_check_tensor(lua_State *L, int idx, const char *fn);
 
 /* Creates a zero-filled arena of `bytes` on `device` for the current
- * state (st__arena_new_cpu or st__arena_new_cuda); on failure records the
+ * state (st__arena_new_cpu, or on a CUDA device st__arena_new_cuda, or
+ * st__arena_new_cuda_legacy when ctx->cuda_legacy); on failure records the
  * error in the context (so that st__vm_build returns OUT_OF_MEMORY, LIMIT
  * or CAPABILITY) and raises. Runs a full GC first when many arena bytes
  * were made since the last one (Lua's collector does not see arena

@@ -156,7 +156,8 @@ st__arena_t *st__lua_new_arena_on(lua_State *L, int device, uint64_t bytes) {
   st__arena_t *a;
   char err[256];
   int rc = device == ST__DEV_CPU ? st__arena_new_cpu(bytes, &a, err, sizeof err)
-                                 : st__arena_new_cuda(device, bytes, &a, err, sizeof err);
+           : c->cuda_legacy     ? st__arena_new_cuda_legacy(device, bytes, &a, err, sizeof err)
+                                : st__arena_new_cuda(device, bytes, &a, err, sizeof err);
   if (rc != ST_OK) {
     c->alloc_err = rc;
     snprintf(c->alloc_msg, sizeof c->alloc_msg, "%s", err);

@@ -203,6 +203,24 @@ static int l_build_call(lua_State *L) {
   return 0;
 }
 
+/* An endpoint with ipc = "legacy" sends its CUDA memory as legacy IPC
+ * arenas only: a VMM arena in its result (a file st.safetensors loaded)
+ * could not be reopened by the consumer this mode is for. ST_OK or
+ * ST_ERR_ENDPOINT with the way out. */
+static int check_legacy(const st__endpoint_decl_t *ep, const st__build_result_t *res, char *err,
+                        size_t errlen) {
+  for (size_t i = 0; i < res->narenas; i++) {
+    if (st__arena_device(res->arenas[i]) < 0 || !st__arena_has_fd(res->arenas[i])) continue;
+    snprintf(err, errlen,
+             "%s:%d: endpoint '%s' has ipc = \"legacy\" but its result holds CUDA memory that "
+             "is not a legacy IPC allocation (loaded by st.safetensors?): copy it into one, "
+             "e.g. with :clone() or st.module{...}",
+             ep->file, ep->line, ep->name);
+    return ST_ERR_ENDPOINT;
+  }
+  return ST_OK;
+}
+
 /* Worker thread that owns vm. See st_lua.h. */
 int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, size_t args_len,
                  const volatile int *cancel, st__progress_t *progress, st__build_result_t *res,
@@ -237,6 +255,7 @@ int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, 
   vm->ctx.progress = progress;
   vm->ctx.in_call = 1;
   vm->ctx.cuda_used = 0;
+  vm->ctx.cuda_legacy = ep->ipc == ST_IPC_LEGACY;
   lua_pushcfunction(L, l_build_call);
   lua_pushlightuserdata(L, &b);
   char msg[2048];
@@ -249,6 +268,7 @@ int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, 
   char sync_err[512];
   int sync_rc = st__lua_cuda_sync_used(L, sync_err, sizeof sync_err);
   vm->ctx.in_call = 0;
+  vm->ctx.cuda_legacy = 0;
   msgpack_unpacked_destroy(&up);
   lua_settop(L, 0);
 
@@ -275,6 +295,7 @@ int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, 
     rc = sync_rc;
     snprintf(err, errlen, "%s:%d: endpoint '%s': %s", ep->file, ep->line, ep->name, sync_err);
   }
+  if (rc == ST_OK && ep->ipc == ST_IPC_LEGACY) rc = check_legacy(ep, res, err, errlen);
   if (rc != ST_OK) st__build_result_destroy(res);
   /* Tensors the body dropped still hold arena references until Lua
    * collects them: collect now, so that memory follows the result. */

@@ -42,12 +42,37 @@ static int on_request(fake_server_t *f, int conn, uint32_t id, const char *metho
     msgpack_pack_array(&pk, 2);
     fake_pack_arena_full(&pk, 0, 4096, "cpu", "", "memfd", 600);
     fake_pack_arena_full(&pk, 1, 2u << 20, "cuda", UUID, "vmm", 601);
+  } else if (strcmp(ep, "legacy") == 0) {
+    /* A legacy CUDA IPC arena: a handle, no descriptor. */
+    close(fds[0]);
+    nfds = 0;
+    fake_pack_tensor(&pk, 0, 0, "float32", 1, shape, stride);
+    fake_pack_str(&pk, "arenas");
+    msgpack_pack_array(&pk, 1);
+    msgpack_pack_map(&pk, 8);
+    fake_pack_str(&pk, "bytes");
+    msgpack_pack_uint64(&pk, 2u << 20);
+    fake_pack_str(&pk, "device");
+    fake_pack_str(&pk, "cuda");
+    fake_pack_str(&pk, "uuid");
+    fake_pack_str(&pk, UUID);
+    fake_pack_str(&pk, "backend");
+    fake_pack_str(&pk, "legacy");
+    fake_pack_str(&pk, "id");
+    msgpack_pack_uint64(&pk, 500);
+    static const unsigned char handle[64] = {1, 2, 3};
+    fake_pack_str(&pk, "ipc_handle");
+    msgpack_pack_bin(&pk, sizeof handle);
+    msgpack_pack_bin_body(&pk, handle, sizeof handle);
+    fake_pack_str(&pk, "device_index");
+    msgpack_pack_uint32(&pk, 0);
+    fake_pack_str(&pk, "storage_bytes");
+    msgpack_pack_uint64(&pk, 16);
   } else {
     fake_pack_tensor(&pk, 0, 0, "float32", 1, shape, stride);
     fake_pack_str(&pk, "arenas");
     msgpack_pack_array(&pk, 1);
-    fake_pack_arena_full(&pk, 0, 2u << 20, "cuda", UUID,
-                         strcmp(ep, "legacy") == 0 ? "legacy" : "vmm", 500);
+    fake_pack_arena_full(&pk, 0, 2u << 20, "cuda", UUID, "vmm", 500);
   }
   int rc = fake_reply(conn, id, &sb, fds, nfds);
   for (int i = 0; i < nfds; i++) close(fds[i]);
@@ -107,14 +132,19 @@ TEST(cpu_arena_of_a_refused_reply_is_unmapped) {
   CHECK_EQ_INT(fake_count_fds(), fds0);
 }
 
-TEST(unknown_cuda_backend_is_capability) {
+/* A legacy CUDA IPC arena (no descriptor) is for PyTorch: CAPABILITY. */
+TEST(legacy_arena_is_capability) {
   CHECK_EQ_INT(fake_wait_idle(&fs, 2000), 0);
   int fds0 = fake_count_fds();
   st_client_t *c = connect_fake();
   CHECK(c);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(st_client_call(c, "legacy", NULL, &r), ST_ERR_CAPABILITY);
-  CHECK_CONTAINS(st_client_error(c), "CUDA backend \"legacy\"");
+  int rc = st_client_call(c, "legacy", NULL, &r);
+  if (rc != ST_ERR_CAPABILITY) fprintf(stderr, "   %s\n", st_client_error(c));
+  CHECK_EQ_INT(rc, ST_ERR_CAPABILITY);
+  CHECK(r == NULL);
+  CHECK_CONTAINS(st_client_error(c),
+                 "legacy CUDA IPC arenas are for PyTorch's rebuild_cuda_tensor; use ipc = vmm");
   st_client_close(c);
   CHECK_EQ_INT(fake_wait_idle(&fs, 2000), 0);
   CHECK_EQ_INT(fake_count_fds(), fds0);
@@ -136,7 +166,7 @@ int main(void) {
   st_client_close(c);
   RUN(cuda_reply_without_a_device_is_capability);
   RUN(cpu_arena_of_a_refused_reply_is_unmapped);
-  RUN(unknown_cuda_backend_is_capability);
+  RUN(legacy_arena_is_capability);
   fake_stop(&fs);
   return stt_summary();
 }

@@ -347,6 +347,88 @@ TEST(arena_rejections) {
   CHECK_EQ_INT(st__parse_arena(&nil, &a, why, sizeof why), ST_ERR_PROTOCOL);
 }
 
+/* A legacy CUDA IPC arena: no "fd", the handle, device index and
+ * storage_bytes instead; its bytes survive the round trip. */
+TEST(legacy_arena_round_trip) {
+  st__arena_desc_t in = {.fd = 7, .bytes = 2u << 20, .cuda = 1, .backend = "legacy", .id = 41,
+                         .uuid = "GPU-12345678-abcd-ef01-2345-6789abcdef01", .legacy = 1,
+                         .device_index = 3, .storage_bytes = 1000};
+  for (int i = 0; i < ST_IPC_HANDLE_LEN; i++) in.ipc_handle[i] = (unsigned char)(i * 7 + 1);
+  in.ipc_handle[5] = 0;   /* a NUL byte inside the handle travels too */
+  mpbuf_t b;
+  mpbuf_init(&b);
+  st__pack_arena(&b.pk, &in);
+  const msgpack_object *o = mpbuf_obj(&b);
+  CHECK(o && o->type == MSGPACK_OBJECT_MAP);
+  CHECK_EQ_INT(o->via.map.size, 8);
+  CHECK(st__map_get(o, "fd") == NULL);
+  CHECK(st__str_eq(st__map_get(o, "backend"), "legacy"));
+  const msgpack_object *h = st__map_get(o, "ipc_handle");
+  CHECK(h && h->type == MSGPACK_OBJECT_BIN && h->via.bin.size == ST_IPC_HANDLE_LEN);
+  st__arena_desc_t a;
+  memset(&a, 0x55, sizeof a);
+  CHECK_EQ_INT(st__parse_arena(o, &a, why, sizeof why), ST_OK);
+  CHECK_EQ_INT(a.legacy, 1);
+  CHECK_EQ_INT(a.cuda, 1);
+  CHECK_EQ_INT(a.fd, 0);
+  CHECK(a.bytes == in.bytes && a.id == 41 && a.storage_bytes == 1000);
+  CHECK_EQ_INT(a.device_index, 3);
+  CHECK_STR_EQ(a.uuid, in.uuid);
+  CHECK_STR_EQ(a.backend, "legacy");
+  CHECK(memcmp(a.ipc_handle, in.ipc_handle, ST_IPC_HANDLE_LEN) == 0);
+  mpbuf_free(&b);
+}
+
+/* A legacy arena map built key by key: `fd` adds an fd key, `skip` leaves
+ * one key out, `hlen` is the handle's length, `dev` the device. */
+static int parse_legacy_made(int fd, const char *skip, uint32_t hlen, const char *dev,
+                             uint64_t storage) {
+  mpbuf_t b;
+  mpbuf_init(&b);
+  msgpack_pack_map(&b.pk, (size_t)(8 + (fd ? 1 : 0) - (skip ? 1 : 0)));
+  if (fd) { key(&b.pk, "fd"); msgpack_pack_uint64(&b.pk, 0); }
+  key(&b.pk, "bytes"); msgpack_pack_uint64(&b.pk, 4096);
+  key(&b.pk, "device"); st__pack_cstr(&b.pk, dev);
+  key(&b.pk, "uuid"); st__pack_cstr(&b.pk, "GPU-x");
+  key(&b.pk, "backend"); st__pack_cstr(&b.pk, "legacy");
+  key(&b.pk, "id"); msgpack_pack_uint64(&b.pk, 9);
+  unsigned char hb[80] = {1};
+  if (!skip || strcmp(skip, "ipc_handle")) {
+    key(&b.pk, "ipc_handle");
+    msgpack_pack_bin(&b.pk, hlen);
+    msgpack_pack_bin_body(&b.pk, hb, hlen);
+  }
+  if (!skip || strcmp(skip, "device_index")) {
+    key(&b.pk, "device_index");
+    msgpack_pack_uint64(&b.pk, 0);
+  }
+  if (!skip || strcmp(skip, "storage_bytes")) {
+    key(&b.pk, "storage_bytes");
+    msgpack_pack_uint64(&b.pk, storage);
+  }
+  st__arena_desc_t a;
+  int rc = st__parse_arena(mpbuf_obj(&b), &a, why, sizeof why);
+  if (rc != ST_OK) fprintf(stderr, "  refused: %s\n", why);
+  mpbuf_free(&b);
+  return rc;
+}
+
+TEST(legacy_arena_rejections) {
+  CHECK_EQ_INT(parse_legacy_made(0, NULL, 64, "cuda", 4096), ST_OK);
+  CHECK_EQ_INT(parse_legacy_made(1, NULL, 64, "cuda", 4096), ST_ERR_PROTOCOL);
+  CHECK_CONTAINS(why, "'fd'");
+  CHECK_EQ_INT(parse_legacy_made(0, NULL, 63, "cuda", 10), ST_ERR_PROTOCOL);
+  CHECK_CONTAINS(why, "ipc_handle");
+  CHECK_EQ_INT(parse_legacy_made(0, NULL, 64, "cpu", 10), ST_ERR_PROTOCOL);
+  CHECK_EQ_INT(parse_legacy_made(0, NULL, 64, "cuda", 4097), ST_ERR_PROTOCOL);
+  CHECK_CONTAINS(why, "storage_bytes");
+  const char *keys[] = {"ipc_handle", "device_index", "storage_bytes"};
+  for (int i = 0; i < 3; i++) {
+    CHECK_EQ_INT(parse_legacy_made(0, keys[i], 64, "cuda", 10), ST_ERR_PROTOCOL);
+    CHECK_CONTAINS(why, keys[i]);
+  }
+}
+
 /* ------------------------------------------------------------- modules */
 
 typedef struct {
@@ -483,6 +565,8 @@ int main(void) {
   RUN(extent_overflow);
   RUN(arena_round_trip);
   RUN(arena_rejections);
+  RUN(legacy_arena_round_trip);
+  RUN(legacy_arena_rejections);
   RUN(module_round_trip);
   RUN(module_rejections);
   return stt_summary();
