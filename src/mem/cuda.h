@@ -143,6 +143,11 @@ int st__cuda_copy_to_host(void *dst, uint64_t src_dptr, uint64_t bytes, int ordi
 int st__cuda_copy_to_device(uint64_t dst_dptr, const void *src, uint64_t bytes, int ordinal,
                             char *err, size_t errlen);
 
+/* Zero-fills `bytes` at a device address of the CURRENT context on the
+ * legacy default stream and waits for it: a new allocation is never handed
+ * out with another process's old data. Any thread with the context current. */
+int st__cuda_zero_sync(uint64_t dptr, uint64_t bytes, char *err, size_t errlen);
+
 /* ------------------------------------------------------ client side import */
 
 /* One allocation mapped into this process from an exported descriptor. */

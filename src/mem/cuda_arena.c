@@ -132,10 +132,7 @@ int st__arena_new_cuda(int ordinal, uint64_t bytes, st__arena_t **out, char *err
   rc = st__cuda_error(a->cuMemSetAccess(c->va, (size_t)size, &acc, 1), "cuMemSetAccess", err,
                       errlen);
   if (rc != ST_OK) goto fail;
-  rc = st__cuda_error(a->cuMemsetD8Async(c->va, 0, (size_t)size, NULL), "cuMemsetD8Async", err,
-                      errlen);
-  if (rc != ST_OK) goto fail;
-  rc = st__cuda_error(a->cuStreamSynchronize(NULL), "cuStreamSynchronize", err, errlen);
+  rc = st__cuda_zero_sync(c->va, size, err, errlen);
   if (rc != ST_OK) goto fail;
 
   st__arena_t *arena = st__arena_adopt_cuda(c, bytes, size, c->fd, (void *)(uintptr_t)c->va);

@@ -354,6 +354,14 @@ int st__cuda_copy_to_device(uint64_t dst_dptr, const void *src, uint64_t bytes, 
   return st__cuda_error(api.cuStreamSynchronize(NULL), "cuStreamSynchronize", err, errlen);
 }
 
+/* See cuda.h. Any thread with the context current. */
+int st__cuda_zero_sync(uint64_t dptr, uint64_t bytes, char *err, size_t errlen) {
+  int rc = st__cuda_error(api.cuMemsetD8Async((CUdeviceptr)dptr, 0, (size_t)bytes, NULL),
+                          "cuMemsetD8Async", err, errlen);
+  if (rc != ST_OK) return rc;
+  return st__cuda_error(api.cuStreamSynchronize(NULL), "cuStreamSynchronize", err, errlen);
+}
+
 #else /* !ST_HAVE_CUDA */
 
 static int no_cuda(char *err, size_t errlen) {
@@ -411,6 +419,11 @@ int st__cuda_copy_to_host(void *dst, uint64_t src_dptr, uint64_t bytes, int ordi
 /* See cuda.h. Any thread. */
 int st__cuda_copy_to_device(uint64_t dst_dptr, const void *src, uint64_t bytes, int ordinal,
                             char *err, size_t errlen) {
+  return no_cuda(err, errlen);
+}
+
+/* See cuda.h. Any thread. */
+int st__cuda_zero_sync(uint64_t dptr, uint64_t bytes, char *err, size_t errlen) {
   return no_cuda(err, errlen);
 }
 

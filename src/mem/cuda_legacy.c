@@ -109,10 +109,7 @@ int st__arena_new_cuda_legacy(int ordinal, uint64_t bytes, st__arena_t **out, ch
   if (rc != ST_OK) goto fail;
   _Static_assert(sizeof h.reserved == ST_CUDA_IPC_HANDLE_LEN, "CUipcMemHandle is 64 bytes");
   memcpy(l->handle, h.reserved, ST_CUDA_IPC_HANDLE_LEN);
-  rc = st__cuda_error(a->cuMemsetD8Async(l->dptr, 0, (size_t)l->size, NULL), "cuMemsetD8Async",
-                      err, errlen);
-  if (rc != ST_OK) goto fail;
-  rc = st__cuda_error(a->cuStreamSynchronize(NULL), "cuStreamSynchronize", err, errlen);
+  rc = st__cuda_zero_sync(l->dptr, l->size, err, errlen);
   if (rc != ST_OK) goto fail;
 
   st__arena_t *arena =

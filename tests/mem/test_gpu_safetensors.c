@@ -22,12 +22,6 @@
 static char dir[256];
 static char small_path[512], big_path[512];
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Word i of the data buffer of the big file. */
 static uint32_t pattern(uint64_t i) { return (uint32_t)(i * 2654435761u) ^ (uint32_t)(i >> 32); }
 
@@ -71,6 +65,13 @@ static void write_file(const char *path, int n, const uint64_t *numel, const cha
   free(buf);
   free(hdr);
   close(fd);
+}
+
+#ifdef ST_HAVE_CUDA
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* Loads path into a CPU arena and a CUDA arena and compares the bytes. */
@@ -117,6 +118,7 @@ static int same_as_cpu(const char *path, st_dtype_t dtype, int threads, void *st
   st__safetensors_free(s);
   return ok;
 }
+#endif
 
 TEST(no_device_is_a_clear_error) {
   char err[512];

@@ -28,9 +28,10 @@
 
 #define MiB (1024ll * 1024ll)
 
-static stt_server_t S;
 
 #ifdef ST_HAVE_CUDA
+
+static stt_server_t S;
 
 /* ------------------------------------------------------------- helpers */
 
@@ -392,7 +393,6 @@ TEST(device_memory_back_to_baseline) {
   rc_close(&c);
 }
 
-#endif /* ST_HAVE_CUDA */
 
 static const char *LEGACY =
     "local function mod()\n"
@@ -435,6 +435,8 @@ static void write_checkpoint(const stt_server_t *s) {
   fwrite(v, 1, sizeof v, f);
   fclose(f);
 }
+
+#endif /* ST_HAVE_CUDA */
 
 int main(void) {
   char why[512];

@@ -21,9 +21,10 @@
 
 #define MiB (1024ll * 1024ll)
 
-static stt_server_t S;
 
 #ifdef ST_HAVE_CUDA
+
+static stt_server_t S;
 
 /* ------------------------------------------------------------- client side */
 
@@ -503,7 +504,6 @@ TEST(device_memory_back_to_baseline) {
   rc_close(&c);
 }
 
-#endif /* ST_HAVE_CUDA */
 
 static const char *GEN =
     "local function gen(a)\n"
@@ -594,6 +594,8 @@ static const char *OBJECTS =
     "  st.endpoint{ name = 'huge', device = 'cuda', params = { n = 1 },\n"
     "    build = function(a) local t = st.empty{a.n, dtype = 'uint8'} return t end },\n"
     "}\n";
+
+#endif /* ST_HAVE_CUDA */
 
 int main(void) {
   char why[512];
