@@ -40,4 +40,23 @@ describe("examples", function()
     assert.are.same(ys(c_out), ys(l_out))
     assert.matches("released object %d+ %(refcount now 0%)", l_out)
   end)
+
+  it("the PyTorch consumer runs the same forward pass on shared weights", function()
+    local _, has_torch = H.run("/usr/bin/python3 -c 'import torch' 2>/dev/null || python3 -c 'import torch'")
+    if has_torch ~= 0 then
+      pending("python3 with torch is not installed")
+      return
+    end
+    local c_out = run_example("c_consumer")
+    local out, rc, err = run_example("pytorch_consumer")
+    assert.are.equal(0, rc, err)
+    assert.matches("shared, not copied", out)
+    local function ys(s)
+      local t = {}
+      for line in s:gmatch("y%[%d+%] = [-%d.]+") do t[#t + 1] = line end
+      return t
+    end
+    assert.are.equal(4, #ys(out))
+    assert.are.same(ys(c_out), ys(out))
+  end)
 end)
