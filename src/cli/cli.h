@@ -8,6 +8,8 @@
  *   cmd_task.c   submit, wait, status, result, cancel, tasks
  *   cmd_object.c objects, release, invalidate
  *   cmd_admin.c  reload, stats
+ *   cmd_watch.c  watch: live counters and rates
+ *   cmd_completion.c  completion: the bash completion script
  *   result_out.c NAME key=value command lines; printing call-like results
  *   table.c      tables, ids, times and small value helpers
  *   print.c      shared output helpers (values, tensors, checksums)
@@ -58,6 +60,8 @@ extern const cli_command_t cli_release_command;
 extern const cli_command_t cli_invalidate_command;
 extern const cli_command_t cli_reload_command;
 extern const cli_command_t cli_stats_command;
+extern const cli_command_t cli_watch_command;
+extern const cli_command_t cli_completion_command;
 
 /* main.c */
 /* Consumes a global option at argv[*i] (advancing *i past its value).
@@ -65,6 +69,8 @@ extern const cli_command_t cli_stats_command;
 int cli_global_option(cli_t *g, int argc, char **argv, int *i);
 /* Prints "stcli: USAGE: ..." plus a hint for `cmd`; returns CLI_USAGE. */
 int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints the command names on `out`, separated by spaces. */
+void cli_print_command_names(FILE *out);
 /* Prints the usage of a command on `out`. */
 void cli_print_command_help(const cli_command_t *cmd, FILE *out);
 /* Connects as the global options say; on failure prints the error and

@@ -9,13 +9,19 @@
 
 #include "cli.h"
 
-/* Parses the command's own arguments: only --help and global options. */
-static int no_args(cli_t *g, const cli_command_t *cmd, int argc, char **argv, int *done) {
+/* Parses the command's own arguments: --help, global options, and the
+ * flag `flag` (sets *flag_set) when it is not NULL. */
+static int no_args(cli_t *g, const cli_command_t *cmd, int argc, char **argv, const char *flag,
+                   int *flag_set, int *done) {
   *done = 0;
   for (int i = 1; i < argc; i++) {
     int r = cli_global_option(g, argc, argv, &i);
     if (r < 0) return CLI_USAGE;
     if (r > 0) continue;
+    if (flag && strcmp(argv[i], flag) == 0) {
+      *flag_set = 1;
+      continue;
+    }
     if (strcmp(argv[i], "--help") == 0) {
       cli_print_command_help(cmd, stdout);
       *done = 1;
@@ -150,7 +156,7 @@ static void devices_lines(const st_value_t *devs) {
 }
 
 static int run_info(cli_t *g, int argc, char **argv) {
-  int done, code = no_args(g, &cli_info_command, argc, argv, &done);
+  int done, code = no_args(g, &cli_info_command, argc, argv, NULL, NULL, &done);
   if (code != CLI_OK || done) return code;
   st_result_t *r;
   code = fetch(g, st_client_info, &r);
@@ -280,13 +286,37 @@ static char *params_text(const st_value_t *e) {
   return buf;
 }
 
+/* endpoints --names: one name per line, or a JSON array of names. */
+static int print_names(const cli_t *g, const st_value_t *v) {
+  size_t n = v->kind == ST_VALUE_ARRAY ? v->as.array.len : 0, shown = 0;
+  if (g->json) printf("[");
+  for (size_t i = 0; i < n; i++) {
+    const char *name = cli_value_str(st_value_get(&v->as.array.items[i], "name"));
+    if (!name) continue;
+    if (g->json) {
+      printf("%s", shown++ ? ", " : "");
+      cli_print_json_string(stdout, name);
+    } else {
+      printf("%s\n", name);
+    }
+  }
+  if (g->json) printf("]\n");
+  return CLI_OK;
+}
+
 static int run_endpoints(cli_t *g, int argc, char **argv) {
-  int done, code = no_args(g, &cli_endpoints_command, argc, argv, &done);
+  int names = 0, done;
+  int code = no_args(g, &cli_endpoints_command, argc, argv, "--names", &names, &done);
   if (code != CLI_OK || done) return code;
   st_result_t *r;
   code = fetch(g, st_client_endpoints, &r);
   if (code != CLI_OK) return code;
   const st_value_t *v = st_result_value(r);
+  if (names) {
+    code = print_names(g, v);
+    st_result_free(r);
+    return code;
+  }
   if (g->json || v->kind != ST_VALUE_ARRAY) {
     code = cli_print_json_owned(st_value_json(v, 1));
     st_result_free(r);
@@ -335,11 +365,14 @@ static int run_endpoints(cli_t *g, int argc, char **argv) {
 
 const cli_command_t cli_endpoints_command = {
     "endpoints",
-    "endpoints",
+    "endpoints [--names]",
     "List the endpoints the server serves, with their options and parameters.",
     "Columns: NAME, EXECUTION (direct|task), CONCURRENCY (parallel|serialized),\n"
     "FLAGS (managed, cache, singleflight, key=<cache_format_key>, timeout=,\n"
     "device=, ipc=legacy), PARAMS (required ones first, then name=default as JSON).\n"
-    "With --json, prints the server's whole reply.\n",
+    "With --json, prints the server's whole reply.\n\n"
+    "Options:\n"
+    "  --names        only the names, one per line (with --json, an array);\n"
+    "                 shell completion uses this\n",
     run_endpoints,
 };

@@ -384,10 +384,31 @@ const cli_command_t cli_result_command = {
 
 /* ----------------------------------------------------------------- tasks */
 
+/* tasks --ids: one id per line, newest first, or a JSON array. */
+static int print_ids(const cli_t *g, const st_value_t *v) {
+  size_t shown = 0;
+  if (g->json) printf("[");
+  for (size_t i = 0; i < v->as.array.len; i++) {
+    double id;
+    if (!cli_value_number(st_value_get(&v->as.array.items[i], "id"), &id)) continue;
+    if (g->json)
+      printf("%s%.0f", shown++ ? ", " : "", id);
+    else
+      printf("%.0f\n", id);
+  }
+  if (g->json) printf("]\n");
+  return CLI_OK;
+}
+
 static int run_tasks(cli_t *g, int argc, char **argv) {
   const char *status = NULL;
+  int ids = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
+    if (strcmp(a, "--ids") == 0) {
+      ids = 1;
+      continue;
+    }
     if (strcmp(a, "--status") == 0 || strncmp(a, "--status=", 9) == 0) {
       status = a[8] == '=' ? a + 9 : (i + 1 < argc ? argv[++i] : NULL);
       if (!status || !*status) return cli_usage("tasks", "--status needs a status");
@@ -411,6 +432,11 @@ static int run_tasks(cli_t *g, int argc, char **argv) {
   st_client_close(c);
   if (rc != ST_OK) return code;
   const st_value_t *v = st_result_value(r);
+  if (ids && v->kind == ST_VALUE_ARRAY) {
+    code = print_ids(g, v);
+    st_result_free(r);
+    return code;
+  }
   if (g->json || v->kind != ST_VALUE_ARRAY) {
     code = cli_print_json_owned(st_value_json(v, 1));
     st_result_free(r);
@@ -454,13 +480,15 @@ static int run_tasks(cli_t *g, int argc, char **argv) {
 
 const cli_command_t cli_tasks_command = {
     "tasks",
-    "tasks [--status S]",
+    "tasks [--status S] [--ids]",
     "List the server's tasks, newest first.",
     "Columns: ID, ENDPOINT, STATUS (pending, running, completed, failed,\n"
     "cancelled), PROGRESS, AGE (since it was submitted), NOTE (the last\n"
     "progress note, or the error of a failed task). Finished tasks are kept\n"
     "for a while (tasks.ttl_s in the server's config).\n\n"
     "Options:\n"
-    "  --status S     only tasks in status S\n",
+    "  --status S     only tasks in status S\n"
+    "  --ids          only the ids, one per line (with --json, an array);\n"
+    "                 shell completion uses this\n",
     run_tasks,
 };

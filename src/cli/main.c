@@ -21,7 +21,7 @@ static const cli_command_t *const commands[] = {
     &cli_wait_command,    &cli_status_command,     &cli_result_command,
     &cli_cancel_command,  &cli_tasks_command,      &cli_objects_command,
     &cli_release_command, &cli_invalidate_command, &cli_reload_command,
-    &help_command,
+    &cli_watch_command,   &cli_completion_command, &help_command,
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -44,6 +44,11 @@ static void print_main_help(FILE *out) {
   fprintf(out, "\n%s\nExit codes: 0 ok, 1 the server answered with an error, 2 usage error,\n"
                "3 cannot connect or connection lost, 4 timeout.\n",
           global_help);
+}
+
+/* See cli.h. */
+void cli_print_command_names(FILE *out) {
+  for (size_t i = 0; i < NCOMMANDS; i++) fprintf(out, "%s%s", i ? " " : "", commands[i]->name);
 }
 
 /* Prints a command's usage on out. */

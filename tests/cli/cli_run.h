@@ -1,8 +1,9 @@
 /* Running the stcli binary from a test: run_env() forks and execs
  * ST_CLI_BIN (cli_bin, set by the test's main) with arguments, captures
  * stdout and stderr into R and returns the exit code; STCLI(...) is the
- * same with no environment change. json_ok() checks output is strict
- * JSON. Header-only: each test program includes it once.
+ * same with no environment change; run_prog() runs another program.
+ * json_ok() checks output is strict JSON. Header-only: each test program
+ * includes it once.
  */
 #ifndef STT_CLI_RUN_H
 #define STT_CLI_RUN_H
@@ -28,9 +29,9 @@ typedef struct run {
 
 static run_t R;
 
-/* Runs stcli with args (NULL-terminated), env "NAME=value" (or NULL),
- * capturing both streams. Returns the exit code. */
-static inline int run_env(const char *env, const char *const *args) {
+/* Runs the program `prog` with args (NULL-terminated), env "NAME=value"
+ * (or NULL), capturing both streams. Returns the exit code. */
+static inline int run_prog(const char *prog, const char *env, const char *const *args) {
   memset(&R, 0, sizeof R);
   int po[2], pe[2];
   if (pipe(po) != 0 || pipe(pe) != 0) abort();
@@ -45,10 +46,10 @@ static inline int run_env(const char *env, const char *const *args) {
     if (env) putenv((char *)env);
     const char *argv[40];
     int n = 0;
-    argv[n++] = cli_bin;
+    argv[n++] = prog;
     for (int i = 0; args[i] && n < 39; i++) argv[n++] = args[i];
     argv[n] = NULL;
-    execv(cli_bin, (char *const *)argv);
+    execv(prog, (char *const *)argv);
     _exit(127);
   }
   close(po[1]);
@@ -80,6 +81,11 @@ static inline int run_env(const char *env, const char *const *args) {
   if (getenv("STT_VERBOSE"))
     fprintf(stderr, "[exit %d]\n--stdout--\n%s--stderr--\n%s", R.status, R.out, R.err);
   return R.status;
+}
+
+/* Runs stcli (cli_bin) as run_prog does. */
+static inline int run_env(const char *env, const char *const *args) {
+  return run_prog(cli_bin, env, args);
 }
 
 #define STCLI(...) run_env(NULL, (const char *const[]){__VA_ARGS__, NULL})

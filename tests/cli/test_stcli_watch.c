@@ -1,0 +1,433 @@
+/* stcli's shell helpers, the real binary (ST_CLI_BIN) against real
+ * stservers: `completion bash` (the script, and the script run by bash
+ * with COMP_WORDS/COMP_CWORD set: commands, options, endpoint names and
+ * task ids from the server), `endpoints --names`, `tasks --ids`, and
+ * `watch` (key=value lines with rates checked against the counters, JSON
+ * lines, the redrawn screen on a terminal, Ctrl-C, a server that goes
+ * away: exit 3). */
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <st/client.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "cli_run.h"
+#include "fixture.h"
+
+static stt_server_t srv;
+#define SOCK "--socket", srv.socket
+
+/* ------------------------------------------------- a running stcli */
+
+/* stcli started in the background, its stdout and stderr read as they
+ * come. */
+typedef struct proc {
+  pid_t pid;
+  int out, err;          /* read ends; -1 once at EOF */
+  char obuf[16384], ebuf[4096];
+  size_t no, ne;
+} proc_t;
+
+static int proc_start(proc_t *p, const char *const *args) {
+  memset(p, 0, sizeof *p);
+  int po[2], pe[2];
+  if (pipe(po) != 0 || pipe(pe) != 0) return -1;
+  p->pid = fork();
+  if (p->pid < 0) return -1;
+  if (p->pid == 0) {
+    dup2(po[1], 1);
+    dup2(pe[1], 2);
+    close(po[0]);
+    close(pe[0]);
+    const char *argv[40];
+    int n = 0;
+    argv[n++] = cli_bin;
+    for (int i = 0; args[i] && n < 39; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    execv(cli_bin, (char *const *)argv);
+    _exit(127);
+  }
+  close(po[1]);
+  close(pe[1]);
+  p->out = po[0];
+  p->err = pe[0];
+  return 0;
+}
+
+/* Reads what is there for up to `ms`. */
+static void proc_read(proc_t *p, int ms) {
+  struct pollfd f[2] = {{.fd = p->out, .events = POLLIN}, {.fd = p->err, .events = POLLIN}};
+  if (poll(f, 2, ms) <= 0) return;
+  if (p->out >= 0 && f[0].revents) {
+    ssize_t k = p->no < sizeof p->obuf - 1
+                    ? read(p->out, p->obuf + p->no, sizeof p->obuf - 1 - p->no) : 0;
+    if (k <= 0) {
+      close(p->out);
+      p->out = -1;
+    } else {
+      p->no += (size_t)k;
+    }
+  }
+  if (p->err >= 0 && f[1].revents) {
+    ssize_t k = p->ne < sizeof p->ebuf - 1
+                    ? read(p->err, p->ebuf + p->ne, sizeof p->ebuf - 1 - p->ne) : 0;
+    if (k <= 0) {
+      close(p->err);
+      p->err = -1;
+    } else {
+      p->ne += (size_t)k;
+    }
+  }
+}
+
+static int count_lines(const char *s) {
+  int n = 0;
+  for (; *s; s++) n += *s == '\n';
+  return n;
+}
+
+/* Waits (10 s) until stdout holds `n` lines. 1 when it does. */
+static int proc_wait_lines(proc_t *p, int n) {
+  double end = stt_now_ms() + 10000;
+  while (count_lines(p->obuf) < n && stt_now_ms() < end && (p->out >= 0 || p->err >= 0))
+    proc_read(p, 100);
+  return count_lines(p->obuf) >= n;
+}
+
+/* Reads to EOF (10 s, then SIGKILL) and returns the exit code. */
+static int proc_finish(proc_t *p) {
+  double end = stt_now_ms() + 10000;
+  while ((p->out >= 0 || p->err >= 0) && stt_now_ms() < end) proc_read(p, 100);
+  if (p->out >= 0 || p->err >= 0) kill(p->pid, SIGKILL);
+  if (p->out >= 0) close(p->out);
+  if (p->err >= 0) close(p->err);
+  int st;
+  waitpid(p->pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* The number after " key=" (or "key=" at the start) in a line; NAN when
+ * it is "-"; -1e300 when the key is missing. */
+static double field(const char *line, const char *key) {
+  char needle[64];
+  snprintf(needle, sizeof needle, " %s=", key);
+  const char *at;
+  if (strncmp(line, needle + 1, strlen(needle) - 1) == 0)
+    at = line + strlen(needle) - 1;
+  else if ((at = strstr(line, needle)))
+    at += strlen(needle);
+  else
+    return -1e300;
+  if (*at == '-' && (at[1] == ' ' || at[1] == '\n' || !at[1])) return NAN;
+  return strtod(at, NULL);
+}
+
+/* ------------------------------------------------------------- tests */
+
+TEST(endpoints_names) {
+  CHECK_EQ_INT(STCLI(SOCK, "endpoints", "--names"), 0);
+  CHECK_STR_EQ(R.out, "alpha\nbeta\nt\n");
+  CHECK_STR_EQ(R.err, "");
+  CHECK_EQ_INT(STCLI(SOCK, "--json", "endpoints", "--names"), 0);
+  CHECK_STR_EQ(R.out, "[\"alpha\", \"beta\", \"t\"]\n");
+  CHECK(json_ok(R.out));
+  char missing[400];
+  snprintf(missing, sizeof missing, "%s/none-0.sock", srv.dir);
+  CHECK_EQ_INT(STCLI("--socket", missing, "endpoints", "--names"), 3);
+  CHECK_STR_EQ(R.out, "");
+  CHECK_CONTAINS(R.err, "stcli: IO: cannot connect");
+  CHECK_EQ_INT(STCLI(SOCK, "endpoints", "--nam"), 2);
+}
+
+static char task_a[32], task_b[32];
+
+TEST(tasks_ids) {
+  CHECK_EQ_INT(STCLI(SOCK, "submit", "t", "n=2"), 0);
+  snprintf(task_a, sizeof task_a, "%.*s", (int)strcspn(R.out, "\n"), R.out);
+  CHECK_EQ_INT(STCLI(SOCK, "submit", "t", "n=3"), 0);
+  snprintf(task_b, sizeof task_b, "%.*s", (int)strcspn(R.out, "\n"), R.out);
+  CHECK(atoi(task_a) > 0 && atoi(task_b) > atoi(task_a));
+  CHECK_EQ_INT(STCLI(SOCK, "tasks", "--ids"), 0);
+  char want[80];
+  snprintf(want, sizeof want, "%s\n%s\n", task_b, task_a); /* newest first */
+  CHECK_STR_EQ(R.out, want);
+  CHECK_EQ_INT(STCLI(SOCK, "--json", "tasks", "--ids"), 0);
+  snprintf(want, sizeof want, "[%s, %s]\n", task_b, task_a);
+  CHECK_STR_EQ(R.out, want);
+  CHECK_EQ_INT(STCLI(SOCK, "tasks", "--ids", "--status", "pending"), 0);
+  CHECK(strstr(R.out, "(no") == NULL); /* ids only, never the table's text */
+}
+
+TEST(completion_script) {
+  CHECK_EQ_INT(STCLI("completion", "bash"), 0);
+  CHECK_CONTAINS(R.out, "\n_stcli() {\n");
+  CHECK_CONTAINS(R.out, "\n_stcli_options() {\n");
+  CHECK_CONTAINS(R.out, "endpoints --names");
+  CHECK_CONTAINS(R.out, "tasks --ids");
+  CHECK_CONTAINS(R.out, "\ncomplete -F _stcli stcli\n");
+  CHECK_STR_EQ(R.err, "");
+  CHECK_EQ_INT(STCLI("completion", "zsh"), 2);
+  CHECK_CONTAINS(R.err, "stcli: USAGE: no completion for 'zsh'");
+  CHECK_EQ_INT(STCLI("completion"), 2);
+  CHECK_EQ_INT(STCLI("completion", "bash", "extra"), 2);
+  CHECK_EQ_INT(STCLI("completion", "--help"), 0);
+  CHECK_CONTAINS(R.out, "source <(stcli completion bash)");
+  CHECK_EQ_INT(STCLI("--help"), 0);
+  CHECK_CONTAINS(R.out, "\n  completion ");
+  CHECK_CONTAINS(R.out, "\n  watch ");
+}
+
+/* The script, sourced into bash, completing lines: t WORD... sets
+ * COMP_WORDS to the words (the last one being completed) and prints
+ * COMPREPLY as "[a b]". $1 is stcli, $2 the socket. */
+static const char bash_driver[] =
+    "source <(\"$1\" completion bash) || exit 9\n"
+    "t() { COMP_WORDS=(\"$@\"); COMP_CWORD=$(( $# - 1 )); _stcli; echo \"[${COMPREPLY[*]}]\"; }\n"
+    "t \"$1\" ca\n"
+    "t \"$1\" --json st\n"
+    "t \"$1\" watch --i\n"
+    "t \"$1\" call --args-json '{}' --v\n"
+    "t \"$1\" tasks --status c\n"
+    "t \"$1\" --socket \"$2\" call al\n"
+    "t \"$1\" --socket \"$2\" invalidate ''\n"
+    "t \"$1\" --socket = \"$2\" submit b\n"
+    "t \"$1\" --socket \"$2\" call alpha ''\n"
+    "t \"$1\" --socket \"$2\" wait ''\n"
+    "t \"$1\" --socket \"$2\" --json cancel ''\n"
+    "t \"$1\" --socket /nonexistent/x.sock call ''\n"
+    "t \"$1\" help wa\n"
+    "t \"$1\" completion ''\n";
+
+TEST(completion_in_bash) {
+  if (access("/bin/bash", X_OK) != 0) {
+    fprintf(stderr, "no /bin/bash: the script is not run\n");
+    return;
+  }
+  CHECK_EQ_INT(run_prog("/bin/bash", NULL,
+                        (const char *const[]){"-c", bash_driver, "bash", cli_bin, srv.socket,
+                                              NULL}),
+               0);
+  char want[1024];
+  snprintf(want, sizeof want,
+           "[call cancel]\n"
+           "[stats status]\n"
+           "[--interval]\n"
+           "[--values]\n"
+           "[completed cancelled]\n"
+           "[alpha]\n"
+           "[alpha beta t]\n"
+           "[beta]\n"
+           "[]\n"
+           "[%s %s]\n"
+           "[%s %s]\n"
+           "[]\n"
+           "[wait watch]\n"
+           "[bash]\n",
+           task_b, task_a, task_b, task_a);
+  CHECK_STR_EQ(R.out, want);
+  CHECK_STR_EQ(R.err, ""); /* no server answering is quiet */
+}
+
+TEST(watch_lines_and_rates) {
+  proc_t p;
+  CHECK_EQ_INT(proc_start(&p, (const char *const[]){SOCK, "watch", "--count", "2",
+                                                    "--interval", "1", NULL}),
+               0);
+  CHECK(proc_wait_lines(&p, 1));
+  /* Five calls between the two samples. */
+  st_client_t *c = NULL;
+  char err[256];
+  CHECK_EQ_INT(st_client_connect(srv.socket, &c, err, sizeof err), ST_OK);
+  for (int k = 0; c && k < 5; k++) {
+    st_result_t *r = NULL;
+    CHECK_EQ_INT(st_client_call(c, "t", NULL, &r), ST_OK);
+    st_result_free(r);
+  }
+  st_client_close(c);
+  CHECK_EQ_INT(proc_finish(&p), 0);
+  CHECK_EQ_INT(count_lines(p.obuf), 2);
+  CHECK_STR_EQ(p.ebuf, "");
+  char *l1 = p.obuf, *l2 = strchr(p.obuf, '\n');
+  if (!l2) return;
+  *l2++ = '\0';
+  CHECK(strncmp(l1, "time=", 5) == 0);
+  const char *keys[] = {"uptime", "connections", "requests", "calls", "errors", "cache_hits",
+                        "cache_misses", "tasks_pending", "tasks_running", "tasks_completed",
+                        "tasks_failed", "tasks_cancelled", "objects", "memory.cpu"};
+  for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+    CHECK(field(l1, keys[k]) >= 0);
+    CHECK(field(l2, keys[k]) >= 0);
+  }
+  /* No rate in the first sample. */
+  CHECK(isnan(field(l1, "requests/s")));
+  CHECK(isnan(field(l1, "calls/s")));
+  double dt = field(l2, "uptime") - field(l1, "uptime");
+  CHECK(dt > 0.8 && dt < 3);
+  double calls = field(l2, "calls") - field(l1, "calls");
+  double reqs = field(l2, "requests") - field(l1, "requests");
+  CHECK(calls == 5);
+  CHECK(reqs >= 6); /* the calls, a hello, and watch's own info */
+  CHECK(fabs(field(l2, "calls/s") - calls / dt) < 0.06);
+  CHECK(fabs(field(l2, "requests/s") - reqs / dt) < 0.06);
+  CHECK(field(l1, "tasks_completed") + field(l1, "tasks_pending") +
+            field(l1, "tasks_running") >= 2); /* the two tasks submitted above */
+}
+
+TEST(watch_json) {
+  CHECK_EQ_INT(STCLI(SOCK, "--json", "watch", "--count", "2", "--interval", "0.05"), 0);
+  CHECK_EQ_INT(count_lines(R.out), 2);
+  char *l2 = strchr(R.out, '\n');
+  if (!l2) return;
+  *l2++ = '\0';
+  CHECK(json_ok(R.out));
+  CHECK(json_ok(l2));
+  CHECK_CONTAINS(R.out, "\"requests_per_s\": null");
+  CHECK_CONTAINS(l2, "\"requests_per_s\": ");
+  CHECK(strstr(l2, "\"requests_per_s\": null") == NULL);
+  CHECK_CONTAINS(l2, "\"tasks\": {");
+  CHECK_CONTAINS(l2, "\"memory\": {\"cpu\":{");
+}
+
+/* stcli with stdout on a pseudo-terminal; R.out gets what the terminal
+ * shows. Returns the exit code. */
+static int run_on_tty(const char *const *args) {
+  memset(&R, 0, sizeof R);
+  int master = posix_openpt(O_RDWR | O_NOCTTY);
+  if (master < 0 || grantpt(master) != 0 || unlockpt(master) != 0) abort();
+  const char *slave_name = ptsname(master);
+  if (!slave_name) abort();
+  pid_t pid = fork();
+  if (pid < 0) abort();
+  if (pid == 0) {
+    int slave = open(slave_name, O_RDWR | O_NOCTTY);
+    if (slave < 0) _exit(126);
+    dup2(slave, 1);
+    close(master);
+    const char *argv[40];
+    int n = 0;
+    argv[n++] = cli_bin;
+    for (int i = 0; args[i] && n < 39; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    execv(cli_bin, (char *const *)argv);
+    _exit(127);
+  }
+  size_t no = 0;
+  double deadline = stt_now_ms() + 30000;
+  while (stt_now_ms() < deadline) {
+    struct pollfd f = {.fd = master, .events = POLLIN};
+    if (poll(&f, 1, 100) < 0) continue;
+    if (!f.revents) continue;
+    ssize_t k = no < sizeof R.out - 1 ? read(master, R.out + no, sizeof R.out - 1 - no) : 0;
+    if (k <= 0) break; /* EIO once the child's side is closed */
+    no += (size_t)k;
+  }
+  close(master);
+  int st;
+  waitpid(pid, &st, 0);
+  R.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return R.status;
+}
+
+TEST(watch_screen_on_a_terminal) {
+  CHECK_EQ_INT(run_on_tty((const char *const[]){SOCK, "watch", "--count", "2", "--interval",
+                                                "0.05", NULL}),
+               0);
+  /* Two screens, each drawn from the top left, the cursor hidden, then
+   * shown again. */
+  const char *first = strstr(R.out, "\033[H\033[J");
+  CHECK(first != NULL);
+  CHECK(first && strstr(first + 1, "\033[H\033[J") != NULL);
+  CHECK_CONTAINS(R.out, "\033[?25l");
+  CHECK_CONTAINS(R.out, "\033[?25h");
+  CHECK_CONTAINS(R.out, "stcli watch  ");
+  CHECK_CONTAINS(R.out, "requests     ");
+  CHECK_CONTAINS(R.out, "-/s");   /* no rate on the first screen */
+  CHECK_CONTAINS(R.out, ".0/s");  /* ... but on the second */
+  CHECK_CONTAINS(R.out, "cache        hits ");
+  CHECK_CONTAINS(R.out, "tasks        pending ");
+  CHECK_CONTAINS(R.out, "memory       cpu: cached ");
+}
+
+TEST(watch_ctrl_c) {
+  proc_t p;
+  CHECK_EQ_INT(proc_start(&p, (const char *const[]){SOCK, "watch", "--interval", "0.1", NULL}),
+               0);
+  CHECK(proc_wait_lines(&p, 1));
+  kill(p.pid, SIGINT);
+  CHECK_EQ_INT(proc_finish(&p), 0);
+  CHECK_STR_EQ(p.ebuf, "");
+}
+
+TEST(watch_server_gone) {
+  stt_server_t s2;
+  stt_server_init(&s2);
+  stt_write_endpoint(&s2, "t.lua",
+                     "return st.endpoint{ name = \"t\", build = function(a) return 1 end }\n");
+  if (stt_server_start(&s2) != 0) {
+    CHECK(0);
+    stt_server_cleanup(&s2);
+    return;
+  }
+  proc_t p;
+  CHECK_EQ_INT(proc_start(&p, (const char *const[]){"--socket", s2.socket, "watch",
+                                                    "--interval", "0.05", NULL}),
+               0);
+  CHECK(proc_wait_lines(&p, 1));
+  CHECK_EQ_INT(stt_server_stop(&s2), 0);
+  CHECK_EQ_INT(proc_finish(&p), 3);
+  CHECK_CONTAINS(p.ebuf, "stcli: IO: the server went away");
+  stt_server_cleanup(&s2);
+}
+
+TEST(watch_usage_and_exit_codes) {
+  CHECK_EQ_INT(STCLI(SOCK, "watch", "--interval", "x"), 2);
+  CHECK_CONTAINS(R.err, "stcli: USAGE: --interval needs seconds");
+  CHECK_EQ_INT(STCLI(SOCK, "watch", "--interval", "0"), 2);
+  CHECK_EQ_INT(STCLI(SOCK, "watch", "--count", "0"), 2);
+  CHECK_EQ_INT(STCLI(SOCK, "watch", "--count"), 2);
+  CHECK_EQ_INT(STCLI(SOCK, "watch", "now"), 2);
+  CHECK_CONTAINS(R.err, "unexpected argument 'now'");
+  CHECK_EQ_INT(STCLI("watch", "--help"), 0);
+  CHECK_CONTAINS(R.out, "usage: stcli [global options] watch [--interval S] [--count N]");
+  char missing[400];
+  snprintf(missing, sizeof missing, "%s/none-0.sock", srv.dir);
+  CHECK_EQ_INT(STCLI("--socket", missing, "watch", "--count", "1"), 3);
+  CHECK_STR_EQ(R.out, "");
+  CHECK_EQ_INT(STCLI(SOCK, "watch", "--count=1", "--interval=0.5"), 0);
+  CHECK_EQ_INT(count_lines(R.out), 1);
+}
+
+int main(void) {
+  cli_bin = getenv("ST_CLI_BIN");
+  if (!cli_bin) stt_skip("ST_CLI_BIN is not set (run through ctest)");
+  stt_server_init(&srv);
+  stt_write_endpoint(&srv, "t.lua",
+                     "return st.endpoint{ name = \"t\", params = { n = 4 },\n"
+                     "  build = function(a) return st.arange{a.n, dtype = \"float32\"} end }\n");
+  stt_write_endpoint(&srv, "alpha.lua",
+                     "return st.endpoint{ name = \"alpha\", build = function(a) return 1 end }\n");
+  stt_write_endpoint(&srv, "beta.lua",
+                     "return st.endpoint{ name = \"beta\", build = function(a) return 2 end }\n");
+  if (stt_server_start(&srv) != 0) return 1;
+  RUN(endpoints_names);
+  RUN(tasks_ids);
+  RUN(completion_script);
+  RUN(completion_in_bash);
+  RUN(watch_lines_and_rates);
+  RUN(watch_json);
+  RUN(watch_screen_on_a_terminal);
+  RUN(watch_ctrl_c);
+  RUN(watch_server_gone);
+  RUN(watch_usage_and_exit_codes);
+  int status = stt_server_stop(&srv);
+  if (status != 0) {
+    fprintf(stderr, "stserver did not exit cleanly (%d)\n", status);
+    stt_failed++;
+  }
+  stt_server_cleanup(&srv);
+  return stt_summary();
+}
