@@ -30,6 +30,7 @@
 
 
 #ifdef ST_HAVE_CUDA
+#include "gpu_kit.h"
 
 static stt_server_t S;
 
@@ -145,12 +146,6 @@ static void join(const int64_t *v, int n, char *out, size_t cap) {
   out[0] = '\0';
   for (int i = 0; i < n && k < cap; i++)
     k += (size_t)snprintf(out + k, cap - k, "%s%lld", i ? "," : "", (long long)v[i]);
-}
-
-static uint64_t gpu_free(void) {
-  uint64_t f = 0, t = 0;
-  st__cuda_mem_info(0, &f, &t, NULL, 0);
-  return f;
 }
 
 static uint64_t baseline_free;
@@ -378,18 +373,7 @@ TEST(device_memory_back_to_baseline) {
   CHECK(rc_wait_info(&c, "objects.count", 0, 10000) == 0);
   CHECK(rc_wait_info(&c, "arenas.count", 0, 10000) == 0);
   CHECK_EQ_INT(rc_info_int(&c, "memory.cuda:0.leased_bytes"), 0);
-  uint64_t gran = 0;
-  st__cuda_granularity(0, &gran, NULL, 0);
-  double end = stt_now_ms() + 10000;
-  uint64_t now = gpu_free();
-  while (now + gran <= baseline_free && stt_now_ms() < end) {
-    rk_pause_ms(10);
-    now = gpu_free();
-  }
-  if (now + gran <= baseline_free)
-    fprintf(stderr, "   free %llu, baseline %llu\n", (unsigned long long)now,
-            (unsigned long long)baseline_free);
-  CHECK(now + gran > baseline_free);
+  CHECK(gk_wait_back_to(baseline_free, 10000) == 0);
   rc_close(&c);
 }
 
@@ -463,13 +447,13 @@ int main(void) {
     return 1;
   }
   RUN(legacy_arena_on_the_wire);
-  baseline_free = gpu_free();
+  baseline_free = gk_free();
   RUN(pytorch_reopens_the_module);
-  fprintf(stderr, "   free vs baseline: %+lld bytes\n", (long long)(gpu_free() - baseline_free));
+  fprintf(stderr, "   free vs baseline: %+lld bytes\n", (long long)(gk_free() - baseline_free));
   RUN(c_client_refuses_legacy_arenas);
-  fprintf(stderr, "   free vs baseline: %+lld bytes\n", (long long)(gpu_free() - baseline_free));
+  fprintf(stderr, "   free vs baseline: %+lld bytes\n", (long long)(gk_free() - baseline_free));
   RUN(vmm_memory_in_a_legacy_result_is_refused);
-  fprintf(stderr, "   free vs baseline: %+lld bytes\n", (long long)(gpu_free() - baseline_free));
+  fprintf(stderr, "   free vs baseline: %+lld bytes\n", (long long)(gk_free() - baseline_free));
   RUN(device_memory_back_to_baseline);
   int status = stt_server_stop(&S);
   if (status != 0) {

@@ -23,6 +23,7 @@
 
 
 #ifdef ST_HAVE_CUDA
+#include "gpu_kit.h"
 
 static stt_server_t S;
 
@@ -387,12 +388,6 @@ TEST(ready_when_replied) {
   rc_close(&c);
 }
 
-static uint64_t gpu_free(void) {
-  uint64_t f = 0, t = 0;
-  st__cuda_mem_info(0, &f, &t, NULL, 0);
-  return f;
-}
-
 static uint64_t baseline_free;
 
 /* Cached and managed CUDA objects count against memory.cuda:0 (their
@@ -489,18 +484,7 @@ TEST(device_memory_back_to_baseline) {
   CHECK(rc_open(&c, S.socket) == 0);
   CHECK(rc_wait_info(&c, "arenas.count", 0, 10000) == 0);
   CHECK(rc_wait_info(&c, "objects.count", 0, 10000) == 0);
-  uint64_t gran = 0;
-  st__cuda_granularity(0, &gran, NULL, 0);
-  double end = stt_now_ms() + 10000;
-  uint64_t now = gpu_free();
-  while (now + gran <= baseline_free && stt_now_ms() < end) {
-    rk_pause_ms(10);
-    now = gpu_free();
-  }
-  if (now + gran <= baseline_free)
-    fprintf(stderr, "   free %llu, baseline %llu\n", (unsigned long long)now,
-            (unsigned long long)baseline_free);
-  CHECK(now + gran > baseline_free);
+  CHECK(gk_wait_back_to(baseline_free, 10000) == 0);
   rc_close(&c);
 }
 
@@ -616,7 +600,7 @@ int main(void) {
   RUN(copies_between_devices);
   RUN(modules_are_one_cuda_arena);
   RUN(ready_when_replied);
-  baseline_free = gpu_free();
+  baseline_free = gk_free();
   RUN(cached_and_managed_objects);
   RUN(out_of_device_memory);
   RUN(device_memory_back_to_baseline);
