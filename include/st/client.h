@@ -197,6 +197,40 @@ ST_API int st_args_parse_kv(st_args_t *a, const char *word, char *err, size_t er
  * are kept). ST_ERR_INVALID_ARGUMENT with a reason in `err` otherwise. */
 ST_API int st_args_parse_json(st_args_t *a, const char *json, char *err, size_t errlen);
 
+/* ------------------------------------------------------ tensor arguments
+ *
+ * An endpoint may take tensors as arguments (docs/protocol.md, "Tensor
+ * arguments"): they travel as file descriptors, not bytes, and the endpoint
+ * reads and writes them in place. Only memory made by st_tensor_alloc can
+ * go: it is shareable (a sealed memfd on the CPU, an exported VMM
+ * allocation on a GPU). */
+
+/* Allocates a zero-filled, contiguous tensor of `dtype` and `shape` (ndim
+ * 0..16 sizes) on `device`: "cpu" (NULL too), "cuda" (ordinal 0) or
+ * "cuda:N", ordinals of this process. *out is a result holding that one
+ * tensor (st_result_tensor(*out, 0), named ""), owned by the caller
+ * (st_result_free), writable, exportable with DLPack like any result. Fill
+ * it, then pass it (or a view of it) with st_args_tensor. CUDA memory is
+ * written by this process's own streams: synchronize them before the call
+ * (the server reads as soon as the request arrives). Errors:
+ * ST_ERR_INVALID_ARGUMENT (bad device, dtype or shape), ST_ERR_CAPABILITY
+ * (no CUDA), ST_ERR_OUT_OF_MEMORY, with a reason in err. Any thread. */
+ST_API int st_tensor_alloc(const char *device, st_dtype_t dtype, int ndim, const int64_t *shape,
+                           st_result_t **out, char *err, size_t errlen);
+
+/* Sets `key` to a tensor argument. `t` describes the tensor: its memory
+ * (data ... the last element its shape and strides reach) must lie inside
+ * one allocation of st_tensor_alloc on t->device / t->device_index; any
+ * view (a slice, a transpose, an offset) of it is fine, and t may be a
+ * struct the caller filled in (how the Python package passes a torch
+ * tensor). The argument map keeps the allocation until st_args_free; the
+ * call sends its descriptor, and the endpoint's writes land in it.
+ * Tensor arguments go to st_client_call and st_client_submit only.
+ * Errors: ST_ERR_INVALID_ARGUMENT (a malformed tensor; memory that is not
+ * from st_tensor_alloc), ST_ERR_OUT_OF_MEMORY, with a reason in err. */
+ST_API int st_args_tensor(st_args_t *a, const char *key, const st_tensor_t *t, char *err,
+                          size_t errlen);
+
 /* ---------------------------------------------------------------- client */
 
 /* Socket path for a device: "<base>-<device>.sock". `base` NULL means

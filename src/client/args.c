@@ -24,7 +24,41 @@ typedef struct arg {
 struct st_args {
   arg_t *items;
   size_t n, cap;
+  /* Own allocations that tensor values name by index (st_args_tensor,
+   * targs.c): one reference each, dropped by st_args_free. */
+  st__mapping_t **arenas;
+  size_t narenas, arenas_cap;
 };
+
+/* See client_internal.h. */
+size_t st__client_args_arenas(const st_args_t *a, st__mapping_t *const **out) {
+  *out = a ? a->arenas : NULL;
+  return a ? a->narenas : 0;
+}
+
+/* Index of m among a's arenas, adding it (and keeping the caller's
+ * reference) when new; an existing entry gives the extra reference back.
+ * -1 when out of memory (the reference is released). */
+long st__client_args_arena_index(st_args_t *a, st__mapping_t *m) {
+  for (size_t i = 0; i < a->narenas; i++) {
+    if (a->arenas[i] == m) {
+      st__client_mapping_release(m);
+      return (long)i;
+    }
+  }
+  if (a->narenas == a->arenas_cap) {
+    size_t cap = a->arenas_cap ? a->arenas_cap * 2 : 4;
+    st__mapping_t **p = realloc(a->arenas, cap * sizeof *p);
+    if (!p) {
+      st__client_mapping_release(m);
+      return -1;
+    }
+    a->arenas = p;
+    a->arenas_cap = cap;
+  }
+  a->arenas[a->narenas] = m;
+  return (long)a->narenas++;
+}
 
 /* New empty argument map, owned by the caller (st_args_free); NULL when out
  * of memory. Any thread. */
@@ -37,6 +71,8 @@ ST_API void st_args_free(st_args_t *a) {
     free(a->items[i].key);
     free(a->items[i].data);
   }
+  for (size_t i = 0; i < a->narenas; i++) st__client_mapping_release(a->arenas[i]);
+  free(a->arenas);
   free(a->items);
   free(a);
 }

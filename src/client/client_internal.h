@@ -43,6 +43,9 @@ typedef struct st__cbuf {
   msgpack_sbuffer sb;
   msgpack_packer pk;
   int oom;
+  const int *fds;              /* descriptors that go with the request (tensor
+                                  arguments; borrowed), or NULL           */
+  size_t nfds;
 } st__cbuf_t;
 
 void st__client_cbuf_init(st__cbuf_t *b);
@@ -107,7 +110,10 @@ int64_t st__client_deadline(int timeout_ms);
 
 /* conn.c. Each returns ST_OK or a recorded failure. */
 int st__client_conn_open(st_client_t *c, const char *path, int timeout_ms);
-int st__client_conn_send(st_client_t *c, const void *buf, size_t len, int64_t deadline);
+/* Sends buf; the nfds descriptors `fds` (borrowed, may be NULL) go as one
+ * SCM_RIGHTS message with its first byte. */
+int st__client_conn_send(st_client_t *c, const void *buf, size_t len, const int *fds,
+                         size_t nfds, int64_t deadline);
 /* Reads what is available (waiting until the deadline for something) into
  * the reader, queueing any descriptors. */
 int st__client_conn_fill(st_client_t *c, int64_t deadline);
@@ -119,15 +125,17 @@ void st__client_conn_shutdown(st_client_t *c, const char *why);
 int st__client_fifo_take(st_client_t *c, int *out, size_t n);
 
 /* rpc.c: one request and its reply. `params` (may be NULL) is the bytes of
- * one msgpack map of named parameters. On ST_OK *reply holds the response
+ * one msgpack map of named parameters; `req_fds` (req_nfds of them,
+ * borrowed) go with the request. On ST_OK *reply holds the response
  * (caller destroys it), and when its result is a map with an `arenas` array
  * *fds receives that many descriptors (owned by the caller, *nfds set;
  * *fds NULL when none). On failure nothing is left to free. */
 int st__client_exchange(st_client_t *c, const char *method, const void *params,
-                        size_t params_len, st__message_t *reply, int **fds, size_t *nfds);
+                        size_t params_len, const int *req_fds, size_t req_nfds,
+                        st__message_t *reply, int **fds, size_t *nfds);
 
-/* hello.c: one exchange of `method` (params: the bytes of one msgpack map,
- * or NULL for none) decoded into a new result owned by the caller; with
+/* hello.c: one exchange of `method` (params: the bytes of one msgpack map
+ * and the descriptors that go with it, or NULL for none) decoded into a new result owned by the caller; with
  * `unwrap` the value is result["value"] and result["object"] is kept (call,
  * task result). Thread of the client. */
 int st__client_method(st_client_t *c, const char *method, const st__cbuf_t *params, int unwrap,
@@ -156,6 +164,23 @@ int st__client_map_arena(const char *server_id, const st__arena_desc_t *d, int f
                          st__mapping_t **out, char *err, size_t errlen);
 /* Drops one reference; the last one unmaps. NULL ok. Any thread. */
 void st__client_mapping_release(st__mapping_t *m);
+/* Own allocations (tensor arguments): memory this process makes and
+ * passes to endpoints (map.c). st__client_own_alloc makes a zero-filled
+ * sealed memfd (cuda_ordinal < 0) or exportable VMM allocation on that
+ * ordinal of at least `bytes`, mapped read-write; *out holds one
+ * reference (st__client_mapping_release). Errors: ST_ERR_OUT_OF_MEMORY,
+ * ST_ERR_LIMIT, ST_ERR_CAPABILITY, with a reason. Any thread. */
+int st__client_own_alloc(int cuda_ordinal, uint64_t bytes, st__mapping_t **out, char *err,
+                         size_t errlen);
+/* The own allocation on `cuda_ordinal` (-1: CPU memory) that holds the
+ * `len` bytes at p, with one more reference in *out and p's byte offset
+ * from its base in *offset. ST_OK or ST_ERR_NOT_FOUND. Any thread. */
+int st__client_own_find(const void *p, uint64_t len, int cuda_ordinal, st__mapping_t **out,
+                        uint64_t *offset);
+/* The arena descriptor of an own allocation for a request (fd left 0). */
+void st__client_own_describe(const st__mapping_t *m, st__arena_desc_t *d);
+/* Its descriptor (borrowed: the mapping owns it); -1 for other mappings. */
+int st__client_own_fd(const st__mapping_t *m);
 /* Base address (NULL for an empty arena; a device address for CUDA). */
 void *st__client_mapping_base(const st__mapping_t *m);
 /* CUDA ordinal of the mapping in this process; -1 for CPU memory. */
@@ -174,6 +199,13 @@ int st__client_cuda_device(const st__arena_desc_t *d, int *ordinal, char *err, s
  * ST_ERR_CAPABILITY, ST_ERR_OUT_OF_MEMORY. */
 int st__client_cuda_import(const st__arena_desc_t *d, int fd, st__cuda_mapping_t *out,
                            char *err, size_t errlen);
+/* Allocates zero-filled, exportable device memory of at least `bytes` on
+ * device `ordinal` (st__cuda_create_fd + st__cuda_import): *fd (owned by
+ * the caller) names it, *out maps it here, `uuid` (ST_CUDA_UUID_LEN bytes)
+ * receives the device's UUID. ST_ERR_CAPABILITY, ST_ERR_OUT_OF_MEMORY,
+ * ST_ERR_INVALID_ARGUMENT (bad ordinal), with a reason. */
+int st__client_cuda_alloc(int ordinal, uint64_t bytes, int *fd, st__cuda_mapping_t *out,
+                          char *uuid, char *err, size_t errlen);
 /* st__cuda_unmap. NULL or unmapped: no-op. */
 void st__client_cuda_unmap(st__cuda_mapping_t *m);
 /* Synchronous copy of `bytes` from device address `src` on device
@@ -190,6 +222,16 @@ int st__client_result_decode(st_client_t *c, const msgpack_object *result, int u
 
 /* Packs the arguments as one msgpack map (NULL packs {}). */
 void st__client_args_pack(msgpack_packer *pk, const st_args_t *a);
+/* The own allocations the arguments' tensors live in (targs.c), in the
+ * order their `arena` indices name them; NULL/0 when none. Borrowed. */
+size_t st__client_args_arenas(const st_args_t *a, st__mapping_t *const **out);
+/* Index of own allocation m in a's arena list, appended when new; takes
+ * the caller's reference on m. -1 when out of memory. */
+long st__client_args_arena_index(st_args_t *a, st__mapping_t *m);
+/* Packs params.arenas for them and fills fds[] (room for n; borrowed from
+ * the mappings) in the same order. */
+void st__client_args_pack_arenas(msgpack_packer *pk, st__mapping_t *const *arenas, size_t n,
+                                 int *fds);
 /* Sets `key` to a copy of msgpack bytes. ST_OK / ST_ERR_OUT_OF_MEMORY /
  * ST_ERR_INVALID_ARGUMENT (empty or NULL key). */
 int st__client_args_set_raw(st_args_t *a, const char *key, size_t key_len, const void *data,

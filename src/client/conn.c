@@ -109,10 +109,34 @@ static int wait_for(st_client_t *c, short events, int64_t deadline) {
 
 /* Sends all `len` bytes before the deadline. ST_OK or a recorded failure
  * (ST_ERR_IO when the server closed the connection, ST_ERR_TIMEOUT). */
-int st__client_conn_send(st_client_t *c, const void *buf, size_t len, int64_t deadline) {
+int st__client_conn_send(st_client_t *c, const void *buf, size_t len, const int *fds,
+                         size_t nfds, int64_t deadline) {
   const char *p = buf;
+  if (nfds > ST_MAX_FDS_PER_MESSAGE)
+    return st__client_fail(c, ST_ERR_LIMIT, "%zu descriptors in one request (at most %d)", nfds,
+                           ST_MAX_FDS_PER_MESSAGE);
+  union {
+    char buf[CMSG_SPACE(sizeof(int) * ST_MAX_FDS_PER_MESSAGE)];
+    struct cmsghdr align;
+  } ctl;
   while (len > 0) {
-    ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
+    ssize_t n;
+    if (nfds > 0) {
+      /* The descriptors ride on the first byte (docs/protocol.md). */
+      struct iovec iov = {.iov_base = (void *)p, .iov_len = len};
+      struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                          .msg_controllen = CMSG_SPACE(sizeof(int) * nfds)};
+      memset(ctl.buf, 0, sizeof ctl.buf);
+      struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+      cm->cmsg_level = SOL_SOCKET;
+      cm->cmsg_type = SCM_RIGHTS;
+      cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+      memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
+      n = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+      if (n > 0) nfds = 0;
+    } else {
+      n = send(c->fd, p, len, MSG_NOSIGNAL);
+    }
     if (n > 0) {
       p += n;
       len -= (size_t)n;

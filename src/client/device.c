@@ -107,6 +107,31 @@ int st__client_cuda_import(const st__arena_desc_t *d, int fd, st__cuda_mapping_t
 }
 
 /* See client_internal.h. Any thread. */
+int st__client_cuda_alloc(int ordinal, uint64_t bytes, int *fd, st__cuda_mapping_t *out,
+                          char *uuid, char *err, size_t errlen) {
+  char why[300];
+  *fd = -1;
+  memset(out, 0, sizeof *out);
+  out->ordinal = -1;
+  const st__cuda_api_t *a = st__cuda_api(why, sizeof why);
+  if (!a) return st__fail(ST_ERR_CAPABILITY, err, errlen, "%s", why);
+  CUcontext saved = ctx_save();
+  uint64_t size = 0;
+  int rc = st__cuda_create_fd(ordinal, bytes, fd, &size, why, sizeof why);
+  if (rc == ST_OK) rc = st__cuda_device_uuid(ordinal, uuid, why, sizeof why);
+  if (rc == ST_OK) rc = st__cuda_import(*fd, size, uuid, out, why, sizeof why);
+  if (rc == ST_OK) rc = st__cuda_zero_sync(out->dptr, out->bytes, why, sizeof why);
+  if (rc != ST_OK) {
+    st__cuda_unmap(out);
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+  }
+  ctx_restore(a, saved);
+  if (rc != ST_OK) return st__fail(rc, err, errlen, "cuda:%d: %s", ordinal, why);
+  return ST_OK;
+}
+
+/* See client_internal.h. Any thread. */
 void st__client_cuda_unmap(st__cuda_mapping_t *m) {
   if (!m || !m->dptr) return;
   const st__cuda_api_t *a = st__cuda_api(NULL, 0);
@@ -149,6 +174,18 @@ int st__client_cuda_import(const st__arena_desc_t *d, int fd, st__cuda_mapping_t
 /* See client_internal.h. */
 void st__client_cuda_unmap(st__cuda_mapping_t *m) {
   if (m) memset(m, 0, sizeof *m);
+}
+
+/* See client_internal.h: no CUDA memory without CUDA. */
+int st__client_cuda_alloc(int ordinal, uint64_t bytes, int *fd, st__cuda_mapping_t *out,
+                          char *uuid, char *err, size_t errlen) {
+  (void)bytes;
+  *fd = -1;
+  uuid[0] = '\0';
+  memset(out, 0, sizeof *out);
+  out->ordinal = -1;
+  return st__fail(ST_ERR_CAPABILITY, err, errlen,
+                  "no CUDA device: built without CUDA support (cuda:%d)", ordinal);
 }
 
 /* See client_internal.h. */

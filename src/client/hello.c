@@ -56,7 +56,7 @@ static int hello(st_client_t *c) {
   st__message_t m;
   int *fds;
   size_t nfds;
-  rc = st__client_exchange(c, "hello", b.sb.data, b.sb.size, &m, &fds, &nfds);
+  rc = st__client_exchange(c, "hello", b.sb.data, b.sb.size, NULL, 0, &m, &fds, &nfds);
   st__client_cbuf_destroy(&b);
   if (rc != ST_OK) return rc;
   for (size_t i = 0; i < nfds; i++) close(fds[i]);
@@ -207,7 +207,7 @@ ST_API int st_client_ping(st_client_t *c, double *rtt_us) {
   int *fds;
   size_t nfds;
   int64_t t0 = st__client_now_ns();
-  int rc = st__client_exchange(c, "ping", NULL, 0, &m, &fds, &nfds);
+  int rc = st__client_exchange(c, "ping", NULL, 0, NULL, 0, &m, &fds, &nfds);
   int64_t t1 = st__client_now_ns();
   if (rc != ST_OK) return rc;
   for (size_t i = 0; i < nfds; i++) close(fds[i]);
@@ -227,7 +227,8 @@ int st__client_method(st_client_t *c, const char *method, const st__cbuf_t *para
   int *fds;
   size_t nfds;
   int rc = st__client_exchange(c, method, params ? params->sb.data : NULL,
-                               params ? params->sb.size : 0, &m, &fds, &nfds);
+                               params ? params->sb.size : 0, params ? params->fds : NULL,
+                               params ? params->nfds : 0, &m, &fds, &nfds);
   if (rc != ST_OK) return rc;
   rc = st__client_result_decode(c, &m.result, unwrap, fds, nfds, out);
   free(fds);
@@ -241,14 +242,30 @@ int st__client_endpoint_method(st_client_t *c, const char *method, const char *e
                                st_result_t **out) {
   if (!endpoint || !*endpoint)
     return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "no endpoint name given");
+  st__mapping_t *const *arenas = NULL;
+  size_t narenas = with_args ? st__client_args_arenas(args, &arenas) : 0;
+  if (narenas && strcmp(method, "call") != 0 && strcmp(method, "submit") != 0)
+    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT,
+                           "%s: tensor arguments go only to call and submit", method);
+  int fds[ST_MAX_FDS_PER_MESSAGE];
+  if (narenas > ST_MAX_FDS_PER_MESSAGE)
+    return st__client_fail(c, ST_ERR_LIMIT,
+                           "the arguments use %zu allocations; one request carries at most %d",
+                           narenas, ST_MAX_FDS_PER_MESSAGE);
   st__cbuf_t b;
   st__client_cbuf_init(&b);
-  msgpack_pack_map(&b.pk, with_args ? 2 : 1);
+  msgpack_pack_map(&b.pk, with_args ? (narenas ? 3 : 2) : 1);
   st__pack_cstr(&b.pk, "endpoint");
   st__pack_cstr(&b.pk, endpoint);
   if (with_args) {
     st__pack_cstr(&b.pk, "args");
     st__client_args_pack(&b.pk, args);
+  }
+  if (narenas) {
+    st__pack_cstr(&b.pk, "arenas");
+    st__client_args_pack_arenas(&b.pk, arenas, narenas, fds);
+    b.fds = fds;
+    b.nfds = narenas;
   }
   int rc = b.oom ? st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing '%s'", method)
                  : st__client_method(c, method, &b, unwrap, out);
@@ -272,6 +289,10 @@ ST_API int st_client_rpc(st_client_t *c, const char *method, const st_args_t *pa
   if (!method || !*method)
     return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "no method name given");
   if (!params) return st__client_method(c, method, NULL, 0, out);
+  st__mapping_t *const *arenas;
+  if (st__client_args_arenas(params, &arenas))
+    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT,
+                           "%s: tensor arguments go only to call and submit", method);
   st__cbuf_t b;
   st__client_cbuf_init(&b);
   st__client_args_pack(&b.pk, params);

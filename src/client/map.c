@@ -19,6 +19,13 @@
  *
  * Every received descriptor is closed here: the mapping keeps the memory.
  *
+ * Own allocations (st__client_own_alloc) are the other kind of entry: memory
+ * this process made to pass as tensor arguments (a sealed memfd, or an
+ * exported VMM allocation). They keep their descriptor, which goes to the
+ * server with each request that uses them, and sit in a list of their own
+ * that st__client_own_find searches by address. They are released like any
+ * mapping.
+ *
  * Threads: any; one mutex guards the table. Mapping happens under the lock
  * (mmap of a memfd and a CUDA import take tens of microseconds; creating a
  * CUDA context, which is slow, happens before the lock is taken) so that
@@ -52,10 +59,14 @@ struct st__mapping {
   size_t refs;
   st__cuda_mapping_t cm;
   pid_t pid;        /* the process that mapped it                 */
+  int own;          /* 1: an own allocation; `fd` is its descriptor */
+  int fd;
 };
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static st__mapping_t *cache_head;
+static st__mapping_t *own_head;   /* own allocations */
+static uint64_t own_next_id = 1;
 static size_t cache_mapped;
 static uint64_t cache_reused;
 static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
@@ -252,14 +263,15 @@ void st__client_mapping_release(st__mapping_t *m) {
     pthread_mutex_unlock(&cache_lock);
     return;
   }
-  for (st__mapping_t **pp = &cache_head; *pp; pp = &(*pp)->next) {
+  for (st__mapping_t **pp = m->own ? &own_head : &cache_head; *pp; pp = &(*pp)->next) {
     if (*pp == m) {
       *pp = m->next;
       break;
     }
   }
-  cache_mapped--;
+  if (!m->own) cache_mapped--;
   pthread_mutex_unlock(&cache_lock);
+  if (m->own) close(m->fd);
   if (m->cuda) {
     /* A child forked without exec cannot call the driver: it only forgets
      * the parent's mapping, which stays the parent's. */
@@ -270,6 +282,118 @@ void st__client_mapping_release(st__mapping_t *m) {
   free(m->server_id);
   free(m);
 }
+
+/* ------------------------------------------------------- own allocations */
+
+/* A sealed memfd of `bytes` (page-rounded, at least one page) mapped
+ * read-write into m. */
+static int own_cpu(st__mapping_t *m, uint64_t bytes, char *err, size_t errlen) {
+  long page = sysconf(_SC_PAGESIZE);
+  if (page <= 0) page = 4096;
+  if (bytes > (uint64_t)(SIZE_MAX / 2))
+    return st__fail(ST_ERR_LIMIT, err, errlen, "%llu bytes is too large",
+                    (unsigned long long)bytes);
+  uint64_t size = bytes ? (bytes + (uint64_t)page - 1) / (uint64_t)page * (uint64_t)page
+                        : (uint64_t)page;
+  int fd = memfd_create("st-tensor-arg", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0)
+    return st__fail(errno == EMFILE || errno == ENFILE ? ST_ERR_LIMIT : ST_ERR_OUT_OF_MEMORY,
+                    err, errlen, "memfd_create: %s", strerror(errno));
+  int rc = ST_OK;
+  int fe = 0;
+  if (ftruncate(fd, (off_t)size) != 0) fe = errno;
+  /* Commit the pages: a shortage is an error here, not a SIGBUS later. */
+  if (!fe) {
+    int r = posix_fallocate(fd, 0, (off_t)size);
+    if (r != 0 && r != EOPNOTSUPP && r != EINVAL) fe = r;
+  }
+  /* The server maps it only when it cannot shrink (F_SEAL_SHRINK). */
+  if (!fe && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) fe = errno;
+  void *p = MAP_FAILED;
+  if (!fe) {
+    p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) fe = errno;
+  }
+  if (fe) {
+    rc = st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "cannot allocate %llu bytes of shared memory: %s",
+                  (unsigned long long)size, strerror(fe));
+    close(fd);
+    return rc;
+  }
+  m->fd = fd;
+  m->base = p;
+  m->map_len = (size_t)size;
+  m->bytes = size;
+  return ST_OK;
+}
+
+/* See client_internal.h. Any thread. */
+int st__client_own_alloc(int cuda_ordinal, uint64_t bytes, st__mapping_t **out, char *err,
+                         size_t errlen) {
+  *out = NULL;
+  st__mapping_t *m = calloc(1, sizeof *m);
+  if (!m) return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+  m->own = 1;
+  m->fd = -1;
+  m->refs = 1;
+  m->pid = getpid();
+  int rc;
+  if (cuda_ordinal < 0) {
+    rc = own_cpu(m, bytes, err, errlen);
+  } else {
+    rc = st__client_cuda_alloc(cuda_ordinal, bytes, &m->fd, &m->cm, m->uuid, err, errlen);
+    if (rc == ST_OK) {
+      m->cuda = 1;
+      m->base = (void *)(uintptr_t)m->cm.dptr;
+      m->map_len = (size_t)m->cm.bytes;
+      m->bytes = m->cm.bytes;
+    }
+  }
+  if (rc != ST_OK) {
+    free(m);
+    return rc;
+  }
+  cache_enter();
+  m->arena_id = own_next_id++;
+  m->next = own_head;
+  own_head = m;
+  pthread_mutex_unlock(&cache_lock);
+  *out = m;
+  return ST_OK;
+}
+
+/* See client_internal.h. Any thread. */
+int st__client_own_find(const void *p, uint64_t len, int cuda_ordinal, st__mapping_t **out,
+                        uint64_t *offset) {
+  *out = NULL;
+  uintptr_t a = (uintptr_t)p;
+  cache_enter();
+  for (st__mapping_t *m = own_head; m; m = m->next) {
+    uintptr_t b = (uintptr_t)m->base;
+    if ((m->cuda ? m->cm.ordinal : -1) != cuda_ordinal || a < b || a - b > m->bytes ||
+        len > m->bytes - (a - b))
+      continue;
+    m->refs++;
+    *out = m;
+    *offset = (uint64_t)(a - b);
+    break;
+  }
+  pthread_mutex_unlock(&cache_lock);
+  return *out ? ST_OK : ST_ERR_NOT_FOUND;
+}
+
+/* See client_internal.h. */
+void st__client_own_describe(const st__mapping_t *m, st__arena_desc_t *d) {
+  memset(d, 0, sizeof *d);
+  d->bytes = m->bytes;
+  d->id = m->arena_id;
+  d->cuda = m->cuda;
+  snprintf(d->backend, sizeof d->backend, "%s", m->cuda ? "vmm" : "memfd");
+  if (m->cuda) snprintf(d->uuid, sizeof d->uuid, "%s", m->uuid);
+}
+
+/* See client_internal.h. */
+int st__client_own_fd(const st__mapping_t *m) { return m->own ? m->fd : -1; }
 
 /* Base of the mapping (NULL for an empty arena). Borrowed. */
 void *st__client_mapping_base(const st__mapping_t *m) { return m->base; }

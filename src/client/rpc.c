@@ -114,7 +114,8 @@ static int read_reply(st_client_t *c, uint32_t id, int64_t deadline, st__message
 /* Sends one request and waits for its reply (see client_internal.h for
  * ownership). Thread of the client. */
 int st__client_exchange(st_client_t *c, const char *method, const void *params,
-                        size_t params_len, st__message_t *reply, int **fds, size_t *nfds) {
+                        size_t params_len, const int *req_fds, size_t req_nfds,
+                        st__message_t *reply, int **fds, size_t *nfds) {
   *fds = NULL;
   *nfds = 0;
   if (c->fd < 0)
@@ -137,7 +138,7 @@ int st__client_exchange(st_client_t *c, const char *method, const void *params,
     return st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing '%s'", method);
   }
   int64_t deadline = st__client_deadline(c->timeout_ms);
-  int rc = st__client_conn_send(c, b.sb.data, b.sb.size, deadline);
+  int rc = st__client_conn_send(c, b.sb.data, b.sb.size, req_fds, req_nfds, deadline);
   st__client_cbuf_destroy(&b);
   if (rc == ST_ERR_IO) {
     /* The server may have refused us (AUTH, LIMIT) and closed before our

@@ -22,6 +22,8 @@ static int cbuf_write(void *data, const char *buf, size_t len) {
 void st__client_cbuf_init(st__cbuf_t *b) {
   msgpack_sbuffer_init(&b->sb);
   b->oom = 0;
+  b->fds = NULL;
+  b->nfds = 0;
   msgpack_packer_init(&b->pk, b, cbuf_write);
 }
 

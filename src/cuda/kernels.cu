@@ -120,6 +120,17 @@ __global__ void k_strided_cast(void *dst, st_dtype_t ddt, const void *src, st_dt
   }
 }
 
+/* x * mul + add in place at every strided element (g.src unused). */
+__global__ void k_strided_affine(void *dst, st_dtype_t dt, Geom g, int64_t n, double mul,
+                                 double add) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t d, s;
+    offsets(g, i, &d, &s);
+    st__dev_store(dt, dst, d, __dadd_rn(__dmul_rn(st__dev_load(dt, dst, d), mul), add));
+  }
+}
+
 /* Fill: the `es` bytes of `pat` at every strided element (g.src unused). */
 __global__ void k_strided_fill(uint8_t *dst, Geom g, int64_t n, int es, uint64_t pat) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -321,6 +332,22 @@ extern "C" int st__cuda_fill_strided(void *dst, st_dtype_t dtype, const int64_t 
   k_strided_fill<<<blocks_for(n), kThreads, 0, (cudaStream_t)stream>>>(
       (uint8_t *)dst, g, n, (int)st_dtype_size(dtype), word);
   return launched("fill", err, errlen);
+}
+
+/* See kernels.h. */
+extern "C" int st__cuda_affine_strided(void *dst, st_dtype_t dtype, const int64_t *strides,
+                                       int ndim, const int64_t *shape, double mul, double add,
+                                       CUstream stream, char *err, size_t errlen) {
+  if (!valid_dtype(dtype))
+    return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "affine: invalid dtype");
+  Geom g;
+  int64_t n = 0;
+  int rc = make_geom("affine", &g, ndim, shape, strides, NULL, &n, err, errlen);
+  if (rc != ST_OK) return rc > 0 ? ST_OK : rc;
+  if (!dst) return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "affine: null buffer");
+  k_strided_affine<<<blocks_for(n), kThreads, 0, (cudaStream_t)stream>>>(dst, dtype, g, n, mul,
+                                                                         add);
+  return launched("affine", err, errlen);
 }
 
 /* See kernels.h. */

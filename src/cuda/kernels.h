@@ -72,6 +72,12 @@ int st__cuda_fill_strided(void *dst, st_dtype_t dtype, const int64_t *strides, i
                           const int64_t *shape, double value, CUstream stream, char *err,
                           size_t errlen);
 
+/* In place over a strided view: every element x becomes x * mul + add,
+ * computed in double (a product then a sum, no fused multiply-add, as the
+ * CPU does) and stored back as st_dtype_store would. */
+int st__cuda_affine_strided(void *dst, st_dtype_t dtype, const int64_t *strides, int ndim,
+                            const int64_t *shape, double mul, double add, CUstream stream,
+                            char *err, size_t errlen);
 /* Copies `bytes` between any two addresses this process can name (host
  * memory or device addresses of the current context; direction from the
  * unified address space), queued on `stream`. A copy to or from pageable

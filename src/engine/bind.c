@@ -17,6 +17,7 @@ const char *st__param_type_name(st__param_type_t t) {
     case ST_PARAM_NUMBER: return "number";
     case ST_PARAM_STRING: return "string";
     case ST_PARAM_TABLE: return "table";
+    case ST_PARAM_TENSOR: return "tensor";
   }
   return "?";
 }
@@ -34,7 +35,7 @@ static const char *value_type_name(const msgpack_object *o) {
     case MSGPACK_OBJECT_BIN: return "binary";
     case MSGPACK_OBJECT_ARRAY: return "array";
     case MSGPACK_OBJECT_MAP: return "map";
-    case MSGPACK_OBJECT_EXT: return "ext";
+    case MSGPACK_OBJECT_EXT: return o->via.ext.type == ST_EXT_TENSOR ? "tensor" : "ext";
   }
   return "?";
 }
@@ -42,6 +43,7 @@ static const char *value_type_name(const msgpack_object *o) {
 static int type_accepts(st__param_type_t t, const msgpack_object *o) {
   switch (t) {
     case ST_PARAM_ANY: return 1;
+    case ST_PARAM_TENSOR: return o->type == MSGPACK_OBJECT_EXT;
     case ST_PARAM_BOOL: return o->type == MSGPACK_OBJECT_BOOLEAN;
     case ST_PARAM_INTEGER:
       return o->type == MSGPACK_OBJECT_POSITIVE_INTEGER ||
@@ -92,7 +94,7 @@ static void list_params(const st__endpoint_decl_t *ep, char *buf, size_t cap) {
 
 /* Binds a call's args to ep's parameters; see bind.h. Any thread. */
 int st__bind_args(const st__endpoint_decl_t *ep, const msgpack_object *args,
-                  msgpack_sbuffer *out, char *err, size_t errlen) {
+                  const st__targs_t *targs, msgpack_sbuffer *out, char *err, size_t errlen) {
   if (args && args->type == MSGPACK_OBJECT_NIL) args = NULL;
   if (args && args->type != MSGPACK_OBJECT_MAP) {
     snprintf(err, errlen, "args must be a map, got %s", value_type_name(args));
@@ -100,7 +102,7 @@ int st__bind_args(const st__endpoint_decl_t *ep, const msgpack_object *args,
   }
   if (args) {
     char why[256];
-    if (st__check_value(args, 0, why, sizeof why) != ST_OK) {
+    if (st__check_value(args, 1, why, sizeof why) != ST_OK) {
       snprintf(err, errlen, "args: %s", why);
       return ST_ERR_INVALID_ARGUMENT;
     }
@@ -118,6 +120,7 @@ int st__bind_args(const st__endpoint_decl_t *ep, const msgpack_object *args,
     memset(stack_seen, 0, sizeof stack_seen);
   }
   int rc = ST_OK;
+  size_t ntensors = 0;
   uint32_t nargs = args ? args->via.map.size : 0;
   for (uint32_t i = 0; i < nargs && rc == ST_OK; i++) {
     const msgpack_object *k = &args->via.map.ptr[i].key;
@@ -140,8 +143,17 @@ int st__bind_args(const st__endpoint_decl_t *ep, const msgpack_object *args,
       rc = ST_ERR_INVALID_ARGUMENT;
       break;
     }
+    rc = st__targs_check(targs, p, v, &ntensors, err, errlen);
+    if (rc != ST_OK) break;
     /* A key sent twice: the last value wins, as in a Lua table constructor. */
     seen[idx] = v;
+  }
+  if (rc == ST_OK && ntensors && (ep->cache || ep->singleflight)) {
+    snprintf(err, errlen,
+             "endpoint %s %s its results by argument, and a tensor argument cannot be part of a "
+             "key: pass plain values, or drop %s from its declaration",
+             ep->name, ep->cache ? "caches" : "joins calls", ep->cache ? "cache" : "singleflight");
+    rc = ST_ERR_INVALID_ARGUMENT;
   }
   for (size_t i = 0; i < ep->nparams && rc == ST_OK; i++) {
     if (!seen[i] && (ep->params[i].required || !ep->params[i].default_mp)) {

@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "engine/generation.h"
+#include "engine/targs.h"
 
 /* Binds `args` (NULL, a msgpack NIL, or a MAP with string keys, as sent by
  * the client) to the parameters of `ep`. On success appends one msgpack map
@@ -23,10 +24,13 @@
  *   argument 'x' must be integer, got string
  * Type rules: an integer is accepted for a NUMBER parameter, a binary for a
  * STRING one (both are Lua strings), an array or a map for a TABLE one; ANY
- * accepts every value. Values are checked with st__check_value (no ext
- * values: tensor arguments are not accepted yet). Any thread; borrows ep. */
+ * accepts every value; a TENSOR one only a tensor that meets its dtype and
+ * device. Tensor values (under any parameter, at any depth) must name an
+ * arena of `targs` (NULL: the request carries none) and lie inside it
+ * (st__targs_check); an endpoint that caches or joins calls
+ * (cache/singleflight) takes none. Any thread; borrows ep and targs. */
 int st__bind_args(const st__endpoint_decl_t *ep, const msgpack_object *args,
-                  msgpack_sbuffer *out, char *err, size_t errlen);
+                  const st__targs_t *targs, msgpack_sbuffer *out, char *err, size_t errlen);
 
 /* Name of a parameter type as the messages above print it ("integer"). */
 const char *st__param_type_name(st__param_type_t t);

@@ -29,8 +29,12 @@ typedef enum {
   ST_PARAM_INTEGER,
   ST_PARAM_NUMBER,
   ST_PARAM_STRING,
-  ST_PARAM_TABLE
+  ST_PARAM_TABLE,
+  ST_PARAM_TENSOR             /* st.tensor_param{...}: a tensor argument */
 } st__param_type_t;
+
+/* Where a TENSOR parameter's tensor must live. */
+typedef enum { ST_TDEV_ANY = 0, ST_TDEV_CPU = 1, ST_TDEV_CUDA = 2 } st__tensor_device_t;
 
 typedef struct st__param {
   char *name;                 /* owned */
@@ -38,6 +42,8 @@ typedef struct st__param {
   st__param_type_t type;
   char *default_mp;           /* owned msgpack bytes of the default (NULL if required) */
   size_t default_len;
+  int tensor_dtype;           /* TENSOR: the st_dtype_t it must have, -1 any */
+  st__tensor_device_t tensor_device;   /* TENSOR: where it must live */
 } st__param_t;
 
 typedef struct st__endpoint_decl {

@@ -54,6 +54,7 @@ st__job_t *st__job_new(uint64_t conn_id, uint32_t request_id, st__generation_t *
 void st__job_free(st__job_t *job) {
   if (!job) return;
   st__build_result_destroy(&job->result);
+  st__targs_clear(&job->targs);
   free(job->args);
   if (job->gen) st__generation_unref(job->gen);
   pthread_mutex_destroy(&job->progress.mu);

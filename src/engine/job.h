@@ -22,6 +22,7 @@
 
 #include "engine/generation.h"
 #include "engine/result.h"
+#include "engine/targs.h"
 
 /* Longest note st.progress keeps (bytes, without the NUL). */
 #define ST_PROGRESS_NOTE_MAX 200
@@ -60,6 +61,9 @@ typedef struct st__job {
                                       the CPU, N cuda:N (st__job_new: -1) */
   int cuda_device;                 /* what "cuda" names in the body: the
                                       socket's CUDA device, -1 none */
+  st__targs_t targs;               /* tensor arguments: descriptors moved in
+                                      by the loop thread, mapped and dropped
+                                      by the worker (targs.h) */
 
   volatile int cancel;             /* set by the loop thread (atomic store) */
   int state;                       /* st__job_state_t, atomic (see above) */

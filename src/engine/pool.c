@@ -40,7 +40,7 @@ struct st__pool {
   st__pool_notify_fn notify;
   void *ud;
   st__pool_runner_t run;
-  st__pool_device_fn set_device;   /* under mu until the first job; may be NULL */
+  st__pool_prepare_fn prepare;   /* under mu until the first job; may be NULL */
 
   size_t outstanding;         /* loop thread only */
   uint64_t ndone, nfailed;    /* atomic */
@@ -81,8 +81,14 @@ static void run_job(worker_t *w, st__vm_t **vm, st__job_t *job) {
       }
     }
     if (rc == ST_OK) {
+      /* Tensor arguments are mapped here, not on the loop thread: a CUDA
+       * import talks to the driver. */
       job->error[0] = '\0';
-      if (w->pool->set_device) w->pool->set_device(*vm, job->device, job->cuda_device);
+      rc = st__targs_import(&job->targs, job->error, sizeof job->error);
+      if (rc != ST_OK) job->status = rc;
+    }
+    if (rc == ST_OK) {
+      if (w->pool->prepare) w->pool->prepare(*vm, job);
       job->status = w->pool->run.vm_build(*vm, job->ep, job->args, job->args_len, &job->cancel,
                                           &job->progress, &job->result, job->error,
                                           sizeof job->error);
@@ -90,6 +96,9 @@ static void run_job(worker_t *w, st__vm_t **vm, st__job_t *job) {
         snprintf(job->error, sizeof job->error, "%s", st_strerror(job->status));
     }
   }
+  /* The body's tensors and the result hold their own references: the
+   * client's memory is not kept for the job's sake. */
+  st__targs_clear(&job->targs);
   job->finished_at = st__now_mono();
   __atomic_store_n(&job->state, ST_JOB_DONE, __ATOMIC_RELEASE);
   if (job->status == ST_OK) __atomic_add_fetch(&w->pool->ndone, 1, __ATOMIC_RELAXED);
@@ -223,11 +232,11 @@ int st__pool_start(int nworkers, const st__pool_runner_t *runner, st__generation
   return ST_OK;
 }
 
-/* The per-job device hook; see pool.h. Loop thread. Workers read it only
- * after taking a job under mu, which orders them after this store. */
-void st__pool_set_device_fn(st__pool_t *p, st__pool_device_fn fn) {
+/* The per-job hook; see pool.h. Loop thread. Workers read it only after
+ * taking a job under mu, which orders them after this store. */
+void st__pool_set_prepare_fn(st__pool_t *p, st__pool_prepare_fn fn) {
   pthread_mutex_lock(&p->mu);
-  p->set_device = fn;
+  p->prepare = fn;
   pthread_mutex_unlock(&p->mu);
 }
 

@@ -42,9 +42,10 @@ typedef struct st__pool_runner {
                   st__build_result_t *res, char *err, size_t errlen);
 } st__pool_runner_t;
 
-/* Tells a worker's state where the next job builds (job.h: device and
- * cuda_device); the server passes st__vm_set_device. */
-typedef void (*st__pool_device_fn)(st__vm_t *vm, int device, int cuda_device);
+/* Tells a worker's state about the next job right before its vm_build:
+ * where it builds (job.h: device and cuda_device) and its tensor arguments
+ * (job->targs, mapped by then); the server passes st__vm_prepare. */
+typedef void (*st__pool_prepare_fn)(st__vm_t *vm, const st__job_t *job);
 
 /* Called by a worker after it pushed a completion; must be async-safe with
  * respect to the loop (ev_async_send is). */
@@ -60,10 +61,9 @@ int st__pool_start(int nworkers, const st__pool_runner_t *runner, st__generation
                    st__pool_notify_fn notify, void *ud, st__pool_t **out, char *err,
                    size_t errlen);
 
-/* Sets the function workers call right before each vm_build with the
- * job's device (NULL: none, the default). Call before the first submit.
- * Loop thread. */
-void st__pool_set_device_fn(st__pool_t *p, st__pool_device_fn fn);
+/* Sets the function workers call right before each vm_build (NULL: none,
+ * the default). Call before the first submit. Loop thread. */
+void st__pool_set_prepare_fn(st__pool_t *p, st__pool_prepare_fn fn);
 
 /* Queues a job; the pool owns it from now on. ST_OK, or
  * ST_ERR_SHUTTING_DOWN after st__pool_shutdown (the caller keeps the job).

@@ -104,7 +104,8 @@ static int param_cmp(const void *a, const void *b) {
   return strcmp(((const st__param_t *)a)->name, ((const st__param_t *)b)->name);
 }
 
-/* params = { name = default | st.required, ... } at the top of the stack. */
+/* params = { name = default | st.required | st.tensor_param{...}, ... } at
+ * the top of the stack. */
 static void parse_params(checker_t *c, st__endpoint_decl_t *d) {
   lua_State *L = c->L;
   if (lua_type(L, -1) != LUA_TTABLE) {
@@ -134,9 +135,16 @@ static void parse_params(checker_t *c, st__endpoint_decl_t *d) {
       continue;
     }
     st__param_t *p = &d->params[d->nparams];
+    int tdtype, tdevice;
+    p->tensor_dtype = -1;
     if (st__lua_is_required(L, -1)) {
       p->required = 1;
       p->type = ST_PARAM_ANY;
+    } else if (st__lua_is_tensor_param(L, -1, &tdtype, &tdevice)) {
+      p->required = 1;
+      p->type = ST_PARAM_TENSOR;
+      p->tensor_dtype = tdtype;
+      p->tensor_device = (st__tensor_device_t)tdevice;
     } else {
       int64_t iv;
       switch (lua_type(L, -1)) {

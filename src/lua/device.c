@@ -287,6 +287,15 @@ void st__lua_cuda_fill(lua_State *L, const st__ltensor_t *t, double v, const cha
   if (rc != ST_OK) st__lua_cuda_fail(L, rc, fn, err);
 }
 
+void st__lua_cuda_affine(lua_State *L, const st__ltensor_t *t, double mul, double add,
+                         const char *fn) {
+  CUstream s = (CUstream)st__lua_cuda_stream(L, st__ltensor_device(t));
+  char err[256];
+  int rc = st__cuda_affine_strided(st__ltensor_data(t), t->dtype, t->strides, t->ndim, t->shape,
+                                   mul, add, s, err, sizeof err);
+  if (rc != ST_OK) st__lua_cuda_fail(L, rc, fn, err);
+}
+
 void st__lua_cuda_copy(lua_State *L, const st__ltensor_t *dst, const st__ltensor_t *src,
                        const char *fn) {
   CUstream s = (CUstream)st__lua_cuda_stream(L, st__ltensor_device(dst));
@@ -337,6 +346,11 @@ void st__lua_cuda_fill(lua_State *L, const st__ltensor_t *t, double v, const cha
 
 void st__lua_cuda_copy(lua_State *L, const st__ltensor_t *dst, const st__ltensor_t *src,
                        const char *fn) {
+  unreachable(L, fn);
+}
+
+void st__lua_cuda_affine(lua_State *L, const st__ltensor_t *t, double mul, double add,
+                         const char *fn) {
   unreachable(L, fn);
 }
 

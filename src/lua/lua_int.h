@@ -21,6 +21,8 @@
  *   loader.c       st__generation_load
  *   vm.c           worker states: st__vm_new/build/free
  *   config_load.c  st__config_load
+ *   zerobranch.c   the built-in "st.zerobranch" module of zero-branch
+ *                  scripts (app:endpoint, app:main, app:role)
  *
  * Threads: a lua_State is used by one thread at a time; nothing here keeps
  * global mutable state (registry keys are addresses of static chars).
@@ -79,6 +81,11 @@ typedef struct st__lua_ctx {
   uint64_t cuda_used;              /* bit N: the call queued work on cuda:N */
   int cuda_legacy;                 /* the call's endpoint has ipc = "legacy":
                                       its CUDA arenas are legacy IPC ones */
+  /* Tensor arguments of the current call (engine/targs.h): the arenas
+   * mapped from the client's descriptors, borrowed from the job while the
+   * body runs; tensor values of the arguments index them. */
+  st__arena_t *const *arg_arenas;
+  size_t narg_arenas;
 } st__lua_ctx_t;
 
 /* The CPU, as a device number; CUDA devices are their ordinals (>= 0). */
@@ -195,6 +202,9 @@ void st__lua_cuda_generate(lua_State *L, const st__ltensor_t *t, st__lua_gen_t k
 
 /* Stores v in every element of the CUDA tensor t (any strides). */
 void st__lua_cuda_fill(lua_State *L, const st__ltensor_t *t, double v, const char *fn);
+/* x * mul + add in place on a CUDA tensor (st__cuda_affine_strided). */
+void st__lua_cuda_affine(lua_State *L, const st__ltensor_t *t, double mul, double add,
+                         const char *fn);
 
 /* Copies src into dst, both on the same CUDA device, with casts and any
  * strides (the elements must not overlap). Raises on failure. */
@@ -228,6 +238,11 @@ void st__lua_push_required(lua_State *L);
 /* Nonzero if the value at idx is st.required. */
 int st__lua_is_required(lua_State *L, int idx);
 
+/* Nonzero when the value at idx was made by st.tensor_param{...}; then
+ * *dtype is its st_dtype_t (-1: any) and *device an st__tensor_device_t
+ * (engine/generation.h). */
+int st__lua_is_tensor_param(lua_State *L, int idx, int *dtype, int *device);
+
 /* [-0, +1] Normalizes what an endpoint file returned (at idx): one
  * st.endpoint{...} or an array of them. Pushes an array of declaration
  * tables and returns its length, or pushes an error message and returns -1. */
@@ -236,6 +251,26 @@ int st__lua_decl_list(lua_State *L, int idx);
 /* Line of the st.endpoint{...} call that made the table at idx (0 if it
  * was not made by st.endpoint). */
 int st__lua_decl_line(lua_State *L, int idx);
+
+/* Records the table at idx as a declaration made at `line`, as
+ * st.endpoint{...} does (zerobranch.c's app:endpoint). The st module must
+ * exist (st__lua_push_st). */
+void st__lua_decl_mark(lua_State *L, int idx, int line);
+
+/* ------------------------------------------------------------ zerobranch.c */
+
+/* [-0, +1] Pushes the sandbox's built-in "st.zerobranch" module: `app()`
+ * gives an object whose :endpoint(decl) is st.endpoint(decl) and also
+ * records decl as one of the file's declarations, whose :main(fn) checks
+ * fn and does nothing, and whose :role() is "server". */
+void st__lua_push_zerobranch(lua_State *L);
+
+/* [-0, +1] st__lua_decl_list for the value a file returned (at idx), with
+ * the declarations its app:endpoint calls recorded: a file that returned
+ * nothing and declared endpoints that way gives those. Takes the recorded
+ * list (the next file starts empty). Returns the count, or -1 with a
+ * message pushed. */
+int st__lua_file_decls(lua_State *L, int idx);
 
 /* [-0, +1] Pushes the marker metatable of tables that serialize as arrays
  * even when empty. */
@@ -309,6 +344,9 @@ void st__ltensor_set_contiguous(st__ltensor_t *t);
 void st__ltensor_copy(const st__ltensor_t *dst, const st__ltensor_t *src);
 /* Stores v in every element of t (on the CPU; any strides). */
 void st__ltensor_fill_cpu(const st__ltensor_t *t, double v);
+/* Every element x of a CPU tensor becomes x * mul + add (in double, then
+ * stored as st_dtype_store does; the same bytes as the CUDA kernel). */
+void st__ltensor_affine_cpu(const st__ltensor_t *t, double mul, double add);
 /* Copies t (on the CPU) into dst_base (contiguous, t's dtype). */
 void st__ltensor_pack(void *dst_base, const st__ltensor_t *t);
 
@@ -366,8 +404,11 @@ int st__lua_pack(lua_State *L, int idx, msgpack_packer *pk, st__build_result_t *
                  const char *root, char *err, size_t errlen);
 
 /* [-0, +1] Pushes a msgpack object as a Lua value (arrays and maps become
- * tables; an empty array keeps the array marker). Ext values are refused:
- * pushes nothing and returns ST_ERR_INVALID_ARGUMENT. */
+ * tables; an empty array keeps the array marker). A tensor ext value
+ * becomes a tensor on the call's argument arena it names
+ * (ctx->arg_arenas); any other ext value, or a tensor that names no mapped
+ * arena or does not fit it, pushes nothing and returns
+ * ST_ERR_INVALID_ARGUMENT. May raise when out of memory. */
 int st__lua_push_msgpack(lua_State *L, const msgpack_object *o, char *err, size_t errlen);
 
 /* ------------------------------------------------------------ decl.c */

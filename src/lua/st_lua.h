@@ -12,7 +12,8 @@
  * (assert error ipairs next pairs pcall xpcall select tonumber tostring type
  * unpack rawequal rawget rawset rawlen setmetatable getmetatable string
  * (without dump) table math bit os.{time,clock,date} load (text only, in the
- * sandbox) require (st modules only) print (to the server log) and st);
+ * sandbox) require ("st" and "st.zerobranch" only) print (to the server
+ * log) and st);
  * no io, os.execute, os.exit, ffi, debug, jit, package, dofile, loadfile,
  * loadstring, string.dump, and reading or assigning an undeclared global is
  * an error.
@@ -35,8 +36,10 @@
  * ST_ERR_CONFIGURATION. Loop thread, at start. */
 int st__config_load(const char *path, st__config_t *cfg, st__errlist_t *errs);
 
-/* Loads every "*.lua" file of `dir` (sorted by name, not recursive). Each
- * must return one st.endpoint{...} or an array of them. Every problem is
+/* Loads every "*.lua" file of `dir` (sorted by name, not recursive), or
+ * `dir` itself when it names a regular file. Each must return one
+ * st.endpoint{...} or an array of them, or declare its endpoints with
+ * require("st.zerobranch").app():endpoint{...} and return nothing. Every problem is
  * reported in errs as "file:line: message": a syntax or runtime error, an
  * unknown option, a wrong type, a bad enum value, a cache_format_key naming
  * no parameter, a duplicate endpoint name (naming both files). On success
@@ -65,6 +68,12 @@ st__generation_t *st__vm_generation(const st__vm_t *vm);
  * new state builds on the CPU. The server resolved and checked both
  * (docs/endpoints.md, "Devices"). Worker thread that owns vm. */
 void st__vm_set_device(st__vm_t *vm, int device, int cuda_device);
+
+/* The pool's per-job hook (engine/pool.h): st__vm_set_device with the
+ * job's devices, and the job's mapped tensor arguments (job->targs,
+ * borrowed until the next st__vm_build returns) for the arguments' tensor
+ * values. Worker thread that owns vm. */
+void st__vm_prepare(st__vm_t *vm, const st__job_t *job);
 
 /* Runs the build body of `ep` (a declaration of this vm's generation) with
  * `args`, the msgpack map of bound arguments (every parameter present).

@@ -25,6 +25,7 @@ static char st_key;           /* registry: the read-only st proxy           */
 static char required_key;     /* registry: the st.required sentinel         */
 static char decls_key;        /* registry: weak table decl -> line          */
 static char array_mt_key;     /* registry: metatable of marked arrays       */
+static char tparam_mt_key;    /* registry: metatable of st.tensor_param{}   */
 
 void st__lua_push_required(lua_State *L) {
   lua_pushlightuserdata(L, &required_key);
@@ -77,13 +78,18 @@ static int l_endpoint(lua_State *L) {
   if (lua_getstack(L, 1, &ar) && lua_getinfo(L, "l", &ar)) line = ar.currentline;
   if (line <= 0) line = tail_call_line(st__lua_ctx(L));
   if (line <= 0) line = 1;
+  st__lua_decl_mark(L, 1, line);
+  return 1;
+}
+
+void st__lua_decl_mark(lua_State *L, int idx, int line) {
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
   lua_pushlightuserdata(L, &decls_key);
-  lua_rawget(L, LUA_REGISTRYINDEX);           /* t, decls */
-  lua_pushvalue(L, 1);
+  lua_rawget(L, LUA_REGISTRYINDEX);           /* decls */
+  lua_pushvalue(L, idx);
   lua_pushinteger(L, line);
   lua_rawset(L, -3);                          /* decls[t] = line */
-  lua_pop(L, 1);                              /* t */
-  return 1;
+  lua_pop(L, 1);
 }
 
 int st__lua_decl_line(lua_State *L, int idx) {
@@ -191,6 +197,73 @@ static int l_array(lua_State *L) {
   return 1;
 }
 
+/* st.tensor_param{dtype = "float32", device = "cpu" | "cuda"}: the marker
+ * of a parameter that takes a tensor argument (both options may be left
+ * out: any dtype, any device). Returns a table {dtype, device} with the
+ * marker metatable; raises on an unknown option, dtype or device. */
+static int l_tensor_param(lua_State *L) {
+  if (lua_isnoneornil(L, 1)) {
+    lua_settop(L, 0);
+    lua_newtable(L);
+  }
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  lua_createtable(L, 0, 2);                   /* opts, r */
+  lua_pushnil(L);
+  while (lua_next(L, 1)) {                    /* opts, r, k, v */
+    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?";
+    if (strcmp(k, "dtype") == 0) {
+      const char *name = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+      st_dtype_t dt = name ? st_dtype_from_name(name) : ST_DTYPE_INVALID;
+      if (dt == ST_DTYPE_INVALID)
+        return luaL_error(L, "st.tensor_param: unknown dtype %s", name ? name : luaL_typename(L, -1));
+      lua_pushstring(L, st_dtype_name(dt));
+      lua_setfield(L, 2, "dtype");
+    } else if (strcmp(k, "device") == 0) {
+      const char *dev = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "";
+      if (strcmp(dev, "cpu") != 0 && strcmp(dev, "cuda") != 0)
+        return luaL_error(L, "st.tensor_param: device must be \"cpu\" or \"cuda\", got %s",
+                          dev[0] ? dev : luaL_typename(L, -1));
+      lua_pushvalue(L, -1);
+      lua_setfield(L, 2, "device");
+    } else {
+      return luaL_error(L, "st.tensor_param: unknown option '%s' (dtype, device)", k);
+    }
+    lua_pop(L, 1);
+  }
+  lua_pushlightuserdata(L, &tparam_mt_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  lua_setmetatable(L, 2);
+  return 1;
+}
+
+/* See lua_int.h. */
+int st__lua_is_tensor_param(lua_State *L, int idx, int *dtype, int *device) {
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  if (lua_type(L, idx) != LUA_TTABLE || !lua_getmetatable(L, idx)) return 0;
+  lua_pushlightuserdata(L, &tparam_mt_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  int eq = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  if (!eq) return 0;
+  lua_getfield(L, idx, "dtype");
+  *dtype = lua_isstring(L, -1) ? (int)st_dtype_from_name(lua_tostring(L, -1)) : -1;
+  lua_getfield(L, idx, "device");
+  const char *dev = lua_isstring(L, -1) ? lua_tostring(L, -1) : "";
+  *device = strcmp(dev, "cpu") == 0 ? 1 : strcmp(dev, "cuda") == 0 ? 2 : 0;
+  lua_pop(L, 2);
+  return 1;
+}
+
+static int l_tensor_param_tostring(lua_State *L) {
+  lua_getfield(L, 1, "dtype");
+  lua_getfield(L, 1, "device");
+  lua_pushfstring(L, "st.tensor_param{dtype = %s, device = %s}",
+                  lua_isstring(L, -2) ? lua_tostring(L, -2) : "any",
+                  lua_isstring(L, -1) ? lua_tostring(L, -1) : "any");
+  return 1;
+}
+
 static int l_required_tostring(lua_State *L) {
   lua_pushliteral(L, "st.required");
   return 1;
@@ -223,11 +296,20 @@ static void build_st(lua_State *L) {
   lua_setfield(L, -2, "__metatable");
   lua_rawset(L, LUA_REGISTRYINDEX);
 
+  lua_pushlightuserdata(L, &tparam_mt_key);
+  lua_createtable(L, 0, 2);                   /* key, mt */
+  lua_pushcfunction(L, l_tensor_param_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pushboolean(L, 0);
+  lua_setfield(L, -2, "__metatable");
+  lua_rawset(L, LUA_REGISTRYINDEX);
+
   lua_newtable(L);                            /* st */
   int st = lua_gettop(L);
   static const luaL_Reg funcs[] = {
     {"endpoint", l_endpoint}, {"cancelled", l_cancelled}, {"sleep", l_sleep},
-    {"progress", l_progress}, {"array", l_array}, {NULL, NULL}
+    {"progress", l_progress}, {"array", l_array},
+    {"tensor_param", l_tensor_param}, {NULL, NULL}
   };
   for (const luaL_Reg *r = funcs; r->name; r++) {
     lua_pushcfunction(L, r->func);

@@ -137,6 +137,22 @@ void st__ltensor_fill_cpu(const st__ltensor_t *t, double v) {
   }
 }
 
+void st__ltensor_affine_cpu(const st__ltensor_t *t, double mul, double add) {
+  int64_t idx[ST_MAX_NDIM] = {0};
+  int64_t n = st__ltensor_numel(t);
+  char *base = st__ltensor_data(t);
+  for (int64_t k = 0; k < n; k++) {
+    int64_t off = 0;
+    for (int i = 0; i < t->ndim; i++) off += idx[i] * t->strides[i];
+    volatile double prod = st_dtype_load(t->dtype, base, (size_t)off) * mul;  /* no FMA */
+    st_dtype_store(t->dtype, base, (size_t)off, prod + add);
+    for (int i = t->ndim - 1; i >= 0; i--) {   /* odometer */
+      if (++idx[i] < t->shape[i]) break;
+      idx[i] = 0;
+    }
+  }
+}
+
 void st__ltensor_pack(void *dst_base, const st__ltensor_t *t) {
   st__ltensor_t c = *t;
   st__ltensor_set_contiguous(&c);

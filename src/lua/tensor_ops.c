@@ -158,6 +158,20 @@ static int l_fill(lua_State *L) {
   return 1;
 }
 
+/* t:mul_(k) and t:add_(k): in place, on the tensor's own memory (a tensor
+ * argument's writes land in the client's allocation); return t. */
+static int affine(lua_State *L, double mul, double add, const char *fn) {
+  st__ltensor_t *t = st__lua_check_tensor(L, 1, fn);
+  lua_settop(L, 1);
+  if (st__ltensor_numel(t) == 0) return 1;
+  if (st__ltensor_device(t) == ST__DEV_CPU) st__ltensor_affine_cpu(t, mul, add);
+  else st__lua_cuda_affine(L, t, mul, add, fn);
+  return 1;
+}
+
+static int l_mul_(lua_State *L) { return affine(L, check_value(L, 2, "mul_"), 0.0, "mul_"); }
+static int l_add_(lua_State *L) { return affine(L, 1.0, check_value(L, 2, "add_"), "add_"); }
+
 /* [-0, +1] A contiguous copy of t on `device` with `dtype`. */
 static void push_copy(lua_State *L, const st__ltensor_t *t, int device, st_dtype_t dtype,
                       const char *fn) {
@@ -271,7 +285,7 @@ void st__lua_open_tensor_ops(lua_State *L, int idx) {
   static const luaL_Reg methods[] = {
     {"fill", l_fill}, {"contiguous", l_contiguous}, {"clone", l_clone}, {"to", l_to},
     {"copy_", l_copy_}, {"get", l_get}, {"set", l_set}, {"item", l_item},
-    {"tolist", l_tolist}, {NULL, NULL}
+    {"tolist", l_tolist}, {"mul_", l_mul_}, {"add_", l_add_}, {NULL, NULL}
   };
   for (const luaL_Reg *r = methods; r->name; r++) {
     lua_pushcfunction(L, r->func);

@@ -327,6 +327,36 @@ int st__lua_pack(lua_State *L, int idx, msgpack_packer *pk, st__build_result_t *
 
 /* ------------------------------------------------------------ msgpack -> Lua */
 
+/* A tensor argument: a view of the arena the client sent (bind checked its
+ * bounds against the request's arena list; this checks them again against
+ * what was mapped). */
+static int push_arg_tensor(lua_State *L, const msgpack_object *o, char *err, size_t errlen) {
+  st__lua_ctx_t *c = st__lua_ctx(L);
+  st__tensor_desc_t d;
+  char why[256];
+  if (o->via.ext.type != ST_EXT_TENSOR || st__parse_tensor(o, &d, why, sizeof why) != ST_OK) {
+    snprintf(err, errlen, "only tensors may be passed as ext values");
+    return ST_ERR_INVALID_ARGUMENT;
+  }
+  uint64_t lo, hi;
+  if (d.arena >= c->narg_arenas || !c->arg_arenas[d.arena] ||
+      st__tensor_extent(&d, &lo, &hi) != ST_OK ||
+      hi > st__arena_bytes(c->arg_arenas[d.arena])) {
+    snprintf(err, errlen, "tensor argument on arena %u does not fit what was mapped",
+             (unsigned)d.arena);
+    return ST_ERR_INVALID_ARGUMENT;
+  }
+  st__ltensor_t *t = st__lua_push_tensor(L);
+  t->dtype = d.dtype;
+  t->offset = d.offset;
+  t->ndim = d.ndim;
+  memcpy(t->shape, d.shape, (size_t)d.ndim * sizeof *d.shape);
+  memcpy(t->strides, d.strides, (size_t)d.ndim * sizeof *d.strides);
+  st__arena_ref(c->arg_arenas[d.arena]);
+  t->arena = c->arg_arenas[d.arena];
+  return ST_OK;
+}
+
 static int push_obj(lua_State *L, const msgpack_object *o, int depth, char *err, size_t errlen) {
   if (depth > ST_MAX_DEPTH + 1 || !lua_checkstack(L, 4)) {
     snprintf(err, errlen, "argument nested deeper than %d levels", ST_MAX_DEPTH);
@@ -381,8 +411,10 @@ static int push_obj(lua_State *L, const msgpack_object *o, int depth, char *err,
     }
     return ST_OK;
   }
+  case MSGPACK_OBJECT_EXT:
+    return push_arg_tensor(L, o, err, errlen);
   default:
-    snprintf(err, errlen, "tensor and other ext values are not accepted as arguments");
+    snprintf(err, errlen, "unsupported argument value");
     return ST_ERR_INVALID_ARGUMENT;
   }
 }

@@ -48,7 +48,7 @@ static int compile_source(lua_State *L, const st__source_t *src, char *err, size
     }
     return rc == LUA_ERRMEM ? ST_ERR_OUT_OF_MEMORY : ST_ERR_CONFIGURATION;
   }
-  int n = st__lua_decl_list(L, 1);                  /* ret, list|msg */
+  int n = st__lua_file_decls(L, 1);                  /* ret, list|msg */
   if (n < 0) {
     snprintf(err, errlen, "%s: %s", src->path, lua_tostring(L, -1));
     lua_settop(L, 0);
@@ -158,6 +158,13 @@ void st__vm_set_device(st__vm_t *vm, int device, int cuda_device) {
   vm->ctx.cuda_device = cuda_device;
 }
 
+/* Worker thread that owns vm. See st_lua.h. */
+void st__vm_prepare(st__vm_t *vm, const st__job_t *job) {
+  st__vm_set_device(vm, job->device, job->cuda_device);
+  vm->ctx.arg_arenas = job->targs.arenas;
+  vm->ctx.narg_arenas = job->targs.arenas ? job->targs.n : 0;
+}
+
 typedef struct build_call {
   const st__endpoint_decl_t *ep;
   const msgpack_object *args;
@@ -262,6 +269,11 @@ int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, 
   int status = st__lua_pcall(L, 1, 0, msg, sizeof msg);
   st__lua_disarm(L);
   vm->ctx.progress = NULL;
+  /* Argument tensors the body dropped still map the client's memory until
+   * Lua collects them: collect below. */
+  if (vm->ctx.narg_arenas) vm->ctx.gc_debt++;
+  vm->ctx.arg_arenas = NULL;
+  vm->ctx.narg_arenas = 0;
   /* Whatever the body queued on CUDA streams completes before the result
    * leaves this thread (DESIGN §3, decision 5), and before the GC below
    * can release arenas a kernel still writes. */

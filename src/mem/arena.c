@@ -19,12 +19,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include "common/fail.h"
 
 typedef enum {
   ST__ARENA_CPU = 0,           /* memfd, mapped in the server */
   ST__ARENA_CUDA = 1,          /* VMM allocation (cuda_arena.c) */
-  ST__ARENA_CUDA_LEGACY = 2    /* cuMemAlloc + IPC handle (cuda_legacy.c) */
+  ST__ARENA_CUDA_LEGACY = 2,   /* cuMemAlloc + IPC handle (cuda_legacy.c) */
+  ST__ARENA_CUDA_IMPORT = 3    /* a client's VMM allocation (tensor argument) */
 } st__arena_kind_t;
 
 struct st__arena {
@@ -37,6 +41,8 @@ struct st__arena {
   void *base;                  /* CPU: the server's mapping; CUDA: device address */
   struct st__cuda_alloc *cuda; /* CUDA: the allocation, owned */
   struct st__cuda_legacy *legacy; /* CUDA_LEGACY: the allocation, owned */
+  st__cuda_mapping_t import;   /* CUDA_IMPORT: the mapping, owned */
+  char uuid[ST_CUDA_UUID_LEN]; /* CUDA_IMPORT: the device */
 };
 
 static atomic_uint_fast64_t next_id = 1;
@@ -158,6 +164,10 @@ void st__arena_unref(st__arena_t *a) {
   case ST__ARENA_CUDA_LEGACY:
     st__cuda_legacy_free(a->legacy);  /* cuMemFree; there is no fd */
     break;
+  case ST__ARENA_CUDA_IMPORT:
+    st__cuda_unmap(&a->import);       /* the client's memory stays the client's */
+    close(a->fd);
+    break;
   }
   atomic_fetch_sub(&live_count, 1);
   atomic_fetch_sub(&live_bytes, a->size);
@@ -208,6 +218,11 @@ void st__arena_describe(const st__arena_t *a, st__arena_desc_t *d) {
     d->device_index = st__cuda_legacy_ordinal(a->legacy);
     d->storage_bytes = a->bytes;
     break;
+  case ST__ARENA_CUDA_IMPORT:
+    d->cuda = 1;
+    snprintf(d->backend, sizeof d->backend, "vmm");
+    snprintf(d->uuid, sizeof d->uuid, "%s", a->uuid);
+    break;
   }
 }
 
@@ -216,6 +231,7 @@ int st__arena_device(const st__arena_t *a) {
   switch (a->kind) {
   case ST__ARENA_CUDA: return st__cuda_alloc_ordinal(a->cuda);
   case ST__ARENA_CUDA_LEGACY: return st__cuda_legacy_ordinal(a->legacy);
+  case ST__ARENA_CUDA_IMPORT: return a->import.ordinal;
   default: return -1;
   }
 }
@@ -266,6 +282,82 @@ st__arena_t *st__arena_adopt_cuda_legacy(struct st__cuda_legacy *l, uint64_t byt
   atomic_fetch_add(&live_count, 1);
   atomic_fetch_add(&live_bytes, size);
   return a;
+}
+
+/* A new arena record for an imported allocation; NULL when out of memory. */
+static st__arena_t *imported(st__arena_kind_t kind, int fd, uint64_t bytes, void *base) {
+  st__arena_t *a = calloc(1, sizeof *a);
+  if (!a) return NULL;
+  a->kind = kind;
+  a->id = atomic_fetch_add(&next_id, 1);
+  a->bytes = bytes;
+  a->size = bytes;
+  a->fd = fd;
+  a->base = base;
+  atomic_init(&a->refs, 1);
+  atomic_fetch_add(&live_count, 1);
+  atomic_fetch_add(&live_bytes, bytes);
+  return a;
+}
+
+/* The CPU half of st__arena_import: a sealed memfd of at least d->bytes. */
+static int import_cpu(const st__arena_desc_t *d, int fd, st__arena_t **out, char *err,
+                      size_t errlen) {
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "the descriptor is not a memory file");
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || !(seals & F_SEAL_SHRINK))
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                    "the descriptor is not a memfd sealed against shrinking (F_SEAL_SHRINK)");
+  if (d->bytes == 0 || (uint64_t)st.st_size < d->bytes || d->bytes > (uint64_t)(SIZE_MAX / 2))
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                    "the arena says %llu bytes but the memfd has %lld",
+                    (unsigned long long)d->bytes, (long long)st.st_size);
+  void *p = mmap(NULL, (size_t)d->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    int e = errno;
+    return st__fail(e == ENOMEM ? ST_ERR_OUT_OF_MEMORY : ST_ERR_INVALID_ARGUMENT, err, errlen,
+                    "mmap of %llu bytes read-write failed: %s (a read-only descriptor?)",
+                    (unsigned long long)d->bytes, strerror(e));
+  }
+  *out = imported(ST__ARENA_CPU, fd, d->bytes, p);
+  if (!*out) {
+    munmap(p, (size_t)d->bytes);
+    return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+  }
+  return ST_OK;
+}
+
+/* See arena.h. Takes fd. Any thread. */
+int st__arena_import(const st__arena_desc_t *d, int fd, st__arena_t **out, char *err,
+                     size_t errlen) {
+  char dummy[1];
+  if (!err) { err = dummy; errlen = sizeof dummy; }
+  *out = NULL;
+  int rc;
+  if (d->legacy || strcmp(d->backend, d->cuda ? "vmm" : "memfd") != 0) {
+    rc = st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                  "backend \"%s\" cannot carry an argument (memfd for cpu, vmm for cuda)",
+                  d->backend);
+  } else if (!d->cuda) {
+    rc = import_cpu(d, fd, out, err, errlen);
+  } else {
+    st__cuda_mapping_t m;
+    rc = st__cuda_import(fd, d->bytes, d->uuid, &m, err, errlen);
+    if (rc == ST_OK) {
+      *out = imported(ST__ARENA_CUDA_IMPORT, fd, d->bytes, (void *)(uintptr_t)m.dptr);
+      if (*out) {
+        (*out)->import = m;
+        snprintf((*out)->uuid, sizeof (*out)->uuid, "%s", d->uuid);
+      } else {
+        st__cuda_unmap(&m);
+        rc = st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+      }
+    }
+  }
+  if (rc != ST_OK) close(fd);
+  return rc;
 }
 
 /* Live arenas and their allocated bytes. Any thread. */

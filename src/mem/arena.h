@@ -122,6 +122,25 @@ struct st__cuda_legacy;
 st__arena_t *st__arena_adopt_cuda_legacy(struct st__cuda_legacy *l, uint64_t bytes,
                                          uint64_t size, void *base);
 
+/* Adopts an allocation a client sent as a tensor argument
+ * (docs/protocol.md, "Tensor arguments"): `d` is the request's arena
+ * descriptor, `fd` its received descriptor (ownership moves to the arena,
+ * closed on failure too). A CPU arena must be a memfd sealed against
+ * shrinking (so that no other holder can truncate it under the server's
+ * mapping: a SIGBUS) and at least d->bytes long; it is mapped read-write.
+ * A CUDA arena ("vmm") is imported with st__cuda_import on the device whose
+ * UUID it names and mapped read-write there. The arena describes itself
+ * with a new server id and the same backend, and st__arena_dup_fd dups the
+ * received descriptor, so an endpoint may return it. On success *out holds
+ * one reference owned by the caller. Errors: ST_ERR_INVALID_ARGUMENT (not
+ * a sealed memfd, too short, not writable, not an exported CUDA
+ * allocation, a legacy arena), ST_ERR_NOT_FOUND (no visible device has the
+ * UUID), ST_ERR_CAPABILITY (no CUDA), ST_ERR_OUT_OF_MEMORY, with the
+ * reason in err. Any thread (a worker: CUDA imports make the device's
+ * context current). */
+int st__arena_import(const st__arena_desc_t *d, int fd, st__arena_t **out, char *err,
+                     size_t errlen);
+
 /* Live arenas and their bytes in this process (for info and leak checks). */
 void st__arena_stats(uint64_t *count, uint64_t *bytes);
 

@@ -171,6 +171,17 @@ typedef struct st__cuda_mapping {
 int st__cuda_import(int fd, uint64_t bytes, const char *uuid, st__cuda_mapping_t *out,
                     char *err, size_t errlen);
 
+/* Creates a VMM allocation of `bytes` (rounded up to the granularity; one
+ * granule for 0) on device `ordinal`, exportable as a POSIX descriptor
+ * (st__cuda_alloc_prop), exports it and releases the handle: *fd (owned by
+ * the caller, close-on-exec) then names the memory alone, and *size is the
+ * allocated size to import it with (st__cuda_import). A client makes the
+ * tensors it passes as arguments this way. ST_ERR_OUT_OF_MEMORY (with the
+ * free bytes), ST_ERR_INVALID_ARGUMENT (bad ordinal), ST_ERR_CAPABILITY.
+ * Any thread; the device's primary context is current afterwards. */
+int st__cuda_create_fd(int ordinal, uint64_t bytes, int *fd, uint64_t *size, char *err,
+                       size_t errlen);
+
 /* Unmaps and frees the address range of a mapping filled by
  * st__cuda_import and clears it; the driver frees the memory once no
  * process maps it and no descriptor or handle remains. NULL or an

@@ -99,6 +99,51 @@ release:
 }
 
 /* See cuda.h. Any thread. */
+int st__cuda_create_fd(int ordinal, uint64_t bytes, int *fd, uint64_t *size, char *err,
+                       size_t errlen) {
+  char dummy[1];
+  if (!err) { err = dummy; errlen = sizeof dummy; }
+  *fd = -1;
+  *size = 0;
+  const st__cuda_api_t *a = st__cuda_api(err, errlen);
+  if (!a) return ST_ERR_CAPABILITY;
+  int rc = st__cuda_ctx_enter(ordinal, err, errlen);
+  uint64_t gran = 0;
+  if (rc == ST_OK) rc = st__cuda_granularity(ordinal, &gran, err, errlen);
+  if (rc != ST_OK) return rc;
+  if (bytes > UINT64_MAX - gran || bytes > (uint64_t)(SIZE_MAX / 2)) {
+    snprintf(err, errlen, "%llu bytes is too large", (unsigned long long)bytes);
+    return ST_ERR_LIMIT;
+  }
+  uint64_t sz = bytes ? (bytes + gran - 1) / gran * gran : gran;
+  CUmemAllocationProp prop;
+  st__cuda_alloc_prop(ordinal, &prop);
+  CUmemGenericAllocationHandle h;
+  CUresult r = a->cuMemCreate(&h, (size_t)sz, &prop, 0);
+  if (r != CUDA_SUCCESS) {
+    uint64_t free_b = 0, total_b = 0;
+    char ignore[8];
+    st__cuda_mem_info(ordinal, &free_b, &total_b, ignore, sizeof ignore);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+      snprintf(err, errlen, "out of device memory on cuda:%d: %llu bytes requested, %llu free",
+               ordinal, (unsigned long long)sz, (unsigned long long)free_b);
+      return ST_ERR_OUT_OF_MEMORY;
+    }
+    return st__cuda_error(r, "cuMemCreate", err, errlen);
+  }
+  int out = -1;
+  rc = st__cuda_error(
+      a->cuMemExportToShareableHandle(&out, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+      "cuMemExportToShareableHandle", err, errlen);
+  a->cuMemRelease(h);   /* the descriptor keeps the allocation */
+  if (rc != ST_OK) return rc;
+  fcntl(out, F_SETFD, FD_CLOEXEC);
+  *fd = out;
+  *size = sz;
+  return ST_OK;
+}
+
+/* See cuda.h. Any thread. */
 void st__cuda_unmap(st__cuda_mapping_t *m) {
   if (!m || !m->dptr) return;
   const st__cuda_api_t *a = st__cuda_api(NULL, 0);
@@ -124,6 +169,17 @@ int st__cuda_import(int fd, uint64_t bytes, const char *uuid, st__cuda_mapping_t
 /* See cuda.h. */
 void st__cuda_unmap(st__cuda_mapping_t *m) {
   if (m) memset(m, 0, sizeof *m);
+}
+
+/* See cuda.h. */
+int st__cuda_create_fd(int ordinal, uint64_t bytes, int *fd, uint64_t *size, char *err,
+                       size_t errlen) {
+  (void)ordinal;
+  (void)bytes;
+  *fd = -1;
+  *size = 0;
+  if (err && errlen) snprintf(err, errlen, "no CUDA device: built without CUDA support");
+  return ST_ERR_CAPABILITY;
 }
 
 #endif

@@ -337,8 +337,8 @@ static void consumer_waits(st__server_t *srv, const st__consumer_t *who, st__bui
 
 /* Cache hit, join, or a new build; see work.h. */
 int st__build_start(st__server_t *srv, const st__endpoint_decl_t *ep, const char *bound,
-                    size_t bound_len, const st__consumer_t *who, int socket, char *err,
-                    size_t errlen) {
+                    size_t bound_len, st__targs_t *targs, const st__consumer_t *who, int socket,
+                    char *err, size_t errlen) {
   st__work_t *w = srv->work;
   int device, cuda_device;
   int rc = st__device_for_call(&srv->devices, srv->cfg, ep, socket, &device, &cuda_device, err,
@@ -400,6 +400,10 @@ int st__build_start(st__server_t *srv, const st__endpoint_decl_t *ep, const char
   job->owner = b;
   job->device = device;
   job->cuda_device = cuda_device;
+  if (targs) {
+    job->targs = *targs;   /* ownership moves to the job */
+    memset(targs, 0, sizeof *targs);
+  }
   b->job = job;
   snprintf(b->where, sizeof b->where, "%s", where);
   b->serialized = ep->concurrency == ST_CONC_SERIALIZED;
@@ -444,7 +448,7 @@ static const st__endpoint_decl_t *resolve(st__conn_t *c, uint32_t id, const char
   if (!ep) return NULL;
   msgpack_sbuffer_init(bound);
   char err[1024];
-  int rc = st__bind_args(ep, st__map_get(params, "args"), bound, err, sizeof err);
+  int rc = st__bind_args(ep, st__map_get(params, "args"), c->targs, bound, err, sizeof err);
   if (rc != ST_OK) {
     msgpack_sbuffer_destroy(bound);
     char msg[1200];
@@ -475,7 +479,8 @@ static st__task_t *start_task(st__conn_t *c, uint32_t id, const st__endpoint_dec
     return NULL;
   }
   st__consumer_t who = {.kind = ST_CONSUMER_TASK, .task = t};
-  int rc = st__build_start(srv, ep, bound->data, bound->size, &who, c->device, err, sizeof err);
+  int rc = st__build_start(srv, ep, bound->data, bound->size, c->targs, &who, c->device, err,
+                           sizeof err);
   if (rc != ST_OK) {
     char msg[700];
     snprintf(msg, sizeof msg, "%s: %s", ep->name, err);
@@ -505,7 +510,8 @@ void st__method_call(st__conn_t *c, uint32_t id, const msgpack_object *params) {
   }
   st__consumer_t who = {.kind = ST_CONSUMER_CALL, .conn_id = c->id, .request_id = id};
   char err[512];
-  int rc = st__build_start(srv, ep, bound.data, bound.size, &who, c->device, err, sizeof err);
+  int rc = st__build_start(srv, ep, bound.data, bound.size, c->targs, &who, c->device, err,
+                           sizeof err);
   msgpack_sbuffer_destroy(&bound);
   if (rc != ST_OK) {
     char msg[700];

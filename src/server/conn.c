@@ -114,6 +114,8 @@ void st__conn_close(st__conn_t *c, const char *why) {
   }
   c->wq_head = c->wq_tail = NULL;
   c->wq_bytes = 0;
+  for (size_t i = 0; i < c->rx_nfds; i++) close(c->rx_fds[i]);
+  c->rx_nfds = 0;
   st__reader_destroy(&c->reader);
   /* Nobody will read the results of its calls: builds nobody else waits
    * for stop early (their completions drop what was built), its waits
@@ -172,21 +174,37 @@ void st__conn_request_done(st__conn_t *c) {
 
 /* ------------------------------------------------------------- reading */
 
-/* Closes every descriptor a client attached: nothing it sends may hold one
- * of our descriptor slots. */
-static void drop_received_fds(st__conn_t *c, struct msghdr *mh) {
+/* Queues the descriptors a client attached, for the requests that list
+ * them. Returns 0, or -1 when they do not fit the queue (or the kernel cut
+ * the control data): every one of them is closed then, and the caller
+ * closes the connection, whose requests and descriptors no longer match. */
+static int queue_received_fds(st__conn_t *c, struct msghdr *mh) {
+  int overflow = (mh->msg_flags & MSG_CTRUNC) != 0;
   for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
     if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
     size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    int *fds = (int *)CMSG_DATA(cm);
+    const unsigned char *p = CMSG_DATA(cm);
     for (size_t i = 0; i < n; i++) {
       int fd;
-      memcpy(&fd, &fds[i], sizeof fd);
-      close(fd);
+      memcpy(&fd, p + i * sizeof fd, sizeof fd);
+      if (!overflow && c->rx_nfds < ST_CONN_MAX_PENDING_FDS) c->rx_fds[c->rx_nfds++] = fd;
+      else {
+        overflow = 1;
+        close(fd);
+      }
     }
     c->srv->counters.fds_received += n;
-    if (n) ST_LOG_D("conn", "conn %llu: closed %zu descriptors it sent", (unsigned long long)c->id, n);
   }
+  return overflow ? -1 : 0;
+}
+
+/* See conn.h. Loop thread. */
+int st__conn_take_fds(st__conn_t *c, int *out, size_t n) {
+  if (n > c->rx_nfds) return -1;
+  memcpy(out, c->rx_fds, n * sizeof *out);
+  memmove(c->rx_fds, c->rx_fds + n, (c->rx_nfds - n) * sizeof *c->rx_fds);
+  c->rx_nfds -= n;
+  return 0;
 }
 
 static void update_frame_timer(st__conn_t *c, int completed) {
@@ -221,7 +239,16 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
                         .msg_controllen = sizeof ctl.buf};
     ssize_t n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-    if (mh.msg_controllen > 0) drop_received_fds(c, &mh);
+    if ((mh.msg_controllen > 0 || (mh.msg_flags & MSG_CTRUNC)) &&
+        queue_received_fds(c, &mh) != 0) {
+      c->srv->counters.protocol_errors++;
+      ST_LOG_W("conn", "conn %llu (pid %d): more descriptors than its requests list; closing",
+               (unsigned long long)c->id, (int)c->cred.pid);
+      st__conn_send_error(c, 0, ST_ERR_PROTOCOL,
+                          "more descriptors arrived than the requests list in params.arenas");
+      st__conn_close_after_flush(c, "protocol error");
+      return;
+    }
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;

@@ -1,8 +1,10 @@
 /* src/server: one client connection (loop thread only).
  *
- * Reading: recvmsg into the frame reader (src/proto); descriptors a client
- * sends are closed at once (arguments carry no tensors yet) and counted.
- * Each complete message goes to st__dispatch. A frame that stays half-sent
+ * Reading: recvmsg into the frame reader (src/proto). Descriptors a client
+ * sends (tensor arguments) queue in arrival order, at most
+ * ST_CONN_MAX_PENDING_FDS; a request that lists N arenas takes the first N
+ * (st__conn_take_fds), as docs/protocol.md says. Each complete message goes
+ * to st__dispatch. A frame that stays half-sent
  * for frame_timeout_ms gets TIMEOUT and the connection is closed.
  *
  * Writing: a queue of frames (bytes + optional descriptors). A frame with
@@ -24,7 +26,13 @@
 #include <sys/socket.h>
 
 #include "proto/proto.h"
+#include "st/wire.h"
 #include "server/server.h"
+
+/* Received descriptors a connection may hold before its requests claim
+ * them: one request's worth may arrive while the previous one is still
+ * incomplete. */
+#define ST_CONN_MAX_PENDING_FDS (2 * ST_MAX_FDS_PER_MESSAGE)
 
 typedef struct st__wframe {
   struct st__wframe *next;
@@ -55,6 +63,10 @@ struct st__conn {
   uint64_t requests;
   uint64_t leases;            /* leases it holds on objects                 */
   char client[64];            /* from hello, for logs                       */
+  int rx_fds[ST_CONN_MAX_PENDING_FDS]; /* received, unclaimed, arrival order */
+  size_t rx_nfds;
+  struct st__targs *targs;    /* during st__dispatch: the tensor arguments of
+                                 the request (call/submit move them out)   */
   st__conn_t *hnext;          /* id hash chain                              */
   st__conn_t *dnext;          /* dead list                                  */
 };
@@ -94,6 +106,10 @@ void st__conn_reap(st__server_t *srv);
 
 /* Closes every connection, trying one last non-blocking flush of each. */
 void st__conn_close_all(st__server_t *srv);
+
+/* Moves the first n received descriptors to out[] (the caller owns them).
+ * Returns 0, or -1 when fewer than n are queued (nothing moved). */
+int st__conn_take_fds(st__conn_t *c, int *out, size_t n);
 
 /* Dispatch (dispatch.c): handles one decoded message of c. Borrows msg. */
 void st__dispatch(st__conn_t *c, const st__message_t *msg);

@@ -305,8 +305,20 @@ void st__describe_endpoints(msgpack_packer *pk, const st__generation_t *gen) {
     st__pack_cstr(pk, "types");
     msgpack_pack_map(pk, ep->nparams);
     for (size_t k = 0; k < ep->nparams; k++) {
-      st__pack_cstr(pk, ep->params[k].name);
-      st__pack_cstr(pk, st__param_type_name(ep->params[k].type));
+      const st__param_t *p = &ep->params[k];
+      st__pack_cstr(pk, p->name);
+      if (p->type == ST_PARAM_TENSOR) {
+        /* "tensor(float32, cuda)"; "any" for an open constraint */
+        char t[64];
+        snprintf(t, sizeof t, "tensor(%s, %s)",
+                 p->tensor_dtype >= 0 ? st_dtype_name((st_dtype_t)p->tensor_dtype) : "any",
+                 p->tensor_device == ST_TDEV_CPU    ? "cpu"
+                 : p->tensor_device == ST_TDEV_CUDA ? "cuda"
+                                                    : "any");
+        st__pack_cstr(pk, t);
+      } else {
+        st__pack_cstr(pk, st__param_type_name(p->type));
+      }
     }
     st__pack_cstr(pk, "doc");
     st__pack_cstr(pk, ep->doc);

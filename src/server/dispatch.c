@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "engine/targs.h"
 #include "server/work.h"
 #include "st/wire.h"
 
@@ -81,13 +82,17 @@ static void do_endpoints(st__conn_t *c, uint32_t id, const msgpack_object *param
 
 static const char *const no_params[] = {NULL};
 static const char *const hello_params[] = {"protocol", "client", NULL};
-static const char *const call_params[] = {"endpoint", "args", NULL};
+static const char *const call_params[] = {"endpoint", "args", "arenas", NULL};
+static const char *const invalidate_params[] = {"endpoint", "args", NULL};
 static const char *const task_params[] = {"task_id", NULL};
 static const char *const wait_params[] = {"task_id", "timeout", NULL};
 static const char *const tasks_params[] = {"status", NULL};
 static const char *const object_params[] = {"object_id", NULL};
 static const char *const live_params[] = {"object_id", "server_id", NULL};
 static const char *const endpoint_params[] = {"endpoint", NULL};
+
+static void dispatch_request(st__conn_t *c, const st__message_t *msg, uint32_t id, int mlen,
+                             int prc, const msgpack_object *params, char *err, size_t errlen);
 
 static const method_t methods[] = {
     {"ping", do_ping, no_params},
@@ -105,10 +110,47 @@ static const method_t methods[] = {
     {"object_info", st__method_object_info, object_params},
     {"ensure_live", st__method_ensure_live, live_params},
     {"objects", st__method_objects, no_params},
-    {"invalidate_call", st__method_invalidate_call, call_params},
+    {"invalidate_call", st__method_invalidate_call, invalidate_params},
     {"invalidate_endpoint", st__method_invalidate_endpoint, endpoint_params},
     {"reload", st__method_reload, no_params},
 };
+
+/* The descriptors of a request that lists params.arenas (docs/protocol.md,
+ * "Tensor arguments") go into *t, whatever the method: a request that is
+ * refused still consumes them. Returns 0 (t filled or empty), 1 when an
+ * INVALID_ARGUMENT reply was sent (a malformed arena; the connection
+ * stays), -1 when the descriptors and the requests no longer match (a
+ * PROTOCOL reply was sent and the connection closes). */
+static int take_arenas(st__conn_t *c, uint32_t id, const msgpack_object *params,
+                       st__targs_t *t) {
+  const msgpack_object *list = params ? st__map_get(params, "arenas") : NULL;
+  if (!list) return 0;
+  const char *why = NULL;
+  char m[200];
+  int fds[ST_MAX_FDS_PER_MESSAGE];
+  uint32_t n = list->type == MSGPACK_OBJECT_ARRAY ? list->via.array.size : 0;
+  if (list->type != MSGPACK_OBJECT_ARRAY || n > ST_MAX_FDS_PER_MESSAGE) {
+    why = "params.arenas must be an array of at most 253 arena maps";
+  } else if (st__conn_take_fds(c, fds, n) != 0) {
+    snprintf(m, sizeof m, "the request lists %u arenas but %zu descriptors arrived with it",
+             (unsigned)n, c->rx_nfds);
+    why = m;
+  }
+  if (why) {
+    c->srv->counters.protocol_errors++;
+    ST_LOG_W("conn", "conn %llu (pid %d): %s; closing", (unsigned long long)c->id,
+             (int)c->cred.pid, why);
+    st__conn_send_error(c, id, ST_ERR_PROTOCOL, why);
+    st__conn_close_after_flush(c, "protocol error");
+    return -1;
+  }
+  char err[320];
+  if (st__targs_take(t, list, fds, n, err, sizeof err) != ST_OK) {
+    st__conn_send_error(c, id, ST_ERR_INVALID_ARGUMENT, err);
+    return 1;
+  }
+  return 0;
+}
 
 /* Handles one message of c (borrowed); see conn.h. Loop thread. */
 void st__dispatch(st__conn_t *c, const st__message_t *msg) {
@@ -129,6 +171,22 @@ void st__dispatch(st__conn_t *c, const st__message_t *msg) {
   srv->counters.requests++;
   uint32_t id = msg->id;
   int mlen = (int)(msg->method_len > 64 ? 64 : msg->method_len);
+  const msgpack_object *params = NULL;
+  char err[256];
+  int prc = st__params_map(&msg->params, &params, err, sizeof err);
+  st__targs_t targs;
+  memset(&targs, 0, sizeof targs);
+  if (take_arenas(c, id, prc == ST_OK ? params : NULL, &targs) != 0) return;
+  c->targs = &targs;
+  dispatch_request(c, msg, id, mlen, prc, params, err, sizeof err);
+  c->targs = NULL;
+  st__targs_clear(&targs);   /* what call/submit did not take */
+}
+
+/* The rest of st__dispatch for a request whose arenas were taken. */
+static void dispatch_request(st__conn_t *c, const st__message_t *msg, uint32_t id, int mlen,
+                             int prc, const msgpack_object *params, char *err, size_t errlen) {
+  st__server_t *srv = c->srv;
   if (c->inflight >= srv->cfg->max_inflight) {
     srv->counters.busy++;
     char m[160];
@@ -151,10 +209,8 @@ void st__dispatch(st__conn_t *c, const st__message_t *msg) {
     st__conn_send_error(c, id, ST_ERR_UNKNOWN_METHOD, m);
     return;
   }
-  const msgpack_object *params = NULL;
-  char err[256];
-  int rc = st__params_map(&msg->params, &params, err, sizeof err);
-  if (rc == ST_OK) rc = st__params_check(params, method->allowed, err, sizeof err);
+  int rc = prc;
+  if (rc == ST_OK) rc = st__params_check(params, method->allowed, err, errlen);
   if (rc != ST_OK) {
     char m[320];
     snprintf(m, sizeof m, "%s: %s", method->name, err);

@@ -213,7 +213,7 @@ void st__method_invalidate_call(st__conn_t *c, uint32_t id, const msgpack_object
   msgpack_sbuffer bound;
   msgpack_sbuffer_init(&bound);
   char err[1024], m[1200];
-  int rc = st__bind_args(ep, st__map_get(params, "args"), &bound, err, sizeof err);
+  int rc = st__bind_args(ep, st__map_get(params, "args"), NULL, &bound, err, sizeof err);
   char *key = NULL;
   size_t klen = 0;
   if (rc == ST_OK && ep->cache) rc = st__cache_key(ep, bound.data, bound.size, &key, &klen, err,

@@ -60,6 +60,21 @@ static void on_done(struct ev_loop *loop, ev_async *w, int revents) {
   st__server_check_drained(srv);
 }
 
+/* st__server_request_stop: a shutdown as SIGTERM starts it; a request
+ * while one is in progress changes nothing. */
+static void on_stop_req(struct ev_loop *loop, ev_async *w, int revents) {
+  st__server_t *srv = w->data;
+  (void)loop;
+  (void)revents;
+  if (!srv->shutting_down) st__server_shutdown(srv, "stop requested");
+}
+
+/* Any thread; see server.h. ev_async_send is the one libev call that is
+ * safe from outside the loop thread. */
+void st__server_request_stop(st__server_t *srv) {
+  ev_async_send(srv->loop, &srv->stop_req);
+}
+
 static void on_reap(struct ev_loop *loop, ev_prepare *w, int revents) {
   (void)loop;
   (void)revents;
@@ -131,16 +146,29 @@ static void start_loader(const st__config_t *cfg, const st__devices_t *devices) 
            (unsigned long long)chunk, (st__now_mono() - t0) * 1e3);
 }
 
-/* Starts everything but the loop; see server.h. Loop thread. */
+/* Why a start failed: logged (unless the setup is quiet: an embedded
+ * server's host reports it) and copied into the setup's buffer. */
+static void start_failed(const st__server_setup_t *setup, const char *text) {
+  if (!setup || !setup->quiet) ST_LOG_E("server", "%s", text);
+  if (setup && setup->err && setup->errlen) snprintf(setup->err, setup->errlen, "%s", text);
+}
+
+/* As stserver starts: the default loop and the signal watchers. */
 int st__server_init(st__server_t *srv, const st__config_t *cfg) {
+  return st__server_start(srv, cfg, NULL);
+}
+
+/* Starts everything but the loop; see server.h. Loop thread. */
+int st__server_start(st__server_t *srv, const st__config_t *cfg,
+                     const st__server_setup_t *setup) {
   memset(srv, 0, sizeof *srv);
   srv->cfg = cfg;
   srv->started_at = st__now_unix();
   srv->started_mono = st__now_mono();
   make_server_id(srv->server_id);
-  srv->loop = ev_default_loop(EVFLAG_AUTO);
+  srv->loop = setup && setup->loop ? setup->loop : ev_default_loop(EVFLAG_AUTO);
   if (!srv->loop) {
-    ST_LOG_E("server", "cannot create the event loop");
+    start_failed(setup, "cannot create the event loop");
     return ST_ERR_INTERNAL;
   }
   size_t nb = 64;
@@ -148,7 +176,7 @@ int st__server_init(st__server_t *srv, const st__config_t *cfg) {
   srv->nbuckets = nb;
   srv->buckets = calloc(nb, sizeof *srv->buckets);
   if (!srv->buckets) {
-    ST_LOG_E("server", "out of memory");
+    start_failed(setup, "out of memory");
     return ST_ERR_OUT_OF_MEMORY;
   }
   ev_prepare_init(&srv->reap, on_reap);
@@ -157,10 +185,16 @@ int st__server_init(st__server_t *srv, const st__config_t *cfg) {
   ev_async_init(&srv->done, on_done);
   srv->done.data = srv;
   ev_async_start(srv->loop, &srv->done);
+  ev_async_init(&srv->stop_req, on_stop_req);
+  srv->stop_req.data = srv;
+  ev_async_start(srv->loop, &srv->stop_req);
   ev_init(&srv->grace, on_grace);
   srv->grace.data = srv;
   /* Signals first: a SIGTERM from here on unlinks what we create. */
-  st__signals_start(srv);
+  if (!setup || !setup->no_signals) {
+    st__signals_start(srv);
+    srv->signals = 1;
+  }
 
   ST_LOG_I("server", "stserver %s (protocol %d) pid %d, server id %s", ST_VERSION_STRING,
            ST_PROTOCOL_VERSION, (int)getpid(), srv->server_id);
@@ -187,8 +221,14 @@ int st__server_init(st__server_t *srv, const st__config_t *cfg) {
   st__errlist_t errs = {0};
   int rc = st__generation_load(cfg->endpoints_dir, 1, &srv->gen, &errs);
   if (rc != ST_OK) {
-    ST_LOG_E("server", "cannot load endpoints from %s:", cfg->endpoints_dir);
-    log_errors(ST_LOG_ERROR, "server", &errs);
+    if (!setup || !setup->quiet) {
+      ST_LOG_E("server", "cannot load endpoints from %s:", cfg->endpoints_dir);
+      log_errors(ST_LOG_ERROR, "server", &errs);
+    }
+    char *joined = st__errlist_join(&errs);
+    if (setup && setup->err && setup->errlen)
+      snprintf(setup->err, setup->errlen, "%s", joined ? joined : "cannot load the endpoints");
+    free(joined);
     st__errlist_clear(&errs);
     srv->gen = NULL;
     return ST_ERR_CONFIGURATION;
@@ -205,7 +245,7 @@ int st__server_init(st__server_t *srv, const st__config_t *cfg) {
     char err[512];
     rc = st__listen_open(srv, cfg->devices[i], err, sizeof err);
     if (rc != ST_OK) {
-      ST_LOG_E("server", "%s", err);
+      start_failed(setup, err);
       return rc;
     }
   }
@@ -220,10 +260,10 @@ int st__server_init(st__server_t *srv, const st__config_t *cfg) {
   rc = st__pool_start(cfg->workers, &lua_runner, srv->gen, notify_loop, srv, &srv->pool, err,
                       sizeof err);
   if (rc != ST_OK) {
-    ST_LOG_E("server", "%s", err);
+    start_failed(setup, err);
     return rc;
   }
-  st__pool_set_device_fn(srv->pool, st__vm_set_device);
+  st__pool_set_prepare_fn(srv->pool, st__vm_prepare);
   ST_LOG_I("server", "workers: %d; limits: max_message_bytes %zu, max_connections %d, "
            "max_inflight %d, frame_timeout_ms %d",
            cfg->workers, cfg->max_message_bytes, cfg->max_connections, cfg->max_inflight,
@@ -382,7 +422,8 @@ void st__server_reload(st__server_t *srv, st__reload_report_t *report) {
 void st__server_destroy(st__server_t *srv) {
   if (!srv->loop) return;
   st__listen_close_all(srv);
-  st__signals_stop(srv);
+  if (srv->signals) st__signals_stop(srv);
+  srv->signals = 0;
   /* Replies already queued get one last chance; calls still running are
    * cancelled and their results dropped with their jobs. */
   if (srv->buckets) st__conn_close_all(srv);
@@ -400,6 +441,7 @@ void st__server_destroy(st__server_t *srv) {
   st__objects_free(&srv->objects);
   ev_timer_stop(srv->loop, &srv->grace);
   ev_async_stop(srv->loop, &srv->done);
+  ev_async_stop(srv->loop, &srv->stop_req);
   ev_prepare_stop(srv->loop, &srv->reap);
   const st__counters_t *k = &srv->counters;
   ST_LOG_I("server",

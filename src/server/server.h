@@ -93,7 +93,7 @@ typedef struct st__counters {
   uint64_t bytes_received;
   uint64_t bytes_sent;
   uint64_t fds_sent;
-  uint64_t fds_received;      /* client-sent descriptors, all closed       */
+  uint64_t fds_received;      /* client-sent descriptors (tensor arguments) */
   uint64_t connections;       /* connections admitted since start          */
   uint64_t auth_refused;      /* peers refused by the credential check     */
   uint64_t limit_refused;     /* connections refused at max_connections    */
@@ -159,6 +159,8 @@ struct st__server {
   st__objects_t objects;      /* objects, cache, leases, budgets           */
   st__work_t *work;           /* builds, flights, serialized queues, tasks */
   ev_signal sig_term, sig_int, sig_hup;
+  int signals;                /* the signal watchers are ours to stop      */
+  ev_async stop_req;          /* st__server_request_stop, from any thread  */
   ev_timer grace;             /* shutdown: in-flight work deadline         */
 
   st__counters_t counters;
@@ -187,9 +189,34 @@ typedef struct st__options {
 int st__server_main(const st__options_t *opts);
 
 /* Loads the generation, opens the sockets, starts the pool and the signal
- * watchers. ST_OK, or an error already logged (nothing left open).
- * `cfg` is borrowed and must outlive the server. Loop thread. */
+ * watchers, on libev's default loop. ST_OK, or an error already logged
+ * (the caller still runs st__server_destroy). `cfg` is borrowed and must
+ * outlive the server. Loop thread. */
 int st__server_init(st__server_t *srv, const st__config_t *cfg);
+
+/* How st__server_start runs a server; NULL means as stserver does. */
+typedef struct st__server_setup {
+  struct ev_loop *loop;       /* borrowed; NULL: libev's default loop      */
+  int no_signals;             /* no SIGTERM/SIGINT/SIGHUP watchers, and
+                                 SIGPIPE left alone (an embedded server
+                                 must not take over its host's signals;
+                                 every send uses MSG_NOSIGNAL anyway)      */
+  char *err;                  /* a failed start says why here, one line per
+                                 problem (file:line: ...); may be NULL     */
+  size_t errlen;
+  int quiet;                  /* a failed start is not logged: the caller
+                                 reports what err says                     */
+} st__server_setup_t;
+
+/* st__server_init on the loop and with the signals `setup` says. The
+ * thread that calls it is the server's loop thread from then on. */
+int st__server_start(st__server_t *srv, const st__config_t *cfg,
+                     const st__server_setup_t *setup);
+
+/* Asks the server to shut down as SIGTERM does (st__server_shutdown on the
+ * loop thread: drain, then st__server_run returns). Any thread, any number
+ * of times, between st__server_start and st__server_destroy. */
+void st__server_request_stop(st__server_t *srv);
 
 /* Runs the loop until the server stopped (after SIGTERM and the drain).
  * Loop thread. */

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "engine/objects.h"
+#include "engine/targs.h"
 #include "server/conn.h"
 
 /* ------------------------------------------------------------- builds */
@@ -151,12 +152,14 @@ void st__build_complete(st__server_t *srv, st__job_t *job);
 /* Starts (or joins, or answers from the cache) a build of `ep` (of the
  * current generation) with bound arguments for one consumer whose request
  * came in on socket `socket` (which decides the call's device: devices.c).
- * Builds, flights and cache entries are per device. On failure returns an
+ * Builds, flights and cache entries are per device. `targs` (may be NULL)
+ * holds the request's tensor arguments: a new build takes them (*targs is
+ * left empty); otherwise they stay the caller's. On failure returns an
  * error (CAPABILITY for a CUDA device the server does not have) and a
  * message in err; the consumer was not added. */
 int st__build_start(st__server_t *srv, const st__endpoint_decl_t *ep, const char *bound,
-                    size_t bound_len, const st__consumer_t *who, int socket, char *err,
-                    size_t errlen);
+                    size_t bound_len, st__targs_t *targs, const st__consumer_t *who, int socket,
+                    char *err, size_t errlen);
 
 /* Removes one task consumer from its build; cancels the build when no
  * consumer is left. Returns 1 when the build is gone without having run

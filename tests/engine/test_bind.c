@@ -96,7 +96,7 @@ static int bind_on(const st__endpoint_decl_t *e, const kv_t *kvs, int n, msgpack
   size_t off = 0;
   msgpack_unpack_next(&u, in.data, in.size, &off);
   err[0] = '\0';
-  int rc = st__bind_args(e, &u.data, &bound, err, errlen);
+  int rc = st__bind_args(e, &u.data, NULL, &bound, err, errlen);
   msgpack_unpacked_destroy(&u);
   msgpack_sbuffer_destroy(&in);
   msgpack_unpacked_init(out);
@@ -203,11 +203,11 @@ TEST(nil_and_non_map_args) {
   msgpack_sbuffer out;
   msgpack_sbuffer_init(&out);
   /* NULL args: required parameters are missing. */
-  CHECK_EQ_INT(st__bind_args(&ep, NULL, &out, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st__bind_args(&ep, NULL, NULL, &out, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(err, "missing required argument 'b'");
   CHECK_EQ_INT(out.size, 0);
   msgpack_object arr = {.type = MSGPACK_OBJECT_ARRAY};
-  CHECK_EQ_INT(st__bind_args(&ep, &arr, &out, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st__bind_args(&ep, &arr, NULL, &out, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(err, "args must be a map");
   msgpack_sbuffer_destroy(&out);
 
@@ -216,7 +216,7 @@ TEST(nil_and_non_map_args) {
   st__endpoint_decl_t none = {.name = "none"};
   msgpack_sbuffer_init(&out);
   msgpack_object nil = {.type = MSGPACK_OBJECT_NIL};
-  CHECK_EQ_INT(st__bind_args(&none, &nil, &out, err, sizeof err), ST_OK);
+  CHECK_EQ_INT(st__bind_args(&none, &nil, NULL, &out, err, sizeof err), ST_OK);
   CHECK_EQ_INT(out.size, 1);
   CHECK_EQ_INT((unsigned char)out.data[0], 0x80);
   msgpack_sbuffer_destroy(&out);
@@ -248,7 +248,7 @@ TEST(nested_values_are_checked) {
   size_t off = 0;
   msgpack_unpack_next(&u, in.data, in.size, &off);
   char err[256];
-  CHECK_EQ_INT(st__bind_args(&ep, &u.data, &out, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st__bind_args(&ep, &u.data, NULL, &out, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
   CHECK_EQ_INT(out.size, 0);
   msgpack_unpacked_destroy(&u);
   msgpack_sbuffer_destroy(&in);
@@ -269,7 +269,7 @@ TEST(many_parameters) {
   msgpack_sbuffer out;
   msgpack_sbuffer_init(&out);
   char err[256];
-  CHECK_EQ_INT(st__bind_args(&big, NULL, &out, err, sizeof err), ST_OK);
+  CHECK_EQ_INT(st__bind_args(&big, NULL, NULL, &out, err, sizeof err), ST_OK);
   msgpack_unpacked u;
   msgpack_unpacked_init(&u);
   size_t off = 0;
