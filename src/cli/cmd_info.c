@@ -245,7 +245,8 @@ static int is_listed(const st_value_t *list, const st_value_t *key) {
   return 0;
 }
 
-/* "x (required), n=4, dtype=\"float32\"" or "-". */
+/* "x (required), n=4, dtype=\"float32\"" or "-"; a required tensor
+ * parameter shows its type instead: "x (tensor(float32, cuda))". */
 static char *params_text(const st_value_t *e) {
   size_t cap = 256, len = 0;
   char *buf = malloc(cap);
@@ -263,6 +264,11 @@ static char *params_text(const st_value_t *e) {
       char *k = cli_value_text(pass == 0 ? &src->as.array.items[i] : &src->as.map.keys[i]);
       char *d = pass == 0 ? NULL : st_value_json(&src->as.map.values[i], 0);
       size_t need = len + (k ? strlen(k) : 1) + (d ? strlen(d) : 0) + 16;
+      /* a tensor parameter shows its type: "x (tensor(float32, any))" */
+      const char *ty = pass == 0 && k ? cli_value_str(st_value_get(st_value_get(e, "types"), k))
+                                      : NULL;
+      if (ty && strncmp(ty, "tensor", 6) != 0) ty = NULL;
+      if (ty) need += strlen(ty);
       if (need > cap) {
         while (cap < need) cap *= 2;
         char *p = realloc(buf, cap);
@@ -275,7 +281,8 @@ static char *params_text(const st_value_t *e) {
         buf = p;
       }
       if (pass == 0)
-        len += (size_t)sprintf(buf + len, "%s%s (required)", len ? ", " : "", k ? k : "?");
+        len += (size_t)sprintf(buf + len, "%s%s (%s)", len ? ", " : "", k ? k : "?",
+                               ty ? ty : "required");
       else
         len += (size_t)sprintf(buf + len, "%s%s=%s", len ? ", " : "", k ? k : "?", d ? d : "?");
       free(k);

@@ -8,6 +8,15 @@ local function run_example(name)
 end
 
 describe("examples", function()
+  it("basic_service passes the client's tensor to echo and scale without a copy", function()
+    local out, rc, err = run_example("basic_service")
+    assert.are.equal(0, rc, err)
+    assert.matches("x %(tensor%(float32, any%)%), k=2.5", out)
+    assert.matches("mine%[0%] is now 10.00 %(same memory%)", out)
+    assert.matches("after scale k=0.5:%s+5.00%s+1.00%s+1.50", out)
+    assert.matches("argument 'x' has dtype int32; the endpoint wants float32", out)
+  end)
+
   it("model_service builds once for two concurrent clients", function()
     local out, rc, err = run_example("model_service")
     assert.are.equal(0, rc, err)
