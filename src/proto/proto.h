@@ -90,6 +90,12 @@ int st__reader_next(st__reader_t *r, st__message_t *msg, char *err, size_t errle
 /* Bytes buffered that do not yet form a whole message (a half-sent frame). */
 size_t st__reader_pending(const st__reader_t *r);
 
+/* Bytes committed to the reader that no message taken so far contains
+ * (whole messages not yet taken plus a half-sent frame). Right after
+ * st__reader_next returned a message, the bytes committed in all minus this
+ * is where that message ends in the stream. */
+size_t st__reader_buffered(const st__reader_t *r);
+
 void st__message_destroy(st__message_t *msg);
 
 /* ------------------------------------------------------------- writing */

@@ -237,6 +237,11 @@ size_t st__reader_pending(const st__reader_t *r) {
   return (size_t)r->scan.msg_bytes;
 }
 
+/* See proto.h. */
+size_t st__reader_buffered(const st__reader_t *r) {
+  return r->up.buffer ? r->up.used - r->up.off : 0;
+}
+
 /* Gives a large idle buffer back: called when no byte is buffered. The
  * unpacker is rebuilt in place (its context points into the struct, so a
  * msgpack_unpacker cannot be moved); messages already taken keep their own

@@ -178,7 +178,7 @@ void st__conn_request_done(st__conn_t *c) {
  * them. Returns 0, or -1 when they do not fit the queue (or the kernel cut
  * the control data): every one of them is closed then, and the caller
  * closes the connection, whose requests and descriptors no longer match. */
-static int queue_received_fds(st__conn_t *c, struct msghdr *mh) {
+static int queue_received_fds(st__conn_t *c, struct msghdr *mh, uint64_t end) {
   int overflow = (mh->msg_flags & MSG_CTRUNC) != 0;
   for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
     if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
@@ -187,8 +187,10 @@ static int queue_received_fds(st__conn_t *c, struct msghdr *mh) {
     for (size_t i = 0; i < n; i++) {
       int fd;
       memcpy(&fd, p + i * sizeof fd, sizeof fd);
-      if (!overflow && c->rx_nfds < ST_CONN_MAX_PENDING_FDS) c->rx_fds[c->rx_nfds++] = fd;
-      else {
+      if (!overflow && c->rx_nfds < ST_CONN_MAX_PENDING_FDS) {
+        c->rx_fd_end[c->rx_nfds] = end;
+        c->rx_fds[c->rx_nfds++] = fd;
+      } else {
         overflow = 1;
         close(fd);
       }
@@ -203,8 +205,24 @@ int st__conn_take_fds(st__conn_t *c, int *out, size_t n) {
   if (n > c->rx_nfds) return -1;
   memcpy(out, c->rx_fds, n * sizeof *out);
   memmove(c->rx_fds, c->rx_fds + n, (c->rx_nfds - n) * sizeof *c->rx_fds);
+  memmove(c->rx_fd_end, c->rx_fd_end + n, (c->rx_nfds - n) * sizeof *c->rx_fd_end);
   c->rx_nfds -= n;
   return 0;
+}
+
+/* After a message was handled: closes the queued descriptors that arrived
+ * with bytes that all end at or before that message's end (see conn.h):
+ * no later request can claim them. */
+static void drop_stray_fds(st__conn_t *c) {
+  uint64_t end = c->rx_bytes - st__reader_buffered(&c->reader);
+  size_t n = 0;
+  while (n < c->rx_nfds && c->rx_fd_end[n] <= end) close(c->rx_fds[n++]);
+  if (!n) return;
+  memmove(c->rx_fds, c->rx_fds + n, (c->rx_nfds - n) * sizeof *c->rx_fds);
+  memmove(c->rx_fd_end, c->rx_fd_end + n, (c->rx_nfds - n) * sizeof *c->rx_fd_end);
+  c->rx_nfds -= n;
+  ST_LOG_D("conn", "conn %llu: closed %zu descriptors no request listed",
+           (unsigned long long)c->id, n);
 }
 
 static void update_frame_timer(st__conn_t *c, int completed) {
@@ -240,7 +258,7 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
                         .msg_controllen = sizeof ctl.buf};
     ssize_t n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
     if ((mh.msg_controllen > 0 || (mh.msg_flags & MSG_CTRUNC)) &&
-        queue_received_fds(c, &mh) != 0) {
+        queue_received_fds(c, &mh, c->rx_bytes + (n > 0 ? (uint64_t)n : 0)) != 0) {
       c->srv->counters.protocol_errors++;
       ST_LOG_W("conn", "conn %llu (pid %d): more descriptors than its requests list; closing",
                (unsigned long long)c->id, (int)c->cred.pid);
@@ -275,6 +293,7 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
       return;
     }
     st__reader_commit(&c->reader, (size_t)n);
+    c->rx_bytes += (uint64_t)n;
     c->srv->counters.bytes_received += (uint64_t)n;
     process_messages(c);
     if ((size_t)n < cap) return;
@@ -315,6 +334,7 @@ static void process_messages(st__conn_t *c) {
     c->requests++;
     st__dispatch(c, &msg);
     st__message_destroy(&msg);
+    if (!c->dead) drop_stray_fds(c);
   }
   update_frame_timer(c, completed);
 }

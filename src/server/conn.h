@@ -3,7 +3,11 @@
  * Reading: recvmsg into the frame reader (src/proto). Descriptors a client
  * sends (tensor arguments) queue in arrival order, at most
  * ST_CONN_MAX_PENDING_FDS; a request that lists N arenas takes the first N
- * (st__conn_take_fds), as docs/protocol.md says. Each complete message goes
+ * (st__conn_take_fds), as docs/protocol.md says. Linux delivers a
+ * sendmsg's descriptors with the read that holds its first byte, and ends
+ * that read there; so descriptors that came with bytes all at or before the
+ * end of a handled message cannot belong to a later one: what that message
+ * did not take is a stray and is closed at once. Each complete message goes
  * to st__dispatch. A frame that stays half-sent
  * for frame_timeout_ms gets TIMEOUT and the connection is closed.
  *
@@ -64,7 +68,10 @@ struct st__conn {
   uint64_t leases;            /* leases it holds on objects                 */
   char client[64];            /* from hello, for logs                       */
   int rx_fds[ST_CONN_MAX_PENDING_FDS]; /* received, unclaimed, arrival order */
+  uint64_t rx_fd_end[ST_CONN_MAX_PENDING_FDS]; /* stream offset where the read
+                                 that brought each one ended */
   size_t rx_nfds;
+  uint64_t rx_bytes;          /* bytes received (committed to the reader)   */
   struct st__targs *targs;    /* during st__dispatch: the tensor arguments of
                                  the request (call/submit move them out)   */
   st__conn_t *hnext;          /* id hash chain                              */
