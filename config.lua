@@ -21,7 +21,8 @@ return {
   -- Lua state per generation of the endpoints.
   workers = 4,
 
-  -- Directory of the endpoint files (*.lua, not recursive). A relative
+  -- Directory of the endpoint files (*.lua, not recursive), or one endpoint
+  -- file (such as a zero-branch script, docs/zero-branch.md). A relative
   -- path is relative to the directory of this file.
   endpoints = "endpoints",
 

@@ -17,7 +17,13 @@ stcli() { "$stcli_bin" --base-path "$base" "$@"; }
 
 # start_server CONFIG: runs stserver in the background and waits for ping.
 start_server() {
-  "$stserver" --config "$1" --base-path "$base" >"$log" 2>&1 &
+  start_command "$stserver" --config "$1" --base-path "$base"
+}
+
+# start_command CMD...: runs a command that serves on $base in the
+# background (its output in $log) and waits for ping.
+start_command() {
+  "$@" >"$log" 2>&1 &
   server_pid=$!
   trap stop_server EXIT
   for _ in $(seq 1 1000); do

@@ -1,11 +1,13 @@
 /* src/lua: loading a generation of endpoints (st_lua.h).
  *
- * Each endpoints/NAME.lua (sorted, not recursive, hidden files skipped) is
- * read once; its text is kept in the generation and run in its own
- * sandboxed validation state, where st.endpoint{...} only records the
- * declaration and its line. What the file returns is validated in C
- * (decl.c). Build bodies never run here. Every problem of every file is
- * collected; any problem fails the whole load and frees everything.
+ * Each endpoints/NAME.lua (sorted, not recursive, hidden files skipped),
+ * or the one file the endpoints setting names, is read once; its text is
+ * kept in the generation and run in its own sandboxed validation state,
+ * where st.endpoint{...} (or a zero-branch script's app:endpoint{...})
+ * only records the declaration and its line. What the file returns (or
+ * what it recorded) is validated in C (decl.c). Build bodies never run
+ * here. Every problem of every file is collected; any problem fails the
+ * whole load and frees everything.
  */
 #include "lua/lua_int.h"
 
@@ -31,23 +33,39 @@ static int decl_cmp(const void *a, const void *b) {
   return c ? c : x->line - y->line;
 }
 
-/* Sorted names of the *.lua files of dir; NULL with an error added. */
+/* The files to load, as owned paths: `dir` itself when it names a regular
+ * file (a single endpoint file, such as a zero-branch script), else the
+ * sorted *.lua files of the directory. NULL with an error added. */
 static char **list_files(const char *dir, size_t *count, st__errlist_t *errs) {
-  DIR *d = opendir(dir);
   *count = 0;
+  struct stat self;
+  if (stat(dir, &self) == 0 && S_ISREG(self.st_mode)) {
+    char **one = calloc(1, sizeof *one);
+    if (!one || !(one[0] = strdup(dir))) {
+      free(one);
+      st__errlist_add(errs, "%s: out of memory", dir);
+      return NULL;
+    }
+    *count = 1;
+    return one;
+  }
+  DIR *d = opendir(dir);
   if (!d) {
-    st__errlist_add(errs, "%s: cannot open the endpoints directory: %s", dir, strerror(errno));
+    st__errlist_add(errs, "%s: cannot open the endpoints directory or file: %s", dir,
+                    strerror(errno));
     return NULL;
   }
   char **names = NULL;
   size_t n = 0, cap = 0;
+  size_t dl = strlen(dir);
+  const char *sep = dl && dir[dl - 1] == '/' ? "" : "/";
   struct dirent *e;
   while ((e = readdir(d))) {
     size_t len = strlen(e->d_name);
     if (e->d_name[0] == '.' || len < 5 || strcmp(e->d_name + len - 4, ".lua") != 0) continue;
     char path[4096];
     struct stat st;
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    snprintf(path, sizeof path, "%s%s%s", dir, sep, e->d_name);
     if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
     if (n == cap) {
       cap = cap ? cap * 2 : 16;
@@ -55,7 +73,7 @@ static char **list_files(const char *dir, size_t *count, st__errlist_t *errs) {
       if (!v) break;
       names = v;
     }
-    if (!(names[n] = strdup(e->d_name))) break;
+    if (!(names[n] = strdup(path))) break;
     n++;
   }
   closedir(d);
@@ -138,6 +156,10 @@ static int l_run_file(lua_State *L) {
   st__lua_arm(L, ST__LUA_LOAD_LIMIT_S, NULL);
   int rc = st__lua_pcall(L, 0, 1, err, sizeof err);   /* ret */
   st__lua_disarm(L);
+  if (rc != 0 && rc != LUA_ERRMEM && st__lua_main_reached(L)) {
+    lua_pushnil(L);                           /* app:main ended the file: ret = nil */
+    rc = 0;
+  }
   if (rc != 0) {
     if (ctx->stop == ST_ERR_TIMEOUT)
       st__errlist_add(errs, "%s (loading a file may take at most %g s)", err, ST__LUA_LOAD_LIMIT_S);
@@ -147,7 +169,7 @@ static int l_run_file(lua_State *L) {
       st__errlist_add(errs, "%s: %s", src->path, err);
     return 0;
   }
-  int n = st__lua_decl_list(L, 1);            /* ret, list|msg */
+  int n = st__lua_file_decls(L, 1);           /* ret, list|msg */
   if (n < 0) {
     st__errlist_add(errs, "%s: %s", src->path, lua_tostring(L, -1));
     return 0;
@@ -219,11 +241,8 @@ int st__generation_load(const char *dir, uint64_t number, st__generation_t **out
 
   for (size_t i = 0; i < nfiles; i++) {
     st__source_t *s = &g->sources[g->nsources];
-    char path[4096];
-    size_t dl = strlen(dir);
-    snprintf(path, sizeof path, "%s%s%s", dir, dl && dir[dl - 1] == '/' ? "" : "/", files[i]);
-    if (!(s->text = read_text(path, &s->len, errs))) continue;
-    s->path = strdup(path);
+    if (!(s->text = read_text(files[i], &s->len, errs))) continue;
+    s->path = strdup(files[i]);
     g->nsources++;
     load_file(s, &decls, errs);
   }

@@ -18,7 +18,6 @@
  */
 #include "lua/lua_int.h"
 
-#include <errno.h>
 #include <luajit.h>
 #include <lualib.h>
 #include <stdarg.h>
@@ -31,7 +30,6 @@
 
 static char ctx_key;          /* registry: light userdata st__lua_ctx_t*    */
 static char readonly_key;     /* key present in the metatable of proxies    */
-static char loaded_key;       /* registry: table of required st.* modules   */
 
 double st__lua_now(void) {
   struct timespec ts;
@@ -190,10 +188,12 @@ static int l_rawlen(lua_State *L) {
 }
 
 /* pcall/xpcall that re-raise a stop (timeout, cancel): the count hook's
- * error must reach the top however the body wraps its code. */
+ * error must reach the top however the body wraps its code. So does the
+ * end of a zero-branch script's top level at app:main. */
 static int finish_pcall(lua_State *L, int status, int base) {
   st__lua_ctx_t *c = st__lua_ctx(L);
-  if (status != 0 && (c->stop || status == LUA_ERRMEM)) return lua_error(L);
+  if (status != 0 && (c->stop || status == LUA_ERRMEM || st__lua_main_reached(L)))
+    return lua_error(L);
   lua_pushboolean(L, status == 0);
   lua_replace(L, base);                       /* status in place of the handler slot */
   return lua_gettop(L) - base + 1;
@@ -283,49 +283,22 @@ static int l_print(lua_State *L) {
   return 0;
 }
 
-/* require("st") or require("st.<name>") (lua/st/<name>.lua, run in the
- * sandbox once per state); anything else raises. */
+/* require("st") is the st module; require("st.zerobranch") the built-in
+ * module of zero-branch scripts (zerobranch.c), so that a script that is
+ * also a program loads as an endpoint file. Nothing else is reachable:
+ * every other name raises. */
 static int l_require(lua_State *L) {
   const char *name = luaL_checkstring(L, 1);
   if (strcmp(name, "st") == 0) {
     st__lua_push_st(L);
     return 1;
   }
-  int ok = strncmp(name, "st.", 3) == 0 && name[3];
-  for (const char *p = name + 3; ok && *p; p++)
-    ok = (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_';
-  if (!ok)
-    return st__lua_raise(L, "require: module '%s' is not available in endpoints "
-                            "(only 'st' and 'st.<name>')", name);
-  lua_pushlightuserdata(L, &loaded_key);
-  lua_rawget(L, LUA_REGISTRYINDEX);           /* name, loaded */
-  lua_getfield(L, -1, name);                  /* name, loaded, mod? */
-  if (!lua_isnil(L, -1)) return 1;
-  lua_pop(L, 1);                              /* name, loaded */
-  char path[4096];
-  snprintf(path, sizeof path, "%s/st/%s.lua", ST_LUA_DIR, name + 3);
-  FILE *f = fopen(path, "rb");
-  if (!f) return st__lua_raise(L, "require: cannot open %s: %s", path, strerror(errno));
-  luaL_Buffer b;
-  luaL_buffinit(L, &b);
-  char chunk[4096];
-  size_t n;
-  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) luaL_addlstring(&b, chunk, n);
-  fclose(f);
-  luaL_pushresult(&b);                        /* name, loaded, text */
-  size_t len;
-  const char *text = lua_tolstring(L, -1, &len);
-  lua_pushfstring(L, "@%s", path);            /* name, loaded, text, chunkname */
-  if (luaL_loadbufferx(L, text, len, lua_tostring(L, -1), "t") != 0) return lua_error(L);
-  lua_pushstring(L, name);                    /* name, loaded, text, chunkname, f, name */
-  lua_call(L, 1, 1);                          /* name, loaded, text, chunkname, mod */
-  if (lua_isnil(L, -1)) {
-    lua_pop(L, 1);
-    lua_pushboolean(L, 1);
+  if (strcmp(name, "st.zerobranch") == 0) {
+    st__lua_push_zerobranch(L);
+    return 1;
   }
-  lua_pushvalue(L, -1);
-  lua_setfield(L, -5, name);                  /* loaded[name] = mod */
-  return 1;
+  return st__lua_raise(L, "require: module '%s' is not available in endpoints "
+                          "(only 'st' and 'st.zerobranch')", name);
 }
 
 /* ------------------------------------------------------------ the state */
@@ -351,9 +324,6 @@ static int l_setup(lua_State *L) {
   st__lua_ctx_t *ctx = lua_touserdata(L, 1);
   lua_pushlightuserdata(L, &ctx_key);
   lua_pushlightuserdata(L, ctx);
-  lua_rawset(L, LUA_REGISTRYINDEX);
-  lua_pushlightuserdata(L, &loaded_key);
-  lua_newtable(L);
   lua_rawset(L, LUA_REGISTRYINDEX);
 
   open_lib(L, luaopen_base, "");

@@ -40,6 +40,10 @@ static int compile_source(lua_State *L, const st__source_t *src, char *err, size
   st__lua_arm(L, ST__LUA_LOAD_LIMIT_S, NULL);
   int rc = st__lua_pcall(L, 0, 1, err, errlen);     /* ret */
   st__lua_disarm(L);
+  if (rc != 0 && rc != LUA_ERRMEM && st__lua_main_reached(L)) {
+    lua_pushnil(L);                                 /* app:main ended the file */
+    rc = 0;
+  }
   if (rc != 0) {
     if (!st__lua_has_position(err)) {
       char tmp[1024];

@@ -50,6 +50,14 @@ describe("examples", function()
     assert.matches("released object %d+ %(refcount now 0%)", l_out)
   end)
 
+  it("zero_branch runs one script in-process, as the server and as its client", function()
+    local out, rc, err = run_example("zero_branch")
+    assert.are.equal(0, rc, err)
+    assert.matches("role in%-process: server pid %d+ %(this process%)", out)
+    assert.matches("role client: server pid %d+ %(another process%)", out)
+    assert.matches("server stopped cleanly", out)
+  end)
+
   it("the PyTorch consumer runs the same forward pass on shared weights", function()
     local _, has_torch = H.run("/usr/bin/python3 -c 'import torch' 2>/dev/null || python3 -c 'import torch'")
     if has_torch ~= 0 then

@@ -13,6 +13,9 @@ local escapes = {
   require_ffi      = [[return require("ffi")]],
   require_io       = [[return require("io")]],
   require_os       = [[return require("os")]],
+  require_st_client = [[return require("st.client")]],        -- only st, st.zerobranch
+  require_st_path  = [[return require("st.../../../etc/passwd")]],
+  zerobranch_mutation = [[require("st.zerobranch").app = nil return 1]],
   ffi_global       = [[return ffi.C]],
   debug_global     = [[return debug.getinfo(1)]],
   jit_global       = [[return jit.version]],
@@ -43,6 +46,9 @@ describe("endpoint sandbox", function()
         "return st.endpoint{ name = %q, build = function(a)\n%s\nend }\n", name, body)
     end
     eps["ok.lua"] = "return st.endpoint{ name = 'ok', build = function() return 'fine' end }\n"
+    eps["zb_ok.lua"] = "return st.endpoint{ name = 'zb_ok', build = function()\n" ..
+      "  return type(require('st.zerobranch').app) .. ' ' .. tostring(require('st') == st)\n" ..
+      "end }\n"
     srv = H.server{ endpoints = eps }
   end)
   teardown(function()
@@ -50,6 +56,15 @@ describe("endpoint sandbox", function()
       assert.are.equal(0, srv:stop())
       srv:cleanup()
     end
+  end)
+
+  it("lets require reach st and the built-in st.zerobranch, nothing else", function()
+    local out, rc, err = srv:cli("--json", "call", "zb_ok")
+    assert.are.equal(0, rc, err)
+    assert.matches("function true", out)
+    local _, _, cerr = srv:cli("call", "require_st_client")
+    assert.matches("module 'st.client' is not available in endpoints %(only 'st' and " ..
+                   "'st.zerobranch'%)", cerr)
   end)
 
   for name in pairs(escapes) do
