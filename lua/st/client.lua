@@ -8,6 +8,10 @@
 --   print(w.dtype, w.shape[1], w.shape[2], w:get(0))
 --   res:free()                                    -- or let the GC do it
 --
+--   local x = assert(st.zeros({ 2, 3 }, { dtype = "float32" }))  -- passable memory
+--   x:set(4, 1.5)
+--   assert(c:call("scale", { x = x, k = 2 }))    -- the endpoint writes into x
+--
 -- Rules (as in the C API, include/st/client.h):
 --   * misuse (a wrong argument type, a closed client) raises an error;
 --   * a runtime failure returns nil, "NAME: message" (NAME is the stable
@@ -15,6 +19,10 @@
 --   * Tensors are mapped, not copied: `t.data` is a pointer into shared
 --     memory (a device address for CUDA tensors), valid while the result it
 --     came from is alive. Each tensor table keeps its result alive.
+--   * Tensor arguments: only memory from st.empty / st.zeros (or a view of
+--     it: t:slice, t:narrow, t:transpose) passes to an endpoint; it goes by
+--     descriptor and the endpoint reads and writes it in place. CUDA memory
+--     is written by the caller's own streams: synchronize them first.
 --
 -- The library is found through $ST_CLIENT_LIB (a path), else the system
 -- loader's search for "stclient" (LD_LIBRARY_PATH, ldconfig).
@@ -48,7 +56,13 @@ typedef struct st_object_info {
 
 const char *st_err_name(int err);
 const char *st_dtype_name(int dtype);
+int st_dtype_from_name(const char *name);
+size_t st_dtype_size(int dtype);
+void st_dtype_store(int dtype, void *base, size_t i, double v);
 double st_tensor_get(const st_tensor_t *t, int64_t linear);
+int st_tensor_alloc(const char *device, int dtype, int ndim, const int64_t *shape,
+                    st_result_t **out, char *err, size_t errlen);
+int st_args_tensor(st_args_t *a, const char *key, const st_tensor_t *t, char *err, size_t errlen);
 const st_value_t *st_result_value(const st_result_t *r);
 int st_result_object(const st_result_t *r, st_object_info_t *out);
 void st_result_free(st_result_t *r);
@@ -98,13 +112,55 @@ local V = { NIL = 0, BOOL = 1, INT = 2, FLOAT = 3, STRING = 4, BINARY = 5, ARRAY
 local Tensor = {}
 Tensor.__index = Tensor
 
+local ERR_INVALID_ARGUMENT = -14   -- ST_ERR_INVALID_ARGUMENT
+
+local wrap_tensor
+
+local function check_tensor(t, what)
+  if getmetatable(t) ~= Tensor then error(what .. ": call it as tensor:" .. what .. "(...)", 3) end
+end
+
+local function check_index(t, i, what)
+  if type(i) ~= "number" or i ~= math.floor(i) or i < 0 or i >= t.numel then
+    error(("%s: index %s outside 0..%d"):format(what, tostring(i), t.numel - 1), 3)
+  end
+end
+
+-- Element offset from `data` of linear index i (row-major over the shape).
+local function element_offset(t, i)
+  local off = 0
+  for d = #t.shape, 1, -1 do
+    local size = t.shape[d]
+    local r = i % size
+    off = off + r * t.strides[d]
+    i = (i - r) / size
+  end
+  return off
+end
+
 -- Element `i` (0-based, row-major over the shape, strides honoured) as a
 -- Lua number. CUDA tensors are copied element by element: for inspection.
 function Tensor:get(i)
-  if type(i) ~= "number" or i < 0 or i >= self.numel then
-    error(("get: index %s outside 0..%d"):format(tostring(i), self.numel - 1), 2)
-  end
+  check_index(self, i, "get")
   return lib.st_tensor_get(self._c, i)
+end
+
+-- Stores `v` (a number; a boolean is 1 or 0) as element `i` (0-based,
+-- row-major, strides honoured), converted to the tensor's dtype as the
+-- server converts (st_dtype_store). CPU tensors only. Returns the tensor.
+function Tensor:set(i, v)
+  check_tensor(self, "set")
+  check_index(self, i, "set")
+  if type(v) == "boolean" then
+    v = v and 1 or 0
+  elseif type(v) ~= "number" then
+    error("set: the value must be a number or a boolean", 2)
+  end
+  if self._c.device ~= 0 then
+    error("set: " .. self.device .. " memory is written on the device, not element by element", 2)
+  end
+  lib.st_dtype_store(self._c.dtype, self.data, element_offset(self, i), v)
+  return self
 end
 
 -- The elements as a flat Lua array (row-major). For small tensors.
@@ -119,11 +175,145 @@ function Tensor:ptr(ctype)
   return ffi.cast(ctype .. "*", self.data)
 end
 
+-- PyTorch's rule: dims of size 1 do not count.
+function Tensor:is_contiguous()
+  local expect = 1
+  for d = #self.shape, 1, -1 do
+    if self.shape[d] ~= 1 and self.strides[d] ~= expect then return false end
+    expect = expect * self.shape[d]
+  end
+  return true
+end
+
 function Tensor:__tostring()
   return ("tensor(%s, {%s}, %s)"):format(self.dtype, table.concat(self.shape, ", "), self.device)
 end
 
-local function wrap_tensor(t, owner)
+-- ------------------------------------------------------------- views
+--
+-- Views share the memory (and the result) of their source; dims are
+-- 0-based and negative ones count from the end, as in endpoints
+-- (docs/endpoints.md, "Tensor methods"). A view of a tensor from st.empty
+-- passes to endpoints like the tensor itself.
+
+-- A tensor table `offset` elements past self.data with another geometry.
+local function make_view(self, offset, shape, strides)
+  local n = #shape
+  local dims = ffi.new("int64_t[?]", n > 0 and 2 * n or 1)
+  local numel = 1
+  for d = 1, n do
+    dims[d - 1], dims[n + d - 1] = shape[d], strides[d]
+    numel = numel * shape[d]
+  end
+  local src = self._c
+  local esize = tonumber(lib.st_dtype_size(src.dtype))
+  local c = ffi.new("st_tensor_t")
+  c.name, c.dtype, c.ndim = src.name, src.dtype, n
+  c.data = ffi.cast("char *", src.data) + offset * esize
+  c.shape, c.strides = dims, dims + n
+  c.numel, c.nbytes = numel, numel * esize
+  c.device, c.device_index, c.device_uuid = src.device, src.device_index, src.device_uuid
+  local t = wrap_tensor(c, self._owner)
+  t._dims = dims   -- c points into it
+  return t
+end
+
+local function dim_of(t, dim, what)
+  local n = #t.shape
+  if type(dim) ~= "number" or dim ~= math.floor(dim) or dim < -n or dim >= n then
+    error(("%s: dim %s outside %d..%d"):format(what, tostring(dim), -n, n - 1), 3)
+  end
+  return dim < 0 and dim + n + 1 or dim + 1
+end
+
+local function integer(v, what, name)
+  if type(v) ~= "number" or v ~= math.floor(v) then
+    error(("%s: %s must be an integer"):format(what, name), 3)
+  end
+  return v
+end
+
+local function copy_list(l)
+  local out = {}
+  for i = 1, #l do out[i] = l[i] end
+  return out
+end
+
+-- Elements start, start + step, ... below stop along `dim`: Python-style
+-- bounds (negative ones count from the end; clamped), stop defaults to the
+-- size, step > 0.
+function Tensor:slice(dim, start, stop, step)
+  check_tensor(self, "slice")
+  local d = dim_of(self, dim, "slice")
+  local size = self.shape[d]
+  start = integer(start or 0, "slice", "start")
+  stop = integer(stop or size, "slice", "stop")
+  step = integer(step or 1, "slice", "step")
+  if step < 1 then error("slice: step must be > 0", 2) end
+  if start < 0 then start = start + size end
+  if stop < 0 then stop = stop + size end
+  start = math.min(math.max(start, 0), size)
+  stop = math.min(math.max(stop, start), size)
+  local shape, strides = copy_list(self.shape), copy_list(self.strides)
+  shape[d] = math.floor((stop - start + step - 1) / step)
+  strides[d] = self.strides[d] * step
+  return make_view(self, start * self.strides[d], shape, strides)
+end
+
+-- `length` elements from `start` along `dim`.
+function Tensor:narrow(dim, start, length)
+  check_tensor(self, "narrow")
+  local d = dim_of(self, dim, "narrow")
+  start = integer(start, "narrow", "start")
+  length = integer(length, "narrow", "length")
+  local size = self.shape[d]
+  if start < 0 then start = start + size end
+  if start < 0 or length < 0 or start + length > size then
+    error(("narrow: start %d + length %d exceeds size %d of dim %d"):format(start, length, size,
+      d - 1), 2)
+  end
+  local shape = copy_list(self.shape)
+  shape[d] = length
+  return make_view(self, start * self.strides[d], shape, self.strides)
+end
+
+-- Dims d0 and d1 swapped.
+function Tensor:transpose(d0, d1)
+  check_tensor(self, "transpose")
+  local a, b = dim_of(self, d0, "transpose"), dim_of(self, d1, "transpose")
+  local shape, strides = copy_list(self.shape), copy_list(self.strides)
+  shape[a], shape[b] = shape[b], shape[a]
+  strides[a], strides[b] = strides[b], strides[a]
+  return make_view(self, 0, shape, strides)
+end
+
+-- Copies src's elements into this tensor (same shape; values converted
+-- through a double as st_dtype_store does; a byte copy when both are
+-- contiguous with one dtype). CPU tensors only. Returns the tensor.
+function Tensor:copy_(src)
+  check_tensor(self, "copy_")
+  if getmetatable(src) ~= Tensor then error("copy_: the source must be a tensor", 2) end
+  local same = #src.shape == #self.shape
+  for d = 1, #self.shape do same = same and src.shape[d] == self.shape[d] end
+  if not same then
+    error(("copy_: shapes differ: {%s} and {%s}"):format(table.concat(self.shape, ", "),
+      table.concat(src.shape, ", ")), 2)
+  end
+  if self._c.device ~= 0 or src._c.device ~= 0 then error("copy_: CPU tensors only", 2) end
+  if src.dtype == self.dtype and self:is_contiguous() and src:is_contiguous() then
+    if self.nbytes > 0 then ffi.copy(self.data, src.data, self.nbytes) end
+  else
+    for i = 0, self.numel - 1 do
+      lib.st_dtype_store(self._c.dtype, self.data, element_offset(self, i),
+                         lib.st_tensor_get(src._c, i))
+    end
+  end
+  return self
+end
+
+-- A Lua table for a borrowed st_tensor_t* (or an st_tensor_t cdata of a
+-- view) of `owner`, which the table keeps alive.
+wrap_tensor = function(t, owner)
   local shape, strides = {}, {}
   for d = 0, t.ndim - 1 do
     shape[d + 1] = tonumber(t.shape[d])
@@ -235,6 +425,58 @@ function Result:tensors()
   return list, by_name
 end
 
+-- ------------------------------------------------------------- allocation
+
+-- A zero-filled contiguous tensor in memory that endpoints can take as an
+-- argument (st_tensor_alloc: a sealed memfd on the CPU, an exported VMM
+-- allocation on a GPU). shape: a table of sizes (or one number); opts.dtype
+-- (default "float32"), opts.device ("cpu", default; "cuda"; "cuda:N").
+local function alloc(what, shape, opts)
+  if type(shape) == "number" then shape = { shape } end
+  if type(shape) ~= "table" then error(what .. ": shape must be a table of sizes", 3) end
+  opts = opts or {}
+  if type(opts) ~= "table" then error(what .. ": options must be a table {dtype=, device=}", 3) end
+  local n = #shape
+  if n > 16 then error(what .. ": at most 16 dims", 3) end
+  local dims = ffi.new("int64_t[?]", n > 0 and n or 1)
+  for d = 1, n do
+    local size = shape[d]
+    if type(size) ~= "number" or size < 0 or size ~= math.floor(size) then
+      error(("%s: size %d must be an integer >= 0"):format(what, d), 3)
+    end
+    dims[d - 1] = size
+  end
+  local dtype = opts.dtype or "float32"
+  if type(dtype) ~= "string" or lib.st_dtype_from_name(dtype) == 0 then
+    error(what .. ": unknown dtype " .. tostring(dtype), 3)
+  end
+  local device = opts.device or "cpu"
+  if type(device) ~= "string" then error(what .. ": device must be a string (\"cpu\", \"cuda:N\")", 3) end
+  local out = ffi.new("st_result_t*[1]")
+  local err = ffi.new("char[256]")
+  local rc = lib.st_tensor_alloc(device, lib.st_dtype_from_name(dtype), n, dims, out, err, 256)
+  if rc == ERR_INVALID_ARGUMENT then error(what .. ": " .. ffi.string(err), 3) end
+  if rc ~= 0 then
+    local name = ffi.string(lib.st_err_name(rc))
+    return nil, name .. ": " .. ffi.string(err), name
+  end
+  return wrap_result(out[0]).value
+end
+
+-- A new tensor to pass to endpoints; its memory is zero-filled (as every
+-- allocation is). Returns the tensor, or nil, err (no CUDA device, out of
+-- memory); a malformed shape, dtype or device raises.
+function M.empty(shape, opts)
+  local t, err, name = alloc("empty", shape, opts)
+  return t, err, name
+end
+
+-- The same as empty: the memory starts zeroed.
+function M.zeros(shape, opts)
+  local t, err, name = alloc("zeros", shape, opts)
+  return t, err, name
+end
+
 -- ------------------------------------------------------------- arguments
 
 local function json_encode(v, depth)
@@ -254,6 +496,9 @@ local function json_encode(v, depth)
     end) .. '"'
   end
   if t == "table" then
+    if getmetatable(v) == Tensor then
+      error("a tensor goes only as an argument of its own (name = tensor), not inside a table", 0)
+    end
     local n = #v
     local is_array = n > 0 or next(v) == nil
     if is_array then
@@ -275,7 +520,18 @@ local function json_encode(v, depth)
   error("cannot send a " .. t, 0)
 end
 
--- A Lua table of named arguments as an owned st_args_t (GC-freed).
+-- The error for a tensor argument st_args_tensor refused.
+local function tensor_arg_error(k, v, msg)
+  if not msg:find("st_tensor_alloc", 1, true) then return ("argument '%s': %s"):format(k, msg) end
+  return ("argument '%s': this %s tensor's memory was not allocated with st.empty or st.zeros " ..
+    "(a result's tensors are the server's memory); only such memory passes to an endpoint: " ..
+    "allocate it with st.empty(shape, { dtype =, device = }), or copy into one: " ..
+    "st.empty(t.shape, { dtype = t.dtype }):copy_(t)"):format(k, v.device)
+end
+
+-- A Lua table of named arguments as an owned st_args_t (GC-freed). Tensor
+-- values (from st.empty/st.zeros, or views of them) go by descriptor: the
+-- map keeps their allocation until it is freed.
 local function build_args(args, level)
   if args == nil then return nil end
   if type(args) ~= "table" then error("arguments must be a table of name = value", level + 1) end
@@ -284,7 +540,10 @@ local function build_args(args, level)
   for k, v in pairs(args) do
     if type(k) ~= "string" then error("argument names must be strings", level + 1) end
     local t, rc = type(v), 0
-    if v == M.null then rc = lib.st_args_nil(a, k)
+    if getmetatable(v) == Tensor then
+      rc = lib.st_args_tensor(a, k, v._c, err, 256)
+      if rc == ERR_INVALID_ARGUMENT then error(tensor_arg_error(k, v, ffi.string(err)), level + 1) end
+    elseif v == M.null then rc = lib.st_args_nil(a, k)
     elseif t == "boolean" then rc = lib.st_args_bool(a, k, v and 1 or 0)
     elseif t == "number" and v == math.floor(v) and math.abs(v) < 2 ^ 53 then rc = lib.st_args_int(a, k, v)
     elseif t == "number" then rc = lib.st_args_float(a, k, v)

@@ -5,6 +5,8 @@
         w = c.call("make_tensor", rows=2, cols=3)  # a torch tensor, mapped
         with c.call("load_linear", input_dim=16) as h:   # managed: a Handle
             layer = st.load_into(torch.nn.Linear(16, 4), h.value)
+        x = st.zeros((2, 3))                       # memory endpoints can take
+        c.call("scale", x=x, k=2.0)                # the endpoint writes into x
 
 Pure Python over libstclient (ctypes); tensors cross into frameworks
 through DLPack without a copy. docs/python.md has the details.
@@ -14,10 +16,12 @@ from .errors import Error, __all__ as _error_names
 from .client import Client, Handle, Module
 from .tensor import SharedTensor
 from .nn import load_into
+from .alloc import empty, zeros, empty_like, zeros_like
 from . import _lib
 
 __version__ = "0.1.0"
 library_path = _lib.path
 
-__all__ = ["Client", "Handle", "Module", "SharedTensor", "load_into", "library_path"] + \
+__all__ = ["Client", "Handle", "Module", "SharedTensor", "load_into", "library_path", "empty",
+           "zeros", "empty_like", "zeros_like"] + \
     list(_error_names)

@@ -5,6 +5,7 @@ import json
 import threading
 
 from . import _lib
+from . import targs as _targs
 from . import tensor as _tensor
 from .errors import make
 
@@ -193,6 +194,11 @@ class Client:
     def call(self, name, as_torch=None, **args):
         """Calls endpoint `name` with keyword arguments.
 
+        Tensor arguments (torch tensors, numpy arrays, SharedTensors) must
+        live in memory from sharedtensor.empty/zeros (any view of it); the
+        endpoint reads and writes them in place. Torch CUDA tensors' devices
+        are synchronized before the request goes.
+
         Returns a torch tensor for a tensor, a Module (OrderedDict of
         tensors, `.metadata`) for a module, plain Python values otherwise
         (tensors inside). A managed or cached endpoint gives a Handle whose
@@ -207,7 +213,9 @@ class Client:
     # ------------------------------------------------------------- tasks
 
     def submit(self, name, **args):
-        """Queues a build of `name`; returns the task id at once."""
+        """Queues a build of `name`; returns the task id at once. Tensor
+        arguments go as in call(); the task keeps the server's mapping of
+        them until it ends."""
         tid = ctypes.c_uint64()
         with _Args(args) as a:
             self._do(_l.st_client_submit, name.encode(), a.ptr, ctypes.byref(tid))
@@ -280,11 +288,13 @@ class Client:
 # ------------------------------------------------------------- arguments
 
 class _Args:
-    """Keyword arguments as an st_args_t, freed on exit."""
+    """Keyword arguments as an st_args_t, freed on exit. Entering it also
+    synchronizes the CUDA devices of torch tensor arguments."""
 
     def __init__(self, args):
         self.args = args
         self.ptr = None
+        self.cuda = set()
 
     def __enter__(self):
         if not self.args:
@@ -295,6 +305,7 @@ class _Args:
         try:
             for k, v in self.args.items():
                 self._set(k, v)
+            _targs.synchronize(self.cuda)
         except BaseException:
             self.__exit__()
             raise
@@ -302,6 +313,12 @@ class _Args:
 
     def _set(self, k, v):
         key = k.encode()
+        kind = _targs.kind_of(v)
+        if kind is not None:
+            ordinal = _targs.add(self.ptr, k, v, kind)
+            if ordinal is not None:
+                self.cuda.add(ordinal)
+            return
         if v is None:
             rc = _l.st_args_nil(self.ptr, key)
         elif isinstance(v, bool):
@@ -316,7 +333,7 @@ class _Args:
             rc = _l.st_args_string(self.ptr, key, v.encode())
         elif isinstance(v, (list, tuple, dict)):
             try:
-                text = json.dumps({k: v}, allow_nan=False)
+                text = json.dumps({k: v}, allow_nan=False, default=_plain)
             except (TypeError, ValueError) as e:
                 raise TypeError("argument %r: %s" % (k, e)) from None
             err = ctypes.create_string_buffer(256)
@@ -333,6 +350,14 @@ class _Args:
         if p:
             _l.st_args_free(p)
         return False
+
+
+def _plain(v):
+    """json.dumps' hook for what it cannot encode."""
+    if _targs.kind_of(v):
+        raise TypeError("a tensor goes only as a keyword argument of its own (x=t), "
+                        "not inside a list or dict")
+    raise TypeError("cannot send a %s" % type(v).__name__)
 
 
 # ---------------------------------------------------------------- values

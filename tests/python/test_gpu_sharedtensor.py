@@ -1,4 +1,6 @@
-"""sharedtensor on CUDA tensors: torch (versioned capsules), CuPy and JAX.
+"""sharedtensor on CUDA tensors: torch (versioned capsules), CuPy and JAX,
+and CUDA tensor arguments (sharedtensor.empty(..., device="cuda") memory
+that endpoints write in place).
 
 run_tests.py skips (77) without torch or a CUDA device; CuPy and JAX tests
 skip one by one when their package is missing.
@@ -37,6 +39,30 @@ return st.endpoint { name = "arange", device = "cuda", params = { n = 6, dtype =
     "cached.lua": """
 return st.endpoint { name = "cached", device = "cuda", cache = true, params = { n = 8 },
   build = function(a) return st.arange { a.n, dtype = "float32" } end }
+""",
+    "scale.lua": """
+return st.endpoint { name = "scale", params = { x = st.tensor_param {}, k = 2.5 },
+  build = function(a) return a.x:mul_(a.k) end }
+""",
+    "scale_cuda.lua": """
+return st.endpoint { name = "scale_cuda",
+  params = { x = st.tensor_param { dtype = "float32", device = "cuda" }, k = 2.5 },
+  build = function(a) return a.x:mul_(a.k) end }
+""",
+    "echo.lua": """
+return st.endpoint { name = "echo", params = { value = st.required },
+  build = function(a) return a.value end }
+""",
+    "geometry.lua": """
+return st.endpoint { name = "geometry", params = { x = st.tensor_param {} },
+  build = function(a)
+    return { shape = a.x:shape(), stride = a.x:stride(), first = a.x:get(0, 0),
+             dtype = a.x:dtype(), device = a.x:device() }
+  end }
+""",
+    "keyed.lua": """
+return st.endpoint { name = "keyed", device = "cuda", cache = true,
+  params = { x = st.required }, build = function(a) return 1 end }
 """,
     "linear.lua": """
 return st.endpoint { name = "linear", device = "cuda", managed = true,
@@ -149,6 +175,148 @@ class GpuTest(unittest.TestCase):
                            stderr=subprocess.PIPE, timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr.decode())
         self.assertEqual(p.stdout.decode().strip(), "ok")
+
+
+def counting(shape, dtype=torch.float32, device="cuda"):
+    """sharedtensor.empty memory on `device` holding 0, 1, 2, ..., written
+    by this process's current stream (not synchronized here: the package
+    must do it before it sends the tensor)."""
+    t = st.empty(shape, dtype=dtype, device=device)
+    n = 1
+    for d in shape:
+        n *= d
+    t.copy_(torch.arange(n, dtype=torch.float64, device=t.device).view(*shape))
+    return t
+
+
+class GpuTensorArgumentTest(unittest.TestCase):
+    """CUDA tensors passed to endpoints: exported VMM memory from
+    sharedtensor.empty(..., device="cuda")."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = st_fixture.Server(ENDPOINTS, default_device="socket")
+
+    @classmethod
+    def tearDownClass(cls):
+        status = cls.srv.stop()
+        log = cls.srv.log()
+        cls.srv.cleanup()
+        if status != 0:
+            raise AssertionError("stserver exited with %s; log:\n%s" % (status, log))
+
+    def setUp(self):
+        self.c = st.Client(path=self.srv.socket)
+
+    def tearDown(self):
+        self.c.close()
+
+    def test_empty_on_cuda(self):
+        for device in ("cuda", "cuda:0", torch.device("cuda", 0), 0):
+            with self.subTest(device=str(device)):
+                t = st.empty((2, 3), device=device)
+                self.assertEqual((t.device.type, t.device.index), ("cuda", 0))
+                self.assertEqual((tuple(t.shape), t.stride(), t.dtype),
+                                 ((2, 3), (3, 1), torch.float32))
+                self.assertEqual(t.cpu().tolist(), [[0.0] * 3] * 2)
+        z = st.zeros(4, dtype=torch.bfloat16, device="cuda")
+        self.assertEqual(z.dtype, torch.bfloat16)
+        like = st.empty_like(torch.ones(3, 2, device="cuda").t())
+        self.assertEqual((like.device.type, tuple(like.shape), like.stride()),
+                         ("cuda", (2, 3), (3, 1)))
+        s = st.empty(3, device="cuda", framework=None)
+        self.assertEqual(s.device, "cuda:0")
+        x = torch.from_dlpack(s)
+        self.assertEqual(x.data_ptr(), s.data_ptr)
+        with self.assertRaises(st.InvalidArgumentError):
+            st.empty(2, device="cuda:%d" % torch.cuda.device_count())
+
+    def test_scale_writes_into_the_callers_tensor(self):
+        t = counting((2, 3))
+        r = self.c.call("scale_cuda", x=t, k=3.0)
+        # the server synchronized its stream before replying: no sync needed
+        self.assertEqual(t.cpu().tolist(), [[0.0, 3.0, 6.0], [9.0, 12.0, 15.0]])
+        self.assertEqual((r.device.type, r.device.index), ("cuda", 0))
+        self.assertEqual(r.cpu().tolist(), t.cpu().tolist())
+        r[0, 0] = 42.0
+        torch.cuda.synchronize()
+        self.assertEqual(t[0, 0].item(), 42.0)
+        self.c.call("scale", x=t)            # k = 2.5, an endpoint that takes any device
+        self.assertEqual(t[1, 2].item(), 37.5)
+
+    def test_writes_of_every_stream_are_seen(self):
+        # Work still queued when call() is made must be done before the
+        # server reads (it reads as soon as the request arrives): the
+        # package synchronizes the tensor's device first, every stream of
+        # it. A spin kernel holds each stream for about 0.1 s, far longer
+        # than a request takes; without the synchronization the endpoint
+        # would scale zeros and the fill would land afterwards.
+        spin = getattr(torch.cuda, "_sleep", None)
+        if spin is None:
+            self.skipTest("this torch has no torch.cuda._sleep")
+        self.c.call("scale_cuda", x=st.zeros(1, device="cuda"))   # the server's CUDA is up
+        side = torch.cuda.Stream()
+        small = st.empty(4, device="cuda")
+        with torch.cuda.stream(side):         # a stream other than the current one
+            spin(1 << 28)
+            small.fill_(3.0)
+        self.c.call("scale_cuda", x=small, k=2.0)
+        self.assertEqual(small.cpu().tolist(), [6.0] * 4)
+        big = st.empty(1 << 20, device="cuda")
+        spin(1 << 28)                          # the current stream
+        big.fill_(2.0)
+        self.c.call("scale_cuda", x=big, k=0.5)
+        self.assertEqual((big.min().item(), big.max().item()), (1.0, 1.0))
+
+    def test_echo_returns_the_same_memory(self):
+        t = counting((4,))
+        e = self.c.call("echo", value=t)
+        self.assertEqual(e.device.type, "cuda")
+        self.assertEqual(e.cpu().tolist(), [0.0, 1.0, 2.0, 3.0])
+        e[2] = -7.0
+        torch.cuda.synchronize()
+        self.assertEqual(t[2].item(), -7.0)
+
+    def test_views_pass_as_they_are(self):
+        base = counting((4, 6))
+        v = base[1:3].t()                    # shape (6, 2), strides (1, 6), offset 6
+        g = self.c.call("geometry", x=v)
+        self.assertEqual((g["shape"], g["stride"], g["first"]), ([6, 2], [1, 6], 6.0))
+        self.assertEqual((g["dtype"], g["device"]), ("float32", "cuda:0"))
+        self.c.call("scale_cuda", x=base[3, ::2], k=-1.0)
+        want = [-i if i >= 18 and i % 2 == 0 else i for i in range(24)]
+        self.assertEqual(base.flatten().cpu().tolist(), [float(w) for w in want])
+        e = self.c.call("echo", value=base.view(-1)[5:9])   # a storage offset of 5
+        self.assertEqual(e.cpu().tolist(), [5.0, 6.0, 7.0, 8.0])
+
+    def test_submit_carries_tensor_arguments(self):
+        t = counting((3,))
+        tid = self.c.submit("scale_cuda", x=t, k=-1.0)
+        self.assertEqual(self.c.wait(tid, timeout=30)["status"], "completed")
+        self.c.result(tid)
+        self.assertEqual(t.cpu().tolist(), [0.0, -1.0, -2.0])
+
+    def test_refused_tensor_arguments(self):
+        foreign = torch.arange(3, dtype=torch.float32, device="cuda")
+        with self.assertRaises(st.InvalidArgumentError) as cm:
+            self.c.call("scale_cuda", x=foreign)
+        self.assertIn("this cuda:0 tensor's memory was not allocated by sharedtensor",
+                      str(cm.exception))
+        self.assertIn("sharedtensor.empty_like(t).copy_(t)", str(cm.exception))
+        copy = st.empty_like(foreign).copy_(foreign)
+        self.c.call("scale_cuda", x=copy, k=2.0)
+        self.assertEqual(copy.cpu().tolist(), [0.0, 2.0, 4.0])
+        with self.assertRaises(st.InvalidArgumentError) as cm:
+            self.c.call("scale_cuda", x=counting((3,), device="cpu"))
+        self.assertIn("argument 'x' is on cpu; the endpoint wants cuda", str(cm.exception))
+        with self.assertRaises(st.InvalidArgumentError) as cm:
+            self.c.call("scale_cuda", x=st.zeros(3, dtype=torch.float64, device="cuda"))
+        self.assertIn("argument 'x' has dtype float64; the endpoint wants float32",
+                      str(cm.exception))
+        with self.assertRaises(st.InvalidArgumentError) as cm:
+            self.c.call("keyed", x=copy)
+        self.assertIn("cannot be part of a key", str(cm.exception))
+        self.assertGreater(self.c.ping(), 0)
 
 
 if __name__ == "__main__":

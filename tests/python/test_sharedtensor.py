@@ -1,4 +1,6 @@
-"""sharedtensor (python/) against a real stserver, on CPU tensors.
+"""sharedtensor (python/) against a real stserver, on CPU tensors: results,
+and tensor arguments (sharedtensor.empty memory that endpoints write in
+place).
 
 Runs under Debian's python3 with torch 1.13 and numpy 1.24, which know only
 legacy DLPack capsules; run_tests.py skips (77) without them.
@@ -67,6 +69,38 @@ return st.endpoint { name = "nested", params = { s = "hi" },
     "fail.lua": """
 return st.endpoint { name = "fail", params = {},
   build = function(a) error("boom") end }
+""",
+    "scale.lua": """
+return st.endpoint { name = "scale", params = { x = st.tensor_param {}, k = 2.5 },
+  build = function(a) return a.x:mul_(a.k) end }
+""",
+    "echo.lua": """
+return st.endpoint { name = "echo", params = { value = st.required },
+  build = function(a) return a.value end }
+""",
+    "sum64.lua": """
+return st.endpoint { name = "sum64",
+  params = { x = st.tensor_param { dtype = "float64", device = "cpu" } },
+  build = function(a)
+    local function sum(v)
+      if type(v) == "number" then return v end
+      local s = 0
+      for _, x in ipairs(v) do s = s + sum(x) end
+      return s
+    end
+    return sum(a.x:tolist())
+  end }
+""",
+    "geometry.lua": """
+return st.endpoint { name = "geometry", params = { x = st.tensor_param {} },
+  build = function(a)
+    return { shape = a.x:shape(), stride = a.x:stride(), first = a.x:get(0, 0),
+             dtype = a.x:dtype(), device = a.x:device() }
+  end }
+""",
+    "keyed.lua": """
+return st.endpoint { name = "keyed", cache = true, params = { x = st.required },
+  build = function(a) return 1 end }
 """,
     "slow.lua": """
 return st.endpoint { name = "slow", execution = "task", params = { n = 3 },
@@ -298,6 +332,217 @@ class SharedTensorTest(unittest.TestCase):
                            stderr=subprocess.PIPE, timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr.decode())
         self.assertEqual(p.stdout.decode().strip(), "ok")
+
+
+def own_allocations():
+    """Descriptors of sharedtensor.empty allocations open in this process
+    (each allocation keeps its memfd until its last user is freed)."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += "st-tensor-arg" in os.readlink("/proc/self/fd/" + fd)
+        except OSError:
+            pass
+    return n
+
+
+def counting(shape, dtype=None):
+    """sharedtensor.empty memory holding 0, 1, 2, ... (a torch tensor)."""
+    t = st.empty(shape, dtype=dtype or torch.float32)
+    n = 1
+    for s in shape:
+        n *= s
+    t.copy_(torch.arange(n, dtype=torch.float64).view(*shape))
+    return t
+
+
+@unittest.skipIf(torch is None, "torch and numpy are needed")
+class TensorArgumentTest(unittest.TestCase):
+    """Tensors passed to endpoints: memory from sharedtensor.empty/zeros."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = st_fixture.Server(ENDPOINTS)
+
+    @classmethod
+    def tearDownClass(cls):
+        status = cls.srv.stop()
+        log = cls.srv.log()
+        cls.srv.cleanup()
+        if status != 0:
+            raise AssertionError("stserver exited with %s; log:\n%s" % (status, log))
+
+    def setUp(self):
+        self.c = st.Client(path=self.srv.socket)
+
+    def tearDown(self):
+        self.c.close()
+
+    def test_empty_and_zeros(self):
+        t = st.empty((2, 3))
+        self.assertIsInstance(t, torch.Tensor)
+        self.assertEqual((t.dtype, tuple(t.shape), t.stride()), (torch.float32, (2, 3), (3, 1)))
+        self.assertEqual(t.device.type, "cpu")
+        self.assertEqual(t.tolist(), [[0.0] * 3] * 2)   # zero-filled, always
+        z = st.zeros(4, dtype=torch.int64)
+        self.assertEqual((z.dtype, z.tolist()), (torch.int64, [0, 0, 0, 0]))
+        for name in TORCH_DTYPES:
+            with self.subTest(dtype=name):
+                x = st.zeros([3], dtype=getattr(torch, name))
+                self.assertEqual(x.dtype, getattr(torch, name))
+                self.assertEqual(st.zeros(2, dtype=name).dtype, getattr(torch, name))
+        a = st.zeros((2, 2), dtype=np.int32, framework="numpy")
+        self.assertIsInstance(a, np.ndarray)
+        self.assertEqual((a.dtype, a.shape), (np.int32, (2, 2)))
+        self.assertTrue(a.flags.writeable)
+        a[1, 1] = 7
+        self.assertEqual(a.tolist(), [[0, 0], [0, 7]])
+        s = st.zeros(3, dtype="bfloat16", framework=None)
+        self.assertIsInstance(s, st.SharedTensor)
+        self.assertEqual((s.dtype, s.shape, s.device), ("bfloat16", (3,), "cpu"))
+        like = st.empty_like(t.t())   # contiguous, whatever the source's strides
+        self.assertEqual((tuple(like.shape), like.stride(), like.dtype), ((3, 2), (2, 1),
+                                                                         torch.float32))
+        self.assertIsInstance(st.zeros_like(a), np.ndarray)
+        self.assertEqual(st.empty_like(a, dtype=np.float64).dtype, np.float64)
+
+    def test_malformed_allocations(self):
+        with self.assertRaises(TypeError):
+            st.empty(3, dtype=torch.complex64)
+        with self.assertRaises(TypeError):
+            st.empty("3")
+        with self.assertRaises(ValueError):
+            st.empty((2, -1))
+        with self.assertRaises(ValueError):
+            st.empty(2, framework="jax")
+        with self.assertRaises(ValueError):
+            st.empty(2, device="cuda", framework="numpy")
+        with self.assertRaises(st.InvalidArgumentError) as cm:
+            st.empty(2, device="gpu")
+        self.assertIn("cuda:N", str(cm.exception))
+        if not torch.cuda.is_available():
+            with self.assertRaises(st.CapabilityError):
+                st.empty(2, device="cuda")
+
+    def test_scale_writes_into_the_callers_tensor(self):
+        t = counting((2, 3))
+        r = self.c.call("scale", x=t, k=3.0)
+        self.assertEqual(t.tolist(), [[0.0, 3.0, 6.0], [9.0, 12.0, 15.0]])
+        # the reply is the same memory, mapped again
+        self.assertIsInstance(r, torch.Tensor)
+        self.assertEqual(r.tolist(), t.tolist())
+        r[0, 0] = 42.0
+        self.assertEqual(t[0, 0].item(), 42.0)
+        self.c.call("scale", x=t)            # k defaults to 2.5
+        self.assertEqual(t[1, 2].item(), 37.5)
+        i = st.zeros(3, dtype=torch.int32)
+        i.copy_(torch.tensor([1, 2, 3]))
+        self.c.call("scale", x=i, k=2)       # an integer k, an int32 tensor
+        self.assertEqual(i.tolist(), [2, 4, 6])
+
+    def test_echo_returns_the_same_memory(self):
+        t = counting((4,))
+        e = self.c.call("echo", value=t)
+        self.assertEqual(e.tolist(), [0.0, 1.0, 2.0, 3.0])
+        e[2] = -7.0
+        self.assertEqual(t[2].item(), -7.0)
+        t[3] = 11.0
+        self.assertEqual(e[3].item(), 11.0)
+
+    def test_views_pass_as_they_are(self):
+        base = counting((4, 6))
+        v = base[1:3].t()                    # shape (6, 2), strides (1, 6), offset 6
+        self.assertEqual((v.stride(), v.storage_offset()), ((1, 6), 6))
+        g = self.c.call("geometry", x=v)
+        self.assertEqual((g["shape"], g["stride"], g["first"]), ([6, 2], [1, 6], 6.0))
+        self.assertEqual((g["dtype"], g["device"]), ("float32", "cpu"))
+        # every other element of row 3, negated in place; nothing else moves
+        self.c.call("scale", x=base[3, ::2], k=-1.0)
+        want = [-i if i >= 18 and i % 2 == 0 else i for i in range(24)]
+        self.assertEqual(base.flatten().tolist(), [float(w) for w in want])
+        e = self.c.call("echo", value=v)
+        self.assertEqual((tuple(e.shape), e.stride()), ((6, 2), (1, 6)))
+        self.assertEqual(e[0, 1].item(), 12.0)
+        flat = base.view(-1)[5:9]            # a storage offset of 5
+        self.assertEqual(self.c.call("echo", value=flat).tolist(), [5.0, 6.0, 7.0, 8.0])
+
+    def test_numpy_and_shared_tensor_arguments(self):
+        a = st.zeros((2, 3), dtype=np.float64, framework="numpy")
+        a[:] = np.arange(6).reshape(2, 3)
+        self.assertEqual(self.c.call("sum64", x=a), 15.0)
+        self.assertEqual(self.c.call("sum64", x=a.T), 15.0)      # transposed
+        self.c.call("scale", x=a[:, 1], k=10)                   # byte strides 24
+        self.assertEqual(a.tolist(), [[0, 10, 2], [3, 40, 5]])
+        s = st.zeros(3, framework=None)
+        torch.from_dlpack(s).copy_(torch.tensor([1.0, 2.0, 3.0]))
+        self.c.call("scale", x=s, k=2.0)
+        self.assertEqual(torch.from_dlpack(s).tolist(), [2.0, 4.0, 6.0])
+
+    def test_submit_carries_tensor_arguments(self):
+        t = counting((3,))
+        tid = self.c.submit("scale", x=t, k=-1.0)
+        self.assertEqual(self.c.wait(tid, timeout=10)["status"], "completed")
+        self.c.result(tid)
+        self.assertEqual(t.tolist(), [0.0, -1.0, -2.0])
+
+    def test_refused_tensor_arguments(self):
+        route = "allocate it with sharedtensor.empty(...) or copy it: " \
+                "sharedtensor.empty_like(t).copy_(t)"
+        foreign = torch.arange(3, dtype=torch.float32)
+        for what, x in (("torch", foreign), ("result", self.c.call("arange", n=3))):
+            with self.subTest(memory=what):
+                with self.assertRaises(st.InvalidArgumentError) as cm:
+                    self.c.call("scale", x=x)
+                self.assertIn("argument 'x'", str(cm.exception))
+                self.assertIn(route, str(cm.exception))
+        with self.assertRaises(st.InvalidArgumentError) as cm:
+            self.c.call("scale", x=np.ones(3, dtype=np.float32))
+        self.assertIn("b = sharedtensor.empty_like(a); b[...] = a", str(cm.exception))
+        # the documented way out
+        copy = st.empty_like(foreign).copy_(foreign)
+        self.c.call("scale", x=copy, k=2.0)
+        self.assertEqual(copy.tolist(), [0.0, 2.0, 4.0])
+        self.assertEqual(foreign.tolist(), [0.0, 1.0, 2.0])
+        # the endpoint's declaration and its cache
+        with self.assertRaises(st.InvalidArgumentError) as cm:
+            self.c.call("sum64", x=st.zeros(4))
+        self.assertIn("argument 'x' has dtype float32; the endpoint wants float64",
+                      str(cm.exception))
+        with self.assertRaises(st.InvalidArgumentError) as cm:
+            self.c.call("keyed", x=copy)
+        self.assertIn("cannot be part of a key", str(cm.exception))
+        with self.assertRaises(st.InvalidArgumentError) as cm:
+            self.c.invalidate("keyed", x=copy)
+        self.assertIn("tensor arguments go only to call and submit", str(cm.exception))
+        # what cannot be described at all
+        with self.assertRaises(TypeError) as cm:
+            self.c.call("echo", value=[copy])
+        self.assertIn("keyword argument of its own", str(cm.exception))
+        with self.assertRaises(TypeError):
+            self.c.call("echo", value=torch.zeros(2, dtype=torch.complex64))
+        with self.assertRaises(TypeError):
+            self.c.call("echo", value=torch.zeros(2).to_sparse())
+        self.assertGreater(self.c.ping(), 0)   # the connection is fine
+
+    def test_allocations_are_given_back(self):
+        gc.collect()
+        before = own_allocations()
+        t = counting((8,))
+        a = st.zeros(4, framework="numpy")
+        view = a[1:]
+        self.assertEqual(own_allocations(), before + 2)
+        r = self.c.call("scale", x=t[2:], k=2.0)
+        self.c.call("scale", x=view, k=2.0)
+        del t, a
+        gc.collect()
+        # `view` holds its allocation; `r` maps the reply (the same pages as
+        # t's allocation, through a descriptor of its own, already closed)
+        self.assertEqual(own_allocations(), before + 1)
+        self.assertEqual(r.tolist(), [4.0, 6.0, 8.0, 10.0, 12.0, 14.0])
+        self.assertEqual(view.tolist(), [0.0, 0.0, 0.0])
+        del r, view
+        gc.collect()
+        self.assertEqual(own_allocations(), before)
 
 
 if __name__ == "__main__":

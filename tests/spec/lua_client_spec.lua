@@ -1,5 +1,6 @@
 -- The Lua client (lua/st/client.lua, LuaJIT FFI over libstclient) against a
--- real stserver: values, modules, arguments, objects, tasks and errors.
+-- real stserver: values, modules, arguments, objects, tasks and errors, and
+-- tensor arguments (st.empty/st.zeros memory passed to endpoints in place).
 local H = require("st_harness")
 local st = require("st.client")
 
@@ -25,6 +26,30 @@ return st.endpoint{ name = "echo", params = { value = st.required },
   ["task.lua"] = [[
 return st.endpoint{ name = "slow", execution = "task", params = { s = 0.05 },
   build = function(a) st.progress(0.5, "half") st.sleep(a.s) return st.full{2, value = 7} end }
+]],
+  ["scale.lua"] = [[
+return st.endpoint{ name = "scale", params = { x = st.tensor_param{}, k = 2.5 },
+  build = function(a) return a.x:mul_(a.k) end }
+]],
+  ["sum64.lua"] = [[
+return st.endpoint{ name = "sum64",
+  params = { x = st.tensor_param{ dtype = "float64", device = "cpu" } },
+  build = function(a)
+    local s = 0
+    for i = 0, a.x:numel() - 1 do s = s + a.x:get(i) end
+    return s
+  end }
+]],
+  ["geometry.lua"] = [[
+return st.endpoint{ name = "geometry", params = { x = st.tensor_param{} },
+  build = function(a)
+    return { shape = a.x:shape(), stride = a.x:stride(), first = a.x:get(0, 0),
+             dtype = a.x:dtype(), device = a.x:device() }
+  end }
+]],
+  ["cached.lua"] = [[
+return st.endpoint{ name = "cached", cache = true, params = { x = st.required },
+  build = function(a) return 1 end }
 ]],
   ["bad.lua"] = [[
 return st.endpoint{ name = "bad",
@@ -122,6 +147,147 @@ describe("the Lua client", function()
     local none, cerr = st.connect{ path = srv.dir .. "/nothing.sock" }
     assert.is_nil(none)
     assert.matches("^IO", cerr)
+  end)
+
+  -- A float32 tensor of the given shape holding 0, 1, 2, ...
+  local function counting(shape, dtype)
+    local x = assert(st.zeros(shape, { dtype = dtype }))
+    for i = 0, x.numel - 1 do x:set(i, i) end
+    return x
+  end
+
+  it("allocates zeroed tensors that endpoints can take", function()
+    local x = assert(st.zeros({ 3, 5 }, { dtype = "int32" }))
+    assert.are.equal("int32", x.dtype)
+    assert.are.same({ 3, 5 }, x.shape)
+    assert.are.same({ 5, 1 }, x.strides)
+    assert.are.equal(15, x.numel)
+    assert.are.equal(60, x.nbytes)
+    assert.are.equal("cpu", x.device)
+    for i = 0, 14 do assert.are.equal(0, x:get(i)) end
+    x:set(7, -3.9)                          -- stored as int32: truncated
+    assert.are.equal(-3, x:get(7))
+    assert.are.equal(-3, x:ptr("int32_t")[7])
+    local e = assert(st.empty(4))           -- float32, zeroed as well
+    assert.are.equal("float32", e.dtype)
+    assert.are.same({ 0, 0, 0, 0 }, e:tolist())
+    local b = assert(st.zeros({ 2 }, { dtype = "bool" }))
+    b:set(1, true)
+    assert.are.same({ 0, 1 }, b:tolist())
+    -- No GPU: nil, "CAPABILITY: ..."; with one, a tensor on cuda:0.
+    local g, err = st.empty({ 2 }, { device = "cuda" })
+    if g then
+      assert.are.equal("cuda:0", g.device)
+      assert.has_error(function() g:set(0, 1) end)
+    else
+      assert.matches("^CAPABILITY", err)
+    end
+  end)
+
+  it("raises on a malformed allocation", function()
+    local function message(fn)
+      local ok, err = pcall(fn)
+      assert.is_false(ok)
+      return err
+    end
+    assert.matches("unknown dtype", message(function() st.empty({ 2 }, { dtype = "float5" }) end))
+    assert.matches("must be an integer", message(function() st.zeros({ 2, -1 }) end))
+    assert.matches("must be an integer", message(function() st.zeros({ 1.5 }) end))
+    assert.matches("cuda:N", message(function() st.zeros({ 2 }, { device = "gpu" }) end))
+    assert.matches("shape must be a table", message(function() st.zeros("2") end))
+    local x = assert(st.zeros({ 2, 3 }))
+    assert.matches("index 6 outside", message(function() x:set(6, 1) end))
+    assert.matches("dim 2 outside", message(function() x:transpose(0, 2) end))
+    assert.matches("exceeds size 2", message(function() x:narrow(0, 1, 2) end))
+  end)
+
+  it("lets an endpoint scale the caller's tensor in place", function()
+    local x = counting({ 2, 3 })
+    local res = assert(c:call("scale", { x = x, k = 3 }))
+    assert.are.same({ 0, 3, 6, 9, 12, 15 }, x:tolist())
+    assert.are.equal(15, x:ptr("float")[5])
+    -- the reply is the same memory, mapped again
+    local back = res.value
+    assert.are.same({ 2, 3 }, back.shape)
+    back:set(0, 42)
+    assert.are.equal(42, x:get(0))
+    res:free()
+    -- and a second call scales again (default k = 2.5)
+    assert(c:call("scale", { x = x }))
+    assert.are.equal(37.5, x:get(5))
+  end)
+
+  it("gets its own memory back from echo", function()
+    local x = counting({ 4 })
+    local res = assert(c:call("echo", { value = x }))
+    local e = res.value
+    assert.are.same({ 0, 1, 2, 3 }, e:tolist())
+    e:set(2, -7)
+    assert.are.equal(-7, x:get(2))
+    x:set(3, 11)
+    assert.are.equal(11, e:get(3))
+  end)
+
+  it("passes views with their offset and strides", function()
+    local x = counting({ 4, 6 })
+    -- rows 1..2, transposed: shape {6, 2}, strides {1, 6}, first element 6
+    local v = x:narrow(0, 1, 2):transpose(0, 1)
+    assert.are.same({ 6, 2 }, v.shape)
+    assert.are.same({ 1, 6 }, v.strides)
+    local g = assert(c:call("geometry", { x = v })).value
+    assert.are.same({ 6, 2 }, g.shape)
+    assert.are.same({ 1, 6 }, g.stride)
+    assert.are.equal(6, g.first)
+    assert.are.equal("float32", g.dtype)
+    assert.are.equal("cpu", g.device)
+    -- every other column of row 3, negated in place; nothing else moves
+    assert(c:call("scale", { x = x:narrow(0, 3, 1):slice(1, 0, 6, 2), k = -1 }))
+    local want = {}
+    for i = 0, 23 do want[i + 1] = (i >= 18 and i % 2 == 0) and -i or i end
+    assert.are.same(want, x:tolist())
+    -- echo hands the view back, same geometry, same memory
+    local e = assert(c:call("echo", { value = v })).value
+    assert.are.same({ 6, 2 }, e.shape)
+    assert.are.same({ 1, 6 }, e.strides)
+    assert.are.equal(12, e:get(1))
+  end)
+
+  it("submits a task with a tensor argument", function()
+    local x = counting({ 3 })
+    local id = assert(c:submit("scale", { x = x, k = -1 }))
+    local info = assert(c:wait(id, 10))
+    assert.are.equal("completed", info.status)
+    assert(c:result(id))
+    assert.are.same({ 0, -1, -2 }, x:tolist())
+  end)
+
+  it("reports refused tensor arguments", function()
+    local f32 = counting({ 4 })
+    local r, err = c:call("sum64", { x = f32 })
+    assert.is_nil(r)
+    assert.matches("^INVALID_ARGUMENT: .*argument 'x' has dtype float32; the endpoint wants float64", err)
+    local s = assert(c:call("sum64", { x = counting({ 4 }, "float64") }))
+    assert.are.equal(6, s.value)
+    r, err = c:call("cached", { x = f32 })
+    assert.is_nil(r)
+    assert.matches("cannot be part of a key", err)
+    r, err = c:invalidate("cached", { x = f32 })
+    assert.is_nil(r)
+    assert.matches("tensor arguments go only to call and submit", err)
+    assert.is_true(c:ping() > 0)
+    -- a result's tensor is the server's memory: misuse, raised with the route
+    local res = assert(c:call("t", { n = 3 }))
+    local ok, msg = pcall(function() return c:call("scale", { x = res.value.x }) end)
+    assert.is_false(ok)
+    assert.matches("argument 'x': this cpu tensor's memory was not allocated with st.empty", msg)
+    assert.matches("copy_%(t%)", msg)
+    local copy = assert(st.empty({ 3 })):copy_(res.value.x)
+    assert(c:call("scale", { x = copy, k = 2 }))
+    assert.are.same({ 0, 2, 4 }, copy:tolist())
+    -- tensors go as arguments of their own, not inside tables
+    ok, msg = pcall(function() return c:call("echo", { value = { f32 } }) end)
+    assert.is_false(ok)
+    assert.matches("not inside a table", msg)
   end)
 
   it("raises on misuse", function()

@@ -1,0 +1,142 @@
+"""Tensor arguments: a torch tensor, a numpy array or a SharedTensor as an
+st_tensor_t for st_args_tensor (include/st/client.h).
+
+The struct is filled from the object's own geometry (data pointer of the
+first element, shape, strides in elements, dtype, device), so any view
+(a slice, a transpose, a storage offset) goes as it is. The library checks
+that the bytes lie inside one allocation of st_tensor_alloc
+(sharedtensor.empty) and refuses anything else.
+"""
+import ctypes
+import sys
+
+from . import _lib
+from . import tensor as _tensor
+from .errors import make
+
+_l = _lib.lib
+_P64 = ctypes.POINTER(ctypes.c_int64)
+
+_COPY_ROUTE = {
+    "torch": "sharedtensor.empty_like(t).copy_(t)",
+    "numpy": "b = sharedtensor.empty_like(a); b[...] = a",
+    "shared": "sharedtensor.empty_like(t.torch()).copy_(t.torch())",
+}
+
+
+def kind_of(v):
+    """"torch", "numpy" or "shared" when v is a tensor this package can
+    send, else None (a plain value). Never imports a framework."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(v, torch.Tensor):
+        return "torch"
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(v, np.ndarray):
+        return "numpy"
+    if isinstance(v, _tensor.SharedTensor):
+        return "shared"
+    return None
+
+
+def _code(key, name):
+    code = _l.st_dtype_from_name(name.encode())
+    if code == 0:
+        raise TypeError("argument %r: dtype %s cannot be sent" % (key, name))
+    return code
+
+
+def _fill(code, ptr, shape, strides, cuda_index):
+    """A Tensor struct and the array its shape and strides point into (keep
+    both alive until st_args_tensor returns)."""
+    n = len(shape)
+    dims = (ctypes.c_int64 * max(2 * n, 1))(*shape, *strides)
+    numel = 1
+    for s in shape:
+        numel *= s
+    t = _lib.Tensor()
+    t.name = b""
+    t.data = ptr
+    t.dtype = code
+    t.ndim = n
+    t.shape = ctypes.cast(dims, _P64)
+    t.strides = ctypes.cast(ctypes.addressof(dims) + 8 * n, _P64)
+    t.numel = numel
+    t.nbytes = numel * _l.st_dtype_size(code)
+    t.device = _tensor.DEVICE_CUDA if cuda_index is not None else _tensor.DEVICE_CPU
+    t.device_index = -1 if cuda_index is None else cuda_index
+    t.device_uuid = b""
+    return t, dims
+
+
+def _from_torch(key, v):
+    torch = sys.modules["torch"]
+    if v.layout != torch.strided:
+        raise TypeError("argument %r: a %s tensor cannot be sent, only dense (strided) ones"
+                        % (key, v.layout))
+    if v.device.type not in ("cpu", "cuda"):
+        raise TypeError("argument %r: a tensor on %s cannot be sent (cpu and cuda only)"
+                        % (key, v.device))
+    for lazy in ("is_neg", "is_conj"):
+        if getattr(v, lazy, None) is not None and getattr(v, lazy)():
+            raise ValueError("argument %r: the tensor has a lazy %s bit: its memory does not "
+                             "hold its values (resolve it first)" % (key, lazy[3:]))
+    code = _code(key, str(v.dtype).rpartition(".")[2])
+    cuda = None
+    if v.device.type == "cuda":
+        cuda = v.device.index if v.device.index is not None else torch.cuda.current_device()
+    return _fill(code, v.data_ptr(), tuple(v.shape), tuple(v.stride()), cuda), cuda
+
+
+def _from_numpy(key, v):
+    if not v.dtype.isnative:
+        raise TypeError("argument %r: a non-native byte order (%s) cannot be sent"
+                        % (key, v.dtype.str))
+    code = _code(key, v.dtype.name)
+    size = v.itemsize
+    if any(s % size for s in v.strides):
+        raise ValueError("argument %r: strides %s (bytes) are not whole elements of %d bytes"
+                         % (key, v.strides, size))
+    strides = tuple(s // size for s in v.strides)
+    return _fill(code, v.__array_interface__["data"][0], v.shape, strides, None), None
+
+
+def add(args_ptr, key, v, kind):
+    """Sets argument `key` of the st_args_t at args_ptr to tensor v (kind
+    from kind_of). Returns the CUDA ordinal whose work must be synchronized
+    before the request goes (v is a torch CUDA tensor), else None. Raises
+    InvalidArgumentError naming the way out when v's memory is not from
+    sharedtensor.empty, TypeError/ValueError for what cannot be described."""
+    cuda = None
+    keep = None
+    if kind == "shared":
+        if not v._result.ptr:
+            raise ValueError("argument %r: the result of this tensor was closed" % key)
+        ref = v._t
+        device = v.device
+    else:
+        (t, keep), cuda = _from_torch(key, v) if kind == "torch" else _from_numpy(key, v)
+        ref = ctypes.byref(t)
+        device = "cpu" if cuda is None else "cuda:%d" % cuda
+    err = ctypes.create_string_buffer(512)
+    rc = _l.st_args_tensor(args_ptr, key.encode(), ref, err, 512)
+    del keep
+    if rc != 0:
+        msg = err.value.decode(errors="replace")
+        if "st_tensor_alloc" in msg:
+            msg = ("argument %r: this %s tensor's memory was not allocated by sharedtensor "
+                   "(a framework's own allocation, or a result of a call, which is the "
+                   "server's memory); only memory from sharedtensor.empty/zeros passes to an "
+                   "endpoint, without a copy: allocate it with sharedtensor.empty(...) or "
+                   "copy it: %s" % (key, device, _COPY_ROUTE[kind]))
+        raise make(rc, _l.st_err_name(rc).decode(), msg)
+    return cuda
+
+
+def synchronize(ordinals):
+    """Waits for every stream of this process on those CUDA devices, so the
+    server (which reads as soon as the request arrives) sees the caller's
+    writes."""
+    if ordinals:
+        torch = sys.modules["torch"]
+        for i in sorted(ordinals):
+            torch.cuda.synchronize(i)
