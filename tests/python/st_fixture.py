@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest
 
 
 def env(name):
@@ -90,3 +91,31 @@ class Server:
     def cleanup(self):
         if not os.environ.get("STT_KEEP"):
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class ServerTestCase(unittest.TestCase):
+    """A test class served by one stserver for all its tests (started with
+    ENDPOINTS and SERVER_OPTIONS, stopped and checked for a clean exit at
+    the end), with a fresh sharedtensor.Client per test in self.c."""
+
+    ENDPOINTS = {}
+    SERVER_OPTIONS = {}
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server(cls.ENDPOINTS, **cls.SERVER_OPTIONS)
+
+    @classmethod
+    def tearDownClass(cls):
+        status = cls.srv.stop()
+        log = cls.srv.log()
+        cls.srv.cleanup()
+        if status != 0:
+            raise AssertionError("stserver exited with %s; log:\n%s" % (status, log))
+
+    def setUp(self):
+        import sharedtensor
+        self.c = sharedtensor.Client(path=self.srv.socket)
+
+    def tearDown(self):
+        self.c.close()

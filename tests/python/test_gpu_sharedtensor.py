@@ -75,24 +75,9 @@ return st.endpoint { name = "linear", device = "cuda", managed = true,
 }
 
 
-class GpuTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = st_fixture.Server(ENDPOINTS, default_device="socket")
-
-    @classmethod
-    def tearDownClass(cls):
-        status = cls.srv.stop()
-        log = cls.srv.log()
-        cls.srv.cleanup()
-        if status != 0:
-            raise AssertionError("stserver exited with %s; log:\n%s" % (status, log))
-
-    def setUp(self):
-        self.c = st.Client(path=self.srv.socket)
-
-    def tearDown(self):
-        self.c.close()
+class GpuTest(st_fixture.ServerTestCase):
+    ENDPOINTS = ENDPOINTS
+    SERVER_OPTIONS = {"default_device": "socket"}
 
     def test_torch_on_device(self):
         t = self.c.call("arange", n=6)
@@ -189,27 +174,12 @@ def counting(shape, dtype=torch.float32, device="cuda"):
     return t
 
 
-class GpuTensorArgumentTest(unittest.TestCase):
+class GpuTensorArgumentTest(st_fixture.ServerTestCase):
     """CUDA tensors passed to endpoints: exported VMM memory from
     sharedtensor.empty(..., device="cuda")."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = st_fixture.Server(ENDPOINTS, default_device="socket")
-
-    @classmethod
-    def tearDownClass(cls):
-        status = cls.srv.stop()
-        log = cls.srv.log()
-        cls.srv.cleanup()
-        if status != 0:
-            raise AssertionError("stserver exited with %s; log:\n%s" % (status, log))
-
-    def setUp(self):
-        self.c = st.Client(path=self.srv.socket)
-
-    def tearDown(self):
-        self.c.close()
+    ENDPOINTS = ENDPOINTS
+    SERVER_OPTIONS = {"default_device": "socket"}
 
     def test_empty_on_cuda(self):
         for device in ("cuda", "cuda:0", torch.device("cuda", 0), 0):

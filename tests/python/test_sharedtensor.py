@@ -114,24 +114,8 @@ TORCH_DTYPES = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "
 
 
 @unittest.skipIf(torch is None, "torch and numpy are needed")
-class SharedTensorTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = st_fixture.Server(ENDPOINTS)
-
-    @classmethod
-    def tearDownClass(cls):
-        status = cls.srv.stop()
-        log = cls.srv.log()
-        cls.srv.cleanup()
-        if status != 0:
-            raise AssertionError("stserver exited with %s; log:\n%s" % (status, log))
-
-    def setUp(self):
-        self.c = st.Client(path=self.srv.socket)
-
-    def tearDown(self):
-        self.c.close()
+class SharedTensorTest(st_fixture.ServerTestCase):
+    ENDPOINTS = ENDPOINTS
 
     def test_ping_info_endpoints(self):
         self.assertGreater(self.c.ping(), 0)
@@ -357,26 +341,10 @@ def counting(shape, dtype=None):
 
 
 @unittest.skipIf(torch is None, "torch and numpy are needed")
-class TensorArgumentTest(unittest.TestCase):
+class TensorArgumentTest(st_fixture.ServerTestCase):
     """Tensors passed to endpoints: memory from sharedtensor.empty/zeros."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = st_fixture.Server(ENDPOINTS)
-
-    @classmethod
-    def tearDownClass(cls):
-        status = cls.srv.stop()
-        log = cls.srv.log()
-        cls.srv.cleanup()
-        if status != 0:
-            raise AssertionError("stserver exited with %s; log:\n%s" % (status, log))
-
-    def setUp(self):
-        self.c = st.Client(path=self.srv.socket)
-
-    def tearDown(self):
-        self.c.close()
+    ENDPOINTS = ENDPOINTS
 
     def test_empty_and_zeros(self):
         t = st.empty((2, 3))
