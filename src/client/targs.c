@@ -26,20 +26,6 @@ static int parse_device(const char *s) {
   return *end || v < 0 || v > 1023 ? -2 : (int)v;
 }
 
-/* Elements spanned by a shape and strides (0 for an empty tensor), or -1
- * on overflow or a bad dimension. */
-static int64_t span_elements(int ndim, const int64_t *shape, const int64_t *strides) {
-  int64_t last = 0;
-  for (int i = 0; i < ndim; i++) {
-    if (shape[i] < 0 || (strides && strides[i] < 0)) return -1;
-    if (shape[i] == 0) return 0;
-    int64_t st = strides ? strides[i] : 0;
-    if (st && shape[i] - 1 > (INT64_MAX - last) / st) return -1;
-    last += (shape[i] - 1) * st;
-  }
-  return last + 1;
-}
-
 /* See client.h. Any thread. */
 ST_API int st_tensor_alloc(const char *device, st_dtype_t dtype, int ndim, const int64_t *shape,
                            st_result_t **out, char *err, size_t errlen) {
@@ -120,22 +106,29 @@ ST_API int st_args_tensor(st_args_t *a, const char *key, const st_tensor_t *t, c
                           size_t errlen) {
   if (!a || !key || !*key || !t)
     return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "NULL argument map, key or tensor");
-  size_t esize = st_dtype_size(t->dtype);
-  if (esize == 0 || t->ndim < 0 || t->ndim > ST_MAX_NDIM || (t->ndim && (!t->shape || !t->strides)))
+  if (t->ndim < 0 || t->ndim > ST_MAX_NDIM || (t->ndim && (!t->shape || !t->strides)))
     return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                     "argument '%s': not a valid tensor (dtype, ndim 0..%d, shape and strides)",
                     key, ST_MAX_NDIM);
-  int64_t span = span_elements(t->ndim, t->shape, t->strides);
-  if (span < 0 || (uint64_t)span > UINT64_MAX / esize)
+  st__tensor_desc_t d;
+  memset(&d, 0, sizeof d);
+  d.dtype = t->dtype;
+  d.ndim = t->ndim;
+  for (int i = 0; i < t->ndim; i++) {
+    d.shape[i] = t->shape[i];
+    d.strides[i] = t->strides[i];
+  }
+  uint64_t lo, hi;   /* the bytes it reaches from its first element */
+  if (st__tensor_extent(&d, &lo, &hi) != ST_OK)
     return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
-                    "argument '%s': negative or overflowing shape or strides", key);
+                    "argument '%s': unknown dtype, or negative or overflowing shape or strides",
+                    key);
   int ordinal = t->device == ST_DEVICE_CUDA ? t->device_index : -1;
   if (t->device == ST_DEVICE_CUDA && ordinal < 0)
     return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                     "argument '%s': a CUDA tensor needs its device_index", key);
   st__mapping_t *m = NULL;
-  uint64_t offset = 0;
-  if (st__client_own_find(t->data, (uint64_t)span * esize, ordinal, &m, &offset) != ST_OK)
+  if (st__client_own_find(t->data, hi, ordinal, &m, &d.offset) != ST_OK)
     return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                     "argument '%s': the tensor's memory (%s) was not allocated with "
                     "st_tensor_alloc; only such memory passes without a copy (copy the data "
@@ -143,16 +136,7 @@ ST_API int st_args_tensor(st_args_t *a, const char *key, const st_tensor_t *t, c
                     key, ordinal < 0 ? "cpu" : "cuda");
   long idx = st__client_args_arena_index(a, m);
   if (idx < 0) return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
-  st__tensor_desc_t d;
-  memset(&d, 0, sizeof d);
   d.arena = (uint32_t)idx;
-  d.offset = offset;
-  d.dtype = t->dtype;
-  d.ndim = t->ndim;
-  for (int i = 0; i < t->ndim; i++) {
-    d.shape[i] = t->shape[i];
-    d.strides[i] = t->strides[i];
-  }
   st__cbuf_t b;
   st__client_cbuf_init(&b);
   st__pack_tensor(&b.pk, &d);

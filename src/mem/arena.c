@@ -248,55 +248,38 @@ int st__arena_check_limit(uint64_t bytes, char *err, size_t errlen) {
   return ST_OK;
 }
 
-/* Wraps a CUDA allocation; NULL when calloc fails. Any thread. */
-st__arena_t *st__arena_adopt_cuda(struct st__cuda_alloc *c, uint64_t bytes, uint64_t size,
-                                  int fd, void *base) {
+/* A new arena record holding one reference, counted live; NULL when out
+ * of host memory. Every backend but the memfd one (which fills its record
+ * step by step) makes its record here. */
+static st__arena_t *new_record(st__arena_kind_t kind, uint64_t bytes, uint64_t size, int fd,
+                               void *base) {
   st__arena_t *a = calloc(1, sizeof *a);
   if (!a) return NULL;
-  a->kind = ST__ARENA_CUDA;
+  a->kind = kind;
   a->id = atomic_fetch_add(&next_id, 1);
   a->bytes = bytes;
   a->size = size;
   a->fd = fd;
   a->base = base;
-  a->cuda = c;
   atomic_init(&a->refs, 1);
   atomic_fetch_add(&live_count, 1);
   atomic_fetch_add(&live_bytes, size);
+  return a;
+}
+
+/* Wraps a CUDA allocation; NULL when calloc fails. Any thread. */
+st__arena_t *st__arena_adopt_cuda(struct st__cuda_alloc *c, uint64_t bytes, uint64_t size,
+                                  int fd, void *base) {
+  st__arena_t *a = new_record(ST__ARENA_CUDA, bytes, size, fd, base);
+  if (a) a->cuda = c;
   return a;
 }
 
 /* Wraps a legacy allocation; NULL when calloc fails. Any thread. */
 st__arena_t *st__arena_adopt_cuda_legacy(struct st__cuda_legacy *l, uint64_t bytes,
                                          uint64_t size, void *base) {
-  st__arena_t *a = calloc(1, sizeof *a);
-  if (!a) return NULL;
-  a->kind = ST__ARENA_CUDA_LEGACY;
-  a->id = atomic_fetch_add(&next_id, 1);
-  a->bytes = bytes;
-  a->size = size;
-  a->fd = -1;
-  a->base = base;
-  a->legacy = l;
-  atomic_init(&a->refs, 1);
-  atomic_fetch_add(&live_count, 1);
-  atomic_fetch_add(&live_bytes, size);
-  return a;
-}
-
-/* A new arena record for an imported allocation; NULL when out of memory. */
-static st__arena_t *imported(st__arena_kind_t kind, int fd, uint64_t bytes, void *base) {
-  st__arena_t *a = calloc(1, sizeof *a);
-  if (!a) return NULL;
-  a->kind = kind;
-  a->id = atomic_fetch_add(&next_id, 1);
-  a->bytes = bytes;
-  a->size = bytes;
-  a->fd = fd;
-  a->base = base;
-  atomic_init(&a->refs, 1);
-  atomic_fetch_add(&live_count, 1);
-  atomic_fetch_add(&live_bytes, bytes);
+  st__arena_t *a = new_record(ST__ARENA_CUDA_LEGACY, bytes, size, -1, base);
+  if (a) a->legacy = l;
   return a;
 }
 
@@ -321,7 +304,7 @@ static int import_cpu(const st__arena_desc_t *d, int fd, st__arena_t **out, char
                     "mmap of %llu bytes read-write failed: %s (a read-only descriptor?)",
                     (unsigned long long)d->bytes, strerror(e));
   }
-  *out = imported(ST__ARENA_CPU, fd, d->bytes, p);
+  *out = new_record(ST__ARENA_CPU, d->bytes, d->bytes, fd, p);
   if (!*out) {
     munmap(p, (size_t)d->bytes);
     return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
@@ -346,7 +329,8 @@ int st__arena_import(const st__arena_desc_t *d, int fd, st__arena_t **out, char 
     st__cuda_mapping_t m;
     rc = st__cuda_import(fd, d->bytes, d->uuid, &m, err, errlen);
     if (rc == ST_OK) {
-      *out = imported(ST__ARENA_CUDA_IMPORT, fd, d->bytes, (void *)(uintptr_t)m.dptr);
+      *out = new_record(ST__ARENA_CUDA_IMPORT, d->bytes, d->bytes, fd,
+                        (void *)(uintptr_t)m.dptr);
       if (*out) {
         (*out)->import = m;
         snprintf((*out)->uuid, sizeof (*out)->uuid, "%s", d->uuid);
