@@ -63,14 +63,18 @@ extern const cli_command_t cli_stats_command;
 extern const cli_command_t cli_watch_command;
 extern const cli_command_t cli_completion_command;
 
-/* main.c */
+/* main.c: the command table */
+/* Prints the command names on `out`, separated by spaces. */
+void cli_print_command_names(FILE *out);
+
+/* options.c: what every command shares */
+/* The help text of the global options. */
+extern const char cli_global_help[];
 /* Consumes a global option at argv[*i] (advancing *i past its value).
  * Returns 1 if it was one, 0 if not, -1 after printing a usage error. */
 int cli_global_option(cli_t *g, int argc, char **argv, int *i);
 /* Prints "stcli: USAGE: ..." plus a hint for `cmd`; returns CLI_USAGE. */
 int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Prints the command names on `out`, separated by spaces. */
-void cli_print_command_names(FILE *out);
 /* Prints the usage of a command on `out`. */
 void cli_print_command_help(const cli_command_t *cmd, FILE *out);
 /* Connects as the global options say; on failure prints the error and

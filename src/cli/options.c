@@ -1,0 +1,142 @@
+/* stcli: what every command shares: global options, usage errors, the
+ * connection, and how errors become messages and exit codes (docs/cli.md).
+ * The command table and dispatch are in main.c; commands call these and
+ * never main.c, so that main.c alone depends on every command.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+const char cli_global_help[] =
+    "Global options (before or after the command):\n"
+    "  --socket PATH     connect to this socket (overrides --base-path/--device)\n"
+    "  --base-path PATH  socket base; the socket is PATH-<device>.sock\n"
+    "                    (default: $" ST_ENV_BASE_PATH ", else " ST_DEFAULT_BASE_PATH ")\n"
+    "  --device N        device index of the socket (default 0)\n"
+    "  --json            print machine-readable JSON\n"
+    "  --timeout MS      give up waiting for a reply after MS milliseconds\n"
+    "  --help            show help (also: stcli help COMMAND)\n"
+    "  --version         print the version\n";
+
+/* Prints a command's usage on out. */
+void cli_print_command_help(const cli_command_t *cmd, FILE *out) {
+  fprintf(out, "usage: stcli [global options] %s\n\n%s\n", cmd->synopsis, cmd->summary);
+  if (cmd->details && *cmd->details) fprintf(out, "\n%s", cmd->details);
+  fprintf(out, "\n%s", cli_global_help);
+}
+
+/* "stcli: USAGE: ..." on stderr. Returns CLI_USAGE. */
+int cli_usage(const char *cmd, const char *fmt, ...) {
+  va_list ap;
+  fprintf(stderr, "stcli: USAGE: ");
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  if (cmd)
+    fprintf(stderr, " (see 'stcli help %s')\n", cmd);
+  else
+    fprintf(stderr, " (see 'stcli --help')\n");
+  return CLI_USAGE;
+}
+
+/* Parses a decimal integer in [0, max]. 0 on success, -1 otherwise. */
+int cli_parse_count(const char *s, long max, long *out) {
+  if (!s || !*s || *s == '-' || *s == '+') return -1;
+  errno = 0;
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (errno || *end || v < 0 || v > max) return -1;
+  *out = v;
+  return 0;
+}
+
+/* Value of an option given as "--opt VALUE" or "--opt=VALUE". Returns the
+ * value or NULL (not this option, or missing value: *missing set). */
+static const char *option_value(const char *opt, int argc, char **argv, int *i, int *missing) {
+  size_t n = strlen(opt);
+  const char *a = argv[*i];
+  if (strncmp(a, opt, n) != 0) return NULL;
+  if (a[n] == '=') return a + n + 1;
+  if (a[n] != '\0') return NULL;
+  if (*i + 1 >= argc) {
+    *missing = 1;
+    return NULL;
+  }
+  (*i)++;
+  return argv[*i];
+}
+
+/* See cli.h. */
+int cli_global_option(cli_t *g, int argc, char **argv, int *i) {
+  const char *a = argv[*i];
+  int missing = 0;
+  const char *v;
+  if (strcmp(a, "--json") == 0) {
+    g->json = 1;
+    return 1;
+  }
+  if ((v = option_value("--socket", argc, argv, i, &missing))) {
+    g->socket = v;
+    return 1;
+  }
+  if (missing) return cli_usage(NULL, "--socket needs a path"), -1;
+  if ((v = option_value("--base-path", argc, argv, i, &missing))) {
+    g->base = v;
+    return 1;
+  }
+  if (missing) return cli_usage(NULL, "--base-path needs a path"), -1;
+  if ((v = option_value("--device", argc, argv, i, &missing))) {
+    long d;
+    if (cli_parse_count(v, 1 << 20, &d) != 0)
+      return cli_usage(NULL, "--device needs a device index, not '%s'", v), -1;
+    g->device = (int)d;
+    return 1;
+  }
+  if (missing) return cli_usage(NULL, "--device needs a device index"), -1;
+  if ((v = option_value("--timeout", argc, argv, i, &missing))) {
+    long ms;
+    if (cli_parse_count(v, 1L << 30, &ms) != 0)
+      return cli_usage(NULL, "--timeout needs milliseconds, not '%s'", v), -1;
+    g->timeout_ms = (int)ms;
+    return 1;
+  }
+  if (missing) return cli_usage(NULL, "--timeout needs milliseconds"), -1;
+  return 0;
+}
+
+/* See cli.h. */
+int cli_exit_code(int rc) {
+  if (rc == ST_OK) return CLI_OK;
+  if (rc == ST_ERR_TIMEOUT) return CLI_TIMEOUT;
+  if (rc == ST_ERR_IO) return CLI_NO_CONNECTION;
+  return CLI_SERVER_ERROR;
+}
+
+/* See cli.h. */
+int cli_fail(st_client_t *c, int rc) {
+  const char *name = c ? st_client_error_name(c) : "";
+  const char *msg = c ? st_client_error(c) : "";
+  if (!name || !*name) name = st_err_name(rc);
+  if (!msg || !*msg) msg = st_strerror(rc);
+  fprintf(stderr, "stcli: %s: %s\n", name, msg);
+  return cli_exit_code(rc);
+}
+
+/* See cli.h. */
+int cli_connect(const cli_t *g, st_client_t **out) {
+  char err[512] = "";
+  int rc = g->socket ? st_client_connect(g->socket, out, err, sizeof err)
+                     : st_client_connect_device(g->base, g->device, out, err, sizeof err);
+  if (rc != ST_OK) {
+    fprintf(stderr, "stcli: %s: %s\n", st_err_name(rc), err[0] ? err : st_strerror(rc));
+    return rc == ST_ERR_TIMEOUT ? CLI_TIMEOUT
+           : rc == ST_ERR_INVALID_ARGUMENT ? CLI_USAGE
+                                           : CLI_NO_CONNECTION;
+  }
+  st_client_set_timeout(*out, g->timeout_ms);
+  return CLI_OK;
+}
