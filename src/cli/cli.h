@@ -83,6 +83,11 @@ int cli_connect(const cli_t *g, st_client_t **out);
 /* Prints the last failure of c as "stcli: NAME: message"; returns the exit
  * code for rc. */
 int cli_fail(st_client_t *c, int rc);
+/* Connects, runs one method and closes; prints the failure. Returns the
+ * exit code (CLI_OK with *out set, which the caller frees). */
+int cli_fetch(const cli_t *g, int (*method)(st_client_t *, st_result_t **), st_result_t **out);
+/* Prints the value of r as JSON and frees r (taken). Returns the exit code. */
+int cli_print_result_json(st_result_t *r);
 /* Exit code for an error value. */
 int cli_exit_code(int rc);
 /* Parses a non-negative decimal int; 0 on success. */
@@ -108,6 +113,11 @@ typedef struct cli_call_args {
  * printing the error. */
 int cli_parse_call_args(cli_t *g, const cli_command_t *cmd, int argc, char **argv,
                         unsigned flags, cli_call_args_t *out);
+/* cli_parse_call_args, then cli_connect: CLI_OK with *c connected (the
+ * caller frees out->args and closes *c), CLI_OK with *c NULL when only help
+ * was printed, or an exit code (out->args already freed). */
+int cli_call_connect(cli_t *g, const cli_command_t *cmd, int argc, char **argv, unsigned flags,
+                     cli_call_args_t *out, st_client_t **c);
 /* Prints a call-like result as `call` does: tensors (with values when
  * nvalues >= 0), a non-tensor value as JSON, the object line; or JSON
  * with --json. Returns the exit code. */
@@ -151,6 +161,11 @@ double cli_now_unix(void);
  * "a task id"); returns CLI_OK (check *done) or an exit code. */
 int cli_parse_plain(cli_t *g, const cli_command_t *cmd, int argc, char **argv, int min, int max,
                     const char *need, const char **pos, int *done);
+/* A command without arguments that runs one method: parses the command
+ * line as cli_parse_plain with no positional words, then cli_fetch.
+ * Returns the exit code; *out is NULL when only help was printed. */
+int cli_fetch_plain(cli_t *g, const cli_command_t *cmd, int argc, char **argv,
+                    int (*method)(st_client_t *, st_result_t **), st_result_t **out);
 
 /* print.c */
 /* Prints `s`, then a newline, freeing it; NULL prints an error. */

@@ -21,18 +21,9 @@ static void names_line(const char *label, const st_value_t *list) {
 }
 
 static int run_reload(cli_t *g, int argc, char **argv) {
-  const char *pos[1];
-  int done;
-  int code = cli_parse_plain(g, &cli_reload_command, argc, argv, 0, 0, "", pos, &done);
-  if (code != CLI_OK || done) return code;
-  st_client_t *c;
-  code = cli_connect(g, &c);
-  if (code != CLI_OK) return code;
-  st_result_t *r = NULL;
-  int rc = st_client_reload(c, &r);
-  if (rc != ST_OK) code = cli_fail(c, rc);
-  st_client_close(c);
-  if (rc != ST_OK) return code;
+  st_result_t *r;
+  int code = cli_fetch_plain(g, &cli_reload_command, argc, argv, st_client_reload, &r);
+  if (code != CLI_OK || !r) return code;
   const st_value_t *v = st_result_value(r);
   const st_value_t *ok = st_value_get(v, "ok");
   int good = ok && ok->kind == ST_VALUE_BOOL && ok->as.boolean;
@@ -112,18 +103,9 @@ static void stat_line(const char *label, const char *prefix, const st_value_t *m
 }
 
 static int run_stats(cli_t *g, int argc, char **argv) {
-  const char *pos[1];
-  int done;
-  int code = cli_parse_plain(g, &cli_stats_command, argc, argv, 0, 0, "", pos, &done);
-  if (code != CLI_OK || done) return code;
-  st_client_t *c;
-  code = cli_connect(g, &c);
-  if (code != CLI_OK) return code;
-  st_result_t *r = NULL;
-  int rc = st_client_info(c, &r);
-  if (rc != ST_OK) code = cli_fail(c, rc);
-  st_client_close(c);
-  if (rc != ST_OK) return code;
+  st_result_t *r;
+  int code = cli_fetch_plain(g, &cli_stats_command, argc, argv, st_client_info, &r);
+  if (code != CLI_OK || !r) return code;
   const st_value_t *v = st_result_value(r);
   static const char *const parts[] = {"counters", "tasks", "objects", "memory", NULL};
   if (g->json) {

@@ -5,17 +5,9 @@
 
 static int run_call(cli_t *g, int argc, char **argv) {
   cli_call_args_t ca;
-  int code = cli_parse_call_args(g, &cli_call_command, argc, argv, CLI_ARGS_VALUES, &ca);
-  if (code != CLI_OK || ca.help) {
-    st_args_free(ca.args);
-    return code;
-  }
   st_client_t *c;
-  code = cli_connect(g, &c);
-  if (code != CLI_OK) {
-    st_args_free(ca.args);
-    return code;
-  }
+  int code = cli_call_connect(g, &cli_call_command, argc, argv, CLI_ARGS_VALUES, &ca, &c);
+  if (code != CLI_OK || !c) return code;
   st_result_t *r = NULL;
   int rc = st_client_call(c, ca.endpoint, ca.args, &r);
   st_args_free(ca.args);

@@ -32,17 +32,6 @@ static int no_args(cli_t *g, const cli_command_t *cmd, int argc, char **argv, co
   return CLI_OK;
 }
 
-/* Connects and runs one method; prints errors. */
-static int fetch(cli_t *g, int (*method)(st_client_t *, st_result_t **), st_result_t **out) {
-  st_client_t *c;
-  int code = cli_connect(g, &c);
-  if (code != CLI_OK) return code;
-  int rc = method(c, out);
-  if (rc != ST_OK) code = cli_fail(c, rc);
-  st_client_close(c);
-  return code;
-}
-
 static void line(const char *label, const st_value_t *v) {
   if (!v) return;
   char *s = cli_value_text(v);
@@ -159,13 +148,11 @@ static int run_info(cli_t *g, int argc, char **argv) {
   int done, code = no_args(g, &cli_info_command, argc, argv, NULL, NULL, &done);
   if (code != CLI_OK || done) return code;
   st_result_t *r;
-  code = fetch(g, st_client_info, &r);
+  code = cli_fetch(g, st_client_info, &r);
   if (code != CLI_OK) return code;
   const st_value_t *v = st_result_value(r);
   if (g->json) {
-    code = cli_print_json_owned(st_value_json(v, 1));
-    st_result_free(r);
-    return code;
+    return cli_print_result_json(r);
   }
   line("server", st_value_get(v, "server_id"));
   line("version", st_value_get(v, "version"));
@@ -316,7 +303,7 @@ static int run_endpoints(cli_t *g, int argc, char **argv) {
   int code = no_args(g, &cli_endpoints_command, argc, argv, "--names", &names, &done);
   if (code != CLI_OK || done) return code;
   st_result_t *r;
-  code = fetch(g, st_client_endpoints, &r);
+  code = cli_fetch(g, st_client_endpoints, &r);
   if (code != CLI_OK) return code;
   const st_value_t *v = st_result_value(r);
   if (names) {
@@ -325,9 +312,7 @@ static int run_endpoints(cli_t *g, int argc, char **argv) {
     return code;
   }
   if (g->json || v->kind != ST_VALUE_ARRAY) {
-    code = cli_print_json_owned(st_value_json(v, 1));
-    st_result_free(r);
-    return code;
+    return cli_print_result_json(r);
   }
   size_t n = v->as.array.len;
   enum { NAME, EXEC, CONC, FLAGS, PARAMS, NCOL };

@@ -21,23 +21,12 @@ static char *string_cell(const st_value_t *v) {
 }
 
 static int run_objects(cli_t *g, int argc, char **argv) {
-  const char *pos[1];
-  int done;
-  int code = cli_parse_plain(g, &cli_objects_command, argc, argv, 0, 0, "", pos, &done);
-  if (code != CLI_OK || done) return code;
-  st_client_t *c;
-  code = cli_connect(g, &c);
-  if (code != CLI_OK) return code;
-  st_result_t *r = NULL;
-  int rc = st_client_objects(c, &r);
-  if (rc != ST_OK) code = cli_fail(c, rc);
-  st_client_close(c);
-  if (rc != ST_OK) return code;
+  st_result_t *r;
+  int code = cli_fetch_plain(g, &cli_objects_command, argc, argv, st_client_objects, &r);
+  if (code != CLI_OK || !r) return code;
   const st_value_t *v = st_result_value(r);
   if (g->json || v->kind != ST_VALUE_ARRAY) {
-    code = cli_print_json_owned(st_value_json(v, 1));
-    st_result_free(r);
-    return code;
+    return cli_print_result_json(r);
   }
   static const char *const heads[] = {"ID",    "ENDPOINT", "CACHE KEY", "REFCOUNT",
                                       "BYTES", "DEVICE",   "AGE"};

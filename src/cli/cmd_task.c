@@ -97,17 +97,9 @@ static int fetch_and_print_result(cli_t *g, st_client_t *c, uint64_t id, long nv
 
 static int run_submit(cli_t *g, int argc, char **argv) {
   cli_call_args_t ca;
-  int code = cli_parse_call_args(g, &cli_submit_command, argc, argv, 0, &ca);
-  if (code != CLI_OK || ca.help) {
-    st_args_free(ca.args);
-    return code;
-  }
   st_client_t *c;
-  code = cli_connect(g, &c);
-  if (code != CLI_OK) {
-    st_args_free(ca.args);
-    return code;
-  }
+  int code = cli_call_connect(g, &cli_submit_command, argc, argv, 0, &ca, &c);
+  if (code != CLI_OK || !c) return code;
   uint64_t id;
   int rc = st_client_submit(c, ca.endpoint, ca.args, &id);
   st_args_free(ca.args);
@@ -438,9 +430,7 @@ static int run_tasks(cli_t *g, int argc, char **argv) {
     return code;
   }
   if (g->json || v->kind != ST_VALUE_ARRAY) {
-    code = cli_print_json_owned(st_value_json(v, 1));
-    st_result_free(r);
-    return code;
+    return cli_print_result_json(r);
   }
   static const char *const heads[] = {"ID", "ENDPOINT", "STATUS", "PROGRESS", "AGE", "NOTE"};
   cli_table_t t;

@@ -140,3 +140,21 @@ int cli_connect(const cli_t *g, st_client_t **out) {
   st_client_set_timeout(*out, g->timeout_ms);
   return CLI_OK;
 }
+
+/* See cli.h. */
+int cli_fetch(const cli_t *g, int (*method)(st_client_t *, st_result_t **), st_result_t **out) {
+  st_client_t *c;
+  int code = cli_connect(g, &c);
+  if (code != CLI_OK) return code;
+  int rc = method(c, out);
+  if (rc != ST_OK) code = cli_fail(c, rc);
+  st_client_close(c);
+  return code;
+}
+
+/* See cli.h. */
+int cli_print_result_json(st_result_t *r) {
+  int code = cli_print_json_owned(st_value_json(st_result_value(r), 1));
+  st_result_free(r);
+  return code;
+}

@@ -38,6 +38,29 @@ static void values_failed(const st_tensor_t *t, int rc) {
           st_strerror(rc));
 }
 
+/* Prints the first nvalues values of t (as text, or as JSON numbers when
+ * json; text adds "... (N more)" and ends the line), then computes the
+ * checksum of every value: the sum as JSON number text into sum, the
+ * FNV-1a of the bytes into *fnv. ST_OK, or the failure (reported). */
+static int print_values(const st_tensor_t *t, long nvalues, int json, char *sum, size_t sumlen,
+                        uint64_t *fnv) {
+  int64_t shown = t->numel < nvalues ? t->numel : nvalues;
+  values_out_t o = {t->dtype, json};
+  int rc = cli_each_chunk(t, shown, print_values_chunk, &o);
+  if (!json) {
+    if (rc == ST_OK && t->numel > shown) printf(" ... (%" PRId64 " more)", t->numel - shown);
+    printf("\n");
+  }
+  double s;
+  if (rc == ST_OK) rc = cli_checksum(t, &s, fnv);
+  if (rc != ST_OK) {
+    values_failed(t, rc);
+    return rc;
+  }
+  cli_format_json_number(s, sum, sumlen);
+  return ST_OK;
+}
+
 /* "name  dtype  [shape]  device  N bytes", columns aligned over all.
  * Returns the exit code (a value that could not be read fails). */
 static int print_tensors(const st_result_t *r, long nvalues) {
@@ -60,23 +83,15 @@ static int print_tensors(const st_result_t *r, long nvalues) {
            st_dtype_name(t->dtype), (int)wshape, shape, (int)wdev,
            cli_device_name(t, dev, sizeof dev), t->nbytes);
     if (nvalues < 0) continue;
-    int64_t shown = t->numel < nvalues ? t->numel : nvalues;
-    values_out_t o = {t->dtype, 0};
     printf("  values:");
-    int rc = cli_each_chunk(t, shown, print_values_chunk, &o);
-    if (rc == ST_OK && t->numel > shown) printf(" ... (%" PRId64 " more)", t->numel - shown);
-    printf("\n");
-    double sum;
+    char sum[64];
     uint64_t fnv;
-    if (rc == ST_OK) rc = cli_checksum(t, &sum, &fnv);
+    int rc = print_values(t, nvalues, 0, sum, sizeof sum, &fnv);
     if (rc != ST_OK) {
-      values_failed(t, rc);
       code = CLI_SERVER_ERROR;
       continue;
     }
-    char sbuf[64];
-    cli_format_json_number(sum, sbuf, sizeof sbuf);
-    printf("  sum: %s  fnv1a64: 0x%016" PRIx64 "\n", sbuf, fnv);
+    printf("  sum: %s  fnv1a64: 0x%016" PRIx64 "\n", sum, fnv);
   }
   return code;
 }
@@ -92,21 +107,15 @@ static int print_json_tensor_values(const st_result_t *r, long nvalues) {
     printf("%s\n  {\"name\": ", i ? "," : "");
     cli_print_json_string(stdout, t->name);
     printf(", \"values\": [");
-    int64_t shown = t->numel < nvalues ? t->numel : nvalues;
-    values_out_t o = {t->dtype, 1};
-    int rc = cli_each_chunk(t, shown, print_values_chunk, &o);
-    double sum;
+    char sum[64];
     uint64_t fnv;
-    if (rc == ST_OK) rc = cli_checksum(t, &sum, &fnv);
+    int rc = print_values(t, nvalues, 1, sum, sizeof sum, &fnv);
     if (rc != ST_OK) {
-      values_failed(t, rc);
       code = CLI_SERVER_ERROR;
       printf("], \"sum\": null, \"fnv1a64\": null}");
       continue;
     }
-    char sbuf[64];
-    cli_format_json_number(sum, sbuf, sizeof sbuf);
-    printf("], \"sum\": %s, \"fnv1a64\": \"0x%016" PRIx64 "\"}", sbuf, fnv);
+    printf("], \"sum\": %s, \"fnv1a64\": \"0x%016" PRIx64 "\"}", sum, fnv);
   }
   printf("%s]", n ? "\n" : "");
   return code;
@@ -237,6 +246,25 @@ int cli_parse_call_args(cli_t *g, const cli_command_t *cmd, int argc, char **arg
   if (code == CLI_OK && !out->endpoint)
     code = cli_usage(cmd->name, "%s needs an endpoint name", cmd->name);
   if (code != CLI_OK) {
+    st_args_free(out->args);
+    out->args = NULL;
+  }
+  return code;
+}
+
+/* See cli.h. */
+int cli_call_connect(cli_t *g, const cli_command_t *cmd, int argc, char **argv, unsigned flags,
+                     cli_call_args_t *out, st_client_t **c) {
+  *c = NULL;
+  int code = cli_parse_call_args(g, cmd, argc, argv, flags, out);
+  if (code != CLI_OK || out->help) {
+    st_args_free(out->args);
+    out->args = NULL;
+    return code;
+  }
+  code = cli_connect(g, c);
+  if (code != CLI_OK) {
+    *c = NULL;
     st_args_free(out->args);
     out->args = NULL;
   }

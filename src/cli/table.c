@@ -172,3 +172,14 @@ int cli_parse_plain(cli_t *g, const cli_command_t *cmd, int argc, char **argv, i
   if (n < min) return cli_usage(cmd->name, "%s needs %s", cmd->name, need);
   return CLI_OK;
 }
+
+/* See cli.h. */
+int cli_fetch_plain(cli_t *g, const cli_command_t *cmd, int argc, char **argv,
+                    int (*method)(st_client_t *, st_result_t **), st_result_t **out) {
+  const char *pos[1];
+  int done;
+  *out = NULL;
+  int code = cli_parse_plain(g, cmd, argc, argv, 0, 0, "", pos, &done);
+  if (code != CLI_OK || done) return code;
+  return cli_fetch(g, method, out);
+}
