@@ -14,6 +14,9 @@
 
 #include <cuda_runtime.h>
 
+extern "C" {
+#include "common/fail.h"
+}
 #include "common/philox.h"
 #include "cuda/dtype_dev.h"
 #include "st/wire.h"
@@ -23,51 +26,34 @@ namespace {
 const int kThreads = 256;
 const int64_t kMaxBlocks = 65536;
 
-__global__ void k_fill1(uint8_t *dst, int64_t n, uint8_t v) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+/* A grid-stride loop: thread by thread over i = 0 .. n-1. */
+#define GRID_STRIDE(i, n)                                                  \
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
        i += (int64_t)gridDim.x * blockDim.x)
-    dst[i] = v;
-}
 
-__global__ void k_fill2(uint16_t *dst, int64_t n, uint16_t v) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x)
-    dst[i] = v;
-}
-
-__global__ void k_fill4(uint32_t *dst, int64_t n, uint32_t v) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x)
-    dst[i] = v;
-}
-
-__global__ void k_fill8(uint64_t *dst, int64_t n, uint64_t v) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x)
-    dst[i] = v;
+/* One value of T at each of the n elements. */
+template <typename T>
+__global__ void k_fill(T *dst, int64_t n, T v) {
+  GRID_STRIDE(i, n) dst[i] = v;
 }
 
 __global__ void k_arange(void *dst, st_dtype_t dtype, int64_t n, double start, double step) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x)
+  GRID_STRIDE(i, n)
     st__dev_store(dtype, dst, i, __dadd_rn(start, __dmul_rn((double)i, step)));
 }
 
 __global__ void k_rand(void *dst, st_dtype_t dtype, int64_t n, uint64_t seed, int wide) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x)
+  GRID_STRIDE(i, n)
     st__dev_store(dtype, dst, i, st__rng_uniform(seed, (uint64_t)i, wide));
 }
 
 __global__ void k_randn(void *dst, st_dtype_t dtype, int64_t n, uint64_t seed) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x)
+  GRID_STRIDE(i, n)
     st__dev_store(dtype, dst, i, st__rng_normal(seed, (uint64_t)i));
 }
 
 __global__ void k_cast(void *dst, st_dtype_t ddt, const void *src, st_dtype_t sdt, int64_t n) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x)
+  GRID_STRIDE(i, n)
     st__dev_store(ddt, dst, i, st__dev_load(sdt, src, i));
 }
 
@@ -97,8 +83,7 @@ __device__ inline void offsets(const Geom &g, int64_t i, int64_t *doff, int64_t 
 
 /* Same dtype: the element's bytes move as one word of `es` bytes. */
 __global__ void k_strided_bytes(uint8_t *dst, const uint8_t *src, Geom g, int64_t n, int es) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
+  GRID_STRIDE(i, n) {
     int64_t d, s;
     offsets(g, i, &d, &s);
     switch (es) {
@@ -112,8 +97,7 @@ __global__ void k_strided_bytes(uint8_t *dst, const uint8_t *src, Geom g, int64_
 
 __global__ void k_strided_cast(void *dst, st_dtype_t ddt, const void *src, st_dtype_t sdt, Geom g,
                                int64_t n) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
+  GRID_STRIDE(i, n) {
     int64_t d, s;
     offsets(g, i, &d, &s);
     st__dev_store(ddt, dst, d, st__dev_load(sdt, src, s));
@@ -123,8 +107,7 @@ __global__ void k_strided_cast(void *dst, st_dtype_t ddt, const void *src, st_dt
 /* x * mul + add in place at every strided element (g.src unused). */
 __global__ void k_strided_affine(void *dst, st_dtype_t dt, Geom g, int64_t n, double mul,
                                  double add) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
+  GRID_STRIDE(i, n) {
     int64_t d, s;
     offsets(g, i, &d, &s);
     st__dev_store(dt, dst, d, __dadd_rn(__dmul_rn(st__dev_load(dt, dst, d), mul), add));
@@ -133,8 +116,7 @@ __global__ void k_strided_affine(void *dst, st_dtype_t dt, Geom g, int64_t n, do
 
 /* Fill: the `es` bytes of `pat` at every strided element (g.src unused). */
 __global__ void k_strided_fill(uint8_t *dst, Geom g, int64_t n, int es, uint64_t pat) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
+  GRID_STRIDE(i, n) {
     int64_t d, s;
     offsets(g, i, &d, &s);
     switch (es) {
@@ -146,36 +128,35 @@ __global__ void k_strided_fill(uint8_t *dst, Geom g, int64_t n, int es, uint64_t
   }
 }
 
-__attribute__((format(printf, 4, 5)))
-int fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return rc;
-}
-
 bool valid_dtype(st_dtype_t d) { return d > ST_DTYPE_INVALID && d < ST_DTYPE_COUNT; }
 
 /* Checks the common arguments; ST_OK when a launch is due, 1 when n == 0. */
 int check_args(const char *fn, const void *dst, st_dtype_t dtype, int64_t n, char *err,
                size_t errlen) {
   if (!valid_dtype(dtype))
-    return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "%s: invalid dtype %d", fn, (int)dtype);
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "%s: invalid dtype %d", fn, (int)dtype);
   if (n < 0)
-    return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "%s: negative element count %lld", fn, (long long)n);
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "%s: negative element count %lld", fn, (long long)n);
   if ((uint64_t)n > (uint64_t)INT64_MAX / st_dtype_size(dtype))
-    return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "%s: %lld elements overflow", fn, (long long)n);
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "%s: %lld elements overflow", fn, (long long)n);
   if (n == 0) return 1;
-  if (!dst) return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "%s: null buffer", fn);
+  if (!dst) return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "%s: null buffer", fn);
   return ST_OK;
 }
 
 unsigned blocks_for(int64_t n) {
   int64_t b = (n + kThreads - 1) / kThreads;
   return (unsigned)(b < kMaxBlocks ? b : kMaxBlocks);
+}
+
+/* check_args for rand/randn, which also need a floating dtype. */
+int check_random(const char *fn, const void *dst, st_dtype_t dtype, int64_t n, char *err,
+                 size_t errlen) {
+  int rc = check_args(fn, dst, dtype, n, err, errlen);
+  if (rc == ST_OK && !st_dtype_is_float(dtype))
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "%s: dtype must be a floating type, got %s",
+                    fn, st_dtype_name(dtype));
+  return rc;
 }
 
 /* Reports a failed launch (bad configuration, no context, sticky error). */
@@ -201,10 +182,10 @@ extern "C" int st__cuda_fill(void *dst, st_dtype_t dtype, int64_t n, double valu
   unsigned blocks = blocks_for(n);
   cudaStream_t s = (cudaStream_t)stream;
   switch (st_dtype_size(dtype)) {
-  case 1: k_fill1<<<blocks, kThreads, 0, s>>>((uint8_t *)dst, n, pat[0]); break;
-  case 2: { uint16_t v; memcpy(&v, pat, 2); k_fill2<<<blocks, kThreads, 0, s>>>((uint16_t *)dst, n, v); break; }
-  case 4: { uint32_t v; memcpy(&v, pat, 4); k_fill4<<<blocks, kThreads, 0, s>>>((uint32_t *)dst, n, v); break; }
-  default: { uint64_t v; memcpy(&v, pat, 8); k_fill8<<<blocks, kThreads, 0, s>>>((uint64_t *)dst, n, v); break; }
+  case 1: k_fill<<<blocks, kThreads, 0, s>>>((uint8_t *)dst, n, pat[0]); break;
+  case 2: { uint16_t v; memcpy(&v, pat, 2); k_fill<<<blocks, kThreads, 0, s>>>((uint16_t *)dst, n, v); break; }
+  case 4: { uint32_t v; memcpy(&v, pat, 4); k_fill<<<blocks, kThreads, 0, s>>>((uint32_t *)dst, n, v); break; }
+  default: { uint64_t v; memcpy(&v, pat, 8); k_fill<<<blocks, kThreads, 0, s>>>((uint64_t *)dst, n, v); break; }
   }
   return launched("fill", err, errlen);
 }
@@ -221,11 +202,8 @@ extern "C" int st__cuda_arange(void *dst, st_dtype_t dtype, int64_t n, double st
 /* See kernels.h. */
 extern "C" int st__cuda_rand(void *dst, st_dtype_t dtype, int64_t n, uint64_t seed,
                              CUstream stream, char *err, size_t errlen) {
-  int rc = check_args("rand", dst, dtype, n, err, errlen);
+  int rc = check_random("rand", dst, dtype, n, err, errlen);
   if (rc != ST_OK) return rc > 0 ? ST_OK : rc;
-  if (!st_dtype_is_float(dtype))
-    return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "rand: dtype must be a floating type, got %s",
-                st_dtype_name(dtype));
   int wide = dtype == ST_DTYPE_FLOAT64;
   k_rand<<<blocks_for(n), kThreads, 0, (cudaStream_t)stream>>>(dst, dtype, n, seed, wide);
   return launched("rand", err, errlen);
@@ -234,11 +212,8 @@ extern "C" int st__cuda_rand(void *dst, st_dtype_t dtype, int64_t n, uint64_t se
 /* See kernels.h. */
 extern "C" int st__cuda_randn(void *dst, st_dtype_t dtype, int64_t n, uint64_t seed,
                               CUstream stream, char *err, size_t errlen) {
-  int rc = check_args("randn", dst, dtype, n, err, errlen);
+  int rc = check_random("randn", dst, dtype, n, err, errlen);
   if (rc != ST_OK) return rc > 0 ? ST_OK : rc;
-  if (!st_dtype_is_float(dtype))
-    return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "randn: dtype must be a floating type, got %s",
-                st_dtype_name(dtype));
   k_randn<<<blocks_for(n), kThreads, 0, (cudaStream_t)stream>>>(dst, dtype, n, seed);
   return launched("randn", err, errlen);
 }
@@ -254,7 +229,7 @@ extern "C" int st__cuda_cast(void *dst, st_dtype_t dst_dtype, const void *src,
     cudaError_t e = cudaMemcpyAsync(dst, src, (size_t)n * st_dtype_size(dst_dtype),
                                     cudaMemcpyDeviceToDevice, (cudaStream_t)stream);
     if (e != cudaSuccess)
-      return fail(err, errlen, ST_ERR_INTERNAL, "cast: cudaMemcpyAsync failed: %s",
+      return st__fail(ST_ERR_INTERNAL, err, errlen, "cast: cudaMemcpyAsync failed: %s",
                   cudaGetErrorString(e));
     return ST_OK;
   }
@@ -269,20 +244,20 @@ namespace {
 int make_geom(const char *fn, Geom *g, int ndim, const int64_t *shape, const int64_t *dst_strides,
               const int64_t *src_strides, int64_t *n, char *err, size_t errlen) {
   if (ndim < 0 || ndim > ST_MAX_NDIM)
-    return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "%s: %d dimensions (at most %d)", fn, ndim,
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "%s: %d dimensions (at most %d)", fn, ndim,
                 ST_MAX_NDIM);
   memset(g, 0, sizeof *g);
   g->ndim = ndim;
   int64_t count = 1;
   for (int k = 0; k < ndim; k++) {
     if (shape[k] < 0 || dst_strides[k] < 0 || (src_strides && src_strides[k] < 0))
-      return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "%s: negative size or stride", fn);
+      return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "%s: negative size or stride", fn);
     if (shape[k] == 0) {
       *n = 0;
       return 1;
     }
     if (count > INT64_MAX / shape[k])
-      return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "%s: too many elements", fn);
+      return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "%s: too many elements", fn);
     count *= shape[k];
     g->shape[k] = shape[k];
     g->dst[k] = dst_strides[k];
@@ -300,12 +275,12 @@ extern "C" int st__cuda_copy_strided(void *dst, st_dtype_t dst_dtype, const int6
                                      const int64_t *src_strides, int ndim, const int64_t *shape,
                                      CUstream stream, char *err, size_t errlen) {
   if (!valid_dtype(dst_dtype) || !valid_dtype(src_dtype))
-    return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "copy: invalid dtype");
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "copy: invalid dtype");
   Geom g;
   int64_t n = 0;
   int rc = make_geom("copy", &g, ndim, shape, dst_strides, src_strides, &n, err, errlen);
   if (rc != ST_OK) return rc > 0 ? ST_OK : rc;
-  if (!dst || !src) return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "copy: null buffer");
+  if (!dst || !src) return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "copy: null buffer");
   cudaStream_t s = (cudaStream_t)stream;
   if (dst_dtype == src_dtype)
     k_strided_bytes<<<blocks_for(n), kThreads, 0, s>>>((uint8_t *)dst, (const uint8_t *)src, g, n,
@@ -319,12 +294,12 @@ extern "C" int st__cuda_copy_strided(void *dst, st_dtype_t dst_dtype, const int6
 extern "C" int st__cuda_fill_strided(void *dst, st_dtype_t dtype, const int64_t *strides,
                                      int ndim, const int64_t *shape, double value,
                                      CUstream stream, char *err, size_t errlen) {
-  if (!valid_dtype(dtype)) return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "fill: invalid dtype");
+  if (!valid_dtype(dtype)) return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "fill: invalid dtype");
   Geom g;
   int64_t n = 0;
   int rc = make_geom("fill", &g, ndim, shape, strides, NULL, &n, err, errlen);
   if (rc != ST_OK) return rc > 0 ? ST_OK : rc;
-  if (!dst) return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "fill: null buffer");
+  if (!dst) return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "fill: null buffer");
   unsigned char pat[8] = {0};
   st_dtype_store(dtype, pat, 0, value);
   uint64_t word = 0;
@@ -339,12 +314,12 @@ extern "C" int st__cuda_affine_strided(void *dst, st_dtype_t dtype, const int64_
                                        int ndim, const int64_t *shape, double mul, double add,
                                        CUstream stream, char *err, size_t errlen) {
   if (!valid_dtype(dtype))
-    return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "affine: invalid dtype");
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "affine: invalid dtype");
   Geom g;
   int64_t n = 0;
   int rc = make_geom("affine", &g, ndim, shape, strides, NULL, &n, err, errlen);
   if (rc != ST_OK) return rc > 0 ? ST_OK : rc;
-  if (!dst) return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "affine: null buffer");
+  if (!dst) return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "affine: null buffer");
   k_strided_affine<<<blocks_for(n), kThreads, 0, (cudaStream_t)stream>>>(dst, dtype, g, n, mul,
                                                                          add);
   return launched("affine", err, errlen);
@@ -354,11 +329,11 @@ extern "C" int st__cuda_affine_strided(void *dst, st_dtype_t dtype, const int64_
 extern "C" int st__cuda_memcpy(void *dst, const void *src, uint64_t bytes, CUstream stream,
                                char *err, size_t errlen) {
   if (bytes == 0) return ST_OK;
-  if (!dst || !src) return fail(err, errlen, ST_ERR_INVALID_ARGUMENT, "memcpy: null buffer");
+  if (!dst || !src) return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "memcpy: null buffer");
   cudaError_t e = cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDefault, (cudaStream_t)stream);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    return fail(err, errlen, ST_ERR_INTERNAL, "cudaMemcpyAsync of %llu bytes failed: %s (%s)",
+    return st__fail(ST_ERR_INTERNAL, err, errlen, "cudaMemcpyAsync of %llu bytes failed: %s (%s)",
                 (unsigned long long)bytes, cudaGetErrorString(e), cudaGetErrorName(e));
   }
   return ST_OK;
