@@ -24,6 +24,7 @@
 #define ST_MEM_SAFETENSORS_H
 
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "mem/arena.h"
@@ -241,6 +242,33 @@ typedef struct st__sft_piece {
  * ST_ERR_IO naming the file (short read: the file shrank). */
 int st__safetensors_pread(const st__safetensors_file_t *f, void *dst, uint64_t bytes,
                           uint64_t off, char *err, size_t errlen);
+
+/* The shared state of one parallel load: reader threads take work items
+ * 0 .. count-1 in turn and record the first failure, after which the
+ * others stop. Owned by the thread that runs the load (on its stack);
+ * readers borrow it until they are joined. */
+typedef struct st__sft_run {
+  const st__safetensors_opts_t *o;  /* its stop callback is polled */
+  size_t count;                     /* work items */
+  size_t next;                      /* atomic: next item */
+  int failed;                       /* atomic: a reader failed */
+  pthread_mutex_t lock;             /* guards rc and err (and may guard more) */
+  int rc;                           /* the first failure, or ST_OK */
+  char err[512];
+} st__sft_run_t;
+
+/* Starts r for `count` items of the load described by o. */
+void st__sft_run_init(st__sft_run_t *r, const st__safetensors_opts_t *o, size_t count);
+/* Runs `reader(arg)` on `threads` threads (the caller's one of them) and
+ * returns when all are done: r->rc and r->err then hold the outcome. */
+void st__sft_run_readers(st__sft_run_t *r, int threads, void *(*reader)(void *), void *arg);
+void st__sft_run_destroy(st__sft_run_t *r);
+/* Records rc and msg unless a failure was recorded first; the other
+ * readers then stop. Any reader thread. */
+void st__sft_run_fail(st__sft_run_t *r, int rc, const char *msg);
+/* The next item for a reader thread, or -1 when none is left, a reader
+ * failed, or the load must stop (timeout or cancel: recorded). */
+int64_t st__sft_run_take(st__sft_run_t *r);
 
 /* Fills the CUDA arena `arena` (on ordinal o->device) from the pieces, in
  * safetensors_cuda.c. ST_OK or an error as st__safetensors_load. */

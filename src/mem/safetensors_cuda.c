@@ -188,21 +188,16 @@ typedef struct batch {
 typedef struct cuda_run {
   const st__cuda_api_t *a;
   const st__safetensors_t *s;
-  const st__safetensors_opts_t *o;
   const st__sft_piece_t *pieces;
   batch_t *batches;
   size_t nbatches;
-  size_t next;                 /* atomic: next batch */
-  int failed;                  /* atomic */
   CUstream stream;
   CUdeviceptr base;
   int ordinal;
   slot_t *slots;
   int nslots;
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  int rc;
-  char err[512];
+  st__sft_run_t run;           /* items: batches; run.lock also guards slots */
+  pthread_cond_t cond;         /* a slot was given back */
 } cuda_run_t;
 
 static uint64_t align_up(uint64_t x) { return (x + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN; }
@@ -214,34 +209,24 @@ static uint64_t footprint(const st__sft_piece_t *p) {
   return f;
 }
 
-static void run_fail(cuda_run_t *r, int rc, const char *msg) {
-  pthread_mutex_lock(&r->lock);
-  if (r->rc == ST_OK) {
-    r->rc = rc;
-    snprintf(r->err, sizeof r->err, "%s", msg);
-  }
-  pthread_mutex_unlock(&r->lock);
-  __atomic_store_n(&r->failed, 1, __ATOMIC_RELEASE);
-}
-
 static slot_t *take_slot(cuda_run_t *r) {
-  pthread_mutex_lock(&r->lock);
+  pthread_mutex_lock(&r->run.lock);
   slot_t *got = NULL;
   while (!got) {
     for (int i = 0; i < r->nslots && !got; i++)
       if (!r->slots[i].busy) got = &r->slots[i];
-    if (!got) pthread_cond_wait(&r->cond, &r->lock);
+    if (!got) pthread_cond_wait(&r->cond, &r->run.lock);
   }
   got->busy = 1;
-  pthread_mutex_unlock(&r->lock);
+  pthread_mutex_unlock(&r->run.lock);
   return got;
 }
 
 static void give_slot(cuda_run_t *r, slot_t *s) {
-  pthread_mutex_lock(&r->lock);
+  pthread_mutex_lock(&r->run.lock);
   s->busy = 0;
   pthread_cond_signal(&r->cond);
-  pthread_mutex_unlock(&r->lock);
+  pthread_mutex_unlock(&r->run.lock);
 }
 
 /* Reads, converts and queues the copies of batch b through slot sl. */
@@ -279,23 +264,15 @@ static void *cuda_reader(void *arg) {
   cuda_run_t *r = arg;
   char err[512];
   if (st__cuda_ctx_enter(r->ordinal, err, sizeof err) != ST_OK) {
-    run_fail(r, ST_ERR_CAPABILITY, err);
+    st__sft_run_fail(&r->run, ST_ERR_CAPABILITY, err);
     return NULL;
   }
-  for (;;) {
-    size_t i = __atomic_fetch_add(&r->next, 1, __ATOMIC_RELAXED);
-    if (i >= r->nbatches || __atomic_load_n(&r->failed, __ATOMIC_ACQUIRE)) break;
-    int stop = r->o->stop ? r->o->stop(r->o->stop_ud) : 0;
-    if (stop) {
-      run_fail(r, stop, stop == ST_ERR_TIMEOUT ? "the load ran past the time limit"
-                                               : "the load was cancelled");
-      break;
-    }
+  for (int64_t i; (i = st__sft_run_take(&r->run)) >= 0;) {
     slot_t *sl = take_slot(r);
     int rc = fill_batch(r, &r->batches[i], sl, err, sizeof err);
     give_slot(r, sl);
     if (rc != ST_OK) {
-      run_fail(r, rc, err);
+      st__sft_run_fail(&r->run, rc, err);
       break;
     }
   }
@@ -333,11 +310,10 @@ int st__safetensors_load_cuda(const st__safetensors_t *s, const st__safetensors_
   memset(&r, 0, sizeof r);
   r.a = a;
   r.s = s;
-  r.o = o;
   r.pieces = pieces;
   r.ordinal = o->device;
   r.base = (CUdeviceptr)(uintptr_t)st__arena_base(arena);
-  pthread_mutex_init(&r.lock, NULL);
+  st__sft_run_init(&r.run, o, 0);
   pthread_cond_init(&r.cond, NULL);
   int ids[MAX_CHUNKS];
   int nleased = 0, own_stream = 0, rc = st__cuda_ctx_enter(o->device, err, errlen);
@@ -378,15 +354,11 @@ int st__safetensors_load_cuda(const st__safetensors_t *s, const st__safetensors_
     if (rc == ST_OK) r.nslots++;
   }
   if (rc == ST_OK) {
-    pthread_t tid[64];
-    int started = 0;
-    for (int i = 1; i < threads && i < 64; i++)
-      if (pthread_create(&tid[started], NULL, cuda_reader, &r) == 0) started++;
-    cuda_reader(&r);
-    for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
-    if (r.rc != ST_OK) {
-      rc = r.rc;
-      snprintf(err, errlen, "%s", r.err);
+    r.run.count = r.nbatches;
+    st__sft_run_readers(&r.run, threads, cuda_reader, &r);
+    if (r.run.rc != ST_OK) {
+      rc = r.run.rc;
+      snprintf(err, errlen, "%s", r.run.err);
     }
   }
   /* Copies may still read the chunks: wait for them before anything goes
@@ -406,7 +378,7 @@ int st__safetensors_load_cuda(const st__safetensors_t *s, const st__safetensors_
   free(r.slots);
   free(r.batches);
   pthread_cond_destroy(&r.cond);
-  pthread_mutex_destroy(&r.lock);
+  st__sft_run_destroy(&r.run);
   return rc;
 }
 

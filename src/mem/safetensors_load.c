@@ -223,18 +223,35 @@ oom:
 
 typedef struct cpu_run {
   const st__safetensors_t *s;
-  const st__safetensors_opts_t *o;
   const st__sft_piece_t *pieces;
   size_t npieces;
   char *base;
-  size_t next;                 /* atomic: next piece */
-  int failed;                  /* atomic */
-  pthread_mutex_t lock;
-  int rc;
-  char err[512];
+  st__sft_run_t run;           /* items: pieces */
 } cpu_run_t;
 
-static void cpu_fail(cpu_run_t *r, int rc, const char *msg) {
+/* See safetensors.h. */
+void st__sft_run_init(st__sft_run_t *r, const st__safetensors_opts_t *o, size_t count) {
+  memset(r, 0, sizeof *r);
+  r->o = o;
+  r->count = count;
+  pthread_mutex_init(&r->lock, NULL);
+}
+
+/* See safetensors.h. */
+void st__sft_run_readers(st__sft_run_t *r, int threads, void *(*reader)(void *), void *arg) {
+  pthread_t tid[64];
+  int started = 0;
+  for (int i = 1; i < threads && i < 64; i++)
+    if (pthread_create(&tid[started], NULL, reader, arg) == 0) started++;
+  reader(arg);
+  for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
+}
+
+/* See safetensors.h. */
+void st__sft_run_destroy(st__sft_run_t *r) { pthread_mutex_destroy(&r->lock); }
+
+/* See safetensors.h. */
+void st__sft_run_fail(st__sft_run_t *r, int rc, const char *msg) {
   pthread_mutex_lock(&r->lock);
   if (r->rc == ST_OK) {
     r->rc = rc;
@@ -242,6 +259,19 @@ static void cpu_fail(cpu_run_t *r, int rc, const char *msg) {
   }
   pthread_mutex_unlock(&r->lock);
   __atomic_store_n(&r->failed, 1, __ATOMIC_RELEASE);
+}
+
+/* See safetensors.h. */
+int64_t st__sft_run_take(st__sft_run_t *r) {
+  size_t i = __atomic_fetch_add(&r->next, 1, __ATOMIC_RELAXED);
+  if (i >= r->count || __atomic_load_n(&r->failed, __ATOMIC_ACQUIRE)) return -1;
+  int stop = r->o->stop ? r->o->stop(r->o->stop_ud) : 0;
+  if (stop) {
+    st__sft_run_fail(r, stop, stop == ST_ERR_TIMEOUT ? "the load ran past the time limit"
+                                                     : "the load was cancelled");
+    return -1;
+  }
+  return (int64_t)i;
 }
 
 /* Faults the pages of [p, p + len) in with one call (pread would take one
@@ -256,15 +286,7 @@ static void *cpu_reader(void *arg) {
   cpu_run_t *r = arg;
   char *tmp = NULL;
   char err[512];
-  for (;;) {
-    size_t i = __atomic_fetch_add(&r->next, 1, __ATOMIC_RELAXED);
-    if (i >= r->npieces || __atomic_load_n(&r->failed, __ATOMIC_ACQUIRE)) break;
-    int stop = r->o->stop ? r->o->stop(r->o->stop_ud) : 0;
-    if (stop) {
-      cpu_fail(r, stop, stop == ST_ERR_TIMEOUT ? "the load ran past the time limit"
-                                               : "the load was cancelled");
-      break;
-    }
+  for (int64_t i; (i = st__sft_run_take(&r->run)) >= 0;) {
     const st__sft_piece_t *p = &r->pieces[i];
     const st__safetensors_file_t *f = &r->s->files[p->file];
     uint64_t sbytes = p->n * st_dtype_size(p->sdt);
@@ -275,14 +297,14 @@ static void *cpu_reader(void *arg) {
       rc = st__safetensors_pread(f, dst, sbytes, p->src_off, err, sizeof err);
     } else {
       if (!tmp && !(tmp = malloc(CPU_PIECE))) {
-        cpu_fail(r, ST_ERR_OUT_OF_MEMORY, "out of memory for a conversion buffer");
+        st__sft_run_fail(&r->run, ST_ERR_OUT_OF_MEMORY, "out of memory for a conversion buffer");
         break;
       }
       rc = st__safetensors_pread(f, tmp, sbytes, p->src_off, err, sizeof err);
       if (rc == ST_OK) st__safetensors_convert(dst, p->ddt, tmp, p->sdt, p->n);
     }
     if (rc != ST_OK) {
-      cpu_fail(r, rc, err);
+      st__sft_run_fail(&r->run, rc, err);
       break;
     }
   }
@@ -296,20 +318,14 @@ static int load_cpu(const st__safetensors_t *s, const st__safetensors_opts_t *o,
   cpu_run_t r;
   memset(&r, 0, sizeof r);
   r.s = s;
-  r.o = o;
   r.pieces = pieces;
   r.npieces = npieces;
   r.base = st__arena_base(arena);
-  pthread_mutex_init(&r.lock, NULL);
-  pthread_t tid[64];
-  int started = 0;
-  for (int i = 1; i < threads && i < 64; i++)
-    if (pthread_create(&tid[started], NULL, cpu_reader, &r) == 0) started++;
-  cpu_reader(&r);
-  for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
-  pthread_mutex_destroy(&r.lock);
-  if (r.rc != ST_OK) snprintf(err, errlen, "%s", r.err);
-  return r.rc;
+  st__sft_run_init(&r.run, o, npieces);
+  st__sft_run_readers(&r.run, threads, cpu_reader, &r);
+  st__sft_run_destroy(&r.run);
+  if (r.run.rc != ST_OK) snprintf(err, errlen, "%s", r.run.err);
+  return r.run.rc;
 }
 
 /* ------------------------------------------------------------ entry */
