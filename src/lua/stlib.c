@@ -12,10 +12,13 @@
  * The table is built once per state and exposed as a read-only proxy.
  *
  * The contract of each non-static function (what it does, returns and owns)
- * is its comment in lua_int.h; all of them run on the thread that owns the
+ * is its comment in stlib.h; all of them run on the thread that owns the
  * lua_State they are given.
  */
-#include "lua/lua_int.h"
+#include "lua/stlib.h"
+#include "lua/construct.h"
+#include "lua/module.h"
+#include "lua/safetensors.h"
 
 #include <math.h>
 #include <string.h>
@@ -237,7 +240,7 @@ static int l_tensor_param(lua_State *L) {
   return 1;
 }
 
-/* See lua_int.h. */
+/* See stlib.h. */
 int st__lua_is_tensor_param(lua_State *L, int idx, int *dtype, int *device) {
   idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
   if (lua_type(L, idx) != LUA_TTABLE || !lua_getmetatable(L, idx)) return 0;

@@ -20,10 +20,11 @@
  * rules are otherwise those of the client side: main takes a function and
  * runs once.
  *
- * The contract of each non-static function is its comment in lua_int.h;
+ * The contract of each non-static function is its comment in zerobranch.h;
  * all of them run on the thread that owns the lua_State they are given.
  */
-#include "lua/lua_int.h"
+#include "lua/zerobranch.h"
+#include "lua/stlib.h"
 
 #include <string.h>
 
@@ -48,7 +49,7 @@ static app_t *check_app(lua_State *L, const char *what, int top_level) {
     lua_pop(L, 2);
   }
   if (!ok) st__lua_raise(L, "%s: call it as app:%s(...)", what, what + 4);
-  if (top_level && st__lua_ctx(L)->in_call)
+  if (top_level && st__lua_tensor_ctx(L)->in_call)
     st__lua_raise(L, "%s: only at the top level of a script, not in a build function", what);
   return a;
 }
