@@ -212,8 +212,5 @@ void st__lua_open_construct(lua_State *L, int idx) {
     {"empty", l_empty}, {"zeros", l_zeros}, {"ones", l_ones}, {"full", l_full},
     {"arange", l_arange}, {"rand", l_rand}, {"randn", l_randn}, {NULL, NULL}
   };
-  for (const luaL_Reg *r = funcs; r->name; r++) {
-    lua_pushcfunction(L, r->func);
-    lua_setfield(L, idx, r->name);
-  }
+  st__lua_set_funcs(L, idx, funcs);
 }

@@ -277,26 +277,17 @@ void st__lua_open_module(lua_State *L, int idx) {
     {"tensor", l_module_tensor}, {"names", l_module_names}, {"metadata", l_module_metadata},
     {"nbytes", l_module_nbytes}, {NULL, NULL}
   };
+  static const luaL_Reg meta[] = {
+    {"__index", l_module_index}, {"__gc", l_module_gc}, {"__len", l_module_len},
+    {"__tostring", l_module_tostring}, {NULL, NULL}
+  };
   lua_pushlightuserdata(L, &methods_key);
   lua_newtable(L);
-  for (const luaL_Reg *r = methods; r->name; r++) {
-    lua_pushcfunction(L, r->func);
-    lua_setfield(L, -2, r->name);
-  }
+  st__lua_set_funcs(L, -1, methods);
   lua_rawset(L, LUA_REGISTRYINDEX);
 
   lua_pushlightuserdata(L, &module_mt_key);
-  lua_createtable(L, 0, 5);
-  lua_pushcfunction(L, l_module_index);
-  lua_setfield(L, -2, "__index");
-  lua_pushcfunction(L, l_module_gc);
-  lua_setfield(L, -2, "__gc");
-  lua_pushcfunction(L, l_module_len);
-  lua_setfield(L, -2, "__len");
-  lua_pushcfunction(L, l_module_tostring);
-  lua_setfield(L, -2, "__tostring");
-  lua_pushboolean(L, 0);
-  lua_setfield(L, -2, "__metatable");
+  st__lua_push_metatable(L, meta);
   lua_rawset(L, LUA_REGISTRYINDEX);
 
   lua_pushcfunction(L, l_module);

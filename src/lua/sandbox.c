@@ -249,10 +249,7 @@ static int l_setup(lua_State *L) {
     lua_getglobal(L, base_allow[i]);
     lua_setfield(L, env, base_allow[i]);
   }
-  for (const luaL_Reg *r = safe_funcs; r->name; r++) {
-    lua_pushcfunction(L, r->func);
-    lua_setfield(L, env, r->name);
-  }
+  st__lua_set_funcs(L, env, safe_funcs);
   if (ctx->mode != ST__LUA_CONFIG) {
     lua_pushcfunction(L, l_require);
     lua_setfield(L, env, "require");
@@ -298,13 +295,10 @@ static int l_setup(lua_State *L) {
     lua_setfield(L, env, "st");
   }
 
-  lua_createtable(L, 0, 3);                        /* env, mt */
-  lua_pushcfunction(L, l_strict_index);
-  lua_setfield(L, -2, "__index");
-  lua_pushcfunction(L, l_strict_newindex);
-  lua_setfield(L, -2, "__newindex");
-  lua_pushboolean(L, 0);
-  lua_setfield(L, -2, "__metatable");
+  static const luaL_Reg strict[] = {
+    {"__index", l_strict_index}, {"__newindex", l_strict_newindex}, {NULL, NULL}
+  };
+  st__lua_push_metatable(L, strict);               /* env, mt */
   lua_setmetatable(L, env);                        /* env */
 
   /* The environment becomes the globals of everything loaded from now on;

@@ -83,6 +83,23 @@ void st__lua_check_stop(lua_State *L) {
   if (c->stop == ST_ERR_TIMEOUT) st__lua_raise(L, "timed out after %g s", c->limit_s);
 }
 
+/* ------------------------------------------------------------ tables */
+
+void st__lua_set_funcs(lua_State *L, int idx, const luaL_Reg *funcs) {
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  for (const luaL_Reg *r = funcs; r && r->name; r++) {
+    lua_pushcfunction(L, r->func);
+    lua_setfield(L, idx, r->name);
+  }
+}
+
+void st__lua_push_metatable(lua_State *L, const luaL_Reg *meta) {
+  lua_createtable(L, 0, 6);
+  st__lua_set_funcs(L, -1, meta);
+  lua_pushboolean(L, 0);
+  lua_setfield(L, -2, "__metatable");
+}
+
 /* ------------------------------------------------------------ read-only proxies */
 
 static int l_readonly_newindex(lua_State *L) {
@@ -92,15 +109,12 @@ static int l_readonly_newindex(lua_State *L) {
 }
 
 void st__lua_push_readonly(lua_State *L, int idx) {
+  static const luaL_Reg meta[] = {{"__newindex", l_readonly_newindex}, {NULL, NULL}};
   idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
   lua_newtable(L);                            /* proxy */
-  lua_createtable(L, 0, 4);                   /* proxy, mt */
+  st__lua_push_metatable(L, meta);            /* proxy, mt */
   lua_pushvalue(L, idx);
   lua_setfield(L, -2, "__index");
-  lua_pushcfunction(L, l_readonly_newindex);
-  lua_setfield(L, -2, "__newindex");
-  lua_pushboolean(L, 0);
-  lua_setfield(L, -2, "__metatable");
   lua_pushlightuserdata(L, &readonly_key);
   lua_pushboolean(L, 1);
   lua_rawset(L, -3);

@@ -94,6 +94,15 @@ void st__lua_push_readonly(lua_State *L, int idx);
 /* Nonzero when the value at idx is a proxy of st__lua_push_readonly. */
 int st__lua_is_readonly(lua_State *L, int idx);
 
+/* Sets each function of `funcs` (up to its {NULL, NULL} entry; NULL:
+ * none) as a field of the table at idx. */
+void st__lua_set_funcs(lua_State *L, int idx, const luaL_Reg *funcs);
+
+/* [-0, +1] Pushes a new metatable holding the functions of `meta`
+ * (__index, __gc, ...) and __metatable = false, so that Lua code can
+ * neither read nor replace it. */
+void st__lua_push_metatable(lua_State *L, const luaL_Reg *meta);
+
 /* Reads an integral Lua number at idx for argument checks; raises
  * "fn: what must be an integer" otherwise. */
 int64_t st__lua_check_int(lua_State *L, int idx, const char *fn, const char *what);

@@ -293,18 +293,13 @@ static void build_st(lua_State *L) {
   lua_setmetatable(L, -2);
   lua_rawset(L, LUA_REGISTRYINDEX);
 
+  static const luaL_Reg tparam_meta[] = {{"__tostring", l_tensor_param_tostring}, {NULL, NULL}};
   lua_pushlightuserdata(L, &array_mt_key);
-  lua_createtable(L, 0, 1);                   /* key, mt */
-  lua_pushboolean(L, 0);
-  lua_setfield(L, -2, "__metatable");
+  st__lua_push_metatable(L, NULL);            /* key, mt */
   lua_rawset(L, LUA_REGISTRYINDEX);
 
   lua_pushlightuserdata(L, &tparam_mt_key);
-  lua_createtable(L, 0, 2);                   /* key, mt */
-  lua_pushcfunction(L, l_tensor_param_tostring);
-  lua_setfield(L, -2, "__tostring");
-  lua_pushboolean(L, 0);
-  lua_setfield(L, -2, "__metatable");
+  st__lua_push_metatable(L, tparam_meta);     /* key, mt */
   lua_rawset(L, LUA_REGISTRYINDEX);
 
   lua_newtable(L);                            /* st */
@@ -314,10 +309,7 @@ static void build_st(lua_State *L) {
     {"progress", l_progress}, {"array", l_array},
     {"tensor_param", l_tensor_param}, {NULL, NULL}
   };
-  for (const luaL_Reg *r = funcs; r->name; r++) {
-    lua_pushcfunction(L, r->func);
-    lua_setfield(L, st, r->name);
-  }
+  st__lua_set_funcs(L, st, funcs);
   st__lua_push_required(L);
   lua_setfield(L, st, "required");
   lua_pushliteral(L, ST_VERSION_STRING);

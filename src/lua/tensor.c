@@ -153,15 +153,22 @@ static int read_ints(lua_State *L, int idx, const char *fn, const char *what, in
 
 /* ------------------------------------------------------------ views */
 
-static int l_view(lua_State *L) {
-  st__tensor_t *t = st__lua_check_tensor(L, 1, "view");
-  int64_t shape[ST_MAX_NDIM];
+/* A view made by `make` from integers read at index 2 on (a table or
+ * the remaining arguments): view's sizes, permute's dims. */
+typedef int (*ints_view_fn)(st__tensor_t *out, const st__tensor_t *t, int n, const int64_t *v,
+                            char *err, size_t errlen);
+
+static int view_of_ints(lua_State *L, const char *fn, const char *what, ints_view_fn make) {
+  st__tensor_t *t = st__lua_check_tensor(L, 1, fn);
+  int64_t v[ST_MAX_NDIM];
+  int n = read_ints(L, 2, fn, what, v);
   char err[256];
-  int n = read_ints(L, 2, "view", "size", shape);
-  st__tensor_t *v = st__lua_push_tensor(L);
-  st__lua_check_geom(L, st__tensor_view(v, t, n, shape, err, sizeof err), "view", err);
+  st__tensor_t *out = st__lua_push_tensor(L);
+  st__lua_check_geom(L, make(out, t, n, v, err, sizeof err), fn, err);
   return 1;
 }
+
+static int l_view(lua_State *L) { return view_of_ints(L, "view", "size", st__tensor_view); }
 
 static int l_reshape(lua_State *L) {
   st__tensor_t *t = st__lua_check_tensor(L, 1, "reshape");
@@ -221,15 +228,7 @@ static int l_transpose(lua_State *L) {
 
 /* t:permute(d0, d1, ...) or t:permute{d0, d1, ...}: new dimension i is
  * old dimension di (a view). */
-static int l_permute(lua_State *L) {
-  st__tensor_t *t = st__lua_check_tensor(L, 1, "permute");
-  int64_t dims[ST_MAX_NDIM];
-  int n = read_ints(L, 2, "permute", "dim", dims);
-  char err[256];
-  st__tensor_t *v = st__lua_push_tensor(L);
-  st__lua_check_geom(L, st__tensor_permute(v, t, dims, n, err, sizeof err), "permute", err);
-  return 1;
-}
+static int l_permute(lua_State *L) { return view_of_ints(L, "permute", "dim", st__tensor_permute); }
 
 /* ------------------------------------------------------------ geometry */
 
@@ -312,22 +311,14 @@ void st__lua_open_tensor(lua_State *L, const luaL_Reg *ops) {
     {"numel", l_numel}, {"nbytes", l_nbytes}, {"dim", l_dim},
     {"is_contiguous", l_is_contiguous}, {NULL, NULL}
   };
+  static const luaL_Reg meta[] = {
+    {"__gc", l_tensor_gc}, {"__tostring", l_tostring}, {"__len", l_len}, {NULL, NULL}
+  };
   lua_pushlightuserdata(L, &tensor_mt_key);
-  lua_createtable(L, 0, 6);                   /* key, mt */
+  st__lua_push_metatable(L, meta);            /* key, mt */
   lua_createtable(L, 0, 28);                  /* key, mt, methods */
-  for (int k = 0; k < 2; k++)
-    for (const luaL_Reg *r = k ? ops : methods; r && r->name; r++) {
-      lua_pushcfunction(L, r->func);
-      lua_setfield(L, -2, r->name);
-    }
+  st__lua_set_funcs(L, -1, methods);
+  st__lua_set_funcs(L, -1, ops);
   lua_setfield(L, -2, "__index");             /* key, mt */
-  lua_pushcfunction(L, l_tensor_gc);
-  lua_setfield(L, -2, "__gc");
-  lua_pushcfunction(L, l_tostring);
-  lua_setfield(L, -2, "__tostring");
-  lua_pushcfunction(L, l_len);
-  lua_setfield(L, -2, "__len");
-  lua_pushboolean(L, 0);
-  lua_setfield(L, -2, "__metatable");
   lua_rawset(L, LUA_REGISTRYINDEX);           /* (empty) */
 }

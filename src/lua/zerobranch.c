@@ -147,23 +147,17 @@ static int l_app(lua_State *L) {
 
 /* Builds the app metatable and the module table, keeps the proxy. */
 static void build_module(lua_State *L) {
-  lua_pushlightuserdata(L, &app_mt_key);
-  lua_createtable(L, 0, 4);                   /* key, mt */
-  lua_createtable(L, 0, 3);                   /* key, mt, methods */
+  static const luaL_Reg meta[] = {
+    {"__newindex", l_app_newindex}, {"__tostring", l_app_tostring}, {NULL, NULL}
+  };
   static const luaL_Reg methods[] = {
     {"endpoint", l_app_endpoint}, {"main", l_app_main}, {"role", l_app_role}, {NULL, NULL}
   };
-  for (const luaL_Reg *r = methods; r->name; r++) {
-    lua_pushcfunction(L, r->func);
-    lua_setfield(L, -2, r->name);
-  }
+  lua_pushlightuserdata(L, &app_mt_key);
+  st__lua_push_metatable(L, meta);            /* key, mt */
+  lua_createtable(L, 0, 3);                   /* key, mt, methods */
+  st__lua_set_funcs(L, -1, methods);
   lua_setfield(L, -2, "__index");             /* key, mt */
-  lua_pushcfunction(L, l_app_newindex);
-  lua_setfield(L, -2, "__newindex");
-  lua_pushcfunction(L, l_app_tostring);
-  lua_setfield(L, -2, "__tostring");
-  lua_pushboolean(L, 0);
-  lua_setfield(L, -2, "__metatable");
   lua_rawset(L, LUA_REGISTRYINDEX);           /* (empty) */
 
   lua_createtable(L, 0, 1);                   /* mod */

@@ -17,7 +17,7 @@ int st__tensor_backend_for(st__tensor_ctx_t *c, int device, const char *what,
   if (*out) return ST_OK;
   if (device >= 0 && device < ST__DEV_MAX)
     return st__tensor_no_device(c, device, "built without CUDA support", err, errlen);
-  return st__tensor_fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+  return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                          "%s: no tensor backend for device %d", what, device);
 }
 

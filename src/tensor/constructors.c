@@ -51,12 +51,12 @@ int st__tensor_arange(st__tensor_ctx_t *c, st__tensor_t *out, int device, st_dty
                       double start, double stop, double step, char *err, size_t errlen) {
   out->arena = NULL;
   if (step == 0 || !isfinite(start) || !isfinite(stop) || !isfinite(step))
-    return st__tensor_fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                            "arange: start, stop and step must be finite and step nonzero");
   double count = ceil((stop - start) / step);
   if (count < 0) count = 0;
   if (count > 9.0e15)
-    return st__tensor_fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "arange: too many elements");
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "arange: too many elements");
   if (dtype == ST_DTYPE_INVALID)
     dtype = integral(start) && integral(stop) && integral(step) ? ST_DTYPE_INT64
                                                                 : ST_DTYPE_FLOAT32;
@@ -71,7 +71,7 @@ static int random_of(st__tensor_ctx_t *c, st__tensor_t *out, int device, st_dtyp
                      char *err, size_t errlen) {
   out->arena = NULL;
   if (!st_dtype_is_float(dtype))
-    return st__tensor_fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                            "%s: dtype must be a floating type, got %s", what,
                            st_dtype_name(dtype));
   return made(c, out, device, dtype, ndim, shape, g, 0, what, err, errlen);

@@ -108,7 +108,7 @@ static int cpu_generate(st__tensor_ctx_t *c, const st__tensor_t *t, const st__ge
 #undef ST__GEN_LOOP
   case ST__GEN_COUNT: break;
   }
-  return st__tensor_fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "%s: unknown generator %d", what,
+  return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "%s: unknown generator %d", what,
                          (int)g->kind);
 }
 

@@ -65,7 +65,7 @@ int st__tensor_stream(st__tensor_ctx_t *c, int ordinal, void **stream, char *err
                       size_t errlen) {
   int rc = st__tensor_device_check(c, ordinal, "cuda", err, errlen);  /* context current */
   if (rc != ST_OK) return rc;
-  if (ordinal < 0) return st__tensor_fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "cuda: not a CUDA device");
+  if (ordinal < 0) return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "cuda: not a CUDA device");
   thread_streams_t *t = my_streams(1);
   if (!t) return st__tensor_fail_call(c, ST_ERR_OUT_OF_MEMORY, err, errlen, "cuda: out of memory");
   if (!t->s[ordinal]) {

@@ -53,7 +53,7 @@ int st__tensor_device_check(st__tensor_ctx_t *c, int device, const char *what, c
                             size_t errlen) {
   if (device == ST__DEV_CPU) return ST_OK;
   if (!c->in_call)
-    return st__tensor_fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                            "%s: CUDA tensors can only be built inside a build body (cuda:%d)",
                            what, device);
   if (device < 0 || device >= ST__DEV_MAX)
@@ -68,7 +68,7 @@ int st__tensor_device_parse(st__tensor_ctx_t *c, const char *name, const char *w
                             int *device, char *err, size_t errlen) {
   int d;
   if (!name || !parse_name(name, &d))
-    return st__tensor_fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                            "%s: unknown device '%s' (expected \"cpu\", \"cuda\" or \"cuda:N\")",
                            what, name ? name : "nil");
   if (d == -2) {

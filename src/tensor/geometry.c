@@ -2,23 +2,12 @@
  * no state, any thread. */
 #include "tensor/geometry.h"
 
-#include <stdarg.h>
-#include <stdio.h>
 #include <string.h>
+
+#include "common/fail.h"
 
 /* Elements and bytes a geometry may describe at most. */
 #define MAX_SPAN ((uint64_t)1 << 62)
-
-__attribute__((format(printf, 3, 4)))
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return ST_ERR_INVALID_ARGUMENT;
-}
 
 /* ---------------------------------------------------------- on raw arrays */
 
@@ -103,18 +92,18 @@ void st__geom_set_contiguous(st__geom_t *g) {
 int st__geom_init(st__geom_t *g, st_dtype_t dtype, int ndim, const int64_t *shape, char *err,
                   size_t errlen) {
   if (ndim < 0 || ndim > ST_MAX_NDIM)
-    return fail(err, errlen, "a tensor has at most %d dimensions, got %d", ST_MAX_NDIM, ndim);
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "a tensor has at most %d dimensions, got %d", ST_MAX_NDIM, ndim);
   uint64_t n = 1;
   for (int k = 0; k < ndim; k++) {
     if (shape[k] < 0)
-      return fail(err, errlen, "size %lld of dim %d is negative", (long long)shape[k], k);
+      return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "size %lld of dim %d is negative", (long long)shape[k], k);
     if (shape[k] && n > MAX_SPAN / (uint64_t)shape[k])
-      return fail(err, errlen, "tensor shape is too large");
+      return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "tensor shape is too large");
     n *= (uint64_t)shape[k];
   }
   size_t es = st_dtype_size(dtype);
-  if (es == 0) return fail(err, errlen, "invalid dtype %d", (int)dtype);
-  if (n > MAX_SPAN / es) return fail(err, errlen, "tensor shape is too large");
+  if (es == 0) return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "invalid dtype %d", (int)dtype);
+  if (n > MAX_SPAN / es) return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "tensor shape is too large");
   memset(g, 0, sizeof *g);
   g->dtype = dtype;
   g->ndim = ndim;
@@ -126,7 +115,7 @@ int st__geom_init(st__geom_t *g, st_dtype_t dtype, int ndim, const int64_t *shap
 int st__geom_dim(const st__geom_t *g, int64_t dim, int *out, char *err, size_t errlen) {
   int64_t n = g->ndim;
   if (dim < -n || dim >= n || n == 0)
-    return fail(err, errlen, "dim %lld is out of range for a tensor of %d dims", (long long)dim,
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "dim %lld is out of range for a tensor of %d dims", (long long)dim,
                 g->ndim);
   *out = (int)(dim < 0 ? dim + n : dim);
   return ST_OK;
@@ -139,11 +128,11 @@ int st__geom_narrow(st__geom_t *g, int64_t dim, int64_t start, int64_t length, c
   if (rc != ST_OK) return rc;
   int64_t size = g->shape[d], first = start < 0 ? start + size : start;
   if (first < 0 || first > size)
-    return fail(err, errlen, "start %lld is out of range for dim %d of size %lld",
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "start %lld is out of range for dim %d of size %lld",
                 (long long)start, d, (long long)size);
-  if (length < 0) return fail(err, errlen, "length %lld is negative", (long long)length);
+  if (length < 0) return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "length %lld is negative", (long long)length);
   if (length > size - first)
-    return fail(err, errlen, "start %lld + length %lld exceeds size %lld of dim %d",
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "start %lld + length %lld exceeds size %lld of dim %d",
                 (long long)first, (long long)length, (long long)size, d);
   g->offset += (uint64_t)(first * g->strides[d]) * st_dtype_size(g->dtype);
   g->shape[d] = length;
@@ -155,7 +144,7 @@ int st__geom_slice(st__geom_t *g, int64_t dim, int64_t start, int64_t stop, int6
   int d = 0;
   int rc = st__geom_dim(g, dim, &d, err, errlen);
   if (rc != ST_OK) return rc;
-  if (step <= 0) return fail(err, errlen, "step must be positive, got %lld", (long long)step);
+  if (step <= 0) return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "step must be positive, got %lld", (long long)step);
   int64_t size = g->shape[d];
   if (start < 0) start += size;
   if (stop < 0) stop += size;
@@ -167,14 +156,14 @@ int st__geom_slice(st__geom_t *g, int64_t dim, int64_t start, int64_t stop, int6
   return ST_OK;
 }
 
-int st__geom_permute(st__geom_t *g, const int64_t *dims, int n, char *err, size_t errlen) {
+int st__geom_permute(st__geom_t *g, int n, const int64_t *dims, char *err, size_t errlen) {
   if (n != g->ndim)
-    return fail(err, errlen, "expected %d dims, got %d", g->ndim, n);
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "expected %d dims, got %d", g->ndim, n);
   int seen[ST_MAX_NDIM] = {0}, idx[ST_MAX_NDIM];
   for (int i = 0; i < n; i++) {
     int rc = st__geom_dim(g, dims[i], &idx[i], err, errlen);
     if (rc != ST_OK) return rc;
-    if (seen[idx[i]]++) return fail(err, errlen, "dim %lld is repeated", (long long)dims[i]);
+    if (seen[idx[i]]++) return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "dim %lld is repeated", (long long)dims[i]);
   }
   int64_t shape[ST_MAX_NDIM], strides[ST_MAX_NDIM];
   for (int i = 0; i < n; i++) {
@@ -200,38 +189,38 @@ int st__geom_transpose(st__geom_t *g, int64_t d0, int64_t d1, char *err, size_t 
 }
 
 int st__geom_infer_shape(int64_t numel, int n, int64_t *shape, char *err, size_t errlen) {
-  if (n < 0 || n > ST_MAX_NDIM) return fail(err, errlen, "at most %d dimensions", ST_MAX_NDIM);
+  if (n < 0 || n > ST_MAX_NDIM) return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "at most %d dimensions", ST_MAX_NDIM);
   int infer = -1;
   int64_t known = 1;
   for (int i = 0; i < n; i++) {
     if (shape[i] == -1) {
-      if (infer >= 0) return fail(err, errlen, "only one size may be -1");
+      if (infer >= 0) return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "only one size may be -1");
       infer = i;
     } else if (shape[i] < 0) {
-      return fail(err, errlen, "invalid size %lld", (long long)shape[i]);
+      return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "invalid size %lld", (long long)shape[i]);
     } else {
       if (shape[i] > 0 && known > ((int64_t)1 << 62) / shape[i])
-        return fail(err, errlen, "shape is too large");
+        return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "shape is too large");
       known *= shape[i];
     }
   }
   if (infer >= 0) {
     if (known == 0 || numel % known)
-      return fail(err, errlen, "cannot infer size -1 for %lld elements", (long long)numel);
+      return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "cannot infer size -1 for %lld elements", (long long)numel);
     shape[infer] = numel / known;
     known = numel;
   }
   if (known != numel)
-    return fail(err, errlen, "shape of %lld elements does not fit a tensor of %lld elements",
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "shape of %lld elements does not fit a tensor of %lld elements",
                 (long long)known, (long long)numel);
   return ST_OK;
 }
 
 int st__geom_view(st__geom_t *g, int n, const int64_t *shape, char *err, size_t errlen) {
   if (!st__geom_is_contiguous(g))
-    return fail(err, errlen, "the tensor is not contiguous (use reshape, which copies)");
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "the tensor is not contiguous (use reshape, which copies)");
   int64_t s[ST_MAX_NDIM];
-  if (n < 0 || n > ST_MAX_NDIM) return fail(err, errlen, "at most %d dimensions", ST_MAX_NDIM);
+  if (n < 0 || n > ST_MAX_NDIM) return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "at most %d dimensions", ST_MAX_NDIM);
   memcpy(s, shape, (size_t)n * sizeof *s);
   int rc = st__geom_infer_shape(st__geom_numel(g), n, s, err, errlen);
   if (rc != ST_OK) return rc;

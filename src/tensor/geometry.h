@@ -96,7 +96,7 @@ int st__geom_slice(st__geom_t *g, int64_t dim, int64_t start, int64_t stop, int6
 
 /* Reorders the dimensions: new dimension i is old dimension dims[i]
  * (negative: from the end). n must be g->ndim and dims a permutation. */
-int st__geom_permute(st__geom_t *g, const int64_t *dims, int n, char *err, size_t errlen);
+int st__geom_permute(st__geom_t *g, int n, const int64_t *dims, char *err, size_t errlen);
 
 /* Swaps dimensions d0 and d1 (negative: from the end). */
 int st__geom_transpose(st__geom_t *g, int64_t d0, int64_t d1, char *err, size_t errlen);

@@ -35,7 +35,7 @@ int st__tensor_affine(st__tensor_ctx_t *c, const st__tensor_t *t, double mul, do
 int st__tensor_generate(st__tensor_ctx_t *c, const st__tensor_t *t, const st__gen_t *g,
                         const char *what, char *err, size_t errlen) {
   if (!st__geom_is_contiguous(&t->geom))
-    return st__tensor_fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                            "%s: generators fill contiguous tensors only", what);
   if (st__geom_numel(&t->geom) == 0) return ST_OK;
   const st__tensor_backend_t *be;
@@ -138,7 +138,7 @@ int st__tensor_copy(st__tensor_ctx_t *c, const st__tensor_t *dst, const st__tens
   int same = dst->geom.ndim == src->geom.ndim;
   for (int i = 0; same && i < dst->geom.ndim; i++) same = dst->geom.shape[i] == src->geom.shape[i];
   if (!same)
-    return st__tensor_fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                            "%s: source and destination shapes differ", what);
   if (st__geom_numel(&dst->geom) == 0) return ST_OK;
   st__tensor_t tmp[3] = {{0}};

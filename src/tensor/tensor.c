@@ -10,16 +10,6 @@
 
 /* ------------------------------------------------------------ errors */
 
-int st__tensor_fail(int rc, char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return rc;
-}
-
 int st__tensor_fail_call(st__tensor_ctx_t *c, int rc, char *err, size_t errlen,
                          const char *fmt, ...) {
   va_list ap;
@@ -84,10 +74,10 @@ int st__tensor_slice(st__tensor_t *out, const st__tensor_t *t, int64_t dim, int6
   return shared(st__geom_slice(&g, dim, start, stop, step, err, errlen), out, t, &g);
 }
 
-int st__tensor_permute(st__tensor_t *out, const st__tensor_t *t, const int64_t *dims, int n,
+int st__tensor_permute(st__tensor_t *out, const st__tensor_t *t, int n, const int64_t *dims,
                        char *err, size_t errlen) {
   st__geom_t g = t->geom;
-  return shared(st__geom_permute(&g, dims, n, err, errlen), out, t, &g);
+  return shared(st__geom_permute(&g, n, dims, err, errlen), out, t, &g);
 }
 
 int st__tensor_transpose(st__tensor_t *out, const st__tensor_t *t, int64_t d0, int64_t d1,
@@ -111,7 +101,7 @@ int st__tensor_from_desc(st__tensor_t *out, st__arena_t *a, const st__tensor_des
       st__geom_extent_of(d->dtype, d->offset, d->ndim, d->shape, d->strides, &lo, &hi) !=
           ST_OK ||
       hi > st__arena_bytes(a))
-    return st__tensor_fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                            "tensor on arena %u does not fit what was mapped", (unsigned)d->arena);
   st__geom_t g;
   memset(&g, 0, sizeof g);

@@ -43,6 +43,7 @@
 #include "mem/arena.h"
 #include "proto/proto.h"
 #include "st/dtype.h"
+#include "common/fail.h"
 #include "st/errors.h"
 #include "tensor/geometry.h"
 
@@ -78,12 +79,9 @@ void st__tensor_ctx_init(st__tensor_ctx_t *c);
 /* Forgets the recorded failure (at the start of a call). */
 void st__tensor_ctx_clear_error(st__tensor_ctx_t *c);
 
-/* Formats a message into err (may be NULL) and returns rc. */
-int st__tensor_fail(int rc, char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-/* The same, and records the failure in c (err_code, err_msg): the call
- * then fails with rc. */
+/* st__fail (common/fail.h: formats a message into err, returns rc), and
+ * records the failure in c (err_code, err_msg): the call then fails with
+ * rc. */
 int st__tensor_fail_call(st__tensor_ctx_t *c, int rc, char *err, size_t errlen,
                          const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
@@ -173,7 +171,7 @@ int st__tensor_narrow(st__tensor_t *out, const st__tensor_t *t, int64_t dim, int
                       int64_t length, char *err, size_t errlen);
 int st__tensor_slice(st__tensor_t *out, const st__tensor_t *t, int64_t dim, int64_t start,
                      int64_t stop, int64_t step, char *err, size_t errlen);
-int st__tensor_permute(st__tensor_t *out, const st__tensor_t *t, const int64_t *dims, int n,
+int st__tensor_permute(st__tensor_t *out, const st__tensor_t *t, int n, const int64_t *dims,
                        char *err, size_t errlen);
 int st__tensor_transpose(st__tensor_t *out, const st__tensor_t *t, int64_t d0, int64_t d1,
                          char *err, size_t errlen);

@@ -115,18 +115,18 @@ TEST(narrow_and_slice) {
 TEST(permute_and_transpose) {
   st__geom_t g = geom(ST_DTYPE_UINT8, 3, (int64_t[]){2, 3, 4});
   st__geom_t v = g;
-  CHECK_EQ_INT(st__geom_permute(&v, (int64_t[]){2, 0, -2}, 3, err, sizeof err), ST_OK);
+  CHECK_EQ_INT(st__geom_permute(&v, 3, (int64_t[]){2, 0, -2}, err, sizeof err), ST_OK);
   CHECK(v.shape[0] == 4 && v.shape[1] == 2 && v.shape[2] == 3);
   CHECK(v.strides[0] == 1 && v.strides[1] == 12 && v.strides[2] == 4);
-  CHECK_EQ_INT(st__geom_permute(&v, (int64_t[]){1, 2, 0}, 3, err, sizeof err), ST_OK);
+  CHECK_EQ_INT(st__geom_permute(&v, 3, (int64_t[]){1, 2, 0}, err, sizeof err), ST_OK);
   CHECK(memcmp(v.strides, g.strides, 3 * sizeof(int64_t)) == 0);   /* the inverse */
-  CHECK_EQ_INT(st__geom_permute(&v, (int64_t[]){0, 0, 1}, 3, err, sizeof err),
+  CHECK_EQ_INT(st__geom_permute(&v, 3, (int64_t[]){0, 0, 1}, err, sizeof err),
                ST_ERR_INVALID_ARGUMENT);
   CHECK_STR_EQ(err, "dim 0 is repeated");
-  CHECK_EQ_INT(st__geom_permute(&v, (int64_t[]){0, 1}, 2, err, sizeof err),
+  CHECK_EQ_INT(st__geom_permute(&v, 2, (int64_t[]){0, 1}, err, sizeof err),
                ST_ERR_INVALID_ARGUMENT);
   CHECK_STR_EQ(err, "expected 3 dims, got 2");
-  CHECK_EQ_INT(st__geom_permute(&v, (int64_t[]){0, 1, 3}, 3, err, sizeof err),
+  CHECK_EQ_INT(st__geom_permute(&v, 3, (int64_t[]){0, 1, 3}, err, sizeof err),
                ST_ERR_INVALID_ARGUMENT);
   v = g;
   CHECK_EQ_INT(st__geom_transpose(&v, 0, -1, err, sizeof err), ST_OK);

@@ -91,18 +91,27 @@ static int s_fill_affine(int dev, st__tensor_t *t) {
   return rc;
 }
 
-/* A transposed source of dtype S cast into a strided destination of D. */
-static int s_cast_strided(int dev, st__tensor_t *t) {
+/* A transposed source of dtype S built on `from`, cast into every other
+ * column (from `col`) of a zeroed {4, 6} tensor of D on `dev`. */
+static int cast_into(int from, int dev, int col, st__tensor_t *t) {
   st__tensor_t src, srcT, dstv;
-  int rc = values(dev, &src, S, 3, 4);
+  int rc = values(from, &src, S, 3, 4);
   if (rc == ST_OK) rc = st__tensor_transpose(&srcT, &src, 0, 1, err, sizeof err);
   if (rc == ST_OK) rc = st__tensor_zeros(&C, t, dev, D, 2, (int64_t[]){4, 6}, err, sizeof err);
-  if (rc == ST_OK) rc = st__tensor_slice(&dstv, t, 1, 0, INT64_MAX, 2, err, sizeof err);
+  if (rc == ST_OK) rc = st__tensor_slice(&dstv, t, 1, col, INT64_MAX, 2, err, sizeof err);
   if (rc == ST_OK) rc = st__tensor_copy(&C, &dstv, &srcT, "copy_", err, sizeof err);
   st__tensor_release(&src);
   st__tensor_release(&srcT);
   st__tensor_release(&dstv);
   return rc;
+}
+
+/* On one device. */
+static int s_cast_strided(int dev, st__tensor_t *t) { return cast_into(dev, dev, 0, t); }
+
+/* From the other side: CPU -> cuda:0 and cuda:0 -> CPU. */
+static int s_across(int dev, st__tensor_t *t) {
+  return cast_into(dev == ST__DEV_CPU ? 0 : ST__DEV_CPU, dev, 1, t);
 }
 
 /* Overlapping views of one arena, and an element written and read. */
@@ -117,22 +126,6 @@ static int s_overlap(int dev, st__tensor_t *t) {
   if (rc == ST_OK) rc = st__tensor_set(&C, t, 0, v + 1, "set", err, sizeof err);
   st__tensor_release(&lo);
   st__tensor_release(&hi);
-  return rc;
-}
-
-/* Built on the other side, then copied here through a strided, casting
- * destination: CPU -> cuda:0 and cuda:0 -> CPU. */
-static int s_across(int dev, st__tensor_t *t) {
-  st__tensor_t src, srcT, dstv;
-  int other = dev == ST__DEV_CPU ? 0 : ST__DEV_CPU;
-  int rc = values(other, &src, S, 3, 4);
-  if (rc == ST_OK) rc = st__tensor_transpose(&srcT, &src, 0, 1, err, sizeof err);
-  if (rc == ST_OK) rc = st__tensor_zeros(&C, t, dev, D, 2, (int64_t[]){4, 6}, err, sizeof err);
-  if (rc == ST_OK) rc = st__tensor_slice(&dstv, t, 1, 1, INT64_MAX, 2, err, sizeof err);
-  if (rc == ST_OK) rc = st__tensor_copy(&C, &dstv, &srcT, "copy_", err, sizeof err);
-  st__tensor_release(&src);
-  st__tensor_release(&srcT);
-  st__tensor_release(&dstv);
   return rc;
 }
 

@@ -162,7 +162,7 @@ TEST(views_and_descriptors) {
                ST_OK);
   CHECK_EQ_INT(st__tensor_view(&v, &t, 3, (int64_t[]){2, 3, 4}, err, sizeof err), ST_OK);
   st__tensor_release(&t);                     /* the view keeps the arena */
-  CHECK_EQ_INT(st__tensor_permute(&t, &v, (int64_t[]){2, 0, 1}, 3, err, sizeof err), ST_OK);
+  CHECK_EQ_INT(st__tensor_permute(&t, &v, 3, (int64_t[]){2, 0, 1}, err, sizeof err), ST_OK);
   CHECK(at(&t, 1) == 4 && at(&t, 6) == 1);
   CHECK_EQ_INT(st__tensor_reshape(&C, &r, &t, 2, (int64_t[]){4, -1}, "reshape", err, sizeof err),
                ST_OK);
