@@ -120,6 +120,9 @@ ST_API char *st_value_json(const st_value_t *v, int pretty);
  * st_tensor_copy_to_host for more than a few elements. Any thread. */
 ST_API double st_tensor_get(const st_tensor_t *t, int64_t linear);
 
+/* 1 when the elements lie in row-major order without gaps (0-element and 0-d tensors are contiguous), else 0. */
+ST_API int st_tensor_is_contiguous(const st_tensor_t *t);
+
 /* Copies every element of t into dst (caller's host memory, `len` >=
  * t->nbytes bytes) in contiguous row-major order: t->nbytes bytes, whatever
  * t's strides are. CPU and CUDA tensors. A strided CUDA tensor is copied as

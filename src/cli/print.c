@@ -67,16 +67,6 @@ static const unsigned char *element(const st_tensor_t *t, int64_t linear) {
   return (const unsigned char *)t->data + (size_t)off * st_dtype_size(t->dtype);
 }
 
-static int is_contiguous(const st_tensor_t *t) {
-  int64_t want = 1;
-  for (int i = t->ndim - 1; i >= 0; i--) {
-    if (t->shape[i] == 1) continue;
-    if (t->strides[i] != want) return 0;
-    want *= t->shape[i];
-  }
-  return 1;
-}
-
 /* Elements handed to a callback at once: 8 MiB of float64. */
 #define CHUNK ((int64_t)1 << 20)
 /* Up to this many leading values of a strided device tensor are read one
@@ -103,7 +93,7 @@ int cli_each_chunk(const st_tensor_t *t, int64_t n, cli_chunk_fn fn, void *ud) {
   if (n > t->numel) n = t->numel;
   if (n <= 0) return ST_OK;
   size_t esize = st_dtype_size(t->dtype);
-  int contiguous = is_contiguous(t);
+  int contiguous = st_tensor_is_contiguous(t);
   if (t->device == ST_DEVICE_CPU && contiguous) {
     fn(ud, t->data, 0, n);
     return ST_OK;

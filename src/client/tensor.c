@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "client/client_internal.h"
+#include "tensor/geometry.h"
 
 /* Element offset of row-major element `linear`, following the strides. */
 static int64_t element_offset(const st_tensor_t *t, int64_t linear) {
@@ -25,23 +26,10 @@ static int64_t element_offset(const st_tensor_t *t, int64_t linear) {
   return off;
 }
 
-/* 1 when the elements lie in row-major order without gaps. */
-static int is_contiguous(const st_tensor_t *t) {
-  int64_t want = 1;
-  for (int i = t->ndim - 1; i >= 0; i--) {
-    if (t->shape[i] == 1) continue;
-    if (t->strides[i] != want) return 0;
-    want *= t->shape[i];
-  }
-  return 1;
-}
-
-/* Elements from the first to the last one the tensor touches (numel > 0;
- * strides are never negative on the wire). */
-static size_t span_elements(const st_tensor_t *t) {
-  int64_t hi = 0;
-  for (int i = 0; i < t->ndim; i++) hi += (t->shape[i] - 1) * t->strides[i];
-  return (size_t)hi + 1;
+/* See client.h: the geometry's own test (src/tensor/geometry.h). */
+ST_API int st_tensor_is_contiguous(const st_tensor_t *t) {
+  return t && t->ndim >= 0 && t->ndim <= ST_MAX_NDIM &&
+         st__geom_contiguous_of(t->ndim, t->shape, t->strides);
 }
 
 /* Copies the elements of t, laid out from `src` as t's strides say, to dst
@@ -73,7 +61,7 @@ ST_API int st_tensor_copy_to_host(const st_tensor_t *t, void *dst, size_t len) {
   if (t->numel == 0 || t->nbytes == 0) return ST_OK;
   if (!t->data) return ST_ERR_INVALID_ARGUMENT;
   size_t esize = st_dtype_size(t->dtype);
-  int contiguous = is_contiguous(t);
+  int contiguous = st_tensor_is_contiguous(t);
   if (t->device == ST_DEVICE_CPU) {
     if (contiguous)
       memcpy(dst, t->data, t->nbytes);
@@ -85,7 +73,10 @@ ST_API int st_tensor_copy_to_host(const st_tensor_t *t, void *dst, size_t len) {
   if (contiguous) return st__client_cuda_to_host(dst, t->data, t->nbytes, t->device_index);
   /* Strided: one copy of the spanned range, then a gather on the host. A
    * broadcast (stride 0) spans less than it holds; a sliced view more. */
-  size_t span = span_elements(t) * esize;
+  uint64_t lo, hi;
+  if (st__geom_extent_of(t->dtype, 0, t->ndim, t->shape, t->strides, &lo, &hi) != ST_OK)
+    return ST_ERR_INVALID_ARGUMENT;
+  size_t span = (size_t)hi;
   unsigned char *tmp = malloc(span);
   if (!tmp) return ST_ERR_OUT_OF_MEMORY;
   int rc = st__client_cuda_to_host(tmp, t->data, span, t->device_index);

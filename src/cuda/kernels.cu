@@ -4,7 +4,9 @@
  * argument and the switch in st__dev_store is uniform across a warp, so the
  * kernels stay memory bound without one instantiation per dtype. Built with
  * --fmad=false, and arange uses explicit _rn intrinsics as well, so that no
- * multiply-add is fused where the CPU rounds twice.
+ * multiply-add is fused where the CPU rounds twice. The generators
+ * (arange, rand, randn, ...) are the formulas of src/tensor/construct.h,
+ * one kernel each, expanded from its list.
  */
 #include "cuda/kernels.h"
 
@@ -37,20 +39,14 @@ __global__ void k_fill(T *dst, int64_t n, T v) {
   GRID_STRIDE(i, n) dst[i] = v;
 }
 
-__global__ void k_arange(void *dst, st_dtype_t dtype, int64_t n, double start, double step) {
-  GRID_STRIDE(i, n)
-    st__dev_store(dtype, dst, i, __dadd_rn(start, __dmul_rn((double)i, step)));
-}
-
-__global__ void k_rand(void *dst, st_dtype_t dtype, int64_t n, uint64_t seed, int wide) {
-  GRID_STRIDE(i, n)
-    st__dev_store(dtype, dst, i, st__rng_uniform(seed, (uint64_t)i, wide));
-}
-
-__global__ void k_randn(void *dst, st_dtype_t dtype, int64_t n, uint64_t seed) {
-  GRID_STRIDE(i, n)
-    st__dev_store(dtype, dst, i, st__rng_normal(seed, (uint64_t)i));
-}
+/* One kernel per generator of src/tensor/construct.h: element i gets
+ * the generator's own formula, the one the CPU backend runs. */
+#define ST__GEN_KERNEL(K, name)                                                            \
+  __global__ void k_gen_##name(void *dst, st_dtype_t dtype, int64_t n, st__gen_t g) {      \
+    GRID_STRIDE(i, n) st__dev_store(dtype, dst, i, st__gen_##name(&g, (uint64_t)i));       \
+  }
+ST__GENERATORS(ST__GEN_KERNEL)
+#undef ST__GEN_KERNEL
 
 __global__ void k_cast(void *dst, st_dtype_t ddt, const void *src, st_dtype_t sdt, int64_t n) {
   GRID_STRIDE(i, n)
@@ -149,15 +145,6 @@ unsigned blocks_for(int64_t n) {
   return (unsigned)(b < kMaxBlocks ? b : kMaxBlocks);
 }
 
-/* check_args for rand/randn, which also need a floating dtype. */
-int check_random(const char *fn, const void *dst, st_dtype_t dtype, int64_t n, char *err,
-                 size_t errlen) {
-  int rc = check_args(fn, dst, dtype, n, err, errlen);
-  if (rc == ST_OK && !st_dtype_is_float(dtype))
-    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "%s: dtype must be a floating type, got %s",
-                    fn, st_dtype_name(dtype));
-  return rc;
-}
 
 /* Reports a failed launch (bad configuration, no context, sticky error). */
 int launched(const char *fn, char *err, size_t errlen) {
@@ -190,32 +177,57 @@ extern "C" int st__cuda_fill(void *dst, st_dtype_t dtype, int64_t n, double valu
   return launched("fill", err, errlen);
 }
 
+/* See kernels.h. The generator's kind picks its kernel once per launch. */
+extern "C" int st__cuda_generate(void *dst, st_dtype_t dtype, int64_t n, const st__gen_t *g,
+                                 CUstream stream, char *err, size_t errlen) {
+  int rc = check_args("generate", dst, dtype, n, err, errlen);
+  if (rc != ST_OK) return rc > 0 ? ST_OK : rc;
+  cudaStream_t s = (cudaStream_t)stream;
+  switch (g->kind) {
+#define ST__GEN_LAUNCH(K, name)                                                            \
+  case ST__GEN_##K:                                                                        \
+    k_gen_##name<<<blocks_for(n), kThreads, 0, s>>>(dst, dtype, n, *g);                    \
+    return launched(#name, err, errlen);
+    ST__GENERATORS(ST__GEN_LAUNCH)
+#undef ST__GEN_LAUNCH
+  case ST__GEN_COUNT: break;
+  }
+  return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "generate: unknown generator %d",
+                  (int)g->kind);
+}
+
 /* See kernels.h. */
 extern "C" int st__cuda_arange(void *dst, st_dtype_t dtype, int64_t n, double start, double step,
                                CUstream stream, char *err, size_t errlen) {
   int rc = check_args("arange", dst, dtype, n, err, errlen);
   if (rc != ST_OK) return rc > 0 ? ST_OK : rc;
-  k_arange<<<blocks_for(n), kThreads, 0, (cudaStream_t)stream>>>(dst, dtype, n, start, step);
-  return launched("arange", err, errlen);
+  st__gen_t g = {ST__GEN_ARANGE, start, step, 0, 0};
+  return st__cuda_generate(dst, dtype, n, &g, stream, err, errlen);
+}
+
+/* Checks a random generator's arguments (a floating dtype), then launches. */
+static int random_of(const char *fn, void *dst, st_dtype_t dtype, int64_t n, const st__gen_t *g,
+                     CUstream stream, char *err, size_t errlen) {
+  int rc = check_args(fn, dst, dtype, n, err, errlen);
+  if (rc != ST_OK) return rc > 0 ? ST_OK : rc;
+  if (!st_dtype_is_float(dtype))
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "%s: dtype must be a floating type, got %s",
+                    fn, st_dtype_name(dtype));
+  return st__cuda_generate(dst, dtype, n, g, stream, err, errlen);
 }
 
 /* See kernels.h. */
 extern "C" int st__cuda_rand(void *dst, st_dtype_t dtype, int64_t n, uint64_t seed,
                              CUstream stream, char *err, size_t errlen) {
-  int rc = check_random("rand", dst, dtype, n, err, errlen);
-  if (rc != ST_OK) return rc > 0 ? ST_OK : rc;
-  int wide = dtype == ST_DTYPE_FLOAT64;
-  k_rand<<<blocks_for(n), kThreads, 0, (cudaStream_t)stream>>>(dst, dtype, n, seed, wide);
-  return launched("rand", err, errlen);
+  st__gen_t g = {ST__GEN_RAND, 0, 0, seed, dtype == ST_DTYPE_FLOAT64};
+  return random_of("rand", dst, dtype, n, &g, stream, err, errlen);
 }
 
 /* See kernels.h. */
 extern "C" int st__cuda_randn(void *dst, st_dtype_t dtype, int64_t n, uint64_t seed,
                               CUstream stream, char *err, size_t errlen) {
-  int rc = check_random("randn", dst, dtype, n, err, errlen);
-  if (rc != ST_OK) return rc > 0 ? ST_OK : rc;
-  k_randn<<<blocks_for(n), kThreads, 0, (cudaStream_t)stream>>>(dst, dtype, n, seed);
-  return launched("randn", err, errlen);
+  st__gen_t g = {ST__GEN_RANDN, 0, 0, seed, 0};
+  return random_of("randn", dst, dtype, n, &g, stream, err, errlen);
 }
 
 /* See kernels.h. */

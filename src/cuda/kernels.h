@@ -2,7 +2,7 @@
  * when ST_HAVE_CUDA; library st_cuda).
  *
  * Every kernel writes the same bytes the CPU backend writes for the same
- * arguments (src/lua/construct.c with st_dtype_store): fill stores one
+ * arguments (src/tensor/cpu.c with st_dtype_store): fill stores one
  * value; arange stores start + i*step (a double product and sum, no fused
  * multiply-add); rand and randn store st__rng_uniform / st__rng_normal of
  * src/common/philox.h for element i of `seed`; cast stores
@@ -30,6 +30,7 @@
 
 #include "st/dtype.h"
 #include "st/errors.h"
+#include "tensor/construct.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,6 +38,12 @@ extern "C" {
 
 int st__cuda_fill(void *dst, st_dtype_t dtype, int64_t n, double value, CUstream stream,
                   char *err, size_t errlen);
+
+/* Element i := the generator's value (src/tensor/construct.h: the formula
+ * the CPU backend runs too), for every i < n; one kernel per generator,
+ * picked once. */
+int st__cuda_generate(void *dst, st_dtype_t dtype, int64_t n, const st__gen_t *g,
+                      CUstream stream, char *err, size_t errlen);
 
 int st__cuda_arange(void *dst, st_dtype_t dtype, int64_t n, double start, double step,
                     CUstream stream, char *err, size_t errlen);

@@ -1,4 +1,5 @@
-/* src/lua: tensor constructors (docs/endpoints.md, "Creating tensors").
+/* src/lua: tensor constructors (docs/endpoints.md, "Creating tensors"),
+ * bindings of the core's (src/tensor/construct.h).
  *
  *   st.empty{2, 3, dtype = "float32", device = "cpu"}   or  st.empty{shape = {2, 3}}
  *   st.zeros{...}  st.ones{...}  st.full{..., value = 1.5}
@@ -6,24 +7,22 @@
  *   st.rand{..., seed = 0}  st.randn{..., seed = 0}
  *
  * Each constructor makes a new arena on its device: `device` names one
- * ("cpu", "cuda", "cuda:N"), else the call's default (device.c). On a
- * CUDA device the values come from the kernels of src/cuda, which store
- * the bytes these CPU loops store. Each constructor makes a new arena. Unknown options raise (a typo must
- * not silently build the wrong tensor). rand/randn are counter-based
- * (Philox4x32-10, key = seed, counter = row-major element index), so the
- * same seed gives the same bytes on every host and every backend.
+ * ("cpu", "cuda", "cuda:N"), else the call's default. This file reads the
+ * option table; the core checks the values, makes the tensor and fills it
+ * (on a CUDA device with the kernels of src/cuda, which store the bytes
+ * the CPU loops store). Unknown options raise (a typo must not silently
+ * build the wrong tensor). rand/randn are counter-based (Philox4x32-10,
+ * key = seed, counter = row-major element index), so the same seed gives
+ * the same bytes on every host and every backend.
  *
- * The contract of each non-static function (what it does, returns and owns)
- * is its comment in lua_int.h; all of them run on the thread that owns the
- * lua_State they are given.
+ * All of it runs on the thread that owns the lua_State it is given.
  */
-#include "lua/lua_int.h"
+#include "lua/construct.h"
 
-#include <math.h>
-#include <stdio.h>
 #include <string.h>
 
-#include "common/philox.h"
+#include "lua/tensor.h"
+#include "tensor/construct.h"
 
 typedef struct spec {
   const char *fn;
@@ -68,7 +67,7 @@ static void read_shape_table(lua_State *L, int idx, spec_t *s) {
 static void parse_spec(lua_State *L, const char *fn, int opts, spec_t *s) {
   memset(s, 0, sizeof *s);
   s->fn = fn;
-  s->device = st__lua_ctx(L)->device;
+  s->device = st__lua_tensor_ctx(L)->device;
   if (lua_type(L, 1) != LUA_TTABLE || lua_gettop(L) != 1)
     st__lua_raise(L, "%s: expected one table, e.g. st.%s{2, 3, dtype = \"float32\"}", fn, fn);
   int n = (int)lua_objlen(L, 1);
@@ -133,37 +132,34 @@ static void parse_spec(lua_State *L, const char *fn, int opts, spec_t *s) {
   if (s->dtype == ST_DTYPE_INVALID && !(opts & OPT_RANGE)) s->dtype = ST_DTYPE_FLOAT32;
 }
 
-/* [-0, +1] The zero-filled tensor of a parsed spec, on its device. */
-static st__ltensor_t *new_of(lua_State *L, const spec_t *s) {
-  return st__lua_new_tensor_on(L, s->device, s->dtype, s->ndim, s->shape);
-}
+/* A core constructor of a shaped tensor (construct.h). */
+typedef int (*shaped_fn)(st__tensor_ctx_t *c, st__tensor_t *out, int device, st_dtype_t dtype,
+                         int ndim, const int64_t *shape, char *err, size_t errlen);
 
-static int l_empty(lua_State *L) {
+/* [-0, +1] Pushes what `make` builds for the spec at index 1. */
+static int build_shaped(lua_State *L, const char *fn, shaped_fn make) {
   spec_t s;
-  parse_spec(L, "empty", 0, &s);
-  new_of(L, &s);
+  parse_spec(L, fn, 0, &s);
+  char err[512];
+  st__tensor_t *t = st__lua_tensor_begin(L);
+  int rc = make(st__lua_tensor_ctx(L), t, s.device, s.dtype, s.ndim, s.shape, err, sizeof err);
+  st__lua_tensor_end(L, t, rc, err);
   return 1;
 }
 
-static int l_zeros(lua_State *L) {
-  spec_t s;
-  parse_spec(L, "zeros", 0, &s);
-  new_of(L, &s);                              /* arenas start zero-filled */
-  return 1;
-}
-
-static int l_ones(lua_State *L) {
-  spec_t s;
-  parse_spec(L, "ones", 0, &s);
-  st__lua_tensor_fill(L, new_of(L, &s), 1.0, "ones");
-  return 1;
-}
+static int l_empty(lua_State *L) { return build_shaped(L, "empty", st__tensor_empty); }
+static int l_zeros(lua_State *L) { return build_shaped(L, "zeros", st__tensor_zeros); }
+static int l_ones(lua_State *L) { return build_shaped(L, "ones", st__tensor_ones); }
 
 static int l_full(lua_State *L) {
   spec_t s;
   parse_spec(L, "full", OPT_VALUE, &s);
   if (!s.has_value) return st__lua_raise(L, "full: value is required: st.full{2, 3, value = 1.5}");
-  st__lua_tensor_fill(L, new_of(L, &s), s.value, "full");
+  char err[512];
+  st__tensor_t *t = st__lua_tensor_begin(L);
+  int rc = st__tensor_full(st__lua_tensor_ctx(L), t, s.device, s.dtype, s.ndim, s.shape, s.value,
+                           err, sizeof err);
+  st__lua_tensor_end(L, t, rc, err);
   return 1;
 }
 
@@ -185,71 +181,36 @@ static int l_arange(lua_State *L) {
     if (s.has_start) start = s.start;
     if (s.has_step) step = s.step;
   }
-  if (step == 0 || !isfinite(start) || !isfinite(stop) || !isfinite(step))
-    return st__lua_raise(L, "arange: start, stop and step must be finite and step nonzero");
-  double count = ceil((stop - start) / step);
-  if (count < 0) count = 0;
-  if (count > 9.0e15) return st__lua_raise(L, "arange: too many elements");
-  if (s.dtype == ST_DTYPE_INVALID) {
-    int64_t tmp;
-    int ints = st__lua_num_to_int(start, &tmp) && st__lua_num_to_int(stop, &tmp) &&
-               st__lua_num_to_int(step, &tmp);
-    s.dtype = ints ? ST_DTYPE_INT64 : ST_DTYPE_FLOAT32;
-  }
-  int64_t n = (int64_t)count;
-  st__ltensor_t *t = st__lua_new_tensor_on(L, s.device, s.dtype, 1, &n);
-  if (s.device != ST__DEV_CPU) {
-    st__lua_cuda_generate(L, t, ST__GEN_ARANGE, start, step, 0, "arange");
-    return 1;
-  }
-  char *d = st__ltensor_data(t);
-  for (int64_t i = 0; i < n; i++) st_dtype_store(t->dtype, d, (size_t)i, start + (double)i * step);
+  char err[512];
+  st__tensor_t *t = st__lua_tensor_begin(L);
+  int rc = st__tensor_arange(st__lua_tensor_ctx(L), t, s.device, s.dtype, start, stop, step, err,
+                             sizeof err);
+  st__lua_tensor_end(L, t, rc, err);
   return 1;
 }
 
-static st__ltensor_t *new_random(lua_State *L, const char *fn, spec_t *s) {
-  parse_spec(L, fn, OPT_SEED, s);
-  if (!st_dtype_is_float(s->dtype))
-    st__lua_raise(L, "%s: dtype must be a floating type, got %s", fn, st_dtype_name(s->dtype));
-  return new_of(L, s);
-}
+/* A core constructor of random values (construct.h). */
+typedef int (*random_fn)(st__tensor_ctx_t *c, st__tensor_t *out, int device, st_dtype_t dtype,
+                         int ndim, const int64_t *shape, uint64_t seed, char *err, size_t errlen);
 
-static int l_rand(lua_State *L) {
+static int build_random(lua_State *L, const char *fn, random_fn make) {
   spec_t s;
-  st__ltensor_t *t = new_random(L, "rand", &s);
-  if (s.device != ST__DEV_CPU) {
-    st__lua_cuda_generate(L, t, ST__GEN_RAND, 0, 0, s.seed, "rand");
-    return 1;
-  }
-  int64_t n = st__ltensor_numel(t);
-  char *d = st__ltensor_data(t);
-  int wide = t->dtype == ST_DTYPE_FLOAT64;
-  for (int64_t i = 0; i < n; i++)
-    st_dtype_store(t->dtype, d, (size_t)i, st__rng_uniform(s.seed, (uint64_t)i, wide));
+  parse_spec(L, fn, OPT_SEED, &s);
+  char err[512];
+  st__tensor_t *t = st__lua_tensor_begin(L);
+  int rc = make(st__lua_tensor_ctx(L), t, s.device, s.dtype, s.ndim, s.shape, s.seed, err,
+                sizeof err);
+  st__lua_tensor_end(L, t, rc, err);
   return 1;
 }
 
-static int l_randn(lua_State *L) {
-  spec_t s;
-  st__ltensor_t *t = new_random(L, "randn", &s);
-  if (s.device != ST__DEV_CPU) {
-    st__lua_cuda_generate(L, t, ST__GEN_RANDN, 0, 0, s.seed, "randn");
-    return 1;
-  }
-  int64_t n = st__ltensor_numel(t);
-  char *d = st__ltensor_data(t);
-  for (int64_t i = 0; i < n; i++)
-    st_dtype_store(t->dtype, d, (size_t)i, st__rng_normal(s.seed, (uint64_t)i));
-  return 1;
-}
+static int l_rand(lua_State *L) { return build_random(L, "rand", st__tensor_rand); }
+static int l_randn(lua_State *L) { return build_random(L, "randn", st__tensor_randn); }
 
 void st__lua_open_construct(lua_State *L, int idx) {
   static const luaL_Reg funcs[] = {
     {"empty", l_empty}, {"zeros", l_zeros}, {"ones", l_ones}, {"full", l_full},
     {"arange", l_arange}, {"rand", l_rand}, {"randn", l_randn}, {NULL, NULL}
   };
-  for (const luaL_Reg *r = funcs; r->name; r++) {
-    lua_pushcfunction(L, r->func);
-    lua_setfield(L, idx, r->name);
-  }
+  st__lua_set_funcs(L, idx, funcs);
 }

@@ -10,6 +10,7 @@
  * whole load and frees everything.
  */
 #include "lua/lua_int.h"
+#include "lua/zerobranch.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -16,10 +16,12 @@
  * works.
  *
  * The contract of each non-static function (what it does, returns and owns)
- * is its comment in lua_int.h; all of them run on the thread that owns the
+ * is its comment in module.h; all of them run on the thread that owns the
  * lua_State they are given.
  */
-#include "lua/lua_int.h"
+#include "lua/module.h"
+#include "lua/tensor.h"
+#include "tensor/ops.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -134,14 +136,14 @@ static int l_module(lua_State *L) {
   /* layout: offsets in a userdata (freed by the GC if anything raises);
    * every tensor on one device, which the arena is made on */
   uint64_t total = 0;
-  int device = n ? ST__DEV_MAX : st__lua_ctx(L)->device;
+  int device = n ? ST__DEV_MAX : st__lua_tensor_ctx(L)->device;
   uint64_t *offs = lua_newuserdata(L, (n ? n : 1) * sizeof *offs);  /* ..., offs */
   for (size_t i = 0; i < n; i++) {
     lua_rawgeti(L, 3, (int)i + 1);
     lua_rawget(L, 4);
-    st__ltensor_t *t = lua_touserdata(L, -1);
+    st__tensor_t *t = lua_touserdata(L, -1);
     lua_pop(L, 1);
-    int d = st__ltensor_device(t);
+    int d = st__tensor_device(t);
     if (device == ST__DEV_MAX) {
       device = d;
     } else if (d != device) {
@@ -149,12 +151,12 @@ static int l_module(lua_State *L) {
       lua_rawgeti(L, 3, (int)i + 1);
       return st__lua_raise(L, "module: tensors on different devices ('%s' is on %s, the ones "
                               "before it on %s): move them with :to(device) first",
-                           lua_tostring(L, -1), st__lua_device_name(d, a, sizeof a),
-                           st__lua_device_name(device, b, sizeof b));
+                           lua_tostring(L, -1), st__tensor_device_name(d, a, sizeof a),
+                           st__tensor_device_name(device, b, sizeof b));
     }
     total = (total + ST_ARENA_ALIGN - 1) / ST_ARENA_ALIGN * ST_ARENA_ALIGN;
     offs[i] = total;
-    total += (uint64_t)st__ltensor_numel(t) * st_dtype_size(t->dtype);
+    total += st__geom_nbytes(&t->geom);
   }
 
   st__lmodule_t *m = lua_newuserdata(L, sizeof *m);  /* ..., offs, m */
@@ -164,7 +166,7 @@ static int l_module(lua_State *L) {
   lua_rawget(L, LUA_REGISTRYINDEX);
   lua_setmetatable(L, -2);
   int midx = lua_gettop(L);
-  m->arena = st__lua_new_arena_on(L, device, total);
+  m->arena = st__lua_new_arena(L, device, total);
 
   lua_createtable(L, 3, 0);                   /* ..., offs, m, env */
   lua_newtable(L);                            /* ..., env, views */
@@ -172,18 +174,17 @@ static int l_module(lua_State *L) {
     lua_rawgeti(L, 3, (int)i + 1);            /* ..., views, name */
     lua_pushvalue(L, -1);
     lua_rawget(L, 4);                         /* ..., views, name, src */
-    st__ltensor_t *src = lua_touserdata(L, -1);
-    st__ltensor_t *v = st__lua_push_tensor(L);  /* ..., views, name, src, view */
-    v->dtype = src->dtype;
-    v->ndim = src->ndim;
-    memcpy(v->shape, src->shape, sizeof v->shape);
-    st__ltensor_set_contiguous(v);
-    v->offset = offs[i];
-    st__arena_ref(m->arena);
-    v->arena = m->arena;
+    st__tensor_t *src = lua_touserdata(L, -1);
+    st__tensor_t *v = st__lua_push_tensor(L);   /* ..., views, name, src, view */
+    st__geom_t g = src->geom;
+    g.offset = offs[i];
+    st__geom_set_contiguous(&g);
+    st__tensor_share(v, &(st__tensor_t){.arena = m->arena}, &g);
     /* CPU: a packing loop; CUDA: a device-to-device copy (or a gather
      * kernel for a strided source) on the worker's stream. */
-    st__lua_tensor_copy(L, v, src, "module");
+    char err[512];
+    int rc = st__tensor_copy(st__lua_tensor_ctx(L), v, src, "module", err, sizeof err);
+    if (rc != ST_OK) return st__lua_raise(L, "%s", err);
     lua_replace(L, -2);                       /* ..., views, name, view */
     lua_rawset(L, -3);                        /* ..., views */
   }
@@ -200,7 +201,7 @@ static int l_module(lua_State *L) {
 
 static int l_module_gc(lua_State *L) {
   st__lmodule_t *m = lua_touserdata(L, 1);
-  st__lua_arena_release(m->arena);
+  st__tensor_arena_release(m->arena);
   m->arena = NULL;
   return 0;
 }
@@ -266,8 +267,8 @@ static int l_module_tostring(lua_State *L) {
   char dev[16];
   lua_pushfstring(L, "module(%d tensors, %d bytes, %s)", (int)m->ntensors,
                   m->arena ? (int)st__arena_bytes(m->arena) : 0,
-                  st__lua_device_name(m->arena ? st__arena_device(m->arena) : ST__DEV_CPU, dev,
-                                      sizeof dev));
+                  st__tensor_device_name(m->arena ? st__arena_device(m->arena) : ST__DEV_CPU,
+                                         dev, sizeof dev));
   return 1;
 }
 
@@ -276,26 +277,17 @@ void st__lua_open_module(lua_State *L, int idx) {
     {"tensor", l_module_tensor}, {"names", l_module_names}, {"metadata", l_module_metadata},
     {"nbytes", l_module_nbytes}, {NULL, NULL}
   };
+  static const luaL_Reg meta[] = {
+    {"__index", l_module_index}, {"__gc", l_module_gc}, {"__len", l_module_len},
+    {"__tostring", l_module_tostring}, {NULL, NULL}
+  };
   lua_pushlightuserdata(L, &methods_key);
   lua_newtable(L);
-  for (const luaL_Reg *r = methods; r->name; r++) {
-    lua_pushcfunction(L, r->func);
-    lua_setfield(L, -2, r->name);
-  }
+  st__lua_set_funcs(L, -1, methods);
   lua_rawset(L, LUA_REGISTRYINDEX);
 
   lua_pushlightuserdata(L, &module_mt_key);
-  lua_createtable(L, 0, 5);
-  lua_pushcfunction(L, l_module_index);
-  lua_setfield(L, -2, "__index");
-  lua_pushcfunction(L, l_module_gc);
-  lua_setfield(L, -2, "__gc");
-  lua_pushcfunction(L, l_module_len);
-  lua_setfield(L, -2, "__len");
-  lua_pushcfunction(L, l_module_tostring);
-  lua_setfield(L, -2, "__tostring");
-  lua_pushboolean(L, 0);
-  lua_setfield(L, -2, "__metatable");
+  st__lua_push_metatable(L, meta);
   lua_rawset(L, LUA_REGISTRYINDEX);
 
   lua_pushcfunction(L, l_module);

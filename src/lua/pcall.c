@@ -7,10 +7,11 @@
  * and the traceback goes to the log at debug level.
  *
  * The contract of each non-static function (what it does, returns and owns)
- * is its comment in lua_int.h; all of them run on the thread that owns the
+ * is its comment in pcall.h; all of them run on the thread that owns the
  * lua_State they are given.
  */
-#include "lua/lua_int.h"
+#include "lua/pcall.h"
+#include "lua/state.h"
 
 #include <ctype.h>
 #include <stdio.h>

@@ -14,14 +14,14 @@
  *
  * Files are read on the worker, in C, outside the Lua hook: the load polls
  * the call's deadline and cancel flag itself between pieces. CUDA loads
- * copy on the worker's stream for that device (st__lua_cuda_stream), which
+ * copy on the worker's stream for that device (st__tensor_stream), which
  * st__vm_build synchronizes before the call completes; the loader also
  * synchronizes it before returning.
  *
  * The module userdata is made here, with module.c's metatable: st.module is
  * this function's upvalue, and the metatable of the empty module it
  * returns is kept in the registry. The layout of a module (st__lmodule_t
- * and its environment slots) is the one lua_int.h describes.
+ * and its environment slots) is the one module.h describes.
  *
  * Errors raise "load_safetensors: <reason>". An arena that cannot be made
  * fails the call with OUT_OF_MEMORY, LIMIT or CAPABILITY (as constructors
@@ -29,7 +29,9 @@
  * refused or malformed file is an endpoint error with the file, the tensor
  * and what is wrong in the message.
  */
-#include "lua/lua_int.h"
+#include "lua/safetensors.h"
+#include "lua/module.h"
+#include "lua/tensor.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,7 +80,7 @@ static void fetch_module_mt(lua_State *L) {
   /* An empty module on the CPU (a one-page memfd, collected at once): on
    * a CUDA default device it would take a device granule. The device is
    * set again for every call, so a raise here leaves nothing wrong. */
-  st__lua_ctx_t *c = st__lua_ctx(L);
+  st__tensor_ctx_t *c = st__lua_tensor_ctx(L);
   int device = c->device;
   c->device = ST__DEV_CPU;
   lua_pushvalue(L, lua_upvalueindex(1));      /* st.module */
@@ -134,15 +136,15 @@ static void read_opts(lua_State *L, int idx, st__safetensors_opts_t *o, int *dev
 /* Raises for a failed open or load, with the code the call should fail
  * with recorded where st__vm_build finds it. */
 static int raise_load_error(lua_State *L, int rc, const char *msg) {
-  st__lua_ctx_t *c = st__lua_ctx(L);
   if (rc == ST_ERR_TIMEOUT || rc == ST_ERR_CANCELLED) {
     st__lua_check_stop(L);                    /* raises the call's own stop error */
     st__lua_raise(L, "load_safetensors: %s", msg);
   }
   if (rc == ST_ERR_OUT_OF_MEMORY || rc == ST_ERR_LIMIT || rc == ST_ERR_CAPABILITY) {
-    c->alloc_err = rc;
-    snprintf(c->alloc_msg, sizeof c->alloc_msg, "load_safetensors: %s", msg);
-    st__lua_raise(L, "%s", c->alloc_msg);
+    st__tensor_ctx_t *c = st__lua_tensor_ctx(L);
+    c->err_code = rc;
+    snprintf(c->err_msg, sizeof c->err_msg, "load_safetensors: %s", msg);
+    st__lua_raise(L, "%s", c->err_msg);
   }
   st__lua_raise(L, "load_safetensors: %s", msg);
 }
@@ -150,7 +152,7 @@ static int raise_load_error(lua_State *L, int rc, const char *msg) {
 /* st.load_safetensors(path [, opts]) */
 static int l_load_safetensors(lua_State *L) {
   st__lua_ctx_t *c = st__lua_ctx(L);
-  if (c->mode != ST__LUA_VM || !c->in_call)
+  if (c->mode != ST__LUA_VM || !c->tensor.in_call)
     return st__lua_raise(L, "load_safetensors: only inside a build function (files are read "
                             "on a worker, not when endpoint files load)");
   if (lua_type(L, 1) != LUA_TSTRING)
@@ -164,7 +166,11 @@ static int l_load_safetensors(lua_State *L) {
   int device_idx = 0;
   read_opts(L, 2, &o, &device_idx);
   o.device = st__lua_device_arg(L, device_idx ? device_idx : 3, "load_safetensors");
-  if (o.device >= 0) o.stream = st__lua_cuda_stream(L, o.device);
+  if (o.device >= 0) {
+    char why[512];
+    if (st__tensor_stream(&c->tensor, o.device, &o.stream, why, sizeof why) != ST_OK)
+      return st__lua_raise(L, "%s", why);
+  }
   o.stop = stop_requested;
   o.stop_ud = c;
   fetch_module_mt(L);
@@ -210,14 +216,12 @@ static int l_load_safetensors(lua_State *L) {
     lua_pushstring(L, t->name);               /* ..., names, views, name */
     lua_pushvalue(L, -1);
     lua_rawseti(L, -4, (int)i + 1);           /* names[i + 1] = name */
-    st__ltensor_t *v = st__lua_push_tensor(L);  /* ..., names, views, name, view */
-    v->dtype = dtypes[i];
-    v->ndim = t->ndim;
-    memcpy(v->shape, t->shape, sizeof v->shape);
-    st__ltensor_set_contiguous(v);
-    v->offset = offsets[i];
-    st__arena_ref(arena);
-    v->arena = arena;
+    st__tensor_t *v = st__lua_push_tensor(L);   /* ..., names, views, name, view */
+    st__geom_t g;
+    if (st__geom_init(&g, dtypes[i], t->ndim, t->shape, err, sizeof err) != ST_OK)
+      return st__lua_raise(L, "load_safetensors: %s", err);
+    g.offset = offsets[i];
+    st__tensor_share(v, &(st__tensor_t){.arena = arena}, &g);
     lua_rawset(L, -3);                        /* views[name] = view */
   }
   lua_rawseti(L, -3, ST__MODULE_TENSORS);     /* ..., dts, env, names */

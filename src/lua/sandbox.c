@@ -13,10 +13,13 @@
  * (filling, copying, random numbers) runs in C either way.
  *
  * The contract of each non-static function (what it does, returns and owns)
- * is its comment in lua_int.h; all of them run on the thread that owns the
+ * is its comment in sandbox.h; all of them run on the thread that owns the
  * lua_State they are given.
  */
-#include "lua/lua_int.h"
+#include "lua/sandbox.h"
+#include "lua/stlib.h"
+#include "lua/tensor.h"
+#include "lua/zerobranch.h"
 
 #include <luajit.h>
 #include <lualib.h>
@@ -28,66 +31,7 @@
 
 #include "common/log.h"
 
-static char ctx_key;          /* registry: light userdata st__lua_ctx_t*    */
-static char readonly_key;     /* key present in the metatable of proxies    */
-
-double st__lua_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-st__lua_ctx_t *st__lua_ctx(lua_State *L) {
-  lua_pushlightuserdata(L, &ctx_key);
-  lua_rawget(L, LUA_REGISTRYINDEX);
-  st__lua_ctx_t *c = lua_touserdata(L, -1);
-  lua_pop(L, 1);
-  return c;
-}
-
-void st__lua_where(lua_State *L, char *buf, size_t len) {
-  lua_Debug ar;
-  for (int level = 0; lua_getstack(L, level, &ar); level++) {
-    if (!lua_getinfo(L, "Sl", &ar)) break;
-    if (ar.currentline > 0) {
-      snprintf(buf, len, "%s:%d", ar.short_src, ar.currentline);
-      return;
-    }
-  }
-  snprintf(buf, len, "?");
-}
-
-int st__lua_raise(lua_State *L, const char *fmt, ...) {
-  char msg[1024], where[256];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  st__lua_where(L, where, sizeof where);
-  /* No Lua frame (a tail call such as `return require('x')` replaced it):
-   * the caller of the protected call adds the endpoint's own position. */
-  if (strcmp(where, "?") == 0) lua_pushstring(L, msg);
-  else lua_pushfstring(L, "%s: %s", where, msg);
-  lua_error(L);
-  __builtin_unreachable();
-}
-
 /* ------------------------------------------------------------ time limits */
-
-int st__lua_cancel_requested(const st__lua_ctx_t *c) {
-  return c->cancel && __atomic_load_n(c->cancel, __ATOMIC_RELAXED);
-}
-
-void st__lua_check_stop(lua_State *L) {
-  st__lua_ctx_t *c = st__lua_ctx(L);
-  if (!c) return;
-  if (!c->stop) {
-    if (st__lua_cancel_requested(c)) c->stop = ST_ERR_CANCELLED;
-    else if (c->deadline > 0 && st__lua_now() > c->deadline) c->stop = ST_ERR_TIMEOUT;
-  }
-  if (c->stop == ST_ERR_CANCELLED) st__lua_raise(L, "cancelled");
-  if (c->stop == ST_ERR_TIMEOUT) st__lua_raise(L, "timed out after %g s", c->limit_s);
-}
 
 /* Runs every ST__LUA_HOOK_COUNT instructions of interpreted code. Raising
  * from a count hook is allowed; the sandbox's pcall re-raises a stop error,
@@ -103,8 +47,7 @@ static void count_hook(lua_State *L, lua_Debug *ar) {
 void st__lua_arm(lua_State *L, double limit_s, const volatile int *cancel) {
   st__lua_ctx_t *c = st__lua_ctx(L);
   c->stop = 0;
-  c->alloc_err = 0;
-  c->alloc_msg[0] = '\0';
+  st__tensor_ctx_clear_error(&c->tensor);
   c->cancel = cancel;
   c->limit_s = limit_s;
   c->deadline = limit_s > 0 ? st__lua_now() + limit_s : 0;
@@ -136,37 +79,6 @@ static int l_strict_newindex(lua_State *L) {
                        lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "?");
 }
 
-static int l_readonly_newindex(lua_State *L) {
-  /* stack: proxy, key, value */
-  return st__lua_raise(L, "attempt to modify read-only table (field '%s')",
-                       lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "?");
-}
-
-void st__lua_push_readonly(lua_State *L, int idx) {
-  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
-  lua_newtable(L);                            /* proxy */
-  lua_createtable(L, 0, 4);                   /* proxy, mt */
-  lua_pushvalue(L, idx);
-  lua_setfield(L, -2, "__index");
-  lua_pushcfunction(L, l_readonly_newindex);
-  lua_setfield(L, -2, "__newindex");
-  lua_pushboolean(L, 0);
-  lua_setfield(L, -2, "__metatable");
-  lua_pushlightuserdata(L, &readonly_key);
-  lua_pushboolean(L, 1);
-  lua_rawset(L, -3);
-  lua_setmetatable(L, -2);                    /* proxy */
-}
-
-static int is_readonly(lua_State *L, int idx) {
-  if (!lua_getmetatable(L, idx)) return 0;    /* mt */
-  lua_pushlightuserdata(L, &readonly_key);
-  lua_rawget(L, -2);                          /* mt, flag */
-  int ro = lua_toboolean(L, -1);
-  lua_pop(L, 2);
-  return ro;
-}
-
 /* ------------------------------------------------------------ safe globals */
 
 /* rawset that refuses read-only proxies (library tables and st). */
@@ -174,7 +86,7 @@ static int l_rawset(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checkany(L, 2);
   luaL_checkany(L, 3);
-  if (is_readonly(L, 1)) return st__lua_raise(L, "rawset: table is read-only");
+  if (st__lua_is_readonly(L, 1)) return st__lua_raise(L, "rawset: table is read-only");
   lua_settop(L, 3);
   lua_rawset(L, 1);
   return 1;
@@ -322,9 +234,7 @@ static void open_lib(lua_State *L, lua_CFunction f, const char *name) {
 /* Builds everything inside a protected call (any allocation may raise). */
 static int l_setup(lua_State *L) {
   st__lua_ctx_t *ctx = lua_touserdata(L, 1);
-  lua_pushlightuserdata(L, &ctx_key);
-  lua_pushlightuserdata(L, ctx);
-  lua_rawset(L, LUA_REGISTRYINDEX);
+  st__lua_set_ctx(L, ctx);
 
   open_lib(L, luaopen_base, "");
   open_lib(L, luaopen_string, LUA_STRLIBNAME);
@@ -339,10 +249,7 @@ static int l_setup(lua_State *L) {
     lua_getglobal(L, base_allow[i]);
     lua_setfield(L, env, base_allow[i]);
   }
-  for (const luaL_Reg *r = safe_funcs; r->name; r++) {
-    lua_pushcfunction(L, r->func);
-    lua_setfield(L, env, r->name);
-  }
+  st__lua_set_funcs(L, env, safe_funcs);
   if (ctx->mode != ST__LUA_CONFIG) {
     lua_pushcfunction(L, l_require);
     lua_setfield(L, env, "require");
@@ -383,18 +290,15 @@ static int l_setup(lua_State *L) {
   lua_pop(L, 2);                                   /* env */
 
   if (ctx->mode != ST__LUA_CONFIG) {
-    st__lua_open_tensor(L);
+    st__lua_open_tensor(L, st__lua_tensor_ops);
     st__lua_push_st(L);                            /* env, st */
     lua_setfield(L, env, "st");
   }
 
-  lua_createtable(L, 0, 3);                        /* env, mt */
-  lua_pushcfunction(L, l_strict_index);
-  lua_setfield(L, -2, "__index");
-  lua_pushcfunction(L, l_strict_newindex);
-  lua_setfield(L, -2, "__newindex");
-  lua_pushboolean(L, 0);
-  lua_setfield(L, -2, "__metatable");
+  static const luaL_Reg strict[] = {
+    {"__index", l_strict_index}, {"__newindex", l_strict_newindex}, {NULL, NULL}
+  };
+  st__lua_push_metatable(L, strict);               /* env, mt */
   lua_setmetatable(L, env);                        /* env */
 
   /* The environment becomes the globals of everything loaded from now on;
@@ -405,10 +309,7 @@ static int l_setup(lua_State *L) {
 }
 
 lua_State *st__lua_state_new(st__lua_ctx_t *ctx) {
-  ctx->in_call = 0;
-  ctx->device = ST__DEV_CPU;     /* a worker's calls set their own */
-  ctx->cuda_device = 0;          /* "cuda" outside a server call: cuda:0 */
-  ctx->cuda_used = 0;
+  st__tensor_ctx_init(&ctx->tensor);  /* the CPU; a worker's calls set their own */
   lua_State *L = luaL_newstate();
   if (!L) return NULL;
   luaJIT_setmode(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_OFF);

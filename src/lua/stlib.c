@@ -12,10 +12,13 @@
  * The table is built once per state and exposed as a read-only proxy.
  *
  * The contract of each non-static function (what it does, returns and owns)
- * is its comment in lua_int.h; all of them run on the thread that owns the
+ * is its comment in stlib.h; all of them run on the thread that owns the
  * lua_State they are given.
  */
-#include "lua/lua_int.h"
+#include "lua/stlib.h"
+#include "lua/construct.h"
+#include "lua/module.h"
+#include "lua/safetensors.h"
 
 #include <math.h>
 #include <string.h>
@@ -237,7 +240,7 @@ static int l_tensor_param(lua_State *L) {
   return 1;
 }
 
-/* See lua_int.h. */
+/* See stlib.h. */
 int st__lua_is_tensor_param(lua_State *L, int idx, int *dtype, int *device) {
   idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
   if (lua_type(L, idx) != LUA_TTABLE || !lua_getmetatable(L, idx)) return 0;
@@ -290,18 +293,13 @@ static void build_st(lua_State *L) {
   lua_setmetatable(L, -2);
   lua_rawset(L, LUA_REGISTRYINDEX);
 
+  static const luaL_Reg tparam_meta[] = {{"__tostring", l_tensor_param_tostring}, {NULL, NULL}};
   lua_pushlightuserdata(L, &array_mt_key);
-  lua_createtable(L, 0, 1);                   /* key, mt */
-  lua_pushboolean(L, 0);
-  lua_setfield(L, -2, "__metatable");
+  st__lua_push_metatable(L, NULL);            /* key, mt */
   lua_rawset(L, LUA_REGISTRYINDEX);
 
   lua_pushlightuserdata(L, &tparam_mt_key);
-  lua_createtable(L, 0, 2);                   /* key, mt */
-  lua_pushcfunction(L, l_tensor_param_tostring);
-  lua_setfield(L, -2, "__tostring");
-  lua_pushboolean(L, 0);
-  lua_setfield(L, -2, "__metatable");
+  st__lua_push_metatable(L, tparam_meta);     /* key, mt */
   lua_rawset(L, LUA_REGISTRYINDEX);
 
   lua_newtable(L);                            /* st */
@@ -311,10 +309,7 @@ static void build_st(lua_State *L) {
     {"progress", l_progress}, {"array", l_array},
     {"tensor_param", l_tensor_param}, {NULL, NULL}
   };
-  for (const luaL_Reg *r = funcs; r->name; r++) {
-    lua_pushcfunction(L, r->func);
-    lua_setfield(L, st, r->name);
-  }
+  st__lua_set_funcs(L, st, funcs);
   st__lua_push_required(L);
   lua_setfield(L, st, "required");
   lua_pushliteral(L, ST_VERSION_STRING);

@@ -15,10 +15,13 @@
  * as an array if returned.
  *
  * The contract of each non-static function (what it does, returns and owns)
- * is its comment in lua_int.h; all of them run on the thread that owns the
+ * is its comment in value.h; all of them run on the thread that owns the
  * lua_State they are given.
  */
-#include "lua/lua_int.h"
+#include "lua/value.h"
+#include "lua/module.h"
+#include "lua/stlib.h"
+#include "lua/tensor.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -91,16 +94,12 @@ static int arena_index(packer_t *p, st__arena_t *a, uint32_t *out) {
   return ST_OK;
 }
 
-static int pack_tensor(packer_t *p, msgpack_packer *pk, const st__ltensor_t *t) {
+static int pack_tensor(packer_t *p, msgpack_packer *pk, const st__tensor_t *t) {
   st__tensor_desc_t d;
-  memset(&d, 0, sizeof d);
-  int rc = arena_index(p, t->arena, &d.arena);
+  uint32_t arena;
+  int rc = arena_index(p, t->arena, &arena);
   if (rc != ST_OK) return rc;
-  d.offset = t->offset;
-  d.dtype = t->dtype;
-  d.ndim = t->ndim;
-  memcpy(d.shape, t->shape, sizeof d.shape);
-  memcpy(d.strides, t->strides, sizeof d.strides);
+  st__tensor_describe(t, arena, &d);
   st__pack_tensor(pk, &d);
   return ST_OK;
 }
@@ -290,7 +289,7 @@ static int pack_value(packer_t *p, msgpack_packer *pk, int idx, int depth) {
     if (depth > ST_MAX_DEPTH) return fail(p, "nesting deeper than %s levels", "32");
     return pack_table(p, pk, idx, depth);
   case LUA_TUSERDATA: {
-    st__ltensor_t *t = st__lua_totensor(L, idx);
+    st__tensor_t *t = st__lua_totensor(L, idx);
     st__lmodule_t *m = t ? NULL : st__lua_tomodule(L, idx);
     if ((t || m) && !p->res) return fail(p, "%s cannot be a default value", t ? "a tensor" : "a module");
     if (t) return pack_tensor(p, pk, t);
@@ -338,22 +337,14 @@ static int push_arg_tensor(lua_State *L, const msgpack_object *o, char *err, siz
     snprintf(err, errlen, "only tensors may be passed as ext values");
     return ST_ERR_INVALID_ARGUMENT;
   }
-  uint64_t lo, hi;
-  if (d.arena >= c->narg_arenas || !c->arg_arenas[d.arena] ||
-      st__tensor_extent(&d, &lo, &hi) != ST_OK ||
-      hi > st__arena_bytes(c->arg_arenas[d.arena])) {
+  st__tensor_t *t = st__lua_push_tensor(L);
+  if (d.arena >= c->narg_arenas ||
+      st__tensor_from_desc(t, c->arg_arenas[d.arena], &d, NULL, 0) != ST_OK) {
+    lua_pop(L, 1);
     snprintf(err, errlen, "tensor argument on arena %u does not fit what was mapped",
              (unsigned)d.arena);
     return ST_ERR_INVALID_ARGUMENT;
   }
-  st__ltensor_t *t = st__lua_push_tensor(L);
-  t->dtype = d.dtype;
-  t->offset = d.offset;
-  t->ndim = d.ndim;
-  memcpy(t->shape, d.shape, (size_t)d.ndim * sizeof *d.shape);
-  memcpy(t->strides, d.strides, (size_t)d.ndim * sizeof *d.strides);
-  st__arena_ref(c->arg_arenas[d.arena]);
-  t->arena = c->arg_arenas[d.arena];
   return ST_OK;
 }
 

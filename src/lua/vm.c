@@ -10,7 +10,11 @@
  * is its comment in st_lua.h; a vm is used by the one worker thread that
  * created it.
  */
-#include "lua/lua_int.h"
+#include "lua/pcall.h"
+#include "lua/sandbox.h"
+#include "lua/st_lua.h"
+#include "lua/value.h"
+#include "lua/zerobranch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,8 +162,8 @@ st__generation_t *st__vm_generation(const st__vm_t *vm) { return vm->gen; }
 
 /* Worker thread that owns vm. See st_lua.h. */
 void st__vm_set_device(st__vm_t *vm, int device, int cuda_device) {
-  vm->ctx.device = device < 0 ? ST__DEV_CPU : device;
-  vm->ctx.cuda_device = cuda_device;
+  vm->ctx.tensor.device = device < 0 ? ST__DEV_CPU : device;
+  vm->ctx.tensor.cuda_device = cuda_device;
 }
 
 /* Worker thread that owns vm. See st_lua.h. */
@@ -264,9 +268,9 @@ int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, 
   uint64_t debt0 = vm->ctx.gc_debt;
   st__lua_arm(L, ep->timeout_s, cancel);
   vm->ctx.progress = progress;
-  vm->ctx.in_call = 1;
-  vm->ctx.cuda_used = 0;
-  vm->ctx.cuda_legacy = ep->ipc == ST_IPC_LEGACY;
+  vm->ctx.tensor.in_call = 1;
+  vm->ctx.tensor.cuda_used = 0;
+  vm->ctx.tensor.cuda_legacy = ep->ipc == ST_IPC_LEGACY;
   lua_pushcfunction(L, l_build_call);
   lua_pushlightuserdata(L, &b);
   char msg[2048];
@@ -282,9 +286,9 @@ int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, 
    * leaves this thread (DESIGN §3, decision 5), and before the GC below
    * can release arenas a kernel still writes. */
   char sync_err[512];
-  int sync_rc = st__lua_cuda_sync_used(L, sync_err, sizeof sync_err);
-  vm->ctx.in_call = 0;
-  vm->ctx.cuda_legacy = 0;
+  int sync_rc = st__tensor_sync_used(&vm->ctx.tensor, sync_err, sizeof sync_err);
+  vm->ctx.tensor.in_call = 0;
+  vm->ctx.tensor.cuda_legacy = 0;
   msgpack_unpacked_destroy(&up);
   lua_settop(L, 0);
 
@@ -301,8 +305,11 @@ int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, 
       rc = ST_ERR_OUT_OF_MEMORY;
       snprintf(err, errlen, "%s:%d: %s", ep->file, ep->line, msg);
     } else {
-      rc = c->alloc_err && c->alloc_msg[0] && strstr(msg, c->alloc_msg) ? c->alloc_err
-                                                                          : ST_ERR_ENDPOINT;
+      /* A failure of the call's resources (an arena, a device, a kernel)
+       * fails the call with its own code when its message is what raised. */
+      const st__tensor_ctx_t *tc = &c->tensor;
+      rc = tc->err_code && tc->err_msg[0] && strstr(msg, tc->err_msg) ? tc->err_code
+                                                                        : ST_ERR_ENDPOINT;
       if (st__lua_has_position(msg)) snprintf(err, errlen, "%s", msg);
       else snprintf(err, errlen, "%s:%d: %s", ep->file, ep->line, msg);  /* tail call */
     }

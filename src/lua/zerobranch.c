@@ -20,10 +20,11 @@
  * rules are otherwise those of the client side: main takes a function and
  * runs once.
  *
- * The contract of each non-static function is its comment in lua_int.h;
+ * The contract of each non-static function is its comment in zerobranch.h;
  * all of them run on the thread that owns the lua_State they are given.
  */
-#include "lua/lua_int.h"
+#include "lua/zerobranch.h"
+#include "lua/stlib.h"
 
 #include <string.h>
 
@@ -48,7 +49,7 @@ static app_t *check_app(lua_State *L, const char *what, int top_level) {
     lua_pop(L, 2);
   }
   if (!ok) st__lua_raise(L, "%s: call it as app:%s(...)", what, what + 4);
-  if (top_level && st__lua_ctx(L)->in_call)
+  if (top_level && st__lua_tensor_ctx(L)->in_call)
     st__lua_raise(L, "%s: only at the top level of a script, not in a build function", what);
   return a;
 }
@@ -146,23 +147,17 @@ static int l_app(lua_State *L) {
 
 /* Builds the app metatable and the module table, keeps the proxy. */
 static void build_module(lua_State *L) {
-  lua_pushlightuserdata(L, &app_mt_key);
-  lua_createtable(L, 0, 4);                   /* key, mt */
-  lua_createtable(L, 0, 3);                   /* key, mt, methods */
+  static const luaL_Reg meta[] = {
+    {"__newindex", l_app_newindex}, {"__tostring", l_app_tostring}, {NULL, NULL}
+  };
   static const luaL_Reg methods[] = {
     {"endpoint", l_app_endpoint}, {"main", l_app_main}, {"role", l_app_role}, {NULL, NULL}
   };
-  for (const luaL_Reg *r = methods; r->name; r++) {
-    lua_pushcfunction(L, r->func);
-    lua_setfield(L, -2, r->name);
-  }
+  lua_pushlightuserdata(L, &app_mt_key);
+  st__lua_push_metatable(L, meta);            /* key, mt */
+  lua_createtable(L, 0, 3);                   /* key, mt, methods */
+  st__lua_set_funcs(L, -1, methods);
   lua_setfield(L, -2, "__index");             /* key, mt */
-  lua_pushcfunction(L, l_app_newindex);
-  lua_setfield(L, -2, "__newindex");
-  lua_pushcfunction(L, l_app_tostring);
-  lua_setfield(L, -2, "__tostring");
-  lua_pushboolean(L, 0);
-  lua_setfield(L, -2, "__metatable");
   lua_rawset(L, LUA_REGISTRYINDEX);           /* (empty) */
 
   lua_createtable(L, 0, 1);                   /* mod */

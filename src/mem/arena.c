@@ -144,6 +144,14 @@ fail:
 }
 
 /* Any thread. */
+/* See arena.h. Any thread. */
+int st__arena_new(int device, st__cuda_ipc_t ipc, uint64_t bytes, st__arena_t **out, char *err,
+                  size_t errlen) {
+  if (device < 0) return st__arena_new_cpu(bytes, out, err, errlen);
+  if (ipc == ST__CUDA_IPC_LEGACY) return st__arena_new_cuda_legacy(device, bytes, out, err, errlen);
+  return st__arena_new_cuda(device, bytes, out, err, errlen);
+}
+
 void st__arena_ref(st__arena_t *a) {
   atomic_fetch_add_explicit(&a->refs, 1, memory_order_relaxed);
 }

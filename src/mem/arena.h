@@ -67,6 +67,20 @@ int st__arena_new_cuda(int ordinal, uint64_t bytes, st__arena_t **out, char *err
 int st__arena_new_cuda_legacy(int ordinal, uint64_t bytes, st__arena_t **out, char *err,
                               size_t errlen);
 
+/* How a CUDA arena travels to clients: an exported VMM allocation (a
+ * descriptor), or a legacy CUDA IPC handle (endpoints with ipc = "legacy"). */
+typedef enum {
+  ST__CUDA_IPC_VMM = 0,
+  ST__CUDA_IPC_LEGACY = 1
+} st__cuda_ipc_t;
+
+/* The one choice of backend for a new arena: `device` -1 (the CPU) makes
+ * st__arena_new_cpu's memfd; a CUDA ordinal makes st__arena_new_cuda's VMM
+ * allocation, or st__arena_new_cuda_legacy's for ST__CUDA_IPC_LEGACY (ipc
+ * is ignored for the CPU). Contract and errors as those functions. */
+int st__arena_new(int device, st__cuda_ipc_t ipc, uint64_t bytes, st__arena_t **out, char *err,
+                  size_t errlen);
+
 /* Caps the size of one arena (config max_object_bytes). Call once at start
  * before any worker runs. 0 means no cap. */
 void st__arena_set_limit(uint64_t max_bytes);

@@ -7,6 +7,7 @@
 
 #include "common/fail.h"
 #include "proto/scan.h"
+#include "tensor/geometry.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -173,47 +174,20 @@ int st__parse_tensor(const msgpack_object *o, st__tensor_desc_t *d, char *err, s
   return rc;
 }
 
-/* See proto.h. Returns -1 when the product overflows int64 (or the
- * descriptor is malformed). */
+/* See proto.h: the geometry's own count (src/tensor/geometry.h); -1 when
+ * the product overflows int64 or the descriptor is malformed. */
 int64_t st__tensor_numel(const st__tensor_desc_t *d) {
-  if (d->ndim < 0 || d->ndim > ST_MAX_NDIM) return -1;
-  int64_t n = 1;
-  for (int k = 0; k < d->ndim; k++)
-    if (d->shape[k] == 0) return 0;
-  for (int k = 0; k < d->ndim; k++) {
-    if (d->shape[k] < 0 || __builtin_mul_overflow(n, d->shape[k], &n)) return -1;
-  }
-  return n;
+  return st__geom_numel_of(d->ndim, d->shape);
 }
 
-/* See proto.h. Also ST_ERR_PROTOCOL when the element count or its byte size
- * overflows int64, when hi passes INT64_MAX, or when the descriptor is
- * malformed (bad dtype or ndim, negative sizes): a tensor that passes can be
- * indexed with signed 64-bit byte offsets without further checks. */
+/* See proto.h: the geometry's extent (src/tensor/geometry.h), whose every
+ * refusal is PROTOCOL here: the element count or its byte size overflows
+ * int64, hi passes INT64_MAX, or the descriptor is malformed (bad dtype or
+ * ndim, negative sizes): a tensor that passes can be indexed with signed
+ * 64-bit byte offsets without further checks. */
 int st__tensor_extent(const st__tensor_desc_t *d, uint64_t *lo, uint64_t *hi) {
-  uint64_t es = st_dtype_size(d->dtype);
-  if (es == 0 || d->ndim < 0 || d->ndim > ST_MAX_NDIM) return ST_ERR_PROTOCOL;
-  for (int k = 0; k < d->ndim; k++)
-    if (d->shape[k] < 0 || d->strides[k] < 0) return ST_ERR_PROTOCOL;
-  int64_t numel = st__tensor_numel(d), nbytes;
-  if (numel < 0 || __builtin_mul_overflow(numel, (int64_t)es, &nbytes)) return ST_ERR_PROTOCOL;
-  if (numel == 0) {
-    *lo = *hi = d->offset;
-    return ST_OK;
-  }
-  uint64_t span = 0, term, end;
-  for (int k = 0; k < d->ndim; k++) {
-    if (__builtin_mul_overflow((uint64_t)(d->shape[k] - 1), (uint64_t)d->strides[k], &term) ||
-        __builtin_add_overflow(span, term, &span))
-      return ST_ERR_PROTOCOL;
-  }
-  if (__builtin_add_overflow(span, (uint64_t)1, &span) ||
-      __builtin_mul_overflow(span, es, &span) ||
-      __builtin_add_overflow(d->offset, span, &end) || end > (uint64_t)INT64_MAX)
-    return ST_ERR_PROTOCOL;
-  *lo = d->offset;
-  *hi = end;
-  return ST_OK;
+  int rc = st__geom_extent_of(d->dtype, d->offset, d->ndim, d->shape, d->strides, lo, hi);
+  return rc == ST_OK ? ST_OK : ST_ERR_PROTOCOL;
 }
 
 /* ------------------------------------------------------------------- arenas */

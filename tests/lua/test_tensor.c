@@ -223,6 +223,30 @@ TEST(views_share_storage) {
   st__build_result_destroy(&res);
 }
 
+/* transpose and permute are views: strides move, the arena is shared. */
+TEST(transpose_and_permute) {
+  st__build_result_t res;
+  char err[1024];
+  CHECK_EQ_INT(run_body(
+      "local t = st.arange{24, dtype = 'int32'}:view{2, 3, 4}\n"
+      "local p = t:permute(2, 0, 1)\n"
+      "assert(p:shape(0) == 4 and p:shape(1) == 2 and p:shape(2) == 3)\n"
+      "assert(p:get(1, 0, 2) == 9 and not p:is_contiguous())\n"
+      "local q = t:permute{-1, 0, 1} assert(q:get(3, 1, 2) == p:get(3, 1, 2))\n"
+      "local tt = t:transpose(0, -1) assert(tt:shape(0) == 4 and tt:get(3, 2, 1) == 23)\n"
+      "local c = p:contiguous() assert(c:is_contiguous() and c:get(1, 0, 2) == 9)\n"
+      "t:set(0, 2, 1, -5) assert(p:get(1, 0, 2) == -5)\n"
+      "return p",
+      &res, err, sizeof err), ST_OK);
+  st__tensor_desc_t d;
+  CHECK_EQ_INT(one_tensor(&res, &d), ST_OK);
+  CHECK_EQ_INT(res.narenas, 1);
+  CHECK_EQ_INT(d.offset, 0);
+  CHECK(d.shape[0] == 4 && d.shape[1] == 2 && d.shape[2] == 3);
+  CHECK(d.strides[0] == 1 && d.strides[1] == 12 && d.strides[2] == 4);
+  st__build_result_destroy(&res);
+}
+
 TEST(view_errors) {
   static const struct { const char *body, *msg; } cases[] = {
     {"return st.zeros{6}:narrow(0, 5, 2)", "narrow: start 5 + length 2 exceeds size 6 of dim 0"},
@@ -240,6 +264,9 @@ TEST(view_errors) {
     {"return #st.empty{}", "len() of a 0-d tensor"},
     {"return st.zeros{2}:item()", "item: the tensor has 2 elements, not 1"},
     {"return st.zeros{0}:view{2^32, 2^32, 0}", "view: shape is too large"},
+    {"return st.zeros{2, 3}:permute(0, 0)", "permute: dim 0 is repeated"},
+    {"return st.zeros{2, 3}:permute{1}", "permute: expected 2 dims, got 1"},
+    {"return st.zeros{2, 3}:transpose(0, 2)", "transpose: dim 2 is out of range for a tensor of 2 dims"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     st__build_result_t res;
@@ -446,6 +473,7 @@ int main(void) {
   RUN(constructor_errors);
   RUN(rand_is_deterministic);
   RUN(views_share_storage);
+  RUN(transpose_and_permute);
   RUN(view_errors);
   RUN(module_packs_one_aligned_arena);
   RUN(module_errors);

@@ -1,0 +1,113 @@
+/* src/lua/state.h: what every file of src/lua shares about one state: its
+ * context (reachable from every C function of the state), the clock and
+ * the stop checks of the running call, raising errors with the endpoint's
+ * position, read-only proxies, and the integer checks of arguments.
+ * Nothing here depends on another file of src/lua (state.c is the bottom
+ * of the module), and nothing outside src/lua includes it.
+ *
+ * Threads: a lua_State is used by one thread at a time; nothing here keeps
+ * global mutable state (registry keys are addresses of static chars).
+ */
+#ifndef ST_LUA_STATE_H
+#define ST_LUA_STATE_H
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/job.h"
+#include "mem/arena.h"
+#include "tensor/tensor.h"
+
+/* How long a file's top level (config.lua, an endpoint file) may run while
+ * it is loaded: a file that loops forever is a load error, not a hang. */
+#define ST__LUA_LOAD_LIMIT_S 10.0
+
+/* Instructions between two checks of the deadline and the cancel flag. */
+#define ST__LUA_HOOK_COUNT 1000
+
+typedef enum {
+  ST__LUA_CONFIG = 0,    /* config.lua: no st module */
+  ST__LUA_LOAD,          /* validation of endpoint files (loop thread) */
+  ST__LUA_VM             /* a worker's state */
+} st__lua_mode_t;
+
+/* Per-state context. */
+typedef struct st__lua_ctx {
+  st__lua_mode_t mode;
+  const char *who;                 /* log name ("lua") */
+  double deadline;                 /* monotonic seconds; 0 = none */
+  double limit_s;                  /* the limit, for messages */
+  const volatile int *cancel;      /* may be NULL; read with atomic loads */
+  st__progress_t *progress;        /* st.progress goes here; may be NULL */
+  int stop;                        /* 0, ST_ERR_TIMEOUT or ST_ERR_CANCELLED */
+  uint64_t gc_debt;                /* arena bytes made since the last full GC */
+  int main_line;                   /* ST__LUA_LOAD: last line run by a main chunk */
+  const char *src_text;            /* ST__LUA_LOAD: the file being run (borrowed) */
+  size_t src_len;
+  /* The tensor core's context of the call (src/tensor/tensor.h): devices,
+   * CUDA streams used, the last failure of the call's resources. Set to
+   * the CPU by st__lua_state_new; a worker's st__vm_build sets it for each
+   * call (tensor.in_call: a build body runs and may use CUDA). */
+  st__tensor_ctx_t tensor;
+  /* Tensor arguments of the current call (engine/targs.h): the arenas
+   * mapped from the client's descriptors, borrowed from the job while the
+   * body runs; tensor values of the arguments index them. */
+  st__arena_t *const *arg_arenas;
+  size_t narg_arenas;
+} st__lua_ctx_t;
+
+/* Makes ctx (borrowed; it must outlive the state) the state's context. */
+void st__lua_set_ctx(lua_State *L, st__lua_ctx_t *ctx);
+
+/* The context of a state (never NULL for states made by st__lua_state_new). */
+st__lua_ctx_t *st__lua_ctx(lua_State *L);
+
+/* The context's tensor core context (&st__lua_ctx(L)->tensor). */
+st__tensor_ctx_t *st__lua_tensor_ctx(lua_State *L);
+
+/* Monotonic clock in seconds. */
+double st__lua_now(void);
+
+/* Raises the stop error if the deadline passed or cancel is set (sets
+ * ctx->stop); returns otherwise. Used by the hook and st.sleep. */
+void st__lua_check_stop(lua_State *L);
+
+/* Nonzero once the cancel flag of the running call is set (an atomic
+ * load; 0 when there is no flag). */
+int st__lua_cancel_requested(const st__lua_ctx_t *c);
+
+/* Raises an error "where: message" where `where` is the innermost Lua
+ * frame (C functions called through pcall or metamethods still report the
+ * endpoint's file:line). Never returns. */
+int st__lua_raise(lua_State *L, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3), noreturn));
+
+/* Writes "file:line" of the innermost Lua frame into buf ("?" if none). */
+void st__lua_where(lua_State *L, char *buf, size_t len);
+
+/* [-0, +1] Pushes a read-only proxy of the table at idx: reads go to the
+ * table, writes raise, the metatable is hidden, rawset refuses it. */
+void st__lua_push_readonly(lua_State *L, int idx);
+
+/* Nonzero when the value at idx is a proxy of st__lua_push_readonly. */
+int st__lua_is_readonly(lua_State *L, int idx);
+
+/* Sets each function of `funcs` (up to its {NULL, NULL} entry; NULL:
+ * none) as a field of the table at idx. */
+void st__lua_set_funcs(lua_State *L, int idx, const luaL_Reg *funcs);
+
+/* [-0, +1] Pushes a new metatable holding the functions of `meta`
+ * (__index, __gc, ...) and __metatable = false, so that Lua code can
+ * neither read nor replace it. */
+void st__lua_push_metatable(lua_State *L, const luaL_Reg *meta);
+
+/* Reads an integral Lua number at idx for argument checks; raises
+ * "fn: what must be an integer" otherwise. */
+int64_t st__lua_check_int(lua_State *L, int idx, const char *fn, const char *what);
+
+/* Converts a double to int64 when it is integral and in range. */
+int st__lua_num_to_int(double d, int64_t *out);
+
+#endif
