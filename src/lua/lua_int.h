@@ -20,7 +20,7 @@
  *   decl.c         validation of one st.endpoint{...} table
  *   loader.c       st__generation_load
  *   vm.c           worker states: st__vm_new/build/free
- *   config_load.c  st__config_load
+ *   config_load.c  st__settings_load (config.lua by a settings schema)
  *   zerobranch.c   the built-in "st.zerobranch" module of zero-branch
  *                  scripts (app:endpoint, app:main, app:role)
  *
@@ -424,10 +424,6 @@ int st__lua_push_msgpack(lua_State *L, const msgpack_object *o, char *err, size_
  * and the problems are in errs). Returns the number of errors added. */
 int st__lua_decl_parse(lua_State *L, int idx, const char *file, int line,
                        st__endpoint_decl_t *out, st__errlist_t *errs);
-
-/* Nonzero for "cpu" and "cuda:N" (N: 1 to 4 digits), and for a bare
- * "cuda" when bare_cuda (the endpoint option; budgets need an index). */
-int st__lua_device_name_ok(const char *s, int bare_cuda);
 
 /* Frees what a declaration owns (not the struct). */
 void st__lua_decl_free(st__endpoint_decl_t *d);
