@@ -13,10 +13,12 @@ const st__setting_t *st__settings_find(const st__setting_t *rows, const char *na
   return NULL;
 }
 
+/* The row's field in obj. */
 void *st__setting_field(const st__setting_t *row, void *obj) {
   return (char *)obj + row->offset;
 }
 
+/* The count field of a list row in obj. */
 int *st__setting_count(const st__setting_t *row, void *obj) {
   return (int *)((char *)obj + row->count_offset);
 }
@@ -32,6 +34,7 @@ void st__setting_set_int(const st__setting_t *row, void *obj, size_t i, int64_t 
   }
 }
 
+/* Replaces the owned string of the row's field (takes text). */
 void st__setting_set_text(const st__setting_t *row, void *obj, char *text) {
   char **field = st__setting_field(row, obj);
   free(*field);
@@ -114,6 +117,7 @@ const char *st__choices_word(const char *choices, int i, size_t *len) {
   return NULL;
 }
 
+/* The index of word among choices, or -1. */
 int st__choices_index(const char *choices, const char *word) {
   size_t n = strlen(word), w;
   const char *p;
@@ -122,6 +126,7 @@ int st__choices_index(const char *choices, const char *word) {
   return -1;
 }
 
+/* "\"a\", \"b\" or \"c\"" for messages. */
 const char *st__choices_text(const char *choices, char *buf, size_t len) {
   int total = 0;
   size_t w, used = 0;

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/log.h"
 #include "engine/endpoint_options.h"
 
 /* The values of the ENUM options, in the order of their choices
@@ -97,6 +98,13 @@ void st__errlist_add(st__errlist_t *l, const char *fmt, ...)
 void st__errlist_clear(st__errlist_t *l);
 /* All entries joined with "\n"; owned string (free) or NULL if empty. */
 char *st__errlist_join(const st__errlist_t *l);
+
+/* Logs each entry as one line of `level` from `who`. */
+void st__errlist_log(const st__errlist_t *l, st__log_level_t level, const char *who);
+
+/* The endpoint names of g, "a, b, c", into out (cut with "..." when they
+ * do not fit cap bytes); "" for NULL. */
+void st__generation_names(const st__generation_t *g, char *out, size_t cap);
 
 void st__generation_ref(st__generation_t *g);
 void st__generation_unref(st__generation_t *g);   /* frees at zero */

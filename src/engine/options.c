@@ -39,32 +39,38 @@ const st__option_t *st__option_find(const char *name) {
   return NULL;
 }
 
+/* Typed reads and stores of an option's member; see options.h. */
 int st__option_int(const st__option_t *o, const st__endpoint_decl_t *d) {
   int v;
   memcpy(&v, member(o, d), sizeof v);
   return v;
 }
 
+/* The value of a SECONDS option. */
 double st__option_seconds(const st__option_t *o, const st__endpoint_decl_t *d) {
   double v;
   memcpy(&v, member(o, d), sizeof v);
   return v;
 }
 
+/* The value of a string option (borrowed, NULL: unset). */
 const char *st__option_text(const st__option_t *o, const st__endpoint_decl_t *d) {
   const char *v;
   memcpy(&v, member(o, d), sizeof v);
   return v;
 }
 
+/* Stores an ENUM index or a BOOL. */
 void st__option_set_int(const st__option_t *o, st__endpoint_decl_t *d, int v) {
   memcpy(member(o, d), &v, sizeof v);
 }
 
+/* Stores a SECONDS value. */
 void st__option_set_seconds(const st__option_t *o, st__endpoint_decl_t *d, double v) {
   memcpy(member(o, d), &v, sizeof v);
 }
 
+/* Stores a string (taken; the old one is freed). */
 void st__option_set_text(const st__option_t *o, st__endpoint_decl_t *d, char *s) {
   free((char *)st__option_text(o, d));
   memcpy(member(o, d), &s, sizeof s);
@@ -81,11 +87,13 @@ void st__options_defaults(st__endpoint_decl_t *d) {
   }
 }
 
+/* Frees the strings of d's options. */
 void st__options_free(st__endpoint_decl_t *d) {
   for (size_t i = 0; i < ST__ENDPOINT_NOPTIONS; i++)
     if (is_text(&st__endpoint_options[i])) st__option_set_text(&st__endpoint_options[i], d, NULL);
 }
 
+/* Whether d's value of o is the default. */
 int st__option_is_default(const st__option_t *o, const st__endpoint_decl_t *d) {
   if (o->type == ST_OPT_SECONDS) return st__option_seconds(o, d) == o->dflt;
   if (is_text(o)) return st__option_text(o, d) == NULL;

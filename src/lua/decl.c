@@ -19,6 +19,7 @@
 
 #define NAME_MAX_LEN 128
 
+/* See lua_int.h. Any thread. */
 uint64_t st__lua_fnv1a(uint64_t h, const void *data, size_t len) {
   const unsigned char *p = data;
   for (size_t i = 0; i < len; i++) {
@@ -28,6 +29,7 @@ uint64_t st__lua_fnv1a(uint64_t h, const void *data, size_t len) {
   return h;
 }
 
+/* See lua_int.h. */
 void st__lua_decl_free(st__endpoint_decl_t *d) {
   free(d->name);
   free(d->file);
@@ -280,6 +282,9 @@ static void finish_options(checker_t *c, st__endpoint_decl_t *d, const unsigned 
   }
 }
 
+/* Every key of the declaration at idx: the structural ones (name, doc,
+ * params, build) here, the options by their rows (parse_option), then
+ * what the options imply (finish_options). See lua_int.h. */
 int st__lua_decl_parse(lua_State *L, int idx, const char *file, int line,
                        st__endpoint_decl_t *out, st__errlist_t *errs) {
   idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
