@@ -31,6 +31,12 @@ static double seconds_of(const msgpack_object *v) {
   return v->via.f64;
 }
 
+/* A required parameter is absent (or, for a string, not one). */
+static void missing(st__rpc_req_t *r, const st__rpc_param_t *p) {
+  st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "%s: '%s' %sis required", r->method->name, p->name,
+                p->type == ST_RPC_STR ? "(a string) " : "");
+}
+
 /* Whether v (not NULL) has the type of parameter p; else sends the
  * error and returns 0. */
 static int check_type(st__rpc_req_t *r, const st__rpc_param_t *p, const msgpack_object *v) {
@@ -45,8 +51,7 @@ static int check_type(st__rpc_req_t *r, const st__rpc_param_t *p, const msgpack_
     return 0;
   case ST_RPC_STR:
     if (v->type == MSGPACK_OBJECT_STR) return 1;
-    if (p->flags & ST_RPC_REQUIRED)
-      st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "%s: '%s' (a string) is required", m, p->name);
+    if (p->flags & ST_RPC_REQUIRED) missing(r, p);
     else st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "%s: '%s' must be a string", m, p->name);
     return 0;
   case ST_RPC_SECONDS:
@@ -94,13 +99,8 @@ int st__rpc_check(st__rpc_req_t *r) {
     const msgpack_object *v = r->params ? st__map_get(r->params, p->name) : NULL;
     if (v && v->type == MSGPACK_OBJECT_NIL && !(p->flags & ST_RPC_NIL_IS_VALUE)) v = NULL;
     r->values[i] = v;
-    if (!v && (p->flags & ST_RPC_REQUIRED) && p->type == ST_RPC_STR) {
-      st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "%s: '%s' (a string) is required",
-                    r->method->name, p->name);
-      return ST_ERR_INVALID_ARGUMENT;
-    }
     if (!v && (p->flags & ST_RPC_REQUIRED)) {
-      st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "%s: '%s' is required", r->method->name, p->name);
+      missing(r, p);
       return ST_ERR_INVALID_ARGUMENT;
     }
     if (v && !check_type(r, p, v)) return ST_ERR_INVALID_ARGUMENT;
