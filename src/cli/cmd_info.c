@@ -184,36 +184,28 @@ const cli_command_t cli_info_command = {
 
 /* ------------------------------------------------------------ endpoints */
 
-static int truthy(const st_value_t *v) {
-  if (!v) return 0;
-  switch (v->kind) {
-  case ST_VALUE_BOOL: return v->as.boolean;
-  case ST_VALUE_INT: return v->as.integer != 0;
-  case ST_VALUE_FLOAT: return v->as.number != 0;
-  case ST_VALUE_STRING: return v->as.str.len > 0;
-  case ST_VALUE_NIL: return 0;
-  default: return 1;
-  }
-}
-
-/* "managed cache singleflight timeout=5 device=cuda ipc=legacy" or "-". */
+/* The endpoint's options that are not at their default, as the server
+ * names them in non_default (docs/protocol.md, `endpoints`), except the
+ * ones with a column of their own: a true boolean as its name, anything
+ * else as name=value ("managed cache_format_key=lin:{n} timeout=5"), or
+ * "-". */
 static char *flags_text(const st_value_t *e) {
+  static const char *const columns[] = {"execution", "concurrency"};
   char buf[512] = "";
   size_t len = 0;
-  const char *bools[] = {"managed", "cache", "singleflight"};
-  for (size_t i = 0; i < 3; i++)
-    if (truthy(st_value_get(e, bools[i])))
-      len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", len ? " " : "", bools[i]);
-  const char *valued[] = {"cache_format_key", "timeout", "device", "ipc"};
-  for (size_t i = 0; i < 4 && len < sizeof buf; i++) {
-    const st_value_t *f = st_value_get(e, valued[i]);
-    if (!truthy(f)) continue;
-    /* ipc matters only when it is the opt-in legacy mode. */
-    if (i == 3 && !(f->kind == ST_VALUE_STRING && strcmp(f->as.str.ptr, "legacy") == 0)) continue;
-    char *t = cli_value_text(f);
-    if (!t) continue;
-    const char *name = i == 0 ? "key" : valued[i];
-    len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s=%s", len ? " " : "", name, t);
+  const st_value_t *names = st_value_get(e, "non_default");
+  size_t n = names && names->kind == ST_VALUE_ARRAY ? names->as.array.len : 0;
+  for (size_t i = 0; i < n && len < sizeof buf; i++) {
+    const char *name = cli_value_str(&names->as.array.items[i]);
+    if (!name || strcmp(name, columns[0]) == 0 || strcmp(name, columns[1]) == 0) continue;
+    const st_value_t *v = st_value_get(e, name);
+    if (v && v->kind == ST_VALUE_BOOL && v->as.boolean) {
+      len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", len ? " " : "", name);
+      continue;
+    }
+    char *t = v ? cli_value_text(v) : NULL;
+    len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s=%s", len ? " " : "", name,
+                            t ? t : "?");
     free(t);
   }
   if (len >= sizeof buf) len = sizeof buf - 1;
@@ -360,8 +352,9 @@ const cli_command_t cli_endpoints_command = {
     "endpoints [--names]",
     "List the endpoints the server serves, with their options and parameters.",
     "Columns: NAME, EXECUTION (direct|task), CONCURRENCY (parallel|serialized),\n"
-    "FLAGS (managed, cache, singleflight, key=<cache_format_key>, timeout=,\n"
-    "device=, ipc=legacy), PARAMS (required ones first, then name=default as JSON).\n"
+    "FLAGS (the other options not at their default: a true one by its name,\n"
+    "e.g. managed, the rest as name=value, e.g. timeout=5), PARAMS (required\n"
+    "ones first, then name=default as JSON).\n"
     "With --json, prints the server's whole reply.\n\n"
     "Options:\n"
     "  --names        only the names, one per line (with --json, an array);\n"

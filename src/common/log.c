@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -20,6 +21,15 @@
 static int log_level = ST_LOG_INFO;
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+/* "error" | "warn" | "info" | "debug" (also "warning"), or -1. */
+int st__log_level_parse(const char *s) {
+  if (!s) return -1;
+  if (strcmp(s, "warning") == 0) return ST_LOG_WARN;
+  for (int i = 0; i < 4; i++)
+    if (strcmp(s, level_names[i]) == 0) return i;
+  return -1;
+}
 
 /* Sets the most verbose level that is written. Any thread. */
 void st__log_set_level(st__log_level_t level) {

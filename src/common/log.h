@@ -6,7 +6,12 @@
 #ifndef ST_COMMON_LOG_H
 #define ST_COMMON_LOG_H
 
-#include "server/config.h"
+/* Levels, most severe first: a level writes itself and everything above. */
+typedef enum { ST_LOG_ERROR = 0, ST_LOG_WARN, ST_LOG_INFO, ST_LOG_DEBUG } st__log_level_t;
+
+/* Parses "error" | "warn" (also "warning") | "info" | "debug" into a level;
+ * -1 for anything else (NULL included). Any thread. */
+int st__log_level_parse(const char *s);
 
 void st__log_set_level(st__log_level_t level);
 int st__log_enabled(st__log_level_t level);

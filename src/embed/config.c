@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 
 #include "embed/embed_int.h"
-#include "lua/st_lua.h"
+#include "server/config.h"
 #include "st/errors.h"
 
 /* The directory of an endpoint file, or the directory itself; owned. */

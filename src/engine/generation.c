@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
+
 /* Appends one formatted entry. On allocation failure the entry is dropped
  * (the count of earlier entries stays right). Owner's thread. */
 void st__errlist_add(st__errlist_t *l, const char *fmt, ...) {
@@ -51,6 +53,23 @@ char *st__errlist_join(const st__errlist_t *l) {
   }
   p[-1] = '\0';
   return s;
+}
+
+/* One log line per entry. Any thread. */
+void st__errlist_log(const st__errlist_t *l, st__log_level_t level, const char *who) {
+  for (size_t i = 0; i < l->count; i++) st__log(level, who, "%s", l->items[i]);
+}
+
+/* "a, b, c" (cut with "..." at cap). Any thread. */
+void st__generation_names(const st__generation_t *g, char *out, size_t cap) {
+  size_t used = 0;
+  out[0] = '\0';
+  for (size_t i = 0; g && i < g->nendpoints && used + 1 < cap; i++) {
+    int n = snprintf(out + used, cap - used, "%s%s", i ? ", " : "", g->endpoints[i].name);
+    if (n < 0) break;
+    used += (size_t)n;
+  }
+  if (used >= cap && cap > 4) memcpy(out + cap - 4, "...", 4);
 }
 
 /* Any thread. */

@@ -16,6 +16,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/log.h"
+#include "engine/endpoint_options.h"
+
+/* The values of the ENUM options, in the order of their choices
+ * (endpoint_options.h). */
 typedef enum { ST_EXEC_DIRECT = 0, ST_EXEC_TASK = 1 } st__execution_t;
 typedef enum { ST_CONC_PARALLEL = 0, ST_CONC_SERIALIZED = 1 } st__concurrency_t;
 typedef enum { ST_IPC_VMM = 0, ST_IPC_LEGACY = 1 } st__ipc_t;
@@ -46,20 +51,19 @@ typedef struct st__param {
   st__tensor_device_t tensor_device;   /* TENSOR: where it must live */
 } st__param_t;
 
+/* One member per endpoint option (engine/endpoint_options.h), named and
+ * typed there: execution, concurrency, managed, cache (effective: true
+ * also when a cache_format_key is set), cache_format_key (owned, may be
+ * NULL), singleflight, timeout_s (0: no limit), device (owned: "cpu",
+ * "cuda", "cuda:N", or NULL = the config's default_device), ipc. */
+#define ST__OPTION_FIELD(name, field, ctype, type, dflt, choices, implies, desc) ctype field;
+
 typedef struct st__endpoint_decl {
   char *name;                 /* owned */
   char *file;                 /* owned, path as loaded */
   int line;                   /* line of the st.endpoint{...} call */
   char *doc;                  /* owned, may be NULL */
-  st__execution_t execution;
-  st__concurrency_t concurrency;
-  int managed;
-  int cache;                  /* effective: true if cache = true or a cache_format_key is set */
-  char *cache_format_key;     /* owned, may be NULL */
-  int singleflight;
-  double timeout_s;           /* 0: no limit */
-  char *device;               /* owned: "cpu", "cuda", "cuda:N", or NULL = the socket's */
-  st__ipc_t ipc;
+  ST__ENDPOINT_OPTIONS(ST__OPTION_FIELD)
   size_t nparams;
   st__param_t *params;        /* owned, sorted by name */
   uint64_t fingerprint;       /* hash of the declaration and its file's text:
@@ -94,6 +98,13 @@ void st__errlist_add(st__errlist_t *l, const char *fmt, ...)
 void st__errlist_clear(st__errlist_t *l);
 /* All entries joined with "\n"; owned string (free) or NULL if empty. */
 char *st__errlist_join(const st__errlist_t *l);
+
+/* Logs each entry as one line of `level` from `who`. */
+void st__errlist_log(const st__errlist_t *l, st__log_level_t level, const char *who);
+
+/* The endpoint names of g, "a, b, c", into out (cut with "..." when they
+ * do not fit cap bytes); "" for NULL. */
+void st__generation_names(const st__generation_t *g, char *out, size_t cap);
 
 void st__generation_ref(st__generation_t *g);
 void st__generation_unref(st__generation_t *g);   /* frees at zero */

@@ -1,4 +1,7 @@
-/* src/lua: config.lua (docs/operations.md).
+/* src/lua: configuration files (config.lua, docs/operations.md) read by
+ * the rows of a settings schema (common/settings.h): this file knows how
+ * each kind of row reads a Lua value, never which keys exist or which
+ * struct they fill.
  *
  * The file is a Lua chunk that returns one table. It runs sandboxed (the
  * endpoint allow-list without st and require; no io, no os.execute) under
@@ -8,19 +11,18 @@
 #include "lua/lua_int.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/config.h"
+#include "common/settings.h"
 
 typedef struct cfgck {
   lua_State *L;
   const char *path;
   st__errlist_t *errs;
-  int nerr;
+  void *obj;                 /* the struct the rows describe */
 } cfgck_t;
 
 static void bad(cfgck_t *c, const char *key, const char *fmt, ...)
@@ -33,7 +35,6 @@ static void bad(cfgck_t *c, const char *key, const char *fmt, ...) {
   va_end(ap);
   if (key) st__errlist_add(c->errs, "%s: %s: %s", c->path, key, msg);
   else st__errlist_add(c->errs, "%s: %s", c->path, msg);
-  c->nerr++;
 }
 
 /* What the value at idx is, for messages: a type name or the number. */
@@ -58,30 +59,33 @@ static int get_int(cfgck_t *c, int idx, const char *key, int64_t lo, int64_t hi,
   return 0;
 }
 
-static int set_string(cfgck_t *c, int idx, const char *key, char **dst) {
+/* A non-empty string at idx, copied (owned by the caller), or NULL after
+ * reporting. */
+static char *get_string(cfgck_t *c, int idx, const char *key) {
   if (lua_type(c->L, idx) != LUA_TSTRING || lua_objlen(c->L, idx) == 0) {
     bad(c, key, "expected a non-empty string, got %s", luaL_typename(c->L, idx));
-    return 0;
+    return NULL;
   }
   char *s = strdup(lua_tostring(c->L, idx));
-  if (!s) {
-    bad(c, key, "out of memory");
-    return 0;
-  }
-  free(*dst);
-  *dst = s;
-  return 1;
+  if (!s) bad(c, key, "out of memory");
+  return s;
 }
 
-/* An array of integers >= 0 (or, if `single`, one integer). */
-static int get_id_list(cfgck_t *c, int idx, const char *key, int single, int max, int64_t hi,
-                       int64_t *out) {
+/* ST_SET_INTS: an array of integers (or, with ST_SET_ONE, one integer). */
+static void read_ints(cfgck_t *c, const st__setting_t *r, int idx, const char *key) {
   lua_State *L = c->L;
-  if (single && lua_type(L, idx) == LUA_TNUMBER) return get_int(c, idx, key, 0, hi, out) ? 1 : -1;
+  int64_t v;
+  if ((r->flags & ST_SET_ONE) && lua_type(L, idx) == LUA_TNUMBER) {
+    if (!get_int(c, idx, key, r->lo, r->hi, &v)) return;
+    st__setting_set_int(r, c->obj, 0, v);
+    *st__setting_count(r, c->obj) = 1;
+    return;
+  }
   if (lua_type(L, idx) != LUA_TTABLE) {
-    bad(c, key, "expected %s, got %s", single ? "an integer or an array of integers"
-                                              : "an array of integers", luaL_typename(L, idx));
-    return -1;
+    bad(c, key, "expected %s, got %s", (r->flags & ST_SET_ONE)
+                                           ? "an integer or an array of integers"
+                                           : "an array of integers", luaL_typename(L, idx));
+    return;
   }
   int n = (int)lua_objlen(L, idx), count = 0;
   lua_pushnil(L);
@@ -91,121 +95,64 @@ static int get_id_list(cfgck_t *c, int idx, const char *key, int single, int max
   }
   if (count != n) {
     bad(c, key, "expected an array of integers");
-    return -1;
+    return;
   }
-  if (n > max) {
-    bad(c, key, "at most %d entries, got %d", max, n);
-    return -1;
+  if (n > r->max_entries) {
+    bad(c, key, "at most %d entries, got %d", r->max_entries, n);
+    return;
   }
-  int ok = 1;
-  for (int i = 0; i < n; i++) {
+  int64_t vals[256];
+  int ok = n <= (int)(sizeof vals / sizeof vals[0]);
+  for (int i = 0; ok && i < n; i++) {
     lua_rawgeti(L, idx, i + 1);
-    char k[64];
+    char k[192];
     snprintf(k, sizeof k, "%s[%d]", key, i + 1);
-    if (!get_int(c, lua_gettop(L), k, 0, hi, &out[i])) ok = 0;
+    if (!get_int(c, lua_gettop(L), k, r->lo, r->hi, &vals[i])) ok = 0;
     lua_pop(L, 1);
   }
-  return ok ? n : -1;
-}
-
-static int parse_level(const char *s) {
-  static const char *const names[] = {"error", "warn", "info", "debug"};
-  if (strcmp(s, "warning") == 0) return ST_LOG_WARN;
-  for (int i = 0; i < 4; i++)
-    if (strcmp(s, names[i]) == 0) return i;
-  return -1;
-}
-
-static void parse_limits(cfgck_t *c, int idx, st__config_t *cfg) {
-  lua_State *L = c->L;
-  if (lua_type(L, idx) != LUA_TTABLE) {
-    bad(c, "limits", "expected a table, got %s", luaL_typename(L, idx));
+  if (!ok) return;
+  if (n == 0 && (r->flags & ST_SET_NONEMPTY)) {
+    bad(c, key, "at least one %s is needed", r->what);
     return;
   }
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {                  /* ..., key, value */
-    int v = lua_gettop(L);
-    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
-    char key[128];
-    snprintf(key, sizeof key, "limits.%s", k ? k : "?");
-    int64_t n;
-    if (!k) {
-      bad(c, "limits", "keys must be strings");
-    } else if (strcmp(k, "max_message_bytes") == 0) {
-      if (get_int(c, v, key, 64, (int64_t)1 << 40, &n)) cfg->max_message_bytes = (size_t)n;
-    } else if (strcmp(k, "max_connections") == 0) {
-      if (get_int(c, v, key, 1, 1 << 20, &n)) cfg->max_connections = (int)n;
-    } else if (strcmp(k, "max_inflight") == 0) {
-      if (get_int(c, v, key, 1, 1 << 20, &n)) cfg->max_inflight = (int)n;
-    } else if (strcmp(k, "frame_timeout_ms") == 0) {
-      if (get_int(c, v, key, 1, INT_MAX, &n)) cfg->frame_timeout_ms = (int)n;
-    } else if (strcmp(k, "max_object_bytes") == 0) {
-      if (get_int(c, v, key, 0, (int64_t)1 << 53, &n)) cfg->max_object_bytes = (uint64_t)n;
+  for (int i = 0; i < n; i++) st__setting_set_int(r, c->obj, (size_t)i, vals[i]);
+  *st__setting_count(r, c->obj) = n;
+}
+
+/* ST_SET_PATHS: directory names, each taken from the config file's
+ * directory when relative. Replaces the previous entries. */
+static void read_paths(cfgck_t *c, const st__setting_t *r, int idx, const char *key) {
+  lua_State *L = c->L;
+  if (lua_type(L, idx) != LUA_TTABLE) {
+    bad(c, key, "expected an array of directory names, got %s", luaL_typename(L, idx));
+    return;
+  }
+  int n = (int)lua_objlen(L, idx);
+  if (n > r->max_entries) {
+    bad(c, key, "at most %d directories, got %d", r->max_entries, n);
+    return;
+  }
+  char **v = st__setting_field(r, c->obj);
+  int *count = st__setting_count(r, c->obj);
+  for (int i = 0; i < *count; i++) free(v[i]);
+  *count = 0;
+  for (int i = 1; i <= n; i++) {
+    lua_rawgeti(L, idx, i);                        /* [dir] */
+    if (lua_type(L, -1) != LUA_TSTRING || lua_objlen(L, -1) == 0) {
+      bad(c, key, "entry %d: expected a directory name, got %s", i, luaL_typename(L, -1));
     } else {
-      bad(c, NULL, "limits: unknown key '%s' (max_message_bytes, max_connections, "
-                   "max_inflight, frame_timeout_ms, max_object_bytes)", k);
+      char *dir = st__settings_resolve(c->path, lua_tostring(L, -1));
+      if (dir) v[(*count)++] = dir;
+      else bad(c, key, "out of memory");
     }
-    lua_pop(L, 1);
+    lua_pop(L, 1);                                 /* [] */
   }
 }
 
-/* tasks = { ttl_s = 600, capacity = 10000 } */
-static void parse_tasks(cfgck_t *c, int idx, st__config_t *cfg) {
+/* ST_SET_MODE: octal text ("0660") or an integer. */
+static void read_mode(cfgck_t *c, const st__setting_t *r, int idx, const char *key) {
   lua_State *L = c->L;
-  if (lua_type(L, idx) != LUA_TTABLE) {
-    bad(c, "tasks", "expected a table, got %s", luaL_typename(L, idx));
-    return;
-  }
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {                  /* ..., key, value */
-    int v = lua_gettop(L);
-    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
-    int64_t n;
-    char buf[64];
-    if (!k) {
-      bad(c, "tasks", "keys must be strings");
-    } else if (strcmp(k, "ttl_s") == 0) {
-      double d = lua_tonumber(L, v);
-      if (lua_type(L, v) != LUA_TNUMBER || !(d > 0) || d > 1e9)
-        bad(c, "tasks.ttl_s", "expected a number of seconds > 0, got %s",
-            got(L, v, buf, sizeof buf));
-      else cfg->task_ttl_s = d;
-    } else if (strcmp(k, "capacity") == 0) {
-      if (get_int(c, v, "tasks.capacity", 1, 10000000, &n)) cfg->task_capacity = (int)n;
-    } else {
-      bad(c, NULL, "tasks: unknown key '%s' (ttl_s, capacity)", k);
-    }
-    lua_pop(L, 1);
-  }
-}
-
-/* memory_budget = { cpu = bytes, ["cuda:0"] = bytes }; 0 = no budget. */
-static void parse_budget(cfgck_t *c, int idx, st__config_t *cfg) {
-  lua_State *L = c->L;
-  if (lua_type(L, idx) != LUA_TTABLE) {
-    bad(c, "memory_budget", "expected a table such as { cpu = 8 * 2^30 }, got %s",
-        luaL_typename(L, idx));
-    return;
-  }
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {                  /* ..., key, value */
-    int v = lua_gettop(L);
-    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
-    char key[64];
-    snprintf(key, sizeof key, "memory_budget.%s", k ? k : "?");
-    int64_t n;
-    if (!k || !st__lua_device_name_ok(k, 0)) {
-      bad(c, NULL, "memory_budget: keys are \"cpu\" or \"cuda:N\", got '%s'", k ? k : "?");
-    } else if (get_int(c, v, key, 0, (int64_t)1 << 60, &n)) {
-      if (st__config_set_budget(cfg, k, (uint64_t)n) != 0)
-        bad(c, key, "at most %d devices", ST_MAX_BUDGETS);
-    }
-    lua_pop(L, 1);
-  }
-}
-
-static void parse_socket_mode(cfgck_t *c, int idx, st__config_t *cfg) {
-  lua_State *L = c->L;
+  unsigned *mode = st__setting_field(r, c->obj);
   int64_t v;
   if (lua_type(L, idx) == LUA_TSTRING) {
     const char *s = lua_tostring(L, idx);
@@ -213,149 +160,152 @@ static void parse_socket_mode(cfgck_t *c, int idx, st__config_t *cfg) {
     errno = 0;
     long m = strtol(s, &end, 8);
     if (*s && !*end && !errno && m >= 0 && m <= 0777) {
-      cfg->socket_mode = (unsigned)m;
+      *mode = (unsigned)m;
       return;
     }
-    bad(c, "socket_mode", "expected octal permission bits like \"0660\", got \"%s\"", s);
-  } else if (get_int(c, idx, "socket_mode", 0, 0777, &v)) {
-    cfg->socket_mode = (unsigned)v;
+    bad(c, key, "expected octal permission bits like \"0660\", got \"%s\"", s);
+  } else if (get_int(c, idx, key, 0, 0777, &v)) {
+    *mode = (unsigned)v;
   }
 }
 
-/* Joins a relative endpoints dir to the config file's directory. */
-static char *resolve_dir(const char *config_path, const char *dir) {
-  if (dir[0] == '/') return strdup(dir);
-  const char *slash = strrchr(config_path, '/');
-  if (!slash) return strdup(dir);
-  char *out = NULL;
-  if (asprintf(&out, "%.*s/%s", (int)(slash - config_path), config_path, dir) < 0) return NULL;
-  return out;
-}
-
-/* data_dirs = { "models", "/srv/weights" }: relative entries are resolved
- * against the config file's directory. Replaces the default. */
-static void parse_data_dirs(cfgck_t *c, int idx, st__config_t *cfg) {
+/* ST_SET_MAP: key -> integer pairs, each stored by the row's put. */
+static void read_map(cfgck_t *c, const st__setting_t *r, int idx, const char *key) {
   lua_State *L = c->L;
   if (lua_type(L, idx) != LUA_TTABLE) {
-    bad(c, "data_dirs", "expected an array of directory names, got %s", luaL_typename(L, idx));
+    bad(c, key, "expected a table such as %s, got %s", r->example, luaL_typename(L, idx));
     return;
   }
-  int n = (int)lua_objlen(L, idx);
-  if (n > ST_MAX_DATA_DIRS) {
-    bad(c, "data_dirs", "at most %d directories, got %d", ST_MAX_DATA_DIRS, n);
-    return;
-  }
-  for (int i = 0; i < cfg->ndata_dirs; i++) free(cfg->data_dirs[i]);
-  cfg->ndata_dirs = 0;
-  for (int i = 1; i <= n; i++) {
-    lua_rawgeti(L, idx, i);                        /* [dir] */
-    if (lua_type(L, -1) != LUA_TSTRING || lua_objlen(L, -1) == 0) {
-      bad(c, "data_dirs", "entry %d: expected a directory name, got %s", i,
-          luaL_typename(L, -1));
-    } else {
-      char *dir = resolve_dir(c->path, lua_tostring(L, -1));
-      if (dir) cfg->data_dirs[cfg->ndata_dirs++] = dir;
-      else bad(c, "data_dirs", "out of memory");
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {                  /* ..., key, value */
+    int v = lua_gettop(L);
+    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+    char path[320], err[256];
+    snprintf(path, sizeof path, "%s.%s", key, k ? k : "?");
+    int64_t n;
+    if (!k || !r->key_ok(k)) {
+      bad(c, NULL, "%s: keys are %s, got '%s'", key, r->keys, k ? k : "?");
+    } else if (get_int(c, v, path, r->lo, r->hi, &n)) {
+      if (r->put(c->obj, k, n, err, sizeof err) != 0) bad(c, path, "%s", err);
     }
-    lua_pop(L, 1);                                 /* [] */
+    lua_pop(L, 1);
   }
 }
 
-static void parse_key(cfgck_t *c, const char *k, int v, st__config_t *cfg) {
+static void read_table(cfgck_t *c, const st__setting_t *rows, int idx, const char *prefix);
+
+/* One key: the value at idx for row r (named `key` in messages). */
+static void read_value(cfgck_t *c, const st__setting_t *r, int idx, const char *key) {
   lua_State *L = c->L;
-  int64_t ids[ST_MAX_ALLOW], n;
-  int count;
-  if (strcmp(k, "base_path") == 0) {
-    set_string(c, v, k, &cfg->base_path);
-  } else if (strcmp(k, "devices") == 0) {
-    if ((count = get_id_list(c, v, k, 1, ST_MAX_DEVICES, 4095, ids)) > 0) {
-      cfg->ndevices = count;
-      for (int i = 0; i < count; i++) cfg->devices[i] = (int)ids[i];
-    } else if (count == 0) {
-      bad(c, k, "at least one device is needed");
-    }
-  } else if (strcmp(k, "workers") == 0) {
-    if (get_int(c, v, k, 1, 256, &n)) cfg->workers = (int)n;
-  } else if (strcmp(k, "endpoints") == 0) {
-    char *s = NULL;
-    if (set_string(c, v, k, &s)) {
-      char *dir = resolve_dir(c->path, s);
+  int64_t n;
+  char buf[160];
+  switch (r->type) {
+  case ST_SET_INT:
+    if (get_int(c, idx, key, r->lo, r->hi, &n)) st__setting_set_int(r, c->obj, 0, n);
+    break;
+  case ST_SET_SECONDS: {
+    double d = lua_tonumber(L, idx);
+    int low = (r->flags & ST_SET_OPEN) ? !(d > r->min) : !(d >= r->min);
+    if (lua_type(L, idx) != LUA_TNUMBER || low || d > r->max)
+      bad(c, key, "expected a number of seconds %s %g, got %s",
+          (r->flags & ST_SET_OPEN) ? ">" : ">=", r->min, got(L, idx, buf, sizeof buf));
+    else *(double *)st__setting_field(r, c->obj) = d;
+    break;
+  }
+  case ST_SET_STRING:
+  case ST_SET_PATH: {
+    char *s = get_string(c, idx, key);
+    if (s && r->type == ST_SET_PATH) {
+      char *dir = st__settings_resolve(c->path, s);
       free(s);
-      if (dir) {
-        free(cfg->endpoints_dir);
-        cfg->endpoints_dir = dir;
-      } else {
-        bad(c, k, "out of memory");
-      }
+      s = dir;
+      if (!s) bad(c, key, "out of memory");
     }
-  } else if (strcmp(k, "log_level") == 0) {
-    int lv = lua_type(L, v) == LUA_TSTRING ? parse_level(lua_tostring(L, v)) : -1;
-    if (lv < 0) bad(c, k, "expected \"error\", \"warn\", \"info\" or \"debug\"");
-    else cfg->log_level = (st__log_level_t)lv;
-  } else if (strcmp(k, "socket_mode") == 0) {
-    parse_socket_mode(c, v, cfg);
-  } else if (strcmp(k, "socket_group") == 0) {
-    if (lua_type(L, v) == LUA_TNUMBER) {        /* a gid: kept as its decimal text */
+    if (s) st__setting_set_text(r, c->obj, s);
+    break;
+  }
+  case ST_SET_WORD: {
+    int w = lua_type(L, idx) == LUA_TSTRING ? st__setting_word(r, lua_tostring(L, idx)) : -1;
+    if (w < 0) {
+      bad(c, key, "expected %s", st__choices_text(r->choices, buf, sizeof buf));
+    } else if (r->flags & ST_SET_AS_TEXT) {
+      char *s = strdup(lua_tostring(L, idx));
+      if (s) st__setting_set_text(r, c->obj, s);
+      else bad(c, key, "out of memory");
+    } else {
+      *(int *)st__setting_field(r, c->obj) = w;
+    }
+    break;
+  }
+  case ST_SET_MODE: read_mode(c, r, idx, key); break;
+  case ST_SET_NAME_OR_ID:
+    if (lua_type(L, idx) == LUA_TNUMBER) {     /* an id: kept as its decimal text */
       char *s = NULL;
-      if (get_int(c, v, k, 0, UINT32_MAX - 1, &n) && asprintf(&s, "%lld", (long long)n) >= 0) {
-        free(cfg->socket_group);
-        cfg->socket_group = s;
-      }
+      if (get_int(c, idx, key, r->lo, r->hi, &n) && asprintf(&s, "%lld", (long long)n) >= 0)
+        st__setting_set_text(r, c->obj, s);
     } else {
-      set_string(c, v, k, &cfg->socket_group);
+      char *s = get_string(c, idx, key);
+      if (s) st__setting_set_text(r, c->obj, s);
     }
-  } else if (strcmp(k, "allow_uids") == 0) {
-    if ((count = get_id_list(c, v, k, 0, ST_MAX_ALLOW, UINT32_MAX - 1, ids)) >= 0) {
-      cfg->nallow_uids = count;
-      for (int i = 0; i < count; i++) cfg->allow_uids[i] = (uid_t)ids[i];
-    }
-  } else if (strcmp(k, "allow_gids") == 0) {
-    if ((count = get_id_list(c, v, k, 0, ST_MAX_ALLOW, UINT32_MAX - 1, ids)) >= 0) {
-      cfg->nallow_gids = count;
-      for (int i = 0; i < count; i++) cfg->allow_gids[i] = (gid_t)ids[i];
-    }
-  } else if (strcmp(k, "limits") == 0) {
-    parse_limits(c, v, cfg);
-  } else if (strcmp(k, "tasks") == 0) {
-    parse_tasks(c, v, cfg);
-  } else if (strcmp(k, "memory_budget") == 0) {
-    parse_budget(c, v, cfg);
-  } else if (strcmp(k, "default_device") == 0) {
-    const char *d = lua_type(L, v) == LUA_TSTRING ? lua_tostring(L, v) : NULL;
-    if (!d || (strcmp(d, "socket") != 0 && strcmp(d, "cpu") != 0)) {
-      bad(c, k, "expected \"socket\" or \"cpu\"");
-    } else {
-      free(cfg->default_device);
-      cfg->default_device = strdup(d);
-    }
-  } else if (strcmp(k, "data_dirs") == 0) {
-    parse_data_dirs(c, v, cfg);
-  } else if (strcmp(k, "loader_threads") == 0) {
-    if (get_int(c, v, k, 1, 64, &n)) cfg->loader_threads = (int)n;
-  } else if (strcmp(k, "staging_bytes") == 0) {
-    if (get_int(c, v, k, 4 << 20, INT64_C(1) << 40, &n)) cfg->staging_bytes = (uint64_t)n;
-  } else if (strcmp(k, "shutdown_grace_s") == 0) {
-    double d = lua_tonumber(L, v);
-    char buf[64];
-    if (lua_type(L, v) != LUA_TNUMBER || !(d >= 0) || d > 86400.0)
-      bad(c, k, "expected a number of seconds >= 0, got %s", got(L, v, buf, sizeof buf));
-    else cfg->shutdown_grace_s = d;
-  } else {
-    bad(c, NULL, "unknown key '%s'", k);
+    break;
+  case ST_SET_INTS: read_ints(c, r, idx, key); break;
+  case ST_SET_PATHS: read_paths(c, r, idx, key); break;
+  case ST_SET_MAP: read_map(c, r, idx, key); break;
+  case ST_SET_TABLE:
+    if (lua_type(L, idx) != LUA_TTABLE) bad(c, key, "expected a table, got %s", luaL_typename(L, idx));
+    else read_table(c, r->rows, idx, key);
+    break;
   }
 }
 
-/* Loop thread, at start. See st_lua.h. */
-int st__config_load(const char *path, st__config_t *cfg, st__errlist_t *errs) {
-  size_t errs0 = errs->count;
+/* "a, b, c": the names of rows, for messages. */
+static const char *row_names(const st__setting_t *rows, char *buf, size_t len) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (const st__setting_t *r = rows; r->name && used < len; r++) {
+    int n = snprintf(buf + used, len - used, "%s%s", r == rows ? "" : ", ", r->name);
+    if (n < 0) break;
+    used += (size_t)n;
+  }
+  return buf;
+}
+
+/* Every key of the table at idx by `rows`. `prefix` NULL: the file's
+ * table ("unknown key 'x'"); else a sub-table named prefix, whose keys
+ * are reported as "prefix.key" and whose unknown keys list the known
+ * ones. */
+static void read_table(cfgck_t *c, const st__setting_t *rows, int idx, const char *prefix) {
+  lua_State *L = c->L;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {                    /* ..., key, value */
+    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+    const st__setting_t *r = k ? st__settings_find(rows, k) : NULL;
+    char key[160], names[512];
+    if (!k) {
+      if (prefix) bad(c, prefix, "keys must be strings");
+      else bad(c, NULL, "keys must be strings");
+    } else if (!r && prefix) {
+      bad(c, NULL, "%s: unknown key '%s' (%s)", prefix, k, row_names(rows, names, sizeof names));
+    } else if (!r) {
+      bad(c, NULL, "unknown key '%s'", k);
+    } else {
+      if (prefix) snprintf(key, sizeof key, "%s.%s", prefix, k);
+      else snprintf(key, sizeof key, "%s", k);
+      read_value(c, r, lua_gettop(L), key);
+    }
+    lua_pop(L, 1);                              /* ..., key */
+  }
+}
+
+/* The whole file as text (owned), or NULL after reporting. */
+static char *read_file(const char *path, size_t *len, st__errlist_t *errs) {
   FILE *f = fopen(path, "rb");
   if (!f) {
     st__errlist_add(errs, "%s: cannot read: %s", path, strerror(errno));
-    return ST_ERR_CONFIGURATION;
+    return NULL;
   }
   char *text = NULL;
-  size_t len = 0;
-  FILE *mem = open_memstream(&text, &len);
+  FILE *mem = open_memstream(&text, len);
   char buf[4096];
   size_t k;
   while (mem && (k = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, k, mem);
@@ -363,9 +313,18 @@ int st__config_load(const char *path, st__config_t *cfg, st__errlist_t *errs) {
   if (!mem || fclose(mem) != 0 || !text) {
     free(text);
     st__errlist_add(errs, "%s: out of memory", path);
-    return ST_ERR_CONFIGURATION;
+    return NULL;
   }
+  return text;
+}
 
+/* The thread that calls it, at start. See st_lua.h. */
+int st__settings_load(const char *path, const st__setting_t *rows, void *obj,
+                      st__errlist_t *errs) {
+  size_t errs0 = errs->count;
+  size_t len = 0;
+  char *text = read_file(path, &len, errs);
+  if (!text) return ST_ERR_CONFIGURATION;
   st__lua_ctx_t ctx = {.mode = ST__LUA_CONFIG, .who = "config"};
   lua_State *L = st__lua_state_new(&ctx);
   if (!L) {
@@ -391,32 +350,11 @@ int st__config_load(const char *path, st__config_t *cfg, st__errlist_t *errs) {
     lua_close(L);
     return ST_ERR_CONFIGURATION;
   }
-  cfgck_t c = {L, path, errs, 0};
-  if (lua_type(L, 1) != LUA_TTABLE) {
+  cfgck_t c = {L, path, errs, obj};
+  if (lua_type(L, 1) != LUA_TTABLE)
     bad(&c, NULL, "the file must return a table (return { workers = 4, ... }), it returned %s",
         luaL_typename(L, 1));
-  } else {
-    lua_pushnil(L);
-    while (lua_next(L, 1)) {                        /* ret, key, value */
-      if (lua_type(L, -2) != LUA_TSTRING) bad(&c, NULL, "keys must be strings");
-      else parse_key(&c, lua_tostring(L, -2), lua_gettop(L), cfg);
-      lua_pop(L, 1);                                /* ret, key */
-    }
-  }
+  else read_table(&c, rows, 1, NULL);
   lua_close(L);
-  if (errs->count > errs0) return ST_ERR_CONFIGURATION;
-  /* The default data directory is the config file's own directory. */
-  if (cfg->ndata_dirs == 1 && strcmp(cfg->data_dirs[0], ".") == 0) {
-    char *dir = resolve_dir(path, ".");
-    if (dir) {
-      free(cfg->data_dirs[0]);
-      cfg->data_dirs[0] = dir;
-    }
-  }
-  char *p = strdup(path);
-  if (p) {
-    free(cfg->path);
-    cfg->path = p;
-  }
-  return ST_OK;
+  return errs->count > errs0 ? ST_ERR_CONFIGURATION : ST_OK;
 }

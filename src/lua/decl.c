@@ -14,12 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/settings.h"
+#include "engine/options.h"
+
 #define NAME_MAX_LEN 128
 
-static const char option_list[] =
-    "name, doc, execution, concurrency, managed, cache, cache_format_key, singleflight, "
-    "timeout, device, ipc, params, build";
-
+/* See lua_int.h. Any thread. */
 uint64_t st__lua_fnv1a(uint64_t h, const void *data, size_t len) {
   const unsigned char *p = data;
   for (size_t i = 0; i < len; i++) {
@@ -29,12 +29,12 @@ uint64_t st__lua_fnv1a(uint64_t h, const void *data, size_t len) {
   return h;
 }
 
+/* See lua_int.h. */
 void st__lua_decl_free(st__endpoint_decl_t *d) {
   free(d->name);
   free(d->file);
   free(d->doc);
-  free(d->cache_format_key);
-  free(d->device);
+  st__options_free(d);
   for (size_t i = 0; i < d->nparams; i++) {
     free(d->params[i].name);
     free(d->params[i].default_mp);
@@ -90,14 +90,59 @@ static int want_bool(checker_t *c, const char *opt, int *out) {
   return 0;
 }
 
-/* One of two words; returns 0/1, or -1 after reporting. */
-static int want_enum(checker_t *c, const char *opt, const char *a, const char *b) {
-  const char *s = want_string(c, opt);
+/* One of the option's words; returns its index, or -1 after reporting. */
+static int want_choice(checker_t *c, const st__option_t *o) {
+  const char *s = want_string(c, o->name);
   if (!s) return -1;
-  if (strcmp(s, a) == 0) return 0;
-  if (strcmp(s, b) == 0) return 1;
-  bad(c, "option '%s' must be \"%s\" or \"%s\", got \"%s\"", opt, a, b, s);
-  return -1;
+  int v = st__choices_index(o->choices, s);
+  char words[256];
+  if (v < 0)
+    bad(c, "option '%s' must be %s, got \"%s\"", o->name,
+        st__choices_text(o->choices, words, sizeof words), s);
+  return v;
+}
+
+/* The option o's value at the top of the stack into d, read and checked
+ * by o's type (engine/options.h). Returns 1 when it was stored, 0 after
+ * reporting. */
+static int parse_option(checker_t *c, const st__option_t *o, st__endpoint_decl_t *d) {
+  lua_State *L = c->L;
+  const char *s;
+  int v;
+  switch (o->type) {
+  case ST_OPT_ENUM:
+    if ((v = want_choice(c, o)) < 0) return 0;
+    st__option_set_int(o, d, v);
+    return 1;
+  case ST_OPT_BOOL:
+    if (!want_bool(c, o->name, &v)) return 0;
+    st__option_set_int(o, d, v);
+    return 1;
+  case ST_OPT_SECONDS: {
+    double t = lua_tonumber(L, -1);
+    if (lua_type(L, -1) != LUA_TNUMBER || !(t > 0) || isinf(t)) {
+      bad(c, "option '%s' must be a number of seconds > 0, got %s", o->name,
+          lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1));
+      return 0;
+    }
+    st__option_set_seconds(o, d, t);
+    return 1;
+  }
+  case ST_OPT_DEVICE:
+    if (!(s = want_string(c, o->name))) return 0;
+    if (!st__device_name_ok(s, 1)) {
+      bad(c, "option '%s' must be \"cpu\", \"cuda\" or \"cuda:N\", got \"%s\"", o->name, s);
+      return 0;
+    }
+    st__option_set_text(o, d, strdup(s));
+    return 1;
+  case ST_OPT_STRING:
+  case ST_OPT_KEY_FORMAT:
+    if (!(s = want_string(c, o->name))) return 0;
+    st__option_set_text(o, d, strdup(s));
+    return 1;
+  }
+  return 0;
 }
 
 static int param_cmp(const void *a, const void *b) {
@@ -189,9 +234,8 @@ static int has_param(const st__endpoint_decl_t *d, const char *name, size_t len)
   return 0;
 }
 
-/* Every {name} of the key must be a parameter; braces must pair up. */
-static void check_format_key(checker_t *c, const st__endpoint_decl_t *d) {
-  const char *k = d->cache_format_key;
+/* Every {name} of the key k must be a parameter; braces must pair up. */
+static void check_format_key(checker_t *c, const st__endpoint_decl_t *d, const char *k) {
   for (const char *p = k; *p; p++) {
     if (*p == '}') {
       bad(c, "cache_format_key \"%s\": '}' without '{'", k);
@@ -211,12 +255,36 @@ static void check_format_key(checker_t *c, const st__endpoint_decl_t *d) {
   }
 }
 
-int st__lua_device_name_ok(const char *s, int bare_cuda) {
-  if (strcmp(s, "cpu") == 0 || (bare_cuda && strcmp(s, "cuda") == 0)) return 1;
-  if (strncmp(s, "cuda:", 5) != 0 || !s[5] || strlen(s + 5) > 4) return 0;
-  return strspn(s + 5, "0123456789") == strlen(s + 5);
+/* "unknown option" lists every key: the structural ones and the options. */
+static const char *option_list(char *buf, size_t len) {
+  size_t used = (size_t)snprintf(buf, len, "name, doc");
+  for (size_t i = 0; i < ST__ENDPOINT_NOPTIONS && used < len; i++)
+    used += (size_t)snprintf(buf + used, len - used, ", %s", st__endpoint_options[i].name);
+  if (used < len) snprintf(buf + used, len - used, ", params, build");
+  return buf;
 }
 
+/* After every key was read: an option with a value sets the option it
+ * implies (cache_format_key: cache), which must not be declared false;
+ * a key format must name parameters. `seen` marks the options declared
+ * with a valid value. */
+static void finish_options(checker_t *c, st__endpoint_decl_t *d, const unsigned char *seen) {
+  for (size_t i = 0; i < ST__ENDPOINT_NOPTIONS; i++) {
+    const st__option_t *o = &st__endpoint_options[i];
+    if (st__option_is_default(o, d)) continue;
+    const st__option_t *imp = o->implies ? st__option_find(o->implies) : NULL;
+    if (imp) {
+      if (seen[imp - st__endpoint_options] && !st__option_int(imp, d))
+        bad(c, "%s implies %s = true, but %s = false", o->name, imp->name, imp->name);
+    }
+    if (o->type == ST_OPT_KEY_FORMAT) check_format_key(c, d, st__option_text(o, d));
+    if (imp) st__option_set_int(imp, d, 1);
+  }
+}
+
+/* Every key of the declaration at idx: the structural ones (name, doc,
+ * params, build) here, the options by their rows (parse_option), then
+ * what the options imply (finish_options). See lua_int.h. */
 int st__lua_decl_parse(lua_State *L, int idx, const char *file, int line,
                        st__endpoint_decl_t *out, st__errlist_t *errs) {
   idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
@@ -225,14 +293,19 @@ int st__lua_decl_parse(lua_State *L, int idx, const char *file, int line,
   memset(d, 0, sizeof *d);
   d->file = strdup(file);
   d->line = line;
-  int has_build = 0, cache_set = 0, cache_val = 0;
+  st__options_defaults(d);
+  unsigned char seen[ST__ENDPOINT_NOPTIONS] = {0};
+  int has_build = 0;
   lua_pushnil(L);
   while (lua_next(L, idx)) {                  /* decl, key, value */
     const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
-    int v;
+    const st__option_t *o = k ? st__option_find(k) : NULL;
     const char *s;
+    char list[512];
     if (!k) {
       bad(&c, "option names must be strings (found a %s key)", luaL_typename(L, -2));
+    } else if (o) {
+      if (parse_option(&c, o, d)) seen[o - st__endpoint_options] = 1;
     } else if (strcmp(k, "name") == 0) {
       if ((s = want_string(&c, k))) {
         size_t len = lua_objlen(L, -1);
@@ -243,38 +316,13 @@ int st__lua_decl_parse(lua_State *L, int idx, const char *file, int line,
       }
     } else if (strcmp(k, "doc") == 0) {
       if ((s = want_string(&c, k))) d->doc = strdup(s);
-    } else if (strcmp(k, "execution") == 0) {
-      if ((v = want_enum(&c, k, "direct", "task")) >= 0) d->execution = (st__execution_t)v;
-    } else if (strcmp(k, "concurrency") == 0) {
-      if ((v = want_enum(&c, k, "parallel", "serialized")) >= 0) d->concurrency = (st__concurrency_t)v;
-    } else if (strcmp(k, "ipc") == 0) {
-      if ((v = want_enum(&c, k, "vmm", "legacy")) >= 0) d->ipc = (st__ipc_t)v;
-    } else if (strcmp(k, "managed") == 0) {
-      want_bool(&c, k, &d->managed);
-    } else if (strcmp(k, "cache") == 0) {
-      if (want_bool(&c, k, &cache_val)) cache_set = 1;
-    } else if (strcmp(k, "singleflight") == 0) {
-      want_bool(&c, k, &d->singleflight);
-    } else if (strcmp(k, "cache_format_key") == 0) {
-      if ((s = want_string(&c, k))) d->cache_format_key = strdup(s);
-    } else if (strcmp(k, "timeout") == 0) {
-      double t = lua_tonumber(L, -1);
-      if (lua_type(L, -1) != LUA_TNUMBER || !(t > 0) || isinf(t))
-        bad(&c, "option 'timeout' must be a number of seconds > 0, got %s",
-            lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1));
-      else d->timeout_s = t;
-    } else if (strcmp(k, "device") == 0) {
-      if ((s = want_string(&c, k))) {
-        if (st__lua_device_name_ok(s, 1)) d->device = strdup(s);
-        else bad(&c, "option 'device' must be \"cpu\", \"cuda\" or \"cuda:N\", got \"%s\"", s);
-      }
     } else if (strcmp(k, "params") == 0) {
       parse_params(&c, d);
     } else if (strcmp(k, "build") == 0) {
       if (lua_type(L, -1) == LUA_TFUNCTION) has_build = 1;
       else bad(&c, "option 'build' must be a function, got %s", luaL_typename(L, -1));
     } else {
-      bad(&c, "unknown option '%s' (options: %s)", k, option_list);
+      bad(&c, "unknown option '%s' (options: %s)", k, option_list(list, sizeof list));
     }
     lua_pop(L, 1);                            /* decl, key */
   }
@@ -290,14 +338,7 @@ int st__lua_decl_parse(lua_State *L, int idx, const char *file, int line,
     if (lua_isnil(L, -1)) bad(&c, "missing option 'build' (the function that builds the result)");
     lua_pop(L, 1);
   }
-  if (d->cache_format_key) {
-    if (cache_set && !cache_val)
-      bad(&c, "cache_format_key implies cache = true, but cache = false");
-    check_format_key(&c, d);
-    d->cache = 1;
-  } else {
-    d->cache = cache_val;
-  }
+  finish_options(&c, d, seen);
   if (c.nerr) st__lua_decl_free(d);
   return c.nerr;
 }

@@ -26,7 +26,7 @@
  *   decl.c         validation of one st.endpoint{...} table (this header)
  *   loader.c       st__generation_load (st_lua.h)
  *   vm.c           worker states: st__vm_new/build/free (st_lua.h)
- *   config_load.c  st__config_load (st_lua.h)
+ *   config_load.c  st__settings_load (st_lua.h): config.lua by a settings schema
  *
  * Threads: a lua_State is used by one thread at a time; nothing here keeps
  * global mutable state (registry keys are addresses of static chars).
@@ -58,10 +58,6 @@
  * and the problems are in errs). Returns the number of errors added. */
 int st__lua_decl_parse(lua_State *L, int idx, const char *file, int line,
                        st__endpoint_decl_t *out, st__errlist_t *errs);
-
-/* Nonzero for "cpu" and "cuda:N" (N: 1 to 4 digits), and for a bare
- * "cuda" when bare_cuda (the endpoint option; budgets need an index). */
-int st__lua_device_name_ok(const char *s, int bare_cuda);
 
 /* Frees what a declaration owns (not the struct). */
 void st__lua_decl_free(st__endpoint_decl_t *d);

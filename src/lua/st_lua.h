@@ -1,7 +1,9 @@
 /* src/lua: the only module that includes lua.h. This header is its face to
  * the rest of the server and has no Lua types in it.
  *
- *  - st__config_load:     runs config.lua in a sandbox and fills a config.
+ *  - st__settings_load:   runs a configuration file (config.lua) in a
+ *                         sandbox and reads the table it returns into a
+ *                         struct by the rows of a settings schema.
  *  - st__generation_load: loads endpoints/NAME.lua, validates every
  *                         declaration, and produces a generation.
  *  - st__vm_*:            one worker's Lua state for one generation; runs
@@ -24,17 +26,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/settings.h"
 #include "engine/generation.h"
 #include "engine/job.h"
 #include "engine/result.h"
-#include "server/config.h"
 
-/* Runs the config file at `path` (sandboxed, no st module) and fills *cfg
- * over its current values (call st__config_defaults first). Unknown keys,
- * wrong types and bad values are reported in errs as "path:line: message"
- * (line of the config file where known). Returns ST_OK or
- * ST_ERR_CONFIGURATION. Loop thread, at start. */
-int st__config_load(const char *path, st__config_t *cfg, st__errlist_t *errs);
+/* Runs the configuration file at `path` (sandboxed, no st module, under
+ * the load time limit) and reads the table it returns into *obj by
+ * `rows` (common/settings.h), over obj's current values. Every key is
+ * checked and every problem is reported in errs, as "path: key: message"
+ * ("path: limits.max_inflight: expected an integer in 1..1048576, got 0")
+ * or "path:line: message" for a Lua error. Returns ST_OK, or
+ * ST_ERR_CONFIGURATION (obj may then hold some of the new values). The
+ * thread that calls it, at start. */
+int st__settings_load(const char *path, const st__setting_t *rows, void *obj,
+                      st__errlist_t *errs);
 
 /* Loads every "*.lua" file of `dir` (sorted by name, not recursive), or
  * `dir` itself when it names a regular file. Each must return one

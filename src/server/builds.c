@@ -1,13 +1,15 @@
-/* src/server: builds (work.h): `call` and `submit`, the flight table of
- * singleflight and cached endpoints, the queues of serialized endpoints,
- * and what happens when a job comes back from the pool. Loop thread only.
+/* src/server: the build scheduler (work.h, "builds.c"): a consumer's
+ * build starts (an answer from the cache, a build in flight to join, or a
+ * new one for the pool or its serialized queue: queue.c), a job comes back
+ * and its consumers receive the result (deliver.c), and consumers that
+ * stop waiting (a cancelled task, a closed connection, shutdown) cancel
+ * builds nobody waits for. Loop thread only.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
-#include "engine/bind.h"
 #include "engine/cachekey.h"
 #include "server/work.h"
 #include "st/errors.h"
@@ -41,82 +43,23 @@ static void sweep_timer_cb(struct ev_loop *loop, ev_timer *w, int revents) {
   st__tasks_sweep(w->data);
 }
 
-static void free_consumers(st__build_t *b) {
-  st__consumer_t *k = b->consumers;
-  while (k) {
-    st__consumer_t *next = k->next;
-    free(k);
-    k = next;
-  }
-  b->consumers = NULL;
-}
-
-static void free_build(st__build_t *b) {
-  free_consumers(b);
-  free(b->endpoint);
-  free(b->cache_key);
-  free(b->flight);
-  free(b);
-}
-
-static void serial_free(const char *key, size_t len, void *value, void *ud) {
-  (void)key;
-  (void)len;
-  (void)ud;
-  st__serial_t *s = value;
-  st__build_t *b = s->head;
-  while (b) {
-    st__build_t *next = b->qnext;
-    st__job_free(b->job);    /* waiting builds own their job */
-    b->job = NULL;
-    b = next;
-  }
-  free(s);
-}
-
 /* Frees everything; jobs on the pool were freed with it. Loop thread. */
 void st__work_destroy(st__server_t *srv) {
   st__work_t *w = srv->work;
   if (!w) return;
   ev_timer_stop(srv->loop, &w->sweep);
   st__tasks_destroy(srv);
-  st__smap_each(&w->serial, serial_free, NULL);
-  st__smap_clear(&w->serial);
+  st__queue_destroy(w);
   st__build_t *b = w->builds;
   while (b) {
     st__build_t *next = b->next;
-    free_build(b);
+    st__build_free(b);
     b = next;
   }
   st__smap_clear(&w->flights);
   st__smap_clear(&w->tasks);
   free(w);
   srv->work = NULL;
-}
-
-/* ------------------------------------------------------------- lists */
-
-static void link_build(st__work_t *w, st__build_t *b) {
-  b->prev = NULL;
-  b->next = w->builds;
-  if (w->builds) w->builds->prev = b;
-  w->builds = b;
-}
-
-static void unlink_build(st__work_t *w, st__build_t *b) {
-  if (b->prev) b->prev->next = b->next;
-  else if (w->builds == b) w->builds = b->next;
-  if (b->next) b->next->prev = b->prev;
-  b->prev = b->next = NULL;
-}
-
-/* Later calls stop joining b. */
-static void forget_flight(st__work_t *w, st__build_t *b) {
-  if (!b->flight) return;
-  if (st__smap_get(&w->flights, b->flight, b->flight_len) == b)
-    st__smap_del(&w->flights, b->flight, b->flight_len);
-  free(b->flight);
-  b->flight = NULL;
 }
 
 /* "name NUL fingerprint@device NUL key": a build of another definition
@@ -137,177 +80,13 @@ static char *flight_key(const st__endpoint_decl_t *ep, const char *where, const 
   return s;
 }
 
-/* ------------------------------------------------------------- pool */
-
-static int submit(st__server_t *srv, st__build_t *b) {
-  if (!srv->pool) return ST_ERR_SHUTTING_DOWN;
-  int rc = st__pool_submit(srv->pool, b->job);
-  if (rc != ST_OK) return rc;
-  b->state = ST_BUILD_SUBMITTED;
-  srv->counters.builds++;
-  return ST_OK;
-}
-
-static void deliver_error(st__server_t *srv, st__build_t *b, int code, const char *msg);
-
-/* A serialized build of `endpoint` left the pool: the next one in its
- * queue gets the turn. */
-static void serial_next(st__server_t *srv, const char *endpoint) {
-  st__work_t *w = srv->work;
-  size_t len = strlen(endpoint);
-  st__serial_t *s = st__smap_get(&w->serial, endpoint, len);
-  if (!s) return;
-  s->busy = 0;
-  while (s->head && !s->busy) {
-    st__build_t *b = s->head;
-    s->head = b->qnext;
-    if (!s->head) s->tail = NULL;
-    b->qnext = NULL;
-    w->nwaiting--;
-    int rc = submit(srv, b);
-    if (rc == ST_OK) {
-      s->busy = 1;
-      break;
-    }
-    /* Only a pool that stopped refuses: end the build here. */
-    unlink_build(w, b);
-    forget_flight(w, b);
-    deliver_error(srv, b, rc, "the server is shutting down");
-    st__job_free(b->job);
-    free_build(b);
-  }
-  if (!s->busy && !s->head) {
-    st__smap_del(&w->serial, endpoint, len);
-    free(s);
-  }
-}
-
-/* Hands b to the pool, or queues it behind the running build of its
- * serialized endpoint. */
-static int enqueue(st__server_t *srv, st__build_t *b) {
-  st__work_t *w = srv->work;
-  if (!b->serialized) return submit(srv, b);
-  size_t len = strlen(b->endpoint);
-  st__serial_t *s = st__smap_get(&w->serial, b->endpoint, len);
-  if (!s) {
-    s = calloc(1, sizeof *s);
-    if (!s || st__smap_put(&w->serial, b->endpoint, len, s) != ST_OK) {
-      free(s);
-      return ST_ERR_OUT_OF_MEMORY;
-    }
-  }
-  if (s->busy) {
-    b->state = ST_BUILD_WAITING;
-    b->qnext = NULL;
-    if (s->tail) s->tail->qnext = b;
-    else s->head = b;
-    s->tail = b;
-    w->nwaiting++;
-    return ST_OK;
-  }
-  int rc = submit(srv, b);
-  if (rc == ST_OK) {
-    s->busy = 1;
-  } else if (!s->head) {
-    st__smap_del(&w->serial, b->endpoint, len);
-    free(s);
-  }
-  return rc;
-}
-
-/* Ends a build that has not run: out of its queue or the pool's. Returns
- * 1 when it did (b and its job are freed; consumers are not told), 0
- * when a worker already runs it. */
-static int abort_build(st__server_t *srv, st__build_t *b) {
-  st__work_t *w = srv->work;
-  if (b->state == ST_BUILD_WAITING) {
-    st__serial_t *s = st__smap_get(&w->serial, b->endpoint, strlen(b->endpoint));
-    st__build_t **pp = s ? &s->head : NULL;
-    while (pp && *pp && *pp != b) pp = &(*pp)->qnext;
-    if (!pp || !*pp) return 0;   /* not found: broken invariant, keep it */
-    *pp = b->qnext;
-    if (s->tail == b) {
-      s->tail = NULL;
-      for (st__build_t *q = s->head; q; q = q->qnext) s->tail = q;
-    }
-    w->nwaiting--;
-    unlink_build(w, b);
-    forget_flight(w, b);
-    st__job_free(b->job);
-    free_build(b);
-    return 1;
-  }
-  if (!srv->pool || !st__pool_remove(srv->pool, b->job)) return 0;
-  unlink_build(w, b);
-  forget_flight(w, b);
-  st__job_free(b->job);
-  int serialized = b->serialized;
-  char *endpoint = b->endpoint;
-  b->endpoint = NULL;
-  free_build(b);
-  if (serialized) serial_next(srv, endpoint);
-  free(endpoint);
-  st__server_check_drained(srv);
-  return 1;
-}
-
-/* ------------------------------------------------------------- delivery */
-
-static void call_error(st__server_t *srv, const st__consumer_t *k, int code, const char *msg) {
-  st__conn_t *c = st__conn_find(srv, k->conn_id);
-  if (!c || c->dead) return;
-  st__conn_send_error(c, k->request_id, code, msg);
-  st__conn_request_done(c);
-}
-
-/* Every consumer of b gets the error; b keeps its (now empty) list. */
-static void deliver_error(st__server_t *srv, st__build_t *b, int code, const char *msg) {
-  st__consumer_t *k = b->consumers;
-  b->consumers = NULL;
-  while (k) {
-    st__consumer_t *next = k->next;
-    if (k->kind == ST_CONSUMER_CALL) call_error(srv, k, code, msg);
-    else st__task_finish_error(srv, k->task, code, msg);
-    free(k);
-    k = next;
-  }
-}
-
-/* One consumer receives obj (a lease first when the endpoint is managed). */
-static void give_object(st__server_t *srv, const st__consumer_t *k, st__object_t *obj) {
-  if (k->kind == ST_CONSUMER_TASK) {
-    st__task_finish_object(srv, k->task, obj);
-    return;
-  }
-  st__conn_t *c = st__conn_find(srv, k->conn_id);
-  if (!c || c->dead) {
-    srv->counters.calls_dropped++;
-    return;
-  }
-  int lease = 0;
-  if (obj->managed) {
-    if (st__objects_lease(&srv->objects, obj, c->id) != ST_OK) {
-      st__conn_send_error(c, k->request_id, ST_ERR_OUT_OF_MEMORY, "out of memory taking a lease");
-      st__conn_request_done(c);
-      return;
-    }
-    c->leases++;
-    lease = 1;
-  }
-  st__objects_touch(&srv->objects, obj);
-  if (st__reply_result(c, k->request_id, obj->endpoint, &obj->result, obj, lease) != ST_OK &&
-      lease)
-    st__drop_lease(srv, c, obj);   /* the client never saw it */
-  st__conn_request_done(c);
-}
+/* ------------------------------------------------------------- start */
 
 /* The job of a task consumer started: the task is running (or ran). */
 static void note_started(st__server_t *srv, st__task_t *t, st__job_t *job) {
   if (st__job_state(job) != ST_JOB_QUEUED) st__task_started(srv, t, job->started_unix);
   st__progress_get(&job->progress, &t->progress);
 }
-
-/* ------------------------------------------------------------- start */
 
 static st__consumer_t *copy_consumer(const st__consumer_t *who) {
   st__consumer_t *k = malloc(sizeof *k);
@@ -359,7 +138,7 @@ int st__build_start(st__server_t *srv, const st__endpoint_decl_t *ep, const char
       srv->counters.cache_hits++;
       free(key);
       consumer_waits(srv, who, NULL);
-      give_object(srv, who, obj);
+      st__deliver_object(srv, who, obj);
       return ST_OK;
     }
     srv->counters.cache_misses++;
@@ -389,7 +168,7 @@ int st__build_start(st__server_t *srv, const st__endpoint_decl_t *ep, const char
                                who->request_id, srv->gen, ep, bound, bound_len);
   if (b) b->endpoint = strdup(ep->name);
   if (!b || !b->endpoint || !k || !job || (key && !fk)) {
-    if (b) free_build(b);
+    if (b) st__build_free(b);
     free(k);
     free(fk);
     free(key);
@@ -418,13 +197,13 @@ int st__build_start(st__server_t *srv, const st__endpoint_decl_t *ep, const char
   } else {
     free(fk);
   }
-  link_build(w, b);
-  rc = enqueue(srv, b);
+  st__build_link(w, b);
+  rc = st__queue_enqueue(srv, b);
   if (rc != ST_OK) {
-    unlink_build(w, b);
-    forget_flight(w, b);
+    st__build_unlink(w, b);
+    st__build_forget_flight(w, b);
     st__job_free(job);
-    free_build(b);
+    st__build_free(b);
     snprintf(err, errlen, "%s", rc == ST_ERR_SHUTTING_DOWN ? "the server is shutting down"
                                                            : "out of memory queueing the call");
     return rc;
@@ -433,114 +212,49 @@ int st__build_start(st__server_t *srv, const st__endpoint_decl_t *ep, const char
   return ST_OK;
 }
 
-/* ------------------------------------------------------------- methods */
-
-/* Finds and binds: ep and the bound map, or an error reply was sent. */
-static const st__endpoint_decl_t *resolve(st__conn_t *c, uint32_t id, const char *method,
-                                          const msgpack_object *params, msgpack_sbuffer *bound) {
-  st__server_t *srv = c->srv;
-  const msgpack_object *name = st__map_get(params, "endpoint");
-  if (name && name->type == MSGPACK_OBJECT_STR && (srv->shutting_down || !srv->pool)) {
-    st__conn_send_error(c, id, ST_ERR_SHUTTING_DOWN, "the server is shutting down");
-    return NULL;
-  }
-  const st__endpoint_decl_t *ep = st__param_endpoint(c, id, method, params);
-  if (!ep) return NULL;
-  msgpack_sbuffer_init(bound);
-  char err[1024];
-  int rc = st__bind_args(ep, st__map_get(params, "args"), c->targs, bound, err, sizeof err);
-  if (rc != ST_OK) {
-    msgpack_sbuffer_destroy(bound);
-    char msg[1200];
-    snprintf(msg, sizeof msg, "%s: %s", ep->name, err);
-    st__conn_send_error(c, id, rc, msg);
-    return NULL;
-  }
-  return ep;
-}
-
-/* A new task whose build has started (or that already ended, on a cache
- * hit). NULL when it could not start: an error reply was sent. `waiter`:
- * the request waits for the result (call of a task endpoint). */
-static st__task_t *start_task(st__conn_t *c, uint32_t id, const st__endpoint_decl_t *ep,
-                              const msgpack_sbuffer *bound, int waiter) {
-  st__server_t *srv = c->srv;
-  char err[512];
-  int code = ST_OK;
-  st__task_t *t = st__task_new(srv, ep->name, err, sizeof err, &code);
-  if (!t) {
-    st__conn_send_error(c, id, code, err);
-    return NULL;
-  }
-  srv->counters.tasks_submitted++;
-  if (waiter && st__task_add_waiter(srv, t, c, id, ST_WAIT_RESULT, 0) != ST_OK) {
-    st__task_finish_error(srv, t, ST_ERR_OUT_OF_MEMORY, "out of memory");
-    st__conn_send_error(c, id, ST_ERR_OUT_OF_MEMORY, "out of memory");
-    return NULL;
-  }
-  st__consumer_t who = {.kind = ST_CONSUMER_TASK, .task = t};
-  int rc = st__build_start(srv, ep, bound->data, bound->size, c->targs, &who, c->device, err,
-                           sizeof err);
-  if (rc != ST_OK) {
-    char msg[700];
-    snprintf(msg, sizeof msg, "%s: %s", ep->name, err);
-    /* A waiting call gets the error through its task; submit replies. */
-    st__task_finish_error(srv, t, rc, msg);
-    if (!waiter) st__conn_send_error(c, id, rc, msg);
-    return NULL;
-  }
-  ST_LOG_D("task", "conn %llu: task %llu (%s) submitted", (unsigned long long)c->id,
-           (unsigned long long)t->id, ep->name);
-  return t;
-}
-
-/* call: binds, then answers from the cache, joins a build in flight,
- * starts a build, or (execution = "task") runs it as a task and answers
- * when it ends. Loop thread. */
-void st__method_call(st__conn_t *c, uint32_t id, const msgpack_object *params) {
-  st__server_t *srv = c->srv;
-  msgpack_sbuffer bound;
-  const st__endpoint_decl_t *ep = resolve(c, id, "call", params, &bound);
-  if (!ep) return;
-  srv->counters.calls++;
-  if (ep->execution == ST_EXEC_TASK) {
-    start_task(c, id, ep, &bound, 1);
-    msgpack_sbuffer_destroy(&bound);
-    return;
-  }
-  st__consumer_t who = {.kind = ST_CONSUMER_CALL, .conn_id = c->id, .request_id = id};
-  char err[512];
-  int rc = st__build_start(srv, ep, bound.data, bound.size, c->targs, &who, c->device, err,
-                           sizeof err);
-  msgpack_sbuffer_destroy(&bound);
-  if (rc != ST_OK) {
-    char msg[700];
-    snprintf(msg, sizeof msg, "%s: %s", ep->name, err);
-    st__conn_send_error(c, id, rc, msg);
-    return;
-  }
-  ST_LOG_D("call", "conn %llu: call %s (id %u) accepted", (unsigned long long)c->id, ep->name,
-           (unsigned)id);
-}
-
-/* submit: a task of any endpoint; replies {task_id} at once. */
-void st__method_submit(st__conn_t *c, uint32_t id, const msgpack_object *params) {
-  msgpack_sbuffer bound;
-  const st__endpoint_decl_t *ep = resolve(c, id, "submit", params, &bound);
-  if (!ep) return;
-  st__task_t *t = start_task(c, id, ep, &bound, 0);
-  msgpack_sbuffer_destroy(&bound);
-  if (!t) return;
-  msgpack_sbuffer sb;
-  msgpack_packer pk;
-  st__reply_begin(&sb, &pk, id);
-  msgpack_pack_map(&pk, 1);
-  st__pack_cstr(&pk, "task_id");
-  msgpack_pack_uint64(&pk, t->id);
-  st__reply_send(c, &sb);
-}
-
 /* ------------------------------------------------------------- completion */
+
+/* An object-producing build ended well: its result becomes one object
+ * (cached when the endpoint caches and its definition did not change
+ * meanwhile) that every consumer receives, or the error of a refused
+ * object (the memory budget) goes to all of them. */
+static void deliver_built_object(st__server_t *srv, st__build_t *b, st__job_t *job) {
+  const st__endpoint_decl_t *now =
+      st__generation_find(srv->gen, job->ep->name, strlen(job->ep->name));
+  int cache = b->cacheable && now && now->fingerprint == job->ep->fingerprint;
+  if (!b->consumers && !cache) return;
+  st__object_spec_t spec = {.endpoint = job->ep->name,
+                            .cache_key = b->cache_key,
+                            .cache_key_len = b->cache_key_len,
+                            .fingerprint = job->ep->fingerprint,
+                            .cache = cache,
+                            .managed = job->ep->managed,
+                            .where = b->where};
+  st__object_t *obj = NULL;
+  char err[512];
+  int rc = st__objects_add(&srv->objects, &spec, &job->result, &obj, err, sizeof err);
+  if (rc != ST_OK) {
+    char msg[700];
+    snprintf(msg, sizeof msg, "%s: %s", job->ep->name, err);
+    srv->counters.budget_refusals++;
+    ST_LOG_W("call", "%s", msg);
+    st__deliver_error(srv, &b->consumers, rc, msg);
+    return;
+  }
+  /* Held while it is handed out: a connection that fails while we write
+   * to it gives its lease back, which must not destroy the object under
+   * the next consumer. */
+  st__objects_hold(&srv->objects, obj);
+  st__consumer_t *k = b->consumers;
+  b->consumers = NULL;
+  while (k) {
+    st__consumer_t *next = k->next;
+    st__deliver_object(srv, k, obj);
+    free(k);
+    k = next;
+  }
+  st__objects_unhold(&srv->objects, obj);   /* destroys it if nothing holds it */
+}
 
 /* The job came back; see work.h. Loop thread. */
 void st__build_complete(st__server_t *srv, st__job_t *job) {
@@ -554,77 +268,31 @@ void st__build_complete(st__server_t *srv, st__job_t *job) {
     ST_LOG_D("call", "%s done in %.1f ms: %s, %zu arenas, %llu bytes", job->ep->name, ms,
              st_err_name(job->status), job->result.narenas,
              (unsigned long long)job->result.bytes);
-  unlink_build(w, b);
-  forget_flight(w, b);
+  st__build_unlink(w, b);
+  st__build_forget_flight(w, b);
   srv->counters.calls_dropped += b->dropped;
   for (st__consumer_t *k = b->consumers; k; k = k->next)
     if (k->kind == ST_CONSUMER_TASK) note_started(srv, k->task, job);
 
   if (job->status != ST_OK) {
-    deliver_error(srv, b, job->status, job->error);
+    st__deliver_error(srv, &b->consumers, job->status, job->error);
   } else if (!b->object) {
-    /* A plain endpoint has one consumer at most (it is never joined). */
+    /* A plain endpoint has one consumer at most (it is never joined);
+     * none when its caller left (counted in `dropped`): the arenas go
+     * with the job. */
     st__consumer_t *k = b->consumers;
     b->consumers = NULL;
-    if (!k) {
-      /* Its caller left (counted in `dropped`): the arenas go with the job. */
-    } else if (k->kind == ST_CONSUMER_TASK) {
-      st__task_finish_plain(srv, k->task, &job->result);
-    } else {
-      st__conn_t *c = st__conn_find(srv, k->conn_id);
-      if (c && !c->dead) {
-        st__reply_result(c, k->request_id, job->ep->name, &job->result, NULL, 0);
-        st__conn_request_done(c);
-      } else {
-        srv->counters.calls_dropped++;
-      }
-    }
+    if (k) st__deliver_plain(srv, k, job);
     free(k);
   } else {
-    /* Cache only what the current definition of the endpoint built. */
-    const st__endpoint_decl_t *now =
-        st__generation_find(srv->gen, job->ep->name, strlen(job->ep->name));
-    int cache = b->cacheable && now && now->fingerprint == job->ep->fingerprint;
-    if (b->consumers || cache) {
-      st__object_spec_t spec = {.endpoint = job->ep->name,
-                                .cache_key = b->cache_key,
-                                .cache_key_len = b->cache_key_len,
-                                .fingerprint = job->ep->fingerprint,
-                                .cache = cache,
-                                .managed = job->ep->managed,
-                                .where = b->where};
-      st__object_t *obj = NULL;
-      char err[512];
-      int rc = st__objects_add(&srv->objects, &spec, &job->result, &obj, err, sizeof err);
-      if (rc != ST_OK) {
-        char msg[700];
-        snprintf(msg, sizeof msg, "%s: %s", job->ep->name, err);
-        srv->counters.budget_refusals++;
-        ST_LOG_W("call", "%s", msg);
-        deliver_error(srv, b, rc, msg);
-      } else {
-        /* Held while it is handed out: a connection that fails while
-         * we write to it gives its lease back, which must not destroy
-         * the object under the next consumer. */
-        st__objects_hold(&srv->objects, obj);
-        st__consumer_t *k = b->consumers;
-        b->consumers = NULL;
-        while (k) {
-          st__consumer_t *next = k->next;
-          give_object(srv, k, obj);
-          free(k);
-          k = next;
-        }
-        st__objects_unhold(&srv->objects, obj);   /* destroys it if nothing holds it */
-      }
-    }
+    deliver_built_object(srv, b, job);
   }
   int serialized = b->serialized;
   char *endpoint = b->endpoint;
   b->endpoint = NULL;
-  free_build(b);
+  st__build_free(b);
   st__job_free(job);
-  if (serialized) serial_next(srv, endpoint);
+  if (serialized) st__queue_next(srv, endpoint);
   free(endpoint);
 }
 
@@ -639,14 +307,16 @@ static size_t count_consumers(const st__build_t *b) {
 /* Nobody waits for b any more: stop it. Returns 1 when it is gone
  * without having run (b is freed), 0 when its body was asked to stop. */
 static int orphan(st__server_t *srv, st__build_t *b) {
-  if (abort_build(srv, b)) return 1;
+  if (st__queue_abort(srv, b)) return 1;
   b->cancelled = 1;
   st__job_cancel(b->job);
   return 0;
 }
 
-/* The task stops waiting for b; see work.h. */
-int st__build_drop_task(st__server_t *srv, st__build_t *b, st__task_t *t) {
+/* The task stops waiting for b; the build is cancelled when no consumer
+ * is left. Returns 1 when the build is gone without having run (the task
+ * can be cancelled at once), 0 when it still runs. */
+static int drop_task(st__server_t *srv, st__build_t *b, st__task_t *t) {
   if (count_consumers(b) > 1) {
     st__consumer_t **pp = &b->consumers;
     while (*pp && !((*pp)->kind == ST_CONSUMER_TASK && (*pp)->task == t)) pp = &(*pp)->next;
@@ -658,6 +328,22 @@ int st__build_drop_task(st__server_t *srv, st__build_t *b, st__task_t *t) {
     return 1;
   }
   return orphan(srv, b);
+}
+
+/* cancel (docs/protocol.md): pending ends now; running alone is asked to
+ * stop and ends when it does; running in a shared build leaves it and
+ * ends now. Loop thread. */
+void st__task_cancel(st__server_t *srv, st__task_t *t) {
+  st__task_status(srv, t);
+  if (t->status >= ST_TASK_COMPLETED || t->cancel_requested) return;
+  st__build_t *b = t->build;
+  if (!b || drop_task(srv, b, t)) {
+    t->build = NULL;
+    st__task_finish_error(srv, t, ST_ERR_CANCELLED, NULL);
+    return;
+  }
+  /* It runs alone: it ends cancelled when its body stops. */
+  t->cancel_requested = 1;
 }
 
 /* Calls of a closed connection stop waiting; see work.h. */
@@ -682,7 +368,7 @@ void st__work_conn_closed(st__server_t *srv, st__conn_t *c) {
       b->dropped += removed;
       if (removed && !b->consumers) {
         /* Counted as dropped now if it never runs, else at completion.
-         * (abort_build may start the next serialized build, never free
+         * (st__queue_abort may start the next serialized build, never free
          * another one: the pool only refuses after every connection
          * closed, in st__server_destroy.) */
         size_t dropped = b->dropped;
@@ -690,7 +376,17 @@ void st__work_conn_closed(st__server_t *srv, st__conn_t *c) {
       }
       b = next;
     }
-    st__tasks_conn_closed(srv, c->id);
+    /* A task its call started has nobody to answer any more. */
+    uint64_t orphans[64];
+    size_t more = 0;
+    size_t n = st__tasks_conn_closed(srv, c->id, orphans, 64, &more);
+    for (size_t i = 0; i < n; i++) {
+      st__task_t *t = st__task_find(srv, orphans[i]);
+      if (t) st__task_cancel(srv, t);
+    }
+    if (more)
+      ST_LOG_W("task", "conn %llu: %zu more tasks of its calls keep running",
+               (unsigned long long)c->id, more);
   }
   if (c->leases) {
     st__objects_release_conn(&srv->objects, c->id);
@@ -704,20 +400,19 @@ void st__work_conn_closed(st__server_t *srv, st__conn_t *c) {
 void st__builds_cancel_waiting(st__server_t *srv) {
   st__work_t *w = srv->work;
   if (!w) return;
-  st__build_t gone = {0};
+  st__consumer_t *gone = NULL, **tail = &gone;
   st__build_t *b = w->builds;
   while (b) {
     st__build_t *next = b->next;
     if (b->state == ST_BUILD_WAITING) {
-      st__consumer_t **tail = &gone.consumers;
       while (*tail) tail = &(*tail)->next;
       *tail = b->consumers;
       b->consumers = NULL;
-      abort_build(srv, b);
+      st__queue_abort(srv, b);
     }
     b = next;
   }
-  deliver_error(srv, &gone, ST_ERR_CANCELLED, "cancelled: the server is shutting down");
+  st__deliver_error(srv, &gone, ST_ERR_CANCELLED, "cancelled: the server is shutting down");
 }
 
 /* In-flight builds of (endpoint[, key]) are neither cached nor joined. */
@@ -729,6 +424,6 @@ void st__builds_forget(st__server_t *srv, const char *endpoint, const char *key,
                  memcmp(b->cache_key, key, key_len) == 0))
       continue;
     b->cacheable = 0;
-    forget_flight(w, b);
+    st__build_forget_flight(w, b);
   }
 }

@@ -1,45 +1,156 @@
-/* src/server: configuration defaults (config.h). st__config_load, which
- * runs config.lua, lives in src/lua; flags are applied by the startup code. */
+/* src/server: the server's configuration (config.h): the settings schema
+ * of config.lua (common/settings.h), its defaults, and the load, which
+ * src/lua runs through the schema (st__settings_load). Command-line flags
+ * are applied afterwards by the startup code. */
 #include "server/config.h"
 
+#include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/options.h"
+#include "lua/st_lua.h"
+#include "st/errors.h"
 #include "st/wire.h"
 
-/* Fills every field of *c with its default. Any previous content is
- * overwritten, not freed (call st__config_free first when reusing).
- * The strings are owned by *c. Loop thread, at start. */
+#define F(field) offsetof(st__config_t, field)
+#define INT_FIELD(field) .offset = F(field), .size = sizeof(((st__config_t *)0)->field)
+
+static int budget_key_ok(const char *key) {
+  return st__device_name_ok(key, 0);
+}
+
+static int put_budget(void *obj, const char *key, int64_t value, char *err, size_t errlen) {
+  if (st__config_set_budget(obj, key, (uint64_t)value) == 0) return 0;
+  snprintf(err, errlen, "at most %d devices", ST_MAX_BUDGETS);
+  return -1;
+}
+
+static const st__setting_t limits_rows[] = {
+    {.name = "max_message_bytes", .type = ST_SET_INT, INT_FIELD(max_message_bytes), .lo = 64,
+     .hi = INT64_C(1) << 40, .def = ST_DEFAULT_MAX_MESSAGE_BYTES,
+     .description = "largest incoming message"},
+    {.name = "max_connections", .type = ST_SET_INT, INT_FIELD(max_connections), .lo = 1,
+     .hi = 1 << 20, .def = ST_DEFAULT_MAX_CONNECTIONS, .description = "connections at once"},
+    {.name = "max_inflight", .type = ST_SET_INT, INT_FIELD(max_inflight), .lo = 1, .hi = 1 << 20,
+     .def = ST_DEFAULT_MAX_INFLIGHT,
+     .description = "requests of one connection waiting for a reply"},
+    {.name = "frame_timeout_ms", .type = ST_SET_INT, INT_FIELD(frame_timeout_ms), .lo = 1,
+     .hi = INT_MAX, .def = ST_DEFAULT_FRAME_TIMEOUT_MS,
+     .description = "how long a frame may stay half-sent"},
+    {.name = "max_object_bytes", .type = ST_SET_INT, INT_FIELD(max_object_bytes), .lo = 0,
+     .hi = INT64_C(1) << 53, .def = (int64_t)ST_DEFAULT_MAX_OBJECT_BYTES,
+     .description = "largest single allocation (arena); 0 = no cap"},
+    {.name = NULL},
+};
+
+static const st__setting_t tasks_rows[] = {
+    {.name = "ttl_s", .type = ST_SET_SECONDS, .flags = ST_SET_OPEN, .offset = F(task_ttl_s),
+     .min = 0, .max = 1e9, .def_seconds = 600.0,
+     .description = "seconds a finished task (and a result nobody fetched) is kept"},
+    {.name = "capacity", .type = ST_SET_INT, INT_FIELD(task_capacity), .lo = 1, .hi = 10000000,
+     .def = 10000, .description = "tasks kept at most"},
+    {.name = NULL},
+};
+
+/* The keys of config.lua (docs/operations.md, "Configuration"). */
+const st__setting_t st__config_settings[] = {
+    {.name = "base_path", .type = ST_SET_STRING, .offset = F(base_path),
+     .def_text = ST_DEFAULT_BASE_PATH,
+     .description = "socket base (default: $SHARED_TENSOR_BASE_PATH, else this)"},
+    {.name = "devices", .type = ST_SET_INTS, .flags = ST_SET_ONE | ST_SET_NONEMPTY,
+     .offset = F(devices), .size = sizeof(int), .count_offset = F(ndevices), .lo = 0,
+     .hi = 4095, .max_entries = ST_MAX_DEVICES, .what = "device",
+     .description = "socket indices to serve, one socket each"},
+    {.name = "workers", .type = ST_SET_INT, INT_FIELD(workers), .lo = 1, .hi = 256, .def = 4,
+     .description = "worker threads"},
+    {.name = "endpoints", .type = ST_SET_PATH, .offset = F(endpoints_dir),
+     .def_text = "endpoints",
+     .description = "endpoint directory, or one endpoint file"},
+    {.name = "log_level", .type = ST_SET_WORD, .offset = F(log_level),
+     .choices = "error|warn|info|debug", .parse = st__log_level_parse, .def = ST_LOG_INFO,
+     .description = "the most verbose level logged"},
+    {.name = "socket_mode", .type = ST_SET_MODE, .offset = F(socket_mode), .def = 0600,
+     .description = "socket permission bits"},
+    {.name = "socket_group", .type = ST_SET_NAME_OR_ID, .offset = F(socket_group), .lo = 0,
+     .hi = UINT32_MAX - 1, .description = "group of the socket file (name or number)"},
+    {.name = "allow_uids", .type = ST_SET_INTS, .offset = F(allow_uids), .size = sizeof(uid_t),
+     .count_offset = F(nallow_uids), .lo = 0, .hi = UINT32_MAX - 1,
+     .max_entries = ST_MAX_ALLOW,
+     .description = "uids admitted besides root and the server's own"},
+    {.name = "allow_gids", .type = ST_SET_INTS, .offset = F(allow_gids), .size = sizeof(gid_t),
+     .count_offset = F(nallow_gids), .lo = 0, .hi = UINT32_MAX - 1,
+     .max_entries = ST_MAX_ALLOW,
+     .description = "primary gids whose processes are admitted"},
+    {.name = "limits", .type = ST_SET_TABLE, .rows = limits_rows,
+     .description = "limits of connections, messages and allocations"},
+    {.name = "tasks", .type = ST_SET_TABLE, .rows = tasks_rows,
+     .description = "the task table: retention and capacity"},
+    {.name = "memory_budget", .type = ST_SET_MAP, .lo = 0, .hi = INT64_C(1) << 60,
+     .key_ok = budget_key_ok, .keys = "\"cpu\" or \"cuda:N\"",
+     .example = "{ cpu = 8 * 2^30 }", .put = put_budget,
+     .description = "bytes of server-held objects per device; 0 = no budget"},
+    {.name = "default_device", .type = ST_SET_WORD, .flags = ST_SET_AS_TEXT,
+     .offset = F(default_device), .choices = "socket|cpu", .def_text = "socket",
+     .description = "where a call builds when its endpoint names no device"},
+    {.name = "data_dirs", .type = ST_SET_PATHS, .offset = F(data_dirs),
+     .count_offset = F(ndata_dirs), .max_entries = ST_MAX_DATA_DIRS,
+     .description = "directories that files loaded by endpoints must lie in"},
+    {.name = "loader_threads", .type = ST_SET_INT, INT_FIELD(loader_threads), .lo = 1, .hi = 64,
+     .def = 4, .description = "reader threads of one safetensors load"},
+    {.name = "staging_bytes", .type = ST_SET_INT, INT_FIELD(staging_bytes), .lo = 4 << 20,
+     .hi = INT64_C(1) << 40, .def = 256 << 20,
+     .description = "the pinned host staging pool for loads to the GPU"},
+    {.name = "shutdown_grace_s", .type = ST_SET_SECONDS, .offset = F(shutdown_grace_s),
+     .min = 0, .max = 86400.0, .def_seconds = 10.0,
+     .description = "how long in-flight calls may run after SIGTERM"},
+    {.name = NULL},
+};
+
+/* Fills every field of *c with its default: the rows' defaults, then the
+ * base path from the environment, socket 0, the data directory "." and
+ * the cpu budget. Any previous content is overwritten, not freed (call
+ * st__config_free first when reusing). The strings are owned by *c. Loop
+ * thread, at start. */
 void st__config_defaults(st__config_t *c) {
   memset(c, 0, sizeof *c);
+  st__settings_defaults(st__config_settings, c);
   c->path = strdup("");
   const char *env = getenv(ST_ENV_BASE_PATH);
-  c->base_path = strdup(env && env[0] ? env : ST_DEFAULT_BASE_PATH);
+  if (env && env[0]) {
+    free(c->base_path);
+    c->base_path = strdup(env);
+  }
   c->ndevices = 1;
   c->devices[0] = 0;
-  c->workers = 4;
-  c->endpoints_dir = strdup("endpoints");
-  c->log_level = ST_LOG_INFO;
-  c->socket_mode = 0600;
-  c->socket_group = NULL;
-  c->max_message_bytes = ST_DEFAULT_MAX_MESSAGE_BYTES;
-  c->max_connections = ST_DEFAULT_MAX_CONNECTIONS;
-  c->max_inflight = ST_DEFAULT_MAX_INFLIGHT;
-  c->frame_timeout_ms = ST_DEFAULT_FRAME_TIMEOUT_MS;
-  c->max_object_bytes = ST_DEFAULT_MAX_OBJECT_BYTES;
-  c->shutdown_grace_s = 10.0;
-  c->task_ttl_s = 600.0;
-  c->task_capacity = 10000;
   c->nbudgets = 1;
   snprintf(c->budgets[0].device, sizeof c->budgets[0].device, "cpu");
   c->budgets[0].bytes = st__config_default_cpu_budget();
-  c->default_device = strdup("socket");
   c->ndata_dirs = 1;
   c->data_dirs[0] = strdup(".");
-  c->loader_threads = 4;
-  c->staging_bytes = 256ull << 20;
+}
+
+/* Runs config.lua through the rows, then takes the default data
+ * directory from the file's directory. See config.h. */
+int st__config_load(const char *path, st__config_t *cfg, st__errlist_t *errs) {
+  int rc = st__settings_load(path, st__config_settings, cfg, errs);
+  if (rc != ST_OK) return rc;
+  if (cfg->ndata_dirs == 1 && strcmp(cfg->data_dirs[0], ".") == 0) {
+    char *dir = st__settings_resolve(path, ".");
+    if (dir) {
+      free(cfg->data_dirs[0]);
+      cfg->data_dirs[0] = dir;
+    }
+  }
+  char *p = strdup(path);
+  if (p) {
+    free(cfg->path);
+    cfg->path = p;
+  }
+  return ST_OK;
 }
 
 /* Half of the physical memory; 0 (no budget) when sysconf cannot tell. */
@@ -66,21 +177,7 @@ int st__config_set_budget(st__config_t *c, const char *device, uint64_t bytes) {
 
 /* Frees the strings of *c and clears it. Safe on a zeroed struct. */
 void st__config_free(st__config_t *c) {
+  st__settings_free(st__config_settings, c);
   free(c->path);
-  free(c->base_path);
-  free(c->endpoints_dir);
-  free(c->socket_group);
-  free(c->default_device);
-  for (int i = 0; i < c->ndata_dirs; i++) free(c->data_dirs[i]);
   memset(c, 0, sizeof *c);
-}
-
-/* "error" | "warn" | "info" | "debug" (also "warning"), or -1. */
-int st__log_level_parse(const char *s) {
-  if (!s) return -1;
-  if (strcmp(s, "error") == 0) return ST_LOG_ERROR;
-  if (strcmp(s, "warn") == 0 || strcmp(s, "warning") == 0) return ST_LOG_WARN;
-  if (strcmp(s, "info") == 0) return ST_LOG_INFO;
-  if (strcmp(s, "debug") == 0) return ST_LOG_DEBUG;
-  return -1;
 }

@@ -1,6 +1,7 @@
 /* src/server: the server's configuration (config.lua, docs/operations.md).
- * Plain data, filled by st__config_defaults, then st__config_load (src/lua),
- * then command-line flags. Owned by main(); read-only once the loop runs.
+ * Plain data, filled by st__config_defaults, then st__config_load (which
+ * reads config.lua through the rows of st__config_settings), then
+ * command-line flags. Owned by main(); read-only once the loop runs.
  */
 #ifndef ST_SERVER_CONFIG_H
 #define ST_SERVER_CONFIG_H
@@ -9,12 +10,14 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "common/log.h"
+#include "common/settings.h"
+#include "engine/generation.h"
+
 #define ST_MAX_DEVICES 16
 #define ST_MAX_ALLOW   64
 #define ST_MAX_BUDGETS (1 + ST_MAX_DEVICES)   /* "cpu" and "cuda:N" entries */
 #define ST_MAX_DATA_DIRS 16
-
-typedef enum { ST_LOG_ERROR = 0, ST_LOG_WARN, ST_LOG_INFO, ST_LOG_DEBUG } st__log_level_t;
 
 typedef struct st__config {
   char *path;                   /* owned: the config file ("" if none)      */
@@ -63,6 +66,19 @@ typedef struct st__config {
   uint64_t staging_bytes;       /* default 256 MiB */
 } st__config_t;
 
+/* The keys of config.lua, one row each (common/settings.h): the one
+ * place that says what a key is called, where it goes, how it is checked
+ * and what it defaults to. Ends with a row whose name is NULL. */
+extern const st__setting_t st__config_settings[];
+
+/* Runs the config file at `path` (sandboxed, no st module) and fills *cfg
+ * over its current values (call st__config_defaults first). Unknown keys,
+ * wrong types and bad values are reported in errs as "path: key: message"
+ * (or "path:line: message" for a Lua error). On success cfg->path is
+ * `path` and a data_dirs left at its default is the file's directory.
+ * Returns ST_OK or ST_ERR_CONFIGURATION. Loop thread, at start. */
+int st__config_load(const char *path, st__config_t *cfg, st__errlist_t *errs);
+
 /* Fills every field with its default (ST_DEFAULT_* of include/st/wire.h,
  * workers = 4, endpoints "endpoints", log "info", base path from
  * $SHARED_TENSOR_BASE_PATH or ST_DEFAULT_BASE_PATH, devices {0}, tasks
@@ -76,8 +92,5 @@ uint64_t st__config_default_cpu_budget(void);
 /* Sets the budget of `device` ("cpu" or "cuda:N"), adding an entry when
  * needed. 0 on success, -1 when every entry is taken. */
 int st__config_set_budget(st__config_t *c, const char *device, uint64_t bytes);
-
-/* Parses "error" | "warn" | "info" | "debug"; -1 if unknown. */
-int st__log_level_parse(const char *s);
 
 #endif

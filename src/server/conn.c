@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "server/work.h"
 #include "st/errors.h"
 
 /* Stop reading a client whose replies pile up beyond this many bytes (it
@@ -123,7 +122,7 @@ void st__conn_close(st__conn_t *c, const char *why) {
   ST_LOG_D("conn", "conn %llu closed (%s) after %llu requests, %d waiting, %llu leases",
            (unsigned long long)c->id, why ? why : "closed", (unsigned long long)c->requests,
            c->inflight, (unsigned long long)c->leases);
-  st__work_conn_closed(srv, c);
+  srv->on_conn_closed(srv, c);
   c->dnext = srv->dead;
   srv->dead = c;
 }
@@ -332,7 +331,7 @@ static void process_messages(st__conn_t *c) {
     }
     completed = 1;
     c->requests++;
-    st__dispatch(c, &msg);
+    c->srv->on_message(c, &msg);
     st__message_destroy(&msg);
     if (!c->dead) drop_stray_fds(c);
   }

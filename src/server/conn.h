@@ -8,7 +8,8 @@
  * that read there; so descriptors that came with bytes all at or before the
  * end of a handled message cannot belong to a later one: what that message
  * did not take is a stray and is closed at once. Each complete message goes
- * to st__dispatch. A frame that stays half-sent
+ * to the server's message hook (srv->on_message: st__dispatch, rpc.h). A
+ * frame that stays half-sent
  * for frame_timeout_ms gets TIMEOUT and the connection is closed.
  *
  * Writing: a queue of frames (bytes + optional descriptors). A frame with
@@ -16,8 +17,9 @@
  * that carries its first byte; the queue owns those descriptors and closes
  * them once sent or when the connection dies.
  *
- * Lifetime: st__conn_close() unlinks the connection from the id table and
- * closes its socket at once, but the struct is freed only before the next
+ * Lifetime: st__conn_close() unlinks the connection from the id table,
+ * tells the server's close hook (srv->on_conn_closed) and closes its
+ * socket at once, but the struct is freed only before the next
  * poll (ev_prepare), so code that still holds the pointer in the current
  * callback may test c->dead. Jobs name the connection by id: a completion
  * whose connection is gone finds nothing and drops its result.
@@ -117,15 +119,5 @@ void st__conn_close_all(st__server_t *srv);
 /* Moves the first n received descriptors to out[] (the caller owns them).
  * Returns 0, or -1 when fewer than n are queued (nothing moved). */
 int st__conn_take_fds(st__conn_t *c, int *out, size_t n);
-
-/* Dispatch (dispatch.c): handles one decoded message of c. Borrows msg. */
-void st__dispatch(st__conn_t *c, const st__message_t *msg);
-
-
-/* describe.c: result maps of hello, info and endpoints. */
-void st__describe_hello(msgpack_packer *pk, st__server_t *srv, int device);
-void st__describe_info(msgpack_packer *pk, st__server_t *srv);
-void st__describe_endpoints(msgpack_packer *pk, const st__generation_t *gen);
-void st__describe_devices(msgpack_packer *pk, const st__devices_t *d);
 
 #endif

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "engine/bind.h"
+#include "engine/options.h"
 #include "mem/arena.h"
 #include "mem/cuda.h"
 #include "st/errors.h"
@@ -243,46 +244,33 @@ void st__describe_info(msgpack_packer *pk, st__server_t *srv) {
   pack_tasks(pk, srv);
 }
 
-static const char *execution_name(st__execution_t e) {
-  return e == ST_EXEC_TASK ? "task" : "direct";
-}
-
-static const char *concurrency_name(st__concurrency_t c) {
-  return c == ST_CONC_SERIALIZED ? "serialized" : "parallel";
-}
-
-/* Packs the result of endpoints: every declaration of gen, sorted. */
+/* Packs the result of endpoints: every declaration of gen, sorted. Each
+ * map carries every endpoint option (engine/options.h) under its name,
+ * and non_default names those whose value is not the default. */
 void st__describe_endpoints(msgpack_packer *pk, const st__generation_t *gen) {
   size_t n = gen ? gen->nendpoints : 0;
   msgpack_pack_array(pk, n);
   for (size_t i = 0; i < n; i++) {
     const st__endpoint_decl_t *ep = &gen->endpoints[i];
-    msgpack_pack_map(pk, 17);
+    msgpack_pack_map(pk, 9 + ST__ENDPOINT_NOPTIONS);
     st__pack_cstr(pk, "name");
     st__pack_cstr(pk, ep->name);
     st__pack_cstr(pk, "file");
     st__pack_cstr(pk, ep->file);
     st__pack_cstr(pk, "line");
     msgpack_pack_int(pk, ep->line);
-    st__pack_cstr(pk, "execution");
-    st__pack_cstr(pk, execution_name(ep->execution));
-    st__pack_cstr(pk, "concurrency");
-    st__pack_cstr(pk, concurrency_name(ep->concurrency));
-    st__pack_cstr(pk, "managed");
-    st__pack_bool(pk, ep->managed);
-    st__pack_cstr(pk, "cache");
-    st__pack_bool(pk, ep->cache);
-    st__pack_cstr(pk, "cache_format_key");
-    st__pack_cstr(pk, ep->cache_format_key);
-    st__pack_cstr(pk, "singleflight");
-    st__pack_bool(pk, ep->singleflight);
-    st__pack_cstr(pk, "timeout");
-    if (ep->timeout_s > 0) msgpack_pack_double(pk, ep->timeout_s);
-    else msgpack_pack_nil(pk);
-    st__pack_cstr(pk, "device");
-    st__pack_cstr(pk, ep->device);
-    st__pack_cstr(pk, "ipc");
-    st__pack_cstr(pk, ep->ipc == ST_IPC_LEGACY ? "legacy" : "vmm");
+    size_t changed = 0;
+    for (size_t k = 0; k < ST__ENDPOINT_NOPTIONS; k++) {
+      const st__option_t *o = &st__endpoint_options[k];
+      st__pack_cstr(pk, o->name);
+      st__option_pack(pk, o, ep);
+      changed += !st__option_is_default(o, ep);
+    }
+    st__pack_cstr(pk, "non_default");
+    msgpack_pack_array(pk, changed);
+    for (size_t k = 0; k < ST__ENDPOINT_NOPTIONS; k++)
+      if (!st__option_is_default(&st__endpoint_options[k], ep))
+        st__pack_cstr(pk, st__endpoint_options[k].name);
     /* params: every parameter, with its default (nil for required ones). */
     st__pack_cstr(pk, "params");
     msgpack_pack_map(pk, ep->nparams);

@@ -1,6 +1,6 @@
-/* src/server: replies shared by the methods (work.h, "reply.c"): the
- * response head, results with their descriptors and object maps, and the
- * checks of id parameters. Loop thread only. */
+/* src/server: replies shared by the methods and the scheduler (work.h,
+ * "reply.c"): the response head, results with their descriptors, and
+ * object maps. Loop thread only. */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -149,46 +149,4 @@ void st__drop_lease(st__server_t *srv, st__conn_t *c, st__object_t *obj) {
   st__objects_release(&srv->objects, obj->id, c->id, &released, &destroyed, &refcount);
   obj->holds--;   /* ...and the caller collects it when it is done. */
   if (released) c->leases--;
-}
-
-/* Optional unsigned integer parameter; see work.h. */
-int st__param_u64(st__conn_t *c, uint32_t id, const char *method, const msgpack_object *params,
-                  const char *name, uint64_t *out) {
-  const msgpack_object *v = st__map_get(params, name);
-  if (!v || v->type == MSGPACK_OBJECT_NIL) return 0;
-  if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER) {
-    char m[160];
-    snprintf(m, sizeof m, "%s: '%s' must be an integer >= 0", method, name);
-    st__conn_send_error(c, id, ST_ERR_INVALID_ARGUMENT, m);
-    return -1;
-  }
-  *out = v->via.u64;
-  return 1;
-}
-
-/* params.endpoint in the current generation; see work.h. */
-const st__endpoint_decl_t *st__param_endpoint(st__conn_t *c, uint32_t id, const char *method,
-                                              const msgpack_object *params) {
-  const msgpack_object *name = st__map_get(params, "endpoint");
-  char m[256];
-  if (!name || name->type != MSGPACK_OBJECT_STR) {
-    snprintf(m, sizeof m, "%s: 'endpoint' (a string) is required", method);
-    st__conn_send_error(c, id, ST_ERR_INVALID_ARGUMENT, m);
-    return NULL;
-  }
-  const st__endpoint_decl_t *ep =
-      st__generation_find(c->srv->gen, name->via.str.ptr, name->via.str.size);
-  if (!ep) {
-    snprintf(m, sizeof m, "unknown endpoint '%.*s'",
-             (int)(name->via.str.size > 128 ? 128 : name->via.str.size), name->via.str.ptr);
-    st__conn_send_error(c, id, ST_ERR_UNKNOWN_ENDPOINT, m);
-  }
-  return ep;
-}
-
-/* INVALID_ARGUMENT for a missing required parameter. */
-void st__param_missing(st__conn_t *c, uint32_t id, const char *method, const char *name) {
-  char m[160];
-  snprintf(m, sizeof m, "%s: '%s' is required", method, name);
-  st__conn_send_error(c, id, ST_ERR_INVALID_ARGUMENT, m);
 }

@@ -1,5 +1,19 @@
-/* src/server: the server process: loop, listeners, connections, counters
- * and the current generation.
+/* src/server: the server process: its state (loop, listeners,
+ * connections, counters, the current generation) and the functions of the
+ * files that run it:
+ *
+ *   lifecycle.c  start, run, destroy; completions from the pool
+ *   shutdown.c   graceful shutdown (grace period, drain)
+ *   reload.c     reloads (SIGHUP, `reload`)
+ *   startup.c    from flags and config.lua to a running or checked server
+ *   signals.c    SIGTERM, SIGINT, SIGHUP
+ *   listen.c     the sockets; peer.c who may connect
+ *   devices.c    the devices and where a call builds
+ *   describe.c   the result maps of hello, info and endpoints
+ *
+ * Connections (conn.h) and the wire methods (rpc.h) sit on this state;
+ * builds and tasks (work.h) on both. This header declares types and
+ * functions only: it depends on nothing else of src/server but config.h.
  *
  * Threads: everything in st__server_t belongs to the loop thread, except
  * the pool (engine/pool.h: locked internally) and the job completions it
@@ -10,6 +24,7 @@
 #define ST_SERVER_SERVER_H
 
 #include <ev.h>
+#include <msgpack.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -107,6 +122,7 @@ typedef struct st__counters {
 
 typedef struct st__conn st__conn_t;
 typedef struct st__work st__work_t;
+struct st__message;
 
 /* What a reload did (the `reload` method's reply; docs/protocol.md). */
 typedef struct st__reload_report {
@@ -118,8 +134,6 @@ typedef struct st__reload_report {
 } st__reload_report_t;
 
 enum { ST_RELOAD_CHANGED = 0, ST_RELOAD_ADDED = 1, ST_RELOAD_REMOVED = 2 };
-
-void st__reload_report_free(st__reload_report_t *r);
 
 typedef struct st__listener {
   ev_io io;
@@ -135,6 +149,12 @@ typedef struct st__listener {
 struct st__server {
   struct ev_loop *loop;
   const st__config_t *cfg;    /* borrowed; outlives the server             */
+
+  /* What a connection hands upward, set at start (st__dispatch of rpc.h
+   * and st__work_conn_closed of work.h), so that conn.c calls nothing
+   * above it: each decoded message, and the close of a connection. */
+  void (*on_message)(st__conn_t *c, const struct st__message *msg);
+  void (*on_conn_closed)(st__server_t *srv, st__conn_t *c);
 
   st__listener_t listeners[ST_MAX_DEVICES];
   int nlisteners;
@@ -173,6 +193,8 @@ struct st__server {
   int stopped;                /* the loop was told to stop                 */
 };
 
+/* ------------------------------------------------------------- startup.c */
+
 /* Command-line options (main.c); NULL / 0 means "not given". */
 typedef struct st__options {
   const char *config;         /* --config                                  */
@@ -187,6 +209,8 @@ typedef struct st__options {
  * either checks (--check) or runs the server until SIGTERM/SIGINT. Returns
  * the process exit status (0 ok, 1 error). Main thread. */
 int st__server_main(const st__options_t *opts);
+
+/* ------------------------------------------------------------- lifecycle.c */
 
 /* Loads the generation, opens the sockets, starts the pool and the signal
  * watchers, on libev's default loop. ST_OK, or an error already logged
@@ -226,10 +250,21 @@ void st__server_run(st__server_t *srv);
  * Loop thread, after st__server_run. */
 void st__server_destroy(st__server_t *srv);
 
+/* ------------------------------------------------------------- shutdown.c */
+
+/* Prepares the grace timer of a shutdown. Loop thread, at start. */
+void st__shutdown_init(st__server_t *srv);
+
 /* SIGTERM/SIGINT: stop accepting, unlink the sockets, refuse new calls,
  * let in-flight calls finish within shutdown_grace_s, then stop the loop.
  * A second call stops at once. Loop thread. */
 void st__server_shutdown(st__server_t *srv, const char *why);
+
+/* Ends a shutdown in progress once no call is in flight any more (the
+ * loop checks before each poll). Loop thread. */
+void st__server_check_drained(st__server_t *srv);
+
+/* ------------------------------------------------------------- reload.c */
 
 /* SIGHUP and the `reload` method: loads a new generation and swaps it in;
  * on failure keeps the current one and records the errors for info.
@@ -237,9 +272,8 @@ void st__server_shutdown(st__server_t *srv, const char *why);
  * it is not NULL (free it with st__reload_report_free). Loop thread. */
 void st__server_reload(st__server_t *srv, st__reload_report_t *report);
 
-/* Called by the completion handler when the last in-flight job drained:
- * finishes a shutdown in progress. Loop thread. */
-void st__server_check_drained(st__server_t *srv);
+/* Frees the owned strings of a report (and clears it). */
+void st__reload_report_free(st__reload_report_t *r);
 
 /* ------------------------------------------------------------- pieces */
 
@@ -270,5 +304,13 @@ void st__peer_refuse(int fd, int err, const char *message);
  * SIGPIPE. Loop thread. */
 void st__signals_start(st__server_t *srv);
 void st__signals_stop(st__server_t *srv);
+
+/* describe.c: the result maps of hello (for a connection on socket
+ * `device`), info and endpoints, and the device list of hello and info.
+ * Loop thread. */
+void st__describe_hello(msgpack_packer *pk, st__server_t *srv, int device);
+void st__describe_info(msgpack_packer *pk, st__server_t *srv);
+void st__describe_endpoints(msgpack_packer *pk, const st__generation_t *gen);
+void st__describe_devices(msgpack_packer *pk, const st__devices_t *d);
 
 #endif

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "engine/options.h"
 #include "lua/st_lua.h"
 #include "server/server.h"
 #include "st/errors.h"
@@ -74,10 +75,6 @@ static void print_param(const st__param_t *p) {
   printf("%s=%s", p->name, text);
 }
 
-static const char *yes(int v) {
-  return v ? "yes" : "no";
-}
-
 /* --check: config, socket paths and every endpoint file; errors on
  * stderr (file:line: message), a summary on stdout. */
 static int run_check(const st__config_t *cfg, int config_errors) {
@@ -112,10 +109,13 @@ static int run_check(const st__config_t *cfg, int config_errors) {
         if (k) printf(", ");
         print_param(&ep->params[k]);
       }
-      printf(")  %s:%d  execution=%s concurrency=%s managed=%s cache=%s singleflight=%s\n",
-             ep->file, ep->line, ep->execution == ST_EXEC_TASK ? "task" : "direct",
-             ep->concurrency == ST_CONC_SERIALIZED ? "serialized" : "parallel", yes(ep->managed),
-             yes(ep->cache), yes(ep->singleflight));
+      printf(")  %s:%d ", ep->file, ep->line);
+      for (size_t k = 0; k < ST__ENDPOINT_NOPTIONS; k++) {
+        char v[256];
+        printf(" %s=%s", st__endpoint_options[k].name,
+               st__option_show(&st__endpoint_options[k], ep, v, sizeof v));
+      }
+      printf("\n");
     }
     printf("%zu endpoint%s, ", gen->nendpoints, gen->nendpoints == 1 ? "" : "s");
     st__generation_unref(gen);

@@ -16,19 +16,13 @@
 #include "server/work.h"
 #include "st/errors.h"
 
+/* The words of ST__TASK_STATUS_NAMES (work.h), as strings. */
 static const char *const status_names[ST_TASK_NSTATES] = {"pending", "running", "completed",
                                                           "failed", "cancelled"};
 
 /* "pending" ... "cancelled" (static). Any thread. */
 const char *st__task_status_name(st__task_status_t s) {
   return (unsigned)s < ST_TASK_NSTATES ? status_names[s] : "?";
-}
-
-/* The status named by s (not NUL-terminated), or -1. Any thread. */
-int st__task_status_parse(const char *s, size_t len) {
-  for (int i = 0; i < ST_TASK_NSTATES; i++)
-    if (strlen(status_names[i]) == len && memcmp(status_names[i], s, len) == 0) return i;
-  return -1;
 }
 
 static int finished(const st__task_t *t) {
@@ -271,31 +265,24 @@ int st__task_add_waiter(st__server_t *srv, st__task_t *t, st__conn_t *c, uint32_
 }
 
 /* Waiters of a closed connection; see work.h. */
-void st__tasks_conn_closed(st__server_t *srv, uint64_t conn_id) {
+size_t st__tasks_conn_closed(st__server_t *srv, uint64_t conn_id, uint64_t *orphans, size_t cap,
+                             size_t *more) {
   st__work_t *w = srv->work;
-  uint64_t orphans[64];
-  size_t norphans = 0, more = 0;
+  size_t n = 0;
   st__waiter_t *x = w->waiters;
   while (x) {
     st__waiter_t *next = x->gnext;
     if (x->conn_id == conn_id) {
       if (x->kind == ST_WAIT_RESULT && !finished(x->task)) {
-        if (norphans < 64) orphans[norphans++] = x->task->id;
-        else more++;
+        if (n < cap) orphans[n++] = x->task->id;
+        else (*more)++;
       }
       unlink_waiter(srv, x);
       free(x);
     }
     x = next;
   }
-  /* A task its call started has nobody to answer any more. */
-  for (size_t i = 0; i < norphans; i++) {
-    st__task_t *t = st__task_find(srv, orphans[i]);
-    if (t) st__task_cancel(srv, t);
-  }
-  if (more)
-    ST_LOG_W("task", "conn %llu: %zu more tasks of its calls keep running",
-             (unsigned long long)conn_id, more);
+  return n;
 }
 
 /* ------------------------------------------------------------- ending */
@@ -360,22 +347,6 @@ void st__task_finish_plain(st__server_t *srv, st__task_t *t, st__build_result_t 
   t->result = *result;
   st__build_result_init(result);
   finish(srv, t, ST_TASK_COMPLETED);
-}
-
-/* cancel (docs/protocol.md): pending ends now; running alone is asked to
- * stop and ends when it does; running in a shared build leaves it and
- * ends now. Loop thread. */
-void st__task_cancel(st__server_t *srv, st__task_t *t) {
-  st__task_status(srv, t);
-  if (finished(t) || t->cancel_requested) return;
-  st__build_t *b = t->build;
-  if (!b || st__build_drop_task(srv, b, t)) {
-    t->build = NULL;
-    st__task_finish_error(srv, t, ST_ERR_CANCELLED, NULL);
-    return;
-  }
-  /* It runs alone: it ends cancelled when its body stops. */
-  t->cancel_requested = 1;
 }
 
 /* ------------------------------------------------------------- result */

@@ -9,11 +9,15 @@
  * build ends, an object-producing endpoint registers one object and every
  * consumer receives it; a plain result goes to its only consumer.
  *
- * Everything here belongs to the loop thread. Files:
- *   builds.c    call and submit, flights, serialized queues, completion
+ * Everything here belongs to the loop thread. Files (the wire methods
+ * that use them are rpc.h's):
+ *   builds.c    the scheduler: a consumer's build starts (cache hit, join
+ *               or new), completes, or is cancelled when nobody waits
+ *   queue.c     the list of builds, the flight table, the hand-off to the
+ *               pool and the queues of serialized endpoints
+ *   deliver.c   what consumers receive: errors, objects, plain results
  *   tasks.c     the task table, states, retention, waiters (wait)
- *   methods.c   task and object methods, invalidation, reload
- *   reply.c     replies shared by the above (results, objects, params)
+ *   reply.c     replies shared by the above (results, object maps)
  */
 #ifndef ST_SERVER_WORK_H
 #define ST_SERVER_WORK_H
@@ -79,6 +83,9 @@ typedef enum {
   ST_TASK_NSTATES
 } st__task_status_t;
 
+/* Their names, in that order (the `tasks` method's status filter). */
+#define ST__TASK_STATUS_NAMES "pending|running|completed|failed|cancelled"
+
 typedef enum { ST_WAIT_INFO = 0, ST_WAIT_RESULT = 1 } st__wait_kind_t;
 
 /* A request parked until a task ends: `wait` (answered with task info, or
@@ -141,10 +148,6 @@ void st__work_init(st__server_t *srv);
  * pool's). Loop thread, after the pool stopped. */
 void st__work_destroy(st__server_t *srv);
 
-/* The `call` and `submit` methods. */
-void st__method_call(st__conn_t *c, uint32_t id, const msgpack_object *params);
-void st__method_submit(st__conn_t *c, uint32_t id, const msgpack_object *params);
-
 /* A job came back from the pool: delivers it to its consumers and starts
  * the next build of a serialized endpoint. Takes the job. */
 void st__build_complete(st__server_t *srv, st__job_t *job);
@@ -161,13 +164,15 @@ int st__build_start(st__server_t *srv, const st__endpoint_decl_t *ep, const char
                     size_t bound_len, st__targs_t *targs, const st__consumer_t *who, int socket,
                     char *err, size_t errlen);
 
-/* Removes one task consumer from its build; cancels the build when no
- * consumer is left. Returns 1 when the build is gone without having run
- * (the task can be cancelled at once), 0 when it still runs. */
-int st__build_drop_task(st__server_t *srv, st__build_t *b, st__task_t *t);
+/* cancel (docs/protocol.md): a pending task ends now; a running one alone
+ * in its build is asked to stop and ends when it does; one that shares
+ * its build leaves it and ends now. */
+void st__task_cancel(st__server_t *srv, st__task_t *t);
 
-/* A connection closed: its calls stop waiting (builds nobody waits for any
- * more are cancelled), its waits end, its leases are released. */
+/* A connection closed (the connections' close hook, server.h): its calls
+ * stop waiting (builds nobody waits for any more are cancelled), its
+ * waits end, tasks its calls were waiting for are cancelled, its leases
+ * are released. */
 void st__work_conn_closed(st__server_t *srv, st__conn_t *c);
 
 /* Shutdown grace expired: builds still waiting in serialized queues end
@@ -178,12 +183,60 @@ void st__builds_cancel_waiting(st__server_t *srv);
  * and later calls no longer join them. key NULL: all of the endpoint. */
 void st__builds_forget(st__server_t *srv, const char *endpoint, const char *key, size_t key_len);
 
+/* ------------------------------------------------------------- queue.c */
+
+/* Frees b's consumers and everything b owns except its job. */
+void st__build_free(st__build_t *b);
+
+/* Adds b to, or takes it out of, the list of every build (w->builds). */
+void st__build_link(st__work_t *w, st__build_t *b);
+void st__build_unlink(st__work_t *w, st__build_t *b);
+
+/* Takes b out of the flight table (later calls stop joining it) and
+ * frees its key. */
+void st__build_forget_flight(st__work_t *w, st__build_t *b);
+
+/* Hands b to the pool, or queues it (WAITING) behind the running build of
+ * its serialized endpoint. ST_OK, SHUTTING_DOWN when the pool stopped,
+ * OUT_OF_MEMORY. */
+int st__queue_enqueue(st__server_t *srv, st__build_t *b);
+
+/* A serialized build of `endpoint` left the pool: the next one waiting
+ * gets the turn (builds the stopped pool refuses end with the error). */
+void st__queue_next(st__server_t *srv, const char *endpoint);
+
+/* Ends a build that has not run: out of its queue or the pool's. Returns
+ * 1 when it did (b and its job are freed; consumers are not told), 0
+ * when a worker already runs it. */
+int st__queue_abort(st__server_t *srv, st__build_t *b);
+
+/* Frees the serialized queues and the jobs of the builds waiting in them
+ * (the builds stay on w->builds). At exit. */
+void st__queue_destroy(st__work_t *w);
+
+/* ------------------------------------------------------------- deliver.c */
+
+/* Every consumer of *list gets the error (a call its reply, a task ends
+ * failed or cancelled); the list is freed and *list left empty. */
+void st__deliver_error(st__server_t *srv, st__consumer_t **list, int code, const char *msg);
+
+/* One consumer receives obj: a task holds it until fetched; a call gets
+ * the reply, with a lease first when the endpoint is managed. k stays the
+ * caller's. */
+void st__deliver_object(st__server_t *srv, const st__consumer_t *k, st__object_t *obj);
+
+/* The one consumer of a plain build receives the job's result: a task
+ * takes it; a call's reply carries it (the job keeps the arenas). */
+void st__deliver_plain(st__server_t *srv, const st__consumer_t *k, st__job_t *job);
+
 /* ------------------------------------------------------------- tasks.c */
 
 /* A new pending task of `endpoint`, or NULL with err set (LIMIT when
  * tasks.capacity tasks are unfinished, OUT_OF_MEMORY). */
 st__task_t *st__task_new(st__server_t *srv, const char *endpoint, char *err, size_t errlen,
                          int *code);
+
+/* The task of an id (borrowed), or NULL. */
 st__task_t *st__task_find(st__server_t *srv, uint64_t id);
 
 /* The task's build was taken by a worker. */
@@ -191,13 +244,10 @@ void st__task_started(st__server_t *srv, st__task_t *t, double started_unix);
 
 /* Ends a task (answers its waiters). With an object: the task holds it
  * until fetched. With a plain result: takes *result. With an error: code
- * and message. */
+ * and message (NULL: "task N was cancelled"). */
 void st__task_finish_object(st__server_t *srv, st__task_t *t, st__object_t *obj);
 void st__task_finish_plain(st__server_t *srv, st__task_t *t, st__build_result_t *result);
 void st__task_finish_error(st__server_t *srv, st__task_t *t, int code, const char *message);
-
-/* cancel: see docs/protocol.md. */
-void st__task_cancel(st__server_t *srv, st__task_t *t);
 
 /* Current status (pending becomes running once its job started). */
 st__task_status_t st__task_status(st__server_t *srv, st__task_t *t);
@@ -215,9 +265,12 @@ void st__task_reply_result(st__conn_t *c, uint32_t request_id, st__task_t *t);
 int st__task_add_waiter(st__server_t *srv, st__task_t *t, st__conn_t *c, uint32_t request_id,
                         st__wait_kind_t kind, double timeout_s);
 
-/* Drops every waiter of a connection; tasks started by its calls
- * (ST_WAIT_RESULT) are cancelled. */
-void st__tasks_conn_closed(st__server_t *srv, uint64_t conn_id);
+/* Drops every waiter of a connection. The ids of unfinished tasks its
+ * calls waited for (ST_WAIT_RESULT: nobody will fetch their results) go
+ * to orphans[] (at most cap; *more counts the others). Returns how many
+ * were stored. */
+size_t st__tasks_conn_closed(st__server_t *srv, uint64_t conn_id, uint64_t *orphans, size_t cap,
+                             size_t *more);
 
 /* Frees every task and waiter. */
 void st__tasks_destroy(st__server_t *srv);
@@ -225,9 +278,8 @@ void st__tasks_destroy(st__server_t *srv);
 /* Drops finished tasks older than tasks.ttl_s (the sweep timer). */
 void st__tasks_sweep(st__server_t *srv);
 
-/* Name of a status ("pending"), and the status of a name (-1 if none). */
+/* Name of a status ("pending"; static). */
 const char *st__task_status_name(st__task_status_t s);
-int st__task_status_parse(const char *s, size_t len);
 
 /* ------------------------------------------------------------- reply.c */
 
@@ -252,35 +304,5 @@ void st__drop_lease(st__server_t *srv, st__conn_t *c, st__object_t *obj);
 
 /* object_info map (docs/protocol.md). */
 void st__pack_object_info(msgpack_packer *pk, st__server_t *srv, const st__object_t *o);
-
-/* Reads an optional unsigned integer parameter. Returns 1 (found, *out
- * set), 0 (absent) or -1 (wrong type: an INVALID_ARGUMENT reply was
- * sent). */
-int st__param_u64(st__conn_t *c, uint32_t id, const char *method, const msgpack_object *params,
-                  const char *name, uint64_t *out);
-
-/* The endpoint of the current generation named by params.endpoint, or
- * NULL after an error reply (INVALID_ARGUMENT when the parameter is not a
- * string, UNKNOWN_ENDPOINT "unknown endpoint 'x'"). Borrowed. */
-const st__endpoint_decl_t *st__param_endpoint(st__conn_t *c, uint32_t id, const char *method,
-                                              const msgpack_object *params);
-
-/* A required parameter was missing: sends INVALID_ARGUMENT naming it. */
-void st__param_missing(st__conn_t *c, uint32_t id, const char *method, const char *name);
-
-/* ------------------------------------------------------------- methods.c */
-
-void st__method_status(st__conn_t *c, uint32_t id, const msgpack_object *params);
-void st__method_wait(st__conn_t *c, uint32_t id, const msgpack_object *params);
-void st__method_result(st__conn_t *c, uint32_t id, const msgpack_object *params);
-void st__method_cancel(st__conn_t *c, uint32_t id, const msgpack_object *params);
-void st__method_tasks(st__conn_t *c, uint32_t id, const msgpack_object *params);
-void st__method_release(st__conn_t *c, uint32_t id, const msgpack_object *params);
-void st__method_object_info(st__conn_t *c, uint32_t id, const msgpack_object *params);
-void st__method_ensure_live(st__conn_t *c, uint32_t id, const msgpack_object *params);
-void st__method_objects(st__conn_t *c, uint32_t id, const msgpack_object *params);
-void st__method_invalidate_call(st__conn_t *c, uint32_t id, const msgpack_object *params);
-void st__method_invalidate_endpoint(st__conn_t *c, uint32_t id, const msgpack_object *params);
-void st__method_reload(st__conn_t *c, uint32_t id, const msgpack_object *params);
 
 #endif

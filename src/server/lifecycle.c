@@ -1,5 +1,7 @@
-/* src/server: the server's life: start, completions, reload, shutdown.
- * Loop thread only (server.h). */
+/* src/server: the server's life (server.h): start, the loop's own
+ * watchers (completions from the pool, reaping closed connections, the
+ * check that ends a drained shutdown), and the teardown. Reloads are
+ * reload.c's, shutdowns shutdown.c's. Loop thread only. */
 #include "server/server.h"
 
 #include <errno.h>
@@ -15,6 +17,7 @@
 #include "mem/arena.h"
 #include "mem/safetensors.h"
 #include "server/conn.h"
+#include "server/rpc.h"
 #include "server/work.h"
 #include "st/errors.h"
 #include "st/wire.h"
@@ -57,7 +60,6 @@ static void on_done(struct ev_loop *loop, ev_async *w, int revents) {
     st__build_complete(srv, job);
     job = next;
   }
-  st__server_check_drained(srv);
 }
 
 /* st__server_request_stop: a shutdown as SIGTERM starts it; a request
@@ -75,50 +77,14 @@ void st__server_request_stop(st__server_t *srv) {
   ev_async_send(srv->loop, &srv->stop_req);
 }
 
+/* Before each poll: frees the connections closed in this iteration, and
+ * ends a shutdown whose last call in flight finished (it completed, or
+ * left the pool's queue unrun). */
 static void on_reap(struct ev_loop *loop, ev_prepare *w, int revents) {
   (void)loop;
   (void)revents;
   st__conn_reap(w->data);
-}
-
-/* Shutdown deadline. First expiry: the grace period is over, so the calls
- * still running are cancelled (they answer CANCELLED within moments: the
- * Lua hook and st.sleep check the flag); second expiry, one second later:
- * stop whatever is left. */
-static void on_grace(struct ev_loop *loop, ev_timer *w, int revents) {
-  st__server_t *srv = w->data;
-  (void)revents;
-  size_t left = srv->pool ? st__pool_outstanding(srv->pool) : 0;
-  if (!srv->grace_expired) {
-    srv->grace_expired = 1;
-    ST_LOG_W("server", "%zu calls still running after %.1f s: cancelling them", left,
-             srv->cfg->shutdown_grace_s);
-    if (srv->pool) st__pool_cancel_all(srv->pool);
-    st__builds_cancel_waiting(srv);
-    ev_timer_set(&srv->grace, 1.0, 0.);
-    ev_timer_start(loop, &srv->grace);
-    return;
-  }
-  ST_LOG_W("server", "%zu cancelled calls did not stop within 1 s: stopping without them",
-           left);
-  srv->stopped = 1;
-  ev_break(loop, EVBREAK_ALL);
-}
-
-/* Comma-separated endpoint names of a generation (truncated). */
-static void endpoint_names(const st__generation_t *g, char *out, size_t cap) {
-  size_t used = 0;
-  out[0] = '\0';
-  for (size_t i = 0; g && i < g->nendpoints && used + 1 < cap; i++) {
-    int n = snprintf(out + used, cap - used, "%s%s", i ? ", " : "", g->endpoints[i].name);
-    if (n < 0) break;
-    used += (size_t)n;
-  }
-  if (used >= cap && cap > 4) memcpy(out + cap - 4, "...", 4);
-}
-
-static void log_errors(st__log_level_t level, const char *who, const st__errlist_t *errs) {
-  for (size_t i = 0; i < errs->count; i++) st__log(level, who, "%s", errs->items[i]);
+  st__server_check_drained(w->data);
 }
 
 /* File loading (st.load_safetensors): the directories loads are confined
@@ -163,6 +129,8 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
                      const st__server_setup_t *setup) {
   memset(srv, 0, sizeof *srv);
   srv->cfg = cfg;
+  srv->on_message = st__dispatch;
+  srv->on_conn_closed = st__work_conn_closed;
   srv->started_at = st__now_unix();
   srv->started_mono = st__now_mono();
   make_server_id(srv->server_id);
@@ -188,8 +156,7 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
   ev_async_init(&srv->stop_req, on_stop_req);
   srv->stop_req.data = srv;
   ev_async_start(srv->loop, &srv->stop_req);
-  ev_init(&srv->grace, on_grace);
-  srv->grace.data = srv;
+  st__shutdown_init(srv);
   /* Signals first: a SIGTERM from here on unlinks what we create. */
   if (!setup || !setup->no_signals) {
     st__signals_start(srv);
@@ -223,7 +190,7 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
   if (rc != ST_OK) {
     if (!setup || !setup->quiet) {
       ST_LOG_E("server", "cannot load endpoints from %s:", cfg->endpoints_dir);
-      log_errors(ST_LOG_ERROR, "server", &errs);
+      st__errlist_log(&errs, ST_LOG_ERROR, "server");
     }
     char *joined = st__errlist_join(&errs);
     if (setup && setup->err && setup->errlen)
@@ -236,7 +203,7 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
   st__errlist_clear(&errs);
   {
     char names[1024];
-    endpoint_names(srv->gen, names, sizeof names);
+    st__generation_names(srv->gen, names, sizeof names);
     ST_LOG_I("server", "endpoints: %s: %zu loaded: %s", cfg->endpoints_dir,
              srv->gen->nendpoints, names);
   }
@@ -278,144 +245,6 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
 /* Runs the loop until the server stops. Loop thread. */
 void st__server_run(st__server_t *srv) {
   if (!srv->stopped) ev_run(srv->loop, 0);
-}
-
-/* Ends a shutdown once no call is in flight. Loop thread. */
-void st__server_check_drained(st__server_t *srv) {
-  if (!srv->shutting_down || srv->stopped) return;
-  if (srv->pool && st__pool_outstanding(srv->pool) > 0) return;
-  ev_timer_stop(srv->loop, &srv->grace);
-  ST_LOG_I("server", "in-flight calls finished");
-  srv->stopped = 1;
-  ev_break(srv->loop, EVBREAK_ALL);
-}
-
-/* SIGTERM/SIGINT; see server.h. Loop thread. */
-void st__server_shutdown(st__server_t *srv, const char *why) {
-  if (srv->shutting_down) {
-    ST_LOG_W("server", "%s again: stopping now", why);
-    if (srv->pool) st__pool_cancel_all(srv->pool);
-    srv->stopped = 1;
-    ev_break(srv->loop, EVBREAK_ALL);
-    return;
-  }
-  srv->shutting_down = 1;
-  st__listen_close_all(srv);
-  size_t left = srv->pool ? st__pool_outstanding(srv->pool) : 0;
-  if (left == 0) {
-    ST_LOG_I("server", "%s: shutting down", why);
-    srv->stopped = 1;
-    ev_break(srv->loop, EVBREAK_ALL);
-    return;
-  }
-  ST_LOG_I("server", "%s: shutting down; waiting up to %.1f s for %zu in-flight calls", why,
-           srv->cfg->shutdown_grace_s, left);
-  ev_timer_set(&srv->grace, srv->cfg->shutdown_grace_s, 0.);
-  ev_timer_start(srv->loop, &srv->grace);
-}
-
-/* Frees the owned strings of a reload report. */
-void st__reload_report_free(st__reload_report_t *r) {
-  free(r->error);
-  for (int k = 0; k < 3; k++) {
-    for (size_t i = 0; i < r->counts[k]; i++) free(r->names[k][i]);
-    free(r->names[k]);
-  }
-  memset(r, 0, sizeof *r);
-}
-
-static void report_add(st__reload_report_t *r, int list, const char *name) {
-  char **v = realloc(r->names[list], (r->counts[list] + 1) * sizeof *v);
-  if (!v) return;
-  r->names[list] = v;
-  char *copy = strdup(name);
-  if (copy) v[r->counts[list]++] = copy;
-}
-
-/* Changed, added and removed endpoints between two generations (both
- * sorted by name), compared by fingerprint. Caches of changed and removed
- * endpoints are dropped, and their builds in flight are not cached. */
-static void diff_generations(st__server_t *srv, const st__generation_t *old,
-                             const st__generation_t *g, st__reload_report_t *r) {
-  size_t i = 0, j = 0, nold = old ? old->nendpoints : 0;
-  while (i < nold || j < g->nendpoints) {
-    int c = i == nold ? 1 : j == g->nendpoints ? -1
-                                               : strcmp(old->endpoints[i].name, g->endpoints[j].name);
-    if (c < 0 || (c == 0 && old->endpoints[i].fingerprint != g->endpoints[j].fingerprint)) {
-      const char *name = old->endpoints[i].name;
-      report_add(r, c < 0 ? ST_RELOAD_REMOVED : ST_RELOAD_CHANGED, name);
-      size_t dropped = st__objects_uncache_endpoint(&srv->objects, name);
-      st__builds_forget(srv, name, NULL, 0);
-      if (dropped)
-        ST_LOG_I("server", "reload: %s %s: %zu cache entries dropped", name,
-                 c < 0 ? "removed" : "changed", dropped);
-      i++;
-      if (c == 0) j++;
-    } else if (c > 0) {
-      report_add(r, ST_RELOAD_ADDED, g->endpoints[j].name);
-      j++;
-    } else {
-      i++;
-      j++;
-    }
-  }
-}
-
-/* SIGHUP and `reload`: compile, validate, then swap; on error keep the
- * current generation and record why. Loop thread. */
-void st__server_reload(st__server_t *srv, st__reload_report_t *report) {
-  st__reload_report_t local;
-  st__reload_report_t *r = report ? report : &local;
-  memset(r, 0, sizeof *r);
-  r->generation = srv->gen ? srv->gen->number : 0;
-  if (srv->shutting_down) {
-    ST_LOG_W("server", "reload ignored: shutting down");
-    r->error = strdup("the server is shutting down");
-    if (!report) st__reload_report_free(r);
-    return;
-  }
-  uint64_t number = (srv->gen ? srv->gen->number : 0) + 1;
-  st__errlist_t errs = {0};
-  st__generation_t *g = NULL;
-  double t0 = st__now_mono();
-  int rc = st__generation_load(srv->cfg->endpoints_dir, number, &g, &errs);
-  srv->last_reload_done = 1;
-  srv->last_reload_at = st__now_unix();
-  free(srv->last_reload_error);
-  srv->last_reload_error = NULL;
-  if (rc != ST_OK) {
-    srv->last_reload_ok = 0;
-    srv->last_reload_error = st__errlist_join(&errs);
-    if (!srv->last_reload_error) srv->last_reload_error = strdup(st_strerror(rc));
-    srv->counters.reload_failures++;
-    ST_LOG_E("server", "reload failed; generation %llu stays in service:",
-             (unsigned long long)(srv->gen ? srv->gen->number : 0));
-    log_errors(ST_LOG_ERROR, "server", &errs);
-    st__errlist_clear(&errs);
-    r->error = srv->last_reload_error ? strdup(srv->last_reload_error) : NULL;
-    if (!report) st__reload_report_free(r);
-    return;
-  }
-  st__errlist_clear(&errs);
-  st__generation_t *old = srv->gen;
-  diff_generations(srv, old, g, r);
-  srv->gen = g;
-  if (srv->pool) st__pool_set_generation(srv->pool, g);
-  /* Jobs and worker states hold their own references: the old generation
-   * is freed when the last of them lets go. */
-  if (old) st__generation_unref(old);
-  srv->last_reload_ok = 1;
-  srv->counters.reloads++;
-  r->ok = 1;
-  r->generation = g->number;
-  char names[1024];
-  endpoint_names(g, names, sizeof names);
-  ST_LOG_I("server", "reloaded in %.1f ms: generation %llu, %zu endpoints (%zu changed, "
-           "%zu added, %zu removed): %s",
-           (st__now_mono() - t0) * 1e3, (unsigned long long)g->number, g->nendpoints,
-           r->counts[ST_RELOAD_CHANGED], r->counts[ST_RELOAD_ADDED],
-           r->counts[ST_RELOAD_REMOVED], names);
-  if (!report) st__reload_report_free(r);
 }
 
 /* Closes and frees everything after the loop ended. Loop thread. */

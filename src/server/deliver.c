@@ -1,0 +1,73 @@
+/* src/server: what a build's consumers receive (work.h, "deliver.c"): an
+ * error, an object (with a lease when the endpoint is managed), or a
+ * plain result; a call is answered on its connection if that is still
+ * open, a task ends. Loop thread only.
+ */
+#include <stdlib.h>
+
+#include "server/work.h"
+#include "st/errors.h"
+
+static void call_error(st__server_t *srv, const st__consumer_t *k, int code, const char *msg) {
+  st__conn_t *c = st__conn_find(srv, k->conn_id);
+  if (!c || c->dead) return;
+  st__conn_send_error(c, k->request_id, code, msg);
+  st__conn_request_done(c);
+}
+
+/* Every consumer of *list gets the error; the list is freed and *list
+ * left empty. */
+void st__deliver_error(st__server_t *srv, st__consumer_t **list, int code, const char *msg) {
+  st__consumer_t *k = *list;
+  *list = NULL;
+  while (k) {
+    st__consumer_t *next = k->next;
+    if (k->kind == ST_CONSUMER_CALL) call_error(srv, k, code, msg);
+    else st__task_finish_error(srv, k->task, code, msg);
+    free(k);
+    k = next;
+  }
+}
+
+/* One consumer receives obj; see work.h. */
+void st__deliver_object(st__server_t *srv, const st__consumer_t *k, st__object_t *obj) {
+  if (k->kind == ST_CONSUMER_TASK) {
+    st__task_finish_object(srv, k->task, obj);
+    return;
+  }
+  st__conn_t *c = st__conn_find(srv, k->conn_id);
+  if (!c || c->dead) {
+    srv->counters.calls_dropped++;
+    return;
+  }
+  int lease = 0;
+  if (obj->managed) {
+    if (st__objects_lease(&srv->objects, obj, c->id) != ST_OK) {
+      st__conn_send_error(c, k->request_id, ST_ERR_OUT_OF_MEMORY, "out of memory taking a lease");
+      st__conn_request_done(c);
+      return;
+    }
+    c->leases++;
+    lease = 1;
+  }
+  st__objects_touch(&srv->objects, obj);
+  if (st__reply_result(c, k->request_id, obj->endpoint, &obj->result, obj, lease) != ST_OK &&
+      lease)
+    st__drop_lease(srv, c, obj);   /* the client never saw it */
+  st__conn_request_done(c);
+}
+
+/* The only consumer of a plain build receives its result; see work.h. */
+void st__deliver_plain(st__server_t *srv, const st__consumer_t *k, st__job_t *job) {
+  if (k->kind == ST_CONSUMER_TASK) {
+    st__task_finish_plain(srv, k->task, &job->result);
+    return;
+  }
+  st__conn_t *c = st__conn_find(srv, k->conn_id);
+  if (!c || c->dead) {
+    srv->counters.calls_dropped++;
+    return;
+  }
+  st__reply_result(c, k->request_id, job->ep->name, &job->result, NULL, 0);
+  st__conn_request_done(c);
+}

@@ -1,0 +1,167 @@
+/* src/server: the parameters of a request, checked against its method's
+ * row (rpc.h), and what handlers read them with. Loop thread only. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/settings.h"
+#include "server/rpc.h"
+#include "st/errors.h"
+
+/* "a, b, c" of "a|b|c". */
+static const char *word_list(const char *choices, char *buf, size_t len) {
+  size_t n = 0;
+  for (const char *p = choices; *p && n + 3 < len; p++) {
+    if (*p == '|') {
+      buf[n++] = ',';
+      buf[n++] = ' ';
+    } else {
+      buf[n++] = *p;
+    }
+  }
+  buf[n] = '\0';
+  return buf;
+}
+
+static double seconds_of(const msgpack_object *v) {
+  if (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER) return (double)v->via.u64;
+  if (v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) return (double)v->via.i64;
+  return v->via.f64;
+}
+
+/* A required parameter is absent (or, for a string, not one). */
+static void missing(st__rpc_req_t *r, const st__rpc_param_t *p) {
+  st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "%s: '%s' %sis required", r->method->name, p->name,
+                p->type == ST_RPC_STR ? "(a string) " : "");
+}
+
+/* Whether v (not NULL) has the type of parameter p; else sends the
+ * error and returns 0. */
+static int check_type(st__rpc_req_t *r, const st__rpc_param_t *p, const msgpack_object *v) {
+  const char *m = r->method->name;
+  char words[160];
+  double d;
+  switch (p->type) {
+  case ST_RPC_ANY: return 1;
+  case ST_RPC_U64:
+    if (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER) return 1;
+    st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "%s: '%s' must be an integer >= 0", m, p->name);
+    return 0;
+  case ST_RPC_STR:
+    if (v->type == MSGPACK_OBJECT_STR) return 1;
+    if (p->flags & ST_RPC_REQUIRED) missing(r, p);
+    else st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "%s: '%s' must be a string", m, p->name);
+    return 0;
+  case ST_RPC_SECONDS:
+    if (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER || v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER ||
+        v->type == MSGPACK_OBJECT_FLOAT32 || v->type == MSGPACK_OBJECT_FLOAT64) {
+      d = seconds_of(v);
+      if (d >= p->lo && d <= p->hi) return 1;
+    }
+    st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "%s: '%s' must be a number of seconds in %g..%g", m,
+                  p->name, p->lo, p->hi);
+    return 0;
+  case ST_RPC_WORD:
+    if (v->type == MSGPACK_OBJECT_STR) {
+      char w[64];
+      if (v->via.str.size < sizeof w) {
+        memcpy(w, v->via.str.ptr, v->via.str.size);
+        w[v->via.str.size] = '\0';
+        if (st__choices_index(p->choices, w) >= 0) return 1;
+      }
+    }
+    st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "%s: '%s' must be one of %s", m, p->name,
+                  word_list(p->choices, words, sizeof words));
+    return 0;
+  }
+  return 0;
+}
+
+/* Unknown names, then each parameter of the row in order; see rpc.h. */
+int st__rpc_check(st__rpc_req_t *r) {
+  const st__rpc_param_t *ps = r->method->params;
+  const char *names[ST_RPC_MAX_PARAMS + 1];
+  size_t n = 0;
+  while (n < ST_RPC_MAX_PARAMS && ps[n].name) {
+    names[n] = ps[n].name;
+    n++;
+  }
+  names[n] = NULL;
+  char err[256];
+  if (st__params_check(r->params, names, err, sizeof err) != ST_OK) {
+    st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "%s: %s", r->method->name, err);
+    return ST_ERR_INVALID_ARGUMENT;
+  }
+  for (size_t i = 0; i < n; i++) {
+    const st__rpc_param_t *p = &ps[i];
+    const msgpack_object *v = r->params ? st__map_get(r->params, p->name) : NULL;
+    if (v && v->type == MSGPACK_OBJECT_NIL && !(p->flags & ST_RPC_NIL_IS_VALUE)) v = NULL;
+    r->values[i] = v;
+    if (!v && (p->flags & ST_RPC_REQUIRED)) {
+      missing(r, p);
+      return ST_ERR_INVALID_ARGUMENT;
+    }
+    if (v && !check_type(r, p, v)) return ST_ERR_INVALID_ARGUMENT;
+  }
+  return ST_OK;
+}
+
+/* The index of parameter `name` in the request's row; a name the row
+ * does not have is a broken invariant. */
+static size_t param_index(const st__rpc_req_t *r, const char *name) {
+  const st__rpc_param_t *ps = r->method->params;
+  for (size_t i = 0; i < ST_RPC_MAX_PARAMS && ps[i].name; i++)
+    if (strcmp(ps[i].name, name) == 0) return i;
+  ST_LOG_E("rpc", "method %s has no parameter '%s'", r->method->name, name);
+  abort();
+}
+
+/* See rpc.h. */
+const msgpack_object *st__rpc_arg(const st__rpc_req_t *r, const char *name) {
+  return r->values[param_index(r, name)];
+}
+
+/* A checked U64 parameter, or dflt. */
+uint64_t st__rpc_u64(const st__rpc_req_t *r, const char *name, uint64_t dflt) {
+  const msgpack_object *v = st__rpc_arg(r, name);
+  return v ? v->via.u64 : dflt;
+}
+
+/* A checked SECONDS parameter, or dflt. */
+double st__rpc_seconds(const st__rpc_req_t *r, const char *name, double dflt) {
+  const msgpack_object *v = st__rpc_arg(r, name);
+  return v ? seconds_of(v) : dflt;
+}
+
+/* A checked WORD parameter's index, or dflt. */
+int st__rpc_word(const st__rpc_req_t *r, const char *name, int dflt) {
+  size_t i = param_index(r, name);
+  const msgpack_object *v = r->values[i];
+  if (!v) return dflt;
+  char w[64];
+  snprintf(w, sizeof w, "%.*s", (int)v->via.str.size, v->via.str.ptr);
+  return st__choices_index(r->method->params[i].choices, w);
+}
+
+/* See rpc.h. */
+const st__endpoint_decl_t *st__rpc_endpoint(const st__rpc_req_t *r) {
+  const msgpack_object *name = st__rpc_arg(r, "endpoint");
+  const st__endpoint_decl_t *ep =
+      st__generation_find(r->c->srv->gen, name->via.str.ptr, name->via.str.size);
+  if (!ep)
+    st__rpc_error(r, ST_ERR_UNKNOWN_ENDPOINT, "unknown endpoint '%.*s'",
+                  (int)(name->via.str.size > 128 ? 128 : name->via.str.size), name->via.str.ptr);
+  return ep;
+}
+
+/* See rpc.h. */
+void st__rpc_error(const st__rpc_req_t *r, int code, const char *fmt, ...) {
+  char m[1400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(m, sizeof m, fmt, ap);
+  va_end(ap);
+  st__conn_send_error(r->c, r->id, code, m);
+}

@@ -1,0 +1,150 @@
+/* src/server: the wire methods (docs/protocol.md, "Methods").
+ *
+ * One table, st__methods (methods.c), has a row per method: its name, its
+ * handler and its parameters (name, type, required). st__dispatch
+ * (dispatch.c) finds the row of a request and checks the request's
+ * parameters against it (rpc.c: unknown names, types, required ones, in
+ * the order of the row, each failure an INVALID_ARGUMENT reply naming the
+ * method) before the handler runs; a handler reads its checked
+ * parameters with the accessors below and answers the request. Handlers
+ * are grouped by concern:
+ *
+ *   rpc_admin.c     ping, hello, info, endpoints, reload
+ *   rpc_calls.c     call, submit
+ *   rpc_tasks.c     status, wait, result, cancel, tasks
+ *   rpc_objects.c   release, object_info, ensure_live, objects,
+ *                   invalidate_call, invalidate_endpoint
+ *
+ * Adding a method: its row in methods.c, its handler in the file of its
+ * concern (declared below), its section in docs/protocol.md.
+ *
+ * Everything here runs on the loop thread.
+ */
+#ifndef ST_SERVER_RPC_H
+#define ST_SERVER_RPC_H
+
+#include <msgpack.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/generation.h"
+#include "server/conn.h"
+
+/* ------------------------------------------------------------- rows */
+
+typedef enum {
+  ST_RPC_ANY = 0,      /* any value: the handler checks it */
+  ST_RPC_U64,          /* an integer >= 0 ("'x' must be an integer >= 0") */
+  ST_RPC_STR,          /* a string ("'x' must be a string"; a required one:
+                          "'x' (a string) is required", absent or not) */
+  ST_RPC_SECONDS,      /* a number in [lo, hi] ("'x' must be a number of
+                          seconds in lo..hi") */
+  ST_RPC_WORD          /* one of `choices` ("'x' must be one of a, b, c") */
+} st__rpc_type_t;
+
+/* Parameter flags. Without ST_RPC_NIL_IS_VALUE a nil value counts as an
+ * absent parameter. */
+#define ST_RPC_REQUIRED 1u      /* absent: "'x' is required" */
+#define ST_RPC_NIL_IS_VALUE 2u  /* nil is a value (of the wrong type) */
+
+typedef struct st__rpc_param {
+  const char *name;            /* NULL ends a row's parameters */
+  st__rpc_type_t type;
+  unsigned flags;
+  double lo, hi;               /* SECONDS */
+  const char *choices;         /* WORD: "a|b|c"; the value is the index */
+} st__rpc_param_t;
+
+#define ST_RPC_MAX_PARAMS 4
+
+typedef struct st__rpc_req st__rpc_req_t;
+
+typedef struct st__rpc_method {
+  const char *name;
+  size_t len;                  /* strlen(name) */
+  void (*handler)(st__rpc_req_t *r);
+  st__rpc_param_t params[ST_RPC_MAX_PARAMS];   /* in the order they are checked */
+} st__rpc_method_t;
+
+/* One request of a connection, parameters checked. Borrowed by the
+ * handler for the duration of its call. */
+struct st__rpc_req {
+  st__conn_t *c;
+  uint32_t id;
+  const st__rpc_method_t *method;
+  const msgpack_object *params;                /* the named map; NULL for [] */
+  const msgpack_object *values[ST_RPC_MAX_PARAMS];   /* per parameter of the row:
+                                                        the value, NULL if absent */
+};
+
+/* ------------------------------------------------------------- methods.c */
+
+/* The row of the method named by (name, len), or NULL. Borrowed. */
+const st__rpc_method_t *st__rpc_method_find(const char *name, size_t len);
+
+/* ------------------------------------------------------------- dispatch.c */
+
+/* Handles one decoded message of c (borrowed): a request runs its method
+ * (BUSY past max_inflight, UNKNOWN_METHOD, parameter errors), a
+ * notification is counted, a response closes the connection. The
+ * connection's message hook (server.h). */
+void st__dispatch(st__conn_t *c, const st__message_t *msg);
+
+/* ------------------------------------------------------------- rpc.c */
+
+/* Checks the request's parameter map against r->method's row and fills
+ * r->values. ST_OK, or the error (INVALID_ARGUMENT) after its reply was
+ * sent. */
+int st__rpc_check(st__rpc_req_t *r);
+
+/* The checked value of parameter `name` of the row (NULL when absent or
+ * nil). `name` must be a parameter of the row: anything else is a broken
+ * invariant and aborts. Borrowed from the request. */
+const msgpack_object *st__rpc_arg(const st__rpc_req_t *r, const char *name);
+
+/* Typed reads of checked parameters, `dflt` when absent: U64, SECONDS,
+ * WORD (the index; dflt when absent). */
+uint64_t st__rpc_u64(const st__rpc_req_t *r, const char *name, uint64_t dflt);
+double st__rpc_seconds(const st__rpc_req_t *r, const char *name, double dflt);
+int st__rpc_word(const st__rpc_req_t *r, const char *name, int dflt);
+
+/* The endpoint of the current generation named by the request's
+ * `endpoint` parameter (a checked, required string), or NULL after an
+ * UNKNOWN_ENDPOINT reply ("unknown endpoint 'x'"). Borrowed. */
+const st__endpoint_decl_t *st__rpc_endpoint(const st__rpc_req_t *r);
+
+/* Answers the request with an error; the message is formatted as printf
+ * does (no "<method>: " is added). Results go out with st__reply_begin
+ * and st__reply_send (work.h). */
+void st__rpc_error(const st__rpc_req_t *r, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ------------------------------------------------------------- handlers */
+
+/* rpc_admin.c */
+void st__rpc_ping(st__rpc_req_t *r);
+void st__rpc_hello(st__rpc_req_t *r);
+void st__rpc_info(st__rpc_req_t *r);
+void st__rpc_endpoints(st__rpc_req_t *r);
+void st__rpc_reload(st__rpc_req_t *r);
+
+/* rpc_calls.c */
+void st__rpc_call(st__rpc_req_t *r);
+void st__rpc_submit(st__rpc_req_t *r);
+
+/* rpc_tasks.c */
+void st__rpc_status(st__rpc_req_t *r);
+void st__rpc_wait(st__rpc_req_t *r);
+void st__rpc_result(st__rpc_req_t *r);
+void st__rpc_cancel(st__rpc_req_t *r);
+void st__rpc_tasks(st__rpc_req_t *r);
+
+/* rpc_objects.c */
+void st__rpc_release(st__rpc_req_t *r);
+void st__rpc_object_info(st__rpc_req_t *r);
+void st__rpc_ensure_live(st__rpc_req_t *r);
+void st__rpc_objects(st__rpc_req_t *r);
+void st__rpc_invalidate_call(st__rpc_req_t *r);
+void st__rpc_invalidate_endpoint(st__rpc_req_t *r);
+
+#endif

@@ -1,0 +1,93 @@
+/* src/server: the methods that describe and steer the server (rpc.h):
+ * ping, hello, info, endpoints, reload. Loop thread only. */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "server/rpc.h"
+#include "server/work.h"
+#include "st/errors.h"
+#include "st/wire.h"
+
+/* ping -> "pong". */
+void st__rpc_ping(st__rpc_req_t *r) {
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  st__reply_begin(&sb, &pk, r->id);
+  st__pack_cstr(&pk, "pong");
+  st__reply_send(r->c, &sb);
+}
+
+/* hello {protocol?, client?} -> the server's identity and limits; a
+ * newer protocol than ours is PROTOCOL. */
+void st__rpc_hello(st__rpc_req_t *r) {
+  st__conn_t *c = r->c;
+  const msgpack_object *proto = st__rpc_arg(r, "protocol");
+  const msgpack_object *client = st__rpc_arg(r, "client");
+  if (proto && proto->via.u64 > ST_PROTOCOL_VERSION) {
+    st__rpc_error(r, ST_ERR_PROTOCOL, "client speaks protocol %llu; this server (%s) speaks "
+                  "protocol %d", (unsigned long long)proto->via.u64, ST_VERSION_STRING,
+                  ST_PROTOCOL_VERSION);
+    return;
+  }
+  if (client) {
+    size_t n = client->via.str.size < sizeof c->client - 1 ? client->via.str.size
+                                                           : sizeof c->client - 1;
+    memcpy(c->client, client->via.str.ptr, n);
+    c->client[n] = '\0';
+    ST_LOG_D("conn", "conn %llu: hello from '%s'", (unsigned long long)c->id, c->client);
+  }
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  st__reply_begin(&sb, &pk, r->id);
+  st__describe_hello(&pk, c->srv, c->device);
+  st__reply_send(c, &sb);
+}
+
+/* info -> the server's state and counters (describe.c). */
+void st__rpc_info(st__rpc_req_t *r) {
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  st__reply_begin(&sb, &pk, r->id);
+  st__describe_info(&pk, r->c->srv);
+  st__reply_send(r->c, &sb);
+}
+
+/* endpoints -> every declaration of the current generation. */
+void st__rpc_endpoints(st__rpc_req_t *r) {
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  st__reply_begin(&sb, &pk, r->id);
+  st__describe_endpoints(&pk, r->c->srv->gen);
+  st__reply_send(r->c, &sb);
+}
+
+/* reload -> {ok, generation, error, changed, added, removed}. */
+void st__rpc_reload(st__rpc_req_t *r) {
+  st__server_t *srv = r->c->srv;
+  if (srv->shutting_down) {
+    st__rpc_error(r, ST_ERR_SHUTTING_DOWN, "the server is shutting down");
+    return;
+  }
+  ST_LOG_I("server", "conn %llu: reload requested", (unsigned long long)r->c->id);
+  st__reload_report_t rep;
+  st__server_reload(srv, &rep);
+  static const char *const lists[3] = {"changed", "added", "removed"};
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  st__reply_begin(&sb, &pk, r->id);
+  msgpack_pack_map(&pk, 6);
+  st__pack_cstr(&pk, "ok");
+  st__pack_bool(&pk, rep.ok);
+  st__pack_cstr(&pk, "generation");
+  msgpack_pack_uint64(&pk, rep.generation);
+  st__pack_cstr(&pk, "error");
+  st__pack_cstr(&pk, rep.error);
+  for (int k = 0; k < 3; k++) {
+    st__pack_cstr(&pk, lists[k]);
+    msgpack_pack_array(&pk, rep.counts[k]);
+    for (size_t i = 0; i < rep.counts[k]; i++) st__pack_cstr(&pk, rep.names[k][i]);
+  }
+  st__reload_report_free(&rep);
+  st__reply_send(r->c, &sb);
+}

@@ -1,0 +1,67 @@
+/* src/server: the task methods (rpc.h; docs/protocol.md, "status" ...
+ * "tasks"): task info, waiting, results and cancelling of the tasks of
+ * tasks.c. Loop thread only. */
+#include <stdio.h>
+
+#include "server/rpc.h"
+#include "server/work.h"
+#include "st/errors.h"
+
+#define WAIT_DEFAULT_S 30.0
+
+/* The task named by the task_id parameter, or NULL after a NOT_FOUND
+ * reply. */
+static st__task_t *task_of(st__rpc_req_t *r) {
+  uint64_t tid = st__rpc_u64(r, "task_id", 0);
+  st__task_t *t = st__task_find(r->c->srv, tid);
+  if (!t)
+    st__rpc_error(r, ST_ERR_NOT_FOUND,
+                  "%s: task %llu not found (unknown, or dropped after tasks.ttl_s)",
+                  r->method->name, (unsigned long long)tid);
+  return t;
+}
+
+/* status {task_id} -> task info. */
+void st__rpc_status(st__rpc_req_t *r) {
+  st__task_t *t = task_of(r);
+  if (t) st__reply_task(r->c, r->id, t);
+}
+
+/* wait {task_id, timeout?} -> task info when it ends or at the timeout. */
+void st__rpc_wait(st__rpc_req_t *r) {
+  double timeout = st__rpc_seconds(r, "timeout", WAIT_DEFAULT_S);
+  st__task_t *t = task_of(r);
+  if (!t) return;
+  if (st__task_add_waiter(r->c->srv, t, r->c, r->id, ST_WAIT_INFO, timeout) != ST_OK)
+    st__rpc_error(r, ST_ERR_OUT_OF_MEMORY, "wait: out of memory");
+}
+
+/* result {task_id} -> like call's reply. */
+void st__rpc_result(st__rpc_req_t *r) {
+  st__task_t *t = task_of(r);
+  if (t) st__task_reply_result(r->c, r->id, t);
+}
+
+/* cancel {task_id} -> task info after the request. */
+void st__rpc_cancel(st__rpc_req_t *r) {
+  st__task_t *t = task_of(r);
+  if (!t) return;
+  st__task_cancel(r->c->srv, t);
+  st__reply_task(r->c, r->id, t);
+}
+
+/* tasks {status?} -> task info, newest first. */
+void st__rpc_tasks(st__rpc_req_t *r) {
+  st__server_t *srv = r->c->srv;
+  int want = st__rpc_word(r, "status", -1);
+  size_t n = 0;
+  for (st__task_t *t = srv->work->newest; t; t = t->older)
+    if (want < 0 || (int)st__task_status(srv, t) == want) n++;
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  st__reply_begin(&sb, &pk, r->id);
+  msgpack_pack_array(&pk, n);
+  for (st__task_t *t = srv->work->newest; t; t = t->older)
+    if (want < 0 || (int)t->status == want) st__pack_task(&pk, srv, t);
+  st__reply_send(r->c, &sb);
+}
