@@ -84,6 +84,22 @@ typedef struct st__cuda_api {
  * with "no CUDA device: <reason>" in err. Any thread. */
 const st__cuda_api_t *st__cuda_api(char *err, size_t errlen);
 
+/* The steps every CUDA arena starts with (cuda_arena.c, cuda_legacy.c):
+ * the object size limit, the driver, the device's context made current,
+ * its allocation granularity, and *size = bytes rounded up to it (one
+ * granule for 0 bytes). ST_OK, or LIMIT / CAPABILITY / a driver error with a message.
+ * Any thread. */
+int st__cuda_arena_prepare(int ordinal, uint64_t bytes, const st__cuda_api_t **api,
+                           uint64_t *gran, uint64_t *size, char *err, size_t errlen);
+
+/* The error of a failed allocation call `call` (cuMemCreate, cuMemAlloc)
+ * of `size` bytes for `bytes` requested on `ordinal` (device `uuid`):
+ * OUT_OF_MEMORY with the requested and free bytes ("(<size> <how>)"
+ * names the rounding), else the driver's error. Any thread. */
+int st__cuda_alloc_error(CUresult r, const char *call, int ordinal, const char *uuid,
+                         uint64_t bytes, uint64_t size, const char *how, char *err,
+                         size_t errlen);
+
 /* Formats a failed driver call as "<what>: CUDA_ERROR_X (text)" into err
  * and returns the matching ST_ERR_*: OUT_OF_MEMORY for
  * CUDA_ERROR_OUT_OF_MEMORY, INVALID_ARGUMENT for invalid values and

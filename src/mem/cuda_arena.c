@@ -19,6 +19,7 @@
  * cuda.h.
  */
 #include "mem/arena.h"
+#include "common/fail.h"
 #include "mem/cuda.h"
 
 #include <fcntl.h>
@@ -52,22 +53,40 @@ static void alloc_teardown(const st__cuda_api_t *a, st__cuda_alloc_t *c) {
   c->fd = -1;
 }
 
-/* The message for a failed cuMemCreate; OUT_OF_MEMORY when the driver says
- * so or when the request is larger than what is free. */
-static int create_error(CUresult r, int ordinal, const char *uuid, uint64_t bytes, uint64_t size,
-                        char *err, size_t errlen) {
+/* See cuda.h. */
+int st__cuda_alloc_error(CUresult r, const char *call, int ordinal, const char *uuid,
+                         uint64_t bytes, uint64_t size, const char *how, char *err,
+                         size_t errlen) {
   uint64_t free_b = 0, total_b = 0;
-  char ignore[8];
-  st__cuda_mem_info(ordinal, &free_b, &total_b, ignore, sizeof ignore);
-  if (r == CUDA_ERROR_OUT_OF_MEMORY || size > free_b) {
-    snprintf(err, errlen,
-             "out of device memory on cuda:%d (%s): requested %llu bytes (%llu allocated in "
-             "granules), %llu bytes free of %llu",
-             ordinal, uuid, (unsigned long long)bytes, (unsigned long long)size,
-             (unsigned long long)free_b, (unsigned long long)total_b);
-    return ST_ERR_OUT_OF_MEMORY;
-  }
-  return st__cuda_error(r, "cuMemCreate", err, errlen);
+  st__cuda_mem_info(ordinal, &free_b, &total_b, NULL, 0);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY || size > free_b)
+    return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen,
+                    "out of device memory on cuda:%d (%s): requested %llu bytes (%llu %s), "
+                    "%llu bytes free of %llu",
+                    ordinal, uuid, (unsigned long long)bytes, (unsigned long long)size, how,
+                    (unsigned long long)free_b, (unsigned long long)total_b);
+  return st__cuda_error(r, call, err, errlen);
+}
+
+/* See cuda.h. */
+int st__cuda_arena_prepare(int ordinal, uint64_t bytes, const st__cuda_api_t **api,
+                           uint64_t *gran, uint64_t *size, char *err, size_t errlen) {
+  int rc = st__arena_check_limit(bytes, err, errlen);
+  if (rc != ST_OK) return rc;
+  const st__cuda_api_t *a = st__cuda_api(err, errlen);
+  if (!a) return ST_ERR_CAPABILITY;
+  rc = st__cuda_ctx_enter(ordinal, err, errlen);
+  if (rc != ST_OK) return rc;
+  uint64_t g;
+  rc = st__cuda_granularity(ordinal, &g, err, errlen);
+  if (rc != ST_OK) return rc;
+  if (bytes > UINT64_MAX - g || bytes > (uint64_t)(SIZE_MAX / 2))
+    return st__fail(ST_ERR_LIMIT, err, errlen, "object of %llu bytes is too large",
+                    (unsigned long long)bytes);
+  *api = a;
+  *gran = g;
+  *size = bytes ? (bytes + g - 1) / g * g : g;
+  return ST_OK;
 }
 
 /* See arena.h. Any thread. */
@@ -75,20 +94,10 @@ int st__arena_new_cuda(int ordinal, uint64_t bytes, st__arena_t **out, char *err
   char dummy[1];
   if (!err) { err = dummy; errlen = sizeof dummy; }
   *out = NULL;
-  int rc = st__arena_check_limit(bytes, err, errlen);
+  const st__cuda_api_t *a;
+  uint64_t gran, size;
+  int rc = st__cuda_arena_prepare(ordinal, bytes, &a, &gran, &size, err, errlen);
   if (rc != ST_OK) return rc;
-  const st__cuda_api_t *a = st__cuda_api(err, errlen);
-  if (!a) return ST_ERR_CAPABILITY;
-  rc = st__cuda_ctx_enter(ordinal, err, errlen);
-  if (rc != ST_OK) return rc;
-  uint64_t gran;
-  rc = st__cuda_granularity(ordinal, &gran, err, errlen);
-  if (rc != ST_OK) return rc;
-  if (bytes > UINT64_MAX - gran || bytes > (uint64_t)(SIZE_MAX / 2)) {
-    snprintf(err, errlen, "object of %llu bytes is too large", (unsigned long long)bytes);
-    return ST_ERR_LIMIT;
-  }
-  uint64_t size = bytes ? (bytes + gran - 1) / gran * gran : gran;
 
   st__cuda_alloc_t *c = calloc(1, sizeof *c);
   if (!c) {
@@ -105,7 +114,8 @@ int st__arena_new_cuda(int ordinal, uint64_t bytes, st__arena_t **out, char *err
   st__cuda_alloc_prop(ordinal, &prop);
   CUresult r = a->cuMemCreate(&c->handle, (size_t)size, &prop, 0);
   if (r != CUDA_SUCCESS) {
-    rc = create_error(r, ordinal, c->uuid, bytes, size, err, errlen);
+    rc = st__cuda_alloc_error(r, "cuMemCreate", ordinal, c->uuid, bytes, size,
+                              "allocated in granules", err, errlen);
     goto fail;
   }
   c->have_handle = 1;

@@ -51,56 +51,31 @@ static void legacy_teardown(const st__cuda_api_t *a, st__cuda_legacy_t *l) {
   l->dptr = 0;
 }
 
-/* The message for a failed cuMemAlloc: OUT_OF_MEMORY with the requested
- * and free bytes, as for VMM arenas. */
-static int alloc_error(CUresult r, const st__cuda_legacy_t *l, uint64_t bytes, char *err,
-                       size_t errlen) {
-  uint64_t free_b = 0, total_b = 0;
-  st__cuda_mem_info(l->ordinal, &free_b, &total_b, NULL, 0);
-  if (r == CUDA_ERROR_OUT_OF_MEMORY || l->size > free_b) {
-    snprintf(err, errlen,
-             "out of device memory on cuda:%d (%s): requested %llu bytes (%llu allocated for a "
-             "legacy IPC arena), %llu bytes free of %llu",
-             l->ordinal, l->uuid, (unsigned long long)bytes, (unsigned long long)l->size,
-             (unsigned long long)free_b, (unsigned long long)total_b);
-    return ST_ERR_OUT_OF_MEMORY;
-  }
-  return st__cuda_error(r, "cuMemAlloc", err, errlen);
-}
-
 /* See arena.h. Any thread. */
 int st__arena_new_cuda_legacy(int ordinal, uint64_t bytes, st__arena_t **out, char *err,
                               size_t errlen) {
   char dummy[1];
   if (!err) { err = dummy; errlen = sizeof dummy; }
   *out = NULL;
-  int rc = st__arena_check_limit(bytes, err, errlen);
+  const st__cuda_api_t *a;
+  uint64_t gran, size;
+  int rc = st__cuda_arena_prepare(ordinal, bytes, &a, &gran, &size, err, errlen);
   if (rc != ST_OK) return rc;
-  const st__cuda_api_t *a = st__cuda_api(err, errlen);
-  if (!a) return ST_ERR_CAPABILITY;
-  rc = st__cuda_ctx_enter(ordinal, err, errlen);
-  if (rc != ST_OK) return rc;
-  uint64_t gran;
-  rc = st__cuda_granularity(ordinal, &gran, err, errlen);
-  if (rc != ST_OK) return rc;
-  if (bytes > UINT64_MAX - gran || bytes > (uint64_t)(SIZE_MAX / 2)) {
-    snprintf(err, errlen, "object of %llu bytes is too large", (unsigned long long)bytes);
-    return ST_ERR_LIMIT;
-  }
   st__cuda_legacy_t *l = calloc(1, sizeof *l);
   if (!l) {
     snprintf(err, errlen, "out of memory");
     return ST_ERR_OUT_OF_MEMORY;
   }
   l->ordinal = ordinal;
-  l->size = bytes ? (bytes + gran - 1) / gran * gran : gran;
+  l->size = size;
   rc = st__cuda_device_uuid(ordinal, l->uuid, err, errlen);
   if (rc != ST_OK) goto fail;
 
   CUresult r = a->cuMemAlloc(&l->dptr, (size_t)l->size);
   if (r != CUDA_SUCCESS) {
     l->dptr = 0;
-    rc = alloc_error(r, l, bytes, err, errlen);
+    rc = st__cuda_alloc_error(r, "cuMemAlloc", ordinal, l->uuid, bytes, l->size,
+                              "allocated for a legacy IPC arena", err, errlen);
     goto fail;
   }
   CUipcMemHandle h;
