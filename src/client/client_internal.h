@@ -11,8 +11,11 @@
  *   map.c     the process-wide open-cache of mapped arenas
  *   device.c  CUDA: device lookup, import, unmap, copies (contexts kept)
  *   tensor.c  reading tensors: st_tensor_get, st_tensor_copy_to_host
- *   args.c    the st_args_t builder and "key=value" words
- *   json_parse.c / json_write.c   JSON to msgpack, values to JSON
+ *   args.c    the st_args_t map and its nested builder
+ *   args_text.c  arguments from "key=value" words and JSON text (read
+ *             by src/common/json.c)
+ *   targs.c   tensor arguments: st_tensor_alloc, st_args_tensor
+ *   json_write.c  values as JSON text
  *
  * Nothing here is exported: the shared library is built with
  * -fvisibility=hidden and only ST_API functions are visible.
@@ -64,10 +67,6 @@ void st__client_text_put(st__text_t *t, const char *s, size_t n);
 void st__client_text_puts(st__text_t *t, const char *s);
 void st__client_text_printf(st__text_t *t, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-
-/* Length of the valid UTF-8 sequence at s (at most `left` bytes); 0 when
- * invalid. */
-size_t st__client_utf8_len(const unsigned char *s, size_t left);
 
 /* -------------------------------------------------------------- client */
 
@@ -220,6 +219,9 @@ int st__client_result_decode(st_client_t *c, const msgpack_object *result, int u
 
 /* -------------------------------------------------------------- args */
 
+/* 1 while a list or map of a's builder is open (the calls refuse such
+ * arguments), else 0; NULL gives 0. */
+int st__client_args_open(const st_args_t *a);
 /* Packs the arguments as one msgpack map (NULL packs {}). */
 void st__client_args_pack(msgpack_packer *pk, const st_args_t *a);
 /* The own allocations the arguments' tensors live in (targs.c), in the
@@ -232,23 +234,9 @@ long st__client_args_arena_index(st_args_t *a, st__mapping_t *m);
  * the mappings) in the same order. */
 void st__client_args_pack_arenas(msgpack_packer *pk, st__mapping_t *const *arenas, size_t n,
                                  int *fds);
-/* Sets `key` to a copy of msgpack bytes. ST_OK / ST_ERR_OUT_OF_MEMORY /
- * ST_ERR_INVALID_ARGUMENT (empty or NULL key). */
+/* Sets `key` (key_len bytes) to a copy of msgpack bytes. ST_OK /
+ * ST_ERR_OUT_OF_MEMORY / ST_ERR_INVALID_ARGUMENT (empty or NULL key). */
 int st__client_args_set_raw(st_args_t *a, const char *key, size_t key_len, const void *data,
                             size_t len);
-
-/* -------------------------------------------------------------- JSON */
-
-/* Parses one JSON text (`len` bytes) and packs it. ST_OK, or
- * ST_ERR_INVALID_ARGUMENT with "... at line L, column C" in err,
- * ST_ERR_OUT_OF_MEMORY. When `each_member` is set the text must be an
- * object and cb is called with every member instead (key, its value's
- * msgpack bytes). */
-typedef int (*st__json_member_cb)(void *ud, const char *key, size_t key_len,
-                                  const void *value, size_t value_len);
-int st__client_json_pack(const char *text, size_t len, msgpack_packer *pk, char *err,
-                         size_t errlen);
-int st__client_json_members(const char *text, size_t len, st__json_member_cb cb, void *ud,
-                            char *err, size_t errlen);
 
 #endif

@@ -25,8 +25,12 @@ static int64_t element_offset(const st_tensor_t *t, int64_t linear) {
   return off;
 }
 
-/* 1 when the elements lie in row-major order without gaps. */
-static int is_contiguous(const st_tensor_t *t) {
+/* See client.h. Any thread. */
+ST_API int st_tensor_is_contiguous(const st_tensor_t *t) {
+  if (!t || t->ndim < 0 || t->ndim > ST_MAX_NDIM || (t->ndim && (!t->shape || !t->strides)))
+    return 0;
+  for (int i = 0; i < t->ndim; i++)
+    if (t->shape[i] == 0) return 1;
   int64_t want = 1;
   for (int i = t->ndim - 1; i >= 0; i--) {
     if (t->shape[i] == 1) continue;
@@ -73,7 +77,7 @@ ST_API int st_tensor_copy_to_host(const st_tensor_t *t, void *dst, size_t len) {
   if (t->numel == 0 || t->nbytes == 0) return ST_OK;
   if (!t->data) return ST_ERR_INVALID_ARGUMENT;
   size_t esize = st_dtype_size(t->dtype);
-  int contiguous = is_contiguous(t);
+  int contiguous = st_tensor_is_contiguous(t);
   if (t->device == ST_DEVICE_CPU) {
     if (contiguous)
       memcpy(dst, t->data, t->nbytes);
