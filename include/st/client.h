@@ -194,8 +194,8 @@ ST_API void st_result_free(st_result_t *r);
  * order); inside a map `key` names the member (any string, "" too; for a
  * key holding NUL bytes call st_args_key first and pass NULL). Nil is a
  * value like any other: it keeps its place in a list and its key in a map.
- * The argument map counts as the first level: containers nest at most
- * ST_MAX_DEPTH - 1 (31) levels inside it.
+ * An argument's lists and maps nest at most 28 levels (ST_MAX_DEPTH - 4:
+ * a request holds 32 levels of containers, 4 of them its own).
  *
  *   st_args_begin_map(a, "opts");          // opts = {"n": 2, "dims": [3, nil]}
  *   st_args_int(a, "n", 2);

@@ -22,8 +22,12 @@
 
 #include "client/client_internal.h"
 
-/* Containers open inside the argument map (which is level 1). */
-#define MAX_OPEN (ST_MAX_DEPTH - 1)
+/* Levels of lists and maps in one argument. The server reads a request
+ * with at most ST_MAX_DEPTH levels of msgpack containers (the depth of
+ * msgpack-c's unpacker; src/proto/reader.c), and a call's argument values
+ * sit inside four of them: the request, its params array, the params map
+ * and the argument map. Deeper values would cost the connection. */
+#define MAX_OPEN (ST_MAX_DEPTH - 4)
 #define HEAD_BYTES 5
 
 typedef struct arg {
@@ -196,8 +200,9 @@ static int place(st_args_t *a, const char *key, int nest) {
   if (a->build_rc != ST_OK) return a->build_rc;
   frame_t *f = &a->open[a->depth - 1];
   if (nest && a->depth == MAX_OPEN)
-    return fail(a, ST_ERR_INVALID_ARGUMENT, "argument '%s': nested deeper than %d levels",
-                open_name(a), ST_MAX_DEPTH);
+    return fail(a, ST_ERR_INVALID_ARGUMENT,
+                "argument '%s': lists and maps nested deeper than %d levels", open_name(a),
+                MAX_OPEN);
   if (f->count == UINT32_MAX)
     return fail(a, ST_ERR_INVALID_ARGUMENT, "argument '%s': more than %u values in a container",
                 open_name(a), (unsigned)UINT32_MAX);
