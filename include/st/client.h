@@ -191,11 +191,12 @@ ST_API void st_result_free(st_result_t *r);
  * and st_args_begin_map open a list or a map as the value of `key`, and
  * until the matching st_args_end every setter adds to the innermost open
  * container instead: inside a list `key` must be NULL (elements keep their
- * order); inside a map `key` names the member (any string, "" too; for a
- * key holding NUL bytes call st_args_key first and pass NULL). Nil is a
- * value like any other: it keeps its place in a list and its key in a map.
- * An argument's lists and maps nest at most 28 levels (ST_MAX_DEPTH - 4:
- * a request holds 32 levels of containers, 4 of them its own).
+ * order); inside a map `key` names the member (any string, "" too), or is
+ * NULL when st_args_key / st_args_keys queued the member's key (a key
+ * holding NUL bytes goes that way). Nil is a value like any other: it
+ * keeps its place in a list and its key in a map. An argument's lists and
+ * maps nest at most 28 levels (ST_MAX_DEPTH - 4: a request holds 32 levels
+ * of containers, 4 of them its own).
  *
  *   st_args_begin_map(a, "opts");          // opts = {"n": 2, "dims": [3, nil]}
  *   st_args_int(a, "n", 2);
@@ -205,15 +206,25 @@ ST_API void st_result_free(st_result_t *r);
  *   st_args_end(a);
  *   st_args_end(a);
  *
+ * The bulk setters place n values at once in the innermost open list or
+ * map (in a map, each takes the next queued key): what bindings use for
+ * long lists, one call instead of n.
+ *
+ *   int64_t dims[3] = {2, 3, 4};           // shape = [2, 3, 4]
+ *   st_args_begin_list(a, "shape");
+ *   st_args_ints(a, dims, 3);
+ *   st_args_end(a);
+ *
  * Errors: ST_ERR_INVALID_ARGUMENT (NULL map, a key where none belongs or
  * none where one must be, NULL data with a nonzero length, st_args_end
- * with nothing open, nesting too deep) or ST_ERR_OUT_OF_MEMORY;
- * st_args_error() says why. Nothing aborts. A failure at the top level
- * changes nothing. A failure inside an open value is kept: every later
- * call returns it until the outermost st_args_end, which returns it too
- * and drops the unfinished value (so checking that last call is enough).
- * Arguments with a container still open are refused by the calls
- * (ST_ERR_INVALID_ARGUMENT). */
+ * with nothing open, keys queued and never used, nesting too deep) or
+ * ST_ERR_OUT_OF_MEMORY; st_args_error() says why. Nothing aborts. A
+ * failure at the top level changes nothing. A failure inside an open
+ * value is kept: every later call returns it until the outermost
+ * st_args_end, which returns it too and drops the unfinished value (so
+ * checking that last call is enough; a failed st_args_begin_* still opens
+ * its level, for its st_args_end to close). Arguments with a container
+ * still open are refused by the calls (ST_ERR_INVALID_ARGUMENT). */
 
 /* New empty argument map, owned by the caller; NULL when out of memory. */
 ST_API st_args_t *st_args_new(void);
@@ -238,17 +249,18 @@ ST_API int st_args_begin_list(st_args_t *a, const char *key);
 ST_API int st_args_begin_map(st_args_t *a, const char *key);
 ST_API int st_args_end(st_args_t *a);
 
-/* Names the next member of the innermost open map with `len` bytes of
- * `key` (NUL bytes included); the next setter then takes key NULL. */
+/* Queues keys for the next members of the innermost open map: one of
+ * `len` bytes (NUL bytes included), or n packed back to back in `data`
+ * (key i: lens[i] bytes). The setters of those members pass key NULL. */
 ST_API int st_args_key(st_args_t *a, const char *key, size_t len);
+ST_API int st_args_keys(st_args_t *a, const char *data, const size_t *lens, size_t n);
 
-/* A whole list in one call: n integers, n floats, or n strings (strs[i]
- * of lens[i] bytes, or NUL-terminated when lens is NULL). v / strs may be
- * NULL when n is 0 (an empty list). */
-ST_API int st_args_int_list(st_args_t *a, const char *key, const int64_t *v, size_t n);
-ST_API int st_args_float_list(st_args_t *a, const char *key, const double *v, size_t n);
-ST_API int st_args_str_list(st_args_t *a, const char *key, const char *const *strs,
-                            const size_t *lens, size_t n);
+/* Bulk: n integers, n floats, or n strings (packed back to back in `data`,
+ * string i lens[i] bytes) as the next n values of the innermost open list
+ * or map. v / data may be NULL when nothing is to be read. */
+ST_API int st_args_ints(st_args_t *a, const int64_t *v, size_t n);
+ST_API int st_args_floats(st_args_t *a, const double *v, size_t n);
+ST_API int st_args_strs(st_args_t *a, const char *data, const size_t *lens, size_t n);
 
 /* Message of the last failed st_args_* call on a ("" if none), e.g.
  * "'dims': a list element takes no key (pass NULL)". Borrowed; valid

@@ -109,10 +109,7 @@ function M.connect(opts)
 end
 
 function Client:close()
-  if self._h then
-    lib.st_client_close(ffi.gc(self._h, nil))
-    self._h = nil
-  end
+  C.drop(self, lib.st_client_close)
 end
 
 -- Round trip in microseconds, or nil, err.

@@ -124,10 +124,10 @@ int st_args_begin_list(st_args_t *a, const char *key);
 int st_args_begin_map(st_args_t *a, const char *key);
 int st_args_end(st_args_t *a);
 int st_args_key(st_args_t *a, const char *key, size_t len);
-int st_args_int_list(st_args_t *a, const char *key, const int64_t *v, size_t n);
-int st_args_float_list(st_args_t *a, const char *key, const double *v, size_t n);
-int st_args_str_list(st_args_t *a, const char *key, const char *const *strs,
-                     const size_t *lens, size_t n);
+int st_args_keys(st_args_t *a, const char *data, const size_t *lens, size_t n);
+int st_args_ints(st_args_t *a, const int64_t *v, size_t n);
+int st_args_floats(st_args_t *a, const double *v, size_t n);
+int st_args_strs(st_args_t *a, const char *data, const size_t *lens, size_t n);
 const char *st_args_error(const st_args_t *a);
 int st_args_parse_kv(st_args_t *a, const char *word, char *err, size_t errlen);
 int st_args_parse_json(st_args_t *a, const char *json, char *err, size_t errlen);
@@ -182,6 +182,15 @@ local M = { lib = lib }
 -- The stable name of an error code ("INVALID_ARGUMENT"; docs/errors.md).
 function M.err_name(rc)
   return ffi.string(lib.st_err_name(rc))
+end
+
+-- Frees obj._h (an owned handle that ffi.gc would free) with `free` now,
+-- once: closing a client, freeing a result.
+function M.drop(obj, free)
+  if obj._h then
+    free(ffi.gc(obj._h, nil))
+    obj._h = nil
+  end
 end
 
 return M

@@ -97,10 +97,7 @@ end
 -- Unmaps now (when no other result maps the same allocation). Tensors of
 -- this result must not be used afterwards.
 function Result:free()
-  if self._h then
-    lib.st_result_free(ffi.gc(self._h, nil))
-    self._h = nil
-  end
+  C.drop(self, lib.st_result_free)
 end
 
 -- Every tensor of the result, depth-first, as { name = tensor } and a list.

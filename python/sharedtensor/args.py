@@ -6,9 +6,14 @@ of libstclient (st_args_begin_list / _map, st_args_end, ...).
     bool, int, float      themselves (ints must fit int64)
     str                   a string, every character (NULs included)
     bytes, bytearray      binary (an endpoint sees a string)
-    list, tuple           a list (all ints, all floats or all strs go in one
-                          library call)
+    list, tuple           a list
     dict                  a map; keys must be str
+
+Long lists of one type (ints, floats, strs) go in one library call
+(st_args_ints, st_args_floats, st_args_strs), not one per element; so do
+long runs of a dict's members whose values share such a type (keys by
+st_args_keys; members are grouped by the type of their values: an
+endpoint sees a Lua table, where member order is not kept anyway).
     tensors               only as keyword arguments of their own (targs.py)
 
 Anything else raises TypeError. A value nests at most 28 levels of lists
@@ -26,10 +31,11 @@ _new, _free, _error = _l.st_args_new, _l.st_args_free, _l.st_args_error
 _nil, _bool, _int, _float = _l.st_args_nil, _l.st_args_bool, _l.st_args_int, _l.st_args_float
 _str, _bytes, _key = _l.st_args_str, _l.st_args_bytes, _l.st_args_key
 _begin_list, _begin_map, _end = _l.st_args_begin_list, _l.st_args_begin_map, _l.st_args_end
-_int_list, _float_list, _str_list = (_l.st_args_int_list, _l.st_args_float_list,
-                                     _l.st_args_str_list)
+_keys, _ints, _floats, _strs = _l.st_args_keys, _l.st_args_ints, _l.st_args_floats, _l.st_args_strs
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
-_C_INT64, _C_DOUBLE = ctypes.c_int64, ctypes.c_double
+_C_INT64, _C_DOUBLE, _C_SIZE = ctypes.c_int64, ctypes.c_double, ctypes.c_size_t
+# Below this many values, one call each costs less than preparing a bulk call.
+_BULK = 8
 
 
 class Args:
@@ -134,42 +140,86 @@ def _put_other(p, key, v):
         raise TypeError("cannot send a %s" % type(v).__name__)
 
 
-def _list(p, key, v):
-    n = len(v)
-    if n == 0:
-        return _check(p, _int_list(p, key, None, 0))
-    types = set(map(type, v))
+def _packed(strs):
+    """Strings as (bytes back to back, their byte lengths) for the bulk
+    calls of the library."""
+    joined = "".join(strs)
+    if joined.isascii():
+        blob, lens = joined.encode(), array.array("Q", map(len, strs))
+    else:
+        enc = [x.encode() for x in strs]
+        blob, lens = b"".join(enc), array.array("Q", map(len, enc))
+    return blob, (_C_SIZE * len(lens)).from_buffer(lens)
+
+
+def _fill(p, values):
+    """The values, in order, into the open list (or map, keys queued)."""
+    n = len(values)
+    types = set(map(type, values)) if n >= _BULK else ()
     if len(types) == 1:
         (t,) = types
         if t is int:
             try:
-                buf = array.array("q", v)
+                buf = array.array("q", values)
             except OverflowError:
                 raise OverflowError("an integer of the list does not fit int64") from None
-            return _check(p, _int_list(p, key, (_C_INT64 * n).from_buffer(buf), n))
+            return _check(p, _ints(p, (_C_INT64 * n).from_buffer(buf), n))
         if t is float:
-            buf = array.array("d", v)
-            return _check(p, _float_list(p, key, (_C_DOUBLE * n).from_buffer(buf), n))
+            buf = array.array("d", values)
+            return _check(p, _floats(p, (_C_DOUBLE * n).from_buffer(buf), n))
         if t is str:
-            enc = [s.encode() for s in v]
-            strs = (ctypes.c_char_p * n)(*enc)
-            lens = (ctypes.c_size_t * n)(*map(len, enc))
-            return _check(p, _str_list(p, key, strs, lens, n))
-    _check(p, _begin_list(p, key))
-    for x in v:
+            blob, lens = _packed(values)
+            return _check(p, _strs(p, blob, lens, n))
+    for x in values:
         _put(p, None, x)
+
+
+def _list(p, key, v):
+    _check(p, _begin_list(p, key))
+    if v:
+        _fill(p, v)
     _check(p, _end(p))
+
+
+def _member(p, k, v):
+    """One member of the open map, its key with it."""
+    if not isinstance(k, str):
+        raise TypeError("map keys must be str, not %s" % type(k).__name__)
+    kb = k.encode()
+    if b"\0" in kb:
+        _check(p, _key(p, kb, len(kb)))
+        _put(p, None, v)
+    else:
+        _put(p, kb, v)
+
+
+def _members(p, keys, values):
+    """Members of the open map: keys queued in one call, then the values."""
+    for k in keys:
+        if not isinstance(k, str):
+            raise TypeError("map keys must be str, not %s" % type(k).__name__)
+    blob, lens = _packed(keys)
+    _check(p, _keys(p, blob, lens, len(keys)))
+    _fill(p, values)
 
 
 def _map(p, key, d):
     _check(p, _begin_map(p, key))
-    for k, x in d.items():
-        if not isinstance(k, str):
-            raise TypeError("map keys must be str, not %s" % type(k).__name__)
-        kb = k.encode()
-        if b"\0" in kb:
-            _check(p, _key(p, kb, len(kb)))
-            _put(p, None, x)
-        else:
-            _put(p, kb, x)
+    if len(d) < _BULK:
+        for k, v in d.items():
+            _member(p, k, v)
+    else:
+        # Grouped by the type of the values, so that the large groups go
+        # in bulk: the order of a map's members means nothing to an
+        # endpoint (a Lua table).
+        groups = {}
+        for k, v in d.items():
+            groups.setdefault(type(v), []).append((k, v))
+        for t, items in groups.items():
+            if len(items) >= _BULK and t in (int, float, str):
+                ks, vs = zip(*items)
+                _members(p, ks, vs)
+            else:
+                for k, v in items:
+                    _member(p, k, v)
     _check(p, _end(p))

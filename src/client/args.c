@@ -1,17 +1,7 @@
-/* src/client: named call arguments (st_args_t) and the nested builder.
- *
- * An st_args_t is a small ordered map of name -> msgpack bytes of one
- * value; call and rpc pack it as the argument map. Values are packed as
- * they are set: a scalar at the top level is packed into `build` and
- * copied into its entry at once; a list or map opened at the top level is
- * packed into `build` element by element and becomes an entry when its
- * outermost st_args_end closes it.
- *
- * msgpack wants a container's count before its elements, and the builder
- * does not know it yet: each open container gets a 5-byte header (array32
- * or map32) that st_args_end rewrites with the count, in the shortest form
- * (fixarray / fixmap below 16, 16-bit below 65536), moving the body down.
- * So the bytes are those a one-shot packer would write.
+/* src/client: named call arguments (st_args_t): the map of name ->
+ * msgpack bytes of one value that call and rpc pack as the argument map,
+ * where each value goes (place / placed: the top level, or the innermost
+ * open list or map of args_nest.c), and the scalar setters.
  *
  * Threads: an st_args_t belongs to one thread at a time.
  */
@@ -22,49 +12,10 @@
 
 #include "client/client_internal.h"
 
-/* Levels of lists and maps in one argument. The server reads a request
- * with at most ST_MAX_DEPTH levels of msgpack containers (the depth of
- * msgpack-c's unpacker; src/proto/reader.c), and a call's argument values
- * sit inside four of them: the request, its params array, the params map
- * and the argument map. Deeper values would cost the connection. */
-#define MAX_OPEN (ST_MAX_DEPTH - 4)
-#define HEAD_BYTES 5
+#define FAIL st__client_args_fail
 
-typedef struct arg {
-  char *key;        /* NUL-terminated; key_len bytes (may hold NUL) */
-  size_t key_len;
-  char *data;       /* msgpack bytes of the value */
-  size_t len;
-} arg_t;
-
-typedef struct frame {
-  size_t head;      /* offset of the container's header in build */
-  uint32_t count;   /* elements or members placed so far */
-  int map;
-  int keyed;        /* map: st_args_key wrote a key; its value comes next */
-} frame_t;
-
-struct st_args {
-  arg_t *items;
-  size_t n, cap;
-  /* Own allocations that tensor values name by index (st_args_tensor,
-   * targs.c): one reference each, dropped by st_args_free. */
-  st__mapping_t **arenas;
-  size_t narenas, arenas_cap;
-  /* The value being built (empty between top-level calls). */
-  st__cbuf_t build;
-  char *build_key;  /* name of the open top-level value */
-  frame_t open[MAX_OPEN];
-  int depth;        /* open containers with a frame */
-  int lost;         /* open containers past MAX_OPEN (after a failure) */
-  int build_rc;     /* first failure inside the open value, or ST_OK */
-  char err[256];
-};
-
-/* Records a failure's message; inside an open value the first failure
- * sticks (build_rc). Returns rc. */
-static int fail(st_args_t *a, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(st_args_t *a, int rc, const char *fmt, ...) {
+/* See client_internal.h. */
+int st__client_args_fail(st_args_t *a, int rc, const char *fmt, ...) {
   if (a->depth + a->lost > 0) {
     if (a->build_rc != ST_OK) return a->build_rc;
     a->build_rc = rc;
@@ -76,8 +27,8 @@ static int fail(st_args_t *a, int rc, const char *fmt, ...) {
   return rc;
 }
 
-/* The name used in messages about the open value. */
-static const char *open_name(const st_args_t *a) {
+/* See client_internal.h. */
+const char *st__client_args_name(const st_args_t *a) {
   return a->build_key ? a->build_key : "?";
 }
 
@@ -116,7 +67,12 @@ int st__client_args_open(const st_args_t *a) { return a && a->depth + a->lost > 
  * of memory. Any thread. */
 ST_API st_args_t *st_args_new(void) {
   st_args_t *a = calloc(1, sizeof(st_args_t));
-  if (a) st__client_cbuf_init(&a->build);
+  if (!a) return NULL;
+  st__client_cbuf_init(&a->build);
+  st__client_cbuf_init(&a->keys);
+  /* Most values are small: msgpack_sbuffer would start at 8 KiB, which
+   * a garbage-collected binding (LuaJIT) keeps per map until it collects. */
+  if ((a->build.sb.data = malloc(256)) != NULL) a->build.sb.alloc = 256;
   return a;
 }
 
@@ -129,6 +85,8 @@ ST_API void st_args_free(st_args_t *a) {
   }
   for (size_t i = 0; i < a->narenas; i++) st__client_mapping_release(a->arenas[i]);
   st__client_cbuf_destroy(&a->build);
+  st__client_cbuf_destroy(&a->keys);
+  free(a->open);
   free(a->build_key);
   free(a->arenas);
   free(a->items);
@@ -155,7 +113,7 @@ int st__client_args_set_raw(st_args_t *a, const char *key, size_t key_len, const
   }
   if (a->n == a->cap) {
     size_t cap = a->cap ? a->cap * 2 : 8;
-    arg_t *p = realloc(a->items, cap * sizeof *p);
+    st__arg_t *p = realloc(a->items, cap * sizeof *p);
     if (!p) {
       free(copy);
       return ST_ERR_OUT_OF_MEMORY;
@@ -170,7 +128,7 @@ int st__client_args_set_raw(st_args_t *a, const char *key, size_t key_len, const
   }
   memcpy(k, key, key_len);
   k[key_len] = '\0';
-  a->items[a->n++] = (arg_t){k, key_len, copy, len};
+  a->items[a->n++] = (st__arg_t){k, key_len, copy, len};
   return ST_OK;
 }
 
@@ -187,50 +145,89 @@ void st__client_args_pack(msgpack_packer *pk, const st_args_t *a) {
 
 /* ------------------------------------------------------------ placing */
 
-/* Checks where a new value goes and, inside a map, writes its key. `nest`:
- * the value is a container (it needs a level of its own). ST_OK or a
- * recorded failure. */
-static int place(st_args_t *a, const char *key, int nest) {
+/* Writes the next queued key of map frame f into build. */
+static void pop_key(st_args_t *a, st__args_frame_t *f) {
+  const unsigned char *k = (const unsigned char *)a->keys.sb.data + f->kq_pos;
+  size_t n;
+  if (k[0] >= 0xa0 && k[0] <= 0xbf) n = 1 + (k[0] & 0x1f);
+  else if (k[0] == 0xd9) n = 2 + (size_t)k[1];
+  else if (k[0] == 0xda) n = 3 + ((size_t)k[1] << 8 | k[2]);
+  else n = 5 + ((size_t)k[1] << 24 | (size_t)k[2] << 16 | (size_t)k[3] << 8 | k[4]);
+  st__client_cbuf_raw(&a->build.pk, k, n);
+  f->kq_pos += n;
+  f->kq_count--;
+}
+
+/* Checks that nvalues more values fit the innermost open container and,
+ * in a map, that those with a NULL key have a queued key each. */
+static int check_room(st_args_t *a, const char *key, size_t nvalues, int nest) {
+  st__args_frame_t *f = &a->open[a->depth - 1];
+  const char *name = st__client_args_name(a);
+  if (nest && a->depth == ST__ARGS_MAX_OPEN)
+    return FAIL(a, ST_ERR_INVALID_ARGUMENT,
+                "argument '%s': lists and maps nested deeper than %d levels", name,
+                ST__ARGS_MAX_OPEN);
+  if (nvalues > UINT32_MAX - f->count)
+    return FAIL(a, ST_ERR_INVALID_ARGUMENT, "argument '%s': more than %u values in a container",
+                name, (unsigned)UINT32_MAX);
+  if (!f->map) {
+    if (key)
+      return FAIL(a, ST_ERR_INVALID_ARGUMENT,
+                  "argument '%s': a list element takes no key (pass NULL)", name);
+  } else if (key && f->kq_count) {
+    return FAIL(a, ST_ERR_INVALID_ARGUMENT,
+                "argument '%s': %u queued keys (st_args_key) name the next members (pass NULL)",
+                name, (unsigned)f->kq_count);
+  } else if (!key && nvalues == 1 && f->kq_count == 0) {
+    return FAIL(a, ST_ERR_INVALID_ARGUMENT,
+                "argument '%s': a map member needs a key (pass one, or st_args_key first)", name);
+  } else if (!key && f->kq_count < nvalues) {
+    return FAIL(a, ST_ERR_INVALID_ARGUMENT,
+                "argument '%s': %zu map members need a key each (st_args_keys first; %u "
+                "queued)", name, nvalues, (unsigned)f->kq_count);
+  }
+  return ST_OK;
+}
+
+/* See client_internal.h. */
+int st__client_args_place(st_args_t *a, const char *key, int nest) {
   if (a->depth + a->lost == 0) {
-    if (!key || !*key) return fail(a, ST_ERR_INVALID_ARGUMENT, "an argument needs a non-empty name");
+    if (!key || !*key)
+      return FAIL(a, ST_ERR_INVALID_ARGUMENT, "an argument needs a non-empty name");
     a->build.sb.size = 0;
     a->build.oom = 0;
     return ST_OK;
   }
   if (a->build_rc != ST_OK) return a->build_rc;
-  frame_t *f = &a->open[a->depth - 1];
-  if (nest && a->depth == MAX_OPEN)
-    return fail(a, ST_ERR_INVALID_ARGUMENT,
-                "argument '%s': lists and maps nested deeper than %d levels", open_name(a),
-                MAX_OPEN);
-  if (f->count == UINT32_MAX)
-    return fail(a, ST_ERR_INVALID_ARGUMENT, "argument '%s': more than %u values in a container",
-                open_name(a), (unsigned)UINT32_MAX);
-  if (!f->map) {
-    if (key)
-      return fail(a, ST_ERR_INVALID_ARGUMENT,
-                  "argument '%s': a list element takes no key (pass NULL)", open_name(a));
-  } else if (f->keyed) {
-    if (key)
-      return fail(a, ST_ERR_INVALID_ARGUMENT,
-                  "argument '%s': st_args_key named this member already (pass NULL)",
-                  open_name(a));
-    f->keyed = 0;
-  } else {
-    if (!key)
-      return fail(a, ST_ERR_INVALID_ARGUMENT,
-                  "argument '%s': a map member needs a key (or st_args_key first)", open_name(a));
+  int rc = check_room(a, key, 1, nest);
+  if (rc != ST_OK) return rc;
+  st__args_frame_t *f = &a->open[a->depth - 1];
+  if (f->map && key)
     msgpack_pack_str_with_body(&a->build.pk, key, strlen(key));
-  }
+  else if (f->map)
+    pop_key(a, f);
   return ST_OK;
 }
 
-/* After a value was packed into build: a top-level value becomes the
- * entry `key`; inside a container it counts. */
-static int placed(st_args_t *a, const char *key) {
+/* See client_internal.h. */
+int st__client_args_place_many(st_args_t *a, size_t n, const char *what) {
+  if (a->depth + a->lost == 0)
+    return FAIL(a, ST_ERR_INVALID_ARGUMENT, "%s places values in an open list or map", what);
+  if (a->build_rc != ST_OK) return a->build_rc;
+  return check_room(a, NULL, n, 0);
+}
+
+/* See client_internal.h. */
+void st__client_args_next_key(st_args_t *a) {
+  st__args_frame_t *f = &a->open[a->depth - 1];
+  if (f->map) pop_key(a, f);
+}
+
+/* See client_internal.h. */
+int st__client_args_placed(st_args_t *a, const char *key, size_t nvalues) {
   if (a->depth + a->lost > 0) {
-    if (a->build.oom) return fail(a, ST_ERR_OUT_OF_MEMORY, "out of memory");
-    a->open[a->depth - 1].count++;
+    if (a->build.oom || a->keys.oom) return FAIL(a, ST_ERR_OUT_OF_MEMORY, "out of memory");
+    a->open[a->depth - 1].count += (uint32_t)nvalues;
     return ST_OK;
   }
   int rc = a->build.oom ? ST_ERR_OUT_OF_MEMORY
@@ -238,67 +235,67 @@ static int placed(st_args_t *a, const char *key) {
                                                   a->build.sb.size);
   a->build.sb.size = 0;
   a->build.oom = 0;
-  return rc == ST_OK ? ST_OK : fail(a, rc, "argument '%s': out of memory", key);
+  return rc == ST_OK ? ST_OK : FAIL(a, rc, "argument '%s': out of memory", key);
 }
 
 /* Typed setters: see client.h. Thread of the map. */
 ST_API int st_args_nil(st_args_t *a, const char *key) {
   if (!a) return ST_ERR_INVALID_ARGUMENT;
-  int rc = place(a, key, 0);
+  int rc = st__client_args_place(a, key, 0);
   if (rc != ST_OK) return rc;
   msgpack_pack_nil(&a->build.pk);
-  return placed(a, key);
+  return st__client_args_placed(a, key, 1);
 }
 
 /* key = boolean (v != 0). */
 ST_API int st_args_bool(st_args_t *a, const char *key, int v) {
   if (!a) return ST_ERR_INVALID_ARGUMENT;
-  int rc = place(a, key, 0);
+  int rc = st__client_args_place(a, key, 0);
   if (rc != ST_OK) return rc;
   if (v)
     msgpack_pack_true(&a->build.pk);
   else
     msgpack_pack_false(&a->build.pk);
-  return placed(a, key);
+  return st__client_args_placed(a, key, 1);
 }
 
 /* key = integer (the shortest msgpack form). */
 ST_API int st_args_int(st_args_t *a, const char *key, int64_t v) {
   if (!a) return ST_ERR_INVALID_ARGUMENT;
-  int rc = place(a, key, 0);
+  int rc = st__client_args_place(a, key, 0);
   if (rc != ST_OK) return rc;
   msgpack_pack_int64(&a->build.pk, v);
-  return placed(a, key);
+  return st__client_args_placed(a, key, 1);
 }
 
 /* key = float (a msgpack float64). */
 ST_API int st_args_float(st_args_t *a, const char *key, double v) {
   if (!a) return ST_ERR_INVALID_ARGUMENT;
-  int rc = place(a, key, 0);
+  int rc = st__client_args_place(a, key, 0);
   if (rc != ST_OK) return rc;
   msgpack_pack_double(&a->build.pk, v);
-  return placed(a, key);
+  return st__client_args_placed(a, key, 1);
 }
 
 /* key = a copy of `len` bytes as a msgpack str (binary: bin). */
 static int put_bytes(st_args_t *a, const char *key, const void *p, size_t len, int binary) {
   if (!a) return ST_ERR_INVALID_ARGUMENT;
-  int rc = place(a, key, 0);
+  int rc = st__client_args_place(a, key, 0);
   if (rc != ST_OK) return rc;
-  if (!p && len) return fail(a, ST_ERR_INVALID_ARGUMENT, "NULL data of %zu bytes", len);
+  if (!p && len) return FAIL(a, ST_ERR_INVALID_ARGUMENT, "NULL data of %zu bytes", len);
   if (len > UINT32_MAX)
-    return fail(a, ST_ERR_INVALID_ARGUMENT, "a string of %zu bytes is too long", len);
+    return FAIL(a, ST_ERR_INVALID_ARGUMENT, "a string of %zu bytes is too long", len);
   if (!p) p = "";
   if (binary)
     msgpack_pack_bin_with_body(&a->build.pk, p, len);
   else
     msgpack_pack_str_with_body(&a->build.pk, p, len);
-  return placed(a, key);
+  return st__client_args_placed(a, key, 1);
 }
 
 /* key = a copy of the NUL-terminated string v. */
 ST_API int st_args_string(st_args_t *a, const char *key, const char *v) {
-  if (a && !v) return fail(a, ST_ERR_INVALID_ARGUMENT, "NULL string");
+  if (a && !v) return FAIL(a, ST_ERR_INVALID_ARGUMENT, "NULL string");
   return put_bytes(a, key, v, v ? strlen(v) : 0, 0);
 }
 
@@ -312,175 +309,3 @@ ST_API int st_args_bytes(st_args_t *a, const char *key, const void *p, size_t le
   return put_bytes(a, key, p, len, 1);
 }
 
-/* ---------------------------------------------------------- containers */
-
-/* Opens a list or map as the value of key. A failure still opens it (as
- * a lost level), so that the calls up to its st_args_end stay inside. */
-static int begin(st_args_t *a, const char *key, int map) {
-  if (!a) return ST_ERR_INVALID_ARGUMENT;
-  int top = a->depth + a->lost == 0;
-  int rc = place(a, key, 1);
-  if (rc == ST_OK && top) {
-    size_t n = strlen(key) + 1;
-    free(a->build_key);
-    if (!(a->build_key = malloc(n))) {
-      rc = ST_ERR_OUT_OF_MEMORY;
-    } else {
-      memcpy(a->build_key, key, n);
-    }
-  }
-  if (rc != ST_OK) {
-    a->lost++;
-    if (top) {
-      a->build_rc = rc;
-      if (rc == ST_ERR_OUT_OF_MEMORY) snprintf(a->err, sizeof a->err, "out of memory");
-    }
-    return rc;
-  }
-  frame_t *f = &a->open[a->depth++];
-  f->head = a->build.sb.size;
-  f->count = 0;
-  f->map = map;
-  f->keyed = 0;
-  static const char head[2][HEAD_BYTES] = {{(char)0xdd, 0, 0, 0, 0}, {(char)0xdf, 0, 0, 0, 0}};
-  st__client_cbuf_raw(&a->build.pk, head[map], HEAD_BYTES);
-  if (a->build.oom) return fail(a, ST_ERR_OUT_OF_MEMORY, "out of memory");
-  return ST_OK;
-}
-
-/* See client.h. */
-ST_API int st_args_begin_list(st_args_t *a, const char *key) { return begin(a, key, 0); }
-ST_API int st_args_begin_map(st_args_t *a, const char *key) { return begin(a, key, 1); }
-
-/* Rewrites f's placeholder header with its count, in the shortest form. */
-static void close_header(st_args_t *a, const frame_t *f) {
-  unsigned char h[HEAD_BYTES];
-  size_t hl;
-  uint32_t n = f->count;
-  if (n < 16) {
-    h[0] = (unsigned char)((f->map ? 0x80 : 0x90) | n);
-    hl = 1;
-  } else if (n <= 0xffff) {
-    h[0] = f->map ? 0xde : 0xdc;
-    h[1] = (unsigned char)(n >> 8);
-    h[2] = (unsigned char)n;
-    hl = 3;
-  } else {
-    h[0] = f->map ? 0xdf : 0xdd;
-    for (int i = 0; i < 4; i++) h[1 + i] = (unsigned char)(n >> (24 - 8 * i));
-    hl = 5;
-  }
-  char *base = a->build.sb.data + f->head;
-  size_t body = a->build.sb.size - f->head - HEAD_BYTES;
-  if (hl < HEAD_BYTES) memmove(base + hl, base + HEAD_BYTES, body);
-  memcpy(base, h, hl);
-  a->build.sb.size -= HEAD_BYTES - hl;
-}
-
-/* Closes the innermost open container; the outermost one sets its
- * argument (or drops it after a failure). See client.h. */
-ST_API int st_args_end(st_args_t *a) {
-  if (!a) return ST_ERR_INVALID_ARGUMENT;
-  if (a->depth + a->lost == 0)
-    return fail(a, ST_ERR_INVALID_ARGUMENT, "st_args_end with no list or map open");
-  if (a->lost > 0) {
-    a->lost--;
-  } else {
-    frame_t *f = &a->open[a->depth - 1];
-    if (a->build_rc == ST_OK && f->keyed)
-      fail(a, ST_ERR_INVALID_ARGUMENT, "argument '%s': a map key (st_args_key) has no value",
-           open_name(a));
-    if (a->build_rc == ST_OK && !a->build.oom) close_header(a, f);
-    a->depth--;
-    if (a->depth > 0 && a->build_rc == ST_OK) a->open[a->depth - 1].count++;
-  }
-  if (a->depth + a->lost > 0) return a->build_rc;
-  int rc = a->build_rc;
-  if (rc == ST_OK && a->build.oom) rc = ST_ERR_OUT_OF_MEMORY;
-  if (rc == ST_OK)
-    rc = st__client_args_set_raw(a, a->build_key, strlen(a->build_key), a->build.sb.data,
-                                 a->build.sb.size);
-  if (rc == ST_ERR_OUT_OF_MEMORY && a->build_rc == ST_OK)
-    snprintf(a->err, sizeof a->err, "argument '%s': out of memory", open_name(a));
-  free(a->build_key);
-  a->build_key = NULL;
-  a->build.sb.size = 0;
-  a->build.oom = 0;
-  a->build_rc = ST_OK;
-  return rc;
-}
-
-/* Writes the key of the next member of the innermost open map. */
-ST_API int st_args_key(st_args_t *a, const char *key, size_t len) {
-  if (!a) return ST_ERR_INVALID_ARGUMENT;
-  if (a->depth + a->lost == 0)
-    return fail(a, ST_ERR_INVALID_ARGUMENT, "st_args_key outside a map (st_args_begin_map)");
-  if (a->build_rc != ST_OK) return a->build_rc;
-  frame_t *f = &a->open[a->depth - 1];
-  if (!f->map)
-    return fail(a, ST_ERR_INVALID_ARGUMENT, "argument '%s': st_args_key inside a list",
-                open_name(a));
-  if (f->keyed)
-    return fail(a, ST_ERR_INVALID_ARGUMENT, "argument '%s': two keys without a value between",
-                open_name(a));
-  if (!key && len)
-    return fail(a, ST_ERR_INVALID_ARGUMENT, "argument '%s': NULL key of %zu bytes",
-                open_name(a), len);
-  if (len > UINT32_MAX)
-    return fail(a, ST_ERR_INVALID_ARGUMENT, "argument '%s': a key of %zu bytes is too long",
-                open_name(a), len);
-  msgpack_pack_str_with_body(&a->build.pk, key ? key : "", len);
-  if (a->build.oom) return fail(a, ST_ERR_OUT_OF_MEMORY, "out of memory");
-  f->keyed = 1;
-  return ST_OK;
-}
-
-/* ---------------------------------------------------------- whole lists */
-
-/* Places the header of a list of n known elements. */
-static int list_head(st_args_t *a, const char *key, const void *v, size_t n) {
-  if (!a) return ST_ERR_INVALID_ARGUMENT;
-  int rc = place(a, key, 1);
-  if (rc != ST_OK) return rc;
-  if (!v && n) {
-    rc = fail(a, ST_ERR_INVALID_ARGUMENT, "NULL list of %zu elements", n);
-  } else if (n > UINT32_MAX) {
-    rc = fail(a, ST_ERR_INVALID_ARGUMENT, "a list of %zu elements is too long", n);
-  }
-  if (rc != ST_OK) {
-    if (a->depth + a->lost == 0) a->build.sb.size = 0;
-    return rc;
-  }
-  msgpack_pack_array(&a->build.pk, (uint32_t)n);
-  return ST_OK;
-}
-
-/* See client.h. */
-ST_API int st_args_int_list(st_args_t *a, const char *key, const int64_t *v, size_t n) {
-  int rc = list_head(a, key, v, n);
-  if (rc != ST_OK) return rc;
-  for (size_t i = 0; i < n; i++) msgpack_pack_int64(&a->build.pk, v[i]);
-  return placed(a, key);
-}
-
-ST_API int st_args_float_list(st_args_t *a, const char *key, const double *v, size_t n) {
-  int rc = list_head(a, key, v, n);
-  if (rc != ST_OK) return rc;
-  for (size_t i = 0; i < n; i++) msgpack_pack_double(&a->build.pk, v[i]);
-  return placed(a, key);
-}
-
-ST_API int st_args_str_list(st_args_t *a, const char *key, const char *const *strs,
-                            const size_t *lens, size_t n) {
-  int rc = list_head(a, key, strs, n);
-  if (rc != ST_OK) return rc;
-  for (size_t i = 0; i < n; i++) {
-    size_t len = lens ? lens[i] : strs[i] ? strlen(strs[i]) : 0;
-    if ((!strs[i] && len) || len > UINT32_MAX || (!strs[i] && !lens)) {
-      if (a->depth + a->lost == 0) a->build.sb.size = 0;
-      return fail(a, ST_ERR_INVALID_ARGUMENT, "string %zu of the list is NULL or too long", i);
-    }
-    msgpack_pack_str_with_body(&a->build.pk, strs[i] ? strs[i] : "", len);
-  }
-  return placed(a, key);
-}

@@ -9,7 +9,8 @@
 
 #define CLIENT_NAME "libstclient/" ST_VERSION_STRING
 /* Why arguments with an open list or map cannot go. */
-#define UNFINISHED "the arguments have an unfinished list or map (st_args_begin_* without its st_args_end)"
+#define UNFINISHED \
+  "the arguments have an unfinished list or map (st_args_begin_* without its st_args_end)"
 
 /* "<base>-<device>.sock" into out; see client.h. Any thread. */
 ST_API int st_socket_path(const char *base, int device, char *out, size_t len) {

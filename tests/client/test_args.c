@@ -21,6 +21,15 @@ static st_result_t *echo(const st_args_t *a) {
   return r;
 }
 
+/* Echo of a built map as compact JSON (owned), or NULL. */
+static char *echo_json(const st_args_t *a) {
+  st_result_t *r = echo(a);
+  if (!r) return NULL;
+  char *s = st_value_json(st_result_value(r), 0);
+  st_result_free(r);
+  return s;
+}
+
 /* Echo of parsed words; returns the compact JSON of the echoed map. */
 static char *echo_words(const char *const *words, size_t n) {
   st_args_t *a = st_args_new();
@@ -31,11 +40,8 @@ static char *echo_words(const char *const *words, size_t n) {
       st_args_free(a);
       return NULL;
     }
-  st_result_t *r = echo(a);
+  char *s = echo_json(a);
   st_args_free(a);
-  if (!r) return NULL;
-  char *s = st_value_json(st_result_value(r), 0);
-  st_result_free(r);
   return s;
 }
 
@@ -155,11 +161,8 @@ static char *json_round_trip(const char *json) {
     st_args_free(a);
     return NULL;
   }
-  st_result_t *r = echo(a);
+  char *s = echo_json(a);
   st_args_free(a);
-  if (!r) return NULL;
-  char *s = st_value_json(st_result_value(r), 0);
-  st_result_free(r);
   return s;
 }
 
@@ -299,15 +302,6 @@ TEST(value_json_pretty_and_specials) {
   CHECK(st_value_json(NULL, 0) == NULL);
 }
 
-/* Echo of a built map as compact JSON (owned), or NULL. */
-static char *echo_json(const st_args_t *a) {
-  st_result_t *r = echo(a);
-  if (!r) return NULL;
-  char *s = st_value_json(st_result_value(r), 0);
-  st_result_free(r);
-  return s;
-}
-
 TEST(builder_round_trips_every_type) {
   st_args_t *a = st_args_new();
   CHECK_EQ_INT(st_args_int(a, "i", 42), ST_OK);
@@ -348,25 +342,39 @@ TEST(builder_round_trips_every_type) {
   CHECK_EQ_INT(st_args_end(a), ST_OK);
   int64_t iv[3] = {-1, 0, INT64_MAX};
   double fv[2] = {0.25, -1e300};
-  const char *sv[3] = {"x", "", "y\0z"};
   size_t lens[3] = {1, 0, 3};
-  CHECK_EQ_INT(st_args_int_list(a, "ints", iv, 3), ST_OK);
-  CHECK_EQ_INT(st_args_float_list(a, "floats", fv, 2), ST_OK);
-  CHECK_EQ_INT(st_args_str_list(a, "strs", sv, lens, 3), ST_OK);
-  CHECK_EQ_INT(st_args_str_list(a, "cstrs", sv, NULL, 2), ST_OK);
-  CHECK_EQ_INT(st_args_int_list(a, "none", NULL, 0), ST_OK);
+  CHECK_EQ_INT(st_args_begin_list(a, "ints"), ST_OK);
+  CHECK_EQ_INT(st_args_ints(a, iv, 3), ST_OK);
+  CHECK_EQ_INT(st_args_end(a), ST_OK);
+  CHECK_EQ_INT(st_args_begin_list(a, "floats"), ST_OK);
+  CHECK_EQ_INT(st_args_floats(a, fv, 2), ST_OK);
+  CHECK_EQ_INT(st_args_end(a), ST_OK);
+  CHECK_EQ_INT(st_args_begin_list(a, "strs"), ST_OK);
+  CHECK_EQ_INT(st_args_strs(a, "xy\0z", lens, 3), ST_OK);
+  CHECK_EQ_INT(st_args_end(a), ST_OK);
+  CHECK_EQ_INT(st_args_begin_map(a, "bulk_map"), ST_OK);   /* {"a": 1, "bc": 2, "": "s"} */
+  size_t klens[3] = {1, 2, 0}, slen = 1;
+  CHECK_EQ_INT(st_args_keys(a, "abc", klens, 3), ST_OK);
+  CHECK_EQ_INT(st_args_ints(a, iv + 1, 0), ST_OK);
+  CHECK_EQ_INT(st_args_ints(a, (int64_t[]){1, 2}, 2), ST_OK);
+  CHECK_EQ_INT(st_args_strs(a, "s", &slen, 1), ST_OK);
+  CHECK_EQ_INT(st_args_end(a), ST_OK);
+  CHECK_EQ_INT(st_args_begin_list(a, "none"), ST_OK);
+  CHECK_EQ_INT(st_args_ints(a, NULL, 0), ST_OK);
+  CHECK_EQ_INT(st_args_end(a), ST_OK);
   CHECK_STR_EQ(st_args_error(a), "");
   st_result_t *r = echo(a);
   CHECK(r);
   char *s = st_value_json(st_result_value(r), 0);
   CHECK(s);
   CHECK_STR_EQ(s, "{\"i\":42,\"neg\":-7,\"min\":-9223372036854775808,\"max\":9223372036854775807,"
-                  "\"f\":-0.5,\"b\":false,\"s\":\"a\\u0000b\",\"e\":\"\",\"bin\":{\"binary\":\"AP8=\"},"
+                  "\"f\":-0.5,\"b\":false,\"s\":\"a\\u0000b\",\"e\":\"\","
+                  "\"bin\":{\"binary\":\"AP8=\"},"
                   "\"n\":null,\"l\":[1,null,3],\"m\":{\"a\":1,\"b\":null,\"empty_list\":[],"
                   "\"empty_map\":{}},\"deep\":[{\"k\\u0000z\":\"v\",\"\":\"\"},[null]],"
                   "\"one_nil\":[null],\"ints\":[-1,0,9223372036854775807],"
                   "\"floats\":[0.25,-1e+300],\"strs\":[\"x\",\"\",\"y\\u0000z\"],"
-                  "\"cstrs\":[\"x\",\"\"],\"none\":[]}");
+                  "\"bulk_map\":{\"a\":1,\"bc\":2,\"\":\"s\"},\"none\":[]}");
   free(s);
   /* The exact bytes and kinds, not only their JSON. */
   const st_value_t *m = st_result_value(r), *v;
@@ -388,7 +396,9 @@ static int echo_list_of(size_t n, int bulk) {
   for (size_t i = 0; i < n; i++) v[i] = (int64_t)i * 3 - 5;
   int rc = ST_OK;
   if (bulk) {
-    rc = st_args_int_list(a, "x", v, n);
+    rc = st_args_begin_list(a, "x");
+    if (rc == ST_OK) rc = st_args_ints(a, v, n);
+    if (rc == ST_OK) rc = st_args_end(a);
   } else {
     rc = st_args_begin_map(a, "x");          /* a map of n members, then a list */
     for (size_t i = 0; i < n && rc == ST_OK; i++) {
@@ -442,7 +452,7 @@ TEST(builder_depth_limit) {
   CHECK_EQ_INT(st_args_begin_list(a, NULL), ST_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(st_args_error(a), "argument 'd': lists and maps nested deeper than 28 levels");
   int64_t one = 1;
-  CHECK_EQ_INT(st_args_int_list(a, NULL, &one, 1), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_args_ints(a, &one, 1), ST_ERR_INVALID_ARGUMENT);
   /* Every end returns the failure; the last one drops the value. */
   for (int i = 0; i <= max; i++) CHECK_EQ_INT(st_args_end(a), ST_ERR_INVALID_ARGUMENT);
   CHECK_EQ_INT(st_args_end(a), ST_ERR_INVALID_ARGUMENT);
@@ -450,11 +460,11 @@ TEST(builder_depth_limit) {
   char *s = echo_json(a);
   CHECK_STR_EQ(s, "{}");
   free(s);
-  /* 28 levels go, a whole list as the innermost one too. */
+  /* 28 levels go. */
   CHECK_EQ_INT(st_args_begin_list(a, "d"), ST_OK);
-  for (int i = 2; i < max; i++) CHECK_EQ_INT(st_args_begin_list(a, NULL), ST_OK);
-  CHECK_EQ_INT(st_args_int_list(a, NULL, &one, 1), ST_OK);
-  for (int i = 1; i < max; i++) CHECK_EQ_INT(st_args_end(a), ST_OK);
+  for (int i = 2; i <= max; i++) CHECK_EQ_INT(st_args_begin_list(a, NULL), ST_OK);
+  CHECK_EQ_INT(st_args_ints(a, &one, 1), ST_OK);
+  for (int i = 1; i <= max; i++) CHECK_EQ_INT(st_args_end(a), ST_OK);
   s = echo_json(a);
   CHECK(s);
   CHECK_EQ_INT(strlen(s), strlen("{\"d\":}") + 2 * (size_t)max + 1);
@@ -477,12 +487,11 @@ TEST(builder_misuse_is_reported) {
   CHECK_EQ_INT(st_args_nil(a, ""), ST_ERR_INVALID_ARGUMENT);
   CHECK_EQ_INT(st_args_end(a), ST_ERR_INVALID_ARGUMENT);
   CHECK_EQ_INT(st_args_key(a, "k", 1), ST_ERR_INVALID_ARGUMENT);
-  CHECK_CONTAINS(st_args_error(a), "st_args_key outside a map");
+  CHECK_CONTAINS(st_args_error(a), "st_args_keys outside a map");
   CHECK_EQ_INT(st_args_str(a, "s", NULL, 2), ST_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(st_args_error(a), "NULL data of 2 bytes");
-  CHECK_EQ_INT(st_args_int_list(a, "l", NULL, 2), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_args_str_list(a, "l", (const char *[]){"a", NULL}, NULL, 2),
-               ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_args_ints(a, &(int64_t){1}, 1), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_args_error(a), "st_args_ints places values in an open list or map");
   CHECK_EQ_INT(st_args_int(a, "ok", 1), ST_OK);
   /* A key inside a list: the failure sticks until the outermost end. */
   CHECK_EQ_INT(st_args_begin_list(a, "l"), ST_OK);
@@ -507,15 +516,24 @@ TEST(builder_misuse_is_reported) {
   CHECK_EQ_INT(st_args_begin_map(a, "k"), ST_OK);
   CHECK_EQ_INT(st_args_key(a, "a", 1), ST_OK);
   CHECK_EQ_INT(st_args_int(a, "a", 1), ST_ERR_INVALID_ARGUMENT);
-  CHECK_CONTAINS(st_args_error(a), "st_args_key named this member already");
+  CHECK_CONTAINS(st_args_error(a), "1 queued keys (st_args_key) name the next members");
   CHECK_EQ_INT(st_args_end(a), ST_ERR_INVALID_ARGUMENT);
   CHECK_EQ_INT(st_args_begin_map(a, "k"), ST_OK);
   CHECK_EQ_INT(st_args_key(a, "a", 1), ST_OK);
   CHECK_EQ_INT(st_args_end(a), ST_ERR_INVALID_ARGUMENT);
-  CHECK_CONTAINS(st_args_error(a), "a map key (st_args_key) has no value");
+  CHECK_CONTAINS(st_args_error(a), "argument 'k': 1 queued map keys have no value");
+  CHECK_EQ_INT(st_args_begin_map(a, "k"), ST_OK);
+  CHECK_EQ_INT(st_args_keys(a, "ab", (size_t[]){1, 1}, 2), ST_OK);
+  CHECK_EQ_INT(st_args_ints(a, (int64_t[]){1, 2, 3}, 3), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_args_error(a), "3 map members need a key");
+  CHECK_EQ_INT(st_args_end(a), ST_ERR_INVALID_ARGUMENT);
   CHECK_EQ_INT(st_args_begin_list(a, "k"), ST_OK);
   CHECK_EQ_INT(st_args_key(a, "a", 1), ST_ERR_INVALID_ARGUMENT);
-  CHECK_CONTAINS(st_args_error(a), "st_args_key inside a list");
+  CHECK_CONTAINS(st_args_error(a), "argument 'k': keys inside a list");
+  CHECK_EQ_INT(st_args_end(a), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_args_begin_list(a, "k"), ST_OK);
+  CHECK_EQ_INT(st_args_strs(a, NULL, (size_t[]){2}, 1), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_args_error(a), "st_args_strs: string 0 is NULL or too long");
   CHECK_EQ_INT(st_args_end(a), ST_ERR_INVALID_ARGUMENT);
   /* A failed top-level begin opens a lost level, so its members stay
    * inside it instead of landing on the top level. */

@@ -4,6 +4,7 @@ what comes back from an echo endpoint, and what the endpoint saw (st.null
 for a None inside a list or dict). Needs no framework.
 """
 import math
+import os
 import unittest
 
 import st_fixture
@@ -18,27 +19,8 @@ return st.endpoint { name = "echo", params = { value = st.required },
   build = function(a) return a.value end }
 """,
     # What the endpoint sees, rendered on the server.
-    "seen.lua": """
-local function show(v)
-  if v == nil then return "nil" end
-  if v == st.null then return "null" end
-  local t = type(v)
-  if t == "string" then return ("%q"):format(v) end
-  if t ~= "table" then return tostring(v) end
-  local parts = {}
-  if #v > 0 then
-    for i = 1, #v do parts[i] = show(v[i]) end
-    return "[" .. table.concat(parts, ",") .. "]"
-  end
-  local keys = {}
-  for k in pairs(v) do keys[#keys + 1] = k end
-  table.sort(keys)
-  for _, k in ipairs(keys) do parts[#parts + 1] = k .. "=" .. show(v[k]) end
-  return "{" .. table.concat(parts, ",") .. "}"
-end
-return st.endpoint { name = "seen", params = { value = st.required },
-  build = function(a) return show(a.value) end }
-""",
+    "seen.lua": open(os.path.join(st_fixture.env("ST_SOURCE_DIR"), "tests", "spec",
+                                  "seen_endpoint.lua")).read(),
 }
 
 
@@ -64,7 +46,9 @@ class ArgumentsTest(st_fixture.ServerTestCase):
             "a\x00b", "", "gr\u00fc\u00df \u20ac", [None], [1, None, 3],
             {"a": 1, "b": None}, {"x": {"y": [1, {"z": None}]}}, [], {}, [[], {}],
             {"k\x00": 1, "": 2}, list(range(1000)), [0.5] * 100, ["a\x00", "", "b"],
-            [1, "a", None, 2.5, True], [2 ** 62, -1],
+            [1, "a", None, 2.5, True], [2 ** 62, -1], list(range(20)) + ["x"] * 20,
+            {"k%d" % i: (i if i % 3 else "v%d" % i) for i in range(30)},
+            {"k%d" % i: i * 0.5 for i in range(10)}, {"\u00e9%d" % i: "\u20ac" for i in range(10)},
         ]
         for v in cases:
             with self.subTest(value=v if not isinstance(v, list) or len(v) < 10 else len(v)):
@@ -110,7 +94,8 @@ class ArgumentsTest(st_fixture.ServerTestCase):
         cases = [
             ({1: "a"}, TypeError, "argument 'value': map keys must be str, not int"),
             (2 ** 63, OverflowError, "argument 'value': 9223372036854775808 does not fit int64"),
-            ([2 ** 64], OverflowError, "an integer of the list does not fit int64"),
+            ([2 ** 64], OverflowError, "argument 'value': 18446744073709551616 does not fit int64"),
+            ([0] * 10 + [2 ** 64], OverflowError, "an integer of the list does not fit int64"),
             ([1, 2 ** 64, "x"], OverflowError, "does not fit int64"),
             (object(), TypeError, "argument 'value': cannot send a object"),
             ([{1, 2}], TypeError, "cannot send a set"),

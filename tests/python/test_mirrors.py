@@ -229,8 +229,8 @@ class MirrorsTest(unittest.TestCase):
                 self.assertEqual(len(functions(texts[h], api=True)), want)
         self.assertIn("st_args_begin_list", self.complete)
         self.assertIn("st_err_name", self.complete)
-        self.assertEqual(self.header["st_args_str_list"][1][2],
-                         ["const", "char", "*", "const", "*"])
+        self.assertEqual(self.header["st_client_connect"][1][1], ["st_client_t", "*", "*"])
+        self.assertEqual(self.header["st_value_get"][0], ["const", "st_value_t", "*"])
         want = len(re.findall(r"^[^\n]*\bst_\w+\s*\(", self.cdef_text, flags=re.M))
         self.assertEqual(len(self.cdef), want)
 

@@ -12,28 +12,8 @@ local endpoints = {
 return st.endpoint{ name = "echo", params = { value = st.required },
   build = function(a) return a.value end }
 ]],
-  -- What the endpoint sees: a text rendering made on the server.
-  ["seen.lua"] = [[
-local function show(v)
-  if v == nil then return "nil" end
-  if v == st.null then return "null" end
-  local t = type(v)
-  if t == "string" then return ("%q"):format(v) end
-  if t ~= "table" then return tostring(v) end
-  local parts = {}
-  if #v > 0 then
-    for i = 1, #v do parts[i] = show(v[i]) end
-    return "[" .. table.concat(parts, ",") .. "]"
-  end
-  local keys = {}
-  for k in pairs(v) do keys[#keys + 1] = k end
-  table.sort(keys)
-  for _, k in ipairs(keys) do parts[#parts + 1] = k .. "=" .. show(v[k]) end
-  return "{" .. table.concat(parts, ",") .. "}"
-end
-return st.endpoint{ name = "seen", params = { value = st.required },
-  build = function(a) return show(a.value) end }
-]],
+  -- What the endpoint sees, rendered on the server.
+  ["seen.lua"] = H.read(H.source_dir() .. "/tests/spec/seen_endpoint.lua"),
   -- Returns st.null in every place a result can hold it.
   ["nulls.lua"] = [[
 return st.endpoint{ name = "nulls",
@@ -57,28 +37,19 @@ local function message(fn)
 end
 
 describe("arguments", function()
-  local srv, c
-  setup(function()
-    srv = H.server{ endpoints = endpoints }
-    c = assert(st.connect{ path = srv.socket })
-  end)
-  teardown(function()
-    if c then c:close() end
-    if srv then
-      assert.are.equal(0, srv:stop())
-      srv:cleanup()
-    end
-  end)
+  local env = H.serving(endpoints)
+  setup(env.start)
+  teardown(env.stop)
 
   local function echo(v)
-    local res = assert(c:call("echo", { value = v }))
+    local res = assert(env.c:call("echo", { value = v }))
     local out, json = res.value, json_of(res)
     res:free()
     return out, json
   end
 
   local function seen(v)
-    return assert(c:call("seen", { value = v })).value
+    return assert(env.c:call("seen", { value = v })).value
   end
 
   it("round-trips every type from Lua", function()
@@ -119,7 +90,7 @@ describe("arguments", function()
     -- An argument that is nil itself stays nil.
     assert.are.equal("nil", seen(st.null))
     -- st.null returned by an endpoint is nil on the wire, in every place.
-    local res = assert(c:call("nulls"))
+    local res = assert(env.c:call("nulls"))
     assert.are.equal('{"list":[1,null,3],"map":{"a":null},"top":null}', json_of(res))
     res:free()
   end)
@@ -132,26 +103,26 @@ describe("arguments", function()
     assert.are.equal(string.rep("[", 28) .. "1" .. string.rep("]", 28), json)
     assert.are.equal(string.rep("[", 28) .. "1" .. string.rep("]", 28), seen(v))
     assert.matches("argument 'value': lists and maps nested deeper than 28 levels",
-      message(function() c:call("echo", { value = { v } }) end), 1, true)
+      message(function() env.c:call("echo", { value = { v } }) end), 1, true)
     local cycle = {}
     cycle[1] = cycle
     assert.matches("nested deeper than 28 levels", message(function()
-      c:call("echo", { value = cycle })
+      env.c:call("echo", { value = cycle })
     end), 1, true)
-    assert.is_true(c:ping() > 0)   -- refused before anything was sent
+    assert.is_true(env.c:ping() > 0)   -- refused before anything was sent
   end)
 
   it("refuses what has no exact form", function()
     assert.matches("argument 'value': a list cannot hold nil (index 2 is missing): write st.null",
-      message(function() c:call("echo", { value = { 1, nil, 3 } }) end), 1, true)
+      message(function() env.c:call("echo", { value = { 1, nil, 3 } }) end), 1, true)
     assert.matches("argument 'value': map keys must be strings (found a number key)",
-      message(function() c:call("echo", { value = { 1, x = 2 } }) end), 1, true)
+      message(function() env.c:call("echo", { value = { 1, x = 2 } }) end), 1, true)
     assert.matches("argument 'value': cannot send a function",
-      message(function() c:call("echo", { value = { print } }) end), 1, true)
+      message(function() env.c:call("echo", { value = { print } }) end), 1, true)
     assert.matches("does not fit an int64",
-      message(function() c:call("echo", { value = 0xffffffffffffffffULL }) end), 1, true)
+      message(function() env.c:call("echo", { value = 0xffffffffffffffffULL }) end), 1, true)
     assert.matches("st.map: expected a table", message(function() st.map(1) end), 1, true)
-    assert.is_true(c:ping() > 0)   -- nothing was sent
+    assert.is_true(env.c:ping() > 0)   -- nothing was sent
   end)
 
   it("round-trips every type from stcli", function()
@@ -165,15 +136,15 @@ describe("arguments", function()
       { 'value:json={"x":{"y":[1,{"z":null}]}}', '{"x":{"y":[1,{"z":null}]}}' },
     }
     for _, case in ipairs(cases) do
-      local out, rc = srv:cli("--json", "call", "echo", case[1])
+      local out, rc = env.srv:cli("--json", "call", "echo", case[1])
       assert.are.equal(0, rc)
       assert.are.equal(case[2], (out:gsub("%s", "")))
     end
-    local out, rc = srv:cli("--json", "call", "echo", "--args-json",
+    local out, rc = env.srv:cli("--json", "call", "echo", "--args-json",
       '{"value": [1, null, {"b": null}]}')
     assert.are.equal(0, rc)
     assert.are.equal('[1,null,{"b":null}]', (out:gsub("%s", "")))
-    out, rc = srv:cli("call", "seen", "value:json=[1,null,3]")
+    out, rc = env.srv:cli("call", "seen", "value:json=[1,null,3]")
     assert.are.equal(0, rc)
     assert.matches("[1,null,3]", out, 1, true)
   end)
