@@ -262,9 +262,10 @@ ST_API int st_args_ints(st_args_t *a, const int64_t *v, size_t n);
 ST_API int st_args_floats(st_args_t *a, const double *v, size_t n);
 ST_API int st_args_strs(st_args_t *a, const char *data, const size_t *lens, size_t n);
 
-/* Message of the last failed st_args_* call on a ("" if none), e.g.
- * "'dims': a list element takes no key (pass NULL)". Borrowed; valid
- * until the next call on a. */
+/* Message of the last failure of a setter, container, key or bulk call
+ * on a ("" if none), e.g. "argument 'dims': a list element takes no key
+ * (pass NULL)" (st_args_parse_* and st_args_tensor report in their `err`
+ * instead). Borrowed; valid until the next call on a. */
 ST_API const char *st_args_error(const st_args_t *a);
 
 /* One shell word "key=value". The value is typed by its text: an integer,
