@@ -120,9 +120,6 @@ ST_API char *st_value_json(const st_value_t *v, int pretty);
  * st_tensor_copy_to_host for more than a few elements. Any thread. */
 ST_API double st_tensor_get(const st_tensor_t *t, int64_t linear);
 
-/* 1 when the elements lie in row-major order without gaps (0-element and 0-d tensors are contiguous), else 0. */
-ST_API int st_tensor_is_contiguous(const st_tensor_t *t);
-
 /* Copies every element of t into dst (caller's host memory, `len` >=
  * t->nbytes bytes) in contiguous row-major order: t->nbytes bytes, whatever
  * t's strides are. CPU and CUDA tensors. A strided CUDA tensor is copied as
@@ -131,6 +128,12 @@ ST_API int st_tensor_is_contiguous(const st_tensor_t *t);
  * small); ST_ERR_OUT_OF_MEMORY; a CUDA failure (ST_ERR_INTERNAL,
  * ST_ERR_CAPABILITY). Any thread, while t's result lives. */
 ST_API int st_tensor_copy_to_host(const st_tensor_t *t, void *dst, size_t len);
+
+/* 1 when t's elements lie in row-major order without gaps (dims of size 1
+ * do not count, as in PyTorch); 0-element and 0-d tensors are contiguous.
+ * 0 for NULL or a non-contiguous view. Reads only the struct. Any
+ * thread. */
+ST_API int st_tensor_is_contiguous(const st_tensor_t *t);
 
 /* --------------------------------------------------------------- results */
 
@@ -177,27 +180,106 @@ ST_API void st_result_ref(st_result_t *r);
  * process maps it). NULL is a no-op. Any thread. */
 ST_API void st_result_free(st_result_t *r);
 
-/* ------------------------------------------------------------- arguments */
+/* ------------------------------------------------------------- arguments
+ *
+ * An st_args_t is the map of named arguments of a call (or the parameters
+ * of st_client_rpc). Owned by the caller (st_args_free); one thread at a
+ * time. Setting a name twice keeps the last value.
+ *
+ * Every setter places one value. At the top level `key` names the argument
+ * (a non-empty NUL-terminated string). Values may nest: st_args_begin_list
+ * and st_args_begin_map open a list or a map as the value of `key`, and
+ * until the matching st_args_end every setter adds to the innermost open
+ * container instead: inside a list `key` must be NULL (elements keep their
+ * order); inside a map `key` names the member (any string, "" too), or is
+ * NULL when st_args_key / st_args_keys queued the member's key (a key
+ * holding NUL bytes goes that way). Nil is a value like any other: it
+ * keeps its place in a list and its key in a map. An argument's lists and
+ * maps nest at most 28 levels (ST_MAX_DEPTH - 4: a request holds 32 levels
+ * of containers, 4 of them its own).
+ *
+ *   st_args_begin_map(a, "opts");          // opts = {"n": 2, "dims": [3, nil]}
+ *   st_args_int(a, "n", 2);
+ *   st_args_begin_list(a, "dims");
+ *   st_args_int(a, NULL, 3);
+ *   st_args_nil(a, NULL);
+ *   st_args_end(a);
+ *   st_args_end(a);
+ *
+ * The bulk setters place n values at once in the innermost open list or
+ * map (in a map, each takes the next queued key): what bindings use for
+ * long lists, one call instead of n.
+ *
+ *   int64_t dims[3] = {2, 3, 4};           // shape = [2, 3, 4]
+ *   st_args_begin_list(a, "shape");
+ *   st_args_ints(a, dims, 3);
+ *   st_args_end(a);
+ *
+ * Errors: ST_ERR_INVALID_ARGUMENT (NULL map, a key where none belongs or
+ * none where one must be, NULL data with a nonzero length, st_args_end
+ * with nothing open, keys queued and never used, nesting too deep) or
+ * ST_ERR_OUT_OF_MEMORY; st_args_error() says why. Nothing aborts. A
+ * failure at the top level changes nothing. A failure inside an open
+ * value is kept: every later call returns it until the outermost
+ * st_args_end, which returns it too and drops the unfinished value (so
+ * checking that last call is enough; a failed st_args_begin_* still opens
+ * its level, for its st_args_end to close). Arguments with a container
+ * still open are refused by the calls (ST_ERR_INVALID_ARGUMENT). */
 
-/* A map of named arguments. Owned by the caller (st_args_free). Setting a key
- * twice keeps the last value. */
+/* New empty argument map, owned by the caller; NULL when out of memory. */
 ST_API st_args_t *st_args_new(void);
+/* Frees the map, its values and its tensor references. NULL ok. */
 ST_API void st_args_free(st_args_t *a);
+
+/* Scalars. st_args_string copies a NUL-terminated string; st_args_str
+ * copies `len` bytes (NUL bytes included; s may be NULL when len is 0);
+ * both send a msgpack string, meant to hold UTF-8. st_args_bytes sends
+ * `len` bytes as msgpack binary (endpoints see a string either way). */
 ST_API int st_args_nil(st_args_t *a, const char *key);
 ST_API int st_args_bool(st_args_t *a, const char *key, int v);
 ST_API int st_args_int(st_args_t *a, const char *key, int64_t v);
 ST_API int st_args_float(st_args_t *a, const char *key, double v);
 ST_API int st_args_string(st_args_t *a, const char *key, const char *v);
+ST_API int st_args_str(st_args_t *a, const char *key, const char *s, size_t len);
+ST_API int st_args_bytes(st_args_t *a, const char *key, const void *p, size_t len);
+
+/* Containers: open a list or a map as the value of `key`; st_args_end
+ * closes the innermost open one. */
+ST_API int st_args_begin_list(st_args_t *a, const char *key);
+ST_API int st_args_begin_map(st_args_t *a, const char *key);
+ST_API int st_args_end(st_args_t *a);
+
+/* Queues keys for the next members of the innermost open map: one of
+ * `len` bytes (NUL bytes included), or n packed back to back in `data`
+ * (key i: lens[i] bytes). The setters of those members pass key NULL. */
+ST_API int st_args_key(st_args_t *a, const char *key, size_t len);
+ST_API int st_args_keys(st_args_t *a, const char *data, const size_t *lens, size_t n);
+
+/* Bulk: n integers, n floats, or n strings (packed back to back in `data`,
+ * string i lens[i] bytes) as the next n values of the innermost open list
+ * or map. v / data may be NULL when nothing is to be read. */
+ST_API int st_args_ints(st_args_t *a, const int64_t *v, size_t n);
+ST_API int st_args_floats(st_args_t *a, const double *v, size_t n);
+ST_API int st_args_strs(st_args_t *a, const char *data, const size_t *lens, size_t n);
+
+/* Message of the last failure of a setter, container, key or bulk call
+ * on a ("" if none), e.g. "argument 'dims': a list element takes no key
+ * (pass NULL)" (st_args_parse_* and st_args_tensor report in their `err`
+ * instead). Borrowed; valid until the next call on a. */
+ST_API const char *st_args_error(const st_args_t *a);
 
 /* One shell word "key=value". The value is typed by its text: an integer,
  * a float, true/false, null, else a string. A type may be forced with
  * "key:int=", "key:float=", "key:bool=", "key:str=" or "key:json=" (any JSON
- * value). ST_ERR_INVALID_ARGUMENT on a malformed word; `err` (may be NULL,
- * `errlen` bytes) then says why. */
+ * value; null inside lists and objects keeps its place). Top level only
+ * (no container open). ST_ERR_INVALID_ARGUMENT on a malformed word; `err`
+ * (may be NULL, `errlen` bytes) then says why. */
 ST_API int st_args_parse_kv(st_args_t *a, const char *word, char *err, size_t errlen);
 
 /* A JSON object; each member becomes an argument (nested arrays and objects
- * are kept). ST_ERR_INVALID_ARGUMENT with a reason in `err` otherwise. */
+ * are kept, null included). Checked whole before any member is set.
+ * Top level only. ST_ERR_INVALID_ARGUMENT with a reason in `err`
+ * otherwise. */
 ST_API int st_args_parse_json(st_args_t *a, const char *json, char *err, size_t errlen);
 
 /* ------------------------------------------------------ tensor arguments
@@ -228,11 +310,18 @@ ST_API int st_tensor_alloc(const char *device, st_dtype_t dtype, int ndim, const
  * struct the caller filled in (how the Python package passes a torch
  * tensor). The argument map keeps the allocation until st_args_free; the
  * call sends its descriptor, and the endpoint's writes land in it.
- * Tensor arguments go to st_client_call and st_client_submit only.
+ * Tensor arguments go to st_client_call and st_client_submit only, each
+ * as an argument of its own (not inside a list or map).
  * Errors: ST_ERR_INVALID_ARGUMENT (a malformed tensor; memory that is not
- * from st_tensor_alloc), ST_ERR_OUT_OF_MEMORY, with a reason in err. */
+ * from st_tensor_alloc: st_tensor_is_shareable tells which),
+ * ST_ERR_OUT_OF_MEMORY, with a reason in err. */
 ST_API int st_args_tensor(st_args_t *a, const char *key, const st_tensor_t *t, char *err,
                           size_t errlen);
+
+/* 1 when t->data points into memory of st_tensor_alloc on t's device (the
+ * kind st_args_tensor takes), else 0 (NULL, foreign memory, a result's
+ * tensor: the server's memory). Any thread. */
+ST_API int st_tensor_is_shareable(const st_tensor_t *t);
 
 /* ---------------------------------------------------------------- client */
 

@@ -58,7 +58,7 @@ local DEFAULT_BASE_PATH = "/tmp/shared-tensor"
 
 -- ------------------------------------------------------------- libraries
 
-local embed_lib, names_lib
+local embed_lib
 
 local function embed()
   if embed_lib then return embed_lib end
@@ -73,10 +73,7 @@ local function embed()
 end
 
 -- Stable error names (docs/errors.md) from libstclient, as st.client has them.
-local function err_name(rc)
-  names_lib = names_lib or ffi.load(os.getenv("ST_CLIENT_LIB") or "stclient")
-  return ffi.string(names_lib.st_err_name(rc))
-end
+local err_name = require("st.ffi").err_name
 
 -- ------------------------------------------------------------- environment
 

@@ -71,8 +71,10 @@ class _ValueUnion(ctypes.Union):
 
 Value._fields_ = [("kind", c_int), ("as_", _ValueUnion)]
 
-(V_NIL, V_BOOL, V_INT, V_FLOAT, V_STRING, V_BINARY, V_ARRAY, V_MAP, V_TENSOR,
- V_MODULE) = range(10)
+# The constants of include/st/client.h (st_device_kind_t, st_value_kind_t).
+ST_DEVICE_CPU, ST_DEVICE_CUDA = 0, 1
+(ST_VALUE_NIL, ST_VALUE_BOOL, ST_VALUE_INT, ST_VALUE_FLOAT, ST_VALUE_STRING, ST_VALUE_BINARY,
+ ST_VALUE_ARRAY, ST_VALUE_MAP, ST_VALUE_TENSOR, ST_VALUE_MODULE) = range(10)
 
 
 class ObjectInfo(ctypes.Structure):
@@ -104,20 +106,37 @@ class DLTensor(ctypes.Structure):
 KDL_UINT, KDL_BOOL = 1, 6
 
 P = ctypes.POINTER
+# Every function of include/st/client.h and include/st/errors.h, and those
+# of dtype.h and dlpack.h the package uses, as (restype, argtypes). Opaque
+# handles (st_client_t *, st_args_t *, st_result_t *) are c_void_p; a
+# returned char * that the caller frees is c_void_p too.
+# tests/python/test_mirrors.py compares this table with the headers.
 _PROTOS = {
+    # errors.h
     "st_err_name": (c_char_p, [c_int]),
+    "st_strerror": (c_char_p, [c_int]),
+    "st_err_from_name": (c_int, [c_char_p]),
+    # dtype.h
     "st_dtype_name": (c_char_p, [c_int]),
     "st_dtype_size": (c_size_t, [c_int]),
     "st_dtype_from_name": (c_int, [c_char_p]),
+    # dlpack.h
+    "st_tensor_dlpack": (c_void_p, [c_void_p, P(Tensor), c_int]),
+    # client.h: values
+    "st_value_get": (P(Value), [P(Value), c_char_p]),
+    "st_value_json": (c_void_p, [P(Value), c_int]),
+    "st_tensor_get": (c_double, [P(Tensor), c_int64]),
+    "st_tensor_copy_to_host": (c_int, [P(Tensor), c_void_p, c_size_t]),
+    "st_tensor_is_contiguous": (c_int, [P(Tensor)]),
+    # results
     "st_result_value": (P(Value), [c_void_p]),
+    "st_result_tensor_count": (c_size_t, [c_void_p]),
+    "st_result_tensor": (P(Tensor), [c_void_p, c_size_t]),
+    "st_result_find": (P(Tensor), [c_void_p, c_char_p]),
     "st_result_object": (c_int, [c_void_p, P(ObjectInfo)]),
     "st_result_ref": (None, [c_void_p]),
     "st_result_free": (None, [c_void_p]),
-    "st_result_tensor": (P(Tensor), [c_void_p, c_size_t]),
-    "st_tensor_alloc": (c_int, [c_char_p, c_int, c_int, P(c_int64), P(c_void_p), c_char_p,
-                                c_size_t]),
-    "st_args_tensor": (c_int, [c_void_p, c_char_p, P(Tensor), c_char_p, c_size_t]),
-    "st_tensor_dlpack": (c_void_p, [c_void_p, P(Tensor), c_int]),
+    # arguments
     "st_args_new": (c_void_p, []),
     "st_args_free": (None, [c_void_p]),
     "st_args_nil": (c_int, [c_void_p, c_char_p]),
@@ -125,7 +144,26 @@ _PROTOS = {
     "st_args_int": (c_int, [c_void_p, c_char_p, c_int64]),
     "st_args_float": (c_int, [c_void_p, c_char_p, c_double]),
     "st_args_string": (c_int, [c_void_p, c_char_p, c_char_p]),
+    "st_args_str": (c_int, [c_void_p, c_char_p, c_char_p, c_size_t]),
+    "st_args_bytes": (c_int, [c_void_p, c_char_p, c_void_p, c_size_t]),
+    "st_args_begin_list": (c_int, [c_void_p, c_char_p]),
+    "st_args_begin_map": (c_int, [c_void_p, c_char_p]),
+    "st_args_end": (c_int, [c_void_p]),
+    "st_args_key": (c_int, [c_void_p, c_char_p, c_size_t]),
+    "st_args_keys": (c_int, [c_void_p, c_char_p, P(c_size_t), c_size_t]),
+    "st_args_ints": (c_int, [c_void_p, P(c_int64), c_size_t]),
+    "st_args_floats": (c_int, [c_void_p, P(c_double), c_size_t]),
+    "st_args_strs": (c_int, [c_void_p, c_char_p, P(c_size_t), c_size_t]),
+    "st_args_error": (c_char_p, [c_void_p]),
+    "st_args_parse_kv": (c_int, [c_void_p, c_char_p, c_char_p, c_size_t]),
     "st_args_parse_json": (c_int, [c_void_p, c_char_p, c_char_p, c_size_t]),
+    # tensor arguments
+    "st_tensor_alloc": (c_int, [c_char_p, c_int, c_int, P(c_int64), P(c_void_p), c_char_p,
+                                c_size_t]),
+    "st_args_tensor": (c_int, [c_void_p, c_char_p, P(Tensor), c_char_p, c_size_t]),
+    "st_tensor_is_shareable": (c_int, [P(Tensor)]),
+    # client
+    "st_socket_path": (c_int, [c_char_p, c_int, c_char_p, c_size_t]),
     "st_client_connect": (c_int, [c_char_p, P(c_void_p), c_char_p, c_size_t]),
     "st_client_connect_device": (c_int, [c_char_p, c_int, P(c_void_p), c_char_p, c_size_t]),
     "st_client_close": (None, [c_void_p]),
@@ -138,16 +176,20 @@ _PROTOS = {
     "st_client_ping": (c_int, [c_void_p, P(c_double)]),
     "st_client_call": (c_int, [c_void_p, c_char_p, c_void_p, P(c_void_p)]),
     "st_client_rpc": (c_int, [c_void_p, c_char_p, c_void_p, P(c_void_p)]),
+    "st_client_info": (c_int, [c_void_p, P(c_void_p)]),
+    "st_client_endpoints": (c_int, [c_void_p, P(c_void_p)]),
+    # tasks
     "st_client_submit": (c_int, [c_void_p, c_char_p, c_void_p, P(c_uint64)]),
     "st_client_task_status": (c_int, [c_void_p, c_uint64, P(c_void_p)]),
     "st_client_task_wait": (c_int, [c_void_p, c_uint64, c_double, P(c_void_p)]),
     "st_client_task_result": (c_int, [c_void_p, c_uint64, P(c_void_p)]),
     "st_client_task_cancel": (c_int, [c_void_p, c_uint64, P(c_void_p)]),
     "st_client_tasks": (c_int, [c_void_p, c_char_p, P(c_void_p)]),
+    # objects and caches
     "st_client_release": (c_int, [c_void_p, c_uint64, P(c_int), P(c_int), P(c_int64)]),
     "st_client_object_info": (c_int, [c_void_p, c_uint64, P(c_void_p)]),
-    "st_client_objects": (c_int, [c_void_p, P(c_void_p)]),
     "st_client_ensure_live": (c_int, [c_void_p, c_uint64, c_char_p]),
+    "st_client_objects": (c_int, [c_void_p, P(c_void_p)]),
     "st_client_invalidate_call": (c_int, [c_void_p, c_char_p, c_void_p, P(c_int)]),
     "st_client_invalidate_endpoint": (c_int, [c_void_p, c_char_p, P(c_int64)]),
     "st_client_reload": (c_int, [c_void_p, P(c_void_p)]),

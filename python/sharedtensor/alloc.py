@@ -19,7 +19,7 @@ import sys
 
 from . import _lib
 from . import tensor as _tensor
-from .errors import make
+from .errors import from_library
 
 _l = _lib.lib
 
@@ -124,8 +124,7 @@ def empty(shape, dtype=None, device="cpu", framework="torch"):
     err = ctypes.create_string_buffer(256)
     rc = _l.st_tensor_alloc(dev.encode(), code, len(dims), arr, ctypes.byref(out), err, 256)
     if rc != 0:
-        raise make(rc, _l.st_err_name(rc).decode(),
-                   "empty: " + err.value.decode(errors="replace"))
+        raise from_library(rc, "empty: " + err.value.decode(errors="replace"))
     res = _tensor.Result(out.value)
     tptr = _l.st_result_tensor(res.ptr, 0)
     if framework is None:

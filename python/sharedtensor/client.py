@@ -1,16 +1,14 @@
 """Client: a connection to one stserver socket (include/st/client.h)."""
 import collections
 import ctypes
-import json
 import threading
 
 from . import _lib
-from . import targs as _targs
 from . import tensor as _tensor
-from .errors import make
+from .args import Args as _Args
+from .errors import from_library, make
 
 _l = _lib.lib
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 class Module(collections.OrderedDict):
@@ -97,7 +95,7 @@ class Client:
             base = None if base_path is None else str(base_path).encode()
             rc = _l.st_client_connect_device(base, device, ctypes.byref(out), err, 512)
         if rc != 0:
-            raise make(rc, _l.st_err_name(rc).decode(), err.value.decode(errors="replace"))
+            raise from_library(rc, err.value.decode(errors="replace"))
         self._ptr = out.value
         if timeout is not None:
             _l.st_client_set_timeout(self._ptr, max(1, int(timeout * 1000)))
@@ -285,81 +283,6 @@ class Client:
         return self._value_call(_l.st_client_reload)
 
 
-# ------------------------------------------------------------- arguments
-
-class _Args:
-    """Keyword arguments as an st_args_t, freed on exit. Entering it also
-    synchronizes the CUDA devices of torch tensor arguments."""
-
-    def __init__(self, args):
-        self.args = args
-        self.ptr = None
-        self.cuda = set()
-
-    def __enter__(self):
-        if not self.args:
-            return self
-        self.ptr = _l.st_args_new()
-        if not self.ptr:
-            raise MemoryError("st_args_new")
-        try:
-            for k, v in self.args.items():
-                self._set(k, v)
-            _targs.synchronize(self.cuda)
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def _set(self, k, v):
-        key = k.encode()
-        kind = _targs.kind_of(v)
-        if kind is not None:
-            ordinal = _targs.add(self.ptr, k, v, kind)
-            if ordinal is not None:
-                self.cuda.add(ordinal)
-            return
-        if v is None:
-            rc = _l.st_args_nil(self.ptr, key)
-        elif isinstance(v, bool):
-            rc = _l.st_args_bool(self.ptr, key, 1 if v else 0)
-        elif isinstance(v, int):
-            if not _INT64_MIN <= v <= _INT64_MAX:
-                raise OverflowError("argument %r does not fit int64" % k)
-            rc = _l.st_args_int(self.ptr, key, v)
-        elif isinstance(v, float):
-            rc = _l.st_args_float(self.ptr, key, v)
-        elif isinstance(v, str):
-            rc = _l.st_args_string(self.ptr, key, v.encode())
-        elif isinstance(v, (list, tuple, dict)):
-            try:
-                text = json.dumps({k: v}, allow_nan=False, default=_plain)
-            except (TypeError, ValueError) as e:
-                raise TypeError("argument %r: %s" % (k, e)) from None
-            err = ctypes.create_string_buffer(256)
-            rc = _l.st_args_parse_json(self.ptr, text.encode(), err, 256)
-            if rc != 0:
-                raise make(rc, "INVALID_ARGUMENT", "argument %r: %s" % (k, err.value.decode()))
-        else:
-            raise TypeError("argument %r: cannot send a %s" % (k, type(v).__name__))
-        if rc != 0:
-            raise make(rc, _l.st_err_name(rc).decode(), "argument %r" % k)
-
-    def __exit__(self, *exc):
-        p, self.ptr = self.ptr, None
-        if p:
-            _l.st_args_free(p)
-        return False
-
-
-def _plain(v):
-    """json.dumps' hook for what it cannot encode."""
-    if _targs.kind_of(v):
-        raise TypeError("a tensor goes only as a keyword argument of its own (x=t), "
-                        "not inside a list or dict")
-    raise TypeError("cannot send a %s" % type(v).__name__)
-
-
 # ---------------------------------------------------------------- values
 
 def _tensor_of(result, tptr, framework):
@@ -379,30 +302,30 @@ def _convert(v, result, path, framework):
     """A Python value for an st_value_t (depth is bounded by the server)."""
     k = v.kind
     a = v.as_
-    if k == _lib.V_NIL:
+    if k == _lib.ST_VALUE_NIL:
         return None
-    if k == _lib.V_BOOL:
+    if k == _lib.ST_VALUE_BOOL:
         return bool(a.boolean)
-    if k == _lib.V_INT:
+    if k == _lib.ST_VALUE_INT:
         return a.integer
-    if k == _lib.V_FLOAT:
+    if k == _lib.ST_VALUE_FLOAT:
         return a.number
-    if k == _lib.V_STRING:
+    if k == _lib.ST_VALUE_STRING:
         return ctypes.string_at(a.str.ptr, a.str.len).decode("utf-8", errors="replace")
-    if k == _lib.V_BINARY:
+    if k == _lib.ST_VALUE_BINARY:
         return ctypes.string_at(a.str.ptr, a.str.len)
-    if k == _lib.V_ARRAY:
+    if k == _lib.ST_VALUE_ARRAY:
         return [_convert(a.array.items[i], result, _join(path, i), framework)
                 for i in range(a.array.len)]
-    if k == _lib.V_MAP:
+    if k == _lib.ST_VALUE_MAP:
         out = {}
         for i in range(a.map.len):
             key = _convert(a.map.keys[i], result, path, framework)
             out[key] = _convert(a.map.values[i], result, _join(path, key), framework)
         return out
-    if k == _lib.V_TENSOR:
+    if k == _lib.ST_VALUE_TENSOR:
         return _tensor_of(result, a.tensor, framework)
-    if k == _lib.V_MODULE:
+    if k == _lib.ST_VALUE_MODULE:
         m = Module()
         prefix = path + "." if path else ""
         for i in range(a.module.len):

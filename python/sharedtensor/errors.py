@@ -2,17 +2,26 @@
 
 Every failure of the library or the server raises a subclass of Error with
 `.code` (the positive wire code), `.name` (the stable name, "ENDPOINT") and
-the message as str(e).
+the message as str(e). The classes come from the library's own table
+(st_err_name, st_strerror of include/st/errors.h: codes 1, 2, ... up to the
+first one it does not know), so they cannot drift from it:
+PROTOCOL -> ProtocolError, STALE_HANDLE -> StaleHandleError, ...
 """
+from . import _lib
 
-# (stable name, wire code) as in include/st/errors.h.
-_NAMES = [
-    ("PROTOCOL", 1), ("UNKNOWN_ENDPOINT", 2), ("SERIALIZATION", 3), ("CAPABILITY", 4),
-    ("TASK", 5), ("CONFIGURATION", 6), ("ENDPOINT", 7), ("STALE_HANDLE", 8), ("LIMIT", 9),
-    ("AUTH", 10), ("BUSY", 11), ("TIMEOUT", 12), ("OUT_OF_MEMORY", 13),
-    ("INVALID_ARGUMENT", 14), ("IO", 15), ("UNKNOWN_METHOD", 16), ("NOT_FOUND", 17),
-    ("CANCELLED", 18), ("SHUTTING_DOWN", 19), ("INTERNAL", 20),
-]
+_l = _lib.lib
+
+
+def _library_table():
+    """[(stable name, wire code, description)] in code order."""
+    out = []
+    code = 1
+    while True:
+        name = _l.st_err_name(code).decode()
+        if name == "UNKNOWN":
+            return out
+        out.append((name, code, _l.st_strerror(code).decode()))
+        code += 1
 
 
 class Error(Exception):
@@ -38,9 +47,10 @@ def _class_name(name):
 
 BY_NAME = {}
 BY_CODE = {}
-for _name, _code in _NAMES:
-    _cls = type(_class_name(_name), (Error,), {"code": _code, "name": _name,
-                                               "__doc__": "Stable error %s (%d)." % (_name, _code)})
+for _name, _code, _what in _library_table():
+    _cls = type(_class_name(_name), (Error,),
+                {"code": _code, "name": _name,
+                 "__doc__": "Stable error %s (%d): %s." % (_name, _code, _what)})
     globals()[_cls.__name__] = _cls
     BY_NAME[_name] = _cls
     BY_CODE[_code] = _cls
@@ -52,3 +62,8 @@ def make(code, name, message):
     """The Error subclass instance for a stable name (else the code)."""
     cls = BY_NAME.get(name) or BY_CODE.get(abs(code)) or Error
     return cls(message, abs(code) if code else cls.code, name or cls.name)
+
+
+def from_library(rc, message):
+    """The Error for a negative ST_ERR_* the library returned."""
+    return make(rc, _l.st_err_name(rc).decode(), message)

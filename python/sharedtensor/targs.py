@@ -12,7 +12,9 @@ import sys
 
 from . import _lib
 from . import tensor as _tensor
-from .errors import make
+from .errors import BY_NAME, from_library
+
+InvalidArgumentError = BY_NAME["INVALID_ARGUMENT"]
 
 _l = _lib.lib
 _P64 = ctypes.POINTER(ctypes.c_int64)
@@ -117,18 +119,18 @@ def add(args_ptr, key, v, kind):
         (t, keep), cuda = _from_torch(key, v) if kind == "torch" else _from_numpy(key, v)
         ref = ctypes.byref(t)
         device = "cpu" if cuda is None else "cuda:%d" % cuda
+    if not _l.st_tensor_is_shareable(ref):
+        raise InvalidArgumentError(
+            "argument %r: this %s tensor's memory was not allocated by sharedtensor (a "
+            "framework's own allocation, or a result of a call, which is the server's memory); "
+            "only memory from sharedtensor.empty/zeros passes to an endpoint, without a copy: "
+            "allocate it with sharedtensor.empty(...) or copy it: %s"
+            % (key, device, _COPY_ROUTE[kind]))
     err = ctypes.create_string_buffer(512)
     rc = _l.st_args_tensor(args_ptr, key.encode(), ref, err, 512)
     del keep
     if rc != 0:
-        msg = err.value.decode(errors="replace")
-        if "st_tensor_alloc" in msg:
-            msg = ("argument %r: this %s tensor's memory was not allocated by sharedtensor "
-                   "(a framework's own allocation, or a result of a call, which is the "
-                   "server's memory); only memory from sharedtensor.empty/zeros passes to an "
-                   "endpoint, without a copy: allocate it with sharedtensor.empty(...) or "
-                   "copy it: %s" % (key, device, _COPY_ROUTE[kind]))
-        raise make(rc, _l.st_err_name(rc).decode(), msg)
+        raise from_library(rc, err.value.decode(errors="replace"))
     return cuda
 
 

@@ -8,11 +8,11 @@ is gone.
 import threading
 
 from . import _lib
-from .errors import make
+from .errors import BY_NAME
 
 _lib_ = _lib.lib
 
-DEVICE_CPU, DEVICE_CUDA = 0, 1
+DEVICE_CPU, DEVICE_CUDA = _lib.ST_DEVICE_CPU, _lib.ST_DEVICE_CUDA
 _BOOL = None   # set below from the library's dtype names
 KDL_CPU, KDL_CUDA = 1, 2
 
@@ -43,8 +43,8 @@ def export(result, ctensor, versioned, bool_as_uint8=False):
         raise ValueError("the result of this tensor was closed")
     ptr = _lib_.st_tensor_dlpack(result.ptr, ctensor, 1 if versioned else 0)
     if not ptr:
-        raise make(13, "OUT_OF_MEMORY", "cannot export tensor %r through DLPack"
-                   % ctensor.contents.name.decode())
+        raise BY_NAME["OUT_OF_MEMORY"]("cannot export tensor %r through DLPack"
+                                       % ctensor.contents.name.decode())
     if bool_as_uint8 and not versioned:
         _lib.retag_bool_as_uint8(ptr)
     return _lib.capsule(ptr, versioned)

@@ -1,34 +1,36 @@
-/* src/client: named call arguments. An st_args_t is a small ordered map of
- * key -> msgpack bytes of one value; call and rpc pack it as the argument
- * map. Also the parsing of shell words ("n=5", "name:str=5") and of JSON
- * objects into arguments.
+/* src/client: named call arguments (st_args_t): the map of name ->
+ * msgpack bytes of one value that call and rpc pack as the argument map,
+ * where each value goes (place / placed: the top level, or the innermost
+ * open list or map of args_nest.c), and the scalar setters.
  *
  * Threads: an st_args_t belongs to one thread at a time.
  */
-#include <errno.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "client/client_internal.h"
-#include "common/fail.h"
 
-typedef struct arg {
-  char *key;
-  char *data;       /* msgpack bytes of the value */
-  size_t len;
-} arg_t;
+#define FAIL st__client_args_fail
 
-struct st_args {
-  arg_t *items;
-  size_t n, cap;
-  /* Own allocations that tensor values name by index (st_args_tensor,
-   * targs.c): one reference each, dropped by st_args_free. */
-  st__mapping_t **arenas;
-  size_t narenas, arenas_cap;
-};
+/* See client_internal.h. */
+int st__client_args_fail(st_args_t *a, int rc, const char *fmt, ...) {
+  if (a->depth + a->lost > 0) {
+    if (a->build_rc != ST_OK) return a->build_rc;
+    a->build_rc = rc;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(a->err, sizeof a->err, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+/* See client_internal.h. */
+const char *st__client_args_name(const st_args_t *a) {
+  return a->build_key ? a->build_key : "?";
+}
 
 /* See client_internal.h. */
 size_t st__client_args_arenas(const st_args_t *a, st__mapping_t *const **out) {
@@ -36,9 +38,7 @@ size_t st__client_args_arenas(const st_args_t *a, st__mapping_t *const **out) {
   return a ? a->narenas : 0;
 }
 
-/* Index of m among a's arenas, adding it (and keeping the caller's
- * reference) when new; an existing entry gives the extra reference back.
- * -1 when out of memory (the reference is released). */
+/* See client_internal.h. */
 long st__client_args_arena_index(st_args_t *a, st__mapping_t *m) {
   for (size_t i = 0; i < a->narenas; i++) {
     if (a->arenas[i] == m) {
@@ -60,11 +60,23 @@ long st__client_args_arena_index(st_args_t *a, st__mapping_t *m) {
   return (long)a->narenas++;
 }
 
+/* See client_internal.h. */
+int st__client_args_open(const st_args_t *a) { return a && a->depth + a->lost > 0; }
+
 /* New empty argument map, owned by the caller (st_args_free); NULL when out
  * of memory. Any thread. */
-ST_API st_args_t *st_args_new(void) { return calloc(1, sizeof(st_args_t)); }
+ST_API st_args_t *st_args_new(void) {
+  st_args_t *a = calloc(1, sizeof(st_args_t));
+  if (!a) return NULL;
+  st__client_cbuf_init(&a->build);
+  st__client_cbuf_init(&a->keys);
+  /* Most values are small: msgpack_sbuffer would start at 8 KiB, which
+   * a garbage-collected binding (LuaJIT) keeps per map until it collects. */
+  if ((a->build.sb.data = malloc(256)) != NULL) a->build.sb.alloc = 256;
+  return a;
+}
 
-/* Frees the map and its values. NULL ok. */
+/* Frees the map, its values and an unfinished value. NULL ok. */
 ST_API void st_args_free(st_args_t *a) {
   if (!a) return;
   for (size_t i = 0; i < a->n; i++) {
@@ -72,10 +84,17 @@ ST_API void st_args_free(st_args_t *a) {
     free(a->items[i].data);
   }
   for (size_t i = 0; i < a->narenas; i++) st__client_mapping_release(a->arenas[i]);
+  st__client_cbuf_destroy(&a->build);
+  st__client_cbuf_destroy(&a->keys);
+  free(a->open);
+  free(a->build_key);
   free(a->arenas);
   free(a->items);
   free(a);
 }
+
+/* See client.h. Borrowed. */
+ST_API const char *st_args_error(const st_args_t *a) { return a ? a->err : ""; }
 
 /* See client_internal.h: copies key and bytes; the last set wins. */
 int st__client_args_set_raw(st_args_t *a, const char *key, size_t key_len, const void *data,
@@ -85,7 +104,7 @@ int st__client_args_set_raw(st_args_t *a, const char *key, size_t key_len, const
   if (!copy) return ST_ERR_OUT_OF_MEMORY;
   memcpy(copy, data, len);
   for (size_t i = 0; i < a->n; i++) {
-    if (strlen(a->items[i].key) == key_len && memcmp(a->items[i].key, key, key_len) == 0) {
+    if (a->items[i].key_len == key_len && memcmp(a->items[i].key, key, key_len) == 0) {
       free(a->items[i].data);
       a->items[i].data = copy;
       a->items[i].len = len;
@@ -94,7 +113,7 @@ int st__client_args_set_raw(st_args_t *a, const char *key, size_t key_len, const
   }
   if (a->n == a->cap) {
     size_t cap = a->cap ? a->cap * 2 : 8;
-    arg_t *p = realloc(a->items, cap * sizeof *p);
+    st__arg_t *p = realloc(a->items, cap * sizeof *p);
     if (!p) {
       free(copy);
       return ST_ERR_OUT_OF_MEMORY;
@@ -109,239 +128,184 @@ int st__client_args_set_raw(st_args_t *a, const char *key, size_t key_len, const
   }
   memcpy(k, key, key_len);
   k[key_len] = '\0';
-  a->items[a->n++] = (arg_t){k, copy, len};
+  a->items[a->n++] = (st__arg_t){k, key_len, copy, len};
   return ST_OK;
 }
 
-/* Packs {key: value, ...}; NULL packs an empty map. */
+/* Packs {key: value, ...}; NULL packs an empty map. An unfinished value is
+ * not part of it (the calls refuse such arguments first). */
 void st__client_args_pack(msgpack_packer *pk, const st_args_t *a) {
   size_t n = a ? a->n : 0;
   msgpack_pack_map(pk, n);
   for (size_t i = 0; i < n; i++) {
-    st__pack_cstr(pk, a->items[i].key);
+    msgpack_pack_str_with_body(pk, a->items[i].key, a->items[i].key_len);
     st__client_cbuf_raw(pk, a->items[i].data, a->items[i].len);
   }
 }
 
-/* Sets key to whatever the packer in b holds. */
-static int set_from(st_args_t *a, const char *key, size_t key_len, st__cbuf_t *b) {
-  int rc = b->oom ? ST_ERR_OUT_OF_MEMORY
-                  : st__client_args_set_raw(a, key, key_len, b->sb.data, b->sb.size);
-  st__client_cbuf_destroy(b);
-  return rc;
+/* ------------------------------------------------------------ placing */
+
+/* Writes the next queued key of map frame f into build. */
+static void pop_key(st_args_t *a, st__args_frame_t *f) {
+  const unsigned char *k = (const unsigned char *)a->keys.sb.data + f->kq_pos;
+  size_t n;
+  if (k[0] >= 0xa0 && k[0] <= 0xbf) n = 1 + (k[0] & 0x1f);
+  else if (k[0] == 0xd9) n = 2 + (size_t)k[1];
+  else if (k[0] == 0xda) n = 3 + ((size_t)k[1] << 8 | k[2]);
+  else n = 5 + ((size_t)k[1] << 24 | (size_t)k[2] << 16 | (size_t)k[3] << 8 | k[4]);
+  st__client_cbuf_raw(&a->build.pk, k, n);
+  f->kq_pos += n;
+  f->kq_count--;
 }
 
-static int check_key(st_args_t *a, const char *key) {
-  return a && key && *key ? ST_OK : ST_ERR_INVALID_ARGUMENT;
+/* Checks that nvalues more values fit the innermost open container and,
+ * in a map, that those with a NULL key have a queued key each. */
+static int check_room(st_args_t *a, const char *key, size_t nvalues, int nest) {
+  st__args_frame_t *f = &a->open[a->depth - 1];
+  const char *name = st__client_args_name(a);
+  if (nest && a->depth == ST__ARGS_MAX_OPEN)
+    return FAIL(a, ST_ERR_INVALID_ARGUMENT,
+                "argument '%s': lists and maps nested deeper than %d levels", name,
+                ST__ARGS_MAX_OPEN);
+  if (nvalues > UINT32_MAX - f->count)
+    return FAIL(a, ST_ERR_INVALID_ARGUMENT, "argument '%s': more than %u values in a container",
+                name, (unsigned)UINT32_MAX);
+  if (!f->map) {
+    if (key)
+      return FAIL(a, ST_ERR_INVALID_ARGUMENT,
+                  "argument '%s': a list element takes no key (pass NULL)", name);
+  } else if (key && f->kq_count) {
+    return FAIL(a, ST_ERR_INVALID_ARGUMENT,
+                "argument '%s': %u queued keys (st_args_key) name the next members (pass NULL)",
+                name, (unsigned)f->kq_count);
+  } else if (!key && nvalues == 1 && f->kq_count == 0) {
+    return FAIL(a, ST_ERR_INVALID_ARGUMENT,
+                "argument '%s': a map member needs a key (pass one, or st_args_key first)", name);
+  } else if (!key && f->kq_count < nvalues) {
+    return FAIL(a, ST_ERR_INVALID_ARGUMENT,
+                "argument '%s': %zu map members need a key each (st_args_keys first; %u "
+                "queued)", name, nvalues, (unsigned)f->kq_count);
+  }
+  return ST_OK;
 }
 
-/* Typed setters: ST_OK, ST_ERR_INVALID_ARGUMENT (NULL map or empty key),
- * ST_ERR_OUT_OF_MEMORY. */
+/* See client_internal.h. */
+int st__client_args_place(st_args_t *a, const char *key, int nest) {
+  if (a->depth + a->lost == 0) {
+    if (!key || !*key)
+      return FAIL(a, ST_ERR_INVALID_ARGUMENT, "an argument needs a non-empty name");
+    a->build.sb.size = 0;
+    a->build.oom = 0;
+    return ST_OK;
+  }
+  if (a->build_rc != ST_OK) return a->build_rc;
+  int rc = check_room(a, key, 1, nest);
+  if (rc != ST_OK) return rc;
+  st__args_frame_t *f = &a->open[a->depth - 1];
+  if (f->map && key)
+    msgpack_pack_str_with_body(&a->build.pk, key, strlen(key));
+  else if (f->map)
+    pop_key(a, f);
+  return ST_OK;
+}
+
+/* See client_internal.h. */
+int st__client_args_place_many(st_args_t *a, size_t n, const char *what) {
+  if (a->depth + a->lost == 0)
+    return FAIL(a, ST_ERR_INVALID_ARGUMENT, "%s places values in an open list or map", what);
+  if (a->build_rc != ST_OK) return a->build_rc;
+  return check_room(a, NULL, n, 0);
+}
+
+/* See client_internal.h. */
+void st__client_args_next_key(st_args_t *a) {
+  st__args_frame_t *f = &a->open[a->depth - 1];
+  if (f->map) pop_key(a, f);
+}
+
+/* See client_internal.h. */
+int st__client_args_placed(st_args_t *a, const char *key, size_t nvalues) {
+  if (a->depth + a->lost > 0) {
+    if (a->build.oom || a->keys.oom) return FAIL(a, ST_ERR_OUT_OF_MEMORY, "out of memory");
+    a->open[a->depth - 1].count += (uint32_t)nvalues;
+    return ST_OK;
+  }
+  int rc = a->build.oom ? ST_ERR_OUT_OF_MEMORY
+                        : st__client_args_set_raw(a, key, strlen(key), a->build.sb.data,
+                                                  a->build.sb.size);
+  a->build.sb.size = 0;
+  a->build.oom = 0;
+  return rc == ST_OK ? ST_OK : FAIL(a, rc, "argument '%s': out of memory", key);
+}
+
+/* Typed setters: see client.h. Thread of the map. */
 ST_API int st_args_nil(st_args_t *a, const char *key) {
-  if (check_key(a, key)) return ST_ERR_INVALID_ARGUMENT;
-  st__cbuf_t b;
-  st__client_cbuf_init(&b);
-  msgpack_pack_nil(&b.pk);
-  return set_from(a, key, strlen(key), &b);
+  if (!a) return ST_ERR_INVALID_ARGUMENT;
+  int rc = st__client_args_place(a, key, 0);
+  if (rc != ST_OK) return rc;
+  msgpack_pack_nil(&a->build.pk);
+  return st__client_args_placed(a, key, 1);
 }
 
 /* key = boolean (v != 0). */
 ST_API int st_args_bool(st_args_t *a, const char *key, int v) {
-  if (check_key(a, key)) return ST_ERR_INVALID_ARGUMENT;
-  st__cbuf_t b;
-  st__client_cbuf_init(&b);
+  if (!a) return ST_ERR_INVALID_ARGUMENT;
+  int rc = st__client_args_place(a, key, 0);
+  if (rc != ST_OK) return rc;
   if (v)
-    msgpack_pack_true(&b.pk);
+    msgpack_pack_true(&a->build.pk);
   else
-    msgpack_pack_false(&b.pk);
-  return set_from(a, key, strlen(key), &b);
+    msgpack_pack_false(&a->build.pk);
+  return st__client_args_placed(a, key, 1);
 }
 
-/* key = integer. */
+/* key = integer (the shortest msgpack form). */
 ST_API int st_args_int(st_args_t *a, const char *key, int64_t v) {
-  if (check_key(a, key)) return ST_ERR_INVALID_ARGUMENT;
-  st__cbuf_t b;
-  st__client_cbuf_init(&b);
-  msgpack_pack_int64(&b.pk, v);
-  return set_from(a, key, strlen(key), &b);
+  if (!a) return ST_ERR_INVALID_ARGUMENT;
+  int rc = st__client_args_place(a, key, 0);
+  if (rc != ST_OK) return rc;
+  msgpack_pack_int64(&a->build.pk, v);
+  return st__client_args_placed(a, key, 1);
 }
 
 /* key = float (a msgpack float64). */
 ST_API int st_args_float(st_args_t *a, const char *key, double v) {
-  if (check_key(a, key)) return ST_ERR_INVALID_ARGUMENT;
-  st__cbuf_t b;
-  st__client_cbuf_init(&b);
-  msgpack_pack_double(&b.pk, v);
-  return set_from(a, key, strlen(key), &b);
+  if (!a) return ST_ERR_INVALID_ARGUMENT;
+  int rc = st__client_args_place(a, key, 0);
+  if (rc != ST_OK) return rc;
+  msgpack_pack_double(&a->build.pk, v);
+  return st__client_args_placed(a, key, 1);
+}
+
+/* key = a copy of `len` bytes as a msgpack str (binary: bin). */
+static int put_bytes(st_args_t *a, const char *key, const void *p, size_t len, int binary) {
+  if (!a) return ST_ERR_INVALID_ARGUMENT;
+  int rc = st__client_args_place(a, key, 0);
+  if (rc != ST_OK) return rc;
+  if (!p && len) return FAIL(a, ST_ERR_INVALID_ARGUMENT, "NULL data of %zu bytes", len);
+  if (len > UINT32_MAX)
+    return FAIL(a, ST_ERR_INVALID_ARGUMENT, "a string of %zu bytes is too long", len);
+  if (!p) p = "";
+  if (binary)
+    msgpack_pack_bin_with_body(&a->build.pk, p, len);
+  else
+    msgpack_pack_str_with_body(&a->build.pk, p, len);
+  return st__client_args_placed(a, key, 1);
 }
 
 /* key = a copy of the NUL-terminated string v. */
 ST_API int st_args_string(st_args_t *a, const char *key, const char *v) {
-  if (check_key(a, key) || !v) return ST_ERR_INVALID_ARGUMENT;
-  st__cbuf_t b;
-  st__client_cbuf_init(&b);
-  msgpack_pack_str_with_body(&b.pk, v, strlen(v));
-  return set_from(a, key, strlen(key), &b);
+  if (a && !v) return FAIL(a, ST_ERR_INVALID_ARGUMENT, "NULL string");
+  return put_bytes(a, key, v, v ? strlen(v) : 0, 0);
 }
 
-/* ------------------------------------------------------------ key=value */
-
-/* Every failure of argument parsing is INVALID_ARGUMENT. */
-#define bad(err, errlen, ...) st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, __VA_ARGS__)
-
-static const char *digits(const char *p) {
-  while (*p >= '0' && *p <= '9') p++;
-  return p;
+/* key = a copy of `len` bytes as a string. */
+ST_API int st_args_str(st_args_t *a, const char *key, const char *s, size_t len) {
+  return put_bytes(a, key, s, len, 0);
 }
 
-/* [+-]digits: 1. [+-](digits[.digits*]|.digits)([eE][+-]digits)? with a '.'
- * or exponent: 2. Anything else: 0. */
-static int number_shape(const char *s) {
-  const char *p = s;
-  if (*p == '+' || *p == '-') p++;
-  const char *q = digits(p);
-  int lead = q > p, frac = 0, dot = 0, expo = 0;
-  p = q;
-  if (*p == '.') {
-    dot = 1;
-    q = digits(p + 1);
-    frac = q > p + 1;
-    p = q;
-  }
-  if (!lead && !frac) return 0;
-  if (*p == 'e' || *p == 'E') {
-    p++;
-    if (*p == '+' || *p == '-') p++;
-    q = digits(p);
-    if (q == p) return 0;
-    p = q;
-    expo = 1;
-  }
-  if (*p) return 0;
-  return dot || expo ? 2 : 1;
+/* key = a copy of `len` bytes as binary. */
+ST_API int st_args_bytes(st_args_t *a, const char *key, const void *p, size_t len) {
+  return put_bytes(a, key, p, len, 1);
 }
 
-static int parse_int(const char *s, int64_t *out) {
-  if (number_shape(s) != 1) return -1;
-  errno = 0;
-  char *end;
-  long long v = strtoll(s, &end, 10);
-  if (errno == ERANGE || *end) return -2;
-  *out = v;
-  return 0;
-}
-
-static int parse_float(const char *s, int strict_shape, double *out) {
-  if (!*s || (strict_shape && !number_shape(s))) return -1;
-  errno = 0;
-  char *end;
-  double v = strtod(s, &end);
-  if (*end) return -1;
-  if (errno == ERANGE && isinf(v)) return -2;
-  *out = v;
-  return 0;
-}
-
-/* One shell word "key[:type]=value"; see client.h. */
-ST_API int st_args_parse_kv(st_args_t *a, const char *word, char *err, size_t errlen) {
-  if (err && errlen) err[0] = '\0';
-  if (!a || !word) return bad(err, errlen, "no argument given");
-  const char *eq = strchr(word, '=');
-  if (!eq) return bad(err, errlen, "'%s' is not key=value", word);
-  const char *colon = memchr(word, ':', (size_t)(eq - word));
-  const char *key_end = colon ? colon : eq;
-  size_t key_len = (size_t)(key_end - word);
-  if (key_len == 0) return bad(err, errlen, "'%s' has an empty key", word);
-  char type[8] = "";
-  if (colon) {
-    size_t tl = (size_t)(eq - colon - 1);
-    if (tl == 0 || tl >= sizeof type)
-      return bad(err, errlen, "'%s': unknown type '%.*s' (use int, float, bool, str or json)",
-                 word, (int)tl, colon + 1);
-    memcpy(type, colon + 1, tl);
-    type[tl] = '\0';
-  }
-  const char *val = eq + 1;
-  st__cbuf_t b;
-  st__client_cbuf_init(&b);
-  int64_t iv;
-  double dv;
-  int rc = ST_OK;
-  if (!colon) {
-    int shape = number_shape(val);
-    if (shape == 1) {
-      if (parse_int(val, &iv) != 0)
-        rc = bad(err, errlen, "'%s': integer out of range (use :float= or :str=)", word);
-      else
-        msgpack_pack_int64(&b.pk, iv);
-    } else if (shape == 2) {
-      if (parse_float(val, 1, &dv) != 0)
-        rc = bad(err, errlen, "'%s': float out of range", word);
-      else
-        msgpack_pack_double(&b.pk, dv);
-    } else if (strcmp(val, "true") == 0) {
-      msgpack_pack_true(&b.pk);
-    } else if (strcmp(val, "false") == 0) {
-      msgpack_pack_false(&b.pk);
-    } else if (strcmp(val, "null") == 0) {
-      msgpack_pack_nil(&b.pk);
-    } else {
-      msgpack_pack_str_with_body(&b.pk, val, strlen(val));
-    }
-  } else if (strcmp(type, "int") == 0) {
-    int r = parse_int(val, &iv);
-    if (r == -1)
-      rc = bad(err, errlen, "'%s': '%s' is not an integer", word, val);
-    else if (r == -2)
-      rc = bad(err, errlen, "'%s': integer out of range", word);
-    else
-      msgpack_pack_int64(&b.pk, iv);
-  } else if (strcmp(type, "float") == 0) {
-    int r = parse_float(val, 0, &dv);
-    if (r == -1)
-      rc = bad(err, errlen, "'%s': '%s' is not a number", word, val);
-    else if (r == -2)
-      rc = bad(err, errlen, "'%s': float out of range", word);
-    else
-      msgpack_pack_double(&b.pk, dv);
-  } else if (strcmp(type, "bool") == 0) {
-    if (strcmp(val, "true") == 0 || strcmp(val, "1") == 0)
-      msgpack_pack_true(&b.pk);
-    else if (strcmp(val, "false") == 0 || strcmp(val, "0") == 0)
-      msgpack_pack_false(&b.pk);
-    else
-      rc = bad(err, errlen, "'%s': '%s' is not a boolean (true, false, 1 or 0)", word, val);
-  } else if (strcmp(type, "str") == 0) {
-    msgpack_pack_str_with_body(&b.pk, val, strlen(val));
-  } else if (strcmp(type, "json") == 0) {
-    char why[200];
-    rc = st__client_json_pack(val, strlen(val), &b.pk, why, sizeof why);
-    if (rc == ST_ERR_INVALID_ARGUMENT) bad(err, errlen, "'%.*s:json': %s", (int)key_len, word, why);
-  } else {
-    rc = bad(err, errlen, "'%s': unknown type '%s' (use int, float, bool, str or json)", word,
-             type);
-  }
-  if (rc != ST_OK) {
-    st__client_cbuf_destroy(&b);
-    if (rc == ST_ERR_OUT_OF_MEMORY) bad(err, errlen, "out of memory");
-    return rc;
-  }
-  rc = set_from(a, word, key_len, &b);
-  if (rc == ST_ERR_OUT_OF_MEMORY) bad(err, errlen, "out of memory");
-  return rc;
-}
-
-static int member_cb(void *ud, const char *key, size_t key_len, const void *value,
-                     size_t value_len) {
-  if (key_len == 0) return ST_ERR_INVALID_ARGUMENT;
-  return st__client_args_set_raw(ud, key, key_len, value, value_len);
-}
-
-/* A JSON object whose members become arguments; see client.h. */
-ST_API int st_args_parse_json(st_args_t *a, const char *json, char *err, size_t errlen) {
-  if (err && errlen) err[0] = '\0';
-  if (!a || !json) return bad(err, errlen, "no JSON given");
-  int rc = st__client_json_members(json, strlen(json), member_cb, a, err, errlen);
-  if (rc == ST_ERR_OUT_OF_MEMORY) bad(err, errlen, "out of memory");
-  return rc;
-}

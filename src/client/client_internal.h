@@ -11,8 +11,12 @@
  *   map.c     the process-wide open-cache of mapped arenas
  *   device.c  CUDA: device lookup, import, unmap, copies (contexts kept)
  *   tensor.c  reading tensors: st_tensor_get, st_tensor_copy_to_host
- *   args.c    the st_args_t builder and "key=value" words
- *   json_parse.c / json_write.c   JSON to msgpack, values to JSON
+ *   args.c    the st_args_t map, placing values, scalar setters
+ *   args_nest.c  lists and maps: begin/end, queued keys, bulk values
+ *   args_text.c  arguments from "key=value" words and JSON text (read
+ *             by src/common/json.c)
+ *   targs.c   tensor arguments: st_tensor_alloc, st_args_tensor
+ *   json_write.c  values as JSON text
  *
  * Nothing here is exported: the shared library is built with
  * -fvisibility=hidden and only ST_API functions are visible.
@@ -64,10 +68,6 @@ void st__client_text_put(st__text_t *t, const char *s, size_t n);
 void st__client_text_puts(st__text_t *t, const char *s);
 void st__client_text_printf(st__text_t *t, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-
-/* Length of the valid UTF-8 sequence at s (at most `left` bytes); 0 when
- * invalid. */
-size_t st__client_utf8_len(const unsigned char *s, size_t left);
 
 /* -------------------------------------------------------------- client */
 
@@ -220,6 +220,82 @@ int st__client_result_decode(st_client_t *c, const msgpack_object *result, int u
 
 /* -------------------------------------------------------------- args */
 
+/* The argument map (args.c, args_nest.c). Values are packed as they are
+ * set: a scalar at the top level is packed into `build` and copied into
+ * its entry at once; a list or map opened at the top level is packed into
+ * `build` element by element and becomes an entry when its outermost
+ * st_args_end closes it. */
+
+/* Levels of lists and maps in one argument. The server reads a request
+ * with at most ST_MAX_DEPTH levels of msgpack containers (the depth of
+ * msgpack-c's unpacker; src/proto/reader.c), and a call's argument values
+ * sit inside four of them: the request, its params array, the params map
+ * and the argument map. Deeper values would cost the connection. */
+#define ST__ARGS_MAX_OPEN (ST_MAX_DEPTH - 4)
+
+typedef struct st__arg {
+  char *key;                   /* NUL-terminated; key_len bytes (may hold NUL) */
+  size_t key_len;
+  char *data;                  /* msgpack bytes of the value */
+  size_t len;
+} st__arg_t;
+
+/* An open list or map. Keys queued for a map's next members (st_args_key,
+ * st_args_keys) wait in st_args.keys, as msgpack strings, from kq_pos; the
+ * queue of an inner frame follows its parent's (from kq_base). */
+typedef struct st__args_frame {
+  size_t head;                 /* offset of the container's header in build */
+  uint32_t count;              /* elements or members placed so far */
+  int map;
+  size_t kq_base, kq_pos;      /* this frame's key queue in st_args.keys */
+  uint32_t kq_count;           /* keys queued, not yet used */
+} st__args_frame_t;
+
+struct st_args {
+  st__arg_t *items;
+  size_t n, cap;
+  /* Own allocations that tensor values name by index (st_args_tensor,
+   * targs.c): one reference each, dropped by st_args_free. */
+  st__mapping_t **arenas;
+  size_t narenas, arenas_cap;
+  /* The value being built (empty between top-level calls). */
+  st__cbuf_t build;
+  st__cbuf_t keys;             /* queued map keys of the open frames */
+  char *build_key;             /* name of the open top-level value */
+  st__args_frame_t *open;      /* ST__ARGS_MAX_OPEN frames, from the first
+                                  st_args_begin_* on                        */
+  int depth;                   /* open containers with a frame */
+  int lost;                    /* open containers past the limit (after a failure) */
+  int build_rc;                /* first failure inside the open value, or ST_OK */
+  char err[256];
+};
+
+/* Records a failure's message (st_args_error); inside an open value the
+ * first failure sticks (build_rc) and is what every later call returns.
+ * Returns that failure. */
+int st__client_args_fail(st_args_t *a, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The name of the open top-level value, for messages. */
+const char *st__client_args_name(const st_args_t *a);
+/* Checks where one more value goes (top level: the argument `key`; a
+ * list: key NULL; a map: `key`, or NULL and a queued key) and, in a map,
+ * writes its key into build. `nest`: the value is a container. ST_OK or a
+ * recorded failure. */
+int st__client_args_place(st_args_t *a, const char *key, int nest);
+/* The same for n values of a bulk setter (`what`, for messages) in the
+ * innermost open container; writes no key (st__client_args_next_key does,
+ * before each value). */
+int st__client_args_place_many(st_args_t *a, size_t n, const char *what);
+/* Writes the next queued key when the innermost container is a map. */
+void st__client_args_next_key(st_args_t *a);
+/* After nvalues values were packed into build: a top-level value becomes
+ * the entry `key`; inside a container they count. ST_OK or a recorded
+ * failure (out of memory). */
+int st__client_args_placed(st_args_t *a, const char *key, size_t nvalues);
+
+/* 1 while a list or map of a's builder is open (the calls refuse such
+ * arguments), else 0; NULL gives 0. */
+int st__client_args_open(const st_args_t *a);
 /* Packs the arguments as one msgpack map (NULL packs {}). */
 void st__client_args_pack(msgpack_packer *pk, const st_args_t *a);
 /* The own allocations the arguments' tensors live in (targs.c), in the
@@ -232,23 +308,9 @@ long st__client_args_arena_index(st_args_t *a, st__mapping_t *m);
  * the mappings) in the same order. */
 void st__client_args_pack_arenas(msgpack_packer *pk, st__mapping_t *const *arenas, size_t n,
                                  int *fds);
-/* Sets `key` to a copy of msgpack bytes. ST_OK / ST_ERR_OUT_OF_MEMORY /
- * ST_ERR_INVALID_ARGUMENT (empty or NULL key). */
+/* Sets `key` (key_len bytes) to a copy of msgpack bytes. ST_OK /
+ * ST_ERR_OUT_OF_MEMORY / ST_ERR_INVALID_ARGUMENT (empty or NULL key). */
 int st__client_args_set_raw(st_args_t *a, const char *key, size_t key_len, const void *data,
                             size_t len);
-
-/* -------------------------------------------------------------- JSON */
-
-/* Parses one JSON text (`len` bytes) and packs it. ST_OK, or
- * ST_ERR_INVALID_ARGUMENT with "... at line L, column C" in err,
- * ST_ERR_OUT_OF_MEMORY. When `each_member` is set the text must be an
- * object and cb is called with every member instead (key, its value's
- * msgpack bytes). */
-typedef int (*st__json_member_cb)(void *ud, const char *key, size_t key_len,
-                                  const void *value, size_t value_len);
-int st__client_json_pack(const char *text, size_t len, msgpack_packer *pk, char *err,
-                         size_t errlen);
-int st__client_json_members(const char *text, size_t len, st__json_member_cb cb, void *ud,
-                            char *err, size_t errlen);
 
 #endif

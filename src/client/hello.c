@@ -8,6 +8,9 @@
 #include "client/client_internal.h"
 
 #define CLIENT_NAME "libstclient/" ST_VERSION_STRING
+/* Why arguments with an open list or map cannot go. */
+#define UNFINISHED \
+  "the arguments have an unfinished list or map (st_args_begin_* without its st_args_end)"
 
 /* "<base>-<device>.sock" into out; see client.h. Any thread. */
 ST_API int st_socket_path(const char *base, int device, char *out, size_t len) {
@@ -242,6 +245,8 @@ int st__client_endpoint_method(st_client_t *c, const char *method, const char *e
                                st_result_t **out) {
   if (!endpoint || !*endpoint)
     return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "no endpoint name given");
+  if (with_args && st__client_args_open(args))
+    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "%s: %s", method, UNFINISHED);
   st__mapping_t *const *arenas = NULL;
   size_t narenas = with_args ? st__client_args_arenas(args, &arenas) : 0;
   if (narenas && strcmp(method, "call") != 0 && strcmp(method, "submit") != 0)
@@ -289,6 +294,8 @@ ST_API int st_client_rpc(st_client_t *c, const char *method, const st_args_t *pa
   if (!method || !*method)
     return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "no method name given");
   if (!params) return st__client_method(c, method, NULL, 0, out);
+  if (st__client_args_open(params))
+    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "%s: %s", method, UNFINISHED);
   st__mapping_t *const *arenas;
   if (st__client_args_arenas(params, &arenas))
     return st__client_fail(c, ST_ERR_INVALID_ARGUMENT,

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "client/client_internal.h"
+#include "common/json.h"
 
 typedef struct jw {
   st__text_t t;
@@ -56,7 +57,7 @@ static void put_string(jw_t *w, const char *s, size_t n) {
       i++;
       continue;
     }
-    size_t k = st__client_utf8_len(p + i, n - i);
+    size_t k = st__utf8_len(p + i, n - i);
     if (k == 0) {
       put(w, "\\ufffd");
       i++;

@@ -106,6 +106,10 @@ ST_API int st_args_tensor(st_args_t *a, const char *key, const st_tensor_t *t, c
                           size_t errlen) {
   if (!a || !key || !*key || !t)
     return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "NULL argument map, key or tensor");
+  if (st__client_args_open(a))
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                    "argument '%s': a tensor goes as an argument of its own, not inside a list "
+                    "or map", key);
   if (t->ndim < 0 || t->ndim > ST_MAX_NDIM || (t->ndim && (!t->shape || !t->strides)))
     return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                     "argument '%s': not a valid tensor (dtype, ndim 0..%d, shape and strides)",
@@ -145,6 +149,17 @@ ST_API int st_args_tensor(st_args_t *a, const char *key, const st_tensor_t *t, c
   st__client_cbuf_destroy(&b);
   if (rc != ST_OK) return st__fail(rc, err, errlen, "argument '%s': out of memory", key);
   return ST_OK;
+}
+
+/* See client.h. Any thread. */
+ST_API int st_tensor_is_shareable(const st_tensor_t *t) {
+  if (!t || !t->data || (t->device == ST_DEVICE_CUDA && t->device_index < 0)) return 0;
+  st__mapping_t *m = NULL;
+  uint64_t offset;
+  int ordinal = t->device == ST_DEVICE_CUDA ? t->device_index : -1;
+  if (st__client_own_find(t->data, 0, ordinal, &m, &offset) != ST_OK) return 0;
+  st__client_mapping_release(m);
+  return 1;
 }
 
 /* See client_internal.h. */

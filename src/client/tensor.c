@@ -28,8 +28,9 @@ static int64_t element_offset(const st_tensor_t *t, int64_t linear) {
 
 /* See client.h: the geometry's own test (src/tensor/geometry.h). */
 ST_API int st_tensor_is_contiguous(const st_tensor_t *t) {
-  return t && t->ndim >= 0 && t->ndim <= ST_MAX_NDIM &&
-         st__geom_contiguous_of(t->ndim, t->shape, t->strides);
+  if (!t || t->ndim < 0 || t->ndim > ST_MAX_NDIM || (t->ndim && (!t->shape || !t->strides)))
+    return 0;
+  return st__geom_contiguous_of(t->ndim, t->shape, t->strides);
 }
 
 /* Copies the elements of t, laid out from `src` as t's strides say, to dst

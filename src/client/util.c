@@ -135,34 +135,3 @@ int64_t st__client_deadline(int timeout_ms) {
   if (timeout_ms <= 0) return -1;
   return st__client_now_ns() + (int64_t)timeout_ms * 1000000;
 }
-
-/* Length of the valid UTF-8 sequence at s (at most `left` bytes), 0 if it
- * is invalid: overlong forms, surrogates and code points above U+10FFFF
- * are refused. Any thread. */
-size_t st__client_utf8_len(const unsigned char *s, size_t left) {
-  unsigned c = s[0], cp, min;
-  size_t n;
-  if (c < 0x80) return 1;
-  if ((c & 0xe0) == 0xc0) {
-    n = 2;
-    cp = c & 0x1f;
-    min = 0x80;
-  } else if ((c & 0xf0) == 0xe0) {
-    n = 3;
-    cp = c & 0x0f;
-    min = 0x800;
-  } else if ((c & 0xf8) == 0xf0) {
-    n = 4;
-    cp = c & 0x07;
-    min = 0x10000;
-  } else {
-    return 0;
-  }
-  if (n > left) return 0;
-  for (size_t i = 1; i < n; i++) {
-    if ((s[i] & 0xc0) != 0x80) return 0;
-    cp = (cp << 6) | (s[i] & 0x3f);
-  }
-  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-  return n;
-}

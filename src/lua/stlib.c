@@ -6,6 +6,8 @@
  *   st.sleep(s)        sleeps, waking for cancel and the timeout
  *   st.progress(f, n)  reports progress of the running call (tasks)
  *   st.array(t)        marks t to serialize as an array even when empty
+ *   st.null            nil inside arguments' arrays and maps, and in
+ *                      results (value.c): the light userdata NULL
  *   st.version         server version string
  *   + tensors (construct.c) and st.module (module.c)
  *
@@ -312,6 +314,8 @@ static void build_st(lua_State *L) {
   st__lua_set_funcs(L, st, funcs);
   st__lua_push_required(L);
   lua_setfield(L, st, "required");
+  lua_pushlightuserdata(L, NULL);
+  lua_setfield(L, st, "null");
   lua_pushliteral(L, ST_VERSION_STRING);
   lua_setfield(L, st, "version");
   st__lua_open_construct(L, st);

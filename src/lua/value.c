@@ -12,7 +12,10 @@
  *
  * msgpack -> Lua (call arguments): the reverse; integers become Lua numbers
  * (exact up to 2^53); an empty array gets the array marker so it comes back
- * as an array if returned.
+ * as an array if returned. A nil inside an array or map becomes st.null
+ * (the light userdata NULL, as cjson.null and ngx.null), so it keeps its
+ * place: Lua tables cannot hold nil. An argument that is itself nil stays
+ * nil (a.x == nil). st.null packs back as nil, anywhere.
  *
  * The contract of each non-static function (what it does, returns and owns)
  * is its comment in value.h; all of them run on the thread that owns the
@@ -267,6 +270,10 @@ static int pack_value(packer_t *p, msgpack_packer *pk, int idx, int depth) {
   case LUA_TNIL:
     msgpack_pack_nil(pk);
     return ST_OK;
+  case LUA_TLIGHTUSERDATA:
+    if (lua_touserdata(L, idx) != NULL) return fail(p, "cannot serialize a %s", "light userdata");
+    msgpack_pack_nil(pk);                     /* st.null */
+    return ST_OK;
   case LUA_TBOOLEAN:
     if (lua_toboolean(L, idx)) msgpack_pack_true(pk);
     else msgpack_pack_false(pk);
@@ -348,13 +355,20 @@ static int push_arg_tensor(lua_State *L, const msgpack_object *o, char *err, siz
   return ST_OK;
 }
 
+/* Pushes o, at nesting `depth` (1: the argument map, 2: an argument, 3
+ * and up: inside an argument's arrays and maps, where nil is st.null). */
 static int push_obj(lua_State *L, const msgpack_object *o, int depth, char *err, size_t errlen) {
   if (depth > ST_MAX_DEPTH + 1 || !lua_checkstack(L, 4)) {
     snprintf(err, errlen, "argument nested deeper than %d levels", ST_MAX_DEPTH);
     return ST_ERR_INVALID_ARGUMENT;
   }
   switch (o->type) {
-  case MSGPACK_OBJECT_NIL: lua_pushnil(L); return ST_OK;
+  case MSGPACK_OBJECT_NIL:
+    if (depth > 2)
+      lua_pushlightuserdata(L, NULL);         /* st.null */
+    else
+      lua_pushnil(L);
+    return ST_OK;
   case MSGPACK_OBJECT_BOOLEAN: lua_pushboolean(L, o->via.boolean); return ST_OK;
   case MSGPACK_OBJECT_POSITIVE_INTEGER: lua_pushnumber(L, (lua_Number)o->via.u64); return ST_OK;
   case MSGPACK_OBJECT_NEGATIVE_INTEGER: lua_pushnumber(L, (lua_Number)o->via.i64); return ST_OK;

@@ -9,8 +9,7 @@
  *                           CUDA VMM) at ST_ARENA_ALIGN offsets and fills it
  *   st__safetensors_parse   the header parser alone (bytes in, no I/O)
  *
- * Files:
- *   safetensors_json.c   a small strict JSON reader (RFC 8259)
+ * Files (headers and indexes are read by src/common/json.c):
  *   safetensors_parse.c  header schema: dtypes, shapes, offsets, metadata
  *   safetensors_open.c   files, shard indexes, data_dirs confinement
  *   safetensors_load.c   layout, CPU reader threads, dtype conversion
@@ -27,6 +26,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "common/json.h"
 #include "mem/arena.h"
 #include "st/dtype.h"
 #include "st/errors.h"
@@ -186,42 +186,6 @@ int st__staging_init(uint64_t bytes, char *err, size_t errlen);
 void st__staging_info(uint64_t *chunk_bytes, int *nchunks);
 
 /* ------------------------------------------- internal to these files */
-
-/* A JSON document: nodes in one array, node 0 the root. Strings are
- * decoded (escapes resolved, NUL-terminated; may contain NUL bytes). */
-typedef enum {
-  ST__JSON_NULL = 0, ST__JSON_FALSE, ST__JSON_TRUE, ST__JSON_NUMBER,
-  ST__JSON_STRING, ST__JSON_ARRAY, ST__JSON_OBJECT
-} st__json_type_t;
-
-typedef struct st__json_node {
-  st__json_type_t type;
-  uint32_t count;              /* children of an array or object */
-  uint32_t first;              /* first child (0: none; the root is never a child) */
-  uint32_t next;               /* next sibling (0: none) */
-  const char *key;             /* object member: its key (decoded) */
-  size_t key_len;
-  const char *str;             /* string: decoded text; number: the raw text */
-  size_t len;
-} st__json_node_t;
-
-typedef struct st__json {
-  st__json_node_t *nodes;
-  size_t n, cap;
-  char *strs;                  /* decoded strings (owned) */
-  size_t strs_used;
-} st__json_t;
-
-/* Parses `len` bytes as one JSON value followed only by whitespace (no
- * comments, no trailing commas, valid UTF-8, nesting at most 64). ST_OK or
- * ST_ERR_INVALID_ARGUMENT with "invalid JSON at byte N: ..." in err,
- * ST_ERR_OUT_OF_MEMORY. On success *doc is owned (st__json_free). */
-int st__json_parse(const char *text, size_t len, st__json_t *doc, char *err, size_t errlen);
-void st__json_free(st__json_t *doc);
-
-/* A number node as a non-negative integer (plain digits, no sign, fraction
- * or exponent, at most UINT64_MAX). 0 on success, -1 otherwise. */
-int st__json_uint(const st__json_node_t *n, uint64_t *out);
 
 /* Converts n elements from sdt at src to ddt at dst (st_dtype_store
  * rounding). Any thread. */

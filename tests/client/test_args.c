@@ -1,7 +1,9 @@
 /* libstclient arguments: "key=value" typing, forced types, the JSON parser
- * (good and bad inputs, with messages), and the round trip of arguments
- * through msgpack: a scripted server echoes the argument map back, and the
- * decoded value must have the types and values the words asked for. */
+ * (good and bad inputs, with messages), the nested builder (every value
+ * type, nesting, its misuse and its errors), and the round trip of
+ * arguments through msgpack: a scripted server echoes the argument map
+ * back, and the decoded value must have the types and values the words or
+ * builder calls asked for. */
 #include <math.h>
 #include <st/client.h>
 
@@ -19,6 +21,15 @@ static st_result_t *echo(const st_args_t *a) {
   return r;
 }
 
+/* Echo of a built map as compact JSON (owned), or NULL. */
+static char *echo_json(const st_args_t *a) {
+  st_result_t *r = echo(a);
+  if (!r) return NULL;
+  char *s = st_value_json(st_result_value(r), 0);
+  st_result_free(r);
+  return s;
+}
+
 /* Echo of parsed words; returns the compact JSON of the echoed map. */
 static char *echo_words(const char *const *words, size_t n) {
   st_args_t *a = st_args_new();
@@ -29,11 +40,8 @@ static char *echo_words(const char *const *words, size_t n) {
       st_args_free(a);
       return NULL;
     }
-  st_result_t *r = echo(a);
+  char *s = echo_json(a);
   st_args_free(a);
-  if (!r) return NULL;
-  char *s = st_value_json(st_result_value(r), 0);
-  st_result_free(r);
   return s;
 }
 
@@ -153,11 +161,8 @@ static char *json_round_trip(const char *json) {
     st_args_free(a);
     return NULL;
   }
-  st_result_t *r = echo(a);
+  char *s = echo_json(a);
   st_args_free(a);
-  if (!r) return NULL;
-  char *s = st_value_json(st_result_value(r), 0);
-  st_result_free(r);
   return s;
 }
 
@@ -297,6 +302,287 @@ TEST(value_json_pretty_and_specials) {
   CHECK(st_value_json(NULL, 0) == NULL);
 }
 
+TEST(builder_round_trips_every_type) {
+  st_args_t *a = st_args_new();
+  CHECK_EQ_INT(st_args_int(a, "i", 42), ST_OK);
+  CHECK_EQ_INT(st_args_int(a, "neg", -7), ST_OK);
+  CHECK_EQ_INT(st_args_int(a, "min", INT64_MIN), ST_OK);
+  CHECK_EQ_INT(st_args_int(a, "max", INT64_MAX), ST_OK);
+  CHECK_EQ_INT(st_args_float(a, "f", -0.5), ST_OK);
+  CHECK_EQ_INT(st_args_bool(a, "b", 0), ST_OK);
+  CHECK_EQ_INT(st_args_str(a, "s", "a\0b", 3), ST_OK);
+  CHECK_EQ_INT(st_args_str(a, "e", NULL, 0), ST_OK);
+  CHECK_EQ_INT(st_args_bytes(a, "bin", "\x00\xff", 2), ST_OK);
+  CHECK_EQ_INT(st_args_nil(a, "n"), ST_OK);
+  CHECK_EQ_INT(st_args_begin_list(a, "l"), ST_OK);        /* [1, nil, 3] */
+  CHECK_EQ_INT(st_args_int(a, NULL, 1), ST_OK);
+  CHECK_EQ_INT(st_args_nil(a, NULL), ST_OK);
+  CHECK_EQ_INT(st_args_int(a, NULL, 3), ST_OK);
+  CHECK_EQ_INT(st_args_end(a), ST_OK);
+  CHECK_EQ_INT(st_args_begin_map(a, "m"), ST_OK);         /* {"a": 1, "b": nil, ...} */
+  CHECK_EQ_INT(st_args_int(a, "a", 1), ST_OK);
+  CHECK_EQ_INT(st_args_nil(a, "b"), ST_OK);
+  CHECK_EQ_INT(st_args_begin_list(a, "empty_list"), ST_OK);
+  CHECK_EQ_INT(st_args_end(a), ST_OK);
+  CHECK_EQ_INT(st_args_begin_map(a, "empty_map"), ST_OK);
+  CHECK_EQ_INT(st_args_end(a), ST_OK);
+  CHECK_EQ_INT(st_args_end(a), ST_OK);
+  CHECK_EQ_INT(st_args_begin_list(a, "deep"), ST_OK);
+  CHECK_EQ_INT(st_args_begin_map(a, NULL), ST_OK);
+  CHECK_EQ_INT(st_args_key(a, "k\0z", 3), ST_OK);
+  CHECK_EQ_INT(st_args_string(a, NULL, "v"), ST_OK);
+  CHECK_EQ_INT(st_args_str(a, "", "", 0), ST_OK);          /* "" is a key like any */
+  CHECK_EQ_INT(st_args_end(a), ST_OK);
+  CHECK_EQ_INT(st_args_begin_list(a, NULL), ST_OK);
+  CHECK_EQ_INT(st_args_nil(a, NULL), ST_OK);
+  CHECK_EQ_INT(st_args_end(a), ST_OK);
+  CHECK_EQ_INT(st_args_end(a), ST_OK);
+  CHECK_EQ_INT(st_args_begin_list(a, "one_nil"), ST_OK);  /* [nil] */
+  CHECK_EQ_INT(st_args_nil(a, NULL), ST_OK);
+  CHECK_EQ_INT(st_args_end(a), ST_OK);
+  int64_t iv[3] = {-1, 0, INT64_MAX};
+  double fv[2] = {0.25, -1e300};
+  size_t lens[3] = {1, 0, 3};
+  CHECK_EQ_INT(st_args_begin_list(a, "ints"), ST_OK);
+  CHECK_EQ_INT(st_args_ints(a, iv, 3), ST_OK);
+  CHECK_EQ_INT(st_args_end(a), ST_OK);
+  CHECK_EQ_INT(st_args_begin_list(a, "floats"), ST_OK);
+  CHECK_EQ_INT(st_args_floats(a, fv, 2), ST_OK);
+  CHECK_EQ_INT(st_args_end(a), ST_OK);
+  CHECK_EQ_INT(st_args_begin_list(a, "strs"), ST_OK);
+  CHECK_EQ_INT(st_args_strs(a, "xy\0z", lens, 3), ST_OK);
+  CHECK_EQ_INT(st_args_end(a), ST_OK);
+  CHECK_EQ_INT(st_args_begin_map(a, "bulk_map"), ST_OK);   /* {"a": 1, "bc": 2, "": "s"} */
+  size_t klens[3] = {1, 2, 0}, slen = 1;
+  CHECK_EQ_INT(st_args_keys(a, "abc", klens, 3), ST_OK);
+  CHECK_EQ_INT(st_args_ints(a, iv + 1, 0), ST_OK);
+  CHECK_EQ_INT(st_args_ints(a, (int64_t[]){1, 2}, 2), ST_OK);
+  CHECK_EQ_INT(st_args_strs(a, "s", &slen, 1), ST_OK);
+  CHECK_EQ_INT(st_args_end(a), ST_OK);
+  CHECK_EQ_INT(st_args_begin_list(a, "none"), ST_OK);
+  CHECK_EQ_INT(st_args_ints(a, NULL, 0), ST_OK);
+  CHECK_EQ_INT(st_args_end(a), ST_OK);
+  CHECK_STR_EQ(st_args_error(a), "");
+  st_result_t *r = echo(a);
+  CHECK(r);
+  char *s = st_value_json(st_result_value(r), 0);
+  CHECK(s);
+  CHECK_STR_EQ(s, "{\"i\":42,\"neg\":-7,\"min\":-9223372036854775808,\"max\":9223372036854775807,"
+                  "\"f\":-0.5,\"b\":false,\"s\":\"a\\u0000b\",\"e\":\"\","
+                  "\"bin\":{\"binary\":\"AP8=\"},"
+                  "\"n\":null,\"l\":[1,null,3],\"m\":{\"a\":1,\"b\":null,\"empty_list\":[],"
+                  "\"empty_map\":{}},\"deep\":[{\"k\\u0000z\":\"v\",\"\":\"\"},[null]],"
+                  "\"one_nil\":[null],\"ints\":[-1,0,9223372036854775807],"
+                  "\"floats\":[0.25,-1e+300],\"strs\":[\"x\",\"\",\"y\\u0000z\"],"
+                  "\"bulk_map\":{\"a\":1,\"bc\":2,\"\":\"s\"},\"none\":[]}");
+  free(s);
+  /* The exact bytes and kinds, not only their JSON. */
+  const st_value_t *m = st_result_value(r), *v;
+  CHECK((v = st_value_get(m, "s")) && v->kind == ST_VALUE_STRING && v->as.str.len == 3);
+  CHECK(memcmp(v->as.str.ptr, "a\0b", 3) == 0);
+  CHECK((v = st_value_get(m, "bin")) && v->kind == ST_VALUE_BINARY && v->as.str.len == 2);
+  CHECK((v = st_value_get(m, "l")) && v->kind == ST_VALUE_ARRAY && v->as.array.len == 3);
+  CHECK(v->as.array.items[1].kind == ST_VALUE_NIL);
+  CHECK((v = st_value_get(m, "m")) && v->kind == ST_VALUE_MAP && v->as.map.len == 4);
+  CHECK((v = st_value_get(v, "empty_map")) && v->kind == ST_VALUE_MAP && v->as.map.len == 0);
+  st_result_free(r);
+  st_args_free(a);
+}
+
+/* A list of n ints by one call or by n calls, echoed and checked. */
+static int echo_list_of(size_t n, int bulk) {
+  st_args_t *a = st_args_new();
+  int64_t *v = malloc(n * sizeof *v);
+  for (size_t i = 0; i < n; i++) v[i] = (int64_t)i * 3 - 5;
+  int rc = ST_OK;
+  if (bulk) {
+    rc = st_args_begin_list(a, "x");
+    if (rc == ST_OK) rc = st_args_ints(a, v, n);
+    if (rc == ST_OK) rc = st_args_end(a);
+  } else {
+    rc = st_args_begin_map(a, "x");          /* a map of n members, then a list */
+    for (size_t i = 0; i < n && rc == ST_OK; i++) {
+      char key[24];
+      snprintf(key, sizeof key, "k%zu", i);
+      rc = st_args_int(a, key, v[i]);
+    }
+    if (rc == ST_OK) rc = st_args_end(a);
+    if (rc == ST_OK) rc = st_args_begin_list(a, "y");
+    for (size_t i = 0; i < n && rc == ST_OK; i++) rc = st_args_int(a, NULL, v[i]);
+    if (rc == ST_OK) rc = st_args_end(a);
+  }
+  st_result_t *r = rc == ST_OK ? echo(a) : NULL;
+  int ok = r != NULL;
+  const st_value_t *m = r ? st_result_value(r) : NULL;
+  const st_value_t *x = m ? st_value_get(m, bulk ? "x" : "y") : NULL;
+  ok = ok && x && x->kind == ST_VALUE_ARRAY && x->as.array.len == n;
+  for (size_t i = 0; ok && i < n; i++) ok = x->as.array.items[i].as.integer == v[i];
+  if (!bulk) {
+    const st_value_t *mm = m ? st_value_get(m, "x") : NULL;
+    ok = ok && mm && mm->kind == ST_VALUE_MAP && mm->as.map.len == n;
+    char key[24];
+    snprintf(key, sizeof key, "k%zu", n - 1);
+    const st_value_t *last = ok && n ? st_value_get(mm, key) : NULL;
+    ok = ok && (n == 0 || (last && last->as.integer == v[n - 1]));
+  }
+  st_result_free(r);
+  st_args_free(a);
+  free(v);
+  return ok;
+}
+
+TEST(builder_container_sizes) {
+  /* Headers are rewritten to their shortest form at each size boundary. */
+  size_t sizes[] = {0, 1, 15, 16, 17, 65535, 65536, 65537};
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    if (!echo_list_of(sizes[i], 1) || !echo_list_of(sizes[i], 0))
+      fprintf(stderr, "   size %zu\n", sizes[i]);
+    CHECK(echo_list_of(sizes[i], 1));
+    CHECK(echo_list_of(sizes[i], 0));
+  }
+}
+
+TEST(builder_depth_limit) {
+  /* A request holds 32 levels of containers, 4 of them its own: an
+   * argument nests 28 levels of lists and maps. */
+  const int max = ST_MAX_DEPTH - 4;
+  st_args_t *a = st_args_new();
+  CHECK_EQ_INT(st_args_begin_list(a, "d"), ST_OK);
+  for (int i = 2; i <= max; i++) CHECK_EQ_INT(st_args_begin_list(a, NULL), ST_OK);
+  CHECK_EQ_INT(st_args_begin_list(a, NULL), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_args_error(a), "argument 'd': lists and maps nested deeper than 28 levels");
+  int64_t one = 1;
+  CHECK_EQ_INT(st_args_ints(a, &one, 1), ST_ERR_INVALID_ARGUMENT);
+  /* Every end returns the failure; the last one drops the value. */
+  for (int i = 0; i <= max; i++) CHECK_EQ_INT(st_args_end(a), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_args_end(a), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_args_error(a), "st_args_end with no list or map open");
+  char *s = echo_json(a);
+  CHECK_STR_EQ(s, "{}");
+  free(s);
+  /* 28 levels go. */
+  CHECK_EQ_INT(st_args_begin_list(a, "d"), ST_OK);
+  for (int i = 2; i <= max; i++) CHECK_EQ_INT(st_args_begin_list(a, NULL), ST_OK);
+  CHECK_EQ_INT(st_args_ints(a, &one, 1), ST_OK);
+  for (int i = 1; i <= max; i++) CHECK_EQ_INT(st_args_end(a), ST_OK);
+  s = echo_json(a);
+  CHECK(s);
+  CHECK_EQ_INT(strlen(s), strlen("{\"d\":}") + 2 * (size_t)max + 1);
+  CHECK_CONTAINS(s, "[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]");
+  free(s);
+  st_args_free(a);
+}
+
+TEST(builder_misuse_is_reported) {
+  st_args_t *a = st_args_new();
+  struct {
+    int rc;
+    const char *msg;
+  } got[8];
+  int n = 0;
+#define TRY(call) (got[n].rc = (call), got[n++].msg = st_args_error(a))
+  /* Top level: each failure stands alone and changes nothing. */
+  CHECK_EQ_INT(st_args_int(a, NULL, 1), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_args_error(a), "an argument needs a non-empty name");
+  CHECK_EQ_INT(st_args_nil(a, ""), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_args_end(a), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_args_key(a, "k", 1), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_args_error(a), "st_args_keys outside a map");
+  CHECK_EQ_INT(st_args_str(a, "s", NULL, 2), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_args_error(a), "NULL data of 2 bytes");
+  CHECK_EQ_INT(st_args_ints(a, &(int64_t){1}, 1), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_args_error(a), "st_args_ints places values in an open list or map");
+  CHECK_EQ_INT(st_args_int(a, "ok", 1), ST_OK);
+  /* A key inside a list: the failure sticks until the outermost end. */
+  CHECK_EQ_INT(st_args_begin_list(a, "l"), ST_OK);
+  CHECK_EQ_INT(st_args_begin_map(a, NULL), ST_OK);
+  CHECK_EQ_INT(st_args_int(a, NULL, 1), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_args_error(a), "argument 'l': a map member needs a key");
+  TRY(st_args_int(a, "later", 2));
+  TRY(st_args_begin_list(a, "inner"));       /* still opens a level */
+  TRY(st_args_end(a));
+  TRY(st_args_end(a));
+  for (int i = 0; i < n; i++) {
+    CHECK_EQ_INT(got[i].rc, ST_ERR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(got[i].msg, "a map member needs a key");
+  }
+  CHECK_EQ_INT(st_args_end(a), ST_ERR_INVALID_ARGUMENT);   /* the outermost: dropped */
+  CHECK_EQ_INT(st_args_int(a, "after", 3), ST_OK);          /* the map works again */
+  /* Other misuse inside a value. */
+  CHECK_EQ_INT(st_args_begin_list(a, "k"), ST_OK);
+  CHECK_EQ_INT(st_args_int(a, "x", 1), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_args_error(a), "argument 'k': a list element takes no key (pass NULL)");
+  CHECK_EQ_INT(st_args_end(a), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_args_begin_map(a, "k"), ST_OK);
+  CHECK_EQ_INT(st_args_key(a, "a", 1), ST_OK);
+  CHECK_EQ_INT(st_args_int(a, "a", 1), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_args_error(a), "1 queued keys (st_args_key) name the next members");
+  CHECK_EQ_INT(st_args_end(a), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_args_begin_map(a, "k"), ST_OK);
+  CHECK_EQ_INT(st_args_key(a, "a", 1), ST_OK);
+  CHECK_EQ_INT(st_args_end(a), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_args_error(a), "argument 'k': 1 queued map keys have no value");
+  CHECK_EQ_INT(st_args_begin_map(a, "k"), ST_OK);
+  CHECK_EQ_INT(st_args_keys(a, "ab", (size_t[]){1, 1}, 2), ST_OK);
+  CHECK_EQ_INT(st_args_ints(a, (int64_t[]){1, 2, 3}, 3), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_args_error(a), "3 map members need a key");
+  CHECK_EQ_INT(st_args_end(a), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_args_begin_list(a, "k"), ST_OK);
+  CHECK_EQ_INT(st_args_key(a, "a", 1), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_args_error(a), "argument 'k': keys inside a list");
+  CHECK_EQ_INT(st_args_end(a), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_args_begin_list(a, "k"), ST_OK);
+  CHECK_EQ_INT(st_args_strs(a, NULL, (size_t[]){2}, 1), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_args_error(a), "st_args_strs: string 0 is NULL or too long");
+  CHECK_EQ_INT(st_args_end(a), ST_ERR_INVALID_ARGUMENT);
+  /* A failed top-level begin opens a lost level, so its members stay
+   * inside it instead of landing on the top level. */
+  CHECK_EQ_INT(st_args_begin_map(a, ""), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_args_int(a, "stray", 1), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_args_end(a), ST_ERR_INVALID_ARGUMENT);
+  /* Text and tensors wait for the value to close; calls refuse it. */
+  char err[200];
+  CHECK_EQ_INT(st_args_begin_list(a, "open"), ST_OK);
+  CHECK_EQ_INT(st_args_parse_kv(a, "x=1", err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err, "a list or map is open");
+  CHECK_EQ_INT(st_args_parse_json(a, "{\"x\":1}", err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  st_tensor_t t = {.name = "", .dtype = ST_DTYPE_FLOAT32};
+  CHECK_EQ_INT(st_args_tensor(a, "t", &t, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err, "not inside a list or map");
+  st_result_t *r = NULL;
+  CHECK_EQ_INT(st_client_rpc(cl, "echo", a, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_client_error(cl), "unfinished list or map");
+  CHECK_EQ_INT(st_client_call(cl, "echo", a, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK(r == NULL);
+  CHECK_EQ_INT(st_args_end(a), ST_OK);
+  char *s = echo_json(a);
+  CHECK_STR_EQ(s, "{\"ok\":1,\"after\":3,\"open\":[]}");
+  free(s);
+  CHECK_EQ_INT(st_args_nil(NULL, "x"), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_args_end(NULL), ST_ERR_INVALID_ARGUMENT);
+  CHECK_STR_EQ(st_args_error(NULL), "");
+  st_args_free(a);
+#undef TRY
+}
+
+TEST(builder_last_value_wins_and_text_mixes) {
+  st_args_t *a = st_args_new();
+  char err[200];
+  CHECK_EQ_INT(st_args_parse_json(a, "{\"x\":[1,null,3],\"m\":{\"a\":null}}", err, sizeof err),
+               ST_OK);
+  CHECK_EQ_INT(st_args_parse_kv(a, "k:json=[null]", err, sizeof err), ST_OK);
+  CHECK_EQ_INT(st_args_parse_kv(a, "n=null", err, sizeof err), ST_OK);
+  char *s = echo_json(a);
+  CHECK_STR_EQ(s, "{\"x\":[1,null,3],\"m\":{\"a\":null},\"k\":[null],\"n\":null}");
+  free(s);
+  CHECK_EQ_INT(st_args_begin_list(a, "x"), ST_OK);   /* replaces the JSON value */
+  CHECK_EQ_INT(st_args_end(a), ST_OK);
+  s = echo_json(a);
+  CHECK_STR_EQ(s, "{\"x\":[],\"m\":{\"a\":null},\"k\":[null],\"n\":null}");
+  free(s);
+  st_args_free(a);
+}
+
 int main(void) {
   fake_start(&fs);
   char err[256];
@@ -314,6 +600,11 @@ int main(void) {
   RUN(json_depth_limit);
   RUN(json_then_kv_override);
   RUN(value_json_pretty_and_specials);
+  RUN(builder_round_trips_every_type);
+  RUN(builder_container_sizes);
+  RUN(builder_depth_limit);
+  RUN(builder_misuse_is_reported);
+  RUN(builder_last_value_wins_and_text_mixes);
   st_client_close(cl);
   fake_stop(&fs);
   return stt_summary();

@@ -152,4 +152,28 @@ function Server:cleanup()
   if not os.getenv("STT_KEEP") then H.run("rm -rf " .. shquote(self.dir)) end
 end
 
+-- For a describe block: a server with these endpoints and an st.client
+-- connection to it. `start` (for setup) fills in `srv` and `c`; `stop`
+-- (for teardown) closes both and checks a clean exit:
+--   local env = H.serving(endpoints)
+--   setup(env.start)
+--   teardown(env.stop)
+function H.serving(endpoints)
+  local env = {}
+  function env.start()
+    env.srv = H.server{ endpoints = endpoints }
+    env.c = assert(require("st.client").connect{ path = env.srv.socket })
+  end
+  function env.stop()
+    if env.c then env.c:close() end
+    if env.srv then
+      local status = env.srv:stop()
+      local log = H.read(env.srv.log) or ""
+      env.srv:cleanup()
+      if status ~= 0 then error(("stserver exited with %s; log:\n%s"):format(tostring(status), log)) end
+    end
+  end
+  return env
+end
+
 return H

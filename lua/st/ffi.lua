@@ -1,0 +1,196 @@
+-- st.ffi: libstclient for the Lua client: its declarations (a mirror of
+-- include/st/client.h and include/st/errors.h, plus the dtype.h functions
+-- the client uses) and the loaded library.
+--
+--   local C = require("st.ffi")
+--   C.lib.st_client_ping(...)          -- the library namespace
+--   C.err_name(rc)                     -- "INVALID_ARGUMENT"
+--
+-- The declarations below must match the headers exactly: the test
+-- tests/python/test_mirrors.py compares them (functions, structs and the
+-- constants of client.h) and fails on any difference. Error codes are not
+-- mirrored: names come from the library (st_err_name).
+--
+-- The library is found through $ST_CLIENT_LIB (a path), else the system
+-- loader's search for "stclient" (LD_LIBRARY_PATH, ldconfig).
+local ffi = require("ffi")
+
+ffi.cdef [[
+/* include/st/dtype.h (the functions the client uses) */
+typedef int st_dtype_t;
+const char *st_dtype_name(st_dtype_t dtype);
+st_dtype_t st_dtype_from_name(const char *name);
+size_t st_dtype_size(st_dtype_t dtype);
+void st_dtype_store(st_dtype_t dtype, void *base, size_t i, double v);
+
+/* include/st/errors.h */
+const char *st_err_name(int err);
+const char *st_strerror(int err);
+int st_err_from_name(const char *name);
+
+/* include/st/client.h */
+typedef struct st_client st_client_t;
+typedef struct st_args st_args_t;
+typedef struct st_result st_result_t;
+
+typedef enum {
+  ST_DEVICE_CPU = 0,
+  ST_DEVICE_CUDA = 1
+} st_device_kind_t;
+
+typedef struct st_tensor {
+  const char *name;
+  void *data;
+  st_dtype_t dtype;
+  int ndim;
+  const int64_t *shape;
+  const int64_t *strides;
+  int64_t numel;
+  size_t nbytes;
+  st_device_kind_t device;
+  int device_index;
+  const char *device_uuid;
+} st_tensor_t;
+
+typedef enum {
+  ST_VALUE_NIL,
+  ST_VALUE_BOOL,
+  ST_VALUE_INT,
+  ST_VALUE_FLOAT,
+  ST_VALUE_STRING,
+  ST_VALUE_BINARY,
+  ST_VALUE_ARRAY,
+  ST_VALUE_MAP,
+  ST_VALUE_TENSOR,
+  ST_VALUE_MODULE
+} st_value_kind_t;
+
+typedef struct st_value st_value_t;
+struct st_value {
+  st_value_kind_t kind;
+  union {
+    int boolean;
+    int64_t integer;
+    double number;
+    struct { const char *ptr; size_t len; } str;
+    struct { const st_value_t *items; size_t len; } array;
+    struct { const st_value_t *keys; const st_value_t *values; size_t len; } map;
+    const st_tensor_t *tensor;
+    struct {
+      const st_tensor_t *const *tensors;
+      size_t len;
+      const st_value_t *metadata;
+    } module;
+  } as;
+};
+
+const st_value_t *st_value_get(const st_value_t *map, const char *key);
+char *st_value_json(const st_value_t *v, int pretty);
+double st_tensor_get(const st_tensor_t *t, int64_t linear);
+int st_tensor_copy_to_host(const st_tensor_t *t, void *dst, size_t len);
+int st_tensor_is_contiguous(const st_tensor_t *t);
+
+const st_value_t *st_result_value(const st_result_t *r);
+size_t st_result_tensor_count(const st_result_t *r);
+const st_tensor_t *st_result_tensor(const st_result_t *r, size_t i);
+const st_tensor_t *st_result_find(const st_result_t *r, const char *name);
+
+typedef struct st_object_info {
+  uint64_t id;
+  const char *server_id;
+  const char *cache_key;
+  const char *device;
+  int cached;
+  int managed;
+  int lease;
+  int64_t refcount;
+  uint64_t bytes;
+} st_object_info_t;
+
+int st_result_object(const st_result_t *r, st_object_info_t *out);
+void st_result_ref(st_result_t *r);
+void st_result_free(st_result_t *r);
+
+st_args_t *st_args_new(void);
+void st_args_free(st_args_t *a);
+int st_args_nil(st_args_t *a, const char *key);
+int st_args_bool(st_args_t *a, const char *key, int v);
+int st_args_int(st_args_t *a, const char *key, int64_t v);
+int st_args_float(st_args_t *a, const char *key, double v);
+int st_args_string(st_args_t *a, const char *key, const char *v);
+int st_args_str(st_args_t *a, const char *key, const char *s, size_t len);
+int st_args_bytes(st_args_t *a, const char *key, const void *p, size_t len);
+int st_args_begin_list(st_args_t *a, const char *key);
+int st_args_begin_map(st_args_t *a, const char *key);
+int st_args_end(st_args_t *a);
+int st_args_key(st_args_t *a, const char *key, size_t len);
+int st_args_keys(st_args_t *a, const char *data, const size_t *lens, size_t n);
+int st_args_ints(st_args_t *a, const int64_t *v, size_t n);
+int st_args_floats(st_args_t *a, const double *v, size_t n);
+int st_args_strs(st_args_t *a, const char *data, const size_t *lens, size_t n);
+const char *st_args_error(const st_args_t *a);
+int st_args_parse_kv(st_args_t *a, const char *word, char *err, size_t errlen);
+int st_args_parse_json(st_args_t *a, const char *json, char *err, size_t errlen);
+
+int st_tensor_alloc(const char *device, st_dtype_t dtype, int ndim, const int64_t *shape,
+                    st_result_t **out, char *err, size_t errlen);
+int st_args_tensor(st_args_t *a, const char *key, const st_tensor_t *t, char *err,
+                   size_t errlen);
+int st_tensor_is_shareable(const st_tensor_t *t);
+
+int st_socket_path(const char *base, int device, char *out, size_t len);
+int st_client_connect(const char *path, st_client_t **out, char *err, size_t errlen);
+int st_client_connect_device(const char *base, int device, st_client_t **out,
+                             char *err, size_t errlen);
+void st_client_close(st_client_t *c);
+const char *st_client_error(const st_client_t *c);
+const char *st_client_error_name(const st_client_t *c);
+void st_client_set_timeout(st_client_t *c, int timeout_ms);
+const char *st_client_server_id(const st_client_t *c);
+const char *st_client_server_version(const st_client_t *c);
+int st_client_server_pid(const st_client_t *c);
+int st_client_ping(st_client_t *c, double *rtt_us);
+int st_client_call(st_client_t *c, const char *endpoint, const st_args_t *args,
+                   st_result_t **out);
+int st_client_rpc(st_client_t *c, const char *method, const st_args_t *params,
+                  st_result_t **out);
+int st_client_info(st_client_t *c, st_result_t **out);
+int st_client_endpoints(st_client_t *c, st_result_t **out);
+int st_client_submit(st_client_t *c, const char *endpoint, const st_args_t *args,
+                     uint64_t *task_id);
+int st_client_task_status(st_client_t *c, uint64_t id, st_result_t **info);
+int st_client_task_wait(st_client_t *c, uint64_t id, double timeout_s, st_result_t **info);
+int st_client_task_result(st_client_t *c, uint64_t id, st_result_t **out);
+int st_client_task_cancel(st_client_t *c, uint64_t id, st_result_t **info);
+int st_client_tasks(st_client_t *c, const char *status, st_result_t **out);
+int st_client_release(st_client_t *c, uint64_t object_id, int *released, int *destroyed,
+                      int64_t *refcount);
+int st_client_object_info(st_client_t *c, uint64_t object_id, st_result_t **out);
+int st_client_ensure_live(st_client_t *c, uint64_t object_id, const char *server_id);
+int st_client_objects(st_client_t *c, st_result_t **out);
+int st_client_invalidate_call(st_client_t *c, const char *endpoint, const st_args_t *args,
+                              int *dropped);
+int st_client_invalidate_endpoint(st_client_t *c, const char *endpoint, int64_t *count);
+int st_client_reload(st_client_t *c, st_result_t **out);
+void st_open_cache_stats(size_t *mapped, uint64_t *reused);
+]]
+
+local lib = ffi.load(os.getenv("ST_CLIENT_LIB") or "stclient")
+
+local M = { lib = lib }
+
+-- The stable name of an error code ("INVALID_ARGUMENT"; docs/errors.md).
+function M.err_name(rc)
+  return ffi.string(lib.st_err_name(rc))
+end
+
+-- Frees obj._h (an owned handle that ffi.gc would free) with `free` now,
+-- once: closing a client, freeing a result.
+function M.drop(obj, free)
+  if obj._h then
+    free(ffi.gc(obj._h, nil))
+    obj._h = nil
+  end
+end
+
+return M

@@ -1,0 +1,122 @@
+-- st.result: replies of the Lua client as Lua values. Part of st.client
+-- (docs/client.md, "Lua client").
+--
+-- A result owns its st_result_t (freed by res:free() or by the GC); its
+-- tensors keep it alive. Values convert as:
+--   nil -> st.null (a nil inside an array or map keeps its place; the
+--   same sentinel goes back as nil in arguments), booleans, numbers
+--   (integers beyond 2^53 stay exact as int64 cdata), strings and binary
+--   -> strings, arrays and maps -> tables, tensors -> st.client tensors,
+--   modules -> { names = {...}, tensors = { name = tensor }, metadata }.
+local ffi = require("ffi")
+local C = require("st.ffi")
+local tensor = require("st.tensor")
+
+local lib = C.lib
+local Tensor = tensor.Tensor
+
+local M = {}
+
+-- Stands for msgpack nil inside arrays and maps (Lua tables cannot hold nil).
+M.null = setmetatable({}, { __tostring = function() return "st.null" end })
+
+local NIL, BOOL, INT, FLOAT = lib.ST_VALUE_NIL, lib.ST_VALUE_BOOL, lib.ST_VALUE_INT,
+  lib.ST_VALUE_FLOAT
+local STRING, BINARY, ARRAY, MAP = lib.ST_VALUE_STRING, lib.ST_VALUE_BINARY, lib.ST_VALUE_ARRAY,
+  lib.ST_VALUE_MAP
+local TENSOR, MODULE = lib.ST_VALUE_TENSOR, lib.ST_VALUE_MODULE
+
+-- A Lua number when exact (|n| <= 2^53), else the int64 cdata itself.
+function M.int_value(v)
+  local n = tonumber(v)
+  if n >= -2 ^ 53 and n <= 2 ^ 53 then return n end
+  return v
+end
+local int_value = M.int_value
+
+local convert
+-- Stack depth is bounded: the server refuses values nested deeper than 32.
+convert = function(v, owner)
+  local k = v.kind
+  if k == NIL then return M.null end
+  if k == BOOL then return v.as.boolean ~= 0 end
+  if k == INT then return int_value(v.as.integer) end
+  if k == FLOAT then return v.as.number end
+  if k == STRING or k == BINARY then return ffi.string(v.as.str.ptr, v.as.str.len) end
+  if k == ARRAY then
+    local out = {}
+    for i = 0, tonumber(v.as.array.len) - 1 do out[i + 1] = convert(v.as.array.items[i], owner) end
+    return out
+  end
+  if k == MAP then
+    local out = {}
+    for i = 0, tonumber(v.as.map.len) - 1 do
+      out[convert(v.as.map.keys[i], owner)] = convert(v.as.map.values[i], owner)
+    end
+    return out
+  end
+  if k == TENSOR then return tensor.wrap(v.as.tensor, owner) end
+  if k == MODULE then
+    local m = { names = {}, tensors = {}, metadata = convert(v.as.module.metadata[0], owner) }
+    for i = 0, tonumber(v.as.module.len) - 1 do
+      local t = tensor.wrap(v.as.module.tensors[i], owner)
+      -- A module tensor's name is its path in the result ("weight", or
+      -- "model.weight" inside a map); its own name is the last part.
+      local short = t.name:match("([^.]+)$") or t.name
+      m.names[#m.names + 1] = short
+      m.tensors[short] = t
+    end
+    return m
+  end
+  error("st.client: unknown value kind " .. tostring(k))
+end
+
+local Result = {}
+Result.__index = Result
+M.Result = Result
+
+local function object_of(r)
+  local o = ffi.new("st_object_info_t")
+  if lib.st_result_object(r, o) ~= 0 then return nil end
+  return {
+    id = int_value(o.id), server_id = ffi.string(o.server_id), cache_key = ffi.string(o.cache_key),
+    device = ffi.string(o.device), cached = o.cached ~= 0, managed = o.managed ~= 0,
+    lease = o.lease ~= 0, refcount = tonumber(o.refcount), bytes = tonumber(o.bytes),
+  }
+end
+
+-- Wraps an owned st_result_t*: freed by res:free() or by the GC.
+function M.wrap(ptr)
+  local handle = ffi.gc(ptr, lib.st_result_free)
+  local res = setmetatable({ _h = handle }, Result)
+  res.value = convert(lib.st_result_value(handle), res)
+  res.object = object_of(handle)
+  return res
+end
+
+-- Unmaps now (when no other result maps the same allocation). Tensors of
+-- this result must not be used afterwards.
+function Result:free()
+  C.drop(self, lib.st_result_free)
+end
+
+-- Every tensor of the result, depth-first, as { name = tensor } and a list.
+function Result:tensors()
+  local list, by_name = {}, {}
+  local function walk(v)
+    if getmetatable(v) == Tensor then
+      list[#list + 1] = v
+      by_name[v.name] = v
+    elseif type(v) == "table" and v ~= M.null then
+      if v.names and v.tensors then
+        for _, n in ipairs(v.names) do walk(v.tensors[n]) end
+      else
+        for _, x in pairs(v) do walk(x) end
+      end
+    end
+  end
+  walk(self.value)
+  return list, by_name
+end
+
+return M

@@ -1,0 +1,115 @@
+"""Call arguments from Python keep their exact values (python/sharedtensor/
+args.py over the nested builder of libstclient), through a real stserver:
+what comes back from an echo endpoint, and what the endpoint saw (st.null
+for a None inside a list or dict). Needs no framework.
+"""
+import math
+import os
+import unittest
+
+import st_fixture
+
+st_fixture.add_package_path()
+
+import sharedtensor as st  # noqa: E402
+
+ENDPOINTS = {
+    "echo.lua": """
+return st.endpoint { name = "echo", params = { value = st.required },
+  build = function(a) return a.value end }
+""",
+    # What the endpoint sees, rendered on the server.
+    "seen.lua": open(os.path.join(st_fixture.env("ST_SOURCE_DIR"), "tests", "spec",
+                                  "seen_endpoint.lua")).read(),
+}
+
+
+def nested(levels, inner):
+    v = inner
+    for _ in range(levels):
+        v = [v]
+    return v
+
+
+class ArgumentsTest(st_fixture.ServerTestCase):
+    ENDPOINTS = ENDPOINTS
+
+    def setUp(self):
+        self.c = st.Client(path=self.srv.socket, framework=None)
+
+    def echo(self, v):
+        return self.c.call("echo", value=v)
+
+    def test_every_type_round_trips(self):
+        cases = [
+            42, -7, 2 ** 53, -(2 ** 63), 2 ** 62, 0.5, -1.5e300, True, False, None,
+            "a\x00b", "", "gr\u00fc\u00df \u20ac", [None], [1, None, 3],
+            {"a": 1, "b": None}, {"x": {"y": [1, {"z": None}]}}, [], {}, [[], {}],
+            {"k\x00": 1, "": 2}, list(range(1000)), [0.5] * 100, ["a\x00", "", "b"],
+            [1, "a", None, 2.5, True], [2 ** 62, -1], list(range(20)) + ["x"] * 20,
+            {"k%d" % i: (i if i % 3 else "v%d" % i) for i in range(30)},
+            {"k%d" % i: i * 0.5 for i in range(10)}, {"\u00e9%d" % i: "\u20ac" for i in range(10)},
+        ]
+        for v in cases:
+            with self.subTest(value=v if not isinstance(v, list) or len(v) < 10 else len(v)):
+                got = self.echo(v)
+                self.assertEqual(got, v)
+                self.assertEqual(type(got), type(v))
+        # tuples go as lists, bytes as binary (a string to the endpoint)
+        self.assertEqual(self.echo((1, None, "x")), [1, None, "x"])
+        self.assertEqual(self.echo(b"ab\x00c"), "ab\x00c")
+        self.assertEqual(self.echo([b"\x00"]), ["\x00"])
+        self.assertTrue(math.isnan(self.echo([float("nan")])[0]))
+        self.assertEqual(self.echo(nested(27, [1])), nested(27, [1]))
+
+    def test_the_issue_cases(self):
+        self.assertEqual(self.c.call("echo", value="a\x00b"), "a\x00b")
+        self.assertEqual(self.c.call("echo", value=[None]), [None])
+        self.assertEqual(self.c.call("echo", value={"a": 1, "b": None}), {"a": 1, "b": None})
+        self.assertEqual(self.c.call("echo", value=[1, None, 3]), [1, None, 3])
+
+    def test_what_the_endpoint_sees(self):
+        seen = lambda v: self.c.call("seen", value=v)  # noqa: E731
+        self.assertEqual(seen([1, None, 3]), "[1,null,3]")
+        self.assertEqual(seen([None]), "[null]")
+        self.assertEqual(seen({"a": 1, "b": None}), "{a=1,b=null}")
+        self.assertEqual(seen("a\x00b"), '"a\\0b"')
+        self.assertEqual(seen(b"ab\x00c"), '"ab\\0c"')
+        self.assertEqual(seen(None), "nil")     # an argument that is None itself
+
+    def test_nesting_limit(self):
+        # A request holds 32 levels of containers, 4 of them its own.
+        self.assertEqual(self.echo(nested(28, 1)), nested(28, 1))
+        with self.assertRaises(st.InvalidArgumentError) as cm:
+            self.echo(nested(29, 1))
+        self.assertIn("argument 'value': lists and maps nested deeper than 28 levels",
+                      str(cm.exception))
+        loop = []
+        loop.append(loop)
+        with self.assertRaises(st.InvalidArgumentError):
+            self.echo(loop)
+        self.assertGreater(self.c.ping(), 0)   # nothing went out
+
+    def test_what_cannot_go(self):
+        cases = [
+            ({1: "a"}, TypeError, "argument 'value': map keys must be str, not int"),
+            (2 ** 63, OverflowError, "argument 'value': 9223372036854775808 does not fit int64"),
+            ([2 ** 64], OverflowError, "argument 'value': 18446744073709551616 does not fit int64"),
+            ([0] * 10 + [2 ** 64], OverflowError, "an integer of the list does not fit int64"),
+            ([1, 2 ** 64, "x"], OverflowError, "does not fit int64"),
+            (object(), TypeError, "argument 'value': cannot send a object"),
+            ([{1, 2}], TypeError, "cannot send a set"),
+            ("\ud800", ValueError, "argument 'value'"),
+        ]
+        for v, cls, msg in cases:
+            with self.subTest(value=repr(v)):
+                with self.assertRaises(cls) as cm:
+                    self.echo(v)
+                self.assertIn(msg, str(cm.exception))
+        with self.assertRaises(ValueError):
+            self.c.call("echo", **{"value\x00": 1})
+        self.assertGreater(self.c.ping(), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
