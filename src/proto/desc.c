@@ -54,12 +54,9 @@ void st__pack_tensor(msgpack_packer *pk, const st__tensor_desc_t *d) {
   msgpack_packer p;
   msgpack_packer_init(&p, &buf, fixed_write);
   msgpack_pack_map(&p, 5);
-  st__pack_cstr(&p, "arena");
-  msgpack_pack_uint32(&p, d->arena);
-  st__pack_cstr(&p, "offset");
-  msgpack_pack_uint64(&p, d->offset);
-  st__pack_cstr(&p, "dtype");
-  st__pack_cstr(&p, dtype);
+  st__pack_kv_uint(&p, "arena", d->arena);
+  st__pack_kv_uint(&p, "offset", d->offset);
+  st__pack_kv_str(&p, "dtype", dtype);
   st__pack_cstr(&p, "shape");
   pack_i64_array(&p, d->shape, d->ndim);
   st__pack_cstr(&p, "strides");
@@ -198,29 +195,21 @@ void st__pack_arena(msgpack_packer *pk, const st__arena_desc_t *a) {
   size_t n = a->legacy ? 8 : a->cuda ? 6 : 5;
   msgpack_pack_map(pk, n);
   if (!a->legacy) {
-    st__pack_cstr(pk, "fd");
-    msgpack_pack_uint32(pk, a->fd);
+    st__pack_kv_uint(pk, "fd", a->fd);
   }
-  st__pack_cstr(pk, "bytes");
-  msgpack_pack_uint64(pk, a->bytes);
-  st__pack_cstr(pk, "device");
-  st__pack_cstr(pk, a->cuda || a->legacy ? "cuda" : "cpu");
+  st__pack_kv_uint(pk, "bytes", a->bytes);
+  st__pack_kv_str(pk, "device", a->cuda || a->legacy ? "cuda" : "cpu");
   if (a->cuda || a->legacy) {
-    st__pack_cstr(pk, "uuid");
-    st__pack_cstr(pk, a->uuid);
+    st__pack_kv_str(pk, "uuid", a->uuid);
   }
-  st__pack_cstr(pk, "backend");
-  st__pack_cstr(pk, a->legacy ? "legacy" : a->backend);
-  st__pack_cstr(pk, "id");
-  msgpack_pack_uint64(pk, a->id);
+  st__pack_kv_str(pk, "backend", a->legacy ? "legacy" : a->backend);
+  st__pack_kv_uint(pk, "id", a->id);
   if (a->legacy) {
     st__pack_cstr(pk, "ipc_handle");
     msgpack_pack_bin(pk, ST_IPC_HANDLE_LEN);
     msgpack_pack_bin_body(pk, a->ipc_handle, ST_IPC_HANDLE_LEN);
-    st__pack_cstr(pk, "device_index");
-    msgpack_pack_uint32(pk, a->device_index < 0 ? 0u : (uint32_t)a->device_index);
-    st__pack_cstr(pk, "storage_bytes");
-    msgpack_pack_uint64(pk, a->storage_bytes);
+    st__pack_kv_uint(pk, "device_index", a->device_index < 0 ? 0u : (uint32_t)a->device_index);
+    st__pack_kv_uint(pk, "storage_bytes", a->storage_bytes);
   }
 }
 

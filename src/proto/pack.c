@@ -64,6 +64,37 @@ void st__pack_cstr(msgpack_packer *pk, const char *s) {
   msgpack_pack_str_body(pk, s, n);
 }
 
+/* See proto.h. Strings are borrowed. */
+void st__pack_kv_str(msgpack_packer *pk, const char *k, const char *v) {
+  st__pack_cstr(pk, k);
+  st__pack_cstr(pk, v);
+}
+
+/* See proto.h. */
+void st__pack_kv_int(msgpack_packer *pk, const char *k, int64_t v) {
+  st__pack_cstr(pk, k);
+  msgpack_pack_int64(pk, v);
+}
+
+/* See proto.h. */
+void st__pack_kv_uint(msgpack_packer *pk, const char *k, uint64_t v) {
+  st__pack_cstr(pk, k);
+  msgpack_pack_uint64(pk, v);
+}
+
+/* See proto.h. */
+void st__pack_kv_double(msgpack_packer *pk, const char *k, double v) {
+  st__pack_cstr(pk, k);
+  msgpack_pack_double(pk, v);
+}
+
+/* See proto.h. */
+void st__pack_kv_bool(msgpack_packer *pk, const char *k, int v) {
+  st__pack_cstr(pk, k);
+  if (v) msgpack_pack_true(pk);
+  else msgpack_pack_false(pk);
+}
+
 /* See proto.h. `payload` is borrowed. */
 void st__pack_ext(msgpack_packer *pk, int8_t type, const msgpack_sbuffer *payload) {
   msgpack_pack_ext(pk, payload->size, type);

@@ -112,6 +112,14 @@ void st__pack_notification_head(msgpack_packer *pk, const char *method);
 void st__pack_error(msgpack_packer *pk, int err, const char *message);
 /* A NUL-terminated string (NULL packs nil). */
 void st__pack_cstr(msgpack_packer *pk, const char *s);
+/* One map entry: the key `k` (a literal or other NUL-terminated string)
+ * and then its value, as the packer of the value's type packs it (a NULL
+ * string packs nil). The caller counted the entry in the map's size. */
+void st__pack_kv_str(msgpack_packer *pk, const char *k, const char *v);
+void st__pack_kv_int(msgpack_packer *pk, const char *k, int64_t v);
+void st__pack_kv_uint(msgpack_packer *pk, const char *k, uint64_t v);
+void st__pack_kv_double(msgpack_packer *pk, const char *k, double v);
+void st__pack_kv_bool(msgpack_packer *pk, const char *k, int v);
 /* An ext value whose payload is the bytes of `payload`. */
 void st__pack_ext(msgpack_packer *pk, int8_t type, const msgpack_sbuffer *payload);
 

@@ -19,49 +19,33 @@ void st__describe_devices(msgpack_packer *pk, const st__devices_t *d) {
   for (int i = 0; i < d->count; i++) {
     const st__device_t *dev = &d->list[i];
     msgpack_pack_map(pk, 5);
-    st__pack_cstr(pk, "index");
-    msgpack_pack_int(pk, dev->index);
-    st__pack_cstr(pk, "kind");
-    st__pack_cstr(pk, dev->kind);
-    st__pack_cstr(pk, "name");
-    st__pack_cstr(pk, dev->name);
-    st__pack_cstr(pk, "uuid");
-    st__pack_cstr(pk, dev->uuid);
-    st__pack_cstr(pk, "memory_bytes");
-    msgpack_pack_uint64(pk, dev->memory_bytes);
+    st__pack_kv_int(pk, "index", dev->index);
+    st__pack_kv_str(pk, "kind", dev->kind);
+    st__pack_kv_str(pk, "name", dev->name);
+    st__pack_kv_str(pk, "uuid", dev->uuid);
+    st__pack_kv_uint(pk, "memory_bytes", dev->memory_bytes);
   }
 }
 
 static void pack_limits(msgpack_packer *pk, const st__config_t *cfg, int full) {
   msgpack_pack_map(pk, full ? 6 : 2);
-  st__pack_cstr(pk, "max_message_bytes");
-  msgpack_pack_uint64(pk, cfg->max_message_bytes);
-  st__pack_cstr(pk, "max_inflight");
-  msgpack_pack_int(pk, cfg->max_inflight);
+  st__pack_kv_uint(pk, "max_message_bytes", cfg->max_message_bytes);
+  st__pack_kv_int(pk, "max_inflight", cfg->max_inflight);
   if (!full) return;
-  st__pack_cstr(pk, "max_connections");
-  msgpack_pack_int(pk, cfg->max_connections);
-  st__pack_cstr(pk, "frame_timeout_ms");
-  msgpack_pack_int(pk, cfg->frame_timeout_ms);
-  st__pack_cstr(pk, "max_object_bytes");
-  msgpack_pack_uint64(pk, cfg->max_object_bytes);
-  st__pack_cstr(pk, "shutdown_grace_s");
-  msgpack_pack_double(pk, cfg->shutdown_grace_s);
+  st__pack_kv_int(pk, "max_connections", cfg->max_connections);
+  st__pack_kv_int(pk, "frame_timeout_ms", cfg->frame_timeout_ms);
+  st__pack_kv_uint(pk, "max_object_bytes", cfg->max_object_bytes);
+  st__pack_kv_double(pk, "shutdown_grace_s", cfg->shutdown_grace_s);
 }
 
 /* Packs the result of hello for a connection on socket `device`. */
 void st__describe_hello(msgpack_packer *pk, st__server_t *srv, int device) {
   msgpack_pack_map(pk, 7);
-  st__pack_cstr(pk, "protocol");
-  msgpack_pack_int(pk, ST_PROTOCOL_VERSION);
-  st__pack_cstr(pk, "version");
-  st__pack_cstr(pk, ST_VERSION_STRING);
-  st__pack_cstr(pk, "server_id");
-  st__pack_cstr(pk, srv->server_id);
-  st__pack_cstr(pk, "pid");
-  msgpack_pack_int(pk, (int)getpid());
-  st__pack_cstr(pk, "device");
-  msgpack_pack_int(pk, device);
+  st__pack_kv_int(pk, "protocol", ST_PROTOCOL_VERSION);
+  st__pack_kv_str(pk, "version", ST_VERSION_STRING);
+  st__pack_kv_str(pk, "server_id", srv->server_id);
+  st__pack_kv_int(pk, "pid", (int)getpid());
+  st__pack_kv_int(pk, "device", device);
   st__pack_cstr(pk, "devices");
   st__describe_devices(pk, &srv->devices);
   st__pack_cstr(pk, "limits");
@@ -81,10 +65,8 @@ static void pack_counters(msgpack_packer *pk, const st__counters_t *c, const st_
   st__pack_cstr(pk, #name);           \
   msgpack_pack_uint64(pk, c->name);
   COUNTERS(PACK)
-  st__pack_cstr(pk, "evictions");
-  msgpack_pack_uint64(pk, o->evictions);
-  st__pack_cstr(pk, "objects_created");
-  msgpack_pack_uint64(pk, o->created);
+  st__pack_kv_uint(pk, "evictions", o->evictions);
+  st__pack_kv_uint(pk, "objects_created", o->created);
 #undef PACK
 #undef COUNT
 #undef COUNTERS
@@ -96,12 +78,9 @@ static void pack_objects(msgpack_packer *pk, const st__objects_t *r) {
   for (const st__object_t *o = r->all_head; o; o = o->all_next) bytes += o->bytes;
   st__pack_cstr(pk, "objects");
   msgpack_pack_map(pk, 3);
-  st__pack_cstr(pk, "count");
-  msgpack_pack_uint64(pk, r->count);
-  st__pack_cstr(pk, "leases");
-  msgpack_pack_uint64(pk, r->leases);
-  st__pack_cstr(pk, "bytes");
-  msgpack_pack_uint64(pk, bytes);
+  st__pack_kv_uint(pk, "count", r->count);
+  st__pack_kv_uint(pk, "leases", r->leases);
+  st__pack_kv_uint(pk, "bytes", bytes);
 }
 
 /* memory = {cpu = {budget, cached_bytes, leased_bytes, objects}, ...}: one
@@ -128,17 +107,12 @@ static void pack_memory(msgpack_packer *pk, st__server_t *srv) {
       st__pack_cstr(pk, "free_bytes");
       if (known) msgpack_pack_uint64(pk, free_b);
       else msgpack_pack_nil(pk);
-      st__pack_cstr(pk, "total_bytes");
-      msgpack_pack_uint64(pk, total_b);
+      st__pack_kv_uint(pk, "total_bytes", total_b);
     }
-    st__pack_cstr(pk, "budget");
-    msgpack_pack_uint64(pk, s.budget);
-    st__pack_cstr(pk, "cached_bytes");
-    msgpack_pack_uint64(pk, s.cached_bytes);
-    st__pack_cstr(pk, "leased_bytes");
-    msgpack_pack_uint64(pk, s.leased_bytes);
-    st__pack_cstr(pk, "objects");
-    msgpack_pack_uint64(pk, s.objects);
+    st__pack_kv_uint(pk, "budget", s.budget);
+    st__pack_kv_uint(pk, "cached_bytes", s.cached_bytes);
+    st__pack_kv_uint(pk, "leased_bytes", s.leased_bytes);
+    st__pack_kv_uint(pk, "objects", s.objects);
   }
 }
 
@@ -154,77 +128,55 @@ static void pack_tasks(msgpack_packer *pk, st__server_t *srv) {
     st__pack_cstr(pk, st__task_status_name((st__task_status_t)s));
     msgpack_pack_uint64(pk, w ? w->nstatus[s] : 0);
   }
-  st__pack_cstr(pk, "total");
-  msgpack_pack_uint64(pk, w ? w->ntasks : 0);
+  st__pack_kv_uint(pk, "total", w ? w->ntasks : 0);
 }
 
 /* Packs the result of info (docs/protocol.md). Loop thread. */
 void st__describe_info(msgpack_packer *pk, st__server_t *srv) {
   const st__config_t *cfg = srv->cfg;
   msgpack_pack_map(pk, 20);
-  st__pack_cstr(pk, "server_id");
-  st__pack_cstr(pk, srv->server_id);
-  st__pack_cstr(pk, "version");
-  st__pack_cstr(pk, ST_VERSION_STRING);
-  st__pack_cstr(pk, "protocol");
-  msgpack_pack_int(pk, ST_PROTOCOL_VERSION);
-  st__pack_cstr(pk, "pid");
-  msgpack_pack_int(pk, (int)getpid());
-  st__pack_cstr(pk, "uptime_s");
-  msgpack_pack_double(pk, st__now_mono() - srv->started_mono);
-  st__pack_cstr(pk, "ready");
-  st__pack_bool(pk, srv->gen && !srv->shutting_down);
+  st__pack_kv_str(pk, "server_id", srv->server_id);
+  st__pack_kv_str(pk, "version", ST_VERSION_STRING);
+  st__pack_kv_int(pk, "protocol", ST_PROTOCOL_VERSION);
+  st__pack_kv_int(pk, "pid", (int)getpid());
+  st__pack_kv_double(pk, "uptime_s", st__now_mono() - srv->started_mono);
+  st__pack_kv_bool(pk, "ready", srv->gen && !srv->shutting_down);
 
   st__pack_cstr(pk, "generation");
   msgpack_pack_map(pk, 5);
-  st__pack_cstr(pk, "number");
-  msgpack_pack_uint64(pk, srv->gen ? srv->gen->number : 0);
-  st__pack_cstr(pk, "loaded_at");
-  msgpack_pack_double(pk, srv->gen ? srv->gen->loaded_at : 0.0);
-  st__pack_cstr(pk, "endpoints");
-  msgpack_pack_uint64(pk, srv->gen ? srv->gen->nendpoints : 0);
-  st__pack_cstr(pk, "dir");
-  st__pack_cstr(pk, cfg->endpoints_dir);
+  st__pack_kv_uint(pk, "number", srv->gen ? srv->gen->number : 0);
+  st__pack_kv_double(pk, "loaded_at", srv->gen ? srv->gen->loaded_at : 0.0);
+  st__pack_kv_uint(pk, "endpoints", srv->gen ? srv->gen->nendpoints : 0);
+  st__pack_kv_str(pk, "dir", cfg->endpoints_dir);
   st__pack_cstr(pk, "last_reload");
   if (!srv->last_reload_done) {
     msgpack_pack_nil(pk);
   } else {
     msgpack_pack_map(pk, 3);
-    st__pack_cstr(pk, "ok");
-    st__pack_bool(pk, srv->last_reload_ok);
-    st__pack_cstr(pk, "error");
-    st__pack_cstr(pk, srv->last_reload_error);
-    st__pack_cstr(pk, "at");
-    msgpack_pack_double(pk, srv->last_reload_at);
+    st__pack_kv_bool(pk, "ok", srv->last_reload_ok);
+    st__pack_kv_str(pk, "error", srv->last_reload_error);
+    st__pack_kv_double(pk, "at", srv->last_reload_at);
   }
 
   st__pack_cstr(pk, "devices");
   st__describe_devices(pk, &srv->devices);
   st__pack_cstr(pk, "cuda");
   msgpack_pack_map(pk, 2);
-  st__pack_cstr(pk, "devices");
-  msgpack_pack_int(pk, srv->devices.cuda_count);
-  st__pack_cstr(pk, "reason");
-  st__pack_cstr(pk, srv->devices.cuda_count ? NULL : srv->devices.cuda_reason);
+  st__pack_kv_int(pk, "devices", srv->devices.cuda_count);
+  st__pack_kv_str(pk, "reason", srv->devices.cuda_count ? NULL : srv->devices.cuda_reason);
 
   st__pack_cstr(pk, "sockets");
   msgpack_pack_array(pk, (size_t)srv->nlisteners);
   for (int i = 0; i < srv->nlisteners; i++) {
     msgpack_pack_map(pk, 2);
-    st__pack_cstr(pk, "device");
-    msgpack_pack_int(pk, srv->listeners[i].device);
-    st__pack_cstr(pk, "path");
-    st__pack_cstr(pk, srv->listeners[i].path);
+    st__pack_kv_int(pk, "device", srv->listeners[i].device);
+    st__pack_kv_str(pk, "path", srv->listeners[i].path);
   }
 
-  st__pack_cstr(pk, "workers");
-  msgpack_pack_int(pk, srv->pool ? st__pool_size(srv->pool) : 0);
-  st__pack_cstr(pk, "connections");
-  msgpack_pack_int(pk, srv->nconns);
-  st__pack_cstr(pk, "inflight");
-  msgpack_pack_uint64(pk, srv->pool ? st__pool_outstanding(srv->pool) : 0);
-  st__pack_cstr(pk, "waiting");
-  msgpack_pack_uint64(pk, srv->work ? srv->work->nwaiting : 0);
+  st__pack_kv_int(pk, "workers", srv->pool ? st__pool_size(srv->pool) : 0);
+  st__pack_kv_int(pk, "connections", srv->nconns);
+  st__pack_kv_uint(pk, "inflight", srv->pool ? st__pool_outstanding(srv->pool) : 0);
+  st__pack_kv_uint(pk, "waiting", srv->work ? srv->work->nwaiting : 0);
   st__pack_cstr(pk, "counters");
   pack_counters(pk, &srv->counters, &srv->objects);
   st__pack_cstr(pk, "limits");
@@ -234,10 +186,8 @@ void st__describe_info(msgpack_packer *pk, st__server_t *srv) {
   st__arena_stats(&count, &bytes);
   st__pack_cstr(pk, "arenas");
   msgpack_pack_map(pk, 2);
-  st__pack_cstr(pk, "count");
-  msgpack_pack_uint64(pk, count);
-  st__pack_cstr(pk, "bytes");
-  msgpack_pack_uint64(pk, bytes);
+  st__pack_kv_uint(pk, "count", count);
+  st__pack_kv_uint(pk, "bytes", bytes);
 
   pack_objects(pk, &srv->objects);
   pack_memory(pk, srv);
@@ -253,12 +203,9 @@ void st__describe_endpoints(msgpack_packer *pk, const st__generation_t *gen) {
   for (size_t i = 0; i < n; i++) {
     const st__endpoint_decl_t *ep = &gen->endpoints[i];
     msgpack_pack_map(pk, 9 + ST__ENDPOINT_NOPTIONS);
-    st__pack_cstr(pk, "name");
-    st__pack_cstr(pk, ep->name);
-    st__pack_cstr(pk, "file");
-    st__pack_cstr(pk, ep->file);
-    st__pack_cstr(pk, "line");
-    msgpack_pack_int(pk, ep->line);
+    st__pack_kv_str(pk, "name", ep->name);
+    st__pack_kv_str(pk, "file", ep->file);
+    st__pack_kv_int(pk, "line", ep->line);
     size_t changed = 0;
     for (size_t k = 0; k < ST__ENDPOINT_NOPTIONS; k++) {
       const st__option_t *o = &st__endpoint_options[k];
@@ -308,8 +255,7 @@ void st__describe_endpoints(msgpack_packer *pk, const st__generation_t *gen) {
         st__pack_cstr(pk, st__param_type_name(p->type));
       }
     }
-    st__pack_cstr(pk, "doc");
-    st__pack_cstr(pk, ep->doc);
+    st__pack_kv_str(pk, "doc", ep->doc);
     st__pack_cstr(pk, "fingerprint");
     char fp[17];
     snprintf(fp, sizeof fp, "%016llx", (unsigned long long)ep->fingerprint);

@@ -33,10 +33,8 @@ void st__pack_bool(msgpack_packer *pk, int v) {
  * OBJECT_FIELDS key/value pairs; callers open the map with their own. */
 enum { OBJECT_FIELDS = 8 };
 static void pack_object_fields(msgpack_packer *pk, st__server_t *srv, const st__object_t *o) {
-  st__pack_cstr(pk, "id");
-  msgpack_pack_uint64(pk, o->id);
-  st__pack_cstr(pk, "server_id");
-  st__pack_cstr(pk, srv->server_id);
+  st__pack_kv_uint(pk, "id", o->id);
+  st__pack_kv_str(pk, "server_id", srv->server_id);
   st__pack_cstr(pk, "cache_key");
   if (o->cache_key) {
     msgpack_pack_str(pk, o->cache_key_len);
@@ -44,16 +42,11 @@ static void pack_object_fields(msgpack_packer *pk, st__server_t *srv, const st__
   } else {
     msgpack_pack_nil(pk);
   }
-  st__pack_cstr(pk, "cached");
-  st__pack_bool(pk, o->cached);
-  st__pack_cstr(pk, "managed");
-  st__pack_bool(pk, o->managed);
-  st__pack_cstr(pk, "refcount");
-  msgpack_pack_uint32(pk, o->refcount);
-  st__pack_cstr(pk, "bytes");
-  msgpack_pack_uint64(pk, o->bytes);
-  st__pack_cstr(pk, "device");
-  st__pack_cstr(pk, o->device);
+  st__pack_kv_bool(pk, "cached", o->cached);
+  st__pack_kv_bool(pk, "managed", o->managed);
+  st__pack_kv_uint(pk, "refcount", o->refcount);
+  st__pack_kv_uint(pk, "bytes", o->bytes);
+  st__pack_kv_str(pk, "device", o->device);
 }
 
 /* The `object` map of a call reply. */
@@ -61,20 +54,16 @@ static void pack_object(msgpack_packer *pk, st__server_t *srv, const st__object_
                         int lease) {
   msgpack_pack_map(pk, OBJECT_FIELDS + 1);
   pack_object_fields(pk, srv, o);
-  st__pack_cstr(pk, "lease");
-  st__pack_bool(pk, lease);
+  st__pack_kv_bool(pk, "lease", lease);
 }
 
 /* Packs one object's info (object_info, objects). Loop thread. */
 void st__pack_object_info(msgpack_packer *pk, st__server_t *srv, const st__object_t *o) {
   msgpack_pack_map(pk, OBJECT_FIELDS + 4);
   pack_object_fields(pk, srv, o);
-  st__pack_cstr(pk, "endpoint");
-  st__pack_cstr(pk, o->endpoint);
-  st__pack_cstr(pk, "created_at");
-  msgpack_pack_double(pk, o->created_at);
-  st__pack_cstr(pk, "last_accessed_at");
-  msgpack_pack_double(pk, o->last_accessed_at);
+  st__pack_kv_str(pk, "endpoint", o->endpoint);
+  st__pack_kv_double(pk, "created_at", o->created_at);
+  st__pack_kv_double(pk, "last_accessed_at", o->last_accessed_at);
   /* Not "arenas": a result with that key carries descriptors. */
   st__pack_cstr(pk, "arena_ids");
   msgpack_pack_array(pk, o->result.narenas);

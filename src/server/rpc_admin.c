@@ -77,12 +77,9 @@ void st__rpc_reload(st__rpc_req_t *r) {
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, r->id);
   msgpack_pack_map(&pk, 6);
-  st__pack_cstr(&pk, "ok");
-  st__pack_bool(&pk, rep.ok);
-  st__pack_cstr(&pk, "generation");
-  msgpack_pack_uint64(&pk, rep.generation);
-  st__pack_cstr(&pk, "error");
-  st__pack_cstr(&pk, rep.error);
+  st__pack_kv_bool(&pk, "ok", rep.ok);
+  st__pack_kv_uint(&pk, "generation", rep.generation);
+  st__pack_kv_str(&pk, "error", rep.error);
   for (int k = 0; k < 3; k++) {
     st__pack_cstr(&pk, lists[k]);
     msgpack_pack_array(&pk, rep.counts[k]);

@@ -107,7 +107,6 @@ void st__rpc_submit(st__rpc_req_t *r) {
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, r->id);
   msgpack_pack_map(&pk, 1);
-  st__pack_cstr(&pk, "task_id");
-  msgpack_pack_uint64(&pk, t->id);
+  st__pack_kv_uint(&pk, "task_id", t->id);
   st__reply_send(r->c, &sb);
 }

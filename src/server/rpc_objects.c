@@ -30,12 +30,9 @@ void st__rpc_release(st__rpc_req_t *r) {
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, r->id);
   msgpack_pack_map(&pk, 3);
-  st__pack_cstr(&pk, "released");
-  st__pack_bool(&pk, released);
-  st__pack_cstr(&pk, "destroyed");
-  st__pack_bool(&pk, destroyed);
-  st__pack_cstr(&pk, "refcount");
-  msgpack_pack_uint32(&pk, refcount);
+  st__pack_kv_bool(&pk, "released", released);
+  st__pack_kv_bool(&pk, "destroyed", destroyed);
+  st__pack_kv_uint(&pk, "refcount", refcount);
   st__reply_send(c, &sb);
 }
 

@@ -166,12 +166,9 @@ void st__pack_task(msgpack_packer *pk, st__server_t *srv, st__task_t *t) {
   else if (finished(t))
     p = t->progress;
   msgpack_pack_map(pk, 10);
-  st__pack_cstr(pk, "id");
-  msgpack_pack_uint64(pk, t->id);
-  st__pack_cstr(pk, "endpoint");
-  st__pack_cstr(pk, t->endpoint);
-  st__pack_cstr(pk, "status");
-  st__pack_cstr(pk, st__task_status_name(t->status));
+  st__pack_kv_uint(pk, "id", t->id);
+  st__pack_kv_str(pk, "endpoint", t->endpoint);
+  st__pack_kv_str(pk, "status", st__task_status_name(t->status));
   st__pack_cstr(pk, "created_at");
   pack_time(pk, t->created_at);
   st__pack_cstr(pk, "started_at");
@@ -183,8 +180,7 @@ void st__pack_task(msgpack_packer *pk, st__server_t *srv, st__task_t *t) {
   st__pack_cstr(pk, "progress");
   if (p.set) msgpack_pack_double(pk, p.fraction);
   else msgpack_pack_nil(pk);
-  st__pack_cstr(pk, "note");
-  st__pack_cstr(pk, p.set && p.has_note ? p.note : NULL);
+  st__pack_kv_str(pk, "note", p.set && p.has_note ? p.note : NULL);
   st__pack_cstr(pk, "object_id");
   if (t->status == ST_TASK_COMPLETED && t->object_id) msgpack_pack_uint64(pk, t->object_id);
   else msgpack_pack_nil(pk);
