@@ -10,82 +10,53 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "client_kit.h"
 #include "fake_server.h"
 
 #define UUID "GPU-12345678-9abc-def0-1234-56789abcdef0"
 
 static fake_server_t fs;
 
+#define T4(a) "tensor(" #a ", 0, 'float32', [4], [1])"
+#define CUDA_ARENA(fd, id)                                                                \
+  "{fd: " #fd ", bytes: 2097152, device: 'cuda', uuid: '" UUID "', backend: 'vmm', id: " #id \
+  "}"
+
+/* The reply of each endpoint: its result (stt_pack text), and whether a
+ * CPU memfd comes before the CUDA arena's descriptor (-1: no descriptor). */
+static const struct {
+  const char *endpoint, *result;
+  int cpu_first;
+} replies[] = {
+    /* A CPU arena first (it gets mapped), then the CUDA one. */
+    {"mixed", "{value: [" T4(0) ", " T4(1) "], arenas: [{fd: 0, bytes: 4096, device: 'cpu', "
+              "backend: 'memfd', id: 600}, " CUDA_ARENA(1, 601) "]}", 1},
+    /* A legacy CUDA IPC arena: a handle, no descriptor. */
+    {"legacy", "{value: " T4(0) ", arenas: [{bytes: 2097152, device: 'cuda', uuid: '" UUID "', "
+               "backend: 'legacy', id: 500, ipc_handle: bin(64, 1, 2, 3), device_index: 0, "
+               "storage_bytes: 16}]}", -1},
+    {"one", "{value: " T4(0) ", arenas: [" CUDA_ARENA(0, 500) "]}", 0},
+};
+
 static int on_request(fake_server_t *f, int conn, uint32_t id, const char *method,
                       const msgpack_object *params) {
+  (void)f;
   if (strcmp(method, "call") != 0) return fake_error(conn, id, 16, "UNKNOWN_METHOD", method);
   char ep[64];
   fake_param_str(params, "endpoint", ep, sizeof ep);
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  int64_t shape[1] = {4}, stride[1] = {1};
+  size_t k = 0;
+  while (k + 1 < sizeof replies / sizeof replies[0] && strcmp(ep, replies[k].endpoint) != 0) k++;
   static const float data[4] = {1, 2, 3, 4};
-  int fds[2] = {fake_memfd(2u << 20, NULL, 0, 1), -1}, nfds = 1;
-  msgpack_pack_map(&pk, 2);
-  fake_pack_str(&pk, "value");
-  if (strcmp(ep, "mixed") == 0) {
-    /* A CPU arena first (it gets mapped), then the CUDA one. */
-    fds[1] = fds[0];
-    fds[0] = fake_memfd(4096, data, sizeof data, 1);
-    nfds = 2;
-    msgpack_pack_array(&pk, 2);
-    fake_pack_tensor(&pk, 0, 0, "float32", 1, shape, stride);
-    fake_pack_tensor(&pk, 1, 0, "float32", 1, shape, stride);
-    fake_pack_str(&pk, "arenas");
-    msgpack_pack_array(&pk, 2);
-    fake_pack_arena_full(&pk, 0, 4096, "cpu", "", "memfd", 600);
-    fake_pack_arena_full(&pk, 1, 2u << 20, "cuda", UUID, "vmm", 601);
-  } else if (strcmp(ep, "legacy") == 0) {
-    /* A legacy CUDA IPC arena: a handle, no descriptor. */
-    close(fds[0]);
-    nfds = 0;
-    fake_pack_tensor(&pk, 0, 0, "float32", 1, shape, stride);
-    fake_pack_str(&pk, "arenas");
-    msgpack_pack_array(&pk, 1);
-    msgpack_pack_map(&pk, 8);
-    fake_pack_str(&pk, "bytes");
-    msgpack_pack_uint64(&pk, 2u << 20);
-    fake_pack_str(&pk, "device");
-    fake_pack_str(&pk, "cuda");
-    fake_pack_str(&pk, "uuid");
-    fake_pack_str(&pk, UUID);
-    fake_pack_str(&pk, "backend");
-    fake_pack_str(&pk, "legacy");
-    fake_pack_str(&pk, "id");
-    msgpack_pack_uint64(&pk, 500);
-    static const unsigned char handle[64] = {1, 2, 3};
-    fake_pack_str(&pk, "ipc_handle");
-    msgpack_pack_bin(&pk, sizeof handle);
-    msgpack_pack_bin_body(&pk, handle, sizeof handle);
-    fake_pack_str(&pk, "device_index");
-    msgpack_pack_uint32(&pk, 0);
-    fake_pack_str(&pk, "storage_bytes");
-    msgpack_pack_uint64(&pk, 16);
-  } else {
-    fake_pack_tensor(&pk, 0, 0, "float32", 1, shape, stride);
-    fake_pack_str(&pk, "arenas");
-    msgpack_pack_array(&pk, 1);
-    fake_pack_arena_full(&pk, 0, 2u << 20, "cuda", UUID, "vmm", 500);
-  }
-  int rc = fake_reply(conn, id, &sb, fds, nfds);
+  int fds[2], nfds = 0;
+  if (replies[k].cpu_first == 1) fds[nfds++] = fake_memfd(4096, data, sizeof data, 1);
+  if (replies[k].cpu_first >= 0) fds[nfds++] = fake_memfd(2u << 20, NULL, 0, 1);
+  int rc = fake_replyf(conn, id, fds, nfds, "%s", replies[k].result);
   for (int i = 0; i < nfds; i++) close(fds[i]);
-  msgpack_sbuffer_destroy(&sb);
   return rc;
 }
 
 static st_client_t *connect_fake(void) {
-  char err[256];
-  st_client_t *c = NULL;
-  if (st_client_connect(fs.path, &c, err, sizeof err) != ST_OK)
-    fprintf(stderr, "connect: %s\n", err);
-  return c;
+  return stt_client_open(fs.path);
 }
 
 TEST(cuda_reply_without_a_device_is_capability) {

@@ -63,31 +63,22 @@ static int holder_request(fake_server_t *f, int conn, uint32_t id, const char *m
   if (strcmp(method, "call") != 0) return fake_error(conn, id, 16, "UNKNOWN_METHOD", method);
   char ep[64];
   fake_param_str(params, "endpoint", ep, sizeof ep);
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  int64_t shape_a[1] = {N_ELEMS}, stride1[1] = {1};
-  int64_t shape_b[2] = {3, 2}, strides_b[2] = {1, 3}; /* a transposed 2x3 */
   int fds[2] = {st__arena_dup_fd(arena), -1}, nfds = 1;
-  uint64_t bytes = desc.bytes, aid = desc.id;
+  unsigned long long bytes = desc.bytes, aid = desc.id;
   const char *uuid = desc.uuid;
-  msgpack_pack_map(&pk, 2);
-  fake_pack_str(&pk, "value");
+  /* Tensor a: N_ELEMS floats at 0 of arena 0. */
+#define TENSOR_A "tensor(0, 0, 'float32', [%d], [1])"
+#define CUDA_ARENA(fd) "{fd: " #fd ", bytes: %llu, device: 'cuda', uuid: '%s', backend: 'vmm', id: %llu}"
+  int rc;
   if (strcmp(ep, "pair") == 0) {
     /* Two arena entries naming the one allocation, as two tensors of a
-     * cached object sent with two descriptors. */
+     * cached object sent with two descriptors; b is a transposed 2x3. */
     fds[1] = st__arena_dup_fd(arena);
     nfds = 2;
-    msgpack_pack_map(&pk, 2);
-    fake_pack_str(&pk, "a");
-    fake_pack_tensor(&pk, 0, 0, "float32", 1, shape_a, stride1);
-    fake_pack_str(&pk, "b");
-    fake_pack_tensor(&pk, 1, OFF_B, "float32", 2, shape_b, strides_b);
-    fake_pack_str(&pk, "arenas");
-    msgpack_pack_array(&pk, 2);
-    fake_pack_arena_full(&pk, 0, bytes, "cuda", uuid, "vmm", aid);
-    fake_pack_arena_full(&pk, 1, bytes, "cuda", uuid, "vmm", aid);
+    rc = fake_replyf(conn, id, fds, nfds,
+                     "{value: {a: " TENSOR_A ", b: tensor(1, %llu, 'float32', [3, 2], [1, 3])}, "
+                     "arenas: [" CUDA_ARENA(0) ", " CUDA_ARENA(1) "]}",
+                     N_ELEMS, (unsigned long long)OFF_B, bytes, uuid, aid, bytes, uuid, aid);
   } else {
     if (strcmp(ep, "too_big") == 0) bytes += 2 * MiB;       /* same id, larger claim */
     if (strcmp(ep, "odd_size") == 0) bytes -= 4096, aid += 1000;
@@ -97,14 +88,13 @@ static int holder_request(fake_server_t *f, int conn, uint32_t id, const char *m
       fds[0] = fake_memfd((size_t)bytes, NULL, 0, 1);
       aid += 2000;
     }
-    fake_pack_tensor(&pk, 0, 0, "float32", 1, shape_a, stride1);
-    fake_pack_str(&pk, "arenas");
-    msgpack_pack_array(&pk, 1);
-    fake_pack_arena_full(&pk, 0, bytes, "cuda", uuid, "vmm", aid);
+    rc = fake_replyf(conn, id, fds, nfds,
+                     "{value: " TENSOR_A ", arenas: [" CUDA_ARENA(0) "]}",
+                     N_ELEMS, bytes, uuid, aid);
   }
-  int rc = fake_reply(conn, id, &sb, fds, nfds);
+#undef CUDA_ARENA
+#undef TENSOR_A
   for (int i = 0; i < nfds; i++) close(fds[i]);
-  msgpack_sbuffer_destroy(&sb);
   return rc;
 }
 

@@ -6,8 +6,7 @@
 #include <signal.h>
 
 #include "check.h"
-#include "rpc_kit.h"
-#include "st/errors.h"
+#include "wire.h"
 
 static stt_server_t S;
 

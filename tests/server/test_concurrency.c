@@ -7,8 +7,7 @@
 #include <signal.h>
 
 #include "check.h"
-#include "rpc_kit.h"
-#include "st/errors.h"
+#include "wire.h"
 
 static stt_server_t S;
 
@@ -19,13 +18,8 @@ TEST(singleflight_builds_once_and_shares_the_object) {
   CHECK(rc_open(&w, S.socket) == 0);
   int64_t builds0 = rc_info_int(&w, "counters.builds");
   int64_t joins0 = rc_info_int(&w, "counters.joins");
-  rq_t r;
-  rq_init(&r);
-  rq_ep_args(&r, 1, "call", "sf", 1, "n", 'i', (int64_t)6);
-  CHECK(rc_send_rq(&a, &r) == 0);
-  rq_init(&r);
-  rq_ep_args(&r, 2, "call", "sf", 1, "n", 'i', (int64_t)6);
-  CHECK(rc_send_rq(&b, &r) == 0);
+  CHECK(rc_sendf(&a, "[0, 1, 'call', [{endpoint: 'sf', args: {n: 6}}]]") == 0);
+  CHECK(rc_sendf(&b, "[0, 2, 'call', [{endpoint: 'sf', args: {n: 6}}]]") == 0);
   msg_t ma, mb;
   CHECK(rc_next(&a, &ma, 10000) == 1);
   CHECK(rc_next(&b, &mb, 10000) == 1);
@@ -51,7 +45,7 @@ TEST(singleflight_builds_once_and_shares_the_object) {
   /* The leases go with the connections; then the object goes. */
   rc_close(&a);
   double end = stt_now_ms() + 5000;
-  while (info_field(&w, (uint64_t)oid, "refcount") != 1 && stt_now_ms() < end) rk_pause_ms(2);
+  while (info_field(&w, (uint64_t)oid, "refcount") != 1 && stt_now_ms() < end) stt_sleep_ms(2);
   CHECK_EQ_INT(info_field(&w, (uint64_t)oid, "refcount"), 1);
   rc_close(&b);
   CHECK(rc_wait_info(&w, "objects.count", 0, 5000) == 0);
@@ -64,13 +58,8 @@ TEST(singleflight_error_reaches_every_joiner_and_is_not_kept) {
   CHECK(rc_open(&a, S.socket) == 0);
   CHECK(rc_open(&b, S.socket) == 0);
   int64_t builds0 = rc_info_int(&a, "counters.builds");
-  rq_t r;
-  rq_init(&r);
-  rq_ep_args(&r, 1, "call", "sferr", 0);
-  CHECK(rc_send_rq(&a, &r) == 0);
-  rq_init(&r);
-  rq_ep_args(&r, 2, "call", "sferr", 0);
-  CHECK(rc_send_rq(&b, &r) == 0);
+  CHECK(rc_sendf(&a, "[0, 1, 'call', [{endpoint: 'sferr', args: {}}]]") == 0);
+  CHECK(rc_sendf(&b, "[0, 2, 'call', [{endpoint: 'sferr', args: {}}]]") == 0);
   msg_t ma, mb;
   CHECK(rc_next(&a, &ma, 10000) == 1);
   CHECK(rc_next(&b, &mb, 10000) == 1);
@@ -97,13 +86,8 @@ TEST(serialized_builds_one_at_a_time) {
   CHECK(rc_open(&b, S.socket) == 0);
   CHECK(rc_open(&p, S.socket) == 0);
   double t0 = stt_now_ms();
-  rq_t r;
-  rq_init(&r);
-  rq_ep_args(&r, 1, "call", "ser", 1, "s", 'd', 0.15);
-  CHECK(rc_send_rq(&a, &r) == 0);
-  rq_init(&r);
-  rq_ep_args(&r, 2, "call", "ser", 1, "s", 'd', 0.15);
-  CHECK(rc_send_rq(&b, &r) == 0);
+  CHECK(rc_sendf(&a, "[0, 1, 'call', [{endpoint: 'ser', args: {s: 0.15}}]]") == 0);
+  CHECK(rc_sendf(&b, "[0, 2, 'call', [{endpoint: 'ser', args: {s: 0.15}}]]") == 0);
   /* The second call waits in the endpoint's queue, not on a worker. */
   CHECK(rc_wait_info(&p, "waiting", 1, 2000) == 0);
   /* Another endpoint answers at once meanwhile. */
@@ -137,16 +121,11 @@ TEST(serialized_waiter_whose_client_leaves_never_runs) {
   CHECK(rc_open(&b, S.socket) == 0);
   CHECK(rc_open(&w, S.socket) == 0);
   int64_t builds0 = rc_info_int(&w, "counters.builds");
-  rq_t r;
-  rq_init(&r);
   /* The first build runs long enough for the second caller to leave
    * while it still waits, even on a loaded machine. */
-  rq_ep_args(&r, 1, "call", "ser", 1, "s", 'd', 0.4);
-  CHECK(rc_send_rq(&a, &r) == 0);
+  CHECK(rc_sendf(&a, "[0, 1, 'call', [{endpoint: 'ser', args: {s: 0.4}}]]") == 0);
   CHECK(rc_wait_info(&w, "inflight", 1, 2000) == 0);   /* a's build has the turn */
-  rq_init(&r);
-  rq_ep_args(&r, 2, "call", "ser", 1, "s", 'd', 0.1);
-  CHECK(rc_send_rq(&b, &r) == 0);
+  CHECK(rc_sendf(&b, "[0, 2, 'call', [{endpoint: 'ser', args: {s: 0.1}}]]") == 0);
   CHECK(rc_wait_info(&w, "waiting", 1, 2000) == 0);
   rc_close(&b);
   CHECK(rc_wait_info(&w, "waiting", 0, 2000) == 0);
@@ -174,19 +153,16 @@ TEST(shutdown_cancels_waiting_serialized_builds) {
   }
   rc_t a, b;
   int ok = rc_open(&a, T.socket) == 0 && rc_open(&b, T.socket) == 0;
-  rq_t r;
-  rq_init(&r);
-  rq_ep_args(&r, 1, "call", "ser", 0);
-  ok = ok && rc_send_rq(&a, &r) == 0 && rc_wait_info(&b, "inflight", 1, 2000) == 0;
-  rq_init(&r);
-  rq_ep_args(&r, 2, "call", "ser", 0);
-  ok = ok && rc_send_rq(&b, &r) == 0 && rc_wait_info(&a, "waiting", 1, 2000) == 0;
+  ok = ok && rc_sendf(&a, "[0, 1, 'call', [{endpoint: 'ser', args: {}}]]") == 0 &&
+       rc_wait_info(&b, "inflight", 1, 2000) == 0;
+  ok = ok && rc_sendf(&b, "[0, 2, 'call', [{endpoint: 'ser', args: {}}]]") == 0 &&
+       rc_wait_info(&a, "waiting", 1, 2000) == 0;
   double t0 = stt_now_ms();
   kill(T.pid, SIGTERM);
   msg_t ma, mb;
   int ga = ok ? rc_next(&a, &ma, 5000) : -1, gb = ok ? rc_next(&b, &mb, 5000) : -1;
   double took = stt_now_ms() - t0;
-  int status = rk_wait_exit(&T);
+  int status = stt_server_wait_exit(&T, 10000);
   if (status < 0) stt_server_stop(&T);
   stt_server_cleanup(&T);
   CHECK(ok);

@@ -9,20 +9,14 @@
 #include <signal.h>
 
 #include "check.h"
-#include "rpc_kit.h"
-#include "st/errors.h"
+#include "wire.h"
 
 static stt_server_t S;
 static int have_cuda;         /* info: cuda.devices > 0 */
 
 /* call ep (no arguments): the reply in *m (caller frees), fds dropped. */
 static int call0(rc_t *c, const char *ep, msg_t *m) {
-  rq_t r;
-  rq_init(&r);
-  rq_ep_args(&r, 9, "call", ep, 0);
-  int rc = rc_rpc(c, &r, m);
-  rc_drop_fds(c);
-  return rc;
+  return rk_call(c, ep, NULL, 0, m);
 }
 
 /* The string value of a call without arguments ("" on error). */

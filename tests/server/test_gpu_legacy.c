@@ -18,12 +18,12 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "check.h"
 #include "mem/cuda.h"
-#include "rpc_kit.h"
+#include "wire.h"
 #include "st/dtype.h"
-#include "st/errors.h"
 #include "st/wire.h"
 
 #define MiB (1024ll * 1024ll)
@@ -150,17 +150,6 @@ static void join(const int64_t *v, int n, char *out, size_t cap) {
 
 static uint64_t baseline_free;
 
-/* Calls `ep` without arguments on c. 1 on a reply. */
-static int call(rc_t *c, const char *ep, msg_t *m) {
-  rq_t r;
-  rq_init(&r);
-  rq_ep_args(&r, 5, "call", ep, 0);
-  int rc = rc_rpc(c, &r, m);
-  if (rc == 1 && m->error)
-    fprintf(stderr, "   call %s: %s: %s\n", ep, msg_errname(m), msg_errmsg(m));
-  return rc;
-}
-
 /* ------------------------------------------------------------- tests */
 
 /* The reply of a legacy endpoint: one arena, no descriptor, every legacy
@@ -169,7 +158,7 @@ TEST(legacy_arena_on_the_wire) {
   rc_t c;
   CHECK(rc_open(&c, S.socket) == 0);
   msg_t m;
-  CHECK(call(&c, "leg_gpu", &m) == 1 && !m.error);
+  CHECK(rc_call(&c, "leg_gpu", NULL, 0, &m) == 1 && !m.error);
   CHECK_EQ_INT(c.nfds, 0);                       /* nothing passed by SCM_RIGHTS */
   const msgpack_object *arenas = obj_get(m.result, "arenas");
   CHECK(arenas && arenas->type == MSGPACK_OBJECT_ARRAY && arenas->via.array.size == 1);
@@ -230,8 +219,8 @@ TEST(pytorch_reopens_the_module) {
   CHECK(rc_open(&c, S.socket) == 0);
   CHECK(rc_open(&c2, S.socket) == 0);
   msg_t mg, mc;
-  CHECK(call(&c, "leg_gpu", &mg) == 1 && !mg.error);
-  CHECK(call(&c2, "leg_cpu", &mc) == 1 && !mc.error);
+  CHECK(rc_call(&c, "leg_gpu", NULL, 0, &mg) == 1 && !mg.error);
+  CHECK(rc_call(&c2, "leg_cpu", NULL, 0, &mc) == 1 && !mc.error);
   /* The CPU object of a legacy endpoint is a plain memfd arena. */
   CHECK_EQ_INT(c2.nfds, 1);
   st__arena_desc_t dg, dc;
@@ -353,11 +342,11 @@ TEST(vmm_memory_in_a_legacy_result_is_refused) {
   rc_t c;
   CHECK(rc_open(&c, S.socket) == 0);
   msg_t m;
-  CHECK(call(&c, "leg_vmm", &m) == 1);
+  CHECK(rc_call(&c, "leg_vmm", NULL, 0, &m) == 1);
   CHECK_STR_EQ(msg_errname(&m), "ENDPOINT");
   CHECK_CONTAINS(msg_errmsg(&m), "not a legacy IPC allocation");
   msg_free(&m);
-  CHECK(call(&c, "leg_copied", &m) == 1 && !m.error);
+  CHECK(rc_call(&c, "leg_copied", NULL, 0, &m) == 1 && !m.error);
   CHECK_EQ_INT(c.nfds, 0);
   CHECK_STR_EQ(obj_str(obj_get(&obj_get(m.result, "arenas")->via.array.ptr[0], "backend")),
                "legacy");

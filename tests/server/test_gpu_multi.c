@@ -13,9 +13,8 @@
 
 #include "check.h"
 #include "mem/cuda.h"
-#include "rpc_kit.h"
+#include "wire.h"
 #include "st/dtype.h"
-#include "st/errors.h"
 #include "st/wire.h"
 
 static char uuid[2][ST_CUDA_UUID_LEN];
@@ -71,27 +70,14 @@ static unsigned char *tensor_bytes(const msgpack_object *ext, const imported_t *
   return buf;
 }
 
-static int call(rc_t *c, const char *ep, msg_t *m) {
-  rq_t r;
-  rq_init(&r);
-  rq_ep_args(&r, 5, "call", ep, 0);
-  int rc = rc_rpc(c, &r, m);
-  if (rc == 1 && m->error)
-    fprintf(stderr, "   call %s: %s: %s\n", ep, msg_errname(m), msg_errmsg(m));
-  return rc;
-}
-
 /* hello on each socket names its own device index. */
 TEST(each_socket_is_its_device) {
   const char *socks[2] = {S.socket, sock1};
   for (int s = 0; s < 2; s++) {
     rc_t c;
     CHECK(rc_open(&c, socks[s]) == 0);
-    rq_t r;
-    rq_init(&r);
-    rq_simple(&r, 1, "hello");
     msg_t m;
-    CHECK(rc_rpc(&c, &r, &m) == 1 && !m.error);
+    CHECK(rc_rpcf(&c, &m, "[0, 1, 'hello', []]") == 1 && !m.error);
     CHECK_EQ_INT(obj_int(obj_get(m.result, "device")), s);
     msg_free(&m);
     rc_close(&c);
@@ -107,7 +93,7 @@ TEST(socket_selects_the_gpu) {
     rc_t c;
     CHECK(rc_open(&c, socks[s]) == 0);
     msg_t m;
-    CHECK(call(&c, "where", &m) == 1 && !m.error);
+    CHECK(rc_call(&c, "where", NULL, 0, &m) == 1 && !m.error);
     imported_t a;
     CHECK(import_arena(&c, &m, 0, &a) == 0);
     CHECK_STR_EQ(a.d.uuid, uuid[s]);
@@ -139,7 +125,7 @@ TEST(cache_entry_per_device) {
     rc_t c;
     CHECK(rc_open(&c, socks[s]) == 0);
     msg_t m;
-    CHECK(call(&c, "cached", &m) == 1 && !m.error);
+    CHECK(rc_call(&c, "cached", NULL, 0, &m) == 1 && !m.error);
     oid[s] = obj_field(&m, "id");
     CHECK_EQ_INT(obj_field(&m, "cached"), 1);
     char want[16];
@@ -155,7 +141,7 @@ TEST(cache_entry_per_device) {
     rc_drop_fds(&c);
     msg_free(&m);
     /* A second call on the same socket hits that device's entry. */
-    CHECK(call(&c, "cached", &m) == 1 && !m.error);
+    CHECK(rc_call(&c, "cached", NULL, 0, &m) == 1 && !m.error);
     CHECK_EQ_INT(obj_field(&m, "id"), oid[s]);
     rc_drop_fds(&c);
     msg_free(&m);
@@ -180,7 +166,7 @@ TEST(named_device_and_copy_between_gpus) {
   rc_t c;
   CHECK(rc_open(&c, S.socket) == 0);
   msg_t m;
-  CHECK(call(&c, "on1", &m) == 1 && !m.error);
+  CHECK(rc_call(&c, "on1", NULL, 0, &m) == 1 && !m.error);
   imported_t a;
   CHECK(import_arena(&c, &m, 0, &a) == 0);
   CHECK_STR_EQ(a.d.uuid, uuid[1]);
@@ -189,7 +175,7 @@ TEST(named_device_and_copy_between_gpus) {
   rc_drop_fds(&c);
   msg_free(&m);
 
-  CHECK(call(&c, "xdev", &m) == 1 && !m.error);
+  CHECK(rc_call(&c, "xdev", NULL, 0, &m) == 1 && !m.error);
   const msgpack_object *arenas = obj_get(m.result, "arenas");
   CHECK(arenas && arenas->via.array.size == 2);
   imported_t two[2];

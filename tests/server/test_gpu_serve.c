@@ -14,9 +14,8 @@
 #include "check.h"
 #include "common/philox.h"
 #include "mem/cuda.h"
-#include "rpc_kit.h"
+#include "wire.h"
 #include "st/dtype.h"
-#include "st/errors.h"
 #include "st/wire.h"
 
 #define MiB (1024ll * 1024ll)
@@ -193,18 +192,6 @@ static int same_values(const char *what, const host_t *g, const host_t *c) {
   return 1;
 }
 
-/* call ep with one integer argument (NULL: none); 1 on a reply. */
-static int call(rc_t *c, const char *ep, const char *arg, int64_t v, msg_t *m) {
-  rq_t r;
-  rq_init(&r);
-  if (arg) rq_ep_args(&r, 5, "call", ep, 1, arg, 'i', v);
-  else rq_ep_args(&r, 5, "call", ep, 0);
-  int rc = rc_rpc(c, &r, m);
-  if (rc == 1 && m->error)
-    fprintf(stderr, "   call %s: %s: %s\n", ep, msg_errname(m), msg_errmsg(m));
-  return rc;
-}
-
 /* value.<key> of a map-valued reply. */
 static const msgpack_object *field(const msg_t *m, const char *key) {
   return obj_get(obj_get(m->result, "value"), key);
@@ -218,12 +205,12 @@ TEST(constructors_and_methods_match_cpu) {
   rc_t c;
   CHECK(rc_open(&c, S.socket) == 0);
   msg_t mg, mc;
-  CHECK(call(&c, "gen_gpu", NULL, 0, &mg) == 1 && !mg.error);
+  CHECK(rc_call(&c, "gen_gpu", NULL, 0, &mg) == 1 && !mg.error);
   reply_maps_t rg;
   CHECK(open_maps(&c, &mg, &rg) == 0);
   rc_t c2;
   CHECK(rc_open(&c2, S.socket) == 0);
-  CHECK(call(&c2, "gen_cpu", NULL, 0, &mc) == 1 && !mc.error);
+  CHECK(rc_call(&c2, "gen_cpu", NULL, 0, &mc) == 1 && !mc.error);
   reply_maps_t rcpu;
   CHECK(open_maps(&c2, &mc, &rcpu) == 0);
   const msgpack_object *vg = obj_get(mg.result, "value");
@@ -272,7 +259,7 @@ TEST(copies_between_devices) {
   rc_t c;
   CHECK(rc_open(&c, S.socket) == 0);
   msg_t m;
-  CHECK(call(&c, "xfer", NULL, 0, &m) == 1 && !m.error);
+  CHECK(rc_call(&c, "xfer", NULL, 0, &m) == 1 && !m.error);
   reply_maps_t r;
   CHECK(open_maps(&c, &m, &r) == 0);
   host_t h;
@@ -316,7 +303,7 @@ TEST(modules_are_one_cuda_arena) {
   rc_t c;
   CHECK(rc_open(&c, S.socket) == 0);
   msg_t mg, mc;
-  CHECK(call(&c, "mod_gpu", NULL, 0, &mg) == 1 && !mg.error);
+  CHECK(rc_call(&c, "mod_gpu", NULL, 0, &mg) == 1 && !mg.error);
   const msgpack_object *arenas = obj_get(mg.result, "arenas");
   CHECK(arenas && arenas->via.array.size == 1);
   CHECK_EQ_INT(c.nfds, 1);
@@ -325,7 +312,7 @@ TEST(modules_are_one_cuda_arena) {
   CHECK(rg.d[0].cuda == 1);
   rc_t c2;
   CHECK(rc_open(&c2, S.socket) == 0);
-  CHECK(call(&c2, "mod_cpu", NULL, 0, &mc) == 1 && !mc.error);
+  CHECK(rc_call(&c2, "mod_cpu", NULL, 0, &mc) == 1 && !mc.error);
   reply_maps_t rcpu;
   CHECK(open_maps(&c2, &mc, &rcpu) == 0);
   msgpack_unpacked pg, pc;
@@ -354,7 +341,7 @@ TEST(modules_are_one_cuda_arena) {
   msg_free(&mg);
   msg_free(&mc);
   msg_t m;
-  CHECK(call(&c, "mod_mixed", NULL, 0, &m) == 1);
+  CHECK(rc_call(&c, "mod_mixed", NULL, 0, &m) == 1);
   CHECK_STR_EQ(msg_errname(&m), "ENDPOINT");
   CHECK_CONTAINS(msg_errmsg(&m), "module: tensors on different devices");
   msg_free(&m);
@@ -369,7 +356,7 @@ TEST(ready_when_replied) {
   CHECK(rc_open(&c, S.socket) == 0);
   const int64_t n = 1 << 26;
   msg_t m;
-  CHECK(call(&c, "big", "n", n, &m) == 1 && !m.error);
+  CHECK(rc_call(&c, "big", "n", n, &m) == 1 && !m.error);
   reply_maps_t r;
   CHECK(open_maps(&c, &m, &r) == 0);
   st__tensor_desc_t d;
@@ -397,10 +384,7 @@ TEST(cached_and_managed_objects) {
   CHECK(rc_open(&a, S.socket) == 0);
   CHECK(rc_open(&b, S.socket) == 0);
   msg_t h;
-  rq_t rq;
-  rq_init(&rq);
-  rq_simple(&rq, 2, "hello");
-  CHECK(rc_rpc(&a, &rq, &h) == 1);
+  CHECK(rc_rpcf(&a, &h, "[0, 2, 'hello', []]") == 1);
   int64_t mem = INT64_MIN;
   const msgpack_object *devs = obj_get(h.result, "devices");
   for (uint32_t i = 0; devs && i < devs->via.array.size; i++)
@@ -411,8 +395,8 @@ TEST(cached_and_managed_objects) {
   CHECK(rc_info_int(&a, "memory.cuda:0.total_bytes") > 0);
   CHECK(rc_info_int(&a, "memory.cuda:0.free_bytes") > 0);
   msg_t m1, m2;
-  CHECK(call(&a, "cached_gpu", "n", 4, &m1) == 1 && !m1.error);
-  CHECK(call(&b, "cached_gpu", "n", 4, &m2) == 1 && !m2.error);
+  CHECK(rc_call(&a, "cached_gpu", "n", 4, &m1) == 1 && !m1.error);
+  CHECK(rc_call(&b, "cached_gpu", "n", 4, &m2) == 1 && !m2.error);
   CHECK_EQ_INT(obj_field(&m1, "id"), obj_field(&m2, "id"));
   CHECK_EQ_INT(arena_id(&m1, 0), arena_id(&m2, 0));
   CHECK_STR_EQ(obj_str(obj_get(obj_get(m1.result, "object"), "device")), "cuda:0");
@@ -431,7 +415,7 @@ TEST(cached_and_managed_objects) {
   CHECK_EQ_INT(rc_info_int(&a, "memory.cuda:0.leased_bytes"), 0);
   /* A managed object: leased until released. */
   msg_t mm;
-  CHECK(call(&a, "managed_gpu", "n", 2, &mm) == 1 && !mm.error);
+  CHECK(rc_call(&a, "managed_gpu", "n", 2, &mm) == 1 && !mm.error);
   rc_drop_fds(&a);
   int64_t oid = obj_field(&mm, "id");
   msg_free(&mm);
@@ -441,9 +425,7 @@ TEST(cached_and_managed_objects) {
   msg_free(&mm);
   CHECK_EQ_INT(rc_info_int(&a, "memory.cuda:0.leased_bytes"), 0);
   /* Invalidation drops the cached one. */
-  rq_init(&rq);
-  rq_named(&rq, 8, "invalidate_endpoint", 1, "endpoint", 's', "cached_gpu");
-  CHECK(rc_rpc(&a, &rq, &mm) == 1 && !mm.error);
+  CHECK(rc_rpcf(&a, &mm, "[0, 8, 'invalidate_endpoint', [{endpoint: 'cached_gpu'}]]") == 1 && !mm.error);
   msg_free(&mm);
   CHECK_EQ_INT(rc_info_int(&a, "memory.cuda:0.objects"), 0);
   CHECK_EQ_INT(rc_info_int(&a, "objects.count"), 0);
@@ -459,7 +441,7 @@ TEST(out_of_device_memory) {
   int64_t total = rc_info_int(&c, "memory.cuda:0.total_bytes");
   CHECK(total > 0);
   msg_t m;
-  CHECK(call(&c, "huge", "n", total * 2, &m) == 1);
+  CHECK(rc_call(&c, "huge", "n", total * 2, &m) == 1);
   CHECK_STR_EQ(msg_errname(&m), "OUT_OF_MEMORY");
   char want[64];
   snprintf(want, sizeof want, "requested %lld bytes", (long long)(total * 2));
@@ -469,7 +451,7 @@ TEST(out_of_device_memory) {
   msg_free(&m);
   CHECK(stt_ping(c.fd, 3) == 0);
   for (int i = 0; i < 4; i++) {
-    CHECK(call(&c, "huge", "n", 1000, &m) == 1 && !m.error);
+    CHECK(rc_call(&c, "huge", "n", 1000, &m) == 1 && !m.error);
     rc_drop_fds(&c);
     msg_free(&m);
   }

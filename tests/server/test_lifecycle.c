@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 
 #include "check.h"
-#include "raw.h"
+#include "wire.h"
 
 static const char *A_EP =
     "return st.endpoint{ name = \"alpha\", build = function() return 1 end }\n";
@@ -309,11 +309,8 @@ TEST(base_path_precedence) {
 
 /* The endpoint names the server lists now, comma-joined, into buf. */
 static int endpoint_names(rc_t *c, char *buf, size_t cap) {
-  rq_t r;
-  rq_init(&r);
-  rq_simple(&r, 50, "endpoints");
   msg_t m;
-  if (rc_rpc(c, &r, &m) != 1) return -1;
+  if (rc_rpcf(c, &m, "[0, 50, 'endpoints', []]") != 1) return -1;
   buf[0] = '\0';
   for (uint32_t i = 0; m.result && m.result->type == MSGPACK_OBJECT_ARRAY &&
                        i < m.result->via.array.size;
@@ -340,11 +337,8 @@ static void reload_body(void) {
   CHECK(endpoint_names(&c, names, sizeof names) == 0);
   CHECK_STR_EQ(names, "alpha,beta");
   CHECK_EQ_INT(rc_info_int(&c, "generation.last_reload.ok"), 1);
-  rq_t r;
-  rq_init(&r);
-  rq_call(&r, 2, "beta", 1, "x", 'i', (int64_t)21);
   msg_t m;
-  CHECK(rc_rpc(&c, &r, &m) == 1);
+  CHECK(rc_rpcf(&c, &m, "[0, 2, 'call', [{endpoint: 'beta', args: {x: 21}}]]") == 1);
   CHECK(m.error == NULL);
   CHECK_EQ_INT(obj_int(obj_get(m.result, "value")), 42);
   msg_free(&m);
@@ -361,9 +355,7 @@ static void reload_body(void) {
   msg_free(&m);
   CHECK(endpoint_names(&c, names, sizeof names) == 0);
   CHECK_STR_EQ(names, "alpha,beta");
-  rq_init(&r);
-  rq_call(&r, 4, "beta", 0);
-  CHECK(rc_rpc(&c, &r, &m) == 1);
+  CHECK(rc_rpcf(&c, &m, "[0, 4, 'call', [{endpoint: 'beta', args: {}}]]") == 1);
   CHECK(m.error == NULL);
   CHECK_EQ_INT(obj_int(obj_get(m.result, "value")), 4);
   msg_free(&m);
@@ -388,10 +380,7 @@ TEST(sighup_reloads) {
 static void drain_body(void) {
   rc_t c;
   CHECK(rc_open(&c, S.socket) == 0);
-  rq_t r;
-  rq_init(&r);
-  rq_call(&r, 1, "slow", 1, "s", 'd', 0.4);
-  CHECK(rc_send_rq(&c, &r) == 0);
+  CHECK(rc_sendf(&c, "[0, 1, 'call', [{endpoint: 'slow', args: {s: 0.4}}]]") == 0);
   rc_t w;
   CHECK(rc_open(&w, S.socket) == 0);
   int queued = rc_wait_info(&w, "inflight", 1, 5000);
@@ -405,9 +394,7 @@ static void drain_body(void) {
     nanosleep(&ts, NULL);
   }
   CHECK(access(S.socket, F_OK) != 0);
-  rq_init(&r);
-  rq_call(&r, 2, "slow", 1, "s", 'd', 0.01);
-  CHECK(rc_send_rq(&c, &r) == 0);
+  CHECK(rc_sendf(&c, "[0, 2, 'call', [{endpoint: 'slow', args: {s: 0.01}}]]") == 0);
   int got1 = 0, got2 = 0;
   for (int i = 0; i < 2; i++) {
     msg_t m;
@@ -457,11 +444,8 @@ static void devices_body(void) {
   snprintf(path3, sizeof path3, "%s-3.sock", S.base);
   rc_t c;
   CHECK(rc_open(&c, path3) == 0);
-  rq_t r;
-  rq_init(&r);
-  rq_simple(&r, 1, "hello");
   msg_t m;
-  CHECK(rc_rpc(&c, &r, &m) == 1);
+  CHECK(rc_rpcf(&c, &m, "[0, 1, 'hello', []]") == 1);
   CHECK_EQ_INT(obj_int(obj_get(m.result, "device")), 3);
   msg_free(&m);
   CHECK(rc_info(&c, 2, &m) == 1);
@@ -471,9 +455,7 @@ static void devices_body(void) {
   msg_free(&m);
   rc_close(&c);
   CHECK(rc_open(&c, S.socket) == 0);
-  rq_init(&r);
-  rq_simple(&r, 3, "hello");
-  CHECK(rc_rpc(&c, &r, &m) == 1);
+  CHECK(rc_rpcf(&c, &m, "[0, 3, 'hello', []]") == 1);
   CHECK_EQ_INT(obj_int(obj_get(m.result, "device")), 0);
   msg_free(&m);
   rc_close(&c);
@@ -513,10 +495,7 @@ static int wait_exit(stt_server_t *s, int timeout_ms) {
 static void grace_body(void) {
   rc_t c;
   CHECK(rc_open(&c, S.socket) == 0);
-  rq_t r;
-  rq_init(&r);
-  rq_call(&r, 1, "slow", 1, "s", 'd', 60.0);
-  CHECK(rc_send_rq(&c, &r) == 0);
+  CHECK(rc_sendf(&c, "[0, 1, 'call', [{endpoint: 'slow', args: {s: 60.0}}]]") == 0);
   rc_t w;
   CHECK(rc_open(&w, S.socket) == 0);
   int queued = rc_wait_info(&w, "inflight", 1, 5000);

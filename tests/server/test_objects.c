@@ -9,8 +9,7 @@
 #include <sys/wait.h>
 
 #include "check.h"
-#include "rpc_kit.h"
-#include "st/errors.h"
+#include "wire.h"
 
 static stt_server_t S;
 
@@ -46,10 +45,7 @@ TEST(cache_hit_returns_the_same_object) {
   CHECK(obj_get(mi.result, "created_at")->via.f64 > 1e9);
   CHECK_EQ_INT(obj_int(&obj_get(mi.result, "arena_ids")->via.array.ptr[0]), arena_id(&m1, 0));
   msg_free(&mi);
-  rq_t r;
-  rq_init(&r);
-  rq_simple(&r, 9, "objects");
-  CHECK(rc_rpc(&c, &r, &mi) == 1 && !mi.error);
+  CHECK(rc_rpcf(&c, &mi, "[0, 9, 'objects', []]") == 1 && !mi.error);
   CHECK(mi.result->type == MSGPACK_OBJECT_ARRAY && mi.result->via.array.size >= 2);
   CHECK(obj_int(obj_get(&mi.result->via.array.ptr[0], "id")) <
         obj_int(obj_get(&mi.result->via.array.ptr[1], "id")));
@@ -109,30 +105,23 @@ TEST(plain_and_cached_unmanaged_endpoints) {
 TEST(invalidate_then_call_rebuilds) {
   rc_t c;
   CHECK(rc_open(&c, S.socket) == 0);
-  rq_t r;
   msg_t m1, m2, mi;
   CHECK(rk_call(&c, "lin", "n", 7, &m1) == 1 && !m1.error);
   uint64_t old = (uint64_t)obj_field(&m1, "id");
   /* Map the object's arena: the mapping outlives the invalidation. */
   CHECK(rk_call(&c, "lin", "n", 7, &m2) == 1 && !m2.error);
   msg_free(&m2);
-  rq_init(&r);
-  rq_ep_args(&r, 3, "call", "lin", 1, "n", 'i', (int64_t)7);
-  CHECK(rc_rpc(&c, &r, &m2) == 1 && !m2.error);
+  CHECK(rc_rpcf(&c, &m2, "[0, 3, 'call', [{endpoint: 'lin', args: {n: 7}}]]") == 1 && !m2.error);
   CHECK_EQ_INT(c.nfds, 1);
   size_t bytes = (size_t)obj_int(obj_get(&obj_get(m2.result, "arenas")->via.array.ptr[0], "bytes"));
   float *map = mmap(NULL, bytes, PROT_READ, MAP_SHARED, c.fds[0], 0);
   CHECK(map != MAP_FAILED);
   rc_drop_fds(&c);
   msg_free(&m2);
-  rq_init(&r);
-  rq_ep_args(&r, 4, "invalidate_call", "lin", 1, "n", 'i', (int64_t)7);
-  CHECK(rc_rpc(&c, &r, &mi) == 1 && !mi.error);
+  CHECK(rc_rpcf(&c, &mi, "[0, 4, 'invalidate_call', [{endpoint: 'lin', args: {n: 7}}]]") == 1 && !mi.error);
   CHECK(mi.result->type == MSGPACK_OBJECT_BOOLEAN && mi.result->via.boolean);
   msg_free(&mi);
-  rq_init(&r);
-  rq_ep_args(&r, 5, "invalidate_call", "lin", 1, "n", 'i', (int64_t)7);
-  CHECK(rc_rpc(&c, &r, &mi) == 1 && !mi.error);
+  CHECK(rc_rpcf(&c, &mi, "[0, 5, 'invalidate_call', [{endpoint: 'lin', args: {n: 7}}]]") == 1 && !mi.error);
   CHECK(mi.result->type == MSGPACK_OBJECT_BOOLEAN && !mi.result->via.boolean);
   msg_free(&mi);
   /* Still leased by this connection: alive, no longer cached. */
@@ -147,14 +136,10 @@ TEST(invalidate_then_call_rebuilds) {
   /* invalidate_endpoint drops every entry of the endpoint. */
   CHECK(rk_call(&c, "lin", "n", 8, &m2) == 1 && !m2.error);
   msg_free(&m2);
-  rq_init(&r);
-  rq_named(&r, 6, "invalidate_endpoint", 1, "endpoint", 's', "lin");
-  CHECK(rc_rpc(&c, &r, &mi) == 1 && !mi.error);
+  CHECK(rc_rpcf(&c, &mi, "[0, 6, 'invalidate_endpoint', [{endpoint: 'lin'}]]") == 1 && !mi.error);
   CHECK(obj_int(mi.result) >= 2);
   msg_free(&mi);
-  rq_init(&r);
-  rq_named(&r, 7, "invalidate_endpoint", 1, "endpoint", 's', "nosuch");
-  CHECK(rc_rpc(&c, &r, &mi) == 1);
+  CHECK(rc_rpcf(&c, &mi, "[0, 7, 'invalidate_endpoint', [{endpoint: 'nosuch'}]]") == 1);
   CHECK_STR_EQ(msg_errname(&mi), "UNKNOWN_ENDPOINT");
   msg_free(&mi);
   msg_free(&m1);
@@ -174,15 +159,9 @@ TEST(release_is_idempotent_and_ensure_live_goes_stale) {
   CHECK(rk_id(&c, "ensure_live", "object_id", oid, &m) == 1 && !m.error);
   CHECK(m.result->type == MSGPACK_OBJECT_BOOLEAN && m.result->via.boolean);
   msg_free(&m);
-  rq_t r;
-  rq_init(&r);
-  rq_named(&r, 8, "ensure_live", 2, "object_id", 'i', (int64_t)oid, "server_id", 's', sid);
-  CHECK(rc_rpc(&c, &r, &m) == 1 && !m.error);
+  CHECK(rc_rpcf(&c, &m, "[0, 8, 'ensure_live', [{object_id: %lld, server_id: '%s'}]]", (long long)oid, sid) == 1 && !m.error);
   msg_free(&m);
-  rq_init(&r);
-  rq_named(&r, 8, "ensure_live", 2, "object_id", 'i', (int64_t)oid, "server_id", 's',
-           "0123456789abcdef0123456789abcdef");
-  CHECK(rc_rpc(&c, &r, &m) == 1);
+  CHECK(rc_rpcf(&c, &m, "[0, 8, 'ensure_live', [{object_id: %lld, server_id: '0123456789abcdef0123456789abcdef'}]]", (long long)oid) == 1);
   CHECK_STR_EQ(msg_errname(&m), "STALE_HANDLE");
   CHECK_CONTAINS(msg_errmsg(&m), "belongs to server 0123456789abcdef");
   msg_free(&m);
@@ -208,14 +187,10 @@ TEST(release_is_idempotent_and_ensure_live_goes_stale) {
   CHECK_EQ_INT(msg_code(&m), 8);
   msg_free(&m);
   /* Bad parameters. */
-  rq_init(&r);
-  rq_named(&r, 9, "release", 1, "object_id", 's', "7");
-  CHECK(rc_rpc(&c, &r, &m) == 1);
+  CHECK(rc_rpcf(&c, &m, "[0, 9, 'release', [{object_id: '7'}]]") == 1);
   CHECK_STR_EQ(msg_errname(&m), "INVALID_ARGUMENT");
   msg_free(&m);
-  rq_init(&r);
-  rq_simple(&r, 10, "release");
-  CHECK(rc_rpc(&c, &r, &m) == 1);
+  CHECK(rc_rpcf(&c, &m, "[0, 10, 'release', []]") == 1);
   CHECK_CONTAINS(msg_errmsg(&m), "'object_id' is required");
   msg_free(&m);
   rc_close(&c);
@@ -256,15 +231,12 @@ TEST(sigkill_gives_the_leases_back) {
   kill(pid, SIGKILL);
   waitpid(pid, NULL, 0);
   double end = stt_now_ms() + 5000;
-  while (info_field(&w, oid, "refcount") != 0 && stt_now_ms() < end) rk_pause_ms(2);
+  while (info_field(&w, oid, "refcount") != 0 && stt_now_ms() < end) stt_sleep_ms(2);
   CHECK_EQ_INT(info_field(&w, oid, "refcount"), 0);
   CHECK_EQ_INT(info_field(&w, oid, "cached"), 1);   /* the cache keeps it */
   /* Uncached now: nothing holds it, it is destroyed. */
-  rq_t r;
   msg_t m;
-  rq_init(&r);
-  rq_ep_args(&r, 4, "invalidate_call", "lin", 1, "n", 'i', (int64_t)9);
-  CHECK(rc_rpc(&w, &r, &m) == 1 && !m.error);
+  CHECK(rc_rpcf(&w, &m, "[0, 4, 'invalidate_call', [{endpoint: 'lin', args: {n: 9}}]]") == 1 && !m.error);
   msg_free(&m);
   CHECK(rk_id(&w, "ensure_live", "object_id", oid, &m) == 1);
   CHECK_STR_EQ(msg_errname(&m), "STALE_HANDLE");
@@ -283,7 +255,7 @@ TEST(disconnect_releases_uncached_objects) {
   CHECK_EQ_INT(info_field(&w, oid, "refcount"), 1);
   rc_close(&c);
   double end = stt_now_ms() + 5000;
-  while (info_field(&w, oid, "refcount") != INT64_MIN && stt_now_ms() < end) rk_pause_ms(2);
+  while (info_field(&w, oid, "refcount") != INT64_MIN && stt_now_ms() < end) stt_sleep_ms(2);
   CHECK_EQ_INT(info_field(&w, oid, "refcount"), INT64_MIN);   /* STALE_HANDLE */
   rc_close(&w);
 }

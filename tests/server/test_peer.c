@@ -8,7 +8,7 @@
 #include <sys/wait.h>
 
 #include "check.h"
-#include "raw.h"
+#include "wire.h"
 
 #define NOBODY 65534
 
@@ -29,10 +29,7 @@ static int as_nobody(const char *socket, int want_auth) {
     if (rc_open(&c, socket) != 0) _exit(11);
     if (!want_auth) _exit(stt_ping(c.fd, 1) == 0 ? 0 : 12);
     /* Even a client that talks first gets the refusal, not a reset. */
-    rq_t r;
-    rq_init(&r);
-    rq_simple(&r, 1, "ping");
-    (void)rc_send_rq(&c, &r);
+    (void)rc_sendf(&c, "[0, 1, 'ping', []]");
     msg_t m;
     if (rc_next(&c, &m, 5000) != 1) _exit(13);
     int ok = m.id == 0 && msg_code(&m) == 10 && strcmp(msg_errname(&m), "AUTH") == 0;

@@ -8,8 +8,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "rpc_kit.h"
-#include "st/errors.h"
+#include "wire.h"
 
 static stt_server_t S;
 
@@ -29,10 +28,7 @@ static void write_b(int version) {
 
 /* reload; the reply in *m (caller frees). */
 static int reload(rc_t *c, msg_t *m) {
-  rq_t r;
-  rq_init(&r);
-  rq_simple(&r, 40, "reload");
-  return rc_rpc(c, &r, m);
+  return rc_rpcf(c, m, "[0, 40, 'reload', []]");
 }
 
 /* The single name of list `key` of a reload reply, or "" (or "<n>" when
@@ -151,12 +147,11 @@ static void *hammer(void *arg) {
   uint32_t id = 0;
   while (!__atomic_load_n(&L->stop, __ATOMIC_RELAXED) || inflight > 0) {
     while (inflight < 8 && !__atomic_load_n(&L->stop, __ATOMIC_RELAXED)) {
-      rq_t r;
-      rq_init(&r);
       id++;
-      if (id % 3 == 0) rq_ep_args(&r, id, "call", "a", 1, "n", 'i', (int64_t)(id % 5));
-      else rq_ep_args(&r, id, "call", "work", 0);
-      if (rc_send_rq(&c, &r) != 0) break;
+      int rc = id % 3 == 0
+                   ? rc_sendf(&c, "[0, %u, 'call', [{endpoint: 'a', args: {n: %u}}]]", id, id % 5)
+                   : rc_sendf(&c, "[0, %u, 'call', [{endpoint: 'work', args: {}}]]", id);
+      if (rc != 0) break;
       L->sent++;
       inflight++;
     }
@@ -210,7 +205,7 @@ TEST(reload_under_load_loses_no_request) {
         good++;
       msg_free(&m);
     }
-    rk_pause_ms(10);   /* spread the reloads over the load */
+    stt_sleep_ms(10);   /* spread the reloads over the load */
   }
   __atomic_store_n(&L1.stop, 1, __ATOMIC_RELAXED);
   __atomic_store_n(&L2.stop, 1, __ATOMIC_RELAXED);

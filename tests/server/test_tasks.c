@@ -7,8 +7,7 @@
 #include <signal.h>
 
 #include "check.h"
-#include "rpc_kit.h"
-#include "st/errors.h"
+#include "wire.h"
 
 static stt_server_t S;
 
@@ -17,11 +16,8 @@ TEST(submit_wait_result_once) {
   CHECK(rc_open(&c, S.socket) == 0);
   uint64_t t = rk_submit(&c, "slow", "s", 0.05);
   CHECK(t > 0);
-  rq_t r;
   msg_t m;
-  rq_init(&r);
-  rq_named(&r, 2, "wait", 2, "task_id", 'i', (int64_t)t, "timeout", 'd', 10.0);
-  CHECK(rc_rpc(&c, &r, &m) == 1 && !m.error);
+  CHECK(rc_rpcf(&c, &m, "[0, 2, 'wait', [{task_id: %lld, timeout: 10.0}]]", (long long)t) == 1 && !m.error);
   CHECK_STR_EQ(obj_str(obj_get(m.result, "status")), "completed");
   CHECK_STR_EQ(obj_str(obj_get(m.result, "endpoint")), "slow");
   CHECK_EQ_INT(obj_int(obj_get(m.result, "id")), t);
@@ -70,15 +66,10 @@ TEST(result_of_unfinished_failed_and_unknown_tasks) {
   CHECK_STR_EQ(msg_errname(&m), "NOT_FOUND");
   msg_free(&m);
   /* submit binds like call. */
-  rq_t r;
-  rq_init(&r);
-  rq_ep_args(&r, 3, "submit", "slow", 1, "nope", 'i', (int64_t)1);
-  CHECK(rc_rpc(&c, &r, &m) == 1);
+  CHECK(rc_rpcf(&c, &m, "[0, 3, 'submit', [{endpoint: 'slow', args: {nope: 1}}]]") == 1);
   CHECK_STR_EQ(msg_errname(&m), "INVALID_ARGUMENT");
   msg_free(&m);
-  rq_init(&r);
-  rq_ep_args(&r, 4, "submit", "nosuch", 0);
-  CHECK(rc_rpc(&c, &r, &m) == 1);
+  CHECK(rc_rpcf(&c, &m, "[0, 4, 'submit', [{endpoint: 'nosuch', args: {}}]]") == 1);
   CHECK_STR_EQ(msg_errname(&m), "UNKNOWN_ENDPOINT");
   msg_free(&m);
   CHECK(rk_wait_status(&c, t, "completed", 5000) == 0);
@@ -140,12 +131,9 @@ TEST(wait_timeout_returns_current_info) {
   rc_t c;
   CHECK(rc_open(&c, S.socket) == 0);
   uint64_t t = rk_submit(&c, "slow", "s", 0.6);
-  rq_t r;
   msg_t m;
   double t0 = stt_now_ms();
-  rq_init(&r);
-  rq_named(&r, 2, "wait", 2, "task_id", 'i', (int64_t)t, "timeout", 'd', 0.05);
-  CHECK(rc_rpc(&c, &r, &m) == 1 && !m.error);
+  CHECK(rc_rpcf(&c, &m, "[0, 2, 'wait', [{task_id: %lld, timeout: 0.05}]]", (long long)t) == 1 && !m.error);
   double took = stt_now_ms() - t0;
   const char *s = obj_str(obj_get(m.result, "status"));
   CHECK(strcmp(s, "running") == 0 || strcmp(s, "pending") == 0);
@@ -155,12 +143,8 @@ TEST(wait_timeout_returns_current_info) {
   /* Waits of several connections end together when the task does. */
   rc_t d;
   CHECK(rc_open(&d, S.socket) == 0);
-  rq_init(&r);
-  rq_named(&r, 3, "wait", 2, "task_id", 'i', (int64_t)t, "timeout", 'i', (int64_t)10);
-  CHECK(rc_send_rq(&d, &r) == 0);
-  rq_init(&r);
-  rq_named(&r, 4, "wait", 1, "task_id", 'i', (int64_t)t);
-  CHECK(rc_rpc(&c, &r, &m) == 1 && !m.error);
+  CHECK(rc_sendf(&d, "[0, 3, 'wait', [{task_id: %lld, timeout: 10}]]", (long long)t) == 0);
+  CHECK(rc_rpcf(&c, &m, "[0, 4, 'wait', [{task_id: %lld}]]", (long long)t) == 1 && !m.error);
   CHECK_STR_EQ(obj_str(obj_get(m.result, "status")), "completed");
   msg_free(&m);
   CHECK(rc_next(&d, &m, 5000) == 1 && !m.error);
@@ -168,9 +152,7 @@ TEST(wait_timeout_returns_current_info) {
   msg_free(&m);
   CHECK(stt_now_ms() - t0 < 3000);
   /* A bad timeout. */
-  rq_init(&r);
-  rq_named(&r, 5, "wait", 2, "task_id", 'i', (int64_t)t, "timeout", 'd', 4000.0);
-  CHECK(rc_rpc(&c, &r, &m) == 1);
+  CHECK(rc_rpcf(&c, &m, "[0, 5, 'wait', [{task_id: %lld, timeout: 4000.0}]]", (long long)t) == 1);
   CHECK_STR_EQ(msg_errname(&m), "INVALID_ARGUMENT");
   msg_free(&m);
   rc_close(&d);
@@ -193,14 +175,11 @@ TEST(progress_shows_in_status) {
       seen = 1;
     }
     msg_free(&m);
-    if (!seen) rk_pause_ms(2);
+    if (!seen) stt_sleep_ms(2);
   }
   CHECK(seen);
-  rq_t r;
   msg_t m;
-  rq_init(&r);
-  rq_named(&r, 2, "wait", 1, "task_id", 'i', (int64_t)t);
-  CHECK(rc_rpc(&c, &r, &m) == 1 && !m.error);
+  CHECK(rc_rpcf(&c, &m, "[0, 2, 'wait', [{task_id: %lld}]]", (long long)t) == 1 && !m.error);
   CHECK_STR_EQ(obj_str(obj_get(m.result, "status")), "completed");
   CHECK(obj_get(m.result, "progress")->via.f64 == 1.0);
   CHECK_STR_EQ(obj_str(obj_get(m.result, "note")), "step 4");
@@ -238,18 +217,13 @@ TEST(task_endpoint_call_and_managed_result) {
   CHECK_EQ_INT(obj_int(obj_get(m.result, "destroyed")), 1);
   msg_free(&m);
   /* tasks, newest first, with a filter. */
-  rq_t r;
-  rq_init(&r);
-  rq_named(&r, 3, "tasks", 1, "status", 's', "completed");
-  CHECK(rc_rpc(&c, &r, &m) == 1 && !m.error);
+  CHECK(rc_rpcf(&c, &m, "[0, 3, 'tasks', [{status: 'completed'}]]") == 1 && !m.error);
   CHECK(m.result->type == MSGPACK_OBJECT_ARRAY && m.result->via.array.size >= 2);
   CHECK_EQ_INT(obj_int(obj_get(&m.result->via.array.ptr[0], "id")), t);
   for (uint32_t i = 0; i < m.result->via.array.size; i++)
     CHECK_STR_EQ(obj_str(obj_get(&m.result->via.array.ptr[i], "status")), "completed");
   msg_free(&m);
-  rq_init(&r);
-  rq_named(&r, 4, "tasks", 1, "status", 's', "done");
-  CHECK(rc_rpc(&c, &r, &m) == 1);
+  CHECK(rc_rpcf(&c, &m, "[0, 4, 'tasks', [{status: 'done'}]]") == 1);
   CHECK_STR_EQ(msg_errname(&m), "INVALID_ARGUMENT");
   msg_free(&m);
   rc_close(&c);
@@ -264,7 +238,7 @@ TEST(finished_tasks_expire_after_the_ttl) {
   CHECK(rc_info_int(&c, "arenas.count") >= 1);   /* the unfetched result */
   double t0 = stt_now_ms();
   double end = t0 + 5000;
-  while (strcmp(rk_status(&c, t), "") != 0 && stt_now_ms() < end) rk_pause_ms(5);
+  while (strcmp(rk_status(&c, t), "") != 0 && stt_now_ms() < end) stt_sleep_ms(5);
   double gone = stt_now_ms() - t0;
   fprintf(stderr, "   task dropped %.0f ms after completion (ttl 1.5 s)\n", gone);
   msg_t m;
@@ -281,17 +255,12 @@ TEST(closing_the_caller_cancels_its_task) {
   rc_t c, w;
   CHECK(rc_open(&c, S.socket) == 0);
   CHECK(rc_open(&w, S.socket) == 0);
-  rq_t r;
-  rq_init(&r);
-  rq_ep_args(&r, 1, "call", "tslow", 0);
-  CHECK(rc_send_rq(&c, &r) == 0);
+  CHECK(rc_sendf(&c, "[0, 1, 'call', [{endpoint: 'tslow', args: {}}]]") == 0);
   CHECK(rc_wait_info(&w, "tasks.running", 1, 5000) == 0);
   rc_close(&c);
   CHECK(rc_wait_info(&w, "tasks.running", 0, 3000) == 0);
   msg_t m;
-  rq_init(&r);
-  rq_named(&r, 2, "tasks", 1, "status", 's', "cancelled");
-  CHECK(rc_rpc(&w, &r, &m) == 1 && !m.error);
+  CHECK(rc_rpcf(&w, &m, "[0, 2, 'tasks', [{status: 'cancelled'}]]") == 1 && !m.error);
   CHECK(m.result->via.array.size >= 1);
   CHECK_STR_EQ(obj_str(obj_get(&m.result->via.array.ptr[0], "endpoint")), "tslow");
   msg_free(&m);
