@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "client_kit.h"
 #include "cli_run.h"
 #include "fixture.h"
 
@@ -241,10 +242,10 @@ TEST(watch_lines_and_rates) {
   /* Five calls between the two samples. */
   st_client_t *c = NULL;
   char err[256];
-  CHECK_EQ_INT(st_client_connect(srv.socket, &c, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st_client_connect(srv.socket, &c, err, sizeof err), ST_OK, err);
   for (int k = 0; c && k < 5; k++) {
     st_result_t *r = NULL;
-    CHECK_EQ_INT(st_client_call(c, "t", NULL, &r), ST_OK);
+    CHECK_RC(st_client_call(c, "t", NULL, &r), ST_OK, c);
     st_result_free(r);
   }
   st_client_close(c);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "client_kit.h"
 #include "fixture.h"
 
 static stt_server_t srv;
@@ -90,15 +91,15 @@ TEST(hello_and_ping) {
   CHECK_STR_EQ(st_client_server_version(c), ST_VERSION_STRING);
   CHECK_EQ_INT(st_client_server_pid(c), srv.pid);
   double rtt = -1;
-  CHECK_EQ_INT(st_client_ping(c, &rtt), ST_OK);
+  CHECK_RC(st_client_ping(c, &rtt), ST_OK, c);
   CHECK(rtt > 0 && rtt < 1e6);
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK);
+  CHECK_RC(st_client_ping(c, NULL), ST_OK, c);
   st_client_close(c);
   /* By device under a base path, as the socket name says. */
   c = NULL;
   char err[256];
-  CHECK_EQ_INT(st_client_connect_device(srv.base, 0, &c, err, sizeof err), ST_OK);
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK);
+  CHECK_ERR_MSG(st_client_connect_device(srv.base, 0, &c, err, sizeof err), ST_OK, err);
+  CHECK_RC(st_client_ping(c, NULL), ST_OK, c);
   st_client_close(c);
 }
 
@@ -219,13 +220,13 @@ TEST(info_and_endpoints) {
   st_client_t *c = connect_to(&srv);
   CHECK(c);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(st_client_info(c, &r), ST_OK);
+  CHECK_RC(st_client_info(c, &r), ST_OK, c);
   const st_value_t *sid = st_value_get(st_result_value(r), "server_id");
   CHECK(sid && sid->kind == ST_VALUE_STRING);
   CHECK_STR_EQ(sid->as.str.ptr, st_client_server_id(c));
   CHECK(num(st_value_get(st_result_value(r), "pid")) == srv.pid);
   st_result_free(r);
-  CHECK_EQ_INT(st_client_endpoints(c, &r), ST_OK);
+  CHECK_RC(st_client_endpoints(c, &r), ST_OK, c);
   const st_value_t *list = st_result_value(r);
   CHECK_EQ_INT(list->kind, ST_VALUE_ARRAY);
   int found = 0;
@@ -261,12 +262,12 @@ TEST(missing_socket_fails_fast) {
   snprintf(path, sizeof path, "%s/none-0.sock", srv.dir);
   st_client_t *c = (st_client_t *)1;
   double t0 = stt_now_ms();
-  CHECK_EQ_INT(st_client_connect(path, &c, err, sizeof err), ST_ERR_IO);
+  CHECK_ERR_MSG(st_client_connect(path, &c, err, sizeof err), ST_ERR_IO, err);
   CHECK(stt_now_ms() - t0 < 200);
   CHECK(c == NULL);
   CHECK_CONTAINS(err, "no server is listening");
   CHECK_CONTAINS(err, path);
-  CHECK_EQ_INT(st_client_connect_device(srv.base, 5, &c, err, sizeof err), ST_ERR_IO);
+  CHECK_ERR_MSG(st_client_connect_device(srv.base, 5, &c, err, sizeof err), ST_ERR_IO, err);
   CHECK_CONTAINS(err, "-5.sock");
 }
 
@@ -274,12 +275,12 @@ TEST(endpoint_errors) {
   st_client_t *c = connect_to(&srv);
   CHECK(c);
   st_result_t *r = (st_result_t *)1;
-  CHECK_EQ_INT(st_client_call(c, "bad", NULL, &r), ST_ERR_ENDPOINT);
+  CHECK_RC(st_client_call(c, "bad", NULL, &r), ST_ERR_ENDPOINT, c);
   CHECK(r == NULL);
   CHECK_STR_EQ(st_client_error_name(c), "ENDPOINT");
   CHECK_CONTAINS(st_client_error(c), "bad.lua:3");
   CHECK_CONTAINS(st_client_error(c), "boom");
-  CHECK_EQ_INT(st_client_call(c, "no_such_endpoint", NULL, &r), ST_ERR_UNKNOWN_ENDPOINT);
+  CHECK_RC(st_client_call(c, "no_such_endpoint", NULL, &r), ST_ERR_UNKNOWN_ENDPOINT, c);
   CHECK_STR_EQ(st_client_error_name(c), "UNKNOWN_ENDPOINT");
   const char *wrong_type[] = {"n=abc", NULL};
   CHECK(call_words(c, "t", wrong_type) == NULL);
@@ -288,9 +289,9 @@ TEST(endpoint_errors) {
   CHECK(call_words(c, "t", unknown) == NULL);
   CHECK_STR_EQ(st_client_error_name(c), "INVALID_ARGUMENT");
   CHECK_CONTAINS(st_client_error(c), "zzz");
-  CHECK_EQ_INT(st_client_rpc(c, "no_such_method", NULL, &r), ST_ERR_UNKNOWN_METHOD);
+  CHECK_RC(st_client_rpc(c, "no_such_method", NULL, &r), ST_ERR_UNKNOWN_METHOD, c);
   /* None of these cost the connection. */
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK);
+  CHECK_RC(st_client_ping(c, NULL), ST_OK, c);
   st_client_close(c);
 }
 
@@ -300,16 +301,16 @@ TEST(timeout) {
   st_client_set_timeout(c, 200);
   st_result_t *r = NULL;
   double t0 = stt_now_ms();
-  CHECK_EQ_INT(st_client_call(c, "slow", NULL, &r), ST_ERR_TIMEOUT);
+  CHECK_RC(st_client_call(c, "slow", NULL, &r), ST_ERR_TIMEOUT, c);
   double took = stt_now_ms() - t0;
   CHECK(took >= 190 && took < 1000);
   CHECK_STR_EQ(st_client_error_name(c), "TIMEOUT");
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_ERR_IO);
+  CHECK_RC(st_client_ping(c, NULL), ST_ERR_IO, c);
   st_client_close(c);
   /* The server serves everyone else meanwhile. */
   c = connect_to(&srv);
   CHECK(c);
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK);
+  CHECK_RC(st_client_ping(c, NULL), ST_OK, c);
   st_client_close(c);
 }
 
@@ -440,7 +441,7 @@ TEST(results_survive_sigkill_and_calls_fail_fast) {
   int status;
   waitpid(s2.pid, &status, 0);
   s2.pid = -1;
-  CHECK_EQ_INT(rc, ST_ERR_IO);
+  CHECK_RC(rc, ST_ERR_IO, c2);
   CHECK_STR_EQ(st_client_error(c2), "connection closed by the server");
   CHECK(took < 1500);
   CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
@@ -450,7 +451,7 @@ TEST(results_survive_sigkill_and_calls_fail_fast) {
   for (int i = 0; i < 4; i++) CHECK(st_tensor_get(w, i) == 1.0);
   ((float *)w->data)[0] = 3;
   CHECK(st_tensor_get(w, 0) == 3);
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_ERR_IO);
+  CHECK_RC(st_client_ping(c, NULL), ST_ERR_IO, c);
   st_result_free(r);
   st_client_close(c);
   st_client_close(c2);

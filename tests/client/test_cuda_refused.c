@@ -67,7 +67,7 @@ TEST(cuda_reply_without_a_device_is_capability) {
   st_client_t *c = connect_fake();
   CHECK(c);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(st_client_call(c, "one", NULL, &r), ST_ERR_CAPABILITY);
+  CHECK_RC(st_client_call(c, "one", NULL, &r), ST_ERR_CAPABILITY, c);
   CHECK(r == NULL);
   fprintf(stderr, "   %s\n", st_client_error(c));
   CHECK_STR_EQ(st_client_error_name(c), "CAPABILITY");
@@ -77,8 +77,8 @@ TEST(cuda_reply_without_a_device_is_capability) {
   CHECK_EQ_INT(mapped, mapped0);
   /* The connection is fine and a second refusal says the same. */
   double rtt;
-  CHECK_EQ_INT(st_client_ping(c, &rtt), ST_OK);
-  CHECK_EQ_INT(st_client_call(c, "one", NULL, &r), ST_ERR_CAPABILITY);
+  CHECK_RC(st_client_ping(c, &rtt), ST_OK, c);
+  CHECK_RC(st_client_call(c, "one", NULL, &r), ST_ERR_CAPABILITY, c);
   CHECK(strncmp(st_client_error(c), "no CUDA device: ", 16) == 0);
   st_client_close(c);
   CHECK_EQ_INT(fake_wait_idle(&fs, 2000), 0);
@@ -93,7 +93,7 @@ TEST(cpu_arena_of_a_refused_reply_is_unmapped) {
   st_client_t *c = connect_fake();
   CHECK(c);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(st_client_call(c, "mixed", NULL, &r), ST_ERR_CAPABILITY);
+  CHECK_RC(st_client_call(c, "mixed", NULL, &r), ST_ERR_CAPABILITY, c);
   CHECK(r == NULL);
   CHECK_CONTAINS(st_client_error(c), "arena 601 is on " UUID);
   st_open_cache_stats(&mapped, NULL);
@@ -112,7 +112,7 @@ TEST(legacy_arena_is_capability) {
   st_result_t *r = NULL;
   int rc = st_client_call(c, "legacy", NULL, &r);
   if (rc != ST_ERR_CAPABILITY) fprintf(stderr, "   %s\n", st_client_error(c));
-  CHECK_EQ_INT(rc, ST_ERR_CAPABILITY);
+  CHECK_RC(rc, ST_ERR_CAPABILITY, c);
   CHECK(r == NULL);
   CHECK_CONTAINS(st_client_error(c),
                  "legacy CUDA IPC arenas are for PyTorch's rebuild_cuda_tensor; use ipc = vmm");

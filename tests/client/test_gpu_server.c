@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "client_kit.h"
 #include "fixture.h"
 #include "mem/cuda.h"
 
@@ -92,7 +93,7 @@ TEST(values_equal_the_cpu_backend) {
     CHECK(tc);
     CHECK(tg->device == ST_DEVICE_CUDA && tc->device == ST_DEVICE_CPU);
     int ordinal = -1;
-    CHECK_EQ_INT(st__cuda_device_by_uuid(tg->device_uuid, &ordinal, err, sizeof err), ST_OK);
+    CHECK_ERR_MSG(st__cuda_device_by_uuid(tg->device_uuid, &ordinal, err, sizeof err), ST_OK, err);
     CHECK_EQ_INT(tg->device_index, ordinal);
     CHECK_EQ_INT(tg->dtype, tc->dtype);
     CHECK_EQ_INT(tg->ndim, tc->ndim);
@@ -159,9 +160,9 @@ TEST(a_cached_object_is_mapped_once_and_shared) {
   CHECK(ta->device == ST_DEVICE_CUDA && ta->data == tb->data);
   char err[256];
   float v = 777.0f;
-  CHECK_EQ_INT(st__cuda_copy_to_device((uint64_t)(uintptr_t)ta->data, &v, 4, ta->device_index,
-                                       err, sizeof err),
-               ST_OK);
+  CHECK_ERR_MSG(st__cuda_copy_to_device((uint64_t)(uintptr_t)ta->data, &v, 4, ta->device_index,
+                                        err, sizeof err),
+                ST_OK, err);
   pid_t pid = spawn_child();
   CHECK(pid > 0);
   int st = 0;
@@ -199,24 +200,24 @@ TEST(memory_returns_after_release_and_free) {
   st_result_t *w = call(client, "managed", NULL);
   CHECK(w);
   st_object_info_t o;
-  CHECK_EQ_INT(st_result_object(w, &o), ST_OK);
-  CHECK_EQ_INT(st_client_release(client, o.id, NULL, NULL, NULL), ST_OK);
+  CHECK_ERR(st_result_object(w, &o), ST_OK);
+  CHECK_RC(st_client_release(client, o.id, NULL, NULL, NULL), ST_OK, client);
   st_result_free(w);
   uint64_t base, during, after;
   char err[256];
-  CHECK_EQ_INT(st__cuda_mem_info(0, &base, NULL, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__cuda_mem_info(0, &base, NULL, err, sizeof err), ST_OK, err);
   st_result_t *r = call(client, "managed", "n=16777216"); /* 64 MiB */
   CHECK(r);
-  CHECK_EQ_INT(st__cuda_mem_info(0, &during, NULL, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__cuda_mem_info(0, &during, NULL, err, sizeof err), ST_OK, err);
   CHECK(during + 64 * MiB <= base);
   CHECK(st_tensor_get(st_result_tensor(r, 0), 16777215) == 0.0);
-  CHECK_EQ_INT(st_result_object(r, &o), ST_OK);
+  CHECK_ERR(st_result_object(r, &o), ST_OK);
   CHECK(o.lease);
   int released = 0, destroyed = 0;
-  CHECK_EQ_INT(st_client_release(client, o.id, &released, &destroyed, NULL), ST_OK);
+  CHECK_RC(st_client_release(client, o.id, &released, &destroyed, NULL), ST_OK, client);
   CHECK(released && destroyed);
   /* The server let go; this process still maps it. */
-  CHECK_EQ_INT(st__cuda_mem_info(0, &after, NULL, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__cuda_mem_info(0, &after, NULL, err, sizeof err), ST_OK, err);
   CHECK(after + 64 * MiB <= base);
   st_result_free(r);
   after = free_memory_reaching(base - 4 * MiB);
@@ -237,7 +238,7 @@ TEST(plain_result_outlives_sigkill) {
   const st_tensor_t *t = st_result_tensor(r, 0);
   float *h = malloc(t->nbytes);
   CHECK(h);
-  CHECK_EQ_INT(st_tensor_copy_to_host(t, h, t->nbytes), ST_OK);
+  CHECK_ERR(st_tensor_copy_to_host(t, h, t->nbytes), ST_OK);
   long bad = 0;
   for (int64_t i = 0; i < t->numel; i++)
     if (h[i] != (float)i) bad++;
@@ -245,9 +246,9 @@ TEST(plain_result_outlives_sigkill) {
   CHECK_EQ_INT(bad, 0);
   char err[256];
   float v = -9.5f;
-  CHECK_EQ_INT(st__cuda_copy_to_device((uint64_t)(uintptr_t)t->data + 20, &v, 4, t->device_index,
-                                       err, sizeof err),
-               ST_OK);
+  CHECK_ERR_MSG(st__cuda_copy_to_device((uint64_t)(uintptr_t)t->data + 20, &v, 4, t->device_index,
+                                        err, sizeof err),
+                ST_OK, err);
   CHECK(st_tensor_get(t, 5) == -9.5);
   CHECK(st_tensor_get(t, 6) == 6.0);
   st_result_free(r);

@@ -128,20 +128,20 @@ TEST(submit_sends_endpoint_and_args) {
   st_args_t *a = st_args_new();
   st_args_int(a, "n", 3);
   uint64_t task = 99;
-  CHECK_EQ_INT(st_client_submit(c, "slow", a, &task), ST_OK);
+  CHECK_RC(st_client_submit(c, "slow", a, &task), ST_OK, c);
   CHECK_EQ_INT(task, 7);
   CHECK_STR_EQ(last_method, "submit");
   CHECK_STR_EQ(last_params, "{\"endpoint\"=>\"slow\", \"args\"=>{\"n\"=>3}}");
-  CHECK_EQ_INT(st_client_submit(c, "slow", NULL, &task), ST_OK);
+  CHECK_RC(st_client_submit(c, "slow", NULL, &task), ST_OK, c);
   CHECK_STR_EQ(last_params, "{\"endpoint\"=>\"slow\", \"args\"=>{}}");
   malformed = 1;
-  CHECK_EQ_INT(st_client_submit(c, "slow", NULL, &task), ST_ERR_PROTOCOL);
+  CHECK_RC(st_client_submit(c, "slow", NULL, &task), ST_ERR_PROTOCOL, c);
   malformed = 0;
   CHECK_EQ_INT(task, 0);
   CHECK_CONTAINS(st_client_error(c), "no task_id");
-  CHECK_EQ_INT(st_client_submit(c, "", NULL, &task), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_submit(c, "slow", NULL, NULL), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK);
+  CHECK_RC(st_client_submit(c, "", NULL, &task), ST_ERR_INVALID_ARGUMENT, c);
+  CHECK_RC(st_client_submit(c, "slow", NULL, NULL), ST_ERR_INVALID_ARGUMENT, c);
+  CHECK_RC(st_client_ping(c, NULL), ST_OK, c);
   st_args_free(a);
   st_client_close(c);
 }
@@ -150,7 +150,7 @@ TEST(status_and_cancel_give_task_info) {
   st_client_t *c = connect_fake(&fs);
   CHECK(c);
   st_result_t *info = NULL;
-  CHECK_EQ_INT(st_client_task_status(c, 7, &info), ST_OK);
+  CHECK_RC(st_client_task_status(c, 7, &info), ST_OK, c);
   CHECK_STR_EQ(last_method, "status");
   CHECK_STR_EQ(last_params, "{\"task_id\"=>7}");
   const st_value_t *v = st_result_value(info);
@@ -160,18 +160,18 @@ TEST(status_and_cancel_give_task_info) {
   CHECK(st_value_get(v, "progress")->as.number == 0.25);
   CHECK_EQ_INT(st_value_get(v, "completed_at")->kind, ST_VALUE_NIL);
   st_object_info_t o;
-  CHECK_EQ_INT(st_result_object(info, &o), ST_ERR_NOT_FOUND);
+  CHECK_ERR(st_result_object(info, &o), ST_ERR_NOT_FOUND);
   st_result_free(info);
-  CHECK_EQ_INT(st_client_task_status(c, 8, &info), ST_ERR_NOT_FOUND);
+  CHECK_RC(st_client_task_status(c, 8, &info), ST_ERR_NOT_FOUND, c);
   CHECK(info == NULL);
   CHECK_STR_EQ(st_client_error_name(c), "NOT_FOUND");
   CHECK_STR_EQ(st_client_error(c), "no task 8");
-  CHECK_EQ_INT(st_client_task_cancel(c, 7, &info), ST_OK);
+  CHECK_RC(st_client_task_cancel(c, 7, &info), ST_OK, c);
   CHECK_STR_EQ(last_method, "cancel");
   CHECK_STR_EQ(last_params, "{\"task_id\"=>7}");
   CHECK_STR_EQ(str_of(st_value_get(st_result_value(info), "status")), "cancelled");
   st_result_free(info);
-  CHECK_EQ_INT(st_client_task_cancel(c, 7, NULL), ST_OK); /* info not wanted */
+  CHECK_RC(st_client_task_cancel(c, 7, NULL), ST_OK, c); /* info not wanted */
   st_client_close(c);
 }
 
@@ -179,23 +179,23 @@ TEST(wait_sends_its_timeout_and_outlasts_the_client_limit) {
   st_client_t *c = connect_fake(&fs);
   CHECK(c);
   st_result_t *info = NULL;
-  CHECK_EQ_INT(st_client_task_wait(c, 7, 0.25, &info), ST_OK);
+  CHECK_RC(st_client_task_wait(c, 7, 0.25, &info), ST_OK, c);
   CHECK_STR_EQ(last_method, "wait");
   CHECK_STR_EQ(last_params, "{\"task_id\"=>7, \"timeout\"=>0.250000}");
   CHECK_STR_EQ(str_of(st_value_get(st_result_value(info), "status")), "completed");
   st_result_free(info);
-  CHECK_EQ_INT(st_client_task_wait(c, 7, -1, &info), ST_OK);
+  CHECK_RC(st_client_task_wait(c, 7, -1, &info), ST_OK, c);
   CHECK_STR_EQ(last_params, "{\"task_id\"=>7}"); /* the server's default */
   st_result_free(info);
-  CHECK_EQ_INT(st_client_task_wait(c, 7, NAN, &info), ST_ERR_INVALID_ARGUMENT);
+  CHECK_RC(st_client_task_wait(c, 7, NAN, &info), ST_ERR_INVALID_ARGUMENT, c);
   /* The server answers after 400 ms, within the wait's 1 s: a client
    * limit of 200 ms must not cut the wait short. */
   st_client_set_timeout(c, 200);
   wait_delay_ms = 400;
-  CHECK_EQ_INT(st_client_task_wait(c, 7, 1.0, &info), ST_OK);
+  CHECK_RC(st_client_task_wait(c, 7, 1.0, &info), ST_OK, c);
   wait_delay_ms = 0;
   st_result_free(info);
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK);
+  CHECK_RC(st_client_ping(c, NULL), ST_OK, c);
   st_client_close(c);
 }
 
@@ -203,7 +203,7 @@ TEST(task_result_maps_like_call_and_names_the_object) {
   st_client_t *c = connect_fake(&fs);
   CHECK(c);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(st_client_task_result(c, 7, &r), ST_OK);
+  CHECK_RC(st_client_task_result(c, 7, &r), ST_OK, c);
   CHECK_STR_EQ(last_method, "result");
   CHECK_STR_EQ(last_params, "{\"task_id\"=>7}");
   const st_tensor_t *t = st_result_find(r, "");
@@ -212,7 +212,7 @@ TEST(task_result_maps_like_call_and_names_the_object) {
   CHECK_EQ_INT(st_result_value(r)->kind, ST_VALUE_TENSOR); /* the value, unwrapped */
   st_object_info_t o;
   memset(&o, 0, sizeof o);
-  CHECK_EQ_INT(st_result_object(r, &o), ST_OK);
+  CHECK_ERR(st_result_object(r, &o), ST_OK);
   CHECK_EQ_INT(o.id, 42);
   CHECK_STR_EQ(o.server_id, st_client_server_id(c));
   CHECK_STR_EQ(o.cache_key, "k:3");
@@ -223,27 +223,27 @@ TEST(task_result_maps_like_call_and_names_the_object) {
   CHECK_EQ_INT(o.refcount, 2);
   CHECK_EQ_INT(o.bytes, 4096);
   st_client_close(c);
-  CHECK_EQ_INT(st_result_object(r, &o), ST_OK); /* borrowed from r, not c */
+  CHECK_ERR(st_result_object(r, &o), ST_OK); /* borrowed from r, not c */
   CHECK_STR_EQ(o.cache_key, "k:3");
   st_result_free(r);
 
   c = connect_fake(&fs);
   CHECK(c);
-  CHECK_EQ_INT(st_client_task_result(c, 8, &r), ST_OK); /* plain: no object */
-  CHECK_EQ_INT(st_result_object(r, &o), ST_ERR_NOT_FOUND);
-  CHECK_EQ_INT(st_result_object(r, NULL), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_result_object(NULL, &o), ST_ERR_INVALID_ARGUMENT);
+  CHECK_RC(st_client_task_result(c, 8, &r), ST_OK, c); /* plain: no object */
+  CHECK_ERR(st_result_object(r, &o), ST_ERR_NOT_FOUND);
+  CHECK_ERR(st_result_object(r, NULL), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_result_object(NULL, &o), ST_ERR_INVALID_ARGUMENT);
   st_result_free(r);
-  CHECK_EQ_INT(st_client_call(c, "x", NULL, &r), ST_OK);
-  CHECK_EQ_INT(st_result_object(r, &o), ST_ERR_NOT_FOUND);
+  CHECK_RC(st_client_call(c, "x", NULL, &r), ST_OK, c);
+  CHECK_ERR(st_result_object(r, &o), ST_ERR_NOT_FOUND);
   st_result_free(r);
-  CHECK_EQ_INT(st_client_task_result(c, 9, &r), ST_ERR_ENDPOINT);
+  CHECK_RC(st_client_task_result(c, 9, &r), ST_ERR_ENDPOINT, c);
   CHECK(r == NULL);
   CHECK_STR_EQ(st_client_error(c), "slow.lua:3: boom");
-  CHECK_EQ_INT(st_client_task_result(c, 10, &r), ST_ERR_PROTOCOL);
+  CHECK_RC(st_client_task_result(c, 10, &r), ST_ERR_PROTOCOL, c);
   CHECK(r == NULL);
   CHECK_CONTAINS(st_client_error(c), "'object' has no id");
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK); /* the stream stayed in step */
+  CHECK_RC(st_client_ping(c, NULL), ST_OK, c); /* the stream stayed in step */
   st_client_close(c);
 }
 
@@ -251,13 +251,13 @@ TEST(tasks_with_and_without_a_filter) {
   st_client_t *c = connect_fake(&fs);
   CHECK(c);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(st_client_tasks(c, NULL, &r), ST_OK);
+  CHECK_RC(st_client_tasks(c, NULL, &r), ST_OK, c);
   CHECK_STR_EQ(last_method, "tasks");
   CHECK_STR_EQ(last_params, "none");
   CHECK_EQ_INT(st_result_value(r)->kind, ST_VALUE_ARRAY);
   CHECK_EQ_INT(st_result_value(r)->as.array.len, 2);
   st_result_free(r);
-  CHECK_EQ_INT(st_client_tasks(c, "running", &r), ST_OK);
+  CHECK_RC(st_client_tasks(c, "running", &r), ST_OK, c);
   CHECK_STR_EQ(last_params, "{\"status\"=>\"running\"}");
   st_result_free(r);
   st_client_close(c);
@@ -268,24 +268,24 @@ TEST(release_reads_its_three_fields) {
   CHECK(c);
   int released = -1, destroyed = -1;
   int64_t refcount = -1;
-  CHECK_EQ_INT(st_client_release(c, 42, &released, &destroyed, &refcount), ST_OK);
+  CHECK_RC(st_client_release(c, 42, &released, &destroyed, &refcount), ST_OK, c);
   CHECK_STR_EQ(last_method, "release");
   CHECK_STR_EQ(last_params, "{\"object_id\"=>42}");
   CHECK_EQ_INT(released, 1);
   CHECK_EQ_INT(destroyed, 0);
   CHECK_EQ_INT(refcount, 1);
-  CHECK_EQ_INT(st_client_release(c, 42, NULL, NULL, NULL), ST_OK);
+  CHECK_RC(st_client_release(c, 42, NULL, NULL, NULL), ST_OK, c);
   malformed = 1;
-  CHECK_EQ_INT(st_client_release(c, 42, &released, &destroyed, &refcount), ST_ERR_PROTOCOL);
+  CHECK_RC(st_client_release(c, 42, &released, &destroyed, &refcount), ST_ERR_PROTOCOL, c);
   malformed = 0;
   CHECK_EQ_INT(released, 0);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(st_client_object_info(c, 42, &r), ST_OK);
+  CHECK_RC(st_client_object_info(c, 42, &r), ST_OK, c);
   CHECK_STR_EQ(last_method, "object_info");
   CHECK_STR_EQ(last_params, "{\"object_id\"=>42}");
   CHECK_STR_EQ(str_of(st_value_get(st_result_value(r), "endpoint")), "lin");
   st_result_free(r);
-  CHECK_EQ_INT(st_client_objects(c, &r), ST_OK);
+  CHECK_RC(st_client_objects(c, &r), ST_OK, c);
   CHECK_STR_EQ(last_method, "objects");
   CHECK_EQ_INT(st_result_value(r)->kind, ST_VALUE_ARRAY);
   st_result_free(r);
@@ -298,22 +298,22 @@ TEST(invalidation_and_reload) {
   st_args_t *a = st_args_new();
   st_args_int(a, "n", 1);
   int dropped = -1;
-  CHECK_EQ_INT(st_client_invalidate_call(c, "lin", a, &dropped), ST_OK);
+  CHECK_RC(st_client_invalidate_call(c, "lin", a, &dropped), ST_OK, c);
   CHECK_STR_EQ(last_method, "invalidate_call");
   CHECK_STR_EQ(last_params, "{\"endpoint\"=>\"lin\", \"args\"=>{\"n\"=>1}}");
   CHECK_EQ_INT(dropped, 1);
   malformed = 1;
-  CHECK_EQ_INT(st_client_invalidate_call(c, "lin", a, &dropped), ST_ERR_PROTOCOL);
+  CHECK_RC(st_client_invalidate_call(c, "lin", a, &dropped), ST_ERR_PROTOCOL, c);
   malformed = 0;
   st_args_free(a);
   int64_t count = -1;
-  CHECK_EQ_INT(st_client_invalidate_endpoint(c, "lin", &count), ST_OK);
+  CHECK_RC(st_client_invalidate_endpoint(c, "lin", &count), ST_OK, c);
   CHECK_STR_EQ(last_method, "invalidate_endpoint");
   CHECK_STR_EQ(last_params, "{\"endpoint\"=>\"lin\"}");
   CHECK_EQ_INT(count, 3);
-  CHECK_EQ_INT(st_client_invalidate_endpoint(c, NULL, &count), ST_ERR_INVALID_ARGUMENT);
+  CHECK_RC(st_client_invalidate_endpoint(c, NULL, &count), ST_ERR_INVALID_ARGUMENT, c);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(st_client_reload(c, &r), ST_OK);
+  CHECK_RC(st_client_reload(c, &r), ST_OK, c);
   CHECK_STR_EQ(last_method, "reload");
   const st_value_t *ok = st_value_get(st_result_value(r), "ok");
   CHECK(ok && ok->kind == ST_VALUE_BOOL && !ok->as.boolean);
@@ -327,19 +327,19 @@ TEST(ensure_live_asks_with_the_server_id) {
   CHECK(c);
   char want[160];
   snprintf(want, sizeof want, "{\"object_id\"=>1, \"server_id\"=>\"%s\"}", st_client_server_id(c));
-  CHECK_EQ_INT(st_client_ensure_live(c, 1, NULL), ST_OK);
+  CHECK_RC(st_client_ensure_live(c, 1, NULL), ST_OK, c);
   CHECK_STR_EQ(last_method, "ensure_live");
   CHECK_STR_EQ(last_params, want);
-  CHECK_EQ_INT(st_client_ensure_live(c, 1, st_client_server_id(c)), ST_OK);
-  CHECK_EQ_INT(st_client_ensure_live(c, 2, NULL), ST_ERR_STALE_HANDLE);
+  CHECK_RC(st_client_ensure_live(c, 1, st_client_server_id(c)), ST_OK, c);
+  CHECK_RC(st_client_ensure_live(c, 2, NULL), ST_ERR_STALE_HANDLE, c);
   CHECK_STR_EQ(st_client_error_name(c), "STALE_HANDLE");
   CHECK_STR_EQ(st_client_error(c), "object 2 is gone");
   /* A handle of another server process is stale without asking. */
   int before = fs.requests;
-  CHECK_EQ_INT(st_client_ensure_live(c, 1, "another-server"), ST_ERR_STALE_HANDLE);
+  CHECK_RC(st_client_ensure_live(c, 1, "another-server"), ST_ERR_STALE_HANDLE, c);
   CHECK_EQ_INT(fs.requests, before);
   CHECK_CONTAINS(st_client_error(c), "belongs to server another-server");
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK);
+  CHECK_RC(st_client_ping(c, NULL), ST_OK, c);
   st_client_close(c);
 }
 
@@ -350,11 +350,11 @@ TEST(ensure_live_reconnects_a_broken_connection) {
   st_client_set_timeout(c, 50);
   wait_delay_ms = 300;
   st_result_t *info = NULL;
-  CHECK_EQ_INT(st_client_task_wait(c, 7, 0.0, &info), ST_ERR_TIMEOUT);
+  CHECK_RC(st_client_task_wait(c, 7, 0.0, &info), ST_ERR_TIMEOUT, c);
   wait_delay_ms = 0;
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_ERR_IO);
-  CHECK_EQ_INT(st_client_ensure_live(c, 1, NULL), ST_OK);
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK); /* usable again */
+  CHECK_RC(st_client_ping(c, NULL), ST_ERR_IO, c);
+  CHECK_RC(st_client_ensure_live(c, 1, NULL), ST_OK, c);
+  CHECK_RC(st_client_ping(c, NULL), ST_OK, c); /* usable again */
   st_client_close(c);
 }
 
@@ -363,17 +363,17 @@ TEST(ensure_live_with_the_server_gone_fails_fast) {
   fake_start(&f2);
   st_client_t *c = connect_fake(&f2);
   CHECK(c);
-  CHECK_EQ_INT(st_client_ensure_live(c, 1, NULL), ST_OK);
+  CHECK_RC(st_client_ensure_live(c, 1, NULL), ST_OK, c);
   fake_stop(&f2); /* closes our connection and removes the socket */
   double t0 = stt_now_ms();
-  CHECK_EQ_INT(st_client_ensure_live(c, 1, NULL), ST_ERR_IO);
+  CHECK_RC(st_client_ensure_live(c, 1, NULL), ST_ERR_IO, c);
   CHECK(stt_now_ms() - t0 < 1000);
   char want[200];
   snprintf(want, sizeof want, "server at %s is not running", f2.path);
   CHECK_CONTAINS(st_client_error(c), want);
   /* And again, on the already broken connection. */
   t0 = stt_now_ms();
-  CHECK_EQ_INT(st_client_ensure_live(c, 1, NULL), ST_ERR_IO);
+  CHECK_RC(st_client_ensure_live(c, 1, NULL), ST_ERR_IO, c);
   CHECK(stt_now_ms() - t0 < 1000);
   CHECK_CONTAINS(st_client_error(c), "is not running");
   st_client_close(c);
@@ -382,20 +382,20 @@ TEST(ensure_live_with_the_server_gone_fails_fast) {
 TEST(null_arguments) {
   st_result_t *r = (st_result_t *)1;
   uint64_t id = 5;
-  CHECK_EQ_INT(st_client_submit(NULL, "x", NULL, &id), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_task_status(NULL, 1, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_submit(NULL, "x", NULL, &id), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_task_status(NULL, 1, &r), ST_ERR_INVALID_ARGUMENT);
   CHECK(r == NULL);
-  CHECK_EQ_INT(st_client_task_wait(NULL, 1, 1, &r), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_task_result(NULL, 1, &r), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_task_cancel(NULL, 1, NULL), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_tasks(NULL, NULL, &r), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_release(NULL, 1, NULL, NULL, NULL), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_object_info(NULL, 1, &r), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_ensure_live(NULL, 1, NULL), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_objects(NULL, &r), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_invalidate_call(NULL, "x", NULL, NULL), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_invalidate_endpoint(NULL, "x", NULL), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_reload(NULL, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_task_wait(NULL, 1, 1, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_task_result(NULL, 1, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_task_cancel(NULL, 1, NULL), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_tasks(NULL, NULL, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_release(NULL, 1, NULL, NULL, NULL), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_object_info(NULL, 1, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_ensure_live(NULL, 1, NULL), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_objects(NULL, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_invalidate_call(NULL, "x", NULL, NULL), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_invalidate_endpoint(NULL, "x", NULL), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_reload(NULL, &r), ST_ERR_INVALID_ARGUMENT);
 }
 
 int main(void) {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "client_kit.h"
 #include "fixture.h"
 
 static stt_server_t srv;
@@ -74,7 +75,7 @@ TEST(alloc_gives_a_zeroed_shareable_tensor) {
   st_result_t *r = NULL;
   char err[256];
   int64_t shape[2] = {3, 5};
-  CHECK_EQ_INT(st_tensor_alloc("cpu", ST_DTYPE_INT32, 2, shape, &r, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st_tensor_alloc("cpu", ST_DTYPE_INT32, 2, shape, &r, err, sizeof err), ST_OK, err);
   const st_tensor_t *t = st_result_tensor(r, 0);
   CHECK(t && t->numel == 15 && t->nbytes == 60 && t->strides[0] == 5 && t->strides[1] == 1);
   CHECK(t->device == ST_DEVICE_CPU && t->device_index == -1);
@@ -83,12 +84,12 @@ TEST(alloc_gives_a_zeroed_shareable_tensor) {
   CHECK(zero);
   CHECK(st_result_value(r)->kind == ST_VALUE_TENSOR);
   st_result_free(r);
-  CHECK_EQ_INT(st_tensor_alloc("gpu", ST_DTYPE_INT32, 2, shape, &r, err, sizeof err),
-               ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st_tensor_alloc("gpu", ST_DTYPE_INT32, 2, shape, &r, err, sizeof err),
+                ST_ERR_INVALID_ARGUMENT, err);
   CHECK_CONTAINS(err, "cuda:N");
   int64_t bad[1] = {-1};
-  CHECK_EQ_INT(st_tensor_alloc("cpu", ST_DTYPE_INT32, 1, bad, &r, err, sizeof err),
-               ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st_tensor_alloc("cpu", ST_DTYPE_INT32, 1, bad, &r, err, sizeof err),
+                ST_ERR_INVALID_ARGUMENT, err);
 }
 
 TEST(scale_writes_into_the_callers_memory) {
@@ -97,12 +98,12 @@ TEST(scale_writes_into_the_callers_memory) {
   const st_tensor_t *t = st_result_tensor(x, 0);
   st_args_t *a = st_args_new();
   char err[256];
-  CHECK_EQ_INT(st_args_tensor(a, "x", t, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st_args_tensor(a, "x", t, err, sizeof err), ST_OK, err);
   st_args_float(a, "k", 3.0);
   st_result_t *r = NULL;
   int rc = st_client_call(cli, "scale", a, &r);
   report("scale", rc);
-  CHECK_EQ_INT(rc, ST_OK);
+  CHECK_RC(rc, ST_OK, cli);
   /* in place: the caller's own pointer sees the endpoint's writes */
   float *p = t->data;
   CHECK(p[0] == 0.0f && p[1] == 3.0f && p[5] == 15.0f);
@@ -116,7 +117,7 @@ TEST(scale_writes_into_the_callers_memory) {
   /* a second call with the same argument map scales again */
   st_result_free(r);
   r = NULL;
-  CHECK_EQ_INT(st_client_call(cli, "scale", a, &r), ST_OK);
+  CHECK_RC(st_client_call(cli, "scale", a, &r), ST_OK, cli);
   CHECK(p[5] == 45.0f);
   st_result_free(r);
   st_args_free(a);
@@ -136,11 +137,11 @@ TEST(views_pass_with_their_offset_and_strides) {
   view.strides = vst;
   st_args_t *a = st_args_new();
   char err[256];
-  CHECK_EQ_INT(st_args_tensor(a, "x", &view, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st_args_tensor(a, "x", &view, err, sizeof err), ST_OK, err);
   st_result_t *r = NULL;
   int rc = st_client_call(cli, "shape", a, &r);
   report("shape", rc);
-  CHECK_EQ_INT(rc, ST_OK);
+  CHECK_RC(rc, ST_OK, cli);
   const st_value_t *v = r ? st_result_value(r) : NULL;
   const st_value_t *sh = st_value_get(v, "shape"), *sd = st_value_get(v, "stride");
   CHECK(sh && sh->kind == ST_VALUE_ARRAY && sh->as.array.len == 2 &&
@@ -155,9 +156,9 @@ TEST(views_pass_with_their_offset_and_strides) {
 
   /* echo returns the view itself: same geometry, same memory */
   a = st_args_new();
-  CHECK_EQ_INT(st_args_tensor(a, "value", &view, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st_args_tensor(a, "value", &view, err, sizeof err), ST_OK, err);
   r = NULL;
-  CHECK_EQ_INT(st_client_call(cli, "echo", a, &r), ST_OK);
+  CHECK_RC(st_client_call(cli, "echo", a, &r), ST_OK, cli);
   const st_tensor_t *e = r ? st_result_tensor(r, 0) : NULL;
   CHECK(e && e->ndim == 2 && e->shape[0] == 6 && e->strides[1] == 6);
   CHECK(e && st_tensor_get(e, 1) == 12.0);   /* element [0][1] = row 2, col 0 */
@@ -174,15 +175,16 @@ TEST(declared_dtype_and_device_are_enforced) {
   st_args_t *a = st_args_new();
   st_args_tensor(a, "x", st_result_tensor(f32, 0), err, sizeof err);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(st_client_call(cli, "sum64", a, &r), ST_ERR_INVALID_ARGUMENT);
-  CHECK_CONTAINS(st_client_error(cli), "argument 'x' has dtype float32; the endpoint wants float64");
-  CHECK_EQ_INT(st_client_call(cli, "gpu_only", a, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_RC(st_client_call(cli, "sum64", a, &r), ST_ERR_INVALID_ARGUMENT, cli);
+  CHECK_CONTAINS(st_client_error(cli),
+                 "argument 'x' has dtype float32; the endpoint wants float64");
+  CHECK_RC(st_client_call(cli, "gpu_only", a, &r), ST_ERR_INVALID_ARGUMENT, cli);
   CHECK_CONTAINS(st_client_error(cli), "argument 'x' is on cpu; the endpoint wants cuda");
   st_args_free(a);
 
   a = st_args_new();
   st_args_tensor(a, "x", st_result_tensor(f64, 0), err, sizeof err);
-  CHECK_EQ_INT(st_client_call(cli, "sum64", a, &r), ST_OK);
+  CHECK_RC(st_client_call(cli, "sum64", a, &r), ST_OK, cli);
   CHECK(r && num_of(st_result_value(r)) == 6.0);
   st_result_free(r);
   r = NULL;
@@ -191,10 +193,10 @@ TEST(declared_dtype_and_device_are_enforced) {
   /* a plain value where a tensor is declared, and no tensor at all */
   a = st_args_new();
   st_args_int(a, "x", 3);
-  CHECK_EQ_INT(st_client_call(cli, "sum64", a, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_RC(st_client_call(cli, "sum64", a, &r), ST_ERR_INVALID_ARGUMENT, cli);
   CHECK_CONTAINS(st_client_error(cli), "argument 'x' must be tensor, got integer");
   st_args_free(a);
-  CHECK_EQ_INT(st_client_call(cli, "sum64", NULL, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_RC(st_client_call(cli, "sum64", NULL, &r), ST_ERR_INVALID_ARGUMENT, cli);
   CHECK_CONTAINS(st_client_error(cli), "missing required argument 'x'");
   st_result_free(f32);
   st_result_free(f64);
@@ -208,21 +210,21 @@ TEST(only_shareable_memory_passes) {
                    .device = ST_DEVICE_CPU, .device_index = -1, .device_uuid = ""};
   st_args_t *a = st_args_new();
   char err[256] = "";
-  CHECK_EQ_INT(st_args_tensor(a, "x", &t, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st_args_tensor(a, "x", &t, err, sizeof err), ST_ERR_INVALID_ARGUMENT, err);
   CHECK_CONTAINS(err, "was not allocated with st_tensor_alloc");
   /* a tensor running past the end of its allocation */
   st_result_t *x = counting(1, shape, ST_DTYPE_FLOAT32);
   st_tensor_t over = *st_result_tensor(x, 0);
   int64_t big[1] = {1 << 20};
   over.shape = big;
-  CHECK_EQ_INT(st_args_tensor(a, "x", &over, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st_args_tensor(a, "x", &over, err, sizeof err), ST_ERR_INVALID_ARGUMENT, err);
   /* a server's result is not an own allocation either */
   st_result_t *r = NULL;
   st_args_t *e = st_args_new();
   st_args_tensor(e, "value", st_result_tensor(x, 0), err, sizeof err);
-  CHECK_EQ_INT(st_client_call(cli, "echo", e, &r), ST_OK);
-  CHECK_EQ_INT(st_args_tensor(a, "x", st_result_tensor(r, 0), err, sizeof err),
-               ST_ERR_INVALID_ARGUMENT);
+  CHECK_RC(st_client_call(cli, "echo", e, &r), ST_OK, cli);
+  CHECK_ERR_MSG(st_args_tensor(a, "x", st_result_tensor(r, 0), err, sizeof err),
+                ST_ERR_INVALID_ARGUMENT, err);
   st_result_free(r);
   st_args_free(e);
   st_args_free(a);
@@ -236,14 +238,14 @@ TEST(caching_endpoints_and_other_methods_refuse_tensors) {
   st_args_t *a = st_args_new();
   st_args_tensor(a, "x", st_result_tensor(x, 0), err, sizeof err);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(st_client_call(cli, "cached", a, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_RC(st_client_call(cli, "cached", a, &r), ST_ERR_INVALID_ARGUMENT, cli);
   CHECK_CONTAINS(st_client_error(cli), "cannot be part of a key");
   int dropped = 0;
-  CHECK_EQ_INT(st_client_invalidate_call(cli, "cached", a, &dropped), ST_ERR_INVALID_ARGUMENT);
+  CHECK_RC(st_client_invalidate_call(cli, "cached", a, &dropped), ST_ERR_INVALID_ARGUMENT, cli);
   CHECK_CONTAINS(st_client_error(cli), "tensor arguments go only to call and submit");
-  CHECK_EQ_INT(st_client_rpc(cli, "ping", a, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_RC(st_client_rpc(cli, "ping", a, &r), ST_ERR_INVALID_ARGUMENT, cli);
   /* the connection is fine afterwards */
-  CHECK_EQ_INT(st_client_ping(cli, NULL), ST_OK);
+  CHECK_RC(st_client_ping(cli, NULL), ST_OK, cli);
   st_args_free(a);
   st_result_free(x);
 }
@@ -259,13 +261,13 @@ TEST(submit_carries_tensor_arguments) {
   uint64_t id = 0;
   int rc = st_client_submit(cli, "scale", a, &id);
   report("submit", rc);
-  CHECK_EQ_INT(rc, ST_OK);
+  CHECK_RC(rc, ST_OK, cli);
   st_args_free(a);   /* the task keeps the server's mapping alive */
   st_result_t *info = NULL;
-  CHECK_EQ_INT(st_client_task_wait(cli, id, 5, &info), ST_OK);
+  CHECK_RC(st_client_task_wait(cli, id, 5, &info), ST_OK, cli);
   st_result_free(info);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(st_client_task_result(cli, id, &r), ST_OK);
+  CHECK_RC(st_client_task_result(cli, id, &r), ST_OK, cli);
   CHECK(((float *)t->data)[2] == -2.0f);
   st_result_free(r);
   st_result_free(x);
@@ -273,7 +275,7 @@ TEST(submit_carries_tensor_arguments) {
 
 TEST(the_server_counts_the_descriptors) {
   st_result_t *info = NULL;
-  CHECK_EQ_INT(st_client_info(cli, &info), ST_OK);
+  CHECK_RC(st_client_info(cli, &info), ST_OK, cli);
   const st_value_t *c = st_value_get(st_result_value(info), "counters");
   CHECK(num_of(st_value_get(c, "fds_received")) >= 8);
   st_result_free(info);

@@ -170,7 +170,7 @@ TEST(open_cache_maps_one_allocation_once) {
   uint64_t reused0, reused;
   st_open_cache_stats(&mapped0, &reused0);
   st_result_t *r1 = NULL, *r2 = NULL;
-  CHECK_EQ_INT(call_scenario(c, SC_SAME_ARENA_TWICE, &r1), ST_OK);
+  CHECK_ERR(call_scenario(c, SC_SAME_ARENA_TWICE, &r1), ST_OK);
   st_open_cache_stats(&mapped, &reused);
   CHECK_EQ_INT(mapped, mapped0 + 1);
   CHECK_EQ_INT(reused, reused0 + 1);
@@ -179,14 +179,14 @@ TEST(open_cache_maps_one_allocation_once) {
   CHECK((char *)b->data == (char *)a->data + 16);
   CHECK_EQ_INT(st_tensor_get(b, 0), 4);
   /* A second result naming the same allocation shares the mapping. */
-  CHECK_EQ_INT(call_scenario(c, SC_SAME_ARENA_TWICE, &r2), ST_OK);
+  CHECK_ERR(call_scenario(c, SC_SAME_ARENA_TWICE, &r2), ST_OK);
   st_open_cache_stats(&mapped, &reused);
   CHECK_EQ_INT(mapped, mapped0 + 1);
   CHECK_EQ_INT(reused, reused0 + 3);
   CHECK(st_result_find(r2, "a")->data == a->data);
   /* The same key naming another file is another allocation. */
   st_result_t *r3 = NULL;
-  CHECK_EQ_INT(call_scenario(c, SC_SAME_ID_OTHER_FILE, &r3), ST_OK);
+  CHECK_ERR(call_scenario(c, SC_SAME_ID_OTHER_FILE, &r3), ST_OK);
   st_open_cache_stats(&mapped, &reused);
   CHECK_EQ_INT(mapped, mapped0 + 2);
   CHECK_EQ_INT(reused, reused0 + 3);
@@ -207,7 +207,7 @@ TEST(descriptors_follow_the_fd_index) {
   st_client_t *c = connect_fake();
   CHECK(c);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(call_scenario(c, SC_SWAPPED_FDS, &r), ST_OK);
+  CHECK_ERR(call_scenario(c, SC_SWAPPED_FDS, &r), ST_OK);
   CHECK_EQ_INT(st_result_tensor_count(r), 2);
   CHECK_STR_EQ(st_result_tensor(r, 0)->name, "0");
   CHECK_STR_EQ(st_result_tensor(r, 1)->name, "1");
@@ -221,7 +221,7 @@ TEST(strided_view) {
   st_client_t *c = connect_fake();
   CHECK(c);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(call_scenario(c, SC_STRIDED, &r), ST_OK);
+  CHECK_ERR(call_scenario(c, SC_STRIDED, &r), ST_OK);
   const st_tensor_t *t = st_result_find(r, "");
   CHECK(t);
   CHECK_EQ_INT(t->numel, 4);
@@ -278,7 +278,7 @@ TEST(empty_arena) {
   st_client_t *c = connect_fake();
   CHECK(c);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(call_scenario(c, SC_EMPTY_ARENA, &r), ST_OK);
+  CHECK_ERR(call_scenario(c, SC_EMPTY_ARENA, &r), ST_OK);
   const st_tensor_t *t = st_result_find(r, "");
   CHECK(t && t->numel == 0 && t->nbytes == 0);
   CHECK(isnan(st_tensor_get(t, 0)));
@@ -290,7 +290,7 @@ TEST(module_value) {
   st_client_t *c = connect_fake();
   CHECK(c);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(call_scenario(c, SC_MODULE, &r), ST_OK);
+  CHECK_ERR(call_scenario(c, SC_MODULE, &r), ST_OK);
   CHECK_EQ_INT(st_result_tensor_count(r), 2);
   const st_tensor_t *w = st_result_find(r, "m.weight"), *b = st_result_find(r, "m.bias");
   CHECK(w && b);
@@ -316,7 +316,7 @@ TEST(notifications_are_skipped) {
   st_client_t *c = connect_fake();
   CHECK(c);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(call_scenario(c, SC_NOTIFY_FIRST, &r), ST_OK);
+  CHECK_ERR(call_scenario(c, SC_NOTIFY_FIRST, &r), ST_OK);
   CHECK_EQ_INT(st_result_value(r)->kind, ST_VALUE_INT);
   CHECK_EQ_INT(st_result_value(r)->as.integer, 42);
   st_result_free(r);
@@ -327,12 +327,12 @@ TEST(server_error_by_name) {
   st_client_t *c = connect_fake();
   CHECK(c);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(call_scenario(c, SC_ERROR_BY_NAME, &r), ST_ERR_BUSY);
+  CHECK_ERR(call_scenario(c, SC_ERROR_BY_NAME, &r), ST_ERR_BUSY);
   CHECK_STR_EQ(st_client_error_name(c), "BUSY");
   CHECK_STR_EQ(st_client_error(c), "too many requests in flight");
   /* Unknown methods keep the connection. */
-  CHECK_EQ_INT(st_client_rpc(c, "nope", NULL, &r), ST_ERR_UNKNOWN_METHOD);
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK);
+  CHECK_RC(st_client_rpc(c, "nope", NULL, &r), ST_ERR_UNKNOWN_METHOD, c);
+  CHECK_RC(st_client_ping(c, NULL), ST_OK, c);
   st_client_close(c);
 }
 
@@ -342,15 +342,15 @@ TEST(stream_errors_close_the_connection) {
   st_client_t *c = connect_fake();
   CHECK(c);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(call_scenario(c, SC_MISSING_FD, &r), ST_ERR_PROTOCOL);
+  CHECK_ERR(call_scenario(c, SC_MISSING_FD, &r), ST_ERR_PROTOCOL);
   CHECK_CONTAINS(st_client_error(c), "names 1 arenas but carries 0 descriptors");
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_ERR_IO);
+  CHECK_RC(st_client_ping(c, NULL), ST_ERR_IO, c);
   CHECK_CONTAINS(st_client_error(c), "the connection is closed");
   st_client_close(c);
 
   c = connect_fake();
   CHECK(c);
-  CHECK_EQ_INT(call_scenario(c, SC_WRONG_ID, &r), ST_ERR_PROTOCOL);
+  CHECK_ERR(call_scenario(c, SC_WRONG_ID, &r), ST_ERR_PROTOCOL);
   CHECK_CONTAINS(st_client_error(c), "answered request");
   st_client_close(c);
   CHECK_EQ_INT(fake_wait_idle(&fs, 2000), 0);
@@ -362,11 +362,11 @@ TEST(server_gone_mid_reply) {
   CHECK(c);
   st_result_t *r = NULL;
   double t0 = stt_now_ms();
-  CHECK_EQ_INT(call_scenario(c, SC_CUT_OFF, &r), ST_ERR_IO);
+  CHECK_ERR(call_scenario(c, SC_CUT_OFF, &r), ST_ERR_IO);
   CHECK(stt_now_ms() - t0 < 2000);
   CHECK_STR_EQ(st_client_error(c), "connection closed by the server");
   CHECK_STR_EQ(st_client_error_name(c), "IO");
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_ERR_IO);
+  CHECK_RC(st_client_ping(c, NULL), ST_ERR_IO, c);
   st_client_close(c);
 }
 
@@ -376,12 +376,12 @@ TEST(timeout) {
   st_client_set_timeout(c, 200);
   st_result_t *r = NULL;
   double t0 = stt_now_ms();
-  CHECK_EQ_INT(call_scenario(c, SC_SILENT, &r), ST_ERR_TIMEOUT);
+  CHECK_ERR(call_scenario(c, SC_SILENT, &r), ST_ERR_TIMEOUT);
   double took = stt_now_ms() - t0;
   CHECK(took >= 190 && took < 1000);
   CHECK_STR_EQ(st_client_error_name(c), "TIMEOUT");
   CHECK_CONTAINS(st_client_error(c), "200 ms");
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_ERR_IO); /* closed: the reply would be out of step */
+  CHECK_RC(st_client_ping(c, NULL), ST_ERR_IO, c); /* closed: the reply would be out of step */
   st_client_close(c);
 }
 
@@ -414,20 +414,20 @@ TEST(connect_refusals) {
   fake_start(&f2);
   st_client_t *c = (st_client_t *)1;
   char err[256] = "";
-  CHECK_EQ_INT(st_client_connect(f2.path, &c, err, sizeof err), ST_ERR_AUTH);
+  CHECK_ERR_MSG(st_client_connect(f2.path, &c, err, sizeof err), ST_ERR_AUTH, err);
   CHECK(c == NULL);
   CHECK_CONTAINS(err, "uid 4242 is not allowed");
   fake_stop(&f2);
 
   fake_server_t f3 = {.on_request = old_hello, .hello_custom = 1};
   fake_start(&f3);
-  CHECK_EQ_INT(st_client_connect(f3.path, &c, err, sizeof err), ST_ERR_PROTOCOL);
+  CHECK_ERR_MSG(st_client_connect(f3.path, &c, err, sizeof err), ST_ERR_PROTOCOL, err);
   CHECK_CONTAINS(err, "the server speaks protocol 0, this client needs 1");
   fake_stop(&f3);
 
   fake_server_t f4 = {.on_request = newer_client, .hello_custom = 1};
   fake_start(&f4);
-  CHECK_EQ_INT(st_client_connect(f4.path, &c, err, sizeof err), ST_ERR_PROTOCOL);
+  CHECK_ERR_MSG(st_client_connect(f4.path, &c, err, sizeof err), ST_ERR_PROTOCOL, err);
   CHECK_CONTAINS(err, "newer than the server");
   fake_stop(&f4);
 }
@@ -436,7 +436,8 @@ TEST(connect_missing_socket) {
   st_client_t *c = (st_client_t *)1;
   char err[256] = "";
   double t0 = stt_now_ms();
-  CHECK_EQ_INT(st_client_connect("/nonexistent-dir/st-0.sock", &c, err, sizeof err), ST_ERR_IO);
+  CHECK_ERR_MSG(st_client_connect("/nonexistent-dir/st-0.sock", &c, err, sizeof err),
+                ST_ERR_IO, err);
   CHECK(stt_now_ms() - t0 < 100);
   CHECK(c == NULL);
   CHECK_CONTAINS(err, "cannot connect to /nonexistent-dir/st-0.sock: no server is listening");
@@ -444,27 +445,28 @@ TEST(connect_missing_socket) {
   char longp[300];
   memset(longp, 'a', sizeof longp - 1);
   longp[sizeof longp - 1] = '\0';
-  CHECK_EQ_INT(st_client_connect(longp, &c, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_connect_device(longp, 0, &c, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st_client_connect(longp, &c, err, sizeof err), ST_ERR_INVALID_ARGUMENT, err);
+  CHECK_ERR_MSG(st_client_connect_device(longp, 0, &c, err, sizeof err),
+                ST_ERR_INVALID_ARGUMENT, err);
 }
 
 TEST(socket_paths) {
   char p[64];
-  CHECK_EQ_INT(st_socket_path("/run/st", 3, p, sizeof p), ST_OK);
+  CHECK_ERR(st_socket_path("/run/st", 3, p, sizeof p), ST_OK);
   CHECK_STR_EQ(p, "/run/st-3.sock");
   setenv("SHARED_TENSOR_BASE_PATH", "/tmp/envbase", 1);
-  CHECK_EQ_INT(st_socket_path(NULL, 0, p, sizeof p), ST_OK);
+  CHECK_ERR(st_socket_path(NULL, 0, p, sizeof p), ST_OK);
   CHECK_STR_EQ(p, "/tmp/envbase-0.sock");
   unsetenv("SHARED_TENSOR_BASE_PATH");
-  CHECK_EQ_INT(st_socket_path(NULL, 1, p, sizeof p), ST_OK);
+  CHECK_ERR(st_socket_path(NULL, 1, p, sizeof p), ST_OK);
   CHECK_STR_EQ(p, "/tmp/shared-tensor-1.sock");
-  CHECK_EQ_INT(st_socket_path("/x", 0, p, 5), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_socket_path("/x", -1, p, sizeof p), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_socket_path("/x", 0, p, 5), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_socket_path("/x", -1, p, sizeof p), ST_ERR_INVALID_ARGUMENT);
 }
 
 TEST(null_arguments) {
   st_result_t *r = (st_result_t *)1;
-  CHECK_EQ_INT(st_client_call(NULL, "x", NULL, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_call(NULL, "x", NULL, &r), ST_ERR_INVALID_ARGUMENT);
   CHECK(r == NULL);
   st_client_close(NULL);
   st_result_free(NULL);
@@ -475,8 +477,8 @@ TEST(null_arguments) {
   CHECK(isnan(st_tensor_get(NULL, 0)));
   st_client_t *c = connect_fake();
   CHECK(c);
-  CHECK_EQ_INT(st_client_call(c, "", NULL, &r), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_call(c, NULL, NULL, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_RC(st_client_call(c, "", NULL, &r), ST_ERR_INVALID_ARGUMENT, c);
+  CHECK_RC(st_client_call(c, NULL, NULL, &r), ST_ERR_INVALID_ARGUMENT, c);
   st_client_close(c);
 }
 

@@ -490,6 +490,22 @@ static inline int proc_fd_count(pid_t pid) {
   return n;
 }
 
+/* Polls (5 s at most) until process pid holds at most (above = 0) or at
+ * least (above = 1) n descriptors: a server closes them asynchronously,
+ * after its reply. 0, or -1 (said on stderr). */
+static inline int proc_fd_count_reaches(pid_t pid, int n, int above) {
+  double end = stt_now_ms() + 5000;
+  int now = proc_fd_count(pid);
+  while (!(above ? now >= n : now <= n) && stt_now_ms() < end) {
+    stt_sleep_ms(1);
+    now = proc_fd_count(pid);
+  }
+  if (above ? now >= n : now <= n) return 0;
+  fprintf(stderr, "   process %d holds %d descriptors, expected %s %d\n", (int)pid, now,
+          above ? "at least" : "at most", n);
+  return -1;
+}
+
 /* ------------------------------------------------------------- methods */
 
 /* One request with an id-like parameter (task_id, object_id), reply in *m. */

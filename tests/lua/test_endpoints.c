@@ -38,21 +38,21 @@ TEST(they_load) {
   if (errs) fprintf(stderr, "%s\n", errs);
   free(errs);
   st__errlist_clear(&l);
-  CHECK_EQ_INT(rc, ST_OK);
+  CHECK_ERR(rc, ST_OK);
   CHECK(gen->nendpoints >= 4);
   for (size_t i = 0; i < gen->nendpoints; i++) CHECK(gen->endpoints[i].doc != NULL);
   char err[1024];
-  CHECK_EQ_INT(st__vm_new(gen, 0, &vm, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__vm_new(gen, 0, &vm, err, sizeof err), ST_OK, err);
 }
 
 TEST(make_tensor) {
   CHECK(vm != NULL);
   st__build_result_t res;
   char err[1024];
-  CHECK_EQ_INT(build_defaults("make_tensor", NULL, 0, &res, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(build_defaults("make_tensor", NULL, 0, &res, err, sizeof err), ST_OK, err);
   msgpack_unpacked up;
   st__tensor_desc_t d;
-  CHECK_EQ_INT(st__parse_tensor(kit_value(&res, &up), &d, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__parse_tensor(kit_value(&res, &up), &d, err, sizeof err), ST_OK, err);
   CHECK_EQ_INT(d.ndim, 2);
   CHECK_EQ_INT(d.shape[0] * d.shape[1], 32);
   CHECK(kit_elem(&res, &d, 31) == 31);
@@ -64,17 +64,18 @@ TEST(load_linear) {
   CHECK(vm != NULL);
   st__build_result_t res;
   char err[1024];
-  CHECK_EQ_INT(build_defaults("load_linear", "output_dim", 2, &res, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(build_defaults("load_linear", "output_dim", 2, &res, err, sizeof err), ST_OK, err);
   CHECK_EQ_INT(res.narenas, 1);
   msgpack_unpacked up, pl;
   msgpack_unpacked_init(&pl);
   const msgpack_object *tensors, *meta;
-  CHECK_EQ_INT(st__parse_module(kit_value(&res, &up), &pl, &tensors, &meta, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__parse_module(kit_value(&res, &up), &pl, &tensors, &meta, err, sizeof err),
+                ST_OK, err);
   CHECK_EQ_INT(tensors->via.array.size, 2);
   st__tensor_desc_t w;
   CHECK(st__str_eq(&tensors->via.array.ptr[1].via.array.ptr[0], "weight"));
-  CHECK_EQ_INT(st__parse_tensor(&tensors->via.array.ptr[1].via.array.ptr[1], &w, err, sizeof err),
-               ST_OK);
+  CHECK_ERR_MSG(st__parse_tensor(&tensors->via.array.ptr[1].via.array.ptr[1], &w, err, sizeof err),
+                ST_OK, err);
   CHECK_EQ_INT(w.shape[0], 2);
   CHECK_EQ_INT(w.shape[1], 16);
   msgpack_unpacked_destroy(&pl);
@@ -86,16 +87,16 @@ TEST(echo_and_hello) {
   CHECK(vm != NULL);
   st__build_result_t res;
   char err[1024];
-  CHECK_EQ_INT(build_defaults("echo", "value", 42, &res, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(build_defaults("echo", "value", 42, &res, err, sizeof err), ST_OK, err);
   msgpack_unpacked up;
   CHECK_EQ_INT(kit_int(kit_value(&res, &up)), 42);
   msgpack_unpacked_destroy(&up);
   st__build_result_destroy(&res);
-  CHECK_EQ_INT(build_defaults("hello", NULL, 0, &res, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(build_defaults("hello", NULL, 0, &res, err, sizeof err), ST_OK, err);
   const msgpack_object *v = kit_value(&res, &up);
   CHECK(st__str_eq(st__map_get(v, "message"), "hello, world"));
   st__tensor_desc_t d;
-  CHECK_EQ_INT(st__parse_tensor(st__map_get(v, "numbers"), &d, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__parse_tensor(st__map_get(v, "numbers"), &d, err, sizeof err), ST_OK, err);
   CHECK_EQ_INT(d.dtype, ST_DTYPE_INT64);
   CHECK(kit_elem(&res, &d, 9) == 9);
   msgpack_unpacked_destroy(&up);

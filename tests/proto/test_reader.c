@@ -68,7 +68,7 @@ static int drain(st__reader_t *r, st__message_t *m, int *n, int max) {
 
 TEST(each_message_type) {
   st__reader_t r;
-  CHECK_EQ_INT(st__reader_init(&r, 1 << 20), ST_OK);
+  CHECK_ERR(st__reader_init(&r, 1 << 20), ST_OK);
   msgpack_sbuffer sb;
   msgpack_sbuffer_init(&sb);
   msgpack_packer pk;
@@ -81,7 +81,7 @@ TEST(each_message_type) {
   st__pack_notification_head(&pk, "n");
   msgpack_pack_array(&pk, 1);
   msgpack_pack_map(&pk, 0);
-  CHECK_EQ_INT(st__reader_feed(&r, sb.data, sb.size), ST_OK);
+  CHECK_ERR(st__reader_feed(&r, sb.data, sb.size), ST_OK);
   msgpack_sbuffer_destroy(&sb);
 
   st__message_t m;
@@ -130,16 +130,16 @@ TEST(split_at_every_byte) {
     st__reader_t r;
     st__message_t m[4];
     int n = 0;
-    CHECK_EQ_INT(st__reader_init(&r, 1 << 20), ST_OK);
+    CHECK_ERR(st__reader_init(&r, 1 << 20), ST_OK);
     /* First part through reserve/commit, second through feed. */
     char *buf;
     size_t cap;
-    CHECK_EQ_INT(st__reader_reserve(&r, k, &buf, &cap), ST_OK);
+    CHECK_ERR(st__reader_reserve(&r, k, &buf, &cap), ST_OK);
     CHECK(cap >= k);
     memcpy(buf, sb.data, k);
     st__reader_commit(&r, k);
     CHECK_EQ_INT(drain(&r, m, &n, 4), 0);
-    CHECK_EQ_INT(st__reader_feed(&r, sb.data + k, sb.size - k), ST_OK);
+    CHECK_ERR(st__reader_feed(&r, sb.data + k, sb.size - k), ST_OK);
     CHECK_EQ_INT(drain(&r, m, &n, 4), 0);
     CHECK_EQ_INT(n, 3);
     CHECK(three_ok(m));
@@ -164,9 +164,9 @@ TEST(one_byte_at_a_time_and_pending) {
   st__reader_t r;
   st__message_t m[4];
   int n = 0;
-  CHECK_EQ_INT(st__reader_init(&r, 1 << 20), ST_OK);
+  CHECK_ERR(st__reader_init(&r, 1 << 20), ST_OK);
   for (size_t i = 0; i < sb.size; i++) {
-    CHECK_EQ_INT(st__reader_feed(&r, sb.data + i, 1), ST_OK);
+    CHECK_ERR(st__reader_feed(&r, sb.data + i, 1), ST_OK);
     CHECK_EQ_INT(drain(&r, m, &n, 4), 0);
     if (i + 1 < first) {
       CHECK_EQ_INT(n, 0);
@@ -210,12 +210,12 @@ TEST(garbage_is_protocol) {
   /* A good message before the garbage is still delivered. */
   st__reader_t r;
   st__message_t m;
-  CHECK_EQ_INT(st__reader_init(&r, 1 << 20), ST_OK);
+  CHECK_ERR(st__reader_init(&r, 1 << 20), ST_OK);
   st__reader_feed(&r, "\x94\x00\x01\xa1x\x90\xc1\x94", 8);
   CHECK_EQ_INT(st__reader_next(&r, &m, why, sizeof why), 1);
   CHECK_EQ_INT(m.id, 1);
   st__message_destroy(&m);
-  CHECK_EQ_INT(st__reader_next(&r, &m, why, sizeof why), ST_ERR_PROTOCOL);
+  CHECK_ERR_MSG(st__reader_next(&r, &m, why, sizeof why), ST_ERR_PROTOCOL, why);
   CHECK_CONTAINS(why, "msgpack");
   st__reader_destroy(&r);
 }
@@ -247,7 +247,7 @@ TEST(bad_shapes_are_protocol) {
   /* A response with a map error is fine. */
   st__reader_t r;
   st__message_t m;
-  CHECK_EQ_INT(st__reader_init(&r, 1 << 20), ST_OK);
+  CHECK_ERR(st__reader_init(&r, 1 << 20), ST_OK);
   st__reader_feed(&r, "\x94\x01\x06\x80\xc0", 5);
   CHECK_EQ_INT(st__reader_next(&r, &m, why, sizeof why), 1);
   CHECK_EQ_INT(m.error.type, MSGPACK_OBJECT_MAP);
@@ -269,7 +269,7 @@ TEST(nesting_limit) {
   unsigned char b[64];
   st__reader_t r;
   st__message_t m;
-  CHECK_EQ_INT(st__reader_init(&r, 1 << 20), ST_OK);
+  CHECK_ERR(st__reader_init(&r, 1 << 20), ST_OK);
   st__reader_feed(&r, b, pack_nested(b, 30));
   CHECK_EQ_INT(st__reader_next(&r, &m, why, sizeof why), 1);
   st__message_destroy(&m);
@@ -285,11 +285,11 @@ TEST(limit_on_declared_size) {
                                 0xdb, 0x40, 0x00, 0x00, 0x00};
   st__reader_t r;
   st__message_t m;
-  CHECK_EQ_INT(st__reader_init(&r, 1 << 20), ST_OK);
+  CHECK_ERR(st__reader_init(&r, 1 << 20), ST_OK);
   st__reader_feed(&r, head, sizeof head - 1);
   CHECK_EQ_INT(st__reader_next(&r, &m, why, sizeof why), 0);
   st__reader_feed(&r, head + sizeof head - 1, 1);
-  CHECK_EQ_INT(st__reader_next(&r, &m, why, sizeof why), ST_ERR_LIMIT);
+  CHECK_ERR_MSG(st__reader_next(&r, &m, why, sizeof why), ST_ERR_LIMIT, why);
   CHECK_EQ_INT(m.id, 3);
   CHECK_CONTAINS(why, "limit");
   /* Slow bytes that follow are dropped, not buffered. */
@@ -297,7 +297,7 @@ TEST(limit_on_declared_size) {
   memset(junk, 'x', sizeof junk);
   for (int i = 0; i < 1024; i++) st__reader_feed(&r, junk, sizeof junk);
   CHECK(r.up.used + r.up.free < (64u << 10));
-  CHECK_EQ_INT(st__reader_next(&r, &m, why, sizeof why), ST_ERR_LIMIT);
+  CHECK_ERR_MSG(st__reader_next(&r, &m, why, sizeof why), ST_ERR_LIMIT, why);
   st__reader_destroy(&r);
 
   /* An array32 announcing 2^32-1 elements: 5 bytes, refused at once (msgpack
@@ -326,7 +326,7 @@ TEST(limit_on_buffered_bytes) {
   }
   st__reader_t r;
   st__message_t m;
-  CHECK_EQ_INT(st__reader_init(&r, max), ST_OK);
+  CHECK_ERR(st__reader_init(&r, max), ST_OK);
   size_t fed = 0;
   int rc = 0;
   while (fed < sb.size && rc == 0) {
@@ -335,7 +335,7 @@ TEST(limit_on_buffered_bytes) {
     rc = st__reader_next(&r, &m, why, sizeof why);
     if (rc == 0) CHECK(st__reader_pending(&r) <= max);
   }
-  CHECK_EQ_INT(rc, ST_ERR_LIMIT);
+  CHECK_ERR(rc, ST_ERR_LIMIT);
   CHECK_EQ_INT(m.id, 4);
   CHECK(fed <= max);
   st__reader_destroy(&r);
@@ -360,7 +360,7 @@ TEST(limit_boundary) {
     CHECK_EQ_INT(sb.size, max + (size_t)extra);
     st__reader_t r;
     st__message_t m;
-    CHECK_EQ_INT(st__reader_init(&r, max), ST_OK);
+    CHECK_ERR(st__reader_init(&r, max), ST_OK);
     st__reader_feed(&r, sb.data, sb.size);
     CHECK_EQ_INT(st__reader_next(&r, &m, why, sizeof why), extra ? ST_ERR_LIMIT : 1);
     st__message_destroy(&m);
@@ -387,7 +387,7 @@ TEST(messages_outlive_buffer_changes) {
   free(body);
   st__reader_t r;
   st__message_t m, m2;
-  CHECK_EQ_INT(st__reader_init(&r, 4u << 20), ST_OK);
+  CHECK_ERR(st__reader_init(&r, 4u << 20), ST_OK);
   for (size_t off = 0; off < sb.size; off += 65536) {
     size_t n = sb.size - off < 65536 ? sb.size - off : 65536;
     st__reader_feed(&r, sb.data + off, n);
@@ -446,7 +446,7 @@ TEST(ext_and_every_scalar_frame) {
   }
   st__reader_t r;
   st__message_t m;
-  CHECK_EQ_INT(st__reader_init(&r, 1 << 20), ST_OK);
+  CHECK_ERR(st__reader_init(&r, 1 << 20), ST_OK);
   for (size_t i = 0; i < sb.size; i++) {
     st__reader_feed(&r, sb.data + i, 1);
     int rc = st__reader_next(&r, &m, why, sizeof why);

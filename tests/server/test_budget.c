@@ -54,7 +54,7 @@ TEST(lru_eviction_then_out_of_memory) {
    * cached d is not evicted for nothing. */
   int64_t refused0 = rc_info_int(&c, "counters.budget_refusals");
   CHECK(rk_call(&c, "held", "n", 6000, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "OUT_OF_MEMORY");
+  CHECK_REPLY(&m, ST_ERR_OUT_OF_MEMORY, NULL);
   CHECK_CONTAINS(msg_errmsg(&m), "object of 6000 bytes does not fit the cpu budget of 10000 "
                                  "bytes (5990 bytes held by leases)");
   msg_free(&m);
@@ -64,7 +64,7 @@ TEST(lru_eviction_then_out_of_memory) {
   CHECK(rc_wait_info(&c, "arenas.count", 2, 5000) == 0);   /* the refused one is gone */
   /* Larger than the whole budget. */
   CHECK(rk_call(&c, "blob", "n", 20000, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "OUT_OF_MEMORY");
+  CHECK_REPLY(&m, ST_ERR_OUT_OF_MEMORY, NULL);
   msg_free(&m);
   /* The lease goes back: now it fits (d is evicted). */
   rc_close(&h);

@@ -343,8 +343,7 @@ TEST(vmm_memory_in_a_legacy_result_is_refused) {
   CHECK(rc_open(&c, S.socket) == 0);
   msg_t m;
   CHECK(rc_call(&c, "leg_vmm", NULL, 0, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "ENDPOINT");
-  CHECK_CONTAINS(msg_errmsg(&m), "not a legacy IPC allocation");
+  CHECK_REPLY(&m, ST_ERR_ENDPOINT, "not a legacy IPC allocation");
   msg_free(&m);
   CHECK(rc_call(&c, "leg_copied", NULL, 0, &m) == 1 && !m.error);
   CHECK_EQ_INT(c.nfds, 0);

@@ -251,6 +251,7 @@ TEST(client_fds_are_closed) {
     CHECK(st__str_eq(m.result, "pong"));
     msg_free(&m);
   }
+  CHECK(proc_fd_count_reaches(S.pid, before, 0) == 0);
   CHECK_EQ_INT(proc_fd_count(S.pid), before);
   CHECK_EQ_INT(rc_info_int(&c, "counters.fds_received"), before_count + 20);
   rc_close(&c);

@@ -75,7 +75,8 @@ TEST(reload_drops_only_changed_caches) {
   CHECK(obj_field(&m, "id") != ob);
   msg_free(&m);
   /* added, then removed */
-  stt_write_endpoint(&S, "c.lua", "return st.endpoint{ name = 'c', build = function() return 3 end }\n");
+  stt_write_endpoint(&S, "c.lua",
+                     "return st.endpoint{ name = 'c', build = function() return 3 end }\n");
   CHECK(reload(&c, &m) == 1 && !m.error);
   CHECK_STR_EQ(only_name(&m, "added"), "c");
   CHECK_STR_EQ(only_name(&m, "changed"), "");
@@ -87,7 +88,7 @@ TEST(reload_drops_only_changed_caches) {
   CHECK_STR_EQ(only_name(&m, "removed"), "c");
   msg_free(&m);
   CHECK(rk_call(&c, "c", NULL, 0, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "UNKNOWN_ENDPOINT");
+  CHECK_REPLY(&m, ST_ERR_UNKNOWN_ENDPOINT, NULL);
   msg_free(&m);
   rc_close(&c);
 }

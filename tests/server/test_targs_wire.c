@@ -129,21 +129,6 @@ static int back_to_baseline(void) {
   return -1;
 }
 
-/* Polls (5 s at most) until the server holds at most (above = 0) or at
- * least (above = 1) n descriptors. 0 or -1. */
-static int fd_count_reaches(int n, int above) {
-  double end = stt_now_ms() + 5000;
-  int now = proc_fd_count(S.pid);
-  while (!(above ? now >= n : now <= n) && stt_now_ms() < end) {
-    stt_sleep_ms(1);
-    now = proc_fd_count(S.pid);
-  }
-  if (above ? now >= n : now <= n) return 0;
-  fprintf(stderr, "   server holds %d descriptors, expected %s %d\n", now,
-          above ? "at least" : "at most", n);
-  return -1;
-}
-
 /* ------------------------------------------------------------- tests */
 
 TEST(a_valid_argument_reads_the_callers_memory) {
@@ -347,7 +332,7 @@ TEST(descriptors_no_request_lists_are_closed) {
     CHECK(m.error == NULL);
     CHECK_STR_EQ(obj_str(m.result), "pong");
     msg_free(&m);
-    CHECK(fd_count_reaches(base_fds + 1, 0) == 0);
+    CHECK(proc_fd_count_reaches(S.pid, base_fds + 1, 0) == 0);
   }
   close(fd);
   CHECK_EQ_INT(rc_info_int(&M, "counters.fds_received"), received + 3 * ST_MAX_FDS_PER_MESSAGE);
@@ -379,7 +364,7 @@ TEST(more_than_506_unclaimed_descriptors_close_the_connection) {
   CHECK(send_copies(&c, r.sb.data + 1, 1, fd, ST_MAX_FDS_PER_MESSAGE) == 0);
   CHECK(rc_wait_drained(&c, 5000) == 0);
   /* read and queued: the server holds them all, the connection is open */
-  CHECK(fd_count_reaches(base_fds + 1 + 2 * ST_MAX_FDS_PER_MESSAGE, 1) == 0);
+  CHECK(proc_fd_count_reaches(S.pid, base_fds + 1 + 2 * ST_MAX_FDS_PER_MESSAGE, 1) == 0);
   CHECK_EQ_INT(rc_info_int(&M, "connections"), 2);
   CHECK(send_copies(&c, r.sb.data + 2, 1, fd, 1) == 0);
   mpbuf_free(&r);

@@ -17,7 +17,8 @@ TEST(submit_wait_result_once) {
   uint64_t t = rk_submit(&c, "slow", "s", 0.05);
   CHECK(t > 0);
   msg_t m;
-  CHECK(rc_rpcf(&c, &m, "[0, 2, 'wait', [{task_id: %lld, timeout: 10.0}]]", (long long)t) == 1 && !m.error);
+  CHECK(rc_rpcf(&c, &m,
+                "[0, 2, 'wait', [{task_id: %lld, timeout: 10.0}]]", (long long)t) == 1 && !m.error);
   CHECK_STR_EQ(obj_str(obj_get(m.result, "status")), "completed");
   CHECK_STR_EQ(obj_str(obj_get(m.result, "endpoint")), "slow");
   CHECK_EQ_INT(obj_int(obj_get(m.result, "id")), t);
@@ -36,8 +37,7 @@ TEST(submit_wait_result_once) {
   /* Fetched: the server keeps nothing of it. */
   CHECK(rc_wait_info(&c, "arenas.count", 0, 5000) == 0);
   CHECK(rk_id(&c, "result", "task_id", t, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "TASK");
-  CHECK_CONTAINS(msg_errmsg(&m), "already taken");
+  CHECK_REPLY(&m, ST_ERR_TASK, "already taken");
   msg_free(&m);
   CHECK_EQ_INT(c.nfds, 0);
   rc_close(&c);
@@ -49,7 +49,7 @@ TEST(result_of_unfinished_failed_and_unknown_tasks) {
   msg_t m;
   uint64_t t = rk_submit(&c, "slow", "s", 0.3);
   CHECK(rk_id(&c, "result", "task_id", t, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "TASK");
+  CHECK_REPLY(&m, ST_ERR_TASK, NULL);
   CHECK(strstr(msg_errmsg(&m), "is running") || strstr(msg_errmsg(&m), "is pending"));
   msg_free(&m);
   uint64_t f = rk_submit(&c, "fail", NULL, 0);
@@ -59,19 +59,16 @@ TEST(result_of_unfinished_failed_and_unknown_tasks) {
   CHECK_CONTAINS(obj_str(obj_path(m.result, "error.message")), "fail.lua:2: nope");
   msg_free(&m);
   CHECK(rk_id(&c, "result", "task_id", f, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "ENDPOINT");
-  CHECK_CONTAINS(msg_errmsg(&m), "fail.lua:2: nope");
+  CHECK_REPLY(&m, ST_ERR_ENDPOINT, "fail.lua:2: nope");
   msg_free(&m);
   CHECK(rk_id(&c, "status", "task_id", 999999, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "NOT_FOUND");
+  CHECK_REPLY(&m, ST_ERR_NOT_FOUND, NULL);
   msg_free(&m);
   /* submit binds like call. */
-  CHECK(rc_rpcf(&c, &m, "[0, 3, 'submit', [{endpoint: 'slow', args: {nope: 1}}]]") == 1);
-  CHECK_STR_EQ(msg_errname(&m), "INVALID_ARGUMENT");
-  msg_free(&m);
-  CHECK(rc_rpcf(&c, &m, "[0, 4, 'submit', [{endpoint: 'nosuch', args: {}}]]") == 1);
-  CHECK_STR_EQ(msg_errname(&m), "UNKNOWN_ENDPOINT");
-  msg_free(&m);
+  CHECK_RPC(&c, ST_ERR_INVALID_ARGUMENT, NULL,
+            "[0, 3, 'submit', [{endpoint: 'slow', args: {nope: 1}}]]");
+  CHECK_RPC(&c, ST_ERR_UNKNOWN_ENDPOINT, NULL,
+            "[0, 4, 'submit', [{endpoint: 'nosuch', args: {}}]]");
   CHECK(rk_wait_status(&c, t, "completed", 5000) == 0);
   rc_close(&c);
 }
@@ -93,7 +90,7 @@ TEST(cancel_pending_then_running) {
   CHECK(obj_get(m.result, "started_at")->type == MSGPACK_OBJECT_NIL);
   msg_free(&m);
   CHECK(rk_id(&c, "result", "task_id", q, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "CANCELLED");
+  CHECK_REPLY(&m, ST_ERR_CANCELLED, NULL);
   msg_free(&m);
   /* Running: st.sleep sees the flag; both end cancelled long before 5 s. */
   double t0 = stt_now_ms();
@@ -122,7 +119,7 @@ TEST(cancel_a_body_that_checks_cancelled) {
   msg_free(&m);
   CHECK(rk_wait_status(&c, t, "cancelled", 3000) == 0);
   CHECK(rk_id(&c, "result", "task_id", t, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "CANCELLED");
+  CHECK_REPLY(&m, ST_ERR_CANCELLED, NULL);
   msg_free(&m);
   rc_close(&c);
 }
@@ -133,7 +130,8 @@ TEST(wait_timeout_returns_current_info) {
   uint64_t t = rk_submit(&c, "slow", "s", 0.6);
   msg_t m;
   double t0 = stt_now_ms();
-  CHECK(rc_rpcf(&c, &m, "[0, 2, 'wait', [{task_id: %lld, timeout: 0.05}]]", (long long)t) == 1 && !m.error);
+  CHECK(rc_rpcf(&c, &m,
+                "[0, 2, 'wait', [{task_id: %lld, timeout: 0.05}]]", (long long)t) == 1 && !m.error);
   double took = stt_now_ms() - t0;
   const char *s = obj_str(obj_get(m.result, "status"));
   CHECK(strcmp(s, "running") == 0 || strcmp(s, "pending") == 0);
@@ -152,9 +150,8 @@ TEST(wait_timeout_returns_current_info) {
   msg_free(&m);
   CHECK(stt_now_ms() - t0 < 3000);
   /* A bad timeout. */
-  CHECK(rc_rpcf(&c, &m, "[0, 5, 'wait', [{task_id: %lld, timeout: 4000.0}]]", (long long)t) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "INVALID_ARGUMENT");
-  msg_free(&m);
+  CHECK_RPC(&c, ST_ERR_INVALID_ARGUMENT, NULL, "[0, 5, 'wait', [{task_id: %lld, timeout: 4000.0}]]",
+            (long long)t);
   rc_close(&d);
   rc_close(&c);
 }
@@ -223,9 +220,7 @@ TEST(task_endpoint_call_and_managed_result) {
   for (uint32_t i = 0; i < m.result->via.array.size; i++)
     CHECK_STR_EQ(obj_str(obj_get(&m.result->via.array.ptr[i], "status")), "completed");
   msg_free(&m);
-  CHECK(rc_rpcf(&c, &m, "[0, 4, 'tasks', [{status: 'done'}]]") == 1);
-  CHECK_STR_EQ(msg_errname(&m), "INVALID_ARGUMENT");
-  msg_free(&m);
+  CHECK_RPC(&c, ST_ERR_INVALID_ARGUMENT, NULL, "[0, 4, 'tasks', [{status: 'done'}]]");
   rc_close(&c);
 }
 
@@ -243,7 +238,7 @@ TEST(finished_tasks_expire_after_the_ttl) {
   fprintf(stderr, "   task dropped %.0f ms after completion (ttl 1.5 s)\n", gone);
   msg_t m;
   CHECK(rk_id(&c, "status", "task_id", t, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "NOT_FOUND");
+  CHECK_REPLY(&m, ST_ERR_NOT_FOUND, NULL);
   msg_free(&m);
   CHECK(gone > 1000);
   CHECK(rc_wait_info(&c, "arenas.count", 0, 5000) == 0);
