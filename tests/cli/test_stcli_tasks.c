@@ -3,9 +3,6 @@
  * progress bar on a terminal) / status / result / cancel / tasks, the
  * object line of managed calls, objects, release, invalidate, reload and
  * stats, with their output, --json and exit codes. */
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
 #include <st/client.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -27,59 +24,9 @@ static unsigned long long out_id(void) {
 }
 
 /* Runs stcli with stderr on a pseudo-terminal: R.err gets what a
- * terminal would show (the child holds the only descriptor of the
- * terminal's other side, so reading ends with EIO when it exits). Returns
- * the exit code. */
+ * terminal would show. Returns the exit code. */
 static int run_tty(const char *const *args) {
-  memset(&R, 0, sizeof R);
-  int master = posix_openpt(O_RDWR | O_NOCTTY);
-  if (master < 0 || grantpt(master) != 0 || unlockpt(master) != 0) abort();
-  const char *slave_name = ptsname(master);
-  int po[2];
-  if (!slave_name || pipe(po) != 0) abort();
-  pid_t pid = fork();
-  if (pid < 0) abort();
-  if (pid == 0) {
-    int slave = open(slave_name, O_RDWR | O_NOCTTY);
-    if (slave < 0) _exit(126);
-    dup2(po[1], 1);
-    dup2(slave, 2);
-    close(po[0]);
-    close(master);
-    const char *argv[40];
-    int n = 0;
-    argv[n++] = cli_bin;
-    for (int i = 0; args[i] && n < 39; i++) argv[n++] = args[i];
-    argv[n] = NULL;
-    execv(cli_bin, (char *const *)argv);
-    _exit(127);
-  }
-  close(po[1]);
-  size_t no = 0, ne = 0;
-  int open_o = 1, open_e = 1;
-  double deadline = stt_now_ms() + 30000;
-  while ((open_o || open_e) && stt_now_ms() < deadline) {
-    struct pollfd p[2] = {{.fd = open_o ? po[0] : -1, .events = POLLIN},
-                          {.fd = open_e ? master : -1, .events = POLLIN}};
-    if (poll(p, 2, 100) < 0) continue;
-    if (open_o && p[0].revents) {
-      ssize_t k = no < sizeof R.out - 1 ? read(po[0], R.out + no, sizeof R.out - 1 - no) : 0;
-      if (k <= 0) open_o = 0;
-      else no += (size_t)k;
-    }
-    if (open_e && p[1].revents) {
-      ssize_t k = ne < sizeof R.err - 1 ? read(master, R.err + ne, sizeof R.err - 1 - ne) : 0;
-      if (k <= 0) open_e = 0; /* EIO once the child's side is closed */
-      else ne += (size_t)k;
-    }
-  }
-  if (open_o || open_e) kill(pid, SIGKILL);
-  close(po[0]);
-  close(master);
-  int st;
-  waitpid(pid, &st, 0);
-  R.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return R.status;
+  return stt_run(&R, cli_bin, args, NULL, STT_PTY_ERR);
 }
 
 /* Polls `stcli --json status ID` until the status is `want` (5 s). */

@@ -442,10 +442,13 @@ void stt_server_setup(stt_server_t *s, const char *lua_fields, const stt_endpoin
   stt_server_init(s);
   if (lua_fields) stt_server_config(s, lua_fields);
   stt_write_endpoints(s, eps);
-  if (stt_server_start(s) != 0) {
-    stt_server_cleanup(s);
-    exit(1);
-  }
+  stt_server_start_or_exit(s);
+}
+
+void stt_server_start_or_exit(stt_server_t *s) {
+  if (stt_server_start(s) == 0) return;
+  stt_server_cleanup(s);
+  exit(1);
 }
 
 int stt_server_finish(stt_server_t *s) {

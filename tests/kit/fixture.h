@@ -63,6 +63,9 @@ void stt_write_endpoints(stt_server_t *s, const stt_endpoint_t *eps);
 /* init, config (NULL: none), endpoints (NULL: the repository's), start:
  * on a failed start the log tail is printed and the program exits 1. */
 void stt_server_setup(stt_server_t *s, const char *lua_fields, const stt_endpoint_t *eps);
+/* stt_server_start, or on failure cleanup and exit 1 (the log tail was
+ * printed). */
+void stt_server_start_or_exit(stt_server_t *s);
 /* The end of a test program: stops s (an unclean exit counts as a failed
  * test, with the log tail), removes its dir and returns stt_summary(). */
 int stt_server_finish(stt_server_t *s);

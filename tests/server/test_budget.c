@@ -96,28 +96,21 @@ TEST(task_results_count_until_fetched) {
   rc_close(&c);
 }
 
+static const stt_endpoint_t endpoints[] = {
+    {"blob.lua",
+     "return st.endpoint{ name = 'blob', cache_format_key = 'blob:{n}',\n"
+     "  params = { n = 1 },\n"
+     "  build = function(a) return st.zeros{a.n, dtype = 'uint8'} end }\n"},
+    {"held.lua",
+     "return st.endpoint{ name = 'held', managed = true, params = { n = 1 },\n"
+     "  build = function(a) return st.zeros{a.n, dtype = 'uint8'} end }\n"},
+    {NULL, NULL},
+};
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
-  stt_server_init(&S);
-  stt_server_config(&S, "workers = 2, memory_budget = { cpu = 10000 },");
-  stt_write_endpoint(&S, "blob.lua",
-                     "return st.endpoint{ name = 'blob', cache_format_key = 'blob:{n}',\n"
-                     "  params = { n = 1 },\n"
-                     "  build = function(a) return st.zeros{a.n, dtype = 'uint8'} end }\n");
-  stt_write_endpoint(&S, "held.lua",
-                     "return st.endpoint{ name = 'held', managed = true, params = { n = 1 },\n"
-                     "  build = function(a) return st.zeros{a.n, dtype = 'uint8'} end }\n");
-  if (stt_server_start(&S) != 0) {
-    stt_server_cleanup(&S);
-    return 1;
-  }
+  stt_server_setup(&S, "workers = 2, memory_budget = { cpu = 10000 },", endpoints);
   RUN(lru_eviction_then_out_of_memory);
   RUN(task_results_count_until_fetched);
-  int status = stt_server_stop(&S);
-  if (status != 0) {
-    fprintf(stderr, "server exit status %d\n", status);
-    stt_failed++;
-  }
-  stt_server_cleanup(&S);
-  return stt_summary();
+  return stt_server_finish(&S);
 }

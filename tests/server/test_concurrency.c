@@ -177,38 +177,34 @@ TEST(shutdown_cancels_waiting_serialized_builds) {
   CHECK_EQ_INT(status, 0);
 }
 
+static const stt_endpoint_t endpoints[] = {
+    {"sf.lua",
+     "return st.endpoint{ name = 'sf', managed = true, singleflight = true,\n"
+     "  params = { n = 4 },\n"
+     "  build = function(a) st.sleep(0.15); return st.arange{a.n} end }\n"},
+    {"sferr.lua",
+     "return st.endpoint{ name = 'sferr', singleflight = true,\n"
+     "  build = function() st.sleep(0.1)\n"
+     "    error('boom') end }\n"},
+    {"ser.lua",
+     "return st.endpoint{ name = 'ser', concurrency = 'serialized',\n"
+     "  params = { s = 0.15 },\n"
+     "  build = function(a) st.sleep(a.s); return 1 end }\n"},
+    {"quick.lua",
+     "return st.endpoint{ name = 'quick', build = function() return 1 end }\n"},
+    {NULL, NULL},
+};
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
-  stt_server_init(&S);
-  stt_server_config(&S, "workers = 4,");
-  stt_write_endpoint(&S, "sf.lua",
-                     "return st.endpoint{ name = 'sf', managed = true, singleflight = true,\n"
-                     "  params = { n = 4 },\n"
-                     "  build = function(a) st.sleep(0.15); return st.arange{a.n} end }\n");
-  stt_write_endpoint(&S, "sferr.lua",
-                     "return st.endpoint{ name = 'sferr', singleflight = true,\n"
-                     "  build = function() st.sleep(0.1)\n"
-                     "    error('boom') end }\n");
-  stt_write_endpoint(&S, "ser.lua",
-                     "return st.endpoint{ name = 'ser', concurrency = 'serialized',\n"
-                     "  params = { s = 0.15 },\n"
-                     "  build = function(a) st.sleep(a.s); return 1 end }\n");
-  stt_write_endpoint(&S, "quick.lua",
-                     "return st.endpoint{ name = 'quick', build = function() return 1 end }\n");
-  if (stt_server_start(&S) != 0) {
-    stt_server_cleanup(&S);
-    return 1;
-  }
+  stt_server_setup(&S, "workers = 4,", endpoints);
   RUN(singleflight_builds_once_and_shares_the_object);
   RUN(singleflight_error_reaches_every_joiner_and_is_not_kept);
   RUN(serialized_builds_one_at_a_time);
   RUN(serialized_waiter_whose_client_leaves_never_runs);
   int status = stt_server_stop(&S);
   RUN(shutdown_cancels_waiting_serialized_builds);
-  if (status != 0) {
-    fprintf(stderr, "server exit status %d\n", status);
-    stt_failed++;
-  }
+  if (status != 0) stt_fail_main(__FILE__, __LINE__, "stserver exit status %d", status);
   stt_server_cleanup(&S);
   return stt_summary();
 }

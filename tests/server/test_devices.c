@@ -131,48 +131,48 @@ TEST(socket_default_is_logged) {
   stt_server_cleanup(&s2);
 }
 
+static const stt_endpoint_t endpoints[] = {
+    {"far.lua",
+     "return st.endpoint{ name = 'far', device = 'cuda:63',\n"
+     "  build = function() return 1 end }\n"},
+    {"gpu.lua",
+     "return st.endpoint{ name = 'gpu', device = 'cuda',\n"
+     "  build = function() return st.zeros{2}:device() end }\n"},
+    {"ctor_far.lua",
+     "return st.endpoint{ name = 'ctor_far',\n"
+     "  build = function()\n"
+     "    local t = st.zeros{2, device = 'cuda:63'}\n"
+     "    return t end }\n"},
+    {"ctor_cuda.lua",
+     "return st.endpoint{ name = 'ctor_cuda',\n"
+     "  build = function()\n"
+     "    local t = st.ones{2, device = 'cuda'}\n"
+     "    return t:device() end }\n"},
+    {"to_far.lua",
+     "return st.endpoint{ name = 'to_far',\n"
+     "  build = function() local t = st.zeros{2}:to('cuda:63') return t end }\n"},
+    {"cpu_default.lua",
+     "return st.endpoint{ name = 'cpu_default',\n"
+     "  build = function() return st.arange{3}:device() end }\n"},
+    {"explicit_cpu.lua",
+     "return st.endpoint{ name = 'explicit_cpu', device = 'cpu',\n"
+     "  build = function()\n"
+     "    local t = st.randn{4, device = 'cpu'}:to('cpu', 'float16')\n"
+     "    assert(tostring(t) == 'tensor(float16, {4}, cpu)')\n"
+     "    return t:device() end }\n"},
+    {"bad_name.lua",
+     "return st.endpoint{ name = 'bad_name',\n"
+     "  build = function() local t = st.zeros{2, device = 'gpu0'} return t end }\n"},
+    {"mixed_cpu_module.lua",
+     "return st.endpoint{ name = 'mixed_cpu_module',\n"
+     "  build = function()\n"
+     "    return st.module{ a = st.zeros{2}, b = st.ones{3, device = 'cpu'} } end }\n"},
+    {NULL, NULL},
+};
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
-  stt_server_init(&S);
-  stt_write_endpoint(&S, "far.lua",
-                     "return st.endpoint{ name = 'far', device = 'cuda:63',\n"
-                     "  build = function() return 1 end }\n");
-  stt_write_endpoint(&S, "gpu.lua",
-                     "return st.endpoint{ name = 'gpu', device = 'cuda',\n"
-                     "  build = function() return st.zeros{2}:device() end }\n");
-  stt_write_endpoint(&S, "ctor_far.lua",
-                     "return st.endpoint{ name = 'ctor_far',\n"
-                     "  build = function()\n"
-                     "    local t = st.zeros{2, device = 'cuda:63'}\n"
-                     "    return t end }\n");
-  stt_write_endpoint(&S, "ctor_cuda.lua",
-                     "return st.endpoint{ name = 'ctor_cuda',\n"
-                     "  build = function()\n"
-                     "    local t = st.ones{2, device = 'cuda'}\n"
-                     "    return t:device() end }\n");
-  stt_write_endpoint(&S, "to_far.lua",
-                     "return st.endpoint{ name = 'to_far',\n"
-                     "  build = function() local t = st.zeros{2}:to('cuda:63') return t end }\n");
-  stt_write_endpoint(&S, "cpu_default.lua",
-                     "return st.endpoint{ name = 'cpu_default',\n"
-                     "  build = function() return st.arange{3}:device() end }\n");
-  stt_write_endpoint(&S, "explicit_cpu.lua",
-                     "return st.endpoint{ name = 'explicit_cpu', device = 'cpu',\n"
-                     "  build = function()\n"
-                     "    local t = st.randn{4, device = 'cpu'}:to('cpu', 'float16')\n"
-                     "    assert(tostring(t) == 'tensor(float16, {4}, cpu)')\n"
-                     "    return t:device() end }\n");
-  stt_write_endpoint(&S, "bad_name.lua",
-                     "return st.endpoint{ name = 'bad_name',\n"
-                     "  build = function() local t = st.zeros{2, device = 'gpu0'} return t end }\n");
-  stt_write_endpoint(&S, "mixed_cpu_module.lua",
-                     "return st.endpoint{ name = 'mixed_cpu_module',\n"
-                     "  build = function()\n"
-                     "    return st.module{ a = st.zeros{2}, b = st.ones{3, device = 'cpu'} } end }\n");
-  if (stt_server_start(&S) != 0) {
-    stt_server_cleanup(&S);
-    return 1;
-  }
+  stt_server_setup(&S, NULL, endpoints);
   {
     rc_t c;
     if (rc_open(&c, S.socket) == 0) {
@@ -185,11 +185,5 @@ int main(void) {
   RUN(constructors_follow_the_call_device);
   RUN(info_lists_cuda_budgets);
   RUN(socket_default_is_logged);
-  int status = stt_server_stop(&S);
-  if (status != 0) {
-    fprintf(stderr, "server exit status %d\n", status);
-    stt_failed++;
-  }
-  stt_server_cleanup(&S);
-  return stt_summary();
+  return stt_server_finish(&S);
 }

@@ -366,7 +366,7 @@ TEST(device_memory_back_to_baseline) {
 }
 
 
-static const char *LEGACY =
+static const char LEGACY[] =
     "local function mod()\n"
     "  return st.module({ { 'weight', st.randn{16, 8, seed = 3} },\n"
     "                     { 'bias', st.arange{16} },\n"
@@ -380,7 +380,7 @@ static const char *LEGACY =
 
 /* A checkpoint loads into a VMM arena: returned as is from a legacy
  * endpoint it is refused; copied into a module it is a legacy arena. */
-static const char *LEGACY_VMM =
+static const char LEGACY_VMM[] =
     "return { st.endpoint{ name = 'leg_vmm', device = 'cuda', ipc = 'legacy',\n"
     "  build = function() return st.load_safetensors('w.safetensors') end },\n"
     "  st.endpoint{ name = 'leg_copied', device = 'cuda', ipc = 'legacy', managed = true,\n"
@@ -430,10 +430,7 @@ int main(void) {
    * made by the first call, before the memory baseline is taken. */
   snprintf(cfg, sizeof cfg, "data_dirs = { '%s/data' }, workers = 1,", S.dir);
   stt_server_config(&S, cfg);
-  if (stt_server_start(&S) != 0) {
-    stt_server_cleanup(&S);
-    return 1;
-  }
+  stt_server_start_or_exit(&S);
   RUN(legacy_arena_on_the_wire);
   baseline_free = gk_free();
   RUN(pytorch_reopens_the_module);
@@ -443,12 +440,7 @@ int main(void) {
   RUN(vmm_memory_in_a_legacy_result_is_refused);
   fprintf(stderr, "   free vs baseline: %+lld bytes\n", (long long)(gk_free() - baseline_free));
   RUN(device_memory_back_to_baseline);
-  int status = stt_server_stop(&S);
-  if (status != 0) {
-    fprintf(stderr, "server exit status %d\n", status);
-    stt_failed++;
-  }
-  stt_server_cleanup(&S);
+  return stt_server_finish(&S);
 #endif
   return stt_summary();
 }

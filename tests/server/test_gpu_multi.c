@@ -203,7 +203,7 @@ TEST(named_device_and_copy_between_gpus) {
   rc_close(&c);
 }
 
-static const char *ENDPOINTS =
+static const char ENDPOINTS[] =
     "return {\n"
     "  st.endpoint{ name = 'where', device = 'cuda',\n"
     "    build = function() return st.arange{4096, dtype = 'float32'} end },\n"
@@ -240,24 +240,14 @@ int main(void) {
     }
 #ifdef ST_HAVE_CUDA
   signal(SIGPIPE, SIG_IGN);
-  stt_server_init(&S);
-  stt_server_config(&S, "devices = {0, 1}, workers = 2,");
-  stt_write_endpoint(&S, "multi.lua", ENDPOINTS);
+  stt_server_setup(&S, "devices = {0, 1}, workers = 2,",
+                   (const stt_endpoint_t[]){{"multi.lua", ENDPOINTS}, {NULL, NULL}});
   snprintf(sock1, sizeof sock1, "%s-1.sock", S.base);
-  if (stt_server_start(&S) != 0) {
-    stt_server_cleanup(&S);
-    return 1;
-  }
   RUN(each_socket_is_its_device);
   RUN(socket_selects_the_gpu);
   RUN(cache_entry_per_device);
   RUN(named_device_and_copy_between_gpus);
-  int status = stt_server_stop(&S);
-  if (status != 0) {
-    fprintf(stderr, "server exit status %d\n", status);
-    stt_failed++;
-  }
-  stt_server_cleanup(&S);
+  return stt_server_finish(&S);
 #endif
   return stt_summary();
 }

@@ -471,7 +471,7 @@ TEST(device_memory_back_to_baseline) {
 }
 
 
-static const char *GEN =
+static const char GEN[] =
     "local function gen(a)\n"
     "  local t = {}\n"
     "  t.empty = st.empty{3, 4}\n"
@@ -517,7 +517,7 @@ static const char *GEN =
     "return { st.endpoint{ name = 'gen_cpu', device = 'cpu', build = gen },\n"
     "         st.endpoint{ name = 'gen_gpu', device = 'cuda', build = gen } }\n";
 
-static const char *XFER =
+static const char XFER[] =
     "return st.endpoint{ name = 'xfer', device = 'cuda', build = function()\n"
     "  local base = st.arange{24}:view{4, 6}\n"
     "  local t = {}\n"
@@ -537,7 +537,7 @@ static const char *XFER =
     "  return t\n"
     "end }\n";
 
-static const char *MOD =
+static const char MOD[] =
     "local function mod()\n"
     "  return st.module({ { 'w', st.randn{64, 32, seed = 1} }, { 'b', st.zeros{64} },\n"
     "                     { 's', st.arange{24}:view{4, 6}:slice(1, 0, 6, 2) },\n"
@@ -549,7 +549,7 @@ static const char *MOD =
     "           local m = st.module{ a = st.zeros{2}, b = st.zeros{2, device = 'cpu'} }\n"
     "           return m end } }\n";
 
-static const char *OBJECTS =
+static const char OBJECTS[] =
     "return {\n"
     "  st.endpoint{ name = 'big', device = 'cuda', params = { n = 1 },\n"
     "    build = function(a) return st.randn{a.n, seed = 9} end },\n"
@@ -563,21 +563,24 @@ static const char *OBJECTS =
 
 #endif /* ST_HAVE_CUDA */
 
+static const stt_endpoint_t endpoints[] = {
+    {"gen.lua",
+     GEN},
+    {"xfer.lua",
+     XFER},
+    {"mod.lua",
+     MOD},
+    {"objects.lua",
+     OBJECTS},
+    {NULL, NULL},
+};
+
 int main(void) {
   char why[512];
   if (st__cuda_available(why, sizeof why) != ST_OK) stt_skip(why);
 #ifdef ST_HAVE_CUDA
   signal(SIGPIPE, SIG_IGN);
-  stt_server_init(&S);
-  stt_server_config(&S, "limits = { max_object_bytes = 0 },");
-  stt_write_endpoint(&S, "gen.lua", GEN);
-  stt_write_endpoint(&S, "xfer.lua", XFER);
-  stt_write_endpoint(&S, "mod.lua", MOD);
-  stt_write_endpoint(&S, "objects.lua", OBJECTS);
-  if (stt_server_start(&S) != 0) {
-    stt_server_cleanup(&S);
-    return 1;
-  }
+  stt_server_setup(&S, "limits = { max_object_bytes = 0 },", endpoints);
   RUN(constructors_and_methods_match_cpu);
   RUN(copies_between_devices);
   RUN(modules_are_one_cuda_arena);
@@ -586,12 +589,7 @@ int main(void) {
   RUN(cached_and_managed_objects);
   RUN(out_of_device_memory);
   RUN(device_memory_back_to_baseline);
-  int status = stt_server_stop(&S);
-  if (status != 0) {
-    fprintf(stderr, "server exit status %d\n", status);
-    stt_failed++;
-  }
-  stt_server_cleanup(&S);
+  return stt_server_finish(&S);
 #endif
   return stt_summary();
 }

@@ -262,28 +262,27 @@ TEST(disconnect_releases_uncached_objects) {
   rc_close(&w);
 }
 
+static const stt_endpoint_t endpoints[] = {
+    {"lin.lua",
+     "return st.endpoint{ name = 'lin', managed = true,\n"
+     "  cache_format_key = 'lin:{n}', params = { n = 4 },\n"
+     "  build = function(a) return st.arange{a.n, dtype = 'float32'} end }\n"},
+    {"fresh.lua",
+     "return st.endpoint{ name = 'fresh', managed = true, cache = false,\n"
+     "  params = { n = 4 },\n"
+     "  build = function(a) return st.zeros{a.n} end }\n"},
+    {"keyed.lua",
+     "return st.endpoint{ name = 'keyed', cache = true,\n"
+     "  params = { n = 4, tag = 't', scale = 0.5 },\n"
+     "  build = function(a) return st.zeros{a.n} end }\n"},
+    {"plain.lua",
+     "return st.endpoint{ name = 'plain', build = function() return st.ones{3} end }\n"},
+    {NULL, NULL},
+};
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
-  stt_server_init(&S);
-  stt_server_config(&S, "workers = 2,");
-  stt_write_endpoint(&S, "lin.lua",
-                     "return st.endpoint{ name = 'lin', managed = true,\n"
-                     "  cache_format_key = 'lin:{n}', params = { n = 4 },\n"
-                     "  build = function(a) return st.arange{a.n, dtype = 'float32'} end }\n");
-  stt_write_endpoint(&S, "fresh.lua",
-                     "return st.endpoint{ name = 'fresh', managed = true, cache = false,\n"
-                     "  params = { n = 4 },\n"
-                     "  build = function(a) return st.zeros{a.n} end }\n");
-  stt_write_endpoint(&S, "keyed.lua",
-                     "return st.endpoint{ name = 'keyed', cache = true,\n"
-                     "  params = { n = 4, tag = 't', scale = 0.5 },\n"
-                     "  build = function(a) return st.zeros{a.n} end }\n");
-  stt_write_endpoint(&S, "plain.lua",
-                     "return st.endpoint{ name = 'plain', build = function() return st.ones{3} end }\n");
-  if (stt_server_start(&S) != 0) {
-    stt_server_cleanup(&S);
-    return 1;
-  }
+  stt_server_setup(&S, "workers = 2,", endpoints);
   RUN(cache_hit_returns_the_same_object);
   RUN(cache_false_builds_every_time);
   RUN(plain_and_cached_unmanaged_endpoints);
@@ -291,11 +290,5 @@ int main(void) {
   RUN(release_is_idempotent_and_ensure_live_goes_stale);
   RUN(sigkill_gives_the_leases_back);
   RUN(disconnect_releases_uncached_objects);
-  int status = stt_server_stop(&S);
-  if (status != 0) {
-    fprintf(stderr, "server exit status %d\n", status);
-    stt_failed++;
-  }
-  stt_server_cleanup(&S);
-  return stt_summary();
+  return stt_server_finish(&S);
 }

@@ -13,7 +13,7 @@
 
 static stt_server_t S;
 
-static const char *SLOW =
+static const char SLOW[] =
     "return st.endpoint{\n"
     "  name = \"slow\", params = { s = 0.2 },\n"
     "  build = function(a) st.sleep(a.s); return 42 end,\n"

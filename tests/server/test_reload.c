@@ -12,7 +12,7 @@
 
 static stt_server_t S;
 
-static const char *A_EP =
+static const char A_EP[] =
     "return st.endpoint{ name = 'a', cache_format_key = 'a:{n}', params = { n = 1 },\n"
     "  build = function(a) return st.full{a.n, value = 1} end }\n";
 
@@ -237,18 +237,9 @@ int main(void) {
   stt_write_endpoint(&S, "a.lua", A_EP);
   write_b(1);
   write_work(0);
-  if (stt_server_start(&S) != 0) {
-    stt_server_cleanup(&S);
-    return 1;
-  }
+  stt_server_start_or_exit(&S);
   RUN(reload_drops_only_changed_caches);
   RUN(reload_with_a_syntax_error_keeps_serving);
   RUN(reload_under_load_loses_no_request);
-  int status = stt_server_stop(&S);
-  if (status != 0) {
-    fprintf(stderr, "server exit status %d\n", status);
-    stt_failed++;
-  }
-  stt_server_cleanup(&S);
-  return stt_summary();
+  return stt_server_finish(&S);
 }

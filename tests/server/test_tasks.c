@@ -262,36 +262,35 @@ TEST(closing_the_caller_cancels_its_task) {
   rc_close(&w);
 }
 
+static const stt_endpoint_t endpoints[] = {
+    {"slow.lua",
+     "return st.endpoint{ name = 'slow', params = { s = 0.5 },\n"
+     "  build = function(a) local t = st.zeros{256}; st.sleep(a.s); return t end }\n"},
+    {"fail.lua",
+     "return st.endpoint{ name = 'fail', build = function()\n"
+     "  error('nope') end }\n"},
+    {"loop.lua",
+     "return st.endpoint{ name = 'loop', build = function()\n"
+     "  local n = 0\n"
+     "  while not st.cancelled() do n = n + 1 end\n"
+     "  return n end }\n"},
+    {"steps.lua",
+     "return st.endpoint{ name = 'steps', params = { n = 4, s = 0.1 },\n"
+     "  build = function(a)\n"
+     "    for i = 1, a.n do st.sleep(a.s); st.progress(i / a.n, 'step ' .. i) end\n"
+     "    return st.arange{3} end }\n"},
+    {"mtask.lua",
+     "return st.endpoint{ name = 'mtask', execution = 'task', managed = true,\n"
+     "  params = { n = 4 }, build = function(a) return st.ones{a.n} end }\n"},
+    {"tslow.lua",
+     "return st.endpoint{ name = 'tslow', execution = 'task',\n"
+     "  build = function() st.sleep(10); return 1 end }\n"},
+    {NULL, NULL},
+};
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
-  stt_server_init(&S);
-  stt_server_config(&S, "workers = 2, tasks = { ttl_s = 1.5, capacity = 100 },");
-  stt_write_endpoint(&S, "slow.lua",
-                     "return st.endpoint{ name = 'slow', params = { s = 0.5 },\n"
-                     "  build = function(a) local t = st.zeros{256}; st.sleep(a.s); return t end }\n");
-  stt_write_endpoint(&S, "fail.lua",
-                     "return st.endpoint{ name = 'fail', build = function()\n"
-                     "  error('nope') end }\n");
-  stt_write_endpoint(&S, "loop.lua",
-                     "return st.endpoint{ name = 'loop', build = function()\n"
-                     "  local n = 0\n"
-                     "  while not st.cancelled() do n = n + 1 end\n"
-                     "  return n end }\n");
-  stt_write_endpoint(&S, "steps.lua",
-                     "return st.endpoint{ name = 'steps', params = { n = 4, s = 0.1 },\n"
-                     "  build = function(a)\n"
-                     "    for i = 1, a.n do st.sleep(a.s); st.progress(i / a.n, 'step ' .. i) end\n"
-                     "    return st.arange{3} end }\n");
-  stt_write_endpoint(&S, "mtask.lua",
-                     "return st.endpoint{ name = 'mtask', execution = 'task', managed = true,\n"
-                     "  params = { n = 4 }, build = function(a) return st.ones{a.n} end }\n");
-  stt_write_endpoint(&S, "tslow.lua",
-                     "return st.endpoint{ name = 'tslow', execution = 'task',\n"
-                     "  build = function() st.sleep(10); return 1 end }\n");
-  if (stt_server_start(&S) != 0) {
-    stt_server_cleanup(&S);
-    return 1;
-  }
+  stt_server_setup(&S, "workers = 2, tasks = { ttl_s = 1.5, capacity = 100 },", endpoints);
   RUN(submit_wait_result_once);
   RUN(result_of_unfinished_failed_and_unknown_tasks);
   RUN(cancel_pending_then_running);
@@ -301,11 +300,5 @@ int main(void) {
   RUN(task_endpoint_call_and_managed_result);
   RUN(finished_tasks_expire_after_the_ttl);
   RUN(closing_the_caller_cancels_its_task);
-  int status = stt_server_stop(&S);
-  if (status != 0) {
-    fprintf(stderr, "server exit status %d\n", status);
-    stt_failed++;
-  }
-  stt_server_cleanup(&S);
-  return stt_summary();
+  return stt_server_finish(&S);
 }
