@@ -87,19 +87,8 @@ int main(void) {
   stt_write_endpoint(&srv, "t_cuda.lua", text);
   snprintf(text, sizeof text, ep, "cpu", "cpu");
   stt_write_endpoint(&srv, "t_cpu.lua", text);
-  if (stt_server_start(&srv) != 0) return 1;
+  stt_server_start_or_exit(&srv);
   RUN(values_and_checksums_match_the_cpu);
   RUN(json_values_match_the_cpu);
-  int stopped = stt_server_stop(&srv);
-  if (stopped != 0) {
-    fprintf(stderr, "server did not stop cleanly (%d)\n", stopped);
-    stt_failed++;
-  }
-  if (stt_failed) {
-    char *log = stt_server_log(&srv);
-    fprintf(stderr, "--- server log\n%s\n", log ? log : "");
-    free(log);
-  }
-  stt_server_cleanup(&srv);
-  return stt_summary();
+  return stt_server_finish(&srv);
 }

@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "cli_run.h"
+#include "endpoints.h"
 #include "fixture.h"
 
 static stt_server_t srv;
@@ -299,39 +300,19 @@ TEST(no_server) {
   }
 }
 
+static const stt_endpoint_t endpoints[] = {
+    {"lin.lua", STT_EP_LIN},
+    {"plain.lua", STT_EP_PLAIN_ARANGE},
+    {"steps.lua", STT_EP_STEPS},
+    {"sleeper.lua", STT_EP_SLEEPER},
+    {"bad.lua", STT_EP_BAD},
+    {NULL, NULL},
+};
+
 int main(void) {
   cli_bin = getenv("ST_CLI_BIN");
   if (!cli_bin) stt_skip("ST_CLI_BIN is not set (run through ctest)");
-  stt_server_init(&srv);
-  stt_write_endpoint(&srv, "lin.lua",
-                     "return st.endpoint{ name = \"lin\", managed = true,\n"
-                     "  cache_format_key = \"lin:{n}\", params = { n = 4 },\n"
-                     "  build = function(a) return st.arange{a.n, dtype = \"float32\"} end }\n");
-  stt_write_endpoint(&srv, "plain.lua",
-                     "return st.endpoint{ name = \"plain\", params = { n = 2 },\n"
-                     "  build = function(a) return st.arange{a.n, dtype = \"float32\"} end }\n");
-  stt_write_endpoint(&srv, "steps.lua",
-                     "return st.endpoint{ name = \"steps\", params = { n = 4, dt = 0.05 },\n"
-                     "  build = function(a)\n"
-                     "    for i = 1, a.n do st.progress(i / a.n, \"step \" .. i) st.sleep(a.dt) end\n"
-                     "    return st.arange{3, dtype = \"float32\"}\n"
-                     "  end }\n");
-  stt_write_endpoint(&srv, "sleeper.lua",
-                     "return st.endpoint{ name = \"sleeper\", params = { s = 10 },\n"
-                     "  build = function(a)\n"
-                     "    for i = 1, a.s * 100 do\n"
-                     "      if st.cancelled() then return nil end\n"
-                     "      st.sleep(0.01)\n"
-                     "    end\n"
-                     "    return 1\n"
-                     "  end }\n");
-  stt_write_endpoint(&srv, "bad.lua",
-                     "return st.endpoint{ name = \"bad\",\n"
-                     "  build = function(a)\n"
-                     "    error(\"boom\")\n"
-                     "  end }\n");
-  stt_server_config(&srv, "workers = 2,");
-  if (stt_server_start(&srv) != 0) return 1;
+  stt_server_setup(&srv, "workers = 2,", endpoints);
   RUN(help_for_every_command);
   RUN(usage_errors);
   RUN(managed_call_prints_its_object);
@@ -341,11 +322,5 @@ int main(void) {
   RUN(wait_timeout_cancel_and_failures);
   RUN(reload_and_stats);
   RUN(no_server);
-  int status = stt_server_stop(&srv);
-  if (status != 0) {
-    fprintf(stderr, "stserver did not exit cleanly (%d)\n", status);
-    stt_failed++;
-  }
-  stt_server_cleanup(&srv);
-  return stt_summary();
+  return stt_server_finish(&srv);
 }

@@ -15,6 +15,7 @@
 #include "check.h"
 #include "client_kit.h"
 #include "cli_run.h"
+#include "endpoints.h"
 #include "fixture.h"
 
 static stt_server_t srv;
@@ -291,18 +292,19 @@ TEST(watch_usage_and_exit_codes) {
   CHECK_EQ_INT(stt_count_lines(R.out), 1);
 }
 
+static const stt_endpoint_t endpoints[] = {
+    {"t.lua", STT_EP_T},
+    {"alpha.lua",
+     "return st.endpoint{ name = \"alpha\", build = function(a) return 1 end }\n"},
+    {"beta.lua",
+     "return st.endpoint{ name = \"beta\", build = function(a) return 2 end }\n"},
+    {NULL, NULL},
+};
+
 int main(void) {
   cli_bin = getenv("ST_CLI_BIN");
   if (!cli_bin) stt_skip("ST_CLI_BIN is not set (run through ctest)");
-  stt_server_init(&srv);
-  stt_write_endpoint(&srv, "t.lua",
-                     "return st.endpoint{ name = \"t\", params = { n = 4 },\n"
-                     "  build = function(a) return st.arange{a.n, dtype = \"float32\"} end }\n");
-  stt_write_endpoint(&srv, "alpha.lua",
-                     "return st.endpoint{ name = \"alpha\", build = function(a) return 1 end }\n");
-  stt_write_endpoint(&srv, "beta.lua",
-                     "return st.endpoint{ name = \"beta\", build = function(a) return 2 end }\n");
-  if (stt_server_start(&srv) != 0) return 1;
+  stt_server_setup(&srv, NULL, endpoints);
   RUN(endpoints_names);
   RUN(tasks_ids);
   RUN(completion_script);
@@ -313,11 +315,5 @@ int main(void) {
   RUN(watch_ctrl_c);
   RUN(watch_server_gone);
   RUN(watch_usage_and_exit_codes);
-  int status = stt_server_stop(&srv);
-  if (status != 0) {
-    fprintf(stderr, "stserver did not exit cleanly (%d)\n", status);
-    stt_failed++;
-  }
-  stt_server_cleanup(&srv);
-  return stt_summary();
+  return stt_server_finish(&srv);
 }

@@ -55,17 +55,12 @@ static int on_request(fake_server_t *f, int conn, uint32_t id, const char *metho
   return rc;
 }
 
-static st_client_t *connect_fake(void) {
-  return stt_client_open(fs.path);
-}
-
 TEST(cuda_reply_without_a_device_is_capability) {
   CHECK_EQ_INT(fake_wait_idle(&fs, 2000), 0);
   int fds0 = fake_count_fds();
   size_t mapped0, mapped;
   st_open_cache_stats(&mapped0, NULL);
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *r = NULL;
   CHECK_RC(st_client_call(c, "one", NULL, &r), ST_ERR_CAPABILITY, c);
   CHECK(r == NULL);
@@ -90,8 +85,7 @@ TEST(cpu_arena_of_a_refused_reply_is_unmapped) {
   int fds0 = fake_count_fds();
   size_t mapped0, mapped;
   st_open_cache_stats(&mapped0, NULL);
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *r = NULL;
   CHECK_RC(st_client_call(c, "mixed", NULL, &r), ST_ERR_CAPABILITY, c);
   CHECK(r == NULL);
@@ -107,8 +101,7 @@ TEST(cpu_arena_of_a_refused_reply_is_unmapped) {
 TEST(legacy_arena_is_capability) {
   CHECK_EQ_INT(fake_wait_idle(&fs, 2000), 0);
   int fds0 = fake_count_fds();
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *r = NULL;
   int rc = st_client_call(c, "legacy", NULL, &r);
   if (rc != ST_ERR_CAPABILITY) fprintf(stderr, "   %s\n", st_client_error(c));
@@ -128,7 +121,7 @@ int main(void) {
   fake_start(&fs);
   /* A first refusal loads the CUDA runtime, which may keep descriptors of
    * its own open for the life of the process: count after it. */
-  st_client_t *c = connect_fake();
+  st_client_t *c = stt_client_open(fs.path);
   st_result_t *r = NULL;
   if (!c || st_client_call(c, "one", NULL, &r) != ST_ERR_CAPABILITY) {
     fprintf(stderr, "warm-up call did not fail with CAPABILITY\n");

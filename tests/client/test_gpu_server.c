@@ -274,26 +274,17 @@ int main(int argc, char **argv) {
   stt_write_endpoint(&srv, "managed.lua", ep_managed);
   stt_write_endpoint(&srv, "plain.lua", ep_plain);
   stt_server_config(&srv, "workers = 1,");
-  if (stt_server_start(&srv) != 0) return 1;
-  if (st_client_connect(srv.socket, &client, err, sizeof err) != ST_OK) {
-    fprintf(stderr, "connect: %s\n", err);
-    return 1;
-  }
+  stt_server_start_or_exit(&srv);
+  client = stt_client_open(srv.socket);
+  if (!client) return 1;
   st_client_set_timeout(client, 60000);
   RUN(values_equal_the_cpu_backend);
   RUN(a_cached_object_is_mapped_once_and_shared);
   RUN(memory_returns_after_release_and_free);
   RUN(plain_result_outlives_sigkill);
   st_client_close(client);
-  if (srv.pid > 0 && stt_server_stop(&srv) != 0) {
-    fprintf(stderr, "server did not stop cleanly\n");
-    stt_failed++;
-  }
-  if (stt_failed) {
-    char *log = stt_server_log(&srv);
-    fprintf(stderr, "--- server log\n%s\n", log ? log : "");
-    free(log);
-  }
+  if (srv.pid > 0 && stt_server_stop(&srv) != 0)
+    stt_fail_main(__FILE__, __LINE__, "stserver did not stop cleanly");
   stt_server_cleanup(&srv);
 #endif
   return stt_summary();

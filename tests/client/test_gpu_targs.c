@@ -253,6 +253,14 @@ TEST(device_memory_returns_once_the_client_frees_it) {
           (unsigned long long)(base / MiB), (unsigned long long)(gk_free() / MiB));
 }
 
+static const stt_endpoint_t endpoints[] = {
+    {"scale.lua", ep_scale},
+    {"echo.lua", ep_echo},
+    {"sum64.lua", ep_sum},
+    {"gpu_only.lua", ep_gpu_only},
+    {NULL, NULL},
+};
+
 #endif
 
 int main(void) {
@@ -262,17 +270,9 @@ int main(void) {
   /* This process's context first, so baselines do not count it. */
   uint64_t f;
   if (st__cuda_mem_info(0, &f, NULL, err, sizeof err) != ST_OK) stt_skip(err);
-  stt_server_init(&srv);
-  stt_write_endpoint(&srv, "scale.lua", ep_scale);
-  stt_write_endpoint(&srv, "echo.lua", ep_echo);
-  stt_write_endpoint(&srv, "sum64.lua", ep_sum);
-  stt_write_endpoint(&srv, "gpu_only.lua", ep_gpu_only);
-  stt_server_config(&srv, "workers = 1,");
-  if (stt_server_start(&srv) != 0) return 1;
-  if (st_client_connect(srv.socket, &cli, err, sizeof err) != ST_OK) {
-    fprintf(stderr, "connect: %s\n", err);
-    return 1;
-  }
+  stt_server_setup(&srv, "workers = 1,", endpoints);
+  cli = stt_client_open(srv.socket);
+  if (!cli) return 1;
   st_client_set_timeout(cli, 60000);
   /* A first call creates the worker's context and stream and this
    * client's, before any baseline. */
@@ -289,16 +289,7 @@ int main(void) {
   RUN(declared_devices_are_enforced);
   RUN(device_memory_returns_once_the_client_frees_it);
   st_client_close(cli);
-  if (stt_server_stop(&srv) != 0) {
-    fprintf(stderr, "server did not stop cleanly\n");
-    stt_failed++;
-  }
-  if (stt_failed) {
-    char *log = stt_server_log(&srv);
-    fprintf(stderr, "--- server log\n%s\n", log ? log : "");
-    free(log);
-  }
-  stt_server_cleanup(&srv);
+  return stt_server_finish(&srv);
 #endif
   return stt_summary();
 }

@@ -14,77 +14,35 @@
 
 #include "check.h"
 #include "client_kit.h"
+#include "endpoints.h"
 #include "fixture.h"
 
 static stt_server_t srv;
 
-static const char ep_lin[] =
-    "return st.endpoint{ name = \"lin\", managed = true, cache_format_key = \"lin:{n}\",\n"
-    "  params = { n = 4 },\n"
-    "  build = function(a) return st.arange{a.n, dtype = \"float32\"} end }\n";
-static const char ep_owned[] =
-    "return st.endpoint{ name = \"owned\", managed = true, params = { n = 3 },\n"
-    "  build = function(a) return st.arange{a.n, dtype = \"float32\"} end }\n";
-static const char ep_cached[] =
-    "return st.endpoint{ name = \"cached\", cache = true, params = { n = 2 },\n"
-    "  build = function(a) return st.arange{a.n, dtype = \"float32\"} end }\n";
-static const char ep_plain[] =
-    "return st.endpoint{ name = \"plain\", params = { n = 2 },\n"
-    "  build = function(a) return st.arange{a.n, dtype = \"float32\"} end }\n";
-static const char ep_steps[] =
-    "return st.endpoint{ name = \"steps\", params = { n = 4, dt = 0.05 },\n"
-    "  build = function(a)\n"
-    "    for i = 1, a.n do st.progress(i / a.n, \"step \" .. i) st.sleep(a.dt) end\n"
-    "    return st.arange{3, dtype = \"float32\"}\n"
-    "  end }\n";
-static const char ep_sleeper[] =
-    "return st.endpoint{ name = \"sleeper\", params = { s = 10 },\n"
-    "  build = function(a)\n"
-    "    for i = 1, a.s * 100 do\n"
-    "      if st.cancelled() then return nil end\n"
-    "      st.sleep(0.01)\n"
-    "    end\n"
-    "    return 1\n"
-    "  end }\n";
-static const char ep_bad[] =
-    "return st.endpoint{ name = \"bad\",\n"
-    "  build = function(a)\n"
-    "    error(\"boom\")\n"
-    "  end }\n";
-static const char ep_as_task[] =
-    "return st.endpoint{ name = \"as_task\", execution = \"task\",\n"
-    "  build = function(a) return { ok = true } end }\n";
-
-static void write_endpoints(stt_server_t *s) {
-  stt_write_endpoint(s, "lin.lua", ep_lin);
-  stt_write_endpoint(s, "owned.lua", ep_owned);
-  stt_write_endpoint(s, "cached.lua", ep_cached);
-  stt_write_endpoint(s, "plain.lua", ep_plain);
-  stt_write_endpoint(s, "steps.lua", ep_steps);
-  stt_write_endpoint(s, "sleeper.lua", ep_sleeper);
-  stt_write_endpoint(s, "bad.lua", ep_bad);
-  stt_write_endpoint(s, "as_task.lua", ep_as_task);
-}
-
-static st_client_t *connect_to(const stt_server_t *s) {
-  st_client_t *c = NULL;
-  char err[256];
-  if (st_client_connect(s->socket, &c, err, sizeof err) != ST_OK)
-    fprintf(stderr, "connect %s: %s\n", s->socket, err);
-  return c;
-}
-
-static void report(st_client_t *c, const char *what, int rc) {
-  if (rc != ST_OK)
-    fprintf(stderr, "%s: %s: %s\n", what, st_client_error_name(c), st_client_error(c));
-}
+static const stt_endpoint_t endpoints[] = {
+    {"lin.lua", STT_EP_LIN},
+    {"owned.lua",
+     "return st.endpoint{ name = \"owned\", managed = true, params = { n = 3 },\n"
+     "  build = function(a) return st.arange{a.n, dtype = \"float32\"} end }\n"},
+    {"cached.lua",
+     "return st.endpoint{ name = \"cached\", cache = true, params = { n = 2 },\n"
+     "  build = function(a) return st.arange{a.n, dtype = \"float32\"} end }\n"},
+    {"plain.lua", STT_EP_PLAIN_ARANGE},
+    {"steps.lua", STT_EP_STEPS},
+    {"sleeper.lua", STT_EP_SLEEPER},
+    {"bad.lua", STT_EP_BAD},
+    {"as_task.lua",
+     "return st.endpoint{ name = \"as_task\", execution = \"task\",\n"
+     "  build = function(a) return { ok = true } end }\n"},
+    {NULL, NULL},
+};
 
 /* Calls `name` with one integer argument (key NULL: none). */
 static st_result_t *call_n(st_client_t *c, const char *name, const char *key, int64_t v) {
   st_args_t *a = st_args_new();
   if (key) st_args_int(a, key, v);
   st_result_t *r = NULL;
-  report(c, name, st_client_call(c, name, a, &r));
+  stt_client_report(c, name, st_client_call(c, name, a, &r));
   st_args_free(a);
   return r;
 }
@@ -93,7 +51,7 @@ static uint64_t submit_n(st_client_t *c, const char *name, const char *key, int6
   st_args_t *a = st_args_new();
   if (key) st_args_int(a, key, v);
   uint64_t id = 0;
-  report(c, name, st_client_submit(c, name, a, &id));
+  stt_client_report(c, name, st_client_submit(c, name, a, &id));
   st_args_free(a);
   return id;
 }
@@ -141,7 +99,7 @@ static int64_t refcount_of(st_client_t *c, uint64_t id) {
 }
 
 TEST(managed_call_gives_an_object_with_a_lease) {
-  st_client_t *c = connect_to(&srv), *c2 = connect_to(&srv);
+  st_client_t *c = stt_client_open(srv.socket), *c2 = stt_client_open(srv.socket);
   CHECK(c && c2);
   st_result_t *r = call_n(c, "lin", "n", 5);
   CHECK(r);
@@ -213,8 +171,7 @@ TEST(managed_call_gives_an_object_with_a_lease) {
 }
 
 TEST(release_is_idempotent_and_ensure_live_turns_stale) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   st_result_t *r = call_n(c, "owned", NULL, 0);
   CHECK(r);
   st_object_info_t o;
@@ -248,8 +205,7 @@ TEST(release_is_idempotent_and_ensure_live_turns_stale) {
 }
 
 TEST(invalidation_drops_cache_entries) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   st_result_t *r = call_n(c, "cached", "n", 2);
   CHECK(r);
   st_object_info_t o;
@@ -287,8 +243,7 @@ TEST(invalidation_drops_cache_entries) {
 }
 
 TEST(submit_wait_result) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   uint64_t id = submit_n(c, "steps", "n", 4);
   CHECK(id > 0);
   st_result_t *info = NULL;
@@ -335,8 +290,7 @@ TEST(submit_wait_result) {
 }
 
 TEST(progress_shows_while_running) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   st_args_t *a = st_args_new();
   st_args_int(a, "n", 20);
   st_args_float(a, "dt", 0.05);
@@ -369,8 +323,7 @@ TEST(progress_shows_while_running) {
 }
 
 TEST(managed_task_result_gives_a_lease) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   uint64_t id = submit_n(c, "owned", "n", 6);
   CHECK(id > 0);
   st_result_t *info = NULL;
@@ -395,8 +348,7 @@ TEST(managed_task_result_gives_a_lease) {
 }
 
 TEST(cancel_pending_and_running) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   /* Two workers: two sleepers run, the third waits. */
   uint64_t a = submit_n(c, "sleeper", NULL, 0), b = submit_n(c, "sleeper", NULL, 0),
            p = submit_n(c, "sleeper", NULL, 0);
@@ -428,8 +380,7 @@ TEST(cancel_pending_and_running) {
 }
 
 TEST(failed_tasks_and_unknown_ids) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   uint64_t id = submit_n(c, "bad", NULL, 0);
   CHECK(id > 0);
   st_result_t *info = NULL;
@@ -464,8 +415,7 @@ TEST(failed_tasks_and_unknown_ids) {
 }
 
 TEST(reload_reports_changes_and_errors) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   stt_write_endpoint(&srv, "extra.lua",
                      "return st.endpoint{ name = \"extra\", build = function() return 7 end }\n");
   st_result_t *r = NULL;
@@ -505,10 +455,9 @@ TEST(reload_reports_changes_and_errors) {
 TEST(ensure_live_with_the_server_killed_fails_fast) {
   stt_server_t s2;
   stt_server_init(&s2);
-  write_endpoints(&s2);
+  stt_write_endpoints(&s2, endpoints);
   CHECK(stt_server_start(&s2) == 0);
-  st_client_t *c = connect_to(&s2);
-  CHECK(c);
+  OPEN_CLIENT(c, s2.socket);
   st_result_t *r = call_n(c, "lin", NULL, 0);
   CHECK(r);
   st_object_info_t o;
@@ -540,10 +489,7 @@ TEST(ensure_live_with_the_server_killed_fails_fast) {
 
 int main(void) {
   signal(SIGPIPE, SIG_DFL); /* the library must not need SIGPIPE ignored */
-  stt_server_init(&srv);
-  write_endpoints(&srv);
-  stt_server_config(&srv, "workers = 2,");
-  if (stt_server_start(&srv) != 0) return 1;
+  stt_server_setup(&srv, "workers = 2,", endpoints);
   RUN(managed_call_gives_an_object_with_a_lease);
   RUN(release_is_idempotent_and_ensure_live_turns_stale);
   RUN(invalidation_drops_cache_entries);
@@ -554,11 +500,5 @@ int main(void) {
   RUN(failed_tasks_and_unknown_ids);
   RUN(reload_reports_changes_and_errors);
   RUN(ensure_live_with_the_server_killed_fails_fast);
-  int status = stt_server_stop(&srv);
-  if (status != 0) {
-    fprintf(stderr, "stserver did not exit cleanly (%d)\n", status);
-    stt_failed++;
-  }
-  stt_server_cleanup(&srv);
-  return stt_summary();
+  return stt_server_finish(&srv);
 }

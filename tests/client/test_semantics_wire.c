@@ -114,17 +114,12 @@ static int on_request(fake_server_t *f, int conn, uint32_t id, const char *metho
   return fake_error(conn, id, 16, "UNKNOWN_METHOD", method);
 }
 
-static st_client_t *connect_fake(const fake_server_t *f) {
-  return stt_client_open(f->path);
-}
-
 static const char *str_of(const st_value_t *v) {
   return v && v->kind == ST_VALUE_STRING ? v->as.str.ptr : "(not a string)";
 }
 
 TEST(submit_sends_endpoint_and_args) {
-  st_client_t *c = connect_fake(&fs);
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_args_t *a = st_args_new();
   st_args_int(a, "n", 3);
   uint64_t task = 99;
@@ -147,8 +142,7 @@ TEST(submit_sends_endpoint_and_args) {
 }
 
 TEST(status_and_cancel_give_task_info) {
-  st_client_t *c = connect_fake(&fs);
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *info = NULL;
   CHECK_RC(st_client_task_status(c, 7, &info), ST_OK, c);
   CHECK_STR_EQ(last_method, "status");
@@ -176,8 +170,7 @@ TEST(status_and_cancel_give_task_info) {
 }
 
 TEST(wait_sends_its_timeout_and_outlasts_the_client_limit) {
-  st_client_t *c = connect_fake(&fs);
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *info = NULL;
   CHECK_RC(st_client_task_wait(c, 7, 0.25, &info), ST_OK, c);
   CHECK_STR_EQ(last_method, "wait");
@@ -200,8 +193,7 @@ TEST(wait_sends_its_timeout_and_outlasts_the_client_limit) {
 }
 
 TEST(task_result_maps_like_call_and_names_the_object) {
-  st_client_t *c = connect_fake(&fs);
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *r = NULL;
   CHECK_RC(st_client_task_result(c, 7, &r), ST_OK, c);
   CHECK_STR_EQ(last_method, "result");
@@ -227,7 +219,7 @@ TEST(task_result_maps_like_call_and_names_the_object) {
   CHECK_STR_EQ(o.cache_key, "k:3");
   st_result_free(r);
 
-  c = connect_fake(&fs);
+  c = stt_client_open(fs.path);
   CHECK(c);
   CHECK_RC(st_client_task_result(c, 8, &r), ST_OK, c); /* plain: no object */
   CHECK_ERR(st_result_object(r, &o), ST_ERR_NOT_FOUND);
@@ -248,8 +240,7 @@ TEST(task_result_maps_like_call_and_names_the_object) {
 }
 
 TEST(tasks_with_and_without_a_filter) {
-  st_client_t *c = connect_fake(&fs);
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *r = NULL;
   CHECK_RC(st_client_tasks(c, NULL, &r), ST_OK, c);
   CHECK_STR_EQ(last_method, "tasks");
@@ -264,8 +255,7 @@ TEST(tasks_with_and_without_a_filter) {
 }
 
 TEST(release_reads_its_three_fields) {
-  st_client_t *c = connect_fake(&fs);
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   int released = -1, destroyed = -1;
   int64_t refcount = -1;
   CHECK_RC(st_client_release(c, 42, &released, &destroyed, &refcount), ST_OK, c);
@@ -293,8 +283,7 @@ TEST(release_reads_its_three_fields) {
 }
 
 TEST(invalidation_and_reload) {
-  st_client_t *c = connect_fake(&fs);
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_args_t *a = st_args_new();
   st_args_int(a, "n", 1);
   int dropped = -1;
@@ -323,8 +312,7 @@ TEST(invalidation_and_reload) {
 }
 
 TEST(ensure_live_asks_with_the_server_id) {
-  st_client_t *c = connect_fake(&fs);
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   char want[160];
   snprintf(want, sizeof want, "{\"object_id\"=>1, \"server_id\"=>\"%s\"}", st_client_server_id(c));
   CHECK_RC(st_client_ensure_live(c, 1, NULL), ST_OK, c);
@@ -344,8 +332,7 @@ TEST(ensure_live_asks_with_the_server_id) {
 }
 
 TEST(ensure_live_reconnects_a_broken_connection) {
-  st_client_t *c = connect_fake(&fs);
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   /* A timed-out wait closes the connection (its reply would come late). */
   st_client_set_timeout(c, 50);
   wait_delay_ms = 300;
@@ -361,8 +348,7 @@ TEST(ensure_live_reconnects_a_broken_connection) {
 TEST(ensure_live_with_the_server_gone_fails_fast) {
   fake_server_t f2 = {.on_request = on_request};
   fake_start(&f2);
-  st_client_t *c = connect_fake(&f2);
-  CHECK(c);
+  OPEN_CLIENT(c, f2.path);
   CHECK_RC(st_client_ensure_live(c, 1, NULL), ST_OK, c);
   fake_stop(&f2); /* closes our connection and removes the socket */
   double t0 = stt_now_ms();

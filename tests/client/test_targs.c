@@ -281,20 +281,20 @@ TEST(the_server_counts_the_descriptors) {
   st_result_free(info);
 }
 
+static const stt_endpoint_t endpoints[] = {
+    {"scale.lua", ep_scale},
+    {"echo.lua", ep_echo},
+    {"sum64.lua", ep_sum},
+    {"gpu_only.lua", ep_gpu_only},
+    {"cached.lua", ep_cached},
+    {"shape.lua", ep_shape},
+    {NULL, NULL},
+};
+
 int main(void) {
-  stt_server_init(&srv);
-  stt_write_endpoint(&srv, "scale.lua", ep_scale);
-  stt_write_endpoint(&srv, "echo.lua", ep_echo);
-  stt_write_endpoint(&srv, "sum64.lua", ep_sum);
-  stt_write_endpoint(&srv, "gpu_only.lua", ep_gpu_only);
-  stt_write_endpoint(&srv, "cached.lua", ep_cached);
-  stt_write_endpoint(&srv, "shape.lua", ep_shape);
-  if (stt_server_start(&srv) != 0) return 1;
-  char err[256];
-  if (st_client_connect(srv.socket, &cli, err, sizeof err) != ST_OK) {
-    fprintf(stderr, "connect: %s\n", err);
-    return 1;
-  }
+  stt_server_setup(&srv, NULL, endpoints);
+  cli = stt_client_open(srv.socket);
+  if (!cli) return 1;
   RUN(alloc_gives_a_zeroed_shareable_tensor);
   RUN(scale_writes_into_the_callers_memory);
   RUN(views_pass_with_their_offset_and_strides);
@@ -304,9 +304,5 @@ int main(void) {
   RUN(submit_carries_tensor_arguments);
   RUN(the_server_counts_the_descriptors);
   st_client_close(cli);
-  int status = stt_server_stop(&srv);
-  if (status != 0) fprintf(stderr, "server exit status %d\n", status);
-  stt_server_cleanup(&srv);
-  if (status != 0) return 1;
-  return stt_summary();
+  return stt_server_finish(&srv);
 }

@@ -141,18 +141,13 @@ static int on_request(fake_server_t *f, int conn, uint32_t id, const char *metho
   return rc;
 }
 
-static st_client_t *connect_fake(void) {
-  return stt_client_open(fs.path);
-}
-
 static int call_scenario(st_client_t *c, enum scenario s, st_result_t **r) {
   scenario = s;
   return st_client_call(c, "x", NULL, r);
 }
 
 TEST(hello_fields) {
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   char sid[64];
   snprintf(sid, sizeof sid, "fake-%d", (int)getpid());
   CHECK_STR_EQ(st_client_server_id(c), sid);
@@ -164,8 +159,7 @@ TEST(hello_fields) {
 }
 
 TEST(open_cache_maps_one_allocation_once) {
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   size_t mapped0, mapped;
   uint64_t reused0, reused;
   st_open_cache_stats(&mapped0, &reused0);
@@ -204,8 +198,7 @@ TEST(open_cache_maps_one_allocation_once) {
 }
 
 TEST(descriptors_follow_the_fd_index) {
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *r = NULL;
   CHECK_ERR(call_scenario(c, SC_SWAPPED_FDS, &r), ST_OK);
   CHECK_EQ_INT(st_result_tensor_count(r), 2);
@@ -218,8 +211,7 @@ TEST(descriptors_follow_the_fd_index) {
 }
 
 TEST(strided_view) {
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *r = NULL;
   CHECK_ERR(call_scenario(c, SC_STRIDED, &r), ST_OK);
   const st_tensor_t *t = st_result_find(r, "");
@@ -253,8 +245,7 @@ static const struct refusal {
 TEST(bad_descriptors_are_refused_and_the_connection_stays) {
   CHECK_EQ_INT(fake_wait_idle(&fs, 2000), 0);
   int fds0 = fake_count_fds();
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   size_t mapped0, mapped;
   st_open_cache_stats(&mapped0, NULL);
   for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++) {
@@ -275,8 +266,7 @@ TEST(bad_descriptors_are_refused_and_the_connection_stays) {
 }
 
 TEST(empty_arena) {
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *r = NULL;
   CHECK_ERR(call_scenario(c, SC_EMPTY_ARENA, &r), ST_OK);
   const st_tensor_t *t = st_result_find(r, "");
@@ -287,8 +277,7 @@ TEST(empty_arena) {
 }
 
 TEST(module_value) {
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *r = NULL;
   CHECK_ERR(call_scenario(c, SC_MODULE, &r), ST_OK);
   CHECK_EQ_INT(st_result_tensor_count(r), 2);
@@ -313,8 +302,7 @@ TEST(module_value) {
 }
 
 TEST(notifications_are_skipped) {
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *r = NULL;
   CHECK_ERR(call_scenario(c, SC_NOTIFY_FIRST, &r), ST_OK);
   CHECK_EQ_INT(st_result_value(r)->kind, ST_VALUE_INT);
@@ -324,8 +312,7 @@ TEST(notifications_are_skipped) {
 }
 
 TEST(server_error_by_name) {
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *r = NULL;
   CHECK_ERR(call_scenario(c, SC_ERROR_BY_NAME, &r), ST_ERR_BUSY);
   CHECK_STR_EQ(st_client_error_name(c), "BUSY");
@@ -339,8 +326,7 @@ TEST(server_error_by_name) {
 TEST(stream_errors_close_the_connection) {
   CHECK_EQ_INT(fake_wait_idle(&fs, 2000), 0);
   int fds0 = fake_count_fds();
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *r = NULL;
   CHECK_ERR(call_scenario(c, SC_MISSING_FD, &r), ST_ERR_PROTOCOL);
   CHECK_CONTAINS(st_client_error(c), "names 1 arenas but carries 0 descriptors");
@@ -348,7 +334,7 @@ TEST(stream_errors_close_the_connection) {
   CHECK_CONTAINS(st_client_error(c), "the connection is closed");
   st_client_close(c);
 
-  c = connect_fake();
+  c = stt_client_open(fs.path);
   CHECK(c);
   CHECK_ERR(call_scenario(c, SC_WRONG_ID, &r), ST_ERR_PROTOCOL);
   CHECK_CONTAINS(st_client_error(c), "answered request");
@@ -358,8 +344,7 @@ TEST(stream_errors_close_the_connection) {
 }
 
 TEST(server_gone_mid_reply) {
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *r = NULL;
   double t0 = stt_now_ms();
   CHECK_ERR(call_scenario(c, SC_CUT_OFF, &r), ST_ERR_IO);
@@ -371,8 +356,7 @@ TEST(server_gone_mid_reply) {
 }
 
 TEST(timeout) {
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_client_set_timeout(c, 200);
   st_result_t *r = NULL;
   double t0 = stt_now_ms();
@@ -475,8 +459,7 @@ TEST(null_arguments) {
   CHECK_EQ_INT(st_result_tensor_count(NULL), 0);
   CHECK(st_value_get(NULL, "x") == NULL);
   CHECK(isnan(st_tensor_get(NULL, 0)));
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   CHECK_RC(st_client_call(c, "", NULL, &r), ST_ERR_INVALID_ARGUMENT, c);
   CHECK_RC(st_client_call(c, NULL, NULL, &r), ST_ERR_INVALID_ARGUMENT, c);
   st_client_close(c);
@@ -488,7 +471,7 @@ int main(void) {
   /* On a host with a GPU, the first CUDA descriptor makes the library start
    * the driver, which keeps descriptors of its own (/dev/nvidia*) for the
    * life of the process: every descriptor count is taken after that. */
-  st_client_t *warm = connect_fake();
+  st_client_t *warm = stt_client_open(fs.path);
   st_result_t *r0 = NULL;
   if (!warm || call_scenario(warm, SC_CUDA, &r0) != ST_ERR_CAPABILITY) {
     fprintf(stderr, "warm-up call of the CUDA scenario failed\n");

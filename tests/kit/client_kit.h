@@ -1,8 +1,7 @@
 /* Client-side checks and connections for the tests of libstclient and
  * stcli (they link the public library; the rest of the kit does not):
  *
- *   st_client_t *c = stt_client_open(S.socket);
- *   CHECK(c);
+ *   OPEN_CLIENT(c, S.socket);        // or: st_client_t *c = stt_client_open(...)
  *   CHECK_RC(st_client_call(c, "e", NULL, &r), ST_OK, c);
  *
  * A failing CHECK_RC names both errors and quotes st_client_error(c).
@@ -26,6 +25,12 @@ static inline st_client_t *stt_client_open(const char *path) {
     fprintf(stderr, "connect %s: %s\n", path, err);
   return c;
 }
+
+/* In a test: declares `st_client_t *c` connected to the socket at path,
+ * and fails the test when it cannot connect. */
+#define OPEN_CLIENT(c, path)                                         \
+  st_client_t *c = stt_client_open(path);                            \
+  CHECK(c)
 
 /* Prints "what: NAME: message" of c's last failure when rc is one;
  * returns rc. */

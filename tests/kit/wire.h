@@ -3,8 +3,7 @@
  * carry several messages and descriptors, the fields of replies, and the
  * checks of a reply's outcome:
  *
- *   rc_t c;
- *   CHECK(rc_open(&c, S.socket) == 0);
+ *   OPEN_RC(c, S.socket);            // rc_t c, connected, or the test fails
  *   CHECK_RPC(&c, ST_ERR_INVALID_ARGUMENT, "loud", "[0, 1, 'ping', [{loud: true}]]");
  *   msg_t m;
  *   CHECK(rc_rpcf(&c, &m, "[0, 2, 'info', []]") == 1);
@@ -71,6 +70,12 @@ static inline int rc_adopt(rc_t *c, int fd) {
 static inline int rc_open(rc_t *c, const char *path) {
   return rc_adopt(c, stt_connect(path));
 }
+
+/* In a test: declares `rc_t c` connected to the socket at path, and fails
+ * the test when it cannot connect. */
+#define OPEN_RC(c, path)                                             \
+  rc_t c;                                                            \
+  CHECK(rc_open(&c, (path)) == 0)
 
 /* Closes every descriptor received so far. */
 static inline void rc_drop_fds(rc_t *c) {

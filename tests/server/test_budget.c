@@ -77,8 +77,7 @@ TEST(lru_eviction_then_out_of_memory) {
 }
 
 TEST(task_results_count_until_fetched) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   CHECK(rc_wait_info(&c, "memory.cpu.objects", 0, 5000) == 0);
   uint64_t t = rk_submit(&c, "held", "n", 3000);
   CHECK(rk_wait_status(&c, t, "completed", 5000) == 0);

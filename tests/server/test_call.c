@@ -40,8 +40,7 @@ static int map_arena(rc_t *c, const msgpack_object *arenas, uint32_t i, int fd_b
 }
 
 TEST(tensor_result_maps) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t m;
   CHECK(rc_rpcf(&c, &m, "[0, 5, 'call', [{endpoint: 'arange', args: {n: 10}}]]") == 1);
   CHECK_EQ_INT(m.id, 5);
@@ -73,8 +72,7 @@ TEST(tensor_result_maps) {
 }
 
 TEST(module_and_several_arenas) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t m;
   CHECK(rc_rpcf(&c, &m, "[0, 6, 'call', [{endpoint: 'pair', args: {}}]]") == 1);
   CHECK_REPLY(&m, ST_OK, NULL);
@@ -128,8 +126,7 @@ TEST(module_and_several_arenas) {
 }
 
 TEST(endpoint_error_names_file_line) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   CHECK_RPC(&c, ST_ERR_ENDPOINT, "fail.lua:3: boom",
             "[0, 9, 'call', [{endpoint: 'fail', args: {}}]]");
   CHECK_EQ_INT(c.nfds, 0);
@@ -155,8 +152,7 @@ static const frame_case_t refused[] = {
 };
 
 TEST(unknown_endpoint_and_bad_args) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   CHECK_RPC_TABLE(&c, refused, sizeof refused / sizeof refused[0]);
   CHECK(stt_ping(c.fd, 6) == 0);
   CHECK_EQ_INT(c.nfds, 0);
@@ -173,8 +169,7 @@ static int call_and_leave(double seconds) {
 }
 
 TEST(disconnect_mid_build) {
-  rc_t watcher;
-  CHECK(rc_open(&watcher, S.socket) == 0);
+  OPEN_RC(watcher, S.socket);
   int64_t dropped = rc_info_int(&watcher, "counters.calls_dropped");
   /* Short builds: they complete, find no connection, drop their arenas. */
   for (int i = 0; i < 3; i++) CHECK(call_and_leave(0.1) == 0);
@@ -193,8 +188,7 @@ TEST(disconnect_mid_build) {
 }
 
 TEST(endpoints_method) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t m;
   CHECK(rc_rpcf(&c, &m, "[0, 1, 'endpoints', []]") == 1);
   CHECK(m.error == NULL);

@@ -30,8 +30,7 @@ static const char *call_str(rc_t *c, const char *ep) {
 }
 
 TEST(missing_cuda_device_is_capability) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t m;
   /* An endpoint on a device no host has. */
   CHECK(call0(&c, "far", &m) == 1);
@@ -69,8 +68,7 @@ TEST(missing_cuda_device_is_capability) {
 }
 
 TEST(constructors_follow_the_call_device) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   /* default_device = "cpu" (the fixture): CPU, also for :to("cpu"). */
   CHECK_STR_EQ(call_str(&c, "cpu_default"), "cpu");
   CHECK_STR_EQ(call_str(&c, "explicit_cpu"), "cpu");
@@ -85,8 +83,7 @@ TEST(constructors_follow_the_call_device) {
 }
 
 TEST(info_lists_cuda_budgets) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t m;
   CHECK(rc_info(&c, 4, &m) == 1);
   const msgpack_object *mem = obj_get(m.result, "memory");
@@ -119,8 +116,7 @@ TEST(socket_default_is_logged) {
                      "return st.endpoint{ name = 'where',\n"
                      "  build = function() return st.zeros{1}:device() end }\n");
   CHECK(stt_server_start(&s2) == 0);
-  rc_t c;
-  CHECK(rc_open(&c, s2.socket) == 0);
+  OPEN_RC(c, s2.socket);
   CHECK_STR_EQ(call_str(&c, "where"), have_cuda ? "cuda:0" : "cpu");
   rc_close(&c);
   CHECK_EQ_INT(stt_server_stop(&s2), 0);

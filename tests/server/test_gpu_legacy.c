@@ -155,8 +155,7 @@ static uint64_t baseline_free;
 /* The reply of a legacy endpoint: one arena, no descriptor, every legacy
  * field; the object is managed and charged to memory.cuda:0. */
 TEST(legacy_arena_on_the_wire) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t m;
   CHECK(rc_call(&c, "leg_gpu", NULL, 0, &m) == 1 && !m.error);
   CHECK_EQ_INT(c.nfds, 0);                       /* nothing passed by SCM_RIGHTS */
@@ -330,8 +329,7 @@ TEST(c_client_refuses_legacy_arenas) {
   CHECK_CONTAINS(out, "CAPABILITY");
   CHECK_CONTAINS(out,
                  "legacy CUDA IPC arenas are for PyTorch's rebuild_cuda_tensor; use ipc = vmm");
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   CHECK(rc_wait_info(&c, "objects.count", 0, 10000) == 0);
   rc_close(&c);
 }
@@ -339,8 +337,7 @@ TEST(c_client_refuses_legacy_arenas) {
 /* A legacy endpoint whose result holds VMM memory is refused; the same
  * tensor copied into a module goes out as a legacy arena. */
 TEST(vmm_memory_in_a_legacy_result_is_refused) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t m;
   CHECK(rc_call(&c, "leg_vmm", NULL, 0, &m) == 1);
   CHECK_REPLY(&m, ST_ERR_ENDPOINT, "not a legacy IPC allocation");
@@ -356,8 +353,7 @@ TEST(vmm_memory_in_a_legacy_result_is_refused) {
 /* Every legacy allocation was freed: no arena left, and the device's free
  * memory is back at its baseline within one granule. */
 TEST(device_memory_back_to_baseline) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   CHECK(rc_wait_info(&c, "objects.count", 0, 10000) == 0);
   CHECK(rc_wait_info(&c, "arenas.count", 0, 10000) == 0);
   CHECK_EQ_INT(rc_info_int(&c, "memory.cuda:0.leased_bytes"), 0);

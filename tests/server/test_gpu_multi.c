@@ -74,8 +74,7 @@ static unsigned char *tensor_bytes(const msgpack_object *ext, const imported_t *
 TEST(each_socket_is_its_device) {
   const char *socks[2] = {S.socket, sock1};
   for (int s = 0; s < 2; s++) {
-    rc_t c;
-    CHECK(rc_open(&c, socks[s]) == 0);
+    OPEN_RC(c, socks[s]);
     msg_t m;
     CHECK(rc_rpcf(&c, &m, "[0, 1, 'hello', []]") == 1 && !m.error);
     CHECK_EQ_INT(obj_int(obj_get(m.result, "device")), s);
@@ -90,8 +89,7 @@ TEST(socket_selects_the_gpu) {
   unsigned char *bytes[2] = {NULL, NULL};
   size_t len[2] = {0, 0};
   for (int s = 0; s < 2; s++) {
-    rc_t c;
-    CHECK(rc_open(&c, socks[s]) == 0);
+    OPEN_RC(c, socks[s]);
     msg_t m;
     CHECK(rc_call(&c, "where", NULL, 0, &m) == 1 && !m.error);
     imported_t a;
@@ -122,8 +120,7 @@ TEST(cache_entry_per_device) {
   size_t len[2] = {0, 0};
   int64_t oid[2];
   for (int s = 0; s < 2; s++) {
-    rc_t c;
-    CHECK(rc_open(&c, socks[s]) == 0);
+    OPEN_RC(c, socks[s]);
     msg_t m;
     CHECK(rc_call(&c, "cached", NULL, 0, &m) == 1 && !m.error);
     oid[s] = obj_field(&m, "id");
@@ -151,8 +148,7 @@ TEST(cache_entry_per_device) {
   CHECK(len[0] > 0 && len[0] == len[1] && memcmp(bytes[0], bytes[1], len[0]) == 0);
   free(bytes[0]);
   free(bytes[1]);
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   CHECK_EQ_INT(rc_info_int(&c, "memory.cuda:0.objects"), 1);
   CHECK_EQ_INT(rc_info_int(&c, "memory.cuda:1.objects"), 1);
   CHECK(rc_info_int(&c, "memory.cuda:1.budget") > 0);
@@ -163,8 +159,7 @@ TEST(cache_entry_per_device) {
 /* device = "cuda:1" builds on GPU 1 from socket 0; a body on cuda:0 that
  * copies to cuda:1 returns one arena on each GPU with equal bytes. */
 TEST(named_device_and_copy_between_gpus) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t m;
   CHECK(rc_call(&c, "on1", NULL, 0, &m) == 1 && !m.error);
   imported_t a;

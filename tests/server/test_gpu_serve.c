@@ -202,14 +202,12 @@ static const msgpack_object *field(const msg_t *m, const char *key) {
 /* Every tensor of gen_gpu equals gen_cpu's (same seed, same numbers), lives
  * in a CUDA arena, and the plain values agree. */
 TEST(constructors_and_methods_match_cpu) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t mg, mc;
   CHECK(rc_call(&c, "gen_gpu", NULL, 0, &mg) == 1 && !mg.error);
   reply_maps_t rg;
   CHECK(open_maps(&c, &mg, &rg) == 0);
-  rc_t c2;
-  CHECK(rc_open(&c2, S.socket) == 0);
+  OPEN_RC(c2, S.socket);
   CHECK(rc_call(&c2, "gen_cpu", NULL, 0, &mc) == 1 && !mc.error);
   reply_maps_t rcpu;
   CHECK(open_maps(&c2, &mc, &rcpu) == 0);
@@ -256,8 +254,7 @@ static double at(const host_t *h, int64_t k) {
 }
 
 TEST(copies_between_devices) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t m;
   CHECK(rc_call(&c, "xfer", NULL, 0, &m) == 1 && !m.error);
   reply_maps_t r;
@@ -300,8 +297,7 @@ TEST(copies_between_devices) {
 /* A module of CUDA tensors is one CUDA arena at 256-byte offsets with the
  * CPU module's values; mixing devices in one module is an error. */
 TEST(modules_are_one_cuda_arena) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t mg, mc;
   CHECK(rc_call(&c, "mod_gpu", NULL, 0, &mg) == 1 && !mg.error);
   const msgpack_object *arenas = obj_get(mg.result, "arenas");
@@ -310,8 +306,7 @@ TEST(modules_are_one_cuda_arena) {
   reply_maps_t rg;
   CHECK(open_maps(&c, &mg, &rg) == 0);
   CHECK(rg.d[0].cuda == 1);
-  rc_t c2;
-  CHECK(rc_open(&c2, S.socket) == 0);
+  OPEN_RC(c2, S.socket);
   CHECK(rc_call(&c2, "mod_cpu", NULL, 0, &mc) == 1 && !mc.error);
   reply_maps_t rcpu;
   CHECK(open_maps(&c2, &mc, &rcpu) == 0);
@@ -351,8 +346,7 @@ TEST(modules_are_one_cuda_arena) {
 /* The reply comes after the stream was synchronized: the last elements of
  * a 256 MiB randn are final the moment the descriptor arrives. */
 TEST(ready_when_replied) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   const int64_t n = 1 << 26;
   msg_t m;
   CHECK(rc_call(&c, "big", "n", n, &m) == 1 && !m.error);
@@ -436,8 +430,7 @@ TEST(cached_and_managed_objects) {
 /* More than the device has: OUT_OF_MEMORY with the requested and free
  * bytes, and the server keeps building on the device. */
 TEST(out_of_device_memory) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   int64_t total = rc_info_int(&c, "memory.cuda:0.total_bytes");
   CHECK(total > 0);
   msg_t m;
@@ -462,8 +455,7 @@ TEST(out_of_device_memory) {
  * memory (seen from this process) is back where it was before the
  * object tests, within one allocation granule. */
 TEST(device_memory_back_to_baseline) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   CHECK(rc_wait_info(&c, "arenas.count", 0, 10000) == 0);
   CHECK(rc_wait_info(&c, "objects.count", 0, 10000) == 0);
   CHECK(gk_wait_back_to(baseline_free, 10000) == 0);

@@ -79,8 +79,7 @@ static void second_server_body(stt_server_t *s) {
   CHECK_CONTAINS(r.err, "another stserver is serving on");
   CHECK_CONTAINS(r.err, s->socket);
   /* The first one keeps its socket and keeps serving. */
-  rc_t c;
-  CHECK(rc_open(&c, s->socket) == 0);
+  OPEN_RC(c, s->socket);
   CHECK(stt_ping(c.fd, 1) == 0);
   rc_close(&c);
 }
@@ -276,8 +275,7 @@ static int endpoint_names(rc_t *c, char *buf, size_t cap) {
 }
 
 static void reload_body(stt_server_t *s) {
-  rc_t c;
-  CHECK(rc_open(&c, s->socket) == 0);
+  OPEN_RC(c, s->socket);
   char names[256];
   CHECK(endpoint_names(&c, names, sizeof names) == 0);
   CHECK_STR_EQ(names, "alpha");
@@ -327,11 +325,9 @@ TEST(sighup_reloads) {
 }
 
 static void drain_body(stt_server_t *s) {
-  rc_t c;
-  CHECK(rc_open(&c, s->socket) == 0);
+  OPEN_RC(c, s->socket);
   CHECK(rc_sendf(&c, "[0, 1, 'call', [{endpoint: 'slow', args: {s: 0.4}}]]") == 0);
-  rc_t w;
-  CHECK(rc_open(&w, s->socket) == 0);
+  OPEN_RC(w, s->socket);
   int queued = rc_wait_info(&w, "inflight", 1, 5000);
   rc_close(&w);
   CHECK(queued == 0);
@@ -378,8 +374,7 @@ TEST(sigterm_drains_inflight_calls) {
 static void devices_body(stt_server_t *s) {
   char path3[400];
   snprintf(path3, sizeof path3, "%s-3.sock", s->base);
-  rc_t c;
-  CHECK(rc_open(&c, path3) == 0);
+  OPEN_RC(c, path3);
   msg_t m;
   CHECK(rc_rpcf(&c, &m, "[0, 1, 'hello', []]") == 1);
   CHECK_EQ_INT(obj_int(obj_get(m.result, "device")), 3);
@@ -411,11 +406,9 @@ TEST(one_socket_per_device) {
 }
 
 static void grace_body(stt_server_t *s) {
-  rc_t c;
-  CHECK(rc_open(&c, s->socket) == 0);
+  OPEN_RC(c, s->socket);
   CHECK(rc_sendf(&c, "[0, 1, 'call', [{endpoint: 'slow', args: {s: 60.0}}]]") == 0);
-  rc_t w;
-  CHECK(rc_open(&w, s->socket) == 0);
+  OPEN_RC(w, s->socket);
   int queued = rc_wait_info(&w, "inflight", 1, 5000);
   rc_close(&w);
   CHECK(queued == 0);

@@ -14,8 +14,7 @@
 static stt_server_t S;
 
 TEST(cache_hit_returns_the_same_object) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   int64_t hits0 = rc_info_int(&c, "counters.cache_hits");
   int64_t builds0 = rc_info_int(&c, "counters.builds");
   msg_t m1, m2, m3;
@@ -57,8 +56,7 @@ TEST(cache_hit_returns_the_same_object) {
 }
 
 TEST(cache_false_builds_every_time) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   int64_t builds0 = rc_info_int(&c, "counters.builds");
   msg_t m1, m2;
   CHECK(rk_call(&c, "fresh", "n", 3, &m1) == 1 && !m1.error);
@@ -75,8 +73,7 @@ TEST(cache_false_builds_every_time) {
 }
 
 TEST(plain_and_cached_unmanaged_endpoints) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t m;
   CHECK(rk_call(&c, "plain", NULL, 0, &m) == 1 && !m.error);
   CHECK(obj_get(m.result, "object") == NULL);
@@ -103,8 +100,7 @@ TEST(plain_and_cached_unmanaged_endpoints) {
 }
 
 TEST(invalidate_then_call_rebuilds) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t m1, m2, mi;
   CHECK(rk_call(&c, "lin", "n", 7, &m1) == 1 && !m1.error);
   uint64_t old = (uint64_t)obj_field(&m1, "id");
@@ -215,8 +211,7 @@ static void leaser(int out) {
 }
 
 TEST(sigkill_gives_the_leases_back) {
-  rc_t w;
-  CHECK(rc_open(&w, S.socket) == 0);
+  OPEN_RC(w, S.socket);
   int p[2];
   CHECK(pipe(p) == 0);
   pid_t pid = fork();

@@ -55,8 +55,7 @@ static stt_server_t S;
 
 static void refused_body(stt_server_t *s) {
   open_up(s);
-  rc_t good;
-  CHECK(rc_open(&good, s->socket) == 0);
+  OPEN_RC(good, s->socket);
   CHECK(stt_ping(good.fd, 1) == 0);
   CHECK_EQ_INT(as_nobody(s->socket, 1), 0);
   CHECK_EQ_INT(as_nobody(s->socket, 1), 0);

@@ -20,8 +20,7 @@ static const char SLOW[] =
     "}\n";
 
 TEST(hello_fields) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t m;
   CHECK(rc_rpcf(&c, &m, "[0, 7, 'hello', [{protocol: %d, client: 'test_protocol'}]]",
                 ST_PROTOCOL_VERSION) == 1);
@@ -71,8 +70,7 @@ static const frame_case_t refused[] = {
 };
 
 TEST(refused_requests_keep_the_connection) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   CHECK(stt_ping(c.fd, 1) == 0);
   CHECK_RPC_TABLE(&c, refused, sizeof refused / sizeof refused[0]);
   CHECK(stt_ping(c.fd, 5) == 0);
@@ -86,8 +84,7 @@ static void hello_bytes(mpbuf_t *b, uint32_t id) {
 }
 
 TEST(split_frames) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   mpbuf_t r;
   hello_bytes(&r, 11);
   /* One byte per write, each read by the server on its own. */
@@ -115,8 +112,7 @@ TEST(split_frames) {
 }
 
 TEST(pipelined_requests) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   mpbuf_t r;
   mpbuf_init(&r);
   for (uint32_t id = 1; id <= 50; id++)
@@ -166,8 +162,7 @@ TEST(garbage_closes_only_that_client) {
 }
 
 TEST(oversize_frame) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   /* The server may close before it read everything: ignore send errors. */
   (void)rc_sendf(&c, "[0, 5, 'ping', [{pad: bin(200000)}]]");
   CHECK_CLOSED_WITH(&c, ST_ERR_LIMIT, NULL);
@@ -175,8 +170,7 @@ TEST(oversize_frame) {
 }
 
 TEST(half_sent_frame_times_out) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   mpbuf_t r;
   hello_bytes(&r, 3);
   double t0 = stt_now_ms();
@@ -196,8 +190,7 @@ TEST(half_sent_frame_times_out) {
 
 TEST(completed_frames_do_not_time_out) {
   /* A connection that idles between whole frames is never timed out. */
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   CHECK(stt_ping(c.fd, 1) == 0);
   msg_t m;
   CHECK_EQ_INT(rc_next(&c, &m, 600), -1);   /* nothing arrives: no TIMEOUT */
@@ -206,8 +199,7 @@ TEST(completed_frames_do_not_time_out) {
 }
 
 TEST(max_inflight_busy) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   CHECK(rc_sendf(&c, "[0, 1, 'call', [{endpoint: 'slow', args: {s: 0.3}}]], "
                     "[0, 2, 'call', [{endpoint: 'slow', args: {s: 0.3}}]], "
                     "[0, 3, 'call', [{endpoint: 'slow', args: {s: 0.3}}]], [0, 4, 'ping', []]") == 0);
@@ -236,8 +228,7 @@ TEST(max_inflight_busy) {
 }
 
 TEST(client_fds_are_closed) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   CHECK(stt_ping(c.fd, 1) == 0);
   int64_t before_count = rc_info_int(&c, "counters.fds_received");
   int before = proc_fd_count(S.pid);
@@ -258,8 +249,7 @@ TEST(client_fds_are_closed) {
 }
 
 TEST(notifications_are_ignored) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   CHECK(rc_sendf(&c, "[2, 'whatever', []], [0, 77, 'ping', []]") == 0);
   msg_t m;
   CHECK(rc_next(&c, &m, 5000) == 1);
@@ -271,8 +261,7 @@ TEST(notifications_are_ignored) {
 TEST(half_closed_client_gets_replies) {
   /* A client that shuts down its sending side still receives the replies
    * of what it sent, then the server closes. */
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   CHECK(rc_sendf(&c, "[0, 1, 'call', [{endpoint: 'slow', args: {s: 0.05}}]], [0, 2, 'ping', []]") ==
         0);
   CHECK(shutdown(c.fd, SHUT_WR) == 0);
@@ -307,8 +296,7 @@ static void backpressure_body(stt_server_t *s) {
    * client sends without reading until its sends make no progress for
    * 500 ms (the server stopped reading), and only then reads. */
   enum { N = 100000 };
-  rc_t c;
-  CHECK(rc_open(&c, s->socket) == 0);
+  OPEN_RC(c, s->socket);
   mpbuf_t r;
   mpbuf_init(&r);
   for (uint32_t id = 1; id <= N; id++) stt_pack(&r.pk, "[0, %u, 'info', []]", id);

@@ -46,8 +46,7 @@ static const char *only_name(const msg_t *m, const char *key) {
 }
 
 TEST(reload_drops_only_changed_caches) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t m;
   CHECK(rk_call(&c, "a", "n", 2, &m) == 1 && !m.error);
   int64_t oa = obj_field(&m, "id");
@@ -94,8 +93,7 @@ TEST(reload_drops_only_changed_caches) {
 }
 
 TEST(reload_with_a_syntax_error_keeps_serving) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t m;
   CHECK(rk_call(&c, "b", "n", 3, &m) == 1 && !m.error);
   int64_t ob = obj_field(&m, "id");
@@ -187,8 +185,7 @@ static void write_work(int version) {
 }
 
 TEST(reload_under_load_loses_no_request) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   load_t L1, L2;
   memset(&L1, 0, sizeof L1);
   memset(&L2, 0, sizeof L2);

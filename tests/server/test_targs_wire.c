@@ -132,8 +132,7 @@ static int back_to_baseline(void) {
 /* ------------------------------------------------------------- tests */
 
 TEST(a_valid_argument_reads_the_callers_memory) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   int64_t received = rc_info_int(&M, "counters.fds_received");
   int fds[1] = {memfd_with(PAGE, 6.5, 0)};
   CHECK(fds[0] >= 0);
@@ -149,8 +148,7 @@ TEST(a_valid_argument_reads_the_callers_memory) {
 }
 
 TEST(arenas_without_their_descriptors_close_the_connection) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   int64_t perr = rc_info_int(&M, "counters.protocol_errors");
   CHECK_RPC(&c, ST_ERR_PROTOCOL, "lists 1 arenas but 0 descriptors", FIRST_FMT, 7, "first");
   CHECK(closed_by_server(&c) == 0);
@@ -221,8 +219,7 @@ typedef struct refusal {
  * error, the connection stays, and the next call reads its own memory
  * (no descriptor of the refused request is left over). */
 static void expect_refusals(const refusal_t *t, size_t n) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   for (size_t i = 0; i < n; i++) {
     int fds[2];
     int nfds = make_fds(t[i].fds, fds);
@@ -313,8 +310,7 @@ static int send_copies(rc_t *c, const void *buf, size_t len, int fd, int n) {
 }
 
 TEST(descriptors_no_request_lists_are_closed) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   int64_t received = rc_info_int(&M, "counters.fds_received");
   int fd = memfd_with(PAGE, 1, 0);
   CHECK(fd >= 0);
@@ -349,8 +345,7 @@ TEST(descriptors_no_request_lists_are_closed) {
 }
 
 TEST(more_than_506_unclaimed_descriptors_close_the_connection) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   int fd = memfd_with(PAGE, 1, 0);
   CHECK(fd >= 0);
   /* a request that stays incomplete while descriptors keep coming: they
@@ -392,8 +387,7 @@ TEST(a_client_gone_before_its_reply_leaks_nothing) {
   /* gone while the call is queued or running: twice, the second time
    * only once the body runs */
   for (int round = 0; round < 2; round++) {
-    rc_t c;
-    CHECK(rc_open(&c, S.socket) == 0);
+    OPEN_RC(c, S.socket);
     CHECK(send_first(&c, 60, "slow_first", 3) == 0);
     if (round == 1) CHECK(rc_wait_info(&M, "inflight", 1, 5000) == 0);
     rc_close(&c);

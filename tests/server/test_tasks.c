@@ -12,8 +12,7 @@
 static stt_server_t S;
 
 TEST(submit_wait_result_once) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   uint64_t t = rk_submit(&c, "slow", "s", 0.05);
   CHECK(t > 0);
   msg_t m;
@@ -44,8 +43,7 @@ TEST(submit_wait_result_once) {
 }
 
 TEST(result_of_unfinished_failed_and_unknown_tasks) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t m;
   uint64_t t = rk_submit(&c, "slow", "s", 0.3);
   CHECK(rk_id(&c, "result", "task_id", t, &m) == 1);
@@ -74,8 +72,7 @@ TEST(result_of_unfinished_failed_and_unknown_tasks) {
 }
 
 TEST(cancel_pending_then_running) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   /* Both workers busy: the third task stays pending. */
   uint64_t a = rk_submit(&c, "slow", "s", 5.0), b = rk_submit(&c, "slow", "s", 5.0);
   CHECK(rk_wait_status(&c, a, "running", 5000) == 0);
@@ -110,8 +107,7 @@ TEST(cancel_pending_then_running) {
 }
 
 TEST(cancel_a_body_that_checks_cancelled) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   uint64_t t = rk_submit(&c, "loop", NULL, 0);
   CHECK(rk_wait_status(&c, t, "running", 5000) == 0);
   msg_t m;
@@ -125,8 +121,7 @@ TEST(cancel_a_body_that_checks_cancelled) {
 }
 
 TEST(wait_timeout_returns_current_info) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   uint64_t t = rk_submit(&c, "slow", "s", 0.6);
   msg_t m;
   double t0 = stt_now_ms();
@@ -139,8 +134,7 @@ TEST(wait_timeout_returns_current_info) {
   fprintf(stderr, "   wait(0.05) answered after %.1f ms\n", took);
   CHECK(took >= 40 && took < 400);
   /* Waits of several connections end together when the task does. */
-  rc_t d;
-  CHECK(rc_open(&d, S.socket) == 0);
+  OPEN_RC(d, S.socket);
   CHECK(rc_sendf(&d, "[0, 3, 'wait', [{task_id: %lld, timeout: 10}]]", (long long)t) == 0);
   CHECK(rc_rpcf(&c, &m, "[0, 4, 'wait', [{task_id: %lld}]]", (long long)t) == 1 && !m.error);
   CHECK_STR_EQ(obj_str(obj_get(m.result, "status")), "completed");
@@ -157,8 +151,7 @@ TEST(wait_timeout_returns_current_info) {
 }
 
 TEST(progress_shows_in_status) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   uint64_t t = rk_submit(&c, "steps", "s", 0.08);
   double end = stt_now_ms() + 5000;
   int seen = 0;
@@ -185,8 +178,7 @@ TEST(progress_shows_in_status) {
 }
 
 TEST(task_endpoint_call_and_managed_result) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   int64_t submitted = rc_info_int(&c, "counters.tasks_submitted");
   msg_t m;
   CHECK(rk_call(&c, "mtask", "n", 3, &m) == 1 && !m.error);
@@ -225,8 +217,7 @@ TEST(task_endpoint_call_and_managed_result) {
 }
 
 TEST(finished_tasks_expire_after_the_ttl) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   int64_t expired = rc_info_int(&c, "counters.tasks_expired");
   uint64_t t = rk_submit(&c, "slow", "s", 0.01);
   CHECK(rk_wait_status(&c, t, "completed", 5000) == 0);
