@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "fixture.h"
 #include "proc.h"
 
@@ -35,6 +36,18 @@ static inline int run_env(const char *env, const char *const *args) {
 }
 
 #define STCLI(...) run_env(NULL, (const char *const[]){__VA_ARGS__, NULL})
+
+/* `stcli CMD --help` and `stcli help CMD` both print CMD's usage line on
+ * stdout, nothing on stderr, and exit 0. (A check: fails the test.) */
+static inline void check_command_help(const char *cmd) {
+  char want[80];
+  snprintf(want, sizeof want, "usage: stcli [global options] %s", cmd);
+  CHECK_EQ_INT(STCLI(cmd, "--help"), 0);
+  CHECK_CONTAINS(R.out, want);
+  CHECK_STR_EQ(R.err, "");
+  CHECK_EQ_INT(STCLI("help", cmd), 0);
+  CHECK_CONTAINS(R.out, want);
+}
 
 /* Strict JSON check with the library's parser (it takes objects). */
 static inline int json_ok(const char *text) {

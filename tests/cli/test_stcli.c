@@ -33,15 +33,7 @@ TEST(version_and_help) {
   CHECK_CONTAINS(R.out, "endpoints");
   CHECK_CONTAINS(R.out, "Exit codes");
   const char *cmds[] = {"ping", "info", "endpoints", "call", "help"};
-  for (size_t i = 0; i < 5; i++) {
-    char want[80];
-    snprintf(want, sizeof want, "usage: stcli [global options] %s", cmds[i]);
-    CHECK_EQ_INT(STCLI(cmds[i], "--help"), 0);
-    CHECK_CONTAINS(R.out, want);
-    CHECK_STR_EQ(R.err, "");
-    CHECK_EQ_INT(STCLI("help", cmds[i]), 0);
-    CHECK_CONTAINS(R.out, want);
-  }
+  for (size_t i = 0; i < 5; i++) check_command_help(cmds[i]);
   CHECK_EQ_INT(STCLI("help"), 0);
   CHECK_CONTAINS(R.out, "Commands:");
 }

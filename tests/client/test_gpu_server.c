@@ -33,7 +33,8 @@
 #define MiB (1024ull * 1024ull)
 
 static const char ep_vals[] =
-    "return st.endpoint { name = 'vals_%s', device = '%s', params = { n = 100003 },\n"
+    "return st.endpoint { name = 'vals_$DEVICE', device = '$DEVICE',\n"
+    "  params = { n = 100003 },\n"
     "  build = function(a)\n"
     "    local base = st.rand { 6, 8, seed = 3 }\n"
     "    return {\n"
@@ -265,11 +266,7 @@ int main(int argc, char **argv) {
   uint64_t f;
   if (st__cuda_mem_info(0, &f, NULL, err, sizeof err) != ST_OK) stt_skip(err);
   stt_server_init(&srv);
-  char text[2048];
-  snprintf(text, sizeof text, ep_vals, "cuda", "cuda");
-  stt_write_endpoint(&srv, "vals_cuda.lua", text);
-  snprintf(text, sizeof text, ep_vals, "cpu", "cpu");
-  stt_write_endpoint(&srv, "vals_cpu.lua", text);
+  stt_write_endpoint_per_device(&srv, "vals", ep_vals);
   stt_write_endpoint(&srv, "cached.lua", ep_cached);
   stt_write_endpoint(&srv, "managed.lua", ep_managed);
   stt_write_endpoint(&srv, "plain.lua", ep_plain);

@@ -18,6 +18,7 @@
 
 #include "check.h"
 #include "client_kit.h"
+#include "endpoints.h"
 #include "fixture.h"
 #include "mem/cuda.h"
 
@@ -31,9 +32,6 @@ static const char ep_scale[] =
     "return st.endpoint{ name = \"scale\",\n"
     "  params = { x = st.tensor_param{ dtype = \"float32\", device = \"cuda\" }, k = 2.5 },\n"
     "  build = function(a) a.x:mul_(a.k); return a.x:numel() end }\n";
-static const char ep_echo[] =
-    "return st.endpoint{ name = \"echo\", params = { value = st.required },\n"
-    "  build = function(a) return a.value end }\n";
 static const char ep_sum[] =
     "return st.endpoint{ name = \"sum64\",\n"
     "  params = { x = st.tensor_param{ dtype = \"float64\", device = \"cpu\" } },\n"
@@ -255,7 +253,7 @@ TEST(device_memory_returns_once_the_client_frees_it) {
 
 static const stt_endpoint_t endpoints[] = {
     {"scale.lua", ep_scale},
-    {"echo.lua", ep_echo},
+    {"echo.lua", STT_EP_ECHO},
     {"sum64.lua", ep_sum},
     {"gpu_only.lua", ep_gpu_only},
     {NULL, NULL},

@@ -12,6 +12,7 @@
 
 #include "check.h"
 #include "client_kit.h"
+#include "endpoints.h"
 #include "fixture.h"
 
 static stt_server_t srv;
@@ -19,9 +20,6 @@ static stt_server_t srv;
 static const char ep_scale[] =
     "return st.endpoint{ name = \"scale\", params = { x = st.tensor_param{}, k = 2.5 },\n"
     "  build = function(a) return a.x:mul_(a.k) end }\n";
-static const char ep_echo[] =
-    "return st.endpoint{ name = \"echo\", params = { value = st.required },\n"
-    "  build = function(a) return a.value end }\n";
 static const char ep_sum[] =
     "return st.endpoint{ name = \"sum64\",\n"
     "  params = { x = st.tensor_param{ dtype = \"float64\", device = \"cpu\" } },\n"
@@ -283,7 +281,7 @@ TEST(the_server_counts_the_descriptors) {
 
 static const stt_endpoint_t endpoints[] = {
     {"scale.lua", ep_scale},
-    {"echo.lua", ep_echo},
+    {"echo.lua", STT_EP_ECHO},
     {"sum64.lua", ep_sum},
     {"gpu_only.lua", ep_gpu_only},
     {"cached.lua", ep_cached},

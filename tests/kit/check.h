@@ -97,6 +97,14 @@ void stt_fail_err(const char *file, int line, const char *expr, long long got, l
       STT_FAIL("\"%s\" does not contain \"%s\"", stt_h_ ? stt_h_ : "(null)", stt_n_); \
   } while (0)
 
+/* CHECK_CONTAINS for each of the needles that follow. */
+#define CHECK_CONTAINS_ALL(hay, ...)                                 \
+  do {                                                               \
+    const char *const stt_all_[] = {__VA_ARGS__, NULL};              \
+    for (size_t stt_k_ = 0; stt_all_[stt_k_]; stt_k_++)             \
+      CHECK_CONTAINS((hay), stt_all_[stt_k_]);                       \
+  } while (0)
+
 /* An error code (ST_OK or ST_ERR_*), with a message read after the call
  * (an error buffer, st_client_error(c); NULL for none). */
 #define CHECK_ERR_MSG(expr, want, msg)                               \

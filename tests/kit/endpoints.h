@@ -56,4 +56,9 @@
   "    return 1\n"                                                   \
   "  end }\n"
 
+/* echo: returns its required argument `value`. */
+#define STT_EP_ECHO                                                  \
+  "return st.endpoint{ name = \"echo\", params = { value = st.required },\n" \
+  "  build = function(a) return a.value end }\n"
+
 #endif

@@ -75,10 +75,9 @@ static inline int fake_replyf(int conn, uint32_t id, const int *fds, int nfds, c
 static inline int fake_replyf(int conn, uint32_t id, const int *fds, int nfds, const char *fmt,
                               ...) {
   mpbuf_t b;
-  mpbuf_init(&b);
   va_list ap;
   va_start(ap, fmt);
-  stt_vpack(&b.pk, fmt, ap);
+  mpbuf_vtext(&b, fmt, ap);
   va_end(ap);
   int rc = fake_reply(conn, id, &b.sb, fds, nfds);
   mpbuf_free(&b);

@@ -160,6 +160,25 @@ void stt_write_endpoint(stt_server_t *s, const char *name, const char *text) {
   stt_write_file(path, text);
 }
 
+void stt_write_endpoint_per_device(stt_server_t *s, const char *stem, const char *text) {
+  static const char *const devices[] = {"cuda", "cpu"};
+  for (int d = 0; d < 2; d++) {
+    char name[200], out[8192];
+    size_t used = 0;
+    for (const char *p = text; *p && used + 8 < sizeof out;) {
+      if (strncmp(p, "$DEVICE", 7) == 0) {
+        used += (size_t)snprintf(out + used, sizeof out - used, "%s", devices[d]);
+        p += 7;
+      } else {
+        out[used++] = *p++;
+      }
+    }
+    out[used] = '\0';
+    snprintf(name, sizeof name, "%s_%s.lua", stem, devices[d]);
+    stt_write_endpoint(s, name, out);
+  }
+}
+
 void stt_write_endpoints(stt_server_t *s, const stt_endpoint_t *eps) {
   for (; eps && eps->name; eps++) stt_write_endpoint(s, eps->name, eps->text);
 }

@@ -58,6 +58,10 @@ void stt_server_init(stt_server_t *s);
 void stt_server_config(stt_server_t *s, const char *lua_fields);
 /* Writes <dir>/endpoints/<name> and serves that directory from now on. */
 void stt_write_endpoint(stt_server_t *s, const char *name, const char *text);
+/* Writes <stem>_cuda.lua and <stem>_cpu.lua from one text in which each
+ * "$DEVICE" stands for the device ("cuda", "cpu"): the same endpoint built
+ * on both. */
+void stt_write_endpoint_per_device(stt_server_t *s, const char *stem, const char *text);
 /* stt_write_endpoint for each row of a table ending with {NULL, NULL}. */
 void stt_write_endpoints(stt_server_t *s, const stt_endpoint_t *eps);
 /* init, config (NULL: none), endpoints (NULL: the repository's), start:

@@ -282,6 +282,18 @@ void stt_vpack(msgpack_packer *pk, const char *fmt, va_list ap) {
   free(text);
 }
 
+void mpbuf_vtext(mpbuf_t *b, const char *fmt, va_list ap) {
+  mpbuf_init(b);
+  stt_vpack(&b->pk, fmt, ap);
+}
+
+void mpbuf_text(mpbuf_t *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  mpbuf_vtext(b, fmt, ap);
+  va_end(ap);
+}
+
 void stt_pack(msgpack_packer *pk, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

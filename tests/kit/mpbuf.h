@@ -49,5 +49,8 @@ void mpbuf_free(mpbuf_t *b);
 void stt_pack(msgpack_packer *pk, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The same with a va_list. */
 void stt_vpack(msgpack_packer *pk, const char *fmt, va_list ap);
+/* mpbuf_init, then the values of the text fmt packed into b. */
+void mpbuf_text(mpbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void mpbuf_vtext(mpbuf_t *b, const char *fmt, va_list ap);
 
 #endif

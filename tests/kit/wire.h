@@ -100,10 +100,9 @@ static inline int rc_send(rc_t *c, const void *buf, size_t len) {
 static inline int rc_sendf(rc_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static inline int rc_sendf(rc_t *c, const char *fmt, ...) {
   mpbuf_t b;
-  mpbuf_init(&b);
   va_list ap;
   va_start(ap, fmt);
-  stt_vpack(&b.pk, fmt, ap);
+  mpbuf_vtext(&b, fmt, ap);
   va_end(ap);
   int rc = rc_send(c, b.sb.data, b.sb.size);
   mpbuf_free(&b);
@@ -220,8 +219,7 @@ static inline int rc_rpc_fds(rc_t *c, mpbuf_t *b, const int *fds, int nfds, msg_
 static inline int rc_vrpcf(rc_t *c, msg_t *m, const int *fds, int nfds, const char *fmt,
                            va_list ap) {
   mpbuf_t b;
-  mpbuf_init(&b);
-  stt_vpack(&b.pk, fmt, ap);
+  mpbuf_vtext(&b, fmt, ap);
   return rc_rpc_fds(c, &b, fds, nfds, m);
 }
 
@@ -330,12 +328,15 @@ static inline int reply_is(const msg_t *m, int want, const char *part, char *why
   return 0;
 }
 
-#define CHECK_REPLY(m, want, part)                                   \
+/* Fails the test with why[] when `call`, which fills stt_why_, is 0. */
+#define CHECK_WHY(call)                                              \
   do {                                                               \
     char stt_why_[6000];                                             \
-    if (!reply_is((m), (want), (part), stt_why_, sizeof stt_why_))   \
-      STT_FAIL("%s", stt_why_);                                      \
+    if (!(call)) STT_FAIL("%s", stt_why_);                           \
   } while (0)
+
+#define CHECK_REPLY(m, want, part) \
+  CHECK_WHY(reply_is((m), (want), (part), stt_why_, sizeof stt_why_))
 
 /* Sends the frame of the text fmt with nfds descriptors (closed here),
  * reads the reply and checks that it answers the request's id with `want`
@@ -391,21 +392,13 @@ static inline int rc_expect_fds(rc_t *c, const int *fds, int nfds, int want, con
 }
 
 /* CHECK of rc_expect: CHECK_RPC(&c, ST_ERR_X, "part", "[0, 1, ...]", ...). */
-#define CHECK_RPC(c, want, part, ...)                                \
-  do {                                                               \
-    char stt_why_[6000];                                             \
-    if (!rc_expect((c), (want), (part), stt_why_, sizeof stt_why_, __VA_ARGS__)) \
-      STT_FAIL("%s", stt_why_);                                      \
-  } while (0)
+#define CHECK_RPC(c, want, part, ...) \
+  CHECK_WHY(rc_expect((c), (want), (part), stt_why_, sizeof stt_why_, __VA_ARGS__))
 
 /* The same with descriptors riding on the frame (closed here). */
-#define CHECK_RPC_FDS(c, fds, nfds, want, part, ...)                 \
-  do {                                                               \
-    char stt_why_[6000];                                             \
-    if (!rc_expect_fds((c), (fds), (nfds), (want), (part), stt_why_, sizeof stt_why_, \
-                       __VA_ARGS__))                                 \
-      STT_FAIL("%s", stt_why_);                                      \
-  } while (0)
+#define CHECK_RPC_FDS(c, fds, nfds, want, part, ...) \
+  CHECK_WHY(rc_expect_fds((c), (fds), (nfds), (want), (part), stt_why_, sizeof stt_why_, \
+                          __VA_ARGS__))
 
 /* A row of a table of requests and what each must get. */
 typedef struct frame_case {
@@ -443,12 +436,8 @@ static inline int rc_expect_close(rc_t *c, int want, const char *part, char *why
   return ok;
 }
 
-#define CHECK_CLOSED_WITH(c, want, part)                             \
-  do {                                                               \
-    char stt_why_[6000];                                             \
-    if (!rc_expect_close((c), (want), (part), stt_why_, sizeof stt_why_)) \
-      STT_FAIL("%s", stt_why_);                                      \
-  } while (0)
+#define CHECK_CLOSED_WITH(c, want, part) \
+  CHECK_WHY(rc_expect_close((c), (want), (part), stt_why_, sizeof stt_why_))
 
 /* ------------------------------------------------------------- info */
 

@@ -70,6 +70,21 @@ static unsigned char *tensor_bytes(const msgpack_object *ext, const imported_t *
   return buf;
 }
 
+/* The value of reply m, whose one arena must be a VMM allocation on the
+ * GPU of socket s (its UUID, imported on ordinal s), copied to the host:
+ * *bytes (malloc'ed) and *len. The descriptors are dropped. */
+static void value_on_gpu(rc_t *c, const msg_t *m, int s, unsigned char **bytes, size_t *len) {
+  imported_t a;
+  CHECK(import_arena(c, m, 0, &a) == 0);
+  *bytes = tensor_bytes(obj_get(m->result, "value"), &a, 1, len);
+  st__cuda_unmap(&a.m);
+  rc_drop_fds(c);
+  CHECK_STR_EQ(a.d.uuid, uuid[s]);
+  CHECK_STR_EQ(a.d.backend, "vmm");
+  CHECK_EQ_INT(a.m.ordinal, s);
+  CHECK(*bytes != NULL);
+}
+
 /* hello on each socket names its own device index. */
 TEST(each_socket_is_its_device) {
   const char *socks[2] = {S.socket, sock1};
@@ -92,15 +107,7 @@ TEST(socket_selects_the_gpu) {
     OPEN_RC(c, socks[s]);
     msg_t m;
     CHECK(rc_call(&c, "where", NULL, 0, &m) == 1 && !m.error);
-    imported_t a;
-    CHECK(import_arena(&c, &m, 0, &a) == 0);
-    CHECK_STR_EQ(a.d.uuid, uuid[s]);
-    CHECK_STR_EQ(a.d.backend, "vmm");
-    CHECK_EQ_INT(a.m.ordinal, s);
-    bytes[s] = tensor_bytes(obj_get(m.result, "value"), &a, 1, &len[s]);
-    CHECK(bytes[s] != NULL);
-    st__cuda_unmap(&a.m);
-    rc_drop_fds(&c);
+    value_on_gpu(&c, &m, s, &bytes[s], &len[s]);
     msg_free(&m);
     rc_close(&c);
   }
@@ -128,14 +135,7 @@ TEST(cache_entry_per_device) {
     char want[16];
     snprintf(want, sizeof want, "cuda:%d", s);
     CHECK_STR_EQ(obj_str(obj_get(obj_get(m.result, "object"), "device")), want);
-    imported_t a;
-    CHECK(import_arena(&c, &m, 0, &a) == 0);
-    CHECK_STR_EQ(a.d.uuid, uuid[s]);
-    CHECK_EQ_INT(a.m.ordinal, s);
-    bytes[s] = tensor_bytes(obj_get(m.result, "value"), &a, 1, &len[s]);
-    CHECK(bytes[s] != NULL);
-    st__cuda_unmap(&a.m);
-    rc_drop_fds(&c);
+    value_on_gpu(&c, &m, s, &bytes[s], &len[s]);
     msg_free(&m);
     /* A second call on the same socket hits that device's entry. */
     CHECK(rc_call(&c, "cached", NULL, 0, &m) == 1 && !m.error);
