@@ -1,6 +1,7 @@
 /* The repository's endpoints/ (what the default config serves): they load,
  * and each builds with its defaults, the way the server binds them. */
 #include "lua_kit.h"
+#include "mpbuf.h"
 
 static st__generation_t *gen;
 static st__vm_t *vm;
@@ -11,20 +12,18 @@ static int build_defaults(const char *name, const char *extra_key, int64_t extra
                           st__build_result_t *res, char *err, size_t errlen) {
   const st__endpoint_decl_t *ep = st__generation_find(gen, name, strlen(name));
   if (!ep) return -1000;
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  msgpack_pack_map(&pk, ep->nparams);
+  mpbuf_t mb;
+  mpbuf_init(&mb);
+  msgpack_pack_map(&mb.pk, ep->nparams);
   for (size_t i = 0; i < ep->nparams; i++) {
     const st__param_t *p = &ep->params[i];
-    st__pack_cstr(&pk, p->name);
-    if (extra_key && strcmp(p->name, extra_key) == 0) msgpack_pack_int64(&pk, extra_val);
-    else msgpack_sbuffer_write(&sb, p->default_mp, p->default_len);
+    st__pack_cstr(&mb.pk, p->name);
+    if (extra_key && strcmp(p->name, extra_key) == 0) msgpack_pack_int64(&mb.pk, extra_val);
+    else msgpack_sbuffer_write(&mb.sb, p->default_mp, p->default_len);
   }
-  int rc = st__vm_build(vm, ep, sb.data, sb.size, NULL, NULL, res, err, errlen);
+  int rc = st__vm_build(vm, ep, mb.sb.data, mb.sb.size, NULL, NULL, res, err, errlen);
   if (rc) fprintf(stderr, "   %s: %s\n", name, err);
-  msgpack_sbuffer_destroy(&sb);
+  mpbuf_free(&mb);
   return rc;
 }
 

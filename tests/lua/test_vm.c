@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "lua_kit.h"
+#include "mpbuf.h"
 #include "mem/arena.h"
 
 static double now_s(void) {
@@ -37,6 +38,17 @@ static char *load_fails(void) {
     CHECK(ok_);                                   \
   } while (0)
 
+/* One file `name` holding `text`, loaded in a fresh dir: CONFIGURATION
+ * with every one of the NULL-terminated parts in the errors. */
+static void expect_load_errors(const char *name, const char *text, const char *const *parts) {
+  kit_fresh();
+  kit_write(name, "%s", text);
+  char *e = load_fails();
+  CHECK(e != NULL);
+  for (size_t i = 0; parts[i]; i++) CHECK_CONTAINS(e, parts[i]);
+  free(e);
+}
+
 TEST(syntax_error_names_file_and_line) {
   kit_fresh();
   kit_write("bad.lua", "return st.endpoint{\n  name = 'x',\n  build = function( end,\n}\n");
@@ -56,46 +68,38 @@ TEST(unknown_option) {
 }
 
 TEST(wrong_types) {
-  kit_fresh();
-  kit_write("types.lua",
-            "return st.endpoint{ name = 'w', managed = 'yes', timeout = -1, doc = 3,\n"
-            "  params = { n = function() end }, build = 'nope' }\n");
-  char *e = load_fails();
-  CHECK(e != NULL);
-  CHECK_CONTAINS(e, "types.lua:1: option 'managed' must be a boolean");
-  CHECK_CONTAINS(e, "types.lua:1: option 'timeout' must be a number of seconds > 0");
-  CHECK_CONTAINS(e, "types.lua:1: option 'doc' must be a string");
-  CHECK_CONTAINS(e, "params.n: a default must be");
-  CHECK_CONTAINS(e, "option 'build' must be a function");
-  free(e);
+  expect_load_errors(
+      "types.lua",
+      "return st.endpoint{ name = 'w', managed = 'yes', timeout = -1, doc = 3,\n"
+      "  params = { n = function() end }, build = 'nope' }\n",
+      (const char *const[]){"types.lua:1: option 'managed' must be a boolean",
+                            "types.lua:1: option 'timeout' must be a number of seconds > 0",
+                            "types.lua:1: option 'doc' must be a string",
+                            "params.n: a default must be", "option 'build' must be a function",
+                            NULL});
 }
 
 TEST(bad_enums) {
-  kit_fresh();
-  kit_write("enum.lua",
-            "return st.endpoint{ name = 'e', execution = 'later', concurrency = 'x',\n"
-            "  ipc = 'shm', device = 'tpu', build = function() end }\n");
-  char *e = load_fails();
-  CHECK(e != NULL);
-  CHECK_CONTAINS(e, "enum.lua:1: option 'execution' must be \"direct\" or \"task\", got \"later\"");
-  CHECK_CONTAINS(e, "option 'concurrency' must be \"parallel\" or \"serialized\"");
-  CHECK_CONTAINS(e, "option 'ipc' must be \"vmm\" or \"legacy\"");
-  CHECK_CONTAINS(e, "option 'device' must be \"cpu\", \"cuda\" or \"cuda:N\", got \"tpu\"");
-  free(e);
+  expect_load_errors(
+      "enum.lua",
+      "return st.endpoint{ name = 'e', execution = 'later', concurrency = 'x',\n"
+      "  ipc = 'shm', device = 'tpu', build = function() end }\n",
+      (const char *const[]){
+          "enum.lua:1: option 'execution' must be \"direct\" or \"task\", got \"later\"",
+          "option 'concurrency' must be \"parallel\" or \"serialized\"",
+          "option 'ipc' must be \"vmm\" or \"legacy\"",
+          "option 'device' must be \"cpu\", \"cuda\" or \"cuda:N\", got \"tpu\"", NULL});
 }
 
 TEST(bad_names) {
-  kit_fresh();
-  kit_write("names.lua",
-            "return { st.endpoint{ name = '9lives', build = function() end },\n"
-            "         st.endpoint{ name = 'has space', build = function() end },\n"
-            "         st.endpoint{ build = function() end } }\n");
-  char *e = load_fails();
-  CHECK(e != NULL);
-  CHECK_CONTAINS(e, "names.lua:1: invalid endpoint name \"9lives\"");
-  CHECK_CONTAINS(e, "names.lua:2: invalid endpoint name \"has space\"");
-  CHECK_CONTAINS(e, "names.lua:3: missing option 'name'");
-  free(e);
+  expect_load_errors(
+      "names.lua",
+      "return { st.endpoint{ name = '9lives', build = function() end },\n"
+      "         st.endpoint{ name = 'has space', build = function() end },\n"
+      "         st.endpoint{ build = function() end } }\n",
+      (const char *const[]){"names.lua:1: invalid endpoint name \"9lives\"",
+                            "names.lua:2: invalid endpoint name \"has space\"",
+                            "names.lua:3: missing option 'name'", NULL});
 }
 
 TEST(format_key_naming_no_param) {
@@ -301,21 +305,19 @@ TEST(arguments_and_results) {
   CHECK_ERR(kit_vm_open(&k), ST_OK);
   CHECK(st__vm_generation(k.vm) == k.gen);
   CHECK_EQ_INT(k.gen->refs, 2);
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  msgpack_pack_map(&pk, 3);
-  st__pack_cstr(&pk, "n");
-  msgpack_pack_int(&pk, 21);
-  st__pack_cstr(&pk, "s");
-  st__pack_cstr(&pk, "hey");
-  st__pack_cstr(&pk, "t");
-  msgpack_pack_array(&pk, 0);
+  mpbuf_t mb;
+  mpbuf_init(&mb);
+  msgpack_pack_map(&mb.pk, 3);
+  st__pack_cstr(&mb.pk, "n");
+  msgpack_pack_int(&mb.pk, 21);
+  st__pack_cstr(&mb.pk, "s");
+  st__pack_cstr(&mb.pk, "hey");
+  st__pack_cstr(&mb.pk, "t");
+  msgpack_pack_array(&mb.pk, 0);
   st__build_result_t res;
   char err[1024];
-  CHECK_ERR_MSG(kit_build(&k, "args", &sb, NULL, &res, err, sizeof err), ST_OK, err);
-  msgpack_sbuffer_destroy(&sb);
+  CHECK_ERR_MSG(kit_build(&k, "args", &mb.sb, NULL, &res, err, sizeof err), ST_OK, err);
+  mpbuf_free(&mb);
   msgpack_unpacked up;
   const msgpack_object *v = kit_value(&res, &up);
   CHECK(v && v->type == MSGPACK_OBJECT_MAP);
@@ -470,35 +472,17 @@ TEST(progress_reports_reach_the_sink) {
       {0.5, 3, "p.lua:10: st.progress: note of 201 bytes is longer than 200"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    msgpack_sbuffer args;
-    msgpack_sbuffer_init(&args);
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &args, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 3);
-    st__pack_cstr(&pk, "f");
-    msgpack_pack_double(&pk, bad[i].f);
-    st__pack_cstr(&pk, "n");
-    msgpack_pack_int(&pk, bad[i].n);
-    st__pack_cstr(&pk, "note");
-    st__pack_cstr(&pk, "x");
-    int rc = kit_build_p(&k, "bad", &args, NULL, &p, &res, err, sizeof err);
-    msgpack_sbuffer_destroy(&args);
+    mpbuf_t mb;
+    mpbuf_text(&mb, "{f: %#.17g, n: %d, note: 'x'}", bad[i].f, bad[i].n);
+    int rc = kit_build_p(&k, "bad", &mb.sb, NULL, &p, &res, err, sizeof err);
+    mpbuf_free(&mb);
     CHECK_ERR(rc, ST_ERR_ENDPOINT);
     CHECK_CONTAINS(err, bad[i].msg);
   }
-  msgpack_sbuffer args;
-  msgpack_sbuffer_init(&args);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &args, msgpack_sbuffer_write);
-  msgpack_pack_map(&pk, 3);
-  st__pack_cstr(&pk, "f");
-  msgpack_pack_double(&pk, 0.5);
-  st__pack_cstr(&pk, "n");
-  msgpack_pack_int(&pk, 4);
-  st__pack_cstr(&pk, "note");
-  st__pack_cstr(&pk, "x");
-  CHECK_ERR_MSG(kit_build_p(&k, "bad", &args, NULL, &p, &res, err, sizeof err), ST_OK, err);
-  msgpack_sbuffer_destroy(&args);
+  mpbuf_t mb;
+  mpbuf_text(&mb, "{f: 0.5, n: 4, note: 'x'}");
+  CHECK_ERR_MSG(kit_build_p(&k, "bad", &mb.sb, NULL, &p, &res, err, sizeof err), ST_OK, err);
+  mpbuf_free(&mb);
   st__build_result_destroy(&res);
   st__progress_get(&p, &got);
   CHECK_EQ_INT(strlen(got.note), 200);

@@ -443,18 +443,16 @@ typedef struct {
 
 /* Packs a module ext from a spec into b. */
 static void pack_module(mpbuf_t *b, const module_spec_t *s) {
-  msgpack_sbuffer pl;
-  msgpack_sbuffer_init(&pl);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &pl, msgpack_sbuffer_write);
-  msgpack_pack_map(&pk, (size_t)(2 - (s->metadata == 1) - s->no_tensors));
+  mpbuf_t mb;
+  mpbuf_init(&mb);
+  msgpack_pack_map(&mb.pk, (size_t)(2 - (s->metadata == 1) - s->no_tensors));
   if (!s->no_tensors) {
-    key(&pk, "tensors");
-    msgpack_pack_array(&pk, (size_t)s->n);
+    key(&mb.pk, "tensors");
+    msgpack_pack_array(&mb.pk, (size_t)s->n);
     for (int i = 0; i < s->n; i++) {
-      msgpack_pack_array(&pk, s->pair_shape == 2 ? 3 : 2);
-      if (s->pair_shape == 1) msgpack_pack_int(&pk, i);
-      else st__pack_cstr(&pk, s->names[i]);
+      msgpack_pack_array(&mb.pk, s->pair_shape == 2 ? 3 : 2);
+      if (s->pair_shape == 1) msgpack_pack_int(&mb.pk, i);
+      else st__pack_cstr(&mb.pk, s->names[i]);
       st__tensor_desc_t d = tensor(ST_DTYPE_FLOAT32, 256 * (uint64_t)i, 1, (int64_t[]){4},
                                    (int64_t[]){1});
       d.arena = s->arenas[i];
@@ -462,27 +460,27 @@ static void pack_module(mpbuf_t *b, const module_spec_t *s) {
         msgpack_sbuffer tp;
         msgpack_sbuffer_init(&tp);
         tensor_payload(&tp, NULL, "nope", d.shape, 1, d.strides, 1);
-        st__pack_ext(&pk, ST_EXT_TENSOR, &tp);
+        st__pack_ext(&mb.pk, ST_EXT_TENSOR, &tp);
         msgpack_sbuffer_destroy(&tp);
       } else {
-        st__pack_tensor(&pk, &d);
+        st__pack_tensor(&mb.pk, &d);
       }
-      if (s->pair_shape == 2) msgpack_pack_nil(&pk);
+      if (s->pair_shape == 2) msgpack_pack_nil(&mb.pk);
     }
   }
   if (s->metadata != 1) {
-    key(&pk, "metadata");
+    key(&mb.pk, "metadata");
     if (s->metadata == 2) {
-      msgpack_pack_array(&pk, 0);
+      msgpack_pack_array(&mb.pk, 0);
     } else {
-      msgpack_pack_map(&pk, 1);
-      if (s->metadata == 3) msgpack_pack_int(&pk, 1);
-      else key(&pk, "step");
-      msgpack_pack_int(&pk, 1000);
+      msgpack_pack_map(&mb.pk, 1);
+      if (s->metadata == 3) msgpack_pack_int(&mb.pk, 1);
+      else key(&mb.pk, "step");
+      msgpack_pack_int(&mb.pk, 1000);
     }
   }
-  st__pack_ext(&b->pk, ST_EXT_MODULE, &pl);
-  msgpack_sbuffer_destroy(&pl);
+  st__pack_ext(&b->pk, ST_EXT_MODULE, &mb.sb);
+  mpbuf_free(&mb);
 }
 
 static int parse_module_spec(const module_spec_t *s) {

@@ -161,40 +161,38 @@ TEST(check_value_ext) {
   mpbuf_free(&b);
 
   /* A module whose payload is well formed. */
-  msgpack_sbuffer pl;
-  msgpack_sbuffer_init(&pl);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &pl, msgpack_sbuffer_write);
-  msgpack_pack_map(&pk, 2);
-  st__pack_cstr(&pk, "tensors");
-  msgpack_pack_array(&pk, 1);
-  msgpack_pack_array(&pk, 2);
-  st__pack_cstr(&pk, "w");
-  st__pack_tensor(&pk, &d);
-  st__pack_cstr(&pk, "metadata");
-  msgpack_pack_map(&pk, 0);
+  mpbuf_t mb;
+  mpbuf_init(&mb);
+  msgpack_pack_map(&mb.pk, 2);
+  st__pack_cstr(&mb.pk, "tensors");
+  msgpack_pack_array(&mb.pk, 1);
+  msgpack_pack_array(&mb.pk, 2);
+  st__pack_cstr(&mb.pk, "w");
+  st__pack_tensor(&mb.pk, &d);
+  st__pack_cstr(&mb.pk, "metadata");
+  msgpack_pack_map(&mb.pk, 0);
   mpbuf_init(&b);
-  st__pack_ext(&b.pk, ST_EXT_MODULE, &pl);
+  st__pack_ext(&b.pk, ST_EXT_MODULE, &mb.sb);
   CHECK_ERR_MSG(st__check_value(mpbuf_obj(&b), 0, why, sizeof why), ST_ERR_INVALID_ARGUMENT, why);
   CHECK_ERR_MSG(st__check_value(mpbuf_obj(&b), 1, why, sizeof why), ST_OK, why);
   mpbuf_free(&b);
 
   /* Other ext types, and a tensor ext whose payload is bad. */
   mpbuf_init(&b);
-  st__pack_ext(&b.pk, 5, &pl);
+  st__pack_ext(&b.pk, 5, &mb.sb);
   CHECK_ERR_MSG(st__check_value(mpbuf_obj(&b), 1, why, sizeof why), ST_ERR_INVALID_ARGUMENT, why);
   CHECK_CONTAINS(why, "ext type 5");
   mpbuf_free(&b);
   mpbuf_init(&b);
-  st__pack_ext(&b.pk, -1, &pl);   /* msgpack timestamp */
+  st__pack_ext(&b.pk, -1, &mb.sb);   /* msgpack timestamp */
   CHECK_ERR_MSG(st__check_value(mpbuf_obj(&b), 1, why, sizeof why), ST_ERR_INVALID_ARGUMENT, why);
   mpbuf_free(&b);
   mpbuf_init(&b);
-  st__pack_ext(&b.pk, ST_EXT_TENSOR, &pl);   /* a module payload as a tensor */
+  st__pack_ext(&b.pk, ST_EXT_TENSOR, &mb.sb);   /* a module payload as a tensor */
   CHECK_ERR_MSG(st__check_value(mpbuf_obj(&b), 1, why, sizeof why), ST_ERR_INVALID_ARGUMENT, why);
   CHECK_CONTAINS(why, "tensor");
   mpbuf_free(&b);
-  msgpack_sbuffer_destroy(&pl);
+  mpbuf_free(&mb);
 }
 
 TEST(error_envelope) {
