@@ -10,14 +10,12 @@
 #include "mem/cuda.h"
 #include "mem/safetensors.h"
 
-static kit_vm_t K;
 static char data_dir[256];
 static char file_path[512];
 
 /* One endpoint `t` with the given body, where each "%s" stands for the
  * checkpoint's path. */
 static int run_body(const char *body, st__build_result_t *res, char *err, size_t errlen) {
-  kit_fresh();
   char text[4096];
   size_t n = 0;
   for (const char *p = body; *p && n + 600 < sizeof text; p++) {
@@ -29,15 +27,7 @@ static int run_body(const char *body, st__build_result_t *res, char *err, size_t
     }
   }
   text[n] = '\0';
-  kit_write("t.lua", "return st.endpoint{ name = 't', build = function(a)\n%s\nend }\n", text);
-  if (kit_vm_open(&K) != ST_OK) {
-    snprintf(err, errlen, "vm did not open");
-    st__build_result_init(res);
-    return -1000;
-  }
-  int rc = kit_build(&K, "t", NULL, NULL, res, err, errlen);
-  kit_vm_close(&K);
-  return rc;
+  return kit_run_body(text, res, err, errlen);
 }
 
 /* A checkpoint: w (F32 2x3: 0..5), ids (I64 3: 10 20 30), h (BF16 4: 1.5 each),

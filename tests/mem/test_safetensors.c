@@ -127,6 +127,13 @@ static int load_cpu(const char *path, st_dtype_t dtype, int threads, st__safeten
 
 /* ------------------------------------------------------------ JSON */
 
+/* Arenas alive in this process (a load that fails must free its own). */
+static uint64_t arena_count(void) {
+  uint64_t count = 0, bytes = 0;
+  st__arena_stats(&count, &bytes);
+  return count;
+}
+
 TEST(json_reader_is_strict) {
   static const char *good[] = {
     "{}", " [ ] ", "{\"a\":[1,-2,3.5e10,0,true,false,null,\"x\"]}", "\"\\u00e9\\ud83d\\ude00\"",
@@ -229,8 +236,7 @@ TEST(every_dtype_round_trips) {
   char p[512], err[1024];
   path_in(p, sizeof p, dir, "every.safetensors");
   write_st(p, every_dtype, NEVERY, "{\"format\":\"pt\",\"note\":\"a \\\"quoted\\\" word\"}", 7);
-  uint64_t count0 = 0, bytes0 = 0;
-  st__arena_stats(&count0, &bytes0);
+  uint64_t count0 = arena_count();
   st__safetensors_t *s = NULL;
   st__arena_t *a = NULL;
   uint64_t *offs = NULL;
@@ -261,9 +267,7 @@ TEST(every_dtype_round_trips) {
   st__safetensors_free(s);
   free(offs);
   free(dts);
-  uint64_t count1 = 0, bytes1 = 0;
-  st__arena_stats(&count1, &bytes1);
-  CHECK_EQ_INT(count1, count0);
+  CHECK_EQ_INT(arena_count(), count0);
 }
 
 TEST(names_with_escapes_and_an_empty_file) {
@@ -356,8 +360,7 @@ TEST(bad_headers_get_clear_errors) {
   char p[512], err[1024];
   path_in(p, sizeof p, dir, "bad.safetensors");
   char zeros[64] = {0};
-  uint64_t count0 = 0, bytes0 = 0;
-  st__arena_stats(&count0, &bytes0);
+  uint64_t count0 = arena_count();
   int fds0 = count_fds();
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     write_raw(p, cases[i].header, strlen(cases[i].header), zeros, cases[i].data_len);
@@ -373,9 +376,7 @@ TEST(bad_headers_get_clear_errors) {
     if (cases[i].msg2) CHECK_CONTAINS(err, cases[i].msg2);
   }
   CHECK_EQ_INT(count_fds(), fds0);                            /* every file closed */
-  uint64_t count1 = 0, bytes1 = 0;
-  st__arena_stats(&count1, &bytes1);
-  CHECK_EQ_INT(count1, count0);
+  CHECK_EQ_INT(arena_count(), count0);
 }
 
 TEST(truncated_and_foreign_files) {
@@ -419,8 +420,7 @@ TEST(file_shrinking_after_open_fails_the_load) {
   st__safetensors_t *s = NULL;
   CHECK_ERR_MSG(st__safetensors_open(p, 0, &s, err, sizeof err), ST_OK, err);
   CHECK_EQ_INT(truncate(p, 1000), 0);
-  uint64_t count0 = 0, bytes0 = 0;
-  st__arena_stats(&count0, &bytes0);
+  uint64_t count0 = arena_count();
   uint64_t off = 0;
   st_dtype_t dt = ST_DTYPE_INVALID;
   st__arena_t *a = (st__arena_t *)1;
@@ -428,9 +428,7 @@ TEST(file_shrinking_after_open_fails_the_load) {
   CHECK_ERR_MSG(st__safetensors_load(s, &o, &a, &off, &dt, err, sizeof err), ST_ERR_IO, err);
   CHECK(a == NULL);
   CHECK_CONTAINS(err, "truncated");
-  uint64_t count1 = 0, bytes1 = 0;
-  st__arena_stats(&count1, &bytes1);
-  CHECK_EQ_INT(count1, count0);
+  CHECK_EQ_INT(arena_count(), count0);
   st__safetensors_free(s);
 }
 
@@ -729,8 +727,7 @@ TEST(big_tensors_split_across_threads) {
   /* A stop request ends the load with its error and frees the arena. */
   st__safetensors_t *s = NULL;
   CHECK_ERR_MSG(st__safetensors_open(p, 0, &s, err, sizeof err), ST_OK, err);
-  uint64_t count0 = 0, bytes0 = 0;
-  st__arena_stats(&count0, &bytes0);
+  uint64_t count0 = arena_count();
   int flag = ST_ERR_CANCELLED;
   uint64_t offs[3];
   st_dtype_t dts[3];
@@ -739,9 +736,7 @@ TEST(big_tensors_split_across_threads) {
   CHECK_ERR_MSG(st__safetensors_load(s, &o, &a, offs, dts, err, sizeof err), ST_ERR_CANCELLED, err);
   CHECK(a == NULL);
   CHECK_CONTAINS(err, "cancelled");
-  uint64_t count1 = 0, bytes1 = 0;
-  st__arena_stats(&count1, &bytes1);
-  CHECK_EQ_INT(count1, count0);
+  CHECK_EQ_INT(arena_count(), count0);
   /* The arena cap applies (config max_object_bytes). */
   st__arena_set_limit(1 << 20);
   o.stop = NULL;
