@@ -310,8 +310,8 @@ static inline const char *msg_errmsg(const msg_t *m) {
 /* ------------------------------------------------------------- outcomes */
 
 /* Whether reply m is `want`: ST_OK (no error), or that error (its code
- * and its name) with a message containing `part` (NULL: any). When it is
- * not, why[] says what came instead. */
+ * and its name, a nil result) with a message containing `part` (NULL:
+ * any). When it is not, why[] says what came instead. */
 static inline int reply_is(const msg_t *m, int want, const char *part, char *why, size_t len) {
   int code = -msg_code(m);
   const char *msg = msg_errmsg(m);
