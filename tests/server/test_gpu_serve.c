@@ -553,19 +553,15 @@ static const char OBJECTS[] =
     "    build = function(a) local t = st.empty{a.n, dtype = 'uint8'} return t end },\n"
     "}\n";
 
-#endif /* ST_HAVE_CUDA */
-
 static const stt_endpoint_t endpoints[] = {
-    {"gen.lua",
-     GEN},
-    {"xfer.lua",
-     XFER},
-    {"mod.lua",
-     MOD},
-    {"objects.lua",
-     OBJECTS},
+    {"gen.lua", GEN},
+    {"xfer.lua", XFER},
+    {"mod.lua", MOD},
+    {"objects.lua", OBJECTS},
     {NULL, NULL},
 };
+
+#endif /* ST_HAVE_CUDA */
 
 int main(void) {
   char why[512];
