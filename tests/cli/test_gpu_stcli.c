@@ -10,7 +10,7 @@
 static stt_server_t srv;
 
 static const char ep[] =
-    "return st.endpoint { name = 't_%s', device = '%s',\n"
+    "return st.endpoint { name = 't_$DEVICE', device = '$DEVICE',\n"
     "  build = function(a)\n"
     "    return { m = st.module { r = st.rand { 1000, seed = 7 }, i = st.arange { 10 },\n"
     "                             h = st.arange { 5, dtype = 'float16' } },\n"
@@ -82,24 +82,9 @@ int main(void) {
   cli_bin = getenv("ST_CLI_BIN");
   if (!cli_bin) stt_skip("ST_CLI_BIN is not set (run through ctest)");
   stt_server_init(&srv);
-  char text[1024];
-  snprintf(text, sizeof text, ep, "cuda", "cuda");
-  stt_write_endpoint(&srv, "t_cuda.lua", text);
-  snprintf(text, sizeof text, ep, "cpu", "cpu");
-  stt_write_endpoint(&srv, "t_cpu.lua", text);
-  if (stt_server_start(&srv) != 0) return 1;
+  stt_write_endpoint_per_device(&srv, "t", ep);
+  stt_server_start_or_exit(&srv);
   RUN(values_and_checksums_match_the_cpu);
   RUN(json_values_match_the_cpu);
-  int stopped = stt_server_stop(&srv);
-  if (stopped != 0) {
-    fprintf(stderr, "server did not stop cleanly (%d)\n", stopped);
-    stt_failed++;
-  }
-  if (stt_failed) {
-    char *log = stt_server_log(&srv);
-    fprintf(stderr, "--- server log\n%s\n", log ? log : "");
-    free(log);
-  }
-  stt_server_cleanup(&srv);
-  return stt_summary();
+  return stt_server_finish(&srv);
 }

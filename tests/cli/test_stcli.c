@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "cli_run.h"
+#include "endpoints.h"
 #include "fixture.h"
 
 static stt_server_t srv;
@@ -32,15 +33,7 @@ TEST(version_and_help) {
   CHECK_CONTAINS(R.out, "endpoints");
   CHECK_CONTAINS(R.out, "Exit codes");
   const char *cmds[] = {"ping", "info", "endpoints", "call", "help"};
-  for (size_t i = 0; i < 5; i++) {
-    char want[80];
-    snprintf(want, sizeof want, "usage: stcli [global options] %s", cmds[i]);
-    CHECK_EQ_INT(STCLI(cmds[i], "--help"), 0);
-    CHECK_CONTAINS(R.out, want);
-    CHECK_STR_EQ(R.err, "");
-    CHECK_EQ_INT(STCLI("help", cmds[i]), 0);
-    CHECK_CONTAINS(R.out, want);
-  }
+  for (size_t i = 0; i < 5; i++) check_command_help(cmds[i]);
   CHECK_EQ_INT(STCLI("help"), 0);
   CHECK_CONTAINS(R.out, "Commands:");
 }
@@ -198,34 +191,25 @@ TEST(errors_and_exit_codes) {
   CHECK_CONTAINS(R.err, "stcli: TIMEOUT: ");
 }
 
+static const stt_endpoint_t served[] = {
+    {"t.lua", STT_EP_T},
+    {"mod.lua", STT_EP_MOD},
+    {"bad.lua", STT_EP_BAD},
+    {"need.lua",
+     "return st.endpoint{ name = \"need\", params = { v = st.required, k = 3 },\n"
+     "  build = function(a) return a.v end }\n"},
+    {"slow.lua", STT_EP_SLOW},
+    {"plain.lua",
+     "return st.endpoint{ name = \"plain\",\n"
+     "  params = { n = 1, x = 0.5, s = \"a\", b = false },\n"
+     "  build = function(a) return { n = a.n, x = a.x, s = a.s, b = a.b } end }\n"},
+    {NULL, NULL},
+};
+
 int main(void) {
   cli_bin = getenv("ST_CLI_BIN");
   if (!cli_bin) stt_skip("ST_CLI_BIN is not set (run through ctest)");
-  stt_server_init(&srv);
-  stt_write_endpoint(&srv, "t.lua",
-                     "return st.endpoint{ name = \"t\", params = { n = 4 },\n"
-                     "  build = function(a) return st.arange{a.n, dtype = \"float32\"} end }\n");
-  stt_write_endpoint(&srv, "mod.lua",
-                     "return st.endpoint{ name = \"mod\",\n"
-                     "  build = function(a)\n"
-                     "    return st.module{ weight = st.ones{2, 2}, bias = st.zeros{2} }\n"
-                     "  end }\n");
-  stt_write_endpoint(&srv, "bad.lua",
-                     "return st.endpoint{ name = \"bad\",\n"
-                     "  build = function(a)\n"
-                     "    error(\"boom\")\n"
-                     "  end }\n");
-  stt_write_endpoint(&srv, "need.lua",
-                     "return st.endpoint{ name = \"need\", params = { v = st.required, k = 3 },\n"
-                     "  build = function(a) return a.v end }\n");
-  stt_write_endpoint(&srv, "slow.lua",
-                     "return st.endpoint{ name = \"slow\", params = { s = 2 },\n"
-                     "  build = function(a) st.sleep(a.s) return 1 end }\n");
-  stt_write_endpoint(&srv, "plain.lua",
-                     "return st.endpoint{ name = \"plain\",\n"
-                     "  params = { n = 1, x = 0.5, s = \"a\", b = false },\n"
-                     "  build = function(a) return { n = a.n, x = a.x, s = a.s, b = a.b } end }\n");
-  if (stt_server_start(&srv) != 0) return 1;
+  stt_server_setup(&srv, NULL, served);
   RUN(version_and_help);
   RUN(usage_errors);
   RUN(ping);
@@ -235,11 +219,5 @@ int main(void) {
   RUN(call_typed_arguments);
   RUN(call_json);
   RUN(errors_and_exit_codes);
-  int status = stt_server_stop(&srv);
-  if (status != 0) {
-    fprintf(stderr, "stserver did not exit cleanly (%d)\n", status);
-    stt_failed++;
-  }
-  stt_server_cleanup(&srv);
-  return stt_summary();
+  return stt_server_finish(&srv);
 }

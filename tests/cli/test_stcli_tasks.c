@@ -3,9 +3,6 @@
  * progress bar on a terminal) / status / result / cancel / tasks, the
  * object line of managed calls, objects, release, invalidate, reload and
  * stats, with their output, --json and exit codes. */
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
 #include <st/client.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -14,6 +11,7 @@
 
 #include "check.h"
 #include "cli_run.h"
+#include "endpoints.h"
 #include "fixture.h"
 
 static stt_server_t srv;
@@ -27,59 +25,9 @@ static unsigned long long out_id(void) {
 }
 
 /* Runs stcli with stderr on a pseudo-terminal: R.err gets what a
- * terminal would show (the child holds the only descriptor of the
- * terminal's other side, so reading ends with EIO when it exits). Returns
- * the exit code. */
+ * terminal would show. Returns the exit code. */
 static int run_tty(const char *const *args) {
-  memset(&R, 0, sizeof R);
-  int master = posix_openpt(O_RDWR | O_NOCTTY);
-  if (master < 0 || grantpt(master) != 0 || unlockpt(master) != 0) abort();
-  const char *slave_name = ptsname(master);
-  int po[2];
-  if (!slave_name || pipe(po) != 0) abort();
-  pid_t pid = fork();
-  if (pid < 0) abort();
-  if (pid == 0) {
-    int slave = open(slave_name, O_RDWR | O_NOCTTY);
-    if (slave < 0) _exit(126);
-    dup2(po[1], 1);
-    dup2(slave, 2);
-    close(po[0]);
-    close(master);
-    const char *argv[40];
-    int n = 0;
-    argv[n++] = cli_bin;
-    for (int i = 0; args[i] && n < 39; i++) argv[n++] = args[i];
-    argv[n] = NULL;
-    execv(cli_bin, (char *const *)argv);
-    _exit(127);
-  }
-  close(po[1]);
-  size_t no = 0, ne = 0;
-  int open_o = 1, open_e = 1;
-  double deadline = stt_now_ms() + 30000;
-  while ((open_o || open_e) && stt_now_ms() < deadline) {
-    struct pollfd p[2] = {{.fd = open_o ? po[0] : -1, .events = POLLIN},
-                          {.fd = open_e ? master : -1, .events = POLLIN}};
-    if (poll(p, 2, 100) < 0) continue;
-    if (open_o && p[0].revents) {
-      ssize_t k = no < sizeof R.out - 1 ? read(po[0], R.out + no, sizeof R.out - 1 - no) : 0;
-      if (k <= 0) open_o = 0;
-      else no += (size_t)k;
-    }
-    if (open_e && p[1].revents) {
-      ssize_t k = ne < sizeof R.err - 1 ? read(master, R.err + ne, sizeof R.err - 1 - ne) : 0;
-      if (k <= 0) open_e = 0; /* EIO once the child's side is closed */
-      else ne += (size_t)k;
-    }
-  }
-  if (open_o || open_e) kill(pid, SIGKILL);
-  close(po[0]);
-  close(master);
-  int st;
-  waitpid(pid, &st, 0);
-  R.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return R.status;
+  return stt_run(&R, cli_bin, args, NULL, STT_PTY_ERR);
 }
 
 /* Polls `stcli --json status ID` until the status is `want` (5 s). */
@@ -100,13 +48,8 @@ TEST(help_for_every_command) {
   const char *cmds[] = {"submit", "wait",    "status",     "result", "cancel", "tasks",
                         "objects", "release", "invalidate", "reload", "stats"};
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+    check_command_help(cmds[i]);
     char want[80];
-    snprintf(want, sizeof want, "usage: stcli [global options] %s", cmds[i]);
-    CHECK_EQ_INT(STCLI(cmds[i], "--help"), 0);
-    CHECK_CONTAINS(R.out, want);
-    CHECK_STR_EQ(R.err, "");
-    CHECK_EQ_INT(STCLI("help", cmds[i]), 0);
-    CHECK_CONTAINS(R.out, want);
     CHECK_EQ_INT(STCLI("--help"), 0);
     snprintf(want, sizeof want, "\n  %s ", cmds[i]);
     CHECK_CONTAINS(R.out, want);
@@ -160,15 +103,8 @@ TEST(objects_release_invalidate) {
   const char *o = strstr(R.out, "object ");
   CHECK(o && sscanf(o, "object %llu", &id) == 1 && id > 0);
   CHECK_EQ_INT(STCLI(SOCK, "objects"), 0);
-  CHECK_CONTAINS(R.out, "ID");
-  CHECK_CONTAINS(R.out, "ENDPOINT");
-  CHECK_CONTAINS(R.out, "CACHE KEY");
-  CHECK_CONTAINS(R.out, "REFCOUNT");
-  CHECK_CONTAINS(R.out, "BYTES");
-  CHECK_CONTAINS(R.out, "DEVICE");
-  CHECK_CONTAINS(R.out, "AGE");
-  CHECK_CONTAINS(R.out, "lin:6");
-  CHECK_CONTAINS(R.out, "cpu");
+  CHECK_CONTAINS_ALL(R.out, "ID", "ENDPOINT", "CACHE KEY", "REFCOUNT", "BYTES", "DEVICE", "AGE",
+                     "lin:6", "cpu");
   CHECK_EQ_INT(STCLI(SOCK, "--json", "objects"), 0);
   CHECK(json_ok(R.out));
   CHECK_CONTAINS(R.out, "\"cache_key\": \"lin:6\"");
@@ -325,12 +261,8 @@ TEST(reload_and_stats) {
   CHECK_EQ_INT(STCLI(SOCK, "reload"), 0);
   CHECK_CONTAINS(R.out, "removed   extra\n");
   CHECK_EQ_INT(STCLI(SOCK, "stats"), 0);
-  CHECK_CONTAINS(R.out, "requests  requests ");
-  CHECK_CONTAINS(R.out, "calls ");
-  CHECK_CONTAINS(R.out, "\ncache     hits ");
-  CHECK_CONTAINS(R.out, "\ntasks     pending ");
-  CHECK_CONTAINS(R.out, "\nobjects   count ");
-  CHECK_CONTAINS(R.out, "\nmemory    cpu: cached ");
+  CHECK_CONTAINS_ALL(R.out, "requests  requests ", "calls ", "\ncache     hits ",
+                     "\ntasks     pending ", "\nobjects   count ", "\nmemory    cpu: cached ");
   CHECK_EQ_INT(STCLI(SOCK, "--json", "stats"), 0);
   CHECK(json_ok(R.out));
   CHECK_CONTAINS(R.out, "\"counters\": {");
@@ -352,39 +284,19 @@ TEST(no_server) {
   }
 }
 
+static const stt_endpoint_t endpoints[] = {
+    {"lin.lua", STT_EP_LIN},
+    {"plain.lua", STT_EP_PLAIN_ARANGE},
+    {"steps.lua", STT_EP_STEPS},
+    {"sleeper.lua", STT_EP_SLEEPER},
+    {"bad.lua", STT_EP_BAD},
+    {NULL, NULL},
+};
+
 int main(void) {
   cli_bin = getenv("ST_CLI_BIN");
   if (!cli_bin) stt_skip("ST_CLI_BIN is not set (run through ctest)");
-  stt_server_init(&srv);
-  stt_write_endpoint(&srv, "lin.lua",
-                     "return st.endpoint{ name = \"lin\", managed = true,\n"
-                     "  cache_format_key = \"lin:{n}\", params = { n = 4 },\n"
-                     "  build = function(a) return st.arange{a.n, dtype = \"float32\"} end }\n");
-  stt_write_endpoint(&srv, "plain.lua",
-                     "return st.endpoint{ name = \"plain\", params = { n = 2 },\n"
-                     "  build = function(a) return st.arange{a.n, dtype = \"float32\"} end }\n");
-  stt_write_endpoint(&srv, "steps.lua",
-                     "return st.endpoint{ name = \"steps\", params = { n = 4, dt = 0.05 },\n"
-                     "  build = function(a)\n"
-                     "    for i = 1, a.n do st.progress(i / a.n, \"step \" .. i) st.sleep(a.dt) end\n"
-                     "    return st.arange{3, dtype = \"float32\"}\n"
-                     "  end }\n");
-  stt_write_endpoint(&srv, "sleeper.lua",
-                     "return st.endpoint{ name = \"sleeper\", params = { s = 10 },\n"
-                     "  build = function(a)\n"
-                     "    for i = 1, a.s * 100 do\n"
-                     "      if st.cancelled() then return nil end\n"
-                     "      st.sleep(0.01)\n"
-                     "    end\n"
-                     "    return 1\n"
-                     "  end }\n");
-  stt_write_endpoint(&srv, "bad.lua",
-                     "return st.endpoint{ name = \"bad\",\n"
-                     "  build = function(a)\n"
-                     "    error(\"boom\")\n"
-                     "  end }\n");
-  stt_server_config(&srv, "workers = 2,");
-  if (stt_server_start(&srv) != 0) return 1;
+  stt_server_setup(&srv, "workers = 2,", endpoints);
   RUN(help_for_every_command);
   RUN(usage_errors);
   RUN(managed_call_prints_its_object);
@@ -394,11 +306,5 @@ int main(void) {
   RUN(wait_timeout_cancel_and_failures);
   RUN(reload_and_stats);
   RUN(no_server);
-  int status = stt_server_stop(&srv);
-  if (status != 0) {
-    fprintf(stderr, "stserver did not exit cleanly (%d)\n", status);
-    stt_failed++;
-  }
-  stt_server_cleanup(&srv);
-  return stt_summary();
+  return stt_server_finish(&srv);
 }

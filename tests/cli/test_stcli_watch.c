@@ -5,9 +5,7 @@
  * `watch` (key=value lines with rates checked against the counters, JSON
  * lines, the redrawn screen on a terminal, Ctrl-C, a server that goes
  * away: exit 3). */
-#include <fcntl.h>
 #include <math.h>
-#include <poll.h>
 #include <signal.h>
 #include <st/client.h>
 #include <stdlib.h>
@@ -15,7 +13,9 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "client_kit.h"
 #include "cli_run.h"
+#include "endpoints.h"
 #include "fixture.h"
 
 static stt_server_t srv;
@@ -23,91 +23,16 @@ static stt_server_t srv;
 
 /* ------------------------------------------------- a running stcli */
 
-/* stcli started in the background, its stdout and stderr read as they
- * come. */
-typedef struct proc {
-  pid_t pid;
-  int out, err;          /* read ends; -1 once at EOF */
-  char obuf[16384], ebuf[4096];
-  size_t no, ne;
-} proc_t;
-
-static int proc_start(proc_t *p, const char *const *args) {
-  memset(p, 0, sizeof *p);
-  int po[2], pe[2];
-  if (pipe(po) != 0 || pipe(pe) != 0) return -1;
-  p->pid = fork();
-  if (p->pid < 0) return -1;
-  if (p->pid == 0) {
-    dup2(po[1], 1);
-    dup2(pe[1], 2);
-    close(po[0]);
-    close(pe[0]);
-    const char *argv[40];
-    int n = 0;
-    argv[n++] = cli_bin;
-    for (int i = 0; args[i] && n < 39; i++) argv[n++] = args[i];
-    argv[n] = NULL;
-    execv(cli_bin, (char *const *)argv);
-    _exit(127);
-  }
-  close(po[1]);
-  close(pe[1]);
-  p->out = po[0];
-  p->err = pe[0];
-  return 0;
-}
-
-/* Reads what is there for up to `ms`. */
-static void proc_read(proc_t *p, int ms) {
-  struct pollfd f[2] = {{.fd = p->out, .events = POLLIN}, {.fd = p->err, .events = POLLIN}};
-  if (poll(f, 2, ms) <= 0) return;
-  if (p->out >= 0 && f[0].revents) {
-    ssize_t k = p->no < sizeof p->obuf - 1
-                    ? read(p->out, p->obuf + p->no, sizeof p->obuf - 1 - p->no) : 0;
-    if (k <= 0) {
-      close(p->out);
-      p->out = -1;
-    } else {
-      p->no += (size_t)k;
-    }
-  }
-  if (p->err >= 0 && f[1].revents) {
-    ssize_t k = p->ne < sizeof p->ebuf - 1
-                    ? read(p->err, p->ebuf + p->ne, sizeof p->ebuf - 1 - p->ne) : 0;
-    if (k <= 0) {
-      close(p->err);
-      p->err = -1;
-    } else {
-      p->ne += (size_t)k;
-    }
-  }
-}
-
-static int count_lines(const char *s) {
-  int n = 0;
-  for (; *s; s++) n += *s == '\n';
-  return n;
+static int proc_start(stt_proc_t *p, const char *const *args) {
+  return stt_proc_start(p, cli_bin, args, NULL, 0);
 }
 
 /* Waits (10 s) until stdout holds `n` lines. 1 when it does. */
-static int proc_wait_lines(proc_t *p, int n) {
+static int proc_wait_lines(stt_proc_t *p, int n) {
   double end = stt_now_ms() + 10000;
-  while (count_lines(p->obuf) < n && stt_now_ms() < end && (p->out >= 0 || p->err >= 0))
-    proc_read(p, 100);
-  return count_lines(p->obuf) >= n;
-}
-
-/* Reads to EOF (10 s, then SIGKILL) and returns the exit code. */
-static int proc_finish(proc_t *p) {
-  double end = stt_now_ms() + 10000;
-  while ((p->out >= 0 || p->err >= 0) && stt_now_ms() < end) proc_read(p, 100);
-  if (p->out >= 0 || p->err >= 0) kill(p->pid, SIGKILL);
-  if (p->out >= 0) close(p->out);
-  if (p->err >= 0) close(p->err);
-  int st;
-  waitpid(p->pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  while (stt_count_lines(p->out) < n && stt_now_ms() < end && (p->fd_out >= 0 || p->fd_err >= 0))
+    stt_proc_read(p, 100);
+  return stt_count_lines(p->out) >= n;
 }
 
 /* The number after " key=" (or "key=" at the start) in a line; NAN when
@@ -233,7 +158,7 @@ TEST(completion_in_bash) {
 }
 
 TEST(watch_lines_and_rates) {
-  proc_t p;
+  stt_proc_t p;
   CHECK_EQ_INT(proc_start(&p, (const char *const[]){SOCK, "watch", "--count", "2",
                                                     "--interval", "1", NULL}),
                0);
@@ -241,17 +166,17 @@ TEST(watch_lines_and_rates) {
   /* Five calls between the two samples. */
   st_client_t *c = NULL;
   char err[256];
-  CHECK_EQ_INT(st_client_connect(srv.socket, &c, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st_client_connect(srv.socket, &c, err, sizeof err), ST_OK, err);
   for (int k = 0; c && k < 5; k++) {
     st_result_t *r = NULL;
-    CHECK_EQ_INT(st_client_call(c, "t", NULL, &r), ST_OK);
+    CHECK_RC(st_client_call(c, "t", NULL, &r), ST_OK, c);
     st_result_free(r);
   }
   st_client_close(c);
-  CHECK_EQ_INT(proc_finish(&p), 0);
-  CHECK_EQ_INT(count_lines(p.obuf), 2);
-  CHECK_STR_EQ(p.ebuf, "");
-  char *l1 = p.obuf, *l2 = strchr(p.obuf, '\n');
+  CHECK_EQ_INT(stt_proc_finish(&p, 10000), 0);
+  CHECK_EQ_INT(stt_count_lines(p.out), 2);
+  CHECK_STR_EQ(p.err, "");
+  char *l1 = p.out, *l2 = strchr(p.out, '\n');
   if (!l2) return;
   *l2++ = '\0';
   CHECK(strncmp(l1, "time=", 5) == 0);
@@ -279,7 +204,7 @@ TEST(watch_lines_and_rates) {
 
 TEST(watch_json) {
   CHECK_EQ_INT(STCLI(SOCK, "--json", "watch", "--count", "2", "--interval", "0.05"), 0);
-  CHECK_EQ_INT(count_lines(R.out), 2);
+  CHECK_EQ_INT(stt_count_lines(R.out), 2);
   char *l2 = strchr(R.out, '\n');
   if (!l2) return;
   *l2++ = '\0';
@@ -295,41 +220,7 @@ TEST(watch_json) {
 /* stcli with stdout on a pseudo-terminal; R.out gets what the terminal
  * shows. Returns the exit code. */
 static int run_on_tty(const char *const *args) {
-  memset(&R, 0, sizeof R);
-  int master = posix_openpt(O_RDWR | O_NOCTTY);
-  if (master < 0 || grantpt(master) != 0 || unlockpt(master) != 0) abort();
-  const char *slave_name = ptsname(master);
-  if (!slave_name) abort();
-  pid_t pid = fork();
-  if (pid < 0) abort();
-  if (pid == 0) {
-    int slave = open(slave_name, O_RDWR | O_NOCTTY);
-    if (slave < 0) _exit(126);
-    dup2(slave, 1);
-    close(master);
-    const char *argv[40];
-    int n = 0;
-    argv[n++] = cli_bin;
-    for (int i = 0; args[i] && n < 39; i++) argv[n++] = args[i];
-    argv[n] = NULL;
-    execv(cli_bin, (char *const *)argv);
-    _exit(127);
-  }
-  size_t no = 0;
-  double deadline = stt_now_ms() + 30000;
-  while (stt_now_ms() < deadline) {
-    struct pollfd f = {.fd = master, .events = POLLIN};
-    if (poll(&f, 1, 100) < 0) continue;
-    if (!f.revents) continue;
-    ssize_t k = no < sizeof R.out - 1 ? read(master, R.out + no, sizeof R.out - 1 - no) : 0;
-    if (k <= 0) break; /* EIO once the child's side is closed */
-    no += (size_t)k;
-  }
-  close(master);
-  int st;
-  waitpid(pid, &st, 0);
-  R.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return R.status;
+  return stt_run(&R, cli_bin, args, NULL, STT_PTY_OUT);
 }
 
 TEST(watch_screen_on_a_terminal) {
@@ -353,13 +244,13 @@ TEST(watch_screen_on_a_terminal) {
 }
 
 TEST(watch_ctrl_c) {
-  proc_t p;
+  stt_proc_t p;
   CHECK_EQ_INT(proc_start(&p, (const char *const[]){SOCK, "watch", "--interval", "0.1", NULL}),
                0);
   CHECK(proc_wait_lines(&p, 1));
   kill(p.pid, SIGINT);
-  CHECK_EQ_INT(proc_finish(&p), 0);
-  CHECK_STR_EQ(p.ebuf, "");
+  CHECK_EQ_INT(stt_proc_finish(&p, 10000), 0);
+  CHECK_STR_EQ(p.err, "");
 }
 
 TEST(watch_server_gone) {
@@ -372,14 +263,14 @@ TEST(watch_server_gone) {
     stt_server_cleanup(&s2);
     return;
   }
-  proc_t p;
+  stt_proc_t p;
   CHECK_EQ_INT(proc_start(&p, (const char *const[]){"--socket", s2.socket, "watch",
                                                     "--interval", "0.05", NULL}),
                0);
   CHECK(proc_wait_lines(&p, 1));
   CHECK_EQ_INT(stt_server_stop(&s2), 0);
-  CHECK_EQ_INT(proc_finish(&p), 3);
-  CHECK_CONTAINS(p.ebuf, "stcli: IO: the server went away");
+  CHECK_EQ_INT(stt_proc_finish(&p, 10000), 3);
+  CHECK_CONTAINS(p.err, "stcli: IO: the server went away");
   stt_server_cleanup(&s2);
 }
 
@@ -398,21 +289,22 @@ TEST(watch_usage_and_exit_codes) {
   CHECK_EQ_INT(STCLI("--socket", missing, "watch", "--count", "1"), 3);
   CHECK_STR_EQ(R.out, "");
   CHECK_EQ_INT(STCLI(SOCK, "watch", "--count=1", "--interval=0.5"), 0);
-  CHECK_EQ_INT(count_lines(R.out), 1);
+  CHECK_EQ_INT(stt_count_lines(R.out), 1);
 }
+
+static const stt_endpoint_t endpoints[] = {
+    {"t.lua", STT_EP_T},
+    {"alpha.lua",
+     "return st.endpoint{ name = \"alpha\", build = function(a) return 1 end }\n"},
+    {"beta.lua",
+     "return st.endpoint{ name = \"beta\", build = function(a) return 2 end }\n"},
+    {NULL, NULL},
+};
 
 int main(void) {
   cli_bin = getenv("ST_CLI_BIN");
   if (!cli_bin) stt_skip("ST_CLI_BIN is not set (run through ctest)");
-  stt_server_init(&srv);
-  stt_write_endpoint(&srv, "t.lua",
-                     "return st.endpoint{ name = \"t\", params = { n = 4 },\n"
-                     "  build = function(a) return st.arange{a.n, dtype = \"float32\"} end }\n");
-  stt_write_endpoint(&srv, "alpha.lua",
-                     "return st.endpoint{ name = \"alpha\", build = function(a) return 1 end }\n");
-  stt_write_endpoint(&srv, "beta.lua",
-                     "return st.endpoint{ name = \"beta\", build = function(a) return 2 end }\n");
-  if (stt_server_start(&srv) != 0) return 1;
+  stt_server_setup(&srv, NULL, endpoints);
   RUN(endpoints_names);
   RUN(tasks_ids);
   RUN(completion_script);
@@ -423,11 +315,5 @@ int main(void) {
   RUN(watch_ctrl_c);
   RUN(watch_server_gone);
   RUN(watch_usage_and_exit_codes);
-  int status = stt_server_stop(&srv);
-  if (status != 0) {
-    fprintf(stderr, "stserver did not exit cleanly (%d)\n", status);
-    stt_failed++;
-  }
-  stt_server_cleanup(&srv);
-  return stt_summary();
+  return stt_server_finish(&srv);
 }

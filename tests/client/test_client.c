@@ -12,51 +12,29 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "client_kit.h"
+#include "endpoints.h"
 #include "fixture.h"
 
 static stt_server_t srv;
 
-static const char ep_t[] =
-    "return st.endpoint{ name = \"t\", params = { n = 4 },\n"
-    "  build = function(a) return st.arange{a.n, dtype = \"float32\"} end }\n";
-static const char ep_mod[] =
-    "return st.endpoint{ name = \"mod\",\n"
-    "  build = function(a) return st.module{ weight = st.ones{2, 2}, bias = st.zeros{2} } end }\n";
-static const char ep_twice[] =
-    "return st.endpoint{ name = \"twice\",\n"
-    "  build = function(a)\n"
-    "    local t = st.arange{6, dtype = \"int32\"}\n"
-    "    return { a = t, b = t }\n"
-    "  end }\n";
-static const char ep_bad[] =
-    "return st.endpoint{ name = \"bad\",\n"
-    "  build = function(a)\n"
-    "    error(\"boom\")\n"
-    "  end }\n";
-static const char ep_slow[] =
-    "return st.endpoint{ name = \"slow\", params = { s = 2 },\n"
-    "  build = function(a) st.sleep(a.s) return 1 end }\n";
-static const char ep_plain[] =
-    "return st.endpoint{ name = \"plain\", params = { n = 1, x = 0.5, s = \"a\", b = false },\n"
-    "  build = function(a) return { n = a.n, x = a.x, s = a.s, b = a.b, list = { 1, 2, 3 } } end "
-    "}\n";
-
-static void write_endpoints(stt_server_t *s) {
-  stt_write_endpoint(s, "t.lua", ep_t);
-  stt_write_endpoint(s, "mod.lua", ep_mod);
-  stt_write_endpoint(s, "twice.lua", ep_twice);
-  stt_write_endpoint(s, "bad.lua", ep_bad);
-  stt_write_endpoint(s, "slow.lua", ep_slow);
-  stt_write_endpoint(s, "plain.lua", ep_plain);
-}
-
-static st_client_t *connect_to(const stt_server_t *s) {
-  st_client_t *c = NULL;
-  char err[256];
-  if (st_client_connect(s->socket, &c, err, sizeof err) != ST_OK)
-    fprintf(stderr, "connect %s: %s\n", s->socket, err);
-  return c;
-}
+static const stt_endpoint_t endpoints[] = {
+    {"t.lua", STT_EP_T},
+    {"mod.lua", STT_EP_MOD},
+    {"twice.lua",
+     "return st.endpoint{ name = \"twice\",\n"
+     "  build = function(a)\n"
+     "    local t = st.arange{6, dtype = \"int32\"}\n"
+     "    return { a = t, b = t }\n"
+     "  end }\n"},
+    {"bad.lua", STT_EP_BAD},
+    {"slow.lua", STT_EP_SLOW},
+    {"plain.lua",
+     "return st.endpoint{ name = \"plain\", params = { n = 1, x = 0.5, s = \"a\", b = false },\n"
+     "  build = function(a) return { n = a.n, x = a.x, s = a.s, b = a.b, list = { 1, 2, 3 } } "
+     "end }\n"},
+    {NULL, NULL},
+};
 
 /* Calls `name` with words "k=v" (NULL-terminated); result or NULL. */
 static st_result_t *call_words(st_client_t *c, const char *name, const char *const *words) {
@@ -84,27 +62,25 @@ static double num(const st_value_t *v) {
 }
 
 TEST(hello_and_ping) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   CHECK(strlen(st_client_server_id(c)) > 0);
   CHECK_STR_EQ(st_client_server_version(c), ST_VERSION_STRING);
   CHECK_EQ_INT(st_client_server_pid(c), srv.pid);
   double rtt = -1;
-  CHECK_EQ_INT(st_client_ping(c, &rtt), ST_OK);
+  CHECK_RC(st_client_ping(c, &rtt), ST_OK, c);
   CHECK(rtt > 0 && rtt < 1e6);
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK);
+  CHECK_RC(st_client_ping(c, NULL), ST_OK, c);
   st_client_close(c);
   /* By device under a base path, as the socket name says. */
   c = NULL;
   char err[256];
-  CHECK_EQ_INT(st_client_connect_device(srv.base, 0, &c, err, sizeof err), ST_OK);
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK);
+  CHECK_ERR_MSG(st_client_connect_device(srv.base, 0, &c, err, sizeof err), ST_OK, err);
+  CHECK_RC(st_client_ping(c, NULL), ST_OK, c);
   st_client_close(c);
 }
 
 TEST(call_tensor_endpoint) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   const char *words[] = {"n=5", NULL};
   st_result_t *r = call_words(c, "t", words);
   CHECK(r);
@@ -138,8 +114,7 @@ TEST(call_tensor_endpoint) {
 }
 
 TEST(call_plain_values_with_typed_args) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   const char *words[] = {"n=7", "x=2.5", "s=hello", "b=true", NULL};
   st_result_t *r = call_words(c, "plain", words);
   CHECK(r);
@@ -161,8 +136,7 @@ TEST(call_plain_values_with_typed_args) {
 }
 
 TEST(module_tensors_share_one_mapping) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   size_t mapped0, mapped;
   st_open_cache_stats(&mapped0, NULL);
   st_result_t *r = call_words(c, "mod", NULL);
@@ -188,8 +162,7 @@ TEST(module_tensors_share_one_mapping) {
 }
 
 TEST(same_arena_twice_is_mapped_once) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   size_t mapped0, mapped;
   uint64_t reused0, reused;
   st_open_cache_stats(&mapped0, &reused0);
@@ -216,16 +189,15 @@ TEST(same_arena_twice_is_mapped_once) {
 }
 
 TEST(info_and_endpoints) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(st_client_info(c, &r), ST_OK);
+  CHECK_RC(st_client_info(c, &r), ST_OK, c);
   const st_value_t *sid = st_value_get(st_result_value(r), "server_id");
   CHECK(sid && sid->kind == ST_VALUE_STRING);
   CHECK_STR_EQ(sid->as.str.ptr, st_client_server_id(c));
   CHECK(num(st_value_get(st_result_value(r), "pid")) == srv.pid);
   st_result_free(r);
-  CHECK_EQ_INT(st_client_endpoints(c, &r), ST_OK);
+  CHECK_RC(st_client_endpoints(c, &r), ST_OK, c);
   const st_value_t *list = st_result_value(r);
   CHECK_EQ_INT(list->kind, ST_VALUE_ARRAY);
   int found = 0;
@@ -243,8 +215,7 @@ TEST(info_and_endpoints) {
 }
 
 TEST(results_outlive_the_client) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   const char *words[] = {"n=6", NULL};
   st_result_t *r = call_words(c, "t", words);
   CHECK(r);
@@ -261,25 +232,24 @@ TEST(missing_socket_fails_fast) {
   snprintf(path, sizeof path, "%s/none-0.sock", srv.dir);
   st_client_t *c = (st_client_t *)1;
   double t0 = stt_now_ms();
-  CHECK_EQ_INT(st_client_connect(path, &c, err, sizeof err), ST_ERR_IO);
+  CHECK_ERR_MSG(st_client_connect(path, &c, err, sizeof err), ST_ERR_IO, err);
   CHECK(stt_now_ms() - t0 < 200);
   CHECK(c == NULL);
   CHECK_CONTAINS(err, "no server is listening");
   CHECK_CONTAINS(err, path);
-  CHECK_EQ_INT(st_client_connect_device(srv.base, 5, &c, err, sizeof err), ST_ERR_IO);
+  CHECK_ERR_MSG(st_client_connect_device(srv.base, 5, &c, err, sizeof err), ST_ERR_IO, err);
   CHECK_CONTAINS(err, "-5.sock");
 }
 
 TEST(endpoint_errors) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   st_result_t *r = (st_result_t *)1;
-  CHECK_EQ_INT(st_client_call(c, "bad", NULL, &r), ST_ERR_ENDPOINT);
+  CHECK_RC(st_client_call(c, "bad", NULL, &r), ST_ERR_ENDPOINT, c);
   CHECK(r == NULL);
   CHECK_STR_EQ(st_client_error_name(c), "ENDPOINT");
   CHECK_CONTAINS(st_client_error(c), "bad.lua:3");
   CHECK_CONTAINS(st_client_error(c), "boom");
-  CHECK_EQ_INT(st_client_call(c, "no_such_endpoint", NULL, &r), ST_ERR_UNKNOWN_ENDPOINT);
+  CHECK_RC(st_client_call(c, "no_such_endpoint", NULL, &r), ST_ERR_UNKNOWN_ENDPOINT, c);
   CHECK_STR_EQ(st_client_error_name(c), "UNKNOWN_ENDPOINT");
   const char *wrong_type[] = {"n=abc", NULL};
   CHECK(call_words(c, "t", wrong_type) == NULL);
@@ -288,36 +258,34 @@ TEST(endpoint_errors) {
   CHECK(call_words(c, "t", unknown) == NULL);
   CHECK_STR_EQ(st_client_error_name(c), "INVALID_ARGUMENT");
   CHECK_CONTAINS(st_client_error(c), "zzz");
-  CHECK_EQ_INT(st_client_rpc(c, "no_such_method", NULL, &r), ST_ERR_UNKNOWN_METHOD);
+  CHECK_RC(st_client_rpc(c, "no_such_method", NULL, &r), ST_ERR_UNKNOWN_METHOD, c);
   /* None of these cost the connection. */
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK);
+  CHECK_RC(st_client_ping(c, NULL), ST_OK, c);
   st_client_close(c);
 }
 
 TEST(timeout) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   st_client_set_timeout(c, 200);
   st_result_t *r = NULL;
   double t0 = stt_now_ms();
-  CHECK_EQ_INT(st_client_call(c, "slow", NULL, &r), ST_ERR_TIMEOUT);
+  CHECK_RC(st_client_call(c, "slow", NULL, &r), ST_ERR_TIMEOUT, c);
   double took = stt_now_ms() - t0;
   CHECK(took >= 190 && took < 1000);
   CHECK_STR_EQ(st_client_error_name(c), "TIMEOUT");
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_ERR_IO);
+  CHECK_RC(st_client_ping(c, NULL), ST_ERR_IO, c);
   st_client_close(c);
   /* The server serves everyone else meanwhile. */
-  c = connect_to(&srv);
+  c = stt_client_open(srv.socket);
   CHECK(c);
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK);
+  CHECK_RC(st_client_ping(c, NULL), ST_OK, c);
   st_client_close(c);
 }
 
 /* A child that inherited a result by fork: both processes see one memory,
  * and each unmaps independently. */
 TEST(fork_shares_and_unmaps_independently) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   const char *words[] = {"n=8", NULL};
   st_result_t *r = call_words(c, "t", words);
   st_client_close(c);
@@ -372,8 +340,7 @@ static int child_main(const char *socket) {
 }
 
 TEST(second_process_maps_its_own) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   st_result_t *r = call_words(c, "t", NULL);
   CHECK(r);
   int out[2];
@@ -420,14 +387,12 @@ static void *kill_later(void *arg) {
 TEST(results_survive_sigkill_and_calls_fail_fast) {
   stt_server_t s2;
   stt_server_init(&s2);
-  write_endpoints(&s2);
+  stt_write_endpoints(&s2, endpoints);
   CHECK(stt_server_start(&s2) == 0);
-  st_client_t *c = connect_to(&s2);
-  CHECK(c);
+  OPEN_CLIENT(c, s2.socket);
   st_result_t *r = call_words(c, "mod", NULL);
   CHECK(r);
-  st_client_t *c2 = connect_to(&s2);
-  CHECK(c2);
+  OPEN_CLIENT(c2, s2.socket);
   /* The server dies while c2 waits on a 2 s call. */
   killer_t k = {s2.pid, 300};
   pthread_t th;
@@ -440,7 +405,7 @@ TEST(results_survive_sigkill_and_calls_fail_fast) {
   int status;
   waitpid(s2.pid, &status, 0);
   s2.pid = -1;
-  CHECK_EQ_INT(rc, ST_ERR_IO);
+  CHECK_RC(rc, ST_ERR_IO, c2);
   CHECK_STR_EQ(st_client_error(c2), "connection closed by the server");
   CHECK(took < 1500);
   CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
@@ -450,7 +415,7 @@ TEST(results_survive_sigkill_and_calls_fail_fast) {
   for (int i = 0; i < 4; i++) CHECK(st_tensor_get(w, i) == 1.0);
   ((float *)w->data)[0] = 3;
   CHECK(st_tensor_get(w, 0) == 3);
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_ERR_IO);
+  CHECK_RC(st_client_ping(c, NULL), ST_ERR_IO, c);
   st_result_free(r);
   st_client_close(c);
   st_client_close(c2);
@@ -461,9 +426,7 @@ int main(void) {
   const char *child = getenv("STT_CLIENT_CHILD");
   if (child) return child_main(child);
   signal(SIGPIPE, SIG_DFL); /* the library must not need SIGPIPE ignored */
-  stt_server_init(&srv);
-  write_endpoints(&srv);
-  if (stt_server_start(&srv) != 0) return 1;
+  stt_server_setup(&srv, NULL, endpoints);
   RUN(hello_and_ping);
   RUN(call_tensor_endpoint);
   RUN(call_plain_values_with_typed_args);
@@ -477,11 +440,5 @@ int main(void) {
   RUN(fork_shares_and_unmaps_independently);
   RUN(second_process_maps_its_own);
   RUN(results_survive_sigkill_and_calls_fail_fast);
-  int status = stt_server_stop(&srv);
-  if (status != 0) {
-    fprintf(stderr, "stserver did not exit cleanly (%d)\n", status);
-    stt_failed++;
-  }
-  stt_server_cleanup(&srv);
-  return stt_summary();
+  return stt_server_finish(&srv);
 }

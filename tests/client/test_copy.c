@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "check.h"
+#include "client_kit.h"
 #include "fake_server.h"
 
 static fake_server_t fs;
@@ -50,28 +51,36 @@ static const spec_t specs[] = {
 };
 #define NSPECS (sizeof specs / sizeof specs[0])
 
+/* "[a, b]" of the first n of v, appended at buf + *used. */
+static void append_dims(char *buf, size_t len, size_t *used, int n, const int64_t *v) {
+  *used += (size_t)snprintf(buf + *used, len - *used, "[");
+  for (int i = 0; i < n; i++)
+    *used += (size_t)snprintf(buf + *used, len - *used, "%s%lld", i ? ", " : "", (long long)v[i]);
+  *used += (size_t)snprintf(buf + *used, len - *used, "]");
+}
+
 static int on_request(fake_server_t *f, int conn, uint32_t id, const char *method,
                       const msgpack_object *params) {
+  (void)f;
+  (void)params;
   if (strcmp(method, "call") != 0) return fake_error(conn, id, 16, "UNKNOWN_METHOD", method);
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  int fd = fake_memfd(sizeof arena, arena, sizeof arena, 1);
-  msgpack_pack_map(&pk, 2);
-  fake_pack_str(&pk, "value");
-  msgpack_pack_map(&pk, NSPECS);
+  char value[2048];
+  size_t used = 0;
   for (size_t i = 0; i < NSPECS; i++) {
-    fake_pack_str(&pk, specs[i].name);
-    fake_pack_tensor(&pk, 0, specs[i].offset, specs[i].dtype, specs[i].ndim, specs[i].shape,
-                     specs[i].strides);
+    used += (size_t)snprintf(value + used, sizeof value - used, "%s%s: tensor(0, %llu, '%s', ",
+                             i ? ", " : "", specs[i].name, (unsigned long long)specs[i].offset,
+                             specs[i].dtype);
+    append_dims(value, sizeof value, &used, specs[i].ndim, specs[i].shape);
+    used += (size_t)snprintf(value + used, sizeof value - used, ", ");
+    append_dims(value, sizeof value, &used, specs[i].ndim, specs[i].strides);
+    used += (size_t)snprintf(value + used, sizeof value - used, ")");
   }
-  fake_pack_str(&pk, "arenas");
-  msgpack_pack_array(&pk, 1);
-  fake_pack_arena(&pk, 0, sizeof arena, "cpu", 1);
-  int rc = fake_reply(conn, id, &sb, &fd, 1);
+  int fd = fake_memfd(sizeof arena, arena, sizeof arena, 1);
+  int rc = fake_replyf(conn, id, &fd, 1,
+                       "{value: {%s}, arenas: [{fd: 0, bytes: %zu, device: 'cpu', "
+                       "backend: 'memfd', id: 1}]}",
+                       value, sizeof arena);
   close(fd);
-  msgpack_sbuffer_destroy(&sb);
   return rc;
 }
 
@@ -109,7 +118,7 @@ TEST(copies_every_layout_in_row_major_order) {
     unsigned char out[128];
     memset(out, 0xee, sizeof out);
     CHECK(t->nbytes <= sizeof out);
-    CHECK_EQ_INT(st_tensor_copy_to_host(t, out, t->nbytes), ST_OK);
+    CHECK_ERR(st_tensor_copy_to_host(t, out, t->nbytes), ST_OK);
     CHECK_EQ_INT(out[t->nbytes], 0xee); /* nothing past nbytes is written */
     for (int64_t k = 0; k < t->numel; k++) {
       double w = want(s, k);
@@ -132,13 +141,13 @@ TEST(bad_arguments) {
   const st_tensor_t *t = st_result_find(result, "transposed");
   CHECK(t);
   unsigned char out[64];
-  CHECK_EQ_INT(st_tensor_copy_to_host(t, out, t->nbytes - 1), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_tensor_copy_to_host(t, NULL, t->nbytes), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_tensor_copy_to_host(NULL, out, sizeof out), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_tensor_copy_to_host(t, out, sizeof out), ST_OK); /* larger is fine */
+  CHECK_ERR(st_tensor_copy_to_host(t, out, t->nbytes - 1), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_tensor_copy_to_host(t, NULL, t->nbytes), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_tensor_copy_to_host(NULL, out, sizeof out), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_tensor_copy_to_host(t, out, sizeof out), ST_OK); /* larger is fine */
   const st_tensor_t *e = st_result_find(result, "empty");
   CHECK(e && e->numel == 0);
-  CHECK_EQ_INT(st_tensor_copy_to_host(e, NULL, 0), ST_OK);
+  CHECK_ERR(st_tensor_copy_to_host(e, NULL, 0), ST_OK);
   CHECK(isnan(st_tensor_get(t, -1)));
   CHECK(isnan(st_tensor_get(t, t->numel)));
   CHECK(isnan(st_tensor_get(e, 0)));
@@ -149,16 +158,9 @@ int main(void) {
   fill_arena();
   fs.on_request = on_request;
   fake_start(&fs);
-  char err[256];
-  st_client_t *c = NULL;
-  if (st_client_connect(fs.path, &c, err, sizeof err) != ST_OK) {
-    fprintf(stderr, "connect: %s\n", err);
+  st_client_t *c = stt_client_open(fs.path);
+  if (!c || stt_client_report(c, "call", st_client_call(c, "layouts", NULL, &result)) != ST_OK)
     return 1;
-  }
-  if (st_client_call(c, "layouts", NULL, &result) != ST_OK) {
-    fprintf(stderr, "call: %s\n", st_client_error(c));
-    return 1;
-  }
   st_client_close(c);
   RUN(copies_every_layout_in_row_major_order);
   RUN(shapes_checked);

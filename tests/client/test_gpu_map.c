@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "client_kit.h"
 #include "fake_server.h"
 #include "mem/arena.h"
 #include "mem/cuda.h"
@@ -63,31 +64,22 @@ static int holder_request(fake_server_t *f, int conn, uint32_t id, const char *m
   if (strcmp(method, "call") != 0) return fake_error(conn, id, 16, "UNKNOWN_METHOD", method);
   char ep[64];
   fake_param_str(params, "endpoint", ep, sizeof ep);
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  int64_t shape_a[1] = {N_ELEMS}, stride1[1] = {1};
-  int64_t shape_b[2] = {3, 2}, strides_b[2] = {1, 3}; /* a transposed 2x3 */
   int fds[2] = {st__arena_dup_fd(arena), -1}, nfds = 1;
-  uint64_t bytes = desc.bytes, aid = desc.id;
+  unsigned long long bytes = desc.bytes, aid = desc.id;
   const char *uuid = desc.uuid;
-  msgpack_pack_map(&pk, 2);
-  fake_pack_str(&pk, "value");
+  /* Tensor a: N_ELEMS floats at 0 of arena 0. */
+#define TENSOR_A "tensor(0, 0, 'float32', [%d], [1])"
+#define CUDA_ARENA(fd) "{fd: " #fd ", bytes: %llu, device: 'cuda', uuid: '%s', backend: 'vmm', id: %llu}"
+  int rc;
   if (strcmp(ep, "pair") == 0) {
     /* Two arena entries naming the one allocation, as two tensors of a
-     * cached object sent with two descriptors. */
+     * cached object sent with two descriptors; b is a transposed 2x3. */
     fds[1] = st__arena_dup_fd(arena);
     nfds = 2;
-    msgpack_pack_map(&pk, 2);
-    fake_pack_str(&pk, "a");
-    fake_pack_tensor(&pk, 0, 0, "float32", 1, shape_a, stride1);
-    fake_pack_str(&pk, "b");
-    fake_pack_tensor(&pk, 1, OFF_B, "float32", 2, shape_b, strides_b);
-    fake_pack_str(&pk, "arenas");
-    msgpack_pack_array(&pk, 2);
-    fake_pack_arena_full(&pk, 0, bytes, "cuda", uuid, "vmm", aid);
-    fake_pack_arena_full(&pk, 1, bytes, "cuda", uuid, "vmm", aid);
+    rc = fake_replyf(conn, id, fds, nfds,
+                     "{value: {a: " TENSOR_A ", b: tensor(1, %llu, 'float32', [3, 2], [1, 3])}, "
+                     "arenas: [" CUDA_ARENA(0) ", " CUDA_ARENA(1) "]}",
+                     N_ELEMS, (unsigned long long)OFF_B, bytes, uuid, aid, bytes, uuid, aid);
   } else {
     if (strcmp(ep, "too_big") == 0) bytes += 2 * MiB;       /* same id, larger claim */
     if (strcmp(ep, "odd_size") == 0) bytes -= 4096, aid += 1000;
@@ -97,14 +89,13 @@ static int holder_request(fake_server_t *f, int conn, uint32_t id, const char *m
       fds[0] = fake_memfd((size_t)bytes, NULL, 0, 1);
       aid += 2000;
     }
-    fake_pack_tensor(&pk, 0, 0, "float32", 1, shape_a, stride1);
-    fake_pack_str(&pk, "arenas");
-    msgpack_pack_array(&pk, 1);
-    fake_pack_arena_full(&pk, 0, bytes, "cuda", uuid, "vmm", aid);
+    rc = fake_replyf(conn, id, fds, nfds,
+                     "{value: " TENSOR_A ", arenas: [" CUDA_ARENA(0) "]}",
+                     N_ELEMS, bytes, uuid, aid);
   }
-  int rc = fake_reply(conn, id, &sb, fds, nfds);
+#undef CUDA_ARENA
+#undef TENSOR_A
   for (int i = 0; i < nfds; i++) close(fds[i]);
-  msgpack_sbuffer_destroy(&sb);
   return rc;
 }
 
@@ -225,7 +216,7 @@ static int read_line(int fd, char *buf, size_t len) {
 
 TEST(maps_one_allocation_once) {
   char err[512];
-  CHECK_EQ_INT(st__cuda_mem_info(0, &base_free, NULL, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__cuda_mem_info(0, &base_free, NULL, err, sizeof err), ST_OK, err);
   int p[2];
   CHECK_EQ_INT(pipe2(p, O_CLOEXEC), 0);
   char num[16];
@@ -241,9 +232,9 @@ TEST(maps_one_allocation_once) {
   CHECK(sscanf(line, "%127s %47s", sock, uuid) == 2 && strncmp(line, "ERR", 3) != 0);
   fprintf(stderr, "   holder serves %s on %s\n", sock, uuid);
 
-  CHECK_EQ_INT(st_client_connect(sock, &client, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st_client_connect(sock, &client, err, sizeof err), ST_OK, err);
   st_open_cache_stats(&mapped0, &reused0);
-  CHECK_EQ_INT(st_client_call(client, "pair", NULL, &r1), ST_OK);
+  CHECK_RC(st_client_call(client, "pair", NULL, &r1), ST_OK, client);
   size_t mapped;
   uint64_t reused;
   st_open_cache_stats(&mapped, &reused);
@@ -252,7 +243,7 @@ TEST(maps_one_allocation_once) {
   const st_tensor_t *a = st_result_find(r1, "a"), *b = st_result_find(r1, "b");
   CHECK(a && b);
   int ordinal = -1;
-  CHECK_EQ_INT(st__cuda_device_by_uuid(uuid, &ordinal, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__cuda_device_by_uuid(uuid, &ordinal, err, sizeof err), ST_OK, err);
   CHECK(a->device == ST_DEVICE_CUDA && b->device == ST_DEVICE_CUDA);
   CHECK_EQ_INT(a->device_index, ordinal);
   CHECK_STR_EQ(a->device_uuid, uuid);
@@ -260,7 +251,7 @@ TEST(maps_one_allocation_once) {
   CHECK_EQ_INT((char *)b->data - (char *)a->data, OFF_B);
   CHECK_EQ_INT(a->numel, N_ELEMS);
 
-  CHECK_EQ_INT(st_client_call(client, "again", NULL, &r2), ST_OK);
+  CHECK_RC(st_client_call(client, "again", NULL, &r2), ST_OK, client);
   st_open_cache_stats(&mapped, &reused);
   CHECK_EQ_INT(mapped, mapped0 + 1); /* a second result: the same mapping */
   CHECK_EQ_INT(reused, reused0 + 2);
@@ -279,7 +270,7 @@ TEST(values_through_the_host) {
   for (int64_t i = 0; i < a->numel; i++)
     if (h[i] != pattern(i)) bad++;
   free(h);
-  CHECK_EQ_INT(rc, ST_OK);
+  CHECK_ERR(rc, ST_OK);
   CHECK_EQ_INT(bad, 0);
   fprintf(stderr, "   copy_to_host of %zu bytes: %.3f ms\n", a->nbytes, t1 - t0);
   t0 = now_ms();
@@ -287,10 +278,10 @@ TEST(values_through_the_host) {
   fprintf(stderr, "   st_tensor_get: %.1f us\n", (now_ms() - t0) * 1e3);
   /* b is the transpose of [[100 101 102] [103 104 105]]. */
   float g[6], want[6] = {100, 103, 101, 104, 102, 105};
-  CHECK_EQ_INT(st_tensor_copy_to_host(b, g, sizeof g), ST_OK);
+  CHECK_ERR(st_tensor_copy_to_host(b, g, sizeof g), ST_OK);
   CHECK(memcmp(g, want, sizeof g) == 0);
   for (int k = 0; k < 6; k++) CHECK(st_tensor_get(b, k) == want[k]);
-  CHECK_EQ_INT(st_tensor_copy_to_host(b, g, sizeof g - 1), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_tensor_copy_to_host(b, g, sizeof g - 1), ST_ERR_INVALID_ARGUMENT);
 }
 
 typedef CUresult (*get_current_fn)(CUcontext *);
@@ -327,13 +318,13 @@ TEST(descriptors_that_disagree_are_refused) {
   size_t m0, m;
   st_open_cache_stats(&m0, NULL);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(st_client_call(client, "too_big", NULL, &r), ST_ERR_PROTOCOL);
+  CHECK_RC(st_client_call(client, "too_big", NULL, &r), ST_ERR_PROTOCOL, client);
   fprintf(stderr, "   too_big: %s\n", st_client_error(client));
-  CHECK_EQ_INT(st_client_call(client, "odd_size", NULL, &r), ST_ERR_PROTOCOL);
+  CHECK_RC(st_client_call(client, "odd_size", NULL, &r), ST_ERR_PROTOCOL, client);
   CHECK_CONTAINS(st_client_error(client), "granularity");
-  CHECK_EQ_INT(st_client_call(client, "memfd", NULL, &r), ST_ERR_PROTOCOL);
+  CHECK_RC(st_client_call(client, "memfd", NULL, &r), ST_ERR_PROTOCOL, client);
   fprintf(stderr, "   memfd: %s\n", st_client_error(client));
-  CHECK_EQ_INT(st_client_call(client, "wrong_uuid", NULL, &r), ST_ERR_CAPABILITY);
+  CHECK_RC(st_client_call(client, "wrong_uuid", NULL, &r), ST_ERR_CAPABILITY, client);
   CHECK(strncmp(st_client_error(client), "no CUDA device: ", 16) == 0);
   CHECK_CONTAINS(st_client_error(client), "GPU-ffffffff-ffff-ffff-ffff-ffffffffffff");
   CHECK(r == NULL);
@@ -341,7 +332,7 @@ TEST(descriptors_that_disagree_are_refused) {
   CHECK_EQ_INT(m, m0);
   CHECK_EQ_INT(fake_count_fds(), fds0);
   double rtt;
-  CHECK_EQ_INT(st_client_ping(client, &rtt), ST_OK);
+  CHECK_RC(st_client_ping(client, &rtt), ST_OK, client);
 }
 
 TEST(a_second_process_shares_the_memory) {
@@ -349,9 +340,9 @@ TEST(a_second_process_shares_the_memory) {
   CHECK(a);
   char err[256];
   float v = 4242.5f;
-  CHECK_EQ_INT(st__cuda_copy_to_device((uint64_t)(uintptr_t)a->data + 28, &v, 4, a->device_index,
-                                       err, sizeof err),
-               ST_OK);
+  CHECK_ERR_MSG(st__cuda_copy_to_device((uint64_t)(uintptr_t)a->data + 28, &v, 4, a->device_index,
+                                        err, sizeof err),
+                ST_OK, err);
   pid_t pid = spawn("client", sock, -1);
   CHECK(pid > 0);
   int st = 0;
@@ -369,7 +360,7 @@ TEST(reads_and_writes_after_the_holder_is_killed) {
   const st_tensor_t *a = st_result_find(r1, "a");
   float *h = malloc(a->nbytes);
   CHECK(h);
-  CHECK_EQ_INT(st_tensor_copy_to_host(a, h, a->nbytes), ST_OK);
+  CHECK_ERR(st_tensor_copy_to_host(a, h, a->nbytes), ST_OK);
   long bad = 0;
   for (int64_t i = 0; i < a->numel; i++)
     if (i != 7 && i != 8 && h[i] != pattern(i)) bad++;
@@ -377,9 +368,9 @@ TEST(reads_and_writes_after_the_holder_is_killed) {
   CHECK_EQ_INT(bad, 0);
   char err[256];
   float v = 3.5f;
-  CHECK_EQ_INT(st__cuda_copy_to_device((uint64_t)(uintptr_t)a->data, &v, 4, a->device_index, err,
-                                       sizeof err),
-               ST_OK);
+  CHECK_ERR_MSG(st__cuda_copy_to_device((uint64_t)(uintptr_t)a->data, &v, 4, a->device_index, err,
+                                        sizeof err),
+                ST_OK, err);
   CHECK(st_tensor_get(a, 0) == 3.5);
   CHECK(st_tensor_get(st_result_tensor(r2, 0), 0) == 3.5);
 }
@@ -398,7 +389,7 @@ TEST(memory_returns_to_the_baseline) {
   uint64_t free_now = 0;
   double deadline = now_ms() + 10000;
   do {
-    CHECK_EQ_INT(st__cuda_mem_info(0, &free_now, NULL, err, sizeof err), ST_OK);
+    CHECK_ERR_MSG(st__cuda_mem_info(0, &free_now, NULL, err, sizeof err), ST_OK, err);
     if (free_now + 4 * MiB >= base_free) break;
     struct timespec ts = {0, 20 * 1000 * 1000}; /* the driver frees asynchronously */
     nanosleep(&ts, NULL);

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "client_kit.h"
 #include "fixture.h"
 #include "mem/cuda.h"
 
@@ -32,7 +33,8 @@
 #define MiB (1024ull * 1024ull)
 
 static const char ep_vals[] =
-    "return st.endpoint { name = 'vals_%s', device = '%s', params = { n = 100003 },\n"
+    "return st.endpoint { name = 'vals_$DEVICE', device = '$DEVICE',\n"
+    "  params = { n = 100003 },\n"
     "  build = function(a)\n"
     "    local base = st.rand { 6, 8, seed = 3 }\n"
     "    return {\n"
@@ -92,7 +94,7 @@ TEST(values_equal_the_cpu_backend) {
     CHECK(tc);
     CHECK(tg->device == ST_DEVICE_CUDA && tc->device == ST_DEVICE_CPU);
     int ordinal = -1;
-    CHECK_EQ_INT(st__cuda_device_by_uuid(tg->device_uuid, &ordinal, err, sizeof err), ST_OK);
+    CHECK_ERR_MSG(st__cuda_device_by_uuid(tg->device_uuid, &ordinal, err, sizeof err), ST_OK, err);
     CHECK_EQ_INT(tg->device_index, ordinal);
     CHECK_EQ_INT(tg->dtype, tc->dtype);
     CHECK_EQ_INT(tg->ndim, tc->ndim);
@@ -159,9 +161,9 @@ TEST(a_cached_object_is_mapped_once_and_shared) {
   CHECK(ta->device == ST_DEVICE_CUDA && ta->data == tb->data);
   char err[256];
   float v = 777.0f;
-  CHECK_EQ_INT(st__cuda_copy_to_device((uint64_t)(uintptr_t)ta->data, &v, 4, ta->device_index,
-                                       err, sizeof err),
-               ST_OK);
+  CHECK_ERR_MSG(st__cuda_copy_to_device((uint64_t)(uintptr_t)ta->data, &v, 4, ta->device_index,
+                                        err, sizeof err),
+                ST_OK, err);
   pid_t pid = spawn_child();
   CHECK(pid > 0);
   int st = 0;
@@ -199,24 +201,24 @@ TEST(memory_returns_after_release_and_free) {
   st_result_t *w = call(client, "managed", NULL);
   CHECK(w);
   st_object_info_t o;
-  CHECK_EQ_INT(st_result_object(w, &o), ST_OK);
-  CHECK_EQ_INT(st_client_release(client, o.id, NULL, NULL, NULL), ST_OK);
+  CHECK_ERR(st_result_object(w, &o), ST_OK);
+  CHECK_RC(st_client_release(client, o.id, NULL, NULL, NULL), ST_OK, client);
   st_result_free(w);
   uint64_t base, during, after;
   char err[256];
-  CHECK_EQ_INT(st__cuda_mem_info(0, &base, NULL, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__cuda_mem_info(0, &base, NULL, err, sizeof err), ST_OK, err);
   st_result_t *r = call(client, "managed", "n=16777216"); /* 64 MiB */
   CHECK(r);
-  CHECK_EQ_INT(st__cuda_mem_info(0, &during, NULL, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__cuda_mem_info(0, &during, NULL, err, sizeof err), ST_OK, err);
   CHECK(during + 64 * MiB <= base);
   CHECK(st_tensor_get(st_result_tensor(r, 0), 16777215) == 0.0);
-  CHECK_EQ_INT(st_result_object(r, &o), ST_OK);
+  CHECK_ERR(st_result_object(r, &o), ST_OK);
   CHECK(o.lease);
   int released = 0, destroyed = 0;
-  CHECK_EQ_INT(st_client_release(client, o.id, &released, &destroyed, NULL), ST_OK);
+  CHECK_RC(st_client_release(client, o.id, &released, &destroyed, NULL), ST_OK, client);
   CHECK(released && destroyed);
   /* The server let go; this process still maps it. */
-  CHECK_EQ_INT(st__cuda_mem_info(0, &after, NULL, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__cuda_mem_info(0, &after, NULL, err, sizeof err), ST_OK, err);
   CHECK(after + 64 * MiB <= base);
   st_result_free(r);
   after = free_memory_reaching(base - 4 * MiB);
@@ -237,7 +239,7 @@ TEST(plain_result_outlives_sigkill) {
   const st_tensor_t *t = st_result_tensor(r, 0);
   float *h = malloc(t->nbytes);
   CHECK(h);
-  CHECK_EQ_INT(st_tensor_copy_to_host(t, h, t->nbytes), ST_OK);
+  CHECK_ERR(st_tensor_copy_to_host(t, h, t->nbytes), ST_OK);
   long bad = 0;
   for (int64_t i = 0; i < t->numel; i++)
     if (h[i] != (float)i) bad++;
@@ -245,9 +247,9 @@ TEST(plain_result_outlives_sigkill) {
   CHECK_EQ_INT(bad, 0);
   char err[256];
   float v = -9.5f;
-  CHECK_EQ_INT(st__cuda_copy_to_device((uint64_t)(uintptr_t)t->data + 20, &v, 4, t->device_index,
-                                       err, sizeof err),
-               ST_OK);
+  CHECK_ERR_MSG(st__cuda_copy_to_device((uint64_t)(uintptr_t)t->data + 20, &v, 4, t->device_index,
+                                        err, sizeof err),
+                ST_OK, err);
   CHECK(st_tensor_get(t, 5) == -9.5);
   CHECK(st_tensor_get(t, 6) == 6.0);
   st_result_free(r);
@@ -264,35 +266,22 @@ int main(int argc, char **argv) {
   uint64_t f;
   if (st__cuda_mem_info(0, &f, NULL, err, sizeof err) != ST_OK) stt_skip(err);
   stt_server_init(&srv);
-  char text[2048];
-  snprintf(text, sizeof text, ep_vals, "cuda", "cuda");
-  stt_write_endpoint(&srv, "vals_cuda.lua", text);
-  snprintf(text, sizeof text, ep_vals, "cpu", "cpu");
-  stt_write_endpoint(&srv, "vals_cpu.lua", text);
+  stt_write_endpoint_per_device(&srv, "vals", ep_vals);
   stt_write_endpoint(&srv, "cached.lua", ep_cached);
   stt_write_endpoint(&srv, "managed.lua", ep_managed);
   stt_write_endpoint(&srv, "plain.lua", ep_plain);
   stt_server_config(&srv, "workers = 1,");
-  if (stt_server_start(&srv) != 0) return 1;
-  if (st_client_connect(srv.socket, &client, err, sizeof err) != ST_OK) {
-    fprintf(stderr, "connect: %s\n", err);
-    return 1;
-  }
+  stt_server_start_or_exit(&srv);
+  client = stt_client_open(srv.socket);
+  if (!client) return 1;
   st_client_set_timeout(client, 60000);
   RUN(values_equal_the_cpu_backend);
   RUN(a_cached_object_is_mapped_once_and_shared);
   RUN(memory_returns_after_release_and_free);
   RUN(plain_result_outlives_sigkill);
   st_client_close(client);
-  if (srv.pid > 0 && stt_server_stop(&srv) != 0) {
-    fprintf(stderr, "server did not stop cleanly\n");
-    stt_failed++;
-  }
-  if (stt_failed) {
-    char *log = stt_server_log(&srv);
-    fprintf(stderr, "--- server log\n%s\n", log ? log : "");
-    free(log);
-  }
+  if (srv.pid > 0 && stt_server_stop(&srv) != 0)
+    stt_fail_main(__FILE__, __LINE__, "stserver did not stop cleanly");
   stt_server_cleanup(&srv);
 #endif
   return stt_summary();

@@ -17,6 +17,8 @@
 #include <string.h>
 
 #include "check.h"
+#include "client_kit.h"
+#include "endpoints.h"
 #include "fixture.h"
 #include "mem/cuda.h"
 
@@ -30,9 +32,6 @@ static const char ep_scale[] =
     "return st.endpoint{ name = \"scale\",\n"
     "  params = { x = st.tensor_param{ dtype = \"float32\", device = \"cuda\" }, k = 2.5 },\n"
     "  build = function(a) a.x:mul_(a.k); return a.x:numel() end }\n";
-static const char ep_echo[] =
-    "return st.endpoint{ name = \"echo\", params = { value = st.required },\n"
-    "  build = function(a) return a.value end }\n";
 static const char ep_sum[] =
     "return st.endpoint{ name = \"sum64\",\n"
     "  params = { x = st.tensor_param{ dtype = \"float64\", device = \"cpu\" } },\n"
@@ -109,7 +108,8 @@ TEST(alloc_gives_zeroed_device_memory) {
   st_result_t *r = NULL;
   char err[256];
   int64_t shape[2] = {3, 257};
-  CHECK_EQ_INT(st_tensor_alloc("cuda:0", ST_DTYPE_FLOAT32, 2, shape, &r, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st_tensor_alloc("cuda:0", ST_DTYPE_FLOAT32, 2, shape, &r, err, sizeof err),
+                ST_OK, err);
   const st_tensor_t *t = st_result_tensor(r, 0);
   CHECK(t && t->device == ST_DEVICE_CUDA && t->device_index == 0 && t->numel == 771);
   CHECK(strncmp(t->device_uuid, "GPU-", 4) == 0);
@@ -130,7 +130,7 @@ TEST(scale_multiplies_the_callers_device_memory_in_place) {
   st_result_t *r = NULL;
   int rc = call_x("scale", "x", t, 3.0, &r);
   if (rc != ST_OK) fprintf(stderr, "   scale: %s\n", st_client_error(cli));
-  CHECK_EQ_INT(rc, ST_OK);
+  CHECK_RC(rc, ST_OK, cli);
   CHECK_EQ_INT(int_of(r), n);
   st_result_free(r);
   float *h = host_of(t);
@@ -148,7 +148,7 @@ TEST(scale_multiplies_the_callers_device_memory_in_place) {
   view.strides = vstride;
   view.numel = n / 2;
   view.nbytes = (size_t)(n / 2) * sizeof(float);
-  CHECK_EQ_INT(call_x("scale", "x", &view, -1.0, &r), ST_OK);
+  CHECK_ERR(call_x("scale", "x", &view, -1.0, &r), ST_OK);
   CHECK_EQ_INT(int_of(r), n / 2);
   st_result_free(r);
   h = host_of(t);
@@ -160,15 +160,15 @@ TEST(scale_multiplies_the_callers_device_memory_in_place) {
   /* submit carries it as well */
   st_args_t *a = st_args_new();
   char err[256];
-  CHECK_EQ_INT(st_args_tensor(a, "x", t, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st_args_tensor(a, "x", t, err, sizeof err), ST_OK, err);
   st_args_float(a, "k", 0.5);
   uint64_t id = 0;
-  CHECK_EQ_INT(st_client_submit(cli, "scale", a, &id), ST_OK);
+  CHECK_RC(st_client_submit(cli, "scale", a, &id), ST_OK, cli);
   st_args_free(a);
   st_result_t *info = NULL;
-  CHECK_EQ_INT(st_client_task_wait(cli, id, 30, &info), ST_OK);
+  CHECK_RC(st_client_task_wait(cli, id, 30, &info), ST_OK, cli);
   st_result_free(info);
-  CHECK_EQ_INT(st_client_task_result(cli, id, &r), ST_OK);
+  CHECK_RC(st_client_task_result(cli, id, &r), ST_OK, cli);
   st_result_free(r);
   CHECK(st_tensor_get(t, 2) == 3.0);   /* 2 * 3 * 0.5 */
   CHECK(st_tensor_get(t, 3) == -4.5);  /* 3 * -3 * 0.5 */
@@ -180,7 +180,7 @@ TEST(echo_returns_the_same_device_memory) {
   CHECK(x);
   const st_tensor_t *t = st_result_tensor(x, 0);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(call_x("echo", "value", t, 0, &r), ST_OK);
+  CHECK_ERR(call_x("echo", "value", t, 0, &r), ST_OK);
   const st_tensor_t *e = st_result_tensor(r, 0);
   CHECK(e && e->device == ST_DEVICE_CUDA && e->numel == 4096 && e->dtype == ST_DTYPE_FLOAT32);
   CHECK_STR_EQ(e->device_uuid, t->device_uuid);
@@ -188,14 +188,14 @@ TEST(echo_returns_the_same_device_memory) {
   char err[256];
   float v = 777.0f;
   /* through the reply's mapping, seen through the allocation, and back */
-  CHECK_EQ_INT(st__cuda_copy_to_device((uint64_t)(uintptr_t)e->data, &v, sizeof v,
-                                       e->device_index, err, sizeof err),
-               ST_OK);
+  CHECK_ERR_MSG(st__cuda_copy_to_device((uint64_t)(uintptr_t)e->data, &v, sizeof v,
+                                        e->device_index, err, sizeof err),
+                ST_OK, err);
   CHECK(st_tensor_get(t, 0) == 777.0);
   v = -5.0f;
-  CHECK_EQ_INT(st__cuda_copy_to_device((uint64_t)(uintptr_t)t->data + 4, &v, sizeof v,
-                                       t->device_index, err, sizeof err),
-               ST_OK);
+  CHECK_ERR_MSG(st__cuda_copy_to_device((uint64_t)(uintptr_t)t->data + 4, &v, sizeof v,
+                                        t->device_index, err, sizeof err),
+                ST_OK, err);
   CHECK(st_tensor_get(e, 1) == -5.0);
   st_result_free(r);
   /* the allocation outlives the reply's mapping */
@@ -207,23 +207,25 @@ TEST(declared_devices_are_enforced) {
   int64_t n = 8;
   char err[256];
   st_result_t *cpu = NULL, *f64 = NULL, *r = NULL;
-  CHECK_EQ_INT(st_tensor_alloc("cpu", ST_DTYPE_FLOAT32, 1, &n, &cpu, err, sizeof err), ST_OK);
-  CHECK_EQ_INT(call_x("gpu_only", "x", st_result_tensor(cpu, 0), 0, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st_tensor_alloc("cpu", ST_DTYPE_FLOAT32, 1, &n, &cpu, err, sizeof err), ST_OK, err);
+  CHECK_ERR(call_x("gpu_only", "x", st_result_tensor(cpu, 0), 0, &r), ST_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(st_client_error(cli), "argument 'x' is on cpu; the endpoint wants cuda");
-  CHECK_EQ_INT(call_x("scale", "x", st_result_tensor(cpu, 0), 2, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(call_x("scale", "x", st_result_tensor(cpu, 0), 2, &r), ST_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(st_client_error(cli), "argument 'x' is on cpu; the endpoint wants cuda");
   st_result_free(cpu);
 
-  CHECK_EQ_INT(st_tensor_alloc("cuda:0", ST_DTYPE_FLOAT64, 1, &n, &f64, err, sizeof err), ST_OK);
-  CHECK_EQ_INT(call_x("sum64", "x", st_result_tensor(f64, 0), 0, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st_tensor_alloc("cuda:0", ST_DTYPE_FLOAT64, 1, &n, &f64, err, sizeof err),
+                ST_OK, err);
+  CHECK_ERR(call_x("sum64", "x", st_result_tensor(f64, 0), 0, &r), ST_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(st_client_error(cli), "argument 'x' is on cuda; the endpoint wants cpu");
-  CHECK_EQ_INT(call_x("scale", "x", st_result_tensor(f64, 0), 2, &r), ST_ERR_INVALID_ARGUMENT);
-  CHECK_CONTAINS(st_client_error(cli), "argument 'x' has dtype float64; the endpoint wants float32");
+  CHECK_ERR(call_x("scale", "x", st_result_tensor(f64, 0), 2, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_client_error(cli),
+                 "argument 'x' has dtype float64; the endpoint wants float32");
   /* the device parameter takes it */
-  CHECK_EQ_INT(call_x("gpu_only", "x", st_result_tensor(f64, 0), 0, &r), ST_OK);
+  CHECK_ERR(call_x("gpu_only", "x", st_result_tensor(f64, 0), 0, &r), ST_OK);
   st_result_free(r);
   st_result_free(f64);
-  CHECK_EQ_INT(st_client_ping(cli, NULL), ST_OK);
+  CHECK_RC(st_client_ping(cli, NULL), ST_OK, cli);
 }
 
 TEST(device_memory_returns_once_the_client_frees_it) {
@@ -235,9 +237,9 @@ TEST(device_memory_returns_once_the_client_frees_it) {
   const st_tensor_t *t = st_result_tensor(x, 0);
   CHECK(gk_free() + 64 * MiB <= base);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(call_x("scale", "x", t, 2.0, &r), ST_OK);
+  CHECK_ERR(call_x("scale", "x", t, 2.0, &r), ST_OK);
   st_result_free(r);
-  CHECK_EQ_INT(call_x("echo", "value", t, 0, &r), ST_OK);
+  CHECK_ERR(call_x("echo", "value", t, 0, &r), ST_OK);
   CHECK(st_tensor_get(st_result_tensor(r, 0), n - 1) == 2.0 * (double)(n - 1));
   st_result_free(r);
   CHECK(st_tensor_get(t, n - 1) == 2.0 * (double)(n - 1));
@@ -249,6 +251,14 @@ TEST(device_memory_returns_once_the_client_frees_it) {
           (unsigned long long)(base / MiB), (unsigned long long)(gk_free() / MiB));
 }
 
+static const stt_endpoint_t endpoints[] = {
+    {"scale.lua", ep_scale},
+    {"echo.lua", STT_EP_ECHO},
+    {"sum64.lua", ep_sum},
+    {"gpu_only.lua", ep_gpu_only},
+    {NULL, NULL},
+};
+
 #endif
 
 int main(void) {
@@ -258,17 +268,9 @@ int main(void) {
   /* This process's context first, so baselines do not count it. */
   uint64_t f;
   if (st__cuda_mem_info(0, &f, NULL, err, sizeof err) != ST_OK) stt_skip(err);
-  stt_server_init(&srv);
-  stt_write_endpoint(&srv, "scale.lua", ep_scale);
-  stt_write_endpoint(&srv, "echo.lua", ep_echo);
-  stt_write_endpoint(&srv, "sum64.lua", ep_sum);
-  stt_write_endpoint(&srv, "gpu_only.lua", ep_gpu_only);
-  stt_server_config(&srv, "workers = 1,");
-  if (stt_server_start(&srv) != 0) return 1;
-  if (st_client_connect(srv.socket, &cli, err, sizeof err) != ST_OK) {
-    fprintf(stderr, "connect: %s\n", err);
-    return 1;
-  }
+  stt_server_setup(&srv, "workers = 1,", endpoints);
+  cli = stt_client_open(srv.socket);
+  if (!cli) return 1;
   st_client_set_timeout(cli, 60000);
   /* A first call creates the worker's context and stream and this
    * client's, before any baseline. */
@@ -285,16 +287,7 @@ int main(void) {
   RUN(declared_devices_are_enforced);
   RUN(device_memory_returns_once_the_client_frees_it);
   st_client_close(cli);
-  if (stt_server_stop(&srv) != 0) {
-    fprintf(stderr, "server did not stop cleanly\n");
-    stt_failed++;
-  }
-  if (stt_failed) {
-    char *log = stt_server_log(&srv);
-    fprintf(stderr, "--- server log\n%s\n", log ? log : "");
-    free(log);
-  }
-  stt_server_cleanup(&srv);
+  return stt_server_finish(&srv);
 #endif
   return stt_summary();
 }

@@ -13,77 +13,36 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "client_kit.h"
+#include "endpoints.h"
 #include "fixture.h"
 
 static stt_server_t srv;
 
-static const char ep_lin[] =
-    "return st.endpoint{ name = \"lin\", managed = true, cache_format_key = \"lin:{n}\",\n"
-    "  params = { n = 4 },\n"
-    "  build = function(a) return st.arange{a.n, dtype = \"float32\"} end }\n";
-static const char ep_owned[] =
-    "return st.endpoint{ name = \"owned\", managed = true, params = { n = 3 },\n"
-    "  build = function(a) return st.arange{a.n, dtype = \"float32\"} end }\n";
-static const char ep_cached[] =
-    "return st.endpoint{ name = \"cached\", cache = true, params = { n = 2 },\n"
-    "  build = function(a) return st.arange{a.n, dtype = \"float32\"} end }\n";
-static const char ep_plain[] =
-    "return st.endpoint{ name = \"plain\", params = { n = 2 },\n"
-    "  build = function(a) return st.arange{a.n, dtype = \"float32\"} end }\n";
-static const char ep_steps[] =
-    "return st.endpoint{ name = \"steps\", params = { n = 4, dt = 0.05 },\n"
-    "  build = function(a)\n"
-    "    for i = 1, a.n do st.progress(i / a.n, \"step \" .. i) st.sleep(a.dt) end\n"
-    "    return st.arange{3, dtype = \"float32\"}\n"
-    "  end }\n";
-static const char ep_sleeper[] =
-    "return st.endpoint{ name = \"sleeper\", params = { s = 10 },\n"
-    "  build = function(a)\n"
-    "    for i = 1, a.s * 100 do\n"
-    "      if st.cancelled() then return nil end\n"
-    "      st.sleep(0.01)\n"
-    "    end\n"
-    "    return 1\n"
-    "  end }\n";
-static const char ep_bad[] =
-    "return st.endpoint{ name = \"bad\",\n"
-    "  build = function(a)\n"
-    "    error(\"boom\")\n"
-    "  end }\n";
-static const char ep_as_task[] =
-    "return st.endpoint{ name = \"as_task\", execution = \"task\",\n"
-    "  build = function(a) return { ok = true } end }\n";
-
-static void write_endpoints(stt_server_t *s) {
-  stt_write_endpoint(s, "lin.lua", ep_lin);
-  stt_write_endpoint(s, "owned.lua", ep_owned);
-  stt_write_endpoint(s, "cached.lua", ep_cached);
-  stt_write_endpoint(s, "plain.lua", ep_plain);
-  stt_write_endpoint(s, "steps.lua", ep_steps);
-  stt_write_endpoint(s, "sleeper.lua", ep_sleeper);
-  stt_write_endpoint(s, "bad.lua", ep_bad);
-  stt_write_endpoint(s, "as_task.lua", ep_as_task);
-}
-
-static st_client_t *connect_to(const stt_server_t *s) {
-  st_client_t *c = NULL;
-  char err[256];
-  if (st_client_connect(s->socket, &c, err, sizeof err) != ST_OK)
-    fprintf(stderr, "connect %s: %s\n", s->socket, err);
-  return c;
-}
-
-static void report(st_client_t *c, const char *what, int rc) {
-  if (rc != ST_OK)
-    fprintf(stderr, "%s: %s: %s\n", what, st_client_error_name(c), st_client_error(c));
-}
+static const stt_endpoint_t endpoints[] = {
+    {"lin.lua", STT_EP_LIN},
+    {"owned.lua",
+     "return st.endpoint{ name = \"owned\", managed = true, params = { n = 3 },\n"
+     "  build = function(a) return st.arange{a.n, dtype = \"float32\"} end }\n"},
+    {"cached.lua",
+     "return st.endpoint{ name = \"cached\", cache = true, params = { n = 2 },\n"
+     "  build = function(a) return st.arange{a.n, dtype = \"float32\"} end }\n"},
+    {"plain.lua", STT_EP_PLAIN_ARANGE},
+    {"steps.lua", STT_EP_STEPS},
+    {"sleeper.lua", STT_EP_SLEEPER},
+    {"bad.lua", STT_EP_BAD},
+    {"as_task.lua",
+     "return st.endpoint{ name = \"as_task\", execution = \"task\",\n"
+     "  build = function(a) return { ok = true } end }\n"},
+    {NULL, NULL},
+};
 
 /* Calls `name` with one integer argument (key NULL: none). */
 static st_result_t *call_n(st_client_t *c, const char *name, const char *key, int64_t v) {
   st_args_t *a = st_args_new();
   if (key) st_args_int(a, key, v);
   st_result_t *r = NULL;
-  report(c, name, st_client_call(c, name, a, &r));
+  stt_client_report(c, name, st_client_call(c, name, a, &r));
   st_args_free(a);
   return r;
 }
@@ -92,7 +51,7 @@ static uint64_t submit_n(st_client_t *c, const char *name, const char *key, int6
   st_args_t *a = st_args_new();
   if (key) st_args_int(a, key, v);
   uint64_t id = 0;
-  report(c, name, st_client_submit(c, name, a, &id));
+  stt_client_report(c, name, st_client_submit(c, name, a, &id));
   st_args_free(a);
   return id;
 }
@@ -140,12 +99,12 @@ static int64_t refcount_of(st_client_t *c, uint64_t id) {
 }
 
 TEST(managed_call_gives_an_object_with_a_lease) {
-  st_client_t *c = connect_to(&srv), *c2 = connect_to(&srv);
+  st_client_t *c = stt_client_open(srv.socket), *c2 = stt_client_open(srv.socket);
   CHECK(c && c2);
   st_result_t *r = call_n(c, "lin", "n", 5);
   CHECK(r);
   st_object_info_t o;
-  CHECK_EQ_INT(st_result_object(r, &o), ST_OK);
+  CHECK_ERR(st_result_object(r, &o), ST_OK);
   CHECK(o.id > 0);
   CHECK_STR_EQ(o.server_id, st_client_server_id(c));
   CHECK_STR_EQ(o.cache_key, "lin:5");
@@ -160,15 +119,15 @@ TEST(managed_call_gives_an_object_with_a_lease) {
   st_result_t *r2 = call_n(c, "lin", "n", 5), *r3 = call_n(c2, "lin", "n", 5);
   CHECK(r2 && r3);
   st_object_info_t o2, o3;
-  CHECK_EQ_INT(st_result_object(r2, &o2), ST_OK);
-  CHECK_EQ_INT(st_result_object(r3, &o3), ST_OK);
+  CHECK_ERR(st_result_object(r2, &o2), ST_OK);
+  CHECK_ERR(st_result_object(r3, &o3), ST_OK);
   CHECK_EQ_INT(o2.id, o.id);
   CHECK_EQ_INT(o3.id, o.id);
   CHECK_EQ_INT(o2.refcount, 2);
   CHECK_EQ_INT(o3.refcount, 3);
   CHECK(st_result_tensor(r3, 0)->data == st_result_tensor(r, 0)->data); /* one mapping */
   st_result_t *info = NULL;
-  CHECK_EQ_INT(st_client_object_info(c, o.id, &info), ST_OK);
+  CHECK_RC(st_client_object_info(c, o.id, &info), ST_OK, c);
   const st_value_t *v = st_result_value(info);
   CHECK_STR_EQ(str_of(st_value_get(v, "endpoint")), "lin");
   CHECK_STR_EQ(str_of(st_value_get(v, "cache_key")), "lin:5");
@@ -176,7 +135,7 @@ TEST(managed_call_gives_an_object_with_a_lease) {
   CHECK(num_of(st_value_get(v, "created_at")) > 1e9);
   st_result_free(info);
   st_result_t *list = NULL;
-  CHECK_EQ_INT(st_client_objects(c, &list), ST_OK);
+  CHECK_RC(st_client_objects(c, &list), ST_OK, c);
   const st_value_t *l = st_result_value(list);
   CHECK_EQ_INT(l->kind, ST_VALUE_ARRAY);
   int found = 0;
@@ -187,13 +146,13 @@ TEST(managed_call_gives_an_object_with_a_lease) {
   /* Releases: c holds two leases, then none (idempotent). */
   int released, destroyed;
   int64_t left;
-  CHECK_EQ_INT(st_client_release(c, o.id, &released, &destroyed, &left), ST_OK);
+  CHECK_RC(st_client_release(c, o.id, &released, &destroyed, &left), ST_OK, c);
   CHECK_EQ_INT(released, 1);
   CHECK_EQ_INT(destroyed, 0);
   CHECK_EQ_INT(left, 2);
-  CHECK_EQ_INT(st_client_release(c, o.id, &released, &destroyed, &left), ST_OK);
+  CHECK_RC(st_client_release(c, o.id, &released, &destroyed, &left), ST_OK, c);
   CHECK_EQ_INT(left, 1);
-  CHECK_EQ_INT(st_client_release(c, o.id, &released, &destroyed, &left), ST_OK);
+  CHECK_RC(st_client_release(c, o.id, &released, &destroyed, &left), ST_OK, c);
   CHECK_EQ_INT(released, 0);
   CHECK_EQ_INT(left, 1);
   /* Closing c2 gives its lease back; the cache keeps the object. */
@@ -204,7 +163,7 @@ TEST(managed_call_gives_an_object_with_a_lease) {
     nanosleep(&ts, NULL);
   }
   CHECK_EQ_INT(refcount_of(c, o.id), 0);
-  CHECK_EQ_INT(st_client_ensure_live(c, o.id, o.server_id), ST_OK);
+  CHECK_RC(st_client_ensure_live(c, o.id, o.server_id), ST_OK, c);
   st_result_free(r);
   st_result_free(r2);
   st_result_free(r3);
@@ -212,58 +171,56 @@ TEST(managed_call_gives_an_object_with_a_lease) {
 }
 
 TEST(release_is_idempotent_and_ensure_live_turns_stale) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   st_result_t *r = call_n(c, "owned", NULL, 0);
   CHECK(r);
   st_object_info_t o;
-  CHECK_EQ_INT(st_result_object(r, &o), ST_OK);
+  CHECK_ERR(st_result_object(r, &o), ST_OK);
   CHECK_EQ_INT(o.lease, 1);
   CHECK_EQ_INT(o.cached, 0);
   CHECK_STR_EQ(o.cache_key, "");
-  CHECK_EQ_INT(st_client_ensure_live(c, o.id, NULL), ST_OK);
+  CHECK_RC(st_client_ensure_live(c, o.id, NULL), ST_OK, c);
   int released = -1, destroyed = -1;
   int64_t left = -1;
-  CHECK_EQ_INT(st_client_release(c, o.id, &released, &destroyed, &left), ST_OK);
+  CHECK_RC(st_client_release(c, o.id, &released, &destroyed, &left), ST_OK, c);
   CHECK_EQ_INT(released, 1);
   CHECK_EQ_INT(destroyed, 1);
   CHECK_EQ_INT(left, 0);
-  CHECK_EQ_INT(st_client_release(c, o.id, &released, &destroyed, &left), ST_OK);
+  CHECK_RC(st_client_release(c, o.id, &released, &destroyed, &left), ST_OK, c);
   CHECK_EQ_INT(released, 0);
-  CHECK_EQ_INT(st_client_ensure_live(c, o.id, NULL), ST_ERR_STALE_HANDLE);
+  CHECK_RC(st_client_ensure_live(c, o.id, NULL), ST_ERR_STALE_HANDLE, c);
   CHECK_STR_EQ(st_client_error_name(c), "STALE_HANDLE");
   st_result_t *info = NULL;
-  CHECK_EQ_INT(st_client_object_info(c, o.id, &info), ST_ERR_STALE_HANDLE);
+  CHECK_RC(st_client_object_info(c, o.id, &info), ST_ERR_STALE_HANDLE, c);
   /* The mapping outlives the object. */
   CHECK(st_tensor_get(st_result_tensor(r, 0), 2) == 2);
   st_result_free(r);
   /* A plain endpoint produces no object. */
   r = call_n(c, "plain", NULL, 0);
   CHECK(r);
-  CHECK_EQ_INT(st_result_object(r, &o), ST_ERR_NOT_FOUND);
+  CHECK_ERR(st_result_object(r, &o), ST_ERR_NOT_FOUND);
   st_result_free(r);
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK);
+  CHECK_RC(st_client_ping(c, NULL), ST_OK, c);
   st_client_close(c);
 }
 
 TEST(invalidation_drops_cache_entries) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   st_result_t *r = call_n(c, "cached", "n", 2);
   CHECK(r);
   st_object_info_t o;
-  CHECK_EQ_INT(st_result_object(r, &o), ST_OK);
+  CHECK_ERR(st_result_object(r, &o), ST_OK);
   CHECK_EQ_INT(o.cached, 1);
   CHECK_EQ_INT(o.lease, 0);
   st_args_t *a = st_args_new();
   st_args_int(a, "n", 2);
   int dropped = -1;
-  CHECK_EQ_INT(st_client_invalidate_call(c, "cached", a, &dropped), ST_OK);
+  CHECK_RC(st_client_invalidate_call(c, "cached", a, &dropped), ST_OK, c);
   CHECK_EQ_INT(dropped, 1);
-  CHECK_EQ_INT(st_client_invalidate_call(c, "cached", a, &dropped), ST_OK);
+  CHECK_RC(st_client_invalidate_call(c, "cached", a, &dropped), ST_OK, c);
   CHECK_EQ_INT(dropped, 0);
   st_args_free(a);
-  CHECK_EQ_INT(st_client_ensure_live(c, o.id, NULL), ST_ERR_STALE_HANDLE);
+  CHECK_RC(st_client_ensure_live(c, o.id, NULL), ST_ERR_STALE_HANDLE, c);
   CHECK(st_tensor_get(st_result_tensor(r, 0), 1) == 1); /* still mapped */
   st_result_free(r);
   /* Defaults are bound as in a call: n=2 given or not is one entry. */
@@ -271,27 +228,26 @@ TEST(invalidation_drops_cache_entries) {
   st_result_free(r);
   a = st_args_new();
   st_args_int(a, "n", 2);
-  CHECK_EQ_INT(st_client_invalidate_call(c, "cached", a, &dropped), ST_OK);
+  CHECK_RC(st_client_invalidate_call(c, "cached", a, &dropped), ST_OK, c);
   CHECK_EQ_INT(dropped, 1);
   st_args_free(a);
   st_result_free(call_n(c, "cached", "n", 1));
   st_result_free(call_n(c, "cached", "n", 3));
   int64_t count = -1;
-  CHECK_EQ_INT(st_client_invalidate_endpoint(c, "cached", &count), ST_OK);
+  CHECK_RC(st_client_invalidate_endpoint(c, "cached", &count), ST_OK, c);
   CHECK_EQ_INT(count, 2);
-  CHECK_EQ_INT(st_client_invalidate_endpoint(c, "cached", &count), ST_OK);
+  CHECK_RC(st_client_invalidate_endpoint(c, "cached", &count), ST_OK, c);
   CHECK_EQ_INT(count, 0);
-  CHECK_EQ_INT(st_client_invalidate_endpoint(c, "nosuch", &count), ST_ERR_UNKNOWN_ENDPOINT);
+  CHECK_RC(st_client_invalidate_endpoint(c, "nosuch", &count), ST_ERR_UNKNOWN_ENDPOINT, c);
   st_client_close(c);
 }
 
 TEST(submit_wait_result) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   uint64_t id = submit_n(c, "steps", "n", 4);
   CHECK(id > 0);
   st_result_t *info = NULL;
-  CHECK_EQ_INT(st_client_task_wait(c, id, 10, &info), ST_OK);
+  CHECK_RC(st_client_task_wait(c, id, 10, &info), ST_OK, c);
   const st_value_t *v = st_result_value(info);
   CHECK_STR_EQ(str_of(st_value_get(v, "status")), "completed");
   CHECK(num_of(st_value_get(v, "id")) == (double)id);
@@ -305,18 +261,18 @@ TEST(submit_wait_result) {
   CHECK_EQ_INT(st_value_get(v, "error")->kind, ST_VALUE_NIL);
   st_result_free(info);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(st_client_task_result(c, id, &r), ST_OK);
+  CHECK_RC(st_client_task_result(c, id, &r), ST_OK, c);
   CHECK_EQ_INT(st_result_tensor_count(r), 1);
   CHECK(st_tensor_get(st_result_tensor(r, 0), 2) == 2);
   st_object_info_t o;
-  CHECK_EQ_INT(st_result_object(r, &o), ST_ERR_NOT_FOUND);
+  CHECK_ERR(st_result_object(r, &o), ST_ERR_NOT_FOUND);
   st_result_free(r);
   /* A plain result is handed over once. */
-  CHECK_EQ_INT(st_client_task_result(c, id, &r), ST_ERR_TASK);
+  CHECK_RC(st_client_task_result(c, id, &r), ST_ERR_TASK, c);
   CHECK_CONTAINS(st_client_error(c), "already taken");
   /* The list has it, and a filter applies. */
   st_result_t *list = NULL;
-  CHECK_EQ_INT(st_client_tasks(c, "completed", &list), ST_OK);
+  CHECK_RC(st_client_tasks(c, "completed", &list), ST_OK, c);
   const st_value_t *l = st_result_value(list);
   CHECK_EQ_INT(l->kind, ST_VALUE_ARRAY);
   int found = 0;
@@ -326,7 +282,7 @@ TEST(submit_wait_result) {
   }
   CHECK_EQ_INT(found, 1);
   st_result_free(list);
-  CHECK_EQ_INT(st_client_tasks(c, "running", &list), ST_OK);
+  CHECK_RC(st_client_tasks(c, "running", &list), ST_OK, c);
   for (size_t i = 0; i < st_result_value(list)->as.array.len; i++)
     CHECK(num_of(st_value_get(&st_result_value(list)->as.array.items[i], "id")) != (double)id);
   st_result_free(list);
@@ -334,19 +290,18 @@ TEST(submit_wait_result) {
 }
 
 TEST(progress_shows_while_running) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   st_args_t *a = st_args_new();
   st_args_int(a, "n", 20);
   st_args_float(a, "dt", 0.05);
   uint64_t id = 0;
-  CHECK_EQ_INT(st_client_submit(c, "steps", a, &id), ST_OK);
+  CHECK_RC(st_client_submit(c, "steps", a, &id), ST_OK, c);
   st_args_free(a);
   int seen = 0;
   double end = stt_now_ms() + 5000;
   while (!seen && stt_now_ms() < end) {
     st_result_t *info = NULL;
-    CHECK_EQ_INT(st_client_task_wait(c, id, 0.1, &info), ST_OK);
+    CHECK_RC(st_client_task_wait(c, id, 0.1, &info), ST_OK, c);
     const st_value_t *v = st_result_value(info);
     double p = num_of(st_value_get(v, "progress"));
     if (strcmp(str_of(st_value_get(v, "status")), "running") == 0 && p > 0 && p < 1) {
@@ -358,35 +313,34 @@ TEST(progress_shows_while_running) {
   CHECK(seen);
   /* A result not finished yet is TASK. */
   st_result_t *r = NULL;
-  CHECK_EQ_INT(st_client_task_result(c, id, &r), ST_ERR_TASK);
+  CHECK_RC(st_client_task_result(c, id, &r), ST_ERR_TASK, c);
   CHECK_CONTAINS(st_client_error(c), "running");
   st_result_t *info = NULL;
-  CHECK_EQ_INT(st_client_task_wait(c, id, 10, &info), ST_OK);
+  CHECK_RC(st_client_task_wait(c, id, 10, &info), ST_OK, c);
   CHECK_STR_EQ(str_of(st_value_get(st_result_value(info), "status")), "completed");
   st_result_free(info);
   st_client_close(c);
 }
 
 TEST(managed_task_result_gives_a_lease) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   uint64_t id = submit_n(c, "owned", "n", 6);
   CHECK(id > 0);
   st_result_t *info = NULL;
-  CHECK_EQ_INT(st_client_task_wait(c, id, 10, &info), ST_OK);
+  CHECK_RC(st_client_task_wait(c, id, 10, &info), ST_OK, c);
   const st_value_t *oid = st_value_get(st_result_value(info), "object_id");
   CHECK(num_of(oid) > 0);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(st_client_task_result(c, id, &r), ST_OK);
+  CHECK_RC(st_client_task_result(c, id, &r), ST_OK, c);
   st_object_info_t o;
-  CHECK_EQ_INT(st_result_object(r, &o), ST_OK);
+  CHECK_ERR(st_result_object(r, &o), ST_OK);
   CHECK(num_of(oid) == (double)o.id);
   CHECK_EQ_INT(o.lease, 1);
   CHECK_EQ_INT(o.refcount, 1);
   st_result_free(info);
   CHECK(st_tensor_get(st_result_tensor(r, 0), 5) == 5);
   int released, destroyed;
-  CHECK_EQ_INT(st_client_release(c, o.id, &released, &destroyed, NULL), ST_OK);
+  CHECK_RC(st_client_release(c, o.id, &released, &destroyed, NULL), ST_OK, c);
   CHECK_EQ_INT(released, 1);
   CHECK_EQ_INT(destroyed, 1);
   st_result_free(r);
@@ -394,8 +348,7 @@ TEST(managed_task_result_gives_a_lease) {
 }
 
 TEST(cancel_pending_and_running) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   /* Two workers: two sleepers run, the third waits. */
   uint64_t a = submit_n(c, "sleeper", NULL, 0), b = submit_n(c, "sleeper", NULL, 0),
            p = submit_n(c, "sleeper", NULL, 0);
@@ -405,34 +358,33 @@ TEST(cancel_pending_and_running) {
   char buf[32];
   CHECK_STR_EQ(task_status(c, p, buf, sizeof buf), "pending");
   st_result_t *info = NULL;
-  CHECK_EQ_INT(st_client_task_cancel(c, p, &info), ST_OK);
+  CHECK_RC(st_client_task_cancel(c, p, &info), ST_OK, c);
   CHECK_STR_EQ(str_of(st_value_get(st_result_value(info), "status")), "cancelled");
   st_result_free(info);
   double t0 = stt_now_ms();
-  CHECK_EQ_INT(st_client_task_cancel(c, a, NULL), ST_OK);
-  CHECK_EQ_INT(st_client_task_cancel(c, b, NULL), ST_OK);
-  CHECK_EQ_INT(st_client_task_wait(c, a, 5, &info), ST_OK);
+  CHECK_RC(st_client_task_cancel(c, a, NULL), ST_OK, c);
+  CHECK_RC(st_client_task_cancel(c, b, NULL), ST_OK, c);
+  CHECK_RC(st_client_task_wait(c, a, 5, &info), ST_OK, c);
   CHECK_STR_EQ(str_of(st_value_get(st_result_value(info), "status")), "cancelled");
   st_result_free(info);
   CHECK(wait_status(c, b, "cancelled"));
   CHECK(stt_now_ms() - t0 < 3000);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(st_client_task_result(c, a, &r), ST_ERR_CANCELLED);
+  CHECK_RC(st_client_task_result(c, a, &r), ST_ERR_CANCELLED, c);
   CHECK_STR_EQ(st_client_error_name(c), "CANCELLED");
   /* Cancelling a finished task changes nothing. */
-  CHECK_EQ_INT(st_client_task_cancel(c, a, &info), ST_OK);
+  CHECK_RC(st_client_task_cancel(c, a, &info), ST_OK, c);
   CHECK_STR_EQ(str_of(st_value_get(st_result_value(info), "status")), "cancelled");
   st_result_free(info);
   st_client_close(c);
 }
 
 TEST(failed_tasks_and_unknown_ids) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   uint64_t id = submit_n(c, "bad", NULL, 0);
   CHECK(id > 0);
   st_result_t *info = NULL;
-  CHECK_EQ_INT(st_client_task_wait(c, id, 10, &info), ST_OK);
+  CHECK_RC(st_client_task_wait(c, id, 10, &info), ST_OK, c);
   const st_value_t *v = st_result_value(info);
   CHECK_STR_EQ(str_of(st_value_get(v, "status")), "failed");
   const st_value_t *e = st_value_get(v, "error");
@@ -441,16 +393,16 @@ TEST(failed_tasks_and_unknown_ids) {
   CHECK_CONTAINS(str_of(st_value_get(e, "message")), "bad.lua:3");
   st_result_free(info);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(st_client_task_result(c, id, &r), ST_ERR_ENDPOINT);
+  CHECK_RC(st_client_task_result(c, id, &r), ST_ERR_ENDPOINT, c);
   CHECK_CONTAINS(st_client_error(c), "boom");
-  CHECK_EQ_INT(st_client_task_status(c, 999999, &info), ST_ERR_NOT_FOUND);
-  CHECK_EQ_INT(st_client_task_wait(c, 999999, 0.1, &info), ST_ERR_NOT_FOUND);
-  CHECK_EQ_INT(st_client_task_result(c, 999999, &r), ST_ERR_NOT_FOUND);
+  CHECK_RC(st_client_task_status(c, 999999, &info), ST_ERR_NOT_FOUND, c);
+  CHECK_RC(st_client_task_wait(c, 999999, 0.1, &info), ST_ERR_NOT_FOUND, c);
+  CHECK_RC(st_client_task_result(c, 999999, &r), ST_ERR_NOT_FOUND, c);
   uint64_t none;
-  CHECK_EQ_INT(st_client_submit(c, "nosuch", NULL, &none), ST_ERR_UNKNOWN_ENDPOINT);
+  CHECK_RC(st_client_submit(c, "nosuch", NULL, &none), ST_ERR_UNKNOWN_ENDPOINT, c);
   st_args_t *a = st_args_new();
   st_args_int(a, "zzz", 1);
-  CHECK_EQ_INT(st_client_submit(c, "plain", a, &none), ST_ERR_INVALID_ARGUMENT);
+  CHECK_RC(st_client_submit(c, "plain", a, &none), ST_ERR_INVALID_ARGUMENT, c);
   st_args_free(a);
   /* An endpoint declared execution = "task": call submits and waits. */
   r = call_n(c, "as_task", NULL, 0);
@@ -458,17 +410,16 @@ TEST(failed_tasks_and_unknown_ids) {
   const st_value_t *ok = st_value_get(st_result_value(r), "ok");
   CHECK(ok && ok->kind == ST_VALUE_BOOL && ok->as.boolean);
   st_result_free(r);
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK);
+  CHECK_RC(st_client_ping(c, NULL), ST_OK, c);
   st_client_close(c);
 }
 
 TEST(reload_reports_changes_and_errors) {
-  st_client_t *c = connect_to(&srv);
-  CHECK(c);
+  OPEN_CLIENT(c, srv.socket);
   stt_write_endpoint(&srv, "extra.lua",
                      "return st.endpoint{ name = \"extra\", build = function() return 7 end }\n");
   st_result_t *r = NULL;
-  CHECK_EQ_INT(st_client_reload(c, &r), ST_OK);
+  CHECK_RC(st_client_reload(c, &r), ST_OK, c);
   const st_value_t *v = st_result_value(r);
   const st_value_t *ok = st_value_get(v, "ok");
   CHECK(ok && ok->kind == ST_VALUE_BOOL && ok->as.boolean);
@@ -482,7 +433,7 @@ TEST(reload_reports_changes_and_errors) {
   CHECK(num_of(st_result_value(r)) == 7);
   st_result_free(r);
   stt_write_endpoint(&srv, "broken.lua", "return st.endpoint{ name = \"broken\",\n  = }\n");
-  CHECK_EQ_INT(st_client_reload(c, &r), ST_OK);
+  CHECK_RC(st_client_reload(c, &r), ST_OK, c);
   v = st_result_value(r);
   ok = st_value_get(v, "ok");
   CHECK(ok && ok->kind == ST_VALUE_BOOL && !ok->as.boolean);
@@ -493,7 +444,7 @@ TEST(reload_reports_changes_and_errors) {
   unlink(path);
   snprintf(path, sizeof path, "%s/extra.lua", srv.endpoints);
   unlink(path);
-  CHECK_EQ_INT(st_client_reload(c, &r), ST_OK);
+  CHECK_RC(st_client_reload(c, &r), ST_OK, c);
   const st_value_t *removed = st_value_get(st_result_value(r), "removed");
   CHECK(removed && removed->kind == ST_VALUE_ARRAY && removed->as.array.len == 1);
   CHECK_STR_EQ(str_of(&removed->as.array.items[0]), "extra");
@@ -504,32 +455,31 @@ TEST(reload_reports_changes_and_errors) {
 TEST(ensure_live_with_the_server_killed_fails_fast) {
   stt_server_t s2;
   stt_server_init(&s2);
-  write_endpoints(&s2);
+  stt_write_endpoints(&s2, endpoints);
   CHECK(stt_server_start(&s2) == 0);
-  st_client_t *c = connect_to(&s2);
-  CHECK(c);
+  OPEN_CLIENT(c, s2.socket);
   st_result_t *r = call_n(c, "lin", NULL, 0);
   CHECK(r);
   st_object_info_t o;
-  CHECK_EQ_INT(st_result_object(r, &o), ST_OK);
-  CHECK_EQ_INT(st_client_ensure_live(c, o.id, o.server_id), ST_OK);
+  CHECK_ERR(st_result_object(r, &o), ST_OK);
+  CHECK_RC(st_client_ensure_live(c, o.id, o.server_id), ST_OK, c);
   kill(s2.pid, SIGKILL);
   int status;
   waitpid(s2.pid, &status, 0);
   s2.pid = -1;
   double t0 = stt_now_ms();
-  CHECK_EQ_INT(st_client_ensure_live(c, o.id, o.server_id), ST_ERR_IO);
+  CHECK_RC(st_client_ensure_live(c, o.id, o.server_id), ST_ERR_IO, c);
   CHECK(stt_now_ms() - t0 < 1000);
   CHECK_CONTAINS(st_client_error(c), "is not running");
   CHECK_CONTAINS(st_client_error(c), s2.socket);
   t0 = stt_now_ms();
-  CHECK_EQ_INT(st_client_ensure_live(c, o.id, o.server_id), ST_ERR_IO);
+  CHECK_RC(st_client_ensure_live(c, o.id, o.server_id), ST_ERR_IO, c);
   CHECK(stt_now_ms() - t0 < 1000);
   /* A new server on the same socket: the old handle is stale there. */
   CHECK(stt_server_start(&s2) == 0);
-  CHECK_EQ_INT(st_client_ensure_live(c, o.id, o.server_id), ST_ERR_STALE_HANDLE);
+  CHECK_RC(st_client_ensure_live(c, o.id, o.server_id), ST_ERR_STALE_HANDLE, c);
   CHECK_CONTAINS(st_client_error(c), "belongs to server");
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK); /* reconnected */
+  CHECK_RC(st_client_ping(c, NULL), ST_OK, c); /* reconnected */
   CHECK(st_tensor_get(st_result_tensor(r, 0), 3) == 3);
   st_result_free(r);
   st_client_close(c);
@@ -539,10 +489,7 @@ TEST(ensure_live_with_the_server_killed_fails_fast) {
 
 int main(void) {
   signal(SIGPIPE, SIG_DFL); /* the library must not need SIGPIPE ignored */
-  stt_server_init(&srv);
-  write_endpoints(&srv);
-  stt_server_config(&srv, "workers = 2,");
-  if (stt_server_start(&srv) != 0) return 1;
+  stt_server_setup(&srv, "workers = 2,", endpoints);
   RUN(managed_call_gives_an_object_with_a_lease);
   RUN(release_is_idempotent_and_ensure_live_turns_stale);
   RUN(invalidation_drops_cache_entries);
@@ -553,11 +500,5 @@ int main(void) {
   RUN(failed_tasks_and_unknown_ids);
   RUN(reload_reports_changes_and_errors);
   RUN(ensure_live_with_the_server_killed_fails_fast);
-  int status = stt_server_stop(&srv);
-  if (status != 0) {
-    fprintf(stderr, "stserver did not exit cleanly (%d)\n", status);
-    stt_failed++;
-  }
-  stt_server_cleanup(&srv);
-  return stt_summary();
+  return stt_server_finish(&srv);
 }

@@ -6,18 +6,10 @@
  * timeout extending the client's own, and ensure_live with a broken
  * connection and a server that is gone. */
 #include <math.h>
-#include <st/client.h>
 
 #include "check.h"
+#include "client_kit.h"
 #include "fake_server.h"
-
-#include <time.h>
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static fake_server_t fs;
 
@@ -27,90 +19,27 @@ static char last_params[1024];
 static int malformed; /* answer with replies of the wrong shape */
 static int wait_delay_ms;
 
-static void pack_task_info(msgpack_packer *pk, uint64_t id, const char *status) {
-  msgpack_pack_map(pk, 10);
-  fake_pack_str(pk, "id");
-  msgpack_pack_uint64(pk, id);
-  fake_pack_str(pk, "endpoint");
-  fake_pack_str(pk, "slow");
-  fake_pack_str(pk, "status");
-  fake_pack_str(pk, status);
-  fake_pack_str(pk, "created_at");
-  msgpack_pack_double(pk, 1700000000.5);
-  fake_pack_str(pk, "started_at");
-  msgpack_pack_double(pk, 1700000001.0);
-  fake_pack_str(pk, "completed_at");
-  msgpack_pack_nil(pk);
-  fake_pack_str(pk, "error");
-  msgpack_pack_nil(pk);
-  fake_pack_str(pk, "progress");
-  msgpack_pack_double(pk, 0.25);
-  fake_pack_str(pk, "note");
-  fake_pack_str(pk, "loading");
-  fake_pack_str(pk, "object_id");
-  msgpack_pack_nil(pk);
-}
+/* A task info map (stt_pack text, then the id and the status). */
+#define TASK_INFO                                                                      \
+  "{id: %llu, endpoint: 'slow', status: '%s', created_at: 1700000000.5, "              \
+  "started_at: 1700000001.0, completed_at: nil, error: nil, progress: 0.25, "          \
+  "note: 'loading', object_id: nil}"
 
 /* A call-like reply: a 4-float tensor, and an object unless `plain`. */
 static int reply_result(int conn, uint32_t id, int plain) {
   static const float data[4] = {1, 2, 3, 4};
   int fd = fake_memfd(4096, data, sizeof data, 1);
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  int64_t shape[1] = {4}, strides[1] = {1};
-  msgpack_pack_map(&pk, plain ? 2 : 3);
-  fake_pack_str(&pk, "value");
-  fake_pack_tensor(&pk, 0, 0, "float32", 1, shape, strides);
-  fake_pack_str(&pk, "arenas");
-  msgpack_pack_array(&pk, 1);
-  fake_pack_arena(&pk, 0, 4096, "cpu", 900);
-  if (!plain) {
-    char sid[64];
-    snprintf(sid, sizeof sid, "fake-%d", (int)getpid());
-    fake_pack_str(&pk, "object");
-    msgpack_pack_map(&pk, 9);
-    fake_pack_str(&pk, "id");
-    msgpack_pack_uint64(&pk, 42);
-    fake_pack_str(&pk, "server_id");
-    fake_pack_str(&pk, sid);
-    fake_pack_str(&pk, "cache_key");
-    fake_pack_str(&pk, "k:3");
-    fake_pack_str(&pk, "cached");
-    msgpack_pack_true(&pk);
-    fake_pack_str(&pk, "managed");
-    msgpack_pack_true(&pk);
-    fake_pack_str(&pk, "lease");
-    msgpack_pack_true(&pk);
-    fake_pack_str(&pk, "refcount");
-    msgpack_pack_int(&pk, 2);
-    fake_pack_str(&pk, "bytes");
-    msgpack_pack_uint64(&pk, 4096);
-    fake_pack_str(&pk, "device");
-    fake_pack_str(&pk, "cpu");
-  }
-  int rc = fake_reply(conn, id, &sb, &fd, 1);
+  char object[300] = "";
+  if (!plain)
+    snprintf(object, sizeof object,
+             ", object: {id: 42, server_id: 'fake-%d', cache_key: 'k:3', cached: true, "
+             "managed: true, lease: true, refcount: 2, bytes: 4096, device: 'cpu'}",
+             (int)getpid());
+  int rc = fake_replyf(conn, id, &fd, 1,
+                       "{value: tensor(0, 0, 'float32', [4], [1]), arenas: [{fd: 0, bytes: 4096, "
+                       "device: 'cpu', backend: 'memfd', id: 900}]%s}",
+                       object);
   close(fd);
-  msgpack_sbuffer_destroy(&sb);
-  return rc;
-}
-
-/* {value: 1, object: {id: "x"}}: an object without a usable id. */
-static int reply_bad_object(int conn, uint32_t id) {
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  msgpack_pack_map(&pk, 2);
-  fake_pack_str(&pk, "value");
-  msgpack_pack_int(&pk, 1);
-  fake_pack_str(&pk, "object");
-  msgpack_pack_map(&pk, 1);
-  fake_pack_str(&pk, "id");
-  fake_pack_str(&pk, "x");
-  int rc = fake_reply(conn, id, &sb, NULL, 0);
-  msgpack_sbuffer_destroy(&sb);
   return rc;
 }
 
@@ -126,6 +55,20 @@ static uint64_t param_u64(const msgpack_object *params, const char *key) {
   return 0;
 }
 
+/* The methods whose reply is always the same (stt_pack text), and the one
+ * of the wrong shape sent when `malformed` is set (NULL: the same). */
+static const struct {
+  const char *method, *reply, *malformed;
+} fixed[] = {
+    {"submit", "{task_id: 7}", "{id: 7}"},
+    {"release", "{released: true, destroyed: false, refcount: 1}", "true"},
+    {"objects", "[]", NULL},
+    {"invalidate_call", "true", "1"},
+    {"invalidate_endpoint", "3", NULL},
+    {"reload", "{ok: false, generation: 1, error: 'x.lua:2: unexpected symbol', changed: [], "
+               "added: [], removed: []}", NULL},
+};
+
 static int on_request(fake_server_t *f, int conn, uint32_t id, const char *method,
                       const msgpack_object *params) {
   (void)f;
@@ -134,102 +77,41 @@ static int on_request(fake_server_t *f, int conn, uint32_t id, const char *metho
     msgpack_object_print_buffer(last_params, sizeof last_params, *params);
   else
     snprintf(last_params, sizeof last_params, "none");
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  int rc = 0, sent = 0;
   uint64_t task = param_u64(params, "task_id"), object = param_u64(params, "object_id");
-  if (strcmp(method, "submit") == 0) {
-    msgpack_pack_map(&pk, 1);
-    fake_pack_str(&pk, malformed ? "id" : "task_id");
-    msgpack_pack_uint64(&pk, 7);
-  } else if (strcmp(method, "status") == 0 || strcmp(method, "cancel") == 0) {
-    if (task != 7) {
-      rc = fake_error(conn, id, 17, "NOT_FOUND", "no task 8");
-      sent = 1;
-    } else {
-      pack_task_info(&pk, task, strcmp(method, "cancel") == 0 ? "cancelled" : "running");
-    }
-  } else if (strcmp(method, "wait") == 0) {
+  for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+    if (strcmp(method, fixed[i].method) == 0)
+      return fake_replyf(conn, id, NULL, 0, "%s",
+                         malformed && fixed[i].malformed ? fixed[i].malformed : fixed[i].reply);
+  if (strcmp(method, "tasks") == 0)
+    return fake_replyf(conn, id, NULL, 0, "[" TASK_INFO ", " TASK_INFO "]", 8ull, "running", 7ull,
+                       "completed");
+  if (strcmp(method, "status") == 0 || strcmp(method, "cancel") == 0) {
+    if (task != 7) return fake_error(conn, id, 17, "NOT_FOUND", "no task 8");
+    return fake_replyf(conn, id, NULL, 0, TASK_INFO, (unsigned long long)task,
+                       strcmp(method, "cancel") == 0 ? "cancelled" : "running");
+  }
+  if (strcmp(method, "wait") == 0) {
     if (wait_delay_ms) {
       struct timespec ts = {0, (long)wait_delay_ms * 1000000};
       nanosleep(&ts, NULL);
     }
-    pack_task_info(&pk, task, "completed");
-  } else if (strcmp(method, "result") == 0) {
-    if (task == 9) rc = fake_error(conn, id, 7, "ENDPOINT", "slow.lua:3: boom");
-    else if (task == 10) rc = reply_bad_object(conn, id);
-    else rc = reply_result(conn, id, task == 8);
-    sent = 1;
-  } else if (strcmp(method, "tasks") == 0) {
-    msgpack_pack_array(&pk, 2);
-    pack_task_info(&pk, 8, "running");
-    pack_task_info(&pk, 7, "completed");
-  } else if (strcmp(method, "release") == 0) {
-    if (malformed) {
-      msgpack_pack_true(&pk);
-    } else {
-      msgpack_pack_map(&pk, 3);
-      fake_pack_str(&pk, "released");
-      msgpack_pack_true(&pk);
-      fake_pack_str(&pk, "destroyed");
-      msgpack_pack_false(&pk);
-      fake_pack_str(&pk, "refcount");
-      msgpack_pack_int(&pk, 1);
-    }
-  } else if (strcmp(method, "object_info") == 0) {
-    msgpack_pack_map(&pk, 2);
-    fake_pack_str(&pk, "id");
-    msgpack_pack_uint64(&pk, object);
-    fake_pack_str(&pk, "endpoint");
-    fake_pack_str(&pk, "lin");
-  } else if (strcmp(method, "ensure_live") == 0) {
-    if (object == 1) {
-      msgpack_pack_true(&pk);
-    } else {
-      rc = fake_error(conn, id, 8, "STALE_HANDLE", "object 2 is gone");
-      sent = 1;
-    }
-  } else if (strcmp(method, "objects") == 0) {
-    msgpack_pack_array(&pk, 0);
-  } else if (strcmp(method, "invalidate_call") == 0) {
-    if (malformed) msgpack_pack_int(&pk, 1);
-    else msgpack_pack_true(&pk);
-  } else if (strcmp(method, "invalidate_endpoint") == 0) {
-    msgpack_pack_int(&pk, 3);
-  } else if (strcmp(method, "reload") == 0) {
-    msgpack_pack_map(&pk, 6);
-    fake_pack_str(&pk, "ok");
-    msgpack_pack_false(&pk);
-    fake_pack_str(&pk, "generation");
-    msgpack_pack_int(&pk, 1);
-    fake_pack_str(&pk, "error");
-    fake_pack_str(&pk, "x.lua:2: unexpected symbol");
-    fake_pack_str(&pk, "changed");
-    msgpack_pack_array(&pk, 0);
-    fake_pack_str(&pk, "added");
-    msgpack_pack_array(&pk, 0);
-    fake_pack_str(&pk, "removed");
-    msgpack_pack_array(&pk, 0);
-  } else if (strcmp(method, "call") == 0) {
-    rc = reply_result(conn, id, 1);
-    sent = 1;
-  } else {
-    rc = fake_error(conn, id, 16, "UNKNOWN_METHOD", method);
-    sent = 1;
+    return fake_replyf(conn, id, NULL, 0, TASK_INFO, (unsigned long long)task, "completed");
   }
-  if (!sent) rc = fake_reply(conn, id, &sb, NULL, 0);
-  msgpack_sbuffer_destroy(&sb);
-  return rc;
-}
-
-static st_client_t *connect_fake(const fake_server_t *f) {
-  st_client_t *c = NULL;
-  char err[256];
-  if (st_client_connect(f->path, &c, err, sizeof err) != ST_OK)
-    fprintf(stderr, "connect: %s\n", err);
-  return c;
+  if (strcmp(method, "result") == 0) {
+    if (task == 9) return fake_error(conn, id, 7, "ENDPOINT", "slow.lua:3: boom");
+    /* an object without a usable id */
+    if (task == 10) return fake_replyf(conn, id, NULL, 0, "{value: 1, object: {id: 'x'}}");
+    return reply_result(conn, id, task == 8);
+  }
+  if (strcmp(method, "object_info") == 0)
+    return fake_replyf(conn, id, NULL, 0, "{id: %llu, endpoint: 'lin'}",
+                       (unsigned long long)object);
+  if (strcmp(method, "ensure_live") == 0) {
+    if (object == 1) return fake_replyf(conn, id, NULL, 0, "true");
+    return fake_error(conn, id, 8, "STALE_HANDLE", "object 2 is gone");
+  }
+  if (strcmp(method, "call") == 0) return reply_result(conn, id, 1);
+  return fake_error(conn, id, 16, "UNKNOWN_METHOD", method);
 }
 
 static const char *str_of(const st_value_t *v) {
@@ -237,34 +119,32 @@ static const char *str_of(const st_value_t *v) {
 }
 
 TEST(submit_sends_endpoint_and_args) {
-  st_client_t *c = connect_fake(&fs);
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_args_t *a = st_args_new();
   st_args_int(a, "n", 3);
   uint64_t task = 99;
-  CHECK_EQ_INT(st_client_submit(c, "slow", a, &task), ST_OK);
+  CHECK_RC(st_client_submit(c, "slow", a, &task), ST_OK, c);
   CHECK_EQ_INT(task, 7);
   CHECK_STR_EQ(last_method, "submit");
   CHECK_STR_EQ(last_params, "{\"endpoint\"=>\"slow\", \"args\"=>{\"n\"=>3}}");
-  CHECK_EQ_INT(st_client_submit(c, "slow", NULL, &task), ST_OK);
+  CHECK_RC(st_client_submit(c, "slow", NULL, &task), ST_OK, c);
   CHECK_STR_EQ(last_params, "{\"endpoint\"=>\"slow\", \"args\"=>{}}");
   malformed = 1;
-  CHECK_EQ_INT(st_client_submit(c, "slow", NULL, &task), ST_ERR_PROTOCOL);
+  CHECK_RC(st_client_submit(c, "slow", NULL, &task), ST_ERR_PROTOCOL, c);
   malformed = 0;
   CHECK_EQ_INT(task, 0);
   CHECK_CONTAINS(st_client_error(c), "no task_id");
-  CHECK_EQ_INT(st_client_submit(c, "", NULL, &task), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_submit(c, "slow", NULL, NULL), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK);
+  CHECK_RC(st_client_submit(c, "", NULL, &task), ST_ERR_INVALID_ARGUMENT, c);
+  CHECK_RC(st_client_submit(c, "slow", NULL, NULL), ST_ERR_INVALID_ARGUMENT, c);
+  CHECK_RC(st_client_ping(c, NULL), ST_OK, c);
   st_args_free(a);
   st_client_close(c);
 }
 
 TEST(status_and_cancel_give_task_info) {
-  st_client_t *c = connect_fake(&fs);
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *info = NULL;
-  CHECK_EQ_INT(st_client_task_status(c, 7, &info), ST_OK);
+  CHECK_RC(st_client_task_status(c, 7, &info), ST_OK, c);
   CHECK_STR_EQ(last_method, "status");
   CHECK_STR_EQ(last_params, "{\"task_id\"=>7}");
   const st_value_t *v = st_result_value(info);
@@ -274,50 +154,48 @@ TEST(status_and_cancel_give_task_info) {
   CHECK(st_value_get(v, "progress")->as.number == 0.25);
   CHECK_EQ_INT(st_value_get(v, "completed_at")->kind, ST_VALUE_NIL);
   st_object_info_t o;
-  CHECK_EQ_INT(st_result_object(info, &o), ST_ERR_NOT_FOUND);
+  CHECK_ERR(st_result_object(info, &o), ST_ERR_NOT_FOUND);
   st_result_free(info);
-  CHECK_EQ_INT(st_client_task_status(c, 8, &info), ST_ERR_NOT_FOUND);
+  CHECK_RC(st_client_task_status(c, 8, &info), ST_ERR_NOT_FOUND, c);
   CHECK(info == NULL);
   CHECK_STR_EQ(st_client_error_name(c), "NOT_FOUND");
   CHECK_STR_EQ(st_client_error(c), "no task 8");
-  CHECK_EQ_INT(st_client_task_cancel(c, 7, &info), ST_OK);
+  CHECK_RC(st_client_task_cancel(c, 7, &info), ST_OK, c);
   CHECK_STR_EQ(last_method, "cancel");
   CHECK_STR_EQ(last_params, "{\"task_id\"=>7}");
   CHECK_STR_EQ(str_of(st_value_get(st_result_value(info), "status")), "cancelled");
   st_result_free(info);
-  CHECK_EQ_INT(st_client_task_cancel(c, 7, NULL), ST_OK); /* info not wanted */
+  CHECK_RC(st_client_task_cancel(c, 7, NULL), ST_OK, c); /* info not wanted */
   st_client_close(c);
 }
 
 TEST(wait_sends_its_timeout_and_outlasts_the_client_limit) {
-  st_client_t *c = connect_fake(&fs);
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *info = NULL;
-  CHECK_EQ_INT(st_client_task_wait(c, 7, 0.25, &info), ST_OK);
+  CHECK_RC(st_client_task_wait(c, 7, 0.25, &info), ST_OK, c);
   CHECK_STR_EQ(last_method, "wait");
   CHECK_STR_EQ(last_params, "{\"task_id\"=>7, \"timeout\"=>0.250000}");
   CHECK_STR_EQ(str_of(st_value_get(st_result_value(info), "status")), "completed");
   st_result_free(info);
-  CHECK_EQ_INT(st_client_task_wait(c, 7, -1, &info), ST_OK);
+  CHECK_RC(st_client_task_wait(c, 7, -1, &info), ST_OK, c);
   CHECK_STR_EQ(last_params, "{\"task_id\"=>7}"); /* the server's default */
   st_result_free(info);
-  CHECK_EQ_INT(st_client_task_wait(c, 7, NAN, &info), ST_ERR_INVALID_ARGUMENT);
+  CHECK_RC(st_client_task_wait(c, 7, NAN, &info), ST_ERR_INVALID_ARGUMENT, c);
   /* The server answers after 400 ms, within the wait's 1 s: a client
    * limit of 200 ms must not cut the wait short. */
   st_client_set_timeout(c, 200);
   wait_delay_ms = 400;
-  CHECK_EQ_INT(st_client_task_wait(c, 7, 1.0, &info), ST_OK);
+  CHECK_RC(st_client_task_wait(c, 7, 1.0, &info), ST_OK, c);
   wait_delay_ms = 0;
   st_result_free(info);
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK);
+  CHECK_RC(st_client_ping(c, NULL), ST_OK, c);
   st_client_close(c);
 }
 
 TEST(task_result_maps_like_call_and_names_the_object) {
-  st_client_t *c = connect_fake(&fs);
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(st_client_task_result(c, 7, &r), ST_OK);
+  CHECK_RC(st_client_task_result(c, 7, &r), ST_OK, c);
   CHECK_STR_EQ(last_method, "result");
   CHECK_STR_EQ(last_params, "{\"task_id\"=>7}");
   const st_tensor_t *t = st_result_find(r, "");
@@ -326,7 +204,7 @@ TEST(task_result_maps_like_call_and_names_the_object) {
   CHECK_EQ_INT(st_result_value(r)->kind, ST_VALUE_TENSOR); /* the value, unwrapped */
   st_object_info_t o;
   memset(&o, 0, sizeof o);
-  CHECK_EQ_INT(st_result_object(r, &o), ST_OK);
+  CHECK_ERR(st_result_object(r, &o), ST_OK);
   CHECK_EQ_INT(o.id, 42);
   CHECK_STR_EQ(o.server_id, st_client_server_id(c));
   CHECK_STR_EQ(o.cache_key, "k:3");
@@ -337,69 +215,67 @@ TEST(task_result_maps_like_call_and_names_the_object) {
   CHECK_EQ_INT(o.refcount, 2);
   CHECK_EQ_INT(o.bytes, 4096);
   st_client_close(c);
-  CHECK_EQ_INT(st_result_object(r, &o), ST_OK); /* borrowed from r, not c */
+  CHECK_ERR(st_result_object(r, &o), ST_OK); /* borrowed from r, not c */
   CHECK_STR_EQ(o.cache_key, "k:3");
   st_result_free(r);
 
-  c = connect_fake(&fs);
+  c = stt_client_open(fs.path);
   CHECK(c);
-  CHECK_EQ_INT(st_client_task_result(c, 8, &r), ST_OK); /* plain: no object */
-  CHECK_EQ_INT(st_result_object(r, &o), ST_ERR_NOT_FOUND);
-  CHECK_EQ_INT(st_result_object(r, NULL), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_result_object(NULL, &o), ST_ERR_INVALID_ARGUMENT);
+  CHECK_RC(st_client_task_result(c, 8, &r), ST_OK, c); /* plain: no object */
+  CHECK_ERR(st_result_object(r, &o), ST_ERR_NOT_FOUND);
+  CHECK_ERR(st_result_object(r, NULL), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_result_object(NULL, &o), ST_ERR_INVALID_ARGUMENT);
   st_result_free(r);
-  CHECK_EQ_INT(st_client_call(c, "x", NULL, &r), ST_OK);
-  CHECK_EQ_INT(st_result_object(r, &o), ST_ERR_NOT_FOUND);
+  CHECK_RC(st_client_call(c, "x", NULL, &r), ST_OK, c);
+  CHECK_ERR(st_result_object(r, &o), ST_ERR_NOT_FOUND);
   st_result_free(r);
-  CHECK_EQ_INT(st_client_task_result(c, 9, &r), ST_ERR_ENDPOINT);
+  CHECK_RC(st_client_task_result(c, 9, &r), ST_ERR_ENDPOINT, c);
   CHECK(r == NULL);
   CHECK_STR_EQ(st_client_error(c), "slow.lua:3: boom");
-  CHECK_EQ_INT(st_client_task_result(c, 10, &r), ST_ERR_PROTOCOL);
+  CHECK_RC(st_client_task_result(c, 10, &r), ST_ERR_PROTOCOL, c);
   CHECK(r == NULL);
   CHECK_CONTAINS(st_client_error(c), "'object' has no id");
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK); /* the stream stayed in step */
+  CHECK_RC(st_client_ping(c, NULL), ST_OK, c); /* the stream stayed in step */
   st_client_close(c);
 }
 
 TEST(tasks_with_and_without_a_filter) {
-  st_client_t *c = connect_fake(&fs);
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(st_client_tasks(c, NULL, &r), ST_OK);
+  CHECK_RC(st_client_tasks(c, NULL, &r), ST_OK, c);
   CHECK_STR_EQ(last_method, "tasks");
   CHECK_STR_EQ(last_params, "none");
   CHECK_EQ_INT(st_result_value(r)->kind, ST_VALUE_ARRAY);
   CHECK_EQ_INT(st_result_value(r)->as.array.len, 2);
   st_result_free(r);
-  CHECK_EQ_INT(st_client_tasks(c, "running", &r), ST_OK);
+  CHECK_RC(st_client_tasks(c, "running", &r), ST_OK, c);
   CHECK_STR_EQ(last_params, "{\"status\"=>\"running\"}");
   st_result_free(r);
   st_client_close(c);
 }
 
 TEST(release_reads_its_three_fields) {
-  st_client_t *c = connect_fake(&fs);
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   int released = -1, destroyed = -1;
   int64_t refcount = -1;
-  CHECK_EQ_INT(st_client_release(c, 42, &released, &destroyed, &refcount), ST_OK);
+  CHECK_RC(st_client_release(c, 42, &released, &destroyed, &refcount), ST_OK, c);
   CHECK_STR_EQ(last_method, "release");
   CHECK_STR_EQ(last_params, "{\"object_id\"=>42}");
   CHECK_EQ_INT(released, 1);
   CHECK_EQ_INT(destroyed, 0);
   CHECK_EQ_INT(refcount, 1);
-  CHECK_EQ_INT(st_client_release(c, 42, NULL, NULL, NULL), ST_OK);
+  CHECK_RC(st_client_release(c, 42, NULL, NULL, NULL), ST_OK, c);
   malformed = 1;
-  CHECK_EQ_INT(st_client_release(c, 42, &released, &destroyed, &refcount), ST_ERR_PROTOCOL);
+  CHECK_RC(st_client_release(c, 42, &released, &destroyed, &refcount), ST_ERR_PROTOCOL, c);
   malformed = 0;
   CHECK_EQ_INT(released, 0);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(st_client_object_info(c, 42, &r), ST_OK);
+  CHECK_RC(st_client_object_info(c, 42, &r), ST_OK, c);
   CHECK_STR_EQ(last_method, "object_info");
   CHECK_STR_EQ(last_params, "{\"object_id\"=>42}");
   CHECK_STR_EQ(str_of(st_value_get(st_result_value(r), "endpoint")), "lin");
   st_result_free(r);
-  CHECK_EQ_INT(st_client_objects(c, &r), ST_OK);
+  CHECK_RC(st_client_objects(c, &r), ST_OK, c);
   CHECK_STR_EQ(last_method, "objects");
   CHECK_EQ_INT(st_result_value(r)->kind, ST_VALUE_ARRAY);
   st_result_free(r);
@@ -407,27 +283,26 @@ TEST(release_reads_its_three_fields) {
 }
 
 TEST(invalidation_and_reload) {
-  st_client_t *c = connect_fake(&fs);
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_args_t *a = st_args_new();
   st_args_int(a, "n", 1);
   int dropped = -1;
-  CHECK_EQ_INT(st_client_invalidate_call(c, "lin", a, &dropped), ST_OK);
+  CHECK_RC(st_client_invalidate_call(c, "lin", a, &dropped), ST_OK, c);
   CHECK_STR_EQ(last_method, "invalidate_call");
   CHECK_STR_EQ(last_params, "{\"endpoint\"=>\"lin\", \"args\"=>{\"n\"=>1}}");
   CHECK_EQ_INT(dropped, 1);
   malformed = 1;
-  CHECK_EQ_INT(st_client_invalidate_call(c, "lin", a, &dropped), ST_ERR_PROTOCOL);
+  CHECK_RC(st_client_invalidate_call(c, "lin", a, &dropped), ST_ERR_PROTOCOL, c);
   malformed = 0;
   st_args_free(a);
   int64_t count = -1;
-  CHECK_EQ_INT(st_client_invalidate_endpoint(c, "lin", &count), ST_OK);
+  CHECK_RC(st_client_invalidate_endpoint(c, "lin", &count), ST_OK, c);
   CHECK_STR_EQ(last_method, "invalidate_endpoint");
   CHECK_STR_EQ(last_params, "{\"endpoint\"=>\"lin\"}");
   CHECK_EQ_INT(count, 3);
-  CHECK_EQ_INT(st_client_invalidate_endpoint(c, NULL, &count), ST_ERR_INVALID_ARGUMENT);
+  CHECK_RC(st_client_invalidate_endpoint(c, NULL, &count), ST_ERR_INVALID_ARGUMENT, c);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(st_client_reload(c, &r), ST_OK);
+  CHECK_RC(st_client_reload(c, &r), ST_OK, c);
   CHECK_STR_EQ(last_method, "reload");
   const st_value_t *ok = st_value_get(st_result_value(r), "ok");
   CHECK(ok && ok->kind == ST_VALUE_BOOL && !ok->as.boolean);
@@ -437,58 +312,55 @@ TEST(invalidation_and_reload) {
 }
 
 TEST(ensure_live_asks_with_the_server_id) {
-  st_client_t *c = connect_fake(&fs);
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   char want[160];
   snprintf(want, sizeof want, "{\"object_id\"=>1, \"server_id\"=>\"%s\"}", st_client_server_id(c));
-  CHECK_EQ_INT(st_client_ensure_live(c, 1, NULL), ST_OK);
+  CHECK_RC(st_client_ensure_live(c, 1, NULL), ST_OK, c);
   CHECK_STR_EQ(last_method, "ensure_live");
   CHECK_STR_EQ(last_params, want);
-  CHECK_EQ_INT(st_client_ensure_live(c, 1, st_client_server_id(c)), ST_OK);
-  CHECK_EQ_INT(st_client_ensure_live(c, 2, NULL), ST_ERR_STALE_HANDLE);
+  CHECK_RC(st_client_ensure_live(c, 1, st_client_server_id(c)), ST_OK, c);
+  CHECK_RC(st_client_ensure_live(c, 2, NULL), ST_ERR_STALE_HANDLE, c);
   CHECK_STR_EQ(st_client_error_name(c), "STALE_HANDLE");
   CHECK_STR_EQ(st_client_error(c), "object 2 is gone");
   /* A handle of another server process is stale without asking. */
   int before = fs.requests;
-  CHECK_EQ_INT(st_client_ensure_live(c, 1, "another-server"), ST_ERR_STALE_HANDLE);
+  CHECK_RC(st_client_ensure_live(c, 1, "another-server"), ST_ERR_STALE_HANDLE, c);
   CHECK_EQ_INT(fs.requests, before);
   CHECK_CONTAINS(st_client_error(c), "belongs to server another-server");
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK);
+  CHECK_RC(st_client_ping(c, NULL), ST_OK, c);
   st_client_close(c);
 }
 
 TEST(ensure_live_reconnects_a_broken_connection) {
-  st_client_t *c = connect_fake(&fs);
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   /* A timed-out wait closes the connection (its reply would come late). */
   st_client_set_timeout(c, 50);
   wait_delay_ms = 300;
   st_result_t *info = NULL;
-  CHECK_EQ_INT(st_client_task_wait(c, 7, 0.0, &info), ST_ERR_TIMEOUT);
+  CHECK_RC(st_client_task_wait(c, 7, 0.0, &info), ST_ERR_TIMEOUT, c);
   wait_delay_ms = 0;
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_ERR_IO);
-  CHECK_EQ_INT(st_client_ensure_live(c, 1, NULL), ST_OK);
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK); /* usable again */
+  CHECK_RC(st_client_ping(c, NULL), ST_ERR_IO, c);
+  CHECK_RC(st_client_ensure_live(c, 1, NULL), ST_OK, c);
+  CHECK_RC(st_client_ping(c, NULL), ST_OK, c); /* usable again */
   st_client_close(c);
 }
 
 TEST(ensure_live_with_the_server_gone_fails_fast) {
   fake_server_t f2 = {.on_request = on_request};
   fake_start(&f2);
-  st_client_t *c = connect_fake(&f2);
-  CHECK(c);
-  CHECK_EQ_INT(st_client_ensure_live(c, 1, NULL), ST_OK);
+  OPEN_CLIENT(c, f2.path);
+  CHECK_RC(st_client_ensure_live(c, 1, NULL), ST_OK, c);
   fake_stop(&f2); /* closes our connection and removes the socket */
-  double t0 = now_ms();
-  CHECK_EQ_INT(st_client_ensure_live(c, 1, NULL), ST_ERR_IO);
-  CHECK(now_ms() - t0 < 1000);
+  double t0 = stt_now_ms();
+  CHECK_RC(st_client_ensure_live(c, 1, NULL), ST_ERR_IO, c);
+  CHECK(stt_now_ms() - t0 < 1000);
   char want[200];
   snprintf(want, sizeof want, "server at %s is not running", f2.path);
   CHECK_CONTAINS(st_client_error(c), want);
   /* And again, on the already broken connection. */
-  t0 = now_ms();
-  CHECK_EQ_INT(st_client_ensure_live(c, 1, NULL), ST_ERR_IO);
-  CHECK(now_ms() - t0 < 1000);
+  t0 = stt_now_ms();
+  CHECK_RC(st_client_ensure_live(c, 1, NULL), ST_ERR_IO, c);
+  CHECK(stt_now_ms() - t0 < 1000);
   CHECK_CONTAINS(st_client_error(c), "is not running");
   st_client_close(c);
 }
@@ -496,20 +368,20 @@ TEST(ensure_live_with_the_server_gone_fails_fast) {
 TEST(null_arguments) {
   st_result_t *r = (st_result_t *)1;
   uint64_t id = 5;
-  CHECK_EQ_INT(st_client_submit(NULL, "x", NULL, &id), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_task_status(NULL, 1, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_submit(NULL, "x", NULL, &id), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_task_status(NULL, 1, &r), ST_ERR_INVALID_ARGUMENT);
   CHECK(r == NULL);
-  CHECK_EQ_INT(st_client_task_wait(NULL, 1, 1, &r), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_task_result(NULL, 1, &r), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_task_cancel(NULL, 1, NULL), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_tasks(NULL, NULL, &r), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_release(NULL, 1, NULL, NULL, NULL), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_object_info(NULL, 1, &r), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_ensure_live(NULL, 1, NULL), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_objects(NULL, &r), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_invalidate_call(NULL, "x", NULL, NULL), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_invalidate_endpoint(NULL, "x", NULL), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_reload(NULL, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_task_wait(NULL, 1, 1, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_task_result(NULL, 1, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_task_cancel(NULL, 1, NULL), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_tasks(NULL, NULL, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_release(NULL, 1, NULL, NULL, NULL), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_object_info(NULL, 1, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_ensure_live(NULL, 1, NULL), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_objects(NULL, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_invalidate_call(NULL, "x", NULL, NULL), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_invalidate_endpoint(NULL, "x", NULL), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_reload(NULL, &r), ST_ERR_INVALID_ARGUMENT);
 }
 
 int main(void) {

@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "client_kit.h"
+#include "endpoints.h"
 #include "fixture.h"
 
 static stt_server_t srv;
@@ -18,9 +20,6 @@ static stt_server_t srv;
 static const char ep_scale[] =
     "return st.endpoint{ name = \"scale\", params = { x = st.tensor_param{}, k = 2.5 },\n"
     "  build = function(a) return a.x:mul_(a.k) end }\n";
-static const char ep_echo[] =
-    "return st.endpoint{ name = \"echo\", params = { value = st.required },\n"
-    "  build = function(a) return a.value end }\n";
 static const char ep_sum[] =
     "return st.endpoint{ name = \"sum64\",\n"
     "  params = { x = st.tensor_param{ dtype = \"float64\", device = \"cpu\" } },\n"
@@ -74,7 +73,7 @@ TEST(alloc_gives_a_zeroed_shareable_tensor) {
   st_result_t *r = NULL;
   char err[256];
   int64_t shape[2] = {3, 5};
-  CHECK_EQ_INT(st_tensor_alloc("cpu", ST_DTYPE_INT32, 2, shape, &r, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st_tensor_alloc("cpu", ST_DTYPE_INT32, 2, shape, &r, err, sizeof err), ST_OK, err);
   const st_tensor_t *t = st_result_tensor(r, 0);
   CHECK(t && t->numel == 15 && t->nbytes == 60 && t->strides[0] == 5 && t->strides[1] == 1);
   CHECK(t->device == ST_DEVICE_CPU && t->device_index == -1);
@@ -83,12 +82,12 @@ TEST(alloc_gives_a_zeroed_shareable_tensor) {
   CHECK(zero);
   CHECK(st_result_value(r)->kind == ST_VALUE_TENSOR);
   st_result_free(r);
-  CHECK_EQ_INT(st_tensor_alloc("gpu", ST_DTYPE_INT32, 2, shape, &r, err, sizeof err),
-               ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st_tensor_alloc("gpu", ST_DTYPE_INT32, 2, shape, &r, err, sizeof err),
+                ST_ERR_INVALID_ARGUMENT, err);
   CHECK_CONTAINS(err, "cuda:N");
   int64_t bad[1] = {-1};
-  CHECK_EQ_INT(st_tensor_alloc("cpu", ST_DTYPE_INT32, 1, bad, &r, err, sizeof err),
-               ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st_tensor_alloc("cpu", ST_DTYPE_INT32, 1, bad, &r, err, sizeof err),
+                ST_ERR_INVALID_ARGUMENT, err);
 }
 
 TEST(scale_writes_into_the_callers_memory) {
@@ -97,12 +96,12 @@ TEST(scale_writes_into_the_callers_memory) {
   const st_tensor_t *t = st_result_tensor(x, 0);
   st_args_t *a = st_args_new();
   char err[256];
-  CHECK_EQ_INT(st_args_tensor(a, "x", t, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st_args_tensor(a, "x", t, err, sizeof err), ST_OK, err);
   st_args_float(a, "k", 3.0);
   st_result_t *r = NULL;
   int rc = st_client_call(cli, "scale", a, &r);
   report("scale", rc);
-  CHECK_EQ_INT(rc, ST_OK);
+  CHECK_RC(rc, ST_OK, cli);
   /* in place: the caller's own pointer sees the endpoint's writes */
   float *p = t->data;
   CHECK(p[0] == 0.0f && p[1] == 3.0f && p[5] == 15.0f);
@@ -116,7 +115,7 @@ TEST(scale_writes_into_the_callers_memory) {
   /* a second call with the same argument map scales again */
   st_result_free(r);
   r = NULL;
-  CHECK_EQ_INT(st_client_call(cli, "scale", a, &r), ST_OK);
+  CHECK_RC(st_client_call(cli, "scale", a, &r), ST_OK, cli);
   CHECK(p[5] == 45.0f);
   st_result_free(r);
   st_args_free(a);
@@ -136,11 +135,11 @@ TEST(views_pass_with_their_offset_and_strides) {
   view.strides = vst;
   st_args_t *a = st_args_new();
   char err[256];
-  CHECK_EQ_INT(st_args_tensor(a, "x", &view, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st_args_tensor(a, "x", &view, err, sizeof err), ST_OK, err);
   st_result_t *r = NULL;
   int rc = st_client_call(cli, "shape", a, &r);
   report("shape", rc);
-  CHECK_EQ_INT(rc, ST_OK);
+  CHECK_RC(rc, ST_OK, cli);
   const st_value_t *v = r ? st_result_value(r) : NULL;
   const st_value_t *sh = st_value_get(v, "shape"), *sd = st_value_get(v, "stride");
   CHECK(sh && sh->kind == ST_VALUE_ARRAY && sh->as.array.len == 2 &&
@@ -155,9 +154,9 @@ TEST(views_pass_with_their_offset_and_strides) {
 
   /* echo returns the view itself: same geometry, same memory */
   a = st_args_new();
-  CHECK_EQ_INT(st_args_tensor(a, "value", &view, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st_args_tensor(a, "value", &view, err, sizeof err), ST_OK, err);
   r = NULL;
-  CHECK_EQ_INT(st_client_call(cli, "echo", a, &r), ST_OK);
+  CHECK_RC(st_client_call(cli, "echo", a, &r), ST_OK, cli);
   const st_tensor_t *e = r ? st_result_tensor(r, 0) : NULL;
   CHECK(e && e->ndim == 2 && e->shape[0] == 6 && e->strides[1] == 6);
   CHECK(e && st_tensor_get(e, 1) == 12.0);   /* element [0][1] = row 2, col 0 */
@@ -174,15 +173,16 @@ TEST(declared_dtype_and_device_are_enforced) {
   st_args_t *a = st_args_new();
   st_args_tensor(a, "x", st_result_tensor(f32, 0), err, sizeof err);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(st_client_call(cli, "sum64", a, &r), ST_ERR_INVALID_ARGUMENT);
-  CHECK_CONTAINS(st_client_error(cli), "argument 'x' has dtype float32; the endpoint wants float64");
-  CHECK_EQ_INT(st_client_call(cli, "gpu_only", a, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_RC(st_client_call(cli, "sum64", a, &r), ST_ERR_INVALID_ARGUMENT, cli);
+  CHECK_CONTAINS(st_client_error(cli),
+                 "argument 'x' has dtype float32; the endpoint wants float64");
+  CHECK_RC(st_client_call(cli, "gpu_only", a, &r), ST_ERR_INVALID_ARGUMENT, cli);
   CHECK_CONTAINS(st_client_error(cli), "argument 'x' is on cpu; the endpoint wants cuda");
   st_args_free(a);
 
   a = st_args_new();
   st_args_tensor(a, "x", st_result_tensor(f64, 0), err, sizeof err);
-  CHECK_EQ_INT(st_client_call(cli, "sum64", a, &r), ST_OK);
+  CHECK_RC(st_client_call(cli, "sum64", a, &r), ST_OK, cli);
   CHECK(r && num_of(st_result_value(r)) == 6.0);
   st_result_free(r);
   r = NULL;
@@ -191,10 +191,10 @@ TEST(declared_dtype_and_device_are_enforced) {
   /* a plain value where a tensor is declared, and no tensor at all */
   a = st_args_new();
   st_args_int(a, "x", 3);
-  CHECK_EQ_INT(st_client_call(cli, "sum64", a, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_RC(st_client_call(cli, "sum64", a, &r), ST_ERR_INVALID_ARGUMENT, cli);
   CHECK_CONTAINS(st_client_error(cli), "argument 'x' must be tensor, got integer");
   st_args_free(a);
-  CHECK_EQ_INT(st_client_call(cli, "sum64", NULL, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_RC(st_client_call(cli, "sum64", NULL, &r), ST_ERR_INVALID_ARGUMENT, cli);
   CHECK_CONTAINS(st_client_error(cli), "missing required argument 'x'");
   st_result_free(f32);
   st_result_free(f64);
@@ -208,21 +208,21 @@ TEST(only_shareable_memory_passes) {
                    .device = ST_DEVICE_CPU, .device_index = -1, .device_uuid = ""};
   st_args_t *a = st_args_new();
   char err[256] = "";
-  CHECK_EQ_INT(st_args_tensor(a, "x", &t, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st_args_tensor(a, "x", &t, err, sizeof err), ST_ERR_INVALID_ARGUMENT, err);
   CHECK_CONTAINS(err, "was not allocated with st_tensor_alloc");
   /* a tensor running past the end of its allocation */
   st_result_t *x = counting(1, shape, ST_DTYPE_FLOAT32);
   st_tensor_t over = *st_result_tensor(x, 0);
   int64_t big[1] = {1 << 20};
   over.shape = big;
-  CHECK_EQ_INT(st_args_tensor(a, "x", &over, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st_args_tensor(a, "x", &over, err, sizeof err), ST_ERR_INVALID_ARGUMENT, err);
   /* a server's result is not an own allocation either */
   st_result_t *r = NULL;
   st_args_t *e = st_args_new();
   st_args_tensor(e, "value", st_result_tensor(x, 0), err, sizeof err);
-  CHECK_EQ_INT(st_client_call(cli, "echo", e, &r), ST_OK);
-  CHECK_EQ_INT(st_args_tensor(a, "x", st_result_tensor(r, 0), err, sizeof err),
-               ST_ERR_INVALID_ARGUMENT);
+  CHECK_RC(st_client_call(cli, "echo", e, &r), ST_OK, cli);
+  CHECK_ERR_MSG(st_args_tensor(a, "x", st_result_tensor(r, 0), err, sizeof err),
+                ST_ERR_INVALID_ARGUMENT, err);
   st_result_free(r);
   st_args_free(e);
   st_args_free(a);
@@ -236,14 +236,14 @@ TEST(caching_endpoints_and_other_methods_refuse_tensors) {
   st_args_t *a = st_args_new();
   st_args_tensor(a, "x", st_result_tensor(x, 0), err, sizeof err);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(st_client_call(cli, "cached", a, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_RC(st_client_call(cli, "cached", a, &r), ST_ERR_INVALID_ARGUMENT, cli);
   CHECK_CONTAINS(st_client_error(cli), "cannot be part of a key");
   int dropped = 0;
-  CHECK_EQ_INT(st_client_invalidate_call(cli, "cached", a, &dropped), ST_ERR_INVALID_ARGUMENT);
+  CHECK_RC(st_client_invalidate_call(cli, "cached", a, &dropped), ST_ERR_INVALID_ARGUMENT, cli);
   CHECK_CONTAINS(st_client_error(cli), "tensor arguments go only to call and submit");
-  CHECK_EQ_INT(st_client_rpc(cli, "ping", a, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_RC(st_client_rpc(cli, "ping", a, &r), ST_ERR_INVALID_ARGUMENT, cli);
   /* the connection is fine afterwards */
-  CHECK_EQ_INT(st_client_ping(cli, NULL), ST_OK);
+  CHECK_RC(st_client_ping(cli, NULL), ST_OK, cli);
   st_args_free(a);
   st_result_free(x);
 }
@@ -259,13 +259,13 @@ TEST(submit_carries_tensor_arguments) {
   uint64_t id = 0;
   int rc = st_client_submit(cli, "scale", a, &id);
   report("submit", rc);
-  CHECK_EQ_INT(rc, ST_OK);
+  CHECK_RC(rc, ST_OK, cli);
   st_args_free(a);   /* the task keeps the server's mapping alive */
   st_result_t *info = NULL;
-  CHECK_EQ_INT(st_client_task_wait(cli, id, 5, &info), ST_OK);
+  CHECK_RC(st_client_task_wait(cli, id, 5, &info), ST_OK, cli);
   st_result_free(info);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(st_client_task_result(cli, id, &r), ST_OK);
+  CHECK_RC(st_client_task_result(cli, id, &r), ST_OK, cli);
   CHECK(((float *)t->data)[2] == -2.0f);
   st_result_free(r);
   st_result_free(x);
@@ -273,26 +273,26 @@ TEST(submit_carries_tensor_arguments) {
 
 TEST(the_server_counts_the_descriptors) {
   st_result_t *info = NULL;
-  CHECK_EQ_INT(st_client_info(cli, &info), ST_OK);
+  CHECK_RC(st_client_info(cli, &info), ST_OK, cli);
   const st_value_t *c = st_value_get(st_result_value(info), "counters");
   CHECK(num_of(st_value_get(c, "fds_received")) >= 8);
   st_result_free(info);
 }
 
+static const stt_endpoint_t endpoints[] = {
+    {"scale.lua", ep_scale},
+    {"echo.lua", STT_EP_ECHO},
+    {"sum64.lua", ep_sum},
+    {"gpu_only.lua", ep_gpu_only},
+    {"cached.lua", ep_cached},
+    {"shape.lua", ep_shape},
+    {NULL, NULL},
+};
+
 int main(void) {
-  stt_server_init(&srv);
-  stt_write_endpoint(&srv, "scale.lua", ep_scale);
-  stt_write_endpoint(&srv, "echo.lua", ep_echo);
-  stt_write_endpoint(&srv, "sum64.lua", ep_sum);
-  stt_write_endpoint(&srv, "gpu_only.lua", ep_gpu_only);
-  stt_write_endpoint(&srv, "cached.lua", ep_cached);
-  stt_write_endpoint(&srv, "shape.lua", ep_shape);
-  if (stt_server_start(&srv) != 0) return 1;
-  char err[256];
-  if (st_client_connect(srv.socket, &cli, err, sizeof err) != ST_OK) {
-    fprintf(stderr, "connect: %s\n", err);
-    return 1;
-  }
+  stt_server_setup(&srv, NULL, endpoints);
+  cli = stt_client_open(srv.socket);
+  if (!cli) return 1;
   RUN(alloc_gives_a_zeroed_shareable_tensor);
   RUN(scale_writes_into_the_callers_memory);
   RUN(views_pass_with_their_offset_and_strides);
@@ -302,9 +302,5 @@ int main(void) {
   RUN(submit_carries_tensor_arguments);
   RUN(the_server_counts_the_descriptors);
   st_client_close(cli);
-  int status = stt_server_stop(&srv);
-  if (status != 0) fprintf(stderr, "server exit status %d\n", status);
-  stt_server_cleanup(&srv);
-  if (status != 0) return 1;
-  return stt_summary();
+  return stt_server_finish(&srv);
 }

@@ -5,202 +5,102 @@
  * the open-cache reusing a mapping for an allocation that arrives twice,
  * server errors, timeouts and a server that stops mid-reply. */
 #include <math.h>
-#include <st/client.h>
 
 #include "check.h"
+#include "client_kit.h"
 #include "fake_server.h"
 
-#include <time.h>
-
-static double stt_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static fake_server_t fs;
+
+/* The descriptors a scripted reply carries: memfds of `bytes` holding
+ * `data`, sealed unless `unsealed`; SHARED: a dup of the one allocation
+ * that SC_SAME_ARENA_TWICE sends again and again. */
+typedef struct fd_spec {
+  size_t bytes;
+  const float *data;
+  size_t len;
+  int unsealed;
+} fd_spec_t;
+#define SHARED {0, NULL, 0, 0}
+
+static const float kData[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+static const float kOther[4] = {9, 9, 9, 9};
+static const float kTens[4] = {10, 20, 30, 40};
+static int shared_fd = -1;
+
+/* Reply pieces: a float32 vector of 4 at `off` of arena `a`, and arena
+ * entries as the server packs them (a "cuda" one names a UUID no device
+ * has). */
+#define T4(a, off) "tensor(" #a ", " #off ", 'float32', [4], [1])"
+#define CPU_ARENA(fd, bytes, id) \
+  "{fd: " #fd ", bytes: " #bytes ", device: 'cpu', backend: 'memfd', id: " #id "}"
+#define CUDA_ARENA(fd, bytes, id)                                                        \
+  "{fd: " #fd ", bytes: " #bytes ", device: 'cuda', "                                   \
+  "uuid: 'GPU-00000000-0000-0000-0000-000000000000', backend: 'vmm', id: " #id "}"
 
 /* What the scripted "call" answers; chosen per test. */
 enum scenario {
   SC_SAME_ARENA_TWICE, SC_SWAPPED_FDS, SC_OUT_OF_RANGE, SC_FILE_TOO_SMALL, SC_UNSEALED,
-  SC_MISSING_FD, SC_WRONG_ID, SC_CUT_OFF, SC_SILENT, SC_ERROR_BY_NAME, SC_CUDA, SC_MODULE,
-  SC_NOTIFY_FIRST, SC_EMPTY_ARENA, SC_STRIDED, SC_SAME_ID_OTHER_FILE,
+  SC_MISSING_FD, SC_CUDA, SC_MODULE, SC_EMPTY_ARENA, SC_STRIDED, SC_SAME_ID_OTHER_FILE,
+  SC_WRONG_ID, SC_CUT_OFF, SC_SILENT, SC_ERROR_BY_NAME, SC_NOTIFY_FIRST,
 };
-static enum scenario scenario;
 
-static int shared_fd = -1; /* the allocation SC_SAME_ARENA_TWICE resends */
-static const float kData[8] = {0, 1, 2, 3, 4, 5, 6, 7};
-
-static void pack_result_head(msgpack_packer *pk) {
-  msgpack_pack_map(pk, 2);
-  fake_pack_str(pk, "value");
-}
-
-static int send_call(int conn, uint32_t id, msgpack_sbuffer *sb, int *fds, int nfds) {
-  int rc = fake_reply(conn, id, sb, fds, nfds);
-  for (int i = 0; i < nfds; i++) close(fds[i]);
-  return rc;
-}
-
-static int on_request(fake_server_t *f, int conn, uint32_t id, const char *method,
-                      const msgpack_object *params) {
-  if (strcmp(method, "call") != 0) return fake_error(conn, id, 16, "UNKNOWN_METHOD", method);
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  int64_t shape4[1] = {4}, stride1[1] = {1};
-  int fds[2] = {-1, -1}, nfds = 0, rc = 0;
-  switch (scenario) {
-  case SC_SAME_ARENA_TWICE: {
+/* The replies that are a result with descriptors, by scenario. */
+static const struct reply {
+  const char *result; /* stt_pack text */
+  int nfds;
+  fd_spec_t fds[2];
+} replies[] = {
     /* Two arena entries naming one allocation (id 7), two descriptors;
      * every call sends the same allocation again, as a cache would. */
-    if (shared_fd < 0) shared_fd = fake_memfd(4096, kData, sizeof kData, 1);
-    fds[0] = dup(shared_fd);
-    fds[1] = dup(shared_fd);
-    nfds = 2;
-    pack_result_head(&pk);
-    msgpack_pack_map(&pk, 2);
-    fake_pack_str(&pk, "a");
-    fake_pack_tensor(&pk, 0, 0, "float32", 1, shape4, stride1);
-    fake_pack_str(&pk, "b");
-    fake_pack_tensor(&pk, 1, 16, "float32", 1, shape4, stride1);
-    fake_pack_str(&pk, "arenas");
-    msgpack_pack_array(&pk, 2);
-    fake_pack_arena(&pk, 0, 4096, "cpu", 7);
-    fake_pack_arena(&pk, 1, 4096, "cpu", 7);
-    break;
-  }
-  case SC_SAME_ID_OTHER_FILE: {
-    /* Arena id 7 again, but a new file: not the cached allocation. */
-    float other[4] = {9, 9, 9, 9};
-    fds[0] = fake_memfd(4096, other, sizeof other, 1);
-    nfds = 1;
-    pack_result_head(&pk);
-    fake_pack_tensor(&pk, 0, 0, "float32", 1, shape4, stride1);
-    fake_pack_str(&pk, "arenas");
-    msgpack_pack_array(&pk, 1);
-    fake_pack_arena(&pk, 0, 4096, "cpu", 7);
-    break;
-  }
-  case SC_SWAPPED_FDS: {
+    [SC_SAME_ARENA_TWICE] = {"{value: {a: " T4(0, 0) ", b: " T4(1, 16) "}, arenas: ["
+                             CPU_ARENA(0, 4096, 7) ", " CPU_ARENA(1, 4096, 7) "]}",
+                             2, {SHARED, SHARED}},
     /* Arena 0 uses descriptor 1 and arena 1 descriptor 0. */
-    float other[4] = {10, 20, 30, 40};
-    fds[0] = fake_memfd(64, other, sizeof other, 1);
-    fds[1] = fake_memfd(64, kData, sizeof kData, 1);
-    nfds = 2;
-    pack_result_head(&pk);
-    msgpack_pack_array(&pk, 2);
-    fake_pack_tensor(&pk, 0, 0, "float32", 1, shape4, stride1);
-    fake_pack_tensor(&pk, 1, 0, "float32", 1, shape4, stride1);
-    fake_pack_str(&pk, "arenas");
-    msgpack_pack_array(&pk, 2);
-    fake_pack_arena(&pk, 1, 64, "cpu", 100);
-    fake_pack_arena(&pk, 0, 64, "cpu", 101);
-    break;
-  }
-  case SC_OUT_OF_RANGE:
-  case SC_FILE_TOO_SMALL:
-  case SC_UNSEALED:
-  case SC_EMPTY_ARENA: {
-    uint64_t bytes = scenario == SC_FILE_TOO_SMALL ? 1 << 20 : 32;
-    if (scenario == SC_EMPTY_ARENA) bytes = 0;
-    fds[0] = fake_memfd(scenario == SC_EMPTY_ARENA ? 4096 : 32, kData, sizeof kData,
-                        scenario != SC_UNSEALED);
-    nfds = 1;
-    int64_t shape[1] = {scenario == SC_OUT_OF_RANGE ? 9 : 0};
-    if (scenario == SC_FILE_TOO_SMALL || scenario == SC_UNSEALED) shape[0] = 4;
-    pack_result_head(&pk);
-    fake_pack_tensor(&pk, 0, 0, "float32", 1, shape, stride1);
-    fake_pack_str(&pk, "arenas");
-    msgpack_pack_array(&pk, 1);
-    fake_pack_arena(&pk, 0, bytes, "cpu", 200 + (uint64_t)scenario);
-    break;
-  }
-  case SC_STRIDED: {
+    [SC_SWAPPED_FDS] = {"{value: [" T4(0, 0) ", " T4(1, 0) "], arenas: ["
+                        CPU_ARENA(1, 64, 100) ", " CPU_ARENA(0, 64, 101) "]}",
+                        2, {{64, kTens, sizeof kTens, 0}, {64, kData, sizeof kData, 0}}},
+    [SC_OUT_OF_RANGE] = {"{value: tensor(0, 0, 'float32', [9], [1]), arenas: ["
+                         CPU_ARENA(0, 32, 202) "]}",
+                         1, {{32, kData, sizeof kData, 0}}},
+    [SC_FILE_TOO_SMALL] = {"{value: " T4(0, 0) ", arenas: [" CPU_ARENA(0, 1048576, 203) "]}",
+                           1, {{32, kData, sizeof kData, 0}}},
+    [SC_UNSEALED] = {"{value: " T4(0, 0) ", arenas: [" CPU_ARENA(0, 32, 204) "]}",
+                     1, {{32, kData, sizeof kData, 1}}},
+    [SC_MISSING_FD] = {"{value: " T4(0, 0) ", arenas: [" CPU_ARENA(0, 64, 400) "]}", 0, {SHARED}},
+    [SC_CUDA] = {"{value: " T4(0, 0) ", arenas: [" CUDA_ARENA(0, 64, 500) "]}",
+                 1, {{64, NULL, 0, 0}}},
+    [SC_MODULE] = {"{value: {m: ext(2, {tensors: [['weight', tensor(0, 0, 'float32', [2, 2], "
+                   "[2, 1])], ['bias', tensor(0, 16, 'float32', [2], [1])]], "
+                   "metadata: {format: 'pt'}}), n: 3}, arenas: [" CPU_ARENA(0, 4096, 600) "]}",
+                   1, {{4096, kData, sizeof kData, 0}}},
+    [SC_EMPTY_ARENA] = {"{value: tensor(0, 0, 'float32', [0], [1]), arenas: ["
+                        CPU_ARENA(0, 0, 213) "]}",
+                        1, {{4096, kData, sizeof kData, 0}}},
     /* A 2x2 view with strides {1, 2} (a transpose) at offset 4 bytes. */
-    fds[0] = fake_memfd(64, kData, sizeof kData, 1);
-    nfds = 1;
-    int64_t shape[2] = {2, 2}, strides[2] = {1, 2};
-    pack_result_head(&pk);
-    fake_pack_tensor(&pk, 0, 4, "float32", 2, shape, strides);
-    fake_pack_str(&pk, "arenas");
-    msgpack_pack_array(&pk, 1);
-    fake_pack_arena(&pk, 0, 64, "cpu", 300);
-    break;
-  }
-  case SC_MISSING_FD:
-    pack_result_head(&pk);
-    fake_pack_tensor(&pk, 0, 0, "float32", 1, shape4, stride1);
-    fake_pack_str(&pk, "arenas");
-    msgpack_pack_array(&pk, 1);
-    fake_pack_arena(&pk, 0, 64, "cpu", 400);
-    break;
-  case SC_CUDA:
-    fds[0] = fake_memfd(64, NULL, 0, 1);
-    nfds = 1;
-    pack_result_head(&pk);
-    fake_pack_tensor(&pk, 0, 0, "float32", 1, shape4, stride1);
-    fake_pack_str(&pk, "arenas");
-    msgpack_pack_array(&pk, 1);
-    fake_pack_arena(&pk, 0, 64, "cuda", 500);
-    break;
-  case SC_MODULE: {
-    fds[0] = fake_memfd(4096, kData, sizeof kData, 1);
-    nfds = 1;
-    msgpack_sbuffer m;
-    msgpack_sbuffer_init(&m);
-    msgpack_packer mp;
-    msgpack_packer_init(&mp, &m, msgpack_sbuffer_write);
-    msgpack_pack_map(&mp, 2);
-    fake_pack_str(&mp, "tensors");
-    msgpack_pack_array(&mp, 2);
-    int64_t s22[2] = {2, 2}, st22[2] = {2, 1}, s2[1] = {2};
-    msgpack_pack_array(&mp, 2);
-    fake_pack_str(&mp, "weight");
-    fake_pack_tensor(&mp, 0, 0, "float32", 2, s22, st22);
-    msgpack_pack_array(&mp, 2);
-    fake_pack_str(&mp, "bias");
-    fake_pack_tensor(&mp, 0, 16, "float32", 1, s2, stride1);
-    fake_pack_str(&mp, "metadata");
-    msgpack_pack_map(&mp, 1);
-    fake_pack_str(&mp, "format");
-    fake_pack_str(&mp, "pt");
-    pack_result_head(&pk);
-    msgpack_pack_map(&pk, 2);
-    fake_pack_str(&pk, "m");
-    msgpack_pack_ext_with_body(&pk, m.data, m.size, 2);
-    fake_pack_str(&pk, "n");
-    msgpack_pack_int(&pk, 3);
-    msgpack_sbuffer_destroy(&m);
-    fake_pack_str(&pk, "arenas");
-    msgpack_pack_array(&pk, 1);
-    fake_pack_arena(&pk, 0, 4096, "cpu", 600);
-    break;
-  }
+    [SC_STRIDED] = {"{value: tensor(0, 4, 'float32', [2, 2], [1, 2]), arenas: ["
+                    CPU_ARENA(0, 64, 300) "]}",
+                    1, {{64, kData, sizeof kData, 0}}},
+    /* Arena id 7 again, but a new file: not the cached allocation. */
+    [SC_SAME_ID_OTHER_FILE] = {"{value: " T4(0, 0) ", arenas: [" CPU_ARENA(0, 4096, 7) "]}",
+                               1, {{4096, kOther, sizeof kOther, 0}}},
+};
+
+static enum scenario scenario;
+
+/* The replies that are not a plain result: 1 closes the connection. */
+static int odd_reply(int conn, uint32_t id) {
+  switch (scenario) {
   case SC_WRONG_ID:
-    fake_pack_str(&pk, "x");
-    rc = fake_reply(conn, id + 5, &sb, NULL, 0);
-    msgpack_sbuffer_destroy(&sb);
-    return rc;
+    return fake_replyf(conn, id + 5, NULL, 0, "'x'");
   case SC_CUT_OFF: {
     /* Half a reply, then the server goes away. */
-    pack_result_head(&pk);
-    fake_pack_str(&pk, "a long string that will never be finished");
-    fake_pack_str(&pk, "arenas");
-    msgpack_pack_array(&pk, 0);
-    msgpack_sbuffer whole;
-    msgpack_sbuffer_init(&whole);
-    msgpack_packer wp;
-    msgpack_packer_init(&wp, &whole, msgpack_sbuffer_write);
-    msgpack_pack_array(&wp, 4);
-    msgpack_pack_uint32(&wp, 1);
-    msgpack_pack_uint32(&wp, id);
-    msgpack_pack_nil(&wp);
-    msgpack_sbuffer_write(&whole, sb.data, sb.size);
-    fake_send(conn, whole.data, whole.size / 2, NULL, 0);
-    msgpack_sbuffer_destroy(&whole);
-    msgpack_sbuffer_destroy(&sb);
+    mpbuf_t b;
+    mpbuf_init(&b);
+    stt_pack(&b.pk, "[1, %u, nil, {value: 'a long string that will never be finished', "
+                    "arenas: []}]", id);
+    stt_send_all(conn, b.sb.data, b.sb.size / 2);
+    mpbuf_free(&b);
     return 1;
   }
   case SC_SILENT: {
@@ -208,43 +108,37 @@ static int on_request(fake_server_t *f, int conn, uint32_t id, const char *metho
     char b[64];
     while (recv(conn, b, sizeof b, 0) > 0) {
     }
-    msgpack_sbuffer_destroy(&sb);
     return 1;
   }
   case SC_ERROR_BY_NAME:
-    msgpack_sbuffer_destroy(&sb);
     return fake_error(conn, id, 999, "BUSY", "too many requests in flight");
-  case SC_NOTIFY_FIRST: {
-    msgpack_sbuffer n;
-    msgpack_sbuffer_init(&n);
-    msgpack_packer np;
-    msgpack_packer_init(&np, &n, msgpack_sbuffer_write);
-    msgpack_pack_array(&np, 3);
-    msgpack_pack_uint32(&np, 2);
-    fake_pack_str(&np, "log");
-    msgpack_pack_array(&np, 0);
-    fake_send(conn, n.data, n.size, NULL, 0);
-    msgpack_sbuffer_destroy(&n);
-    pack_result_head(&pk);
-    msgpack_pack_int(&pk, 42);
-    fake_pack_str(&pk, "arenas");
-    msgpack_pack_array(&pk, 0);
-    break;
+  default: /* SC_NOTIFY_FIRST */ {
+    mpbuf_t n;
+    mpbuf_init(&n);
+    stt_pack(&n.pk, "[2, 'log', []]");
+    stt_send_all(conn, n.sb.data, n.sb.size);
+    mpbuf_free(&n);
+    return fake_replyf(conn, id, NULL, 0, "{value: 42, arenas: []}");
   }
   }
-  (void)params;
-  (void)f;
-  rc = send_call(conn, id, &sb, fds, nfds);
-  msgpack_sbuffer_destroy(&sb);
-  return rc;
 }
 
-static st_client_t *connect_fake(void) {
-  st_client_t *c = NULL;
-  char err[256];
-  if (st_client_connect(fs.path, &c, err, sizeof err) != ST_OK)
-    fprintf(stderr, "connect: %s\n", err);
-  return c;
+static int on_request(fake_server_t *f, int conn, uint32_t id, const char *method,
+                      const msgpack_object *params) {
+  (void)f;
+  (void)params;
+  if (strcmp(method, "call") != 0) return fake_error(conn, id, 16, "UNKNOWN_METHOD", method);
+  if (scenario >= sizeof replies / sizeof replies[0]) return odd_reply(conn, id);
+  const struct reply *r = &replies[scenario];
+  int fds[2] = {-1, -1};
+  for (int i = 0; i < r->nfds; i++) {
+    const fd_spec_t *d = &r->fds[i];
+    if (d->bytes == 0 && shared_fd < 0) shared_fd = fake_memfd(4096, kData, sizeof kData, 1);
+    fds[i] = d->bytes ? fake_memfd(d->bytes, d->data, d->len, !d->unsealed) : dup(shared_fd);
+  }
+  int rc = fake_replyf(conn, id, fds, r->nfds, "%s", r->result);
+  for (int i = 0; i < r->nfds; i++) close(fds[i]);
+  return rc;
 }
 
 static int call_scenario(st_client_t *c, enum scenario s, st_result_t **r) {
@@ -253,8 +147,7 @@ static int call_scenario(st_client_t *c, enum scenario s, st_result_t **r) {
 }
 
 TEST(hello_fields) {
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   char sid[64];
   snprintf(sid, sizeof sid, "fake-%d", (int)getpid());
   CHECK_STR_EQ(st_client_server_id(c), sid);
@@ -266,13 +159,12 @@ TEST(hello_fields) {
 }
 
 TEST(open_cache_maps_one_allocation_once) {
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   size_t mapped0, mapped;
   uint64_t reused0, reused;
   st_open_cache_stats(&mapped0, &reused0);
   st_result_t *r1 = NULL, *r2 = NULL;
-  CHECK_EQ_INT(call_scenario(c, SC_SAME_ARENA_TWICE, &r1), ST_OK);
+  CHECK_ERR(call_scenario(c, SC_SAME_ARENA_TWICE, &r1), ST_OK);
   st_open_cache_stats(&mapped, &reused);
   CHECK_EQ_INT(mapped, mapped0 + 1);
   CHECK_EQ_INT(reused, reused0 + 1);
@@ -281,14 +173,14 @@ TEST(open_cache_maps_one_allocation_once) {
   CHECK((char *)b->data == (char *)a->data + 16);
   CHECK_EQ_INT(st_tensor_get(b, 0), 4);
   /* A second result naming the same allocation shares the mapping. */
-  CHECK_EQ_INT(call_scenario(c, SC_SAME_ARENA_TWICE, &r2), ST_OK);
+  CHECK_ERR(call_scenario(c, SC_SAME_ARENA_TWICE, &r2), ST_OK);
   st_open_cache_stats(&mapped, &reused);
   CHECK_EQ_INT(mapped, mapped0 + 1);
   CHECK_EQ_INT(reused, reused0 + 3);
   CHECK(st_result_find(r2, "a")->data == a->data);
   /* The same key naming another file is another allocation. */
   st_result_t *r3 = NULL;
-  CHECK_EQ_INT(call_scenario(c, SC_SAME_ID_OTHER_FILE, &r3), ST_OK);
+  CHECK_ERR(call_scenario(c, SC_SAME_ID_OTHER_FILE, &r3), ST_OK);
   st_open_cache_stats(&mapped, &reused);
   CHECK_EQ_INT(mapped, mapped0 + 2);
   CHECK_EQ_INT(reused, reused0 + 3);
@@ -306,10 +198,9 @@ TEST(open_cache_maps_one_allocation_once) {
 }
 
 TEST(descriptors_follow_the_fd_index) {
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(call_scenario(c, SC_SWAPPED_FDS, &r), ST_OK);
+  CHECK_ERR(call_scenario(c, SC_SWAPPED_FDS, &r), ST_OK);
   CHECK_EQ_INT(st_result_tensor_count(r), 2);
   CHECK_STR_EQ(st_result_tensor(r, 0)->name, "0");
   CHECK_STR_EQ(st_result_tensor(r, 1)->name, "1");
@@ -320,10 +211,9 @@ TEST(descriptors_follow_the_fd_index) {
 }
 
 TEST(strided_view) {
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(call_scenario(c, SC_STRIDED, &r), ST_OK);
+  CHECK_ERR(call_scenario(c, SC_STRIDED, &r), ST_OK);
   const st_tensor_t *t = st_result_find(r, "");
   CHECK(t);
   CHECK_EQ_INT(t->numel, 4);
@@ -339,28 +229,36 @@ TEST(strided_view) {
   st_client_close(c);
 }
 
+/* Replies whose descriptors must not be exposed: the call fails with the
+ * error and the message part, and the connection stays. */
+static const struct refusal {
+  enum scenario sc;
+  int want;
+  const char *part;
+} refusals[] = {
+    {SC_OUT_OF_RANGE, ST_ERR_PROTOCOL, "reaches beyond its arena"},
+    {SC_FILE_TOO_SMALL, ST_ERR_PROTOCOL, "the file has 32"},
+    {SC_UNSEALED, ST_ERR_PROTOCOL, "not sealed"},
+    {SC_CUDA, ST_ERR_CAPABILITY, "CUDA"},
+};
+
 TEST(bad_descriptors_are_refused_and_the_connection_stays) {
   CHECK_EQ_INT(fake_wait_idle(&fs, 2000), 0);
   int fds0 = fake_count_fds();
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   size_t mapped0, mapped;
   st_open_cache_stats(&mapped0, NULL);
-  st_result_t *r = NULL;
-  CHECK_EQ_INT(call_scenario(c, SC_OUT_OF_RANGE, &r), ST_ERR_PROTOCOL);
-  CHECK(r == NULL);
-  CHECK_CONTAINS(st_client_error(c), "reaches beyond its arena");
-  CHECK_STR_EQ(st_client_error_name(c), "PROTOCOL");
-  CHECK_EQ_INT(call_scenario(c, SC_FILE_TOO_SMALL, &r), ST_ERR_PROTOCOL);
-  CHECK_CONTAINS(st_client_error(c), "the file has 32");
-  CHECK_EQ_INT(call_scenario(c, SC_UNSEALED, &r), ST_ERR_PROTOCOL);
-  CHECK_CONTAINS(st_client_error(c), "not sealed");
-  CHECK_EQ_INT(call_scenario(c, SC_CUDA, &r), ST_ERR_CAPABILITY);
-  CHECK_CONTAINS(st_client_error(c), "CUDA");
+  for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++) {
+    st_result_t *r = NULL;
+    CHECK_RC(call_scenario(c, refusals[i].sc, &r), refusals[i].want, c);
+    CHECK(r == NULL);
+    CHECK_CONTAINS(st_client_error(c), refusals[i].part);
+    CHECK_STR_EQ(st_client_error_name(c), st_err_name(refusals[i].want));
+  }
   st_open_cache_stats(&mapped, NULL);
   CHECK_EQ_INT(mapped, mapped0);
   double rtt;
-  CHECK_EQ_INT(st_client_ping(c, &rtt), ST_OK);
+  CHECK_RC(st_client_ping(c, &rtt), ST_OK, c);
   CHECK_STR_EQ(st_client_error(c), "");
   st_client_close(c);
   CHECK_EQ_INT(fake_wait_idle(&fs, 2000), 0);
@@ -368,10 +266,9 @@ TEST(bad_descriptors_are_refused_and_the_connection_stays) {
 }
 
 TEST(empty_arena) {
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(call_scenario(c, SC_EMPTY_ARENA, &r), ST_OK);
+  CHECK_ERR(call_scenario(c, SC_EMPTY_ARENA, &r), ST_OK);
   const st_tensor_t *t = st_result_find(r, "");
   CHECK(t && t->numel == 0 && t->nbytes == 0);
   CHECK(isnan(st_tensor_get(t, 0)));
@@ -380,10 +277,9 @@ TEST(empty_arena) {
 }
 
 TEST(module_value) {
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(call_scenario(c, SC_MODULE, &r), ST_OK);
+  CHECK_ERR(call_scenario(c, SC_MODULE, &r), ST_OK);
   CHECK_EQ_INT(st_result_tensor_count(r), 2);
   const st_tensor_t *w = st_result_find(r, "m.weight"), *b = st_result_find(r, "m.bias");
   CHECK(w && b);
@@ -406,10 +302,9 @@ TEST(module_value) {
 }
 
 TEST(notifications_are_skipped) {
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(call_scenario(c, SC_NOTIFY_FIRST, &r), ST_OK);
+  CHECK_ERR(call_scenario(c, SC_NOTIFY_FIRST, &r), ST_OK);
   CHECK_EQ_INT(st_result_value(r)->kind, ST_VALUE_INT);
   CHECK_EQ_INT(st_result_value(r)->as.integer, 42);
   st_result_free(r);
@@ -417,33 +312,31 @@ TEST(notifications_are_skipped) {
 }
 
 TEST(server_error_by_name) {
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(call_scenario(c, SC_ERROR_BY_NAME, &r), ST_ERR_BUSY);
+  CHECK_ERR(call_scenario(c, SC_ERROR_BY_NAME, &r), ST_ERR_BUSY);
   CHECK_STR_EQ(st_client_error_name(c), "BUSY");
   CHECK_STR_EQ(st_client_error(c), "too many requests in flight");
   /* Unknown methods keep the connection. */
-  CHECK_EQ_INT(st_client_rpc(c, "nope", NULL, &r), ST_ERR_UNKNOWN_METHOD);
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_OK);
+  CHECK_RC(st_client_rpc(c, "nope", NULL, &r), ST_ERR_UNKNOWN_METHOD, c);
+  CHECK_RC(st_client_ping(c, NULL), ST_OK, c);
   st_client_close(c);
 }
 
 TEST(stream_errors_close_the_connection) {
   CHECK_EQ_INT(fake_wait_idle(&fs, 2000), 0);
   int fds0 = fake_count_fds();
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *r = NULL;
-  CHECK_EQ_INT(call_scenario(c, SC_MISSING_FD, &r), ST_ERR_PROTOCOL);
+  CHECK_ERR(call_scenario(c, SC_MISSING_FD, &r), ST_ERR_PROTOCOL);
   CHECK_CONTAINS(st_client_error(c), "names 1 arenas but carries 0 descriptors");
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_ERR_IO);
+  CHECK_RC(st_client_ping(c, NULL), ST_ERR_IO, c);
   CHECK_CONTAINS(st_client_error(c), "the connection is closed");
   st_client_close(c);
 
-  c = connect_fake();
+  c = stt_client_open(fs.path);
   CHECK(c);
-  CHECK_EQ_INT(call_scenario(c, SC_WRONG_ID, &r), ST_ERR_PROTOCOL);
+  CHECK_ERR(call_scenario(c, SC_WRONG_ID, &r), ST_ERR_PROTOCOL);
   CHECK_CONTAINS(st_client_error(c), "answered request");
   st_client_close(c);
   CHECK_EQ_INT(fake_wait_idle(&fs, 2000), 0);
@@ -451,30 +344,28 @@ TEST(stream_errors_close_the_connection) {
 }
 
 TEST(server_gone_mid_reply) {
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_result_t *r = NULL;
   double t0 = stt_now_ms();
-  CHECK_EQ_INT(call_scenario(c, SC_CUT_OFF, &r), ST_ERR_IO);
+  CHECK_ERR(call_scenario(c, SC_CUT_OFF, &r), ST_ERR_IO);
   CHECK(stt_now_ms() - t0 < 2000);
   CHECK_STR_EQ(st_client_error(c), "connection closed by the server");
   CHECK_STR_EQ(st_client_error_name(c), "IO");
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_ERR_IO);
+  CHECK_RC(st_client_ping(c, NULL), ST_ERR_IO, c);
   st_client_close(c);
 }
 
 TEST(timeout) {
-  st_client_t *c = connect_fake();
-  CHECK(c);
+  OPEN_CLIENT(c, fs.path);
   st_client_set_timeout(c, 200);
   st_result_t *r = NULL;
   double t0 = stt_now_ms();
-  CHECK_EQ_INT(call_scenario(c, SC_SILENT, &r), ST_ERR_TIMEOUT);
+  CHECK_ERR(call_scenario(c, SC_SILENT, &r), ST_ERR_TIMEOUT);
   double took = stt_now_ms() - t0;
   CHECK(took >= 190 && took < 1000);
   CHECK_STR_EQ(st_client_error_name(c), "TIMEOUT");
   CHECK_CONTAINS(st_client_error(c), "200 ms");
-  CHECK_EQ_INT(st_client_ping(c, NULL), ST_ERR_IO); /* closed: the reply would be out of step */
+  CHECK_RC(st_client_ping(c, NULL), ST_ERR_IO, c); /* closed: the reply would be out of step */
   st_client_close(c);
 }
 
@@ -507,20 +398,20 @@ TEST(connect_refusals) {
   fake_start(&f2);
   st_client_t *c = (st_client_t *)1;
   char err[256] = "";
-  CHECK_EQ_INT(st_client_connect(f2.path, &c, err, sizeof err), ST_ERR_AUTH);
+  CHECK_ERR_MSG(st_client_connect(f2.path, &c, err, sizeof err), ST_ERR_AUTH, err);
   CHECK(c == NULL);
   CHECK_CONTAINS(err, "uid 4242 is not allowed");
   fake_stop(&f2);
 
   fake_server_t f3 = {.on_request = old_hello, .hello_custom = 1};
   fake_start(&f3);
-  CHECK_EQ_INT(st_client_connect(f3.path, &c, err, sizeof err), ST_ERR_PROTOCOL);
+  CHECK_ERR_MSG(st_client_connect(f3.path, &c, err, sizeof err), ST_ERR_PROTOCOL, err);
   CHECK_CONTAINS(err, "the server speaks protocol 0, this client needs 1");
   fake_stop(&f3);
 
   fake_server_t f4 = {.on_request = newer_client, .hello_custom = 1};
   fake_start(&f4);
-  CHECK_EQ_INT(st_client_connect(f4.path, &c, err, sizeof err), ST_ERR_PROTOCOL);
+  CHECK_ERR_MSG(st_client_connect(f4.path, &c, err, sizeof err), ST_ERR_PROTOCOL, err);
   CHECK_CONTAINS(err, "newer than the server");
   fake_stop(&f4);
 }
@@ -529,7 +420,8 @@ TEST(connect_missing_socket) {
   st_client_t *c = (st_client_t *)1;
   char err[256] = "";
   double t0 = stt_now_ms();
-  CHECK_EQ_INT(st_client_connect("/nonexistent-dir/st-0.sock", &c, err, sizeof err), ST_ERR_IO);
+  CHECK_ERR_MSG(st_client_connect("/nonexistent-dir/st-0.sock", &c, err, sizeof err),
+                ST_ERR_IO, err);
   CHECK(stt_now_ms() - t0 < 100);
   CHECK(c == NULL);
   CHECK_CONTAINS(err, "cannot connect to /nonexistent-dir/st-0.sock: no server is listening");
@@ -537,27 +429,28 @@ TEST(connect_missing_socket) {
   char longp[300];
   memset(longp, 'a', sizeof longp - 1);
   longp[sizeof longp - 1] = '\0';
-  CHECK_EQ_INT(st_client_connect(longp, &c, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_connect_device(longp, 0, &c, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st_client_connect(longp, &c, err, sizeof err), ST_ERR_INVALID_ARGUMENT, err);
+  CHECK_ERR_MSG(st_client_connect_device(longp, 0, &c, err, sizeof err),
+                ST_ERR_INVALID_ARGUMENT, err);
 }
 
 TEST(socket_paths) {
   char p[64];
-  CHECK_EQ_INT(st_socket_path("/run/st", 3, p, sizeof p), ST_OK);
+  CHECK_ERR(st_socket_path("/run/st", 3, p, sizeof p), ST_OK);
   CHECK_STR_EQ(p, "/run/st-3.sock");
   setenv("SHARED_TENSOR_BASE_PATH", "/tmp/envbase", 1);
-  CHECK_EQ_INT(st_socket_path(NULL, 0, p, sizeof p), ST_OK);
+  CHECK_ERR(st_socket_path(NULL, 0, p, sizeof p), ST_OK);
   CHECK_STR_EQ(p, "/tmp/envbase-0.sock");
   unsetenv("SHARED_TENSOR_BASE_PATH");
-  CHECK_EQ_INT(st_socket_path(NULL, 1, p, sizeof p), ST_OK);
+  CHECK_ERR(st_socket_path(NULL, 1, p, sizeof p), ST_OK);
   CHECK_STR_EQ(p, "/tmp/shared-tensor-1.sock");
-  CHECK_EQ_INT(st_socket_path("/x", 0, p, 5), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_socket_path("/x", -1, p, sizeof p), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_socket_path("/x", 0, p, 5), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_socket_path("/x", -1, p, sizeof p), ST_ERR_INVALID_ARGUMENT);
 }
 
 TEST(null_arguments) {
   st_result_t *r = (st_result_t *)1;
-  CHECK_EQ_INT(st_client_call(NULL, "x", NULL, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_call(NULL, "x", NULL, &r), ST_ERR_INVALID_ARGUMENT);
   CHECK(r == NULL);
   st_client_close(NULL);
   st_result_free(NULL);
@@ -566,10 +459,9 @@ TEST(null_arguments) {
   CHECK_EQ_INT(st_result_tensor_count(NULL), 0);
   CHECK(st_value_get(NULL, "x") == NULL);
   CHECK(isnan(st_tensor_get(NULL, 0)));
-  st_client_t *c = connect_fake();
-  CHECK(c);
-  CHECK_EQ_INT(st_client_call(c, "", NULL, &r), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st_client_call(c, NULL, NULL, &r), ST_ERR_INVALID_ARGUMENT);
+  OPEN_CLIENT(c, fs.path);
+  CHECK_RC(st_client_call(c, "", NULL, &r), ST_ERR_INVALID_ARGUMENT, c);
+  CHECK_RC(st_client_call(c, NULL, NULL, &r), ST_ERR_INVALID_ARGUMENT, c);
   st_client_close(c);
 }
 
@@ -579,7 +471,7 @@ int main(void) {
   /* On a host with a GPU, the first CUDA descriptor makes the library start
    * the driver, which keeps descriptors of its own (/dev/nvidia*) for the
    * life of the process: every descriptor count is taken after that. */
-  st_client_t *warm = connect_fake();
+  st_client_t *warm = stt_client_open(fs.path);
   st_result_t *r0 = NULL;
   if (!warm || call_scenario(warm, SC_CUDA, &r0) != ST_ERR_CAPABILITY) {
     fprintf(stderr, "warm-up call of the CUDA scenario failed\n");

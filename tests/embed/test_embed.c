@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "client_kit.h"
 #include "fixture.h"
 #include "st/client.h"
 #include "st/embed.h"
@@ -123,7 +124,7 @@ TEST(start_call_stop_repeatedly) {
     char file[600], err[1024] = "";
     options(&o, "app.lua", file, sizeof file);
     st_embed_t *e = NULL;
-    CHECK_EQ_INT(st_embed_start(&o, &e, err, sizeof err), ST_OK);
+    CHECK_ERR_MSG(st_embed_start(&o, &e, err, sizeof err), ST_OK, err);
     CHECK(e != NULL);
     const char *path = st_embed_socket_path(e);
     char dir[512];
@@ -136,22 +137,22 @@ TEST(start_call_stop_repeatedly) {
     CHECK(threads() > threads0);                  /* the loop and 2 workers */
 
     st_client_t *c;
-    CHECK_EQ_INT(st_client_connect(path, &c, err, sizeof err), ST_OK);
+    CHECK_ERR_MSG(st_client_connect(path, &c, err, sizeof err), ST_OK, err);
     CHECK_EQ_INT(st_client_server_pid(c), getpid());   /* this process */
     st_args_t *a = st_args_new();
     st_args_int(a, "n", 3);
     st_result_t *r;
-    CHECK_EQ_INT(st_client_call(c, "ones", a, &r), ST_OK);
+    CHECK_RC(st_client_call(c, "ones", a, &r), ST_OK, c);
     st_args_free(a);
     CHECK_EQ_INT(st_result_tensor_count(r), 1);
     const st_tensor_t *t = st_result_tensor(r, 0);
     CHECK_EQ_INT(t->numel, 3);
     CHECK(st_tensor_get(t, 2) == 1.0);
     st_result_free(r);
-    CHECK_EQ_INT(st_client_call(c, "nope", NULL, &r), ST_ERR_UNKNOWN_ENDPOINT);
+    CHECK_RC(st_client_call(c, "nope", NULL, &r), ST_ERR_UNKNOWN_ENDPOINT, c);
     st_client_close(c);
 
-    CHECK_EQ_INT(st_embed_stop(e), ST_OK);
+    CHECK_ERR(st_embed_stop(e), ST_OK);
     CHECK(!exists(path));
     CHECK(!exists(dir));
     if (round == 0 && gpu_host()) {
@@ -162,7 +163,7 @@ TEST(start_call_stop_repeatedly) {
     CHECK_EQ_INT(threads_settle(threads0), threads0);
     CHECK_EQ_INT(open_fds(), fds0);
   }
-  CHECK_EQ_INT(st_embed_stop(NULL), ST_OK);
+  CHECK_ERR(st_embed_stop(NULL), ST_OK);
 }
 
 typedef struct slow_call {
@@ -204,10 +205,10 @@ TEST(stop_lets_a_running_call_finish) {
   char file[600], err[1024] = "";
   options(&o, "app.lua", file, sizeof file);
   st_embed_t *e;
-  CHECK_EQ_INT(st_embed_start(&o, &e, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st_embed_start(&o, &e, err, sizeof err), ST_OK, err);
   slow_call_t s = {.path = st_embed_socket_path(e), .rc = 1};
   st_client_t *c;
-  CHECK_EQ_INT(st_client_connect(s.path, &c, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st_client_connect(s.path, &c, err, sizeof err), ST_OK, err);
   pthread_t th;
   CHECK_EQ_INT(pthread_create(&th, NULL, call_slow, &s), 0);
   double end = stt_now_ms() + 5000;
@@ -215,9 +216,9 @@ TEST(stop_lets_a_running_call_finish) {
   }
   CHECK_EQ_INT(info_int(c, "inflight"), 1);
   st_client_close(c);
-  CHECK_EQ_INT(st_embed_stop(e), ST_OK);   /* drains: returns after the call */
+  CHECK_ERR(st_embed_stop(e), ST_OK);   /* drains: returns after the call */
   pthread_join(th, NULL);
-  CHECK_EQ_INT(s.rc, ST_OK);
+  CHECK_ERR(s.rc, ST_OK);
   CHECK_STR_EQ(s.value, "done");
 }
 
@@ -245,7 +246,7 @@ TEST(bad_endpoint_file_gives_file_line) {
     char file[600], err[2048] = "";
     options(&o, cases[i].file, file, sizeof file);
     st_embed_t *e = (st_embed_t *)&o;
-    CHECK_EQ_INT(st_embed_start(&o, &e, err, sizeof err), ST_ERR_CONFIGURATION);
+    CHECK_ERR_MSG(st_embed_start(&o, &e, err, sizeof err), ST_ERR_CONFIGURATION, err);
     CHECK(e == NULL);
     CHECK_CONTAINS(err, cases[i].want);
   }
@@ -253,9 +254,9 @@ TEST(bad_endpoint_file_gives_file_line) {
   memset(&o, 0, sizeof o);
   char err[256];
   st_embed_t *e;
-  CHECK_EQ_INT(st_embed_start(&o, &e, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st_embed_start(&o, &e, err, sizeof err), ST_ERR_INVALID_ARGUMENT, err);
   CHECK_CONTAINS(err, "endpoints");
-  CHECK_EQ_INT(st_embed_serve(&o, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st_embed_serve(&o, err, sizeof err), ST_ERR_INVALID_ARGUMENT, err);
   /* Nothing was left in $TMPDIR by the failed starts. */
   CHECK_EQ_INT(count_entries(tmp, NULL), 0);
 }
@@ -318,7 +319,7 @@ TEST(serve_in_the_foreground) {
   CHECK(c != NULL);
   CHECK_EQ_INT(st_client_server_pid(c), pid);
   st_result_t *r;
-  CHECK_EQ_INT(st_client_call(c, "v", NULL, &r), ST_OK);
+  CHECK_RC(st_client_call(c, "v", NULL, &r), ST_OK, c);
   st_result_free(r);
   /* SIGHUP reloads the file: 'w' appears. */
   write_file("served.lua", "local app = require('st.zerobranch').app()\n"
@@ -331,7 +332,7 @@ TEST(serve_in_the_foreground) {
     rc = st_client_call(c, "w", NULL, &r);
     if (rc == ST_OK) st_result_free(r);
   }
-  CHECK_EQ_INT(rc, ST_OK);
+  CHECK_RC(rc, ST_OK, c);
   st_client_close(c);
   CHECK(kill(pid, SIGTERM) == 0);
   int status;

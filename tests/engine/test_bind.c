@@ -127,7 +127,7 @@ TEST(defaults_are_filled) {
   kv_t kvs[] = {{"b", 's', 0, "hi"}, {"x", 'n', 0, NULL}};
   msgpack_unpacked u;
   char err[256];
-  CHECK_EQ_INT(bind_demo(kvs, 2, &u, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(bind_demo(kvs, 2, &u, err, sizeof err), ST_OK, err);
   CHECK(u.data.type == MSGPACK_OBJECT_MAP);
   CHECK_EQ_INT(u.data.via.map.size, 6);
   /* In declaration order. */
@@ -147,7 +147,7 @@ TEST(given_values_win) {
                 {"flag", 'b', 1, NULL}, {"shape", 'm', 0, NULL}, {"x", 'a', 0, NULL}};
   msgpack_unpacked u;
   char err[256];
-  CHECK_EQ_INT(bind_demo(kvs, 6, &u, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(bind_demo(kvs, 6, &u, err, sizeof err), ST_OK, err);
   CHECK_EQ_INT(get(&u, "a")->via.i64, -5);
   /* An integer is accepted for a number parameter and kept as sent. */
   CHECK_EQ_INT(get(&u, "c")->via.u64, 3);
@@ -161,7 +161,7 @@ TEST(unknown_argument) {
   kv_t kvs[] = {{"b", 's', 0, "s"}, {"x", 'i', 1, NULL}, {"bogus", 'i', 1, NULL}};
   msgpack_unpacked u;
   char err[256];
-  CHECK_EQ_INT(bind_demo(kvs, 3, &u, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(bind_demo(kvs, 3, &u, err, sizeof err), ST_ERR_INVALID_ARGUMENT, err);
   CHECK_STR_EQ(err, "unknown argument 'bogus' (endpoint demo takes: a, b, c, flag, shape, x)");
   msgpack_unpacked_destroy(&u);
 }
@@ -170,7 +170,7 @@ TEST(missing_required) {
   kv_t kvs[] = {{"x", 'i', 1, NULL}};
   msgpack_unpacked u;
   char err[256];
-  CHECK_EQ_INT(bind_demo(kvs, 1, &u, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(bind_demo(kvs, 1, &u, err, sizeof err), ST_ERR_INVALID_ARGUMENT, err);
   CHECK_STR_EQ(err, "missing required argument 'b'");
   msgpack_unpacked_destroy(&u);
 }
@@ -192,7 +192,7 @@ TEST(type_mismatch) {
     kv_t kvs[3] = {{"b", 's', 0, "s"}, {"x", 'i', 1, NULL}, cases[i].kv};
     msgpack_unpacked u;
     char err[256];
-    CHECK_EQ_INT(bind_demo(kvs, 3, &u, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+    CHECK_ERR_MSG(bind_demo(kvs, 3, &u, err, sizeof err), ST_ERR_INVALID_ARGUMENT, err);
     CHECK_STR_EQ(err, cases[i].msg);
     msgpack_unpacked_destroy(&u);
   }
@@ -203,11 +203,13 @@ TEST(nil_and_non_map_args) {
   msgpack_sbuffer out;
   msgpack_sbuffer_init(&out);
   /* NULL args: required parameters are missing. */
-  CHECK_EQ_INT(st__bind_args(&ep, NULL, NULL, &out, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st__bind_args(&ep, NULL, NULL, &out, err, sizeof err),
+                ST_ERR_INVALID_ARGUMENT, err);
   CHECK_CONTAINS(err, "missing required argument 'b'");
   CHECK_EQ_INT(out.size, 0);
   msgpack_object arr = {.type = MSGPACK_OBJECT_ARRAY};
-  CHECK_EQ_INT(st__bind_args(&ep, &arr, NULL, &out, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st__bind_args(&ep, &arr, NULL, &out, err, sizeof err),
+                ST_ERR_INVALID_ARGUMENT, err);
   CHECK_CONTAINS(err, "args must be a map");
   msgpack_sbuffer_destroy(&out);
 
@@ -216,13 +218,13 @@ TEST(nil_and_non_map_args) {
   st__endpoint_decl_t none = {.name = "none"};
   msgpack_sbuffer_init(&out);
   msgpack_object nil = {.type = MSGPACK_OBJECT_NIL};
-  CHECK_EQ_INT(st__bind_args(&none, &nil, NULL, &out, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__bind_args(&none, &nil, NULL, &out, err, sizeof err), ST_OK, err);
   CHECK_EQ_INT(out.size, 1);
   CHECK_EQ_INT((unsigned char)out.data[0], 0x80);
   msgpack_sbuffer_destroy(&out);
   msgpack_unpacked u;
   kv_t kvs[] = {{"q", 'i', 1, NULL}};
-  CHECK_EQ_INT(bind_on(&none, kvs, 1, &u, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(bind_on(&none, kvs, 1, &u, err, sizeof err), ST_ERR_INVALID_ARGUMENT, err);
   CHECK_STR_EQ(err, "unknown argument 'q' (endpoint none takes no arguments)");
   msgpack_unpacked_destroy(&u);
 }
@@ -248,7 +250,8 @@ TEST(nested_values_are_checked) {
   size_t off = 0;
   msgpack_unpack_next(&u, in.data, in.size, &off);
   char err[256];
-  CHECK_EQ_INT(st__bind_args(&ep, &u.data, NULL, &out, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st__bind_args(&ep, &u.data, NULL, &out, err, sizeof err),
+                ST_ERR_INVALID_ARGUMENT, err);
   CHECK_EQ_INT(out.size, 0);
   msgpack_unpacked_destroy(&u);
   msgpack_sbuffer_destroy(&in);
@@ -269,7 +272,7 @@ TEST(many_parameters) {
   msgpack_sbuffer out;
   msgpack_sbuffer_init(&out);
   char err[256];
-  CHECK_EQ_INT(st__bind_args(&big, NULL, NULL, &out, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__bind_args(&big, NULL, NULL, &out, err, sizeof err), ST_OK, err);
   msgpack_unpacked u;
   msgpack_unpacked_init(&u);
   size_t off = 0;

@@ -48,7 +48,7 @@ TEST(cache_leases_and_holds) {
   int rc;
   char err[256];
   st__object_t *a = add(&reg, "e", "k1", 1, 1, 100, &rc, err);
-  CHECK_EQ_INT(rc, ST_OK);
+  CHECK_ERR(rc, ST_OK);
   CHECK_EQ_INT(a->id, 1);
   CHECK(a->cached);
   CHECK_STR_EQ(a->device, "cpu");
@@ -57,9 +57,9 @@ TEST(cache_leases_and_holds) {
   CHECK(st__objects_lookup(&reg, "f", "k1", 2) == NULL);
   CHECK(st__objects_find(&reg, 1) == a);
   /* Leases count per connection. */
-  CHECK_EQ_INT(st__objects_lease(&reg, a, 7), ST_OK);
-  CHECK_EQ_INT(st__objects_lease(&reg, a, 7), ST_OK);
-  CHECK_EQ_INT(st__objects_lease(&reg, a, 8), ST_OK);
+  CHECK_ERR(st__objects_lease(&reg, a, 7), ST_OK);
+  CHECK_ERR(st__objects_lease(&reg, a, 7), ST_OK);
+  CHECK_ERR(st__objects_lease(&reg, a, 8), ST_OK);
   CHECK_EQ_INT(a->refcount, 3);
   CHECK_EQ_INT(reg.leases, 3);
   int released, destroyed;
@@ -107,7 +107,7 @@ TEST(cache_leases_and_holds) {
 TEST(budget_evicts_lru_and_refuses) {
   st__objects_t reg;
   st__objects_init(&reg);
-  CHECK_EQ_INT(st__objects_set_budget(&reg, "cpu", 1000), ST_OK);
+  CHECK_ERR(st__objects_set_budget(&reg, "cpu", 1000), ST_OK);
   uint64_t arenas0 = live_arenas();
   int rc;
   char err[256];
@@ -116,16 +116,16 @@ TEST(budget_evicts_lru_and_refuses) {
   (void)b;
   st__objects_touch(&reg, a);                  /* b is now the least recently used */
   st__object_t *c = add(&reg, "e", "c", 1, 0, 400, &rc, err);
-  CHECK_EQ_INT(rc, ST_OK);
+  CHECK_ERR(rc, ST_OK);
   CHECK(st__objects_lookup(&reg, "e", "b", 1) == NULL);
   CHECK(st__objects_lookup(&reg, "e", "a", 1) == a);
   CHECK_EQ_INT(reg.evictions, 1);
   /* Leased objects are never evicted. */
-  CHECK_EQ_INT(st__objects_lease(&reg, a, 1), ST_OK);
-  CHECK_EQ_INT(st__objects_lease(&reg, c, 1), ST_OK);
+  CHECK_ERR(st__objects_lease(&reg, a, 1), ST_OK);
+  CHECK_ERR(st__objects_lease(&reg, c, 1), ST_OK);
   uint64_t n0 = reg.count;
   CHECK(add(&reg, "e", "d", 1, 0, 400, &rc, err) == NULL);
-  CHECK_EQ_INT(rc, ST_ERR_OUT_OF_MEMORY);
+  CHECK_ERR(rc, ST_ERR_OUT_OF_MEMORY);
   CHECK_STR_EQ(err, "object of 400 bytes does not fit the cpu budget of 1000 bytes "
                     "(800 bytes held by leases)");
   CHECK_EQ_INT(reg.count, n0);
@@ -140,7 +140,7 @@ TEST(budget_evicts_lru_and_refuses) {
   CHECK_EQ_INT(st__objects_release_conn(&reg, 1), 2);
   st__objects_touch(&reg, c);
   st__object_t *d = add(&reg, "e", "d", 1, 0, 300, &rc, err);
-  CHECK_EQ_INT(rc, ST_OK);
+  CHECK_ERR(rc, ST_OK);
   CHECK(d != NULL);
   CHECK(st__objects_lookup(&reg, "e", "a", 1) == NULL);
   CHECK(st__objects_lookup(&reg, "e", "c", 1) == c);
@@ -148,7 +148,7 @@ TEST(budget_evicts_lru_and_refuses) {
   CHECK_EQ_INT(s.cached_bytes, 700);
   /* Larger than the budget itself: refused, nothing evicted. */
   CHECK(add(&reg, "e", "z", 1, 0, 1001, &rc, err) == NULL);
-  CHECK_EQ_INT(rc, ST_ERR_OUT_OF_MEMORY);
+  CHECK_ERR(rc, ST_ERR_OUT_OF_MEMORY);
   CHECK_EQ_INT(reg.count, 2);
   /* No budget: anything fits. */
   st__objects_set_budget(&reg, "cpu", 0);

@@ -171,20 +171,20 @@ TEST(runs_many_jobs) {
   st__generation_t *g = make_gen(1, "gen1");
   st__pool_t *p;
   char err[128];
-  CHECK_EQ_INT(st__pool_start(4, &RUNNER, g, notify, NULL, &p, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__pool_start(4, &RUNNER, g, notify, NULL, &p, err, sizeof err), ST_OK, err);
   enum { N = 200 };
   for (int i = 0; i < N; i++) {
     char arg = (char)(i % 100);
     st__job_t *j = st__job_new(1, (uint32_t)i, g, ep_of(g, "ok"), &arg, 1);
     CHECK(j != NULL);
-    CHECK_EQ_INT(st__pool_submit(p, j), ST_OK);
+    CHECK_ERR(st__pool_submit(p, j), ST_OK);
   }
   CHECK_EQ_INT(st__pool_outstanding(p), N);
   static st__job_t *done[N];
   CHECK_EQ_INT(collect(p, done, N), N);
   int seen[N] = {0};
   for (int i = 0; i < N; i++) {
-    CHECK_EQ_INT(done[i]->status, ST_OK);
+    CHECK_ERR(done[i]->status, ST_OK);
     CHECK_EQ_INT(value_of(done[i]), 1000 + (int64_t)(done[i]->request_id % 100));
     CHECK(done[i]->worker >= 0 && done[i]->worker < 4);
     CHECK(done[i]->finished_at >= done[i]->started_at);
@@ -207,19 +207,19 @@ TEST(errors_come_back) {
   st__generation_t *g = make_gen(1, "gen1");
   st__pool_t *p;
   char err[128];
-  CHECK_EQ_INT(st__pool_start(2, &RUNNER, g, notify, NULL, &p, err, sizeof err), ST_OK);
-  CHECK_EQ_INT(st__pool_submit(p, st__job_new(1, 1, g, ep_of(g, "fail"), NULL, 0)), ST_OK);
+  CHECK_ERR_MSG(st__pool_start(2, &RUNNER, g, notify, NULL, &p, err, sizeof err), ST_OK, err);
+  CHECK_ERR(st__pool_submit(p, st__job_new(1, 1, g, ep_of(g, "fail"), NULL, 0)), ST_OK);
   st__job_t *done[1];
   CHECK_EQ_INT(collect(p, done, 1), 1);
-  CHECK_EQ_INT(done[0]->status, ST_ERR_ENDPOINT);
+  CHECK_ERR(done[0]->status, ST_ERR_ENDPOINT);
   CHECK_STR_EQ(done[0]->error, "fail.lua:3: boom");
   CHECK_EQ_INT(done[0]->result.narenas, 0);
   st__job_free(done[0]);
   /* A generation that cannot be compiled fails its jobs with a reason. */
   st__generation_t *bad = make_gen(2, "broken");
-  CHECK_EQ_INT(st__pool_submit(p, st__job_new(1, 2, bad, ep_of(bad, "ok"), NULL, 0)), ST_OK);
+  CHECK_ERR(st__pool_submit(p, st__job_new(1, 2, bad, ep_of(bad, "ok"), NULL, 0)), ST_OK);
   CHECK_EQ_INT(collect(p, done, 1), 1);
-  CHECK_EQ_INT(done[0]->status, ST_ERR_CONFIGURATION);
+  CHECK_ERR(done[0]->status, ST_ERR_CONFIGURATION);
   CHECK_CONTAINS(done[0]->error, "cannot compile");
   st__job_free(done[0]);
   CHECK_EQ_INT(st__pool_free(p, 5.0), 0);
@@ -232,12 +232,12 @@ TEST(remove_queued_and_cancel_running) {
   st__generation_t *g = make_gen(1, "gen1");
   st__pool_t *p;
   char err[128];
-  CHECK_EQ_INT(st__pool_start(1, &RUNNER, g, notify, NULL, &p, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__pool_start(1, &RUNNER, g, notify, NULL, &p, err, sizeof err), ST_OK, err);
   /* One worker: the first job runs, the second waits in the queue. */
   st__job_t *running = st__job_new(7, 1, g, ep_of(g, "slow"), NULL, 0);
   st__job_t *queued = st__job_new(7, 2, g, ep_of(g, "ok"), NULL, 0);
-  CHECK_EQ_INT(st__pool_submit(p, running), ST_OK);
-  CHECK_EQ_INT(st__pool_submit(p, queued), ST_OK);
+  CHECK_ERR(st__pool_submit(p, running), ST_OK);
+  CHECK_ERR(st__pool_submit(p, queued), ST_OK);
   double end = stt_now() + 2.0;
   while (st__job_state(running) != ST_JOB_RUNNING && stt_now() < end) sleep_ms(1);
   CHECK_EQ_INT(st__job_state(running), ST_JOB_RUNNING);
@@ -253,18 +253,18 @@ TEST(remove_queued_and_cancel_running) {
   st__job_t *done[1];
   CHECK_EQ_INT(collect(p, done, 1), 1);
   CHECK(done[0] == running);
-  CHECK_EQ_INT(done[0]->status, ST_ERR_CANCELLED);
+  CHECK_ERR(done[0]->status, ST_ERR_CANCELLED);
   CHECK_EQ_INT(st__job_state(done[0]), ST_JOB_DONE);
   st__job_free(done[0]);
   CHECK_EQ_INT(st__pool_outstanding(p), 0);
   /* cancel_all reaches queued and running jobs. */
-  CHECK_EQ_INT(st__pool_submit(p, st__job_new(8, 3, g, ep_of(g, "slow"), NULL, 0)), ST_OK);
-  CHECK_EQ_INT(st__pool_submit(p, st__job_new(8, 4, g, ep_of(g, "slow"), NULL, 0)), ST_OK);
+  CHECK_ERR(st__pool_submit(p, st__job_new(8, 3, g, ep_of(g, "slow"), NULL, 0)), ST_OK);
+  CHECK_ERR(st__pool_submit(p, st__job_new(8, 4, g, ep_of(g, "slow"), NULL, 0)), ST_OK);
   st__pool_cancel_all(p);
   st__job_t *two[2];
   CHECK_EQ_INT(collect(p, two, 2), 2);
   for (int i = 0; i < 2; i++) {
-    CHECK_EQ_INT(two[i]->status, ST_ERR_CANCELLED);
+    CHECK_ERR(two[i]->status, ST_ERR_CANCELLED);
     st__job_free(two[i]);
   }
   CHECK_EQ_INT(st__pool_free(p, 5.0), 0);
@@ -275,7 +275,7 @@ TEST(generation_switch) {
   st__generation_t *g1 = make_gen(1, "gen1");
   st__pool_t *p;
   char err[128];
-  CHECK_EQ_INT(st__pool_start(3, &RUNNER, g1, notify, NULL, &p, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__pool_start(3, &RUNNER, g1, notify, NULL, &p, err, sizeof err), ST_OK, err);
   /* Workers prepare eagerly: 3 states holding g1, plus the pool's ref. */
   CHECK_EQ_INT(wait_refs(g1, 1 + 1 + 3), 0);
   st__generation_t *g2 = make_gen(2, "gen2");
@@ -285,11 +285,11 @@ TEST(generation_switch) {
   CHECK_EQ_INT(wait_refs(g2, 1 + 1 + 3), 0);
   /* A job dispatched on g1 before the reload still runs on g1. */
   st__job_t *done[2];
-  CHECK_EQ_INT(st__pool_submit(p, st__job_new(1, 1, g1, ep_of(g1, "ok"), NULL, 0)), ST_OK);
+  CHECK_ERR(st__pool_submit(p, st__job_new(1, 1, g1, ep_of(g1, "ok"), NULL, 0)), ST_OK);
   CHECK_EQ_INT(collect(p, done, 1), 1);
   CHECK_EQ_INT(value_of(done[0]), 1000);
   st__job_free(done[0]);
-  CHECK_EQ_INT(st__pool_submit(p, st__job_new(1, 2, g2, ep_of(g2, "ok"), NULL, 0)), ST_OK);
+  CHECK_ERR(st__pool_submit(p, st__job_new(1, 2, g2, ep_of(g2, "ok"), NULL, 0)), ST_OK);
   CHECK_EQ_INT(collect(p, done, 1), 1);
   CHECK_EQ_INT(value_of(done[0]), 2000);
   st__job_free(done[0]);
@@ -306,18 +306,18 @@ TEST(shutdown_drains_and_refuses) {
   st__generation_t *g = make_gen(1, "gen1");
   st__pool_t *p;
   char err[128];
-  CHECK_EQ_INT(st__pool_start(1, &RUNNER, g, notify, NULL, &p, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__pool_start(1, &RUNNER, g, notify, NULL, &p, err, sizeof err), ST_OK, err);
   for (uint32_t i = 0; i < 5; i++)
-    CHECK_EQ_INT(st__pool_submit(p, st__job_new(1, i, g, ep_of(g, "ok"), NULL, 0)), ST_OK);
+    CHECK_ERR(st__pool_submit(p, st__job_new(1, i, g, ep_of(g, "ok"), NULL, 0)), ST_OK);
   st__pool_shutdown(p);
   st__job_t *late = st__job_new(1, 99, g, ep_of(g, "ok"), NULL, 0);
-  CHECK_EQ_INT(st__pool_submit(p, late), ST_ERR_SHUTTING_DOWN);
+  CHECK_ERR(st__pool_submit(p, late), ST_ERR_SHUTTING_DOWN);
   st__job_free(late);
   /* Queued jobs still run to completion. */
   st__job_t *done[5];
   CHECK_EQ_INT(collect(p, done, 5), 5);
   for (int i = 0; i < 5; i++) {
-    CHECK_EQ_INT(done[i]->status, ST_OK);
+    CHECK_ERR(done[i]->status, ST_OK);
     CHECK_EQ_INT(done[i]->request_id, i);   /* one worker: in order */
     st__job_free(done[i]);
   }
@@ -328,13 +328,13 @@ TEST(shutdown_drains_and_refuses) {
 TEST(bad_arguments) {
   st__pool_t *p = NULL;
   char err[128];
-  CHECK_EQ_INT(st__pool_start(0, &RUNNER, NULL, notify, NULL, &p, err, sizeof err),
-               ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st__pool_start(0, &RUNNER, NULL, notify, NULL, &p, err, sizeof err),
+                ST_ERR_INVALID_ARGUMENT, err);
   CHECK(p == NULL);
   st__pool_runner_t partial = RUNNER;
   partial.vm_build = NULL;
-  CHECK_EQ_INT(st__pool_start(1, &partial, NULL, notify, NULL, &p, err, sizeof err),
-               ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st__pool_start(1, &partial, NULL, notify, NULL, &p, err, sizeof err),
+                ST_ERR_INVALID_ARGUMENT, err);
 }
 
 int main(void) {

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "proto/proto.h"
 
 static void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
@@ -45,6 +46,87 @@ void stt_write_file(const char *path, const char *text) {
   if (fclose(f) != 0) die("cannot write %s: %s", path, strerror(errno));
 }
 
+void stt_sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* ------------------------------------------------------------ log tails */
+
+/* The logs of the servers between init and cleanup, copied (a server
+ * struct may go out of scope before its cleanup when a check returns),
+ * with how much of each was already printed. */
+#define MAX_LOGS 16
+static struct {
+  char path[300];
+  long shown;
+} logs[MAX_LOGS];
+
+static void print_tail(const char *path, long *shown, const char *why) {
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  if (size <= 0 || size <= *shown) {
+    fclose(f);
+    if (size > 0) fprintf(stderr, "--- %s: nothing new in %s\n", why, path);
+    return;
+  }
+  char *text = malloc((size_t)size + 1);
+  fseek(f, 0, SEEK_SET);
+  size_t n = fread(text, 1, (size_t)size, f);
+  fclose(f);
+  text[n] = '\0';
+  /* Back from the end to the start of the last STT_LOG_TAIL_LINES lines,
+   * or to the end of what an earlier failure printed. */
+  long start = (long)n, lines = 0;
+  while (start > *shown) {
+    start--;
+    if (text[start] == '\n' && start + 1 < (long)n && ++lines == STT_LOG_TAIL_LINES) {
+      start++;
+      break;
+    }
+  }
+  fprintf(stderr, "--- %s: %s%s\n%s", why, path,
+          start > *shown ? " (last lines)" : "", text + start);
+  if (n > 0 && text[n - 1] != '\n') fputc('\n', stderr);
+  fprintf(stderr, "--- end of %s\n", path);
+  *shown = (long)n;
+  free(text);
+}
+
+static void print_all_tails(void) {
+  for (int i = 0; i < MAX_LOGS; i++)
+    if (logs[i].path[0]) print_tail(logs[i].path, &logs[i].shown, "stserver log");
+}
+
+static void track_log(const char *path, int on) {
+  int slot = -1;
+  for (int i = 0; i < MAX_LOGS; i++) {
+    if (strcmp(logs[i].path, on ? "" : path) == 0) {
+      slot = i;
+      break;
+    }
+  }
+  if (on && slot < 0) slot = 0; /* all taken: reuse the oldest */
+  if (slot < 0) return;
+  snprintf(logs[slot].path, sizeof logs[slot].path, "%s", on ? path : "");
+  logs[slot].shown = 0;
+  stt_fail_hook = print_all_tails;
+}
+
+void stt_server_print_log_tail(const stt_server_t *s, const char *why) {
+  for (int i = 0; i < MAX_LOGS; i++)
+    if (strcmp(logs[i].path, s->log) == 0) {
+      print_tail(logs[i].path, &logs[i].shown, why);
+      return;
+    }
+  long shown = 0;
+  print_tail(s->log, &shown, why);
+}
+
+/* ------------------------------------------------------------ servers */
+
 void stt_server_init(stt_server_t *s) {
   memset(s, 0, sizeof *s);
   s->pid = -1;
@@ -57,6 +139,7 @@ void stt_server_init(stt_server_t *s) {
   const char *src = getenv("ST_SOURCE_DIR");
   if (!src) die("ST_SOURCE_DIR is not set (run the tests through ctest)");
   snprintf(s->endpoints, sizeof s->endpoints, "%s/endpoints", src);
+  track_log(s->log, 1);
 }
 
 void stt_server_config(stt_server_t *s, const char *lua_fields) {
@@ -75,6 +158,29 @@ void stt_write_endpoint(stt_server_t *s, const char *name, const char *text) {
   char path[600];
   snprintf(path, sizeof path, "%s/%s", s->endpoints, name);
   stt_write_file(path, text);
+}
+
+void stt_write_endpoint_per_device(stt_server_t *s, const char *stem, const char *text) {
+  static const char *const devices[] = {"cuda", "cpu"};
+  for (int d = 0; d < 2; d++) {
+    char name[200], out[8192];
+    size_t used = 0;
+    for (const char *p = text; *p && used + 8 < sizeof out;) {
+      if (strncmp(p, "$DEVICE", 7) == 0) {
+        used += (size_t)snprintf(out + used, sizeof out - used, "%s", devices[d]);
+        p += 7;
+      } else {
+        out[used++] = *p++;
+      }
+    }
+    out[used] = '\0';
+    snprintf(name, sizeof name, "%s_%s.lua", stem, devices[d]);
+    stt_write_endpoint(s, name, out);
+  }
+}
+
+void stt_write_endpoints(stt_server_t *s, const stt_endpoint_t *eps) {
+  for (; eps && eps->name; eps++) stt_write_endpoint(s, eps->name, eps->text);
 }
 
 int stt_connect(const char *path) {
@@ -100,6 +206,28 @@ int stt_send_all(int fd, const void *buf, size_t len) {
     len -= (size_t)n;
   }
   return 0;
+}
+
+int stt_send_fds(int fd, const void *buf, size_t len, const int *fds, int nfds) {
+  if (nfds <= 0) return stt_send_all(fd, buf, len);
+  union {
+    char buf[CMSG_SPACE(sizeof(int) * ST_MAX_FDS_PER_MESSAGE)];
+    struct cmsghdr align;
+  } ctl;
+  memset(&ctl, 0, sizeof ctl);
+  struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                      .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds)};
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+  memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+  ssize_t n;
+  do n = sendmsg(fd, &mh, MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  if (n < 0 || (n == 0 && len > 0)) return -1;
+  return stt_send_all(fd, (const char *)buf + n, len - (size_t)n);
 }
 
 /* Reads from fd until one whole msgpack object is buffered. Bytes that
@@ -253,10 +381,9 @@ int stt_server_start(stt_server_t *s) {
     int status;
     if (waitpid(pid, &status, WNOHANG) == pid) {
       s->pid = -1;
-      char *log = stt_server_log(s);
-      fprintf(stderr, "fixture: stserver exited during start (status %d); log:\n%s\n",
-              WIFEXITED(status) ? WEXITSTATUS(status) : -1, log);
-      free(log);
+      fprintf(stderr, "fixture: stserver exited during start (status %d)\n",
+              WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+      stt_server_print_log_tail(s, "stserver log");
       return -1;
     }
     int fd = stt_connect(s->socket);
@@ -265,12 +392,10 @@ int stt_server_start(stt_server_t *s) {
       close(fd);
       if (ok == 0) return 0;
     }
-    struct timespec ts = {0, 5 * 1000 * 1000};
-    nanosleep(&ts, NULL);
+    stt_sleep_ms(5);
   }
-  char *log = stt_server_log(s);
-  fprintf(stderr, "fixture: stserver did not answer ping within 10 s; log:\n%s\n", log);
-  free(log);
+  fprintf(stderr, "fixture: stserver did not answer ping within 10 s\n");
+  stt_server_print_log_tail(s, "stserver log");
   kill(pid, SIGKILL);
   waitpid(pid, NULL, 0);
   s->pid = -1;
@@ -292,8 +417,7 @@ int stt_server_stop(stt_server_t *s) {
       s->pid = -1;
       return -1;
     }
-    struct timespec ts = {0, 2 * 1000 * 1000};
-    nanosleep(&ts, NULL);
+    stt_sleep_ms(2);
   }
   s->pid = -1;
   if (access(s->socket, F_OK) == 0) {
@@ -301,12 +425,56 @@ int stt_server_stop(stt_server_t *s) {
     return -1;
   }
   if (!WIFEXITED(status)) {
-    char *log = stt_server_log(s);
-    fprintf(stderr, "fixture: stserver died by signal %d; log:\n%s\n", WTERMSIG(status), log);
-    free(log);
+    fprintf(stderr, "fixture: stserver died by signal %d\n", WTERMSIG(status));
+    stt_server_print_log_tail(s, "stserver log");
     return -1;
   }
+  if (WEXITSTATUS(status) != 0) {
+    fprintf(stderr, "fixture: stserver exited with status %d\n", WEXITSTATUS(status));
+    stt_server_print_log_tail(s, "stserver log");
+  }
   return WEXITSTATUS(status);
+}
+
+int stt_server_wait_exit(stt_server_t *s, int timeout_ms) {
+  double end = stt_now_ms() + timeout_ms;
+  while (s->pid > 0 && stt_now_ms() < end) {
+    int st;
+    if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
+      s->pid = -1;
+      return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    }
+    stt_sleep_ms(2);
+  }
+  return -1;
+}
+
+int stt_server_run(stt_server_t *s, void (*body)(stt_server_t *s)) {
+  if (stt_server_start(s) != 0) return -1;
+  body(s);
+  int status = stt_server_stop(s);
+  if (status != 0) fprintf(stderr, "fixture: stserver stopped with status %d\n", status);
+  return status == 0 ? 0 : -1;
+}
+
+void stt_server_setup(stt_server_t *s, const char *lua_fields, const stt_endpoint_t *eps) {
+  stt_server_init(s);
+  if (lua_fields) stt_server_config(s, lua_fields);
+  stt_write_endpoints(s, eps);
+  stt_server_start_or_exit(s);
+}
+
+void stt_server_start_or_exit(stt_server_t *s) {
+  if (stt_server_start(s) == 0) return;
+  stt_server_cleanup(s);
+  exit(1);
+}
+
+int stt_server_finish(stt_server_t *s) {
+  int status = stt_server_stop(s);
+  if (status != 0) stt_fail_main(__FILE__, __LINE__, "stserver exit status %d", status);
+  stt_server_cleanup(s);
+  return stt_summary();
 }
 
 static void remove_tree(const char *path) {
@@ -322,5 +490,6 @@ void stt_server_cleanup(stt_server_t *s) {
     waitpid(s->pid, NULL, 0);
     s->pid = -1;
   }
+  track_log(s->log, 0);
   if (s->dir[0] && !getenv("STT_KEEP")) remove_tree(s->dir);
 }

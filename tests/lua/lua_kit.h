@@ -95,6 +95,14 @@ static inline void kit_vm_close(kit_vm_t *k) {
   memset(k, 0, sizeof *k);
 }
 
+/* A build that could not run: `why` in err, an empty result, -1000. */
+static inline int kit_no_build(st__build_result_t *res, char *err, size_t errlen,
+                               const char *why) {
+  snprintf(err, errlen, "%s", why);
+  st__build_result_init(res);
+  return -1000;
+}
+
 /* Runs endpoint `name` with the msgpack args (NULL: none); what the body
  * reports with st.progress goes to `progress` (may be NULL). */
 static inline int kit_build_p(kit_vm_t *k, const char *name, const msgpack_sbuffer *args,
@@ -102,9 +110,9 @@ static inline int kit_build_p(kit_vm_t *k, const char *name, const msgpack_sbuff
                               st__build_result_t *res, char *err, size_t errlen) {
   const st__endpoint_decl_t *ep = st__generation_find(k->gen, name, strlen(name));
   if (!ep) {
-    snprintf(err, errlen, "no endpoint %s", name);
-    st__build_result_init(res);
-    return -1000;
+    char why[300];
+    snprintf(why, sizeof why, "no endpoint %s", name);
+    return kit_no_build(res, err, errlen, why);
   }
   int rc = st__vm_build(k->vm, ep, args ? args->data : NULL, args ? args->size : 0, cancel,
                         progress, res, err, errlen);
@@ -116,6 +124,19 @@ static inline int kit_build(kit_vm_t *k, const char *name, const msgpack_sbuffer
                             const volatile int *cancel, st__build_result_t *res, char *err,
                             size_t errlen) {
   return kit_build_p(k, name, args, cancel, NULL, res, err, errlen);
+}
+
+/* A fresh kit_dir with one endpoint `t` whose build function has the
+ * body `body`, built once with no arguments in a vm of its own. */
+static inline int kit_run_body(const char *body, st__build_result_t *res, char *err,
+                               size_t errlen) {
+  kit_vm_t k;
+  kit_fresh();
+  kit_write("t.lua", "return st.endpoint{ name = 't', build = function(a)\n%s\nend }\n", body);
+  if (kit_vm_open(&k) != ST_OK) return kit_no_build(res, err, errlen, "vm did not open");
+  int rc = kit_build(&k, "t", NULL, NULL, res, err, errlen);
+  kit_vm_close(&k);
+  return rc;
 }
 
 /* The decoded value of a result (caller destroys `up`). */

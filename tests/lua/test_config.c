@@ -20,28 +20,28 @@ static int load_cfg(const char *text, st__config_t *c, char **errs) {
 TEST(every_key) {
   st__config_t c;
   char *errs;
-  CHECK_EQ_INT(load_cfg("-- comment\n"
-                        "local base = '/tmp/st-test'\n"
-                        "return {\n"
-                        "  base_path = base .. '-x',\n"
-                        "  devices = { 0, 2 },\n"
-                        "  workers = 8,\n"
-                        "  endpoints = 'eps',\n"
-                        "  log_level = 'debug',\n"
-                        "  socket_mode = '0660',\n"
-                        "  socket_group = 'wheel',\n"
-                        "  allow_uids = { 1000, 1001 },\n"
-                        "  allow_gids = { 27 },\n"
-                        "  limits = { max_message_bytes = 1024, max_connections = 10, max_inflight = 3,\n"
-                        "             frame_timeout_ms = 500, max_object_bytes = 4096 },\n"
-                        "  shutdown_grace_s = 2.5,\n"
-                        "  tasks = { ttl_s = 0.5, capacity = 20 },\n"
-                        "  memory_budget = { cpu = 4096, ['cuda:1'] = 0 },\n"
-                        "  default_device = 'cpu',\n"
-                        "  data_dirs = { 'models', '/srv/weights' },\n"
-                        "  loader_threads = 8,\n"
-                        "  staging_bytes = 64 * 1024 * 1024,\n"
-                        "}\n", &c, &errs), ST_OK);
+  CHECK_ERR(load_cfg("-- comment\n"
+                     "local base = '/tmp/st-test'\n"
+                     "return {\n"
+                     "  base_path = base .. '-x',\n"
+                     "  devices = { 0, 2 },\n"
+                     "  workers = 8,\n"
+                     "  endpoints = 'eps',\n"
+                     "  log_level = 'debug',\n"
+                     "  socket_mode = '0660',\n"
+                     "  socket_group = 'wheel',\n"
+                     "  allow_uids = { 1000, 1001 },\n"
+                     "  allow_gids = { 27 },\n"
+                     "  limits = { max_message_bytes = 1024, max_connections = 10, max_inflight = 3,\n"
+                     "             frame_timeout_ms = 500, max_object_bytes = 4096 },\n"
+                     "  shutdown_grace_s = 2.5,\n"
+                     "  tasks = { ttl_s = 0.5, capacity = 20 },\n"
+                     "  memory_budget = { cpu = 4096, ['cuda:1'] = 0 },\n"
+                     "  default_device = 'cpu',\n"
+                     "  data_dirs = { 'models', '/srv/weights' },\n"
+                     "  loader_threads = 8,\n"
+                     "  staging_bytes = 64 * 1024 * 1024,\n"
+                     "}\n", &c, &errs), ST_OK);
   CHECK(errs == NULL);
   CHECK_STR_EQ(c.path, cfg_path);
   CHECK_STR_EQ(c.base_path, "/tmp/st-test-x");
@@ -84,8 +84,8 @@ TEST(every_key) {
 TEST(defaults_stay_and_short_forms) {
   st__config_t c;
   char *errs;
-  CHECK_EQ_INT(load_cfg("return { devices = 3, socket_mode = 384, endpoints = '/abs/eps' }\n", &c, &errs),
-               ST_OK);
+  CHECK_ERR(load_cfg("return { devices = 3, socket_mode = 384, endpoints = '/abs/eps' }\n", &c, &errs),
+            ST_OK);
   CHECK_EQ_INT(c.ndevices, 1);
   CHECK_EQ_INT(c.devices[0], 3);
   CHECK_EQ_INT(c.socket_mode, 0600);
@@ -106,31 +106,31 @@ TEST(defaults_stay_and_short_forms) {
   CHECK_EQ_INT(c.ndata_dirs, 1);
   CHECK_STR_EQ(c.data_dirs[0], want);
   st__config_free(&c);
-  CHECK_EQ_INT(load_cfg("return {}\n", &c, &errs), ST_OK);
+  CHECK_ERR(load_cfg("return {}\n", &c, &errs), ST_OK);
   st__config_free(&c);
 }
 
 TEST(bad_values_are_all_reported) {
   st__config_t c;
   char *errs;
-  CHECK_EQ_INT(load_cfg("return {\n"
-                        "  wrokers = 4,\n"
-                        "  workers = 0,\n"
-                        "  devices = { 0, -1 },\n"
-                        "  log_level = 'loud',\n"
-                        "  socket_mode = '0999',\n"
-                        "  base_path = 5,\n"
-                        "  allow_uids = 'me',\n"
-                        "  limits = { max_inflight = 2.5, bogus = 1 },\n"
-                        "  shutdown_grace_s = -1,\n"
-                        "  tasks = { ttl_s = 0, capacity = 0, keep = 1 },\n"
-                        "  memory_budget = { gpu = 1, cpu = -5, ['cuda:x'] = 1 },\n"
-                        "  [1] = 'x',\n"
-                        "  default_device = 'gpu',\n"
-                        "  data_dirs = 'models',\n"
-                        "  loader_threads = 0,\n"
-                        "  staging_bytes = 1024,\n"
-                        "}\n", &c, &errs), ST_ERR_CONFIGURATION);
+  CHECK_ERR(load_cfg("return {\n"
+                     "  wrokers = 4,\n"
+                     "  workers = 0,\n"
+                     "  devices = { 0, -1 },\n"
+                     "  log_level = 'loud',\n"
+                     "  socket_mode = '0999',\n"
+                     "  base_path = 5,\n"
+                     "  allow_uids = 'me',\n"
+                     "  limits = { max_inflight = 2.5, bogus = 1 },\n"
+                     "  shutdown_grace_s = -1,\n"
+                     "  tasks = { ttl_s = 0, capacity = 0, keep = 1 },\n"
+                     "  memory_budget = { gpu = 1, cpu = -5, ['cuda:x'] = 1 },\n"
+                     "  [1] = 'x',\n"
+                     "  default_device = 'gpu',\n"
+                     "  data_dirs = 'models',\n"
+                     "  loader_threads = 0,\n"
+                     "  staging_bytes = 1024,\n"
+                     "}\n", &c, &errs), ST_ERR_CONFIGURATION);
   CHECK(errs != NULL);
   CHECK_CONTAINS(errs, "config.lua: unknown key 'wrokers'");
   CHECK_CONTAINS(errs, "config.lua: workers: expected an integer in 1..256, got 0");
@@ -160,16 +160,16 @@ TEST(bad_values_are_all_reported) {
 TEST(lua_errors_name_the_line) {
   st__config_t c;
   char *errs;
-  CHECK_EQ_INT(load_cfg("return {\n  workers = 4\n  endpoints = 'x',\n}\n", &c, &errs),
-               ST_ERR_CONFIGURATION);
+  CHECK_ERR(load_cfg("return {\n  workers = 4\n  endpoints = 'x',\n}\n", &c, &errs),
+            ST_ERR_CONFIGURATION);
   CHECK_CONTAINS(errs, "config.lua:3:");
   free(errs);
   st__config_free(&c);
-  CHECK_EQ_INT(load_cfg("local x = nil\nreturn { workers = x.n }\n", &c, &errs), ST_ERR_CONFIGURATION);
+  CHECK_ERR(load_cfg("local x = nil\nreturn { workers = x.n }\n", &c, &errs), ST_ERR_CONFIGURATION);
   CHECK_CONTAINS(errs, "config.lua:2:");
   free(errs);
   st__config_free(&c);
-  CHECK_EQ_INT(load_cfg("return 42\n", &c, &errs), ST_ERR_CONFIGURATION);
+  CHECK_ERR(load_cfg("return 42\n", &c, &errs), ST_ERR_CONFIGURATION);
   CHECK_CONTAINS(errs, "config.lua: the file must return a table");
   free(errs);
   st__config_free(&c);
@@ -187,7 +187,7 @@ TEST(config_is_sandboxed) {
   for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
     st__config_t c;
     char *errs;
-    CHECK_EQ_INT(load_cfg(bodies[i], &c, &errs), ST_ERR_CONFIGURATION);
+    CHECK_ERR(load_cfg(bodies[i], &c, &errs), ST_ERR_CONFIGURATION);
     CHECK_CONTAINS(errs, "config.lua:");
     free(errs);
     st__config_free(&c);
@@ -207,11 +207,11 @@ TEST(repository_config_loads) {
   if (errs) fprintf(stderr, "%s\n", errs);
   free(errs);
   st__errlist_clear(&l);
-  CHECK_EQ_INT(rc, ST_OK);
+  CHECK_ERR(rc, ST_OK);
   CHECK_CONTAINS(c.endpoints_dir, "/endpoints");
   CHECK_EQ_INT(c.max_object_bytes, 64ull << 30);
   st__config_free(&c);
-  CHECK_EQ_INT(load_cfg("return { socket_group = 27 }\n", &c, &errs), ST_OK);
+  CHECK_ERR(load_cfg("return { socket_group = 27 }\n", &c, &errs), ST_OK);
   CHECK_STR_EQ(c.socket_group, "27");
   st__config_free(&c);
 }
@@ -220,7 +220,7 @@ TEST(missing_file) {
   st__config_t c;
   st__config_defaults(&c);
   st__errlist_t l = {0};
-  CHECK_EQ_INT(st__config_load("/nonexistent/config.lua", &c, &l), ST_ERR_CONFIGURATION);
+  CHECK_ERR(st__config_load("/nonexistent/config.lua", &c, &l), ST_ERR_CONFIGURATION);
   CHECK_EQ_INT(l.count, 1);
   CHECK_CONTAINS(l.items[0], "/nonexistent/config.lua: cannot read");
   st__errlist_clear(&l);

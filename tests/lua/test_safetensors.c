@@ -10,14 +10,12 @@
 #include "mem/cuda.h"
 #include "mem/safetensors.h"
 
-static kit_vm_t K;
 static char data_dir[256];
 static char file_path[512];
 
 /* One endpoint `t` with the given body, where each "%s" stands for the
  * checkpoint's path. */
 static int run_body(const char *body, st__build_result_t *res, char *err, size_t errlen) {
-  kit_fresh();
   char text[4096];
   size_t n = 0;
   for (const char *p = body; *p && n + 600 < sizeof text; p++) {
@@ -29,15 +27,7 @@ static int run_body(const char *body, st__build_result_t *res, char *err, size_t
     }
   }
   text[n] = '\0';
-  kit_write("t.lua", "return st.endpoint{ name = 't', build = function(a)\n%s\nend }\n", text);
-  if (kit_vm_open(&K) != ST_OK) {
-    snprintf(err, errlen, "vm did not open");
-    st__build_result_init(res);
-    return -1000;
-  }
-  int rc = kit_build(&K, "t", NULL, NULL, res, err, errlen);
-  kit_vm_close(&K);
-  return rc;
+  return kit_run_body(text, res, err, errlen);
 }
 
 /* A checkpoint: w (F32 2x3: 0..5), ids (I64 3: 10 20 30), h (BF16 4: 1.5 each),
@@ -95,14 +85,14 @@ static int check_module(const st__build_result_t *res, const msgpack_object *o, 
 TEST(a_loaded_checkpoint_is_one_module_arena) {
   st__build_result_t res;
   char err[1024];
-  CHECK_EQ_INT(run_body(
-      "local m = st.load_safetensors('%s')\n"
-      "assert(#m == 3 and m:names()[1] == 'w' and m:names()[3] == 'h')\n"
-      "assert(m:metadata().arch == 'tiny' and m.w:dtype() == 'float32')\n"
-      "assert(m.ids:shape()[1] == 3 and m:tensor('h'):dtype() == 'bfloat16')\n"
-      "assert(tostring(m):find('module%(3 tensors'))\n"
-      "return { m = m, again = m.w }",
-      &res, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(run_body(
+       "local m = st.load_safetensors('%s')\n"
+       "assert(#m == 3 and m:names()[1] == 'w' and m:names()[3] == 'h')\n"
+       "assert(m:metadata().arch == 'tiny' and m.w:dtype() == 'float32')\n"
+       "assert(m.ids:shape()[1] == 3 and m:tensor('h'):dtype() == 'bfloat16')\n"
+       "assert(tostring(m):find('module%(3 tensors'))\n"
+       "return { m = m, again = m.w }",
+       &res, err, sizeof err), ST_OK, err);
   CHECK_EQ_INT(res.narenas, 1);
   CHECK_EQ_INT(st__arena_bytes(res.arenas[0]), 2 * 256 + 8);
   msgpack_unpacked up;
@@ -111,7 +101,7 @@ TEST(a_loaded_checkpoint_is_one_module_arena) {
   CHECK(check_module(&res, st__map_get(v, "m"), 0));
   st__tensor_desc_t again;
   memset(&again, 0, sizeof again);
-  CHECK_EQ_INT(st__parse_tensor(st__map_get(v, "again"), &again, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__parse_tensor(st__map_get(v, "again"), &again, err, sizeof err), ST_OK, err);
   CHECK_EQ_INT(again.arena, 0);
   msgpack_unpacked_destroy(&up);
   st__build_result_destroy(&res);
@@ -120,10 +110,10 @@ TEST(a_loaded_checkpoint_is_one_module_arena) {
 TEST(conversion_and_a_relative_path) {
   st__build_result_t res;
   char err[1024];
-  CHECK_EQ_INT(run_body("local _ = '%s'\n"
-                        "return st.load_safetensors('model.safetensors', { dtype = 'half', "
-                        "device = 'cpu' })",
-                        &res, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(run_body("local _ = '%s'\n"
+                         "return st.load_safetensors('model.safetensors', { dtype = 'half', "
+                         "device = 'cpu' })",
+                         &res, err, sizeof err), ST_OK, err);
   CHECK_EQ_INT(res.narenas, 1);
   msgpack_unpacked up;
   const msgpack_object *v = kit_value(&res, &up);
@@ -178,9 +168,9 @@ TEST(errors_raise_with_clear_messages) {
   if (st__cuda_available(why, sizeof why) != ST_OK) {
     st__build_result_t res;
     char err[1024];
-    CHECK_EQ_INT(run_body("return st.load_safetensors('%s', { device = 'cuda:0' })", &res, err,
-                          sizeof err),
-                 ST_ERR_CAPABILITY);
+    CHECK_ERR_MSG(run_body("return st.load_safetensors('%s', { device = 'cuda:0' })", &res, err,
+                           sizeof err),
+                  ST_ERR_CAPABILITY, err);
     CHECK_CONTAINS(err, "no CUDA device");
   }
 }
@@ -195,10 +185,10 @@ TEST(cuda_load_matches_the_cpu_load) {
   }
   st__build_result_t cpu, gpu;
   char err[1024];
-  CHECK_EQ_INT(run_body("return st.load_safetensors('%s', { dtype = 'float16' })", &cpu, err,
-                        sizeof err), ST_OK);
-  CHECK_EQ_INT(run_body("return st.load_safetensors('%s', { dtype = 'float16', device = 'cuda:0' })",
-                        &gpu, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(run_body("return st.load_safetensors('%s', { dtype = 'float16' })", &cpu, err,
+                         sizeof err), ST_OK, err);
+  CHECK_ERR_MSG(run_body("return st.load_safetensors('%s', { dtype = 'float16', device = 'cuda:0' })",
+                         &gpu, err, sizeof err), ST_OK, err);
   CHECK_EQ_INT(gpu.narenas, 1);
   CHECK_EQ_INT(st__arena_device(gpu.arenas[0]), 0);
   st__arena_desc_t d;
@@ -208,8 +198,8 @@ TEST(cuda_load_matches_the_cpu_load) {
   CHECK_EQ_INT(st__arena_bytes(gpu.arenas[0]), n);
   char host[1024];
   CHECK(n <= sizeof host);
-  CHECK_EQ_INT(st__cuda_copy_to_host(host, (uint64_t)(uintptr_t)st__arena_base(gpu.arenas[0]), n,
-                                     0, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__cuda_copy_to_host(host, (uint64_t)(uintptr_t)st__arena_base(gpu.arenas[0]), n,
+                                      0, err, sizeof err), ST_OK, err);
   CHECK(memcmp(host, st__arena_base(cpu.arenas[0]), n) == 0);
   CHECK(cpu.value.size == gpu.value.size);        /* same names, dtypes, shapes, offsets */
   st__build_result_destroy(&cpu);

@@ -77,15 +77,15 @@ static void check_escape(const char *name) {
     st__build_result_destroy(&res);
   }
   CHECK(rc != ST_OK);
-  if (strcmp(name, "cuda_device") == 0) CHECK_EQ_INT(rc, ST_ERR_CAPABILITY);
-  else CHECK_EQ_INT(rc, ST_ERR_ENDPOINT);
+  if (strcmp(name, "cuda_device") == 0) CHECK_ERR(rc, ST_ERR_CAPABILITY);
+  else CHECK_ERR(rc, ST_ERR_ENDPOINT);
   /* the body's line, or the declaration's when a tail call
    * (`return require('io')`) left no frame to ask */
   char body[160], decl[160];
   snprintf(body, sizeof body, "%s.lua:2:", name);
   snprintf(decl, sizeof decl, "%s.lua:1:", name);
   if (!strstr(err, body)) CHECK_CONTAINS(err, decl);
-  CHECK_EQ_INT(kit_build(&V, "ok", NULL, NULL, &res, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(kit_build(&V, "ok", NULL, NULL, &res, err, sizeof err), ST_OK, err);
   st__build_result_destroy(&res);
 }
 
@@ -105,7 +105,7 @@ TEST(messages_say_what_is_wrong) {
             "  st.endpoint{ name = 'n', build = function() local m = require('st.nothing_here') return m end },\n"
             "}\n");
   kit_vm_t k;
-  CHECK_EQ_INT(kit_vm_open(&k), ST_OK);
+  CHECK_ERR(kit_vm_open(&k), ST_OK);
   st__build_result_t res;
   char err[1024];
   kit_build(&k, "g", NULL, NULL, &res, err, sizeof err);
@@ -119,9 +119,9 @@ TEST(messages_say_what_is_wrong) {
   CHECK_CONTAINS(err, "m.lua:5: load: binary chunks are not allowed");
   kit_build(&k, "s", NULL, NULL, &res, err, sizeof err);
   CHECK_CONTAINS(err, "m.lua:6: attempt to modify read-only table (field 'zeros')");
-  CHECK_EQ_INT(kit_build(&k, "c", NULL, NULL, &res, err, sizeof err), ST_ERR_CAPABILITY);
+  CHECK_ERR_MSG(kit_build(&k, "c", NULL, NULL, &res, err, sizeof err), ST_ERR_CAPABILITY, err);
   CHECK_CONTAINS(err, "m.lua:7: no CUDA device: cuda:4095 is unavailable");
-  CHECK_EQ_INT(kit_build(&k, "n", NULL, NULL, &res, err, sizeof err), ST_ERR_ENDPOINT);
+  CHECK_ERR_MSG(kit_build(&k, "n", NULL, NULL, &res, err, sizeof err), ST_ERR_ENDPOINT, err);
   CHECK_CONTAINS(err, "m.lua:8: require: module 'st.nothing_here' is not available in "
                       "endpoints (only 'st' and 'st.zerobranch')");
   kit_vm_close(&k);
@@ -156,10 +156,10 @@ TEST(allowed_things_work) {
             "  return r\n"
             "end }\n");
   kit_vm_t k;
-  CHECK_EQ_INT(kit_vm_open(&k), ST_OK);
+  CHECK_ERR(kit_vm_open(&k), ST_OK);
   st__build_result_t res;
   char err[1024];
-  CHECK_EQ_INT(kit_build(&k, "ok", NULL, NULL, &res, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(kit_build(&k, "ok", NULL, NULL, &res, err, sizeof err), ST_OK, err);
   msgpack_unpacked up;
   const msgpack_object *v = kit_value(&res, &up);
   CHECK(v && v->type == MSGPACK_OBJECT_MAP);
@@ -198,17 +198,17 @@ TEST(endpoints_cannot_touch_each_other) {
   kit_write("b.lua",
             "return st.endpoint{ name = 'b', build = function() return string.rep('x', 3) end }\n");
   kit_vm_t k;
-  CHECK_EQ_INT(kit_vm_open(&k), ST_OK);
+  CHECK_ERR(kit_vm_open(&k), ST_OK);
   st__build_result_t res;
   char err[1024];
   msgpack_unpacked up;
   for (int i = 1; i <= 3; i++) {
-    CHECK_EQ_INT(kit_build(&k, "a", NULL, NULL, &res, err, sizeof err), ST_OK);
+    CHECK_ERR_MSG(kit_build(&k, "a", NULL, NULL, &res, err, sizeof err), ST_OK, err);
     CHECK_EQ_INT(kit_int(kit_value(&res, &up)), i);   /* file-level locals persist */
     msgpack_unpacked_destroy(&up);
     st__build_result_destroy(&res);
   }
-  CHECK_EQ_INT(kit_build(&k, "b", NULL, NULL, &res, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(kit_build(&k, "b", NULL, NULL, &res, err, sizeof err), ST_OK, err);
   CHECK(st__str_eq(kit_value(&res, &up), "xxx"));
   msgpack_unpacked_destroy(&up);
   st__build_result_destroy(&res);
@@ -221,7 +221,7 @@ TEST(validation_runs_no_build_body) {
             "return st.endpoint{ name = 'v', build = function() while true do end end }\n");
   st__generation_t *g;
   char *errs;
-  CHECK_EQ_INT(kit_load(&g, &errs), ST_OK);   /* returns at once: the body never ran */
+  CHECK_ERR(kit_load(&g, &errs), ST_OK);   /* returns at once: the body never ran */
   st__generation_unref(g);
 }
 

@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "lua_kit.h"
+#include "mpbuf.h"
 #include "mem/arena.h"
 
 static double now_s(void) {
@@ -37,6 +38,17 @@ static char *load_fails(void) {
     CHECK(ok_);                                   \
   } while (0)
 
+/* One file `name` holding `text`, loaded in a fresh dir: CONFIGURATION
+ * with every one of the NULL-terminated parts in the errors. */
+static void expect_load_errors(const char *name, const char *text, const char *const *parts) {
+  kit_fresh();
+  kit_write(name, "%s", text);
+  char *e = load_fails();
+  CHECK(e != NULL);
+  for (size_t i = 0; parts[i]; i++) CHECK_CONTAINS(e, parts[i]);
+  free(e);
+}
+
 TEST(syntax_error_names_file_and_line) {
   kit_fresh();
   kit_write("bad.lua", "return st.endpoint{\n  name = 'x',\n  build = function( end,\n}\n");
@@ -56,46 +68,38 @@ TEST(unknown_option) {
 }
 
 TEST(wrong_types) {
-  kit_fresh();
-  kit_write("types.lua",
-            "return st.endpoint{ name = 'w', managed = 'yes', timeout = -1, doc = 3,\n"
-            "  params = { n = function() end }, build = 'nope' }\n");
-  char *e = load_fails();
-  CHECK(e != NULL);
-  CHECK_CONTAINS(e, "types.lua:1: option 'managed' must be a boolean");
-  CHECK_CONTAINS(e, "types.lua:1: option 'timeout' must be a number of seconds > 0");
-  CHECK_CONTAINS(e, "types.lua:1: option 'doc' must be a string");
-  CHECK_CONTAINS(e, "params.n: a default must be");
-  CHECK_CONTAINS(e, "option 'build' must be a function");
-  free(e);
+  expect_load_errors(
+      "types.lua",
+      "return st.endpoint{ name = 'w', managed = 'yes', timeout = -1, doc = 3,\n"
+      "  params = { n = function() end }, build = 'nope' }\n",
+      (const char *const[]){"types.lua:1: option 'managed' must be a boolean",
+                            "types.lua:1: option 'timeout' must be a number of seconds > 0",
+                            "types.lua:1: option 'doc' must be a string",
+                            "params.n: a default must be", "option 'build' must be a function",
+                            NULL});
 }
 
 TEST(bad_enums) {
-  kit_fresh();
-  kit_write("enum.lua",
-            "return st.endpoint{ name = 'e', execution = 'later', concurrency = 'x',\n"
-            "  ipc = 'shm', device = 'tpu', build = function() end }\n");
-  char *e = load_fails();
-  CHECK(e != NULL);
-  CHECK_CONTAINS(e, "enum.lua:1: option 'execution' must be \"direct\" or \"task\", got \"later\"");
-  CHECK_CONTAINS(e, "option 'concurrency' must be \"parallel\" or \"serialized\"");
-  CHECK_CONTAINS(e, "option 'ipc' must be \"vmm\" or \"legacy\"");
-  CHECK_CONTAINS(e, "option 'device' must be \"cpu\", \"cuda\" or \"cuda:N\", got \"tpu\"");
-  free(e);
+  expect_load_errors(
+      "enum.lua",
+      "return st.endpoint{ name = 'e', execution = 'later', concurrency = 'x',\n"
+      "  ipc = 'shm', device = 'tpu', build = function() end }\n",
+      (const char *const[]){
+          "enum.lua:1: option 'execution' must be \"direct\" or \"task\", got \"later\"",
+          "option 'concurrency' must be \"parallel\" or \"serialized\"",
+          "option 'ipc' must be \"vmm\" or \"legacy\"",
+          "option 'device' must be \"cpu\", \"cuda\" or \"cuda:N\", got \"tpu\"", NULL});
 }
 
 TEST(bad_names) {
-  kit_fresh();
-  kit_write("names.lua",
-            "return { st.endpoint{ name = '9lives', build = function() end },\n"
-            "         st.endpoint{ name = 'has space', build = function() end },\n"
-            "         st.endpoint{ build = function() end } }\n");
-  char *e = load_fails();
-  CHECK(e != NULL);
-  CHECK_CONTAINS(e, "names.lua:1: invalid endpoint name \"9lives\"");
-  CHECK_CONTAINS(e, "names.lua:2: invalid endpoint name \"has space\"");
-  CHECK_CONTAINS(e, "names.lua:3: missing option 'name'");
-  free(e);
+  expect_load_errors(
+      "names.lua",
+      "return { st.endpoint{ name = '9lives', build = function() end },\n"
+      "         st.endpoint{ name = 'has space', build = function() end },\n"
+      "         st.endpoint{ build = function() end } }\n",
+      (const char *const[]){"names.lua:1: invalid endpoint name \"9lives\"",
+                            "names.lua:2: invalid endpoint name \"has space\"",
+                            "names.lua:3: missing option 'name'", NULL});
 }
 
 TEST(format_key_naming_no_param) {
@@ -179,7 +183,7 @@ TEST(good_generation) {
   kit_write(".hidden.lua", "syntax error");
   st__generation_t *g;
   char *errs;
-  CHECK_EQ_INT(kit_load(&g, &errs), ST_OK);
+  CHECK_ERR(kit_load(&g, &errs), ST_OK);
   CHECK(errs == NULL);
   CHECK_EQ_INT(g->refs, 1);
   CHECK_EQ_INT(g->number, 1);
@@ -249,14 +253,14 @@ TEST(good_generation) {
   uint64_t fa = g->endpoints[0].fingerprint, fz = z->fingerprint;
   CHECK(fa != fz && fa != g->endpoints[1].fingerprint);
   st__generation_t *g2;
-  CHECK_EQ_INT(kit_load(&g2, &errs), ST_OK);
+  CHECK_ERR(kit_load(&g2, &errs), ST_OK);
   CHECK(g2->endpoints[0].fingerprint == fa);
   st__generation_unref(g2);
   kit_write("two.lua",
             "local function helper(a) return 2 end\n"
             "return { st.endpoint{ name = 'alpha', build = helper },\n"
             "  st.endpoint{ name = 'mid.v-2', build = helper } }\n");
-  CHECK_EQ_INT(kit_load(&g2, &errs), ST_OK);
+  CHECK_ERR(kit_load(&g2, &errs), ST_OK);
   CHECK(g2->endpoints[0].fingerprint != fa);
   CHECK(g2->endpoints[2].fingerprint == fz);
   st__generation_unref(g2);
@@ -274,7 +278,7 @@ TEST(metatables_on_declarations_run_no_code) {
             "return setmetatable(st.endpoint{ name = 'm', params = { t = setmetatable({ 1 }, trap) },\n"
             "  build = function() return 1 end }, trap)\n");
   kit_vm_t k;
-  CHECK_EQ_INT(kit_vm_open(&k), ST_OK);
+  CHECK_ERR(kit_vm_open(&k), ST_OK);
   CHECK_EQ_INT(k.gen->nendpoints, 1);
   CHECK_EQ_INT(k.gen->endpoints[0].line, 2);
   kit_vm_close(&k);
@@ -283,7 +287,7 @@ TEST(metatables_on_declarations_run_no_code) {
 TEST(missing_dir) {
   st__generation_t *g;
   st__errlist_t l = {0};
-  CHECK_EQ_INT(st__generation_load("/nonexistent/endpoints", 1, &g, &l), ST_ERR_CONFIGURATION);
+  CHECK_ERR(st__generation_load("/nonexistent/endpoints", 1, &g, &l), ST_ERR_CONFIGURATION);
   CHECK(g == NULL);
   CHECK_EQ_INT(l.count, 1);
   CHECK_CONTAINS(l.items[0], "/nonexistent/endpoints: cannot open");
@@ -298,24 +302,22 @@ TEST(arguments_and_results) {
             "    return { twice = a.n * 2, s = a.s .. '!', t = a.t, nt = #a.t, frac = a.n / 4 }\n"
             "  end }\n");
   kit_vm_t k;
-  CHECK_EQ_INT(kit_vm_open(&k), ST_OK);
+  CHECK_ERR(kit_vm_open(&k), ST_OK);
   CHECK(st__vm_generation(k.vm) == k.gen);
   CHECK_EQ_INT(k.gen->refs, 2);
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  msgpack_pack_map(&pk, 3);
-  st__pack_cstr(&pk, "n");
-  msgpack_pack_int(&pk, 21);
-  st__pack_cstr(&pk, "s");
-  st__pack_cstr(&pk, "hey");
-  st__pack_cstr(&pk, "t");
-  msgpack_pack_array(&pk, 0);
+  mpbuf_t mb;
+  mpbuf_init(&mb);
+  msgpack_pack_map(&mb.pk, 3);
+  st__pack_cstr(&mb.pk, "n");
+  msgpack_pack_int(&mb.pk, 21);
+  st__pack_cstr(&mb.pk, "s");
+  st__pack_cstr(&mb.pk, "hey");
+  st__pack_cstr(&mb.pk, "t");
+  msgpack_pack_array(&mb.pk, 0);
   st__build_result_t res;
   char err[1024];
-  CHECK_EQ_INT(kit_build(&k, "args", &sb, NULL, &res, err, sizeof err), ST_OK);
-  msgpack_sbuffer_destroy(&sb);
+  CHECK_ERR_MSG(kit_build(&k, "args", &mb.sb, NULL, &res, err, sizeof err), ST_OK, err);
+  mpbuf_free(&mb);
   msgpack_unpacked up;
   const msgpack_object *v = kit_value(&res, &up);
   CHECK(v && v->type == MSGPACK_OBJECT_MAP);
@@ -329,7 +331,7 @@ TEST(arguments_and_results) {
   msgpack_unpacked_destroy(&up);
   st__build_result_destroy(&res);
   /* no args at all: an empty table */
-  CHECK_EQ_INT(kit_build(&k, "args", NULL, NULL, &res, err, sizeof err), ST_ERR_ENDPOINT);
+  CHECK_ERR_MSG(kit_build(&k, "args", NULL, NULL, &res, err, sizeof err), ST_ERR_ENDPOINT, err);
   CHECK_CONTAINS(err, "args.lua:3: attempt to perform arithmetic");
   kit_vm_close(&k);
 }
@@ -348,22 +350,23 @@ TEST(raised_error_names_file_line_and_vm_survives) {
             "  st.endpoint{ name = 'fine', build = function() return 'ok' end },\n"
             "}\n");
   kit_vm_t k;
-  CHECK_EQ_INT(kit_vm_open(&k), ST_OK);
+  CHECK_ERR(kit_vm_open(&k), ST_OK);
   st__build_result_t res;
   char err[1024];
   for (int round = 0; round < 2; round++) {
-    CHECK_EQ_INT(kit_build(&k, "fails", NULL, NULL, &res, err, sizeof err), ST_ERR_ENDPOINT);
+    CHECK_ERR_MSG(kit_build(&k, "fails", NULL, NULL, &res, err, sizeof err), ST_ERR_ENDPOINT, err);
     CHECK_CONTAINS(err, "err.lua:4: boom: 1");
     CHECK(strstr(err, "traceback") == NULL);
     CHECK(strstr(err, "\n") == NULL);
     CHECK_EQ_INT(res.narenas, 0);
-    CHECK_EQ_INT(kit_build(&k, "obj", NULL, NULL, &res, err, sizeof err), ST_ERR_ENDPOINT);
+    CHECK_ERR_MSG(kit_build(&k, "obj", NULL, NULL, &res, err, sizeof err), ST_ERR_ENDPOINT, err);
     CHECK_CONTAINS(err, "err.lua:6: (error object is a table value)");
-    CHECK_EQ_INT(kit_build(&k, "nolevel", NULL, NULL, &res, err, sizeof err), ST_ERR_ENDPOINT);
+    CHECK_ERR_MSG(kit_build(&k, "nolevel", NULL, NULL, &res, err, sizeof err),
+                  ST_ERR_ENDPOINT, err);
     CHECK_CONTAINS(err, "err.lua:7: plain");
-    CHECK_EQ_INT(kit_build(&k, "arith", NULL, NULL, &res, err, sizeof err), ST_ERR_ENDPOINT);
+    CHECK_ERR_MSG(kit_build(&k, "arith", NULL, NULL, &res, err, sizeof err), ST_ERR_ENDPOINT, err);
     CHECK_CONTAINS(err, "err.lua:8: attempt to perform arithmetic");
-    CHECK_EQ_INT(kit_build(&k, "fine", NULL, NULL, &res, err, sizeof err), ST_OK);
+    CHECK_ERR_MSG(kit_build(&k, "fine", NULL, NULL, &res, err, sizeof err), ST_OK, err);
     msgpack_unpacked up;
     CHECK(st__str_eq(kit_value(&res, &up), "ok"));
     msgpack_unpacked_destroy(&up);
@@ -391,19 +394,19 @@ TEST(timeout_fires_on_endless_loops) {
             "  st.endpoint{ name = 'quick', timeout = 5, build = function() return 1 end },\n"
             "}\n");
   kit_vm_t k;
-  CHECK_EQ_INT(kit_vm_open(&k), ST_OK);
+  CHECK_ERR(kit_vm_open(&k), ST_OK);
   st__build_result_t res;
   char err[1024];
   const char *names[] = {"spin", "swallow", "xswallow", "sleepy"};
   for (int i = 0; i < 4; i++) {
     double t0 = now_s();
-    CHECK_EQ_INT(kit_build(&k, names[i], NULL, NULL, &res, err, sizeof err), ST_ERR_TIMEOUT);
+    CHECK_ERR_MSG(kit_build(&k, names[i], NULL, NULL, &res, err, sizeof err), ST_ERR_TIMEOUT, err);
     double dt = now_s() - t0;
     CHECK(dt >= 0.19 && dt < 5);
     CHECK_CONTAINS(err, "spin.lua:");
     CHECK_CONTAINS(err, "timed out after 0.2 s");
   }
-  CHECK_EQ_INT(kit_build(&k, "quick", NULL, NULL, &res, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(kit_build(&k, "quick", NULL, NULL, &res, err, sizeof err), ST_OK, err);
   st__build_result_destroy(&res);
   kit_vm_close(&k);
 }
@@ -447,20 +450,20 @@ TEST(progress_reports_reach_the_sink) {
             "      return 1 end },\n"
             "}\n");
   kit_vm_t k;
-  CHECK_EQ_INT(kit_vm_open(&k), ST_OK);
+  CHECK_ERR(kit_vm_open(&k), ST_OK);
   st__build_result_t res;
   char err[1024];
   st__progress_t p, got;
   memset(&p, 0, sizeof p);
   pthread_mutex_init(&p.mu, NULL);
-  CHECK_EQ_INT(kit_build_p(&k, "steps", NULL, NULL, &p, &res, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(kit_build_p(&k, "steps", NULL, NULL, &p, &res, err, sizeof err), ST_OK, err);
   st__build_result_destroy(&res);
   CHECK(st__progress_get(&p, &got));
   CHECK(got.fraction == 0.5);
   CHECK(got.has_note);
   CHECK_STR_EQ(got.note, "loading");          /* a report without a note keeps the last one */
   /* Without a sink: nothing happens. */
-  CHECK_EQ_INT(kit_build(&k, "steps", NULL, NULL, &res, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(kit_build(&k, "steps", NULL, NULL, &res, err, sizeof err), ST_OK, err);
   st__build_result_destroy(&res);
   static const struct { double f; int n; const char *msg; } bad[] = {
       {1.5, 1, "p.lua:8: st.progress: fraction must be in [0, 1], got 1.5"},
@@ -469,35 +472,17 @@ TEST(progress_reports_reach_the_sink) {
       {0.5, 3, "p.lua:10: st.progress: note of 201 bytes is longer than 200"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    msgpack_sbuffer args;
-    msgpack_sbuffer_init(&args);
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &args, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 3);
-    st__pack_cstr(&pk, "f");
-    msgpack_pack_double(&pk, bad[i].f);
-    st__pack_cstr(&pk, "n");
-    msgpack_pack_int(&pk, bad[i].n);
-    st__pack_cstr(&pk, "note");
-    st__pack_cstr(&pk, "x");
-    int rc = kit_build_p(&k, "bad", &args, NULL, &p, &res, err, sizeof err);
-    msgpack_sbuffer_destroy(&args);
-    CHECK_EQ_INT(rc, ST_ERR_ENDPOINT);
+    mpbuf_t mb;
+    mpbuf_text(&mb, "{f: %#.17g, n: %d, note: 'x'}", bad[i].f, bad[i].n);
+    int rc = kit_build_p(&k, "bad", &mb.sb, NULL, &p, &res, err, sizeof err);
+    mpbuf_free(&mb);
+    CHECK_ERR(rc, ST_ERR_ENDPOINT);
     CHECK_CONTAINS(err, bad[i].msg);
   }
-  msgpack_sbuffer args;
-  msgpack_sbuffer_init(&args);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &args, msgpack_sbuffer_write);
-  msgpack_pack_map(&pk, 3);
-  st__pack_cstr(&pk, "f");
-  msgpack_pack_double(&pk, 0.5);
-  st__pack_cstr(&pk, "n");
-  msgpack_pack_int(&pk, 4);
-  st__pack_cstr(&pk, "note");
-  st__pack_cstr(&pk, "x");
-  CHECK_EQ_INT(kit_build_p(&k, "bad", &args, NULL, &p, &res, err, sizeof err), ST_OK);
-  msgpack_sbuffer_destroy(&args);
+  mpbuf_t mb;
+  mpbuf_text(&mb, "{f: 0.5, n: 4, note: 'x'}");
+  CHECK_ERR_MSG(kit_build_p(&k, "bad", &mb.sb, NULL, &p, &res, err, sizeof err), ST_OK, err);
+  mpbuf_free(&mb);
   st__build_result_destroy(&res);
   st__progress_get(&p, &got);
   CHECK_EQ_INT(strlen(got.note), 200);
@@ -520,7 +505,7 @@ TEST(cancel_flag_stops_the_body) {
             "  st.endpoint{ name = 'flag', build = function() return st.cancelled() end },\n"
             "}\n");
   kit_vm_t k;
-  CHECK_EQ_INT(kit_vm_open(&k), ST_OK);
+  CHECK_ERR(kit_vm_open(&k), ST_OK);
   st__build_result_t res;
   char err[1024];
   const char *names[] = {"loop", "sleeper"};
@@ -532,13 +517,13 @@ TEST(cancel_flag_stops_the_body) {
     CHECK_EQ_INT(pthread_create(&th, NULL, cancel_when_started, &c), 0);
     int rc = kit_build(&k, names[i], NULL, &flag, &res, err, sizeof err);
     pthread_join(th, NULL);
-    CHECK_EQ_INT(rc, ST_ERR_CANCELLED);
+    CHECK_ERR(rc, ST_ERR_CANCELLED);
     CHECK_CONTAINS(err, "c.lua:");
     CHECK_CONTAINS(err, "cancelled");
   }
   volatile int set = 1, clear = 0;
-  CHECK_EQ_INT(kit_build(&k, "flag", NULL, &set, &res, err, sizeof err), ST_ERR_CANCELLED);
-  CHECK_EQ_INT(kit_build(&k, "flag", NULL, &clear, &res, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(kit_build(&k, "flag", NULL, &set, &res, err, sizeof err), ST_ERR_CANCELLED, err);
+  CHECK_ERR_MSG(kit_build(&k, "flag", NULL, &clear, &res, err, sizeof err), ST_OK, err);
   msgpack_unpacked up;
   const msgpack_object *v = kit_value(&res, &up);
   CHECK(v && v->type == MSGPACK_OBJECT_BOOLEAN && !v->via.boolean);
@@ -556,10 +541,10 @@ TEST(print_and_require) {
             "  return st2 == st\n"
             "end }\n");
   kit_vm_t k;
-  CHECK_EQ_INT(kit_vm_open(&k), ST_OK);
+  CHECK_ERR(kit_vm_open(&k), ST_OK);
   st__build_result_t res;
   char err[1024];
-  CHECK_EQ_INT(kit_build(&k, "p", NULL, NULL, &res, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(kit_build(&k, "p", NULL, NULL, &res, err, sizeof err), ST_OK, err);
   msgpack_unpacked up;
   const msgpack_object *v = kit_value(&res, &up);
   CHECK(v && v->type == MSGPACK_OBJECT_BOOLEAN && v->via.boolean);

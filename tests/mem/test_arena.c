@@ -14,7 +14,7 @@ TEST(create_write_and_map_a_dup) {
   st__arena_stats(&n0, &b0);
   st__arena_t *a;
   char err[256];
-  CHECK_EQ_INT(st__arena_new_cpu(10000, &a, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__arena_new_cpu(10000, &a, err, sizeof err), ST_OK, err);
   CHECK_EQ_INT(st__arena_bytes(a), 10000);
   unsigned char *base = st__arena_base(a);
   for (int i = 0; i < 10000; i++) CHECK_EQ_INT(base[i], 0);   /* zero-filled */
@@ -55,7 +55,7 @@ TEST(create_write_and_map_a_dup) {
 
 TEST(seals_prevent_resizing) {
   st__arena_t *a;
-  CHECK_EQ_INT(st__arena_new_cpu(4096 * 3, &a, NULL, 0), ST_OK);
+  CHECK_ERR(st__arena_new_cpu(4096 * 3, &a, NULL, 0), ST_OK);
   int fd = st__arena_dup_fd(a);
   CHECK(fd >= 0);
   int seals = fcntl(fd, F_GET_SEALS);
@@ -75,7 +75,7 @@ TEST(seals_prevent_resizing) {
 
 TEST(empty_arena_is_one_page) {
   st__arena_t *a;
-  CHECK_EQ_INT(st__arena_new_cpu(0, &a, NULL, 0), ST_OK);
+  CHECK_ERR(st__arena_new_cpu(0, &a, NULL, 0), ST_OK);
   st__arena_desc_t d = {0};
   st__arena_describe(a, &d);
   CHECK_EQ_INT(st__arena_bytes(a), 0);
@@ -91,8 +91,8 @@ TEST(empty_arena_is_one_page) {
 
 TEST(ids_are_unique_and_refcounted) {
   st__arena_t *a, *b;
-  CHECK_EQ_INT(st__arena_new_cpu(1, &a, NULL, 0), ST_OK);
-  CHECK_EQ_INT(st__arena_new_cpu(1, &b, NULL, 0), ST_OK);
+  CHECK_ERR(st__arena_new_cpu(1, &a, NULL, 0), ST_OK);
+  CHECK_ERR(st__arena_new_cpu(1, &b, NULL, 0), ST_OK);
   CHECK(st__arena_id(a) != st__arena_id(b));
   uint64_t n0;
   st__arena_stats(&n0, NULL);
@@ -112,13 +112,13 @@ TEST(limit) {
   char err[256];
   st__arena_t *a = NULL;
   st__arena_set_limit(1000);
-  CHECK_EQ_INT(st__arena_new_cpu(1001, &a, err, sizeof err), ST_ERR_LIMIT);
+  CHECK_ERR_MSG(st__arena_new_cpu(1001, &a, err, sizeof err), ST_ERR_LIMIT, err);
   CHECK(a == NULL);
   CHECK_STR_EQ(err, "object of 1001 bytes exceeds max_object_bytes (1000)");
-  CHECK_EQ_INT(st__arena_new_cpu(1000, &a, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__arena_new_cpu(1000, &a, err, sizeof err), ST_OK, err);
   st__arena_unref(a);
   st__arena_set_limit(0);
-  CHECK_EQ_INT(st__arena_new_cpu(1 << 20, &a, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__arena_new_cpu(1 << 20, &a, err, sizeof err), ST_OK, err);
   st__arena_unref(a);
 }
 

@@ -265,7 +265,7 @@ static void reap_children(void) {
 TEST(client_outlives_the_holder) {
   char err[512];
   uint64_t base_free, total, free_now = 0;
-  CHECK_EQ_INT(st__cuda_mem_info(0, &base_free, &total, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__cuda_mem_info(0, &base_free, &total, err, sizeof err), ST_OK, err);
 
   int hs[2], cs[2];
   CHECK_EQ_INT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, hs), 0);
@@ -323,7 +323,7 @@ TEST(client_outlives_the_holder) {
    * (the driver does so asynchronously; poll with a deadline). */
   double deadline = now_ms() + 10000;
   do {
-    CHECK_EQ_INT(st__cuda_mem_info(0, &free_now, NULL, err, sizeof err), ST_OK);
+    CHECK_ERR_MSG(st__cuda_mem_info(0, &free_now, NULL, err, sizeof err), ST_OK, err);
     if (free_now + 4 * MiB >= base_free) break;
     struct timespec ts = {0, 20 * 1000 * 1000};
     nanosleep(&ts, NULL);

@@ -86,8 +86,8 @@ TEST(fill_matches_cpu) {
       size_t es = st_dtype_size((st_dtype_t)d);
       CHECK_EQ_INT(cu->cuMemsetD8Async((CUdeviceptr)dptr(buf_a, 0), 0x5a, 16384, NULL),
                    CUDA_SUCCESS);
-      CHECK_EQ_INT(st__cuda_fill(dev(buf_a, 256), (st_dtype_t)d, n, vals[k], NULL, err, sizeof err),
-                   ST_OK);
+      CHECK_ERR_MSG(st__cuda_fill(dev(buf_a, 256), (st_dtype_t)d, n, vals[k], NULL, err, sizeof err),
+                    ST_OK, err);
       CHECK(sync0());
       CHECK(down(got, buf_a, 256, (uint64_t)n * es + 8));
       for (int64_t i = 0; i < n; i++) st_dtype_store((st_dtype_t)d, want, (size_t)i, vals[k]);
@@ -97,7 +97,8 @@ TEST(fill_matches_cpu) {
   }
   /* Enough elements for the grid-stride loop to go round several times. */
   const int64_t big = 65536LL * 256 * 2 + 3;
-  CHECK_EQ_INT(st__cuda_fill(dev(buf_a, 0), ST_DTYPE_UINT8, big, 7, NULL, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__cuda_fill(dev(buf_a, 0), ST_DTYPE_UINT8, big, 7, NULL, err, sizeof err),
+                ST_OK, err);
   CHECK(sync0());
   unsigned char *h = malloc((size_t)big);
   CHECK(h);
@@ -117,9 +118,9 @@ TEST(arange_matches_cpu) {
     for (int d = ST_DTYPE_INVALID + 1; d < ST_DTYPE_COUNT; d++) {
       int64_t n = cases[c].n;
       size_t es = st_dtype_size((st_dtype_t)d);
-      CHECK_EQ_INT(st__cuda_arange(dev(buf_a, 0), (st_dtype_t)d, n, cases[c].start, cases[c].step,
-                                   NULL, err, sizeof err),
-                   ST_OK);
+      CHECK_ERR_MSG(st__cuda_arange(dev(buf_a, 0), (st_dtype_t)d, n, cases[c].start, cases[c].step,
+                                    NULL, err, sizeof err),
+                    ST_OK, err);
       CHECK(sync0());
       CHECK(down(got, buf_a, 0, (uint64_t)n * es));
       for (int64_t i = 0; i < n; i++)
@@ -200,24 +201,24 @@ TEST(randn_matches_cpu_within_ulps) {
 }
 
 TEST(arguments_are_checked) {
-  CHECK_EQ_INT(st__cuda_rand(dev(buf_a, 0), ST_DTYPE_INT32, 10, 1, NULL, err, sizeof err),
-               ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st__cuda_rand(dev(buf_a, 0), ST_DTYPE_INT32, 10, 1, NULL, err, sizeof err),
+                ST_ERR_INVALID_ARGUMENT, err);
   CHECK_CONTAINS(err, "floating");
-  CHECK_EQ_INT(st__cuda_randn(dev(buf_a, 0), ST_DTYPE_BOOL, 10, 1, NULL, err, sizeof err),
-               ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st__cuda_fill(dev(buf_a, 0), ST_DTYPE_INVALID, 10, 1, NULL, err, sizeof err),
-               ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st__cuda_fill(dev(buf_a, 0), ST_DTYPE_COUNT, 10, 1, NULL, err, sizeof err),
-               ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st__cuda_arange(dev(buf_a, 0), ST_DTYPE_FLOAT32, -1, 0, 1, NULL, err, sizeof err),
-               ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st__cuda_randn(dev(buf_a, 0), ST_DTYPE_BOOL, 10, 1, NULL, err, sizeof err),
+                ST_ERR_INVALID_ARGUMENT, err);
+  CHECK_ERR_MSG(st__cuda_fill(dev(buf_a, 0), ST_DTYPE_INVALID, 10, 1, NULL, err, sizeof err),
+                ST_ERR_INVALID_ARGUMENT, err);
+  CHECK_ERR_MSG(st__cuda_fill(dev(buf_a, 0), ST_DTYPE_COUNT, 10, 1, NULL, err, sizeof err),
+                ST_ERR_INVALID_ARGUMENT, err);
+  CHECK_ERR_MSG(st__cuda_arange(dev(buf_a, 0), ST_DTYPE_FLOAT32, -1, 0, 1, NULL, err, sizeof err),
+                ST_ERR_INVALID_ARGUMENT, err);
   CHECK_CONTAINS(err, "negative");
-  CHECK_EQ_INT(st__cuda_cast(dev(buf_a, 0), ST_DTYPE_FLOAT32, NULL, ST_DTYPE_INT8, 5, NULL, err,
-                             sizeof err),
-               ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st__cuda_cast(dev(buf_a, 0), ST_DTYPE_FLOAT32, NULL, ST_DTYPE_INT8, 5, NULL, err,
+                              sizeof err),
+                ST_ERR_INVALID_ARGUMENT, err);
   /* Nothing to do is not an error, whatever the pointer. */
-  CHECK_EQ_INT(st__cuda_fill(NULL, ST_DTYPE_FLOAT32, 0, 1, NULL, err, sizeof err), ST_OK);
-  CHECK_EQ_INT(st__cuda_rand(NULL, ST_DTYPE_FLOAT16, 0, 1, NULL, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__cuda_fill(NULL, ST_DTYPE_FLOAT32, 0, 1, NULL, err, sizeof err), ST_OK, err);
+  CHECK_ERR_MSG(st__cuda_rand(NULL, ST_DTYPE_FLOAT16, 0, 1, NULL, err, sizeof err), ST_OK, err);
   CHECK(sync0());
 }
 
@@ -239,13 +240,14 @@ TEST(cast_matches_cpu) {
     for (int i = 0; i < N; i++) st_dtype_store((st_dtype_t)s, src, (size_t)i, vals[i]);
     CHECK(up(buf_a, 0, src, (uint64_t)N * st_dtype_size((st_dtype_t)s)));
     for (int d = ST_DTYPE_INVALID + 1; d < ST_DTYPE_COUNT; d++) {
-      CHECK_EQ_INT(st__cuda_cast(dev(buf_b, 0), (st_dtype_t)d, dev(buf_a, 0), (st_dtype_t)s, N,
-                                 NULL, err, sizeof err),
-                   ST_OK);
+      CHECK_ERR_MSG(st__cuda_cast(dev(buf_b, 0), (st_dtype_t)d, dev(buf_a, 0), (st_dtype_t)s, N,
+                                  NULL, err, sizeof err),
+                    ST_OK, err);
       CHECK(sync0());
       CHECK(down(got, buf_b, 0, (uint64_t)N * st_dtype_size((st_dtype_t)d)));
       for (int i = 0; i < N; i++)
-        st_dtype_store((st_dtype_t)d, want, (size_t)i, st_dtype_load((st_dtype_t)s, src, (size_t)i));
+        st_dtype_store((st_dtype_t)d, want, (size_t)i,
+                       st_dtype_load((st_dtype_t)s, src, (size_t)i));
       int64_t i = first_diff((st_dtype_t)d, got, want, N);
       if (i >= 0) {
         fprintf(stderr, "   cast %s -> %s:\n", st_dtype_name((st_dtype_t)s),
@@ -271,9 +273,9 @@ TEST(decoding_every_code_matches_dtype_c) {
   for (int k = 0; k < 4; k++) {
     int wide = k < 2;
     int n = wide ? 65536 : 256;
-    CHECK_EQ_INT(st__cuda_cast(dev(buf_b, 0), ST_DTYPE_FLOAT32, dev(buf_a, wide ? 0 : sizeof codes),
-                               fmt[k], n, NULL, err, sizeof err),
-                 ST_OK);
+    CHECK_ERR_MSG(st__cuda_cast(dev(buf_b, 0), ST_DTYPE_FLOAT32, dev(buf_a, wide ? 0 : sizeof codes),
+                                fmt[k], n, NULL, err, sizeof err),
+                  ST_OK, err);
     CHECK(sync0());
     CHECK(down(got, buf_b, 0, (uint64_t)n * 4));
     for (int i = 0; i < n; i++) {
@@ -352,8 +354,8 @@ TEST(kernels_run_on_a_created_stream) {
   int rc2 = st__cuda_randn(dev(buf_b, 0), ST_DTYPE_BFLOAT16, n, 99, NULL, err, sizeof err);
   CUresult r = cu->cuStreamSynchronize(s);
   cu->cuStreamDestroy(s);
-  CHECK_EQ_INT(rc1, ST_OK);
-  CHECK_EQ_INT(rc2, ST_OK);
+  CHECK_ERR(rc1, ST_OK);
+  CHECK_ERR(rc2, ST_OK);
   CHECK_EQ_INT(r, CUDA_SUCCESS);
   CHECK(sync0());
   static uint16_t x[1 << 20], y[1 << 20];
@@ -391,7 +393,8 @@ static void *worker_main(void *arg) {
     w->worst_ulp = 0;
     for (int64_t i = 0; i < n; i++) {
       float want;
-      st_dtype_store(ST_DTYPE_FLOAT32, &want, 0, st__rng_normal(1000 + (uint64_t)w->index, (uint64_t)i));
+      st_dtype_store(ST_DTYPE_FLOAT32, &want, 0,
+                     st__rng_normal(1000 + (uint64_t)w->index, (uint64_t)i));
       int64_t d = llabs(ordered(ST_DTYPE_FLOAT32, h, (size_t)i) - ordered(ST_DTYPE_FLOAT32, &want, 0));
       if (d > w->worst_ulp) w->worst_ulp = d;
     }

@@ -123,15 +123,15 @@ static int same_as_cpu(const char *path, st_dtype_t dtype, int threads, void *st
 TEST(no_device_is_a_clear_error) {
   char err[512];
   st__safetensors_t *s = NULL;
-  CHECK_EQ_INT(st__safetensors_open(small_path, 0, &s, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__safetensors_open(small_path, 0, &s, err, sizeof err), ST_OK, err);
   uint64_t off[64];
   st_dtype_t dt[64];
   st__arena_t *a = (st__arena_t *)1;
   st__safetensors_opts_t o = {.device = 0};
-  CHECK_EQ_INT(st__safetensors_load(s, &o, &a, off, dt, err, sizeof err), ST_ERR_CAPABILITY);
+  CHECK_ERR_MSG(st__safetensors_load(s, &o, &a, off, dt, err, sizeof err), ST_ERR_CAPABILITY, err);
   CHECK(a == NULL);
   CHECK_CONTAINS(err, "no CUDA device: ");
-  CHECK_EQ_INT(st__staging_init(0, err, sizeof err), ST_ERR_CAPABILITY);
+  CHECK_ERR_MSG(st__staging_init(0, err, sizeof err), ST_ERR_CAPABILITY, err);
   st__safetensors_free(s);
 }
 
@@ -140,13 +140,13 @@ TEST(no_device_is_a_clear_error) {
 TEST(staging_pool_is_made_once) {
   char err[512];
   /* 64 MiB: 16 chunks of 4 MiB, small enough for concurrent loads to wait. */
-  CHECK_EQ_INT(st__staging_init(64 * MiB, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__staging_init(64 * MiB, err, sizeof err), ST_OK, err);
   uint64_t chunk = 0;
   int n = 0;
   st__staging_info(&chunk, &n);
   CHECK_EQ_INT(chunk, 4 * MiB);
   CHECK_EQ_INT(n, 16);
-  CHECK_EQ_INT(st__staging_init(1024 * MiB, err, sizeof err), ST_OK);   /* no-op */
+  CHECK_ERR_MSG(st__staging_init(1024 * MiB, err, sizeof err), ST_OK, err);   /* no-op */
   st__staging_info(&chunk, &n);
   CHECK_EQ_INT(n, 16);
 }
@@ -163,7 +163,7 @@ TEST(every_dtype_matches_the_cpu_load) {
 TEST(a_1gib_file_on_a_callers_stream) {
   const st__cuda_api_t *cu = st__cuda_api(NULL, 0);
   char err[256];
-  CHECK_EQ_INT(st__cuda_ctx_enter(0, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__cuda_ctx_enter(0, err, sizeof err), ST_OK, err);
   CUstream stream = NULL;
   CHECK_EQ_INT(cu->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   CHECK(same_as_cpu(big_path, ST_DTYPE_INVALID, 4, stream));
@@ -199,27 +199,27 @@ static int stop_after(void *ud) {
 TEST(cancel_returns_everything) {
   char err[512];
   st__safetensors_t *s = NULL;
-  CHECK_EQ_INT(st__safetensors_open(big_path, 0, &s, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__safetensors_open(big_path, 0, &s, err, sizeof err), ST_OK, err);
   uint64_t count0 = 0, bytes0 = 0, free0 = 0, total = 0;
   st__arena_stats(&count0, &bytes0);
-  CHECK_EQ_INT(st__cuda_mem_info(0, &free0, &total, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__cuda_mem_info(0, &free0, &total, err, sizeof err), ST_OK, err);
   size_t n = s->ntensors;
   uint64_t *off = malloc(n * sizeof *off);
   st_dtype_t *dt = malloc(n * sizeof *dt);
   int left = 20;                       /* some batches copied, then cancelled */
   st__arena_t *a = (st__arena_t *)1;
   st__safetensors_opts_t o = {.device = 0, .threads = 4, .stop = stop_after, .stop_ud = &left};
-  CHECK_EQ_INT(st__safetensors_load(s, &o, &a, off, dt, err, sizeof err), ST_ERR_CANCELLED);
+  CHECK_ERR_MSG(st__safetensors_load(s, &o, &a, off, dt, err, sizeof err), ST_ERR_CANCELLED, err);
   CHECK(a == NULL);
   uint64_t count1 = 0, bytes1 = 0, free1 = 0;
   st__arena_stats(&count1, &bytes1);
   CHECK_EQ_INT(count1, count0);
-  CHECK_EQ_INT(st__cuda_mem_info(0, &free1, &total, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__cuda_mem_info(0, &free1, &total, err, sizeof err), ST_OK, err);
   CHECK(free1 + 64 * MiB >= free0);    /* the 1 GiB arena went back */
   /* Every chunk came back: a load that needs the whole pool still runs. */
   o.stop = NULL;
   o.threads = 16;
-  CHECK_EQ_INT(st__safetensors_load(s, &o, &a, off, dt, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__safetensors_load(s, &o, &a, off, dt, err, sizeof err), ST_OK, err);
   st__arena_unref(a);
   free(off);
   free(dt);

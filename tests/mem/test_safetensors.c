@@ -127,6 +127,13 @@ static int load_cpu(const char *path, st_dtype_t dtype, int threads, st__safeten
 
 /* ------------------------------------------------------------ JSON */
 
+/* Arenas alive in this process (a load that fails must free its own). */
+static uint64_t arena_count(void) {
+  uint64_t count = 0, bytes = 0;
+  st__arena_stats(&count, &bytes);
+  return count;
+}
+
 TEST(json_reader_is_strict) {
   static const char *good[] = {
     "{}", " [ ] ", "{\"a\":[1,-2,3.5e10,0,true,false,null,\"x\"]}", "\"\\u00e9\\ud83d\\ude00\"",
@@ -148,15 +155,15 @@ TEST(json_reader_is_strict) {
     memset(&d, 0, sizeof d);
     int rc = st__json_parse(good[i], strlen(good[i]), &d, err, sizeof err);
     if (rc != ST_OK) fprintf(stderr, "   good[%zu]: %s\n", i, err);
-    CHECK_EQ_INT(rc, ST_OK);
+    CHECK_ERR(rc, ST_OK);
     st__json_free(&d);
   }
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     st__json_t d;
     memset(&d, 0, sizeof d);
     err[0] = '\0';
-    CHECK_EQ_INT(st__json_parse(bad[i].text, strlen(bad[i].text), &d, err, sizeof err),
-                 ST_ERR_INVALID_ARGUMENT);
+    CHECK_ERR_MSG(st__json_parse(bad[i].text, strlen(bad[i].text), &d, err, sizeof err),
+                  ST_ERR_INVALID_ARGUMENT, err);
     CHECK_CONTAINS(err, "invalid JSON at byte");
     CHECK_CONTAINS(err, bad[i].msg);
   }
@@ -166,11 +173,12 @@ TEST(json_reader_is_strict) {
   memset(deep + 100, ']', 100);
   st__json_t d;
   memset(&d, 0, sizeof d);
-  CHECK_EQ_INT(st__json_parse(deep, sizeof deep, &d, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st__json_parse(deep, sizeof deep, &d, err, sizeof err),
+                ST_ERR_INVALID_ARGUMENT, err);
   CHECK_CONTAINS(err, "nested deeper than 64");
   /* Decoding, order and integers. */
   const char *t = "{\"n\\u00e9\":[18446744073709551615,18446744073709551616,1.0,-1]}";
-  CHECK_EQ_INT(st__json_parse(t, strlen(t), &d, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__json_parse(t, strlen(t), &d, err, sizeof err), ST_OK, err);
   const st__json_node_t *arr = &d.nodes[d.nodes[0].first];
   CHECK_STR_EQ(arr->key, "n\xc3\xa9");
   CHECK_EQ_INT(arr->count, 4);
@@ -228,13 +236,12 @@ TEST(every_dtype_round_trips) {
   char p[512], err[1024];
   path_in(p, sizeof p, dir, "every.safetensors");
   write_st(p, every_dtype, NEVERY, "{\"format\":\"pt\",\"note\":\"a \\\"quoted\\\" word\"}", 7);
-  uint64_t count0 = 0, bytes0 = 0;
-  st__arena_stats(&count0, &bytes0);
+  uint64_t count0 = arena_count();
   st__safetensors_t *s = NULL;
   st__arena_t *a = NULL;
   uint64_t *offs = NULL;
   st_dtype_t *dts = NULL;
-  CHECK_EQ_INT(load_cpu(p, ST_DTYPE_INVALID, 0, &s, &a, &offs, &dts, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(load_cpu(p, ST_DTYPE_INVALID, 0, &s, &a, &offs, &dts, err, sizeof err), ST_OK, err);
   CHECK_EQ_INT(s->ntensors, NEVERY);
   CHECK_EQ_INT(s->nmeta, 2);
   CHECK_STR_EQ(s->meta_keys[0], "format");
@@ -260,9 +267,7 @@ TEST(every_dtype_round_trips) {
   st__safetensors_free(s);
   free(offs);
   free(dts);
-  uint64_t count1 = 0, bytes1 = 0;
-  st__arena_stats(&count1, &bytes1);
-  CHECK_EQ_INT(count1, count0);
+  CHECK_EQ_INT(arena_count(), count0);
 }
 
 TEST(names_with_escapes_and_an_empty_file) {
@@ -275,7 +280,7 @@ TEST(names_with_escapes_and_an_empty_file) {
   st__arena_t *a = NULL;
   uint64_t *offs = NULL;
   st_dtype_t *dts = NULL;
-  CHECK_EQ_INT(load_cpu(p, ST_DTYPE_INVALID, 2, &s, &a, &offs, &dts, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(load_cpu(p, ST_DTYPE_INVALID, 2, &s, &a, &offs, &dts, err, sizeof err), ST_OK, err);
   CHECK_STR_EQ(s->tensors[0].name, "layers.0.\xc3\xa9/x");
   CHECK(memcmp(st__arena_base(a), v, sizeof v) == 0);
   st__arena_unref(a);
@@ -285,7 +290,7 @@ TEST(names_with_escapes_and_an_empty_file) {
   /* A header with no tensors is a valid, empty checkpoint. */
   path_in(p, sizeof p, dir, "none.safetensors");
   write_raw(p, "{}", 2, NULL, 0);
-  CHECK_EQ_INT(load_cpu(p, ST_DTYPE_INVALID, 0, &s, &a, &offs, &dts, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(load_cpu(p, ST_DTYPE_INVALID, 0, &s, &a, &offs, &dts, err, sizeof err), ST_OK, err);
   CHECK_EQ_INT(s->ntensors, 0);
   CHECK_EQ_INT(st__arena_bytes(a), 0);
   st__arena_unref(a);
@@ -355,8 +360,7 @@ TEST(bad_headers_get_clear_errors) {
   char p[512], err[1024];
   path_in(p, sizeof p, dir, "bad.safetensors");
   char zeros[64] = {0};
-  uint64_t count0 = 0, bytes0 = 0;
-  st__arena_stats(&count0, &bytes0);
+  uint64_t count0 = arena_count();
   int fds0 = count_fds();
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     write_raw(p, cases[i].header, strlen(cases[i].header), zeros, cases[i].data_len);
@@ -372,9 +376,7 @@ TEST(bad_headers_get_clear_errors) {
     if (cases[i].msg2) CHECK_CONTAINS(err, cases[i].msg2);
   }
   CHECK_EQ_INT(count_fds(), fds0);                            /* every file closed */
-  uint64_t count1 = 0, bytes1 = 0;
-  st__arena_stats(&count1, &bytes1);
-  CHECK_EQ_INT(count1, count0);
+  CHECK_EQ_INT(arena_count(), count0);
 }
 
 TEST(truncated_and_foreign_files) {
@@ -383,28 +385,28 @@ TEST(truncated_and_foreign_files) {
   st__safetensors_t *s = NULL;
   /* 5 bytes: not even the header length. */
   write_bytes(p, "\x10\0\0\0\0", 5);
-  CHECK_EQ_INT(st__safetensors_open(p, 0, &s, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st__safetensors_open(p, 0, &s, err, sizeof err), ST_ERR_INVALID_ARGUMENT, err);
   CHECK_CONTAINS(err, "too short for the 8-byte header length");
   /* A header length longer than the file. */
   unsigned char b[24] = {100, 0, 0, 0, 0, 0, 0, 0, '{', '}'};
   write_bytes(p, b, sizeof b);
-  CHECK_EQ_INT(st__safetensors_open(p, 0, &s, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st__safetensors_open(p, 0, &s, err, sizeof err), ST_ERR_INVALID_ARGUMENT, err);
   CHECK_CONTAINS(err, "header length 100 runs past the end of the file (24 bytes");
   /* A header length past the 100 MB limit (say, a text file). */
   write_bytes(p, "hello, world, this is text", 26);
-  CHECK_EQ_INT(st__safetensors_open(p, 0, &s, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st__safetensors_open(p, 0, &s, err, sizeof err), ST_ERR_INVALID_ARGUMENT, err);
   CHECK_CONTAINS(err, "larger than the 100 MB limit");
   /* A file cut inside its data: the offsets run past the buffer. */
   wt_t t = {"w", "F32", ST_DTYPE_FLOAT32, 1, {1000}};
   write_st(p, &t, 1, NULL, 0);
   CHECK_EQ_INT(truncate(p, 8 + 80 + 100), 0);
-  CHECK_EQ_INT(st__safetensors_open(p, 0, &s, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st__safetensors_open(p, 0, &s, err, sizeof err), ST_ERR_INVALID_ARGUMENT, err);
   CHECK_CONTAINS(err, "tensor 'w': data_offsets [0, 4000] run past the end of the data buffer");
   /* Missing file, and a directory without an index. */
   path_in(p, sizeof p, dir, "nope.safetensors");
-  CHECK_EQ_INT(st__safetensors_open(p, 0, &s, err, sizeof err), ST_ERR_NOT_FOUND);
+  CHECK_ERR_MSG(st__safetensors_open(p, 0, &s, err, sizeof err), ST_ERR_NOT_FOUND, err);
   CHECK_CONTAINS(err, "No such file");
-  CHECK_EQ_INT(st__safetensors_open(other, 0, &s, err, sizeof err), ST_ERR_NOT_FOUND);
+  CHECK_ERR_MSG(st__safetensors_open(other, 0, &s, err, sizeof err), ST_ERR_NOT_FOUND, err);
   CHECK_CONTAINS(err, "a directory without model.safetensors.index.json");
 }
 
@@ -416,20 +418,17 @@ TEST(file_shrinking_after_open_fails_the_load) {
   wt_t t = {"w", "F32", ST_DTYPE_FLOAT32, 1, {100000}};
   write_st(p, &t, 1, NULL, 0);
   st__safetensors_t *s = NULL;
-  CHECK_EQ_INT(st__safetensors_open(p, 0, &s, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__safetensors_open(p, 0, &s, err, sizeof err), ST_OK, err);
   CHECK_EQ_INT(truncate(p, 1000), 0);
-  uint64_t count0 = 0, bytes0 = 0;
-  st__arena_stats(&count0, &bytes0);
+  uint64_t count0 = arena_count();
   uint64_t off = 0;
   st_dtype_t dt = ST_DTYPE_INVALID;
   st__arena_t *a = (st__arena_t *)1;
   st__safetensors_opts_t o = {.device = -1};
-  CHECK_EQ_INT(st__safetensors_load(s, &o, &a, &off, &dt, err, sizeof err), ST_ERR_IO);
+  CHECK_ERR_MSG(st__safetensors_load(s, &o, &a, &off, &dt, err, sizeof err), ST_ERR_IO, err);
   CHECK(a == NULL);
   CHECK_CONTAINS(err, "truncated");
-  uint64_t count1 = 0, bytes1 = 0;
-  st__arena_stats(&count1, &bytes1);
-  CHECK_EQ_INT(count1, count0);
+  CHECK_EQ_INT(arena_count(), count0);
   st__safetensors_free(s);
 }
 
@@ -465,8 +464,8 @@ TEST(sharded_checkpoint_loads_in_index_order) {
     st__arena_t *a = NULL;
     uint64_t *offs = NULL;
     st_dtype_t *dts = NULL;
-    CHECK_EQ_INT(load_cpu(via ? p : sd, ST_DTYPE_INVALID, 3, &s, &a, &offs, &dts, err, sizeof err),
-                 ST_OK);
+    CHECK_ERR_MSG(load_cpu(via ? p : sd, ST_DTYPE_INVALID, 3, &s, &a, &offs, &dts, err, sizeof err),
+                  ST_OK, err);
     CHECK_EQ_INT(s->nfiles, 2);
     CHECK_EQ_INT(s->ntensors, 4);
     for (int k = 0; k < 4; k++) {
@@ -526,12 +525,12 @@ TEST(bad_shard_sets) {
   write_raw(p, qh, strlen(qh), NULL, 0);
   write_index(sd, "{\"a\":\"s1.safetensors\",\"b\":\"s1.safetensors\",\"x\":\"s2.safetensors\"}");
   st__safetensors_t *s = NULL;
-  CHECK_EQ_INT(st__safetensors_open(sd, 0, &s, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st__safetensors_open(sd, 0, &s, err, sizeof err), ST_ERR_INVALID_ARGUMENT, err);
   CHECK_CONTAINS(err, "s2.safetensors: tensor 'x': dtype 'Q' is not supported");
   /* The index itself must be valid JSON. */
   path_in(p, sizeof p, sd, ST_SAFETENSORS_INDEX);
   write_bytes(p, "{\"weight_map\":{", 15);
-  CHECK_EQ_INT(st__safetensors_open(sd, 0, &s, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st__safetensors_open(sd, 0, &s, err, sizeof err), ST_ERR_INVALID_ARGUMENT, err);
   CHECK_CONTAINS(err, "model.safetensors.index.json: invalid JSON at byte");
   CHECK_EQ_INT(count_fds(), fds0);
 }
@@ -548,28 +547,30 @@ TEST(paths_are_confined_to_data_dirs) {
   st__safetensors_t *s = NULL;
   /* No data dirs: everything is refused. */
   st__safetensors_set_data_dirs(NULL, 0);
-  CHECK_EQ_INT(st__safetensors_open(p, 1, &s, err, sizeof err), ST_ERR_AUTH);
+  CHECK_ERR_MSG(st__safetensors_open(p, 1, &s, err, sizeof err), ST_ERR_AUTH, err);
   CHECK_CONTAINS(err, "outside the allowed data_dirs (none configured)");
   const char *dirs[] = {"/nonexistent-st-dir", dir};
   st__safetensors_set_data_dirs(dirs, 2);
-  CHECK_EQ_INT(st__safetensors_open(p, 1, &s, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__safetensors_open(p, 1, &s, err, sizeof err), ST_OK, err);
   st__safetensors_free(s);
-  CHECK_EQ_INT(st__safetensors_open("in.safetensors", 1, &s, err, sizeof err), ST_OK);  /* relative */
+  CHECK_ERR_MSG(st__safetensors_open("in.safetensors", 1, &s, err, sizeof err),
+                ST_OK, err);  /* relative */
   CHECK_STR_EQ(s->files[0].path, p);
   st__safetensors_free(s);
-  CHECK_EQ_INT(st__safetensors_open(q, 1, &s, err, sizeof err), ST_ERR_AUTH);
+  CHECK_ERR_MSG(st__safetensors_open(q, 1, &s, err, sizeof err), ST_ERR_AUTH, err);
   CHECK_CONTAINS(err, "out.safetensors' is outside the allowed data_dirs (/nonexistent-st-dir, ");
   CHECK_CONTAINS(err, dir);
   /* ".." and symlinks are resolved before the check. */
   char rel[600];
   snprintf(rel, sizeof rel, "%s/../%s/out.safetensors", dir, strrchr(other, '/') + 1);
-  CHECK_EQ_INT(st__safetensors_open(rel, 1, &s, err, sizeof err), ST_ERR_AUTH);
+  CHECK_ERR_MSG(st__safetensors_open(rel, 1, &s, err, sizeof err), ST_ERR_AUTH, err);
   char link[512];
   path_in(link, sizeof link, dir, "link.safetensors");
   CHECK_EQ_INT(symlink(q, link), 0);
-  CHECK_EQ_INT(st__safetensors_open(link, 1, &s, err, sizeof err), ST_ERR_AUTH);
-  CHECK_EQ_INT(st__safetensors_open("link.safetensors", 1, &s, err, sizeof err), ST_ERR_AUTH);
-  CHECK_EQ_INT(st__safetensors_open("missing.safetensors", 1, &s, err, sizeof err), ST_ERR_NOT_FOUND);
+  CHECK_ERR_MSG(st__safetensors_open(link, 1, &s, err, sizeof err), ST_ERR_AUTH, err);
+  CHECK_ERR_MSG(st__safetensors_open("link.safetensors", 1, &s, err, sizeof err), ST_ERR_AUTH, err);
+  CHECK_ERR_MSG(st__safetensors_open("missing.safetensors", 1, &s, err, sizeof err),
+                ST_ERR_NOT_FOUND, err);
   CHECK_CONTAINS(err, "not found in any data dir");
   /* A shard that links outside is refused too; one that links inside is fine. */
   char sd[512];
@@ -578,13 +579,13 @@ TEST(paths_are_confined_to_data_dirs) {
   path_in(link, sizeof link, sd, "s.safetensors");
   CHECK_EQ_INT(symlink(q, link), 0);
   write_index(sd, "{\"w\":\"s.safetensors\"}");
-  CHECK_EQ_INT(st__safetensors_open(sd, 1, &s, err, sizeof err), ST_ERR_AUTH);
+  CHECK_ERR_MSG(st__safetensors_open(sd, 1, &s, err, sizeof err), ST_ERR_AUTH, err);
   CHECK_CONTAINS(err, "shard '");
-  CHECK_EQ_INT(st__safetensors_open(sd, 0, &s, err, sizeof err), ST_OK);   /* unconfined */
+  CHECK_ERR_MSG(st__safetensors_open(sd, 0, &s, err, sizeof err), ST_OK, err);   /* unconfined */
   st__safetensors_free(s);
   unlink(link);
   CHECK_EQ_INT(symlink(p, link), 0);
-  CHECK_EQ_INT(st__safetensors_open(sd, 1, &s, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__safetensors_open(sd, 1, &s, err, sizeof err), ST_OK, err);
   st__safetensors_free(s);
   st__safetensors_set_data_dirs(NULL, 0);
 }
@@ -607,7 +608,7 @@ TEST(dtype_conversion_converts_floating_tensors_only) {
     st__arena_t *a = NULL;
     uint64_t *offs = NULL;
     st_dtype_t *dts = NULL;
-    CHECK_EQ_INT(load_cpu(p, targets[g], 2, &s, &a, &offs, &dts, err, sizeof err), ST_OK);
+    CHECK_ERR_MSG(load_cpu(p, targets[g], 2, &s, &a, &offs, &dts, err, sizeof err), ST_OK, err);
     for (int k = 0; k < 5; k++) {
       int floating = st_dtype_is_float(ts[k].dt);
       CHECK_EQ_INT(dts[k], floating ? targets[g] : ts[k].dt);
@@ -626,12 +627,13 @@ TEST(dtype_conversion_converts_floating_tensors_only) {
   }
   /* A non-floating target is refused. */
   st__safetensors_t *s = NULL;
-  CHECK_EQ_INT(st__safetensors_open(p, 0, &s, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__safetensors_open(p, 0, &s, err, sizeof err), ST_OK, err);
   uint64_t offs[5];
   st_dtype_t dts[5];
   st__arena_t *a = NULL;
   st__safetensors_opts_t o = {.dtype = ST_DTYPE_INT32, .device = -1};
-  CHECK_EQ_INT(st__safetensors_load(s, &o, &a, offs, dts, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st__safetensors_load(s, &o, &a, offs, dts, err, sizeof err),
+                ST_ERR_INVALID_ARGUMENT, err);
   CHECK_CONTAINS(err, "not a floating dtype");
   st__safetensors_free(s);
   /* The converter agrees with st_dtype_store for tricky values. */
@@ -697,7 +699,7 @@ TEST(big_tensors_split_across_threads) {
     uint64_t *offs = NULL;
     st_dtype_t *dts = NULL;
     st_dtype_t to = conv ? ST_DTYPE_FLOAT32 : ST_DTYPE_INVALID;
-    CHECK_EQ_INT(load_cpu(p, to, 4, &s, &a, &offs, &dts, err, sizeof err), ST_OK);
+    CHECK_ERR_MSG(load_cpu(p, to, 4, &s, &a, &offs, &dts, err, sizeof err), ST_OK, err);
     for (int k = 0; k < 3; k++) {
       const char *base = (const char *)st__arena_base(a) + offs[k];
       uint64_t n = numel_of(&ts[k]);
@@ -706,7 +708,8 @@ TEST(big_tensors_split_across_threads) {
         st_dtype_store(ts[k].dt, file, 0, value_of(k, j, ts[k].dt));
         st_dtype_store(dts[k], want, 0, st_dtype_load(ts[k].dt, file, 0));
         if (memcmp(base + j * st_dtype_size(dts[k]), want, st_dtype_size(dts[k])) != 0) {
-          fprintf(stderr, "   %s[%llu] differs (conv %d)\n", ts[k].name, (unsigned long long)j, conv);
+          fprintf(stderr, "   %s[%llu] differs (conv %d)\n", ts[k].name, (unsigned long long)j,
+                  conv);
           CHECK(0);
         }
       }
@@ -723,24 +726,21 @@ TEST(big_tensors_split_across_threads) {
   }
   /* A stop request ends the load with its error and frees the arena. */
   st__safetensors_t *s = NULL;
-  CHECK_EQ_INT(st__safetensors_open(p, 0, &s, err, sizeof err), ST_OK);
-  uint64_t count0 = 0, bytes0 = 0;
-  st__arena_stats(&count0, &bytes0);
+  CHECK_ERR_MSG(st__safetensors_open(p, 0, &s, err, sizeof err), ST_OK, err);
+  uint64_t count0 = arena_count();
   int flag = ST_ERR_CANCELLED;
   uint64_t offs[3];
   st_dtype_t dts[3];
   st__arena_t *a = (st__arena_t *)1;
   st__safetensors_opts_t o = {.device = -1, .threads = 3, .stop = stop_now, .stop_ud = &flag};
-  CHECK_EQ_INT(st__safetensors_load(s, &o, &a, offs, dts, err, sizeof err), ST_ERR_CANCELLED);
+  CHECK_ERR_MSG(st__safetensors_load(s, &o, &a, offs, dts, err, sizeof err), ST_ERR_CANCELLED, err);
   CHECK(a == NULL);
   CHECK_CONTAINS(err, "cancelled");
-  uint64_t count1 = 0, bytes1 = 0;
-  st__arena_stats(&count1, &bytes1);
-  CHECK_EQ_INT(count1, count0);
+  CHECK_EQ_INT(arena_count(), count0);
   /* The arena cap applies (config max_object_bytes). */
   st__arena_set_limit(1 << 20);
   o.stop = NULL;
-  CHECK_EQ_INT(st__safetensors_load(s, &o, &a, offs, dts, err, sizeof err), ST_ERR_LIMIT);
+  CHECK_ERR_MSG(st__safetensors_load(s, &o, &a, offs, dts, err, sizeof err), ST_ERR_LIMIT, err);
   st__arena_set_limit(0);
   st__safetensors_free(s);
 }
@@ -749,7 +749,7 @@ TEST(cuda_without_a_device_is_a_clear_error) {
   char p[512], err[1024];
   path_in(p, sizeof p, dir, "every.safetensors");
   st__safetensors_t *s = NULL;
-  CHECK_EQ_INT(st__safetensors_open(p, 0, &s, err, sizeof err), ST_OK);
+  CHECK_ERR_MSG(st__safetensors_open(p, 0, &s, err, sizeof err), ST_OK, err);
   uint64_t offs[NEVERY];
   st_dtype_t dts[NEVERY];
   st__arena_t *a = (st__arena_t *)1;
@@ -760,7 +760,7 @@ TEST(cuda_without_a_device_is_a_clear_error) {
     st__arena_unref(a);
     return;
   }
-  CHECK_EQ_INT(rc, ST_ERR_CAPABILITY);
+  CHECK_ERR(rc, ST_ERR_CAPABILITY);
   CHECK(a == NULL);
   CHECK_CONTAINS(err, "no CUDA device: ");
 }

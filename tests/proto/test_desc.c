@@ -104,7 +104,7 @@ TEST(tensor_round_trip) {
     CHECK(o && o->type == MSGPACK_OBJECT_EXT && o->via.ext.type == ST_EXT_TENSOR);
     st__tensor_desc_t d;
     memset(&d, 0xee, sizeof d);
-    CHECK_EQ_INT(st__parse_tensor(o, &d, why, sizeof why), ST_OK);
+    CHECK_ERR_MSG(st__parse_tensor(o, &d, why, sizeof why), ST_OK, why);
     CHECK(same_tensor(&d, &cases[i]));
     mpbuf_free(&b);
   }
@@ -112,7 +112,7 @@ TEST(tensor_round_trip) {
   for (int t = ST_DTYPE_INVALID + 1; t < ST_DTYPE_COUNT; t++) {
     const int64_t shape[1] = {3}, strides[1] = {1};
     st__tensor_desc_t d;
-    CHECK_EQ_INT(parse_made(NULL, st_dtype_name((st_dtype_t)t), shape, 1, strides, 1, &d), ST_OK);
+    CHECK_ERR(parse_made(NULL, st_dtype_name((st_dtype_t)t), shape, 1, strides, 1, &d), ST_OK);
     CHECK_EQ_INT(d.dtype, t);
     CHECK_EQ_INT(d.arena, 2);
     CHECK_EQ_INT(d.offset, 128);
@@ -123,24 +123,24 @@ TEST(tensor_rejections) {
   const int64_t s2[2] = {2, 3}, st2[2] = {3, 1}, st1[1] = {1};
   const int64_t neg[2] = {2, -3}, big[ST_MAX_NDIM + 1] = {1};
   st__tensor_desc_t d;
-  CHECK_EQ_INT(parse_made(NULL, "float32", s2, 2, st2, 2, &d), ST_OK);
-  CHECK_EQ_INT(parse_made(NULL, "float128", s2, 2, st2, 2, &d), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_made(NULL, "float32", s2, 2, st2, 2, &d), ST_OK);
+  CHECK_ERR(parse_made(NULL, "float128", s2, 2, st2, 2, &d), ST_ERR_PROTOCOL);
   CHECK_CONTAINS(why, "dtype");
-  CHECK_EQ_INT(parse_made(NULL, "float", s2, 2, st2, 2, &d), ST_ERR_PROTOCOL);   /* alias */
-  CHECK_EQ_INT(parse_made(NULL, "", s2, 2, st2, 2, &d), ST_ERR_PROTOCOL);
-  CHECK_EQ_INT(parse_made(NULL, "float32", neg, 2, st2, 2, &d), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_made(NULL, "float", s2, 2, st2, 2, &d), ST_ERR_PROTOCOL);   /* alias */
+  CHECK_ERR(parse_made(NULL, "", s2, 2, st2, 2, &d), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_made(NULL, "float32", neg, 2, st2, 2, &d), ST_ERR_PROTOCOL);
   CHECK_CONTAINS(why, "negative");
-  CHECK_EQ_INT(parse_made(NULL, "float32", s2, 2, neg, 2, &d), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_made(NULL, "float32", s2, 2, neg, 2, &d), ST_ERR_PROTOCOL);
   CHECK_CONTAINS(why, "negative");
-  CHECK_EQ_INT(parse_made(NULL, "float32", s2, 2, st1, 1, &d), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_made(NULL, "float32", s2, 2, st1, 1, &d), ST_ERR_PROTOCOL);
   CHECK_CONTAINS(why, "strides");
-  CHECK_EQ_INT(parse_made(NULL, "float32", big, ST_MAX_NDIM + 1, big, ST_MAX_NDIM + 1, &d),
-               ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_made(NULL, "float32", big, ST_MAX_NDIM + 1, big, ST_MAX_NDIM + 1, &d),
+            ST_ERR_PROTOCOL);
   CHECK_CONTAINS(why, "dimensions");
-  CHECK_EQ_INT(parse_made(NULL, "float32", big, ST_MAX_NDIM, big, ST_MAX_NDIM, &d), ST_OK);
+  CHECK_ERR(parse_made(NULL, "float32", big, ST_MAX_NDIM, big, ST_MAX_NDIM, &d), ST_OK);
   const char *keys[] = {"arena", "offset", "dtype", "shape", "strides"};
   for (int i = 0; i < 5; i++) {
-    CHECK_EQ_INT(parse_made(keys[i], "float32", s2, 2, st2, 2, &d), ST_ERR_PROTOCOL);
+    CHECK_ERR(parse_made(keys[i], "float32", s2, 2, st2, 2, &d), ST_ERR_PROTOCOL);
     CHECK_CONTAINS(why, keys[i]);
   }
 }
@@ -151,40 +151,40 @@ TEST(tensor_rejects_malformed_payloads) {
   msgpack_sbuffer payload;
   msgpack_sbuffer_init(&payload);
   tensor_payload(&payload, NULL, "float32", s1, 1, s1, 1);
-  CHECK_EQ_INT(parse_raw(ST_EXT_MODULE, payload.data, payload.size), ST_ERR_PROTOCOL);
-  CHECK_EQ_INT(parse_raw(ST_EXT_TENSOR, payload.data, payload.size), ST_OK);
-  CHECK_EQ_INT(parse_raw(ST_EXT_TENSOR, payload.data, payload.size - 1), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_raw(ST_EXT_MODULE, payload.data, payload.size), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_raw(ST_EXT_TENSOR, payload.data, payload.size), ST_OK);
+  CHECK_ERR(parse_raw(ST_EXT_TENSOR, payload.data, payload.size - 1), ST_ERR_PROTOCOL);
   msgpack_sbuffer_write(&payload, "\xc0", 1);   /* trailing byte */
-  CHECK_EQ_INT(parse_raw(ST_EXT_TENSOR, payload.data, payload.size), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_raw(ST_EXT_TENSOR, payload.data, payload.size), ST_ERR_PROTOCOL);
   msgpack_sbuffer_destroy(&payload);
   msgpack_object nil = {.type = MSGPACK_OBJECT_NIL};
   st__tensor_desc_t d;
-  CHECK_EQ_INT(st__parse_tensor(&nil, &d, why, sizeof why), ST_ERR_PROTOCOL);
-  CHECK_EQ_INT(parse_raw(ST_EXT_TENSOR, "\x90", 1), ST_ERR_PROTOCOL);     /* [] */
-  CHECK_EQ_INT(parse_raw(ST_EXT_TENSOR, "", 0), ST_ERR_PROTOCOL);
-  CHECK_EQ_INT(parse_raw(ST_EXT_TENSOR, "\xc1", 1), ST_ERR_PROTOCOL);
+  CHECK_ERR_MSG(st__parse_tensor(&nil, &d, why, sizeof why), ST_ERR_PROTOCOL, why);
+  CHECK_ERR(parse_raw(ST_EXT_TENSOR, "\x90", 1), ST_ERR_PROTOCOL);     /* [] */
+  CHECK_ERR(parse_raw(ST_EXT_TENSOR, "", 0), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_raw(ST_EXT_TENSOR, "\xc1", 1), ST_ERR_PROTOCOL);
   /* A payload announcing 2^32-1 map entries in 5 bytes is refused before
    * anything is allocated for it. */
-  CHECK_EQ_INT(parse_raw(ST_EXT_TENSOR, "\xdf\xff\xff\xff\xff", 5), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_raw(ST_EXT_TENSOR, "\xdf\xff\xff\xff\xff", 5), ST_ERR_PROTOCOL);
   /* Values of the wrong type. */
   static const unsigned char float_shape[] = {
     0x85, 0xa5, 'a', 'r', 'e', 'n', 'a', 0x00, 0xa6, 'o', 'f', 'f', 's', 'e', 't', 0x00,
     0xa5, 'd', 't', 'y', 'p', 'e', 0xa4, 'b', 'o', 'o', 'l',
     0xa5, 's', 'h', 'a', 'p', 'e', 0x91, 0xcb, 0x40, 0, 0, 0, 0, 0, 0, 0,   /* 2.0 */
     0xa7, 's', 't', 'r', 'i', 'd', 'e', 's', 0x91, 0x01};
-  CHECK_EQ_INT(parse_raw(ST_EXT_TENSOR, float_shape, sizeof float_shape), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_raw(ST_EXT_TENSOR, float_shape, sizeof float_shape), ST_ERR_PROTOCOL);
   static const unsigned char big_arena[] = {
     0x85, 0xa5, 'a', 'r', 'e', 'n', 'a', 0xcf, 0, 0, 0, 1, 0, 0, 0, 0,   /* 2^32 */
     0xa6, 'o', 'f', 'f', 's', 'e', 't', 0x00,
     0xa5, 'd', 't', 'y', 'p', 'e', 0xa4, 'b', 'o', 'o', 'l',
     0xa5, 's', 'h', 'a', 'p', 'e', 0x90, 0xa7, 's', 't', 'r', 'i', 'd', 'e', 's', 0x90};
-  CHECK_EQ_INT(parse_raw(ST_EXT_TENSOR, big_arena, sizeof big_arena), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_raw(ST_EXT_TENSOR, big_arena, sizeof big_arena), ST_ERR_PROTOCOL);
   static const unsigned char huge_dim[] = {
     0x85, 0xa5, 'a', 'r', 'e', 'n', 'a', 0x00, 0xa6, 'o', 'f', 'f', 's', 'e', 't', 0x00,
     0xa5, 'd', 't', 'y', 'p', 'e', 0xa4, 'b', 'o', 'o', 'l',
     0xa5, 's', 'h', 'a', 'p', 'e', 0x91, 0xcf, 0x80, 0, 0, 0, 0, 0, 0, 0,   /* 2^63 */
     0xa7, 's', 't', 'r', 'i', 'd', 'e', 's', 0x91, 0x01};
-  CHECK_EQ_INT(parse_raw(ST_EXT_TENSOR, huge_dim, sizeof huge_dim), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_raw(ST_EXT_TENSOR, huge_dim, sizeof huge_dim), ST_ERR_PROTOCOL);
 }
 
 /* ------------------------------------------------------------- extents */
@@ -207,33 +207,33 @@ TEST(extent) {
   uint64_t lo = 1, hi = 1;
   st__tensor_desc_t d;
   d = tensor(ST_DTYPE_FLOAT32, 64, 2, (int64_t[]){2, 3}, (int64_t[]){3, 1});
-  CHECK_EQ_INT(st__tensor_extent(&d, &lo, &hi), ST_OK);
+  CHECK_ERR(st__tensor_extent(&d, &lo, &hi), ST_OK);
   CHECK_EQ_INT(lo, 64);
   CHECK_EQ_INT(hi, 64 + 6 * 4);
   CHECK_EQ_INT(st__tensor_numel(&d), 6);
   /* Strided: last element at 1*10 + 2*2 = 14. */
   d = tensor(ST_DTYPE_FLOAT64, 8, 2, (int64_t[]){2, 3}, (int64_t[]){10, 2});
-  CHECK_EQ_INT(st__tensor_extent(&d, &lo, &hi), ST_OK);
+  CHECK_ERR(st__tensor_extent(&d, &lo, &hi), ST_OK);
   CHECK_EQ_INT(lo, 8);
   CHECK_EQ_INT(hi, 8 + 15 * 8);
   /* Transposed view: strides in any order. */
   d = tensor(ST_DTYPE_INT16, 0, 2, (int64_t[]){3, 2}, (int64_t[]){1, 3});
-  CHECK_EQ_INT(st__tensor_extent(&d, &lo, &hi), ST_OK);
+  CHECK_ERR(st__tensor_extent(&d, &lo, &hi), ST_OK);
   CHECK_EQ_INT(hi, 6 * 2);
   /* Broadcast (stride 0): one element. */
   d = tensor(ST_DTYPE_FLOAT16, 100, 1, (int64_t[]){1000}, (int64_t[]){0});
-  CHECK_EQ_INT(st__tensor_extent(&d, &lo, &hi), ST_OK);
+  CHECK_ERR(st__tensor_extent(&d, &lo, &hi), ST_OK);
   CHECK_EQ_INT(hi, 102);
   CHECK_EQ_INT(st__tensor_numel(&d), 1000);
   /* Scalar. */
   d = tensor(ST_DTYPE_INT64, 40, 0, NULL, NULL);
-  CHECK_EQ_INT(st__tensor_extent(&d, &lo, &hi), ST_OK);
+  CHECK_ERR(st__tensor_extent(&d, &lo, &hi), ST_OK);
   CHECK_EQ_INT(lo, 40);
   CHECK_EQ_INT(hi, 48);
   CHECK_EQ_INT(st__tensor_numel(&d), 1);
   /* Empty: lo == hi == offset, whatever the other sizes. */
   d = tensor(ST_DTYPE_FLOAT32, 77, 3, (int64_t[]){5, 0, INT64_MAX}, (int64_t[]){INT64_MAX, 1, 9});
-  CHECK_EQ_INT(st__tensor_extent(&d, &lo, &hi), ST_OK);
+  CHECK_ERR(st__tensor_extent(&d, &lo, &hi), ST_OK);
   CHECK_EQ_INT(lo, 77);
   CHECK_EQ_INT(hi, 77);
   CHECK_EQ_INT(st__tensor_numel(&d), 0);
@@ -245,32 +245,32 @@ TEST(extent_overflow) {
   /* Element count past int64. */
   d = tensor(ST_DTYPE_UINT8, 0, 2, (int64_t[]){INT64_C(1) << 62, 4}, (int64_t[]){0, 0});
   CHECK_EQ_INT(st__tensor_numel(&d), -1);
-  CHECK_EQ_INT(st__tensor_extent(&d, &lo, &hi), ST_ERR_PROTOCOL);
+  CHECK_ERR(st__tensor_extent(&d, &lo, &hi), ST_ERR_PROTOCOL);
   /* Byte size past int64. */
   d = tensor(ST_DTYPE_FLOAT64, 0, 1, (int64_t[]){INT64_C(1) << 61}, (int64_t[]){0});
-  CHECK_EQ_INT(st__tensor_extent(&d, &lo, &hi), ST_ERR_PROTOCOL);
+  CHECK_ERR(st__tensor_extent(&d, &lo, &hi), ST_ERR_PROTOCOL);
   /* Span past 2^64. */
   d = tensor(ST_DTYPE_UINT8, 0, 1, (int64_t[]){INT64_C(1) << 40}, (int64_t[]){INT64_C(1) << 40});
-  CHECK_EQ_INT(st__tensor_extent(&d, &lo, &hi), ST_ERR_PROTOCOL);
+  CHECK_ERR(st__tensor_extent(&d, &lo, &hi), ST_ERR_PROTOCOL);
   d = tensor(ST_DTYPE_UINT8, 0, 2, (int64_t[]){2, 2}, (int64_t[]){INT64_MAX, INT64_MAX});
-  CHECK_EQ_INT(st__tensor_extent(&d, &lo, &hi), ST_ERR_PROTOCOL);
+  CHECK_ERR(st__tensor_extent(&d, &lo, &hi), ST_ERR_PROTOCOL);
   /* Offset + size past 2^64, and past INT64_MAX (byte offsets stay signed). */
   d = tensor(ST_DTYPE_FLOAT32, UINT64_MAX - 3, 1, (int64_t[]){1}, (int64_t[]){1});
-  CHECK_EQ_INT(st__tensor_extent(&d, &lo, &hi), ST_ERR_PROTOCOL);
+  CHECK_ERR(st__tensor_extent(&d, &lo, &hi), ST_ERR_PROTOCOL);
   d = tensor(ST_DTYPE_FLOAT32, (uint64_t)INT64_MAX - 3, 1, (int64_t[]){1}, (int64_t[]){1});
-  CHECK_EQ_INT(st__tensor_extent(&d, &lo, &hi), ST_ERR_PROTOCOL);
+  CHECK_ERR(st__tensor_extent(&d, &lo, &hi), ST_ERR_PROTOCOL);
   d = tensor(ST_DTYPE_FLOAT32, (uint64_t)INT64_MAX - 4, 1, (int64_t[]){1}, (int64_t[]){1});
-  CHECK_EQ_INT(st__tensor_extent(&d, &lo, &hi), ST_OK);
+  CHECK_ERR(st__tensor_extent(&d, &lo, &hi), ST_OK);
   CHECK(hi == (uint64_t)INT64_MAX);
   /* Malformed descriptors. */
   d = tensor(ST_DTYPE_INVALID, 0, 1, (int64_t[]){1}, (int64_t[]){1});
-  CHECK_EQ_INT(st__tensor_extent(&d, &lo, &hi), ST_ERR_PROTOCOL);
+  CHECK_ERR(st__tensor_extent(&d, &lo, &hi), ST_ERR_PROTOCOL);
   d = tensor(ST_DTYPE_UINT8, 0, 1, (int64_t[]){-1}, (int64_t[]){1});
-  CHECK_EQ_INT(st__tensor_extent(&d, &lo, &hi), ST_ERR_PROTOCOL);
+  CHECK_ERR(st__tensor_extent(&d, &lo, &hi), ST_ERR_PROTOCOL);
   d = tensor(ST_DTYPE_UINT8, 0, 1, (int64_t[]){2}, (int64_t[]){-1});
-  CHECK_EQ_INT(st__tensor_extent(&d, &lo, &hi), ST_ERR_PROTOCOL);
+  CHECK_ERR(st__tensor_extent(&d, &lo, &hi), ST_ERR_PROTOCOL);
   d.ndim = ST_MAX_NDIM + 1;
-  CHECK_EQ_INT(st__tensor_extent(&d, &lo, &hi), ST_ERR_PROTOCOL);
+  CHECK_ERR(st__tensor_extent(&d, &lo, &hi), ST_ERR_PROTOCOL);
 }
 
 /* -------------------------------------------------------------- arenas */
@@ -291,7 +291,7 @@ TEST(arena_round_trip) {
     CHECK_EQ_INT(st__map_get(o, "uuid") != NULL, in[i]->cuda);
     st__arena_desc_t a;
     memset(&a, 0x55, sizeof a);
-    CHECK_EQ_INT(st__parse_arena(o, &a, why, sizeof why), ST_OK);
+    CHECK_ERR_MSG(st__parse_arena(o, &a, why, sizeof why), ST_OK, why);
     CHECK_EQ_INT(a.fd, in[i]->fd);
     CHECK(a.bytes == in[i]->bytes);
     CHECK_EQ_INT(a.cuda, in[i]->cuda);
@@ -323,28 +323,28 @@ static int parse_arena_made(const char *skip, const char *device, const char *uu
 }
 
 TEST(arena_rejections) {
-  CHECK_EQ_INT(parse_arena_made(NULL, "cpu", NULL, 1, "memfd"), ST_OK);
-  CHECK_EQ_INT(parse_arena_made(NULL, "cuda", "GPU-x", 1, "vmm"), ST_OK);
-  CHECK_EQ_INT(parse_arena_made(NULL, "cuda", NULL, 1, "vmm"), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_arena_made(NULL, "cpu", NULL, 1, "memfd"), ST_OK);
+  CHECK_ERR(parse_arena_made(NULL, "cuda", "GPU-x", 1, "vmm"), ST_OK);
+  CHECK_ERR(parse_arena_made(NULL, "cuda", NULL, 1, "vmm"), ST_ERR_PROTOCOL);
   CHECK_CONTAINS(why, "uuid");
-  CHECK_EQ_INT(parse_arena_made(NULL, "tpu", NULL, 1, "memfd"), ST_ERR_PROTOCOL);
-  CHECK_EQ_INT(parse_arena_made(NULL, "cpu", NULL, UINT64_C(1) << 32, "memfd"),
-               ST_ERR_PROTOCOL);
-  CHECK_EQ_INT(parse_arena_made(NULL, "cpu", NULL, 1, "a-backend-name-too-long"),
-               ST_ERR_PROTOCOL);
-  CHECK_EQ_INT(parse_arena_made(NULL, "cpu", NULL, 1, ""), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_arena_made(NULL, "tpu", NULL, 1, "memfd"), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_arena_made(NULL, "cpu", NULL, UINT64_C(1) << 32, "memfd"),
+            ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_arena_made(NULL, "cpu", NULL, 1, "a-backend-name-too-long"),
+            ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_arena_made(NULL, "cpu", NULL, 1, ""), ST_ERR_PROTOCOL);
   char long_uuid[64];
   memset(long_uuid, 'u', 48);
   long_uuid[48] = '\0';
-  CHECK_EQ_INT(parse_arena_made(NULL, "cuda", long_uuid, 1, "vmm"), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_arena_made(NULL, "cuda", long_uuid, 1, "vmm"), ST_ERR_PROTOCOL);
   const char *keys[] = {"fd", "bytes", "device", "backend", "id"};
   for (int i = 0; i < 5; i++) {
-    CHECK_EQ_INT(parse_arena_made(keys[i], "cpu", NULL, 1, "memfd"), ST_ERR_PROTOCOL);
+    CHECK_ERR(parse_arena_made(keys[i], "cpu", NULL, 1, "memfd"), ST_ERR_PROTOCOL);
     CHECK_CONTAINS(why, keys[i]);
   }
   msgpack_object nil = {.type = MSGPACK_OBJECT_NIL};
   st__arena_desc_t a;
-  CHECK_EQ_INT(st__parse_arena(&nil, &a, why, sizeof why), ST_ERR_PROTOCOL);
+  CHECK_ERR_MSG(st__parse_arena(&nil, &a, why, sizeof why), ST_ERR_PROTOCOL, why);
 }
 
 /* A legacy CUDA IPC arena: no "fd", the handle, device index and
@@ -367,7 +367,7 @@ TEST(legacy_arena_round_trip) {
   CHECK(h && h->type == MSGPACK_OBJECT_BIN && h->via.bin.size == ST_IPC_HANDLE_LEN);
   st__arena_desc_t a;
   memset(&a, 0x55, sizeof a);
-  CHECK_EQ_INT(st__parse_arena(o, &a, why, sizeof why), ST_OK);
+  CHECK_ERR_MSG(st__parse_arena(o, &a, why, sizeof why), ST_OK, why);
   CHECK_EQ_INT(a.legacy, 1);
   CHECK_EQ_INT(a.cuda, 1);
   CHECK_EQ_INT(a.fd, 0);
@@ -414,17 +414,17 @@ static int parse_legacy_made(int fd, const char *skip, uint32_t hlen, const char
 }
 
 TEST(legacy_arena_rejections) {
-  CHECK_EQ_INT(parse_legacy_made(0, NULL, 64, "cuda", 4096), ST_OK);
-  CHECK_EQ_INT(parse_legacy_made(1, NULL, 64, "cuda", 4096), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_legacy_made(0, NULL, 64, "cuda", 4096), ST_OK);
+  CHECK_ERR(parse_legacy_made(1, NULL, 64, "cuda", 4096), ST_ERR_PROTOCOL);
   CHECK_CONTAINS(why, "'fd'");
-  CHECK_EQ_INT(parse_legacy_made(0, NULL, 63, "cuda", 10), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_legacy_made(0, NULL, 63, "cuda", 10), ST_ERR_PROTOCOL);
   CHECK_CONTAINS(why, "ipc_handle");
-  CHECK_EQ_INT(parse_legacy_made(0, NULL, 64, "cpu", 10), ST_ERR_PROTOCOL);
-  CHECK_EQ_INT(parse_legacy_made(0, NULL, 64, "cuda", 4097), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_legacy_made(0, NULL, 64, "cpu", 10), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_legacy_made(0, NULL, 64, "cuda", 4097), ST_ERR_PROTOCOL);
   CHECK_CONTAINS(why, "storage_bytes");
   const char *keys[] = {"ipc_handle", "device_index", "storage_bytes"};
   for (int i = 0; i < 3; i++) {
-    CHECK_EQ_INT(parse_legacy_made(0, keys[i], 64, "cuda", 10), ST_ERR_PROTOCOL);
+    CHECK_ERR(parse_legacy_made(0, keys[i], 64, "cuda", 10), ST_ERR_PROTOCOL);
     CHECK_CONTAINS(why, keys[i]);
   }
 }
@@ -443,18 +443,16 @@ typedef struct {
 
 /* Packs a module ext from a spec into b. */
 static void pack_module(mpbuf_t *b, const module_spec_t *s) {
-  msgpack_sbuffer pl;
-  msgpack_sbuffer_init(&pl);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &pl, msgpack_sbuffer_write);
-  msgpack_pack_map(&pk, (size_t)(2 - (s->metadata == 1) - s->no_tensors));
+  mpbuf_t mb;
+  mpbuf_init(&mb);
+  msgpack_pack_map(&mb.pk, (size_t)(2 - (s->metadata == 1) - s->no_tensors));
   if (!s->no_tensors) {
-    key(&pk, "tensors");
-    msgpack_pack_array(&pk, (size_t)s->n);
+    key(&mb.pk, "tensors");
+    msgpack_pack_array(&mb.pk, (size_t)s->n);
     for (int i = 0; i < s->n; i++) {
-      msgpack_pack_array(&pk, s->pair_shape == 2 ? 3 : 2);
-      if (s->pair_shape == 1) msgpack_pack_int(&pk, i);
-      else st__pack_cstr(&pk, s->names[i]);
+      msgpack_pack_array(&mb.pk, s->pair_shape == 2 ? 3 : 2);
+      if (s->pair_shape == 1) msgpack_pack_int(&mb.pk, i);
+      else st__pack_cstr(&mb.pk, s->names[i]);
       st__tensor_desc_t d = tensor(ST_DTYPE_FLOAT32, 256 * (uint64_t)i, 1, (int64_t[]){4},
                                    (int64_t[]){1});
       d.arena = s->arenas[i];
@@ -462,27 +460,27 @@ static void pack_module(mpbuf_t *b, const module_spec_t *s) {
         msgpack_sbuffer tp;
         msgpack_sbuffer_init(&tp);
         tensor_payload(&tp, NULL, "nope", d.shape, 1, d.strides, 1);
-        st__pack_ext(&pk, ST_EXT_TENSOR, &tp);
+        st__pack_ext(&mb.pk, ST_EXT_TENSOR, &tp);
         msgpack_sbuffer_destroy(&tp);
       } else {
-        st__pack_tensor(&pk, &d);
+        st__pack_tensor(&mb.pk, &d);
       }
-      if (s->pair_shape == 2) msgpack_pack_nil(&pk);
+      if (s->pair_shape == 2) msgpack_pack_nil(&mb.pk);
     }
   }
   if (s->metadata != 1) {
-    key(&pk, "metadata");
+    key(&mb.pk, "metadata");
     if (s->metadata == 2) {
-      msgpack_pack_array(&pk, 0);
+      msgpack_pack_array(&mb.pk, 0);
     } else {
-      msgpack_pack_map(&pk, 1);
-      if (s->metadata == 3) msgpack_pack_int(&pk, 1);
-      else key(&pk, "step");
-      msgpack_pack_int(&pk, 1000);
+      msgpack_pack_map(&mb.pk, 1);
+      if (s->metadata == 3) msgpack_pack_int(&mb.pk, 1);
+      else key(&mb.pk, "step");
+      msgpack_pack_int(&mb.pk, 1000);
     }
   }
-  st__pack_ext(&b->pk, ST_EXT_MODULE, &pl);
-  msgpack_sbuffer_destroy(&pl);
+  st__pack_ext(&b->pk, ST_EXT_MODULE, &mb.sb);
+  mpbuf_free(&mb);
 }
 
 static int parse_module_spec(const module_spec_t *s) {
@@ -515,36 +513,36 @@ static int parse_module_spec(const module_spec_t *s) {
 
 TEST(module_round_trip) {
   module_spec_t s = {.names = {"weight", "bias", "0.running_mean"}, .arenas = {4, 4, 4}, .n = 3};
-  CHECK_EQ_INT(parse_module_spec(&s), ST_OK);
+  CHECK_ERR(parse_module_spec(&s), ST_OK);
   s.n = 0;   /* an empty module */
-  CHECK_EQ_INT(parse_module_spec(&s), ST_OK);
+  CHECK_ERR(parse_module_spec(&s), ST_OK);
 }
 
 TEST(module_rejections) {
   module_spec_t base = {.names = {"weight", "bias", "x"}, .arenas = {1, 1, 1}, .n = 3};
   module_spec_t s;
   s = base; s.names[2] = "weight";
-  CHECK_EQ_INT(parse_module_spec(&s), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_module_spec(&s), ST_ERR_PROTOCOL);
   CHECK_CONTAINS(why, "repeat");
   s = base; s.arenas[2] = 2;
-  CHECK_EQ_INT(parse_module_spec(&s), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_module_spec(&s), ST_ERR_PROTOCOL);
   CHECK_CONTAINS(why, "arena");
   s = base; s.pair_shape = 1;
-  CHECK_EQ_INT(parse_module_spec(&s), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_module_spec(&s), ST_ERR_PROTOCOL);
   s = base; s.pair_shape = 2;
-  CHECK_EQ_INT(parse_module_spec(&s), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_module_spec(&s), ST_ERR_PROTOCOL);
   s = base; s.bad_tensor = 1;
-  CHECK_EQ_INT(parse_module_spec(&s), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_module_spec(&s), ST_ERR_PROTOCOL);
   CHECK_CONTAINS(why, "dtype");
   s = base; s.metadata = 1;
-  CHECK_EQ_INT(parse_module_spec(&s), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_module_spec(&s), ST_ERR_PROTOCOL);
   CHECK_CONTAINS(why, "metadata");
   s = base; s.metadata = 2;
-  CHECK_EQ_INT(parse_module_spec(&s), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_module_spec(&s), ST_ERR_PROTOCOL);
   s = base; s.metadata = 3;
-  CHECK_EQ_INT(parse_module_spec(&s), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_module_spec(&s), ST_ERR_PROTOCOL);
   s = base; s.no_tensors = 1;
-  CHECK_EQ_INT(parse_module_spec(&s), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_module_spec(&s), ST_ERR_PROTOCOL);
   CHECK_CONTAINS(why, "tensors");
   /* A tensor ext is not a module. */
   mpbuf_t b;
@@ -553,7 +551,8 @@ TEST(module_rejections) {
   st__pack_tensor(&b.pk, &d);
   msgpack_unpacked payload;
   const msgpack_object *t, *m;
-  CHECK_EQ_INT(st__parse_module(mpbuf_obj(&b), &payload, &t, &m, why, sizeof why), ST_ERR_PROTOCOL);
+  CHECK_ERR_MSG(st__parse_module(mpbuf_obj(&b), &payload, &t, &m, why, sizeof why),
+                ST_ERR_PROTOCOL, why);
   mpbuf_free(&b);
 }
 

@@ -39,9 +39,9 @@ TEST(params_map_and_check) {
 
   mpbuf_init(&b);
   msgpack_pack_array(&b.pk, 0);
-  CHECK_EQ_INT(st__params_map(mpbuf_obj(&b), &map, why, sizeof why), ST_OK);
+  CHECK_ERR_MSG(st__params_map(mpbuf_obj(&b), &map, why, sizeof why), ST_OK, why);
   CHECK(map == NULL);
-  CHECK_EQ_INT(st__params_check(map, allowed, why, sizeof why), ST_OK);
+  CHECK_ERR_MSG(st__params_check(map, allowed, why, sizeof why), ST_OK, why);
   mpbuf_free(&b);
 
   mpbuf_init(&b);
@@ -51,11 +51,11 @@ TEST(params_map_and_check) {
   st__pack_cstr(&b.pk, "e");
   st__pack_cstr(&b.pk, "args");
   msgpack_pack_map(&b.pk, 0);
-  CHECK_EQ_INT(st__params_map(mpbuf_obj(&b), &map, why, sizeof why), ST_OK);
+  CHECK_ERR_MSG(st__params_map(mpbuf_obj(&b), &map, why, sizeof why), ST_OK, why);
   CHECK(map && map->type == MSGPACK_OBJECT_MAP);
-  CHECK_EQ_INT(st__params_check(map, allowed, why, sizeof why), ST_OK);
+  CHECK_ERR_MSG(st__params_check(map, allowed, why, sizeof why), ST_OK, why);
   static const char *const fewer[] = {"endpoint", NULL};
-  CHECK_EQ_INT(st__params_check(map, fewer, why, sizeof why), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st__params_check(map, fewer, why, sizeof why), ST_ERR_INVALID_ARGUMENT, why);
   CHECK_CONTAINS(why, "unknown parameter 'args'");
   mpbuf_free(&b);
 
@@ -65,7 +65,8 @@ TEST(params_map_and_check) {
   for (int i = 0; i < 5; i++) {
     mpbuf_init(&b);
     msgpack_sbuffer_write(&b.sb, bad[i], len[i]);
-    CHECK_EQ_INT(st__params_map(mpbuf_obj(&b), &map, why, sizeof why), ST_ERR_INVALID_ARGUMENT);
+    CHECK_ERR_MSG(st__params_map(mpbuf_obj(&b), &map, why, sizeof why),
+                  ST_ERR_INVALID_ARGUMENT, why);
     CHECK(map == NULL);
     mpbuf_free(&b);
   }
@@ -97,13 +98,13 @@ static int check_nest(int depth, int maps) {
 }
 
 TEST(check_value_depth) {
-  CHECK_EQ_INT(check_nest(0, 0), ST_OK);
-  CHECK_EQ_INT(check_nest(ST_MAX_DEPTH, 0), ST_OK);
-  CHECK_EQ_INT(check_nest(ST_MAX_DEPTH + 1, 0), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(check_nest(0, 0), ST_OK);
+  CHECK_ERR(check_nest(ST_MAX_DEPTH, 0), ST_OK);
+  CHECK_ERR(check_nest(ST_MAX_DEPTH + 1, 0), ST_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(why, "deeper");
-  CHECK_EQ_INT(check_nest(ST_MAX_DEPTH, 1), ST_OK);
-  CHECK_EQ_INT(check_nest(ST_MAX_DEPTH + 1, 1), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st__check_value(NULL, 0, why, sizeof why), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(check_nest(ST_MAX_DEPTH, 1), ST_OK);
+  CHECK_ERR(check_nest(ST_MAX_DEPTH + 1, 1), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st__check_value(NULL, 0, why, sizeof why), ST_ERR_INVALID_ARGUMENT, why);
 }
 
 TEST(check_value_types_and_keys) {
@@ -127,7 +128,7 @@ TEST(check_value_types_and_keys) {
   msgpack_pack_map(&b.pk, 1);
   st__pack_cstr(&b.pk, "x");
   msgpack_pack_array(&b.pk, 0);
-  CHECK_EQ_INT(st__check_value(mpbuf_obj(&b), 0, why, sizeof why), ST_OK);
+  CHECK_ERR_MSG(st__check_value(mpbuf_obj(&b), 0, why, sizeof why), ST_OK, why);
   mpbuf_free(&b);
 
   /* A non-string key two levels down. */
@@ -138,7 +139,7 @@ TEST(check_value_types_and_keys) {
   msgpack_pack_map(&b.pk, 1);
   msgpack_pack_int(&b.pk, 3);
   msgpack_pack_nil(&b.pk);
-  CHECK_EQ_INT(st__check_value(mpbuf_obj(&b), 0, why, sizeof why), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st__check_value(mpbuf_obj(&b), 0, why, sizeof why), ST_ERR_INVALID_ARGUMENT, why);
   CHECK_CONTAINS(why, "keys");
   mpbuf_free(&b);
 }
@@ -155,45 +156,43 @@ TEST(check_value_ext) {
   mpbuf_init(&b);
   msgpack_pack_array(&b.pk, 1);
   st__pack_tensor(&b.pk, &d);
-  CHECK_EQ_INT(st__check_value(mpbuf_obj(&b), 0, why, sizeof why), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st__check_value(mpbuf_obj(&b), 1, why, sizeof why), ST_OK);
+  CHECK_ERR_MSG(st__check_value(mpbuf_obj(&b), 0, why, sizeof why), ST_ERR_INVALID_ARGUMENT, why);
+  CHECK_ERR_MSG(st__check_value(mpbuf_obj(&b), 1, why, sizeof why), ST_OK, why);
   mpbuf_free(&b);
 
   /* A module whose payload is well formed. */
-  msgpack_sbuffer pl;
-  msgpack_sbuffer_init(&pl);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &pl, msgpack_sbuffer_write);
-  msgpack_pack_map(&pk, 2);
-  st__pack_cstr(&pk, "tensors");
-  msgpack_pack_array(&pk, 1);
-  msgpack_pack_array(&pk, 2);
-  st__pack_cstr(&pk, "w");
-  st__pack_tensor(&pk, &d);
-  st__pack_cstr(&pk, "metadata");
-  msgpack_pack_map(&pk, 0);
+  mpbuf_t mb;
+  mpbuf_init(&mb);
+  msgpack_pack_map(&mb.pk, 2);
+  st__pack_cstr(&mb.pk, "tensors");
+  msgpack_pack_array(&mb.pk, 1);
+  msgpack_pack_array(&mb.pk, 2);
+  st__pack_cstr(&mb.pk, "w");
+  st__pack_tensor(&mb.pk, &d);
+  st__pack_cstr(&mb.pk, "metadata");
+  msgpack_pack_map(&mb.pk, 0);
   mpbuf_init(&b);
-  st__pack_ext(&b.pk, ST_EXT_MODULE, &pl);
-  CHECK_EQ_INT(st__check_value(mpbuf_obj(&b), 0, why, sizeof why), ST_ERR_INVALID_ARGUMENT);
-  CHECK_EQ_INT(st__check_value(mpbuf_obj(&b), 1, why, sizeof why), ST_OK);
+  st__pack_ext(&b.pk, ST_EXT_MODULE, &mb.sb);
+  CHECK_ERR_MSG(st__check_value(mpbuf_obj(&b), 0, why, sizeof why), ST_ERR_INVALID_ARGUMENT, why);
+  CHECK_ERR_MSG(st__check_value(mpbuf_obj(&b), 1, why, sizeof why), ST_OK, why);
   mpbuf_free(&b);
 
   /* Other ext types, and a tensor ext whose payload is bad. */
   mpbuf_init(&b);
-  st__pack_ext(&b.pk, 5, &pl);
-  CHECK_EQ_INT(st__check_value(mpbuf_obj(&b), 1, why, sizeof why), ST_ERR_INVALID_ARGUMENT);
+  st__pack_ext(&b.pk, 5, &mb.sb);
+  CHECK_ERR_MSG(st__check_value(mpbuf_obj(&b), 1, why, sizeof why), ST_ERR_INVALID_ARGUMENT, why);
   CHECK_CONTAINS(why, "ext type 5");
   mpbuf_free(&b);
   mpbuf_init(&b);
-  st__pack_ext(&b.pk, -1, &pl);   /* msgpack timestamp */
-  CHECK_EQ_INT(st__check_value(mpbuf_obj(&b), 1, why, sizeof why), ST_ERR_INVALID_ARGUMENT);
+  st__pack_ext(&b.pk, -1, &mb.sb);   /* msgpack timestamp */
+  CHECK_ERR_MSG(st__check_value(mpbuf_obj(&b), 1, why, sizeof why), ST_ERR_INVALID_ARGUMENT, why);
   mpbuf_free(&b);
   mpbuf_init(&b);
-  st__pack_ext(&b.pk, ST_EXT_TENSOR, &pl);   /* a module payload as a tensor */
-  CHECK_EQ_INT(st__check_value(mpbuf_obj(&b), 1, why, sizeof why), ST_ERR_INVALID_ARGUMENT);
+  st__pack_ext(&b.pk, ST_EXT_TENSOR, &mb.sb);   /* a module payload as a tensor */
+  CHECK_ERR_MSG(st__check_value(mpbuf_obj(&b), 1, why, sizeof why), ST_ERR_INVALID_ARGUMENT, why);
   CHECK_CONTAINS(why, "tensor");
   mpbuf_free(&b);
-  msgpack_sbuffer_destroy(&pl);
+  mpbuf_free(&mb);
 }
 
 TEST(error_envelope) {

@@ -2,6 +2,7 @@
  * framing, refusal of garbage and of oversized frames before they are
  * buffered. */
 #include "check.h"
+#include "mpbuf.h"
 #include "proto/proto.h"
 
 static char why[256];
@@ -68,21 +69,19 @@ static int drain(st__reader_t *r, st__message_t *m, int *n, int max) {
 
 TEST(each_message_type) {
   st__reader_t r;
-  CHECK_EQ_INT(st__reader_init(&r, 1 << 20), ST_OK);
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  st__pack_request_head(&pk, 7, "ping");
-  msgpack_pack_array(&pk, 0);
-  st__pack_response_head(&pk, 7);
-  st__pack_cstr(&pk, "pong");
-  st__pack_error_response(&pk, 0xffffffffu, ST_ERR_LIMIT, "too big");
-  st__pack_notification_head(&pk, "n");
-  msgpack_pack_array(&pk, 1);
-  msgpack_pack_map(&pk, 0);
-  CHECK_EQ_INT(st__reader_feed(&r, sb.data, sb.size), ST_OK);
-  msgpack_sbuffer_destroy(&sb);
+  CHECK_ERR(st__reader_init(&r, 1 << 20), ST_OK);
+  mpbuf_t mb;
+  mpbuf_init(&mb);
+  st__pack_request_head(&mb.pk, 7, "ping");
+  msgpack_pack_array(&mb.pk, 0);
+  st__pack_response_head(&mb.pk, 7);
+  st__pack_cstr(&mb.pk, "pong");
+  st__pack_error_response(&mb.pk, 0xffffffffu, ST_ERR_LIMIT, "too big");
+  st__pack_notification_head(&mb.pk, "n");
+  msgpack_pack_array(&mb.pk, 1);
+  msgpack_pack_map(&mb.pk, 0);
+  CHECK_ERR(st__reader_feed(&r, mb.sb.data, mb.sb.size), ST_OK);
+  mpbuf_free(&mb);
 
   st__message_t m;
   CHECK_EQ_INT(st__reader_next(&r, &m, why, sizeof why), 1);
@@ -130,16 +129,16 @@ TEST(split_at_every_byte) {
     st__reader_t r;
     st__message_t m[4];
     int n = 0;
-    CHECK_EQ_INT(st__reader_init(&r, 1 << 20), ST_OK);
+    CHECK_ERR(st__reader_init(&r, 1 << 20), ST_OK);
     /* First part through reserve/commit, second through feed. */
     char *buf;
     size_t cap;
-    CHECK_EQ_INT(st__reader_reserve(&r, k, &buf, &cap), ST_OK);
+    CHECK_ERR(st__reader_reserve(&r, k, &buf, &cap), ST_OK);
     CHECK(cap >= k);
     memcpy(buf, sb.data, k);
     st__reader_commit(&r, k);
     CHECK_EQ_INT(drain(&r, m, &n, 4), 0);
-    CHECK_EQ_INT(st__reader_feed(&r, sb.data + k, sb.size - k), ST_OK);
+    CHECK_ERR(st__reader_feed(&r, sb.data + k, sb.size - k), ST_OK);
     CHECK_EQ_INT(drain(&r, m, &n, 4), 0);
     CHECK_EQ_INT(n, 3);
     CHECK(three_ok(m));
@@ -164,9 +163,9 @@ TEST(one_byte_at_a_time_and_pending) {
   st__reader_t r;
   st__message_t m[4];
   int n = 0;
-  CHECK_EQ_INT(st__reader_init(&r, 1 << 20), ST_OK);
+  CHECK_ERR(st__reader_init(&r, 1 << 20), ST_OK);
   for (size_t i = 0; i < sb.size; i++) {
-    CHECK_EQ_INT(st__reader_feed(&r, sb.data + i, 1), ST_OK);
+    CHECK_ERR(st__reader_feed(&r, sb.data + i, 1), ST_OK);
     CHECK_EQ_INT(drain(&r, m, &n, 4), 0);
     if (i + 1 < first) {
       CHECK_EQ_INT(n, 0);
@@ -210,12 +209,12 @@ TEST(garbage_is_protocol) {
   /* A good message before the garbage is still delivered. */
   st__reader_t r;
   st__message_t m;
-  CHECK_EQ_INT(st__reader_init(&r, 1 << 20), ST_OK);
+  CHECK_ERR(st__reader_init(&r, 1 << 20), ST_OK);
   st__reader_feed(&r, "\x94\x00\x01\xa1x\x90\xc1\x94", 8);
   CHECK_EQ_INT(st__reader_next(&r, &m, why, sizeof why), 1);
   CHECK_EQ_INT(m.id, 1);
   st__message_destroy(&m);
-  CHECK_EQ_INT(st__reader_next(&r, &m, why, sizeof why), ST_ERR_PROTOCOL);
+  CHECK_ERR_MSG(st__reader_next(&r, &m, why, sizeof why), ST_ERR_PROTOCOL, why);
   CHECK_CONTAINS(why, "msgpack");
   st__reader_destroy(&r);
 }
@@ -247,7 +246,7 @@ TEST(bad_shapes_are_protocol) {
   /* A response with a map error is fine. */
   st__reader_t r;
   st__message_t m;
-  CHECK_EQ_INT(st__reader_init(&r, 1 << 20), ST_OK);
+  CHECK_ERR(st__reader_init(&r, 1 << 20), ST_OK);
   st__reader_feed(&r, "\x94\x01\x06\x80\xc0", 5);
   CHECK_EQ_INT(st__reader_next(&r, &m, why, sizeof why), 1);
   CHECK_EQ_INT(m.error.type, MSGPACK_OBJECT_MAP);
@@ -269,7 +268,7 @@ TEST(nesting_limit) {
   unsigned char b[64];
   st__reader_t r;
   st__message_t m;
-  CHECK_EQ_INT(st__reader_init(&r, 1 << 20), ST_OK);
+  CHECK_ERR(st__reader_init(&r, 1 << 20), ST_OK);
   st__reader_feed(&r, b, pack_nested(b, 30));
   CHECK_EQ_INT(st__reader_next(&r, &m, why, sizeof why), 1);
   st__message_destroy(&m);
@@ -285,11 +284,11 @@ TEST(limit_on_declared_size) {
                                 0xdb, 0x40, 0x00, 0x00, 0x00};
   st__reader_t r;
   st__message_t m;
-  CHECK_EQ_INT(st__reader_init(&r, 1 << 20), ST_OK);
+  CHECK_ERR(st__reader_init(&r, 1 << 20), ST_OK);
   st__reader_feed(&r, head, sizeof head - 1);
   CHECK_EQ_INT(st__reader_next(&r, &m, why, sizeof why), 0);
   st__reader_feed(&r, head + sizeof head - 1, 1);
-  CHECK_EQ_INT(st__reader_next(&r, &m, why, sizeof why), ST_ERR_LIMIT);
+  CHECK_ERR_MSG(st__reader_next(&r, &m, why, sizeof why), ST_ERR_LIMIT, why);
   CHECK_EQ_INT(m.id, 3);
   CHECK_CONTAINS(why, "limit");
   /* Slow bytes that follow are dropped, not buffered. */
@@ -297,7 +296,7 @@ TEST(limit_on_declared_size) {
   memset(junk, 'x', sizeof junk);
   for (int i = 0; i < 1024; i++) st__reader_feed(&r, junk, sizeof junk);
   CHECK(r.up.used + r.up.free < (64u << 10));
-  CHECK_EQ_INT(st__reader_next(&r, &m, why, sizeof why), ST_ERR_LIMIT);
+  CHECK_ERR_MSG(st__reader_next(&r, &m, why, sizeof why), ST_ERR_LIMIT, why);
   st__reader_destroy(&r);
 
   /* An array32 announcing 2^32-1 elements: 5 bytes, refused at once (msgpack
@@ -311,35 +310,33 @@ TEST(limit_on_buffered_bytes) {
   /* [0, 4, "m", [15 strings of 1000 bytes]]: the announced size grows with
    * each string; the frame is refused before max_message bytes arrive. */
   const size_t max = 4096;
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  st__pack_request_head(&pk, 4, "m");
-  msgpack_pack_array(&pk, 1);
-  msgpack_pack_array(&pk, 15);
+  mpbuf_t mb;
+  mpbuf_init(&mb);
+  st__pack_request_head(&mb.pk, 4, "m");
+  msgpack_pack_array(&mb.pk, 1);
+  msgpack_pack_array(&mb.pk, 15);
   char s[1000];
   memset(s, 'a', sizeof s);
   for (int i = 0; i < 15; i++) {
-    msgpack_pack_str(&pk, sizeof s);
-    msgpack_pack_str_body(&pk, s, sizeof s);
+    msgpack_pack_str(&mb.pk, sizeof s);
+    msgpack_pack_str_body(&mb.pk, s, sizeof s);
   }
   st__reader_t r;
   st__message_t m;
-  CHECK_EQ_INT(st__reader_init(&r, max), ST_OK);
+  CHECK_ERR(st__reader_init(&r, max), ST_OK);
   size_t fed = 0;
   int rc = 0;
-  while (fed < sb.size && rc == 0) {
-    st__reader_feed(&r, sb.data + fed, 7);
+  while (fed < mb.sb.size && rc == 0) {
+    st__reader_feed(&r, mb.sb.data + fed, 7);
     fed += 7;
     rc = st__reader_next(&r, &m, why, sizeof why);
     if (rc == 0) CHECK(st__reader_pending(&r) <= max);
   }
-  CHECK_EQ_INT(rc, ST_ERR_LIMIT);
+  CHECK_ERR(rc, ST_ERR_LIMIT);
   CHECK_EQ_INT(m.id, 4);
   CHECK(fed <= max);
   st__reader_destroy(&r);
-  msgpack_sbuffer_destroy(&sb);
+  mpbuf_free(&mb);
 }
 
 TEST(limit_boundary) {
@@ -348,24 +345,22 @@ TEST(limit_boundary) {
   for (int extra = 0; extra <= 1; extra++) {
     const size_t max = 1000;
     size_t k = max - 9 + (size_t)extra;   /* 9 = envelope + bin16 header */
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    st__pack_request_head(&pk, 1, "m");
-    msgpack_pack_array(&pk, 1);
-    msgpack_pack_bin(&pk, k);
+    mpbuf_t mb;
+    mpbuf_init(&mb);
+    st__pack_request_head(&mb.pk, 1, "m");
+    msgpack_pack_array(&mb.pk, 1);
+    msgpack_pack_bin(&mb.pk, k);
     char body[1000] = {0};
-    msgpack_pack_bin_body(&pk, body, k);
-    CHECK_EQ_INT(sb.size, max + (size_t)extra);
+    msgpack_pack_bin_body(&mb.pk, body, k);
+    CHECK_EQ_INT(mb.sb.size, max + (size_t)extra);
     st__reader_t r;
     st__message_t m;
-    CHECK_EQ_INT(st__reader_init(&r, max), ST_OK);
-    st__reader_feed(&r, sb.data, sb.size);
+    CHECK_ERR(st__reader_init(&r, max), ST_OK);
+    st__reader_feed(&r, mb.sb.data, mb.sb.size);
     CHECK_EQ_INT(st__reader_next(&r, &m, why, sizeof why), extra ? ST_ERR_LIMIT : 1);
     st__message_destroy(&m);
     st__reader_destroy(&r);
-    msgpack_sbuffer_destroy(&sb);
+    mpbuf_free(&mb);
   }
 }
 
@@ -373,24 +368,22 @@ TEST(messages_outlive_buffer_changes) {
   /* A large message is taken, the reader then gives its big buffer back
    * (and is destroyed): the message's bytes must stay valid. */
   const size_t big = 3u << 20;
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  st__pack_request_head(&pk, 2, "big");
-  msgpack_pack_array(&pk, 1);
-  msgpack_pack_bin(&pk, big);
+  mpbuf_t mb;
+  mpbuf_init(&mb);
+  st__pack_request_head(&mb.pk, 2, "big");
+  msgpack_pack_array(&mb.pk, 1);
+  msgpack_pack_bin(&mb.pk, big);
   char *body = malloc(big);
   CHECK(body != NULL);
   memset(body, 'z', big);
-  msgpack_pack_bin_body(&pk, body, big);
+  msgpack_pack_bin_body(&mb.pk, body, big);
   free(body);
   st__reader_t r;
   st__message_t m, m2;
-  CHECK_EQ_INT(st__reader_init(&r, 4u << 20), ST_OK);
-  for (size_t off = 0; off < sb.size; off += 65536) {
-    size_t n = sb.size - off < 65536 ? sb.size - off : 65536;
-    st__reader_feed(&r, sb.data + off, n);
+  CHECK_ERR(st__reader_init(&r, 4u << 20), ST_OK);
+  for (size_t off = 0; off < mb.sb.size; off += 65536) {
+    size_t n = mb.sb.size - off < 65536 ? mb.sb.size - off : 65536;
+    st__reader_feed(&r, mb.sb.data + off, n);
   }
   CHECK_EQ_INT(st__reader_next(&r, &m, why, sizeof why), 1);
   CHECK_EQ_INT(st__reader_next(&r, &m2, why, sizeof why), 0);   /* shrinks */
@@ -406,51 +399,49 @@ TEST(messages_outlive_buffer_changes) {
   CHECK(method_is(&m2, "m"));
   st__message_destroy(&m);
   st__message_destroy(&m2);
-  msgpack_sbuffer_destroy(&sb);
+  mpbuf_free(&mb);
 }
 
 TEST(ext_and_every_scalar_frame) {
   /* Every header kind in one params array, fed a byte at a time. */
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  st__pack_request_head(&pk, 77, "all");
-  msgpack_pack_array(&pk, 1);
-  msgpack_pack_array(&pk, 21);
-  msgpack_pack_nil(&pk);
-  msgpack_pack_true(&pk);
-  msgpack_pack_false(&pk);
-  msgpack_pack_uint8(&pk, 200);
-  msgpack_pack_uint16(&pk, 60000);
-  msgpack_pack_uint32(&pk, 4000000000u);
-  msgpack_pack_uint64(&pk, UINT64_MAX);
-  msgpack_pack_int8(&pk, -100);
-  msgpack_pack_int16(&pk, -30000);
-  msgpack_pack_int32(&pk, -2000000000);
-  msgpack_pack_int64(&pk, INT64_MIN);
-  msgpack_pack_float(&pk, 1.5f);
-  msgpack_pack_double(&pk, 2.5);
+  mpbuf_t mb;
+  mpbuf_init(&mb);
+  st__pack_request_head(&mb.pk, 77, "all");
+  msgpack_pack_array(&mb.pk, 1);
+  msgpack_pack_array(&mb.pk, 21);
+  msgpack_pack_nil(&mb.pk);
+  msgpack_pack_true(&mb.pk);
+  msgpack_pack_false(&mb.pk);
+  msgpack_pack_uint8(&mb.pk, 200);
+  msgpack_pack_uint16(&mb.pk, 60000);
+  msgpack_pack_uint32(&mb.pk, 4000000000u);
+  msgpack_pack_uint64(&mb.pk, UINT64_MAX);
+  msgpack_pack_int8(&mb.pk, -100);
+  msgpack_pack_int16(&mb.pk, -30000);
+  msgpack_pack_int32(&mb.pk, -2000000000);
+  msgpack_pack_int64(&mb.pk, INT64_MIN);
+  msgpack_pack_float(&mb.pk, 1.5f);
+  msgpack_pack_double(&mb.pk, 2.5);
   for (size_t len = 1; len <= 16; len *= 2) {   /* fixext 1..16 */
-    msgpack_pack_ext(&pk, len, 5);
-    msgpack_pack_ext_body(&pk, "0123456789abcdef", len);
+    msgpack_pack_ext(&mb.pk, len, 5);
+    msgpack_pack_ext_body(&mb.pk, "0123456789abcdef", len);
   }
-  msgpack_pack_ext(&pk, 3, 6);                  /* ext8 */
-  msgpack_pack_ext_body(&pk, "xyz", 3);
-  msgpack_pack_str(&pk, 40);                    /* str8 */
-  msgpack_pack_str_body(&pk, "0123456789012345678901234567890123456789", 40);
-  msgpack_pack_map(&pk, 16);                    /* map16 */
+  msgpack_pack_ext(&mb.pk, 3, 6);                  /* ext8 */
+  msgpack_pack_ext_body(&mb.pk, "xyz", 3);
+  msgpack_pack_str(&mb.pk, 40);                    /* str8 */
+  msgpack_pack_str_body(&mb.pk, "0123456789012345678901234567890123456789", 40);
+  msgpack_pack_map(&mb.pk, 16);                    /* map16 */
   for (int i = 0; i < 16; i++) {
-    msgpack_pack_int(&pk, i);
-    msgpack_pack_array(&pk, 0);
+    msgpack_pack_int(&mb.pk, i);
+    msgpack_pack_array(&mb.pk, 0);
   }
   st__reader_t r;
   st__message_t m;
-  CHECK_EQ_INT(st__reader_init(&r, 1 << 20), ST_OK);
-  for (size_t i = 0; i < sb.size; i++) {
-    st__reader_feed(&r, sb.data + i, 1);
+  CHECK_ERR(st__reader_init(&r, 1 << 20), ST_OK);
+  for (size_t i = 0; i < mb.sb.size; i++) {
+    st__reader_feed(&r, mb.sb.data + i, 1);
     int rc = st__reader_next(&r, &m, why, sizeof why);
-    CHECK_EQ_INT(rc, i + 1 == sb.size ? 1 : 0);
+    CHECK_EQ_INT(rc, i + 1 == mb.sb.size ? 1 : 0);
   }
   const msgpack_object *a = &m.params.via.array.ptr[0];
   CHECK_EQ_INT(a->via.array.size, 21);
@@ -460,7 +451,7 @@ TEST(ext_and_every_scalar_frame) {
   st__message_destroy(&m);
   CHECK_EQ_INT(st__reader_pending(&r), 0);
   st__reader_destroy(&r);
-  msgpack_sbuffer_destroy(&sb);
+  mpbuf_free(&mb);
 }
 
 int main(void) {

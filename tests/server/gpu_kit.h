@@ -8,7 +8,7 @@
 
 #include "fixture.h"
 #include "mem/cuda.h"
-#include "rpc_kit.h"
+#include "wire.h"
 
 /* Free bytes of device 0, as this process sees them (0 on failure). */
 static inline uint64_t gk_free(void) {
@@ -26,7 +26,7 @@ static inline int gk_wait_back_to(uint64_t baseline, int timeout_ms) {
   double end = stt_now_ms() + timeout_ms;
   uint64_t now = gk_free();
   while (now + gran <= baseline && stt_now_ms() < end) {
-    rk_pause_ms(10);
+    stt_sleep_ms(10);
     now = gk_free();
   }
   if (now + gran > baseline) return 0;

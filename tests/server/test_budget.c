@@ -6,8 +6,7 @@
 #include <signal.h>
 
 #include "check.h"
-#include "rpc_kit.h"
-#include "st/errors.h"
+#include "wire.h"
 
 static stt_server_t S;
 
@@ -55,7 +54,7 @@ TEST(lru_eviction_then_out_of_memory) {
    * cached d is not evicted for nothing. */
   int64_t refused0 = rc_info_int(&c, "counters.budget_refusals");
   CHECK(rk_call(&c, "held", "n", 6000, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "OUT_OF_MEMORY");
+  CHECK_REPLY(&m, ST_ERR_OUT_OF_MEMORY, NULL);
   CHECK_CONTAINS(msg_errmsg(&m), "object of 6000 bytes does not fit the cpu budget of 10000 "
                                  "bytes (5990 bytes held by leases)");
   msg_free(&m);
@@ -65,7 +64,7 @@ TEST(lru_eviction_then_out_of_memory) {
   CHECK(rc_wait_info(&c, "arenas.count", 2, 5000) == 0);   /* the refused one is gone */
   /* Larger than the whole budget. */
   CHECK(rk_call(&c, "blob", "n", 20000, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "OUT_OF_MEMORY");
+  CHECK_REPLY(&m, ST_ERR_OUT_OF_MEMORY, NULL);
   msg_free(&m);
   /* The lease goes back: now it fits (d is evicted). */
   rc_close(&h);
@@ -78,8 +77,7 @@ TEST(lru_eviction_then_out_of_memory) {
 }
 
 TEST(task_results_count_until_fetched) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   CHECK(rc_wait_info(&c, "memory.cpu.objects", 0, 5000) == 0);
   uint64_t t = rk_submit(&c, "held", "n", 3000);
   CHECK(rk_wait_status(&c, t, "completed", 5000) == 0);
@@ -97,28 +95,21 @@ TEST(task_results_count_until_fetched) {
   rc_close(&c);
 }
 
+static const stt_endpoint_t endpoints[] = {
+    {"blob.lua",
+     "return st.endpoint{ name = 'blob', cache_format_key = 'blob:{n}',\n"
+     "  params = { n = 1 },\n"
+     "  build = function(a) return st.zeros{a.n, dtype = 'uint8'} end }\n"},
+    {"held.lua",
+     "return st.endpoint{ name = 'held', managed = true, params = { n = 1 },\n"
+     "  build = function(a) return st.zeros{a.n, dtype = 'uint8'} end }\n"},
+    {NULL, NULL},
+};
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
-  stt_server_init(&S);
-  stt_server_config(&S, "workers = 2, memory_budget = { cpu = 10000 },");
-  stt_write_endpoint(&S, "blob.lua",
-                     "return st.endpoint{ name = 'blob', cache_format_key = 'blob:{n}',\n"
-                     "  params = { n = 1 },\n"
-                     "  build = function(a) return st.zeros{a.n, dtype = 'uint8'} end }\n");
-  stt_write_endpoint(&S, "held.lua",
-                     "return st.endpoint{ name = 'held', managed = true, params = { n = 1 },\n"
-                     "  build = function(a) return st.zeros{a.n, dtype = 'uint8'} end }\n");
-  if (stt_server_start(&S) != 0) {
-    stt_server_cleanup(&S);
-    return 1;
-  }
+  stt_server_setup(&S, "workers = 2, memory_budget = { cpu = 10000 },", endpoints);
   RUN(lru_eviction_then_out_of_memory);
   RUN(task_results_count_until_fetched);
-  int status = stt_server_stop(&S);
-  if (status != 0) {
-    fprintf(stderr, "server exit status %d\n", status);
-    stt_failed++;
-  }
-  stt_server_cleanup(&S);
-  return stt_summary();
+  return stt_server_finish(&S);
 }

@@ -8,10 +8,7 @@
 #include <sys/stat.h>
 
 #include "check.h"
-#include "proto/proto.h"
-#include "raw.h"
-#include "st/errors.h"
-#include "st/wire.h"
+#include "wire.h"
 
 static stt_server_t S;
 
@@ -42,22 +39,12 @@ static int map_arena(rc_t *c, const msgpack_object *arenas, uint32_t i, int fd_b
   return out->base == MAP_FAILED ? -1 : 0;
 }
 
-static void take_fds(rc_t *c) {
-  for (int i = 0; i < c->nfds; i++) close(c->fds[i]);
-  c->nfds = 0;
-}
-
 TEST(tensor_result_maps) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
-  rq_t r;
-  rq_init(&r);
-  rq_call(&r, 5, "arange", 1, "n", 'i', (int64_t)10);
+  OPEN_RC(c, S.socket);
   msg_t m;
-  CHECK(rc_rpc(&c, &r, &m) == 1);
+  CHECK(rc_rpcf(&c, &m, "[0, 5, 'call', [{endpoint: 'arange', args: {n: 10}}]]") == 1);
   CHECK_EQ_INT(m.id, 5);
-  if (m.error) fprintf(stderr, "error: %s\n", msg_errmsg(&m));
-  CHECK(m.error == NULL);
+  CHECK_REPLY(&m, ST_OK, NULL);
   const msgpack_object *value = obj_get(m.result, "value");
   const msgpack_object *arenas = obj_get(m.result, "arenas");
   CHECK(value && value->type == MSGPACK_OBJECT_EXT && value->via.ext.type == ST_EXT_TENSOR);
@@ -75,7 +62,7 @@ TEST(tensor_result_maps) {
   const float *f = (const float *)((const char *)mp.base + t.offset);
   for (int i = 0; i < 10; i++) CHECK(f[(int64_t)i * t.strides[0]] == (float)i);
   msg_free(&m);
-  take_fds(&c);
+  rc_drop_fds(&c);
   /* Plain results belong to the client: the server keeps no arena, and
    * the mapping stays valid. */
   CHECK(rc_wait_info(&c, "arenas.count", 0, 5000) == 0);
@@ -85,15 +72,10 @@ TEST(tensor_result_maps) {
 }
 
 TEST(module_and_several_arenas) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
-  rq_t r;
-  rq_init(&r);
-  rq_call(&r, 6, "pair", 0);
+  OPEN_RC(c, S.socket);
   msg_t m;
-  CHECK(rc_rpc(&c, &r, &m) == 1);
-  if (m.error) fprintf(stderr, "error: %s\n", msg_errmsg(&m));
-  CHECK(m.error == NULL);
+  CHECK(rc_rpcf(&c, &m, "[0, 6, 'call', [{endpoint: 'pair', args: {}}]]") == 1);
+  CHECK_REPLY(&m, ST_OK, NULL);
   const msgpack_object *value = obj_get(m.result, "value");
   const msgpack_object *arenas = obj_get(m.result, "arenas");
   CHECK(arenas && arenas->via.array.size == 2);
@@ -137,86 +119,41 @@ TEST(module_and_several_arenas) {
   CHECK_EQ_INT(checked, 2);
   msgpack_unpacked_destroy(&payload);
   msg_free(&m);
-  take_fds(&c);
+  rc_drop_fds(&c);
   CHECK(rc_wait_info(&c, "arenas.count", 0, 5000) == 0);
   CHECK(rc_info_int(&c, "counters.fds_sent") >= 3);
   rc_close(&c);
 }
 
 TEST(endpoint_error_names_file_line) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
-  rq_t r;
-  rq_init(&r);
-  rq_call(&r, 9, "fail", 0);
-  msg_t m;
-  CHECK(rc_rpc(&c, &r, &m) == 1);
-  CHECK_EQ_INT(m.id, 9);
-  CHECK_EQ_INT(msg_code(&m), 7);
-  CHECK_STR_EQ(msg_errname(&m), "ENDPOINT");
-  CHECK_CONTAINS(msg_errmsg(&m), "fail.lua:3");
-  CHECK_CONTAINS(msg_errmsg(&m), "boom");
+  OPEN_RC(c, S.socket);
+  CHECK_RPC(&c, ST_ERR_ENDPOINT, "fail.lua:3: boom",
+            "[0, 9, 'call', [{endpoint: 'fail', args: {}}]]");
   CHECK_EQ_INT(c.nfds, 0);
-  msg_free(&m);
   /* The server keeps serving, this client included. */
   CHECK(stt_ping(c.fd, 10) == 0);
-  rq_init(&r);
-  rq_call(&r, 11, "arange", 1, "n", 'i', (int64_t)3);
-  CHECK(rc_rpc(&c, &r, &m) == 1);
-  CHECK(m.error == NULL);
-  msg_free(&m);
-  take_fds(&c);
+  CHECK_RPC(&c, ST_OK, NULL, "[0, 11, 'call', [{endpoint: 'arange', args: {n: 3}}]]");
+  rc_drop_fds(&c);
   rc_close(&c);
 }
 
+/* Calls the server refuses; none costs the connection. */
+static const frame_case_t refused[] = {
+    {"[0, 1, 'call', [{endpoint: 'no_such_thing', args: {}}]]", ST_ERR_UNKNOWN_ENDPOINT,
+     "no_such_thing"},
+    {"[0, 2, 'call', [{endpoint: 'arange', args: {zz: 1}}]]", ST_ERR_INVALID_ARGUMENT,
+     "unknown argument 'zz' (endpoint arange takes: n)"},
+    {"[0, 3, 'call', [{endpoint: 'arange', args: {n: 'ten'}}]]", ST_ERR_INVALID_ARGUMENT,
+     "argument 'n' must be integer, got string"},
+    {"[0, 4, 'call', [{endpoint: 'needs', args: {}}]]", ST_ERR_INVALID_ARGUMENT,
+     "missing required argument 'k'"},
+    /* args that are not a map */
+    {"[0, 5, 'call', [{endpoint: 'arange', args: [1]}]]", ST_ERR_INVALID_ARGUMENT, NULL},
+};
+
 TEST(unknown_endpoint_and_bad_args) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
-  rq_t r;
-  msg_t m;
-  rq_init(&r);
-  rq_call(&r, 1, "no_such_thing", 0);
-  CHECK(rc_rpc(&c, &r, &m) == 1);
-  CHECK_EQ_INT(msg_code(&m), 2);
-  CHECK_STR_EQ(msg_errname(&m), "UNKNOWN_ENDPOINT");
-  CHECK_CONTAINS(msg_errmsg(&m), "no_such_thing");
-  msg_free(&m);
-
-  rq_init(&r);
-  rq_call(&r, 2, "arange", 1, "zz", 'i', (int64_t)1);
-  CHECK(rc_rpc(&c, &r, &m) == 1);
-  CHECK_EQ_INT(msg_code(&m), 14);
-  CHECK_CONTAINS(msg_errmsg(&m), "unknown argument 'zz' (endpoint arange takes: n)");
-  msg_free(&m);
-
-  rq_init(&r);
-  rq_call(&r, 3, "arange", 1, "n", 's', "ten");
-  CHECK(rc_rpc(&c, &r, &m) == 1);
-  CHECK_EQ_INT(msg_code(&m), 14);
-  CHECK_CONTAINS(msg_errmsg(&m), "argument 'n' must be integer, got string");
-  msg_free(&m);
-
-  rq_init(&r);
-  rq_call(&r, 4, "needs", 0);
-  CHECK(rc_rpc(&c, &r, &m) == 1);
-  CHECK_EQ_INT(msg_code(&m), 14);
-  CHECK_CONTAINS(msg_errmsg(&m), "missing required argument 'k'");
-  msg_free(&m);
-
-  /* args that are not a map */
-  rq_init(&r);
-  rq_head(&r, 5, "call");
-  msgpack_pack_array(&r.pk, 1);
-  msgpack_pack_map(&r.pk, 2);
-  pk_str(&r.pk, "endpoint");
-  pk_str(&r.pk, "arange");
-  pk_str(&r.pk, "args");
-  msgpack_pack_array(&r.pk, 1);
-  msgpack_pack_int(&r.pk, 1);
-  CHECK(rc_rpc(&c, &r, &m) == 1);
-  CHECK_EQ_INT(msg_code(&m), 14);
-  msg_free(&m);
-
+  OPEN_RC(c, S.socket);
+  CHECK_RPC_TABLE(&c, refused, sizeof refused / sizeof refused[0]);
   CHECK(stt_ping(c.fd, 6) == 0);
   CHECK_EQ_INT(c.nfds, 0);
   rc_close(&c);
@@ -226,17 +163,13 @@ TEST(unknown_endpoint_and_bad_args) {
 static int call_and_leave(double seconds) {
   rc_t c;
   if (rc_open(&c, S.socket) != 0) return -1;
-  rq_t r;
-  rq_init(&r);
-  rq_call(&r, 1, "slow", 1, "s", 'd', seconds);
-  int rc = rc_send_rq(&c, &r);
+  int rc = rc_sendf(&c, "[0, 1, 'call', [{endpoint: 'slow', args: {s: %#.17g}}]]", seconds);
   rc_close(&c);
   return rc;
 }
 
 TEST(disconnect_mid_build) {
-  rc_t watcher;
-  CHECK(rc_open(&watcher, S.socket) == 0);
+  OPEN_RC(watcher, S.socket);
   int64_t dropped = rc_info_int(&watcher, "counters.calls_dropped");
   /* Short builds: they complete, find no connection, drop their arenas. */
   for (int i = 0; i < 3; i++) CHECK(call_and_leave(0.1) == 0);
@@ -255,13 +188,9 @@ TEST(disconnect_mid_build) {
 }
 
 TEST(endpoints_method) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
-  rq_t r;
-  rq_init(&r);
-  rq_simple(&r, 1, "endpoints");
+  OPEN_RC(c, S.socket);
   msg_t m;
-  CHECK(rc_rpc(&c, &r, &m) == 1);
+  CHECK(rc_rpcf(&c, &m, "[0, 1, 'endpoints', []]") == 1);
   CHECK(m.error == NULL);
   CHECK(m.result->type == MSGPACK_OBJECT_ARRAY);
   CHECK_EQ_INT(m.result->via.array.size, 5);
@@ -284,58 +213,52 @@ TEST(endpoints_method) {
   rc_close(&c);
 }
 
+static const stt_endpoint_t endpoints[] = {
+    {"arange.lua",
+     "return st.endpoint{\n"
+     "  name = \"arange\", params = { n = 8 },\n"
+     "  build = function(a) return st.arange{a.n, dtype = \"float32\"} end,\n"
+     "}\n"},
+    {"fail.lua",
+     "return st.endpoint{\n"
+     "  name = \"fail\", build = function()\n"
+     "    error(\"boom\")\n"
+     "  end,\n"
+     "}\n"},
+    {"pair.lua",
+     "return st.endpoint{\n"
+     "  name = \"pair\",\n"
+     "  build = function()\n"
+     "    return { n = 7, ones = st.ones{2, 3},\n"
+     "             model = st.module{ weight = st.full{2, 3, value = 1.5},\n"
+     "                                bias = st.arange{3, dtype = \"float32\"} } }\n"
+     "  end,\n"
+     "}\n"},
+    {"slow.lua",
+     "return st.endpoint{\n"
+     "  name = \"slow\", params = { s = 0.2 },\n"
+     "  build = function(a)\n"
+     "    local t = st.zeros{1024}\n"
+     "    st.sleep(a.s)\n"
+     "    return t\n"
+     "  end,\n"
+     "}\n"},
+    {"needs.lua",
+     "return st.endpoint{\n"
+     "  name = \"needs\", doc = \"needs k\", params = { k = st.required, j = 2 },\n"
+     "  build = function(a) return a.k end,\n"
+     "}\n"},
+    {NULL, NULL},
+};
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
-  stt_server_init(&S);
-  stt_write_endpoint(&S, "arange.lua",
-                     "return st.endpoint{\n"
-                     "  name = \"arange\", params = { n = 8 },\n"
-                     "  build = function(a) return st.arange{a.n, dtype = \"float32\"} end,\n"
-                     "}\n");
-  stt_write_endpoint(&S, "fail.lua",
-                     "return st.endpoint{\n"
-                     "  name = \"fail\", build = function()\n"
-                     "    error(\"boom\")\n"
-                     "  end,\n"
-                     "}\n");
-  stt_write_endpoint(&S, "pair.lua",
-                     "return st.endpoint{\n"
-                     "  name = \"pair\",\n"
-                     "  build = function()\n"
-                     "    return { n = 7, ones = st.ones{2, 3},\n"
-                     "             model = st.module{ weight = st.full{2, 3, value = 1.5},\n"
-                     "                                bias = st.arange{3, dtype = \"float32\"} } }\n"
-                     "  end,\n"
-                     "}\n");
-  stt_write_endpoint(&S, "slow.lua",
-                     "return st.endpoint{\n"
-                     "  name = \"slow\", params = { s = 0.2 },\n"
-                     "  build = function(a)\n"
-                     "    local t = st.zeros{1024}\n"
-                     "    st.sleep(a.s)\n"
-                     "    return t\n"
-                     "  end,\n"
-                     "}\n");
-  stt_write_endpoint(&S, "needs.lua",
-                     "return st.endpoint{\n"
-                     "  name = \"needs\", doc = \"needs k\", params = { k = st.required, j = 2 },\n"
-                     "  build = function(a) return a.k end,\n"
-                     "}\n");
-  if (stt_server_start(&S) != 0) {
-    stt_server_cleanup(&S);
-    return 1;
-  }
+  stt_server_setup(&S, NULL, endpoints);
   RUN(tensor_result_maps);
   RUN(module_and_several_arenas);
   RUN(endpoint_error_names_file_line);
   RUN(unknown_endpoint_and_bad_args);
   RUN(disconnect_mid_build);
   RUN(endpoints_method);
-  int status = stt_server_stop(&S);
-  if (status != 0) {
-    fprintf(stderr, "server exit status %d\n", status);
-    stt_failed++;
-  }
-  stt_server_cleanup(&S);
-  return stt_summary();
+  return stt_server_finish(&S);
 }

@@ -7,8 +7,7 @@
 #include <signal.h>
 
 #include "check.h"
-#include "rpc_kit.h"
-#include "st/errors.h"
+#include "wire.h"
 
 static stt_server_t S;
 
@@ -19,13 +18,8 @@ TEST(singleflight_builds_once_and_shares_the_object) {
   CHECK(rc_open(&w, S.socket) == 0);
   int64_t builds0 = rc_info_int(&w, "counters.builds");
   int64_t joins0 = rc_info_int(&w, "counters.joins");
-  rq_t r;
-  rq_init(&r);
-  rq_ep_args(&r, 1, "call", "sf", 1, "n", 'i', (int64_t)6);
-  CHECK(rc_send_rq(&a, &r) == 0);
-  rq_init(&r);
-  rq_ep_args(&r, 2, "call", "sf", 1, "n", 'i', (int64_t)6);
-  CHECK(rc_send_rq(&b, &r) == 0);
+  CHECK(rc_sendf(&a, "[0, 1, 'call', [{endpoint: 'sf', args: {n: 6}}]]") == 0);
+  CHECK(rc_sendf(&b, "[0, 2, 'call', [{endpoint: 'sf', args: {n: 6}}]]") == 0);
   msg_t ma, mb;
   CHECK(rc_next(&a, &ma, 10000) == 1);
   CHECK(rc_next(&b, &mb, 10000) == 1);
@@ -51,7 +45,7 @@ TEST(singleflight_builds_once_and_shares_the_object) {
   /* The leases go with the connections; then the object goes. */
   rc_close(&a);
   double end = stt_now_ms() + 5000;
-  while (info_field(&w, (uint64_t)oid, "refcount") != 1 && stt_now_ms() < end) rk_pause_ms(2);
+  while (info_field(&w, (uint64_t)oid, "refcount") != 1 && stt_now_ms() < end) stt_sleep_ms(2);
   CHECK_EQ_INT(info_field(&w, (uint64_t)oid, "refcount"), 1);
   rc_close(&b);
   CHECK(rc_wait_info(&w, "objects.count", 0, 5000) == 0);
@@ -64,18 +58,13 @@ TEST(singleflight_error_reaches_every_joiner_and_is_not_kept) {
   CHECK(rc_open(&a, S.socket) == 0);
   CHECK(rc_open(&b, S.socket) == 0);
   int64_t builds0 = rc_info_int(&a, "counters.builds");
-  rq_t r;
-  rq_init(&r);
-  rq_ep_args(&r, 1, "call", "sferr", 0);
-  CHECK(rc_send_rq(&a, &r) == 0);
-  rq_init(&r);
-  rq_ep_args(&r, 2, "call", "sferr", 0);
-  CHECK(rc_send_rq(&b, &r) == 0);
+  CHECK(rc_sendf(&a, "[0, 1, 'call', [{endpoint: 'sferr', args: {}}]]") == 0);
+  CHECK(rc_sendf(&b, "[0, 2, 'call', [{endpoint: 'sferr', args: {}}]]") == 0);
   msg_t ma, mb;
   CHECK(rc_next(&a, &ma, 10000) == 1);
   CHECK(rc_next(&b, &mb, 10000) == 1);
-  CHECK_STR_EQ(msg_errname(&ma), "ENDPOINT");
-  CHECK_STR_EQ(msg_errname(&mb), "ENDPOINT");
+  CHECK_REPLY(&ma, ST_ERR_ENDPOINT, NULL);
+  CHECK_REPLY(&mb, ST_ERR_ENDPOINT, NULL);
   CHECK_CONTAINS(msg_errmsg(&ma), "sferr.lua:3: boom");
   CHECK_CONTAINS(msg_errmsg(&mb), "sferr.lua:3: boom");
   msg_free(&ma);
@@ -84,7 +73,7 @@ TEST(singleflight_error_reaches_every_joiner_and_is_not_kept) {
   /* Not cached: the next call builds (and fails) again. */
   msg_t m;
   CHECK(rk_call(&a, "sferr", NULL, 0, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "ENDPOINT");
+  CHECK_REPLY(&m, ST_ERR_ENDPOINT, NULL);
   msg_free(&m);
   CHECK_EQ_INT(rc_info_int(&a, "counters.builds"), builds0 + 2);
   rc_close(&a);
@@ -97,13 +86,8 @@ TEST(serialized_builds_one_at_a_time) {
   CHECK(rc_open(&b, S.socket) == 0);
   CHECK(rc_open(&p, S.socket) == 0);
   double t0 = stt_now_ms();
-  rq_t r;
-  rq_init(&r);
-  rq_ep_args(&r, 1, "call", "ser", 1, "s", 'd', 0.15);
-  CHECK(rc_send_rq(&a, &r) == 0);
-  rq_init(&r);
-  rq_ep_args(&r, 2, "call", "ser", 1, "s", 'd', 0.15);
-  CHECK(rc_send_rq(&b, &r) == 0);
+  CHECK(rc_sendf(&a, "[0, 1, 'call', [{endpoint: 'ser', args: {s: 0.15}}]]") == 0);
+  CHECK(rc_sendf(&b, "[0, 2, 'call', [{endpoint: 'ser', args: {s: 0.15}}]]") == 0);
   /* The second call waits in the endpoint's queue, not on a worker. */
   CHECK(rc_wait_info(&p, "waiting", 1, 2000) == 0);
   /* Another endpoint answers at once meanwhile. */
@@ -137,16 +121,11 @@ TEST(serialized_waiter_whose_client_leaves_never_runs) {
   CHECK(rc_open(&b, S.socket) == 0);
   CHECK(rc_open(&w, S.socket) == 0);
   int64_t builds0 = rc_info_int(&w, "counters.builds");
-  rq_t r;
-  rq_init(&r);
   /* The first build runs long enough for the second caller to leave
    * while it still waits, even on a loaded machine. */
-  rq_ep_args(&r, 1, "call", "ser", 1, "s", 'd', 0.4);
-  CHECK(rc_send_rq(&a, &r) == 0);
+  CHECK(rc_sendf(&a, "[0, 1, 'call', [{endpoint: 'ser', args: {s: 0.4}}]]") == 0);
   CHECK(rc_wait_info(&w, "inflight", 1, 2000) == 0);   /* a's build has the turn */
-  rq_init(&r);
-  rq_ep_args(&r, 2, "call", "ser", 1, "s", 'd', 0.1);
-  CHECK(rc_send_rq(&b, &r) == 0);
+  CHECK(rc_sendf(&b, "[0, 2, 'call', [{endpoint: 'ser', args: {s: 0.1}}]]") == 0);
   CHECK(rc_wait_info(&w, "waiting", 1, 2000) == 0);
   rc_close(&b);
   CHECK(rc_wait_info(&w, "waiting", 0, 2000) == 0);
@@ -174,26 +153,22 @@ TEST(shutdown_cancels_waiting_serialized_builds) {
   }
   rc_t a, b;
   int ok = rc_open(&a, T.socket) == 0 && rc_open(&b, T.socket) == 0;
-  rq_t r;
-  rq_init(&r);
-  rq_ep_args(&r, 1, "call", "ser", 0);
-  ok = ok && rc_send_rq(&a, &r) == 0 && rc_wait_info(&b, "inflight", 1, 2000) == 0;
-  rq_init(&r);
-  rq_ep_args(&r, 2, "call", "ser", 0);
-  ok = ok && rc_send_rq(&b, &r) == 0 && rc_wait_info(&a, "waiting", 1, 2000) == 0;
+  ok = ok && rc_sendf(&a, "[0, 1, 'call', [{endpoint: 'ser', args: {}}]]") == 0 &&
+       rc_wait_info(&b, "inflight", 1, 2000) == 0;
+  ok = ok && rc_sendf(&b, "[0, 2, 'call', [{endpoint: 'ser', args: {}}]]") == 0 &&
+       rc_wait_info(&a, "waiting", 1, 2000) == 0;
   double t0 = stt_now_ms();
   kill(T.pid, SIGTERM);
   msg_t ma, mb;
   int ga = ok ? rc_next(&a, &ma, 5000) : -1, gb = ok ? rc_next(&b, &mb, 5000) : -1;
   double took = stt_now_ms() - t0;
-  int status = rk_wait_exit(&T);
+  int status = stt_server_wait_exit(&T, 10000);
   if (status < 0) stt_server_stop(&T);
   stt_server_cleanup(&T);
   CHECK(ok);
   CHECK(ga == 1 && gb == 1);
-  CHECK_STR_EQ(msg_errname(&ma), "CANCELLED");
-  CHECK_STR_EQ(msg_errname(&mb), "CANCELLED");
-  CHECK_CONTAINS(msg_errmsg(&mb), "shutting down");
+  CHECK_REPLY(&ma, ST_ERR_CANCELLED, NULL);
+  CHECK_REPLY(&mb, ST_ERR_CANCELLED, "shutting down");
   msg_free(&ma);
   msg_free(&mb);
   rc_close(&a);
@@ -202,38 +177,34 @@ TEST(shutdown_cancels_waiting_serialized_builds) {
   CHECK_EQ_INT(status, 0);
 }
 
+static const stt_endpoint_t endpoints[] = {
+    {"sf.lua",
+     "return st.endpoint{ name = 'sf', managed = true, singleflight = true,\n"
+     "  params = { n = 4 },\n"
+     "  build = function(a) st.sleep(0.15); return st.arange{a.n} end }\n"},
+    {"sferr.lua",
+     "return st.endpoint{ name = 'sferr', singleflight = true,\n"
+     "  build = function() st.sleep(0.1)\n"
+     "    error('boom') end }\n"},
+    {"ser.lua",
+     "return st.endpoint{ name = 'ser', concurrency = 'serialized',\n"
+     "  params = { s = 0.15 },\n"
+     "  build = function(a) st.sleep(a.s); return 1 end }\n"},
+    {"quick.lua",
+     "return st.endpoint{ name = 'quick', build = function() return 1 end }\n"},
+    {NULL, NULL},
+};
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
-  stt_server_init(&S);
-  stt_server_config(&S, "workers = 4,");
-  stt_write_endpoint(&S, "sf.lua",
-                     "return st.endpoint{ name = 'sf', managed = true, singleflight = true,\n"
-                     "  params = { n = 4 },\n"
-                     "  build = function(a) st.sleep(0.15); return st.arange{a.n} end }\n");
-  stt_write_endpoint(&S, "sferr.lua",
-                     "return st.endpoint{ name = 'sferr', singleflight = true,\n"
-                     "  build = function() st.sleep(0.1)\n"
-                     "    error('boom') end }\n");
-  stt_write_endpoint(&S, "ser.lua",
-                     "return st.endpoint{ name = 'ser', concurrency = 'serialized',\n"
-                     "  params = { s = 0.15 },\n"
-                     "  build = function(a) st.sleep(a.s); return 1 end }\n");
-  stt_write_endpoint(&S, "quick.lua",
-                     "return st.endpoint{ name = 'quick', build = function() return 1 end }\n");
-  if (stt_server_start(&S) != 0) {
-    stt_server_cleanup(&S);
-    return 1;
-  }
+  stt_server_setup(&S, "workers = 4,", endpoints);
   RUN(singleflight_builds_once_and_shares_the_object);
   RUN(singleflight_error_reaches_every_joiner_and_is_not_kept);
   RUN(serialized_builds_one_at_a_time);
   RUN(serialized_waiter_whose_client_leaves_never_runs);
   int status = stt_server_stop(&S);
   RUN(shutdown_cancels_waiting_serialized_builds);
-  if (status != 0) {
-    fprintf(stderr, "server exit status %d\n", status);
-    stt_failed++;
-  }
+  if (status != 0) stt_fail_main(__FILE__, __LINE__, "stserver exit status %d", status);
   stt_server_cleanup(&S);
   return stt_summary();
 }

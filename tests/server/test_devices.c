@@ -9,20 +9,14 @@
 #include <signal.h>
 
 #include "check.h"
-#include "rpc_kit.h"
-#include "st/errors.h"
+#include "wire.h"
 
 static stt_server_t S;
 static int have_cuda;         /* info: cuda.devices > 0 */
 
 /* call ep (no arguments): the reply in *m (caller frees), fds dropped. */
 static int call0(rc_t *c, const char *ep, msg_t *m) {
-  rq_t r;
-  rq_init(&r);
-  rq_ep_args(&r, 9, "call", ep, 0);
-  int rc = rc_rpc(c, &r, m);
-  rc_drop_fds(c);
-  return rc;
+  return rk_call(c, ep, NULL, 0, m);
 }
 
 /* The string value of a call without arguments ("" on error). */
@@ -36,38 +30,32 @@ static const char *call_str(rc_t *c, const char *ep) {
 }
 
 TEST(missing_cuda_device_is_capability) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t m;
   /* An endpoint on a device no host has. */
   CHECK(call0(&c, "far", &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "CAPABILITY");
-  CHECK_CONTAINS(msg_errmsg(&m), "far: no CUDA device: cuda:63 is unavailable: ");
+  CHECK_REPLY(&m, ST_ERR_CAPABILITY, "far: no CUDA device: cuda:63 is unavailable: ");
   msg_free(&m);
   /* A constructor naming one, in a CPU endpoint: the body's file:line. */
   CHECK(call0(&c, "ctor_far", &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "CAPABILITY");
-  CHECK_CONTAINS(msg_errmsg(&m), "ctor_far.lua:3: no CUDA device: cuda:63 is unavailable");
+  CHECK_REPLY(&m, ST_ERR_CAPABILITY, "ctor_far.lua:3: no CUDA device: cuda:63 is unavailable");
   msg_free(&m);
   /* :to() a device no host has. */
   CHECK(call0(&c, "to_far", &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "CAPABILITY");
-  CHECK_CONTAINS(msg_errmsg(&m), "no CUDA device: cuda:63 is unavailable");
+  CHECK_REPLY(&m, ST_ERR_CAPABILITY, "no CUDA device: cuda:63 is unavailable");
   msg_free(&m);
   if (!have_cuda) {
     /* device = "cuda": the socket's device, which this host lacks; the
      * reason is the runtime's. */
     CHECK(call0(&c, "gpu", &m) == 1);
-    CHECK_STR_EQ(msg_errname(&m), "CAPABILITY");
-    CHECK_CONTAINS(msg_errmsg(&m), "gpu: no CUDA device: cuda:0 is unavailable: ");
+    CHECK_REPLY(&m, ST_ERR_CAPABILITY, "gpu: no CUDA device: cuda:0 is unavailable: ");
     CHECK_CONTAINS(msg_errmsg(&m), "names the CUDA device of the socket");
     msg_free(&m);
     /* Tasks report it the same way, through the task. */
     uint64_t t = rk_submit(&c, "gpu", NULL, 0);
     CHECK(t == 0);
     CHECK(call0(&c, "ctor_cuda", &m) == 1);
-    CHECK_STR_EQ(msg_errname(&m), "CAPABILITY");
-    CHECK_CONTAINS(msg_errmsg(&m), "no CUDA device: cuda:0 is unavailable");
+    CHECK_REPLY(&m, ST_ERR_CAPABILITY, "no CUDA device: cuda:0 is unavailable");
     msg_free(&m);
   } else {
     CHECK_STR_EQ(call_str(&c, "gpu"), "cuda:0");
@@ -80,15 +68,13 @@ TEST(missing_cuda_device_is_capability) {
 }
 
 TEST(constructors_follow_the_call_device) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   /* default_device = "cpu" (the fixture): CPU, also for :to("cpu"). */
   CHECK_STR_EQ(call_str(&c, "cpu_default"), "cpu");
   CHECK_STR_EQ(call_str(&c, "explicit_cpu"), "cpu");
   msg_t m;
   CHECK(call0(&c, "bad_name", &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "ENDPOINT");
-  CHECK_CONTAINS(msg_errmsg(&m), "zeros: unknown device 'gpu0'");
+  CHECK_REPLY(&m, ST_ERR_ENDPOINT, "zeros: unknown device 'gpu0'");
   msg_free(&m);
   CHECK(call0(&c, "mixed_cpu_module", &m) == 1);
   CHECK(m.error == NULL);
@@ -97,8 +83,7 @@ TEST(constructors_follow_the_call_device) {
 }
 
 TEST(info_lists_cuda_budgets) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t m;
   CHECK(rc_info(&c, 4, &m) == 1);
   const msgpack_object *mem = obj_get(m.result, "memory");
@@ -131,8 +116,7 @@ TEST(socket_default_is_logged) {
                      "return st.endpoint{ name = 'where',\n"
                      "  build = function() return st.zeros{1}:device() end }\n");
   CHECK(stt_server_start(&s2) == 0);
-  rc_t c;
-  CHECK(rc_open(&c, s2.socket) == 0);
+  OPEN_RC(c, s2.socket);
   CHECK_STR_EQ(call_str(&c, "where"), have_cuda ? "cuda:0" : "cpu");
   rc_close(&c);
   CHECK_EQ_INT(stt_server_stop(&s2), 0);
@@ -143,48 +127,48 @@ TEST(socket_default_is_logged) {
   stt_server_cleanup(&s2);
 }
 
+static const stt_endpoint_t endpoints[] = {
+    {"far.lua",
+     "return st.endpoint{ name = 'far', device = 'cuda:63',\n"
+     "  build = function() return 1 end }\n"},
+    {"gpu.lua",
+     "return st.endpoint{ name = 'gpu', device = 'cuda',\n"
+     "  build = function() return st.zeros{2}:device() end }\n"},
+    {"ctor_far.lua",
+     "return st.endpoint{ name = 'ctor_far',\n"
+     "  build = function()\n"
+     "    local t = st.zeros{2, device = 'cuda:63'}\n"
+     "    return t end }\n"},
+    {"ctor_cuda.lua",
+     "return st.endpoint{ name = 'ctor_cuda',\n"
+     "  build = function()\n"
+     "    local t = st.ones{2, device = 'cuda'}\n"
+     "    return t:device() end }\n"},
+    {"to_far.lua",
+     "return st.endpoint{ name = 'to_far',\n"
+     "  build = function() local t = st.zeros{2}:to('cuda:63') return t end }\n"},
+    {"cpu_default.lua",
+     "return st.endpoint{ name = 'cpu_default',\n"
+     "  build = function() return st.arange{3}:device() end }\n"},
+    {"explicit_cpu.lua",
+     "return st.endpoint{ name = 'explicit_cpu', device = 'cpu',\n"
+     "  build = function()\n"
+     "    local t = st.randn{4, device = 'cpu'}:to('cpu', 'float16')\n"
+     "    assert(tostring(t) == 'tensor(float16, {4}, cpu)')\n"
+     "    return t:device() end }\n"},
+    {"bad_name.lua",
+     "return st.endpoint{ name = 'bad_name',\n"
+     "  build = function() local t = st.zeros{2, device = 'gpu0'} return t end }\n"},
+    {"mixed_cpu_module.lua",
+     "return st.endpoint{ name = 'mixed_cpu_module',\n"
+     "  build = function()\n"
+     "    return st.module{ a = st.zeros{2}, b = st.ones{3, device = 'cpu'} } end }\n"},
+    {NULL, NULL},
+};
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
-  stt_server_init(&S);
-  stt_write_endpoint(&S, "far.lua",
-                     "return st.endpoint{ name = 'far', device = 'cuda:63',\n"
-                     "  build = function() return 1 end }\n");
-  stt_write_endpoint(&S, "gpu.lua",
-                     "return st.endpoint{ name = 'gpu', device = 'cuda',\n"
-                     "  build = function() return st.zeros{2}:device() end }\n");
-  stt_write_endpoint(&S, "ctor_far.lua",
-                     "return st.endpoint{ name = 'ctor_far',\n"
-                     "  build = function()\n"
-                     "    local t = st.zeros{2, device = 'cuda:63'}\n"
-                     "    return t end }\n");
-  stt_write_endpoint(&S, "ctor_cuda.lua",
-                     "return st.endpoint{ name = 'ctor_cuda',\n"
-                     "  build = function()\n"
-                     "    local t = st.ones{2, device = 'cuda'}\n"
-                     "    return t:device() end }\n");
-  stt_write_endpoint(&S, "to_far.lua",
-                     "return st.endpoint{ name = 'to_far',\n"
-                     "  build = function() local t = st.zeros{2}:to('cuda:63') return t end }\n");
-  stt_write_endpoint(&S, "cpu_default.lua",
-                     "return st.endpoint{ name = 'cpu_default',\n"
-                     "  build = function() return st.arange{3}:device() end }\n");
-  stt_write_endpoint(&S, "explicit_cpu.lua",
-                     "return st.endpoint{ name = 'explicit_cpu', device = 'cpu',\n"
-                     "  build = function()\n"
-                     "    local t = st.randn{4, device = 'cpu'}:to('cpu', 'float16')\n"
-                     "    assert(tostring(t) == 'tensor(float16, {4}, cpu)')\n"
-                     "    return t:device() end }\n");
-  stt_write_endpoint(&S, "bad_name.lua",
-                     "return st.endpoint{ name = 'bad_name',\n"
-                     "  build = function() local t = st.zeros{2, device = 'gpu0'} return t end }\n");
-  stt_write_endpoint(&S, "mixed_cpu_module.lua",
-                     "return st.endpoint{ name = 'mixed_cpu_module',\n"
-                     "  build = function()\n"
-                     "    return st.module{ a = st.zeros{2}, b = st.ones{3, device = 'cpu'} } end }\n");
-  if (stt_server_start(&S) != 0) {
-    stt_server_cleanup(&S);
-    return 1;
-  }
+  stt_server_setup(&S, NULL, endpoints);
   {
     rc_t c;
     if (rc_open(&c, S.socket) == 0) {
@@ -197,11 +181,5 @@ int main(void) {
   RUN(constructors_follow_the_call_device);
   RUN(info_lists_cuda_budgets);
   RUN(socket_default_is_logged);
-  int status = stt_server_stop(&S);
-  if (status != 0) {
-    fprintf(stderr, "server exit status %d\n", status);
-    stt_failed++;
-  }
-  stt_server_cleanup(&S);
-  return stt_summary();
+  return stt_server_finish(&S);
 }

@@ -18,12 +18,12 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "check.h"
 #include "mem/cuda.h"
-#include "rpc_kit.h"
+#include "wire.h"
 #include "st/dtype.h"
-#include "st/errors.h"
 #include "st/wire.h"
 
 #define MiB (1024ll * 1024ll)
@@ -150,26 +150,14 @@ static void join(const int64_t *v, int n, char *out, size_t cap) {
 
 static uint64_t baseline_free;
 
-/* Calls `ep` without arguments on c. 1 on a reply. */
-static int call(rc_t *c, const char *ep, msg_t *m) {
-  rq_t r;
-  rq_init(&r);
-  rq_ep_args(&r, 5, "call", ep, 0);
-  int rc = rc_rpc(c, &r, m);
-  if (rc == 1 && m->error)
-    fprintf(stderr, "   call %s: %s: %s\n", ep, msg_errname(m), msg_errmsg(m));
-  return rc;
-}
-
 /* ------------------------------------------------------------- tests */
 
 /* The reply of a legacy endpoint: one arena, no descriptor, every legacy
  * field; the object is managed and charged to memory.cuda:0. */
 TEST(legacy_arena_on_the_wire) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t m;
-  CHECK(call(&c, "leg_gpu", &m) == 1 && !m.error);
+  CHECK(rc_call(&c, "leg_gpu", NULL, 0, &m) == 1 && !m.error);
   CHECK_EQ_INT(c.nfds, 0);                       /* nothing passed by SCM_RIGHTS */
   const msgpack_object *arenas = obj_get(m.result, "arenas");
   CHECK(arenas && arenas->type == MSGPACK_OBJECT_ARRAY && arenas->via.array.size == 1);
@@ -230,8 +218,8 @@ TEST(pytorch_reopens_the_module) {
   CHECK(rc_open(&c, S.socket) == 0);
   CHECK(rc_open(&c2, S.socket) == 0);
   msg_t mg, mc;
-  CHECK(call(&c, "leg_gpu", &mg) == 1 && !mg.error);
-  CHECK(call(&c2, "leg_cpu", &mc) == 1 && !mc.error);
+  CHECK(rc_call(&c, "leg_gpu", NULL, 0, &mg) == 1 && !mg.error);
+  CHECK(rc_call(&c2, "leg_cpu", NULL, 0, &mc) == 1 && !mc.error);
   /* The CPU object of a legacy endpoint is a plain memfd arena. */
   CHECK_EQ_INT(c2.nfds, 1);
   st__arena_desc_t dg, dc;
@@ -341,8 +329,7 @@ TEST(c_client_refuses_legacy_arenas) {
   CHECK_CONTAINS(out, "CAPABILITY");
   CHECK_CONTAINS(out,
                  "legacy CUDA IPC arenas are for PyTorch's rebuild_cuda_tensor; use ipc = vmm");
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   CHECK(rc_wait_info(&c, "objects.count", 0, 10000) == 0);
   rc_close(&c);
 }
@@ -350,14 +337,12 @@ TEST(c_client_refuses_legacy_arenas) {
 /* A legacy endpoint whose result holds VMM memory is refused; the same
  * tensor copied into a module goes out as a legacy arena. */
 TEST(vmm_memory_in_a_legacy_result_is_refused) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t m;
-  CHECK(call(&c, "leg_vmm", &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "ENDPOINT");
-  CHECK_CONTAINS(msg_errmsg(&m), "not a legacy IPC allocation");
+  CHECK(rc_call(&c, "leg_vmm", NULL, 0, &m) == 1);
+  CHECK_REPLY(&m, ST_ERR_ENDPOINT, "not a legacy IPC allocation");
   msg_free(&m);
-  CHECK(call(&c, "leg_copied", &m) == 1 && !m.error);
+  CHECK(rc_call(&c, "leg_copied", NULL, 0, &m) == 1 && !m.error);
   CHECK_EQ_INT(c.nfds, 0);
   CHECK_STR_EQ(obj_str(obj_get(&obj_get(m.result, "arenas")->via.array.ptr[0], "backend")),
                "legacy");
@@ -368,8 +353,7 @@ TEST(vmm_memory_in_a_legacy_result_is_refused) {
 /* Every legacy allocation was freed: no arena left, and the device's free
  * memory is back at its baseline within one granule. */
 TEST(device_memory_back_to_baseline) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   CHECK(rc_wait_info(&c, "objects.count", 0, 10000) == 0);
   CHECK(rc_wait_info(&c, "arenas.count", 0, 10000) == 0);
   CHECK_EQ_INT(rc_info_int(&c, "memory.cuda:0.leased_bytes"), 0);
@@ -378,7 +362,7 @@ TEST(device_memory_back_to_baseline) {
 }
 
 
-static const char *LEGACY =
+static const char LEGACY[] =
     "local function mod()\n"
     "  return st.module({ { 'weight', st.randn{16, 8, seed = 3} },\n"
     "                     { 'bias', st.arange{16} },\n"
@@ -392,7 +376,7 @@ static const char *LEGACY =
 
 /* A checkpoint loads into a VMM arena: returned as is from a legacy
  * endpoint it is refused; copied into a module it is a legacy arena. */
-static const char *LEGACY_VMM =
+static const char LEGACY_VMM[] =
     "return { st.endpoint{ name = 'leg_vmm', device = 'cuda', ipc = 'legacy',\n"
     "  build = function() return st.load_safetensors('w.safetensors') end },\n"
     "  st.endpoint{ name = 'leg_copied', device = 'cuda', ipc = 'legacy', managed = true,\n"
@@ -442,10 +426,7 @@ int main(void) {
    * made by the first call, before the memory baseline is taken. */
   snprintf(cfg, sizeof cfg, "data_dirs = { '%s/data' }, workers = 1,", S.dir);
   stt_server_config(&S, cfg);
-  if (stt_server_start(&S) != 0) {
-    stt_server_cleanup(&S);
-    return 1;
-  }
+  stt_server_start_or_exit(&S);
   RUN(legacy_arena_on_the_wire);
   baseline_free = gk_free();
   RUN(pytorch_reopens_the_module);
@@ -455,12 +436,7 @@ int main(void) {
   RUN(vmm_memory_in_a_legacy_result_is_refused);
   fprintf(stderr, "   free vs baseline: %+lld bytes\n", (long long)(gk_free() - baseline_free));
   RUN(device_memory_back_to_baseline);
-  int status = stt_server_stop(&S);
-  if (status != 0) {
-    fprintf(stderr, "server exit status %d\n", status);
-    stt_failed++;
-  }
-  stt_server_cleanup(&S);
+  return stt_server_finish(&S);
 #endif
   return stt_summary();
 }

@@ -13,9 +13,8 @@
 
 #include "check.h"
 #include "mem/cuda.h"
-#include "rpc_kit.h"
+#include "wire.h"
 #include "st/dtype.h"
-#include "st/errors.h"
 #include "st/wire.h"
 
 static char uuid[2][ST_CUDA_UUID_LEN];
@@ -71,27 +70,28 @@ static unsigned char *tensor_bytes(const msgpack_object *ext, const imported_t *
   return buf;
 }
 
-static int call(rc_t *c, const char *ep, msg_t *m) {
-  rq_t r;
-  rq_init(&r);
-  rq_ep_args(&r, 5, "call", ep, 0);
-  int rc = rc_rpc(c, &r, m);
-  if (rc == 1 && m->error)
-    fprintf(stderr, "   call %s: %s: %s\n", ep, msg_errname(m), msg_errmsg(m));
-  return rc;
+/* The value of reply m, whose one arena must be a VMM allocation on the
+ * GPU of socket s (its UUID, imported on ordinal s), copied to the host:
+ * *bytes (malloc'ed) and *len. The descriptors are dropped. */
+static void value_on_gpu(rc_t *c, const msg_t *m, int s, unsigned char **bytes, size_t *len) {
+  imported_t a;
+  CHECK(import_arena(c, m, 0, &a) == 0);
+  *bytes = tensor_bytes(obj_get(m->result, "value"), &a, 1, len);
+  st__cuda_unmap(&a.m);
+  rc_drop_fds(c);
+  CHECK_STR_EQ(a.d.uuid, uuid[s]);
+  CHECK_STR_EQ(a.d.backend, "vmm");
+  CHECK_EQ_INT(a.m.ordinal, s);
+  CHECK(*bytes != NULL);
 }
 
 /* hello on each socket names its own device index. */
 TEST(each_socket_is_its_device) {
   const char *socks[2] = {S.socket, sock1};
   for (int s = 0; s < 2; s++) {
-    rc_t c;
-    CHECK(rc_open(&c, socks[s]) == 0);
-    rq_t r;
-    rq_init(&r);
-    rq_simple(&r, 1, "hello");
+    OPEN_RC(c, socks[s]);
     msg_t m;
-    CHECK(rc_rpc(&c, &r, &m) == 1 && !m.error);
+    CHECK(rc_rpcf(&c, &m, "[0, 1, 'hello', []]") == 1 && !m.error);
     CHECK_EQ_INT(obj_int(obj_get(m.result, "device")), s);
     msg_free(&m);
     rc_close(&c);
@@ -104,19 +104,10 @@ TEST(socket_selects_the_gpu) {
   unsigned char *bytes[2] = {NULL, NULL};
   size_t len[2] = {0, 0};
   for (int s = 0; s < 2; s++) {
-    rc_t c;
-    CHECK(rc_open(&c, socks[s]) == 0);
+    OPEN_RC(c, socks[s]);
     msg_t m;
-    CHECK(call(&c, "where", &m) == 1 && !m.error);
-    imported_t a;
-    CHECK(import_arena(&c, &m, 0, &a) == 0);
-    CHECK_STR_EQ(a.d.uuid, uuid[s]);
-    CHECK_STR_EQ(a.d.backend, "vmm");
-    CHECK_EQ_INT(a.m.ordinal, s);
-    bytes[s] = tensor_bytes(obj_get(m.result, "value"), &a, 1, &len[s]);
-    CHECK(bytes[s] != NULL);
-    st__cuda_unmap(&a.m);
-    rc_drop_fds(&c);
+    CHECK(rc_call(&c, "where", NULL, 0, &m) == 1 && !m.error);
+    value_on_gpu(&c, &m, s, &bytes[s], &len[s]);
     msg_free(&m);
     rc_close(&c);
   }
@@ -136,26 +127,18 @@ TEST(cache_entry_per_device) {
   size_t len[2] = {0, 0};
   int64_t oid[2];
   for (int s = 0; s < 2; s++) {
-    rc_t c;
-    CHECK(rc_open(&c, socks[s]) == 0);
+    OPEN_RC(c, socks[s]);
     msg_t m;
-    CHECK(call(&c, "cached", &m) == 1 && !m.error);
+    CHECK(rc_call(&c, "cached", NULL, 0, &m) == 1 && !m.error);
     oid[s] = obj_field(&m, "id");
     CHECK_EQ_INT(obj_field(&m, "cached"), 1);
     char want[16];
     snprintf(want, sizeof want, "cuda:%d", s);
     CHECK_STR_EQ(obj_str(obj_get(obj_get(m.result, "object"), "device")), want);
-    imported_t a;
-    CHECK(import_arena(&c, &m, 0, &a) == 0);
-    CHECK_STR_EQ(a.d.uuid, uuid[s]);
-    CHECK_EQ_INT(a.m.ordinal, s);
-    bytes[s] = tensor_bytes(obj_get(m.result, "value"), &a, 1, &len[s]);
-    CHECK(bytes[s] != NULL);
-    st__cuda_unmap(&a.m);
-    rc_drop_fds(&c);
+    value_on_gpu(&c, &m, s, &bytes[s], &len[s]);
     msg_free(&m);
     /* A second call on the same socket hits that device's entry. */
-    CHECK(call(&c, "cached", &m) == 1 && !m.error);
+    CHECK(rc_call(&c, "cached", NULL, 0, &m) == 1 && !m.error);
     CHECK_EQ_INT(obj_field(&m, "id"), oid[s]);
     rc_drop_fds(&c);
     msg_free(&m);
@@ -165,8 +148,7 @@ TEST(cache_entry_per_device) {
   CHECK(len[0] > 0 && len[0] == len[1] && memcmp(bytes[0], bytes[1], len[0]) == 0);
   free(bytes[0]);
   free(bytes[1]);
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   CHECK_EQ_INT(rc_info_int(&c, "memory.cuda:0.objects"), 1);
   CHECK_EQ_INT(rc_info_int(&c, "memory.cuda:1.objects"), 1);
   CHECK(rc_info_int(&c, "memory.cuda:1.budget") > 0);
@@ -177,10 +159,9 @@ TEST(cache_entry_per_device) {
 /* device = "cuda:1" builds on GPU 1 from socket 0; a body on cuda:0 that
  * copies to cuda:1 returns one arena on each GPU with equal bytes. */
 TEST(named_device_and_copy_between_gpus) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t m;
-  CHECK(call(&c, "on1", &m) == 1 && !m.error);
+  CHECK(rc_call(&c, "on1", NULL, 0, &m) == 1 && !m.error);
   imported_t a;
   CHECK(import_arena(&c, &m, 0, &a) == 0);
   CHECK_STR_EQ(a.d.uuid, uuid[1]);
@@ -189,7 +170,7 @@ TEST(named_device_and_copy_between_gpus) {
   rc_drop_fds(&c);
   msg_free(&m);
 
-  CHECK(call(&c, "xdev", &m) == 1 && !m.error);
+  CHECK(rc_call(&c, "xdev", NULL, 0, &m) == 1 && !m.error);
   const msgpack_object *arenas = obj_get(m.result, "arenas");
   CHECK(arenas && arenas->via.array.size == 2);
   imported_t two[2];
@@ -217,7 +198,7 @@ TEST(named_device_and_copy_between_gpus) {
   rc_close(&c);
 }
 
-static const char *ENDPOINTS =
+static const char ENDPOINTS[] =
     "return {\n"
     "  st.endpoint{ name = 'where', device = 'cuda',\n"
     "    build = function() return st.arange{4096, dtype = 'float32'} end },\n"
@@ -254,24 +235,14 @@ int main(void) {
     }
 #ifdef ST_HAVE_CUDA
   signal(SIGPIPE, SIG_IGN);
-  stt_server_init(&S);
-  stt_server_config(&S, "devices = {0, 1}, workers = 2,");
-  stt_write_endpoint(&S, "multi.lua", ENDPOINTS);
+  stt_server_setup(&S, "devices = {0, 1}, workers = 2,",
+                   (const stt_endpoint_t[]){{"multi.lua", ENDPOINTS}, {NULL, NULL}});
   snprintf(sock1, sizeof sock1, "%s-1.sock", S.base);
-  if (stt_server_start(&S) != 0) {
-    stt_server_cleanup(&S);
-    return 1;
-  }
   RUN(each_socket_is_its_device);
   RUN(socket_selects_the_gpu);
   RUN(cache_entry_per_device);
   RUN(named_device_and_copy_between_gpus);
-  int status = stt_server_stop(&S);
-  if (status != 0) {
-    fprintf(stderr, "server exit status %d\n", status);
-    stt_failed++;
-  }
-  stt_server_cleanup(&S);
+  return stt_server_finish(&S);
 #endif
   return stt_summary();
 }

@@ -14,9 +14,8 @@
 #include "check.h"
 #include "common/philox.h"
 #include "mem/cuda.h"
-#include "rpc_kit.h"
+#include "wire.h"
 #include "st/dtype.h"
-#include "st/errors.h"
 #include "st/wire.h"
 
 #define MiB (1024ll * 1024ll)
@@ -193,18 +192,6 @@ static int same_values(const char *what, const host_t *g, const host_t *c) {
   return 1;
 }
 
-/* call ep with one integer argument (NULL: none); 1 on a reply. */
-static int call(rc_t *c, const char *ep, const char *arg, int64_t v, msg_t *m) {
-  rq_t r;
-  rq_init(&r);
-  if (arg) rq_ep_args(&r, 5, "call", ep, 1, arg, 'i', v);
-  else rq_ep_args(&r, 5, "call", ep, 0);
-  int rc = rc_rpc(c, &r, m);
-  if (rc == 1 && m->error)
-    fprintf(stderr, "   call %s: %s: %s\n", ep, msg_errname(m), msg_errmsg(m));
-  return rc;
-}
-
 /* value.<key> of a map-valued reply. */
 static const msgpack_object *field(const msg_t *m, const char *key) {
   return obj_get(obj_get(m->result, "value"), key);
@@ -215,15 +202,13 @@ static const msgpack_object *field(const msg_t *m, const char *key) {
 /* Every tensor of gen_gpu equals gen_cpu's (same seed, same numbers), lives
  * in a CUDA arena, and the plain values agree. */
 TEST(constructors_and_methods_match_cpu) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t mg, mc;
-  CHECK(call(&c, "gen_gpu", NULL, 0, &mg) == 1 && !mg.error);
+  CHECK(rc_call(&c, "gen_gpu", NULL, 0, &mg) == 1 && !mg.error);
   reply_maps_t rg;
   CHECK(open_maps(&c, &mg, &rg) == 0);
-  rc_t c2;
-  CHECK(rc_open(&c2, S.socket) == 0);
-  CHECK(call(&c2, "gen_cpu", NULL, 0, &mc) == 1 && !mc.error);
+  OPEN_RC(c2, S.socket);
+  CHECK(rc_call(&c2, "gen_cpu", NULL, 0, &mc) == 1 && !mc.error);
   reply_maps_t rcpu;
   CHECK(open_maps(&c2, &mc, &rcpu) == 0);
   const msgpack_object *vg = obj_get(mg.result, "value");
@@ -269,10 +254,9 @@ static double at(const host_t *h, int64_t k) {
 }
 
 TEST(copies_between_devices) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t m;
-  CHECK(call(&c, "xfer", NULL, 0, &m) == 1 && !m.error);
+  CHECK(rc_call(&c, "xfer", NULL, 0, &m) == 1 && !m.error);
   reply_maps_t r;
   CHECK(open_maps(&c, &m, &r) == 0);
   host_t h;
@@ -313,19 +297,17 @@ TEST(copies_between_devices) {
 /* A module of CUDA tensors is one CUDA arena at 256-byte offsets with the
  * CPU module's values; mixing devices in one module is an error. */
 TEST(modules_are_one_cuda_arena) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t mg, mc;
-  CHECK(call(&c, "mod_gpu", NULL, 0, &mg) == 1 && !mg.error);
+  CHECK(rc_call(&c, "mod_gpu", NULL, 0, &mg) == 1 && !mg.error);
   const msgpack_object *arenas = obj_get(mg.result, "arenas");
   CHECK(arenas && arenas->via.array.size == 1);
   CHECK_EQ_INT(c.nfds, 1);
   reply_maps_t rg;
   CHECK(open_maps(&c, &mg, &rg) == 0);
   CHECK(rg.d[0].cuda == 1);
-  rc_t c2;
-  CHECK(rc_open(&c2, S.socket) == 0);
-  CHECK(call(&c2, "mod_cpu", NULL, 0, &mc) == 1 && !mc.error);
+  OPEN_RC(c2, S.socket);
+  CHECK(rc_call(&c2, "mod_cpu", NULL, 0, &mc) == 1 && !mc.error);
   reply_maps_t rcpu;
   CHECK(open_maps(&c2, &mc, &rcpu) == 0);
   msgpack_unpacked pg, pc;
@@ -354,9 +336,8 @@ TEST(modules_are_one_cuda_arena) {
   msg_free(&mg);
   msg_free(&mc);
   msg_t m;
-  CHECK(call(&c, "mod_mixed", NULL, 0, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "ENDPOINT");
-  CHECK_CONTAINS(msg_errmsg(&m), "module: tensors on different devices");
+  CHECK(rc_call(&c, "mod_mixed", NULL, 0, &m) == 1);
+  CHECK_REPLY(&m, ST_ERR_ENDPOINT, "module: tensors on different devices");
   msg_free(&m);
   rc_close(&c);
   rc_close(&c2);
@@ -365,11 +346,10 @@ TEST(modules_are_one_cuda_arena) {
 /* The reply comes after the stream was synchronized: the last elements of
  * a 256 MiB randn are final the moment the descriptor arrives. */
 TEST(ready_when_replied) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   const int64_t n = 1 << 26;
   msg_t m;
-  CHECK(call(&c, "big", "n", n, &m) == 1 && !m.error);
+  CHECK(rc_call(&c, "big", "n", n, &m) == 1 && !m.error);
   reply_maps_t r;
   CHECK(open_maps(&c, &m, &r) == 0);
   st__tensor_desc_t d;
@@ -397,10 +377,7 @@ TEST(cached_and_managed_objects) {
   CHECK(rc_open(&a, S.socket) == 0);
   CHECK(rc_open(&b, S.socket) == 0);
   msg_t h;
-  rq_t rq;
-  rq_init(&rq);
-  rq_simple(&rq, 2, "hello");
-  CHECK(rc_rpc(&a, &rq, &h) == 1);
+  CHECK(rc_rpcf(&a, &h, "[0, 2, 'hello', []]") == 1);
   int64_t mem = INT64_MIN;
   const msgpack_object *devs = obj_get(h.result, "devices");
   for (uint32_t i = 0; devs && i < devs->via.array.size; i++)
@@ -411,8 +388,8 @@ TEST(cached_and_managed_objects) {
   CHECK(rc_info_int(&a, "memory.cuda:0.total_bytes") > 0);
   CHECK(rc_info_int(&a, "memory.cuda:0.free_bytes") > 0);
   msg_t m1, m2;
-  CHECK(call(&a, "cached_gpu", "n", 4, &m1) == 1 && !m1.error);
-  CHECK(call(&b, "cached_gpu", "n", 4, &m2) == 1 && !m2.error);
+  CHECK(rc_call(&a, "cached_gpu", "n", 4, &m1) == 1 && !m1.error);
+  CHECK(rc_call(&b, "cached_gpu", "n", 4, &m2) == 1 && !m2.error);
   CHECK_EQ_INT(obj_field(&m1, "id"), obj_field(&m2, "id"));
   CHECK_EQ_INT(arena_id(&m1, 0), arena_id(&m2, 0));
   CHECK_STR_EQ(obj_str(obj_get(obj_get(m1.result, "object"), "device")), "cuda:0");
@@ -431,7 +408,7 @@ TEST(cached_and_managed_objects) {
   CHECK_EQ_INT(rc_info_int(&a, "memory.cuda:0.leased_bytes"), 0);
   /* A managed object: leased until released. */
   msg_t mm;
-  CHECK(call(&a, "managed_gpu", "n", 2, &mm) == 1 && !mm.error);
+  CHECK(rc_call(&a, "managed_gpu", "n", 2, &mm) == 1 && !mm.error);
   rc_drop_fds(&a);
   int64_t oid = obj_field(&mm, "id");
   msg_free(&mm);
@@ -441,9 +418,8 @@ TEST(cached_and_managed_objects) {
   msg_free(&mm);
   CHECK_EQ_INT(rc_info_int(&a, "memory.cuda:0.leased_bytes"), 0);
   /* Invalidation drops the cached one. */
-  rq_init(&rq);
-  rq_named(&rq, 8, "invalidate_endpoint", 1, "endpoint", 's', "cached_gpu");
-  CHECK(rc_rpc(&a, &rq, &mm) == 1 && !mm.error);
+  CHECK(rc_rpcf(&a, &mm,
+                "[0, 8, 'invalidate_endpoint', [{endpoint: 'cached_gpu'}]]") == 1 && !mm.error);
   msg_free(&mm);
   CHECK_EQ_INT(rc_info_int(&a, "memory.cuda:0.objects"), 0);
   CHECK_EQ_INT(rc_info_int(&a, "objects.count"), 0);
@@ -454,13 +430,12 @@ TEST(cached_and_managed_objects) {
 /* More than the device has: OUT_OF_MEMORY with the requested and free
  * bytes, and the server keeps building on the device. */
 TEST(out_of_device_memory) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   int64_t total = rc_info_int(&c, "memory.cuda:0.total_bytes");
   CHECK(total > 0);
   msg_t m;
-  CHECK(call(&c, "huge", "n", total * 2, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "OUT_OF_MEMORY");
+  CHECK(rc_call(&c, "huge", "n", total * 2, &m) == 1);
+  CHECK_REPLY(&m, ST_ERR_OUT_OF_MEMORY, NULL);
   char want[64];
   snprintf(want, sizeof want, "requested %lld bytes", (long long)(total * 2));
   CHECK_CONTAINS(msg_errmsg(&m), "out of device memory on cuda:0");
@@ -469,7 +444,7 @@ TEST(out_of_device_memory) {
   msg_free(&m);
   CHECK(stt_ping(c.fd, 3) == 0);
   for (int i = 0; i < 4; i++) {
-    CHECK(call(&c, "huge", "n", 1000, &m) == 1 && !m.error);
+    CHECK(rc_call(&c, "huge", "n", 1000, &m) == 1 && !m.error);
     rc_drop_fds(&c);
     msg_free(&m);
   }
@@ -480,8 +455,7 @@ TEST(out_of_device_memory) {
  * memory (seen from this process) is back where it was before the
  * object tests, within one allocation granule. */
 TEST(device_memory_back_to_baseline) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   CHECK(rc_wait_info(&c, "arenas.count", 0, 10000) == 0);
   CHECK(rc_wait_info(&c, "objects.count", 0, 10000) == 0);
   CHECK(gk_wait_back_to(baseline_free, 10000) == 0);
@@ -489,7 +463,7 @@ TEST(device_memory_back_to_baseline) {
 }
 
 
-static const char *GEN =
+static const char GEN[] =
     "local function gen(a)\n"
     "  local t = {}\n"
     "  t.empty = st.empty{3, 4}\n"
@@ -535,7 +509,7 @@ static const char *GEN =
     "return { st.endpoint{ name = 'gen_cpu', device = 'cpu', build = gen },\n"
     "         st.endpoint{ name = 'gen_gpu', device = 'cuda', build = gen } }\n";
 
-static const char *XFER =
+static const char XFER[] =
     "return st.endpoint{ name = 'xfer', device = 'cuda', build = function()\n"
     "  local base = st.arange{24}:view{4, 6}\n"
     "  local t = {}\n"
@@ -555,7 +529,7 @@ static const char *XFER =
     "  return t\n"
     "end }\n";
 
-static const char *MOD =
+static const char MOD[] =
     "local function mod()\n"
     "  return st.module({ { 'w', st.randn{64, 32, seed = 1} }, { 'b', st.zeros{64} },\n"
     "                     { 's', st.arange{24}:view{4, 6}:slice(1, 0, 6, 2) },\n"
@@ -567,7 +541,7 @@ static const char *MOD =
     "           local m = st.module{ a = st.zeros{2}, b = st.zeros{2, device = 'cpu'} }\n"
     "           return m end } }\n";
 
-static const char *OBJECTS =
+static const char OBJECTS[] =
     "return {\n"
     "  st.endpoint{ name = 'big', device = 'cuda', params = { n = 1 },\n"
     "    build = function(a) return st.randn{a.n, seed = 9} end },\n"
@@ -579,6 +553,14 @@ static const char *OBJECTS =
     "    build = function(a) local t = st.empty{a.n, dtype = 'uint8'} return t end },\n"
     "}\n";
 
+static const stt_endpoint_t endpoints[] = {
+    {"gen.lua", GEN},
+    {"xfer.lua", XFER},
+    {"mod.lua", MOD},
+    {"objects.lua", OBJECTS},
+    {NULL, NULL},
+};
+
 #endif /* ST_HAVE_CUDA */
 
 int main(void) {
@@ -586,16 +568,7 @@ int main(void) {
   if (st__cuda_available(why, sizeof why) != ST_OK) stt_skip(why);
 #ifdef ST_HAVE_CUDA
   signal(SIGPIPE, SIG_IGN);
-  stt_server_init(&S);
-  stt_server_config(&S, "limits = { max_object_bytes = 0 },");
-  stt_write_endpoint(&S, "gen.lua", GEN);
-  stt_write_endpoint(&S, "xfer.lua", XFER);
-  stt_write_endpoint(&S, "mod.lua", MOD);
-  stt_write_endpoint(&S, "objects.lua", OBJECTS);
-  if (stt_server_start(&S) != 0) {
-    stt_server_cleanup(&S);
-    return 1;
-  }
+  stt_server_setup(&S, "limits = { max_object_bytes = 0 },", endpoints);
   RUN(constructors_and_methods_match_cpu);
   RUN(copies_between_devices);
   RUN(modules_are_one_cuda_arena);
@@ -604,12 +577,7 @@ int main(void) {
   RUN(cached_and_managed_objects);
   RUN(out_of_device_memory);
   RUN(device_memory_back_to_baseline);
-  int status = stt_server_stop(&S);
-  if (status != 0) {
-    fprintf(stderr, "server exit status %d\n", status);
-    stt_failed++;
-  }
-  stt_server_cleanup(&S);
+  return stt_server_finish(&S);
 #endif
   return stt_summary();
 }

@@ -10,23 +10,17 @@
 #include <sys/wait.h>
 
 #include "check.h"
-#include "raw.h"
+#include "proc.h"
+#include "wire.h"
 
-static const char *A_EP =
+static const char A_EP[] =
     "return st.endpoint{ name = \"alpha\", build = function() return 1 end }\n";
-static const char *B_EP =
+static const char B_EP[] =
     "return st.endpoint{ name = \"beta\", params = { x = 2 },\n"
     "  build = function(a) return a.x * 2 end }\n";
-static const char *SLOW_EP =
+static const char SLOW_EP[] =
     "return st.endpoint{ name = \"slow\", params = { s = 0.3 },\n"
     "  build = function(a) st.sleep(a.s); return \"done\" end }\n";
-
-/* Output of a synchronous run of stserver. */
-typedef struct run {
-  int status;          /* exit status, -1 if killed or signalled */
-  char out[16384];
-  char err[16384];
-} run_t;
 
 static void slurp(const char *path, char *buf, size_t cap) {
   buf[0] = '\0';
@@ -38,48 +32,9 @@ static void slurp(const char *path, char *buf, size_t cap) {
 }
 
 /* Runs stserver with argv (NULL-terminated, without the program name),
- * optionally with one extra environment variable, and waits up to 10 s. */
-static void run_server(const char *tmpdir, const char *const *args, const char *env,
-                       run_t *r) {
-  char outp[400], errp[400];
-  snprintf(outp, sizeof outp, "%s/run.out", tmpdir);
-  snprintf(errp, sizeof errp, "%s/run.err", tmpdir);
-  const char *bin = getenv("ST_SERVER_BIN");
-  pid_t pid = fork();
-  if (pid == 0) {
-    int o = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    int e = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    dup2(o, 1);
-    dup2(e, 2);
-    unsetenv("SHARED_TENSOR_BASE_PATH");
-    if (env) putenv((char *)env);
-    const char *argv[32];
-    int n = 0;
-    argv[n++] = bin;
-    for (int i = 0; args[i] && n < 31; i++) argv[n++] = args[i];
-    argv[n] = NULL;
-    execv(bin, (char *const *)argv);
-    _exit(127);
-  }
-  r->status = -1;
-  double end = stt_now_ms() + 10000;
-  int status;
-  for (;;) {
-    pid_t w = waitpid(pid, &status, WNOHANG);
-    if (w == pid) {
-      if (WIFEXITED(status)) r->status = WEXITSTATUS(status);
-      break;
-    }
-    if (stt_now_ms() > end) {
-      kill(pid, SIGKILL);
-      waitpid(pid, NULL, 0);
-      break;
-    }
-    struct timespec ts = {0, 2 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-  }
-  slurp(outp, r->out, sizeof r->out);
-  slurp(errp, r->err, sizeof r->err);
+ * optionally with one extra environment variable, to its exit (30 s). */
+static void run_server(const char *const *args, const char *env, stt_proc_t *r) {
+  stt_run(r, getenv("ST_SERVER_BIN"), args, env, 0);
 }
 
 static void write_config(const char *path, const char *fields) {
@@ -116,16 +71,15 @@ TEST(sigterm_exits_fast_and_unlinks) {
   free(log);
 }
 
-static void second_server_body(void) {
-  run_t r;
-  const char *args[] = {"--config", S.config, NULL};
-  run_server(S.dir, args, NULL, &r);
+static void second_server_body(stt_server_t *s) {
+  stt_proc_t r;
+  const char *args[] = {"--config", s->config, NULL};
+  run_server(args, NULL, &r);
   CHECK_EQ_INT(r.status, 1);
   CHECK_CONTAINS(r.err, "another stserver is serving on");
-  CHECK_CONTAINS(r.err, S.socket);
+  CHECK_CONTAINS(r.err, s->socket);
   /* The first one keeps its socket and keeps serving. */
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, s->socket);
   CHECK(stt_ping(c.fd, 1) == 0);
   rc_close(&c);
 }
@@ -133,12 +87,9 @@ static void second_server_body(void) {
 TEST(second_server_refuses_to_start) {
   stt_server_init(&S);
   stt_write_endpoint(&S, "alpha.lua", A_EP);
-  int started = stt_server_start(&S);
-  if (started == 0) second_server_body();
-  int status = started == 0 ? stt_server_stop(&S) : -1;
+  int rc = stt_server_run(&S, second_server_body);
   stt_server_cleanup(&S);
-  CHECK_EQ_INT(started, 0);
-  CHECK_EQ_INT(status, 0);
+  CHECK_EQ_INT(rc, 0);
 }
 
 TEST(stale_socket_is_replaced) {
@@ -171,9 +122,9 @@ TEST(regular_file_is_refused) {
   snprintf(fields, sizeof fields, "base_path = \"%s\", endpoints = \"%s\",", S.base,
            S.endpoints);
   write_config(S.config, fields);
-  run_t r;
+  stt_proc_t r;
   const char *args[] = {"--config", S.config, NULL};
-  run_server(S.dir, args, NULL, &r);
+  run_server(args, NULL, &r);
   char content[64];
   slurp(S.socket, content, sizeof content);
   stt_server_cleanup(&S);
@@ -191,8 +142,8 @@ TEST(too_long_path_is_refused) {
   char base[600];
   snprintf(base, sizeof base, "%s/%0120d", S.dir, 0);
   const char *args[] = {"--config", S.config, "--base-path", base, NULL};
-  run_t r;
-  run_server(S.dir, args, NULL, &r);
+  stt_proc_t r;
+  run_server(args, NULL, &r);
   stt_server_cleanup(&S);
   CHECK_EQ_INT(r.status, 1);
   CHECK_CONTAINS(r.err, "bytes long");
@@ -204,8 +155,8 @@ TEST(missing_config_is_an_error) {
   char path[400];
   snprintf(path, sizeof path, "%s/nope.lua", S.dir);
   const char *args[] = {"--config", path, NULL};
-  run_t r;
-  run_server(S.dir, args, NULL, &r);
+  stt_proc_t r;
+  run_server(args, NULL, &r);
   stt_server_cleanup(&S);
   CHECK_EQ_INT(r.status, 1);
   CHECK_CONTAINS(r.err, "nope.lua");
@@ -219,9 +170,9 @@ TEST(check_mode) {
   snprintf(fields, sizeof fields, "base_path = \"%s\", endpoints = \"%s\",", S.base,
            S.endpoints);
   write_config(S.config, fields);
-  run_t r;
+  stt_proc_t r;
   const char *args[] = {"--config", S.config, "--check", NULL};
-  run_server(S.dir, args, NULL, &r);
+  run_server(args, NULL, &r);
   CHECK_EQ_INT(r.status, 0);
   CHECK_CONTAINS(r.out, "alpha");
   CHECK_CONTAINS(r.out, "beta");
@@ -235,7 +186,7 @@ TEST(check_mode) {
   stt_write_endpoint(&S, "odd.lua",
                      "return st.endpoint{\n  name = \"odd\",\n  colour = 1,\n"
                      "  build = function() return 1 end }\n");
-  run_server(S.dir, args, NULL, &r);
+  run_server(args, NULL, &r);
   CHECK_EQ_INT(r.status, 1);
   CHECK_CONTAINS(r.err, "bad.lua:2");
   CHECK_CONTAINS(r.err, "odd.lua:");
@@ -245,30 +196,30 @@ TEST(check_mode) {
 
 TEST(help_version_and_bad_flags) {
   stt_server_init(&S);
-  run_t r;
+  stt_proc_t r;
   const char *help[] = {"--help", NULL};
-  run_server(S.dir, help, NULL, &r);
+  run_server(help, NULL, &r);
   CHECK_EQ_INT(r.status, 0);
   CHECK_CONTAINS(r.out, "usage: stserver");
   CHECK_CONTAINS(r.out, "--base-path");
   const char *version[] = {"--version", NULL};
-  run_server(S.dir, version, NULL, &r);
+  run_server(version, NULL, &r);
   CHECK_EQ_INT(r.status, 0);
   CHECK_CONTAINS(r.out, "stserver 0.1.0");
   const char *unknown[] = {"--frobnicate", NULL};
-  run_server(S.dir, unknown, NULL, &r);
+  run_server(unknown, NULL, &r);
   CHECK_EQ_INT(r.status, 2);
   CHECK_CONTAINS(r.err, "--frobnicate");
   CHECK_CONTAINS(r.err, "--help");
   const char *workers[] = {"--workers", "zero", NULL};
-  run_server(S.dir, workers, NULL, &r);
+  run_server(workers, NULL, &r);
   CHECK_EQ_INT(r.status, 2);
   CHECK_CONTAINS(r.err, "--workers");
   const char *level[] = {"--log-level", "loud", NULL};
-  run_server(S.dir, level, NULL, &r);
+  run_server(level, NULL, &r);
   CHECK_EQ_INT(r.status, 2);
   const char *missing[] = {"--config", NULL};
-  run_server(S.dir, missing, NULL, &r);
+  run_server(missing, NULL, &r);
   CHECK_EQ_INT(r.status, 2);
   stt_server_cleanup(&S);
 }
@@ -279,29 +230,29 @@ TEST(base_path_precedence) {
   stt_write_endpoint(&S, "alpha.lua", A_EP);
   char fields[1024], env[400], want[400];
   snprintf(env, sizeof env, "SHARED_TENSOR_BASE_PATH=%s/fromenv", S.dir);
-  run_t r;
+  stt_proc_t r;
   const char *args[] = {"--config", S.config, "--check", NULL};
 
   snprintf(fields, sizeof fields, "endpoints = \"%s\",", S.endpoints);
   write_config(S.config, fields);
-  run_server(S.dir, args, env, &r);
+  run_server(args, env, &r);
   CHECK_EQ_INT(r.status, 0);
   snprintf(want, sizeof want, "socket: %s/fromenv-0.sock", S.dir);
   CHECK_CONTAINS(r.out, want);
-  run_server(S.dir, args, NULL, &r);
+  run_server(args, NULL, &r);
   CHECK_CONTAINS(r.out, "socket: /tmp/shared-tensor-0.sock");
 
   snprintf(fields, sizeof fields, "endpoints = \"%s\", base_path = \"%s/fromconfig\",",
            S.endpoints, S.dir);
   write_config(S.config, fields);
-  run_server(S.dir, args, env, &r);
+  run_server(args, env, &r);
   snprintf(want, sizeof want, "socket: %s/fromconfig-0.sock", S.dir);
   CHECK_CONTAINS(r.out, want);
 
   char flag[400];
   snprintf(flag, sizeof flag, "%s/fromflag", S.dir);
   const char *args2[] = {"--config", S.config, "--check", "--base-path", flag, NULL};
-  run_server(S.dir, args2, env, &r);
+  run_server(args2, env, &r);
   snprintf(want, sizeof want, "socket: %s/fromflag-0.sock", S.dir);
   CHECK_CONTAINS(r.out, want);
   stt_server_cleanup(&S);
@@ -309,11 +260,8 @@ TEST(base_path_precedence) {
 
 /* The endpoint names the server lists now, comma-joined, into buf. */
 static int endpoint_names(rc_t *c, char *buf, size_t cap) {
-  rq_t r;
-  rq_init(&r);
-  rq_simple(&r, 50, "endpoints");
   msg_t m;
-  if (rc_rpc(c, &r, &m) != 1) return -1;
+  if (rc_rpcf(c, &m, "[0, 50, 'endpoints', []]") != 1) return -1;
   buf[0] = '\0';
   for (uint32_t i = 0; m.result && m.result->type == MSGPACK_OBJECT_ARRAY &&
                        i < m.result->via.array.size;
@@ -326,32 +274,28 @@ static int endpoint_names(rc_t *c, char *buf, size_t cap) {
   return 0;
 }
 
-static void reload_body(void) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+static void reload_body(stt_server_t *s) {
+  OPEN_RC(c, s->socket);
   char names[256];
   CHECK(endpoint_names(&c, names, sizeof names) == 0);
   CHECK_STR_EQ(names, "alpha");
 
   /* A good new endpoint: SIGHUP adds it. */
-  stt_write_endpoint(&S, "beta.lua", B_EP);
-  CHECK(kill(S.pid, SIGHUP) == 0);
+  stt_write_endpoint(s, "beta.lua", B_EP);
+  CHECK(kill(s->pid, SIGHUP) == 0);
   CHECK(rc_wait_info(&c, "generation.number", 2, 10000) == 0);
   CHECK(endpoint_names(&c, names, sizeof names) == 0);
   CHECK_STR_EQ(names, "alpha,beta");
   CHECK_EQ_INT(rc_info_int(&c, "generation.last_reload.ok"), 1);
-  rq_t r;
-  rq_init(&r);
-  rq_call(&r, 2, "beta", 1, "x", 'i', (int64_t)21);
   msg_t m;
-  CHECK(rc_rpc(&c, &r, &m) == 1);
+  CHECK(rc_rpcf(&c, &m, "[0, 2, 'call', [{endpoint: 'beta', args: {x: 21}}]]") == 1);
   CHECK(m.error == NULL);
   CHECK_EQ_INT(obj_int(obj_get(m.result, "value")), 42);
   msg_free(&m);
 
   /* A syntax error: the old endpoints stay, info says why. */
-  stt_write_endpoint(&S, "gamma.lua", "return st.endpoint{\n  name = = \"gamma\",\n}\n");
-  CHECK(kill(S.pid, SIGHUP) == 0);
+  stt_write_endpoint(s, "gamma.lua", "return st.endpoint{\n  name = = \"gamma\",\n}\n");
+  CHECK(kill(s->pid, SIGHUP) == 0);
   CHECK(rc_wait_info(&c, "counters.reload_failures", 1, 10000) == 0);
   CHECK_EQ_INT(rc_info_int(&c, "generation.last_reload.ok"), 0);
   CHECK_EQ_INT(rc_info_int(&c, "generation.number"), 2);
@@ -361,14 +305,12 @@ static void reload_body(void) {
   msg_free(&m);
   CHECK(endpoint_names(&c, names, sizeof names) == 0);
   CHECK_STR_EQ(names, "alpha,beta");
-  rq_init(&r);
-  rq_call(&r, 4, "beta", 0);
-  CHECK(rc_rpc(&c, &r, &m) == 1);
+  CHECK(rc_rpcf(&c, &m, "[0, 4, 'call', [{endpoint: 'beta', args: {}}]]") == 1);
   CHECK(m.error == NULL);
   CHECK_EQ_INT(obj_int(obj_get(m.result, "value")), 4);
   msg_free(&m);
   rc_close(&c);
-  char *log = stt_server_log(&S);
+  char *log = stt_server_log(s);
   CHECK_CONTAINS(log, "gamma.lua:2");
   CHECK_CONTAINS(log, "reload failed");
   free(log);
@@ -377,43 +319,33 @@ static void reload_body(void) {
 TEST(sighup_reloads) {
   stt_server_init(&S);
   stt_write_endpoint(&S, "alpha.lua", A_EP);
-  int started = stt_server_start(&S);
-  if (started == 0) reload_body();
-  int status = started == 0 ? stt_server_stop(&S) : -1;
+  int rc = stt_server_run(&S, reload_body);
   stt_server_cleanup(&S);
-  CHECK_EQ_INT(started, 0);
-  CHECK_EQ_INT(status, 0);
+  CHECK_EQ_INT(rc, 0);
 }
 
-static void drain_body(void) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
-  rq_t r;
-  rq_init(&r);
-  rq_call(&r, 1, "slow", 1, "s", 'd', 0.4);
-  CHECK(rc_send_rq(&c, &r) == 0);
-  rc_t w;
-  CHECK(rc_open(&w, S.socket) == 0);
+static void drain_body(stt_server_t *s) {
+  OPEN_RC(c, s->socket);
+  CHECK(rc_sendf(&c, "[0, 1, 'call', [{endpoint: 'slow', args: {s: 0.4}}]]") == 0);
+  OPEN_RC(w, s->socket);
   int queued = rc_wait_info(&w, "inflight", 1, 5000);
   rc_close(&w);
   CHECK(queued == 0);
-  CHECK(kill(S.pid, SIGTERM) == 0);
+  CHECK(kill(s->pid, SIGTERM) == 0);
   /* The socket file goes first: from then on new calls are refused. */
   double end = stt_now_ms() + 5000;
-  while (access(S.socket, F_OK) == 0 && stt_now_ms() < end) {
+  while (access(s->socket, F_OK) == 0 && stt_now_ms() < end) {
     struct timespec ts = {0, 1000 * 1000};
     nanosleep(&ts, NULL);
   }
-  CHECK(access(S.socket, F_OK) != 0);
-  rq_init(&r);
-  rq_call(&r, 2, "slow", 1, "s", 'd', 0.01);
-  CHECK(rc_send_rq(&c, &r) == 0);
+  CHECK(access(s->socket, F_OK) != 0);
+  CHECK(rc_sendf(&c, "[0, 2, 'call', [{endpoint: 'slow', args: {s: 0.01}}]]") == 0);
   int got1 = 0, got2 = 0;
   for (int i = 0; i < 2; i++) {
     msg_t m;
     CHECK(rc_next(&c, &m, 5000) == 1);
     if (m.id == 2) {
-      CHECK_STR_EQ(msg_errname(&m), "SHUTTING_DOWN");
+      CHECK_REPLY(&m, ST_ERR_SHUTTING_DOWN, NULL);
       got2 = 1;
     } else {
       CHECK_EQ_INT(m.id, 1);
@@ -431,37 +363,20 @@ TEST(sigterm_drains_inflight_calls) {
   stt_server_init(&S);
   stt_write_endpoint(&S, "slow.lua", SLOW_EP);
   int started = stt_server_start(&S);
-  if (started == 0) drain_body();
+  if (started == 0) drain_body(&S);
   /* The server was already told to stop: wait for its exit. */
-  int status = -1;
-  if (started == 0) {
-    double end = stt_now_ms() + 10000;
-    int st;
-    while (stt_now_ms() < end) {
-      if (waitpid(S.pid, &st, WNOHANG) == S.pid) {
-        status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-        S.pid = -1;
-        break;
-      }
-      struct timespec ts = {0, 2 * 1000 * 1000};
-      nanosleep(&ts, NULL);
-    }
-  }
+  int status = started == 0 ? stt_server_wait_exit(&S, 10000) : -1;
   stt_server_cleanup(&S);
   CHECK_EQ_INT(started, 0);
   CHECK_EQ_INT(status, 0);
 }
 
-static void devices_body(void) {
+static void devices_body(stt_server_t *s) {
   char path3[400];
-  snprintf(path3, sizeof path3, "%s-3.sock", S.base);
-  rc_t c;
-  CHECK(rc_open(&c, path3) == 0);
-  rq_t r;
-  rq_init(&r);
-  rq_simple(&r, 1, "hello");
+  snprintf(path3, sizeof path3, "%s-3.sock", s->base);
+  OPEN_RC(c, path3);
   msg_t m;
-  CHECK(rc_rpc(&c, &r, &m) == 1);
+  CHECK(rc_rpcf(&c, &m, "[0, 1, 'hello', []]") == 1);
   CHECK_EQ_INT(obj_int(obj_get(m.result, "device")), 3);
   msg_free(&m);
   CHECK(rc_info(&c, 2, &m) == 1);
@@ -470,10 +385,8 @@ static void devices_body(void) {
   CHECK_STR_EQ(obj_str(obj_get(&socks->via.array.ptr[1], "path")), path3);
   msg_free(&m);
   rc_close(&c);
-  CHECK(rc_open(&c, S.socket) == 0);
-  rq_init(&r);
-  rq_simple(&r, 3, "hello");
-  CHECK(rc_rpc(&c, &r, &m) == 1);
+  CHECK(rc_open(&c, s->socket) == 0);
+  CHECK(rc_rpcf(&c, &m, "[0, 3, 'hello', []]") == 1);
   CHECK_EQ_INT(obj_int(obj_get(m.result, "device")), 0);
   msg_free(&m);
   rc_close(&c);
@@ -483,57 +396,34 @@ TEST(one_socket_per_device) {
   stt_server_init(&S);
   stt_write_endpoint(&S, "alpha.lua", A_EP);
   stt_server_config(&S, "devices = { 0, 3 },");
-  int started = stt_server_start(&S);
-  if (started == 0) devices_body();
-  int status = started == 0 ? stt_server_stop(&S) : -1;
+  int rc = stt_server_run(&S, devices_body);
   char path3[400];
   snprintf(path3, sizeof path3, "%s-3.sock", S.base);
   int left = access(path3, F_OK) == 0;
   stt_server_cleanup(&S);
-  CHECK_EQ_INT(started, 0);
-  CHECK_EQ_INT(status, 0);
+  CHECK_EQ_INT(rc, 0);
   CHECK_EQ_INT(left, 0);
 }
 
-/* Waits for the server process to exit (it was already signalled). */
-static int wait_exit(stt_server_t *s, int timeout_ms) {
-  double end = stt_now_ms() + timeout_ms;
-  int st;
-  while (stt_now_ms() < end) {
-    if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
-      s->pid = -1;
-      return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    }
-    struct timespec ts = {0, 2 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-  }
-  return -1;
-}
-
-static void grace_body(void) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
-  rq_t r;
-  rq_init(&r);
-  rq_call(&r, 1, "slow", 1, "s", 'd', 60.0);
-  CHECK(rc_send_rq(&c, &r) == 0);
-  rc_t w;
-  CHECK(rc_open(&w, S.socket) == 0);
+static void grace_body(stt_server_t *s) {
+  OPEN_RC(c, s->socket);
+  CHECK(rc_sendf(&c, "[0, 1, 'call', [{endpoint: 'slow', args: {s: 60.0}}]]") == 0);
+  OPEN_RC(w, s->socket);
   int queued = rc_wait_info(&w, "inflight", 1, 5000);
   rc_close(&w);
   CHECK(queued == 0);
   double t0 = stt_now_ms();
-  CHECK(kill(S.pid, SIGINT) == 0);
+  CHECK(kill(s->pid, SIGINT) == 0);
   msg_t m;
   CHECK(rc_next(&c, &m, 5000) == 1);
   CHECK_EQ_INT(m.id, 1);
-  CHECK_STR_EQ(msg_errname(&m), "CANCELLED");
+  CHECK_REPLY(&m, ST_ERR_CANCELLED, NULL);
   msg_free(&m);
-  CHECK_EQ_INT(wait_exit(&S, 5000), 0);
+  CHECK_EQ_INT(stt_server_wait_exit(s, 5000), 0);
   double took = stt_now_ms() - t0;
   CHECK(took >= 150);    /* shutdown_grace_s = 0.2 */
   CHECK(took < 3000);
-  CHECK(access(S.socket, F_OK) != 0);
+  CHECK(access(s->socket, F_OK) != 0);
   rc_close(&c);
 }
 
@@ -542,7 +432,7 @@ TEST(grace_period_cancels_long_calls) {
   stt_write_endpoint(&S, "slow.lua", SLOW_EP);
   stt_server_config(&S, "shutdown_grace_s = 0.2,");
   int started = stt_server_start(&S);
-  if (started == 0) grace_body();
+  if (started == 0) grace_body(&S);
   stt_server_cleanup(&S);
   CHECK_EQ_INT(started, 0);
 }

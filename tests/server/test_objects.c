@@ -9,14 +9,12 @@
 #include <sys/wait.h>
 
 #include "check.h"
-#include "rpc_kit.h"
-#include "st/errors.h"
+#include "wire.h"
 
 static stt_server_t S;
 
 TEST(cache_hit_returns_the_same_object) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   int64_t hits0 = rc_info_int(&c, "counters.cache_hits");
   int64_t builds0 = rc_info_int(&c, "counters.builds");
   msg_t m1, m2, m3;
@@ -46,10 +44,7 @@ TEST(cache_hit_returns_the_same_object) {
   CHECK(obj_get(mi.result, "created_at")->via.f64 > 1e9);
   CHECK_EQ_INT(obj_int(&obj_get(mi.result, "arena_ids")->via.array.ptr[0]), arena_id(&m1, 0));
   msg_free(&mi);
-  rq_t r;
-  rq_init(&r);
-  rq_simple(&r, 9, "objects");
-  CHECK(rc_rpc(&c, &r, &mi) == 1 && !mi.error);
+  CHECK(rc_rpcf(&c, &mi, "[0, 9, 'objects', []]") == 1 && !mi.error);
   CHECK(mi.result->type == MSGPACK_OBJECT_ARRAY && mi.result->via.array.size >= 2);
   CHECK(obj_int(obj_get(&mi.result->via.array.ptr[0], "id")) <
         obj_int(obj_get(&mi.result->via.array.ptr[1], "id")));
@@ -61,8 +56,7 @@ TEST(cache_hit_returns_the_same_object) {
 }
 
 TEST(cache_false_builds_every_time) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   int64_t builds0 = rc_info_int(&c, "counters.builds");
   msg_t m1, m2;
   CHECK(rk_call(&c, "fresh", "n", 3, &m1) == 1 && !m1.error);
@@ -79,8 +73,7 @@ TEST(cache_false_builds_every_time) {
 }
 
 TEST(plain_and_cached_unmanaged_endpoints) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t m;
   CHECK(rk_call(&c, "plain", NULL, 0, &m) == 1 && !m.error);
   CHECK(obj_get(m.result, "object") == NULL);
@@ -107,32 +100,26 @@ TEST(plain_and_cached_unmanaged_endpoints) {
 }
 
 TEST(invalidate_then_call_rebuilds) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
-  rq_t r;
+  OPEN_RC(c, S.socket);
   msg_t m1, m2, mi;
   CHECK(rk_call(&c, "lin", "n", 7, &m1) == 1 && !m1.error);
   uint64_t old = (uint64_t)obj_field(&m1, "id");
   /* Map the object's arena: the mapping outlives the invalidation. */
   CHECK(rk_call(&c, "lin", "n", 7, &m2) == 1 && !m2.error);
   msg_free(&m2);
-  rq_init(&r);
-  rq_ep_args(&r, 3, "call", "lin", 1, "n", 'i', (int64_t)7);
-  CHECK(rc_rpc(&c, &r, &m2) == 1 && !m2.error);
+  CHECK(rc_rpcf(&c, &m2, "[0, 3, 'call', [{endpoint: 'lin', args: {n: 7}}]]") == 1 && !m2.error);
   CHECK_EQ_INT(c.nfds, 1);
   size_t bytes = (size_t)obj_int(obj_get(&obj_get(m2.result, "arenas")->via.array.ptr[0], "bytes"));
   float *map = mmap(NULL, bytes, PROT_READ, MAP_SHARED, c.fds[0], 0);
   CHECK(map != MAP_FAILED);
   rc_drop_fds(&c);
   msg_free(&m2);
-  rq_init(&r);
-  rq_ep_args(&r, 4, "invalidate_call", "lin", 1, "n", 'i', (int64_t)7);
-  CHECK(rc_rpc(&c, &r, &mi) == 1 && !mi.error);
+  CHECK(rc_rpcf(&c, &mi,
+                "[0, 4, 'invalidate_call', [{endpoint: 'lin', args: {n: 7}}]]") == 1 && !mi.error);
   CHECK(mi.result->type == MSGPACK_OBJECT_BOOLEAN && mi.result->via.boolean);
   msg_free(&mi);
-  rq_init(&r);
-  rq_ep_args(&r, 5, "invalidate_call", "lin", 1, "n", 'i', (int64_t)7);
-  CHECK(rc_rpc(&c, &r, &mi) == 1 && !mi.error);
+  CHECK(rc_rpcf(&c, &mi,
+                "[0, 5, 'invalidate_call', [{endpoint: 'lin', args: {n: 7}}]]") == 1 && !mi.error);
   CHECK(mi.result->type == MSGPACK_OBJECT_BOOLEAN && !mi.result->via.boolean);
   msg_free(&mi);
   /* Still leased by this connection: alive, no longer cached. */
@@ -147,16 +134,11 @@ TEST(invalidate_then_call_rebuilds) {
   /* invalidate_endpoint drops every entry of the endpoint. */
   CHECK(rk_call(&c, "lin", "n", 8, &m2) == 1 && !m2.error);
   msg_free(&m2);
-  rq_init(&r);
-  rq_named(&r, 6, "invalidate_endpoint", 1, "endpoint", 's', "lin");
-  CHECK(rc_rpc(&c, &r, &mi) == 1 && !mi.error);
+  CHECK(rc_rpcf(&c, &mi, "[0, 6, 'invalidate_endpoint', [{endpoint: 'lin'}]]") == 1 && !mi.error);
   CHECK(obj_int(mi.result) >= 2);
   msg_free(&mi);
-  rq_init(&r);
-  rq_named(&r, 7, "invalidate_endpoint", 1, "endpoint", 's', "nosuch");
-  CHECK(rc_rpc(&c, &r, &mi) == 1);
-  CHECK_STR_EQ(msg_errname(&mi), "UNKNOWN_ENDPOINT");
-  msg_free(&mi);
+  CHECK_RPC(&c, ST_ERR_UNKNOWN_ENDPOINT, NULL,
+            "[0, 7, 'invalidate_endpoint', [{endpoint: 'nosuch'}]]");
   msg_free(&m1);
   rc_close(&c);
 }
@@ -174,18 +156,14 @@ TEST(release_is_idempotent_and_ensure_live_goes_stale) {
   CHECK(rk_id(&c, "ensure_live", "object_id", oid, &m) == 1 && !m.error);
   CHECK(m.result->type == MSGPACK_OBJECT_BOOLEAN && m.result->via.boolean);
   msg_free(&m);
-  rq_t r;
-  rq_init(&r);
-  rq_named(&r, 8, "ensure_live", 2, "object_id", 'i', (int64_t)oid, "server_id", 's', sid);
-  CHECK(rc_rpc(&c, &r, &m) == 1 && !m.error);
+  CHECK(rc_rpcf(&c, &m,
+                "[0, 8, 'ensure_live', [{object_id: %lld, server_id: '%s'}]]",
+                (long long)oid, sid) == 1 && !m.error);
   msg_free(&m);
-  rq_init(&r);
-  rq_named(&r, 8, "ensure_live", 2, "object_id", 'i', (int64_t)oid, "server_id", 's',
-           "0123456789abcdef0123456789abcdef");
-  CHECK(rc_rpc(&c, &r, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "STALE_HANDLE");
-  CHECK_CONTAINS(msg_errmsg(&m), "belongs to server 0123456789abcdef");
-  msg_free(&m);
+  CHECK_RPC(&c, ST_ERR_STALE_HANDLE, "belongs to server 0123456789abcdef",
+            "[0, 8, 'ensure_live', [{object_id: %lld, "
+            "server_id: '0123456789abcdef0123456789abcdef'}]]",
+            (long long)oid);
   /* Another connection holds no lease: nothing to release. */
   CHECK(rk_id(&d, "release", "object_id", oid, &m) == 1 && !m.error);
   CHECK_EQ_INT(obj_int(obj_get(m.result, "released")), 0);
@@ -202,20 +180,14 @@ TEST(release_is_idempotent_and_ensure_live_goes_stale) {
   CHECK_EQ_INT(obj_int(obj_get(m.result, "destroyed")), 1);
   msg_free(&m);
   CHECK(rk_id(&c, "ensure_live", "object_id", oid, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "STALE_HANDLE");
+  CHECK_REPLY(&m, ST_ERR_STALE_HANDLE, NULL);
   msg_free(&m);
   CHECK(rk_id(&c, "object_info", "object_id", oid, &m) == 1);
-  CHECK_EQ_INT(msg_code(&m), 8);
+  CHECK_REPLY(&m, ST_ERR_STALE_HANDLE, NULL);
   msg_free(&m);
   /* Bad parameters. */
-  rq_init(&r);
-  rq_named(&r, 9, "release", 1, "object_id", 's', "7");
-  CHECK(rc_rpc(&c, &r, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "INVALID_ARGUMENT");
-  msg_free(&m);
-  rq_init(&r);
-  rq_simple(&r, 10, "release");
-  CHECK(rc_rpc(&c, &r, &m) == 1);
+  CHECK_RPC(&c, ST_ERR_INVALID_ARGUMENT, NULL, "[0, 9, 'release', [{object_id: '7'}]]");
+  CHECK(rc_rpcf(&c, &m, "[0, 10, 'release', []]") == 1);
   CHECK_CONTAINS(msg_errmsg(&m), "'object_id' is required");
   msg_free(&m);
   rc_close(&c);
@@ -239,8 +211,7 @@ static void leaser(int out) {
 }
 
 TEST(sigkill_gives_the_leases_back) {
-  rc_t w;
-  CHECK(rc_open(&w, S.socket) == 0);
+  OPEN_RC(w, S.socket);
   int p[2];
   CHECK(pipe(p) == 0);
   pid_t pid = fork();
@@ -256,18 +227,16 @@ TEST(sigkill_gives_the_leases_back) {
   kill(pid, SIGKILL);
   waitpid(pid, NULL, 0);
   double end = stt_now_ms() + 5000;
-  while (info_field(&w, oid, "refcount") != 0 && stt_now_ms() < end) rk_pause_ms(2);
+  while (info_field(&w, oid, "refcount") != 0 && stt_now_ms() < end) stt_sleep_ms(2);
   CHECK_EQ_INT(info_field(&w, oid, "refcount"), 0);
   CHECK_EQ_INT(info_field(&w, oid, "cached"), 1);   /* the cache keeps it */
   /* Uncached now: nothing holds it, it is destroyed. */
-  rq_t r;
   msg_t m;
-  rq_init(&r);
-  rq_ep_args(&r, 4, "invalidate_call", "lin", 1, "n", 'i', (int64_t)9);
-  CHECK(rc_rpc(&w, &r, &m) == 1 && !m.error);
+  CHECK(rc_rpcf(&w, &m,
+                "[0, 4, 'invalidate_call', [{endpoint: 'lin', args: {n: 9}}]]") == 1 && !m.error);
   msg_free(&m);
   CHECK(rk_id(&w, "ensure_live", "object_id", oid, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "STALE_HANDLE");
+  CHECK_REPLY(&m, ST_ERR_STALE_HANDLE, NULL);
   msg_free(&m);
   rc_close(&w);
 }
@@ -283,33 +252,32 @@ TEST(disconnect_releases_uncached_objects) {
   CHECK_EQ_INT(info_field(&w, oid, "refcount"), 1);
   rc_close(&c);
   double end = stt_now_ms() + 5000;
-  while (info_field(&w, oid, "refcount") != INT64_MIN && stt_now_ms() < end) rk_pause_ms(2);
+  while (info_field(&w, oid, "refcount") != INT64_MIN && stt_now_ms() < end) stt_sleep_ms(2);
   CHECK_EQ_INT(info_field(&w, oid, "refcount"), INT64_MIN);   /* STALE_HANDLE */
   rc_close(&w);
 }
 
+static const stt_endpoint_t endpoints[] = {
+    {"lin.lua",
+     "return st.endpoint{ name = 'lin', managed = true,\n"
+     "  cache_format_key = 'lin:{n}', params = { n = 4 },\n"
+     "  build = function(a) return st.arange{a.n, dtype = 'float32'} end }\n"},
+    {"fresh.lua",
+     "return st.endpoint{ name = 'fresh', managed = true, cache = false,\n"
+     "  params = { n = 4 },\n"
+     "  build = function(a) return st.zeros{a.n} end }\n"},
+    {"keyed.lua",
+     "return st.endpoint{ name = 'keyed', cache = true,\n"
+     "  params = { n = 4, tag = 't', scale = 0.5 },\n"
+     "  build = function(a) return st.zeros{a.n} end }\n"},
+    {"plain.lua",
+     "return st.endpoint{ name = 'plain', build = function() return st.ones{3} end }\n"},
+    {NULL, NULL},
+};
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
-  stt_server_init(&S);
-  stt_server_config(&S, "workers = 2,");
-  stt_write_endpoint(&S, "lin.lua",
-                     "return st.endpoint{ name = 'lin', managed = true,\n"
-                     "  cache_format_key = 'lin:{n}', params = { n = 4 },\n"
-                     "  build = function(a) return st.arange{a.n, dtype = 'float32'} end }\n");
-  stt_write_endpoint(&S, "fresh.lua",
-                     "return st.endpoint{ name = 'fresh', managed = true, cache = false,\n"
-                     "  params = { n = 4 },\n"
-                     "  build = function(a) return st.zeros{a.n} end }\n");
-  stt_write_endpoint(&S, "keyed.lua",
-                     "return st.endpoint{ name = 'keyed', cache = true,\n"
-                     "  params = { n = 4, tag = 't', scale = 0.5 },\n"
-                     "  build = function(a) return st.zeros{a.n} end }\n");
-  stt_write_endpoint(&S, "plain.lua",
-                     "return st.endpoint{ name = 'plain', build = function() return st.ones{3} end }\n");
-  if (stt_server_start(&S) != 0) {
-    stt_server_cleanup(&S);
-    return 1;
-  }
+  stt_server_setup(&S, "workers = 2,", endpoints);
   RUN(cache_hit_returns_the_same_object);
   RUN(cache_false_builds_every_time);
   RUN(plain_and_cached_unmanaged_endpoints);
@@ -317,11 +285,5 @@ int main(void) {
   RUN(release_is_idempotent_and_ensure_live_goes_stale);
   RUN(sigkill_gives_the_leases_back);
   RUN(disconnect_releases_uncached_objects);
-  int status = stt_server_stop(&S);
-  if (status != 0) {
-    fprintf(stderr, "server exit status %d\n", status);
-    stt_failed++;
-  }
-  stt_server_cleanup(&S);
-  return stt_summary();
+  return stt_server_finish(&S);
 }

@@ -8,11 +8,11 @@
 #include <sys/wait.h>
 
 #include "check.h"
-#include "raw.h"
+#include "wire.h"
 
 #define NOBODY 65534
 
-static const char *PING_EP =
+static const char PING_EP[] =
     "return st.endpoint{ name = \"one\", build = function() return 1 end }\n";
 
 /* In a child running as NOBODY: connects and either expects AUTH then EOF
@@ -29,13 +29,11 @@ static int as_nobody(const char *socket, int want_auth) {
     if (rc_open(&c, socket) != 0) _exit(11);
     if (!want_auth) _exit(stt_ping(c.fd, 1) == 0 ? 0 : 12);
     /* Even a client that talks first gets the refusal, not a reset. */
-    rq_t r;
-    rq_init(&r);
-    rq_simple(&r, 1, "ping");
-    (void)rc_send_rq(&c, &r);
+    (void)rc_sendf(&c, "[0, 1, 'ping', []]");
     msg_t m;
     if (rc_next(&c, &m, 5000) != 1) _exit(13);
-    int ok = m.id == 0 && msg_code(&m) == 10 && strcmp(msg_errname(&m), "AUTH") == 0;
+    char why[600];
+    int ok = m.id == 0 && reply_is(&m, ST_ERR_AUTH, NULL, why, sizeof why);
     msg_free(&m);
     if (!ok) _exit(14);
     if (rc_next(&c, &m, 5000) != 0) _exit(15);
@@ -55,49 +53,46 @@ static void open_up(stt_server_t *s) {
 
 static stt_server_t S;
 
-static void refused_body(void) {
-  rc_t good;
-  CHECK(rc_open(&good, S.socket) == 0);
+static void refused_body(stt_server_t *s) {
+  open_up(s);
+  OPEN_RC(good, s->socket);
   CHECK(stt_ping(good.fd, 1) == 0);
-  CHECK_EQ_INT(as_nobody(S.socket, 1), 0);
-  CHECK_EQ_INT(as_nobody(S.socket, 1), 0);
+  CHECK_EQ_INT(as_nobody(s->socket, 1), 0);
+  CHECK_EQ_INT(as_nobody(s->socket, 1), 0);
   CHECK(stt_ping(good.fd, 2) == 0);
   CHECK_EQ_INT(rc_info_int(&good, "counters.auth_refused"), 2);
   rc_close(&good);
-  char *log = stt_server_log(&S);
+  char *log = stt_server_log(s);
   CHECK_CONTAINS(log, "uid 65534");
   free(log);
 }
 
-TEST(other_uid_is_refused) {
-  stt_server_init(&S);
-  stt_write_endpoint(&S, "one.lua", PING_EP);
-  int started = stt_server_start(&S);
-  if (started == 0) {
-    open_up(&S);
-    refused_body();
-  }
-  int status = started == 0 ? stt_server_stop(&S) : -1;
-  stt_server_cleanup(&S);
-  CHECK_EQ_INT(started, 0);
-  CHECK_EQ_INT(status, 0);
-}
-
-static void admitted(const char *config_line) {
+/* A server serving one endpoint, `config_line` in its config, running
+ * body. 0 when it started and stopped cleanly. */
+static int with_server(const char *config_line, void (*body)(stt_server_t *s)) {
   stt_server_init(&S);
   stt_write_endpoint(&S, "one.lua", PING_EP);
   stt_server_config(&S, config_line);
-  int started = stt_server_start(&S);
-  int child = -1;
-  if (started == 0) {
-    open_up(&S);
-    child = as_nobody(S.socket, 0);
-  }
-  int status = started == 0 ? stt_server_stop(&S) : -1;
+  int rc = stt_server_run(&S, body);
   stt_server_cleanup(&S);
-  CHECK_EQ_INT(started, 0);
+  return rc;
+}
+
+TEST(other_uid_is_refused) {
+  CHECK_EQ_INT(with_server("", refused_body), 0);
+}
+
+static int child = -1;
+
+static void admitted_body(stt_server_t *s) {
+  open_up(s);
+  child = as_nobody(s->socket, 0);
+}
+
+static void admitted(const char *config_line) {
+  child = -1;
+  CHECK_EQ_INT(with_server(config_line, admitted_body), 0);
   CHECK_EQ_INT(child, 0);
-  CHECK_EQ_INT(status, 0);
 }
 
 TEST(allow_uids_admits) {

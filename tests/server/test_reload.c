@@ -8,12 +8,11 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "rpc_kit.h"
-#include "st/errors.h"
+#include "wire.h"
 
 static stt_server_t S;
 
-static const char *A_EP =
+static const char A_EP[] =
     "return st.endpoint{ name = 'a', cache_format_key = 'a:{n}', params = { n = 1 },\n"
     "  build = function(a) return st.full{a.n, value = 1} end }\n";
 
@@ -29,10 +28,7 @@ static void write_b(int version) {
 
 /* reload; the reply in *m (caller frees). */
 static int reload(rc_t *c, msg_t *m) {
-  rq_t r;
-  rq_init(&r);
-  rq_simple(&r, 40, "reload");
-  return rc_rpc(c, &r, m);
+  return rc_rpcf(c, m, "[0, 40, 'reload', []]");
 }
 
 /* The single name of list `key` of a reload reply, or "" (or "<n>" when
@@ -50,8 +46,7 @@ static const char *only_name(const msg_t *m, const char *key) {
 }
 
 TEST(reload_drops_only_changed_caches) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t m;
   CHECK(rk_call(&c, "a", "n", 2, &m) == 1 && !m.error);
   int64_t oa = obj_field(&m, "id");
@@ -79,7 +74,8 @@ TEST(reload_drops_only_changed_caches) {
   CHECK(obj_field(&m, "id") != ob);
   msg_free(&m);
   /* added, then removed */
-  stt_write_endpoint(&S, "c.lua", "return st.endpoint{ name = 'c', build = function() return 3 end }\n");
+  stt_write_endpoint(&S, "c.lua",
+                     "return st.endpoint{ name = 'c', build = function() return 3 end }\n");
   CHECK(reload(&c, &m) == 1 && !m.error);
   CHECK_STR_EQ(only_name(&m, "added"), "c");
   CHECK_STR_EQ(only_name(&m, "changed"), "");
@@ -91,14 +87,13 @@ TEST(reload_drops_only_changed_caches) {
   CHECK_STR_EQ(only_name(&m, "removed"), "c");
   msg_free(&m);
   CHECK(rk_call(&c, "c", NULL, 0, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "UNKNOWN_ENDPOINT");
+  CHECK_REPLY(&m, ST_ERR_UNKNOWN_ENDPOINT, NULL);
   msg_free(&m);
   rc_close(&c);
 }
 
 TEST(reload_with_a_syntax_error_keeps_serving) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t m;
   CHECK(rk_call(&c, "b", "n", 3, &m) == 1 && !m.error);
   int64_t ob = obj_field(&m, "id");
@@ -151,12 +146,11 @@ static void *hammer(void *arg) {
   uint32_t id = 0;
   while (!__atomic_load_n(&L->stop, __ATOMIC_RELAXED) || inflight > 0) {
     while (inflight < 8 && !__atomic_load_n(&L->stop, __ATOMIC_RELAXED)) {
-      rq_t r;
-      rq_init(&r);
       id++;
-      if (id % 3 == 0) rq_ep_args(&r, id, "call", "a", 1, "n", 'i', (int64_t)(id % 5));
-      else rq_ep_args(&r, id, "call", "work", 0);
-      if (rc_send_rq(&c, &r) != 0) break;
+      int rc = id % 3 == 0
+                   ? rc_sendf(&c, "[0, %u, 'call', [{endpoint: 'a', args: {n: %u}}]]", id, id % 5)
+                   : rc_sendf(&c, "[0, %u, 'call', [{endpoint: 'work', args: {}}]]", id);
+      if (rc != 0) break;
       L->sent++;
       inflight++;
     }
@@ -191,8 +185,7 @@ static void write_work(int version) {
 }
 
 TEST(reload_under_load_loses_no_request) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   load_t L1, L2;
   memset(&L1, 0, sizeof L1);
   memset(&L2, 0, sizeof L2);
@@ -210,7 +203,7 @@ TEST(reload_under_load_loses_no_request) {
         good++;
       msg_free(&m);
     }
-    rk_pause_ms(10);   /* spread the reloads over the load */
+    stt_sleep_ms(10);   /* spread the reloads over the load */
   }
   __atomic_store_n(&L1.stop, 1, __ATOMIC_RELAXED);
   __atomic_store_n(&L2.stop, 1, __ATOMIC_RELAXED);
@@ -241,18 +234,9 @@ int main(void) {
   stt_write_endpoint(&S, "a.lua", A_EP);
   write_b(1);
   write_work(0);
-  if (stt_server_start(&S) != 0) {
-    stt_server_cleanup(&S);
-    return 1;
-  }
+  stt_server_start_or_exit(&S);
   RUN(reload_drops_only_changed_caches);
   RUN(reload_with_a_syntax_error_keeps_serving);
   RUN(reload_under_load_loses_no_request);
-  int status = stt_server_stop(&S);
-  if (status != 0) {
-    fprintf(stderr, "server exit status %d\n", status);
-    stt_failed++;
-  }
-  stt_server_cleanup(&S);
-  return stt_summary();
+  return stt_server_finish(&S);
 }

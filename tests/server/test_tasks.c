@@ -7,21 +7,17 @@
 #include <signal.h>
 
 #include "check.h"
-#include "rpc_kit.h"
-#include "st/errors.h"
+#include "wire.h"
 
 static stt_server_t S;
 
 TEST(submit_wait_result_once) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   uint64_t t = rk_submit(&c, "slow", "s", 0.05);
   CHECK(t > 0);
-  rq_t r;
   msg_t m;
-  rq_init(&r);
-  rq_named(&r, 2, "wait", 2, "task_id", 'i', (int64_t)t, "timeout", 'd', 10.0);
-  CHECK(rc_rpc(&c, &r, &m) == 1 && !m.error);
+  CHECK(rc_rpcf(&c, &m,
+                "[0, 2, 'wait', [{task_id: %lld, timeout: 10.0}]]", (long long)t) == 1 && !m.error);
   CHECK_STR_EQ(obj_str(obj_get(m.result, "status")), "completed");
   CHECK_STR_EQ(obj_str(obj_get(m.result, "endpoint")), "slow");
   CHECK_EQ_INT(obj_int(obj_get(m.result, "id")), t);
@@ -40,20 +36,18 @@ TEST(submit_wait_result_once) {
   /* Fetched: the server keeps nothing of it. */
   CHECK(rc_wait_info(&c, "arenas.count", 0, 5000) == 0);
   CHECK(rk_id(&c, "result", "task_id", t, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "TASK");
-  CHECK_CONTAINS(msg_errmsg(&m), "already taken");
+  CHECK_REPLY(&m, ST_ERR_TASK, "already taken");
   msg_free(&m);
   CHECK_EQ_INT(c.nfds, 0);
   rc_close(&c);
 }
 
 TEST(result_of_unfinished_failed_and_unknown_tasks) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   msg_t m;
   uint64_t t = rk_submit(&c, "slow", "s", 0.3);
   CHECK(rk_id(&c, "result", "task_id", t, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "TASK");
+  CHECK_REPLY(&m, ST_ERR_TASK, NULL);
   CHECK(strstr(msg_errmsg(&m), "is running") || strstr(msg_errmsg(&m), "is pending"));
   msg_free(&m);
   uint64_t f = rk_submit(&c, "fail", NULL, 0);
@@ -63,31 +57,22 @@ TEST(result_of_unfinished_failed_and_unknown_tasks) {
   CHECK_CONTAINS(obj_str(obj_path(m.result, "error.message")), "fail.lua:2: nope");
   msg_free(&m);
   CHECK(rk_id(&c, "result", "task_id", f, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "ENDPOINT");
-  CHECK_CONTAINS(msg_errmsg(&m), "fail.lua:2: nope");
+  CHECK_REPLY(&m, ST_ERR_ENDPOINT, "fail.lua:2: nope");
   msg_free(&m);
   CHECK(rk_id(&c, "status", "task_id", 999999, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "NOT_FOUND");
+  CHECK_REPLY(&m, ST_ERR_NOT_FOUND, NULL);
   msg_free(&m);
   /* submit binds like call. */
-  rq_t r;
-  rq_init(&r);
-  rq_ep_args(&r, 3, "submit", "slow", 1, "nope", 'i', (int64_t)1);
-  CHECK(rc_rpc(&c, &r, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "INVALID_ARGUMENT");
-  msg_free(&m);
-  rq_init(&r);
-  rq_ep_args(&r, 4, "submit", "nosuch", 0);
-  CHECK(rc_rpc(&c, &r, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "UNKNOWN_ENDPOINT");
-  msg_free(&m);
+  CHECK_RPC(&c, ST_ERR_INVALID_ARGUMENT, NULL,
+            "[0, 3, 'submit', [{endpoint: 'slow', args: {nope: 1}}]]");
+  CHECK_RPC(&c, ST_ERR_UNKNOWN_ENDPOINT, NULL,
+            "[0, 4, 'submit', [{endpoint: 'nosuch', args: {}}]]");
   CHECK(rk_wait_status(&c, t, "completed", 5000) == 0);
   rc_close(&c);
 }
 
 TEST(cancel_pending_then_running) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   /* Both workers busy: the third task stays pending. */
   uint64_t a = rk_submit(&c, "slow", "s", 5.0), b = rk_submit(&c, "slow", "s", 5.0);
   CHECK(rk_wait_status(&c, a, "running", 5000) == 0);
@@ -102,7 +87,7 @@ TEST(cancel_pending_then_running) {
   CHECK(obj_get(m.result, "started_at")->type == MSGPACK_OBJECT_NIL);
   msg_free(&m);
   CHECK(rk_id(&c, "result", "task_id", q, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "CANCELLED");
+  CHECK_REPLY(&m, ST_ERR_CANCELLED, NULL);
   msg_free(&m);
   /* Running: st.sleep sees the flag; both end cancelled long before 5 s. */
   double t0 = stt_now_ms();
@@ -122,8 +107,7 @@ TEST(cancel_pending_then_running) {
 }
 
 TEST(cancel_a_body_that_checks_cancelled) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   uint64_t t = rk_submit(&c, "loop", NULL, 0);
   CHECK(rk_wait_status(&c, t, "running", 5000) == 0);
   msg_t m;
@@ -131,21 +115,18 @@ TEST(cancel_a_body_that_checks_cancelled) {
   msg_free(&m);
   CHECK(rk_wait_status(&c, t, "cancelled", 3000) == 0);
   CHECK(rk_id(&c, "result", "task_id", t, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "CANCELLED");
+  CHECK_REPLY(&m, ST_ERR_CANCELLED, NULL);
   msg_free(&m);
   rc_close(&c);
 }
 
 TEST(wait_timeout_returns_current_info) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   uint64_t t = rk_submit(&c, "slow", "s", 0.6);
-  rq_t r;
   msg_t m;
   double t0 = stt_now_ms();
-  rq_init(&r);
-  rq_named(&r, 2, "wait", 2, "task_id", 'i', (int64_t)t, "timeout", 'd', 0.05);
-  CHECK(rc_rpc(&c, &r, &m) == 1 && !m.error);
+  CHECK(rc_rpcf(&c, &m,
+                "[0, 2, 'wait', [{task_id: %lld, timeout: 0.05}]]", (long long)t) == 1 && !m.error);
   double took = stt_now_ms() - t0;
   const char *s = obj_str(obj_get(m.result, "status"));
   CHECK(strcmp(s, "running") == 0 || strcmp(s, "pending") == 0);
@@ -153,14 +134,9 @@ TEST(wait_timeout_returns_current_info) {
   fprintf(stderr, "   wait(0.05) answered after %.1f ms\n", took);
   CHECK(took >= 40 && took < 400);
   /* Waits of several connections end together when the task does. */
-  rc_t d;
-  CHECK(rc_open(&d, S.socket) == 0);
-  rq_init(&r);
-  rq_named(&r, 3, "wait", 2, "task_id", 'i', (int64_t)t, "timeout", 'i', (int64_t)10);
-  CHECK(rc_send_rq(&d, &r) == 0);
-  rq_init(&r);
-  rq_named(&r, 4, "wait", 1, "task_id", 'i', (int64_t)t);
-  CHECK(rc_rpc(&c, &r, &m) == 1 && !m.error);
+  OPEN_RC(d, S.socket);
+  CHECK(rc_sendf(&d, "[0, 3, 'wait', [{task_id: %lld, timeout: 10}]]", (long long)t) == 0);
+  CHECK(rc_rpcf(&c, &m, "[0, 4, 'wait', [{task_id: %lld}]]", (long long)t) == 1 && !m.error);
   CHECK_STR_EQ(obj_str(obj_get(m.result, "status")), "completed");
   msg_free(&m);
   CHECK(rc_next(&d, &m, 5000) == 1 && !m.error);
@@ -168,18 +144,14 @@ TEST(wait_timeout_returns_current_info) {
   msg_free(&m);
   CHECK(stt_now_ms() - t0 < 3000);
   /* A bad timeout. */
-  rq_init(&r);
-  rq_named(&r, 5, "wait", 2, "task_id", 'i', (int64_t)t, "timeout", 'd', 4000.0);
-  CHECK(rc_rpc(&c, &r, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "INVALID_ARGUMENT");
-  msg_free(&m);
+  CHECK_RPC(&c, ST_ERR_INVALID_ARGUMENT, NULL, "[0, 5, 'wait', [{task_id: %lld, timeout: 4000.0}]]",
+            (long long)t);
   rc_close(&d);
   rc_close(&c);
 }
 
 TEST(progress_shows_in_status) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   uint64_t t = rk_submit(&c, "steps", "s", 0.08);
   double end = stt_now_ms() + 5000;
   int seen = 0;
@@ -193,14 +165,11 @@ TEST(progress_shows_in_status) {
       seen = 1;
     }
     msg_free(&m);
-    if (!seen) rk_pause_ms(2);
+    if (!seen) stt_sleep_ms(2);
   }
   CHECK(seen);
-  rq_t r;
   msg_t m;
-  rq_init(&r);
-  rq_named(&r, 2, "wait", 1, "task_id", 'i', (int64_t)t);
-  CHECK(rc_rpc(&c, &r, &m) == 1 && !m.error);
+  CHECK(rc_rpcf(&c, &m, "[0, 2, 'wait', [{task_id: %lld}]]", (long long)t) == 1 && !m.error);
   CHECK_STR_EQ(obj_str(obj_get(m.result, "status")), "completed");
   CHECK(obj_get(m.result, "progress")->via.f64 == 1.0);
   CHECK_STR_EQ(obj_str(obj_get(m.result, "note")), "step 4");
@@ -209,8 +178,7 @@ TEST(progress_shows_in_status) {
 }
 
 TEST(task_endpoint_call_and_managed_result) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   int64_t submitted = rc_info_int(&c, "counters.tasks_submitted");
   msg_t m;
   CHECK(rk_call(&c, "mtask", "n", 3, &m) == 1 && !m.error);
@@ -238,38 +206,30 @@ TEST(task_endpoint_call_and_managed_result) {
   CHECK_EQ_INT(obj_int(obj_get(m.result, "destroyed")), 1);
   msg_free(&m);
   /* tasks, newest first, with a filter. */
-  rq_t r;
-  rq_init(&r);
-  rq_named(&r, 3, "tasks", 1, "status", 's', "completed");
-  CHECK(rc_rpc(&c, &r, &m) == 1 && !m.error);
+  CHECK(rc_rpcf(&c, &m, "[0, 3, 'tasks', [{status: 'completed'}]]") == 1 && !m.error);
   CHECK(m.result->type == MSGPACK_OBJECT_ARRAY && m.result->via.array.size >= 2);
   CHECK_EQ_INT(obj_int(obj_get(&m.result->via.array.ptr[0], "id")), t);
   for (uint32_t i = 0; i < m.result->via.array.size; i++)
     CHECK_STR_EQ(obj_str(obj_get(&m.result->via.array.ptr[i], "status")), "completed");
   msg_free(&m);
-  rq_init(&r);
-  rq_named(&r, 4, "tasks", 1, "status", 's', "done");
-  CHECK(rc_rpc(&c, &r, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "INVALID_ARGUMENT");
-  msg_free(&m);
+  CHECK_RPC(&c, ST_ERR_INVALID_ARGUMENT, NULL, "[0, 4, 'tasks', [{status: 'done'}]]");
   rc_close(&c);
 }
 
 TEST(finished_tasks_expire_after_the_ttl) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   int64_t expired = rc_info_int(&c, "counters.tasks_expired");
   uint64_t t = rk_submit(&c, "slow", "s", 0.01);
   CHECK(rk_wait_status(&c, t, "completed", 5000) == 0);
   CHECK(rc_info_int(&c, "arenas.count") >= 1);   /* the unfetched result */
   double t0 = stt_now_ms();
   double end = t0 + 5000;
-  while (strcmp(rk_status(&c, t), "") != 0 && stt_now_ms() < end) rk_pause_ms(5);
+  while (strcmp(rk_status(&c, t), "") != 0 && stt_now_ms() < end) stt_sleep_ms(5);
   double gone = stt_now_ms() - t0;
   fprintf(stderr, "   task dropped %.0f ms after completion (ttl 1.5 s)\n", gone);
   msg_t m;
   CHECK(rk_id(&c, "status", "task_id", t, &m) == 1);
-  CHECK_STR_EQ(msg_errname(&m), "NOT_FOUND");
+  CHECK_REPLY(&m, ST_ERR_NOT_FOUND, NULL);
   msg_free(&m);
   CHECK(gone > 1000);
   CHECK(rc_wait_info(&c, "arenas.count", 0, 5000) == 0);
@@ -281,53 +241,47 @@ TEST(closing_the_caller_cancels_its_task) {
   rc_t c, w;
   CHECK(rc_open(&c, S.socket) == 0);
   CHECK(rc_open(&w, S.socket) == 0);
-  rq_t r;
-  rq_init(&r);
-  rq_ep_args(&r, 1, "call", "tslow", 0);
-  CHECK(rc_send_rq(&c, &r) == 0);
+  CHECK(rc_sendf(&c, "[0, 1, 'call', [{endpoint: 'tslow', args: {}}]]") == 0);
   CHECK(rc_wait_info(&w, "tasks.running", 1, 5000) == 0);
   rc_close(&c);
   CHECK(rc_wait_info(&w, "tasks.running", 0, 3000) == 0);
   msg_t m;
-  rq_init(&r);
-  rq_named(&r, 2, "tasks", 1, "status", 's', "cancelled");
-  CHECK(rc_rpc(&w, &r, &m) == 1 && !m.error);
+  CHECK(rc_rpcf(&w, &m, "[0, 2, 'tasks', [{status: 'cancelled'}]]") == 1 && !m.error);
   CHECK(m.result->via.array.size >= 1);
   CHECK_STR_EQ(obj_str(obj_get(&m.result->via.array.ptr[0], "endpoint")), "tslow");
   msg_free(&m);
   rc_close(&w);
 }
 
+static const stt_endpoint_t endpoints[] = {
+    {"slow.lua",
+     "return st.endpoint{ name = 'slow', params = { s = 0.5 },\n"
+     "  build = function(a) local t = st.zeros{256}; st.sleep(a.s); return t end }\n"},
+    {"fail.lua",
+     "return st.endpoint{ name = 'fail', build = function()\n"
+     "  error('nope') end }\n"},
+    {"loop.lua",
+     "return st.endpoint{ name = 'loop', build = function()\n"
+     "  local n = 0\n"
+     "  while not st.cancelled() do n = n + 1 end\n"
+     "  return n end }\n"},
+    {"steps.lua",
+     "return st.endpoint{ name = 'steps', params = { n = 4, s = 0.1 },\n"
+     "  build = function(a)\n"
+     "    for i = 1, a.n do st.sleep(a.s); st.progress(i / a.n, 'step ' .. i) end\n"
+     "    return st.arange{3} end }\n"},
+    {"mtask.lua",
+     "return st.endpoint{ name = 'mtask', execution = 'task', managed = true,\n"
+     "  params = { n = 4 }, build = function(a) return st.ones{a.n} end }\n"},
+    {"tslow.lua",
+     "return st.endpoint{ name = 'tslow', execution = 'task',\n"
+     "  build = function() st.sleep(10); return 1 end }\n"},
+    {NULL, NULL},
+};
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
-  stt_server_init(&S);
-  stt_server_config(&S, "workers = 2, tasks = { ttl_s = 1.5, capacity = 100 },");
-  stt_write_endpoint(&S, "slow.lua",
-                     "return st.endpoint{ name = 'slow', params = { s = 0.5 },\n"
-                     "  build = function(a) local t = st.zeros{256}; st.sleep(a.s); return t end }\n");
-  stt_write_endpoint(&S, "fail.lua",
-                     "return st.endpoint{ name = 'fail', build = function()\n"
-                     "  error('nope') end }\n");
-  stt_write_endpoint(&S, "loop.lua",
-                     "return st.endpoint{ name = 'loop', build = function()\n"
-                     "  local n = 0\n"
-                     "  while not st.cancelled() do n = n + 1 end\n"
-                     "  return n end }\n");
-  stt_write_endpoint(&S, "steps.lua",
-                     "return st.endpoint{ name = 'steps', params = { n = 4, s = 0.1 },\n"
-                     "  build = function(a)\n"
-                     "    for i = 1, a.n do st.sleep(a.s); st.progress(i / a.n, 'step ' .. i) end\n"
-                     "    return st.arange{3} end }\n");
-  stt_write_endpoint(&S, "mtask.lua",
-                     "return st.endpoint{ name = 'mtask', execution = 'task', managed = true,\n"
-                     "  params = { n = 4 }, build = function(a) return st.ones{a.n} end }\n");
-  stt_write_endpoint(&S, "tslow.lua",
-                     "return st.endpoint{ name = 'tslow', execution = 'task',\n"
-                     "  build = function() st.sleep(10); return 1 end }\n");
-  if (stt_server_start(&S) != 0) {
-    stt_server_cleanup(&S);
-    return 1;
-  }
+  stt_server_setup(&S, "workers = 2, tasks = { ttl_s = 1.5, capacity = 100 },", endpoints);
   RUN(submit_wait_result_once);
   RUN(result_of_unfinished_failed_and_unknown_tasks);
   RUN(cancel_pending_then_running);
@@ -337,11 +291,5 @@ int main(void) {
   RUN(task_endpoint_call_and_managed_result);
   RUN(finished_tasks_expire_after_the_ttl);
   RUN(closing_the_caller_cancels_its_task);
-  int status = stt_server_stop(&S);
-  if (status != 0) {
-    fprintf(stderr, "server exit status %d\n", status);
-    stt_failed++;
-  }
-  stt_server_cleanup(&S);
-  return stt_summary();
+  return stt_server_finish(&S);
 }

@@ -25,6 +25,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fixture.h"
+#include "mpbuf.h"
+
 typedef struct fake_server fake_server_t;
 struct fake_server {
   char dir[64];
@@ -53,167 +56,60 @@ typedef struct fake_conn {
 
 /* ------------------------------------------------------------- sending */
 
-/* Sends bytes with descriptors attached to the first byte. 0 or -1. */
-static inline int fake_send(int conn, const void *buf, size_t len, const int *fds, int nfds) {
-  const char *p = buf;
-  int first = 1;
-  while (len > 0 || (first && nfds > 0)) {
-    struct iovec iov = {.iov_base = (void *)p, .iov_len = len};
-    union {
-      char b[CMSG_SPACE(sizeof(int) * 64)];
-      struct cmsghdr align;
-    } ctl;
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    memset(&ctl, 0, sizeof ctl);
-    if (first && nfds > 0) {
-      mh.msg_control = ctl.b;
-      mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-      struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-      cm->cmsg_level = SOL_SOCKET;
-      cm->cmsg_type = SCM_RIGHTS;
-      cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-      memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
-    }
-    ssize_t n = sendmsg(conn, &mh, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return -1;
-    first = 0;
-    p += n;
-    len -= (size_t)n;
-  }
-  return 0;
-}
-
-static inline void fake_pack_str(msgpack_packer *pk, const char *s) {
-  msgpack_pack_str_with_body(pk, s, strlen(s));
-}
-
 /* [1, id, nil, <result packed by the caller into `result`>] with fds. */
 static inline int fake_reply(int conn, uint32_t id, const msgpack_sbuffer *result, const int *fds,
-                      int nfds) {
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  msgpack_pack_array(&pk, 4);
-  msgpack_pack_uint32(&pk, 1);
-  msgpack_pack_uint32(&pk, id);
-  msgpack_pack_nil(&pk);
-  msgpack_sbuffer_write(&sb, result->data, result->size);
-  int rc = fake_send(conn, sb.data, sb.size, fds, nfds);
-  msgpack_sbuffer_destroy(&sb);
+                             int nfds) {
+  mpbuf_t b;
+  mpbuf_init(&b);
+  msgpack_pack_array(&b.pk, 4);
+  stt_pack(&b.pk, "1, %u, nil", id);
+  msgpack_sbuffer_write(&b.sb, result->data, result->size);
+  int rc = stt_send_fds(conn, b.sb.data, b.sb.size, fds, nfds);
+  mpbuf_free(&b);
   return rc;
 }
 
-/* [1, id, {code, name, message}, nil]. */
+/* A reply whose result is the text fmt (stt_pack), with fds (kept open). */
+static inline int fake_replyf(int conn, uint32_t id, const int *fds, int nfds, const char *fmt,
+                              ...) __attribute__((format(printf, 5, 6)));
+static inline int fake_replyf(int conn, uint32_t id, const int *fds, int nfds, const char *fmt,
+                              ...) {
+  mpbuf_t b;
+  va_list ap;
+  va_start(ap, fmt);
+  mpbuf_vtext(&b, fmt, ap);
+  va_end(ap);
+  int rc = fake_reply(conn, id, &b.sb, fds, nfds);
+  mpbuf_free(&b);
+  return rc;
+}
+
+/* [1, id, {code, name, message}, nil] (the message packed as it is: it
+ * may hold quotes). */
 static inline int fake_error(int conn, uint32_t id, int code, const char *name,
                              const char *message) {
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  msgpack_pack_array(&pk, 4);
-  msgpack_pack_uint32(&pk, 1);
-  msgpack_pack_uint32(&pk, id);
-  msgpack_pack_map(&pk, 3);
-  fake_pack_str(&pk, "code");
-  msgpack_pack_int(&pk, code);
-  fake_pack_str(&pk, "name");
-  fake_pack_str(&pk, name);
-  fake_pack_str(&pk, "message");
-  fake_pack_str(&pk, message);
-  msgpack_pack_nil(&pk);
-  int rc = fake_send(conn, sb.data, sb.size, NULL, 0);
-  msgpack_sbuffer_destroy(&sb);
+  mpbuf_t b;
+  mpbuf_init(&b);
+  msgpack_pack_array(&b.pk, 4);
+  stt_pack(&b.pk, "1, %u", id);
+  msgpack_pack_map(&b.pk, 3);
+  stt_pack(&b.pk, "'code', %d, 'name', '%s', 'message'", code, name);
+  msgpack_pack_str_with_body(&b.pk, message, strlen(message));
+  msgpack_pack_nil(&b.pk);
+  int rc = stt_send_all(conn, b.sb.data, b.sb.size);
+  mpbuf_free(&b);
   return rc;
 }
 
 /* The standard hello result with a given protocol number. */
 static inline int fake_hello(int conn, uint32_t id, int protocol) {
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  msgpack_pack_map(&pk, 7);
-  fake_pack_str(&pk, "protocol");
-  msgpack_pack_int(&pk, protocol);
-  fake_pack_str(&pk, "version");
-  fake_pack_str(&pk, "0.0.0-fake");
-  fake_pack_str(&pk, "server_id");
-  char sid[64];
-  snprintf(sid, sizeof sid, "fake-%d", (int)getpid());
-  fake_pack_str(&pk, sid);
-  fake_pack_str(&pk, "pid");
-  msgpack_pack_int(&pk, (int)getpid());
-  fake_pack_str(&pk, "device");
-  msgpack_pack_int(&pk, 0);
-  fake_pack_str(&pk, "devices");
-  msgpack_pack_array(&pk, 0);
-  fake_pack_str(&pk, "limits");
-  msgpack_pack_map(&pk, 0);
-  int rc = fake_reply(conn, id, &sb, NULL, 0);
-  msgpack_sbuffer_destroy(&sb);
-  return rc;
+  return fake_replyf(conn, id, NULL, 0,
+                     "{protocol: %d, version: '0.0.0-fake', server_id: 'fake-%d', pid: %d, "
+                     "device: 0, devices: [], limits: {}}",
+                     protocol, (int)getpid(), (int)getpid());
 }
 
 /* ------------------------------------------------------------- payloads */
-
-/* Ext tensor {arena, offset, dtype, shape, strides} (1-D or 2-D). */
-static inline void fake_pack_tensor(msgpack_packer *pk, unsigned arena, uint64_t offset,
-                             const char *dtype, int ndim, const int64_t *shape,
-                             const int64_t *strides) {
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer in;
-  msgpack_packer_init(&in, &sb, msgpack_sbuffer_write);
-  msgpack_pack_map(&in, 5);
-  fake_pack_str(&in, "arena");
-  msgpack_pack_uint32(&in, arena);
-  fake_pack_str(&in, "offset");
-  msgpack_pack_uint64(&in, offset);
-  fake_pack_str(&in, "dtype");
-  fake_pack_str(&in, dtype);
-  fake_pack_str(&in, "shape");
-  msgpack_pack_array(&in, (size_t)ndim);
-  for (int i = 0; i < ndim; i++) msgpack_pack_int64(&in, shape[i]);
-  fake_pack_str(&in, "strides");
-  msgpack_pack_array(&in, (size_t)ndim);
-  for (int i = 0; i < ndim; i++) msgpack_pack_int64(&in, strides[i]);
-  msgpack_pack_ext_with_body(pk, sb.data, sb.size, 1);
-  msgpack_sbuffer_destroy(&sb);
-}
-
-/* Arena map {fd, bytes, device[, uuid], backend, id} as the server packs
- * it; `uuid` is sent only for "cuda". */
-static inline void fake_pack_arena_full(msgpack_packer *pk, unsigned fd, uint64_t bytes,
-                                        const char *device, const char *uuid,
-                                        const char *backend, uint64_t id) {
-  int cuda = strcmp(device, "cuda") == 0;
-  msgpack_pack_map(pk, cuda ? 6 : 5);
-  fake_pack_str(pk, "fd");
-  msgpack_pack_uint32(pk, fd);
-  fake_pack_str(pk, "bytes");
-  msgpack_pack_uint64(pk, bytes);
-  fake_pack_str(pk, "device");
-  fake_pack_str(pk, device);
-  if (cuda) {
-    fake_pack_str(pk, "uuid");
-    fake_pack_str(pk, uuid);
-  }
-  fake_pack_str(pk, "backend");
-  fake_pack_str(pk, backend);
-  fake_pack_str(pk, "id");
-  msgpack_pack_uint64(pk, id);
-}
-
-/* Arena map {fd, bytes, device, backend, id}; a "cuda" one names a UUID no
- * device has. */
-static inline void fake_pack_arena(msgpack_packer *pk, unsigned fd, uint64_t bytes,
-                                   const char *device, uint64_t id) {
-  int cuda = strcmp(device, "cuda") == 0;
-  fake_pack_arena_full(pk, fd, bytes, device, "GPU-00000000-0000-0000-0000-000000000000",
-                       cuda ? "vmm" : "memfd", id);
-}
 
 /* The string member `key` of a params map, copied into out ("" if absent). */
 static inline void fake_param_str(const msgpack_object *map, const char *key, char *out,
@@ -282,24 +178,14 @@ static inline void fake_serve(fake_server_t *fs, int conn) {
       if (strcmp(method, "hello") == 0 && !fs->hello_custom) {
         done = fake_hello(conn, id, 1) != 0;
       } else if (strcmp(method, "ping") == 0) {
-        msgpack_sbuffer sb;
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer pk;
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        fake_pack_str(&pk, "pong");
-        done = fake_reply(conn, id, &sb, NULL, 0) != 0;
-        msgpack_sbuffer_destroy(&sb);
+        done = fake_replyf(conn, id, NULL, 0, "'pong'") != 0;
       } else if (strcmp(method, "echo") == 0) {
-        msgpack_sbuffer sb;
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer pk;
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        if (map)
-          msgpack_pack_object(&pk, *map);
-        else
-          msgpack_pack_nil(&pk);
-        done = fake_reply(conn, id, &sb, NULL, 0) != 0;
-        msgpack_sbuffer_destroy(&sb);
+        mpbuf_t b;
+        mpbuf_init(&b);
+        if (map) msgpack_pack_object(&b.pk, *map);
+        else msgpack_pack_nil(&b.pk);
+        done = fake_reply(conn, id, &b.sb, NULL, 0) != 0;
+        mpbuf_free(&b);
       } else if (fs->on_request) {
         done = fs->on_request(fs, conn, id, method, map) != 0;
       } else {

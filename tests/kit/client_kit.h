@@ -1,0 +1,43 @@
+/* Client-side checks and connections for the tests of libstclient and
+ * stcli (they link the public library; the rest of the kit does not):
+ *
+ *   OPEN_CLIENT(c, S.socket);        // or: st_client_t *c = stt_client_open(...)
+ *   CHECK_RC(st_client_call(c, "e", NULL, &r), ST_OK, c);
+ *
+ * A failing CHECK_RC names both errors and quotes st_client_error(c).
+ * Header-only (static functions).
+ */
+#ifndef STT_CLIENT_KIT_H
+#define STT_CLIENT_KIT_H
+
+#include <st/client.h>
+#include <stdio.h>
+
+#include "check.h"
+
+#define CHECK_RC(expr, want, c) CHECK_ERR_MSG(expr, want, st_client_error(c))
+
+/* A client connected to the socket at path, or NULL (the reason printed). */
+static inline st_client_t *stt_client_open(const char *path) {
+  st_client_t *c = NULL;
+  char err[256];
+  if (st_client_connect(path, &c, err, sizeof err) != ST_OK)
+    fprintf(stderr, "connect %s: %s\n", path, err);
+  return c;
+}
+
+/* In a test: declares `st_client_t *c` connected to the socket at path,
+ * and fails the test when it cannot connect. */
+#define OPEN_CLIENT(c, path)                                         \
+  st_client_t *c = stt_client_open(path);                            \
+  CHECK(c)
+
+/* Prints "what: NAME: message" of c's last failure when rc is one;
+ * returns rc. */
+static inline int stt_client_report(st_client_t *c, const char *what, int rc) {
+  if (rc != ST_OK)
+    fprintf(stderr, "%s: %s: %s\n", what, st_client_error_name(c), st_client_error(c));
+  return rc;
+}
+
+#endif
