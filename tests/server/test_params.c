@@ -5,11 +5,13 @@
  * parameters are wrong. Also: `endpoints` (describe) carries every
  * declared endpoint option, and `stserver --check` lists each of them. */
 #include <signal.h>
-#include <sys/wait.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
 #include "engine/options.h"
-#include "rpc_kit.h"
+#include "wire.h"
 #include "st/errors.h"
 
 static stt_server_t S;
@@ -128,15 +130,23 @@ static const pcase_t cases[] = {
     {"invalidate_endpoint", {S_("endpoint", "e")}, NULL, NULL},
 };
 
-static void pack_kv(msgpack_packer *pk, const kv_t *kv) {
-  pk_str(pk, kv->key);
-  switch (kv->type) {
-  case 'i': msgpack_pack_int64(pk, kv->i); break;
-  case 'd': msgpack_pack_double(pk, kv->d); break;
-  case 's': pk_str(pk, kv->s); break;
-  case 'b': kv->i ? msgpack_pack_true(pk) : msgpack_pack_false(pk); break;
-  default: msgpack_pack_nil(pk); break;
+/* The parameters of a case as msgpack text (mpbuf.h): "k: v, ...". */
+static const char *kv_text(const kv_t *kv, size_t n, char *buf, size_t len) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < n && used < len; i++) {
+    const kv_t *e = &kv[i];
+    char v[128];
+    switch (e->type) {
+    case 'i': snprintf(v, sizeof v, "%lld", (long long)e->i); break;
+    case 'd': snprintf(v, sizeof v, "%#.17g", e->d); break;
+    case 's': snprintf(v, sizeof v, "'%s'", e->s); break;
+    case 'b': snprintf(v, sizeof v, "%s", e->i ? "true" : "false"); break;
+    default: snprintf(v, sizeof v, "nil"); break;
+    }
+    used += (size_t)snprintf(buf + used, len - used, "%s%s: %s", i ? ", " : "", e->key, v);
   }
+  return buf;
 }
 
 static int matches(const char *got, const char *want) {
@@ -146,21 +156,16 @@ static int matches(const char *got, const char *want) {
 }
 
 TEST(every_method_checks_its_parameters) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   int bad = 0;
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     const pcase_t *t = &cases[k];
     size_t n = 0;
     while (n < 3 && t->kv[n].key) n++;
-    rq_t r;
-    rq_init(&r);
-    rq_head(&r, (uint32_t)(100 + k), t->method);
-    msgpack_pack_array(&r.pk, 1);
-    msgpack_pack_map(&r.pk, n);
-    for (size_t i = 0; i < n; i++) pack_kv(&r.pk, &t->kv[i]);
+    char params[512];
     msg_t m;
-    CHECK(rc_rpc(&c, &r, &m) == 1);
+    CHECK(rc_rpcf(&c, &m, "[0, %u, '%s', [{%s}]]", (unsigned)(100 + k), t->method,
+                  kv_text(t->kv, n, params, sizeof params)) == 1);
     const char *name = m.error ? msg_errname(&m) : NULL;
     const char *msg = m.error ? msg_errmsg(&m) : "";
     int ok = t->name ? (name && strcmp(name, t->name) == 0 && matches(msg, t->message))
@@ -191,31 +196,12 @@ TEST(params_must_be_one_named_map) {
       {"call", 3, "INVALID_ARGUMENT", "call: parameter names must be strings"},
       {"nosuch", 1, "UNKNOWN_METHOD", "unknown method 'nosuch'"},
   };
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
+  OPEN_RC(c, S.socket);
   for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
-    rq_t r;
-    rq_init(&r);
-    rq_head(&r, (uint32_t)(500 + k), shapes[k].method);
-    switch (shapes[k].shape) {
-    case 1:
-      msgpack_pack_array(&r.pk, 1);
-      msgpack_pack_int(&r.pk, 1);
-      break;
-    case 2:
-      msgpack_pack_array(&r.pk, 2);
-      msgpack_pack_map(&r.pk, 0);
-      msgpack_pack_map(&r.pk, 0);
-      break;
-    default:
-      msgpack_pack_array(&r.pk, 1);
-      msgpack_pack_map(&r.pk, 1);
-      msgpack_pack_int(&r.pk, 1);
-      msgpack_pack_int(&r.pk, 2);
-      break;
-    }
+    static const char *const params[] = {"", "[1]", "[{}, {}]", "[{1: 2}]"};
     msg_t m;
-    CHECK(rc_rpc(&c, &r, &m) == 1);
+    CHECK(rc_rpcf(&c, &m, "[0, %u, '%s', %s]", (unsigned)(500 + k), shapes[k].method,
+                  params[shapes[k].shape]) == 1);
     CHECK_STR_EQ(msg_errname(&m), shapes[k].name);
     CHECK_STR_EQ(msg_errmsg(&m), shapes[k].message);
     msg_free(&m);
@@ -226,13 +212,9 @@ TEST(params_must_be_one_named_map) {
 /* `endpoints` carries every declared option of every endpoint, and
  * non_default names those whose value is not the default. */
 TEST(describe_carries_every_option) {
-  rc_t c;
-  CHECK(rc_open(&c, S.socket) == 0);
-  rq_t r;
-  rq_init(&r);
-  rq_simple(&r, 9, "endpoints");
+  OPEN_RC(c, S.socket);
   msg_t m;
-  CHECK(rc_rpc(&c, &r, &m) == 1 && !m.error);
+  CHECK(rc_rpcf(&c, &m, "[0, 9, 'endpoints', []]") == 1 && !m.error);
   CHECK(m.result->type == MSGPACK_OBJECT_ARRAY && m.result->via.array.size == 2);
   const msgpack_object *e = &m.result->via.array.ptr[0], *k = &m.result->via.array.ptr[1];
   CHECK_STR_EQ(obj_str(obj_get(e, "name")), "e");
@@ -292,31 +274,24 @@ TEST(check_lists_every_option) {
                     "cache_format_key=k:{n} singleflight=no timeout=2.5 device=cpu ipc=vmm") != NULL);
 }
 
+static const stt_endpoint_t endpoints[] = {
+    {"e.lua",
+     "return st.endpoint{ name = 'e', params = { n = 1 },\n"
+     "  build = function(a) return a.n end }\n"},
+    {"k.lua",
+     "return st.endpoint{ name = 'k', execution = 'task',\n"
+     "  concurrency = 'serialized', managed = true, cache_format_key = 'k:{n}',\n"
+     "  timeout = 2.5, device = 'cpu', params = { n = 1 },\n"
+     "  build = function(a) return a.n end }\n"},
+    {NULL, NULL},
+};
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
-  stt_server_init(&S);
-  stt_server_config(&S, "workers = 1,");
-  stt_write_endpoint(&S, "e.lua",
-                     "return st.endpoint{ name = 'e', params = { n = 1 },\n"
-                     "  build = function(a) return a.n end }\n");
-  stt_write_endpoint(&S, "k.lua",
-                     "return st.endpoint{ name = 'k', execution = 'task',\n"
-                     "  concurrency = 'serialized', managed = true, cache_format_key = 'k:{n}',\n"
-                     "  timeout = 2.5, device = 'cpu', params = { n = 1 },\n"
-                     "  build = function(a) return a.n end }\n");
-  if (stt_server_start(&S) != 0) {
-    stt_server_cleanup(&S);
-    return 1;
-  }
+  stt_server_setup(&S, "workers = 1,", endpoints);
   RUN(every_method_checks_its_parameters);
   RUN(params_must_be_one_named_map);
   RUN(describe_carries_every_option);
   RUN(check_lists_every_option);
-  int status = stt_server_stop(&S);
-  if (status != 0) {
-    fprintf(stderr, "server exit status %d\n", status);
-    stt_failed++;
-  }
-  stt_server_cleanup(&S);
-  return stt_summary();
+  return stt_server_finish(&S);
 }
