@@ -12,6 +12,8 @@ Rules, each a failure when broken:
   2. No dependency cycle (includes and symbols) larger than MAX_CIRCLE
      units inside one folder.
   3. Headers of src/common include nothing of src/ outside src/common.
+  4. Only src/lua includes the Lua headers; src/cli includes nothing of
+     src/ outside src/cli (stcli uses the public client API only).
 
 Usage: check_modules.py SRC_DIR BUILD_DIR [--verbose]
 (CTest runs it as arch_modules after the build.)
@@ -175,6 +177,20 @@ def main():
             bad = sorted(v for v in vs if folder(v) != "common")
             if bad:
                 print("FAIL %s includes %s (common/ includes nothing above it)"
+                      % (u, ", ".join(bad)))
+                failed = 1
+
+    lua_re = re.compile(r'^\s*#\s*include\s+<(lua|lauxlib|lualib|luajit)\.h>', re.M)
+    for path in source_files(src):
+        u = unit_of(path, src)
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            if folder(u) != "lua" and lua_re.search(fh.read()):
+                print("FAIL %s includes a Lua header (only src/lua may)" % u)
+                failed = 1
+        if folder(u) == "cli":
+            bad = sorted(v for v in inc.get(u, ()) if folder(v) != "cli")
+            if bad:
+                print("FAIL %s includes %s (stcli uses the public client API only)"
                       % (u, ", ".join(bad)))
                 failed = 1
 
