@@ -147,6 +147,23 @@ size_t st__utf8_len(const unsigned char *p, size_t left) {
   return n;
 }
 
+/* See json.h. Any thread. */
+const char *st__json_escape(unsigned char c, char buf[8]) {
+  switch (c) {
+  case '"': return "\\\"";
+  case '\\': return "\\\\";
+  case '\n': return "\\n";
+  case '\r': return "\\r";
+  case '\t': return "\\t";
+  case '\b': return "\\b";
+  case '\f': return "\\f";
+  default:
+    if (c >= 0x20) return NULL;
+    snprintf(buf, 8, "\\u%04x", c);
+    return buf;
+  }
+}
+
 /* One escape after a backslash at r->pos - 2 (r->pos is past the escape
  * letter) appended at o; returns the new end, NULL on failure. */
 static char *read_escape(reader_t *r, unsigned char e, char *o) {
