@@ -60,10 +60,7 @@ static void put_double(jw_t *w, double d) {
     return;
   }
   char buf[40];
-  for (int prec = 15; prec <= 17; prec++) {
-    snprintf(buf, sizeof buf, "%.*g", prec, d);
-    if (strtod(buf, NULL) == d) break;
-  }
+  st__json_double_text(d, 15, buf, sizeof buf);
   put(w, buf);
   if (!strpbrk(buf, ".eE")) put(w, ".0");
 }

@@ -164,6 +164,14 @@ const char *st__json_escape(unsigned char c, char buf[8]) {
   }
 }
 
+/* See json.h. Any thread. */
+void st__json_double_text(double d, int min_digits, char *buf, size_t len) {
+  for (int prec = min_digits; prec <= 17; prec++) {
+    snprintf(buf, len, "%.*g", prec, d);
+    if (strtod(buf, NULL) == d) return;
+  }
+}
+
 /* One escape after a backslash at r->pos - 2 (r->pos is past the escape
  * letter) appended at o; returns the new end, NULL on failure. */
 static char *read_escape(reader_t *r, unsigned char e, char *o) {

@@ -92,4 +92,9 @@ size_t st__utf8_len(const unsigned char *p, size_t left);
  * Any thread. */
 const char *st__json_escape(unsigned char c, char buf[8]);
 
+/* Writes into buf (len >= 32) the "%.*g" text of the finite d with the
+ * fewest significant digits, from min_digits up to 17, that reads back as
+ * exactly d. Any thread. */
+void st__json_double_text(double d, int min_digits, char *buf, size_t len);
+
 #endif

@@ -34,10 +34,7 @@ static void put_double(sink_t *s, double d) {
     return;
   }
   char buf[40];
-  for (int prec = 1; prec <= 17; prec++) {
-    snprintf(buf, sizeof buf, "%.*g", prec, d);
-    if (strtod(buf, NULL) == d) break;
-  }
+  st__json_double_text(d, 1, buf, sizeof buf);
   puts_(s, buf);
 }
 
