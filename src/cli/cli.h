@@ -70,6 +70,10 @@ void cli_print_command_names(FILE *out);
 /* options.c: what every command shares */
 /* The help text of the global options. */
 extern const char cli_global_help[];
+/* 1 when argv[*i] is option `opt`, given as "--opt VALUE" (*i advances
+ * past VALUE) or "--opt=VALUE"; *value is VALUE, NULL when it is missing.
+ * 0 (and *value NULL) for any other word. */
+int cli_option(const char *opt, int argc, char **argv, int *i, const char **value);
 /* Consumes a global option at argv[*i] (advancing *i past its value).
  * Returns 1 if it was one, 0 if not, -1 after printing a usage error. */
 int cli_global_option(cli_t *g, int argc, char **argv, int *i);

@@ -49,8 +49,8 @@ static int parse_id_line(cli_t *g, const cli_command_t *cmd, int argc, char **ar
   const char *word = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (timeout_s && (strcmp(a, "--timeout") == 0 || strncmp(a, "--timeout=", 10) == 0)) {
-      const char *v = a[9] == '=' ? a + 10 : (i + 1 < argc ? argv[++i] : NULL);
+    const char *v;
+    if (timeout_s && cli_option("--timeout", argc, argv, &i, &v)) {
       char *end = NULL;
       double s = v ? strtod(v, &end) : NAN;
       if (!v || end == v || *end || !(s >= 0) || s > 1e9)
@@ -401,8 +401,7 @@ static int run_tasks(cli_t *g, int argc, char **argv) {
       ids = 1;
       continue;
     }
-    if (strcmp(a, "--status") == 0 || strncmp(a, "--status=", 9) == 0) {
-      status = a[8] == '=' ? a + 9 : (i + 1 < argc ? argv[++i] : NULL);
+    if (cli_option("--status", argc, argv, &i, &status)) {
       if (!status || !*status) return cli_usage("tasks", "--status needs a status");
       continue;
     }

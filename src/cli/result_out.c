@@ -192,7 +192,7 @@ int cli_parse_call_args(cli_t *g, const cli_command_t *cmd, int argc, char **arg
   int rest = 0, code = CLI_OK;
   char err[256];
   for (int i = 1; i < argc && code == CLI_OK; i++) {
-    const char *a = argv[i];
+    const char *a = argv[i], *json;
     if (!rest && a[0] == '-' && a[1] == '-') {
       int r = cli_global_option(g, argc, argv, &i);
       if (r < 0) {
@@ -213,8 +213,7 @@ int cli_parse_call_args(cli_t *g, const cli_command_t *cmd, int argc, char **arg
           code = cli_usage(cmd->name, "--values=N needs a count, not '%s'", a + 9);
       } else if ((flags & CLI_ARGS_ALL) && strcmp(a, "--all") == 0) {
         out->all = 1;
-      } else if (strcmp(a, "--args-json") == 0 || strncmp(a, "--args-json=", 12) == 0) {
-        const char *json = a[11] == '=' ? a + 12 : (i + 1 < argc ? argv[++i] : NULL);
+      } else if (cli_option("--args-json", argc, argv, &i, &json)) {
         if (!json) {
           code = cli_usage(cmd->name, "--args-json needs a JSON object");
         } else if (st_args_parse_json(out->args, json, err, sizeof err) != ST_OK) {
