@@ -70,6 +70,10 @@ void cli_print_command_names(FILE *out);
 /* options.c: what every command shares */
 /* The help text of the global options. */
 extern const char cli_global_help[];
+/* 1 when argv[*i] is option `opt`, given as "--opt VALUE" (*i advances
+ * past VALUE) or "--opt=VALUE"; *value is VALUE, NULL when it is missing.
+ * 0 (and *value NULL) for any other word. */
+int cli_option(const char *opt, int argc, char **argv, int *i, const char **value);
 /* Consumes a global option at argv[*i] (advancing *i past its value).
  * Returns 1 if it was one, 0 if not, -1 after printing a usage error. */
 int cli_global_option(cli_t *g, int argc, char **argv, int *i);
@@ -139,6 +143,20 @@ int cli_table_add(cli_table_t *t, char **row);
 /* Prints the heads and rows on stdout. */
 void cli_table_print(const cli_table_t *t);
 void cli_table_free(cli_table_t *t);
+/* The AGE cell of a listed object or task: how long before `now` its
+ * "created_at" (unix seconds) was, "-" without one. Owned (free()), NULL
+ * when out of memory. */
+char *cli_age_cell(const st_value_t *e, double now);
+#define CLI_TABLE_MAX_COLS 8
+/* Prints the result r of a listing command: as JSON with --json or when
+ * its value is not an array, else as a table of `ncol` columns (at most
+ * CLI_TABLE_MAX_COLS) under `heads`: fill(e, now, row) makes the ncol owned
+ * cells (may be NULL) of element e, now being cli_now_unix(). Prints the
+ * line of printf format `empty` when the array is empty, the out-of-memory
+ * error when a row cannot be added. Frees r. Returns the exit code. */
+int cli_print_listing(const cli_t *g, st_result_t *r, size_t ncol, const char *const *heads,
+                      void (*fill)(const st_value_t *e, double now, char **row),
+                      const char *empty, ...) __attribute__((format(printf, 6, 7)));
 /* A formatted, owned string (free()), or NULL when out of memory. */
 char *cli_strdupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* 1 and *out when v is an integer or float; 0 otherwise. */

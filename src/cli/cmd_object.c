@@ -20,46 +20,24 @@ static char *string_cell(const st_value_t *v) {
   return strdup(s && *s ? s : "-");
 }
 
+/* One row of the objects table. */
+static void object_row(const st_value_t *e, double now, char **row) {
+  row[0] = number_cell(st_value_get(e, "id"));
+  row[1] = string_cell(st_value_get(e, "endpoint"));
+  row[2] = string_cell(st_value_get(e, "cache_key"));
+  row[3] = number_cell(st_value_get(e, "refcount"));
+  row[4] = number_cell(st_value_get(e, "bytes"));
+  row[5] = string_cell(st_value_get(e, "device"));
+  row[6] = cli_age_cell(e, now);
+}
+
 static int run_objects(cli_t *g, int argc, char **argv) {
   st_result_t *r;
   int code = cli_fetch_plain(g, &cli_objects_command, argc, argv, st_client_objects, &r);
   if (code != CLI_OK || !r) return code;
-  const st_value_t *v = st_result_value(r);
-  if (g->json || v->kind != ST_VALUE_ARRAY) {
-    return cli_print_result_json(r);
-  }
   static const char *const heads[] = {"ID",    "ENDPOINT", "CACHE KEY", "REFCOUNT",
                                       "BYTES", "DEVICE",   "AGE"};
-  cli_table_t t;
-  cli_table_init(&t, 7, heads);
-  double now = cli_now_unix();
-  for (size_t i = 0; i < v->as.array.len; i++) {
-    const st_value_t *e = &v->as.array.items[i];
-    double created;
-    char age[32] = "-";
-    if (cli_value_number(st_value_get(e, "created_at"), &created))
-      cli_format_duration(now - created, age, sizeof age);
-    char *row[7] = {number_cell(st_value_get(e, "id")),
-                    string_cell(st_value_get(e, "endpoint")),
-                    string_cell(st_value_get(e, "cache_key")),
-                    number_cell(st_value_get(e, "refcount")),
-                    number_cell(st_value_get(e, "bytes")),
-                    string_cell(st_value_get(e, "device")),
-                    strdup(age)};
-    if (cli_table_add(&t, row) != 0) {
-      cli_table_free(&t);
-      st_result_free(r);
-      fprintf(stderr, "stcli: OUT_OF_MEMORY: cannot build the table\n");
-      return CLI_SERVER_ERROR;
-    }
-  }
-  if (t.nrows == 0)
-    printf("(no objects)\n");
-  else
-    cli_table_print(&t);
-  cli_table_free(&t);
-  st_result_free(r);
-  return CLI_OK;
+  return cli_print_listing(g, r, 7, heads, object_row, "(no objects)\n");
 }
 
 const cli_command_t cli_objects_command = {

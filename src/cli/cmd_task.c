@@ -49,8 +49,8 @@ static int parse_id_line(cli_t *g, const cli_command_t *cmd, int argc, char **ar
   const char *word = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (timeout_s && (strcmp(a, "--timeout") == 0 || strncmp(a, "--timeout=", 10) == 0)) {
-      const char *v = a[9] == '=' ? a + 10 : (i + 1 < argc ? argv[++i] : NULL);
+    const char *v;
+    if (timeout_s && cli_option("--timeout", argc, argv, &i, &v)) {
       char *end = NULL;
       double s = v ? strtod(v, &end) : NAN;
       if (!v || end == v || *end || !(s >= 0) || s > 1e9)
@@ -392,6 +392,23 @@ static int print_ids(const cli_t *g, const st_value_t *v) {
   return CLI_OK;
 }
 
+/* One row of the tasks table. */
+static void task_row(const st_value_t *e, double now, char **row) {
+  double id = 0;
+  char prog[16];
+  cli_value_number(st_value_get(e, "id"), &id);
+  progress_text(e, prog, sizeof prog);
+  const char *ep = cli_value_str(st_value_get(e, "endpoint"));
+  const char *note = cli_value_str(st_value_get(e, "note"));
+  char *err = error_text(e);
+  row[0] = cli_strdupf("%.0f", id);
+  row[1] = strdup(ep ? ep : "?");
+  row[2] = strdup(status_of(e));
+  row[3] = strdup(*prog ? prog : "-");
+  row[4] = cli_age_cell(e, now);
+  row[5] = err ? err : strdup(note && *note ? note : "-");
+}
+
 static int run_tasks(cli_t *g, int argc, char **argv) {
   const char *status = NULL;
   int ids = 0;
@@ -401,8 +418,7 @@ static int run_tasks(cli_t *g, int argc, char **argv) {
       ids = 1;
       continue;
     }
-    if (strcmp(a, "--status") == 0 || strncmp(a, "--status=", 9) == 0) {
-      status = a[8] == '=' ? a + 9 : (i + 1 < argc ? argv[++i] : NULL);
+    if (cli_option("--status", argc, argv, &i, &status)) {
       if (!status || !*status) return cli_usage("tasks", "--status needs a status");
       continue;
     }
@@ -429,43 +445,9 @@ static int run_tasks(cli_t *g, int argc, char **argv) {
     st_result_free(r);
     return code;
   }
-  if (g->json || v->kind != ST_VALUE_ARRAY) {
-    return cli_print_result_json(r);
-  }
   static const char *const heads[] = {"ID", "ENDPOINT", "STATUS", "PROGRESS", "AGE", "NOTE"};
-  cli_table_t t;
-  cli_table_init(&t, 6, heads);
-  double now = cli_now_unix();
-  for (size_t i = 0; i < v->as.array.len; i++) {
-    const st_value_t *e = &v->as.array.items[i];
-    double id = 0, created;
-    char prog[16], age[32] = "-";
-    cli_value_number(st_value_get(e, "id"), &id);
-    progress_text(e, prog, sizeof prog);
-    if (cli_value_number(st_value_get(e, "created_at"), &created))
-      cli_format_duration(now - created, age, sizeof age);
-    const char *ep = cli_value_str(st_value_get(e, "endpoint"));
-    const char *note = cli_value_str(st_value_get(e, "note"));
-    char *err = error_text(e);
-    char *row[6] = {cli_strdupf("%.0f", id), strdup(ep ? ep : "?"), strdup(status_of(e)),
-                    strdup(*prog ? prog : "-"), strdup(age),
-                    err ? err : strdup(note && *note ? note : "-")};
-    if (cli_table_add(&t, row) != 0) {
-      cli_table_free(&t);
-      st_result_free(r);
-      fprintf(stderr, "stcli: OUT_OF_MEMORY: cannot build the table\n");
-      return CLI_SERVER_ERROR;
-    }
-  }
-  if (t.nrows == 0 && status)
-    printf("(no %s tasks)\n", status);
-  else if (t.nrows == 0)
-    printf("(no tasks)\n");
-  else
-    cli_table_print(&t);
-  cli_table_free(&t);
-  st_result_free(r);
-  return CLI_OK;
+  if (status) return cli_print_listing(g, r, 6, heads, task_row, "(no %s tasks)\n", status);
+  return cli_print_listing(g, r, 6, heads, task_row, "(no tasks)\n");
 }
 
 const cli_command_t cli_tasks_command = {

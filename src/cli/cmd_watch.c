@@ -238,8 +238,8 @@ static int parse_watch(cli_t *g, int argc, char **argv, double *interval, long *
   *done = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (strcmp(a, "--interval") == 0 || strncmp(a, "--interval=", 11) == 0) {
-      const char *v = a[10] == '=' ? a + 11 : (i + 1 < argc ? argv[++i] : NULL);
+    const char *v;
+    if (cli_option("--interval", argc, argv, &i, &v)) {
       char *end = NULL;
       double s = v ? strtod(v, &end) : NAN;
       if (!v || end == v || *end || !(s >= MIN_INTERVAL_S) || s > 86400)
@@ -248,8 +248,7 @@ static int parse_watch(cli_t *g, int argc, char **argv, double *interval, long *
       *interval = s;
       continue;
     }
-    if (strcmp(a, "--count") == 0 || strncmp(a, "--count=", 8) == 0) {
-      const char *v = a[7] == '=' ? a + 8 : (i + 1 < argc ? argv[++i] : NULL);
+    if (cli_option("--count", argc, argv, &i, &v)) {
       if (!v || cli_parse_count(v, 1L << 40, count) != 0 || *count < 1)
         return cli_usage("watch", "--count needs a positive number, not '%s'", v ? v : "");
       continue;

@@ -54,57 +54,51 @@ int cli_parse_count(const char *s, long max, long *out) {
   return 0;
 }
 
-/* Value of an option given as "--opt VALUE" or "--opt=VALUE". Returns the
- * value or NULL (not this option, or missing value: *missing set). */
-static const char *option_value(const char *opt, int argc, char **argv, int *i, int *missing) {
+/* See cli.h. */
+int cli_option(const char *opt, int argc, char **argv, int *i, const char **value) {
   size_t n = strlen(opt);
   const char *a = argv[*i];
-  if (strncmp(a, opt, n) != 0) return NULL;
-  if (a[n] == '=') return a + n + 1;
-  if (a[n] != '\0') return NULL;
-  if (*i + 1 >= argc) {
-    *missing = 1;
-    return NULL;
-  }
-  (*i)++;
-  return argv[*i];
+  *value = NULL;
+  if (strncmp(a, opt, n) != 0 || (a[n] != '=' && a[n] != '\0')) return 0;
+  if (a[n] == '=') *value = a + n + 1;
+  else if (*i + 1 < argc) *value = argv[++*i];
+  return 1;
 }
 
 /* See cli.h. */
 int cli_global_option(cli_t *g, int argc, char **argv, int *i) {
   const char *a = argv[*i];
-  int missing = 0;
   const char *v;
   if (strcmp(a, "--json") == 0) {
     g->json = 1;
     return 1;
   }
-  if ((v = option_value("--socket", argc, argv, i, &missing))) {
+  if (cli_option("--socket", argc, argv, i, &v)) {
+    if (!v) return cli_usage(NULL, "--socket needs a path"), -1;
     g->socket = v;
     return 1;
   }
-  if (missing) return cli_usage(NULL, "--socket needs a path"), -1;
-  if ((v = option_value("--base-path", argc, argv, i, &missing))) {
+  if (cli_option("--base-path", argc, argv, i, &v)) {
+    if (!v) return cli_usage(NULL, "--base-path needs a path"), -1;
     g->base = v;
     return 1;
   }
-  if (missing) return cli_usage(NULL, "--base-path needs a path"), -1;
-  if ((v = option_value("--device", argc, argv, i, &missing))) {
+  if (cli_option("--device", argc, argv, i, &v)) {
     long d;
+    if (!v) return cli_usage(NULL, "--device needs a device index"), -1;
     if (cli_parse_count(v, 1 << 20, &d) != 0)
       return cli_usage(NULL, "--device needs a device index, not '%s'", v), -1;
     g->device = (int)d;
     return 1;
   }
-  if (missing) return cli_usage(NULL, "--device needs a device index"), -1;
-  if ((v = option_value("--timeout", argc, argv, i, &missing))) {
+  if (cli_option("--timeout", argc, argv, i, &v)) {
     long ms;
+    if (!v) return cli_usage(NULL, "--timeout needs milliseconds"), -1;
     if (cli_parse_count(v, 1L << 30, &ms) != 0)
       return cli_usage(NULL, "--timeout needs milliseconds, not '%s'", v), -1;
     g->timeout_ms = (int)ms;
     return 1;
   }
-  if (missing) return cli_usage(NULL, "--timeout needs milliseconds"), -1;
   return 0;
 }
 

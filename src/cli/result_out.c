@@ -39,11 +39,12 @@ static void values_failed(const st_tensor_t *t, int rc) {
 }
 
 /* Prints the first nvalues values of t (as text, or as JSON numbers when
- * json; text adds "... (N more)" and ends the line), then computes the
- * checksum of every value: the sum as JSON number text into sum, the
- * FNV-1a of the bytes into *fnv. ST_OK, or the failure (reported). */
-static int print_values(const st_tensor_t *t, long nvalues, int json, char *sum, size_t sumlen,
-                        uint64_t *fnv) {
+ * json; text adds "... (N more)" and ends the line), then the checksum of
+ * every value (the sum as a JSON number, the FNV-1a of the bytes): text as
+ * a line "  sum: S  fnv1a64: 0x...", JSON as the end of the tensor's entry
+ * `], "sum": S, "fnv1a64": "0x..."}` (both null when the values cannot be
+ * read). ST_OK, or the failure (reported). */
+static int print_values(const st_tensor_t *t, long nvalues, int json) {
   int64_t shown = t->numel < nvalues ? t->numel : nvalues;
   values_out_t o = {t->dtype, json};
   int rc = cli_each_chunk(t, shown, print_values_chunk, &o);
@@ -52,12 +53,19 @@ static int print_values(const st_tensor_t *t, long nvalues, int json, char *sum,
     printf("\n");
   }
   double s;
-  if (rc == ST_OK) rc = cli_checksum(t, &s, fnv);
+  uint64_t fnv;
+  if (rc == ST_OK) rc = cli_checksum(t, &s, &fnv);
   if (rc != ST_OK) {
     values_failed(t, rc);
+    if (json) printf("], \"sum\": null, \"fnv1a64\": null}");
     return rc;
   }
-  cli_format_json_number(s, sum, sumlen);
+  char sum[64];
+  cli_format_json_number(s, sum, sizeof sum);
+  if (json)
+    printf("], \"sum\": %s, \"fnv1a64\": \"0x%016" PRIx64 "\"}", sum, fnv);
+  else
+    printf("  sum: %s  fnv1a64: 0x%016" PRIx64 "\n", sum, fnv);
   return ST_OK;
 }
 
@@ -84,14 +92,7 @@ static int print_tensors(const st_result_t *r, long nvalues) {
            cli_device_name(t, dev, sizeof dev), t->nbytes);
     if (nvalues < 0) continue;
     printf("  values:");
-    char sum[64];
-    uint64_t fnv;
-    int rc = print_values(t, nvalues, 0, sum, sizeof sum, &fnv);
-    if (rc != ST_OK) {
-      code = CLI_SERVER_ERROR;
-      continue;
-    }
-    printf("  sum: %s  fnv1a64: 0x%016" PRIx64 "\n", sum, fnv);
+    if (print_values(t, nvalues, 0) != ST_OK) code = CLI_SERVER_ERROR;
   }
   return code;
 }
@@ -107,15 +108,7 @@ static int print_json_tensor_values(const st_result_t *r, long nvalues) {
     printf("%s\n  {\"name\": ", i ? "," : "");
     cli_print_json_string(stdout, t->name);
     printf(", \"values\": [");
-    char sum[64];
-    uint64_t fnv;
-    int rc = print_values(t, nvalues, 1, sum, sizeof sum, &fnv);
-    if (rc != ST_OK) {
-      code = CLI_SERVER_ERROR;
-      printf("], \"sum\": null, \"fnv1a64\": null}");
-      continue;
-    }
-    printf("], \"sum\": %s, \"fnv1a64\": \"0x%016" PRIx64 "\"}", sum, fnv);
+    if (print_values(t, nvalues, 1) != ST_OK) code = CLI_SERVER_ERROR;
   }
   printf("%s]", n ? "\n" : "");
   return code;
@@ -192,7 +185,7 @@ int cli_parse_call_args(cli_t *g, const cli_command_t *cmd, int argc, char **arg
   int rest = 0, code = CLI_OK;
   char err[256];
   for (int i = 1; i < argc && code == CLI_OK; i++) {
-    const char *a = argv[i];
+    const char *a = argv[i], *json;
     if (!rest && a[0] == '-' && a[1] == '-') {
       int r = cli_global_option(g, argc, argv, &i);
       if (r < 0) {
@@ -213,8 +206,7 @@ int cli_parse_call_args(cli_t *g, const cli_command_t *cmd, int argc, char **arg
           code = cli_usage(cmd->name, "--values=N needs a count, not '%s'", a + 9);
       } else if ((flags & CLI_ARGS_ALL) && strcmp(a, "--all") == 0) {
         out->all = 1;
-      } else if (strcmp(a, "--args-json") == 0 || strncmp(a, "--args-json=", 12) == 0) {
-        const char *json = a[11] == '=' ? a + 12 : (i + 1 < argc ? argv[++i] : NULL);
+      } else if (cli_option("--args-json", argc, argv, &i, &json)) {
         if (!json) {
           code = cli_usage(cmd->name, "--args-json needs a JSON object");
         } else if (st_args_parse_json(out->args, json, err, sizeof err) != ST_OK) {

@@ -66,6 +66,46 @@ void cli_table_free(cli_table_t *t) {
 }
 
 /* See cli.h. */
+char *cli_age_cell(const st_value_t *e, double now) {
+  double created;
+  char age[32] = "-";
+  if (cli_value_number(st_value_get(e, "created_at"), &created))
+    cli_format_duration(now - created, age, sizeof age);
+  return strdup(age);
+}
+
+/* See cli.h. */
+int cli_print_listing(const cli_t *g, st_result_t *r, size_t ncol, const char *const *heads,
+                      void (*fill)(const st_value_t *e, double now, char **row),
+                      const char *empty, ...) {
+  const st_value_t *v = st_result_value(r);
+  if (g->json || v->kind != ST_VALUE_ARRAY) return cli_print_result_json(r);
+  cli_table_t t;
+  cli_table_init(&t, ncol, heads);
+  double now = cli_now_unix();
+  char *row[CLI_TABLE_MAX_COLS];
+  int code = CLI_OK;
+  for (size_t i = 0; i < v->as.array.len && code == CLI_OK; i++) {
+    fill(&v->as.array.items[i], now, row);
+    if (cli_table_add(&t, row) != 0) {
+      fprintf(stderr, "stcli: OUT_OF_MEMORY: cannot build the table\n");
+      code = CLI_SERVER_ERROR;
+    }
+  }
+  if (code == CLI_OK && t.nrows == 0) {
+    va_list ap;
+    va_start(ap, empty);
+    vprintf(empty, ap);
+    va_end(ap);
+  } else if (code == CLI_OK) {
+    cli_table_print(&t);
+  }
+  cli_table_free(&t);
+  st_result_free(r);
+  return code;
+}
+
+/* See cli.h. */
 char *cli_strdupf(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

@@ -35,23 +35,8 @@ static void put_string(jw_t *w, const char *s, size_t n) {
   const unsigned char *p = (const unsigned char *)s;
   size_t i = 0;
   while (i < n) {
-    unsigned char c = p[i];
-    const char *esc = NULL;
     char buf[8];
-    switch (c) {
-    case '"': esc = "\\\""; break;
-    case '\\': esc = "\\\\"; break;
-    case '\n': esc = "\\n"; break;
-    case '\r': esc = "\\r"; break;
-    case '\t': esc = "\\t"; break;
-    case '\b': esc = "\\b"; break;
-    case '\f': esc = "\\f"; break;
-    default:
-      if (c < 0x20) {
-        snprintf(buf, sizeof buf, "\\u%04x", c);
-        esc = buf;
-      }
-    }
+    const char *esc = st__json_escape(p[i], buf);
     if (esc) {
       put(w, esc);
       i++;
@@ -75,10 +60,7 @@ static void put_double(jw_t *w, double d) {
     return;
   }
   char buf[40];
-  for (int prec = 15; prec <= 17; prec++) {
-    snprintf(buf, sizeof buf, "%.*g", prec, d);
-    if (strtod(buf, NULL) == d) break;
-  }
+  st__json_double_text(d, 15, buf, sizeof buf);
   put(w, buf);
   if (!strpbrk(buf, ".eE")) put(w, ".0");
 }
@@ -97,9 +79,22 @@ static void put_base64(jw_t *w, const unsigned char *p, size_t n) {
   put(w, "\"");
 }
 
-static void key(jw_t *w, const char *k, int indent, int first) {
-  if (!first) put(w, ",");
+/* Before item i of an array or object: a comma after the previous item,
+ * then (pretty) a new line at indent. */
+static void item_start(jw_t *w, size_t i, int indent) {
+  if (i) put(w, ",");
   newline(w, indent);
+}
+
+/* After the n items of an array or object: (pretty) the closing line at
+ * indent when there were items, then the closing bracket. */
+static void items_end(jw_t *w, size_t n, int indent, const char *close) {
+  if (n) newline(w, indent);
+  put(w, close);
+}
+
+static void key(jw_t *w, const char *k, int indent, int first) {
+  item_start(w, !first, indent);
   put_string(w, k, strlen(k));
   put(w, w->pretty ? ": " : ":");
 }
@@ -175,24 +170,20 @@ static void put_value(jw_t *w, const st_value_t *v, int indent) {
   case ST_VALUE_ARRAY:
     put(w, "[");
     for (size_t i = 0; i < v->as.array.len; i++) {
-      if (i) put(w, ",");
-      newline(w, indent + 1);
+      item_start(w, i, indent + 1);
       put_value(w, &v->as.array.items[i], indent + 1);
     }
-    if (v->as.array.len) newline(w, indent);
-    put(w, "]");
+    items_end(w, v->as.array.len, indent, "]");
     break;
   case ST_VALUE_MAP:
     put(w, "{");
     for (size_t i = 0; i < v->as.map.len; i++) {
-      if (i) put(w, ",");
-      newline(w, indent + 1);
+      item_start(w, i, indent + 1);
       put_map_key(w, &v->as.map.keys[i]);
       put(w, w->pretty ? ": " : ":");
       put_value(w, &v->as.map.values[i], indent + 1);
     }
-    if (v->as.map.len) newline(w, indent);
-    put(w, "}");
+    items_end(w, v->as.map.len, indent, "}");
     break;
   case ST_VALUE_TENSOR:
     put(w, "{");
@@ -208,12 +199,10 @@ static void put_value(jw_t *w, const st_value_t *v, int indent) {
     key(w, "tensors", indent + 2, 1);
     put(w, "[");
     for (size_t i = 0; i < v->as.module.len; i++) {
-      if (i) put(w, ",");
-      newline(w, indent + 3);
+      item_start(w, i, indent + 3);
       put_tensor_desc(w, v->as.module.tensors[i], indent + 3);
     }
-    if (v->as.module.len) newline(w, indent + 2);
-    put(w, "]");
+    items_end(w, v->as.module.len, indent + 2, "]");
     key(w, "metadata", indent + 2, 0);
     if (v->as.module.metadata)
       put_value(w, v->as.module.metadata, indent + 2);

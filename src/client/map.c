@@ -125,6 +125,74 @@ static int map_cpu(const st__arena_desc_t *d, int fd, const struct stat *st, st_
   return ST_OK;
 }
 
+/* Does cached entry m stand for arena d of server_id? A CUDA entry is known
+ * by its device UUID, a CPU entry by its file (st). */
+static int entry_matches(const st__mapping_t *m, const char *server_id, const st__arena_desc_t *d,
+                         const struct stat *st) {
+  if (m->cuda != (d->cuda != 0) || m->arena_id != d->id || strcmp(m->server_id, server_id) != 0)
+    return 0;
+  if (d->cuda) return strcasecmp(m->uuid, d->uuid) == 0;
+  return m->dev == st->st_dev && m->ino == st->st_ino;
+}
+
+/* The cached entry for arena d, or a new one that imports it (CUDA) or maps
+ * the file whose stat is st (CPU; st is NULL for CUDA). Consumes fd. */
+static int cache_map(const char *server_id, const st__arena_desc_t *d, int fd,
+                     const struct stat *st, st__mapping_t **out, char *err, size_t errlen) {
+  cache_enter();
+  for (st__mapping_t *m = cache_head; m; m = m->next) {
+    if (entry_matches(m, server_id, d, st)) {
+      if (d->bytes > m->bytes) break; /* a larger claim: map anew */
+      m->refs++;
+      cache_reused++;
+      pthread_mutex_unlock(&cache_lock);
+      close(fd);
+      *out = m;
+      return ST_OK;
+    }
+  }
+  int rc = ST_ERR_OUT_OF_MEMORY;
+  st__mapping_t *m = calloc(1, sizeof *m);
+  char *sid = strdup(server_id);
+  if (!m || !sid) {
+    st__fail(rc, err, errlen, "out of memory");
+    goto out_fail;
+  }
+  m->server_id = sid;
+  m->arena_id = d->id;
+  m->bytes = d->bytes;
+  m->refs = 1;
+  m->pid = getpid();
+  if (d->cuda) {
+    m->cuda = 1;
+    snprintf(m->uuid, sizeof m->uuid, "%s", d->uuid);
+    rc = st__client_cuda_import(d, fd, &m->cm, err, errlen);
+    if (rc == ST_OK) {
+      m->base = (void *)(uintptr_t)m->cm.dptr;
+      m->map_len = (size_t)m->cm.bytes;
+    }
+  } else {
+    m->dev = st->st_dev;
+    m->ino = st->st_ino;
+    rc = map_cpu(d, fd, st, m, err, errlen);
+  }
+  if (rc != ST_OK) goto out_fail;
+  m->next = cache_head;
+  cache_head = m;
+  cache_mapped++;
+  pthread_mutex_unlock(&cache_lock);
+  close(fd);
+  *out = m;
+  return ST_OK;
+
+out_fail:
+  pthread_mutex_unlock(&cache_lock);
+  close(fd);
+  free(sid);
+  free(m);
+  return rc;
+}
+
 /* The CUDA half of st__client_map_arena; consumes fd. */
 static int map_cuda_arena(const char *server_id, const st__arena_desc_t *d, int fd,
                           st__mapping_t **out, char *err, size_t errlen) {
@@ -143,51 +211,7 @@ static int map_cuda_arena(const char *server_id, const st__arena_desc_t *d, int 
     close(fd);
     return rc;
   }
-  cache_enter();
-  for (st__mapping_t *m = cache_head; m; m = m->next) {
-    if (m->cuda && m->arena_id == d->id && strcasecmp(m->uuid, d->uuid) == 0 &&
-        strcmp(m->server_id, server_id) == 0) {
-      if (d->bytes > m->bytes) break; /* a larger claim: import anew */
-      m->refs++;
-      cache_reused++;
-      pthread_mutex_unlock(&cache_lock);
-      close(fd);
-      *out = m;
-      return ST_OK;
-    }
-  }
-  rc = ST_ERR_OUT_OF_MEMORY;
-  st__mapping_t *m = calloc(1, sizeof *m);
-  char *sid = strdup(server_id);
-  if (!m || !sid) {
-    st__fail(rc, err, errlen, "out of memory");
-    goto out_fail;
-  }
-  m->server_id = sid;
-  m->arena_id = d->id;
-  m->cuda = 1;
-  snprintf(m->uuid, sizeof m->uuid, "%s", d->uuid);
-  m->bytes = d->bytes;
-  m->refs = 1;
-  m->pid = getpid();
-  rc = st__client_cuda_import(d, fd, &m->cm, err, errlen);
-  if (rc != ST_OK) goto out_fail;
-  m->base = (void *)(uintptr_t)m->cm.dptr;
-  m->map_len = (size_t)m->cm.bytes;
-  m->next = cache_head;
-  cache_head = m;
-  cache_mapped++;
-  pthread_mutex_unlock(&cache_lock);
-  close(fd);
-  *out = m;
-  return ST_OK;
-
-out_fail:
-  pthread_mutex_unlock(&cache_lock);
-  close(fd);
-  free(sid);
-  free(m);
-  return rc;
+  return cache_map(server_id, d, fd, NULL, out, err, errlen);
 }
 
 /* See client_internal.h. Consumes fd. Any thread. */
@@ -209,50 +233,7 @@ int st__client_map_arena(const char *server_id, const st__arena_desc_t *d, int f
     return st__fail(ST_ERR_IO, err, errlen, "arena %llu: fstat failed: %s",
                     (unsigned long long)d->id, strerror(e));
   }
-
-  cache_enter();
-  for (st__mapping_t *m = cache_head; m; m = m->next) {
-    if (!m->cuda && m->arena_id == d->id && m->dev == st.st_dev && m->ino == st.st_ino &&
-        strcmp(m->server_id, server_id) == 0) {
-      if (d->bytes > m->bytes) break; /* same file, larger claim: map anew */
-      m->refs++;
-      cache_reused++;
-      pthread_mutex_unlock(&cache_lock);
-      close(fd);
-      *out = m;
-      return ST_OK;
-    }
-  }
-  int rc = ST_ERR_OUT_OF_MEMORY;
-  st__mapping_t *m = calloc(1, sizeof *m);
-  char *sid = strdup(server_id);
-  if (!m || !sid) {
-    st__fail(rc, err, errlen, "out of memory");
-    goto out_fail;
-  }
-  m->server_id = sid;
-  m->arena_id = d->id;
-  m->dev = st.st_dev;
-  m->ino = st.st_ino;
-  m->bytes = d->bytes;
-  m->refs = 1;
-  m->pid = getpid();
-  rc = map_cpu(d, fd, &st, m, err, errlen);
-  if (rc != ST_OK) goto out_fail;
-  m->next = cache_head;
-  cache_head = m;
-  cache_mapped++;
-  pthread_mutex_unlock(&cache_lock);
-  close(fd);
-  *out = m;
-  return ST_OK;
-
-out_fail:
-  pthread_mutex_unlock(&cache_lock);
-  close(fd);
-  free(sid);
-  free(m);
-  return rc;
+  return cache_map(server_id, d, fd, &st, out, err, errlen);
 }
 
 /* Drops one reference; the last one unmaps and forgets the entry. */

@@ -135,20 +135,35 @@ ST_API int st_client_objects(st_client_t *c, st_result_t **out) {
   return st__client_method(c, "objects", NULL, 0, out);
 }
 
+/* Runs an endpoint method whose reply is a boolean (kind ST_VALUE_BOOL) or
+ * a count (ST_VALUE_INT, not negative), read into *out (0 on failure). */
+static int endpoint_scalar(st_client_t *c, const char *method, const char *endpoint,
+                           const st_args_t *args, int with_args, st_value_kind_t kind,
+                           int64_t *out) {
+  *out = 0;
+  st_result_t *r = NULL;
+  int rc = st__client_endpoint_method(c, method, endpoint, args, with_args, 0, &r);
+  if (rc != ST_OK) return rc;
+  const st_value_t *v = st_result_value(r);
+  if (kind == ST_VALUE_BOOL && is_bool(v))
+    *out = v->as.boolean;
+  else if (kind == ST_VALUE_INT && is_int(v) && v->as.integer >= 0)
+    *out = v->as.integer;
+  else
+    rc = st__client_fail(c, ST_ERR_PROTOCOL, "the %s reply is not %s", method,
+                         kind == ST_VALUE_BOOL ? "a boolean" : "a count");
+  st_result_free(r);
+  return rc;
+}
+
 /* Drops one cache entry; see client.h. Thread of the client. */
 ST_API int st_client_invalidate_call(st_client_t *c, const char *endpoint, const st_args_t *args,
                                      int *dropped) {
   if (dropped) *dropped = 0;
   if (!c) return ST_ERR_INVALID_ARGUMENT;
-  st_result_t *r = NULL;
-  int rc = st__client_endpoint_method(c, "invalidate_call", endpoint, args, 1, 0, &r);
-  if (rc != ST_OK) return rc;
-  const st_value_t *v = st_result_value(r);
-  if (!is_bool(v))
-    rc = st__client_fail(c, ST_ERR_PROTOCOL, "the invalidate_call reply is not a boolean");
-  else if (dropped)
-    *dropped = v->as.boolean;
-  st_result_free(r);
+  int64_t v;
+  int rc = endpoint_scalar(c, "invalidate_call", endpoint, args, 1, ST_VALUE_BOOL, &v);
+  if (dropped) *dropped = (int)v;
   return rc;
 }
 
@@ -156,15 +171,9 @@ ST_API int st_client_invalidate_call(st_client_t *c, const char *endpoint, const
 ST_API int st_client_invalidate_endpoint(st_client_t *c, const char *endpoint, int64_t *count) {
   if (count) *count = 0;
   if (!c) return ST_ERR_INVALID_ARGUMENT;
-  st_result_t *r = NULL;
-  int rc = st__client_endpoint_method(c, "invalidate_endpoint", endpoint, NULL, 0, 0, &r);
-  if (rc != ST_OK) return rc;
-  const st_value_t *v = st_result_value(r);
-  if (!is_int(v) || v->as.integer < 0)
-    rc = st__client_fail(c, ST_ERR_PROTOCOL, "the invalidate_endpoint reply is not a count");
-  else if (count)
-    *count = v->as.integer;
-  st_result_free(r);
+  int64_t v;
+  int rc = endpoint_scalar(c, "invalidate_endpoint", endpoint, NULL, 0, ST_VALUE_INT, &v);
+  if (count) *count = v;
   return rc;
 }
 

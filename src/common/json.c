@@ -147,6 +147,31 @@ size_t st__utf8_len(const unsigned char *p, size_t left) {
   return n;
 }
 
+/* See json.h. Any thread. */
+const char *st__json_escape(unsigned char c, char buf[8]) {
+  switch (c) {
+  case '"': return "\\\"";
+  case '\\': return "\\\\";
+  case '\n': return "\\n";
+  case '\r': return "\\r";
+  case '\t': return "\\t";
+  case '\b': return "\\b";
+  case '\f': return "\\f";
+  default:
+    if (c >= 0x20) return NULL;
+    snprintf(buf, 8, "\\u%04x", c);
+    return buf;
+  }
+}
+
+/* See json.h. Any thread. */
+void st__json_double_text(double d, int min_digits, char *buf, size_t len) {
+  for (int prec = min_digits; prec <= 17; prec++) {
+    snprintf(buf, len, "%.*g", prec, d);
+    if (strtod(buf, NULL) == d) return;
+  }
+}
+
 /* One escape after a backslash at r->pos - 2 (r->pos is past the escape
  * letter) appended at o; returns the new end, NULL on failure. */
 static char *read_escape(reader_t *r, unsigned char e, char *o) {

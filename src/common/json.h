@@ -86,4 +86,15 @@ void st__json_line_col(const char *text, size_t at, size_t *line, size_t *col);
  * truncated sequences are refused. Any thread. */
 size_t st__utf8_len(const unsigned char *p, size_t left);
 
+/* How byte c is written inside a JSON string: the escape for a quote, a
+ * backslash or a control character (\n, \u001f, ... written into buf, which
+ * holds 8 bytes, when no short form exists), NULL when c stands as it is.
+ * Any thread. */
+const char *st__json_escape(unsigned char c, char buf[8]);
+
+/* Writes into buf (len >= 32) the "%.*g" text of the finite d with the
+ * fewest significant digits, from min_digits up to 17, that reads back as
+ * exactly d. Any thread. */
+void st__json_double_text(double d, int min_digits, char *buf, size_t len);
+
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/fail.h"
+#include "common/json.h"
 #include "st/errors.h"
 
 typedef struct sink {
@@ -33,10 +34,7 @@ static void put_double(sink_t *s, double d) {
     return;
   }
   char buf[40];
-  for (int prec = 1; prec <= 17; prec++) {
-    snprintf(buf, sizeof buf, "%.*g", prec, d);
-    if (strtod(buf, NULL) == d) break;
-  }
+  st__json_double_text(d, 1, buf, sizeof buf);
   puts_(s, buf);
 }
 
@@ -44,23 +42,8 @@ static void put_json_string(sink_t *s, const char *p, size_t n) {
   put(s, "\"", 1);
   size_t run = 0;   /* bytes copied as they are, pending */
   for (size_t i = 0; i < n; i++) {
-    unsigned char ch = (unsigned char)p[i];
-    const char *esc = NULL;
     char u[8];
-    switch (ch) {
-      case '"': esc = "\\\""; break;
-      case '\\': esc = "\\\\"; break;
-      case '\n': esc = "\\n"; break;
-      case '\t': esc = "\\t"; break;
-      case '\r': esc = "\\r"; break;
-      case '\b': esc = "\\b"; break;
-      case '\f': esc = "\\f"; break;
-      default:
-        if (ch < 0x20) {
-          snprintf(u, sizeof u, "\\u%04x", ch);
-          esc = u;
-        }
-    }
+    const char *esc = st__json_escape((unsigned char)p[i], u);
     if (!esc) {
       run++;
       continue;

@@ -100,6 +100,27 @@ void st__lua_push_metatable(lua_State *L, const luaL_Reg *meta) {
   lua_setfield(L, -2, "__metatable");
 }
 
+void st__lua_register_class(lua_State *L, void *key, const luaL_Reg *meta,
+                            const luaL_Reg *methods, const luaL_Reg *more) {
+  lua_pushlightuserdata(L, key);
+  st__lua_push_metatable(L, meta);            /* key, mt */
+  lua_newtable(L);                            /* key, mt, methods */
+  st__lua_set_funcs(L, -1, methods);
+  st__lua_set_funcs(L, -1, more);
+  lua_setfield(L, -2, "__index");             /* key, mt */
+  lua_rawset(L, LUA_REGISTRYINDEX);           /* (empty) */
+}
+
+void st__lua_push_built(lua_State *L, void *key, void (*build)(lua_State *L)) {
+  lua_pushlightuserdata(L, key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  if (!lua_isnil(L, -1)) return;
+  lua_pop(L, 1);
+  build(L);
+  lua_pushlightuserdata(L, key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+}
+
 /* ------------------------------------------------------------ read-only proxies */
 
 static int l_readonly_newindex(lua_State *L) {

@@ -103,6 +103,17 @@ void st__lua_set_funcs(lua_State *L, int idx, const luaL_Reg *funcs);
  * neither read nor replace it. */
 void st__lua_push_metatable(lua_State *L, const luaL_Reg *meta);
 
+/* [-0, +0] Stores in the registry under `key` a new metatable holding the
+ * functions of `meta` (st__lua_push_metatable) whose __index is a table of
+ * the functions of `methods`, then of `more` (NULL: none). */
+void st__lua_register_class(lua_State *L, void *key, const luaL_Reg *meta,
+                            const luaL_Reg *methods, const luaL_Reg *more);
+
+/* [-0, +1] Pushes the registry's value under `key`, calling build(L) first
+ * when there is none yet; build leaves the stack as it found it and sets
+ * that value. */
+void st__lua_push_built(lua_State *L, void *key, void (*build)(lua_State *L));
+
 /* Reads an integral Lua number at idx for argument checks; raises
  * "fn: what must be an integer" otherwise. */
 int64_t st__lua_check_int(lua_State *L, int idx, const char *fn, const char *what);

@@ -328,12 +328,4 @@ static void build_st(lua_State *L) {
   lua_pop(L, 1);                              /* (empty) */
 }
 
-void st__lua_push_st(lua_State *L) {
-  lua_pushlightuserdata(L, &st_key);
-  lua_rawget(L, LUA_REGISTRYINDEX);
-  if (!lua_isnil(L, -1)) return;
-  lua_pop(L, 1);
-  build_st(L);
-  lua_pushlightuserdata(L, &st_key);
-  lua_rawget(L, LUA_REGISTRYINDEX);
-}
+void st__lua_push_st(lua_State *L) { st__lua_push_built(L, &st_key, build_st); }

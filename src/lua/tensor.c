@@ -314,11 +314,5 @@ void st__lua_open_tensor(lua_State *L, const luaL_Reg *ops) {
   static const luaL_Reg meta[] = {
     {"__gc", l_tensor_gc}, {"__tostring", l_tostring}, {"__len", l_len}, {NULL, NULL}
   };
-  lua_pushlightuserdata(L, &tensor_mt_key);
-  st__lua_push_metatable(L, meta);            /* key, mt */
-  lua_createtable(L, 0, 28);                  /* key, mt, methods */
-  st__lua_set_funcs(L, -1, methods);
-  st__lua_set_funcs(L, -1, ops);
-  lua_setfield(L, -2, "__index");             /* key, mt */
-  lua_rawset(L, LUA_REGISTRYINDEX);           /* (empty) */
+  st__lua_register_class(L, &tensor_mt_key, meta, methods, ops);
 }

@@ -153,12 +153,7 @@ static void build_module(lua_State *L) {
   static const luaL_Reg methods[] = {
     {"endpoint", l_app_endpoint}, {"main", l_app_main}, {"role", l_app_role}, {NULL, NULL}
   };
-  lua_pushlightuserdata(L, &app_mt_key);
-  st__lua_push_metatable(L, meta);            /* key, mt */
-  lua_createtable(L, 0, 3);                   /* key, mt, methods */
-  st__lua_set_funcs(L, -1, methods);
-  lua_setfield(L, -2, "__index");             /* key, mt */
-  lua_rawset(L, LUA_REGISTRYINDEX);           /* (empty) */
+  st__lua_register_class(L, &app_mt_key, meta, methods, NULL);
 
   lua_createtable(L, 0, 1);                   /* mod */
   lua_pushcfunction(L, l_app);
@@ -169,15 +164,7 @@ static void build_module(lua_State *L) {
   lua_pop(L, 1);                              /* (empty) */
 }
 
-void st__lua_push_zerobranch(lua_State *L) {
-  lua_pushlightuserdata(L, &module_key);
-  lua_rawget(L, LUA_REGISTRYINDEX);
-  if (!lua_isnil(L, -1)) return;
-  lua_pop(L, 1);
-  build_module(L);
-  lua_pushlightuserdata(L, &module_key);
-  lua_rawget(L, LUA_REGISTRYINDEX);
-}
+void st__lua_push_zerobranch(lua_State *L) { st__lua_push_built(L, &module_key, build_module); }
 
 int st__lua_main_reached(lua_State *L) {
   lua_pushlightuserdata(L, &main_key);
