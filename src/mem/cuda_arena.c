@@ -94,8 +94,8 @@ int st__arena_new_cuda(int ordinal, uint64_t bytes, st__arena_t **out, char *err
   char dummy[1];
   if (!err) { err = dummy; errlen = sizeof dummy; }
   *out = NULL;
-  const st__cuda_api_t *a;
-  uint64_t gran, size;
+  const st__cuda_api_t *a = NULL;
+  uint64_t gran = 0, size = 0;
   int rc = st__cuda_arena_prepare(ordinal, bytes, &a, &gran, &size, err, errlen);
   if (rc != ST_OK) return rc;
 

@@ -57,8 +57,8 @@ int st__arena_new_cuda_legacy(int ordinal, uint64_t bytes, st__arena_t **out, ch
   char dummy[1];
   if (!err) { err = dummy; errlen = sizeof dummy; }
   *out = NULL;
-  const st__cuda_api_t *a;
-  uint64_t gran, size;
+  const st__cuda_api_t *a = NULL;
+  uint64_t gran = 0, size = 0;
   int rc = st__cuda_arena_prepare(ordinal, bytes, &a, &gran, &size, err, errlen);
   if (rc != ST_OK) return rc;
   st__cuda_legacy_t *l = calloc(1, sizeof *l);

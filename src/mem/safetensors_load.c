@@ -86,7 +86,9 @@ static const unsigned char *lut_for(st_dtype_t sdt, st_dtype_t ddt) {
     size_t ss = st_dtype_size(sdt), ds = st_dtype_size(ddt), count = (size_t)1 << (8 * ss);
     t = malloc(count * ds);
     for (size_t c = 0; t && c < count; c++) {
-      unsigned char code[2] = {(unsigned char)c, (unsigned char)(c >> 8)};  /* little-endian */
+      /* The code, little-endian; 4 bytes so that to_float may read any
+       * source dtype's width (tables exist for 1- and 2-byte ones). */
+      unsigned char code[4] = {(unsigned char)c, (unsigned char)(c >> 8), 0, 0};
       from_float(ddt, t + c * ds, to_float(sdt, code));
     }
     __atomic_store_n(&luts[sdt][ddt], t, __ATOMIC_RELEASE);
