@@ -61,15 +61,12 @@ static int type_accepts(st__param_type_t t, const msgpack_object *o) {
 }
 
 /* Index of the parameter named by a STR object, or -1 (params are sorted
- * by name: binary search with memcmp over the common prefix). */
+ * by name: binary search with st__name_cmp). */
 static long find_param(const st__endpoint_decl_t *ep, const char *name, size_t len) {
   size_t lo = 0, hi = ep->nparams;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    const char *pn = ep->params[mid].name;
-    size_t pl = strlen(pn);
-    int c = memcmp(pn, name, pl < len ? pl : len);
-    if (c == 0) c = (pl > len) - (pl < len);
+    int c = st__name_cmp(ep->params[mid].name, name, len);
     if (c == 0) return (long)mid;
     if (c < 0) lo = mid + 1;
     else hi = mid;

@@ -105,16 +105,22 @@ void st__generation_unref(st__generation_t *g) {
   free(g);
 }
 
-/* Binary search over the endpoints (sorted by name with strcmp). `name`
- * need not be NUL-terminated. Borrowed result, or NULL. Any thread. */
+/* See generation.h. Any thread. */
+int st__name_cmp(const char *a, const char *b, size_t blen) {
+  size_t al = strlen(a);
+  int c = memcmp(a, b, al < blen ? al : blen);
+  return c ? c : (al > blen) - (al < blen);
+}
+
+/* Binary search over the endpoints (sorted by name with strcmp), with
+ * st__name_cmp: a wire name with a NUL byte matches no endpoint.
+ * Borrowed result, or NULL. Any thread. */
 const st__endpoint_decl_t *st__generation_find(const st__generation_t *g, const char *name,
                                                size_t len) {
   size_t lo = 0, hi = g->nendpoints;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    const char *m = g->endpoints[mid].name;
-    int c = strncmp(m, name, len);
-    if (c == 0 && m[len] != '\0') c = 1;  /* m is longer: m > name */
+    int c = st__name_cmp(g->endpoints[mid].name, name, len);
     if (c == 0) return &g->endpoints[mid];
     if (c < 0) lo = mid + 1;
     else hi = mid;

@@ -109,6 +109,11 @@ void st__generation_names(const st__generation_t *g, char *out, size_t cap);
 void st__generation_ref(st__generation_t *g);
 void st__generation_unref(st__generation_t *g);   /* frees at zero */
 
+/* Compares the C string a with the blen bytes at b (not NUL-terminated,
+ * any bytes: wire names): memcmp over the common prefix, then the shorter
+ * first, so names without NUL order as strcmp orders them. Any thread. */
+int st__name_cmp(const char *a, const char *b, size_t blen);
+
 /* Endpoint by name (binary search), or NULL. Borrowed. */
 const st__endpoint_decl_t *st__generation_find(const st__generation_t *g, const char *name,
                                                size_t len);

@@ -83,10 +83,10 @@ static void parse_spec(lua_State *L, const char *fn, int opts, spec_t *s) {
     } else {
       const char *k = lua_tostring(L, -2);
       if (strcmp(k, "dtype") == 0) {
-        const char *d = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+        const char *d = st__lua_name(L, -1);
         s->dtype = d ? st_dtype_from_name(d) : ST_DTYPE_INVALID;
         if (s->dtype == ST_DTYPE_INVALID)
-          st__lua_raise(L, "%s: unknown dtype '%s'", fn, d ? d : luaL_typename(L, -1));
+          st__lua_raise(L, "%s: unknown dtype '%s'", fn, d ? d : st__lua_not_name(L, -1));
       } else if (strcmp(k, "device") == 0) {
         s->device = st__lua_device_arg(L, lua_gettop(L), fn);
       } else if (strcmp(k, "shape") == 0 && !(opts & OPT_RANGE)) {

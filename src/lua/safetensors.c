@@ -113,12 +113,12 @@ static void read_opts(lua_State *L, int idx, st__safetensors_opts_t *o, int *dev
   while (lua_next(L, idx)) {                  /* ..., key, value */
     const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
     if (k && strcmp(k, "dtype") == 0) {
-      const char *d = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+      const char *d = st__lua_name(L, -1);
       o->dtype = d ? st_dtype_from_name(d) : ST_DTYPE_INVALID;
       if (o->dtype == ST_DTYPE_INVALID || !st_dtype_is_float(o->dtype))
         st__lua_raise(L, "load_safetensors: dtype must be a floating dtype (float16, bfloat16, "
                          "float32, float64, float8_e4m3fn, float8_e5m2), got '%s'",
-                      d ? d : luaL_typename(L, -1));
+                      d ? d : st__lua_not_name(L, -1));
     } else if (k && strcmp(k, "device") == 0) {
       *device_idx = -1;                       /* read below, where it stays on the stack */
     } else {

@@ -167,3 +167,14 @@ int64_t st__lua_check_int(lua_State *L, int idx, const char *fn, const char *wha
                   lua_type(L, idx) == LUA_TNUMBER ? "a fraction" : luaL_typename(L, idx));
   return v;
 }
+
+const char *st__lua_name(lua_State *L, int idx) {
+  if (lua_type(L, idx) != LUA_TSTRING) return NULL;
+  size_t len;
+  const char *s = lua_tolstring(L, idx, &len);
+  return strlen(s) == len ? s : NULL;
+}
+
+const char *st__lua_not_name(lua_State *L, int idx) {
+  return lua_type(L, idx) == LUA_TSTRING ? "a string with a NUL byte" : luaL_typename(L, idx);
+}

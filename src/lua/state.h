@@ -118,6 +118,15 @@ void st__lua_push_built(lua_State *L, void *key, void (*build)(lua_State *L));
  * "fn: what must be an integer" otherwise. */
 int64_t st__lua_check_int(lua_State *L, int idx, const char *fn, const char *what);
 
+/* The string at idx when it is a Lua string without a NUL byte (a dtype,
+ * a device name), else NULL: C code reads names as C strings, so
+ * "float32\0junk" must not pass for "float32". Borrowed from the stack. */
+const char *st__lua_name(lua_State *L, int idx);
+
+/* What a value at idx that is no name is, for messages: its type name,
+ * or "a string with a NUL byte". */
+const char *st__lua_not_name(lua_State *L, int idx);
+
 /* Converts a double to int64 when it is integral and in range. */
 int st__lua_num_to_int(double d, int64_t *out);
 

@@ -218,10 +218,11 @@ static int l_tensor_param(lua_State *L) {
   while (lua_next(L, 1)) {                    /* opts, r, k, v */
     const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?";
     if (strcmp(k, "dtype") == 0) {
-      const char *name = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+      const char *name = st__lua_name(L, -1);
       st_dtype_t dt = name ? st_dtype_from_name(name) : ST_DTYPE_INVALID;
       if (dt == ST_DTYPE_INVALID)
-        return luaL_error(L, "st.tensor_param: unknown dtype %s", name ? name : luaL_typename(L, -1));
+        return luaL_error(L, "st.tensor_param: unknown dtype %s",
+                          name ? name : st__lua_not_name(L, -1));
       lua_pushstring(L, st_dtype_name(dt));
       lua_setfield(L, 2, "dtype");
     } else if (strcmp(k, "device") == 0) {

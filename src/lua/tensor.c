@@ -110,7 +110,8 @@ int st__lua_device_arg(lua_State *L, int idx, const char *fn) {
       st__lua_raise(L, "%s", err);
     return c->device;
   }
-  const char *s = lua_type(L, idx) == LUA_TSTRING ? lua_tostring(L, idx) : luaL_typename(L, idx);
+  const char *s = st__lua_name(L, idx);
+  if (!s) s = st__lua_not_name(L, idx);
   int device;
   char err[512];
   if (st__tensor_device_parse(c, s, fn, &device, err, sizeof err) != ST_OK)

@@ -129,7 +129,7 @@ static int l_to(lua_State *L) {
   int device = st__tensor_device(t), have_device = 0, have_dtype = 0;
   st_dtype_t dt = t->geom.dtype;
   for (int i = 2; i <= nargs + 1; i++) {
-    const char *name = lua_type(L, i) == LUA_TSTRING ? lua_tostring(L, i) : NULL;
+    const char *name = st__lua_name(L, i);
     if (name && st__tensor_is_device_name(name) && !have_device) {
       device = st__lua_device_arg(L, i, "to");
       have_device = 1;

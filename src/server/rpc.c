@@ -43,6 +43,13 @@ static int check_type(st__rpc_req_t *r, const st__rpc_param_t *p, const msgpack_
   const char *m = r->method->name;
   char words[160];
   double d;
+  /* Wire strings are length-delimited; names and words never hold a NUL
+   * (C code downstream would read them as shorter). */
+  if ((p->type == ST_RPC_STR || p->type == ST_RPC_WORD) && v->type == MSGPACK_OBJECT_STR &&
+      memchr(v->via.str.ptr, '\0', v->via.str.size)) {
+    st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "%s: '%s' holds a NUL byte", m, p->name);
+    return 0;
+  }
   switch (p->type) {
   case ST_RPC_ANY: return 1;
   case ST_RPC_U64:

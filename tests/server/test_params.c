@@ -128,6 +128,21 @@ static const pcase_t cases[] = {
     {"invalidate_endpoint", {S_("endpoint", "e"), I("args", 1)}, "INVALID_ARGUMENT",
      "invalidate_endpoint: unknown parameter 'args'"},
     {"invalidate_endpoint", {S_("endpoint", "e")}, NULL, NULL},
+    /* names are length-delimited: a NUL byte inside one is refused, never
+     * read as the shorter name before it */
+    {"call", {S_("endpoint", "e\\0")}, "INVALID_ARGUMENT", "call: 'endpoint' holds a NUL byte"},
+    {"submit", {S_("endpoint", "e\\0x")}, "INVALID_ARGUMENT",
+     "submit: 'endpoint' holds a NUL byte"},
+    {"invalidate_call", {S_("endpoint", "e\\0")}, "INVALID_ARGUMENT",
+     "invalidate_call: 'endpoint' holds a NUL byte"},
+    {"invalidate_endpoint", {S_("endpoint", "e\\0")}, "INVALID_ARGUMENT",
+     "invalidate_endpoint: 'endpoint' holds a NUL byte"},
+    {"tasks", {S_("status", "cancelled\\0x")}, "INVALID_ARGUMENT",
+     "tasks: 'status' holds a NUL byte"},
+    {"hello", {I("protocol", 1), S_("client", "a\\0b")}, "INVALID_ARGUMENT",
+     "hello: 'client' holds a NUL byte"},
+    {"ensure_live", {I("object_id", 1), S_("server_id", "x\\0")}, "INVALID_ARGUMENT",
+     "ensure_live: 'server_id' holds a NUL byte"},
 };
 
 /* The parameters of a case as msgpack text (mpbuf.h): "k: v, ...". */
@@ -215,7 +230,7 @@ TEST(describe_carries_every_option) {
   OPEN_RC(c, S.socket);
   msg_t m;
   CHECK(rc_rpcf(&c, &m, "[0, 9, 'endpoints', []]") == 1 && !m.error);
-  CHECK(m.result->type == MSGPACK_OBJECT_ARRAY && m.result->via.array.size == 2);
+  CHECK(m.result->type == MSGPACK_OBJECT_ARRAY && m.result->via.array.size == 3);
   const msgpack_object *e = &m.result->via.array.ptr[0], *k = &m.result->via.array.ptr[1];
   CHECK_STR_EQ(obj_str(obj_get(e, "name")), "e");
   CHECK_STR_EQ(obj_str(obj_get(k, "name")), "k");
@@ -245,6 +260,18 @@ TEST(describe_carries_every_option) {
   nd = obj_get(e, "non_default");
   CHECK(nd && nd->type == MSGPACK_OBJECT_ARRAY && nd->via.array.size == 0);
   msg_free(&m);
+  rc_close(&c);
+}
+
+/* A dtype or device name that reaches an endpoint with a NUL byte inside
+ * is no name: "float32\0junk" is not float32, "cpu\0x" is not the CPU. */
+TEST(names_with_a_nul_byte_are_refused_in_bodies) {
+  OPEN_RC(c, S.socket);
+  CHECK_RPC(&c, ST_ERR_ENDPOINT, "unknown dtype 'a string with a NUL byte'",
+            "[0, 600, 'call', [{endpoint: 'z', args: {dtype: 'float32\\0junk'}}]]");
+  CHECK_RPC(&c, ST_ERR_ENDPOINT, "unknown device 'a string with a NUL byte'",
+            "[0, 601, 'call', [{endpoint: 'z', args: {device: 'cpu\\0x'}}]]");
+  CHECK_RPC(&c, ST_OK, NULL, "[0, 602, 'call', [{endpoint: 'z', args: {dtype: 'int8'}}]]");
   rc_close(&c);
 }
 
@@ -283,6 +310,9 @@ static const stt_endpoint_t endpoints[] = {
      "  concurrency = 'serialized', managed = true, cache_format_key = 'k:{n}',\n"
      "  timeout = 2.5, device = 'cpu', params = { n = 1 },\n"
      "  build = function(a) return a.n end }\n"},
+    {"z.lua",
+     "return st.endpoint{ name = 'z', params = { dtype = 'float32', device = 'cpu' },\n"
+     "  build = function(a) return st.zeros{2, dtype = a.dtype, device = a.device} end }\n"},
     {NULL, NULL},
 };
 
@@ -292,6 +322,7 @@ int main(void) {
   RUN(every_method_checks_its_parameters);
   RUN(params_must_be_one_named_map);
   RUN(describe_carries_every_option);
+  RUN(names_with_a_nul_byte_are_refused_in_bodies);
   RUN(check_lists_every_option);
   return stt_server_finish(&S);
 }
