@@ -43,8 +43,9 @@ int st__embed_config(const st_embed_options_t *o, const char *private_base, st__
     snprintf(err, errlen, "options: device must be a socket index from 0 to 4095, or -1");
     goto fail;
   }
-  if (o->workers < 0 || o->workers > 1024) {
-    snprintf(err, errlen, "options: workers must be from 1 to 1024, or 0 for the config's");
+  if (o->workers < 0 || o->workers > ST__CONFIG_MAX_WORKERS) {
+    snprintf(err, errlen, "options: workers must be from 1 to %d, or 0 for the config's",
+             ST__CONFIG_MAX_WORKERS);
     goto fail;
   }
   int level = -1;

@@ -10,6 +10,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* Worker threads at most, from config.lua and from --workers alike. */
+#define ST__CONFIG_MAX_WORKERS 256
+
 #include "common/log.h"
 #include "common/settings.h"
 #include "engine/generation.h"

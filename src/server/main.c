@@ -75,8 +75,9 @@ int main(int argc, char **argv) {
       case 'w': {
         char *end;
         long v = strtol(optarg, &end, 10);
-        if (!optarg[0] || *end || v < 1 || v > 1024)
-          return bad_usage("--workers must be an integer from 1 to 1024, not '%s'", optarg);
+        if (!optarg[0] || *end || v < 1 || v > ST__CONFIG_MAX_WORKERS)
+          return bad_usage("--workers must be an integer from 1 to %d, not '%s'",
+                           ST__CONFIG_MAX_WORKERS, optarg);
         o.workers = (int)v;
         break;
       }

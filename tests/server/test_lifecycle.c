@@ -215,6 +215,11 @@ TEST(help_version_and_bad_flags) {
   run_server(workers, NULL, &r);
   CHECK_EQ_INT(r.status, 2);
   CHECK_CONTAINS(r.err, "--workers");
+  /* the flag has the bound config.lua has */
+  const char *too_many[] = {"--workers", "257", NULL};
+  run_server(too_many, NULL, &r);
+  CHECK_EQ_INT(r.status, 2);
+  CHECK_CONTAINS(r.err, "--workers must be an integer from 1 to 256, not '257'");
   const char *level[] = {"--log-level", "loud", NULL};
   run_server(level, NULL, &r);
   CHECK_EQ_INT(r.status, 2);
