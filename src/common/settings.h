@@ -46,6 +46,7 @@ typedef enum {
 #define ST_SET_OPEN 1u        /* SECONDS: the value must be above min */
 #define ST_SET_ONE 2u         /* INTS: a single integer is an array of one */
 #define ST_SET_NONEMPTY 4u    /* INTS: at least one entry ("at least one <what> is needed") */
+#define ST_SET_UNIQUE 8u      /* INTS: no entry twice ("<what> N is listed twice") */
 #define ST_SET_AS_TEXT 8u     /* WORD: keep the word, not its index */
 
 typedef struct st__setting {

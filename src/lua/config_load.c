@@ -115,6 +115,12 @@ static void read_ints(cfgck_t *c, const st__setting_t *r, int idx, const char *k
     bad(c, key, "at least one %s is needed", r->what);
     return;
   }
+  for (int i = 0; (r->flags & ST_SET_UNIQUE) && i < n; i++)
+    for (int j = 0; j < i; j++)
+      if (vals[j] == vals[i]) {
+        bad(c, key, "%s %lld is listed twice", r->what, (long long)vals[i]);
+        return;
+      }
   for (int i = 0; i < n; i++) st__setting_set_int(r, c->obj, (size_t)i, vals[i]);
   *st__setting_count(r, c->obj) = n;
 }

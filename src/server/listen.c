@@ -51,8 +51,8 @@ int st__socket_path(const char *base, int index, char *out, size_t len, char *er
   return ST_OK;
 }
 
-/* Group id for socket_group (a name or a number). */
-static int lookup_group(const char *name, gid_t *gid, char *err, size_t errlen) {
+/* See server.h. Any thread (getgrnam). */
+int st__socket_group_id(const char *name, gid_t *gid, char *err, size_t errlen) {
   struct group *g = getgrnam(name);
   if (g) {
     *gid = g->gr_gid;
@@ -256,7 +256,7 @@ int st__listen_open(st__server_t *srv, int device, char *err, size_t errlen) {
   gid_t gid = 0;
   int have_gid = 0;
   if (cfg->socket_group && cfg->socket_group[0]) {
-    rc = lookup_group(cfg->socket_group, &gid, err, errlen);
+    rc = st__socket_group_id(cfg->socket_group, &gid, err, errlen);
     if (rc != ST_OK) return rc;
     have_gid = 1;
   }

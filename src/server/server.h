@@ -282,6 +282,11 @@ void st__reload_report_free(st__reload_report_t *r);
 int st__socket_path(const char *base, int index, char *out, size_t len, char *err,
                     size_t errlen);
 
+/* listen.c: the gid of socket_group `name` (a group name of this host, or
+ * a number). ST_OK, or ST_ERR_CONFIGURATION "socket_group 'x' is not a
+ * group of this host". */
+int st__socket_group_id(const char *name, gid_t *gid, char *err, size_t errlen);
+
 /* listen.c: checks/creates the socket's directory, handles an existing
  * file at the path (stale socket: replaced; live server or non-socket:
  * refused), binds with socket_mode and starts accepting. ST_OK or

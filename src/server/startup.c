@@ -90,6 +90,14 @@ static int run_check(const st__config_t *cfg, int config_errors) {
       printf("socket: %s (device %d)\n", path, cfg->devices[i]);
     }
   }
+  if (cfg->socket_group && cfg->socket_group[0]) {
+    char err[256];
+    gid_t gid;
+    if (st__socket_group_id(cfg->socket_group, &gid, err, sizeof err) != ST_OK) {
+      fprintf(stderr, "%s: %s\n", cfg->path && cfg->path[0] ? cfg->path : "config", err);
+      nerr++;
+    }
+  }
   st__errlist_t errs = {0};
   st__generation_t *gen = NULL;
   int rc = st__generation_load(cfg->endpoints_dir, 1, &gen, &errs);

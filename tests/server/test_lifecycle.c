@@ -194,6 +194,30 @@ TEST(check_mode) {
   stt_server_cleanup(&S);
 }
 
+/* --check finds what would fail at start: a device listed twice (two
+ * sockets on one path) and a socket_group the host does not have. */
+TEST(check_refuses_duplicate_devices_and_unknown_groups) {
+  stt_server_init(&S);
+  stt_write_endpoint(&S, "alpha.lua", A_EP);
+  char fields[1024];
+  snprintf(fields, sizeof fields, "base_path = \"%s\", endpoints = \"%s\", devices = {0, 0},",
+           S.base, S.endpoints);
+  write_config(S.config, fields);
+  stt_proc_t r;
+  const char *args[] = {"--config", S.config, "--check", NULL};
+  run_server(args, NULL, &r);
+  CHECK_EQ_INT(r.status, 1);
+  CHECK_CONTAINS(r.err, "devices: device 0 is listed twice");
+  snprintf(fields, sizeof fields,
+           "base_path = \"%s\", endpoints = \"%s\", socket_group = \"st-no-such-group\",",
+           S.base, S.endpoints);
+  write_config(S.config, fields);
+  run_server(args, NULL, &r);
+  CHECK_EQ_INT(r.status, 1);
+  CHECK_CONTAINS(r.err, "socket_group 'st-no-such-group' is not a group of this host");
+  stt_server_cleanup(&S);
+}
+
 TEST(help_version_and_bad_flags) {
   stt_server_init(&S);
   stt_proc_t r;
@@ -451,6 +475,7 @@ int main(void) {
   RUN(too_long_path_is_refused);
   RUN(missing_config_is_an_error);
   RUN(check_mode);
+  RUN(check_refuses_duplicate_devices_and_unknown_groups);
   RUN(help_version_and_bad_flags);
   RUN(base_path_precedence);
   RUN(sighup_reloads);
