@@ -84,7 +84,7 @@ const st__setting_t st__config_settings[] = {
     {.name = "allow_gids", .type = ST_SET_INTS, .offset = F(allow_gids), .size = sizeof(gid_t),
      .count_offset = F(nallow_gids), .lo = 0, .hi = UINT32_MAX - 1,
      .max_entries = ST_MAX_ALLOW,
-     .description = "primary gids whose processes are admitted"},
+     .description = "gids (primary or supplementary) whose processes are admitted"},
     {.name = "limits", .type = ST_SET_TABLE, .rows = limits_rows,
      .description = "limits of connections, messages and allocations"},
     {.name = "tasks", .type = ST_SET_TABLE, .rows = tasks_rows,

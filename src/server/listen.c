@@ -220,7 +220,7 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
       close(fd);
       continue;
     }
-    if (!st__peer_admitted(cfg, &cred)) {
+    if (!st__peer_admitted(cfg, fd, &cred)) {
       srv->counters.auth_refused++;
       char msg[160];
       snprintf(msg, sizeof msg, "uid %u (gid %u) is not allowed on this server",

@@ -7,20 +7,46 @@
  */
 #include <errno.h>
 #include <msgpack.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "proto/proto.h"
 #include "server/server.h"
 
-/* Nonzero if the peer may use the server; see server.h. Any thread. */
-int st__peer_admitted(const st__config_t *cfg, const struct ucred *cred) {
+#ifndef SO_PEERGROUPS
+#define SO_PEERGROUPS 59   /* Linux 4.13 */
+#endif
+
+static int gid_allowed(const st__config_t *cfg, gid_t gid) {
+  for (int i = 0; i < cfg->nallow_gids; i++)
+    if (cfg->allow_gids[i] == gid) return 1;
+  return 0;
+}
+
+/* Nonzero when one of the peer's supplementary groups is allowed. A
+ * kernel without SO_PEERGROUPS admits by the primary gid alone. */
+static int supplementary_allowed(const st__config_t *cfg, int fd) {
+  gid_t some[64], *gids = some;
+  socklen_t len = sizeof some;
+  int rc = getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, gids, &len);
+  if (rc != 0 && errno == ERANGE && len > sizeof some) {
+    gids = malloc(len);
+    rc = gids ? getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, gids, &len) : -1;
+  }
+  int ok = 0;
+  for (size_t i = 0; rc == 0 && !ok && i < len / sizeof *gids; i++) ok = gid_allowed(cfg, gids[i]);
+  if (gids != some) free(gids);
+  return ok;
+}
+
+/* Nonzero if the peer may use the server; see server.h. Loop thread. */
+int st__peer_admitted(const st__config_t *cfg, int fd, const struct ucred *cred) {
   if (cred->uid == 0 || cred->uid == geteuid()) return 1;
   for (int i = 0; i < cfg->nallow_uids; i++)
     if (cfg->allow_uids[i] == cred->uid) return 1;
-  for (int i = 0; i < cfg->nallow_gids; i++)
-    if (cfg->allow_gids[i] == cred->gid) return 1;
-  return 0;
+  if (gid_allowed(cfg, cred->gid)) return 1;
+  return cfg->nallow_gids > 0 && supplementary_allowed(cfg, fd);
 }
 
 /* Sends one error response (id 0) and closes fd (owned). Loop thread. */

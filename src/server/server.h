@@ -297,9 +297,11 @@ int st__listen_open(st__server_t *srv, int device, char *err, size_t errlen);
  * file if it is still the one we bound. Idempotent. Loop thread. */
 void st__listen_close_all(st__server_t *srv);
 
-/* peer.c: nonzero if a peer with these credentials may use the server:
- * root, our own uid, a uid of allow_uids, a primary gid of allow_gids. */
-int st__peer_admitted(const st__config_t *cfg, const struct ucred *cred);
+/* peer.c: nonzero if the peer of connected socket fd, with these
+ * credentials, may use the server: root, our own uid, a uid of
+ * allow_uids, or a gid of allow_gids among its primary and supplementary
+ * groups (SO_PEERGROUPS: the groups it had when it connected). */
+int st__peer_admitted(const st__config_t *cfg, int fd, const struct ucred *cred);
 
 /* peer.c: answers a connection we will not serve with one error response
  * (id 0) and closes it. Takes ownership of fd. Loop thread. */

@@ -1,6 +1,6 @@
 /* Peer admission (SO_PEERCRED): a process of another uid is refused with
  * AUTH and closed while a normal client keeps working; allow_uids and
- * allow_gids admit it. Needs root (to become uid 65534); skipped
+ * allow_gids (primary or supplementary groups) admit it. Needs root (to become uid 65534); skipped
  * otherwise. */
 #include <grp.h>
 #include <signal.h>
@@ -15,14 +15,20 @@
 static const char PING_EP[] =
     "return st.endpoint{ name = \"one\", build = function() return 1 end }\n";
 
-/* In a child running as NOBODY: connects and either expects AUTH then EOF
- * (want_auth) or a working ping. Returns the child's exit status (0 when
- * it saw what it expected). */
-static int as_nobody(const char *socket, int want_auth) {
+/* A supplementary group of the child in allow_gids_admits_a_supplementary_group. */
+#define EXTRA_GID 4242
+
+/* In a child running as NOBODY (primary gid NOBODY, and EXTRA_GID as its
+ * one supplementary group when `extra`): connects and either expects AUTH
+ * then EOF (want_auth) or a working ping. Returns the child's exit status
+ * (0 when it saw what it expected). */
+static int as_nobody_in(const char *socket, int want_auth, int extra) {
   pid_t pid = fork();
   if (pid < 0) return -1;
   if (pid == 0) {
-    if (setgroups(0, NULL) != 0 || setresgid(NOBODY, NOBODY, NOBODY) != 0 ||
+    gid_t g = EXTRA_GID;
+    if (setgroups(extra ? 1 : 0, extra ? &g : NULL) != 0 ||
+        setresgid(NOBODY, NOBODY, NOBODY) != 0 ||
         setresuid(NOBODY, NOBODY, NOBODY) != 0)
       _exit(10);
     rc_t c;
@@ -42,6 +48,10 @@ static int as_nobody(const char *socket, int want_auth) {
   int status;
   if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
   return WEXITSTATUS(status);
+}
+
+static int as_nobody(const char *socket, int want_auth) {
+  return as_nobody_in(socket, want_auth, 0);
 }
 
 /* Lets uid NOBODY reach the socket through the file system (the server's
@@ -103,11 +113,26 @@ TEST(allow_gids_admits) {
   admitted("allow_gids = { 65534 },");
 }
 
+/* allow_gids counts supplementary groups too, not only the primary gid;
+ * a group the peer is not in still refuses it. */
+static void supplementary_body(stt_server_t *s) {
+  open_up(s);
+  child = as_nobody_in(s->socket, 0, 1);
+  CHECK_EQ_INT(as_nobody_in(s->socket, 1, 0), 0);
+}
+
+TEST(allow_gids_admits_a_supplementary_group) {
+  child = -1;
+  CHECK_EQ_INT(with_server("allow_gids = { 4242 },", supplementary_body), 0);
+  CHECK_EQ_INT(child, 0);
+}
+
 int main(void) {
   if (geteuid() != 0) stt_skip("needs root to run a client as another uid");
   signal(SIGPIPE, SIG_IGN);
   RUN(other_uid_is_refused);
   RUN(allow_uids_admits);
   RUN(allow_gids_admits);
+  RUN(allow_gids_admits_a_supplementary_group);
   return stt_summary();
 }
