@@ -41,12 +41,18 @@ static int record_server_error(st_client_t *c, const msgpack_object *e) {
   if (code && code->type == MSGPACK_OBJECT_POSITIVE_INTEGER && code->via.u64 >= 1 &&
       code->via.u64 <= (uint64_t)-ST_ERR_MIN)
     err = -(int)code->via.u64;
-  if (!err && nm) {
-    char tmp[32];
-    snprintf(tmp, sizeof tmp, "%.*s", (int)nl, nm);
+  char tmp[32];
+  if (!err && nm && nl < sizeof tmp && !memchr(nm, '\0', nl)) {
+    memcpy(tmp, nm, nl);
+    tmp[nl] = '\0';
     err = st_err_from_name(tmp);
   }
-  if (!err) err = ST_ERR_INTERNAL;
+  if (!err)
+    return st__client_fail(c, ST_ERR_PROTOCOL,
+                           "the server's error has no known code or name (code %s, name %s)",
+                           code && code->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? "out of range"
+                                                                                 : "missing",
+                           nm ? "unknown" : "missing");
   if (!ms) {
     ms = st_strerror(err);
     ml = strlen(ms);

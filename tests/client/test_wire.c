@@ -42,7 +42,8 @@ static int shared_fd = -1;
 enum scenario {
   SC_SAME_ARENA_TWICE, SC_SWAPPED_FDS, SC_OUT_OF_RANGE, SC_FILE_TOO_SMALL, SC_UNSEALED,
   SC_MISSING_FD, SC_CUDA, SC_MODULE, SC_EMPTY_ARENA, SC_STRIDED, SC_SAME_ID_OTHER_FILE,
-  SC_WRONG_ID, SC_CUT_OFF, SC_SILENT, SC_ERROR_BY_NAME, SC_NOTIFY_FIRST,
+  SC_WRONG_ID, SC_CUT_OFF, SC_SILENT, SC_ERROR_BY_NAME, SC_ERROR_UNKNOWN, SC_ERROR_NUL_NAME,
+  SC_NOTIFY_FIRST,
 };
 
 /* The replies that are a result with descriptors, by scenario. */
@@ -112,6 +113,18 @@ static int odd_reply(int conn, uint32_t id) {
   }
   case SC_ERROR_BY_NAME:
     return fake_error(conn, id, 999, "BUSY", "too many requests in flight");
+  case SC_ERROR_UNKNOWN:
+  case SC_ERROR_NUL_NAME: {
+    /* An error no client can read: no known code, and a name that is none
+     * (or only looks like one up to a NUL byte). */
+    mpbuf_t b;
+    mpbuf_init(&b);
+    stt_pack(&b.pk, "[1, %u, {code: 999, name: '%s', message: 'odd'}, nil]", id,
+             scenario == SC_ERROR_UNKNOWN ? "NOPE" : "BUSY\\0x");
+    stt_send_all(conn, b.sb.data, b.sb.size);
+    mpbuf_free(&b);
+    return 0;
+  }
   default: /* SC_NOTIFY_FIRST */ {
     mpbuf_t n;
     mpbuf_init(&n);
@@ -323,6 +336,18 @@ TEST(server_error_by_name) {
   st_client_close(c);
 }
 
+/* A server's error that names no known code is a PROTOCOL error of the
+ * reply, not an INTERNAL one of the client. */
+TEST(unreadable_server_errors_are_protocol_errors) {
+  OPEN_CLIENT(c, fs.path);
+  st_result_t *r = NULL;
+  CHECK_ERR(call_scenario(c, SC_ERROR_UNKNOWN, &r), ST_ERR_PROTOCOL);
+  CHECK_CONTAINS(st_client_error(c), "no known code or name");
+  CHECK_ERR(call_scenario(c, SC_ERROR_NUL_NAME, &r), ST_ERR_PROTOCOL);
+  CHECK_RC(st_client_ping(c, NULL), ST_OK, c);
+  st_client_close(c);
+}
+
 TEST(stream_errors_close_the_connection) {
   CHECK_EQ_INT(fake_wait_idle(&fs, 2000), 0);
   int fds0 = fake_count_fds();
@@ -489,6 +514,7 @@ int main(void) {
   RUN(module_value);
   RUN(notifications_are_skipped);
   RUN(server_error_by_name);
+  RUN(unreadable_server_errors_are_protocol_errors);
   RUN(stream_errors_close_the_connection);
   RUN(server_gone_mid_reply);
   RUN(timeout);
