@@ -252,10 +252,7 @@ ST_API int st_args_bool(st_args_t *a, const char *key, int v) {
   if (!a) return ST_ERR_INVALID_ARGUMENT;
   int rc = st__client_args_place(a, key, 0);
   if (rc != ST_OK) return rc;
-  if (v)
-    msgpack_pack_true(&a->build.pk);
-  else
-    msgpack_pack_false(&a->build.pk);
+  st__pack_bool(&a->build.pk, v);
   return st__client_args_placed(a, key, 1);
 }
 

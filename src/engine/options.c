@@ -111,8 +111,7 @@ void st__option_pack(msgpack_packer *pk, const st__option_t *o, const st__endpoi
     msgpack_pack_str_body(pk, w ? w : "", w ? len : 0);
     break;
   case ST_OPT_BOOL:
-    if (st__option_int(o, d)) msgpack_pack_true(pk);
-    else msgpack_pack_false(pk);
+    st__pack_bool(pk, st__option_int(o, d) != 0);
     break;
   case ST_OPT_SECONDS:
     if (st__option_seconds(o, d) > 0) msgpack_pack_double(pk, st__option_seconds(o, d));

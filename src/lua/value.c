@@ -25,6 +25,7 @@
 #include "lua/module.h"
 #include "lua/stlib.h"
 #include "lua/tensor.h"
+#include "proto/proto.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -275,8 +276,7 @@ static int pack_value(packer_t *p, msgpack_packer *pk, int idx, int depth) {
     msgpack_pack_nil(pk);                     /* st.null */
     return ST_OK;
   case LUA_TBOOLEAN:
-    if (lua_toboolean(L, idx)) msgpack_pack_true(pk);
-    else msgpack_pack_false(pk);
+    st__pack_bool(pk, lua_toboolean(L, idx));
     return ST_OK;
   case LUA_TNUMBER: {
     double d = lua_tonumber(L, idx);

@@ -89,10 +89,15 @@ void st__pack_kv_double(msgpack_packer *pk, const char *k, double v) {
 }
 
 /* See proto.h. */
-void st__pack_kv_bool(msgpack_packer *pk, const char *k, int v) {
-  st__pack_cstr(pk, k);
+void st__pack_bool(msgpack_packer *pk, int v) {
   if (v) msgpack_pack_true(pk);
   else msgpack_pack_false(pk);
+}
+
+/* See proto.h. */
+void st__pack_kv_bool(msgpack_packer *pk, const char *k, int v) {
+  st__pack_cstr(pk, k);
+  st__pack_bool(pk, v);
 }
 
 /* See proto.h. `payload` is borrowed. */

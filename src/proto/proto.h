@@ -112,6 +112,8 @@ void st__pack_notification_head(msgpack_packer *pk, const char *method);
 void st__pack_error(msgpack_packer *pk, int err, const char *message);
 /* A NUL-terminated string (NULL packs nil). */
 void st__pack_cstr(msgpack_packer *pk, const char *s);
+/* true (v nonzero) or false. */
+void st__pack_bool(msgpack_packer *pk, int v);
 /* One map entry: the key `k` (a literal or other NUL-terminated string)
  * and then its value, as the packer of the value's type packs it (a NULL
  * string packs nil). The caller counted the entry in the map's size. */

@@ -23,12 +23,6 @@ void st__reply_send(st__conn_t *c, msgpack_sbuffer *sb) {
   msgpack_sbuffer_destroy(sb);
 }
 
-/* true / false. */
-void st__pack_bool(msgpack_packer *pk, int v) {
-  if (v) msgpack_pack_true(pk);
-  else msgpack_pack_false(pk);
-}
-
 /* The fields that the `object` map of a reply and object info share:
  * OBJECT_FIELDS key/value pairs; callers open the map with their own. */
 enum { OBJECT_FIELDS = 8 };

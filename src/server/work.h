@@ -287,7 +287,6 @@ const char *st__task_status_name(st__task_status_t s);
 void st__reply_begin(msgpack_sbuffer *sb, msgpack_packer *pk, uint32_t id);
 /* Sends the buffer (no descriptors) and frees it. */
 void st__reply_send(st__conn_t *c, msgpack_sbuffer *sb);
-void st__pack_bool(msgpack_packer *pk, int v);
 
 /* The reply of call/result: {value, arenas[, object]} with one descriptor
  * per arena that is not a legacy CUDA IPC arena. `obj` NULL: a plain result. `lease`: this reply gives c a
