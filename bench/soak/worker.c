@@ -53,7 +53,9 @@ static int count_reply(th_t *t, int rc) {
     return rc;
   }
   atomic_fetch_add(&s->answered, 1);
-  if (rc < 0 && -rc < SK_NERR) atomic_fetch_add(&s->errors[-rc], 1);
+  if (rc < 0 && -rc < SK_NERR && atomic_fetch_add(&s->errors[-rc], 1) < 3)
+    fprintf(stderr, "soak: pid %d thread %d: error reply %s: %s\n", (int)getpid(), t->index,
+            st_client_error_name(t->c), st_client_error(t->c));
   return rc;
 }
 
