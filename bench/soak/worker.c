@@ -92,14 +92,17 @@ static void op_fresh(th_t *t) {
   st_args_free(a);
 }
 
-static void op_cached(th_t *t) {
-  int64_t k = rnd(t, 32);
-  st_args_t *a = kn(k, 0);
+/* Calls `endpoint` with {k, n (if > 0)} and checks that tensor `name`
+ * starts with k. */
+static void call_k(th_t *t, const char *endpoint, int64_t k, int64_t n, const char *name) {
+  st_args_t *a = kn(k, n);
   st_result_t *r = NULL;
-  if (REQ(t, st_client_call(t->c, "soak_cached", a, &r)) == ST_OK) expect_first(t, r, "t", (double)k);
+  if (REQ(t, st_client_call(t->c, endpoint, a, &r)) == ST_OK) expect_first(t, r, name, (double)k);
   st_result_free(r);
   st_args_free(a);
 }
+
+static void op_cached(th_t *t) { call_k(t, "soak_cached", rnd(t, 32), 0, "t"); }
 
 /* A lease: call the managed endpoint, check, release. */
 static void op_lease(th_t *t) {
@@ -168,14 +171,7 @@ static void op_invalidate(th_t *t) {
   st_args_free(a);
 }
 
-static void op_cuda(th_t *t) {
-  int64_t k = rnd(t, 100);
-  st_args_t *a = kn(k, 1024);
-  st_result_t *r = NULL;
-  if (REQ(t, st_client_call(t->c, "soak_cuda", a, &r)) == ST_OK) expect_first(t, r, "", (double)k);
-  st_result_free(r);
-  st_args_free(a);
-}
+static void op_cuda(th_t *t) { call_k(t, "soak_cuda", rnd(t, 100), 1024, ""); }
 
 static void op_ping(th_t *t) {
   double t0 = stt_now_ms();

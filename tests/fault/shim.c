@@ -216,55 +216,53 @@ typedef int (*cu_import_fn)(cu_handle_t *, void *, int);
 typedef int (*cu_getproc_v2_fn)(const char *, void **, int, uint64_t, int *);
 typedef int (*cu_getproc_fn)(const char *, void **, int, uint64_t);
 
-static _Atomic(cu_create_fn) real_cu_create;
-static _Atomic(cu_export_fn) real_cu_export;
-static _Atomic(cu_import_fn) real_cu_import;
+/* Set once, when the runtime asks for the entry point, before any call. */
+static cu_create_fn real_cu_create;
+static cu_export_fn real_cu_export;
+static cu_import_fn real_cu_import;
 static _Atomic(cu_getproc_v2_fn) real_getproc_v2;
 static _Atomic(cu_getproc_fn) real_getproc;
 
 static int fake_cu_create(cu_handle_t *h, size_t size, const void *prop, unsigned long long fl) {
   long e = should_fail(F_CU_CREATE);
   if (e) return (int)e;
-  return atomic_load(&real_cu_create)(h, size, prop, fl);
+  return real_cu_create(h, size, prop, fl);
 }
 
 static int fake_cu_export(void *out, cu_handle_t h, int type, unsigned long long fl) {
   long e = should_fail(F_CU_EXPORT);
   if (e) return (int)e;
-  return atomic_load(&real_cu_export)(out, h, type, fl);
+  return real_cu_export(out, h, type, fl);
 }
 
 static int fake_cu_import(cu_handle_t *h, void *os_handle, int type) {
   long e = should_fail(F_CU_IMPORT);
   if (e) return (int)e;
-  return atomic_load(&real_cu_import)(h, os_handle, type);
+  return real_cu_import(h, os_handle, type);
 }
 
-/* Swaps *pfn for a stand-in when `symbol` is one of the faulted calls. */
+/* The faulted driver calls: name, where the real one is kept, stand-in. */
+static const struct {
+  const char *name;
+  void *real;
+  void (*fake)(void);
+} entries[] = {
+    {"cuMemCreate", &real_cu_create, (void (*)(void))fake_cu_create},
+    {"cuMemExportToShareableHandle", &real_cu_export, (void (*)(void))fake_cu_export},
+    {"cuMemImportFromShareableHandle", &real_cu_import, (void (*)(void))fake_cu_import}};
+
+/* Swaps *pfn for a stand-in when `symbol` is one of the faulted calls
+ * (function and data pointers share a representation on every platform
+ * CUDA supports; memcpy keeps the conversion explicit). */
 static void swap_entry(const char *symbol, void **pfn) {
   if (!pfn || !*pfn) return;
   if (trace) fprintf(stderr, "st_fault: entry point %s\n", symbol);
-  void *fake = NULL;
-  if (!strcmp(symbol, "cuMemCreate")) {
-    cu_create_fn f;
-    memcpy(&f, pfn, sizeof f);
-    atomic_store(&real_cu_create, f);
-    cu_create_fn g = fake_cu_create;
-    memcpy(&fake, &g, sizeof fake);
-  } else if (!strcmp(symbol, "cuMemExportToShareableHandle")) {
-    cu_export_fn f;
-    memcpy(&f, pfn, sizeof f);
-    atomic_store(&real_cu_export, f);
-    cu_export_fn g = fake_cu_export;
-    memcpy(&fake, &g, sizeof fake);
-  } else if (!strcmp(symbol, "cuMemImportFromShareableHandle")) {
-    cu_import_fn f;
-    memcpy(&f, pfn, sizeof f);
-    atomic_store(&real_cu_import, f);
-    cu_import_fn g = fake_cu_import;
-    memcpy(&fake, &g, sizeof fake);
+  for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
+    if (strcmp(symbol, entries[i].name) != 0) continue;
+    memcpy(entries[i].real, pfn, sizeof *pfn);
+    memcpy(pfn, &entries[i].fake, sizeof *pfn);
+    return;
   }
-  if (fake) *pfn = fake;
 }
 
 static int fake_getproc_v2(const char *symbol, void **pfn, int version, uint64_t flags,
