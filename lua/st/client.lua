@@ -33,8 +33,8 @@
 -- (Lua values as arguments), st.client (this one: the connection, and
 -- everything a user needs re-exported).
 --
--- The library is found through $ST_CLIENT_LIB (a path), else the system
--- loader's search for "stclient" (LD_LIBRARY_PATH, ldconfig).
+-- The library is found as st.ffi says ($ST_CLIENT_LIB, the install
+-- prefix, the system loader).
 local ffi = require("ffi")
 local C = require("st.ffi")
 local tensor = require("st.tensor")

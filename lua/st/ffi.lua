@@ -11,8 +11,10 @@
 -- constants of client.h) and fails on any difference. Error codes are not
 -- mirrored: names come from the library (st_err_name).
 --
--- The library is found through $ST_CLIENT_LIB (a path), else the system
--- loader's search for "stclient" (LD_LIBRARY_PATH, ldconfig).
+-- The library is found, first match wins, through: $ST_CLIENT_LIB (a
+-- path); st/libpath.lua, written by `cmake --install` (the installed
+-- library, relative to these modules); the system loader (ldconfig's cache,
+-- LD_LIBRARY_PATH). None of them: one error that says what was tried.
 local ffi = require("ffi")
 
 ffi.cdef [[
@@ -175,9 +177,38 @@ int st_client_reload(st_client_t *c, st_result_t **out);
 void st_open_cache_stats(size_t *mapped, uint64_t *reused);
 ]]
 
-local lib = ffi.load(os.getenv("ST_CLIENT_LIB") or "stclient")
+-- Loads one of the project's libraries (soname "libstclient.so.0"): from
+-- $<env> when set, else the install prefix's library directory
+-- (st/libpath.lua), else through the system loader. Raises one error
+-- naming every place tried and `what` to do.
+local function load_library(soname, env, what)
+  local tried = {}
+  local function try(path, where)
+    local ok, l = pcall(ffi.load, path)
+    if ok then return l end
+    tried[#tried + 1] = string.format("%s (%s): %s", path, where, tostring(l))
+  end
+  local path = os.getenv(env)
+  local l
+  if path and path ~= "" then
+    l = try(path, "$" .. env)
+  else
+    local ok, rel = pcall(require, "st.libpath")
+    if ok and type(rel) == "string" then
+      local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
+      l = try(here .. rel .. "/" .. soname, "the install prefix")
+    end
+    l = l or try(soname, "the system loader")
+  end
+  if l then return l end
+  error(string.format("sharedtensor: cannot load %s. Tried: %s. Install sharedtensor (`cmake --install`, " ..
+                      "or the Debian package), or set %s to the library's path",
+                      soname, table.concat(tried, "; "), env), 0)
+end
 
-local M = { lib = lib }
+local lib = load_library("libstclient.so.0", "ST_CLIENT_LIB")
+
+local M = { lib = lib, load_library = load_library }
 
 -- The stable name of an error code ("INVALID_ARGUMENT"; docs/errors.md).
 function M.err_name(rc)

@@ -62,12 +62,7 @@ local embed_lib
 
 local function embed()
   if embed_lib then return embed_lib end
-  local path = os.getenv("ST_EMBED_LIB")
-  local ok, lib = pcall(ffi.load, path or "stembed")
-  if not ok then
-    error(("st.zerobranch: cannot load libstembed (%s): set ST_EMBED_LIB to the path of " ..
-           "libstembed.so, or put its directory on LD_LIBRARY_PATH"):format(tostring(lib)), 0)
-  end
+  local lib = require("st.ffi").load_library("libstembed.so.0", "ST_EMBED_LIB")
   embed_lib = lib
   return lib
 end

@@ -1,7 +1,14 @@
 """libstclient through ctypes: finding the library and declaring its API.
 
-The library is found through $ST_CLIENT_LIB (a path), else the system
-loader's search for "stclient" (ctypes.util.find_library, LD_LIBRARY_PATH).
+The library is found, first match wins, through:
+  1. $ST_CLIENT_LIB, a path (an explicit choice always wins);
+  2. libstclient.so.0 inside this package (a wheel built by `pip install`
+     bundles the library it found at build time, python/build_backend.py);
+  3. _libpath.py, written by `cmake --install`: the installed library,
+     relative to this package;
+  4. pkg-config's libdir of stclient (an install whose .pc file is on the
+     pkg-config path);
+  5. the system loader: ldconfig's cache and LD_LIBRARY_PATH.
 """
 import ctypes
 import ctypes.util
@@ -197,18 +204,59 @@ _PROTOS = {
 }
 
 
-def _load():
-    path = os.environ.get("ST_CLIENT_LIB") or ctypes.util.find_library("stclient")
-    if not path:
-        raise ImportError(
-            "sharedtensor: libstclient not found: set ST_CLIENT_LIB to the path of "
-            "libstclient.so (e.g. <build>/lib/libstclient.so), or put its directory on "
-            "LD_LIBRARY_PATH / in the ldconfig cache")
+_SONAME = "libstclient.so.0"
+
+
+def _pkg_config_libdir():
+    import shutil
+    import subprocess
+    if not shutil.which("pkg-config"):
+        return None
     try:
-        lib = ctypes.CDLL(path)
-    except OSError as e:
-        raise ImportError("sharedtensor: cannot load libstclient from %r: %s "
-                          "(set ST_CLIENT_LIB to the library's path)" % (path, e)) from None
+        out = subprocess.run(["pkg-config", "--variable=libdir", "stclient"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
+def _candidates():
+    """(where, path) pairs in search order (module docstring)."""
+    env = os.environ.get("ST_CLIENT_LIB")
+    if env:
+        yield "$ST_CLIENT_LIB", env
+        return
+    here = os.path.dirname(os.path.abspath(__file__))
+    yield "the package", os.path.join(here, _SONAME)
+    try:
+        from . import _libpath
+        yield "the install prefix", os.path.normpath(os.path.join(here, _libpath.LIBDIR, _SONAME))
+    except ImportError:
+        pass
+    libdir = _pkg_config_libdir()
+    if libdir:
+        yield "pkg-config", os.path.join(libdir, _SONAME)
+    yield "the system loader", ctypes.util.find_library("stclient") or _SONAME
+
+
+def _load():
+    tried = []
+    lib = path = None
+    for where, cand in _candidates():
+        if where != "the system loader" and where != "$ST_CLIENT_LIB" \
+                and not os.path.exists(cand):
+            continue
+        try:
+            lib, path = ctypes.CDLL(cand), cand
+            break
+        except OSError as e:
+            tried.append("%s (%s): %s" % (cand, where, e))
+    if lib is None:
+        raise ImportError(
+            "sharedtensor: cannot load libstclient. Tried: %s. Install sharedtensor "
+            "(`cmake --install`, or the Debian package), reinstall this package after "
+            "building it (`pip install ./python` bundles build/lib/libstclient.so.0), "
+            "or set ST_CLIENT_LIB to the library's path" % "; ".join(tried)) from None
     for name, (res, args) in _PROTOS.items():
         try:
             fn = getattr(lib, name)

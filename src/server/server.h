@@ -210,6 +210,14 @@ typedef struct st__options {
  * the process exit status (0 ok, 1 error). Main thread. */
 int st__server_main(const st__options_t *opts);
 
+/* ------------------------------------------------------- install_paths.c */
+
+/* The config file of an installed server: <sysconfdir>/sharedtensor/
+ * config.lua next to the prefix the running binary lives in (/etc for
+ * /usr). Writes its path to out and returns 0 when that file is readable,
+ * -1 otherwise (a build tree, a moved binary). Any thread. */
+int st__installed_config(char *out, size_t cap);
+
 /* ------------------------------------------------------------- lifecycle.c */
 
 /* Loads the generation, opens the sockets, starts the pool and the signal

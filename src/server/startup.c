@@ -139,9 +139,14 @@ int st__server_main(const st__options_t *o) {
   st__config_defaults(&cfg);
   int config_errors = 0;
   int endpoints_set = 0;   /* config.lua named the endpoints directory */
+  /* Without --config: ./config.lua, else the installed one, else none. */
+  char installed[PATH_MAX];
   const char *path = o->config ? o->config : DEFAULT_CONFIG;
   int use_config = 1;
-  if (!o->config && access(DEFAULT_CONFIG, F_OK) != 0) use_config = 0;
+  if (!o->config && access(DEFAULT_CONFIG, F_OK) != 0) {
+    use_config = st__installed_config(installed, sizeof installed) == 0;
+    path = installed;
+  }
   if (use_config) {
     if (access(path, R_OK) != 0) {
       fprintf(stderr, "stserver: cannot read config file %s: %s\n", path, strerror(errno));
@@ -186,7 +191,9 @@ int st__server_main(const st__options_t *o) {
     return rc;
   }
   if (!use_config)
-    ST_LOG_I("server", "no ./%s: running on the built-in defaults", DEFAULT_CONFIG);
+    ST_LOG_I("server", "no ./%s and no installed config: running on the built-in defaults",
+             DEFAULT_CONFIG);
+
 
   st__server_t srv;
   int rc = st__server_init(&srv, &cfg);

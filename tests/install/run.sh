@@ -1,0 +1,99 @@
+#!/bin/bash
+# Installs the build into a temporary prefix and uses it as a user would,
+# with no environment variable pointing at it: the installed stserver finds
+# its own config, a C consumer built with `pkg-config --libs stclient` runs,
+# stcli and the Lua client work from the prefix, the Python package works
+# from the prefix and from `pip install ./python` in a venv (offline).
+#
+#   tests/install/run.sh SOURCE_DIR BUILD_DIR
+set -u
+src=$1
+build=$2
+work=$(mktemp -d /tmp/st-install.XXXXXX)
+srv=
+cleanup() {
+  [ -n "$srv" ] && kill -TERM "$srv" 2>/dev/null && wait "$srv" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*"
+  [ -f "$work/server.log" ] && { echo "--- server log"; tail -20 "$work/server.log"; }
+  exit 1
+}
+# A bare environment: what a new shell on a fresh machine has.
+bare() { env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$work" "$@"; }
+
+p=$work/prefix
+cmake --install "$build" --prefix "$p" > "$work/install.log" 2>&1 || {
+  cat "$work/install.log"; fail "cmake --install"; }
+for f in bin/stserver bin/stcli include/st/client.h lib/pkgconfig/stclient.pc \
+         share/lua/5.1/st/client.lua etc/sharedtensor/config.lua \
+         etc/sharedtensor/endpoints/linear.lua lib/systemd/system/sharedtensor.service \
+         lib/python3/dist-packages/sharedtensor/__init__.py; do
+  [ -e "$p/$f" ] || fail "not installed: $f"
+done
+grep -q "^ExecStart=$p/bin/stserver --config $p/etc/sharedtensor/config.lua" \
+  "$p/lib/systemd/system/sharedtensor.service" || fail "the unit does not name the installed paths"
+
+# The installed server, started without --config from a directory that has
+# no config.lua, reads the installed config and endpoints.
+mkdir "$work/run"
+cd "$work/run"
+bare "$p/bin/stserver" --base-path "$work/st" > "$work/server.log" 2>&1 &
+srv=$!
+for _ in $(seq 200); do
+  [ -S "$work/st-0.sock" ] && break
+  kill -0 "$srv" 2>/dev/null || fail "stserver exited"
+  sleep 0.05
+done
+[ -S "$work/st-0.sock" ] || fail "no socket after 10 s"
+grep -q "config: $p/etc/sharedtensor/config.lua" "$work/server.log" || fail "installed config not used"
+sock=$work/st-0.sock
+
+bare "$p/bin/stcli" --socket "$sock" ping > /dev/null || fail "stcli ping"
+
+# A C consumer built as docs/client.md says, run with no LD_LIBRARY_PATH.
+pc="pkg-config --with-path=$p/lib/pkgconfig"
+flags=$($pc --cflags --libs stclient) || fail "pkg-config stclient"
+cc -o "$work/consumer" "$src/examples/c_consumer/consumer.c" $flags || fail "building the C consumer"
+bare "$work/consumer" "$sock" > "$work/consumer.out" 2>&1 || { cat "$work/consumer.out"; fail "C consumer"; }
+
+# The Lua client from the prefix (LuaJIT's default path has
+# <prefix>/share/lua/5.1 for /usr and /usr/local; here it is added in code).
+if command -v luajit > /dev/null; then
+  bare luajit -e "
+    package.path = '$p/share/lua/5.1/?.lua;' .. package.path
+    local st = require('st.client')
+    local c = assert(st.connect{ path = '$sock' })
+    local r = assert(c:call('hello', { name = 'lua' }))
+    assert(r.value.message == 'hello, lua', tostring(r.value.message))
+    print('lua ok')" > "$work/lua.out" 2>&1 || { cat "$work/lua.out"; fail "Lua client"; }
+fi
+
+py_check="
+import sharedtensor
+with sharedtensor.Client(path='$sock', framework=None) as c:
+    r = c.call('hello', n=3)
+    assert r['message'] == 'hello, world', r
+print(sharedtensor._lib.path)"
+if command -v python3 > /dev/null; then
+  # The package of the prefix.
+  out=$(bare python3 -c "import sys; sys.path.insert(0, '$p/lib/python3/dist-packages')
+$py_check") || fail "Python from the prefix: $out"
+  [ "$out" = "$p/lib/libstclient.so.0" ] || fail "Python from the prefix loaded $out"
+  # pip install ./python in a venv, offline; the wheel bundles the library.
+  if python3 -m venv "$work/venv" > /dev/null 2>&1; then
+    bare ST_CLIENT_LIB="$build/lib/libstclient.so.0" "$work/venv/bin/pip" install --no-index \
+      --disable-pip-version-check -q "$src/python" > "$work/pip.log" 2>&1 || {
+      cat "$work/pip.log"; fail "pip install ./python"; }
+    out=$(cd "$work" && bare "$work/venv/bin/python" -c "$py_check") || fail "Python from the venv: $out"
+    case "$out" in
+      "$work"/venv/lib/*/site-packages/sharedtensor/libstclient.so.0) ;;
+      *) fail "the venv's package loaded $out" ;;
+    esac
+  else
+    echo "python3 -m venv unavailable: the venv part is skipped"
+  fi
+fi
+echo "install: ok ($p)"
