@@ -6,6 +6,9 @@ the message as str(e). The classes come from the library's own table
 (st_err_name, st_strerror of include/st/errors.h: codes 1, 2, ... up to the
 first one it does not know), so they cannot drift from it:
 PROTOCOL -> ProtocolError, STALE_HANDLE -> StaleHandleError, ...
+TimeoutError is also the built-in TimeoutError, IoError (no server, a
+lost connection) a ConnectionError and so an OSError, AuthError a
+PermissionError.
 """
 from . import _lib
 
@@ -45,10 +48,15 @@ def _class_name(name):
     return "".join(p.capitalize() for p in name.split("_")) + "Error"
 
 
+# Errors that are also built-in ones, so `except TimeoutError` or
+# `except ConnectionError` (an OSError) catches them too.
+_BUILTIN_BASES = {"TIMEOUT": TimeoutError, "IO": ConnectionError, "AUTH": PermissionError}
+
 BY_NAME = {}
 BY_CODE = {}
 for _name, _code, _what in _library_table():
-    _cls = type(_class_name(_name), (Error,),
+    _bases = (Error, _BUILTIN_BASES[_name]) if _name in _BUILTIN_BASES else (Error,)
+    _cls = type(_class_name(_name), _bases,
                 {"code": _code, "name": _name,
                  "__doc__": "Stable error %s (%d): %s." % (_name, _code, _what)})
     globals()[_cls.__name__] = _cls

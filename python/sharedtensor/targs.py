@@ -120,6 +120,14 @@ def add(args_ptr, key, v, kind):
         ref = ctypes.byref(t)
         device = "cpu" if cuda is None else "cuda:%d" % cuda
     if not _l.st_tensor_is_shareable(ref):
+        if kind == "torch" and device == "cpu" and v.is_shared():
+            raise InvalidArgumentError(
+                "argument %r: this tensor lives in torch's own shared memory, not in "
+                "sharedtensor's: torch.multiprocessing moves every CPU tensor put on its "
+                "queues there (share_memory_), also one from sharedtensor.empty. Allocate "
+                "the argument with sharedtensor.empty in the process that makes the call "
+                "(and copy into it), or pass the producer's tensor to the endpoint from "
+                "the producer itself (docs/python.md, 'torch.multiprocessing')" % key)
         raise InvalidArgumentError(
             "argument %r: this %s tensor's memory was not allocated by sharedtensor (a "
             "framework's own allocation, or a result of a call, which is the server's memory); "

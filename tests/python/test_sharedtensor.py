@@ -5,6 +5,7 @@ place).
 Runs under Debian's python3 with torch 1.13 and numpy 1.24, which know only
 legacy DLPack capsules; run_tests.py skips (77) without them.
 """
+import builtins
 import gc
 import os
 import subprocess
@@ -268,6 +269,12 @@ class SharedTensorTest(st_fixture.ServerTestCase):
         self.assertIn("boom", str(cm.exception))
         self.assertIn("fail.lua", str(cm.exception))
         self.assertGreater(self.c.ping(), 0)   # still usable after errors
+        # three are built-in exceptions too
+        self.assertTrue(issubclass(st.TimeoutError, builtins.TimeoutError))
+        self.assertTrue(issubclass(st.IoError, ConnectionError))
+        self.assertTrue(issubclass(st.AuthError, PermissionError))
+        with self.assertRaises(OSError):
+            st.Client(path=self.srv.dir + "/none.sock")
 
     def test_results_outlive_the_client(self):
         c = st.Client(path=self.srv.socket)
@@ -491,6 +498,18 @@ class TensorArgumentTest(st_fixture.ServerTestCase):
         with self.assertRaises(TypeError):
             self.c.call("echo", value=torch.zeros(2).to_sparse())
         self.assertGreater(self.c.ping(), 0)   # the connection is fine
+
+    def test_torch_multiprocessing_queue_is_named(self):
+        # A queue's pickler moves the tensor into torch's shared memory.
+        x = st.empty((3,))
+        q = torch.multiprocessing.get_context("fork").SimpleQueue()
+        q.put(x)
+        y = q.get()
+        for t in (x, y):
+            with self.assertRaises(st.InvalidArgumentError) as cm:
+                self.c.call("scale", x=t)
+            self.assertIn("torch.multiprocessing", str(cm.exception))
+            self.assertIn("torch's own shared memory", str(cm.exception))
 
     def test_allocations_are_given_back(self):
         gc.collect()
