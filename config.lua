@@ -3,7 +3,8 @@
 -- This file is Lua: it runs once at start, sandboxed, and returns one table.
 -- Every key is optional; a missing key keeps the default shown here. An
 -- unknown key, a wrong type or a bad value stops the server at start with
--- "config.lua: key: message" (check a file with `stserver --check`).
+-- "config.lua: key: message" (check a file with
+-- `stserver --check --config FILE`).
 -- Command-line flags override this file: --base-path, --endpoints,
 -- --workers, --log-level.
 return {

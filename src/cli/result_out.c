@@ -48,7 +48,7 @@ static int print_values(const st_tensor_t *t, long nvalues, int json) {
   int64_t shown = t->numel < nvalues ? t->numel : nvalues;
   values_out_t o = {t->dtype, json};
   int rc = cli_each_chunk(t, shown, print_values_chunk, &o);
-  if (!json) {
+  if (!json && nvalues > 0) {
     if (rc == ST_OK && t->numel > shown) printf(" ... (%" PRId64 " more)", t->numel - shown);
     printf("\n");
   }
@@ -91,7 +91,7 @@ static int print_tensors(const st_result_t *r, long nvalues) {
            st_dtype_name(t->dtype), (int)wshape, shape, (int)wdev,
            cli_device_name(t, dev, sizeof dev), t->nbytes);
     if (nvalues < 0) continue;
-    printf("  values:");
+    if (nvalues > 0) printf("  values:");   /* --values=0: the checksums only */
     if (print_values(t, nvalues, 0) != ST_OK) code = CLI_SERVER_ERROR;
   }
   return code;

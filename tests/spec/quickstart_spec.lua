@@ -34,6 +34,10 @@ describe("quick start with the default config", function()
     assert.matches("float32%s+%[4, 8%]%s+cpu%s+128 bytes", out)
     assert.matches("values: 0 1 2 3 4 5 6 7", out)
     assert.matches("sum: 496", out)
+    local only, rc0 = srv:cli("call", "make_tensor", "--values=0")
+    assert.are.equal(0, rc0)
+    assert.is_nil(only:find("values:", 1, true))   -- the checksums only
+    assert.matches("sum: 496", only)
   end)
 
   it("builds the linear module with arguments, deterministically", function()
