@@ -74,6 +74,10 @@ extern const char cli_global_help[];
  * past VALUE) or "--opt=VALUE"; *value is VALUE, NULL when it is missing.
  * 0 (and *value NULL) for any other word. */
 int cli_option(const char *opt, int argc, char **argv, int *i, const char **value);
+
+/* A duration ("5", "2.5s", "500ms", "1m"; bare: seconds) into *seconds:
+ * 0, or -1 when v is NULL or malformed (options.c). */
+int cli_parse_duration(const char *v, double *seconds);
 /* Consumes a global option at argv[*i] (advancing *i past its value).
  * Returns 1 if it was one, 0 if not, -1 after printing a usage error. */
 int cli_global_option(cli_t *g, int argc, char **argv, int *i);

@@ -51,11 +51,9 @@ static int parse_id_line(cli_t *g, const cli_command_t *cmd, int argc, char **ar
     const char *a = argv[i];
     const char *v;
     if (timeout_s && cli_option("--timeout", argc, argv, &i, &v)) {
-      char *end = NULL;
-      double s = v ? strtod(v, &end) : NAN;
-      if (!v || end == v || *end || !(s >= 0) || s > 1e9)
-        return cli_usage(cmd->name, "--timeout needs seconds, not '%s'", v ? v : "");
-      *timeout_s = s;
+      if (cli_parse_duration(v, timeout_s) != 0)
+        return cli_usage(cmd->name, "--timeout needs a duration (5, 2.5s, 500ms, 1m), not '%s'",
+                         v ? v : "");
       continue;
     }
     int r = cli_global_option(g, argc, argv, &i);
@@ -223,7 +221,7 @@ static int run_wait(cli_t *g, int argc, char **argv) {
 
 const cli_command_t cli_wait_command = {
     "wait",
-    "wait ID [--timeout S] [--values[=N]]",
+    "wait ID [--timeout T] [--values[=N]]",
     "Wait for a task to end, showing its progress, then print its result.",
     "While the task runs, its progress goes to stderr: a bar with the percent\n"
     "and the last note on a terminal, else one line per change\n"
@@ -231,8 +229,8 @@ const cli_command_t cli_wait_command = {
     "printed like `call` prints one (and is taken: a plain result is handed\n"
     "over once). A failed or cancelled task prints its error and exits 1.\n\n"
     "Options:\n"
-    "  --timeout S    give up after S seconds (exit 4; the task keeps running).\n"
-    "                 Here --timeout is in seconds; the global --timeout MS\n"
+    "  --timeout T    give up after T, a duration like the global --timeout's\n"
+    "                 (exit 4; the task keeps running). The global --timeout\n"
     "                 (per reply) may be given before the command.\n"
     "  --values[=N]   as for `call`\n",
     run_wait,

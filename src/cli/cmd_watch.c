@@ -240,10 +240,9 @@ static int parse_watch(cli_t *g, int argc, char **argv, double *interval, long *
     const char *a = argv[i];
     const char *v;
     if (cli_option("--interval", argc, argv, &i, &v)) {
-      char *end = NULL;
-      double s = v ? strtod(v, &end) : NAN;
-      if (!v || end == v || *end || !(s >= MIN_INTERVAL_S) || s > 86400)
-        return cli_usage("watch", "--interval needs seconds (at least %.2f), not '%s'",
+      double s;
+      if (cli_parse_duration(v, &s) != 0 || s < MIN_INTERVAL_S || s > 86400)
+        return cli_usage("watch", "--interval needs seconds (a duration, at least %.2f), not '%s'",
                          MIN_INTERVAL_S, v ? v : "");
       *interval = s;
       continue;

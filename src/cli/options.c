@@ -18,9 +18,29 @@ const char cli_global_help[] =
     "                    (default: $" ST_ENV_BASE_PATH ", else " ST_DEFAULT_BASE_PATH ")\n"
     "  --device N        device index of the socket (default 0)\n"
     "  --json            print machine-readable JSON\n"
-    "  --timeout MS      give up waiting for a reply after MS milliseconds\n"
+    "  --timeout T       give up waiting for a reply after T (a duration: 5, 2.5s,\n"
+    "                    500ms, 1m; a bare number is seconds; 0: no limit)\n"
     "  --help            show help (also: stcli help COMMAND)\n"
     "  --version         print the version\n";
+
+/* A duration as every --timeout of stcli takes it: a non-negative decimal
+ * number with an optional unit, "ms", "s" (the default) or "m", at most
+ * 2^30 ms. 0 and *seconds set, or -1 (NULL or malformed). */
+int cli_parse_duration(const char *v, double *seconds) {
+  if (!v || !*v) return -1;
+  char *end = NULL;
+  double x = strtod(v, &end);
+  if (end == v || !(x >= 0)) return -1;
+  double scale;
+  if (!*end || strcmp(end, "s") == 0) scale = 1.0;
+  else if (strcmp(end, "ms") == 0) scale = 0.001;
+  else if (strcmp(end, "m") == 0) scale = 60.0;
+  else return -1;
+  x *= scale;
+  if (x > (double)(1L << 30) / 1000.0) return -1;
+  *seconds = x;
+  return 0;
+}
 
 /* Prints a command's usage on out. */
 void cli_print_command_help(const cli_command_t *cmd, FILE *out) {
@@ -92,11 +112,11 @@ int cli_global_option(cli_t *g, int argc, char **argv, int *i) {
     return 1;
   }
   if (cli_option("--timeout", argc, argv, i, &v)) {
-    long ms;
-    if (!v) return cli_usage(NULL, "--timeout needs milliseconds"), -1;
-    if (cli_parse_count(v, 1L << 30, &ms) != 0)
-      return cli_usage(NULL, "--timeout needs milliseconds, not '%s'", v), -1;
-    g->timeout_ms = (int)ms;
+    double s;
+    if (cli_parse_duration(v, &s) != 0)
+      return cli_usage(NULL, "--timeout needs a duration (5, 2.5s, 500ms, 1m), not '%s'",
+                       v ? v : ""), -1;
+    g->timeout_ms = s > 0 && s < 0.001 ? 1 : (int)(s * 1000.0 + 0.5);
     return 1;
   }
   return 0;

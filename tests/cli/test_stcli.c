@@ -47,7 +47,7 @@ TEST(usage_errors) {
   CHECK_EQ_INT(STCLI("--bogus", "ping"), 2);
   CHECK_CONTAINS(R.err, "unknown option '--bogus'");
   CHECK_EQ_INT(STCLI("--timeout", "soon", "ping"), 2);
-  CHECK_CONTAINS(R.err, "--timeout needs milliseconds");
+  CHECK_CONTAINS(R.err, "--timeout needs a duration");
   CHECK_EQ_INT(STCLI("--device"), 2);
   CHECK_EQ_INT(STCLI(SOCK, "ping", "extra"), 2);
   CHECK_CONTAINS(R.err, "unexpected argument 'extra'");
@@ -186,9 +186,14 @@ TEST(errors_and_exit_codes) {
   CHECK_EQ_INT(STCLI("--base-path", srv.base, "--device", "3", "info"), 3);
   CHECK_CONTAINS(R.err, "-3.sock");
   double t0 = stt_now_ms();
-  CHECK_EQ_INT(STCLI(SOCK, "--timeout", "200", "call", "slow"), 4);
+  CHECK_EQ_INT(STCLI(SOCK, "--timeout", "200ms", "call", "slow"), 4);
   CHECK(stt_now_ms() - t0 < 1500);
   CHECK_CONTAINS(R.err, "stcli: TIMEOUT: ");
+  t0 = stt_now_ms();
+  CHECK_EQ_INT(STCLI(SOCK, "--timeout", "0.2", "call", "slow"), 4);   /* bare: seconds */
+  CHECK(stt_now_ms() - t0 < 1500);
+  CHECK_EQ_INT(STCLI(SOCK, "--timeout", "200x", "ping"), 2);
+  CHECK_CONTAINS(R.err, "--timeout needs a duration");
 }
 
 static const stt_endpoint_t served[] = {
