@@ -55,7 +55,7 @@ static const char bash_body[] =
     "_stcli_ask() {\n"
     "  local bin=${COMP_WORDS[0]}\n"
     "  [[ $bin == '~/'* ]] && bin=$HOME/${bin#'~/'}\n"
-    "  \"$bin\" \"${_stcli_conn[@]}\" --timeout 2000 \"$@\" 2>/dev/null\n"
+    "  \"$bin\" \"${_stcli_conn[@]}\" --timeout 2s \"$@\" 2>/dev/null\n"
     "}\n"
     "\n"
     "_stcli() {\n"
