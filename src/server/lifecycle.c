@@ -239,6 +239,8 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
            (unsigned long long)cfg->budgets[0].bytes, cfg->budgets[0].bytes ? "" : " (none)",
            cfg->task_ttl_s, cfg->task_capacity);
   ST_LOG_I("server", "ready");
+  st__notify("READY=1\nSTATUS=serving %zu endpoints\nMAINPID=%ld", srv->gen->nendpoints,
+             (long)getpid());
   return ST_OK;
 }
 

@@ -210,6 +210,13 @@ typedef struct st__options {
  * the process exit status (0 ok, 1 error). Main thread. */
 int st__server_main(const st__options_t *opts);
 
+/* -------------------------------------------------------------- notify.c */
+
+/* Sends one notification ("READY=1\nSTATUS=...", printf-style) to the
+ * service manager at $NOTIFY_SOCKET; nothing when it is unset. Never
+ * fails the caller (a send error is logged). Loop thread. */
+void st__notify(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* ------------------------------------------------------- install_paths.c */
 
 /* The config file of an installed server: <sysconfdir>/sharedtensor/

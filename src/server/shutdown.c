@@ -57,6 +57,7 @@ void st__server_shutdown(st__server_t *srv, const char *why) {
     return;
   }
   srv->shutting_down = 1;
+  st__notify("STOPPING=1\nSTATUS=stopping: %s", why);
   st__listen_close_all(srv);
   size_t left = srv->pool ? st__pool_outstanding(srv->pool) : 0;
   if (left == 0) {
