@@ -84,7 +84,7 @@ static inline int kit_vm_open(kit_vm_t *k) {
     return -1;
   }
   char err[1024];
-  int rc = st__vm_new(k->gen, 0, &k->vm, err, sizeof err);
+  int rc = st__vm_new(k->gen, 0, NULL, &k->vm, err, sizeof err);
   if (rc != ST_OK) fprintf(stderr, "   vm_new: %s\n", err);
   return rc;
 }
