@@ -48,11 +48,13 @@ static int compile_source(lua_State *L, const st__source_t *src, char *err, size
     rc = ST_OK;
   }
   if (rc != ST_OK) {
-    if (!st__lua_has_position(err)) {
-      char tmp[1024];
-      snprintf(tmp, sizeof tmp, "%s", err);
-      snprintf(err, errlen, "%s: %s", src->path, tmp);
-    }
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", err);
+    snprintf(err, errlen, "%s%s%s%s", st__lua_has_position(tmp) ? "" : src->path,
+             st__lua_has_position(tmp) ? "" : ": ", tmp,
+             st__lua_ctx(L)->stop == ST_ERR_OUT_OF_MEMORY
+                 ? " (the file's top level, in a worker's state: limits.lua_memory_bytes)"
+                 : "");
     return rc == ST_ERR_OUT_OF_MEMORY ? ST_ERR_OUT_OF_MEMORY : ST_ERR_CONFIGURATION;
   }
   int n = st__lua_file_decls(L, 1);                  /* ret, list|msg */
