@@ -38,18 +38,18 @@ static int may_grow(st__lua_ctx_t *c, size_t grow) {
   return c->stop == 0;
 }
 
-/* lua_Alloc: realloc that counts into the context (ud) and refuses a
- * growth may_grow does not allow. Shrinking and freeing never fail. */
+/* lua_Alloc wrapped around LuaJIT's own allocator (c->base_alloc): counts
+ * into the context (ud) and refuses a growth may_grow does not allow.
+ * Shrinking and freeing never fail. */
 static void *counting_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   st__lua_ctx_t *c = ud;
   size_t old = ptr ? osize : 0;
+  if (nsize > old && !may_grow(c, nsize - old)) return NULL;
+  void *p = c->base_alloc(c->base_ud, ptr, osize, nsize);
   if (nsize == 0) {
-    free(ptr);
     c->mem_used -= old;
     return NULL;
   }
-  if (nsize > old && !may_grow(c, nsize - old)) return NULL;
-  void *p = realloc(ptr, nsize);
   if (!p) return NULL;
   c->mem_used = c->mem_used - old + nsize;
   if (c->mem_used > c->mem_peak) c->mem_peak = c->mem_used;
@@ -59,10 +59,30 @@ static void *counting_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
 lua_State *st__lua_newstate(st__lua_ctx_t *ctx) {
   ctx->mem_used = ctx->mem_peak = ctx->mem_clock = 0;
   ctx->guarded = 0;
-  lua_State *L = lua_newstate(counting_alloc, ctx);
-  ctx->mem_counted = L != NULL;
-  if (!L) L = luaL_newstate();    /* no GC64: only LuaJIT's own allocator works */
+  ctx->base_alloc = NULL;
+  lua_State *L = luaL_newstate();
+  if (!L || !ctx->mem_limit) return L;
+  /* Wrap LuaJIT's allocator rather than replace it: lua_newstate with an
+   * allocator of ours fails in 64-bit builds without GC64 (their memory
+   * must lie in the low 2 GiB), and LuaJIT's own is faster than malloc.
+   * What the state holds already is LuaJIT's exact count. */
+  ctx->base_alloc = lua_getallocf(L, &ctx->base_ud);
+  ctx->mem_used = (size_t)lua_gc(L, LUA_GCCOUNT, 0) * 1024 + (size_t)lua_gc(L, LUA_GCCOUNTB, 0);
+  ctx->mem_peak = ctx->mem_used;
+  lua_setallocf(L, counting_alloc, ctx);
   return L;
+}
+
+void st__lua_close(lua_State *L) {
+  if (!L) return;
+  void *ud;
+  if (lua_getallocf(L, &ud) == counting_alloc) {
+    /* LuaJIT releases its whole arena at close only when it sees its own
+     * allocator: give it back first. */
+    const st__lua_ctx_t *c = ud;
+    lua_setallocf(L, c->base_alloc, c->base_ud);
+  }
+  lua_close(L);
 }
 
 /* ------------------------------------------------------------ time limits */
@@ -87,8 +107,7 @@ void st__lua_arm(lua_State *L, double limit_s, const volatile int *cancel) {
   c->deadline = limit_s > 0 ? st__lua_now() + limit_s : 0;
   c->main_line = 0;
   c->mem_clock = 0;
-  int counting = limit_s > 0 || cancel || (c->mem_limit && !c->mem_counted);
-  int mask = counting ? LUA_MASKCOUNT : 0;
+  int mask = limit_s > 0 || cancel ? LUA_MASKCOUNT : 0;
   if (c->mode == ST__LUA_LOAD) mask |= LUA_MASKLINE;
   if (mask) lua_sethook(L, count_hook, mask, ST__LUA_HOOK_COUNT);
   else lua_sethook(L, NULL, 0, 0);

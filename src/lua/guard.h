@@ -5,7 +5,8 @@
  * (vm.c, loader.c, config_load.c) run through these.
  *
  * How a limit stops Lua code:
- *  - memory: the allocator refuses a growth past ctx->mem_limit while a
+ *  - memory: the allocator of a state made with a limit (LuaJIT's own,
+ *    wrapped so that it counts) refuses a growth past ctx->mem_limit while a
  *    protected call of st__lua_pcall runs (never outside one: an
  *    unprotected allocation failure would panic the state). LuaJIT then
  *    raises "not enough memory" and ctx->stop says ST_ERR_OUT_OF_MEMORY.
@@ -36,15 +37,17 @@
 /* Bytes allocated between two checks of the deadline by the allocator. */
 #define ST__LUA_CLOCK_BYTES ((size_t)1 << 20)
 
-/* Creates a bare state whose allocator counts into ctx (mem_used,
- * mem_peak) and enforces ctx->mem_limit (0: none); the caller still
- * registers ctx as its context (st__lua_set_ctx). Where LuaJIT refuses a custom allocator (a
- * 64-bit build without GC64), falls back to its own allocator and
- * ctx->mem_counted is 0: the count hook then measures the heap
- * (LUA_GCCOUNT) every ST__LUA_HOOK_COUNT instructions instead, a guard
- * with an overshoot of what those instructions allocate. NULL when out of
- * memory. ctx is borrowed and must outlive the state. */
+/* Creates a bare state (luaL_newstate). With ctx->mem_limit set, its
+ * allocator is wrapped by one that counts into ctx (mem_used, mem_peak:
+ * every byte the state holds, exactly as LuaJIT counts them) and enforces
+ * the limit; such a state must be closed with st__lua_close. Without a
+ * limit nothing is counted. NULL when out of memory. ctx is borrowed and
+ * must outlive the state; the caller registers it (st__lua_set_ctx). */
 lua_State *st__lua_newstate(st__lua_ctx_t *ctx);
+
+/* Closes a state made by st__lua_newstate (NULL: nothing), handing LuaJIT
+ * back its own allocator first so that it releases all its memory. */
+void st__lua_close(lua_State *L);
 
 /* Arms the count hook: a limit (seconds, 0 = none) and a cancel flag (may
  * be NULL) for the next call into Lua; clears ctx->stop and the recorded

@@ -283,7 +283,7 @@ lua_State *st__lua_state_new(st__lua_ctx_t *ctx) {
   if (lua_cpcall(L, l_setup, ctx) != 0) {
     const char *msg = lua_tostring(L, -1);
     st__log(ST_LOG_ERROR, "lua", "cannot set up a Lua state: %s", msg ? msg : "?");
-    lua_close(L);
+    st__lua_close(L);
     return NULL;
   }
   lua_settop(L, 0);

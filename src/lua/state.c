@@ -95,9 +95,6 @@ void st__lua_check_stop(lua_State *L) {
   st__lua_ctx_t *c = st__lua_ctx(L);
   if (!c) return;
   if (!c->stop) c->stop = st__lua_stop_due(c);
-  if (!c->stop && !c->mem_counted && c->mem_limit &&
-      (size_t)lua_gc(L, LUA_GCCOUNT, 0) * 1024 > c->mem_limit)
-    c->stop = ST_ERR_OUT_OF_MEMORY;
   if (!c->stop) return;
   char msg[160];
   st__lua_raise(L, "%s", st__lua_stop_message(c, msg, sizeof msg));

@@ -45,12 +45,13 @@ typedef struct st__lua_ctx {
                                       ST_ERR_OUT_OF_MEMORY */
   /* Memory of the state (guard.c). */
   size_t mem_limit;                /* bytes the state may hold; 0 = none */
-  size_t mem_used;                 /* bytes it holds now (counted allocator) */
+  size_t mem_used;                 /* bytes it holds now (with a limit) */
   size_t mem_peak;                 /* the most it held */
   size_t mem_clock;                /* bytes allocated since the allocator last
                                       checked the deadline */
-  int mem_counted;                 /* 1: the allocator counts; 0: the hook
-                                      measures (a build without GC64) */
+  lua_Alloc base_alloc;            /* LuaJIT's allocator, wrapped while
+                                      mem_limit is set; NULL: not wrapped */
+  void *base_ud;
   int guarded;                     /* inside st__lua_pcall: the allocator may
                                       refuse (never outside a protected call) */
   uint64_t gc_debt;                /* arena bytes made since the last full GC */
@@ -86,10 +87,9 @@ double st__lua_now(void);
  * Reads only c (any code that runs the state, the allocator included). */
 int st__lua_stop_due(const st__lua_ctx_t *c);
 
-/* Raises the stop error if one is recorded, the deadline passed, cancel
- * is set or (a state without a counting allocator) the heap measures past
- * the memory limit (sets ctx->stop); returns otherwise. Used by the hook,
- * st.sleep and C functions that wait. */
+/* Raises the stop error if one is recorded, the deadline passed or cancel
+ * is set (sets ctx->stop); returns otherwise. Used by the hook, st.sleep
+ * and C functions that wait. */
 void st__lua_check_stop(lua_State *L);
 
 /* The message of c->stop ("timed out after 5 s", "cancelled", "out of

@@ -136,7 +136,7 @@ static int open_state(st__vm_t *vm, char *err, size_t errlen) {
   }
   lua_settop(L, 0);
   if (rc != ST_OK) {
-    lua_close(L);
+    st__lua_close(L);
     vm->L = NULL;
     return rc;
   }
@@ -178,7 +178,7 @@ static void recover_memory(st__vm_t *vm) {
   if (vm->ctx.mem_used <= vm->ctx.mem_limit / 2) return;
   st__log(ST_LOG_WARN, "lua", "worker %d: the Lua state still holds %zu of its %zu bytes "
           "after a collection: rebuilt", vm->worker_id, vm->ctx.mem_used, vm->ctx.mem_limit);
-  lua_close(vm->L);
+  st__lua_close(vm->L);
   vm->L = NULL;
   char err[1024];
   if (open_state(vm, err, sizeof err) != ST_OK)
@@ -187,7 +187,7 @@ static void recover_memory(st__vm_t *vm) {
 
 void st__vm_free(st__vm_t *vm) {
   if (!vm) return;
-  if (vm->L) lua_close(vm->L);                   /* finalizers drop every arena reference */
+  st__lua_close(vm->L);               /* finalizers drop every arena reference */
   st__generation_unref(vm->gen);
   free(vm);
 }
