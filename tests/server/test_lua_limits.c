@@ -161,7 +161,7 @@ TEST(allocating_body_stops_at_its_timeout) {
 
 static const stt_endpoint_t endpoints[] = {
     {"ok.lua",
-     "return st.endpoint{ name = 'ok', build = function()\n"
+     "return st.endpoint{ name = 'ok', timeout = 30, build = function()\n"
      "  local t = {} for i = 1, 1000 do t[i] = i end return #t end }\n"},
     {"strbomb.lua",
      "return st.endpoint{ name = 'strbomb', timeout = 20, build = function()\n"
