@@ -59,6 +59,11 @@ return {
     frame_timeout_ms = 10000,
     -- Largest single allocation (arena) an endpoint may make; 0 = no cap.
     max_object_bytes = 64 * 1024 * 1024 * 1024,
+    -- Lua memory of each worker's state (not tensor data); a body that
+    -- would go past it fails with OUT_OF_MEMORY.
+    lua_memory_bytes = 1024 * 1024 * 1024,
+    -- The timeout of an endpoint that declares none (seconds, > 0).
+    default_timeout_s = 300,
   },
 
   -- On SIGTERM/SIGINT, calls in flight get this many seconds to finish;

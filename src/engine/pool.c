@@ -54,7 +54,7 @@ static int switch_vm(worker_t *w, st__vm_t **vm, st__generation_t *gen, char *er
                      size_t errlen) {
   w->pool->run.vm_free(*vm);
   *vm = NULL;
-  int rc = w->pool->run.vm_new(gen, w->id, vm, err, errlen);
+  int rc = w->pool->run.vm_new(gen, w->id, &w->pool->run.limits, vm, err, errlen);
   if (rc != ST_OK) *vm = NULL;
   return rc;
 }

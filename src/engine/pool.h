@@ -22,6 +22,7 @@
 #define ST_ENGINE_POOL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "engine/generation.h"
 #include "engine/job.h"
@@ -33,13 +34,24 @@ typedef struct st__pool st__pool_t;
  * st__vm_generation, st__vm_build; see lua/st_lua.h for their contracts),
  * and unit tests may pass their own. */
 typedef struct st__vm st__vm_t;
+
+/* Limits of each worker's state (config.lua `limits`, docs/operations.md),
+ * given to every vm_new. */
+typedef struct st__vm_limits {
+  uint64_t lua_memory_bytes;  /* bytes one state's Lua heap may hold; 0 = none */
+  double default_timeout_s;   /* the timeout of an endpoint that declares none;
+                                 0 = none */
+} st__vm_limits_t;
+
 typedef struct st__pool_runner {
-  int (*vm_new)(st__generation_t *gen, int worker_id, st__vm_t **out, char *err, size_t errlen);
+  int (*vm_new)(st__generation_t *gen, int worker_id, const st__vm_limits_t *limits,
+                st__vm_t **out, char *err, size_t errlen);
   void (*vm_free)(st__vm_t *vm);
   st__generation_t *(*vm_generation)(const st__vm_t *vm);
   int (*vm_build)(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args,
                   size_t args_len, const volatile int *cancel, st__progress_t *progress,
                   st__build_result_t *res, char *err, size_t errlen);
+  st__vm_limits_t limits;     /* passed to each vm_new */
 } st__pool_runner_t;
 
 /* Tells a worker's state about the next job right before its vm_build:

@@ -344,7 +344,7 @@ int st__settings_load(const char *path, const st__setting_t *rows, void *obj,
   free(text);
   if (rc != 0) {
     st__errlist_add(errs, "%s", lua_tostring(L, -1));
-    lua_close(L);
+    st__lua_close(L);
     return ST_ERR_CONFIGURATION;
   }
   st__lua_arm(L, ST__LUA_LOAD_LIMIT_S, NULL);
@@ -353,7 +353,7 @@ int st__settings_load(const char *path, const st__setting_t *rows, void *obj,
   if (rc != 0) {
     if (st__lua_has_position(err)) st__errlist_add(errs, "%s", err);
     else st__errlist_add(errs, "%s: %s", path, err);
-    lua_close(L);
+    st__lua_close(L);
     return ST_ERR_CONFIGURATION;
   }
   cfgck_t c = {L, path, errs, obj};
@@ -361,6 +361,6 @@ int st__settings_load(const char *path, const st__setting_t *rows, void *obj,
     bad(&c, NULL, "the file must return a table (return { workers = 4, ... }), it returned %s",
         luaL_typename(L, 1));
   else read_table(&c, rows, 1, NULL);
-  lua_close(L);
+  st__lua_close(L);
   return errs->count > errs0 ? ST_ERR_CONFIGURATION : ST_OK;
 }

@@ -8,8 +8,10 @@
  *                  stop checks, read-only proxies, integer arguments (the
  *                  bottom of the module: it calls no other file of it)
  *   sandbox.c      states, the allow-listed environment, strict globals,
- *                  safe load/require/print/pcall, the count hook that
- *                  enforces time limits and cancel
+ *                  safe load/require/print/pcall
+ *   guard.c        the limits of running code: the counting allocator
+ *                  (memory cap), the count hook (time limit, cancel),
+ *                  st__lua_run (a function under all of them)
  *   pcall.c        the one protected-call wrapper (adds a traceback)
  *   stlib.c        the `st` module table: endpoint, required, cancelled,
  *                  sleep, progress, array; declaration lists of a file

@@ -116,9 +116,8 @@ static int l_module(lua_State *L) {
       lua_pushvalue(L, -1);
       lua_rawseti(L, 3, (int)++n);
     }
-    /* sort the names */
-    const char **names = malloc((n ? n : 1) * sizeof *names);
-    if (!names) return st__lua_raise(L, "module: out of memory");
+    /* sort the names (a userdata: nothing leaks if a push below raises) */
+    const char **names = lua_newuserdata(L, (n ? n : 1) * sizeof *names);  /* ..., ud */
     for (size_t i = 0; i < n; i++) {
       lua_rawgeti(L, 3, (int)i + 1);
       names[i] = lua_tostring(L, -1);         /* anchored in byname's keys */
@@ -129,7 +128,7 @@ static int l_module(lua_State *L) {
       lua_pushstring(L, names[i]);
       lua_rawseti(L, 3, (int)i + 1);
     }
-    free(names);
+    lua_pop(L, 1);                            /* the names' userdata */
   }
   /* stack: spec, meta, names, byname */
 

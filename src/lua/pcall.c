@@ -37,7 +37,15 @@ int st__lua_has_position(const char *msg) {
 static int l_handler(lua_State *L) {
   /* stack: err */
   const char *msg = lua_tostring(L, 1);
-  if (!msg) {
+  const st__lua_ctx_t *c = st__lua_ctx(L);
+  char stop[160];
+  if (c && c->stop && !(msg && strstr(msg, st__lua_stop_message(c, stop, sizeof stop)))) {
+    /* A stop the allocator raised arrives as LuaJIT's "not enough
+     * memory": every stop reads as what it is (its position is added
+     * below). */
+    lua_pushstring(L, stop);                  /* err, msg */
+    msg = lua_tostring(L, -1);
+  } else if (!msg) {
     if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) {
       msg = lua_tostring(L, -1);              /* err, str */
     } else {
@@ -60,12 +68,22 @@ int st__lua_pcall(lua_State *L, int nargs, int nresults, char *err, size_t errle
   int base = lua_gettop(L) - nargs;           /* index of the function */
   lua_pushcfunction(L, l_handler);
   lua_insert(L, base);                        /* handler, f, args... */
+  /* The allocator may refuse only inside the protected call (guard.h). */
+  st__lua_ctx_t *c = st__lua_ctx(L);
+  int guarded = c ? c->guarded : 0;
+  if (c) c->guarded = 1;
   int status = lua_pcall(L, nargs, nresults, base);
+  if (c) c->guarded = guarded;
   lua_remove(L, base);                        /* results... | msg */
   if (status == 0) return 0;
 
   const char *msg = lua_tostring(L, -1);
-  if (status == LUA_ERRMEM) msg = "not enough memory for the Lua state";
+  char stop[160];
+  /* LuaJIT calls no message handler for a memory error: a stop the
+   * allocator raised (guard.h) reads as what it is here, without a
+   * position. */
+  if (status == LUA_ERRMEM && c && c->stop) msg = st__lua_stop_message(c, stop, sizeof stop);
+  else if (status == LUA_ERRMEM) msg = "not enough memory for the Lua state";
   else if (!msg) msg = "(error object is not a string)";
   if (err) snprintf(err, errlen, "%s", msg);
   if (st__log_enabled(ST_LOG_DEBUG)) {

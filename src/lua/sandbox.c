@@ -9,7 +9,8 @@
  *
  * The JIT engine is off in every sandboxed state: LuaJIT does not call
  * hooks inside compiled traces, and the count hook is what enforces
- * `timeout` and cancellation. Endpoint bodies orchestrate; the heavy work
+ * `timeout` and cancellation (guard.c). The allocator of the state counts
+ * its memory and enforces its cap (guard.c). Endpoint bodies orchestrate; the heavy work
  * (filling, copying, random numbers) runs in C either way.
  *
  * The contract of each non-static function (what it does, returns and owns)
@@ -30,40 +31,6 @@
 #include <time.h>
 
 #include "common/log.h"
-
-/* ------------------------------------------------------------ time limits */
-
-/* Runs every ST__LUA_HOOK_COUNT instructions of interpreted code. Raising
- * from a count hook is allowed; the sandbox's pcall re-raises a stop error,
- * so endpoint code cannot swallow it. */
-static void count_hook(lua_State *L, lua_Debug *ar) {
-  if (ar->event == LUA_HOOKLINE) {
-    if (lua_getinfo(L, "S", ar) && ar->what[0] == 'm') st__lua_ctx(L)->main_line = ar->currentline;
-    return;
-  }
-  st__lua_check_stop(L);
-}
-
-void st__lua_arm(lua_State *L, double limit_s, const volatile int *cancel) {
-  st__lua_ctx_t *c = st__lua_ctx(L);
-  c->stop = 0;
-  st__tensor_ctx_clear_error(&c->tensor);
-  c->cancel = cancel;
-  c->limit_s = limit_s;
-  c->deadline = limit_s > 0 ? st__lua_now() + limit_s : 0;
-  c->main_line = 0;
-  int mask = limit_s > 0 || cancel ? LUA_MASKCOUNT : 0;
-  if (c->mode == ST__LUA_LOAD) mask |= LUA_MASKLINE;
-  if (mask) lua_sethook(L, count_hook, mask, ST__LUA_HOOK_COUNT);
-  else lua_sethook(L, NULL, 0, 0);
-}
-
-void st__lua_disarm(lua_State *L) {
-  st__lua_ctx_t *c = st__lua_ctx(L);
-  lua_sethook(L, NULL, 0, 0);
-  c->deadline = 0;
-  c->cancel = NULL;
-}
 
 /* ------------------------------------------------------------ strict globals */
 
@@ -310,13 +277,13 @@ static int l_setup(lua_State *L) {
 
 lua_State *st__lua_state_new(st__lua_ctx_t *ctx) {
   st__tensor_ctx_init(&ctx->tensor);  /* the CPU; a worker's calls set their own */
-  lua_State *L = luaL_newstate();
+  lua_State *L = st__lua_newstate(ctx);
   if (!L) return NULL;
   luaJIT_setmode(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_OFF);
   if (lua_cpcall(L, l_setup, ctx) != 0) {
     const char *msg = lua_tostring(L, -1);
     st__log(ST_LOG_ERROR, "lua", "cannot set up a Lua state: %s", msg ? msg : "?");
-    lua_close(L);
+    st__lua_close(L);
     return NULL;
   }
   lua_settop(L, 0);

@@ -29,6 +29,7 @@
 #include "common/settings.h"
 #include "engine/generation.h"
 #include "engine/job.h"
+#include "engine/pool.h"
 #include "engine/result.h"
 
 /* Runs the configuration file at `path` (sandboxed, no st module, under
@@ -58,9 +59,12 @@ typedef struct st__vm st__vm_t;
 
 /* Creates a sandboxed state that has compiled every source of `gen` and
  * keeps a reference to gen. `worker_id` only names the state in logs.
- * ST_OK, or ST_ERR_CONFIGURATION / ST_ERR_OUT_OF_MEMORY with a reason.
- * Called on the worker thread that will use it. */
-int st__vm_new(st__generation_t *gen, int worker_id, st__vm_t **out, char *err, size_t errlen);
+ * `limits` (copied; NULL: none): the cap of the state's Lua memory, which
+ * the top level of each file runs under too, and the timeout of endpoints
+ * that declare none. ST_OK, or ST_ERR_CONFIGURATION / ST_ERR_OUT_OF_MEMORY
+ * with a reason. Called on the worker thread that will use it. */
+int st__vm_new(st__generation_t *gen, int worker_id, const st__vm_limits_t *limits,
+               st__vm_t **out, char *err, size_t errlen);
 
 /* Closes the state and drops its generation reference. NULL ok. */
 void st__vm_free(st__vm_t *vm);
@@ -89,11 +93,15 @@ void st__vm_prepare(st__vm_t *vm, const st__job_t *job);
  *   ST_ERR_SERIALIZATION  it returned something that cannot be sent
  *                         (function, userdata, cycle, nesting > 32, a key
  *                         that is not a string or integer)
- *   ST_ERR_OUT_OF_MEMORY  an arena could not be allocated
+ *   ST_ERR_OUT_OF_MEMORY  an arena could not be allocated, or the state's
+ *                         Lua memory reached limits.lua_memory_bytes (the
+ *                         state is then collected, and rebuilt when the
+ *                         garbage was not what filled it)
  *   ST_ERR_LIMIT          an arena above max_object_bytes
  *   ST_ERR_CAPABILITY     a CUDA device this process cannot use
  *   ST_ERR_INTERNAL       a CUDA kernel or copy failed
- *   ST_ERR_TIMEOUT        the body ran past ep->timeout_s
+ *   ST_ERR_TIMEOUT        the body ran past ep->timeout_s (or, when it
+ *                         is 0, past the limits' default_timeout_s)
  *   ST_ERR_CANCELLED      *cancel became nonzero while it ran
  * `cancel` may be NULL; it is read with atomic loads. `progress` (may be
  * NULL) receives what the body reports with st.progress(fraction, note).

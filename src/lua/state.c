@@ -72,15 +72,32 @@ int st__lua_cancel_requested(const st__lua_ctx_t *c) {
   return c->cancel && __atomic_load_n(c->cancel, __ATOMIC_RELAXED);
 }
 
+int st__lua_stop_due(const st__lua_ctx_t *c) {
+  if (st__lua_cancel_requested(c)) return ST_ERR_CANCELLED;
+  if (c->deadline > 0 && st__lua_now() > c->deadline) return ST_ERR_TIMEOUT;
+  return 0;
+}
+
+const char *st__lua_stop_message(const st__lua_ctx_t *c, char *buf, size_t len) {
+  switch (c->stop) {
+  case ST_ERR_TIMEOUT: snprintf(buf, len, "timed out after %g s", c->limit_s); break;
+  case ST_ERR_CANCELLED: snprintf(buf, len, "cancelled"); break;
+  case ST_ERR_OUT_OF_MEMORY:
+    snprintf(buf, len, "out of memory: the Lua state reached its limit of %zu bytes (%g MiB)",
+             c->mem_limit, (double)c->mem_limit / (1 << 20));
+    break;
+  default: snprintf(buf, len, "%s", ""); break;
+  }
+  return buf;
+}
+
 void st__lua_check_stop(lua_State *L) {
   st__lua_ctx_t *c = st__lua_ctx(L);
   if (!c) return;
-  if (!c->stop) {
-    if (st__lua_cancel_requested(c)) c->stop = ST_ERR_CANCELLED;
-    else if (c->deadline > 0 && st__lua_now() > c->deadline) c->stop = ST_ERR_TIMEOUT;
-  }
-  if (c->stop == ST_ERR_CANCELLED) st__lua_raise(L, "cancelled");
-  if (c->stop == ST_ERR_TIMEOUT) st__lua_raise(L, "timed out after %g s", c->limit_s);
+  if (!c->stop) c->stop = st__lua_stop_due(c);
+  if (!c->stop) return;
+  char msg[160];
+  st__lua_raise(L, "%s", st__lua_stop_message(c, msg, sizeof msg));
 }
 
 /* ------------------------------------------------------------ tables */

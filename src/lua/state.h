@@ -41,7 +41,19 @@ typedef struct st__lua_ctx {
   double limit_s;                  /* the limit, for messages */
   const volatile int *cancel;      /* may be NULL; read with atomic loads */
   st__progress_t *progress;        /* st.progress goes here; may be NULL */
-  int stop;                        /* 0, ST_ERR_TIMEOUT or ST_ERR_CANCELLED */
+  int stop;                        /* 0, ST_ERR_TIMEOUT, ST_ERR_CANCELLED or
+                                      ST_ERR_OUT_OF_MEMORY */
+  /* Memory of the state (guard.c). */
+  size_t mem_limit;                /* bytes the state may hold; 0 = none */
+  size_t mem_used;                 /* bytes it holds now (with a limit) */
+  size_t mem_peak;                 /* the most it held */
+  size_t mem_clock;                /* bytes allocated since the allocator last
+                                      checked the deadline */
+  lua_Alloc base_alloc;            /* LuaJIT's allocator, wrapped while
+                                      mem_limit is set; NULL: not wrapped */
+  void *base_ud;
+  int guarded;                     /* inside st__lua_pcall: the allocator may
+                                      refuse (never outside a protected call) */
   uint64_t gc_debt;                /* arena bytes made since the last full GC */
   int main_line;                   /* ST__LUA_LOAD: last line run by a main chunk */
   const char *src_text;            /* ST__LUA_LOAD: the file being run (borrowed) */
@@ -70,9 +82,19 @@ st__tensor_ctx_t *st__lua_tensor_ctx(lua_State *L);
 /* Monotonic clock in seconds. */
 double st__lua_now(void);
 
-/* Raises the stop error if the deadline passed or cancel is set (sets
- * ctx->stop); returns otherwise. Used by the hook and st.sleep. */
+/* The stop that is due now and was not recorded yet: ST_ERR_CANCELLED
+ * when the cancel flag is set, ST_ERR_TIMEOUT past the deadline, else 0.
+ * Reads only c (any code that runs the state, the allocator included). */
+int st__lua_stop_due(const st__lua_ctx_t *c);
+
+/* Raises the stop error if one is recorded, the deadline passed or cancel
+ * is set (sets ctx->stop); returns otherwise. Used by the hook, st.sleep
+ * and C functions that wait. */
 void st__lua_check_stop(lua_State *L);
+
+/* The message of c->stop ("timed out after 5 s", "cancelled", "out of
+ * memory: ...") into buf; "" when there is none. Returns buf. */
+const char *st__lua_stop_message(const st__lua_ctx_t *c, char *buf, size_t len);
 
 /* Nonzero once the cancel flag of the running call is set (an atomic
  * load; 0 when there is no flag). */

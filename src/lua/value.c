@@ -125,16 +125,15 @@ static int key_cmp(const void *a, const void *b) {
 /* Packs the table at idx as a map with string keys (sorted). */
 static int pack_map(packer_t *p, msgpack_packer *pk, int idx, size_t count, int depth) {
   lua_State *L = p->L;
-  mapkey_t *keys = malloc((count ? count : 1) * sizeof *keys);
-  if (!keys) return fail(p, "%s", "out of memory");
+  /* a userdata: nothing leaks if the Lua memory runs out below */
+  mapkey_t *keys = lua_newuserdata(L, (count ? count : 1) * sizeof *keys);   /* ..., keys */
   size_t n = 0;
   lua_pushnil(L);
   while (lua_next(L, idx)) {                  /* ..., key, value */
     lua_pop(L, 1);
     if (lua_type(L, -1) != LUA_TSTRING) {
       int t = lua_type(L, -1);
-      lua_pop(L, 1);
-      free(keys);
+      lua_pop(L, 2);                          /* the key, the keys */
       return fail(p, "map keys must be strings (found a %s key)", lua_typename(L, t));
     }
     if (n < count) {                          /* anchored: the table holds the key */
@@ -155,7 +154,7 @@ static int pack_map(packer_t *p, msgpack_packer *pk, int idx, size_t count, int 
     path_pop(p, old);
     lua_pop(L, 1);
   }
-  free(keys);
+  lua_pop(L, 1);                              /* keys */
   return rc;
 }
 

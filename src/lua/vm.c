@@ -25,9 +25,10 @@
 static char builds_key;       /* registry: endpoint name -> build function */
 
 struct st__vm {
-  lua_State *L;
+  lua_State *L;               /* NULL after a reset that could not rebuild it */
   st__generation_t *gen;      /* owned reference */
   int worker_id;
+  st__vm_limits_t limits;
   st__lua_ctx_t ctx;          /* the state points here */
 };
 
@@ -41,20 +42,20 @@ static int compile_source(lua_State *L, const st__source_t *src, char *err, size
     lua_settop(L, 0);
     return ST_ERR_CONFIGURATION;
   }
-  st__lua_arm(L, ST__LUA_LOAD_LIMIT_S, NULL);
-  int rc = st__lua_pcall(L, 0, 1, err, errlen);     /* ret */
-  st__lua_disarm(L);
-  if (rc != 0 && rc != LUA_ERRMEM && st__lua_main_reached(L)) {
+  int rc = st__lua_run(L, 0, 1, ST__LUA_LOAD_LIMIT_S, NULL, err, errlen);   /* ret */
+  if (rc == ST_ERR_ENDPOINT && st__lua_main_reached(L)) {
     lua_pushnil(L);                                 /* app:main ended the file */
-    rc = 0;
+    rc = ST_OK;
   }
-  if (rc != 0) {
-    if (!st__lua_has_position(err)) {
-      char tmp[1024];
-      snprintf(tmp, sizeof tmp, "%s", err);
-      snprintf(err, errlen, "%s: %s", src->path, tmp);
-    }
-    return rc == LUA_ERRMEM ? ST_ERR_OUT_OF_MEMORY : ST_ERR_CONFIGURATION;
+  if (rc != ST_OK) {
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", err);
+    snprintf(err, errlen, "%s%s%s%s", st__lua_has_position(tmp) ? "" : src->path,
+             st__lua_has_position(tmp) ? "" : ": ", tmp,
+             st__lua_ctx(L)->stop == ST_ERR_OUT_OF_MEMORY
+                 ? " (the file's top level, in a worker's state: limits.lua_memory_bytes)"
+                 : "");
+    return rc == ST_ERR_OUT_OF_MEMORY ? ST_ERR_OUT_OF_MEMORY : ST_ERR_CONFIGURATION;
   }
   int n = st__lua_file_decls(L, 1);                  /* ret, list|msg */
   if (n < 0) {
@@ -92,22 +93,16 @@ static int l_compile(lua_State *L) {
   return 0;
 }
 
-/* Worker thread. See st_lua.h. */
-int st__vm_new(st__generation_t *gen, int worker_id, st__vm_t **out, char *err, size_t errlen) {
-  char dummy[1];
-  if (!err) { err = dummy; errlen = 1; }
-  *out = NULL;
-  st__vm_t *vm = calloc(1, sizeof *vm);
-  if (!vm) {
-    snprintf(err, errlen, "out of memory");
-    return ST_ERR_OUT_OF_MEMORY;
-  }
-  vm->worker_id = worker_id;
+/* Builds vm->L for vm->gen: a fresh sandbox that has compiled every
+ * source, with each endpoint's build function. ST_OK, or an error with a
+ * reason (vm->L is then NULL). */
+static int open_state(st__vm_t *vm, char *err, size_t errlen) {
+  const st__generation_t *gen = vm->gen;
   vm->ctx.mode = ST__LUA_VM;
   vm->ctx.who = "lua";
+  vm->ctx.mem_limit = (size_t)vm->limits.lua_memory_bytes;
   vm->L = st__lua_state_new(&vm->ctx);
   if (!vm->L) {
-    free(vm);
     snprintf(err, errlen, "cannot create a Lua state (out of memory)");
     return ST_ERR_OUT_OF_MEMORY;
   }
@@ -133,27 +128,66 @@ int st__vm_new(st__generation_t *gen, int worker_id, st__vm_t **out, char *err, 
     lua_getfield(L, -1, gen->endpoints[i].name);    /* builds, fn */
     if (lua_type(L, -1) != LUA_TFUNCTION) {
       snprintf(err, errlen, "%s:%d: endpoint '%s' has no build function in worker %d's state",
-               gen->endpoints[i].file, gen->endpoints[i].line, gen->endpoints[i].name, worker_id);
+               gen->endpoints[i].file, gen->endpoints[i].line, gen->endpoints[i].name,
+               vm->worker_id);
       rc = ST_ERR_CONFIGURATION;
     }
     lua_pop(L, 1);
   }
   lua_settop(L, 0);
   if (rc != ST_OK) {
-    lua_close(L);
+    st__lua_close(L);
+    vm->L = NULL;
+    return rc;
+  }
+  lua_gc(L, LUA_GCCOLLECT, 0);
+  return ST_OK;
+}
+
+/* Worker thread. See st_lua.h. */
+int st__vm_new(st__generation_t *gen, int worker_id, const st__vm_limits_t *limits,
+               st__vm_t **out, char *err, size_t errlen) {
+  char dummy[1];
+  if (!err) { err = dummy; errlen = 1; }
+  *out = NULL;
+  st__vm_t *vm = calloc(1, sizeof *vm);
+  if (!vm) {
+    snprintf(err, errlen, "out of memory");
+    return ST_ERR_OUT_OF_MEMORY;
+  }
+  vm->worker_id = worker_id;
+  if (limits) vm->limits = *limits;
+  vm->gen = gen;
+  int rc = open_state(vm, err, errlen);
+  if (rc != ST_OK) {
     free(vm);
     return rc;
   }
   st__generation_ref(gen);
-  vm->gen = gen;
-  lua_gc(L, LUA_GCCOLLECT, 0);
   *out = vm;
   return ST_OK;
 }
 
+/* After a body ran out of memory: collect what it left; when the state
+ * still holds more than half its cap (the body kept what it made in an
+ * upvalue or a table of the file), replace it with a fresh one so that the
+ * next call does not start out of memory. A rebuild that fails leaves
+ * vm->L NULL; the next st__vm_build tries again. */
+static void recover_memory(st__vm_t *vm) {
+  lua_gc(vm->L, LUA_GCCOLLECT, 0);
+  if (vm->ctx.mem_used <= vm->ctx.mem_limit / 2) return;
+  st__log(ST_LOG_WARN, "lua", "worker %d: the Lua state still holds %zu of its %zu bytes "
+          "after a collection: rebuilt", vm->worker_id, vm->ctx.mem_used, vm->ctx.mem_limit);
+  st__lua_close(vm->L);
+  vm->L = NULL;
+  char err[1024];
+  if (open_state(vm, err, sizeof err) != ST_OK)
+    st__log(ST_LOG_ERROR, "lua", "worker %d: cannot rebuild its Lua state: %s", vm->worker_id, err);
+}
+
 void st__vm_free(st__vm_t *vm) {
   if (!vm) return;
-  lua_close(vm->L);                   /* finalizers drop every arena reference */
+  st__lua_close(vm->L);               /* finalizers drop every arena reference */
   st__generation_unref(vm->gen);
   free(vm);
 }
@@ -236,6 +270,35 @@ static int check_legacy(const st__endpoint_decl_t *ep, const st__build_result_t 
   return ST_OK;
 }
 
+/* The error of a body that raised (status: what st__lua_run returned,
+ * msg its message) into err; returns the call's error code. A message
+ * without a position (a tail call; a stop the allocator raised, for which
+ * LuaJIT calls no message handler) gets the endpoint's declaration's. */
+static int fail_message(const st__vm_t *vm, const st__endpoint_decl_t *ep, int status,
+                        const char *msg, double timeout_s, char *err, size_t errlen) {
+  const st__lua_ctx_t *c = &vm->ctx;
+  char pos[1100] = "";
+  if (!st__lua_has_position(msg)) snprintf(pos, sizeof pos, "%s:%d: ", ep->file, ep->line);
+  if (status == ST_ERR_TIMEOUT && ep->timeout_s > 0)
+    snprintf(err, errlen, "%s%s (endpoint '%s', timeout %g s)", pos, msg, ep->name, timeout_s);
+  else if (status == ST_ERR_TIMEOUT)
+    snprintf(err, errlen, "%s%s (endpoint '%s' declares no timeout: limits.default_timeout_s "
+             "= %g s applies)", pos, msg, ep->name, timeout_s);
+  else if (status == ST_ERR_CANCELLED)
+    snprintf(err, errlen, "%s%s (endpoint '%s')", pos, msg, ep->name);
+  else if (c->stop == ST_ERR_OUT_OF_MEMORY)
+    snprintf(err, errlen, "%s%s (endpoint '%s'; limits.lua_memory_bytes sets the limit of "
+             "each worker's Lua state)", pos, msg, ep->name);
+  else
+    snprintf(err, errlen, "%s%s", pos, msg);
+  if (status != ST_ERR_ENDPOINT) return status;
+  /* A failure of the call's resources (an arena, a device, a kernel)
+   * fails the call with its own code when its message is what raised. */
+  const st__tensor_ctx_t *tc = &c->tensor;
+  return tc->err_code && tc->err_msg[0] && strstr(msg, tc->err_msg) ? tc->err_code
+                                                                     : ST_ERR_ENDPOINT;
+}
+
 /* Worker thread that owns vm. See st_lua.h. */
 int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, size_t args_len,
                  const volatile int *cancel, st__progress_t *progress, st__build_result_t *res,
@@ -244,6 +307,15 @@ int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, 
   if (!err) { err = dummy; errlen = 1; }
   err[0] = '\0';
   st__build_result_init(res);
+  if (!vm->L) {
+    /* A reset after running out of memory could not rebuild the state:
+     * try again, keeping the devices st__vm_prepare set. */
+    st__tensor_ctx_t t = vm->ctx.tensor;
+    int rc = open_state(vm, err, errlen);
+    vm->ctx.tensor.device = t.device;
+    vm->ctx.tensor.cuda_device = t.cuda_device;
+    if (rc != ST_OK) return rc;
+  }
   lua_State *L = vm->L;
   if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED)) {
     snprintf(err, errlen, "endpoint '%s' was cancelled before it started", ep->name);
@@ -266,7 +338,8 @@ int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, 
   build_call_t b = {.ep = ep, .args = argobj, .res = res, .rc = ST_OK, .err = err,
                     .errlen = errlen};
   uint64_t debt0 = vm->ctx.gc_debt;
-  st__lua_arm(L, ep->timeout_s, cancel);
+  /* An endpoint without `timeout` runs under limits.default_timeout_s. */
+  double timeout_s = ep->timeout_s > 0 ? ep->timeout_s : vm->limits.default_timeout_s;
   vm->ctx.progress = progress;
   vm->ctx.tensor.in_call = 1;
   vm->ctx.tensor.cuda_used = 0;
@@ -274,8 +347,7 @@ int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, 
   lua_pushcfunction(L, l_build_call);
   lua_pushlightuserdata(L, &b);
   char msg[2048];
-  int status = st__lua_pcall(L, 1, 0, msg, sizeof msg);
-  st__lua_disarm(L);
+  int status = st__lua_run(L, 1, 0, timeout_s, cancel, msg, sizeof msg);
   vm->ctx.progress = NULL;
   /* Argument tensors the body dropped still map the client's memory until
    * Lua collects them: collect below. */
@@ -292,28 +364,7 @@ int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, 
   msgpack_unpacked_destroy(&up);
   lua_settop(L, 0);
 
-  int rc = b.rc;
-  if (status != 0) {
-    st__lua_ctx_t *c = &vm->ctx;
-    if (c->stop == ST_ERR_TIMEOUT) {
-      rc = ST_ERR_TIMEOUT;
-      snprintf(err, errlen, "%s (endpoint '%s', timeout %g s)", msg, ep->name, ep->timeout_s);
-    } else if (c->stop == ST_ERR_CANCELLED) {
-      rc = ST_ERR_CANCELLED;
-      snprintf(err, errlen, "%s (endpoint '%s')", msg, ep->name);
-    } else if (status == LUA_ERRMEM) {
-      rc = ST_ERR_OUT_OF_MEMORY;
-      snprintf(err, errlen, "%s:%d: %s", ep->file, ep->line, msg);
-    } else {
-      /* A failure of the call's resources (an arena, a device, a kernel)
-       * fails the call with its own code when its message is what raised. */
-      const st__tensor_ctx_t *tc = &c->tensor;
-      rc = tc->err_code && tc->err_msg[0] && strstr(msg, tc->err_msg) ? tc->err_code
-                                                                        : ST_ERR_ENDPOINT;
-      if (st__lua_has_position(msg)) snprintf(err, errlen, "%s", msg);
-      else snprintf(err, errlen, "%s:%d: %s", ep->file, ep->line, msg);  /* tail call */
-    }
-  }
+  int rc = status != ST_OK ? fail_message(vm, ep, status, msg, timeout_s, err, errlen) : b.rc;
   if (sync_rc != ST_OK && rc == ST_OK) {
     rc = sync_rc;
     snprintf(err, errlen, "%s:%d: endpoint '%s': %s", ep->file, ep->line, ep->name, sync_err);
@@ -322,7 +373,10 @@ int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, 
   if (rc != ST_OK) st__build_result_destroy(res);
   /* Tensors the body dropped still hold arena references until Lua
    * collects them: collect now, so that memory follows the result. */
-  if (vm->ctx.gc_debt != debt0) {
+  if (vm->ctx.stop == ST_ERR_OUT_OF_MEMORY) {
+    recover_memory(vm);
+    vm->ctx.gc_debt = 0;
+  } else if (vm->ctx.gc_debt != debt0) {
     lua_gc(L, LUA_GCCOLLECT, 0);
     vm->ctx.gc_debt = 0;
   }

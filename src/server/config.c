@@ -44,6 +44,12 @@ static const st__setting_t limits_rows[] = {
     {.name = "max_object_bytes", .type = ST_SET_INT, INT_FIELD(max_object_bytes), .lo = 0,
      .hi = INT64_C(1) << 53, .def = (int64_t)ST_DEFAULT_MAX_OBJECT_BYTES,
      .description = "largest single allocation (arena); 0 = no cap"},
+    {.name = "lua_memory_bytes", .type = ST_SET_INT, INT_FIELD(lua_memory_bytes),
+     .lo = ST__CONFIG_MIN_LUA_MEMORY, .hi = INT64_C(1) << 44, .def = INT64_C(1) << 30,
+     .description = "Lua memory of one worker's state (a body past it: OUT_OF_MEMORY)"},
+    {.name = "default_timeout_s", .type = ST_SET_SECONDS, .flags = ST_SET_OPEN,
+     .offset = F(default_timeout_s), .min = 0, .max = 1e9, .def_seconds = 300.0,
+     .description = "timeout of an endpoint that declares none"},
     {.name = NULL},
 };
 

@@ -10,6 +10,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* The smallest limits.lua_memory_bytes: room for a state and its files. */
+#define ST__CONFIG_MIN_LUA_MEMORY (4 << 20)
+
 /* Worker threads at most, from config.lua and from --workers alike. */
 #define ST__CONFIG_MAX_WORKERS 256
 
@@ -43,6 +46,8 @@ typedef struct st__config {
   int max_inflight;
   int frame_timeout_ms;
   uint64_t max_object_bytes;
+  uint64_t lua_memory_bytes;    /* Lua heap of one worker's state (1 GiB) */
+  double default_timeout_s;     /* timeout of an endpoint without one (300) */
   double shutdown_grace_s;      /* in-flight work gets this long on SIGTERM */
   /* tasks (docs/protocol.md, "submit" ... "tasks") */
   double task_ttl_s;            /* finished tasks are kept this long (600) */

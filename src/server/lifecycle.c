@@ -217,11 +217,13 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
     }
   }
 
-  static const st__pool_runner_t lua_runner = {
+  const st__pool_runner_t lua_runner = {
       .vm_new = st__vm_new,
       .vm_free = st__vm_free,
       .vm_generation = st__vm_generation,
       .vm_build = st__vm_build,
+      .limits = {.lua_memory_bytes = cfg->lua_memory_bytes,
+                 .default_timeout_s = cfg->default_timeout_s},
   };
   char err[256];
   rc = st__pool_start(cfg->workers, &lua_runner, srv->gen, notify_loop, srv, &srv->pool, err,
@@ -232,9 +234,10 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
   }
   st__pool_set_prepare_fn(srv->pool, st__vm_prepare);
   ST_LOG_I("server", "workers: %d; limits: max_message_bytes %zu, max_connections %d, "
-           "max_inflight %d, frame_timeout_ms %d",
+           "max_inflight %d, frame_timeout_ms %d, lua_memory_bytes %llu, default_timeout_s %g",
            cfg->workers, cfg->max_message_bytes, cfg->max_connections, cfg->max_inflight,
-           cfg->frame_timeout_ms);
+           cfg->frame_timeout_ms, (unsigned long long)cfg->lua_memory_bytes,
+           cfg->default_timeout_s);
   ST_LOG_I("server", "memory budget: cpu %llu bytes%s; tasks: ttl %g s, capacity %d",
            (unsigned long long)cfg->budgets[0].bytes, cfg->budgets[0].bytes ? "" : " (none)",
            cfg->task_ttl_s, cfg->task_capacity);

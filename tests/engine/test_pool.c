@@ -24,9 +24,10 @@ struct st__vm {
 
 static int vm_news, vm_frees;     /* atomic */
 
-static int fake_new(st__generation_t *gen, int worker_id, st__vm_t **out, char *err,
-                    size_t errlen) {
+static int fake_new(st__generation_t *gen, int worker_id, const st__vm_limits_t *limits,
+                    st__vm_t **out, char *err, size_t errlen) {
   (void)worker_id;
+  (void)limits;
   if (gen->dir && strcmp(gen->dir, "broken") == 0) {
     snprintf(err, errlen, "cannot compile");
     return ST_ERR_CONFIGURATION;
@@ -87,7 +88,8 @@ static int fake_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *a
   return ST_OK;
 }
 
-static const st__pool_runner_t RUNNER = {fake_new, fake_free, fake_generation, fake_build};
+static const st__pool_runner_t RUNNER = {fake_new, fake_free, fake_generation, fake_build,
+                                         {0, 0}};
 
 /* ------------------------------------------------------------- fixtures */
 

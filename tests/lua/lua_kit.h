@@ -76,17 +76,23 @@ typedef struct kit_vm {
   st__vm_t *vm;
 } kit_vm_t;
 
-static inline int kit_vm_open(kit_vm_t *k) {
+/* The same under `limits` (NULL: none); vm_new's message in err. */
+static inline int kit_vm_open_limited(kit_vm_t *k, const st__vm_limits_t *limits, char *err,
+                                      size_t errlen) {
   char *errs = NULL;
   memset(k, 0, sizeof *k);
   if (kit_load(&k->gen, &errs) != ST_OK) {
     free(errs);
     return -1;
   }
-  char err[1024];
-  int rc = st__vm_new(k->gen, 0, &k->vm, err, sizeof err);
+  int rc = st__vm_new(k->gen, 0, limits, &k->vm, err, errlen);
   if (rc != ST_OK) fprintf(stderr, "   vm_new: %s\n", err);
   return rc;
+}
+
+static inline int kit_vm_open(kit_vm_t *k) {
+  char err[1024];
+  return kit_vm_open_limited(k, NULL, err, sizeof err);
 }
 
 static inline void kit_vm_close(kit_vm_t *k) {

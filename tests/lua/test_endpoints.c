@@ -41,7 +41,7 @@ TEST(they_load) {
   CHECK(gen->nendpoints >= 4);
   for (size_t i = 0; i < gen->nendpoints; i++) CHECK(gen->endpoints[i].doc != NULL);
   char err[1024];
-  CHECK_ERR_MSG(st__vm_new(gen, 0, &vm, err, sizeof err), ST_OK, err);
+  CHECK_ERR_MSG(st__vm_new(gen, 0, NULL, &vm, err, sizeof err), ST_OK, err);
 }
 
 TEST(make_tensor) {
