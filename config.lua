@@ -57,8 +57,13 @@ return {
     max_inflight = 64,
     -- A frame that stays half-sent this long: TIMEOUT, connection closed.
     frame_timeout_ms = 10000,
-    -- Largest single allocation (arena) an endpoint may make; 0 = no cap.
-    max_object_bytes = 64 * 1024 * 1024 * 1024,
+    -- Largest single allocation (arena) an endpoint may make; 0 = no cap
+    -- of its own: the device's memory_budget bounds it.
+    max_object_bytes = 0,
+    -- Descriptors the server's memfd arenas keep open (cached and leased
+    -- objects, unsent results); 0 = half of RLIMIT_NOFILE. Past it, cached
+    -- objects are evicted, else the call fails with LIMIT.
+    max_arena_fds = 0,
     -- Lua memory of each worker's state (not tensor data); a body that
     -- would go past it fails with OUT_OF_MEMORY.
     lua_memory_bytes = 1024 * 1024 * 1024,
@@ -79,10 +84,12 @@ return {
     capacity = 10000,
   },
 
-  -- Bytes of server-held objects (cached, leased, unfetched task results)
-  -- per device; 0 = no budget. Past it, the least recently used cache
-  -- entries nobody holds are evicted; an object that still does not fit
-  -- fails with OUT_OF_MEMORY. Default for cpu: half the physical memory.
+  -- Bytes of every arena the server holds (objects, unfetched task
+  -- results, unsent results, running bodies' tensors) per device, counted
+  -- before they are allocated; 0 = no budget. Past it, the least recently
+  -- used cache entries nobody holds are evicted; an allocation that still
+  -- does not fit fails with OUT_OF_MEMORY. Default for cpu: half of the
+  -- physical memory or of the cgroup's memory limit, whichever is lower.
   -- memory_budget = { cpu = 32 * 1024 * 1024 * 1024, ["cuda:0"] = 60 * 1024 * 1024 * 1024 },
 
   -- Where an endpoint builds when it names no `device` (and a constructor

@@ -34,7 +34,7 @@ extern "C" {
 #define ST_DEFAULT_MAX_CONNECTIONS    1024
 #define ST_DEFAULT_MAX_INFLIGHT       64           /* per connection       */
 #define ST_DEFAULT_FRAME_TIMEOUT_MS   10000        /* half-sent frame      */
-#define ST_DEFAULT_MAX_OBJECT_BYTES   (64ull << 30)
+#define ST_DEFAULT_MAX_OBJECT_BYTES   0ull         /* 0: memory_budget bounds it */
 #define ST_MAX_DEPTH                  32           /* value nesting        */
 #define ST_MAX_NDIM                   16
 /* Linux caps one SCM_RIGHTS message at 253 descriptors (SCM_MAX_FD). */

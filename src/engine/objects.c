@@ -7,6 +7,7 @@
 
 #include "common/fail.h"
 #include "engine/job.h"
+#include "mem/ledger.h"
 #include "st/errors.h"
 
 /* Empty registry; ids start at 1. */
@@ -24,14 +25,20 @@ static st__budget_t *budget_of(st__objects_t *r, const char *device, int create)
   st__budget_t *b = &r->budgets[r->nbudgets++];
   memset(b, 0, sizeof *b);
   snprintf(b->device, sizeof b->device, "%s", device);
+  char *end = NULL;
+  b->ordinal = strcmp(device, "cpu") == 0 ? -1 : -2;
+  if (strncmp(device, "cuda:", 5) == 0) {
+    long n = strtol(device + 5, &end, 10);
+    if (end != device + 5 && !*end && n >= 0 && n < 4096) b->ordinal = (int)n;
+  }
   return b;
 }
 
-/* Budget of a device (0 = none). ST_OK or ST_ERR_LIMIT. */
+/* Budget of a device (0 = none), in the ledger. ST_OK or ST_ERR_LIMIT. */
 int st__objects_set_budget(st__objects_t *r, const char *device, uint64_t bytes) {
   st__budget_t *b = budget_of(r, device, 1);
-  if (!b) return ST_ERR_LIMIT;
-  b->budget = bytes;
+  if (!b || b->ordinal < -1) return ST_ERR_LIMIT;
+  st__ledger_set_budget(b->ordinal, bytes);
   return ST_OK;
 }
 
@@ -101,14 +108,18 @@ int st__objects_collect(st__objects_t *r, st__object_t *o) {
   return 1;
 }
 
-/* What an object of `res` charges, per device: a CPU arena its usable
- * size, a CUDA arena its allocated size (granularity-rounded: what the
- * device gives up). A result without arenas charges 0 bytes to the cpu.
- * Fills charges (budgets created as needed) and `device` ("cpu" or the
+/* What an object of `res` is charged, per device: what the ledger holds
+ * for its arenas (their allocated bytes; 0 for a tensor argument). A
+ * result without arenas counts 0 bytes on the cpu. Fills charges (devices
+ * listed as needed), *fds, *size (the object's `bytes`: a CPU arena's
+ * usable size, a CUDA arena's allocated size) and `device` ("cpu" or the
  * first CUDA device). ST_OK or ST_ERR_OUT_OF_MEMORY (too many devices). */
 static int charges_of(st__objects_t *r, const st__build_result_t *res, st__charge_t *charges,
-                      int *ncharges, char device[ST_OBJ_DEVICE_LEN], char *err, size_t errlen) {
+                      int *ncharges, unsigned *fds, uint64_t *size,
+                      char device[ST_OBJ_DEVICE_LEN], char *err, size_t errlen) {
   *ncharges = 0;
+  *fds = 0;
+  *size = 0;
   snprintf(device, ST_OBJ_DEVICE_LEN, "cpu");
   int have_cuda = 0;
   for (size_t i = 0; i <= res->narenas; i++) {
@@ -119,15 +130,18 @@ static int charges_of(st__objects_t *r, const st__build_result_t *res, st__charg
       snprintf(name, sizeof name, "cpu");
     } else {
       int dev = st__arena_device(res->arenas[i]);
+      unsigned n = 0;
+      st__arena_charge(res->arenas[i], NULL, &bytes, &n);
+      *fds += n;
       if (dev < 0) {
         snprintf(name, sizeof name, "cpu");
-        bytes = st__arena_bytes(res->arenas[i]);
+        *size += st__arena_bytes(res->arenas[i]);
       } else {
         st__arena_desc_t d;
         memset(&d, 0, sizeof d);
         st__arena_describe(res->arenas[i], &d);
+        *size += d.bytes;
         snprintf(name, sizeof name, "cuda:%d", dev);
-        bytes = d.bytes;
         if (!have_cuda) snprintf(device, ST_OBJ_DEVICE_LEN, "%s", name);
         have_cuda = 1;
       }
@@ -168,48 +182,42 @@ static char *make_slot(const char *endpoint, const char *where, const char *key,
   return s;
 }
 
-/* Nonzero while charge c does not fit its budget. */
-static int over(const st__objects_t *r, const st__charge_t *c) {
-  const st__budget_t *b = &r->budgets[c->budget];
-  return b->budget && b->bytes + c->bytes > b->budget;
-}
-
-/* Makes room for the charges of a new object on every device: ST_OK (after
- * evicting what had to go), or ST_ERR_OUT_OF_MEMORY with nothing evicted. */
-static int make_room(st__objects_t *r, const st__charge_t *charges, int n, char *err,
-                     size_t errlen) {
-  int any = 0;
-  for (int i = 0; i < n; i++) {
-    if (!over(r, &charges[i])) continue;
-    any = 1;
-    const st__budget_t *b = &r->budgets[charges[i].budget];
-    uint64_t need = charges[i].bytes, freeable = 0;
-    for (st__object_t *o = r->lru_head; o; o = o->lru_next)
-      if (evictable(o)) freeable += charge_on(o, charges[i].budget);
-    if (need > b->budget || b->bytes - freeable + need > b->budget)
-      return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen,
-                      "object of %llu bytes does not fit the %s budget of %llu bytes "
-                      "(%llu bytes held by leases)",
-                      (unsigned long long)need, b->device, (unsigned long long)b->budget,
-                      (unsigned long long)(b->bytes - freeable));
-  }
-  st__object_t *o = any ? r->lru_head : NULL;
-  while (o) {
-    int still = 0;
-    for (int i = 0; i < n && !still; i++) still = over(r, &charges[i]);
-    if (!still) break;
+/* Evicts for the ledger; see objects.h. Loop thread. */
+size_t st__objects_reclaim(st__objects_t *r, int device, uint64_t bytes, unsigned fds) {
+  char name[ST_OBJ_DEVICE_LEN];
+  if (device < 0) snprintf(name, sizeof name, "cpu");
+  else snprintf(name, sizeof name, "cuda:%d", device);
+  const st__budget_t *b = budget_of(r, name, 0);
+  int bi = b ? (int)(b - r->budgets) : -1;
+  /* Nothing goes for nothing: when evicting every candidate would not
+   * make room, none is evicted. */
+  uint64_t freeable = 0, freeable_fds = 0;
+  for (const st__object_t *o = r->lru_head; o; o = o->lru_next)
+    if (evictable(o)) {
+      freeable += bi >= 0 ? charge_on(o, bi) : 0;
+      freeable_fds += o->fds;
+    }
+  st__ledger_stats_t l;
+  st__ledger_stats(device, &l);
+  if (l.budget && l.used + bytes > l.budget &&
+      l.used - (freeable < l.used ? freeable : l.used) + bytes > l.budget)
+    return 0;
+  if (fds && l.fd_cap && l.fds + fds > l.fd_cap &&
+      l.fds - (freeable_fds < l.fds ? freeable_fds : l.fds) + fds > l.fd_cap)
+    return 0;
+  size_t n = 0;
+  st__object_t *o = r->lru_head;
+  while (o && !st__ledger_fits(device, bytes, fds)) {
     st__object_t *next = o->lru_next;
-    int helps = 0;
-    for (int i = 0; i < n && !helps; i++)
-      helps = over(r, &charges[i]) && charge_on(o, charges[i].budget) > 0;
+    int helps = (bi >= 0 && charge_on(o, bi) > 0) || (fds && o->fds);
     if (evictable(o) && helps) {
-      drop_cache_entry(r, o);
       destroy(r, o);
       r->evictions++;
+      n++;
     }
     o = next;
   }
-  return ST_OK;
+  return n;
 }
 
 /* Registers a result as an object; see objects.h. */
@@ -219,7 +227,9 @@ int st__objects_add(st__objects_t *r, const st__object_spec_t *spec, st__build_r
   char device[ST_OBJ_DEVICE_LEN];
   st__charge_t charges[ST_OBJ_MAX_BUDGETS];
   int ncharges = 0;
-  int rc = charges_of(r, result, charges, &ncharges, device, err, errlen);
+  unsigned fds = 0;
+  uint64_t size = 0;
+  int rc = charges_of(r, result, charges, &ncharges, &fds, &size, device, err, errlen);
   if (rc != ST_OK) return rc;
   st__object_t *o = calloc(1, sizeof *o);
   if (!o) return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
@@ -249,26 +259,17 @@ int st__objects_add(st__objects_t *r, const st__object_spec_t *spec, st__build_r
     free(o);
     return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
   }
-  rc = make_room(r, charges, ncharges, err, errlen);
-  if (rc != ST_OK) {
-    st__smap_del(&r->by_id, ST__ID_KEY(&o->id));
-    free(o->endpoint);
-    free(o->cache_key);
-    free(o->slot);
-    free(o);
-    return rc;
-  }
   r->next_id++;
   o->fingerprint = spec->fingerprint;
   o->managed = spec->managed;
-  o->bytes = 0;
+  o->bytes = size;
   for (int i = 0; i < ncharges; i++) {
     o->charges[i] = charges[i];
-    o->bytes += charges[i].bytes;
     r->budgets[charges[i].budget].bytes += charges[i].bytes;
     r->budgets[charges[i].budget].objects++;
   }
   o->ncharges = ncharges;
+  o->fds = fds;
   memcpy(o->device, device, sizeof device);
   o->created_at = o->last_accessed_at = st__now_unix();
   o->result = *result;
@@ -449,11 +450,14 @@ void st__objects_stats(const st__objects_t *r, const char *device, st__budget_st
   memset(out, 0, sizeof *out);
   int bi = -1;
   for (int i = 0; i < r->nbudgets; i++)
-    if (strcmp(r->budgets[i].device, device) == 0) {
-      out->budget = r->budgets[i].budget;
-      bi = i;
-    }
+    if (strcmp(r->budgets[i].device, device) == 0) bi = i;
   if (bi < 0) return;
+  if (r->budgets[bi].ordinal >= -1) {
+    st__ledger_stats_t l;
+    st__ledger_stats(r->budgets[bi].ordinal, &l);
+    out->budget = l.budget;
+    out->used_bytes = l.used;
+  }
   for (const st__object_t *o = r->all_head; o; o = o->all_next) {
     for (int i = 0; i < o->ncharges; i++) {
       if (o->charges[i].budget != bi) continue;

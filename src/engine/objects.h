@@ -13,11 +13,14 @@
  * memory that clients still map stays theirs.
  *
  * Budget: every device ("cpu", "cuda:N") has a budget in bytes (0 =
- * none). Each arena of an object is charged to its device while the object
- * exists: a CPU arena its usable size, a CUDA arena its allocated size (a
- * multiple of the VMM granularity: what the device really gives up). Adding an object that does not fit first evicts cached
- * objects that nothing else holds (no lease, no hold), least recently used
- * first; if it still cannot fit, nothing is evicted and the add fails.
+ * none), kept by the ledger (mem/ledger.h), which charges every arena the
+ * server allocates from allocation on: objects, and also plain results,
+ * task results and a body's temporaries, which are no objects. When an
+ * allocation does not fit (bytes of its device, or the ledger's
+ * descriptor cap), the server calls st__objects_reclaim on the loop
+ * thread: cached objects that nothing else holds (no lease, no hold) are
+ * evicted, least recently used first, until it fits. Here each object
+ * also counts what its arenas are charged, per device, for info.
  *
  * Threads: loop thread only; nothing here locks.
  */
@@ -56,7 +59,9 @@ typedef struct st__object {
   uint32_t holds;             /* unfetched task results */
   st__lease_t *leases;        /* owned, nleases used */
   size_t nleases, cap_leases;
-  uint64_t bytes;             /* sum of the charges */
+  uint64_t bytes;             /* its arenas' sizes (CPU: usable, CUDA:
+                                 allocated), as info and replies show it */
+  unsigned fds;               /* descriptors its arenas keep open */
   char device[ST_OBJ_DEVICE_LEN];   /* "cpu", or its first CUDA device */
   st__charge_t charges[ST_OBJ_MAX_BUDGETS];  /* per device; at least one */
   int ncharges;
@@ -69,9 +74,10 @@ typedef struct st__object {
   struct st__object *all_prev, *all_next;  /* every object, by id */
 } st__object_t;
 
+/* A device objects are counted on (its budget is the ledger's). */
 typedef struct st__budget {
   char device[ST_OBJ_DEVICE_LEN];
-  uint64_t budget;            /* bytes; 0 = no budget */
+  int ordinal;                /* -1: the CPU; for the ledger */
   uint64_t bytes;             /* bytes of this device's objects */
   uint64_t objects;
 } st__budget_t;
@@ -84,7 +90,8 @@ typedef struct st__objects {
   size_t count;
   uint64_t next_id;
   uint64_t leases;            /* sum of refcounts */
-  uint64_t evictions;         /* cache entries evicted for the budget */
+  uint64_t evictions;         /* cache entries evicted for the budget or
+                                 the descriptor cap */
   uint64_t created, destroyed;
   st__budget_t budgets[ST_OBJ_MAX_BUDGETS];
   int nbudgets;
@@ -106,6 +113,8 @@ typedef struct st__object_spec {
 /* Per-device figures for info. */
 typedef struct st__budget_stats {
   uint64_t budget;
+  uint64_t used_bytes;        /* everything the server holds on the device
+                                 (the ledger: objects, results, replies) */
   uint64_t cached_bytes;      /* objects only the cache holds (evictable) */
   uint64_t leased_bytes;      /* objects held by leases or tasks */
   uint64_t objects;
@@ -116,20 +125,26 @@ void st__objects_init(st__objects_t *r);
 /* Destroys every object (dropping their arena references). */
 void st__objects_free(st__objects_t *r);
 
-/* Sets the budget of `device` ("cpu", "cuda:0"); 0 = none. ST_OK or
- * ST_ERR_LIMIT when too many devices are named. */
+/* Sets the budget of `device` ("cpu", "cuda:0") in the ledger and lists
+ * the device in the stats; 0 = none. ST_OK, or ST_ERR_LIMIT when too many
+ * devices are named or the name is neither. At start. */
 int st__objects_set_budget(st__objects_t *r, const char *device, uint64_t bytes);
 
-/* Registers the result as a new object (refcount 0, no hold): evicts for
- * the budget, then moves *result into the object (*result is left empty).
- * On failure nothing is registered or evicted, *result is untouched, and
- * err says why:
- *   ST_ERR_OUT_OF_MEMORY  "object of N bytes does not fit the cpu budget
- *                          of B bytes (L bytes held by leases)", or malloc
- * The new object is borrowed by the caller, who must give it a lease, a
- * hold or leave it cached, then call st__objects_collect. */
+/* Registers the result as a new object (refcount 0, no hold) and moves
+ * *result into it (*result is left empty). Its arenas were charged to the
+ * ledger when they were allocated: nothing is evicted here. On failure
+ * nothing is registered, *result is untouched, and err says why
+ * (ST_ERR_OUT_OF_MEMORY: malloc). The new object is borrowed by the
+ * caller, who must give it a lease, a hold or leave it cached, then call
+ * st__objects_collect. */
 int st__objects_add(st__objects_t *r, const st__object_spec_t *spec, st__build_result_t *result,
                     st__object_t **out, char *err, size_t errlen);
+
+/* Evicts cached objects nothing else holds, least recently used first,
+ * that hold bytes on `device` (-1: the CPU) or descriptors (when `fds`),
+ * until the ledger fits a charge of `bytes` there and `fds` descriptors
+ * (st__ledger_fits) or none is left. Returns how many it evicted. */
+size_t st__objects_reclaim(st__objects_t *r, int device, uint64_t bytes, unsigned fds);
 
 /* Object by id (borrowed) or NULL. */
 st__object_t *st__objects_find(st__objects_t *r, uint64_t id);

@@ -11,6 +11,7 @@
  */
 #include "mem/arena.h"
 #include "mem/cuda.h"
+#include "mem/ledger.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,12 +38,16 @@ struct st__arena {
   uint64_t id;                 /* process-unique, never reused */
   uint64_t bytes;              /* usable size: what the caller asked for */
   uint64_t size;               /* allocated size (page / granularity rounded) */
-  int fd;                      /* the exported descriptor; dups go to clients */
+  int fd;                      /* memfd / received descriptor, dups go to clients;
+                                  -1 for VMM (exported per reply) and legacy */
   void *base;                  /* CPU: the server's mapping; CUDA: device address */
   struct st__cuda_alloc *cuda; /* CUDA: the allocation, owned */
   struct st__cuda_legacy *legacy; /* CUDA_LEGACY: the allocation, owned */
   st__cuda_mapping_t import;   /* CUDA_IMPORT: the mapping, owned */
   char uuid[ST_CUDA_UUID_LEN]; /* CUDA_IMPORT: the device */
+  int charge_device;           /* what the ledger holds for it (ledger.h) */
+  uint64_t charge_bytes;
+  unsigned charge_fds;
 };
 
 static atomic_uint_fast64_t next_id = 1;
@@ -89,13 +94,28 @@ int st__arena_new_cpu(uint64_t bytes, st__arena_t **out, char *err, size_t errle
   /* At least one page so that a client can always mmap it. */
   uint64_t size = bytes ? (bytes + (uint64_t)page - 1) / (uint64_t)page * (uint64_t)page
                         : (uint64_t)page;
+  /* With no budget a memfd is still never larger than what this host lets
+   * the process have (fallocate would not fail: the OOM killer would run). */
+  char source[128];
+  uint64_t host = st__ledger_host_memory(source, sizeof source);
+  if (host && size > host)
+    return st__fail(ST_ERR_LIMIT, err, errlen,
+                    "object of %llu bytes is larger than the memory of this host (%llu bytes: "
+                    "%s)",
+                    (unsigned long long)bytes, (unsigned long long)host, source);
+  int rc = st__ledger_charge(-1, size, 1, err, errlen);
+  if (rc != ST_OK) return rc;
 
   st__arena_t *a = calloc(1, sizeof *a);
   if (!a) {
+    st__ledger_discharge(-1, size, 1);
     snprintf(err, errlen, "out of memory");
     return ST_ERR_OUT_OF_MEMORY;
   }
   a->kind = ST__ARENA_CPU;
+  a->charge_device = -1;
+  a->charge_bytes = size;
+  a->charge_fds = 1;
   a->id = atomic_fetch_add(&next_id, 1);
   a->bytes = bytes;
   a->size = size;
@@ -104,11 +124,9 @@ int st__arena_new_cpu(uint64_t bytes, st__arena_t **out, char *err, size_t errle
   char name[48];
   snprintf(name, sizeof name, "st-arena-%llu", (unsigned long long)a->id);
   a->fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  int rc;
   if (a->fd < 0) {
     rc = alloc_error(errno, "memfd_create", bytes, err, errlen);
-    free(a);
-    return rc;
+    goto fail;
   }
   if (ftruncate(a->fd, (off_t)size) != 0) {
     rc = alloc_error(errno, "ftruncate", bytes, err, errlen);
@@ -138,7 +156,8 @@ int st__arena_new_cpu(uint64_t bytes, st__arena_t **out, char *err, size_t errle
   return ST_OK;
 
 fail:
-  close(a->fd);
+  if (a->fd >= 0) close(a->fd);
+  st__ledger_discharge(-1, size, 1);
   free(a);
   return rc;
 }
@@ -167,7 +186,7 @@ void st__arena_unref(st__arena_t *a) {
     if (a->fd >= 0) close(a->fd);
     break;
   case ST__ARENA_CUDA:
-    st__cuda_alloc_free(a->cuda);   /* unmaps, releases, closes a->fd */
+    st__cuda_alloc_free(a->cuda);   /* unmaps, releases the handle */
     break;
   case ST__ARENA_CUDA_LEGACY:
     st__cuda_legacy_free(a->legacy);  /* cuMemFree; there is no fd */
@@ -177,6 +196,7 @@ void st__arena_unref(st__arena_t *a) {
     close(a->fd);
     break;
   }
+  st__ledger_discharge(a->charge_device, a->charge_bytes, a->charge_fds);
   atomic_fetch_sub(&live_count, 1);
   atomic_fetch_sub(&live_bytes, a->size);
   free(a);
@@ -189,8 +209,10 @@ uint64_t st__arena_id(const st__arena_t *a) { return a->id; }
 /* Any thread. */
 int st__arena_has_fd(const st__arena_t *a) { return a->kind != ST__ARENA_CUDA_LEGACY; }
 
-/* A close-on-exec dup of the arena's descriptor, owned by the caller. */
+/* A close-on-exec dup of the arena's descriptor (a new export of a VMM
+ * allocation), owned by the caller. */
 int st__arena_dup_fd(const st__arena_t *a) {
+  if (a->kind == ST__ARENA_CUDA) return st__cuda_alloc_export(a->cuda);
   if (a->fd < 0) return ST_ERR_INVALID_ARGUMENT;
   int fd = fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
   if (fd >= 0) return fd;
@@ -256,14 +278,20 @@ int st__arena_check_limit(uint64_t bytes, char *err, size_t errlen) {
   return ST_OK;
 }
 
-/* A new arena record holding one reference, counted live; NULL when out
- * of host memory. Every backend but the memfd one (which fills its record
- * step by step) makes its record here. */
+/* A new arena record holding one reference, counted live, that takes
+ * over a ledger charge of `charge_bytes` on `device` and `charge_fds`
+ * descriptors; NULL when out of host memory (the charge is then still the
+ * caller's). Every backend but the memfd one (which fills its record step
+ * by step) makes its record here. */
 static st__arena_t *new_record(st__arena_kind_t kind, uint64_t bytes, uint64_t size, int fd,
-                               void *base) {
+                               void *base, int device, uint64_t charge_bytes,
+                               unsigned charge_fds) {
   st__arena_t *a = calloc(1, sizeof *a);
   if (!a) return NULL;
   a->kind = kind;
+  a->charge_device = device;
+  a->charge_bytes = charge_bytes;
+  a->charge_fds = charge_fds;
   a->id = atomic_fetch_add(&next_id, 1);
   a->bytes = bytes;
   a->size = size;
@@ -277,8 +305,9 @@ static st__arena_t *new_record(st__arena_kind_t kind, uint64_t bytes, uint64_t s
 
 /* Wraps a CUDA allocation; NULL when calloc fails. Any thread. */
 st__arena_t *st__arena_adopt_cuda(struct st__cuda_alloc *c, uint64_t bytes, uint64_t size,
-                                  int fd, void *base) {
-  st__arena_t *a = new_record(ST__ARENA_CUDA, bytes, size, fd, base);
+                                  void *base) {
+  st__arena_t *a = new_record(ST__ARENA_CUDA, bytes, size, -1, base,
+                              st__cuda_alloc_ordinal(c), size, 0);
   if (a) a->cuda = c;
   return a;
 }
@@ -286,7 +315,8 @@ st__arena_t *st__arena_adopt_cuda(struct st__cuda_alloc *c, uint64_t bytes, uint
 /* Wraps a legacy allocation; NULL when calloc fails. Any thread. */
 st__arena_t *st__arena_adopt_cuda_legacy(struct st__cuda_legacy *l, uint64_t bytes,
                                          uint64_t size, void *base) {
-  st__arena_t *a = new_record(ST__ARENA_CUDA_LEGACY, bytes, size, -1, base);
+  st__arena_t *a = new_record(ST__ARENA_CUDA_LEGACY, bytes, size, -1, base,
+                              st__cuda_legacy_ordinal(l), size, 0);
   if (a) a->legacy = l;
   return a;
 }
@@ -312,7 +342,7 @@ static int import_cpu(const st__arena_desc_t *d, int fd, st__arena_t **out, char
                     "mmap of %llu bytes read-write failed: %s (a read-only descriptor?)",
                     (unsigned long long)d->bytes, strerror(e));
   }
-  *out = new_record(ST__ARENA_CPU, d->bytes, d->bytes, fd, p);
+  *out = new_record(ST__ARENA_CPU, d->bytes, d->bytes, fd, p, -1, 0, 1);
   if (!*out) {
     munmap(p, (size_t)d->bytes);
     return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
@@ -326,7 +356,12 @@ int st__arena_import(const st__arena_desc_t *d, int fd, st__arena_t **out, char 
   char dummy[1];
   if (!err) { err = dummy; errlen = sizeof dummy; }
   *out = NULL;
-  int rc;
+  /* The memory is the client's; the descriptor it keeps open is ours. */
+  int rc = st__ledger_charge(-1, 0, 1, err, errlen);
+  if (rc != ST_OK) {
+    close(fd);
+    return rc;
+  }
   if (d->legacy || strcmp(d->backend, d->cuda ? "vmm" : "memfd") != 0) {
     rc = st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                   "backend \"%s\" cannot carry an argument (memfd for cpu, vmm for cuda)",
@@ -338,7 +373,7 @@ int st__arena_import(const st__arena_desc_t *d, int fd, st__arena_t **out, char 
     rc = st__cuda_import(fd, d->bytes, d->uuid, &m, err, errlen);
     if (rc == ST_OK) {
       *out = new_record(ST__ARENA_CUDA_IMPORT, d->bytes, d->bytes, fd,
-                        (void *)(uintptr_t)m.dptr);
+                        (void *)(uintptr_t)m.dptr, -1, 0, 1);
       if (*out) {
         (*out)->import = m;
         snprintf((*out)->uuid, sizeof (*out)->uuid, "%s", d->uuid);
@@ -348,8 +383,18 @@ int st__arena_import(const st__arena_desc_t *d, int fd, st__arena_t **out, char 
       }
     }
   }
-  if (rc != ST_OK) close(fd);
+  if (rc != ST_OK) {
+    close(fd);
+    st__ledger_discharge(-1, 0, 1);
+  }
   return rc;
+}
+
+/* Ledger figures of one arena. Any thread. */
+void st__arena_charge(const st__arena_t *a, int *device, uint64_t *bytes, unsigned *fds) {
+  if (device) *device = a->charge_device;
+  if (bytes) *bytes = a->charge_bytes;
+  if (fds) *fds = a->charge_fds;
 }
 
 /* Live arenas and their allocated bytes. Any thread. */

@@ -12,6 +12,12 @@
  * while any fd or mapping exists, so unref'ing the last server reference
  * never invalidates what a client mapped.
  *
+ * Every arena the server allocates is charged to the ledger (ledger.h)
+ * before its memory exists and discharged by its last unref: its
+ * allocated bytes on its device, and one descriptor when it keeps one
+ * open (memfd arenas and tensor arguments; a VMM arena keeps only its
+ * allocation handle and exports a descriptor per reply).
+ *
  * Threads: arenas are created and filled on worker threads and handed to the
  * loop thread; the reference count is atomic, so ref/unref may be called
  * from any thread. The data itself is not locked.
@@ -35,8 +41,11 @@ struct st__cuda_alloc;           /* src/mem/cuda.h */
  * "st-arena-<id>", sized, sealed against shrinking and growing (a client
  * cannot truncate it under the server), and mapped read-write.
  * On success *out holds one reference owned by the caller.
- * Errors: ST_ERR_OUT_OF_MEMORY, ST_ERR_LIMIT (bytes above the process-wide
- * cap set by st__arena_set_limit), with a reason in err. Any thread. */
+ * Errors: ST_ERR_OUT_OF_MEMORY (the cpu memory budget, or the kernel),
+ * ST_ERR_LIMIT (bytes above the process-wide cap set by
+ * st__arena_set_limit or above the host's memory, the descriptor cap of
+ * the ledger, out of descriptors), with a reason in err. Any thread;
+ * may wait for the ledger's reclaim hook. */
 int st__arena_new_cpu(uint64_t bytes, st__arena_t **out, char *err, size_t errlen);
 
 /* Creates a CUDA arena of `bytes` on device `ordinal` of this process
@@ -45,10 +54,12 @@ int st__arena_new_cpu(uint64_t bytes, st__arena_t **out, char *err, size_t errle
  * granularity (one granule for 0), exported to a descriptor once, mapped
  * read-write on that device in the server (st__arena_base is then a device
  * address, usable by kernels in that device's context) and zero-filled.
- * st__arena_dup_fd dups the exported descriptor; describe() says cuda,
+ * The server keeps no descriptor: st__arena_dup_fd exports a new one
+ * each time (st__cuda_alloc_export); describe() says cuda,
  * "vmm" and the device UUID. On success *out holds one reference owned by
  * the caller. Errors: ST_ERR_LIMIT (over the cap of st__arena_set_limit),
- * ST_ERR_OUT_OF_MEMORY (with the requested and free bytes in err),
+ * ST_ERR_OUT_OF_MEMORY (the device's memory budget, or the device, with
+ * the requested and free bytes in err),
  * ST_ERR_INVALID_ARGUMENT (no such ordinal), ST_ERR_CAPABILITY ("no CUDA
  * device: <reason>"). Any thread; leaves the device's primary context
  * current on the calling thread. */
@@ -103,9 +114,11 @@ uint64_t st__arena_id(const st__arena_t *a);
 int st__arena_has_fd(const st__arena_t *a);
 
 /* A new descriptor for the allocation, to send to one client (the caller
- * owns it and closes it after sendmsg). Returns the fd, or a negative
- * ST_ERR_* (ST_ERR_LIMIT when the process is out of descriptors,
- * ST_ERR_INVALID_ARGUMENT for an arena without one: st__arena_has_fd). */
+ * owns it and closes it after sendmsg): a dup of a memfd arena's or
+ * tensor argument's descriptor, a new export of a VMM arena. Returns the
+ * fd, or a negative ST_ERR_* (ST_ERR_LIMIT when the process is out of
+ * descriptors, ST_ERR_INVALID_ARGUMENT for an arena without one:
+ * st__arena_has_fd). Any thread. */
 int st__arena_dup_fd(const st__arena_t *a);
 
 /* Fills everything of *d except d->fd (the message-local index; a legacy
@@ -122,16 +135,18 @@ int st__arena_check_limit(uint64_t bytes, char *err, size_t errlen);
 
 /* For backends: wraps a CUDA allocation (ownership moves to the arena,
  * which frees it with st__cuda_alloc_free on the last unref) into a new
- * arena holding one reference. `fd` is the exported descriptor (owned by
- * the allocation), `base` the server's device address, `size` the
- * allocated size. NULL when out of host memory (the caller still owns c). */
+ * arena holding one reference, with the ledger charge of `size` bytes that
+ * st__cuda_arena_prepare made on its device. `base` is the server's
+ * device address, `size` the allocated size. NULL when out of host memory
+ * (the caller still owns c and the charge). */
 st__arena_t *st__arena_adopt_cuda(struct st__cuda_alloc *c, uint64_t bytes, uint64_t size,
-                                  int fd, void *base);
+                                  void *base);
 
 /* For backends: wraps a legacy allocation (ownership moves to the arena,
  * which frees it with st__cuda_legacy_free on the last unref) into a new
- * arena holding one reference; `base` is its device address, `size` the
- * allocated size. NULL when out of host memory (the caller still owns l). */
+ * arena holding one reference and the ledger charge of `size` bytes;
+ * `base` is its device address, `size` the allocated size. NULL when out
+ * of host memory (the caller still owns l and the charge). */
 struct st__cuda_legacy;
 st__arena_t *st__arena_adopt_cuda_legacy(struct st__cuda_legacy *l, uint64_t bytes,
                                          uint64_t size, void *base);
@@ -145,15 +160,22 @@ st__arena_t *st__arena_adopt_cuda_legacy(struct st__cuda_legacy *l, uint64_t byt
  * A CUDA arena ("vmm") is imported with st__cuda_import on the device whose
  * UUID it names and mapped read-write there. The arena describes itself
  * with a new server id and the same backend, and st__arena_dup_fd dups the
- * received descriptor, so an endpoint may return it. On success *out holds
+ * received descriptor, so an endpoint may return it. The descriptor it
+ * keeps is charged to the ledger (the memory is the client's and is not).
+ * On success *out holds
  * one reference owned by the caller. Errors: ST_ERR_INVALID_ARGUMENT (not
  * a sealed memfd, too short, not writable, not an exported CUDA
  * allocation, a legacy arena), ST_ERR_NOT_FOUND (no visible device has the
- * UUID), ST_ERR_CAPABILITY (no CUDA), ST_ERR_OUT_OF_MEMORY, with the
+ * UUID), ST_ERR_CAPABILITY (no CUDA), ST_ERR_OUT_OF_MEMORY, ST_ERR_LIMIT
+ * (the ledger's descriptor cap), with the
  * reason in err. Any thread (a worker: CUDA imports make the device's
  * context current). */
 int st__arena_import(const st__arena_desc_t *d, int fd, st__arena_t **out, char *err,
                      size_t errlen);
+
+/* What the ledger holds for the arena: its device (-1: the CPU), bytes
+ * (0 for a tensor argument) and descriptors (0 or 1). Any thread. */
+void st__arena_charge(const st__arena_t *a, int *device, uint64_t *bytes, unsigned *fds);
 
 /* Live arenas and their bytes in this process (for info and leak checks). */
 void st__arena_stats(uint64_t *count, uint64_t *bytes);

@@ -86,9 +86,11 @@ const st__cuda_api_t *st__cuda_api(char *err, size_t errlen);
 
 /* The steps every CUDA arena starts with (cuda_arena.c, cuda_legacy.c):
  * the object size limit, the driver, the device's context made current,
- * its allocation granularity, and *size = bytes rounded up to it (one
- * granule for 0 bytes). ST_OK, or LIMIT / CAPABILITY / a driver error with a message.
- * Any thread. */
+ * its allocation granularity, *size = bytes rounded up to it (one granule
+ * for 0 bytes), and a ledger charge of *size on `ordinal` (mem/ledger.h),
+ * which the caller hands to the arena or discharges when it fails later.
+ * ST_OK, or LIMIT / OUT_OF_MEMORY (the budget) / CAPABILITY / a driver
+ * error with a message. Any thread. */
 int st__cuda_arena_prepare(int ordinal, uint64_t bytes, const st__cuda_api_t **api,
                            uint64_t *gran, uint64_t *size, char *err, size_t errlen);
 
@@ -210,10 +212,17 @@ void st__cuda_unmap(st__cuda_mapping_t *m);
  * by a CUDA arena; freed by st__cuda_alloc_free on its last unref. */
 typedef struct st__cuda_alloc st__cuda_alloc_t;
 
-/* Unmaps, frees the address range, releases the allocation handle, closes
- * the exported descriptor and frees *c. Clients' mappings keep the memory.
- * NULL is a no-op. Any thread. */
+/* Unmaps, frees the address range, releases the allocation handle and
+ * frees *c. Clients' mappings keep the memory. NULL is a no-op. Any
+ * thread. */
 void st__cuda_alloc_free(st__cuda_alloc_t *c);
+
+/* Exports the allocation to a new POSIX descriptor (close-on-exec, owned
+ * by the caller), one per reply: the server keeps none of its own.
+ * Returns the fd, or ST_ERR_LIMIT (out of descriptors), ST_ERR_CAPABILITY,
+ * another ST_ERR_* for a driver failure. Any thread (the device's primary
+ * context becomes current). */
+int st__cuda_alloc_export(st__cuda_alloc_t *c);
 
 /* UUID string of the allocation's device (borrowed, static for the life of
  * c) and its ordinal in this process. */

@@ -4,16 +4,17 @@
  * One arena is one cuMemCreate allocation of pinned device memory whose
  * handle type is CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (FABRIC is never
  * requested: it needs IMEX daemons and is not what a same-host server
- * wants). The allocation is exported to a descriptor ONCE at creation
- * (export costs 16-23 µs with millisecond outliers); each client then gets
- * a dup of it. The server maps the allocation read-write on its device so
+ * wants). The server keeps the allocation handle, not a descriptor: each
+ * reply exports a new one (st__cuda_alloc_export, 16-23 µs with
+ * millisecond outliers), so that objects held in the cache take no slot of
+ * the descriptor table however many there are (docs/cuda.md). The server maps the allocation read-write on its device so
  * that kernels fill it, and zero-fills it so that "zeros" needs no kernel.
  *
  * Lifetime: the driver counts handles, descriptors and mappings of the
  * physical memory across processes. The last server unref unmaps, frees
- * the address range, releases the handle and closes the descriptor; a
- * client that imported a dup keeps its mapping, and the memory, even after
- * the server exits or is killed.
+ * the address range and releases the handle; a client that imported an
+ * export keeps its mapping, and the memory, even after the server exits or
+ * is killed.
  *
  * Contracts of the non-static functions: their comments in arena.h and
  * cuda.h.
@@ -21,6 +22,7 @@
 #include "mem/arena.h"
 #include "common/fail.h"
 #include "mem/cuda.h"
+#include "mem/ledger.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -38,7 +40,6 @@ struct st__cuda_alloc {
   CUdeviceptr va;              /* reserved range, 0 when none */
   int mapped;
   uint64_t size;
-  int fd;                      /* the exported descriptor, -1 when none */
 };
 
 /* Undoes whatever part of the allocation exists. */
@@ -46,11 +47,9 @@ static void alloc_teardown(const st__cuda_api_t *a, st__cuda_alloc_t *c) {
   if (c->mapped) a->cuMemUnmap(c->va, (size_t)c->size);
   if (c->va) a->cuMemAddressFree(c->va, (size_t)c->size);
   if (c->have_handle) a->cuMemRelease(c->handle);
-  if (c->fd >= 0) close(c->fd);
   c->mapped = 0;
   c->va = 0;
   c->have_handle = 0;
-  c->fd = -1;
 }
 
 /* See cuda.h. */
@@ -83,9 +82,12 @@ int st__cuda_arena_prepare(int ordinal, uint64_t bytes, const st__cuda_api_t **a
   if (bytes > UINT64_MAX - g || bytes > (uint64_t)(SIZE_MAX / 2))
     return st__fail(ST_ERR_LIMIT, err, errlen, "object of %llu bytes is too large",
                     (unsigned long long)bytes);
+  uint64_t n = bytes ? (bytes + g - 1) / g * g : g;
+  rc = st__ledger_charge(ordinal, n, 0, err, errlen);
+  if (rc != ST_OK) return rc;
   *api = a;
   *gran = g;
-  *size = bytes ? (bytes + g - 1) / g * g : g;
+  *size = n;
   return ST_OK;
 }
 
@@ -101,12 +103,12 @@ int st__arena_new_cuda(int ordinal, uint64_t bytes, st__arena_t **out, char *err
 
   st__cuda_alloc_t *c = calloc(1, sizeof *c);
   if (!c) {
+    st__ledger_discharge(ordinal, size, 0);
     snprintf(err, errlen, "out of memory");
     return ST_ERR_OUT_OF_MEMORY;
   }
   c->ordinal = ordinal;
   c->size = size;
-  c->fd = -1;
   rc = st__cuda_device_uuid(ordinal, c->uuid, err, errlen);
   if (rc != ST_OK) goto fail;
 
@@ -119,14 +121,6 @@ int st__arena_new_cuda(int ordinal, uint64_t bytes, st__arena_t **out, char *err
     goto fail;
   }
   c->have_handle = 1;
-  int fd = -1;
-  rc = st__cuda_error(a->cuMemExportToShareableHandle(&fd, c->handle,
-                                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-                      "cuMemExportToShareableHandle", err, errlen);
-  if (rc != ST_OK) goto fail;
-  c->fd = fd;
-  /* Workers may fork helpers; the descriptor must not leak into them. */
-  fcntl(c->fd, F_SETFD, FD_CLOEXEC);
 
   rc = st__cuda_error(a->cuMemAddressReserve(&c->va, (size_t)size, (size_t)gran, 0, 0),
                       "cuMemAddressReserve", err, errlen);
@@ -145,7 +139,7 @@ int st__arena_new_cuda(int ordinal, uint64_t bytes, st__arena_t **out, char *err
   rc = st__cuda_zero_sync(c->va, size, err, errlen);
   if (rc != ST_OK) goto fail;
 
-  st__arena_t *arena = st__arena_adopt_cuda(c, bytes, size, c->fd, (void *)(uintptr_t)c->va);
+  st__arena_t *arena = st__arena_adopt_cuda(c, bytes, size, (void *)(uintptr_t)c->va);
   if (!arena) {
     snprintf(err, errlen, "out of memory");
     rc = ST_ERR_OUT_OF_MEMORY;
@@ -157,7 +151,26 @@ int st__arena_new_cuda(int ordinal, uint64_t bytes, st__arena_t **out, char *err
 fail:
   alloc_teardown(a, c);
   free(c);
+  st__ledger_discharge(ordinal, size, 0);
   return rc;
+}
+
+/* See cuda.h. Any thread (the device's context becomes current). */
+int st__cuda_alloc_export(st__cuda_alloc_t *c) {
+  const st__cuda_api_t *a = st__cuda_api(NULL, 0);
+  if (!a || !c->have_handle) return ST_ERR_INVALID_ARGUMENT;
+  if (st__cuda_ctx_enter(c->ordinal, NULL, 0) != ST_OK) return ST_ERR_CAPABILITY;
+  int fd = -1;
+  CUresult r =
+      a->cuMemExportToShareableHandle(&fd, c->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  if (r != CUDA_SUCCESS || fd < 0) {
+    /* Out of descriptors is the one failure a healthy allocation has. */
+    if (r == CUDA_ERROR_OUT_OF_MEMORY || r == CUDA_ERROR_OPERATING_SYSTEM) return ST_ERR_LIMIT;
+    return st__cuda_error(r, "cuMemExportToShareableHandle", NULL, 0);
+  }
+  /* Workers may fork helpers; the descriptor must not leak into them. */
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
+  return fd;
 }
 
 /* See cuda.h. Any thread (the device's context becomes current). */
@@ -167,8 +180,6 @@ void st__cuda_alloc_free(st__cuda_alloc_t *c) {
   if (a) {
     st__cuda_ctx_enter(c->ordinal, NULL, 0);
     alloc_teardown(a, c);
-  } else if (c->fd >= 0) {
-    close(c->fd);
   }
   free(c);
 }
@@ -193,6 +204,11 @@ int st__arena_new_cuda(int ordinal, uint64_t bytes, st__arena_t **out, char *err
 
 /* See cuda.h; never reached without CUDA arenas. */
 void st__cuda_alloc_free(st__cuda_alloc_t *c) { free(c); }
+/* See cuda.h; never reached without CUDA arenas. */
+int st__cuda_alloc_export(st__cuda_alloc_t *c) {
+  (void)c;
+  return ST_ERR_CAPABILITY;
+}
 /* See cuda.h. Any thread. */
 const char *st__cuda_alloc_uuid(const st__cuda_alloc_t *c) { return ""; }
 /* See cuda.h. Any thread. */

@@ -30,6 +30,7 @@
  */
 #include "mem/arena.h"
 #include "mem/cuda.h"
+#include "mem/ledger.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +64,7 @@ int st__arena_new_cuda_legacy(int ordinal, uint64_t bytes, st__arena_t **out, ch
   if (rc != ST_OK) return rc;
   st__cuda_legacy_t *l = calloc(1, sizeof *l);
   if (!l) {
+    st__ledger_discharge(ordinal, size, 0);
     snprintf(err, errlen, "out of memory");
     return ST_ERR_OUT_OF_MEMORY;
   }
@@ -100,6 +102,7 @@ int st__arena_new_cuda_legacy(int ordinal, uint64_t bytes, st__arena_t **out, ch
 fail:
   legacy_teardown(a, l);
   free(l);
+  st__ledger_discharge(ordinal, size, 0);
   return rc;
 }
 

@@ -216,8 +216,9 @@ int st__build_start(st__server_t *srv, const st__endpoint_decl_t *ep, const char
 
 /* An object-producing build ended well: its result becomes one object
  * (cached when the endpoint caches and its definition did not change
- * meanwhile) that every consumer receives, or the error of a refused
- * object (the memory budget) goes to all of them. */
+ * meanwhile) that every consumer receives. Its arenas were charged to the
+ * memory budget when the body allocated them (mem/ledger.h), so only a
+ * failed malloc refuses it: that error goes to every consumer. */
 static void deliver_built_object(st__server_t *srv, st__build_t *b, st__job_t *job) {
   const st__endpoint_decl_t *now =
       st__generation_find(srv->gen, job->ep->name, strlen(job->ep->name));
@@ -236,7 +237,6 @@ static void deliver_built_object(st__server_t *srv, st__build_t *b, st__job_t *j
   if (rc != ST_OK) {
     char msg[700];
     snprintf(msg, sizeof msg, "%s: %s", job->ep->name, err);
-    srv->counters.budget_refusals++;
     ST_LOG_W("call", "%s", msg);
     st__deliver_error(srv, &b->consumers, rc, msg);
     return;

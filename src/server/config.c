@@ -13,6 +13,7 @@
 
 #include "engine/options.h"
 #include "lua/st_lua.h"
+#include "mem/ledger.h"
 #include "st/errors.h"
 #include "st/wire.h"
 
@@ -43,13 +44,18 @@ static const st__setting_t limits_rows[] = {
      .description = "how long a frame may stay half-sent"},
     {.name = "max_object_bytes", .type = ST_SET_INT, INT_FIELD(max_object_bytes), .lo = 0,
      .hi = INT64_C(1) << 53, .def = (int64_t)ST_DEFAULT_MAX_OBJECT_BYTES,
-     .description = "largest single allocation (arena); 0 = no cap"},
+     .description = "largest single allocation (arena); 0 = only its device's memory_budget "
+                    "(and, on the cpu, the host's memory) bound it"},
     {.name = "lua_memory_bytes", .type = ST_SET_INT, INT_FIELD(lua_memory_bytes),
      .lo = ST__CONFIG_MIN_LUA_MEMORY, .hi = INT64_C(1) << 44, .def = INT64_C(1) << 30,
      .description = "Lua memory of one worker's state (a body past it: OUT_OF_MEMORY)"},
     {.name = "default_timeout_s", .type = ST_SET_SECONDS, .flags = ST_SET_OPEN,
      .offset = F(default_timeout_s), .min = 0, .max = 1e9, .def_seconds = 300.0,
      .description = "timeout of an endpoint that declares none"},
+    {.name = "max_arena_fds", .type = ST_SET_INT, INT_FIELD(max_arena_fds), .lo = 0,
+     .hi = 1 << 30, .def = 0,
+     .description = "descriptors the server's arenas keep open (memfd objects, results, tensor "
+                    "arguments), all together; 0 = half of RLIMIT_NOFILE"},
     {.name = NULL},
 };
 
@@ -159,11 +165,11 @@ int st__config_load(const char *path, st__config_t *cfg, st__errlist_t *errs) {
   return ST_OK;
 }
 
-/* Half of the physical memory; 0 (no budget) when sysconf cannot tell. */
+/* Half of what the host lets this process have: the physical memory or
+ * the cgroup's memory limit, whichever is lower; 0 (no budget) when
+ * sysconf cannot tell. */
 uint64_t st__config_default_cpu_budget(void) {
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page <= 0) return 0;
-  return (uint64_t)pages * (uint64_t)page / 2;
+  return st__ledger_host_memory(NULL, 0) / 2;
 }
 
 /* Sets or adds one budget entry. Loop thread, at start. */

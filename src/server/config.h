@@ -45,15 +45,17 @@ typedef struct st__config {
   int max_connections;
   int max_inflight;
   int frame_timeout_ms;
-  uint64_t max_object_bytes;
+  uint64_t max_object_bytes;     /* 0: the device's budget bounds an arena */
   uint64_t lua_memory_bytes;    /* Lua heap of one worker's state (1 GiB) */
   double default_timeout_s;     /* timeout of an endpoint without one (300) */
+  uint64_t max_arena_fds;        /* 0: half of RLIMIT_NOFILE (reclaim.h)     */
   double shutdown_grace_s;      /* in-flight work gets this long on SIGTERM */
   /* tasks (docs/protocol.md, "submit" ... "tasks") */
   double task_ttl_s;            /* finished tasks are kept this long (600) */
   int task_capacity;            /* at most this many tasks are kept (10000) */
-  /* memory_budget: bytes of server-held objects per device; 0 = none.
-   * Entry 0 is always "cpu" (default: half of the physical memory). */
+  /* memory_budget: bytes the server holds per device (every arena it
+   * allocated, mem/ledger.h); 0 = none. Entry 0 is always "cpu" (default:
+   * half of the host memory, st__config_default_cpu_budget). */
   int nbudgets;
   struct {
     char device[16];            /* "cpu" or "cuda:N" */
@@ -90,11 +92,14 @@ int st__config_load(const char *path, st__config_t *cfg, st__errlist_t *errs);
 /* Fills every field with its default (ST_DEFAULT_* of include/st/wire.h,
  * workers = 4, endpoints "endpoints", log "info", base path from
  * $SHARED_TENSOR_BASE_PATH or ST_DEFAULT_BASE_PATH, devices {0}, tasks
- * ttl 600 s and capacity 10000, cpu budget half the physical memory). */
+ * ttl 600 s and capacity 10000, cpu budget half of the host memory:
+ * st__config_default_cpu_budget). */
 void st__config_defaults(st__config_t *c);
 void st__config_free(st__config_t *c);
 
-/* Half of the physical memory (sysconf), the default cpu budget. */
+/* The default cpu budget: half of the physical memory or of the memory
+ * limit of the process's cgroup, whichever is lower
+ * (st__ledger_host_memory). Any thread. */
 uint64_t st__config_default_cpu_budget(void);
 
 /* Sets the budget of `device` ("cpu" or "cuda:N"), adding an entry when

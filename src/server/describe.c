@@ -9,6 +9,7 @@
 #include "engine/options.h"
 #include "mem/arena.h"
 #include "mem/cuda.h"
+#include "mem/ledger.h"
 #include "st/errors.h"
 #include "server/work.h"
 #include "st/wire.h"
@@ -58,14 +59,17 @@ static void pack_counters(msgpack_packer *pk, const st__counters_t *c, const st_
   X(bytes_received) X(bytes_sent) X(fds_sent) X(fds_received) X(connections)               \
   X(auth_refused) X(limit_refused) X(protocol_errors) X(busy) X(timeouts) X(read_pauses)   \
   X(reloads) X(reload_failures) X(builds) X(cache_hits) X(cache_misses) X(joins)           \
-  X(budget_refusals) X(tasks_submitted) X(tasks_expired) X(releases) X(invalidations)
+  X(tasks_submitted) X(tasks_expired) X(releases) X(invalidations)
 #define COUNT(name) +1
-  msgpack_pack_map(pk, 2 COUNTERS(COUNT));
+  msgpack_pack_map(pk, 3 COUNTERS(COUNT));
 #define PACK(name)               \
   st__pack_cstr(pk, #name);           \
   msgpack_pack_uint64(pk, c->name);
   COUNTERS(PACK)
   st__pack_kv_uint(pk, "evictions", o->evictions);
+  st__ledger_stats_t l;
+  st__ledger_stats(-1, &l);
+  st__pack_kv_uint(pk, "budget_refusals", l.refusals);
   st__pack_kv_uint(pk, "objects_created", o->created);
 #undef PACK
 #undef COUNT
@@ -99,7 +103,7 @@ static void pack_memory(msgpack_packer *pk, st__server_t *srv) {
     const st__device_t *dev = strncmp(r->budgets[i].device, "cuda:", 5) == 0
                                   ? st__devices_cuda(&srv->devices, atoi(r->budgets[i].device + 5))
                                   : NULL;
-    msgpack_pack_map(pk, dev ? 6 : 4);
+    msgpack_pack_map(pk, dev ? 7 : 5);
     if (dev) {
       uint64_t free_b = 0, total_b = dev->memory_bytes;
       int known = st__cuda_ctx_ready(dev->index) &&
@@ -110,6 +114,7 @@ static void pack_memory(msgpack_packer *pk, st__server_t *srv) {
       st__pack_kv_uint(pk, "total_bytes", total_b);
     }
     st__pack_kv_uint(pk, "budget", s.budget);
+    st__pack_kv_uint(pk, "used_bytes", s.used_bytes);
     st__pack_kv_uint(pk, "cached_bytes", s.cached_bytes);
     st__pack_kv_uint(pk, "leased_bytes", s.leased_bytes);
     st__pack_kv_uint(pk, "objects", s.objects);
@@ -184,10 +189,14 @@ void st__describe_info(msgpack_packer *pk, st__server_t *srv) {
 
   uint64_t count = 0, bytes = 0;
   st__arena_stats(&count, &bytes);
+  st__ledger_stats_t l;
+  st__ledger_stats(-1, &l);
   st__pack_cstr(pk, "arenas");
-  msgpack_pack_map(pk, 2);
+  msgpack_pack_map(pk, 4);
   st__pack_kv_uint(pk, "count", count);
   st__pack_kv_uint(pk, "bytes", bytes);
+  st__pack_kv_uint(pk, "fds", l.fds);
+  st__pack_kv_uint(pk, "max_fds", l.fd_cap);
 
   pack_objects(pk, &srv->objects);
   pack_memory(pk, srv);

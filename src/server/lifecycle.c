@@ -17,6 +17,7 @@
 #include "mem/arena.h"
 #include "mem/safetensors.h"
 #include "server/conn.h"
+#include "server/reclaim.h"
 #include "server/rpc.h"
 #include "server/work.h"
 #include "st/errors.h"
@@ -179,8 +180,10 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
 
   st__arena_set_limit(cfg->max_object_bytes);
   st__objects_init(&srv->objects);
-  for (int i = 0; i < cfg->nbudgets; i++)
-    st__objects_set_budget(&srv->objects, cfg->budgets[i].device, cfg->budgets[i].bytes);
+  if (st__reclaim_start(srv) != ST_OK) {
+    start_failed(setup, "out of memory");
+    return ST_ERR_OUT_OF_MEMORY;
+  }
   st__devices_start(srv);
   st__work_init(srv);
   start_loader(cfg, &srv->devices);
@@ -261,13 +264,17 @@ void st__server_destroy(st__server_t *srv) {
   /* Replies already queued get one last chance; calls still running are
    * cancelled and their results dropped with their jobs. */
   if (srv->buckets) st__conn_close_all(srv);
+  /* A worker waiting for the loop to evict gets its answer now. */
+  st__reclaim_stop(srv);
+  int stuck = 0;
   if (srv->pool) {
     st__pool_cancel_all(srv->pool);
-    int stuck = st__pool_free(srv->pool, 5.0);
+    stuck = st__pool_free(srv->pool, 5.0);
     if (stuck)
       ST_LOG_E("server", "%d workers did not stop within 5 s; exiting without them", stuck);
     srv->pool = NULL;
   }
+  if (!stuck) st__reclaim_free(srv);
   st__conn_reap(srv);
   /* After the pool: builds and tasks no longer have jobs on it. Tasks
    * hold objects, so they go first. */

@@ -99,7 +99,6 @@ typedef struct st__counters {
   uint64_t cache_hits;        /* calls answered from the cache             */
   uint64_t cache_misses;      /* calls of cached endpoints that built      */
   uint64_t joins;             /* calls that joined a build in flight       */
-  uint64_t budget_refusals;   /* objects refused: they did not fit the budget */
   uint64_t tasks_submitted;   /* tasks created (submit, task endpoints)    */
   uint64_t tasks_expired;     /* finished tasks dropped (TTL, capacity)    */
   uint64_t releases;          /* leases given back with release            */
@@ -177,6 +176,7 @@ struct st__server {
   ev_async done;              /* workers: "completions are queued"         */
 
   st__objects_t objects;      /* objects, cache, leases, budgets           */
+  struct st__reclaim *reclaim; /* eviction for the ledger (reclaim.h)      */
   st__work_t *work;           /* builds, flights, serialized queues, tasks */
   ev_signal sig_term, sig_int, sig_hup;
   int signals;                /* the signal watchers are ours to stop      */

@@ -14,7 +14,9 @@
 #include "common/log.h"
 #include "engine/options.h"
 #include "lua/st_lua.h"
+#include "mem/ledger.h"
 #include "server/server.h"
+#include "server/reclaim.h"
 #include "st/errors.h"
 #include "st/wire.h"
 
@@ -75,6 +77,20 @@ static void print_param(const st__param_t *p) {
   printf("%s=%s", p->name, text);
 }
 
+/* --check: the memory budget, the arena size cap and the arena
+ * descriptor cap, with what their defaults were derived from. */
+static void print_memory_limits(const st__config_t *cfg) {
+  char source[256];
+  uint64_t host = st__ledger_host_memory(source, sizeof source), nofile = 0;
+  uint64_t fds = st__reclaim_fd_cap(cfg->max_arena_fds, &nofile);
+  printf("memory: cpu budget %llu bytes (host memory %llu bytes: %s)\n",
+         (unsigned long long)cfg->budgets[0].bytes, (unsigned long long)host, source);
+  printf("limits: max_object_bytes %llu%s, max_arena_fds %llu%s (RLIMIT_NOFILE %llu)\n",
+         (unsigned long long)cfg->max_object_bytes,
+         cfg->max_object_bytes ? "" : " (the device's memory_budget)", (unsigned long long)fds,
+         cfg->max_arena_fds ? "" : " (half of RLIMIT_NOFILE)", (unsigned long long)nofile);
+}
+
 /* --check: config, socket paths and every endpoint file; errors on
  * stderr (file:line: message), a summary on stdout. */
 static int run_check(const st__config_t *cfg, int config_errors) {
@@ -98,6 +114,7 @@ static int run_check(const st__config_t *cfg, int config_errors) {
       nerr++;
     }
   }
+  print_memory_limits(cfg);
   st__errlist_t errs = {0};
   st__generation_t *gen = NULL;
   int rc = st__generation_load(cfg->endpoints_dir, 1, &gen, &errs);

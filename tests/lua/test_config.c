@@ -209,7 +209,8 @@ TEST(repository_config_loads) {
   st__errlist_clear(&l);
   CHECK_ERR(rc, ST_OK);
   CHECK_CONTAINS(c.endpoints_dir, "/endpoints");
-  CHECK_EQ_INT(c.max_object_bytes, 64ull << 30);
+  CHECK_EQ_INT(c.max_object_bytes, 0);   /* the budget bounds an arena */
+  CHECK_EQ_INT(c.max_arena_fds, 0);      /* half of RLIMIT_NOFILE */
   st__config_free(&c);
   CHECK_ERR(load_cfg("return { socket_group = 27 }\n", &c, &errs), ST_OK);
   CHECK_STR_EQ(c.socket_group, "27");
