@@ -9,6 +9,7 @@
  *   result.c  result memory, decoding replies into st_value_t trees
  *   value.c   accessors of values, results and tensors
  *   map.c     the process-wide open-cache of mapped arenas
+ *   fdcheck.c what a received descriptor must be before it is mapped
  *   device.c  CUDA: device lookup, import, unmap, copies (contexts kept)
  *   tensor.c  reading tensors: st_tensor_get, st_tensor_copy_to_host
  *   args.c    the st_args_t map, placing values, scalar setters
@@ -164,6 +165,18 @@ int st__client_map_arena(const char *server_id, const st__arena_desc_t *d, int f
                          st__mapping_t **out, char *err, size_t errlen);
 /* Drops one reference; the last one unmaps. NULL ok. Any thread. */
 void st__client_mapping_release(st__mapping_t *m);
+/* fdcheck.c: ST_OK when `fd` (borrowed; `st` its fstat) is what a "memfd"
+ * arena `d` must be: a tmpfs regular file open read-write, sealed with
+ * F_SEAL_SHRINK and not against writing, of at least d->bytes. Else
+ * ST_ERR_PROTOCOL with a reason naming the arena. Any thread. */
+struct stat;
+int st__client_check_memfd(const st__arena_desc_t *d, int fd, const struct stat *st, char *err,
+                           size_t errlen);
+/* fdcheck.c: ST_OK when `fd` (borrowed) can be the exported VMM handle of
+ * a "vmm" arena: a descriptor of the NVIDIA control device, open
+ * read-write. Else ST_ERR_PROTOCOL (ST_ERR_IO when fstat fails) with a
+ * reason. Any thread. */
+int st__client_check_vmm_fd(const st__arena_desc_t *d, int fd, char *err, size_t errlen);
 /* Own allocations (tensor arguments): memory this process makes and
  * passes to endpoints (map.c). st__client_own_alloc makes a zero-filled
  * sealed memfd (cuda_ordinal < 0) or exportable VMM allocation on that
