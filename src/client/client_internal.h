@@ -82,6 +82,8 @@ struct st_client {
   size_t fifo_head, fifo_len, fifo_cap;
   uint32_t next_id;
   int timeout_ms;              /* 0: no limit                               */
+  int64_t server_uid;          /* the uid the server must run as; -1: this
+                                  process's effective uid or root           */
   int reply_pending;           /* a request was just sent: poll before recv */
   /* hello */
   char server_id[128];
@@ -110,6 +112,8 @@ int64_t st__client_now_ns(void);
 int64_t st__client_deadline(int timeout_ms);
 
 /* conn.c. Each returns ST_OK or a recorded failure. */
+/* Connects to `path` and checks that the listening side runs as
+ * c->server_uid (ST_ERR_AUTH otherwise, before anything is sent). */
 int st__client_conn_open(st_client_t *c, const char *path, int timeout_ms);
 /* Sends buf; the nfds descriptors `fds` (borrowed, may be NULL) go as one
  * SCM_RIGHTS message with its first byte. */
