@@ -68,7 +68,10 @@ int st__client_check_memfd(const st__arena_desc_t *d, int fd, const struct stat 
     return refuse(d, err, errlen, "backend memfd, but the descriptor is %s",
                   file_kind(st->st_mode));
   struct statfs fs;
-  if (fstatfs(fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC)
+  if (fstatfs(fd, &fs) != 0)
+    return st__fail(ST_ERR_IO, err, errlen, "arena %llu: fstatfs failed: %s",
+                    (unsigned long long)d->id, strerror(errno));
+  if (fs.f_type != TMPFS_MAGIC)
     return refuse(d, err, errlen,
                   "backend memfd, but the descriptor is a file of another file system "
                   "(type 0x%llx; a memfd's is tmpfs, 0x%llx)",
@@ -77,7 +80,8 @@ int st__client_check_memfd(const st__arena_desc_t *d, int fd, const struct stat 
   if (rc != ST_OK) return rc;
   int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0 || !(seals & F_SEAL_SHRINK))
-    return refuse(d, err, errlen, "%s", "the memfd is not sealed against shrinking (F_SEAL_SHRINK)");
+    return refuse(d, err, errlen, "%s",
+                  "the memfd is not sealed against shrinking (F_SEAL_SHRINK)");
   if (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE))
     return refuse(d, err, errlen, "%s", "the memfd is sealed against writing");
   if ((uint64_t)st->st_size < d->bytes)
