@@ -330,10 +330,43 @@ ST_API int st_tensor_is_shareable(const st_tensor_t *t);
  * `len` bytes; ST_ERR_INVALID_ARGUMENT if it does not fit. */
 ST_API int st_socket_path(const char *base, int device, char *out, size_t len);
 
-/* Connects and exchanges `hello`. On success *out is owned by the caller
- * (st_client_close). On failure *out is NULL and `err` (may be NULL) holds
- * a message: ST_ERR_IO when nothing listens, ST_ERR_AUTH when the server
- * refuses this user, ST_ERR_PROTOCOL on a version mismatch. */
+/* Who the client talks to. Anyone who can bind the socket path (a socket
+ * in /tmp while the server is down) would receive the client's calls and
+ * the descriptors of its tensor arguments, so before it sends a byte
+ * (hello included) the client reads the credentials of the listening
+ * side (SO_PEERCRED: the uid of the process that called listen(), which
+ * that process cannot forge) and refuses any other uid than the one it
+ * expects, with ST_ERR_AUTH naming both ("the server at PATH runs as uid
+ * 1001; this client expects uid 1000 (its own) or root ..."). The same
+ * check runs on every reconnection (st_client_ensure_live). */
+
+/* server_uid: the expected uid is this one, exactly (root too is refused
+ * unless it is 0), when >= 0. ST_SERVER_UID_DEFAULT: the value of
+ * $SHARED_TENSOR_SERVER_UID (a decimal uid) when it is set and not empty,
+ * else this process's effective uid or root (0). */
+#define ST_SERVER_UID_DEFAULT (-1)
+#define ST_ENV_SERVER_UID "SHARED_TENSOR_SERVER_UID"
+
+/* Options of st_client_connect_opts. Fill with st_client_options_init,
+ * then change what differs. */
+typedef struct st_client_options {
+  int64_t server_uid;          /* ST_SERVER_UID_DEFAULT, or a uid         */
+} st_client_options_t;
+
+/* Every option at its default. Any thread. */
+ST_API void st_client_options_init(st_client_options_t *o);
+
+/* Connects to the socket `path`, checks who listens (above) and exchanges
+ * `hello`. `opts` NULL means every default. On success *out is owned by
+ * the caller (st_client_close). On failure *out is NULL and `err` (may be
+ * NULL) holds a message: ST_ERR_IO when nothing listens, ST_ERR_AUTH when
+ * the server runs as another uid than expected or refuses this user,
+ * ST_ERR_PROTOCOL on a version mismatch, ST_ERR_INVALID_ARGUMENT for a
+ * server_uid out of range or a $SHARED_TENSOR_SERVER_UID that is no uid. */
+ST_API int st_client_connect_opts(const char *path, const st_client_options_t *opts,
+                                  st_client_t **out, char *err, size_t errlen);
+/* st_client_connect_opts with every option at its default, to `path` or
+ * to the socket of `device` under `base` (st_socket_path). */
 ST_API int st_client_connect(const char *path, st_client_t **out, char *err, size_t errlen);
 ST_API int st_client_connect_device(const char *base, int device, st_client_t **out,
                              char *err, size_t errlen);

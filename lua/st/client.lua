@@ -81,23 +81,41 @@ end
 
 -- Connects: opts.path, or opts.device (default 0) with opts.base_path
 -- (default $SHARED_TENSOR_BASE_PATH, else /tmp/shared-tensor); opts.timeout_ms
--- bounds each reply (default: no bound). Returns a client, or nil, err.
+-- bounds each reply (default: no bound); opts.server_uid is the uid the
+-- server must run as, checked before anything is sent (AUTH otherwise;
+-- default: $SHARED_TENSOR_SERVER_UID if set, else this process's uid or
+-- root). Returns a client, or nil, err.
 function M.connect(opts)
   opts = opts or {}
   if type(opts) ~= "table" then error("connect: expected a table of options", 2) end
+  local o = ffi.new("st_client_options_t")
+  lib.st_client_options_init(o)
+  if opts.server_uid ~= nil then
+    local u = opts.server_uid
+    if type(u) ~= "number" or u < 0 or u ~= math.floor(u) then
+      error("connect: server_uid must be a uid (an integer >= 0)", 2)
+    end
+    o.server_uid = u
+  end
   local out = ffi.new("st_client_t*[1]")
   local err = ffi.new("char[512]")
-  local rc
-  if opts.path ~= nil then
-    if type(opts.path) ~= "string" then error("connect: path must be a string", 2) end
-    rc = lib.st_client_connect(opts.path, out, err, 512)
+  local path = opts.path
+  if path ~= nil then
+    if type(path) ~= "string" then error("connect: path must be a string", 2) end
   else
     local device = opts.device or 0
     if type(device) ~= "number" or device < 0 or device ~= math.floor(device) then
       error("connect: device must be an integer >= 0", 2)
     end
-    rc = lib.st_client_connect_device(opts.base_path, device, out, err, 512)
+    local buf = ffi.new("char[4096]")
+    local rc = lib.st_socket_path(opts.base_path, device, buf, 4096)
+    if rc ~= 0 then
+      local name = C.err_name(rc)
+      return nil, name .. ": no usable socket path for device " .. device, name
+    end
+    path = ffi.string(buf)
   end
+  local rc = lib.st_client_connect_opts(path, o, out, err, 512)
   if rc ~= 0 then
     local name = C.err_name(rc)
     return nil, name .. ": " .. ffi.string(err), name

@@ -99,6 +99,14 @@ class ObjectInfo(ctypes.Structure):
     ]
 
 
+class ClientOptions(ctypes.Structure):
+    """st_client_options_t."""
+    _fields_ = [
+        ("server_uid", c_int64),
+    ]
+
+
+
 class DLDataType(ctypes.Structure):
     _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
 
@@ -171,6 +179,9 @@ _PROTOS = {
     "st_tensor_is_shareable": (c_int, [P(Tensor)]),
     # client
     "st_socket_path": (c_int, [c_char_p, c_int, c_char_p, c_size_t]),
+    "st_client_options_init": (None, [P(ClientOptions)]),
+    "st_client_connect_opts": (c_int, [c_char_p, P(ClientOptions), P(c_void_p), c_char_p,
+                                       c_size_t]),
     "st_client_connect": (c_int, [c_char_p, P(c_void_p), c_char_p, c_size_t]),
     "st_client_connect_device": (c_int, [c_char_p, c_int, P(c_void_p), c_char_p, c_size_t]),
     "st_client_close": (None, [c_void_p]),

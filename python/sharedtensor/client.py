@@ -66,12 +66,17 @@ class Handle:
 class Client:
     """A connection to a stserver.
 
-    Client(device=0, path=None, base_path=None, timeout=None, framework="torch")
+    Client(device=0, path=None, base_path=None, timeout=None, framework="torch",
+           server_uid=None)
 
     `path` names the socket; otherwise device N's socket "<base>-N.sock"
     (base: base_path, else $SHARED_TENSOR_BASE_PATH, else
     /tmp/shared-tensor). `timeout` (seconds) bounds each reply; a call that
     times out raises TimeoutError and closes the connection.
+    `server_uid`: the uid the server must run as, checked (SO_PEERCRED)
+    before anything is sent; a server running as another uid raises
+    AuthError. None: $SHARED_TENSOR_SERVER_UID if set, else this process's
+    uid or root.
     `framework`: "torch" gives torch tensors, None gives SharedTensor
     objects (DLPack producers for numpy, cupy, jax, ...).
 
@@ -79,21 +84,32 @@ class Client:
     results are independent of the client and outlive it.
     """
 
-    def __init__(self, device=0, path=None, base_path=None, timeout=None, framework="torch"):
+    def __init__(self, device=0, path=None, base_path=None, timeout=None, framework="torch",
+                 server_uid=None):
         if framework not in ("torch", None):
             raise ValueError('framework must be "torch" or None')
         self.framework = framework
         self._lock = threading.Lock()
         self._ptr = None
-        out = ctypes.c_void_p()
-        err = ctypes.create_string_buffer(512)
-        if path is not None:
-            rc = _l.st_client_connect(str(path).encode(), ctypes.byref(out), err, 512)
-        else:
+        opts = _lib.ClientOptions()
+        _l.st_client_options_init(ctypes.byref(opts))
+        if server_uid is not None:
+            if not isinstance(server_uid, int) or isinstance(server_uid, bool) or server_uid < 0:
+                raise ValueError("server_uid must be a uid (an integer >= 0) or None")
+            opts.server_uid = server_uid
+        if path is None:
             if not isinstance(device, int) or device < 0:
                 raise ValueError("device must be an integer >= 0")
             base = None if base_path is None else str(base_path).encode()
-            rc = _l.st_client_connect_device(base, device, ctypes.byref(out), err, 512)
+            buf = ctypes.create_string_buffer(4096)
+            rc = _l.st_socket_path(base, device, buf, len(buf))
+            if rc != 0:
+                raise from_library(rc, "no usable socket path for device %d" % device)
+            path = buf.value
+        out = ctypes.c_void_p()
+        err = ctypes.create_string_buffer(512)
+        rc = _l.st_client_connect_opts(path if isinstance(path, bytes) else str(path).encode(),
+                                       ctypes.byref(opts), ctypes.byref(out), err, 512)
         if rc != 0:
             raise from_library(rc, err.value.decode(errors="replace"))
         self._ptr = out.value

@@ -35,6 +35,7 @@ typedef struct cli {
   const char *socket;   /* --socket, overrides base and device          */
   int json;             /* --json                                       */
   int timeout_ms;       /* --timeout, 0: none                           */
+  long long server_uid; /* --server-uid, ST_SERVER_UID_DEFAULT: none    */
 } cli_t;
 
 typedef struct cli_command {

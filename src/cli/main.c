@@ -73,7 +73,7 @@ static const cli_command_t help_command = {
 };
 
 int main(int argc, char **argv) {
-  cli_t g = {.device = 0};
+  cli_t g = {.device = 0, .server_uid = ST_SERVER_UID_DEFAULT};
   int i = 1;
   for (; i < argc; i++) {
     const char *a = argv[i];

@@ -20,6 +20,8 @@ const char cli_global_help[] =
     "  --json            print machine-readable JSON\n"
     "  --timeout T       give up waiting for a reply after T (a duration: 5, 2.5s,\n"
     "                    500ms, 1m; a bare number is seconds; 0: no limit)\n"
+    "  --server-uid UID  the uid the server must run as (default: $" ST_ENV_SERVER_UID ",\n"
+    "                    else this user's uid or root)\n"
     "  --help            show help (also: stcli help COMMAND)\n"
     "  --version         print the version\n";
 
@@ -119,6 +121,14 @@ int cli_global_option(cli_t *g, int argc, char **argv, int *i) {
     g->timeout_ms = s > 0 && s < 0.001 ? 1 : (int)(s * 1000.0 + 0.5);
     return 1;
   }
+  if (cli_option("--server-uid", argc, argv, i, &v)) {
+    long uid;
+    if (!v) return cli_usage(NULL, "--server-uid needs a uid"), -1;
+    if (cli_parse_count(v, 4294967294L, &uid) != 0)
+      return cli_usage(NULL, "--server-uid needs a uid (a number), not '%s'", v), -1;
+    g->server_uid = uid;
+    return 1;
+  }
   return 0;
 }
 
@@ -142,9 +152,16 @@ int cli_fail(st_client_t *c, int rc) {
 
 /* See cli.h. */
 int cli_connect(const cli_t *g, st_client_t **out) {
-  char err[512] = "";
-  int rc = g->socket ? st_client_connect(g->socket, out, err, sizeof err)
-                     : st_client_connect_device(g->base, g->device, out, err, sizeof err);
+  char err[512] = "", path[4096];
+  st_client_options_t o;
+  st_client_options_init(&o);
+  o.server_uid = g->server_uid;
+  int rc = ST_OK;
+  if (g->socket)
+    snprintf(path, sizeof path, "%s", g->socket);
+  else if ((rc = st_socket_path(g->base, g->device, path, sizeof path)) != ST_OK)
+    snprintf(err, sizeof err, "no usable socket path for device %d (too long)", g->device);
+  if (rc == ST_OK) rc = st_client_connect_opts(path, &o, out, err, sizeof err);
   if (rc != ST_OK) {
     fprintf(stderr, "stcli: %s: %s\n", st_err_name(rc), err[0] ? err : st_strerror(rc));
     return rc == ST_ERR_TIMEOUT ? CLI_TIMEOUT

@@ -9,6 +9,7 @@
  *   result.c  result memory, decoding replies into st_value_t trees
  *   value.c   accessors of values, results and tensors
  *   map.c     the process-wide open-cache of mapped arenas
+ *   fdcheck.c what a received descriptor must be before it is mapped
  *   device.c  CUDA: device lookup, import, unmap, copies (contexts kept)
  *   tensor.c  reading tensors: st_tensor_get, st_tensor_copy_to_host
  *   args.c    the st_args_t map, placing values, scalar setters
@@ -81,6 +82,8 @@ struct st_client {
   size_t fifo_head, fifo_len, fifo_cap;
   uint32_t next_id;
   int timeout_ms;              /* 0: no limit                               */
+  int64_t server_uid;          /* the uid the server must run as; -1: this
+                                  process's effective uid or root           */
   int reply_pending;           /* a request was just sent: poll before recv */
   /* hello */
   char server_id[128];
@@ -109,6 +112,8 @@ int64_t st__client_now_ns(void);
 int64_t st__client_deadline(int timeout_ms);
 
 /* conn.c. Each returns ST_OK or a recorded failure. */
+/* Connects to `path` and checks that the listening side runs as
+ * c->server_uid (ST_ERR_AUTH otherwise, before anything is sent). */
 int st__client_conn_open(st_client_t *c, const char *path, int timeout_ms);
 /* Sends buf; the nfds descriptors `fds` (borrowed, may be NULL) go as one
  * SCM_RIGHTS message with its first byte. */
@@ -164,6 +169,18 @@ int st__client_map_arena(const char *server_id, const st__arena_desc_t *d, int f
                          st__mapping_t **out, char *err, size_t errlen);
 /* Drops one reference; the last one unmaps. NULL ok. Any thread. */
 void st__client_mapping_release(st__mapping_t *m);
+/* fdcheck.c: ST_OK when `fd` (borrowed; `st` its fstat) is what a "memfd"
+ * arena `d` must be: a tmpfs regular file open read-write, sealed with
+ * F_SEAL_SHRINK and not against writing, of at least d->bytes. Else
+ * ST_ERR_PROTOCOL with a reason naming the arena. Any thread. */
+struct stat;
+int st__client_check_memfd(const st__arena_desc_t *d, int fd, const struct stat *st, char *err,
+                           size_t errlen);
+/* fdcheck.c: ST_OK when `fd` (borrowed) can be the exported VMM handle of
+ * a "vmm" arena: a descriptor of the NVIDIA control device, open
+ * read-write. Else ST_ERR_PROTOCOL (ST_ERR_IO when fstat fails) with a
+ * reason. Any thread. */
+int st__client_check_vmm_fd(const st__arena_desc_t *d, int fd, char *err, size_t errlen);
 /* Own allocations (tensor arguments): memory this process makes and
  * passes to endpoints (map.c). st__client_own_alloc makes a zero-filled
  * sealed memfd (cuda_ordinal < 0) or exportable VMM allocation on that

@@ -27,9 +27,36 @@
 
 static const char closed_by_server[] = "connection closed by the server";
 
+/* Is the listening side of connected socket fd the server c expects?
+ * SO_PEERCRED on a connected Unix stream socket gives the credentials the
+ * kernel recorded when the peer called listen(): the peer cannot forge
+ * them. ST_OK, or a recorded ST_ERR_AUTH naming the uid found and the one
+ * expected (ST_ERR_IO when the kernel does not say). */
+static int check_server_uid(st_client_t *c, int fd, const char *path) {
+  struct ucred cred;
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || len != sizeof cred)
+    return st__client_fail(c, ST_ERR_IO, "cannot read the credentials of the server at %s: %s",
+                           path, strerror(errno));
+  uid_t me = geteuid();
+  if (c->server_uid >= 0 ? cred.uid == (uid_t)c->server_uid : cred.uid == me || cred.uid == 0)
+    return ST_OK;
+  if (c->server_uid >= 0)
+    return st__client_fail(c, ST_ERR_AUTH,
+                           "the server at %s runs as uid %u; this client expects uid %lld "
+                           "(server_uid)",
+                           path, (unsigned)cred.uid, (long long)c->server_uid);
+  return st__client_fail(c, ST_ERR_AUTH,
+                         "the server at %s runs as uid %u; this client expects uid %u (its own) "
+                         "or root (set server_uid or $" ST_ENV_SERVER_UID
+                         " to trust another uid)",
+                         path, (unsigned)cred.uid, (unsigned)me);
+}
+
 /* Opens `path` and connects, waiting at most timeout_ms (<= 0: the default
- * connect limit) for a full accept queue. ST_OK or a recorded failure:
- * ST_ERR_IO (nothing listens, permission), ST_ERR_TIMEOUT,
+ * connect limit) for a full accept queue, then checks who listens
+ * (check_server_uid). ST_OK or a recorded failure: ST_ERR_IO (nothing
+ * listens, permission), ST_ERR_TIMEOUT, ST_ERR_AUTH (another uid listens),
  * ST_ERR_INVALID_ARGUMENT (path too long). Thread of the client. */
 int st__client_conn_open(st_client_t *c, const char *path, int timeout_ms) {
   struct sockaddr_un sa;
@@ -74,6 +101,11 @@ int st__client_conn_open(st_client_t *c, const char *path, int timeout_ms) {
                              "cannot connect to %s: no permission to use the socket (%s)", path,
                              strerror(e));
     return st__client_fail(c, ST_ERR_IO, "cannot connect to %s: %s", path, strerror(e));
+  }
+  rc = check_server_uid(c, fd, path);
+  if (rc != ST_OK) {
+    close(fd);
+    return rc;
   }
   struct timeval zero = {0, 0};
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &zero, sizeof zero);

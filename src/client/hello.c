@@ -90,8 +90,45 @@ static int hello(st_client_t *c) {
   return rc;
 }
 
+/* Every option at its default; see client.h. Any thread. */
+ST_API void st_client_options_init(st_client_options_t *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->server_uid = ST_SERVER_UID_DEFAULT;
+}
+
+/* The uid the server must run as (client.h): opts->server_uid, else
+ * $SHARED_TENSOR_SERVER_UID, else -1 (this process's uid or root). ST_OK,
+ * or ST_ERR_INVALID_ARGUMENT with a message in err. */
+static int expected_server_uid(const st_client_options_t *opts, int64_t *uid, char *err,
+                               size_t errlen) {
+  const int64_t max = (int64_t)UINT32_MAX - 1; /* (uid_t)-1 names nobody */
+  *uid = opts ? opts->server_uid : ST_SERVER_UID_DEFAULT;
+  if (*uid != ST_SERVER_UID_DEFAULT) {
+    if (*uid >= 0 && *uid <= max) return ST_OK;
+    if (err && errlen)
+      snprintf(err, errlen, "server_uid %lld is not a uid (0 to %lld, or -1 for the default)",
+               (long long)*uid, (long long)max);
+    return ST_ERR_INVALID_ARGUMENT;
+  }
+  const char *v = getenv(ST_ENV_SERVER_UID);
+  if (!v || !*v) return ST_OK;
+  int64_t n = 0;
+  const char *p = v;
+  while (*p >= '0' && *p <= '9' && n <= max) n = n * 10 + (*p++ - '0');
+  if (*p || n > max) {
+    if (err && errlen)
+      snprintf(err, errlen, "$%s is '%.40s', not a uid (a decimal number from 0 to %lld)",
+               ST_ENV_SERVER_UID, v, (long long)max);
+    return ST_ERR_INVALID_ARGUMENT;
+  }
+  *uid = n;
+  return ST_OK;
+}
+
 /* Connects to `path` and says hello; see client.h. Any thread. */
-ST_API int st_client_connect(const char *path, st_client_t **out, char *err, size_t errlen) {
+ST_API int st_client_connect_opts(const char *path, const st_client_options_t *opts,
+                                  st_client_t **out, char *err, size_t errlen) {
   if (err && errlen) err[0] = '\0';
   if (!out) return ST_ERR_INVALID_ARGUMENT;
   *out = NULL;
@@ -99,6 +136,9 @@ ST_API int st_client_connect(const char *path, st_client_t **out, char *err, siz
     if (err && errlen) snprintf(err, errlen, "no socket path given");
     return ST_ERR_INVALID_ARGUMENT;
   }
+  int64_t server_uid;
+  int rc = expected_server_uid(opts, &server_uid, err, errlen);
+  if (rc != ST_OK) return rc;
   st_client_t *c = calloc(1, sizeof *c);
   if (!c) {
     if (err && errlen) snprintf(err, errlen, "out of memory");
@@ -106,8 +146,9 @@ ST_API int st_client_connect(const char *path, st_client_t **out, char *err, siz
   }
   c->fd = -1;
   c->next_id = 1;
+  c->server_uid = server_uid;
   snprintf(c->closed_why, sizeof c->closed_why, "not connected");
-  int rc = st__reader_init(&c->reader, ST_CLIENT_MAX_REPLY);
+  rc = st__reader_init(&c->reader, ST_CLIENT_MAX_REPLY);
   if (rc != ST_OK) {
     free(c);
     if (err && errlen) snprintf(err, errlen, "out of memory");
@@ -128,6 +169,11 @@ ST_API int st_client_connect(const char *path, st_client_t **out, char *err, siz
   st__client_clear_error(c);
   *out = c;
   return ST_OK;
+}
+
+/* st_client_connect_opts with the defaults; see client.h. Any thread. */
+ST_API int st_client_connect(const char *path, st_client_t **out, char *err, size_t errlen) {
+  return st_client_connect_opts(path, NULL, out, err, errlen);
 }
 
 /* Drops the connection (if any) and connects again to the same path with

@@ -4,14 +4,17 @@
  * object returned to two calls) is mapped once. Entries are reference
  * counted by results and unmapped when the last result using them is freed.
  *
- * CPU arenas (memfd) are mapped with mmap. The key is checked against the
- * file itself (device and inode): a server that reused a server_id could
- * otherwise make us hand out a stale mapping.
+ * CPU arenas (memfd) are mapped with mmap once the descriptor passed the
+ * checks of fdcheck.c (a sealed, read-write memfd at least as long as the
+ * arena). The key is checked against the file itself (device and inode):
+ * a server that reused a server_id could otherwise make us hand out a
+ * stale mapping.
  *
  * CUDA arenas (backend "vmm") are imported with st__cuda_import on the
  * device whose UUID the descriptor names (device.c), and unmapped with
- * st__cuda_unmap. Their descriptors are anonymous driver files that carry
- * no usable identity, so the key is (server_id, arena id, device UUID).
+ * st__cuda_unmap, once the descriptor passed the checks of fdcheck.c.
+ * Their descriptors are all of one driver device file and carry no usable
+ * identity, so the key is (server_id, arena id, device UUID).
  *
  * Legacy CUDA IPC arenas (backend "legacy", which travel without a
  * descriptor: fd is -1) are refused with ST_ERR_CAPABILITY: they exist for
@@ -84,26 +87,11 @@ static void cache_enter(void) {
   pthread_mutex_lock(&cache_lock);
 }
 
-/* Maps a memfd arena: checks seals and size, then mmap. */
+/* Maps a memfd arena: checks the descriptor (fdcheck.c), then mmap. */
 static int map_cpu(const st__arena_desc_t *d, int fd, const struct stat *st, st__mapping_t *m,
                    char *err, size_t errlen) {
-  if (!S_ISREG(st->st_mode))
-    return st__fail(ST_ERR_PROTOCOL, err, errlen, "arena %llu: the descriptor is not a memory file",
-                    (unsigned long long)d->id);
-  if ((uint64_t)st->st_size < d->bytes)
-    return st__fail(ST_ERR_PROTOCOL, err, errlen,
-                    "arena %llu: the descriptor says %llu bytes but the file has %lld",
-                    (unsigned long long)d->id, (unsigned long long)d->bytes,
-                    (long long)st->st_size);
-  if (strcmp(d->backend, "memfd") == 0) {
-    /* Another holder of the file could shrink an unsealed memfd under our
-     * mapping, and touching the lost pages would kill us with SIGBUS. */
-    int seals = fcntl(fd, F_GET_SEALS);
-    if (seals < 0 || !(seals & F_SEAL_SHRINK))
-      return st__fail(ST_ERR_PROTOCOL, err, errlen,
-                      "arena %llu: the memfd is not sealed against shrinking",
-                      (unsigned long long)d->id);
-  }
+  int rc = st__client_check_memfd(d, fd, st, err, errlen);
+  if (rc != ST_OK) return rc;
   if (d->bytes > SIZE_MAX)
     return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "arena %llu is too large for this process",
                     (unsigned long long)d->id);
@@ -113,8 +101,6 @@ static int map_cpu(const st__arena_desc_t *d, int fd, const struct stat *st, st_
   m->base = NULL;
   if (len == 0) return ST_OK;
   void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED && (errno == EACCES || errno == EPERM))
-    p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0); /* write-sealed */
   if (p == MAP_FAILED) {
     int e = errno;
     return st__fail(e == ENOMEM ? ST_ERR_OUT_OF_MEMORY : ST_ERR_IO, err, errlen,
@@ -193,20 +179,17 @@ out_fail:
   return rc;
 }
 
-/* The CUDA half of st__client_map_arena; consumes fd. */
+/* The CUDA half of st__client_map_arena (backend "vmm": the decoder lets
+ * no other through, and legacy arenas are refused before); consumes fd. */
 static int map_cuda_arena(const char *server_id, const st__arena_desc_t *d, int fd,
                           st__mapping_t **out, char *err, size_t errlen) {
-  if (strcmp(d->backend, "vmm") != 0) {
-    close(fd);
-    return st__fail(ST_ERR_CAPABILITY, err, errlen,
-                    "arena %llu: CUDA backend \"%s\" cannot be mapped by this client (only "
-                    "\"vmm\")",
-                    (unsigned long long)d->id, d->backend);
-  }
   /* Refuses before anything is imported when this process has no driver
-   * or does not see the device, and creates the context outside the lock. */
+   * or does not see the device, and creates the context outside the lock;
+   * then refuses a descriptor that cannot be a VMM handle before the
+   * driver sees it. */
   int ordinal;
   int rc = st__client_cuda_device(d, &ordinal, err, errlen);
+  if (rc == ST_OK) rc = st__client_check_vmm_fd(d, fd, err, errlen);
   if (rc != ST_OK) {
     close(fd);
     return rc;

@@ -235,8 +235,18 @@ static int legacy_fields(const msgpack_object *o, st__arena_desc_t *a, char *err
   return ST_OK;
 }
 
+/* The backends each device has (docs/protocol.md, "Arena"): anything else
+ * is refused here, so that no receiver meets a backend it has no checks
+ * for. */
+static int backend_fits(const st__arena_desc_t *a) {
+  if (!a->cuda) return strcmp(a->backend, "memfd") == 0;
+  return strcmp(a->backend, "vmm") == 0 || strcmp(a->backend, "legacy") == 0;
+}
+
 /* See proto.h. ST_OK or ST_ERR_PROTOCOL with a reason; `o` is borrowed.
- * A CUDA arena must name its device's uuid; a CPU arena's uuid is "". */
+ * A CUDA arena must name its device's uuid; a CPU arena's uuid is "". The
+ * backend must be one of the device's: "memfd" for cpu, "vmm" or "legacy"
+ * for cuda. */
 int st__parse_arena(const msgpack_object *o, st__arena_desc_t *a, char *err, size_t errlen) {
   uint64_t u = 0;
   int rc;
@@ -252,6 +262,9 @@ int st__parse_arena(const msgpack_object *o, st__arena_desc_t *a, char *err, siz
     return rc;
   if ((rc = get_str(o, "backend", a->backend, sizeof a->backend, err, errlen)) != ST_OK)
     return rc;
+  if (!backend_fits(a))
+    return fail(err, errlen, "backend '%s' is not one of device '%s' (%s)", a->backend, device,
+                a->cuda ? "vmm or legacy" : "memfd");
   if ((rc = get_u64(o, "id", UINT64_MAX, &a->id, err, errlen)) != ST_OK) return rc;
   if (strcmp(a->backend, "legacy") == 0) return legacy_fields(o, a, err, errlen);
   if ((rc = get_u64(o, "fd", UINT32_MAX, &u, err, errlen)) != ST_OK) return rc;

@@ -197,7 +197,9 @@ int64_t st__tensor_numel(const st__tensor_desc_t *d);
 /* Arena map, as in docs/protocol.md. A legacy arena (d->legacy, backend
  * "legacy", always CUDA) is packed without "fd" and with ipc_handle,
  * device_index and storage_bytes; parsing refuses a legacy arena that has
- * an "fd" or lacks one of those, and any other arena without "fd". */
+ * an "fd" or lacks one of those, any other arena without "fd", and a
+ * backend that is not one of its device's ("memfd" for cpu; "vmm" or
+ * "legacy" for cuda). */
 void st__pack_arena(msgpack_packer *pk, const st__arena_desc_t *a);
 int st__parse_arena(const msgpack_object *o, st__arena_desc_t *a, char *err, size_t errlen);
 

@@ -196,6 +196,25 @@ TEST(errors_and_exit_codes) {
   CHECK_CONTAINS(R.err, "--timeout needs a duration");
 }
 
+/* --server-uid and $SHARED_TENSOR_SERVER_UID name the uid the server must
+ * run as; another uid is refused (exit 3) before anything is sent. */
+TEST(server_uid) {
+  char me[32], other[32], env[64], want[512];
+  snprintf(me, sizeof me, "%u", (unsigned)geteuid());
+  snprintf(other, sizeof other, "%u", (unsigned)geteuid() + 1);
+  CHECK_EQ_INT(STCLI(SOCK, "--server-uid", me, "ping"), 0);
+  CHECK_EQ_INT(STCLI(SOCK, "--server-uid", other, "ping"), 3);
+  snprintf(want, sizeof want, "stcli: AUTH: the server at %s runs as uid %s; this client "
+           "expects uid %s", srv.socket, me, other);
+  CHECK_CONTAINS(R.err, want);
+  snprintf(env, sizeof env, "%s=%s", ST_ENV_SERVER_UID, other);
+  CHECK_EQ_INT(run_env(env, (const char *const[]){SOCK, "ping", NULL}), 3);
+  CHECK_CONTAINS(R.err, "stcli: AUTH: ");
+  CHECK_EQ_INT(run_env(env, (const char *const[]){SOCK, "--server-uid", me, "ping", NULL}), 0);
+  CHECK_EQ_INT(STCLI(SOCK, "--server-uid", "-1", "ping"), 2);
+  CHECK_CONTAINS(R.err, "--server-uid needs a uid");
+}
+
 static const stt_endpoint_t served[] = {
     {"t.lua", STT_EP_T},
     {"mod.lua", STT_EP_MOD},
@@ -224,5 +243,6 @@ int main(void) {
   RUN(call_typed_arguments);
   RUN(call_json);
   RUN(errors_and_exit_codes);
+  RUN(server_uid);
   return stt_server_finish(&srv);
 }

@@ -333,6 +333,12 @@ TEST(arena_rejections) {
   CHECK_ERR(parse_arena_made(NULL, "cpu", NULL, 1, "a-backend-name-too-long"),
             ST_ERR_PROTOCOL);
   CHECK_ERR(parse_arena_made(NULL, "cpu", NULL, 1, ""), ST_ERR_PROTOCOL);
+  /* Each device has its backends; no other name gets through. */
+  CHECK_ERR(parse_arena_made(NULL, "cpu", NULL, 1, "file"), ST_ERR_PROTOCOL);
+  CHECK_CONTAINS(why, "backend 'file' is not one of device 'cpu' (memfd)");
+  CHECK_ERR(parse_arena_made(NULL, "cpu", NULL, 1, "vmm"), ST_ERR_PROTOCOL);
+  CHECK_ERR(parse_arena_made(NULL, "cuda", "GPU-x", 1, "memfd"), ST_ERR_PROTOCOL);
+  CHECK_CONTAINS(why, "(vmm or legacy)");
   char long_uuid[64];
   memset(long_uuid, 'u', 48);
   long_uuid[48] = '\0';

@@ -7,8 +7,9 @@ headers (include/st/*.h).
     with the same return and parameter types (Lua: the same C text, names
     aside; Python: the ctypes type each C type needs);
   - functions the mirrors take from dtype.h and dlpack.h match too;
-  - structs (st_tensor_t, st_value_t, st_object_info_t) have the same
-    fields in the same order, of matching types, in both mirrors;
+  - structs (st_tensor_t, st_value_t, st_object_info_t,
+    st_client_options_t) have the same fields in the same order, of
+    matching types, in both mirrors;
   - the enum constants of client.h have the same values in both;
   - the error table Python builds from the library equals errors.h;
   - no client source spells an error code as a number.
@@ -36,7 +37,7 @@ COMPLETE = ["client.h", "errors.h"]   # mirrored whole; the others in part
 ENUMS = {"st_dtype_t", "st_device_kind_t", "st_value_kind_t", "st_errno_t"}
 OPAQUE = {"st_client_t", "st_args_t", "st_result_t"}
 STRUCTS = {"st_tensor_t": _lib.Tensor, "st_value_t": _lib.Value,
-           "st_object_info_t": _lib.ObjectInfo}
+           "st_object_info_t": _lib.ObjectInfo, "st_client_options_t": _lib.ClientOptions}
 SCALARS = {"int": ctypes.c_int, "int64_t": ctypes.c_int64, "uint64_t": ctypes.c_uint64,
            "size_t": ctypes.c_size_t, "double": ctypes.c_double, "float": ctypes.c_float,
            "uint8_t": ctypes.c_uint8, "uint16_t": ctypes.c_uint16, "char": ctypes.c_char}

@@ -149,6 +149,17 @@ describe("the Lua client", function()
     assert.matches("^IO", cerr)
   end)
 
+  it("checks the uid the server runs as before it sends anything", function()
+    local me = tonumber(io.popen("id -u"):read("*l"))
+    local d = assert(st.connect{ path = srv.socket, server_uid = me })
+    d:close()
+    local none, err, name = st.connect{ path = srv.socket, server_uid = me + 1 }
+    assert.is_nil(none)
+    assert.are.equal("AUTH", name)
+    assert.matches("runs as uid " .. me .. "; this client expects uid " .. (me + 1), err, 1, true)
+    assert.has_error(function() st.connect{ path = srv.socket, server_uid = -1 } end)
+  end)
+
   -- A float32 tensor of the given shape holding 0, 1, 2, ...
   local function counting(shape, dtype)
     local x = assert(st.zeros(shape, { dtype = dtype }))
