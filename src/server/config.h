@@ -43,6 +43,13 @@ typedef struct st__config {
   int max_inflight;
   int frame_timeout_ms;
   uint64_t max_object_bytes;
+  /* What connections may hold (limits.c): descriptors (unclaimed ones a
+   * client sent, and those of replies not yet received) and the arena
+   * bytes their undelivered replies pin, per connection and in all. */
+  int max_fds_per_connection;
+  int max_fds_all_connections;
+  uint64_t max_queued_bytes_per_connection;
+  uint64_t max_queued_bytes_all_connections;
   double shutdown_grace_s;      /* in-flight work gets this long on SIGTERM */
   /* tasks (docs/protocol.md, "submit" ... "tasks") */
   double task_ttl_s;            /* finished tasks are kept this long (600) */
@@ -88,6 +95,10 @@ int st__config_load(const char *path, st__config_t *cfg, st__errlist_t *errs);
  * ttl 600 s and capacity 10000, cpu budget half the physical memory). */
 void st__config_defaults(st__config_t *c);
 void st__config_free(st__config_t *c);
+
+/* Sets the four connection limits to their defaults, derived from this
+ * process's RLIMIT_NOFILE (soft) and the physical memory (limits.c). */
+void st__config_connection_limits(st__config_t *c);
 
 /* Half of the physical memory (sysconf), the default cpu budget. */
 uint64_t st__config_default_cpu_budget(void);
