@@ -58,6 +58,15 @@ return {
     frame_timeout_ms = 10000,
     -- Largest single allocation (arena) an endpoint may make; 0 = no cap.
     max_object_bytes = 64 * 1024 * 1024 * 1024,
+    -- What connections may hold: descriptors (unclaimed ones a client
+    -- sent, those of replies it has not read yet) and the arena bytes its
+    -- unread replies keep alive; past them a reply gets LIMIT. Defaults
+    -- derive from RLIMIT_NOFILE and the physical memory (stserver --check
+    -- prints them); set them only to override.
+    -- max_fds_per_connection = 512,
+    -- max_fds_all_connections = 16384,
+    -- max_queued_bytes_per_connection = 1024 * 1024 * 1024,
+    -- max_queued_bytes_all_connections = 32 * 1024 * 1024 * 1024,
   },
 
   -- On SIGTERM/SIGINT, calls in flight get this many seconds to finish;

@@ -5,9 +5,14 @@
  * ST_CONN_MAX_PENDING_FDS; a request that lists N arenas takes the first N
  * (st__conn_take_fds), as docs/protocol.md says. Linux delivers a
  * sendmsg's descriptors with the read that holds its first byte, and ends
- * that read there; so descriptors that came with bytes all at or before the
- * end of a handled message cannot belong to a later one: what that message
- * did not take is a stray and is closed at once. Each complete message goes
+ * that read there; a request's own come with its first byte. So
+ * descriptors that came with bytes all at or before the end of a handled
+ * message cannot belong to a later one (what that message did not take is
+ * a stray and is closed at once), those of a read that began after the
+ * start of the half-sent frame that is all that remains belong to no
+ * message (closed at once), and at the end of input all are closed. A
+ * batch that would pass a descriptor limit is closed on arrival and
+ * queued as -1s: its request gets LIMIT (dispatch.c). Each complete message goes
  * to the server's message hook (srv->on_message: st__dispatch, rpc.h). A
  * frame that stays half-sent
  * for frame_timeout_ms gets TIMEOUT and the connection is closed.
@@ -16,6 +21,16 @@
  * descriptors goes out with one SCM_RIGHTS control message on the sendmsg
  * that carries its first byte; the queue owns those descriptors and closes
  * them once sent or when the connection dies.
+ *
+ * Holdings: the descriptors and arena bytes of a reply count (out_fds,
+ * out_bytes, and srv->held_fds/held_bytes with the unclaimed received
+ * descriptors) from st__conn_send_pinned until the client has read it:
+ * once sent they wait in the client's socket, where they still keep their
+ * arenas alive; SIOCOUTQ = 0 (asked on reads, flushes, replies and every
+ * 100 ms while some are out) says they were read. A connection whose
+ * replies reach its limits is not read (back-pressure); a reply past them
+ * is refused (st__conn_reply_room); a connection whose peer finished
+ * sending stays until its replies were read or the peer left.
  *
  * Lifetime: st__conn_close() unlinks the connection from the id table,
  * tells the server's close hook (srv->on_conn_closed) and closes its

@@ -130,6 +130,7 @@ TEST(a_client_that_never_reads_holds_at_most_its_descriptors) {
   CHECK(blob_ok_soon(&greedy) == 0);
   rc_close(&greedy);
   rc_close(&other);
+  CHECK(rc_wait_info(&mon, "held.fds", 0, 5000) == 0);
   rc_close(&mon);
 }
 
@@ -148,6 +149,7 @@ TEST(a_client_that_never_reads_pins_at_most_its_bytes) {
   CHECK(blob_ok_soon(&greedy) == 0);
   rc_close(&greedy);
   rc_close(&other);
+  CHECK(rc_wait_info(&mon, "held.bytes", 0, 5000) == 0);
   rc_close(&mon);
 }
 
@@ -197,6 +199,8 @@ TEST(all_connections_together_hold_at_most_their_descriptors) {
   msg_free(&m);
   for (int i = 0; i < ALL_FDS / PER_FDS; i++) rc_close(&g[i]);
   rc_close(&late);
+  CHECK(rc_wait_info(&mon, "held.fds", 0, 5000) == 0);
+  CHECK(rc_wait_info(&mon, "held.bytes", 0, 5000) == 0);
   rc_close(&mon);
 }
 
