@@ -6,11 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/uio.h>
 #include <unistd.h>
-
-#include <linux/sockios.h>
 
 #include "common/log.h"
 #include "st/errors.h"
@@ -24,8 +21,6 @@
 /* How often a connection whose sent replies still hold descriptors or
  * arenas asks the kernel whether the client has read them. */
 #define UNREAD_POLL_S 0.1
-/* At most one warning per this many seconds about a limit being hit. */
-#define LIMIT_WARN_EVERY_S 10.0
 
 static void on_read(struct ev_loop *loop, ev_io *w, int revents);
 static void on_write(struct ev_loop *loop, ev_io *w, int revents);
@@ -68,57 +63,6 @@ st__conn_t *st__conn_find(st__server_t *srv, uint64_t id) {
 
 /* ------------------------------------------------------------- holdings */
 
-/* Replies' descriptors and arena bytes start (hold) or stop (unhold)
- * counting for c and for the server. */
-static void hold(st__conn_t *c, int fds, uint64_t bytes) {
-  c->out_fds += fds;
-  c->out_bytes += bytes;
-  c->srv->held_fds += (uint64_t)fds;
-  c->srv->held_bytes += bytes;
-}
-
-static void unhold(st__conn_t *c, int fds, uint64_t bytes) {
-  c->out_fds -= fds;
-  c->out_bytes -= bytes;
-  c->srv->held_fds -= (uint64_t)fds;
-  c->srv->held_bytes -= bytes;
-}
-
-/* Nonzero at most once per LIMIT_WARN_EVERY_S: a client that keeps
- * hitting a limit gets its errors, the log one line now and then. */
-static int limit_warn_due(void) {
-  static double last = -1e9;
-  double now = st__now_mono();
-  if (now - last < LIMIT_WARN_EVERY_S) return 0;
-  last = now;
-  return 1;
-}
-
-/* Closes the received descriptors i..j-1 and removes them from the queue. */
-static void rx_remove(st__conn_t *c, size_t i, size_t j) {
-  if (i >= j) return;
-  for (size_t k = i; k < j; k++) {
-    if (c->rx_fds[k] < 0) continue;
-    close(c->rx_fds[k]);
-    c->rx_held--;
-    c->srv->held_fds--;
-  }
-  size_t rest = c->rx_nfds - j;
-  memmove(c->rx_fds + i, c->rx_fds + j, rest * sizeof *c->rx_fds);
-  memmove(c->rx_fd_start + i, c->rx_fd_start + j, rest * sizeof *c->rx_fd_start);
-  memmove(c->rx_fd_end + i, c->rx_fd_end + j, rest * sizeof *c->rx_fd_end);
-  c->rx_nfds -= j - i;
-}
-
-/* No request of c will claim a descriptor any more (it closes, or its
- * input ended): every one it sent is closed. */
-static void rx_close_all(st__conn_t *c) {
-  if (c->rx_nfds)
-    ST_LOG_D("conn", "conn %llu: closed %zu descriptors no request can claim",
-             (unsigned long long)c->id, c->rx_nfds);
-  rx_remove(c, 0, c->rx_nfds);
-}
-
 /* Whether c's replies hold as much as its limits allow: then it is not
  * read until the client reads them. */
 static int replies_at_limit(const st__conn_t *c) {
@@ -137,76 +81,14 @@ static void maybe_resume(st__conn_t *c) {
   ev_idle_start(c->srv->loop, &c->resume);
 }
 
-/* Sent replies that held descriptors or arenas stop counting once the
- * client has read everything we sent (the socket's send queue is empty):
- * it then has its own references. */
-static void check_unread(st__conn_t *c) {
-  if (c->dead || (!c->unread_fds && !c->unread_bytes)) return;
-  int queued = 0;
-  if (ioctl(c->fd, SIOCOUTQ, &queued) != 0 || queued > 0) return;
-  unhold(c, c->unread_fds, c->unread_bytes);
-  c->unread_fds = 0;
-  c->unread_bytes = 0;
-  ev_timer_stop(c->srv->loop, &c->unread_check);
-  maybe_resume(c);
-  maybe_finish(c);
-}
-
 static void on_unread_check(struct ev_loop *loop, ev_timer *w, int revents) {
   (void)loop;
   (void)revents;
-  check_unread(w->data);
-}
-
-/* Whether c and the server may hold `fds` more descriptors (`fds` 0: no
- * check): the message says which limit is reached otherwise. */
-static int fds_fit(st__conn_t *c, int fds, char *err, size_t errlen) {
-  const st__config_t *cfg = c->srv->cfg;
-  int holds = c->out_fds + c->rx_held;
-  if (fds > 0 && holds > 0 && holds + fds > cfg->max_fds_per_connection) {
-    snprintf(err, errlen,
-             "this connection holds %d descriptors (replies it has not read, descriptors "
-             "no request claimed yet); %d more would pass limits.max_fds_per_connection = %d",
-             holds, fds, cfg->max_fds_per_connection);
-    return 0;
+  st__conn_t *c = w->data;
+  if (st__conn_unread_check(c)) {
+    maybe_resume(c);
+    maybe_finish(c);
   }
-  if (fds > 0 && c->srv->held_fds + (uint64_t)fds > (uint64_t)cfg->max_fds_all_connections) {
-    snprintf(err, errlen,
-             "connections hold %llu descriptors in all; %d more would pass "
-             "limits.max_fds_all_connections = %d",
-             (unsigned long long)c->srv->held_fds, fds, cfg->max_fds_all_connections);
-    return 0;
-  }
-  return 1;
-}
-
-/* See conn.h. Loop thread. */
-int st__conn_reply_room(st__conn_t *c, int nfds, uint64_t bytes, char *err, size_t errlen) {
-  const st__config_t *cfg = c->srv->cfg;
-  check_unread(c);
-  int ok = fds_fit(c, nfds, err, errlen);
-  if (ok && bytes > 0 && c->out_bytes > 0 &&
-      c->out_bytes + bytes > cfg->max_queued_bytes_per_connection) {
-    snprintf(err, errlen,
-             "replies this connection has not read pin %llu bytes of arenas; %llu more would "
-             "pass limits.max_queued_bytes_per_connection = %llu",
-             (unsigned long long)c->out_bytes, (unsigned long long)bytes,
-             (unsigned long long)cfg->max_queued_bytes_per_connection);
-    ok = 0;
-  }
-  if (ok && bytes > 0 && c->srv->held_bytes + bytes > cfg->max_queued_bytes_all_connections) {
-    snprintf(err, errlen,
-             "replies not yet read pin %llu bytes of arenas in all; %llu more would pass "
-             "limits.max_queued_bytes_all_connections = %llu",
-             (unsigned long long)c->srv->held_bytes, (unsigned long long)bytes,
-             (unsigned long long)cfg->max_queued_bytes_all_connections);
-    ok = 0;
-  }
-  if (ok) return ST_OK;
-  if (limit_warn_due())
-    ST_LOG_W("conn", "conn %llu (pid %d): reply refused: %s", (unsigned long long)c->id,
-             (int)c->cred.pid, err);
-  return ST_ERR_LIMIT;
 }
 
 /* ------------------------------------------------------------- open/close */
@@ -269,10 +151,10 @@ void st__conn_close(st__conn_t *c, const char *why) {
   }
   c->wq_head = c->wq_tail = NULL;
   c->wq_bytes = 0;
-  unhold(c, c->out_fds, c->out_bytes);
+  st__conn_unhold(c, c->out_fds, c->out_bytes);
   c->unread_fds = 0;
   c->unread_bytes = 0;
-  rx_close_all(c);
+  st__conn_rx_close_all(c);
   st__reader_destroy(&c->reader);
   /* Nobody will read the results of its calls: builds nobody else waits
    * for stop early (their completions drop what was built), its waits
@@ -303,7 +185,7 @@ void st__conn_close_after_flush(st__conn_t *c, const char *why) {
   c->closing = 1;
   ev_io_stop(c->srv->loop, &c->rio);
   ev_timer_stop(c->srv->loop, &c->frame_timer);
-  rx_close_all(c);
+  st__conn_rx_close_all(c);
   if (!c->wq_head) st__conn_close(c, why);
 }
 
@@ -335,79 +217,6 @@ void st__conn_request_done(st__conn_t *c) {
 
 /* ------------------------------------------------------------- reading */
 
-/* Queues the descriptors a client attached to the read of stream bytes
- * [start, end), for the requests that list them. When they would pass a
- * descriptor limit they are closed at once, and their places hold -1: the
- * request that lists them gets LIMIT (dispatch.c). Returns 0, or -1 when
- * they do not fit the queue (or the kernel cut the control data): every
- * one of them is closed then, and the caller closes the connection, whose
- * requests and descriptors no longer match. */
-static int queue_received_fds(st__conn_t *c, struct msghdr *mh, uint64_t start, uint64_t end) {
-  int overflow = (mh->msg_flags & MSG_CTRUNC) != 0;
-  for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
-    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
-    size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    const unsigned char *p = CMSG_DATA(cm);
-    if (c->rx_nfds + n > ST_CONN_MAX_PENDING_FDS) overflow = 1;
-    char why[200];
-    int refuse = !overflow && !fds_fit(c, (int)n, why, sizeof why);
-    if (refuse && limit_warn_due())
-      ST_LOG_W("conn", "conn %llu (pid %d): %zu descriptors closed on arrival: %s",
-               (unsigned long long)c->id, (int)c->cred.pid, n, why);
-    for (size_t i = 0; i < n; i++) {
-      int fd;
-      memcpy(&fd, p + i * sizeof fd, sizeof fd);
-      if (overflow || refuse) close(fd);
-      if (overflow) continue;
-      c->rx_fd_start[c->rx_nfds] = start;
-      c->rx_fd_end[c->rx_nfds] = end;
-      c->rx_fds[c->rx_nfds++] = refuse ? -1 : fd;
-      if (refuse) continue;
-      c->rx_held++;
-      c->srv->held_fds++;
-    }
-    c->srv->counters.fds_received += n;
-  }
-  return overflow ? -1 : 0;
-}
-
-/* See conn.h. Loop thread. */
-int st__conn_take_fds(st__conn_t *c, int *out, size_t n) {
-  if (n > c->rx_nfds) return -1;
-  for (size_t i = 0; i < n; i++) {
-    out[i] = c->rx_fds[i];
-    if (out[i] < 0) continue;
-    c->rx_fds[i] = -1;   /* the caller's now: rx_remove skips it */
-    c->rx_held--;
-    c->srv->held_fds--;
-  }
-  rx_remove(c, 0, n);
-  return 0;
-}
-
-/* Closes the queued descriptors no request can claim (see conn.h): a
- * request's descriptors come with the read that holds its first byte.
- * `next` is where the first message not yet handled begins: those of a
- * read whose bytes all lie before it were not taken by their request;
- * and when `only_next` says that message is the last one buffered (a
- * half-sent frame, or none), those of a read that began after it belong
- * to no message either. */
-static void drop_stray_fds(st__conn_t *c, uint64_t next, int only_next) {
-  size_t i = 0;
-  while (i < c->rx_nfds && c->rx_fd_end[i] <= next) i++;
-  size_t n = i;
-  if (i) rx_remove(c, 0, i);
-  if (only_next) {
-    size_t j = 0;
-    while (j < c->rx_nfds && c->rx_fd_start[j] <= next) j++;
-    n += c->rx_nfds - j;
-    rx_remove(c, j, c->rx_nfds);
-  }
-  if (n)
-    ST_LOG_D("conn", "conn %llu: closed %zu descriptors no request listed",
-             (unsigned long long)c->id, n);
-}
-
 static void update_frame_timer(st__conn_t *c, int completed) {
   if (c->dead || c->closing || c->read_paused || c->eof) {
     ev_timer_stop(c->srv->loop, &c->frame_timer);
@@ -424,8 +233,7 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
   st__conn_t *c = w->data;
   (void)loop;
   (void)revents;
-  check_unread(c);
-  if (c->dead) return;
+  if (st__conn_unread_check(c)) maybe_resume(c);
   /* Whole messages still buffered from a pause go first (reads resume
    * before the idle watcher runs): the end of input below then always
    * finds at most a half-sent frame buffered. */
@@ -447,7 +255,7 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
                         .msg_controllen = sizeof ctl.buf};
     ssize_t n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
     if ((mh.msg_controllen > 0 || (mh.msg_flags & MSG_CTRUNC)) &&
-        queue_received_fds(c, &mh, c->rx_bytes, c->rx_bytes + (n > 0 ? (uint64_t)n : 0)) != 0) {
+        st__conn_rx_queue(c, &mh, c->rx_bytes, c->rx_bytes + (n > 0 ? (uint64_t)n : 0)) != 0) {
       c->srv->counters.protocol_errors++;
       ST_LOG_W("conn", "conn %llu (pid %d): more descriptors than its requests list; closing",
                (unsigned long long)c->id, (int)c->cred.pid);
@@ -478,7 +286,7 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
       update_frame_timer(c, 0);
       /* No request can come any more: what it sent for one is closed, and
        * a half-sent frame's buffer freed. Replies still go out. */
-      rx_close_all(c);
+      st__conn_rx_close_all(c);
       if (st__reader_pending(&c->reader) > 0) {
         ST_LOG_D("conn", "conn %llu: input ended inside a frame", (unsigned long long)c->id);
         st__reader_destroy(&c->reader);
@@ -536,12 +344,12 @@ static void process_messages(st__conn_t *c) {
     c->srv->on_message(c, &msg);
     st__message_destroy(&msg);
     /* Right after a message, this is where it ended (proto.h). */
-    if (!c->dead) drop_stray_fds(c, c->rx_bytes - st__reader_buffered(&c->reader), 0);
+    if (!c->dead) st__conn_rx_drop_stray(c, c->rx_bytes - st__reader_buffered(&c->reader), 0);
   }
   /* Every whole message was handled unless reads are paused: what is
    * left is at most a half-sent frame, which began here. */
   if (!c->dead && !c->closing && !c->read_paused)
-    drop_stray_fds(c, c->rx_bytes - st__reader_pending(&c->reader), 1);
+    st__conn_rx_drop_stray(c, c->rx_bytes - st__reader_pending(&c->reader), 1);
   update_frame_timer(c, completed);
 }
 
@@ -594,7 +402,7 @@ void st__conn_send_pinned(st__conn_t *c, msgpack_sbuffer *sb, const int *fds, in
   f->data = msgpack_sbuffer_release(sb);
   f->nfds = f->held_fds = nfds;
   f->pinned = pinned;
-  hold(c, nfds, pinned);
+  st__conn_hold(c, nfds, pinned);
   if (nfds) memcpy(f->fds, fds, (size_t)nfds * sizeof(int));
   if (c->wq_tail) c->wq_tail->next = f;
   else c->wq_head = f;
@@ -699,7 +507,7 @@ static void flush(st__conn_t *c) {
     st__conn_close(c, "closed after error");
     return;
   }
-  check_unread(c);
+  st__conn_unread_check(c);
   maybe_resume(c);
   maybe_finish(c);
 }

@@ -161,6 +161,34 @@ void st__conn_reap(st__server_t *srv);
 /* Closes every connection, trying one last non-blocking flush of each. */
 void st__conn_close_all(st__server_t *srv);
 
+/* ------------------------------------------------------------- holdings.c */
+
+/* A reply's descriptors and arena bytes start (hold) or stop (unhold)
+ * counting for c and for the server. Loop thread. */
+void st__conn_hold(st__conn_t *c, int fds, uint64_t bytes);
+void st__conn_unhold(st__conn_t *c, int fds, uint64_t bytes);
+
+/* Sent replies stop counting once the client has read everything sent
+ * (SIOCOUTQ is 0; the poll timer stops). Returns 1 when they did, 0 when
+ * nothing changed. Loop thread. */
+int st__conn_unread_check(st__conn_t *c);
+
+/* Queues the descriptors a client attached to the read of stream bytes
+ * [start, end) (see the top of this file); a batch past a descriptor
+ * limit is closed and queued as -1s. 0, or -1 when they do not fit the
+ * queue or the kernel cut them (all closed: close the connection). */
+int st__conn_rx_queue(st__conn_t *c, struct msghdr *mh, uint64_t start, uint64_t end);
+
+/* Closes the queued descriptors no request can claim: those of reads that
+ * ended at or before `next` (where the first message not yet handled
+ * begins), and with `only_next` (that message is a half-sent frame or
+ * none) those of reads that began after it. */
+void st__conn_rx_drop_stray(st__conn_t *c, uint64_t next, int only_next);
+
+/* No request of c will claim a descriptor any more (it closes, or its
+ * input ended): every one it sent is closed. */
+void st__conn_rx_close_all(st__conn_t *c);
+
 /* Moves the first n received descriptors to out[] (the caller owns them;
  * an entry is -1 for a descriptor closed on arrival because a descriptor
  * limit was reached). Returns 0, or -1 when fewer than n are queued
