@@ -69,6 +69,15 @@ return {
     lua_memory_bytes = 1024 * 1024 * 1024,
     -- The timeout of an endpoint that declares none (seconds, > 0).
     default_timeout_s = 300,
+    -- What connections may hold: descriptors (unclaimed ones a client
+    -- sent, those of replies it has not read yet) and the arena bytes its
+    -- unread replies keep alive; past them a reply gets LIMIT. Defaults
+    -- derive from RLIMIT_NOFILE and the physical memory (stserver --check
+    -- prints them); set them only to override.
+    -- max_fds_per_connection = 512,
+    -- max_fds_all_connections = 16384,
+    -- max_queued_bytes_per_connection = 1024 * 1024 * 1024,
+    -- max_queued_bytes_all_connections = 32 * 1024 * 1024 * 1024,
   },
 
   -- On SIGTERM/SIGINT, calls in flight get this many seconds to finish;

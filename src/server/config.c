@@ -56,6 +56,18 @@ static const st__setting_t limits_rows[] = {
      .hi = 1 << 30, .def = 0,
      .description = "descriptors the server's arenas keep open (memfd objects, results, tensor "
                     "arguments), all together; 0 = half of RLIMIT_NOFILE"},
+    {.name = "max_fds_per_connection", .type = ST_SET_INT, INT_FIELD(max_fds_per_connection),
+     .lo = 1, .hi = 1 << 24, .def = 1,
+     .description = "descriptors held for one connection (default: derived, see limits.c)"},
+    {.name = "max_fds_all_connections", .type = ST_SET_INT,
+     INT_FIELD(max_fds_all_connections), .lo = 1, .hi = 1 << 24, .def = 1,
+     .description = "descriptors held for all connections together (default: derived)"},
+    {.name = "max_queued_bytes_per_connection", .type = ST_SET_INT,
+     INT_FIELD(max_queued_bytes_per_connection), .lo = 1, .hi = INT64_C(1) << 53, .def = 1,
+     .description = "arena bytes one connection's undelivered replies pin (default: derived)"},
+    {.name = "max_queued_bytes_all_connections", .type = ST_SET_INT,
+     INT_FIELD(max_queued_bytes_all_connections), .lo = 1, .hi = INT64_C(1) << 53, .def = 1,
+     .description = "arena bytes all undelivered replies pin together (default: derived)"},
     {.name = NULL},
 };
 
@@ -143,6 +155,7 @@ void st__config_defaults(st__config_t *c) {
   c->budgets[0].bytes = st__config_default_cpu_budget();
   c->ndata_dirs = 1;
   c->data_dirs[0] = strdup(".");
+  st__config_connection_limits(c);
 }
 
 /* Runs config.lua through the rows, then takes the default data

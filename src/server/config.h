@@ -49,6 +49,13 @@ typedef struct st__config {
   uint64_t lua_memory_bytes;    /* Lua heap of one worker's state (1 GiB) */
   double default_timeout_s;     /* timeout of an endpoint without one (300) */
   uint64_t max_arena_fds;        /* 0: half of RLIMIT_NOFILE (reclaim.h)     */
+  /* What connections may hold (limits.c): descriptors (unclaimed ones a
+   * client sent, and those of replies not yet received) and the arena
+   * bytes their undelivered replies pin, per connection and in all. */
+  int max_fds_per_connection;
+  int max_fds_all_connections;
+  uint64_t max_queued_bytes_per_connection;
+  uint64_t max_queued_bytes_all_connections;
   double shutdown_grace_s;      /* in-flight work gets this long on SIGTERM */
   /* tasks (docs/protocol.md, "submit" ... "tasks") */
   double task_ttl_s;            /* finished tasks are kept this long (600) */
@@ -96,6 +103,10 @@ int st__config_load(const char *path, st__config_t *cfg, st__errlist_t *errs);
  * st__config_default_cpu_budget). */
 void st__config_defaults(st__config_t *c);
 void st__config_free(st__config_t *c);
+
+/* Sets the four connection limits to their defaults, derived from this
+ * process's RLIMIT_NOFILE (soft) and the host memory (limits.c). */
+void st__config_connection_limits(st__config_t *c);
 
 /* The default cpu budget: half of the physical memory or of the memory
  * limit of the process's cgroup, whichever is lower

@@ -18,13 +18,18 @@
 #define WQ_LOW  (1u << 20)
 #define READ_CHUNK 65536
 #define MAX_IOV 64
+/* How often a connection whose sent replies still hold descriptors or
+ * arenas asks the kernel whether the client has read them. */
+#define UNREAD_POLL_S 0.1
 
 static void on_read(struct ev_loop *loop, ev_io *w, int revents);
 static void on_write(struct ev_loop *loop, ev_io *w, int revents);
 static void on_frame_timeout(struct ev_loop *loop, ev_timer *w, int revents);
 static void on_resume(struct ev_loop *loop, ev_idle *w, int revents);
+static void on_unread_check(struct ev_loop *loop, ev_timer *w, int revents);
 static void process_messages(st__conn_t *c);
 static void flush(st__conn_t *c);
+static void maybe_finish(st__conn_t *c);
 
 /* ------------------------------------------------------------- id table */
 
@@ -56,6 +61,36 @@ st__conn_t *st__conn_find(st__server_t *srv, uint64_t id) {
   return NULL;
 }
 
+/* ------------------------------------------------------------- holdings */
+
+/* Whether c's replies hold as much as its limits allow: then it is not
+ * read until the client reads them. */
+static int replies_at_limit(const st__conn_t *c) {
+  const st__config_t *cfg = c->srv->cfg;
+  return c->wq_bytes > WQ_HIGH || c->out_fds >= cfg->max_fds_per_connection ||
+         c->out_bytes >= cfg->max_queued_bytes_per_connection;
+}
+
+/* Reading resumes once the replies are below every mark: first the
+ * messages buffered while paused (from an idle watcher, so that nothing
+ * recurses), then reads. */
+static void maybe_resume(st__conn_t *c) {
+  if (c->dead || !c->read_paused || c->wq_bytes >= WQ_LOW || replies_at_limit(c)) return;
+  c->read_paused = 0;
+  if (!c->eof) ev_io_start(c->srv->loop, &c->rio);
+  ev_idle_start(c->srv->loop, &c->resume);
+}
+
+static void on_unread_check(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)loop;
+  (void)revents;
+  st__conn_t *c = w->data;
+  if (st__conn_unread_check(c)) {
+    maybe_resume(c);
+    maybe_finish(c);
+  }
+}
+
 /* ------------------------------------------------------------- open/close */
 
 /* Adopts an admitted socket (fd owned) and starts reading. Loop thread. */
@@ -78,7 +113,9 @@ void st__conn_open(st__server_t *srv, int fd, int device, const struct ucred *cr
   double t = srv->cfg->frame_timeout_ms / 1000.0;
   ev_timer_init(&c->frame_timer, on_frame_timeout, t, t);
   ev_idle_init(&c->resume, on_resume);
+  ev_timer_init(&c->unread_check, on_unread_check, UNREAD_POLL_S, UNREAD_POLL_S);
   c->rio.data = c->wio.data = c->frame_timer.data = c->resume.data = c;
+  c->unread_check.data = c;
   table_insert(srv, c);
   srv->counters.connections++;
   ev_io_start(srv->loop, &c->rio);
@@ -102,6 +139,7 @@ void st__conn_close(st__conn_t *c, const char *why) {
   ev_io_stop(srv->loop, &c->wio);
   ev_timer_stop(srv->loop, &c->frame_timer);
   ev_idle_stop(srv->loop, &c->resume);
+  ev_timer_stop(srv->loop, &c->unread_check);
   table_remove(srv, c);
   close(c->fd);
   c->fd = -1;
@@ -113,8 +151,10 @@ void st__conn_close(st__conn_t *c, const char *why) {
   }
   c->wq_head = c->wq_tail = NULL;
   c->wq_bytes = 0;
-  for (size_t i = 0; i < c->rx_nfds; i++) close(c->rx_fds[i]);
-  c->rx_nfds = 0;
+  st__conn_unhold(c, c->out_fds, c->out_bytes);
+  c->unread_fds = 0;
+  c->unread_bytes = 0;
+  st__conn_rx_close_all(c);
   st__reader_destroy(&c->reader);
   /* Nobody will read the results of its calls: builds nobody else waits
    * for stop early (their completions drop what was built), its waits
@@ -145,6 +185,7 @@ void st__conn_close_after_flush(st__conn_t *c, const char *why) {
   c->closing = 1;
   ev_io_stop(c->srv->loop, &c->rio);
   ev_timer_stop(c->srv->loop, &c->frame_timer);
+  st__conn_rx_close_all(c);
   if (!c->wq_head) st__conn_close(c, why);
 }
 
@@ -160,9 +201,12 @@ void st__conn_close_all(st__server_t *srv) {
 }
 
 /* Closes a connection whose peer finished sending once nothing remains to
- * be sent or computed for it. */
+ * be sent or computed for it, and the replies that hold descriptors or
+ * arenas were read (or the peer closed: its socket's queue is gone). */
 static void maybe_finish(st__conn_t *c) {
-  if (!c->dead && c->eof && c->inflight == 0 && !c->wq_head) st__conn_close(c, "end of input");
+  if (!c->dead && c->eof && c->inflight == 0 && !c->wq_head && !c->unread_fds &&
+      !c->unread_bytes)
+    st__conn_close(c, "end of input");
 }
 
 /* One in-flight request was answered; see conn.h. Loop thread. */
@@ -172,57 +216,6 @@ void st__conn_request_done(st__conn_t *c) {
 }
 
 /* ------------------------------------------------------------- reading */
-
-/* Queues the descriptors a client attached, for the requests that list
- * them. Returns 0, or -1 when they do not fit the queue (or the kernel cut
- * the control data): every one of them is closed then, and the caller
- * closes the connection, whose requests and descriptors no longer match. */
-static int queue_received_fds(st__conn_t *c, struct msghdr *mh, uint64_t end) {
-  int overflow = (mh->msg_flags & MSG_CTRUNC) != 0;
-  for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
-    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
-    size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    const unsigned char *p = CMSG_DATA(cm);
-    for (size_t i = 0; i < n; i++) {
-      int fd;
-      memcpy(&fd, p + i * sizeof fd, sizeof fd);
-      if (!overflow && c->rx_nfds < ST_CONN_MAX_PENDING_FDS) {
-        c->rx_fd_end[c->rx_nfds] = end;
-        c->rx_fds[c->rx_nfds++] = fd;
-      } else {
-        overflow = 1;
-        close(fd);
-      }
-    }
-    c->srv->counters.fds_received += n;
-  }
-  return overflow ? -1 : 0;
-}
-
-/* See conn.h. Loop thread. */
-int st__conn_take_fds(st__conn_t *c, int *out, size_t n) {
-  if (n > c->rx_nfds) return -1;
-  memcpy(out, c->rx_fds, n * sizeof *out);
-  memmove(c->rx_fds, c->rx_fds + n, (c->rx_nfds - n) * sizeof *c->rx_fds);
-  memmove(c->rx_fd_end, c->rx_fd_end + n, (c->rx_nfds - n) * sizeof *c->rx_fd_end);
-  c->rx_nfds -= n;
-  return 0;
-}
-
-/* After a message was handled: closes the queued descriptors that arrived
- * with bytes that all end at or before that message's end (see conn.h):
- * no later request can claim them. */
-static void drop_stray_fds(st__conn_t *c) {
-  uint64_t end = c->rx_bytes - st__reader_buffered(&c->reader);
-  size_t n = 0;
-  while (n < c->rx_nfds && c->rx_fd_end[n] <= end) close(c->rx_fds[n++]);
-  if (!n) return;
-  memmove(c->rx_fds, c->rx_fds + n, (c->rx_nfds - n) * sizeof *c->rx_fds);
-  memmove(c->rx_fd_end, c->rx_fd_end + n, (c->rx_nfds - n) * sizeof *c->rx_fd_end);
-  c->rx_nfds -= n;
-  ST_LOG_D("conn", "conn %llu: closed %zu descriptors no request listed",
-           (unsigned long long)c->id, n);
-}
 
 static void update_frame_timer(st__conn_t *c, int completed) {
   if (c->dead || c->closing || c->read_paused || c->eof) {
@@ -240,6 +233,11 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
   st__conn_t *c = w->data;
   (void)loop;
   (void)revents;
+  if (st__conn_unread_check(c)) maybe_resume(c);
+  /* Whole messages still buffered from a pause go first (reads resume
+   * before the idle watcher runs): the end of input below then always
+   * finds at most a half-sent frame buffered. */
+  if (st__reader_buffered(&c->reader) > st__reader_pending(&c->reader)) process_messages(c);
   for (int round = 0; round < 4; round++) {
     if (c->dead || c->closing || c->read_paused || c->eof) return;
     char *buf;
@@ -257,7 +255,7 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
                         .msg_controllen = sizeof ctl.buf};
     ssize_t n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
     if ((mh.msg_controllen > 0 || (mh.msg_flags & MSG_CTRUNC)) &&
-        queue_received_fds(c, &mh, c->rx_bytes + (n > 0 ? (uint64_t)n : 0)) != 0) {
+        st__conn_rx_queue(c, &mh, c->rx_bytes, c->rx_bytes + (n > 0 ? (uint64_t)n : 0)) != 0) {
       c->srv->counters.protocol_errors++;
       ST_LOG_W("conn", "conn %llu (pid %d): more descriptors than its requests list; closing",
                (unsigned long long)c->id, (int)c->cred.pid);
@@ -286,8 +284,17 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
       c->eof = 1;
       ev_io_stop(c->srv->loop, &c->rio);
       update_frame_timer(c, 0);
-      if (st__reader_pending(&c->reader) > 0)
+      /* No request can come any more: what it sent for one is closed, and
+       * a half-sent frame's buffer freed. Replies still go out. */
+      st__conn_rx_close_all(c);
+      if (st__reader_pending(&c->reader) > 0) {
         ST_LOG_D("conn", "conn %llu: input ended inside a frame", (unsigned long long)c->id);
+        st__reader_destroy(&c->reader);
+        if (st__reader_init(&c->reader, c->srv->cfg->max_message_bytes) != ST_OK) {
+          st__conn_close(c, "out of memory");
+          return;
+        }
+      }
       maybe_finish(c);
       return;
     }
@@ -303,14 +310,17 @@ static void process_messages(st__conn_t *c) {
   st__server_t *srv = c->srv;
   int completed = 0;
   while (!c->dead && !c->closing) {
-    if (c->wq_bytes > WQ_HIGH) {
+    if (replies_at_limit(c)) {
       /* Backpressure: keep the rest buffered until the client reads. */
       if (!c->read_paused) {
         c->read_paused = 1;
         srv->counters.read_pauses++;
         ev_io_stop(srv->loop, &c->rio);
-        ST_LOG_D("conn", "conn %llu: %zu bytes of replies unread: pausing reads",
-                 (unsigned long long)c->id, c->wq_bytes);
+        ST_LOG_D("conn",
+                 "conn %llu: replies unread (%zu bytes queued, %d descriptors, %llu arena "
+                 "bytes): pausing reads",
+                 (unsigned long long)c->id, c->wq_bytes, c->out_fds,
+                 (unsigned long long)c->out_bytes);
       }
       break;
     }
@@ -333,8 +343,13 @@ static void process_messages(st__conn_t *c) {
     c->requests++;
     c->srv->on_message(c, &msg);
     st__message_destroy(&msg);
-    if (!c->dead) drop_stray_fds(c);
+    /* Right after a message, this is where it ended (proto.h). */
+    if (!c->dead) st__conn_rx_drop_stray(c, c->rx_bytes - st__reader_buffered(&c->reader), 0);
   }
+  /* Every whole message was handled unless reads are paused: what is
+   * left is at most a half-sent frame, which began here. */
+  if (!c->dead && !c->closing && !c->read_paused)
+    st__conn_rx_drop_stray(c, c->rx_bytes - st__reader_pending(&c->reader), 1);
   update_frame_timer(c, completed);
 }
 
@@ -359,6 +374,13 @@ static void on_frame_timeout(struct ev_loop *loop, ev_timer *w, int revents) {
 /* Queues a frame (takes the bytes of sb and the fds) and writes what
  * the socket takes now; see conn.h. Loop thread. */
 void st__conn_send(st__conn_t *c, msgpack_sbuffer *sb, const int *fds, int nfds) {
+  st__conn_send_pinned(c, sb, fds, nfds, 0);
+}
+
+/* st__conn_send, counting the descriptors and `pinned` bytes until the
+ * client has read them; see conn.h. Loop thread. */
+void st__conn_send_pinned(st__conn_t *c, msgpack_sbuffer *sb, const int *fds, int nfds,
+                          uint64_t pinned) {
   if (nfds < 0) nfds = 0;
   if (c->dead) {
     for (int i = 0; i < nfds; i++) close(fds[i]);
@@ -378,7 +400,9 @@ void st__conn_send(st__conn_t *c, msgpack_sbuffer *sb, const int *fds, int nfds)
   f->len = sb->size;
   f->off = 0;
   f->data = msgpack_sbuffer_release(sb);
-  f->nfds = nfds;
+  f->nfds = f->held_fds = nfds;
+  f->pinned = pinned;
+  st__conn_hold(c, nfds, pinned);
   if (nfds) memcpy(f->fds, fds, (size_t)nfds * sizeof(int));
   if (c->wq_tail) c->wq_tail->next = f;
   else c->wq_head = f;
@@ -468,6 +492,12 @@ static void flush(st__conn_t *c) {
       c->wq_bytes -= rest;
       c->wq_head = f->next;
       if (!c->wq_head) c->wq_tail = NULL;
+      if (f->held_fds || f->pinned) {
+        /* In the client's socket now: counted until it has read it. */
+        c->unread_fds += f->held_fds;
+        c->unread_bytes += f->pinned;
+        if (!ev_is_active(&c->unread_check)) ev_timer_again(srv->loop, &c->unread_check);
+      }
       free_frame(f);
     }
   }
@@ -477,13 +507,8 @@ static void flush(st__conn_t *c) {
     st__conn_close(c, "closed after error");
     return;
   }
-  if (c->read_paused && c->wq_bytes < WQ_LOW) {
-    /* Resume: first the messages buffered while paused (from an idle
-     * watcher, not from here, so that flush never recurses), then reads. */
-    c->read_paused = 0;
-    if (!c->eof) ev_io_start(srv->loop, &c->rio);
-    ev_idle_start(srv->loop, &c->resume);
-  }
+  st__conn_unread_check(c);
+  maybe_resume(c);
   maybe_finish(c);
 }
 

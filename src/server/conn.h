@@ -5,9 +5,14 @@
  * ST_CONN_MAX_PENDING_FDS; a request that lists N arenas takes the first N
  * (st__conn_take_fds), as docs/protocol.md says. Linux delivers a
  * sendmsg's descriptors with the read that holds its first byte, and ends
- * that read there; so descriptors that came with bytes all at or before the
- * end of a handled message cannot belong to a later one: what that message
- * did not take is a stray and is closed at once. Each complete message goes
+ * that read there; a request's own come with its first byte. So
+ * descriptors that came with bytes all at or before the end of a handled
+ * message cannot belong to a later one (what that message did not take is
+ * a stray and is closed at once), those of a read that began after the
+ * start of the half-sent frame that is all that remains belong to no
+ * message (closed at once), and at the end of input all are closed. A
+ * batch that would pass a descriptor limit is closed on arrival and
+ * queued as -1s: its request gets LIMIT (dispatch.c). Each complete message goes
  * to the server's message hook (srv->on_message: st__dispatch, rpc.h). A
  * frame that stays half-sent
  * for frame_timeout_ms gets TIMEOUT and the connection is closed.
@@ -16,6 +21,16 @@
  * descriptors goes out with one SCM_RIGHTS control message on the sendmsg
  * that carries its first byte; the queue owns those descriptors and closes
  * them once sent or when the connection dies.
+ *
+ * Holdings: the descriptors and arena bytes of a reply count (out_fds,
+ * out_bytes, and srv->held_fds/held_bytes with the unclaimed received
+ * descriptors) from st__conn_send_pinned until the client has read it:
+ * once sent they wait in the client's socket, where they still keep their
+ * arenas alive; SIOCOUTQ = 0 (asked on reads, flushes, replies and every
+ * 100 ms while some are out) says they were read. A connection whose
+ * replies reach its limits is not read (back-pressure); a reply past them
+ * is refused (st__conn_reply_room); a connection whose peer finished
+ * sending stays until its replies were read or the peer left.
  *
  * Lifetime: st__conn_close() unlinks the connection from the id table,
  * tells the server's close hook (srv->on_conn_closed) and closes its
@@ -36,14 +51,17 @@
 #include "server/server.h"
 
 /* Received descriptors a connection may hold before its requests claim
- * them: one request's worth may arrive while the previous one is still
- * incomplete. */
+ * them. Those of one request at most, while the server reads; two while
+ * it does not (back-pressure), when a request already read may still
+ * wait for its turn beside the next one's. */
 #define ST_CONN_MAX_PENDING_FDS (2 * ST_MAX_FDS_PER_MESSAGE)
 
 typedef struct st__wframe {
   struct st__wframe *next;
   char *data;                 /* owned msgpack bytes                        */
   size_t len, off;            /* off: bytes already sent                    */
+  int held_fds;               /* descriptors it carries (counted in out_fds) */
+  uint64_t pinned;            /* arena bytes they pin (counted in out_bytes) */
   int nfds;                   /* descriptors still ours (sent with byte 0)  */
   int fds[];
 } st__wframe_t;
@@ -60,6 +78,14 @@ struct st__conn {
   ev_idle resume;             /* handles messages buffered while paused     */
   st__wframe_t *wq_head, *wq_tail;
   size_t wq_bytes;
+  /* Replies with descriptors count from queued until the client has read
+   * them (SIOCOUTQ is 0): sent descriptors in a socket's queue are held
+   * for us by the kernel and keep their arenas alive. */
+  int out_fds;                /* descriptors of those replies               */
+  uint64_t out_bytes;         /* arena bytes they pin                       */
+  int unread_fds;             /* the part already sent, not yet read        */
+  uint64_t unread_bytes;
+  ev_timer unread_check;      /* polls SIOCOUTQ while unread_fds/bytes > 0 */
   int inflight;               /* requests waiting for a reply (calls)       */
   int closing;                /* close once the write queue is flushed      */
   int eof;                    /* peer finished sending: close when idle     */
@@ -69,10 +95,13 @@ struct st__conn {
   uint64_t requests;
   uint64_t leases;            /* leases it holds on objects                 */
   char client[64];            /* from hello, for logs                       */
-  int rx_fds[ST_CONN_MAX_PENDING_FDS]; /* received, unclaimed, arrival order */
-  uint64_t rx_fd_end[ST_CONN_MAX_PENDING_FDS]; /* stream offset where the read
-                                 that brought each one ended */
+  int rx_fds[ST_CONN_MAX_PENDING_FDS]; /* received, unclaimed, arrival order;
+                                 -1: closed on arrival at a limit */
+  uint64_t rx_fd_start[ST_CONN_MAX_PENDING_FDS]; /* stream offsets where the */
+  uint64_t rx_fd_end[ST_CONN_MAX_PENDING_FDS];   /* read that brought each one
+                                 began and ended */
   size_t rx_nfds;
+  int rx_held;                /* entries of rx_fds that are open            */
   uint64_t rx_bytes;          /* bytes received (committed to the reader)   */
   struct st__targs *targs;    /* during st__dispatch: the tensor arguments of
                                  the request (call/submit move them out)   */
@@ -93,6 +122,22 @@ st__conn_t *st__conn_find(st__server_t *srv, uint64_t id);
  * connection. May close the connection on a write error: test c->dead
  * afterwards. Loop thread. */
 void st__conn_send(st__conn_t *c, msgpack_sbuffer *sb, const int *fds, int nfds);
+
+/* st__conn_send for a reply whose descriptors pin `pinned` bytes of
+ * arenas: the descriptors and bytes count against the connection's and
+ * the server's limits until the client has read the reply (or the
+ * connection closed). Check st__conn_reply_room first. Loop thread. */
+void st__conn_send_pinned(st__conn_t *c, msgpack_sbuffer *sb, const int *fds, int nfds,
+                          uint64_t pinned);
+
+/* Whether a reply with `nfds` descriptors pinning `bytes` of arenas fits
+ * the limits (config.h): the connection's (max_fds_per_connection,
+ * max_queued_bytes_per_connection: a connection that holds nothing may
+ * always take one reply) and all connections' together
+ * (max_fds_all_connections, max_queued_bytes_all_connections). ST_OK, or
+ * ST_ERR_LIMIT with a message naming the limit, its value and its key.
+ * Loop thread. */
+int st__conn_reply_room(st__conn_t *c, int nfds, uint64_t bytes, char *err, size_t errlen);
 
 /* Queues an error response [1, id, {code, name, message}, nil] and counts
  * it. Loop thread. */
@@ -116,8 +161,38 @@ void st__conn_reap(st__server_t *srv);
 /* Closes every connection, trying one last non-blocking flush of each. */
 void st__conn_close_all(st__server_t *srv);
 
-/* Moves the first n received descriptors to out[] (the caller owns them).
- * Returns 0, or -1 when fewer than n are queued (nothing moved). */
+/* ------------------------------------------------------------- holdings.c */
+
+/* A reply's descriptors and arena bytes start (hold) or stop (unhold)
+ * counting for c and for the server. Loop thread. */
+void st__conn_hold(st__conn_t *c, int fds, uint64_t bytes);
+void st__conn_unhold(st__conn_t *c, int fds, uint64_t bytes);
+
+/* Sent replies stop counting once the client has read everything sent
+ * (SIOCOUTQ is 0; the poll timer stops). Returns 1 when they did, 0 when
+ * nothing changed. Loop thread. */
+int st__conn_unread_check(st__conn_t *c);
+
+/* Queues the descriptors a client attached to the read of stream bytes
+ * [start, end) (see the top of this file); a batch past a descriptor
+ * limit is closed and queued as -1s. 0, or -1 when they do not fit the
+ * queue or the kernel cut them (all closed: close the connection). */
+int st__conn_rx_queue(st__conn_t *c, struct msghdr *mh, uint64_t start, uint64_t end);
+
+/* Closes the queued descriptors no request can claim: those of reads that
+ * ended at or before `next` (where the first message not yet handled
+ * begins), and with `only_next` (that message is a half-sent frame or
+ * none) those of reads that began after it. */
+void st__conn_rx_drop_stray(st__conn_t *c, uint64_t next, int only_next);
+
+/* No request of c will claim a descriptor any more (it closes, or its
+ * input ended): every one it sent is closed. */
+void st__conn_rx_close_all(st__conn_t *c);
+
+/* Moves the first n received descriptors to out[] (the caller owns them;
+ * an entry is -1 for a descriptor closed on arrival because a descriptor
+ * limit was reached). Returns 0, or -1 when fewer than n are queued
+ * (nothing moved). */
 int st__conn_take_fds(st__conn_t *c, int *out, size_t n);
 
 #endif

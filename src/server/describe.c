@@ -29,7 +29,7 @@ void st__describe_devices(msgpack_packer *pk, const st__devices_t *d) {
 }
 
 static void pack_limits(msgpack_packer *pk, const st__config_t *cfg, int full) {
-  msgpack_pack_map(pk, full ? 6 : 2);
+  msgpack_pack_map(pk, full ? 10 : 2);
   st__pack_kv_uint(pk, "max_message_bytes", cfg->max_message_bytes);
   st__pack_kv_int(pk, "max_inflight", cfg->max_inflight);
   if (!full) return;
@@ -37,6 +37,11 @@ static void pack_limits(msgpack_packer *pk, const st__config_t *cfg, int full) {
   st__pack_kv_int(pk, "frame_timeout_ms", cfg->frame_timeout_ms);
   st__pack_kv_uint(pk, "max_object_bytes", cfg->max_object_bytes);
   st__pack_kv_double(pk, "shutdown_grace_s", cfg->shutdown_grace_s);
+  st__pack_kv_int(pk, "max_fds_per_connection", cfg->max_fds_per_connection);
+  st__pack_kv_int(pk, "max_fds_all_connections", cfg->max_fds_all_connections);
+  st__pack_kv_uint(pk, "max_queued_bytes_per_connection", cfg->max_queued_bytes_per_connection);
+  st__pack_kv_uint(pk, "max_queued_bytes_all_connections",
+                   cfg->max_queued_bytes_all_connections);
 }
 
 /* Packs the result of hello for a connection on socket `device`. */
@@ -139,7 +144,7 @@ static void pack_tasks(msgpack_packer *pk, st__server_t *srv) {
 /* Packs the result of info (docs/protocol.md). Loop thread. */
 void st__describe_info(msgpack_packer *pk, st__server_t *srv) {
   const st__config_t *cfg = srv->cfg;
-  msgpack_pack_map(pk, 20);
+  msgpack_pack_map(pk, 21);
   st__pack_kv_str(pk, "server_id", srv->server_id);
   st__pack_kv_str(pk, "version", ST_VERSION_STRING);
   st__pack_kv_int(pk, "protocol", ST_PROTOCOL_VERSION);
@@ -186,6 +191,10 @@ void st__describe_info(msgpack_packer *pk, st__server_t *srv) {
   pack_counters(pk, &srv->counters, &srv->objects);
   st__pack_cstr(pk, "limits");
   pack_limits(pk, cfg, 1);
+  st__pack_cstr(pk, "held");
+  msgpack_pack_map(pk, 2);
+  st__pack_kv_uint(pk, "fds", srv->held_fds);
+  st__pack_kv_uint(pk, "bytes", srv->held_bytes);
 
   uint64_t count = 0, bytes = 0;
   st__arena_stats(&count, &bytes);

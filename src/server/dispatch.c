@@ -14,6 +14,27 @@
 static void dispatch_request(st__conn_t *c, const st__message_t *msg, uint32_t id, int mlen,
                              int prc, const msgpack_object *params, const char *err);
 
+/* Descriptors of a request closed on arrival at a descriptor limit
+ * (conn.h: -1 in fds): the others are closed too and the request gets
+ * LIMIT; the connection stays. Returns 1 then, else 0. */
+static int refused_on_arrival(st__conn_t *c, uint32_t id, const int *fds, uint32_t n) {
+  uint32_t refused = 0;
+  for (uint32_t i = 0; i < n; i++) refused += fds[i] < 0;
+  if (!refused) return 0;
+  for (uint32_t i = 0; i < n; i++)
+    if (fds[i] >= 0) close(fds[i]);
+  const st__config_t *cfg = c->srv->cfg;
+  char m[300];
+  snprintf(m, sizeof m,
+           "%u of the request's %u descriptors were closed on arrival: this connection "
+           "(limits.max_fds_per_connection = %d) or all connections together "
+           "(limits.max_fds_all_connections = %d) held as many as allowed",
+           (unsigned)refused, (unsigned)n, cfg->max_fds_per_connection,
+           cfg->max_fds_all_connections);
+  st__conn_send_error(c, id, ST_ERR_LIMIT, m);
+  return 1;
+}
+
 /* The descriptors of a request that lists params.arenas (docs/protocol.md,
  * "Tensor arguments") go into *t, whatever the method: a request that is
  * refused still consumes them. Returns 0 (t filled or empty), 1 when an
@@ -43,6 +64,7 @@ static int take_arenas(st__conn_t *c, uint32_t id, const msgpack_object *params,
     st__conn_close_after_flush(c, "protocol error");
     return -1;
   }
+  if (refused_on_arrival(c, id, fds, n)) return 1;
   char err[320];
   if (st__targs_take(t, list, fds, n, err, sizeof err) != ST_OK) {
     st__conn_send_error(c, id, ST_ERR_INVALID_ARGUMENT, err);

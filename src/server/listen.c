@@ -10,10 +10,12 @@
  * bound.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -193,18 +195,72 @@ static void on_retry(struct ev_loop *loop, ev_timer *w, int revents) {
   if (l->fd >= 0) ev_io_start(loop, &l->io);
 }
 
+/* The reserve descriptor (server.h, spare_fd): /dev/null, or -1. */
+static int spare_open(void) {
+  return open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+/* Nonzero at most once per 10 s: the log says "out of descriptors" once,
+ * not once per connection attempt. */
+static int emfile_warn_due(void) {
+  static double last = -1e9;
+  double now = st__now_mono();
+  if (now - last < 10.0) return 0;
+  last = now;
+  return 1;
+}
+
+/* accept failed with EMFILE/ENFILE: the connection waits in the backlog.
+ * With the reserve descriptor, it is taken, told LIMIT and closed, so that
+ * a client does not hang; returns 1 when that was done (the caller goes
+ * on accepting). Without it (or when even that fails), accepting pauses
+ * for 100 ms instead of spinning; returns 0. */
+static int out_of_descriptors(st__listener_t *l, int err) {
+  st__server_t *srv = l->srv;
+  struct rlimit rl = {0, 0};
+  getrlimit(RLIMIT_NOFILE, &rl);
+  if (emfile_warn_due())
+    ST_LOG_W("listen",
+             "accept on %s: %s: the server is out of file descriptors (RLIMIT_NOFILE = %llu); "
+             "new connections get LIMIT until some are free",
+             l->path, strerror(err), (unsigned long long)rl.rlim_cur);
+  if (srv->spare_fd >= 0) {
+    close(srv->spare_fd);
+    int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      char msg[160];
+      snprintf(msg, sizeof msg,
+               "the server has no descriptor left for a connection (RLIMIT_NOFILE = %llu); "
+               "try again later",
+               (unsigned long long)rl.rlim_cur);
+      srv->counters.limit_refused++;
+      st__peer_refuse(fd, ST_ERR_LIMIT, msg);
+    }
+    srv->spare_fd = spare_open();
+    if (fd >= 0 && srv->spare_fd >= 0) return 1;
+  }
+  ev_io_stop(srv->loop, &l->io);
+  ev_timer_set(&l->retry, 0.1, 0.);
+  ev_timer_start(srv->loop, &l->retry);
+  return 0;
+}
+
 static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
   st__listener_t *l = w->data;
   st__server_t *srv = l->srv;
   const st__config_t *cfg = srv->cfg;
+  (void)loop;
   (void)revents;
   for (int i = 0; i < 64 && l->fd >= 0; i++) {
     int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-      /* Out of descriptors (or memory): the connection stays in the
-       * backlog; pause accepting instead of spinning on it. */
+      if (errno == EMFILE || errno == ENFILE) {
+        if (out_of_descriptors(l, errno)) continue;
+        return;
+      }
+      /* Out of memory or the like: pause accepting, not spin. */
       ST_LOG_W("listen", "accept on %s: %s; pausing accepts for 100 ms", l->path,
                strerror(errno));
       ev_io_stop(loop, &l->io);
@@ -309,6 +365,7 @@ int st__listen_open(st__server_t *srv, int device, char *err, size_t errlen) {
   l->io.data = l->retry.data = l;
   ev_io_start(srv->loop, &l->io);
   srv->nlisteners++;
+  if (srv->nlisteners == 1) srv->spare_fd = spare_open();
   ST_LOG_I("listen", "listening on %s (device %d, mode %04o%s%s)", l->path, device,
            cfg->socket_mode & 07777, have_gid ? ", group " : "",
            have_gid ? cfg->socket_group : "");
@@ -317,6 +374,10 @@ int st__listen_open(st__server_t *srv, int device, char *err, size_t errlen) {
 
 /* Closes the listeners and unlinks our socket files. Loop thread. */
 void st__listen_close_all(st__server_t *srv) {
+  if (srv->nlisteners > 0 && srv->spare_fd >= 0) {
+    close(srv->spare_fd);
+    srv->spare_fd = -1;
+  }
   for (int i = 0; i < srv->nlisteners; i++) {
     st__listener_t *l = &srv->listeners[i];
     if (l->fd < 0) continue;

@@ -78,7 +78,23 @@ int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
     return ST_ERR_LIMIT;
   }
   /* One descriptor per arena that has one: a legacy CUDA IPC arena is
-   * described by its handle and takes no slot (docs/protocol.md). */
+   * described by its handle and takes no slot (docs/protocol.md). Each
+   * keeps its arena alive until the client has read the reply: they
+   * count against the connection limits (conn.h) until then. */
+  int want = 0;
+  uint64_t pinned = 0;
+  for (size_t i = 0; i < r->narenas; i++) {
+    if (!st__arena_has_fd(r->arenas[i])) continue;
+    want++;
+    pinned += st__arena_bytes(r->arenas[i]);
+  }
+  char why[300];
+  if (st__conn_reply_room(c, want, pinned, why, sizeof why) != ST_OK) {
+    char m[400];
+    snprintf(m, sizeof m, "%s: %s", endpoint, why);
+    st__conn_send_error(c, id, ST_ERR_LIMIT, m);
+    return ST_ERR_LIMIT;
+  }
   int fds[ST_MAX_FDS_PER_MESSAGE];
   int nfds = 0;
   for (size_t i = 0; i < r->narenas; i++) {
@@ -117,7 +133,7 @@ int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
     pack_object(&pk, srv, obj, lease);
   }
   srv->counters.calls_ok++;
-  st__conn_send(c, &sb, fds, nfds);
+  st__conn_send_pinned(c, &sb, fds, nfds, pinned);
   msgpack_sbuffer_destroy(&sb);
   return ST_OK;
 }

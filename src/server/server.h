@@ -157,6 +157,9 @@ struct st__server {
 
   st__listener_t listeners[ST_MAX_DEVICES];
   int nlisteners;
+  int spare_fd;               /* reserve descriptor (listen.c): given up to
+                                 accept and refuse a connection when the
+                                 process is out of descriptors; -1 if none */
 
   /* connections by id (chained hash); ids start at 1 and are never reused */
   st__conn_t **buckets;
@@ -184,6 +187,9 @@ struct st__server {
   ev_timer grace;             /* shutdown: in-flight work deadline         */
 
   st__counters_t counters;
+  /* What connections hold (conn.h): unclaimed descriptors clients sent,
+   * and replies' descriptors and arena bytes not yet read. */
+  uint64_t held_fds, held_bytes;
   st__devices_t devices;
   char server_id[33];         /* 128 random bits, hex                      */
   double started_at;          /* unix time                                 */

@@ -115,6 +115,11 @@ static int run_check(const st__config_t *cfg, int config_errors) {
     }
   }
   print_memory_limits(cfg);
+  printf("limits: max_fds_per_connection=%d max_fds_all_connections=%d "
+         "max_queued_bytes_per_connection=%llu max_queued_bytes_all_connections=%llu\n",
+         cfg->max_fds_per_connection, cfg->max_fds_all_connections,
+         (unsigned long long)cfg->max_queued_bytes_per_connection,
+         (unsigned long long)cfg->max_queued_bytes_all_connections);
   st__errlist_t errs = {0};
   st__generation_t *gen = NULL;
   int rc = st__generation_load(cfg->endpoints_dir, 1, &gen, &errs);

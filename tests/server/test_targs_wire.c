@@ -10,8 +10,10 @@
  *     ping or invalidate_call: INVALID_ARGUMENT, the connection stays, and
  *     the descriptors are consumed (the next request reads its own memory);
  *   - descriptors no request lists are closed once the request they came
- *     with is handled; more than 506 waiting for an incomplete request:
- *     PROTOCOL and the connection closes;
+ *     with is handled; those that did not come with a request's first
+ *     byte are closed on arrival, so an incomplete request holds its own
+ *     (253 at most) and no more; all are closed when the input ends, even
+ *     while a wait keeps the connection open;
  *   - a client that disconnects before its reply leaks nothing;
  *   - pipelined requests, each with its own descriptor (sent one by one,
  *     all at once, or straddling request boundaries), read their own
@@ -40,6 +42,9 @@ static const char EP_SLOW[] =
     "return st.endpoint{ name = \"slow_first\",\n"
     "  params = { x = st.tensor_param{}, s = 0.3 },\n"
     "  build = function(a) st.sleep(a.s); return a.x:get(0) end }\n";
+static const char EP_SLOW_PLAIN[] =
+    "return st.endpoint{ name = \"slow_first_plain\", params = { s = 0.3 },\n"
+    "  build = function(a) st.sleep(a.s); return 1 end }\n";
 static const char EP_ANY[] =
     "return st.endpoint{ name = \"anyarg\", cache = true, params = { v = st.required },\n"
     "  build = function(a) return 1 end }\n";
@@ -344,29 +349,70 @@ TEST(descriptors_no_request_lists_are_closed) {
   CHECK(back_to_baseline() == 0);
 }
 
-TEST(more_than_506_unclaimed_descriptors_close_the_connection) {
+/* Polls (5 s at most) until the server holds exactly n descriptors. */
+static int server_holds(int n) {
+  if (proc_fd_count_reaches(S.pid, n, 1) != 0) return -1;
+  return proc_fd_count_reaches(S.pid, n, 0);
+}
+
+TEST(descriptors_no_request_can_claim_are_closed_on_arrival) {
   OPEN_RC(c, S.socket);
-  int fd = memfd_with(PAGE, 1, 0);
+  int fd = memfd_with(PAGE, 55, 0);
   CHECK(fd >= 0);
-  /* a request that stays incomplete while descriptors keep coming: they
-   * wait for it, 2 x 253 fit, one more does not */
+  /* a request that stays incomplete: the descriptors that came with its
+   * first byte wait for it; those that come later cannot be its own (a
+   * request's descriptors ride on its first byte) and are closed at once */
   mpbuf_t r;
   mpbuf_init(&r);
   stt_pack(&r.pk, FIRST_FMT, 55, "first");
   CHECK(r.sb.size > 3);
-  int64_t perr = rc_info_int(&M, "counters.protocol_errors");
   CHECK(send_copies(&c, r.sb.data, 1, fd, ST_MAX_FDS_PER_MESSAGE) == 0);
-  CHECK(send_copies(&c, r.sb.data + 1, 1, fd, ST_MAX_FDS_PER_MESSAGE) == 0);
   CHECK(rc_wait_drained(&c, 5000) == 0);
-  /* read and queued: the server holds them all, the connection is open */
-  CHECK(proc_fd_count_reaches(S.pid, base_fds + 1 + 2 * ST_MAX_FDS_PER_MESSAGE, 1) == 0);
-  CHECK_EQ_INT(rc_info_int(&M, "connections"), 2);
-  CHECK(send_copies(&c, r.sb.data + 2, 1, fd, 1) == 0);
+  CHECK(server_holds(base_fds + 1 + ST_MAX_FDS_PER_MESSAGE) == 0);
+  for (int i = 0; i < 3; i++) {
+    CHECK(send_copies(&c, r.sb.data + 1 + i, 1, fd, ST_MAX_FDS_PER_MESSAGE) == 0);
+    CHECK(rc_wait_drained(&c, 5000) == 0);
+    CHECK(server_holds(base_fds + 1 + ST_MAX_FDS_PER_MESSAGE) == 0);
+  }
+  close(fd);
+  /* the rest of the request: it takes the first descriptor of its own */
+  CHECK(rc_send(&c, r.sb.data + 4, r.sb.size - 4) == 0);
+  mpbuf_free(&r);
+  msg_t m;
+  CHECK(rc_next(&c, &m, 10000) == 1);
+  CHECK(m.error == NULL && num(obj_get(m.result, "value")) == 55);
+  msg_free(&m);
+  CHECK(server_holds(base_fds + 1) == 0);
+  CHECK(next_call_reads_its_own(&c) == 0);
+  rc_close(&c);
+  CHECK(back_to_baseline() == 0);
+}
+
+TEST(descriptors_are_closed_when_the_input_ends) {
+  /* a wait keeps the connection open after the client finished sending;
+   * the descriptors it sent with the first byte of a request it never
+   * completed are closed at once, not when the wait ends */
+  OPEN_RC(c, S.socket);
+  uint64_t task = rk_submit(&c, "slow_first_plain", "s", 30);
+  CHECK(task > 0);
+  CHECK(rc_sendf(&c, "[0, 9, 'wait', [{task_id: %llu, timeout: 60}]]",
+                 (unsigned long long)task) == 0);
+  int fd = memfd_with(PAGE, 1, 0);
+  CHECK(fd >= 0);
+  mpbuf_t r;
+  mpbuf_init(&r);
+  stt_pack(&r.pk, FIRST_FMT, 56, "first");
+  CHECK(send_copies(&c, r.sb.data, 1, fd, ST_MAX_FDS_PER_MESSAGE) == 0);
   mpbuf_free(&r);
   close(fd);
-  CHECK_CLOSED_WITH(&c, ST_ERR_PROTOCOL, "more descriptors arrived");
+  CHECK(rc_wait_drained(&c, 5000) == 0);
+  CHECK(server_holds(base_fds + 1 + ST_MAX_FDS_PER_MESSAGE) == 0);
+  CHECK(shutdown(c.fd, SHUT_WR) == 0);
+  CHECK(server_holds(base_fds + 1) == 0);
+  CHECK_EQ_INT(rc_info_int(&M, "connections"), 2);
+  CHECK_RPC(&M, ST_OK, NULL, "[0, 10, 'cancel', [{task_id: %llu}]]", (unsigned long long)task);
+  CHECK(rk_wait_status(&M, task, "cancelled", 10000) == 0);
   rc_close(&c);
-  CHECK_EQ_INT(rc_info_int(&M, "counters.protocol_errors"), perr + 1);
   CHECK(back_to_baseline() == 0);
 }
 
@@ -477,6 +523,7 @@ int main(void) {
                    (const stt_endpoint_t[]){{"first.lua", EP_FIRST},
                                             {"slow_first.lua", EP_SLOW},
                                             {"anyarg.lua", EP_ANY},
+                                            {"slow_first_plain.lua", EP_SLOW_PLAIN},
                                             {NULL, NULL}});
   if (rc_open(&M, S.socket) != 0) {
     fprintf(stderr, "connect failed\n");
@@ -507,7 +554,8 @@ int main(void) {
   RUN(tensors_and_arena_lists_that_do_not_match_are_refused);
   RUN(methods_without_tensor_arguments_consume_the_descriptors);
   RUN(descriptors_no_request_lists_are_closed);
-  RUN(more_than_506_unclaimed_descriptors_close_the_connection);
+  RUN(descriptors_no_request_can_claim_are_closed_on_arrival);
+  RUN(descriptors_are_closed_when_the_input_ends);
   RUN(a_client_gone_before_its_reply_leaks_nothing);
   RUN(pipelined_requests_each_read_their_own_memory);
   RUN(no_descriptor_or_arena_is_left_behind);

@@ -1,0 +1,207 @@
+/* src/server: what a connection holds (conn.h, "Holdings"): the
+ * descriptors and arena bytes of its replies until the client has read
+ * them, the descriptors it sent that no request claimed yet, and the
+ * limits on both (config.h: max_fds_per_connection ...). Loop thread only.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <linux/sockios.h>
+
+#include "common/log.h"
+#include "server/conn.h"
+#include "st/errors.h"
+
+/* At most one warning per this many seconds about a limit being hit. */
+#define LIMIT_WARN_EVERY_S 10.0
+
+/* See conn.h. Loop thread. */
+void st__conn_hold(st__conn_t *c, int fds, uint64_t bytes) {
+  c->out_fds += fds;
+  c->out_bytes += bytes;
+  c->srv->held_fds += (uint64_t)fds;
+  c->srv->held_bytes += bytes;
+}
+
+/* See conn.h. Loop thread. */
+void st__conn_unhold(st__conn_t *c, int fds, uint64_t bytes) {
+  c->out_fds -= fds;
+  c->out_bytes -= bytes;
+  c->srv->held_fds -= (uint64_t)fds;
+  c->srv->held_bytes -= bytes;
+}
+
+/* Nonzero at most once per LIMIT_WARN_EVERY_S: a client that keeps
+ * hitting a limit gets its errors, the log one line now and then. */
+static int limit_warn_due(void) {
+  static double last = -1e9;
+  double now = st__now_mono();
+  if (now - last < LIMIT_WARN_EVERY_S) return 0;
+  last = now;
+  return 1;
+}
+
+/* Closes the received descriptors i..j-1 and removes them from the queue. */
+static void rx_remove(st__conn_t *c, size_t i, size_t j) {
+  if (i >= j) return;
+  for (size_t k = i; k < j; k++) {
+    if (c->rx_fds[k] < 0) continue;
+    close(c->rx_fds[k]);
+    c->rx_held--;
+    c->srv->held_fds--;
+  }
+  size_t rest = c->rx_nfds - j;
+  memmove(c->rx_fds + i, c->rx_fds + j, rest * sizeof *c->rx_fds);
+  memmove(c->rx_fd_start + i, c->rx_fd_start + j, rest * sizeof *c->rx_fd_start);
+  memmove(c->rx_fd_end + i, c->rx_fd_end + j, rest * sizeof *c->rx_fd_end);
+  c->rx_nfds -= j - i;
+}
+
+/* See conn.h. Loop thread. */
+void st__conn_rx_close_all(st__conn_t *c) {
+  if (c->rx_nfds)
+    ST_LOG_D("conn", "conn %llu: closed %zu descriptors no request can claim",
+             (unsigned long long)c->id, c->rx_nfds);
+  rx_remove(c, 0, c->rx_nfds);
+}
+
+
+/* See conn.h. Loop thread. */
+int st__conn_unread_check(st__conn_t *c) {
+  if (c->dead || (!c->unread_fds && !c->unread_bytes)) return 0;
+  int queued = 0;
+  if (ioctl(c->fd, SIOCOUTQ, &queued) != 0 || queued > 0) return 0;
+  st__conn_unhold(c, c->unread_fds, c->unread_bytes);
+  c->unread_fds = 0;
+  c->unread_bytes = 0;
+  ev_timer_stop(c->srv->loop, &c->unread_check);
+  return 1;
+}
+
+/* Whether c and the server may hold `fds` more descriptors (`fds` 0: no
+ * check): the message says which limit is reached otherwise. */
+static int fds_fit(st__conn_t *c, int fds, char *err, size_t errlen) {
+  const st__config_t *cfg = c->srv->cfg;
+  int holds = c->out_fds + c->rx_held;
+  if (fds > 0 && holds > 0 && holds + fds > cfg->max_fds_per_connection) {
+    snprintf(err, errlen,
+             "this connection holds %d descriptors (replies it has not read, descriptors "
+             "no request claimed yet); %d more would pass limits.max_fds_per_connection = %d",
+             holds, fds, cfg->max_fds_per_connection);
+    return 0;
+  }
+  if (fds > 0 && c->srv->held_fds + (uint64_t)fds > (uint64_t)cfg->max_fds_all_connections) {
+    snprintf(err, errlen,
+             "connections hold %llu descriptors in all; %d more would pass "
+             "limits.max_fds_all_connections = %d",
+             (unsigned long long)c->srv->held_fds, fds, cfg->max_fds_all_connections);
+    return 0;
+  }
+  return 1;
+}
+
+/* See conn.h. Loop thread. */
+int st__conn_reply_room(st__conn_t *c, int nfds, uint64_t bytes, char *err, size_t errlen) {
+  const st__config_t *cfg = c->srv->cfg;
+  st__conn_unread_check(c);
+  int ok = fds_fit(c, nfds, err, errlen);
+  if (ok && bytes > 0 && c->out_bytes > 0 &&
+      c->out_bytes + bytes > cfg->max_queued_bytes_per_connection) {
+    snprintf(err, errlen,
+             "replies this connection has not read pin %llu bytes of arenas; %llu more would "
+             "pass limits.max_queued_bytes_per_connection = %llu",
+             (unsigned long long)c->out_bytes, (unsigned long long)bytes,
+             (unsigned long long)cfg->max_queued_bytes_per_connection);
+    ok = 0;
+  }
+  if (ok && bytes > 0 && c->srv->held_bytes + bytes > cfg->max_queued_bytes_all_connections) {
+    snprintf(err, errlen,
+             "replies not yet read pin %llu bytes of arenas in all; %llu more would pass "
+             "limits.max_queued_bytes_all_connections = %llu",
+             (unsigned long long)c->srv->held_bytes, (unsigned long long)bytes,
+             (unsigned long long)cfg->max_queued_bytes_all_connections);
+    ok = 0;
+  }
+  if (ok) return ST_OK;
+  if (limit_warn_due())
+    ST_LOG_W("conn", "conn %llu (pid %d): reply refused: %s", (unsigned long long)c->id,
+             (int)c->cred.pid, err);
+  return ST_ERR_LIMIT;
+}
+
+
+/* Queues the descriptors a client attached to the read of stream bytes
+ * [start, end), for the requests that list them. When they would pass a
+ * descriptor limit they are closed at once, and their places hold -1: the
+ * request that lists them gets LIMIT (dispatch.c). Returns 0, or -1 when
+ * they do not fit the queue (or the kernel cut the control data): every
+ * one of them is closed then, and the caller closes the connection, whose
+ * requests and descriptors no longer match. */
+int st__conn_rx_queue(st__conn_t *c, struct msghdr *mh, uint64_t start, uint64_t end) {
+  int overflow = (mh->msg_flags & MSG_CTRUNC) != 0;
+  for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+    size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    const unsigned char *p = CMSG_DATA(cm);
+    if (c->rx_nfds + n > ST_CONN_MAX_PENDING_FDS) overflow = 1;
+    char why[200];
+    int refuse = !overflow && !fds_fit(c, (int)n, why, sizeof why);
+    if (refuse && limit_warn_due())
+      ST_LOG_W("conn", "conn %llu (pid %d): %zu descriptors closed on arrival: %s",
+               (unsigned long long)c->id, (int)c->cred.pid, n, why);
+    for (size_t i = 0; i < n; i++) {
+      int fd;
+      memcpy(&fd, p + i * sizeof fd, sizeof fd);
+      if (overflow || refuse) close(fd);
+      if (overflow) continue;
+      c->rx_fd_start[c->rx_nfds] = start;
+      c->rx_fd_end[c->rx_nfds] = end;
+      c->rx_fds[c->rx_nfds++] = refuse ? -1 : fd;
+      if (refuse) continue;
+      c->rx_held++;
+      c->srv->held_fds++;
+    }
+    c->srv->counters.fds_received += n;
+  }
+  return overflow ? -1 : 0;
+}
+
+/* See conn.h. Loop thread. */
+int st__conn_take_fds(st__conn_t *c, int *out, size_t n) {
+  if (n > c->rx_nfds) return -1;
+  for (size_t i = 0; i < n; i++) {
+    out[i] = c->rx_fds[i];
+    if (out[i] < 0) continue;
+    c->rx_fds[i] = -1;   /* the caller's now: rx_remove skips it */
+    c->rx_held--;
+    c->srv->held_fds--;
+  }
+  rx_remove(c, 0, n);
+  return 0;
+}
+
+/* Closes the queued descriptors no request can claim (see conn.h): a
+ * request's descriptors come with the read that holds its first byte.
+ * `next` is where the first message not yet handled begins: those of a
+ * read whose bytes all lie before it were not taken by their request;
+ * and when `only_next` says that message is the last one buffered (a
+ * half-sent frame, or none), those of a read that began after it belong
+ * to no message either. */
+void st__conn_rx_drop_stray(st__conn_t *c, uint64_t next, int only_next) {
+  size_t i = 0;
+  while (i < c->rx_nfds && c->rx_fd_end[i] <= next) i++;
+  size_t n = i;
+  if (i) rx_remove(c, 0, i);
+  if (only_next) {
+    size_t j = 0;
+    while (j < c->rx_nfds && c->rx_fd_start[j] <= next) j++;
+    n += c->rx_nfds - j;
+    rx_remove(c, j, c->rx_nfds);
+  }
+  if (n)
+    ST_LOG_D("conn", "conn %llu: closed %zu descriptors no request listed",
+             (unsigned long long)c->id, n);
+}
+
