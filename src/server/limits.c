@@ -38,7 +38,7 @@ void st__config_connection_limits(st__config_t *c) {
   if (one_fds > all_fds) one_fds = all_fds;
   c->max_fds_all_connections = (int)all_fds;
   c->max_fds_per_connection = (int)one_fds;
-  uint64_t mem = st__ledger_host_memory();
+  uint64_t mem = st__ledger_host_memory(NULL, 0);
   uint64_t all_bytes = mem / 2;
   uint64_t one_bytes = clamp_u64(mem / 32, 64 * MIB, 4096 * MIB);
   if (one_bytes > all_bytes) one_bytes = all_bytes;
