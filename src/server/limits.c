@@ -39,6 +39,7 @@ void st__config_connection_limits(st__config_t *c) {
   c->max_fds_all_connections = (int)all_fds;
   c->max_fds_per_connection = (int)one_fds;
   uint64_t mem = st__ledger_host_memory(NULL, 0);
+  if (!mem) mem = UINT64_C(4) << 30;   /* sysconf could not tell */
   uint64_t all_bytes = mem / 2;
   uint64_t one_bytes = clamp_u64(mem / 32, 64 * MIB, 4096 * MIB);
   if (one_bytes > all_bytes) one_bytes = all_bytes;
