@@ -100,7 +100,8 @@ static int run_check(const st__config_t *cfg, int config_errors) {
   }
   st__errlist_t errs = {0};
   st__generation_t *gen = NULL;
-  int rc = st__generation_load(cfg->endpoints_dir, 1, &gen, &errs);
+  const st__load_opts_t load = {.limit_s = cfg->endpoint_load_timeout_s};
+  int rc = st__generation_load(cfg->endpoints_dir, 1, &load, &gen, &errs);
   print_errors(&errs);
   if (rc != ST_OK) {
     nerr += errs.count ? (int)errs.count : 1;
