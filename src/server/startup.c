@@ -110,6 +110,9 @@ static int run_check(const st__config_t *cfg, int config_errors) {
   }
   st__errlist_clear(&errs);
   printf("endpoints: %s\n", cfg->endpoints_dir);
+  printf("reload: endpoint_load_timeout_s %g; reload_uids", cfg->endpoint_load_timeout_s);
+  for (int i = 0; i < cfg->nreload_uids; i++) printf(" %u", (unsigned)cfg->reload_uids[i]);
+  printf("%s\n", cfg->nreload_uids ? "" : " none (SIGHUP only)");
   if (gen) {
     for (size_t i = 0; i < gen->nendpoints; i++) {
       const st__endpoint_decl_t *ep = &gen->endpoints[i];
