@@ -7,9 +7,12 @@
  * meanwhile coalesce into one more load (past 64 waiting: BUSY), a top
  * level that runs past endpoint_load_timeout_s fails the reload naming the
  * file and the key, and a uid outside reload_uids is refused. */
+#include <grp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -339,6 +342,65 @@ TEST(reload_limits_and_who_may_reload) {
   stt_server_cleanup(&T);
 }
 
+#define NOBODY 65534
+
+/* In a child running as NOBODY: ping works (allow_uids admits it), reload
+ * is AUTH (the default reload_uids is root and the server's uid). The
+ * child's exit status: 0 when it saw that. */
+static int nobody_reloads(const char *socket) {
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    if (setgroups(0, NULL) != 0 || setresgid(NOBODY, NOBODY, NOBODY) != 0 ||
+        setresuid(NOBODY, NOBODY, NOBODY) != 0)
+      _exit(10);
+    rc_t c;
+    if (rc_open(&c, socket) != 0) _exit(11);
+    if (stt_ping(c.fd, 1) != 0) _exit(12);
+    msg_t m;
+    if (rc_rpcf(&c, &m, "[0, 2, 'reload', []]") != 1) _exit(13);
+    char why[600];
+    int ok = reply_is(&m, ST_ERR_AUTH, "uid 65534 may not reload", why, sizeof why);
+    msg_free(&m);
+    if (!ok) {
+      fprintf(stderr, "   %s\n", why);
+      _exit(14);
+    }
+    _exit(stt_ping(c.fd, 3) == 0 ? 0 : 15);
+  }
+  int status;
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+static int nobody_status = -1;
+
+static void default_uids_body(stt_server_t *T) {
+  chmod(T->dir, 0711);
+  chmod(T->socket, 0666);
+  nobody_status = nobody_reloads(T->socket);
+  OPEN_RC(c, T->socket);   /* the server's own uid may */
+  msg_t m;
+  CHECK(reload(&c, &m) == 1 && !m.error);
+  CHECK_EQ_INT(obj_int(obj_get(m.result, "ok")), 1);
+  msg_free(&m);
+  rc_close(&c);
+}
+
+TEST(by_default_only_root_and_the_server_uid_may_reload) {
+  if (geteuid() != 0) {
+    fprintf(stderr, "   skipped: needs root to become uid %d\n", NOBODY);
+    return;
+  }
+  stt_server_t T;
+  stt_server_init(&T);
+  stt_server_config(&T, "workers = 1, allow_uids = { 65534 },");
+  stt_write_endpoint(&T, "a.lua", A_EP);
+  CHECK(stt_server_run(&T, default_uids_body) == 0);
+  CHECK_EQ_INT(nobody_status, 0);
+  stt_server_cleanup(&T);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   stt_server_init(&S);
@@ -352,5 +414,6 @@ int main(void) {
   RUN(reload_under_load_loses_no_request);
   RUN(slow_reload_leaves_the_loop_serving_and_requests_coalesce);
   RUN(reload_limits_and_who_may_reload);
+  RUN(by_default_only_root_and_the_server_uid_may_reload);
   return stt_server_finish(&S);
 }
