@@ -7,14 +7,8 @@
 
 #include "check.h"
 #include "common/log.h"
+#include "fixture.h"
 #include <stdlib.h>
-#include <time.h>
-
-static double stt_now_ms_local(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 static char path[] = "/tmp/st-test-log-XXXXXX";
 static int saved_stderr = -1;
@@ -117,16 +111,6 @@ TEST(threads_write_whole_lines) {
   free(out);
 }
 
-/* Lines of out that contain part. */
-static int count_lines(const char *out, const char *part) {
-  int n = 0;
-  for (const char *line = out, *nl; (nl = strchr(line, '\n')); line = nl + 1) {
-    const char *hit = strstr(line, part);
-    if (hit && hit < nl) n++;
-  }
-  return n;
-}
-
 static void warn_flood(int i) {
   ST_LOG_W("conn", "conn %d: bad frame; closing", i);
 }
@@ -141,9 +125,9 @@ TEST(repeated_warnings_are_rate_limited) {
     st__log_all(ST_LOG_ERROR, "server", "f.lua:%d: problem", i);
   /* Once the window passed, the site's next line comes after the count
    * of what was suppressed. */
-  double end = stt_now_ms_local() + 5000;
+  double end = stt_now_ms() + 5000;
   int reported = 0;
-  while (!reported && stt_now_ms_local() < end) {
+  while (!reported && stt_now_ms() < end) {
     warn_flood(1000);
     off_t n = lseek(2, 0, SEEK_END);
     char buf[64 * 1024];
@@ -155,10 +139,10 @@ TEST(repeated_warnings_are_rate_limited) {
   char *out = release();
   st__log_set_rate_limit(ST_LOG_RATE_BURST, ST_LOG_RATE_WINDOW_S);
   CHECK(reported);
-  CHECK_EQ_INT(count_lines(out, "bad frame; closing"), 4);   /* 3, then 1 after the window */
-  CHECK_EQ_INT(count_lines(out, "another place still logs"), 1);
-  CHECK_EQ_INT(count_lines(out, "info  info: info line"), 30);
-  CHECK_EQ_INT(count_lines(out, ": problem"), 30);
+  CHECK_EQ_INT(stt_lines_containing(out, "bad frame; closing"), 4);   /* 3, then 1 after the window */
+  CHECK_EQ_INT(stt_lines_containing(out, "another place still logs"), 1);
+  CHECK_EQ_INT(stt_lines_containing(out, "info  info: info line"), 30);
+  CHECK_EQ_INT(stt_lines_containing(out, ": problem"), 30);
   const char *rep = strstr(out, "more lines like the next one were suppressed");
   CHECK(rep != NULL);
   /* 47 of the flood, and those of the polling loop before the window ended. */

@@ -12,16 +12,6 @@
 static const char ONE_EP[] =
     "return st.endpoint{ name = 'one', build = function() return 1 end }\n";
 
-/* Lines of text that contain part. */
-static int count_lines(const char *text, const char *part) {
-  int n = 0;
-  for (const char *line = text, *nl; (nl = strchr(line, '\n')); line = nl + 1) {
-    const char *hit = strstr(line, part);
-    if (hit && hit < nl) n++;
-  }
-  return n;
-}
-
 static void flood_body(stt_server_t *s) {
   for (int i = 0; i < 100; i++) {
     OPEN_RC(c, s->socket);
@@ -37,7 +27,7 @@ static void flood_body(stt_server_t *s) {
   CHECK(stt_ping(c.fd, 1) == 0);
   rc_close(&c);
   char *log = stt_server_log(s);
-  int n = count_lines(log, "sent a response message; closing");
+  int n = stt_lines_containing(log, "sent a response message; closing");
   fprintf(stderr, "   %d of 100 warnings logged\n", n);
   /* One window of 10 s, or two when the machine is slow: never all 100. */
   CHECK(n >= ST_LOG_RATE_BURST);
