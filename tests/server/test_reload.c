@@ -265,6 +265,7 @@ TEST(slow_reload_leaves_the_loop_serving_and_requests_coalesce) {
    * meanwhile, and the reload is still unanswered after them. */
   for (int i = 0; i < 5; i++) CHECK(stt_ping(p.fd, 100 + (uint32_t)i) == 0);
   CHECK(nothing_yet(&a));
+  CHECK_EQ_INT(rc_info_int(&p, "generation.reloading"), 1);
   /* Requests made during the load wait for one more load; the 65th
    * waiting one is BUSY. */
   for (uint32_t id = 1; id <= 64; id++) CHECK(rc_sendf(&b, "[0, %u, 'reload', []]", id) == 0);
