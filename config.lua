@@ -117,4 +117,15 @@ return {
   -- CUDA device is served).
   loader_threads = 4,
   staging_bytes = 256 * 1024 * 1024,
+
+  -- How long an endpoint file's top level may run when it is loaded (at
+  -- start and on reload; a reload loads on a thread of its own, so clients
+  -- are served meanwhile). Past it the load fails naming the file, and on
+  -- reload the old endpoints keep serving.
+  endpoint_load_timeout_s = 10,
+
+  -- The uids whose `reload` requests (stcli reload) are served; others get
+  -- AUTH. Default: root and the uid the server runs as. {} leaves reloads
+  -- to SIGHUP.
+  -- reload_uids = { 0, 1000 },
 }

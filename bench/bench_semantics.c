@@ -160,7 +160,7 @@ static void bench_ping_under_load(int nslow, int iters) {
   int n = measure_ping(c, us, iters, t0 + 900);
   int running = 0, pending = 0, completed = 0;
   st_result_t *r;
-  if (st_client_tasks(sub, NULL, &r) != ST_OK) die(sub, "tasks");
+  if (st_client_tasks(sub, NULL, 0, 1000, &r) != ST_OK) die(sub, "tasks");
   const st_value_t *list = st_result_value(r);
   for (size_t i = 0; list->kind == ST_VALUE_ARRAY && i < list->as.array.len; i++) {
     const st_value_t *status = st_value_get(&list->as.array.items[i], "status");

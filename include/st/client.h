@@ -458,9 +458,14 @@ ST_API int st_client_task_result(st_client_t *c, uint64_t id, st_result_t **out)
  * `info` (may be NULL) receives the task info after the request. */
 ST_API int st_client_task_cancel(st_client_t *c, uint64_t id, st_result_t **info);
 
-/* An ARRAY of task info, newest first; `status` (may be NULL) keeps only
- * tasks in that state. */
-ST_API int st_client_tasks(st_client_t *c, const char *status, st_result_t **out);
+/* One page of task info, an ARRAY, newest first: at most `limit` entries
+ * (0: the server's default, 100; at most 1000, else
+ * ST_ERR_INVALID_ARGUMENT) of the tasks whose id is below `before` (0:
+ * from the newest). `status` (may be NULL) keeps only tasks in that
+ * state. The next page: `before` = the id of the last entry; a page
+ * shorter than the limit is the last. */
+ST_API int st_client_tasks(st_client_t *c, const char *status, uint64_t before, int limit,
+                           st_result_t **out);
 
 /* --------------------------------------------------- objects and caches
  *

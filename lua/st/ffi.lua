@@ -172,7 +172,8 @@ int st_client_task_status(st_client_t *c, uint64_t id, st_result_t **info);
 int st_client_task_wait(st_client_t *c, uint64_t id, double timeout_s, st_result_t **info);
 int st_client_task_result(st_client_t *c, uint64_t id, st_result_t **out);
 int st_client_task_cancel(st_client_t *c, uint64_t id, st_result_t **info);
-int st_client_tasks(st_client_t *c, const char *status, st_result_t **out);
+int st_client_tasks(st_client_t *c, const char *status, uint64_t before, int limit,
+                    st_result_t **out);
 int st_client_release(st_client_t *c, uint64_t object_id, int *released, int *destroyed,
                       int64_t *refcount);
 int st_client_object_info(st_client_t *c, uint64_t object_id, st_result_t **out);

@@ -202,7 +202,7 @@ _PROTOS = {
     "st_client_task_wait": (c_int, [c_void_p, c_uint64, c_double, P(c_void_p)]),
     "st_client_task_result": (c_int, [c_void_p, c_uint64, P(c_void_p)]),
     "st_client_task_cancel": (c_int, [c_void_p, c_uint64, P(c_void_p)]),
-    "st_client_tasks": (c_int, [c_void_p, c_char_p, P(c_void_p)]),
+    "st_client_tasks": (c_int, [c_void_p, c_char_p, c_uint64, c_int, P(c_void_p)]),
     # objects and caches
     "st_client_release": (c_int, [c_void_p, c_uint64, P(c_int), P(c_int), P(c_int64)]),
     "st_client_object_info": (c_int, [c_void_p, c_uint64, P(c_void_p)]),

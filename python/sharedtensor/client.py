@@ -253,9 +253,13 @@ class Client:
         """Cancels a task; its info after the request."""
         return self._value_call(_l.st_client_task_cancel, task_id)
 
-    def tasks(self, status=None):
-        """Task infos, newest first (optionally only those in `status`)."""
-        return self._value_call(_l.st_client_tasks, None if status is None else status.encode())
+    def tasks(self, status=None, before=None, limit=None):
+        """One page of task infos, newest first (optionally only those in
+        `status`): at most `limit` (default 100, at most 1000) of the tasks
+        whose id is below `before` (None: from the newest). The next page:
+        before = the id of the last entry; a shorter page is the last."""
+        return self._value_call(_l.st_client_tasks, None if status is None else status.encode(),
+                                before or 0, limit or 0)
 
     # ----------------------------------------------------------- objects
 

@@ -36,7 +36,7 @@ static const char bash_body[] =
     "    submit) echo '--args-json' ;;\n"
     "    wait) echo '--timeout --values' ;;\n"
     "    result) echo '--values' ;;\n"
-    "    tasks) echo '--status --ids' ;;\n"
+    "    tasks) echo '--status --limit --before --ids' ;;\n"
     "    invalidate) echo '--args-json --all' ;;\n"
     "    watch) echo '--interval --count' ;;\n"
     "  esac\n"

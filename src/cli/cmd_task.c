@@ -408,8 +408,10 @@ static void task_row(const st_value_t *e, double now, char **row) {
 }
 
 static int run_tasks(cli_t *g, int argc, char **argv) {
-  const char *status = NULL;
+  const char *status = NULL, *word = NULL;
   int ids = 0;
+  long limit = 0;
+  uint64_t before = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--ids") == 0) {
@@ -418,6 +420,17 @@ static int run_tasks(cli_t *g, int argc, char **argv) {
     }
     if (cli_option("--status", argc, argv, &i, &status)) {
       if (!status || !*status) return cli_usage("tasks", "--status needs a status");
+      continue;
+    }
+    if (cli_option("--limit", argc, argv, &i, &word)) {
+      if (!word || cli_parse_count(word, 1000, &limit) != 0 || limit < 1)
+        return cli_usage("tasks", "--limit needs a number in 1..1000");
+      continue;
+    }
+    if (cli_option("--before", argc, argv, &i, &word)) {
+      if (!word) return cli_usage("tasks", "--before needs a task id");
+      int code = cli_parse_id("tasks", "task", word, &before);
+      if (code != CLI_OK) return code;
       continue;
     }
     int r = cli_global_option(g, argc, argv, &i);
@@ -433,7 +446,7 @@ static int run_tasks(cli_t *g, int argc, char **argv) {
   int code = cli_connect(g, &c);
   if (code != CLI_OK) return code;
   st_result_t *r = NULL;
-  int rc = st_client_tasks(c, status, &r);
+  int rc = st_client_tasks(c, status, before, (int)limit, &r);
   if (rc != ST_OK) code = cli_fail(c, rc);
   st_client_close(c);
   if (rc != ST_OK) return code;
@@ -450,14 +463,17 @@ static int run_tasks(cli_t *g, int argc, char **argv) {
 
 const cli_command_t cli_tasks_command = {
     "tasks",
-    "tasks [--status S] [--ids]",
+    "tasks [--status S] [--limit N] [--before ID] [--ids]",
     "List the server's tasks, newest first.",
     "Columns: ID, ENDPOINT, STATUS (pending, running, completed, failed,\n"
     "cancelled), PROGRESS, AGE (since it was submitted), NOTE (the last\n"
     "progress note, or the error of a failed task). Finished tasks are kept\n"
-    "for a while (tasks.ttl_s in the server's config).\n\n"
+    "for a while (tasks.ttl_s in the server's config). One page at a time:\n"
+    "the newest 100 by default; the next page is `--before` the last ID.\n\n"
     "Options:\n"
     "  --status S     only tasks in status S\n"
+    "  --limit N      at most N tasks (1..1000; default 100)\n"
+    "  --before ID    only tasks older than task ID (the next page)\n"
     "  --ids          only the ids, one per line (with --json, an array);\n"
     "                 shell completion uses this\n",
     run_tasks,

@@ -104,16 +104,28 @@ ST_API int st_client_task_cancel(st_client_t *c, uint64_t id, st_result_t **info
   return rc;
 }
 
-/* Task list, newest first; see client.h. Thread of the client. */
-ST_API int st_client_tasks(st_client_t *c, const char *status, st_result_t **out) {
+/* One page of the task list, newest first; see client.h. Thread of the
+ * client. */
+ST_API int st_client_tasks(st_client_t *c, const char *status, uint64_t before, int limit,
+                           st_result_t **out) {
   if (out) *out = NULL;
-  if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
-  if (!status) return st__client_method(c, "tasks", NULL, 0, out);
+  if (!c || !out || limit < 0) return ST_ERR_INVALID_ARGUMENT;
+  if (!status && !before && !limit) return st__client_method(c, "tasks", NULL, 0, out);
   st__cbuf_t b;
   st__client_cbuf_init(&b);
-  msgpack_pack_map(&b.pk, 1);
-  st__pack_cstr(&b.pk, "status");
-  st__pack_cstr(&b.pk, status);
+  msgpack_pack_map(&b.pk, (status ? 1 : 0) + (before ? 1 : 0) + (limit ? 1 : 0));
+  if (status) {
+    st__pack_cstr(&b.pk, "status");
+    st__pack_cstr(&b.pk, status);
+  }
+  if (before) {
+    st__pack_cstr(&b.pk, "before");
+    msgpack_pack_uint64(&b.pk, before);
+  }
+  if (limit) {
+    st__pack_cstr(&b.pk, "limit");
+    msgpack_pack_uint64(&b.pk, (uint64_t)limit);
+  }
   int rc = b.oom ? st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing 'tasks'")
                  : st__client_method(c, "tasks", &b, 0, out);
   st__client_cbuf_destroy(&b);

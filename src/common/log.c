@@ -6,11 +6,21 @@
  * LOG_LINE_MAX). The level is one atomic int: any thread may log or change
  * it. Control characters in the message are escaped so that one event stays
  * one line (a Lua traceback's newlines become "\n").
+ *
+ * Warnings and errors are rate-limited per call site (the address of the
+ * format string): a site writes at most `burst` lines per `window_s`
+ * seconds; what it would have written beyond that is counted, and the
+ * first line the site writes once its window has passed comes after one
+ * that says how many were suppressed. So a client that makes the server
+ * warn in a loop costs a few lines per window, not megabytes. The sites
+ * live in a small table under a mutex (warnings are not the hot path).
  */
 #include "common/log.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -21,6 +31,87 @@
 static int log_level = ST_LOG_INFO;
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+/* ------------------------------------------------------------ rate limit */
+
+#define SITES 256             /* call sites tracked; a power of two */
+#define SITE_PROBES 8
+
+typedef struct site {
+  const char *fmt;            /* the call site; NULL: a free slot */
+  double window_start;        /* monotonic seconds */
+  unsigned lines;             /* written in this window */
+  unsigned long suppressed;   /* not written since the last report */
+  double suppressed_since;    /* monotonic, the first one suppressed */
+} site_t;
+
+static pthread_mutex_t sites_mu = PTHREAD_MUTEX_INITIALIZER;
+static site_t sites[SITES];
+static unsigned rate_burst = ST_LOG_RATE_BURST;
+static double rate_window_s = ST_LOG_RATE_WINDOW_S;
+
+static double mono_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Sets the limit of every warning and error call site: `burst` lines per
+ * `window_s` seconds; burst 0 turns the limit off. Any thread. */
+void st__log_set_rate_limit(unsigned burst, double window_s) {
+  pthread_mutex_lock(&sites_mu);
+  rate_burst = burst;
+  rate_window_s = window_s > 0 ? window_s : ST_LOG_RATE_WINDOW_S;
+  memset(sites, 0, sizeof sites);
+  pthread_mutex_unlock(&sites_mu);
+}
+
+/* The slot of call site fmt: its own, a free one, or (the table being
+ * full around it) the home slot, taken over. Under sites_mu. */
+static site_t *site_of(const char *fmt) {
+  size_t home = ((uintptr_t)fmt >> 3) * 2654435761u & (SITES - 1);
+  for (size_t i = 0; i < SITE_PROBES; i++) {
+    site_t *s = &sites[(home + i) & (SITES - 1)];
+    if (s->fmt == fmt) return s;
+    if (!s->fmt) {
+      s->fmt = fmt;
+      return s;
+    }
+  }
+  site_t *s = &sites[home];
+  memset(s, 0, sizeof *s);
+  s->fmt = fmt;
+  return s;
+}
+
+/* Whether a line of call site fmt is written now (1) or suppressed (0).
+ * When it is written after some were suppressed, *report gets their count
+ * and *over the seconds they span. Any thread. */
+static int rate_admit(const char *fmt, unsigned long *report, double *over) {
+  *report = 0;
+  pthread_mutex_lock(&sites_mu);
+  if (!rate_burst) {
+    pthread_mutex_unlock(&sites_mu);
+    return 1;
+  }
+  double now = mono_now();
+  site_t *s = site_of(fmt);
+  if (s->lines == 0 || now - s->window_start >= rate_window_s) {
+    s->window_start = now;
+    s->lines = 0;
+  }
+  int ok = s->lines < rate_burst;
+  if (ok) {
+    s->lines++;
+    *report = s->suppressed;
+    *over = now - s->suppressed_since;
+    s->suppressed = 0;
+  } else if (s->suppressed++ == 0) {
+    s->suppressed_since = now;
+  }
+  pthread_mutex_unlock(&sites_mu);
+  return ok;
+}
 
 /* "error" | "warn" | "info" | "debug" (also "warning"), or -1. */
 int st__log_level_parse(const char *s) {
@@ -55,20 +146,8 @@ static void append_escaped(char *line, size_t *len, size_t cap, const char *src)
   *len = n;
 }
 
-/* Writes one line "<UTC time> <level> <who>: <message>" to stderr when
- * `level` is enabled. `who` (may be NULL) and `fmt` are borrowed. Keeps
- * errno. Any thread. */
-void st__log(st__log_level_t level, const char *who, const char *fmt, ...) {
-  if (!st__log_enabled(level)) return;
-  int saved_errno = errno;
-
-  char msg[LOG_LINE_MAX];
-  va_list ap;
-  va_start(ap, fmt);
-  int mlen = vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  if (mlen < 0) msg[0] = '\0';
-
+/* Writes "<UTC time> <level> <who>: <msg>" with one write(2). */
+static void write_line(st__log_level_t level, const char *who, const char *msg) {
   struct timespec ts;
   struct tm tm;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -89,5 +168,47 @@ void st__log(st__log_level_t level, const char *who, const char *fmt, ...) {
   do {
     w = write(2, line, len);
   } while (w < 0 && errno == EINTR);
+}
+
+/* st__log and st__log_all: `limited` applies the rate limit (warnings and
+ * errors only). */
+static void vlog(st__log_level_t level, const char *who, int limited, const char *fmt,
+                 va_list ap) {
+  if (!st__log_enabled(level)) return;
+  int saved_errno = errno;
+  unsigned long suppressed = 0;
+  double over = 0;
+  if (limited && level <= ST_LOG_WARN && !rate_admit(fmt, &suppressed, &over)) {
+    errno = saved_errno;
+    return;
+  }
+  char msg[LOG_LINE_MAX];
+  if (suppressed) {
+    snprintf(msg, sizeof msg, "%lu more lines like the next one were suppressed in %.1f s "
+             "(at most %u per %g s from one place)", suppressed, over, rate_burst, rate_window_s);
+    write_line(level, who, msg);
+  }
+  int mlen = vsnprintf(msg, sizeof msg, fmt, ap);
+  if (mlen < 0) msg[0] = '\0';
+  write_line(level, who, msg);
   errno = saved_errno;
+}
+
+/* Writes one line "<UTC time> <level> <who>: <message>" to stderr when
+ * `level` is enabled and, for warnings and errors, the call site is within
+ * its rate limit. `who` (may be NULL) and `fmt` are borrowed. Keeps
+ * errno. Any thread. */
+void st__log(st__log_level_t level, const char *who, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vlog(level, who, 1, fmt, ap);
+  va_end(ap);
+}
+
+/* st__log without the rate limit; see log.h. Any thread. */
+void st__log_all(st__log_level_t level, const char *who, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vlog(level, who, 0, fmt, ap);
+  va_end(ap);
 }

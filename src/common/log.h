@@ -15,8 +15,26 @@ int st__log_level_parse(const char *s);
 
 void st__log_set_level(st__log_level_t level);
 int st__log_enabled(st__log_level_t level);
+
+/* One line of `level` from `who`. Warnings and errors are rate-limited
+ * per call site (the format string's address): at most
+ * ST_LOG_RATE_BURST lines per ST_LOG_RATE_WINDOW_S seconds each; the
+ * others are counted, and the site's next line written comes after one
+ * saying how many were suppressed. Any thread. */
 void st__log(st__log_level_t level, const char *who, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* st__log without the rate limit, for a bounded report whose every line
+ * matters (the problems of a failed load, one per line). Any thread. */
+void st__log_all(st__log_level_t level, const char *who, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The rate limit of warnings and errors: `burst` lines per `window_s`
+ * seconds from one call site (0: no limit); forgets what was counted.
+ * Any thread. */
+#define ST_LOG_RATE_BURST 20
+#define ST_LOG_RATE_WINDOW_S 10.0
+void st__log_set_rate_limit(unsigned burst, double window_s);
 
 #define ST_LOG_E(who, ...) st__log(ST_LOG_ERROR, who, __VA_ARGS__)
 #define ST_LOG_W(who, ...) st__log(ST_LOG_WARN, who, __VA_ARGS__)

@@ -25,7 +25,7 @@ ST_API int st_embed_serve(const st_embed_options_t *opts, char *err, size_t errl
     for (const char *p = err; *p;) {          /* one log line per problem */
       const char *nl = strchr(p, '\n');
       int len = nl ? (int)(nl - p) : (int)strlen(p);
-      ST_LOG_E("server", "%.*s", len, p);
+      st__log_all(ST_LOG_ERROR, "server", "%.*s", len, p);
       p += len + (nl ? 1 : 0);
     }
     return rc;

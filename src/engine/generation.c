@@ -57,7 +57,7 @@ char *st__errlist_join(const st__errlist_t *l) {
 
 /* One log line per entry. Any thread. */
 void st__errlist_log(const st__errlist_t *l, st__log_level_t level, const char *who) {
-  for (size_t i = 0; i < l->count; i++) st__log(level, who, "%s", l->items[i]);
+  for (size_t i = 0; i < l->count; i++) st__log_all(level, who, "%s", l->items[i]);
 }
 
 /* "a, b, c" (cut with "..." at cap). Any thread. */

@@ -7,8 +7,10 @@
  * afterwards. A generation is immutable once loaded and reference-counted:
  * in-flight jobs hold it, so a reload never frees code that still runs.
  *
- * Threads: loaded on the loop thread (st__generation_load lives in src/lua);
- * read from any thread; ref/unref are atomic.
+ * Threads: loaded on any one thread (st__generation_load lives in src/lua;
+ * the server loads on a loader thread and hands the result to the loop
+ * thread); immutable afterwards, read from any thread; ref/unref are
+ * atomic.
  */
 #ifndef ST_ENGINE_GENERATION_H
 #define ST_ENGINE_GENERATION_H
@@ -80,6 +82,7 @@ typedef struct st__generation {
   int refs;                   /* atomic */
   uint64_t number;            /* 1 for the first load, +1 per reload */
   double loaded_at;           /* unix time */
+  double load_limit_s;        /* a file's top level may run this long (> 0) */
   char *dir;                  /* owned */
   size_t nendpoints;
   st__endpoint_decl_t *endpoints;  /* owned, sorted by name */

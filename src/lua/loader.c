@@ -135,6 +135,8 @@ typedef struct filerun {
   const st__source_t *src;
   decls_t *out;
   st__errlist_t *errs;
+  double limit_s;
+  const volatile int *cancel;
 } filerun_t;
 
 /* Protected part of load_file: compile, run the top level, validate what
@@ -154,7 +156,7 @@ static int l_run_file(lua_State *L) {
   }
   ctx->src_text = src->text;
   ctx->src_len = src->len;
-  st__lua_arm(L, ST__LUA_LOAD_LIMIT_S, NULL);
+  st__lua_arm(L, f->limit_s, f->cancel);
   int rc = st__lua_pcall(L, 0, 1, err, sizeof err);   /* ret */
   st__lua_disarm(L);
   if (rc != 0 && rc != LUA_ERRMEM && st__lua_main_reached(L)) {
@@ -163,7 +165,9 @@ static int l_run_file(lua_State *L) {
   }
   if (rc != 0) {
     if (ctx->stop == ST_ERR_TIMEOUT)
-      st__errlist_add(errs, "%s (loading a file may take at most %g s)", err, ST__LUA_LOAD_LIMIT_S);
+      st__errlist_add(errs, "%s%s%s (a file's top level may run at most %g s: "
+                      "endpoint_load_timeout_s)", st__lua_has_position(err) ? "" : src->path,
+                      st__lua_has_position(err) ? "" : ": ", err, f->limit_s);
     else if (st__lua_has_position(err))
       st__errlist_add(errs, "%s", err);
     else
@@ -200,16 +204,18 @@ static int l_run_file(lua_State *L) {
   return 0;
 }
 
-/* Runs one file in its own validation state and appends its declarations. */
-static void load_file(const st__source_t *src, decls_t *out, st__errlist_t *errs) {
+/* Runs one file in its own validation state, under f's time limit and
+ * cancel flag, and appends its declarations. */
+static void load_file(filerun_t *f) {
+  const st__source_t *src = f->src;
+  st__errlist_t *errs = f->errs;
   st__lua_ctx_t ctx = {.mode = ST__LUA_LOAD, .who = "lua"};
   lua_State *L = st__lua_state_new(&ctx);
   if (!L) {
     st__errlist_add(errs, "%s: cannot create a Lua state (out of memory)", src->path);
     return;
   }
-  filerun_t f = {src, out, errs};
-  if (lua_cpcall(L, l_run_file, &f) != 0)
+  if (lua_cpcall(L, l_run_file, f) != 0)
     st__errlist_add(errs, "%s: %s", src->path, lua_tostring(L, -1));
   lua_close(L);
 }
@@ -220,10 +226,12 @@ static double wall_now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Loop thread. See st_lua.h. */
-int st__generation_load(const char *dir, uint64_t number, st__generation_t **out,
-                        st__errlist_t *errs) {
+/* Any thread. See st_lua.h. */
+int st__generation_load(const char *dir, uint64_t number, const st__load_opts_t *opts,
+                        st__generation_t **out, st__errlist_t *errs) {
   *out = NULL;
+  double limit_s = opts && opts->limit_s > 0 ? opts->limit_s : ST__LUA_LOAD_LIMIT_S;
+  const volatile int *cancel = opts ? opts->cancel : NULL;
   size_t errs0 = errs->count;
   size_t nfiles;
   char **files = list_files(dir, &nfiles, errs);
@@ -239,13 +247,19 @@ int st__generation_load(const char *dir, uint64_t number, st__generation_t **out
   g->refs = 1;
   g->number = number;
   g->loaded_at = wall_now();
+  g->load_limit_s = limit_s;
 
   for (size_t i = 0; i < nfiles; i++) {
+    if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED)) {
+      st__errlist_add(errs, "%s: the load was cancelled", dir);
+      break;
+    }
     st__source_t *s = &g->sources[g->nsources];
     if (!(s->text = read_text(files[i], &s->len, errs))) continue;
     s->path = strdup(files[i]);
     g->nsources++;
-    load_file(s, &decls, errs);
+    filerun_t f = {s, &decls, errs, limit_s, cancel};
+    load_file(&f);
   }
 
   if (decls.n) qsort(decls.v, decls.n, sizeof *decls.v, decl_cmp);

@@ -43,17 +43,31 @@
 int st__settings_load(const char *path, const st__setting_t *rows, void *obj,
                       st__errlist_t *errs);
 
+/* How st__generation_load runs the files' top levels. */
+typedef struct st__load_opts {
+  double limit_s;                 /* a file's top level may run this long; 0:
+                                     ST__LUA_LOAD_LIMIT_S (10 s) */
+  const volatile int *cancel;     /* may be NULL; nonzero (atomic load): stop
+                                     the file running now, the load fails */
+} st__load_opts_t;
+
 /* Loads every "*.lua" file of `dir` (sorted by name, not recursive), or
  * `dir` itself when it names a regular file. Each must return one
  * st.endpoint{...} or an array of them, or declare its endpoints with
  * require("st.zerobranch").app():endpoint{...} and return nothing. Every problem is
  * reported in errs as "file:line: message": a syntax or runtime error, an
  * unknown option, a wrong type, a bad enum value, a cache_format_key naming
- * no parameter, a duplicate endpoint name (naming both files). On success
- * *out holds one reference. Returns ST_OK or ST_ERR_CONFIGURATION (then *out
- * is NULL and nothing leaks). Loop thread; never runs a build body. */
-int st__generation_load(const char *dir, uint64_t number, st__generation_t **out,
-                        st__errlist_t *errs);
+ * no parameter, a duplicate endpoint name (naming both files), a top level
+ * that ran past opts->limit_s ("file:line: timed out after 0.5 s (a
+ * file's top level may run at most 0.5 s: endpoint_load_timeout_s)").
+ * `opts` (NULL: the defaults) is borrowed; the generation remembers the
+ * limit, and workers compile its sources under the same one. On success
+ * *out holds one reference. Returns ST_OK or ST_ERR_CONFIGURATION (then
+ * *out is NULL and nothing leaks). Any thread (the server loads on a
+ * loader thread of its own, reload.c); touches no global state and never
+ * runs a build body. */
+int st__generation_load(const char *dir, uint64_t number, const st__load_opts_t *opts,
+                        st__generation_t **out, st__errlist_t *errs);
 
 typedef struct st__vm st__vm_t;
 

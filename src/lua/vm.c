@@ -34,7 +34,8 @@ struct st__vm {
 
 /* Runs one source's top level and records its build functions. Runs in
  * protected mode (l_compile), so that nothing here can panic the state. */
-static int compile_source(lua_State *L, const st__source_t *src, char *err, size_t errlen) {
+static int compile_source(lua_State *L, const st__source_t *src, double limit_s, char *err,
+                          size_t errlen) {
   char chunkname[4200];
   snprintf(chunkname, sizeof chunkname, "@%s", src->path);
   if (luaL_loadbufferx(L, src->text, src->len, chunkname, "t") != 0) {
@@ -42,7 +43,8 @@ static int compile_source(lua_State *L, const st__source_t *src, char *err, size
     lua_settop(L, 0);
     return ST_ERR_CONFIGURATION;
   }
-  int rc = st__lua_run(L, 0, 1, ST__LUA_LOAD_LIMIT_S, NULL, err, errlen);   /* ret */
+  int rc = st__lua_run(L, 0, 1, limit_s > 0 ? limit_s : ST__LUA_LOAD_LIMIT_S, NULL, err,
+                       errlen);   /* ret */
   if (rc == ST_ERR_ENDPOINT && st__lua_main_reached(L)) {
     lua_pushnil(L);                                 /* app:main ended the file */
     rc = ST_OK;
@@ -81,6 +83,7 @@ static int compile_source(lua_State *L, const st__source_t *src, char *err, size
 
 typedef struct compile {
   const st__source_t *src;
+  double limit_s;             /* the generation's load_limit_s */
   char *err;
   size_t errlen;
   int rc;
@@ -89,7 +92,7 @@ typedef struct compile {
 static int l_compile(lua_State *L) {
   compile_t *c = lua_touserdata(L, 1);
   lua_settop(L, 0);
-  c->rc = compile_source(L, c->src, c->err, c->errlen);
+  c->rc = compile_source(L, c->src, c->limit_s, c->err, c->errlen);
   return 0;
 }
 
@@ -113,7 +116,7 @@ static int open_state(st__vm_t *vm, char *err, size_t errlen) {
 
   int rc = ST_OK;
   for (size_t i = 0; i < gen->nsources && rc == ST_OK; i++) {
-    compile_t c = {&gen->sources[i], err, errlen, ST_OK};
+    compile_t c = {&gen->sources[i], gen->load_limit_s, err, errlen, ST_OK};
     if (lua_cpcall(L, l_compile, &c) != 0) {
       snprintf(err, errlen, "%s: %s", gen->sources[i].path, lua_tostring(L, -1));
       c.rc = ST_ERR_OUT_OF_MEMORY;

@@ -131,6 +131,13 @@ const st__setting_t st__config_settings[] = {
     {.name = "shutdown_grace_s", .type = ST_SET_SECONDS, .offset = F(shutdown_grace_s),
      .min = 0, .max = 86400.0, .def_seconds = 10.0,
      .description = "how long in-flight calls may run after SIGTERM"},
+    {.name = "endpoint_load_timeout_s", .type = ST_SET_SECONDS, .flags = ST_SET_OPEN,
+     .offset = F(endpoint_load_timeout_s), .min = 0, .max = 3600.0, .def_seconds = 10.0,
+     .description = "how long an endpoint file's top level may run when it is loaded"},
+    {.name = "reload_uids", .type = ST_SET_INTS, .offset = F(reload_uids), .size = sizeof(uid_t),
+     .count_offset = F(nreload_uids), .lo = 0, .hi = UINT32_MAX - 1,
+     .max_entries = ST_MAX_ALLOW,
+     .description = "uids that may call reload (default: root and the server's own)"},
     {.name = NULL},
 };
 
@@ -156,6 +163,9 @@ void st__config_defaults(st__config_t *c) {
   c->ndata_dirs = 1;
   c->data_dirs[0] = strdup(".");
   st__config_connection_limits(c);
+  c->nreload_uids = 0;
+  c->reload_uids[c->nreload_uids++] = 0;
+  if (geteuid() != 0) c->reload_uids[c->nreload_uids++] = geteuid();
 }
 
 /* Runs config.lua through the rows, then takes the default data

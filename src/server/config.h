@@ -81,6 +81,13 @@ typedef struct st__config {
    * (allocated once at start when the CUDA backend has a device). */
   int loader_threads;           /* default 4 */
   uint64_t staging_bytes;       /* default 256 MiB */
+  /* Reloads (server/reload.c): how long a file's top level may run while
+   * it is loaded (also at start), and the uids whose `reload` requests are
+   * served (default: root and the server's own uid; SIGHUP is not
+   * affected). */
+  double endpoint_load_timeout_s;       /* default 10 s */
+  int nreload_uids;
+  uid_t reload_uids[ST_MAX_ALLOW];
 } st__config_t;
 
 /* The keys of config.lua, one row each (common/settings.h): the one
@@ -99,8 +106,9 @@ int st__config_load(const char *path, st__config_t *cfg, st__errlist_t *errs);
 /* Fills every field with its default (ST_DEFAULT_* of include/st/wire.h,
  * workers = 4, endpoints "endpoints", log "info", base path from
  * $SHARED_TENSOR_BASE_PATH or ST_DEFAULT_BASE_PATH, devices {0}, tasks
- * ttl 600 s and capacity 10000, cpu budget half of the host memory:
- * st__config_default_cpu_budget). */
+ * ttl 600 s and capacity 10000, cpu budget half of the host memory
+ * (st__config_default_cpu_budget), reload_uids root and the effective uid
+ * of this process). */
 void st__config_defaults(st__config_t *c);
 void st__config_free(st__config_t *c);
 

@@ -153,8 +153,9 @@ void st__describe_info(msgpack_packer *pk, st__server_t *srv) {
   st__pack_kv_bool(pk, "ready", srv->gen && !srv->shutting_down);
 
   st__pack_cstr(pk, "generation");
-  msgpack_pack_map(pk, 5);
+  msgpack_pack_map(pk, 6);
   st__pack_kv_uint(pk, "number", srv->gen ? srv->gen->number : 0);
+  st__pack_kv_bool(pk, "reloading", st__reload_pending(srv));
   st__pack_kv_double(pk, "loaded_at", srv->gen ? srv->gen->loaded_at : 0.0);
   st__pack_kv_uint(pk, "endpoints", srv->gen ? srv->gen->nendpoints : 0);
   st__pack_kv_str(pk, "dir", cfg->endpoints_dir);

@@ -158,6 +158,10 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
   srv->stop_req.data = srv;
   ev_async_start(srv->loop, &srv->stop_req);
   st__shutdown_init(srv);
+  if (st__reload_init(srv) != ST_OK) {
+    start_failed(setup, "out of memory");
+    return ST_ERR_OUT_OF_MEMORY;
+  }
   /* Signals first: a SIGTERM from here on unlinks what we create. */
   if (!setup || !setup->no_signals) {
     st__signals_start(srv);
@@ -189,7 +193,8 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
   start_loader(cfg, &srv->devices);
 
   st__errlist_t errs = {0};
-  int rc = st__generation_load(cfg->endpoints_dir, 1, &srv->gen, &errs);
+  const st__load_opts_t load = {.limit_s = cfg->endpoint_load_timeout_s};
+  int rc = st__generation_load(cfg->endpoints_dir, 1, &load, &srv->gen, &errs);
   if (rc != ST_OK) {
     if (!setup || !setup->quiet) {
       ST_LOG_E("server", "cannot load endpoints from %s:", cfg->endpoints_dir);
@@ -261,6 +266,9 @@ void st__server_destroy(st__server_t *srv) {
   st__listen_close_all(srv);
   if (srv->signals) st__signals_stop(srv);
   srv->signals = 0;
+  /* A load still running is cancelled and joined: its thread never
+   * outlives the server. */
+  st__reload_destroy(srv);
   /* Replies already queued get one last chance; calls still running are
    * cancelled and their results dropped with their jobs. */
   if (srv->buckets) st__conn_close_all(srv);

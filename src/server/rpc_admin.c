@@ -62,29 +62,64 @@ void st__rpc_endpoints(st__rpc_req_t *r) {
   st__reply_send(r->c, &sb);
 }
 
-/* reload -> {ok, generation, error, changed, added, removed}. */
-void st__rpc_reload(st__rpc_req_t *r) {
-  st__server_t *srv = r->c->srv;
-  if (srv->shutting_down) {
-    st__rpc_error(r, ST_ERR_SHUTTING_DOWN, "the server is shutting down");
+/* Nonzero when uid is in reload_uids. */
+static int may_reload(const st__config_t *cfg, uid_t uid) {
+  for (int i = 0; i < cfg->nreload_uids; i++)
+    if (cfg->reload_uids[i] == uid) return 1;
+  return 0;
+}
+
+/* Answers a reload request once its load ended (st__reload_done_fn):
+ * {ok, generation, error, changed, added, removed}, or the error of a
+ * request no load ran for. */
+static void reload_answer(st__server_t *srv, uint64_t conn_id, uint32_t request_id,
+                          const st__reload_report_t *rep) {
+  st__conn_t *c = st__conn_find(srv, conn_id);
+  if (!c || c->dead) return;
+  if (rep->refused) {
+    st__conn_send_error(c, request_id, rep->refused, rep->error ? rep->error : "reload refused");
+    st__conn_request_done(c);
     return;
   }
-  ST_LOG_I("server", "conn %llu: reload requested", (unsigned long long)r->c->id);
-  st__reload_report_t rep;
-  st__server_reload(srv, &rep);
   static const char *const lists[3] = {"changed", "added", "removed"};
   msgpack_sbuffer sb;
   msgpack_packer pk;
-  st__reply_begin(&sb, &pk, r->id);
+  st__reply_begin(&sb, &pk, request_id);
   msgpack_pack_map(&pk, 6);
-  st__pack_kv_bool(&pk, "ok", rep.ok);
-  st__pack_kv_uint(&pk, "generation", rep.generation);
-  st__pack_kv_str(&pk, "error", rep.error);
+  st__pack_kv_bool(&pk, "ok", rep->ok);
+  st__pack_kv_uint(&pk, "generation", rep->generation);
+  st__pack_kv_str(&pk, "error", rep->error);
   for (int k = 0; k < 3; k++) {
     st__pack_cstr(&pk, lists[k]);
-    msgpack_pack_array(&pk, rep.counts[k]);
-    for (size_t i = 0; i < rep.counts[k]; i++) st__pack_cstr(&pk, rep.names[k][i]);
+    msgpack_pack_array(&pk, rep->counts[k]);
+    for (size_t i = 0; i < rep->counts[k]; i++) st__pack_cstr(&pk, rep->names[k][i]);
   }
-  st__reload_report_free(&rep);
-  st__reply_send(r->c, &sb);
+  st__reply_send(c, &sb);
+  st__conn_request_done(c);
+}
+
+/* reload -> {ok, generation, error, changed, added, removed} once the new
+ * generation loaded (on a loader thread: the connection is served
+ * meanwhile) or failed to. Only the uids of reload_uids may ask. */
+void st__rpc_reload(st__rpc_req_t *r) {
+  st__conn_t *c = r->c;
+  st__server_t *srv = c->srv;
+  if (!may_reload(srv->cfg, c->cred.uid)) {
+    ST_LOG_W("server", "conn %llu (pid %d, uid %u): reload refused: uid not in reload_uids",
+             (unsigned long long)c->id, (int)c->cred.pid, (unsigned)c->cred.uid);
+    st__rpc_error(r, ST_ERR_AUTH, "reload: uid %u may not reload the endpoints (reload_uids in "
+                  "the server's config.lua)", (unsigned)c->cred.uid);
+    return;
+  }
+  ST_LOG_I("server", "conn %llu: reload requested", (unsigned long long)c->id);
+  int rc = st__server_reload(srv, reload_answer, c->id, r->id);
+  if (rc == ST_ERR_BUSY)
+    st__rpc_error(r, rc, "reload: %d reload requests are already waiting for a load",
+                  ST__RELOAD_MAX_WAITING);
+  else if (rc == ST_ERR_SHUTTING_DOWN)
+    st__rpc_error(r, rc, "the server is shutting down");
+  else if (rc != ST_OK)
+    st__rpc_error(r, rc, "reload: cannot start a loader thread");
+  else
+    c->inflight++;   /* answered by reload_answer */
 }

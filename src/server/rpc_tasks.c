@@ -50,18 +50,38 @@ void st__rpc_cancel(st__rpc_req_t *r) {
   st__reply_task(r->c, r->id, t);
 }
 
-/* tasks {status?} -> task info, newest first. */
+/* The newest task older than the cursor `before` (a task id; 0: the
+ * newest task of all). The cursor's task may be gone (fetched, expired):
+ * then the list is walked. */
+static st__task_t *page_start(st__server_t *srv, uint64_t before) {
+  if (!before) return srv->work->newest;
+  st__task_t *t = st__task_find(srv, before);
+  if (t) return t->older;
+  for (t = srv->work->newest; t && t->id >= before; t = t->older) {}
+  return t;
+}
+
+/* tasks {status?, limit?, before?} -> task info, newest first: at most
+ * `limit` (default ST__TASKS_PAGE_DEFAULT, at most ST__TASKS_PAGE_MAX)
+ * of the tasks whose id is below `before` (a cursor: the last id of the
+ * previous page). */
 void st__rpc_tasks(st__rpc_req_t *r) {
   st__server_t *srv = r->c->srv;
   int want = st__rpc_word(r, "status", -1);
+  uint64_t limit = st__rpc_u64(r, "limit", ST__TASKS_PAGE_DEFAULT);
+  if (limit < 1 || limit > ST__TASKS_PAGE_MAX) {
+    st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "tasks: 'limit' must be in 1..%d, got %llu",
+                  ST__TASKS_PAGE_MAX, (unsigned long long)limit);
+    return;
+  }
+  st__task_t *page[ST__TASKS_PAGE_MAX];
   size_t n = 0;
-  for (st__task_t *t = srv->work->newest; t; t = t->older)
-    if (want < 0 || (int)st__task_status(srv, t) == want) n++;
+  for (st__task_t *t = page_start(srv, st__rpc_u64(r, "before", 0)); t && n < limit; t = t->older)
+    if (want < 0 || (int)st__task_status(srv, t) == want) page[n++] = t;
   msgpack_sbuffer sb;
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, r->id);
   msgpack_pack_array(&pk, n);
-  for (st__task_t *t = srv->work->newest; t; t = t->older)
-    if (want < 0 || (int)t->status == want) st__pack_task(&pk, srv, t);
+  for (size_t i = 0; i < n; i++) st__pack_task(&pk, srv, page[i]);
   st__reply_send(r->c, &sb);
 }

@@ -125,6 +125,9 @@ struct st__message;
 
 /* What a reload did (the `reload` method's reply; docs/protocol.md). */
 typedef struct st__reload_report {
+  int refused;                /* ST_ERR_*: no load ran for the request
+                                 (SHUTTING_DOWN, OUT_OF_MEMORY) and `error`
+                                 says why; 0: the fields below tell */
   int ok;
   uint64_t generation;        /* the generation serving afterwards */
   char *error;                /* owned; NULL when ok */
@@ -133,6 +136,19 @@ typedef struct st__reload_report {
 } st__reload_report_t;
 
 enum { ST_RELOAD_CHANGED = 0, ST_RELOAD_ADDED = 1, ST_RELOAD_REMOVED = 2 };
+
+/* `reload` requests that may wait at once (for the load running and the
+ * next one together); more get BUSY. */
+#define ST__RELOAD_MAX_WAITING 64
+
+/* Reloads in progress and the requests waiting for them (reload.c). */
+typedef struct st__reloader st__reloader_t;
+
+/* Answers one `reload` request (conn_id, request_id) with what the load
+ * did: r is borrowed for the call. The connection may be gone. Loop
+ * thread. */
+typedef void (*st__reload_done_fn)(st__server_t *srv, uint64_t conn_id, uint32_t request_id,
+                                   const st__reload_report_t *r);
 
 typedef struct st__listener {
   ev_io io;
@@ -174,6 +190,8 @@ struct st__server {
   int last_reload_ok;
   char *last_reload_error;    /* owned, NULL when ok                       */
   double last_reload_at;      /* unix time                                 */
+  st__reloader_t *reloader;   /* owned: the load running on its thread,
+                                 the requests waiting for it (reload.c)   */
 
   st__pool_t *pool;
   ev_async done;              /* workers: "completions are queued"         */
@@ -287,11 +305,31 @@ void st__server_check_drained(st__server_t *srv);
 
 /* ------------------------------------------------------------- reload.c */
 
-/* SIGHUP and the `reload` method: loads a new generation and swaps it in;
- * on failure keeps the current one and records the errors for info.
- * Caches of changed and removed endpoints are dropped. Fills *report when
- * it is not NULL (free it with st__reload_report_free). Loop thread. */
-void st__server_reload(st__server_t *srv, st__reload_report_t *report);
+/* Starts the reload machinery (its wake-up watcher). ST_OK or
+ * OUT_OF_MEMORY. Loop thread, at start. */
+int st__reload_init(st__server_t *srv);
+
+/* Stops a load in progress (the file running now is cancelled at its next
+ * hook check), joins its thread and frees everything; waiting requests
+ * are not answered (their connections are closed). Loop thread, at exit. */
+void st__reload_destroy(st__server_t *srv);
+
+/* SIGHUP (done NULL) and the `reload` method: loads a new generation on a
+ * loader thread (the loop keeps serving) and, back on the loop thread,
+ * swaps it in or, on failure, keeps the current one and records the
+ * errors for info; caches of changed and removed endpoints are dropped.
+ * A request made while a load runs is answered by one more load that
+ * starts when it ends (requests coalesce; SIGHUPs too). done(srv, conn_id,
+ * request_id, report) answers a request once its load ended. Returns
+ * ST_OK (done will be called, except at exit), BUSY when
+ * ST__RELOAD_MAX_WAITING requests
+ * already wait, SHUTTING_DOWN, OUT_OF_MEMORY (a loader thread could not
+ * start). Loop thread. */
+int st__server_reload(st__server_t *srv, st__reload_done_fn done, uint64_t conn_id,
+                      uint32_t request_id);
+
+/* Nonzero while a load runs. Loop thread. */
+int st__reload_pending(const st__server_t *srv);
 
 /* Frees the owned strings of a report (and clears it). */
 void st__reload_report_free(st__reload_report_t *r);

@@ -22,7 +22,7 @@ static void on_hup(struct ev_loop *loop, ev_signal *w, int revents) {
   (void)loop;
   (void)revents;
   ST_LOG_I("signal", "SIGHUP: reloading endpoints from %s", srv->cfg->endpoints_dir);
-  st__server_reload(srv, NULL);
+  st__server_reload(srv, NULL, 0, 0);
 }
 
 /* Starts the signal watchers and ignores SIGPIPE. Loop thread. */

@@ -122,7 +122,8 @@ static int run_check(const st__config_t *cfg, int config_errors) {
          (unsigned long long)cfg->max_queued_bytes_all_connections);
   st__errlist_t errs = {0};
   st__generation_t *gen = NULL;
-  int rc = st__generation_load(cfg->endpoints_dir, 1, &gen, &errs);
+  const st__load_opts_t load = {.limit_s = cfg->endpoint_load_timeout_s};
+  int rc = st__generation_load(cfg->endpoints_dir, 1, &load, &gen, &errs);
   print_errors(&errs);
   if (rc != ST_OK) {
     nerr += errs.count ? (int)errs.count : 1;
@@ -131,6 +132,9 @@ static int run_check(const st__config_t *cfg, int config_errors) {
   }
   st__errlist_clear(&errs);
   printf("endpoints: %s\n", cfg->endpoints_dir);
+  printf("reload: endpoint_load_timeout_s %g; reload_uids", cfg->endpoint_load_timeout_s);
+  for (int i = 0; i < cfg->nreload_uids; i++) printf(" %u", (unsigned)cfg->reload_uids[i]);
+  printf("%s\n", cfg->nreload_uids ? "" : " none (SIGHUP only)");
   if (gen) {
     for (size_t i = 0; i < gen->nendpoints; i++) {
       const st__endpoint_decl_t *ep = &gen->endpoints[i];

@@ -86,6 +86,10 @@ typedef enum {
 /* Their names, in that order (the `tasks` method's status filter). */
 #define ST__TASK_STATUS_NAMES "pending|running|completed|failed|cancelled"
 
+/* Task info entries in one `tasks` reply: without `limit`, and at most. */
+#define ST__TASKS_PAGE_DEFAULT 100
+#define ST__TASKS_PAGE_MAX 1000
+
 typedef enum { ST_WAIT_INFO = 0, ST_WAIT_RESULT = 1 } st__wait_kind_t;
 
 /* A request parked until a task ends: `wait` (answered with task info, or

@@ -70,6 +70,9 @@ TEST(usage_errors) {
   CHECK_EQ_INT(STCLI(SOCK, "submit", "steps", "n:int=x"), 2);
   CHECK_EQ_INT(STCLI(SOCK, "tasks", "--status"), 2);
   CHECK_EQ_INT(STCLI(SOCK, "tasks", "extra"), 2);
+  CHECK_EQ_INT(STCLI(SOCK, "tasks", "--limit", "0"), 2);
+  CHECK_CONTAINS(R.err, "--limit needs a number in 1..1000");
+  CHECK_EQ_INT(STCLI(SOCK, "tasks", "--before", "x"), 2);
   CHECK_EQ_INT(STCLI(SOCK, "release"), 2);
   CHECK_CONTAINS(R.err, "release needs an object id");
   CHECK_EQ_INT(STCLI(SOCK, "invalidate"), 2);
@@ -207,6 +210,13 @@ TEST(wait_timeout_cancel_and_failures) {
   CHECK_CONTAINS(R.out, "ID");
   CHECK_CONTAINS(R.out, "STATUS");
   CHECK_CONTAINS(R.out, "sleeper");
+  /* One page of one: the newest, this task; below it, not this one. */
+  CHECK_EQ_INT(STCLI(SOCK, "tasks", "--limit", "1", "--ids"), 0);
+  char want[40];
+  snprintf(want, sizeof want, "%s\n", ids);
+  CHECK_STR_EQ(R.out, want);
+  CHECK_EQ_INT(STCLI(SOCK, "tasks", "--before", ids, "--ids"), 0);
+  CHECK(strstr(R.out, want) != R.out);
   CHECK_EQ_INT(STCLI(SOCK, "cancel", ids), 0);
   CHECK(strstr(R.out, ": running, asked to stop\n") || strstr(R.out, ": cancelled\n"));
   CHECK_EQ_INT(STCLI(SOCK, "wait", ids), 1);

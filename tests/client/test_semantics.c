@@ -272,7 +272,7 @@ TEST(submit_wait_result) {
   CHECK_CONTAINS(st_client_error(c), "already taken");
   /* The list has it, and a filter applies. */
   st_result_t *list = NULL;
-  CHECK_RC(st_client_tasks(c, "completed", &list), ST_OK, c);
+  CHECK_RC(st_client_tasks(c, "completed", 0, 0, &list), ST_OK, c);
   const st_value_t *l = st_result_value(list);
   CHECK_EQ_INT(l->kind, ST_VALUE_ARRAY);
   int found = 0;
@@ -282,10 +282,18 @@ TEST(submit_wait_result) {
   }
   CHECK_EQ_INT(found, 1);
   st_result_free(list);
-  CHECK_RC(st_client_tasks(c, "running", &list), ST_OK, c);
+  CHECK_RC(st_client_tasks(c, "running", 0, 0, &list), ST_OK, c);
   for (size_t i = 0; i < st_result_value(list)->as.array.len; i++)
     CHECK(num_of(st_value_get(&st_result_value(list)->as.array.items[i], "id")) != (double)id);
   st_result_free(list);
+  /* One page of one, below a cursor. */
+  CHECK_RC(st_client_tasks(c, NULL, id + 1, 1, &list), ST_OK, c);
+  CHECK_EQ_INT(st_result_value(list)->as.array.len, 1);
+  CHECK(num_of(st_value_get(&st_result_value(list)->as.array.items[0], "id")) == (double)id);
+  st_result_free(list);
+  CHECK_RC(st_client_tasks(c, NULL, 0, 1001, &list), ST_ERR_INVALID_ARGUMENT, c);
+  CHECK_CONTAINS(st_client_error(c), "'limit' must be in 1..1000");
+  CHECK_ERR(st_client_tasks(c, NULL, 0, -1, &list), ST_ERR_INVALID_ARGUMENT);
   st_client_close(c);
 }
 

@@ -242,14 +242,17 @@ TEST(task_result_maps_like_call_and_names_the_object) {
 TEST(tasks_with_and_without_a_filter) {
   OPEN_CLIENT(c, fs.path);
   st_result_t *r = NULL;
-  CHECK_RC(st_client_tasks(c, NULL, &r), ST_OK, c);
+  CHECK_RC(st_client_tasks(c, NULL, 0, 0, &r), ST_OK, c);
   CHECK_STR_EQ(last_method, "tasks");
   CHECK_STR_EQ(last_params, "none");
   CHECK_EQ_INT(st_result_value(r)->kind, ST_VALUE_ARRAY);
   CHECK_EQ_INT(st_result_value(r)->as.array.len, 2);
   st_result_free(r);
-  CHECK_RC(st_client_tasks(c, "running", &r), ST_OK, c);
+  CHECK_RC(st_client_tasks(c, "running", 0, 0, &r), ST_OK, c);
   CHECK_STR_EQ(last_params, "{\"status\"=>\"running\"}");
+  st_result_free(r);
+  CHECK_RC(st_client_tasks(c, NULL, 42, 10, &r), ST_OK, c);
+  CHECK_STR_EQ(last_params, "{\"before\"=>42, \"limit\"=>10}");
   st_result_free(r);
   st_client_close(c);
 }
@@ -374,7 +377,7 @@ TEST(null_arguments) {
   CHECK_ERR(st_client_task_wait(NULL, 1, 1, &r), ST_ERR_INVALID_ARGUMENT);
   CHECK_ERR(st_client_task_result(NULL, 1, &r), ST_ERR_INVALID_ARGUMENT);
   CHECK_ERR(st_client_task_cancel(NULL, 1, NULL), ST_ERR_INVALID_ARGUMENT);
-  CHECK_ERR(st_client_tasks(NULL, NULL, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(st_client_tasks(NULL, NULL, 0, 0, &r), ST_ERR_INVALID_ARGUMENT);
   CHECK_ERR(st_client_release(NULL, 1, NULL, NULL, NULL), ST_ERR_INVALID_ARGUMENT);
   CHECK_ERR(st_client_object_info(NULL, 1, &r), ST_ERR_INVALID_ARGUMENT);
   CHECK_ERR(st_client_ensure_live(NULL, 1, NULL), ST_ERR_INVALID_ARGUMENT);

@@ -1,11 +1,14 @@
-/* The server log (src/common/log.h): line format, levels, escaping, and
- * whole lines from concurrent threads. stderr is pointed at a temp file. */
+/* The server log (src/common/log.h): line format, levels, escaping,
+ * whole lines from concurrent threads, and the rate limit of repeated
+ * warnings. stderr is pointed at a temp file. */
 #include <fcntl.h>
 #include <pthread.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "common/log.h"
+#include "fixture.h"
+#include <stdlib.h>
 
 static char path[] = "/tmp/st-test-log-XXXXXX";
 static int saved_stderr = -1;
@@ -108,9 +111,52 @@ TEST(threads_write_whole_lines) {
   free(out);
 }
 
+static void warn_flood(int i) {
+  ST_LOG_W("conn", "conn %d: bad frame; closing", i);
+}
+
+TEST(repeated_warnings_are_rate_limited) {
+  st__log_set_rate_limit(3, 0.2);
+  CHECK(capture() == 0);
+  for (int i = 0; i < 50; i++) warn_flood(i);
+  ST_LOG_W("other", "another place still logs");
+  for (int i = 0; i < 30; i++) ST_LOG_I("info", "info line %d", i);   /* not limited */
+  for (int i = 0; i < 30; i++)   /* a report (a failed load's problems): every line */
+    st__log_all(ST_LOG_ERROR, "server", "f.lua:%d: problem", i);
+  /* Once the window passed, the site's next line comes after the count
+   * of what was suppressed. */
+  double end = stt_now_ms() + 5000;
+  int reported = 0;
+  while (!reported && stt_now_ms() < end) {
+    warn_flood(1000);
+    off_t n = lseek(2, 0, SEEK_END);
+    char buf[64 * 1024];
+    ssize_t k = pread(2, buf, sizeof buf - 1, n > (off_t)sizeof buf - 1 ? n - (off_t)sizeof buf + 1 : 0);
+    buf[k > 0 ? k : 0] = '\0';
+    reported = strstr(buf, "were suppressed") != NULL;
+    if (!reported) usleep(20000);
+  }
+  char *out = release();
+  st__log_set_rate_limit(ST_LOG_RATE_BURST, ST_LOG_RATE_WINDOW_S);
+  CHECK(reported);
+  CHECK_EQ_INT(stt_lines_containing(out, "bad frame; closing"), 4);   /* 3, then 1 after the window */
+  CHECK_EQ_INT(stt_lines_containing(out, "another place still logs"), 1);
+  CHECK_EQ_INT(stt_lines_containing(out, "info  info: info line"), 30);
+  CHECK_EQ_INT(stt_lines_containing(out, ": problem"), 30);
+  const char *rep = strstr(out, "more lines like the next one were suppressed");
+  CHECK(rep != NULL);
+  /* 47 of the flood, and those of the polling loop before the window ended. */
+  const char *num = rep - 1;   /* "<count> more lines ..." */
+  while (num > out && num[-1] >= '0' && num[-1] <= '9') num--;
+  CHECK(strtoul(num, NULL, 10) >= 47);
+  CHECK_CONTAINS(rep, "(at most 3 per 0.2 s from one place)");
+  free(out);
+}
+
 int main(void) {
   RUN(format_and_levels);
   RUN(long_message_is_one_line);
   RUN(threads_write_whole_lines);
+  RUN(repeated_warnings_are_rate_limited);
   return stt_summary();
 }

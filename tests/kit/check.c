@@ -59,3 +59,13 @@ void stt_skip(const char *why) {
   printf("skipped: %s\n", why);
   exit(77);
 }
+
+/* See check.h. */
+int stt_lines_containing(const char *text, const char *part) {
+  int n = 0;
+  for (const char *line = text, *nl; (nl = strchr(line, '\n')); line = nl + 1) {
+    const char *hit = strstr(line, part);
+    if (hit && hit < nl) n++;
+  }
+  return n;
+}

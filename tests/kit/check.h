@@ -121,4 +121,7 @@ void stt_fail_err(const char *file, int line, const char *expr, long long got, l
 int stt_summary(void);
 void stt_skip(const char *why) __attribute__((noreturn));
 
+/* How many lines of text (each ended by a newline) contain part. */
+int stt_lines_containing(const char *text, const char *part);
+
 #endif

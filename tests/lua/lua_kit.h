@@ -62,7 +62,7 @@ static inline void kit_write(const char *name, const char *fmt, ...) {
 /* Loads kit_dir; *errs receives the joined errors (owned) or NULL. */
 static inline int kit_load(st__generation_t **g, char **errs) {
   st__errlist_t l = {0};
-  int rc = st__generation_load(kit_dir, 1, g, &l);
+  int rc = st__generation_load(kit_dir, 1, NULL, g, &l);
   *errs = st__errlist_join(&l);
   if (*errs) fprintf(stderr, "   load errors:\n%s\n", *errs);
   st__errlist_clear(&l);

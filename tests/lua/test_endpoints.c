@@ -32,7 +32,7 @@ TEST(they_load) {
   char dir[4096];
   snprintf(dir, sizeof dir, "%s/endpoints", src ? src : ".");
   st__errlist_t l = {0};
-  int rc = st__generation_load(dir, 1, &gen, &l);
+  int rc = st__generation_load(dir, 1, NULL, &gen, &l);
   char *errs = st__errlist_join(&l);
   if (errs) fprintf(stderr, "%s\n", errs);
   free(errs);

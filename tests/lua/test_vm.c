@@ -287,7 +287,7 @@ TEST(metatables_on_declarations_run_no_code) {
 TEST(missing_dir) {
   st__generation_t *g;
   st__errlist_t l = {0};
-  CHECK_ERR(st__generation_load("/nonexistent/endpoints", 1, &g, &l), ST_ERR_CONFIGURATION);
+  CHECK_ERR(st__generation_load("/nonexistent/endpoints", 1, NULL, &g, &l), ST_ERR_CONFIGURATION);
   CHECK(g == NULL);
   CHECK_EQ_INT(l.count, 1);
   CHECK_CONTAINS(l.items[0], "/nonexistent/endpoints: cannot open");

@@ -248,6 +248,11 @@ class SharedTensorTest(st_fixture.ServerTestCase):
         self.assertEqual(info["status"], "completed")
         self.assertEqual(self.c.result(tid).tolist(), [0, 1, 2, 3])
         self.assertEqual(self.c.cancel(tid)["status"], "completed")
+        page = self.c.tasks(limit=1)
+        self.assertEqual([t["id"] for t in page], [tid])
+        self.assertTrue(all(t["id"] < tid for t in self.c.tasks(before=tid)))
+        with self.assertRaises(st.InvalidArgumentError):
+            self.c.tasks(limit=1001)
 
     def test_errors(self):
         cases = [

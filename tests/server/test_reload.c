@@ -2,9 +2,17 @@
  * removed endpoints by fingerprint and drops only the caches of changed
  * ones; a reload with a syntax error keeps the old generation serving and
  * answers ok = false with file:line (also in info); reloads while a client
- * hammers calls lose no request. */
+ * hammers calls lose no request. A slow endpoint file loads off the loop
+ * thread (other clients' pings are answered while it runs), requests made
+ * meanwhile coalesce into one more load (past 64 waiting: BUSY), a top
+ * level that runs past endpoint_load_timeout_s fails the reload naming the
+ * file and the key, and a uid outside reload_uids is refused. */
+#include <grp.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -227,6 +235,173 @@ TEST(reload_under_load_loses_no_request) {
   rc_close(&c);
 }
 
+/* Nonzero when c has no whole message to read now. */
+static int nothing_yet(rc_t *c) {
+  msg_t m;
+  rc_pump(c);
+  if (!rc_take(c, &m)) return 1;
+  msg_free(&m);
+  return 0;
+}
+
+/* An endpoint file whose top level spins for 2 to 3 s of wall-clock time
+ * (os.time counts whole seconds; os.clock would count the CPU time of
+ * every thread of the server). */
+static void write_slow(void) {
+  stt_write_endpoint(&S, "slow.lua",
+                     "local t0 = os.time()\n"
+                     "while os.time() < t0 + 3 do end\n"
+                     "return st.endpoint{ name = 'slow', build = function() return 1 end }\n");
+}
+
+TEST(slow_reload_leaves_the_loop_serving_and_requests_coalesce) {
+  OPEN_RC(a, S.socket);
+  OPEN_RC(b, S.socket);
+  OPEN_RC(p, S.socket);
+  int64_t gen0 = rc_info_int(&p, "generation.number");
+  write_slow();
+  CHECK(rc_sendf(&a, "[0, 1, 'reload', []]") == 0);
+  /* The load runs for 2 s or more: pings on another connection are answered
+   * meanwhile, and the reload is still unanswered after them. */
+  for (int i = 0; i < 5; i++) CHECK(stt_ping(p.fd, 100 + (uint32_t)i) == 0);
+  CHECK(nothing_yet(&a));
+  CHECK_EQ_INT(rc_info_int(&p, "generation.reloading"), 1);
+  /* Requests made during the load wait for one more load; the 65th
+   * waiting one is BUSY. */
+  for (uint32_t id = 1; id <= 64; id++) CHECK(rc_sendf(&b, "[0, %u, 'reload', []]", id) == 0);
+  CHECK(stt_ping(p.fd, 200) == 0);
+  CHECK(nothing_yet(&a));
+  msg_t m;
+  CHECK(rc_next(&a, &m, 30000) == 1 && !m.error);
+  CHECK_EQ_INT(obj_int(obj_get(m.result, "ok")), 1);
+  CHECK_EQ_INT(obj_int(obj_get(m.result, "generation")), gen0 + 1);
+  CHECK_STR_EQ(only_name(&m, "added"), "slow");
+  msg_free(&m);
+  int ok = 0, busy = 0;
+  for (int i = 0; i < 64; i++) {
+    CHECK(rc_next(&b, &m, 30000) == 1);
+    if (m.error) {
+      CHECK_REPLY(&m, ST_ERR_BUSY, "already waiting");
+      busy++;
+    } else {
+      CHECK_EQ_INT(obj_int(obj_get(m.result, "ok")), 1);
+      CHECK_EQ_INT(obj_int(obj_get(m.result, "generation")), gen0 + 2);
+      ok++;
+    }
+    msg_free(&m);
+  }
+  CHECK_EQ_INT(ok, 63);
+  CHECK_EQ_INT(busy, 1);
+  CHECK_EQ_INT(rc_info_int(&p, "generation.number"), gen0 + 2);
+  /* Back to the quick files for the tests after this one. */
+  char path[700];
+  snprintf(path, sizeof path, "%s/slow.lua", S.endpoints);
+  CHECK(unlink(path) == 0);
+  CHECK(reload(&p, &m) == 1 && !m.error);
+  CHECK_STR_EQ(only_name(&m, "removed"), "slow");
+  msg_free(&m);
+  rc_close(&a);
+  rc_close(&b);
+  rc_close(&p);
+}
+
+/* A server whose reload_uids leaves out our uid, with a short
+ * endpoint_load_timeout_s. */
+static void limits_body(stt_server_t *T) {
+  OPEN_RC(c, T->socket);
+  msg_t m;
+  CHECK(rc_rpcf(&c, &m, "[0, 1, 'reload', []]") == 1);
+  CHECK_REPLY(&m, ST_ERR_AUTH, "reload_uids");
+  msg_free(&m);
+  /* SIGHUP is the owner's: a file that loops fails the load at the limit,
+   * and the old generation keeps serving. */
+  stt_write_endpoint(T, "loop.lua",
+                     "while true do end\n"
+                     "return st.endpoint{ name = 'loop', build = function() return 1 end }\n");
+  CHECK(kill(T->pid, SIGHUP) == 0);
+  CHECK(rc_wait_info(&c, "counters.reload_failures", 1, 20000) == 0);
+  CHECK(rc_info(&c, 2, &m) == 1);
+  const char *err = obj_str(obj_path(m.result, "generation.last_reload.error"));
+  CHECK_CONTAINS(err, "loop.lua:1:");
+  CHECK_CONTAINS(err, "at most 0.3 s: endpoint_load_timeout_s");
+  CHECK_EQ_INT(obj_int(obj_path(m.result, "generation.number")), 1);
+  msg_free(&m);
+  CHECK(rk_call(&c, "a", "n", 2, &m) == 1 && !m.error);
+  msg_free(&m);
+  rc_close(&c);
+}
+
+TEST(reload_limits_and_who_may_reload) {
+  stt_server_t T;
+  stt_server_init(&T);
+  char cfg[200];
+  snprintf(cfg, sizeof cfg, "workers = 1, endpoint_load_timeout_s = 0.3, reload_uids = { %u },",
+           (unsigned)getuid() + 1);
+  stt_server_config(&T, cfg);
+  stt_write_endpoint(&T, "a.lua", A_EP);
+  CHECK(stt_server_run(&T, limits_body) == 0);
+  stt_server_cleanup(&T);
+}
+
+#define NOBODY 65534
+
+/* In a child running as NOBODY: ping works (allow_uids admits it), reload
+ * is AUTH (the default reload_uids is root and the server's uid). The
+ * child's exit status: 0 when it saw that. */
+static int nobody_reloads(const char *socket) {
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    if (setgroups(0, NULL) != 0 || setresgid(NOBODY, NOBODY, NOBODY) != 0 ||
+        setresuid(NOBODY, NOBODY, NOBODY) != 0)
+      _exit(10);
+    rc_t c;
+    if (rc_open(&c, socket) != 0) _exit(11);
+    if (stt_ping(c.fd, 1) != 0) _exit(12);
+    msg_t m;
+    if (rc_rpcf(&c, &m, "[0, 2, 'reload', []]") != 1) _exit(13);
+    char why[600];
+    int ok = reply_is(&m, ST_ERR_AUTH, "uid 65534 may not reload", why, sizeof why);
+    msg_free(&m);
+    if (!ok) {
+      fprintf(stderr, "   %s\n", why);
+      _exit(14);
+    }
+    _exit(stt_ping(c.fd, 3) == 0 ? 0 : 15);
+  }
+  int status;
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+static int nobody_status = -1;
+
+static void default_uids_body(stt_server_t *T) {
+  chmod(T->dir, 0711);
+  chmod(T->socket, 0666);
+  nobody_status = nobody_reloads(T->socket);
+  OPEN_RC(c, T->socket);   /* the server's own uid may */
+  msg_t m;
+  CHECK(reload(&c, &m) == 1 && !m.error);
+  CHECK_EQ_INT(obj_int(obj_get(m.result, "ok")), 1);
+  msg_free(&m);
+  rc_close(&c);
+}
+
+TEST(by_default_only_root_and_the_server_uid_may_reload) {
+  if (geteuid() != 0) {
+    fprintf(stderr, "   skipped: needs root to become uid %d\n", NOBODY);
+    return;
+  }
+  stt_server_t T;
+  stt_server_init(&T);
+  stt_server_config(&T, "workers = 1, allow_uids = { 65534 },");
+  stt_write_endpoint(&T, "a.lua", A_EP);
+  CHECK(stt_server_run(&T, default_uids_body) == 0);
+  CHECK_EQ_INT(nobody_status, 0);
+  stt_server_cleanup(&T);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   stt_server_init(&S);
@@ -238,5 +413,8 @@ int main(void) {
   RUN(reload_drops_only_changed_caches);
   RUN(reload_with_a_syntax_error_keeps_serving);
   RUN(reload_under_load_loses_no_request);
+  RUN(slow_reload_leaves_the_loop_serving_and_requests_coalesce);
+  RUN(reload_limits_and_who_may_reload);
+  RUN(by_default_only_root_and_the_server_uid_may_reload);
   return stt_server_finish(&S);
 }

@@ -253,6 +253,77 @@ TEST(closing_the_caller_cancels_its_task) {
   rc_close(&w);
 }
 
+/* The ids of a `tasks` reply, into ids[] (at most cap); their count, or
+ * -1 when the reply is no array of task info. */
+static int page_ids(const msg_t *m, int64_t *ids, int cap) {
+  if (m->error || m->result->type != MSGPACK_OBJECT_ARRAY) return -1;
+  int n = (int)m->result->via.array.size;
+  for (int i = 0; i < n && i < cap; i++) ids[i] = obj_int(obj_get(&m->result->via.array.ptr[i], "id"));
+  return n;
+}
+
+/* 250 finished tasks on a server that keeps 1000. */
+static void paging_body(stt_server_t *T) {
+  OPEN_RC(c, T->socket);
+  int64_t first = 0, last = 0;
+  for (int i = 0; i < 250; i++) {
+    uint64_t t = rk_submit(&c, "num", NULL, 0);
+    CHECK(t > 0);
+    if (!first) first = (int64_t)t;
+    last = (int64_t)t;
+  }
+  CHECK(rc_wait_info(&c, "tasks.completed", 250, 10000) == 0);
+  msg_t m;
+  int64_t ids[1000];
+  /* Without a limit: the newest 100. */
+  CHECK(rc_rpcf(&c, &m, "[0, 1, 'tasks', []]") == 1);
+  CHECK_EQ_INT(page_ids(&m, ids, 1000), 100);
+  CHECK_EQ_INT(ids[0], last);
+  msg_free(&m);
+  /* Pages of 100 by the cursor: every task once, newest first. */
+  int64_t before = 0, prev = INT64_MAX;
+  int total = 0, pages = 0, n;
+  do {
+    CHECK(rc_rpcf(&c, &m, "[0, 2, 'tasks', [{limit: 100, before: %lld, status: 'completed'}]]",
+                  (long long)before) == 1);
+    n = page_ids(&m, ids, 1000);
+    msg_free(&m);
+    CHECK(n >= 0 && n <= 100);
+    for (int i = 0; i < n; i++) {
+      CHECK(ids[i] < prev);
+      prev = ids[i];
+    }
+    total += n;
+    pages++;
+    if (n) before = ids[n - 1];
+  } while (n == 100 && pages < 10);
+  CHECK_EQ_INT(total, 250);
+  CHECK_EQ_INT(pages, 3);
+  CHECK_EQ_INT(prev, first);
+  /* A cursor whose task is gone still pages from below it. */
+  CHECK(rc_rpcf(&c, &m, "[0, 3, 'tasks', [{limit: 2, before: %lld}]]", (long long)last + 1000) == 1);
+  CHECK_EQ_INT(page_ids(&m, ids, 1000), 2);
+  CHECK_EQ_INT(ids[0], last);
+  msg_free(&m);
+  CHECK(rc_rpcf(&c, &m, "[0, 4, 'tasks', [{limit: 1000}]]") == 1);
+  CHECK_EQ_INT(page_ids(&m, ids, 1000), 250);
+  msg_free(&m);
+  CHECK_RPC(&c, ST_ERR_INVALID_ARGUMENT, "'limit' must be in 1..1000, got 1001",
+            "[0, 5, 'tasks', [{limit: 1001}]]");
+  CHECK_RPC(&c, ST_ERR_INVALID_ARGUMENT, "'limit' must be in 1..1000, got 0",
+            "[0, 6, 'tasks', [{limit: 0}]]");
+  rc_close(&c);
+}
+
+TEST(tasks_come_in_pages) {
+  stt_server_t T;
+  stt_server_init(&T);
+  stt_server_config(&T, "workers = 2, tasks = { capacity = 1000 },");
+  stt_write_endpoint(&T, "num.lua", "return st.endpoint{ name = 'num', build = function() return 7 end }\n");
+  CHECK(stt_server_run(&T, paging_body) == 0);
+  stt_server_cleanup(&T);
+}
+
 static const stt_endpoint_t endpoints[] = {
     {"slow.lua",
      "return st.endpoint{ name = 'slow', params = { s = 0.5 },\n"
@@ -291,5 +362,6 @@ int main(void) {
   RUN(task_endpoint_call_and_managed_result);
   RUN(finished_tasks_expire_after_the_ttl);
   RUN(closing_the_caller_cancels_its_task);
+  RUN(tasks_come_in_pages);
   return stt_server_finish(&S);
 }
