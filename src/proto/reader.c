@@ -172,6 +172,10 @@ static size_t scan_bytes(st__frame_scan_t *s, uint64_t max, const uint8_t *p, si
     }
     size_t take = (size_t)(s->head_need - s->head_len);
     if (take > n - i) take = n - i;
+    if (s->msg_bytes + take > max) {   /* a header that starts too late */
+      scan_fail(s, ST_ERR_LIMIT, "message larger than the limit");
+      return i;
+    }
     memcpy(s->head + s->head_len, p + i, take);
     s->head_len = (uint8_t)(s->head_len + take);
     s->msg_bytes += take;

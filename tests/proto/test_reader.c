@@ -335,6 +335,22 @@ TEST(no_room_set_aside_for_a_half_sent_frame) {
   st__reader_destroy(&r);
 }
 
+TEST(limit_on_a_split_header) {
+  /* [0, 1, "callcallcall", [<uint64>]] is 26 bytes; under a 20-byte limit
+   * the uint64's header passes it: refused on its first bytes, not once
+   * all 9 are buffered. */
+  const unsigned char msg[] = {0x94, 0x00, 0x01, 0xac, 'c', 'a', 'l', 'l', 'c', 'a', 'l', 'l', 'c',
+                               'a', 'l', 'l', 0x91, 0xcf, 1, 2, 3, 4, 5, 6, 7, 8};
+  st__reader_t r;
+  st__message_t m;
+  CHECK_ERR(st__reader_init(&r, 20), ST_OK);
+  st__reader_feed(&r, msg, 22);
+  CHECK_ERR_MSG(st__reader_next(&r, &m, why, sizeof why), ST_ERR_LIMIT, why);
+  CHECK_EQ_INT(m.id, 1);
+  CHECK(st__reader_pending(&r) <= 20);
+  st__reader_destroy(&r);
+}
+
 TEST(limit_on_buffered_bytes) {
   /* [0, 4, "m", [15 strings of 1000 bytes]]: the announced size grows with
    * each string; the frame is refused before max_message bytes arrive. */
@@ -492,6 +508,7 @@ int main(void) {
   RUN(nesting_limit);
   RUN(limit_on_declared_size);
   RUN(no_room_set_aside_for_a_half_sent_frame);
+  RUN(limit_on_a_split_header);
   RUN(limit_on_buffered_bytes);
   RUN(limit_boundary);
   RUN(messages_outlive_buffer_changes);
