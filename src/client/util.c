@@ -60,10 +60,11 @@ static int text_grow(st__text_t *t, size_t need) {
   return 0;
 }
 
-/* Appends n bytes (text stays NUL-terminated). Any thread. */
+/* Appends n bytes (text stays NUL-terminated). `s` may be NULL when n is
+ * 0 (msgpack's empty strings have no bytes). Any thread. */
 void st__client_text_put(st__text_t *t, const char *s, size_t n) {
   if (text_grow(t, n) != 0) return;
-  memcpy(t->ptr + t->len, s, n);
+  if (n) memcpy(t->ptr + t->len, s, n);
   t->len += n;
   t->ptr[t->len] = '\0';
 }

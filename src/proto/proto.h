@@ -31,6 +31,7 @@ typedef struct st__frame_scan {
   uint64_t skip;                    /* payload bytes still to pass           */
   uint64_t items;                   /* objects still due, all levels         */
   uint64_t left[ST__SCAN_DEPTH];    /* objects still due per open container  */
+  uint64_t complete;                /* whole messages scanned, not yet taken */
   uint32_t objects;                 /* objects begun in this message         */
   uint32_t id;                      /* the message's id, when id_stage == 3  */
   int depth;

@@ -9,8 +9,13 @@
  * max_message the frame is refused with ST_ERR_LIMIT at once: a 5-byte
  * header announcing a 4-GiB array never reaches msgpack (which would try to
  * allocate for it), and no more than max_message bytes of one message are
- * ever buffered. Bytes after the first error are dropped; messages complete
- * before it are still delivered, then st__reader_next reports the error.
+ * ever buffered. msgpack decodes a message only once the scan has seen all
+ * of it: msgpack sets aside room for every element a container header
+ * announces, so decoding a half-sent frame would let a 14-byte header
+ * announcing 8M elements take 200 MB of address space before a single
+ * element arrived; a whole message's decoded form is bounded by its bytes.
+ * Bytes after the first error are dropped; messages complete before it are
+ * still delivered, then st__reader_next reports the error.
  *
  * Threads: a reader belongs to one thread at a time.
  */
@@ -74,6 +79,7 @@ static void scan_fail(st__frame_scan_t *s, int err, const char *why) {
 static void scan_object_done(st__frame_scan_t *s) {
   if (s->depth > 0) return;
   /* A whole message: start over. */
+  s->complete++;
   s->msg_bytes = 0;
   s->objects = 0;
   s->id_stage = 0;
@@ -166,6 +172,10 @@ static size_t scan_bytes(st__frame_scan_t *s, uint64_t max, const uint8_t *p, si
     }
     size_t take = (size_t)(s->head_need - s->head_len);
     if (take > n - i) take = n - i;
+    if (s->msg_bytes + take > max) {   /* a header that starts too late */
+      scan_fail(s, ST_ERR_LIMIT, "message larger than the limit");
+      return i;
+    }
     memcpy(s->head + s->head_len, p + i, take);
     s->head_len = (uint8_t)(s->head_len + take);
     s->msg_bytes += take;
@@ -335,7 +345,11 @@ int st__reader_next(st__reader_t *r, st__message_t *msg, char *err, size_t errle
 
   msgpack_unpacked u;
   msgpack_unpacked_init(&u);
-  msgpack_unpack_return ret = msgpack_unpacker_next(&r->up, &u);
+  msgpack_unpack_return ret = MSGPACK_UNPACK_CONTINUE;
+  if (r->scan.complete > 0) {
+    ret = msgpack_unpacker_next(&r->up, &u);
+    if (ret == MSGPACK_UNPACK_SUCCESS) r->scan.complete--;
+  }
   if (ret == MSGPACK_UNPACK_CONTINUE) {
     msgpack_unpacked_destroy(&u);
     if (r->scan.err) {

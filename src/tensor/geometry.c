@@ -51,6 +51,7 @@ int st__geom_extent_of(st_dtype_t dtype, uint64_t offset, int ndim, const int64_
   if (numel < 0 || __builtin_mul_overflow(numel, (int64_t)es, &nbytes))
     return ST_ERR_INVALID_ARGUMENT;
   if (numel == 0) {
+    if (offset > (uint64_t)INT64_MAX) return ST_ERR_INVALID_ARGUMENT;   /* hi is the offset */
     *lo = *hi = offset;
     return ST_OK;
   }

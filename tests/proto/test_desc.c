@@ -262,6 +262,12 @@ TEST(extent_overflow) {
   d = tensor(ST_DTYPE_FLOAT32, (uint64_t)INT64_MAX - 4, 1, (int64_t[]){1}, (int64_t[]){1});
   CHECK_ERR(st__tensor_extent(&d, &lo, &hi), ST_OK);
   CHECK(hi == (uint64_t)INT64_MAX);
+  /* An empty tensor ends where it starts: its offset too stays signed. */
+  d = tensor(ST_DTYPE_FLOAT64, (uint64_t)INT64_MAX + 1, 2, (int64_t[]){5, 0}, (int64_t[]){1, 1});
+  CHECK_ERR(st__tensor_extent(&d, &lo, &hi), ST_ERR_PROTOCOL);
+  d = tensor(ST_DTYPE_FLOAT64, (uint64_t)INT64_MAX, 1, (int64_t[]){0}, (int64_t[]){1});
+  CHECK_ERR(st__tensor_extent(&d, &lo, &hi), ST_OK);
+  CHECK(lo == (uint64_t)INT64_MAX && hi == lo);
   /* Malformed descriptors. */
   d = tensor(ST_DTYPE_INVALID, 0, 1, (int64_t[]){1}, (int64_t[]){1});
   CHECK_ERR(st__tensor_extent(&d, &lo, &hi), ST_ERR_PROTOCOL);

@@ -306,6 +306,51 @@ TEST(limit_on_declared_size) {
   CHECK(expect_fail("\x94\x00\x08\xa1m\x91\xc6\x7f\xff\xff\xff", 11, ST_ERR_LIMIT, 8));
 }
 
+/* The process's address space (VmSize), in bytes. */
+static uint64_t vm_size(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  unsigned long long kb = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmSize: %llu kB", &kb) == 1) break;
+  if (f) fclose(f);
+  return (uint64_t)kb << 10;
+}
+
+TEST(no_room_set_aside_for_a_half_sent_frame) {
+  /* [0, 5, "call", [<array32 announcing 16M elements>...]] within a 64 MiB
+   * limit: until the elements arrive, the reader holds the 14 bytes, not
+   * the ~400 MB msgpack sets aside for 16M decoded elements. */
+  const unsigned char head[] = {0x94, 0x00, 0x05, 0xa4, 'c', 'a', 'l', 'l', 0x91,
+                                0xdd, 0x01, 0x00, 0x00, 0x00};
+  st__reader_t r;
+  st__message_t m;
+  CHECK_ERR(st__reader_init(&r, 64u << 20), ST_OK);
+  uint64_t before = vm_size();
+  st__reader_feed(&r, head, sizeof head);
+  CHECK_EQ_INT(st__reader_next(&r, &m, why, sizeof why), 0);
+  uint64_t after = vm_size();
+  CHECK(after < before + (64u << 20));
+  CHECK_EQ_INT(st__reader_pending(&r), sizeof head);
+  st__reader_destroy(&r);
+}
+
+TEST(limit_on_a_split_header) {
+  /* [0, 1, "callcallcall", [<uint64>]] is 26 bytes; under a 20-byte limit
+   * the uint64's header passes it: refused on its first bytes, not once
+   * all 9 are buffered. */
+  const unsigned char msg[] = {0x94, 0x00, 0x01, 0xac, 'c', 'a', 'l', 'l', 'c', 'a', 'l', 'l', 'c',
+                               'a', 'l', 'l', 0x91, 0xcf, 1, 2, 3, 4, 5, 6, 7, 8};
+  st__reader_t r;
+  st__message_t m;
+  CHECK_ERR(st__reader_init(&r, 20), ST_OK);
+  st__reader_feed(&r, msg, 22);
+  CHECK_ERR_MSG(st__reader_next(&r, &m, why, sizeof why), ST_ERR_LIMIT, why);
+  CHECK_EQ_INT(m.id, 1);
+  CHECK(st__reader_pending(&r) <= 20);
+  st__reader_destroy(&r);
+}
+
 TEST(limit_on_buffered_bytes) {
   /* [0, 4, "m", [15 strings of 1000 bytes]]: the announced size grows with
    * each string; the frame is refused before max_message bytes arrive. */
@@ -462,6 +507,8 @@ int main(void) {
   RUN(bad_shapes_are_protocol);
   RUN(nesting_limit);
   RUN(limit_on_declared_size);
+  RUN(no_room_set_aside_for_a_half_sent_frame);
+  RUN(limit_on_a_split_header);
   RUN(limit_on_buffered_bytes);
   RUN(limit_boundary);
   RUN(messages_outlive_buffer_changes);
