@@ -9,7 +9,8 @@
  *   cmd_object.c objects, release, invalidate
  *   cmd_admin.c  reload, stats
  *   cmd_watch.c  watch: live counters and rates
- *   cmd_completion.c  completion: the bash completion script
+ *   cmd_completion.c  completion: the bash and zsh completion scripts
+ *   suggest.c    "did you mean" for unknown commands, options, endpoints
  *   result_out.c NAME key=value command lines; printing call-like results
  *   table.c      tables, ids, times and small value helpers
  *   print.c      shared output helpers (values, tensors, checksums)
@@ -44,6 +45,10 @@ typedef struct cli_command {
   const char *summary;    /* one line for the command list       */
   const char *details;    /* the rest of `stcli help NAME`       */
   int (*run)(cli_t *g, int argc, char **argv);  /* argv[0] is the name */
+  /* The command's own options, space-separated, "--count=" for one that
+   * takes a value ("--count N", "--count=N"), "" for none: what shell
+   * completion offers and "did you mean" compares with. */
+  const char *options;
 } cli_command_t;
 
 extern const cli_command_t cli_ping_command;
@@ -65,10 +70,12 @@ extern const cli_command_t cli_watch_command;
 extern const cli_command_t cli_completion_command;
 
 /* main.c: the command table */
-/* Prints the command names on `out`, separated by spaces. */
-void cli_print_command_names(FILE *out);
+/* Command i of the table (help's order), NULL past the last one. */
+const cli_command_t *cli_command_at(size_t i);
 
 /* options.c: what every command shares */
+/* The global options, as cli_command_t.options lists a command's. */
+extern const char cli_global_options[];
 /* The help text of the global options. */
 extern const char cli_global_help[];
 /* 1 when argv[*i] is option `opt`, given as "--opt VALUE" (*i advances
@@ -189,6 +196,36 @@ int cli_parse_plain(cli_t *g, const cli_command_t *cmd, int argc, char **argv, i
  * Returns the exit code; *out is NULL when only help was printed. */
 int cli_fetch_plain(cli_t *g, const cli_command_t *cmd, int argc, char **argv,
                     int (*method)(st_client_t *, st_result_t **), st_result_t **out);
+
+/* suggest.c: "did you mean" */
+typedef struct cli_suggest {
+  const char *word;     /* borrowed: the word not known          */
+  char best[64];        /* the closest candidate so far          */
+  int score;            /* its distance; large while there is none */
+  char text[96];        /* cli_suggest_text's buffer             */
+} cli_suggest_t;
+
+/* Starts looking for the candidate closest to `word` (borrowed). */
+void cli_suggest_init(cli_suggest_t *s, const char *word);
+/* Compares candidate cand[0..len) (not NUL-terminated) with the word. */
+void cli_suggest_add(cli_suggest_t *s, const char *cand, size_t len);
+/* Compares each word of a space-separated list (a trailing '=' dropped). */
+void cli_suggest_words(cli_suggest_t *s, const char *list);
+/* "; did you mean 'X'?" for the closest candidate, "" when none is close.
+ * Points into s. */
+const char *cli_suggest_text(cli_suggest_t *s);
+/* Compares the names of the endpoints listed in `endpoints` (the reply of
+ * st_client_endpoints); returns cli_suggest_text(s). */
+const char *cli_suggest_endpoint(cli_suggest_t *s, const st_value_t *endpoints);
+/* The usage error for a word command `cmd` (NULL: stcli itself) does not
+ * take: "unknown option 'W'" with a "did you mean" among its options and
+ * the global ones when W starts with '-', else "unexpected argument 'W'".
+ * Returns CLI_USAGE. */
+int cli_usage_unknown(const cli_command_t *cmd, const char *word);
+/* cli_fail for a request naming `endpoint`: when the server answered
+ * UNKNOWN_ENDPOINT, asks it for the endpoint names over c and adds a
+ * "did you mean" for a close one to the message. Returns the exit code. */
+int cli_fail_endpoint(st_client_t *c, int rc, const char *endpoint);
 
 /* print.c */
 /* Prints `s`, then a newline, freeing it; NULL prints an error. */

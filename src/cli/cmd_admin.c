@@ -59,6 +59,7 @@ const cli_command_t cli_reload_command = {
     "\"stcli: CONFIGURATION: ...\" and the exit code is 1. With --json, prints\n"
     "the server's reply {ok, generation, error, changed, added, removed}.\n",
     run_reload,
+    "",
 };
 
 /* ----------------------------------------------------------------- stats */
@@ -175,4 +176,5 @@ const cli_command_t cli_stats_command = {
     "Read from `info` (`stcli info` shows everything). With --json, prints\n"
     "the counters, tasks, objects and memory parts of info.\n",
     run_stats,
+    "",
 };

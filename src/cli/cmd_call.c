@@ -12,7 +12,7 @@ static int run_call(cli_t *g, int argc, char **argv) {
   int rc = st_client_call(c, ca.endpoint, ca.args, &r);
   st_args_free(ca.args);
   if (rc != ST_OK) {
-    code = cli_fail(c, rc);
+    code = cli_fail_endpoint(c, rc, ca.endpoint);
     st_client_close(c);
     return code;
   }
@@ -49,4 +49,5 @@ const cli_command_t cli_call_command = {
     "                    values, sum, fnv1a64}], \"object\": {...}} (each member\n"
     "                    only when it applies)\n",
     run_call,
+    "--args-json= --values",
 };

@@ -9,29 +9,6 @@
 
 #include "cli.h"
 
-/* Parses the command's own arguments: --help, global options, and the
- * flag `flag` (sets *flag_set) when it is not NULL. */
-static int no_args(cli_t *g, const cli_command_t *cmd, int argc, char **argv, const char *flag,
-                   int *flag_set, int *done) {
-  *done = 0;
-  for (int i = 1; i < argc; i++) {
-    int r = cli_global_option(g, argc, argv, &i);
-    if (r < 0) return CLI_USAGE;
-    if (r > 0) continue;
-    if (flag && strcmp(argv[i], flag) == 0) {
-      *flag_set = 1;
-      continue;
-    }
-    if (strcmp(argv[i], "--help") == 0) {
-      cli_print_command_help(cmd, stdout);
-      *done = 1;
-      return CLI_OK;
-    }
-    return cli_usage(cmd->name, "unexpected argument '%s'", argv[i]);
-  }
-  return CLI_OK;
-}
-
 static void line(const char *label, const st_value_t *v) {
   if (!v) return;
   char *s = cli_value_text(v);
@@ -145,7 +122,8 @@ static void devices_lines(const st_value_t *devs) {
 }
 
 static int run_info(cli_t *g, int argc, char **argv) {
-  int done, code = no_args(g, &cli_info_command, argc, argv, NULL, NULL, &done);
+  const char *pos[1];
+  int done, code = cli_parse_plain(g, &cli_info_command, argc, argv, 0, 0, "", pos, &done);
   if (code != CLI_OK || done) return code;
   st_result_t *r;
   code = cli_fetch(g, st_client_info, &r);
@@ -180,6 +158,7 @@ const cli_command_t cli_info_command = {
     "Show the server's version, uptime, generation, devices, workers and counters.",
     "With --json, prints the server's whole info map.\n",
     run_info,
+    "",
 };
 
 /* ------------------------------------------------------------ endpoints */
@@ -272,34 +251,96 @@ static char *params_text(const st_value_t *e) {
   return buf;
 }
 
+/* One name of a listing (--names, --params): a line, or with --json an
+ * element of the array the caller opens and closes; *shown counts them.
+ * NULL is skipped. */
+static void print_name(const cli_t *g, const char *name, size_t *shown) {
+  if (!name) return;
+  if (g->json) {
+    printf("%s", (*shown)++ ? ", " : "");
+    cli_print_json_string(stdout, name);
+  } else {
+    printf("%s\n", name);
+  }
+}
+
 /* endpoints --names: one name per line, or a JSON array of names. */
 static int print_names(const cli_t *g, const st_value_t *v) {
   size_t n = v->kind == ST_VALUE_ARRAY ? v->as.array.len : 0, shown = 0;
   if (g->json) printf("[");
-  for (size_t i = 0; i < n; i++) {
-    const char *name = cli_value_str(st_value_get(&v->as.array.items[i], "name"));
-    if (!name) continue;
-    if (g->json) {
-      printf("%s", shown++ ? ", " : "");
-      cli_print_json_string(stdout, name);
-    } else {
-      printf("%s\n", name);
-    }
+  for (size_t i = 0; i < n; i++)
+    print_name(g, cli_value_str(st_value_get(&v->as.array.items[i], "name")), &shown);
+  if (g->json) printf("]\n");
+  return CLI_OK;
+}
+
+/* endpoints --params NAME: the parameter names of endpoint `name`, those
+ * without a default first, one per line or a JSON array. */
+static int print_params(const cli_t *g, const st_value_t *v, const char *name) {
+  size_t n = v->kind == ST_VALUE_ARRAY ? v->as.array.len : 0;
+  const st_value_t *e = NULL;
+  for (size_t i = 0; i < n && !e; i++) {
+    const char *s = cli_value_str(st_value_get(&v->as.array.items[i], "name"));
+    if (s && strcmp(s, name) == 0) e = &v->as.array.items[i];
+  }
+  if (!e) {
+    cli_suggest_t s;
+    cli_suggest_init(&s, name);
+    fprintf(stderr, "stcli: UNKNOWN_ENDPOINT: unknown endpoint '%s'%s\n", name,
+            cli_suggest_endpoint(&s, v));
+    return CLI_SERVER_ERROR;
+  }
+  const st_value_t *req = st_value_get(e, "required"), *params = st_value_get(e, "params");
+  size_t nreq = req && req->kind == ST_VALUE_ARRAY ? req->as.array.len : 0;
+  size_t nparams = params && params->kind == ST_VALUE_MAP ? params->as.map.len : 0;
+  size_t shown = 0;
+  if (g->json) printf("[");
+  for (size_t i = 0; i < nreq + nparams; i++) {
+    const st_value_t *k = i < nreq ? &req->as.array.items[i] : &params->as.map.keys[i - nreq];
+    if (i < nreq || !is_listed(req, k)) print_name(g, cli_value_str(k), &shown);
   }
   if (g->json) printf("]\n");
   return CLI_OK;
 }
 
+/* endpoints [--names | --params NAME]: *params is NAME or NULL. */
+static int parse_endpoints(cli_t *g, int argc, char **argv, int *names, const char **params,
+                           int *done) {
+  const cli_command_t *cmd = &cli_endpoints_command;
+  *done = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *v;
+    int r = cli_global_option(g, argc, argv, &i);
+    if (r < 0) return CLI_USAGE;
+    if (r > 0) continue;
+    if (strcmp(argv[i], "--names") == 0) {
+      *names = 1;
+    } else if (cli_option("--params", argc, argv, &i, &v)) {
+      if (!v || !*v) return cli_usage(cmd->name, "--params needs an endpoint name");
+      *params = v;
+    } else if (strcmp(argv[i], "--help") == 0) {
+      cli_print_command_help(cmd, stdout);
+      *done = 1;
+      return CLI_OK;
+    } else {
+      return cli_usage_unknown(cmd, argv[i]);
+    }
+  }
+  if (*names && *params) return cli_usage(cmd->name, "give --names or --params NAME, not both");
+  return CLI_OK;
+}
+
 static int run_endpoints(cli_t *g, int argc, char **argv) {
   int names = 0, done;
-  int code = no_args(g, &cli_endpoints_command, argc, argv, "--names", &names, &done);
+  const char *params = NULL;
+  int code = parse_endpoints(g, argc, argv, &names, &params, &done);
   if (code != CLI_OK || done) return code;
   st_result_t *r;
   code = cli_fetch(g, st_client_endpoints, &r);
   if (code != CLI_OK) return code;
   const st_value_t *v = st_result_value(r);
-  if (names) {
-    code = print_names(g, v);
+  if (names || params) {
+    code = params ? print_params(g, v, params) : print_names(g, v);
     st_result_free(r);
     return code;
   }
@@ -349,7 +390,7 @@ static int run_endpoints(cli_t *g, int argc, char **argv) {
 
 const cli_command_t cli_endpoints_command = {
     "endpoints",
-    "endpoints [--names]",
+    "endpoints [--names | --params NAME]",
     "List the endpoints the server serves, with their options and parameters.",
     "Columns: NAME, EXECUTION (direct|task), CONCURRENCY (parallel|serialized),\n"
     "FLAGS (the other options not at their default: a true one by its name,\n"
@@ -358,6 +399,10 @@ const cli_command_t cli_endpoints_command = {
     "With --json, prints the server's whole reply.\n\n"
     "Options:\n"
     "  --names        only the names, one per line (with --json, an array);\n"
+    "                 shell completion uses this\n"
+    "  --params NAME  only the parameter names of endpoint NAME, those without\n"
+    "                 a default first, one per line (with --json, an array);\n"
     "                 shell completion uses this\n",
     run_endpoints,
+    "--names --params=",
 };

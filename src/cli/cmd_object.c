@@ -48,6 +48,7 @@ const cli_command_t cli_objects_command = {
     "REFCOUNT (leases held, all connections), BYTES, DEVICE, AGE (since it was\n"
     "built). With --json, prints the server's array of object info maps.\n",
     run_objects,
+    "",
 };
 
 /* --------------------------------------------------------------- release */
@@ -99,6 +100,7 @@ const cli_command_t cli_release_command = {
     "last hold on the object.\n"
     "With --json, prints {\"released\", \"destroyed\", \"refcount\"}.\n",
     run_release,
+    "",
 };
 
 /* ------------------------------------------------------------ invalidate */
@@ -139,7 +141,7 @@ static int run_invalidate(cli_t *g, int argc, char **argv) {
              dropped ? "dropped the cache entry" : "no cache entry for these arguments");
   }
   st_args_free(ca.args);
-  if (rc != ST_OK) code = cli_fail(c, rc);
+  if (rc != ST_OK) code = cli_fail_endpoint(c, rc, ca.endpoint);
   st_client_close(c);
   return code;
 }
@@ -157,4 +159,5 @@ const cli_command_t cli_invalidate_command = {
     "  --all          every cache entry of NAME\n"
     "  --json         print {\"dropped\": bool} or {\"count\": N}\n",
     run_invalidate,
+    "--args-json= --all",
 };

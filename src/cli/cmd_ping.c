@@ -35,7 +35,7 @@ static int run_ping(cli_t *g, int argc, char **argv) {
       if (i + 1 >= argc) return cli_usage("ping", "--count needs a number");
       v = argv[++i];
     } else {
-      return cli_usage("ping", "unexpected argument '%s'", a);
+      return cli_usage_unknown(&cli_ping_command, a);
     }
     if (cli_parse_count(v, 100000000, &count) != 0 || count < 1)
       return cli_usage("ping", "--count needs a positive number, not '%s'", v);
@@ -87,4 +87,5 @@ const cli_command_t cli_ping_command = {
     "Options:\n"
     "  --count N, -c N   number of round trips (default 1)\n",
     run_ping,
+    "--count=",
 };

@@ -70,7 +70,7 @@ static int parse_id_line(cli_t *g, const cli_command_t *cmd, int argc, char **ar
       if (cli_parse_count(a + 9, 1L << 40, nvalues) != 0)
         return cli_usage(cmd->name, "--values=N needs a count, not '%s'", a + 9);
     } else if (a[0] == '-' && a[1] == '-') {
-      return cli_usage(cmd->name, "unknown option '%s'", a);
+      return cli_usage_unknown(cmd, a);
     } else if (word) {
       return cli_usage(cmd->name, "unexpected argument '%s'", a);
     } else {
@@ -102,7 +102,7 @@ static int run_submit(cli_t *g, int argc, char **argv) {
   int rc = st_client_submit(c, ca.endpoint, ca.args, &id);
   st_args_free(ca.args);
   if (rc != ST_OK) {
-    code = cli_fail(c, rc);
+    code = cli_fail_endpoint(c, rc, ca.endpoint);
   } else if (g->json) {
     printf("{\"task_id\": %" PRIu64 "}\n", id);
   } else {
@@ -122,6 +122,7 @@ const cli_command_t cli_submit_command = {
     "built with `stcli result ID` (or `wait`, which does both).\n"
     "With --json, prints {\"task_id\": N}.\n",
     run_submit,
+    "--args-json=",
 };
 
 /* ------------------------------------------------------------------ wait */
@@ -234,6 +235,7 @@ const cli_command_t cli_wait_command = {
     "                 (per reply) may be given before the command.\n"
     "  --values[=N]   as for `call`\n",
     run_wait,
+    "--timeout= --values",
 };
 
 /* ---------------------------------------------------------------- status */
@@ -332,6 +334,7 @@ const cli_command_t cli_status_command = {
     "Show a task: endpoint, status, progress, times, error, object.",
     "With --json, prints the server's task info map.\n",
     run_status,
+    "",
 };
 
 const cli_command_t cli_cancel_command = {
@@ -342,6 +345,7 @@ const cli_command_t cli_cancel_command = {
     "cancelled when its body next checks), or the status of a task that had\n"
     "already finished (nothing changes). With --json, prints the task info.\n",
     run_cancel,
+    "",
 };
 
 /* ---------------------------------------------------------------- result */
@@ -370,6 +374,7 @@ const cli_command_t cli_result_command = {
     "Options:\n"
     "  --values[=N]   as for `call`\n",
     run_result,
+    "--values",
 };
 
 /* ----------------------------------------------------------------- tasks */
@@ -440,7 +445,7 @@ static int run_tasks(cli_t *g, int argc, char **argv) {
       cli_print_command_help(&cli_tasks_command, stdout);
       return CLI_OK;
     }
-    return cli_usage("tasks", "unexpected argument '%s'", a);
+    return cli_usage_unknown(&cli_tasks_command, a);
   }
   st_client_t *c;
   int code = cli_connect(g, &c);
@@ -477,4 +482,5 @@ const cli_command_t cli_tasks_command = {
     "  --ids          only the ids, one per line (with --json, an array);\n"
     "                 shell completion uses this\n",
     run_tasks,
+    "--status= --limit= --before= --ids",
 };

@@ -260,7 +260,7 @@ static int parse_watch(cli_t *g, int argc, char **argv, double *interval, long *
       *done = 1;
       return CLI_OK;
     }
-    return cli_usage("watch", "unexpected argument '%s'", a);
+    return cli_usage_unknown(&cli_watch_command, a);
   }
   return CLI_OK;
 }
@@ -365,4 +365,5 @@ const cli_command_t cli_watch_command = {
     "  --interval S   seconds between samples (default 1)\n"
     "  --count N      stop after N samples\n",
     run_watch,
+    "--interval= --count=",
 };

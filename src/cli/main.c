@@ -34,8 +34,17 @@ static void print_main_help(FILE *out) {
 }
 
 /* See cli.h. */
-void cli_print_command_names(FILE *out) {
-  for (size_t i = 0; i < NCOMMANDS; i++) fprintf(out, "%s%s", i ? " " : "", commands[i]->name);
+const cli_command_t *cli_command_at(size_t i) {
+  return i < NCOMMANDS ? commands[i] : NULL;
+}
+
+/* "unknown command 'W'", with a "did you mean" among the commands. */
+static int unknown_command(const char *word) {
+  cli_suggest_t s;
+  cli_suggest_init(&s, word);
+  for (size_t i = 0; i < NCOMMANDS; i++)
+    cli_suggest_add(&s, commands[i]->name, strlen(commands[i]->name));
+  return cli_usage(NULL, "unknown command '%s'%s", word, cli_suggest_text(&s));
 }
 
 static const cli_command_t *find_command(const char *name) {
@@ -54,7 +63,7 @@ static int run_help(cli_t *g, int argc, char **argv) {
       cli_print_command_help(&help_command, stdout);
       return CLI_OK;
     }
-    if (argv[i][0] == '-') return cli_usage("help", "unknown option '%s'", argv[i]);
+    if (argv[i][0] == '-') return cli_usage_unknown(&help_command, argv[i]);
     if (topic) return cli_usage("help", "help takes one command name");
     topic = argv[i];
   }
@@ -63,13 +72,13 @@ static int run_help(cli_t *g, int argc, char **argv) {
     return CLI_OK;
   }
   const cli_command_t *cmd = find_command(topic);
-  if (!cmd) return cli_usage(NULL, "unknown command '%s'", topic);
+  if (!cmd) return unknown_command(topic);
   cli_print_command_help(cmd, stdout);
   return CLI_OK;
 }
 
 static const cli_command_t help_command = {
-    "help", "help [COMMAND]", "Show the list of commands, or the usage of one.", "", run_help,
+    "help", "help [COMMAND]", "Show the list of commands, or the usage of one.", "", run_help, "",
 };
 
 int main(int argc, char **argv) {
@@ -93,8 +102,8 @@ int main(int argc, char **argv) {
     print_main_help(stderr);
     return CLI_USAGE;
   }
-  if (argv[i][0] == '-') return cli_usage(NULL, "unknown option '%s'", argv[i]);
+  if (argv[i][0] == '-') return cli_usage_unknown(NULL, argv[i]);
   const cli_command_t *cmd = find_command(argv[i]);
-  if (!cmd) return cli_usage(NULL, "unknown command '%s'", argv[i]);
+  if (!cmd) return unknown_command(argv[i]);
   return cmd->run(&g, argc - i, argv + i);
 }

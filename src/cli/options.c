@@ -11,6 +11,8 @@
 
 #include "cli.h"
 
+const char cli_global_options[] = "--socket= --base-path= --device= --json --timeout= --server-uid= --help";
+
 const char cli_global_help[] =
     "Global options (before or after the command):\n"
     "  --socket PATH     connect to this socket (overrides --base-path/--device)\n"

@@ -216,7 +216,7 @@ int cli_parse_call_args(cli_t *g, const cli_command_t *cmd, int argc, char **arg
           out->nargs++;
         }
       } else {
-        code = cli_usage(cmd->name, "unknown option '%s'", a);
+        code = cli_usage_unknown(cmd, a);
       }
       continue;
     }

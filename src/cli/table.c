@@ -205,7 +205,7 @@ int cli_parse_plain(cli_t *g, const cli_command_t *cmd, int argc, char **argv, i
       return CLI_OK;
     }
     if (argv[i][0] == '-' && argv[i][1] == '-')
-      return cli_usage(cmd->name, "unknown option '%s'", argv[i]);
+      return cli_usage_unknown(cmd, argv[i]);
     if (n >= max) return cli_usage(cmd->name, "unexpected argument '%s'", argv[i]);
     pos[n++] = argv[i];
   }

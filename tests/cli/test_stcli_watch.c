@@ -1,10 +1,6 @@
-/* stcli's shell helpers, the real binary (ST_CLI_BIN) against real
- * stservers: `completion bash` (the script, and the script run by bash
- * with COMP_WORDS/COMP_CWORD set: commands, options, endpoint names and
- * task ids from the server), `endpoints --names`, `tasks --ids`, and
- * `watch` (key=value lines with rates checked against the counters, JSON
- * lines, the redrawn screen on a terminal, Ctrl-C, a server that goes
- * away: exit 3). */
+/* stcli watch, the real binary (ST_CLI_BIN) against real stservers:
+ * key=value lines with rates checked against the counters, JSON lines, the
+ * redrawn screen on a terminal, Ctrl-C, a server that goes away: exit 3. */
 #include <math.h>
 #include <signal.h>
 #include <st/client.h>
@@ -53,111 +49,10 @@ static double field(const char *line, const char *key) {
 
 /* ------------------------------------------------------------- tests */
 
-TEST(endpoints_names) {
-  CHECK_EQ_INT(STCLI(SOCK, "endpoints", "--names"), 0);
-  CHECK_STR_EQ(R.out, "alpha\nbeta\nt\n");
-  CHECK_STR_EQ(R.err, "");
-  CHECK_EQ_INT(STCLI(SOCK, "--json", "endpoints", "--names"), 0);
-  CHECK_STR_EQ(R.out, "[\"alpha\", \"beta\", \"t\"]\n");
-  CHECK(json_ok(R.out));
-  char missing[400];
-  snprintf(missing, sizeof missing, "%s/none-0.sock", srv.dir);
-  CHECK_EQ_INT(STCLI("--socket", missing, "endpoints", "--names"), 3);
-  CHECK_STR_EQ(R.out, "");
-  CHECK_CONTAINS(R.err, "stcli: IO: cannot connect");
-  CHECK_EQ_INT(STCLI(SOCK, "endpoints", "--nam"), 2);
-}
-
-static char task_a[32], task_b[32];
-
-TEST(tasks_ids) {
-  CHECK_EQ_INT(STCLI(SOCK, "submit", "t", "n=2"), 0);
-  snprintf(task_a, sizeof task_a, "%.*s", (int)strcspn(R.out, "\n"), R.out);
-  CHECK_EQ_INT(STCLI(SOCK, "submit", "t", "n=3"), 0);
-  snprintf(task_b, sizeof task_b, "%.*s", (int)strcspn(R.out, "\n"), R.out);
-  CHECK(atoi(task_a) > 0 && atoi(task_b) > atoi(task_a));
-  CHECK_EQ_INT(STCLI(SOCK, "tasks", "--ids"), 0);
-  char want[80];
-  snprintf(want, sizeof want, "%s\n%s\n", task_b, task_a); /* newest first */
-  CHECK_STR_EQ(R.out, want);
-  CHECK_EQ_INT(STCLI(SOCK, "--json", "tasks", "--ids"), 0);
-  snprintf(want, sizeof want, "[%s, %s]\n", task_b, task_a);
-  CHECK_STR_EQ(R.out, want);
-  CHECK_EQ_INT(STCLI(SOCK, "tasks", "--ids", "--status", "pending"), 0);
-  CHECK(strstr(R.out, "(no") == NULL); /* ids only, never the table's text */
-}
-
-TEST(completion_script) {
-  CHECK_EQ_INT(STCLI("completion", "bash"), 0);
-  CHECK_CONTAINS(R.out, "\n_stcli() {\n");
-  CHECK_CONTAINS(R.out, "\n_stcli_options() {\n");
-  CHECK_CONTAINS(R.out, "endpoints --names");
-  CHECK_CONTAINS(R.out, "tasks --ids");
-  CHECK_CONTAINS(R.out, "\ncomplete -F _stcli stcli\n");
-  CHECK_STR_EQ(R.err, "");
-  CHECK_EQ_INT(STCLI("completion", "zsh"), 2);
-  CHECK_CONTAINS(R.err, "stcli: USAGE: no completion for 'zsh'");
-  CHECK_EQ_INT(STCLI("completion"), 2);
-  CHECK_EQ_INT(STCLI("completion", "bash", "extra"), 2);
-  CHECK_EQ_INT(STCLI("completion", "--help"), 0);
-  CHECK_CONTAINS(R.out, "source <(stcli completion bash)");
-  CHECK_EQ_INT(STCLI("--help"), 0);
-  CHECK_CONTAINS(R.out, "\n  completion ");
-  CHECK_CONTAINS(R.out, "\n  watch ");
-}
-
-/* The script, sourced into bash, completing lines: t WORD... sets
- * COMP_WORDS to the words (the last one being completed) and prints
- * COMPREPLY as "[a b]". $1 is stcli, $2 the socket. */
-static const char bash_driver[] =
-    "source <(\"$1\" completion bash) || exit 9\n"
-    "t() { COMP_WORDS=(\"$@\"); COMP_CWORD=$(( $# - 1 )); _stcli; echo \"[${COMPREPLY[*]}]\"; }\n"
-    "t \"$1\" ca\n"
-    "t \"$1\" --json st\n"
-    "t \"$1\" watch --i\n"
-    "t \"$1\" call --args-json '{}' --v\n"
-    "t \"$1\" tasks --status c\n"
-    "t \"$1\" --socket \"$2\" call al\n"
-    "t \"$1\" --socket \"$2\" invalidate ''\n"
-    "t \"$1\" --socket = \"$2\" submit b\n"
-    "t \"$1\" --socket \"$2\" call alpha ''\n"
-    "t \"$1\" --socket \"$2\" wait ''\n"
-    "t \"$1\" --socket \"$2\" --json cancel ''\n"
-    "t \"$1\" --socket /nonexistent/x.sock call ''\n"
-    "t \"$1\" help wa\n"
-    "t \"$1\" completion ''\n";
-
-TEST(completion_in_bash) {
-  if (access("/bin/bash", X_OK) != 0) {
-    fprintf(stderr, "no /bin/bash: the script is not run\n");
-    return;
-  }
-  CHECK_EQ_INT(run_prog("/bin/bash", NULL,
-                        (const char *const[]){"-c", bash_driver, "bash", cli_bin, srv.socket,
-                                              NULL}),
-               0);
-  char want[1024];
-  snprintf(want, sizeof want,
-           "[call cancel]\n"
-           "[stats status]\n"
-           "[--interval]\n"
-           "[--values]\n"
-           "[completed cancelled]\n"
-           "[alpha]\n"
-           "[alpha beta t]\n"
-           "[beta]\n"
-           "[]\n"
-           "[%s %s]\n"
-           "[%s %s]\n"
-           "[]\n"
-           "[wait watch]\n"
-           "[bash]\n",
-           task_b, task_a, task_b, task_a);
-  CHECK_STR_EQ(R.out, want);
-  CHECK_STR_EQ(R.err, ""); /* no server answering is quiet */
-}
-
 TEST(watch_lines_and_rates) {
+  /* Two tasks for the tasks_* counters. */
+  CHECK_EQ_INT(STCLI(SOCK, "submit", "t", "n=2"), 0);
+  CHECK_EQ_INT(STCLI(SOCK, "submit", "t", "n=3"), 0);
   stt_proc_t p;
   CHECK_EQ_INT(proc_start(&p, (const char *const[]){SOCK, "watch", "--count", "2",
                                                     "--interval", "1", NULL}),
@@ -199,7 +94,7 @@ TEST(watch_lines_and_rates) {
   CHECK(fabs(field(l2, "calls/s") - calls / dt) < 0.06);
   CHECK(fabs(field(l2, "requests/s") - reqs / dt) < 0.06);
   CHECK(field(l1, "tasks_completed") + field(l1, "tasks_pending") +
-            field(l1, "tasks_running") >= 2); /* the two tasks submitted above */
+            field(l1, "tasks_running") >= 2); /* the two tasks submitted first */
 }
 
 TEST(watch_json) {
@@ -294,10 +189,6 @@ TEST(watch_usage_and_exit_codes) {
 
 static const stt_endpoint_t endpoints[] = {
     {"t.lua", STT_EP_T},
-    {"alpha.lua",
-     "return st.endpoint{ name = \"alpha\", build = function(a) return 1 end }\n"},
-    {"beta.lua",
-     "return st.endpoint{ name = \"beta\", build = function(a) return 2 end }\n"},
     {NULL, NULL},
 };
 
@@ -305,10 +196,6 @@ int main(void) {
   cli_bin = getenv("ST_CLI_BIN");
   if (!cli_bin) stt_skip("ST_CLI_BIN is not set (run through ctest)");
   stt_server_setup(&srv, NULL, endpoints);
-  RUN(endpoints_names);
-  RUN(tasks_ids);
-  RUN(completion_script);
-  RUN(completion_in_bash);
   RUN(watch_lines_and_rates);
   RUN(watch_json);
   RUN(watch_screen_on_a_terminal);

@@ -1,0 +1,119 @@
+/* stcli: "did you mean" for a word it or the server did not know: an
+ * unknown command, an unknown option of a command, an unknown endpoint.
+ * A candidate is close when it is at most 2 edits away (insert, delete,
+ * substitute, swap two neighbours: optimal string alignment distance) and
+ * the word, leading dashes aside, is longer than the edits it needs, or
+ * when the word is a prefix of it with at least 3 characters besides
+ * leading dashes (counted as 1 edit). The closest wins; on a tie, the
+ * first given.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* Words longer than this are never compared (no suggestion for them). */
+#define MAX_WORD 63
+#define NONE 1000
+
+/* The optimal string alignment distance of a[0..n) and b[0..m), both at
+ * most MAX_WORD long: three rows of the edit table. */
+static int osa_distance(const char *a, size_t n, const char *b, size_t m) {
+  int rows[3][MAX_WORD + 1];
+  int *prev2 = rows[0], *prev = rows[1], *cur = rows[2];
+  for (size_t j = 0; j <= m; j++) prev[j] = (int)j;
+  for (size_t i = 1; i <= n; i++) {
+    cur[0] = (int)i;
+    for (size_t j = 1; j <= m; j++) {
+      int cost = a[i - 1] != b[j - 1];
+      int d = prev[j] + 1;
+      if (cur[j - 1] + 1 < d) d = cur[j - 1] + 1;
+      if (prev[j - 1] + cost < d) d = prev[j - 1] + cost;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+          prev2[j - 2] + 1 < d)
+        d = prev2[j - 2] + 1;
+      cur[j] = d;
+    }
+    int *t = prev2;
+    prev2 = prev;
+    prev = cur;
+    cur = t;
+  }
+  return prev[m];
+}
+
+/* See cli.h. */
+void cli_suggest_init(cli_suggest_t *s, const char *word) {
+  s->word = word;
+  s->best[0] = '\0';
+  s->score = NONE;
+  s->text[0] = '\0';
+}
+
+/* See cli.h. */
+void cli_suggest_add(cli_suggest_t *s, const char *cand, size_t len) {
+  size_t n = strlen(s->word), core = n - strspn(s->word, "-");
+  if (n > MAX_WORD || len == 0 || len > MAX_WORD) return;
+  int d = osa_distance(s->word, n, cand, len);
+  if (d == 0) return; /* the word itself is no suggestion */
+  if (core >= 3 && n < len && memcmp(s->word, cand, n) == 0) d = 1;
+  if (d > 2 || (size_t)d >= core || d >= s->score) return;
+  s->score = d;
+  memcpy(s->best, cand, len);
+  s->best[len] = '\0';
+}
+
+/* See cli.h. */
+void cli_suggest_words(cli_suggest_t *s, const char *list) {
+  while (list && *list) {
+    size_t len = strcspn(list, " ");
+    size_t name = len && list[len - 1] == '=' ? len - 1 : len;
+    cli_suggest_add(s, list, name);
+    list += len;
+    list += strspn(list, " ");
+  }
+}
+
+/* See cli.h. */
+const char *cli_suggest_text(cli_suggest_t *s) {
+  if (s->score == NONE) return "";
+  snprintf(s->text, sizeof s->text, "; did you mean '%s'?", s->best);
+  return s->text;
+}
+
+/* See cli.h. */
+int cli_usage_unknown(const cli_command_t *cmd, const char *word) {
+  if (word[0] != '-' || !word[1])
+    return cli_usage(cmd ? cmd->name : NULL, "unexpected argument '%s'", word);
+  cli_suggest_t s;
+  cli_suggest_init(&s, word);
+  if (cmd) cli_suggest_words(&s, cmd->options);
+  cli_suggest_words(&s, cli_global_options);
+  if (!cmd) cli_suggest_words(&s, "--version");
+  return cli_usage(cmd ? cmd->name : NULL, "unknown option '%s'%s", word, cli_suggest_text(&s));
+}
+
+/* See cli.h. */
+const char *cli_suggest_endpoint(cli_suggest_t *s, const st_value_t *endpoints) {
+  size_t n = endpoints && endpoints->kind == ST_VALUE_ARRAY ? endpoints->as.array.len : 0;
+  for (size_t i = 0; i < n; i++) {
+    const char *name = cli_value_str(st_value_get(&endpoints->as.array.items[i], "name"));
+    if (name) cli_suggest_add(s, name, strlen(name));
+  }
+  return cli_suggest_text(s);
+}
+
+/* See cli.h. */
+int cli_fail_endpoint(st_client_t *c, int rc, const char *endpoint) {
+  if (rc != ST_ERR_UNKNOWN_ENDPOINT) return cli_fail(c, rc);
+  char msg[512];
+  const char *m = st_client_error(c);
+  snprintf(msg, sizeof msg, "%s", m && *m ? m : st_strerror(rc));
+  cli_suggest_t s;
+  cli_suggest_init(&s, endpoint);
+  st_result_t *r = NULL;
+  if (st_client_endpoints(c, &r) == ST_OK) cli_suggest_endpoint(&s, st_result_value(r));
+  st_result_free(r);
+  fprintf(stderr, "stcli: %s: %s%s\n", st_err_name(rc), msg, cli_suggest_text(&s));
+  return cli_exit_code(rc);
+}
