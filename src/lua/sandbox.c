@@ -180,6 +180,18 @@ static int l_require(lua_State *L) {
                           "(only 'st' and 'st.zerobranch')", name);
 }
 
+/* string.rep, checking the deadline and the cancel flag first: one call
+ * can copy gigabytes without allocating (a result LuaJIT has interned
+ * already), so neither the count hook nor the allocator would see it. */
+static int l_rep_checked(lua_State *L) {
+  st__lua_check_stop(L);
+  int n = lua_gettop(L);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, n, 1);
+  return 1;
+}
+
 /* ------------------------------------------------------------ the state */
 
 static const char *const base_allow[] = {
@@ -227,6 +239,9 @@ static int l_setup(lua_State *L) {
   lua_getglobal(L, "string");                      /* env, string */
   lua_pushnil(L);
   lua_setfield(L, -2, "dump");
+  lua_getfield(L, -1, "rep");
+  lua_pushcclosure(L, l_rep_checked, 1);
+  lua_setfield(L, -2, "rep");
   lua_pushliteral(L, "");
   lua_getmetatable(L, -1);                         /* env, string, "", smt */
   lua_pushboolean(L, 0);
