@@ -5,9 +5,11 @@
 # features), corpus size, and the crashes found (crash-, leak-, timeout-
 # and oom- files; 0 is the pass).
 #
-#   run_long.sh [-n EXECUTIONS] [-j JOBS] [-o OUTDIR] [-b BINDIR] [TARGET ...]
+#   run_long.sh [-n EXECUTIONS] [-t SECONDS] [-j JOBS] [-o OUTDIR] [-b BINDIR] [TARGET ...]
 #
-# Defaults: 10,000,000 executions per target, one job per CPU, output in
+# -t stops each job of a target after SECONDS even when its share of the
+# executions is not done (for the slow targets: result, config).
+# Defaults: 10,000,000 executions per target, no time limit, one job per CPU, output in
 # ./fuzz-long-<date>, binaries in bin/ beside this script. Seeds,
 # dictionaries and regression inputs are read beside it (corpus/, dict/,
 # regressions/): the fuzz build directory (build/tests/fuzz) holds copies
@@ -20,13 +22,15 @@ runs=10000000
 jobs=$(nproc 2>/dev/null || echo 2)
 out=./fuzz-long-$(date +%Y%m%d-%H%M%S)
 bindir=$here/bin
-while getopts "n:j:o:b:h" opt; do
+seconds=0
+while getopts "n:t:j:o:b:h" opt; do
   case $opt in
     n) runs=$OPTARG ;;
+    t) seconds=$OPTARG ;;
     j) jobs=$OPTARG ;;
     o) out=$OPTARG ;;
     b) bindir=$OPTARG ;;
-    *) sed -n '2,17p' "$0"; exit 2 ;;
+    *) sed -n '2,20p' "$0"; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -82,6 +86,7 @@ for t in "${targets[@]}"; do
   echo "== $t: $runs executions, $jobs jobs of $per_job (logs in $dir)"
   start=$(date +%s)
   (cd "$dir" && "$bin" -jobs="$jobs" -workers="$jobs" -runs="$per_job" -timeout=60 \
+     -max_total_time="$seconds" \
      -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 -artifact_prefix="$dir/" \
      "${dict[@]}" "$dir/corpus" "${seeds[@]}" > "$dir/driver.log" 2>&1)
   secs=$(( $(date +%s) - start ))
