@@ -4,7 +4,9 @@
  * replaced by U+FFFD; NaN and infinities, which JSON cannot express, are
  * written as null; floats use the shortest form that reads back exactly and
  * always carry a '.' or an exponent; non-string map keys become their JSON
- * text as a string. Tensors and modules are described, never dumped:
+ * text as a string (one level: a non-string key inside such a key is
+ * written "(nested key)", since each level would double the escaping and
+ * 32 levels of a few bytes would make gigabytes). Tensors and modules are described, never dumped:
  *   {"tensor": {"name", "dtype", "shape", "strides", "device", "nbytes"}}
  *   {"module": {"tensors": [<tensor description>...], "metadata": {...}}}
  * Binary values are {"binary": "<base64>"}.
@@ -20,6 +22,7 @@
 typedef struct jw {
   st__text_t t;
   int pretty;
+  int in_key;                 /* writing the JSON text of a non-string key */
 } jw_t;
 
 static void put(jw_t *w, const char *s) { st__client_text_puts(&w->t, s); }
@@ -136,7 +139,11 @@ static void put_map_key(jw_t *w, const st_value_t *k) {
     put_string(w, k->as.str.ptr, k->as.str.len);
     return;
   }
-  jw_t sub = {.pretty = 0};
+  if (w->in_key) {
+    put(w, "\"(nested key)\"");
+    return;
+  }
+  jw_t sub = {.pretty = 0, .in_key = 1};
   put_value(&sub, k, 0);
   if (sub.t.oom) w->t.oom = 1;
   else put_string(w, sub.t.ptr ? sub.t.ptr : "", sub.t.len);
