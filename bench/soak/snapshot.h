@@ -32,12 +32,16 @@ int sk_settle(st_client_t *mon, const stt_server_t *s, const sk_snapshot_t *star
 
 void sk_snapshot_print(const char *label, const sk_snapshot_t *x);
 
-/* One progress line: time, connections, requests so far, fds, RSS. */
-void sk_progress(st_client_t *mon, const stt_server_t *s, sk_shared_t *sh, int nslots,
+/* One progress line: time, connections, requests so far, fds, RSS.
+ * Returns the server's RSS in kB. */
+long sk_progress(st_client_t *mon, const stt_server_t *s, sk_shared_t *sh, int nslots,
                  double t_s);
 
-/* Prints the request figures and the flatness rules; 1 on PASS. */
+/* Prints the request figures and the flatness rules; 1 on PASS. RSS is
+ * judged against mid_rss_kb, the RSS halfway through the load (-1: the
+ * start's): allocators keep what a load made them take, so what must not
+ * happen is growth over the second half, not a return to the start. */
 int sk_report(sk_shared_t *sh, int nslots, double load_s, const sk_snapshot_t *start,
-              const sk_snapshot_t *end, double rss_tol_mb);
+              const sk_snapshot_t *end, long mid_rss_kb, double rss_tol_mb);
 
 #endif

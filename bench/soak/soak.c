@@ -269,6 +269,7 @@ int main(int argc, char **argv) {
   for (int p = 0; p < o.procs; p++) spawn(used++, SH->opts.cuda && p < o.cuda_procs);
 
   double t0 = stt_now_ms(), next_reload = o.reload_s * 1e3, next_report = 10e3;
+  long mid_rss = -1;   /* the RSS halfway through the load (sk_report) */
   int kills = 0, reloads = 0, unexpected = 0;
   unsigned seed = (unsigned)getpid();
   while (stt_now_ms() - t0 < o.seconds * 1e3) {
@@ -288,7 +289,8 @@ int main(int argc, char **argv) {
       return 1;
     }
     if (now >= next_report) {
-      sk_progress(mon, &S, SH, used, now / 1e3);
+      long rss = sk_progress(mon, &S, SH, used, now / 1e3);
+      if (mid_rss < 0 && now >= o.seconds * 500.0) mid_rss = rss;
       next_report += 10e3;
     }
     stt_sleep_ms(50);
@@ -300,7 +302,7 @@ int main(int argc, char **argv) {
 
   int settled = sk_settle(mon, &S, &start, &end);
   sk_snapshot_print("end", &end);
-  int pass = sk_report(SH, used, load_s, &start, &end, o.rss_tol_mb) && settled == 0;
+  int pass = sk_report(SH, used, load_s, &start, &end, mid_rss, o.rss_tol_mb) && settled == 0;
   if (hung || unexpected) {
     printf("soak: %d client processes hung, %d ended on their own\n", hung, unexpected);
     pass = 0;
