@@ -168,6 +168,8 @@ static int run_start(st__server_t *srv, reload_waiter_t *waiters) {
   }
   run->waiters = waiters;
   rl->run = run;
+  st__notify("RELOADING=1\nSTATUS=reloading the endpoints (generation %llu)",
+             (unsigned long long)run->number);
   return ST_OK;
 }
 
@@ -190,6 +192,9 @@ static void load_failed(st__server_t *srv, reload_run_t *run, st__reload_report_
            (unsigned long long)(srv->gen ? srv->gen->number : 0));
   st__errlist_log(&run->errs, ST_LOG_ERROR, "server");
   r->error = srv->last_reload_error ? strdup(srv->last_reload_error) : NULL;
+  st__notify("READY=1\nSTATUS=reload failed; generation %llu serves %zu endpoints",
+             (unsigned long long)(srv->gen ? srv->gen->number : 0),
+             srv->gen ? srv->gen->nendpoints : 0);
 }
 
 /* A loaded generation replaces the current one. Fills r. */
@@ -213,6 +218,8 @@ static void swap_in(st__server_t *srv, reload_run_t *run, st__reload_report_t *r
            (st__now_mono() - run->t0) * 1e3, (unsigned long long)g->number, g->nendpoints,
            r->counts[ST_RELOAD_CHANGED], r->counts[ST_RELOAD_ADDED],
            r->counts[ST_RELOAD_REMOVED], names);
+  st__notify("READY=1\nSTATUS=serving %zu endpoints (generation %llu)", g->nendpoints,
+             (unsigned long long)g->number);
 }
 
 /* Answers the waiters of w with an error report (no load ran for them). */

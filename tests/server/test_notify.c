@@ -1,5 +1,6 @@
 /* Service-manager notifications ($NOTIFY_SOCKET, systemd's Type=notify):
- * READY=1 once the socket serves, STOPPING=1 at SIGTERM; a path socket and
+ * READY=1 once the socket serves, RELOADING=1 ... READY=1 around a reload,
+ * STOPPING=1 at SIGTERM; a path socket and
  * an abstract one; nothing is sent (and nothing fails) without the variable. */
 #include <poll.h>
 #include <signal.h>
@@ -64,6 +65,13 @@ static void ready_then_stopping(const char *name) {
     CHECK(rc_open(&c, s.socket) == 0);   /* READY=1 came when it serves */
     CHECK(stt_ping(c.fd, 1) == 0);
     rc_close(&c);
+    /* SIGHUP: RELOADING=1, then READY=1 with the new generation */
+    CHECK(kill(s.pid, SIGHUP) == 0);
+    CHECK(next_dgram(fd, msg, sizeof msg, 5000) > 0);
+    CHECK_CONTAINS(msg, "RELOADING=1\n");
+    CHECK(next_dgram(fd, msg, sizeof msg, 10000) > 0);
+    CHECK_CONTAINS(msg, "READY=1\n");
+    CHECK_CONTAINS(msg, "STATUS=serving 1 endpoints (generation 2)");
     CHECK_EQ_INT(stt_server_stop(&s), 0);
     CHECK(next_dgram(fd, msg, sizeof msg, 5000) > 0);
     CHECK_CONTAINS(msg, "STOPPING=1\n");
