@@ -20,7 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "common/fail.h"
@@ -325,12 +327,18 @@ st__arena_t *st__arena_adopt_cuda_legacy(struct st__cuda_legacy *l, uint64_t byt
 static int import_cpu(const st__arena_desc_t *d, int fd, st__arena_t **out, char *err,
                       size_t errlen) {
   struct stat st;
+  struct statfs fs;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
     return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "the descriptor is not a memory file");
   int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0 || !(seals & F_SEAL_SHRINK))
     return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                     "the descriptor is not a memfd sealed against shrinking (F_SEAL_SHRINK)");
+  /* tmpfs only: a hugetlbfs memfd sealed against shrinking can still have
+   * pages punched out of it, and the server would fault on them. */
+  if (fstatfs(fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC)
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                    "the descriptor is not a memfd on tmpfs (hugetlbfs and others are refused)");
   if (d->bytes == 0 || (uint64_t)st.st_size < d->bytes || d->bytes > (uint64_t)(SIZE_MAX / 2))
     return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                     "the arena says %llu bytes but the memfd has %lld",
