@@ -1,6 +1,8 @@
 /* bench/soak: see snapshot.h. */
 #include "snapshot.h"
 
+#include "proc.h"
+
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,17 +22,6 @@ int64_t sk_info_path(st_client_t *c, const char *const *keys) {
   if (st_client_info(c, &r) != ST_OK) return -1;
   int64_t n = value_at(st_result_value(r), keys);
   st_result_free(r);
-  return n;
-}
-
-static int fd_count(pid_t pid) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
-  DIR *d = opendir(path);
-  if (!d) return -1;
-  int n = 0;
-  for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
-  closedir(d);
   return n;
 }
 
@@ -60,7 +51,7 @@ static long smi_used_mb(void) {
 
 static void take(st_client_t *mon, const stt_server_t *s, sk_snapshot_t *x) {
   memset(x, 0, sizeof *x);
-  x->fds = fd_count(s->pid);
+  x->fds = stt_proc_fd_count(s->pid);
   status_kb(s->pid, &x->rss_kb, &x->shmem_kb);
   st_result_t *r = NULL;
   const st_value_t *v = st_client_info(mon, &r) == ST_OK ? st_result_value(r) : NULL;
@@ -155,7 +146,7 @@ long sk_progress(st_client_t *mon, const stt_server_t *s, sk_shared_t *sh, int n
   status_kb(s->pid, &rss, &shmem);
   printf("soak: %6.0f s  connections %lld  sent %ld  answered %ld  lost %ld  fds %d  RSS %ld kB"
          "  arenas %lld\n", t_s, (long long)sk_info_int(mon, "connections"), t.sent, t.answered,
-         t.lost, fd_count(s->pid), rss, (long long)sk_info_int(mon, "arenas", "count"));
+         t.lost, stt_proc_fd_count(s->pid), rss, (long long)sk_info_int(mon, "arenas", "count"));
   return rss;
 }
 

@@ -27,6 +27,7 @@
 #include "check.h"
 #include "client_kit.h"
 #include "fixture.h"
+#include "proc.h"
 
 typedef struct fk {
   stt_server_t srv;
@@ -40,18 +41,6 @@ typedef struct fk {
 /* Device memory may differ from its baseline by this much (one granule
  * of the driver's allocations, and some slack for its own bookkeeping). */
 #define FK_DEVICE_SLACK (4 << 20)
-
-/* Descriptors the server process holds now (/proc/PID/fd), or -1. */
-static inline int fk_fd_count(pid_t pid) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
-  DIR *d = opendir(path);
-  if (!d) return -1;
-  int n = 0;
-  for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
-  closedir(d);
-  return n;
-}
 
 /* info's `section`.`key` as an integer (-1 when missing). */
 static inline int64_t fk_info(st_client_t *c, const char *section, const char *key) {
@@ -110,7 +99,7 @@ static inline int fk_baseline(fk_t *k) {
     if (stt_now_ms() > end) return -1;
     stt_sleep_ms(5);
   }
-  k->base_fds = fk_fd_count(k->srv.pid);
+  k->base_fds = stt_proc_fd_count(k->srv.pid);
   k->base_arenas = (uint64_t)fk_info(k->mon, "arenas", "count");
   k->base_objects = (uint64_t)fk_info(k->mon, "objects", "count");
   k->base_dev_free = fk_dev_free(k->mon);
@@ -137,7 +126,7 @@ static inline int fk_back_to_baseline(fk_t *k, const char *endpoint) {
   if (endpoint && st_client_invalidate_endpoint(k->mon, endpoint, NULL) != ST_OK) return -1;
   double end = stt_now_ms() + 5000;
   for (;;) {
-    int fds = fk_fd_count(k->srv.pid);
+    int fds = stt_proc_fd_count(k->srv.pid);
     int64_t arenas = fk_info(k->mon, "arenas", "count");
     int64_t objects = fk_info(k->mon, "objects", "count");
     int64_t conns = fk_info(k->mon, "connections", NULL);

@@ -1,6 +1,7 @@
 /* See proc.h. Test-only code: the parent's setup failures abort. */
 #include "proc.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -117,5 +118,16 @@ int stt_run(stt_proc_t *p, const char *prog, const char *const *args, const char
 int stt_count_lines(const char *s) {
   int n = 0;
   for (; *s; s++) n += *s == '\n';
+  return n;
+}
+
+int stt_proc_fd_count(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+  DIR *d = opendir(path);
+  if (!d) return -1;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+  closedir(d);
   return n;
 }

@@ -48,4 +48,7 @@ int stt_run(stt_proc_t *p, const char *prog, const char *const *args, const char
 /* The number of '\n' in s. */
 int stt_count_lines(const char *s);
 
+/* Descriptors process pid holds now (/proc/PID/fd), or -1. */
+int stt_proc_fd_count(pid_t pid);
+
 #endif

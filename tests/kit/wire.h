@@ -35,6 +35,7 @@
 #include "check.h"
 #include "fixture.h"
 #include "mpbuf.h"
+#include "proc.h"
 #include "proto/proto.h"
 #include "st/errors.h"
 #include "st/wire.h"
@@ -470,29 +471,15 @@ static inline int rc_wait_info(rc_t *c, const char *path, int64_t want, int time
   return -1;
 }
 
-/* Number of open descriptors of a process. */
-static inline int proc_fd_count(pid_t pid) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
-  DIR *d = opendir(path);
-  if (!d) return -1;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)))
-    if (e->d_name[0] != '.') n++;
-  closedir(d);
-  return n;
-}
-
 /* Polls (5 s at most) until process pid holds at most (above = 0) or at
  * least (above = 1) n descriptors: a server closes them asynchronously,
  * after its reply. 0, or -1 (said on stderr). */
 static inline int proc_fd_count_reaches(pid_t pid, int n, int above) {
   double end = stt_now_ms() + 5000;
-  int now = proc_fd_count(pid);
+  int now = stt_proc_fd_count(pid);
   while (!(above ? now >= n : now <= n) && stt_now_ms() < end) {
     stt_sleep_ms(1);
-    now = proc_fd_count(pid);
+    now = stt_proc_fd_count(pid);
   }
   if (above ? now >= n : now <= n) return 0;
   fprintf(stderr, "   process %d holds %d descriptors, expected %s %d\n", (int)pid, now,

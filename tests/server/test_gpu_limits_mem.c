@@ -20,7 +20,7 @@ static stt_server_t S;
 
 TEST(vmm_objects_keep_no_descriptor) {
   OPEN_RC(c, S.socket);
-  int fds0 = proc_fd_count(S.pid);
+  int fds0 = stt_proc_fd_count(S.pid);
   msg_t m;
   /* More cached objects than limits.max_arena_fds (16). */
   for (int i = 0; i < 24; i++) {

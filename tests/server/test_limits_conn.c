@@ -114,13 +114,13 @@ TEST(a_client_that_never_reads_holds_at_most_its_descriptors) {
   OPEN_RC(mon, S.socket);
   OPEN_RC(greedy, S.socket);
   OPEN_RC(other, S.socket);
-  int base = proc_fd_count(S.pid);
+  int base = stt_proc_fd_count(S.pid);
   int64_t calls = rc_info_int(&mon, "counters.calls");
   enum { N = 60 };
   CHECK(send_blobs(&greedy, N, 4, 1000) == 0);
   CHECK(all_answered(&mon, calls + N) == 0);
   /* the server holds no more than the limit for it... */
-  CHECK(proc_fd_count(S.pid) <= base + PER_FDS);
+  CHECK(stt_proc_fd_count(S.pid) <= base + PER_FDS);
   /* ...and another client keeps calling */
   for (int i = 0; i < 20; i++) CHECK(blob_ok(&other, 4) == 0);
   int ok = 0;
@@ -225,7 +225,7 @@ TEST(accept_without_descriptors_refuses_and_keeps_serving) {
   struct rlimit saved, tight;
   CHECK(prlimit(S.pid, RLIMIT_NOFILE, NULL, &saved) == 0);
   tight = saved;
-  tight.rlim_cur = (rlim_t)proc_fd_count(S.pid) + 2;
+  tight.rlim_cur = (rlim_t)stt_proc_fd_count(S.pid) + 2;
   CHECK(prlimit(S.pid, RLIMIT_NOFILE, &tight, NULL) == 0);
   /* connections take the descriptors left; then one gets LIMIT, not a
    * hang or a crash, and so do the next ones */

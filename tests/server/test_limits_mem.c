@@ -170,7 +170,7 @@ static void fd_table_body(stt_server_t *s) {
   CHECK(!failed);
   CHECK(rc_info_int(&c, "arenas.fds") <= NOFILE / 2);
   CHECK(rc_info_int(&c, "counters.evictions") >= KEYS - NOFILE / 2);
-  CHECK(proc_fd_count(s->pid) < NOFILE - 32);
+  CHECK(stt_proc_fd_count(s->pid) < NOFILE - 32);
   CHECK(stt_ping(c.fd, 5) == 0);
   rc_close(&c);
 }

@@ -44,16 +44,22 @@ static int next_dgram(int fd, char *buf, size_t cap, int timeout_ms) {
   return (int)n;
 }
 
+/* Starts s serving ONE_EP with NOTIFY_SOCKET=name in its environment. */
+static int start_notifying(stt_server_t *s, const char *name) {
+  setenv("NOTIFY_SOCKET", name, 1);
+  stt_server_init(s);
+  stt_write_endpoint(s, "one.lua", ONE_EP);
+  int started = stt_server_start(s);
+  unsetenv("NOTIFY_SOCKET");
+  return started;
+}
+
 static void ready_then_stopping(const char *name) {
   int fd = listen_dgram(name);
   CHECK(fd >= 0);
   if (fd < 0) return;
-  setenv("NOTIFY_SOCKET", name, 1);
   stt_server_t s;
-  stt_server_init(&s);
-  stt_write_endpoint(&s, "one.lua", ONE_EP);
-  int started = stt_server_start(&s);
-  unsetenv("NOTIFY_SOCKET");
+  int started = start_notifying(&s, name);
   CHECK_EQ_INT(started, 0);
   char msg[512] = "";
   CHECK(next_dgram(fd, msg, sizeof msg, 5000) > 0);
@@ -96,12 +102,8 @@ TEST(abstract_socket) {
 }
 
 TEST(a_bad_variable_is_only_a_warning) {
-  setenv("NOTIFY_SOCKET", "relative/path", 1);
   stt_server_t s;
-  stt_server_init(&s);
-  stt_write_endpoint(&s, "one.lua", ONE_EP);
-  int started = stt_server_start(&s);
-  unsetenv("NOTIFY_SOCKET");
+  int started = start_notifying(&s, "relative/path");
   CHECK_EQ_INT(started, 0);
   if (started == 0) CHECK_EQ_INT(stt_server_stop(&s), 0);
   char *log = stt_server_log(&s);

@@ -231,7 +231,7 @@ TEST(client_fds_are_closed) {
   OPEN_RC(c, S.socket);
   CHECK(stt_ping(c.fd, 1) == 0);
   int64_t before_count = rc_info_int(&c, "counters.fds_received");
-  int before = proc_fd_count(S.pid);
+  int before = stt_proc_fd_count(S.pid);
   CHECK(before > 0);
   for (int round = 0; round < 10; round++) {
     int p[2];
@@ -243,7 +243,7 @@ TEST(client_fds_are_closed) {
     msg_free(&m);
   }
   CHECK(proc_fd_count_reaches(S.pid, before, 0) == 0);
-  CHECK_EQ_INT(proc_fd_count(S.pid), before);
+  CHECK_EQ_INT(stt_proc_fd_count(S.pid), before);
   CHECK_EQ_INT(rc_info_int(&c, "counters.fds_received"), before_count + 20);
   rc_close(&c);
 }

@@ -124,7 +124,7 @@ static int back_to_baseline(void) {
   while (stt_now_ms() < end) {
     conns = rc_info_int(&M, "connections");
     arenas = rc_info_int(&M, "arenas.count");
-    fds = proc_fd_count(S.pid);
+    fds = stt_proc_fd_count(S.pid);
     if (conns == 1 && arenas == base_arenas && fds == base_fds) return 0;
     stt_sleep_ms(5);
   }
@@ -545,7 +545,7 @@ int main(void) {
   rc_close(&w);
   double end = stt_now_ms() + 5000;
   while (rc_info_int(&M, "connections") != 1 && stt_now_ms() < end) stt_sleep_ms(5);
-  base_fds = proc_fd_count(S.pid);
+  base_fds = stt_proc_fd_count(S.pid);
   base_arenas = rc_info_int(&M, "arenas.count");
 
   RUN(a_valid_argument_reads_the_callers_memory);
