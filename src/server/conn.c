@@ -254,22 +254,24 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
                         .msg_controllen = sizeof ctl.buf};
     ssize_t n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-    if ((mh.msg_controllen > 0 || (mh.msg_flags & MSG_CTRUNC)) &&
-        st__conn_rx_queue(c, &mh, c->rx_bytes, c->rx_bytes + (n > 0 ? (uint64_t)n : 0)) != 0) {
-      c->srv->counters.protocol_errors++;
-      ST_LOG_W("conn", "conn %llu (pid %d): more descriptors than its requests list; closing",
-               (unsigned long long)c->id, (int)c->cred.pid);
-      st__conn_send_error(c, 0, ST_ERR_PROTOCOL,
-                          "more descriptors arrived than the requests list in params.arenas");
-      st__conn_close_after_flush(c, "protocol error");
-      return;
-    }
+    /* A failed read leaves msg_controllen as we set it and the buffer as an
+     * earlier read left it: no control data may be looked at before this. */
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
       char why[128];
       snprintf(why, sizeof why, "read: %s", strerror(errno));
       st__conn_close(c, why);
+      return;
+    }
+    if ((mh.msg_controllen > 0 || (mh.msg_flags & MSG_CTRUNC)) &&
+        st__conn_rx_queue(c, &mh, c->rx_bytes, c->rx_bytes + (uint64_t)n) != 0) {
+      c->srv->counters.protocol_errors++;
+      ST_LOG_W("conn", "conn %llu (pid %d): more descriptors than its requests list; closing",
+               (unsigned long long)c->id, (int)c->cred.pid);
+      st__conn_send_error(c, 0, ST_ERR_PROTOCOL,
+                          "more descriptors arrived than the requests list in params.arenas");
+      st__conn_close_after_flush(c, "protocol error");
       return;
     }
     if (n == 0) {

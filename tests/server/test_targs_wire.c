@@ -15,6 +15,8 @@
  *     (253 at most) and no more; all are closed when the input ends, even
  *     while a wait keeps the connection open;
  *   - a client that disconnects before its reply leaks nothing;
+ *   - a connection reset by its client (ECONNRESET on the read) queues no
+ *     descriptor left in the control buffer by an earlier read;
  *   - pipelined requests, each with its own descriptor (sent one by one,
  *     all at once, or straddling request boundaries), read their own
  *     memory;
@@ -513,6 +515,31 @@ TEST(pipelined_requests_each_read_their_own_memory) {
   CHECK(back_to_baseline() == 0);
 }
 
+TEST(a_connection_reset_queues_no_stale_descriptor) {
+  /* A client that closes with a reply unread resets the connection: the
+   * server's read fails with ECONNRESET. A failed read returns no control
+   * data; the descriptors of an earlier read (still in the stack buffer)
+   * must not be taken for new ones, queued and later closed under
+   * whoever owns those numbers by then. B's calls put descriptors
+   * through the read path right before each reset. */
+  OPEN_RC(b, S.socket);
+  int64_t received = rc_info_int(&M, "counters.fds_received");
+  enum { ROUNDS = 40 };
+  for (int i = 0; i < ROUNDS; i++) {
+    CHECK(next_call_reads_its_own(&b) == 0);
+    OPEN_RC(a, S.socket);
+    CHECK(rc_sendf(&a, "[0, 1, 'ping', []]") == 0);
+    struct pollfd p = {.fd = a.fd, .events = POLLIN};
+    CHECK(poll(&p, 1, 5000) == 1);
+    rc_close(&a);
+    CHECK(rc_wait_info(&M, "connections", 2, 5000) == 0);
+  }
+  CHECK_EQ_INT(rc_info_int(&M, "counters.fds_received"), received + ROUNDS);
+  CHECK(next_call_reads_its_own(&b) == 0);
+  rc_close(&b);
+  CHECK(back_to_baseline() == 0);
+}
+
 TEST(no_descriptor_or_arena_is_left_behind) {
   CHECK(back_to_baseline() == 0);
   fprintf(stderr, "   server: %d descriptors, %lld arenas\n", base_fds, (long long)base_arenas);
@@ -558,6 +585,7 @@ int main(void) {
   RUN(descriptors_are_closed_when_the_input_ends);
   RUN(a_client_gone_before_its_reply_leaks_nothing);
   RUN(pipelined_requests_each_read_their_own_memory);
+  RUN(a_connection_reset_queues_no_stale_descriptor);
   RUN(no_descriptor_or_arena_is_left_behind);
   rc_close(&M);
   return stt_server_finish(&S);
