@@ -127,14 +127,14 @@ static int on_request(fake_server_t *f, int conn, uint32_t id, const char *metho
   while (k + 1 < NREPLIES && strcmp(ep, replies[k].endpoint) != 0) k++;
   int fd = make_fd(replies[k].fd);
   if (fd < 0) return fake_error(conn, id, 4, "CAPABILITY", "this host cannot make it");
-  int rc = fake_replyf(conn, id, &fd, 1,
-                       "{value: tensor(0, 0, 'float32', [4], [1]), arenas: [%s]}",
-                       replies[k].arena);
+  /* The previous reply's file goes before this reply is sent: once it is
+   * out, the client counts this process's descriptors. */
   pthread_mutex_lock(&last_lock);
   if (last_fd >= 0) close(last_fd);
   last_fd = fd;
   pthread_mutex_unlock(&last_lock);
-  return rc;
+  return fake_replyf(conn, id, &fd, 1, "{value: tensor(0, 0, 'float32', [4], [1]), arenas: [%s]}",
+                     replies[k].arena);
 }
 
 /* Every refusal is PROTOCOL with its reason, maps nothing, leaks no
