@@ -25,7 +25,9 @@
  * which the runtime answers through the driver's cuGetProcAddress, itself
  * found with dlsym on libcuda.so.1. The shim interposes dlsym: asked for
  * cuGetProcAddress(_v2) it hands out a wrapper that, for the three cu*
- * calls above, returns a failing stand-in of the real function.
+ * calls above, returns a failing stand-in of the real function, and for
+ * cuGetProcAddress itself (the runtime may ask the driver for it) the
+ * wrapper again.
  *
  * Test code only: nothing here is built into the server.
  */
@@ -266,15 +268,41 @@ static void swap_entry(const char *symbol, void **pfn) {
 }
 
 static int fake_getproc_v2(const char *symbol, void **pfn, int version, uint64_t flags,
+                           int *status);
+static int fake_getproc(const char *symbol, void **pfn, int version, uint64_t flags);
+
+/* The driver hands out cuGetProcAddress itself too; the runtime may look
+ * everything up through that one, so it comes back wrapped as well (the
+ * 12.0 version of the entry point is the _v2 signature). 1 if swapped. */
+static int swap_getproc(const char *symbol, void **pfn, int version) {
+  if (!pfn || !*pfn || strncmp(symbol, "cuGetProcAddress", 16) != 0) return 0;
+  if (trace) fprintf(stderr, "st_fault: entry point %s (version %d)\n", symbol, version);
+  if (!strcmp(symbol, "cuGetProcAddress_v2") || version >= 12000) {
+    cu_getproc_v2_fn real, fake = fake_getproc_v2;
+    memcpy(&real, pfn, sizeof real);
+    if (real != fake) atomic_store(&real_getproc_v2, real);
+    memcpy(pfn, &fake, sizeof fake);
+  } else {
+    cu_getproc_fn real, fake = fake_getproc;
+    memcpy(&real, pfn, sizeof real);
+    if (real != fake) atomic_store(&real_getproc, real);
+    memcpy(pfn, &fake, sizeof fake);
+  }
+  return 1;
+}
+
+static int fake_getproc_v2(const char *symbol, void **pfn, int version, uint64_t flags,
                            int *status) {
+  pthread_once(&once, init);
   int r = atomic_load(&real_getproc_v2)(symbol, pfn, version, flags, status);
-  if (r == 0) swap_entry(symbol, pfn);
+  if (r == 0 && !swap_getproc(symbol, pfn, version)) swap_entry(symbol, pfn);
   return r;
 }
 
 static int fake_getproc(const char *symbol, void **pfn, int version, uint64_t flags) {
+  pthread_once(&once, init);
   int r = atomic_load(&real_getproc)(symbol, pfn, version, flags);
-  if (r == 0) swap_entry(symbol, pfn);
+  if (r == 0 && !swap_getproc(symbol, pfn, version)) swap_entry(symbol, pfn);
   return r;
 }
 
@@ -282,6 +310,7 @@ static int fake_getproc(const char *symbol, void **pfn, int version, uint64_t fl
  * back wrapped (and the faulted cu* functions, if asked for by name). */
 EXPORT void *dlsym(void *handle, const char *name) {
   if (!real_dlsym) next("dlsym");
+  pthread_once(&once, init);
   void *p = real_dlsym(handle, name);
   if (!p || strncmp(name, "cu", 2) != 0) return p;
   if (trace) fprintf(stderr, "st_fault: dlsym %s\n", name);
