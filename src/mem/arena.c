@@ -213,11 +213,15 @@ int st__arena_has_fd(const st__arena_t *a) { return a->kind != ST__ARENA_CUDA_LE
 
 /* A close-on-exec dup of the arena's descriptor (a new export of a VMM
  * allocation), owned by the caller. */
-int st__arena_dup_fd(const st__arena_t *a) {
-  if (a->kind == ST__ARENA_CUDA) return st__cuda_alloc_export(a->cuda);
-  if (a->fd < 0) return ST_ERR_INVALID_ARGUMENT;
+int st__arena_dup_fd(const st__arena_t *a, char *err, size_t errlen) {
+  if (a->kind == ST__ARENA_CUDA) return st__cuda_alloc_export(a->cuda, err, errlen);
+  if (a->fd < 0) {
+    if (err && errlen) snprintf(err, errlen, "the arena has no descriptor");
+    return ST_ERR_INVALID_ARGUMENT;
+  }
   int fd = fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
   if (fd >= 0) return fd;
+  if (err && errlen) snprintf(err, errlen, "dup: %s", strerror(errno));
   if (errno == EMFILE || errno == ENFILE) return ST_ERR_LIMIT;
   return ST_ERR_INTERNAL;
 }

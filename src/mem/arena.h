@@ -118,8 +118,8 @@ int st__arena_has_fd(const st__arena_t *a);
  * tensor argument's descriptor, a new export of a VMM arena. Returns the
  * fd, or a negative ST_ERR_* (ST_ERR_LIMIT when the process is out of
  * descriptors, ST_ERR_INVALID_ARGUMENT for an arena without one:
- * st__arena_has_fd). Any thread. */
-int st__arena_dup_fd(const st__arena_t *a);
+ * st__arena_has_fd) with the reason in err (may be NULL). Any thread. */
+int st__arena_dup_fd(const st__arena_t *a, char *err, size_t errlen);
 
 /* Fills everything of *d except d->fd (the message-local index; a legacy
  * arena has none and sets d->legacy). */

@@ -220,9 +220,9 @@ void st__cuda_alloc_free(st__cuda_alloc_t *c);
 /* Exports the allocation to a new POSIX descriptor (close-on-exec, owned
  * by the caller), one per reply: the server keeps none of its own.
  * Returns the fd, or ST_ERR_LIMIT (out of descriptors), ST_ERR_CAPABILITY,
- * another ST_ERR_* for a driver failure. Any thread (the device's primary
- * context becomes current). */
-int st__cuda_alloc_export(st__cuda_alloc_t *c);
+ * another ST_ERR_* for a driver failure, with the reason in err (may be
+ * NULL). Any thread (the device's primary context becomes current). */
+int st__cuda_alloc_export(st__cuda_alloc_t *c, char *err, size_t errlen);
 
 /* UUID string of the allocation's device (borrowed, static for the life of
  * c) and its ordinal in this process. */

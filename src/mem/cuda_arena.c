@@ -156,17 +156,23 @@ fail:
 }
 
 /* See cuda.h. Any thread (the device's context becomes current). */
-int st__cuda_alloc_export(st__cuda_alloc_t *c) {
-  const st__cuda_api_t *a = st__cuda_api(NULL, 0);
-  if (!a || !c->have_handle) return ST_ERR_INVALID_ARGUMENT;
-  if (st__cuda_ctx_enter(c->ordinal, NULL, 0) != ST_OK) return ST_ERR_CAPABILITY;
+int st__cuda_alloc_export(st__cuda_alloc_t *c, char *err, size_t errlen) {
+  const st__cuda_api_t *a = st__cuda_api(err, errlen);
+  if (!a) return ST_ERR_CAPABILITY;
+  if (!c->have_handle) {
+    if (err && errlen) snprintf(err, errlen, "the allocation has no handle to export");
+    return ST_ERR_INVALID_ARGUMENT;
+  }
+  if (st__cuda_ctx_enter(c->ordinal, err, errlen) != ST_OK) return ST_ERR_CAPABILITY;
   int fd = -1;
   CUresult r =
       a->cuMemExportToShareableHandle(&fd, c->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
   if (r != CUDA_SUCCESS || fd < 0) {
+    int rc = st__cuda_error(r == CUDA_SUCCESS ? CUDA_ERROR_UNKNOWN : r,
+                            "cuMemExportToShareableHandle", err, errlen);
     /* Out of descriptors is the one failure a healthy allocation has. */
     if (r == CUDA_ERROR_OUT_OF_MEMORY || r == CUDA_ERROR_OPERATING_SYSTEM) return ST_ERR_LIMIT;
-    return st__cuda_error(r, "cuMemExportToShareableHandle", NULL, 0);
+    return rc;
   }
   /* Workers may fork helpers; the descriptor must not leak into them. */
   fcntl(fd, F_SETFD, FD_CLOEXEC);
@@ -205,8 +211,9 @@ int st__arena_new_cuda(int ordinal, uint64_t bytes, st__arena_t **out, char *err
 /* See cuda.h; never reached without CUDA arenas. */
 void st__cuda_alloc_free(st__cuda_alloc_t *c) { free(c); }
 /* See cuda.h; never reached without CUDA arenas. */
-int st__cuda_alloc_export(st__cuda_alloc_t *c) {
+int st__cuda_alloc_export(st__cuda_alloc_t *c, char *err, size_t errlen) {
   (void)c;
+  if (err && errlen) snprintf(err, errlen, "no CUDA support in this build");
   return ST_ERR_CAPABILITY;
 }
 /* See cuda.h. Any thread. */

@@ -1,6 +1,7 @@
 /* src/server: replies shared by the methods and the scheduler (work.h,
  * "reply.c"): the response head, results with their descriptors, and
  * object maps. Loop thread only. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -99,12 +100,13 @@ int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
   int nfds = 0;
   for (size_t i = 0; i < r->narenas; i++) {
     if (!st__arena_has_fd(r->arenas[i])) continue;
-    int fd = st__arena_dup_fd(r->arenas[i]);
+    char reason[200] = "";
+    int fd = st__arena_dup_fd(r->arenas[i], reason, sizeof reason);
     if (fd < 0) {
       for (int k = 0; k < nfds; k++) close(fds[k]);
-      char m[200];
-      snprintf(m, sizeof m, "%s: cannot duplicate an arena descriptor (%s)", endpoint,
-               st_strerror(fd));
+      char m[300];
+      snprintf(m, sizeof m, "%s: cannot make a descriptor of arena %" PRIu64 " for the reply: %s",
+               endpoint, st__arena_id(r->arenas[i]), reason[0] ? reason : st_strerror(fd));
       ST_LOG_E("call", "%s", m);
       st__conn_send_error(c, id, fd, m);
       return fd;

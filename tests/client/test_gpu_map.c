@@ -64,7 +64,7 @@ static int holder_request(fake_server_t *f, int conn, uint32_t id, const char *m
   if (strcmp(method, "call") != 0) return fake_error(conn, id, 16, "UNKNOWN_METHOD", method);
   char ep[64];
   fake_param_str(params, "endpoint", ep, sizeof ep);
-  int fds[2] = {st__arena_dup_fd(arena), -1}, nfds = 1;
+  int fds[2] = {st__arena_dup_fd(arena, NULL, 0), -1}, nfds = 1;
   unsigned long long bytes = desc.bytes, aid = desc.id;
   const char *uuid = desc.uuid;
   /* Tensor a: N_ELEMS floats at 0 of arena 0. */
@@ -74,7 +74,7 @@ static int holder_request(fake_server_t *f, int conn, uint32_t id, const char *m
   if (strcmp(ep, "pair") == 0) {
     /* Two arena entries naming the one allocation, as two tensors of a
      * cached object sent with two descriptors; b is a transposed 2x3. */
-    fds[1] = st__arena_dup_fd(arena);
+    fds[1] = st__arena_dup_fd(arena, NULL, 0);
     nfds = 2;
     rc = fake_replyf(conn, id, fds, nfds,
                      "{value: {a: " TENSOR_A ", b: tensor(1, %llu, 'float32', [3, 2], [1, 3])}, "

@@ -29,7 +29,7 @@ TEST(create_write_and_map_a_dup) {
   CHECK_STR_EQ(d.uuid, "");
   CHECK_EQ_INT(d.id, st__arena_id(a));
 
-  int fd = st__arena_dup_fd(a);
+  int fd = st__arena_dup_fd(a, NULL, 0);
   CHECK(fd >= 0);
   CHECK(fcntl(fd, F_GETFD) & FD_CLOEXEC);
   unsigned char *m = mmap(NULL, (size_t)d.bytes, PROT_READ, MAP_SHARED, fd, 0);
@@ -56,7 +56,7 @@ TEST(create_write_and_map_a_dup) {
 TEST(seals_prevent_resizing) {
   st__arena_t *a;
   CHECK_ERR(st__arena_new_cpu(4096 * 3, &a, NULL, 0), ST_OK);
-  int fd = st__arena_dup_fd(a);
+  int fd = st__arena_dup_fd(a, NULL, 0);
   CHECK(fd >= 0);
   int seals = fcntl(fd, F_GET_SEALS);
   CHECK(seals & F_SEAL_SHRINK);
@@ -80,7 +80,7 @@ TEST(empty_arena_is_one_page) {
   st__arena_describe(a, &d);
   CHECK_EQ_INT(st__arena_bytes(a), 0);
   CHECK(d.bytes > 0);
-  int fd = st__arena_dup_fd(a);
+  int fd = st__arena_dup_fd(a, NULL, 0);
   void *m = mmap(NULL, (size_t)d.bytes, PROT_READ, MAP_SHARED, fd, 0);
   CHECK(m != MAP_FAILED);
   munmap(m, (size_t)d.bytes);

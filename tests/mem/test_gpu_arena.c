@@ -111,10 +111,10 @@ TEST(create_describe_and_zero_fill) {
   for (uint64_t i = 0; i < d.bytes; i++)
     if (host[i] != 0) CHECK_EQ_INT(host[i], 0);
 
-  int fd = st__arena_dup_fd(a);
+  int fd = st__arena_dup_fd(a, NULL, 0);
   CHECK(fd >= 0);
   CHECK(fcntl(fd, F_GETFD) & FD_CLOEXEC);
-  int fd2 = st__arena_dup_fd(a);
+  int fd2 = st__arena_dup_fd(a, NULL, 0);
   CHECK(fd2 >= 0 && fd2 != fd);
   close(fd);
   close(fd2);
@@ -146,7 +146,7 @@ TEST(import_a_dup_in_process) {
   CHECK_EQ_INT(cu->cuStreamSynchronize(NULL), CUDA_SUCCESS);
   st__arena_desc_t d = {0};
   st__arena_describe(a, &d);
-  int fd = st__arena_dup_fd(a);
+  int fd = st__arena_dup_fd(a, NULL, 0);
   CHECK(fd >= 0);
   st__cuda_mapping_t m;
   CHECK_ERR_MSG(st__cuda_import(fd, d.bytes, d.uuid, &m, err, sizeof err), ST_OK, err);
@@ -184,7 +184,7 @@ TEST(import_rejects_bad_descriptors) {
   char err[512];
   st__arena_t *a = NULL;
   CHECK_ERR_MSG(st__arena_new_cuda(0, gran, &a, err, sizeof err), ST_OK, err);
-  int fd = st__arena_dup_fd(a);
+  int fd = st__arena_dup_fd(a, NULL, 0);
   CHECK(fd >= 0);
   st__cuda_mapping_t m;
   CHECK_ERR_MSG(st__cuda_import(-1, gran, uuid0, &m, err, sizeof err),
@@ -276,7 +276,7 @@ TEST(device_memory_returns_to_baseline) {
   st__arena_t *a[4];
   for (int i = 0; i < 4; i++) {
     CHECK_ERR_MSG(st__arena_new_cuda(0, 256 * MiB, &a[i], err, sizeof err), ST_OK, err);
-    int fd = st__arena_dup_fd(a[i]);         /* an exported dup, closed again */
+    int fd = st__arena_dup_fd(a[i], NULL, 0); /* an exported dup, closed again */
     CHECK(fd >= 0);
     close(fd);
   }
@@ -312,7 +312,7 @@ TEST(print_timings) {
       double t1 = now_us();
       st__arena_desc_t d = {0};
       st__arena_describe(a, &d);
-      int fd = st__arena_dup_fd(a);
+      int fd = st__arena_dup_fd(a, NULL, 0);
       st__cuda_mapping_t m;
       double t2 = now_us();
       CHECK_ERR_MSG(st__cuda_import(fd, d.bytes, d.uuid, &m, err, sizeof err), ST_OK, err);

@@ -164,7 +164,7 @@ static int run_holder(int sock) {
   m.n = N_ELEMS;
   m.seed = SEED;
   snprintf(m.uuid, sizeof m.uuid, "%s", d.uuid);
-  int fd = st__arena_dup_fd(a);
+  int fd = st__arena_dup_fd(a, NULL, 0);
   if (send_msg(sock, &m, fd) != 0) return 1;
   close(fd);
   if (recv_msg(sock, &m, NULL) != 0 || strcmp(m.tag, "release") != 0) return 1;
