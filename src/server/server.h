@@ -10,6 +10,9 @@
  *   listen.c     the sockets; peer.c who may connect
  *   devices.c    the devices and where a call builds
  *   describe.c   the result maps of hello, info and endpoints
+ *   stats.c      request accounting: every request from dispatch to its
+ *                reply or its connection's close (the counters add up)
+ *   metrics.c    the `metrics` method's Prometheus text
  *
  * Connections (conn.h) and the wire methods (rpc.h) sit on this state;
  * builds and tasks (work.h) on both. This header declares types and
