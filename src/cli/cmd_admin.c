@@ -103,10 +103,59 @@ static void stat_line(const char *label, const char *prefix, const st_value_t *m
   printf("\n");
 }
 
-static int run_stats(cli_t *g, int argc, char **argv) {
+static int fetch_metrics(st_client_t *c, st_result_t **out) {
+  return st_client_rpc(c, "metrics", NULL, out);
+}
+
+/* stats [--prometheus]: *prometheus set by the option. */
+static int parse_stats(cli_t *g, int argc, char **argv, int *prometheus, int *done) {
+  const cli_command_t *cmd = &cli_stats_command;
+  *done = 0;
+  for (int i = 1; i < argc; i++) {
+    int r = cli_global_option(g, argc, argv, &i);
+    if (r < 0) return CLI_USAGE;
+    if (r > 0) continue;
+    if (strcmp(argv[i], "--prometheus") == 0) {
+      *prometheus = 1;
+    } else if (strcmp(argv[i], "--help") == 0) {
+      cli_print_command_help(cmd, stdout);
+      *done = 1;
+      return CLI_OK;
+    } else if (argv[i][0] == '-' && argv[i][1] == '-') {
+      return cli_usage_unknown(cmd, argv[i]);
+    } else {
+      return cli_usage(cmd->name, "unexpected argument '%s'", argv[i]);
+    }
+  }
+  if (*prometheus && g->json)
+    return cli_usage(cmd->name, "--prometheus prints the metrics text; it takes no --json");
+  return CLI_OK;
+}
+
+/* stats --prometheus: the `metrics` method's text as it is. */
+static int print_metrics(cli_t *g) {
   st_result_t *r;
-  int code = cli_fetch_plain(g, &cli_stats_command, argc, argv, st_client_info, &r);
-  if (code != CLI_OK || !r) return code;
+  int code = cli_fetch(g, fetch_metrics, &r);
+  if (code != CLI_OK) return code;
+  const st_value_t *v = st_result_value(r);
+  if (v->kind != ST_VALUE_STRING) {
+    fprintf(stderr, "stcli: PROTOCOL: metrics did not answer with text\n");
+    st_result_free(r);
+    return CLI_SERVER_ERROR;
+  }
+  fwrite(v->as.str.ptr, 1, v->as.str.len, stdout);
+  st_result_free(r);
+  return fflush(stdout) == 0 ? CLI_OK : CLI_SERVER_ERROR;
+}
+
+static int run_stats(cli_t *g, int argc, char **argv) {
+  int prometheus = 0, done;
+  int code = parse_stats(g, argc, argv, &prometheus, &done);
+  if (code != CLI_OK || done) return code;
+  if (prometheus) return print_metrics(g);
+  st_result_t *r;
+  code = cli_fetch(g, st_client_info, &r);
+  if (code != CLI_OK) return code;
   const st_value_t *v = st_result_value(r);
   static const char *const parts[] = {"counters", "tasks", "objects", "memory", NULL};
   if (g->json) {
@@ -125,9 +174,15 @@ static int run_stats(cli_t *g, int argc, char **argv) {
     st_result_free(r);
     return CLI_OK;
   }
-  static const stat_item_t requests[] = {
-      {"requests", "requests", 0}, {"errors", "errors", 0}, {"calls", "calls", 0},
-      {"builds", "builds", 0},     {"submitted", "tasks_submitted", 0}, {NULL, NULL, 0}};
+  static const stat_item_t requests[] = {{"requests", "requests", 0},
+                                         {"ok", "requests_ok", 0},
+                                         {"errors", "errors", 0},
+                                         {"dropped", "requests_dropped", 0},
+                                         {NULL, NULL, 0}};
+  static const stat_item_t calls[] = {
+      {"calls", "calls", 0},   {"ok", "calls_ok", 0},   {"failed", "calls_failed", 0},
+      {"dropped", "calls_dropped", 0}, {"builds", "builds", 0},
+      {"submitted", "tasks_submitted", 0}, {NULL, NULL, 0}};
   static const stat_item_t cache[] = {{"hits", "cache_hits", 0},
                                       {"misses", "cache_misses", 0},
                                       {"evictions", "evictions", 0},
@@ -142,11 +197,13 @@ static int run_stats(cli_t *g, int argc, char **argv) {
       {"count", "count", 0}, {"leases", "leases", 0}, {"bytes", "bytes", 1}, {NULL, NULL, 0}};
   static const stat_item_t memory[] = {{"cached", "cached_bytes", 1},
                                        {"leased", "leased_bytes", 1},
+                                       {"task", "task_bytes", 1},
                                        {"budget", "budget", 1},
                                        {"objects", "objects", 0},
                                        {NULL, NULL, 0}};
   const st_value_t *counters = st_value_get(v, "counters");
   stat_line("requests", "", counters, requests);
+  stat_line("calls", "", counters, calls);
   stat_line("cache", "", counters, cache);
   stat_line("tasks", "", st_value_get(v, "tasks"), tasks);
   stat_line("objects", "", st_value_get(v, "objects"), objects);
@@ -164,17 +221,23 @@ static int run_stats(cli_t *g, int argc, char **argv) {
 
 const cli_command_t cli_stats_command = {
     "stats",
-    "stats",
+    "stats [--prometheus]",
     "Show the server's counters compactly: requests, cache, tasks, objects, memory.",
     "Lines (each only when the server reports it):\n"
-    "  requests   requests, errors, calls, builds, tasks submitted\n"
+    "  requests   requests received, answered ok, with an error, dropped\n"
+    "  calls      calls received, ok, failed, dropped; builds, tasks submitted\n"
     "  cache      hits, misses, evictions, singleflight joins, invalidations\n"
     "  tasks      how many are pending, running, completed, failed, cancelled\n"
     "  objects    count, leases (all connections), bytes\n"
-    "  memory     per device (\"cpu: ...\"): bytes of cached and of leased\n"
-    "             objects, budget (0: none), objects\n"
+    "  memory     per device (\"cpu: ...\"): bytes of cached objects, of\n"
+    "             leased ones, of those a finished task keeps; budget (0:\n"
+    "             none), objects\n"
     "Read from `info` (`stcli info` shows everything). With --json, prints\n"
-    "the counters, tasks, objects and memory parts of info.\n",
+    "the counters, tasks, objects and memory parts of info.\n\n"
+    "Options:\n"
+    "  --prometheus   print the server's metrics in the Prometheus text\n"
+    "                 format instead (the `metrics` method; a scraper's\n"
+    "                 textfile, docs/operations.md \"Monitoring\")\n",
     run_stats,
-    "",
+    "--prometheus",
 };

@@ -334,6 +334,7 @@ int st__objects_lease(st__objects_t *r, st__object_t *o, uint64_t conn_id) {
       o->leases[i].count++;
       o->refcount++;
       r->leases++;
+      r->leases_granted++;
       return ST_OK;
     }
   }
@@ -349,6 +350,7 @@ int st__objects_lease(st__objects_t *r, st__object_t *o, uint64_t conn_id) {
   o->nleases++;
   o->refcount++;
   r->leases++;
+  r->leases_granted++;
   return ST_OK;
 }
 
@@ -458,12 +460,14 @@ void st__objects_stats(const st__objects_t *r, const char *device, st__budget_st
     out->budget = l.budget;
     out->used_bytes = l.used;
   }
+  out->object_bytes = r->budgets[bi].bytes;
   for (const st__object_t *o = r->all_head; o; o = o->all_next) {
     for (int i = 0; i < o->ncharges; i++) {
       if (o->charges[i].budget != bi) continue;
       out->objects++;
       if (evictable(o)) out->cached_bytes += o->charges[i].bytes;
-      else out->leased_bytes += o->charges[i].bytes;
+      else if (o->refcount) out->leased_bytes += o->charges[i].bytes;
+      else out->task_bytes += o->charges[i].bytes;
     }
   }
 }

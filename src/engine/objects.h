@@ -90,6 +90,8 @@ typedef struct st__objects {
   size_t count;
   uint64_t next_id;
   uint64_t leases;            /* sum of refcounts */
+  uint64_t leases_granted;    /* leases given since start: leases_granted -
+                                 leases = the leases given back */
   uint64_t evictions;         /* cache entries evicted for the budget or
                                  the descriptor cap */
   uint64_t created, destroyed;
@@ -110,13 +112,19 @@ typedef struct st__object_spec {
                                  key cache one object per device */
 } st__object_spec_t;
 
-/* Per-device figures for info. */
+/* Per-device figures for info: object_bytes = cached_bytes +
+ * leased_bytes + task_bytes, each object's charge on the device counted
+ * in exactly one of the three. */
 typedef struct st__budget_stats {
   uint64_t budget;
   uint64_t used_bytes;        /* everything the server holds on the device
                                  (the ledger: objects, results, replies) */
+  uint64_t object_bytes;      /* the objects' charges on the device */
   uint64_t cached_bytes;      /* objects only the cache holds (evictable) */
-  uint64_t leased_bytes;      /* objects held by leases or tasks */
+  uint64_t leased_bytes;      /* objects with at least one lease */
+  uint64_t task_bytes;        /* objects without a lease that something
+                                 else keeps: a finished task until its
+                                 result is fetched */
   uint64_t objects;
 } st__budget_stats_t;
 

@@ -270,7 +270,6 @@ void st__build_complete(st__server_t *srv, st__job_t *job) {
              (unsigned long long)job->result.bytes);
   st__build_unlink(w, b);
   st__build_forget_flight(w, b);
-  srv->counters.calls_dropped += b->dropped;
   for (st__consumer_t *k = b->consumers; k; k = k->next)
     if (k->kind == ST_CONSUMER_TASK) note_started(srv, k->task, job);
 
@@ -365,14 +364,12 @@ void st__work_conn_closed(st__server_t *srv, st__conn_t *c) {
           pp = &k->next;
         }
       }
-      b->dropped += removed;
       if (removed && !b->consumers) {
-        /* Counted as dropped now if it never runs, else at completion.
-         * (st__queue_abort may start the next serialized build, never free
+        /* Nobody waits any more (the calls count as dropped: stats.c).
+         * st__queue_abort may start the next serialized build, never free
          * another one: the pool only refuses after every connection
-         * closed, in st__server_destroy.) */
-        size_t dropped = b->dropped;
-        if (orphan(srv, b)) srv->counters.calls_dropped += dropped;
+         * closed, in st__server_destroy. */
+        orphan(srv, b);
       }
       b = next;
     }
@@ -389,7 +386,7 @@ void st__work_conn_closed(st__server_t *srv, st__conn_t *c) {
                (unsigned long long)c->id, more);
   }
   if (c->leases) {
-    st__objects_release_conn(&srv->objects, c->id);
+    srv->counters.leases_dropped += st__objects_release_conn(&srv->objects, c->id);
     c->leases = 0;
   }
 }

@@ -163,6 +163,7 @@ void st__conn_close(st__conn_t *c, const char *why) {
            (unsigned long long)c->id, why ? why : "closed", (unsigned long long)c->requests,
            c->inflight, (unsigned long long)c->leases);
   srv->on_conn_closed(srv, c);
+  st__stats_dropped(srv, &c->open);
   c->dnext = srv->dead;
   srv->dead = c;
 }
@@ -269,7 +270,7 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
       c->srv->counters.protocol_errors++;
       ST_LOG_W("conn", "conn %llu (pid %d): more descriptors than its requests list; closing",
                (unsigned long long)c->id, (int)c->cred.pid);
-      st__conn_send_error(c, 0, ST_ERR_PROTOCOL,
+      st__conn_send_fault(c, 0, ST_ERR_PROTOCOL,
                           "more descriptors arrived than the requests list in params.arenas");
       st__conn_close_after_flush(c, "protocol error");
       return;
@@ -334,10 +335,10 @@ static void process_messages(st__conn_t *c) {
     if (r < 0) {
       uint32_t id = r == ST_ERR_PROTOCOL ? msg.id : 0;
       st__message_destroy(&msg);
-      if (r == ST_ERR_PROTOCOL) srv->counters.protocol_errors++;
+      srv->counters.protocol_errors++;
       ST_LOG_W("conn", "conn %llu (pid %d): %s: %s; closing", (unsigned long long)c->id,
                (int)c->cred.pid, st_err_name(r), why[0] ? why : st_strerror(r));
-      st__conn_send_error(c, id, r, why[0] ? why : st_strerror(r));
+      st__conn_send_fault(c, id, r, why[0] ? why : st_strerror(r));
       st__conn_close_after_flush(c, st_err_name(r));
       break;
     }
@@ -367,7 +368,7 @@ static void on_frame_timeout(struct ev_loop *loop, ev_timer *w, int revents) {
   c->srv->counters.timeouts++;
   ST_LOG_W("conn", "conn %llu (pid %d): %s; closing", (unsigned long long)c->id,
            (int)c->cred.pid, msg);
-  st__conn_send_error(c, 0, ST_ERR_TIMEOUT, msg);
+  st__conn_send_fault(c, 0, ST_ERR_TIMEOUT, msg);
   st__conn_close_after_flush(c, "frame timeout");
 }
 
@@ -415,17 +416,23 @@ void st__conn_send_pinned(st__conn_t *c, msgpack_sbuffer *sb, const int *fds, in
   if (!ev_is_active(&c->wio)) flush(c);
 }
 
-/* Queues [1, id, {code, name, message}, nil] and counts it. Loop thread. */
-void st__conn_send_error(st__conn_t *c, uint32_t id, int err, const char *message) {
+/* Queues [1, id, {code, name, message}, nil]; see conn.h. Loop thread. */
+void st__conn_send_fault(st__conn_t *c, uint32_t id, int err, const char *message) {
   if (c->dead) return;
   msgpack_sbuffer sb;
   msgpack_sbuffer_init(&sb);
   msgpack_packer pk;
   msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
   st__pack_error_response(&pk, id, err, message);
-  c->srv->counters.errors++;
   st__conn_send(c, &sb, NULL, 0);
   msgpack_sbuffer_destroy(&sb);
+}
+
+/* The error reply of request `id`; see conn.h. Loop thread. */
+void st__conn_send_error(st__conn_t *c, uint32_t id, int err, const char *message) {
+  if (c->dead) return;
+  st__stats_answered(c->srv, &c->open, id, err);
+  st__conn_send_fault(c, id, err, message);
 }
 
 /* Writes as much of the queue as the socket takes. Frames without

@@ -93,6 +93,7 @@ struct st__conn {
   int dead;                   /* closed; struct freed before the next poll  */
   double opened_at;           /* monotonic                                  */
   uint64_t requests;
+  st__open_reqs_t open;       /* requests owed an answer (stats.c)          */
   uint64_t leases;            /* leases it holds on objects                 */
   char client[64];            /* from hello, for logs                       */
   int rx_fds[ST_CONN_MAX_PENDING_FDS]; /* received, unclaimed, arrival order;
@@ -139,9 +140,16 @@ void st__conn_send_pinned(st__conn_t *c, msgpack_sbuffer *sb, const int *fds, in
  * Loop thread. */
 int st__conn_reply_room(st__conn_t *c, int nfds, uint64_t bytes, char *err, size_t errlen);
 
-/* Queues an error response [1, id, {code, name, message}, nil] and counts
- * it. Loop thread. */
+/* Queues an error response [1, id, {code, name, message}, nil] that
+ * answers request `id` (counted as a failed request: stats.c). Loop
+ * thread. */
 void st__conn_send_error(st__conn_t *c, uint32_t id, int err, const char *message);
+
+/* The same frame for what answers no request: the connection is at fault
+ * (bad bytes, a response message, a half-sent frame) and is closed after
+ * it. Counted by the caller's own counter (protocol_errors, timeouts).
+ * Loop thread. */
+void st__conn_send_fault(st__conn_t *c, uint32_t id, int err, const char *message);
 
 /* A reply for one in-flight request was queued: drops the in-flight count
  * and closes a connection whose peer already finished sending once nothing

@@ -36,10 +36,7 @@ void st__deliver_object(st__server_t *srv, const st__consumer_t *k, st__object_t
     return;
   }
   st__conn_t *c = st__conn_find(srv, k->conn_id);
-  if (!c || c->dead) {
-    srv->counters.calls_dropped++;
-    return;
-  }
+  if (!c || c->dead) return;   /* counted dropped when it closed */
   int lease = 0;
   if (obj->managed) {
     if (st__objects_lease(&srv->objects, obj, c->id) != ST_OK) {
@@ -64,10 +61,7 @@ void st__deliver_plain(st__server_t *srv, const st__consumer_t *k, st__job_t *jo
     return;
   }
   st__conn_t *c = st__conn_find(srv, k->conn_id);
-  if (!c || c->dead) {
-    srv->counters.calls_dropped++;
-    return;
-  }
+  if (!c || c->dead) return;   /* counted dropped when it closed */
   st__reply_result(c, k->request_id, job->ep->name, &job->result, NULL, 0);
   st__conn_request_done(c);
 }

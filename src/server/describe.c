@@ -58,15 +58,28 @@ void st__describe_hello(msgpack_packer *pk, st__server_t *srv, int device) {
   pack_limits(pk, srv->cfg, 0);
 }
 
-static void pack_counters(msgpack_packer *pk, const st__counters_t *c, const st__objects_t *o) {
+/* Requests in flight, of every method (`all`) and of `call`. */
+static void inflight_counts(const st__stats_t *s, uint64_t *all, uint64_t *calls) {
+  *all = 0;
+  for (size_t i = 0; i <= ST__STATS_NMETHODS; i++) *all += s->methods[i].inflight;
+  *calls = s->call_method >= 0 ? s->methods[s->call_method].inflight : 0;
+}
+
+static void pack_counters(msgpack_packer *pk, const st__server_t *srv) {
+  const st__counters_t *c = &srv->counters;
+  const st__objects_t *o = &srv->objects;
+  uint64_t inflight, calls_inflight;
+  inflight_counts(&srv->stats, &inflight, &calls_inflight);
 #define COUNTERS(X)                                                                        \
-  X(requests) X(errors) X(calls) X(calls_ok) X(calls_dropped) X(notifications)             \
+  X(requests) X(requests_ok) X(errors) X(requests_dropped) X(calls) X(calls_ok)            \
+  X(calls_failed) X(calls_dropped) X(notifications)                                        \
   X(bytes_received) X(bytes_sent) X(fds_sent) X(fds_received) X(connections)               \
   X(auth_refused) X(limit_refused) X(protocol_errors) X(busy) X(timeouts) X(read_pauses)   \
   X(reloads) X(reload_failures) X(builds) X(cache_hits) X(cache_misses) X(joins)           \
-  X(tasks_submitted) X(tasks_expired) X(releases) X(invalidations)
+  X(tasks_submitted) X(tasks_completed) X(tasks_failed) X(tasks_cancelled)                 \
+  X(tasks_expired) X(releases) X(leases_dropped) X(invalidations)
 #define COUNT(name) +1
-  msgpack_pack_map(pk, 3 COUNTERS(COUNT));
+  msgpack_pack_map(pk, 6 COUNTERS(COUNT));
 #define PACK(name)               \
   st__pack_cstr(pk, #name);           \
   msgpack_pack_uint64(pk, c->name);
@@ -76,9 +89,41 @@ static void pack_counters(msgpack_packer *pk, const st__counters_t *c, const st_
   st__ledger_stats(-1, &l);
   st__pack_kv_uint(pk, "budget_refusals", l.refusals);
   st__pack_kv_uint(pk, "objects_created", o->created);
+  st__pack_kv_uint(pk, "leases_granted", o->leases_granted);
+  /* Gauges beside the counters they balance (requests, calls). */
+  st__pack_kv_uint(pk, "requests_inflight", inflight);
+  st__pack_kv_uint(pk, "calls_inflight", calls_inflight);
 #undef PACK
 #undef COUNT
 #undef COUNTERS
+}
+
+/* methods = {call = {requests, ok, failed, dropped, inflight}, ...} for
+ * every method asked at least once ("" for unknown method names), and
+ * errors_by_name = {NOT_FOUND = n, ...} for every error replied at least
+ * once. */
+static void pack_methods(msgpack_packer *pk, const st__stats_t *s) {
+  size_t n = 0;
+  for (size_t i = 0; i <= ST__STATS_NMETHODS; i++) n += s->methods[i].requests > 0;
+  st__pack_cstr(pk, "methods");
+  msgpack_pack_map(pk, n);
+  for (size_t i = 0; i <= ST__STATS_NMETHODS; i++) {
+    const st__method_stats_t *m = &s->methods[i];
+    if (!m->requests) continue;
+    st__pack_cstr(pk, i < s->nmethods ? s->method_names[i] : "");
+    msgpack_pack_map(pk, 5);
+    st__pack_kv_uint(pk, "requests", m->requests);
+    st__pack_kv_uint(pk, "ok", m->ok);
+    st__pack_kv_uint(pk, "failed", m->failed);
+    st__pack_kv_uint(pk, "dropped", m->dropped);
+    st__pack_kv_uint(pk, "inflight", m->inflight);
+  }
+  n = 0;
+  for (size_t i = 0; i <= (size_t)-ST_ERR_MIN; i++) n += s->errors_by_code[i] > 0;
+  st__pack_cstr(pk, "errors_by_name");
+  msgpack_pack_map(pk, n);
+  for (size_t i = 0; i <= (size_t)-ST_ERR_MIN; i++)
+    if (s->errors_by_code[i]) st__pack_kv_uint(pk, st_err_name(i ? -(int)i : 1), s->errors_by_code[i]);
 }
 
 /* objects = {count, leases, bytes}: what the server holds now. */
@@ -92,7 +137,8 @@ static void pack_objects(msgpack_packer *pk, const st__objects_t *r) {
   st__pack_kv_uint(pk, "bytes", bytes);
 }
 
-/* memory = {cpu = {budget, cached_bytes, leased_bytes, objects}, ...}: one
+/* memory = {cpu = {budget, used_bytes, object_bytes, cached_bytes,
+ * leased_bytes, task_bytes, objects}, ...}: one
  * entry per device with a budget or objects. CUDA devices the server has
  * add free_bytes and total_bytes (cuMemGetInfo; free_bytes is nil until
  * this process holds the device's context, which it takes at start for
@@ -108,7 +154,7 @@ static void pack_memory(msgpack_packer *pk, st__server_t *srv) {
     const st__device_t *dev = strncmp(r->budgets[i].device, "cuda:", 5) == 0
                                   ? st__devices_cuda(&srv->devices, atoi(r->budgets[i].device + 5))
                                   : NULL;
-    msgpack_pack_map(pk, dev ? 7 : 5);
+    msgpack_pack_map(pk, dev ? 9 : 7);
     if (dev) {
       uint64_t free_b = 0, total_b = dev->memory_bytes;
       int known = st__cuda_ctx_ready(dev->index) &&
@@ -120,8 +166,10 @@ static void pack_memory(msgpack_packer *pk, st__server_t *srv) {
     }
     st__pack_kv_uint(pk, "budget", s.budget);
     st__pack_kv_uint(pk, "used_bytes", s.used_bytes);
+    st__pack_kv_uint(pk, "object_bytes", s.object_bytes);
     st__pack_kv_uint(pk, "cached_bytes", s.cached_bytes);
     st__pack_kv_uint(pk, "leased_bytes", s.leased_bytes);
+    st__pack_kv_uint(pk, "task_bytes", s.task_bytes);
     st__pack_kv_uint(pk, "objects", s.objects);
   }
 }
@@ -144,7 +192,7 @@ static void pack_tasks(msgpack_packer *pk, st__server_t *srv) {
 /* Packs the result of info (docs/protocol.md). Loop thread. */
 void st__describe_info(msgpack_packer *pk, st__server_t *srv) {
   const st__config_t *cfg = srv->cfg;
-  msgpack_pack_map(pk, 21);
+  msgpack_pack_map(pk, 23);
   st__pack_kv_str(pk, "server_id", srv->server_id);
   st__pack_kv_str(pk, "version", ST_VERSION_STRING);
   st__pack_kv_int(pk, "protocol", ST_PROTOCOL_VERSION);
@@ -189,7 +237,8 @@ void st__describe_info(msgpack_packer *pk, st__server_t *srv) {
   st__pack_kv_uint(pk, "inflight", srv->pool ? st__pool_outstanding(srv->pool) : 0);
   st__pack_kv_uint(pk, "waiting", srv->work ? srv->work->nwaiting : 0);
   st__pack_cstr(pk, "counters");
-  pack_counters(pk, &srv->counters, &srv->objects);
+  pack_counters(pk, srv);
+  pack_methods(pk, &srv->stats);
   st__pack_cstr(pk, "limits");
   pack_limits(pk, cfg, 1);
   st__pack_cstr(pk, "held");

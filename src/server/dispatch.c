@@ -11,8 +11,9 @@
 #include "server/rpc.h"
 #include "st/wire.h"
 
-static void dispatch_request(st__conn_t *c, const st__message_t *msg, uint32_t id, int mlen,
-                             int prc, const msgpack_object *params, const char *err);
+static void dispatch_request(st__conn_t *c, const st__message_t *msg,
+                             const st__rpc_method_t *method, uint32_t id, int prc,
+                             const msgpack_object *params, const char *err);
 
 /* Descriptors of a request closed on arrival at a descriptor limit
  * (conn.h: -1 in fds): the others are closed too and the request gets
@@ -84,14 +85,19 @@ void st__dispatch(st__conn_t *c, const st__message_t *msg) {
     srv->counters.protocol_errors++;
     ST_LOG_W("conn", "conn %llu (pid %d): sent a response message; closing",
              (unsigned long long)c->id, (int)c->cred.pid);
-    st__conn_send_error(c, msg->id, ST_ERR_PROTOCOL,
+    st__conn_send_fault(c, msg->id, ST_ERR_PROTOCOL,
                         "the server sends no requests: a response message is not expected");
     st__conn_close_after_flush(c, "protocol error");
     return;
   }
-  srv->counters.requests++;
   uint32_t id = msg->id;
-  int mlen = (int)(msg->method_len > 64 ? 64 : msg->method_len);
+  /* Counted and owed an answer from here on (stats.c). */
+  const st__rpc_method_t *method = st__rpc_method_find(msg->method, msg->method_len);
+  if (st__stats_open(srv, &c->open, id, method ? st__rpc_method_index(method) : ST__STATS_NMETHODS) !=
+      ST_OK) {
+    st__conn_send_fault(c, id, ST_ERR_OUT_OF_MEMORY, "out of memory accepting the request");
+    return;
+  }
   const msgpack_object *params = NULL;
   char err[256];
   int prc = st__params_map(&msg->params, &params, err, sizeof err);
@@ -99,15 +105,17 @@ void st__dispatch(st__conn_t *c, const st__message_t *msg) {
   memset(&targs, 0, sizeof targs);
   if (take_arenas(c, id, prc == ST_OK ? params : NULL, &targs) != 0) return;
   c->targs = &targs;
-  dispatch_request(c, msg, id, mlen, prc, params, err);
+  dispatch_request(c, msg, method, id, prc, params, err);
   c->targs = NULL;
   st__targs_clear(&targs);   /* what call/submit did not take */
 }
 
-/* The rest of st__dispatch for a request whose arenas were taken: `prc`
- * and `err` say whether params was a map of named parameters. */
-static void dispatch_request(st__conn_t *c, const st__message_t *msg, uint32_t id, int mlen,
-                             int prc, const msgpack_object *params, const char *err) {
+/* The rest of st__dispatch for a request whose arenas were taken: its
+ * method's row (NULL: unknown); `prc` and `err` say whether params was a
+ * map of named parameters. */
+static void dispatch_request(st__conn_t *c, const st__message_t *msg,
+                             const st__rpc_method_t *method, uint32_t id, int prc,
+                             const msgpack_object *params, const char *err) {
   st__server_t *srv = c->srv;
   if (c->inflight >= srv->cfg->max_inflight) {
     srv->counters.busy++;
@@ -117,10 +125,10 @@ static void dispatch_request(st__conn_t *c, const st__message_t *msg, uint32_t i
     st__conn_send_error(c, id, ST_ERR_BUSY, m);
     return;
   }
-  st__rpc_req_t r = {.c = c, .id = id, .params = params};
-  r.method = st__rpc_method_find(msg->method, msg->method_len);
+  st__rpc_req_t r = {.c = c, .id = id, .params = params, .method = method};
   if (!r.method) {
     char m[128];
+    int mlen = (int)(msg->method_len > 64 ? 64 : msg->method_len);
     snprintf(m, sizeof m, "unknown method '%.*s'", mlen, msg->method);
     st__conn_send_error(c, id, ST_ERR_UNKNOWN_METHOD, m);
     return;

@@ -140,6 +140,10 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
     start_failed(setup, "cannot create the event loop");
     return ST_ERR_INTERNAL;
   }
+  if (st__stats_init(srv, st__rpc_method_name, st__rpc_method_count()) != ST_OK) {
+    start_failed(setup, "out of memory");
+    return ST_ERR_OUT_OF_MEMORY;
+  }
   size_t nb = 64;
   while (nb < (size_t)cfg->max_connections * 2 && nb < (1u << 20)) nb <<= 1;
   srv->nbuckets = nb;
@@ -293,14 +297,20 @@ void st__server_destroy(st__server_t *srv) {
   ev_async_stop(srv->loop, &srv->stop_req);
   ev_prepare_stop(srv->loop, &srv->reap);
   const st__counters_t *k = &srv->counters;
+  /* Every connection is closed: nothing is in flight, so the parts add
+   * up to the totals (docs/operations.md, "Counters"). */
   ST_LOG_I("server",
-           "stopped after %.1f s: %llu connections, %llu requests, %llu calls (%llu ok), "
-           "%llu errors, %llu bytes and %llu descriptors sent, %llu peers refused",
+           "stopped after %.1f s: %llu connections, %llu requests (%llu ok, %llu failed, "
+           "%llu dropped), %llu calls (%llu ok, %llu failed, %llu dropped), %llu bytes and "
+           "%llu descriptors sent, %llu peers refused",
            st__now_mono() - srv->started_mono, (unsigned long long)k->connections,
-           (unsigned long long)k->requests, (unsigned long long)k->calls,
-           (unsigned long long)k->calls_ok, (unsigned long long)k->errors,
+           (unsigned long long)k->requests, (unsigned long long)k->requests_ok,
+           (unsigned long long)k->errors, (unsigned long long)k->requests_dropped,
+           (unsigned long long)k->calls, (unsigned long long)k->calls_ok,
+           (unsigned long long)k->calls_failed, (unsigned long long)k->calls_dropped,
            (unsigned long long)k->bytes_sent, (unsigned long long)k->fds_sent,
            (unsigned long long)(k->auth_refused + k->limit_refused));
+  st__stats_free(srv);
   if (srv->gen) st__generation_unref(srv->gen);
   srv->gen = NULL;
   free(srv->last_reload_error);

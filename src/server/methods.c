@@ -37,12 +37,29 @@ static const st__rpc_method_t methods[] = {
     {M(invalidate_call), st__rpc_invalidate_call, {P_ENDPOINT, ANY("args")}},
     {M(invalidate_endpoint), st__rpc_invalidate_endpoint, {P_ENDPOINT}},
     {M(reload), st__rpc_reload, NONE},
+    {M(metrics), st__rpc_metrics, NONE},
 };
+
+#define NMETHODS (sizeof methods / sizeof methods[0])
 
 /* The row of a method name (not NUL-terminated); see rpc.h. A linear
  * scan by length first: the busiest methods come first. */
 const st__rpc_method_t *st__rpc_method_find(const char *name, size_t len) {
-  for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++)
+  for (size_t i = 0; i < NMETHODS; i++)
     if (methods[i].len == len && memcmp(methods[i].name, name, len) == 0) return &methods[i];
   return NULL;
+}
+
+/* See rpc.h. */
+size_t st__rpc_method_index(const st__rpc_method_t *m) {
+  return (size_t)(m - methods);
+}
+
+size_t st__rpc_method_count(void) {
+  return NMETHODS;
+}
+
+/* The name of row i (i < st__rpc_method_count()). Static. */
+const char *st__rpc_method_name(size_t i) {
+  return methods[i].name;
 }

@@ -18,8 +18,10 @@ void st__reply_begin(msgpack_sbuffer *sb, msgpack_packer *pk, uint32_t id) {
   st__pack_response_head(pk, id);
 }
 
-/* Queues the reply (no descriptors) and frees the buffer. */
-void st__reply_send(st__conn_t *c, msgpack_sbuffer *sb) {
+/* Queues the reply (no descriptors) to request `id` and frees the
+ * buffer. */
+void st__reply_send(st__conn_t *c, uint32_t id, msgpack_sbuffer *sb) {
+  if (!c->dead) st__stats_answered(c->srv, &c->open, id, ST_OK);
   st__conn_send(c, sb, NULL, 0);
   msgpack_sbuffer_destroy(sb);
 }
@@ -134,7 +136,7 @@ int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
     st__pack_cstr(&pk, "object");
     pack_object(&pk, srv, obj, lease);
   }
-  srv->counters.calls_ok++;
+  if (!c->dead) st__stats_answered(srv, &c->open, id, ST_OK);
   st__conn_send_pinned(c, &sb, fds, nfds, pinned);
   msgpack_sbuffer_destroy(&sb);
   return ST_OK;
@@ -149,5 +151,8 @@ void st__drop_lease(st__server_t *srv, st__conn_t *c, st__object_t *obj) {
   uint32_t refcount;
   st__objects_release(&srv->objects, obj->id, c->id, &released, &destroyed, &refcount);
   obj->holds--;   /* ...and the caller collects it when it is done. */
-  if (released) c->leases--;
+  if (released) {
+    c->leases--;
+    srv->counters.leases_dropped++;
+  }
 }

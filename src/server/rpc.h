@@ -9,7 +9,7 @@
  * parameters with the accessors below and answers the request. Handlers
  * are grouped by concern:
  *
- *   rpc_admin.c     ping, hello, info, endpoints, reload
+ *   rpc_admin.c     ping, hello, info, metrics, endpoints, reload
  *   rpc_calls.c     call, submit
  *   rpc_tasks.c     status, wait, result, cancel, tasks
  *   rpc_objects.c   release, object_info, ensure_live, objects,
@@ -82,6 +82,14 @@ struct st__rpc_req {
 /* The row of the method named by (name, len), or NULL. Borrowed. */
 const st__rpc_method_t *st__rpc_method_find(const char *name, size_t len);
 
+/* The index of row m in the table (0 .. st__rpc_method_count() - 1). */
+size_t st__rpc_method_index(const st__rpc_method_t *m);
+
+/* The number of rows, and the name of row i (static): what the request
+ * accounting (st__stats_init) is given at start. */
+size_t st__rpc_method_count(void);
+const char *st__rpc_method_name(size_t i);
+
 /* ------------------------------------------------------------- dispatch.c */
 
 /* Handles one decoded message of c (borrowed): a request runs its method
@@ -127,6 +135,7 @@ void st__rpc_hello(st__rpc_req_t *r);
 void st__rpc_info(st__rpc_req_t *r);
 void st__rpc_endpoints(st__rpc_req_t *r);
 void st__rpc_reload(st__rpc_req_t *r);
+void st__rpc_metrics(st__rpc_req_t *r);
 
 /* rpc_calls.c */
 void st__rpc_call(st__rpc_req_t *r);

@@ -1,5 +1,5 @@
 /* src/server: the methods that describe and steer the server (rpc.h):
- * ping, hello, info, endpoints, reload. Loop thread only. */
+ * ping, hello, info, metrics, endpoints, reload. Loop thread only. */
 #include <stdio.h>
 #include <string.h>
 
@@ -15,7 +15,7 @@ void st__rpc_ping(st__rpc_req_t *r) {
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, r->id);
   st__pack_cstr(&pk, "pong");
-  st__reply_send(r->c, &sb);
+  st__reply_send(r->c, r->id, &sb);
 }
 
 /* hello {protocol?, client?} -> the server's identity and limits; a
@@ -41,7 +41,7 @@ void st__rpc_hello(st__rpc_req_t *r) {
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, r->id);
   st__describe_hello(&pk, c->srv, c->device);
-  st__reply_send(c, &sb);
+  st__reply_send(c, r->id, &sb);
 }
 
 /* info -> the server's state and counters (describe.c). */
@@ -50,7 +50,21 @@ void st__rpc_info(st__rpc_req_t *r) {
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, r->id);
   st__describe_info(&pk, r->c->srv);
-  st__reply_send(r->c, &sb);
+  st__reply_send(r->c, r->id, &sb);
+}
+
+/* metrics -> the Prometheus text (metrics.c), one string. */
+void st__rpc_metrics(st__rpc_req_t *r) {
+  msgpack_sbuffer text;
+  msgpack_sbuffer_init(&text);
+  st__metrics_text(r->c->srv, &text);
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  st__reply_begin(&sb, &pk, r->id);
+  msgpack_pack_str(&pk, text.size);
+  msgpack_pack_str_body(&pk, text.data, text.size);
+  msgpack_sbuffer_destroy(&text);
+  st__reply_send(r->c, r->id, &sb);
 }
 
 /* endpoints -> every declaration of the current generation. */
@@ -59,7 +73,7 @@ void st__rpc_endpoints(st__rpc_req_t *r) {
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, r->id);
   st__describe_endpoints(&pk, r->c->srv->gen);
-  st__reply_send(r->c, &sb);
+  st__reply_send(r->c, r->id, &sb);
 }
 
 /* Nonzero when uid is in reload_uids. */
@@ -94,7 +108,7 @@ static void reload_answer(st__server_t *srv, uint64_t conn_id, uint32_t request_
     msgpack_pack_array(&pk, rep->counts[k]);
     for (size_t i = 0; i < rep->counts[k]; i++) st__pack_cstr(&pk, rep->names[k][i]);
   }
-  st__reply_send(c, &sb);
+  st__reply_send(c, request_id, &sb);
   st__conn_request_done(c);
 }
 

@@ -10,8 +10,9 @@
 #include "server/work.h"
 #include "st/errors.h"
 
-/* Finds and binds: ep and the bound map, or NULL after an error reply. */
-static const st__endpoint_decl_t *resolve(st__rpc_req_t *r, msgpack_sbuffer *bound) {
+/* Finds and binds: ep and the bound map, or NULL after an error reply.
+ * `call`: the request is a call, counted by endpoint from here on. */
+static const st__endpoint_decl_t *resolve(st__rpc_req_t *r, msgpack_sbuffer *bound, int call) {
   st__server_t *srv = r->c->srv;
   if (srv->shutting_down || !srv->pool) {
     st__rpc_error(r, ST_ERR_SHUTTING_DOWN, "the server is shutting down");
@@ -19,6 +20,7 @@ static const st__endpoint_decl_t *resolve(st__rpc_req_t *r, msgpack_sbuffer *bou
   }
   const st__endpoint_decl_t *ep = st__rpc_endpoint(r);
   if (!ep) return NULL;
+  if (call) st__stats_endpoint(srv, &r->c->open, r->id, ep->name);
   msgpack_sbuffer_init(bound);
   char err[1024];
   int rc = st__bind_args(ep, st__rpc_arg(r, "args"), r->c->targs, bound, err, sizeof err);
@@ -73,9 +75,8 @@ void st__rpc_call(st__rpc_req_t *r) {
   st__conn_t *c = r->c;
   st__server_t *srv = c->srv;
   msgpack_sbuffer bound;
-  const st__endpoint_decl_t *ep = resolve(r, &bound);
+  const st__endpoint_decl_t *ep = resolve(r, &bound, 1);
   if (!ep) return;
-  srv->counters.calls++;
   if (ep->execution == ST_EXEC_TASK) {
     start_task(r, ep, &bound, 1);
     msgpack_sbuffer_destroy(&bound);
@@ -98,7 +99,7 @@ void st__rpc_call(st__rpc_req_t *r) {
  * {task_id} at once. */
 void st__rpc_submit(st__rpc_req_t *r) {
   msgpack_sbuffer bound;
-  const st__endpoint_decl_t *ep = resolve(r, &bound);
+  const st__endpoint_decl_t *ep = resolve(r, &bound, 0);
   if (!ep) return;
   st__task_t *t = start_task(r, ep, &bound, 0);
   msgpack_sbuffer_destroy(&bound);
@@ -108,5 +109,5 @@ void st__rpc_submit(st__rpc_req_t *r) {
   st__reply_begin(&sb, &pk, r->id);
   msgpack_pack_map(&pk, 1);
   st__pack_kv_uint(&pk, "task_id", t->id);
-  st__reply_send(r->c, &sb);
+  st__reply_send(r->c, r->id, &sb);
 }

@@ -33,7 +33,7 @@ void st__rpc_release(st__rpc_req_t *r) {
   st__pack_kv_bool(&pk, "released", released);
   st__pack_kv_bool(&pk, "destroyed", destroyed);
   st__pack_kv_uint(&pk, "refcount", refcount);
-  st__reply_send(c, &sb);
+  st__reply_send(c, r->id, &sb);
 }
 
 /* object_info {object_id} -> object info, or STALE_HANDLE. */
@@ -48,7 +48,7 @@ void st__rpc_object_info(st__rpc_req_t *r) {
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, r->id);
   st__pack_object_info(&pk, r->c->srv, o);
-  st__reply_send(r->c, &sb);
+  st__reply_send(r->c, r->id, &sb);
 }
 
 /* ensure_live {object_id, server_id?} -> true, or STALE_HANDLE. */
@@ -71,7 +71,7 @@ void st__rpc_ensure_live(st__rpc_req_t *r) {
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, r->id);
   msgpack_pack_true(&pk);
-  st__reply_send(r->c, &sb);
+  st__reply_send(r->c, r->id, &sb);
 }
 
 /* objects -> every object's info, by id. */
@@ -83,7 +83,7 @@ void st__rpc_objects(st__rpc_req_t *r) {
   msgpack_pack_array(&pk, all->count);
   for (st__object_t *o = all->all_head; o; o = o->all_next)
     st__pack_object_info(&pk, r->c->srv, o);
-  st__reply_send(r->c, &sb);
+  st__reply_send(r->c, r->id, &sb);
 }
 
 /* invalidate_call {endpoint, args?} -> whether an entry was dropped. */
@@ -115,7 +115,7 @@ void st__rpc_invalidate_call(st__rpc_req_t *r) {
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, r->id);
   st__pack_bool(&pk, dropped);
-  st__reply_send(r->c, &sb);
+  st__reply_send(r->c, r->id, &sb);
 }
 
 /* invalidate_endpoint {endpoint} -> number of entries dropped. */
@@ -130,5 +130,5 @@ void st__rpc_invalidate_endpoint(st__rpc_req_t *r) {
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, r->id);
   msgpack_pack_uint64(&pk, n);
-  st__reply_send(r->c, &sb);
+  st__reply_send(r->c, r->id, &sb);
 }

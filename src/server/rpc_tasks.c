@@ -83,5 +83,5 @@ void st__rpc_tasks(st__rpc_req_t *r) {
   st__reply_begin(&sb, &pk, r->id);
   msgpack_pack_array(&pk, n);
   for (size_t i = 0; i < n; i++) st__pack_task(&pk, srv, page[i]);
-  st__reply_send(r->c, &sb);
+  st__reply_send(r->c, r->id, &sb);
 }

@@ -10,6 +10,9 @@
  *   listen.c     the sockets; peer.c who may connect
  *   devices.c    the devices and where a call builds
  *   describe.c   the result maps of hello, info and endpoints
+ *   stats.c      request accounting: every request from dispatch to its
+ *                reply or its connection's close (the counters add up)
+ *   metrics.c    the `metrics` method's Prometheus text
  *
  * Connections (conn.h) and the wire methods (rpc.h) sit on this state;
  * builds and tasks (work.h) on both. This header declares types and
@@ -35,6 +38,7 @@
 #include "engine/objects.h"
 #include "engine/pool.h"
 #include "server/config.h"
+#include "st/errors.h"
 
 typedef struct st__server st__server_t;
 
@@ -89,19 +93,33 @@ void st__devices_start(st__server_t *srv);
 
 /* ------------------------------------------------------------- server */
 
+/* Counters since start (docs/operations.md, "Counters", says how they add
+ * up). Requests are accounted by stats.c, one entry per request from the
+ * moment dispatch accepts it until its reply is queued or its connection
+ * closes: requests = requests_ok + errors + requests_dropped + requests in
+ * flight, and the same per method (st__stats_t). */
 typedef struct st__counters {
   uint64_t requests;          /* requests received (every method)          */
-  uint64_t errors;            /* error responses sent                      */
-  uint64_t calls;             /* call requests accepted (bound)            */
-  uint64_t calls_ok;          /* call/result replies that carried a result */
-  uint64_t calls_dropped;     /* results whose connection was gone         */
+  uint64_t requests_ok;       /* requests answered with a result           */
+  uint64_t errors;            /* requests answered with an error           */
+  uint64_t requests_dropped;  /* requests whose connection closed first    */
+  uint64_t calls;             /* `call` requests received                  */
+  uint64_t calls_ok;          /* `call` requests answered with a result    */
+  uint64_t calls_failed;      /* `call` requests answered with an error    */
+  uint64_t calls_dropped;     /* `call` requests whose connection closed   */
   uint64_t builds;            /* jobs handed to the pool                   */
   uint64_t cache_hits;        /* calls answered from the cache             */
   uint64_t cache_misses;      /* calls of cached endpoints that built      */
   uint64_t joins;             /* calls that joined a build in flight       */
   uint64_t tasks_submitted;   /* tasks created (submit, task endpoints)    */
+  uint64_t tasks_completed;   /* tasks that ended completed                */
+  uint64_t tasks_failed;      /* ... failed                                */
+  uint64_t tasks_cancelled;   /* ... cancelled                             */
   uint64_t tasks_expired;     /* finished tasks dropped (TTL, capacity)    */
   uint64_t releases;          /* leases given back with release            */
+  uint64_t leases_dropped;    /* leases given back otherwise: the
+                                 connection closed, or the reply that
+                                 carried the lease could not be sent       */
   uint64_t invalidations;     /* cache entries dropped by invalidate_*     */
   uint64_t notifications;     /* client notifications (ignored)            */
   uint64_t bytes_received;
@@ -111,13 +129,69 @@ typedef struct st__counters {
   uint64_t connections;       /* connections admitted since start          */
   uint64_t auth_refused;      /* peers refused by the credential check     */
   uint64_t limit_refused;     /* connections refused at max_connections    */
-  uint64_t protocol_errors;   /* connections closed for bad bytes          */
+  uint64_t protocol_errors;   /* connections closed for a message the
+                                 server could not take (bad bytes, too
+                                 large, descriptors that do not match)     */
   uint64_t busy;              /* requests refused with BUSY                */
   uint64_t timeouts;          /* connections closed for a half-sent frame  */
   uint64_t read_pauses;       /* reading paused: a client's replies piled up */
   uint64_t reloads;           /* successful reloads                        */
   uint64_t reload_failures;
 } st__counters_t;
+
+/* ------------------------------------------------------------- stats.c */
+
+/* Methods the stats can tell apart (methods.c has fewer rows); requests
+ * for a method name that has no row count under index ST__STATS_NMETHODS. */
+#define ST__STATS_NMETHODS 32
+/* Upper bounds of the request latency buckets, seconds (+Inf is last). */
+#define ST__STATS_BUCKETS                                                                   {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,    2.5, 5.0, 10.0, 30.0, 60.0}
+#define ST__STATS_NBUCKETS 18
+/* Endpoint names whose calls are counted one by one; the calls of more
+ * names count together under the name "" (shown as "(other)"). */
+#define ST__STATS_MAX_ENDPOINTS 256
+
+typedef struct st__method_stats {
+  uint64_t requests, ok, failed, dropped;
+  uint64_t inflight;          /* accepted, not answered yet                */
+  uint64_t buckets[ST__STATS_NBUCKETS + 1];   /* answered, by latency; not
+                                 cumulative; the last is +Inf              */
+  double seconds;             /* sum of the answered requests' latencies   */
+} st__method_stats_t;
+
+typedef struct st__endpoint_stats {
+  char *name;                 /* owned; "" for the names past the cap      */
+  uint64_t ok, failed, dropped;
+} st__endpoint_stats_t;
+
+/* One request a connection is owed an answer for (stats.c). */
+typedef struct st__open_req {
+  uint32_t id;
+  uint8_t used;
+  uint8_t method;             /* index of the method row; NMETHODS: none   */
+  uint16_t endpoint;          /* 0: none; else 1 + index in `endpoints`    */
+  double accepted;            /* monotonic time dispatch accepted it       */
+} st__open_req_t;
+
+/* A connection's open requests: open addressing by request id (ids a
+ * client reuses while one is open are kept apart). At most its in-flight
+ * requests plus the one being dispatched. */
+typedef struct st__open_reqs {
+  st__open_req_t *slots;      /* owned; NULL while cap is 0                */
+  uint32_t cap;               /* a power of two, or 0                      */
+  uint32_t count;
+} st__open_reqs_t;
+
+typedef struct st__stats {
+  const char *method_names[ST__STATS_NMETHODS];   /* static; NULL past the rows */
+  size_t nmethods;
+  st__method_stats_t methods[ST__STATS_NMETHODS + 1];
+  uint64_t errors_by_code[1 - ST_ERR_MIN];   /* error replies by -code (0: outside the table) */
+  int call_method;            /* index of `call`, -1 before st__stats_init  */
+  st__endpoint_stats_t *endpoints[ST__STATS_MAX_ENDPOINTS + 1];
+  size_t nendpoints;
+  void *endpoint_index;       /* owned st__smap_t: name -> 1 + index       */
+} st__stats_t;
 
 typedef struct st__conn st__conn_t;
 typedef struct st__work st__work_t;
@@ -205,6 +279,7 @@ struct st__server {
   ev_timer grace;             /* shutdown: in-flight work deadline         */
 
   st__counters_t counters;
+  st__stats_t stats;          /* requests by method, errors by name, latency */
   /* What connections hold (conn.h): unclaimed descriptors clients sent,
    * and replies' descriptors and arena bytes not yet read. */
   uint64_t held_fds, held_bytes;
@@ -370,6 +445,35 @@ void st__peer_refuse(int fd, int err, const char *message);
  * SIGPIPE. Loop thread. */
 void st__signals_start(st__server_t *srv);
 void st__signals_stop(st__server_t *srv);
+
+/* stats.c: request accounting (see st__counters_t). Loop thread only.
+ *
+ * st__stats_init: name_at(i) is the method of row i (n rows, static
+ * strings; `call` among them). ST_OK or OUT_OF_MEMORY.
+ * st__stats_free: frees the endpoint table.
+ * st__stats_open: dispatch accepted request `id` of method row `method`
+ * (ST__STATS_NMETHODS for an unknown name): counted, and open on `open`.
+ * ST_OK, or OUT_OF_MEMORY: then it is counted as failed with that error
+ * and the caller answers it with st__conn_send_fault.
+ * st__stats_endpoint: the open call `id` names endpoint `name` (copied).
+ * st__stats_answered: a reply to `id` was queued, with `code` (ST_OK: a
+ * result). Nothing when no request `id` is open (a fault, or a second
+ * reply).
+ * st__stats_dropped: the connection closed: its open requests are
+ * dropped and `open` is freed. */
+int st__stats_init(st__server_t *srv, const char *(*name_at)(size_t), size_t n);
+void st__stats_free(st__server_t *srv);
+int st__stats_open(st__server_t *srv, st__open_reqs_t *open, uint32_t id, size_t method);
+void st__stats_endpoint(st__server_t *srv, st__open_reqs_t *open, uint32_t id, const char *name);
+void st__stats_answered(st__server_t *srv, st__open_reqs_t *open, uint32_t id, int code);
+void st__stats_dropped(st__server_t *srv, st__open_reqs_t *open);
+
+/* The latency bucket bounds (ST__STATS_NBUCKETS values), seconds. */
+extern const double st__stats_bucket_bounds[ST__STATS_NBUCKETS];
+
+/* metrics.c: appends the `metrics` method's text (Prometheus text format
+ * 0.0.4; docs/operations.md, "Monitoring") to *sb. Loop thread. */
+void st__metrics_text(st__server_t *srv, msgpack_sbuffer *sb);
 
 /* describe.c: the result maps of hello (for a connection on socket
  * `device`), info and endpoints, and the device list of hello and info.

@@ -192,7 +192,7 @@ void st__reply_task(st__conn_t *c, uint32_t request_id, st__task_t *t) {
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, request_id);
   st__pack_task(&pk, c->srv, t);
-  st__reply_send(c, &sb);
+  st__reply_send(c, request_id, &sb);
 }
 
 /* ------------------------------------------------------------- waiters */
@@ -287,6 +287,9 @@ static void finish(st__server_t *srv, st__task_t *t, st__task_status_t s) {
   st__work_t *w = srv->work;
   t->build = NULL;
   set_status(w, t, s);
+  if (s == ST_TASK_COMPLETED) srv->counters.tasks_completed++;
+  else if (s == ST_TASK_FAILED) srv->counters.tasks_failed++;
+  else srv->counters.tasks_cancelled++;
   t->completed_at = st__now_unix();
   if (s == ST_TASK_COMPLETED && !t->started_at) t->started_at = t->completed_at;
   t->completed_mono = st__now_mono();

@@ -60,7 +60,6 @@ typedef struct st__build {
   char *flight;               /* owned flight-table key while joinable, else NULL */
   size_t flight_len;
   int cancelled;              /* nobody waits: the job was asked to stop */
-  size_t dropped;             /* calls that stopped waiting (client left) */
   st__consumer_t *consumers;
   struct st__build *prev, *next;        /* every build */
   struct st__build *qnext;              /* serialized queue */
@@ -289,12 +288,13 @@ const char *st__task_status_name(st__task_status_t s);
 
 /* [1, id, nil, <the caller packs the result>] into a fresh buffer. */
 void st__reply_begin(msgpack_sbuffer *sb, msgpack_packer *pk, uint32_t id);
-/* Sends the buffer (no descriptors) and frees it. */
-void st__reply_send(st__conn_t *c, msgpack_sbuffer *sb);
+/* Sends the buffer (no descriptors) as the result of request `id` (the
+ * id st__reply_begin packed; counted as answered, stats.c) and frees it. */
+void st__reply_send(st__conn_t *c, uint32_t id, msgpack_sbuffer *sb);
 
 /* The reply of call/result: {value, arenas[, object]} with one descriptor
  * per arena that is not a legacy CUDA IPC arena. `obj` NULL: a plain result. `lease`: this reply gives c a
- * lease. Counts calls_ok. Sends an error reply instead when a descriptor
+ * lease. Counted as the answer to request id (stats.c). Sends an error reply instead when a descriptor
  * cannot be made or the arenas do not fit one message, and returns that
  * error (ST_OK when the result went out). */
 int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,

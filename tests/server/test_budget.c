@@ -92,16 +92,21 @@ TEST(task_results_count_until_fetched) {
   CHECK(rc_wait_info(&c, "memory.cpu.objects", 0, 5000) == 0);
   uint64_t t = rk_submit(&c, "held", "n", 3000);
   CHECK(rk_wait_status(&c, t, "completed", 5000) == 0);
-  CHECK_EQ_INT(rc_info_int(&c, "memory.cpu.leased_bytes"), P);
+  /* Kept by the task, no lease yet: task bytes, not leased bytes. */
+  CHECK_EQ_INT(rc_info_int(&c, "memory.cpu.task_bytes"), P);
+  CHECK_EQ_INT(rc_info_int(&c, "memory.cpu.leased_bytes"), 0);
   msg_t m;
   CHECK(rk_id(&c, "result", "task_id", t, &m) == 1 && !m.error);
   rc_drop_fds(&c);
   int64_t oid = obj_field(&m, "id");
   msg_free(&m);
+  CHECK_EQ_INT(rc_info_int(&c, "memory.cpu.leased_bytes"), P);   /* result's lease */
+  CHECK_EQ_INT(rc_info_int(&c, "memory.cpu.task_bytes"), 0);
   CHECK(rk_id(&c, "release", "object_id", (uint64_t)oid, &m) == 1 && !m.error);
   CHECK_EQ_INT(obj_int(obj_get(m.result, "destroyed")), 1);
   msg_free(&m);
   CHECK_EQ_INT(rc_info_int(&c, "memory.cpu.leased_bytes"), 0);
+  CHECK_EQ_INT(rc_info_int(&c, "memory.cpu.object_bytes"), 0);
   CHECK_EQ_INT(rc_info_int(&c, "objects.count"), 0);
   rc_close(&c);
 }
