@@ -10,9 +10,12 @@
 return {
   -- Socket base: the server listens on "<base_path>-<device>.sock", one
   -- socket per entry of `devices`. Precedence: --base-path, then this key,
-  -- then $SHARED_TENSOR_BASE_PATH, then "/tmp/shared-tensor". Left unset
-  -- here so that the environment variable applies.
-  -- base_path = "/run/shared-tensor/st",
+  -- then $SHARED_TENSOR_BASE_PATH, then the first usable default:
+  -- "$XDG_RUNTIME_DIR/sharedtensor/st", "/run/sharedtensor/st", else the
+  -- fallback "/tmp/shared-tensor" (docs/operations.md, "Where the socket
+  -- lives"; clients without a path look there in the same order). Left
+  -- unset here so that the environment variable and the defaults apply.
+  -- base_path = "/srv/sharedtensor/st",
 
   -- Socket indices to serve (one socket each). Index N is the CUDA device
   -- N for CUDA endpoints; CPU endpoints work on every socket.

@@ -4,7 +4,8 @@
  *   build/examples/c_consumer [SOCKET] [INPUT_DIM] [OUTPUT_DIM]
  *
  * SOCKET defaults to the device-0 socket of $SHARED_TENSOR_BASE_PATH (else
- * /tmp/shared-tensor). Exits 1 with the server's error otherwise.
+ * the first of the default places where one exists: st_socket_path). Exits
+ * 1 with the server's error otherwise.
  */
 #include <stdio.h>
 #include <stdlib.h>

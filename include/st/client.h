@@ -325,9 +325,13 @@ ST_API int st_tensor_is_shareable(const st_tensor_t *t);
 
 /* ---------------------------------------------------------------- client */
 
-/* Socket path for a device: "<base>-<device>.sock". `base` NULL means
- * $SHARED_TENSOR_BASE_PATH, else ST_DEFAULT_BASE_PATH. Writes at most
- * `len` bytes; ST_ERR_INVALID_ARGUMENT if it does not fit. */
+/* Socket path for a device: "<base>-<device>.sock". `base` NULL (or "")
+ * means $SHARED_TENSOR_BASE_PATH when it is set, else the default bases
+ * of include/st/wire.h in order ($XDG_RUNTIME_DIR/sharedtensor/st,
+ * /run/sharedtensor/st, /tmp/shared-tensor): the first where the device's
+ * socket exists, else the first of them. Writes at most `len` bytes;
+ * ST_ERR_INVALID_ARGUMENT if it does not fit. Any thread (reads the
+ * environment and the file system). */
 ST_API int st_socket_path(const char *base, int device, char *out, size_t len);
 
 /* Who the client talks to. Anyone who can bind the socket path (a socket
@@ -351,22 +355,40 @@ ST_API int st_socket_path(const char *base, int device, char *out, size_t len);
  * then change what differs. */
 typedef struct st_client_options {
   int64_t server_uid;          /* ST_SERVER_UID_DEFAULT, or a uid         */
+  int timeout_ms;              /* > 0: the limit for connecting (connect
+                                  and hello together, one deadline) and
+                                  then for each reply, as
+                                  st_client_set_timeout. 0 (default):
+                                  ST_CONNECT_TIMEOUT_MS for connecting,
+                                  no limit for replies                    */
 } st_client_options_t;
+
+/* The limit for connect + hello when options give none. */
+#define ST_CONNECT_TIMEOUT_MS 10000
 
 /* Every option at its default. Any thread. */
 ST_API void st_client_options_init(st_client_options_t *o);
 
 /* Connects to the socket `path`, checks who listens (above) and exchanges
- * `hello`. `opts` NULL means every default. On success *out is owned by
+ * `hello`, within opts->timeout_ms (else ST_CONNECT_TIMEOUT_MS) for the
+ * whole. `opts` NULL means every default. On success *out is owned by
  * the caller (st_client_close). On failure *out is NULL and `err` (may be
- * NULL) holds a message: ST_ERR_IO when nothing listens, ST_ERR_AUTH when
- * the server runs as another uid than expected or refuses this user,
- * ST_ERR_PROTOCOL on a version mismatch, ST_ERR_INVALID_ARGUMENT for a
- * server_uid out of range or a $SHARED_TENSOR_SERVER_UID that is no uid. */
+ * NULL) holds a message: ST_ERR_IO when nothing listens, ST_ERR_TIMEOUT
+ * when the accept queue stayed full or no hello reply came in time (the
+ * message says which and the limit), ST_ERR_AUTH when the server runs as
+ * another uid than expected or refuses this user, ST_ERR_PROTOCOL on a
+ * version mismatch, ST_ERR_INVALID_ARGUMENT for a server_uid out of range
+ * or a $SHARED_TENSOR_SERVER_UID that is no uid. */
 ST_API int st_client_connect_opts(const char *path, const st_client_options_t *opts,
                                   st_client_t **out, char *err, size_t errlen);
-/* st_client_connect_opts with every option at its default, to `path` or
- * to the socket of `device` under `base` (st_socket_path). */
+/* st_client_connect_opts to the socket of `device` under `base`
+ * (st_socket_path). Without a base ($SHARED_TENSOR_BASE_PATH unset too)
+ * the socket is the first that exists in the default bases; when none
+ * does: ST_ERR_IO naming every path tried. */
+ST_API int st_client_connect_device_opts(const char *base, int device,
+                                         const st_client_options_t *opts, st_client_t **out,
+                                         char *err, size_t errlen);
+/* The two above with every option at its default. */
 ST_API int st_client_connect(const char *path, st_client_t **out, char *err, size_t errlen);
 ST_API int st_client_connect_device(const char *base, int device, st_client_t **out,
                              char *err, size_t errlen);

@@ -39,8 +39,9 @@ typedef struct st_embed_options {
                               built-in defaults (./config.lua is NOT read) */
   const char *base_path;   /* st_embed_serve: socket base (NULL: the
                               config's, else $SHARED_TENSOR_BASE_PATH, else
-                              /tmp/shared-tensor). st_embed_start ignores it:
-                              its socket is always private                 */
+                              the first usable default, as for stserver:
+                              st/wire.h). st_embed_start ignores it: its
+                              socket is always private                     */
   int device;              /* the socket index served (what "cuda" means in
                               endpoints); -1: the config's devices ({0})   */
   int workers;             /* worker threads; 0: the config's (4)          */

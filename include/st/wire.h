@@ -23,9 +23,18 @@ extern "C" {
 #define ST_EXT_TENSOR 1
 #define ST_EXT_MODULE 2
 
-/* Default socket base: sockets live at "<base>-<device index>.sock". The
- * environment variable overrides the default (a --base-path flag or the
- * config file overrides the environment). */
+/* Socket base: sockets live at "<base>-<device index>.sock". The
+ * environment variable names the base (a --base-path flag or the config
+ * file overrides the environment). Without any of them the base is the
+ * first of these that fits (docs/operations.md, "Where the socket is"):
+ *   "$XDG_RUNTIME_DIR/" ST_XDG_BASE_PATH   (a user's own server)
+ *   ST_RUN_BASE_PATH                       (root, or a systemd service
+ *                                           with RuntimeDirectory=sharedtensor)
+ *   ST_DEFAULT_BASE_PATH                   (the fallback)
+ * A server takes the first it can use; a client the first where a socket
+ * of its device exists. */
+#define ST_XDG_BASE_PATH     "sharedtensor/st"
+#define ST_RUN_BASE_PATH     "/run/sharedtensor/st"
 #define ST_DEFAULT_BASE_PATH "/tmp/shared-tensor"
 #define ST_ENV_BASE_PATH     "SHARED_TENSOR_BASE_PATH"
 

@@ -80,8 +80,11 @@ local function check_id(id, what)
 end
 
 -- Connects: opts.path, or opts.device (default 0) with opts.base_path
--- (default $SHARED_TENSOR_BASE_PATH, else /tmp/shared-tensor); opts.timeout_ms
--- bounds each reply (default: no bound); opts.server_uid is the uid the
+-- (default $SHARED_TENSOR_BASE_PATH, else the first socket of the device
+-- that exists in $XDG_RUNTIME_DIR/sharedtensor/st, /run/sharedtensor/st,
+-- /tmp/shared-tensor: the library's search, st_socket_path);
+-- opts.timeout_ms bounds connecting (connect and hello; default 10 s) and
+-- then each reply (default: no bound); opts.server_uid is the uid the
 -- server must run as, checked before anything is sent (AUTH otherwise;
 -- default: $SHARED_TENSOR_SERVER_UID if set, else this process's uid or
 -- root). Returns a client, or nil, err.
@@ -97,31 +100,31 @@ function M.connect(opts)
     end
     o.server_uid = u
   end
+  if opts.timeout_ms ~= nil then
+    local t = opts.timeout_ms
+    if type(t) ~= "number" or t < 0 or t >= 2^31 then
+      error("connect: timeout_ms must be a number of milliseconds >= 0", 2)
+    end
+    o.timeout_ms = t > 0 and math.max(1, math.floor(t)) or 0
+  end
   local out = ffi.new("st_client_t*[1]")
-  local err = ffi.new("char[512]")
-  local path = opts.path
+  local err = ffi.new("char[1024]")
+  local path, rc = opts.path, nil
   if path ~= nil then
     if type(path) ~= "string" then error("connect: path must be a string", 2) end
+    rc = lib.st_client_connect_opts(path, o, out, err, 1024)
   else
     local device = opts.device or 0
     if type(device) ~= "number" or device < 0 or device ~= math.floor(device) then
       error("connect: device must be an integer >= 0", 2)
     end
-    local buf = ffi.new("char[4096]")
-    local rc = lib.st_socket_path(opts.base_path, device, buf, 4096)
-    if rc ~= 0 then
-      local name = C.err_name(rc)
-      return nil, name .. ": no usable socket path for device " .. device, name
-    end
-    path = ffi.string(buf)
+    rc = lib.st_client_connect_device_opts(opts.base_path, device, o, out, err, 1024)
   end
-  local rc = lib.st_client_connect_opts(path, o, out, err, 512)
   if rc ~= 0 then
     local name = C.err_name(rc)
     return nil, name .. ": " .. ffi.string(err), name
   end
   local c = setmetatable({ _h = ffi.gc(out[0], lib.st_client_close) }, Client)
-  if opts.timeout_ms then lib.st_client_set_timeout(c._h, opts.timeout_ms) end
   c.server_id = ffi.string(lib.st_client_server_id(c._h))
   return c
 end

@@ -144,11 +144,15 @@ int st_socket_path(const char *base, int device, char *out, size_t len);
 
 typedef struct st_client_options {
   int64_t server_uid;
+  int timeout_ms;
 } st_client_options_t;
 
 void st_client_options_init(st_client_options_t *o);
 int st_client_connect_opts(const char *path, const st_client_options_t *opts,
                            st_client_t **out, char *err, size_t errlen);
+int st_client_connect_device_opts(const char *base, int device,
+                                  const st_client_options_t *opts, st_client_t **out,
+                                  char *err, size_t errlen);
 int st_client_connect(const char *path, st_client_t **out, char *err, size_t errlen);
 int st_client_connect_device(const char *base, int device, st_client_t **out,
                              char *err, size_t errlen);

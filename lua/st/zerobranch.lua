@@ -54,8 +54,6 @@ int st_embed_serve(const st_embed_options_t *opts, char *err, size_t errlen);
 
 local M = {}
 
-local DEFAULT_BASE_PATH = "/tmp/shared-tensor"
-
 -- ------------------------------------------------------------- libraries
 
 local embed_lib
@@ -270,15 +268,16 @@ local function main_in_process(self, fn)
 end
 
 local function main_client(self, fn)
-  local base = env("SHARED_TENSOR_BASE_PATH") or DEFAULT_BASE_PATH
-  local path = ("%s-%d.sock"):format(base, self.device)
-  local c, err, name = client.connect { device = self.device, base_path = base }
+  -- The library finds the socket: $SHARED_TENSOR_BASE_PATH's, else the
+  -- first that exists of the default places (st_socket_path).
+  local c, err, name = client.connect { device = self.device }
   if not c then
     if name == "IO" then
+      local where = err:match("^IO: cannot connect to (.-): ") or err:match("no socket at (.*)$")
       error(("no server at %s: start one with SHARED_TENSOR_ENABLED=1 SHARED_TENSOR_ROLE=server luajit %s")
-            :format(path, self.file), 3)
+            :format(where or ("device " .. self.device), self.file), 3)
     end
-    error(("cannot connect to %s: %s"):format(path, err), 3)
+    error(("cannot connect to the server of device %d: %s"):format(self.device, err), 3)
   end
   return run_main(fn, c, nil)
 end

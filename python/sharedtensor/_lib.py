@@ -103,6 +103,7 @@ class ClientOptions(ctypes.Structure):
     """st_client_options_t."""
     _fields_ = [
         ("server_uid", c_int64),
+        ("timeout_ms", c_int),
     ]
 
 
@@ -182,6 +183,8 @@ _PROTOS = {
     "st_client_options_init": (None, [P(ClientOptions)]),
     "st_client_connect_opts": (c_int, [c_char_p, P(ClientOptions), P(c_void_p), c_char_p,
                                        c_size_t]),
+    "st_client_connect_device_opts": (c_int, [c_char_p, c_int, P(ClientOptions), P(c_void_p),
+                                              c_char_p, c_size_t]),
     "st_client_connect": (c_int, [c_char_p, P(c_void_p), c_char_p, c_size_t]),
     "st_client_connect_device": (c_int, [c_char_p, c_int, P(c_void_p), c_char_p, c_size_t]),
     "st_client_close": (None, [c_void_p]),

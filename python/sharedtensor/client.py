@@ -70,9 +70,13 @@ class Client:
            server_uid=None)
 
     `path` names the socket; otherwise device N's socket "<base>-N.sock"
-    (base: base_path, else $SHARED_TENSOR_BASE_PATH, else
-    /tmp/shared-tensor). `timeout` (seconds) bounds each reply; a call that
-    times out raises TimeoutError and closes the connection.
+    (base: base_path, else $SHARED_TENSOR_BASE_PATH, else the first of
+    $XDG_RUNTIME_DIR/sharedtensor/st, /run/sharedtensor/st and the
+    fallback /tmp/shared-tensor where that socket exists: the C library's
+    search). `timeout` (seconds) bounds connecting (connect and hello
+    together; None or 0: 10 s) and then each reply (None or 0: no bound); a
+    connect or call that times out raises TimeoutError (a built-in
+    TimeoutError) and a call that does closes the connection.
     `server_uid`: the uid the server must run as, checked (SO_PEERCRED)
     before anything is sent; a server running as another uid raises
     AuthError. None: $SHARED_TENSOR_SERVER_UID if set, else this process's
@@ -97,24 +101,26 @@ class Client:
             if not isinstance(server_uid, int) or isinstance(server_uid, bool) or server_uid < 0:
                 raise ValueError("server_uid must be a uid (an integer >= 0) or None")
             opts.server_uid = server_uid
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (
+                    0 <= timeout < 2 ** 31 / 1000):
+                raise ValueError("timeout must be a number of seconds >= 0, or None")
+            opts.timeout_ms = max(1, int(timeout * 1000)) if timeout > 0 else 0
+        out = ctypes.c_void_p()
+        err = ctypes.create_string_buffer(1024)
         if path is None:
             if not isinstance(device, int) or device < 0:
                 raise ValueError("device must be an integer >= 0")
             base = None if base_path is None else str(base_path).encode()
-            buf = ctypes.create_string_buffer(4096)
-            rc = _l.st_socket_path(base, device, buf, len(buf))
-            if rc != 0:
-                raise from_library(rc, "no usable socket path for device %d" % device)
-            path = buf.value
-        out = ctypes.c_void_p()
-        err = ctypes.create_string_buffer(512)
-        rc = _l.st_client_connect_opts(path if isinstance(path, bytes) else str(path).encode(),
-                                       ctypes.byref(opts), ctypes.byref(out), err, 512)
+            rc = _l.st_client_connect_device_opts(base, device, ctypes.byref(opts),
+                                                  ctypes.byref(out), err, len(err))
+        else:
+            rc = _l.st_client_connect_opts(
+                path if isinstance(path, bytes) else str(path).encode(), ctypes.byref(opts),
+                ctypes.byref(out), err, len(err))
         if rc != 0:
             raise from_library(rc, err.value.decode(errors="replace"))
         self._ptr = out.value
-        if timeout is not None:
-            _l.st_client_set_timeout(self._ptr, max(1, int(timeout * 1000)))
         self.server_id = _l.st_client_server_id(self._ptr).decode()
         self.server_version = _l.st_client_server_version(self._ptr).decode()
         self.server_pid = _l.st_client_server_pid(self._ptr)

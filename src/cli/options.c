@@ -17,11 +17,15 @@ const char cli_global_help[] =
     "Global options (before or after the command):\n"
     "  --socket PATH     connect to this socket (overrides --base-path/--device)\n"
     "  --base-path PATH  socket base; the socket is PATH-<device>.sock\n"
-    "                    (default: $" ST_ENV_BASE_PATH ", else " ST_DEFAULT_BASE_PATH ")\n"
+    "                    (default: $" ST_ENV_BASE_PATH ", else the first\n"
+    "                    that exists of $XDG_RUNTIME_DIR/" ST_XDG_BASE_PATH "-N.sock,\n"
+    "                    " ST_RUN_BASE_PATH "-N.sock, " ST_DEFAULT_BASE_PATH "-N.sock)\n"
     "  --device N        device index of the socket (default 0)\n"
     "  --json            print machine-readable JSON\n"
-    "  --timeout T       give up waiting for a reply after T (a duration: 5, 2.5s,\n"
-    "                    500ms, 1m; a bare number is seconds; 0: no limit)\n"
+    "  --timeout T       give up connecting (connect and hello) and waiting for each\n"
+    "                    reply after T (a duration: 5, 2.5s, 500ms, 1m; a bare\n"
+    "                    number is seconds; default and 0: 10 s to connect, then\n"
+    "                    no limit)\n"
     "  --server-uid UID  the uid the server must run as (default: $" ST_ENV_SERVER_UID ",\n"
     "                    else this user's uid or root)\n"
     "  --help            show help (also: stcli help COMMAND)\n"
@@ -154,23 +158,19 @@ int cli_fail(st_client_t *c, int rc) {
 
 /* See cli.h. */
 int cli_connect(const cli_t *g, st_client_t **out) {
-  char err[512] = "", path[4096];
+  char err[1024] = "";
   st_client_options_t o;
   st_client_options_init(&o);
   o.server_uid = g->server_uid;
-  int rc = ST_OK;
-  if (g->socket)
-    snprintf(path, sizeof path, "%s", g->socket);
-  else if ((rc = st_socket_path(g->base, g->device, path, sizeof path)) != ST_OK)
-    snprintf(err, sizeof err, "no usable socket path for device %d (too long)", g->device);
-  if (rc == ST_OK) rc = st_client_connect_opts(path, &o, out, err, sizeof err);
+  o.timeout_ms = g->timeout_ms;
+  int rc = g->socket ? st_client_connect_opts(g->socket, &o, out, err, sizeof err)
+                     : st_client_connect_device_opts(g->base, g->device, &o, out, err, sizeof err);
   if (rc != ST_OK) {
     fprintf(stderr, "stcli: %s: %s\n", st_err_name(rc), err[0] ? err : st_strerror(rc));
     return rc == ST_ERR_TIMEOUT ? CLI_TIMEOUT
            : rc == ST_ERR_INVALID_ARGUMENT ? CLI_USAGE
                                            : CLI_NO_CONNECTION;
   }
-  st_client_set_timeout(*out, g->timeout_ms);
   return CLI_OK;
 }
 

@@ -3,6 +3,7 @@
  *   conn.c    socket, connect, send/recv with deadlines, the fd FIFO
  *   rpc.c     request ids, one synchronous exchange, server errors
  *   hello.c   connect + hello, the public client functions
+ *   sockpath.c socket paths (the default bases), connecting by device
  *   tasks.c   submit, status, wait, result, cancel, tasks
  *   objects.c release, object_info, ensure_live, objects, invalidation,
  *             reload
@@ -37,8 +38,9 @@
 /* Largest reply frame the client accepts (replies are descriptors and
  * metadata, never tensor bytes). */
 #define ST_CLIENT_MAX_REPLY (64u << 20)
-/* Limit for connect + hello when the caller gave no timeout. */
-#define ST_CLIENT_CONNECT_TIMEOUT_MS 10000
+/* Limit for connect + hello together when the caller gave no timeout
+ * (st_client_options_t.timeout_ms 0). */
+#define ST_CLIENT_CONNECT_TIMEOUT_MS ST_CONNECT_TIMEOUT_MS
 
 /* ------------------------------------------------------------- buffers */
 
@@ -112,9 +114,10 @@ int64_t st__client_now_ns(void);
 int64_t st__client_deadline(int timeout_ms);
 
 /* conn.c. Each returns ST_OK or a recorded failure. */
-/* Connects to `path` and checks that the listening side runs as
- * c->server_uid (ST_ERR_AUTH otherwise, before anything is sent). */
-int st__client_conn_open(st_client_t *c, const char *path, int timeout_ms);
+/* Connects to `path` by `deadline` (limit_ms: the limit it came from, for
+ * messages) and checks that the listening side runs as c->server_uid
+ * (ST_ERR_AUTH otherwise, before anything is sent). */
+int st__client_conn_open(st_client_t *c, const char *path, int64_t deadline, int limit_ms);
 /* Sends buf; the nfds descriptors `fds` (borrowed, may be NULL) go as one
  * SCM_RIGHTS message with its first byte. */
 int st__client_conn_send(st_client_t *c, const void *buf, size_t len, const int *fds,
@@ -138,6 +141,12 @@ int st__client_fifo_take(st_client_t *c, int *out, size_t n);
 int st__client_exchange(st_client_t *c, const char *method, const void *params,
                         size_t params_len, const int *req_fds, size_t req_nfds,
                         st__message_t *reply, int **fds, size_t *nfds);
+/* st__client_exchange with the limit given as an absolute `deadline`
+ * (st__client_now_ns time; -1: none) instead of c->timeout_ms from now:
+ * connect + hello share one deadline. */
+int st__client_exchange_until(st_client_t *c, const char *method, const void *params,
+                              size_t params_len, const int *req_fds, size_t req_nfds,
+                              int64_t deadline, st__message_t *reply, int **fds, size_t *nfds);
 
 /* hello.c: one exchange of `method` (params: the bytes of one msgpack map
  * and the descriptors that go with it, or NULL for none) decoded into a new result owned by the caller; with

@@ -53,12 +53,22 @@ static int check_server_uid(st_client_t *c, int fd, const char *path) {
                          path, (unsigned)cred.uid, (unsigned)me);
 }
 
-/* Opens `path` and connects, waiting at most timeout_ms (<= 0: the default
- * connect limit) for a full accept queue, then checks who listens
- * (check_server_uid). ST_OK or a recorded failure: ST_ERR_IO (nothing
- * listens, permission), ST_ERR_TIMEOUT, ST_ERR_AUTH (another uid listens),
+/* Opens `path` and connects, waiting until `deadline` (st__client_now_ns
+ * time; limit_ms is the limit it came from, for messages) for room in a
+ * full accept queue, then checks who listens (check_server_uid).
+ *
+ * The wait is the kernel's: a blocking connect on a Unix socket sleeps
+ * while the listener's accept queue is full for at most SO_SNDTIMEO, set
+ * to what is left of the deadline (again after a signal). A non-blocking
+ * connect would not do: it fails with EAGAIN and leaves the socket
+ * unconnected, and poll() reports such a socket writable at once, so
+ * there would be nothing to wait on but a timer. The connect never waits
+ * for the server to call accept(); the hello reply does (hello.c).
+ *
+ * ST_OK or a recorded failure: ST_ERR_IO (nothing listens, permission),
+ * ST_ERR_TIMEOUT, ST_ERR_AUTH (another uid listens),
  * ST_ERR_INVALID_ARGUMENT (path too long). Thread of the client. */
-int st__client_conn_open(st_client_t *c, const char *path, int timeout_ms) {
+int st__client_conn_open(st_client_t *c, const char *path, int64_t deadline, int limit_ms) {
   struct sockaddr_un sa;
   memset(&sa, 0, sizeof sa);
   sa.sun_family = AF_UNIX;
@@ -76,26 +86,33 @@ int st__client_conn_open(st_client_t *c, const char *path, int timeout_ms) {
     return st__client_fail(c, e == EMFILE || e == ENFILE ? ST_ERR_LIMIT : ST_ERR_IO,
                            "cannot create a socket: %s", strerror(e));
   }
-  /* A blocking Unix connect waits for room in the accept queue for at most
-   * SO_SNDTIMEO; it never waits for the server to call accept(). */
-  int ms = timeout_ms > 0 ? timeout_ms : ST_CLIENT_CONNECT_TIMEOUT_MS;
-  struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  int rc;
-  do {
+  int rc, e = 0;
+  for (;;) {
+    int64_t left = deadline - st__client_now_ns();
+    if (left <= 0) {
+      e = EAGAIN;
+      break;
+    }
+    left = (left + 999) / 1000; /* microseconds */
+    struct timeval tv = {.tv_sec = (time_t)(left / 1000000),
+                         .tv_usec = (suseconds_t)(left % 1000000)};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     rc = connect(fd, (struct sockaddr *)&sa, sizeof sa);
-  } while (rc != 0 && errno == EINTR);
-  if (rc != 0) {
-    int e = errno;
+    if (rc == 0 || errno != EINTR) {
+      e = rc == 0 ? 0 : errno;
+      break;
+    }
+  }
+  if (e != 0) {
     close(fd);
     if (e == ENOENT || e == ECONNREFUSED)
       return st__client_fail(c, ST_ERR_IO, "cannot connect to %s: no server is listening (%s)",
                              path, strerror(e));
-    if (e == EAGAIN || e == ETIMEDOUT)
+    if (e == EAGAIN || e == ETIMEDOUT || e == EINPROGRESS)
       return st__client_fail(c, ST_ERR_TIMEOUT,
-                             "cannot connect to %s: the server's accept queue stayed full for "
-                             "%d ms",
-                             path, ms);
+                             "cannot connect to %s within %d ms (the connect timeout): the "
+                             "server's accept queue stayed full",
+                             path, limit_ms);
     if (e == EACCES || e == EPERM)
       return st__client_fail(c, ST_ERR_IO,
                              "cannot connect to %s: no permission to use the socket (%s)", path,

@@ -1,5 +1,6 @@
-/* src/client: the public client functions: socket paths, connect + hello,
- * close, errors, ping, call and generic methods. */
+/* src/client: the public client functions: connect + hello, close,
+ * errors, ping, call and generic methods (socket paths and connecting
+ * by device: sockpath.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,21 +12,6 @@
 /* Why arguments with an open list or map cannot go. */
 #define UNFINISHED \
   "the arguments have an unfinished list or map (st_args_begin_* without its st_args_end)"
-
-/* "<base>-<device>.sock" into out; see client.h. Any thread. */
-ST_API int st_socket_path(const char *base, int device, char *out, size_t len) {
-  if (!out || device < 0) return ST_ERR_INVALID_ARGUMENT;
-  if (!base || !*base) {
-    base = getenv(ST_ENV_BASE_PATH);
-    if (!base || !*base) base = ST_DEFAULT_BASE_PATH;
-  }
-  int n = snprintf(out, len, "%s-%d.sock", base, device);
-  if (n < 0 || (size_t)n >= len) {
-    if (len) out[0] = '\0';
-    return ST_ERR_INVALID_ARGUMENT;
-  }
-  return ST_OK;
-}
 
 static void copy_str(char *dst, size_t cap, const msgpack_object *o) {
   if (o && o->type == MSGPACK_OBJECT_STR)
@@ -42,8 +28,8 @@ static int64_t int_of(const msgpack_object *o, int64_t dflt) {
   return dflt;
 }
 
-/* Exchanges hello and keeps the server's identity. */
-static int hello(st_client_t *c) {
+/* Exchanges hello by `deadline` and keeps the server's identity. */
+static int hello(st_client_t *c, int64_t deadline) {
   st_args_t *a = st_args_new();
   if (!a) return st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory");
   st__cbuf_t b;
@@ -59,8 +45,14 @@ static int hello(st_client_t *c) {
   st__message_t m;
   int *fds;
   size_t nfds;
-  rc = st__client_exchange(c, "hello", b.sb.data, b.sb.size, NULL, 0, &m, &fds, &nfds);
+  rc = st__client_exchange_until(c, "hello", b.sb.data, b.sb.size, NULL, 0, deadline, &m, &fds,
+                                 &nfds);
   st__client_cbuf_destroy(&b);
+  if (rc == ST_ERR_TIMEOUT)
+    return st__client_fail(c, ST_ERR_TIMEOUT,
+                           "the server at %s accepted the connection but did not answer hello "
+                           "within %d ms (the connect timeout)",
+                           c->path, c->timeout_ms);
   if (rc != ST_OK) return rc;
   for (size_t i = 0; i < nfds; i++) close(fds[i]);
   free(fds);
@@ -87,6 +79,21 @@ static int hello(st_client_t *c) {
   }
   st__message_destroy(&m);
   if (rc != ST_OK) st__client_conn_shutdown(c, c->err_msg);
+  return rc;
+}
+
+/* Connects c to `path` and says hello, both within limit_ms (> 0) from
+ * now: one deadline for the whole connect. c->timeout_ms is limit_ms while
+ * it runs (messages name it) and is restored after. ST_OK or a recorded
+ * failure. Thread of the client. */
+static int open_and_hello(st_client_t *c, const char *path, int limit_ms) {
+  int64_t deadline = st__client_deadline(limit_ms);
+  int rc = st__client_conn_open(c, path, deadline, limit_ms);
+  if (rc != ST_OK) return rc;
+  int keep = c->timeout_ms;
+  c->timeout_ms = limit_ms;
+  rc = hello(c, deadline);
+  c->timeout_ms = keep;
   return rc;
 }
 
@@ -139,6 +146,7 @@ ST_API int st_client_connect_opts(const char *path, const st_client_options_t *o
   int64_t server_uid;
   int rc = expected_server_uid(opts, &server_uid, err, errlen);
   if (rc != ST_OK) return rc;
+  int timeout_ms = opts && opts->timeout_ms > 0 ? opts->timeout_ms : 0;
   st_client_t *c = calloc(1, sizeof *c);
   if (!c) {
     if (err && errlen) snprintf(err, errlen, "out of memory");
@@ -155,12 +163,8 @@ ST_API int st_client_connect_opts(const char *path, const st_client_options_t *o
     return ST_ERR_OUT_OF_MEMORY;
   }
   c->reader_ready = 1;
-  rc = st__client_conn_open(c, path, ST_CLIENT_CONNECT_TIMEOUT_MS);
-  if (rc == ST_OK) {
-    c->timeout_ms = ST_CLIENT_CONNECT_TIMEOUT_MS;
-    rc = hello(c);
-    c->timeout_ms = 0;
-  }
+  rc = open_and_hello(c, path, timeout_ms ? timeout_ms : ST_CLIENT_CONNECT_TIMEOUT_MS);
+  c->timeout_ms = timeout_ms;
   if (rc != ST_OK) {
     if (err && errlen) snprintf(err, errlen, "%s", c->err_msg);
     st_client_close(c);
@@ -190,32 +194,12 @@ int st__client_reconnect(st_client_t *c, int timeout_ms) {
   c->reply_pending = 0;
   char path[sizeof c->path];
   snprintf(path, sizeof path, "%s", c->path);
-  int rc = st__client_conn_open(c, path, timeout_ms);
-  if (rc != ST_OK) {
+  int rc = open_and_hello(c, path, timeout_ms);
+  if (rc == ST_OK) st__client_clear_error(c);
+  else if (c->fd < 0)
     snprintf(c->closed_why, sizeof c->closed_why, "%.*s", (int)sizeof c->closed_why - 1,
              c->err_msg);
-    return rc;
-  }
-  int keep = c->timeout_ms;
-  c->timeout_ms = timeout_ms;
-  rc = hello(c);
-  c->timeout_ms = keep;
-  if (rc == ST_OK) st__client_clear_error(c);
   return rc;
-}
-
-/* Connects to the socket of `device` under `base`; see client.h. */
-ST_API int st_client_connect_device(const char *base, int device, st_client_t **out, char *err,
-                                    size_t errlen) {
-  char path[sizeof(((st_client_t *)0)->path)];
-  if (out) *out = NULL;
-  if (st_socket_path(base, device, path, sizeof path) != ST_OK) {
-    if (err && errlen)
-      snprintf(err, errlen, "no usable socket path for device %d (too long or negative)",
-               device);
-    return ST_ERR_INVALID_ARGUMENT;
-  }
-  return st_client_connect(path, out, err, errlen);
 }
 
 /* Closes the connection and frees the client; results stay valid. */

@@ -122,6 +122,14 @@ static int read_reply(st_client_t *c, uint32_t id, int64_t deadline, st__message
 int st__client_exchange(st_client_t *c, const char *method, const void *params,
                         size_t params_len, const int *req_fds, size_t req_nfds,
                         st__message_t *reply, int **fds, size_t *nfds) {
+  return st__client_exchange_until(c, method, params, params_len, req_fds, req_nfds,
+                                   st__client_deadline(c->timeout_ms), reply, fds, nfds);
+}
+
+/* See client_internal.h. Thread of the client. */
+int st__client_exchange_until(st_client_t *c, const char *method, const void *params,
+                              size_t params_len, const int *req_fds, size_t req_nfds,
+                              int64_t deadline, st__message_t *reply, int **fds, size_t *nfds) {
   *fds = NULL;
   *nfds = 0;
   if (c->fd < 0)
@@ -143,7 +151,6 @@ int st__client_exchange(st_client_t *c, const char *method, const void *params,
     st__client_cbuf_destroy(&b);
     return st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing '%s'", method);
   }
-  int64_t deadline = st__client_deadline(c->timeout_ms);
   int rc = st__client_conn_send(c, b.sb.data, b.sb.size, req_fds, req_nfds, deadline);
   st__client_cbuf_destroy(&b);
   if (rc == ST_ERR_IO) {

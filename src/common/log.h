@@ -1,5 +1,5 @@
 /* src/common: the server's log. One line per event on stderr:
- *   2026-11-21T11:48:43.123Z info  loop: listening on /tmp/shared-tensor-0.sock
+ *   2026-11-21T11:48:43.123Z info  loop: listening on /run/sharedtensor/st-0.sock
  * Thread-safe (each line is written with one write(2)). The client library
  * never logs.
  */

@@ -1,6 +1,7 @@
 /* src/embed: the configuration of an embedded server (embed_int.h).
  * Precedence, as for stserver: options > config file > environment
- * (SHARED_TENSOR_BASE_PATH) > built-in defaults. Unlike stserver, no
+ * (SHARED_TENSOR_BASE_PATH) > built-in defaults (a base path left unset
+ * is chosen by st_embed_serve: server/sockdir.c). Unlike stserver, no
  * ./config.lua is read unless opts->config names it: a script's server
  * must not change with the directory it is started from. */
 #include <stdio.h>

@@ -31,6 +31,13 @@ ST_API int st_embed_serve(const st_embed_options_t *opts, char *err, size_t errl
     return rc;
   }
   st__log_set_level(cfg.log_level);
+  char why[1024];
+  if (st__sockdir_choose(&cfg, why, sizeof why) != ST_OK) {
+    snprintf(err, errlen, "out of memory");
+    st__config_free(&cfg);
+    return ST_ERR_OUT_OF_MEMORY;
+  }
+  if (why[0]) ST_LOG_I("listen", "%s", why);
   st__server_t srv;
   st__server_setup_t setup = {.loop = NULL, .no_signals = 0, .err = err, .errlen = errlen};
   rc = st__server_start(&srv, &cfg, &setup);

@@ -83,8 +83,9 @@ static const st__setting_t tasks_rows[] = {
 /* The keys of config.lua (docs/operations.md, "Configuration"). */
 const st__setting_t st__config_settings[] = {
     {.name = "base_path", .type = ST_SET_STRING, .offset = F(base_path),
-     .def_text = ST_DEFAULT_BASE_PATH,
-     .description = "socket base (default: $SHARED_TENSOR_BASE_PATH, else this)"},
+     .description = "socket base (default: $SHARED_TENSOR_BASE_PATH, else the first usable "
+                    "of $XDG_RUNTIME_DIR/" ST_XDG_BASE_PATH ", " ST_RUN_BASE_PATH ", "
+                    ST_DEFAULT_BASE_PATH ")"},
     {.name = "devices", .type = ST_SET_INTS, .flags = ST_SET_ONE | ST_SET_NONEMPTY | ST_SET_UNIQUE,
      .offset = F(devices), .size = sizeof(int), .count_offset = F(ndevices), .lo = 0,
      .hi = 4095, .max_entries = ST_MAX_DEVICES, .what = "device",

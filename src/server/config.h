@@ -27,7 +27,7 @@
 
 typedef struct st__config {
   char *path;                   /* owned: the config file ("" if none)      */
-  char *base_path;              /* owned                                    */
+  char *base_path;              /* owned; NULL: st__sockdir_choose picks     */
   int ndevices;
   int devices[ST_MAX_DEVICES];  /* socket indices served                    */
   int workers;                  /* worker threads                           */
@@ -105,7 +105,7 @@ int st__config_load(const char *path, st__config_t *cfg, st__errlist_t *errs);
 
 /* Fills every field with its default (ST_DEFAULT_* of include/st/wire.h,
  * workers = 4, endpoints "endpoints", log "info", base path from
- * $SHARED_TENSOR_BASE_PATH or ST_DEFAULT_BASE_PATH, devices {0}, tasks
+ * $SHARED_TENSOR_BASE_PATH or NULL (st__sockdir_choose), devices {0}, tasks
  * ttl 600 s and capacity 10000, cpu budget half of the host memory
  * (st__config_default_cpu_budget), reload_uids root and the effective uid
  * of this process). */

@@ -22,9 +22,11 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/sockdir.h"
 #include "server/conn.h"
 #include "server/server.h"
 #include "st/errors.h"
+#include "st/wire.h"
 
 #define SUN_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
 
@@ -92,9 +94,35 @@ static int make_dirs(const char *dir, mode_t mode, int *created, char *err, size
   return ST_OK;
 }
 
+/* A default socket directory (check_dir) that exists: ours, writable by
+ * nobody else. ST_OK or ST_ERR_CONFIGURATION saying what to change. */
+static int check_own_dir(const char *dir, const struct stat *st, char *err, size_t errlen) {
+  if (st->st_uid != geteuid()) {
+    snprintf(err, errlen,
+             "default socket directory %s belongs to uid %u, not to this server (uid %u): "
+             "refusing to serve from it (remove it, or choose another place with base_path, "
+             "--base-path or $" ST_ENV_BASE_PATH ")",
+             dir, (unsigned)st->st_uid, (unsigned)geteuid());
+    return ST_ERR_CONFIGURATION;
+  }
+  if (st->st_mode & (S_IWGRP | S_IWOTH)) {
+    snprintf(err, errlen,
+             "default socket directory %s is writable by %s (mode %04o): another user could "
+             "replace the socket; refusing to serve from it (chmod go-w %s)",
+             dir, (st->st_mode & S_IWOTH) ? "others" : "its group",
+             (unsigned)(st->st_mode & 07777), dir);
+    return ST_ERR_CONFIGURATION;
+  }
+  return ST_OK;
+}
+
 /* The directory that holds the socket: created if missing; otherwise it
  * must be a directory owned by us or root, not writable by group or
- * others unless sticky (then nobody can remove or replace our socket). */
+ * others unless sticky (then nobody can remove or replace our socket).
+ * A default directory of our own (common/sockdir.h: under
+ * $XDG_RUNTIME_DIR or /run) is made 0755 (0750 with socket_group), so
+ * that socket_mode alone says who may connect, and must be ours exactly
+ * and writable by nobody else, sticky or not. */
 static int check_dir(const st__config_t *cfg, const char *path, int have_gid, gid_t gid,
                      char *err, size_t errlen) {
   char dir[4096];
@@ -103,6 +131,7 @@ static int check_dir(const st__config_t *cfg, const char *path, int have_gid, gi
   if (!slash) snprintf(dir, sizeof dir, ".");
   else if (slash == dir) dir[1] = '\0';
   else *slash = '\0';
+  int own = st__sockdir_is_private(dir);
   struct stat st;
   if (stat(dir, &st) != 0) {
     if (errno != ENOENT) {
@@ -110,7 +139,7 @@ static int check_dir(const st__config_t *cfg, const char *path, int have_gid, gi
       return ST_ERR_IO;
     }
     int created = 0;
-    mode_t mode = cfg->socket_group ? 0750 : 0700;
+    mode_t mode = cfg->socket_group ? 0750 : own ? 0755 : 0700;
     int rc = make_dirs(dir, mode, &created, err, errlen);
     if (rc != ST_OK) return rc;
     if (have_gid && chown(dir, (uid_t)-1, gid) != 0) {
@@ -128,6 +157,7 @@ static int check_dir(const st__config_t *cfg, const char *path, int have_gid, gi
     snprintf(err, errlen, "%s is not a directory", dir);
     return ST_ERR_CONFIGURATION;
   }
+  if (own) return check_own_dir(dir, &st, err, errlen);
   if (st.st_uid != geteuid() && st.st_uid != 0) {
     snprintf(err, errlen,
              "socket directory %s belongs to uid %u, not to us (uid %u) or root: refusing "

@@ -22,7 +22,9 @@ static void usage(FILE *f) {
           "                     the built-in defaults)\n"
           "  --base-path PATH   socket base: sockets are PATH-<device>.sock\n"
           "                     (default: config base_path, else $%s,\n"
-          "                     else %s)\n"
+          "                     else the first usable of $XDG_RUNTIME_DIR/%s,\n"
+          "                     %s and %s; the start log\n"
+          "                     says which)\n"
           "  --endpoints PATH   endpoints directory, or one endpoint file\n"
           "                     (default: config endpoints)\n"
           "  --workers N        worker threads (default: config workers, 4)\n"
@@ -33,7 +35,7 @@ static void usage(FILE *f) {
           "  --version          version and protocol\n"
           "\n"
           "Signals: SIGTERM/SIGINT stop gracefully, SIGHUP reloads the endpoints.\n",
-          ST_ENV_BASE_PATH, ST_DEFAULT_BASE_PATH);
+          ST_ENV_BASE_PATH, ST_XDG_BASE_PATH, ST_RUN_BASE_PATH, ST_DEFAULT_BASE_PATH);
 }
 
 static int bad_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

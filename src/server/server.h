@@ -416,6 +416,17 @@ void st__reload_report_free(st__reload_report_t *r);
 int st__socket_path(const char *base, int index, char *out, size_t len, char *err,
                     size_t errlen);
 
+/* sockdir.c: when cfg->base_path is NULL (no --base-path, config key or
+ * $SHARED_TENSOR_BASE_PATH), sets it (owned by cfg) to the first default
+ * base (common/sockdir.h) this process can use: $XDG_RUNTIME_DIR's when
+ * XDG_RUNTIME_DIR is a directory of ours that we can write; /run's when
+ * /run/sharedtensor exists or we can make it; else the /tmp fallback.
+ * `why` gets one line for the log: which base and why, with the entries
+ * passed over; "" when the base was already set. Creates nothing
+ * (st__listen_open makes and checks the directory). ST_OK or
+ * ST_ERR_OUT_OF_MEMORY. Main thread, at start. */
+int st__sockdir_choose(st__config_t *cfg, char *why, size_t whylen);
+
 /* listen.c: the gid of socket_group `name` (a group name of this host, or
  * a number). ST_OK, or ST_ERR_CONFIGURATION "socket_group 'x' is not a
  * group of this host". */

@@ -1,6 +1,7 @@
 /* src/server: from parsed flags to a running (or checked) server.
  * Precedence of every setting: flag > config.lua > environment (only
- * SHARED_TENSOR_BASE_PATH) > built-in default. Main thread.
+ * SHARED_TENSOR_BASE_PATH) > built-in default (for the socket base: the
+ * first usable default directory, sockdir.c). Main thread.
  */
 #include <errno.h>
 #include <msgpack.h>
@@ -210,8 +211,15 @@ int st__server_main(const st__options_t *o) {
   if (o->workers > 0) cfg.workers = o->workers;
   if (o->log_level >= 0) cfg.log_level = (st__log_level_t)o->log_level;
   st__log_set_level(cfg.log_level);
+  char sockdir_why[1024];
+  if (st__sockdir_choose(&cfg, sockdir_why, sizeof sockdir_why) != ST_OK) {
+    fprintf(stderr, "stserver: out of memory\n");
+    st__config_free(&cfg);
+    return 1;
+  }
 
   if (o->check) {
+    if (sockdir_why[0]) printf("%s\n", sockdir_why);
     int rc = run_check(&cfg, config_errors);
     st__config_free(&cfg);
     return rc;
@@ -219,6 +227,7 @@ int st__server_main(const st__options_t *o) {
   if (!use_config)
     ST_LOG_I("server", "no ./%s and no installed config: running on the built-in defaults",
              DEFAULT_CONFIG);
+  if (sockdir_why[0]) ST_LOG_I("listen", "%s", sockdir_why);
 
 
   st__server_t srv;

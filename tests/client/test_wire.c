@@ -459,20 +459,6 @@ TEST(connect_missing_socket) {
                 ST_ERR_INVALID_ARGUMENT, err);
 }
 
-TEST(socket_paths) {
-  char p[64];
-  CHECK_ERR(st_socket_path("/run/st", 3, p, sizeof p), ST_OK);
-  CHECK_STR_EQ(p, "/run/st-3.sock");
-  setenv("SHARED_TENSOR_BASE_PATH", "/tmp/envbase", 1);
-  CHECK_ERR(st_socket_path(NULL, 0, p, sizeof p), ST_OK);
-  CHECK_STR_EQ(p, "/tmp/envbase-0.sock");
-  unsetenv("SHARED_TENSOR_BASE_PATH");
-  CHECK_ERR(st_socket_path(NULL, 1, p, sizeof p), ST_OK);
-  CHECK_STR_EQ(p, "/tmp/shared-tensor-1.sock");
-  CHECK_ERR(st_socket_path("/x", 0, p, 5), ST_ERR_INVALID_ARGUMENT);
-  CHECK_ERR(st_socket_path("/x", -1, p, sizeof p), ST_ERR_INVALID_ARGUMENT);
-}
-
 TEST(null_arguments) {
   st_result_t *r = (st_result_t *)1;
   CHECK_ERR(st_client_call(NULL, "x", NULL, &r), ST_ERR_INVALID_ARGUMENT);
@@ -520,7 +506,6 @@ int main(void) {
   RUN(timeout);
   RUN(connect_refusals);
   RUN(connect_missing_socket);
-  RUN(socket_paths);
   RUN(null_arguments);
   fake_wait_idle(&fs, 2000);
   fake_stop(&fs);

@@ -59,7 +59,16 @@ int stt_proc_start(stt_proc_t *p, const char *prog, const char *const *args, con
     close(o.rd);
     close(e.rd);
     unsetenv("SHARED_TENSOR_BASE_PATH");
-    if (env) putenv((char *)env);
+    /* Nor the default socket places of this host: with neither, a server
+     * without a base path chooses the /tmp fallback, never the host's
+     * /run (tests run as root on CI) or a login's runtime directory. */
+    unsetenv("XDG_RUNTIME_DIR");
+    setenv("SHARED_TENSOR_TEST_RUN_DIR", "/nonexistent/st-test-run", 1);
+    for (char *v = env ? strdup(env) : NULL, *next; v; v = next) {
+      next = strchr(v, '\n');
+      if (next) *next++ = '\0';
+      if (*v) putenv(v);
+    }
     const char *argv[40];
     int n = 0;
     argv[n++] = prog;

@@ -11,8 +11,11 @@
  *   int code = stt_proc_finish(&p, 10000);    // to EOF, then the exit code
  *
  * The child runs without $SHARED_TENSOR_BASE_PATH (tests name their socket)
- * plus the one "NAME=value" given. Never sleeps blindly: reads poll, and a
- * child still running at the deadline is killed.
+ * and $XDG_RUNTIME_DIR, with SHARED_TENSOR_TEST_RUN_DIR naming a directory
+ * that does not exist (so a default socket base is the /tmp fallback, never
+ * the host's /run), plus the "NAME=value" lines of `env`. Never sleeps
+ * blindly: reads poll, and a child still running at the deadline is
+ * killed.
  */
 #ifndef STT_PROC_H
 #define STT_PROC_H
@@ -34,7 +37,7 @@ typedef struct stt_proc {
 } stt_proc_t;
 
 /* Starts prog with args (NULL-terminated, without the program name) and
- * env ("NAME=value" or NULL). 0, or -1 when it could not be started. */
+ * env ("NAME=value" lines, or NULL). 0, or -1 when it could not be started. */
 int stt_proc_start(stt_proc_t *p, const char *prog, const char *const *args, const char *env,
                    int pty);
 /* Reads what arrives within ms milliseconds (one poll). */

@@ -9,7 +9,11 @@ client trusts"): needs no framework.
     child's death, never as the test runner's;
   - server_uid: a listener of another uid is refused with AuthError before
     the client sends a byte; the default (own uid or root) passes, against
-    the scripted server and a real stserver.
+    the scripted server and a real stserver;
+  - a listener that never answers hello: Client(timeout=0.3) raises
+    TimeoutError (sharedtensor's, a built-in TimeoutError) in about 0.3 s,
+    not after the default 10 s; with no socket anywhere, the error names
+    every default place tried.
 """
 import fcntl
 import os
@@ -19,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 
 import st_fixture
@@ -223,6 +228,46 @@ class HostileDescriptors(unittest.TestCase):
         for bad in (-1, "0", True):
             with self.assertRaises(ValueError):
                 st.Client(path=self.fs.path, server_uid=bad)
+
+
+class ConnectLimits(unittest.TestCase):
+
+    def test_timeout_covers_connecting(self):
+        with tempfile.TemporaryDirectory(prefix="stpy-") as d:
+            path = os.path.join(d, "silent.sock")
+            with socket.socket(socket.AF_UNIX) as l:
+                l.bind(path)
+                l.listen(8)            # connect succeeds; nobody reads hello
+                t0 = time.monotonic()
+                with self.assertRaises(st.TimeoutError) as cm:
+                    st.Client(path=path, timeout=0.3, framework=None)
+                took = time.monotonic() - t0
+        self.assertIsInstance(cm.exception, TimeoutError)
+        self.assertGreaterEqual(took, 0.29)
+        self.assertLess(took, 2.3)
+        self.assertIn("did not answer hello within 300 ms", str(cm.exception))
+        for bad in (-1, "1", True):
+            with self.assertRaises(ValueError):
+                st.Client(path=path, timeout=bad)
+
+    def test_no_socket_names_every_place_tried(self):
+        with tempfile.TemporaryDirectory(prefix="stpy-") as d:
+            keep = {k: os.environ.get(k) for k in
+                    ("XDG_RUNTIME_DIR", "SHARED_TENSOR_TEST_RUN_DIR", "SHARED_TENSOR_BASE_PATH")}
+            os.environ.pop("SHARED_TENSOR_BASE_PATH", None)
+            os.environ["XDG_RUNTIME_DIR"] = d + "/xdg"
+            os.environ["SHARED_TENSOR_TEST_RUN_DIR"] = d + "/run"
+            try:
+                with self.assertRaises(st.IoError) as cm:
+                    st.Client(device=4093, framework=None)
+            finally:
+                for k, v in keep.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+        self.assertIn("no socket at %s/xdg/sharedtensor/st-4093.sock, %s/run/sharedtensor/"
+                      "st-4093.sock or /tmp/shared-tensor-4093.sock" % (d, d), str(cm.exception))
 
 
 class RealServerUid(st_fixture.ServerTestCase):

@@ -160,6 +160,31 @@ describe("the Lua client", function()
     assert.has_error(function() st.connect{ path = srv.socket, server_uid = -1 } end)
   end)
 
+  it("bounds connecting with timeout_ms (a listener that never answers)", function()
+    local ffi = require("ffi")
+    pcall(ffi.cdef, [[
+      int socket(int domain, int type, int protocol);
+      int bind(int fd, const void *addr, unsigned len);
+      int listen(int fd, int backlog);
+      int close(int fd);
+      struct spec_sockaddr_un { unsigned short family; char path[108]; };
+    ]])
+    local path = srv.dir .. "/silent.sock"
+    local sa = ffi.new("struct spec_sockaddr_un", { family = 1 })   -- AF_UNIX
+    ffi.copy(sa.path, path)
+    local fd = ffi.C.socket(1, 1, 0)                                  -- SOCK_STREAM
+    assert(fd >= 0 and ffi.C.bind(fd, sa, ffi.sizeof(sa)) == 0 and ffi.C.listen(fd, 8) == 0)
+    local t0 = H.now()
+    local none, err, name = st.connect{ path = path, timeout_ms = 300 }
+    local took = H.now() - t0
+    ffi.C.close(fd)
+    assert.is_nil(none)
+    assert.are.equal("TIMEOUT", name)
+    assert.matches("did not answer hello within 300 ms", err, 1, true)
+    assert.is_true(took >= 0.29 and took < 2.3, "took " .. took .. " s")
+    assert.has_error(function() st.connect{ path = path, timeout_ms = -1 } end)
+  end)
+
   -- A float32 tensor of the given shape holding 0, 1, 2, ...
   local function counting(shape, dtype)
     local x = assert(st.zeros(shape, { dtype = dtype }))

@@ -60,7 +60,8 @@ function H.read(path)
   return t
 end
 
-local function now()
+-- Wall-clock seconds (fractional).
+function H.now()
   -- os.clock measures CPU time; use the shell's clock for wall time.
   local p = io.popen("date +%s.%N")
   local t = tonumber(p:read("*a"))
@@ -108,8 +109,8 @@ function Server:start()
   H.run(string.format("(%s --config %s %s >>%s 2>&1; echo $? > %s) >/dev/null 2>&1 & echo $! > %s",
     shquote(H.server_bin()), shquote(self.config), self.args or "", shquote(self.log),
     shquote(self.dir .. "/exit"), shquote(self.dir .. "/wrapper.pid")))
-  local deadline = now() + 10
-  while now() < deadline do
+  local deadline = H.now() + 10
+  while H.now() < deadline do
     local _, rc = H.run(shquote(H.cli_bin()) .. " --socket " .. shquote(self.socket) .. " ping")
     if rc == 0 then
       local info = self:cli("--json", "info")
@@ -137,9 +138,9 @@ end
 -- Stops with SIGTERM and returns the exit status (waits up to 10 s).
 function Server:stop()
   if self.pid then self:signal("TERM") end
-  local deadline = now() + 10
+  local deadline = H.now() + 10
   local status
-  while now() < deadline do
+  while H.now() < deadline do
     status = H.read(self.dir .. "/exit")
     if status and status:match("%d") then break end
   end
