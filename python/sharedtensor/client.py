@@ -202,6 +202,11 @@ class Client:
         """The server's `info` (a dict)."""
         return self._value_call(_l.st_client_rpc, b"info", None)
 
+    def metrics(self):
+        """The server's metrics in the Prometheus text format (a str;
+        docs/operations.md, "Monitoring")."""
+        return self._value_call(_l.st_client_rpc, b"metrics", None)
+
     def endpoints(self):
         """The endpoints (the `endpoints` method's reply)."""
         return self._value_call(_l.st_client_rpc, b"endpoints", None)

@@ -126,6 +126,10 @@ class SharedTensorTest(st_fixture.ServerTestCase):
         names = repr(self.c.endpoints())
         for name in ("arange", "linear", "cached"):
             self.assertIn(name, names)
+        metrics = self.c.metrics()
+        self.assertIsInstance(metrics, str)
+        self.assertIn("# TYPE sharedtensor_requests_total counter", metrics)
+        self.assertRegex(metrics, r'sharedtensor_requests_total\{method="ping",outcome="ok"\} [1-9]')
 
     def test_torch_values(self):
         t = self.c.call("arange", n=6)
