@@ -84,7 +84,12 @@ $py_check") || fail "Python from the prefix: $out"
   [ "$out" = "$p/lib/libstclient.so.0" ] || fail "Python from the prefix loaded $out"
   # pip install ./python in a venv, offline; the wheel bundles the library.
   if python3 -m venv "$work/venv" > /dev/null 2>&1; then
-    bare ST_CLIENT_LIB="$build/lib/libstclient.so.0" "$work/venv/bin/pip" install --no-index \
+    # The backend bundles ../build/lib/libstclient.so.0 (the README's build)
+    # by itself; another build tree is named with ST_CLIENT_LIB.
+    lib_env=
+    [ "$(realpath "$build")" = "$(realpath "$src/build")" ] ||
+      lib_env="ST_CLIENT_LIB=$build/lib/libstclient.so.0"
+    bare $lib_env "$work/venv/bin/pip" install --no-index \
       --disable-pip-version-check -q "$src/python" > "$work/pip.log" 2>&1 || {
       cat "$work/pip.log"; fail "pip install ./python"; }
     out=$(cd "$work" && bare "$work/venv/bin/python" -c "$py_check") || fail "Python from the venv: $out"
