@@ -12,7 +12,7 @@
 # entries are reported as skipped, with the reason.
 set(ST_FUZZ "AUTO" CACHE STRING "Build the libFuzzer targets (tests/fuzz): AUTO, ON or OFF")
 set_property(CACHE ST_FUZZ PROPERTY STRINGS AUTO ON OFF)
-set(ST_FUZZ_SECONDS 15 CACHE STRING "How long each fuzz target runs under ctest")
+set(ST_FUZZ_SECONDS 8 CACHE STRING "How long each fuzz target runs under ctest")
 
 set(st_fuzz_skip "")
 if(ST_FUZZ STREQUAL "OFF")
