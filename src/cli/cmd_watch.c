@@ -137,9 +137,8 @@ static void print_line(const sample_t *cur, double req_rate, double call_rate) {
   for (size_t i = 0; mem && mem->kind == ST_VALUE_MAP && i < mem->as.map.len; i++) {
     const st_value_t *dev = &mem->as.map.values[i];
     char *name = cli_value_text(&mem->as.map.keys[i]);
-    double cached = number(dev, "cached_bytes"), leased = number(dev, "leased_bytes");
-    double used = (isnan(cached) ? 0 : cached) + (isnan(leased) ? 0 : leased);
-    printf(" memory.%s=%.0f", name ? name : "?", used);
+    double used = number(dev, "object_bytes");   /* cached + leased + task */
+    printf(" memory.%s=%.0f", name ? name : "?", isnan(used) ? 0 : used);
     free(name);
   }
   printf("\n");
@@ -209,13 +208,14 @@ static void print_screen(const char *server_id, const sample_t *cur, double inte
   for (size_t i = 0; i < nmem; i++) {
     const st_value_t *dev = &mem->as.map.values[i];
     char *name = cli_value_text(&mem->as.map.keys[i]);
-    char cached[32] = "-", leased[32] = "-", budget[32] = "none";
+    char cached[32] = "-", leased[32] = "-", task[32] = "-", budget[32] = "none";
     double d;
     if (!isnan(d = number(dev, "cached_bytes"))) cli_format_bytes(d, cached, sizeof cached);
     if (!isnan(d = number(dev, "leased_bytes"))) cli_format_bytes(d, leased, sizeof leased);
+    if (!isnan(d = number(dev, "task_bytes"))) cli_format_bytes(d, task, sizeof task);
     if (!isnan(d = number(dev, "budget")) && d > 0) cli_format_bytes(d, budget, sizeof budget);
-    printf("%-12s %s: cached %s, leased %s, budget %s\n", i ? "" : "memory", name ? name : "?",
-           cached, leased, budget);
+    printf("%-12s %s: cached %s, leased %s, task %s, budget %s\n", i ? "" : "memory",
+           name ? name : "?", cached, leased, task, budget);
     free(name);
   }
 }
