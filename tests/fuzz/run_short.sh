@@ -31,8 +31,10 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 # -timeout: one input may take the load limit of config.lua (10 s) and
 # more on a loaded machine; beyond that it hangs. -rss_limit_mb: far
-# above what any input needs.
+# above what any input needs. libFuzzer's own exit code for a crash is 77,
+# which CTest reads as "skipped": a failure must exit 1.
 "$bin" -max_total_time="$seconds" -timeout=60 -rss_limit_mb=2048 -max_len=65536 \
+  -error_exitcode=1 -timeout_exitcode=1 \
   -dict="$here/dict/$target.dict" -artifact_prefix="$artifacts/" -print_final_stats=1 \
   "${dirs[@]}" 2>&1 | grep -v -e '^#[0-9]*[[:space:]]*\(NEW\|REDUCE\|pulse\)' -e ' # Uses: '
 rc=${PIPESTATUS[0]}
@@ -44,5 +46,6 @@ if [ "$rc" -ne 0 ]; then
     echo
   done
   echo "fuzz_$target failed (exit $rc); reproduce: $bin $artifacts/<file>"
+  exit 1
 fi
-exit "$rc"
+exit 0
