@@ -21,8 +21,16 @@ fail() {
   [ -f "$work/server.log" ] && { echo "--- server log"; tail -20 "$work/server.log"; }
   exit 1
 }
-# A bare environment: what a new shell on a fresh machine has.
-bare() { env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$work" "$@"; }
+# A bare environment: what a new shell on a fresh machine has. A host
+# whose own libraries (LuaJIT, libev) live outside the loader's paths keeps
+# its LD_LIBRARY_PATH, provided it does not name this build's libraries.
+keep=
+case ":${LD_LIBRARY_PATH:-}:" in
+  *":$build/lib:"*|*":$build/lib/:"*) ;;
+  ::) ;;
+  *) keep="LD_LIBRARY_PATH=$LD_LIBRARY_PATH" ;;
+esac
+bare() { env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$work" $keep "$@"; }
 
 p=$work/prefix
 cmake --install "$build" --prefix "$p" > "$work/install.log" 2>&1 || {
