@@ -62,7 +62,9 @@ sock=$work/st-0.sock
 bare "$p/bin/stcli" --socket "$sock" ping > /dev/null || fail "stcli ping"
 
 # A C consumer built as docs/client.md says, run with no LD_LIBRARY_PATH.
-pc="pkg-config --with-path=$p/lib/pkgconfig"
+# (A sysroot some hosts set for their own libraries would be put in front
+# of this prefix's paths: it does not apply to them.)
+pc="env -u PKG_CONFIG_SYSROOT_DIR pkg-config --with-path=$p/lib/pkgconfig"
 flags=$($pc --cflags --libs stclient) || fail "pkg-config stclient"
 cc -o "$work/consumer" "$src/examples/c_consumer/consumer.c" $flags || fail "building the C consumer"
 bare "$work/consumer" "$sock" > "$work/consumer.out" 2>&1 || { cat "$work/consumer.out"; fail "C consumer"; }
