@@ -71,8 +71,10 @@ bare "$work/consumer" "$sock" > "$work/consumer.out" 2>&1 || { cat "$work/consum
 
 # The Lua client from the prefix (LuaJIT's default path has
 # <prefix>/share/lua/5.1 for /usr and /usr/local; here it is added in code).
-if command -v luajit > /dev/null; then
-  bare luajit -e "
+# Interpreters by the path this shell finds them at (the bare PATH may not
+# have them on hosts that keep them elsewhere).
+if lj=$(command -v luajit); then
+  bare "$lj" -e "
     package.path = '$p/share/lua/5.1/?.lua;' .. package.path
     local st = require('st.client')
     local c = assert(st.connect{ path = '$sock' })
@@ -87,13 +89,13 @@ with sharedtensor.Client(path='$sock', framework=None) as c:
     r = c.call('hello', n=3)
     assert r['message'] == 'hello, world', r
 print(sharedtensor._lib.path)"
-if command -v python3 > /dev/null; then
+if py=$(command -v python3); then
   # The package of the prefix.
-  out=$(bare python3 -c "import sys; sys.path.insert(0, '$p/lib/python3/dist-packages')
+  out=$(bare "$py" -c "import sys; sys.path.insert(0, '$p/lib/python3/dist-packages')
 $py_check") || fail "Python from the prefix: $out"
   [ "$out" = "$p/lib/libstclient.so.0" ] || fail "Python from the prefix loaded $out"
   # pip install ./python in a venv, offline; the wheel bundles the library.
-  if python3 -m venv "$work/venv" > /dev/null 2>&1; then
+  if "$py" -m venv "$work/venv" > /dev/null 2>&1; then
     # The backend bundles ../build/lib/libstclient.so.0 (the README's build)
     # by itself; another build tree is named with ST_CLIENT_LIB.
     lib_env=
