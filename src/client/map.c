@@ -235,6 +235,8 @@ void st__client_mapping_release(st__mapping_t *m) {
   }
   if (!m->own) cache_mapped--;
   pthread_mutex_unlock(&cache_lock);
+  /* Connections whose server keeps it tell it with their next request. */
+  if (m->own) st__client_argcache_freed(m->arena_id);
   if (m->own) close(m->fd);
   if (m->cuda) {
     /* A child forked without exec cannot call the driver: it only forgets
