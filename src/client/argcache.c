@@ -13,31 +13,17 @@
  * sends its descriptors again, once (hello.c). A reconnect starts with
  * nothing held.
  *
- * Threads: the lists of every connection are guarded by one process-wide
- * lock, because frees come from any thread; the rest of a connection
- * belongs to its thread, as everywhere in st_client_t.
+ * Threads: the lists of every connection are guarded by the library's
+ * process-wide lock (map.c), because frees come from any thread; the rest
+ * of a connection belongs to its thread, as everywhere in st_client_t.
  */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "client/client_internal.h"
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static st_client_t *clients;       /* connections with the cache on */
-static pthread_once_t once = PTHREAD_ONCE_INIT;
 
-/* A fork while another thread holds the lock would leave it locked in the
- * child. */
-static void fork_prepare(void) { pthread_mutex_lock(&lock); }
-static void fork_parent(void) { pthread_mutex_unlock(&lock); }
-static void fork_child(void) { pthread_mutex_unlock(&lock); }
-static void init_once(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
-
-static void enter(void) {
-  pthread_once(&once, init_once);
-  pthread_mutex_lock(&lock);
-}
 
 /* Index of the first id >= `id` in the sorted held list. */
 static size_t held_pos(const st_client_t *c, uint64_t id) {
@@ -92,7 +78,7 @@ static void unlink_client(st_client_t *c) {
 
 /* See client_internal.h. Thread of the client. */
 void st__client_argcache_reset(st_client_t *c, int on) {
-  enter();
+  st__client_lock();
   unlink_client(c);
   c->arg_cache = on;
   c->arg_nheld = 0;
@@ -101,7 +87,7 @@ void st__client_argcache_reset(st_client_t *c, int on) {
     c->arg_next = clients;
     clients = c;
   }
-  pthread_mutex_unlock(&lock);
+  st__client_unlock();
   if (!on) {
     free(c->arg_held);
     free(c->arg_forget);
@@ -112,7 +98,7 @@ void st__client_argcache_reset(st_client_t *c, int on) {
 
 /* See client_internal.h. Any thread. */
 void st__client_argcache_freed(uint64_t arg_id) {
-  enter();
+  st__client_lock();
   for (st_client_t *c = clients; c; c = c->arg_next) {
     if (!held_remove(c, arg_id)) continue;
     if (c->arg_nforget == c->arg_forget_cap) {
@@ -124,7 +110,7 @@ void st__client_argcache_freed(uint64_t arg_id) {
     }
     c->arg_forget[c->arg_nforget++] = arg_id;
   }
-  pthread_mutex_unlock(&lock);
+  st__client_unlock();
 }
 
 /* See client_internal.h. Thread of the client. */
@@ -132,7 +118,7 @@ size_t st__client_argcache_pack(st_client_t *c, msgpack_packer *pk, st__mapping_
                                 size_t n, int *fds) {
   size_t nfds = 0;
   msgpack_pack_array(pk, n);
-  if (c->arg_cache) enter();
+  if (c->arg_cache) st__client_lock();
   for (size_t i = 0; i < n; i++) {
     st__arena_desc_t d;
     st__client_own_describe(arenas[i], &d);
@@ -149,20 +135,20 @@ size_t st__client_argcache_pack(st_client_t *c, msgpack_packer *pk, st__mapping_
     }
     st__pack_arena(pk, &d);
   }
-  if (c->arg_cache) pthread_mutex_unlock(&lock);
+  if (c->arg_cache) st__client_unlock();
   return nfds;
 }
 
 /* See client_internal.h. Thread of the client. */
 void st__client_argcache_unhold(st_client_t *c, st__mapping_t *const *arenas, size_t n) {
   if (!c->arg_cache) return;
-  enter();
+  st__client_lock();
   for (size_t i = 0; i < n; i++) {
     st__arena_desc_t d;
     st__client_own_describe(arenas[i], &d);
     held_remove(c, d.id);
   }
-  pthread_mutex_unlock(&lock);
+  st__client_unlock();
 }
 
 /* Size of the msgpack map header at p (len bytes) in *hdr and its count
@@ -192,14 +178,14 @@ int st__client_argcache_params(st_client_t *c, const void *params, size_t len, s
   size_t hdr;
   uint32_t count;
   if (map_header(p, len, &hdr, &count) != 0 || count == UINT32_MAX) return 0;
-  enter();
+  st__client_lock();
   uint64_t *ids = c->arg_forget;
   size_t nids = c->arg_nforget;
   if (nids) {
     c->arg_forget = NULL;
     c->arg_nforget = c->arg_forget_cap = 0;
   }
-  pthread_mutex_unlock(&lock);
+  st__client_unlock();
   if (!nids) return 0;
   msgpack_pack_map(&out->pk, count + 1);
   st__pack_cstr(&out->pk, "forget");

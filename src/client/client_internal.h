@@ -201,6 +201,10 @@ int st__client_check_memfd(const st__arena_desc_t *d, int fd, const struct stat 
  * read-write. Else ST_ERR_PROTOCOL (ST_ERR_IO when fstat fails) with a
  * reason. Any thread. */
 int st__client_check_vmm_fd(const st__arena_desc_t *d, int fd, char *err, size_t errlen);
+/* The library's one process-wide lock (map.c: the open-cache's, also
+ * argcache.c's lists; taken around fork). Not recursive. Any thread. */
+void st__client_lock(void);
+void st__client_unlock(void);
 /* Own allocations (tensor arguments): memory this process makes and
  * passes to endpoints (map.c). st__client_own_alloc makes a zero-filled
  * sealed memfd (cuda_ordinal < 0) or exportable VMM allocation on that

@@ -87,6 +87,10 @@ static void cache_enter(void) {
   pthread_mutex_lock(&cache_lock);
 }
 
+/* See client_internal.h. Any thread. */
+void st__client_lock(void) { cache_enter(); }
+void st__client_unlock(void) { pthread_mutex_unlock(&cache_lock); }
+
 /* Maps a memfd arena: checks the descriptor (fdcheck.c), then mmap. */
 static int map_cpu(const st__arena_desc_t *d, int fd, const struct stat *st, st__mapping_t *m,
                    char *err, size_t errlen) {

@@ -13,7 +13,7 @@
 #include <st/client.h>
 #include <string.h>
 
-#include "client_kit.h"
+#include "argcache_kit.h"
 #include "fixture.h"
 
 static stt_server_t srv;
@@ -23,18 +23,8 @@ static const char ep_add[] =
     "return st.endpoint{ name = \"add\", params = { x = st.tensor_param{ dtype = \"float32\" },\n"
     "  k = 0 }, build = function(a) local v = a.x:get(0); a.x:add_(a.k); return v end }\n";
 
-/* info's integer at counters.<key> (section "counters") or arenas.count. */
-static int64_t info_int(st_client_t *c, const char *section, const char *key) {
-  st_result_t *info = NULL;
-  if (st_client_info(c, &info) != ST_OK) return -1;
-  const st_value_t *v = st_value_get(st_value_get(st_result_value(info), section), key);
-  int64_t n = v && v->kind == ST_VALUE_INT ? v->as.integer : -1;
-  st_result_free(info);
-  return n;
-}
-
-static int64_t fds_received(void) { return info_int(cli, "counters", "fds_received"); }
-static int64_t arenas(void) { return info_int(cli, "arenas", "count"); }
+static int64_t fds_received(void) { return ak_info_int(cli, "counters", "fds_received"); }
+static int64_t arenas(void) { return ak_info_int(cli, "arenas", "count"); }
 
 /* A float32[4] from st_tensor_alloc whose first element is v. */
 static st_result_t *tensor_of(float v) {
@@ -49,24 +39,6 @@ static st_result_t *tensor_of(float v) {
   return r;
 }
 
-/* Calls add(x = t, k) on c; the value the endpoint read, or -1e30. */
-static double add(st_client_t *c, st_result_t *t, int k) {
-  st_args_t *a = st_args_new();
-  char err[256];
-  st_result_t *r = NULL;
-  double v = -1e30;
-  if (st_args_tensor(a, "x", st_result_tensor(t, 0), err, sizeof err) != ST_OK) {
-    fprintf(stderr, "st_args_tensor: %s\n", err);
-  } else if (st_args_int(a, "k", k) == ST_OK &&
-             stt_client_report(c, "add", st_client_call(c, "add", a, &r)) == ST_OK) {
-    const st_value_t *val = st_result_value(r);
-    v = val->kind == ST_VALUE_FLOAT ? val->as.number : (double)val->as.integer;
-  }
-  st_result_free(r);
-  st_args_free(a);
-  return v;
-}
-
 static float first(st_result_t *t) { return ((float *)st_result_tensor(t, 0)->data)[0]; }
 
 TEST(a_tensor_passed_again_goes_without_its_descriptor) {
@@ -74,13 +46,13 @@ TEST(a_tensor_passed_again_goes_without_its_descriptor) {
   st_result_t *x = tensor_of(1.0f);
   CHECK(x);
   int64_t before = fds_received();
-  CHECK(add(cli, x, 10) == 1.0);
+  CHECK(ak_add(cli, x, 10) == 1.0);
   CHECK(first(x) == 11.0f);                            /* the endpoint's write */
   CHECK_EQ_INT(fds_received(), before + 1);
   ((float *)st_result_tensor(x, 0)->data)[0] = 5.0f;   /* the caller's write */
-  CHECK(add(cli, x, 1) == 5.0);
+  CHECK(ak_add(cli, x, 1) == 5.0);
   CHECK(first(x) == 6.0f);
-  CHECK(add(cli, x, 1) == 6.0);
+  CHECK(ak_add(cli, x, 1) == 6.0);
   CHECK_EQ_INT(fds_received(), before + 1);            /* none sent again */
   CHECK_EQ_INT(arenas(), base + 1);                    /* imported once, kept */
   st_result_free(x);                                   /* forget rides on ... */
@@ -97,13 +69,13 @@ TEST(past_the_bound_the_library_resends_by_itself) {
   /* three allocations in turn through a cache of two: every use after
    * the first round finds its entry evicted */
   for (int round = 0; round < 3; round++)
-    for (int i = 0; i < 3; i++) CHECK(add(cli, t[i], 0) == 10.0 * (i + 1));
+    for (int i = 0; i < 3; i++) CHECK(ak_add(cli, t[i], 0) == 10.0 * (i + 1));
   CHECK_EQ_INT(fds_received(), before + 9);
   CHECK_EQ_INT(arenas(), base + 2);
   /* two of them fit: used again, they go without descriptors */
   before = fds_received();
   for (int round = 0; round < 3; round++)
-    for (int i = 1; i < 3; i++) CHECK(add(cli, t[i], 0) == 10.0 * (i + 1));
+    for (int i = 1; i < 3; i++) CHECK(ak_add(cli, t[i], 0) == 10.0 * (i + 1));
   CHECK_EQ_INT(fds_received(), before);   /* t[1] and t[2] were the last two sent */
   for (int i = 0; i < 3; i++) st_result_free(t[i]);
   double rtt;
@@ -115,14 +87,14 @@ TEST(closing_a_connection_drops_what_it_kept) {
   int64_t base = arenas();
   OPEN_CLIENT(other, srv.socket);
   st_result_t *x = tensor_of(2.0f);
-  CHECK(x && add(other, x, 0) == 2.0 && add(other, x, 0) == 2.0);
+  CHECK(x && ak_add(other, x, 0) == 2.0 && ak_add(other, x, 0) == 2.0);
   CHECK_EQ_INT(arenas(), base + 1);
   st_client_close(other);
   double end = stt_now_ms() + 5000;
   while (arenas() != base && stt_now_ms() < end) stt_sleep_ms(5);
   CHECK_EQ_INT(arenas(), base);
   /* the allocation itself is the caller's, and still works elsewhere */
-  CHECK(add(cli, x, 1) == 2.0 && first(x) == 3.0f);
+  CHECK(ak_add(cli, x, 1) == 2.0 && first(x) == 3.0f);
   st_result_free(x);
 }
 

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 
 #include "check.h"
-#include "client_kit.h"
+#include "argcache_kit.h"
 #include "fixture.h"
 #include "mem/cuda.h"
 
@@ -32,16 +32,6 @@ static const char ep_add[] =
 
 static stt_server_t srv;
 static st_client_t *cli;
-
-/* info's integer at <section>.<key>, or -1. */
-static int64_t info_int(const char *section, const char *key) {
-  st_result_t *info = NULL;
-  if (st_client_info(cli, &info) != ST_OK) return -1;
-  const st_value_t *v = st_value_get(st_value_get(st_result_value(info), section), key);
-  int64_t n = v && v->kind == ST_VALUE_INT ? v->as.integer : -1;
-  st_result_free(info);
-  return n;
-}
 
 /* Writes v into element 0 of t (device memory). */
 static int set_first(const st_tensor_t *t, float v) {
@@ -67,41 +57,25 @@ static st_result_t *cuda_of(int64_t n, float v) {
   return r;
 }
 
-/* add(x = t, k) on c: the value the endpoint read, or -1e30. */
-static double add(st_client_t *c, st_result_t *t, int k) {
-  st_args_t *a = st_args_new();
-  char err[256];
-  st_result_t *r = NULL;
-  double v = -1e30;
-  if (st_args_tensor(a, "x", st_result_tensor(t, 0), err, sizeof err) != ST_OK)
-    fprintf(stderr, "   st_args_tensor: %s\n", err);
-  else if (st_args_int(a, "k", k) == ST_OK &&
-           stt_client_report(c, "add", st_client_call(c, "add", a, &r)) == ST_OK)
-    v = st_result_value(r)->kind == ST_VALUE_FLOAT ? st_result_value(r)->as.number : -1e30;
-  st_result_free(r);
-  st_args_free(a);
-  return v;
-}
-
 TEST(a_device_tensor_passed_again_goes_without_its_descriptor) {
   uint64_t base = gk_free();
-  int64_t arenas = info_int("arenas", "count");
+  int64_t arenas = ak_info_int(cli, "arenas", "count");
   st_result_t *x = cuda_of((int64_t)(16 * MiB / sizeof(float)), 1.0f);
   CHECK(x);
   const st_tensor_t *t = st_result_tensor(x, 0);
-  int64_t received = info_int("counters", "fds_received");
-  CHECK(add(cli, x, 10) == 1.0);
+  int64_t received = ak_info_int(cli, "counters", "fds_received");
+  CHECK(ak_add(cli, x, 10) == 1.0);
   CHECK(st_tensor_get(t, 0) == 11.0);                 /* the endpoint's write */
   CHECK_EQ_INT(set_first(t, 5.0f), ST_OK);            /* the caller's write */
-  CHECK(add(cli, x, 1) == 5.0);
-  CHECK(add(cli, x, 1) == 6.0);
+  CHECK(ak_add(cli, x, 1) == 5.0);
+  CHECK(ak_add(cli, x, 1) == 6.0);
   CHECK(st_tensor_get(t, 0) == 7.0);
-  CHECK_EQ_INT(info_int("counters", "fds_received"), received + 1);
-  CHECK_EQ_INT(info_int("arenas", "count"), arenas + 1);   /* imported once, kept */
+  CHECK_EQ_INT(ak_info_int(cli, "counters", "fds_received"), received + 1);
+  CHECK_EQ_INT(ak_info_int(cli, "arenas", "count"), arenas + 1);   /* imported once, kept */
   st_result_free(x);
   double rtt;
   CHECK_RC(st_client_ping(cli, &rtt), ST_OK, cli);     /* carries forget */
-  CHECK_EQ_INT(info_int("arenas", "count"), arenas);
+  CHECK_EQ_INT(ak_info_int(cli, "arenas", "count"), arenas);
   CHECK(gk_wait_back_to(base, 10000) == 0);
 }
 
@@ -112,7 +86,7 @@ TEST(past_the_bound_and_after_close_nothing_stays) {
   st_result_t *t[3] = {cuda_of(1024, 10.0f), cuda_of(1024, 20.0f), cuda_of(1024, 30.0f)};
   CHECK(t[0] && t[1] && t[2]);
   for (int round = 0; round < 3; round++)
-    for (int i = 0; i < 3; i++) CHECK(add(other, t[i], 0) == 10.0 * (i + 1));
+    for (int i = 0; i < 3; i++) CHECK(ak_add(other, t[i], 0) == 10.0 * (i + 1));
   for (int i = 0; i < 3; i++) st_result_free(t[i]);
   st_client_close(other);   /* no forget sent: closing drops the entries */
   CHECK(gk_wait_back_to(base, 10000) == 0);
@@ -134,7 +108,7 @@ int main(void) {
   /* A first call creates the worker's context and stream before any
    * baseline; its tensor is freed and forgotten. */
   st_result_t *warm = cuda_of(16, 0.0f);
-  if (!warm || add(cli, warm, 0) != 0.0) stt_failed++;
+  if (!warm || ak_add(cli, warm, 0) != 0.0) stt_failed++;
   st_result_free(warm);
   double rtt;
   st_client_ping(cli, &rtt);
