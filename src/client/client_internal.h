@@ -18,6 +18,7 @@
  *   args_text.c  arguments from "key=value" words and JSON text (read
  *             by src/common/json.c)
  *   targs.c   tensor arguments: st_tensor_alloc, st_args_tensor
+ *   argcache.c which tensor arguments the server keeps per connection
  *   json_write.c  values as JSON text
  *
  * Nothing here is exported: the shared library is built with
@@ -97,6 +98,16 @@ struct st_client {
   char err_name[32];
   char err_msg[512];
   char closed_why[160];        /* why fd is -1, for later calls             */
+  int uncached;                /* the last error named tensor arguments the
+                                  server does not keep (error `uncached`)   */
+  /* Tensor arguments the server keeps for this connection (argcache.c):
+   * guarded by argcache.c's lock, since frees come from any thread. */
+  int arg_cache;               /* the server's hello listed "arg_cache"     */
+  uint64_t *arg_held;          /* ids sent with their descriptor, sorted    */
+  size_t arg_nheld, arg_held_cap;
+  uint64_t *arg_forget;        /* ids freed since, for params.forget        */
+  size_t arg_nforget, arg_forget_cap;
+  st_client_t *arg_next;       /* argcache.c's list of such connections     */
 };
 
 /* Records a failure (a negative ST_ERR_*) with the local error name and a
@@ -190,6 +201,10 @@ int st__client_check_memfd(const st__arena_desc_t *d, int fd, const struct stat 
  * read-write. Else ST_ERR_PROTOCOL (ST_ERR_IO when fstat fails) with a
  * reason. Any thread. */
 int st__client_check_vmm_fd(const st__arena_desc_t *d, int fd, char *err, size_t errlen);
+/* The library's one process-wide lock (map.c: the open-cache's, also
+ * argcache.c's lists; taken around fork). Not recursive. Any thread. */
+void st__client_lock(void);
+void st__client_unlock(void);
 /* Own allocations (tensor arguments): memory this process makes and
  * passes to endpoints (map.c). st__client_own_alloc makes a zero-filled
  * sealed memfd (cuda_ordinal < 0) or exportable VMM allocation on that
@@ -330,10 +345,30 @@ size_t st__client_args_arenas(const st_args_t *a, st__mapping_t *const **out);
 /* Index of own allocation m in a's arena list, appended when new; takes
  * the caller's reference on m. -1 when out of memory. */
 long st__client_args_arena_index(st_args_t *a, st__mapping_t *m);
-/* Packs params.arenas for them and fills fds[] (room for n; borrowed from
- * the mappings) in the same order. */
-void st__client_args_pack_arenas(msgpack_packer *pk, st__mapping_t *const *arenas, size_t n,
-                                 int *fds);
+
+/* argcache.c: tensor arguments the server keeps (see the top of that
+ * file). */
+/* Starts c's lists afresh after a hello: with `on` (the server has the
+ * "arg_cache" feature) c joins the connections that use the cache, else
+ * it leaves them and its lists are freed. Thread of the client. */
+void st__client_argcache_reset(st_client_t *c, int on);
+/* Own allocation arg_id was freed: every connection that held it queues
+ * it for params.forget. Any thread. */
+void st__client_argcache_freed(uint64_t arg_id);
+/* Packs params.arenas for the n own allocations (an arena named by its id
+ * alone when c's server holds it, else with a descriptor, then held) and
+ * fills fds[] (room for n; borrowed from the mappings) with the
+ * descriptors that go, in order. Returns how many. Thread of the client. */
+size_t st__client_argcache_pack(st_client_t *c, msgpack_packer *pk, st__mapping_t *const *arenas,
+                                size_t n, int *fds);
+/* The server said it does not keep them: the n allocations are no longer
+ * held by c (their next request sends the descriptors). */
+void st__client_argcache_unhold(st_client_t *c, st__mapping_t *const *arenas, size_t n);
+/* When c has freed ids queued and `params` (len bytes of one msgpack map;
+ * NULL: none) is a map: packs it into out (initialized, empty) with
+ * `forget: [ids]` added, and returns 1 (the ids are then the request's);
+ * else returns 0 and out is untouched. Thread of the client. */
+int st__client_argcache_params(st_client_t *c, const void *params, size_t len, st__cbuf_t *out);
 /* Sets `key` (key_len bytes) to a copy of msgpack bytes. ST_OK /
  * ST_ERR_OUT_OF_MEMORY / ST_ERR_INVALID_ARGUMENT (empty or NULL key). */
 int st__client_args_set_raw(st_args_t *a, const char *key, size_t key_len, const void *data,

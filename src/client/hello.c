@@ -28,6 +28,14 @@ static int64_t int_of(const msgpack_object *o, int64_t dflt) {
   return dflt;
 }
 
+/* Whether the hello reply's `features` (may be NULL) lists `name`. */
+static int has_feature(const msgpack_object *features, const char *name) {
+  if (!features || features->type != MSGPACK_OBJECT_ARRAY) return 0;
+  for (uint32_t i = 0; i < features->via.array.size; i++)
+    if (st__str_eq(&features->via.array.ptr[i], name)) return 1;
+  return 0;
+}
+
 /* Exchanges hello by `deadline` and keeps the server's identity. */
 static int hello(st_client_t *c, int64_t deadline) {
   st_args_t *a = st_args_new();
@@ -75,6 +83,7 @@ static int hello(st_client_t *c, int64_t deadline) {
       copy_str(c->server_version, sizeof c->server_version, st__map_get(r, "version"));
       c->server_pid = (int)int_of(st__map_get(r, "pid"), 0);
       c->device = (int)int_of(st__map_get(r, "device"), 0);
+      st__client_argcache_reset(c, has_feature(st__map_get(r, "features"), "arg_cache"));
     }
   }
   st__message_destroy(&m);
@@ -186,6 +195,7 @@ ST_API int st_client_connect(const char *path, st_client_t **out, char *err, siz
  * the client. */
 int st__client_reconnect(st_client_t *c, int timeout_ms) {
   st__client_conn_shutdown(c, "reconnecting");
+  st__client_argcache_reset(c, 0);   /* a new connection holds nothing */
   if (c->reader_ready) st__reader_destroy(&c->reader);
   c->reader_ready = 0;
   if (st__reader_init(&c->reader, ST_CLIENT_MAX_REPLY) != ST_OK)
@@ -206,6 +216,7 @@ int st__client_reconnect(st_client_t *c, int timeout_ms) {
 ST_API void st_client_close(st_client_t *c) {
   if (!c) return;
   st__client_conn_shutdown(c, "closed");
+  st__client_argcache_reset(c, 0);
   free(c->fifo);
   if (c->reader_ready) st__reader_destroy(&c->reader);
   free(c);
@@ -287,24 +298,31 @@ int st__client_endpoint_method(st_client_t *c, const char *method, const char *e
     return st__client_fail(c, ST_ERR_LIMIT,
                            "the arguments use %zu allocations; one request carries at most %d",
                            narenas, ST_MAX_FDS_PER_MESSAGE);
-  st__cbuf_t b;
-  st__client_cbuf_init(&b);
-  msgpack_pack_map(&b.pk, with_args ? (narenas ? 3 : 2) : 1);
-  st__pack_cstr(&b.pk, "endpoint");
-  st__pack_cstr(&b.pk, endpoint);
-  if (with_args) {
-    st__pack_cstr(&b.pk, "args");
-    st__client_args_pack(&b.pk, args);
+  /* A server that no longer keeps an allocation the request names by its
+   * id says `uncached`: the request goes once more with every descriptor
+   * (nothing ran: the server refused it before anything else). */
+  int rc = ST_OK;
+  for (int attempt = 0; attempt < 2; attempt++) {
+    st__cbuf_t b;
+    st__client_cbuf_init(&b);
+    msgpack_pack_map(&b.pk, with_args ? (narenas ? 3 : 2) : 1);
+    st__pack_cstr(&b.pk, "endpoint");
+    st__pack_cstr(&b.pk, endpoint);
+    if (with_args) {
+      st__pack_cstr(&b.pk, "args");
+      st__client_args_pack(&b.pk, args);
+    }
+    if (narenas) {
+      st__pack_cstr(&b.pk, "arenas");
+      b.nfds = st__client_argcache_pack(c, &b.pk, arenas, narenas, fds);
+      b.fds = b.nfds ? fds : NULL;
+    }
+    rc = b.oom ? st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing '%s'", method)
+               : st__client_method(c, method, &b, unwrap, out);
+    st__client_cbuf_destroy(&b);
+    if (!(rc == ST_ERR_INVALID_ARGUMENT && c->uncached && narenas)) break;
+    st__client_argcache_unhold(c, arenas, narenas);
   }
-  if (narenas) {
-    st__pack_cstr(&b.pk, "arenas");
-    st__client_args_pack_arenas(&b.pk, arenas, narenas, fds);
-    b.fds = fds;
-    b.nfds = narenas;
-  }
-  int rc = b.oom ? st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing '%s'", method)
-                 : st__client_method(c, method, &b, unwrap, out);
-  st__client_cbuf_destroy(&b);
   return rc;
 }
 

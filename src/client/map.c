@@ -87,6 +87,10 @@ static void cache_enter(void) {
   pthread_mutex_lock(&cache_lock);
 }
 
+/* See client_internal.h. Any thread. */
+void st__client_lock(void) { cache_enter(); }
+void st__client_unlock(void) { pthread_mutex_unlock(&cache_lock); }
+
 /* Maps a memfd arena: checks the descriptor (fdcheck.c), then mmap. */
 static int map_cpu(const st__arena_desc_t *d, int fd, const struct stat *st, st__mapping_t *m,
                    char *err, size_t errlen) {
@@ -235,6 +239,8 @@ void st__client_mapping_release(st__mapping_t *m) {
   }
   if (!m->own) cache_mapped--;
   pthread_mutex_unlock(&cache_lock);
+  /* Connections whose server keeps it tell it with their next request. */
+  if (m->own) st__client_argcache_freed(m->arena_id);
   if (m->own) close(m->fd);
   if (m->cuda) {
     /* A child forked without exec cannot call the driver: it only forgets

@@ -354,6 +354,9 @@ static int map_arenas(decoder_t *d, const msgpack_object *list, int *fds, size_t
     char why[200] = "";
     if (st__parse_arena(&list->via.array.ptr[i], &descs[i], why, sizeof why) != ST_OK) {
       rc = st__client_fail(d->c, ST_ERR_PROTOCOL, "bad arena %zu in the reply: %s", i, why);
+    } else if (descs[i].no_fd) {
+      rc = st__client_fail(d->c, ST_ERR_PROTOCOL,
+                           "arena %zu in the reply has no descriptor (arg_id is for requests)", i);
     } else if (!descs[i].legacy && (descs[i].fd >= nfds || fds[descs[i].fd] < 0)) {
       rc = st__client_fail(d->c, ST_ERR_PROTOCOL,
                            "arena %zu names descriptor %u, which is missing or taken", i,

@@ -27,6 +27,7 @@ static int record_server_error(st_client_t *c, const msgpack_object *e) {
   const msgpack_object *code = st__map_get(e, "code");
   const msgpack_object *name = st__map_get(e, "name");
   const msgpack_object *msg = st__map_get(e, "message");
+  const msgpack_object *uncached = st__map_get(e, "uncached");
   const char *nm = NULL, *ms = NULL;
   size_t nl = 0, ml = 0;
   if (name && name->type == MSGPACK_OBJECT_STR) {
@@ -57,7 +58,10 @@ static int record_server_error(st_client_t *c, const msgpack_object *e) {
     ms = st_strerror(err);
     ml = strlen(ms);
   }
-  return st__client_fail_remote(c, err, nm, nl, ms, ml);
+  int rc = st__client_fail_remote(c, err, nm, nl, ms, ml);
+  c->uncached = err == ST_ERR_INVALID_ARGUMENT && uncached &&
+                uncached->type == MSGPACK_OBJECT_ARRAY;
+  return rc;
 }
 
 /* Number of descriptors a successful result carries: its arenas that are
@@ -138,8 +142,16 @@ int st__client_exchange_until(st_client_t *c, const char *method, const void *pa
   uint32_t id = c->next_id++;
   if (id == 0) id = c->next_id++;
 
-  st__cbuf_t b;
+  st__cbuf_t b, withforget;
   st__client_cbuf_init(&b);
+  st__client_cbuf_init(&withforget);
+  /* Tensor arguments freed since the last request ride along (argcache.c);
+   * never on hello, which starts a connection with nothing held. */
+  if (strcmp(method, "hello") != 0 &&
+      st__client_argcache_params(c, params, params_len, &withforget)) {
+    params = withforget.sb.data;
+    params_len = withforget.sb.size;
+  }
   st__pack_request_head(&b.pk, id, method);
   if (params) {
     msgpack_pack_array(&b.pk, 1);
@@ -147,7 +159,9 @@ int st__client_exchange_until(st_client_t *c, const char *method, const void *pa
   } else {
     msgpack_pack_array(&b.pk, 0);
   }
-  if (b.oom) {
+  int oom = b.oom || withforget.oom;
+  st__client_cbuf_destroy(&withforget);
+  if (oom) {
     st__client_cbuf_destroy(&b);
     return st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing '%s'", method);
   }

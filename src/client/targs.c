@@ -161,16 +161,3 @@ ST_API int st_tensor_is_shareable(const st_tensor_t *t) {
   st__client_mapping_release(m);
   return 1;
 }
-
-/* See client_internal.h. */
-void st__client_args_pack_arenas(msgpack_packer *pk, st__mapping_t *const *arenas, size_t n,
-                                 int *fds) {
-  msgpack_pack_array(pk, n);
-  for (size_t i = 0; i < n; i++) {
-    st__arena_desc_t d;
-    st__client_own_describe(arenas[i], &d);
-    d.fd = (uint32_t)i;
-    st__pack_arena(pk, &d);
-    fds[i] = st__client_own_fd(arenas[i]);
-  }
-}

@@ -120,6 +120,7 @@ int st__client_fail_remote(st_client_t *c, int err, const char *name, size_t nam
 /* Forgets the last failure. */
 void st__client_clear_error(st_client_t *c) {
   c->err = 0;
+  c->uncached = 0;
   c->err_name[0] = '\0';
   c->err_msg[0] = '\0';
 }

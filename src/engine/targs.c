@@ -9,39 +9,104 @@
 #include "common/fail.h"
 #include "st/errors.h"
 
-/* See targs.h. Loop thread; takes the descriptors. */
-int st__targs_take(st__targs_t *t, const msgpack_object *list, int *fds, size_t nfds, char *err,
-                   size_t errlen) {
-  memset(t, 0, sizeof *t);
-  int rc = ST_OK;
-  if (nfds == 0) return ST_OK;
-  t->descs = calloc(nfds, sizeof *t->descs);
-  t->fds = malloc(nfds * sizeof *t->fds);
-  if (!t->descs || !t->fds) {
-    free(t->descs);
-    free(t->fds);
-    t->descs = NULL;
-    t->fds = NULL;
-    for (size_t i = 0; i < nfds; i++) close(fds[i]);
-    return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+/* See targs.h. */
+size_t st__targs_count_fds(const msgpack_object *list) {
+  size_t n = 0;
+  for (uint32_t i = 0; i < list->via.array.size; i++) {
+    const msgpack_object *e = &list->via.array.ptr[i];
+    n += !(e->type == MSGPACK_OBJECT_MAP && st__map_get(e, "arg_id") && !st__map_get(e, "fd"));
   }
-  t->n = nfds;
-  memcpy(t->fds, fds, nfds * sizeof *fds);
-  for (size_t i = 0; i < nfds && rc == ST_OK; i++) {
-    char why[256];
-    st__arena_desc_t *d = &t->descs[i];
-    if (st__parse_arena(&list->via.array.ptr[i], d, why, sizeof why) != ST_OK)
-      rc = st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "arenas[%zu]: %s", i, why);
-    else if (d->legacy || strcmp(d->backend, d->cuda ? "vmm" : "memfd") != 0)
-      rc = st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+  return n;
+}
+
+/* Whether the cached source `have` can stand for arena `want` of a later
+ * request: the same backend and device, and no more bytes than it has. */
+static int same_allocation(const st__arena_desc_t *have, const st__arena_desc_t *want) {
+  return have->cuda == want->cuda && strcmp(have->backend, want->backend) == 0 &&
+         strcmp(have->uuid, want->uuid) == 0 && want->bytes <= have->bytes;
+}
+
+/* Entry i of the request: its description is parsed into t->descs[i]; its
+ * source is a new one for the next of the request's descriptors (*next_fd
+ * counts them) or the cached one its arg_id names. 1 when that id is not
+ * cached (recorded in uncached[]), else ST_OK or a failure. */
+static int take_one(st__targs_t *t, size_t i, const msgpack_object *o, int *fds, size_t *next_fd,
+                    st__argcache_t *cache, uint64_t *uncached, size_t *nuncached, char *err,
+                    size_t errlen) {
+  char why[256];
+  st__arena_desc_t *d = &t->descs[i];
+  if (st__parse_arena(o, d, why, sizeof why) != ST_OK)
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "arenas[%zu]: %s", i, why);
+  if (d->legacy || strcmp(d->backend, d->cuda ? "vmm" : "memfd") != 0)
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                     "arenas[%zu]: backend \"%s\" cannot carry an argument (memfd for cpu, vmm "
                     "for cuda)",
                     i, d->backend);
-    else if (d->fd != i)
-      rc = st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
-                    "arenas[%zu]: fd must be %zu (descriptors go in the order of the arenas)",
-                    i, i);
+  if (!d->no_fd) {
+    if (d->fd != *next_fd)
+      return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                      "arenas[%zu]: fd must be %zu (descriptors go in the order of the arenas "
+                      "that carry one)",
+                      i, *next_fd);
+    int fd = fds[*next_fd];
+    fds[(*next_fd)++] = -1;
+    t->srcs[i] = st__targ_src_new(d, fd);
+    if (!t->srcs[i]) return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+    return ST_OK;
   }
+  st__targ_src_t *s = cache ? st__argcache_get(cache, d->arg_id) : NULL;
+  if (s && st__targ_src_failed(s)) {
+    st__argcache_forget(cache, d->arg_id);
+    s = NULL;
+  }
+  if (!s) {
+    uncached[(*nuncached)++] = d->arg_id;
+    return 1;
+  }
+  const st__arena_desc_t *have = st__targ_src_desc(s);
+  if (!same_allocation(have, d))
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                    "arenas[%zu]: arg_id %llu names a %s allocation of %llu bytes on %s; this "
+                    "one is %s, %llu bytes on %s",
+                    i, (unsigned long long)d->arg_id, have->backend,
+                    (unsigned long long)have->bytes, have->cuda ? have->uuid : "cpu", d->backend,
+                    (unsigned long long)d->bytes, d->cuda ? d->uuid : "cpu");
+  st__targ_src_ref(s);
+  t->srcs[i] = s;
+  return ST_OK;
+}
+
+/* See targs.h. Loop thread; takes the descriptors. */
+int st__targs_take(st__targs_t *t, const msgpack_object *list, int *fds, size_t nfds,
+                   st__argcache_t *cache, uint64_t *uncached, size_t *nuncached, char *err,
+                   size_t errlen) {
+  memset(t, 0, sizeof *t);
+  *nuncached = 0;
+  size_t n = list->via.array.size;
+  if (n == 0) return ST_OK;
+  t->descs = calloc(n, sizeof *t->descs);
+  t->srcs = calloc(n, sizeof *t->srcs);
+  int rc = ST_OK;
+  if (!t->descs || !t->srcs) {
+    rc = st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+  } else {
+    t->n = n;
+    size_t next_fd = 0;
+    for (size_t i = 0; i < n && rc == ST_OK; i++) {
+      int r = take_one(t, i, &list->via.array.ptr[i], fds, &next_fd, cache, uncached, nuncached,
+                       err, errlen);
+      if (r < 0) rc = r;
+    }
+    if (rc != ST_OK)
+      *nuncached = 0;   /* a fault of its own: no resend helps */
+    else if (*nuncached)
+      rc = st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                    "arg_id %llu%s is not cached on this connection (never sent with its "
+                    "descriptor, forgotten or evicted): send the descriptor again",
+                    (unsigned long long)uncached[0], *nuncached > 1 ? " and others" : "");
+  }
+  for (size_t i = 0; i < nfds; i++)
+    if (fds[i] >= 0) close(fds[i]);
   if (rc != ST_OK) st__targs_clear(t);
   return rc;
 }
@@ -137,9 +202,7 @@ int st__targs_import(st__targs_t *t, char *err, size_t errlen) {
   for (size_t i = 0; i < t->n; i++) {
     if (t->arenas[i]) continue;
     char why[512];
-    int fd = t->fds[i];
-    t->fds[i] = -1;   /* st__arena_import takes it */
-    int rc = st__arena_import(&t->descs[i], fd, &t->arenas[i], why, sizeof why);
+    int rc = st__targ_src_import(t->srcs[i], &t->arenas[i], why, sizeof why);
     if (rc != ST_OK)
       return st__fail(rc, err, errlen, "tensor argument arena %zu (%s): %s", i,
                       t->descs[i].cuda ? t->descs[i].uuid : "cpu", why);
@@ -150,11 +213,11 @@ int st__targs_import(st__targs_t *t, char *err, size_t errlen) {
 /* See targs.h. */
 void st__targs_clear(st__targs_t *t) {
   for (size_t i = 0; i < t->n; i++) {
-    if (t->fds && t->fds[i] >= 0) close(t->fds[i]);
+    if (t->srcs) st__targ_src_unref(t->srcs[i]);
     if (t->arenas) st__arena_unref(t->arenas[i]);
   }
   free(t->descs);
-  free(t->fds);
+  free(t->srcs);
   free(t->arenas);
   memset(t, 0, sizeof *t);
 }

@@ -10,9 +10,15 @@
  * run on the loop thread) and the Lua body sees tensors that live in the
  * client's memory: it reads and writes them in place.
  *
- * Ownership: a st__targs_t owns its descriptors until import, then its arena
- * references (tensors of the body take their own). st__targs_clear frees
- * whatever is left. One thread at a time (loop thread, then the worker).
+ * An arena that names an `arg_id` comes from the connection's import cache
+ * (argcache.h) when it carries no descriptor, and is imported at most once
+ * for all the requests that name it.
+ *
+ * Ownership: a st__targs_t holds one reference to the source of each arena
+ * (argcache.h: its descriptor, then its import), and after import one
+ * reference to each arena (tensors of the body take their own).
+ * st__targs_clear drops whatever is left. One thread at a time (loop
+ * thread, then the worker).
  */
 #ifndef ST_ENGINE_TARGS_H
 #define ST_ENGINE_TARGS_H
@@ -20,23 +26,36 @@
 #include <msgpack.h>
 #include <stddef.h>
 
+#include "engine/argcache.h"
 #include "engine/generation.h"
 #include "mem/arena.h"
 #include "proto/proto.h"
 
 typedef struct st__targs {
   size_t n;
-  st__arena_desc_t *descs;    /* owned, n entries */
-  int *fds;                   /* owned, n entries; -1 once moved to an arena */
+  st__arena_desc_t *descs;    /* owned, n entries: as this request describes them */
+  st__targ_src_t **srcs;      /* owned references, n entries */
   st__arena_t **arenas;       /* owned references after import, else NULL */
 } st__targs_t;
 
-/* Parses params.arenas (`list`, an ARRAY of arena maps, already checked to
- * have nfds entries) into *t, taking ownership of the nfds descriptors in
- * `fds` (closed on failure too). Each entry must be a "memfd" (cpu) or
- * "vmm" (cuda) arena whose `fd` is its own index. ST_OK, or
- * ST_ERR_INVALID_ARGUMENT with "arenas[i]: reason" in err. Loop thread. */
-int st__targs_take(st__targs_t *t, const msgpack_object *list, int *fds, size_t nfds, char *err,
+/* How many descriptors a request with params.arenas `list` (an ARRAY)
+ * carries: one per entry, except the maps that have an `arg_id` and no
+ * `fd` (they name an allocation the connection's cache holds). */
+size_t st__targs_count_fds(const msgpack_object *list);
+
+/* Parses params.arenas (`list`, an ARRAY of arena maps whose entries carry
+ * nfds descriptors: st__targs_count_fds) into *t, taking ownership of the
+ * nfds descriptors in `fds` (closed on failure too). Each entry must be a
+ * "memfd" (cpu) or "vmm" (cuda) arena whose `fd` is its index among the
+ * entries that have one, or an entry with an `arg_id` and no `fd` that
+ * `cache` (NULL: none) holds with the same backend and device and at
+ * least its bytes. ST_OK, or ST_ERR_INVALID_ARGUMENT with "arenas[i]:
+ * reason" in err; when the only fault is ids the cache does not hold, they
+ * are in uncached[] (room for one per entry of list; *nuncached counts
+ * them, else it is 0). A cached source whose import failed is dropped from the cache
+ * and counts as not held. Loop thread. */
+int st__targs_take(st__targs_t *t, const msgpack_object *list, int *fds, size_t nfds,
+                   st__argcache_t *cache, uint64_t *uncached, size_t *nuncached, char *err,
                    size_t errlen);
 
 /* Checks one argument value (any nesting) against the arena list: every
@@ -51,13 +70,13 @@ int st__targs_take(st__targs_t *t, const msgpack_object *list, int *fds, size_t 
 int st__targs_check(const st__targs_t *t, const st__param_t *p, const msgpack_object *v,
                     size_t *ntensors, char *err, size_t errlen);
 
-/* Maps every arena (st__arena_import), consuming the descriptors. ST_OK,
+/* Maps every arena (st__targ_src_import: imported once per source). ST_OK,
  * or the first failure with "tensor argument arena i: reason"; arenas
  * mapped before it stay in t until st__targs_clear. Worker thread. */
 int st__targs_import(st__targs_t *t, char *err, size_t errlen);
 
-/* Closes the descriptors, drops the arena references and frees the lists;
- * *t is empty afterwards. Any thread that owns t. */
+/* Drops the source and arena references and frees the lists; *t is empty
+ * afterwards. Any thread that owns t. */
 void st__targs_clear(st__targs_t *t);
 
 #endif

@@ -192,9 +192,9 @@ int st__tensor_extent(const st__tensor_desc_t *d, uint64_t *lo, uint64_t *hi) {
 /* See proto.h. `a` is borrowed; uuid is sent for CUDA arenas only; a
  * legacy arena has no fd and carries its IPC handle instead. */
 void st__pack_arena(msgpack_packer *pk, const st__arena_desc_t *a) {
-  size_t n = a->legacy ? 8 : a->cuda ? 6 : 5;
+  size_t n = (a->legacy ? 8 : a->cuda ? 6 : 5) + (a->arg_id != 0) - (!a->legacy && a->no_fd);
   msgpack_pack_map(pk, n);
-  if (!a->legacy) {
+  if (!a->legacy && !a->no_fd) {
     st__pack_kv_uint(pk, "fd", a->fd);
   }
   st__pack_kv_uint(pk, "bytes", a->bytes);
@@ -204,6 +204,7 @@ void st__pack_arena(msgpack_packer *pk, const st__arena_desc_t *a) {
   }
   st__pack_kv_str(pk, "backend", a->legacy ? "legacy" : a->backend);
   st__pack_kv_uint(pk, "id", a->id);
+  if (a->arg_id) st__pack_kv_uint(pk, "arg_id", a->arg_id);
   if (a->legacy) {
     st__pack_cstr(pk, "ipc_handle");
     msgpack_pack_bin(pk, ST_IPC_HANDLE_LEN);
@@ -266,7 +267,15 @@ int st__parse_arena(const msgpack_object *o, st__arena_desc_t *a, char *err, siz
     return fail(err, errlen, "backend '%s' is not one of device '%s' (%s)", a->backend, device,
                 a->cuda ? "vmm or legacy" : "memfd");
   if ((rc = get_u64(o, "id", UINT64_MAX, &a->id, err, errlen)) != ST_OK) return rc;
+  if (st__map_get(o, "arg_id")) {
+    if ((rc = get_u64(o, "arg_id", UINT64_MAX, &a->arg_id, err, errlen)) != ST_OK) return rc;
+    if (a->arg_id == 0) return fail(err, errlen, "'arg_id' must be at least 1");
+  }
   if (strcmp(a->backend, "legacy") == 0) return legacy_fields(o, a, err, errlen);
+  if (a->arg_id && !st__map_get(o, "fd")) {
+    a->no_fd = 1;
+    return ST_OK;
+  }
   if ((rc = get_u64(o, "fd", UINT32_MAX, &u, err, errlen)) != ST_OK) return rc;
   a->fd = (uint32_t)u;
   return ST_OK;

@@ -24,13 +24,21 @@ void st__pack_response_head(msgpack_packer *pk, uint32_t id) {
   msgpack_pack_nil(pk);
 }
 
+static void pack_error_map(msgpack_packer *pk, int err, const char *message, size_t extra);
+
 /* See proto.h. `message` is borrowed; NULL uses st_strerror(err). */
 void st__pack_error_response(msgpack_packer *pk, uint32_t id, int err, const char *message) {
+  st__pack_error_response_head(pk, id, err, message, 0);
+  msgpack_pack_nil(pk);
+}
+
+/* See proto.h. */
+void st__pack_error_response_head(msgpack_packer *pk, uint32_t id, int err, const char *message,
+                                  size_t extra) {
   msgpack_pack_array(pk, 4);
   msgpack_pack_uint8(pk, ST_MSG_RESPONSE);
   msgpack_pack_uint32(pk, id);
-  st__pack_error(pk, err, message);
-  msgpack_pack_nil(pk);
+  pack_error_map(pk, err, message, extra);
 }
 
 /* See proto.h. `method` is borrowed. */
@@ -43,8 +51,14 @@ void st__pack_notification_head(msgpack_packer *pk, const char *method) {
 /* See proto.h. The code on the wire is positive (-err); a positive err is
  * taken as a wire code already. `message` NULL uses st_strerror(err). */
 void st__pack_error(msgpack_packer *pk, int err, const char *message) {
+  pack_error_map(pk, err, message, 0);
+}
+
+/* The error map's head with `extra` more pairs to come; see
+ * st__pack_error. */
+static void pack_error_map(msgpack_packer *pk, int err, const char *message, size_t extra) {
   int64_t code = err < 0 ? -(int64_t)err : (int64_t)err;
-  msgpack_pack_map(pk, 3);
+  msgpack_pack_map(pk, 3 + extra);
   st__pack_cstr(pk, "code");
   msgpack_pack_int64(pk, code);
   st__pack_cstr(pk, "name");

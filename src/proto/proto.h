@@ -107,6 +107,10 @@ void st__pack_request_head(msgpack_packer *pk, uint32_t id, const char *method);
 void st__pack_response_head(msgpack_packer *pk, uint32_t id);
 /* [1, id, {code, name, message}, nil] — a whole message. */
 void st__pack_error_response(msgpack_packer *pk, uint32_t id, int err, const char *message);
+/* The same response up to its error map's `extra` more key/value pairs,
+ * which the caller packs, then the nil result. */
+void st__pack_error_response_head(msgpack_packer *pk, uint32_t id, int err, const char *message,
+                                  size_t extra);
 /* [2, method, <caller packs params>] */
 void st__pack_notification_head(msgpack_packer *pk, const char *method);
 /* {code, name, message}; err is a negative ST_ERR_*. */
@@ -178,6 +182,12 @@ typedef struct st__arena_desc {
   unsigned char ipc_handle[ST_IPC_HANDLE_LEN]; /* of the allocation base */
   int32_t device_index;            /* the server's device ordinal   */
   uint64_t storage_bytes;          /* bytes holding data, <= bytes  */
+  /* Tensor arguments only (docs/protocol.md, "Tensor arguments"): the
+   * client's name for the allocation, so that the server keeps it for
+   * later requests of the connection; 0 when absent. With no_fd the entry
+   * carries no descriptor and names an allocation sent before. */
+  uint64_t arg_id;
+  int no_fd;
 } st__arena_desc_t;
 
 /* Packs a tensor as ext ST_EXT_TENSOR. */
@@ -198,9 +208,11 @@ int64_t st__tensor_numel(const st__tensor_desc_t *d);
 /* Arena map, as in docs/protocol.md. A legacy arena (d->legacy, backend
  * "legacy", always CUDA) is packed without "fd" and with ipc_handle,
  * device_index and storage_bytes; parsing refuses a legacy arena that has
- * an "fd" or lacks one of those, any other arena without "fd", and a
- * backend that is not one of its device's ("memfd" for cpu; "vmm" or
- * "legacy" for cuda). */
+ * an "fd" or lacks one of those, any other arena without "fd" (unless it
+ * has an "arg_id": a tensor argument the server keeps, parsed with no_fd
+ * set), and a backend that is not one of its device's ("memfd" for cpu;
+ * "vmm" or "legacy" for cuda). A nonzero arg_id is packed as "arg_id",
+ * and no_fd leaves "fd" out. */
 void st__pack_arena(msgpack_packer *pk, const st__arena_desc_t *a);
 int st__parse_arena(const msgpack_object *o, st__arena_desc_t *a, char *err, size_t errlen);
 

@@ -68,6 +68,10 @@ static const st__setting_t limits_rows[] = {
     {.name = "max_queued_bytes_all_connections", .type = ST_SET_INT,
      INT_FIELD(max_queued_bytes_all_connections), .lo = 1, .hi = INT64_C(1) << 53, .def = 1,
      .description = "arena bytes all undelivered replies pin together (default: derived)"},
+    {.name = "max_cached_arguments", .type = ST_SET_INT, INT_FIELD(max_cached_arguments),
+     .lo = 0, .hi = 1 << 20, .def = 256,
+     .description = "tensor arguments one connection's import cache keeps mapped (least "
+                    "recently used dropped first; 0 = none)"},
     {.name = NULL},
 };
 

@@ -56,6 +56,9 @@ typedef struct st__config {
   int max_fds_all_connections;
   uint64_t max_queued_bytes_per_connection;
   uint64_t max_queued_bytes_all_connections;
+  /* Tensor arguments a connection's import cache keeps (docs/pool.md,
+   * section 4); 0: none are kept. */
+  int max_cached_arguments;
   double shutdown_grace_s;      /* in-flight work gets this long on SIGTERM */
   /* tasks (docs/protocol.md, "submit" ... "tasks") */
   double task_ttl_s;            /* finished tasks are kept this long (600) */

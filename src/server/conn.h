@@ -46,6 +46,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "engine/argcache.h"
 #include "proto/proto.h"
 #include "st/wire.h"
 #include "server/server.h"
@@ -106,6 +107,9 @@ struct st__conn {
   uint64_t rx_bytes;          /* bytes received (committed to the reader)   */
   struct st__targs *targs;    /* during st__dispatch: the tensor arguments of
                                  the request (call/submit move them out)   */
+  st__argcache_t argcache;    /* tensor arguments kept by arg_id
+                                 (targ_cache.c); each entry holds one
+                                 descriptor, counted like rx_held          */
   st__conn_t *hnext;          /* id hash chain                              */
   st__conn_t *dnext;          /* dead list                                  */
 };
@@ -202,5 +206,31 @@ void st__conn_rx_close_all(st__conn_t *c);
  * limit was reached). Returns 0, or -1 when fewer than n are queued
  * (nothing moved). */
 int st__conn_take_fds(st__conn_t *c, int *out, size_t n);
+
+/* ----------------------------------------------------------- targ_cache.c */
+
+/* The connection's import cache of tensor arguments (docs/pool.md,
+ * section 4): entries count as held descriptors of the connection and of
+ * the server (max_fds_per_connection, max_fds_all_connections) and are
+ * at most limits.max_cached_arguments. Loop thread. */
+
+/* Keeps every allocation of the request's tensor arguments `t` that came
+ * with a descriptor and an arg_id, evicting the least recently used
+ * entries to stay within the limits; one that cannot fit is not kept
+ * (the client resends it). */
+struct st__targs;
+void st__conn_targs_keep(st__conn_t *c, const struct st__targs *t);
+
+/* Drops the entries params.forget names (an array of arg ids; unknown ids
+ * are ignored). ST_OK, or ST_ERR_INVALID_ARGUMENT with the reason in err
+ * when forget is not an array of integers >= 1 (nothing dropped then). */
+int st__conn_targs_forget(st__conn_t *c, const msgpack_object *params, char *err,
+                          size_t errlen);
+
+/* Drops the least recently used entry. Returns 1 when there was one. */
+int st__conn_targs_evict_one(st__conn_t *c);
+
+/* Drops every entry (the connection closes). */
+void st__conn_targs_drop_all(st__conn_t *c);
 
 #endif

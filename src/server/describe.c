@@ -29,7 +29,7 @@ void st__describe_devices(msgpack_packer *pk, const st__devices_t *d) {
 }
 
 static void pack_limits(msgpack_packer *pk, const st__config_t *cfg, int full) {
-  msgpack_pack_map(pk, full ? 10 : 2);
+  msgpack_pack_map(pk, full ? 11 : 2);
   st__pack_kv_uint(pk, "max_message_bytes", cfg->max_message_bytes);
   st__pack_kv_int(pk, "max_inflight", cfg->max_inflight);
   if (!full) return;
@@ -42,11 +42,12 @@ static void pack_limits(msgpack_packer *pk, const st__config_t *cfg, int full) {
   st__pack_kv_uint(pk, "max_queued_bytes_per_connection", cfg->max_queued_bytes_per_connection);
   st__pack_kv_uint(pk, "max_queued_bytes_all_connections",
                    cfg->max_queued_bytes_all_connections);
+  st__pack_kv_int(pk, "max_cached_arguments", cfg->max_cached_arguments);
 }
 
 /* Packs the result of hello for a connection on socket `device`. */
 void st__describe_hello(msgpack_packer *pk, st__server_t *srv, int device) {
-  msgpack_pack_map(pk, 7);
+  msgpack_pack_map(pk, 8);
   st__pack_kv_int(pk, "protocol", ST_PROTOCOL_VERSION);
   st__pack_kv_str(pk, "version", ST_VERSION_STRING);
   st__pack_kv_str(pk, "server_id", srv->server_id);
@@ -56,6 +57,13 @@ void st__describe_hello(msgpack_packer *pk, st__server_t *srv, int device) {
   st__describe_devices(pk, &srv->devices);
   st__pack_cstr(pk, "limits");
   pack_limits(pk, srv->cfg, 0);
+  /* What this server does beyond protocol 1's first form: "arg_cache",
+   * tensor arguments named by arg_id (docs/protocol.md), unless
+   * limits.max_cached_arguments is 0. */
+  int arg_cache = srv->cfg->max_cached_arguments > 0;
+  st__pack_cstr(pk, "features");
+  msgpack_pack_array(pk, arg_cache);
+  if (arg_cache) st__pack_cstr(pk, "arg_cache");
 }
 
 /* Requests in flight, of every method (`all`) and of `call`. */

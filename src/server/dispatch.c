@@ -36,12 +36,35 @@ static int refused_on_arrival(st__conn_t *c, uint32_t id, const int *fds, uint32
   return 1;
 }
 
+/* Answers request `id` with INVALID_ARGUMENT for tensor arguments named
+ * by ids the connection's cache does not hold: the error map has
+ * `uncached: [ids]`, which tells the client to send those descriptors
+ * again (docs/protocol.md, "Tensor arguments"). */
+static void send_uncached(st__conn_t *c, uint32_t id, const char *message, const uint64_t *ids,
+                          size_t n) {
+  if (c->dead) return;
+  st__stats_answered(c->srv, &c->open, id, ST_ERR_INVALID_ARGUMENT);
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  st__pack_error_response_head(&pk, id, ST_ERR_INVALID_ARGUMENT, message, 1);
+  st__pack_cstr(&pk, "uncached");
+  msgpack_pack_array(&pk, n);
+  for (size_t i = 0; i < n; i++) msgpack_pack_uint64(&pk, ids[i]);
+  msgpack_pack_nil(&pk);
+  st__conn_send(c, &sb, NULL, 0);
+  msgpack_sbuffer_destroy(&sb);
+}
+
 /* The descriptors of a request that lists params.arenas (docs/protocol.md,
  * "Tensor arguments") go into *t, whatever the method: a request that is
- * refused still consumes them. Returns 0 (t filled or empty), 1 when an
- * INVALID_ARGUMENT reply was sent (a malformed arena; the connection
- * stays), -1 when the descriptors and the requests no longer match (a
- * PROTOCOL reply was sent and the connection closes). */
+ * refused still consumes them. Arenas named by arg_id come from the
+ * connection's cache, and those sent with one are kept there. Returns 0
+ * (t filled or empty), 1 when an INVALID_ARGUMENT reply was sent (a
+ * malformed arena, an id not cached; the connection stays), -1 when the
+ * descriptors and the requests no longer match (a PROTOCOL reply was sent
+ * and the connection closes). */
 static int take_arenas(st__conn_t *c, uint32_t id, const msgpack_object *params,
                        st__targs_t *t) {
   const msgpack_object *list = params ? st__map_get(params, "arenas") : NULL;
@@ -50,7 +73,9 @@ static int take_arenas(st__conn_t *c, uint32_t id, const msgpack_object *params,
   char m[200];
   int fds[ST_MAX_FDS_PER_MESSAGE];
   uint32_t n = list->type == MSGPACK_OBJECT_ARRAY ? list->via.array.size : 0;
-  if (list->type != MSGPACK_OBJECT_ARRAY || n > ST_MAX_FDS_PER_MESSAGE) {
+  if (list->type == MSGPACK_OBJECT_ARRAY && n <= ST_MAX_FDS_PER_MESSAGE)
+    n = (uint32_t)st__targs_count_fds(list);
+  if (list->type != MSGPACK_OBJECT_ARRAY || list->via.array.size > ST_MAX_FDS_PER_MESSAGE) {
     why = "params.arenas must be an array of at most 253 arena maps";
   } else if (st__conn_take_fds(c, fds, n) != 0) {
     snprintf(m, sizeof m, "the request lists %u arenas but %zu descriptors arrived with it",
@@ -67,10 +92,15 @@ static int take_arenas(st__conn_t *c, uint32_t id, const msgpack_object *params,
   }
   if (refused_on_arrival(c, id, fds, n)) return 1;
   char err[320];
-  if (st__targs_take(t, list, fds, n, err, sizeof err) != ST_OK) {
-    st__conn_send_error(c, id, ST_ERR_INVALID_ARGUMENT, err);
+  uint64_t uncached[ST_MAX_FDS_PER_MESSAGE];
+  size_t nuncached = 0;
+  if (st__targs_take(t, list, fds, n, &c->argcache, uncached, &nuncached, err, sizeof err) !=
+      ST_OK) {
+    if (nuncached) send_uncached(c, id, err, uncached, nuncached);
+    else st__conn_send_error(c, id, ST_ERR_INVALID_ARGUMENT, err);
     return 1;
   }
+  st__conn_targs_keep(c, t);
   return 0;
 }
 
@@ -101,9 +131,18 @@ void st__dispatch(st__conn_t *c, const st__message_t *msg) {
   const msgpack_object *params = NULL;
   char err[256];
   int prc = st__params_map(&msg->params, &params, err, sizeof err);
+  /* Forgotten tensor arguments go first, whatever happens to the request;
+   * a malformed forget still lets the request's descriptors be taken. */
+  char ferr[128];
+  int frc = prc == ST_OK ? st__conn_targs_forget(c, params, ferr, sizeof ferr) : ST_OK;
   st__targs_t targs;
   memset(&targs, 0, sizeof targs);
   if (take_arenas(c, id, prc == ST_OK ? params : NULL, &targs) != 0) return;
+  if (frc != ST_OK) {
+    st__targs_clear(&targs);
+    st__conn_send_error(c, id, frc, ferr);
+    return;
+  }
   c->targs = &targs;
   dispatch_request(c, msg, method, id, prc, params, err);
   c->targs = NULL;

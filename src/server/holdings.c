@@ -80,11 +80,11 @@ int st__conn_unread_check(st__conn_t *c) {
   return 1;
 }
 
-/* Whether c and the server may hold `fds` more descriptors (`fds` 0: no
- * check): the message says which limit is reached otherwise. */
-static int fds_fit(st__conn_t *c, int fds, char *err, size_t errlen) {
+/* Whether c and the server may hold `fds` more descriptors now (`fds` 0:
+ * no check): the message says which limit is reached otherwise. */
+static int fds_fit_now(st__conn_t *c, int fds, char *err, size_t errlen) {
   const st__config_t *cfg = c->srv->cfg;
-  int holds = c->out_fds + c->rx_held;
+  int holds = c->out_fds + c->rx_held + (int)c->argcache.n;
   if (fds > 0 && holds > 0 && holds + fds > cfg->max_fds_per_connection) {
     snprintf(err, errlen,
              "this connection holds %d descriptors (replies it has not read, descriptors "
@@ -100,6 +100,16 @@ static int fds_fit(st__conn_t *c, int fds, char *err, size_t errlen) {
     return 0;
   }
   return 1;
+}
+
+/* fds_fit_now, after dropping as many of c's cached tensor arguments
+ * (least recently used first) as it takes: the cache yields to replies and
+ * to the descriptors of requests. */
+static int fds_fit(st__conn_t *c, int fds, char *err, size_t errlen) {
+  for (;;) {
+    int ok = fds_fit_now(c, fds, err, errlen);
+    if (ok || !st__conn_targs_evict_one(c)) return ok;
+  }
 }
 
 /* See conn.h. Loop thread. */

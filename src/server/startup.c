@@ -117,10 +117,11 @@ static int run_check(const st__config_t *cfg, int config_errors) {
   }
   print_memory_limits(cfg);
   printf("limits: max_fds_per_connection=%d max_fds_all_connections=%d "
-         "max_queued_bytes_per_connection=%llu max_queued_bytes_all_connections=%llu\n",
+         "max_queued_bytes_per_connection=%llu max_queued_bytes_all_connections=%llu "
+         "max_cached_arguments=%d\n",
          cfg->max_fds_per_connection, cfg->max_fds_all_connections,
          (unsigned long long)cfg->max_queued_bytes_per_connection,
-         (unsigned long long)cfg->max_queued_bytes_all_connections);
+         (unsigned long long)cfg->max_queued_bytes_all_connections, cfg->max_cached_arguments);
   st__errlist_t errs = {0};
   st__generation_t *gen = NULL;
   const st__load_opts_t load = {.limit_s = cfg->endpoint_load_timeout_s};

@@ -275,7 +275,9 @@ TEST(the_server_counts_the_descriptors) {
   st_result_t *info = NULL;
   CHECK_RC(st_client_info(cli, &info), ST_OK, cli);
   const st_value_t *c = st_value_get(st_result_value(info), "counters");
-  CHECK(num_of(st_value_get(c, "fds_received")) >= 8);
+  /* each allocation goes once per connection: the server keeps it
+   * (test_argcache.c counts exactly) */
+  CHECK(num_of(st_value_get(c, "fds_received")) >= 4);
   st_result_free(info);
 }
 

@@ -117,7 +117,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (m.type == ST_MSG_REQUEST && st__params_map(&m.params, &params, err, sizeof err) == ST_OK &&
       params) {
     /* As the dispatcher takes them: at most 253 arenas, one descriptor
-     * each (here -1: nothing is mapped). */
+     * each but those named by arg_id alone (here -1: nothing is mapped),
+     * with an empty import cache. */
     const msgpack_object *list = st__map_get(params, "arenas");
     st__targs_t targs;
     memset(&targs, 0, sizeof targs);
@@ -126,8 +127,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       int fds[ST_MAX_FDS_PER_MESSAGE];
       uint32_t n = list->type == MSGPACK_OBJECT_ARRAY ? list->via.array.size : 0;
       ok = list->type == MSGPACK_OBJECT_ARRAY && n <= ST_MAX_FDS_PER_MESSAGE;
-      for (uint32_t i = 0; ok && i < n; i++) fds[i] = -1;
-      if (ok && st__targs_take(&targs, list, fds, n, err, sizeof err) != ST_OK) ok = 0;
+      size_t nfds = ok ? st__targs_count_fds(list) : 0;
+      for (size_t i = 0; i < nfds; i++) fds[i] = -1;
+      st__argcache_t cache;
+      memset(&cache, 0, sizeof cache);
+      uint64_t uncached[ST_MAX_FDS_PER_MESSAGE];
+      size_t nuncached;
+      if (ok && st__targs_take(&targs, list, fds, nfds, &cache, uncached, &nuncached, err,
+                               sizeof err) != ST_OK)
+        ok = 0;
       if (ok) FUZZ_CHECK(targs.n == n);
     }
     if (ok) call(params, &targs);

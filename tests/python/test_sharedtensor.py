@@ -424,6 +424,25 @@ class TensorArgumentTest(st_fixture.ServerTestCase):
         self.c.call("scale", x=i, k=2)       # an integer k, an int32 tensor
         self.assertEqual(i.tolist(), [2, 4, 6])
 
+    def test_passed_again_without_its_descriptor(self):
+        """The server keeps an allocation passed before (its import cache):
+        passed again, no descriptor goes, and the endpoint reads what the
+        caller wrote since; once freed, the next request drops it there."""
+        t = counting((4,))
+        info = self.c.info()
+        received, arenas = info["counters"]["fds_received"], info["arenas"]["count"]
+        self.c.call("scale", x=t, k=2.0)
+        t[0] = 5.0
+        self.c.call("scale", x=t, k=2.0)
+        self.assertEqual(t.tolist(), [10.0, 4.0, 8.0, 12.0])
+        info = self.c.info()
+        self.assertEqual(info["counters"]["fds_received"], received + 1)
+        self.assertEqual(info["arenas"]["count"], arenas + 1)
+        del t
+        gc.collect()
+        self.c.ping()                        # carries the forget
+        self.assertEqual(self.c.info()["arenas"]["count"], arenas)
+
     def test_echo_returns_the_same_memory(self):
         t = counting((4,))
         e = self.c.call("echo", value=t)

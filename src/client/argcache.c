@@ -1,0 +1,197 @@
+/* src/client: which tensor arguments the server keeps for a connection
+ * (docs/protocol.md, "Tensor arguments"; docs/pool.md, section 4).
+ *
+ * Each own allocation (map.c) has a process-unique id, sent as `arg_id`.
+ * When the server's hello lists the "arg_cache" feature, a connection
+ * remembers the ids whose descriptor it sent (`held`): a later request
+ * names such an allocation by its id alone, without a descriptor. When an
+ * allocation is freed (its last reference dropped, on any thread), its id
+ * leaves `held` of every connection that had it and waits in that
+ * connection's `forget` list, which goes with its next request
+ * (params.forget). A server that evicted an id answers INVALID_ARGUMENT
+ * with `uncached`; the call then drops the request's ids from `held` and
+ * sends its descriptors again, once (hello.c). A reconnect starts with
+ * nothing held.
+ *
+ * Threads: the lists of every connection are guarded by the library's
+ * process-wide lock (map.c), because frees come from any thread; the rest
+ * of a connection belongs to its thread, as everywhere in st_client_t.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/client_internal.h"
+
+static st_client_t *clients;       /* connections with the cache on */
+
+
+/* Index of the first id >= `id` in the sorted held list. */
+static size_t held_pos(const st_client_t *c, uint64_t id) {
+  size_t lo = 0, hi = c->arg_nheld;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (c->arg_held[mid] < id) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+static int held_has(const st_client_t *c, uint64_t id) {
+  size_t i = held_pos(c, id);
+  return i < c->arg_nheld && c->arg_held[i] == id;
+}
+
+/* Adds id; 0, or -1 when out of memory (then it is simply not held). */
+static int held_add(st_client_t *c, uint64_t id) {
+  size_t i = held_pos(c, id);
+  if (i < c->arg_nheld && c->arg_held[i] == id) return 0;
+  if (c->arg_nheld == c->arg_held_cap) {
+    size_t cap = c->arg_held_cap ? c->arg_held_cap * 2 : 16;
+    uint64_t *p = realloc(c->arg_held, cap * sizeof *p);
+    if (!p) return -1;
+    c->arg_held = p;
+    c->arg_held_cap = cap;
+  }
+  memmove(c->arg_held + i + 1, c->arg_held + i, (c->arg_nheld - i) * sizeof *c->arg_held);
+  c->arg_held[i] = id;
+  c->arg_nheld++;
+  return 0;
+}
+
+static int held_remove(st_client_t *c, uint64_t id) {
+  size_t i = held_pos(c, id);
+  if (i >= c->arg_nheld || c->arg_held[i] != id) return 0;
+  memmove(c->arg_held + i, c->arg_held + i + 1, (c->arg_nheld - i - 1) * sizeof *c->arg_held);
+  c->arg_nheld--;
+  return 1;
+}
+
+static void unlink_client(st_client_t *c) {
+  for (st_client_t **pp = &clients; *pp; pp = &(*pp)->arg_next) {
+    if (*pp == c) {
+      *pp = c->arg_next;
+      break;
+    }
+  }
+  c->arg_next = NULL;
+}
+
+/* See client_internal.h. Thread of the client. */
+void st__client_argcache_reset(st_client_t *c, int on) {
+  st__client_lock();
+  unlink_client(c);
+  c->arg_cache = on;
+  c->arg_nheld = 0;
+  c->arg_nforget = 0;
+  if (on) {
+    c->arg_next = clients;
+    clients = c;
+  }
+  st__client_unlock();
+  if (!on) {
+    free(c->arg_held);
+    free(c->arg_forget);
+    c->arg_held = c->arg_forget = NULL;
+    c->arg_held_cap = c->arg_forget_cap = 0;
+  }
+}
+
+/* See client_internal.h. Any thread. */
+void st__client_argcache_freed(uint64_t arg_id) {
+  st__client_lock();
+  for (st_client_t *c = clients; c; c = c->arg_next) {
+    if (!held_remove(c, arg_id)) continue;
+    if (c->arg_nforget == c->arg_forget_cap) {
+      size_t cap = c->arg_forget_cap ? c->arg_forget_cap * 2 : 16;
+      uint64_t *p = realloc(c->arg_forget, cap * sizeof *p);
+      if (!p) continue;   /* the server keeps it until evicted or closed */
+      c->arg_forget = p;
+      c->arg_forget_cap = cap;
+    }
+    c->arg_forget[c->arg_nforget++] = arg_id;
+  }
+  st__client_unlock();
+}
+
+/* See client_internal.h. Thread of the client. */
+size_t st__client_argcache_pack(st_client_t *c, msgpack_packer *pk, st__mapping_t *const *arenas,
+                                size_t n, int *fds) {
+  size_t nfds = 0;
+  msgpack_pack_array(pk, n);
+  if (c->arg_cache) st__client_lock();
+  for (size_t i = 0; i < n; i++) {
+    st__arena_desc_t d;
+    st__client_own_describe(arenas[i], &d);
+    if (c->arg_cache) {
+      d.arg_id = d.id;
+      d.no_fd = held_has(c, d.id);
+      /* Held from now on: the server keeps what it received, and says
+       * `uncached` if it did not. */
+      if (!d.no_fd) held_add(c, d.id);
+    }
+    if (!d.no_fd) {
+      d.fd = (uint32_t)nfds;
+      fds[nfds++] = st__client_own_fd(arenas[i]);
+    }
+    st__pack_arena(pk, &d);
+  }
+  if (c->arg_cache) st__client_unlock();
+  return nfds;
+}
+
+/* See client_internal.h. Thread of the client. */
+void st__client_argcache_unhold(st_client_t *c, st__mapping_t *const *arenas, size_t n) {
+  if (!c->arg_cache) return;
+  st__client_lock();
+  for (size_t i = 0; i < n; i++) {
+    st__arena_desc_t d;
+    st__client_own_describe(arenas[i], &d);
+    held_remove(c, d.id);
+  }
+  st__client_unlock();
+}
+
+/* Size of the msgpack map header at p (len bytes) in *hdr and its count
+ * in *count; 0, or -1 when p is not a map. */
+static int map_header(const unsigned char *p, size_t len, size_t *hdr, uint32_t *count) {
+  if (len >= 1 && p[0] >= 0x80 && p[0] <= 0x8f) {
+    *hdr = 1;
+    *count = p[0] & 0x0f;
+  } else if (len >= 3 && p[0] == 0xde) {
+    *hdr = 3;
+    *count = (uint32_t)p[1] << 8 | p[2];
+  } else if (len >= 5 && p[0] == 0xdf) {
+    *hdr = 5;
+    *count = (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 8 | p[4];
+  } else {
+    return -1;
+  }
+  return 0;
+}
+
+/* See client_internal.h. Thread of the client. */
+int st__client_argcache_params(st_client_t *c, const void *params, size_t len, st__cbuf_t *out) {
+  if (!c->arg_cache) return 0;
+  static const unsigned char empty_map = 0x80;
+  const unsigned char *p = params ? params : &empty_map;
+  if (!params) len = 1;
+  size_t hdr;
+  uint32_t count;
+  if (map_header(p, len, &hdr, &count) != 0 || count == UINT32_MAX) return 0;
+  st__client_lock();
+  uint64_t *ids = c->arg_forget;
+  size_t nids = c->arg_nforget;
+  if (nids) {
+    c->arg_forget = NULL;
+    c->arg_nforget = c->arg_forget_cap = 0;
+  }
+  st__client_unlock();
+  if (!nids) return 0;
+  msgpack_pack_map(&out->pk, count + 1);
+  st__pack_cstr(&out->pk, "forget");
+  msgpack_pack_array(&out->pk, nids);
+  for (size_t i = 0; i < nids; i++) msgpack_pack_uint64(&out->pk, ids[i]);
+  st__client_cbuf_raw(&out->pk, p + hdr, len - hdr);
+  free(ids);
+  return 1;
+}
