@@ -23,9 +23,9 @@
 #include "fixture.h"
 #include "mem/cuda.h"
 
-#ifdef ST_HAVE_CUDA
-
 #include "../server/gpu_kit.h"
+
+#ifdef ST_HAVE_CUDA
 
 #define MiB (1024ull * 1024ull)
 
@@ -266,12 +266,8 @@ static const stt_endpoint_t endpoints[] = {
 #endif
 
 int main(void) {
-  char err[512];
-  if (st__cuda_available(err, sizeof err) != ST_OK) stt_skip(err);
+  gk_require_device();
 #ifdef ST_HAVE_CUDA
-  /* This process's context first, so baselines do not count it. */
-  uint64_t f;
-  if (st__cuda_mem_info(0, &f, NULL, err, sizeof err) != ST_OK) stt_skip(err);
   stt_server_setup(&srv, "workers = 1,", endpoints);
   cli = stt_client_open(srv.socket);
   if (!cli) return 1;
