@@ -1,17 +1,11 @@
-/* src/server: the arenas a connection's client keeps mapped (conn.h,
- * "arena_refs.c"; docs/protocol.md, "Arenas sent once"). A client whose
- * hello lists the feature "arena_refs" receives an object's arena with a
- * descriptor once; the reply's `kept` says the server remembers that it
- * did, and later replies on the same connection name the arena by id
- * alone ({ref: id}) until the client says in a request's `unmapped` that
- * it let the mapping go. The set holds arena ids only (they are never
- * reused in a server's life) and no reference: naming an id sends
- * nothing the client does not hold already. Loop thread only.
- */
+/* src/server: the arenas a connection's client keeps mapped
+ * (arena_refs.h). Loop thread only. */
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "server/conn.h"
+#include "server/arena_refs.h"
+
+#include "proto/proto.h"
 #include "st/errors.h"
 
 /* Slot of id in the open-addressed table (0 marks a free slot; arena ids
@@ -23,9 +17,8 @@ static size_t slot_of(const st__arena_refs_t *s, uint64_t id) {
   return i;
 }
 
-/* See conn.h. Loop thread. */
-int st__conn_arena_sent(const st__conn_t *c, uint64_t arena_id) {
-  const st__arena_refs_t *s = &c->arena_refs;
+/* See arena_refs.h. Loop thread. */
+int st__arena_refs_sent(const st__arena_refs_t *s, uint64_t arena_id) {
   if (!s->on || !s->n || arena_id == 0) return 0;
   return s->slots[slot_of(s, arena_id)] == arena_id;
 }
@@ -47,12 +40,11 @@ static int grow(st__arena_refs_t *s) {
   return 0;
 }
 
-/* See conn.h. Loop thread. */
-int st__conn_arena_keep(st__conn_t *c, uint64_t arena_id) {
-  st__arena_refs_t *s = &c->arena_refs;
-  if (!s->on || c->dead || arena_id == 0) return 0;
+/* See arena_refs.h. Loop thread. */
+int st__arena_refs_keep(st__arena_refs_t *s, uint64_t arena_id) {
+  if (!s->on || arena_id == 0) return 0;
   if (s->n && s->slots[slot_of(s, arena_id)] == arena_id) return 1;
-  if (s->n >= ST_CONN_MAX_KEPT_ARENAS) return 0;
+  if (s->n >= ST_ARENA_REFS_MAX) return 0;
   if ((s->n + 1) * 2 > s->cap && grow(s) != 0) return 0;
   s->slots[slot_of(s, arena_id)] = arena_id;
   s->n++;
@@ -75,8 +67,8 @@ static void remove_id(st__arena_refs_t *s, uint64_t id) {
   }
 }
 
-/* See conn.h. Loop thread. */
-int st__conn_arena_unmapped(st__conn_t *c, const msgpack_object *params, char *err,
+/* See arena_refs.h. Loop thread. */
+int st__arena_refs_unmapped(st__arena_refs_t *s, const msgpack_object *params, char *err,
                             size_t errlen) {
   const msgpack_object *u = params ? st__map_get(params, "unmapped") : NULL;
   if (!u || u->type == MSGPACK_OBJECT_NIL) return ST_OK;
@@ -89,13 +81,13 @@ int st__conn_arena_unmapped(st__conn_t *c, const msgpack_object *params, char *e
     return ST_ERR_INVALID_ARGUMENT;
   }
   for (uint32_t i = 0; i < u->via.array.size; i++)
-    remove_id(&c->arena_refs, u->via.array.ptr[i].via.u64);
+    remove_id(s, u->via.array.ptr[i].via.u64);
   return ST_OK;
 }
 
-/* See conn.h. Loop thread. */
-int st__conn_arena_refs_hello(st__conn_t *c, const msgpack_object *features, char *err,
-                              size_t errlen) {
+/* See arena_refs.h. Loop thread. */
+int st__arena_refs_hello(st__arena_refs_t *s, const msgpack_object *features, char *err,
+                         size_t errlen) {
   int on = 0;
   if (features && features->type != MSGPACK_OBJECT_NIL) {
     int ok = features->type == MSGPACK_OBJECT_ARRAY;
@@ -110,15 +102,15 @@ int st__conn_arena_refs_hello(st__conn_t *c, const msgpack_object *features, cha
     }
   }
   /* A hello starts over: nothing was sent under what it asks for now. */
-  st__conn_arena_refs_clear(c);
-  c->arena_refs.on = on;
+  st__arena_refs_clear(s);
+  s->on = on;
   return ST_OK;
 }
 
-/* See conn.h. Loop thread. */
-void st__conn_arena_refs_clear(st__conn_t *c) {
-  free(c->arena_refs.slots);
-  c->arena_refs.slots = NULL;
-  c->arena_refs.cap = c->arena_refs.n = 0;
-  c->arena_refs.on = 0;
+/* See arena_refs.h. Loop thread. */
+void st__arena_refs_clear(st__arena_refs_t *s) {
+  free(s->slots);
+  s->slots = NULL;
+  s->cap = s->n = 0;
+  s->on = 0;
 }

@@ -157,7 +157,7 @@ void st__conn_close(st__conn_t *c, const char *why) {
   c->unread_bytes = 0;
   st__conn_rx_close_all(c);
   st__conn_targs_drop_all(c);
-  st__conn_arena_refs_clear(c);
+  st__arena_refs_clear(&c->arena_refs);
   st__reader_destroy(&c->reader);
   /* Nobody will read the results of its calls: builds nobody else waits
    * for stop early (their completions drop what was built), its waits

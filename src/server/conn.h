@@ -47,6 +47,7 @@
 #include <sys/socket.h>
 
 #include "engine/argcache.h"
+#include "server/arena_refs.h"
 #include "proto/proto.h"
 #include "st/wire.h"
 #include "server/server.h"
@@ -56,17 +57,6 @@
  * it does not (back-pressure), when a request already read may still
  * wait for its turn beside the next one's. */
 #define ST_CONN_MAX_PENDING_FDS (2 * ST_MAX_FDS_PER_MESSAGE)
-
-/* Arena ids a connection's client received with a descriptor and keeps
- * mapped (arena_refs.c); at most this many per connection, later ones
- * always travel with their descriptor. */
-#define ST_CONN_MAX_KEPT_ARENAS 4096
-
-typedef struct st__arena_refs {
-  int on;                     /* the client's hello asked for "arena_refs" */
-  uint64_t *slots;            /* open-addressed set of arena ids; 0: free  */
-  size_t cap, n;
-} st__arena_refs_t;
 
 typedef struct st__wframe {
   struct st__wframe *next;
@@ -121,7 +111,7 @@ struct st__conn {
   st__argcache_t argcache;    /* tensor arguments kept by arg_id
                                  (targ_cache.c); each entry holds one
                                  descriptor, counted like rx_held          */
-  st__arena_refs_t arena_refs; /* arenas sent once (arena_refs.c)          */
+  st__arena_refs_t arena_refs; /* arenas sent once (arena_refs.h)          */
   st__conn_t *hnext;          /* id hash chain                              */
   st__conn_t *dnext;          /* dead list                                  */
 };
@@ -244,36 +234,5 @@ int st__conn_targs_evict_one(st__conn_t *c);
 
 /* Drops every entry (the connection closes). */
 void st__conn_targs_drop_all(st__conn_t *c);
-
-/* ----------------------------------------------------------- arena_refs.c */
-
-/* The arenas of objects the client keeps mapped (docs/protocol.md, "Arenas
- * sent once"). Loop thread. */
-
-/* hello's `features` (may be NULL): "arena_refs" turns the rule on for
- * the connection; any hello starts with an empty set. ST_OK, or
- * ST_ERR_INVALID_ARGUMENT with the reason in err when features is not an
- * array of strings. */
-int st__conn_arena_refs_hello(st__conn_t *c, const msgpack_object *features, char *err,
-                              size_t errlen);
-
-/* 1 when the client was sent arena `arena_id` with `kept` and has not said
- * since that it unmapped it: a reply names it by id alone. */
-int st__conn_arena_sent(const st__conn_t *c, uint64_t arena_id);
-
-/* Remembers that the reply being queued sends `arena_id` with its
- * descriptor and lists it in `kept`. Returns 1, or 0 when the rule is off,
- * the set is full (ST_CONN_MAX_KEPT_ARENAS) or memory is short: then the
- * reply does not list it and it travels with a descriptor each time. */
-int st__conn_arena_keep(st__conn_t *c, uint64_t arena_id);
-
-/* Drops the ids params.unmapped names (unknown ids are ignored). ST_OK,
- * or ST_ERR_INVALID_ARGUMENT with the reason in err when it is not an
- * array of integers >= 1 (nothing dropped then). */
-int st__conn_arena_unmapped(st__conn_t *c, const msgpack_object *params, char *err,
-                            size_t errlen);
-
-/* Forgets every id and turns the rule off (a hello, or the close). */
-void st__conn_arena_refs_clear(st__conn_t *c);
 
 #endif

@@ -94,7 +94,7 @@ static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
   for (size_t i = 0; i < r->narenas; i++) {
     how[i] = SEND_NONE;
     if (!st__arena_has_fd(r->arenas[i])) continue;
-    if (obj && st__conn_arena_sent(c, st__arena_id(r->arenas[i]))) {
+    if (obj && st__arena_refs_sent(&c->arena_refs, st__arena_id(r->arenas[i]))) {
       how[i] = SEND_REF;
       continue;
     }
@@ -132,8 +132,8 @@ static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
    * remembered for the next replies (listed in `kept`). */
   uint32_t kept[ST_MAX_FDS_PER_MESSAGE];
   uint32_t nkept = 0;
-  for (size_t i = 0; obj && i < r->narenas; i++)
-    if (how[i] == SEND_FD && st__conn_arena_keep(c, st__arena_id(r->arenas[i])))
+  for (size_t i = 0; obj && !c->dead && i < r->narenas; i++)
+    if (how[i] == SEND_FD && st__arena_refs_keep(&c->arena_refs, st__arena_id(r->arenas[i])))
       kept[nkept++] = (uint32_t)i;
   msgpack_sbuffer sb;
   msgpack_packer pk;

@@ -32,7 +32,8 @@ void st__rpc_hello(st__rpc_req_t *r) {
     return;
   }
   char err[128];
-  if (st__conn_arena_refs_hello(c, st__rpc_arg(r, "features"), err, sizeof err) != ST_OK) {
+  if (st__arena_refs_hello(&c->arena_refs, st__rpc_arg(r, "features"), err, sizeof err) !=
+      ST_OK) {
     st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "%s", err);
     return;
   }
