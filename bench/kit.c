@@ -31,7 +31,7 @@ st_client_t *bk_connect(const char *sock) {
   return c;
 }
 
-void bk_throughput(const char *label, const char *sock, int nproc, double seconds,
+long bk_throughput(const char *label, const char *sock, int nproc, double seconds,
                    int (*prepare)(st_client_t *c, st_result_t **keep),
                    int (*call)(st_client_t *c)) {
   int pipefd[2];
@@ -69,4 +69,5 @@ void bk_throughput(const char *label, const char *sock, int nproc, double second
   snprintf(what, sizeof what, "%s, %d client process%s", label, nproc, nproc == 1 ? "" : "es");
   printf("%-44s %.0f calls/s (%d of %d processes reported)\n", what, total / seconds, got,
          nproc);
+  return total;
 }

@@ -14,9 +14,10 @@ st_client_t *bk_connect(const char *sock);
 
 /* Forks `nproc` client processes. Each connects, runs `prepare` once (may
  * be NULL; a result it leaves in *keep is freed at the end), then `call` in
- * a loop for `seconds`. Prints "<label>, N client processes: X calls/s".
- * Waits for its own children only (the fixture's server is one too). */
-void bk_throughput(const char *label, const char *sock, int nproc, double seconds,
+ * a loop for `seconds`. Prints "<label>, N client processes: X calls/s" and
+ * returns the number of calls made. Waits for its own children only (the
+ * fixture's server is one too). */
+long bk_throughput(const char *label, const char *sock, int nproc, double seconds,
                    int (*prepare)(st_client_t *c, st_result_t **keep),
                    int (*call)(st_client_t *c));
 

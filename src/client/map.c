@@ -60,6 +60,7 @@ struct st__mapping {
   size_t map_len;
   uint64_t bytes;   /* what tensors may use                       */
   size_t refs;
+  size_t pins;      /* of refs: held by connections (arenarefs.c)  */
   st__cuda_mapping_t cm;
   pid_t pid;        /* the process that mapped it                 */
   int own;          /* 1: an own allocation; `fd` is its descriptor */
@@ -223,11 +224,13 @@ int st__client_map_arena(const char *server_id, const st__arena_desc_t *d, int f
   return cache_map(server_id, d, fd, &st, out, err, errlen);
 }
 
-/* Drops one reference; the last one unmaps and forgets the entry. */
+/* Drops one reference; the last one unmaps and forgets the entry. When
+ * only connections' pins are left, they are told (arenarefs.c). */
 void st__client_mapping_release(st__mapping_t *m) {
   if (!m) return;
   cache_enter();
   if (--m->refs > 0) {
+    if (m->pins && m->refs == m->pins) st__client_arenarefs_idle_locked(m);
     pthread_mutex_unlock(&cache_lock);
     return;
   }
@@ -251,6 +254,23 @@ void st__client_mapping_release(st__mapping_t *m) {
   }
   free(m->server_id);
   free(m);
+}
+
+/* See client_internal.h. Any thread. */
+void st__client_mapping_ref(st__mapping_t *m, int pin) {
+  cache_enter();
+  m->refs++;
+  if (pin) m->pins++;
+  else cache_reused++;
+  pthread_mutex_unlock(&cache_lock);
+}
+
+/* See client_internal.h. Any thread. */
+void st__client_mapping_unpin(st__mapping_t *m) {
+  cache_enter();
+  m->pins--;
+  pthread_mutex_unlock(&cache_lock);
+  st__client_mapping_release(m);
 }
 
 /* ------------------------------------------------------- own allocations */

@@ -47,6 +47,7 @@
 #include <sys/socket.h>
 
 #include "engine/argcache.h"
+#include "server/arena_refs.h"
 #include "proto/proto.h"
 #include "st/wire.h"
 #include "server/server.h"
@@ -110,6 +111,7 @@ struct st__conn {
   st__argcache_t argcache;    /* tensor arguments kept by arg_id
                                  (targ_cache.c); each entry holds one
                                  descriptor, counted like rx_held          */
+  st__arena_refs_t arena_refs; /* arenas sent once (arena_refs.h)          */
   st__conn_t *hnext;          /* id hash chain                              */
   st__conn_t *dnext;          /* dead list                                  */
 };

@@ -59,11 +59,13 @@ void st__describe_hello(msgpack_packer *pk, st__server_t *srv, int device) {
   pack_limits(pk, srv->cfg, 0);
   /* What this server does beyond protocol 1's first form: "arg_cache",
    * tensor arguments named by arg_id (docs/protocol.md), unless
-   * limits.max_cached_arguments is 0. */
+   * limits.max_cached_arguments is 0; "arena_refs", arenas of objects
+   * sent once per connection to a client that asks for it. */
   int arg_cache = srv->cfg->max_cached_arguments > 0;
   st__pack_cstr(pk, "features");
-  msgpack_pack_array(pk, arg_cache);
+  msgpack_pack_array(pk, (uint32_t)arg_cache + 1);
   if (arg_cache) st__pack_cstr(pk, "arg_cache");
+  st__pack_cstr(pk, "arena_refs");
 }
 
 /* Requests in flight, of every method (`all`) and of `call`. */

@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "mem/arena.h"
+#include "server/loopprof.h"
 #include "server/work.h"
 #include "st/wire.h"
 
@@ -68,10 +69,11 @@ void st__pack_object_info(msgpack_packer *pk, st__server_t *srv, const st__objec
     msgpack_pack_uint64(pk, st__arena_id(o->result.arenas[i]));
 }
 
-/* {value, arenas[, object]} with one descriptor per arena that is not a
- * legacy CUDA IPC arena, in the order of the arenas; see work.h. */
-int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
-                      const st__build_result_t *r, const st__object_t *obj, int lease) {
+/* How each arena of a reply travels. */
+enum { SEND_NONE, SEND_FD, SEND_REF };
+
+static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
+                        const st__build_result_t *r, const st__object_t *obj, int lease) {
   st__server_t *srv = c->srv;
   if (r->narenas > ST_MAX_FDS_PER_MESSAGE) {
     char m[200];
@@ -81,13 +83,22 @@ int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
     return ST_ERR_LIMIT;
   }
   /* One descriptor per arena that has one: a legacy CUDA IPC arena is
-   * described by its handle and takes no slot (docs/protocol.md). Each
-   * keeps its arena alive until the client has read the reply: they
-   * count against the connection limits (conn.h) until then. */
+   * described by its handle and takes no slot (docs/protocol.md), and an
+   * object's arena this client keeps mapped from an earlier reply on this
+   * connection is named by id alone (arena_refs.c). Each descriptor keeps
+   * its arena alive until the client has read the reply: they count
+   * against the connection limits (conn.h) until then. */
+  unsigned char how[ST_MAX_FDS_PER_MESSAGE];
   int want = 0;
   uint64_t pinned = 0;
   for (size_t i = 0; i < r->narenas; i++) {
+    how[i] = SEND_NONE;
     if (!st__arena_has_fd(r->arenas[i])) continue;
+    if (obj && st__arena_refs_sent(&c->arena_refs, st__arena_id(r->arenas[i]))) {
+      how[i] = SEND_REF;
+      continue;
+    }
+    how[i] = SEND_FD;
     want++;
     pinned += st__arena_bytes(r->arenas[i]);
   }
@@ -101,9 +112,11 @@ int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
   int fds[ST_MAX_FDS_PER_MESSAGE];
   int nfds = 0;
   for (size_t i = 0; i < r->narenas; i++) {
-    if (!st__arena_has_fd(r->arenas[i])) continue;
+    if (how[i] != SEND_FD) continue;
     char reason[200] = "";
+    st__prof_begin(ST_PROF_DUP);
     int fd = st__arena_dup_fd(r->arenas[i], reason, sizeof reason);
+    st__prof_end();
     if (fd < 0) {
       for (int k = 0; k < nfds; k++) close(fds[k]);
       char m[300];
@@ -115,10 +128,17 @@ int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
     }
     fds[nfds++] = fd;
   }
+  /* The reply goes out now: an object's arenas sent with a descriptor are
+   * remembered for the next replies (listed in `kept`). */
+  uint32_t kept[ST_MAX_FDS_PER_MESSAGE];
+  uint32_t nkept = 0;
+  for (size_t i = 0; obj && !c->dead && i < r->narenas; i++)
+    if (how[i] == SEND_FD && st__arena_refs_keep(&c->arena_refs, st__arena_id(r->arenas[i])))
+      kept[nkept++] = (uint32_t)i;
   msgpack_sbuffer sb;
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, id);
-  msgpack_pack_map(&pk, obj ? 3 : 2);
+  msgpack_pack_map(&pk, 2 + (obj != NULL) + (nkept > 0));
   st__pack_cstr(&pk, "value");
   if (r->value.size) msgpack_sbuffer_write(&sb, r->value.data, r->value.size);
   else msgpack_pack_nil(&pk);
@@ -126,11 +146,21 @@ int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
   msgpack_pack_array(&pk, r->narenas);
   uint32_t next_fd = 0;
   for (size_t i = 0; i < r->narenas; i++) {
+    if (how[i] == SEND_REF) {
+      msgpack_pack_map(&pk, 1);
+      st__pack_kv_uint(&pk, "ref", st__arena_id(r->arenas[i]));
+      continue;
+    }
     st__arena_desc_t d;
     memset(&d, 0, sizeof d);
     st__arena_describe(r->arenas[i], &d);
     if (!d.legacy) d.fd = next_fd++;   /* its index among the fds sent */
     st__pack_arena(&pk, &d);
+  }
+  if (nkept) {
+    st__pack_cstr(&pk, "kept");
+    msgpack_pack_array(&pk, nkept);
+    for (uint32_t k = 0; k < nkept; k++) msgpack_pack_uint32(&pk, kept[k]);
   }
   if (obj) {
     st__pack_cstr(&pk, "object");
@@ -140,6 +170,16 @@ int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
   st__conn_send_pinned(c, &sb, fds, nfds, pinned);
   msgpack_sbuffer_destroy(&sb);
   return ST_OK;
+}
+
+/* {value, arenas[, object]} with one descriptor per arena that is not a
+ * legacy CUDA IPC arena, in the order of the arenas; see work.h. */
+int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
+                     const st__build_result_t *r, const st__object_t *obj, int lease) {
+  st__prof_begin(ST_PROF_PACK);
+  int rc = reply_result(c, id, endpoint, r, obj, lease);
+  st__prof_end();
+  return rc;
 }
 
 /* A lease whose reply failed goes back; see work.h. */
