@@ -14,6 +14,7 @@ _call_summary = _l.st_client_call_summary
 _result_summary = _l.st_result_summary
 _result_free = _l.st_result_free
 _ping = _l.st_client_ping
+_release = _l.st_client_release
 _byref = ctypes.byref
 _Summary = _lib.ResultSummary
 _VOIDP = ctypes.c_void_p
@@ -134,6 +135,8 @@ class Client:
         self._ptr = out.value
         self._rtt = ctypes.c_double()
         self._rtt_ref = ctypes.byref(self._rtt)
+        self._rel = (ctypes.c_int(), ctypes.c_int(), ctypes.c_int64())
+        self._rel_refs = tuple(map(ctypes.byref, self._rel))
         self.server_id = _l.st_client_server_id(self._ptr).decode()
         self.server_version = _l.st_client_server_version(self._ptr).decode()
         self.server_pid = _l.st_client_server_pid(self._ptr)
@@ -319,11 +322,13 @@ class Client:
     def release(self, object_id):
         """Gives back this connection's lease on an object (idempotent):
         {released, destroyed, refcount}."""
-        rel, des, ref = ctypes.c_int(), ctypes.c_int(), ctypes.c_int64()
-        self._do(_l.st_client_release, object_id, ctypes.byref(rel), ctypes.byref(des),
-                 ctypes.byref(ref))
-        return {"released": bool(rel.value), "destroyed": bool(des.value),
-                "refcount": ref.value}
+        rel, des, ref = self._rel
+        with self._lock:
+            rc = _release(self._ptr or self._h(), object_id, *self._rel_refs)
+            if rc != 0:
+                self._fail(rc)
+            return {"released": bool(rel.value), "destroyed": bool(des.value),
+                    "refcount": ref.value}
 
     def object_info(self, object_id):
         """Object info (dict); StaleHandleError when the object is gone."""

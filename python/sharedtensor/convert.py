@@ -155,13 +155,23 @@ class _Slot:
         self.i = i
 
 
+class _ModuleT:
+    """A module's template: its names, the positions of its tensors, and
+    the template of its metadata."""
+    __slots__ = ("names", "slots", "metadata")
+
+    def __init__(self, names, slots, metadata):
+        self.names, self.slots, self.metadata = names, slots, metadata
+
+
 def _template(v, index):
     """v with each tensor replaced by its _Slot (index: id -> position)."""
     t = type(v)
     if t is Module:
-        m = Module((k, _template(x, index)) for k, x in v.items())
-        m.metadata = _template(v.metadata, index)
-        return m
+        slots = [index.get(id(x)) for x in v.values()]
+        if None in slots:
+            return v   # not reached: every module value is a tensor
+        return _ModuleT(list(v.keys()), slots, _template(v.metadata, index))
     if t is list:
         return [_template(x, index) for x in v]
     if t is dict:
@@ -175,9 +185,8 @@ def _rebuild(v, tensors):
     t = type(v)
     if t is _Slot:
         return tensors[v.i]
-    if t is Module:
-        m = Module((k, tensors[x.i] if type(x) is _Slot else _rebuild(x, tensors))
-                   for k, x in v.items())
+    if t is _ModuleT:
+        m = Module(zip(v.names, map(tensors.__getitem__, v.slots)))
         m.metadata = _rebuild(v.metadata, tensors)
         return m
     if t is list:
