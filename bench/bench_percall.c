@@ -2,15 +2,15 @@
  * bench/bench_percall.py, which starts the server, runs this program
  * against it and prints its rows next to the Python package's.
  *
- *   bench_percall --socket PATH --dir DIR [--device cpu|cuda] [--iters N]
+ *   bench_percall --socket PATH --dir DIR [--device cpu|cuda] [--iters N] [--rows KEY,...]
  *
  * Endpoints (bench_percall.py writes them): cached16 (cache), fresh4
  * (plain), mcached16 (managed + cache), managed16 (managed), quick (plain,
  * returns 1), echo (returns its tensor argument), module300 (cache, a
  * module of 300 tensors). DIR holds the raw socket of the floor.
  *
- * Prints one line per row, "row KEY N P50 P99 MEAN" (microseconds), the
- * floor first. Timings are printed, never asserted.
+ * Prints one line per row, "row KEY N P50 P99 MEAN" (microseconds), in
+ * the order of --rows (default: every row, the floor "raw" first). Timings are printed, never asserted.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -122,17 +122,62 @@ static void measure(const char *key, int what, int iters, st_result_t *targ) {
   free(us);
 }
 
+/* Runs row `key` (a name of `rows`), with what it needs set up. */
+static void run_row(const char *key, const char *dir, int iters) {
+  static const struct {
+    const char *key;
+    int what;
+  } rows[] = {{"ping", PING},           {"cached_kept", CACHED_KEPT}, {"cached_dropped", CACHED_DROPPED},
+              {"fresh", FRESH},         {"mcached_release", MCACHED}, {"managed_release", MANAGED},
+              {"submit_wait", SUBMIT},  {"targ_4k", TARG},            {"module300", MODULE},
+              {"info", INFO}};
+  if (!strcmp(key, "raw")) {
+    double *us = malloc(sizeof(double) * (size_t)iters);
+    bk_raw_pingpong(dir, us, iters);
+    row("raw", us, iters);
+    free(us);
+    return;
+  }
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    if (strcmp(key, rows[i].key) != 0) continue;
+    st_result_t *keep = NULL, *targ = NULL;
+    /* Kept: one result holds the mapping, so every hit reuses it. */
+    if (rows[i].what == CACHED_KEPT) keep = call("cached16", NULL);
+    if (rows[i].what == MODULE) {
+      keep = call("module300", NULL);
+      iters = iters / 4 ? iters / 4 : 1;
+    }
+    if (rows[i].what == TARG) {
+      char err[256];
+      int64_t n = 1024;
+      if (st_tensor_alloc(device, ST_DTYPE_FLOAT32, 1, &n, &targ, err, sizeof err) != ST_OK) {
+        fprintf(stderr, "bench_percall: st_tensor_alloc: %s\n", err);
+        exit(1);
+      }
+    }
+    measure(key, rows[i].what, iters, targ);
+    st_result_free(keep);
+    st_result_free(targ);
+    return;
+  }
+  fprintf(stderr, "bench_percall: no row %s\n", key);
+  exit(2);
+}
+
 int main(int argc, char **argv) {
   const char *sock = NULL, *dir = NULL;
+  char rows[512] = "raw,ping,cached_kept,cached_dropped,fresh,mcached_release,managed_release,"
+                   "submit_wait,targ_4k,module300,info";
   int iters = 2000;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--socket") && i + 1 < argc) sock = argv[++i];
     else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
     else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
     else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--rows") && i + 1 < argc) snprintf(rows, sizeof rows, "%s", argv[++i]);
     else {
       fprintf(stderr, "usage: bench_percall --socket PATH --dir DIR [--device cpu|cuda] "
-                      "[--iters N]\n");
+                      "[--iters N] [--rows KEY,...]\n");
       return 2;
     }
   }
@@ -142,35 +187,9 @@ int main(int argc, char **argv) {
   }
   signal(SIGPIPE, SIG_IGN);
   setvbuf(stdout, NULL, _IOLBF, 0);
-  double *us = malloc(sizeof(double) * (size_t)iters);
-  bk_raw_pingpong(dir, us, iters);
-  row("raw", us, iters);
-  free(us);
-
   client = bk_connect(sock);
-  measure("ping", PING, iters, NULL);
-  /* Kept: one result holds the mapping, so every hit reuses it. */
-  st_result_t *keep = call("cached16", NULL);
-  measure("cached_kept", CACHED_KEPT, iters, NULL);
-  st_result_free(keep);
-  measure("cached_dropped", CACHED_DROPPED, iters, NULL);
-  measure("fresh", FRESH, iters, NULL);
-  measure("mcached_release", MCACHED, iters, NULL);
-  measure("managed_release", MANAGED, iters, NULL);
-  measure("submit_wait", SUBMIT, iters, NULL);
-  st_result_t *targ;
-  char err[256];
-  int64_t n = 1024;
-  if (st_tensor_alloc(device, ST_DTYPE_FLOAT32, 1, &n, &targ, err, sizeof err) != ST_OK) {
-    fprintf(stderr, "bench_percall: st_tensor_alloc: %s\n", err);
-    return 1;
-  }
-  measure("targ_4k", TARG, iters, targ);
-  st_result_free(targ);
-  keep = call("module300", NULL);
-  measure("module300", MODULE, iters / 4 ? iters / 4 : 1, NULL);
-  st_result_free(keep);
-  measure("info", INFO, iters, NULL);
+  for (char *save = NULL, *key = strtok_r(rows, ",", &save); key; key = strtok_r(NULL, ",", &save))
+    run_row(key, dir, iters);
   st_client_close(client);
   return 0;
 }

@@ -7,8 +7,10 @@
 Starts its own stserver (a temp dir, a small memory_budget, the endpoints
 below on --device), runs build/bench/bench_percall (the same rows through
 libstclient from C, and the raw Unix-socket ping-pong, the floor) against
-it, then times each row through sharedtensor (torch tensors), and prints
-one table: p50 and p99 of each side in microseconds and Python/C at p50.
+it, then times each row through sharedtensor (torch tensors) and, on the
+CPU when luajit is installed, through the Lua client (bench_percall.lua),
+and prints one table: p50 and p99 of each side in microseconds, and
+Python/C and Lua/C at p50.
 
 Rows (issue 12): ping; a cached 16-float tensor with one result kept (the
 mapping is reused); the same with every result dropped (mapped and
@@ -89,11 +91,12 @@ def start_server(build, device):
     return d, sock, proc
 
 
-def c_rows(build, sock, d, device, iters):
+def c_rows(build, sock, d, device, iters, keys):
     # The C rows use the library the Python rows use.
     env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(os.environ["ST_CLIENT_LIB"]))
     out = subprocess.run([os.path.join(build, "bench", "bench_percall"), "--socket", sock,
-                          "--dir", d, "--device", device, "--iters", str(iters)],
+                          "--dir", d, "--device", device, "--iters", str(iters),
+                          "--rows", ",".join(keys)],
                          capture_output=True, text=True, env=env)
     if out.returncode != 0:
         sys.exit("bench_percall (C) failed:\n" + out.stderr)
@@ -101,6 +104,24 @@ def c_rows(build, sock, d, device, iters):
     for line in out.stdout.splitlines():
         f = line.split()
         if len(f) == 6 and f[0] == "row":
+            rows[f[1]] = (float(f[3]), float(f[4]))
+    return rows
+
+
+def lua_rows(sock, iters, keys):
+    """The rows of bench_percall.lua (st.client on LuaJIT), when luajit runs."""
+    luajit = shutil.which("luajit")
+    if not luajit:
+        return {}
+    out = subprocess.run([luajit, os.path.join(HERE, "bench_percall.lua"), sock, str(iters),
+                          ",".join(keys)],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit("bench_percall.lua failed:\n" + out.stderr)
+    rows = {}
+    for line in out.stdout.splitlines():
+        f = line.split()
+        if len(f) == 5 and f[0] == "row":
             rows[f[1]] = (float(f[3]), float(f[4]))
     return rows
 
@@ -184,7 +205,6 @@ def main():
 
     d, sock, proc = start_server(build, o.device)
     try:
-        crow = {} if o.profile else c_rows(build, sock, d, o.device, o.iters)
         c, fns, prepare = python_rows(st, torch, sock, o.device, o.iters)
         if o.profile:
             import cProfile
@@ -197,8 +217,13 @@ def main():
                             os.path.join(d, "prof"))
             pstats.Stats(os.path.join(d, "prof")).sort_stats("tottime").print_stats(25)
             return
-        prow = {}
+        # Row by row, C then Lua then Python, so that each row meets the
+        # server in the same state from every side (tasks kept, objects).
+        crow, lrow, prow = c_rows(build, sock, d, o.device, o.iters, ["raw"]), {}, {}
         for key, _ in ROWS[1:]:
+            crow.update(c_rows(build, sock, d, o.device, o.iters, [key]))
+            if o.device == "cpu":
+                lrow.update(lua_rows(sock, o.iters, [key]))
             n = o.iters // 4 if key == "module300" else o.iters
             prepare(key)
             gc.collect()
@@ -207,15 +232,18 @@ def main():
         c.close()
         print("bench_percall: device %s, %d CPUs, %d iterations per row (module300: a quarter), "
               "torch %s" % (o.device, os.cpu_count(), o.iters, torch.__version__))
-        print("%-42s %10s %10s %10s %10s %8s" % ("row (us)", "Python p50", "p99", "C p50", "p99",
-                                                "Py/C"))
+        print("%-42s %10s %8s %10s %8s %10s %8s %7s %7s" % (
+            "row (us)", "Python p50", "p99", "C p50", "p99", "Lua p50", "p99", "Py/C", "Lua/C"))
         for key, label in ROWS:
-            p = prow.get(key)
+            cells = []
+            for side in (prow, crow, lrow):
+                v = side.get(key)
+                cells.append("%10.1f %8.1f" % v if v else "%10s %8s" % ("", ""))
             cr = crow.get(key)
-            cells = ["%10.1f" % v for v in (p or ())] or ["%10s" % "", "%10s" % ""]
-            cells += ["%10.1f" % v for v in (cr or ())] or ["%10s" % "-", "%10s" % ""]
-            ratio = "%8.2f" % (p[0] / cr[0]) if p and cr and cr[0] > 0 else "%8s" % ""
-            print("%-42s %s %s" % (label, " ".join(cells), ratio))
+            for side in (prow, lrow):
+                v = side.get(key)
+                cells.append("%7.2f" % (v[0] / cr[0]) if v and cr and cr[0] > 0 else "%7s" % "")
+            print("%-42s %s" % (label, " ".join(cells)))
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
