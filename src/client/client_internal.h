@@ -20,6 +20,8 @@
  *   targs.c   tensor arguments: st_tensor_alloc, st_args_tensor
  *   argcache.c which tensor arguments the server keeps per connection
  *   json_write.c  values as JSON text
+ *   binding.c st_result_summary, st_client_call_summary (for bindings)
+ *   marshal.c a result's value in CPython's marshal format
  *
  * Nothing here is exported: the shared library is built with
  * -fvisibility=hidden and only ST_API functions are visible.
