@@ -9,6 +9,11 @@
 /* Sorts us[0..n) and prints p50, p99 and the mean under `what`. */
 void bk_report(const char *what, double *us, int n);
 
+/* The floor of every round trip: `iters` 64-byte ping-pongs on a Unix
+ * socket (made as <dir>/raw.sock) with a forked echo process, after 100
+ * warm-up ones; us[i] receives each in microseconds (unsorted). */
+void bk_raw_pingpong(const char *dir, double *us, int iters);
+
 /* A connected client, or exit(1) with the reason. */
 st_client_t *bk_connect(const char *sock);
 

@@ -14,10 +14,12 @@
  * freed, on any thread), its id waits for the connection's next request
  * (params.unmapped); the server drops it before handling that request, so
  * the reply to it and every later one send the arena with a descriptor
- * again. Until that reply has come the pin stays: a reply the server made
- * before it read `unmapped` may still name the arena by id. Then the pin
- * goes and the memory is unmapped (unless a result took it again). A
- * reconnect or close drops every pin.
+ * again. A reply can name an arena by id only while a request of this
+ * connection is in flight (from packing it until its reply's arenas are
+ * resolved): a pin let go outside that window goes at once, so freed
+ * memory is not held while the client is idle; one let go inside it stays
+ * until the reply is resolved (or, once the server was told, until the
+ * reply to the telling request). A reconnect or close drops every pin.
  *
  * Threads: the tables of every connection are guarded by the library's
  * process-wide lock (map.c); the rest of a connection belongs to its
@@ -32,7 +34,7 @@ enum { KEPT, IDLE, TOLD };   /* pinned; waiting for `unmapped`; sent in it */
 
 struct st__kept {
   uint64_t id;
-  st__mapping_t *m;            /* one pin                                   */
+  st__mapping_t *m;            /* one pin; NULL once let go (IDLE, TOLD)    */
   st__arena_desc_t d;          /* as received; fd is meaningless            */
   int state;
 };
@@ -60,13 +62,15 @@ void st__client_arenarefs_reset(st_client_t *c, int on) {
   size_t n = c->nkept;
   c->kept = NULL;
   c->nkept = c->kept_cap = c->kept_idle = 0;
+  c->in_request = 0;
   c->arena_refs = on;
   if (on) {
     c->refs_next = clients;
     clients = c;
   }
   st__client_unlock();
-  for (size_t i = 0; i < n; i++) st__client_mapping_unpin(old[i].m);
+  for (size_t i = 0; i < n; i++)
+    if (old[i].m) st__client_mapping_unpin(old[i].m);
   free(old);
 }
 
@@ -84,7 +88,7 @@ int st__client_arenarefs_find(st_client_t *c, const msgpack_object *a, st__arena
   uint64_t id = ref && ref->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? ref->via.u64 : 0;
   st__client_lock();
   struct st__kept *k = id ? find(c, id) : NULL;
-  if (k) {
+  if (k && k->m) {
     *d = k->d;
     *out = k->m;
   }
@@ -135,13 +139,33 @@ void st__client_arenarefs_keep(st_client_t *c, const st__arena_desc_t *d, st__ma
 }
 
 /* See client_internal.h. Under the lock. */
-void st__client_arenarefs_idle_locked(st__mapping_t *m) {
+size_t st__client_arenarefs_idle_locked(st__mapping_t *m) {
+  size_t dropped = 0;
   for (st_client_t *c = clients; c; c = c->refs_next)
     for (size_t i = 0; i < c->nkept; i++)
       if (c->kept[i].m == m && c->kept[i].state == KEPT) {
         c->kept[i].state = IDLE;
         c->kept_idle++;
+        if (!c->in_request) {
+          c->kept[i].m = NULL;   /* no reply can name it before it is told */
+          dropped++;
+        }
       }
+  return dropped;
+}
+
+/* Lets go of c's pins that wait for `unmapped` and that no result uses;
+ * their mappings go into drop (at most max). Under the lock. */
+static size_t let_go_idle(st_client_t *c, st__mapping_t **drop, size_t max) {
+  size_t n = 0;
+  for (size_t i = 0; i < c->nkept && n < max; i++) {
+    struct st__kept *k = &c->kept[i];
+    if (k->state == IDLE && k->m && st__client_mapping_only_pinned_locked(k->m)) {
+      drop[n++] = k->m;
+      k->m = NULL;
+    }
+  }
+  return n;
 }
 
 /* See client_internal.h. Thread of the client. */
@@ -149,6 +173,7 @@ int st__client_arenarefs_params(st_client_t *c, const void *params, size_t len,
                                 st__cbuf_t *out) {
   if (!c->arena_refs) return 0;
   st__client_lock();
+  c->in_request = 1;   /* until its reply's arenas are resolved */
   size_t n = c->kept_idle;
   uint64_t *ids = n ? malloc(n * sizeof *ids) : NULL;
   if (!ids) {
@@ -170,7 +195,7 @@ int st__client_arenarefs_params(st_client_t *c, const void *params, size_t len,
 }
 
 /* See client_internal.h. Thread of the client. */
-void st__client_arenarefs_answered(st_client_t *c) {
+void st__client_arenarefs_answered(st_client_t *c, int names_refs) {
   if (!c->arena_refs) return;
   st__mapping_t *drop[64];
   size_t ndrop;
@@ -182,9 +207,27 @@ void st__client_arenarefs_answered(st_client_t *c) {
         i++;
         continue;
       }
-      drop[ndrop++] = c->kept[i].m;
+      if (c->kept[i].m) drop[ndrop++] = c->kept[i].m;
       c->kept[i] = c->kept[--c->nkept];
     }
+    if (ndrop < 64 && !names_refs) {
+      c->in_request = 0;
+      ndrop += let_go_idle(c, drop + ndrop, 64 - ndrop);
+    }
+    st__client_unlock();
+    for (size_t i = 0; i < ndrop; i++) st__client_mapping_unpin(drop[i]);
+  } while (ndrop == 64);
+}
+
+/* See client_internal.h. Thread of the client. */
+void st__client_arenarefs_resolved(st_client_t *c) {
+  if (!c->arena_refs) return;
+  st__mapping_t *drop[64];
+  size_t ndrop;
+  do {
+    st__client_lock();
+    c->in_request = 0;
+    ndrop = let_go_idle(c, drop, 64);
     st__client_unlock();
     for (size_t i = 0; i < ndrop; i++) st__client_mapping_unpin(drop[i]);
   } while (ndrop == 64);

@@ -20,6 +20,8 @@
  *   targs.c   tensor arguments: st_tensor_alloc, st_args_tensor
  *   argcache.c which tensor arguments the server keeps per connection
  *   json_write.c  values as JSON text
+ *   binding.c st_result_summary, st_client_call_summary (for bindings)
+ *   marshal.c a result's value in CPython's marshal format
  *
  * Nothing here is exported: the shared library is built with
  * -fvisibility=hidden and only ST_API functions are visible.
@@ -114,6 +116,7 @@ struct st_client {
   struct st__kept *kept;       /* arenas received with `kept`, pinned       */
   size_t nkept, kept_cap;
   size_t kept_idle;            /* entries waiting for params.unmapped       */
+  int in_request;              /* a reply may still name arenas by id       */
   st_client_t *refs_next;      /* arenarefs.c's list of such connections    */
 };
 
@@ -200,6 +203,8 @@ void st__client_mapping_release(st__mapping_t *m);
  * 1, arenarefs.c; st__client_mapping_unpin drops it). Any thread. */
 void st__client_mapping_ref(st__mapping_t *m, int pin);
 void st__client_mapping_unpin(st__mapping_t *m);
+/* Whether only pins hold m (no result uses it). Under the lock. */
+int st__client_mapping_only_pinned_locked(const st__mapping_t *m);
 /* fdcheck.c: ST_OK when `fd` (borrowed; `st` its fstat) is what a "memfd"
  * arena `d` must be: a tmpfs regular file open read-write, sealed with
  * F_SEAL_SHRINK and not against writing, of at least d->bytes. Else
@@ -375,14 +380,20 @@ int st__client_arenarefs_find(st_client_t *c, const msgpack_object *a, st__arena
  * the server that it let it go. Thread of the client. */
 void st__client_arenarefs_keep(st_client_t *c, const st__arena_desc_t *d, st__mapping_t *m);
 /* m has no reference left but the pins of connections: each connection
- * that pins it queues its id for params.unmapped. Under the lock. */
-void st__client_arenarefs_idle_locked(st__mapping_t *m);
+ * that pins it queues its id for params.unmapped; one with no request in
+ * flight lets its pin go at once. Returns how many pins were let go: the
+ * caller (map.c, under the lock) drops them from m's counts. */
+size_t st__client_arenarefs_idle_locked(st__mapping_t *m);
 /* As st__client_argcache_params, for `unmapped: [ids]`. */
 int st__client_arenarefs_params(st_client_t *c, const void *params, size_t len, st__cbuf_t *out);
 /* The server answered the request that carried `unmapped`: the pins of
- * those arenas go (unmapping what nothing else uses). Thread of the
- * client. */
-void st__client_arenarefs_answered(st_client_t *c);
+ * those arenas go (unmapping what nothing else uses). Unless the reply
+ * names arenas by id (`names_refs`), the request is over: idle pins go
+ * too. Thread of the client. */
+void st__client_arenarefs_answered(st_client_t *c, int names_refs);
+/* The reply's arenas are resolved (result.c): the request is over, idle
+ * pins go. Thread of the client. */
+void st__client_arenarefs_resolved(st_client_t *c);
 
 /* argcache.c: tensor arguments the server keeps (see the top of that
  * file). */

@@ -421,6 +421,7 @@ int st__client_result_decode(st_client_t *c, const msgpack_object *result, int u
   }
   d.r = r;
   rc = map_arenas(&d, list, st__map_get(result, "kept"), fds, nfds, descs);
+  st__client_arenarefs_resolved(d.c);   /* every {ref} holds its mapping now */
   if (rc != ST_OK) goto done;
   d.arenas = descs;
   d.narenas = n;

@@ -79,6 +79,16 @@ static size_t arena_count(const st_client_t *c, const msgpack_object *result) {
   return n;
 }
 
+/* Whether a reply's result names arenas by id ({ref}: arenarefs.c). */
+static int names_refs(const st_client_t *c, const st__message_t *reply) {
+  if (!c->arena_refs || reply->error.type != MSGPACK_OBJECT_NIL) return 0;
+  const msgpack_object *a = st__map_get(&reply->result, "arenas");
+  if (!a || a->type != MSGPACK_OBJECT_ARRAY) return 0;
+  for (uint32_t i = 0; i < a->via.array.size; i++)
+    if (st__client_arenarefs_is_ref(c, &a->via.array.ptr[i])) return 1;
+  return 0;
+}
+
 /* Reads messages until the response to `id`. ST_OK with *reply filled, or
  * a recorded failure. */
 static int read_reply(st_client_t *c, uint32_t id, int64_t deadline, st__message_t *reply) {
@@ -207,7 +217,7 @@ int st__client_exchange_until(st_client_t *c, const char *method, const void *pa
   }
   /* The server read this request's `unmapped`: nothing it sends from now
    * on names those arenas by id. */
-  st__client_arenarefs_answered(c);
+  st__client_arenarefs_answered(c, names_refs(c, reply));
   if (reply->error.type != MSGPACK_OBJECT_NIL) {
     int is_map = reply->error.type == MSGPACK_OBJECT_MAP;
     rc = is_map ? record_server_error(c, &reply->error)

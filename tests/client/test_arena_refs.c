@@ -3,9 +3,10 @@
  *   - calls of a cached object while a result holds it bring no
  *     descriptor after the first (the server's fds_sent stays), and every
  *     result reads the object's values;
- *   - a client that freed every result of an arena (so it is unmapped
- *     after its next request) still gets it, with its values, from the
- *     next call; nothing stays mapped once the server was told;
+ *   - a client that freed every result of an arena still gets it, with
+ *     its values, from the next call; nothing stays mapped once the server
+ *     was told, and a result freed while no request is in flight is
+ *     unmapped at once;
  *   - a managed object: lease, release, and the same object called again;
  *   - two servers whose arenas have the same ids: each connection reads
  *     its own server's memory, on the first call and on later ones;
@@ -94,6 +95,25 @@ TEST(a_client_that_let_go_gets_the_arena_again) {
   st_client_close(c);
 }
 
+TEST(freed_while_no_request_is_in_flight_it_is_unmapped_at_once) {
+  size_t m0 = mapped_now();
+  OPEN_CLIENT(c, A.socket);
+  st_result_t *r;
+  CHECK(call_check(c, "c16", 0, &r) == 0);
+  CHECK(mapped_now() == m0 + 1);
+  /* No reply can name the arena before the next request tells the
+   * server, so the pin goes with the last result: nothing of a destroyed
+   * object stays alive in an idle client. */
+  st_result_free(r);
+  CHECK(mapped_now() == m0);
+  int64_t sent = counter(c, "fds_sent");
+  /* The info request told the server: the next reply sends it again. */
+  CHECK(call_check(c, "c16", 0, NULL) == 0);
+  CHECK(counter(c, "fds_sent") == sent + 1);
+  CHECK(mapped_now() == m0);
+  st_client_close(c);
+}
+
 TEST(a_managed_object_released_and_called_again) {
   size_t m0 = mapped_now();
   OPEN_CLIENT(c, A.socket);
@@ -171,6 +191,7 @@ int main(void) {
   stt_server_start_or_exit(&B);
   RUN(a_held_object_travels_once);
   RUN(a_client_that_let_go_gets_the_arena_again);
+  RUN(freed_while_no_request_is_in_flight_it_is_unmapped_at_once);
   RUN(a_managed_object_released_and_called_again);
   RUN(two_servers_with_the_same_arena_ids_stay_apart);
   RUN(a_reconnect_to_a_new_server_reads_its_memory);
