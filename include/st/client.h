@@ -586,8 +586,9 @@ ST_API int st_client_call_summary(st_client_t *c, const char *endpoint, const st
 ST_API size_t st_result_dlpack_all(st_result_t *r, int versioned, void **out, size_t n);
 
 
-/* Kept arenas. When the last result using a received allocation is freed,
- * its mapping is kept (still mapped, used by no result) rather than
+/* Kept arenas. When the last result using an object's arena (one the
+ * server may send again: its reply lists it in `kept`) is freed, its
+ * mapping is kept (still mapped, used by no result) rather than
  * unmapped at once, so that the same allocation received again (a cached
  * object called again after its results were dropped) costs a lookup
  * instead of an mmap or a CUDA import. At most `max_arenas` mappings and

@@ -203,6 +203,11 @@ void st__client_mapping_release(st__mapping_t *m);
  * 1, arenarefs.c; st__client_mapping_unpin drops it). Any thread. */
 void st__client_mapping_ref(st__mapping_t *m, int pin);
 void st__client_mapping_unpin(st__mapping_t *m);
+/* Marks m as an object's arena (the reply's `kept` named it): only such a
+ * mapping is kept mapped after its last reference (st_open_cache_keep),
+ * since the server may send it again; a plain result's never comes back.
+ * Any thread. */
+void st__client_mapping_mark_reusable(st__mapping_t *m);
 /* Whether only pins hold m (no result uses it). Under the lock. */
 int st__client_mapping_only_pinned_locked(const st__mapping_t *m);
 /* fdcheck.c: ST_OK when `fd` (borrowed; `st` its fstat) is what a "memfd"

@@ -64,6 +64,7 @@ struct st__mapping {
   st__cuda_mapping_t cm;
   pid_t pid;        /* the process that mapped it                 */
   int own;          /* 1: an own allocation; `fd` is its descriptor */
+  int reusable;     /* an object's arena: the server may send it again */
   int fd;
 };
 
@@ -74,8 +75,9 @@ static uint64_t own_next_id = 1;
 static size_t cache_mapped;
 static uint64_t cache_reused;
 static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
-/* Kept arenas: mappings no result uses any more, left mapped (most recent
- * first) so that an allocation received again costs a lookup; bounded by
+/* Kept arenas: mappings of objects' arenas (st__client_mapping_mark_reusable)
+ * no result uses any more, left mapped (most recent first) so that an
+ * allocation received again costs a lookup; bounded by
  * keep_max_arenas and keep_max_bytes (st_open_cache_keep, or the
  * environment at first use), the oldest unmapped first. */
 static st__mapping_t *kept_head;
@@ -319,7 +321,8 @@ void st__client_mapping_release(st__mapping_t *m) {
   }
   if (!m->own) cache_mapped--;
   st__mapping_t *unmap = m;
-  if (!m->own && keep_max_arenas > 0 && m->map_len <= keep_max_bytes && m->pid == getpid()) {
+  if (m->reusable && keep_max_arenas > 0 && m->map_len <= keep_max_bytes &&
+      m->pid == getpid()) {
     m->next = kept_head;
     kept_head = m;
     kept_count++;
@@ -354,6 +357,13 @@ void st__client_mapping_ref(st__mapping_t *m, int pin) {
   m->refs++;
   if (pin) m->pins++;
   else cache_reused++;
+  pthread_mutex_unlock(&cache_lock);
+}
+
+/* See client_internal.h. Any thread. */
+void st__client_mapping_mark_reusable(st__mapping_t *m) {
+  cache_enter();
+  m->reusable = 1;
   pthread_mutex_unlock(&cache_lock);
 }
 

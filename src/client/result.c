@@ -387,8 +387,10 @@ static int map_arenas(decoder_t *d, const msgpack_object *list, const msgpack_ob
         st__client_fail(d->c, rc, "%s", why);
       } else {
         r->nmaps = i + 1;
-        if (!descs[i].legacy && listed_kept(kept, i))
+        if (!descs[i].legacy && listed_kept(kept, i)) {
+          st__client_mapping_mark_reusable(r->maps[i]);
           st__client_arenarefs_keep(d->c, &descs[i], r->maps[i]);
+        }
       }
     }
   }

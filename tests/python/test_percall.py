@@ -145,8 +145,17 @@ class KeptArenaTest(st_fixture.ServerTestCase):
         _lib.keep_arenas(0, 0)
         self.assertEqual(_lib.kept_arenas(), (0, 0))
         _lib.keep_arenas(2, 1 << 30)
+        # plain results never come back: none is kept
         for v in range(5):
             self.assertEqual(self.c.call("fresh", v=v).tolist(), [float(v)] * 4)
+            gc.collect()
+        self.assertEqual(_lib.kept_arenas(), (0, 0))
+        # objects' arenas are kept, at most two
+        self.c.invalidate_all("cached")
+        for v in range(5):
+            h = self.c.call("cached", n=8, v=v)
+            self.assertEqual(h.value.tolist(), [float(v)] * 8)
+            del h
             gc.collect()
         n, b = _lib.kept_arenas()
         self.assertEqual(n, 2)
@@ -154,7 +163,8 @@ class KeptArenaTest(st_fixture.ServerTestCase):
         # a bound in bytes below one arena keeps none
         _lib.keep_arenas(16, b // 2 - 1)
         self.assertEqual(_lib.kept_arenas(), (0, 0))
-        self.c.call("fresh", v=1)
+        h = self.c.call("cached", n=8, v=1)
+        del h
         gc.collect()
         self.assertEqual(_lib.kept_arenas(), (0, 0))
 
