@@ -75,7 +75,8 @@ def start_server(build, device):
     with open(cfg, "w") as f:
         f.write("return { base_path = %r, endpoints = %r, workers = 2, log_level = 'warn',\n"
                 "  default_device = %r, memory_budget = { cpu = 256 * 2^20%s } }\n"
-                % (os.path.join(d, "st"), os.path.join(d, "endpoints"), device,
+                % (os.path.join(d, "st"), os.path.join(d, "endpoints"),
+                   "socket" if device == "cuda" else "cpu",
                    ', ["cuda:0"] = 2^30' if device == "cuda" else ""))
     log = open(os.path.join(d, "server.log"), "wb")
     proc = subprocess.Popen([os.path.join(build, "bin", "stserver"), "--config", cfg],
@@ -86,7 +87,9 @@ def start_server(build, device):
     while not os.path.exists(sock):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
-            sys.exit("stserver did not start; see %s/server.log" % d)
+            with open(os.path.join(d, "server.log"), errors="replace") as f:
+                tail = f.read()[-2000:]
+            sys.exit("stserver did not start; %s/server.log ends:\n%s" % (d, tail))
         time.sleep(0.01)
     return d, sock, proc
 
