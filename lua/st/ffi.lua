@@ -34,6 +34,7 @@ int st_err_from_name(const char *name);
 typedef struct st_client st_client_t;
 typedef struct st_args st_args_t;
 typedef struct st_result st_result_t;
+typedef struct st_handoff st_handoff_t;
 
 typedef enum {
   ST_DEVICE_CPU = 0,
@@ -188,6 +189,22 @@ int st_client_invalidate_call(st_client_t *c, const char *endpoint, const st_arg
 int st_client_invalidate_endpoint(st_client_t *c, const char *endpoint, int64_t *count);
 int st_client_reload(st_client_t *c, st_result_t **out);
 void st_open_cache_stats(size_t *mapped, uint64_t *reused);
+int st_handoff_create(st_client_t *c, const char *name, const char *device,
+                      uint64_t chunk_bytes, int chunks, int consumers, st_handoff_t **out);
+int st_handoff_open(st_client_t *c, const char *name, st_handoff_t **out);
+int st_handoff_shape(const st_handoff_t *h, int *chunks, uint64_t *chunk_bytes,
+                     int *consumers, int *slot, int *device_index);
+int st_handoff_acquire(st_handoff_t *h, int timeout_ms, int *chunk, void **data);
+int st_handoff_publish(st_handoff_t *h, int chunk, uint64_t bytes, uint64_t *seq);
+int st_handoff_cancel(st_handoff_t *h, int chunk);
+int st_handoff_read(st_handoff_t *h, int chunk, uint64_t seq, int timeout_ms, void **data,
+                    uint64_t *bytes);
+int st_handoff_ack(st_handoff_t *h, int chunk, uint64_t seq);
+int st_handoff_pending(const st_handoff_t *h, int chunk, uint64_t *seq,
+                       uint64_t *pending);
+const char *st_handoff_error(const st_handoff_t *h);
+int st_handoff_close(st_handoff_t *h);
+int st_handoff_delete(st_client_t *c, const char *name);
 ]]
 
 -- Loads one of the project's libraries (soname "libstclient.so.0"): from
