@@ -101,10 +101,27 @@ static inline void hk_child(const char *socket, const char *name, int in, int ou
   _exit(0);
 }
 
-/* Starts a consumer process of hand-off `name`. 0, or -1 (it did not
- * open: *k->slot says -2). */
+/* Starts a consumer process of hand-off `name`. With `self` (argv[0] of a
+ * test whose main calls hk_consumer_main first) the child runs as a new
+ * program, as a CUDA consumer must (a child forked from a process that
+ * used the driver cannot use it); else it only forks. 0, or -1 (it did
+ * not open: *k->slot says -2). */
+static inline int hk_spawn_exec(hk_consumer_t *k, const char *socket, const char *name,
+                                hk_copy_fn host_copy, const char *self);
 static inline int hk_spawn(hk_consumer_t *k, const char *socket, const char *name,
                            hk_copy_fn host_copy) {
+  return hk_spawn_exec(k, socket, name, host_copy, NULL);
+}
+
+/* In main of a test that spawns with `self`: runs the consumer when argv
+ * says so (never returns then). */
+static inline void hk_consumer_main(int argc, char **argv, hk_copy_fn host_copy) {
+  if (argc == 6 && strcmp(argv[1], "--consumer") == 0)
+    hk_child(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]), host_copy);
+}
+
+static inline int hk_spawn_exec(hk_consumer_t *k, const char *socket, const char *name,
+                                hk_copy_fn host_copy, const char *self) {
   int a[2], b[2];
   if (pipe(a) != 0 || pipe(b) != 0) return -1;
   fflush(NULL);
@@ -113,6 +130,13 @@ static inline int hk_spawn(hk_consumer_t *k, const char *socket, const char *nam
   if (k->pid == 0) {
     close(a[1]);
     close(b[0]);
+    if (self) {
+      char in[16], out[16];
+      snprintf(in, sizeof in, "%d", a[0]);
+      snprintf(out, sizeof out, "%d", b[1]);
+      execl(self, self, "--consumer", socket, name, in, out, (char *)NULL);
+      _exit(127);
+    }
     hk_child(socket, name, a[0], b[1], host_copy);
   }
   close(a[0]);
