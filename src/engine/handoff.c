@@ -186,23 +186,33 @@ int st__handoff_create(st__handoffs_t *t, const st__handoff_spec_t *s, uint64_t 
   return ST_OK;
 }
 
+/* The hand-off `name` for a request of uid `uid` that wants to `what` it:
+ * NOT_FOUND, or AUTH for another uid than its creator's. */
+static int lookup(st__handoffs_t *t, const char *name, size_t n, uid_t uid, const char *what,
+                  st__handoff_t **out, char *err, size_t errlen) {
+  st__handoff_t *h = find(t, name, n);
+  if (!h)
+    return st__fail(ST_ERR_NOT_FOUND, err, errlen, "no hand-off named '%.*s'", (int)n, name);
+  if (h->uid != uid)
+    return st__fail(ST_ERR_AUTH, err, errlen,
+                    "hand-off '%s' belongs to uid %u; uid %u may not %s it", h->name,
+                    (unsigned)h->uid, (unsigned)uid, what);
+  *out = h;
+  return ST_OK;
+}
+
 /* See handoff.h. Loop thread. */
 int st__handoff_open(st__handoffs_t *t, const char *name, size_t name_len, uint64_t conn,
                      uid_t uid, int max_per_connection, st__handoff_t **out, uint32_t *slot,
                      char *err, size_t errlen) {
   *out = NULL;
-  st__handoff_t *h = find(t, name, name_len);
-  if (!h)
-    return st__fail(ST_ERR_NOT_FOUND, err, errlen, "no hand-off named '%.*s'", (int)name_len,
-                    name);
-  if (h->uid != uid)
-    return st__fail(ST_ERR_AUTH, err, errlen,
-                    "hand-off '%s' belongs to uid %u; uid %u may not open it", h->name,
-                    (unsigned)h->uid, (unsigned)uid);
+  st__handoff_t *h;
+  int rc = lookup(t, name, name_len, uid, "open", &h, err, errlen);
+  if (rc != ST_OK) return rc;
   if (attached(h, conn))
     return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                     "this connection already uses hand-off '%s'", h->name);
-  int rc = count_ok(t, conn, max_per_connection, err, errlen);
+  rc = count_ok(t, conn, max_per_connection, err, errlen);
   if (rc != ST_OK) return rc;
   for (uint32_t i = 0; i < h->consumers; i++) {
     if (h->slots[i]) continue;
@@ -233,14 +243,9 @@ int st__handoff_close(st__handoffs_t *t, const char *name, size_t name_len, uint
 /* See handoff.h. Loop thread. */
 int st__handoff_delete(st__handoffs_t *t, const char *name, size_t name_len, uid_t uid,
                        char *err, size_t errlen) {
-  st__handoff_t *h = find(t, name, name_len);
-  if (!h)
-    return st__fail(ST_ERR_NOT_FOUND, err, errlen, "no hand-off named '%.*s'", (int)name_len,
-                    name);
-  if (h->uid != uid)
-    return st__fail(ST_ERR_AUTH, err, errlen,
-                    "hand-off '%s' belongs to uid %u; uid %u may not delete it", h->name,
-                    (unsigned)h->uid, (unsigned)uid);
+  st__handoff_t *h;
+  int rc = lookup(t, name, name_len, uid, "delete", &h, err, errlen);
+  if (rc != ST_OK) return rc;
   atomic_fetch_or(&h->page->flags, ST__HANDOFF_DELETED);
   st__handoff_notify(&h->page->pub_futex, &h->page->pub_waiters);
   st__handoff_notify(&h->page->free_futex, &h->page->free_waiters);

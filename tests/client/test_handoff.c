@@ -38,6 +38,30 @@ static int produce(st_handoff_t *h, int timeout_ms, uint64_t bytes, int *chunk, 
   return st_handoff_publish(h, *chunk, bytes, seq);
 }
 
+/* A hand-off of 2 chunks and 2 consumer processes a and b; both chunks
+ * published with `bytes`, both taken by both, acknowledged by a only. */
+typedef struct held {
+  st_handoff_t *p;
+  hk_consumer_t a, b;
+  int chunk[2];
+  uint64_t seq[2], sum[2];
+} held_t;
+
+/* Sets up *w as above. 1 when all of it worked. */
+static int both_taken_b_holds(const char *name, uint64_t bytes, held_t *w) {
+  if (stt_client_report(cli, name, st_handoff_create(cli, name, "cpu", CHUNK, 2, 2, &w->p)) !=
+          ST_OK ||
+      hk_spawn(&w->a, srv.socket, name, NULL) != 0 || hk_spawn(&w->b, srv.socket, name, NULL) != 0)
+    return 0;
+  for (int i = 0; i < 2; i++)
+    if (produce(w->p, 1000, bytes, &w->chunk[i], &w->seq[i], &w->sum[i]) != ST_OK ||
+        hk_do(&w->a, HK_TAKE, w->chunk[i], w->seq[i], w->sum[i], bytes) != ST_OK ||
+        hk_do(&w->a, HK_ACK, w->chunk[i], w->seq[i], 0, 0) != ST_OK ||
+        hk_do(&w->b, HK_TAKE, w->chunk[i], w->seq[i], w->sum[i], bytes) != ST_OK)
+      return 0;
+  return 1;
+}
+
 TEST(requests_flow_to_two_consumers_and_chunks_recycle) {
   hk_figures_t start = base();
   st_handoff_t *p = NULL;
@@ -63,19 +87,9 @@ TEST(requests_flow_to_two_consumers_and_chunks_recycle) {
 
 TEST(a_chunk_is_not_acquired_again_before_every_ack) {
   hk_figures_t start = base();
-  st_handoff_t *p = NULL;
-  CHECK_RC(st_handoff_create(cli, "held", "cpu", CHUNK, 2, 2, &p), ST_OK, cli);
-  hk_consumer_t a, b;
-  CHECK(hk_spawn(&a, srv.socket, "held", NULL) == 0);
-  CHECK(hk_spawn(&b, srv.socket, "held", NULL) == 0);
-  int chunk[2];
-  uint64_t seq[2], sum[2];
-  for (int i = 0; i < 2; i++) {
-    CHECK_EQ_INT(produce(p, 1000, 100, &chunk[i], &seq[i], &sum[i]), ST_OK);
-    CHECK_EQ_INT(hk_do(&a, HK_TAKE, chunk[i], seq[i], sum[i], 100), ST_OK);
-    CHECK_EQ_INT(hk_do(&a, HK_ACK, chunk[i], seq[i], 0, 0), ST_OK);
-    CHECK_EQ_INT(hk_do(&b, HK_TAKE, chunk[i], seq[i], sum[i], 100), ST_OK);
-  }
+  held_t w;
+  CHECK(both_taken_b_holds("held", 100, &w));
+  st_handoff_t *p = w.p;
   /* b holds both: nothing is free, the wait ends with TIMEOUT */
   int c;
   double t0 = stt_now_ms();
@@ -83,66 +97,56 @@ TEST(a_chunk_is_not_acquired_again_before_every_ack) {
   CHECK(stt_now_ms() - t0 >= 140);
   CHECK_CONTAINS(st_handoff_error(p), "no chunk became free within 150 ms");
   uint64_t s, pending;
-  CHECK_EQ_INT(st_handoff_pending(p, chunk[0], &s, &pending), ST_OK);
-  CHECK(s == seq[0] && pending == (1u << b.slot));
+  CHECK_EQ_INT(st_handoff_pending(p, w.chunk[0], &s, &pending), ST_OK);
+  CHECK(s == w.seq[0] && pending == (1u << w.b.slot));
   /* one ack frees exactly that chunk */
-  CHECK_EQ_INT(hk_do(&b, HK_ACK, chunk[1], seq[1], 0, 0), ST_OK);
+  CHECK_EQ_INT(hk_do(&w.b, HK_ACK, w.chunk[1], w.seq[1], 0, 0), ST_OK);
   CHECK_EQ_INT(st_handoff_acquire(p, 1000, &c, NULL), ST_OK);
-  CHECK_EQ_INT(c, chunk[1]);
+  CHECK_EQ_INT(c, w.chunk[1]);
   CHECK_ERR(st_handoff_acquire(p, 50, &c, NULL), ST_ERR_TIMEOUT);
   /* the chunk b still holds keeps its contents */
-  CHECK_EQ_INT(hk_do(&b, HK_TAKE, chunk[0], seq[0], sum[0], 100), ST_OK);
-  CHECK_EQ_INT(st_handoff_cancel(p, chunk[1]), ST_OK);
-  hk_end(&a, 0);
-  hk_end(&b, 0);
+  CHECK_EQ_INT(hk_do(&w.b, HK_TAKE, w.chunk[0], w.seq[0], w.sum[0], 100), ST_OK);
+  CHECK_EQ_INT(st_handoff_cancel(p, w.chunk[1]), ST_OK);
+  hk_end(&w.a, 0);
+  hk_end(&w.b, 0);
   CHECK_RC(st_handoff_close(p), ST_OK, cli);
   CHECK(hk_back_to(cli, srv.pid, "cpu", start));
 }
 
-/* The producer waits on another thread: the server's sweep wakes it. */
+/* The producer waits in acquire: the server's sweep wakes it. */
 TEST(a_consumer_killed_mid_request_has_its_acks_made) {
   hk_figures_t start = base();
-  st_handoff_t *p = NULL;
-  CHECK_RC(st_handoff_create(cli, "killed", "cpu", CHUNK, 2, 2, &p), ST_OK, cli);
-  hk_consumer_t a, b;
-  CHECK(hk_spawn(&a, srv.socket, "killed", NULL) == 0);
-  CHECK(hk_spawn(&b, srv.socket, "killed", NULL) == 0);
-  int chunk[2];
-  uint64_t seq[2], sum[2];
-  for (int i = 0; i < 2; i++) {
-    CHECK_EQ_INT(produce(p, 1000, 64, &chunk[i], &seq[i], &sum[i]), ST_OK);
-    CHECK_EQ_INT(hk_do(&a, HK_TAKE, chunk[i], seq[i], sum[i], 64), ST_OK);
-    CHECK_EQ_INT(hk_do(&a, HK_ACK, chunk[i], seq[i], 0, 0), ST_OK);
-    CHECK_EQ_INT(hk_do(&b, HK_TAKE, chunk[i], seq[i], sum[i], 64), ST_OK);
-  }
+  held_t w;
+  CHECK(both_taken_b_holds("killed", 64, &w));
+  st_handoff_t *p = w.p;
   CHECK_ERR(st_handoff_acquire(p, 20, NULL, NULL), ST_ERR_TIMEOUT);
-  int bslot = b.slot;
-  hk_end(&b, 1);   /* SIGKILL while it holds both chunks */
+  int bslot = w.b.slot;
+  hk_end(&w.b, 1);   /* SIGKILL while it holds both chunks */
   int c;
   CHECK_ERR_MSG(st_handoff_acquire(p, 5000, &c, NULL), ST_OK, st_handoff_error(p));
   CHECK_EQ_INT(st_handoff_acquire(p, 5000, &c, NULL), ST_OK);
-  CHECK_EQ_INT(st_handoff_cancel(p, chunk[0]), ST_OK);
-  CHECK_EQ_INT(st_handoff_cancel(p, chunk[1]), ST_OK);
+  CHECK_EQ_INT(st_handoff_cancel(p, w.chunk[0]), ST_OK);
+  CHECK_EQ_INT(st_handoff_cancel(p, w.chunk[1]), ST_OK);
   /* with its slot gone a publish waits for `a` alone */
   int ch;
   uint64_t s, sm, pending;
   CHECK_EQ_INT(produce(p, 1000, 64, &ch, &s, &sm), ST_OK);
   CHECK_EQ_INT(st_handoff_pending(p, ch, NULL, &pending), ST_OK);
-  CHECK(pending == (1u << a.slot));
-  CHECK_EQ_INT(hk_do(&a, HK_TAKE, ch, s, sm, 64), ST_OK);
-  CHECK_EQ_INT(hk_do(&a, HK_ACK, ch, s, 0, 0), ST_OK);
+  CHECK(pending == (1u << w.a.slot));
+  CHECK_EQ_INT(hk_do(&w.a, HK_TAKE, ch, s, sm, 64), ST_OK);
+  CHECK_EQ_INT(hk_do(&w.a, HK_ACK, ch, s, 0, 0), ST_OK);
   /* a new consumer takes the slot back, and counts again */
   hk_consumer_t b2;
   CHECK(hk_spawn(&b2, srv.socket, "killed", NULL) == 0);
   CHECK_EQ_INT(b2.slot, bslot);
   CHECK_EQ_INT(produce(p, 1000, 64, &ch, &s, &sm), ST_OK);
   CHECK_EQ_INT(st_handoff_pending(p, ch, NULL, &pending), ST_OK);
-  CHECK(pending == ((1u << a.slot) | (1u << b2.slot)));
+  CHECK(pending == ((1u << w.a.slot) | (1u << b2.slot)));
   hk_end(&b2, 0);   /* leaving politely makes its acks too */
-  CHECK_EQ_INT(hk_do(&a, HK_ACK, ch, s, 0, 0), ST_OK);
+  CHECK_EQ_INT(hk_do(&w.a, HK_ACK, ch, s, 0, 0), ST_OK);
   CHECK_EQ_INT(st_handoff_acquire(p, 5000, &c, NULL), ST_OK);
   CHECK_EQ_INT(st_handoff_cancel(p, c), ST_OK);
-  hk_end(&a, 0);
+  hk_end(&w.a, 0);
   CHECK_RC(st_handoff_close(p), ST_OK, cli);
   CHECK(hk_back_to(cli, srv.pid, "cpu", start));
 }
