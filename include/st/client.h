@@ -620,6 +620,118 @@ ST_API void st_open_cache_kept(size_t *arenas, uint64_t *bytes);
  * way (a string that is not valid UTF-8, a tensor inside a map key). */
 ST_API const void *st_result_marshal(st_result_t *r, size_t *len);
 
+/* ------------------------------------------------------------ hand-offs
+ *
+ * A hand-off passes per-request memory from one producer process to one
+ * or several consumer processes through a named pool the server owns
+ * (docs/pool.md, section 5): one allocation of `chunks` chunks (CPU
+ * memory, or one CUDA VMM allocation) and a small control page, both
+ * mapped once. Per request nothing goes to the server:
+ *
+ *   producer: st_handoff_acquire -> write the chunk -> st_handoff_publish
+ *             -> send (chunk, seq) to the consumers over its own channel
+ *             (a pipe, a queue, a socket of its own)
+ *   consumer: st_handoff_read(chunk, seq) -> use the chunk ->
+ *             st_handoff_ack(chunk, seq)
+ *
+ * A chunk is acquired again only once every consumer slot acknowledged
+ * its last publish. Every consumer slot (`consumers` of them) counts from
+ * creation, opened or not, until a consumer that opened it leaves
+ * (st_handoff_close or its connection closing): the server then makes
+ * every acknowledgement it still owed. A producer that leaves makes
+ * waiting reads fail with ST_ERR_STALE_HANDLE; what was published stays
+ * readable. The server lets go of the memory when the last connection
+ * using the hand-off leaves, or at st_handoff_delete; mappings stay valid
+ * until each handle is closed.
+ *
+ * CUDA hand-offs: `data` is a device address. The producer's writes must
+ * be complete (its stream synchronized, or an event it recorded after
+ * them synchronized) before st_handoff_publish; a consumer acknowledges
+ * only after its own GPU reads of the chunk completed (the same), since
+ * an acknowledged chunk may be overwritten at once.
+ *
+ * Sequence numbers are 32-bit (1 .. 2^32 - 1, wrapping): a stale or
+ * repeated (chunk, seq) is refused and changes nothing. Handle functions
+ * other than create/open/close/delete report failures through
+ * st_handoff_error (this thread's last message), not the client. */
+
+typedef struct st_handoff st_handoff_t;
+
+/* Creates hand-off `name` (1 to 64 of A-Z a-z 0-9 . _ -) on `device`
+ * ("cpu" or NULL, "cuda" (the socket's device), "cuda:N") with `chunks`
+ * chunks of `chunk_bytes` for `consumers` consumers (1 to 31); this
+ * connection is its producer. Errors (the client's): INVALID_ARGUMENT
+ * (name, sizes, a name in use), LIMIT (limits.max_handoff_chunks,
+ * limits.max_handoffs_per_connection, max_object_bytes), OUT_OF_MEMORY
+ * (memory_budget), CAPABILITY (no such CUDA device). *out is owned: close
+ * it with st_handoff_close before the client. Thread of the client. */
+ST_API int st_handoff_create(st_client_t *c, const char *name, const char *device,
+                             uint64_t chunk_bytes, int chunks, int consumers,
+                             st_handoff_t **out);
+
+/* Opens hand-off `name` as a consumer: this connection takes the lowest
+ * free consumer slot. Errors: NOT_FOUND, AUTH (created by another uid),
+ * LIMIT (every slot is open; limits.max_handoffs_per_connection),
+ * INVALID_ARGUMENT (this connection already uses it). */
+ST_API int st_handoff_open(st_client_t *c, const char *name, st_handoff_t **out);
+
+/* Its shape (out pointers may be NULL): chunks, usable bytes per chunk,
+ * consumer slots, this handle's slot (-1: the producer) and the CUDA
+ * ordinal of its memory in this process (-1: CPU memory). Any thread. */
+ST_API int st_handoff_shape(const st_handoff_t *h, int *chunks, uint64_t *chunk_bytes,
+                            int *consumers, int *slot, int *device_index);
+
+/* Producer: takes a free chunk, waiting up to timeout_ms (< 0: no limit)
+ * for one; *chunk is its index, *data its memory (chunk_bytes). Errors:
+ * TIMEOUT (every chunk still waits for acknowledgements), STALE_HANDLE
+ * (deleted), INVALID_ARGUMENT (not the producer). Any thread. */
+ST_API int st_handoff_acquire(st_handoff_t *h, int timeout_ms, int *chunk, void **data);
+
+/* Producer: publishes acquired chunk `chunk` holding `bytes` (<=
+ * chunk_bytes) to every consumer slot; *seq (may be NULL) is the
+ * sequence number to send with the chunk index. CUDA: the writes must be
+ * complete (above). INVALID_ARGUMENT: not acquired, too many bytes. */
+ST_API int st_handoff_publish(st_handoff_t *h, int chunk, uint64_t bytes, uint64_t *seq);
+
+/* Producer: gives acquired chunk `chunk` back unpublished. */
+ST_API int st_handoff_cancel(st_handoff_t *h, int chunk);
+
+/* Consumer: the memory of chunk `chunk` as published with `seq`, waiting
+ * up to timeout_ms (< 0: no limit) when that publish is still to come.
+ * *data (a device address for CUDA) and *bytes (what the producer
+ * published) may be NULL. Errors: STALE_HANDLE (the chunk was recycled
+ * since: a stale seq; or the producer left or the hand-off was deleted
+ * while waiting), INVALID_ARGUMENT (already acknowledged by this
+ * consumer), TIMEOUT. Any thread. */
+ST_API int st_handoff_read(st_handoff_t *h, int chunk, uint64_t seq, int timeout_ms, void **data,
+                           uint64_t *bytes);
+
+/* Consumer: this consumer is done with chunk `chunk` of publish `seq`;
+ * the last acknowledgement frees the chunk and wakes a waiting producer.
+ * A stale seq (STALE_HANDLE) or a second acknowledgement
+ * (INVALID_ARGUMENT) changes nothing. CUDA: after the reads completed. */
+ST_API int st_handoff_ack(st_handoff_t *h, int chunk, uint64_t seq);
+
+/* The state of chunk `chunk`: *seq its last publish (0: never), *pending
+ * the consumer slots (bit i: slot i) that have not acknowledged it, with
+ * bit 31 set while the producer holds it. For tests and monitoring. */
+ST_API int st_handoff_pending(const st_handoff_t *h, int chunk, uint64_t *seq,
+                              uint64_t *pending);
+
+/* This thread's last hand-off failure message ("" when none). */
+ST_API const char *st_handoff_error(const st_handoff_t *h);
+
+/* Leaves the hand-off (handoff_close: a consumer's outstanding
+ * acknowledgements are made, a producer's consumers see it gone), unmaps
+ * it and frees h. Call it before st_client_close of its client. ST_OK or
+ * the exchange's failure (h is freed either way). NULL is a no-op. */
+ST_API int st_handoff_close(st_handoff_t *h);
+
+/* Deletes hand-off `name` (its creator's uid only): the name goes and the
+ * server lets go of its memory at once; open handles stay mapped until
+ * closed, and their waits fail with STALE_HANDLE. */
+ST_API int st_handoff_delete(st_client_t *c, const char *name);
+
 #ifdef __cplusplus
 }
 #endif

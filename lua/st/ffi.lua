@@ -34,6 +34,7 @@ int st_err_from_name(const char *name);
 typedef struct st_client st_client_t;
 typedef struct st_args st_args_t;
 typedef struct st_result st_result_t;
+typedef struct st_handoff st_handoff_t;
 
 typedef enum {
   ST_DEVICE_CPU = 0,
@@ -204,6 +205,22 @@ size_t st_result_dlpack_all(st_result_t *r, int versioned, void **out, size_t n)
 void st_open_cache_keep(size_t max_arenas, uint64_t max_bytes);
 void st_open_cache_kept(size_t *arenas, uint64_t *bytes);
 const void *st_result_marshal(st_result_t *r, size_t *len);
+int st_handoff_create(st_client_t *c, const char *name, const char *device,
+                      uint64_t chunk_bytes, int chunks, int consumers, st_handoff_t **out);
+int st_handoff_open(st_client_t *c, const char *name, st_handoff_t **out);
+int st_handoff_shape(const st_handoff_t *h, int *chunks, uint64_t *chunk_bytes,
+                     int *consumers, int *slot, int *device_index);
+int st_handoff_acquire(st_handoff_t *h, int timeout_ms, int *chunk, void **data);
+int st_handoff_publish(st_handoff_t *h, int chunk, uint64_t bytes, uint64_t *seq);
+int st_handoff_cancel(st_handoff_t *h, int chunk);
+int st_handoff_read(st_handoff_t *h, int chunk, uint64_t seq, int timeout_ms, void **data,
+                    uint64_t *bytes);
+int st_handoff_ack(st_handoff_t *h, int chunk, uint64_t seq);
+int st_handoff_pending(const st_handoff_t *h, int chunk, uint64_t *seq,
+                       uint64_t *pending);
+const char *st_handoff_error(const st_handoff_t *h);
+int st_handoff_close(st_handoff_t *h);
+int st_handoff_delete(st_client_t *c, const char *name);
 ]]
 
 -- Loads one of the project's libraries (soname "libstclient.so.0"): from

@@ -16,6 +16,7 @@ from .errors import Error, __all__ as _error_names
 from .client import Client, Handle, Module
 from .tensor import SharedTensor
 from .nn import load_into
+from . import handoff  # noqa: F401  (sharedtensor.handoff.Handoff)
 from .alloc import empty, zeros, empty_like, zeros_like
 from . import _lib
 

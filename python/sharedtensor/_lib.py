@@ -235,6 +235,20 @@ _PROTOS = {
     "st_result_marshal": (c_void_p, [c_void_p, P(c_size_t)]),
     "st_open_cache_keep": (None, [c_size_t, c_uint64]),
     "st_open_cache_kept": (None, [P(c_size_t), P(c_uint64)]),
+    # hand-offs (sharedtensor.handoff)
+    "st_handoff_create": (c_int, [c_void_p, c_char_p, c_char_p, c_uint64, c_int, c_int,
+                                  P(c_void_p)]),
+    "st_handoff_open": (c_int, [c_void_p, c_char_p, P(c_void_p)]),
+    "st_handoff_shape": (c_int, [c_void_p, P(c_int), P(c_uint64), P(c_int), P(c_int), P(c_int)]),
+    "st_handoff_acquire": (c_int, [c_void_p, c_int, P(c_int), P(c_void_p)]),
+    "st_handoff_publish": (c_int, [c_void_p, c_int, c_uint64, P(c_uint64)]),
+    "st_handoff_cancel": (c_int, [c_void_p, c_int]),
+    "st_handoff_read": (c_int, [c_void_p, c_int, c_uint64, c_int, P(c_void_p), P(c_uint64)]),
+    "st_handoff_ack": (c_int, [c_void_p, c_int, c_uint64]),
+    "st_handoff_pending": (c_int, [c_void_p, c_int, P(c_uint64), P(c_uint64)]),
+    "st_handoff_error": (c_char_p, [c_void_p]),
+    "st_handoff_close": (c_int, [c_void_p]),
+    "st_handoff_delete": (c_int, [c_void_p, c_char_p]),
 }
 
 

@@ -385,6 +385,7 @@ void st__work_conn_closed(st__server_t *srv, st__conn_t *c) {
       ST_LOG_W("task", "conn %llu: %zu more tasks of its calls keep running",
                (unsigned long long)c->id, more);
   }
+  st__handoff_conn_closed(&srv->handoffs, c->id);
   if (c->leases) {
     srv->counters.leases_dropped += st__objects_release_conn(&srv->objects, c->id);
     c->leases = 0;

@@ -72,6 +72,12 @@ static const st__setting_t limits_rows[] = {
      .lo = 0, .hi = 1 << 20, .def = 256,
      .description = "tensor arguments one connection's import cache keeps mapped (least "
                     "recently used dropped first; 0 = none)"},
+    {.name = "max_handoffs_per_connection", .type = ST_SET_INT,
+     INT_FIELD(max_handoffs_per_connection), .lo = 0, .hi = 1 << 16, .def = 16,
+     .description = "hand-offs one connection may create or open (handoff_create, "
+                    "handoff_open)"},
+    {.name = "max_handoff_chunks", .type = ST_SET_INT, INT_FIELD(max_handoff_chunks), .lo = 1,
+     .hi = 1 << 20, .def = 1024, .description = "chunks of one hand-off"},
     {.name = NULL},
 };
 

@@ -59,6 +59,10 @@ typedef struct st__config {
   /* Tensor arguments a connection's import cache keeps (docs/pool.md,
    * section 4); 0: none are kept. */
   int max_cached_arguments;
+  /* Hand-offs (docs/pool.md, section 5): how many one connection may
+   * create or open, and the most chunks of one. */
+  int max_handoffs_per_connection;
+  uint64_t max_handoff_chunks;
   double shutdown_grace_s;      /* in-flight work gets this long on SIGTERM */
   /* tasks (docs/protocol.md, "submit" ... "tasks") */
   double task_ttl_s;            /* finished tasks are kept this long (600) */

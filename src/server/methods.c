@@ -13,6 +13,7 @@
 #define P_TASK P("task_id", ST_RPC_U64, ST_RPC_REQUIRED)
 #define P_OBJECT P("object_id", ST_RPC_U64, ST_RPC_REQUIRED)
 #define P_ENDPOINT P("endpoint", ST_RPC_STR, ST_RPC_REQUIRED)
+#define P_NAME P("name", ST_RPC_STR, ST_RPC_REQUIRED)
 #define NONE {{0}}
 
 static const st__rpc_method_t methods[] = {
@@ -39,6 +40,12 @@ static const st__rpc_method_t methods[] = {
     {M(invalidate_endpoint), st__rpc_invalidate_endpoint, {P_ENDPOINT}},
     {M(reload), st__rpc_reload, NONE},
     {M(metrics), st__rpc_metrics, NONE},
+    {M(handoff_create), st__rpc_handoff_create,
+     {P_NAME, P("device", ST_RPC_STR, 0), P("chunk_bytes", ST_RPC_U64, ST_RPC_REQUIRED),
+      P("chunks", ST_RPC_U64, ST_RPC_REQUIRED), P("consumers", ST_RPC_U64, ST_RPC_REQUIRED)}},
+    {M(handoff_open), st__rpc_handoff_open, {P_NAME}},
+    {M(handoff_close), st__rpc_handoff_close, {P_NAME}},
+    {M(handoff_delete), st__rpc_handoff_delete, {P_NAME}},
 };
 
 #define NMETHODS (sizeof methods / sizeof methods[0])

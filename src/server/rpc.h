@@ -14,6 +14,8 @@
  *   rpc_tasks.c     status, wait, result, cancel, tasks
  *   rpc_objects.c   release, object_info, ensure_live, objects,
  *                   invalidate_call, invalidate_endpoint
+ *   rpc_handoff.c   handoff_create, handoff_open, handoff_close,
+ *                   handoff_delete
  *
  * Adding a method: its row in methods.c, its handler in the file of its
  * concern (declared below), its section in docs/protocol.md.
@@ -55,7 +57,7 @@ typedef struct st__rpc_param {
   const char *choices;         /* WORD: "a|b|c"; the value is the index */
 } st__rpc_param_t;
 
-#define ST_RPC_MAX_PARAMS 4
+#define ST_RPC_MAX_PARAMS 5
 
 typedef struct st__rpc_req st__rpc_req_t;
 
@@ -155,5 +157,11 @@ void st__rpc_ensure_live(st__rpc_req_t *r);
 void st__rpc_objects(st__rpc_req_t *r);
 void st__rpc_invalidate_call(st__rpc_req_t *r);
 void st__rpc_invalidate_endpoint(st__rpc_req_t *r);
+
+/* rpc_handoff.c */
+void st__rpc_handoff_create(st__rpc_req_t *r);
+void st__rpc_handoff_open(st__rpc_req_t *r);
+void st__rpc_handoff_close(st__rpc_req_t *r);
+void st__rpc_handoff_delete(st__rpc_req_t *r);
 
 #endif

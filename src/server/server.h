@@ -34,6 +34,7 @@
 #include <sys/types.h>
 
 #include "engine/generation.h"
+#include "engine/handoff.h"
 #include "engine/job.h"
 #include "engine/objects.h"
 #include "engine/pool.h"
@@ -290,6 +291,7 @@ struct st__server {
   int shutting_down;
   int grace_expired;          /* in-flight calls were cancelled           */
   int stopped;                /* the loop was told to stop                 */
+  st__handoffs_t handoffs;    /* named hand-offs (rpc_handoff.c)           */
 };
 
 /* ------------------------------------------------------------- startup.c */

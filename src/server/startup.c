@@ -122,6 +122,8 @@ static int run_check(const st__config_t *cfg, int config_errors) {
          cfg->max_fds_per_connection, cfg->max_fds_all_connections,
          (unsigned long long)cfg->max_queued_bytes_per_connection,
          (unsigned long long)cfg->max_queued_bytes_all_connections, cfg->max_cached_arguments);
+  printf("limits: max_handoffs_per_connection=%d max_handoff_chunks=%llu\n",
+         cfg->max_handoffs_per_connection, (unsigned long long)cfg->max_handoff_chunks);
   st__errlist_t errs = {0};
   st__generation_t *gen = NULL;
   const st__load_opts_t load = {.limit_s = cfg->endpoint_load_timeout_s};

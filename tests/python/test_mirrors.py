@@ -35,7 +35,7 @@ COMPLETE = ["client.h", "errors.h"]   # mirrored whole; the others in part
 
 # C typedefs of enums: ints for the mirrors.
 ENUMS = {"st_dtype_t", "st_device_kind_t", "st_value_kind_t", "st_errno_t"}
-OPAQUE = {"st_client_t", "st_args_t", "st_result_t"}
+OPAQUE = {"st_client_t", "st_args_t", "st_result_t", "st_handoff_t"}
 STRUCTS = {"st_tensor_t": _lib.Tensor, "st_value_t": _lib.Value,
            "st_object_info_t": _lib.ObjectInfo, "st_client_options_t": _lib.ClientOptions,
            "st_result_summary_t": _lib.ResultSummary}
@@ -199,9 +199,7 @@ def expected_ctypes(toks, is_return):
             return (P(STRUCTS[base]),)
         return (P(SCALARS[base]),)
     if stars == 2:
-        if base == "void":
-            return (P(ctypes.c_void_p),)
-        if base in OPAQUE:
+        if base in OPAQUE or base == "void":
             return (P(ctypes.c_void_p),)
         if base == "char":
             return (P(ctypes.c_char_p),)

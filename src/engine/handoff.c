@@ -1,0 +1,269 @@
+/* src/engine: named hand-offs (handoff.h). Loop thread only. */
+#include "engine/handoff.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/fail.h"
+#include "common/log.h"
+#include "st/errors.h"
+
+/* Chunks start on their own page: a CPU chunk never shares a page with
+ * its neighbour, and CUDA chunks stay aligned for any dtype. */
+#define CHUNK_ALIGN 4096u
+/* chunk_bytes at most this (the arena cap and the budget bound the total). */
+#define MAX_CHUNK_BYTES (UINT64_C(1) << 40)
+
+static int name_ok(const char *s, size_t n) {
+  if (n == 0 || n > ST__HANDOFF_NAME_MAX) return 0;
+  for (size_t i = 0; i < n; i++) {
+    char ch = s[i];
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+          ch == '.' || ch == '_' || ch == '-'))
+      return 0;
+  }
+  return 1;
+}
+
+static st__handoff_t *find(st__handoffs_t *t, const char *name, size_t n) {
+  for (st__handoff_t *h = t->head; h; h = h->next)
+    if (strlen(h->name) == n && memcmp(h->name, name, n) == 0) return h;
+  return NULL;
+}
+
+static int attached(const st__handoff_t *h, uint64_t conn) {
+  if (h->producer == conn) return 1;
+  for (uint32_t i = 0; i < h->consumers; i++)
+    if (h->slots[i] == conn) return 1;
+  return 0;
+}
+
+/* Hand-offs connection `conn` uses. */
+static int conn_count(const st__handoffs_t *t, uint64_t conn) {
+  int n = 0;
+  for (const st__handoff_t *h = t->head; h; h = h->next) n += attached(h, conn);
+  return n;
+}
+
+static int count_ok(const st__handoffs_t *t, uint64_t conn, int max, char *err, size_t errlen) {
+  int n = conn_count(t, conn);
+  if (n < max) return ST_OK;
+  return st__fail(ST_ERR_LIMIT, err, errlen,
+                  "this connection uses %d hand-offs; 1 more would pass "
+                  "limits.max_handoffs_per_connection = %d",
+                  n, max);
+}
+
+static void unlink_entry(st__handoffs_t *t, st__handoff_t *h) {
+  for (st__handoff_t **pp = &t->head; *pp; pp = &(*pp)->next)
+    if (*pp == h) {
+      *pp = h->next;
+      t->count--;
+      return;
+    }
+}
+
+/* Drops the server's references; the clients' mappings keep the memory. */
+static void destroy(st__handoffs_t *t, st__handoff_t *h) {
+  unlink_entry(t, h);
+  ST_LOG_D("handoff", "hand-off '%s' released", h->name);
+  st__arena_unref(h->data);
+  st__arena_unref(h->page_arena);
+  free(h);
+}
+
+/* Consumer slot i left: it owes no acknowledgement any more. `expected`
+ * first, then the chunks: a publish that read the old `expected` either
+ * lands before this sweep (cleared here) or re-reads `expected` after its
+ * own swap and clears the bit itself (client/handoff.c). */
+static void sweep_slot(st__handoff_t *h, uint32_t i) {
+  st__handoff_page_t *p = h->page;
+  uint32_t bit = 1u << i;
+  atomic_fetch_and(&p->expected, ~bit);
+  int any_freed = 0;
+  for (uint32_t k = 0; k < h->chunks; k++) {
+    int freed;
+    if (st__handoff_clear(p, k, bit, 0, 1, &freed) == 1 && freed) any_freed = 1;
+  }
+  if (any_freed) st__handoff_notify(&p->free_futex, &p->free_waiters);
+}
+
+static int in_use(const st__handoff_t *h) {
+  if (h->producer) return 1;
+  for (uint32_t i = 0; i < h->consumers; i++)
+    if (h->slots[i]) return 1;
+  return 0;
+}
+
+/* Detaches conn; destroys h when nobody is left. Returns 1 when it was
+ * attached. */
+static int detach(st__handoffs_t *t, st__handoff_t *h, uint64_t conn) {
+  int was = 0;
+  if (h->producer == conn) {
+    h->producer = 0;
+    atomic_fetch_or(&h->page->flags, ST__HANDOFF_PRODUCER_GONE);
+    st__handoff_notify(&h->page->pub_futex, &h->page->pub_waiters);
+    was = 1;
+  }
+  for (uint32_t i = 0; i < h->consumers; i++) {
+    if (h->slots[i] != conn) continue;
+    h->slots[i] = 0;
+    sweep_slot(h, i);
+    was = 1;
+  }
+  if (was && !in_use(h)) destroy(t, h);
+  return was;
+}
+
+static int check_spec(const st__handoffs_t *t, const st__handoff_spec_t *s, uint64_t conn,
+                      char *err, size_t errlen) {
+  if (!name_ok(s->name, s->name_len))
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                    "a hand-off name is 1 to %d characters of A-Z a-z 0-9 . _ -",
+                    ST__HANDOFF_NAME_MAX);
+  if (s->chunk_bytes == 0 || s->chunk_bytes > MAX_CHUNK_BYTES)
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                    "'chunk_bytes' must be 1 to %" PRIu64, MAX_CHUNK_BYTES);
+  if (s->chunks == 0)
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "'chunks' must be at least 1");
+  if (s->chunks > s->max_chunks)
+    return st__fail(ST_ERR_LIMIT, err, errlen,
+                    "%" PRIu64 " chunks pass limits.max_handoff_chunks = %" PRIu64, s->chunks,
+                    s->max_chunks);
+  if (s->consumers == 0 || s->consumers > ST__HANDOFF_MAX_CONSUMERS)
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "'consumers' must be 1 to %u",
+                    ST__HANDOFF_MAX_CONSUMERS);
+  return count_ok(t, conn, s->max_per_connection, err, errlen);
+}
+
+static void page_init(st__handoff_t *h) {
+  st__handoff_page_t *p = h->page;
+  p->magic = ST__HANDOFF_MAGIC;
+  p->version = ST__HANDOFF_VERSION;
+  p->chunks = h->chunks;
+  p->consumers = h->consumers;
+  p->chunk_bytes = h->chunk_bytes;
+  p->stride = h->stride;
+  /* Every slot counts from the start: a publish made before a consumer
+   * opened waits for it. */
+  atomic_store(&p->expected, h->consumers >= 32 ? ST__HANDOFF_MASK : (1u << h->consumers) - 1u);
+}
+
+/* See handoff.h. Loop thread. */
+int st__handoff_create(st__handoffs_t *t, const st__handoff_spec_t *s, uint64_t conn, uid_t uid,
+                       st__handoff_t **out, char *err, size_t errlen) {
+  *out = NULL;
+  int rc = check_spec(t, s, conn, err, errlen);
+  if (rc != ST_OK) return rc;
+  if (find(t, s->name, s->name_len))
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "a hand-off named '%.*s' exists",
+                    (int)s->name_len, s->name);
+  st__handoff_t *h = calloc(1, sizeof *h);
+  if (!h) return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+  memcpy(h->name, s->name, s->name_len);
+  h->uid = uid;
+  h->device = s->device;
+  h->chunk_bytes = s->chunk_bytes;
+  h->stride = (s->chunk_bytes + CHUNK_ALIGN - 1) / CHUNK_ALIGN * CHUNK_ALIGN;
+  h->chunks = (uint32_t)s->chunks;
+  h->consumers = (uint32_t)s->consumers;
+  h->page_bytes = (st__handoff_page_bytes(h->chunks) + CHUNK_ALIGN - 1) / CHUNK_ALIGN * CHUNK_ALIGN;
+  rc = st__arena_new(s->device, ST__CUDA_IPC_VMM, h->stride * h->chunks, &h->data, err, errlen);
+  if (rc == ST_OK) rc = st__arena_new_cpu(h->page_bytes, &h->page_arena, err, errlen);
+  if (rc != ST_OK) {
+    st__arena_unref(h->data);
+    free(h);
+    return rc;
+  }
+  h->page = st__arena_base(h->page_arena);
+  page_init(h);
+  h->producer = conn;
+  h->next = t->head;
+  t->head = h;
+  t->count++;
+  *out = h;
+  return ST_OK;
+}
+
+/* The hand-off `name` for a request of uid `uid` that wants to `what` it:
+ * NOT_FOUND, or AUTH for another uid than its creator's. */
+static int lookup(st__handoffs_t *t, const char *name, size_t n, uid_t uid, const char *what,
+                  st__handoff_t **out, char *err, size_t errlen) {
+  st__handoff_t *h = find(t, name, n);
+  if (!h)
+    return st__fail(ST_ERR_NOT_FOUND, err, errlen, "no hand-off named '%.*s'", (int)n, name);
+  if (h->uid != uid)
+    return st__fail(ST_ERR_AUTH, err, errlen,
+                    "hand-off '%s' belongs to uid %u; uid %u may not %s it", h->name,
+                    (unsigned)h->uid, (unsigned)uid, what);
+  *out = h;
+  return ST_OK;
+}
+
+/* See handoff.h. Loop thread. */
+int st__handoff_open(st__handoffs_t *t, const char *name, size_t name_len, uint64_t conn,
+                     uid_t uid, int max_per_connection, st__handoff_t **out, uint32_t *slot,
+                     char *err, size_t errlen) {
+  *out = NULL;
+  st__handoff_t *h;
+  int rc = lookup(t, name, name_len, uid, "open", &h, err, errlen);
+  if (rc != ST_OK) return rc;
+  if (attached(h, conn))
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                    "this connection already uses hand-off '%s'", h->name);
+  rc = count_ok(t, conn, max_per_connection, err, errlen);
+  if (rc != ST_OK) return rc;
+  for (uint32_t i = 0; i < h->consumers; i++) {
+    if (h->slots[i]) continue;
+    /* A slot used before: any publish that raced with its sweep is
+     * swept again before the slot counts once more. */
+    sweep_slot(h, i);
+    atomic_fetch_or(&h->page->expected, 1u << i);
+    h->slots[i] = conn;
+    *out = h;
+    *slot = i;
+    return ST_OK;
+  }
+  return st__fail(ST_ERR_LIMIT, err, errlen,
+                  "hand-off '%s' has %u consumer slots and all are open (its 'consumers')",
+                  h->name, h->consumers);
+}
+
+/* See handoff.h. Loop thread. */
+int st__handoff_close(st__handoffs_t *t, const char *name, size_t name_len, uint64_t conn,
+                      char *err, size_t errlen) {
+  st__handoff_t *h = find(t, name, name_len);
+  if (!h || !detach(t, h, conn))
+    return st__fail(ST_ERR_NOT_FOUND, err, errlen, "this connection does not use a hand-off "
+                    "named '%.*s'", (int)name_len, name);
+  return ST_OK;
+}
+
+/* See handoff.h. Loop thread. */
+int st__handoff_delete(st__handoffs_t *t, const char *name, size_t name_len, uid_t uid,
+                       char *err, size_t errlen) {
+  st__handoff_t *h;
+  int rc = lookup(t, name, name_len, uid, "delete", &h, err, errlen);
+  if (rc != ST_OK) return rc;
+  atomic_fetch_or(&h->page->flags, ST__HANDOFF_DELETED);
+  st__handoff_notify(&h->page->pub_futex, &h->page->pub_waiters);
+  st__handoff_notify(&h->page->free_futex, &h->page->free_waiters);
+  destroy(t, h);
+  return ST_OK;
+}
+
+/* See handoff.h. Loop thread. */
+void st__handoff_conn_closed(st__handoffs_t *t, uint64_t conn) {
+  st__handoff_t *h = t->head;
+  while (h) {
+    st__handoff_t *next = h->next;
+    detach(t, h, conn);
+    h = next;
+  }
+}
+
+/* See handoff.h. Loop thread. */
+void st__handoff_free_all(st__handoffs_t *t) {
+  while (t->head) destroy(t, t->head);
+}

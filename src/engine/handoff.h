@@ -1,0 +1,103 @@
+/* src/engine: named hand-offs between processes (docs/pool.md, section 5;
+ * docs/protocol.md, "Hand-offs").
+ *
+ * A hand-off is one allocation of `chunks` chunks (a memfd arena on the
+ * CPU, a VMM arena on CUDA) and a control page (engine/handoff_page.h, a
+ * memfd arena), created by a producer connection and opened by consumer
+ * connections of the creator's uid, each of which gets a slot (one bit of
+ * the page). Per request nothing reaches the server: the producer
+ * acquires, fills and publishes chunks and the consumers acknowledge them
+ * in the page. The server acts only when a connection attaches or leaves:
+ * a consumer that leaves (handoff_close, or its connection closed) has
+ * its bit cleared from `expected` and from every chunk, which is every
+ * acknowledgement it still owed; a producer that leaves sets
+ * PRODUCER_GONE. The last connection to leave, or handoff_delete, drops
+ * the server's references (the budget charge goes with them; the clients'
+ * mappings stay valid until they unmap).
+ *
+ * The table knows no server: the caller passes connection ids, uids and
+ * limits. Loop thread only.
+ */
+#ifndef ST_ENGINE_HANDOFF_H
+#define ST_ENGINE_HANDOFF_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "engine/handoff_page.h"
+#include "mem/arena.h"
+
+/* Longest name; names are 1..64 bytes of [A-Za-z0-9._-]. */
+#define ST__HANDOFF_NAME_MAX 64
+
+typedef struct st__handoff {
+  struct st__handoff *next;
+  char name[ST__HANDOFF_NAME_MAX + 1];
+  uid_t uid;                    /* the creator's: only it may open        */
+  int device;                   /* -1: the CPU; else a CUDA ordinal        */
+  uint64_t chunk_bytes, stride;
+  uint32_t chunks, consumers;
+  st__arena_t *data;            /* owned reference                        */
+  st__arena_t *page_arena;      /* owned reference                        */
+  st__handoff_page_t *page;     /* the server's mapping of page_arena     */
+  uint64_t page_bytes;
+  uint64_t producer;            /* connection id; 0 once it left          */
+  uint64_t slots[ST__HANDOFF_MAX_CONSUMERS];   /* connection ids; 0: free */
+} st__handoff_t;
+
+typedef struct st__handoffs {
+  st__handoff_t *head;
+  size_t count;
+} st__handoffs_t;
+
+/* What handoff_create asks for. */
+typedef struct st__handoff_spec {
+  const char *name;
+  size_t name_len;
+  int device;                   /* -1 or a CUDA ordinal the server has     */
+  uint64_t chunk_bytes;
+  uint64_t chunks;
+  uint64_t consumers;
+  uint64_t max_chunks;          /* limits.max_handoff_chunks               */
+  int max_per_connection;       /* limits.max_handoffs_per_connection      */
+} st__handoff_spec_t;
+
+/* Creates hand-off s->name for connection `conn` (the producer) of uid
+ * `uid`: checks the name, the geometry and the limits, allocates the data
+ * arena and the page (charged to the memory budgets) and initializes the
+ * page. On ST_OK *out is the new entry (borrowed from the table). Errors
+ * with a message in err: INVALID_ARGUMENT (name, chunk_bytes, consumers),
+ * LIMIT (chunks past max_chunks, the connection's count), the arena's
+ * OUT_OF_MEMORY / LIMIT / CAPABILITY, and INVALID_ARGUMENT when the name
+ * is taken. Loop thread. */
+int st__handoff_create(st__handoffs_t *t, const st__handoff_spec_t *s, uint64_t conn, uid_t uid,
+                       st__handoff_t **out, char *err, size_t errlen);
+
+/* Attaches connection `conn` of uid `uid` to hand-off `name` as a
+ * consumer: the lowest free slot. On ST_OK *out and *slot say which.
+ * Errors: NOT_FOUND (no such name), AUTH (another uid), LIMIT (every slot
+ * taken, the connection's count), INVALID_ARGUMENT (already attached).
+ * Loop thread. */
+int st__handoff_open(st__handoffs_t *t, const char *name, size_t name_len, uint64_t conn,
+                     uid_t uid, int max_per_connection, st__handoff_t **out, uint32_t *slot,
+                     char *err, size_t errlen);
+
+/* Detaches `conn` from hand-off `name` (see the top). ST_OK, or NOT_FOUND
+ * when the connection does not use it. Loop thread. */
+int st__handoff_close(st__handoffs_t *t, const char *name, size_t name_len, uint64_t conn,
+                      char *err, size_t errlen);
+
+/* Removes hand-off `name` at once: the name goes, every connection is
+ * detached, the page says DELETED and the server's references go. Only
+ * its creator's uid may. ST_OK, NOT_FOUND, AUTH. Loop thread. */
+int st__handoff_delete(st__handoffs_t *t, const char *name, size_t name_len, uid_t uid,
+                       char *err, size_t errlen);
+
+/* Connection `conn` closed: detaches it from every hand-off. Loop thread. */
+void st__handoff_conn_closed(st__handoffs_t *t, uint64_t conn);
+
+/* Frees every hand-off (server exit). Loop thread. */
+void st__handoff_free_all(st__handoffs_t *t);
+
+#endif

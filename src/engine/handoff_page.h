@@ -1,0 +1,125 @@
+/* src/engine: the control page of a hand-off (docs/pool.md, section 5).
+ *
+ * A leaf header, like tensor/geometry.h: the layout and the few atomic
+ * operations that the server (engine/handoff.c: sweeps for a consumer
+ * that left) and libstclient (client/handoff.c: acquire, publish, read,
+ * acknowledge) both perform on the one page they share. It includes
+ * nothing of src/ and links nothing.
+ *
+ * The page is a memfd of the server's, mapped read-write by the server,
+ * the producer and every consumer. Per chunk one 64-bit word holds
+ *
+ *     bits 63..32  the sequence number of its last publish (never 0 once
+ *                  published; wraps after 2^32 publishes)
+ *     bit  31      the producer holds it (acquired, not yet published)
+ *     bits 30..0   consumers that have not acknowledged that publish
+ *
+ * so a chunk is free exactly when its low 32 bits are 0. Every change is a
+ * compare-and-swap of the whole word: an acknowledgement clears the
+ * consumer's own bit only when the sequence number is the one it names,
+ * so an ack of a recycled chunk (a stale sequence) or a second ack (the
+ * bit is already clear) changes nothing and cannot drive the chunk to
+ * free early or touch another consumer's bit. `expected` holds the bits
+ * of the consumer slots a publish waits for; the server clears a slot's
+ * bit when its connection leaves and clears that bit in every chunk.
+ *
+ * Futex words (shared futexes: the page is a MAP_SHARED file mapping, so
+ * every process waits on the same key): `free_futex` moves whenever a
+ * chunk becomes free, `pub_futex` whenever a chunk is published or the
+ * flags change. A waker issues FUTEX_WAKE only when the matching
+ * `*_waiters` count is not 0, so publishing and acknowledging cost no
+ * system call while nobody waits.
+ *
+ * Nothing in the page is trusted for memory safety: every process knows
+ * chunks, stride and the mapping sizes from the server's reply, never
+ * from the page; the page's words are data compared with what a process
+ * expects.
+ */
+#ifndef ST_ENGINE_HANDOFF_PAGE_H
+#define ST_ENGINE_HANDOFF_PAGE_H
+
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ST__HANDOFF_MAGIC 0x46444853u   /* "SHDF" */
+#define ST__HANDOFF_VERSION 1u
+#define ST__HANDOFF_MAX_CONSUMERS 31u
+#define ST__HANDOFF_PRODUCER_BIT 0x80000000u
+#define ST__HANDOFF_MASK 0xffffffffu
+
+/* flags */
+#define ST__HANDOFF_PRODUCER_GONE 1u   /* the producer's connection left  */
+#define ST__HANDOFF_DELETED 2u         /* handoff_delete: the server let go */
+
+typedef struct st__handoff_chunk {
+  _Atomic uint64_t word;        /* seq << 32 | producer bit | pending bits */
+  _Atomic uint64_t bytes;       /* bytes of the last publish               */
+} st__handoff_chunk_t;
+
+typedef struct st__handoff_page {
+  uint32_t magic, version;
+  uint32_t chunks, consumers;
+  uint64_t chunk_bytes, stride;
+  _Atomic uint32_t expected;    /* consumer bits a publish waits for       */
+  _Atomic uint32_t flags;
+  _Atomic uint32_t next_seq;    /* the last sequence number handed out     */
+  _Atomic uint32_t free_futex;
+  _Atomic uint32_t free_waiters;
+  _Atomic uint32_t pub_futex;
+  _Atomic uint32_t pub_waiters;
+  uint32_t reserved0;
+  uint64_t reserved[4];
+  st__handoff_chunk_t chunk[];
+} st__handoff_page_t;
+
+/* Bytes of the page of `chunks` chunks (before rounding to pages). */
+static inline uint64_t st__handoff_page_bytes(uint32_t chunks) {
+  return sizeof(st__handoff_page_t) + (uint64_t)chunks * sizeof(st__handoff_chunk_t);
+}
+
+static inline uint32_t st__handoff_tag(uint64_t w) { return (uint32_t)(w >> 32); }
+
+static inline void st__handoff_futex_wake(_Atomic uint32_t *f) {
+  syscall(SYS_futex, (uint32_t *)f, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Waits while *f == seen, at most `ts` (NULL: no limit); returns at a
+ * wake, a signal, a timeout or a changed word. */
+static inline void st__handoff_futex_wait(_Atomic uint32_t *f, uint32_t seen,
+                                          const struct timespec *ts) {
+  syscall(SYS_futex, (uint32_t *)f, FUTEX_WAIT, seen, ts, NULL, 0);
+}
+
+/* Moves a futex word and wakes its waiters, if any. */
+static inline void st__handoff_notify(_Atomic uint32_t *word, _Atomic uint32_t *waiters) {
+  atomic_fetch_add(word, 1);
+  if (atomic_load(waiters)) st__handoff_futex_wake(word);
+}
+
+/* Clears `bits` of chunk i's pending set, when its sequence number is
+ * `tag` (any sequence when any_tag). Returns -1 when the sequence differs,
+ * 0 when none of `bits` was set (nothing changed), 1 when they were
+ * cleared; *freed is then 1 when the chunk became free (the caller
+ * notifies free_futex). */
+static inline int st__handoff_clear(st__handoff_page_t *p, uint32_t i, uint32_t bits,
+                                    uint32_t tag, int any_tag, int *freed) {
+  _Atomic uint64_t *wp = &p->chunk[i].word;
+  uint64_t w = atomic_load(wp);
+  *freed = 0;
+  for (;;) {
+    if (!any_tag && st__handoff_tag(w) != tag) return -1;
+    if (!((uint32_t)w & bits)) return 0;
+    uint64_t nw = w & ~(uint64_t)bits;
+    if (atomic_compare_exchange_weak(wp, &w, nw)) {
+      *freed = ((uint32_t)nw & ST__HANDOFF_MASK) == 0;
+      return 1;
+    }
+  }
+}
+
+#endif

@@ -1,0 +1,159 @@
+/* src/server: the hand-off methods (rpc.h; docs/protocol.md, "Hand-offs";
+ * the table is engine/handoff.h). A connection that closes leaves its
+ * hand-offs through st__work_conn_closed (builds.c). Loop thread only. */
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/handoff.h"
+#include "engine/result.h"
+#include "server/rpc.h"
+#include "server/work.h"
+#include "st/errors.h"
+
+/* The device of handoff_create's `device`: "cpu" (absent too), "cuda"
+ * (the socket's own), "cuda:N". -2 after an error reply. */
+static int device_of(st__rpc_req_t *r) {
+  st__server_t *srv = r->c->srv;
+  const msgpack_object *d = st__rpc_arg(r, "device");
+  if (!d || st__str_eq(d, "cpu")) return -1;
+  int ordinal = -1;
+  if (st__str_eq(d, "cuda")) {
+    ordinal = r->c->device;
+  } else {
+    char text[32];
+    uint32_t n = d->via.str.size;
+    unsigned v;
+    char tail;
+    if (n >= sizeof text) n = sizeof text - 1;
+    memcpy(text, d->via.str.ptr, n);
+    text[n] = 0;
+    if (sscanf(text, "cuda:%u%c", &v, &tail) != 1 || v > 4095) {
+      st__rpc_error(r, ST_ERR_INVALID_ARGUMENT,
+                    "handoff_create: 'device' must be cpu, cuda or cuda:N");
+      return -2;
+    }
+    ordinal = (int)v;
+  }
+  if (!st__devices_cuda(&srv->devices, ordinal)) {
+    st__rpc_error(r, ST_ERR_CAPABILITY, "handoff_create: no CUDA device: cuda:%d is unavailable%s%s",
+                  ordinal, srv->devices.cuda_reason[0] ? ": " : "", srv->devices.cuda_reason);
+    return -2;
+  }
+  return ordinal;
+}
+
+static void pack_u8_tensor(msgpack_packer *pk, uint32_t arena, uint64_t bytes) {
+  st__tensor_desc_t t;
+  memset(&t, 0, sizeof t);
+  t.arena = arena;
+  t.dtype = ST_DTYPE_UINT8;
+  t.ndim = 1;
+  t.shape[0] = (int64_t)bytes;
+  t.strides[0] = 1;
+  st__pack_tensor(pk, &t);
+}
+
+/* {name, role, slot, device, chunks, chunk_bytes, stride, consumers, data,
+ * page} with the data arena and the page, one descriptor each. */
+static void reply_handoff(st__rpc_req_t *r, st__handoff_t *h, int slot) {
+  st__build_result_t res;
+  st__build_result_init(&res);
+  st__arena_t *arenas[2] = {h->data, h->page_arena};
+  res.arenas = arenas;
+  res.narenas = 2;
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &res.value, msgpack_sbuffer_write);
+  msgpack_pack_map(&pk, 10);
+  st__pack_kv_str(&pk, "name", h->name);
+  st__pack_kv_str(&pk, "role", slot < 0 ? "producer" : "consumer");
+  st__pack_kv_int(&pk, "slot", slot);
+  char dev[24];
+  if (h->device < 0) snprintf(dev, sizeof dev, "cpu");
+  else snprintf(dev, sizeof dev, "cuda:%d", h->device);
+  st__pack_kv_str(&pk, "device", dev);
+  st__pack_kv_uint(&pk, "chunks", h->chunks);
+  st__pack_kv_uint(&pk, "chunk_bytes", h->chunk_bytes);
+  st__pack_kv_uint(&pk, "stride", h->stride);
+  st__pack_kv_uint(&pk, "consumers", h->consumers);
+  st__pack_cstr(&pk, "data");
+  pack_u8_tensor(&pk, 0, h->stride * h->chunks);
+  st__pack_cstr(&pk, "page");
+  pack_u8_tensor(&pk, 1, h->page_bytes);
+  st__reply_result(r->c, r->id, r->method->name, &res, NULL, 0);
+  /* The references are the table's: nothing to drop. */
+  msgpack_sbuffer_destroy(&res.value);
+}
+
+static const msgpack_object *name_of(st__rpc_req_t *r) { return st__rpc_arg(r, "name"); }
+
+/* handoff_create {name, device?, chunk_bytes, chunks, consumers}. */
+void st__rpc_handoff_create(st__rpc_req_t *r) {
+  st__conn_t *c = r->c;
+  const st__config_t *cfg = c->srv->cfg;
+  int device = device_of(r);
+  if (device == -2) return;
+  const msgpack_object *name = name_of(r);
+  st__handoff_spec_t s = {
+      .name = name->via.str.ptr,
+      .name_len = name->via.str.size,
+      .device = device,
+      .chunk_bytes = st__rpc_u64(r, "chunk_bytes", 0),
+      .chunks = st__rpc_u64(r, "chunks", 0),
+      .consumers = st__rpc_u64(r, "consumers", 0),
+      .max_chunks = cfg->max_handoff_chunks,
+      .max_per_connection = cfg->max_handoffs_per_connection,
+  };
+  char err[400];
+  st__handoff_t *h;
+  int rc = st__handoff_create(&c->srv->handoffs, &s, c->id, c->cred.uid, &h, err, sizeof err);
+  if (rc != ST_OK) {
+    st__rpc_error(r, rc, "handoff_create: %s", err);
+    return;
+  }
+  reply_handoff(r, h, -1);
+}
+
+/* handoff_open {name}. */
+void st__rpc_handoff_open(st__rpc_req_t *r) {
+  st__conn_t *c = r->c;
+  const msgpack_object *name = name_of(r);
+  char err[400];
+  st__handoff_t *h;
+  uint32_t slot;
+  int rc = st__handoff_open(&c->srv->handoffs, name->via.str.ptr, name->via.str.size, c->id,
+                            c->cred.uid, c->srv->cfg->max_handoffs_per_connection, &h, &slot,
+                            err, sizeof err);
+  if (rc != ST_OK) {
+    st__rpc_error(r, rc, "handoff_open: %s", err);
+    return;
+  }
+  reply_handoff(r, h, (int)slot);
+}
+
+static void reply_true(st__rpc_req_t *r) {
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  st__reply_begin(&sb, &pk, r->id);
+  msgpack_pack_true(&pk);
+  st__reply_send(r->c, r->id, &sb);
+}
+
+/* handoff_close {name} -> true. */
+void st__rpc_handoff_close(st__rpc_req_t *r) {
+  const msgpack_object *name = name_of(r);
+  char err[400];
+  int rc = st__handoff_close(&r->c->srv->handoffs, name->via.str.ptr, name->via.str.size,
+                             r->c->id, err, sizeof err);
+  if (rc != ST_OK) st__rpc_error(r, rc, "handoff_close: %s", err);
+  else reply_true(r);
+}
+
+/* handoff_delete {name} -> true. */
+void st__rpc_handoff_delete(st__rpc_req_t *r) {
+  const msgpack_object *name = name_of(r);
+  char err[400];
+  int rc = st__handoff_delete(&r->c->srv->handoffs, name->via.str.ptr, name->via.str.size,
+                              r->c->cred.uid, err, sizeof err);
+  if (rc != ST_OK) st__rpc_error(r, rc, "handoff_delete: %s", err);
+  else reply_true(r);
+}
