@@ -9,7 +9,10 @@ import subprocess
 import sys
 import unittest
 
+import st_fixture
 from st_fixture import ServerTestCase, env
+
+st_fixture.add_package_path()
 
 
 class GpuHandoffTest(ServerTestCase):
