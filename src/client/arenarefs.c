@@ -10,8 +10,12 @@
  * from another connection's or the process-wide open-cache, so nothing a
  * server says can reach memory it did not send on this connection.
  *
- * When a kept mapping has no reference left but pins (its results were
- * freed, on any thread), its id waits for the connection's next request
+ * A kept mapping whose results were all freed (on any thread) keeps its
+ * pins while it fits the process's bound of kept arenas (map.c's idle
+ * list: st_open_cache_keep), so calling the object again costs neither a
+ * descriptor nor an export in the server. When the bound needs room (or a
+ * mapping may not be kept) its pins are let go: its id waits for the
+ * connection's next request
  * (params.unmapped); the server drops it before handling that request, so
  * the reply to it and every later one send the arena with a descriptor
  * again. A reply can name an arena by id only while a request of this

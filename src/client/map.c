@@ -65,6 +65,8 @@ struct st__mapping {
   pid_t pid;        /* the process that mapped it                 */
   int own;          /* 1: an own allocation; `fd` is its descriptor */
   int reusable;     /* an object's arena: the server may send it again */
+  int idle;         /* only pins hold it: on the idle list, counted kept */
+  st__mapping_t *idle_prev, *idle_next;
   int fd;
 };
 
@@ -81,6 +83,11 @@ static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
  * keep_max_arenas and keep_max_bytes (st_open_cache_keep, or the
  * environment at first use), the oldest unmapped first. */
 static st__mapping_t *kept_head;
+/* Idle pinned mappings: objects' arenas no result uses that connections
+ * still pin (arenarefs.c), so the server names them by id and sends no
+ * descriptor; newest first. They count as kept (kept_count, kept_bytes)
+ * and are let go, oldest first, when the bound needs room. */
+static st__mapping_t *idle_head, *idle_tail;
 static size_t kept_count, keep_max_arenas = 16;
 static uint64_t kept_bytes, keep_max_bytes = (uint64_t)256 << 20;
 
@@ -141,6 +148,39 @@ static int entry_matches(const st__mapping_t *m, const char *server_id, const st
   return m->dev == st->st_dev && m->ino == st->st_ino;
 }
 
+/* m (pinned, no result uses it) joins the idle list. Lock held. */
+static void idle_enter(st__mapping_t *m) {
+  m->idle = 1;
+  m->idle_prev = NULL;
+  m->idle_next = idle_head;
+  if (idle_head) idle_head->idle_prev = m;
+  else idle_tail = m;
+  idle_head = m;
+  kept_count++;
+  kept_bytes += m->map_len;
+  cache_mapped--;
+}
+
+/* m leaves the idle list (a result uses it again, or its pins go). Lock
+ * held. */
+static void idle_leave(st__mapping_t *m) {
+  if (m->idle_prev) m->idle_prev->idle_next = m->idle_next;
+  else idle_head = m->idle_next;
+  if (m->idle_next) m->idle_next->idle_prev = m->idle_prev;
+  else idle_tail = m->idle_prev;
+  m->idle = 0;
+  m->idle_prev = m->idle_next = NULL;
+  kept_count--;
+  kept_bytes -= m->map_len;
+  cache_mapped++;
+}
+
+/* Whether m may stay mapped once no result uses it. */
+static int keepable(const st__mapping_t *m) {
+  return m->reusable && keep_max_arenas > 0 && m->map_len <= keep_max_bytes &&
+         m->pid == getpid();
+}
+
 /* The kept entry for arena d (one reference, out of the kept list), or
  * NULL. A CUDA mapping made before a fork is not this process's. Lock
  * held. */
@@ -175,6 +215,25 @@ static st__mapping_t *kept_trim(void) {
     m->next = out;
     out = m;
   }
+  /* Then idle pinned mappings, oldest first: their connections let go
+   * (at once, or after the reply in flight: arenarefs.c). */
+  while (idle_tail && (kept_count > keep_max_arenas || kept_bytes > keep_max_bytes)) {
+    st__mapping_t *m = idle_tail;
+    idle_leave(m);
+    size_t let_go = st__client_arenarefs_idle_locked(m);
+    m->pins -= let_go;
+    m->refs -= let_go;
+    if (m->refs > 0) continue;   /* unpinned when its connection's reply is in */
+    for (st__mapping_t **cp = &cache_head; *cp; cp = &(*cp)->next) {
+      if (*cp == m) {
+        *cp = m->next;
+        break;
+      }
+    }
+    cache_mapped--;
+    m->next = out;
+    out = m;
+  }
   return out;
 }
 
@@ -196,6 +255,7 @@ static int cache_map(const char *server_id, const st__arena_desc_t *d, int fd,
   for (st__mapping_t *m = cache_head; m; m = m->next) {
     if (entry_matches(m, server_id, d, st)) {
       if (d->bytes > m->bytes) break; /* a larger claim: map anew */
+      if (m->idle) idle_leave(m);
       m->refs++;
       cache_reused++;
       pthread_mutex_unlock(&cache_lock);
@@ -304,7 +364,17 @@ int st__client_map_arena(const char *server_id, const st__arena_desc_t *d, int f
 void st__client_mapping_release(st__mapping_t *m) {
   if (!m) return;
   cache_enter();
-  if (--m->refs > 0 && m->pins && m->refs == m->pins) {
+  --m->refs;
+  if (m->idle && m->refs == 0) idle_leave(m);   /* its last pin went */
+  if (m->refs > 0 && !m->idle && m->pins && m->refs == m->pins) {
+    if (keepable(m)) {
+      /* Kept pinned: the server goes on naming it by id. */
+      idle_enter(m);
+      st__mapping_t *evicted = kept_trim();
+      pthread_mutex_unlock(&cache_lock);
+      unmap_entries(evicted);
+      return;
+    }
     size_t let_go = st__client_arenarefs_idle_locked(m);
     m->pins -= let_go;
     m->refs -= let_go;
@@ -321,8 +391,7 @@ void st__client_mapping_release(st__mapping_t *m) {
   }
   if (!m->own) cache_mapped--;
   st__mapping_t *unmap = m;
-  if (m->reusable && keep_max_arenas > 0 && m->map_len <= keep_max_bytes &&
-      m->pid == getpid()) {
+  if (keepable(m)) {
     m->next = kept_head;
     kept_head = m;
     kept_count++;
@@ -354,6 +423,7 @@ static void unmap_entry(st__mapping_t *m) {
 /* See client_internal.h. Any thread. */
 void st__client_mapping_ref(st__mapping_t *m, int pin) {
   cache_enter();
+  if (!pin && m->idle) idle_leave(m);
   m->refs++;
   if (pin) m->pins++;
   else cache_reused++;

@@ -5,8 +5,9 @@
  *     result reads the object's values;
  *   - a client that freed every result of an arena still gets it, with
  *     its values, from the next call; nothing stays mapped once the server
- *     was told, and a result freed while no request is in flight is
- *     unmapped at once;
+ *     was told; a freed object's mapping stays kept (and pinned: called
+ *     again it comes by id) until the bound lets go of it, at once when
+ *     no request is in flight;
  *   - a managed object: lease, release, and the same object called again;
  *   - two servers whose arenas have the same ids: each connection reads
  *     its own server's memory, on the first call and on later ones;
@@ -95,23 +96,33 @@ TEST(a_client_that_let_go_gets_the_arena_again) {
   st_client_close(c);
 }
 
-TEST(freed_while_no_request_is_in_flight_it_is_unmapped_at_once) {
-  size_t m0 = mapped_now();
+TEST(a_freed_object_stays_kept_then_is_let_go_at_once) {
+  size_t m0 = mapped_now(), k0;
   OPEN_CLIENT(c, A.socket);
   st_result_t *r;
   CHECK(call_check(c, "c16", 0, &r) == 0);
   CHECK(mapped_now() == m0 + 1);
-  /* No reply can name the arena before the next request tells the
-   * server, so the pin goes with the last result: nothing of a destroyed
-   * object stays alive in an idle client. */
-  st_result_free(r);
-  CHECK(mapped_now() == m0);
+  st_open_cache_kept(&k0, NULL);   /* the earlier tests' kept arenas */
   int64_t sent = counter(c, "fds_sent");
-  /* The info request told the server: the next reply sends it again. */
+  /* Freed: kept mapped and pinned within the bound, so the object called
+   * again comes by id, with no descriptor. */
+  st_result_free(r);
+  size_t k;
+  st_open_cache_kept(&k, NULL);
+  CHECK(mapped_now() == m0 && k == k0 + 1);
+  CHECK(call_check(c, "c16", 0, NULL) == 0);
+  CHECK(counter(c, "fds_sent") == sent);
+  /* A bound of 0 lets go of it at once (no request in flight: no reply
+   * can name it before the next request tells the server): unmapped now,
+   * and the next reply brings the descriptor again. */
+  st_open_cache_keep(0, 0);
+  st_open_cache_kept(&k, NULL);
+  CHECK(k == 0 && mapped_now() == m0);
   CHECK(call_check(c, "c16", 0, NULL) == 0);
   CHECK(counter(c, "fds_sent") == sent + 1);
-  CHECK(mapped_now() == m0);
+  st_open_cache_keep(16, (uint64_t)256 << 20);
   st_client_close(c);
+  CHECK(mapped_now() == m0);
 }
 
 TEST(a_managed_object_released_and_called_again) {
@@ -191,7 +202,7 @@ int main(void) {
   stt_server_start_or_exit(&B);
   RUN(a_held_object_travels_once);
   RUN(a_client_that_let_go_gets_the_arena_again);
-  RUN(freed_while_no_request_is_in_flight_it_is_unmapped_at_once);
+  RUN(a_freed_object_stays_kept_then_is_let_go_at_once);
   RUN(a_managed_object_released_and_called_again);
   RUN(two_servers_with_the_same_arena_ids_stay_apart);
   RUN(a_reconnect_to_a_new_server_reads_its_memory);
