@@ -27,6 +27,15 @@ void st__reply_send(st__conn_t *c, uint32_t id, msgpack_sbuffer *sb) {
   msgpack_sbuffer_destroy(sb);
 }
 
+/* See work.h. Loop thread. */
+void st__reply_true(st__conn_t *c, uint32_t id) {
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  st__reply_begin(&sb, &pk, id);
+  msgpack_pack_true(&pk);
+  st__reply_send(c, id, &sb);
+}
+
 /* The fields that the `object` map of a reply and object info share:
  * OBJECT_FIELDS key/value pairs; callers open the map with their own. */
 enum { OBJECT_FIELDS = 8 };

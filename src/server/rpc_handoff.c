@@ -130,14 +130,6 @@ void st__rpc_handoff_open(st__rpc_req_t *r) {
   reply_handoff(r, h, (int)slot);
 }
 
-static void reply_true(st__rpc_req_t *r) {
-  msgpack_sbuffer sb;
-  msgpack_packer pk;
-  st__reply_begin(&sb, &pk, r->id);
-  msgpack_pack_true(&pk);
-  st__reply_send(r->c, r->id, &sb);
-}
-
 /* handoff_close {name} -> true. */
 void st__rpc_handoff_close(st__rpc_req_t *r) {
   const msgpack_object *name = name_of(r);
@@ -145,7 +137,7 @@ void st__rpc_handoff_close(st__rpc_req_t *r) {
   int rc = st__handoff_close(&r->c->srv->handoffs, name->via.str.ptr, name->via.str.size,
                              r->c->id, err, sizeof err);
   if (rc != ST_OK) st__rpc_error(r, rc, "handoff_close: %s", err);
-  else reply_true(r);
+  else st__reply_true(r->c, r->id);
 }
 
 /* handoff_delete {name} -> true. */
@@ -155,5 +147,5 @@ void st__rpc_handoff_delete(st__rpc_req_t *r) {
   int rc = st__handoff_delete(&r->c->srv->handoffs, name->via.str.ptr, name->via.str.size,
                               r->c->cred.uid, err, sizeof err);
   if (rc != ST_OK) st__rpc_error(r, rc, "handoff_delete: %s", err);
-  else reply_true(r);
+  else st__reply_true(r->c, r->id);
 }

@@ -67,11 +67,7 @@ void st__rpc_ensure_live(st__rpc_req_t *r) {
     stale(r, oid);
     return;
   }
-  msgpack_sbuffer sb;
-  msgpack_packer pk;
-  st__reply_begin(&sb, &pk, r->id);
-  msgpack_pack_true(&pk);
-  st__reply_send(r->c, r->id, &sb);
+  st__reply_true(r->c, r->id);
 }
 
 /* objects -> every object's info, by id. */

@@ -291,6 +291,8 @@ void st__reply_begin(msgpack_sbuffer *sb, msgpack_packer *pk, uint32_t id);
 /* Sends the buffer (no descriptors) as the result of request `id` (the
  * id st__reply_begin packed; counted as answered, stats.c) and frees it. */
 void st__reply_send(st__conn_t *c, uint32_t id, msgpack_sbuffer *sb);
+/* Sends `true` as the result of request id. Loop thread. */
+void st__reply_true(st__conn_t *c, uint32_t id);
 
 /* The reply of call/result: {value, arenas[, object]} with one descriptor
  * per arena that is not a legacy CUDA IPC arena. `obj` NULL: a plain result. `lease`: this reply gives c a
