@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "mem/pool.h"
 #include "st/errors.h"
 
 /* Stop reading a client whose replies pile up beyond this many bytes (it
@@ -156,6 +157,8 @@ void st__conn_close(st__conn_t *c, const char *why) {
   c->unread_bytes = 0;
   st__conn_rx_close_all(c);
   st__conn_targs_drop_all(c);
+  st__mpool_close(c->pool);   /* regions still in use keep their slabs */
+  c->pool = NULL;
   st__reader_destroy(&c->reader);
   /* Nobody will read the results of its calls: builds nobody else waits
    * for stop early (their completions drop what was built), its waits

@@ -110,6 +110,8 @@ struct st__conn {
   st__argcache_t argcache;    /* tensor arguments kept by arg_id
                                  (targ_cache.c); each entry holds one
                                  descriptor, counted like rx_held          */
+  struct st__mpool *pool;     /* result pool (hello feature "pool"), or NULL;
+                                 one reference (server/pool_conn.c)        */
   st__conn_t *hnext;          /* id hash chain                              */
   st__conn_t *dnext;          /* dead list                                  */
 };

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "server/pool_conn.h"
 #include "engine/bind.h"
 #include "engine/options.h"
 #include "mem/arena.h"
@@ -61,9 +62,12 @@ void st__describe_hello(msgpack_packer *pk, st__server_t *srv, int device) {
    * tensor arguments named by arg_id (docs/protocol.md), unless
    * limits.max_cached_arguments is 0. */
   int arg_cache = srv->cfg->max_cached_arguments > 0;
+  /* "pool": result pools (docs/pool.md), unless pool.max_regions is 0. */
+  int pool = st__pool_offered(srv);
   st__pack_cstr(pk, "features");
-  msgpack_pack_array(pk, arg_cache);
+  msgpack_pack_array(pk, arg_cache + pool);
   if (arg_cache) st__pack_cstr(pk, "arg_cache");
+  if (pool) st__pack_cstr(pk, "pool");
 }
 
 /* Requests in flight, of every method (`all`) and of `call`. */

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "server/pool_conn.h"
 #include "common/log.h"
 #include "mem/arena.h"
 #include "server/work.h"
@@ -81,57 +82,56 @@ int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
     return ST_ERR_LIMIT;
   }
   /* One descriptor per arena that has one: a legacy CUDA IPC arena is
-   * described by its handle and takes no slot (docs/protocol.md). Each
-   * keeps its arena alive until the client has read the reply: they
-   * count against the connection limits (conn.h) until then. */
-  int want = 0;
-  uint64_t pinned = 0;
-  for (size_t i = 0; i < r->narenas; i++) {
-    if (!st__arena_has_fd(r->arenas[i])) continue;
-    want++;
-    pinned += st__arena_bytes(r->arenas[i]);
-  }
+   * described by its handle and takes no slot, a region of the
+   * connection's pool by its slab, whose descriptor goes once
+   * (docs/protocol.md; server/pool_conn.c). Each keeps its arena alive
+   * until the client has read the reply: they count against the
+   * connection limits (conn.h) until then. */
+  static st__pool_reply_t pr;   /* loop thread only; too large for the stack */
   char why[300];
-  if (st__conn_reply_room(c, want, pinned, why, sizeof why) != ST_OK) {
+  int rc = st__pool_reply_prepare(c, r, &pr, why, sizeof why);
+  if (rc != ST_OK) {
     char m[400];
     snprintf(m, sizeof m, "%s: %s", endpoint, why);
+    st__conn_send_error(c, id, rc, m);
+    return rc;
+  }
+  int want = 0;
+  uint64_t pinned = 0;
+  st__pool_reply_count(&pr, &want, &pinned);
+  if (want > ST_MAX_FDS_PER_MESSAGE ||
+      st__conn_reply_room(c, want, pinned, why, sizeof why) != ST_OK) {
+    char m[400];
+    snprintf(m, sizeof m, "%s: %s", endpoint,
+             want > ST_MAX_FDS_PER_MESSAGE ? "too many descriptors for one reply" : why);
+    st__pool_reply_done(c, &pr, 0);
     st__conn_send_error(c, id, ST_ERR_LIMIT, m);
     return ST_ERR_LIMIT;
   }
   int fds[ST_MAX_FDS_PER_MESSAGE];
   int nfds = 0;
-  for (size_t i = 0; i < r->narenas; i++) {
-    if (!st__arena_has_fd(r->arenas[i])) continue;
-    char reason[200] = "";
-    int fd = st__arena_dup_fd(r->arenas[i], reason, sizeof reason);
-    if (fd < 0) {
-      for (int k = 0; k < nfds; k++) close(fds[k]);
-      char m[300];
-      snprintf(m, sizeof m, "%s: cannot make a descriptor of arena %" PRIu64 " for the reply: %s",
-               endpoint, st__arena_id(r->arenas[i]), reason[0] ? reason : st_strerror(fd));
-      ST_LOG_E("call", "%s", m);
-      st__conn_send_error(c, id, fd, m);
-      return fd;
-    }
-    fds[nfds++] = fd;
+  char reason[200] = "";
+  int fd = st__pool_reply_fds(c, &pr, fds, &nfds, reason, sizeof reason);
+  if (fd < 0) {
+    for (int k = 0; k < nfds; k++) close(fds[k]);
+    char m[300];
+    snprintf(m, sizeof m, "%s: cannot make a descriptor for the reply: %s", endpoint,
+             reason[0] ? reason : st_strerror(fd));
+    ST_LOG_E("call", "%s", m);
+    st__pool_reply_done(c, &pr, 0);
+    st__conn_send_error(c, id, fd, m);
+    return fd;
   }
   msgpack_sbuffer sb;
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, id);
-  msgpack_pack_map(&pk, obj ? 3 : 2);
+  msgpack_pack_map(&pk, (obj ? 3 : 2) + pr.page);
   st__pack_cstr(&pk, "value");
   if (r->value.size) msgpack_sbuffer_write(&sb, r->value.data, r->value.size);
   else msgpack_pack_nil(&pk);
   st__pack_cstr(&pk, "arenas");
-  msgpack_pack_array(&pk, r->narenas);
-  uint32_t next_fd = 0;
-  for (size_t i = 0; i < r->narenas; i++) {
-    st__arena_desc_t d;
-    memset(&d, 0, sizeof d);
-    st__arena_describe(r->arenas[i], &d);
-    if (!d.legacy) d.fd = next_fd++;   /* its index among the fds sent */
-    st__pack_arena(&pk, &d);
-  }
+  st__pool_reply_pack(c, &pk, &pr);
+  st__pool_reply_pack_page(c, &pk, &pr, (uint32_t)nfds - 1);
   if (obj) {
     st__pack_cstr(&pk, "object");
     pack_object(&pk, srv, obj, lease);
@@ -139,6 +139,7 @@ int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
   if (!c->dead) st__stats_answered(srv, &c->open, id, ST_OK);
   st__conn_send_pinned(c, &sb, fds, nfds, pinned);
   msgpack_sbuffer_destroy(&sb);
+  st__pool_reply_done(c, &pr, 1);
   return ST_OK;
 }
 
