@@ -3,6 +3,7 @@
  * object maps. Loop thread only. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -87,10 +88,15 @@ int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
    * (docs/protocol.md; server/pool_conn.c). Each keeps its arena alive
    * until the client has read the reply: they count against the
    * connection limits (conn.h) until then. */
-  static st__pool_reply_t pr;   /* loop thread only; too large for the stack */
+  st__pool_reply_t *prp = malloc(sizeof *prp);   /* ~20 KiB: not on the stack */
+  if (!prp) {
+    st__conn_send_error(c, id, ST_ERR_OUT_OF_MEMORY, "out of memory building a reply");
+    return ST_ERR_OUT_OF_MEMORY;
+  }
   char why[300];
-  int rc = st__pool_reply_prepare(c, r, &pr, why, sizeof why);
+  int rc = st__pool_reply_prepare(c, r, prp, why, sizeof why);
   if (rc != ST_OK) {
+    free(prp);
     char m[400];
     snprintf(m, sizeof m, "%s: %s", endpoint, why);
     st__conn_send_error(c, id, rc, m);
@@ -98,40 +104,42 @@ int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
   }
   int want = 0;
   uint64_t pinned = 0;
-  st__pool_reply_count(&pr, &want, &pinned);
+  st__pool_reply_count(prp, &want, &pinned);
   if (want > ST_MAX_FDS_PER_MESSAGE ||
       st__conn_reply_room(c, want, pinned, why, sizeof why) != ST_OK) {
     char m[400];
     snprintf(m, sizeof m, "%s: %s", endpoint,
              want > ST_MAX_FDS_PER_MESSAGE ? "too many descriptors for one reply" : why);
-    st__pool_reply_done(c, &pr, 0);
+    st__pool_reply_done(c, prp, 0);
+    free(prp);
     st__conn_send_error(c, id, ST_ERR_LIMIT, m);
     return ST_ERR_LIMIT;
   }
   int fds[ST_MAX_FDS_PER_MESSAGE];
   int nfds = 0;
   char reason[200] = "";
-  int fd = st__pool_reply_fds(c, &pr, fds, &nfds, reason, sizeof reason);
+  int fd = st__pool_reply_fds(c, prp, fds, &nfds, reason, sizeof reason);
   if (fd < 0) {
     for (int k = 0; k < nfds; k++) close(fds[k]);
     char m[300];
     snprintf(m, sizeof m, "%s: cannot make a descriptor for the reply: %s", endpoint,
              reason[0] ? reason : st_strerror(fd));
     ST_LOG_E("call", "%s", m);
-    st__pool_reply_done(c, &pr, 0);
+    st__pool_reply_done(c, prp, 0);
+    free(prp);
     st__conn_send_error(c, id, fd, m);
     return fd;
   }
   msgpack_sbuffer sb;
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, id);
-  msgpack_pack_map(&pk, (obj ? 3 : 2) + pr.page);
+  msgpack_pack_map(&pk, (obj ? 3 : 2) + prp->page);
   st__pack_cstr(&pk, "value");
   if (r->value.size) msgpack_sbuffer_write(&sb, r->value.data, r->value.size);
   else msgpack_pack_nil(&pk);
   st__pack_cstr(&pk, "arenas");
-  st__pool_reply_pack(c, &pk, &pr);
-  st__pool_reply_pack_page(c, &pk, &pr, (uint32_t)nfds - 1);
+  st__pool_reply_pack(c, &pk, prp);
+  st__pool_reply_pack_page(c, &pk, prp, (uint32_t)nfds - 1);
   if (obj) {
     st__pack_cstr(&pk, "object");
     pack_object(&pk, srv, obj, lease);
@@ -139,7 +147,8 @@ int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
   if (!c->dead) st__stats_answered(srv, &c->open, id, ST_OK);
   st__conn_send_pinned(c, &sb, fds, nfds, pinned);
   msgpack_sbuffer_destroy(&sb);
-  st__pool_reply_done(c, &pr, 1);
+  st__pool_reply_done(c, prp, 1);
+  free(prp);
   return ST_OK;
 }
 
