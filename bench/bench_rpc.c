@@ -17,8 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,48 +26,8 @@
 
 /* Raw baseline: a forked process echoes 64-byte messages on a UDS. */
 static void bench_raw(const char *dir, int iters) {
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  if ((size_t)snprintf(sa.sun_path, sizeof sa.sun_path, "%s/raw.sock", dir) >= sizeof sa.sun_path) {
-    fprintf(stderr, "socket path too long under %s\n", dir);
-    exit(1);
-  }
-  const char *path = sa.sun_path;
-  int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
-  if (bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, 1) != 0) {
-    perror("raw bind");
-    exit(1);
-  }
-  pid_t pid = fork();
-  if (pid == 0) {
-    int c = accept(lfd, NULL, NULL);
-    char buf[64];
-    for (;;) {
-      size_t got = 0;
-      while (got < sizeof buf) {
-        ssize_t n = read(c, buf + got, sizeof buf - got);
-        if (n <= 0) _exit(0);
-        got += (size_t)n;
-      }
-      if (write(c, buf, sizeof buf) != (ssize_t)sizeof buf) _exit(0);
-    }
-  }
-  close(lfd);
-  int fd = stt_connect(path);
   double *us = malloc(sizeof(double) * (size_t)iters);
-  char buf[64] = {1};
-  for (int i = -100; i < iters; i++) {
-    double t0 = stt_now_ms();
-    if (write(fd, buf, sizeof buf) != (ssize_t)sizeof buf) exit(1);
-    size_t got = 0;
-    while (got < sizeof buf) {
-      ssize_t n = read(fd, buf + got, sizeof buf - got);
-      if (n <= 0) exit(1);
-      got += (size_t)n;
-    }
-    if (i >= 0) us[i] = (stt_now_ms() - t0) * 1e3;
-  }
-  close(fd);
-  waitpid(pid, NULL, 0);
+  bk_raw_pingpong(dir, us, iters);
   bk_report("raw UDS ping-pong 64 B (baseline)", us, iters);
   free(us);
 }

@@ -2,6 +2,7 @@
  * libstclient, with a ping baseline measured in the same run.
  *
  *   bench_semantics [--iters N] [--clients N] [--seconds S] [--slow N]
+ *                   [--workers N] [--throughput-only] [--profile]
  *
  * Starts its own stserver (a temp dir, the endpoints below) and prints:
  *   - ping p50/p99 with no load (the baseline)
@@ -12,6 +13,12 @@
  *   - calls/s of the cached call with 1 and with N client processes
  *   - ping p50/p99 while N slow builds (1 s of st.sleep each) run as
  *     tasks, on a second server with N workers (--slow N, default 64)
+ *   - with --profile: the N-process cached calls/s once more, on a server
+ *     of its own that profiles its loop thread (ST_LOOP_PROFILE,
+ *     src/server/loopprof.h), and that profile per call: the loop's
+ *     time in each phase and the system calls it made
+ * --workers sets the server's workers (default 2); --throughput-only
+ * skips the latency figures and the slow builds.
  * Timings are printed, never asserted (shared machines are noisy).
  */
 #include <signal.h>
@@ -190,21 +197,114 @@ static void bench_ping_under_load(int nslow, int iters) {
   stt_server_cleanup(&s);
 }
 
+/* CPU seconds (user, system) the process has used so far, from
+ * /proc/<pid>/stat; 0 when it cannot be read. */
+static void proc_cpu(pid_t pid, double *user, double *sys) {
+  *user = *sys = 0;
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *p = strrchr(buf, ')');   /* the name may hold spaces */
+  unsigned long long ut, st;
+  if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+    return;
+  long hz = sysconf(_SC_CLK_TCK);
+  *user = (double)ut / (double)hz;
+  *sys = (double)st / (double)hz;
+}
+
+/* bk_throughput of cached calls, then what the server's process spent per
+ * call in CPU time: a figure of the loop thread (a cache hit never reaches
+ * a worker) that the CPU count of the machine does not distort. */
+static void throughput_cached(const stt_server_t *s, const char *label, int nproc,
+                              double seconds) {
+  double u0, s0, u1, s1;
+  proc_cpu(s->pid, &u0, &s0);
+  long calls = bk_throughput(label, s->socket, nproc, seconds, hold_cached, cached_call);
+  proc_cpu(s->pid, &u1, &s1);
+  if (calls > 0)
+    printf("%-44s %.2f us per call (user %.2f, system %.2f)\n", "  server CPU",
+           ((u1 - u0) + (s1 - s0)) * 1e6 / (double)calls, (u1 - u0) * 1e6 / (double)calls,
+           (s1 - s0) * 1e6 / (double)calls);
+}
+
+/* The server of the figures above: the four endpoints, `workers` workers. */
+static void start_bench_server(stt_server_t *s, int workers) {
+  stt_server_init(s);
+  stt_write_endpoint(s, "bench.lua",
+                     "return st.endpoint{ name = 'cached16', cache = true,\n"
+                     "  build = function() return st.arange{16, dtype = 'float32'} end }\n");
+  stt_write_endpoint(s, "managed.lua",
+                     "return st.endpoint{ name = 'managed16', managed = true,\n"
+                     "  build = function() return st.arange{16, dtype = 'float32'} end }\n");
+  stt_write_endpoint(s, "quick.lua",
+                     "return st.endpoint{ name = 'quick',\n"
+                     "  build = function() return 1 end }\n");
+  char cfg[96];
+  snprintf(cfg, sizeof cfg, "log_level = 'warn', workers = %d,", workers);
+  stt_server_config(s, cfg);
+  if (stt_server_start(s) != 0) exit(1);
+}
+
+/* The N-process cached calls/s on a server that profiles its loop thread
+ * (loopprof.h), then the profile per call: each phase's calls (system
+ * calls for read, send, dup, close, ioctl, poll) and nanoseconds. */
+static void bench_profile(int clients, double seconds, int workers) {
+  stt_server_t s;
+  char path[300];
+  const char *tmp = getenv("TMPDIR");
+  snprintf(path, sizeof path, "%s/st-loop-profile-%d.txt", tmp && tmp[0] ? tmp : "/tmp",
+           (int)getpid());
+  setenv("ST_LOOP_PROFILE", path, 1);
+  start_bench_server(&s, workers);
+  unsetenv("ST_LOOP_PROFILE");
+  throughput_cached(&s, "cached calls/s (profiled)", clients, seconds);
+  if (stt_server_stop(&s) != 0) exit(1);
+  stt_server_cleanup(&s);
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    fprintf(stderr, "no loop profile at %s\n", path);
+    exit(1);
+  }
+  printf("loop thread per message (phase: calls per message, ns per message):\n");
+  char line[512];
+  while (fgets(line, sizeof line, f)) {
+    char name[32];
+    unsigned long long calls, ns;
+    double cpm, nspm;
+    if (line[0] == '#') {
+      printf("  %s", line);
+      continue;
+    }
+    if (sscanf(line, "%31s %llu %llu %lf %lf", name, &calls, &ns, &cpm, &nspm) == 5)
+      printf("  %-10s %8.3f %10.1f ns\n", name, cpm, nspm);
+  }
+  fclose(f);
+  unlink(path);
+}
+
 int main(int argc, char **argv) {
-  int iters = 5000, clients = 16, slow = 64;
+  int iters = 5000, clients = 16, slow = 64, workers = 2, only_tp = 0, profile = 0;
   double seconds = 3;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--clients") && i + 1 < argc) clients = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) seconds = atof(argv[++i]);
     else if (!strcmp(argv[i], "--slow") && i + 1 < argc) slow = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--workers") && i + 1 < argc) workers = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--throughput-only")) only_tp = 1;
+    else if (!strcmp(argv[i], "--profile")) profile = 1;
     else {
       fprintf(stderr, "usage: bench_semantics [--iters N] [--clients N] [--seconds S] "
-                      "[--slow N (1..256)]\n");
+                      "[--slow N (1..256)] [--workers N] [--throughput-only] [--profile]\n");
       return 2;
     }
   }
-  if (iters < 1 || clients < 1 || slow < 1 || slow > 256 || !(seconds > 0)) {
+  if (iters < 1 || clients < 1 || slow < 1 || slow > 256 || workers < 1 || !(seconds > 0)) {
     fprintf(stderr, "bench_semantics: counts and seconds must be positive\n");
     return 2;
   }
@@ -214,34 +314,25 @@ int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
 
   stt_server_t s;
-  stt_server_init(&s);
-  stt_write_endpoint(&s, "bench.lua",
-                     "return st.endpoint{ name = 'cached16', cache = true,\n"
-                     "  build = function() return st.arange{16, dtype = 'float32'} end }\n");
-  stt_write_endpoint(&s, "managed.lua",
-                     "return st.endpoint{ name = 'managed16', managed = true,\n"
-                     "  build = function() return st.arange{16, dtype = 'float32'} end }\n");
-  stt_write_endpoint(&s, "quick.lua",
-                     "return st.endpoint{ name = 'quick',\n"
-                     "  build = function() return 1 end }\n");
-  stt_server_config(&s, "log_level = 'warn', workers = 2,");
-  if (stt_server_start(&s) != 0) return 1;
-
+  start_bench_server(&s, workers);
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  printf("bench_semantics: %ld CPUs, 2 server workers, %d iterations per latency figure\n", ncpu,
-         iters);
-  st_client_t *c = bk_connect(s.socket);
-  double *us = malloc(sizeof(double) * (size_t)iters);
-  bk_report("ping, no load (baseline)", us, measure_ping(c, us, iters, 0));
-  free(us);
-  st_client_close(c);
-  bench_cached(s.socket, iters);
-  bench_managed(s.socket, iters);
-  bench_tasks(s.socket, iters);
-  bk_throughput("cached calls/s", s.socket, 1, seconds, hold_cached, cached_call);
-  bk_throughput("cached calls/s", s.socket, clients, seconds, hold_cached, cached_call);
+  printf("bench_semantics: %ld CPUs, %d server workers, %d iterations per latency figure\n",
+         ncpu, workers, iters);
+  if (!only_tp) {
+    st_client_t *c = bk_connect(s.socket);
+    double *us = malloc(sizeof(double) * (size_t)iters);
+    bk_report("ping, no load (baseline)", us, measure_ping(c, us, iters, 0));
+    free(us);
+    st_client_close(c);
+    bench_cached(s.socket, iters);
+    bench_managed(s.socket, iters);
+    bench_tasks(s.socket, iters);
+  }
+  throughput_cached(&s, "cached calls/s", 1, seconds);
+  throughput_cached(&s, "cached calls/s", clients, seconds);
   int rc = stt_server_stop(&s);
   stt_server_cleanup(&s);
-  bench_ping_under_load(slow, iters * 100);
+  if (profile) bench_profile(clients, seconds, workers);
+  if (!only_tp) bench_ping_under_load(slow, iters * 100);
   return rc == 0 ? 0 : 1;
 }

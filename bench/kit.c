@@ -3,6 +3,8 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,7 +33,7 @@ st_client_t *bk_connect(const char *sock) {
   return c;
 }
 
-void bk_throughput(const char *label, const char *sock, int nproc, double seconds,
+long bk_throughput(const char *label, const char *sock, int nproc, double seconds,
                    int (*prepare)(st_client_t *c, st_result_t **keep),
                    int (*call)(st_client_t *c)) {
   int pipefd[2];
@@ -69,4 +71,49 @@ void bk_throughput(const char *label, const char *sock, int nproc, double second
   snprintf(what, sizeof what, "%s, %d client process%s", label, nproc, nproc == 1 ? "" : "es");
   printf("%-44s %.0f calls/s (%d of %d processes reported)\n", what, total / seconds, got,
          nproc);
+  return total;
+}
+
+void bk_raw_pingpong(const char *dir, double *us, int iters) {
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  if ((size_t)snprintf(sa.sun_path, sizeof sa.sun_path, "%s/raw.sock", dir) >= sizeof sa.sun_path) {
+    fprintf(stderr, "socket path too long under %s\n", dir);
+    exit(1);
+  }
+  int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+  if (bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, 1) != 0) {
+    perror("raw bind");
+    exit(1);
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    int c = accept(lfd, NULL, NULL);
+    char buf[64];
+    for (;;) {
+      size_t got = 0;
+      while (got < sizeof buf) {
+        ssize_t n = read(c, buf + got, sizeof buf - got);
+        if (n <= 0) _exit(0);
+        got += (size_t)n;
+      }
+      if (write(c, buf, sizeof buf) != (ssize_t)sizeof buf) _exit(0);
+    }
+  }
+  close(lfd);
+  int fd = stt_connect(sa.sun_path);
+  char buf[64] = {1};
+  for (int i = -100; i < iters; i++) {
+    double t0 = stt_now_ms();
+    if (write(fd, buf, sizeof buf) != (ssize_t)sizeof buf) exit(1);
+    size_t got = 0;
+    while (got < sizeof buf) {
+      ssize_t n = read(fd, buf + got, sizeof buf - got);
+      if (n <= 0) exit(1);
+      got += (size_t)n;
+    }
+    if (i >= 0) us[i] = (stt_now_ms() - t0) * 1e3;
+  }
+  close(fd);
+  waitpid(pid, NULL, 0);
+  unlink(sa.sun_path);
 }

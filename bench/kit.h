@@ -9,14 +9,20 @@
 /* Sorts us[0..n) and prints p50, p99 and the mean under `what`. */
 void bk_report(const char *what, double *us, int n);
 
+/* The floor of every round trip: `iters` 64-byte ping-pongs on a Unix
+ * socket (made as <dir>/raw.sock) with a forked echo process, after 100
+ * warm-up ones; us[i] receives each in microseconds (unsorted). */
+void bk_raw_pingpong(const char *dir, double *us, int iters);
+
 /* A connected client, or exit(1) with the reason. */
 st_client_t *bk_connect(const char *sock);
 
 /* Forks `nproc` client processes. Each connects, runs `prepare` once (may
  * be NULL; a result it leaves in *keep is freed at the end), then `call` in
- * a loop for `seconds`. Prints "<label>, N client processes: X calls/s".
- * Waits for its own children only (the fixture's server is one too). */
-void bk_throughput(const char *label, const char *sock, int nproc, double seconds,
+ * a loop for `seconds`. Prints "<label>, N client processes: X calls/s" and
+ * returns the number of calls made. Waits for its own children only (the
+ * fixture's server is one too). */
+long bk_throughput(const char *label, const char *sock, int nproc, double seconds,
                    int (*prepare)(st_client_t *c, st_result_t **keep),
                    int (*call)(st_client_t *c));
 

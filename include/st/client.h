@@ -545,6 +545,80 @@ ST_API int st_client_reload(st_client_t *c, st_result_t **out);
  * mappings reused instead of created since start. For tests and stcli. */
 ST_API void st_open_cache_stats(size_t *mapped, uint64_t *reused);
 
+
+/* -------------------------------------------------------------- bindings
+ *
+ * For language bindings (the Python package, the Lua client): each
+ * crossing into C through ctypes or an FFI costs more than the C it runs,
+ * so a reply is read in one call rather than one accessor per field. */
+
+/* What a binding needs of a result. Borrowed from the result. */
+typedef struct st_result_summary {
+  const st_value_t *value;   /* st_result_value                            */
+  int kind;                  /* value->kind (st_value_kind_t)              */
+  size_t ntensors;           /* st_result_tensor_count                     */
+  int has_object;            /* 1: the reply names an object, in `object`  */
+  st_object_info_t object;   /* st_result_object when has_object           */
+  uint64_t identity;         /* a hash of every tensor's address, dtype,
+                                shape, strides and device, in order: two
+                                results of one object whose identities are
+                                equal describe the same tensors at the same
+                                addresses of this process                  */
+} st_result_summary_t;
+
+/* Fills *out for r. ST_OK; ST_ERR_INVALID_ARGUMENT for NULL. Any thread
+ * while r lives. */
+ST_API int st_result_summary(const st_result_t *r, st_result_summary_t *out);
+
+/* st_client_call, then (on ST_OK) st_result_summary of *out into
+ * *summary (may be NULL). *out is owned by the caller as with
+ * st_client_call. Thread of the client. */
+ST_API int st_client_call_summary(st_client_t *c, const char *endpoint, const st_args_t *args,
+                                  st_result_t **out, st_result_summary_t *summary);
+
+/* DLPack exports (include/st/dlpack.h, st_tensor_dlpack) of tensors 0 ..
+ * n-1 of r, in st_result_tensor order, into out[]: each a
+ * DLManagedTensorVersioned * (versioned) or a DLManagedTensor *, holding
+ * one reference on r, released by its deleter; an entry is NULL where
+ * that tensor cannot be exported (out of memory, a dtype DLPack lacks).
+ * Returns how many entries were written: min(n, tensor count); 0 for a
+ * NULL out. Any thread while r lives. */
+ST_API size_t st_result_dlpack_all(st_result_t *r, int versioned, void **out, size_t n);
+
+
+/* Kept arenas. When the last result using a received allocation is freed,
+ * its mapping is kept (still mapped, used by no result) rather than
+ * unmapped at once, so that the same allocation received again (a cached
+ * object called again after its results were dropped) costs a lookup
+ * instead of an mmap or a CUDA import. At most `max_arenas` mappings and
+ * `max_bytes` bytes are kept per process, the oldest unmapped first; a
+ * larger mapping is unmapped at once. Defaults: 16 arenas, 256 MiB, or
+ * $ST_CLIENT_KEEP_ARENAS and $ST_CLIENT_KEEP_BYTES (decimal) read at the
+ * library's first mapping. While kept, a mapping keeps its memory (host
+ * pages of a memfd, device memory of a CUDA allocation) alive after the
+ * server freed it. A kept mapping is served again only for the same
+ * allocation (server_id, arena id, and the file's device and inode or the
+ * GPU's UUID), never for another. st_open_cache_keep(0, 0) unmaps every
+ * kept mapping and keeps none after. Any thread. */
+ST_API void st_open_cache_keep(size_t max_arenas, uint64_t max_bytes);
+
+/* Mappings kept now and their bytes (not counted by st_open_cache_stats'
+ * `mapped`, which counts mappings results use). Any thread. */
+ST_API void st_open_cache_kept(size_t *arenas, uint64_t *bytes);
+
+
+/* r's value in CPython's marshal format, for the Python package
+ * (marshal.loads reads it): nil None, booleans, integers, floats, strings
+ * (str), binary (bytes), arrays (list) and maps (dict) as themselves; a
+ * tensor as the tuple (i,) and a module as ([i, ...], [name, ...],
+ * metadata), i the tensor's index in st_result_tensor order and the names
+ * st_tensor_t.name (full paths). Returns the bytes (*len of them),
+ * borrowed from r (allocated in it: call it on the thread that owns r,
+ * before r is shared), or NULL with *len 0 when r has no value, out of
+ * memory, or when the value holds what the format cannot carry the same
+ * way (a string that is not valid UTF-8, a tensor inside a map key). */
+ST_API const void *st_result_marshal(st_result_t *r, size_t *len);
+
 #ifdef __cplusplus
 }
 #endif

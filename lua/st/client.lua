@@ -47,6 +47,9 @@ local build_args = args.build
 
 local M = {}
 
+local call_out = ffi.new("st_result_t*[1]")
+local call_summary = ffi.new("st_result_summary_t")
+
 M.null = result.null
 M.map = args.map
 M.empty = tensor.empty
@@ -146,9 +149,12 @@ function Client:call(name, args)
   check_self(self, "call")
   check_name(name, "call")
   local a = build_args(args, 2)
-  local out = ffi.new("st_result_t*[1]")
-  if lib.st_client_call(self._h, name, a, out) ~= 0 then return failure(self) end
-  return wrap_result(out[0])
+  -- One crossing: the call and the summary of its reply. The buffers are
+  -- read before wrap_result returns, so one pair serves every call.
+  if lib.st_client_call_summary(self._h, name, a, call_out, call_summary) ~= 0 then
+    return failure(self)
+  end
+  return wrap_result(call_out[0], call_summary)
 end
 
 -- Runs `fn(handle[, arg], out)` for a method whose result is a plain value.

@@ -188,6 +188,22 @@ int st_client_invalidate_call(st_client_t *c, const char *endpoint, const st_arg
 int st_client_invalidate_endpoint(st_client_t *c, const char *endpoint, int64_t *count);
 int st_client_reload(st_client_t *c, st_result_t **out);
 void st_open_cache_stats(size_t *mapped, uint64_t *reused);
+
+typedef struct st_result_summary {
+  const st_value_t *value;
+  int kind;
+  size_t ntensors;
+  int has_object;
+  st_object_info_t object;
+  uint64_t identity;
+} st_result_summary_t;
+int st_result_summary(const st_result_t *r, st_result_summary_t *out);
+int st_client_call_summary(st_client_t *c, const char *endpoint, const st_args_t *args,
+                           st_result_t **out, st_result_summary_t *summary);
+size_t st_result_dlpack_all(st_result_t *r, int versioned, void **out, size_t n);
+void st_open_cache_keep(size_t max_arenas, uint64_t max_bytes);
+void st_open_cache_kept(size_t *arenas, uint64_t *bytes);
+const void *st_result_marshal(st_result_t *r, size_t *len);
 ]]
 
 -- Loads one of the project's libraries (soname "libstclient.so.0"): from

@@ -75,9 +75,7 @@ local Result = {}
 Result.__index = Result
 M.Result = Result
 
-local function object_of(r)
-  local o = ffi.new("st_object_info_t")
-  if lib.st_result_object(r, o) ~= 0 then return nil end
+local function object_of(o)
   return {
     id = int_value(o.id), server_id = ffi.string(o.server_id), cache_key = ffi.string(o.cache_key),
     device = ffi.string(o.device), cached = o.cached ~= 0, managed = o.managed ~= 0,
@@ -85,12 +83,58 @@ local function object_of(r)
   }
 end
 
--- Wraps an owned st_result_t*: freed by res:free() or by the GC.
-function M.wrap(ptr)
+-- Results of objects converted in this process, by "server_id\0object_id",
+-- held weakly: an entry lives while the result (and so its tensors) does.
+local reuse = setmetatable({}, { __mode = "v" })
+M._reuse = reuse   -- for tests
+
+local summary_t = ffi.typeof("st_result_summary_t")
+local result_ptr = ffi.typeof("st_result_t *")
+
+-- A new top-level table for a reused value (a module's name and tensor
+-- lists too), so that changing one result's table changes no other.
+local function fresh_copy(v)
+  if type(v) ~= "table" or getmetatable(v) ~= nil then return v end
+  local out = {}
+  for k, x in pairs(v) do out[k] = x end
+  if v.names and v.tensors then
+    out.names, out.tensors = {}, {}
+    for i, n in ipairs(v.names) do out.names[i] = n end
+    for n, t in pairs(v.tensors) do out.tensors[n] = t end
+  end
+  return out
+end
+
+-- Wraps an owned st_result_t*: freed by res:free() or by the GC. `summary`
+-- (an st_result_summary_t of ptr) may be nil. A result of an object whose
+-- earlier result in this process is still alive and not freed, with the
+-- same tensors (st_result_summary's identity), reuses that result's
+-- tensors: the new result holds a reference of its own on the earlier
+-- one's memory (st_result_ref), and ptr is freed at once.
+function M.wrap(ptr, summary)
+  if summary == nil then
+    summary = summary_t()
+    lib.st_result_summary(ptr, summary)
+  end
+  local object = summary.has_object ~= 0 and object_of(summary.object) or nil
+  local identity = summary.identity
+  local key
+  if object and summary.ntensors > 0 then
+    key = object.server_id .. "\0" .. tostring(object.id)
+    local old = reuse[key]
+    if old and old._h and old._identity == identity then
+      lib.st_result_ref(old._h)
+      lib.st_result_free(ptr)
+      return setmetatable({ _h = ffi.gc(ffi.cast(result_ptr, old._h), lib.st_result_free),
+                            _identity = identity, value = fresh_copy(old.value),
+                            object = object }, Result)
+    end
+  end
   local handle = ffi.gc(ptr, lib.st_result_free)
-  local res = setmetatable({ _h = handle }, Result)
-  res.value = convert(lib.st_result_value(handle), res)
-  res.object = object_of(handle)
+  local res = setmetatable({ _h = handle, _identity = identity }, Result)
+  res.value = convert(summary.value, res)
+  res.object = object
+  if key then reuse[key] = res end
   return res
 end
 

@@ -42,6 +42,13 @@ local function element_offset(t, i)
   return off
 end
 
+-- dtype code -> its name, asked of the library once per code.
+local dtype_names = setmetatable({}, { __index = function(names, code)
+  local n = ffi.string(lib.st_dtype_name(code))
+  rawset(names, code, n)
+  return n
+end })
+
 -- A Lua table for a borrowed st_tensor_t* (or an st_tensor_t cdata of a
 -- view) of `owner`, which the table keeps alive.
 function M.wrap(t, owner)
@@ -52,9 +59,10 @@ function M.wrap(t, owner)
   end
   local device = t.device == CUDA and ("cuda:" .. t.device_index) or "cpu"
   return setmetatable({
-    name = ffi.string(t.name), data = t.data, dtype = ffi.string(lib.st_dtype_name(t.dtype)),
+    name = ffi.string(t.name), data = t.data, dtype = dtype_names[tonumber(t.dtype)],
     shape = shape, strides = strides, numel = tonumber(t.numel), nbytes = tonumber(t.nbytes),
-    device = device, uuid = ffi.string(t.device_uuid), _c = t, _owner = owner,
+    device = device, uuid = t.device == CUDA and ffi.string(t.device_uuid) or "", _c = t,
+    _owner = owner,
   }, Tensor)
 end
 

@@ -99,6 +99,18 @@ class ObjectInfo(ctypes.Structure):
     ]
 
 
+class ResultSummary(ctypes.Structure):
+    """st_result_summary_t."""
+    _fields_ = [
+        ("value", ctypes.POINTER(Value)),
+        ("kind", c_int),
+        ("ntensors", c_size_t),
+        ("has_object", c_int),
+        ("object", ObjectInfo),
+        ("identity", c_uint64),
+    ]
+
+
 class ClientOptions(ctypes.Structure):
     """st_client_options_t."""
     _fields_ = [
@@ -215,6 +227,14 @@ _PROTOS = {
     "st_client_invalidate_endpoint": (c_int, [c_void_p, c_char_p, P(c_int64)]),
     "st_client_reload": (c_int, [c_void_p, P(c_void_p)]),
     "st_open_cache_stats": (None, [P(c_size_t), P(c_uint64)]),
+    # bindings
+    "st_result_summary": (c_int, [c_void_p, P(ResultSummary)]),
+    "st_client_call_summary": (c_int, [c_void_p, c_char_p, c_void_p, P(c_void_p),
+                                       P(ResultSummary)]),
+    "st_result_dlpack_all": (c_size_t, [c_void_p, c_int, P(c_void_p), c_size_t]),
+    "st_result_marshal": (c_void_p, [c_void_p, P(c_size_t)]),
+    "st_open_cache_keep": (None, [c_size_t, c_uint64]),
+    "st_open_cache_kept": (None, [P(c_size_t), P(c_uint64)]),
 }
 
 
@@ -302,6 +322,20 @@ def open_cache_stats():
     mapped, reused = c_size_t(), c_uint64()
     lib.st_open_cache_stats(ctypes.byref(mapped), ctypes.byref(reused))
     return mapped.value, reused.value
+
+
+def keep_arenas(max_arenas, max_bytes):
+    """Sets how many received allocations (and bytes) this process keeps
+    mapped after their last result is freed (st_open_cache_keep); 0, 0
+    unmaps every kept one now and keeps none after."""
+    lib.st_open_cache_keep(max_arenas, max_bytes)
+
+
+def kept_arenas():
+    """(allocations kept mapped for reuse now, their bytes)."""
+    n, b = c_size_t(), c_uint64()
+    lib.st_open_cache_kept(ctypes.byref(n), ctypes.byref(b))
+    return n.value, b.value
 
 
 def retag_bool_as_uint8(ptr):

@@ -1,23 +1,33 @@
 """Client: a connection to one stserver socket (include/st/client.h)."""
-import collections
 import ctypes
 import threading
 
 from . import _lib
+from . import convert as _cv
 from . import tensor as _tensor
 from .args import Args as _Args
+from .convert import Module
 from .errors import from_library, make
 
 _l = _lib.lib
+_call_summary = _l.st_client_call_summary
+_result_summary = _l.st_result_summary
+_result_free = _l.st_result_free
+_ping = _l.st_client_ping
+_release = _l.st_client_release
+_byref = ctypes.byref
+_Summary = _lib.ResultSummary
+_VOIDP = ctypes.c_void_p
+_names = {}   # endpoint / method name -> its bytes, for names used again
 
 
-class Module(collections.OrderedDict):
-    """A module result: name -> tensor in the server's order, plus
-    `.metadata` (a dict)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.metadata = {}
+def _name(name):
+    b = _names.get(name)
+    if b is None:
+        b = name.encode()
+        if len(_names) < 4096:
+            _names[name] = b
+    return b
 
 
 class Handle:
@@ -28,13 +38,11 @@ class Handle:
     connection's lease (release() does the same, once). Tensors in
     `.value` stay valid after the release: mappings outlive leases."""
 
-    def __init__(self, client, value, info):
+    def __init__(self, client, value, info, strings=None):
         self._client = client
         self.value = value
         self.object_id = info.id
-        self.server_id = info.server_id.decode()
-        self.cache_key = info.cache_key.decode()
-        self.device = info.device.decode()
+        self.server_id, self.cache_key, self.device = strings or _strings(info)
         self.cached = bool(info.cached)
         self.managed = bool(info.managed)
         self.lease = bool(info.lease)
@@ -61,6 +69,10 @@ class Handle:
     def __repr__(self):
         return "Handle(object_id=%d, cache_key=%r, refcount=%d)" % (
             self.object_id, self.cache_key, self.refcount)
+
+
+def _strings(info):
+    return info.server_id.decode(), info.cache_key.decode(), info.device.decode()
 
 
 class Client:
@@ -121,6 +133,10 @@ class Client:
         if rc != 0:
             raise from_library(rc, err.value.decode(errors="replace"))
         self._ptr = out.value
+        self._rtt = ctypes.c_double()
+        self._rtt_ref = ctypes.byref(self._rtt)
+        self._rel = (ctypes.c_int(), ctypes.c_int(), ctypes.c_int64())
+        self._rel_refs = tuple(map(ctypes.byref, self._rel))
         self.server_id = _l.st_client_server_id(self._ptr).decode()
         self.server_version = _l.st_client_server_version(self._ptr).decode()
         self.server_pid = _l.st_client_server_pid(self._ptr)
@@ -166,32 +182,47 @@ class Client:
 
     def ping(self):
         """Round trip of `ping` in microseconds."""
-        rtt = ctypes.c_double()
-        self._do(_l.st_client_ping, ctypes.byref(rtt))
-        return rtt.value
+        rtt = self._rtt
+        with self._lock:
+            rc = _ping(self._ptr or self._h(), self._rtt_ref)
+            if rc != 0:
+                self._fail(rc)
+            return rtt.value
 
     # ------------------------------------------------------------ values
 
     def _value_call(self, fn, *args):
         """Runs a method whose reply is a plain value; returns it converted."""
-        out = ctypes.c_void_p()
-        self._do(fn, *args, ctypes.byref(out))
+        out = _VOIDP()
+        self._do(fn, *args, _byref(out))
+        summary = _Summary()
         res = _tensor.Result(out.value)
         try:
-            return _convert(_l.st_result_value(res.ptr).contents, res, "", "torch")
+            _result_summary(res.ptr, _byref(summary))
+            return _cv.value_of(res, summary, "torch", _slow_value)
         finally:
             res.close()
 
-    def _wrap(self, out, as_torch):
+    def _wrap(self, ptr, summary, as_torch):
         """Converts an owned result: a Handle when it names an object."""
-        res = _tensor.Result(out.value)
         framework = self.framework if as_torch is None else ("torch" if as_torch else None)
+        res = _tensor.Result(ptr)
         try:
-            value = _convert(_l.st_result_value(res.ptr).contents, res, "", framework)
-            info = _lib.ObjectInfo()
-            if _l.st_result_object(res.ptr, ctypes.byref(info)) == 0:
-                return Handle(self, value, info)
-            return value
+            if not summary.has_object:
+                return _cv.value_of(res, summary, framework, _slow_value)
+            info = summary.object
+            if framework != "torch":
+                return Handle(self, _cv.value_of(res, summary, framework, _slow_value), info)
+            key = (info.server_id, info.id)
+            hit = _cv.reuse_get(key, summary.identity)
+            if hit is not None:
+                return Handle(self, hit[0], info, hit[1])
+            value = _cv.value_of(res, summary, framework, _slow_value)
+            strings = _strings(info)
+            leaves = []
+            if summary.ntensors and _torch_leaves(value, leaves) and leaves:
+                _cv.reuse_put(key, summary.identity, value, leaves, strings)
+            return Handle(self, value, info, strings)
         finally:
             # torch tensors hold their own references; SharedTensor objects
             # hold `res` itself.
@@ -230,10 +261,22 @@ class Client:
         `.value` is that. as_torch=False (or a client made with
         framework=None) gives SharedTensor objects instead of torch tensors.
         """
-        out = ctypes.c_void_p()
-        with _Args(args) as a:
-            self._do(_l.st_client_call, name.encode(), a.ptr, ctypes.byref(out))
-        return self._wrap(out, as_torch)
+        out = _VOIDP()
+        summary = _Summary()
+        ename = _name(name)
+        if args:
+            with _Args(args) as a, self._lock:
+                rc = _call_summary(self._ptr or self._h(), ename, a.ptr, _byref(out),
+                                   _byref(summary))
+                if rc != 0:
+                    self._fail(rc)
+        else:
+            with self._lock:
+                rc = _call_summary(self._ptr or self._h(), ename, None, _byref(out),
+                                   _byref(summary))
+                if rc != 0:
+                    self._fail(rc)
+        return self._wrap(out.value, summary, as_torch)
 
     # ------------------------------------------------------------- tasks
 
@@ -243,7 +286,7 @@ class Client:
         them until it ends."""
         tid = ctypes.c_uint64()
         with _Args(args) as a:
-            self._do(_l.st_client_submit, name.encode(), a.ptr, ctypes.byref(tid))
+            self._do(_l.st_client_submit, _name(name), a.ptr, _byref(tid))
         return tid.value
 
     def status(self, task_id):
@@ -256,9 +299,11 @@ class Client:
 
     def result(self, task_id, as_torch=None):
         """The result of a finished task, as call() returns it."""
-        out = ctypes.c_void_p()
-        self._do(_l.st_client_task_result, task_id, ctypes.byref(out))
-        return self._wrap(out, as_torch)
+        out = _VOIDP()
+        self._do(_l.st_client_task_result, task_id, _byref(out))
+        summary = _Summary()
+        _result_summary(out.value, _byref(summary))
+        return self._wrap(out.value, summary, as_torch)
 
     def cancel(self, task_id):
         """Cancels a task; its info after the request."""
@@ -277,11 +322,13 @@ class Client:
     def release(self, object_id):
         """Gives back this connection's lease on an object (idempotent):
         {released, destroyed, refcount}."""
-        rel, des, ref = ctypes.c_int(), ctypes.c_int(), ctypes.c_int64()
-        self._do(_l.st_client_release, object_id, ctypes.byref(rel), ctypes.byref(des),
-                 ctypes.byref(ref))
-        return {"released": bool(rel.value), "destroyed": bool(des.value),
-                "refcount": ref.value}
+        rel, des, ref = self._rel
+        with self._lock:
+            rc = _release(self._ptr or self._h(), object_id, *self._rel_refs)
+            if rc != 0:
+                self._fail(rc)
+            return {"released": bool(rel.value), "destroyed": bool(des.value),
+                    "refcount": ref.value}
 
     def object_info(self, object_id):
         """Object info (dict); StaleHandleError when the object is gone."""
@@ -315,6 +362,34 @@ class Client:
 
 
 # ---------------------------------------------------------------- values
+
+def _torch_leaves(v, out):
+    """Appends the torch tensors of a converted value to `out`, in order;
+    False when it holds a SharedTensor (which holds its result: such a
+    value is not remembered)."""
+    t = type(v)
+    if t is Module:
+        out.extend(v.values())
+        return _torch_leaves(v.metadata, out)
+    if t is list:
+        return all(_torch_leaves(x, out) for x in v)
+    if t is dict:
+        return all(_torch_leaves(x, out) for x in v.values())
+    if t is _tensor.SharedTensor:
+        return False
+    if t not in _PLAIN:
+        out.append(v)
+    return True
+
+
+_PLAIN = (type(None), bool, int, float, str, bytes)
+
+
+def _slow_value(res, framework):
+    """The value of `res` node by node, for what st_result_marshal refuses
+    (strings that are not UTF-8 come with replacement characters)."""
+    return _convert(_l.st_result_value(res.ptr).contents, res, "", framework)
+
 
 def _tensor_of(result, tptr, framework):
     st = _tensor.SharedTensor(result, tptr)

@@ -169,15 +169,26 @@ static int map_header(const unsigned char *p, size_t len, size_t *hdr, uint32_t 
   return 0;
 }
 
-/* See client_internal.h. Thread of the client. */
-int st__client_argcache_params(st_client_t *c, const void *params, size_t len, st__cbuf_t *out) {
-  if (!c->arg_cache) return 0;
+/* See client_internal.h. Any thread. */
+int st__client_params_with_ids(const void *params, size_t len, const char *key,
+                               const uint64_t *ids, size_t nids, st__cbuf_t *out) {
   static const unsigned char empty_map = 0x80;
   const unsigned char *p = params ? params : &empty_map;
   if (!params) len = 1;
   size_t hdr;
   uint32_t count;
-  if (map_header(p, len, &hdr, &count) != 0 || count == UINT32_MAX) return 0;
+  if (map_header(p, len, &hdr, &count) != 0 || count == UINT32_MAX) return -1;
+  msgpack_pack_map(&out->pk, count + 1);
+  st__pack_cstr(&out->pk, key);
+  msgpack_pack_array(&out->pk, nids);
+  for (size_t i = 0; i < nids; i++) msgpack_pack_uint64(&out->pk, ids[i]);
+  st__client_cbuf_raw(&out->pk, p + hdr, len - hdr);
+  return 0;
+}
+
+/* See client_internal.h. Thread of the client. */
+int st__client_argcache_params(st_client_t *c, const void *params, size_t len, st__cbuf_t *out) {
+  if (!c->arg_cache) return 0;
   st__client_lock();
   uint64_t *ids = c->arg_forget;
   size_t nids = c->arg_nforget;
@@ -187,11 +198,7 @@ int st__client_argcache_params(st_client_t *c, const void *params, size_t len, s
   }
   st__client_unlock();
   if (!nids) return 0;
-  msgpack_pack_map(&out->pk, count + 1);
-  st__pack_cstr(&out->pk, "forget");
-  msgpack_pack_array(&out->pk, nids);
-  for (size_t i = 0; i < nids; i++) msgpack_pack_uint64(&out->pk, ids[i]);
-  st__client_cbuf_raw(&out->pk, p + hdr, len - hdr);
+  int rc = st__client_params_with_ids(params, len, "forget", ids, nids, out);
   free(ids);
-  return 1;
+  return rc == 0;
 }

@@ -20,6 +20,8 @@
  *   targs.c   tensor arguments: st_tensor_alloc, st_args_tensor
  *   argcache.c which tensor arguments the server keeps per connection
  *   json_write.c  values as JSON text
+ *   binding.c st_result_summary, st_client_call_summary (for bindings)
+ *   marshal.c a result's value in CPython's marshal format
  *
  * Nothing here is exported: the shared library is built with
  * -fvisibility=hidden and only ST_API functions are visible.
@@ -108,6 +110,14 @@ struct st_client {
   uint64_t *arg_forget;        /* ids freed since, for params.forget        */
   size_t arg_nforget, arg_forget_cap;
   st_client_t *arg_next;       /* argcache.c's list of such connections     */
+  /* Arenas the server sends once on this connection (arenarefs.c):
+   * guarded by the same lock, since frees come from any thread. */
+  int arena_refs;              /* we asked and the server's hello listed it */
+  struct st__kept *kept;       /* arenas received with `kept`, pinned       */
+  size_t nkept, kept_cap;
+  size_t kept_idle;            /* entries waiting for params.unmapped       */
+  int in_request;              /* a reply may still name arenas by id       */
+  st_client_t *refs_next;      /* arenarefs.c's list of such connections    */
 };
 
 /* Records a failure (a negative ST_ERR_*) with the local error name and a
@@ -189,6 +199,12 @@ int st__client_map_arena(const char *server_id, const st__arena_desc_t *d, int f
                          st__mapping_t **out, char *err, size_t errlen);
 /* Drops one reference; the last one unmaps. NULL ok. Any thread. */
 void st__client_mapping_release(st__mapping_t *m);
+/* One more reference on m: a result's (pin 0) or a connection's pin (pin
+ * 1, arenarefs.c; st__client_mapping_unpin drops it). Any thread. */
+void st__client_mapping_ref(st__mapping_t *m, int pin);
+void st__client_mapping_unpin(st__mapping_t *m);
+/* Whether only pins hold m (no result uses it). Under the lock. */
+int st__client_mapping_only_pinned_locked(const st__mapping_t *m);
 /* fdcheck.c: ST_OK when `fd` (borrowed; `st` its fstat) is what a "memfd"
  * arena `d` must be: a tmpfs regular file open read-write, sealed with
  * F_SEAL_SHRINK and not against writing, of at least d->bytes. Else
@@ -346,8 +362,46 @@ size_t st__client_args_arenas(const st_args_t *a, st__mapping_t *const **out);
  * the caller's reference on m. -1 when out of memory. */
 long st__client_args_arena_index(st_args_t *a, st__mapping_t *m);
 
+/* arenarefs.c: arenas of objects the server sends once per connection
+ * (see the top of that file). */
+/* Starts c's table afresh (a hello, a reconnect, the close): every pin is
+ * dropped; with `on` (we asked in hello and the server listed
+ * "arena_refs") c joins the connections that use it. Thread of the
+ * client. */
+void st__client_arenarefs_reset(st_client_t *c, int on);
+/* Whether arena map `a` of a reply is a {ref: id} entry (no descriptor). */
+int st__client_arenarefs_is_ref(const st_client_t *c, const msgpack_object *a);
+/* The mapping and descriptor of a {ref: id} entry: ST_OK with one result
+ * reference in *out, or a recorded PROTOCOL failure when c was never sent
+ * that arena with `kept` (or let it go). Thread of the client. */
+int st__client_arenarefs_find(st_client_t *c, const msgpack_object *a, st__arena_desc_t *d,
+                              st__mapping_t **out);
+/* The reply's `kept` named arena d, mapped as m: c pins m until it tells
+ * the server that it let it go. Thread of the client. */
+void st__client_arenarefs_keep(st_client_t *c, const st__arena_desc_t *d, st__mapping_t *m);
+/* m has no reference left but the pins of connections: each connection
+ * that pins it queues its id for params.unmapped; one with no request in
+ * flight lets its pin go at once. Returns how many pins were let go: the
+ * caller (map.c, under the lock) drops them from m's counts. */
+size_t st__client_arenarefs_idle_locked(st__mapping_t *m);
+/* As st__client_argcache_params, for `unmapped: [ids]`. */
+int st__client_arenarefs_params(st_client_t *c, const void *params, size_t len, st__cbuf_t *out);
+/* The server answered the request that carried `unmapped`: the pins of
+ * those arenas go (unmapping what nothing else uses). Unless the reply
+ * names arenas by id (`names_refs`), the request is over: idle pins go
+ * too. Thread of the client. */
+void st__client_arenarefs_answered(st_client_t *c, int names_refs);
+/* The reply's arenas are resolved (result.c): the request is over, idle
+ * pins go. Thread of the client. */
+void st__client_arenarefs_resolved(st_client_t *c);
+
 /* argcache.c: tensor arguments the server keeps (see the top of that
  * file). */
+/* params (len bytes of one msgpack map; NULL: an empty map) packed into
+ * out (initialized, empty) with `key: [ids]` first. 0, or -1 when params
+ * is not a map (out untouched). Any thread. */
+int st__client_params_with_ids(const void *params, size_t len, const char *key,
+                               const uint64_t *ids, size_t nids, st__cbuf_t *out);
 /* Starts c's lists afresh after a hello: with `on` (the server has the
  * "arg_cache" feature) c joins the connections that use the cache, else
  * it leaves them and its lists are freed. Thread of the client. */

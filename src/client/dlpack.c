@@ -87,6 +87,15 @@ ST_API void *st_tensor_dlpack(st_result_t *r, const st_tensor_t *t, int versione
   return m;
 }
 
+/* See client.h. Any thread while r lives. */
+ST_API size_t st_result_dlpack_all(st_result_t *r, int versioned, void **out, size_t n) {
+  size_t count = st_result_tensor_count(r);
+  if (!out) return 0;
+  if (n > count) n = count;
+  for (size_t i = 0; i < n; i++) out[i] = st_tensor_dlpack(r, st_result_tensor(r, i), versioned);
+  return n;
+}
+
 /* CPython's capsule functions, found in the running process. */
 typedef int (*capsule_is_valid_fn)(void *capsule, const char *name);
 typedef void *(*capsule_get_pointer_fn)(void *capsule, const char *name);

@@ -37,13 +37,20 @@ static int has_feature(const msgpack_object *features, const char *name) {
 }
 
 /* Exchanges hello by `deadline` and keeps the server's identity. */
-static int hello(st_client_t *c, int64_t deadline) {
+static int hello(st_client_t *c, int64_t deadline, int features) {
   st_args_t *a = st_args_new();
   if (!a) return st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory");
   st__cbuf_t b;
   st__client_cbuf_init(&b);
   int rc = st_args_int(a, "protocol", ST_PROTOCOL_VERSION);
   if (rc == ST_OK) rc = st_args_string(a, "client", CLIENT_NAME);
+  /* What this client does beyond protocol 1's first form: arenas of
+   * objects named by id after the first reply (arenarefs.c). */
+  if (rc == ST_OK && features) {
+    rc = st_args_begin_list(a, "features");
+    if (rc == ST_OK) rc = st_args_string(a, NULL, "arena_refs");
+    if (rc == ST_OK) rc = st_args_end(a);
+  }
   if (rc == ST_OK) st__client_args_pack(&b.pk, a);
   st_args_free(a);
   if (rc != ST_OK || b.oom) {
@@ -83,7 +90,9 @@ static int hello(st_client_t *c, int64_t deadline) {
       copy_str(c->server_version, sizeof c->server_version, st__map_get(r, "version"));
       c->server_pid = (int)int_of(st__map_get(r, "pid"), 0);
       c->device = (int)int_of(st__map_get(r, "device"), 0);
-      st__client_argcache_reset(c, has_feature(st__map_get(r, "features"), "arg_cache"));
+      const msgpack_object *f = st__map_get(r, "features");
+      st__client_argcache_reset(c, has_feature(f, "arg_cache"));
+      st__client_arenarefs_reset(c, features && has_feature(f, "arena_refs"));
     }
   }
   st__message_destroy(&m);
@@ -101,7 +110,11 @@ static int open_and_hello(st_client_t *c, const char *path, int limit_ms) {
   if (rc != ST_OK) return rc;
   int keep = c->timeout_ms;
   c->timeout_ms = limit_ms;
-  rc = hello(c, deadline);
+  rc = hello(c, deadline, 1);
+  /* A server older than `features` refuses the parameter and stays
+   * connected: ask again without it. */
+  if (rc == ST_ERR_INVALID_ARGUMENT && c->fd >= 0 && strstr(c->err_msg, "features"))
+    rc = hello(c, deadline, 0);
   c->timeout_ms = keep;
   return rc;
 }
@@ -196,6 +209,7 @@ ST_API int st_client_connect(const char *path, st_client_t **out, char *err, siz
 int st__client_reconnect(st_client_t *c, int timeout_ms) {
   st__client_conn_shutdown(c, "reconnecting");
   st__client_argcache_reset(c, 0);   /* a new connection holds nothing */
+  st__client_arenarefs_reset(c, 0);
   if (c->reader_ready) st__reader_destroy(&c->reader);
   c->reader_ready = 0;
   if (st__reader_init(&c->reader, ST_CLIENT_MAX_REPLY) != ST_OK)
@@ -217,6 +231,7 @@ ST_API void st_client_close(st_client_t *c) {
   if (!c) return;
   st__client_conn_shutdown(c, "closed");
   st__client_argcache_reset(c, 0);
+  st__client_arenarefs_reset(c, 0);
   free(c->fifo);
   if (c->reader_ready) st__reader_destroy(&c->reader);
   free(c);

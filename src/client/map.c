@@ -60,6 +60,7 @@ struct st__mapping {
   size_t map_len;
   uint64_t bytes;   /* what tensors may use                       */
   size_t refs;
+  size_t pins;      /* of refs: held by connections (arenarefs.c)  */
   st__cuda_mapping_t cm;
   pid_t pid;        /* the process that mapped it                 */
   int own;          /* 1: an own allocation; `fd` is its descriptor */
@@ -73,6 +74,13 @@ static uint64_t own_next_id = 1;
 static size_t cache_mapped;
 static uint64_t cache_reused;
 static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+/* Kept arenas: mappings no result uses any more, left mapped (most recent
+ * first) so that an allocation received again costs a lookup; bounded by
+ * keep_max_arenas and keep_max_bytes (st_open_cache_keep, or the
+ * environment at first use), the oldest unmapped first. */
+static st__mapping_t *kept_head;
+static size_t kept_count, keep_max_arenas = 16;
+static uint64_t kept_bytes, keep_max_bytes = (uint64_t)256 << 20;
 
 /* fork() while another thread holds the lock would leave it locked forever
  * in the child: take it around fork so the child starts with a consistent,
@@ -80,7 +88,13 @@ static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
 static void fork_prepare(void) { pthread_mutex_lock(&cache_lock); }
 static void fork_parent(void) { pthread_mutex_unlock(&cache_lock); }
 static void fork_child(void) { pthread_mutex_unlock(&cache_lock); }
-static void cache_init(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+static void cache_init(void) {
+  pthread_atfork(fork_prepare, fork_parent, fork_child);
+  const char *e = getenv("ST_CLIENT_KEEP_ARENAS");
+  if (e && *e) keep_max_arenas = (size_t)strtoull(e, NULL, 10);
+  e = getenv("ST_CLIENT_KEEP_BYTES");
+  if (e && *e) keep_max_bytes = strtoull(e, NULL, 10);
+}
 
 static void cache_enter(void) {
   pthread_once(&cache_once, cache_init);
@@ -125,6 +139,53 @@ static int entry_matches(const st__mapping_t *m, const char *server_id, const st
   return m->dev == st->st_dev && m->ino == st->st_ino;
 }
 
+/* The kept entry for arena d (one reference, out of the kept list), or
+ * NULL. A CUDA mapping made before a fork is not this process's. Lock
+ * held. */
+static st__mapping_t *kept_take(const char *server_id, const st__arena_desc_t *d,
+                                const struct stat *st) {
+  for (st__mapping_t **pp = &kept_head; *pp; pp = &(*pp)->next) {
+    st__mapping_t *m = *pp;
+    if (!entry_matches(m, server_id, d, st) || d->bytes > m->bytes ||
+        (m->cuda && m->pid != getpid()))
+      continue;
+    *pp = m->next;
+    kept_count--;
+    kept_bytes -= m->map_len;
+    m->refs = 1;
+    return m;
+  }
+  return NULL;
+}
+
+/* Unlinks kept entries, oldest first, until the bounds hold; returns them
+ * (chained by `next`) for unmap_entries once the lock is dropped. Lock
+ * held. */
+static st__mapping_t *kept_trim(void) {
+  st__mapping_t *out = NULL;
+  while (kept_head && (kept_count > keep_max_arenas || kept_bytes > keep_max_bytes)) {
+    st__mapping_t **pp = &kept_head;
+    while ((*pp)->next) pp = &(*pp)->next;
+    st__mapping_t *m = *pp;
+    *pp = NULL;
+    kept_count--;
+    kept_bytes -= m->map_len;
+    m->next = out;
+    out = m;
+  }
+  return out;
+}
+
+static void unmap_entry(st__mapping_t *m);
+
+static void unmap_entries(st__mapping_t *m) {
+  while (m) {
+    st__mapping_t *next = m->next;
+    unmap_entry(m);
+    m = next;
+  }
+}
+
 /* The cached entry for arena d, or a new one that imports it (CUDA) or maps
  * the file whose stat is st (CPU; st is NULL for CUDA). Consumes fd. */
 static int cache_map(const char *server_id, const st__arena_desc_t *d, int fd,
@@ -140,6 +201,17 @@ static int cache_map(const char *server_id, const st__arena_desc_t *d, int fd,
       *out = m;
       return ST_OK;
     }
+  }
+  st__mapping_t *k = kept_take(server_id, d, st);
+  if (k) {
+    k->next = cache_head;
+    cache_head = k;
+    cache_mapped++;
+    cache_reused++;
+    pthread_mutex_unlock(&cache_lock);
+    close(fd);
+    *out = k;
+    return ST_OK;
   }
   int rc = ST_ERR_OUT_OF_MEMORY;
   st__mapping_t *m = calloc(1, sizeof *m);
@@ -223,11 +295,19 @@ int st__client_map_arena(const char *server_id, const st__arena_desc_t *d, int f
   return cache_map(server_id, d, fd, &st, out, err, errlen);
 }
 
-/* Drops one reference; the last one unmaps and forgets the entry. */
+/* Drops one reference. The last one keeps a received arena mapped, at the
+ * head of the kept list (trimming its oldest entries), or unmaps it and
+ * forgets the entry (own allocations, a bound of 0, a mapping larger than
+ * the bound, a child's inherited one). */
 void st__client_mapping_release(st__mapping_t *m) {
   if (!m) return;
   cache_enter();
-  if (--m->refs > 0) {
+  if (--m->refs > 0 && m->pins && m->refs == m->pins) {
+    size_t let_go = st__client_arenarefs_idle_locked(m);
+    m->pins -= let_go;
+    m->refs -= let_go;
+  }
+  if (m->refs > 0) {
     pthread_mutex_unlock(&cache_lock);
     return;
   }
@@ -238,7 +318,22 @@ void st__client_mapping_release(st__mapping_t *m) {
     }
   }
   if (!m->own) cache_mapped--;
+  st__mapping_t *unmap = m;
+  if (!m->own && keep_max_arenas > 0 && m->map_len <= keep_max_bytes && m->pid == getpid()) {
+    m->next = kept_head;
+    kept_head = m;
+    kept_count++;
+    kept_bytes += m->map_len;
+    unmap = kept_trim();
+  } else {
+    m->next = NULL;
+  }
   pthread_mutex_unlock(&cache_lock);
+  unmap_entries(unmap);
+}
+
+/* Unmaps and frees an entry no list holds any more. */
+static void unmap_entry(st__mapping_t *m) {
   /* Connections whose server keeps it tell it with their next request. */
   if (m->own) st__client_argcache_freed(m->arena_id);
   if (m->own) close(m->fd);
@@ -251,6 +346,28 @@ void st__client_mapping_release(st__mapping_t *m) {
   }
   free(m->server_id);
   free(m);
+}
+
+/* See client_internal.h. Any thread. */
+void st__client_mapping_ref(st__mapping_t *m, int pin) {
+  cache_enter();
+  m->refs++;
+  if (pin) m->pins++;
+  else cache_reused++;
+  pthread_mutex_unlock(&cache_lock);
+}
+
+/* See client_internal.h. Under the lock. */
+int st__client_mapping_only_pinned_locked(const st__mapping_t *m) {
+  return m->pins > 0 && m->refs == m->pins;
+}
+
+/* See client_internal.h. Any thread. */
+void st__client_mapping_unpin(st__mapping_t *m) {
+  cache_enter();
+  m->pins--;
+  pthread_mutex_unlock(&cache_lock);
+  st__client_mapping_release(m);
 }
 
 /* ------------------------------------------------------- own allocations */
@@ -370,6 +487,24 @@ void *st__client_mapping_base(const st__mapping_t *m) { return m->base; }
 
 /* CUDA ordinal in this process, -1 for CPU memory. */
 int st__client_mapping_ordinal(const st__mapping_t *m) { return m->cuda ? m->cm.ordinal : -1; }
+
+/* See client.h. Any thread. */
+ST_API void st_open_cache_keep(size_t max_arenas, uint64_t max_bytes) {
+  cache_enter();
+  keep_max_arenas = max_arenas;
+  keep_max_bytes = max_bytes;
+  st__mapping_t *evicted = kept_trim();
+  pthread_mutex_unlock(&cache_lock);
+  unmap_entries(evicted);
+}
+
+/* See client.h. Any thread. */
+ST_API void st_open_cache_kept(size_t *arenas, uint64_t *bytes) {
+  cache_enter();
+  if (arenas) *arenas = kept_count;
+  if (bytes) *bytes = kept_bytes;
+  pthread_mutex_unlock(&cache_lock);
+}
 
 /* Counts for tests and stcli; see client.h. Any thread. */
 ST_API void st_open_cache_stats(size_t *mapped, uint64_t *reused) {

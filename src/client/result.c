@@ -344,15 +344,30 @@ static int decode_object(decoder_t *d, const msgpack_object *o) {
   return ST_OK;
 }
 
-/* Parses and maps the reply's arenas; consumes every fd. */
-static int map_arenas(decoder_t *d, const msgpack_object *list, int *fds, size_t nfds,
-                      st__arena_desc_t *descs) {
+/* Whether the reply's `kept` (may be NULL) lists arena index i. */
+static int listed_kept(const msgpack_object *kept, size_t i) {
+  if (!kept || kept->type != MSGPACK_OBJECT_ARRAY) return 0;
+  for (uint32_t k = 0; k < kept->via.array.size; k++)
+    if (kept->via.array.ptr[k].type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+        kept->via.array.ptr[k].via.u64 == i)
+      return 1;
+  return 0;
+}
+
+/* Parses and maps the reply's arenas; consumes every fd. An arena named
+ * by id alone is this connection's kept mapping; one that `kept` lists is
+ * pinned for later replies (arenarefs.c). */
+static int map_arenas(decoder_t *d, const msgpack_object *list, const msgpack_object *kept,
+                      int *fds, size_t nfds, st__arena_desc_t *descs) {
   st_result_t *r = d->r;
   size_t n = list ? list->via.array.size : 0;
   int rc = ST_OK;
   for (size_t i = 0; i < n && rc == ST_OK; i++) {
     char why[200] = "";
-    if (st__parse_arena(&list->via.array.ptr[i], &descs[i], why, sizeof why) != ST_OK) {
+    if (st__client_arenarefs_is_ref(d->c, &list->via.array.ptr[i])) {
+      rc = st__client_arenarefs_find(d->c, &list->via.array.ptr[i], &descs[i], &r->maps[i]);
+      if (rc == ST_OK) r->nmaps = i + 1;
+    } else if (st__parse_arena(&list->via.array.ptr[i], &descs[i], why, sizeof why) != ST_OK) {
       rc = st__client_fail(d->c, ST_ERR_PROTOCOL, "bad arena %zu in the reply: %s", i, why);
     } else if (descs[i].no_fd) {
       rc = st__client_fail(d->c, ST_ERR_PROTOCOL,
@@ -372,6 +387,8 @@ static int map_arenas(decoder_t *d, const msgpack_object *list, int *fds, size_t
         st__client_fail(d->c, rc, "%s", why);
       } else {
         r->nmaps = i + 1;
+        if (!descs[i].legacy && listed_kept(kept, i))
+          st__client_arenarefs_keep(d->c, &descs[i], r->maps[i]);
       }
     }
   }
@@ -403,7 +420,8 @@ int st__client_result_decode(st_client_t *c, const msgpack_object *result, int u
     goto done;
   }
   d.r = r;
-  rc = map_arenas(&d, list, fds, nfds, descs);
+  rc = map_arenas(&d, list, st__map_get(result, "kept"), fds, nfds, descs);
+  st__client_arenarefs_resolved(d.c);   /* every {ref} holds its mapping now */
   if (rc != ST_OK) goto done;
   d.arenas = descs;
   d.narenas = n;

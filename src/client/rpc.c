@@ -66,14 +66,27 @@ static int record_server_error(st_client_t *c, const msgpack_object *e) {
 
 /* Number of descriptors a successful result carries: its arenas that are
  * not legacy CUDA IPC arenas (0 if none). */
-static size_t arena_count(const msgpack_object *result) {
+static size_t arena_count(const st_client_t *c, const msgpack_object *result) {
   const msgpack_object *a = st__map_get(result, "arenas");
   if (!a || a->type != MSGPACK_OBJECT_ARRAY) return 0;
-  /* One descriptor per arena, except legacy CUDA IPC arenas (none). */
+  /* One descriptor per arena, except legacy CUDA IPC arenas and arenas
+   * named by id that this connection keeps (arenarefs.c): none. */
   size_t n = 0;
   for (uint32_t i = 0; i < a->via.array.size; i++)
-    if (!st__str_eq(st__map_get(&a->via.array.ptr[i], "backend"), "legacy")) n++;
+    if (!st__str_eq(st__map_get(&a->via.array.ptr[i], "backend"), "legacy") &&
+        !st__client_arenarefs_is_ref(c, &a->via.array.ptr[i]))
+      n++;
   return n;
+}
+
+/* Whether a reply's result names arenas by id ({ref}: arenarefs.c). */
+static int names_refs(const st_client_t *c, const st__message_t *reply) {
+  if (!c->arena_refs || reply->error.type != MSGPACK_OBJECT_NIL) return 0;
+  const msgpack_object *a = st__map_get(&reply->result, "arenas");
+  if (!a || a->type != MSGPACK_OBJECT_ARRAY) return 0;
+  for (uint32_t i = 0; i < a->via.array.size; i++)
+    if (st__client_arenarefs_is_ref(c, &a->via.array.ptr[i])) return 1;
+  return 0;
 }
 
 /* Reads messages until the response to `id`. ST_OK with *reply filled, or
@@ -142,15 +155,22 @@ int st__client_exchange_until(st_client_t *c, const char *method, const void *pa
   uint32_t id = c->next_id++;
   if (id == 0) id = c->next_id++;
 
-  st__cbuf_t b, withforget;
+  st__cbuf_t b, withforget, withunmapped;
   st__client_cbuf_init(&b);
   st__client_cbuf_init(&withforget);
-  /* Tensor arguments freed since the last request ride along (argcache.c);
-   * never on hello, which starts a connection with nothing held. */
-  if (strcmp(method, "hello") != 0 &&
-      st__client_argcache_params(c, params, params_len, &withforget)) {
-    params = withforget.sb.data;
-    params_len = withforget.sb.size;
+  st__client_cbuf_init(&withunmapped);
+  /* Tensor arguments freed since the last request ride along (argcache.c),
+   * and so do the kept arenas let go (arenarefs.c); never on hello, which
+   * starts a connection with nothing held. */
+  if (strcmp(method, "hello") != 0) {
+    if (st__client_argcache_params(c, params, params_len, &withforget)) {
+      params = withforget.sb.data;
+      params_len = withforget.sb.size;
+    }
+    if (st__client_arenarefs_params(c, params, params_len, &withunmapped)) {
+      params = withunmapped.sb.data;
+      params_len = withunmapped.sb.size;
+    }
   }
   st__pack_request_head(&b.pk, id, method);
   if (params) {
@@ -159,8 +179,9 @@ int st__client_exchange_until(st_client_t *c, const char *method, const void *pa
   } else {
     msgpack_pack_array(&b.pk, 0);
   }
-  int oom = b.oom || withforget.oom;
+  int oom = b.oom || withforget.oom || withunmapped.oom;
   st__client_cbuf_destroy(&withforget);
+  st__client_cbuf_destroy(&withunmapped);
   if (oom) {
     st__client_cbuf_destroy(&b);
     return st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing '%s'", method);
@@ -194,6 +215,9 @@ int st__client_exchange_until(st_client_t *c, const char *method, const void *pa
     st__client_conn_shutdown(c, c->err_msg);
     return rc;
   }
+  /* The server read this request's `unmapped`: nothing it sends from now
+   * on names those arenas by id. */
+  st__client_arenarefs_answered(c, names_refs(c, reply));
   if (reply->error.type != MSGPACK_OBJECT_NIL) {
     int is_map = reply->error.type == MSGPACK_OBJECT_MAP;
     rc = is_map ? record_server_error(c, &reply->error)
@@ -202,7 +226,7 @@ int st__client_exchange_until(st_client_t *c, const char *method, const void *pa
     if (!is_map) st__client_conn_shutdown(c, c->err_msg);
     return rc;
   }
-  size_t n = arena_count(&reply->result);
+  size_t n = arena_count(c, &reply->result);
   if (n == 0) return ST_OK;
   int *got = malloc(n * sizeof(int));
   if (!got) {

@@ -11,6 +11,7 @@
 
 #include "common/log.h"
 #include "mem/pool.h"
+#include "server/loopprof.h"
 #include "st/errors.h"
 
 /* Stop reading a client whose replies pile up beyond this many bytes (it
@@ -157,6 +158,7 @@ void st__conn_close(st__conn_t *c, const char *why) {
   c->unread_bytes = 0;
   st__conn_rx_close_all(c);
   st__conn_targs_drop_all(c);
+  st__arena_refs_clear(&c->arena_refs);
   st__mpool_close(c->pool);   /* regions still in use keep their slabs */
   c->pool = NULL;
   st__reader_destroy(&c->reader);
@@ -258,7 +260,9 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
     struct iovec iov = {.iov_base = buf, .iov_len = cap};
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
                         .msg_controllen = sizeof ctl.buf};
+    st__prof_begin(ST_PROF_READ);
     ssize_t n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    st__prof_end();
     /* A failed read leaves msg_controllen as we set it and the buffer as an
      * earlier read left it: no control data may be looked at before this. */
     if (n < 0) {
@@ -334,7 +338,9 @@ static void process_messages(st__conn_t *c) {
     st__message_t msg;
     memset(&msg, 0, sizeof msg);
     char why[256] = "";
+    st__prof_begin(ST_PROF_DECODE);
     int r = st__reader_next(&c->reader, &msg, why, sizeof why);
+    st__prof_end();
     if (r == 0) break;
     if (r < 0) {
       uint32_t id = r == ST_ERR_PROTOCOL ? msg.id : 0;
@@ -348,7 +354,10 @@ static void process_messages(st__conn_t *c) {
     }
     completed = 1;
     c->requests++;
+    st__prof_message();
+    st__prof_begin(ST_PROF_DISPATCH);
     c->srv->on_message(c, &msg);
+    st__prof_end();
     st__message_destroy(&msg);
     /* Right after a message, this is where it ended (proto.h). */
     if (!c->dead) st__conn_rx_drop_stray(c, c->rx_bytes - st__reader_buffered(&c->reader), 0);
@@ -472,7 +481,9 @@ static void flush(st__conn_t *c) {
       niov++;
     }
     mh.msg_iovlen = (size_t)niov;
+    st__prof_begin(ST_PROF_SEND);
     ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    st__prof_end();
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -486,7 +497,9 @@ static void flush(st__conn_t *c) {
     }
     if (with_fds) {
       /* The kernel took its own references with the first byte. */
+      st__prof_begin(ST_PROF_CLOSE);
       for (int i = 0; i < head->nfds; i++) close(head->fds[i]);
+      st__prof_end();
       srv->counters.fds_sent += (uint64_t)head->nfds;
       head->nfds = 0;
     }

@@ -47,6 +47,7 @@
 #include <sys/socket.h>
 
 #include "engine/argcache.h"
+#include "server/arena_refs.h"
 #include "proto/proto.h"
 #include "st/wire.h"
 #include "server/server.h"
@@ -112,6 +113,7 @@ struct st__conn {
                                  descriptor, counted like rx_held          */
   struct st__mpool *pool;     /* result pool (hello feature "pool"), or NULL;
                                  one reference (server/pool_conn.c)        */
+  st__arena_refs_t arena_refs; /* arenas sent once (arena_refs.h)          */
   st__conn_t *hnext;          /* id hash chain                              */
   st__conn_t *dnext;          /* dead list                                  */
 };

@@ -135,6 +135,9 @@ void st__dispatch(st__conn_t *c, const st__message_t *msg) {
    * a malformed forget still lets the request's descriptors be taken. */
   char ferr[128];
   int frc = prc == ST_OK ? st__conn_targs_forget(c, params, ferr, sizeof ferr) : ST_OK;
+  /* So do the arenas the client unmapped: a reply of this request sends
+   * them with their descriptor again. */
+  if (frc == ST_OK && prc == ST_OK) frc = st__arena_refs_unmapped(&c->arena_refs, params, ferr, sizeof ferr);
   st__targs_t targs;
   memset(&targs, 0, sizeof targs);
   if (take_arenas(c, id, prc == ST_OK ? params : NULL, &targs) != 0) return;

@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "server/conn.h"
+#include "server/loopprof.h"
 #include "st/errors.h"
 
 /* At most one warning per this many seconds about a limit being hit. */
@@ -72,7 +73,10 @@ void st__conn_rx_close_all(st__conn_t *c) {
 int st__conn_unread_check(st__conn_t *c) {
   if (c->dead || (!c->unread_fds && !c->unread_bytes)) return 0;
   int queued = 0;
-  if (ioctl(c->fd, SIOCOUTQ, &queued) != 0 || queued > 0) return 0;
+  st__prof_begin(ST_PROF_IOCTL);
+  int rc = ioctl(c->fd, SIOCOUTQ, &queued);
+  st__prof_end();
+  if (rc != 0 || queued > 0) return 0;
   st__conn_unhold(c, c->unread_fds, c->unread_bytes);
   c->unread_fds = 0;
   c->unread_bytes = 0;

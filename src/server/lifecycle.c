@@ -18,6 +18,7 @@
 #include "mem/arena.h"
 #include "mem/safetensors.h"
 #include "server/conn.h"
+#include "server/loopprof.h"
 #include "server/reclaim.h"
 #include "server/rpc.h"
 #include "server/work.h"
@@ -254,6 +255,7 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
   ST_LOG_I("server", "memory budget: cpu %llu bytes%s; tasks: ttl %g s, capacity %d",
            (unsigned long long)cfg->budgets[0].bytes, cfg->budgets[0].bytes ? "" : " (none)",
            cfg->task_ttl_s, cfg->task_capacity);
+  st__loopprof_start(srv);
   ST_LOG_I("server", "ready");
   st__notify("READY=1\nSTATUS=serving %zu endpoints\nMAINPID=%ld", srv->gen->nendpoints,
              (long)getpid());
@@ -297,6 +299,7 @@ void st__server_destroy(st__server_t *srv) {
   ev_async_stop(srv->loop, &srv->done);
   ev_async_stop(srv->loop, &srv->stop_req);
   ev_prepare_stop(srv->loop, &srv->reap);
+  st__loopprof_stop(srv);
   const st__counters_t *k = &srv->counters;
   /* Every connection is closed: nothing is in flight, so the parts add
    * up to the totals (docs/operations.md, "Counters"). */

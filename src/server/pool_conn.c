@@ -9,6 +9,7 @@
 #include "lua/st_lua.h"
 #include "mem/slab_alloc.h"
 #include "server/conn.h"
+#include "server/loopprof.h"
 #include "server/server.h"
 
 /* The per-connection cap: pool.max_bytes_per_connection, never more than
@@ -32,7 +33,7 @@ void st__pool_conn_hello(st__conn_t *c, const msgpack_object *features) {
   int asked = 0;
   for (uint32_t i = 0; i < features->via.array.size; i++) {
     const msgpack_object *f = &features->via.array.ptr[i];
-    if (f->type == MSGPACK_OBJECT_STR && f->via.str.size == 4 && !memcmp(f->via.str.ptr, "pool", 4))
+    if (f->type == MSGPACK_OBJECT_STR && st__str_eq(f, "pool"))
       asked = 1;
   }
   if (!asked) return;
@@ -61,8 +62,8 @@ void st__pool_conn_prepare(struct st__vm *vm, const st__job_t *job) {
   st__mpool_use(job->alloc_pool);
 }
 
-int st__pool_reply_prepare(st__conn_t *c, const st__build_result_t *r, st__pool_reply_t *pr,
-                           char *err, size_t errlen) {
+int st__pool_reply_prepare(st__conn_t *c, const st__build_result_t *r, int obj,
+                           st__pool_reply_t *pr, char *err, size_t errlen) {
   pr->n = r->narenas;
   pr->page = 0;
   for (size_t i = 0; i < r->narenas; i++) {
@@ -70,9 +71,14 @@ int st__pool_reply_prepare(st__conn_t *c, const st__build_result_t *r, st__pool_
     pr->arenas[i] = a;
     pr->own[i] = 0;
     pr->pooled[i] = 0;
+    pr->ref[i] = 0;
     void *owner;
     uint32_t slot;
-    if (!st__arena_region(a, &owner, &slot)) continue;
+    if (!st__arena_region(a, &owner, &slot)) {
+      pr->ref[i] = obj && st__arena_has_fd(a) &&
+                   st__arena_refs_sent(&c->arena_refs, st__arena_id(a));
+      continue;
+    }
     if (c->pool && st__mpool_describe(c->pool, a, &pr->desc[i])) {
       pr->pooled[i] = 1;
       /* One descriptor per slab per reply: a later region of a slab sent
@@ -105,7 +111,7 @@ void st__pool_reply_count(const st__pool_reply_t *pr, int *nfds, uint64_t *pinne
   for (size_t i = 0; i < pr->n; i++) {
     if (pr->pooled[i]) {
       *nfds += pr->desc[i].send_slab;
-    } else if (st__arena_has_fd(pr->arenas[i])) {
+    } else if (!pr->ref[i] && st__arena_has_fd(pr->arenas[i])) {
       (*nfds)++;
       *pinned += st__arena_bytes(pr->arenas[i]);
     }
@@ -116,8 +122,10 @@ int st__pool_reply_fds(st__conn_t *c, const st__pool_reply_t *pr, int *fds, int 
                        size_t errlen) {
   for (size_t i = 0; i < pr->n; i++) {
     const st__arena_t *a = pr->pooled[i] ? pr->desc[i].slab : pr->arenas[i];
-    if (pr->pooled[i] ? !pr->desc[i].send_slab : !st__arena_has_fd(a)) continue;
+    if (pr->ref[i] || (pr->pooled[i] ? !pr->desc[i].send_slab : !st__arena_has_fd(a))) continue;
+    st__prof_begin(ST_PROF_DUP);
     int fd = st__arena_dup_fd(a, err, errlen);
+    st__prof_end();
     if (fd < 0) return fd;
     fds[(*nfds)++] = fd;
   }
@@ -154,6 +162,11 @@ void st__pool_reply_pack(st__conn_t *c, msgpack_packer *pk, const st__pool_reply
     if (pr->pooled[i]) {
       pack_region(pk, &pr->desc[i], next_fd);
       next_fd += pr->desc[i].send_slab;
+      continue;
+    }
+    if (pr->ref[i]) {
+      msgpack_pack_map(pk, 1);
+      st__pack_kv_uint(pk, "ref", st__arena_id(pr->arenas[i]));
       continue;
     }
     st__arena_desc_t d;

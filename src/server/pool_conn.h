@@ -43,6 +43,7 @@ typedef struct st__pool_reply {
   st__arena_t *arenas[ST_MAX_FDS_PER_MESSAGE];
   unsigned char own[ST_MAX_FDS_PER_MESSAGE];     /* a copy: unref after */
   unsigned char pooled[ST_MAX_FDS_PER_MESSAGE];
+  unsigned char ref[ST_MAX_FDS_PER_MESSAGE];     /* named by id: {ref} */
   st__mpool_desc_t desc[ST_MAX_FDS_PER_MESSAGE];
   int page;                   /* the control page goes with this reply */
 } st__pool_reply_t;
@@ -50,10 +51,12 @@ typedef struct st__pool_reply {
 /* Decides how each arena of r travels to c: a region of c's pool that
  * was never handed out goes as a region (the slab's descriptor only the
  * first time); a region of another pool, or one handed out before, is
- * copied into an arena of its own. ST_OK, or the error of the copy with
- * the reason. Release with st__pool_reply_done. */
-int st__pool_reply_prepare(st__conn_t *c, const st__build_result_t *r, st__pool_reply_t *pr,
-                           char *err, size_t errlen);
+ * copied into an arena of its own; for an object's result (`obj`), an
+ * arena c already keeps mapped (arena_refs.h) goes by id alone. ST_OK,
+ * or the error of the copy with the reason. Release with
+ * st__pool_reply_done. */
+int st__pool_reply_prepare(st__conn_t *c, const st__build_result_t *r, int obj,
+                           st__pool_reply_t *pr, char *err, size_t errlen);
 
 /* Descriptors the reply sends (*nfds) and bytes they pin (*pinned). */
 void st__pool_reply_count(const st__pool_reply_t *pr, int *nfds, uint64_t *pinned);
@@ -64,7 +67,7 @@ void st__pool_reply_count(const st__pool_reply_t *pr, int *nfds, uint64_t *pinne
 int st__pool_reply_fds(st__conn_t *c, const st__pool_reply_t *pr, int *fds, int *nfds, char *err,
                        size_t errlen);
 
-/* Packs the `arenas` array; then, when the page goes, "pool_page" and its
+/* Packs the `arenas` array (a {ref} entry for each arena named by id); then, when the page goes, "pool_page" and its
  * value (the caller counted one more key with pr->page). */
 void st__pool_reply_pack(st__conn_t *c, msgpack_packer *pk, const st__pool_reply_t *pr);
 void st__pool_reply_pack_page(st__conn_t *c, msgpack_packer *pk, const st__pool_reply_t *pr,

@@ -7,9 +7,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "server/pool_conn.h"
 #include "common/log.h"
 #include "mem/arena.h"
+#include "server/loopprof.h"
+#include "server/pool_conn.h"
 #include "server/work.h"
 #include "st/wire.h"
 
@@ -70,10 +71,8 @@ void st__pack_object_info(msgpack_packer *pk, st__server_t *srv, const st__objec
     msgpack_pack_uint64(pk, st__arena_id(o->result.arenas[i]));
 }
 
-/* {value, arenas[, object]} with one descriptor per arena that is not a
- * legacy CUDA IPC arena, in the order of the arenas; see work.h. */
-int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
-                      const st__build_result_t *r, const st__object_t *obj, int lease) {
+static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
+                        const st__build_result_t *r, const st__object_t *obj, int lease) {
   st__server_t *srv = c->srv;
   if (r->narenas > ST_MAX_FDS_PER_MESSAGE) {
     char m[200];
@@ -84,17 +83,19 @@ int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
   }
   /* One descriptor per arena that has one: a legacy CUDA IPC arena is
    * described by its handle and takes no slot, a region of the
-   * connection's pool by its slab, whose descriptor goes once
-   * (docs/protocol.md; server/pool_conn.c). Each keeps its arena alive
-   * until the client has read the reply: they count against the
-   * connection limits (conn.h) until then. */
+   * connection's pool by its slab, whose descriptor goes once, and an
+   * object's arena this client keeps mapped from an earlier reply on this
+   * connection is named by id alone (docs/protocol.md; pool_conn.c,
+   * arena_refs.c). Each descriptor keeps its arena alive until the client
+   * has read the reply: they count against the connection limits (conn.h)
+   * until then. */
   st__pool_reply_t *prp = malloc(sizeof *prp);   /* ~20 KiB: not on the stack */
   if (!prp) {
     st__conn_send_error(c, id, ST_ERR_OUT_OF_MEMORY, "out of memory building a reply");
     return ST_ERR_OUT_OF_MEMORY;
   }
   char why[300];
-  int rc = st__pool_reply_prepare(c, r, prp, why, sizeof why);
+  int rc = st__pool_reply_prepare(c, r, obj != NULL, prp, why, sizeof why);
   if (rc != ST_OK) {
     free(prp);
     char m[400];
@@ -130,16 +131,29 @@ int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
     st__conn_send_error(c, id, fd, m);
     return fd;
   }
+  /* The reply goes out now: an object's arenas sent with a descriptor are
+   * remembered for the next replies (listed in `kept`). */
+  uint32_t kept[ST_MAX_FDS_PER_MESSAGE];
+  uint32_t nkept = 0;
+  for (size_t i = 0; obj && !c->dead && i < prp->n; i++)
+    if (!prp->pooled[i] && !prp->ref[i] && st__arena_has_fd(prp->arenas[i]) &&
+        st__arena_refs_keep(&c->arena_refs, st__arena_id(prp->arenas[i])))
+      kept[nkept++] = (uint32_t)i;
   msgpack_sbuffer sb;
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, id);
-  msgpack_pack_map(&pk, (obj ? 3 : 2) + prp->page);
+  msgpack_pack_map(&pk, 2 + (obj != NULL) + (nkept > 0) + prp->page);
   st__pack_cstr(&pk, "value");
   if (r->value.size) msgpack_sbuffer_write(&sb, r->value.data, r->value.size);
   else msgpack_pack_nil(&pk);
   st__pack_cstr(&pk, "arenas");
   st__pool_reply_pack(c, &pk, prp);
   st__pool_reply_pack_page(c, &pk, prp, (uint32_t)nfds - 1);
+  if (nkept) {
+    st__pack_cstr(&pk, "kept");
+    msgpack_pack_array(&pk, nkept);
+    for (uint32_t k = 0; k < nkept; k++) msgpack_pack_uint32(&pk, kept[k]);
+  }
   if (obj) {
     st__pack_cstr(&pk, "object");
     pack_object(&pk, srv, obj, lease);
@@ -150,6 +164,16 @@ int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
   st__pool_reply_done(c, prp, 1);
   free(prp);
   return ST_OK;
+}
+
+/* {value, arenas[, object]} with one descriptor per arena that is not a
+ * legacy CUDA IPC arena, in the order of the arenas; see work.h. */
+int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
+                     const st__build_result_t *r, const st__object_t *obj, int lease) {
+  st__prof_begin(ST_PROF_PACK);
+  int rc = reply_result(c, id, endpoint, r, obj, lease);
+  st__prof_end();
+  return rc;
 }
 
 /* A lease whose reply failed goes back; see work.h. */

@@ -19,8 +19,9 @@ void st__rpc_ping(st__rpc_req_t *r) {
   st__reply_send(r->c, r->id, &sb);
 }
 
-/* hello {protocol?, client?} -> the server's identity and limits; a
- * newer protocol than ours is PROTOCOL. */
+/* hello {protocol?, client?, features?} -> the server's identity and
+ * limits; a newer protocol than ours is PROTOCOL. The client's features
+ * ("arena_refs") apply to the connection from the reply on. */
 void st__rpc_hello(st__rpc_req_t *r) {
   st__conn_t *c = r->c;
   const msgpack_object *proto = st__rpc_arg(r, "protocol");
@@ -29,6 +30,12 @@ void st__rpc_hello(st__rpc_req_t *r) {
     st__rpc_error(r, ST_ERR_PROTOCOL, "client speaks protocol %llu; this server (%s) speaks "
                   "protocol %d", (unsigned long long)proto->via.u64, ST_VERSION_STRING,
                   ST_PROTOCOL_VERSION);
+    return;
+  }
+  char err[128];
+  if (st__arena_refs_hello(&c->arena_refs, st__rpc_arg(r, "features"), err, sizeof err) !=
+      ST_OK) {
+    st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "%s", err);
     return;
   }
   if (client) {

@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "engine/bind.h"
+#include "server/loopprof.h"
 #include "server/rpc.h"
 #include "server/work.h"
 #include "st/errors.h"
@@ -85,8 +86,10 @@ void st__rpc_call(st__rpc_req_t *r) {
   }
   st__consumer_t who = {.kind = ST_CONSUMER_CALL, .conn_id = c->id, .request_id = r->id};
   char err[512];
+  st__prof_begin(ST_PROF_CACHE);
   int rc = st__build_start(srv, ep, bound.data, bound.size, c->targs, &who, c->device, err,
                            sizeof err);
+  st__prof_end();
   msgpack_sbuffer_destroy(&bound);
   if (rc != ST_OK) {
     st__rpc_error(r, rc, "%s: %s", ep->name, err);

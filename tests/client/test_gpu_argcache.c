@@ -19,9 +19,9 @@
 #include "fixture.h"
 #include "mem/cuda.h"
 
-#ifdef ST_HAVE_CUDA
-
 #include "../server/gpu_kit.h"
+
+#ifdef ST_HAVE_CUDA
 
 #define MiB (1024ull * 1024ull)
 
@@ -95,11 +95,8 @@ TEST(past_the_bound_and_after_close_nothing_stays) {
 #endif
 
 int main(void) {
-  char err[512];
-  if (st__cuda_available(err, sizeof err) != ST_OK) stt_skip(err);
+  gk_require_device();
 #ifdef ST_HAVE_CUDA
-  uint64_t f;
-  if (st__cuda_mem_info(0, &f, NULL, err, sizeof err) != ST_OK) stt_skip(err);
   stt_server_setup(&srv, "workers = 1, limits = { max_cached_arguments = 2 },",
                    (const stt_endpoint_t[]){{"add.lua", ep_add}, {NULL, NULL}});
   cli = stt_client_open(srv.socket);

@@ -37,7 +37,8 @@ COMPLETE = ["client.h", "errors.h"]   # mirrored whole; the others in part
 ENUMS = {"st_dtype_t", "st_device_kind_t", "st_value_kind_t", "st_errno_t"}
 OPAQUE = {"st_client_t", "st_args_t", "st_result_t"}
 STRUCTS = {"st_tensor_t": _lib.Tensor, "st_value_t": _lib.Value,
-           "st_object_info_t": _lib.ObjectInfo, "st_client_options_t": _lib.ClientOptions}
+           "st_object_info_t": _lib.ObjectInfo, "st_client_options_t": _lib.ClientOptions,
+           "st_result_summary_t": _lib.ResultSummary}
 SCALARS = {"int": ctypes.c_int, "int64_t": ctypes.c_int64, "uint64_t": ctypes.c_uint64,
            "size_t": ctypes.c_size_t, "double": ctypes.c_double, "float": ctypes.c_float,
            "uint8_t": ctypes.c_uint8, "uint16_t": ctypes.c_uint16, "char": ctypes.c_char}
@@ -185,6 +186,8 @@ def expected_ctypes(toks, is_return):
     if stars == 0:
         if base == "void":
             return (None,)
+        if base in STRUCTS:
+            return (STRUCTS[base],)     # a struct member of a struct
         return (SCALARS[base],)
     if stars == 1:
         if base == "char":
@@ -196,6 +199,8 @@ def expected_ctypes(toks, is_return):
             return (P(STRUCTS[base]),)
         return (P(SCALARS[base]),)
     if stars == 2:
+        if base == "void":
+            return (P(ctypes.c_void_p),)
         if base in OPAQUE:
             return (P(ctypes.c_void_p),)
         if base == "char":

@@ -35,4 +35,14 @@ static inline int gk_wait_back_to(uint64_t baseline, int timeout_ms) {
   return -1;
 }
 
+/* Skips the test (exit 77 through stt_skip) unless CUDA works here and
+ * device 0 answers. It makes this process's context, so baselines taken
+ * after it do not count the context. */
+static inline void gk_require_device(void) {
+  char err[512];
+  uint64_t f;
+  if (st__cuda_available(err, sizeof err) != ST_OK) stt_skip(err);
+  if (st__cuda_mem_info(0, &f, NULL, err, sizeof err) != ST_OK) stt_skip(err);
+}
+
 #endif

@@ -51,6 +51,10 @@ return st.endpoint{ name = "geometry", params = { x = st.tensor_param{} },
 return st.endpoint{ name = "cached", cache = true, params = { x = st.required },
   build = function(a) return 1 end }
 ]],
+  ["full.lua"] = [[
+return st.endpoint{ name = "full", cache = true, params = { v = 1 },
+  build = function(a) return st.module{ w = st.full{3, value = a.v} } end }
+]],
   ["bad.lua"] = [[
 return st.endpoint{ name = "bad",
   build = function(a)
@@ -334,5 +338,35 @@ describe("the Lua client", function()
     local d = assert(st.connect{ path = srv.socket })
     d:close()
     assert.has_error(function() d:ping() end)
+  end)
+
+  it("reuses a live result of an object, never a freed or replaced one", function()
+    local r1 = assert(c:call("full", { v = 2 }))
+    local r2 = assert(c:call("full", { v = 2 }))
+    assert.are.equal(r1.object.id, r2.object.id)
+    -- the same tensor tables, in a table of the result's own
+    assert.are.equal(r1.value.tensors.w, r2.value.tensors.w)
+    assert.are_not.equal(r1.value, r2.value)
+    r2.value.tensors.w = nil
+    assert.is_not_nil(r1.value.tensors.w)
+    -- r2 holds the memory on its own: freeing r1 leaves r2's tensors valid
+    r1:free()
+    collectgarbage()
+    assert.are.equal(2, r1.value.tensors.w:get(2))
+    -- r1 freed: the next result converts anew
+    local r3 = assert(c:call("full", { v = 2 }))
+    assert.are_not.equal(r1.value.tensors.w, r3.value.tensors.w)
+    assert.are.equal(2, r3.value.tensors.w:get(0))
+    -- a replaced object (a new build) is never served from the old one
+    r3.value.tensors.w:set(0, 9)
+    assert.is_true(c:invalidate("full", { v = 2 }))
+    local r4 = assert(c:call("full", { v = 2 }))
+    assert.are_not.equal(r3.object.id, r4.object.id)
+    assert.are_not.equal(r3.value.tensors.w, r4.value.tensors.w)
+    assert.are.equal(2, r4.value.tensors.w:get(0))
+    assert.are.equal(9, r3.value.tensors.w:get(0))
+    r2:free()
+    r3:free()
+    r4:free()
   end)
 end)

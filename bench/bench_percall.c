@@ -1,0 +1,195 @@
+/* bench_percall: the per-call rows of issue 12 through libstclient, for
+ * bench/bench_percall.py, which starts the server, runs this program
+ * against it and prints its rows next to the Python package's.
+ *
+ *   bench_percall --socket PATH --dir DIR [--device cpu|cuda] [--iters N] [--rows KEY,...]
+ *
+ * Endpoints (bench_percall.py writes them): cached16 (cache), fresh4
+ * (plain), mcached16 (managed + cache), managed16 (managed), quick (plain,
+ * returns 1), echo (returns its tensor argument), module300 (cache, a
+ * module of 300 tensors). DIR holds the raw socket of the floor.
+ *
+ * Prints one line per row, "row KEY N P50 P99 MEAN" (microseconds), in
+ * the order of --rows (default: every row, the floor "raw" first). Timings are printed, never asserted.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fixture.h"
+#include "kit.h"
+#include "st/client.h"
+
+static st_client_t *client;
+static const char *device = "cpu";
+
+static void die(const char *what) {
+  fprintf(stderr, "bench_percall: %s: %s: %s\n", what, st_client_error_name(client),
+          st_client_error(client));
+  exit(1);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static void row(const char *key, double *us, int n) {
+  qsort(us, (size_t)n, sizeof *us, cmp_double);
+  double sum = 0;
+  for (int i = 0; i < n; i++) sum += us[i];
+  printf("row %s %d %.2f %.2f %.2f\n", key, n, us[n / 2], us[(int)(n * 0.99)], sum / n);
+}
+
+/* One call of `endpoint`, whose value holds a tensor; the caller frees the
+ * result. */
+static st_result_t *call(const char *endpoint, const st_args_t *a) {
+  st_result_t *r;
+  if (st_client_call(client, endpoint, a, &r) != ST_OK) die(endpoint);
+  if (st_result_tensor_count(r) == 0) {
+    fprintf(stderr, "bench_percall: %s returned no tensor\n", endpoint);
+    exit(1);
+  }
+  return r;
+}
+
+static void release_object(st_result_t *r) {
+  st_object_info_t o;
+  if (st_result_object(r, &o) != ST_OK) die("no object in a managed reply");
+  if (st_client_release(client, o.id, NULL, NULL, NULL) != ST_OK) die("release");
+}
+
+enum { PING, CACHED_KEPT, CACHED_DROPPED, FRESH, MCACHED, MANAGED, SUBMIT, TARG, MODULE, INFO };
+
+static void one(int what, st_result_t *targ) {
+  st_result_t *r = NULL;
+  switch (what) {
+  case PING:
+    if (st_client_ping(client, NULL) != ST_OK) die("ping");
+    return;
+  case CACHED_KEPT:
+  case CACHED_DROPPED:
+    r = call("cached16", NULL);
+    break;
+  case FRESH:
+    r = call("fresh4", NULL);
+    break;
+  case MCACHED:
+    r = call("mcached16", NULL);
+    release_object(r);
+    break;
+  case MANAGED:
+    r = call("managed16", NULL);
+    release_object(r);
+    break;
+  case SUBMIT: {
+    uint64_t id;
+    if (st_client_submit(client, "quick", NULL, &id) != ST_OK) die("submit");
+    if (st_client_task_wait(client, id, 10, &r) != ST_OK) die("wait");
+    break;
+  }
+  case TARG: {
+    /* The arguments are built per call, as a binding does. */
+    char err[256];
+    st_args_t *a = st_args_new();
+    if (!a || st_args_tensor(a, "x", st_result_tensor(targ, 0), err, sizeof err) != ST_OK) {
+      fprintf(stderr, "bench_percall: tensor argument: %s\n", err);
+      exit(1);
+    }
+    r = call("echo", a);
+    st_args_free(a);
+    break;
+  }
+  case MODULE:
+    r = call("module300", NULL);
+    break;
+  case INFO:
+    if (st_client_info(client, &r) != ST_OK) die("info");
+    break;
+  }
+  st_result_free(r);
+}
+
+static void measure(const char *key, int what, int iters, st_result_t *targ) {
+  double *us = malloc(sizeof(double) * (size_t)iters);
+  for (int i = -100; i < iters; i++) {
+    double t0 = stt_now_ms();
+    one(what, targ);
+    if (i >= 0) us[i] = (stt_now_ms() - t0) * 1e3;
+  }
+  row(key, us, iters);
+  free(us);
+}
+
+/* Runs row `key` (a name of `rows`), with what it needs set up. */
+static void run_row(const char *key, const char *dir, int iters) {
+  static const struct {
+    const char *key;
+    int what;
+  } rows[] = {{"ping", PING},           {"cached_kept", CACHED_KEPT}, {"cached_dropped", CACHED_DROPPED},
+              {"fresh", FRESH},         {"mcached_release", MCACHED}, {"managed_release", MANAGED},
+              {"submit_wait", SUBMIT},  {"targ_4k", TARG},            {"module300", MODULE},
+              {"info", INFO}};
+  if (!strcmp(key, "raw")) {
+    double *us = malloc(sizeof(double) * (size_t)iters);
+    bk_raw_pingpong(dir, us, iters);
+    row("raw", us, iters);
+    free(us);
+    return;
+  }
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    if (strcmp(key, rows[i].key) != 0) continue;
+    st_result_t *keep = NULL, *targ = NULL;
+    /* Kept: one result holds the mapping, so every hit reuses it. */
+    if (rows[i].what == CACHED_KEPT) keep = call("cached16", NULL);
+    if (rows[i].what == MODULE) {
+      keep = call("module300", NULL);
+      iters = iters / 4 ? iters / 4 : 1;
+    }
+    if (rows[i].what == TARG) {
+      char err[256];
+      int64_t n = 1024;
+      if (st_tensor_alloc(device, ST_DTYPE_FLOAT32, 1, &n, &targ, err, sizeof err) != ST_OK) {
+        fprintf(stderr, "bench_percall: st_tensor_alloc: %s\n", err);
+        exit(1);
+      }
+    }
+    measure(key, rows[i].what, iters, targ);
+    st_result_free(keep);
+    st_result_free(targ);
+    return;
+  }
+  fprintf(stderr, "bench_percall: no row %s\n", key);
+  exit(2);
+}
+
+int main(int argc, char **argv) {
+  const char *sock = NULL, *dir = NULL;
+  char rows[512] = "raw,ping,cached_kept,cached_dropped,fresh,mcached_release,managed_release,"
+                   "submit_wait,targ_4k,module300,info";
+  int iters = 2000;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--socket") && i + 1 < argc) sock = argv[++i];
+    else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
+    else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
+    else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--rows") && i + 1 < argc) snprintf(rows, sizeof rows, "%s", argv[++i]);
+    else {
+      fprintf(stderr, "usage: bench_percall --socket PATH --dir DIR [--device cpu|cuda] "
+                      "[--iters N] [--rows KEY,...]\n");
+      return 2;
+    }
+  }
+  if (!sock || !dir || iters < 1) {
+    fprintf(stderr, "bench_percall: --socket and --dir are required, --iters >= 1\n");
+    return 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  client = bk_connect(sock);
+  for (char *save = NULL, *key = strtok_r(rows, ",", &save); key; key = strtok_r(NULL, ",", &save))
+    run_row(key, dir, iters);
+  st_client_close(client);
+  return 0;
+}

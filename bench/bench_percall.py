@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""bench_percall: one call's cost through the Python package, next to C.
+
+    build/bench/bench_percall.sh [--device cpu|cuda] [--iters N]
+    python3 bench/bench_percall.py --build build [--device cpu|cuda] [--iters N]
+
+Starts its own stserver (a temp dir, a small memory_budget, the endpoints
+below on --device), runs build/bench/bench_percall (the same rows through
+libstclient from C, and the raw Unix-socket ping-pong, the floor) against
+it, then times each row through sharedtensor (torch tensors) and, on the
+CPU when luajit is installed, through the Lua client (bench_percall.lua),
+and prints one table: p50 and p99 of each side in microseconds, and
+Python/C and Lua/C at p50.
+
+Rows (issue 12): ping; a cached 16-float tensor with one result kept (the
+mapping is reused); the same with every result dropped (mapped and
+unmapped each call, unless the client keeps arenas); a plain endpoint
+returning a fresh 4-float tensor; a managed and cached call + release; a
+managed call with a fresh result + release; submit + wait; a 4 KiB tensor
+argument returned; a 300-tensor module called again with its mapping
+cached; info(). --profile NAME runs one Python row under cProfile
+instead. Timings are printed, never asserted.
+"""
+import argparse
+import gc
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+ENDPOINTS = """
+local function t(n) return st.arange { n, dtype = "float32" } end
+return {
+  st.endpoint { name = "cached16", cache = true, build = function() return t(16) end },
+  st.endpoint { name = "fresh4", build = function() return t(4) end },
+  st.endpoint { name = "mcached16", managed = true, cache = true, build = function() return t(16) end },
+  st.endpoint { name = "managed16", managed = true, build = function() return t(16) end },
+  st.endpoint { name = "quick", build = function() return 1 end },
+  st.endpoint { name = "echo", params = { x = st.tensor_param {} },
+                build = function(a) return a.x end },
+  st.endpoint { name = "module300", cache = true, build = function()
+    local list = {}
+    for i = 1, 300 do list[i] = { "layer" .. i, t(4) } end
+    return st.module(list, { arch = "bench" })
+  end },
+}
+"""
+
+ROWS = [
+    ("raw", "raw Unix-socket ping-pong 64 B (floor)"),
+    ("ping", "ping"),
+    ("cached_kept", "cached 16-float tensor, result kept"),
+    ("cached_dropped", "the same, result dropped each call"),
+    ("fresh", "fresh 4-float tensor, call"),
+    ("mcached_release", "managed cached call + release"),
+    ("managed_release", "managed call, fresh result + release"),
+    ("submit_wait", "submit + wait"),
+    ("targ_4k", "tensor argument 4 KiB, returned"),
+    ("module300", "300-tensor module, mapping cached, again"),
+    ("info", "info()"),
+]
+
+
+def start_server(build, device):
+    d = tempfile.mkdtemp(prefix="st-percall-")
+    os.mkdir(os.path.join(d, "endpoints"))
+    with open(os.path.join(d, "endpoints", "bench.lua"), "w") as f:
+        f.write(ENDPOINTS)
+    cfg = os.path.join(d, "config.lua")
+    with open(cfg, "w") as f:
+        f.write("return { base_path = %r, endpoints = %r, workers = 2, log_level = 'warn',\n"
+                "  default_device = %r, memory_budget = { cpu = 256 * 2^20%s } }\n"
+                % (os.path.join(d, "st"), os.path.join(d, "endpoints"), device,
+                   ', ["cuda:0"] = 2^30' if device == "cuda" else ""))
+    log = open(os.path.join(d, "server.log"), "wb")
+    proc = subprocess.Popen([os.path.join(build, "bin", "stserver"), "--config", cfg],
+                            stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    sock = os.path.join(d, "st-0.sock")
+    deadline = time.monotonic() + 20
+    while not os.path.exists(sock):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            sys.exit("stserver did not start; see %s/server.log" % d)
+        time.sleep(0.01)
+    return d, sock, proc
+
+
+def c_rows(build, sock, d, device, iters, keys):
+    # The C rows use the library the Python rows use.
+    env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(os.environ["ST_CLIENT_LIB"]))
+    out = subprocess.run([os.path.join(build, "bench", "bench_percall"), "--socket", sock,
+                          "--dir", d, "--device", device, "--iters", str(iters),
+                          "--rows", ",".join(keys)],
+                         capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        sys.exit("bench_percall (C) failed:\n" + out.stderr)
+    rows = {}
+    for line in out.stdout.splitlines():
+        f = line.split()
+        if len(f) == 6 and f[0] == "row":
+            rows[f[1]] = (float(f[3]), float(f[4]))
+    return rows
+
+
+def lua_rows(sock, iters, keys):
+    """The rows of bench_percall.lua (st.client on LuaJIT), when luajit runs."""
+    luajit = shutil.which("luajit")
+    if not luajit:
+        return {}
+    out = subprocess.run([luajit, os.path.join(HERE, "bench_percall.lua"), sock, str(iters),
+                          ",".join(keys)],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit("bench_percall.lua failed:\n" + out.stderr)
+    rows = {}
+    for line in out.stdout.splitlines():
+        f = line.split()
+        if len(f) == 5 and f[0] == "row":
+            rows[f[1]] = (float(f[3]), float(f[4]))
+    return rows
+
+
+def python_rows(st, torch, sock, device, iters):
+    """{key: function doing one call} on a fresh client, plus its teardown."""
+    c = st.Client(path=sock)
+    keep = {}
+
+    def ping():
+        c.ping()
+
+    def cached():
+        c.call("cached16")
+
+    def fresh():
+        c.call("fresh4")
+
+    def managed(name):
+        def f():
+            with c.call(name):
+                pass
+        return f
+
+    def submit_wait():
+        c.wait(c.submit("quick"))
+
+    x = st.empty(1024, dtype=torch.float32, device=device)
+
+    def targ():
+        c.call("echo", x=x)
+
+    def module():
+        c.call("module300")
+
+    def info():
+        c.info()
+
+    def prepare(key):
+        keep.clear()
+        if key == "cached_kept":
+            keep["h"] = c.call("cached16")
+        elif key == "module300":
+            keep["h"] = c.call("module300")
+
+    fns = {"ping": ping, "cached_kept": cached, "cached_dropped": cached, "fresh": fresh,
+           "mcached_release": managed("mcached16"), "managed_release": managed("managed16"),
+           "submit_wait": submit_wait, "targ_4k": targ, "module300": module, "info": info}
+    return c, fns, prepare
+
+
+def measure(fn, iters):
+    clock = time.perf_counter
+    us = []
+    for i in range(iters + 100):
+        t0 = clock()
+        fn()
+        t1 = clock()
+        if i >= 100:
+            us.append((t1 - t0) * 1e6)
+    us.sort()
+    return us[len(us) // 2], us[int(len(us) * 0.99)]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default=os.path.join(HERE, "..", "build"),
+                    help="the build tree (bin/stserver, lib/, bench/bench_percall)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--iters", type=int, default=2000)
+    ap.add_argument("--profile", metavar="ROW", help="profile one Python row with cProfile")
+    ap.add_argument("--package", default=os.path.join(HERE, "..", "python"),
+                    help="the directory holding the sharedtensor package (to compare versions; "
+                         "$ST_CLIENT_LIB picks the library)")
+    o = ap.parse_args()
+    build = os.path.abspath(o.build)
+    os.environ.setdefault("ST_CLIENT_LIB", os.path.join(build, "lib", "libstclient.so.0"))
+    sys.path.insert(0, os.path.abspath(o.package))
+    import torch
+    import sharedtensor as st
+
+    d, sock, proc = start_server(build, o.device)
+    try:
+        c, fns, prepare = python_rows(st, torch, sock, o.device, o.iters)
+        if o.profile:
+            import cProfile
+            import pstats
+            prepare(o.profile)
+            fn = fns[o.profile]
+            for _ in range(100):
+                fn()
+            cProfile.runctx("for _ in range(n): fn()", {}, {"fn": fn, "n": o.iters},
+                            os.path.join(d, "prof"))
+            pstats.Stats(os.path.join(d, "prof")).sort_stats("tottime").print_stats(25)
+            return
+        # Row by row, C then Lua then Python, so that each row meets the
+        # server in the same state from every side (tasks kept, objects).
+        crow, lrow, prow = c_rows(build, sock, d, o.device, o.iters, ["raw"]), {}, {}
+        for key, _ in ROWS[1:]:
+            crow.update(c_rows(build, sock, d, o.device, o.iters, [key]))
+            if o.device == "cpu":
+                lrow.update(lua_rows(sock, o.iters, [key]))
+            n = o.iters // 4 if key == "module300" else o.iters
+            prepare(key)
+            gc.collect()
+            prow[key] = measure(fns[key], max(n, 1))
+            prepare(None)
+        c.close()
+        print("bench_percall: device %s, %d CPUs, %d iterations per row (module300: a quarter), "
+              "torch %s" % (o.device, os.cpu_count(), o.iters, torch.__version__))
+        print("%-42s %10s %8s %10s %8s %10s %8s %7s %7s" % (
+            "row (us)", "Python p50", "p99", "C p50", "p99", "Lua p50", "p99", "Py/C", "Lua/C"))
+        for key, label in ROWS:
+            cells = []
+            for side in (prow, crow, lrow):
+                v = side.get(key)
+                cells.append("%10.1f %8.1f" % v if v else "%10s %8s" % ("", ""))
+            cr = crow.get(key)
+            for side in (prow, lrow):
+                v = side.get(key)
+                cells.append("%7.2f" % (v[0] / cr[0]) if v and cr and cr[0] > 0 else "%7s" % "")
+            print("%-42s %s" % (label, " ".join(cells)))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+"""Results as Python values, with as few crossings into the library as a
+reply allows (docs/python.md, "What a call costs").
+
+  - A reply is described by one struct (st_client_call_summary /
+    st_result_summary): its kind, tensor count, object and identity.
+  - Plain values come whole from st_result_marshal (the value in CPython's
+    marshal format, read by marshal.loads); tensors stand there as (i,)
+    and modules as ([i...], [names], metadata), replaced afterwards.
+  - Every tensor's DLPack capsule comes from one st_result_dlpack_all.
+  - A result of an object this process already converted reuses the torch
+    tensors of that conversion while they live: the cache holds weak
+    references only, keyed by (server id, object id) and checked against
+    the identity (addresses, dtypes, shapes, strides) of the new reply.
+"""
+import collections
+import ctypes
+import functools
+import marshal
+import weakref
+
+from . import _lib
+from . import tensor as _tensor
+
+_l = _lib.lib
+_dlpack_all = _l.st_result_dlpack_all
+_marshal = _l.st_result_marshal
+_tensor_at = _l.st_result_tensor
+_capsule = _lib.capsule
+_string_at = ctypes.string_at
+_VOIDP = ctypes.c_void_p
+_SIZE = ctypes.c_size_t
+
+TENSOR, MODULE = _lib.ST_VALUE_TENSOR, _lib.ST_VALUE_MODULE
+
+
+class Module(collections.OrderedDict):
+    """A module result: name -> tensor in the server's order, plus
+    `.metadata` (a dict)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.metadata = {}
+
+
+# ------------------------------------------------------------- tensors
+
+_torch_mod = None
+_from_dlpack = None
+
+
+def _torch():
+    global _torch_mod, _from_dlpack
+    if _torch_mod is None:
+        torch = _tensor._torch()
+        # A capsule goes straight to torch's C entry point when it has one.
+        _from_dlpack = getattr(torch._C, "_from_dlpack", None) or torch.from_dlpack
+        _torch_mod = torch
+    return _torch_mod
+
+
+def torch_tensors(res, n):
+    """The n tensors of `res` (a tensor.Result) as torch tensors: one
+    library call exports them all. A tensor torch refuses this way (a
+    dtype it lacks, bool on torch 1.13, a versioned capsule it does not
+    take) goes through tensor.to_torch, which knows those cases, or stays
+    a SharedTensor."""
+    _torch()
+    versioned = _tensor._torch_state["versioned"]
+    ptrs = (_VOIDP * n)()
+    _dlpack_all(res.ptr, 1 if versioned else 0, ptrs, n)
+    out = []
+    for i, p in enumerate(ptrs):
+        t = None
+        if p:
+            try:
+                t = _from_dlpack(_capsule(p, versioned))
+            except (TypeError, RuntimeError, BufferError, ValueError):
+                t = None   # the refused capsule frees itself
+        if t is None:
+            t = _slow_tensor(res, i, "torch")
+        out.append(t)
+    return out
+
+
+def _slow_tensor(res, i, framework):
+    tptr = _tensor_at(res.ptr, i)
+    st = _tensor.SharedTensor(res, tptr)
+    if framework != "torch" or not _tensor.torch_knows(st.dtype):
+        return st
+    return _tensor.to_torch(res, tptr)
+
+
+def tensors_of(res, n, framework):
+    if not n:
+        return []
+    if framework == "torch":
+        return torch_tensors(res, n)
+    return [_tensor.SharedTensor(res, _tensor_at(res.ptr, i)) for i in range(n)]
+
+
+# -------------------------------------------------------------- values
+
+def _join(path, key):
+    return "%s.%s" % (path, key) if path else str(key)
+
+
+def _module(spec, tensors, path):
+    indices, names, meta = spec
+    prefix = path + "." if path else ""
+    m = Module()
+    for i, full in zip(indices, names):
+        m[full[len(prefix):] if full.startswith(prefix) else full] = tensors[i]
+    m.metadata = _place(meta, tensors, path) if meta is not None else {}
+    return m
+
+
+def _place(v, tensors, path):
+    """v from marshal with its tensor and module tuples replaced."""
+    t = type(v)
+    if t is tuple:
+        return tensors[v[0]] if len(v) == 1 else _module(v, tensors, path)
+    if t is list:
+        for i, x in enumerate(v):
+            if type(x) in (tuple, list, dict):
+                v[i] = _place(x, tensors, _join(path, i))
+    elif t is dict:
+        for k, x in v.items():
+            if type(x) in (tuple, list, dict):
+                v[k] = _place(x, tensors, _join(path, k))
+    return v
+
+
+def value_of(res, summary, framework, slow):
+    """The Python value of result `res` described by `summary`; `slow(res,
+    framework)` converts node by node what marshal cannot carry."""
+    kind, n = summary.kind, summary.ntensors
+    if kind == TENSOR and n == 1:
+        return tensors_of(res, 1, framework)[0]
+    size = _SIZE()
+    p = _marshal(res.ptr, ctypes.byref(size))
+    if not p:
+        return slow(res, framework)
+    v = marshal.loads(_string_at(p, size.value))
+    if not n:
+        return v
+    return _place(v, tensors_of(res, n, framework), "")
+
+
+# --------------------------------------------------------------- reuse
+
+class _Slot:
+    __slots__ = ("i",)
+
+    def __init__(self, i):
+        self.i = i
+
+
+class _ModuleT:
+    """A module's template: its names, the positions of its tensors, and
+    the template of its metadata."""
+    __slots__ = ("names", "slots", "metadata")
+
+    def __init__(self, names, slots, metadata):
+        self.names, self.slots, self.metadata = names, slots, metadata
+
+
+def _template(v, index):
+    """v with each tensor replaced by its _Slot (index: id -> position)."""
+    t = type(v)
+    if t is Module:
+        slots = [index.get(id(x)) for x in v.values()]
+        if None in slots:
+            return v   # not reached: every module value is a tensor
+        return _ModuleT(list(v.keys()), slots, _template(v.metadata, index))
+    if t is list:
+        return [_template(x, index) for x in v]
+    if t is dict:
+        return {k: _template(x, index) for k, x in v.items()}
+    i = index.get(id(v))
+    return _Slot(i) if i is not None else v
+
+
+def _rebuild(v, tensors):
+    """A fresh copy of template v with the live tensors in place."""
+    t = type(v)
+    if t is _Slot:
+        return tensors[v.i]
+    if t is _ModuleT:
+        m = Module(zip(v.names, map(tensors.__getitem__, v.slots)))
+        m.metadata = _rebuild(v.metadata, tensors)
+        return m
+    if t is list:
+        return [_rebuild(x, tensors) for x in v]
+    if t is dict:
+        return {k: _rebuild(x, tensors) for k, x in v.items()}
+    return v
+
+
+_reuse = {}   # (server id, object id) -> [identity, template, weakrefs, token, strings]
+
+
+def _forget(key, token, _ref):
+    e = _reuse.get(key)
+    if e is not None and e[3] is token:
+        del _reuse[key]
+
+
+def reuse_get(key, identity):
+    """A new value of the object `key` built from the tensors of its last
+    conversion when they all live and `identity` matches; else None."""
+    e = _reuse.get(key)
+    if e is None or e[0] != identity:
+        return None
+    tensors = [r() for r in e[2]]
+    for t in tensors:
+        if t is None:
+            return None
+    return _rebuild(e[1], tensors), e[4]
+
+
+def reuse_put(key, identity, value, tensors, strings):
+    """Remembers value's tensors (weakly) for the next result of object key."""
+    token = object()
+    drop = functools.partial(_forget, key, token)
+    try:
+        refs = [weakref.ref(t, drop) for t in tensors]
+    except TypeError:
+        return   # a tensor type without weak references: no reuse
+    index = {id(t): i for i, t in enumerate(tensors)}
+    _reuse[key] = [identity, _template(value, index), refs, token, strings]
+
+
+def reuse_clear():
+    """Forgets every remembered conversion (tests)."""
+    _reuse.clear()

@@ -1,0 +1,47 @@
+/* src/client: what language bindings read of a reply in one call
+ * (st_result_summary, st_client_call_summary; include/st/client.h,
+ * "Bindings"). Each crossing of a binding into C (ctypes, LuaJIT's FFI)
+ * costs more than the C it runs, so a call's reply is described in one
+ * struct instead of one accessor per field. */
+#include <string.h>
+
+#include "st/client.h"
+
+/* FNV-1a over `len` bytes, continuing from h. */
+static uint64_t mix(uint64_t h, const void *p, size_t len) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < len; i++) {
+    h ^= b[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+/* See client.h. Any thread while r lives. */
+ST_API int st_result_summary(const st_result_t *r, st_result_summary_t *out) {
+  if (!r || !out) return ST_ERR_INVALID_ARGUMENT;
+  memset(out, 0, sizeof *out);
+  out->value = st_result_value(r);
+  out->kind = out->value ? (int)out->value->kind : ST_VALUE_NIL;
+  out->ntensors = st_result_tensor_count(r);
+  out->has_object = st_result_object(r, &out->object) == ST_OK;
+  uint64_t h = 14695981039346656037ull;
+  for (size_t i = 0; i < out->ntensors; i++) {
+    const st_tensor_t *t = st_result_tensor(r, i);
+    int head[4] = {(int)t->dtype, t->ndim, (int)t->device, t->device_index};
+    h = mix(h, &t->data, sizeof t->data);
+    h = mix(h, head, sizeof head);
+    h = mix(h, t->shape, sizeof *t->shape * (size_t)t->ndim);
+    h = mix(h, t->strides, sizeof *t->strides * (size_t)t->ndim);
+  }
+  out->identity = h;
+  return ST_OK;
+}
+
+/* See client.h. Thread of the client. */
+ST_API int st_client_call_summary(st_client_t *c, const char *endpoint, const st_args_t *args,
+                                  st_result_t **out, st_result_summary_t *summary) {
+  int rc = st_client_call(c, endpoint, args, out);
+  if (rc != ST_OK || !summary) return rc;
+  return st_result_summary(*out, summary);
+}

@@ -1,0 +1,207 @@
+/* src/client: a result's value in CPython's marshal format
+ * (st_result_marshal, include/st/client.h), which the Python package
+ * reads with marshal.loads: the whole tree converted in C at once instead
+ * of one ctypes access per node.
+ *
+ * Only codes every marshal version reads are written: None 'N', False
+ * 'F', True 'T', int32 'i', long 'l' (15-bit digits), binary float 'g',
+ * bytes 's', str 'u' (UTF-8), tuple '(', list '[', dict '{' ... '0'. A
+ * tensor is the tuple (index,) and a module the tuple ([indices], [full
+ * names], metadata), indices in st_result_tensor order: tuples stand for
+ * nothing else. A value marshal cannot carry the same way is refused
+ * (ST_ERR_NOT_FOUND): a string that is not strict UTF-8 (the package then
+ * converts it node by node, with replacement characters), a tensor in a
+ * map key.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "client/result.h"
+
+typedef struct writer {
+  st_result_t *r;
+  unsigned char *buf;
+  size_t len, cap;
+  int rc;
+} writer_t;
+
+static void put(writer_t *w, const void *p, size_t n) {
+  if (w->rc != ST_OK) return;
+  if (w->cap - w->len < n) {
+    size_t cap = w->cap ? w->cap * 2 : 1024;
+    while (cap - w->len < n) cap *= 2;
+    unsigned char *b = st__client_result_alloc(w->r, cap);
+    if (!b) {
+      w->rc = ST_ERR_OUT_OF_MEMORY;
+      return;
+    }
+    if (w->len) memcpy(b, w->buf, w->len);
+    w->buf = b;   /* the old block stays with the result until it is freed */
+    w->cap = cap;
+  }
+  memcpy(w->buf + w->len, p, n);
+  w->len += n;
+}
+
+static void put_code(writer_t *w, char c) { put(w, &c, 1); }
+
+static void put_u32(writer_t *w, uint32_t v) {
+  unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
+                        (unsigned char)(v >> 24)};
+  put(w, b, 4);
+}
+
+static void put_sized(writer_t *w, char code, uint32_t n) {
+  put_code(w, code);
+  put_u32(w, n);
+}
+
+static void put_int(writer_t *w, int64_t v) {
+  if (v >= INT32_MIN && v <= INT32_MAX) {
+    put_code(w, 'i');
+    put_u32(w, (uint32_t)(int32_t)v);
+    return;
+  }
+  uint64_t mag = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+  uint16_t digits[5];
+  int n = 0;
+  while (mag) {
+    digits[n++] = (uint16_t)(mag & 0x7fff);
+    mag >>= 15;
+  }
+  put_code(w, 'l');
+  put_u32(w, (uint32_t)(int32_t)(v < 0 ? -n : n));
+  for (int i = 0; i < n; i++) {
+    unsigned char b[2] = {(unsigned char)digits[i], (unsigned char)(digits[i] >> 8)};
+    put(w, b, 2);
+  }
+}
+
+static void put_float(writer_t *w, double d) {
+  uint64_t u;
+  memcpy(&u, &d, sizeof u);
+  unsigned char b[8];
+  for (int i = 0; i < 8; i++) b[i] = (unsigned char)(u >> (8 * i));
+  put_code(w, 'g');
+  put(w, b, 8);
+}
+
+/* Strict UTF-8: no overlong forms, no surrogates, nothing past U+10FFFF. */
+static int utf8_ok(const unsigned char *s, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    unsigned c = s[i];
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    size_t k;
+    unsigned lo = 0x80, hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) k = 1;
+    else if (c == 0xe0) k = 2, lo = 0xa0;
+    else if (c == 0xed) k = 2, hi = 0x9f;
+    else if (c >= 0xe1 && c <= 0xef) k = 2;
+    else if (c == 0xf0) k = 3, lo = 0x90;
+    else if (c >= 0xf1 && c <= 0xf3) k = 3;
+    else if (c == 0xf4) k = 3, hi = 0x8f;
+    else return 0;
+    if (n - i - 1 < k) return 0;
+    if (s[i + 1] < lo || s[i + 1] > hi) return 0;
+    for (size_t j = 2; j <= k; j++)
+      if (s[i + j] < 0x80 || s[i + j] > 0xbf) return 0;
+    i += k + 1;
+  }
+  return 1;
+}
+
+/* Index of t among r's tensors, starting the search at *next (tensors
+ * come in decode order, so the first guess is right). */
+static int64_t tensor_index(writer_t *w, const st_tensor_t *t, size_t *next) {
+  st_result_t *r = w->r;
+  for (size_t k = 0; k < r->ntensors; k++) {
+    size_t i = (*next + k) % r->ntensors;
+    if (r->tensors[i] == t) {
+      *next = i + 1;
+      return (int64_t)i;
+    }
+  }
+  w->rc = ST_ERR_NOT_FOUND;
+  return 0;
+}
+
+static void put_value(writer_t *w, const st_value_t *v, size_t *next, int in_key) {
+  if (w->rc != ST_OK) return;
+  switch (v->kind) {
+  case ST_VALUE_NIL:
+    put_code(w, 'N');
+    return;
+  case ST_VALUE_BOOL:
+    put_code(w, v->as.boolean ? 'T' : 'F');
+    return;
+  case ST_VALUE_INT:
+    put_int(w, v->as.integer);
+    return;
+  case ST_VALUE_FLOAT:
+    put_float(w, v->as.number);
+    return;
+  case ST_VALUE_STRING:
+  case ST_VALUE_BINARY:
+    if (v->as.str.len > INT32_MAX ||
+        (v->kind == ST_VALUE_STRING &&
+         !utf8_ok((const unsigned char *)v->as.str.ptr, v->as.str.len))) {
+      w->rc = ST_ERR_NOT_FOUND;
+      return;
+    }
+    put_sized(w, v->kind == ST_VALUE_STRING ? 'u' : 's', (uint32_t)v->as.str.len);
+    put(w, v->as.str.ptr, v->as.str.len);
+    return;
+  case ST_VALUE_ARRAY:
+    put_sized(w, '[', (uint32_t)v->as.array.len);
+    for (size_t i = 0; i < v->as.array.len; i++)
+      put_value(w, &v->as.array.items[i], next, in_key);
+    return;
+  case ST_VALUE_MAP:
+    put_code(w, '{');
+    for (size_t i = 0; i < v->as.map.len; i++) {
+      put_value(w, &v->as.map.keys[i], next, 1);
+      put_value(w, &v->as.map.values[i], next, in_key);
+    }
+    put_code(w, '0');
+    return;
+  case ST_VALUE_TENSOR:
+    if (in_key) w->rc = ST_ERR_NOT_FOUND;
+    put_sized(w, '(', 1);
+    put_int(w, tensor_index(w, v->as.tensor, next));
+    return;
+  case ST_VALUE_MODULE: {
+    size_t n = v->as.module.len;
+    if (in_key) w->rc = ST_ERR_NOT_FOUND;
+    put_sized(w, '(', 3);
+    put_sized(w, '[', (uint32_t)n);
+    for (size_t i = 0; i < n; i++) put_int(w, tensor_index(w, v->as.module.tensors[i], next));
+    put_sized(w, '[', (uint32_t)n);
+    for (size_t i = 0; i < n; i++) {
+      const char *name = v->as.module.tensors[i]->name;
+      size_t len = strlen(name);
+      if (!utf8_ok((const unsigned char *)name, len)) w->rc = ST_ERR_NOT_FOUND;
+      put_sized(w, 'u', (uint32_t)len);
+      put(w, name, len);
+    }
+    put_value(w, v->as.module.metadata, next, in_key);
+    return;
+  }
+  }
+  w->rc = ST_ERR_NOT_FOUND;
+}
+
+/* See client.h. Thread that owns r (the buffer is allocated in r). */
+ST_API const void *st_result_marshal(st_result_t *r, size_t *len) {
+  if (len) *len = 0;
+  if (!r || !len || !r->value) return NULL;
+  writer_t w = {.r = r, .rc = ST_OK};
+  size_t next = 0;
+  put_value(&w, r->value, &next, 0);
+  if (w.rc != ST_OK) return NULL;
+  *len = w.len;
+  return w.buf;
+}

@@ -1,0 +1,116 @@
+/* src/server: the arenas a connection's client keeps mapped
+ * (arena_refs.h). Loop thread only. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "server/arena_refs.h"
+
+#include "proto/proto.h"
+#include "st/errors.h"
+
+/* Slot of id in the open-addressed table (0 marks a free slot; arena ids
+ * start at 1), or of the free slot where it would go. */
+static size_t slot_of(const st__arena_refs_t *s, uint64_t id) {
+  size_t mask = s->cap - 1;
+  size_t i = (size_t)(id * 0x9e3779b97f4a7c15ull >> 20) & mask;
+  while (s->slots[i] && s->slots[i] != id) i = (i + 1) & mask;
+  return i;
+}
+
+/* See arena_refs.h. Loop thread. */
+int st__arena_refs_sent(const st__arena_refs_t *s, uint64_t arena_id) {
+  if (!s->on || !s->n || arena_id == 0) return 0;
+  return s->slots[slot_of(s, arena_id)] == arena_id;
+}
+
+/* Doubles the table (at least 64 slots). 0, or -1 out of memory. */
+static int grow(st__arena_refs_t *s) {
+  size_t cap = s->cap ? s->cap * 2 : 64;
+  uint64_t *old = s->slots;
+  size_t ocap = s->cap;
+  s->slots = calloc(cap, sizeof *s->slots);
+  if (!s->slots) {
+    s->slots = old;
+    return -1;
+  }
+  s->cap = cap;
+  for (size_t i = 0; i < ocap; i++)
+    if (old[i]) s->slots[slot_of(s, old[i])] = old[i];
+  free(old);
+  return 0;
+}
+
+/* See arena_refs.h. Loop thread. */
+int st__arena_refs_keep(st__arena_refs_t *s, uint64_t arena_id) {
+  if (!s->on || arena_id == 0) return 0;
+  if (s->n && s->slots[slot_of(s, arena_id)] == arena_id) return 1;
+  if (s->n >= ST_ARENA_REFS_MAX) return 0;
+  if ((s->n + 1) * 2 > s->cap && grow(s) != 0) return 0;
+  s->slots[slot_of(s, arena_id)] = arena_id;
+  s->n++;
+  return 1;
+}
+
+/* Removes id (linear probing: the entries after it that hashed before its
+ * slot move back, so that every lookup still finds them). */
+static void remove_id(st__arena_refs_t *s, uint64_t id) {
+  if (!s->n || id == 0) return;
+  size_t mask = s->cap - 1;
+  size_t i = slot_of(s, id);
+  if (s->slots[i] != id) return;
+  s->slots[i] = 0;
+  s->n--;
+  for (size_t j = (i + 1) & mask; s->slots[j]; j = (j + 1) & mask) {
+    uint64_t v = s->slots[j];
+    s->slots[j] = 0;
+    s->slots[slot_of(s, v)] = v;
+  }
+}
+
+/* See arena_refs.h. Loop thread. */
+int st__arena_refs_unmapped(st__arena_refs_t *s, const msgpack_object *params, char *err,
+                            size_t errlen) {
+  const msgpack_object *u = params ? st__map_get(params, "unmapped") : NULL;
+  if (!u || u->type == MSGPACK_OBJECT_NIL) return ST_OK;
+  int ok = u->type == MSGPACK_OBJECT_ARRAY;
+  for (uint32_t i = 0; ok && i < u->via.array.size; i++)
+    ok = u->via.array.ptr[i].type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+         u->via.array.ptr[i].via.u64 >= 1;
+  if (!ok) {
+    snprintf(err, errlen, "'unmapped' must be an array of arena ids (integers >= 1)");
+    return ST_ERR_INVALID_ARGUMENT;
+  }
+  for (uint32_t i = 0; i < u->via.array.size; i++)
+    remove_id(s, u->via.array.ptr[i].via.u64);
+  return ST_OK;
+}
+
+/* See arena_refs.h. Loop thread. */
+int st__arena_refs_hello(st__arena_refs_t *s, const msgpack_object *features, char *err,
+                         size_t errlen) {
+  int on = 0;
+  if (features && features->type != MSGPACK_OBJECT_NIL) {
+    int ok = features->type == MSGPACK_OBJECT_ARRAY;
+    for (uint32_t i = 0; ok && i < features->via.array.size; i++) {
+      const msgpack_object *f = &features->via.array.ptr[i];
+      ok = f->type == MSGPACK_OBJECT_STR;
+      if (ok && st__str_eq(f, "arena_refs")) on = 1;
+    }
+    if (!ok) {
+      snprintf(err, errlen, "hello: 'features' must be an array of strings");
+      return ST_ERR_INVALID_ARGUMENT;
+    }
+  }
+  /* A hello starts over: nothing was sent under what it asks for now. */
+  st__arena_refs_clear(s);
+  s->on = on;
+  return ST_OK;
+}
+
+/* See arena_refs.h. Loop thread. */
+void st__arena_refs_clear(st__arena_refs_t *s) {
+  free(s->slots);
+  s->slots = NULL;
+  s->cap = s->n = 0;
+  s->on = 0;
+}

@@ -1,0 +1,240 @@
+"""The per-call shortcuts of sharedtensor keep the semantics of a fresh
+conversion, against a real stserver (CPU tensors):
+
+  - reused torch tensors (an object converted again in this process) are
+    the live tensors of that same object, never those of an object
+    released, invalidated or replaced, and the reuse cache keeps nothing
+    alive;
+  - kept arenas (mappings left mapped after their last result) are served
+    again only for the same allocation, hold what the bound allows and
+    no more, and go when the bound is lowered;
+  - values read whole through st_result_marshal equal the node-by-node
+    conversion, including what marshal cannot carry (invalid UTF-8).
+"""
+import gc
+import math
+import unittest
+import weakref
+
+import st_fixture
+
+st_fixture.add_package_path()
+
+try:
+    import torch
+except ImportError:  # run_tests.py skips first
+    torch = None
+
+import sharedtensor as st  # noqa: E402
+from sharedtensor import _lib, client as _client, convert as _cv  # noqa: E402
+from sharedtensor.args import Args  # noqa: E402
+from sharedtensor.tensor import Result  # noqa: E402
+
+ENDPOINTS = {
+    "e.lua": """
+return {
+  st.endpoint { name = "cached", cache = true, params = { n = 8, v = 1 },
+    build = function(a) return st.full { a.n, value = a.v } end },
+  st.endpoint { name = "mod", cache = true, managed = true, params = { v = 1 },
+    build = function(a)
+      return st.module({ { "w", st.full { 3, value = a.v } }, { "b", st.zeros { 2 } } },
+                       { arch = "m", v = a.v })
+    end },
+  st.endpoint { name = "fresh", params = { v = 0, n = 4 },
+    build = function(a) return st.full { a.n, value = a.v } end },
+  st.endpoint { name = "echo", params = { value = st.required },
+    build = function(a) return a.value end },
+  st.endpoint { name = "bad_utf8", params = {},
+    build = function(a) return { s = "ok\\255\\254", t = st.arange { 2, dtype = "float32" } } end },
+  st.endpoint { name = "mixed", params = {},
+    build = function(a)
+      local t = st.arange { 6, dtype = "float32" }
+      return { one = "one", list = { 1, t }, big = 2^53, neg = -2^40,
+               inner = { m = st.module({ { "x", t } }) } }
+    end },
+}
+""",
+}
+
+
+@unittest.skipIf(torch is None, "torch is needed")
+class ReuseTest(st_fixture.ServerTestCase):
+    ENDPOINTS = ENDPOINTS
+
+    def setUp(self):
+        super().setUp()
+        self.c.invalidate_all("cached")
+        self.c.invalidate_all("mod")
+
+    def test_a_live_object_gives_the_same_tensors(self):
+        h1 = self.c.call("cached", n=8, v=2)
+        h2 = self.c.call("cached", n=8, v=2)
+        self.assertEqual(h1.object_id, h2.object_id)
+        self.assertIs(h2.value, h1.value)
+        self.assertEqual(h2.value.tolist(), [2.0] * 8)
+        # another object of the same endpoint is another conversion
+        h3 = self.c.call("cached", n=8, v=3)
+        self.assertIsNot(h3.value, h1.value)
+        self.assertEqual(h3.value.tolist(), [3.0] * 8)
+
+    def test_a_module_is_a_new_dict_of_the_same_tensors(self):
+        with self.c.call("mod", v=5) as h1, self.c.call("mod", v=5) as h2:
+            self.assertIsNot(h1.value, h2.value)
+            self.assertEqual(list(h2.value), ["w", "b"])
+            self.assertIs(h2.value["w"], h1.value["w"])
+            self.assertEqual(h2.value.metadata, {"arch": "m", "v": 5})
+            # changing one result's dict does not change the next
+            del h1.value["w"]
+            h1.value.metadata["arch"] = "changed"
+            with self.c.call("mod", v=5) as h3:
+                self.assertEqual(list(h3.value), ["w", "b"])
+                self.assertEqual(h3.value.metadata["arch"], "m")
+                self.assertEqual(h3.value["w"].tolist(), [5.0] * 3)
+
+    def test_a_replaced_object_is_not_served_stale(self):
+        h1 = self.c.call("cached", n=4, v=1)
+        h1.value.fill_(7.0)          # the object's memory, written
+        self.assertTrue(self.c.invalidate("cached", n=4, v=1))
+        h2 = self.c.call("cached", n=4, v=1)       # a new build: a new object
+        self.assertNotEqual(h2.object_id, h1.object_id)
+        self.assertIsNot(h2.value, h1.value)
+        self.assertEqual(h2.value.tolist(), [1.0] * 4)
+        self.assertEqual(h1.value.tolist(), [7.0] * 4)
+
+    def test_a_released_and_destroyed_object_is_not_served_stale(self):
+        with self.c.call("mod", v=9) as h1:
+            w1 = h1.value["w"]
+        self.c.invalidate_all("mod")      # no lease, not cached: destroyed
+        with self.c.call("mod", v=9) as h2:
+            self.assertNotEqual(h2.object_id, h1.object_id)
+            self.assertIsNot(h2.value["w"], w1)
+            self.assertNotEqual(h2.value["w"].data_ptr(), 0)
+
+    def test_the_cache_keeps_nothing_alive(self):
+        h = self.c.call("cached", n=8, v=4)
+        ref = weakref.ref(h.value)
+        key = (h.server_id.encode(), h.object_id)
+        self.assertIn(key, _cv._reuse)
+        mapped = _lib.open_cache_stats()[0]
+        del h
+        gc.collect()
+        self.assertIsNone(ref())
+        self.assertEqual(_lib.open_cache_stats()[0], mapped - 1)
+        self.assertNotIn(key, _cv._reuse)
+        # and called again, a new conversion with the object's values
+        h = self.c.call("cached", n=8, v=4)
+        self.assertEqual(h.value.tolist(), [4.0] * 8)
+
+    def test_shared_tensors_are_not_remembered(self):
+        h1 = self.c.call("cached", n=8, v=6, as_torch=False)
+        h2 = self.c.call("cached", n=8, v=6)
+        self.assertIsInstance(h1.value, st.SharedTensor)
+        self.assertIsInstance(h2.value, torch.Tensor)
+        self.assertEqual(h2.value.data_ptr(), h1.value.data_ptr)
+
+
+@unittest.skipIf(torch is None, "torch is needed")
+class KeptArenaTest(st_fixture.ServerTestCase):
+    ENDPOINTS = ENDPOINTS
+
+    def tearDown(self):
+        _lib.keep_arenas(16, 256 << 20)
+        super().tearDown()
+
+    def test_the_bound_is_enforced(self):
+        _lib.keep_arenas(0, 0)
+        self.assertEqual(_lib.kept_arenas(), (0, 0))
+        _lib.keep_arenas(2, 1 << 30)
+        for v in range(5):
+            self.assertEqual(self.c.call("fresh", v=v).tolist(), [float(v)] * 4)
+            gc.collect()
+        n, b = _lib.kept_arenas()
+        self.assertEqual(n, 2)
+        self.assertGreater(b, 0)
+        # a bound in bytes below one arena keeps none
+        _lib.keep_arenas(16, b // 2 - 1)
+        self.assertEqual(_lib.kept_arenas(), (0, 0))
+        self.c.call("fresh", v=1)
+        gc.collect()
+        self.assertEqual(_lib.kept_arenas(), (0, 0))
+
+    def test_only_the_same_allocation_is_served_again(self):
+        _lib.keep_arenas(0, 0)
+        _lib.keep_arenas(16, 1 << 30)
+        # fresh results: each its own allocation, each with its own values
+        for v in range(20):
+            t = self.c.call("fresh", v=v, n=16)
+            self.assertEqual(t.tolist(), [float(v)] * 16)
+            del t
+            gc.collect()
+        # a cached object dropped and called again: its kept mapping
+        self.c.invalidate_all("cached")
+        h = self.c.call("cached", n=8, v=2)
+        h.value.fill_(11.0)
+        del h
+        gc.collect()
+        _, reused0 = _lib.open_cache_stats()
+        h = self.c.call("cached", n=8, v=2)
+        self.assertEqual(_lib.open_cache_stats()[1], reused0 + 1)
+        self.assertEqual(h.value.tolist(), [11.0] * 8)
+        # replaced by a new object: a new allocation, not the kept one
+        ptr = h.value.data_ptr()
+        del h
+        gc.collect()
+        self.assertTrue(self.c.invalidate("cached", n=8, v=2))
+        h = self.c.call("cached", n=8, v=2)
+        self.assertEqual(h.value.tolist(), [2.0] * 8)
+        self.assertNotEqual(h.value.data_ptr(), ptr)
+
+
+@unittest.skipIf(torch is None, "torch is needed")
+class MarshalTest(st_fixture.ServerTestCase):
+    ENDPOINTS = ENDPOINTS
+
+    def slow(self, name, **args):
+        """The node-by-node conversion of the same reply."""
+        out = _client._VOIDP()
+        with Args(args) as a:
+            self.c._do(_lib.lib.st_client_call, name.encode(), a.ptr, _client._byref(out))
+        res = Result(out.value)
+        try:
+            return _client._slow_value(res, "torch")
+        finally:
+            res.close()
+
+    def test_plain_values_equal_the_slow_conversion(self):
+        values = [None, True, False, 0, -1, 2 ** 31, -2 ** 31 - 1, 2 ** 62, -2 ** 63,
+                  2 ** 63 - 1, 1.5, float("inf"), -0.0, "", "h\u00e9llo \U0001f600", "a\x00b",
+                  b"\x00\xff", [1, [2, [3, None]]], {"k": {"j": [1.25, "x"]}}]
+        for v in values:
+            with self.subTest(value=v):
+                got = self.c.call("echo", value=v)
+                want = self.slow("echo", value=v)
+                self.assertEqual(got, want)
+                self.assertEqual(type(got), type(want))
+        nan = self.c.call("echo", value=float("nan"))
+        self.assertTrue(math.isnan(nan))
+
+    def test_invalid_utf8_falls_back_with_replacement(self):
+        v = self.c.call("bad_utf8")
+        self.assertEqual(v["s"], "ok\ufffd\ufffd")
+        self.assertEqual(v["t"].tolist(), [0.0, 1.0])
+        self.assertEqual(v["s"], self.slow("bad_utf8")["s"])
+
+    def test_tensors_in_nested_values(self):
+        v = self.c.call("mixed")
+        w = self.slow("mixed")
+        self.assertEqual(sorted(v), sorted(w))
+        self.assertEqual(v["big"], 2 ** 53)
+        self.assertEqual(type(v["big"]), type(w["big"]))
+        self.assertEqual(v["neg"], -2 ** 40)
+        self.assertEqual(v["one"], "one")
+        self.assertEqual(v["list"][0], 1)
+        self.assertEqual(v["list"][1].tolist(), list(map(float, range(6))))
+        self.assertIsInstance(v["inner"]["m"], st.Module)
+        self.assertEqual(list(v["inner"]["m"]), list(w["inner"]["m"]))
+        self.assertEqual(v["inner"]["m"]["x"].tolist(), w["inner"]["m"]["x"].tolist())
+
+
+if __name__ == "__main__":
+    unittest.main()
