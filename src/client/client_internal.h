@@ -437,8 +437,9 @@ int st__client_pool_take_page(st_client_t *c, const msgpack_object *pp, int *fds
 int st__client_pool_region(st_client_t *c, const msgpack_object *a, int *fds, size_t nfds,
                            st__arena_desc_t *d, st__mapping_t **out);
 /* The last reference of a region went: stores gen into freed[slot] and
- * bumps freed_count (release order), then drops the region's reference
- * on the page. Any thread. */
+ * bumps freed_count (release order; gen 0, a region inherited by a forked
+ * child, writes nothing), then drops the region's reference on the page.
+ * Any thread. */
 void st__client_pool_freed(struct st__pool_page *page, uint32_t slot, uint32_t gen);
 
 /* argcache.c: tensor arguments the server keeps (see the top of that

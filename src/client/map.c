@@ -352,7 +352,9 @@ void st__client_mapping_release(st__mapping_t *m) {
 /* Unmaps and frees an entry no list holds any more. */
 static void unmap_entry(st__mapping_t *m) {
   if (m->slab) {   /* a region: the server may hand it out again */
-    m->freed(m->page, m->slot, m->gen);
+    /* A child that inherited the region frees nothing: the parent's
+     * result may still use it (generation 0 writes nothing). */
+    m->freed(m->page, m->slot, m->pid == getpid() ? m->gen : 0);
     st__client_mapping_release(m->slab);
     free(m);
     return;

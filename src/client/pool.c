@@ -59,9 +59,12 @@ static void page_unref(struct st__pool_page *pg) {
 /* See client_internal.h. Any thread. */
 void st__client_pool_freed(struct st__pool_page *pg, uint32_t slot, uint32_t gen) {
   uint32_t *w = (uint32_t *)pg->base;
-  /* The slot was checked against nslots when the region was made. */
-  __atomic_store_n(&w[PAGE_HEADER / 4 + slot], gen, __ATOMIC_RELEASE);
-  __atomic_add_fetch(&w[PAGE_COUNT / 4], 1, __ATOMIC_RELEASE);
+  /* The slot was checked against nslots when the region was made; the
+   * server never hands out generation 0. */
+  if (gen) {
+    __atomic_store_n(&w[PAGE_HEADER / 4 + slot], gen, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&w[PAGE_COUNT / 4], 1, __ATOMIC_RELEASE);
+  }
   page_unref(pg);
 }
 

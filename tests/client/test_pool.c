@@ -6,6 +6,7 @@
  *     two held results overlap, and descriptors go once per slab;
  *   - results outlive st_client_close: they stay readable, and freeing
  *     them later writes into no freed memory;
+ *   - a forked child that frees an inherited result frees nothing;
  *   - a client SIGKILLed with results outstanding gives its slabs back
  *     (the server's descriptors, arenas and pool bytes as before it);
  *   - a client that never frees gets arenas of their own once its pool
@@ -147,6 +148,29 @@ TEST(results_outlive_close) {
   st_result_free(b);
 }
 
+/* A child that inherited a result and frees it frees nothing of the
+ * parent's: the region is not handed out again while the parent holds it. */
+TEST(a_forked_child_freeing_a_result_frees_nothing) {
+  OPEN_CLIENT(c, srv.socket);
+  st_result_t *r = fill(c, 77.0f);
+  CHECK(r);
+  pid_t pid = fork();
+  if (pid == 0) {
+    st_result_free(r);
+    _exit(0);
+  }
+  int status;
+  CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  for (int i = 0; i < 100; i++) {
+    st_result_t *x = fill(c, (float)i);
+    CHECK(x && holds(x, (float)i));
+    st_result_free(x);
+    CHECK(holds(r, 77.0f));
+  }
+  st_result_free(r);
+  st_client_close(c);
+}
+
 TEST(a_sigkilled_client_gives_its_slabs_back) {
   int64_t bytes0 = wait_pool_bytes(0), fds0 = info("arenas", "fds"),
           count0 = info("arenas", "count");
@@ -251,6 +275,7 @@ int main(void) {
   if (!mon) return 1;
   RUN(held_results_keep_their_bytes_under_random_frees);
   RUN(results_outlive_close);
+  RUN(a_forked_child_freeing_a_result_frees_nothing);
   RUN(a_sigkilled_client_gives_its_slabs_back);
   RUN(a_client_that_never_frees_falls_back_to_arenas_of_their_own);
   RUN(without_the_pool_results_are_arenas_of_their_own);
