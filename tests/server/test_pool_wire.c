@@ -10,7 +10,8 @@
  *     free twice, garbage in every word, a huge freed_count) free
  *     nothing: later results are correct and no held region moves;
  *   - a client that never frees gets arenas of their own once the pool
- *     is full (counters.pool_fallbacks moves), with correct results;
+ *     is full (counters.pool_fallbacks moves, metrics say the same), with
+ *     correct results;
  *   - without the feature, results are arenas of their own, as before.
  */
 #include <sys/mman.h>
@@ -127,6 +128,23 @@ static int holds(const res_t *r, float v) {
   for (int i = 0; i < N; i++)
     if (r->data[i] != v) return 0;
   return 1;
+}
+
+/* The sample of metric `series` (no labels) on the monitor; -1 when
+ * absent. */
+static double metric(const char *series) {
+  msg_t m;
+  if (rc_rpcf(&M, &m, "[0, 5, 'metrics', []]") != 1) return -1;
+  double v = -1;
+  size_t n = strlen(series);
+  if (!m.error && m.result && m.result->type == MSGPACK_OBJECT_STR) {
+    char *text = strndup(m.result->via.str.ptr, m.result->via.str.size);
+    for (const char *q = text; q && *q; q = strchr(q, '\n') ? strchr(q, '\n') + 1 : NULL)
+      if (strncmp(q, series, n) == 0 && q[n] == ' ') v = strtod(q + n + 1, NULL);
+    free(text);
+  }
+  msg_free(&m);
+  return v;
 }
 
 static void page_free(pc_t *p, uint32_t slot, uint32_t gen) {
@@ -252,6 +270,11 @@ TEST(a_client_that_never_frees_gets_arenas_of_their_own) {
   CHECK(own > 0);
   CHECK(rc_info_int(&M, "counters.pool_fallbacks") >= fb + own);
   CHECK(rc_info_int(&M, "memory.cpu.pool_bytes") <= 256 << 10);
+  /* metrics: the same figures. */
+  CHECK_EQ_INT((int64_t)metric("sharedtensor_pool_fallbacks_total"),
+               rc_info_int(&M, "counters.pool_fallbacks"));
+  CHECK_EQ_INT((int64_t)metric("sharedtensor_pool_bytes"),
+               rc_info_int(&M, "memory.cpu.pool_bytes"));
   for (int i = 0; i < CALLS; i++) drop(&r[i]);
   close_pool(&p);
 }
