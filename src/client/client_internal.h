@@ -22,6 +22,8 @@
  *   json_write.c  values as JSON text
  *   binding.c st_result_summary, st_client_call_summary (for bindings)
  *   marshal.c a result's value in CPython's marshal format
+ *   pool.c    result pools: the connection's slabs and control page,
+ *             regions of a reply, frees written into the page
  *
  * Nothing here is exported: the shared library is built with
  * -fvisibility=hidden and only ST_API functions are visible.
@@ -117,6 +119,9 @@ struct st_client {
   size_t nkept, kept_cap;
   size_t kept_idle;            /* entries waiting for params.unmapped       */
   int in_request;              /* a reply may still name arenas by id       */
+  /* Result pool (pool.c): slabs held for the connection's life and its
+   * control page; thread of the client. */
+  struct st__client_pool *pool; /* we asked and the server listed "pool"  */
   st_client_t *refs_next;      /* arenarefs.c's list of such connections    */
 };
 
@@ -197,6 +202,21 @@ typedef struct st__mapping st__mapping_t;
  * disagree), ST_ERR_IO / ST_ERR_OUT_OF_MEMORY, with a reason. Any thread. */
 int st__client_map_arena(const char *server_id, const st__arena_desc_t *d, int fd,
                          st__mapping_t **out, char *err, size_t errlen);
+/* map.c: maps pool slab `d` (a memfd, checked as any; fd consumed) as a
+ * mapping in no list: never shared, never kept; *out holds the caller's
+ * one reference. ST_OK or an error with a reason. Any thread. */
+int st__client_map_slab(const st__arena_desc_t *d, int fd, st__mapping_t **out, char *err,
+                        size_t errlen);
+/* map.c: a region of `slab` ([offset, offset+size), checked) as a mapping
+ * of its own (one reference in *out; it holds one on the slab). Its last
+ * release calls freed(page, slot, gen) (pool.c's st__client_pool_freed,
+ * which takes over the page reference the caller gave). ST_OK,
+ * ST_ERR_PROTOCOL (out of the slab), ST_ERR_OUT_OF_MEMORY. Any thread. */
+struct st__pool_page;
+typedef void (*st__region_freed_fn)(struct st__pool_page *page, uint32_t slot, uint32_t gen);
+int st__client_map_region(st__mapping_t *slab, uint64_t offset, uint64_t size,
+                          st__region_freed_fn freed, struct st__pool_page *page, uint32_t slot,
+                          uint32_t gen, st__mapping_t **out);
 /* Drops one reference; the last one unmaps. NULL ok. Any thread. */
 void st__client_mapping_release(st__mapping_t *m);
 /* One more reference on m: a result's (pin 0) or a connection's pin (pin
@@ -399,6 +419,33 @@ void st__client_arenarefs_answered(st_client_t *c, int names_refs);
 /* The reply's arenas are resolved (result.c): the request is over, idle
  * pins go. Thread of the client. */
 void st__client_arenarefs_resolved(st_client_t *c);
+
+/* pool.c: result pools (docs/pool.md). */
+/* Starts c's pool afresh (hello, reconnect, close): the connection lets
+ * its slabs go (regions still used keep theirs, and the page, alive);
+ * with `on` c takes regions from now on. Thread of the client. */
+void st__client_pool_reset(st_client_t *c, int on);
+/* Whether ST_CLIENT_POOL asks for no pool ("0"). Any thread. */
+int st__client_pool_disabled(void);
+/* Whether arena map `a` of a reply is a region (has `pool`). */
+int st__client_pool_is_region(const msgpack_object *a);
+/* Whether region entry `a` carries its slab's descriptor. */
+int st__client_pool_has_fd(const msgpack_object *a);
+/* Takes the reply's `pool_page` (may be NULL) when c has none yet: maps
+ * the descriptor it names (fds[i] set to -1). ST_OK or a recorded
+ * failure. Thread of the client. */
+int st__client_pool_take_page(st_client_t *c, const msgpack_object *pp, int *fds, size_t nfds);
+/* Region entry `a`: its slab mapped once for the connection (the
+ * descriptor taken from fds when the entry names one), then a region
+ * mapping with one reference in *out; *d gets the region's size and id.
+ * ST_OK or a recorded PROTOCOL/IO failure. Thread of the client. */
+int st__client_pool_region(st_client_t *c, const msgpack_object *a, int *fds, size_t nfds,
+                           st__arena_desc_t *d, st__mapping_t **out);
+/* The last reference of a region went: stores gen into freed[slot] and
+ * bumps freed_count (release order; gen 0, a region inherited by a forked
+ * child, writes nothing), then drops the region's reference on the page.
+ * Any thread. */
+void st__client_pool_freed(struct st__pool_page *page, uint32_t slot, uint32_t gen);
 
 /* argcache.c: tensor arguments the server keeps (see the top of that
  * file). */

@@ -45,10 +45,12 @@ static int hello(st_client_t *c, int64_t deadline, int features) {
   int rc = st_args_int(a, "protocol", ST_PROTOCOL_VERSION);
   if (rc == ST_OK) rc = st_args_string(a, "client", CLIENT_NAME);
   /* What this client does beyond protocol 1's first form: arenas of
-   * objects named by id after the first reply (arenarefs.c). */
+   * objects named by id after the first reply (arenarefs.c), results as
+   * regions of per-connection pools unless ST_CLIENT_POOL=0 (pool.c). */
   if (rc == ST_OK && features) {
     rc = st_args_begin_list(a, "features");
     if (rc == ST_OK) rc = st_args_string(a, NULL, "arena_refs");
+    if (rc == ST_OK && !st__client_pool_disabled()) rc = st_args_string(a, NULL, "pool");
     if (rc == ST_OK) rc = st_args_end(a);
   }
   if (rc == ST_OK) st__client_args_pack(&b.pk, a);
@@ -93,6 +95,7 @@ static int hello(st_client_t *c, int64_t deadline, int features) {
       const msgpack_object *f = st__map_get(r, "features");
       st__client_argcache_reset(c, has_feature(f, "arg_cache"));
       st__client_arenarefs_reset(c, features && has_feature(f, "arena_refs"));
+      st__client_pool_reset(c, features && !st__client_pool_disabled() && has_feature(f, "pool"));
     }
   }
   st__message_destroy(&m);
@@ -210,6 +213,7 @@ int st__client_reconnect(st_client_t *c, int timeout_ms) {
   st__client_conn_shutdown(c, "reconnecting");
   st__client_argcache_reset(c, 0);   /* a new connection holds nothing */
   st__client_arenarefs_reset(c, 0);
+  st__client_pool_reset(c, 0);
   if (c->reader_ready) st__reader_destroy(&c->reader);
   c->reader_ready = 0;
   if (st__reader_init(&c->reader, ST_CLIENT_MAX_REPLY) != ST_OK)
@@ -232,6 +236,7 @@ ST_API void st_client_close(st_client_t *c) {
   st__client_conn_shutdown(c, "closed");
   st__client_argcache_reset(c, 0);
   st__client_arenarefs_reset(c, 0);
+  st__client_pool_reset(c, 0);
   free(c->fifo);
   if (c->reader_ready) st__reader_destroy(&c->reader);
   free(c);

@@ -29,6 +29,12 @@
  * that st__client_own_find searches by address. They are released like any
  * mapping.
  *
+ * Pool slabs and regions (pool.c) are mappings outside every list: a
+ * slab is mapped for one connection, which holds it for its life, and a
+ * region is a view of a slab with its own count; neither is ever found by
+ * a lookup nor kept after its last reference, so no other connection can
+ * be served them.
+ *
  * Threads: any; one mutex guards the table. Mapping happens under the lock
  * (mmap of a memfd and a CUDA import take tens of microseconds; creating a
  * CUDA context, which is slow, happens before the lock is taken) so that
@@ -68,6 +74,11 @@ struct st__mapping {
   int idle;         /* only pins hold it: on the idle list, counted kept */
   st__mapping_t *idle_prev, *idle_next;
   int fd;
+  int loose;        /* 1: a pool slab or region, in no list (pool.c) */
+  st__mapping_t *slab;            /* a region: its slab (one reference) */
+  st__region_freed_fn freed;      /* a region: called with the next three */
+  struct st__pool_page *page;
+  uint32_t slot, gen;
 };
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -383,6 +394,12 @@ void st__client_mapping_release(st__mapping_t *m) {
     pthread_mutex_unlock(&cache_lock);
     return;
   }
+  if (m->loose) {
+    if (m->slab) cache_mapped--;
+    pthread_mutex_unlock(&cache_lock);
+    unmap_entry(m);
+    return;
+  }
   for (st__mapping_t **pp = m->own ? &own_head : &cache_head; *pp; pp = &(*pp)->next) {
     if (*pp == m) {
       *pp = m->next;
@@ -406,6 +423,14 @@ void st__client_mapping_release(st__mapping_t *m) {
 
 /* Unmaps and frees an entry no list holds any more. */
 static void unmap_entry(st__mapping_t *m) {
+  if (m->slab) {   /* a region: the server may hand it out again */
+    /* A child that inherited the region frees nothing: the parent's
+     * result may still use it (generation 0 writes nothing). */
+    m->freed(m->page, m->slot, m->pid == getpid() ? m->gen : 0);
+    st__client_mapping_release(m->slab);
+    free(m);
+    return;
+  }
   /* Connections whose server keeps it tell it with their next request. */
   if (m->own) st__client_argcache_freed(m->arena_id);
   if (m->own) close(m->fd);
@@ -448,6 +473,66 @@ void st__client_mapping_unpin(st__mapping_t *m) {
   m->pins--;
   pthread_mutex_unlock(&cache_lock);
   st__client_mapping_release(m);
+}
+
+/* See client_internal.h. Consumes fd. Any thread. */
+int st__client_map_slab(const st__arena_desc_t *d, int fd, st__mapping_t **out, char *err,
+                        size_t errlen) {
+  *out = NULL;
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return st__fail(ST_ERR_IO, err, errlen, "slab %llu: fstat failed: %s",
+                    (unsigned long long)d->id, strerror(e));
+  }
+  st__mapping_t *m = calloc(1, sizeof *m);
+  if (!m) {
+    close(fd);
+    return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+  }
+  int rc = d->bytes ? map_cpu(d, fd, &st, m, err, errlen)
+                    : st__fail(ST_ERR_PROTOCOL, err, errlen, "slab %llu has no bytes",
+                               (unsigned long long)d->id);
+  close(fd);
+  if (rc != ST_OK) {
+    free(m);
+    return rc;
+  }
+  m->loose = 1;
+  m->refs = 1;
+  m->arena_id = d->id;
+  m->bytes = d->bytes;
+  m->pid = getpid();
+  *out = m;
+  return ST_OK;
+}
+
+/* See client_internal.h. Any thread. */
+int st__client_map_region(st__mapping_t *slab, uint64_t offset, uint64_t size,
+                          st__region_freed_fn freed, struct st__pool_page *page, uint32_t slot,
+                          uint32_t gen, st__mapping_t **out) {
+  *out = NULL;
+  if (offset > slab->bytes || size > slab->bytes - offset) return ST_ERR_PROTOCOL;
+  st__mapping_t *m = calloc(1, sizeof *m);
+  if (!m) return ST_ERR_OUT_OF_MEMORY;
+  cache_enter();
+  slab->refs++;
+  cache_mapped++;   /* a region counts as a mapping of its own results */
+  pthread_mutex_unlock(&cache_lock);
+  m->loose = 1;
+  m->refs = 1;
+  m->slab = slab;
+  m->freed = freed;
+  m->page = page;
+  m->slot = slot;
+  m->gen = gen;
+  m->arena_id = slab->arena_id;
+  m->base = (char *)slab->base + offset;
+  m->bytes = size;
+  m->pid = slab->pid;
+  *out = m;
+  return ST_OK;
 }
 
 /* ------------------------------------------------------- own allocations */

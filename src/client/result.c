@@ -356,7 +356,8 @@ static int listed_kept(const msgpack_object *kept, size_t i) {
 
 /* Parses and maps the reply's arenas; consumes every fd. An arena named
  * by id alone is this connection's kept mapping; one that `kept` lists is
- * pinned for later replies (arenarefs.c). */
+ * pinned for later replies (arenarefs.c); a region is a view of one of
+ * the connection's pool slabs (pool.c). */
 static int map_arenas(decoder_t *d, const msgpack_object *list, const msgpack_object *kept,
                       int *fds, size_t nfds, st__arena_desc_t *descs) {
   st_result_t *r = d->r;
@@ -364,7 +365,10 @@ static int map_arenas(decoder_t *d, const msgpack_object *list, const msgpack_ob
   int rc = ST_OK;
   for (size_t i = 0; i < n && rc == ST_OK; i++) {
     char why[200] = "";
-    if (st__client_arenarefs_is_ref(d->c, &list->via.array.ptr[i])) {
+    if (st__client_pool_is_region(&list->via.array.ptr[i])) {
+      rc = st__client_pool_region(d->c, &list->via.array.ptr[i], fds, nfds, &descs[i], &r->maps[i]);
+      if (rc == ST_OK) r->nmaps = i + 1;
+    } else if (st__client_arenarefs_is_ref(d->c, &list->via.array.ptr[i])) {
       rc = st__client_arenarefs_find(d->c, &list->via.array.ptr[i], &descs[i], &r->maps[i]);
       if (rc == ST_OK) r->nmaps = i + 1;
     } else if (st__parse_arena(&list->via.array.ptr[i], &descs[i], why, sizeof why) != ST_OK) {
@@ -422,7 +426,12 @@ int st__client_result_decode(st_client_t *c, const msgpack_object *result, int u
     goto done;
   }
   d.r = r;
-  rc = map_arenas(&d, list, st__map_get(result, "kept"), fds, nfds, descs);
+  /* The pool page first: the regions of this reply free into it. */
+  rc = st__client_pool_take_page(c, st__map_get(result, "pool_page"), fds, nfds);
+  if (rc == ST_OK) rc = map_arenas(&d, list, st__map_get(result, "kept"), fds, nfds, descs);
+  else
+    for (size_t i = 0; i < nfds; i++)
+      if (fds[i] >= 0) close(fds[i]);
   st__client_arenarefs_resolved(d.c);   /* every {ref} holds its mapping now */
   if (rc != ST_OK) goto done;
   d.arenas = descs;

@@ -71,11 +71,15 @@ static size_t arena_count(const st_client_t *c, const msgpack_object *result) {
   if (!a || a->type != MSGPACK_OBJECT_ARRAY) return 0;
   /* One descriptor per arena, except legacy CUDA IPC arenas and arenas
    * named by id that this connection keeps (arenarefs.c): none. */
-  size_t n = 0;
-  for (uint32_t i = 0; i < a->via.array.size; i++)
-    if (!st__str_eq(st__map_get(&a->via.array.ptr[i], "backend"), "legacy") &&
-        !st__client_arenarefs_is_ref(c, &a->via.array.ptr[i]))
+  /* A pool region carries its slab's only the first time, and the pool
+   * page comes once, after the arenas' (pool.c). */
+  size_t n = st__map_get(result, "pool_page") != NULL;
+  for (uint32_t i = 0; i < a->via.array.size; i++) {
+    const msgpack_object *e = &a->via.array.ptr[i];
+    if (st__client_pool_is_region(e)) n += (size_t)st__client_pool_has_fd(e);
+    else if (!st__str_eq(st__map_get(e, "backend"), "legacy") && !st__client_arenarefs_is_ref(c, e))
       n++;
+  }
   return n;
 }
 

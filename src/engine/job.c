@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "mem/pool.h"
 #include "st/errors.h"
 
 /* Monotonic seconds. Any thread. */
@@ -55,6 +56,7 @@ void st__job_free(st__job_t *job) {
   if (!job) return;
   st__build_result_destroy(&job->result);
   st__targs_clear(&job->targs);
+  st__mpool_close(job->alloc_pool);
   free(job->args);
   if (job->gen) st__generation_unref(job->gen);
   pthread_mutex_destroy(&job->progress.mu);

@@ -68,6 +68,10 @@ typedef struct st__job {
   volatile int cancel;             /* set by the loop thread (atomic store) */
   int state;                       /* st__job_state_t, atomic (see above) */
   st__progress_t progress;         /* st.progress of the body (locked) */
+  struct st__mpool *alloc_pool;    /* owned reference or NULL: the pool the
+                                      body's CPU arenas come from (the
+                                      connection's, for builds that keep
+                                      nothing; mem/pool.h) */
   void *owner;                     /* loop thread only: the server's record
                                       of this build (never touched here) */
 

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "common/log.h"
+#include "mem/pool.h"
 #include "st/errors.h"
 
 typedef struct worker {
@@ -92,6 +93,7 @@ static void run_job(worker_t *w, st__vm_t **vm, st__job_t *job) {
       job->status = w->pool->run.vm_build(*vm, job->ep, job->args, job->args_len, &job->cancel,
                                           &job->progress, &job->result, job->error,
                                           sizeof job->error);
+      st__mpool_use(NULL);   /* the prepare hook may have made the job's pool current */
       if (job->status != ST_OK && !job->error[0])
         snprintf(job->error, sizeof job->error, "%s", st_strerror(job->status));
     }

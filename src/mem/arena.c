@@ -31,7 +31,8 @@ typedef enum {
   ST__ARENA_CPU = 0,           /* memfd, mapped in the server */
   ST__ARENA_CUDA = 1,          /* VMM allocation (cuda_arena.c) */
   ST__ARENA_CUDA_LEGACY = 2,   /* cuMemAlloc + IPC handle (cuda_legacy.c) */
-  ST__ARENA_CUDA_IMPORT = 3    /* a client's VMM allocation (tensor argument) */
+  ST__ARENA_CUDA_IMPORT = 3,   /* a client's VMM allocation (tensor argument) */
+  ST__ARENA_POOL = 4           /* a region of a connection's pool (pool.h) */
 } st__arena_kind_t;
 
 struct st__arena {
@@ -47,12 +48,17 @@ struct st__arena {
   struct st__cuda_legacy *legacy; /* CUDA_LEGACY: the allocation, owned */
   st__cuda_mapping_t import;   /* CUDA_IMPORT: the mapping, owned */
   char uuid[ST_CUDA_UUID_LEN]; /* CUDA_IMPORT: the device */
+  st__arena_release_fn release; /* POOL: called with (owner, slot) on the last unref */
+  void *owner;
+  uint32_t slot;
   int charge_device;           /* what the ledger holds for it (ledger.h) */
   uint64_t charge_bytes;
   unsigned charge_fds;
 };
 
 static atomic_uint_fast64_t next_id = 1;
+static _Thread_local st__arena_source_fn source;   /* st__arena_use_source */
+static _Thread_local void *source_ctx;
 static atomic_uint_fast64_t live_count;
 static atomic_uint_fast64_t live_bytes;
 static atomic_uint_fast64_t limit_bytes;
@@ -168,7 +174,11 @@ fail:
 /* See arena.h. Any thread. */
 int st__arena_new(int device, st__cuda_ipc_t ipc, uint64_t bytes, st__arena_t **out, char *err,
                   size_t errlen) {
-  if (device < 0) return st__arena_new_cpu(bytes, out, err, errlen);
+  if (device < 0) {
+    /* A worker running a plain call of a pooled connection: a region. */
+    if (source && source(source_ctx, bytes, out) == ST_OK) return ST_OK;
+    return st__arena_new_cpu(bytes, out, err, errlen);
+  }
   if (ipc == ST__CUDA_IPC_LEGACY) return st__arena_new_cuda_legacy(device, bytes, out, err, errlen);
   return st__arena_new_cuda(device, bytes, out, err, errlen);
 }
@@ -197,6 +207,9 @@ void st__arena_unref(st__arena_t *a) {
     st__cuda_unmap(&a->import);       /* the client's memory stays the client's */
     close(a->fd);
     break;
+  case ST__ARENA_POOL:
+    a->release(a->owner, a->slot);   /* the slab is the pool's */
+    break;
   }
   st__ledger_discharge(a->charge_device, a->charge_bytes, a->charge_fds);
   atomic_fetch_sub(&live_count, 1);
@@ -215,6 +228,11 @@ int st__arena_has_fd(const st__arena_t *a) { return a->kind != ST__ARENA_CUDA_LE
  * allocation), owned by the caller. */
 int st__arena_dup_fd(const st__arena_t *a, char *err, size_t errlen) {
   if (a->kind == ST__ARENA_CUDA) return st__cuda_alloc_export(a->cuda, err, errlen);
+  if (a->kind == ST__ARENA_POOL) {
+    /* A region never travels as a descriptor of its slab by accident. */
+    if (err && errlen) snprintf(err, errlen, "a pooled region has no descriptor of its own");
+    return ST_ERR_INVALID_ARGUMENT;
+  }
   if (a->fd < 0) {
     if (err && errlen) snprintf(err, errlen, "the arena has no descriptor");
     return ST_ERR_INVALID_ARGUMENT;
@@ -236,6 +254,7 @@ void st__arena_describe(const st__arena_t *a, st__arena_desc_t *d) {
   d->id = a->id;
   switch (a->kind) {
   case ST__ARENA_CPU:
+  case ST__ARENA_POOL:
     d->cuda = 0;
     snprintf(d->backend, sizeof d->backend, "memfd");
     break;
@@ -325,6 +344,32 @@ st__arena_t *st__arena_adopt_cuda_legacy(struct st__cuda_legacy *l, uint64_t byt
                               st__cuda_legacy_ordinal(l), size, 0);
   if (a) a->legacy = l;
   return a;
+}
+
+/* Wraps a region of a pool; see arena.h. Any thread. */
+st__arena_t *st__arena_adopt_region(st__arena_release_fn release, void *owner, uint32_t slot,
+                                    void *base, uint64_t bytes, uint64_t size) {
+  st__arena_t *a = new_record(ST__ARENA_POOL, bytes, size, -1, base, -1, 0, 0);
+  if (a) {
+    a->release = release;
+    a->owner = owner;
+    a->slot = slot;
+  }
+  return a;
+}
+
+/* See arena.h. Any thread. */
+int st__arena_region(const st__arena_t *a, void **owner, uint32_t *slot) {
+  if (a->kind != ST__ARENA_POOL) return 0;
+  *owner = a->owner;
+  *slot = a->slot;
+  return 1;
+}
+
+/* See arena.h. The thread's own; no reference is kept. */
+void st__arena_use_source(st__arena_source_fn fn, void *ctx) {
+  source = fn;
+  source_ctx = ctx;
 }
 
 /* The CPU half of st__arena_import: a sealed memfd of at least d->bytes. */

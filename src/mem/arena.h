@@ -142,6 +142,27 @@ int st__arena_check_limit(uint64_t bytes, char *err, size_t errlen);
 st__arena_t *st__arena_adopt_cuda(struct st__cuda_alloc *c, uint64_t bytes, uint64_t size,
                                   void *base);
 
+/* Regions of a pool (mem/pool.h), without this file knowing pools:
+ * st__arena_adopt_region wraps region `slot` of `owner` at `base`
+ * (`bytes` asked for, `size` the region's) into an arena holding one
+ * reference; its last unref calls release(owner, slot). The ledger holds
+ * nothing for it (the slab is charged), and st__arena_dup_fd refuses it:
+ * a reply describes it by its slab (server/pool_conn.c). NULL when out of
+ * host memory. Any thread. */
+typedef void (*st__arena_release_fn)(void *owner, uint32_t slot);
+st__arena_t *st__arena_adopt_region(st__arena_release_fn release, void *owner, uint32_t slot,
+                                    void *base, uint64_t bytes, uint64_t size);
+
+/* 1 with its owner and slot when `a` is a region, else 0. Any thread. */
+int st__arena_region(const st__arena_t *a, void **owner, uint32_t *slot);
+
+/* Where st__arena_new takes CPU arenas from on this thread before making
+ * a memfd: fn(ctx, bytes, out) returns ST_OK with a region, anything else
+ * to fall back (NULL fn: none). Worker thread; the caller keeps ctx
+ * alive while it is set. */
+typedef int (*st__arena_source_fn)(void *ctx, uint64_t bytes, st__arena_t **out);
+void st__arena_use_source(st__arena_source_fn fn, void *ctx);
+
 /* For backends: wraps a legacy allocation (ownership moves to the arena,
  * which frees it with st__cuda_legacy_free on the last unref) into a new
  * arena holding one reference and the ledger charge of `size` bytes;

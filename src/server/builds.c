@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/pool_conn.h"
 #include "common/log.h"
 #include "engine/cachekey.h"
 #include "server/work.h"
@@ -177,6 +178,7 @@ int st__build_start(st__server_t *srv, const st__endpoint_decl_t *ep, const char
     return ST_ERR_OUT_OF_MEMORY;
   }
   job->owner = b;
+  st__pool_conn_job(ep, who->conn_id ? st__conn_find(srv, who->conn_id) : NULL, job);
   job->device = device;
   job->cuda_device = cuda_device;
   if (targs) {

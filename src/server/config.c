@@ -81,6 +81,25 @@ static const st__setting_t limits_rows[] = {
     {.name = NULL},
 };
 
+static const st__setting_t pool_rows[] = {
+    {.name = "slab_bytes", .type = ST_SET_INT, INT_FIELD(pool_slab_bytes), .lo = 4096,
+     .hi = INT64_C(1) << 40, .def = 8 << 20,
+     .description = "the first slab of a connection's result pool; each next one doubles"},
+    {.name = "max_bytes_per_connection", .type = ST_SET_INT, INT_FIELD(pool_max_bytes), .lo = 0,
+     .hi = INT64_C(1) << 50, .def = 256 << 20,
+     .description = "slab bytes one connection's pool may hold (at most a quarter of "
+                    "memory_budget.cpu); past it results get arenas of their own"},
+    {.name = "max_result_bytes", .type = ST_SET_INT, INT_FIELD(pool_max_result_bytes), .lo = 0,
+     .hi = INT64_C(1) << 50, .def = 0,
+     .description = "larger arenas are not pooled (0 = an eighth of the per-connection cap, "
+                    "at most 16 MiB)"},
+    {.name = "max_regions", .type = ST_SET_INT, INT_FIELD(pool_max_regions), .lo = 0,
+     .hi = 1 << 20, .def = 1024,
+     .description = "live regions of one connection's pool (slots of its control page; "
+                    "0 = no pools)"},
+    {.name = NULL},
+};
+
 static const st__setting_t tasks_rows[] = {
     {.name = "ttl_s", .type = ST_SET_SECONDS, .flags = ST_SET_OPEN, .offset = F(task_ttl_s),
      .min = 0, .max = 1e9, .def_seconds = 600.0,
@@ -122,6 +141,8 @@ const st__setting_t st__config_settings[] = {
      .description = "gids (primary or supplementary) whose processes are admitted"},
     {.name = "limits", .type = ST_SET_TABLE, .rows = limits_rows,
      .description = "limits of connections, messages and allocations"},
+    {.name = "pool", .type = ST_SET_TABLE, .rows = pool_rows,
+     .description = "per-connection pools of result memory (docs/pool.md)"},
     {.name = "tasks", .type = ST_SET_TABLE, .rows = tasks_rows,
      .description = "the task table: retention and capacity"},
     {.name = "memory_budget", .type = ST_SET_MAP, .lo = 0, .hi = INT64_C(1) << 60,

@@ -63,6 +63,13 @@ typedef struct st__config {
    * create or open, and the most chunks of one. */
   int max_handoffs_per_connection;
   uint64_t max_handoff_chunks;
+  /* Result pools of connections that ask for them (docs/pool.md):
+   * pool.slab_bytes, max_bytes_per_connection, max_result_bytes (0:
+   * derived), max_regions (0: no pools). */
+  uint64_t pool_slab_bytes;
+  uint64_t pool_max_bytes;
+  uint64_t pool_max_result_bytes;
+  int pool_max_regions;
   double shutdown_grace_s;      /* in-flight work gets this long on SIGTERM */
   /* tasks (docs/protocol.md, "submit" ... "tasks") */
   double task_ttl_s;            /* finished tasks are kept this long (600) */

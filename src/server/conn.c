@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "mem/pool.h"
 #include "server/loopprof.h"
 #include "st/errors.h"
 
@@ -158,6 +159,8 @@ void st__conn_close(st__conn_t *c, const char *why) {
   st__conn_rx_close_all(c);
   st__conn_targs_drop_all(c);
   st__arena_refs_clear(&c->arena_refs);
+  st__mpool_close(c->pool);   /* regions still in use keep their slabs */
+  c->pool = NULL;
   st__reader_destroy(&c->reader);
   /* Nobody will read the results of its calls: builds nobody else waits
    * for stop early (their completions drop what was built), its waits

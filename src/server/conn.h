@@ -111,6 +111,8 @@ struct st__conn {
   st__argcache_t argcache;    /* tensor arguments kept by arg_id
                                  (targ_cache.c); each entry holds one
                                  descriptor, counted like rx_held          */
+  struct st__mpool *pool;     /* result pool (hello feature "pool"), or NULL;
+                                 one reference (server/pool_conn.c)        */
   st__arena_refs_t arena_refs; /* arenas sent once (arena_refs.h)          */
   st__conn_t *hnext;          /* id hash chain                              */
   st__conn_t *dnext;          /* dead list                                  */

@@ -5,11 +5,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "server/pool_conn.h"
 #include "engine/bind.h"
 #include "engine/options.h"
 #include "mem/arena.h"
 #include "mem/cuda.h"
 #include "mem/ledger.h"
+#include "mem/pool.h"
 #include "st/errors.h"
 #include "server/work.h"
 #include "st/wire.h"
@@ -62,10 +64,13 @@ void st__describe_hello(msgpack_packer *pk, st__server_t *srv, int device) {
    * limits.max_cached_arguments is 0; "arena_refs", arenas of objects
    * sent once per connection to a client that asks for it. */
   int arg_cache = srv->cfg->max_cached_arguments > 0;
+  /* "pool": result pools (docs/pool.md), unless pool.max_regions is 0. */
+  int pool = st__pool_offered(srv);
   st__pack_cstr(pk, "features");
-  msgpack_pack_array(pk, (uint32_t)arg_cache + 1);
+  msgpack_pack_array(pk, (uint32_t)(arg_cache + pool) + 1);
   if (arg_cache) st__pack_cstr(pk, "arg_cache");
   st__pack_cstr(pk, "arena_refs");
+  if (pool) st__pack_cstr(pk, "pool");
 }
 
 /* Requests in flight, of every method (`all`) and of `call`. */
@@ -89,7 +94,7 @@ static void pack_counters(msgpack_packer *pk, const st__server_t *srv) {
   X(tasks_submitted) X(tasks_completed) X(tasks_failed) X(tasks_cancelled)                 \
   X(tasks_expired) X(releases) X(leases_dropped) X(invalidations)
 #define COUNT(name) +1
-  msgpack_pack_map(pk, 6 COUNTERS(COUNT));
+  msgpack_pack_map(pk, 7 COUNTERS(COUNT));
 #define PACK(name)               \
   st__pack_cstr(pk, #name);           \
   msgpack_pack_uint64(pk, c->name);
@@ -100,6 +105,10 @@ static void pack_counters(msgpack_packer *pk, const st__server_t *srv) {
   st__pack_kv_uint(pk, "budget_refusals", l.refusals);
   st__pack_kv_uint(pk, "objects_created", o->created);
   st__pack_kv_uint(pk, "leases_granted", o->leases_granted);
+  /* Results of a full result pool that got an arena of their own. */
+  st__mpool_stats_t ps;
+  st__mpool_stats(&ps);
+  st__pack_kv_uint(pk, "pool_fallbacks", ps.fallbacks);
   /* Gauges beside the counters they balance (requests, calls). */
   st__pack_kv_uint(pk, "requests_inflight", inflight);
   st__pack_kv_uint(pk, "calls_inflight", calls_inflight);
@@ -148,7 +157,7 @@ static void pack_objects(msgpack_packer *pk, const st__objects_t *r) {
 }
 
 /* memory = {cpu = {budget, used_bytes, object_bytes, cached_bytes,
- * leased_bytes, task_bytes, objects}, ...}: one
+ * leased_bytes, task_bytes, objects[, pool_bytes: cpu]}, ...}: one
  * entry per device with a budget or objects. CUDA devices the server has
  * add free_bytes and total_bytes (cuMemGetInfo; free_bytes is nil until
  * this process holds the device's context, which it takes at start for
@@ -164,7 +173,8 @@ static void pack_memory(msgpack_packer *pk, st__server_t *srv) {
     const st__device_t *dev = strncmp(r->budgets[i].device, "cuda:", 5) == 0
                                   ? st__devices_cuda(&srv->devices, atoi(r->budgets[i].device + 5))
                                   : NULL;
-    msgpack_pack_map(pk, dev ? 9 : 7);
+    int cpu = strcmp(r->budgets[i].device, "cpu") == 0;
+    msgpack_pack_map(pk, (dev ? 9 : 7) + cpu);
     if (dev) {
       uint64_t free_b = 0, total_b = dev->memory_bytes;
       int known = st__cuda_ctx_ready(dev->index) &&
@@ -181,6 +191,11 @@ static void pack_memory(msgpack_packer *pk, st__server_t *srv) {
     st__pack_kv_uint(pk, "leased_bytes", s.leased_bytes);
     st__pack_kv_uint(pk, "task_bytes", s.task_bytes);
     st__pack_kv_uint(pk, "objects", s.objects);
+    if (cpu) {   /* slabs of the connections' result pools (CPU only) */
+      st__mpool_stats_t ps;
+      st__mpool_stats(&ps);
+      st__pack_kv_uint(pk, "pool_bytes", ps.bytes);
+    }
   }
 }
 

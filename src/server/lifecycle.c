@@ -2,6 +2,7 @@
  * watchers (completions from the pool, reaping closed connections, the
  * check that ends a drained shutdown), and the teardown. Reloads are
  * reload.c's, shutdowns shutdown.c's. Loop thread only. */
+#include "server/pool_conn.h"
 #include "server/server.h"
 
 #include <errno.h>
@@ -245,7 +246,7 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
     start_failed(setup, err);
     return rc;
   }
-  st__pool_set_prepare_fn(srv->pool, st__vm_prepare);
+  st__pool_set_prepare_fn(srv->pool, st__pool_conn_prepare);
   ST_LOG_I("server", "workers: %d; limits: max_message_bytes %zu, max_connections %d, "
            "max_inflight %d, frame_timeout_ms %d, lua_memory_bytes %llu, default_timeout_s %g",
            cfg->workers, cfg->max_message_bytes, cfg->max_connections, cfg->max_inflight,

@@ -14,6 +14,7 @@
 #include "engine/objects.h"
 #include "mem/arena.h"
 #include "mem/ledger.h"
+#include "mem/pool.h"
 #include "server/work.h"
 #include "st/wire.h"
 
@@ -291,6 +292,14 @@ static void gauges(text_t *t, st__server_t *srv) {
          "The arenas' descriptor cap (limits.max_arena_fds; 0: none).", (double)led.fd_cap);
   single(t, "sharedtensor_unread_reply_bytes", "gauge", "bytes",
          "Arena bytes pinned by replies the clients have not read yet.", (double)srv->held_bytes);
+  st__mpool_stats_t ps;
+  st__mpool_stats(&ps);
+  single(t, "sharedtensor_pool_bytes", "gauge", "bytes",
+         "Slab bytes of the connections' result pools (charged to the cpu budget).",
+         (double)ps.bytes);
+  single(t, "sharedtensor_pool_fallbacks_total", "counter", "",
+         "Results that got an arena of their own because their connection's pool was full.",
+         (double)ps.fallbacks);
 }
 
 /* Appends the exposition text to *sb (docs/operations.md lists the

@@ -3,12 +3,14 @@
  * object maps. Loop thread only. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "common/log.h"
 #include "mem/arena.h"
 #include "server/loopprof.h"
+#include "server/pool_conn.h"
 #include "server/work.h"
 #include "st/wire.h"
 
@@ -78,9 +80,6 @@ void st__pack_object_info(msgpack_packer *pk, st__server_t *srv, const st__objec
     msgpack_pack_uint64(pk, st__arena_id(o->result.arenas[i]));
 }
 
-/* How each arena of a reply travels. */
-enum { SEND_NONE, SEND_FD, SEND_REF };
-
 static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
                         const st__build_result_t *r, const st__object_t *obj, int lease) {
   st__server_t *srv = c->srv;
@@ -92,80 +91,73 @@ static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
     return ST_ERR_LIMIT;
   }
   /* One descriptor per arena that has one: a legacy CUDA IPC arena is
-   * described by its handle and takes no slot (docs/protocol.md), and an
+   * described by its handle and takes no slot, a region of the
+   * connection's pool by its slab, whose descriptor goes once, and an
    * object's arena this client keeps mapped from an earlier reply on this
-   * connection is named by id alone (arena_refs.c). Each descriptor keeps
-   * its arena alive until the client has read the reply: they count
-   * against the connection limits (conn.h) until then. */
-  unsigned char how[ST_MAX_FDS_PER_MESSAGE];
-  int want = 0;
-  uint64_t pinned = 0;
-  for (size_t i = 0; i < r->narenas; i++) {
-    how[i] = SEND_NONE;
-    if (!st__arena_has_fd(r->arenas[i])) continue;
-    if (obj && st__arena_refs_sent(&c->arena_refs, st__arena_id(r->arenas[i]))) {
-      how[i] = SEND_REF;
-      continue;
-    }
-    how[i] = SEND_FD;
-    want++;
-    pinned += st__arena_bytes(r->arenas[i]);
+   * connection is named by id alone (docs/protocol.md; pool_conn.c,
+   * arena_refs.c). Each descriptor keeps its arena alive until the client
+   * has read the reply: they count against the connection limits (conn.h)
+   * until then. */
+  st__pool_reply_t *prp = malloc(sizeof *prp);   /* ~20 KiB: not on the stack */
+  if (!prp) {
+    st__conn_send_error(c, id, ST_ERR_OUT_OF_MEMORY, "out of memory building a reply");
+    return ST_ERR_OUT_OF_MEMORY;
   }
   char why[300];
-  if (st__conn_reply_room(c, want, pinned, why, sizeof why) != ST_OK) {
+  int rc = st__pool_reply_prepare(c, r, obj != NULL, prp, why, sizeof why);
+  if (rc != ST_OK) {
+    free(prp);
     char m[400];
     snprintf(m, sizeof m, "%s: %s", endpoint, why);
+    st__conn_send_error(c, id, rc, m);
+    return rc;
+  }
+  int want = 0;
+  uint64_t pinned = 0;
+  st__pool_reply_count(prp, &want, &pinned);
+  if (want > ST_MAX_FDS_PER_MESSAGE ||
+      st__conn_reply_room(c, want, pinned, why, sizeof why) != ST_OK) {
+    char m[400];
+    snprintf(m, sizeof m, "%s: %s", endpoint,
+             want > ST_MAX_FDS_PER_MESSAGE ? "too many descriptors for one reply" : why);
+    st__pool_reply_done(c, prp, 0);
+    free(prp);
     st__conn_send_error(c, id, ST_ERR_LIMIT, m);
     return ST_ERR_LIMIT;
   }
   int fds[ST_MAX_FDS_PER_MESSAGE];
   int nfds = 0;
-  for (size_t i = 0; i < r->narenas; i++) {
-    if (how[i] != SEND_FD) continue;
-    char reason[200] = "";
-    st__prof_begin(ST_PROF_DUP);
-    int fd = st__arena_dup_fd(r->arenas[i], reason, sizeof reason);
-    st__prof_end();
-    if (fd < 0) {
-      for (int k = 0; k < nfds; k++) close(fds[k]);
-      char m[300];
-      snprintf(m, sizeof m, "%s: cannot make a descriptor of arena %" PRIu64 " for the reply: %s",
-               endpoint, st__arena_id(r->arenas[i]), reason[0] ? reason : st_strerror(fd));
-      ST_LOG_E("call", "%s", m);
-      st__conn_send_error(c, id, fd, m);
-      return fd;
-    }
-    fds[nfds++] = fd;
+  char reason[200] = "";
+  int fd = st__pool_reply_fds(c, prp, fds, &nfds, reason, sizeof reason);
+  if (fd < 0) {
+    for (int k = 0; k < nfds; k++) close(fds[k]);
+    char m[300];
+    snprintf(m, sizeof m, "%s: cannot make a descriptor for the reply: %s", endpoint,
+             reason[0] ? reason : st_strerror(fd));
+    ST_LOG_E("call", "%s", m);
+    st__pool_reply_done(c, prp, 0);
+    free(prp);
+    st__conn_send_error(c, id, fd, m);
+    return fd;
   }
   /* The reply goes out now: an object's arenas sent with a descriptor are
    * remembered for the next replies (listed in `kept`). */
   uint32_t kept[ST_MAX_FDS_PER_MESSAGE];
   uint32_t nkept = 0;
-  for (size_t i = 0; obj && !c->dead && i < r->narenas; i++)
-    if (how[i] == SEND_FD && st__arena_refs_keep(&c->arena_refs, st__arena_id(r->arenas[i])))
+  for (size_t i = 0; obj && !c->dead && i < prp->n; i++)
+    if (!prp->pooled[i] && !prp->ref[i] && st__arena_has_fd(prp->arenas[i]) &&
+        st__arena_refs_keep(&c->arena_refs, st__arena_id(prp->arenas[i])))
       kept[nkept++] = (uint32_t)i;
   msgpack_sbuffer sb;
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, id);
-  msgpack_pack_map(&pk, 2 + (obj != NULL) + (nkept > 0));
+  msgpack_pack_map(&pk, 2 + (obj != NULL) + (nkept > 0) + prp->page);
   st__pack_cstr(&pk, "value");
   if (r->value.size) msgpack_sbuffer_write(&sb, r->value.data, r->value.size);
   else msgpack_pack_nil(&pk);
   st__pack_cstr(&pk, "arenas");
-  msgpack_pack_array(&pk, r->narenas);
-  uint32_t next_fd = 0;
-  for (size_t i = 0; i < r->narenas; i++) {
-    if (how[i] == SEND_REF) {
-      msgpack_pack_map(&pk, 1);
-      st__pack_kv_uint(&pk, "ref", st__arena_id(r->arenas[i]));
-      continue;
-    }
-    st__arena_desc_t d;
-    memset(&d, 0, sizeof d);
-    st__arena_describe(r->arenas[i], &d);
-    if (!d.legacy) d.fd = next_fd++;   /* its index among the fds sent */
-    st__pack_arena(&pk, &d);
-  }
+  st__pool_reply_pack(c, &pk, prp);
+  st__pool_reply_pack_page(c, &pk, prp, (uint32_t)nfds - 1);
   if (nkept) {
     st__pack_cstr(&pk, "kept");
     msgpack_pack_array(&pk, nkept);
@@ -178,6 +170,8 @@ static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
   if (!c->dead) st__stats_answered(srv, &c->open, id, ST_OK);
   st__conn_send_pinned(c, &sb, fds, nfds, pinned);
   msgpack_sbuffer_destroy(&sb);
+  st__pool_reply_done(c, prp, 1);
+  free(prp);
   return ST_OK;
 }
 

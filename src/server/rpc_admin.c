@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "server/pool_conn.h"
 #include "common/log.h"
 #include "server/rpc.h"
 #include "server/work.h"
@@ -44,6 +45,7 @@ void st__rpc_hello(st__rpc_req_t *r) {
     c->client[n] = '\0';
     ST_LOG_D("conn", "conn %llu: hello from '%s'", (unsigned long long)c->id, c->client);
   }
+  st__pool_conn_hello(c, st__rpc_arg(r, "features"));
   msgpack_sbuffer sb;
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, r->id);

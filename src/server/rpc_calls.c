@@ -53,7 +53,8 @@ static st__task_t *start_task(st__rpc_req_t *r, const st__endpoint_decl_t *ep,
     st__rpc_error(r, ST_ERR_OUT_OF_MEMORY, "out of memory");
     return NULL;
   }
-  st__consumer_t who = {.kind = ST_CONSUMER_TASK, .task = t};
+  /* conn_id: the submitter, whose result pool the build may use. */
+  st__consumer_t who = {.kind = ST_CONSUMER_TASK, .conn_id = c->id, .task = t};
   int rc = st__build_start(srv, ep, bound->data, bound->size, c->targs, &who, c->device, err,
                            sizeof err);
   if (rc != ST_OK) {

@@ -101,6 +101,10 @@ TEST(closing_a_connection_drops_what_it_kept) {
 static const stt_endpoint_t endpoints[] = {{"add.lua", ep_add}, {NULL, NULL}};
 
 int main(void) {
+  /* The counts below are of the arguments' arenas: results of their own,
+   * not regions of a result pool (whose slab and page are arenas too;
+   * test_pool.c). */
+  setenv("ST_CLIENT_POOL", "0", 1);
   stt_server_setup(&srv, "limits = { max_cached_arguments = 2 },", endpoints);
   cli = stt_client_open(srv.socket);
   if (!cli) return 1;

@@ -12,6 +12,7 @@ conversion, against a real stserver (CPU tensors):
     conversion, including what marshal cannot carry (invalid UTF-8).
 """
 import gc
+import os
 import math
 import unittest
 import weakref
@@ -137,7 +138,14 @@ class ReuseTest(st_fixture.ServerTestCase):
 class KeptArenaTest(st_fixture.ServerTestCase):
     ENDPOINTS = ENDPOINTS
 
+    # Kept arenas are arenas of their own: a client with the result pool
+    # off receives fresh results that way (pooled regions are never kept).
+    def setUp(self):
+        os.environ["ST_CLIENT_POOL"] = "0"
+        super().setUp()
+
     def tearDown(self):
+        os.environ.pop("ST_CLIENT_POOL", None)
         _lib.keep_arenas(16, 256 << 20)
         super().tearDown()
 

@@ -1,0 +1,241 @@
+/* src/client: result pools (docs/pool.md, sections 1-3).
+ *
+ * A connection that asked for the hello feature "pool" receives results
+ * the server does not keep as regions of per-connection slabs. Each
+ * slab's descriptor comes once, with the first reply that uses it: the
+ * connection maps it (map.c, a mapping in no list) and holds it for its
+ * life. A region is a mapping of its own, a view into its slab, counted
+ * by the results that use it (their tensors and DLPack exports hold the
+ * result). When its last reference goes, on any thread, the region's
+ * generation is stored into the control page's freed[slot] and
+ * freed_count bumped: the server takes the region back before its next
+ * allocation from the pool.
+ *
+ * The control page ("STPL" v1: freed_count at byte 12, freed[] from byte
+ * 64) comes once, mapped read-write. It is counted: the connection holds
+ * one reference and each live region one, so a region freed after the
+ * connection closed or reconnected writes into a page that is still
+ * mapped (the server no longer reads it), never into memory that now
+ * belongs to something else.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "client/client_internal.h"
+#include "common/fail.h"
+
+#define PAGE_MAGIC 0x4c505453u   /* "STPL" little-endian */
+#define PAGE_HEADER 64u          /* freed[] starts here  */
+#define PAGE_COUNT 12u           /* freed_count          */
+
+struct st__pool_page {
+  int refs;                      /* atomic                       */
+  void *base;
+  size_t len;
+  uint32_t nslots;
+};
+
+typedef struct slab {
+  uint64_t id;
+  st__mapping_t *m;              /* the connection's reference   */
+} slab_t;
+
+struct st__client_pool {
+  struct st__pool_page *page;    /* one reference, or NULL       */
+  slab_t *slabs;
+  size_t nslabs, cap;
+};
+
+static void page_unref(struct st__pool_page *pg) {
+  if (!pg || __atomic_sub_fetch(&pg->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
+  munmap(pg->base, pg->len);
+  free(pg);
+}
+
+/* See client_internal.h. Any thread. */
+void st__client_pool_freed(struct st__pool_page *pg, uint32_t slot, uint32_t gen) {
+  uint32_t *w = (uint32_t *)pg->base;
+  /* The slot was checked against nslots when the region was made; the
+   * server never hands out generation 0. */
+  if (gen) {
+    __atomic_store_n(&w[PAGE_HEADER / 4 + slot], gen, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&w[PAGE_COUNT / 4], 1, __ATOMIC_RELEASE);
+  }
+  page_unref(pg);
+}
+
+/* See client_internal.h. Any thread. */
+int st__client_pool_disabled(void) {
+  const char *e = getenv("ST_CLIENT_POOL");
+  return e && strcmp(e, "0") == 0;
+}
+
+/* See client_internal.h. Thread of the client. */
+void st__client_pool_reset(st_client_t *c, int on) {
+  struct st__client_pool *p = c->pool;
+  if (p) {
+    for (size_t i = 0; i < p->nslabs; i++) st__client_mapping_release(p->slabs[i].m);
+    free(p->slabs);
+    page_unref(p->page);
+    free(p);
+    c->pool = NULL;
+  }
+  if (on) c->pool = calloc(1, sizeof *c->pool);   /* none: arenas as before */
+}
+
+/* See client_internal.h. */
+int st__client_pool_is_region(const msgpack_object *a) {
+  return a->type == MSGPACK_OBJECT_MAP && st__map_get(a, "pool") != NULL;
+}
+
+/* See client_internal.h. */
+int st__client_pool_has_fd(const msgpack_object *a) { return st__map_get(a, "fd") != NULL; }
+
+/* map[key] as an unsigned integer of at most `max`; -1 when absent or
+ * not one. */
+static int get_u64(const msgpack_object *map, const char *key, uint64_t max, uint64_t *out) {
+  const msgpack_object *o = map ? st__map_get(map, key) : NULL;
+  if (!o || o->type != MSGPACK_OBJECT_POSITIVE_INTEGER || o->via.u64 > max) return -1;
+  *out = o->via.u64;
+  return 0;
+}
+
+/* Takes descriptor `index` out of fds. -1 when missing or taken. */
+static int take_fd(int *fds, size_t nfds, uint64_t index) {
+  if (index >= nfds || fds[index] < 0) return -1;
+  int fd = fds[index];
+  fds[index] = -1;
+  return fd;
+}
+
+/* See client_internal.h. Thread of the client. */
+int st__client_pool_take_page(st_client_t *c, const msgpack_object *pp, int *fds, size_t nfds) {
+  if (!pp || pp->type == MSGPACK_OBJECT_NIL) return ST_OK;
+  struct st__client_pool *p = c->pool;
+  uint64_t fdi, bytes, slots, id;
+  if (!p || p->page || pp->type != MSGPACK_OBJECT_MAP || get_u64(pp, "fd", UINT32_MAX, &fdi) ||
+      get_u64(pp, "bytes", SIZE_MAX, &bytes) || get_u64(pp, "slots", 1u << 20, &slots) ||
+      get_u64(pp, "id", UINT64_MAX, &id) || bytes < PAGE_HEADER + 4 * slots)
+    return st__client_fail(c, ST_ERR_PROTOCOL, "bad or unexpected 'pool_page' in the reply");
+  int fd = take_fd(fds, nfds, fdi);
+  if (fd < 0)
+    return st__client_fail(c, ST_ERR_PROTOCOL, "pool_page names descriptor %llu, which is "
+                           "missing or taken", (unsigned long long)fdi);
+  st__arena_desc_t d;
+  memset(&d, 0, sizeof d);
+  d.id = id;
+  d.bytes = bytes;
+  char why[200] = "";
+  struct stat st;
+  int rc = fstat(fd, &st) == 0 ? st__client_check_memfd(&d, fd, &st, why, sizeof why)
+                               : st__fail(ST_ERR_IO, why, sizeof why, "fstat of the pool page failed");
+  void *base = MAP_FAILED;
+  if (rc == ST_OK) base = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (rc != ST_OK) return st__client_fail(c, rc, "pool page: %s", why);
+  if (base == MAP_FAILED) return st__client_fail(c, ST_ERR_IO, "pool page: mmap failed");
+  if (*(const uint32_t *)base != PAGE_MAGIC) {
+    munmap(base, (size_t)bytes);
+    return st__client_fail(c, ST_ERR_PROTOCOL, "pool page: not an STPL page");
+  }
+  struct st__pool_page *pg = calloc(1, sizeof *pg);
+  if (!pg) {
+    munmap(base, (size_t)bytes);
+    return st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  pg->refs = 1;
+  pg->base = base;
+  pg->len = (size_t)bytes;
+  pg->nslots = (uint32_t)slots;
+  p->page = pg;
+  return ST_OK;
+}
+
+/* The connection's mapping of slab `id`, or NULL. */
+static st__mapping_t *slab_find(const struct st__client_pool *p, uint64_t id) {
+  for (size_t i = 0; i < p->nslabs; i++)
+    if (p->slabs[i].id == id) return p->slabs[i].m;
+  return NULL;
+}
+
+/* Maps the slab that entry `a` sends (its descriptor from fds) and keeps
+ * it for the connection. */
+static int slab_add(st_client_t *c, const msgpack_object *a, uint64_t id, int *fds, size_t nfds,
+                    st__mapping_t **out) {
+  struct st__client_pool *p = c->pool;
+  uint64_t fdi, bytes;
+  if (get_u64(a, "fd", UINT32_MAX, &fdi) || get_u64(a, "bytes", SIZE_MAX, &bytes))
+    return st__client_fail(c, ST_ERR_PROTOCOL, "pool slab %llu: bad fd or bytes",
+                           (unsigned long long)id);
+  int fd = take_fd(fds, nfds, fdi);
+  if (fd < 0 || slab_find(p, id)) {
+    if (fd >= 0) close(fd);
+    return st__client_fail(c, ST_ERR_PROTOCOL, "pool slab %llu: descriptor %llu missing, taken "
+                           "or sent twice", (unsigned long long)id, (unsigned long long)fdi);
+  }
+  if (p->nslabs == p->cap) {
+    size_t cap = p->cap ? 2 * p->cap : 4;
+    slab_t *s = realloc(p->slabs, cap * sizeof *s);
+    if (!s) {
+      close(fd);
+      return st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    p->slabs = s;
+    p->cap = cap;
+  }
+  st__arena_desc_t d;
+  memset(&d, 0, sizeof d);
+  d.id = id;
+  d.bytes = bytes;
+  char why[200] = "";
+  int rc = st__client_map_slab(&d, fd, out, why, sizeof why);
+  if (rc != ST_OK) return st__client_fail(c, rc, "pool slab: %s", why);
+  p->slabs[p->nslabs].id = id;
+  p->slabs[p->nslabs++].m = *out;
+  return ST_OK;
+}
+
+/* See client_internal.h. Thread of the client. */
+int st__client_pool_region(st_client_t *c, const msgpack_object *a, int *fds, size_t nfds,
+                           st__arena_desc_t *d, st__mapping_t **out) {
+  *out = NULL;
+  struct st__client_pool *p = c->pool;
+  const msgpack_object *po = st__map_get(a, "pool");
+  uint64_t id, off, size, slot, gen;
+  if (!p || !p->page)
+    return st__client_fail(c, ST_ERR_PROTOCOL, "the reply has a pool region but this "
+                           "connection has no pool page");
+  if (get_u64(a, "id", UINT64_MAX, &id) || po->type != MSGPACK_OBJECT_MAP ||
+      get_u64(po, "offset", UINT64_MAX, &off) || get_u64(po, "size", UINT64_MAX, &size) ||
+      get_u64(po, "slot", p->page->nslots - 1u, &slot) || get_u64(po, "gen", UINT32_MAX, &gen))
+    return st__client_fail(c, ST_ERR_PROTOCOL, "bad pool region in the reply");
+  st__mapping_t *slab = slab_find(p, id);
+  int rc = ST_OK;
+  if (st__client_pool_has_fd(a)) {
+    rc = slab ? st__client_fail(c, ST_ERR_PROTOCOL, "pool slab %llu sent twice",
+                                (unsigned long long)id)
+              : slab_add(c, a, id, fds, nfds, &slab);
+  } else if (!slab) {
+    rc = st__client_fail(c, ST_ERR_PROTOCOL, "the reply names pool slab %llu, which this "
+                         "connection was never sent", (unsigned long long)id);
+  }
+  if (rc != ST_OK) return rc;
+  __atomic_add_fetch(&p->page->refs, 1, __ATOMIC_RELAXED);
+  rc = st__client_map_region(slab, off, size, st__client_pool_freed, p->page, (uint32_t)slot,
+                             (uint32_t)gen, out);
+  if (rc != ST_OK) {
+    page_unref(p->page);
+    return st__client_fail(c, rc, "pool region at %llu (+%llu) is outside slab %llu",
+                           (unsigned long long)off, (unsigned long long)size,
+                           (unsigned long long)id);
+  }
+  memset(d, 0, sizeof *d);
+  d->id = id;
+  d->bytes = size;
+  snprintf(d->backend, sizeof d->backend, "memfd");
+  return ST_OK;
+}

@@ -1,0 +1,269 @@
+/* src/mem: per-connection pools (contracts in pool.h; design in
+ * docs/pool.md). */
+#include "mem/pool.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "mem/slab_alloc.h"
+#include "st/errors.h"
+
+typedef struct slab {
+  st__arena_t *arena;         /* the memfd, one reference              */
+  st__slab_alloc_t alloc;
+  int sent;                   /* the owner was sent its descriptor     */
+} slab_t;
+
+struct st__mpool {
+  pthread_mutex_t mu;
+  atomic_int refs;
+  st__mpool_cfg_t cfg;
+  slab_t slabs[ST__MPOOL_MAX_SLABS];
+  uint32_t nslabs;
+  uint64_t bytes;             /* all slabs                             */
+  st__slots_t slots;
+  uint32_t *reclaim;          /* scratch of slots.n for st__slots_scan */
+  st__arena_t *page;          /* control page arena                    */
+  int page_sent;
+  int warned;                 /* the fallback was logged               */
+};
+
+static atomic_uint_fast64_t n_pools, n_slabs, n_bytes, n_regions, n_fallbacks;
+
+/* The page's fields, in the server's mapping. */
+static _Atomic uint32_t *page_word(st__mpool_t *p, size_t byte_off) {
+  return (_Atomic uint32_t *)((char *)st__arena_base(p->page) + byte_off);
+}
+
+int st__mpool_new(const st__mpool_cfg_t *cfg, st__mpool_t **out, char *err, size_t errlen) {
+  *out = NULL;
+  st__mpool_t *p = calloc(1, sizeof *p);
+  if (!p) {
+    snprintf(err, errlen, "out of memory");
+    return ST_ERR_OUT_OF_MEMORY;
+  }
+  p->cfg = *cfg;
+  if (p->cfg.max_regions == 0) p->cfg.max_regions = 1;
+  int rc = st__slots_init(&p->slots, p->cfg.max_regions);
+  p->reclaim = malloc(p->cfg.max_regions * sizeof *p->reclaim);
+  if (rc != ST_OK || !p->reclaim) {
+    snprintf(err, errlen, "out of memory");
+    rc = ST_ERR_OUT_OF_MEMORY;
+    goto fail;
+  }
+  /* The page is made with the first slab (grow): a connection that never
+   * gets a pooled result holds no descriptor and no memory for it. */
+  pthread_mutex_init(&p->mu, NULL);
+  atomic_init(&p->refs, 1);
+  atomic_fetch_add(&n_pools, 1);
+  *out = p;
+  return ST_OK;
+fail:
+  st__slots_destroy(&p->slots);
+  free(p->reclaim);
+  free(p);
+  return rc;
+}
+
+static void pool_unref(st__mpool_t *p) {
+  if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) != 1) return;
+  for (uint32_t i = 0; i < p->nslabs; i++) {
+    st__arena_unref(p->slabs[i].arena);
+    st__slab_alloc_destroy(&p->slabs[i].alloc);
+  }
+  atomic_fetch_sub(&n_slabs, p->nslabs);
+  atomic_fetch_sub(&n_bytes, p->bytes);
+  atomic_fetch_sub(&n_pools, 1);
+  if (p->page) st__arena_unref(p->page);
+  st__slots_destroy(&p->slots);
+  free(p->reclaim);
+  pthread_mutex_destroy(&p->mu);
+  free(p);
+}
+
+void st__mpool_ref(st__mpool_t *p) { atomic_fetch_add(&p->refs, 1); }
+
+void st__mpool_close(st__mpool_t *p) {
+  if (p) pool_unref(p);
+}
+
+static int region_source(void *ctx, uint64_t bytes, st__arena_t **out);
+static void region_release(void *owner, uint32_t slot);
+
+void st__mpool_use(st__mpool_t *p) { st__arena_use_source(p ? region_source : NULL, p); }
+
+/* Gives slot i's pages back and frees the slot. Under mu. */
+static void take_back(st__mpool_t *p, uint32_t i) {
+  st__slot_t *s = &p->slots.slot[i];
+  if (s->slab < p->nslabs) st__slab_alloc_give(&p->slabs[s->slab].alloc, s->off, s->len);
+  st__slots_release(&p->slots, i);
+  atomic_fetch_sub(&n_regions, 1);
+}
+
+/* A new slab big enough for `len` bytes, within the pool's cap: its index,
+ * or -1. Under mu (the memfd is made under it: a worker waits for its own
+ * pool only). */
+static int grow(st__mpool_t *p, uint64_t len) {
+  if (p->nslabs == ST__MPOOL_MAX_SLABS) return -1;
+  if (!p->page) {
+    char why[256];
+    if (st__arena_new_cpu(ST__MPOOL_PAGE_HEADER + 4ull * p->cfg.max_regions, &p->page, why,
+                          sizeof why) != ST_OK) {
+      ST_LOG_D("pool", "no control page: %s", why);
+      p->page = NULL;
+      return -1;
+    }
+    atomic_store(page_word(p, 0), ST__MPOOL_PAGE_MAGIC);
+    atomic_store(page_word(p, 4), ST__MPOOL_PAGE_VERSION);
+    atomic_store(page_word(p, 8), p->cfg.max_regions);
+  }
+  uint64_t size = p->nslabs ? 2 * st__arena_bytes(p->slabs[p->nslabs - 1].arena)
+                            : p->cfg.slab_bytes;
+  if (size < len) size = len;
+  size = (size + ST__SLAB_PAGE - 1) / ST__SLAB_PAGE * ST__SLAB_PAGE;
+  if (p->bytes + size > p->cfg.max_bytes) {
+    if (p->bytes + len > p->cfg.max_bytes) return -1;
+    size = (p->cfg.max_bytes - p->bytes) / ST__SLAB_PAGE * ST__SLAB_PAGE;
+  }
+  char why[256];
+  slab_t *s = &p->slabs[p->nslabs];
+  if (st__arena_new_cpu(size, &s->arena, why, sizeof why) != ST_OK) {
+    ST_LOG_D("pool", "no new slab of %llu bytes: %s", (unsigned long long)size, why);
+    return -1;
+  }
+  if (st__slab_alloc_init(&s->alloc, size) != ST_OK) {
+    st__arena_unref(s->arena);
+    s->arena = NULL;
+    return -1;
+  }
+  s->sent = 0;
+  p->bytes += size;
+  atomic_fetch_add(&n_slabs, 1);
+  atomic_fetch_add(&n_bytes, size);
+  return (int)p->nslabs++;
+}
+
+/* Takes back what the client freed since the last look. Under mu. */
+static void collect(st__mpool_t *p) {
+  if (!p->page) return;   /* no slab yet: nothing was handed out */
+  uint32_t count = atomic_load_explicit(page_word(p, 12), memory_order_acquire);
+  uint32_t n = st__slots_scan(&p->slots, page_word(p, ST__MPOOL_PAGE_HEADER), count, p->reclaim);
+  for (uint32_t k = 0; k < n; k++) take_back(p, p->reclaim[k]);
+}
+
+/* st__arena_new's source while a pool is current (st__mpool_use). */
+static int region_source(void *ctx, uint64_t bytes, st__arena_t **out) {
+  st__mpool_t *p = ctx;
+  *out = NULL;
+  if (!p || bytes > p->cfg.max_result_bytes || st__arena_check_limit(bytes, NULL, 0) != ST_OK)
+    return ST_ERR_NOT_FOUND;
+  pthread_mutex_lock(&p->mu);
+  collect(p);
+  uint64_t off = 0, len = 0;
+  int slab = -1;
+  for (uint32_t i = 0; i < p->nslabs && slab < 0; i++)
+    if (st__slab_alloc_take(&p->slabs[i].alloc, bytes, &off, &len) == ST_OK) slab = (int)i;
+  if (slab < 0 && p->slots.nfree > 0) {
+    slab = grow(p, bytes ? bytes : 1);
+    if (slab >= 0 && st__slab_alloc_take(&p->slabs[slab].alloc, bytes, &off, &len) != ST_OK)
+      slab = -1;
+  }
+  int64_t slot = -1;
+  if (slab >= 0) {
+    slot = st__slots_take(&p->slots, (uint32_t)slab, off, len);
+    if (slot < 0) st__slab_alloc_give(&p->slabs[slab].alloc, off, len);
+  }
+  if (slot < 0) {
+    int warn = !p->warned;
+    p->warned = 1;
+    pthread_mutex_unlock(&p->mu);
+    atomic_fetch_add(&n_fallbacks, 1);
+    if (warn)
+      ST_LOG_W("pool", "a connection's result pool is full (%llu bytes in %u slabs, "
+               "pool.max_bytes_per_connection = %llu, %u regions: pool.max_regions): its "
+               "results get arenas of their own until it frees some",
+               (unsigned long long)p->bytes, p->nslabs, (unsigned long long)p->cfg.max_bytes,
+               p->cfg.max_regions);
+    return ST_ERR_LIMIT;
+  }
+  char *base = (char *)st__arena_base(p->slabs[slab].arena) + off;
+  atomic_fetch_add(&p->refs, 1);
+  pthread_mutex_unlock(&p->mu);
+  memset(base, 0, (size_t)len);   /* a recycled region reads as a fresh arena */
+  *out = st__arena_adopt_region(region_release, p, (uint32_t)slot, base, bytes, len);
+  if (!*out) {
+    region_release(p, (uint32_t)slot);
+    return ST_ERR_LIMIT;
+  }
+  atomic_fetch_add(&n_regions, 1);
+  return ST_OK;
+}
+
+/* The server's last reference to a region is gone. Any thread. */
+static void region_release(void *owner, uint32_t slot) {
+  st__mpool_t *p = owner;
+  pthread_mutex_lock(&p->mu);
+  if (st__slots_server_done(&p->slots, slot)) take_back(p, slot);
+  pthread_mutex_unlock(&p->mu);
+  pool_unref(p);
+}
+
+int st__mpool_describe(st__mpool_t *p, const st__arena_t *a, st__mpool_desc_t *d) {
+  void *owner;
+  uint32_t slot;
+  if (!st__arena_region(a, &owner, &slot) || owner != p) return 0;
+  pthread_mutex_lock(&p->mu);
+  st__slot_t *s = &p->slots.slot[slot];
+  int ok = s->live && !s->handed && s->slab < p->nslabs;
+  if (ok) {
+    slab_t *sl = &p->slabs[s->slab];
+    d->slab = sl->arena;
+    d->slab_id = st__arena_id(sl->arena);
+    d->slab_bytes = st__arena_bytes(sl->arena);
+    d->offset = s->off;
+    d->size = s->len;
+    d->slot = slot;
+    d->gen = s->gen;
+    d->send_slab = !sl->sent;
+  }
+  pthread_mutex_unlock(&p->mu);
+  return ok;
+}
+
+void st__mpool_handed(st__mpool_t *p, const st__arena_t *a) {
+  void *owner;
+  uint32_t slot;
+  if (!st__arena_region(a, &owner, &slot) || owner != p) return;
+  pthread_mutex_lock(&p->mu);
+  st__slots_hand_out(&p->slots, slot);
+  st__slot_t *s = &p->slots.slot[slot];
+  if (s->slab < p->nslabs) p->slabs[s->slab].sent = 1;
+  pthread_mutex_unlock(&p->mu);
+}
+
+const st__arena_t *st__mpool_page(st__mpool_t *p, int *sent) {
+  *sent = p->page_sent;
+  return p->page;
+}
+
+void st__mpool_page_sent(st__mpool_t *p) { p->page_sent = 1; }
+
+uint32_t st__mpool_slots(const st__mpool_t *p) { return p->cfg.max_regions; }
+
+int st__mpool_copy_out(const st__arena_t *a, st__arena_t **out, char *err, size_t errlen) {
+  int rc = st__arena_new_cpu(st__arena_bytes(a), out, err, errlen);
+  if (rc == ST_OK) memcpy(st__arena_base(*out), st__arena_base(a), (size_t)st__arena_bytes(a));
+  return rc;
+}
+
+void st__mpool_stats(st__mpool_stats_t *s) {
+  s->pools = atomic_load(&n_pools);
+  s->slabs = atomic_load(&n_slabs);
+  s->bytes = atomic_load(&n_bytes);
+  s->regions = atomic_load(&n_regions);
+  s->fallbacks = atomic_load(&n_fallbacks);
+}

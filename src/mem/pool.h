@@ -1,0 +1,96 @@
+/* src/mem: per-connection pools of result memory (docs/pool.md, sections
+ * 1-3). A pool owns up to ST__MPOOL_MAX_SLABS slabs (CPU: sealed memfd
+ * arenas, charged to the ledger like any arena) and a control page (a
+ * small sealed memfd arena the client maps read-write to say which
+ * regions it is done with). Results are sub-allocated as regions: an
+ * arena of kind "pool" (arena.c) whose base is inside a slab; a region
+ * is taken back when the server's last reference to its arena is gone
+ * and, once it was handed to the client, the client stored its
+ * generation into the page (slab_alloc.h).
+ *
+ * A worker allocates from the pool that st__mpool_use made current on its
+ * thread (st__arena_new asks it first); anything that does
+ * not fit (the pool's cap, its slots, a result larger than
+ * max_result_bytes) falls back to an arena of its own.
+ *
+ * Threads: one mutex per pool guards everything; any thread. The pool is
+ * reference counted: its owner (the connection) holds one, every live
+ * region another; slabs and the page go with the last. */
+#ifndef ST_MEM_POOL_H
+#define ST_MEM_POOL_H
+
+#include <stdint.h>
+
+#include "mem/arena.h"
+
+#define ST__MPOOL_MAX_SLABS 32
+#define ST__MPOOL_PAGE_MAGIC 0x4c505453u   /* "STPL" little-endian */
+#define ST__MPOOL_PAGE_VERSION 1u
+#define ST__MPOOL_PAGE_HEADER 64u          /* freed[] starts here */
+
+typedef struct st__mpool st__mpool_t;
+
+typedef struct st__mpool_cfg {
+  uint64_t slab_bytes;        /* the first slab; each next doubles       */
+  uint64_t max_bytes;         /* all slabs of the pool together          */
+  uint64_t max_result_bytes;  /* larger arenas are not pooled            */
+  uint32_t max_regions;       /* live regions (slots of the page)        */
+} st__mpool_cfg_t;
+
+/* A new pool with its control page (no slab yet). *out holds the owner's
+ * reference. ST_OK, or the error of st__arena_new_cpu with the reason. */
+int st__mpool_new(const st__mpool_cfg_t *cfg, st__mpool_t **out, char *err, size_t errlen);
+
+/* One more reference (a job that allocates from p). Any thread. */
+void st__mpool_ref(st__mpool_t *p);
+
+/* Drops one reference (the owner's when the connection closed, a job's);
+ * regions the server still uses keep the slabs until they go. NULL is a
+ * no-op. Any thread. */
+void st__mpool_close(st__mpool_t *p);
+
+/* Makes p the pool st__arena_new allocates CPU arenas from on this thread
+ * (NULL: none). The thread keeps no reference: the caller keeps p alive
+ * while it is current. Worker thread. */
+void st__mpool_use(st__mpool_t *p);
+
+/* Made current (st__mpool_use), a pool gives st__arena_new a region for
+ * a CPU arena of up to max_result_bytes, zero-filled; a full pool (its
+ * cap, its slots) gives nothing: counted in pool_fallbacks and logged
+ * once per pool, and the arena is a memfd of its own. */
+
+/* How a pool arena travels in one reply (st__mpool_hand_out). */
+typedef struct st__mpool_desc {
+  const st__arena_t *slab;    /* borrowed: dup its fd when send_slab      */
+  uint64_t slab_id, slab_bytes, offset, size;
+  uint32_t slot, gen;
+  int send_slab;              /* the connection has not got the slab yet  */
+} st__mpool_desc_t;
+
+/* 1 when `a` is a region of pool p, free to go to p's owner (never handed
+ * out before); fills *d. 0 when it is not a region of p or was handed out
+ * already: the reply must not describe it as pooled. Loop thread. */
+int st__mpool_describe(st__mpool_t *p, const st__arena_t *a, st__mpool_desc_t *d);
+
+/* The reply carrying `a` (described by st__mpool_describe) was queued:
+ * the client holds the region now, and has the slab. Loop thread. */
+void st__mpool_handed(st__mpool_t *p, const st__arena_t *a);
+
+/* The control page: its arena (borrowed), and whether the owner has it
+ * already; st__mpool_page_sent records that it has. Loop thread. */
+const st__arena_t *st__mpool_page(st__mpool_t *p, int *sent);
+void st__mpool_page_sent(st__mpool_t *p);
+uint32_t st__mpool_slots(const st__mpool_t *p);
+
+/* A CPU arena with a copy of a pool arena's bytes (for a reply that may
+ * not carry the region: another connection, a second reply). *out holds
+ * one reference. Errors of st__arena_new_cpu. Any thread. */
+int st__mpool_copy_out(const st__arena_t *a, st__arena_t **out, char *err, size_t errlen);
+
+/* Process-wide figures for info and metrics. Any thread. */
+typedef struct st__mpool_stats {
+  uint64_t pools, slabs, bytes, regions, fallbacks;
+} st__mpool_stats_t;
+void st__mpool_stats(st__mpool_stats_t *s);
+
+#endif

@@ -1,0 +1,199 @@
+/* src/server: the connection side of result pools (pool_conn.h). */
+#include "server/pool_conn.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "lua/st_lua.h"
+#include "mem/slab_alloc.h"
+#include "server/conn.h"
+#include "server/loopprof.h"
+#include "server/server.h"
+
+/* The per-connection cap: pool.max_bytes_per_connection, never more than
+ * a quarter of the cpu budget. */
+static uint64_t conn_cap(const st__server_t *srv) {
+  const st__config_t *cfg = srv->cfg;
+  uint64_t cap = cfg->pool_max_bytes;
+  uint64_t budget = cfg->nbudgets > 0 ? cfg->budgets[0].bytes : 0;
+  if (budget && cap > budget / 4) cap = budget / 4;
+  return cap / ST__SLAB_PAGE * ST__SLAB_PAGE;
+}
+
+int st__pool_offered(const st__server_t *srv) {
+  return srv->cfg->pool_max_regions > 0 && conn_cap(srv) >= ST__SLAB_PAGE;
+}
+
+void st__pool_conn_hello(st__conn_t *c, const msgpack_object *features) {
+  if (c->pool || !features || features->type != MSGPACK_OBJECT_ARRAY ||
+      !st__pool_offered(c->srv))
+    return;
+  int asked = 0;
+  for (uint32_t i = 0; i < features->via.array.size; i++) {
+    const msgpack_object *f = &features->via.array.ptr[i];
+    if (f->type == MSGPACK_OBJECT_STR && st__str_eq(f, "pool"))
+      asked = 1;
+  }
+  if (!asked) return;
+  const st__config_t *cfg = c->srv->cfg;
+  st__mpool_cfg_t pc = {.max_bytes = conn_cap(c->srv), .max_regions = (uint32_t)cfg->pool_max_regions};
+  pc.slab_bytes = cfg->pool_slab_bytes < pc.max_bytes ? cfg->pool_slab_bytes : pc.max_bytes;
+  pc.max_result_bytes = cfg->pool_max_result_bytes;
+  if (!pc.max_result_bytes) {
+    pc.max_result_bytes = pc.max_bytes / 8;
+    if (pc.max_result_bytes > (16u << 20)) pc.max_result_bytes = 16u << 20;
+  }
+  char why[256];
+  if (st__mpool_new(&pc, &c->pool, why, sizeof why) != ST_OK)
+    ST_LOG_W("pool", "conn %llu: no result pool: %s", (unsigned long long)c->id, why);
+}
+
+void st__pool_conn_job(const st__endpoint_decl_t *ep, st__conn_t *c, st__job_t *job) {
+  if (ep->managed || ep->cache || ep->singleflight) return;
+  if (!c || c->dead || !c->pool) return;
+  st__mpool_ref(c->pool);
+  job->alloc_pool = c->pool;
+}
+
+void st__pool_conn_prepare(struct st__vm *vm, const st__job_t *job) {
+  st__vm_prepare(vm, job);
+  st__mpool_use(job->alloc_pool);
+}
+
+int st__pool_reply_prepare(st__conn_t *c, const st__build_result_t *r, int obj,
+                           st__pool_reply_t *pr, char *err, size_t errlen) {
+  pr->n = r->narenas;
+  pr->page = 0;
+  for (size_t i = 0; i < r->narenas; i++) {
+    st__arena_t *a = r->arenas[i];
+    pr->arenas[i] = a;
+    pr->own[i] = 0;
+    pr->pooled[i] = 0;
+    pr->ref[i] = 0;
+    void *owner;
+    uint32_t slot;
+    if (!st__arena_region(a, &owner, &slot)) {
+      pr->ref[i] = obj && st__arena_has_fd(a) &&
+                   st__arena_refs_sent(&c->arena_refs, st__arena_id(a));
+      continue;
+    }
+    if (c->pool && st__mpool_describe(c->pool, a, &pr->desc[i])) {
+      pr->pooled[i] = 1;
+      /* One descriptor per slab per reply: a later region of a slab sent
+       * in this reply finds the mapping its first region made. */
+      for (size_t k = 0; k < i && pr->desc[i].send_slab; k++)
+        if (pr->pooled[k] && pr->desc[k].slab_id == pr->desc[i].slab_id) pr->desc[i].send_slab = 0;
+      continue;
+    }
+    /* Not this connection's to receive as a region: a copy of its own. */
+    int rc = st__mpool_copy_out(a, &pr->arenas[i], err, errlen);
+    if (rc != ST_OK) {
+      pr->arenas[i] = a;
+      pr->n = i;
+      st__pool_reply_done(c, pr, 0);
+      return rc;
+    }
+    pr->own[i] = 1;
+  }
+  if (c->pool) {
+    int sent;
+    st__mpool_page(c->pool, &sent);
+    for (size_t i = 0; i < pr->n && !sent && !pr->page; i++) pr->page = pr->pooled[i];
+  }
+  return ST_OK;
+}
+
+void st__pool_reply_count(const st__pool_reply_t *pr, int *nfds, uint64_t *pinned) {
+  *nfds = pr->page;
+  *pinned = 0;
+  for (size_t i = 0; i < pr->n; i++) {
+    if (pr->pooled[i]) {
+      *nfds += pr->desc[i].send_slab;
+    } else if (!pr->ref[i] && st__arena_has_fd(pr->arenas[i])) {
+      (*nfds)++;
+      *pinned += st__arena_bytes(pr->arenas[i]);
+    }
+  }
+}
+
+int st__pool_reply_fds(st__conn_t *c, const st__pool_reply_t *pr, int *fds, int *nfds, char *err,
+                       size_t errlen) {
+  for (size_t i = 0; i < pr->n; i++) {
+    const st__arena_t *a = pr->pooled[i] ? pr->desc[i].slab : pr->arenas[i];
+    if (pr->ref[i] || (pr->pooled[i] ? !pr->desc[i].send_slab : !st__arena_has_fd(a))) continue;
+    st__prof_begin(ST_PROF_DUP);
+    int fd = st__arena_dup_fd(a, err, errlen);
+    st__prof_end();
+    if (fd < 0) return fd;
+    fds[(*nfds)++] = fd;
+  }
+  if (pr->page) {
+    int sent;
+    int fd = st__arena_dup_fd(st__mpool_page(c->pool, &sent), err, errlen);
+    if (fd < 0) return fd;
+    fds[(*nfds)++] = fd;
+  }
+  return ST_OK;
+}
+
+/* A region's arena entry: {fd?, bytes, device, backend, id, pool}. */
+static void pack_region(msgpack_packer *pk, const st__mpool_desc_t *d, uint32_t fd) {
+  msgpack_pack_map(pk, 5 + d->send_slab);
+  if (d->send_slab) st__pack_kv_uint(pk, "fd", fd);
+  st__pack_kv_uint(pk, "bytes", d->slab_bytes);
+  st__pack_kv_str(pk, "device", "cpu");
+  st__pack_kv_str(pk, "backend", "memfd");
+  st__pack_kv_uint(pk, "id", d->slab_id);
+  st__pack_cstr(pk, "pool");
+  msgpack_pack_map(pk, 4);
+  st__pack_kv_uint(pk, "offset", d->offset);
+  st__pack_kv_uint(pk, "size", d->size);
+  st__pack_kv_uint(pk, "slot", d->slot);
+  st__pack_kv_uint(pk, "gen", d->gen);
+}
+
+void st__pool_reply_pack(st__conn_t *c, msgpack_packer *pk, const st__pool_reply_t *pr) {
+  (void)c;
+  msgpack_pack_array(pk, pr->n);
+  uint32_t next_fd = 0;
+  for (size_t i = 0; i < pr->n; i++) {
+    if (pr->pooled[i]) {
+      pack_region(pk, &pr->desc[i], next_fd);
+      next_fd += pr->desc[i].send_slab;
+      continue;
+    }
+    if (pr->ref[i]) {
+      msgpack_pack_map(pk, 1);
+      st__pack_kv_uint(pk, "ref", st__arena_id(pr->arenas[i]));
+      continue;
+    }
+    st__arena_desc_t d;
+    memset(&d, 0, sizeof d);
+    st__arena_describe(pr->arenas[i], &d);
+    if (!d.legacy) d.fd = next_fd++;   /* its index among the fds sent */
+    st__pack_arena(pk, &d);
+  }
+}
+
+void st__pool_reply_pack_page(st__conn_t *c, msgpack_packer *pk, const st__pool_reply_t *pr,
+                              uint32_t fd_index) {
+  if (!pr->page) return;
+  int sent;
+  const st__arena_t *page = st__mpool_page(c->pool, &sent);
+  st__pack_cstr(pk, "pool_page");
+  msgpack_pack_map(pk, 4);
+  st__pack_kv_uint(pk, "fd", fd_index);
+  st__pack_kv_uint(pk, "bytes", st__arena_bytes(page));
+  st__pack_kv_uint(pk, "id", st__arena_id(page));
+  st__pack_kv_uint(pk, "slots", st__mpool_slots(c->pool));
+}
+
+void st__pool_reply_done(st__conn_t *c, st__pool_reply_t *pr, int sent) {
+  for (size_t i = 0; i < pr->n; i++) {
+    if (pr->own[i]) st__arena_unref(pr->arenas[i]);
+    else if (sent && pr->pooled[i]) st__mpool_handed(c->pool, pr->arenas[i]);
+  }
+  if (sent && pr->page) st__mpool_page_sent(c->pool);
+}

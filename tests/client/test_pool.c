@@ -1,0 +1,285 @@
+/* Result pools through libstclient against a real stserver (docs/pool.md,
+ * sections 1-3), with small slabs (pool.slab_bytes = 64 KiB, a 512 KiB
+ * cap per connection) so that slabs fill and regions are recycled:
+ *   - thousands of calls with random frees (some from another thread,
+ *     some through st_result_ref): every held result keeps its bytes, no
+ *     two held results overlap, and descriptors go once per slab;
+ *   - results outlive st_client_close: they stay readable, and freeing
+ *     them later writes into no freed memory;
+ *   - a forked child that frees an inherited result frees nothing;
+ *   - a client SIGKILLed with results outstanding gives its slabs back
+ *     (the server's descriptors, arenas and pool bytes as before it);
+ *   - a client that never frees gets arenas of their own once its pool
+ *     is full (pool_fallbacks moves), with correct results;
+ *   - ST_CLIENT_POOL=0: results are arenas of their own, as before;
+ *   - budgets count slabs: with memory_budget.cpu = 1 MiB the pool stays
+ *     within a quarter of it and a build that needs more than is left
+ *     gets the budget's error.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <st/client.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "argcache_kit.h"
+#include "client_kit.h"
+#include "fixture.h"
+
+#define N 1024   /* floats per result: 4 KiB */
+
+static stt_server_t srv;
+static st_client_t *mon;   /* info */
+
+static const stt_endpoint_t endpoints[] = {
+    {"fill.lua",
+     "return st.endpoint{ name = 'fill', params = { v = 0, n = 1024 },\n"
+     "  build = function(a) return st.full{ a.n, value = a.v, dtype = 'float32' } end }\n"},
+    {"big.lua",
+     "return st.endpoint{ name = 'big', params = { n = 1 },\n"
+     "  build = function(a) return st.zeros{ a.n, dtype = 'uint8' } end }\n"},
+    {NULL, NULL}};
+
+static int64_t info(const char *section, const char *key) {
+  return ak_info_int(mon, section, key);
+}
+
+static int64_t pool_bytes(void) {
+  st_result_t *r = NULL;
+  if (st_client_info(mon, &r) != ST_OK) return -1;
+  const st_value_t *v =
+      st_value_get(st_value_get(st_value_get(st_result_value(r), "memory"), "cpu"), "pool_bytes");
+  int64_t n = v && v->kind == ST_VALUE_INT ? v->as.integer : -1;
+  st_result_free(r);
+  return n;
+}
+
+/* Polls until the pools' bytes are `want` (closed connections let their
+ * slabs go on the server's next loop turns); returns them. */
+static int64_t wait_pool_bytes(int64_t want) {
+  double end = stt_now_ms() + 5000;
+  while (pool_bytes() != want && stt_now_ms() < end) stt_sleep_ms(5);
+  return pool_bytes();
+}
+
+static st_result_t *fill(st_client_t *c, float v) {
+  st_args_t *a = st_args_new();
+  st_args_int(a, "v", (int64_t)v);
+  st_result_t *r = NULL;
+  int rc = st_client_call(c, "fill", a, &r);
+  st_args_free(a);
+  if (rc != ST_OK) fprintf(stderr, "   fill: %s\n", st_client_error(c));
+  return rc == ST_OK ? r : NULL;
+}
+
+static int holds(const st_result_t *r, float v) {
+  const st_tensor_t *t = st_result_tensor(r, 0);
+  if (!t || t->numel != N) return 0;
+  for (int i = 0; i < N; i++)
+    if (((const float *)t->data)[i] != v) return 0;
+  return 1;
+}
+
+static void *free_on_thread(void *r) {
+  st_result_free(r);
+  return NULL;
+}
+
+TEST(held_results_keep_their_bytes_under_random_frees) {
+  OPEN_CLIENT(c, srv.socket);
+  int64_t sent = info("counters", "fds_sent");
+  enum { HOLD = 40, CALLS = 3000 };
+  st_result_t *held[HOLD];
+  float val[HOLD];
+  int n = 0;
+  unsigned seed = 4242;
+  for (int i = 0; i < CALLS; i++) {
+    if (n == HOLD || (n > 0 && rand_r(&seed) % 3 == 0)) {
+      int k = (int)(rand_r(&seed) % (unsigned)n);
+      switch (rand_r(&seed) % 3) {
+      case 0: st_result_free(held[k]); break;
+      case 1: {   /* the last reference goes on another thread */
+        pthread_t th;
+        CHECK(pthread_create(&th, NULL, free_on_thread, held[k]) == 0);
+        pthread_join(th, NULL);
+        break;
+      }
+      default:   /* two references: the region stays until both go */
+        st_result_ref(held[k]);
+        st_result_free(held[k]);
+        CHECK(holds(held[k], val[k]));
+        st_result_free(held[k]);
+      }
+      held[k] = held[n - 1];
+      val[k] = val[--n];
+    }
+    float v = (float)(i + 1);
+    st_result_t *r = fill(c, v);
+    CHECK(r && holds(r, v));
+    const char *p = st_result_tensor(r, 0)->data;
+    for (int k = 0; k < n; k++) {
+      const char *q = st_result_tensor(held[k], 0)->data;
+      CHECK(p + N * 4 <= q || q + N * 4 <= p);
+      CHECK(holds(held[k], val[k]));
+    }
+    held[n] = r;
+    val[n++] = v;
+  }
+  /* Slabs of 64, 128 and 256 KiB hold 40 results: three slabs, the page. */
+  CHECK(info("counters", "fds_sent") - sent <= 8);
+  CHECK_EQ_INT(info("counters", "pool_fallbacks"), 0);
+  for (int k = 0; k < n; k++) st_result_free(held[k]);
+  st_client_close(c);
+}
+
+TEST(results_outlive_close) {
+  int64_t base = wait_pool_bytes(0);
+  OPEN_CLIENT(c, srv.socket);
+  st_result_t *a = fill(c, 5.0f), *b = fill(c, 6.0f);
+  CHECK(a && b);
+  CHECK(pool_bytes() > base);
+  st_client_close(c);
+  CHECK_EQ_INT(wait_pool_bytes(base), base);   /* the server let the slabs go */
+  CHECK(holds(a, 5.0f) && holds(b, 6.0f));
+  st_result_free(a);                  /* into a page the server let go */
+  CHECK(holds(b, 6.0f));
+  st_result_free(b);
+}
+
+/* A child that inherited a result and frees it frees nothing of the
+ * parent's: the region is not handed out again while the parent holds it. */
+TEST(a_forked_child_freeing_a_result_frees_nothing) {
+  OPEN_CLIENT(c, srv.socket);
+  st_result_t *r = fill(c, 77.0f);
+  CHECK(r);
+  pid_t pid = fork();
+  if (pid == 0) {
+    st_result_free(r);
+    _exit(0);
+  }
+  int status;
+  CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  for (int i = 0; i < 100; i++) {
+    st_result_t *x = fill(c, (float)i);
+    CHECK(x && holds(x, (float)i));
+    st_result_free(x);
+    CHECK(holds(r, 77.0f));
+  }
+  st_result_free(r);
+  st_client_close(c);
+}
+
+TEST(a_sigkilled_client_gives_its_slabs_back) {
+  int64_t bytes0 = wait_pool_bytes(0), fds0 = info("arenas", "fds"),
+          count0 = info("arenas", "count");
+  int pfd[2];
+  CHECK(pipe(pfd) == 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(pfd[0]);
+    st_client_t *c = NULL;
+    char err[256];
+    if (st_client_connect(srv.socket, &c, err, sizeof err) != ST_OK) _exit(2);
+    for (int i = 0; i < 50; i++)
+      if (!fill(c, (float)i)) _exit(3);
+    if (write(pfd[1], "k", 1) != 1) _exit(4);
+    pause();
+    _exit(0);
+  }
+  close(pfd[1]);
+  char ch = 0;
+  CHECK(read(pfd[0], &ch, 1) == 1 && ch == 'k');
+  close(pfd[0]);
+  CHECK(pool_bytes() > bytes0);
+  kill(pid, SIGKILL);
+  int status;
+  waitpid(pid, &status, 0);
+  double end = stt_now_ms() + 5000;
+  while ((pool_bytes() != bytes0 || info("arenas", "fds") != fds0) && stt_now_ms() < end)
+    stt_sleep_ms(5);
+  CHECK_EQ_INT(pool_bytes(), bytes0);
+  CHECK_EQ_INT(info("arenas", "fds"), fds0);
+  CHECK_EQ_INT(info("arenas", "count"), count0);
+}
+
+TEST(a_client_that_never_frees_falls_back_to_arenas_of_their_own) {
+  CHECK_EQ_INT(wait_pool_bytes(0), 0);
+  OPEN_CLIENT(c, srv.socket);
+  int64_t fb = info("counters", "pool_fallbacks");
+  enum { CALLS = 300 };   /* 1.2 MiB held: more than the 512 KiB cap */
+  static st_result_t *r[CALLS];
+  for (int i = 0; i < CALLS; i++) CHECK((r[i] = fill(c, (float)i)) != NULL);
+  for (int i = 0; i < CALLS; i++) CHECK(holds(r[i], (float)i));
+  CHECK(info("counters", "pool_fallbacks") > fb);
+  CHECK(pool_bytes() <= 512 << 10);
+  for (int i = 0; i < CALLS; i++) st_result_free(r[i]);
+  st_client_close(c);
+}
+
+TEST(without_the_pool_results_are_arenas_of_their_own) {
+  setenv("ST_CLIENT_POOL", "0", 1);
+  OPEN_CLIENT(c, srv.socket);
+  unsetenv("ST_CLIENT_POOL");
+  int64_t sent = info("counters", "fds_sent");
+  for (int i = 0; i < 4; i++) {
+    st_result_t *r = fill(c, 1.0f);
+    CHECK(r && holds(r, 1.0f));
+    st_result_free(r);
+  }
+  CHECK_EQ_INT(info("counters", "fds_sent") - sent, 4);
+  st_client_close(c);
+}
+
+/* A server of its own: memory_budget.cpu = 1 MiB. */
+static void budget_body(stt_server_t *s) {
+  st_client_t *c = stt_client_open(s->socket);
+  st_client_t *keep = mon;
+  mon = stt_client_open(s->socket);
+  CHECK(c && mon);
+  enum { CALLS = 100 };
+  static st_result_t *r[CALLS];
+  for (int i = 0; i < CALLS; i++) CHECK((r[i] = fill(c, (float)i)) != NULL);
+  for (int i = 0; i < CALLS; i++) CHECK(holds(r[i], (float)i));
+  int64_t pb = pool_bytes();
+  CHECK(pb > 0 && pb <= (1 << 20) / 4);
+  /* 900 KiB cannot fit beside the pool's slabs. */
+  st_args_t *a = st_args_new();
+  st_args_int(a, "n", 900 << 10);
+  st_result_t *big = NULL;
+  int rc = st_client_call(c, "big", a, &big);
+  st_args_free(a);
+  CHECK_RC(rc, ST_ERR_OUT_OF_MEMORY, c);
+  CHECK(strstr(st_client_error(c), "memory_budget.cpu") != NULL);
+  for (int i = 0; i < CALLS; i++) st_result_free(r[i]);
+  st_client_close(c);
+  st_client_close(mon);
+  mon = keep;
+}
+
+TEST(budgets_count_slabs) {
+  stt_server_t s;
+  stt_server_init(&s);
+  stt_server_config(&s, "workers = 1, memory_budget = { cpu = 1048576 },"
+                        " pool = { slab_bytes = 65536 },");
+  stt_write_endpoints(&s, endpoints);
+  CHECK(stt_server_run(&s, budget_body) == 0);
+}
+
+int main(void) {
+  stt_server_setup(&srv,
+                   "workers = 1, pool = { slab_bytes = 65536, max_bytes_per_connection = 524288 },",
+                   endpoints);
+  mon = stt_client_open(srv.socket);
+  if (!mon) return 1;
+  RUN(held_results_keep_their_bytes_under_random_frees);
+  RUN(results_outlive_close);
+  RUN(a_forked_child_freeing_a_result_frees_nothing);
+  RUN(a_sigkilled_client_gives_its_slabs_back);
+  RUN(a_client_that_never_frees_falls_back_to_arenas_of_their_own);
+  RUN(without_the_pool_results_are_arenas_of_their_own);
+  RUN(budgets_count_slabs);
+  st_client_close(mon);
+  return stt_server_finish(&srv);
+}
