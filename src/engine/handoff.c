@@ -206,7 +206,7 @@ int st__handoff_open(st__handoffs_t *t, const char *name, size_t name_len, uint6
                      uid_t uid, int max_per_connection, st__handoff_t **out, uint32_t *slot,
                      char *err, size_t errlen) {
   *out = NULL;
-  st__handoff_t *h;
+  st__handoff_t *h = NULL;
   int rc = lookup(t, name, name_len, uid, "open", &h, err, errlen);
   if (rc != ST_OK) return rc;
   if (attached(h, conn))
@@ -243,7 +243,7 @@ int st__handoff_close(st__handoffs_t *t, const char *name, size_t name_len, uint
 /* See handoff.h. Loop thread. */
 int st__handoff_delete(st__handoffs_t *t, const char *name, size_t name_len, uid_t uid,
                        char *err, size_t errlen) {
-  st__handoff_t *h;
+  st__handoff_t *h = NULL;
   int rc = lookup(t, name, name_len, uid, "delete", &h, err, errlen);
   if (rc != ST_OK) return rc;
   atomic_fetch_or(&h->page->flags, ST__HANDOFF_DELETED);

@@ -104,7 +104,7 @@ void st__rpc_handoff_create(st__rpc_req_t *r) {
       .max_per_connection = cfg->max_handoffs_per_connection,
   };
   char err[400];
-  st__handoff_t *h;
+  st__handoff_t *h = NULL;
   int rc = st__handoff_create(&c->srv->handoffs, &s, c->id, c->cred.uid, &h, err, sizeof err);
   if (rc != ST_OK) {
     st__rpc_error(r, rc, "handoff_create: %s", err);
@@ -118,7 +118,7 @@ void st__rpc_handoff_open(st__rpc_req_t *r) {
   st__conn_t *c = r->c;
   const msgpack_object *name = name_of(r);
   char err[400];
-  st__handoff_t *h;
+  st__handoff_t *h = NULL;
   uint32_t slot;
   int rc = st__handoff_open(&c->srv->handoffs, name->via.str.ptr, name->via.str.size, c->id,
                             c->cred.uid, c->srv->cfg->max_handoffs_per_connection, &h, &slot,

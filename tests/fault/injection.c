@@ -164,6 +164,7 @@ static const char gpu_config[] =
 static void run_case(const fault_case_t *fc, int gpu) {
   fprintf(stderr, "   ST_FAULT=%s\n", fc->rule);
   if (fk_start(&K, fc->rule, endpoints, gpu ? gpu_config : NULL) != 0) STT_FAIL("server did not start under the shim");
+  K.check_device = gpu;   /* CPU cases run beside other tests' servers */
   case_body(fc);
   if (fk_stop(&K) != 0) STT_FAIL("the server did not exit cleanly");
 }
