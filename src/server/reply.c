@@ -66,6 +66,15 @@ static void pack_object(msgpack_packer *pk, st__server_t *srv, const st__object_
   st__pack_kv_bool(pk, "lease", lease);
 }
 
+/* Gives up a reply that cannot go out: the pool's bookkeeping is undone,
+ * and request id gets error rc with message m instead. Returns rc. */
+static int refuse(st__conn_t *c, st__pool_reply_t *prp, uint32_t id, int rc, const char *m) {
+  st__pool_reply_done(c, prp, 0);
+  free(prp);
+  st__conn_send_error(c, id, rc, m);
+  return rc;
+}
+
 /* Packs one object's info (object_info, objects). Loop thread. */
 void st__pack_object_info(msgpack_packer *pk, st__server_t *srv, const st__object_t *o) {
   msgpack_pack_map(pk, OBJECT_FIELDS + 4);
@@ -120,10 +129,7 @@ static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
     char m[400];
     snprintf(m, sizeof m, "%s: %s", endpoint,
              want > ST_MAX_FDS_PER_MESSAGE ? "too many descriptors for one reply" : why);
-    st__pool_reply_done(c, prp, 0);
-    free(prp);
-    st__conn_send_error(c, id, ST_ERR_LIMIT, m);
-    return ST_ERR_LIMIT;
+    return refuse(c, prp, id, ST_ERR_LIMIT, m);
   }
   int fds[ST_MAX_FDS_PER_MESSAGE];
   int nfds = 0;
@@ -135,10 +141,7 @@ static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
     snprintf(m, sizeof m, "%s: cannot make a descriptor for the reply: %s", endpoint,
              reason[0] ? reason : st_strerror(fd));
     ST_LOG_E("call", "%s", m);
-    st__pool_reply_done(c, prp, 0);
-    free(prp);
-    st__conn_send_error(c, id, fd, m);
-    return fd;
+    return refuse(c, prp, id, fd, m);
   }
   /* The reply goes out now: an object's arenas sent with a descriptor are
    * remembered for the next replies (listed in `kept`). */
