@@ -127,6 +127,22 @@ struct st_client {
 
 /* Records a failure (a negative ST_ERR_*) with the local error name and a
  * formatted message; returns err. */
+/* A non-negative integer of a reply as a uint64_t in *out: an INT, or the
+ * FLOAT a msgpack uint past INT64_MAX decodes to when it is below 2^64.
+ * 1, or 0 for anything else (NULL, negative, out of range). */
+static inline int st__client_value_u64(const st_value_t *v, uint64_t *out) {
+  if (v && v->kind == ST_VALUE_INT && v->as.integer >= 0) {
+    *out = (uint64_t)v->as.integer;
+    return 1;
+  }
+  if (v && v->kind == ST_VALUE_FLOAT && v->as.number >= 0 &&
+      v->as.number < 18446744073709551616.0) {   /* 2^64 */
+    *out = (uint64_t)v->as.number;
+    return 1;
+  }
+  return 0;
+}
+
 int st__client_fail(st_client_t *c, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Records a failure named by the server. Returns err. */

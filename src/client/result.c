@@ -302,9 +302,8 @@ static int decode_value(decoder_t *d, const msgpack_object *o, st_value_t *v, in
 
 static int64_t value_int(const st_value_t *v, int64_t dflt) {
   if (v && v->kind == ST_VALUE_INT) return v->as.integer;
-  if (v && v->kind == ST_VALUE_FLOAT && v->as.number >= 0 && v->as.number < 1.9e19)
-    return (int64_t)(uint64_t)v->as.number;
-  return dflt;
+  uint64_t u;
+  return st__client_value_u64(v, &u) ? (int64_t)u : dflt;
 }
 
 static const char *value_str(const st_value_t *v) {
@@ -324,13 +323,9 @@ static int decode_object(decoder_t *d, const msgpack_object *o) {
   int rc = decode_value(d, o, v, 1);
   path_pop(d, old);
   if (rc != ST_OK) return rc;
-  const st_value_t *id = st_value_get(v, "id");
-  int id_ok = id && ((id->kind == ST_VALUE_INT && id->as.integer >= 0) ||
-                     (id->kind == ST_VALUE_FLOAT && id->as.number >= 0));
-  if (v->kind != ST_VALUE_MAP || !id_ok)
-    return st__client_fail(d->c, ST_ERR_PROTOCOL, "the reply's 'object' has no id");
   st_object_info_t *info = &d->r->object;
-  info->id = id->kind == ST_VALUE_INT ? (uint64_t)id->as.integer : (uint64_t)id->as.number;
+  if (v->kind != ST_VALUE_MAP || !st__client_value_u64(st_value_get(v, "id"), &info->id))
+    return st__client_fail(d->c, ST_ERR_PROTOCOL, "the reply's 'object' has no id");
   info->server_id = value_str(st_value_get(v, "server_id"));
   if (!*info->server_id) info->server_id = d->r->server_id;
   info->cache_key = value_str(st_value_get(v, "cache_key"));

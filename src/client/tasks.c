@@ -34,12 +34,7 @@ ST_API int st_client_submit(st_client_t *c, const char *endpoint, const st_args_
   st_result_t *r = NULL;
   int rc = st__client_endpoint_method(c, "submit", endpoint, args, 1, 0, &r);
   if (rc != ST_OK) return rc;
-  const st_value_t *id = st_value_get(st_result_value(r), "task_id");
-  if (id && id->kind == ST_VALUE_INT && id->as.integer >= 0)
-    *task_id = (uint64_t)id->as.integer;
-  else if (id && id->kind == ST_VALUE_FLOAT && id->as.number >= 0)
-    *task_id = (uint64_t)id->as.number;   /* an id past INT64_MAX */
-  else
+  if (!st__client_value_u64(st_value_get(st_result_value(r), "task_id"), task_id))
     rc = st__client_fail(c, ST_ERR_PROTOCOL, "the submit reply has no task_id");
   st_result_free(r);
   return rc;
