@@ -29,6 +29,23 @@ const msgpack_object *st__map_get(const msgpack_object *map, const char *key) {
 }
 
 /* See proto.h. */
+int st__map_get_ids(const msgpack_object *params, const char *key, const char *noun,
+                    const msgpack_object **ids, char *err, size_t errlen) {
+  *ids = NULL;
+  const msgpack_object *a = params ? st__map_get(params, key) : NULL;
+  if (!a || a->type == MSGPACK_OBJECT_NIL) return ST_OK;
+  int ok = a->type == MSGPACK_OBJECT_ARRAY;
+  for (uint32_t i = 0; ok && i < a->via.array.size; i++)
+    ok = a->via.array.ptr[i].type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+         a->via.array.ptr[i].via.u64 >= 1;
+  if (!ok)
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                    "'%s' must be an array of %s (integers >= 1)", key, noun);
+  *ids = a;
+  return ST_OK;
+}
+
+/* See proto.h. */
 int st__str_eq(const msgpack_object *o, const char *s) {
   if (!o || !s || o->type != MSGPACK_OBJECT_STR) return 0;
   size_t n = strlen(s);

@@ -135,6 +135,13 @@ void st__pack_ext(msgpack_packer *pk, int8_t type, const msgpack_sbuffer *payloa
 /* Key lookup in a MAP with string keys; NULL if absent or not a map. */
 const msgpack_object *st__map_get(const msgpack_object *map, const char *key);
 
+/* params[key] as a list of ids: ST_OK with *ids the array (borrowed), or
+ * NULL when the key is absent or nil; ST_ERR_INVALID_ARGUMENT ("'<key>'
+ * must be an array of <noun> (integers >= 1)") when it is not an array
+ * of integers >= 1. */
+int st__map_get_ids(const msgpack_object *params, const char *key, const char *noun,
+                    const msgpack_object **ids, char *err, size_t errlen);
+
 /* Nonzero if o is a STR equal to s. */
 int st__str_eq(const msgpack_object *o, const char *s);
 

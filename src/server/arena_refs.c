@@ -70,16 +70,9 @@ static void remove_id(st__arena_refs_t *s, uint64_t id) {
 /* See arena_refs.h. Loop thread. */
 int st__arena_refs_unmapped(st__arena_refs_t *s, const msgpack_object *params, char *err,
                             size_t errlen) {
-  const msgpack_object *u = params ? st__map_get(params, "unmapped") : NULL;
-  if (!u || u->type == MSGPACK_OBJECT_NIL) return ST_OK;
-  int ok = u->type == MSGPACK_OBJECT_ARRAY;
-  for (uint32_t i = 0; ok && i < u->via.array.size; i++)
-    ok = u->via.array.ptr[i].type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
-         u->via.array.ptr[i].via.u64 >= 1;
-  if (!ok) {
-    snprintf(err, errlen, "'unmapped' must be an array of arena ids (integers >= 1)");
-    return ST_ERR_INVALID_ARGUMENT;
-  }
+  const msgpack_object *u;
+  int rc = st__map_get_ids(params, "unmapped", "arena ids", &u, err, errlen);
+  if (rc != ST_OK || !u) return rc;
   for (uint32_t i = 0; i < u->via.array.size; i++)
     remove_id(s, u->via.array.ptr[i].via.u64);
   return ST_OK;

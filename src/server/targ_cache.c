@@ -67,16 +67,9 @@ void st__conn_targs_keep(st__conn_t *c, const st__targs_t *t) {
 /* See conn.h. Loop thread. */
 int st__conn_targs_forget(st__conn_t *c, const msgpack_object *params, char *err,
                           size_t errlen) {
-  const msgpack_object *f = params ? st__map_get(params, "forget") : NULL;
-  if (!f || f->type == MSGPACK_OBJECT_NIL) return ST_OK;
-  int ok = f->type == MSGPACK_OBJECT_ARRAY;
-  for (uint32_t i = 0; ok && i < f->via.array.size; i++)
-    ok = f->via.array.ptr[i].type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
-         f->via.array.ptr[i].via.u64 > 0;
-  if (!ok) {
-    snprintf(err, errlen, "'forget' must be an array of arg ids (integers >= 1)");
-    return ST_ERR_INVALID_ARGUMENT;
-  }
+  const msgpack_object *f;
+  int rc = st__map_get_ids(params, "forget", "arg ids", &f, err, errlen);
+  if (rc != ST_OK || !f) return rc;
   size_t before = c->argcache.n;
   for (uint32_t i = 0; i < f->via.array.size; i++)
     st__argcache_forget(&c->argcache, f->via.array.ptr[i].via.u64);
