@@ -346,6 +346,17 @@ static int map_cuda_arena(const char *server_id, const st__arena_desc_t *d, int 
   return cache_map(server_id, d, fd, NULL, out, err, errlen);
 }
 
+/* fstat of a received descriptor into *st: ST_OK, or ST_ERR_IO naming the
+ * `what` (arena, slab) and its id, with fd closed. */
+static int stat_or_close(int fd, struct stat *st, const char *what, uint64_t id, char *err,
+                         size_t errlen) {
+  if (fstat(fd, st) == 0) return ST_OK;
+  int e = errno;
+  close(fd);
+  return st__fail(ST_ERR_IO, err, errlen, "%s %llu: fstat failed: %s", what,
+                  (unsigned long long)id, strerror(e));
+}
+
 /* See client_internal.h. Consumes fd. Any thread. */
 int st__client_map_arena(const char *server_id, const st__arena_desc_t *d, int fd,
                          st__mapping_t **out, char *err, size_t errlen) {
@@ -359,12 +370,8 @@ int st__client_map_arena(const char *server_id, const st__arena_desc_t *d, int f
   }
   if (d->cuda) return map_cuda_arena(server_id, d, fd, out, err, errlen);
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    int e = errno;
-    close(fd);
-    return st__fail(ST_ERR_IO, err, errlen, "arena %llu: fstat failed: %s",
-                    (unsigned long long)d->id, strerror(e));
-  }
+  int rc = stat_or_close(fd, &st, "arena", d->id, err, errlen);
+  if (rc != ST_OK) return rc;
   return cache_map(server_id, d, fd, &st, out, err, errlen);
 }
 
@@ -480,20 +487,16 @@ int st__client_map_slab(const st__arena_desc_t *d, int fd, st__mapping_t **out, 
                         size_t errlen) {
   *out = NULL;
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    int e = errno;
-    close(fd);
-    return st__fail(ST_ERR_IO, err, errlen, "slab %llu: fstat failed: %s",
-                    (unsigned long long)d->id, strerror(e));
-  }
+  int rc = stat_or_close(fd, &st, "slab", d->id, err, errlen);
+  if (rc != ST_OK) return rc;
   st__mapping_t *m = calloc(1, sizeof *m);
   if (!m) {
     close(fd);
     return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
   }
-  int rc = d->bytes ? map_cpu(d, fd, &st, m, err, errlen)
-                    : st__fail(ST_ERR_PROTOCOL, err, errlen, "slab %llu has no bytes",
-                               (unsigned long long)d->id);
+  rc = d->bytes ? map_cpu(d, fd, &st, m, err, errlen)
+               : st__fail(ST_ERR_PROTOCOL, err, errlen, "slab %llu has no bytes",
+                          (unsigned long long)d->id);
   close(fd);
   if (rc != ST_OK) {
     free(m);
