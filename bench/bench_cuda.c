@@ -12,7 +12,12 @@
  *        call imports and maps the arena and st_result_free unmaps it;
  *      - plain: every call a new 2 MiB VMM arena on the server, imported
  *        and unmapped by the client (call and free timed apart), and the
- *        same endpoint on the CPU (a memfd) as a baseline.
+ *        same endpoint on the CPU (a memfd) as a baseline, on a connection
+ *        without the result pool (ST_CLIENT_POOL=0);
+ *      - fresh results from the connection's result pool (docs/pool.md):
+ *        a 1 MiB and a 4-float CUDA tensor, each a region of a VMM slab
+ *        the client imported once (call and free timed apart), and the
+ *        1 MiB one as an allocation of its own (ST_CLIENT_POOL=0).
  *   b. cold open of a ~1 GiB module of 300 float16 tensors in a FRESH
  *      client process (fork + exec of this program): connect + hello,
  *      call + import, first byte of the last tensor readable; once with
@@ -58,7 +63,11 @@ static const char *ENDPOINTS =
     "  return st.module(parts, { arch = 'bench' })\n"
     "end\n"
     "local function two_mib() return st.full{524288, value = 1} end\n"
+    "local function one_mib() return st.full{262144, value = 1} end\n"
+    "local function four() return st.full{4, value = 1} end\n"
     "return {\n"
+    "  st.endpoint{ name = 'fresh1m', device = 'cuda', build = one_mib },\n"
+    "  st.endpoint{ name = 'fresh4', device = 'cuda', build = four },\n"
     "  st.endpoint{ name = 'cached2m', device = 'cuda', cache = true, build = two_mib },\n"
     "  st.endpoint{ name = 'plain2m', device = 'cuda', build = two_mib },\n"
     "  st.endpoint{ name = 'plain2m_cpu', device = 'cpu', build = two_mib },\n"
@@ -178,13 +187,24 @@ static void bench_plain(st_client_t *c, const char *ep, const char *label, int i
   char what[96];
   snprintf(what, sizeof what, "%s: call", label);
   bk_report(what, call, iters);
-  snprintf(what, sizeof what, "%s: free (unmap)", label);
+  snprintf(what, sizeof what, "%s: free", label);
   bk_report(what, fr, iters);
   snprintf(what, sizeof what, "%s: call + free", label);
   bk_report(what, tot, iters);
   free(call);
   free(fr);
   free(tot);
+}
+
+/* A plain endpoint on a connection of its own, with the result pool or
+ * without it (ST_CLIENT_POOL=0 while it connects). */
+static void bench_fresh(const char *sock, const char *ep, const char *label, int iters,
+                        int pooled) {
+  if (!pooled) setenv("ST_CLIENT_POOL", "0", 1);
+  st_client_t *c = bk_connect(sock);
+  unsetenv("ST_CLIENT_POOL");
+  bench_plain(c, ep, label, iters);
+  st_client_close(c);
 }
 
 /* ------------------------------------------------- fresh client processes */
@@ -507,8 +527,11 @@ int main(int argc, char **argv) {
   bench_cached(c, iters, 1);
   bench_cached(c, iters, 0);
   int plain = iters / 5 > 200 ? iters / 5 : 200;
-  bench_plain(c, "plain2m", "plain, new 2 MiB VMM arena", plain);
-  bench_plain(c, "plain2m_cpu", "plain, new 2 MiB memfd (CPU)", plain);
+  bench_fresh(s.socket, "plain2m", "plain, new 2 MiB VMM arena", plain, 0);
+  bench_fresh(s.socket, "plain2m_cpu", "plain, new 2 MiB memfd (CPU)", plain, 0);
+  bench_fresh(s.socket, "fresh1m", "fresh 1 MiB CUDA result, result pool", iters, 1);
+  bench_fresh(s.socket, "fresh4", "fresh 4-float CUDA result, result pool", iters, 1);
+  bench_fresh(s.socket, "fresh1m", "fresh 1 MiB CUDA result, own VMM arena", plain, 0);
   printf("b. cold open in a fresh process\n");
   bench_cold(c, s.socket, cold_runs);
   if (torch) bench_torch(cold_runs > 3 ? 3 : cold_runs);

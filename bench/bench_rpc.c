@@ -8,7 +8,10 @@
  *   - stserver ping through libstclient: p50/p99
  *   - call returning a 16-float CPU tensor (map + unmap included): p50/p99
  *   - call returning a fresh 2 MiB CPU tensor, from the connection's result
- *     pool and, with ST_CLIENT_POOL=0, as an arena of its own: p50/p99
+ *     pool and, with ST_CLIENT_POOL=0, as an arena of its own: p50/p99;
+ *     once st.empty (the allocation path alone: a recycled region is
+ *     zero-filled) and once st.ones (written whole: no zero fill, one pass
+ *     of the fill kernel)
  *   - calls/s of that call with 1 client and with N client processes
  * Timings are printed, never asserted (shared machines are noisy).
  */
@@ -72,35 +75,39 @@ static void bench_call(const char *sock, int iters) {
   st_client_close(c);
 }
 
-/* A fresh 2 MiB result (not cached), read at both ends and freed. */
-static int fresh_call(st_client_t *c) {
+/* A fresh 2 MiB result (not cached) of endpoint `ep`, whose elements are
+ * all `v`, read at both ends and freed. */
+static int fresh_call(st_client_t *c, const char *ep, float v) {
   st_result_t *r;
-  if (st_client_call(c, "fresh2m", NULL, &r) != ST_OK) {
+  if (st_client_call(c, ep, NULL, &r) != ST_OK) {
     fprintf(stderr, "call: %s\n", st_client_error(c));
     return -1;
   }
   const st_tensor_t *t = st_result_tensor(r, 0);
-  int ok = t && t->nbytes == 2u << 20 && ((float *)t->data)[0] == 1.0f &&
-           ((float *)t->data)[t->numel - 1] == 1.0f;
+  int ok = t && t->nbytes == 2u << 20 && ((float *)t->data)[0] == v &&
+           ((float *)t->data)[t->numel - 1] == v;
   st_result_free(r);
   return ok ? 0 : -1;
 }
 
-/* The fresh 2 MiB call on a connection with the result pool (pooled) or
- * without (ST_CLIENT_POOL=0 while it connects). */
-static void bench_fresh(const char *sock, int iters, int pooled) {
+/* The fresh 2 MiB call of `ep` (st.empty: zeros, st.ones: ones) on a
+ * connection with the result pool (pooled) or without (ST_CLIENT_POOL=0
+ * while it connects). */
+static void bench_fresh(const char *sock, const char *ep, int iters, int pooled) {
   if (!pooled) setenv("ST_CLIENT_POOL", "0", 1);
   st_client_t *c = bk_connect(sock);
   unsetenv("ST_CLIENT_POOL");
+  int ones = strcmp(ep, "fresh2m") == 0;
   double *us = malloc(sizeof(double) * (size_t)iters);
   for (int i = -20; i < iters; i++) {
     double t0 = stt_now_ms();
-    if (fresh_call(c) != 0) exit(1);
+    if (fresh_call(c, ep, ones ? 1.0f : 0.0f) != 0) exit(1);
     if (i >= 0) us[i] = (stt_now_ms() - t0) * 1e3;
   }
-  bk_report(pooled ? "call -> fresh 2 MiB CPU tensor, result pool"
-                   : "call -> fresh 2 MiB CPU tensor, own arena (ST_CLIENT_POOL=0)",
-            us, iters);
+  char label[128];
+  snprintf(label, sizeof label, "call -> fresh 2 MiB CPU tensor, st.%s, %s", ones ? "ones" : "empty",
+           pooled ? "result pool" : "own arena (ST_CLIENT_POOL=0)");
+  bk_report(label, us, iters);
   free(us);
   st_client_close(c);
 }
@@ -130,6 +137,9 @@ int main(int argc, char **argv) {
   stt_write_endpoint(&s, "fresh.lua",
                      "return st.endpoint{ name = 'fresh2m',\n"
                      "  build = function() return st.ones{524288, dtype = 'float32'} end }\n");
+  stt_write_endpoint(&s, "empty.lua",
+                     "return st.endpoint{ name = 'empty2m',\n"
+                     "  build = function() return st.empty{524288, dtype = 'float32'} end }\n");
   stt_server_config(&s, "log_level = 'warn', workers = 2,");
   if (stt_server_start(&s) != 0) return 1;
 
@@ -139,8 +149,10 @@ int main(int argc, char **argv) {
   bench_ping(s.socket, iters);
   bench_call(s.socket, iters);
   int fresh_iters = iters / 10 > 200 ? iters / 10 : 200;
-  bench_fresh(s.socket, fresh_iters, 1);
-  bench_fresh(s.socket, fresh_iters, 0);
+  for (int pooled = 1; pooled >= 0; pooled--) {
+    bench_fresh(s.socket, "empty2m", fresh_iters, pooled);
+    bench_fresh(s.socket, "fresh2m", fresh_iters, pooled);
+  }
   bk_throughput("calls/s", s.socket, 1, seconds, NULL, one_call);
   bk_throughput("calls/s", s.socket, clients, seconds, NULL, one_call);
 

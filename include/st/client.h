@@ -177,7 +177,12 @@ ST_API void st_result_ref(st_result_t *r);
 /* Drops one reference on a result; the last one frees it. Its mappings are
  * unmapped when no other result of this process still maps the same
  * allocation (CUDA device memory is given back to the driver then, once no
- * process maps it). NULL is a no-op. Any thread. */
+ * process maps it). A result that came as a region of the connection's
+ * result pool (docs/pool.md) is given back to the server instead, which
+ * may write it for the next result at once: the caller's work on a CUDA
+ * result (kernels, copies on any stream) must be complete when its last
+ * reference goes, as it must before an allocation of its own is unmapped.
+ * NULL is a no-op. Any thread. */
 ST_API void st_result_free(st_result_t *r);
 
 /* ------------------------------------------------------------- arguments

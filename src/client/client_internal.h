@@ -218,11 +218,16 @@ typedef struct st__mapping st__mapping_t;
  * disagree), ST_ERR_IO / ST_ERR_OUT_OF_MEMORY, with a reason. Any thread. */
 int st__client_map_arena(const char *server_id, const st__arena_desc_t *d, int fd,
                          st__mapping_t **out, char *err, size_t errlen);
-/* map.c: maps pool slab `d` (a memfd, checked as any; fd consumed) as a
- * mapping in no list: never shared, never kept; *out holds the caller's
- * one reference. ST_OK or an error with a reason. Any thread. */
+/* map.c: maps pool slab `d` (a memfd, or with d->cuda a VMM allocation
+ * on the device d->uuid names, imported once; checked as any arena; fd
+ * consumed) as a mapping in no list: never shared, never kept; *out holds
+ * the caller's one reference. ST_OK or an error with a reason. Any
+ * thread. */
 int st__client_map_slab(const st__arena_desc_t *d, int fd, st__mapping_t **out, char *err,
                         size_t errlen);
+/* map.c: nonzero when mapping m is on the device `d` names (the CPU, or
+ * the CUDA device of d->uuid). */
+int st__client_mapping_is(const st__mapping_t *m, const st__arena_desc_t *d);
 /* map.c: a region of `slab` ([offset, offset+size), checked) as a mapping
  * of its own (one reference in *out; it holds one on the slab). Its last
  * release calls freed(page, slot, gen) (pool.c's st__client_pool_freed,

@@ -487,16 +487,34 @@ int st__client_map_slab(const st__arena_desc_t *d, int fd, st__mapping_t **out, 
                         size_t errlen) {
   *out = NULL;
   struct stat st;
-  int rc = stat_or_close(fd, &st, "slab", d->id, err, errlen);
-  if (rc != ST_OK) return rc;
+  int ordinal = -1;
+  int rc = d->cuda ? st__client_cuda_device(d, &ordinal, err, errlen)
+                   : stat_or_close(fd, &st, "slab", d->id, err, errlen);
+  if (d->cuda && rc == ST_OK) rc = st__client_check_vmm_fd(d, fd, err, errlen);
+  if (rc != ST_OK) {
+    if (d->cuda) close(fd);
+    return rc;
+  }
   st__mapping_t *m = calloc(1, sizeof *m);
   if (!m) {
     close(fd);
     return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
   }
-  rc = d->bytes ? map_cpu(d, fd, &st, m, err, errlen)
-               : st__fail(ST_ERR_PROTOCOL, err, errlen, "slab %llu has no bytes",
-                          (unsigned long long)d->id);
+  if (!d->bytes) {
+    rc = st__fail(ST_ERR_PROTOCOL, err, errlen, "slab %llu has no bytes",
+                  (unsigned long long)d->id);
+  } else if (d->cuda) {
+    /* Imported once for the connection, like any VMM arena. */
+    rc = st__client_cuda_import(d, fd, &m->cm, err, errlen);
+    if (rc == ST_OK) {
+      m->cuda = 1;
+      snprintf(m->uuid, sizeof m->uuid, "%s", d->uuid);
+      m->base = (void *)(uintptr_t)m->cm.dptr;
+      m->map_len = (size_t)m->cm.bytes;
+    }
+  } else {
+    rc = map_cpu(d, fd, &st, m, err, errlen);
+  }
   close(fd);
   if (rc != ST_OK) {
     free(m);
@@ -509,6 +527,11 @@ int st__client_map_slab(const st__arena_desc_t *d, int fd, st__mapping_t **out, 
   m->pid = getpid();
   *out = m;
   return ST_OK;
+}
+
+/* See client_internal.h. */
+int st__client_mapping_is(const st__mapping_t *m, const st__arena_desc_t *d) {
+  return m->cuda == (d->cuda != 0) && (!d->cuda || strcasecmp(m->uuid, d->uuid) == 0);
 }
 
 /* See client_internal.h. Any thread. */
@@ -534,6 +557,11 @@ int st__client_map_region(st__mapping_t *slab, uint64_t offset, uint64_t size,
   m->base = (char *)slab->base + offset;
   m->bytes = size;
   m->pid = slab->pid;
+  /* A view of a CUDA slab: its device, never unmapped itself (the slab's
+   * mapping is the connection's). */
+  m->cuda = slab->cuda;
+  snprintf(m->uuid, sizeof m->uuid, "%s", slab->uuid);
+  m->cm.ordinal = slab->cm.ordinal;
   *out = m;
   return ST_OK;
 }

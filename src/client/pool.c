@@ -1,15 +1,18 @@
 /* src/client: result pools (docs/pool.md, sections 1-3).
  *
  * A connection that asked for the hello feature "pool" receives results
- * the server does not keep as regions of per-connection slabs. Each
- * slab's descriptor comes once, with the first reply that uses it: the
- * connection maps it (map.c, a mapping in no list) and holds it for its
- * life. A region is a mapping of its own, a view into its slab, counted
- * by the results that use it (their tensors and DLPack exports hold the
- * result). When its last reference goes, on any thread, the region's
- * generation is stored into the control page's freed[slot] and
- * freed_count bumped: the server takes the region back before its next
- * allocation from the pool.
+ * the server does not keep as regions of per-connection slabs: memfds,
+ * and VMM allocations on the CUDA devices its results were built on.
+ * Each slab's descriptor comes once, with the first reply that uses it:
+ * the connection maps it (map.c, a mapping in no list; a CUDA slab is
+ * imported like any VMM arena) and holds it for its life. A region is a
+ * mapping of its own, a view into its slab, counted by the results that
+ * use it (their tensors and DLPack exports hold the result). When its
+ * last reference goes, on any thread, the region's generation is stored
+ * into the control page's freed[slot] and freed_count bumped: the server
+ * takes the region back before its next allocation from the pool and may
+ * write it at once. For a CUDA region that means the caller's device work
+ * on it must be complete when it frees it (client.h, st_result_free).
  *
  * The control page ("STPL" v1: freed_count at byte 12, freed[] from byte
  * 64) comes once, mapped read-write. It is counted: the connection holds
@@ -162,21 +165,45 @@ static st__mapping_t *slab_find(const struct st__client_pool *p, uint64_t id) {
   return NULL;
 }
 
-/* Maps the slab that entry `a` sends (its descriptor from fds) and keeps
+/* map[key] as a string into buf (at most len - 1 bytes); -1 when absent,
+ * not a string or too long. */
+static int get_str(const msgpack_object *map, const char *key, char *buf, size_t len) {
+  const msgpack_object *o = st__map_get(map, key);
+  if (!o || o->type != MSGPACK_OBJECT_STR || o->via.str.size >= len) return -1;
+  memcpy(buf, o->via.str.ptr, o->via.str.size);
+  buf[o->via.str.size] = '\0';
+  return 0;
+}
+
+/* The slab a region entry names: id, bytes, and its device (cpu with
+ * backend memfd, or cuda with backend vmm and a uuid) into *d. -1 when
+ * any is missing or another. */
+static int slab_desc(const msgpack_object *a, st__arena_desc_t *d) {
+  char device[8], backend[sizeof d->backend];
+  memset(d, 0, sizeof *d);
+  if (get_u64(a, "id", UINT64_MAX, &d->id) || get_u64(a, "bytes", SIZE_MAX, &d->bytes) ||
+      get_str(a, "device", device, sizeof device) || get_str(a, "backend", backend, sizeof backend))
+    return -1;
+  d->cuda = strcmp(device, "cuda") == 0;
+  if (!d->cuda && strcmp(device, "cpu") != 0) return -1;
+  if (strcmp(backend, d->cuda ? "vmm" : "memfd") != 0) return -1;
+  if (d->cuda && get_str(a, "uuid", d->uuid, sizeof d->uuid)) return -1;
+  snprintf(d->backend, sizeof d->backend, "%s", backend);
+  return 0;
+}
+
+/* Maps slab `d` that entry `a` sends (its descriptor from fds) and keeps
  * it for the connection. */
-static int slab_add(st_client_t *c, const msgpack_object *a, uint64_t id, int *fds, size_t nfds,
-                    st__mapping_t **out) {
+static int slab_add(st_client_t *c, const msgpack_object *a, const st__arena_desc_t *d, int *fds,
+                    size_t nfds, st__mapping_t **out) {
   struct st__client_pool *p = c->pool;
-  uint64_t fdi, bytes;
-  if (get_u64(a, "fd", UINT32_MAX, &fdi) || get_u64(a, "bytes", SIZE_MAX, &bytes))
-    return st__client_fail(c, ST_ERR_PROTOCOL, "pool slab %llu: bad fd or bytes",
-                           (unsigned long long)id);
+  uint64_t fdi;
+  if (get_u64(a, "fd", UINT32_MAX, &fdi))
+    return st__client_fail(c, ST_ERR_PROTOCOL, "pool slab %llu: bad fd", (unsigned long long)d->id);
   int fd = take_fd(fds, nfds, fdi);
-  if (fd < 0 || slab_find(p, id)) {
-    if (fd >= 0) close(fd);
-    return st__client_fail(c, ST_ERR_PROTOCOL, "pool slab %llu: descriptor %llu missing, taken "
-                           "or sent twice", (unsigned long long)id, (unsigned long long)fdi);
-  }
+  if (fd < 0)
+    return st__client_fail(c, ST_ERR_PROTOCOL, "pool slab %llu: descriptor %llu missing or "
+                           "taken", (unsigned long long)d->id, (unsigned long long)fdi);
   if (p->nslabs == p->cap) {
     size_t cap = p->cap ? 2 * p->cap : 4;
     slab_t *s = realloc(p->slabs, cap * sizeof *s);
@@ -187,14 +214,10 @@ static int slab_add(st_client_t *c, const msgpack_object *a, uint64_t id, int *f
     p->slabs = s;
     p->cap = cap;
   }
-  st__arena_desc_t d;
-  memset(&d, 0, sizeof d);
-  d.id = id;
-  d.bytes = bytes;
-  char why[200] = "";
-  int rc = st__client_map_slab(&d, fd, out, why, sizeof why);
+  char why[300] = "";
+  int rc = st__client_map_slab(d, fd, out, why, sizeof why);
   if (rc != ST_OK) return st__client_fail(c, rc, "pool slab: %s", why);
-  p->slabs[p->nslabs].id = id;
+  p->slabs[p->nslabs].id = d->id;
   p->slabs[p->nslabs++].m = *out;
   return ST_OK;
 }
@@ -205,23 +228,26 @@ int st__client_pool_region(st_client_t *c, const msgpack_object *a, int *fds, si
   *out = NULL;
   struct st__client_pool *p = c->pool;
   const msgpack_object *po = st__map_get(a, "pool");
-  uint64_t id, off, size, slot, gen;
+  uint64_t off, size, slot, gen;
   if (!p || !p->page)
     return st__client_fail(c, ST_ERR_PROTOCOL, "the reply has a pool region but this "
                            "connection has no pool page");
-  if (get_u64(a, "id", UINT64_MAX, &id) || po->type != MSGPACK_OBJECT_MAP ||
+  if (slab_desc(a, d) || po->type != MSGPACK_OBJECT_MAP ||
       get_u64(po, "offset", UINT64_MAX, &off) || get_u64(po, "size", UINT64_MAX, &size) ||
       get_u64(po, "slot", p->page->nslots - 1u, &slot) || get_u64(po, "gen", UINT32_MAX, &gen))
     return st__client_fail(c, ST_ERR_PROTOCOL, "bad pool region in the reply");
-  st__mapping_t *slab = slab_find(p, id);
+  st__mapping_t *slab = slab_find(p, d->id);
   int rc = ST_OK;
   if (st__client_pool_has_fd(a)) {
     rc = slab ? st__client_fail(c, ST_ERR_PROTOCOL, "pool slab %llu sent twice",
-                                (unsigned long long)id)
-              : slab_add(c, a, id, fds, nfds, &slab);
+                                (unsigned long long)d->id)
+              : slab_add(c, a, d, fds, nfds, &slab);
   } else if (!slab) {
     rc = st__client_fail(c, ST_ERR_PROTOCOL, "the reply names pool slab %llu, which this "
-                         "connection was never sent", (unsigned long long)id);
+                         "connection was never sent", (unsigned long long)d->id);
+  } else if (!st__client_mapping_is(slab, d)) {
+    rc = st__client_fail(c, ST_ERR_PROTOCOL, "the reply names pool slab %llu on another device "
+                         "than it was sent on", (unsigned long long)d->id);
   }
   if (rc != ST_OK) return rc;
   __atomic_add_fetch(&p->page->refs, 1, __ATOMIC_RELAXED);
@@ -231,11 +257,8 @@ int st__client_pool_region(st_client_t *c, const msgpack_object *a, int *fds, si
     page_unref(p->page);
     return st__client_fail(c, rc, "pool region at %llu (+%llu) is outside slab %llu",
                            (unsigned long long)off, (unsigned long long)size,
-                           (unsigned long long)id);
+                           (unsigned long long)d->id);
   }
-  memset(d, 0, sizeof *d);
-  d->id = id;
   d->bytes = size;
-  snprintf(d->backend, sizeof d->backend, "memfd");
   return ST_OK;
 }

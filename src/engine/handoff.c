@@ -169,7 +169,8 @@ int st__handoff_create(st__handoffs_t *t, const st__handoff_spec_t *s, uint64_t 
   h->chunks = (uint32_t)s->chunks;
   h->consumers = (uint32_t)s->consumers;
   h->page_bytes = (st__handoff_page_bytes(h->chunks) + CHUNK_ALIGN - 1) / CHUNK_ALIGN * CHUNK_ALIGN;
-  rc = st__arena_new(s->device, ST__CUDA_IPC_VMM, h->stride * h->chunks, &h->data, err, errlen);
+  rc = st__arena_new(&(st__arena_spec_t){.device = s->device, .bytes = h->stride * h->chunks},
+                     &h->data, err, errlen);
   if (rc == ST_OK) rc = st__arena_new_cpu(h->page_bytes, &h->page_arena, err, errlen);
   if (rc != ST_OK) {
     st__arena_unref(h->data);

@@ -83,7 +83,8 @@ st__tensor_t *st__lua_new_tensor(lua_State *L, int device, st_dtype_t dtype, int
                                  const int64_t *shape) {
   char err[512];
   st__tensor_t *t = st__lua_tensor_begin(L);
-  int rc = st__tensor_new(st__lua_tensor_ctx(L), t, device, dtype, ndim, shape, err, sizeof err);
+  int rc = st__tensor_new(st__lua_tensor_ctx(L), t, device, dtype, ndim, shape, ST__INIT_ZEROS,
+                          err, sizeof err);
   st__lua_tensor_end(L, t, rc, err);
   return t;
 }
@@ -92,7 +93,8 @@ st__arena_t *st__lua_new_arena(lua_State *L, int device, uint64_t bytes) {
   char err[512];
   st__arena_t *a;
   gc_before_alloc(L);
-  if (st__tensor_arena_new(st__lua_tensor_ctx(L), device, bytes, &a, err, sizeof err) != ST_OK)
+  if (st__tensor_arena_new(st__lua_tensor_ctx(L), device, bytes, ST__INIT_ZEROS, &a, err,
+                           sizeof err) != ST_OK)
     st__lua_raise(L, "%s", err);
   st__lua_ctx(L)->gc_debt += bytes;
   return a;

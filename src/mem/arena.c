@@ -51,6 +51,7 @@ struct st__arena {
   st__arena_release_fn release; /* POOL: called with (owner, slot) on the last unref */
   void *owner;
   uint32_t slot;
+  int pool_device;             /* POOL: -1 (a memfd slab) or a CUDA ordinal */
   int charge_device;           /* what the ledger holds for it (ledger.h) */
   uint64_t charge_bytes;
   unsigned charge_fds;
@@ -170,17 +171,14 @@ fail:
   return rc;
 }
 
-/* Any thread. */
 /* See arena.h. Any thread. */
-int st__arena_new(int device, st__cuda_ipc_t ipc, uint64_t bytes, st__arena_t **out, char *err,
-                  size_t errlen) {
-  if (device < 0) {
-    /* A worker running a plain call of a pooled connection: a region. */
-    if (source && source(source_ctx, bytes, out) == ST_OK) return ST_OK;
-    return st__arena_new_cpu(bytes, out, err, errlen);
-  }
-  if (ipc == ST__CUDA_IPC_LEGACY) return st__arena_new_cuda_legacy(device, bytes, out, err, errlen);
-  return st__arena_new_cuda(device, bytes, out, err, errlen);
+int st__arena_new(const st__arena_spec_t *s, st__arena_t **out, char *err, size_t errlen) {
+  /* A worker running a plain call of a pooled connection: a region. */
+  if (source && source(source_ctx, s, out) == ST_OK) return ST_OK;
+  if (s->device < 0) return st__arena_new_cpu(s->bytes, out, err, errlen);
+  if (s->ipc == ST__CUDA_IPC_LEGACY)
+    return st__arena_new_cuda_legacy(s->device, s->bytes, out, err, errlen);
+  return st__arena_new_cuda(s->device, s->bytes, out, err, errlen);
 }
 
 void st__arena_ref(st__arena_t *a) {
@@ -253,8 +251,16 @@ void st__arena_describe(const st__arena_t *a, st__arena_desc_t *d) {
   d->bytes = a->size;
   d->id = a->id;
   switch (a->kind) {
-  case ST__ARENA_CPU:
   case ST__ARENA_POOL:
+    if (a->pool_device >= 0) {   /* as its slab describes itself */
+      d->cuda = 1;
+      snprintf(d->backend, sizeof d->backend, "vmm");
+      st__cuda_device_uuid(a->pool_device, d->uuid, NULL, 0);
+    } else {
+      snprintf(d->backend, sizeof d->backend, "memfd");
+    }
+    break;
+  case ST__ARENA_CPU:
     d->cuda = 0;
     snprintf(d->backend, sizeof d->backend, "memfd");
     break;
@@ -287,6 +293,7 @@ int st__arena_device(const st__arena_t *a) {
   case ST__ARENA_CUDA: return st__cuda_alloc_ordinal(a->cuda);
   case ST__ARENA_CUDA_LEGACY: return st__cuda_legacy_ordinal(a->legacy);
   case ST__ARENA_CUDA_IMPORT: return a->import.ordinal;
+  case ST__ARENA_POOL: return a->pool_device;
   default: return -1;
   }
 }
@@ -348,12 +355,13 @@ st__arena_t *st__arena_adopt_cuda_legacy(struct st__cuda_legacy *l, uint64_t byt
 
 /* Wraps a region of a pool; see arena.h. Any thread. */
 st__arena_t *st__arena_adopt_region(st__arena_release_fn release, void *owner, uint32_t slot,
-                                    void *base, uint64_t bytes, uint64_t size) {
+                                    int device, void *base, uint64_t bytes, uint64_t size) {
   st__arena_t *a = new_record(ST__ARENA_POOL, bytes, size, -1, base, -1, 0, 0);
   if (a) {
     a->release = release;
     a->owner = owner;
     a->slot = slot;
+    a->pool_device = device;
   }
   return a;
 }

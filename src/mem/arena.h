@@ -85,12 +85,30 @@ typedef enum {
   ST__CUDA_IPC_LEGACY = 1
 } st__cuda_ipc_t;
 
-/* The one choice of backend for a new arena: `device` -1 (the CPU) makes
- * st__arena_new_cpu's memfd; a CUDA ordinal makes st__arena_new_cuda's VMM
- * allocation, or st__arena_new_cuda_legacy's for ST__CUDA_IPC_LEGACY (ipc
- * is ignored for the CPU). Contract and errors as those functions. */
-int st__arena_new(int device, st__cuda_ipc_t ipc, uint64_t bytes, st__arena_t **out, char *err,
-                  size_t errlen);
+/* What st__arena_new makes. */
+typedef struct st__arena_spec {
+  int device;                 /* -1: the CPU, else a CUDA ordinal         */
+  st__cuda_ipc_t ipc;         /* CUDA only                                */
+  uint64_t bytes;
+  int written;                /* the caller writes every one of `bytes`
+                                 before anything reads them: a recycled
+                                 pool region is not zero-filled first     */
+  void *stream;               /* CUDA: the caller's stream (a CUstream)
+                                 where a recycled region's zero fill is
+                                 queued; the caller synchronizes it before
+                                 the memory is used elsewhere. NULL: the
+                                 fill is synchronous                      */
+} st__arena_spec_t;
+
+/* The one choice of backend for a new arena: a region of the pool the
+ * thread's source gives (st__arena_use_source), else a device -1 (the
+ * CPU) makes st__arena_new_cpu's memfd, a CUDA ordinal
+ * st__arena_new_cuda's VMM allocation, or st__arena_new_cuda_legacy's
+ * for ST__CUDA_IPC_LEGACY. Every arena reads as zeros except the bytes a
+ * `written` spec promises to write (a new memfd or VMM allocation is
+ * zero-filled whatever the spec says: it may hold another process's
+ * old data). Contract and errors as those functions. */
+int st__arena_new(const st__arena_spec_t *s, st__arena_t **out, char *err, size_t errlen);
 
 /* Caps the size of one arena (config max_object_bytes). Call once at start
  * before any worker runs. 0 means no cap. */
@@ -143,24 +161,24 @@ st__arena_t *st__arena_adopt_cuda(struct st__cuda_alloc *c, uint64_t bytes, uint
                                   void *base);
 
 /* Regions of a pool (mem/pool.h), without this file knowing pools:
- * st__arena_adopt_region wraps region `slot` of `owner` at `base`
- * (`bytes` asked for, `size` the region's) into an arena holding one
- * reference; its last unref calls release(owner, slot). The ledger holds
- * nothing for it (the slab is charged), and st__arena_dup_fd refuses it:
- * a reply describes it by its slab (server/pool_conn.c). NULL when out of
- * host memory. Any thread. */
+ * st__arena_adopt_region wraps region `slot` of `owner` at `base` (a
+ * device address when `device` >= 0; `bytes` asked for, `size` the
+ * region's) into an arena holding one reference; its last unref calls
+ * release(owner, slot). The ledger holds nothing for it (the slab is
+ * charged), and st__arena_dup_fd refuses it: a reply describes it by its
+ * slab (server/pool_conn.c). NULL when out of host memory. Any thread. */
 typedef void (*st__arena_release_fn)(void *owner, uint32_t slot);
 st__arena_t *st__arena_adopt_region(st__arena_release_fn release, void *owner, uint32_t slot,
-                                    void *base, uint64_t bytes, uint64_t size);
+                                    int device, void *base, uint64_t bytes, uint64_t size);
 
 /* 1 with its owner and slot when `a` is a region, else 0. Any thread. */
 int st__arena_region(const st__arena_t *a, void **owner, uint32_t *slot);
 
-/* Where st__arena_new takes CPU arenas from on this thread before making
- * a memfd: fn(ctx, bytes, out) returns ST_OK with a region, anything else
- * to fall back (NULL fn: none). Worker thread; the caller keeps ctx
- * alive while it is set. */
-typedef int (*st__arena_source_fn)(void *ctx, uint64_t bytes, st__arena_t **out);
+/* Where st__arena_new takes arenas from on this thread before it makes
+ * one of their own: fn(ctx, spec, out) returns ST_OK with a region,
+ * anything else to fall back (NULL fn: none). Worker thread; the caller
+ * keeps ctx alive while it is set. */
+typedef int (*st__arena_source_fn)(void *ctx, const st__arena_spec_t *s, st__arena_t **out);
 void st__arena_use_source(st__arena_source_fn fn, void *ctx);
 
 /* For backends: wraps a legacy allocation (ownership moves to the arena,

@@ -166,6 +166,19 @@ int st__cuda_copy_to_device(uint64_t dst_dptr, const void *src, uint64_t bytes, 
  * out with another process's old data. Any thread with the context current. */
 int st__cuda_zero_sync(uint64_t dptr, uint64_t bytes, char *err, size_t errlen);
 
+/* Zero-fills `bytes` at device address `dptr` of device `ordinal` (its
+ * context becomes current): queued on `stream` (a CUstream of that
+ * device, not waited for: the caller synchronizes it before the memory is
+ * read elsewhere), or on the legacy default stream and waited for when
+ * `stream` is NULL. Any thread. */
+int st__cuda_zero(uint64_t dptr, uint64_t bytes, int ordinal, void *stream, char *err,
+                  size_t errlen);
+
+/* Copies `bytes` from device address `src` to `dst` on device `ordinal`
+ * (its context becomes current) and waits for the copy. Any thread. */
+int st__cuda_copy_dtod(uint64_t dst, uint64_t src, uint64_t bytes, int ordinal, char *err,
+                       size_t errlen);
+
 /* ------------------------------------------------------ client side import */
 
 /* One allocation mapped into this process from an exported descriptor. */

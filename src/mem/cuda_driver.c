@@ -362,6 +362,27 @@ int st__cuda_zero_sync(uint64_t dptr, uint64_t bytes, char *err, size_t errlen) 
   return st__cuda_error(api.cuStreamSynchronize(NULL), "cuStreamSynchronize", err, errlen);
 }
 
+/* See cuda.h. Any thread. */
+int st__cuda_zero(uint64_t dptr, uint64_t bytes, int ordinal, void *stream, char *err,
+                  size_t errlen) {
+  int rc = st__cuda_ctx_enter(ordinal, err, errlen);
+  if (rc != ST_OK) return rc;
+  if (!stream) return st__cuda_zero_sync(dptr, bytes, err, errlen);
+  return st__cuda_error(api.cuMemsetD8Async((CUdeviceptr)dptr, 0, (size_t)bytes, (CUstream)stream),
+                        "cuMemsetD8Async", err, errlen);
+}
+
+/* See cuda.h. Any thread. */
+int st__cuda_copy_dtod(uint64_t dst, uint64_t src, uint64_t bytes, int ordinal, char *err,
+                       size_t errlen) {
+  int rc = st__cuda_ctx_enter(ordinal, err, errlen);
+  if (rc != ST_OK) return rc;
+  rc = st__cuda_error(api.cuMemcpyDtoD((CUdeviceptr)dst, (CUdeviceptr)src, (size_t)bytes),
+                      "cuMemcpyDtoD", err, errlen);
+  if (rc != ST_OK) return rc;
+  return st__cuda_error(api.cuStreamSynchronize(NULL), "cuStreamSynchronize", err, errlen);
+}
+
 #else /* !ST_HAVE_CUDA */
 
 static int no_cuda(char *err, size_t errlen) {
@@ -424,6 +445,18 @@ int st__cuda_copy_to_device(uint64_t dst_dptr, const void *src, uint64_t bytes, 
 
 /* See cuda.h. Any thread. */
 int st__cuda_zero_sync(uint64_t dptr, uint64_t bytes, char *err, size_t errlen) {
+  return no_cuda(err, errlen);
+}
+
+/* See cuda.h. Any thread. */
+int st__cuda_zero(uint64_t dptr, uint64_t bytes, int ordinal, void *stream, char *err,
+                  size_t errlen) {
+  return no_cuda(err, errlen);
+}
+
+/* See cuda.h. Any thread. */
+int st__cuda_copy_dtod(uint64_t dst, uint64_t src, uint64_t bytes, int ordinal, char *err,
+                       size_t errlen) {
   return no_cuda(err, errlen);
 }
 

@@ -9,12 +9,16 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "mem/cuda.h"
+#include "mem/ledger.h"
 #include "mem/slab_alloc.h"
 #include "st/errors.h"
 
 typedef struct slab {
-  st__arena_t *arena;         /* the memfd, one reference              */
+  st__arena_t *arena;         /* memfd or VMM arena, one reference     */
   st__slab_alloc_t alloc;
+  int device;                 /* -1: the CPU, else a CUDA ordinal      */
+  uint64_t size;              /* what the allocator manages            */
   int sent;                   /* the owner was sent its descriptor     */
 } slab_t;
 
@@ -24,7 +28,7 @@ struct st__mpool {
   st__mpool_cfg_t cfg;
   slab_t slabs[ST__MPOOL_MAX_SLABS];
   uint32_t nslabs;
-  uint64_t bytes;             /* all slabs                             */
+  uint64_t bytes;             /* all slabs, every device               */
   st__slots_t slots;
   uint32_t *reclaim;          /* scratch of slots.n for st__slots_scan */
   st__arena_t *page;          /* control page arena                    */
@@ -32,7 +36,13 @@ struct st__mpool {
   int warned;                 /* the fallback was logged               */
 };
 
-static atomic_uint_fast64_t n_pools, n_slabs, n_bytes, n_regions, n_fallbacks;
+static atomic_uint_fast64_t n_pools, n_slabs, n_regions, n_fallbacks;
+/* Slab bytes per device: [0] the CPU, [1 + N] cuda:N. */
+static atomic_uint_fast64_t n_dev_bytes[1 + ST__MPOOL_MAX_DEVICES];
+
+static atomic_uint_fast64_t *dev_bytes(int device) {
+  return &n_dev_bytes[device < 0 ? 0 : 1 + (device % ST__MPOOL_MAX_DEVICES)];
+}
 
 /* The page's fields, in the server's mapping. */
 static _Atomic uint32_t *page_word(st__mpool_t *p, size_t byte_off) {
@@ -74,9 +84,9 @@ static void pool_unref(st__mpool_t *p) {
   for (uint32_t i = 0; i < p->nslabs; i++) {
     st__arena_unref(p->slabs[i].arena);
     st__slab_alloc_destroy(&p->slabs[i].alloc);
+    atomic_fetch_sub(dev_bytes(p->slabs[i].device), p->slabs[i].size);
   }
   atomic_fetch_sub(&n_slabs, p->nslabs);
-  atomic_fetch_sub(&n_bytes, p->bytes);
   atomic_fetch_sub(&n_pools, 1);
   if (p->page) st__arena_unref(p->page);
   st__slots_destroy(&p->slots);
@@ -91,7 +101,7 @@ void st__mpool_close(st__mpool_t *p) {
   if (p) pool_unref(p);
 }
 
-static int region_source(void *ctx, uint64_t bytes, st__arena_t **out);
+static int region_source(void *ctx, const st__arena_spec_t *spec, st__arena_t **out);
 static void region_release(void *owner, uint32_t slot);
 
 void st__mpool_use(st__mpool_t *p) { st__arena_use_source(p ? region_source : NULL, p); }
@@ -104,35 +114,78 @@ static void take_back(st__mpool_t *p, uint32_t i) {
   atomic_fetch_sub(&n_regions, 1);
 }
 
-/* A new slab big enough for `len` bytes, within the pool's cap: its index,
- * or -1. Under mu (the memfd is made under it: a worker waits for its own
- * pool only). */
-static int grow(st__mpool_t *p, uint64_t len) {
-  if (p->nslabs == ST__MPOOL_MAX_SLABS) return -1;
-  if (!p->page) {
-    char why[256];
-    if (st__arena_new_cpu(ST__MPOOL_PAGE_HEADER + 4ull * p->cfg.max_regions, &p->page, why,
-                          sizeof why) != ST_OK) {
-      ST_LOG_D("pool", "no control page: %s", why);
-      p->page = NULL;
-      return -1;
-    }
-    atomic_store(page_word(p, 0), ST__MPOOL_PAGE_MAGIC);
-    atomic_store(page_word(p, 4), ST__MPOOL_PAGE_VERSION);
-    atomic_store(page_word(p, 8), p->cfg.max_regions);
+/* The cap of the slabs of `device` together: pool.max_bytes_per_connection
+ * for the CPU (the server applied its budget), pool.cuda_max_bytes
+ * capped at a quarter of the device's budget for a CUDA device. */
+static uint64_t device_cap(const st__mpool_t *p, int device) {
+  if (device < 0) return p->cfg.max_bytes;
+  st__ledger_stats_t l;
+  st__ledger_stats(device, &l);
+  uint64_t cap = p->cfg.cuda_max_bytes;
+  if (l.budget && cap > l.budget / 4) cap = l.budget / 4;
+  return cap;
+}
+
+/* Bytes of the slabs of `device` and the index of its last slab (-1). */
+static uint64_t device_slabs(const st__mpool_t *p, int device, int *last) {
+  uint64_t bytes = 0;
+  *last = -1;
+  for (uint32_t i = 0; i < p->nslabs; i++) {
+    if (p->slabs[i].device != device) continue;
+    bytes += p->slabs[i].size;
+    *last = (int)i;
   }
-  uint64_t size = p->nslabs ? 2 * st__arena_bytes(p->slabs[p->nslabs - 1].arena)
-                            : p->cfg.slab_bytes;
+  return bytes;
+}
+
+/* The control page, made with the first slab: a connection that never
+ * gets a pooled result holds no descriptor and no memory for it. */
+static int page_ready(st__mpool_t *p) {
+  if (p->page) return 1;
+  char why[256];
+  if (st__arena_new_cpu(ST__MPOOL_PAGE_HEADER + 4ull * p->cfg.max_regions, &p->page, why,
+                        sizeof why) != ST_OK) {
+    ST_LOG_D("pool", "no control page: %s", why);
+    p->page = NULL;
+    return 0;
+  }
+  atomic_store(page_word(p, 0), ST__MPOOL_PAGE_MAGIC);
+  atomic_store(page_word(p, 4), ST__MPOOL_PAGE_VERSION);
+  atomic_store(page_word(p, 8), p->cfg.max_regions);
+  return 1;
+}
+
+/* A new slab on `device` big enough for `len` bytes, within the device's
+ * cap: its index, or -1. The first slab of a device is slab_bytes (CPU)
+ * or cuda_slab_bytes, each next doubles the device's last; sizes are
+ * multiples of the unit (a page; a CUDA device's allocation granularity,
+ * so the allocator manages the whole VMM allocation). Under mu (the
+ * memfd or VMM allocation is made under it: a worker waits for its own
+ * pool only). */
+static int grow(st__mpool_t *p, int device, uint64_t len) {
+  if (p->nslabs == ST__MPOOL_MAX_SLABS || !page_ready(p)) return -1;
+  uint64_t unit = ST__SLAB_PAGE;
+  if (device >= 0 && (st__cuda_granularity(device, &unit, NULL, 0) != ST_OK || unit == 0 ||
+                      unit % ST__SLAB_PAGE))
+    return -1;
+  int last;
+  uint64_t have = device_slabs(p, device, &last), cap = device_cap(p, device) / unit * unit;
+  uint64_t size = last >= 0 ? 2 * p->slabs[last].size
+                            : device < 0 ? p->cfg.slab_bytes : p->cfg.cuda_slab_bytes;
   if (size < len) size = len;
-  size = (size + ST__SLAB_PAGE - 1) / ST__SLAB_PAGE * ST__SLAB_PAGE;
-  if (p->bytes + size > p->cfg.max_bytes) {
-    if (p->bytes + len > p->cfg.max_bytes) return -1;
-    size = (p->cfg.max_bytes - p->bytes) / ST__SLAB_PAGE * ST__SLAB_PAGE;
+  size = (size + unit - 1) / unit * unit;
+  uint64_t need = (len + unit - 1) / unit * unit;
+  if (have + size > cap) {
+    if (have + need > cap) return -1;
+    size = cap - have;
   }
   char why[256];
   slab_t *s = &p->slabs[p->nslabs];
-  if (st__arena_new_cpu(size, &s->arena, why, sizeof why) != ST_OK) {
-    ST_LOG_D("pool", "no new slab of %llu bytes: %s", (unsigned long long)size, why);
+  int rc = device < 0 ? st__arena_new_cpu(size, &s->arena, why, sizeof why)
+                      : st__arena_new_cuda(device, size, &s->arena, why, sizeof why);
+  if (rc != ST_OK) {
+    ST_LOG_D("pool", "no new slab of %llu bytes on device %d: %s", (unsigned long long)size,
+             device, why);
     return -1;
   }
   if (st__slab_alloc_init(&s->alloc, size) != ST_OK) {
@@ -140,10 +193,12 @@ static int grow(st__mpool_t *p, uint64_t len) {
     s->arena = NULL;
     return -1;
   }
+  s->device = device;
+  s->size = size;
   s->sent = 0;
   p->bytes += size;
   atomic_fetch_add(&n_slabs, 1);
-  atomic_fetch_add(&n_bytes, size);
+  atomic_fetch_add(dev_bytes(device), size);
   return (int)p->nslabs++;
 }
 
@@ -155,20 +210,37 @@ static void collect(st__mpool_t *p) {
   for (uint32_t k = 0; k < n; k++) take_back(p, p->reclaim[k]);
 }
 
+/* The region's bytes read as zeros: a memset, or a fill queued on the
+ * spec's stream. ST_OK or the driver's error. */
+static int zero_region(const st__arena_spec_t *spec, char *base, uint64_t len) {
+  if (spec->device < 0) {
+    memset(base, 0, (size_t)len);
+    return ST_OK;
+  }
+  return st__cuda_zero((uint64_t)(uintptr_t)base, len, spec->device, spec->stream, NULL, 0);
+}
+
 /* st__arena_new's source while a pool is current (st__mpool_use). */
-static int region_source(void *ctx, uint64_t bytes, st__arena_t **out) {
+static int region_source(void *ctx, const st__arena_spec_t *spec, st__arena_t **out) {
   st__mpool_t *p = ctx;
   *out = NULL;
-  if (!p || bytes > p->cfg.max_result_bytes || st__arena_check_limit(bytes, NULL, 0) != ST_OK)
+  int device = spec->device;
+  uint64_t bytes = spec->bytes;
+  if (!p) return ST_ERR_NOT_FOUND;
+  uint64_t max = device < 0 ? p->cfg.max_result_bytes : p->cfg.cuda_max_result_bytes;
+  if (bytes > max || (device >= 0 && spec->ipc != ST__CUDA_IPC_VMM) ||
+      device >= ST__MPOOL_MAX_DEVICES || st__arena_check_limit(bytes, NULL, 0) != ST_OK)
     return ST_ERR_NOT_FOUND;
   pthread_mutex_lock(&p->mu);
   collect(p);
   uint64_t off = 0, len = 0;
   int slab = -1;
   for (uint32_t i = 0; i < p->nslabs && slab < 0; i++)
-    if (st__slab_alloc_take(&p->slabs[i].alloc, bytes, &off, &len) == ST_OK) slab = (int)i;
+    if (p->slabs[i].device == device &&
+        st__slab_alloc_take(&p->slabs[i].alloc, bytes, &off, &len) == ST_OK)
+      slab = (int)i;
   if (slab < 0 && p->slots.nfree > 0) {
-    slab = grow(p, bytes ? bytes : 1);
+    slab = grow(p, device, bytes ? bytes : 1);
     if (slab >= 0 && st__slab_alloc_take(&p->slabs[slab].alloc, bytes, &off, &len) != ST_OK)
       slab = -1;
   }
@@ -180,22 +252,28 @@ static int region_source(void *ctx, uint64_t bytes, st__arena_t **out) {
   if (slot < 0) {
     int warn = !p->warned;
     p->warned = 1;
+    uint64_t cap = device_cap(p, device);
     pthread_mutex_unlock(&p->mu);
     atomic_fetch_add(&n_fallbacks, 1);
     if (warn)
-      ST_LOG_W("pool", "a connection's result pool is full (%llu bytes in %u slabs, "
-               "pool.max_bytes_per_connection = %llu, %u regions: pool.max_regions): its "
-               "results get arenas of their own until it frees some",
-               (unsigned long long)p->bytes, p->nslabs, (unsigned long long)p->cfg.max_bytes,
+      ST_LOG_W("pool", "a connection's result pool is full (%llu bytes in %u slabs, %llu bytes "
+               "allowed on %s: %s, %u regions: pool.max_regions): its results get arenas of "
+               "their own until it frees some",
+               (unsigned long long)p->bytes, p->nslabs, (unsigned long long)cap,
+               device < 0 ? "the cpu" : "this CUDA device",
+               device < 0 ? "pool.max_bytes_per_connection"
+                          : "pool.cuda_max_bytes_per_connection, at most a quarter of its budget",
                p->cfg.max_regions);
     return ST_ERR_LIMIT;
   }
   char *base = (char *)st__arena_base(p->slabs[slab].arena) + off;
   atomic_fetch_add(&p->refs, 1);
   pthread_mutex_unlock(&p->mu);
-  memset(base, 0, (size_t)len);   /* a recycled region reads as a fresh arena */
-  *out = st__arena_adopt_region(region_release, p, (uint32_t)slot, base, bytes, len);
-  if (!*out) {
+  /* A recycled region reads as a fresh arena, unless its maker writes
+   * every byte (the slab itself was zero-filled when it was made). */
+  if ((!spec->written && zero_region(spec, base, len) != ST_OK) ||
+      !(*out = st__arena_adopt_region(region_release, p, (uint32_t)slot, device, base, bytes,
+                                      len))) {
     region_release(p, (uint32_t)slot);
     return ST_ERR_LIMIT;
   }
@@ -223,7 +301,7 @@ int st__mpool_describe(st__mpool_t *p, const st__arena_t *a, st__mpool_desc_t *d
     slab_t *sl = &p->slabs[s->slab];
     d->slab = sl->arena;
     d->slab_id = st__arena_id(sl->arena);
-    d->slab_bytes = st__arena_bytes(sl->arena);
+    d->slab_bytes = sl->size;
     d->offset = s->off;
     d->size = s->len;
     d->slot = slot;
@@ -255,15 +333,34 @@ void st__mpool_page_sent(st__mpool_t *p) { p->page_sent = 1; }
 uint32_t st__mpool_slots(const st__mpool_t *p) { return p->cfg.max_regions; }
 
 int st__mpool_copy_out(const st__arena_t *a, st__arena_t **out, char *err, size_t errlen) {
-  int rc = st__arena_new_cpu(st__arena_bytes(a), out, err, errlen);
-  if (rc == ST_OK) memcpy(st__arena_base(*out), st__arena_base(a), (size_t)st__arena_bytes(a));
+  int device = st__arena_device(a);
+  uint64_t bytes = st__arena_bytes(a);
+  if (device < 0) {
+    int rc = st__arena_new_cpu(bytes, out, err, errlen);
+    if (rc == ST_OK) memcpy(st__arena_base(*out), st__arena_base(a), (size_t)bytes);
+    return rc;
+  }
+  int rc = st__arena_new_cuda(device, bytes, out, err, errlen);
+  if (rc == ST_OK && bytes)
+    rc = st__cuda_copy_dtod((uint64_t)(uintptr_t)st__arena_base(*out),
+                            (uint64_t)(uintptr_t)st__arena_base(a), bytes, device, err, errlen);
+  if (rc != ST_OK) {
+    st__arena_unref(*out);
+    *out = NULL;
+  }
   return rc;
 }
 
 void st__mpool_stats(st__mpool_stats_t *s) {
   s->pools = atomic_load(&n_pools);
   s->slabs = atomic_load(&n_slabs);
-  s->bytes = atomic_load(&n_bytes);
+  s->bytes = atomic_load(&n_dev_bytes[0]);
+  s->cuda_bytes = 0;
+  for (int i = 1; i <= ST__MPOOL_MAX_DEVICES; i++) s->cuda_bytes += atomic_load(&n_dev_bytes[i]);
   s->regions = atomic_load(&n_regions);
   s->fallbacks = atomic_load(&n_fallbacks);
+}
+
+uint64_t st__mpool_device_bytes(int device) {
+  return device < ST__MPOOL_MAX_DEVICES ? atomic_load(dev_bytes(device)) : 0;
 }

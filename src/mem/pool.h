@@ -1,6 +1,8 @@
 /* src/mem: per-connection pools of result memory (docs/pool.md, sections
- * 1-3). A pool owns up to ST__MPOOL_MAX_SLABS slabs (CPU: sealed memfd
- * arenas, charged to the ledger like any arena) and a control page (a
+ * 1-3). A pool owns up to ST__MPOOL_MAX_SLABS slabs, per device it is
+ * used on (CPU: sealed memfd arenas; CUDA: VMM arenas of
+ * st__arena_new_cuda; each charged to the ledger and its device's budget
+ * like any arena) and a control page (a
  * small sealed memfd arena the client maps read-write to say which
  * regions it is done with). Results are sub-allocated as regions: an
  * arena of kind "pool" (arena.c) whose base is inside a slab; a region
@@ -31,9 +33,14 @@
 typedef struct st__mpool st__mpool_t;
 
 typedef struct st__mpool_cfg {
-  uint64_t slab_bytes;        /* the first slab; each next doubles       */
-  uint64_t max_bytes;         /* all slabs of the pool together          */
-  uint64_t max_result_bytes;  /* larger arenas are not pooled            */
+  uint64_t slab_bytes;        /* the first CPU slab; each next doubles   */
+  uint64_t max_bytes;         /* all CPU slabs of the pool together      */
+  uint64_t max_result_bytes;  /* larger CPU arenas are not pooled        */
+  uint64_t cuda_slab_bytes;   /* the first slab on a CUDA device         */
+  uint64_t cuda_max_bytes;    /* the slabs of one CUDA device together;
+                                 never more than a quarter of its budget
+                                 (the ledger's) when it has one          */
+  uint64_t cuda_max_result_bytes; /* larger CUDA arenas are not pooled   */
   uint32_t max_regions;       /* live regions (slots of the page)        */
 } st__mpool_cfg_t;
 
@@ -49,15 +56,20 @@ void st__mpool_ref(st__mpool_t *p);
  * no-op. Any thread. */
 void st__mpool_close(st__mpool_t *p);
 
-/* Makes p the pool st__arena_new allocates CPU arenas from on this thread
+/* Makes p the pool st__arena_new allocates arenas from on this thread
  * (NULL: none). The thread keeps no reference: the caller keeps p alive
  * while it is current. Worker thread. */
 void st__mpool_use(st__mpool_t *p);
 
 /* Made current (st__mpool_use), a pool gives st__arena_new a region for
- * a CPU arena of up to max_result_bytes, zero-filled; a full pool (its
- * cap, its slots) gives nothing: counted in pool_fallbacks and logged
- * once per pool, and the arena is a memfd of its own. */
+ * a CPU or CUDA (VMM, not legacy) arena of up to its device's
+ * max_result_bytes, from a slab of that device: zero-filled unless the
+ * spec says `written` (CPU: memset; CUDA: cuMemsetD8Async on the spec's
+ * stream, or synchronous without one). Skipping the fill shows the
+ * region's last contents, which only ever belonged to the same
+ * connection. A full pool (its cap, its slots) gives nothing: counted in
+ * pool_fallbacks and logged once per pool, and the arena is one of its
+ * own. */
 
 /* How a pool arena travels in one reply (st__mpool_hand_out). */
 typedef struct st__mpool_desc {
@@ -82,15 +94,22 @@ const st__arena_t *st__mpool_page(st__mpool_t *p, int *sent);
 void st__mpool_page_sent(st__mpool_t *p);
 uint32_t st__mpool_slots(const st__mpool_t *p);
 
-/* A CPU arena with a copy of a pool arena's bytes (for a reply that may
- * not carry the region: another connection, a second reply). *out holds
- * one reference. Errors of st__arena_new_cpu. Any thread. */
+/* An arena of its own with a copy of a pool arena's bytes, on the same
+ * device (for a reply that may not carry the region: another connection,
+ * a second reply). *out holds one reference. Errors of st__arena_new_cpu
+ * / st__arena_new_cuda and of the copy. Any thread. */
 int st__mpool_copy_out(const st__arena_t *a, st__arena_t **out, char *err, size_t errlen);
 
-/* Process-wide figures for info and metrics. Any thread. */
+/* Process-wide figures for info and metrics (bytes: CPU slabs; cuda_bytes:
+ * the slabs of every CUDA device). Any thread. */
 typedef struct st__mpool_stats {
-  uint64_t pools, slabs, bytes, regions, fallbacks;
+  uint64_t pools, slabs, bytes, cuda_bytes, regions, fallbacks;
 } st__mpool_stats_t;
 void st__mpool_stats(st__mpool_stats_t *s);
+
+/* Slab bytes of all pools on `device` (-1: the CPU, else a CUDA ordinal
+ * below ST__MPOOL_MAX_DEVICES; 0 for others). Any thread. */
+#define ST__MPOOL_MAX_DEVICES 64
+uint64_t st__mpool_device_bytes(int device);
 
 #endif

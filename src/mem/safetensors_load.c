@@ -364,7 +364,7 @@ int st__safetensors_load(const st__safetensors_t *s, const st__safetensors_opts_
   if ((size_t)threads > npieces) threads = npieces ? (int)npieces : 1;
 
   st__arena_t *a = NULL;
-  rc = st__arena_new(o->device, ST__CUDA_IPC_VMM, total, &a, err, errlen);
+  rc = st__arena_new(&(st__arena_spec_t){.device = o->device, .bytes = total}, &a, err, errlen);
   if (rc == ST_OK && npieces)
     rc = o->device < 0 ? load_cpu(s, o, a, pieces, npieces, threads, err, errlen)
                        : st__safetensors_load_cuda(s, o, a, pieces, npieces, threads, err, errlen);

@@ -97,6 +97,14 @@ static const st__setting_t pool_rows[] = {
      .hi = 1 << 20, .def = 1024,
      .description = "live regions of one connection's pool (slots of its control page; "
                     "0 = no pools)"},
+    {.name = "cuda_slab_bytes", .type = ST_SET_INT, INT_FIELD(pool_cuda_slab_bytes),
+     .lo = 4096, .hi = INT64_C(1) << 40, .def = 32 << 20,
+     .description = "the first slab (a VMM allocation) of a connection's result pool on a CUDA "
+                    "device; each next one doubles"},
+    {.name = "cuda_max_bytes_per_connection", .type = ST_SET_INT, INT_FIELD(pool_cuda_max_bytes),
+     .lo = 0, .hi = INT64_C(1) << 50, .def = INT64_C(1) << 30,
+     .description = "slab bytes one connection's pool may hold on one CUDA device (at most a "
+                    "quarter of its memory_budget); past it results get arenas of their own"},
     {.name = NULL},
 };
 

@@ -70,6 +70,10 @@ typedef struct st__config {
   uint64_t pool_max_bytes;
   uint64_t pool_max_result_bytes;
   int pool_max_regions;
+  /* CUDA slabs: pool.cuda_slab_bytes, cuda_max_bytes_per_connection (per
+   * device, at most a quarter of its budget). */
+  uint64_t pool_cuda_slab_bytes;
+  uint64_t pool_cuda_max_bytes;
   double shutdown_grace_s;      /* in-flight work gets this long on SIGTERM */
   /* tasks (docs/protocol.md, "submit" ... "tasks") */
   double task_ttl_s;            /* finished tasks are kept this long (600) */

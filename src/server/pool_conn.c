@@ -22,6 +22,13 @@ static uint64_t conn_cap(const st__server_t *srv) {
   return cap / ST__SLAB_PAGE * ST__SLAB_PAGE;
 }
 
+/* pool.max_result_bytes, else an eighth of a device's cap, at most
+ * 16 MiB. */
+static uint64_t result_cap(const st__config_t *cfg, uint64_t cap) {
+  if (cfg->pool_max_result_bytes) return cfg->pool_max_result_bytes;
+  return cap / 8 < (16u << 20) ? cap / 8 : 16u << 20;
+}
+
 int st__pool_offered(const st__server_t *srv) {
   return srv->cfg->pool_max_regions > 0 && conn_cap(srv) >= ST__SLAB_PAGE;
 }
@@ -40,11 +47,10 @@ void st__pool_conn_hello(st__conn_t *c, const msgpack_object *features) {
   const st__config_t *cfg = c->srv->cfg;
   st__mpool_cfg_t pc = {.max_bytes = conn_cap(c->srv), .max_regions = (uint32_t)cfg->pool_max_regions};
   pc.slab_bytes = cfg->pool_slab_bytes < pc.max_bytes ? cfg->pool_slab_bytes : pc.max_bytes;
-  pc.max_result_bytes = cfg->pool_max_result_bytes;
-  if (!pc.max_result_bytes) {
-    pc.max_result_bytes = pc.max_bytes / 8;
-    if (pc.max_result_bytes > (16u << 20)) pc.max_result_bytes = 16u << 20;
-  }
+  pc.max_result_bytes = result_cap(cfg, pc.max_bytes);
+  pc.cuda_slab_bytes = cfg->pool_cuda_slab_bytes;
+  pc.cuda_max_bytes = cfg->pool_cuda_max_bytes;   /* mem/pool.c: a quarter of each budget */
+  pc.cuda_max_result_bytes = result_cap(cfg, pc.cuda_max_bytes);
   char why[256];
   if (st__mpool_new(&pc, &c->pool, why, sizeof why) != ST_OK)
     ST_LOG_W("pool", "conn %llu: no result pool: %s", (unsigned long long)c->id, why);
@@ -138,13 +144,19 @@ int st__pool_reply_fds(st__conn_t *c, const st__pool_reply_t *pr, int *fds, int 
   return ST_OK;
 }
 
-/* A region's arena entry: {fd?, bytes, device, backend, id, pool}. */
+/* A region's arena entry: {fd?, bytes, device, uuid?, backend, id, pool}:
+ * its slab's description (a memfd, or a VMM allocation on a device named
+ * by UUID) with the region's place in it. */
 static void pack_region(msgpack_packer *pk, const st__mpool_desc_t *d, uint32_t fd) {
-  msgpack_pack_map(pk, 5 + d->send_slab);
+  st__arena_desc_t a;
+  memset(&a, 0, sizeof a);
+  st__arena_describe(d->slab, &a);
+  msgpack_pack_map(pk, 5 + d->send_slab + (a.cuda != 0));
   if (d->send_slab) st__pack_kv_uint(pk, "fd", fd);
   st__pack_kv_uint(pk, "bytes", d->slab_bytes);
-  st__pack_kv_str(pk, "device", "cpu");
-  st__pack_kv_str(pk, "backend", "memfd");
+  st__pack_kv_str(pk, "device", a.cuda ? "cuda" : "cpu");
+  if (a.cuda) st__pack_kv_str(pk, "uuid", a.uuid);
+  st__pack_kv_str(pk, "backend", a.backend);
   st__pack_kv_uint(pk, "id", d->slab_id);
   st__pack_cstr(pk, "pool");
   msgpack_pack_map(pk, 4);

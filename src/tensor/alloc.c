@@ -23,14 +23,21 @@ int st__tensor_backend_for(st__tensor_ctx_t *c, int device, const char *what,
 
 /* ------------------------------------------------------------ arenas */
 
-int st__tensor_arena_new(st__tensor_ctx_t *c, int device, uint64_t bytes, st__arena_t **out,
-                         char *err, size_t errlen) {
+int st__tensor_arena_new(st__tensor_ctx_t *c, int device, uint64_t bytes,
+                         st__tensor_init_t init, st__arena_t **out, char *err, size_t errlen) {
   *out = NULL;
   int rc = st__tensor_device_check(c, device, "tensor", err, errlen);
   if (rc != ST_OK) return rc;
+  st__arena_spec_t spec = {.device = device, .bytes = bytes, .written = init == ST__INIT_WRITTEN,
+                           .ipc = c->cuda_legacy ? ST__CUDA_IPC_LEGACY : ST__CUDA_IPC_VMM};
+  /* A recycled CUDA region's zero fill goes on this thread's stream,
+   * ahead of the kernels that will write the tensor. */
+  if (device >= 0 && !spec.written) {
+    rc = st__tensor_stream(c, device, &spec.stream, err, errlen);
+    if (rc != ST_OK) return rc;
+  }
   char why[256];
-  rc = st__arena_new(device, c->cuda_legacy ? ST__CUDA_IPC_LEGACY : ST__CUDA_IPC_VMM, bytes,
-                     out, why, sizeof why);
+  rc = st__arena_new(&spec, out, why, sizeof why);
   if (rc != ST_OK) return st__tensor_fail_call(c, rc, err, errlen, "%s", why);
   return ST_OK;
 }
@@ -45,11 +52,13 @@ void st__tensor_arena_release(st__arena_t *a) {
 /* ------------------------------------------------------------ tensors */
 
 int st__tensor_new(st__tensor_ctx_t *c, st__tensor_t *out, int device, st_dtype_t dtype,
-                   int ndim, const int64_t *shape, char *err, size_t errlen) {
+                   int ndim, const int64_t *shape, st__tensor_init_t init, char *err,
+                   size_t errlen) {
   out->arena = NULL;
   int rc = st__geom_init(&out->geom, dtype, ndim, shape, err, errlen);
   if (rc != ST_OK) return rc;
-  return st__tensor_arena_new(c, device, st__geom_nbytes(&out->geom), &out->arena, err, errlen);
+  return st__tensor_arena_new(c, device, st__geom_nbytes(&out->geom), init, &out->arena, err,
+                              errlen);
 }
 
 void st__tensor_release(st__tensor_t *t) {

@@ -1,6 +1,7 @@
-/* src/tensor/constructors.c: the constructors of construct.h. Each makes a
- * zero-filled tensor (st__tensor_new) and, unless zeros are what it
- * wants, fills it with one operation of ops.h (fill, or a generator).
+/* src/tensor/constructors.c: the constructors of construct.h. zeros and
+ * empty make a zero-filled tensor (st__tensor_new); the others make one
+ * they write whole (ST__INIT_WRITTEN: a recycled pool region is not
+ * zero-filled first) with one operation of ops.h (fill, or a generator).
  * Runs on the thread that owns the context. */
 #include "tensor/construct.h"
 
@@ -11,12 +12,12 @@
 
 int st__tensor_empty(st__tensor_ctx_t *c, st__tensor_t *out, int device, st_dtype_t dtype,
                      int ndim, const int64_t *shape, char *err, size_t errlen) {
-  return st__tensor_new(c, out, device, dtype, ndim, shape, err, errlen);
+  return st__tensor_new(c, out, device, dtype, ndim, shape, ST__INIT_ZEROS, err, errlen);
 }
 
 int st__tensor_zeros(st__tensor_ctx_t *c, st__tensor_t *out, int device, st_dtype_t dtype,
                      int ndim, const int64_t *shape, char *err, size_t errlen) {
-  return st__tensor_new(c, out, device, dtype, ndim, shape, err, errlen);  /* arenas start zeroed */
+  return st__tensor_new(c, out, device, dtype, ndim, shape, ST__INIT_ZEROS, err, errlen);
 }
 
 /* A new tensor, then `fill` over it: one generator, or a value when g is
@@ -24,7 +25,7 @@ int st__tensor_zeros(st__tensor_ctx_t *c, st__tensor_t *out, int device, st_dtyp
 static int made(st__tensor_ctx_t *c, st__tensor_t *out, int device, st_dtype_t dtype, int ndim,
                 const int64_t *shape, const st__gen_t *g, double value, const char *what,
                 char *err, size_t errlen) {
-  int rc = st__tensor_new(c, out, device, dtype, ndim, shape, err, errlen);
+  int rc = st__tensor_new(c, out, device, dtype, ndim, shape, ST__INIT_WRITTEN, err, errlen);
   if (rc != ST_OK) return rc;
   rc = g ? st__tensor_generate(c, out, g, what, err, errlen)
          : st__tensor_fill(c, out, value, what, err, errlen);

@@ -65,7 +65,7 @@ int st__tensor_transfer(st__tensor_ctx_t *c, void *dst, int dst_device, const vo
    * needs access to the other's allocation. */
   st__tensor_t h;
   int64_t n = (int64_t)bytes;
-  rc = st__tensor_new(c, &h, ST__DEV_CPU, ST_DTYPE_UINT8, 1, &n, err, errlen);
+  rc = st__tensor_new(c, &h, ST__DEV_CPU, ST_DTYPE_UINT8, 1, &n, ST__INIT_WRITTEN, err, errlen);
   if (rc != ST_OK) return rc;
   void *host = st__tensor_data(&h);
   rc = sb->copy_bytes(c, src_device, host, src, bytes, what, err, errlen);
@@ -76,10 +76,12 @@ int st__tensor_transfer(st__tensor_ctx_t *c, void *dst, int dst_device, const vo
   return rc;
 }
 
-/* A contiguous temporary with t's shape on `device` with `dtype`. */
+/* A contiguous temporary with t's shape on `device` with `dtype`; every
+ * caller copies a whole tensor into it. */
 static int temp_like(st__tensor_ctx_t *c, st__tensor_t *out, const st__tensor_t *t, int device,
                      st_dtype_t dtype, char *err, size_t errlen) {
-  return st__tensor_new(c, out, device, dtype, t->geom.ndim, t->geom.shape, err, errlen);
+  return st__tensor_new(c, out, device, dtype, t->geom.ndim, t->geom.shape, ST__INIT_WRITTEN,
+                        err, errlen);
 }
 
 /* dst := src across two devices; temporaries go to tmp[0..2] (released
@@ -160,7 +162,9 @@ int st__tensor_copy(st__tensor_ctx_t *c, const st__tensor_t *dst, const st__tens
 
 int st__tensor_to(st__tensor_ctx_t *c, st__tensor_t *out, const st__tensor_t *t, int device,
                   st_dtype_t dtype, const char *what, char *err, size_t errlen) {
-  int rc = st__tensor_new(c, out, device, dtype, t->geom.ndim, t->geom.shape, err, errlen);
+  /* The copy writes every element of the contiguous result. */
+  int rc = st__tensor_new(c, out, device, dtype, t->geom.ndim, t->geom.shape, ST__INIT_WRITTEN,
+                          err, errlen);
   if (rc == ST_OK) rc = st__tensor_copy(c, out, t, what, err, errlen);
   if (rc != ST_OK) st__tensor_release(out);
   return rc;

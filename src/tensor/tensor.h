@@ -131,11 +131,24 @@ int st__tensor_sync_used(st__tensor_ctx_t *c, char *err, size_t errlen);
 
 /* ------------------------------------------------------------ arenas (alloc.c) */
 
-/* A zero-filled arena of `bytes` on `device` after st__tensor_device_check
- * ("tensor"): CPU memfd, CUDA VMM or, with c->cuda_legacy, legacy CUDA
- * IPC (st__arena_new). Failures are recorded. The caller owns *out. */
-int st__tensor_arena_new(st__tensor_ctx_t *c, int device, uint64_t bytes, st__arena_t **out,
-                         char *err, size_t errlen);
+/* How a new arena's bytes start. A pool region (mem/pool.h) that is
+ * recycled is zero-filled only for ST__INIT_ZEROS: a maker that writes
+ * every byte says ST__INIT_WRITTEN and saves the fill. A new allocation
+ * of its own is zero-filled either way. */
+typedef enum {
+  ST__INIT_ZEROS = 0,     /* reads as zeros (zeros, empty, partial writers) */
+  ST__INIT_WRITTEN = 1    /* the maker writes every byte before anything reads them */
+} st__tensor_init_t;
+
+/* An arena of `bytes` on `device` after st__tensor_device_check
+ * ("tensor"): a region of the thread's pool, else a CPU memfd, CUDA VMM
+ * or, with c->cuda_legacy, legacy CUDA IPC (st__arena_new), starting as
+ * `init` says. A CUDA zero fill of a recycled region is queued on this
+ * thread's stream of the device (st__tensor_stream: the call's
+ * synchronization covers it). Failures are recorded. The caller owns
+ * *out. */
+int st__tensor_arena_new(st__tensor_ctx_t *c, int device, uint64_t bytes,
+                         st__tensor_init_t init, st__arena_t **out, char *err, size_t errlen);
 
 /* Drops an arena reference: waits first for this thread's stream on the
  * arena's device, so that memory a queued kernel still writes is never
@@ -146,11 +159,13 @@ void st__tensor_arena_release(st__arena_t *a);
 
 /* tensor.c, except st__tensor_new and st__tensor_release (alloc.c). */
 
-/* A new contiguous, zero-filled tensor of `dtype` and `shape` in its own
- * arena on `device` (st__geom_init, then st__tensor_arena_new). On failure
+/* A new contiguous tensor of `dtype` and `shape` in its own arena on
+ * `device` (st__geom_init, then st__tensor_arena_new with `init`: zero-
+ * filled, or for a maker that writes every element). On failure
  * out->arena is NULL. The caller owns out's reference. */
 int st__tensor_new(st__tensor_ctx_t *c, st__tensor_t *out, int device, st_dtype_t dtype,
-                   int ndim, const int64_t *shape, char *err, size_t errlen);
+                   int ndim, const int64_t *shape, st__tensor_init_t init, char *err,
+                   size_t errlen);
 
 /* Drops t's reference (st__tensor_arena_release) and clears t->arena. */
 void st__tensor_release(st__tensor_t *t);

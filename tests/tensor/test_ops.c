@@ -27,7 +27,7 @@ static double at(const st__tensor_t *t, int64_t i) {
  * (exact in every dtype's range that matters; casts decide the rest). */
 static int values(st__tensor_t *t, st_dtype_t d, int64_t rows, int64_t cols) {
   int64_t shape[] = {rows, cols};
-  int rc = st__tensor_new(&C, t, ST__DEV_CPU, d, 2, shape, err, sizeof err);
+  int rc = st__tensor_new(&C, t, ST__DEV_CPU, d, 2, shape, ST__INIT_ZEROS, err, sizeof err);
   for (int64_t i = 0; rc == ST_OK && i < rows * cols; i++)
     st_dtype_store(d, st__tensor_data(t), (size_t)i, (double)(i - 5) * 0.75);
   return rc;
@@ -192,12 +192,12 @@ TEST(dispatch_and_devices) {
                ST_ERR_INVALID_ARGUMENT);
   CHECK_STR_EQ(err, "fill: no tensor backend for device -5");
   st__tensor_t t;
-  CHECK_EQ_INT(st__tensor_new(&C, &t, 0, ST_DTYPE_FLOAT32, 0, NULL, err, sizeof err),
+  CHECK_EQ_INT(st__tensor_new(&C, &t, 0, ST_DTYPE_FLOAT32, 0, NULL, ST__INIT_ZEROS, err, sizeof err),
                ST_ERR_INVALID_ARGUMENT);
   CHECK_STR_EQ(err, "tensor: CUDA tensors can only be built inside a build body (cuda:0)");
   CHECK_EQ_INT(C.err_code, 0);                /* a misuse, not the call's resources */
   C.in_call = 1;
-  CHECK_EQ_INT(st__tensor_new(&C, &t, 64, ST_DTYPE_FLOAT32, 0, NULL, err, sizeof err),
+  CHECK_EQ_INT(st__tensor_new(&C, &t, 64, ST_DTYPE_FLOAT32, 0, NULL, ST__INIT_ZEROS, err, sizeof err),
                ST_ERR_CAPABILITY);
   CHECK_STR_EQ(err, "no CUDA device: cuda:64 is unavailable: no such device in this process");
   CHECK_EQ_INT(C.err_code, ST_ERR_CAPABILITY);

@@ -1,0 +1,324 @@
+/* Result pools on a CUDA device (docs/pool.md, sections 1-3; label gpu,
+ * skipped without a device), through libstclient and raw sockets against
+ * a real stserver, with small slabs (pool.cuda_slab_bytes = 4 MiB, a
+ * 64 MiB cap per connection):
+ *   - fresh CUDA results are regions of a VMM slab: the slab's descriptor
+ *     and the page go once, later results send none;
+ *   - thousands of calls with random frees: every held result keeps its
+ *     bytes and no two held results overlap;
+ *   - the skipped zero fill (pool_kit.h): ones skip it, zeros and empty
+ *     read zero in a region that held other bytes, and every maker that
+ *     skips it writes every byte;
+ *   - forged frees through the page (a wrong generation, a slot never
+ *     handed out, a second free) free nothing: no held region is handed
+ *     out again and its device bytes stay;
+ *   - a client SIGKILLed with results outstanding gives its slabs back:
+ *     the server's used bytes on cuda:0 and the device's free memory
+ *     (cuMemGetInfo, in this process) come back to the start;
+ *   - budgets count CUDA slabs: with memory_budget["cuda:0"] = 64 MiB the
+ *     pool's slabs are at most a quarter of it, charged to it, and a
+ *     result past them gets an allocation of its own (pool_fallbacks).
+ */
+#define PK_WITH_CUDA
+#include <signal.h>
+#include <st/client.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "client_kit.h"
+#include "fixture.h"
+#include "pool_kit.h"
+#include "wire.h"
+#include "../server/gpu_kit.h"
+
+#define MiB (1u << 20)
+
+static stt_server_t srv;
+static rc_t M;   /* the monitor: info */
+
+static const stt_endpoint_t endpoints[] = {{"make.lua", PK_MAKE}, {NULL, NULL}};
+
+static int64_t used(void) { return rc_info_int(&M, "memory.cuda:0.used_bytes"); }
+
+/* Polls until the server's used bytes on cuda:0 are `want`; returns them. */
+static int64_t wait_used(int64_t want) {
+  double end = stt_now_ms() + 10000;
+  while (used() != want && stt_now_ms() < end) stt_sleep_ms(10);
+  return used();
+}
+
+/* make{full, v} on cuda: 1000 floats, NULL when it fails. */
+static st_result_t *fill(st_client_t *c, float v) { return pk_make(c, "full", v); }
+
+static int holds(const st_result_t *r, float v) {
+  const st_tensor_t *t = st_result_tensor(r, 0);
+  float buf[PK_N];
+  if (!t || t->device != ST_DEVICE_CUDA || t->numel != PK_N ||
+      st__cuda_copy_to_host(buf, (uint64_t)(uintptr_t)t->data, sizeof buf, t->device_index, NULL,
+                            0) != ST_OK)
+    return 0;
+  for (int i = 0; i < PK_N; i++)
+    if (buf[i] != v) return 0;
+  return 1;
+}
+
+TEST(fresh_cuda_results_come_from_the_pool) {
+  OPEN_CLIENT(c, srv.socket);
+  int64_t sent = rc_info_int(&M, "counters.fds_sent"), u0 = used();
+  for (int i = 0; i < 200; i++) {
+    st_result_t *r = fill(c, (float)i);
+    CHECK(r && holds(r, (float)i));
+    st_result_free(r);
+  }
+  CHECK_EQ_INT(rc_info_int(&M, "counters.fds_sent") - sent, 2);   /* the slab, the page */
+  CHECK_EQ_INT(used() - u0, 4 * MiB);                              /* one slab */
+  st_client_close(c);
+  CHECK_EQ_INT(wait_used(u0), u0);
+}
+
+TEST(held_results_keep_their_bytes_under_random_frees) {
+  OPEN_CLIENT(c, srv.socket);
+  enum { HOLD = 40, CALLS = 3000 };
+  st_result_t *held[HOLD];
+  float val[HOLD];
+  int n = 0;
+  unsigned seed = 777;
+  for (int i = 0; i < CALLS; i++) {
+    if (n == HOLD || (n > 0 && rand_r(&seed) % 3 == 0)) {
+      int k = (int)(rand_r(&seed) % (unsigned)n);
+      st_result_free(held[k]);
+      held[k] = held[n - 1];
+      val[k] = val[--n];
+    }
+    float v = (float)(i + 1);
+    st_result_t *r = fill(c, v);
+    CHECK(r && holds(r, v));
+    const char *p = st_result_tensor(r, 0)->data;
+    for (int k = 0; k < n; k++) {
+      const char *q = st_result_tensor(held[k], 0)->data;
+      CHECK(p + PK_BYTES <= q || q + PK_BYTES <= p);
+      if (i % 100 == 0) CHECK(holds(held[k], val[k]));
+    }
+    held[n] = r;
+    val[n++] = v;
+  }
+  for (int k = 0; k < n; k++) CHECK(holds(held[k], val[k]));
+  CHECK_EQ_INT(rc_info_int(&M, "counters.pool_fallbacks"), 0);
+  for (int k = 0; k < n; k++) st_result_free(held[k]);
+  st_client_close(c);
+}
+
+TEST(a_written_result_skips_the_fill) {
+  OPEN_CLIENT(c, srv.socket);
+  pk_written_result_skips_the_fill(c);
+  st_client_close(c);
+}
+
+TEST(zeros_never_show_old_bytes) {
+  OPEN_CLIENT(c, srv.socket);
+  pk_zeros_never_show_old_bytes(c);
+  st_client_close(c);
+}
+
+TEST(written_makers_write_every_byte) {
+  OPEN_CLIENT(c, srv.socket);
+  pk_written_makers_write_every_byte(c);
+  st_client_close(c);
+}
+
+/* ------------------------------------------------ forged frees (raw wire) */
+
+typedef struct {
+  int64_t offset, size, slot, gen;
+} region_t;
+
+typedef struct {
+  rc_t c;
+  uint32_t *page;
+  size_t page_len;
+  st__cuda_mapping_t slab;   /* the first slab, imported */
+  int64_t slab_id;
+} raw_t;
+
+/* Calls make{full, v} on cuda over the raw connection; the reply's region
+ * into *r (the slab imported and the page mapped when they come). */
+static int raw_fill(raw_t *p, float v, region_t *r) {
+  static uint32_t id = 100;
+  msg_t m;
+  int before = p->c.nfds;
+  if (rc_rpcf(&p->c, &m, "[0, %u, 'call', [{endpoint: 'make', args: {kind: 'full', dev: "
+              "'cuda', v: %g}}]]", id++, (double)v) != 1)
+    return -1;
+  int rc = m.error ? -1 : 0;
+  const msgpack_object *e = rc ? NULL : &obj_get(m.result, "arenas")->via.array.ptr[0];
+  const msgpack_object *pool = e ? obj_get(e, "pool") : NULL;
+  const msgpack_object *pp = e ? obj_get(m.result, "pool_page") : NULL;
+  int *fds = p->c.fds + before;
+  if (!pool || (p->slab_id && obj_int(obj_get(e, "id")) != p->slab_id)) rc = -1;   /* one slab */
+  if (rc == 0 && pp) {
+    p->page_len = (size_t)obj_int(obj_get(pp, "bytes"));
+    void *b = mmap(NULL, p->page_len, PROT_READ | PROT_WRITE, MAP_SHARED,
+                   fds[obj_int(obj_get(pp, "fd"))], 0);
+    p->page = b == MAP_FAILED ? NULL : b;
+  }
+  if (rc == 0 && obj_get(e, "fd")) {
+    const msgpack_object *u = obj_get(e, "uuid");
+    char uuid[ST_CUDA_UUID_LEN];
+    snprintf(uuid, sizeof uuid, "%.*s", (int)u->via.str.size, u->via.str.ptr);
+    p->slab_id = obj_int(obj_get(e, "id"));
+    if (st__cuda_import(fds[obj_int(obj_get(e, "fd"))], (uint64_t)obj_int(obj_get(e, "bytes")),
+                        uuid, &p->slab, NULL, 0) != ST_OK)
+      rc = -1;
+  }
+  if (rc == 0) {
+    r->offset = obj_int(obj_get(pool, "offset"));
+    r->size = obj_int(obj_get(pool, "size"));
+    r->slot = obj_int(obj_get(pool, "slot"));
+    r->gen = obj_int(obj_get(pool, "gen"));
+  }
+  if (m.error) fprintf(stderr, "   make: %s: %s\n", msg_errname(&m), msg_errmsg(&m));
+  msg_free(&m);
+  rc_drop_fds(&p->c);
+  return rc == 0 && p->page && p->slab.dptr ? 0 : -1;
+}
+
+static int raw_holds(const raw_t *p, const region_t *r, float v) {
+  float buf[PK_N];
+  if (st__cuda_copy_to_host(buf, p->slab.dptr + (uint64_t)r->offset, sizeof buf, p->slab.ordinal,
+                            NULL, 0) != ST_OK)
+    return 0;
+  for (int i = 0; i < PK_N; i++)
+    if (buf[i] != v) return 0;
+  return 1;
+}
+
+static void page_free(raw_t *p, uint32_t slot, uint32_t gen) {
+  __atomic_store_n(&p->page[16 + slot], gen, __ATOMIC_RELEASE);
+  __atomic_add_fetch(&p->page[3], 1, __ATOMIC_RELEASE);
+}
+
+static int apart(const region_t *a, const region_t *b) {
+  return a->offset + a->size <= b->offset || b->offset + b->size <= a->offset;
+}
+
+TEST(forged_frees_free_nothing) {
+  raw_t p;
+  memset(&p, 0, sizeof p);
+  CHECK(rc_open(&p.c, srv.socket) == 0);
+  msg_t m;
+  CHECK(rc_rpcf(&p.c, &m, "[0, 1, 'hello', [{protocol: 1, features: ['pool']}]]") == 1);
+  msg_free(&m);
+  region_t a, b, x;
+  CHECK(raw_fill(&p, 1.0f, &a) == 0 && raw_fill(&p, 2.0f, &b) == 0);
+  page_free(&p, (uint32_t)a.slot, (uint32_t)a.gen + 1);      /* a wrong generation */
+  page_free(&p, (uint32_t)b.slot + 7, 1);                     /* a slot never handed out */
+  for (int i = 0; i < 20; i++) {
+    CHECK(raw_fill(&p, 3.0f, &x) == 0);
+    CHECK(apart(&x, &a) && apart(&x, &b));
+    page_free(&p, (uint32_t)x.slot, (uint32_t)x.gen);
+  }
+  CHECK(raw_holds(&p, &a, 1.0f) && raw_holds(&p, &b, 2.0f));
+  page_free(&p, (uint32_t)a.slot, (uint32_t)a.gen);           /* a real free */
+  CHECK(raw_fill(&p, 4.0f, &x) == 0);
+  CHECK(x.offset == a.offset && x.slot == a.slot && x.gen != a.gen);
+  page_free(&p, (uint32_t)a.slot, (uint32_t)a.gen);           /* the same free again */
+  region_t y;
+  CHECK(raw_fill(&p, 5.0f, &y) == 0);
+  CHECK(apart(&y, &x) && apart(&y, &b));
+  CHECK(raw_holds(&p, &x, 4.0f) && raw_holds(&p, &b, 2.0f) && raw_holds(&p, &y, 5.0f));
+  st__cuda_unmap(&p.slab);
+  if (p.page) munmap(p.page, p.page_len);
+  rc_close(&p.c);
+}
+
+/* ------------------------------------------------ a client SIGKILLed */
+
+TEST(a_sigkilled_client_gives_its_slabs_back) {
+  int64_t u0 = used();
+  uint64_t free0 = gk_free();
+  int pfd[2];
+  CHECK(pipe(pfd) == 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(pfd[0]);
+    st_client_t *c = NULL;
+    char err[256];
+    if (st_client_connect(srv.socket, &c, err, sizeof err) != ST_OK) _exit(2);
+    for (int i = 0; i < 50; i++)
+      if (!fill(c, (float)i)) _exit(3);
+    if (write(pfd[1], "k", 1) != 1) _exit(4);
+    pause();
+    _exit(0);
+  }
+  close(pfd[1]);
+  char ch = 0;
+  CHECK(read(pfd[0], &ch, 1) == 1 && ch == 'k');
+  close(pfd[0]);
+  CHECK(used() >= u0 + 4 * MiB);
+  kill(pid, SIGKILL);
+  int status;
+  waitpid(pid, &status, 0);
+  CHECK_EQ_INT(wait_used(u0), u0);
+  CHECK(gk_wait_back_to(free0, 10000) == 0);
+}
+
+/* ------------------------------------------------ budgets */
+
+static void budget_body(stt_server_t *s) {
+  rc_t keep = M;
+  CHECK(rc_open(&M, s->socket) == 0);
+  st_client_t *c = stt_client_open(s->socket);
+  CHECK(c);
+  int64_t u0 = used(), fb = rc_info_int(&M, "counters.pool_fallbacks");
+  enum { HELD = 17 };
+  st_result_t *r[HELD];
+  st_args_t *a = st_args_new();
+  st_args_string(a, "kind", "ones");
+  st_args_string(a, "dev", "cuda");
+  st_args_int(a, "n", 262144);   /* 1 MiB */
+  for (int i = 0; i < HELD; i++) {
+    CHECK_EQ_INT(st_client_call(c, "make", a, &r[i]), ST_OK);
+    /* A quarter of 64 MiB: one slab of 16 MiB holds the first 16. */
+    if (i == 0) CHECK_EQ_INT(used() - u0, 16 * MiB);
+  }
+  st_args_free(a);
+  CHECK_EQ_INT(rc_info_int(&M, "counters.pool_fallbacks") - fb, 1);
+  CHECK_EQ_INT(used() - u0, 16 * MiB + 2 * MiB);   /* the slab, one allocation of its own */
+  for (int i = 0; i < HELD; i++) st_result_free(r[i]);
+  st_client_close(c);
+  CHECK_EQ_INT(wait_used(u0), u0);
+  rc_close(&M);
+  M = keep;
+}
+
+TEST(budgets_count_cuda_slabs) {
+  stt_server_t s;
+  stt_server_init(&s);
+  stt_server_config(&s, "workers = 1, memory_budget = { ['cuda:0'] = 67108864 },"
+                        " pool = { cuda_slab_bytes = 33554432 },");
+  stt_write_endpoints(&s, endpoints);
+  CHECK(stt_server_run(&s, budget_body) == 0);
+}
+
+int main(void) {
+  gk_require_device();
+  pk_dev = "cuda";
+  stt_server_setup(&srv,
+                   "workers = 1, pool = { cuda_slab_bytes = 4194304,"
+                   " cuda_max_bytes_per_connection = 67108864 },",
+                   endpoints);
+  if (rc_open(&M, srv.socket) != 0) return 1;
+  RUN(fresh_cuda_results_come_from_the_pool);
+  RUN(held_results_keep_their_bytes_under_random_frees);
+  RUN(a_written_result_skips_the_fill);
+  RUN(zeros_never_show_old_bytes);
+  RUN(written_makers_write_every_byte);
+  RUN(forged_frees_free_nothing);
+  RUN(a_sigkilled_client_gives_its_slabs_back);
+  RUN(budgets_count_cuda_slabs);
+  rc_close(&M);
+  return stt_server_finish(&srv);
+}
