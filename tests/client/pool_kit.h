@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "client_kit.h"
 #ifdef PK_WITH_CUDA
 #include "mem/cuda.h"
 #endif
@@ -158,5 +159,34 @@ static void pk_written_makers_write_every_byte(st_client_t *c) {
     if (strcmp(kinds[k], "full") == 0) CHECK(((float *)first)[PK_N - 1] == 2.5f);
   }
 }
+
+/* The three checks above as tests on a connection of their own to
+ * pk_socket: PK_RUN_FILL_TESTS() runs them. */
+static const char *pk_socket;
+
+TEST(a_written_result_skips_the_fill) {
+  OPEN_CLIENT(c, pk_socket);
+  pk_written_result_skips_the_fill(c);
+  st_client_close(c);
+}
+
+TEST(zeros_never_show_old_bytes) {
+  OPEN_CLIENT(c, pk_socket);
+  pk_zeros_never_show_old_bytes(c);
+  st_client_close(c);
+}
+
+TEST(written_makers_write_every_byte) {
+  OPEN_CLIENT(c, pk_socket);
+  pk_written_makers_write_every_byte(c);
+  st_client_close(c);
+}
+
+#define PK_RUN_FILL_TESTS()                                          \
+  do {                                                               \
+    RUN(a_written_result_skips_the_fill);                            \
+    RUN(zeros_never_show_old_bytes);                                 \
+    RUN(written_makers_write_every_byte);                            \
+  } while (0)
 
 #endif

@@ -30,6 +30,7 @@
 
 #include "client_kit.h"
 #include "fixture.h"
+#include "holder_kit.h"
 #include "pool_kit.h"
 #include "wire.h"
 #include "../server/gpu_kit.h"
@@ -79,53 +80,12 @@ TEST(fresh_cuda_results_come_from_the_pool) {
   CHECK_EQ_INT(wait_used(u0), u0);
 }
 
+static void drop(st_result_t *r, float v, unsigned *seed) { st_result_free(r); }
+
 TEST(held_results_keep_their_bytes_under_random_frees) {
   OPEN_CLIENT(c, srv.socket);
-  enum { HOLD = 40, CALLS = 3000 };
-  st_result_t *held[HOLD];
-  float val[HOLD];
-  int n = 0;
-  unsigned seed = 777;
-  for (int i = 0; i < CALLS; i++) {
-    if (n == HOLD || (n > 0 && rand_r(&seed) % 3 == 0)) {
-      int k = (int)(rand_r(&seed) % (unsigned)n);
-      st_result_free(held[k]);
-      held[k] = held[n - 1];
-      val[k] = val[--n];
-    }
-    float v = (float)(i + 1);
-    st_result_t *r = fill(c, v);
-    CHECK(r && holds(r, v));
-    const char *p = st_result_tensor(r, 0)->data;
-    for (int k = 0; k < n; k++) {
-      const char *q = st_result_tensor(held[k], 0)->data;
-      CHECK(p + PK_BYTES <= q || q + PK_BYTES <= p);
-      if (i % 100 == 0) CHECK(holds(held[k], val[k]));
-    }
-    held[n] = r;
-    val[n++] = v;
-  }
-  for (int k = 0; k < n; k++) CHECK(holds(held[k], val[k]));
+  CHECK(pk_churn(c, 3000, 40, 777, PK_BYTES, 100, fill, holds, drop) == 0);
   CHECK_EQ_INT(rc_info_int(&M, "counters.pool_fallbacks"), 0);
-  for (int k = 0; k < n; k++) st_result_free(held[k]);
-  st_client_close(c);
-}
-
-TEST(a_written_result_skips_the_fill) {
-  OPEN_CLIENT(c, srv.socket);
-  pk_written_result_skips_the_fill(c);
-  st_client_close(c);
-}
-
-TEST(zeros_never_show_old_bytes) {
-  OPEN_CLIENT(c, srv.socket);
-  pk_zeros_never_show_old_bytes(c);
-  st_client_close(c);
-}
-
-TEST(written_makers_write_every_byte) {
-  OPEN_CLIENT(c, srv.socket);
-  pk_written_makers_write_every_byte(c);
   st_client_close(c);
 }
 
@@ -239,28 +199,10 @@ TEST(forged_frees_free_nothing) {
 TEST(a_sigkilled_client_gives_its_slabs_back) {
   int64_t u0 = used();
   uint64_t free0 = gk_free();
-  int pfd[2];
-  CHECK(pipe(pfd) == 0);
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(pfd[0]);
-    st_client_t *c = NULL;
-    char err[256];
-    if (st_client_connect(srv.socket, &c, err, sizeof err) != ST_OK) _exit(2);
-    for (int i = 0; i < 50; i++)
-      if (!fill(c, (float)i)) _exit(3);
-    if (write(pfd[1], "k", 1) != 1) _exit(4);
-    pause();
-    _exit(0);
-  }
-  close(pfd[1]);
-  char ch = 0;
-  CHECK(read(pfd[0], &ch, 1) == 1 && ch == 'k');
-  close(pfd[0]);
+  pid_t pid = pk_holder(srv.socket, fill, 50);
+  CHECK(pid > 0);
   CHECK(used() >= u0 + 4 * MiB);
-  kill(pid, SIGKILL);
-  int status;
-  waitpid(pid, &status, 0);
+  pk_kill(pid);
   CHECK_EQ_INT(wait_used(u0), u0);
   CHECK(gk_wait_back_to(free0, 10000) == 0);
 }
@@ -313,9 +255,8 @@ int main(void) {
   if (rc_open(&M, srv.socket) != 0) return 1;
   RUN(fresh_cuda_results_come_from_the_pool);
   RUN(held_results_keep_their_bytes_under_random_frees);
-  RUN(a_written_result_skips_the_fill);
-  RUN(zeros_never_show_old_bytes);
-  RUN(written_makers_write_every_byte);
+  pk_socket = srv.socket;
+  PK_RUN_FILL_TESTS();
   RUN(forged_frees_free_nothing);
   RUN(a_sigkilled_client_gives_its_slabs_back);
   RUN(budgets_count_cuda_slabs);

@@ -27,6 +27,7 @@
 #include "argcache_kit.h"
 #include "client_kit.h"
 #include "fixture.h"
+#include "holder_kit.h"
 
 #define N 1024   /* floats per result: 4 KiB */
 
@@ -87,50 +88,32 @@ static void *free_on_thread(void *r) {
   return NULL;
 }
 
+/* The three ways a held result goes: at once, its last reference on
+ * another thread, or two references (the region stays until both go). */
+static void drop_some_way(st_result_t *r, float v, unsigned *seed) {
+  switch (rand_r(seed) % 3) {
+  case 0: st_result_free(r); break;
+  case 1: {
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, free_on_thread, r) == 0);
+    pthread_join(th, NULL);
+    break;
+  }
+  default:
+    st_result_ref(r);
+    st_result_free(r);
+    CHECK(holds(r, v));
+    st_result_free(r);
+  }
+}
+
 TEST(held_results_keep_their_bytes_under_random_frees) {
   OPEN_CLIENT(c, srv.socket);
   int64_t sent = info("counters", "fds_sent");
-  enum { HOLD = 40, CALLS = 3000 };
-  st_result_t *held[HOLD];
-  float val[HOLD];
-  int n = 0;
-  unsigned seed = 4242;
-  for (int i = 0; i < CALLS; i++) {
-    if (n == HOLD || (n > 0 && rand_r(&seed) % 3 == 0)) {
-      int k = (int)(rand_r(&seed) % (unsigned)n);
-      switch (rand_r(&seed) % 3) {
-      case 0: st_result_free(held[k]); break;
-      case 1: {   /* the last reference goes on another thread */
-        pthread_t th;
-        CHECK(pthread_create(&th, NULL, free_on_thread, held[k]) == 0);
-        pthread_join(th, NULL);
-        break;
-      }
-      default:   /* two references: the region stays until both go */
-        st_result_ref(held[k]);
-        st_result_free(held[k]);
-        CHECK(holds(held[k], val[k]));
-        st_result_free(held[k]);
-      }
-      held[k] = held[n - 1];
-      val[k] = val[--n];
-    }
-    float v = (float)(i + 1);
-    st_result_t *r = fill(c, v);
-    CHECK(r && holds(r, v));
-    const char *p = st_result_tensor(r, 0)->data;
-    for (int k = 0; k < n; k++) {
-      const char *q = st_result_tensor(held[k], 0)->data;
-      CHECK(p + N * 4 <= q || q + N * 4 <= p);
-      CHECK(holds(held[k], val[k]));
-    }
-    held[n] = r;
-    val[n++] = v;
-  }
+  CHECK(pk_churn(c, 3000, 40, 4242, N * 4, 1, fill, holds, drop_some_way) == 0);
   /* Slabs of 64, 128 and 256 KiB hold 40 results: three slabs, the page. */
   CHECK(info("counters", "fds_sent") - sent <= 8);
   CHECK_EQ_INT(info("counters", "pool_fallbacks"), 0);
-  for (int k = 0; k < n; k++) st_result_free(held[k]);
   st_client_close(c);
 }
 
@@ -174,28 +157,10 @@ TEST(a_forked_child_freeing_a_result_frees_nothing) {
 TEST(a_sigkilled_client_gives_its_slabs_back) {
   int64_t bytes0 = wait_pool_bytes(0), fds0 = info("arenas", "fds"),
           count0 = info("arenas", "count");
-  int pfd[2];
-  CHECK(pipe(pfd) == 0);
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(pfd[0]);
-    st_client_t *c = NULL;
-    char err[256];
-    if (st_client_connect(srv.socket, &c, err, sizeof err) != ST_OK) _exit(2);
-    for (int i = 0; i < 50; i++)
-      if (!fill(c, (float)i)) _exit(3);
-    if (write(pfd[1], "k", 1) != 1) _exit(4);
-    pause();
-    _exit(0);
-  }
-  close(pfd[1]);
-  char ch = 0;
-  CHECK(read(pfd[0], &ch, 1) == 1 && ch == 'k');
-  close(pfd[0]);
+  pid_t pid = pk_holder(srv.socket, fill, 50);
+  CHECK(pid > 0);
   CHECK(pool_bytes() > bytes0);
-  kill(pid, SIGKILL);
-  int status;
-  waitpid(pid, &status, 0);
+  pk_kill(pid);
   double end = stt_now_ms() + 5000;
   while ((pool_bytes() != bytes0 || info("arenas", "fds") != fds0) && stt_now_ms() < end)
     stt_sleep_ms(5);

@@ -14,28 +14,9 @@ static stt_server_t srv;
 
 static const stt_endpoint_t endpoints[] = {{"make.lua", PK_MAKE}, {NULL, NULL}};
 
-TEST(a_written_result_skips_the_fill) {
-  OPEN_CLIENT(c, srv.socket);
-  pk_written_result_skips_the_fill(c);
-  st_client_close(c);
-}
-
-TEST(zeros_never_show_old_bytes) {
-  OPEN_CLIENT(c, srv.socket);
-  pk_zeros_never_show_old_bytes(c);
-  st_client_close(c);
-}
-
-TEST(written_makers_write_every_byte) {
-  OPEN_CLIENT(c, srv.socket);
-  pk_written_makers_write_every_byte(c);
-  st_client_close(c);
-}
-
 int main(void) {
   stt_server_setup(&srv, "workers = 1, pool = { slab_bytes = 65536 },", endpoints);
-  RUN(a_written_result_skips_the_fill);
-  RUN(zeros_never_show_old_bytes);
-  RUN(written_makers_write_every_byte);
+  pk_socket = srv.socket;
+  PK_RUN_FILL_TESTS();
   return stt_server_finish(&srv);
 }
