@@ -43,20 +43,6 @@ class Module(collections.OrderedDict):
         self.metadata = {}
 
 
-_new_module = Module.__new__
-_od_init = collections.OrderedDict.__init__
-
-
-def _module_of(pairs, metadata):
-    """Module(pairs) with .metadata: OrderedDict's own __init__ straight
-    on a new Module, half the time of the Python-level constructor for a
-    module of hundreds of tensors."""
-    m = _new_module(Module)
-    _od_init(m, pairs)
-    m.metadata = metadata
-    return m
-
-
 # ------------------------------------------------------------- tensors
 
 _torch_mod = None
@@ -121,11 +107,12 @@ def _join(path, key):
 
 def _module(spec, tensors, path):
     indices, names, meta = spec
-    if path:
-        prefix = path + "."
-        names = [full[len(prefix):] if full.startswith(prefix) else full for full in names]
-    return _module_of(zip(names, map(tensors.__getitem__, indices)),
-                      _place(meta, tensors, path) if meta is not None else {})
+    prefix = path + "." if path else ""
+    m = Module()
+    for i, full in zip(indices, names):
+        m[full[len(prefix):] if full.startswith(prefix) else full] = tensors[i]
+    m.metadata = _place(meta, tensors, path) if meta is not None else {}
+    return m
 
 
 def _place(v, tensors, path):
@@ -212,8 +199,9 @@ def _rebuild(v, tensors):
     if t is _Slot:
         return tensors[v.i]
     if t is _ModuleT:
-        return _module_of(zip(v.names, map(tensors.__getitem__, v.slots)),
-                          _rebuild(v.metadata, tensors))
+        m = Module(zip(v.names, map(tensors.__getitem__, v.slots)))
+        m.metadata = _rebuild(v.metadata, tensors)
+        return m
     if t is list:
         return [_rebuild(x, tensors) for x in v]
     if t is dict:
