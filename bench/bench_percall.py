@@ -18,10 +18,16 @@ unmapped each call, unless the client keeps arenas); a plain endpoint
 returning a fresh 4-float tensor; a managed and cached call + release; a
 managed call with a fresh result + release; submit + wait; a 4 KiB tensor
 argument returned; a 300-tensor module called again with its mapping
-cached; info(). --profile NAME runs one Python row under cProfile
-instead. Timings are printed, never asserted.
+cached; info(). Python alone: the cached call kept through ctypes only
+(st_client_call_summary + st_result_free, no conversion: what the
+package's own Python adds is the row above minus this one). After the
+table, whether the rows that keep a result reused its torch tensors (the
+same objects, no DLPack: docs/python.md, "What a call costs"): a "no"
+there means every call converted afresh. --profile NAME runs one Python
+row under cProfile instead. Timings are printed, never asserted.
 """
 import argparse
+import ctypes
 import gc
 import os
 import shutil
@@ -51,11 +57,14 @@ return {
 }
 """
 
+PYTHON_ONLY = {"cached_kept_lib"}
+
 ROWS = [
     ("raw", "raw Unix-socket ping-pong 64 B (floor)"),
     ("ping", "ping"),
     ("cached_kept", "cached 16-float tensor, result kept"),
     ("cached_dropped", "the same, result dropped each call"),
+    ("cached_kept_lib", "cached kept, Python through ctypes only"),
     ("fresh", "fresh 4-float tensor, call"),
     ("mcached_release", "managed cached call + release"),
     ("managed_release", "managed call, fresh result + release"),
@@ -163,17 +172,38 @@ def python_rows(st, torch, sock, device, iters):
     def info():
         c.info()
 
+    lib = st._lib.lib
+    out, summary = ctypes.c_void_p(), st._lib.ResultSummary()
+    out_ref, summary_ref = ctypes.byref(out), ctypes.byref(summary)
+
+    def cached_lib():
+        if lib.st_client_call_summary(c._ptr, b"cached16", None, out_ref, summary_ref) != 0:
+            sys.exit("st_client_call_summary failed")
+        lib.st_result_free(out.value)
+
     def prepare(key):
         keep.clear()
-        if key == "cached_kept":
+        if key in ("cached_kept", "cached_kept_lib"):
             keep["h"] = c.call("cached16")
         elif key == "module300":
             keep["h"] = c.call("module300")
 
-    fns = {"ping": ping, "cached_kept": cached, "cached_dropped": cached, "fresh": fresh,
+    def reused(key):
+        """Whether one more call of row `key` gives the kept result's own
+        torch tensors (None for rows that keep nothing)."""
+        h = keep.get("h")
+        if key == "cached_kept" and h is not None:
+            return c.call("cached16").value is h.value
+        if key == "module300" and h is not None:
+            again = c.call("module300").value.values()
+            return all(a is b for a, b in zip(again, h.value.values()))
+        return None
+
+    fns = {"ping": ping, "cached_kept": cached, "cached_kept_lib": cached_lib,
+           "cached_dropped": cached, "fresh": fresh,
            "mcached_release": managed("mcached16"), "managed_release": managed("managed16"),
            "submit_wait": submit_wait, "targ_4k": targ, "module300": module, "info": info}
-    return c, fns, prepare
+    return c, fns, prepare, reused
 
 
 def measure(fn, iters):
@@ -208,7 +238,7 @@ def main():
 
     d, sock, proc = start_server(build, o.device)
     try:
-        c, fns, prepare = python_rows(st, torch, sock, o.device, o.iters)
+        c, fns, prepare, reused = python_rows(st, torch, sock, o.device, o.iters)
         if o.profile:
             import cProfile
             import pstats
@@ -223,14 +253,19 @@ def main():
         # Row by row, C then Lua then Python, so that each row meets the
         # server in the same state from every side (tasks kept, objects).
         crow, lrow, prow = c_rows(build, sock, d, o.device, o.iters, ["raw"]), {}, {}
+        reuse = []
         for key, _ in ROWS[1:]:
-            crow.update(c_rows(build, sock, d, o.device, o.iters, [key]))
-            if o.device == "cpu":
-                lrow.update(lua_rows(sock, o.iters, [key]))
+            if key not in PYTHON_ONLY:
+                crow.update(c_rows(build, sock, d, o.device, o.iters, [key]))
+                if o.device == "cpu":
+                    lrow.update(lua_rows(sock, o.iters, [key]))
             n = o.iters // 4 if key == "module300" else o.iters
             prepare(key)
             gc.collect()
             prow[key] = measure(fns[key], max(n, 1))
+            r = reused(key)
+            if r is not None:
+                reuse.append("%s %s" % (key, "yes" if r else "NO"))
             prepare(None)
         c.close()
         print("bench_percall: device %s, %d CPUs, %d iterations per row (module300: a quarter), "
@@ -247,6 +282,7 @@ def main():
                 v = side.get(key)
                 cells.append("%7.2f" % (v[0] / cr[0]) if v and cr and cr[0] > 0 else "%7s" % "")
             print("%-42s %s" % (label, " ".join(cells)))
+        print("Python reused the kept result's torch tensors: " + ", ".join(reuse))
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

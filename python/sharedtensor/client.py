@@ -194,12 +194,13 @@ class Client:
     def _value_call(self, fn, *args):
         """Runs a method whose reply is a plain value; returns it converted."""
         out = _VOIDP()
-        self._do(fn, *args, _byref(out))
-        summary = _Summary()
+        with self._lock:
+            rc = fn(self._ptr or self._h(), *args, _byref(out))
+            if rc != 0:
+                self._fail(rc)
         res = _tensor.Result(out.value)
         try:
-            _result_summary(res.ptr, _byref(summary))
-            return _cv.value_of(res, summary, "torch", _slow_value)
+            return _cv.plain_value(res, _slow_value)
         finally:
             res.close()
 

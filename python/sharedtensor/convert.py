@@ -25,6 +25,7 @@ _l = _lib.lib
 _dlpack_all = _l.st_result_dlpack_all
 _marshal = _l.st_result_marshal
 _tensor_at = _l.st_result_tensor
+_tensor_count = _l.st_result_tensor_count
 _capsule = _lib.capsule
 _string_at = ctypes.string_at
 _VOIDP = ctypes.c_void_p
@@ -144,6 +145,18 @@ def value_of(res, summary, framework, slow):
     if not n:
         return v
     return _place(v, tensors_of(res, n, framework), "")
+
+
+def plain_value(res, slow):
+    """value_of for a reply read without a summary (info, status, ...):
+    one st_result_tensor_count instead of the summary struct."""
+    n = _tensor_count(res.ptr)
+    size = _SIZE()
+    p = _marshal(res.ptr, ctypes.byref(size))
+    if not p:
+        return slow(res, "torch")
+    v = marshal.loads(_string_at(p, size.value))
+    return _place(v, tensors_of(res, n, "torch"), "") if n else v
 
 
 # --------------------------------------------------------------- reuse

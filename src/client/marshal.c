@@ -25,20 +25,26 @@ typedef struct writer {
   int rc;
 } writer_t;
 
-static void put(writer_t *w, const void *p, size_t n) {
-  if (w->rc != ST_OK) return;
-  if (w->cap - w->len < n) {
-    size_t cap = w->cap ? w->cap * 2 : 1024;
-    while (cap - w->len < n) cap *= 2;
-    unsigned char *b = st__client_result_alloc(w->r, cap);
-    if (!b) {
-      w->rc = ST_ERR_OUT_OF_MEMORY;
-      return;
-    }
-    if (w->len) memcpy(b, w->buf, w->len);
-    w->buf = b;   /* the old block stays with the result until it is freed */
-    w->cap = cap;
+/* Makes room for n more bytes (the buffer doubles, from 4 KiB); 0, or
+ * -1 with w->rc set when out of memory. */
+static int grow(writer_t *w, size_t n) {
+  size_t cap = w->cap ? w->cap * 2 : 4096;
+  while (cap - w->len < n) cap *= 2;
+  unsigned char *b = st__client_result_alloc(w->r, cap);
+  if (!b) {
+    w->rc = ST_ERR_OUT_OF_MEMORY;
+    return -1;
   }
+  if (w->len) memcpy(b, w->buf, w->len);
+  w->buf = b;   /* the old block stays with the result until it is freed */
+  w->cap = cap;
+  return 0;
+}
+
+/* Appends n bytes. After an error the bytes are dropped (the result is
+ * refused anyway). */
+static inline void put(writer_t *w, const void *p, size_t n) {
+  if (w->cap - w->len < n && (w->rc != ST_OK || grow(w, n) < 0)) return;
   memcpy(w->buf + w->len, p, n);
   w->len += n;
 }

@@ -204,9 +204,7 @@ static void pack_tasks(msgpack_packer *pk, st__server_t *srv) {
   st__work_t *w = srv->work;
   st__pack_cstr(pk, "tasks");
   msgpack_pack_map(pk, ST_TASK_NSTATES + 1);
-  /* Pending tasks whose job a worker took are running: look first. */
-  for (st__task_t *t = w ? w->newest : NULL; t; t = t->older)
-    if (t->status == ST_TASK_PENDING) st__task_status(srv, t);
+  st__tasks_refresh(srv);   /* pending tasks a worker took are running */
   for (int s = 0; s < ST_TASK_NSTATES; s++) {
     st__pack_cstr(pk, st__task_status_name((st__task_status_t)s));
     msgpack_pack_uint64(pk, w ? w->nstatus[s] : 0);

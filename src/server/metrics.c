@@ -267,8 +267,7 @@ static void gauges(text_t *t, st__server_t *srv) {
          "Builds waiting for their serialized endpoint's turn.",
          srv->work ? (double)srv->work->nwaiting : 0);
   st__work_t *w = srv->work;
-  for (st__task_t *k = w ? w->newest : NULL; k; k = k->older)
-    if (k->status == ST_TASK_PENDING) st__task_status(srv, k);
+  st__tasks_refresh(srv);
   family(t, "sharedtensor_tasks", "gauge", "", "Tasks the server keeps, by status.");
   for (int s = 0; s < ST_TASK_NSTATES; s++) {
     snprintf(l, sizeof l, "status=\"%s\"", st__task_status_name((st__task_status_t)s));

@@ -143,6 +143,18 @@ st__task_status_t st__task_status(st__server_t *srv, st__task_t *t) {
   return t->status;
 }
 
+/* See work.h. The finished tasks past the last pending one (thousands,
+ * kept for tasks.ttl_s) are not looked at. Loop thread. */
+void st__tasks_refresh(st__server_t *srv) {
+  st__work_t *w = srv->work;
+  size_t pending = w ? w->nstatus[ST_TASK_PENDING] : 0;
+  for (st__task_t *t = w ? w->newest : NULL; t && pending; t = t->older)
+    if (t->status == ST_TASK_PENDING) {
+      pending--;
+      st__task_status(srv, t);
+    }
+}
+
 static void pack_error(msgpack_packer *pk, const st__task_t *t) {
   if (t->status == ST_TASK_FAILED || t->status == ST_TASK_CANCELLED)
     st__pack_error(pk, t->err_code ? t->err_code : ST_ERR_CANCELLED, t->err_msg);

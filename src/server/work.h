@@ -255,6 +255,11 @@ void st__task_finish_error(st__server_t *srv, st__task_t *t, int code, const cha
 /* Current status (pending becomes running once its job started). */
 st__task_status_t st__task_status(st__server_t *srv, st__task_t *t);
 
+/* Brings the status counts (st__work_t.nstatus) up to date: each pending
+ * task whose job a worker took becomes running. Walks the task list from
+ * the newest only down to the last pending task. Loop thread. */
+void st__tasks_refresh(st__server_t *srv);
+
 /* Packs task info (docs/protocol.md, "Task info"); st__reply_task answers
  * a request with it. */
 void st__pack_task(msgpack_packer *pk, st__server_t *srv, st__task_t *t);

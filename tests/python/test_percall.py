@@ -233,6 +233,26 @@ class MarshalTest(st_fixture.ServerTestCase):
         nan = self.c.call("echo", value=float("nan"))
         self.assertTrue(math.isnan(nan))
 
+    def test_large_values_equal_the_slow_conversion(self):
+        # Past the marshal writer's first 4 KiB and its doublings: strings
+        # that straddle a boundary, many small nodes, one long string.
+        values = [["x" * n for n in range(0, 300, 7)],
+                  {"k%d" % i: [i, -i * 1e9, "v" * (i % 13)] for i in range(500)},
+                  "\u00e9" * 9000]
+        for v in values:
+            with self.subTest(size=len(str(v))):
+                got = self.c.call("echo", value=v)
+                self.assertEqual(got, self.slow("echo", value=v))
+                self.assertEqual(got, v)
+
+    def test_a_module_value_in_a_map_keeps_its_short_names(self):
+        v = self.c.call("mixed")
+        again = self.c.call("mixed")
+        for m in (v["inner"]["m"], again["inner"]["m"]):
+            self.assertIsInstance(m, st.Module)
+            self.assertEqual(list(m), ["x"])
+            self.assertEqual(m.metadata, {})
+
     def test_invalid_utf8_falls_back_with_replacement(self):
         v = self.c.call("bad_utf8")
         self.assertEqual(v["s"], "ok\ufffd\ufffd")

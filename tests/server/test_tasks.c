@@ -324,6 +324,23 @@ TEST(tasks_come_in_pages) {
   stt_server_cleanup(&T);
 }
 
+/* info's task counts: a task a worker took counts as running although
+ * nothing asked its status, also behind newer finished tasks (the
+ * count's walk stops at the last pending task, not before it). */
+TEST(info_counts_a_started_task_behind_finished_ones) {
+  OPEN_RC(c, S.socket);
+  uint64_t a = rk_submit(&c, "slow", "s", 0.8);
+  uint64_t done[3];
+  for (int i = 0; i < 3; i++) done[i] = rk_submit(&c, "slow", "s", 0.0);
+  for (int i = 0; i < 3; i++) CHECK(rk_wait_status(&c, done[i], "completed", 5000) == 0);
+  CHECK(rc_wait_info(&c, "tasks.running", 1, 3000) == 0);
+  CHECK_EQ_INT(rc_info_int(&c, "tasks.pending"), 0);
+  CHECK_STR_EQ(rk_status(&c, a), "running");
+  CHECK(rk_wait_status(&c, a, "completed", 5000) == 0);
+  CHECK_EQ_INT(rc_info_int(&c, "tasks.running"), 0);
+  rc_close(&c);
+}
+
 static const stt_endpoint_t endpoints[] = {
     {"slow.lua",
      "return st.endpoint{ name = 'slow', params = { s = 0.5 },\n"
@@ -363,5 +380,6 @@ int main(void) {
   RUN(finished_tasks_expire_after_the_ttl);
   RUN(closing_the_caller_cancels_its_task);
   RUN(tasks_come_in_pages);
+  RUN(info_counts_a_started_task_behind_finished_ones);
   return stt_server_finish(&S);
 }
