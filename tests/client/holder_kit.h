@@ -6,27 +6,48 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <st/client.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* A child process that connects to `sock`, makes `n` results with
- * make(c, i) and holds them: returns its pid once they are made (-1 when
- * it failed); pk_kill SIGKILLs and reaps it. */
-static inline pid_t pk_holder(const char *sock, st_result_t *(*make)(st_client_t *, float), int n) {
+typedef st_result_t *(*pk_make_fn)(st_client_t *c, float v);
+
+/* The holder is a fresh image of the test binary (fork + exec of
+ * /proc/self/exe with PK_HOLDER_FLAG): a CUDA context does not survive
+ * fork, and a holder of CUDA results must import their slab. Every test
+ * that uses pk_holder calls pk_holder_main first thing in main, once
+ * whatever `make` depends on is set up. */
+#define PK_HOLDER_FLAG "--pk-holder"
+
+/* In the holder image (argv: PK_HOLDER_FLAG, socket, n): connects, makes
+ * n results with make(c, i), holds them, writes 'k' to descriptor 3 and
+ * waits to be killed; never returns. Elsewhere returns at once. */
+static inline void pk_holder_main(int argc, char **argv, pk_make_fn make) {
+  if (argc != 4 || strcmp(argv[1], PK_HOLDER_FLAG) != 0) return;
+  st_client_t *c = NULL;
+  char err[256];
+  if (st_client_connect(argv[2], &c, err, sizeof err) != ST_OK) _exit(2);
+  for (int i = 0; i < atoi(argv[3]); i++)
+    if (!make(c, (float)i)) _exit(3);
+  if (write(3, "k", 1) != 1) _exit(4);
+  for (;;) pause();
+}
+
+/* A holder process for `sock` that made `n` results and holds them:
+ * returns its pid once they are made (-1 when it failed); pk_kill
+ * SIGKILLs and reaps it. */
+static inline pid_t pk_holder(const char *sock, int n) {
   int pfd[2];
   if (pipe(pfd) != 0) return -1;
+  char nbuf[16];
+  snprintf(nbuf, sizeof nbuf, "%d", n);
   pid_t pid = fork();
   if (pid == 0) {
     close(pfd[0]);
-    st_client_t *c = NULL;
-    char err[256];
-    if (st_client_connect(sock, &c, err, sizeof err) != ST_OK) _exit(2);
-    for (int i = 0; i < n; i++)
-      if (!make(c, (float)i)) _exit(3);
-    if (write(pfd[1], "k", 1) != 1) _exit(4);
-    pause();
-    _exit(0);
+    if (dup2(pfd[1], 3) != 3) _exit(5);
+    execl("/proc/self/exe", "pk-holder", PK_HOLDER_FLAG, sock, nbuf, (char *)NULL);
+    _exit(127);
   }
   close(pfd[1]);
   char ch = 0;
@@ -51,7 +72,6 @@ static inline void pk_kill(pid_t pid) {
  * each); every `check_every` calls each held one must still hold its
  * own. The held ones are freed at the end. 0, or -1 at the first
  * failure (printed). */
-typedef st_result_t *(*pk_make_fn)(st_client_t *c, float v);
 static inline int pk_churn(st_client_t *c, int calls, int hold, unsigned seed, size_t bytes,
                            int check_every, pk_make_fn make,
                            int (*holds)(const st_result_t *r, float v),

@@ -157,7 +157,7 @@ TEST(a_forked_child_freeing_a_result_frees_nothing) {
 TEST(a_sigkilled_client_gives_its_slabs_back) {
   int64_t bytes0 = wait_pool_bytes(0), fds0 = info("arenas", "fds"),
           count0 = info("arenas", "count");
-  pid_t pid = pk_holder(srv.socket, fill, 50);
+  pid_t pid = pk_holder(srv.socket, 50);
   CHECK(pid > 0);
   CHECK(pool_bytes() > bytes0);
   pk_kill(pid);
@@ -232,7 +232,8 @@ TEST(budgets_count_slabs) {
   CHECK(stt_server_run(&s, budget_body) == 0);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  pk_holder_main(argc, argv, fill);
   stt_server_setup(&srv,
                    "workers = 1, pool = { slab_bytes = 65536, max_bytes_per_connection = 524288 },",
                    endpoints);
