@@ -3,7 +3,8 @@
  * a real stserver, with small slabs (pool.cuda_slab_bytes = 4 MiB, a
  * 64 MiB cap per connection):
  *   - fresh CUDA results are regions of a VMM slab: the slab's descriptor
- *     and the page go once, later results send none;
+ *     and the page go once, later results send none; info counts the slab
+ *     in memory["cuda:0"].pool_bytes until the connection closes;
  *   - thousands of calls with random frees: every held result keeps its
  *     bytes and no two held results overlap;
  *   - the skipped zero fill (pool_kit.h): ones skip it, zeros and empty
@@ -13,7 +14,7 @@
  *     handed out, a second free) free nothing: no held region is handed
  *     out again and its device bytes stay;
  *   - a client SIGKILLed with results outstanding gives its slabs back:
- *     the server's used bytes on cuda:0 and the device's free memory
+ *     the server's used and pool bytes on cuda:0 and the device's free memory
  *     (cuMemGetInfo, in this process) come back to the start;
  *   - budgets count CUDA slabs: with memory_budget["cuda:0"] = 64 MiB the
  *     pool's slabs are at most a quarter of it, charged to it, and a
@@ -43,12 +44,18 @@ static rc_t M;   /* the monitor: info */
 static const stt_endpoint_t endpoints[] = {{"make.lua", PK_MAKE}, {NULL, NULL}};
 
 static int64_t used(void) { return rc_info_int(&M, "memory.cuda:0.used_bytes"); }
+static int64_t pool_bytes(void) { return rc_info_int(&M, "memory.cuda:0.pool_bytes"); }
 
 /* Polls until the server's used bytes on cuda:0 are `want`; returns them. */
 static int64_t wait_used(int64_t want) {
   double end = stt_now_ms() + 10000;
   while (used() != want && stt_now_ms() < end) stt_sleep_ms(10);
   return used();
+}
+
+/* Polls until the pools' slab bytes on cuda:0 are back to 0. 0 or -1. */
+static int wait_pool_empty(void) {
+  return rc_wait_info(&M, "memory.cuda:0.pool_bytes", 0, 10000);
 }
 
 /* make{full, v} on cuda: 1000 floats, NULL when it fails. */
@@ -76,8 +83,11 @@ TEST(fresh_cuda_results_come_from_the_pool) {
   }
   CHECK_EQ_INT(rc_info_int(&M, "counters.fds_sent") - sent, 2);   /* the slab, the page */
   CHECK_EQ_INT(used() - u0, 4 * MiB);                              /* one slab */
+  CHECK_EQ_INT(pool_bytes(), 4 * MiB);   /* info counts it as pool bytes of cuda:0 */
+  CHECK_EQ_INT(rc_info_int(&M, "memory.cpu.pool_bytes"), 0);
   st_client_close(c);
   CHECK_EQ_INT(wait_used(u0), u0);
+  CHECK(wait_pool_empty() == 0);
 }
 
 static void drop(st_result_t *r, float v, unsigned *seed) { st_result_free(r); }
@@ -207,8 +217,10 @@ TEST(a_sigkilled_client_gives_its_slabs_back) {
   pid_t pid = pk_holder(srv.socket, fill, 50);
   CHECK(pid > 0);
   CHECK(used() >= u0 + 4 * MiB);
+  CHECK(pool_bytes() >= 4 * MiB);
   pk_kill(pid);
   CHECK_EQ_INT(wait_used(u0), u0);
+  CHECK(wait_pool_empty() == 0);
   CHECK(gk_wait_back_to(free0, 10000) == 0);
 }
 
