@@ -499,7 +499,8 @@ int st__client_pool_region(st_client_t *c, const msgpack_object *a, int *fds, si
  * frees wait for the oldest here, and the connection's close waits for
  * all; a page the connection already let go waits here. A region whose
  * event cannot be recorded is never written free (the server takes it
- * back with the connection). Any thread; never touches the socket. */
+ * back with the connection) and keeps its slab mapped in this process.
+ * Any thread; never touches the socket. */
 void st__client_pool_freed(struct st__pool_page *page, uint32_t slot, uint32_t gen,
                            st__mapping_t *slab, int ordinal);
 /* Writes the deferred frees of c's page whose events completed (oldest

@@ -172,8 +172,10 @@ void st__client_pool_freed(struct st__pool_page *pg, uint32_t slot, uint32_t gen
   }
   deferred_t d = {NULL, slab, slot, gen};
   if (st__client_event_record(ordinal, &d.ev) != ST_OK) {
-    /* Whether the device still reads it is unknown: never given back. */
-    write_free(pg, slot, 0, slab);
+    /* Whether the device still reads it is unknown: the region is never
+     * given back, and its slab reference is kept (the slab stays mapped
+     * in this process) so that nothing is unmapped under a kernel. */
+    page_unref(pg);
     return;
   }
   deferred_t done[POOL_DEFER_MAX + 1], over;
