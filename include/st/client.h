@@ -182,6 +182,21 @@ ST_API void st_result_ref(st_result_t *r);
  * may write it for the next result at once: the caller's work on a CUDA
  * result (kernels, copies on any stream) must be complete when its last
  * reference goes, as it must before an allocation of its own is unmapped.
+ * st_result_free records no CUDA event and waits for nothing.
+ *
+ * The exception is a result whose DLPack export was released by its
+ * consumer (the deleter of st_tensor_dlpack, include/st/dlpack.h: torch
+ * drops a tensor while kernels it queued on it may not have run yet).
+ * When such a result's last reference goes (the deleter's or a later
+ * st_result_free), each of its CUDA pool regions gets a CUDA event
+ * recorded on its device's legacy default stream (CU_STREAM_LEGACY, which
+ * waits for every blocking stream) and is given back only once the event
+ * completed: checked without blocking before each request of the
+ * connection, waited for when more than 64 such frees wait on one
+ * connection, and waited for by st_client_close before the slabs are
+ * unmapped. Work on a non-blocking stream (cudaStreamNonBlocking; torch's
+ * torch.cuda.Stream()) is not covered: synchronize that stream, or make
+ * the default stream wait for it, before the last tensor goes.
  * NULL is a no-op. Any thread. */
 ST_API void st_result_free(st_result_t *r);
 

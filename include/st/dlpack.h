@@ -106,7 +106,9 @@ typedef struct DLManagedTensorVersioned {
  * (st_result_ref), so the mapping lives until both the caller's
  * st_result_free and every deleter ran. NULL for NULL arguments, an
  * invalid dtype or out of memory. Any thread while r lives; the deleter
- * may run on any thread. */
+ * may run on any thread, and marks `r` as a result whose CUDA pool
+ * regions a device may still read (their return to the server then waits
+ * for the device: st_result_free in client.h). */
 ST_API void *st_tensor_dlpack(st_result_t *r, const st_tensor_t *t, int versioned);
 
 /* A PyCapsule destructor (PyCapsule_Destructor) for capsules made around

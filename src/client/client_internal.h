@@ -230,16 +230,27 @@ int st__client_map_slab(const st__arena_desc_t *d, int fd, st__mapping_t **out, 
 int st__client_mapping_is(const st__mapping_t *m, const st__arena_desc_t *d);
 /* map.c: a region of `slab` ([offset, offset+size), checked) as a mapping
  * of its own (one reference in *out; it holds one on the slab). Its last
- * release calls freed(page, slot, gen) (pool.c's st__client_pool_freed,
- * which takes over the page reference the caller gave). ST_OK,
+ * release calls freed(page, slot, gen, slab, ordinal) (pool.c's
+ * st__client_pool_freed, which takes over the page reference the caller
+ * gave and the region's slab reference); ordinal is the region's CUDA
+ * device when its free must wait for that device's work
+ * (st__client_mapping_release_after_device), else -1. ST_OK,
  * ST_ERR_PROTOCOL (out of the slab), ST_ERR_OUT_OF_MEMORY. Any thread. */
 struct st__pool_page;
-typedef void (*st__region_freed_fn)(struct st__pool_page *page, uint32_t slot, uint32_t gen);
+typedef void (*st__region_freed_fn)(struct st__pool_page *page, uint32_t slot, uint32_t gen,
+                                    st__mapping_t *slab, int ordinal);
 int st__client_map_region(st__mapping_t *slab, uint64_t offset, uint64_t size,
                           st__region_freed_fn freed, struct st__pool_page *page, uint32_t slot,
                           uint32_t gen, st__mapping_t **out);
 /* Drops one reference; the last one unmaps. NULL ok. Any thread. */
 void st__client_mapping_release(st__mapping_t *m);
+/* st__client_mapping_release for a holder whose memory a device may still
+ * read (a DLPack consumer let its tensor go: result.c): when m is a CUDA
+ * pool region of this process, its free waits, whichever release is its
+ * last, for the work queued on its device's legacy default stream up to
+ * that last release (pool.c). Other mappings: st__client_mapping_release.
+ * Any thread. */
+void st__client_mapping_release_after_device(st__mapping_t *m);
 /* One more reference on m: a result's (pin 0) or a connection's pin (pin
  * 1, arenarefs.c; st__client_mapping_unpin drops it). Any thread. */
 void st__client_mapping_ref(st__mapping_t *m, int pin);
@@ -314,6 +325,22 @@ void st__client_cuda_unmap(st__cuda_mapping_t *m);
 /* Synchronous copy of `bytes` from device address `src` on device
  * `ordinal` to host memory. ST_OK or a negative ST_ERR_*. */
 int st__client_cuda_to_host(void *dst, const void *src, size_t bytes, int ordinal);
+/* A CUDA event of device `ordinal` (taken from that device's free list,
+ * or created), recorded on the device's legacy default stream
+ * (CU_STREAM_LEGACY of its primary context): it completes once every
+ * piece of work queued there before now, and on the blocking streams the
+ * legacy stream waits for, is done. ST_OK with *out; ST_ERR_CAPABILITY
+ * (no driver), ST_ERR_INVALID_ARGUMENT (ordinal), or the driver's error
+ * (a stream capture in progress refuses the legacy stream). */
+typedef struct st__client_event st__client_event_t;
+int st__client_event_record(int ordinal, st__client_event_t **out);
+/* 1 when e completed (or its context failed, or the driver is gone: no
+ * work of it runs any more), 0 while it has not. Never blocks. */
+int st__client_event_done(st__client_event_t *e);
+/* Blocks until e completed (or its context failed). */
+void st__client_event_wait(st__client_event_t *e);
+/* Gives e back to its device's free list (NULL ok). */
+void st__client_event_put(st__client_event_t *e);
 
 /* result.c: decodes a reply's result into a new result. When `unwrap` the
  * value is result["value"] (call); otherwise the whole result (rpc). fds
@@ -464,9 +491,22 @@ int st__client_pool_region(st_client_t *c, const msgpack_object *a, int *fds, si
                            st__arena_desc_t *d, st__mapping_t **out);
 /* The last reference of a region went: stores gen into freed[slot] and
  * bumps freed_count (release order; gen 0, a region inherited by a forked
- * child, writes nothing), then drops the region's reference on the page.
- * Any thread. */
-void st__client_pool_freed(struct st__pool_page *page, uint32_t slot, uint32_t gen);
+ * child, writes nothing), then drops the region's references on the page
+ * and on `slab`. With ordinal >= 0 (a CUDA region a device may still
+ * read) it records an event on that device's legacy default stream and
+ * does all that once the event completed: the connection checks before
+ * each request (st__client_pool_poll), more than POOL_DEFER_MAX waiting
+ * frees wait for the oldest here, and the connection's close waits for
+ * all; a page the connection already let go waits here. A region whose
+ * event cannot be recorded is never written free (the server takes it
+ * back with the connection) and keeps its slab mapped in this process.
+ * Any thread; never touches the socket. */
+void st__client_pool_freed(struct st__pool_page *page, uint32_t slot, uint32_t gen,
+                           st__mapping_t *slab, int ordinal);
+/* Writes the deferred frees of c's page whose events completed (oldest
+ * first, up to the first that has not), without blocking. Thread of the
+ * client, before each request. */
+void st__client_pool_poll(st_client_t *c);
 
 /* argcache.c: tensor arguments the server keeps (see the top of that
  * file). */

@@ -10,11 +10,16 @@
  *     state, so each function here puts back the context that was current
  *     before (cuCtxGetCurrent is looked up once, like the table's entries);
  *   - fork: CUDA cannot be used in a child forked without exec. A mapping
- *     remembers the process that made it; another process only forgets it.
+ *     remembers the process that made it; another process only forgets it;
+ *   - events: recorded on a device's legacy default stream to give a pooled
+ *     region back once the device work queued before its free is done
+ *     (pool.c); kept on a free list per device and reused.
  *
- * Threads: any. The functions take no lock of their own.
+ * Threads: any. The event free list has its own lock; nothing else here
+ * takes one.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -152,6 +157,99 @@ int st__client_cuda_to_host(void *dst, const void *src, size_t bytes, int ordina
   return rc;
 }
 
+/* ------------------------------------------------------------ events */
+
+/* Events kept for reuse per device ordinal, beyond which a returned one
+ * is destroyed. */
+#define EVENT_DEVICES 64
+#define EVENT_KEEP 256
+
+struct st__client_event {
+  CUevent ev;
+  int ordinal;
+  st__client_event_t *next;   /* on its device's free list */
+};
+
+static pthread_mutex_t event_lock = PTHREAD_MUTEX_INITIALIZER;
+static st__client_event_t *event_free[EVENT_DEVICES];
+static size_t event_nfree[EVENT_DEVICES];
+
+/* See client_internal.h. Any thread. */
+int st__client_event_record(int ordinal, st__client_event_t **out) {
+  *out = NULL;
+  if (ordinal < 0 || ordinal >= EVENT_DEVICES) return ST_ERR_INVALID_ARGUMENT;
+  const st__cuda_api_t *a = st__cuda_api(NULL, 0);
+  if (!a) return ST_ERR_CAPABILITY;
+  pthread_mutex_lock(&event_lock);
+  st__client_event_t *e = event_free[ordinal];
+  if (e) {
+    event_free[ordinal] = e->next;
+    event_nfree[ordinal]--;
+  }
+  pthread_mutex_unlock(&event_lock);
+  CUcontext saved = ctx_save();
+  int rc = st__cuda_ctx_enter(ordinal, NULL, 0);
+  if (rc == ST_OK && !e) {
+    e = calloc(1, sizeof *e);
+    if (!e) {
+      rc = ST_ERR_OUT_OF_MEMORY;
+    } else if ((rc = st__cuda_error(a->cuEventCreate(&e->ev, CU_EVENT_DISABLE_TIMING),
+                                    "cuEventCreate", NULL, 0)) != ST_OK) {
+      free(e);
+      e = NULL;
+    } else {
+      e->ordinal = ordinal;
+    }
+  }
+  /* The legacy default stream waits for every blocking stream of the
+   * context and is the stream torch uses unless told otherwise. */
+  if (rc == ST_OK)
+    rc = st__cuda_error(a->cuEventRecord(e->ev, CU_STREAM_LEGACY), "cuEventRecord", NULL, 0);
+  ctx_restore(a, saved);
+  if (rc != ST_OK) {
+    st__client_event_put(e);
+    return rc;
+  }
+  *out = e;
+  return ST_OK;
+}
+
+/* See client_internal.h. Any thread. */
+int st__client_event_done(st__client_event_t *e) {
+  const st__cuda_api_t *a = st__cuda_api(NULL, 0);
+  /* cuEventQuery needs no current context. An error other than "not
+   * ready" is the context's sticky error (its work was abandoned) or the
+   * driver shutting down: nothing of this process reads the memory any
+   * more. */
+  return !a || a->cuEventQuery(e->ev) != CUDA_ERROR_NOT_READY;
+}
+
+/* See client_internal.h. Any thread. */
+void st__client_event_wait(st__client_event_t *e) {
+  const st__cuda_api_t *a = st__cuda_api(NULL, 0);
+  if (!a) return;
+  CUcontext saved = ctx_save();
+  if (st__cuda_ctx_enter(e->ordinal, NULL, 0) == ST_OK) a->cuEventSynchronize(e->ev);
+  ctx_restore(a, saved);
+}
+
+/* See client_internal.h. Any thread. */
+void st__client_event_put(st__client_event_t *e) {
+  if (!e) return;
+  pthread_mutex_lock(&event_lock);
+  int keep = event_nfree[e->ordinal] < EVENT_KEEP;
+  if (keep) {
+    e->next = event_free[e->ordinal];
+    event_free[e->ordinal] = e;
+    event_nfree[e->ordinal]++;
+  }
+  pthread_mutex_unlock(&event_lock);
+  if (keep) return;
+  const st__cuda_api_t *a = st__cuda_api(NULL, 0);
+  if (a) a->cuEventDestroy(e->ev);
+  free(e);
+}
+
 #else /* !ST_HAVE_CUDA */
 
 /* See client_internal.h: a build without CUDA maps no CUDA arena. */
@@ -192,5 +290,15 @@ int st__client_cuda_alloc(int ordinal, uint64_t bytes, int *fd, st__cuda_mapping
 int st__client_cuda_to_host(void *dst, const void *src, size_t bytes, int ordinal) {
   return bytes ? ST_ERR_CAPABILITY : ST_OK;
 }
+
+/* See client_internal.h: no CUDA region exists without CUDA. */
+int st__client_event_record(int ordinal, st__client_event_t **out) {
+  (void)ordinal;
+  *out = NULL;
+  return ST_ERR_CAPABILITY;
+}
+int st__client_event_done(st__client_event_t *e) { return e != NULL; }
+void st__client_event_wait(st__client_event_t *e) { (void)e; }
+void st__client_event_put(st__client_event_t *e) { (void)e; }
 
 #endif

@@ -2,7 +2,8 @@
  *
  * One allocation per exported tensor holds the managed tensor, the result
  * it keeps alive and the shape/strides copies; its deleter frees it and
- * drops the result reference. The PyCapsule destructor lives here too, in
+ * drops the result reference, marking the result as one whose CUDA pool
+ * regions a device may still read (result.h). The PyCapsule destructor lives here too, in
  * C: a destructor written in Python (ctypes) can run while the interpreter
  * is being torn down and crash it.
  */
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client/result.h"
 #include "st/dlpack.h"
 
 /* The manager context of one exported tensor: `managed` or `versioned` is
@@ -26,6 +28,11 @@ typedef struct export {
 } export_t;
 
 static void free_export(export_t *e) {
+  /* The consumer let its tensor go, maybe with kernels on it still
+   * queued (torch drops a tensor with its last Python reference, before
+   * the work it launched ran): the result's CUDA pool regions go back to
+   * the server once that work is done. */
+  st__client_result_after_device(e->result);
   st_result_free(e->result);
   free(e);
 }

@@ -33,7 +33,9 @@
  * slab is mapped for one connection, which holds it for its life, and a
  * region is a view of a slab with its own count; neither is ever found by
  * a lookup nor kept after its last reference, so no other connection can
- * be served them.
+ * be served them. A CUDA region released by a DLPack consumer
+ * (st__client_mapping_release_after_device) is given back to the server
+ * only once its device's queued work is done (pool.c).
  *
  * Threads: any; one mutex guards the table. Mapping happens under the lock
  * (mmap of a memfd and a CUDA import take tens of microseconds; creating a
@@ -79,6 +81,7 @@ struct st__mapping {
   st__region_freed_fn freed;      /* a region: called with the next three */
   struct st__pool_page *page;
   uint32_t slot, gen;
+  int after_device; /* a region: its free waits for its device's work */
 };
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -378,10 +381,12 @@ int st__client_map_arena(const char *server_id, const st__arena_desc_t *d, int f
 /* Drops one reference. The last one keeps a received arena mapped, at the
  * head of the kept list (trimming its oldest entries), or unmaps it and
  * forgets the entry (own allocations, a bound of 0, a mapping larger than
- * the bound, a child's inherited one). */
-void st__client_mapping_release(st__mapping_t *m) {
+ * the bound, a child's inherited one). `after_device`: see
+ * st__client_mapping_release_after_device (sticky on a region). */
+static void release(st__mapping_t *m, int after_device) {
   if (!m) return;
   cache_enter();
+  if (after_device && m->slab && m->cuda) m->after_device = 1;
   --m->refs;
   if (m->idle && m->refs == 0) idle_leave(m);   /* its last pin went */
   if (m->refs > 0 && !m->idle && m->pins && m->refs == m->pins) {
@@ -428,13 +433,21 @@ void st__client_mapping_release(st__mapping_t *m) {
   unmap_entries(unmap);
 }
 
+/* See client_internal.h. Any thread. */
+void st__client_mapping_release(st__mapping_t *m) { release(m, 0); }
+
+/* See client_internal.h. Any thread. */
+void st__client_mapping_release_after_device(st__mapping_t *m) { release(m, 1); }
+
 /* Unmaps and frees an entry no list holds any more. */
 static void unmap_entry(st__mapping_t *m) {
   if (m->slab) {   /* a region: the server may hand it out again */
     /* A child that inherited the region frees nothing: the parent's
-     * result may still use it (generation 0 writes nothing). */
-    m->freed(m->page, m->slot, m->pid == getpid() ? m->gen : 0);
-    st__client_mapping_release(m->slab);
+     * result may still use it (generation 0 writes nothing). The slab
+     * reference goes with the free, which may wait for the device. */
+    int mine = m->pid == getpid();
+    m->freed(m->page, m->slot, mine ? m->gen : 0, m->slab,
+             mine && m->after_device ? m->cm.ordinal : -1);
     free(m);
     return;
   }

@@ -11,8 +11,18 @@
  * last reference goes, on any thread, the region's generation is stored
  * into the control page's freed[slot] and freed_count bumped: the server
  * takes the region back before its next allocation from the pool and may
- * write it at once. For a CUDA region that means the caller's device work
- * on it must be complete when it frees it (client.h, st_result_free).
+ * write it at once. For a CUDA region that means the device work on it
+ * must be complete when it is freed: st_result_free from C leaves that
+ * to the caller (client.h); a region whose tensor a DLPack consumer
+ * released (torch, whose kernels on it may still be queued) is freed
+ * later: an event is recorded on its device's legacy default stream and
+ * the free, with the region's slab reference, waits in the page's
+ * deferred list until the event completed. The connection writes the
+ * frees whose events completed before each request it sends (never
+ * blocking), a free past POOL_DEFER_MAX waiting ones waits for the
+ * oldest, and the close waits for them all before the slabs go. The list
+ * has its own lock: frees come from any thread (torch drops tensors on
+ * its own threads), and none of this touches the socket.
  *
  * The control page ("STPL" v1: freed_count at byte 12, freed[] from byte
  * 64) comes once, mapped read-write. It is counted: the connection holds
@@ -21,6 +31,7 @@
  * mapped (the server no longer reads it), never into memory that now
  * belongs to something else.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,12 +45,27 @@
 #define PAGE_MAGIC 0x4c505453u   /* "STPL" little-endian */
 #define PAGE_HEADER 64u          /* freed[] starts here  */
 #define PAGE_COUNT 12u           /* freed_count          */
+/* Deferred CUDA frees a page lets wait before a new one waits for the
+ * oldest. */
+#define POOL_DEFER_MAX 64
+
+/* A CUDA region's free waiting for its event. */
+typedef struct deferred {
+  st__client_event_t *ev;
+  st__mapping_t *slab;           /* the region's slab reference  */
+  uint32_t slot, gen;
+} deferred_t;
 
 struct st__pool_page {
   int refs;                      /* atomic                       */
   void *base;
   size_t len;
   uint32_t nslots;
+  pid_t pid;                     /* the process that mapped it   */
+  pthread_mutex_t lock;          /* guards the four below        */
+  int detached;                  /* the connection let it go     */
+  deferred_t *defer;             /* oldest first                 */
+  size_t ndefer, defer_cap;      /* ndefer: atomic reads outside */
 };
 
 typedef struct slab {
@@ -56,11 +82,15 @@ struct st__client_pool {
 static void page_unref(struct st__pool_page *pg) {
   if (!pg || __atomic_sub_fetch(&pg->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
   munmap(pg->base, pg->len);
+  free(pg->defer);
+  pthread_mutex_destroy(&pg->lock);
   free(pg);
 }
 
-/* See client_internal.h. Any thread. */
-void st__client_pool_freed(struct st__pool_page *pg, uint32_t slot, uint32_t gen) {
+/* Writes the free of (slot, gen) into the page and drops the region's
+ * references on the slab and the page. */
+static void write_free(struct st__pool_page *pg, uint32_t slot, uint32_t gen,
+                       st__mapping_t *slab) {
   uint32_t *w = (uint32_t *)pg->base;
   /* The slot was checked against nslots when the region was made; the
    * server never hands out generation 0. */
@@ -68,7 +98,126 @@ void st__client_pool_freed(struct st__pool_page *pg, uint32_t slot, uint32_t gen
     __atomic_store_n(&w[PAGE_HEADER / 4 + slot], gen, __ATOMIC_RELEASE);
     __atomic_add_fetch(&w[PAGE_COUNT / 4], 1, __ATOMIC_RELEASE);
   }
+  st__client_mapping_release(slab);
   page_unref(pg);
+}
+
+/* Frees n deferred entries taken off a page (no lock held): waits for
+ * each event first when `wait`, else they completed. */
+static void finish(struct st__pool_page *pg, deferred_t *d, size_t n, int wait) {
+  for (size_t i = 0; i < n; i++) {
+    if (wait) st__client_event_wait(d[i].ev);
+    st__client_event_put(d[i].ev);
+    write_free(pg, d[i].slot, d[i].gen, d[i].slab);
+  }
+}
+
+/* Moves the first n deferred entries of pg into out. Lock held. */
+static void take_first(struct st__pool_page *pg, size_t n, deferred_t *out) {
+  memcpy(out, pg->defer, n * sizeof *out);
+  memmove(pg->defer, pg->defer + n, (pg->ndefer - n) * sizeof *pg->defer);
+  __atomic_store_n(&pg->ndefer, pg->ndefer - n, __ATOMIC_RELAXED);
+}
+
+/* How many leading deferred entries of pg completed. Lock held. */
+static size_t count_done(const struct st__pool_page *pg) {
+  size_t n = 0;
+  while (n < pg->ndefer && st__client_event_done(pg->defer[n].ev)) n++;
+  return n;
+}
+
+/* Appends d to pg's deferred list; 0, or -1 when the page was let go or
+ * memory is short (d is then the caller's). *over gets the oldest entry
+ * when the list is past POOL_DEFER_MAX (*nover 1), once the completed
+ * ones are taken out into done[] (*ndone of them, at most
+ * POOL_DEFER_MAX + 1). Lock taken here. */
+static int defer_push(struct st__pool_page *pg, const deferred_t *d, deferred_t *done,
+                      size_t *ndone, deferred_t *over, size_t *nover) {
+  *ndone = *nover = 0;
+  pthread_mutex_lock(&pg->lock);
+  int rc = -1;
+  if (!pg->detached && pg->ndefer == pg->defer_cap) {
+    size_t cap = pg->defer_cap ? 2 * pg->defer_cap : 16;
+    deferred_t *q = realloc(pg->defer, cap * sizeof *q);
+    if (q) {
+      pg->defer = q;
+      pg->defer_cap = cap;
+    }
+  }
+  if (!pg->detached && pg->ndefer < pg->defer_cap) {
+    pg->defer[pg->ndefer] = *d;
+    __atomic_store_n(&pg->ndefer, pg->ndefer + 1, __ATOMIC_RELAXED);
+    rc = 0;
+    if (pg->ndefer > POOL_DEFER_MAX) {
+      size_t n = count_done(pg);
+      if (n > POOL_DEFER_MAX + 1) n = POOL_DEFER_MAX + 1;
+      take_first(pg, n, done);
+      *ndone = n;
+      if (pg->ndefer > POOL_DEFER_MAX) {
+        take_first(pg, 1, over);
+        *nover = 1;
+      }
+    }
+  }
+  pthread_mutex_unlock(&pg->lock);
+  return rc;
+}
+
+/* See client_internal.h. Any thread. */
+void st__client_pool_freed(struct st__pool_page *pg, uint32_t slot, uint32_t gen,
+                           st__mapping_t *slab, int ordinal) {
+  if (!gen || ordinal < 0) {
+    write_free(pg, slot, gen, slab);
+    return;
+  }
+  deferred_t d = {NULL, slab, slot, gen};
+  if (st__client_event_record(ordinal, &d.ev) != ST_OK) {
+    /* Whether the device still reads it is unknown: the region is never
+     * given back, and its slab reference is kept (the slab stays mapped
+     * in this process) so that nothing is unmapped under a kernel. */
+    page_unref(pg);
+    return;
+  }
+  deferred_t done[POOL_DEFER_MAX + 1], over;
+  size_t ndone, nover;
+  if (defer_push(pg, &d, done, &ndone, &over, &nover) != 0) {
+    finish(pg, &d, 1, 1);   /* the page was let go, or no memory: wait here */
+    return;
+  }
+  finish(pg, done, ndone, 0);
+  finish(pg, &over, nover, 1);
+}
+
+/* See client_internal.h. Thread of the client. */
+void st__client_pool_poll(st_client_t *c) {
+  struct st__pool_page *pg = c->pool ? c->pool->page : NULL;
+  if (!pg || __atomic_load_n(&pg->ndefer, __ATOMIC_RELAXED) == 0 || pg->pid != getpid())
+    return;
+  deferred_t done[POOL_DEFER_MAX + 1];
+  pthread_mutex_lock(&pg->lock);
+  size_t n = count_done(pg);
+  if (n > POOL_DEFER_MAX + 1) n = POOL_DEFER_MAX + 1;
+  take_first(pg, n, done);
+  pthread_mutex_unlock(&pg->lock);
+  finish(pg, done, n, 0);
+}
+
+/* The connection lets pg go: later deferred frees wait where they are
+ * made, and those waiting now are waited for here (before the
+ * connection's slab references go). A child that inherited the page
+ * touches neither its lock nor the driver. */
+static void page_detach(struct st__pool_page *pg) {
+  if (!pg || pg->pid != getpid()) return;
+  pthread_mutex_lock(&pg->lock);
+  pg->detached = 1;
+  deferred_t *d = pg->defer;
+  size_t n = pg->ndefer;
+  pg->defer = NULL;
+  pg->defer_cap = 0;
+  __atomic_store_n(&pg->ndefer, 0, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&pg->lock);
+  finish(pg, d, n, 1);
+  free(d);
 }
 
 /* See client_internal.h. Any thread. */
@@ -81,6 +230,7 @@ int st__client_pool_disabled(void) {
 void st__client_pool_reset(st_client_t *c, int on) {
   struct st__client_pool *p = c->pool;
   if (p) {
+    page_detach(p->page);
     for (size_t i = 0; i < p->nslabs; i++) st__client_mapping_release(p->slabs[i].m);
     free(p->slabs);
     page_unref(p->page);
@@ -151,6 +301,8 @@ int st__client_pool_take_page(st_client_t *c, const msgpack_object *pp, int *fds
     return st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory");
   }
   pg->refs = 1;
+  pg->pid = getpid();
+  pthread_mutex_init(&pg->lock, NULL);
   pg->base = base;
   pg->len = (size_t)bytes;
   pg->nslots = (uint32_t)slots;

@@ -468,6 +468,11 @@ ST_API void st_result_ref(st_result_t *r) {
   if (r) __atomic_add_fetch(&r->extra_refs, 1, __ATOMIC_RELAXED);
 }
 
+/* See result.h. Any thread holding a reference. */
+void st__client_result_after_device(st_result_t *r) {
+  if (r) __atomic_store_n(&r->after_device, 1, __ATOMIC_RELEASE);
+}
+
 /* Drops one reference; the last one frees the result and drops its
  * open-cache references; see client.h. Any thread. */
 ST_API void st_result_free(st_result_t *r) {
@@ -481,7 +486,11 @@ ST_API void st_result_free(st_result_t *r) {
                                     __ATOMIC_ACQUIRE))
       return;
   }
-  for (size_t i = 0; i < r->nmaps; i++) st__client_mapping_release(r->maps[i]);
+  int after_device = __atomic_load_n(&r->after_device, __ATOMIC_ACQUIRE);
+  for (size_t i = 0; i < r->nmaps; i++) {
+    if (after_device) st__client_mapping_release_after_device(r->maps[i]);
+    else st__client_mapping_release(r->maps[i]);
+  }
   free(r->maps);
   free(r->tensors);
   st__block_t *b = r->blocks;

@@ -27,7 +27,17 @@ struct st_result {
   st_object_info_t object;       /* strings point into the blocks        */
   int extra_refs;                /* st_result_ref calls not yet matched by
                                     st_result_free (atomic; 0 at decode)  */
+  int after_device;              /* a DLPack consumer let a tensor go: the
+                                    CUDA regions' frees wait for the device
+                                    (atomic; st__client_result_after_device) */
 };
+
+/* A DLPack consumer released its tensor of r (dlpack.c): device work on
+ * it may still be queued, so whichever reference of r goes last, its CUDA
+ * pool regions are given back once the work queued on their device's
+ * legacy default stream by then is done (map.c, pool.c). Any thread
+ * holding a reference. */
+void st__client_result_after_device(st_result_t *r);
 
 /* 16-byte aligned memory owned by r, or NULL when out of memory. */
 void *st__client_result_alloc(st_result_t *r, size_t size);

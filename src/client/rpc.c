@@ -158,6 +158,9 @@ int st__client_exchange_until(st_client_t *c, const char *method, const void *pa
   st__client_clear_error(c);
   uint32_t id = c->next_id++;
   if (id == 0) id = c->next_id++;
+  /* CUDA regions whose deferred frees completed go back before the server
+   * allocates for this request (pool.c). */
+  st__client_pool_poll(c);
 
   st__cbuf_t b, withforget, withunmapped;
   st__client_cbuf_init(&b);

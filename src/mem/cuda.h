@@ -72,6 +72,13 @@ typedef struct st__cuda_api {
   PFN_cuMemcpyDtoH_v3020 cuMemcpyDtoH;
   PFN_cuMemcpyDtoD_v3020 cuMemcpyDtoD;
   PFN_cuMemsetD8Async_v3020 cuMemsetD8Async;
+  /* Events: libstclient defers the free of a pooled CUDA region until
+   * the device work queued before it is done (src/client/device.c). */
+  PFN_cuEventCreate_v2000 cuEventCreate;
+  PFN_cuEventRecord_v2000 cuEventRecord;
+  PFN_cuEventQuery_v2000 cuEventQuery;
+  PFN_cuEventSynchronize_v2000 cuEventSynchronize;
+  PFN_cuEventDestroy_v4000 cuEventDestroy;
   /* Legacy CUDA IPC (cuda_legacy.c): ipc = "legacy" endpoints only. */
   PFN_cuMemAlloc_v3020 cuMemAlloc;
   PFN_cuMemFree_v3020 cuMemFree;

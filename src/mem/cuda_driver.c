@@ -109,6 +109,11 @@ static void load_api(void) {
   LOAD(cuMemcpyDtoH);
   LOAD(cuMemcpyDtoD);
   LOAD(cuMemsetD8Async);
+  LOAD(cuEventCreate);
+  LOAD(cuEventRecord);
+  LOAD(cuEventQuery);
+  LOAD(cuEventSynchronize);
+  LOAD(cuEventDestroy);
   LOAD(cuMemAlloc);
   LOAD(cuMemFree);
   LOAD(cuIpcGetMemHandle);

@@ -157,11 +157,12 @@ static void pack_objects(msgpack_packer *pk, const st__objects_t *r) {
 }
 
 /* memory = {cpu = {budget, used_bytes, object_bytes, cached_bytes,
- * leased_bytes, task_bytes, objects[, pool_bytes: cpu]}, ...}: one
- * entry per device with a budget or objects. CUDA devices the server has
- * add free_bytes and total_bytes (cuMemGetInfo; free_bytes is nil until
- * this process holds the device's context, which it takes at start for
- * the sockets' devices and on a worker's first CUDA job otherwise). */
+ * leased_bytes, task_bytes, objects, pool_bytes}, ...}: one entry per
+ * device with a budget or objects. CUDA devices the server has add
+ * free_bytes and total_bytes (cuMemGetInfo; free_bytes is nil until this
+ * process holds the device's context, which it takes at start for the
+ * sockets' devices and on a worker's first CUDA job otherwise) and
+ * pool_bytes, the slab bytes of the result pools on that device. */
 static void pack_memory(msgpack_packer *pk, st__server_t *srv) {
   const st__objects_t *r = &srv->objects;
   st__pack_cstr(pk, "memory");
@@ -174,7 +175,7 @@ static void pack_memory(msgpack_packer *pk, st__server_t *srv) {
                                   ? st__devices_cuda(&srv->devices, atoi(r->budgets[i].device + 5))
                                   : NULL;
     int cpu = strcmp(r->budgets[i].device, "cpu") == 0;
-    msgpack_pack_map(pk, (dev ? 9 : 7) + cpu);
+    msgpack_pack_map(pk, (dev ? 10 : 7) + cpu);
     if (dev) {
       uint64_t free_b = 0, total_b = dev->memory_bytes;
       int known = st__cuda_ctx_ready(dev->index) &&
@@ -183,6 +184,7 @@ static void pack_memory(msgpack_packer *pk, st__server_t *srv) {
       if (known) msgpack_pack_uint64(pk, free_b);
       else msgpack_pack_nil(pk);
       st__pack_kv_uint(pk, "total_bytes", total_b);
+      st__pack_kv_uint(pk, "pool_bytes", st__mpool_device_bytes(dev->index));
     }
     st__pack_kv_uint(pk, "budget", s.budget);
     st__pack_kv_uint(pk, "used_bytes", s.used_bytes);

@@ -3,7 +3,8 @@
  * a real stserver, with small slabs (pool.cuda_slab_bytes = 4 MiB, a
  * 64 MiB cap per connection):
  *   - fresh CUDA results are regions of a VMM slab: the slab's descriptor
- *     and the page go once, later results send none;
+ *     and the page go once, later results send none; info counts the slab
+ *     in memory["cuda:0"].pool_bytes until the connection closes;
  *   - thousands of calls with random frees: every held result keeps its
  *     bytes and no two held results overlap;
  *   - the skipped zero fill (pool_kit.h): ones skip it, zeros and empty
@@ -13,11 +14,15 @@
  *     handed out, a second free) free nothing: no held region is handed
  *     out again and its device bytes stay;
  *   - a client SIGKILLed with results outstanding gives its slabs back:
- *     the server's used bytes on cuda:0 and the device's free memory
+ *     the server's used and pool bytes on cuda:0 and the device's free memory
  *     (cuMemGetInfo, in this process) come back to the start;
  *   - budgets count CUDA slabs: with memory_budget["cuda:0"] = 64 MiB the
  *     pool's slabs are at most a quarter of it, charged to it, and a
- *     result past them gets an allocation of its own (pool_fallbacks).
+ *     result past them gets an allocation of its own (pool_fallbacks);
+ *   - a region whose DLPack export is released while the legacy default
+ *     stream is held up (a host function waiting on a gate) is not handed
+ *     out again until that stream passed the release; st_client_close
+ *     waits for it.
  */
 #define PK_WITH_CUDA
 #include <signal.h>
@@ -29,6 +34,7 @@
 #include <unistd.h>
 
 #include "client_kit.h"
+#include "st/dlpack.h"
 #include "fixture.h"
 #include "holder_kit.h"
 #include "pool_kit.h"
@@ -43,12 +49,18 @@ static rc_t M;   /* the monitor: info */
 static const stt_endpoint_t endpoints[] = {{"make.lua", PK_MAKE}, {NULL, NULL}};
 
 static int64_t used(void) { return rc_info_int(&M, "memory.cuda:0.used_bytes"); }
+static int64_t pool_bytes(void) { return rc_info_int(&M, "memory.cuda:0.pool_bytes"); }
 
 /* Polls until the server's used bytes on cuda:0 are `want`; returns them. */
 static int64_t wait_used(int64_t want) {
   double end = stt_now_ms() + 10000;
   while (used() != want && stt_now_ms() < end) stt_sleep_ms(10);
   return used();
+}
+
+/* Polls until the pools' slab bytes on cuda:0 are back to 0. 0 or -1. */
+static int wait_pool_empty(void) {
+  return rc_wait_info(&M, "memory.cuda:0.pool_bytes", 0, 10000);
 }
 
 /* make{full, v} on cuda: 1000 floats, NULL when it fails. */
@@ -76,8 +88,11 @@ TEST(fresh_cuda_results_come_from_the_pool) {
   }
   CHECK_EQ_INT(rc_info_int(&M, "counters.fds_sent") - sent, 2);   /* the slab, the page */
   CHECK_EQ_INT(used() - u0, 4 * MiB);                              /* one slab */
+  CHECK_EQ_INT(pool_bytes(), 4 * MiB);   /* info counts it as pool bytes of cuda:0 */
+  CHECK_EQ_INT(rc_info_int(&M, "memory.cpu.pool_bytes"), 0);
   st_client_close(c);
   CHECK_EQ_INT(wait_used(u0), u0);
+  CHECK(wait_pool_empty() == 0);
 }
 
 static void drop(st_result_t *r, float v, unsigned *seed) { st_result_free(r); }
@@ -207,10 +222,106 @@ TEST(a_sigkilled_client_gives_its_slabs_back) {
   pid_t pid = pk_holder(srv.socket, 50);
   CHECK(pid > 0);
   CHECK(used() >= u0 + 4 * MiB);
+  CHECK(pool_bytes() >= 4 * MiB);
   pk_kill(pid);
   CHECK_EQ_INT(wait_used(u0), u0);
+  CHECK(wait_pool_empty() == 0);
   CHECK(gk_wait_back_to(free0, 10000) == 0);
 }
+
+/* ------------------------------------------------ frees after the device */
+
+#ifdef ST_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+
+/* A host function on the legacy default stream that returns once the gate
+ * opens: the stream's later work, and events recorded after it, wait. */
+static int gate_open;
+
+static void CUDART_CB gate(void *arg) {
+  (void)arg;
+  while (!__atomic_load_n(&gate_open, __ATOMIC_ACQUIRE)) usleep(1000);
+}
+
+static int close_gate(void) {
+  __atomic_store_n(&gate_open, 0, __ATOMIC_RELEASE);
+  return cudaSetDevice(0) == cudaSuccess && cudaLaunchHostFunc(cudaStreamLegacy, gate, NULL) ==
+                                                 cudaSuccess
+             ? 0
+             : -1;
+}
+
+static void *open_gate_later(void *arg) {
+  (void)arg;
+  stt_sleep_ms(300);
+  __atomic_store_n(&gate_open, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+/* Whether tensor 0 of r lies in [lo, lo + PK_BYTES). */
+static int in_bytes_of(const st_result_t *r, uintptr_t lo) {
+  uintptr_t a = (uintptr_t)st_result_tensor(r, 0)->data;
+  return a < lo + PK_BYTES && lo < a + PK_BYTES;
+}
+
+/* A fresh result exported through DLPack and the caller's reference
+ * dropped: the export holds the last one. *lo gets its device address. */
+static DLManagedTensorVersioned *exported(st_client_t *c, float v, uintptr_t *lo) {
+  st_result_t *r = fill(c, v);
+  if (!r) return NULL;
+  *lo = (uintptr_t)st_result_tensor(r, 0)->data;
+  DLManagedTensorVersioned *x = st_tensor_dlpack(r, st_result_tensor(r, 0), 1);
+  st_result_free(r);
+  return x;
+}
+
+TEST(a_region_released_through_dlpack_waits_for_the_default_stream) {
+  OPEN_CLIENT(c, srv.socket);
+  uintptr_t lo = 0;
+  DLManagedTensorVersioned *x = exported(c, 1.0f, &lo);
+  CHECK(x);
+  CHECK(close_gate() == 0);
+  x->deleter(x);   /* the last reference, while the stream is held up */
+  /* Until the gate opens: no copy (a synchronous copy would wait for it)
+   * and no CHECK (a failure would leave it shut). */
+  enum { HELD = 4 };
+  st_result_t *held[HELD];
+  int elsewhere = 1;
+  for (int i = 0; i < HELD; i++) {
+    held[i] = fill(c, 2.0f + (float)i);
+    if (!held[i] || in_bytes_of(held[i], lo)) elsewhere = 0;
+  }
+  __atomic_store_n(&gate_open, 1, __ATOMIC_RELEASE);
+  CHECK(cudaStreamSynchronize(cudaStreamLegacy) == cudaSuccess);
+  CHECK(elsewhere);   /* no held result took the bytes the stream may still read */
+  /* The event completed: the next request gives the region back, and
+   * one of the next two regions (both held) takes its bytes. */
+  st_result_t *a = fill(c, 5.0f), *b = fill(c, 6.0f);
+  CHECK(a && b && (in_bytes_of(a, lo) || in_bytes_of(b, lo)));
+  CHECK(holds(a, 5.0f) && holds(b, 6.0f));
+  for (int i = 0; i < HELD; i++) {
+    CHECK(holds(held[i], 2.0f + (float)i));
+    st_result_free(held[i]);
+  }
+  st_result_free(a);
+  st_result_free(b);
+  /* A free still waiting when the connection closes is waited for. */
+  x = exported(c, 7.0f, &lo);
+  CHECK(x && close_gate() == 0);
+  x->deleter(x);
+  pthread_t t;
+  if (pthread_create(&t, NULL, open_gate_later, NULL) != 0) {
+    __atomic_store_n(&gate_open, 1, __ATOMIC_RELEASE);
+    STT_FAIL("pthread_create failed");
+  }
+  st_client_close(c);
+  int waited = __atomic_load_n(&gate_open, __ATOMIC_ACQUIRE);   /* close returned after it */
+  pthread_join(t, NULL);
+  CHECK(waited);
+  CHECK(wait_pool_empty() == 0);
+}
+#endif
 
 /* ------------------------------------------------ budgets */
 
@@ -268,6 +379,9 @@ int main(int argc, char **argv) {
   PK_RUN_FILL_TESTS();
   RUN(forged_frees_free_nothing);
   RUN(a_sigkilled_client_gives_its_slabs_back);
+#ifdef ST_HAVE_CUDA
+  RUN(a_region_released_through_dlpack_waits_for_the_default_stream);
+#endif
   RUN(budgets_count_cuda_slabs);
   rc_close(&M);
   return stt_server_finish(&srv);
