@@ -30,7 +30,7 @@ import torch  # noqa: E402
 
 ENDPOINTS = {
     "full.lua": """
-return st.endpoint { name = "full", device = "cuda", params = { n = 262144, v = 0 },
+return st.endpoint { name = "full", device = "cuda", params = { n = 262144, v = 0.5 },
   build = function(a) return st.full { a.n, value = a.v, dtype = "float32" } end }
 """,
 }
