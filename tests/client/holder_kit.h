@@ -1,5 +1,6 @@
 /* A client process that holds results: for tests of what a SIGKILLed
- * client gives back (test_pool.c, test_gpu_pool.c). */
+ * client gives back (test_pool.c, test_gpu_pool.c); the churn of random
+ * frees and a server of its own for budget tests, shared by both. */
 #ifndef STT_HOLDER_KIT_H
 #define STT_HOLDER_KIT_H
 
@@ -10,6 +11,8 @@
 #include <st/client.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "fixture.h"
 
 typedef st_result_t *(*pk_make_fn)(st_client_t *c, float v);
 
@@ -111,6 +114,17 @@ static inline int pk_churn(st_client_t *c, int calls, int hold, unsigned seed, s
     st_result_free(held[k]);
   }
   return rc;
+}
+
+/* Runs body against a server of its own with config `config` serving
+ * `eps` (a test of budgets, which needs a small one). 0 when it ran. */
+static inline int pk_run_own_server(const char *config, const stt_endpoint_t *eps,
+                                    void (*body)(stt_server_t *)) {
+  stt_server_t s;
+  stt_server_init(&s);
+  stt_server_config(&s, config);
+  stt_write_endpoints(&s, eps);
+  return stt_server_run(&s, body);
 }
 
 #endif

@@ -356,12 +356,9 @@ static void budget_body(stt_server_t *s) {
 }
 
 TEST(budgets_count_cuda_slabs) {
-  stt_server_t s;
-  stt_server_init(&s);
-  stt_server_config(&s, "workers = 1, memory_budget = { ['cuda:0'] = 67108864 },"
-                        " pool = { cuda_slab_bytes = 33554432 },");
-  stt_write_endpoints(&s, endpoints);
-  CHECK(stt_server_run(&s, budget_body) == 0);
+  CHECK(pk_run_own_server("workers = 1, memory_budget = { ['cuda:0'] = 67108864 },"
+                          " pool = { cuda_slab_bytes = 33554432 },",
+                          endpoints, budget_body) == 0);
 }
 
 int main(int argc, char **argv) {

@@ -224,12 +224,9 @@ static void budget_body(stt_server_t *s) {
 }
 
 TEST(budgets_count_slabs) {
-  stt_server_t s;
-  stt_server_init(&s);
-  stt_server_config(&s, "workers = 1, memory_budget = { cpu = 1048576 },"
-                        " pool = { slab_bytes = 65536 },");
-  stt_write_endpoints(&s, endpoints);
-  CHECK(stt_server_run(&s, budget_body) == 0);
+  CHECK(pk_run_own_server("workers = 1, memory_budget = { cpu = 1048576 },"
+                          " pool = { slab_bytes = 65536 },",
+                          endpoints, budget_body) == 0);
 }
 
 int main(int argc, char **argv) {
