@@ -3,9 +3,10 @@ torch tensors while kernels on torch's default stream still read them
 (docs/pool.md, section 2, "Deferred CUDA frees"): the server must not
 hand a region out again, and write it, before those kernels ran.
 
-  - one long kernel (torch.cuda._sleep) ahead of `y = x * 2`, `del x`,
-    and at once a call whose result holds other values: y is old x * 2,
-    and the new result is not in x's bytes while the kernel is pending;
+  - the default stream held by a host function ahead of `y = x * 2`,
+    `del x`, and at once a call whose result holds other values: the new
+    result is not in x's bytes while the read is pending, and y is old
+    x * 2;
   - 2,000 fresh results dropped at random with kernels pending on them:
     every y is checked;
   - a process that exits with frees still waiting on their events (the
@@ -14,11 +15,13 @@ hand a region out again, and write it, before those kernels ran.
 
 run_tests.py skips (77) without torch or a CUDA device.
 """
+import ctypes
 import os
 import random
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import unittest
 
@@ -67,6 +70,26 @@ def wait_pool_bytes(c, want, timeout=10.0):
     return pool_bytes(c)
 
 
+class HostGate:
+    """A host function on the legacy default stream (cuLaunchHostFunc)
+    that holds the stream until open() (at most 30 s)."""
+
+    _fn_type = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+    def __init__(self):
+        self._event = threading.Event()
+        self._fn = self._fn_type(lambda _: self._event.wait(30))   # kept alive here
+        self._cuda = ctypes.CDLL("libcuda.so.1")
+
+    def launch(self):
+        CU_STREAM_LEGACY = ctypes.c_void_p(1)
+        rc = self._cuda.cuLaunchHostFunc(CU_STREAM_LEGACY, self._fn, None)
+        if rc != 0:
+            raise RuntimeError("cuLaunchHostFunc: CUresult %d" % rc)
+
+    def open(self):
+        self._event.set()
+
 class GpuPoolTest(st_fixture.ServerTestCase):
     ENDPOINTS = ENDPOINTS
     SERVER_OPTIONS = {"default_device": "socket",
@@ -77,20 +100,33 @@ class GpuPoolTest(st_fixture.ServerTestCase):
         self.assertEqual(x.device.type, "cuda")
         self.assertGreater(pool_bytes(self.c), 0)   # x is a region of the pool
         lo, hi = x.data_ptr(), x.data_ptr() + x.numel() * x.element_size()
-        torch.cuda.synchronize()
-        # On the default stream: a long kernel, then one that reads x.
-        torch.cuda._sleep(cycles(0.2))
-        y = x * 2
+        # y, the event and the kernel exist first: an allocation by
+        # torch's caching allocator, and the lazy loading of a kernel at
+        # its first launch, may wait for the default stream.
+        y = torch.empty_like(x)
         read = torch.cuda.Event()
+        torch.mul(x, 2, out=y)
         read.record()
-        del x   # the last reference: torch's deleter, the read still queued
-        z = self.c.call("full", n=N, v=7.0)
-        if not read.query():
-            # The read may still be pending: z must be elsewhere.
+        torch.cuda.synchronize()
+        # The default stream waits on a gate (a host function), then reads
+        # x. The GPU itself stays idle, so the server's kernels run at
+        # once: a region given back too early is overwritten before the
+        # read (a long kernel here instead would keep the GPU busy and
+        # the server's fill would queue behind it).
+        gate = HostGate()
+        gate.launch()
+        torch.mul(x, 2, out=y)
+        read.record()
+        try:
+            del x   # the last reference: torch's deleter, the read still queued
+            z = self.c.call("full", n=N, v=7.0)
+            self.assertFalse(read.query())
             zlo = z.data_ptr()
             zhi = zlo + z.numel() * z.element_size()
             self.assertTrue(zhi <= lo or hi <= zlo,
                             "the new result took the bytes a pending kernel reads")
+        finally:
+            gate.open()
         torch.cuda.synchronize()
         self.assertTrue(torch.equal(y, torch.full((N,), 2.0, device="cuda")),
                         "the kernel read bytes the next result had overwritten")
