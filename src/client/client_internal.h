@@ -225,6 +225,9 @@ int st__client_map_arena(const char *server_id, const st__arena_desc_t *d, int f
  * thread. */
 int st__client_map_slab(const st__arena_desc_t *d, int fd, st__mapping_t **out, char *err,
                         size_t errlen);
+/* map.c: the references m has now (a pool slab: the connection's and
+ * one per region of it). Any thread. */
+size_t st__client_mapping_refs(st__mapping_t *m);
 /* map.c: nonzero when mapping m is on the device `d` names (the CPU, or
  * the CUDA device of d->uuid). */
 int st__client_mapping_is(const st__mapping_t *m, const st__arena_desc_t *d);

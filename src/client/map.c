@@ -437,6 +437,14 @@ static void release(st__mapping_t *m, int after_device) {
 void st__client_mapping_release(st__mapping_t *m) { release(m, 0); }
 
 /* See client_internal.h. Any thread. */
+size_t st__client_mapping_refs(st__mapping_t *m) {
+  cache_enter();
+  size_t n = m->refs;
+  pthread_mutex_unlock(&cache_lock);
+  return n;
+}
+
+/* See client_internal.h. Any thread. */
 void st__client_mapping_release_after_device(st__mapping_t *m) { release(m, 1); }
 
 /* Unmaps and frees an entry no list holds any more. */

@@ -24,8 +24,18 @@
  * has its own lock: frees come from any thread (torch drops tensors on
  * its own threads), and none of this touches the socket.
  *
- * The control page ("STPL" v1: freed_count at byte 12, freed[] from byte
- * 64) comes once, mapped read-write. It is counted: the connection holds
+ * Slabs the server retired (a slab with no live region for pool.idle_s,
+ * docs/pool.md) are named by their bit in the page's `retired` word, the
+ * slab's index of its region entries: before each request the connection
+ * lets go of its mapping of each (unmapped once nothing of this process
+ * refers to it) and clears the bit, which lets the server give the index
+ * to a new slab. A region this process still holds cannot be in a retired
+ * slab (the server retires only slabs whose regions were all freed): one
+ * that is anyway (a server that breaks the rule) is not let go: it stays
+ * mapped, with its bit set, until a request after its last region went.
+ *
+ * The control page ("STPL" v1: freed_count at byte 12, retired at 16,
+ * freed[] from byte 64) comes once, mapped read-write. It is counted: the connection holds
  * one reference and each live region one, so a region freed after the
  * connection closed or reconnected writes into a page that is still
  * mapped (the server no longer reads it), never into memory that now
@@ -45,6 +55,8 @@
 #define PAGE_MAGIC 0x4c505453u   /* "STPL" little-endian */
 #define PAGE_HEADER 64u          /* freed[] starts here  */
 #define PAGE_COUNT 12u           /* freed_count          */
+#define PAGE_RETIRED 16u         /* bit per slab index   */
+#define NO_INDEX UINT32_MAX      /* a slab of a server that names none */
 /* Deferred CUDA frees a page lets wait before a new one waits for the
  * oldest. */
 #define POOL_DEFER_MAX 64
@@ -70,6 +82,7 @@ struct st__pool_page {
 
 typedef struct slab {
   uint64_t id;
+  uint32_t index;                /* its bit in `retired`         */
   st__mapping_t *m;              /* the connection's reference   */
 } slab_t;
 
@@ -87,18 +100,20 @@ static void page_unref(struct st__pool_page *pg) {
   free(pg);
 }
 
-/* Writes the free of (slot, gen) into the page and drops the region's
- * references on the slab and the page. */
+/* Drops the region's references on the slab and the page and writes the
+ * free of (slot, gen) into the page. The slab reference goes first: once
+ * the server can see the free it may retire the slab, and the connection
+ * then finds only its own reference left (pool_let_go_retired). */
 static void write_free(struct st__pool_page *pg, uint32_t slot, uint32_t gen,
                        st__mapping_t *slab) {
   uint32_t *w = (uint32_t *)pg->base;
+  st__client_mapping_release(slab);
   /* The slot was checked against nslots when the region was made; the
    * server never hands out generation 0. */
   if (gen) {
     __atomic_store_n(&w[PAGE_HEADER / 4 + slot], gen, __ATOMIC_RELEASE);
     __atomic_add_fetch(&w[PAGE_COUNT / 4], 1, __ATOMIC_RELEASE);
   }
-  st__client_mapping_release(slab);
   page_unref(pg);
 }
 
@@ -188,11 +203,9 @@ void st__client_pool_freed(struct st__pool_page *pg, uint32_t slot, uint32_t gen
   finish(pg, &over, nover, 1);
 }
 
-/* See client_internal.h. Thread of the client. */
-void st__client_pool_poll(st_client_t *c) {
-  struct st__pool_page *pg = c->pool ? c->pool->page : NULL;
-  if (!pg || __atomic_load_n(&pg->ndefer, __ATOMIC_RELAXED) == 0 || pg->pid != getpid())
-    return;
+/* Writes the deferred frees whose events completed. Thread of the
+ * client. */
+static void poll_deferred(struct st__pool_page *pg) {
   deferred_t done[POOL_DEFER_MAX + 1];
   pthread_mutex_lock(&pg->lock);
   size_t n = count_done(pg);
@@ -200,6 +213,47 @@ void st__client_pool_poll(st_client_t *c) {
   take_first(pg, n, done);
   pthread_mutex_unlock(&pg->lock);
   finish(pg, done, n, 0);
+}
+
+/* Lets go of the slabs the server retired (bits set in the page's
+ * `retired` word): the connection's mapping of each goes, and its bit is
+ * cleared. A slab that something of this process still refers to (a
+ * server that retired it breaks the rule) keeps its mapping and its bit;
+ * it is let go at a request after its last region went. Thread of the
+ * client. */
+static void pool_let_go_retired(struct st__client_pool *p, uint32_t bits) {
+  uint32_t *w = (uint32_t *)p->page->base;
+  for (size_t i = 0; i < p->nslabs;) {
+    slab_t *s = &p->slabs[i];
+    if (s->index == NO_INDEX || !(bits & (1u << s->index))) {
+      i++;
+      continue;
+    }
+    bits &= ~(1u << s->index);
+    if (st__client_mapping_refs(s->m) > 1) {
+      i++;
+      continue;
+    }
+    uint32_t bit = 1u << s->index;
+    st__client_mapping_release(s->m);
+    *s = p->slabs[--p->nslabs];
+    __atomic_and_fetch(&w[PAGE_RETIRED / 4], ~bit, __ATOMIC_RELEASE);
+  }
+  /* Bits of slabs this connection was never sent: nothing to let go. */
+  if (bits) __atomic_and_fetch(&w[PAGE_RETIRED / 4], ~bits, __ATOMIC_RELEASE);
+}
+
+/* See client_internal.h. Thread of the client. */
+void st__client_pool_poll(st_client_t *c) {
+  struct st__pool_page *pg = c->pool ? c->pool->page : NULL;
+  if (!pg) return;
+  uint32_t retired = __atomic_load_n((uint32_t *)pg->base + PAGE_RETIRED / 4, __ATOMIC_ACQUIRE);
+  if (__atomic_load_n(&pg->ndefer, __ATOMIC_RELAXED) == 0 && retired == 0) return;
+  if (pg->pid != getpid()) return;
+  if (__atomic_load_n(&pg->ndefer, __ATOMIC_RELAXED) > 0) poll_deferred(pg);
+  /* After the deferred frees: one written now lets its slab go at the
+   * next request, when the server saw it. */
+  if (retired) pool_let_go_retired(c->pool, retired);
 }
 
 /* The connection lets pg go: later deferred frees wait where they are
@@ -345,13 +399,21 @@ static int slab_desc(const msgpack_object *a, st__arena_desc_t *d) {
 }
 
 /* Maps slab `d` that entry `a` sends (its descriptor from fds) and keeps
- * it for the connection. */
-static int slab_add(st_client_t *c, const msgpack_object *a, const st__arena_desc_t *d, int *fds,
-                    size_t nfds, st__mapping_t **out) {
+ * it for the connection as slab `index` (NO_INDEX: the server names
+ * none). An index this connection still holds a slab at is a PROTOCOL
+ * error: the server gives it to a new slab only once the old one was let
+ * go. */
+static int slab_add(st_client_t *c, const msgpack_object *a, const st__arena_desc_t *d,
+                    uint32_t index, int *fds, size_t nfds, st__mapping_t **out) {
   struct st__client_pool *p = c->pool;
   uint64_t fdi;
   if (get_u64(a, "fd", UINT32_MAX, &fdi))
     return st__client_fail(c, ST_ERR_PROTOCOL, "pool slab %llu: bad fd", (unsigned long long)d->id);
+  for (size_t i = 0; i < p->nslabs && index != NO_INDEX; i++)
+    if (p->slabs[i].index == index)
+      return st__client_fail(c, ST_ERR_PROTOCOL, "pool slab %llu comes as slab %u, which slab "
+                             "%llu still is here", (unsigned long long)d->id, index,
+                             (unsigned long long)p->slabs[i].id);
   int fd = take_fd(fds, nfds, fdi);
   if (fd < 0)
     return st__client_fail(c, ST_ERR_PROTOCOL, "pool slab %llu: descriptor %llu missing or "
@@ -370,6 +432,7 @@ static int slab_add(st_client_t *c, const msgpack_object *a, const st__arena_des
   int rc = st__client_map_slab(d, fd, out, why, sizeof why);
   if (rc != ST_OK) return st__client_fail(c, rc, "pool slab: %s", why);
   p->slabs[p->nslabs].id = d->id;
+  p->slabs[p->nslabs].index = index;
   p->slabs[p->nslabs++].m = *out;
   return ST_OK;
 }
@@ -380,20 +443,21 @@ int st__client_pool_region(st_client_t *c, const msgpack_object *a, int *fds, si
   *out = NULL;
   struct st__client_pool *p = c->pool;
   const msgpack_object *po = st__map_get(a, "pool");
-  uint64_t off, size, slot, gen;
+  uint64_t off, size, slot, gen, index = NO_INDEX;
   if (!p || !p->page)
     return st__client_fail(c, ST_ERR_PROTOCOL, "the reply has a pool region but this "
                            "connection has no pool page");
   if (slab_desc(a, d) || po->type != MSGPACK_OBJECT_MAP ||
       get_u64(po, "offset", UINT64_MAX, &off) || get_u64(po, "size", UINT64_MAX, &size) ||
-      get_u64(po, "slot", p->page->nslots - 1u, &slot) || get_u64(po, "gen", UINT32_MAX, &gen))
+      get_u64(po, "slot", p->page->nslots - 1u, &slot) || get_u64(po, "gen", UINT32_MAX, &gen) ||
+      (st__map_get(po, "slab") && get_u64(po, "slab", 31, &index)))
     return st__client_fail(c, ST_ERR_PROTOCOL, "bad pool region in the reply");
   st__mapping_t *slab = slab_find(p, d->id);
   int rc = ST_OK;
   if (st__client_pool_has_fd(a)) {
     rc = slab ? st__client_fail(c, ST_ERR_PROTOCOL, "pool slab %llu sent twice",
                                 (unsigned long long)d->id)
-              : slab_add(c, a, d, fds, nfds, &slab);
+              : slab_add(c, a, d, (uint32_t)index, fds, nfds, &slab);
   } else if (!slab) {
     rc = st__client_fail(c, ST_ERR_PROTOCOL, "the reply names pool slab %llu, which this "
                          "connection was never sent", (unsigned long long)d->id);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/log.h"
 #include "mem/cuda.h"
@@ -14,12 +15,19 @@
 #include "mem/slab_alloc.h"
 #include "st/errors.h"
 
+/* A slab index with arena NULL is empty: never used, or retired. A
+ * retired slab whose descriptor the owner got keeps its index until the
+ * owner clears the index's bit in the page's `retired` word (it let its
+ * mapping go); one it never got frees the index at once. */
 typedef struct slab {
   st__arena_t *arena;         /* memfd or VMM arena, one reference     */
   st__slab_alloc_t alloc;
   int device;                 /* -1: the CPU, else a CUDA ordinal      */
   uint64_t size;              /* what the allocator manages            */
   int sent;                   /* the owner was sent its descriptor     */
+  uint32_t live;              /* regions in it (slots live)            */
+  uint64_t idle_since;        /* ns (monotonic) since live became 0    */
+  uint64_t serial;            /* order of making: the oldest is kept   */
 } slab_t;
 
 struct st__mpool {
@@ -27,8 +35,9 @@ struct st__mpool {
   atomic_int refs;
   st__mpool_cfg_t cfg;
   slab_t slabs[ST__MPOOL_MAX_SLABS];
-  uint32_t nslabs;
-  uint64_t bytes;             /* all slabs, every device               */
+  uint32_t nslabs;            /* indices used so far (live or empty)   */
+  uint64_t next_serial;
+  uint64_t bytes;             /* live slabs, every device              */
   st__slots_t slots;
   uint32_t *reclaim;          /* scratch of slots.n for st__slots_scan */
   st__arena_t *page;          /* control page arena                    */
@@ -36,7 +45,7 @@ struct st__mpool {
   int warned;                 /* the fallback was logged               */
 };
 
-static atomic_uint_fast64_t n_pools, n_slabs, n_regions, n_fallbacks;
+static atomic_uint_fast64_t n_pools, n_slabs, n_regions, n_fallbacks, n_retired;
 /* Slab bytes per device: [0] the CPU, [1 + N] cuda:N. */
 static atomic_uint_fast64_t n_dev_bytes[1 + ST__MPOOL_MAX_DEVICES];
 
@@ -47,6 +56,12 @@ static atomic_uint_fast64_t *dev_bytes(int device) {
 /* The page's fields, in the server's mapping. */
 static _Atomic uint32_t *page_word(st__mpool_t *p, size_t byte_off) {
   return (_Atomic uint32_t *)((char *)st__arena_base(p->page) + byte_off);
+}
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 int st__mpool_new(const st__mpool_cfg_t *cfg, st__mpool_t **out, char *err, size_t errlen) {
@@ -82,11 +97,12 @@ fail:
 static void pool_unref(st__mpool_t *p) {
   if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) != 1) return;
   for (uint32_t i = 0; i < p->nslabs; i++) {
+    if (!p->slabs[i].arena) continue;
     st__arena_unref(p->slabs[i].arena);
     st__slab_alloc_destroy(&p->slabs[i].alloc);
     atomic_fetch_sub(dev_bytes(p->slabs[i].device), p->slabs[i].size);
+    atomic_fetch_sub(&n_slabs, 1);
   }
-  atomic_fetch_sub(&n_slabs, p->nslabs);
   atomic_fetch_sub(&n_pools, 1);
   if (p->page) st__arena_unref(p->page);
   st__slots_destroy(&p->slots);
@@ -106,10 +122,15 @@ static void region_release(void *owner, uint32_t slot);
 
 void st__mpool_use(st__mpool_t *p) { st__arena_use_source(p ? region_source : NULL, p); }
 
-/* Gives slot i's pages back and frees the slot. Under mu. */
+/* Gives slot i's pages back and frees the slot; its slab is idle from now
+ * when that was its last region. Under mu. */
 static void take_back(st__mpool_t *p, uint32_t i) {
   st__slot_t *s = &p->slots.slot[i];
-  if (s->slab < p->nslabs) st__slab_alloc_give(&p->slabs[s->slab].alloc, s->off, s->len);
+  slab_t *sl = s->slab < p->nslabs ? &p->slabs[s->slab] : NULL;
+  if (sl && sl->arena) {
+    st__slab_alloc_give(&sl->alloc, s->off, s->len);
+    if (sl->live > 0 && --sl->live == 0) sl->idle_since = now_ns();
+  }
   st__slots_release(&p->slots, i);
   atomic_fetch_sub(&n_regions, 1);
 }
@@ -126,16 +147,68 @@ static uint64_t device_cap(const st__mpool_t *p, int device) {
   return cap;
 }
 
-/* Bytes of the slabs of `device` and the index of its last slab (-1). */
-static uint64_t device_slabs(const st__mpool_t *p, int device, int *last) {
+/* Bytes of the live slabs of `device` and the size of its largest (0:
+ * none). */
+static uint64_t device_slabs(const st__mpool_t *p, int device, uint64_t *largest) {
   uint64_t bytes = 0;
-  *last = -1;
+  *largest = 0;
   for (uint32_t i = 0; i < p->nslabs; i++) {
-    if (p->slabs[i].device != device) continue;
-    bytes += p->slabs[i].size;
-    *last = (int)i;
+    const slab_t *s = &p->slabs[i];
+    if (!s->arena || s->device != device) continue;
+    bytes += s->size;
+    if (s->size > *largest) *largest = s->size;
   }
   return bytes;
+}
+
+/* An index for a new slab: an empty one whose retirement the owner saw
+ * (its bit in the page's `retired` word is clear), else the next unused;
+ * -1 when all ST__MPOOL_MAX_SLABS are taken. Under mu. */
+static int free_index(st__mpool_t *p) {
+  uint32_t retired = atomic_load_explicit(page_word(p, ST__MPOOL_PAGE_RETIRED),
+                                          memory_order_acquire);
+  for (uint32_t i = 0; i < p->nslabs; i++)
+    if (!p->slabs[i].arena && !(retired & (1u << i))) return (int)i;
+  return p->nslabs < ST__MPOOL_MAX_SLABS ? (int)p->nslabs : -1;
+}
+
+/* Drops slab i (no region lives in it): its allocation goes (its bytes
+ * leave the ledger, the budget and pool_bytes); the owner, when it was
+ * sent the slab, is told by bit i of the page's `retired` word. Under
+ * mu. */
+static void retire(st__mpool_t *p, uint32_t i) {
+  slab_t *s = &p->slabs[i];
+  ST_LOG_D("pool", "slab %llu (%llu bytes on device %d) retired after %.1f s idle",
+           (unsigned long long)st__arena_id(s->arena), (unsigned long long)s->size, s->device,
+           p->cfg.idle_ns / 1e9);
+  st__arena_unref(s->arena);
+  st__slab_alloc_destroy(&s->alloc);
+  atomic_fetch_sub(dev_bytes(s->device), s->size);
+  atomic_fetch_sub(&n_slabs, 1);
+  atomic_fetch_add(&n_retired, 1);
+  p->bytes -= s->size;
+  if (s->sent)
+    atomic_fetch_or_explicit(page_word(p, ST__MPOOL_PAGE_RETIRED), 1u << i,
+                             memory_order_release);
+  memset(s, 0, sizeof *s);
+}
+
+/* Retires every slab with no live region for idle_ns, except the oldest
+ * live slab of each device: an idle connection rests at one slab per
+ * device, the first size, and its next call needs no new slab. Costs a
+ * clock read and a look at each slab. Under mu, before an allocation. */
+static void retire_idle(st__mpool_t *p) {
+  if (!p->cfg.idle_ns || p->nslabs < 2) return;
+  uint64_t now = now_ns();
+  for (uint32_t i = 0; i < p->nslabs; i++) {
+    slab_t *s = &p->slabs[i];
+    if (!s->arena || s->live || now - s->idle_since < p->cfg.idle_ns) continue;
+    int older = 0;
+    for (uint32_t k = 0; k < p->nslabs && !older; k++)
+      older = k != i && p->slabs[k].arena && p->slabs[k].device == s->device &&
+              p->slabs[k].serial < s->serial;
+    if (older) retire(p, i);
+  }
 }
 
 /* The control page, made with the first slab: a connection that never
@@ -157,21 +230,22 @@ static int page_ready(st__mpool_t *p) {
 
 /* A new slab on `device` big enough for `len` bytes, within the device's
  * cap: its index, or -1. The first slab of a device is slab_bytes (CPU)
- * or cuda_slab_bytes, each next doubles the device's last; sizes are
+ * or cuda_slab_bytes, each next doubles the device's largest; sizes are
  * multiples of the unit (a page; a CUDA device's allocation granularity,
  * so the allocator manages the whole VMM allocation). Under mu (the
  * memfd or VMM allocation is made under it: a worker waits for its own
  * pool only). */
 static int grow(st__mpool_t *p, int device, uint64_t len) {
-  if (p->nslabs == ST__MPOOL_MAX_SLABS || !page_ready(p)) return -1;
+  if (!page_ready(p)) return -1;
+  int idx = free_index(p);
+  if (idx < 0) return -1;
   uint64_t unit = ST__SLAB_PAGE;
   if (device >= 0 && (st__cuda_granularity(device, &unit, NULL, 0) != ST_OK || unit == 0 ||
                       unit % ST__SLAB_PAGE))
     return -1;
-  int last;
-  uint64_t have = device_slabs(p, device, &last), cap = device_cap(p, device) / unit * unit;
-  uint64_t size = last >= 0 ? 2 * p->slabs[last].size
-                            : device < 0 ? p->cfg.slab_bytes : p->cfg.cuda_slab_bytes;
+  uint64_t largest;
+  uint64_t have = device_slabs(p, device, &largest), cap = device_cap(p, device) / unit * unit;
+  uint64_t size = largest ? 2 * largest : device < 0 ? p->cfg.slab_bytes : p->cfg.cuda_slab_bytes;
   if (size < len) size = len;
   size = (size + unit - 1) / unit * unit;
   uint64_t need = (len + unit - 1) / unit * unit;
@@ -180,7 +254,7 @@ static int grow(st__mpool_t *p, int device, uint64_t len) {
     size = cap - have;
   }
   char why[256];
-  slab_t *s = &p->slabs[p->nslabs];
+  slab_t *s = &p->slabs[idx];
   int rc = device < 0 ? st__arena_new_cpu(size, &s->arena, why, sizeof why)
                       : st__arena_new_cuda(device, size, &s->arena, why, sizeof why);
   if (rc != ST_OK) {
@@ -196,10 +270,14 @@ static int grow(st__mpool_t *p, int device, uint64_t len) {
   s->device = device;
   s->size = size;
   s->sent = 0;
+  s->live = 0;
+  s->idle_since = now_ns();
+  s->serial = p->next_serial++;
   p->bytes += size;
   atomic_fetch_add(&n_slabs, 1);
   atomic_fetch_add(dev_bytes(device), size);
-  return (int)p->nslabs++;
+  if ((uint32_t)idx == p->nslabs) p->nslabs++;
+  return idx;
 }
 
 /* Takes back what the client freed since the last look. Under mu. */
@@ -233,10 +311,11 @@ static int region_source(void *ctx, const st__arena_spec_t *spec, st__arena_t **
     return ST_ERR_NOT_FOUND;
   pthread_mutex_lock(&p->mu);
   collect(p);
+  retire_idle(p);
   uint64_t off = 0, len = 0;
   int slab = -1;
   for (uint32_t i = 0; i < p->nslabs && slab < 0; i++)
-    if (p->slabs[i].device == device &&
+    if (p->slabs[i].arena && p->slabs[i].device == device &&
         st__slab_alloc_take(&p->slabs[i].alloc, bytes, &off, &len) == ST_OK)
       slab = (int)i;
   if (slab < 0 && p->slots.nfree > 0) {
@@ -248,6 +327,7 @@ static int region_source(void *ctx, const st__arena_spec_t *spec, st__arena_t **
   if (slab >= 0) {
     slot = st__slots_take(&p->slots, (uint32_t)slab, off, len);
     if (slot < 0) st__slab_alloc_give(&p->slabs[slab].alloc, off, len);
+    else p->slabs[slab].live++;
   }
   if (slot < 0) {
     int warn = !p->warned;
@@ -296,10 +376,11 @@ int st__mpool_describe(st__mpool_t *p, const st__arena_t *a, st__mpool_desc_t *d
   if (!st__arena_region(a, &owner, &slot) || owner != p) return 0;
   pthread_mutex_lock(&p->mu);
   st__slot_t *s = &p->slots.slot[slot];
-  int ok = s->live && !s->handed && s->slab < p->nslabs;
+  int ok = s->live && !s->handed && s->slab < p->nslabs && p->slabs[s->slab].arena;
   if (ok) {
     slab_t *sl = &p->slabs[s->slab];
     d->slab = sl->arena;
+    d->slab_index = s->slab;
     d->slab_id = st__arena_id(sl->arena);
     d->slab_bytes = sl->size;
     d->offset = s->off;
@@ -359,6 +440,7 @@ void st__mpool_stats(st__mpool_stats_t *s) {
   for (int i = 1; i <= ST__MPOOL_MAX_DEVICES; i++) s->cuda_bytes += atomic_load(&n_dev_bytes[i]);
   s->regions = atomic_load(&n_regions);
   s->fallbacks = atomic_load(&n_fallbacks);
+  s->retired = atomic_load(&n_retired);
 }
 
 uint64_t st__mpool_device_bytes(int device) {

@@ -10,6 +10,12 @@
  * and, once it was handed to the client, the client stored its
  * generation into the page (slab_alloc.h).
  *
+ * Slabs shrink with use: a slab with no live region for cfg.idle_ns is
+ * retired when a worker next allocates from the pool (never the oldest
+ * live slab of its device): its allocation goes, and the owner learns it
+ * from the slab's bit in the page's `retired` word, which it clears once
+ * it let its mapping go; only then may a new slab take the index.
+ *
  * A worker allocates from the pool that st__mpool_use made current on its
  * thread (st__arena_new asks it first); anything that does
  * not fit (the pool's cap, its slots, a result larger than
@@ -29,6 +35,7 @@
 #define ST__MPOOL_PAGE_MAGIC 0x4c505453u   /* "STPL" little-endian */
 #define ST__MPOOL_PAGE_VERSION 1u
 #define ST__MPOOL_PAGE_HEADER 64u          /* freed[] starts here */
+#define ST__MPOOL_PAGE_RETIRED 16u         /* u32: bit per slab index */
 
 typedef struct st__mpool st__mpool_t;
 
@@ -42,6 +49,9 @@ typedef struct st__mpool_cfg {
                                  (the ledger's) when it has one          */
   uint64_t cuda_max_result_bytes; /* larger CUDA arenas are not pooled   */
   uint32_t max_regions;       /* live regions (slots of the page)        */
+  uint64_t idle_ns;           /* a slab with no live region this long is
+                                 retired, unless it is its device's
+                                 oldest (0: never)                       */
 } st__mpool_cfg_t;
 
 /* A new pool with its control page (no slab yet). *out holds the owner's
@@ -75,6 +85,7 @@ void st__mpool_use(st__mpool_t *p);
 typedef struct st__mpool_desc {
   const st__arena_t *slab;    /* borrowed: dup its fd when send_slab      */
   uint64_t slab_id, slab_bytes, offset, size;
+  uint32_t slab_index;        /* its bit in the page's `retired` word     */
   uint32_t slot, gen;
   int send_slab;              /* the connection has not got the slab yet  */
 } st__mpool_desc_t;
@@ -103,7 +114,7 @@ int st__mpool_copy_out(const st__arena_t *a, st__arena_t **out, char *err, size_
 /* Process-wide figures for info and metrics (bytes: CPU slabs; cuda_bytes:
  * the slabs of every CUDA device). Any thread. */
 typedef struct st__mpool_stats {
-  uint64_t pools, slabs, bytes, cuda_bytes, regions, fallbacks;
+  uint64_t pools, slabs, bytes, cuda_bytes, regions, fallbacks, retired;
 } st__mpool_stats_t;
 void st__mpool_stats(st__mpool_stats_t *s);
 

@@ -105,6 +105,10 @@ static const st__setting_t pool_rows[] = {
      .lo = 0, .hi = INT64_C(1) << 50, .def = INT64_C(1) << 30,
      .description = "slab bytes one connection's pool may hold on one CUDA device (at most a "
                     "quarter of its memory_budget); past it results get arenas of their own"},
+    {.name = "idle_s", .type = ST_SET_SECONDS, .offset = F(pool_idle_s), .min = 0,
+     .max = 86400.0, .def_seconds = 5.0,
+     .description = "a slab with no live region this long is retired (never the oldest of a "
+                    "device; 0 = slabs live until the connection closes)"},
     {.name = NULL},
 };
 

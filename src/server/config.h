@@ -74,6 +74,9 @@ typedef struct st__config {
    * device, at most a quarter of its budget). */
   uint64_t pool_cuda_slab_bytes;
   uint64_t pool_cuda_max_bytes;
+  /* pool.idle_s: a slab with no live region this long is retired (0:
+   * never). */
+  double pool_idle_s;
   double shutdown_grace_s;      /* in-flight work gets this long on SIGTERM */
   /* tasks (docs/protocol.md, "submit" ... "tasks") */
   double task_ttl_s;            /* finished tasks are kept this long (600) */

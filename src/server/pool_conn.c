@@ -51,6 +51,7 @@ void st__pool_conn_hello(st__conn_t *c, const msgpack_object *features) {
   pc.cuda_slab_bytes = cfg->pool_cuda_slab_bytes;
   pc.cuda_max_bytes = cfg->pool_cuda_max_bytes;   /* mem/pool.c: a quarter of each budget */
   pc.cuda_max_result_bytes = result_cap(cfg, pc.cuda_max_bytes);
+  pc.idle_ns = (uint64_t)(cfg->pool_idle_s * 1e9);
   char why[256];
   if (st__mpool_new(&pc, &c->pool, why, sizeof why) != ST_OK)
     ST_LOG_W("pool", "conn %llu: no result pool: %s", (unsigned long long)c->id, why);
@@ -146,7 +147,9 @@ int st__pool_reply_fds(st__conn_t *c, const st__pool_reply_t *pr, int *fds, int 
 
 /* A region's arena entry: {fd?, bytes, device, uuid?, backend, id, pool}:
  * its slab's description (a memfd, or a VMM allocation on a device named
- * by UUID) with the region's place in it. */
+ * by UUID) with the region's place in it (pool: {slab, offset, size,
+ * slot, gen}; slab: the index whose bit in the page's `retired` word says
+ * the server dropped the slab). */
 static void pack_region(msgpack_packer *pk, const st__mpool_desc_t *d, uint32_t fd) {
   st__arena_desc_t a;
   memset(&a, 0, sizeof a);
@@ -159,7 +162,8 @@ static void pack_region(msgpack_packer *pk, const st__mpool_desc_t *d, uint32_t 
   st__pack_kv_str(pk, "backend", a.backend);
   st__pack_kv_uint(pk, "id", d->slab_id);
   st__pack_cstr(pk, "pool");
-  msgpack_pack_map(pk, 4);
+  msgpack_pack_map(pk, 5);
+  st__pack_kv_uint(pk, "slab", d->slab_index);
   st__pack_kv_uint(pk, "offset", d->offset);
   st__pack_kv_uint(pk, "size", d->size);
   st__pack_kv_uint(pk, "slot", d->slot);
