@@ -12,7 +12,12 @@
  *   - a client that never frees gets arenas of their own once the pool
  *     is full (counters.pool_fallbacks moves, metrics say the same), with
  *     correct results;
- *   - without the feature, results are arenas of their own, as before.
+ *   - without the feature, results are arenas of their own, as before;
+ *   - slabs shrink (a server of its own, pool.idle_s = 0.2): an idle slab
+ *     is retired (pool_bytes drops) and its index's bit set in the page's
+ *     `retired` word; while the client leaves the bit set the index is not
+ *     given to a new slab; bits the client sets on live slabs change
+ *     nothing; once it clears the bit, a new slab takes the index.
  */
 #include <sys/mman.h>
 
@@ -51,17 +56,21 @@ typedef struct {
   float *data;
   void *own;
   size_t own_len;
-  int64_t slab, offset, size, slot, gen;
+  int64_t slab, index, offset, size, slot, gen;
 } res_t;
 
-static int open_pool(pc_t *p, const char *features) {
+static int open_pool_at(pc_t *p, const char *sock, const char *features) {
   memset(p, 0, sizeof *p);
-  if (rc_open(&p->c, S.socket) != 0) return -1;
+  if (rc_open(&p->c, sock) != 0) return -1;
   msg_t m;
   int rc = rc_rpcf(&p->c, &m, "[0, 1, 'hello', [{protocol: 1, features: %s}]]", features);
   int ok = rc == 1 && !m.error;
   if (rc == 1) msg_free(&m);
   return ok ? 0 : -1;
+}
+
+static int open_pool(pc_t *p, const char *features) {
+  return open_pool_at(p, S.socket, features);
 }
 
 static void close_pool(pc_t *p) {
@@ -106,6 +115,7 @@ static int call_fill(pc_t *p, float v, res_t *r) {
     r->slab = -1;
   } else {
     r->slab = obj_int(obj_get(e, "id"));
+    r->index = obj_int(obj_get(pool, "slab"));
     r->offset = obj_int(obj_get(pool, "offset"));
     r->size = obj_int(obj_get(pool, "size"));
     r->slot = obj_int(obj_get(pool, "slot"));
@@ -289,6 +299,80 @@ TEST(without_the_feature_results_are_arenas_of_their_own) {
   close_pool(&p);
 }
 
+/* The page's `retired` word (byte 16). */
+static uint32_t retired(const pc_t *p) {
+  return __atomic_load_n(&p->page[4], __ATOMIC_ACQUIRE);
+}
+
+/* Holds n results of p in r (values base + i). */
+static void hold(pc_t *p, res_t *r, int n, float base) {
+  for (int i = 0; i < n; i++) CHECK(call_fill(p, base + (float)i, &r[i]) == 0 && r[i].slab > 0);
+}
+
+static void free_all(pc_t *p, res_t *r, int n) {
+  for (int i = 0; i < n; i++) page_free(p, (uint32_t)r[i].slot, (uint32_t)r[i].gen);
+}
+
+/* Calls (freeing each result) until bit `bit` of p's `retired` word is
+ * set, at most 10 s; 1 when it is, every result correct. */
+static int call_until_retired(pc_t *p, uint32_t bit) {
+  double end = stt_now_ms() + 10000;
+  for (int i = 0; stt_now_ms() < end && !(retired(p) & bit); i++) {
+    res_t r;
+    if (call_fill(p, (float)i, &r) != 0 || !holds(&r, (float)i)) return 0;
+    page_free(p, (uint32_t)r.slot, (uint32_t)r.gen);
+  }
+  return (retired(p) & bit) != 0;
+}
+
+static void shrink_body(stt_server_t *s) {
+  rc_t mon;
+  pc_t p;
+  CHECK(rc_open(&mon, s->socket) == 0);
+  CHECK(open_pool_at(&p, s->socket, "['pool']") == 0);
+  enum { H = 17 };   /* 16 fill the first slab: the 17th makes the second */
+  res_t r[H];
+  hold(&p, r, H, 0.0f);
+  CHECK(r[0].index == 0 && r[H - 1].index == 1 && p.nslabs == 2);
+  int64_t second = r[H - 1].slab;
+  CHECK_EQ_INT(rc_info_int(&mon, "memory.cpu.pool_bytes"), 192 << 10);
+  CHECK_EQ_INT(retired(&p), 0);
+  free_all(&p, r, H);
+  CHECK(call_until_retired(&p, 1u << 1));
+  CHECK_EQ_INT(rc_info_int(&mon, "memory.cpu.pool_bytes"), 64 << 10);
+  CHECK_EQ_INT(retired(&p), 1u << 1);   /* the first slab stays */
+  /* Left set: the next slab takes another index (its own descriptor). */
+  hold(&p, r, H, 100.0f);
+  CHECK(r[H - 1].index == 2 && r[H - 1].slab != second && p.nslabs == 3);
+  /* Bits set by the client on live slabs change nothing. */
+  __atomic_or_fetch(&p.page[4], 1u | (1u << 2), __ATOMIC_RELEASE);
+  res_t x;
+  CHECK(call_fill(&p, 7.0f, &x) == 0 && holds(&x, 7.0f));
+  page_free(&p, (uint32_t)x.slot, (uint32_t)x.gen);
+  for (int i = 0; i < H; i++) CHECK(holds(&r[i], 100.0f + (float)i));
+  CHECK_EQ_INT(rc_info_int(&mon, "memory.cpu.pool_bytes"), 192 << 10);
+  /* Cleared (the client let the slab go): a new slab takes index 1. */
+  __atomic_store_n(&p.page[4], 0, __ATOMIC_RELEASE);
+  free_all(&p, r, H);
+  CHECK(call_until_retired(&p, 1u << 2));
+  __atomic_store_n(&p.page[4], 0, __ATOMIC_RELEASE);
+  hold(&p, r, H, 200.0f);
+  CHECK(r[H - 1].index == 1 && r[H - 1].slab != second && p.nslabs == 4);
+  for (int i = 0; i < H; i++) CHECK(holds(&r[i], 200.0f + (float)i));
+  close_pool(&p);
+  rc_close(&mon);
+}
+
+TEST(idle_slabs_retire_and_the_page_says_which) {
+  stt_server_t s;
+  stt_server_init(&s);
+  stt_server_config(&s, "workers = 1, pool = { slab_bytes = 65536, max_bytes_per_connection = "
+                        "262144, idle_s = 0.2 },");
+  stt_write_endpoints(&s, (const stt_endpoint_t[]){{"fill.lua", EP_FILL}, {NULL, NULL}});
+  CHECK(stt_server_run(&s, shrink_body) == 0);
+  stt_server_cleanup(&s);
+}
+
 int main(void) {
   stt_server_setup(&S,
                    "workers = 1, pool = { slab_bytes = 65536, max_bytes_per_connection = 262144 },",
@@ -302,6 +386,7 @@ int main(void) {
   RUN(forged_frees_free_nothing);
   RUN(a_client_that_never_frees_gets_arenas_of_their_own);
   RUN(without_the_feature_results_are_arenas_of_their_own);
+  RUN(idle_slabs_retire_and_the_page_says_which);
   rc_close(&M);
   return stt_server_finish(&S);
 }
