@@ -124,6 +124,13 @@ static int run_check(const st__config_t *cfg, int config_errors) {
          (unsigned long long)cfg->max_queued_bytes_all_connections, cfg->max_cached_arguments);
   printf("limits: max_handoffs_per_connection=%d max_handoff_chunks=%llu\n",
          cfg->max_handoffs_per_connection, (unsigned long long)cfg->max_handoff_chunks);
+  printf("pool: slab_bytes=%llu max_bytes_per_connection=%llu max_result_bytes=%llu "
+         "max_regions=%d cuda_slab_bytes=%llu cuda_max_bytes_per_connection=%llu idle_s=%g "
+         "(each capped at a quarter of its device's budget; max_result_bytes 0: derived)\n",
+         (unsigned long long)cfg->pool_slab_bytes, (unsigned long long)cfg->pool_max_bytes,
+         (unsigned long long)cfg->pool_max_result_bytes, cfg->pool_max_regions,
+         (unsigned long long)cfg->pool_cuda_slab_bytes, (unsigned long long)cfg->pool_cuda_max_bytes,
+         cfg->pool_idle_s);
   st__errlist_t errs = {0};
   st__generation_t *gen = NULL;
   const st__load_opts_t load = {.limit_s = cfg->endpoint_load_timeout_s};
