@@ -3,26 +3,41 @@
  * reads with marshal.loads: the whole tree converted in C at once instead
  * of one ctypes access per node.
  *
- * Only codes every marshal version reads are written: None 'N', False
- * 'F', True 'T', int32 'i', long 'l' (15-bit digits), binary float 'g',
- * bytes 's', str 'u' (UTF-8), tuple '(', list '[', dict '{' ... '0'. A
- * tensor is the tuple (index,) and a module the tuple ([indices], [full
- * names], metadata), indices in st_result_tensor order: tuples stand for
- * nothing else. A value marshal cannot carry the same way is refused
- * (ST_ERR_NOT_FOUND): a string that is not strict UTF-8 (the package then
- * converts it node by node, with replacement characters), a tensor in a
- * map key.
+ * Only codes that every Python 3 from 3.4 on reads are written: None
+ * 'N', False 'F', True 'T', int32 'i', long 'l' (15-bit digits), binary
+ * float 'g', bytes 's', str 'u' (UTF-8), tuple '(', list '[', dict '{'
+ * ... '0', and references: a map key string is written once with the
+ * reference flag (0x80 on its code) and again as 'r' and its index, so
+ * that marshal.loads makes one str (hashed once) for a key that maps
+ * repeat. A tensor is the tuple (index,) and a module the tuple
+ * ([indices], [full names], metadata), indices in st_result_tensor order:
+ * tuples stand for nothing else. A value marshal cannot carry the same
+ * way is refused (ST_ERR_NOT_FOUND): a string that is not strict UTF-8
+ * (the package then converts it node by node, with replacement
+ * characters), a tensor in a map key.
  */
 #include <stdint.h>
 #include <string.h>
 
 #include "client/result.h"
 
+/* Map keys written with the reference flag: an open-addressing table of
+ * KEY_SLOTS slots by content, at most KEY_REFS of them (later keys are
+ * written whole each time), each with its index among the flagged
+ * objects (marshal numbers them in the order it reads them). */
+enum { KEY_SLOTS = 512, KEY_REFS = 256, KEY_MAX_LEN = 64 };
+typedef struct key_ref {
+  const char *ptr;        /* NULL: a free slot */
+  uint32_t len, index;
+} key_ref_t;
+
 typedef struct writer {
   st_result_t *r;
   unsigned char *buf;
   size_t len, cap;
   int rc;
+  uint32_t nkeys;
+  key_ref_t keys[KEY_SLOTS];
 } writer_t;
 
 /* Makes room for n more bytes (the buffer doubles, from 4 KiB); 0, or
@@ -135,6 +150,33 @@ static int64_t tensor_index(writer_t *w, const st_tensor_t *t, size_t *next) {
   return 0;
 }
 
+/* For map key string v: writes 'r' and its index when the same key was
+ * written before, or v with the reference flag when there is room for
+ * one more; 1 when done, 0 when the caller writes v as any string. */
+static int put_key_ref(writer_t *w, const st_value_t *v) {
+  const char *p = v->as.str.ptr;
+  size_t n = v->as.str.len;
+  if (!p || n > KEY_MAX_LEN) return 0;   /* NULL marks a free slot */
+  uint32_t h = 2166136261u;   /* FNV-1a */
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 16777619u;
+  size_t slot = h & (KEY_SLOTS - 1);
+  for (;; slot = (slot + 1) & (KEY_SLOTS - 1)) {
+    key_ref_t *k = &w->keys[slot];
+    if (!k->ptr) break;
+    if (k->len == n && memcmp(k->ptr, p, n) == 0) {
+      put_sized(w, 'r', k->index);
+      return 1;
+    }
+  }
+  if (w->nkeys == KEY_REFS || !utf8_ok((const unsigned char *)p, n)) return 0;
+  key_ref_t *k = &w->keys[slot];
+  *k = (key_ref_t){.ptr = p, .len = (uint32_t)n, .index = w->nkeys++};
+  put_sized(w, (char)('u' | 0x80), (uint32_t)n);
+  put(w, p, n);
+  return 1;
+}
+
+/* in_key: v is a map key or inside one. */
 static void put_value(writer_t *w, const st_value_t *v, size_t *next, int in_key) {
   if (w->rc != ST_OK) return;
   switch (v->kind) {
@@ -152,6 +194,7 @@ static void put_value(writer_t *w, const st_value_t *v, size_t *next, int in_key
     return;
   case ST_VALUE_STRING:
   case ST_VALUE_BINARY:
+    if (in_key && v->kind == ST_VALUE_STRING && put_key_ref(w, v)) return;
     if (v->as.str.len > INT32_MAX ||
         (v->kind == ST_VALUE_STRING &&
          !utf8_ok((const unsigned char *)v->as.str.ptr, v->as.str.len))) {

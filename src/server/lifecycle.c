@@ -316,6 +316,7 @@ void st__server_destroy(st__server_t *srv) {
            (unsigned long long)k->bytes_sent, (unsigned long long)k->fds_sent,
            (unsigned long long)(k->auth_refused + k->limit_refused));
   st__stats_free(srv);
+  st__describe_free(srv);
   if (srv->gen) st__generation_unref(srv->gen);
   srv->gen = NULL;
   free(srv->last_reload_error);

@@ -292,6 +292,8 @@ struct st__server {
   int grace_expired;          /* in-flight calls were cancelled           */
   int stopped;                /* the loop was told to stop                 */
   st__handoffs_t handoffs;    /* named hand-offs (rpc_handoff.c)           */
+  struct st__info_fixed *info_fixed; /* owned: info's pairs that move only at
+                                 start or on a reload, packed (describe.c) */
 };
 
 /* ------------------------------------------------------------- startup.c */
@@ -495,5 +497,8 @@ void st__describe_hello(msgpack_packer *pk, st__server_t *srv, int device);
 void st__describe_info(msgpack_packer *pk, st__server_t *srv);
 void st__describe_endpoints(msgpack_packer *pk, const st__generation_t *gen);
 void st__describe_devices(msgpack_packer *pk, const st__devices_t *d);
+/* Frees what describe.c keeps in srv (info's packed fixed pairs). Loop
+ * thread, as the server is destroyed. */
+void st__describe_free(st__server_t *srv);
 
 #endif

@@ -245,6 +245,26 @@ class MarshalTest(st_fixture.ServerTestCase):
                 self.assertEqual(got, self.slow("echo", value=v))
                 self.assertEqual(got, v)
 
+    def test_a_repeated_map_key_is_one_string(self):
+        # st_result_marshal writes a key once and refers back to it after:
+        # marshal.loads makes (and hashes) one str for every map that
+        # repeats it.
+        v = self.c.call("echo", value=[{"alpha": 1, "beta": 2}, {"beta": 3, "alpha": 4}])
+        self.assertEqual(v, [{"alpha": 1, "beta": 2}, {"beta": 3, "alpha": 4}])
+        first = {k: k for k in v[0]}   # Lua tables keep no key order
+        for k in v[1]:
+            self.assertIs(k, first[k])
+        info = self.c.info()
+        firsts = [next(iter(m)) for m in info["methods"].values()]
+        self.assertGreater(len(firsts), 1)
+        for k in firsts:
+            self.assertIs(k, firsts[0])
+        # Keys past the writer's 256 references, and long ones, are
+        # written whole: the same values either way.
+        many = {"k%d" % i: {"k%d" % i: i} for i in range(600)}
+        many["x" * 100] = {"x" * 100: 1}
+        self.assertEqual(self.c.call("echo", value=many), many)
+
     def test_a_module_value_in_a_map_keeps_its_short_names(self):
         v = self.c.call("mixed")
         again = self.c.call("mixed")
