@@ -22,7 +22,10 @@
  *   - a region whose DLPack export is released while the legacy default
  *     stream is held up (a host function waiting on a gate) is not handed
  *     out again until that stream passed the release; st_client_close
- *     waits for it.
+ *     waits for it;
+ *   - slabs shrink: with pool.idle_s = 0.2, slabs of 2, 4 and 8 MiB whose
+ *     results were all freed retire but the oldest, and the device gets
+ *     their memory back (server and client both let go).
  */
 #define PK_WITH_CUDA
 #include <signal.h>
@@ -361,6 +364,80 @@ TEST(budgets_count_cuda_slabs) {
                           endpoints, budget_body) == 0);
 }
 
+/* ------------------------------------------------ slabs shrink */
+
+/* make{full, n = 1 MiB of float32, v} on CUDA; NULL when it fails. */
+static st_result_t *make_mib(st_client_t *c, float v) {
+  st_args_t *a = st_args_new();
+  st_args_string(a, "kind", "full");
+  st_args_string(a, "dev", "cuda");
+  st_args_int(a, "n", 262144);
+  st_args_float(a, "v", v);
+  st_result_t *r = NULL;
+  int rc = st_client_call(c, "make", a, &r);
+  st_args_free(a);
+  if (rc != ST_OK) fprintf(stderr, "   make: %s\n", st_client_error(c));
+  return rc == ST_OK ? r : NULL;
+}
+
+static int mib_holds(const st_result_t *r, float v) {
+  float x[2];
+  const st_tensor_t *t = st_result_tensor(r, 0);
+  pk_get(t, 0, &x[0], sizeof x[0]);
+  pk_get(t, t->nbytes - sizeof x[1], &x[1], sizeof x[1]);
+  return x[0] == v && x[1] == v;
+}
+
+/* Calls (checked and freed) until the pool's bytes are `want`: 1, or 0
+ * after 10 s or a wrong result. */
+static int call_until_pool(st_client_t *c, int64_t want) {
+  double end = stt_now_ms() + 10000;
+  for (int i = 0; stt_now_ms() < end; i++) {
+    st_result_t *x = make_mib(c, (float)(100 + i % 5));
+    int ok = x && mib_holds(x, (float)(100 + i % 5));
+    st_result_free(x);
+    if (!ok) return 0;
+    if (pool_bytes() == want) return 1;
+  }
+  fprintf(stderr, "   pool_bytes %lld, want %lld\n", (long long)pool_bytes(), (long long)want);
+  return 0;
+}
+
+static void shrink_body(stt_server_t *s) {
+  rc_t keep = M;
+  CHECK(rc_open(&M, s->socket) == 0);
+  st_client_t *c = stt_client_open(s->socket);
+  CHECK(c);
+  enum { HELD = 14 };   /* 2 + 4 + 8 results of 1 MiB: slabs of 2, 4 and 8 MiB */
+  st_result_t *r[HELD];
+  for (int i = 0; i < HELD; i++) CHECK((r[i] = make_mib(c, (float)i)) != NULL);
+  CHECK_EQ_INT(pool_bytes(), 14 * MiB);
+  uint64_t grown = gk_free();
+  for (int i = 0; i < HELD; i++) {
+    CHECK(mib_holds(r[i], (float)i));
+    st_result_free(r[i]);
+  }
+  /* Idle for pool.idle_s, the 4 and 8 MiB slabs go; the oldest stays. */
+  CHECK(call_until_pool(c, 2 * MiB));
+  /* Both sides let go of them: the server released its allocations and
+   * this process unmapped its imports before its next request, so the
+   * device has their 12 MiB back (other processes may allocate meanwhile:
+   * at least 8 MiB, within 10 s). */
+  double end = stt_now_ms() + 10000;
+  while (gk_free() < grown + 8 * MiB && stt_now_ms() < end) CHECK(call_until_pool(c, 2 * MiB));
+  CHECK(gk_free() >= grown + 8 * MiB);
+  st_client_close(c);
+  CHECK(wait_pool_empty() == 0);
+  rc_close(&M);
+  M = keep;
+}
+
+TEST(idle_cuda_slabs_retire) {
+  CHECK(pk_run_own_server("workers = 1, pool = { cuda_slab_bytes = 2097152,"
+                          " cuda_max_bytes_per_connection = 16777216, idle_s = 0.2 },",
+                          endpoints, shrink_body) == 0);
+}
+
 int main(int argc, char **argv) {
   gk_require_device();
   pk_dev = "cuda";
@@ -380,6 +457,7 @@ int main(int argc, char **argv) {
   RUN(a_region_released_through_dlpack_waits_for_the_default_stream);
 #endif
   RUN(budgets_count_cuda_slabs);
+  RUN(idle_cuda_slabs_retire);
   rc_close(&M);
   return stt_server_finish(&srv);
 }
