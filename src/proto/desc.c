@@ -192,8 +192,13 @@ int st__tensor_extent(const st__tensor_desc_t *d, uint64_t *lo, uint64_t *hi) {
 /* See proto.h. `a` is borrowed; uuid is sent for CUDA arenas only; a
  * legacy arena has no fd and carries its IPC handle instead. */
 void st__pack_arena(msgpack_packer *pk, const st__arena_desc_t *a) {
+  st__pack_arena_open(pk, a, 0);
+}
+
+/* See proto.h. */
+void st__pack_arena_open(msgpack_packer *pk, const st__arena_desc_t *a, size_t extra) {
   size_t n = (a->legacy ? 8 : a->cuda ? 6 : 5) + (a->arg_id != 0) - (!a->legacy && a->no_fd);
-  msgpack_pack_map(pk, n);
+  msgpack_pack_map(pk, n + extra);
   if (!a->legacy && !a->no_fd) {
     st__pack_kv_uint(pk, "fd", a->fd);
   }

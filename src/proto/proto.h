@@ -221,6 +221,9 @@ int64_t st__tensor_numel(const st__tensor_desc_t *d);
  * "vmm" or "legacy" for cuda). A nonzero arg_id is packed as "arg_id",
  * and no_fd leaves "fd" out. */
 void st__pack_arena(msgpack_packer *pk, const st__arena_desc_t *a);
+/* The same map with room for `extra` more pairs, which the caller packs
+ * after it (a pooled region's "pool"). */
+void st__pack_arena_open(msgpack_packer *pk, const st__arena_desc_t *a, size_t extra);
 int st__parse_arena(const msgpack_object *o, st__arena_desc_t *a, char *err, size_t errlen);
 
 /* Modules: ext ST_EXT_MODULE whose payload is {tensors: [[name, tensor]...],

@@ -154,13 +154,11 @@ static void pack_region(msgpack_packer *pk, const st__mpool_desc_t *d, uint32_t 
   st__arena_desc_t a;
   memset(&a, 0, sizeof a);
   st__arena_describe(d->slab, &a);
-  msgpack_pack_map(pk, 5 + d->send_slab + (a.cuda != 0));
-  if (d->send_slab) st__pack_kv_uint(pk, "fd", fd);
-  st__pack_kv_uint(pk, "bytes", d->slab_bytes);
-  st__pack_kv_str(pk, "device", a.cuda ? "cuda" : "cpu");
-  if (a.cuda) st__pack_kv_str(pk, "uuid", a.uuid);
-  st__pack_kv_str(pk, "backend", a.backend);
-  st__pack_kv_uint(pk, "id", d->slab_id);
+  a.bytes = d->slab_bytes;
+  a.id = d->slab_id;
+  a.fd = fd;
+  a.no_fd = !d->send_slab;
+  st__pack_arena_open(pk, &a, 1);
   st__pack_cstr(pk, "pool");
   msgpack_pack_map(pk, 5);
   st__pack_kv_uint(pk, "slab", d->slab_index);
