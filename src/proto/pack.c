@@ -67,13 +67,22 @@ static void pack_error_map(msgpack_packer *pk, int err, const char *message, siz
   st__pack_cstr(pk, message ? message : st_strerror(err));
 }
 
-/* See proto.h. `s` is borrowed. */
+/* See proto.h. `s` is borrowed. A string shorter than 32 bytes (every
+ * map key: replies repeat hundreds) is a fixstr, its header and body
+ * written in one go; longer ones as msgpack-c packs them. */
 void st__pack_cstr(msgpack_packer *pk, const char *s) {
   if (!s) {
     msgpack_pack_nil(pk);
     return;
   }
   size_t n = strlen(s);
+  if (n < 32) {
+    char b[32];
+    b[0] = (char)(0xa0 | n);
+    memcpy(b + 1, s, n);
+    pk->callback(pk->data, b, n + 1);
+    return;
+  }
   msgpack_pack_str(pk, n);
   msgpack_pack_str_body(pk, s, n);
 }

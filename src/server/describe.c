@@ -73,42 +73,6 @@ void st__describe_hello(msgpack_packer *pk, st__server_t *srv, int device) {
   if (pool) st__pack_cstr(pk, "pool");
 }
 
-/* info's per-call pairs: a literal key shorter than 32 bytes (checked at
- * compile time) and its value in one write, with no strlen: the reply
- * repeats a hundred of them on every call. */
-#define LIT_LEN(k) sizeof(char[sizeof k <= 32 ? sizeof k - 1 : -1])
-#define KEY(pk, k) key_lit((pk), "" k, LIT_LEN(k))
-#define KV_U(pk, k, v) kv_uint((pk), "" k, LIT_LEN(k), (v))
-
-static size_t put_key(unsigned char *b, const char *k, size_t n) {
-  b[0] = (unsigned char)(0xa0 | n);   /* fixstr */
-  memcpy(b + 1, k, n);
-  return n + 1;
-}
-
-static void key_lit(msgpack_packer *pk, const char *k, size_t n) {
-  unsigned char b[32];
-  pk->callback(pk->data, (const char *)b, put_key(b, k, n));
-}
-
-/* v as msgpack packs it: the shortest unsigned form, big-endian. */
-static void kv_uint(msgpack_packer *pk, const char *k, size_t n, uint64_t v) {
-  unsigned char b[32 + 9];
-  size_t len = put_key(b, k, n), w = 8;
-  if (v < 0x80) {
-    b[len++] = (unsigned char)v;
-    w = 0;
-  } else {
-    unsigned char code = 0xcf;
-    if (v <= 0xff) code = 0xcc, w = 1;
-    else if (v <= 0xffff) code = 0xcd, w = 2;
-    else if (v <= 0xffffffffu) code = 0xce, w = 4;
-    b[len++] = code;
-  }
-  for (size_t i = w; i > 0; i--) b[len++] = (unsigned char)(v >> (8 * (i - 1)));
-  pk->callback(pk->data, (const char *)b, len);
-}
-
 /* Requests in flight, of every method (`all`) and of `call`. */
 static void inflight_counts(const st__stats_t *s, uint64_t *all, uint64_t *calls) {
   *all = 0;
@@ -131,21 +95,21 @@ static void pack_counters(msgpack_packer *pk, const st__server_t *srv) {
   X(tasks_expired) X(releases) X(leases_dropped) X(invalidations)
 #define COUNT(name) +1
   msgpack_pack_map(pk, 7 COUNTERS(COUNT));
-#define PACK(name) KV_U(pk, #name, c->name);
+#define PACK(name) st__pack_kv_uint(pk, #name, c->name);
   COUNTERS(PACK)
-  KV_U(pk, "evictions", o->evictions);
+  st__pack_kv_uint(pk, "evictions", o->evictions);
   st__ledger_stats_t l;
   st__ledger_stats(-1, &l);
-  KV_U(pk, "budget_refusals", l.refusals);
-  KV_U(pk, "objects_created", o->created);
-  KV_U(pk, "leases_granted", o->leases_granted);
+  st__pack_kv_uint(pk, "budget_refusals", l.refusals);
+  st__pack_kv_uint(pk, "objects_created", o->created);
+  st__pack_kv_uint(pk, "leases_granted", o->leases_granted);
   /* Results of a full result pool that got an arena of their own. */
   st__mpool_stats_t ps;
   st__mpool_stats(&ps);
-  KV_U(pk, "pool_fallbacks", ps.fallbacks);
+  st__pack_kv_uint(pk, "pool_fallbacks", ps.fallbacks);
   /* Gauges beside the counters they balance (requests, calls). */
-  KV_U(pk, "requests_inflight", inflight);
-  KV_U(pk, "calls_inflight", calls_inflight);
+  st__pack_kv_uint(pk, "requests_inflight", inflight);
+  st__pack_kv_uint(pk, "calls_inflight", calls_inflight);
 #undef PACK
 #undef COUNT
 #undef COUNTERS
@@ -158,22 +122,22 @@ static void pack_counters(msgpack_packer *pk, const st__server_t *srv) {
 static void pack_methods(msgpack_packer *pk, const st__stats_t *s) {
   size_t n = 0;
   for (size_t i = 0; i <= ST__STATS_NMETHODS; i++) n += s->methods[i].requests > 0;
-  KEY(pk, "methods");
+  st__pack_cstr(pk, "methods");
   msgpack_pack_map(pk, n);
   for (size_t i = 0; i <= ST__STATS_NMETHODS; i++) {
     const st__method_stats_t *m = &s->methods[i];
     if (!m->requests) continue;
     st__pack_cstr(pk, i < s->nmethods ? s->method_names[i] : "");
     msgpack_pack_map(pk, 5);
-    KV_U(pk, "requests", m->requests);
-    KV_U(pk, "ok", m->ok);
-    KV_U(pk, "failed", m->failed);
-    KV_U(pk, "dropped", m->dropped);
-    KV_U(pk, "inflight", m->inflight);
+    st__pack_kv_uint(pk, "requests", m->requests);
+    st__pack_kv_uint(pk, "ok", m->ok);
+    st__pack_kv_uint(pk, "failed", m->failed);
+    st__pack_kv_uint(pk, "dropped", m->dropped);
+    st__pack_kv_uint(pk, "inflight", m->inflight);
   }
   n = 0;
   for (size_t i = 0; i <= (size_t)-ST_ERR_MIN; i++) n += s->errors_by_code[i] > 0;
-  KEY(pk, "errors_by_name");
+  st__pack_cstr(pk, "errors_by_name");
   msgpack_pack_map(pk, n);
   for (size_t i = 0; i <= (size_t)-ST_ERR_MIN; i++)
     if (s->errors_by_code[i]) st__pack_kv_uint(pk, st_err_name(i ? -(int)i : 1), s->errors_by_code[i]);
@@ -183,11 +147,11 @@ static void pack_methods(msgpack_packer *pk, const st__stats_t *s) {
 static void pack_objects(msgpack_packer *pk, const st__objects_t *r) {
   uint64_t bytes = 0;
   for (const st__object_t *o = r->all_head; o; o = o->all_next) bytes += o->bytes;
-  KEY(pk, "objects");
+  st__pack_cstr(pk, "objects");
   msgpack_pack_map(pk, 3);
-  KV_U(pk, "count", r->count);
-  KV_U(pk, "leases", r->leases);
-  KV_U(pk, "bytes", bytes);
+  st__pack_kv_uint(pk, "count", r->count);
+  st__pack_kv_uint(pk, "leases", r->leases);
+  st__pack_kv_uint(pk, "bytes", bytes);
 }
 
 /* memory = {cpu = {budget, used_bytes, object_bytes, cached_bytes,
@@ -199,7 +163,7 @@ static void pack_objects(msgpack_packer *pk, const st__objects_t *r) {
  * pool_bytes, the slab bytes of the result pools on that device. */
 static void pack_memory(msgpack_packer *pk, st__server_t *srv) {
   const st__objects_t *r = &srv->objects;
-  KEY(pk, "memory");
+  st__pack_cstr(pk, "memory");
   msgpack_pack_map(pk, (size_t)r->nbudgets);
   for (int i = 0; i < r->nbudgets; i++) {
     st__budget_stats_t s;
@@ -214,23 +178,23 @@ static void pack_memory(msgpack_packer *pk, st__server_t *srv) {
       uint64_t free_b = 0, total_b = dev->memory_bytes;
       int known = st__cuda_ctx_ready(dev->index) &&
                   st__cuda_mem_info(dev->index, &free_b, &total_b, NULL, 0) == ST_OK;
-      KEY(pk, "free_bytes");
+      st__pack_cstr(pk, "free_bytes");
       if (known) msgpack_pack_uint64(pk, free_b);
       else msgpack_pack_nil(pk);
-      KV_U(pk, "total_bytes", total_b);
-      KV_U(pk, "pool_bytes", st__mpool_device_bytes(dev->index));
+      st__pack_kv_uint(pk, "total_bytes", total_b);
+      st__pack_kv_uint(pk, "pool_bytes", st__mpool_device_bytes(dev->index));
     }
-    KV_U(pk, "budget", s.budget);
-    KV_U(pk, "used_bytes", s.used_bytes);
-    KV_U(pk, "object_bytes", s.object_bytes);
-    KV_U(pk, "cached_bytes", s.cached_bytes);
-    KV_U(pk, "leased_bytes", s.leased_bytes);
-    KV_U(pk, "task_bytes", s.task_bytes);
-    KV_U(pk, "objects", s.objects);
+    st__pack_kv_uint(pk, "budget", s.budget);
+    st__pack_kv_uint(pk, "used_bytes", s.used_bytes);
+    st__pack_kv_uint(pk, "object_bytes", s.object_bytes);
+    st__pack_kv_uint(pk, "cached_bytes", s.cached_bytes);
+    st__pack_kv_uint(pk, "leased_bytes", s.leased_bytes);
+    st__pack_kv_uint(pk, "task_bytes", s.task_bytes);
+    st__pack_kv_uint(pk, "objects", s.objects);
     if (cpu) {   /* slabs of the connections' result pools (CPU only) */
       st__mpool_stats_t ps;
       st__mpool_stats(&ps);
-      KV_U(pk, "pool_bytes", ps.bytes);
+      st__pack_kv_uint(pk, "pool_bytes", ps.bytes);
     }
   }
 }
@@ -238,14 +202,14 @@ static void pack_memory(msgpack_packer *pk, st__server_t *srv) {
 /* tasks = {pending, running, completed, failed, cancelled, total}. */
 static void pack_tasks(msgpack_packer *pk, st__server_t *srv) {
   st__work_t *w = srv->work;
-  KEY(pk, "tasks");
+  st__pack_cstr(pk, "tasks");
   msgpack_pack_map(pk, ST_TASK_NSTATES + 1);
   st__tasks_refresh(srv);   /* pending tasks a worker took are running */
   for (int s = 0; s < ST_TASK_NSTATES; s++) {
     st__pack_cstr(pk, st__task_status_name((st__task_status_t)s));
     msgpack_pack_uint64(pk, w ? w->nstatus[s] : 0);
   }
-  KV_U(pk, "total", w ? w->ntasks : 0);
+  st__pack_kv_uint(pk, "total", w ? w->ntasks : 0);
 }
 
 /* ------------------------------------------------------ info's fixed pairs
@@ -376,26 +340,26 @@ void st__describe_info(msgpack_packer *pk, st__server_t *srv) {
   st__pack_kv_double(pk, "uptime_s", st__now_mono() - srv->started_mono);
   st__pack_kv_bool(pk, "ready", srv->gen && !srv->shutting_down);
   st__pack_kv_int(pk, "connections", srv->nconns);
-  KV_U(pk, "inflight", srv->pool ? st__pool_outstanding(srv->pool) : 0);
-  KV_U(pk, "waiting", srv->work ? srv->work->nwaiting : 0);
-  KEY(pk, "counters");
+  st__pack_kv_uint(pk, "inflight", srv->pool ? st__pool_outstanding(srv->pool) : 0);
+  st__pack_kv_uint(pk, "waiting", srv->work ? srv->work->nwaiting : 0);
+  st__pack_cstr(pk, "counters");
   pack_counters(pk, srv);
   pack_methods(pk, &srv->stats);   /* methods, errors_by_name */
-  KEY(pk, "held");
+  st__pack_cstr(pk, "held");
   msgpack_pack_map(pk, 2);
-  KV_U(pk, "fds", srv->held_fds);
-  KV_U(pk, "bytes", srv->held_bytes);
+  st__pack_kv_uint(pk, "fds", srv->held_fds);
+  st__pack_kv_uint(pk, "bytes", srv->held_bytes);
 
   uint64_t count = 0, bytes = 0;
   st__arena_stats(&count, &bytes);
   st__ledger_stats_t l;
   st__ledger_stats(-1, &l);
-  KEY(pk, "arenas");
+  st__pack_cstr(pk, "arenas");
   msgpack_pack_map(pk, 4);
-  KV_U(pk, "count", count);
-  KV_U(pk, "bytes", bytes);
-  KV_U(pk, "fds", l.fds);
-  KV_U(pk, "max_fds", l.fd_cap);
+  st__pack_kv_uint(pk, "count", count);
+  st__pack_kv_uint(pk, "bytes", bytes);
+  st__pack_kv_uint(pk, "fds", l.fds);
+  st__pack_kv_uint(pk, "max_fds", l.fd_cap);
 
   pack_objects(pk, &srv->objects);
   pack_memory(pk, srv);
