@@ -371,33 +371,6 @@ static st__mapping_t *slab_find(const struct st__client_pool *p, uint64_t id) {
   return NULL;
 }
 
-/* map[key] as a string into buf (at most len - 1 bytes); -1 when absent,
- * not a string or too long. */
-static int get_str(const msgpack_object *map, const char *key, char *buf, size_t len) {
-  const msgpack_object *o = st__map_get(map, key);
-  if (!o || o->type != MSGPACK_OBJECT_STR || o->via.str.size >= len) return -1;
-  memcpy(buf, o->via.str.ptr, o->via.str.size);
-  buf[o->via.str.size] = '\0';
-  return 0;
-}
-
-/* The slab a region entry names: id, bytes, and its device (cpu with
- * backend memfd, or cuda with backend vmm and a uuid) into *d. -1 when
- * any is missing or another. */
-static int slab_desc(const msgpack_object *a, st__arena_desc_t *d) {
-  char device[8], backend[sizeof d->backend];
-  memset(d, 0, sizeof *d);
-  if (get_u64(a, "id", UINT64_MAX, &d->id) || get_u64(a, "bytes", SIZE_MAX, &d->bytes) ||
-      get_str(a, "device", device, sizeof device) || get_str(a, "backend", backend, sizeof backend))
-    return -1;
-  d->cuda = strcmp(device, "cuda") == 0;
-  if (!d->cuda && strcmp(device, "cpu") != 0) return -1;
-  if (strcmp(backend, d->cuda ? "vmm" : "memfd") != 0) return -1;
-  if (d->cuda && get_str(a, "uuid", d->uuid, sizeof d->uuid)) return -1;
-  snprintf(d->backend, sizeof d->backend, "%s", backend);
-  return 0;
-}
-
 /* Maps slab `d` that entry `a` sends (its descriptor from fds) and keeps
  * it for the connection as slab `index` (NO_INDEX: the server names
  * none). An index this connection still holds a slab at is a PROTOCOL
@@ -406,9 +379,7 @@ static int slab_desc(const msgpack_object *a, st__arena_desc_t *d) {
 static int slab_add(st_client_t *c, const msgpack_object *a, const st__arena_desc_t *d,
                     uint32_t index, int *fds, size_t nfds, st__mapping_t **out) {
   struct st__client_pool *p = c->pool;
-  uint64_t fdi;
-  if (get_u64(a, "fd", UINT32_MAX, &fdi))
-    return st__client_fail(c, ST_ERR_PROTOCOL, "pool slab %llu: bad fd", (unsigned long long)d->id);
+  uint64_t fdi = d->fd;
   for (size_t i = 0; i < p->nslabs && index != NO_INDEX; i++)
     if (p->slabs[i].index == index)
       return st__client_fail(c, ST_ERR_PROTOCOL, "pool slab %llu comes as slab %u, which slab "
@@ -447,14 +418,17 @@ int st__client_pool_region(st_client_t *c, const msgpack_object *a, int *fds, si
   if (!p || !p->page)
     return st__client_fail(c, ST_ERR_PROTOCOL, "the reply has a pool region but this "
                            "connection has no pool page");
-  if (slab_desc(a, d) || po->type != MSGPACK_OBJECT_MAP ||
-      get_u64(po, "offset", UINT64_MAX, &off) || get_u64(po, "size", UINT64_MAX, &size) ||
+  char why[256];
+  if (st__parse_pool_slab(a, d, why, sizeof why) != ST_OK)
+    return st__client_fail(c, ST_ERR_PROTOCOL, "bad pool region in the reply: %s", why);
+  if (po->type != MSGPACK_OBJECT_MAP || get_u64(po, "offset", UINT64_MAX, &off) ||
+      get_u64(po, "size", UINT64_MAX, &size) ||
       get_u64(po, "slot", p->page->nslots - 1u, &slot) || get_u64(po, "gen", UINT32_MAX, &gen) ||
       (st__map_get(po, "slab") && get_u64(po, "slab", 31, &index)))
     return st__client_fail(c, ST_ERR_PROTOCOL, "bad pool region in the reply");
   st__mapping_t *slab = slab_find(p, d->id);
   int rc = ST_OK;
-  if (st__client_pool_has_fd(a)) {
+  if (!d->no_fd) {
     rc = slab ? st__client_fail(c, ST_ERR_PROTOCOL, "pool slab %llu sent twice",
                                 (unsigned long long)d->id)
               : slab_add(c, a, d, (uint32_t)index, fds, nfds, &slab);

@@ -253,7 +253,9 @@ static int backend_fits(const st__arena_desc_t *a) {
  * A CUDA arena must name its device's uuid; a CPU arena's uuid is "". The
  * backend must be one of the device's: "memfd" for cpu, "vmm" or "legacy"
  * for cuda. */
-int st__parse_arena(const msgpack_object *o, st__arena_desc_t *a, char *err, size_t errlen) {
+/* st__parse_arena, and with `region` a pooled region's slab entry. */
+static int parse_arena(const msgpack_object *o, st__arena_desc_t *a, int region, char *err,
+                       size_t errlen) {
   uint64_t u = 0;
   int rc;
   char device[8];
@@ -276,14 +278,26 @@ int st__parse_arena(const msgpack_object *o, st__arena_desc_t *a, char *err, siz
     if ((rc = get_u64(o, "arg_id", UINT64_MAX, &a->arg_id, err, errlen)) != ST_OK) return rc;
     if (a->arg_id == 0) return fail(err, errlen, "'arg_id' must be at least 1");
   }
-  if (strcmp(a->backend, "legacy") == 0) return legacy_fields(o, a, err, errlen);
-  if (a->arg_id && !st__map_get(o, "fd")) {
+  if (strcmp(a->backend, "legacy") == 0)
+    return region ? fail(err, errlen, "a pool slab is never a legacy arena")
+                  : legacy_fields(o, a, err, errlen);
+  if ((a->arg_id || region) && !st__map_get(o, "fd")) {
     a->no_fd = 1;
     return ST_OK;
   }
   if ((rc = get_u64(o, "fd", UINT32_MAX, &u, err, errlen)) != ST_OK) return rc;
   a->fd = (uint32_t)u;
   return ST_OK;
+}
+
+/* See proto.h. */
+int st__parse_arena(const msgpack_object *o, st__arena_desc_t *a, char *err, size_t errlen) {
+  return parse_arena(o, a, 0, err, errlen);
+}
+
+/* See proto.h. */
+int st__parse_pool_slab(const msgpack_object *o, st__arena_desc_t *a, char *err, size_t errlen) {
+  return parse_arena(o, a, 1, err, errlen);
 }
 
 /* ------------------------------------------------------------------ modules */

@@ -225,6 +225,10 @@ void st__pack_arena(msgpack_packer *pk, const st__arena_desc_t *a);
  * after it (a pooled region's "pool"). */
 void st__pack_arena_open(msgpack_packer *pk, const st__arena_desc_t *a, size_t extra);
 int st__parse_arena(const msgpack_object *o, st__arena_desc_t *a, char *err, size_t errlen);
+/* A pooled region's entry as its slab (docs/protocol.md, "Result pools"):
+ * the same checks, but "fd" is optional (no_fd when absent: the slab came
+ * with an earlier reply) and a legacy backend is refused. */
+int st__parse_pool_slab(const msgpack_object *o, st__arena_desc_t *a, char *err, size_t errlen);
 
 /* Modules: ext ST_EXT_MODULE whose payload is {tensors: [[name, tensor]...],
  * metadata: map}. The packer side builds the payload with
