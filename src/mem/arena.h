@@ -90,9 +90,12 @@ typedef struct st__arena_spec {
   int device;                 /* -1: the CPU, else a CUDA ordinal         */
   st__cuda_ipc_t ipc;         /* CUDA only                                */
   uint64_t bytes;
-  int written;                /* the caller writes every one of `bytes`
-                                 before anything reads them: a recycled
-                                 pool region is not zero-filled first     */
+  int no_zero_fill;           /* a recycled pool region is not zero-filled
+                                 first: the caller writes every one of
+                                 `bytes` before anything reads them, or
+                                 promises no contents (st.empty); such a
+                                 region holds only earlier results of the
+                                 pool's own connection                    */
   void *stream;               /* CUDA: the caller's stream (a CUstream)
                                  where a recycled region's zero fill is
                                  queued; the caller synchronizes it before
@@ -104,8 +107,8 @@ typedef struct st__arena_spec {
  * thread's source gives (st__arena_use_source), else a device -1 (the
  * CPU) makes st__arena_new_cpu's memfd, a CUDA ordinal
  * st__arena_new_cuda's VMM allocation, or st__arena_new_cuda_legacy's
- * for ST__CUDA_IPC_LEGACY. Every arena reads as zeros except the bytes a
- * `written` spec promises to write (a new memfd or VMM allocation is
+ * for ST__CUDA_IPC_LEGACY. Every arena reads as zeros except where a
+ * `no_zero_fill` spec reuses a recycled region (a new memfd or VMM allocation is
  * zero-filled whatever the spec says: it may hold another process's
  * old data). Contract and errors as those functions. */
 int st__arena_new(const st__arena_spec_t *s, st__arena_t **out, char *err, size_t errlen);

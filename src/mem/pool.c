@@ -351,7 +351,7 @@ static int region_source(void *ctx, const st__arena_spec_t *spec, st__arena_t **
   pthread_mutex_unlock(&p->mu);
   /* A recycled region reads as a fresh arena, unless its maker writes
    * every byte (the slab itself was zero-filled when it was made). */
-  if ((!spec->written && zero_region(spec, base, len) != ST_OK) ||
+  if ((!spec->no_zero_fill && zero_region(spec, base, len) != ST_OK) ||
       !(*out = st__arena_adopt_region(region_release, p, (uint32_t)slot, device, base, bytes,
                                       len))) {
     region_release(p, (uint32_t)slot);

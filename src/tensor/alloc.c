@@ -28,11 +28,12 @@ int st__tensor_arena_new(st__tensor_ctx_t *c, int device, uint64_t bytes,
   *out = NULL;
   int rc = st__tensor_device_check(c, device, "tensor", err, errlen);
   if (rc != ST_OK) return rc;
-  st__arena_spec_t spec = {.device = device, .bytes = bytes, .written = init == ST__INIT_WRITTEN,
+  st__arena_spec_t spec = {.device = device, .bytes = bytes,
+                           .no_zero_fill = init != ST__INIT_ZEROS,
                            .ipc = c->cuda_legacy ? ST__CUDA_IPC_LEGACY : ST__CUDA_IPC_VMM};
   /* A recycled CUDA region's zero fill goes on this thread's stream,
    * ahead of the kernels that will write the tensor. */
-  if (device >= 0 && !spec.written) {
+  if (device >= 0 && !spec.no_zero_fill) {
     rc = st__tensor_stream(c, device, &spec.stream, err, errlen);
     if (rc != ST_OK) return rc;
   }

@@ -83,7 +83,9 @@ struct st__tensor_ctx;
  * on a CUDA device is queued on the thread's stream (st__tensor_sync_used
  * waits for it). */
 
-/* Zero-filled (arenas start zeroed): empty and zeros are the same. */
+/* empty: contents unspecified (a new arena reads zeros; a recycled region
+ * of the connection's result pool keeps that connection's earlier bytes).
+ * zeros: zero-filled. */
 int st__tensor_empty(struct st__tensor_ctx *c, struct st__tensor *out, int device,
                      st_dtype_t dtype, int ndim, const int64_t *shape, char *err, size_t errlen);
 int st__tensor_zeros(struct st__tensor_ctx *c, struct st__tensor *out, int device,

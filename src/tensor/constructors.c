@@ -1,7 +1,9 @@
-/* src/tensor/constructors.c: the constructors of construct.h. zeros and
- * empty make a zero-filled tensor (st__tensor_new); the others make one
- * they write whole (ST__INIT_WRITTEN: a recycled pool region is not
- * zero-filled first) with one operation of ops.h (fill, or a generator).
+/* src/tensor/constructors.c: the constructors of construct.h. zeros
+ * makes a zero-filled tensor and empty one of unspecified contents
+ * (st__tensor_new; ST__INIT_ANY: a recycled pool region keeps its
+ * connection's earlier bytes); the others make one they write whole
+ * (ST__INIT_WRITTEN: a recycled pool region is not zero-filled first)
+ * with one operation of ops.h (fill, or a generator).
  * Runs on the thread that owns the context. */
 #include "tensor/construct.h"
 
@@ -12,7 +14,7 @@
 
 int st__tensor_empty(st__tensor_ctx_t *c, st__tensor_t *out, int device, st_dtype_t dtype,
                      int ndim, const int64_t *shape, char *err, size_t errlen) {
-  return st__tensor_new(c, out, device, dtype, ndim, shape, ST__INIT_ZEROS, err, errlen);
+  return st__tensor_new(c, out, device, dtype, ndim, shape, ST__INIT_ANY, err, errlen);
 }
 
 int st__tensor_zeros(st__tensor_ctx_t *c, st__tensor_t *out, int device, st_dtype_t dtype,

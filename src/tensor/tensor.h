@@ -133,11 +133,14 @@ int st__tensor_sync_used(st__tensor_ctx_t *c, char *err, size_t errlen);
 
 /* How a new arena's bytes start. A pool region (mem/pool.h) that is
  * recycled is zero-filled only for ST__INIT_ZEROS: a maker that writes
- * every byte says ST__INIT_WRITTEN and saves the fill. A new allocation
- * of its own is zero-filled either way. */
+ * every byte says ST__INIT_WRITTEN, and st.empty, which promises no
+ * contents, says ST__INIT_ANY; both save the fill. A recycled region only
+ * ever holds earlier results of its pool's own connection (docs/pool.md).
+ * A new allocation of its own is zero-filled whatever the init. */
 typedef enum {
-  ST__INIT_ZEROS = 0,     /* reads as zeros (zeros, empty, partial writers) */
-  ST__INIT_WRITTEN = 1    /* the maker writes every byte before anything reads them */
+  ST__INIT_ZEROS = 0,     /* reads as zeros (zeros, partial writers)        */
+  ST__INIT_WRITTEN = 1,   /* the maker writes every byte before anything reads them */
+  ST__INIT_ANY = 2        /* contents unspecified (empty)                   */
 } st__tensor_init_t;
 
 /* An arena of `bytes` on `device` after st__tensor_device_check

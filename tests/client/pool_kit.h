@@ -119,26 +119,48 @@ static void pk_written_result_skips_the_fill(st_client_t *c) {
   st_result_free(r);
 }
 
-/* zeros and empty promise zeros: in a region that held ones and bytes
- * the client wrote, every byte of the region reads zero. */
+/* zeros promises zeros: in a region that held ones and bytes the client
+ * wrote, every byte of the region reads zero. */
 static void pk_zeros_never_show_old_bytes(st_client_t *c) {
-  static const char *const kinds[] = {"zeros", "empty"};
-  for (int k = 0; k < 2; k++) {
-    st_result_t *r = pk_make(c, "ones", 0);
-    CHECK(r);
-    void *at = st_result_tensor(r, 0)->data;
-    unsigned char buf[PK_REGION];
-    pk_get(st_result_tensor(r, 0), 0, buf, PK_BYTES);
-    CHECK(((float *)buf)[PK_N - 1] == 1.0f);
-    pk_put(st_result_tensor(r, 0), PK_BYTES, buf, PK_REGION - PK_BYTES);
-    st_result_free(r);
-    r = pk_make(c, kinds[k], 0);
-    CHECK(r);
-    CHECK(st_result_tensor(r, 0)->data == at);
-    pk_get(st_result_tensor(r, 0), 0, buf, sizeof buf);
-    for (int i = 0; i < PK_REGION; i++) CHECK(buf[i] == 0);
-    st_result_free(r);
-  }
+  st_result_t *r = pk_make(c, "ones", 0);
+  CHECK(r);
+  void *at = st_result_tensor(r, 0)->data;
+  unsigned char buf[PK_REGION];
+  pk_get(st_result_tensor(r, 0), 0, buf, PK_BYTES);
+  CHECK(((float *)buf)[PK_N - 1] == 1.0f);
+  pk_put(st_result_tensor(r, 0), PK_BYTES, buf, PK_REGION - PK_BYTES);
+  st_result_free(r);
+  r = pk_make(c, "zeros", 0);
+  CHECK(r);
+  CHECK(st_result_tensor(r, 0)->data == at);
+  pk_get(st_result_tensor(r, 0), 0, buf, sizeof buf);
+  for (int i = 0; i < PK_REGION; i++) CHECK(buf[i] == 0);
+  st_result_free(r);
+}
+
+/* empty promises no contents and skips the fill: a recycled region shows
+ * the bytes this connection left in it; a second connection's first
+ * empty (a new slab of its own) reads zeros, never those bytes. */
+static void pk_empty_shows_only_own_bytes(st_client_t *c, const char *socket) {
+  st_result_t *r = pk_make(c, "ones", 0);
+  CHECK(r);
+  void *at = st_result_tensor(r, 0)->data;
+  pk_scribble(r, 0x3c);
+  st_result_free(r);
+  r = pk_make(c, "empty", 0);
+  CHECK(r);
+  CHECK(st_result_tensor(r, 0)->data == at);
+  unsigned char buf[PK_REGION];
+  pk_get(st_result_tensor(r, 0), 0, buf, sizeof buf);
+  for (int i = 0; i < PK_REGION; i++) CHECK(buf[i] == 0x3c);
+  st_result_free(r);
+  OPEN_CLIENT(other, socket);
+  r = pk_make(other, "empty", 0);
+  CHECK(r);
+  pk_get(st_result_tensor(r, 0), 0, buf, sizeof buf);
+  for (int i = 0; i < PK_REGION; i++) CHECK(buf[i] == 0);
+  st_result_free(r);
+  st_client_close(other);
 }
 
 /* Every maker that skips the fill writes every byte: the same call in a
@@ -160,7 +182,7 @@ static void pk_written_makers_write_every_byte(st_client_t *c) {
   }
 }
 
-/* The three checks above as tests on a connection of their own to
+/* The four checks above as tests on a connection of their own to
  * pk_socket: PK_RUN_FILL_TESTS() runs them. */
 static const char *pk_socket;
 
@@ -176,6 +198,12 @@ TEST(zeros_never_show_old_bytes) {
   st_client_close(c);
 }
 
+TEST(empty_shows_only_own_bytes) {
+  OPEN_CLIENT(c, pk_socket);
+  pk_empty_shows_only_own_bytes(c, pk_socket);
+  st_client_close(c);
+}
+
 TEST(written_makers_write_every_byte) {
   OPEN_CLIENT(c, pk_socket);
   pk_written_makers_write_every_byte(c);
@@ -186,6 +214,7 @@ TEST(written_makers_write_every_byte) {
   do {                                                               \
     RUN(a_written_result_skips_the_fill);                            \
     RUN(zeros_never_show_old_bytes);                                 \
+    RUN(empty_shows_only_own_bytes);                                 \
     RUN(written_makers_write_every_byte);                            \
   } while (0)
 
