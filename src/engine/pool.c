@@ -2,7 +2,17 @@
  *
  * Locks: `mu` guards the job queue, `stopping`, `current` and each worker's
  * `job`; `done_mu` guards the completion queue. A worker never holds both,
- * and never holds either while it runs Lua.
+ * and never holds either while it runs Lua. `qhead`, `stopping` and
+ * `dhead` are written under their lock with atomic stores, so that a
+ * spinning worker (qhead, stopping) and the loop (dhead, through
+ * st__pool_done_pending) may peek at them without it.
+ *
+ * Spinning (st__pool_set_spin): a worker that just ran a job polls the
+ * queue for up to the spin time before it sleeps on `cv`, one such worker
+ * at a time (`spinners`); st__pool_submit skips the condition signal
+ * when the queue was empty and a spinner polls, since the spinner takes
+ * the job. Every spinner looks at the queue under `mu` after it stopped
+ * polling, so no job waits for a signal that was skipped.
  */
 #include "engine/pool.h"
 
@@ -37,6 +47,9 @@ struct st__pool {
 
   pthread_mutex_t done_mu;
   st__job_t *dhead, *dtail;
+
+  double spin_s;               /* under mu; 0: workers never spin       */
+  int spinners;               /* workers polling the queue (atomic)   */
 
   st__pool_notify_fn notify;
   void *ud;
@@ -111,7 +124,7 @@ static void push_done(st__pool_t *p, st__job_t *job) {
   job->next = NULL;
   pthread_mutex_lock(&p->done_mu);
   if (p->dtail) p->dtail->next = job;
-  else p->dhead = job;
+  else __atomic_store_n(&p->dhead, job, __ATOMIC_RELEASE);
   p->dtail = job;
   pthread_mutex_unlock(&p->done_mu);
   p->notify(p->ud);
@@ -126,18 +139,53 @@ static int wants_refresh(const st__pool_t *p, st__vm_t *vm, uint64_t failed_numb
   return failed_number != p->current->number;
 }
 
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/* Polls the queue for up to `spin_s` seconds unless another worker polls
+ * already; returns when a job is queued, the pool stops or time is up.
+ * Worker thread, without locks: the caller looks again under mu. */
+static void spin_for_job(st__pool_t *p, double spin_s) {
+  if (__atomic_fetch_add(&p->spinners, 1, __ATOMIC_ACQ_REL) == 0) {
+    double deadline = st__now_mono() + spin_s;
+    for (unsigned i = 1;; i++) {
+      if (__atomic_load_n(&p->qhead, __ATOMIC_ACQUIRE) ||
+          __atomic_load_n(&p->stopping, __ATOMIC_ACQUIRE))
+        break;
+      cpu_relax();
+      if ((i & 31) == 0 && st__now_mono() > deadline) break;
+    }
+  }
+  __atomic_fetch_sub(&p->spinners, 1, __ATOMIC_ACQ_REL);
+}
+
 static void *worker_main(void *arg) {
   worker_t *w = arg;
   st__pool_t *p = w->pool;
   st__vm_t *vm = NULL;
   uint64_t failed_number = 0;   /* generation numbers start at 1 */
+  int just_ran = 0;             /* spin before the next wait */
   pthread_mutex_lock(&p->mu);
   for (;;) {
-    while (!p->qhead && !p->stopping && !wants_refresh(p, vm, failed_number))
+    while (!p->qhead && !p->stopping && !wants_refresh(p, vm, failed_number)) {
+      if (just_ran && p->spin_s > 0) {
+        double spin_s = p->spin_s;
+        just_ran = 0;
+        pthread_mutex_unlock(&p->mu);
+        spin_for_job(p, spin_s);
+        pthread_mutex_lock(&p->mu);
+        continue;
+      }
       pthread_cond_wait(&p->cv, &p->mu);
+    }
     if (p->qhead) {
       st__job_t *job = p->qhead;
-      p->qhead = job->next;
+      __atomic_store_n(&p->qhead, job->next, __ATOMIC_RELEASE);
       if (!p->qhead) p->qtail = NULL;
       job->next = NULL;
       w->job = job;
@@ -147,6 +195,7 @@ static void *worker_main(void *arg) {
       w->job = NULL;
       pthread_mutex_unlock(&p->mu);
       push_done(p, job);
+      just_ran = 1;
       pthread_mutex_lock(&p->mu);
       continue;
     }
@@ -250,11 +299,14 @@ int st__pool_submit(st__pool_t *p, st__job_t *job) {
     pthread_mutex_unlock(&p->mu);
     return ST_ERR_SHUTTING_DOWN;
   }
+  int was_empty = !p->qhead;
   if (p->qtail) p->qtail->next = job;
-  else p->qhead = job;
+  else __atomic_store_n(&p->qhead, job, __ATOMIC_RELEASE);
   p->qtail = job;
   p->outstanding++;
-  pthread_cond_signal(&p->cv);
+  /* A polling worker takes the only queued job without a wake-up. */
+  if (!was_empty || !__atomic_load_n(&p->spinners, __ATOMIC_ACQUIRE))
+    pthread_cond_signal(&p->cv);
   pthread_mutex_unlock(&p->mu);
   return ST_OK;
 }
@@ -267,7 +319,7 @@ int st__pool_remove(st__pool_t *p, st__job_t *job) {
   for (st__job_t *j = p->qhead; j; prev = j, j = j->next) {
     if (j != job) continue;
     if (prev) prev->next = j->next;
-    else p->qhead = j->next;
+    else __atomic_store_n(&p->qhead, j->next, __ATOMIC_RELEASE);
     if (p->qtail == j) p->qtail = prev;
     j->next = NULL;
     p->outstanding--;
@@ -293,7 +345,8 @@ void st__pool_set_generation(st__pool_t *p, st__generation_t *gen) {
 st__job_t *st__pool_take_done(st__pool_t *p) {
   pthread_mutex_lock(&p->done_mu);
   st__job_t *list = p->dhead;
-  p->dhead = p->dtail = NULL;
+  __atomic_store_n(&p->dhead, NULL, __ATOMIC_RELAXED);
+  p->dtail = NULL;
   pthread_mutex_unlock(&p->done_mu);
   for (st__job_t *j = list; j; j = j->next) p->outstanding--;
   return list;
@@ -302,6 +355,20 @@ st__job_t *st__pool_take_done(st__pool_t *p) {
 /* Jobs submitted and not yet taken back. Loop thread. */
 size_t st__pool_outstanding(st__pool_t *p) {
   return p->outstanding;
+}
+
+/* Whether a completion waits for st__pool_take_done, without the lock.
+ * Loop thread. */
+int st__pool_done_pending(st__pool_t *p) {
+  return __atomic_load_n(&p->dhead, __ATOMIC_ACQUIRE) != NULL;
+}
+
+/* How long a worker that just ran a job polls for the next; see pool.h.
+ * Loop thread. */
+void st__pool_set_spin(st__pool_t *p, double spin_s) {
+  pthread_mutex_lock(&p->mu);
+  p->spin_s = spin_s > 0 ? spin_s : 0;
+  pthread_mutex_unlock(&p->mu);
 }
 
 /* Cancels every queued and running job. Loop thread. */
@@ -316,7 +383,7 @@ void st__pool_cancel_all(st__pool_t *p) {
 /* Refuses new jobs; workers drain the queue and exit. Loop thread. */
 void st__pool_shutdown(st__pool_t *p) {
   pthread_mutex_lock(&p->mu);
-  p->stopping = 1;
+  __atomic_store_n(&p->stopping, 1, __ATOMIC_RELEASE);
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
 }

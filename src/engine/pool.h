@@ -100,6 +100,16 @@ st__job_t *st__pool_take_done(st__pool_t *p);
 /* Jobs submitted and not yet taken back with st__pool_take_done. */
 size_t st__pool_outstanding(st__pool_t *p);
 
+/* 1 when a completed job waits for st__pool_take_done: a peek without the
+ * completion lock, for a loop that polls instead of sleeping. Loop
+ * thread. */
+int st__pool_done_pending(st__pool_t *p);
+
+/* A worker that just ran a job polls the queue for up to spin_s seconds
+ * before it sleeps (one worker at a time; 0, the default: never), so
+ * that the next job starts without a thread wake-up. Loop thread. */
+void st__pool_set_spin(st__pool_t *p, double spin_s);
+
 /* Sets the cancel flag of every queued and running job. Loop thread. */
 void st__pool_cancel_all(st__pool_t *p);
 

@@ -5,6 +5,7 @@
 #include "server/config.h"
 
 #include <limits.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,6 +134,11 @@ const st__setting_t st__config_settings[] = {
      .description = "socket indices to serve, one socket each"},
     {.name = "workers", .type = ST_SET_INT, INT_FIELD(workers), .lo = 1,
      .hi = ST__CONFIG_MAX_WORKERS, .def = 4, .description = "worker threads"},
+    {.name = "spin_us", .type = ST_SET_INT, INT_FIELD(spin_us), .lo = 0, .hi = 100000,
+     .def = 0,
+     .description = "microseconds the loop (builds in flight) and a worker that just ran a "
+                    "build poll for the next completion or build before sleeping; 0 = never "
+                    "(default: derived, 50 with 8 or more CPUs, else 0)"},
     {.name = "endpoints", .type = ST_SET_PATH, .offset = F(endpoints_dir),
      .def_text = "endpoints",
      .description = "endpoint directory, or one endpoint file"},
@@ -207,6 +213,7 @@ void st__config_defaults(st__config_t *c) {
   c->ndata_dirs = 1;
   c->data_dirs[0] = strdup(".");
   st__config_connection_limits(c);
+  c->spin_us = st__config_default_spin_us();
   c->nreload_uids = 0;
   c->reload_uids[c->nreload_uids++] = 0;
   if (geteuid() != 0) c->reload_uids[c->nreload_uids++] = geteuid();
@@ -230,6 +237,14 @@ int st__config_load(const char *path, st__config_t *cfg, st__errlist_t *errs) {
     cfg->path = p;
   }
   return ST_OK;
+}
+
+/* See config.h. */
+int st__config_default_spin_us(void) {
+  cpu_set_t set;
+  int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                     : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  return n >= 8 ? 50 : 0;
 }
 
 /* Half of what the host lets this process have: the physical memory or

@@ -31,6 +31,10 @@ typedef struct st__config {
   int ndevices;
   int devices[ST_MAX_DEVICES];  /* socket indices served                    */
   int workers;                  /* worker threads                           */
+  int spin_us;                  /* how long the loop and a worker that just
+                                   finished poll for the next completion or
+                                   job before they sleep; 0: never (default
+                                   derived: st__config_default_spin_us)    */
   char *endpoints_dir;          /* owned; relative paths are resolved
                                    against the config file's directory     */
   st__log_level_t log_level;
@@ -115,6 +119,11 @@ typedef struct st__config {
  * place that says what a key is called, where it goes, how it is checked
  * and what it defaults to. Ends with a row whose name is NULL. */
 extern const st__setting_t st__config_settings[];
+
+/* The default of spin_us: 50 when this process may run on 8 or more CPUs
+ * (sched_getaffinity), else 0, so that a small host never gives a core to
+ * polling. */
+int st__config_default_spin_us(void);
 
 /* Runs the config file at `path` (sandboxed, no st module) and fills *cfg
  * over its current values (call st__config_defaults first). Unknown keys,

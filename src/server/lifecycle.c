@@ -60,6 +60,7 @@ static void on_done(struct ev_loop *loop, ev_async *w, int revents) {
   while (job) {
     st__job_t *next = job->next;
     job->next = NULL;
+    st__loopprof_build(job);
     st__build_complete(srv, job);
     job = next;
   }
@@ -247,11 +248,13 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
     return rc;
   }
   st__pool_set_prepare_fn(srv->pool, st__pool_conn_prepare);
+  st__pool_set_spin(srv->pool, cfg->spin_us * 1e-6);
   ST_LOG_I("server", "workers: %d; limits: max_message_bytes %zu, max_connections %d, "
-           "max_inflight %d, frame_timeout_ms %d, lua_memory_bytes %llu, default_timeout_s %g",
+           "max_inflight %d, frame_timeout_ms %d, lua_memory_bytes %llu, default_timeout_s %g; "
+           "spin_us %d",
            cfg->workers, cfg->max_message_bytes, cfg->max_connections, cfg->max_inflight,
            cfg->frame_timeout_ms, (unsigned long long)cfg->lua_memory_bytes,
-           cfg->default_timeout_s);
+           cfg->default_timeout_s, cfg->spin_us);
   ST_LOG_I("server", "memory budget: cpu %llu bytes%s; tasks: ttl %g s, capacity %d",
            (unsigned long long)cfg->budgets[0].bytes, cfg->budgets[0].bytes ? "" : " (none)",
            cfg->task_ttl_s, cfg->task_capacity);
@@ -262,9 +265,42 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
   return ST_OK;
 }
 
-/* Runs the loop until the server stops. Loop thread. */
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/* With builds in flight, polls for their completions for up to spin_s
+ * instead of sleeping in epoll_wait: a completion is then handled without
+ * the eventfd write, the wake-up and the read of ev_async (libev skips
+ * the write while the loop is not in its poll, and the next iteration
+ * feeds the watcher). Sockets are polled too, every few microseconds, so
+ * other connections wait no longer than that. Loop thread. */
+static void spin_for_completions(st__server_t *srv, double spin_s) {
+  double start = st__now_mono(), deadline = start + spin_s;
+  for (unsigned i = 1; !srv->stopped && srv->pool && st__pool_outstanding(srv->pool); i++) {
+    if (st__pool_done_pending(srv->pool) || (i & 31) == 0) {
+      ev_run(srv->loop, EVRUN_NOWAIT);
+      if (st__now_mono() > deadline) break;
+      continue;
+    }
+    cpu_relax();
+  }
+  st__loopprof_spin(st__now_mono() - start);
+}
+
+/* Runs the loop until the server stops: one iteration at a time, each
+ * followed by the poll of spin_for_completions when spin_us is set and
+ * builds are in flight. Loop thread. */
 void st__server_run(st__server_t *srv) {
-  if (!srv->stopped) ev_run(srv->loop, 0);
+  double spin_s = srv->cfg->spin_us * 1e-6;
+  while (!srv->stopped && ev_run(srv->loop, EVRUN_ONCE)) {
+    if (spin_s > 0 && srv->pool && st__pool_outstanding(srv->pool))
+      spin_for_completions(srv, spin_s);
+  }
 }
 
 /* Closes and frees everything after the loop ended. Loop thread. */

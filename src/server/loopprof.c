@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "engine/job.h"
 #include "server/server.h"
 
 st__loopprof_t *st__loopprof;
@@ -43,6 +44,16 @@ static void on_after_poll(struct ev_loop *loop, ev_check *w, int revents) {
   (void)revents;
   st__prof_end();                 /* POLL */
   st__prof_begin(ST_PROF_OTHER);
+}
+
+/* See loopprof.h. Loop thread. */
+void st__loopprof_build(const st__job_t *job) {
+  st__loopprof_t *p = st__loopprof;
+  if (!p || job->started_at <= 0) return;   /* never ran: cancelled while queued */
+  p->builds++;
+  p->queue_s += job->started_at - job->queued_at;
+  p->run_s += job->finished_at - job->started_at;
+  p->back_s += st__now_mono() - job->finished_at;
 }
 
 /* See loopprof.h. Loop thread, at start. */
@@ -95,6 +106,17 @@ void st__loopprof_stop(st__server_t *srv) {
               phase_what[i]);
     fprintf(f, "busy %llu %llu 1 %.1f all phases but poll\n", (unsigned long long)p->messages,
             (unsigned long long)busy, (double)busy / per);
+    double nb = p->builds ? (double)p->builds : 1.0;
+    fprintf(f, "# builds (wall clock, not phases): name builds total_ns ns_per_build what\n");
+    fprintf(f, "build_queue %llu %.0f %.1f submitted to taken by a worker\n",
+            (unsigned long long)p->builds, p->queue_s * 1e9, p->queue_s * 1e9 / nb);
+    fprintf(f, "build_run %llu %.0f %.1f run by the worker\n", (unsigned long long)p->builds,
+            p->run_s * 1e9, p->run_s * 1e9 / nb);
+    fprintf(f, "build_back %llu %.0f %.1f finished to handled by the loop\n",
+            (unsigned long long)p->builds, p->back_s * 1e9, p->back_s * 1e9 / nb);
+    fprintf(f, "spin %llu %.0f %.1f polls for completions (spin_us; inside other and poll)\n",
+            (unsigned long long)p->spins, p->spin_s * 1e9,
+            p->spins ? p->spin_s * 1e9 / (double)p->spins : 0.0);
     fclose(f);
   }
   free(p->path);

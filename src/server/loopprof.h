@@ -48,6 +48,11 @@ typedef struct st__loopprof {
   uint64_t ns[ST_PROF_NPHASES];       /* own time of each phase          */
   uint64_t count[ST_PROF_NPHASES];    /* times each phase was entered    */
   uint64_t messages;                  /* messages decoded                */
+  /* Builds that came back (st__loopprof_build), their wall time in three
+   * parts, and the loop's polls for completions (spin_us): not phases of
+   * the table, they overlap them. */
+  uint64_t builds, spins;
+  double queue_s, run_s, back_s, spin_s;
   int depth;
   struct {
     int phase;
@@ -104,6 +109,19 @@ static inline void st__prof_message(void) {
 }
 
 struct st__server;
+struct st__job;
+
+/* A build came back to the loop: adds its time queued (submitted to
+ * taken by a worker), running (its body, argument imports, result) and
+ * coming back (finished to handled here). No-op when off. */
+void st__loopprof_build(const struct st__job *job);
+
+/* The loop polled `s` seconds for completions (spin_us). No-op when off. */
+static inline void st__loopprof_spin(double s) {
+  if (!st__loopprof) return;
+  st__loopprof->spins++;
+  st__loopprof->spin_s += s;
+}
 
 /* Turns profiling on when ST_LOOP_PROFILE names a file, with watchers
  * around the loop's poll. Loop thread, at start. */
