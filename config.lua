@@ -25,6 +25,12 @@ return {
   -- Lua state per generation of the endpoints.
   workers = 4,
 
+  -- Microseconds (0..100000) the loop thread polls for the completion of a
+  -- build in flight, and a worker that just ran one polls for the next,
+  -- before they sleep: a fresh result comes back without thread wake-ups.
+  -- Default: 50 when the server may run on 8 or more CPUs, else 0 (off).
+  -- spin_us = 50,
+
   -- Directory of the endpoint files (*.lua, not recursive), or one endpoint
   -- file (such as a zero-branch script, docs/zero-branch.md). A relative
   -- path is relative to the directory of this file.

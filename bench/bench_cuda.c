@@ -486,14 +486,16 @@ int main(int argc, char **argv) {
     return child_cold(argv[2], atoi(argv[3]), atof(argv[4]));
   if (argc >= 5 && !strcmp(argv[1], "--child-map"))
     return child_map(argv[2], atoi(argv[3]), atoi(argv[4]));
+  int spin_us = -1;   /* --spin-us: the server's default */
   int iters = 5000, cold_runs = 5, clients = 8, torch = 1;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--spin-us") && i + 1 < argc) spin_us = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--cold-runs") && i + 1 < argc) cold_runs = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--clients") && i + 1 < argc) clients = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--no-torch")) torch = 0;
     else {
-      fprintf(stderr, "usage: bench_cuda [--iters N] [--cold-runs N] [--clients N] [--no-torch]\n");
+      fprintf(stderr, "usage: bench_cuda [--iters N] [--spin-us N] [--cold-runs N] [--clients N] [--no-torch]\n");
       return 2;
     }
   }
@@ -514,7 +516,7 @@ int main(int argc, char **argv) {
   stt_server_t s;
   stt_server_init(&s);
   stt_write_endpoint(&s, "bench.lua", ENDPOINTS);
-  stt_server_config(&s, "log_level = 'warn', workers = 2,");
+  bk_server_config(&s, spin_us);
   if (stt_server_start(&s) != 0) return 1;
 
   char uuid[ST_CUDA_UUID_LEN] = "";

@@ -75,7 +75,7 @@ ROWS = [
 ]
 
 
-def start_server(build, device):
+def start_server(build, device, spin_us=None):
     d = tempfile.mkdtemp(prefix="st-percall-")
     os.mkdir(os.path.join(d, "endpoints"))
     with open(os.path.join(d, "endpoints", "bench.lua"), "w") as f:
@@ -83,10 +83,11 @@ def start_server(build, device):
     cfg = os.path.join(d, "config.lua")
     with open(cfg, "w") as f:
         f.write("return { base_path = %r, endpoints = %r, workers = 2, log_level = 'warn',\n"
-                "  default_device = %r, memory_budget = { cpu = 256 * 2^20%s } }\n"
+                "  default_device = %r, memory_budget = { cpu = 256 * 2^20%s }%s }\n"
                 % (os.path.join(d, "st"), os.path.join(d, "endpoints"),
                    "socket" if device == "cuda" else "cpu",
-                   ', ["cuda:0"] = 2^30' if device == "cuda" else ""))
+                   ', ["cuda:0"] = 2^30' if device == "cuda" else "",
+                   "" if spin_us is None else ", spin_us = %d" % spin_us))
     log = open(os.path.join(d, "server.log"), "wb")
     proc = subprocess.Popen([os.path.join(build, "bin", "stserver"), "--config", cfg],
                             stdout=log, stderr=subprocess.STDOUT)
@@ -225,6 +226,8 @@ def main():
                     help="the build tree (bin/stserver, lib/, bench/bench_percall)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--iters", type=int, default=2000)
+    ap.add_argument("--spin-us", type=int, metavar="N",
+                    help="the server's spin_us (default: the server's own default)")
     ap.add_argument("--profile", metavar="ROW", help="profile one Python row with cProfile")
     ap.add_argument("--package", default=os.path.join(HERE, "..", "python"),
                     help="the directory holding the sharedtensor package (to compare versions; "
@@ -236,7 +239,7 @@ def main():
     import torch
     import sharedtensor as st
 
-    d, sock, proc = start_server(build, o.device)
+    d, sock, proc = start_server(build, o.device, o.spin_us)
     try:
         c, fns, prepare, reused = python_rows(st, torch, sock, o.device, o.iters)
         if o.profile:
@@ -269,7 +272,8 @@ def main():
             prepare(None)
         c.close()
         print("bench_percall: device %s, %d CPUs, %d iterations per row (module300: a quarter), "
-              "torch %s" % (o.device, os.cpu_count(), o.iters, torch.__version__))
+              "torch %s, spin_us %s" % (o.device, os.cpu_count(), o.iters, torch.__version__,
+                                        "default" if o.spin_us is None else o.spin_us))
         print("%-42s %10s %8s %10s %8s %10s %8s %7s %7s" % (
             "row (us)", "Python p50", "p99", "C p50", "p99", "Lua p50", "p99", "Py/C", "Lua/C"))
         for key, label in ROWS:

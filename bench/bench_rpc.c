@@ -118,14 +118,16 @@ static void bench_fresh(const char *sock, const char *ep, int iters, int pooled)
 }
 
 int main(int argc, char **argv) {
+  int spin_us = -1;   /* --spin-us: the server's default */
   int iters = 20000, clients = 16;
   double seconds = 3;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--spin-us") && i + 1 < argc) spin_us = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--clients") && i + 1 < argc) clients = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) seconds = atof(argv[++i]);
     else {
-      fprintf(stderr, "usage: bench_rpc [--iters N] [--clients N] [--seconds S]\n");
+      fprintf(stderr, "usage: bench_rpc [--iters N] [--spin-us N] [--clients N] [--seconds S]\n");
       return 2;
     }
   }
@@ -145,7 +147,7 @@ int main(int argc, char **argv) {
   stt_write_endpoint(&s, "empty.lua",
                      "return st.endpoint{ name = 'empty2m',\n"
                      "  build = function() return st.empty{524288, dtype = 'float32'} end }\n");
-  stt_server_config(&s, "log_level = 'warn', workers = 2,");
+  bk_server_config(&s, spin_us);
   if (stt_server_start(&s) != 0) return 1;
 
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);

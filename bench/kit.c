@@ -15,6 +15,13 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+void bk_server_config(stt_server_t *s, int spin_us) {
+  char fields[128];
+  int n = snprintf(fields, sizeof fields, "log_level = 'warn', workers = 2,");
+  if (spin_us >= 0) snprintf(fields + n, sizeof fields - (size_t)n, " spin_us = %d,", spin_us);
+  stt_server_config(s, fields);
+}
+
 void bk_report(const char *what, double *us, int n) {
   qsort(us, (size_t)n, sizeof *us, cmp_double);
   double sum = 0;

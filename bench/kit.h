@@ -14,6 +14,12 @@ void bk_report(const char *what, double *us, int n);
  * warm-up ones; us[i] receives each in microseconds (unsorted). */
 void bk_raw_pingpong(const char *dir, double *us, int iters);
 
+struct stt_server;
+
+/* The benchmarks' server config: log level warn, 2 workers and, when
+ * spin_us >= 0 (--spin-us), that spin_us (else the server's default). */
+void bk_server_config(struct stt_server *s, int spin_us);
+
 /* A connected client, or exit(1) with the reason. */
 st_client_t *bk_connect(const char *sock);
 
