@@ -5,7 +5,8 @@
  *
  * Only codes that every Python 3 from 3.4 on reads are written: None
  * 'N', False 'F', True 'T', int32 'i', long 'l' (15-bit digits), binary
- * float 'g', bytes 's', str 'u' (UTF-8), tuple '(', list '[', dict '{'
+ * float 'g', bytes 's', str 'u' (UTF-8) or 'z' (ASCII under 256 bytes,
+ * which loads copies without decoding), tuple '(', list '[', dict '{'
  * ... '0', and references: a map key string is written once with the
  * reference flag (0x80 on its code) and again as 'r' and its index, so
  * that marshal.loads makes one str (hashed once) for a key that maps
@@ -123,9 +124,12 @@ static void put_float(writer_t *w, double d) {
   put(w, b, 8);
 }
 
-/* Strict UTF-8: no overlong forms, no surrogates, nothing past U+10FFFF. */
+/* Strict UTF-8: no overlong forms, no surrogates, nothing past U+10FFFF.
+ * 0 when not; 2 when every byte is ASCII, else 1. */
 static int utf8_ok(const unsigned char *s, size_t n) {
   size_t i = 0;
+  while (i < n && s[i] < 0x80) i++;
+  if (i == n) return 2;
   while (i < n) {
     unsigned c = s[i];
     if (c < 0x80) {
@@ -166,6 +170,18 @@ static int64_t tensor_index(writer_t *w, const st_tensor_t *t, size_t *next) {
   return 0;
 }
 
+/* A str of n bytes at p, UTF-8 (ASCII when `ascii`), its code or'ed with
+ * `flag`. */
+static void put_str(writer_t *w, unsigned flag, int ascii, const char *p, size_t n) {
+  if (ascii && n < 256) {
+    unsigned char h[2] = {(unsigned char)('z' | flag), (unsigned char)n};
+    put(w, h, 2);
+  } else {
+    put_sized(w, (char)('u' | flag), (uint32_t)n);
+  }
+  put(w, p, n);
+}
+
 /* For map key string p (n bytes): writes 'r' and its index when the same
  * key was written before, or the string with the reference flag when
  * there is room for one more; 1 when done, 0 when the caller writes it as
@@ -183,11 +199,11 @@ static int put_key_ref(writer_t *w, const char *p, size_t n) {
       return 1;
     }
   }
-  if (w->nkeys == KEY_REFS || !utf8_ok((const unsigned char *)p, n)) return 0;
+  int utf8 = w->nkeys == KEY_REFS ? 0 : utf8_ok((const unsigned char *)p, n);
+  if (!utf8) return 0;
   key_ref_t *k = &w->keys[slot];
   *k = (key_ref_t){.ptr = p, .len = (uint32_t)n, .index = w->nkeys++};
-  put_sized(w, (char)('u' | 0x80), (uint32_t)n);
-  put(w, p, n);
+  put_str(w, 0x80, utf8 == 2, p, n);
   return 1;
 }
 
@@ -195,11 +211,16 @@ static int put_key_ref(writer_t *w, const char *p, size_t n) {
  * strict UTF-8 is refused. in_key: a map key or inside one. */
 static void put_string(writer_t *w, int text, const char *p, size_t n, int in_key) {
   if (in_key && text && put_key_ref(w, p, n)) return;
-  if (n > INT32_MAX || (text && !utf8_ok((const unsigned char *)p, n))) {
+  int utf8 = text ? utf8_ok((const unsigned char *)p, n) : 0;
+  if (n > INT32_MAX || (text && !utf8)) {
     w->rc = ST_ERR_NOT_FOUND;
     return;
   }
-  put_sized(w, text ? 'u' : 's', (uint32_t)n);
+  if (text) {
+    put_str(w, 0, utf8 == 2, p, n);
+    return;
+  }
+  put_sized(w, 's', (uint32_t)n);
   put(w, p, n);
 }
 
