@@ -640,6 +640,17 @@ ST_API void st_open_cache_kept(size_t *arenas, uint64_t *bytes);
  * way (a string that is not valid UTF-8, a tensor inside a map key). */
 ST_API const void *st_result_marshal(st_result_t *r, size_t *len);
 
+/* st_client_rpc for a plain value (info, metrics, endpoints, task status,
+ * ...), given in the format of st_result_marshal straight from the reply,
+ * without a result: on ST_OK *data points to *len bytes owned by c, valid
+ * until the next call on c. A reply the format cannot carry that way (a
+ * tensor, a string that is not UTF-8, arenas) is decoded as st_client_rpc
+ * does instead: *fallback gets that result (owned by the caller) and
+ * *data stays NULL. On failure all three are NULL/0, as with
+ * st_client_rpc. Thread of the client. */
+ST_API int st_client_rpc_marshal(st_client_t *c, const char *method, const st_args_t *params,
+                                 const void **data, size_t *len, st_result_t **fallback);
+
 /* ------------------------------------------------------------ hand-offs
  *
  * A hand-off passes per-request memory from one producer process to one

@@ -205,6 +205,8 @@ size_t st_result_dlpack_all(st_result_t *r, int versioned, void **out, size_t n)
 void st_open_cache_keep(size_t max_arenas, uint64_t max_bytes);
 void st_open_cache_kept(size_t *arenas, uint64_t *bytes);
 const void *st_result_marshal(st_result_t *r, size_t *len);
+int st_client_rpc_marshal(st_client_t *c, const char *method, const st_args_t *params,
+                          const void **data, size_t *len, st_result_t **fallback);
 int st_handoff_create(st_client_t *c, const char *name, const char *device,
                       uint64_t chunk_bytes, int chunks, int consumers, st_handoff_t **out);
 int st_handoff_open(st_client_t *c, const char *name, st_handoff_t **out);

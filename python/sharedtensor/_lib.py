@@ -233,6 +233,8 @@ _PROTOS = {
                                        P(ResultSummary)]),
     "st_result_dlpack_all": (c_size_t, [c_void_p, c_int, P(c_void_p), c_size_t]),
     "st_result_marshal": (c_void_p, [c_void_p, P(c_size_t)]),
+    "st_client_rpc_marshal": (c_int, [c_void_p, c_char_p, c_void_p, P(c_void_p), P(c_size_t),
+                                      P(c_void_p)]),
     "st_open_cache_keep": (None, [c_size_t, c_uint64]),
     "st_open_cache_kept": (None, [P(c_size_t), P(c_uint64)]),
     # hand-offs (sharedtensor.handoff)

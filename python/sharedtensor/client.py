@@ -1,5 +1,6 @@
 """Client: a connection to one stserver socket (include/st/client.h)."""
 import ctypes
+import marshal
 import threading
 
 from . import _lib
@@ -15,6 +16,9 @@ _result_summary = _l.st_result_summary
 _result_free = _l.st_result_free
 _ping = _l.st_client_ping
 _release = _l.st_client_release
+_rpc_marshal = _l.st_client_rpc_marshal
+_loads = marshal.loads
+_string_at = ctypes.string_at
 _byref = ctypes.byref
 _Summary = _lib.ResultSummary
 _VOIDP = ctypes.c_void_p
@@ -137,6 +141,8 @@ class Client:
         self._rtt_ref = ctypes.byref(self._rtt)
         self._rel = (ctypes.c_int(), ctypes.c_int(), ctypes.c_int64())
         self._rel_refs = tuple(map(ctypes.byref, self._rel))
+        self._rpc_out = (ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_void_p())
+        self._rpc_refs = tuple(map(ctypes.byref, self._rpc_out))
         self.server_id = _l.st_client_server_id(self._ptr).decode()
         self.server_version = _l.st_client_server_version(self._ptr).decode()
         self.server_pid = _l.st_client_server_pid(self._ptr)
@@ -204,6 +210,27 @@ class Client:
         finally:
             res.close()
 
+    def _rpc_value(self, method, params):
+        """Runs a method whose reply is a plain value: one crossing into
+        the library, which writes the value in marshal's format straight
+        from the reply (st_client_rpc_marshal); each call's objects are
+        new. A reply marshal cannot carry comes decoded instead."""
+        data, size, fallback = self._rpc_out
+        with self._lock:
+            rc = _rpc_marshal(self._ptr or self._h(), method, params, *self._rpc_refs)
+            if rc != 0:
+                self._fail(rc)
+            if data.value:
+                blob = _string_at(data.value, size.value)
+            else:
+                res = _tensor.Result(fallback.value)
+        if data.value:
+            return _loads(blob)
+        try:
+            return _cv.plain_value(res, _slow_value)
+        finally:
+            res.close()
+
     def _wrap(self, ptr, summary, as_torch):
         """Converts an owned result: a Handle when it names an object."""
         framework = self.framework if as_torch is None else ("torch" if as_torch else None)
@@ -232,21 +259,21 @@ class Client:
 
     def info(self):
         """The server's `info` (a dict)."""
-        return self._value_call(_l.st_client_rpc, b"info", None)
+        return self._rpc_value(b"info", None)
 
     def metrics(self):
         """The server's metrics in the Prometheus text format (a str;
         docs/operations.md, "Monitoring")."""
-        return self._value_call(_l.st_client_rpc, b"metrics", None)
+        return self._rpc_value(b"metrics", None)
 
     def endpoints(self):
         """The endpoints (the `endpoints` method's reply)."""
-        return self._value_call(_l.st_client_rpc, b"endpoints", None)
+        return self._rpc_value(b"endpoints", None)
 
     def rpc(self, method, **params):
         """Any method of docs/protocol.md with named parameters; a plain value."""
         with _Args(params) as a:
-            return self._value_call(_l.st_client_rpc, method.encode(), a.ptr)
+            return self._rpc_value(method.encode(), a.ptr)
 
     def call(self, name, as_torch=None, **args):
         """Calls endpoint `name` with keyword arguments.

@@ -123,6 +123,9 @@ struct st_client {
    * control page; thread of the client. */
   struct st__client_pool *pool; /* we asked and the server listed "pool"  */
   st_client_t *refs_next;      /* arenarefs.c's list of such connections    */
+  /* st_client_rpc_marshal's bytes (marshal.c), valid until the next call. */
+  unsigned char *marshal_buf;
+  size_t marshal_cap;
 };
 
 /* Records a failure (a negative ST_ERR_*) with the local error name and a
@@ -196,6 +199,11 @@ int st__client_exchange_until(st_client_t *c, const char *method, const void *pa
  * task result). Thread of the client. */
 int st__client_method(st_client_t *c, const char *method, const st__cbuf_t *params, int unwrap,
                       st_result_t **out);
+/* hello.c: the exchange of st_client_rpc (method and parameters checked,
+ * the parameters packed); *reply, *fds and *nfds as st__client_exchange
+ * gives them. Thread of the client. */
+int st__client_rpc_exchange(st_client_t *c, const char *method, const st_args_t *params,
+                            st__message_t *reply, int **fds, size_t *nfds);
 /* hello.c: st__client_method of `method` with params {endpoint[, args]}
  * (`with_args`); an empty endpoint name is ST_ERR_INVALID_ARGUMENT. Used by
  * call, submit and invalidate_*. Thread of the client. */

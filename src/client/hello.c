@@ -238,6 +238,7 @@ ST_API void st_client_close(st_client_t *c) {
   st__client_arenarefs_reset(c, 0);
   st__client_pool_reset(c, 0);
   free(c->fifo);
+  free(c->marshal_buf);
   if (c->reader_ready) st__reader_destroy(&c->reader);
   free(c);
 }
@@ -354,14 +355,12 @@ ST_API int st_client_call(st_client_t *c, const char *endpoint, const st_args_t 
   return st__client_endpoint_method(c, "call", endpoint, args, 1, 1, out);
 }
 
-/* Any method with named parameters; see client.h. Thread of the client. */
-ST_API int st_client_rpc(st_client_t *c, const char *method, const st_args_t *params,
-                         st_result_t **out) {
-  if (out) *out = NULL;
-  if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
+/* See client_internal.h. Thread of the client. */
+int st__client_rpc_exchange(st_client_t *c, const char *method, const st_args_t *params,
+                            st__message_t *reply, int **fds, size_t *nfds) {
   if (!method || !*method)
     return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "no method name given");
-  if (!params) return st__client_method(c, method, NULL, 0, out);
+  if (!params) return st__client_exchange(c, method, NULL, 0, NULL, 0, reply, fds, nfds);
   if (st__client_args_open(params))
     return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "%s: %s", method, UNFINISHED);
   st__mapping_t *const *arenas;
@@ -372,8 +371,24 @@ ST_API int st_client_rpc(st_client_t *c, const char *method, const st_args_t *pa
   st__client_cbuf_init(&b);
   st__client_args_pack(&b.pk, params);
   int rc = b.oom ? st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing the parameters")
-                 : st__client_method(c, method, &b, 0, out);
+                 : st__client_exchange(c, method, b.sb.data, b.sb.size, NULL, 0, reply, fds, nfds);
   st__client_cbuf_destroy(&b);
+  return rc;
+}
+
+/* Any method with named parameters; see client.h. Thread of the client. */
+ST_API int st_client_rpc(st_client_t *c, const char *method, const st_args_t *params,
+                         st_result_t **out) {
+  if (out) *out = NULL;
+  if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
+  st__message_t m;
+  int *fds;
+  size_t nfds;
+  int rc = st__client_rpc_exchange(c, method, params, &m, &fds, &nfds);
+  if (rc != ST_OK) return rc;
+  rc = st__client_result_decode(c, &m.result, 0, fds, nfds, out);
+  free(fds);
+  st__message_destroy(&m);
   return rc;
 }
 

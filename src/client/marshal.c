@@ -5,7 +5,8 @@
  *
  * Only codes that every Python 3 from 3.4 on reads are written: None
  * 'N', False 'F', True 'T', int32 'i', long 'l' (15-bit digits), binary
- * float 'g', bytes 's', str 'u' (UTF-8), tuple '(', list '[', dict '{'
+ * float 'g', bytes 's', str 'u' (UTF-8) or 'z' (ASCII under 256 bytes,
+ * which loads copies without decoding), tuple '(', list '[', dict '{'
  * ... '0', and references: a map key string is written once with the
  * reference flag (0x80 on its code) and again as 'r' and its index, so
  * that marshal.loads makes one str (hashed once) for a key that maps
@@ -15,6 +16,11 @@
  * way is refused (ST_ERR_NOT_FOUND): a string that is not strict UTF-8
  * (the package then converts it node by node, with replacement
  * characters), a tensor in a map key.
+ *
+ * st_client_rpc_marshal writes the same format straight from a plain
+ * reply's msgpack (no st_value_t tree, no result: the bytes live in a
+ * buffer the client keeps and reuses), and hands a reply it cannot write
+ * that way to the ordinary decoder.
  */
 #include <stdint.h>
 #include <string.h>
@@ -32,7 +38,8 @@ typedef struct key_ref {
 } key_ref_t;
 
 typedef struct writer {
-  st_result_t *r;
+  st_result_t *r;         /* the bytes live in r's blocks; NULL: c's buffer */
+  st_client_t *c;
   unsigned char *buf;
   size_t len, cap;
   int rc;
@@ -45,13 +52,23 @@ typedef struct writer {
 static int grow(writer_t *w, size_t n) {
   size_t cap = w->cap ? w->cap * 2 : 4096;
   while (cap - w->len < n) cap *= 2;
-  unsigned char *b = st__client_result_alloc(w->r, cap);
+  unsigned char *b;
+  if (w->r) {
+    b = st__client_result_alloc(w->r, cap);
+    if (b && w->len) memcpy(b, w->buf, w->len);
+    /* the old block stays with the result until it is freed */
+  } else {
+    b = realloc(w->c->marshal_buf, cap);
+    if (b) {
+      w->c->marshal_buf = b;
+      w->c->marshal_cap = cap;
+    }
+  }
   if (!b) {
     w->rc = ST_ERR_OUT_OF_MEMORY;
     return -1;
   }
-  if (w->len) memcpy(b, w->buf, w->len);
-  w->buf = b;   /* the old block stays with the result until it is freed */
+  w->buf = b;
   w->cap = cap;
   return 0;
 }
@@ -107,9 +124,12 @@ static void put_float(writer_t *w, double d) {
   put(w, b, 8);
 }
 
-/* Strict UTF-8: no overlong forms, no surrogates, nothing past U+10FFFF. */
+/* Strict UTF-8: no overlong forms, no surrogates, nothing past U+10FFFF.
+ * 0 when not; 2 when every byte is ASCII, else 1. */
 static int utf8_ok(const unsigned char *s, size_t n) {
   size_t i = 0;
+  while (i < n && s[i] < 0x80) i++;
+  if (i == n) return 2;
   while (i < n) {
     unsigned c = s[i];
     if (c < 0x80) {
@@ -150,12 +170,23 @@ static int64_t tensor_index(writer_t *w, const st_tensor_t *t, size_t *next) {
   return 0;
 }
 
-/* For map key string v: writes 'r' and its index when the same key was
- * written before, or v with the reference flag when there is room for
- * one more; 1 when done, 0 when the caller writes v as any string. */
-static int put_key_ref(writer_t *w, const st_value_t *v) {
-  const char *p = v->as.str.ptr;
-  size_t n = v->as.str.len;
+/* A str of n bytes at p, UTF-8 (ASCII when `ascii`), its code or'ed with
+ * `flag`. */
+static void put_str(writer_t *w, unsigned flag, int ascii, const char *p, size_t n) {
+  if (ascii && n < 256) {
+    unsigned char h[2] = {(unsigned char)('z' | flag), (unsigned char)n};
+    put(w, h, 2);
+  } else {
+    put_sized(w, (char)('u' | flag), (uint32_t)n);
+  }
+  put(w, p, n);
+}
+
+/* For map key string p (n bytes): writes 'r' and its index when the same
+ * key was written before, or the string with the reference flag when
+ * there is room for one more; 1 when done, 0 when the caller writes it as
+ * any string. */
+static int put_key_ref(writer_t *w, const char *p, size_t n) {
   if (!p || n > KEY_MAX_LEN) return 0;   /* NULL marks a free slot */
   uint32_t h = 2166136261u;   /* FNV-1a */
   for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 16777619u;
@@ -168,12 +199,29 @@ static int put_key_ref(writer_t *w, const st_value_t *v) {
       return 1;
     }
   }
-  if (w->nkeys == KEY_REFS || !utf8_ok((const unsigned char *)p, n)) return 0;
+  int utf8 = w->nkeys == KEY_REFS ? 0 : utf8_ok((const unsigned char *)p, n);
+  if (!utf8) return 0;
   key_ref_t *k = &w->keys[slot];
   *k = (key_ref_t){.ptr = p, .len = (uint32_t)n, .index = w->nkeys++};
-  put_sized(w, (char)('u' | 0x80), (uint32_t)n);
-  put(w, p, n);
+  put_str(w, 0x80, utf8 == 2, p, n);
   return 1;
+}
+
+/* A string (`text`: str, else bytes) of n bytes at p; a str that is not
+ * strict UTF-8 is refused. in_key: a map key or inside one. */
+static void put_string(writer_t *w, int text, const char *p, size_t n, int in_key) {
+  if (in_key && text && put_key_ref(w, p, n)) return;
+  int utf8 = text ? utf8_ok((const unsigned char *)p, n) : 0;
+  if (n > INT32_MAX || (text && !utf8)) {
+    w->rc = ST_ERR_NOT_FOUND;
+    return;
+  }
+  if (text) {
+    put_str(w, 0, utf8 == 2, p, n);
+    return;
+  }
+  put_sized(w, 's', (uint32_t)n);
+  put(w, p, n);
 }
 
 /* in_key: v is a map key or inside one. */
@@ -194,15 +242,7 @@ static void put_value(writer_t *w, const st_value_t *v, size_t *next, int in_key
     return;
   case ST_VALUE_STRING:
   case ST_VALUE_BINARY:
-    if (in_key && v->kind == ST_VALUE_STRING && put_key_ref(w, v)) return;
-    if (v->as.str.len > INT32_MAX ||
-        (v->kind == ST_VALUE_STRING &&
-         !utf8_ok((const unsigned char *)v->as.str.ptr, v->as.str.len))) {
-      w->rc = ST_ERR_NOT_FOUND;
-      return;
-    }
-    put_sized(w, v->kind == ST_VALUE_STRING ? 'u' : 's', (uint32_t)v->as.str.len);
-    put(w, v->as.str.ptr, v->as.str.len);
+    put_string(w, v->kind == ST_VALUE_STRING, v->as.str.ptr, v->as.str.len, in_key);
     return;
   case ST_VALUE_ARRAY:
     put_sized(w, '[', (uint32_t)v->as.array.len);
@@ -253,4 +293,109 @@ ST_API const void *st_result_marshal(st_result_t *r, size_t *len) {
   if (w.rc != ST_OK) return NULL;
   *len = w.len;
   return w.buf;
+}
+
+/* ------------------------------------------------ straight from a reply */
+
+/* A reply's buffer is kept for the next one up to this size. */
+enum { MARSHAL_KEEP = 256 * 1024 };
+
+/* Writes msgpack object o as st_result_marshal writes the value the
+ * decoder (result.c) makes of it: an unsigned integer past INT64_MAX is a
+ * float there too. Anything else -- an ext (tensor, module), nesting
+ * deeper than ST_MAX_DEPTH, a str that is not UTF-8 -- is refused
+ * (w->rc ST_ERR_NOT_FOUND), and the decoder reads the reply instead. */
+static void put_object(writer_t *w, const msgpack_object *o, int in_key, int depth) {
+  if (w->rc != ST_OK) return;
+  if (depth > ST_MAX_DEPTH) {
+    w->rc = ST_ERR_NOT_FOUND;
+    return;
+  }
+  switch (o->type) {
+  case MSGPACK_OBJECT_NIL:
+    put_code(w, 'N');
+    return;
+  case MSGPACK_OBJECT_BOOLEAN:
+    put_code(w, o->via.boolean ? 'T' : 'F');
+    return;
+  case MSGPACK_OBJECT_POSITIVE_INTEGER:
+    if (o->via.u64 > INT64_MAX) put_float(w, (double)o->via.u64);
+    else put_int(w, (int64_t)o->via.u64);
+    return;
+  case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+    put_int(w, o->via.i64);
+    return;
+  case MSGPACK_OBJECT_FLOAT32:
+  case MSGPACK_OBJECT_FLOAT64:
+    put_float(w, o->via.f64);
+    return;
+  case MSGPACK_OBJECT_STR:
+    put_string(w, 1, o->via.str.ptr, o->via.str.size, in_key);
+    return;
+  case MSGPACK_OBJECT_BIN:
+    put_string(w, 0, o->via.bin.ptr, o->via.bin.size, in_key);
+    return;
+  case MSGPACK_OBJECT_ARRAY:
+    put_sized(w, '[', o->via.array.size);
+    for (uint32_t i = 0; i < o->via.array.size; i++)
+      put_object(w, &o->via.array.ptr[i], in_key, depth + 1);
+    return;
+  case MSGPACK_OBJECT_MAP:
+    put_code(w, '{');
+    for (uint32_t i = 0; i < o->via.map.size; i++) {
+      put_object(w, &o->via.map.ptr[i].key, 1, depth + 1);
+      put_object(w, &o->via.map.ptr[i].val, in_key, depth + 1);
+    }
+    put_code(w, '0');
+    return;
+  default:
+    w->rc = ST_ERR_NOT_FOUND;
+    return;
+  }
+}
+
+/* Nonzero when a result names memory the decoder must take: an `arenas`
+ * array, a `pool_page` or `kept` (result.c, pool.c, arenarefs.c). */
+static int names_memory(const msgpack_object *result) {
+  if (result->type != MSGPACK_OBJECT_MAP) return 0;
+  for (uint32_t i = 0; i < result->via.map.size; i++) {
+    const msgpack_object_kv *kv = &result->via.map.ptr[i];
+    if ((st__str_eq(&kv->key, "arenas") && kv->val.type == MSGPACK_OBJECT_ARRAY) ||
+        st__str_eq(&kv->key, "pool_page") || st__str_eq(&kv->key, "kept"))
+      return 1;
+  }
+  return 0;
+}
+
+/* See client.h. Thread of the client. */
+ST_API int st_client_rpc_marshal(st_client_t *c, const char *method, const st_args_t *params,
+                                 const void **data, size_t *len, st_result_t **fallback) {
+  if (data) *data = NULL;
+  if (len) *len = 0;
+  if (fallback) *fallback = NULL;
+  if (!c || !data || !len || !fallback) return ST_ERR_INVALID_ARGUMENT;
+  if (c->marshal_cap > MARSHAL_KEEP) {   /* the last reply was a large one */
+    free(c->marshal_buf);
+    c->marshal_buf = NULL;
+    c->marshal_cap = 0;
+  }
+  st__message_t m;
+  int *fds;
+  size_t nfds;
+  int rc = st__client_rpc_exchange(c, method, params, &m, &fds, &nfds);
+  if (rc != ST_OK) return rc;
+  if (nfds == 0 && !names_memory(&m.result)) {
+    /* No arena, nothing kept: what the decoder would do beyond the value
+     * (st__client_arenarefs_answered) was done when the reply came. */
+    writer_t w = {.c = c, .buf = c->marshal_buf, .cap = c->marshal_cap, .rc = ST_OK};
+    put_object(&w, &m.result, 0, 0);
+    if (w.rc == ST_OK) {
+      *data = w.buf;
+      *len = w.len;
+    }
+  }
+  if (!*data) rc = st__client_result_decode(c, &m.result, 0, fds, nfds, fallback);
+  free(fds);
+  st__message_destroy(&m);
+  return rc;
 }

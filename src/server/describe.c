@@ -154,13 +154,65 @@ static void pack_objects(msgpack_packer *pk, const st__objects_t *r) {
   st__pack_kv_uint(pk, "bytes", bytes);
 }
 
+/* A device's free and total bytes, sampled (cuMemGetInfo, a driver
+ * round trip) at most every MEM_SAMPLE_S, and at once when this server's
+ * own charge on the device moved since the last sample: what the server
+ * allocates and frees shows in the next info; what other processes do
+ * shows within MEM_SAMPLE_S. Loop thread (info is packed there only). */
+#define MEM_SAMPLE_S 0.1
+typedef struct mem_sample {
+  double at;              /* st__now_mono of the sample; 0: none yet */
+  uint64_t charged;       /* the ledger's bytes on the device then */
+  uint64_t free_b, total_b;
+  int known;              /* free_b is the driver's */
+} mem_sample_t;
+
+/* What the fixed pairs are packed from. */
+typedef struct info_inputs {
+  const st__config_t *cfg;
+  const st__generation_t *gen;
+  uint64_t gen_number;
+  uint64_t reload_ends;   /* reloads + reload_failures: last_reload moved */
+  int last_reload_done;
+  int nlisteners, workers, ndevices, cuda_count;
+} info_inputs_t;
+
+/* info's state kept between two calls (srv->info_fixed). */
+struct st__info_fixed {
+  info_inputs_t in;       /* what sb was packed from */
+  msgpack_sbuffer sb;     /* the fixed pairs, packed */
+  int failed;             /* out of memory while packing: sb is not whole */
+  mem_sample_t mem[ST_LEDGER_SLOTS - 1];   /* by CUDA ordinal */
+};
+
+/* Device dev's sample: f's, taken again when stale; a new one in
+ * *scratch when there is no f (out of memory). */
+static const mem_sample_t *mem_sample(struct st__info_fixed *f, const st__device_t *dev,
+                                      mem_sample_t *scratch) {
+  int cached = f && dev->index >= 0 && dev->index < ST_LEDGER_SLOTS - 1;
+  mem_sample_t *m = cached ? &f->mem[dev->index] : scratch;
+  if (!cached) memset(m, 0, sizeof *m);
+  st__ledger_stats_t l;
+  st__ledger_stats(dev->index, &l);
+  double now = st__now_mono();
+  if (m->at > 0 && m->known && now - m->at < MEM_SAMPLE_S && l.used == m->charged) return m;
+  m->free_b = 0;
+  m->total_b = dev->memory_bytes;
+  m->known = st__cuda_ctx_ready(dev->index) &&
+             st__cuda_mem_info(dev->index, &m->free_b, &m->total_b, NULL, 0) == ST_OK;
+  m->at = now;
+  m->charged = l.used;
+  return m;
+}
+
 /* memory = {cpu = {budget, used_bytes, object_bytes, cached_bytes,
  * leased_bytes, task_bytes, objects, pool_bytes}, ...}: one entry per
  * device with a budget or objects. CUDA devices the server has add
- * free_bytes and total_bytes (cuMemGetInfo; free_bytes is nil until this
- * process holds the device's context, which it takes at start for the
- * sockets' devices and on a worker's first CUDA job otherwise) and
- * pool_bytes, the slab bytes of the result pools on that device. */
+ * free_bytes and total_bytes (cuMemGetInfo, sampled: mem_sample;
+ * free_bytes is nil until this process holds the device's context, which
+ * it takes at start for the sockets' devices and on a worker's first CUDA
+ * job otherwise) and pool_bytes, the slab bytes of the result pools on
+ * that device. */
 static void pack_memory(msgpack_packer *pk, st__server_t *srv) {
   const st__objects_t *r = &srv->objects;
   st__pack_cstr(pk, "memory");
@@ -175,13 +227,12 @@ static void pack_memory(msgpack_packer *pk, st__server_t *srv) {
     int cpu = strcmp(r->budgets[i].device, "cpu") == 0;
     msgpack_pack_map(pk, (dev ? 10 : 7) + cpu);
     if (dev) {
-      uint64_t free_b = 0, total_b = dev->memory_bytes;
-      int known = st__cuda_ctx_ready(dev->index) &&
-                  st__cuda_mem_info(dev->index, &free_b, &total_b, NULL, 0) == ST_OK;
+      mem_sample_t scratch;
+      const mem_sample_t *m = mem_sample(srv->info_fixed, dev, &scratch);
       st__pack_cstr(pk, "free_bytes");
-      if (known) msgpack_pack_uint64(pk, free_b);
+      if (m->known) msgpack_pack_uint64(pk, m->free_b);
       else msgpack_pack_nil(pk);
-      st__pack_kv_uint(pk, "total_bytes", total_b);
+      st__pack_kv_uint(pk, "total_bytes", m->total_b);
       st__pack_kv_uint(pk, "pool_bytes", st__mpool_device_bytes(dev->index));
     }
     st__pack_kv_uint(pk, "budget", s.budget);
@@ -218,22 +269,6 @@ static void pack_tasks(msgpack_packer *pk, st__server_t *srv) {
  * once into srv->info_fixed and copied into each reply as raw msgpack
  * (a map is its count followed by its pairs). They are packed again when
  * any input they come from differs from the last packing. */
-
-/* What the fixed pairs are packed from. */
-typedef struct info_inputs {
-  const st__config_t *cfg;
-  const st__generation_t *gen;
-  uint64_t gen_number;
-  uint64_t reload_ends;   /* reloads + reload_failures: last_reload moved */
-  int last_reload_done;
-  int nlisteners, workers, ndevices, cuda_count;
-} info_inputs_t;
-
-struct st__info_fixed {
-  info_inputs_t in;
-  msgpack_sbuffer sb;
-  int failed;             /* out of memory while packing: sb is not whole */
-};
 
 static void info_inputs(const st__server_t *srv, info_inputs_t *in) {
   memset(in, 0, sizeof *in);   /* padding too: the inputs compare as bytes */

@@ -427,6 +427,25 @@ TEST(cached_and_managed_objects) {
   rc_close(&b);
 }
 
+/* info samples the driver's free_bytes at most every 100 ms, but at once
+ * when the server's own charge on the device moved: an object made right
+ * after one info shows in the next. */
+TEST(info_free_bytes_follows_the_servers_allocations) {
+  OPEN_RC(c, S.socket);
+  int64_t before = rc_info_int(&c, "memory.cuda:0.free_bytes");
+  CHECK(before > 0);
+  msg_t m;
+  CHECK(rc_call(&c, "managed_gpu", "n", 32, &m) == 1 && !m.error);
+  rc_drop_fds(&c);
+  int64_t oid = obj_field(&m, "id");
+  msg_free(&m);
+  int64_t during = rc_info_int(&c, "memory.cuda:0.free_bytes");
+  CHECK(during > 0 && during <= before - 32 * MiB);
+  CHECK(rk_id(&c, "release", "object_id", (uint64_t)oid, &m) == 1 && !m.error);
+  msg_free(&m);
+  rc_close(&c);
+}
+
 /* More than the device has: OUT_OF_MEMORY with the requested and free
  * bytes, and the server keeps building on the device. */
 TEST(out_of_device_memory) {
@@ -572,6 +591,7 @@ int main(void) {
   RUN(ready_when_replied);
   baseline_free = gk_free();
   RUN(cached_and_managed_objects);
+  RUN(info_free_bytes_follows_the_servers_allocations);
   RUN(out_of_device_memory);
   RUN(device_memory_back_to_baseline);
   return stt_server_finish(&S);
