@@ -17,12 +17,7 @@ import st_fixture
 
 st_fixture.add_package_path()
 
-try:
-    import torch
-except ImportError:  # run_tests.py skips first
-    torch = None
-
-import sharedtensor as st  # noqa: E402
+import sharedtensor as st  # noqa: E402  (run_tests.py skips without torch)
 from sharedtensor import _lib  # noqa: E402
 
 ENDPOINTS = {
@@ -51,7 +46,6 @@ def lib_call(c, name):
     return out.value, summary.identity
 
 
-@unittest.skipIf(torch is None, "torch is needed")
 class ObjectRefsTest(st_fixture.ServerTestCase):
     ENDPOINTS = ENDPOINTS
 

@@ -58,16 +58,7 @@ static int flag(const msgpack_object *o) {
 static int call(rc_t *c, const char *ep, const char *extra, got_t *g) {
   memset(g, 0, sizeof *g);
   msg_t m;
-  int before = c->nfds;
-  if (rc_rpcf(c, &m, "[0, %u, 'call', [{endpoint: '%s'%s}]]", next_id++, ep,
-              extra ? extra : "") != 1)
-    return -1;
-  if (m.error) {
-    fprintf(stderr, "   call %s: %s: %s\n", ep, msg_errname(&m), msg_errmsg(&m));
-    msg_free(&m);
-    return -1;
-  }
-  g->fds = c->nfds - before;
+  if (rc_call_extra(c, next_id++, ep, extra, &m, &g->fds) != 0) return -1;
   g->nkeys = (int)m.result->via.map.size;
   g->value = obj_get(m.result, "value") != NULL;
   g->arenas = obj_get(m.result, "arenas") != NULL;
