@@ -39,7 +39,7 @@ static st_client_t *clients;   /* connections with the feature on */
 static int mapping_unused(void *m) { return st__client_mapping_only_pinned_locked(m); }
 static void *mapping_detach(void *m) { return m; }
 static void mapping_unpin(void *m) { st__client_mapping_unpin(m); }
-static const st__held_ops_t ops = {mapping_unused, mapping_detach, mapping_unpin};
+static const st__held_ops_t ops = {st__client_lock, st__client_unlock, mapping_unused, mapping_detach, mapping_unpin};
 
 /* See client_internal.h. Thread of the client. */
 void st__client_arenarefs_reset(st_client_t *c, int on) {
@@ -126,7 +126,7 @@ size_t st__client_arenarefs_idle_locked(st__mapping_t *m) {
 int st__client_arenarefs_params(st_client_t *c, const void *params, size_t len,
                                 st__cbuf_t *out) {
   if (!c->arena_refs) return 0;
-  return st__held_params(c, &c->arenas_held, "unmapped", params, len, out);
+  return st__held_params(c, &c->arenas_held, &ops, "unmapped", params, len, out);
 }
 
 /* See client_internal.h. Thread of the client. */

@@ -92,8 +92,11 @@ typedef struct st__heldtab {
   size_t idle;                 /* entries in ST__HELD_IDLE                  */
 } st__heldtab_t;
 
-/* What a table does with its pins. */
+/* What a table does with its pins, and its lock (the library's
+ * process-wide lock, st__client_lock: held.c sits below map.c). */
 typedef struct st__held_ops {
+  void (*lock)(void);
+  void (*unlock)(void);
   /* Under the lock: nothing but the table uses pin, which is idle. */
   int (*unused)(void *pin);
   /* Under the lock: the table lets pin go; returns what to release once
@@ -501,8 +504,8 @@ int st__held_idle(const st_client_t *c, st__heldtab_t *t, st__held_t *e);
  * st__client_argcache_params), which are TOLD from now on; the request
  * being packed opens c's window (in_request). Returns 1 when out was
  * packed. Takes the lock. Thread of the client. */
-int st__held_params(st_client_t *c, st__heldtab_t *t, const char *key, const void *params,
-                    size_t len, st__cbuf_t *out);
+int st__held_params(st_client_t *c, st__heldtab_t *t, const st__held_ops_t *ops,
+                    const char *key, const void *params, size_t len, st__cbuf_t *out);
 /* The reply to the request that told t's TOLD entries came: they go (their
  * pins detached and released). Unless the reply names things by id
  * (`names_by_id`), the request is over: idle pins that nothing else uses
@@ -621,7 +624,7 @@ void st__client_pool_poll(st_client_t *c);
 
 /* argcache.c: tensor arguments the server keeps (see the top of that
  * file). */
-/* params (len bytes of one msgpack map; NULL: an empty map) packed into
+/* held.c: params (len bytes of one msgpack map; NULL: an empty map) packed into
  * out (initialized, empty) with `key: [ids]` first. 0, or -1 when params
  * is not a map (out untouched). Any thread. */
 int st__client_params_with_ids(const void *params, size_t len, const char *key,

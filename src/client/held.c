@@ -14,7 +14,8 @@
  * tables.
  *
  * Threads: the tables are guarded by the library's process-wide lock
- * (map.c); pins are released outside it.
+ * (map.c, passed in the ops: this file uses nothing above it); pins are
+ * released outside it.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -64,14 +65,14 @@ int st__held_idle(const st_client_t *c, st__heldtab_t *t, st__held_t *e) {
 }
 
 /* See client_internal.h. Thread of the client. */
-int st__held_params(st_client_t *c, st__heldtab_t *t, const char *key, const void *params,
-                    size_t len, st__cbuf_t *out) {
-  st__client_lock();
+int st__held_params(st_client_t *c, st__heldtab_t *t, const st__held_ops_t *ops,
+                    const char *key, const void *params, size_t len, st__cbuf_t *out) {
+  ops->lock();
   c->in_request = 1;   /* until its reply's names by id are resolved */
   size_t n = t->idle;
   uint64_t *ids = n ? malloc(n * sizeof *ids) : NULL;
   if (!ids) {
-    st__client_unlock();
+    ops->unlock();
     return 0;   /* none, or out of memory: the next request tries again */
   }
   size_t got = 0;
@@ -83,9 +84,44 @@ int st__held_params(st_client_t *c, st__heldtab_t *t, const char *key, const voi
       if (t->e[i].state == ST__HELD_IDLE) t->e[i].state = ST__HELD_TOLD;
     t->idle = 0;
   }
-  st__client_unlock();
+  ops->unlock();
   free(ids);
   return rc == 0;
+}
+
+/* Size of the msgpack map header at p (len bytes) in *hdr and its count
+ * in *count; 0, or -1 when p is not a map. */
+static int map_header(const unsigned char *p, size_t len, size_t *hdr, uint32_t *count) {
+  if (len >= 1 && p[0] >= 0x80 && p[0] <= 0x8f) {
+    *hdr = 1;
+    *count = p[0] & 0x0f;
+  } else if (len >= 3 && p[0] == 0xde) {
+    *hdr = 3;
+    *count = (uint32_t)p[1] << 8 | p[2];
+  } else if (len >= 5 && p[0] == 0xdf) {
+    *hdr = 5;
+    *count = (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 8 | p[4];
+  } else {
+    return -1;
+  }
+  return 0;
+}
+
+/* See client_internal.h. Any thread. */
+int st__client_params_with_ids(const void *params, size_t len, const char *key,
+                               const uint64_t *ids, size_t nids, st__cbuf_t *out) {
+  static const unsigned char empty_map = 0x80;
+  const unsigned char *p = params ? params : &empty_map;
+  if (!params) len = 1;
+  size_t hdr;
+  uint32_t count;
+  if (map_header(p, len, &hdr, &count) != 0 || count == UINT32_MAX) return -1;
+  msgpack_pack_map(&out->pk, count + 1);
+  st__pack_cstr(&out->pk, key);
+  msgpack_pack_array(&out->pk, nids);
+  for (size_t i = 0; i < nids; i++) msgpack_pack_uint64(&out->pk, ids[i]);
+  st__client_cbuf_raw(&out->pk, p + hdr, len - hdr);
+  return 0;
 }
 
 /* Moves the pins of t's idle entries that nothing else uses into drop (at
@@ -115,7 +151,7 @@ void st__held_answered(st_client_t *c, st__heldtab_t *t, const st__held_ops_t *o
   size_t ndrop;
   do {
     ndrop = 0;
-    st__client_lock();
+    ops->lock();
     size_t keep = 0, i = 0;
     for (; i < t->n && ndrop < DROP_BATCH; i++) {
       st__held_t *e = &t->e[i];
@@ -133,7 +169,7 @@ void st__held_answered(st_client_t *c, st__heldtab_t *t, const st__held_ops_t *o
       c->in_request = 0;
       ndrop += let_go_idle(t, ops, drop + ndrop, DROP_BATCH - ndrop);
     }
-    st__client_unlock();
+    ops->unlock();
     release_all(ops, drop, ndrop);
   } while (ndrop == DROP_BATCH);
 }
@@ -143,23 +179,23 @@ void st__held_resolved(st_client_t *c, st__heldtab_t *t, const st__held_ops_t *o
   void *drop[DROP_BATCH];
   size_t ndrop;
   do {
-    st__client_lock();
+    ops->lock();
     c->in_request = 0;
     ndrop = let_go_idle(t, ops, drop, DROP_BATCH);
-    st__client_unlock();
+    ops->unlock();
     release_all(ops, drop, ndrop);
   } while (ndrop == DROP_BATCH);
 }
 
 /* See client_internal.h. Thread of the client. */
 void st__held_reset(st__heldtab_t *t, const st__held_ops_t *ops) {
-  st__client_lock();
+  ops->lock();
   st__held_t *old = t->e;
   size_t n = t->n;
   for (size_t i = 0; i < n; i++)
     old[i].pin = old[i].pin ? ops->detach(old[i].pin) : NULL;
   memset(t, 0, sizeof *t);
-  st__client_unlock();
+  ops->unlock();
   for (size_t i = 0; i < n; i++)
     if (old[i].pin) ops->release(old[i].pin);
   free(old);

@@ -42,7 +42,7 @@ static void *detach(void *p) {
   return r->extra_refs < 0 ? r : NULL;
 }
 static void destroy(void *r) { st__client_result_destroy(r); }
-static const st__held_ops_t ops = {parked, detach, destroy};
+static const st__held_ops_t ops = {st__client_lock, st__client_unlock, parked, detach, destroy};
 
 /* See client_internal.h. Any thread. */
 size_t st__client_objrefs_max(void) {
@@ -185,7 +185,7 @@ int st__client_objrefs_unref(st_result_t *r) {
 int st__client_objrefs_params(st_client_t *c, const void *params, size_t len,
                               st__cbuf_t *out) {
   if (!c->object_refs) return 0;
-  return st__held_params(c, &c->objects_held, "objects_freed", params, len, out);
+  return st__held_params(c, &c->objects_held, &ops, "objects_freed", params, len, out);
 }
 
 /* See client_internal.h. Thread of the client. */
