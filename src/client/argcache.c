@@ -151,41 +151,6 @@ void st__client_argcache_unhold(st_client_t *c, st__mapping_t *const *arenas, si
   st__client_unlock();
 }
 
-/* Size of the msgpack map header at p (len bytes) in *hdr and its count
- * in *count; 0, or -1 when p is not a map. */
-static int map_header(const unsigned char *p, size_t len, size_t *hdr, uint32_t *count) {
-  if (len >= 1 && p[0] >= 0x80 && p[0] <= 0x8f) {
-    *hdr = 1;
-    *count = p[0] & 0x0f;
-  } else if (len >= 3 && p[0] == 0xde) {
-    *hdr = 3;
-    *count = (uint32_t)p[1] << 8 | p[2];
-  } else if (len >= 5 && p[0] == 0xdf) {
-    *hdr = 5;
-    *count = (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 8 | p[4];
-  } else {
-    return -1;
-  }
-  return 0;
-}
-
-/* See client_internal.h. Any thread. */
-int st__client_params_with_ids(const void *params, size_t len, const char *key,
-                               const uint64_t *ids, size_t nids, st__cbuf_t *out) {
-  static const unsigned char empty_map = 0x80;
-  const unsigned char *p = params ? params : &empty_map;
-  if (!params) len = 1;
-  size_t hdr;
-  uint32_t count;
-  if (map_header(p, len, &hdr, &count) != 0 || count == UINT32_MAX) return -1;
-  msgpack_pack_map(&out->pk, count + 1);
-  st__pack_cstr(&out->pk, key);
-  msgpack_pack_array(&out->pk, nids);
-  for (size_t i = 0; i < nids; i++) msgpack_pack_uint64(&out->pk, ids[i]);
-  st__client_cbuf_raw(&out->pk, p + hdr, len - hdr);
-  return 0;
-}
-
 /* See client_internal.h. Thread of the client. */
 int st__client_argcache_params(st_client_t *c, const void *params, size_t len, st__cbuf_t *out) {
   if (!c->arg_cache) return 0;

@@ -5,7 +5,7 @@
  * struct instead of one accessor per field. */
 #include <string.h>
 
-#include "st/client.h"
+#include "client/result.h"
 
 /* FNV-1a over `len` bytes, continuing from h. */
 static uint64_t mix(uint64_t h, const void *p, size_t len) {
@@ -13,6 +13,20 @@ static uint64_t mix(uint64_t h, const void *p, size_t len) {
   for (size_t i = 0; i < len; i++) {
     h ^= b[i];
     h *= 1099511628211ull;
+  }
+  return h;
+}
+
+/* The identity of r's tensors (client.h, st_result_summary_t). */
+static uint64_t identity_of(const st_result_t *r, size_t ntensors) {
+  uint64_t h = 14695981039346656037ull;
+  for (size_t i = 0; i < ntensors; i++) {
+    const st_tensor_t *t = st_result_tensor(r, i);
+    int head[4] = {(int)t->dtype, t->ndim, (int)t->device, t->device_index};
+    h = mix(h, &t->data, sizeof t->data);
+    h = mix(h, head, sizeof head);
+    h = mix(h, t->shape, sizeof *t->shape * (size_t)t->ndim);
+    h = mix(h, t->strides, sizeof *t->strides * (size_t)t->ndim);
   }
   return h;
 }
@@ -25,16 +39,17 @@ ST_API int st_result_summary(const st_result_t *r, st_result_summary_t *out) {
   out->kind = out->value ? (int)out->value->kind : ST_VALUE_NIL;
   out->ntensors = st_result_tensor_count(r);
   out->has_object = st_result_object(r, &out->object) == ST_OK;
-  uint64_t h = 14695981039346656037ull;
-  for (size_t i = 0; i < out->ntensors; i++) {
-    const st_tensor_t *t = st_result_tensor(r, i);
-    int head[4] = {(int)t->dtype, t->ndim, (int)t->device, t->device_index};
-    h = mix(h, &t->data, sizeof t->data);
-    h = mix(h, head, sizeof head);
-    h = mix(h, t->shape, sizeof *t->shape * (size_t)t->ndim);
-    h = mix(h, t->strides, sizeof *t->strides * (size_t)t->ndim);
+  /* A result never changes once decoded, and one its connection keeps
+   * comes back for every call of its object (objrefs.c): the identity is
+   * computed once. Racing threads compute the same value. */
+  st_result_t *m = (st_result_t *)r;
+  if (__atomic_load_n(&m->identity_known, __ATOMIC_ACQUIRE)) {
+    out->identity = __atomic_load_n(&m->identity, __ATOMIC_RELAXED);
+    return ST_OK;
   }
-  out->identity = h;
+  out->identity = identity_of(r, out->ntensors);
+  __atomic_store_n(&m->identity, out->identity, __ATOMIC_RELAXED);
+  __atomic_store_n(&m->identity_known, 1, __ATOMIC_RELEASE);
   return ST_OK;
 }
 

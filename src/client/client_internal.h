@@ -24,6 +24,10 @@
  *   marshal.c a result's value in CPython's marshal format
  *   pool.c    result pools: the connection's slabs and control page,
  *             regions of a reply, frees written into the page
+ *   held.c    what a server sends in full once per connection and names
+ *             by id after: the table both of these use
+ *   arenarefs.c  arenas of objects sent once per connection
+ *   objrefs.c whole results of objects sent once per connection
  *
  * Nothing here is exported: the shared library is built with
  * -fvisibility=hidden and only ST_API functions are visible.
@@ -59,6 +63,48 @@ typedef struct st__cbuf {
                                   arguments; borrowed), or NULL           */
   size_t nfds;
 } st__cbuf_t;
+
+/* ---------------------------------------------------------------- held
+ *
+ * held.c: what a server sends in full once per connection and names by
+ * id alone afterwards, until the client says in a request that it let it
+ * go (docs/protocol.md, "Arenas sent once" and "Objects sent once"): one
+ * table per connection and kind, guarded by the library's process-wide
+ * lock (st__client_lock). An entry pins what it names while the client
+ * may be named it: a mapping (arenarefs.c) or a result (objrefs.c). */
+enum {
+  ST__HELD_KEPT,               /* pinned, used                              */
+  ST__HELD_IDLE,               /* used no more: waits to be told            */
+  ST__HELD_TOLD                /* told in the request in flight             */
+};
+
+typedef struct st__held {
+  uint64_t id;
+  void *pin;                   /* NULL once let go (IDLE, TOLD)             */
+  int state;
+  st__arena_desc_t d;          /* arenarefs.c: the arena as received (its fd
+                                  is meaningless); unused by objrefs.c     */
+} st__held_t;
+
+typedef struct st__heldtab {
+  st__held_t *e;               /* oldest first                              */
+  size_t n, cap;
+  size_t idle;                 /* entries in ST__HELD_IDLE                  */
+} st__heldtab_t;
+
+/* What a table does with its pins, and its lock (the library's
+ * process-wide lock, st__client_lock: held.c sits below map.c). */
+typedef struct st__held_ops {
+  void (*lock)(void);
+  void (*unlock)(void);
+  /* Under the lock: nothing but the table uses pin, which is idle. */
+  int (*unused)(void *pin);
+  /* Under the lock: the table lets pin go; returns what to release once
+   * the lock is let go, or NULL. */
+  void *(*detach)(void *pin);
+  /* Without the lock: releases what detach returned. */
+  void (*release)(void *pin);
+} st__held_ops_t;
 
 void st__client_cbuf_init(st__cbuf_t *b);
 void st__client_cbuf_destroy(st__cbuf_t *b);
@@ -115,10 +161,14 @@ struct st_client {
   /* Arenas the server sends once on this connection (arenarefs.c):
    * guarded by the same lock, since frees come from any thread. */
   int arena_refs;              /* we asked and the server's hello listed it */
-  struct st__kept *kept;       /* arenas received with `kept`, pinned       */
-  size_t nkept, kept_cap;
-  size_t kept_idle;            /* entries waiting for params.unmapped       */
-  int in_request;              /* a reply may still name arenas by id       */
+  st__heldtab_t arenas_held;   /* arenas received with `kept`, pinned       */
+  /* Whole results of objects the server sends once on this connection
+   * (objrefs.c): guarded by the same lock. */
+  int object_refs;             /* we asked in hello                         */
+  size_t objects_max;          /* results kept at most (objrefs.c)          */
+  st__heldtab_t objects_held;  /* results received with `object_kept`      */
+  int in_request;              /* a reply may still name arenas or objects
+                                  by id (held.c)                            */
   /* Result pool (pool.c): slabs held for the connection's life and its
    * control page; thread of the client. */
   struct st__client_pool *pool; /* we asked and the server listed "pool"  */
@@ -446,6 +496,37 @@ size_t st__client_args_arenas(const st_args_t *a, st__mapping_t *const **out);
  * the caller's reference on m. -1 when out of memory. */
 long st__client_args_arena_index(st_args_t *a, st__mapping_t *m);
 
+/* held.c (see "held" above). Every function but params, answered,
+ * resolved and reset runs under the lock. */
+/* Entry of id in t, or NULL. */
+st__held_t *st__held_find(st__heldtab_t *t, uint64_t id);
+/* Entry of id (appended when new) now pinning pin, KEPT; *old receives
+ * the pin it had (NULL if none). NULL when out of memory (t unchanged). */
+st__held_t *st__held_keep(st__heldtab_t *t, uint64_t id, void *pin, void **old);
+/* Entry e of t is used no more: it waits for the next request to tell the
+ * server. With no request of c in flight its pin is let go at once (no
+ * reply can name it before the server is told): returns 1, the caller
+ * releases it; else 0, the pin stays until the request is over. */
+int st__held_idle(const st_client_t *c, st__heldtab_t *t, st__held_t *e);
+/* The ids of t's idle entries as `key: [ids]` in params (as
+ * st__client_argcache_params), which are TOLD from now on; the request
+ * being packed opens c's window (in_request). Returns 1 when out was
+ * packed. Takes the lock. Thread of the client. */
+int st__held_params(st_client_t *c, st__heldtab_t *t, const st__held_ops_t *ops,
+                    const char *key, const void *params, size_t len, st__cbuf_t *out);
+/* The reply to the request that told t's TOLD entries came: they go (their
+ * pins detached and released). Unless the reply names things by id
+ * (`names_by_id`), the request is over: idle pins that nothing else uses
+ * go too. Takes the lock. Thread of the client. */
+void st__held_answered(st_client_t *c, st__heldtab_t *t, const st__held_ops_t *ops,
+                       int names_by_id);
+/* The reply's names by id are resolved: the request is over, idle pins
+ * that nothing else uses go. Takes the lock. Thread of the client. */
+void st__held_resolved(st_client_t *c, st__heldtab_t *t, const st__held_ops_t *ops);
+/* Empties t, detaching and releasing every pin. Takes the lock. Thread of
+ * the client. */
+void st__held_reset(st__heldtab_t *t, const st__held_ops_t *ops);
+
 /* arenarefs.c: arenas of objects the server sends once per connection
  * (see the top of that file). */
 /* Starts c's table afresh (a hello, a reconnect, the close): every pin is
@@ -478,6 +559,36 @@ void st__client_arenarefs_answered(st_client_t *c, int names_refs);
 /* The reply's arenas are resolved (result.c): the request is over, idle
  * pins go. Thread of the client. */
 void st__client_arenarefs_resolved(st_client_t *c);
+
+/* objrefs.c: whole results of objects the server sends once per
+ * connection (see the top of that file). */
+/* $ST_CLIENT_KEEP_OBJECTS: results kept per connection (default 1024; 0:
+ * hello does not ask for "object_refs"). Any thread. */
+size_t st__client_objrefs_max(void);
+/* Starts c's table afresh (a hello, a reconnect, the close): every kept
+ * result is let go (one its user holds stays valid); `on`: our hello asked
+ * for "object_refs". Thread of the client. */
+void st__client_objrefs_reset(st_client_t *c, int on);
+/* r was decoded from a reply that says `object_kept`: c keeps it, so that
+ * a later `same` reply returns it; r's references are counted under the
+ * lock from now on. Before r is returned to its user. Thread of the
+ * client. */
+void st__client_objrefs_keep(st_client_t *c, st_result_t *r);
+/* A `same` reply (result: {object, same}): ST_OK with *out one more
+ * reference to the result c keeps of that object, or a recorded PROTOCOL
+ * failure when c keeps none (never sent with `object_kept`, or let go) or
+ * the reply's object map differs from it. Thread of the client. */
+int st__client_objrefs_same(st_client_t *c, const msgpack_object *result, st_result_t **out);
+/* st_result_ref and st_result_free of a kept result (r->kept): under the
+ * lock. unref returns 1 when the caller frees r now, 0 when r lives on
+ * (other references, or parked in its connection's table). Any thread. */
+void st__client_objrefs_ref(st_result_t *r);
+int st__client_objrefs_unref(st_result_t *r);
+/* As st__client_arenarefs_params, for `objects_freed: [ids]`. */
+int st__client_objrefs_params(st_client_t *c, const void *params, size_t len, st__cbuf_t *out);
+/* As st__client_arenarefs_answered and _resolved, for kept results. */
+void st__client_objrefs_answered(st_client_t *c, int names_by_id);
+void st__client_objrefs_resolved(st_client_t *c);
 
 /* pool.c: result pools (docs/pool.md). */
 /* Starts c's pool afresh (hello, reconnect, close): the connection lets
@@ -521,7 +632,7 @@ void st__client_pool_poll(st_client_t *c);
 
 /* argcache.c: tensor arguments the server keeps (see the top of that
  * file). */
-/* params (len bytes of one msgpack map; NULL: an empty map) packed into
+/* held.c: params (len bytes of one msgpack map; NULL: an empty map) packed into
  * out (initialized, empty) with `key: [ids]` first. 0, or -1 when params
  * is not a map (out untouched). Any thread. */
 int st__client_params_with_ids(const void *params, size_t len, const char *key,

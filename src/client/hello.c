@@ -28,14 +28,6 @@ static int64_t int_of(const msgpack_object *o, int64_t dflt) {
   return dflt;
 }
 
-/* Whether the hello reply's `features` (may be NULL) lists `name`. */
-static int has_feature(const msgpack_object *features, const char *name) {
-  if (!features || features->type != MSGPACK_OBJECT_ARRAY) return 0;
-  for (uint32_t i = 0; i < features->via.array.size; i++)
-    if (st__str_eq(&features->via.array.ptr[i], name)) return 1;
-  return 0;
-}
-
 /* Exchanges hello by `deadline` and keeps the server's identity. */
 static int hello(st_client_t *c, int64_t deadline, int features) {
   st_args_t *a = st_args_new();
@@ -45,11 +37,15 @@ static int hello(st_client_t *c, int64_t deadline, int features) {
   int rc = st_args_int(a, "protocol", ST_PROTOCOL_VERSION);
   if (rc == ST_OK) rc = st_args_string(a, "client", CLIENT_NAME);
   /* What this client does beyond protocol 1's first form: arenas of
-   * objects named by id after the first reply (arenarefs.c), results as
-   * regions of per-connection pools unless ST_CLIENT_POOL=0 (pool.c). */
+   * objects named by id after the first reply (arenarefs.c), results of
+   * cached objects named by id after the first reply unless
+   * ST_CLIENT_KEEP_OBJECTS=0 (objrefs.c), results as regions of
+   * per-connection pools unless ST_CLIENT_POOL=0 (pool.c). */
+  size_t keep_objects = features ? st__client_objrefs_max() : 0;
   if (rc == ST_OK && features) {
     rc = st_args_begin_list(a, "features");
     if (rc == ST_OK) rc = st_args_string(a, NULL, "arena_refs");
+    if (rc == ST_OK && keep_objects) rc = st_args_string(a, NULL, "object_refs");
     if (rc == ST_OK && !st__client_pool_disabled()) rc = st_args_string(a, NULL, "pool");
     if (rc == ST_OK) rc = st_args_end(a);
   }
@@ -93,9 +89,14 @@ static int hello(st_client_t *c, int64_t deadline, int features) {
       c->server_pid = (int)int_of(st__map_get(r, "pid"), 0);
       c->device = (int)int_of(st__map_get(r, "device"), 0);
       const msgpack_object *f = st__map_get(r, "features");
-      st__client_argcache_reset(c, has_feature(f, "arg_cache"));
-      st__client_arenarefs_reset(c, features && has_feature(f, "arena_refs"));
-      st__client_pool_reset(c, features && !st__client_pool_disabled() && has_feature(f, "pool"));
+      st__client_argcache_reset(c, st__features_has(f, "arg_cache"));
+      st__client_arenarefs_reset(c, features && st__features_has(f, "arena_refs"));
+      /* The server marks what it counts as kept (`object_kept`): a server
+       * that does not know the feature never does. */
+      st__client_objrefs_reset(c, keep_objects > 0);
+      c->objects_max = keep_objects;
+      st__client_pool_reset(c, features && !st__client_pool_disabled() &&
+                                   st__features_has(f, "pool"));
     }
   }
   st__message_destroy(&m);
@@ -213,6 +214,7 @@ int st__client_reconnect(st_client_t *c, int timeout_ms) {
   st__client_conn_shutdown(c, "reconnecting");
   st__client_argcache_reset(c, 0);   /* a new connection holds nothing */
   st__client_arenarefs_reset(c, 0);
+  st__client_objrefs_reset(c, 0);
   st__client_pool_reset(c, 0);
   if (c->reader_ready) st__reader_destroy(&c->reader);
   c->reader_ready = 0;
@@ -236,6 +238,7 @@ ST_API void st_client_close(st_client_t *c) {
   st__client_conn_shutdown(c, "closed");
   st__client_argcache_reset(c, 0);
   st__client_arenarefs_reset(c, 0);
+  st__client_objrefs_reset(c, 0);
   st__client_pool_reset(c, 0);
   free(c->fifo);
   free(c->marshal_buf);

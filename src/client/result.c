@@ -401,10 +401,30 @@ static int map_arenas(decoder_t *d, const msgpack_object *list, const msgpack_ob
   return rc;
 }
 
+/* The reply's names by id (arenas, its object) are resolved: the request
+ * is over (held.c). */
+static void resolved(st_client_t *c) {
+  st__client_arenarefs_resolved(c);
+  st__client_objrefs_resolved(c);
+}
+
+/* A reply {object, same: true}: the result this connection keeps of that
+ * object, once more (objrefs.c). */
+static int decode_same(st_client_t *c, const msgpack_object *result, int *fds, size_t nfds,
+                       st_result_t **out) {
+  for (size_t i = 0; i < nfds; i++)
+    if (fds[i] >= 0) close(fds[i]);
+  int rc = st__client_objrefs_same(c, result, out);
+  resolved(c);
+  return rc;
+}
+
 /* See client_internal.h. Thread of the client. */
 int st__client_result_decode(st_client_t *c, const msgpack_object *result, int unwrap,
                              int *fds, size_t nfds, st_result_t **out) {
   *out = NULL;
+  if (unwrap && c->object_refs && st__map_get(result, "same"))
+    return decode_same(c, result, fds, nfds, out);
   decoder_t d;
   memset(&d, 0, sizeof d);
   d.c = c;
@@ -427,7 +447,7 @@ int st__client_result_decode(st_client_t *c, const msgpack_object *result, int u
   else
     for (size_t i = 0; i < nfds; i++)
       if (fds[i] >= 0) close(fds[i]);
-  st__client_arenarefs_resolved(d.c);   /* every {ref} holds its mapping now */
+  resolved(c);   /* every {ref} holds its mapping now */
   if (rc != ST_OK) goto done;
   d.arenas = descs;
   d.narenas = n;
@@ -450,6 +470,9 @@ int st__client_result_decode(st_client_t *c, const msgpack_object *result, int u
   if (rc == ST_OK && object && object->type != MSGPACK_OBJECT_NIL) {
     r->server_id = copy_bytes(r, c->server_id, strlen(c->server_id));
     rc = r->server_id ? decode_object(&d, object) : oom(&d);
+    const msgpack_object *kept = st__map_get(result, "object_kept");
+    if (rc == ST_OK && kept && kept->type == MSGPACK_OBJECT_BOOLEAN && kept->via.boolean)
+      st__client_objrefs_keep(c, r);
   }
 
 done:
@@ -465,7 +488,9 @@ done:
 
 /* Takes one more reference on r; see client.h. Any thread. */
 ST_API void st_result_ref(st_result_t *r) {
-  if (r) __atomic_add_fetch(&r->extra_refs, 1, __ATOMIC_RELAXED);
+  if (!r) return;
+  if (r->kept) st__client_objrefs_ref(r);
+  else __atomic_add_fetch(&r->extra_refs, 1, __ATOMIC_RELAXED);
 }
 
 /* See result.h. Any thread holding a reference. */
@@ -477,6 +502,11 @@ void st__client_result_after_device(st_result_t *r) {
  * open-cache references; see client.h. Any thread. */
 ST_API void st_result_free(st_result_t *r) {
   if (!r) return;
+  if (r->kept) {
+    /* Counted under the lock: the connection may hold it on. */
+    if (st__client_objrefs_unref(r)) st__client_result_destroy(r);
+    return;
+  }
   /* extra_refs counts references beyond the first: a positive count is
    * decremented and the result lives on. Acquire/release orders every
    * earlier use of r before the free. */
@@ -486,6 +516,11 @@ ST_API void st_result_free(st_result_t *r) {
                                     __ATOMIC_ACQUIRE))
       return;
   }
+  st__client_result_destroy(r);
+}
+
+/* See result.h. Any thread. */
+void st__client_result_destroy(st_result_t *r) {
   int after_device = __atomic_load_n(&r->after_device, __ATOMIC_ACQUIRE);
   for (size_t i = 0; i < r->nmaps; i++) {
     if (after_device) st__client_mapping_release_after_device(r->maps[i]);

@@ -30,7 +30,21 @@ struct st_result {
   int after_device;              /* a DLPack consumer let a tensor go: the
                                     CUDA regions' frees wait for the device
                                     (atomic; st__client_result_after_device) */
+  /* objrefs.c: a result its connection keeps, which a `same` reply
+   * returns again. Set before the result is returned, never cleared: its
+   * extra_refs are counted under the library's lock, -1 while only the
+   * connection's table holds it (parked). */
+  int kept;
+  st_client_t *keeper;           /* the connection whose table holds it;
+                                    NULL once let go (under the lock)      */
+  /* binding.c: st_result_summary's identity, computed once (atomic). */
+  uint64_t identity;
+  int identity_known;
 };
+
+/* Frees r and everything it holds, whatever its references (the last
+ * st_result_free, or objrefs.c letting a parked result go). Any thread. */
+void st__client_result_destroy(st_result_t *r);
 
 /* A DLPack consumer released its tensor of r (dlpack.c): device work on
  * it may still be queued, so whichever reference of r goes last, its CUDA

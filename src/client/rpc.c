@@ -83,9 +83,12 @@ static size_t arena_count(const st_client_t *c, const msgpack_object *result) {
   return n;
 }
 
-/* Whether a reply's result names arenas by id ({ref}: arenarefs.c). */
-static int names_refs(const st_client_t *c, const st__message_t *reply) {
-  if (!c->arena_refs || reply->error.type != MSGPACK_OBJECT_NIL) return 0;
+/* Whether a reply's result names arenas ({ref}: arenarefs.c) or its
+ * object (`same`: objrefs.c) by id. */
+static int names_by_id(const st_client_t *c, const st__message_t *reply) {
+  if (reply->error.type != MSGPACK_OBJECT_NIL) return 0;
+  if (c->object_refs && st__map_get(&reply->result, "same")) return 1;
+  if (!c->arena_refs) return 0;
   const msgpack_object *a = st__map_get(&reply->result, "arenas");
   if (!a || a->type != MSGPACK_OBJECT_ARRAY) return 0;
   for (uint32_t i = 0; i < a->via.array.size; i++)
@@ -162,13 +165,15 @@ int st__client_exchange_until(st_client_t *c, const char *method, const void *pa
    * allocates for this request (pool.c). */
   st__client_pool_poll(c);
 
-  st__cbuf_t b, withforget, withunmapped;
+  st__cbuf_t b, withforget, withunmapped, withfreed;
   st__client_cbuf_init(&b);
   st__client_cbuf_init(&withforget);
   st__client_cbuf_init(&withunmapped);
+  st__client_cbuf_init(&withfreed);
   /* Tensor arguments freed since the last request ride along (argcache.c),
-   * and so do the kept arenas let go (arenarefs.c); never on hello, which
-   * starts a connection with nothing held. */
+   * and so do the kept arenas let go (arenarefs.c) and the kept objects'
+   * results freed (objrefs.c); never on hello, which starts a connection
+   * with nothing held. */
   if (strcmp(method, "hello") != 0) {
     if (st__client_argcache_params(c, params, params_len, &withforget)) {
       params = withforget.sb.data;
@@ -178,6 +183,10 @@ int st__client_exchange_until(st_client_t *c, const char *method, const void *pa
       params = withunmapped.sb.data;
       params_len = withunmapped.sb.size;
     }
+    if (st__client_objrefs_params(c, params, params_len, &withfreed)) {
+      params = withfreed.sb.data;
+      params_len = withfreed.sb.size;
+    }
   }
   st__pack_request_head(&b.pk, id, method);
   if (params) {
@@ -186,9 +195,10 @@ int st__client_exchange_until(st_client_t *c, const char *method, const void *pa
   } else {
     msgpack_pack_array(&b.pk, 0);
   }
-  int oom = b.oom || withforget.oom || withunmapped.oom;
+  int oom = b.oom || withforget.oom || withunmapped.oom || withfreed.oom;
   st__client_cbuf_destroy(&withforget);
   st__client_cbuf_destroy(&withunmapped);
+  st__client_cbuf_destroy(&withfreed);
   if (oom) {
     st__client_cbuf_destroy(&b);
     return st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing '%s'", method);
@@ -222,9 +232,11 @@ int st__client_exchange_until(st_client_t *c, const char *method, const void *pa
     st__client_conn_shutdown(c, c->err_msg);
     return rc;
   }
-  /* The server read this request's `unmapped`: nothing it sends from now
-   * on names those arenas by id. */
-  st__client_arenarefs_answered(c, names_refs(c, reply));
+  /* The server read this request's `unmapped` and `objects_freed`:
+   * nothing it sends from now on names those arenas or objects by id. */
+  int by_id = names_by_id(c, reply);
+  st__client_arenarefs_answered(c, by_id);
+  st__client_objrefs_answered(c, by_id);
   if (reply->error.type != MSGPACK_OBJECT_NIL) {
     int is_map = reply->error.type == MSGPACK_OBJECT_MAP;
     rc = is_map ? record_server_error(c, &reply->error)

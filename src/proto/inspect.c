@@ -52,6 +52,14 @@ int st__str_eq(const msgpack_object *o, const char *s) {
   return o->via.str.size == n && memcmp(o->via.str.ptr, s, n) == 0;
 }
 
+/* See proto.h. */
+int st__features_has(const msgpack_object *features, const char *name) {
+  if (!features || features->type != MSGPACK_OBJECT_ARRAY) return 0;
+  for (uint32_t i = 0; i < features->via.array.size; i++)
+    if (st__str_eq(&features->via.array.ptr[i], name)) return 1;
+  return 0;
+}
+
 /* See proto.h. *map is borrowed from params. */
 int st__params_map(const msgpack_object *params, const msgpack_object **map,
                    char *err, size_t errlen) {

@@ -145,6 +145,10 @@ int st__map_get_ids(const msgpack_object *params, const char *key, const char *n
 /* Nonzero if o is a STR equal to s. */
 int st__str_eq(const msgpack_object *o, const char *s);
 
+/* Nonzero if `features` (hello's, may be NULL) is an array that lists the
+ * string `name`. */
+int st__features_has(const msgpack_object *features, const char *name);
+
 /* The named-parameter map of a request: `params` must be an ARRAY of zero
  * or one MAP. *map receives the map or NULL for []. ST_OK or
  * ST_ERR_INVALID_ARGUMENT with a reason in err. */

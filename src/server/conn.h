@@ -47,7 +47,7 @@
 #include <sys/socket.h>
 
 #include "engine/argcache.h"
-#include "server/arena_refs.h"
+#include "server/idset.h"
 #include "proto/proto.h"
 #include "st/wire.h"
 #include "server/server.h"
@@ -113,7 +113,8 @@ struct st__conn {
                                  descriptor, counted like rx_held          */
   struct st__mpool *pool;     /* result pool (hello feature "pool"), or NULL;
                                  one reference (server/pool_conn.c)        */
-  st__arena_refs_t arena_refs; /* arenas sent once (arena_refs.h)          */
+  st__idset_t arena_refs;     /* arenas sent once (idset.h)                 */
+  st__idset_t object_refs;    /* objects sent once (idset.h)                */
   st__conn_t *hnext;          /* id hash chain                              */
   st__conn_t *dnext;          /* dead list                                  */
 };

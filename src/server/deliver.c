@@ -48,8 +48,7 @@ void st__deliver_object(st__server_t *srv, const st__consumer_t *k, st__object_t
     lease = 1;
   }
   st__objects_touch(&srv->objects, obj);
-  if (st__reply_result(c, k->request_id, obj->endpoint, &obj->result, obj, lease) != ST_OK &&
-      lease)
+  if (st__reply_object(c, k->request_id, obj, lease) != ST_OK && lease)
     st__drop_lease(srv, c, obj);   /* the client never saw it */
   st__conn_request_done(c);
 }

@@ -135,9 +135,13 @@ void st__dispatch(st__conn_t *c, const st__message_t *msg) {
    * a malformed forget still lets the request's descriptors be taken. */
   char ferr[128];
   int frc = prc == ST_OK ? st__conn_targs_forget(c, params, ferr, sizeof ferr) : ST_OK;
-  /* So do the arenas the client unmapped: a reply of this request sends
-   * them with their descriptor again. */
-  if (frc == ST_OK && prc == ST_OK) frc = st__arena_refs_unmapped(&c->arena_refs, params, ferr, sizeof ferr);
+  /* So do the arenas the client unmapped and the objects it freed: a
+   * reply of this request sends them in full again. */
+  if (frc == ST_OK && prc == ST_OK)
+    frc = st__idset_drop_listed(&c->arena_refs, params, "unmapped", "arena ids", ferr, sizeof ferr);
+  if (frc == ST_OK && prc == ST_OK)
+    frc = st__idset_drop_listed(&c->object_refs, params, "objects_freed", "object ids", ferr,
+                                sizeof ferr);
   st__targs_t targs;
   memset(&targs, 0, sizeof targs);
   if (take_arenas(c, id, prc == ST_OK ? params : NULL, &targs) != 0) return;

@@ -34,16 +34,7 @@ int st__pool_offered(const st__server_t *srv) {
 }
 
 void st__pool_conn_hello(st__conn_t *c, const msgpack_object *features) {
-  if (c->pool || !features || features->type != MSGPACK_OBJECT_ARRAY ||
-      !st__pool_offered(c->srv))
-    return;
-  int asked = 0;
-  for (uint32_t i = 0; i < features->via.array.size; i++) {
-    const msgpack_object *f = &features->via.array.ptr[i];
-    if (f->type == MSGPACK_OBJECT_STR && st__str_eq(f, "pool"))
-      asked = 1;
-  }
-  if (!asked) return;
+  if (c->pool || !st__features_has(features, "pool") || !st__pool_offered(c->srv)) return;
   const st__config_t *cfg = c->srv->cfg;
   st__mpool_cfg_t pc = {.max_bytes = conn_cap(c->srv), .max_regions = (uint32_t)cfg->pool_max_regions};
   pc.slab_bytes = cfg->pool_slab_bytes < pc.max_bytes ? cfg->pool_slab_bytes : pc.max_bytes;
@@ -83,7 +74,7 @@ int st__pool_reply_prepare(st__conn_t *c, const st__build_result_t *r, int obj,
     uint32_t slot;
     if (!st__arena_region(a, &owner, &slot)) {
       pr->ref[i] = obj && st__arena_has_fd(a) &&
-                   st__arena_refs_sent(&c->arena_refs, st__arena_id(a));
+                   st__idset_has(&c->arena_refs, st__arena_id(a));
       continue;
     }
     if (c->pool && st__mpool_describe(c->pool, a, &pr->desc[i])) {

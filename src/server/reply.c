@@ -89,8 +89,23 @@ void st__pack_object_info(msgpack_packer *pk, st__server_t *srv, const st__objec
     msgpack_pack_uint64(pk, st__arena_id(o->result.arenas[i]));
 }
 
+/* Whether a call's reply of obj may be the short form for c: the object
+ * is one the client may have received in full on this connection with
+ * `object_kept`, and the reply's object map would be the same as then.
+ * Only a cached object of a plain (not managed) endpoint: its map never
+ * changes while it is cached (no lease, refcount 0; id, cache key, bytes
+ * and device are the object's for its life), and a call never receives an
+ * object that left the cache (it builds a new one, with a new id). */
+static int same_form(const st__object_t *obj, int lease) {
+  return obj->cached && !obj->managed && !lease && obj->refcount == 0;
+}
+
+/* keep_object: a call's reply, whose object c's client may keep (marked
+ * `object_kept` when c's set takes it: docs/protocol.md, "Objects sent
+ * once"). */
 static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
-                        const st__build_result_t *r, const st__object_t *obj, int lease) {
+                        const st__build_result_t *r, const st__object_t *obj, int lease,
+                        int keep_object) {
   st__server_t *srv = c->srv;
   if (r->narenas > ST_MAX_FDS_PER_MESSAGE) {
     char m[200];
@@ -104,7 +119,7 @@ static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
    * connection's pool by its slab, whose descriptor goes once, and an
    * object's arena this client keeps mapped from an earlier reply on this
    * connection is named by id alone (docs/protocol.md; pool_conn.c,
-   * arena_refs.c). Each descriptor keeps its arena alive until the client
+   * idset.c). Each descriptor keeps its arena alive until the client
    * has read the reply: they count against the connection limits (conn.h)
    * until then. */
   st__pool_reply_t *prp = malloc(sizeof *prp);   /* ~20 KiB: not on the stack */
@@ -149,12 +164,14 @@ static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
   uint32_t nkept = 0;
   for (size_t i = 0; obj && !c->dead && i < prp->n; i++)
     if (!prp->pooled[i] && !prp->ref[i] && st__arena_has_fd(prp->arenas[i]) &&
-        st__arena_refs_keep(&c->arena_refs, st__arena_id(prp->arenas[i])))
+        st__idset_add(&c->arena_refs, st__arena_id(prp->arenas[i])))
       kept[nkept++] = (uint32_t)i;
+  int object_kept = keep_object && !c->dead && same_form(obj, lease) &&
+                    st__idset_add(&c->object_refs, obj->id);
   msgpack_sbuffer sb;
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, id);
-  msgpack_pack_map(&pk, 2 + (obj != NULL) + (nkept > 0) + prp->page);
+  msgpack_pack_map(&pk, 2 + (obj != NULL) + (nkept > 0) + prp->page + object_kept);
   st__pack_cstr(&pk, "value");
   if (r->value.size) msgpack_sbuffer_write(&sb, r->value.data, r->value.size);
   else msgpack_pack_nil(&pk);
@@ -170,6 +187,7 @@ static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
     st__pack_cstr(&pk, "object");
     pack_object(&pk, srv, obj, lease);
   }
+  if (object_kept) st__pack_kv_bool(&pk, "object_kept", 1);
   if (!c->dead) st__stats_answered(srv, &c->open, id, ST_OK);
   st__conn_send_pinned(c, &sb, fds, nfds, pinned);
   msgpack_sbuffer_destroy(&sb);
@@ -183,7 +201,28 @@ static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
 int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
                      const st__build_result_t *r, const st__object_t *obj, int lease) {
   st__prof_begin(ST_PROF_PACK);
-  int rc = reply_result(c, id, endpoint, r, obj, lease);
+  int rc = reply_result(c, id, endpoint, r, obj, lease, 0);
+  st__prof_end();
+  return rc;
+}
+
+/* A call's reply of obj: {object, same: true} when c's client holds it
+ * from an earlier reply on this connection, else in full; see work.h. */
+int st__reply_object(st__conn_t *c, uint32_t id, const st__object_t *obj, int lease) {
+  st__prof_begin(ST_PROF_PACK);
+  int rc = ST_OK;
+  if (same_form(obj, lease) && st__idset_has(&c->object_refs, obj->id)) {
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    st__reply_begin(&sb, &pk, id);
+    msgpack_pack_map(&pk, 2);
+    st__pack_cstr(&pk, "object");
+    pack_object(&pk, c->srv, obj, lease);
+    st__pack_kv_bool(&pk, "same", 1);
+    st__reply_send(c, id, &sb);
+  } else {
+    rc = reply_result(c, id, obj->endpoint, &obj->result, obj, lease, 1);
+  }
   st__prof_end();
   return rc;
 }

@@ -89,18 +89,20 @@ static int check_type(st__rpc_req_t *r, const st__rpc_param_t *p, const msgpack_
 /* Unknown names, then each parameter of the row in order; see rpc.h. */
 int st__rpc_check(st__rpc_req_t *r) {
   const st__rpc_param_t *ps = r->method->params;
-  const char *names[ST_RPC_MAX_PARAMS + 3];
+  const char *names[ST_RPC_MAX_PARAMS + 4];
   size_t n = 0;
   while (n < ST_RPC_MAX_PARAMS && ps[n].name) {
     names[n] = ps[n].name;
     n++;
   }
-  /* Every method takes `forget` (tensor arguments the client freed) and
-   * `unmapped` (arenas it let go), which st__dispatch applied already
-   * (server/targ_cache.c, server/arena_refs.c). */
+  /* Every method takes `forget` (tensor arguments the client freed),
+   * `unmapped` (arenas it let go) and `objects_freed` (objects it let go),
+   * which st__dispatch applied already (server/targ_cache.c,
+   * server/idset.c). */
   names[n] = "forget";
   names[n + 1] = "unmapped";
-  names[n + 2] = NULL;
+  names[n + 2] = "objects_freed";
+  names[n + 3] = NULL;
   char err[256];
   if (st__params_check(r->params, names, err, sizeof err) != ST_OK) {
     st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "%s: %s", r->method->name, err);

@@ -19,9 +19,20 @@ void st__rpc_ping(st__rpc_req_t *r) {
   st__reply_send(r->c, r->id, &sb);
 }
 
+/* Whether hello's `features` (may be NULL) is nil or an array of
+ * strings. */
+static int features_valid(const msgpack_object *f) {
+  if (!f || f->type == MSGPACK_OBJECT_NIL) return 1;
+  if (f->type != MSGPACK_OBJECT_ARRAY) return 0;
+  for (uint32_t i = 0; i < f->via.array.size; i++)
+    if (f->via.array.ptr[i].type != MSGPACK_OBJECT_STR) return 0;
+  return 1;
+}
+
 /* hello {protocol?, client?, features?} -> the server's identity and
  * limits; a newer protocol than ours is PROTOCOL. The client's features
- * ("arena_refs") apply to the connection from the reply on. */
+ * ("arena_refs", "object_refs", "pool") apply to the connection from the
+ * reply on; any hello starts them afresh. */
 void st__rpc_hello(st__rpc_req_t *r) {
   st__conn_t *c = r->c;
   const msgpack_object *proto = st__rpc_arg(r, "protocol");
@@ -32,12 +43,13 @@ void st__rpc_hello(st__rpc_req_t *r) {
                   ST_PROTOCOL_VERSION);
     return;
   }
-  char err[128];
-  if (st__arena_refs_hello(&c->arena_refs, st__rpc_arg(r, "features"), err, sizeof err) !=
-      ST_OK) {
-    st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "%s", err);
+  const msgpack_object *features = st__rpc_arg(r, "features");
+  if (!features_valid(features)) {
+    st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "hello: 'features' must be an array of strings");
     return;
   }
+  st__idset_start(&c->arena_refs, st__features_has(features, "arena_refs"));
+  st__idset_start(&c->object_refs, st__features_has(features, "object_refs"));
   if (client) {
     size_t n = client->via.str.size < sizeof c->client - 1 ? client->via.str.size
                                                            : sizeof c->client - 1;
@@ -45,7 +57,7 @@ void st__rpc_hello(st__rpc_req_t *r) {
     c->client[n] = '\0';
     ST_LOG_D("conn", "conn %llu: hello from '%s'", (unsigned long long)c->id, c->client);
   }
-  st__pool_conn_hello(c, st__rpc_arg(r, "features"));
+  st__pool_conn_hello(c, features);
   msgpack_sbuffer sb;
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, r->id);

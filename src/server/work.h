@@ -307,6 +307,13 @@ void st__reply_true(st__conn_t *c, uint32_t id);
 int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
                       const st__build_result_t *r, const st__object_t *obj, int lease);
 
+/* The reply of a call whose result is object obj: as st__reply_result,
+ * or, when c's client holds obj in full from an earlier reply on this
+ * connection (docs/protocol.md, "Objects sent once"), {object, same:
+ * true} with no value and no arenas. A full reply that c's client may
+ * keep is marked `object_kept`. */
+int st__reply_object(st__conn_t *c, uint32_t id, const st__object_t *obj, int lease);
+
 /* Takes back a lease given to c on obj whose reply could not be sent.
  * obj stays valid (the caller still holds it through a hold, the cache or
  * the delivery in progress). */

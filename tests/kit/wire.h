@@ -513,6 +513,24 @@ static inline int rk_call(rc_t *c, const char *ep, const char *arg, int64_t v, m
   return rc;
 }
 
+/* call ep as request id with `extra` appended to its params map (",
+ * key: value ...", or NULL): 0 with the reply in *m (the caller frees it)
+ * and *fds the descriptors that came with it (kept in c->fds), or -1 on
+ * no reply or an error reply (printed and freed). */
+static inline int rc_call_extra(rc_t *c, uint32_t id, const char *ep, const char *extra, msg_t *m,
+                                int *fds) {
+  int before = c->nfds;
+  if (rc_rpcf(c, m, "[0, %u, 'call', [{endpoint: '%s'%s}]]", id, ep, extra ? extra : "") != 1)
+    return -1;
+  if (m->error) {
+    fprintf(stderr, "   call %s: %s: %s\n", ep, msg_errname(m), msg_errmsg(m));
+    msg_free(m);
+    return -1;
+  }
+  *fds = c->nfds - before;
+  return 0;
+}
+
 /* result.object.<key> of a call reply, as an integer (INT64_MIN if none). */
 static inline int64_t obj_field(const msg_t *m, const char *key) {
   return obj_int(obj_get(obj_get(m->result, "object"), key));

@@ -50,16 +50,7 @@ typedef struct {
 static int call(rc_t *c, const char *ep, const char *extra, got_t *g) {
   memset(g, 0, sizeof *g);
   msg_t m;
-  int before = c->nfds;
-  if (rc_rpcf(c, &m, "[0, %u, 'call', [{endpoint: '%s'%s}]]", next_id++, ep,
-              extra ? extra : "") != 1)
-    return -1;
-  if (m.error) {
-    fprintf(stderr, "   call %s: %s: %s\n", ep, msg_errname(&m), msg_errmsg(&m));
-    msg_free(&m);
-    return -1;
-  }
-  g->fds = c->nfds - before;
+  if (rc_call_extra(c, next_id++, ep, extra, &m, &g->fds) != 0) return -1;
   const msgpack_object *a = obj_get(m.result, "arenas");
   const msgpack_object *e = a && a->via.array.size ? &a->via.array.ptr[0] : NULL;
   const msgpack_object *ref = obj_get(e, "ref");
