@@ -72,10 +72,13 @@ TEST(hello_lists_the_feature) {
   CHECK(n == 1);
   CHECK_REPLY(&m, ST_OK, NULL);
   const msgpack_object *f = obj_get(m.result, "features");
-  int listed = 0;
-  for (uint32_t i = 0; f && f->type == MSGPACK_OBJECT_ARRAY && i < f->via.array.size; i++)
+  int listed = 0, objects = 0;
+  for (uint32_t i = 0; f && f->type == MSGPACK_OBJECT_ARRAY && i < f->via.array.size; i++) {
     listed |= strcmp(obj_str(&f->via.array.ptr[i]), "arena_refs") == 0;
+    objects |= strcmp(obj_str(&f->via.array.ptr[i]), "object_refs") == 0;
+  }
   CHECK(listed);
+  CHECK(objects);
   msg_free(&m);
   rc_close(&c);
 }
