@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "common/log.h"
+#include "common/spin.h"
 #include "mem/pool.h"
 #include "st/errors.h"
 
@@ -139,14 +140,6 @@ static int wants_refresh(const st__pool_t *p, st__vm_t *vm, uint64_t failed_numb
   return failed_number != p->current->number;
 }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
 /* Polls the queue for up to `spin_s` seconds unless another worker polls
  * already; returns when a job is queued, the pool stops or time is up.
  * Worker thread, without locks: the caller looks again under mu. */
@@ -157,7 +150,7 @@ static void spin_for_job(st__pool_t *p, double spin_s) {
       if (__atomic_load_n(&p->qhead, __ATOMIC_ACQUIRE) ||
           __atomic_load_n(&p->stopping, __ATOMIC_ACQUIRE))
         break;
-      cpu_relax();
+      st__cpu_relax();
       if ((i & 31) == 0 && st__now_mono() > deadline) break;
     }
   }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/spin.h"
 #include "lua/st_lua.h"
 #include "mem/arena.h"
 #include "mem/safetensors.h"
@@ -265,14 +266,6 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
   return ST_OK;
 }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
 /* With builds in flight, polls for their completions for up to spin_s
  * instead of sleeping in epoll_wait: a completion is then handled without
  * the eventfd write, the wake-up and the read of ev_async (libev skips
@@ -287,7 +280,7 @@ static void spin_for_completions(st__server_t *srv, double spin_s) {
       if (st__now_mono() > deadline) break;
       continue;
     }
-    cpu_relax();
+    st__cpu_relax();
   }
   st__loopprof_spin(st__now_mono() - start);
 }

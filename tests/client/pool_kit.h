@@ -103,15 +103,28 @@ static void pk_scribble(const st_result_t *r, unsigned char b) {
 /* A maker that writes every byte skips the zero fill of a recycled
  * region: the region comes back (same address) with the tensor written
  * and the tail as the client left it. */
-static void pk_written_result_skips_the_fill(st_client_t *c) {
+/* A "ones" result whose region the client scribbles with byte `b` and
+ * frees, then a `kind` result, which gets that region again (checked);
+ * NULL when a call failed. */
+static st_result_t *pk_make_in_scribbled(st_client_t *c, const char *kind, unsigned char b) {
   st_result_t *r = pk_make(c, "ones", 0);
-  CHECK(r);
+  if (!r) {
+    stt_fail(__FILE__, __LINE__, "make ones failed");
+    return NULL;
+  }
   void *at = st_result_tensor(r, 0)->data;
-  pk_scribble(r, 0x5a);
+  pk_scribble(r, b);
   st_result_free(r);
-  r = pk_make(c, "ones", 0);
-  CHECK(r);
-  CHECK(st_result_tensor(r, 0)->data == at);
+  r = pk_make(c, kind, 0);
+  if (!r) stt_fail(__FILE__, __LINE__, "make %s failed", kind);
+  else if (st_result_tensor(r, 0)->data != at)
+    stt_fail(__FILE__, __LINE__, "%s did not get the freed region again", kind);
+  return r;
+}
+
+static void pk_written_result_skips_the_fill(st_client_t *c) {
+  st_result_t *r = pk_make_in_scribbled(c, "ones", 0x5a);
+  if (!r) return;
   unsigned char buf[PK_REGION];
   pk_get(st_result_tensor(r, 0), 0, buf, sizeof buf);
   for (int i = 0; i < PK_N; i++) CHECK(((float *)buf)[i] == 1.0f);
@@ -142,14 +155,8 @@ static void pk_zeros_never_show_old_bytes(st_client_t *c) {
  * the bytes this connection left in it; a second connection's first
  * empty (a new slab of its own) reads zeros, never those bytes. */
 static void pk_empty_shows_only_own_bytes(st_client_t *c, const char *socket) {
-  st_result_t *r = pk_make(c, "ones", 0);
-  CHECK(r);
-  void *at = st_result_tensor(r, 0)->data;
-  pk_scribble(r, 0x3c);
-  st_result_free(r);
-  r = pk_make(c, "empty", 0);
-  CHECK(r);
-  CHECK(st_result_tensor(r, 0)->data == at);
+  st_result_t *r = pk_make_in_scribbled(c, "empty", 0x3c);
+  if (!r) return;
   unsigned char buf[PK_REGION];
   pk_get(st_result_tensor(r, 0), 0, buf, sizeof buf);
   for (int i = 0; i < PK_REGION; i++) CHECK(buf[i] == 0x3c);
