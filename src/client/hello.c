@@ -287,6 +287,16 @@ ST_API int st_client_ping(st_client_t *c, double *rtt_us) {
   return rc;
 }
 
+/* The reply of an exchange that succeeded, decoded into a new result
+ * (*out, as st__client_result_decode); m and fds are released. */
+static int decode_reply(st_client_t *c, st__message_t *m, int *fds, size_t nfds, int unwrap,
+                        st_result_t **out) {
+  int rc = st__client_result_decode(c, &m->result, unwrap, fds, nfds, out);
+  free(fds);
+  st__message_destroy(m);
+  return rc;
+}
+
 /* One exchange of `method` decoded into a new result; see
  * client_internal.h. Thread of the client. */
 int st__client_method(st_client_t *c, const char *method, const st__cbuf_t *params, int unwrap,
@@ -297,11 +307,7 @@ int st__client_method(st_client_t *c, const char *method, const st__cbuf_t *para
   int rc = st__client_exchange(c, method, params ? params->sb.data : NULL,
                                params ? params->sb.size : 0, params ? params->fds : NULL,
                                params ? params->nfds : 0, &m, &fds, &nfds);
-  if (rc != ST_OK) return rc;
-  rc = st__client_result_decode(c, &m.result, unwrap, fds, nfds, out);
-  free(fds);
-  st__message_destroy(&m);
-  return rc;
+  return rc == ST_OK ? decode_reply(c, &m, fds, nfds, unwrap, out) : rc;
 }
 
 /* Runs `method` with {endpoint[, args]}; see client_internal.h. */
@@ -388,11 +394,7 @@ ST_API int st_client_rpc(st_client_t *c, const char *method, const st_args_t *pa
   int *fds;
   size_t nfds;
   int rc = st__client_rpc_exchange(c, method, params, &m, &fds, &nfds);
-  if (rc != ST_OK) return rc;
-  rc = st__client_result_decode(c, &m.result, 0, fds, nfds, out);
-  free(fds);
-  st__message_destroy(&m);
-  return rc;
+  return rc == ST_OK ? decode_reply(c, &m, fds, nfds, 0, out) : rc;
 }
 
 /* st_client_rpc(c, "info" / "endpoints", NULL, out). */
