@@ -20,6 +20,7 @@
  * lua_State they are given.
  */
 #include "lua/module.h"
+#include "lua/scope.h"
 #include "lua/tensor.h"
 #include "tensor/ops.h"
 
@@ -43,6 +44,7 @@ static st__lmodule_t *check_module(lua_State *L, int idx, const char *fn) {
   st__lmodule_t *m = st__lua_tomodule(L, idx);
   if (!m) st__lua_raise(L, "%s: expected a module, got %s (call methods with ':')", fn,
                         luaL_typename(L, idx));
+  st__lua_check_alive(L, m->arena, fn);
   return m;
 }
 
@@ -84,6 +86,7 @@ static int l_module(lua_State *L) {
       if (!st__lua_totensor(L, -1))
         return st__lua_raise(L, "module: entry %d ('%s') is not a tensor", (int)i,
                              lua_tostring(L, -2));
+      st__lua_check_alive(L, st__lua_totensor(L, -1)->arena, "module");
       lua_pushvalue(L, -2);
       lua_rawget(L, 4);                       /* ..., pair, name, tensor, dup? */
       if (!lua_isnil(L, -1))
@@ -110,6 +113,7 @@ static int l_module(lua_State *L) {
       if (!st__lua_totensor(L, -1))
         return st__lua_raise(L, "module: '%s' is not a tensor (metadata goes in the second "
                                 "argument)", lua_tostring(L, -2));
+      st__lua_check_alive(L, st__lua_totensor(L, -1)->arena, "module");
       lua_pushvalue(L, -2);
       lua_insert(L, -2);                      /* ..., key, key, value */
       lua_rawset(L, 4);                       /* ..., key */
@@ -164,6 +168,7 @@ static int l_module(lua_State *L) {
   lua_pushlightuserdata(L, &module_mt_key);
   lua_rawget(L, LUA_REGISTRYINDEX);
   lua_setmetatable(L, -2);
+  st__lua_scope_add(L, -1);
   int midx = lua_gettop(L);
   m->arena = st__lua_new_arena(L, device, total);
 

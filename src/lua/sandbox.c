@@ -18,6 +18,7 @@
  * lua_State they are given.
  */
 #include "lua/sandbox.h"
+#include "lua/scope.h"
 #include "lua/stlib.h"
 #include "lua/tensor.h"
 #include "lua/zerobranch.h"
@@ -273,6 +274,7 @@ static int l_setup(lua_State *L) {
 
   if (ctx->mode != ST__LUA_CONFIG) {
     st__lua_open_tensor(L, st__lua_tensor_ops);
+    st__lua_scope_open(L);
     st__lua_push_st(L);                            /* env, st */
     lua_setfield(L, env, "st");
   }

@@ -54,7 +54,9 @@ typedef struct st__lua_ctx {
   void *base_ud;
   int guarded;                     /* inside st__lua_pcall: the allocator may
                                       refuse (never outside a protected call) */
-  uint64_t gc_debt;                /* arena bytes made since the last full GC */
+  uint64_t gc_debt;                /* arena bytes made since the last full GC
+                                      (not counting pool regions: scope.h) */
+  size_t scope_n;                  /* entries of the call's scope table (scope.c) */
   int main_line;                   /* ST__LUA_LOAD: last line run by a main chunk */
   const char *src_text;            /* ST__LUA_LOAD: the file being run (borrowed) */
   size_t src_len;

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "lua/scope.h"
 #include "tensor/ops.h"
 
 static char tensor_mt_key;    /* registry: metatable of tensors */
@@ -37,6 +38,7 @@ st__tensor_t *st__lua_push_tensor(lua_State *L) {
   lua_pushlightuserdata(L, &tensor_mt_key);
   lua_rawget(L, LUA_REGISTRYINDEX);           /* t, mt */
   lua_setmetatable(L, -2);                    /* t */
+  st__lua_scope_add(L, -1);
   return t;
 }
 
@@ -52,9 +54,10 @@ st__tensor_t *st__lua_totensor(lua_State *L, int idx) {
 
 st__tensor_t *st__lua_check_tensor(lua_State *L, int idx, const char *fn) {
   st__tensor_t *t = st__lua_totensor(L, idx);
-  if (!t || !t->arena)
+  if (!t)
     st__lua_raise(L, "%s: expected a tensor, got %s (call methods with ':')", fn,
                   luaL_typename(L, idx));
+  st__lua_check_alive(L, t->arena, fn);
   return t;
 }
 
@@ -76,7 +79,7 @@ st__tensor_t *st__lua_tensor_begin(lua_State *L) {
 
 void st__lua_tensor_end(lua_State *L, const st__tensor_t *t, int rc, const char *err) {
   if (rc != ST_OK) st__lua_raise(L, "%s", err);
-  st__lua_ctx(L)->gc_debt += st__arena_bytes(t->arena);
+  if (!st__lua_scope_region(t->arena)) st__lua_ctx(L)->gc_debt += st__arena_bytes(t->arena);
 }
 
 st__tensor_t *st__lua_new_tensor(lua_State *L, int device, st_dtype_t dtype, int ndim,
@@ -96,7 +99,7 @@ st__arena_t *st__lua_new_arena(lua_State *L, int device, uint64_t bytes) {
   if (st__tensor_arena_new(st__lua_tensor_ctx(L), device, bytes, ST__INIT_ZEROS, &a, err,
                            sizeof err) != ST_OK)
     st__lua_raise(L, "%s", err);
-  st__lua_ctx(L)->gc_debt += bytes;
+  if (!st__lua_scope_region(a)) st__lua_ctx(L)->gc_debt += bytes;
   return a;
 }
 

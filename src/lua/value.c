@@ -23,6 +23,7 @@
  */
 #include "lua/value.h"
 #include "lua/module.h"
+#include "lua/scope.h"
 #include "lua/stlib.h"
 #include "lua/tensor.h"
 #include "proto/proto.h"
@@ -44,7 +45,7 @@ typedef struct packer {
 
 static int fail(packer_t *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(packer_t *p, const char *fmt, ...) {
-  char msg[256];
+  char msg[512];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
@@ -298,6 +299,7 @@ static int pack_value(packer_t *p, msgpack_packer *pk, int idx, int depth) {
     st__tensor_t *t = st__lua_totensor(L, idx);
     st__lmodule_t *m = t ? NULL : st__lua_tomodule(L, idx);
     if ((t || m) && !p->res) return fail(p, "%s cannot be a default value", t ? "a tensor" : "a module");
+    if ((t && !t->arena) || (m && !m->arena)) return fail(p, "%s", ST__LUA_ENDED_MSG);
     if (t) return pack_tensor(p, pk, t);
     if (m) {
       if (depth > ST_MAX_DEPTH) return fail(p, "nesting deeper than %s levels", "32");

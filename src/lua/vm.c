@@ -11,6 +11,7 @@
  * created it.
  */
 #include "lua/pcall.h"
+#include "lua/scope.h"
 #include "lua/sandbox.h"
 #include "lua/st_lua.h"
 #include "lua/value.h"
@@ -362,6 +363,9 @@ int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, 
    * can release arenas a kernel still writes. */
   char sync_err[512];
   int sync_rc = st__tensor_sync_used(&vm->ctx.tensor, sync_err, sizeof sync_err);
+  /* The regions the call's tensors hold go now (lua/scope.h): the result
+   * keeps its own references, temporaries' regions go back to the pool. */
+  st__lua_scope_end(L);
   vm->ctx.tensor.in_call = 0;
   vm->ctx.tensor.cuda_legacy = 0;
   msgpack_unpacked_destroy(&up);
@@ -374,8 +378,9 @@ int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, 
   }
   if (rc == ST_OK && ep->ipc == ST_IPC_LEGACY) rc = check_legacy(ep, res, err, errlen);
   if (rc != ST_OK) st__build_result_destroy(res);
-  /* Tensors the body dropped still hold arena references until Lua
-   * collects them: collect now, so that memory follows the result. */
+  /* Tensors the body dropped that hold arenas other than pool regions
+   * keep them until Lua collects them: collect now when the call made any,
+   * so that memory follows the result. */
   if (vm->ctx.stop == ST_ERR_OUT_OF_MEMORY) {
     recover_memory(vm);
     vm->ctx.gc_debt = 0;

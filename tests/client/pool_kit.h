@@ -28,6 +28,7 @@
 #define PK_REGION 4096
 
 static const char PK_MAKE[] =
+    "local stash\n"
     "return st.endpoint{ name = 'make', params = { kind = 'ones', n = 1000, dev = 'cpu', v = 0.5 },\n"
     "  build = function(a)\n"
     "    local o = { dtype = 'float32', device = a.dev }\n"
@@ -47,6 +48,12 @@ static const char PK_MAKE[] =
     "    if a.kind == 'cast' then\n"
     "      return st.arange{ a.n, dtype = 'int32', device = a.dev }:to('float32')\n"
     "    end\n"
+    "    if a.kind == 'stash' then stash = shaped(st.ones); return stash:clone():mul_(2) end\n"
+    "    if a.kind == 'stash_module' then\n"
+    "      stash = st.module{ { 'w', shaped(st.ones) } }; return stash\n"
+    "    end\n"
+    "    if a.kind == 'use_stash' then return stash:clone() end\n"
+    "    if a.kind == 'use_stash_module' then return stash end\n"
     "    error('unknown kind ' .. a.kind)\n"
     "  end }\n";
 
@@ -170,6 +177,31 @@ static void pk_empty_shows_only_own_bytes(st_client_t *c, const char *socket) {
   st_client_close(other);
 }
 
+/* A tensor or module a call made in the pool lives for that call only:
+ * usable in it (returned, or a computation returned), then released with
+ * the call, so a later call that uses it gets a clear error (not the
+ * memory of a region the client may have been given again). */
+static void pk_stashed_region_tensors_end_with_their_call(st_client_t *c) {
+  static const char *const kinds[][2] = {{"stash", "use_stash"},
+                                         {"stash_module", "use_stash_module"}};
+  for (int k = 0; k < 2; k++) {
+    st_result_t *r = pk_make(c, kinds[k][0], 0);
+    CHECK(r);
+    if (!r) continue;
+    float v = 0;
+    pk_get(st_result_tensor(r, 0), 0, &v, sizeof v);
+    CHECK(v == (k ? 1.0f : 2.0f));
+    st_result_free(r);
+    st_args_t *a = st_args_new();
+    st_args_string(a, "kind", kinds[k][1]);
+    st_args_string(a, "dev", pk_dev);
+    /* Used in a body: the body fails; returned: it cannot be sent. */
+    CHECK_ERR(st_client_call(c, "make", a, &r), k ? ST_ERR_SERIALIZATION : ST_ERR_ENDPOINT);
+    CHECK(strstr(st_client_error(c), "made by an earlier call") != NULL);
+    st_args_free(a);
+  }
+}
+
 /* Every maker that skips the fill writes every byte: the same call in a
  * region scribbled with two different patterns gives the same bytes. */
 static void pk_written_makers_write_every_byte(st_client_t *c) {
@@ -205,6 +237,12 @@ TEST(zeros_never_show_old_bytes) {
   st_client_close(c);
 }
 
+TEST(stashed_region_tensors_end_with_their_call) {
+  OPEN_CLIENT(c, pk_socket);
+  pk_stashed_region_tensors_end_with_their_call(c);
+  st_client_close(c);
+}
+
 TEST(empty_shows_only_own_bytes) {
   OPEN_CLIENT(c, pk_socket);
   pk_empty_shows_only_own_bytes(c, pk_socket);
@@ -223,6 +261,7 @@ TEST(written_makers_write_every_byte) {
     RUN(zeros_never_show_old_bytes);                                 \
     RUN(empty_shows_only_own_bytes);                                 \
     RUN(written_makers_write_every_byte);                            \
+    RUN(stashed_region_tensors_end_with_their_call);                 \
   } while (0)
 
 #endif
