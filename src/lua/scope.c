@@ -41,7 +41,15 @@ int st__lua_scope_region(const st__arena_t *a) {
   return a && st__arena_region(a, &owner, &slot);
 }
 
-size_t st__lua_scope_end(lua_State *L) {
+/* Drops *a: at once when the call's streams are known idle, else after
+ * the thread's stream on its device (st__tensor_arena_release). */
+static void release(st__arena_t **a, int synced) {
+  if (synced) st__arena_unref(*a);
+  else st__tensor_arena_release(*a);
+  *a = NULL;
+}
+
+size_t st__lua_scope_end(lua_State *L, int synced) {
   st__lua_ctx_t *c = st__lua_ctx(L);
   if (!c->scope_n) return 0;
   size_t released = 0;
@@ -51,12 +59,9 @@ size_t st__lua_scope_end(lua_State *L) {
     lua_rawgeti(L, -1, (int)i);               /* t, v? */
     st__tensor_t *tensor = st__lua_totensor(L, -1);
     st__lmodule_t *m = tensor ? NULL : st__lua_tomodule(L, -1);
-    if (tensor && st__lua_scope_region(tensor->arena)) {
-      st__tensor_release(tensor);
-      released++;
-    } else if (m && st__lua_scope_region(m->arena)) {
-      st__tensor_arena_release(m->arena);
-      m->arena = NULL;
+    st__arena_t **a = tensor ? &tensor->arena : m ? &m->arena : NULL;
+    if (a && st__lua_scope_region(*a)) {
+      release(a, synced);
       released++;
     }
     lua_pop(L, 1);

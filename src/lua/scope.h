@@ -36,8 +36,11 @@ void st__lua_scope_add(lua_State *L, int idx);
 
 /* After a call: every recorded tensor and module still alive that holds a
  * pool region releases it (arena NULL from now); forgets all. Returns how
- * many were released. The call's CUDA work must be synchronized first. */
-size_t st__lua_scope_end(lua_State *L);
+ * many were released. `synced`: every stream the call used was
+ * synchronized after its last work (st__tensor_sync_used succeeded), so
+ * the references go without waiting for the thread's streams again;
+ * otherwise each release waits for its device's stream as __gc does. */
+size_t st__lua_scope_end(lua_State *L, int synced);
 
 /* 1 when `a` is a pool region (released at the end of its call). */
 int st__lua_scope_region(const st__arena_t *a);

@@ -365,7 +365,7 @@ int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, 
   int sync_rc = st__tensor_sync_used(&vm->ctx.tensor, sync_err, sizeof sync_err);
   /* The regions the call's tensors hold go now (lua/scope.h): the result
    * keeps its own references, temporaries' regions go back to the pool. */
-  st__lua_scope_end(L);
+  st__lua_scope_end(L, sync_rc == ST_OK);
   vm->ctx.tensor.in_call = 0;
   vm->ctx.tensor.cuda_legacy = 0;
   msgpack_unpacked_destroy(&up);
