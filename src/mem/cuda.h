@@ -52,6 +52,7 @@ typedef struct st__cuda_api {
   PFN_cuDevicePrimaryCtxRetain_v7000 cuDevicePrimaryCtxRetain;
   PFN_cuDevicePrimaryCtxRelease_v11000 cuDevicePrimaryCtxRelease;
   PFN_cuCtxSetCurrent_v4000 cuCtxSetCurrent;
+  PFN_cuCtxGetCurrent_v4000 cuCtxGetCurrent;
   PFN_cuMemGetAllocationGranularity_v10020 cuMemGetAllocationGranularity;
   PFN_cuMemCreate_v10020 cuMemCreate;
   PFN_cuMemRelease_v10020 cuMemRelease;

@@ -89,6 +89,7 @@ static void load_api(void) {
   LOAD(cuDevicePrimaryCtxRetain);
   LOAD(cuDevicePrimaryCtxRelease);
   LOAD(cuCtxSetCurrent);
+  LOAD(cuCtxGetCurrent);
   LOAD(cuMemGetAllocationGranularity);
   LOAD(cuMemCreate);
   LOAD(cuMemRelease);
@@ -277,6 +278,19 @@ int st__cuda_device_by_uuid(const char *uuid, int *ordinal, char *err, size_t er
 int st__cuda_ctx_enter(int ordinal, char *err, size_t errlen) {
   const st__cuda_api_t *a = st__cuda_api(err, errlen);
   if (!a) return ST_ERR_CAPABILITY;
+  /* Retained before (so the ordinal is valid): nothing to do when it is
+   * this thread's current context already, the common case of a worker's
+   * CUDA calls. ctx_of entries are set once and never cleared. */
+  CUcontext known = NULL, now = NULL;
+  if (ordinal >= 0 && ordinal < MAX_DEVICES) {
+    pthread_mutex_lock(&ctx_lock);
+    known = ctx_of[ordinal];
+    pthread_mutex_unlock(&ctx_lock);
+  }
+  if (known) {
+    if (a->cuCtxGetCurrent(&now) == CUDA_SUCCESS && now == known) return ST_OK;
+    return st__cuda_error(a->cuCtxSetCurrent(known), "cuCtxSetCurrent", err, errlen);
+  }
   CUdevice dev;
   int rc = get_device(a, ordinal, &dev, err, errlen);
   if (rc != ST_OK) return rc;
