@@ -178,7 +178,7 @@ def python_rows(st, torch, sock, device, iters):
     out_ref, summary_ref = ctypes.byref(out), ctypes.byref(summary)
 
     def cached_lib():
-        if lib.st_client_call_summary(c._ptr, b"cached16", None, out_ref, summary_ref) != 0:
+        if lib.st_client_call_summary(c._ptr, b"cached16", None, 0, out_ref, summary_ref) != 0:
             sys.exit("st_client_call_summary failed")
         lib.st_result_free(out.value)
 

@@ -151,7 +151,7 @@ function Client:call(name, args)
   local a = build_args(args, 2)
   -- One crossing: the call and the summary of its reply. The buffers are
   -- read before wrap_result returns, so one pair serves every call.
-  if lib.st_client_call_summary(self._h, name, a, call_out, call_summary) ~= 0 then
+  if lib.st_client_call_summary(self._h, name, a, 0, call_out, call_summary) ~= 0 then
     return failure(self)
   end
   return wrap_result(call_out[0], call_summary)

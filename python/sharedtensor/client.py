@@ -294,13 +294,13 @@ class Client:
         ename = _name(name)
         if args:
             with _Args(args) as a, self._lock:
-                rc = _call_summary(self._ptr or self._h(), ename, a.ptr, _byref(out),
+                rc = _call_summary(self._ptr or self._h(), ename, a.ptr, 0, _byref(out),
                                    _byref(summary))
                 if rc != 0:
                     self._fail(rc)
         else:
             with self._lock:
-                rc = _call_summary(self._ptr or self._h(), ename, None, _byref(out),
+                rc = _call_summary(self._ptr or self._h(), ename, None, 0, _byref(out),
                                    _byref(summary))
                 if rc != 0:
                     self._fail(rc)

@@ -39,7 +39,7 @@ return {
 def lib_call(c, name):
     """(result pointer, identity) of one st_client_call_summary."""
     out, summary = ctypes.c_void_p(), _lib.ResultSummary()
-    rc = _lib.lib.st_client_call_summary(c._ptr, name.encode(), None, ctypes.byref(out),
+    rc = _lib.lib.st_client_call_summary(c._ptr, name.encode(), None, 0, ctypes.byref(out),
                                          ctypes.byref(summary))
     if rc != 0:
         raise AssertionError("call %s: %d" % (name, rc))
