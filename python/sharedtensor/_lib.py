@@ -323,6 +323,18 @@ def _load():
 
 lib, path = _load()
 
+
+def unchecked(name):
+    """A second entry to library function `name` with its return type and
+    no argtypes, for the per-call paths (client.py): ctypes then converts
+    no argument (about half the cost of a crossing with six). Its callers
+    pass only ctypes objects (c_void_p for pointers), byref(), bytes,
+    None and small ints for C ints: a Python int given for a pointer would
+    go as a C int."""
+    fn = lib[name]   # a new function object: `lib.name` keeps its argtypes
+    fn.restype = _PROTOS[name][0]
+    return fn
+
 # The capsule destructor is passed to PyCapsule_New as a plain address: it
 # is a C function of the library, never a Python callback.
 capsule_destructor = ctypes.cast(lib.st_dlpack_capsule_destructor, c_void_p)

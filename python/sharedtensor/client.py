@@ -11,12 +11,13 @@ from .convert import Module
 from .errors import from_library, make
 
 _l = _lib.lib
-_call_summary = _l.st_client_call_summary
+# The per-call entries take ctypes objects only (_lib.unchecked).
+_call_fast = _lib.unchecked("st_client_call_summary")
+_ping = _lib.unchecked("st_client_ping")
 _result_summary = _l.st_result_summary
 _result_ref = _l.st_result_ref
 _LEND_SAME = _lib.ST_CALL_LEND_SAME
 _held = _cv.held
-_ping = _l.st_client_ping
 _release = _l.st_client_release
 _rpc_marshal = _l.st_client_rpc_marshal
 _loads = marshal.loads
@@ -116,7 +117,7 @@ class Client:
             raise ValueError('framework must be "torch" or None')
         self.framework = framework
         self._lock = threading.Lock()
-        self._ptr = None
+        self._ptr = self._cptr = None
         opts = _lib.ClientOptions()
         _l.st_client_options_init(ctypes.byref(opts))
         if server_uid is not None:
@@ -143,6 +144,7 @@ class Client:
         if rc != 0:
             raise from_library(rc, err.value.decode(errors="replace"))
         self._ptr = out.value
+        self._cptr = ctypes.c_void_p(self._ptr)   # for the unchecked entries
         self._rtt = ctypes.c_double()
         self._rtt_ref = ctypes.byref(self._rtt)
         self._rel = (ctypes.c_int(), ctypes.c_int(), ctypes.c_int64())
@@ -164,7 +166,7 @@ class Client:
         """Closes the connection (gives back every lease it holds). Tensors
         already returned stay valid."""
         with self._lock:
-            p, self._ptr = self._ptr, None
+            p, self._ptr, self._cptr = self._ptr, None, None
             if p:
                 _l.st_client_close(p)
 
@@ -183,8 +185,13 @@ class Client:
 
     def _h(self):
         if not self._ptr:
-            raise ValueError("the client is closed")
+            self._closed()
         return self._ptr
+
+    def _closed(self):
+        """Raises: the client is closed (`self._cptr or self._closed()` gives
+        the unchecked entries a c_void_p or nothing)."""
+        raise ValueError("the client is closed")
 
     def _fail(self, rc):
         name = (_l.st_client_error_name(self._ptr) or b"").decode() if self._ptr else ""
@@ -201,7 +208,7 @@ class Client:
         """Round trip of `ping` in microseconds."""
         rtt = self._rtt
         with self._lock:
-            rc = _ping(self._ptr or self._h(), self._rtt_ref)
+            rc = _ping(self._cptr or self._closed(), self._rtt_ref)
             if rc != 0:
                 self._fail(rc)
             return rtt.value
@@ -307,46 +314,37 @@ class Client:
         framework=None) gives SharedTensor objects instead of torch tensors.
         """
         ename = _names.get(name) or _name(name)
-        out = self._call_out
-        summary = self._summary
         if args:
-            with _Args(args) as a, self._lock:
-                rc = _call_summary(self._ptr or self._h(), ename, a.ptr, _LEND_SAME,
-                                   self._call_refs[0], self._call_refs[1])
-                if rc != 0:
-                    self._fail(rc)
-                ptr = out.value
-                if summary.same:
-                    hit = self._lent(ptr, as_torch)
-                    if hit is not None:
-                        return hit
-                s = _copy(summary)
+            with _Args(args) as a:
+                got = self._call_locked(ename, _VOIDP(a.ptr), as_torch)
         else:
-            with self._lock:
-                rc = _call_summary(self._ptr or self._h(), ename, None, _LEND_SAME,
-                                   self._call_refs[0], self._call_refs[1])
-                if rc != 0:
-                    self._fail(rc)
-                ptr = out.value
-                if summary.same:
-                    hit = self._lent(ptr, as_torch)
-                    if hit is not None:
-                        return hit
-                s = _copy(summary)
-        return self._wrap(ptr, s, as_torch)
+            got = self._call_locked(ename, None, as_torch)
+        if got.__class__ is tuple:
+            return self._wrap(got[0], got[1], as_torch)
+        return got
 
-    def _lent(self, ptr, as_torch):
-        """A `same` reply lent the result at ptr (valid until this
-        connection's next request: under the lock). The value of the
-        conversion that holds it, as a Handle; else None, with a reference
-        of our own taken for the conversion."""
-        conv = _held(ptr)
-        if conv is not None and (self._torch if as_torch is None else as_torch):
-            value = conv.value()
-            if value is not None:
-                return Handle(self, value, conv.fields)
-        _result_ref(ptr)
-        return None
+    def _call_locked(self, ename, args, as_torch):
+        """The call's one crossing, under the lock (ename: bytes; args: a
+        c_void_p or None). A `same` reply lends the result the connection
+        holds (until its next request, so while we hold the lock): when a
+        conversion of this process holds it, its value as a new Handle.
+        Else (the result's address, a copy of the summary) for _wrap, the
+        result ours (a lent one referenced now)."""
+        with self._lock:
+            rc = _call_fast(self._cptr or self._closed(), ename, args, _LEND_SAME,
+                            *self._call_refs)
+            if rc != 0:
+                self._fail(rc)
+            ptr = self._call_out.value
+            summary = self._summary
+            if summary.same:
+                conv = _held(ptr)
+                if conv is not None and (self._torch if as_torch is None else as_torch):
+                    value = conv.value()
+                    if value is not None:
+                        return Handle(self, value, conv.fields)
+                _result_ref(ptr)
+            return ptr, _copy(summary)
 
     # ------------------------------------------------------------- tasks
 

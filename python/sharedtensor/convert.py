@@ -217,10 +217,13 @@ class _Conversion:
     value, its torch tensors (weakly), the Result it was converted from
     (one reference, the memory's keeper for a `same` reply), and the
     Handle fields of that result."""
-    __slots__ = ("key", "identity", "template", "refs", "res", "fields", "__weakref__")
+    __slots__ = ("key", "identity", "template", "refs", "single", "res", "fields",
+                 "__weakref__")
 
     def value(self):
         """A new value of the live tensors; None when one of them died."""
+        if self.single is not None:   # the value is that one tensor
+            return self.single()
         tensors = [r() for r in self.refs]
         for t in tensors:
             if t is None:
@@ -278,6 +281,7 @@ def reuse_put(key, identity, value, tensors, res, fields):
         return False   # a tensor type without weak references: no reuse
     conv.key, conv.identity, conv.refs, conv.fields = key, identity, refs, fields
     conv.template = _template(value, {id(t): i for i, t in enumerate(tensors)})
+    conv.single = refs[0] if type(conv.template) is _Slot else None
     conv.res = res
     old = _reuse.get(key)
     _reuse[key] = conv
