@@ -238,17 +238,17 @@ _held = {}    # st_result_t address -> the _Conversion holding a reference to it
 def _forget(conv, _ref=None):
     """Drops conv from both maps and frees its reference (a tensor of it
     died, or a newer conversion of its object replaced it). Any thread."""
-    if _reuse.get(conv.key) is conv:
-        del _reuse[conv.key]
-    res = conv.res
-    if res is not None:
-        conv.res = None
-        if _held.get(res.ptr) is conv:
-            del _held[res.ptr]
-        try:
+    try:
+        if _reuse.get(conv.key) is conv:
+            del _reuse[conv.key]
+        res = conv.res
+        if res is not None:
+            conv.res = None
+            if _held.get(res.ptr) is conv:
+                del _held[res.ptr]
             res.close()
-        except Exception:   # interpreter teardown
-            pass
+    except Exception:   # interpreter teardown: the modules are going
+        pass
 
 
 def reuse_get(key, identity):
