@@ -19,10 +19,11 @@ returning a fresh 4-float tensor; a managed and cached call + release; a
 managed call with a fresh result + release; submit + wait; a 4 KiB tensor
 argument returned; a 300-tensor module called again with its mapping
 cached; info(). Python alone: the cached call kept through ctypes only
-(st_client_call_summary + st_result_free, no conversion: what the
-package's own Python adds is the row above minus this one). After the
-table, whether the rows that keep a result reused its torch tensors (the
-same objects, no DLPack: docs/python.md, "What a call costs"): a "no"
+(st_client_call_summary with ST_CALL_LEND_SAME, no conversion; with an
+older library, + st_result_free: what the package's own Python adds is
+the row above minus this one). After the table, whether the rows that
+keep a result reused its torch tensors (the same objects, no DLPack:
+docs/python.md, "What a call costs"): a "no"
 there means every call converted afresh. --profile NAME runs one Python
 row under cProfile instead. Timings are printed, never asserted.
 """
@@ -177,10 +178,20 @@ def python_rows(st, torch, sock, device, iters):
     out, summary = ctypes.c_void_p(), st._lib.ResultSummary()
     out_ref, summary_ref = ctypes.byref(out), ctypes.byref(summary)
 
+    lend = getattr(st._lib, "ST_CALL_LEND_SAME", None)
+
     def cached_lib():
-        if lib.st_client_call_summary(c._ptr, b"cached16", None, out_ref, summary_ref) != 0:
+        # The package's own crossing: a `same` reply lent (nothing to
+        # free). A library older than ST_CALL_LEND_SAME: call + free.
+        if lend is None:
+            if lib.st_client_call_summary(c._ptr, b"cached16", None, out_ref, summary_ref) != 0:
+                sys.exit("st_client_call_summary failed")
+            lib.st_result_free(out.value)
+            return
+        if lib.st_client_call_summary(c._ptr, b"cached16", None, lend, out_ref, summary_ref) != 0:
             sys.exit("st_client_call_summary failed")
-        lib.st_result_free(out.value)
+        if not summary.same:
+            lib.st_result_free(out.value)
 
     def prepare(key):
         keep.clear()

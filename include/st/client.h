@@ -584,17 +584,35 @@ typedef struct st_result_summary {
                                 results of one object whose identities are
                                 equal describe the same tensors at the same
                                 addresses of this process                  */
+  int same;                  /* 1: the reply said `same` (docs/client.md,
+                                "Kept results"): the result is the one this
+                                connection already holds of that object    */
 } st_result_summary_t;
 
 /* Fills *out for r. ST_OK; ST_ERR_INVALID_ARGUMENT for NULL. Any thread
  * while r lives. */
 ST_API int st_result_summary(const st_result_t *r, st_result_summary_t *out);
 
+/* Flags of st_client_call_summary. */
+typedef enum {
+  /* A `same` reply's result is lent, not given: *out is the result the
+   * connection already holds of that object, and the caller receives no
+   * reference to it (it must not free it). The connection holds one for
+   * the caller until its next request (any method) or its close: a caller
+   * that needs *out longer takes its own with st_result_ref before then.
+   * A binding that keeps a reference to each result it converted
+   * recognizes the pointer and answers such a call with no further
+   * crossing. Any other reply is owned by the caller as usual. */
+  ST_CALL_LEND_SAME = 1
+} st_call_flags_t;
+
 /* st_client_call, then (on ST_OK) st_result_summary of *out into
- * *summary (may be NULL). *out is owned by the caller as with
- * st_client_call. Thread of the client. */
+ * *summary (may be NULL), whose `same` says whether the reply was `same`.
+ * flags: 0 or ST_CALL_LEND_SAME. *out is owned by the caller as with
+ * st_client_call, except a `same` reply with ST_CALL_LEND_SAME (lent, see
+ * above). Thread of the client. */
 ST_API int st_client_call_summary(st_client_t *c, const char *endpoint, const st_args_t *args,
-                                  st_result_t **out, st_result_summary_t *summary);
+                                  int flags, st_result_t **out, st_result_summary_t *summary);
 
 /* DLPack exports (include/st/dlpack.h, st_tensor_dlpack) of tensors 0 ..
  * n-1 of r, in st_result_tensor order, into out[]: each a

@@ -150,11 +150,14 @@ function Client:call(name, args)
   check_name(name, "call")
   local a = build_args(args, 2)
   -- One crossing: the call and the summary of its reply. The buffers are
-  -- read before wrap_result returns, so one pair serves every call.
-  if lib.st_client_call_summary(self._h, name, a, call_out, call_summary) ~= 0 then
+  -- read before wrap_result returns, so one pair serves every call. A
+  -- `same` reply is lent: a result already held takes one st_result_ref
+  -- and no free.
+  if lib.st_client_call_summary(self._h, name, a, lib.ST_CALL_LEND_SAME, call_out,
+                                call_summary) ~= 0 then
     return failure(self)
   end
-  return wrap_result(call_out[0], call_summary)
+  return wrap_result(call_out[0], call_summary, true)
 end
 
 -- Runs `fn(handle[, arg], out)` for a method whose result is a plain value.

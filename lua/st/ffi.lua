@@ -197,10 +197,14 @@ typedef struct st_result_summary {
   int has_object;
   st_object_info_t object;
   uint64_t identity;
+  int same;
 } st_result_summary_t;
 int st_result_summary(const st_result_t *r, st_result_summary_t *out);
+typedef enum {
+  ST_CALL_LEND_SAME = 1
+} st_call_flags_t;
 int st_client_call_summary(st_client_t *c, const char *endpoint, const st_args_t *args,
-                           st_result_t **out, st_result_summary_t *summary);
+                           int flags, st_result_t **out, st_result_summary_t *summary);
 size_t st_result_dlpack_all(st_result_t *r, int versioned, void **out, size_t n);
 void st_open_cache_keep(size_t max_arenas, uint64_t max_bytes);
 void st_open_cache_kept(size_t *arenas, uint64_t *bytes);

@@ -110,26 +110,31 @@ end
 -- earlier result in this process is still alive and not freed, with the
 -- same tensors (st_result_summary's identity), reuses that result's
 -- tensors: the new result holds a reference of its own on the earlier
--- one's memory (st_result_ref), and ptr is freed at once.
-function M.wrap(ptr, summary)
+-- one's memory (st_result_ref), and ptr is freed at once. `lent`: the call
+-- asked for ST_CALL_LEND_SAME, so a `same` reply's ptr is not ours (its
+-- connection holds it until its next request): nothing to free, and a
+-- reference of our own when we keep it.
+function M.wrap(ptr, summary, lent)
   if summary == nil then
     summary = summary_t()
     lib.st_result_summary(ptr, summary)
   end
   local object = summary.has_object ~= 0 and object_of(summary.object) or nil
   local identity = summary.identity
+  lent = lent and summary.same ~= 0
   local key
   if object and summary.ntensors > 0 then
     key = object.server_id .. "\0" .. tostring(object.id)
     local old = reuse[key]
     if old and old._h and old._identity == identity then
       lib.st_result_ref(old._h)
-      lib.st_result_free(ptr)
+      if not lent then lib.st_result_free(ptr) end
       return setmetatable({ _h = ffi.gc(ffi.cast(result_ptr, old._h), lib.st_result_free),
                             _identity = identity, value = fresh_copy(old.value),
                             object = object }, Result)
     end
   end
+  if lent then lib.st_result_ref(ptr) end
   local handle = ffi.gc(ptr, lib.st_result_free)
   local res = setmetatable({ _h = handle, _identity = identity }, Result)
   res.value = convert(summary.value, res)

@@ -78,10 +78,12 @@ class _ValueUnion(ctypes.Union):
 
 Value._fields_ = [("kind", c_int), ("as_", _ValueUnion)]
 
-# The constants of include/st/client.h (st_device_kind_t, st_value_kind_t).
+# The constants of include/st/client.h (st_device_kind_t, st_value_kind_t,
+# st_call_flags_t).
 ST_DEVICE_CPU, ST_DEVICE_CUDA = 0, 1
 (ST_VALUE_NIL, ST_VALUE_BOOL, ST_VALUE_INT, ST_VALUE_FLOAT, ST_VALUE_STRING, ST_VALUE_BINARY,
  ST_VALUE_ARRAY, ST_VALUE_MAP, ST_VALUE_TENSOR, ST_VALUE_MODULE) = range(10)
+ST_CALL_LEND_SAME = 1
 
 
 class ObjectInfo(ctypes.Structure):
@@ -108,6 +110,7 @@ class ResultSummary(ctypes.Structure):
         ("has_object", c_int),
         ("object", ObjectInfo),
         ("identity", c_uint64),
+        ("same", c_int),
     ]
 
 
@@ -229,7 +232,7 @@ _PROTOS = {
     "st_open_cache_stats": (None, [P(c_size_t), P(c_uint64)]),
     # bindings
     "st_result_summary": (c_int, [c_void_p, P(ResultSummary)]),
-    "st_client_call_summary": (c_int, [c_void_p, c_char_p, c_void_p, P(c_void_p),
+    "st_client_call_summary": (c_int, [c_void_p, c_char_p, c_void_p, c_int, P(c_void_p),
                                        P(ResultSummary)]),
     "st_result_dlpack_all": (c_size_t, [c_void_p, c_int, P(c_void_p), c_size_t]),
     "st_result_marshal": (c_void_p, [c_void_p, P(c_size_t)]),
@@ -319,6 +322,18 @@ def _load():
 
 
 lib, path = _load()
+
+
+def unchecked(name):
+    """A second entry to library function `name` with its return type and
+    no argtypes, for the per-call paths (client.py): ctypes then converts
+    no argument (about half the cost of a crossing with six). Its callers
+    pass only ctypes objects (c_void_p for pointers), byref(), bytes,
+    None and small ints for C ints: a Python int given for a pointer would
+    go as a C int."""
+    fn = lib[name]   # a new function object: `lib.name` keeps its argtypes
+    fn.restype = _PROTOS[name][0]
+    return fn
 
 # The capsule destructor is passed to PyCapsule_New as a plain address: it
 # is a C function of the library, never a Python callback.

@@ -11,16 +11,20 @@ from .convert import Module
 from .errors import from_library, make
 
 _l = _lib.lib
-_call_summary = _l.st_client_call_summary
+# The per-call entries take ctypes objects only (_lib.unchecked).
+_call_fast = _lib.unchecked("st_client_call_summary")
+_ping = _lib.unchecked("st_client_ping")
 _result_summary = _l.st_result_summary
-_result_free = _l.st_result_free
-_ping = _l.st_client_ping
+_result_ref = _l.st_result_ref
+_LEND_SAME = _lib.ST_CALL_LEND_SAME
+_held = _cv.held
 _release = _l.st_client_release
 _rpc_marshal = _l.st_client_rpc_marshal
 _loads = marshal.loads
 _string_at = ctypes.string_at
 _byref = ctypes.byref
 _Summary = _lib.ResultSummary
+_copy = _Summary.from_buffer_copy
 _VOIDP = ctypes.c_void_p
 _names = {}   # endpoint / method name -> its bytes, for names used again
 
@@ -42,16 +46,10 @@ class Handle:
     connection's lease (release() does the same, once). Tensors in
     `.value` stay valid after the release: mappings outlive leases."""
 
-    def __init__(self, client, value, info, strings=None):
+    def __init__(self, client, value, fields):
+        self.__dict__.update(fields)
         self._client = client
         self.value = value
-        self.object_id = info.id
-        self.server_id, self.cache_key, self.device = strings or _strings(info)
-        self.cached = bool(info.cached)
-        self.managed = bool(info.managed)
-        self.lease = bool(info.lease)
-        self.refcount = info.refcount
-        self.bytes = info.bytes
         self.released = False
 
     def release(self):
@@ -75,8 +73,17 @@ class Handle:
             self.object_id, self.cache_key, self.refcount)
 
 
-def _strings(info):
-    return info.server_id.decode(), info.cache_key.decode(), info.device.decode()
+def _fields(info, like=None):
+    """A Handle's attributes of object info `info` (an st_object_info_t);
+    its strings from `like` (the fields of an earlier result of the same
+    object) when given."""
+    if like is None:
+        sid, key, dev = info.server_id.decode(), info.cache_key.decode(), info.device.decode()
+    else:
+        sid, key, dev = like["server_id"], like["cache_key"], like["device"]
+    return {"object_id": info.id, "server_id": sid, "cache_key": key, "device": dev,
+            "cached": bool(info.cached), "managed": bool(info.managed),
+            "lease": bool(info.lease), "refcount": info.refcount, "bytes": info.bytes}
 
 
 class Client:
@@ -110,7 +117,7 @@ class Client:
             raise ValueError('framework must be "torch" or None')
         self.framework = framework
         self._lock = threading.Lock()
-        self._ptr = None
+        self._ptr = self._cptr = None
         opts = _lib.ClientOptions()
         _l.st_client_options_init(ctypes.byref(opts))
         if server_uid is not None:
@@ -137,12 +144,18 @@ class Client:
         if rc != 0:
             raise from_library(rc, err.value.decode(errors="replace"))
         self._ptr = out.value
+        self._cptr = ctypes.c_void_p(self._ptr)   # for the unchecked entries
         self._rtt = ctypes.c_double()
         self._rtt_ref = ctypes.byref(self._rtt)
         self._rel = (ctypes.c_int(), ctypes.c_int(), ctypes.c_int64())
         self._rel_refs = tuple(map(ctypes.byref, self._rel))
         self._rpc_out = (ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_void_p())
         self._rpc_refs = tuple(map(ctypes.byref, self._rpc_out))
+        # call()'s out-parameters, used under the lock.
+        self._call_out = ctypes.c_void_p()
+        self._summary = _Summary()
+        self._call_refs = (ctypes.byref(self._call_out), ctypes.byref(self._summary))
+        self._torch = framework == "torch"
         self.server_id = _l.st_client_server_id(self._ptr).decode()
         self.server_version = _l.st_client_server_version(self._ptr).decode()
         self.server_pid = _l.st_client_server_pid(self._ptr)
@@ -153,7 +166,7 @@ class Client:
         """Closes the connection (gives back every lease it holds). Tensors
         already returned stay valid."""
         with self._lock:
-            p, self._ptr = self._ptr, None
+            p, self._ptr, self._cptr = self._ptr, None, None
             if p:
                 _l.st_client_close(p)
 
@@ -172,8 +185,13 @@ class Client:
 
     def _h(self):
         if not self._ptr:
-            raise ValueError("the client is closed")
+            self._closed()
         return self._ptr
+
+    def _closed(self):
+        """Raises: the client is closed (`self._cptr or self._closed()` gives
+        the unchecked entries a c_void_p or nothing)."""
+        raise ValueError("the client is closed")
 
     def _fail(self, rc):
         name = (_l.st_client_error_name(self._ptr) or b"").decode() if self._ptr else ""
@@ -190,7 +208,7 @@ class Client:
         """Round trip of `ping` in microseconds."""
         rtt = self._rtt
         with self._lock:
-            rc = _ping(self._ptr or self._h(), self._rtt_ref)
+            rc = _ping(self._cptr or self._closed(), self._rtt_ref)
             if rc != 0:
                 self._fail(rc)
             return rtt.value
@@ -235,26 +253,32 @@ class Client:
         """Converts an owned result: a Handle when it names an object."""
         framework = self.framework if as_torch is None else ("torch" if as_torch else None)
         res = _tensor.Result(ptr)
-        try:
-            if not summary.has_object:
+        if not summary.has_object:
+            try:
                 return _cv.value_of(res, summary, framework, _slow_value)
-            info = summary.object
-            if framework != "torch":
-                return Handle(self, _cv.value_of(res, summary, framework, _slow_value), info)
+            finally:
+                # torch tensors hold their own references; SharedTensor
+                # objects hold `res` itself.
+                if framework == "torch":
+                    res.close()
+        info = summary.object
+        if framework != "torch":
+            return Handle(self, _cv.value_of(res, summary, framework, _slow_value), _fields(info))
+        try:
             key = (info.server_id, info.id)
             hit = _cv.reuse_get(key, summary.identity)
             if hit is not None:
-                return Handle(self, hit[0], info, hit[1])
+                return Handle(self, hit[0], _fields(info, hit[1]))
             value = _cv.value_of(res, summary, framework, _slow_value)
-            strings = _strings(info)
+            fields = _fields(info)
             leaves = []
-            if summary.ntensors and _torch_leaves(value, leaves) and leaves:
-                _cv.reuse_put(key, summary.identity, value, leaves, strings)
-            return Handle(self, value, info, strings)
+            # The conversion keeps `res` (a `same` reply lends it again).
+            if (summary.ntensors and _torch_leaves(value, leaves) and leaves and
+                    _cv.reuse_put(key, summary.identity, value, leaves, res, fields)):
+                res = None
+            return Handle(self, value, fields)
         finally:
-            # torch tensors hold their own references; SharedTensor objects
-            # hold `res` itself.
-            if framework == "torch":
+            if res is not None:
                 res.close()
 
     def info(self):
@@ -289,22 +313,38 @@ class Client:
         `.value` is that. as_torch=False (or a client made with
         framework=None) gives SharedTensor objects instead of torch tensors.
         """
-        out = _VOIDP()
-        summary = _Summary()
-        ename = _name(name)
+        ename = _names.get(name) or _name(name)
         if args:
-            with _Args(args) as a, self._lock:
-                rc = _call_summary(self._ptr or self._h(), ename, a.ptr, _byref(out),
-                                   _byref(summary))
-                if rc != 0:
-                    self._fail(rc)
+            with _Args(args) as a:
+                got = self._call_locked(ename, _VOIDP(a.ptr), as_torch)
         else:
-            with self._lock:
-                rc = _call_summary(self._ptr or self._h(), ename, None, _byref(out),
-                                   _byref(summary))
-                if rc != 0:
-                    self._fail(rc)
-        return self._wrap(out.value, summary, as_torch)
+            got = self._call_locked(ename, None, as_torch)
+        if got.__class__ is tuple:
+            return self._wrap(got[0], got[1], as_torch)
+        return got
+
+    def _call_locked(self, ename, args, as_torch):
+        """The call's one crossing, under the lock (ename: bytes; args: a
+        c_void_p or None). A `same` reply lends the result the connection
+        holds (until its next request, so while we hold the lock): when a
+        conversion of this process holds it, its value as a new Handle.
+        Else (the result's address, a copy of the summary) for _wrap, the
+        result ours (a lent one referenced now)."""
+        with self._lock:
+            rc = _call_fast(self._cptr or self._closed(), ename, args, _LEND_SAME,
+                            *self._call_refs)
+            if rc != 0:
+                self._fail(rc)
+            ptr = self._call_out.value
+            summary = self._summary
+            if summary.same:
+                conv = _held(ptr)
+                if conv is not None and (self._torch if as_torch is None else as_torch):
+                    value = conv.value()
+                    if value is not None:
+                        return Handle(self, value, conv.fields)
+                _result_ref(ptr)
+            return ptr, _copy(summary)
 
     # ------------------------------------------------------------- tasks
 

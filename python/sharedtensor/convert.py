@@ -8,9 +8,12 @@ reply allows (docs/python.md, "What a call costs").
     and modules as ([i...], [names], metadata), replaced afterwards.
   - Every tensor's DLPack capsule comes from one st_result_dlpack_all.
   - A result of an object this process already converted reuses the torch
-    tensors of that conversion while they live: the cache holds weak
-    references only, keyed by (server id, object id) and checked against
+    tensors of that conversion while they live: the cache holds them by
+    weak reference, keyed by (server id, object id) and checked against
     the identity (addresses, dtypes, shapes, strides) of the new reply.
+  - It holds the result they were converted from (one reference, while
+    they live), by its address too: a `same` reply lends that very result
+    (ST_CALL_LEND_SAME), so the call is answered with no further crossing.
 """
 import collections
 import ctypes
@@ -209,40 +212,88 @@ def _rebuild(v, tensors):
     return v
 
 
-_reuse = {}   # (server id, object id) -> [identity, template, weakrefs, token, strings]
+class _Conversion:
+    """What this process converted of one object: the template of the
+    value, its torch tensors (weakly), the Result it was converted from
+    (one reference, the memory's keeper for a `same` reply), and the
+    Handle fields of that result."""
+    __slots__ = ("key", "identity", "template", "refs", "single", "res", "fields",
+                 "__weakref__")
+
+    def value(self):
+        """A new value of the live tensors; None when one of them died."""
+        if self.single is not None:   # the value is that one tensor
+            return self.single()
+        tensors = [r() for r in self.refs]
+        for t in tensors:
+            if t is None:
+                return None
+        return _rebuild(self.template, tensors)
 
 
-def _forget(key, token, _ref):
-    e = _reuse.get(key)
-    if e is not None and e[3] is token:
-        del _reuse[key]
+_reuse = {}   # (server id, object id) -> its last _Conversion
+_held = {}    # st_result_t address -> the _Conversion holding a reference to it
+
+
+def _forget(conv, _ref=None):
+    """Drops conv from both maps and frees its reference (a tensor of it
+    died, or a newer conversion of its object replaced it). Any thread."""
+    try:
+        if _reuse.get(conv.key) is conv:
+            del _reuse[conv.key]
+        res = conv.res
+        if res is not None:
+            conv.res = None
+            if _held.get(res.ptr) is conv:
+                del _held[res.ptr]
+            res.close()
+    except Exception:   # interpreter teardown: the modules are going
+        pass
 
 
 def reuse_get(key, identity):
     """A new value of the object `key` built from the tensors of its last
-    conversion when they all live and `identity` matches; else None."""
-    e = _reuse.get(key)
-    if e is None or e[0] != identity:
+    conversion when they all live and `identity` matches, with that
+    conversion's Handle fields; else None."""
+    conv = _reuse.get(key)
+    if conv is None or conv.identity != identity:
         return None
-    tensors = [r() for r in e[2]]
-    for t in tensors:
-        if t is None:
-            return None
-    return _rebuild(e[1], tensors), e[4]
+    value = conv.value()
+    return None if value is None else (value, conv.fields)
 
 
-def reuse_put(key, identity, value, tensors, strings):
-    """Remembers value's tensors (weakly) for the next result of object key."""
-    token = object()
-    drop = functools.partial(_forget, key, token)
+def held(ptr):
+    """The conversion holding a reference to the result at address ptr
+    (a `same` reply lent that result: client.py), or None."""
+    return _held.get(ptr)
+
+
+def reuse_put(key, identity, value, tensors, res, fields):
+    """Remembers value's tensors (weakly) for the next result of object
+    key, and keeps res (a tensor.Result: its reference is taken over)
+    while they all live. False, with res untouched, when a tensor takes no
+    weak reference."""
+    conv = _Conversion()
+    drop = functools.partial(_forget, conv)
     try:
         refs = [weakref.ref(t, drop) for t in tensors]
     except TypeError:
-        return   # a tensor type without weak references: no reuse
-    index = {id(t): i for i, t in enumerate(tensors)}
-    _reuse[key] = [identity, _template(value, index), refs, token, strings]
+        return False   # a tensor type without weak references: no reuse
+    conv.key, conv.identity, conv.refs, conv.fields = key, identity, refs, fields
+    conv.template = _template(value, {id(t): i for i, t in enumerate(tensors)})
+    conv.single = refs[0] if type(conv.template) is _Slot else None
+    conv.res = res
+    old = _reuse.get(key)
+    _reuse[key] = conv
+    old_held = _held.get(res.ptr)
+    _held[res.ptr] = conv
+    for o in (old, old_held):
+        if o is not None and o is not conv:
+            _forget(o)
+    return True
 
 
 def reuse_clear():
     """Forgets every remembered conversion (tests)."""
-    _reuse.clear()
+    for conv in list(_reuse.values()) + list(_held.values()):
+        _forget(conv)

@@ -55,8 +55,16 @@ ST_API int st_result_summary(const st_result_t *r, st_result_summary_t *out) {
 
 /* See client.h. Thread of the client. */
 ST_API int st_client_call_summary(st_client_t *c, const char *endpoint, const st_args_t *args,
-                                  st_result_t **out, st_result_summary_t *summary) {
+                                  int flags, st_result_t **out, st_result_summary_t *summary) {
   int rc = st_client_call(c, endpoint, args, out);
-  if (rc != ST_OK || !summary) return rc;
-  return st_result_summary(*out, summary);
+  if (rc != ST_OK) return rc;
+  int same = c->reply_same;
+  /* The caller's reference stays with the connection until its next
+   * request: a binding that holds the result already needs no crossing to
+   * free one. */
+  if (same && (flags & ST_CALL_LEND_SAME)) st__client_objrefs_lend(c, *out);
+  if (!summary) return ST_OK;
+  rc = st_result_summary(*out, summary);
+  summary->same = same;
+  return rc;
 }

@@ -169,6 +169,10 @@ struct st_client {
   st__heldtab_t objects_held;  /* results received with `object_kept`      */
   int in_request;              /* a reply may still name arenas or objects
                                   by id (held.c)                            */
+  int reply_same;              /* this request's reply said `same`          */
+  st_result_t *lent;           /* a `same` result lent to the caller
+                                  (ST_CALL_LEND_SAME): the reference it was
+                                  not given, dropped at the next request    */
   /* Result pool (pool.c): slabs held for the connection's life and its
    * control page; thread of the client. */
   struct st__client_pool *pool; /* we asked and the server listed "pool"  */
@@ -579,6 +583,15 @@ void st__client_objrefs_keep(st_client_t *c, st_result_t *r);
  * failure when c keeps none (never sent with `object_kept`, or let go) or
  * the reply's object map differs from it. Thread of the client. */
 int st__client_objrefs_same(st_client_t *c, const msgpack_object *result, st_result_t **out);
+/* Starts a request of c (any method, hello included): the reply of the
+ * last one is over, so the result lent of it goes (one reference dropped:
+ * the last one lets the server be told in this very request). Thread of
+ * the client. */
+void st__client_objrefs_request(st_client_t *c);
+/* The caller's reference to r, the result of a `same` reply, is lent
+ * (ST_CALL_LEND_SAME): c holds it until its next request or close.
+ * Thread of the client. */
+void st__client_objrefs_lend(st_client_t *c, st_result_t *r);
 /* st_result_ref and st_result_free of a kept result (r->kept): under the
  * lock. unref returns 1 when the caller frees r now, 0 when r lives on
  * (other references, or parked in its connection's table). Any thread. */

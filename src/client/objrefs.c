@@ -10,7 +10,10 @@
  * (st_result_t, which is reference counted) while its user holds it, and
  * a `same` reply is one more reference to it: no descriptor, no decode.
  * A `same` is answered from this connection's table alone: an id it does
- * not hold is PROTOCOL.
+ * not hold is PROTOCOL. A caller may have that reference lent rather than
+ * given (ST_CALL_LEND_SAME): the connection drops it when its next
+ * request starts, before that request's `objects_freed` is packed, so a
+ * lent result its user let go is told at once.
  *
  * A kept result counts its references under the library's lock
  * (st_result_ref, st_result_free): when the last user reference goes, its
@@ -51,7 +54,23 @@ size_t st__client_objrefs_max(void) {
 }
 
 /* See client_internal.h. Thread of the client. */
+void st__client_objrefs_request(st_client_t *c) {
+  st_result_t *r = c->lent;
+  c->lent = NULL;
+  c->reply_same = 0;
+  st_result_free(r);
+}
+
+/* See client_internal.h. Thread of the client. */
+void st__client_objrefs_lend(st_client_t *c, st_result_t *r) {
+  st_result_t *old = c->lent;   /* NULL: the request started by dropping it */
+  c->lent = r;
+  st_result_free(old);
+}
+
+/* See client_internal.h. Thread of the client. */
 void st__client_objrefs_reset(st_client_t *c, int on) {
+  st__client_objrefs_request(c);
   st__held_reset(&c->objects_held, &ops);
   c->object_refs = on;
 }
@@ -137,7 +156,10 @@ int st__client_objrefs_same(st_client_t *c, const msgpack_object *result, st_res
     *out = r;
   }
   st__client_unlock();
-  if (*out) return ST_OK;
+  if (*out) {
+    c->reply_same = 1;
+    return ST_OK;
+  }
   if (differs)
     return st__client_fail(c, ST_ERR_PROTOCOL,
                            "the reply says object %llu is the same as before, but its object "

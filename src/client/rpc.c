@@ -156,6 +156,9 @@ int st__client_exchange_until(st_client_t *c, const char *method, const void *pa
                               int64_t deadline, st__message_t *reply, int **fds, size_t *nfds) {
   *fds = NULL;
   *nfds = 0;
+  /* The last reply is over: what was lent of it goes before this request
+   * packs `objects_freed` (objrefs.c). */
+  st__client_objrefs_request(c);
   if (c->fd < 0)
     return st__client_fail(c, ST_ERR_IO, "the connection is closed (%s)", c->closed_why);
   st__client_clear_error(c);

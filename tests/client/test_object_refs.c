@@ -11,7 +11,11 @@
  *   - the request after the last free carries `objects_freed` with the
  *     id, and the next full reply decodes afresh;
  *   - a `same` to an object never sent with `object_kept`, or whose
- *     object map differs, is PROTOCOL.
+ *     object map differs, is PROTOCOL;
+ *   - st_client_call_summary says `same`; with ST_CALL_LEND_SAME the
+ *     result of a `same` is lent: the caller's other reference is its
+ *     last, the connection drops the lent one when its next request
+ *     starts (which then says `objects_freed`), st_result_ref keeps it.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -201,6 +205,56 @@ TEST(the_request_after_the_last_free_says_objects_freed) {
   st_client_close(c);
 }
 
+/* st_client_call_summary of "obj" with flags: the result (NULL when the
+ * call failed or its summary is not object 7's), and in *same whether the
+ * reply said `same`. */
+static st_result_t *call_flags(st_client_t *c, int flags, int *same) {
+  st_result_t *r = NULL;
+  st_result_summary_t s;
+  memset(&s, 0, sizeof s);
+  stt_client_report(c, "obj", st_client_call_summary(c, "obj", NULL, flags, &r, &s));
+  *same = s.same;
+  return r && s.has_object && s.object.id == 7 && s.ntensors == 1 ? r : NULL;
+}
+
+/* A request that names no object; returns the `objects_freed` it said. */
+static const char *next_request(st_client_t *c) {
+  st_result_free(call(c, "other", 0));
+  return last_freed;
+}
+
+TEST(a_lent_same_is_held_until_the_next_request) {
+  sent_in_full = 0;
+  OPEN_CLIENT(c, fs.path);
+  int same;
+  st_result_t *r1 = call_flags(c, ST_CALL_LEND_SAME, &same);
+  CHECK(r1 && !same);   /* in full: the caller's */
+  st_result_t *lent = call_flags(c, ST_CALL_LEND_SAME, &same);
+  CHECK(lent && same && lent == r1);
+  st_result_free(r1);   /* the caller's last reference */
+  CHECK(((const float *)st_result_tensor(lent, 0)->data)[3] == 4.0f);
+  CHECK_STR_EQ(next_request(c), "7");   /* the lent one went first */
+
+  /* Without the flag a `same` is one more reference of the caller's. */
+  r1 = call_flags(c, 0, &same);
+  CHECK(r1 && !same);
+  st_result_t *r2 = call_flags(c, 0, &same);
+  CHECK(r2 && same && r2 == r1);
+  st_result_free(r1);
+  CHECK_STR_EQ(next_request(c), "");   /* r2 holds it */
+
+  /* st_result_ref makes a lent result the caller's past the request. */
+  lent = call_flags(c, ST_CALL_LEND_SAME, &same);
+  CHECK(lent && same && lent == r2);
+  st_result_ref(lent);
+  st_result_free(r2);
+  CHECK_STR_EQ(next_request(c), "");
+  CHECK(((const float *)st_result_tensor(lent, 0)->data)[0] == 1.0f);
+  st_result_free(lent);
+  CHECK_STR_EQ(next_request(c), "7");
+  st_client_close(c);
+}
+
 TEST(a_same_the_client_cannot_answer_is_protocol) {
   sent_in_full = 0;
   OPEN_CLIENT(c, fs.path);
@@ -226,6 +280,7 @@ int main(void) {
   RUN(past_the_bound_the_oldest_kept_result_is_let_go);
   RUN(the_request_after_the_last_free_says_objects_freed);
   RUN(a_same_the_client_cannot_answer_is_protocol);
+  RUN(a_lent_same_is_held_until_the_next_request);
   fake_wait_idle(&fs, 2000);
   fake_stop(&fs);
   return stt_server_finish(&S);

@@ -298,7 +298,8 @@ class MirrorsTest(unittest.TestCase):
     def test_enum_constants_match(self):
         header = enums(header_texts()["client.h"])
         lua = enums(self.cdef_text)
-        self.assertEqual(sorted(header), ["st_device_kind_t", "st_value_kind_t"])
+        self.assertEqual(sorted(header),
+                         ["st_call_flags_t", "st_device_kind_t", "st_value_kind_t"])
         for name, consts in header.items():
             with self.subTest(enum=name):
                 self.assertEqual(lua.get(name), consts, "lua/st/ffi.lua")

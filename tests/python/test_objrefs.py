@@ -7,11 +7,21 @@ a real stserver (CPU tensors):
     first conversion;
   - once every tensor of it is gone, the next call converts afresh with
     the right values; another connection gets its own result;
-  - a managed object is never returned by reference.
+  - a managed object is never returned by reference;
+  - a `same` reply costs the package one crossing (ST_CALL_LEND_SAME: no
+    st_result_ref, no st_result_free) and gives the very torch tensors of
+    the first conversion, whose memory another process writes into;
+  - once every tensor is dropped the package's reference goes, and the
+    next request tells the server: its next reply is in full; after a
+    reconnect to a restarted server, the values are the new server's.
 """
 import ctypes
 import gc
+import os
+import subprocess
+import sys
 import unittest
+from unittest import mock
 
 import st_fixture
 
@@ -31,27 +41,40 @@ return {
     end },
   st.endpoint { name = "managed", cache = true, managed = true,
     build = function() return st.full { 4, value = 7 } end },
+  st.endpoint { name = "c16", cache = true,
+    build = function() return st.arange { 16, dtype = "float32" } end },
 }
 """,
 }
 
 
-def lib_call(c, name):
-    """(result pointer, identity) of one st_client_call_summary."""
+def lib_call(c, name, flags=0):
+    """(result pointer, identity, same) of one st_client_call_summary."""
     out, summary = ctypes.c_void_p(), _lib.ResultSummary()
-    rc = _lib.lib.st_client_call_summary(c._ptr, name.encode(), None, ctypes.byref(out),
+    rc = _lib.lib.st_client_call_summary(c._ptr, name.encode(), None, flags, ctypes.byref(out),
                                          ctypes.byref(summary))
     if rc != 0:
         raise AssertionError("call %s: %d" % (name, rc))
-    return out.value, summary.identity
+    return out.value, summary.identity, summary.same
+
+
+class Counting:
+    """Counts the calls of a library function (a mock's side effect)."""
+
+    def __init__(self, fn):
+        self.fn, self.n = fn, 0
+
+    def __call__(self, *a):
+        self.n += 1
+        return self.fn(*a)
 
 
 class ObjectRefsTest(st_fixture.ServerTestCase):
     ENDPOINTS = ENDPOINTS
 
     def test_the_library_returns_the_result_it_holds(self):
-        p1, id1 = lib_call(self.c, "mod300")
-        p2, id2 = lib_call(self.c, "mod300")
+        p1, id1, _ = lib_call(self.c, "mod300")
+        p2, id2, _ = lib_call(self.c, "mod300")
         try:
             self.assertEqual(p1, p2)
             self.assertEqual(id1, id2)
@@ -83,8 +106,8 @@ class ObjectRefsTest(st_fixture.ServerTestCase):
     def test_another_connection_gets_its_own_result(self):
         other = st.Client(path=self.srv.socket)
         try:
-            p1, _ = lib_call(self.c, "mod300")
-            p2, _ = lib_call(other, "mod300")
+            p1, _, _ = lib_call(self.c, "mod300")
+            p2, _, _ = lib_call(other, "mod300")
             self.assertNotEqual(p1, p2)
             _lib.lib.st_result_free(p1)
             _lib.lib.st_result_free(p2)
@@ -92,13 +115,82 @@ class ObjectRefsTest(st_fixture.ServerTestCase):
             other.close()
 
     def test_a_managed_object_is_never_returned_by_reference(self):
-        p1, _ = lib_call(self.c, "managed")
-        p2, _ = lib_call(self.c, "managed")
+        p1, _, _ = lib_call(self.c, "managed")
+        p2, _, _ = lib_call(self.c, "managed")
         try:
             self.assertNotEqual(p1, p2)
         finally:
             _lib.lib.st_result_free(p1)
             _lib.lib.st_result_free(p2)
+
+
+class SameInOneCrossingTest(st_fixture.ServerTestCase):
+    ENDPOINTS = ENDPOINTS
+
+    def test_a_same_reply_costs_one_crossing_and_gives_the_same_tensors(self):
+        h1 = self.c.call("c16")
+        free = Counting(_lib.lib.st_result_free)
+        ref = Counting(_lib.lib.st_result_ref)
+        with mock.patch.object(_lib.lib, "st_result_free", free), \
+                mock.patch.object(_lib.lib, "st_result_ref", ref), \
+                mock.patch.object(st.client, "_result_ref", ref, create=True):
+            handles = [self.c.call("c16") for _ in range(50)]
+        self.assertEqual((free.n, ref.n), (0, 0))
+        for h in handles:
+            self.assertIs(h.value, h1.value)
+            self.assertEqual((h.object_id, h.cache_key, h.cached, h.managed),
+                             (h1.object_id, h1.cache_key, True, False))
+        self.assertEqual(handles[-1].value.tolist(), [float(i) for i in range(16)])
+
+    def test_memory_written_by_another_process_is_seen(self):
+        h1 = self.c.call("c16")
+        code = ("import sys; sys.path.insert(0, %r); import sharedtensor as st; "
+                "c = st.Client(path=%r); c.call('c16').value.fill_(9.0); c.close()"
+                % (os.path.join(st_fixture.env("ST_SOURCE_DIR"), "python"), self.srv.socket))
+        out = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stdout.decode(errors="replace"))
+        h2 = self.c.call("c16")
+        self.assertIs(h2.value, h1.value)
+        self.assertEqual(h2.value.tolist(), [9.0] * 16)
+        h2.value.copy_(torch_arange(16))
+
+    def test_dropped_tensors_let_the_result_go_and_the_server_is_told(self):
+        h = self.c.call("c16")
+        ptr = lib_call(self.c, "c16")[0]   # the result the connection keeps
+        _lib.lib.st_result_free(ptr)
+        h = self.c.call("c16")   # lent: the package holds that result
+        self.assertIsNotNone(st.convert.held(ptr))
+        value = h.value
+        del h, value
+        gc.collect()
+        self.assertIsNone(st.convert.held(ptr))
+        self.c.ping()            # tells the server: objects_freed
+        p, _, same = lib_call(self.c, "c16", _lib.ST_CALL_LEND_SAME)
+        self.assertEqual(same, 0)   # in full again
+        _lib.lib.st_result_free(p)
+        self.c.ping()
+        h = self.c.call("c16")
+        self.assertEqual(h.value.tolist(), [float(i) for i in range(16)])
+
+    def test_a_reconnect_to_a_restarted_server_converts_afresh(self):
+        h1 = self.c.call("c16")
+        self.assertIs(self.c.call("c16").value, h1.value)
+        h1.value.fill_(5.0)   # the old server's object, written here
+        self.srv.stop()
+        self.srv.start()
+        with self.assertRaises(st.StaleHandleError):
+            self.c.ensure_live(h1.object_id)   # reconnects: a new hello
+        h2 = self.c.call("c16")
+        self.assertIsNot(h2.value, h1.value)
+        self.assertEqual(h2.value.tolist(), [float(i) for i in range(16)])
+        self.assertIs(self.c.call("c16").value, h2.value)
+        self.assertEqual(h1.value.tolist(), [5.0] * 16)   # still mapped, still its own
+
+
+def torch_arange(n):
+    import torch
+    return torch.arange(n, dtype=torch.float32)
 
 
 if __name__ == "__main__":

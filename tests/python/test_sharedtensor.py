@@ -296,6 +296,10 @@ class SharedTensorTest(st_fixture.ServerTestCase):
         closed.close()
         with self.assertRaises(ValueError):
             closed.ping()
+        with self.assertRaises(ValueError):
+            closed.call("arange", n=3)
+        with self.assertRaises(ValueError):
+            closed.call("arange")
 
     def test_capsules_free_their_mapping(self):
         # Unconsumed capsules (legacy and versioned), consumed ones and one

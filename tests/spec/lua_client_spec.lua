@@ -51,6 +51,10 @@ return st.endpoint{ name = "geometry", params = { x = st.tensor_param{} },
 return st.endpoint{ name = "cached", cache = true, params = { x = st.required },
   build = function(a) return 1 end }
 ]],
+  ["c4.lua"] = [[
+return st.endpoint{ name = "c4", cache = true,
+  build = function() return st.arange{4, dtype = "float32"} end }
+]],
   ["full.lua"] = [[
 return st.endpoint{ name = "full", cache = true, params = { v = 1 },
   build = function(a) return st.module{ w = st.full{3, value = a.v} } end }
@@ -368,5 +372,32 @@ describe("the Lua client", function()
     r2:free()
     r3:free()
     r4:free()
+  end)
+
+  it("takes a `same` reply's lent result with one reference, and lets it go", function()
+    local ffi = require("ffi")
+    local lib = require("st.ffi").lib
+    -- Whether the connection's next reply of c4 is `same` (a raw call).
+    local function next_is_same()
+      local out, s = ffi.new("st_result_t*[1]"), ffi.new("st_result_summary_t")
+      assert.are.equal(0, lib.st_client_call_summary(c._h, "c4", nil, 0, out, s))
+      lib.st_result_free(out[0])
+      return s.same ~= 0
+    end
+    local r1 = assert(c:call("c4"))
+    local r2 = assert(c:call("c4"))   -- lent: r1's result, one more reference
+    assert.are.equal(r1.value, r2.value)
+    r1:free()
+    collectgarbage()
+    assert.are.same({ 0, 1, 2, 3 }, r2.value:tolist())
+    assert.is_true(next_is_same())
+    r2:free()
+    collectgarbage()
+    assert(c:ping())   -- the lent reference goes first: the server is told
+    assert.is_false(next_is_same())
+    assert(c:ping())
+    local r3 = assert(c:call("c4"))
+    assert.are.same({ 0, 1, 2, 3 }, r3.value:tolist())
+    r3:free()
   end)
 end)
