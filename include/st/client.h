@@ -811,7 +811,7 @@ typedef struct st_buffer_info {
   const char *name;         /* borrowed from the handle              */
   st_dtype_t dtype;
   int ndim;
-  int64_t shape[16];
+  const int64_t *shape;     /* ndim sizes, borrowed from the handle  */
   int slots;
   uint64_t frame_bytes;     /* bytes of one frame                     */
   int device_index;         /* -1: the CPU; else the CUDA ordinal here */

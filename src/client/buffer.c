@@ -107,7 +107,7 @@ static int adopt(st_client_t *c, st_buffer_t *b, const msgpack_object *r, int *f
     ok = e->type == MSGPACK_OBJECT_POSITIVE_INTEGER && e->via.u64 >= 1 &&
          e->via.u64 <= (UINT64_C(1) << 48) / elems;
     if (ok) {
-      b->info.shape[i] = (int64_t)e->via.u64;
+      b->shape[i] = (int64_t)e->via.u64;
       elems *= e->via.u64;
     }
   }
@@ -122,6 +122,7 @@ static int adopt(st_client_t *c, st_buffer_t *b, const msgpack_object *r, int *f
   b->info.handle = (uint64_t)handle;
   b->info.connection = b->me = (uint64_t)conn;
   b->info.name = b->name;
+  b->info.shape = b->shape;
   b->info.device_index = -1;
   b->slots = (uint32_t)slots;
   b->stride = (uint64_t)stride;

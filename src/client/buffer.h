@@ -12,6 +12,7 @@ struct st_buffer {
   st_client_t *c;               /* borrowed: must outlive the handle      */
   char name[65];
   st_buffer_info_t info;
+  int64_t shape[16];            /* info.shape                             */
   st__buffer_page_t *page;      /* mapped read-only for a read-only handle */
   size_t page_len;
   uint8_t *data;                /* host or device address of slot 0       */
