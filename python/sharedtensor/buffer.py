@@ -73,6 +73,7 @@ class Buffer:
         self.connection = info.connection
         if framework == "numpy" and self.device_index >= 0:
             raise ValueError("numpy arrays live on the cpu, not on %s" % self.device)
+        self._last = [(None, 0), (None, 0)]   # the last out= array, the last written one
         self._seq, self._time = ctypes.c_uint64(), ctypes.c_int64()
         self._seq_ref, self._time_ref = ctypes.byref(self._seq), ctypes.byref(self._time)
         if framework == "numpy":
@@ -129,30 +130,41 @@ class Buffer:
             flat = torch.as_tensor(_CudaMemory(ptr, n, self.readonly), device=self.device)
         return flat.view(self.dtype).reshape(self.shape)
 
-    def _host_ptr(self, value):
-        """(address, keep) of a contiguous host copy of `value` with the
-        frame's bytes; TypeError/ValueError when it is not one."""
-        if self.framework == "numpy" or not hasattr(value, "data_ptr"):
-            np = sys.modules.get("numpy")
-            if np is None or not isinstance(value, np.ndarray):
-                raise TypeError("write takes a torch tensor or a numpy array, not %s" %
-                                type(value).__name__)
-            if not value.flags.c_contiguous:
-                value = np.ascontiguousarray(value)
-            if value.nbytes != self.nbytes:
-                raise ValueError("buffer '%s' holds %s %s (%d bytes), not %d bytes" %
-                                 (self.name, self.shape, self.dtype_name, self.nbytes,
-                                  value.nbytes))
-            return value.__array_interface__["data"][0], value
-        if value.device.type != "cpu":
-            value = value.cpu()
-        if not value.is_contiguous():
-            value = value.contiguous()
-        if value.numel() * value.element_size() != self.nbytes:
-            raise ValueError("buffer '%s' holds %s %s (%d bytes), not %d bytes" %
-                             (self.name, self.shape, self.dtype_name, self.nbytes,
-                              value.numel() * value.element_size()))
-        return value.data_ptr(), value
+    def _host_ptr(self, value, writing):
+        """The address of `value` (a contiguous host tensor or array of
+        the frame's bytes) and the object that holds that memory;
+        TypeError/ValueError when it is not one. A numpy array's address
+        never changes, so the last one is remembered (its object too, so
+        that it stays alive and the address stays its own)."""
+        last = self._last[writing]
+        if value is last[0]:
+            return last[1], value
+        if hasattr(value, "data_ptr"):
+            if writing and value.is_cuda:
+                value = value.cpu()
+            ok = not value.is_cuda and value.is_contiguous()
+            if not ok and writing:
+                value, ok = value.contiguous(), True
+            if not ok or value.numel() * value.element_size() != self.nbytes:
+                raise ValueError("buffer '%s' holds %s %s (%d bytes): %s a contiguous cpu tensor "
+                                 "of that size" % (self.name, self.shape, self.dtype_name,
+                                                   self.nbytes, "write" if writing else "out is"))
+            return value.data_ptr(), value
+        np = sys.modules.get("numpy")
+        if np is None or not isinstance(value, np.ndarray):
+            raise TypeError("a buffer takes torch tensors or numpy arrays, not %s" %
+                            type(value).__name__)
+        if writing and not value.flags.c_contiguous:
+            value = np.ascontiguousarray(value)
+        if not value.flags.c_contiguous or value.nbytes != self.nbytes or (
+                not writing and not value.flags.writeable):
+            raise ValueError("buffer '%s' holds %s %s (%d bytes): %s a contiguous%s array of "
+                             "that size" % (self.name, self.shape, self.dtype_name, self.nbytes,
+                                            "write" if writing else "out is",
+                                            "" if writing else ", writable"))
+        ptr = value.__array_interface__["data"][0]
+        self._last[writing] = (value, ptr)
+        return ptr, value
 
     def _sync(self):
         self._torch.cuda.current_stream(self.device_index).synchronize()
@@ -164,9 +176,9 @@ class Buffer:
         next slot and publishes it; returns its write_sequence. Waits up
         to `timeout` seconds (None: no limit) while another handle holds
         the writer lock (sharedtensor's TimeoutError)."""
-        h = self._h()
+        h = self._ptr or self._h()
         if self.device_index < 0:
-            ptr, keep = self._host_ptr(value)
+            ptr, keep = self._host_ptr(value, True)
             rc = _write(h, ptr, self.nbytes, -1 if timeout is None else _ms(timeout),
                         self._seq_ref)
             if rc != 0:
@@ -195,7 +207,7 @@ class Buffer:
         a copy that raced with a writer is made again, for up to `timeout`
         seconds. safe=False: a view of the newest slot, no copy, which a
         later write may change under you (pyshmem's read(safe=False))."""
-        h = self._h()
+        h = self._ptr or self._h()
         if not safe:
             ptr, seq = ctypes.c_void_p(), ctypes.c_uint64()
             self._check(_l.st_buffer_read_begin(h, _ms(timeout), ctypes.byref(ptr),
@@ -205,24 +217,13 @@ class Buffer:
         if out is None:
             out = self._empty()
         if self.device_index < 0:
-            ptr, _ = self._out_ptr(out)
-            rc = _read(h, ptr, self.nbytes, _ms(timeout), self._seq_ref, self._time_ref)
+            ptr, _ = self._host_ptr(out, False)
+            rc = _read(h, ptr, self.nbytes, 1000 if timeout == 1.0 else _ms(timeout),
+                       self._seq_ref, self._time_ref)
             if rc != 0:
                 self._check(rc)
             return out
         return self._read_cuda(h, out, timeout)
-
-    def _out_ptr(self, out):
-        if hasattr(out, "data_ptr"):
-            ok = out.is_contiguous() and out.device.type == "cpu"
-            n, ptr = out.numel() * out.element_size(), out.data_ptr()
-        else:
-            ok = out.flags.c_contiguous and out.flags.writeable
-            n, ptr = out.nbytes, out.__array_interface__["data"][0]
-        if not ok or n != self.nbytes:
-            raise ValueError("out must be a contiguous, writable cpu tensor or array of %d "
-                             "bytes" % self.nbytes)
-        return ptr, out
 
     def _read_cuda(self, h, out, timeout):
         ptr, seq = ctypes.c_void_p(), ctypes.c_uint64()

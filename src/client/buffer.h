@@ -21,6 +21,8 @@ struct st_buffer {
   uint64_t stride;
   uint32_t slots;
   uint64_t me;                  /* this connection's id (the lock's word) */
+  int pid;                      /* getpid() at open: a system call per
+                                   write would cost more than the write */
   _Atomic uint64_t last_read;   /* the newest write this handle read      */
   _Atomic int writing;          /* a write is begun on this handle        */
   uint64_t write_seq;           /* its number                             */

@@ -75,7 +75,7 @@ static int lock_take(st_buffer_t *b, int64_t deadline, int timeout_ms) {
     uint32_t seen = atomic_load(&p->lock_futex);
     uint64_t owner = 0;
     if (atomic_compare_exchange_strong(&p->lock, &owner, b->me)) {
-      atomic_store(&p->lock_pid, (int32_t)getpid());
+      atomic_store(&p->lock_pid, (int32_t)b->pid);
       return ST_OK;
     }
     if (owner == b->me)

@@ -302,7 +302,7 @@ TEST(the_lock_of_a_sigkilled_owner_is_freed) {
   CHECK_ERR_MSG(st_buffer_acquire(b, 5000), ST_OK, st_buffer_error(b));
   CHECK(stt_now_ms() - t0 < 5000);
   CHECK_EQ_INT(st_buffer_locked(b, &owner, &pid, &mine), 1);
-  CHECK(mine && pid == (int)getpid());
+  CHECK(mine && pid == (int)getpid());   /* the pid of the handle's opener */
   CHECK_ERR(st_buffer_acquire(b, 0), ST_ERR_INVALID_ARGUMENT);
   CHECK_EQ_INT(st_buffer_write(b, frame, FRAME, 0, NULL), ST_OK);   /* held: no wait */
   CHECK_EQ_INT(st_buffer_release(b), ST_OK);
