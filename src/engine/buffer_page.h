@@ -62,9 +62,12 @@ typedef struct st__buffer_page {
   _Atomic uint32_t readonly_handles; /* kept by the server: read-only
                                         handles cannot count themselves  */
   uint32_t reserved1;
-  uint64_t reserved[6];
-  st__buffer_slot_t slot[];
+  uint64_t reserved[5];
+  st__buffer_slot_t slot[];          /* at 128: one cache line each       */
 } st__buffer_page_t;
+
+_Static_assert(sizeof(st__buffer_slot_t) == 64, "a slot's words are one cache line");
+_Static_assert(sizeof(st__buffer_page_t) == 128, "slots start at byte 128 (docs/streams.md)");
 
 /* Bytes of the page of `slots` slots (before rounding to pages). */
 #define ST__BUFFER_PAGE_BYTES(slots) \
