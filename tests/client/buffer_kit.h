@@ -37,6 +37,10 @@ static inline int bk_whole(const void *p, uint64_t n, uint64_t want) {
   return want == UINT64_MAX || w[0] == want;
 }
 
+static inline int bk_send(int out, const void *buf, size_t n) {
+  return write(out, buf, n) == (ssize_t)n ? 0 : -1;
+}
+
 /* A child process with a pipe to read its report from. */
 typedef struct bk_child {
   pid_t pid;
@@ -46,8 +50,10 @@ typedef struct bk_child {
 /* Forks fn(socket, name, arg, out) in a child (which _exits with fn's
  * value); the child writes its report to `out`. 0 or -1. */
 typedef int (*bk_fn)(const char *socket, const char *name, long arg, int out);
-static inline int bk_spawn(bk_child_t *k, const char *socket, const char *name, long arg,
-                           bk_fn fn) {
+
+/* Forks with a report pipe: in the child returns the pipe's write end
+ * (>= 0), in the parent -2 (k filled), -1 on failure. */
+static inline int bk_fork(bk_child_t *k) {
   int p[2];
   if (pipe(p) != 0) return -1;
   fflush(NULL);
@@ -55,10 +61,42 @@ static inline int bk_spawn(bk_child_t *k, const char *socket, const char *name, 
   if (k->pid < 0) return -1;
   if (k->pid == 0) {
     close(p[0]);
-    _exit(fn(socket, name, arg, p[1]));
+    return p[1];
   }
   close(p[1]);
   k->from = p[0];
+  return -2;
+}
+
+static inline int bk_spawn(bk_child_t *k, const char *socket, const char *name, long arg,
+                           bk_fn fn) {
+  int out = bk_fork(k);
+  if (out >= 0) _exit(fn(socket, name, arg, out));
+  return out == -2 ? 0 : -1;
+}
+
+/* Runs program `self` again in a child as `self --child ARG SOCKET NAME
+ * FD` (FD: the report pipe), as a CUDA child must be (a process forked
+ * from one that used the driver cannot use it). 0 or -1. */
+static inline int bk_spawn_exec(bk_child_t *k, const char *self, const char *socket,
+                                const char *name, long arg) {
+  int out = bk_fork(k);
+  if (out >= 0) {
+    char a[24], fd[16];
+    snprintf(a, sizeof a, "%ld", arg);
+    snprintf(fd, sizeof fd, "%d", out);
+    execl(self, self, "--child", a, socket, name, fd, (char *)NULL);
+    _exit(127);
+  }
+  return out == -2 ? 0 : -1;
+}
+
+/* The end of a child: sends its report, closes its handle and client. 0. */
+static inline int bk_finish(int out, const void *report, size_t n, st_buffer_t *b,
+                            st_client_t *c) {
+  bk_send(out, report, n);
+  st_buffer_close(b);
+  st_client_close(c);
   return 0;
 }
 
@@ -72,10 +110,6 @@ static inline int bk_report(bk_child_t *k, void *buf, size_t n) {
     n -= (size_t)r;
   }
   return 0;
-}
-
-static inline int bk_send(int out, const void *buf, size_t n) {
-  return write(out, buf, n) == (ssize_t)n ? 0 : -1;
 }
 
 /* Waits for the child (SIGKILL first with kill_it); its wait status. */

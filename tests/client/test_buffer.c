@@ -63,10 +63,7 @@ static int child_read_once(const char *socket, const char *name, long arg, int o
     r.rc = st_buffer_read(b, frame, sizeof frame, 1000, &r.seq, &r.time_ns);
     r.whole = bk_whole(frame, FRAME, r.seq);
   }
-  bk_send(out, &r, sizeof r);
-  st_buffer_close(b);
-  st_client_close(c);
-  return 0;
+  return bk_finish(out, &r, sizeof r, b, c);
 }
 
 TEST(create_open_write_read_across_processes) {
@@ -116,9 +113,7 @@ static int child_writer(const char *socket, const char *name, long arg, int out)
     bad = st_buffer_write(b, frame, FRAME, 5000, &seq) != ST_OK || seq != i;
     if (bad) fprintf(stderr, "writer: %s\n", st_buffer_error(b));
   }
-  bk_send(out, &bad, sizeof bad);
-  st_buffer_close(b);
-  st_client_close(c);
+  bk_finish(out, &bad, sizeof bad, b, c);
   return bad;
 }
 
@@ -151,10 +146,7 @@ static int child_reader(const char *socket, const char *name, long arg, int out)
       last = seq;
     }
   }
-  bk_send(out, &r, sizeof r);
-  st_buffer_close(b);
-  st_client_close(c);
-  return 0;
+  return bk_finish(out, &r, sizeof r, b, c);
 }
 
 static void hammer(int slots, const char *name) {
@@ -213,10 +205,7 @@ static int child_waiter(const char *socket, const char *name, long arg, int out)
     r.timeout_ms = stt_now_ms() - t0;
     snprintf(r.why, sizeof r.why, "%s", st_buffer_error(b));
   }
-  bk_send(out, &r, sizeof r);
-  st_buffer_close(b);
-  st_client_close(c);
-  return 0;
+  return bk_finish(out, &r, sizeof r, b, c);
 }
 
 TEST(read_new_wakes_on_the_next_write_and_times_out) {
@@ -543,13 +532,11 @@ TEST(limits_and_the_budget_refuse_with_their_keys) {
 }
 
 int main(void) {
-  stt_server_setup(&srv,
-                   "memory_budget = { cpu = 24 * 1024 * 1024 }, limits = { max_buffers = 4, "
-                   "max_buffer_bytes = 8 * 1024 * 1024, max_buffer_handles_per_connection = 6 },",
-                   NULL);
-  cli = stt_client_open(srv.socket);
+  cli = hk_start(&srv,
+                 "memory_budget = { cpu = 24 * 1024 * 1024 }, limits = { max_buffers = 4, "
+                 "max_buffer_bytes = 8 * 1024 * 1024, max_buffer_handles_per_connection = 6 },",
+                 &baseline);
   if (!cli) return 1;
-  baseline = hk_figures(cli, srv.pid, "cpu");
   RUN(create_open_write_read_across_processes);
   RUN(no_torn_read_with_one_slot);
   RUN(no_torn_read_with_a_ring_of_four);

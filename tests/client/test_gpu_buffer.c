@@ -61,30 +61,11 @@ static int child(int mode, const char *socket, const char *name, int out) {
     bk_send(out, &r, sizeof r);
     for (;;) pause();
   }
-  bk_send(out, &r, sizeof r);
-  st_buffer_close(b);
-  st_client_close(c);
-  return 0;
+  return bk_finish(out, &r, sizeof r, b, c);
 }
 
-/* Runs this program again as child `mode`. */
 static int spawn(bk_child_t *k, int mode, const char *name) {
-  int p[2];
-  if (pipe(p) != 0) return -1;
-  fflush(NULL);
-  k->pid = fork();
-  if (k->pid < 0) return -1;
-  if (k->pid == 0) {
-    close(p[0]);
-    char m[8], fd[16];
-    snprintf(m, sizeof m, "%d", mode);
-    snprintf(fd, sizeof fd, "%d", p[1]);
-    execl(self, self, "--child", m, srv.socket, name, fd, (char *)NULL);
-    _exit(127);
-  }
-  close(p[1]);
-  k->from = p[0];
-  return 0;
+  return bk_spawn_exec(k, self, srv.socket, name, mode);
 }
 
 static st_buffer_t *make(const char *name, int slots) {
@@ -151,26 +132,19 @@ TEST(read_only_handles_and_the_lock_of_a_killed_owner) {
 
 int main(int argc, char **argv) {
 #ifdef ST_HAVE_CUDA
-  if (argc == 6 && strcmp(argv[1], "--child") == 0)
+  if (argc == 6 && strcmp(argv[1], "--child") == 0)   /* bk_spawn_exec */
     return child(atoi(argv[2]), argv[3], argv[4], atoi(argv[5]));
   self = argv[0];
-#else
-  (void)argc;
-  (void)argv;
-#endif
-  char err[512];
-  if (st__cuda_available(err, sizeof err) != ST_OK) stt_skip(err);
-#ifdef ST_HAVE_CUDA
-  uint64_t f;
-  if (st__cuda_mem_info(0, &f, NULL, err, sizeof err) != ST_OK) stt_skip(err);
-  stt_server_setup(&srv, "workers = 1,", NULL);
-  cli = stt_client_open(srv.socket);
+  cli = hk_gpu_start(&srv);
   if (!cli) return 1;
-  st_client_set_timeout(cli, 60000);
   RUN(a_reader_process_never_sees_a_torn_frame);
   RUN(read_only_handles_and_the_lock_of_a_killed_owner);
   st_client_close(cli);
   return stt_server_finish(&srv);
-#endif
+#else
+  (void)argc;
+  (void)argv;
+  stt_skip("no CUDA device: built without CUDA support");
   return stt_summary();
+#endif
 }
