@@ -781,6 +781,174 @@ ST_API int st_handoff_close(st_handoff_t *h);
  * closed, and their waits fail with STALE_HANDLE. */
 ST_API int st_handoff_delete(st_client_t *c, const char *name);
 
+/* -------------------------------------------------- buffers and streams
+ *
+ * A buffer is a named, shared frame of one shape and dtype, in `slots`
+ * slots (docs/streams.md): one allocation (CPU memory or one CUDA VMM
+ * allocation) and a small control page, mapped once by every process
+ * that opens it. Per frame nothing goes to the server:
+ *
+ *   writer:  st_buffer_write (a copy into the next slot), or
+ *            st_buffer_write_begin -> fill the slot -> st_buffer_write_end
+ *   readers: st_buffer_read (a consistent copy of the newest complete
+ *            write), st_buffer_read_new (wait for a write newer than the
+ *            last this handle read, then read it), or
+ *            st_buffer_read_begin -> copy the slot -> st_buffer_read_check
+ *
+ * Write number w goes to slot (w - 1) % slots; its slot's sequence word
+ * is odd while it is written, so a reader that raced with a writer (a
+ * torn copy, or a slot the ring lapped) notices and reads the newest
+ * write again. Writes never overlap: a write takes the writer lock for
+ * its duration unless this connection holds it (st_buffer_acquire). The
+ * lock belongs to a connection: the server frees it when that connection
+ * closes or dies (SIGKILL included), so a dead writer never leaves it
+ * taken. Waits are futex waits on the page, with a timeout.
+ *
+ * A read-only handle (st_buffer_open with readonly) maps the frames and
+ * the page without write access: writing through st_buffer_slot's
+ * pointer faults in the writer's process (CPU: the descriptor cannot be
+ * mapped writable; CUDA: the mapping's access is read-only), and
+ * writes and the lock are refused with INVALID_ARGUMENT.
+ *
+ * CUDA buffers: slot addresses are device addresses. st_buffer_write and
+ * st_buffer_read copy from and to host memory and wait for the copy; for
+ * device-side copies use the begin/end pairs, and make the copy complete
+ * (synchronize its stream) before st_buffer_write_end or
+ * st_buffer_read_check.
+ *
+ * A buffer lives until st_buffer_unlink (the creator's uid): the name
+ * goes at once, the memory when no handle is left; open handles keep
+ * working. Handle functions other than create/open/close/unlink report
+ * failures through st_buffer_error (this thread's last message), not the
+ * client. Timeouts are in ms; -1 waits without limit. */
+
+typedef struct st_buffer st_buffer_t;
+
+/* What a buffer is, as its handle sees it. */
+typedef struct st_buffer_info {
+  const char *name;         /* borrowed from the handle              */
+  st_dtype_t dtype;
+  int ndim;
+  const int64_t *shape;     /* ndim sizes, borrowed from the handle  */
+  int slots;
+  uint64_t frame_bytes;     /* bytes of one frame                     */
+  int device_index;         /* -1: the CPU; else the CUDA ordinal here */
+  int readonly;
+  uint64_t handle;          /* the server's id of this handle         */
+  uint64_t connection;      /* the id the writer lock names this connection by */
+} st_buffer_info_t;
+
+/* Creates buffer `name` (1 to 64 of A-Z a-z 0-9 . _ -) of `slots` frames
+ * (1 to 1024) of `shape` (ndim 0 to 16 dimensions, each >= 1) and
+ * `dtype` on `device` ("cpu" or NULL, "cuda", "cuda:N"), zero-filled, and
+ * opens it read-write. Errors (the client's): INVALID_ARGUMENT (name,
+ * shape, dtype, slots; the name exists), LIMIT (limits.max_buffers,
+ * limits.max_buffer_bytes, limits.max_buffer_handles_per_connection),
+ * OUT_OF_MEMORY (memory_budget), CAPABILITY (no such CUDA device). *out is
+ * owned: close it with st_buffer_close before the client. Thread of the
+ * client. */
+ST_API int st_buffer_create(st_client_t *c, const char *name, const char *device,
+                            st_dtype_t dtype, int ndim, const int64_t *shape, int slots,
+                            st_buffer_t **out);
+
+/* Opens buffer `name` (the creator's uid only: AUTH otherwise),
+ * read-only when `readonly`. NOT_FOUND when no buffer has that name.
+ * Thread of the client. */
+ST_API int st_buffer_open(st_client_t *c, const char *name, int readonly, st_buffer_t **out);
+
+/* Fills *out. Any thread. */
+ST_API int st_buffer_info(const st_buffer_t *b, st_buffer_info_t *out);
+
+/* Copies `bytes` (the frame's size) from host memory `src` into the next
+ * slot and completes the write; *seq (may be NULL) gets its number.
+ * Waits at most timeout_ms for the writer lock when another connection
+ * holds it (TIMEOUT). INVALID_ARGUMENT: a read-only handle, another size,
+ * a write already begun on this handle. Any thread. */
+ST_API int st_buffer_write(st_buffer_t *b, const void *src, uint64_t bytes, int timeout_ms,
+                           uint64_t *seq);
+
+/* Begins a write: takes the writer lock (as st_buffer_write), marks the
+ * next slot as being written and gives its address (*data: host memory,
+ * or a device address of a CUDA buffer). Fill frame_bytes there, then
+ * st_buffer_write_end (or st_buffer_write_abort). Any thread. */
+ST_API int st_buffer_write_begin(st_buffer_t *b, int timeout_ms, void **data);
+
+/* Completes the write begun on b: the slot's sequence, write_time,
+ * write_sequence move and readers waiting in read_new wake. *seq (may be
+ * NULL) gets the write's number. A lock taken by begin is freed. */
+ST_API int st_buffer_write_end(st_buffer_t *b, uint64_t *seq);
+
+/* Gives up the write begun on b: nothing is published, readers never see
+ * the slot (with slots = 1, it held the newest write: reads wait for the
+ * next write until their timeout). */
+ST_API int st_buffer_write_abort(st_buffer_t *b);
+
+/* Copies the newest complete write (write 0: the zero-filled frame, when
+ * nothing was written yet) to host memory `dst` (`bytes` >= the frame's
+ * size), consistent: a copy that raced with a writer is made again, for
+ * at most timeout_ms (TIMEOUT: the writer kept rewriting that slot; use
+ * more slots). *seq and *time_ns (may be NULL) get its write_sequence and
+ * write_time. The handle remembers it as read (st_buffer_read_new). Any
+ * thread. */
+ST_API int st_buffer_read(st_buffer_t *b, void *dst, uint64_t bytes, int timeout_ms,
+                          uint64_t *seq, int64_t *time_ns);
+
+/* Waits at most timeout_ms for a write newer than the last this handle
+ * read (TIMEOUT "no write after N within M ms"), then reads as
+ * st_buffer_read. Any thread. */
+ST_API int st_buffer_read_new(st_buffer_t *b, void *dst, uint64_t bytes, int timeout_ms,
+                              uint64_t *seq, int64_t *time_ns);
+
+/* Only the wait of st_buffer_read_new: *seq gets the newer
+ * write_sequence. */
+ST_API int st_buffer_wait_new(st_buffer_t *b, int timeout_ms, uint64_t *seq);
+
+/* Where the newest complete write lies: *data (its slot; host or device
+ * address), *seq its number. Copy it, then st_buffer_read_check(seq):
+ * ST_OK when the copy is consistent, STALE_HANDLE when a writer touched
+ * the slot meanwhile (copy again from a new begin). TIMEOUT as
+ * st_buffer_read. Any thread. */
+ST_API int st_buffer_read_begin(st_buffer_t *b, int timeout_ms, const void **data,
+                                uint64_t *seq);
+ST_API int st_buffer_read_check(st_buffer_t *b, uint64_t seq, int64_t *time_ns);
+
+/* The address of slot `slot` (0 .. slots - 1), for views that accept
+ * torn reads (pyshmem's read(safe=False)); NULL for another index. */
+ST_API void *st_buffer_slot(const st_buffer_t *b, int slot);
+
+/* The number of the newest complete write (0: none) and its
+ * CLOCK_REALTIME in ns (0: none). Any thread. */
+ST_API uint64_t st_buffer_write_sequence(const st_buffer_t *b);
+ST_API int64_t st_buffer_write_time(const st_buffer_t *b);
+
+/* Takes the writer lock for this connection, waiting at most timeout_ms
+ * (TIMEOUT names the owner's connection and pid). INVALID_ARGUMENT: a
+ * read-only handle, or this connection holds it already. */
+ST_API int st_buffer_acquire(st_buffer_t *b, int timeout_ms);
+
+/* Frees the writer lock this connection holds (INVALID_ARGUMENT
+ * otherwise). */
+ST_API int st_buffer_release(st_buffer_t *b);
+
+/* 1 when the writer lock is held, else 0; *owner (the connection id),
+ * *pid (the owner's pid as it said) and *mine (this connection) may be
+ * NULL. Any thread. */
+ST_API int st_buffer_locked(const st_buffer_t *b, uint64_t *owner, int *pid, int *mine);
+
+/* The last failure of a buffer function on this thread. */
+ST_API const char *st_buffer_error(const st_buffer_t *b);
+
+/* Closes the handle: a lock it holds is freed, the server forgets the
+ * handle, the memory is unmapped and b freed. Call it before
+ * st_client_close of its client. ST_OK or the exchange's failure (b is
+ * freed either way). NULL is a no-op. */
+ST_API int st_buffer_close(st_buffer_t *b);
+
+/* Unlinks buffer `name` (its creator's uid only): the name goes at once
+ * (a new buffer may take it); the memory stays until the last handle
+ * closes. NOT_FOUND, AUTH. Thread of the client. */
+ST_API int st_buffer_unlink(st_client_t *c, const char *name);
+
 #ifdef __cplusplus
 }
 #endif

@@ -35,6 +35,7 @@ typedef struct st_client st_client_t;
 typedef struct st_args st_args_t;
 typedef struct st_result st_result_t;
 typedef struct st_handoff st_handoff_t;
+typedef struct st_buffer st_buffer_t;
 
 typedef enum {
   ST_DEVICE_CPU = 0,
@@ -227,6 +228,45 @@ int st_handoff_pending(const st_handoff_t *h, int chunk, uint64_t *seq,
 const char *st_handoff_error(const st_handoff_t *h);
 int st_handoff_close(st_handoff_t *h);
 int st_handoff_delete(st_client_t *c, const char *name);
+typedef struct st_buffer_info {
+  const char *name;
+  st_dtype_t dtype;
+  int ndim;
+  const int64_t *shape;
+  int slots;
+  uint64_t frame_bytes;
+  int device_index;
+  int readonly;
+  uint64_t handle;
+  uint64_t connection;
+} st_buffer_info_t;
+int st_buffer_create(st_client_t *c, const char *name, const char *device,
+  st_dtype_t dtype, int ndim, const int64_t *shape, int slots,
+  st_buffer_t **out);
+int st_buffer_open(st_client_t *c, const char *name, int readonly, st_buffer_t **out);
+int st_buffer_info(const st_buffer_t *b, st_buffer_info_t *out);
+int st_buffer_write(st_buffer_t *b, const void *src, uint64_t bytes, int timeout_ms,
+  uint64_t *seq);
+int st_buffer_write_begin(st_buffer_t *b, int timeout_ms, void **data);
+int st_buffer_write_end(st_buffer_t *b, uint64_t *seq);
+int st_buffer_write_abort(st_buffer_t *b);
+int st_buffer_read(st_buffer_t *b, void *dst, uint64_t bytes, int timeout_ms,
+  uint64_t *seq, int64_t *time_ns);
+int st_buffer_read_new(st_buffer_t *b, void *dst, uint64_t bytes, int timeout_ms,
+  uint64_t *seq, int64_t *time_ns);
+int st_buffer_wait_new(st_buffer_t *b, int timeout_ms, uint64_t *seq);
+int st_buffer_read_begin(st_buffer_t *b, int timeout_ms, const void **data,
+  uint64_t *seq);
+int st_buffer_read_check(st_buffer_t *b, uint64_t seq, int64_t *time_ns);
+void *st_buffer_slot(const st_buffer_t *b, int slot);
+uint64_t st_buffer_write_sequence(const st_buffer_t *b);
+int64_t st_buffer_write_time(const st_buffer_t *b);
+int st_buffer_acquire(st_buffer_t *b, int timeout_ms);
+int st_buffer_release(st_buffer_t *b);
+int st_buffer_locked(const st_buffer_t *b, uint64_t *owner, int *pid, int *mine);
+const char *st_buffer_error(const st_buffer_t *b);
+int st_buffer_close(st_buffer_t *b);
+int st_buffer_unlink(st_client_t *c, const char *name);
 ]]
 
 -- Loads one of the project's libraries (soname "libstclient.so.0"): from

@@ -18,11 +18,13 @@ from .tensor import SharedTensor
 from .nn import load_into
 from . import handoff  # noqa: F401  (sharedtensor.handoff.Handoff)
 from .alloc import empty, zeros, empty_like, zeros_like
+from . import buffer  # noqa: F401  (sharedtensor.buffer.Buffer)
+from .buffer import Buffer, create, open, unlink
 from . import _lib
 
 __version__ = "0.1.0"
 library_path = _lib.path
 
 __all__ = ["Client", "Handle", "Module", "SharedTensor", "load_into", "library_path", "empty",
-           "zeros", "empty_like", "zeros_like"] + \
+           "zeros", "empty_like", "zeros_like", "Buffer", "create", "open", "unlink"] + \
     list(_error_names)

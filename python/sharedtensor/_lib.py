@@ -114,6 +114,22 @@ class ResultSummary(ctypes.Structure):
     ]
 
 
+class BufferInfo(ctypes.Structure):
+    """st_buffer_info_t (include/st/client.h)."""
+    _fields_ = [
+        ("name", c_char_p),
+        ("dtype", c_int),
+        ("ndim", c_int),
+        ("shape", ctypes.POINTER(c_int64)),
+        ("slots", c_int),
+        ("frame_bytes", c_uint64),
+        ("device_index", c_int),
+        ("readonly", c_int),
+        ("handle", c_uint64),
+        ("connection", c_uint64),
+    ]
+
+
 class ClientOptions(ctypes.Structure):
     """st_client_options_t."""
     _fields_ = [
@@ -254,6 +270,30 @@ _PROTOS = {
     "st_handoff_error": (c_char_p, [c_void_p]),
     "st_handoff_close": (c_int, [c_void_p]),
     "st_handoff_delete": (c_int, [c_void_p, c_char_p]),
+    # buffers and streams (sharedtensor.buffer)
+    "st_buffer_create": (c_int, [c_void_p, c_char_p, c_char_p, c_int, c_int, P(c_int64), c_int,
+                                 P(c_void_p)]),
+    "st_buffer_open": (c_int, [c_void_p, c_char_p, c_int, P(c_void_p)]),
+    "st_buffer_info": (c_int, [c_void_p, P(BufferInfo)]),
+    "st_buffer_write": (c_int, [c_void_p, c_void_p, c_uint64, c_int, P(c_uint64)]),
+    "st_buffer_write_begin": (c_int, [c_void_p, c_int, P(c_void_p)]),
+    "st_buffer_write_end": (c_int, [c_void_p, P(c_uint64)]),
+    "st_buffer_write_abort": (c_int, [c_void_p]),
+    "st_buffer_read": (c_int, [c_void_p, c_void_p, c_uint64, c_int, P(c_uint64), P(c_int64)]),
+    "st_buffer_read_new": (c_int, [c_void_p, c_void_p, c_uint64, c_int, P(c_uint64),
+                                   P(c_int64)]),
+    "st_buffer_wait_new": (c_int, [c_void_p, c_int, P(c_uint64)]),
+    "st_buffer_read_begin": (c_int, [c_void_p, c_int, P(c_void_p), P(c_uint64)]),
+    "st_buffer_read_check": (c_int, [c_void_p, c_uint64, P(c_int64)]),
+    "st_buffer_slot": (c_void_p, [c_void_p, c_int]),
+    "st_buffer_write_sequence": (c_uint64, [c_void_p]),
+    "st_buffer_write_time": (c_int64, [c_void_p]),
+    "st_buffer_acquire": (c_int, [c_void_p, c_int]),
+    "st_buffer_release": (c_int, [c_void_p]),
+    "st_buffer_locked": (c_int, [c_void_p, P(c_uint64), P(c_int), P(c_int)]),
+    "st_buffer_error": (c_char_p, [c_void_p]),
+    "st_buffer_close": (c_int, [c_void_p]),
+    "st_buffer_unlink": (c_int, [c_void_p, c_char_p]),
 }
 
 

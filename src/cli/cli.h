@@ -8,6 +8,7 @@
  *   cmd_task.c   submit, wait, status, result, cancel, tasks
  *   cmd_object.c objects, release, invalidate
  *   cmd_admin.c  reload, stats
+ *   cmd_buffer.c buffers, buffer-create, buffer-unlink
  *   cmd_watch.c  watch: live counters and rates
  *   cmd_completion.c  completion: the bash and zsh completion scripts
  *   suggest.c    "did you mean" for unknown commands, options, endpoints
@@ -68,6 +69,9 @@ extern const cli_command_t cli_reload_command;
 extern const cli_command_t cli_stats_command;
 extern const cli_command_t cli_watch_command;
 extern const cli_command_t cli_completion_command;
+extern const cli_command_t cli_buffers_command;
+extern const cli_command_t cli_buffer_create_command;
+extern const cli_command_t cli_buffer_unlink_command;
 
 /* main.c: the command table */
 /* Command i of the table (help's order), NULL past the last one. */

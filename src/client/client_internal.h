@@ -109,6 +109,15 @@ typedef struct st__held_ops {
 void st__client_cbuf_init(st__cbuf_t *b);
 void st__client_cbuf_destroy(st__cbuf_t *b);
 /* Appends raw (already msgpack) bytes through the packer. */
+/* The params {name, ...} of a method on a named thing (hand-offs,
+ * buffers): checks the name's length (1 to 64 bytes; the server checks
+ * the rest), inits *b and packs the map; `extra` (may be NULL) packs the
+ * n more pairs. ST_OK, or a recorded failure (INVALID_ARGUMENT "<method>:
+ * a <kind> name is 1 to 64 bytes", OUT_OF_MEMORY) with *b destroyed. */
+typedef void (*st__client_pack_fn)(msgpack_packer *pk, const void *arg);
+int st__client_named_params(st_client_t *c, const char *method, const char *kind,
+                            const char *name, st__client_pack_fn extra, const void *arg,
+                            uint32_t n, st__cbuf_t *b);
 void st__client_cbuf_raw(msgpack_packer *pk, const void *data, size_t len);
 
 /* Growable NUL-terminated text with a sticky out-of-memory flag. */
@@ -206,6 +215,11 @@ int st__client_fail(st_client_t *c, int err, const char *fmt, ...)
 int st__client_fail_remote(st_client_t *c, int err, const char *name, size_t name_len,
                            const char *msg, size_t msg_len);
 void st__client_clear_error(st_client_t *c);
+/* Failures of handle functions that have no client to record them on
+ * (hand-offs, buffers): the message goes to a thread-local buffer that
+ * st__client_handle_error returns. Returns code. Any thread. */
+int st__client_handle_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+const char *st__client_handle_error(void);
 
 /* Monotonic time in nanoseconds. */
 int64_t st__client_now_ns(void);
@@ -334,6 +348,10 @@ int st__client_mapping_only_pinned_locked(const st__mapping_t *m);
 struct stat;
 int st__client_check_memfd(const st__arena_desc_t *d, int fd, const struct stat *st, char *err,
                            size_t errlen);
+/* fdcheck.c: st__client_check_memfd, or with `readonly` the same checks
+ * of a descriptor that must be open read-only (a read-only buffer's). */
+int st__client_check_memfd_access(const st__arena_desc_t *d, int fd, const struct stat *st,
+                                  int readonly, char *err, size_t errlen);
 /* fdcheck.c: ST_OK when `fd` (borrowed) can be the exported VMM handle of
  * a "vmm" arena: a descriptor of the NVIDIA control device, open
  * read-write. Else ST_ERR_PROTOCOL (ST_ERR_IO when fstat fails) with a
@@ -390,6 +408,10 @@ void st__client_cuda_unmap(st__cuda_mapping_t *m);
 /* Synchronous copy of `bytes` from device address `src` on device
  * `ordinal` to host memory. ST_OK or a negative ST_ERR_*. */
 int st__client_cuda_to_host(void *dst, const void *src, size_t bytes, int ordinal);
+/* The other way: host memory to device address `dst`, waited for. */
+int st__client_cuda_from_host(void *dst, const void *src, size_t bytes, int ordinal);
+/* st__cuda_protect_read of an imported mapping, the caller's context kept. */
+int st__client_cuda_protect_read(st__cuda_mapping_t *m, char *err, size_t errlen);
 /* A CUDA event of device `ordinal` (taken from that device's free list,
  * or created), recorded on the device's legacy default stream
  * (CU_STREAM_LEGACY of its primary context): it completes once every

@@ -146,13 +146,37 @@ void st__client_cuda_unmap(st__cuda_mapping_t *m) {
   ctx_restore(a, saved);
 }
 
-/* See client_internal.h. Any thread. */
-int st__client_cuda_to_host(void *dst, const void *src, size_t bytes, int ordinal) {
+/* A synchronous copy between host memory and a device address of device
+ * `ordinal`, the caller's context kept. */
+static int copy_sync(void *dst, const void *src, size_t bytes, int ordinal, int to_device) {
   if (bytes == 0) return ST_OK;
   const st__cuda_api_t *a = st__cuda_api(NULL, 0);
   if (!a) return ST_ERR_CAPABILITY;
   CUcontext saved = ctx_save();
-  int rc = st__cuda_copy_to_host(dst, (uint64_t)(uintptr_t)src, bytes, ordinal, NULL, 0);
+  int rc = to_device
+               ? st__cuda_copy_to_device((uint64_t)(uintptr_t)dst, src, bytes, ordinal, NULL, 0)
+               : st__cuda_copy_to_host(dst, (uint64_t)(uintptr_t)src, bytes, ordinal, NULL, 0);
+  ctx_restore(a, saved);
+  return rc;
+}
+
+/* See client_internal.h. Any thread. */
+int st__client_cuda_to_host(void *dst, const void *src, size_t bytes, int ordinal) {
+  return copy_sync(dst, src, bytes, ordinal, 0);
+}
+
+/* See client_internal.h. Any thread. */
+int st__client_cuda_from_host(void *dst, const void *src, size_t bytes, int ordinal) {
+  return copy_sync(dst, src, bytes, ordinal, 1);
+}
+
+/* See client_internal.h. Any thread. */
+int st__client_cuda_protect_read(st__cuda_mapping_t *m, char *err, size_t errlen) {
+  char why[300];
+  const st__cuda_api_t *a = st__cuda_api(why, sizeof why);
+  if (!a) return st__fail(ST_ERR_CAPABILITY, err, errlen, "%s", why);
+  CUcontext saved = ctx_save();
+  int rc = st__cuda_protect_read(m, err, errlen);
   ctx_restore(a, saved);
   return rc;
 }
@@ -289,6 +313,17 @@ int st__client_cuda_alloc(int ordinal, uint64_t bytes, int *fd, st__cuda_mapping
 /* See client_internal.h. */
 int st__client_cuda_to_host(void *dst, const void *src, size_t bytes, int ordinal) {
   return bytes ? ST_ERR_CAPABILITY : ST_OK;
+}
+
+/* See client_internal.h. */
+int st__client_cuda_from_host(void *dst, const void *src, size_t bytes, int ordinal) {
+  return bytes ? ST_ERR_CAPABILITY : ST_OK;
+}
+
+/* See client_internal.h. */
+int st__client_cuda_protect_read(st__cuda_mapping_t *m, char *err, size_t errlen) {
+  (void)m;
+  return st__fail(ST_ERR_CAPABILITY, err, errlen, "no CUDA device: built without CUDA support");
 }
 
 /* See client_internal.h: no CUDA region exists without CUDA. */

@@ -64,6 +64,12 @@ static int check_read_write(const st__arena_desc_t *d, int fd, const char *what,
 /* See client_internal.h. */
 int st__client_check_memfd(const st__arena_desc_t *d, int fd, const struct stat *st, char *err,
                            size_t errlen) {
+  return st__client_check_memfd_access(d, fd, st, 0, err, errlen);
+}
+
+/* See client_internal.h. */
+int st__client_check_memfd_access(const st__arena_desc_t *d, int fd, const struct stat *st,
+                                  int readonly, char *err, size_t errlen) {
   if (!S_ISREG(st->st_mode))
     return refuse(d, err, errlen, "backend memfd, but the descriptor is %s",
                   file_kind(st->st_mode));
@@ -76,7 +82,11 @@ int st__client_check_memfd(const st__arena_desc_t *d, int fd, const struct stat 
                   "backend memfd, but the descriptor is a file of another file system "
                   "(type 0x%llx; a memfd's is tmpfs, 0x%llx)",
                   (unsigned long long)fs.f_type, (unsigned long long)TMPFS_MAGIC);
-  int rc = check_read_write(d, fd, "memfd", err, errlen);
+  int fl = fcntl(fd, F_GETFL);
+  int rc = !readonly ? check_read_write(d, fd, "memfd", err, errlen)
+           : fl < 0 || (fl & O_ACCMODE) != O_RDONLY
+               ? refuse(d, err, errlen, "%s", "the read-only memfd descriptor is not O_RDONLY")
+               : ST_OK;
   if (rc != ST_OK) return rc;
   int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0 || !(seals & F_SEAL_SHRINK))

@@ -42,21 +42,12 @@ struct st_handoff {
   _Atomic uint32_t hint;        /* where acquire looks first         */
 };
 
-static _Thread_local char tl_err[320];
-
-static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(int code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(tl_err, sizeof tl_err, fmt, ap);
-  va_end(ap);
-  return code;
-}
+#define fail st__client_handle_fail
 
 /* The last failure of a hand-off function on this thread. */
 ST_API const char *st_handoff_error(const st_handoff_t *h) {
   (void)h;
-  return tl_err;
+  return st__client_handle_error();
 }
 
 static int64_t uint_of(const st_value_t *map, const char *key) {
@@ -102,17 +93,10 @@ static int adopt(st_client_t *c, st_handoff_t *h) {
 static int handoff_method(st_client_t *c, const char *method, const char *name,
                           void (*extra)(msgpack_packer *, const void *), const void *arg,
                           uint32_t n, st_result_t **out) {
-  if (!name || strlen(name) > 64)
-    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "%s: a hand-off name is 1 to 64 bytes",
-                           method);
   st__cbuf_t b;
-  st__client_cbuf_init(&b);
-  msgpack_pack_map(&b.pk, 1 + n);
-  st__pack_kv_str(&b.pk, "name", name);
-  if (extra) extra(&b.pk, arg);
-  int rc = b.oom ? st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing '%s'", method)
-                 : st__client_method(c, method, &b, extra || !strcmp(method, "handoff_open"),
-                                     out);
+  int rc = st__client_named_params(c, method, "hand-off", name, extra, arg, n, &b);
+  if (rc != ST_OK) return rc;
+  rc = st__client_method(c, method, &b, extra || !strcmp(method, "handoff_open"), out);
   st__client_cbuf_destroy(&b);
   return rc;
 }
@@ -195,22 +179,10 @@ ST_API int st_handoff_shape(const st_handoff_t *h, int *chunks, uint64_t *chunk_
 
 static int64_t now_ms(void) { return st__client_now_ns() / 1000000; }
 
-/* Waits on `word` (seen before the last check) until it moves or
- * `deadline` (ms; -1: none) passes. Returns 0 when the deadline passed. */
+/* st__shm_wait with a deadline in ms of now_ms (-1: none). */
 static int wait_word(_Atomic uint32_t *word, _Atomic uint32_t *waiters, uint32_t seen,
                      int64_t deadline) {
-  struct timespec ts, *tp = NULL;
-  if (deadline >= 0) {
-    int64_t left = deadline - now_ms();
-    if (left <= 0) return 0;
-    ts.tv_sec = left / 1000;
-    ts.tv_nsec = (left % 1000) * 1000000;
-    tp = &ts;
-  }
-  atomic_fetch_add(waiters, 1);
-  st__handoff_futex_wait(word, seen, tp);
-  atomic_fetch_sub(waiters, 1);
-  return 1;
+  return st__shm_wait(word, waiters, seen, deadline < 0 ? -1 : deadline * 1000000);
 }
 
 static int gone(const st_handoff_t *h, const char *what) {
@@ -302,8 +274,8 @@ ST_API int st_handoff_publish(st_handoff_t *h, int chunk, uint64_t bytes, uint64
   uint32_t left = expected & ~atomic_load(&p->expected);
   int freed = expected == 0;
   if (left) st__handoff_clear(p, (uint32_t)chunk, left, s, 0, &freed);
-  if (freed) st__handoff_notify(&p->free_futex, &p->free_waiters);
-  st__handoff_notify(&p->pub_futex, &p->pub_waiters);
+  if (freed) st__shm_notify(&p->free_futex, &p->free_waiters);
+  st__shm_notify(&p->pub_futex, &p->pub_waiters);
   if (seq) *seq = s;
   return ST_OK;
 }
@@ -319,7 +291,7 @@ ST_API int st_handoff_cancel(st_handoff_t *h, int chunk) {
       !atomic_compare_exchange_strong(wp, &w, w & ~(uint64_t)ST__HANDOFF_MASK))
     return fail(ST_ERR_INVALID_ARGUMENT, "hand-off '%s': chunk %d is not acquired", h->name,
                 chunk);
-  st__handoff_notify(&h->page->free_futex, &h->page->free_waiters);
+  st__shm_notify(&h->page->free_futex, &h->page->free_waiters);
   return ST_OK;
 }
 
@@ -388,7 +360,7 @@ ST_API int st_handoff_ack(st_handoff_t *h, int chunk, uint64_t seq) {
     return fail(ST_ERR_INVALID_ARGUMENT,
                 "hand-off '%s': chunk %d sequence %llu was already acknowledged by this consumer",
                 h->name, chunk, (unsigned long long)seq);
-  if (freed) st__handoff_notify(&h->page->free_futex, &h->page->free_waiters);
+  if (freed) st__shm_notify(&h->page->free_futex, &h->page->free_waiters);
   return ST_OK;
 }
 

@@ -1,5 +1,6 @@
 /* src/client: small helpers of libstclient: buffers that remember an
  * allocation failure, per-client error recording, monotonic time. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,4 +137,34 @@ int64_t st__client_now_ns(void) {
 int64_t st__client_deadline(int timeout_ms) {
   if (timeout_ms <= 0) return -1;
   return st__client_now_ns() + (int64_t)timeout_ms * 1000000;
+}
+
+static _Thread_local char handle_err[320];
+
+/* See client_internal.h. Any thread. */
+int st__client_handle_fail(int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(handle_err, sizeof handle_err, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+/* See client_internal.h. Any thread. */
+const char *st__client_handle_error(void) { return handle_err; }
+
+/* See client_internal.h. Thread of the client. */
+int st__client_named_params(st_client_t *c, const char *method, const char *kind,
+                            const char *name, st__client_pack_fn extra, const void *arg,
+                            uint32_t n, st__cbuf_t *b) {
+  if (!name || !*name || strlen(name) > 64)
+    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "%s: a %s name is 1 to 64 bytes", method,
+                           kind);
+  st__client_cbuf_init(b);
+  msgpack_pack_map(&b->pk, 1 + n);
+  st__pack_kv_str(&b->pk, "name", name);
+  if (extra) extra(&b->pk, arg);
+  if (!b->oom) return ST_OK;
+  st__client_cbuf_destroy(b);
+  return st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing '%s'", method);
 }

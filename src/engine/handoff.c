@@ -7,6 +7,7 @@
 
 #include "common/fail.h"
 #include "common/log.h"
+#include "engine/named.h"
 #include "st/errors.h"
 
 /* Chunks start on their own page: a CPU chunk never shares a page with
@@ -15,22 +16,8 @@
 /* chunk_bytes at most this (the arena cap and the budget bound the total). */
 #define MAX_CHUNK_BYTES (UINT64_C(1) << 40)
 
-static int name_ok(const char *s, size_t n) {
-  if (n == 0 || n > ST__HANDOFF_NAME_MAX) return 0;
-  for (size_t i = 0; i < n; i++) {
-    char ch = s[i];
-    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-          ch == '.' || ch == '_' || ch == '-'))
-      return 0;
-  }
-  return 1;
-}
-
-static st__handoff_t *find(st__handoffs_t *t, const char *name, size_t n) {
-  for (st__handoff_t *h = t->head; h; h = h->next)
-    if (strlen(h->name) == n && memcmp(h->name, name, n) == 0) return h;
-  return NULL;
-}
+static st__handoff_t *first(const st__handoffs_t *t) { return (st__handoff_t *)t->list.head; }
+static st__handoff_t *next_of(const st__handoff_t *h) { return (st__handoff_t *)h->named.next; }
 
 static int attached(const st__handoff_t *h, uint64_t conn) {
   if (h->producer == conn) return 1;
@@ -42,34 +29,18 @@ static int attached(const st__handoff_t *h, uint64_t conn) {
 /* Hand-offs connection `conn` uses. */
 static int conn_count(const st__handoffs_t *t, uint64_t conn) {
   int n = 0;
-  for (const st__handoff_t *h = t->head; h; h = h->next) n += attached(h, conn);
+  for (const st__handoff_t *h = first(t); h; h = next_of(h)) n += attached(h, conn);
   return n;
 }
 
 static int count_ok(const st__handoffs_t *t, uint64_t conn, int max, char *err, size_t errlen) {
-  int n = conn_count(t, conn);
-  if (n < max) return ST_OK;
-  return st__fail(ST_ERR_LIMIT, err, errlen,
-                  "this connection uses %d hand-offs; 1 more would pass "
-                  "limits.max_handoffs_per_connection = %d",
-                  n, max);
-}
-
-static void unlink_entry(st__handoffs_t *t, st__handoff_t *h) {
-  for (st__handoff_t **pp = &t->head; *pp; pp = &(*pp)->next)
-    if (*pp == h) {
-      *pp = h->next;
-      t->count--;
-      return;
-    }
+  return st__named_room(conn_count(t, conn), max, "hand-offs", "max_handoffs_per_connection", err,
+                        errlen);
 }
 
 /* Drops the server's references; the clients' mappings keep the memory. */
 static void destroy(st__handoffs_t *t, st__handoff_t *h) {
-  unlink_entry(t, h);
-  ST_LOG_D("handoff", "hand-off '%s' released", h->name);
-  st__arena_unref(h->data);
-  st__arena_unref(h->page_arena);
+  st__named_release(&t->list, &h->named);
   free(h);
 }
 
@@ -86,7 +57,7 @@ static void sweep_slot(st__handoff_t *h, uint32_t i) {
     int freed;
     if (st__handoff_clear(p, k, bit, 0, 1, &freed) == 1 && freed) any_freed = 1;
   }
-  if (any_freed) st__handoff_notify(&p->free_futex, &p->free_waiters);
+  if (any_freed) st__shm_notify(&p->free_futex, &p->free_waiters);
 }
 
 static int in_use(const st__handoff_t *h) {
@@ -103,7 +74,7 @@ static int detach(st__handoffs_t *t, st__handoff_t *h, uint64_t conn) {
   if (h->producer == conn) {
     h->producer = 0;
     atomic_fetch_or(&h->page->flags, ST__HANDOFF_PRODUCER_GONE);
-    st__handoff_notify(&h->page->pub_futex, &h->page->pub_waiters);
+    st__shm_notify(&h->page->pub_futex, &h->page->pub_waiters);
     was = 1;
   }
   for (uint32_t i = 0; i < h->consumers; i++) {
@@ -118,10 +89,8 @@ static int detach(st__handoffs_t *t, st__handoff_t *h, uint64_t conn) {
 
 static int check_spec(const st__handoffs_t *t, const st__handoff_spec_t *s, uint64_t conn,
                       char *err, size_t errlen) {
-  if (!name_ok(s->name, s->name_len))
-    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
-                    "a hand-off name is 1 to %d characters of A-Z a-z 0-9 . _ -",
-                    ST__HANDOFF_NAME_MAX);
+  int rc = st__named_check("hand-off", s->name, s->name_len, err, errlen);
+  if (rc != ST_OK) return rc;
   if (s->chunk_bytes == 0 || s->chunk_bytes > MAX_CHUNK_BYTES)
     return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                     "'chunk_bytes' must be 1 to %" PRIu64, MAX_CHUNK_BYTES);
@@ -155,34 +124,26 @@ int st__handoff_create(st__handoffs_t *t, const st__handoff_spec_t *s, uint64_t 
                        st__handoff_t **out, char *err, size_t errlen) {
   *out = NULL;
   int rc = check_spec(t, s, conn, err, errlen);
+  if (rc == ST_OK) rc = st__named_unused(&t->list, "hand-off", s->name, s->name_len, err, errlen);
   if (rc != ST_OK) return rc;
-  if (find(t, s->name, s->name_len))
-    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "a hand-off named '%.*s' exists",
-                    (int)s->name_len, s->name);
   st__handoff_t *h = calloc(1, sizeof *h);
   if (!h) return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
-  memcpy(h->name, s->name, s->name_len);
-  h->uid = uid;
-  h->device = s->device;
   h->chunk_bytes = s->chunk_bytes;
   h->stride = (s->chunk_bytes + CHUNK_ALIGN - 1) / CHUNK_ALIGN * CHUNK_ALIGN;
   h->chunks = (uint32_t)s->chunks;
   h->consumers = (uint32_t)s->consumers;
-  h->page_bytes = (st__handoff_page_bytes(h->chunks) + CHUNK_ALIGN - 1) / CHUNK_ALIGN * CHUNK_ALIGN;
-  rc = st__arena_new(&(st__arena_spec_t){.device = s->device, .bytes = h->stride * h->chunks},
-                     &h->data, err, errlen);
-  if (rc == ST_OK) rc = st__arena_new_cpu(h->page_bytes, &h->page_arena, err, errlen);
+  uint64_t page_bytes =
+      (st__handoff_page_bytes(h->chunks) + CHUNK_ALIGN - 1) / CHUNK_ALIGN * CHUNK_ALIGN;
+  rc = st__named_init(&h->named, s->name, s->name_len, uid, s->device, h->stride * h->chunks,
+                      page_bytes, err, errlen);
   if (rc != ST_OK) {
-    st__arena_unref(h->data);
     free(h);
     return rc;
   }
-  h->page = st__arena_base(h->page_arena);
+  h->page = h->named.page;
   page_init(h);
   h->producer = conn;
-  h->next = t->head;
-  t->head = h;
-  t->count++;
+  st__named_add(&t->list, &h->named);
   *out = h;
   return ST_OK;
 }
@@ -191,15 +152,10 @@ int st__handoff_create(st__handoffs_t *t, const st__handoff_spec_t *s, uint64_t 
  * NOT_FOUND, or AUTH for another uid than its creator's. */
 static int lookup(st__handoffs_t *t, const char *name, size_t n, uid_t uid, const char *what,
                   st__handoff_t **out, char *err, size_t errlen) {
-  st__handoff_t *h = find(t, name, n);
-  if (!h)
-    return st__fail(ST_ERR_NOT_FOUND, err, errlen, "no hand-off named '%.*s'", (int)n, name);
-  if (h->uid != uid)
-    return st__fail(ST_ERR_AUTH, err, errlen,
-                    "hand-off '%s' belongs to uid %u; uid %u may not %s it", h->name,
-                    (unsigned)h->uid, (unsigned)uid, what);
-  *out = h;
-  return ST_OK;
+  st__named_t *e = NULL;
+  int rc = st__named_lookup(&t->list, "hand-off", name, n, uid, what, &e, err, errlen);
+  *out = (st__handoff_t *)e;
+  return rc;
 }
 
 /* See handoff.h. Loop thread. */
@@ -212,7 +168,7 @@ int st__handoff_open(st__handoffs_t *t, const char *name, size_t name_len, uint6
   if (rc != ST_OK) return rc;
   if (attached(h, conn))
     return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
-                    "this connection already uses hand-off '%s'", h->name);
+                    "this connection already uses hand-off '%s'", h->named.name);
   rc = count_ok(t, conn, max_per_connection, err, errlen);
   if (rc != ST_OK) return rc;
   for (uint32_t i = 0; i < h->consumers; i++) {
@@ -228,13 +184,13 @@ int st__handoff_open(st__handoffs_t *t, const char *name, size_t name_len, uint6
   }
   return st__fail(ST_ERR_LIMIT, err, errlen,
                   "hand-off '%s' has %u consumer slots and all are open (its 'consumers')",
-                  h->name, h->consumers);
+                  h->named.name, h->consumers);
 }
 
 /* See handoff.h. Loop thread. */
 int st__handoff_close(st__handoffs_t *t, const char *name, size_t name_len, uint64_t conn,
                       char *err, size_t errlen) {
-  st__handoff_t *h = find(t, name, name_len);
+  st__handoff_t *h = (st__handoff_t *)st__named_find(&t->list, name, name_len);
   if (!h || !detach(t, h, conn))
     return st__fail(ST_ERR_NOT_FOUND, err, errlen, "this connection does not use a hand-off "
                     "named '%.*s'", (int)name_len, name);
@@ -248,17 +204,17 @@ int st__handoff_delete(st__handoffs_t *t, const char *name, size_t name_len, uid
   int rc = lookup(t, name, name_len, uid, "delete", &h, err, errlen);
   if (rc != ST_OK) return rc;
   atomic_fetch_or(&h->page->flags, ST__HANDOFF_DELETED);
-  st__handoff_notify(&h->page->pub_futex, &h->page->pub_waiters);
-  st__handoff_notify(&h->page->free_futex, &h->page->free_waiters);
+  st__shm_notify(&h->page->pub_futex, &h->page->pub_waiters);
+  st__shm_notify(&h->page->free_futex, &h->page->free_waiters);
   destroy(t, h);
   return ST_OK;
 }
 
 /* See handoff.h. Loop thread. */
 void st__handoff_conn_closed(st__handoffs_t *t, uint64_t conn) {
-  st__handoff_t *h = t->head;
+  st__handoff_t *h = first(t);
   while (h) {
-    st__handoff_t *next = h->next;
+    st__handoff_t *next = next_of(h);
     detach(t, h, conn);
     h = next;
   }
@@ -266,5 +222,5 @@ void st__handoff_conn_closed(st__handoffs_t *t, uint64_t conn) {
 
 /* See handoff.h. Loop thread. */
 void st__handoff_free_all(st__handoffs_t *t) {
-  while (t->head) destroy(t, t->head);
+  while (first(t)) destroy(t, first(t));
 }

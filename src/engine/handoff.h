@@ -26,29 +26,23 @@
 #include <sys/types.h>
 
 #include "engine/handoff_page.h"
+#include "engine/named.h"
 #include "mem/arena.h"
 
-/* Longest name; names are 1..64 bytes of [A-Za-z0-9._-]. */
-#define ST__HANDOFF_NAME_MAX 64
+/* Longest name (engine/named.h). */
+#define ST__HANDOFF_NAME_MAX ST__NAME_MAX
 
 typedef struct st__handoff {
-  struct st__handoff *next;
-  char name[ST__HANDOFF_NAME_MAX + 1];
-  uid_t uid;                    /* the creator's: only it may open        */
-  int device;                   /* -1: the CPU; else a CUDA ordinal        */
+  st__named_t named;            /* name, uid, device, data, page (first) */
   uint64_t chunk_bytes, stride;
   uint32_t chunks, consumers;
-  st__arena_t *data;            /* owned reference                        */
-  st__arena_t *page_arena;      /* owned reference                        */
-  st__handoff_page_t *page;     /* the server's mapping of page_arena     */
-  uint64_t page_bytes;
+  st__handoff_page_t *page;     /* named.page                             */
   uint64_t producer;            /* connection id; 0 once it left          */
   uint64_t slots[ST__HANDOFF_MAX_CONSUMERS];   /* connection ids; 0: free */
 } st__handoff_t;
 
 typedef struct st__handoffs {
-  st__handoff_t *head;
-  size_t count;
+  st__named_list_t list;
 } st__handoffs_t;
 
 /* What handoff_create asks for. */

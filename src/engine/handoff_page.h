@@ -38,13 +38,10 @@
 #ifndef ST_ENGINE_HANDOFF_PAGE_H
 #define ST_ENGINE_HANDOFF_PAGE_H
 
-#include <limits.h>
-#include <linux/futex.h>
 #include <stdatomic.h>
 #include <stdint.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
+
+#include "engine/shm_futex.h"
 
 #define ST__HANDOFF_MAGIC 0x46444853u   /* "SHDF" */
 #define ST__HANDOFF_VERSION 1u
@@ -83,23 +80,6 @@ static inline uint64_t st__handoff_page_bytes(uint32_t chunks) {
 }
 
 static inline uint32_t st__handoff_tag(uint64_t w) { return (uint32_t)(w >> 32); }
-
-static inline void st__handoff_futex_wake(_Atomic uint32_t *f) {
-  syscall(SYS_futex, (uint32_t *)f, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-}
-
-/* Waits while *f == seen, at most `ts` (NULL: no limit); returns at a
- * wake, a signal, a timeout or a changed word. */
-static inline void st__handoff_futex_wait(_Atomic uint32_t *f, uint32_t seen,
-                                          const struct timespec *ts) {
-  syscall(SYS_futex, (uint32_t *)f, FUTEX_WAIT, seen, ts, NULL, 0);
-}
-
-/* Moves a futex word and wakes its waiters, if any. */
-static inline void st__handoff_notify(_Atomic uint32_t *word, _Atomic uint32_t *waiters) {
-  atomic_fetch_add(word, 1);
-  if (atomic_load(waiters)) st__handoff_futex_wake(word);
-}
 
 /* Clears `bits` of chunk i's pending set, when its sequence number is
  * `tag` (any sequence when any_tag). Returns -1 when the sequence differs,

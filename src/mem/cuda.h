@@ -227,6 +227,12 @@ int st__cuda_create_fd(int ordinal, uint64_t bytes, int *fd, uint64_t *size, cha
  * unmapped struct is a no-op. Any thread. */
 void st__cuda_unmap(st__cuda_mapping_t *m);
 
+/* Makes the device's access to mapping m read-only (cuMemSetAccess with
+ * PROT_READ): a kernel of this process that writes it faults. The range
+ * must be mapped by st__cuda_import. ST_OK, CAPABILITY or the driver's
+ * error. Any thread; the device's context becomes current. */
+int st__cuda_protect_read(st__cuda_mapping_t *m, char *err, size_t errlen);
+
 /* --------------------------------------------------- server side (arenas) */
 
 /* One exported VMM allocation, mapped in the server (cuda_arena.c). Owned

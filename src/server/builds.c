@@ -388,6 +388,7 @@ void st__work_conn_closed(st__server_t *srv, st__conn_t *c) {
                (unsigned long long)c->id, more);
   }
   st__handoff_conn_closed(&srv->handoffs, c->id);
+  st__buffer_conn_closed(&srv->buffers, c->id);
   if (c->leases) {
     srv->counters.leases_dropped += st__objects_release_conn(&srv->objects, c->id);
     c->leases = 0;

@@ -79,6 +79,16 @@ static const st__setting_t limits_rows[] = {
                     "handoff_open)"},
     {.name = "max_handoff_chunks", .type = ST_SET_INT, INT_FIELD(max_handoff_chunks), .lo = 1,
      .hi = 1 << 20, .def = 1024, .description = "chunks of one hand-off"},
+    {.name = "max_buffers", .type = ST_SET_INT, INT_FIELD(max_buffers), .lo = 0, .hi = 1 << 20,
+     .def = 256, .description = "named buffers of the server (buffer_create; unlinked ones "
+                                "that handles still hold count too)"},
+    {.name = "max_buffer_bytes", .type = ST_SET_INT, INT_FIELD(max_buffer_bytes), .lo = 0,
+     .hi = INT64_C(1) << 50, .def = 0,
+     .description = "bytes of one buffer's slots together (0 = a quarter of its device's "
+                    "memory_budget)"},
+    {.name = "max_buffer_handles_per_connection", .type = ST_SET_INT,
+     INT_FIELD(max_buffer_handles_per_connection), .lo = 0, .hi = 1 << 16, .def = 64,
+     .description = "buffer handles one connection may hold open (buffer_create, buffer_open)"},
     {.name = NULL},
 };
 

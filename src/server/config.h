@@ -67,6 +67,10 @@ typedef struct st__config {
    * create or open, and the most chunks of one. */
   int max_handoffs_per_connection;
   uint64_t max_handoff_chunks;
+  uint64_t max_buffers;          /* live buffers, unlinked ones still open too */
+  uint64_t max_buffer_bytes;     /* one buffer's slots; 0: a quarter of its
+                                    device's memory budget */
+  int max_buffer_handles_per_connection;
   /* Result pools of connections that ask for them (docs/pool.md):
    * pool.slab_bytes, max_bytes_per_connection, max_result_bytes (0:
    * derived), max_regions (0: no pools). */

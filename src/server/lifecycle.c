@@ -325,6 +325,7 @@ void st__server_destroy(st__server_t *srv) {
   st__work_destroy(srv);
   st__objects_free(&srv->objects);
   st__handoff_free_all(&srv->handoffs);
+  st__buffer_free_all(&srv->buffers);
   ev_timer_stop(srv->loop, &srv->grace);
   ev_async_stop(srv->loop, &srv->done);
   ev_async_stop(srv->loop, &srv->stop_req);

@@ -46,6 +46,13 @@ static const st__rpc_method_t methods[] = {
     {M(handoff_open), st__rpc_handoff_open, {P_NAME}},
     {M(handoff_close), st__rpc_handoff_close, {P_NAME}},
     {M(handoff_delete), st__rpc_handoff_delete, {P_NAME}},
+    {M(buffer_create), st__rpc_buffer_create,
+     {P_NAME, ANY("shape"), P("dtype", ST_RPC_STR, ST_RPC_REQUIRED), P("device", ST_RPC_STR, 0),
+      P("slots", ST_RPC_U64, 0)}},
+    {M(buffer_open), st__rpc_buffer_open, {P_NAME, ANY("readonly")}},
+    {M(buffer_close), st__rpc_buffer_close, {P_NAME, P("handle", ST_RPC_U64, ST_RPC_REQUIRED)}},
+    {M(buffer_unlink), st__rpc_buffer_unlink, {P_NAME}},
+    {M(buffers), st__rpc_buffers, NONE},
 };
 
 #define NMETHODS (sizeof methods / sizeof methods[0])

@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/settings.h"
 #include "server/rpc.h"
+#include "server/server.h"
 #include "st/errors.h"
 
 /* "a, b, c" of "a|b|c". */
@@ -168,6 +169,38 @@ const st__endpoint_decl_t *st__rpc_endpoint(const st__rpc_req_t *r) {
     st__rpc_error(r, ST_ERR_UNKNOWN_ENDPOINT, "unknown endpoint '%.*s'",
                   (int)(name->via.str.size > 128 ? 128 : name->via.str.size), name->via.str.ptr);
   return ep;
+}
+
+/* See rpc.h. */
+int st__rpc_device(const st__rpc_req_t *r) {
+  st__server_t *srv = r->c->srv;
+  const msgpack_object *d = st__rpc_arg(r, "device");
+  if (!d || st__str_eq(d, "cpu")) return -1;
+  int ordinal = -1;
+  if (st__str_eq(d, "cuda")) {
+    ordinal = r->c->device;
+  } else {
+    char text[32];
+    uint32_t n = d->via.str.size;
+    unsigned v;
+    char tail;
+    if (n >= sizeof text) n = sizeof text - 1;
+    memcpy(text, d->via.str.ptr, n);
+    text[n] = 0;
+    if (sscanf(text, "cuda:%u%c", &v, &tail) != 1 || v > 4095) {
+      st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "%s: 'device' must be cpu, cuda or cuda:N",
+                    r->method->name);
+      return -2;
+    }
+    ordinal = (int)v;
+  }
+  if (!st__devices_cuda(&srv->devices, ordinal)) {
+    st__rpc_error(r, ST_ERR_CAPABILITY, "%s: no CUDA device: cuda:%d is unavailable%s%s",
+                  r->method->name, ordinal, srv->devices.cuda_reason[0] ? ": " : "",
+                  srv->devices.cuda_reason);
+    return -2;
+  }
+  return ordinal;
 }
 
 /* See rpc.h. */

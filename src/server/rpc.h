@@ -16,6 +16,8 @@
  *                   invalidate_call, invalidate_endpoint
  *   rpc_handoff.c   handoff_create, handoff_open, handoff_close,
  *                   handoff_delete
+ *   rpc_buffer.c    buffer_create, buffer_open, buffer_close,
+ *                   buffer_unlink, buffers
  *
  * Adding a method: its row in methods.c, its handler in the file of its
  * concern (declared below), its section in docs/protocol.md.
@@ -118,6 +120,13 @@ uint64_t st__rpc_u64(const st__rpc_req_t *r, const char *name, uint64_t dflt);
 double st__rpc_seconds(const st__rpc_req_t *r, const char *name, double dflt);
 int st__rpc_word(const st__rpc_req_t *r, const char *name, int dflt);
 
+/* The device of the request's `device` parameter (a checked STR of the
+ * row): "cpu" (absent too) is -1, "cuda" the socket's own device, "cuda:N"
+ * ordinal N. -2 after an error reply: INVALID_ARGUMENT for another text,
+ * CAPABILITY for a CUDA device the server does not have. Used by
+ * handoff_create and buffer_create. */
+int st__rpc_device(const st__rpc_req_t *r);
+
 /* The endpoint of the current generation named by the request's
  * `endpoint` parameter (a checked, required string), or NULL after an
  * UNKNOWN_ENDPOINT reply ("unknown endpoint 'x'"). Borrowed. */
@@ -163,5 +172,12 @@ void st__rpc_handoff_create(st__rpc_req_t *r);
 void st__rpc_handoff_open(st__rpc_req_t *r);
 void st__rpc_handoff_close(st__rpc_req_t *r);
 void st__rpc_handoff_delete(st__rpc_req_t *r);
+
+/* rpc_buffer.c */
+void st__rpc_buffer_create(st__rpc_req_t *r);
+void st__rpc_buffer_open(st__rpc_req_t *r);
+void st__rpc_buffer_close(st__rpc_req_t *r);
+void st__rpc_buffer_unlink(st__rpc_req_t *r);
+void st__rpc_buffers(st__rpc_req_t *r);
 
 #endif

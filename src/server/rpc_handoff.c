@@ -10,38 +10,6 @@
 #include "server/work.h"
 #include "st/errors.h"
 
-/* The device of handoff_create's `device`: "cpu" (absent too), "cuda"
- * (the socket's own), "cuda:N". -2 after an error reply. */
-static int device_of(st__rpc_req_t *r) {
-  st__server_t *srv = r->c->srv;
-  const msgpack_object *d = st__rpc_arg(r, "device");
-  if (!d || st__str_eq(d, "cpu")) return -1;
-  int ordinal = -1;
-  if (st__str_eq(d, "cuda")) {
-    ordinal = r->c->device;
-  } else {
-    char text[32];
-    uint32_t n = d->via.str.size;
-    unsigned v;
-    char tail;
-    if (n >= sizeof text) n = sizeof text - 1;
-    memcpy(text, d->via.str.ptr, n);
-    text[n] = 0;
-    if (sscanf(text, "cuda:%u%c", &v, &tail) != 1 || v > 4095) {
-      st__rpc_error(r, ST_ERR_INVALID_ARGUMENT,
-                    "handoff_create: 'device' must be cpu, cuda or cuda:N");
-      return -2;
-    }
-    ordinal = (int)v;
-  }
-  if (!st__devices_cuda(&srv->devices, ordinal)) {
-    st__rpc_error(r, ST_ERR_CAPABILITY, "handoff_create: no CUDA device: cuda:%d is unavailable%s%s",
-                  ordinal, srv->devices.cuda_reason[0] ? ": " : "", srv->devices.cuda_reason);
-    return -2;
-  }
-  return ordinal;
-}
-
 static void pack_u8_tensor(msgpack_packer *pk, uint32_t arena, uint64_t bytes) {
   st__tensor_desc_t t;
   memset(&t, 0, sizeof t);
@@ -58,18 +26,18 @@ static void pack_u8_tensor(msgpack_packer *pk, uint32_t arena, uint64_t bytes) {
 static void reply_handoff(st__rpc_req_t *r, st__handoff_t *h, int slot) {
   st__build_result_t res;
   st__build_result_init(&res);
-  st__arena_t *arenas[2] = {h->data, h->page_arena};
+  st__arena_t *arenas[2] = {h->named.data, h->named.page_arena};
   res.arenas = arenas;
   res.narenas = 2;
   msgpack_packer pk;
   msgpack_packer_init(&pk, &res.value, msgpack_sbuffer_write);
   msgpack_pack_map(&pk, 10);
-  st__pack_kv_str(&pk, "name", h->name);
+  st__pack_kv_str(&pk, "name", h->named.name);
   st__pack_kv_str(&pk, "role", slot < 0 ? "producer" : "consumer");
   st__pack_kv_int(&pk, "slot", slot);
   char dev[24];
-  if (h->device < 0) snprintf(dev, sizeof dev, "cpu");
-  else snprintf(dev, sizeof dev, "cuda:%d", h->device);
+  if (h->named.device < 0) snprintf(dev, sizeof dev, "cpu");
+  else snprintf(dev, sizeof dev, "cuda:%d", h->named.device);
   st__pack_kv_str(&pk, "device", dev);
   st__pack_kv_uint(&pk, "chunks", h->chunks);
   st__pack_kv_uint(&pk, "chunk_bytes", h->chunk_bytes);
@@ -78,7 +46,7 @@ static void reply_handoff(st__rpc_req_t *r, st__handoff_t *h, int slot) {
   st__pack_cstr(&pk, "data");
   pack_u8_tensor(&pk, 0, h->stride * h->chunks);
   st__pack_cstr(&pk, "page");
-  pack_u8_tensor(&pk, 1, h->page_bytes);
+  pack_u8_tensor(&pk, 1, h->named.page_bytes);
   st__reply_result(r->c, r->id, r->method->name, &res, NULL, 0);
   /* The references are the table's: nothing to drop. */
   msgpack_sbuffer_destroy(&res.value);
@@ -90,7 +58,7 @@ static const msgpack_object *name_of(st__rpc_req_t *r) { return st__rpc_arg(r, "
 void st__rpc_handoff_create(st__rpc_req_t *r) {
   st__conn_t *c = r->c;
   const st__config_t *cfg = c->srv->cfg;
-  int device = device_of(r);
+  int device = st__rpc_device(r);
   if (device == -2) return;
   const msgpack_object *name = name_of(r);
   st__handoff_spec_t s = {

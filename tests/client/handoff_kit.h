@@ -211,4 +211,32 @@ static inline int hk_back_to(st_client_t *c, pid_t server, const char *dev, hk_f
   }
 }
 
+/* A server with `config` and a client of it (NULL when it cannot
+ * connect); *base gets the CPU figures the tests come back to. */
+static inline st_client_t *hk_start(stt_server_t *s, const char *config, hk_figures_t *base) {
+  stt_server_setup(s, config, NULL);
+  st_client_t *c = stt_client_open(s->socket);
+  if (c) *base = hk_figures(c, s->pid, "cpu");
+  return c;
+}
+
+#ifdef ST_HAVE_CUDA
+#include "mem/cuda.h"
+
+/* The start of a test of CUDA memory: skips (exit 77) without a usable
+ * device, else a server of one worker and a client of it with a 60 s
+ * timeout (NULL when it cannot connect). */
+static inline st_client_t *hk_gpu_start(stt_server_t *s) {
+  char err[512];
+  uint64_t f;
+  if (st__cuda_available(err, sizeof err) != ST_OK ||
+      st__cuda_mem_info(0, &f, NULL, err, sizeof err) != ST_OK)
+    stt_skip(err);
+  stt_server_setup(s, "workers = 1,", NULL);
+  st_client_t *c = stt_client_open(s->socket);
+  if (c) st_client_set_timeout(c, 60000);
+  return c;
+}
+#endif
+
 #endif

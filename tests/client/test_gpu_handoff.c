@@ -81,22 +81,15 @@ int main(int argc, char **argv) {
 #ifdef ST_HAVE_CUDA
   hk_consumer_main(argc, argv, to_host);
   self = argv[0];
-#else
-  (void)argc;
-  (void)argv;
-#endif
-  char err[512];
-  if (st__cuda_available(err, sizeof err) != ST_OK) stt_skip(err);
-#ifdef ST_HAVE_CUDA
-  uint64_t f;
-  if (st__cuda_mem_info(0, &f, NULL, err, sizeof err) != ST_OK) stt_skip(err);
-  stt_server_setup(&srv, "workers = 1,", NULL);
-  cli = stt_client_open(srv.socket);
+  cli = hk_gpu_start(&srv);
   if (!cli) return 1;
-  st_client_set_timeout(cli, 60000);
   RUN(requests_of_4_mib_flow_and_device_memory_comes_back);
   st_client_close(cli);
   return stt_server_finish(&srv);
-#endif
+#else
+  (void)argc;
+  (void)argv;
+  stt_skip("no CUDA device: built without CUDA support");
   return stt_summary();
+#endif
 }

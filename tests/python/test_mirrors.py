@@ -35,10 +35,10 @@ COMPLETE = ["client.h", "errors.h"]   # mirrored whole; the others in part
 
 # C typedefs of enums: ints for the mirrors.
 ENUMS = {"st_dtype_t", "st_device_kind_t", "st_value_kind_t", "st_errno_t"}
-OPAQUE = {"st_client_t", "st_args_t", "st_result_t", "st_handoff_t"}
+OPAQUE = {"st_client_t", "st_args_t", "st_result_t", "st_handoff_t", "st_buffer_t"}
 STRUCTS = {"st_tensor_t": _lib.Tensor, "st_value_t": _lib.Value,
            "st_object_info_t": _lib.ObjectInfo, "st_client_options_t": _lib.ClientOptions,
-           "st_result_summary_t": _lib.ResultSummary}
+           "st_result_summary_t": _lib.ResultSummary, "st_buffer_info_t": _lib.BufferInfo}
 SCALARS = {"int": ctypes.c_int, "int64_t": ctypes.c_int64, "uint64_t": ctypes.c_uint64,
            "size_t": ctypes.c_size_t, "double": ctypes.c_double, "float": ctypes.c_float,
            "uint8_t": ctypes.c_uint8, "uint16_t": ctypes.c_uint16, "char": ctypes.c_char}

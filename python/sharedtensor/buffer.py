@@ -1,0 +1,383 @@
+"""Named buffers and streams: a frame of one shape and dtype that any
+process of the creator's uid opens by name, with pyshmem's semantics
+(docs/python.md, "Buffers and streams"; docs/streams.md).
+
+    import sharedtensor as st
+    cam = st.create("cam", (480, 640, 3), "uint8", slots=4)   # writer
+    cam.write(frame)                       # a copy into the next slot
+
+    cam = st.open("cam", readonly=True)    # any reader process
+    x = cam.read()                         # a consistent snapshot (a copy)
+    x = cam.read_new(timeout=1.0)          # waits for a newer write
+    cam.write_sequence, cam.write_time
+
+Every Buffer has a connection of its own to the server, so the writer
+lock (acquire/release/locked) belongs to the handle, and the server frees
+it when the handle's process dies. Per frame nothing goes to the server:
+writes, reads and waits work on shared memory and futexes.
+
+Frames are torch tensors (framework="torch", the default) or numpy
+arrays (framework="numpy", CPU buffers). CUDA buffers take and give torch
+tensors on their device: a write copies on the current stream and
+synchronizes it before the write is published; a read does the same
+before it checks that the copy is consistent.
+"""
+import ctypes
+import sys
+
+from . import _lib
+from .alloc import _shape_of, dtype_of
+from .client import Client
+from .errors import TimeoutError as _Timeout, StaleHandleError, from_library
+
+_l = _lib.lib
+_write = _l.st_buffer_write
+_read = _l.st_buffer_read
+_wait_new = _l.st_buffer_wait_new
+
+FRAMEWORKS = ("torch", "numpy")
+
+
+def _ms(timeout):
+    if timeout is None:
+        return -1
+    if timeout < 0:
+        raise ValueError("timeout must be a number of seconds >= 0, or None")
+    return int(timeout * 1000)
+
+
+class _CudaMemory:
+    """A device range for torch.as_tensor (__cuda_array_interface__)."""
+
+    def __init__(self, ptr, nbytes, readonly):
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
+                                         "data": (ptr, readonly), "version": 3,
+                                         "strides": None}
+
+
+class Buffer:
+    """One handle of a named buffer (sharedtensor.create / sharedtensor.open)."""
+
+    def __init__(self, client, ptr, framework):
+        if framework not in FRAMEWORKS:
+            raise ValueError('framework must be "torch" or "numpy"')
+        self._client, self._ptr, self.framework = client, ptr, framework
+        info = _lib.BufferInfo()
+        _l.st_buffer_info(ptr, ctypes.byref(info))
+        self.name = info.name.decode()
+        self.shape = tuple(info.shape[i] for i in range(info.ndim))
+        self.dtype_name = _l.st_dtype_name(info.dtype).decode()
+        self.slots, self.nbytes = info.slots, info.frame_bytes
+        self.readonly, self.device_index = bool(info.readonly), info.device_index
+        self.device = "cpu" if info.device_index < 0 else "cuda:%d" % info.device_index
+        self.connection = info.connection
+        if framework == "numpy" and self.device_index >= 0:
+            raise ValueError("numpy arrays live on the cpu, not on %s" % self.device)
+        self._last = [(None, 0), (None, 0)]   # the last out= array, the last written one
+        self._seq, self._time = ctypes.c_uint64(), ctypes.c_int64()
+        self._seq_ref, self._time_ref = ctypes.byref(self._seq), ctypes.byref(self._time)
+        if framework == "numpy":
+            import numpy as np
+            self._np = np
+            self.dtype = np.dtype(self.dtype_name)
+        else:
+            import torch
+            self._torch = torch
+            self.dtype = getattr(torch, self.dtype_name)
+
+    @classmethod
+    def _attach(cls, client, own, framework, fn, *args):
+        out = ctypes.c_void_p()
+        try:
+            client._do(fn, *args, ctypes.byref(out))
+            return cls(client if own else None, out.value, framework)
+        except BaseException:
+            if out.value:
+                _l.st_buffer_close(out.value)
+            if own:
+                client.close()
+            raise
+
+    # ------------------------------------------------------------ helpers
+
+    def _h(self):
+        p = self._ptr
+        if not p:
+            raise ValueError("buffer '%s' is closed" % self.name)
+        return p
+
+    def _check(self, rc):
+        if rc != 0:
+            raise from_library(rc, (_l.st_buffer_error(None) or b"").decode(errors="replace"))
+
+    def _empty(self):
+        if self.framework == "numpy":
+            return self._np.empty(self.shape, self.dtype)
+        return self._torch.empty(self.shape, dtype=self.dtype, device=self.device)
+
+    def _view(self, ptr):
+        """The frame at ptr as a tensor/array (no copy)."""
+        n = self.nbytes
+        if self.framework == "numpy":
+            raw = (ctypes.c_uint8 * n).from_address(ptr)
+            arr = self._np.frombuffer(raw, dtype=self._np.uint8)
+            return arr.view(self.dtype).reshape(self.shape)
+        torch = self._torch
+        if self.device_index < 0:
+            raw = (ctypes.c_uint8 * n).from_address(ptr)
+            flat = torch.frombuffer(raw, dtype=torch.uint8)
+        else:
+            flat = torch.as_tensor(_CudaMemory(ptr, n, self.readonly), device=self.device)
+        return flat.view(self.dtype).reshape(self.shape)
+
+    def _host_ptr(self, value, writing):
+        """The address of `value` (a contiguous host tensor or array of
+        the frame's bytes) and the object that holds that memory;
+        TypeError/ValueError when it is not one. A numpy array's address
+        never changes, so the last one is remembered (its object too, so
+        that it stays alive and the address stays its own)."""
+        last = self._last[writing]
+        if value is last[0]:
+            return last[1], value
+        if hasattr(value, "data_ptr"):
+            if writing and value.is_cuda:
+                value = value.cpu()
+            ok = not value.is_cuda and value.is_contiguous()
+            if not ok and writing:
+                value, ok = value.contiguous(), True
+            if not ok or value.numel() * value.element_size() != self.nbytes:
+                raise ValueError("buffer '%s' holds %s %s (%d bytes): %s a contiguous cpu tensor "
+                                 "of that size" % (self.name, self.shape, self.dtype_name,
+                                                   self.nbytes, "write" if writing else "out is"))
+            return value.data_ptr(), value
+        np = sys.modules.get("numpy")
+        if np is None or not isinstance(value, np.ndarray):
+            raise TypeError("a buffer takes torch tensors or numpy arrays, not %s" %
+                            type(value).__name__)
+        if writing and not value.flags.c_contiguous:
+            value = np.ascontiguousarray(value)
+        if not value.flags.c_contiguous or value.nbytes != self.nbytes or (
+                not writing and not value.flags.writeable):
+            raise ValueError("buffer '%s' holds %s %s (%d bytes): %s a contiguous%s array of "
+                             "that size" % (self.name, self.shape, self.dtype_name, self.nbytes,
+                                            "write" if writing else "out is",
+                                            "" if writing else ", writable"))
+        ptr = value.__array_interface__["data"][0]
+        self._last[writing] = (value, ptr)
+        return ptr, value
+
+    def _sync(self):
+        self._torch.cuda.current_stream(self.device_index).synchronize()
+
+    # ------------------------------------------------------------ writes
+
+    def write(self, value, timeout=None):
+        """Copies `value` (a tensor or array of the frame's size) into the
+        next slot and publishes it; returns its write_sequence. Waits up
+        to `timeout` seconds (None: no limit) while another handle holds
+        the writer lock (sharedtensor's TimeoutError)."""
+        h = self._ptr or self._h()
+        if self.device_index < 0:
+            ptr, keep = self._host_ptr(value, True)
+            rc = _write(h, ptr, self.nbytes, -1 if timeout is None else _ms(timeout),
+                        self._seq_ref)
+            if rc != 0:
+                self._check(rc)
+            return self._seq.value
+        src = self._torch.as_tensor(value)
+        if src.numel() * src.element_size() != self.nbytes:
+            raise ValueError("buffer '%s' holds %d bytes, not %d" %
+                             (self.name, self.nbytes, src.numel() * src.element_size()))
+        ptr = ctypes.c_void_p()
+        self._check(_l.st_buffer_write_begin(h, _ms(timeout), ctypes.byref(ptr)))
+        try:
+            self._view(ptr.value).copy_(src.reshape(self.shape))
+            self._sync()
+        except BaseException:
+            _l.st_buffer_write_abort(h)
+            raise
+        self._check(_l.st_buffer_write_end(h, self._seq_ref))
+        return self._seq.value
+
+    # ------------------------------------------------------------- reads
+
+    def read(self, safe=True, out=None, timeout=1.0):
+        """The newest complete write. safe=True: a consistent copy (into
+        `out` when given, a tensor/array of the frame's shape and dtype);
+        a copy that raced with a writer is made again, for up to `timeout`
+        seconds. safe=False: a view of the newest slot, no copy, which a
+        later write may change under you (pyshmem's read(safe=False))."""
+        h = self._ptr or self._h()
+        if not safe:
+            ptr, seq = ctypes.c_void_p(), ctypes.c_uint64()
+            self._check(_l.st_buffer_read_begin(h, _ms(timeout), ctypes.byref(ptr),
+                                                ctypes.byref(seq)))
+            self._check(_l.st_buffer_read_check(h, seq.value, None))
+            return self._view(ptr.value)
+        if out is None:
+            out = self._empty()
+        if self.device_index < 0:
+            ptr, _ = self._host_ptr(out, False)
+            rc = _read(h, ptr, self.nbytes, 1000 if timeout == 1.0 else _ms(timeout),
+                       self._seq_ref, self._time_ref)
+            if rc != 0:
+                self._check(rc)
+            return out
+        return self._read_cuda(h, out, timeout)
+
+    def _read_cuda(self, h, out, timeout):
+        ptr, seq = ctypes.c_void_p(), ctypes.c_uint64()
+        while True:
+            self._check(_l.st_buffer_read_begin(h, _ms(timeout), ctypes.byref(ptr),
+                                                ctypes.byref(seq)))
+            out.copy_(self._view(ptr.value).reshape(out.shape))
+            self._sync()
+            rc = _l.st_buffer_read_check(h, seq.value, self._time_ref)
+            if rc == 0:
+                self._seq.value = seq.value
+                return out
+            try:
+                self._check(rc)
+            except StaleHandleError:
+                continue
+
+    def read_new(self, timeout=None, safe=True, out=None):
+        """Waits up to `timeout` seconds (None: no limit) for a write newer
+        than the last one this handle read, then reads it as read() does.
+        Raises sharedtensor's TimeoutError when none comes."""
+        rc = _wait_new(self._h(), _ms(timeout), None)
+        if rc != 0:
+            self._check(rc)
+        return self.read(safe=safe, out=out, timeout=1.0 if timeout is None else max(timeout, 1.0))
+
+    @property
+    def last_sequence(self):
+        """The write_sequence of the last read() of this handle."""
+        return self._seq.value
+
+    @property
+    def write_sequence(self):
+        """The number of the newest complete write (0: none yet)."""
+        return _l.st_buffer_write_sequence(self._h())
+
+    @property
+    def write_time(self):
+        """When the newest complete write completed: seconds since the epoch
+        (CLOCK_REALTIME, like time.time()); 0.0 before any write."""
+        return _l.st_buffer_write_time(self._h()) / 1e9
+
+    @property
+    def write_time_ns(self):
+        """write_time in integer nanoseconds."""
+        return _l.st_buffer_write_time(self._h())
+
+    # -------------------------------------------------------------- lock
+
+    def acquire(self, timeout=None):
+        """Takes the writer lock for this handle, waiting up to `timeout`
+        seconds (None: no limit). True when taken, False on timeout."""
+        rc = _l.st_buffer_acquire(self._h(), _ms(timeout))
+        if rc == -_Timeout.code:
+            return False
+        self._check(rc)
+        return True
+
+    def release(self):
+        """Frees the writer lock this handle holds."""
+        self._check(_l.st_buffer_release(self._h()))
+
+    def locked(self):
+        """True while some handle holds the writer lock."""
+        return bool(_l.st_buffer_locked(self._h(), None, None, None))
+
+    @property
+    def owner(self):
+        """(connection, pid, mine) of the lock's holder, or None when free."""
+        conn, pid, mine = ctypes.c_uint64(), ctypes.c_int(), ctypes.c_int()
+        if not _l.st_buffer_locked(self._h(), ctypes.byref(conn), ctypes.byref(pid),
+                                   ctypes.byref(mine)):
+            return None
+        return conn.value, pid.value, bool(mine.value)
+
+    # ----------------------------------------------------------- closing
+
+    def close(self):
+        """Closes this handle (frees a lock it holds) and its connection.
+        Views from read(safe=False) die with it."""
+        p, self._ptr = self._ptr, None
+        if p:
+            rc = _l.st_buffer_close(p)
+            if self._client is not None:
+                self._client.close()
+            self._check(rc)
+
+    def unlink(self):
+        """Removes the name (creator's uid only): open handles keep working;
+        the memory goes with the last of them."""
+        self._client_of()._do(_l.st_buffer_unlink, self.name.encode())
+
+    def _client_of(self):
+        self._h()
+        return self._client
+
+    @property
+    def closed(self):
+        return self._ptr is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return "<Buffer %r %s %s slots=%d %s%s%s>" % (
+            self.name, self.shape, self.dtype_name, self.slots, self.device,
+            " readonly" if self.readonly else "", " closed" if self.closed else "")
+
+
+def _client(client, device, path, timeout):
+    """(client, own): the caller's, or a new connection this buffer owns."""
+    if client is not None:
+        return client, False
+    return Client(device=device, path=path, timeout=timeout), True
+
+
+def create(name, shape, dtype="float32", device="cpu", slots=1, framework="torch",
+           path=None, server_device=0, timeout=None):
+    """Creates buffer `name` (1 to 64 of A-Z a-z 0-9 . _ -) of `slots`
+    zero-filled frames of `shape` and `dtype` on `device` ("cpu", "cuda",
+    "cuda:N", a torch.device or an ordinal), opened read-write. `path` /
+    `server_device` pick the server socket as Client does. Raises
+    InvalidArgumentError (a bad name, shape, dtype or slots; the name
+    exists), LimitError, OutOfMemoryError (memory_budget)."""
+    dims = _shape_of(shape)
+    wire, code = dtype_of(dtype)
+    dev = "cuda:%d" % device if isinstance(device, int) and not isinstance(device, bool) \
+        else str(device)
+    client, own = _client(None, server_device, path, timeout)
+    arr = (ctypes.c_int64 * max(len(dims), 1))(*dims)
+    return Buffer._attach(client, own, framework, _l.st_buffer_create, name.encode(),
+                          dev.encode(), code, len(dims), arr, int(slots))
+
+
+def open(name, readonly=False, framework="torch", path=None, server_device=0, timeout=None):
+    """Opens buffer `name` (NotFoundError when there is none), read-only
+    when `readonly`: writes then raise InvalidArgumentError, and a write
+    through a view faults in this process."""
+    client, own = _client(None, server_device, path, timeout)
+    return Buffer._attach(client, own, framework, _l.st_buffer_open, name.encode(),
+                          1 if readonly else 0)
+
+
+def unlink(name, path=None, server_device=0):
+    """Unlinks buffer `name` without a handle of it."""
+    with Client(device=server_device, path=path) as c:
+        c._do(_l.st_buffer_unlink, name.encode())

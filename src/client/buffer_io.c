@@ -1,0 +1,330 @@
+/* src/client: named buffers, per frame (include/st/client.h, "buffers
+ * and streams"; docs/streams.md, where the protocol of the page and its
+ * memory orders are written down). Nothing here reaches the server:
+ * writes, reads, waits and the writer lock are atomic operations on the
+ * control page (engine/buffer_page.h) and futex waits.
+ *
+ * The page is not trusted for memory safety: a slot index is always
+ * computed modulo the slots of the server's reply, and copies use the
+ * frame size of the reply. A process that scribbles on the page can make
+ * reads retry until their timeout or see frames it wrote, never make a
+ * pointer leave the mappings.
+ *
+ * Threads: any, at once; close (buffer.c) must not run concurrently.
+ */
+#include <sched.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client/buffer.h"
+
+#define fail st__client_handle_fail
+
+/* Spins of a read that raced with a writer before it yields the CPU. */
+#define SPINS 64
+
+static int64_t realtime_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t deadline_of(int timeout_ms) {
+  return timeout_ms < 0 ? -1 : st__client_now_ns() + (int64_t)timeout_ms * 1000000;
+}
+
+static int passed(int64_t deadline) { return deadline >= 0 && st__client_now_ns() >= deadline; }
+
+static uint8_t *slot_data(const st_buffer_t *b, uint32_t i) { return b->data + i * b->stride; }
+
+static int writable(const st_buffer_t *b, const char *what) {
+  if (!b) return fail(ST_ERR_INVALID_ARGUMENT, "no buffer");
+  if (b->info.readonly)
+    return fail(ST_ERR_INVALID_ARGUMENT, "buffer '%s' was opened read-only: it cannot %s",
+                b->name, what);
+  return ST_OK;
+}
+
+/* Copies n bytes between host memory and the buffer's memory (a device
+ * address of a CUDA buffer), waited for. */
+static int copy_in(st_buffer_t *b, void *slot, const void *src, uint64_t n) {
+  if (b->info.device_index < 0) {
+    memcpy(slot, src, n);
+    return ST_OK;
+  }
+  int rc = st__client_cuda_from_host(slot, src, n, b->info.device_index);
+  return rc == ST_OK ? rc : fail(rc, "buffer '%s': the copy to the device failed", b->name);
+}
+
+static int copy_out(const st_buffer_t *b, void *dst, const void *slot, uint64_t n) {
+  if (b->info.device_index < 0) {
+    memcpy(dst, slot, n);
+    return ST_OK;
+  }
+  int rc = st__client_cuda_to_host(dst, slot, n, b->info.device_index);
+  return rc == ST_OK ? rc : fail(rc, "buffer '%s': the copy from the device failed", b->name);
+}
+
+/* ------------------------------------------------------------- lock */
+
+/* Takes the lock for this connection (0 -> me), waiting until deadline. */
+static int lock_take(st_buffer_t *b, int64_t deadline, int timeout_ms) {
+  st__buffer_page_t *p = b->page;
+  for (;;) {
+    uint32_t seen = atomic_load(&p->lock_futex);
+    uint64_t owner = 0;
+    if (atomic_compare_exchange_strong(&p->lock, &owner, b->me)) {
+      atomic_store(&p->lock_pid, (int32_t)b->pid);
+      return ST_OK;
+    }
+    if (owner == b->me)
+      return fail(ST_ERR_INVALID_ARGUMENT, "buffer '%s': this connection holds the writer lock "
+                  "already", b->name);
+    if (!st__shm_wait(&p->lock_futex, &p->lock_waiters, seen, deadline))
+      return fail(ST_ERR_TIMEOUT,
+                  "buffer '%s': the writer lock is held by connection %llu (pid %d) for more "
+                  "than %d ms",
+                  b->name, (unsigned long long)owner, (int)atomic_load(&p->lock_pid),
+                  timeout_ms);
+  }
+}
+
+/* See client.h. Any thread. */
+ST_API int st_buffer_acquire(st_buffer_t *b, int timeout_ms) {
+  int rc = writable(b, "take the writer lock");
+  if (rc == ST_OK) rc = lock_take(b, deadline_of(timeout_ms), timeout_ms);
+  if (rc == ST_OK) atomic_store(&b->holds, 1);
+  return rc;
+}
+
+/* See client.h. Any thread. */
+ST_API int st_buffer_release(st_buffer_t *b) {
+  int rc = writable(b, "release the writer lock");
+  if (rc != ST_OK) return rc;
+  atomic_store(&b->holds, 0);
+  if (!st__buffer_unlock(b->page, b->me))
+    return fail(ST_ERR_INVALID_ARGUMENT, "buffer '%s': this connection does not hold the writer "
+                "lock", b->name);
+  return ST_OK;
+}
+
+/* See client.h. Any thread. */
+ST_API int st_buffer_locked(const st_buffer_t *b, uint64_t *owner, int *pid, int *mine) {
+  uint64_t o = b ? atomic_load(&b->page->lock) : 0;
+  if (owner) *owner = o;
+  if (pid) *pid = o && b ? (int)atomic_load(&b->page->lock_pid) : 0;
+  if (mine) *mine = o && b && o == b->me;
+  return o != 0;
+}
+
+/* ------------------------------------------------------------ writes */
+
+/* See client.h. Any thread. */
+ST_API int st_buffer_write_begin(st_buffer_t *b, int timeout_ms, void **data) {
+  int rc = writable(b, "be written");
+  if (rc != ST_OK) return rc;
+  int idle = 0;
+  if (!atomic_compare_exchange_strong(&b->writing, &idle, 1))
+    return fail(ST_ERR_INVALID_ARGUMENT, "buffer '%s': a write is already begun on this handle",
+                b->name);
+  st__buffer_page_t *p = b->page;
+  b->took_lock = 0;
+  if (atomic_load(&p->lock) != b->me) {
+    rc = lock_take(b, deadline_of(timeout_ms), timeout_ms);
+    if (rc != ST_OK) {
+      atomic_store(&b->writing, 0);
+      return rc;
+    }
+    b->took_lock = 1;
+  }
+  /* Only the lock's holder writes: write_sequence is ours to move. */
+  uint64_t w = atomic_load(&p->write_sequence) + 1;
+  uint32_t i = st__buffer_slot_of(w, b->slots);
+  atomic_store_explicit(&p->slot[i].seq, 2 * w - 1, memory_order_relaxed);
+  /* The odd word is visible before any byte of the frame changes. */
+  atomic_thread_fence(memory_order_seq_cst);
+  b->write_seq = w;
+  if (data) *data = slot_data(b, i);
+  return ST_OK;
+}
+
+static void end_lock(st_buffer_t *b) {
+  if (b->took_lock) st__buffer_unlock(b->page, b->me);
+  b->took_lock = 0;
+  atomic_store(&b->writing, 0);
+}
+
+/* See client.h. Any thread. */
+ST_API int st_buffer_write_end(st_buffer_t *b, uint64_t *seq) {
+  if (!b || !atomic_load(&b->writing))
+    return fail(ST_ERR_INVALID_ARGUMENT, "buffer '%s': no write is begun on this handle",
+                b ? b->name : "?");
+  st__buffer_page_t *p = b->page;
+  uint64_t w = b->write_seq;
+  uint32_t i = st__buffer_slot_of(w, b->slots);
+  int64_t t = realtime_ns();
+  atomic_store_explicit(&p->slot[i].time_ns, t, memory_order_relaxed);
+  /* Release: the frame's bytes are visible before the even word. */
+  atomic_store_explicit(&p->slot[i].seq, 2 * w, memory_order_release);
+  atomic_store_explicit(&p->write_time, t, memory_order_relaxed);
+  atomic_store_explicit(&p->write_sequence, w, memory_order_release);
+  atomic_fetch_add(&p->write_futex, 1);
+  if (atomic_load(&p->write_waiters) || atomic_load(&p->readonly_handles))
+    st__shm_futex_wake(&p->write_futex);
+  end_lock(b);
+  if (seq) *seq = w;
+  return ST_OK;
+}
+
+/* See client.h. Any thread. */
+ST_API int st_buffer_write_abort(st_buffer_t *b) {
+  if (!b || !atomic_load(&b->writing))
+    return fail(ST_ERR_INVALID_ARGUMENT, "buffer '%s': no write is begun on this handle",
+                b ? b->name : "?");
+  end_lock(b);
+  return ST_OK;
+}
+
+/* See client.h. Any thread. */
+ST_API int st_buffer_write(st_buffer_t *b, const void *src, uint64_t bytes, int timeout_ms,
+                           uint64_t *seq) {
+  int rc = writable(b, "be written");
+  if (rc != ST_OK) return rc;
+  if (bytes != b->info.frame_bytes || !src)
+    return fail(ST_ERR_INVALID_ARGUMENT, "buffer '%s': a write is %llu bytes (one frame), not %llu",
+                b->name, (unsigned long long)b->info.frame_bytes, (unsigned long long)bytes);
+  void *slot;
+  rc = st_buffer_write_begin(b, timeout_ms, &slot);
+  if (rc != ST_OK) return rc;
+  rc = copy_in(b, slot, src, bytes);
+  if (rc != ST_OK) {
+    st_buffer_write_abort(b);
+    return rc;
+  }
+  return st_buffer_write_end(b, seq);
+}
+
+/* ------------------------------------------------------------- reads */
+
+/* See client.h. Any thread. */
+ST_API int st_buffer_read_begin(st_buffer_t *b, int timeout_ms, const void **data,
+                                uint64_t *seq) {
+  if (!b) return fail(ST_ERR_INVALID_ARGUMENT, "no buffer");
+  st__buffer_page_t *p = b->page;
+  int64_t deadline = -2;
+  for (int spins = 0;; spins++) {
+    uint64_t w = atomic_load_explicit(&p->write_sequence, memory_order_acquire);
+    uint32_t i = st__buffer_slot_of(w, b->slots);
+    if (atomic_load_explicit(&p->slot[i].seq, memory_order_acquire) == 2 * w) {
+      if (data) *data = slot_data(b, i);
+      if (seq) *seq = w;
+      return ST_OK;
+    }
+    /* A write of that slot is under way (slots = 1), or a newer one
+     * lapped it: look again. */
+    if (spins < SPINS) continue;
+    if (deadline == -2) deadline = deadline_of(timeout_ms);
+    if (passed(deadline) || timeout_ms == 0)
+      return fail(ST_ERR_TIMEOUT,
+                  "buffer '%s': no complete write to read within %d ms (a writer keeps "
+                  "rewriting the newest slot, or died in the middle of a write; more slots "
+                  "help)",
+                  b->name, timeout_ms);
+    sched_yield();
+  }
+}
+
+/* See client.h. Any thread. */
+ST_API int st_buffer_read_check(st_buffer_t *b, uint64_t seq, int64_t *time_ns) {
+  if (!b) return fail(ST_ERR_INVALID_ARGUMENT, "no buffer");
+  st__buffer_page_t *p = b->page;
+  uint32_t i = st__buffer_slot_of(seq, b->slots);
+  /* The copy's loads complete before the word is read again. */
+  atomic_thread_fence(memory_order_acquire);
+  int64_t t = atomic_load_explicit(&p->slot[i].time_ns, memory_order_relaxed);
+  if (atomic_load_explicit(&p->slot[i].seq, memory_order_relaxed) != 2 * seq)
+    return fail(ST_ERR_STALE_HANDLE, "buffer '%s': write %llu was overwritten while it was read",
+                b->name, (unsigned long long)seq);
+  uint64_t last = atomic_load(&b->last_read);
+  while (seq > last && !atomic_compare_exchange_weak(&b->last_read, &last, seq)) {
+  }
+  if (time_ns) *time_ns = seq ? t : 0;
+  return ST_OK;
+}
+
+/* See client.h. Any thread. */
+ST_API int st_buffer_read(st_buffer_t *b, void *dst, uint64_t bytes, int timeout_ms,
+                          uint64_t *seq, int64_t *time_ns) {
+  if (!b) return fail(ST_ERR_INVALID_ARGUMENT, "no buffer");
+  if (!dst || bytes < b->info.frame_bytes)
+    return fail(ST_ERR_INVALID_ARGUMENT, "buffer '%s': a read needs %llu bytes (one frame), not "
+                "%llu", b->name, (unsigned long long)b->info.frame_bytes,
+                (unsigned long long)bytes);
+  int64_t deadline = deadline_of(timeout_ms);
+  for (;;) {
+    const void *slot;
+    uint64_t w;
+    int rc = st_buffer_read_begin(b, timeout_ms, &slot, &w);
+    if (rc == ST_OK) rc = copy_out(b, dst, slot, b->info.frame_bytes);
+    if (rc == ST_OK) rc = st_buffer_read_check(b, w, time_ns);
+    if (rc == ST_OK && seq) *seq = w;
+    if (rc != ST_ERR_STALE_HANDLE) return rc;
+    if (passed(deadline))
+      return fail(ST_ERR_TIMEOUT, "buffer '%s': every copy within %d ms was torn by a writer "
+                  "(more slots help)", b->name, timeout_ms);
+  }
+}
+
+/* See client.h. Any thread. */
+ST_API int st_buffer_wait_new(st_buffer_t *b, int timeout_ms, uint64_t *seq) {
+  if (!b) return fail(ST_ERR_INVALID_ARGUMENT, "no buffer");
+  st__buffer_page_t *p = b->page;
+  int64_t deadline = deadline_of(timeout_ms);
+  /* A read-only handle cannot count itself: writers wake every waiter
+   * while the server counts read-only handles in the page. */
+  _Atomic uint32_t *waiters = b->info.readonly ? NULL : &p->write_waiters;
+  uint64_t last = atomic_load(&b->last_read);
+  for (;;) {
+    uint32_t seen = atomic_load(&p->write_futex);
+    uint64_t w = atomic_load_explicit(&p->write_sequence, memory_order_acquire);
+    if (w > last) {
+      if (seq) *seq = w;
+      return ST_OK;
+    }
+    if (!st__shm_wait(&p->write_futex, waiters, seen, deadline))
+      return fail(ST_ERR_TIMEOUT, "buffer '%s': no write after %llu within %d ms", b->name,
+                  (unsigned long long)last, timeout_ms);
+  }
+}
+
+/* See client.h. Any thread. */
+ST_API int st_buffer_read_new(st_buffer_t *b, void *dst, uint64_t bytes, int timeout_ms,
+                              uint64_t *seq, int64_t *time_ns) {
+  int rc = st_buffer_wait_new(b, timeout_ms, NULL);
+  return rc == ST_OK ? st_buffer_read(b, dst, bytes, timeout_ms, seq, time_ns) : rc;
+}
+
+/* ----------------------------------------------------------- figures */
+
+/* See client.h. Any thread. */
+ST_API void *st_buffer_slot(const st_buffer_t *b, int slot) {
+  if (!b || slot < 0 || (uint32_t)slot >= b->slots) return NULL;
+  return slot_data(b, (uint32_t)slot);
+}
+
+/* See client.h. Any thread. */
+ST_API uint64_t st_buffer_write_sequence(const st_buffer_t *b) {
+  return b ? atomic_load(&b->page->write_sequence) : 0;
+}
+
+/* See client.h. Any thread. */
+ST_API int64_t st_buffer_write_time(const st_buffer_t *b) {
+  return b ? atomic_load(&b->page->write_time) : 0;
+}
+
+/* See client.h. Any thread. */
+ST_API const char *st_buffer_error(const st_buffer_t *b) {
+  (void)b;
+  return st__client_handle_error();
+}
