@@ -254,6 +254,21 @@ int st__client_method(st_client_t *c, const char *method, const st__cbuf_t *para
  * gives them. Thread of the client. */
 int st__client_rpc_exchange(st_client_t *c, const char *method, const st_args_t *params,
                             st__message_t *reply, int **fds, size_t *nfds);
+/* The pairs a request with an argument map starts with: npairs
+ * key/value pairs that pack(pk, ud) writes. */
+typedef struct st__client_head {
+  uint32_t npairs;
+  void (*pack)(msgpack_packer *pk, const void *ud);
+  const void *ud;
+} st__client_head_t;
+/* hello.c: st__client_method of `method` with params {head's pairs[,
+ * args_key: args][, arenas]} (args_key NULL: no argument map); tensor
+ * arguments go with call, submit and put only, sent again with their
+ * descriptors when the server no longer holds an id. Thread of the
+ * client. */
+int st__client_args_method(st_client_t *c, const char *method, const st__client_head_t *head,
+                           const char *args_key, const st_args_t *args, int unwrap,
+                           st_result_t **out);
 /* hello.c: st__client_method of `method` with params {endpoint[, args]}
  * (`with_args`); an empty endpoint name is ST_ERR_INVALID_ARGUMENT. Used by
  * call, submit and invalidate_*. Thread of the client. */
@@ -386,6 +401,10 @@ void st__client_cuda_unmap(st__cuda_mapping_t *m);
 /* Synchronous copy of `bytes` from device address `src` on device
  * `ordinal` to host memory. ST_OK or a negative ST_ERR_*. */
 int st__client_cuda_to_host(void *dst, const void *src, size_t bytes, int ordinal);
+/* Synchronous copy of `bytes` between device addresses on device
+ * `ordinal` (cuMemcpyDtoD; unified addressing). ST_OK or a negative
+ * ST_ERR_*. Any thread. */
+int st__client_cuda_dtod(void *dst, const void *src, size_t bytes, int ordinal);
 /* A CUDA event of device `ordinal` (taken from that device's free list,
  * or created), recorded on the device's legacy default stream
  * (CU_STREAM_LEGACY of its primary context): it completes once every

@@ -157,6 +157,18 @@ int st__client_cuda_to_host(void *dst, const void *src, size_t bytes, int ordina
   return rc;
 }
 
+/* See client_internal.h. Any thread. */
+int st__client_cuda_dtod(void *dst, const void *src, size_t bytes, int ordinal) {
+  if (bytes == 0) return ST_OK;
+  const st__cuda_api_t *a = st__cuda_api(NULL, 0);
+  if (!a) return ST_ERR_CAPABILITY;
+  CUcontext saved = ctx_save();
+  int rc = st__cuda_copy_dtod((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src, bytes, ordinal,
+                              NULL, 0);
+  ctx_restore(a, saved);
+  return rc;
+}
+
 /* ------------------------------------------------------------ events */
 
 /* Events kept for reuse per device ordinal, beyond which a returned one
@@ -288,6 +300,14 @@ int st__client_cuda_alloc(int ordinal, uint64_t bytes, int *fd, st__cuda_mapping
 
 /* See client_internal.h. */
 int st__client_cuda_to_host(void *dst, const void *src, size_t bytes, int ordinal) {
+  return bytes ? ST_ERR_CAPABILITY : ST_OK;
+}
+
+/* See client_internal.h. */
+int st__client_cuda_dtod(void *dst, const void *src, size_t bytes, int ordinal) {
+  (void)dst;
+  (void)src;
+  (void)ordinal;
   return bytes ? ST_ERR_CAPABILITY : ST_OK;
 }
 

@@ -14,6 +14,7 @@
 #define P_OBJECT P("object_id", ST_RPC_U64, ST_RPC_REQUIRED)
 #define P_ENDPOINT P("endpoint", ST_RPC_STR, ST_RPC_REQUIRED)
 #define P_NAME P("name", ST_RPC_STR, ST_RPC_REQUIRED)
+#define P_KEY P("key", ST_RPC_STR, ST_RPC_REQUIRED)
 #define NONE {{0}}
 
 static const st__rpc_method_t methods[] = {
@@ -46,6 +47,12 @@ static const st__rpc_method_t methods[] = {
     {M(handoff_open), st__rpc_handoff_open, {P_NAME}},
     {M(handoff_close), st__rpc_handoff_close, {P_NAME}},
     {M(handoff_delete), st__rpc_handoff_delete, {P_NAME}},
+    {M(put), st__rpc_put,
+     {P_KEY, P("value", ST_RPC_ANY, ST_RPC_REQUIRED), ANY("arenas"),
+      {.name = "policy", .type = ST_RPC_WORD, .choices = ST__KEY_POLICY_NAMES}, ANY("readonly")}},
+    {M(get), st__rpc_get, {P_KEY, P("version", ST_RPC_U64, 0), ANY("readonly")}},
+    {M(keys), st__rpc_keys, {P("prefix", ST_RPC_STR, 0)}},
+    {M(delete), st__rpc_delete, {P_KEY}},
 };
 
 #define NMETHODS (sizeof methods / sizeof methods[0])

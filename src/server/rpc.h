@@ -16,6 +16,7 @@
  *                   invalidate_call, invalidate_endpoint
  *   rpc_handoff.c   handoff_create, handoff_open, handoff_close,
  *                   handoff_delete
+ *   rpc_keys.c      put, get, keys, delete
  *
  * Adding a method: its row in methods.c, its handler in the file of its
  * concern (declared below), its section in docs/protocol.md.
@@ -163,5 +164,11 @@ void st__rpc_handoff_create(st__rpc_req_t *r);
 void st__rpc_handoff_open(st__rpc_req_t *r);
 void st__rpc_handoff_close(st__rpc_req_t *r);
 void st__rpc_handoff_delete(st__rpc_req_t *r);
+
+/* rpc_keys.c */
+void st__rpc_put(st__rpc_req_t *r);
+void st__rpc_get(st__rpc_req_t *r);
+void st__rpc_keys(st__rpc_req_t *r);
+void st__rpc_delete(st__rpc_req_t *r);
 
 #endif

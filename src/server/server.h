@@ -36,6 +36,7 @@
 #include "engine/generation.h"
 #include "engine/handoff.h"
 #include "engine/job.h"
+#include "engine/keys.h"
 #include "engine/objects.h"
 #include "engine/pool.h"
 #include "server/config.h"
@@ -292,6 +293,7 @@ struct st__server {
   int grace_expired;          /* in-flight calls were cancelled           */
   int stopped;                /* the loop was told to stop                 */
   st__handoffs_t handoffs;    /* named hand-offs (rpc_handoff.c)           */
+  st__keys_t keys;            /* published keys (rpc_keys.c)               */
   struct st__info_fixed *info_fixed; /* owned: info's pairs that move only at
                                  start or on a reload, packed (describe.c) */
 };

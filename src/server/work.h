@@ -307,6 +307,23 @@ void st__reply_true(st__conn_t *c, uint32_t id);
 int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
                       const st__build_result_t *r, const st__object_t *obj, int lease);
 
+/* What a reply of a published key adds to {value, arenas} (rpc_keys.c):
+ * `npairs` key/value pairs that pack(pk, ud) writes, and whether its
+ * arenas may go by id to a client that keeps them mapped from an earlier
+ * reply on this connection (as an object's: docs/protocol.md, "Arenas
+ * sent once"). */
+typedef struct st__reply_more {
+  uint32_t npairs;
+  void (*pack)(msgpack_packer *pk, const void *ud);
+  const void *ud;
+  int keep_arenas;
+} st__reply_more_t;
+
+/* As st__reply_result with no object, plus `more`'s pairs; `what` names
+ * the request in errors. Loop thread. */
+int st__reply_more(st__conn_t *c, uint32_t id, const char *what, const st__build_result_t *r,
+                   const st__reply_more_t *more);
+
 /* The reply of a call whose result is object obj: as st__reply_result,
  * or, when c's client holds obj in full from an earlier reply on this
  * connection (docs/protocol.md, "Objects sent once"), {object, same:
