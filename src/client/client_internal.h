@@ -339,7 +339,8 @@ void st__client_mapping_mark_reusable(st__mapping_t *m);
 /* Whether only pins hold m (no result uses it). Under the lock. */
 int st__client_mapping_only_pinned_locked(const st__mapping_t *m);
 /* fdcheck.c: ST_OK when `fd` (borrowed; `st` its fstat) is what a "memfd"
- * arena `d` must be: a tmpfs regular file open read-write, sealed with
+ * arena `d` must be: a tmpfs regular file open read-write (read-only for
+ * a d->readonly arena), sealed with
  * F_SEAL_SHRINK and not against writing, of at least d->bytes. Else
  * ST_ERR_PROTOCOL with a reason naming the arena. Any thread. */
 struct stat;

@@ -100,6 +100,10 @@ int st__client_cuda_import(const st__arena_desc_t *d, int fd, st__cuda_mapping_t
   }
   CUcontext saved = ctx_save();
   int rc = st__cuda_import(fd, d->bytes, d->uuid, out, why, sizeof why);
+  /* A read-only arena: kernels of this process may read it, a write
+   * faults here (docs/keys.md, "Read-only mappings"). */
+  if (rc == ST_OK && d->readonly && (rc = st__cuda_set_readonly(out, why, sizeof why)) != ST_OK)
+    st__cuda_unmap(out);
   ctx_restore(a, saved);
   if (rc == ST_OK) return ST_OK;
   /* A size that is no multiple of the granularity or larger than the

@@ -76,7 +76,12 @@ int st__client_check_memfd(const st__arena_desc_t *d, int fd, const struct stat 
                   "backend memfd, but the descriptor is a file of another file system "
                   "(type 0x%llx; a memfd's is tmpfs, 0x%llx)",
                   (unsigned long long)fs.f_type, (unsigned long long)TMPFS_MAGIC);
-  int rc = check_read_write(d, fd, "memfd", err, errlen);
+  /* A read-only arena comes open for reading only (the server reopened
+   * it O_RDONLY); every other one for reading and writing. */
+  int fl = fcntl(fd, F_GETFL);
+  if (d->readonly && (fl < 0 || (fl & O_ACCMODE) != O_RDONLY))
+    return refuse(d, err, errlen, "%s", "a read-only memfd descriptor is not open read-only");
+  int rc = d->readonly ? ST_OK : check_read_write(d, fd, "memfd", err, errlen);
   if (rc != ST_OK) return rc;
   int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0 || !(seals & F_SEAL_SHRINK))

@@ -195,6 +195,12 @@ typedef struct st__cuda_mapping {
   int ordinal;       /* device ordinal in this process                 */
 } st__cuda_mapping_t;
 
+/* Makes mapping m read-only on its device (cuMemSetAccess with
+ * CU_MEM_ACCESS_FLAGS_PROT_READ): a kernel that writes it faults in this
+ * process (docs/keys.md, "Read-only mappings"). ST_OK or the driver's
+ * failure. Any thread; leaves m's device context current. */
+int st__cuda_set_readonly(const st__cuda_mapping_t *m, char *err, size_t errlen);
+
 /* Maps an allocation received as a POSIX descriptor (cuda_import.c): finds
  * the device whose UUID is `uuid`, imports `fd` (borrowed: the caller
  * closes it afterwards, the mapping does not need it), reserves `bytes` of

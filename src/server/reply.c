@@ -109,7 +109,8 @@ static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
   st__server_t *srv = c->srv;
   /* An object's arenas, and a key's, may go by id to a client that keeps
    * them mapped from an earlier reply on this connection. */
-  int by_id = obj != NULL || (more && more->keep_arenas);
+  int readonly = more && more->readonly;
+  int by_id = !readonly && (obj != NULL || (more && more->keep_arenas));
   if (r->narenas > ST_MAX_FDS_PER_MESSAGE) {
     char m[200];
     snprintf(m, sizeof m, "%s: the result uses %zu allocations; at most %d fit in one reply",
@@ -132,6 +133,7 @@ static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
   }
   char why[300];
   int rc = st__pool_reply_prepare(c, r, by_id, prp, why, sizeof why);
+  prp->readonly = readonly;
   if (rc != ST_OK) {
     free(prp);
     char m[400];

@@ -102,21 +102,27 @@ void st__rpc_put(st__rpc_req_t *r) {
 typedef struct got {
   const st__key_t *key;
   const st__key_version_t *v;
+  int readonly;
 } got_t;
 
 static void pack_got(msgpack_packer *pk, const void *ud) {
   const got_t *g = ud;
   st__pack_kv_str(pk, "key", g->key->name);
   st__pack_kv_uint(pk, "version", g->v->version);
+  if (g->readonly) st__pack_kv_bool(pk, "readonly", 1);
 }
 
-/* get {key, version?} -> {value, arenas, key, version}: the value with
- * its tensors, mapped like a call's result. */
+/* get {key, version?, readonly?} -> {value, arenas, key, version[,
+ * readonly]}: the value with its tensors, mapped like a call's result;
+ * read-only when asked, or when the key was put read-only and this is not
+ * the publisher's connection. */
 void st__rpc_get(st__rpc_req_t *r) {
   st__conn_t *c = r->c;
   const char *name;
   size_t len;
   key_arg(r, &name, &len);
+  int readonly = bool_arg(r, "readonly");
+  if (readonly < 0) return;
   char err[600];
   got_t g;
   st__key_t *k;
@@ -129,7 +135,9 @@ void st__rpc_get(st__rpc_req_t *r) {
   }
   g.key = k;
   g.v = v;
-  st__reply_more_t more = {.npairs = 2, .pack = pack_got, .ud = &g, .keep_arenas = 1};
+  g.readonly = readonly || (k->readonly && k->owner_conn != c->id);
+  st__reply_more_t more = {.npairs = 2 + (uint32_t)g.readonly, .pack = pack_got, .ud = &g,
+                           .keep_arenas = 1, .readonly = g.readonly};
   char what[ST__KEY_NAME_MAX + 16];
   snprintf(what, sizeof what, "get '%s'", k->name);
   st__reply_more(c, r->id, what, &v->result, &more);

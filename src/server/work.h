@@ -311,12 +311,14 @@ int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
  * `npairs` key/value pairs that pack(pk, ud) writes, and whether its
  * arenas may go by id to a client that keeps them mapped from an earlier
  * reply on this connection (as an object's: docs/protocol.md, "Arenas
- * sent once"). */
+ * sent once"), and whether they go read-only. */
 typedef struct st__reply_more {
   uint32_t npairs;
   void (*pack)(msgpack_packer *pk, const void *ud);
   const void *ud;
   int keep_arenas;
+  int readonly;               /* the arenas go read-only, never by id
+                                 (docs/keys.md, "Read-only mappings") */
 } st__reply_more_t;
 
 /* As st__reply_result with no object, plus `more`'s pairs; `what` names

@@ -9,6 +9,9 @@
  *     process;
  *   - evictable keys go under a small memory_budget, pinned ones do not;
  *   - limits and bad inputs give clear errors;
+ *   - read-only mappings: the descriptor cannot be mapped writable, and a
+ *     reader that writes dies of SIGSEGV (not the server); a key put
+ *     read-only is read-only for everyone but its publisher's connection;
  *   - a Lua endpoint reads a published key (st.key); its cached result
  *     keeps the memory after the key is deleted;
  *   - the server's budget, descriptors and arenas are back at the start
@@ -20,7 +23,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <errno.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+
 #include "handoff_kit.h"
+#include "wire.h"
 
 static stt_server_t srv;
 static st_client_t *cli;
@@ -42,18 +50,24 @@ static st_result_t *alloc_filled(int64_t n, float scale) {
   return r;
 }
 
-/* Puts {w: t} (plus an integer `step`) under key; the version or 0. */
-static uint64_t put_one(st_client_t *c, const char *key, const st_tensor_t *t,
-                        st_key_policy_t policy, int64_t step) {
+/* Puts {w: t} (plus an integer `step`) under key with st_client_put's
+ * flags; the version or 0. */
+static uint64_t put_flags(st_client_t *c, const char *key, const st_tensor_t *t,
+                          st_key_policy_t policy, int64_t step, unsigned flags) {
   st_args_t *a = st_args_new();
   char err[256];
   uint64_t version = 0;
   if (st_args_tensor(a, "w", t, err, sizeof err) != ST_OK) fprintf(stderr, "args: %s\n", err);
   else if (st_args_int(a, "step", step) == ST_OK &&
-           stt_client_report(c, key, st_client_put(c, key, a, policy, 0, &version)) != ST_OK)
+           stt_client_report(c, key, st_client_put(c, key, a, policy, flags, &version)) != ST_OK)
     version = 0;
   st_args_free(a);
   return version;
+}
+
+static uint64_t put_one(st_client_t *c, const char *key, const st_tensor_t *t,
+                        st_key_policy_t policy, int64_t step) {
+  return put_flags(c, key, t, policy, step, 0);
 }
 
 /* The float element i of tensor `name` of key's version (0: latest) read
@@ -74,6 +88,8 @@ static int in_child(int (*fn)(st_client_t *c, void *arg), void *arg) {
   fflush(NULL);
   pid_t pid = fork();
   if (pid == 0) {
+    struct rlimit none = {0, 0};   /* a child expected to fault dumps no core */
+    setrlimit(RLIMIT_CORE, &none);
     st_client_t *c = stt_client_open(srv.socket);
     _exit(c ? fn(c, arg) : 99);
   }
@@ -264,6 +280,66 @@ TEST(limits_and_bad_inputs_give_clear_errors) {
   CHECK(hk_back_to(cli, srv.pid, "cpu", baseline));
 }
 
+/* Gets key "ro" (readonly: flags), checks w[5] == 5, then writes it: a
+ * read-only mapping dies here of SIGSEGV. */
+static int child_writes(st_client_t *c, void *arg) {
+  st_result_t *r = NULL;
+  if (st_client_get(c, "ro", 0, *(unsigned *)arg, &r, NULL) != ST_OK) return 1;
+  float *w = st_result_find(r, "w")->data;
+  if (w[5] != 5.0f) return 2;
+  w[5] = -1.0f;
+  st_result_free(r);
+  return 0;
+}
+
+TEST(readonly_mappings_refuse_writes) {
+  st_result_t *a = alloc_filled(1024, 1.0f);
+  CHECK(a);
+  CHECK_EQ_INT(put_one(cli, "ro", st_result_tensor(a, 0), ST_KEY_PINNED, 0), 1);
+  /* the wire: the descriptor of a read-only get cannot map writable */
+  rc_t w;
+  CHECK(rc_open(&w, srv.socket) == 0);
+  msg_t m;
+  CHECK(rc_rpcf(&w, &m, "[0, 1, 'get', [{key: 'ro', readonly: true}]]") == 1);
+  CHECK_EQ_INT(msg_code(&m), 0);
+  CHECK_EQ_INT(obj_int(obj_get(m.result, "readonly")), 1);
+  const msgpack_object *arenas = obj_get(m.result, "arenas");
+  CHECK(arenas && arenas->via.array.size == 1);
+  CHECK_EQ_INT(obj_int(obj_get(&arenas->via.array.ptr[0], "readonly")), 1);
+  CHECK_EQ_INT(w.nfds, 1);
+  size_t len = (size_t)obj_int(obj_get(&arenas->via.array.ptr[0], "bytes"));
+  errno = 0;
+  CHECK(mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, w.fds[0], 0) == MAP_FAILED);
+  CHECK_EQ_INT(errno, EACCES);
+  float *p = mmap(NULL, len, PROT_READ, MAP_SHARED, w.fds[0], 0);
+  CHECK(p != MAP_FAILED);
+  CHECK(p[7] == 7.0f);
+  CHECK(mprotect(p, len, PROT_READ | PROT_WRITE) != 0);
+  munmap(p, len);
+  msg_free(&m);
+  rc_close(&w);
+  /* a reader that asked for read-only and writes dies, the server lives */
+  unsigned ro = ST_GET_READONLY, rw = 0;
+  CHECK_EQ_INT(in_child(child_writes, &ro), -SIGSEGV);
+  CHECK(read_elem(cli, "ro", 0, "w", 5, NULL) == 5.0f);
+  /* without the flag it may write (the adoption contract) */
+  CHECK_EQ_INT(in_child(child_writes, &rw), 0);
+  CHECK(read_elem(cli, "ro", 0, "w", 5, NULL) == -1.0f);
+  ((float *)st_result_tensor(a, 0)->data)[5] = 5.0f;
+  /* a key put read-only: read-only for every other connection... */
+  CHECK_EQ_INT(put_flags(cli, "ro", st_result_tensor(a, 0), ST_KEY_PINNED, 0, ST_PUT_READONLY), 2);
+  CHECK_EQ_INT(in_child(child_writes, &rw), -SIGSEGV);
+  /* ...but not for the publisher's own */
+  st_result_t *r = NULL;
+  CHECK_RC(st_client_get(cli, "ro", 0, 0, &r, NULL), ST_OK, cli);
+  ((float *)st_result_find(r, "w")->data)[6] = 66.0f;
+  st_result_free(r);
+  CHECK(((float *)st_result_tensor(a, 0)->data)[6] == 66.0f);
+  CHECK_RC(st_client_delete(cli, "ro"), ST_OK, cli);
+  st_result_free(a);
+  CHECK(hk_back_to(cli, srv.pid, "cpu", baseline));
+}
+
 /* A tensor of `key`'s w scaled by 1 (the same memory), cached per key. */
 static const stt_endpoint_t endpoints[] = {
     {"fromkey.lua",
@@ -336,6 +412,7 @@ int main(void) {
   RUN(state_outlives_a_publisher_killed);
   RUN(evictable_keys_go_under_the_budget_and_pinned_ones_stay);
   RUN(limits_and_bad_inputs_give_clear_errors);
+  RUN(readonly_mappings_refuse_writes);
   RUN(a_lua_endpoint_reads_a_published_key);
   st_client_close(cli);
   return stt_server_finish(&srv);
