@@ -5,6 +5,7 @@ import threading
 
 from . import _lib
 from . import convert as _cv
+from . import keys as _keys
 from . import tensor as _tensor
 from .args import Args as _Args
 from .convert import Module
@@ -383,6 +384,37 @@ class Client:
         count = ctypes.c_int64()
         self._do(_l.st_client_invalidate_endpoint, name.encode(), ctypes.byref(count))
         return count.value
+
+    # ------------------------------------------------------ published keys
+
+    def put(self, key, value, policy="pinned", readonly=False):
+        """Publishes `value` under `key` (docs/keys.md): a tensor, or a
+        mapping of names to tensors and plain values (a state dict; an
+        nn.Module gives its state_dict()). Tensors from
+        sharedtensor.empty/zeros are adopted without a copy: writes made
+        to them later are seen by every reader. Any other tensor is copied
+        once. policy: "pinned" (kept until deleted) or "evictable"
+        (dropped under the server's memory budget). readonly=True: readers
+        other than this connection map it read-only. Returns the new
+        version (1, 2, ...)."""
+        return _keys.put(self, key, value, policy, readonly)
+
+    def get(self, key, version=None, readonly=False, with_version=False, as_torch=None):
+        """The value of `key` (version None: the latest): a tensor for a
+        tensor, else a StateDict (an OrderedDict with `.key` and
+        `.version`). with_version=True returns (value, version).
+        readonly=True maps it read-only: a write faults in this process.
+        NotFoundError for a missing key or version."""
+        return _keys.get(self, key, version, readonly, with_version, as_torch)
+
+    def keys(self, prefix=None):
+        """This uid's keys (list of dicts: key, version, versions, bytes,
+        policy, device, readonly, uid, updated_at), by name."""
+        return _keys.keys(self, prefix)
+
+    def delete(self, key):
+        """Drops every version of `key`; readers' tensors stay valid."""
+        _keys.delete(self, key)
 
     def reload(self):
         """Reloads the endpoint files: {ok, generation, error, changed, ...}."""
