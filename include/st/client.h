@@ -563,14 +563,13 @@ ST_API int st_client_invalidate_endpoint(st_client_t *c, const char *endpoint,
  * version (1, 2, ...); the server keeps the last keys.max_versions. Only
  * the publisher's uid may get or delete a key. */
 
-typedef enum {
-  ST_KEY_PINNED = 0,     /* kept until deleted                           */
-  ST_KEY_EVICTABLE = 1   /* dropped under the memory budget, least
-                            recently used first, like cached objects     */
-} st_key_policy_t;
+/* Policies of st_client_put. */
+#define ST_KEY_PINNED 0      /* kept until deleted                           */
+#define ST_KEY_EVICTABLE 1   /* dropped under the memory budget, least
+                                recently used first, like cached objects     */
 
 /* st_client_put flags. */
-#define ST_PUT_READONLY 1u   /* readers other than the publisher's
+#define ST_PUT_READONLY 1    /* readers other than the publisher's
                                 connection map it read-only              */
 
 /* Copies tensor t into a fresh st_tensor_alloc allocation of its dtype,
@@ -593,18 +592,18 @@ ST_API int st_args_tensor_copy(st_args_t *a, const char *key, const st_tensor_t 
  * st_tensor_alloc: use st_args_tensor_copy), ST_ERR_AUTH (the key belongs
  * to another uid), ST_ERR_LIMIT (keys.max_keys, keys.max_bytes),
  * ST_ERR_OUT_OF_MEMORY (the device's memory_budget). */
-ST_API int st_client_put(st_client_t *c, const char *key, const st_args_t *value,
-                         st_key_policy_t policy, unsigned flags, uint64_t *version);
+ST_API int st_client_put(st_client_t *c, const char *key, const st_args_t *value, int policy,
+                         int flags, uint64_t *version);
 
 /* st_client_get flags. */
-#define ST_GET_READONLY 1u   /* map the tensors read-only                  */
+#define ST_GET_READONLY 1    /* map the tensors read-only                  */
 
 /* Maps version `version` of `key` (0: the latest) into *out, owned by the
  * caller (st_result_free): the value put, its tensors mapped like a call's
  * result. *got_version (may be NULL) says which version it is. The
  * mappings stay valid whatever happens to the key afterwards. Errors:
  * ST_ERR_NOT_FOUND (no such key or version), ST_ERR_AUTH. */
-ST_API int st_client_get(st_client_t *c, const char *key, uint64_t version, unsigned flags,
+ST_API int st_client_get(st_client_t *c, const char *key, uint64_t version, int flags,
                          st_result_t **out, uint64_t *got_version);
 
 /* The keys of this uid whose name starts with `prefix` (NULL: all), by

@@ -19,7 +19,6 @@ c_char_p = ctypes.c_char_p
 c_int = ctypes.c_int
 c_int64 = ctypes.c_int64
 c_uint64 = ctypes.c_uint64
-c_uint = ctypes.c_uint
 c_size_t = ctypes.c_size_t
 c_double = ctypes.c_double
 
@@ -230,8 +229,8 @@ _PROTOS = {
     "st_client_invalidate_endpoint": (c_int, [c_void_p, c_char_p, P(c_int64)]),
     "st_client_reload": (c_int, [c_void_p, P(c_void_p)]),
     # published keys
-    "st_client_put": (c_int, [c_void_p, c_char_p, c_void_p, c_int, c_uint, P(c_uint64)]),
-    "st_client_get": (c_int, [c_void_p, c_char_p, c_uint64, c_uint, P(c_void_p),
+    "st_client_put": (c_int, [c_void_p, c_char_p, c_void_p, c_int, c_int, P(c_uint64)]),
+    "st_client_get": (c_int, [c_void_p, c_char_p, c_uint64, c_int, P(c_void_p),
                               P(c_uint64)]),
     "st_client_keys": (c_int, [c_void_p, c_char_p, P(c_void_p)]),
     "st_client_delete": (c_int, [c_void_p, c_char_p]),

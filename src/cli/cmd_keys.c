@@ -73,7 +73,7 @@ const cli_command_t cli_keys_command = {
 static int run_get(cli_t *g, int argc, char **argv) {
   const char *key = NULL, *v;
   uint64_t version = 0;
-  unsigned flags = 0;
+  int flags = 0;
   long nvalues = -1;
   for (int i = 1; i < argc; i++) {
     int r = cli_global_option(g, argc, argv, &i);

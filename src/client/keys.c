@@ -57,7 +57,7 @@ ST_API int st_args_tensor_copy(st_args_t *a, const char *key, const st_tensor_t 
 
 typedef struct put_head {
   const char *key;
-  st_key_policy_t policy;
+  int policy;
   int readonly;
 } put_head_t;
 
@@ -70,14 +70,14 @@ static void pack_put_head(msgpack_packer *pk, const void *ud) {
 }
 
 /* See client.h. Thread of the client. */
-ST_API int st_client_put(st_client_t *c, const char *key, const st_args_t *value,
-                         st_key_policy_t policy, unsigned flags, uint64_t *version) {
+ST_API int st_client_put(st_client_t *c, const char *key, const st_args_t *value, int policy,
+                         int flags, uint64_t *version) {
   if (version) *version = 0;
   if (!c) return ST_ERR_INVALID_ARGUMENT;
   if (!key || !*key || !value)
     return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "put: a key and a value are required");
   if (policy != ST_KEY_PINNED && policy != ST_KEY_EVICTABLE)
-    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "put: unknown policy %d", (int)policy);
+    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "put: unknown policy %d", policy);
   put_head_t h = {.key = key, .policy = policy, .readonly = (flags & ST_PUT_READONLY) != 0};
   st__client_head_t head = {.npairs = 3, .pack = pack_put_head, .ud = &h};
   st_result_t *r = NULL;
@@ -90,7 +90,7 @@ ST_API int st_client_put(st_client_t *c, const char *key, const st_args_t *value
 }
 
 /* See client.h. Thread of the client. */
-ST_API int st_client_get(st_client_t *c, const char *key, uint64_t version, unsigned flags,
+ST_API int st_client_get(st_client_t *c, const char *key, uint64_t version, int flags,
                          st_result_t **out, uint64_t *got_version) {
   if (out) *out = NULL;
   if (got_version) *got_version = 0;

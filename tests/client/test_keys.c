@@ -53,7 +53,7 @@ static st_result_t *alloc_filled(int64_t n, float scale) {
 /* Puts {w: t} (plus an integer `step`) under key with st_client_put's
  * flags; the version or 0. */
 static uint64_t put_flags(st_client_t *c, const char *key, const st_tensor_t *t,
-                          st_key_policy_t policy, int64_t step, unsigned flags) {
+                          int policy, int64_t step, int flags) {
   st_args_t *a = st_args_new();
   char err[256];
   uint64_t version = 0;
@@ -66,7 +66,7 @@ static uint64_t put_flags(st_client_t *c, const char *key, const st_tensor_t *t,
 }
 
 static uint64_t put_one(st_client_t *c, const char *key, const st_tensor_t *t,
-                        st_key_policy_t policy, int64_t step) {
+                        int policy, int64_t step) {
   return put_flags(c, key, t, policy, step, 0);
 }
 
@@ -284,7 +284,7 @@ TEST(limits_and_bad_inputs_give_clear_errors) {
  * read-only mapping dies here of SIGSEGV. */
 static int child_writes(st_client_t *c, void *arg) {
   st_result_t *r = NULL;
-  if (st_client_get(c, "ro", 0, *(unsigned *)arg, &r, NULL) != ST_OK) return 1;
+  if (st_client_get(c, "ro", 0, *(int *)arg, &r, NULL) != ST_OK) return 1;
   float *w = st_result_find(r, "w")->data;
   if (w[5] != 5.0f) return 2;
   w[5] = -1.0f;
@@ -319,7 +319,7 @@ TEST(readonly_mappings_refuse_writes) {
   msg_free(&m);
   rc_close(&w);
   /* a reader that asked for read-only and writes dies, the server lives */
-  unsigned ro = ST_GET_READONLY, rw = 0;
+  int ro = ST_GET_READONLY, rw = 0;
   CHECK_EQ_INT(in_child(child_writes, &ro), -SIGSEGV);
   CHECK(read_elem(cli, "ro", 0, "w", 5, NULL) == 5.0f);
   /* without the flag it may write (the adoption contract) */
