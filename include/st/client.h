@@ -447,6 +447,17 @@ ST_API int st_client_ping(st_client_t *c, double *rtt_us);
 ST_API int st_client_call(st_client_t *c, const char *endpoint, const st_args_t *args,
                    st_result_t **out);
 
+/* st_client_call flags. */
+#define ST_CALL_READONLY 1   /* a result that is a server object (managed,
+                                cached, singleflight) maps read-only: on
+                                the CPU its descriptors cannot map writable
+                                (docs/keys.md, section 5); plain results
+                                are the caller's and stay writable     */
+
+/* st_client_call with flags (ST_CALL_READONLY). Thread of the client. */
+ST_API int st_client_call_flags(st_client_t *c, const char *endpoint, const st_args_t *args,
+                                int flags, st_result_t **out);
+
 /* Any method of docs/protocol.md with named parameters (`params` may be
  * NULL). The reply's result is the value of *out. Used for info, endpoints
  * and every method without a dedicated wrapper. */

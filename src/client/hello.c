@@ -361,6 +361,11 @@ static void pack_endpoint(msgpack_packer *pk, const void *ud) {
   st__pack_cstr(pk, ud);
 }
 
+static void pack_endpoint_readonly(msgpack_packer *pk, const void *ud) {
+  pack_endpoint(pk, ud);
+  st__pack_kv_bool(pk, "readonly", 1);
+}
+
 /* Runs `method` with {endpoint[, args]}; see client_internal.h. */
 int st__client_endpoint_method(st_client_t *c, const char *method, const char *endpoint,
                                const st_args_t *args, int with_args, int unwrap,
@@ -369,6 +374,18 @@ int st__client_endpoint_method(st_client_t *c, const char *method, const char *e
     return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "no endpoint name given");
   st__client_head_t head = {.npairs = 1, .pack = pack_endpoint, .ud = endpoint};
   return st__client_args_method(c, method, &head, with_args ? "args" : NULL, args, unwrap, out);
+}
+
+/* Calls an endpoint with flags; see client.h. Thread of the client. */
+ST_API int st_client_call_flags(st_client_t *c, const char *endpoint, const st_args_t *args,
+                                int flags, st_result_t **out) {
+  if (out) *out = NULL;
+  if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
+  if (!(flags & ST_CALL_READONLY)) return st_client_call(c, endpoint, args, out);
+  if (!endpoint || !*endpoint)
+    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "no endpoint name given");
+  st__client_head_t head = {.npairs = 2, .pack = pack_endpoint_readonly, .ud = endpoint};
+  return st__client_args_method(c, "call", &head, args ? "args" : NULL, args, 1, out);
 }
 
 /* Calls an endpoint; see client.h. Thread of the client. */
@@ -390,7 +407,7 @@ int st__client_rpc_exchange(st_client_t *c, const char *method, const st_args_t 
   st__mapping_t *const *arenas;
   if (st__client_args_arenas(params, &arenas))
     return st__client_fail(c, ST_ERR_INVALID_ARGUMENT,
-                           "%s: tensor arguments go only to call and submit", method);
+                           "%s: tensor arguments go only to call, submit and put", method);
   st__cbuf_t b;
   st__client_cbuf_init(&b);
   st__client_args_pack(&b.pk, params);

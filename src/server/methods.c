@@ -19,7 +19,7 @@
 
 static const st__rpc_method_t methods[] = {
     {M(ping), st__rpc_ping, NONE},
-    {M(call), st__rpc_call, {P_ENDPOINT, ANY("args"), ANY("arenas")}},
+    {M(call), st__rpc_call, {P_ENDPOINT, ANY("args"), ANY("arenas"), ANY("readonly")}},
     {M(hello), st__rpc_hello,
      {P("protocol", ST_RPC_U64, ST_RPC_NIL_IS_VALUE), P("client", ST_RPC_STR, ST_RPC_NIL_IS_VALUE),
       ANY("features")}},

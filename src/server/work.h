@@ -39,6 +39,8 @@ typedef struct st__consumer {
   st__consumer_kind_t kind;
   uint64_t conn_id;           /* CALL: who asked ... */
   uint32_t request_id;        /* ... and the request to answer */
+  int readonly;               /* CALL: its reply maps read-only (call's
+                                 `readonly`; docs/keys.md, section 5) */
   struct st__task *task;      /* TASK */
 } st__consumer_t;
 
@@ -332,6 +334,9 @@ int st__reply_more(st__conn_t *c, uint32_t id, const char *what, const st__build
  * true} with no value and no arenas. A full reply that c's client may
  * keep is marked `object_kept`. */
 int st__reply_object(st__conn_t *c, uint32_t id, const st__object_t *obj, int lease);
+/* st__reply_object with every arena read-only (never the short form, no
+ * arena by id; docs/keys.md, section 5). */
+int st__reply_object_readonly(st__conn_t *c, uint32_t id, const st__object_t *obj, int lease);
 
 /* Takes back a lease given to c on obj whose reply could not be sent.
  * obj stays valid (the caller still holds it through a hold, the cache or

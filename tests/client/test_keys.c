@@ -12,6 +12,8 @@
  *   - read-only mappings: the descriptor cannot be mapped writable, and a
  *     reader that writes dies of SIGSEGV (not the server); a key put
  *     read-only is read-only for everyone but its publisher's connection;
+ *   - objects map read-only when the call asks (ST_CALL_READONLY) or
+ *     their endpoint says readonly = true;
  *   - a Lua endpoint reads a published key (st.key); its cached result
  *     keeps the memory after the key is deleted;
  *   - the server's budget, descriptors and arenas are back at the start
@@ -98,11 +100,19 @@ static int in_child(int (*fn)(st_client_t *c, void *arg), void *arg) {
   return WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
 }
 
+/* Versions 1 and 2 of key (pinned, step 1 and 2): {w: n floats i} in *a
+ * and {w: i * scale_b} in *b. 1 when both were put. */
+static int two_versions(const char *key, int64_t n, float scale_b, st_result_t **a,
+                        st_result_t **b) {
+  *a = alloc_filled(n, 1.0f);
+  *b = alloc_filled(n, scale_b);
+  return *a && *b && put_one(cli, key, st_result_tensor(*a, 0), ST_KEY_PINNED, 1) == 1 &&
+         put_one(cli, key, st_result_tensor(*b, 0), ST_KEY_PINNED, 2) == 2;
+}
+
 TEST(put_get_versions_keys_delete) {
-  st_result_t *a = alloc_filled(1024, 1.0f), *b = alloc_filled(1024, 2.0f);
-  CHECK(a && b);
-  CHECK_EQ_INT(put_one(cli, "model/a", st_result_tensor(a, 0), ST_KEY_PINNED, 1), 1);
-  CHECK_EQ_INT(put_one(cli, "model/a", st_result_tensor(b, 0), ST_KEY_PINNED, 2), 2);
+  st_result_t *a, *b;
+  CHECK(two_versions("model/a", 1024, 2.0f, &a, &b));
   uint64_t got = 0;
   CHECK(read_elem(cli, "model/a", 0, "w", 10, &got) == 20.0f);
   CHECK_EQ_INT(got, 2);
@@ -350,7 +360,55 @@ static const stt_endpoint_t endpoints[] = {
      "    if not v then error(ver) end\n"
      "    return { w = v.w, version = ver, step = v.step }\n"
      "  end }\n"},
+    {"rozeros.lua",
+     "return st.endpoint{ name = \"rozeros\", cache = true, readonly = true,\n"
+     "  build = function() return { w = st.zeros{16} } end }\n"},
     {NULL, NULL}};
+
+/* A call of `endpoint` (no arguments) with `flags`, then a write into the
+ * first element of its tensor w: a read-only mapping dies here. */
+typedef struct call_write {
+  const char *endpoint;
+  const char *key;
+  int flags;
+} call_write_t;
+
+static int child_call_writes(st_client_t *c, void *arg) {
+  const call_write_t *w = arg;
+  st_args_t *a = st_args_new();
+  if (w->key) st_args_string(a, "key", w->key);
+  st_result_t *r = NULL;
+  if (st_client_call_flags(c, w->endpoint, a, w->flags, &r) != ST_OK) return 1;
+  const st_tensor_t *t = st_result_find(r, "w");
+  if (!t) return 2;
+  ((float *)t->data)[0] = 5.0f;
+  st_result_free(r);
+  st_args_free(a);
+  return 0;
+}
+
+TEST(objects_map_readonly_by_call_or_by_endpoint) {
+  /* the call asks: a cached object of fromkey */
+  st_result_t *a = alloc_filled(64, 1.0f);
+  CHECK(a);
+  CHECK_EQ_INT(put_one(cli, "obj", st_result_tensor(a, 0), ST_KEY_PINNED, 1), 1);
+  call_write_t ro = {"fromkey", "obj", ST_CALL_READONLY}, rw = {"fromkey", "obj", 0};
+  CHECK_EQ_INT(in_child(child_call_writes, &ro), -SIGSEGV);
+  CHECK_EQ_INT(in_child(child_call_writes, &rw), 0);
+  CHECK(((float *)st_result_tensor(a, 0)->data)[0] == 5.0f);
+  /* the endpoint says readonly = true: every caller maps it read-only */
+  call_write_t ep = {"rozeros", NULL, 0};
+  CHECK_EQ_INT(in_child(child_call_writes, &ep), -SIGSEGV);
+  st_result_t *r = NULL;
+  CHECK_RC(st_client_call(cli, "rozeros", NULL, &r), ST_OK, cli);
+  CHECK(((const float *)st_result_find(r, "w")->data)[0] == 0.0f);
+  st_result_free(r);
+  CHECK_RC(st_client_delete(cli, "obj"), ST_OK, cli);
+  CHECK_RC(st_client_invalidate_endpoint(cli, "fromkey", NULL), ST_OK, cli);
+  CHECK_RC(st_client_invalidate_endpoint(cli, "rozeros", NULL), ST_OK, cli);
+  st_result_free(a);
+  CHECK(hk_back_to(cli, srv.pid, "cpu", baseline));
+}
 
 /* fromkey's w[i] for (key, version); NaN on failure. */
 static float from_endpoint(const char *key, int64_t version, int64_t i, int64_t *got) {
@@ -370,10 +428,8 @@ static float from_endpoint(const char *key, int64_t version, int64_t i, int64_t 
 }
 
 TEST(a_lua_endpoint_reads_a_published_key) {
-  st_result_t *a = alloc_filled(64, 1.0f), *b = alloc_filled(64, 5.0f);
-  CHECK(a && b);
-  CHECK_EQ_INT(put_one(cli, "lk", st_result_tensor(a, 0), ST_KEY_PINNED, 1), 1);
-  CHECK_EQ_INT(put_one(cli, "lk", st_result_tensor(b, 0), ST_KEY_PINNED, 2), 2);
+  st_result_t *a, *b;
+  CHECK(two_versions("lk", 64, 5.0f, &a, &b));
   int64_t got = 0;
   CHECK(from_endpoint("lk", 0, 3, &got) == 15.0f);
   CHECK_EQ_INT(got, 2);
@@ -414,6 +470,7 @@ int main(void) {
   RUN(limits_and_bad_inputs_give_clear_errors);
   RUN(readonly_mappings_refuse_writes);
   RUN(a_lua_endpoint_reads_a_published_key);
+  RUN(objects_map_readonly_by_call_or_by_endpoint);
   st_client_close(cli);
   return stt_server_finish(&srv);
 }
