@@ -24,6 +24,7 @@ _byref = ctypes.byref
 _Summary = _lib.ResultSummary
 _VOIDP = ctypes.c_void_p
 _names = {}   # endpoint / method name -> its bytes, for names used again
+_CALL_READONLY = 1   # ST_CALL_READONLY
 
 
 def _name(name):
@@ -306,6 +307,29 @@ class Client:
                 if rc != 0:
                     self._fail(rc)
         return self._wrap(out.value, summary, as_torch)
+
+    def call_readonly(self, name, as_torch=None, **args):
+        """call() whose result, when it is a server object (managed, cached,
+        singleflight), is mapped read-only (docs/keys.md, section 5): a
+        write to its tensors kills this process (SIGSEGV) on the CPU, or
+        fails its kernel on CUDA. Plain results stay writable."""
+        out = _VOIDP()
+        with _Args(args) as a, self._lock:
+            rc = _l.st_client_call_flags(self._ptr or self._h(), _name(name), a.ptr,
+                                         _CALL_READONLY, _byref(out))
+            if rc != 0:
+                self._fail(rc)
+        summary = _Summary()
+        _result_summary(out.value, _byref(summary))
+        framework = self.framework if as_torch is None else ("torch" if as_torch else None)
+        res = _tensor.Result(out.value)
+        try:
+            # Never the writable tensors an earlier call() converted.
+            value = _cv.value_of(res, summary, framework, _slow_value)
+            return Handle(self, value, summary.object) if summary.has_object else value
+        finally:
+            if framework == "torch":
+                res.close()
 
     # ------------------------------------------------------------- tasks
 

@@ -7,7 +7,8 @@ own:
     delete;
   - a lone tensor comes back as a tensor; torch's own memory is copied;
   - the publisher SIGKILLed: its state dict is still readable;
-  - a read-only get: a write kills the writer (SIGSEGV), not the server;
+  - a read-only get, or a read-only call of a cached object: a write
+    kills the writer (SIGSEGV), not the server;
   - clear errors for bad names, missing keys and versions, bad policies.
 """
 import collections
@@ -27,6 +28,10 @@ import torch  # noqa: E402  (run_tests.py skips without torch)
 import sharedtensor as st  # noqa: E402
 
 ENDPOINTS = {
+    "c.lua": """
+return st.endpoint { name = "cached_w", cache = true,
+  build = function() return { w = st.zeros { 16 } } end }
+""",
     "e.lua": """
 return st.endpoint { name = "norm", params = { key = st.required },
   build = function(a)
@@ -128,6 +133,17 @@ class KeysTest(st_fixture.ServerTestCase):
         self.assertEqual(rc, -signal.SIGSEGV, out)
         self.assertEqual(self.c.get("ro")["w"][3].item(), 0.0)
         self.c.ping()   # the server lives
+
+    def test_a_readonly_call_of_an_object(self):
+        h = self.c.call("cached_w")          # writable for this connection
+        rc, out = in_child(self.srv.socket, """
+            h = c.call_readonly("cached_w")
+            assert h.value["w"][3].item() == 0.0
+            h.value["w"][3] = 1.0
+        """)
+        self.assertEqual(rc, -signal.SIGSEGV, out)
+        self.assertEqual(h.value["w"][3].item(), 0.0)
+        self.c.invalidate_all("cached_w")
 
     def test_errors_are_clear(self):
         with self.assertRaises(st.InvalidArgumentError) as e:
