@@ -232,6 +232,9 @@ TEST(evictable_keys_go_under_the_budget_and_pinned_ones_stay) {
   CHECK(read_elem(cli, "ev1", 0, "w", 1, NULL) == 1.0f);
   CHECK(read_elem(cli, "ev2", 0, "w", 1, NULL) == 1.0f);
   CHECK(read_elem(cli, "pinned", 0, "w", 1, NULL) == 1.0f);
+  CHECK_EQ_INT(hk_info(cli, "keys", "count", NULL), 3);
+  CHECK_EQ_INT(hk_info(cli, "keys", "evictions", NULL), 1);
+  CHECK_EQ_INT(hk_info(cli, "keys", "bytes", NULL), 16 * MIB + 2 * 12 * MIB);
   /* a pinned key too big for what evictions can free is refused */
   st_result_t *huge = alloc_filled(9 * MIB, 1.0f);   /* 36 MiB */
   CHECK(huge);
