@@ -100,6 +100,17 @@ static int in_child(int (*fn)(st_client_t *c, void *arg), void *arg) {
   return WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
 }
 
+/* Version 1 of a new pinned key {w: n floats i, step}: the allocation,
+ * or NULL when the put failed. */
+static st_result_t *put_counting(const char *key, int64_t n, int64_t step) {
+  st_result_t *a = alloc_filled(n, 1.0f);
+  if (a && put_one(cli, key, st_result_tensor(a, 0), ST_KEY_PINNED, step) != 1) {
+    st_result_free(a);
+    a = NULL;
+  }
+  return a;
+}
+
 /* Versions 1 and 2 of key (pinned, step 1 and 2): {w: n floats i} in *a
  * and {w: i * scale_b} in *b. 1 when both were put. */
 static int two_versions(const char *key, int64_t n, float scale_b, st_result_t **a,
@@ -306,9 +317,8 @@ static int child_writes(st_client_t *c, void *arg) {
 }
 
 TEST(readonly_mappings_refuse_writes) {
-  st_result_t *a = alloc_filled(1024, 1.0f);
+  st_result_t *a = put_counting("ro", 1024, 0);
   CHECK(a);
-  CHECK_EQ_INT(put_one(cli, "ro", st_result_tensor(a, 0), ST_KEY_PINNED, 0), 1);
   /* the wire: the descriptor of a read-only get cannot map writable */
   rc_t w;
   CHECK(rc_open(&w, srv.socket) == 0);
@@ -392,9 +402,8 @@ static int child_call_writes(st_client_t *c, void *arg) {
 
 TEST(objects_map_readonly_by_call_or_by_endpoint) {
   /* the call asks: a cached object of fromkey */
-  st_result_t *a = alloc_filled(64, 1.0f);
+  st_result_t *a = put_counting("obj", 64, 1);
   CHECK(a);
-  CHECK_EQ_INT(put_one(cli, "obj", st_result_tensor(a, 0), ST_KEY_PINNED, 1), 1);
   call_write_t ro = {"fromkey", "obj", ST_CALL_READONLY}, rw = {"fromkey", "obj", 0};
   CHECK_EQ_INT(in_child(child_call_writes, &ro), -SIGSEGV);
   CHECK_EQ_INT(in_child(child_call_writes, &rw), 0);
