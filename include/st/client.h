@@ -447,6 +447,17 @@ ST_API int st_client_ping(st_client_t *c, double *rtt_us);
 ST_API int st_client_call(st_client_t *c, const char *endpoint, const st_args_t *args,
                    st_result_t **out);
 
+/* st_client_call flags. */
+#define ST_CALL_READONLY 1   /* a result that is a server object (managed,
+                                cached, singleflight) maps read-only: on
+                                the CPU its descriptors cannot map writable
+                                (docs/keys.md, section 5); plain results
+                                are the caller's and stay writable     */
+
+/* st_client_call with flags (ST_CALL_READONLY). Thread of the client. */
+ST_API int st_client_call_flags(st_client_t *c, const char *endpoint, const st_args_t *args,
+                                int flags, st_result_t **out);
+
 /* Any method of docs/protocol.md with named parameters (`params` may be
  * NULL). The reply's result is the value of *out. Used for info, endpoints
  * and every method without a dedicated wrapper. */
@@ -554,6 +565,66 @@ ST_API int st_client_invalidate_call(st_client_t *c, const char *endpoint,
  * many. */
 ST_API int st_client_invalidate_endpoint(st_client_t *c, const char *endpoint,
                                          int64_t *count);
+
+/* ------------------------------------------------------ published keys
+ *
+ * A client publishes tensors under a key (docs/keys.md): the server adopts
+ * the memory of st_tensor_alloc without a copy and keeps its own
+ * reference, so the state outlives the publisher. Each put makes the next
+ * version (1, 2, ...); the server keeps the last keys.max_versions. Only
+ * the publisher's uid may get or delete a key. */
+
+/* Policies of st_client_put. */
+#define ST_KEY_PINNED 0      /* kept until deleted                           */
+#define ST_KEY_EVICTABLE 1   /* dropped under the memory budget, least
+                                recently used first, like cached objects     */
+
+/* st_client_put flags. */
+#define ST_PUT_READONLY 1    /* readers other than the publisher's
+                                connection map it read-only              */
+
+/* Copies tensor t into a fresh st_tensor_alloc allocation of its dtype,
+ * shape and device when its memory is not one (a CPU copy honours
+ * strides; a CUDA tensor must be contiguous), then sets `key` to it as
+ * st_args_tensor does; memory of st_tensor_alloc is set as is, without a
+ * copy. *copied (may be NULL) says which. The argument map keeps the copy
+ * until st_args_free. The copy is synchronous. Errors as st_args_tensor,
+ * and ST_ERR_INVALID_ARGUMENT for a non-contiguous foreign CUDA tensor.
+ * Any thread that owns a. */
+ST_API int st_args_tensor_copy(st_args_t *a, const char *key, const st_tensor_t *t, int *copied,
+                               char *err, size_t errlen);
+
+/* Publishes `value` (a map: names to tensors of st_tensor_alloc memory,
+ * and any other values, e.g. a state dict) under `key`: 1 to 128 of
+ * A-Z a-z 0-9 . _ - / :. The server maps the allocations and keeps them
+ * (no copy): writes the publisher makes later are seen by every reader
+ * (the adoption contract, docs/keys.md). *version (may be NULL) gets the
+ * new version. Errors: ST_ERR_INVALID_ARGUMENT (name, a tensor not from
+ * st_tensor_alloc: use st_args_tensor_copy), ST_ERR_AUTH (the key belongs
+ * to another uid), ST_ERR_LIMIT (keys.max_keys, keys.max_bytes),
+ * ST_ERR_OUT_OF_MEMORY (the device's memory_budget). */
+ST_API int st_client_put(st_client_t *c, const char *key, const st_args_t *value, int policy,
+                         int flags, uint64_t *version);
+
+/* st_client_get flags. */
+#define ST_GET_READONLY 1    /* map the tensors read-only                  */
+
+/* Maps version `version` of `key` (0: the latest) into *out, owned by the
+ * caller (st_result_free): the value put, its tensors mapped like a call's
+ * result. *got_version (may be NULL) says which version it is. The
+ * mappings stay valid whatever happens to the key afterwards. Errors:
+ * ST_ERR_NOT_FOUND (no such key or version), ST_ERR_AUTH. */
+ST_API int st_client_get(st_client_t *c, const char *key, uint64_t version, int flags,
+                         st_result_t **out, uint64_t *got_version);
+
+/* The keys of this uid whose name starts with `prefix` (NULL: all), by
+ * name: an ARRAY of {key, version, versions, bytes, policy, device,
+ * readonly, uid, updated_at}. */
+ST_API int st_client_keys(st_client_t *c, const char *prefix, st_result_t **out);
+
+/* Drops every version of `key`. Readers' mappings stay valid; the server's
+ * memory and budget charge go. ST_ERR_NOT_FOUND, ST_ERR_AUTH. */
+ST_API int st_client_delete(st_client_t *c, const char *key);
 
 /* Reloads the endpoint files, as SIGHUP does. *out is a MAP {ok,
  * generation, error, changed, added, removed}; a load error is not a

@@ -189,6 +189,16 @@ int st_client_invalidate_call(st_client_t *c, const char *endpoint, const st_arg
                               int *dropped);
 int st_client_invalidate_endpoint(st_client_t *c, const char *endpoint, int64_t *count);
 int st_client_reload(st_client_t *c, st_result_t **out);
+int st_args_tensor_copy(st_args_t *a, const char *key, const st_tensor_t *t, int *copied,
+                        char *err, size_t errlen);
+int st_client_put(st_client_t *c, const char *key, const st_args_t *value, int policy,
+                  int flags, uint64_t *version);
+int st_client_get(st_client_t *c, const char *key, uint64_t version, int flags,
+                  st_result_t **out, uint64_t *got_version);
+int st_client_keys(st_client_t *c, const char *prefix, st_result_t **out);
+int st_client_delete(st_client_t *c, const char *key);
+int st_client_call_flags(st_client_t *c, const char *endpoint, const st_args_t *args,
+                         int flags, st_result_t **out);
 void st_open_cache_stats(size_t *mapped, uint64_t *reused);
 
 typedef struct st_result_summary {

@@ -14,6 +14,7 @@ through DLPack without a copy. docs/python.md has the details.
 from .errors import *  # noqa: F401,F403
 from .errors import Error, __all__ as _error_names
 from .client import Client, Handle, Module
+from .keys import StateDict
 from .tensor import SharedTensor
 from .nn import load_into
 from . import handoff  # noqa: F401  (sharedtensor.handoff.Handoff)
@@ -25,6 +26,7 @@ from . import _lib
 __version__ = "0.1.0"
 library_path = _lib.path
 
-__all__ = ["Client", "Handle", "Module", "SharedTensor", "load_into", "library_path", "empty",
-           "zeros", "empty_like", "zeros_like", "Buffer", "create", "open", "unlink"] + \
+__all__ = ["Client", "Handle", "Module", "StateDict", "SharedTensor", "load_into",
+           "library_path", "empty", "zeros", "empty_like", "zeros_like", "Buffer", "create",
+           "open", "unlink"] + \
     list(_error_names)

@@ -209,6 +209,8 @@ _PROTOS = {
                                 c_size_t]),
     "st_args_tensor": (c_int, [c_void_p, c_char_p, P(Tensor), c_char_p, c_size_t]),
     "st_tensor_is_shareable": (c_int, [P(Tensor)]),
+    "st_args_tensor_copy": (c_int, [c_void_p, c_char_p, P(Tensor), P(c_int), c_char_p,
+                                    c_size_t]),
     # client
     "st_socket_path": (c_int, [c_char_p, c_int, c_char_p, c_size_t]),
     "st_client_options_init": (None, [P(ClientOptions)]),
@@ -245,6 +247,13 @@ _PROTOS = {
     "st_client_invalidate_call": (c_int, [c_void_p, c_char_p, c_void_p, P(c_int)]),
     "st_client_invalidate_endpoint": (c_int, [c_void_p, c_char_p, P(c_int64)]),
     "st_client_reload": (c_int, [c_void_p, P(c_void_p)]),
+    # published keys
+    "st_client_put": (c_int, [c_void_p, c_char_p, c_void_p, c_int, c_int, P(c_uint64)]),
+    "st_client_get": (c_int, [c_void_p, c_char_p, c_uint64, c_int, P(c_void_p),
+                              P(c_uint64)]),
+    "st_client_keys": (c_int, [c_void_p, c_char_p, P(c_void_p)]),
+    "st_client_delete": (c_int, [c_void_p, c_char_p]),
+    "st_client_call_flags": (c_int, [c_void_p, c_char_p, c_void_p, c_int, P(c_void_p)]),
     "st_open_cache_stats": (None, [P(c_size_t), P(c_uint64)]),
     # bindings
     "st_result_summary": (c_int, [c_void_p, P(ResultSummary)]),

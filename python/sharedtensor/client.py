@@ -5,6 +5,7 @@ import threading
 
 from . import _lib
 from . import convert as _cv
+from . import keys as _keys
 from . import tensor as _tensor
 from .args import Args as _Args
 from .convert import Module
@@ -27,6 +28,7 @@ _Summary = _lib.ResultSummary
 _copy = _Summary.from_buffer_copy
 _VOIDP = ctypes.c_void_p
 _names = {}   # endpoint / method name -> its bytes, for names used again
+_CALL_READONLY = 1   # ST_CALL_READONLY
 
 
 def _name(name):
@@ -346,6 +348,29 @@ class Client:
                 _result_ref(ptr)
             return ptr, _copy(summary)
 
+    def call_readonly(self, name, as_torch=None, **args):
+        """call() whose result, when it is a server object (managed, cached,
+        singleflight), is mapped read-only (docs/keys.md, section 5): a
+        write to its tensors kills this process (SIGSEGV) on the CPU, or
+        fails its kernel on CUDA. Plain results stay writable."""
+        out = _VOIDP()
+        with _Args(args) as a, self._lock:
+            rc = _l.st_client_call_flags(self._ptr or self._h(), _name(name), a.ptr,
+                                         _CALL_READONLY, _byref(out))
+            if rc != 0:
+                self._fail(rc)
+        summary = _Summary()
+        _result_summary(out.value, _byref(summary))
+        framework = self.framework if as_torch is None else ("torch" if as_torch else None)
+        res = _tensor.Result(out.value)
+        try:
+            # Never the writable tensors an earlier call() converted.
+            value = _cv.value_of(res, summary, framework, _slow_value)
+            return Handle(self, value, summary.object) if summary.has_object else value
+        finally:
+            if framework == "torch":
+                res.close()
+
     # ------------------------------------------------------------- tasks
 
     def submit(self, name, **args):
@@ -423,6 +448,37 @@ class Client:
         count = ctypes.c_int64()
         self._do(_l.st_client_invalidate_endpoint, name.encode(), ctypes.byref(count))
         return count.value
+
+    # ------------------------------------------------------ published keys
+
+    def put(self, key, value, policy="pinned", readonly=False):
+        """Publishes `value` under `key` (docs/keys.md): a tensor, or a
+        mapping of names to tensors and plain values (a state dict; an
+        nn.Module gives its state_dict()). Tensors from
+        sharedtensor.empty/zeros are adopted without a copy: writes made
+        to them later are seen by every reader. Any other tensor is copied
+        once. policy: "pinned" (kept until deleted) or "evictable"
+        (dropped under the server's memory budget). readonly=True: readers
+        other than this connection map it read-only. Returns the new
+        version (1, 2, ...)."""
+        return _keys.put(self, key, value, policy, readonly)
+
+    def get(self, key, version=None, readonly=False, with_version=False, as_torch=None):
+        """The value of `key` (version None: the latest): a tensor for a
+        tensor, else a StateDict (an OrderedDict with `.key` and
+        `.version`). with_version=True returns (value, version).
+        readonly=True maps it read-only: a write faults in this process.
+        NotFoundError for a missing key or version."""
+        return _keys.get(self, key, version, readonly, with_version, as_torch)
+
+    def keys(self, prefix=None):
+        """This uid's keys (list of dicts: key, version, versions, bytes,
+        policy, device, readonly, uid, updated_at), by name."""
+        return _keys.keys(self, prefix)
+
+    def delete(self, key):
+        """Drops every version of `key`; readers' tensors stay valid."""
+        _keys.delete(self, key)
 
     def reload(self):
         """Reloads the endpoint files: {ok, generation, error, changed, ...}."""

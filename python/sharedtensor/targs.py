@@ -142,6 +142,31 @@ def add(args_ptr, key, v, kind):
     return cuda
 
 
+def add_copy(args_ptr, key, v, kind):
+    """As add(), but memory that is not from sharedtensor.empty is copied
+    once into a fresh allocation by the library (st_args_tensor_copy; a
+    CUDA tensor is made contiguous first). Returns (CUDA ordinal or None,
+    whether it was copied)."""
+    if kind == "torch" and v.device.type == "cuda" and not v.is_contiguous():
+        v = v.contiguous()
+    if kind == "shared":
+        if not v._result.ptr:
+            raise ValueError("argument %r: the result of this tensor was closed" % key)
+        ref, keep, cuda = v._t, None, None
+    else:
+        (t, keep), cuda = _from_torch(key, v) if kind == "torch" else _from_numpy(key, v)
+        ref = ctypes.byref(t)
+    copied = ctypes.c_int()
+    err = ctypes.create_string_buffer(512)
+    if cuda is not None:
+        synchronize({cuda})   # the copy reads the caller's memory
+    rc = _l.st_args_tensor_copy(args_ptr, key.encode(), ref, ctypes.byref(copied), err, 512)
+    del keep
+    if rc != 0:
+        raise from_library(rc, err.value.decode(errors="replace"))
+    return cuda, bool(copied.value)
+
+
 def synchronize(ordinals):
     """Waits for every stream of this process on those CUDA devices, so the
     server (which reads as soon as the request arrives) sees the caller's

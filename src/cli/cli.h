@@ -7,6 +7,7 @@
  *   cmd_call.c   call
  *   cmd_task.c   submit, wait, status, result, cancel, tasks
  *   cmd_object.c objects, release, invalidate
+ *   cmd_keys.c   keys, get, delete
  *   cmd_admin.c  reload, stats
  *   cmd_buffer.c buffers, buffer-create, buffer-unlink
  *   cmd_watch.c  watch: live counters and rates
@@ -65,6 +66,9 @@ extern const cli_command_t cli_tasks_command;
 extern const cli_command_t cli_objects_command;
 extern const cli_command_t cli_release_command;
 extern const cli_command_t cli_invalidate_command;
+extern const cli_command_t cli_keys_command;
+extern const cli_command_t cli_get_command;
+extern const cli_command_t cli_delete_command;
 extern const cli_command_t cli_reload_command;
 extern const cli_command_t cli_stats_command;
 extern const cli_command_t cli_watch_command;

@@ -18,8 +18,9 @@ static const cli_command_t *const commands[] = {
     &cli_endpoints_command, &cli_call_command,     &cli_submit_command,
     &cli_wait_command,    &cli_status_command,     &cli_result_command,
     &cli_cancel_command,  &cli_tasks_command,      &cli_objects_command,
-    &cli_release_command, &cli_invalidate_command, &cli_reload_command,
-    &cli_buffers_command, &cli_buffer_create_command, &cli_buffer_unlink_command,
+    &cli_release_command, &cli_invalidate_command, &cli_keys_command,
+    &cli_get_command,     &cli_delete_command,     &cli_buffers_command,
+    &cli_buffer_create_command, &cli_buffer_unlink_command, &cli_reload_command,
     &cli_watch_command,   &cli_completion_command, &help_command,
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])

@@ -272,6 +272,21 @@ int st__client_method(st_client_t *c, const char *method, const st__cbuf_t *para
  * gives them. Thread of the client. */
 int st__client_rpc_exchange(st_client_t *c, const char *method, const st_args_t *params,
                             st__message_t *reply, int **fds, size_t *nfds);
+/* The pairs a request with an argument map starts with: npairs
+ * key/value pairs that pack(pk, ud) writes. */
+typedef struct st__client_head {
+  uint32_t npairs;
+  void (*pack)(msgpack_packer *pk, const void *ud);
+  const void *ud;
+} st__client_head_t;
+/* hello.c: st__client_method of `method` with params {head's pairs[,
+ * args_key: args][, arenas]} (args_key NULL: no argument map); tensor
+ * arguments go with call, submit and put only, sent again with their
+ * descriptors when the server no longer holds an id. Thread of the
+ * client. */
+int st__client_args_method(st_client_t *c, const char *method, const st__client_head_t *head,
+                           const char *args_key, const st_args_t *args, int unwrap,
+                           st_result_t **out);
 /* hello.c: st__client_method of `method` with params {endpoint[, args]}
  * (`with_args`); an empty endpoint name is ST_ERR_INVALID_ARGUMENT. Used by
  * call, submit and invalidate_*. Thread of the client. */
@@ -342,7 +357,8 @@ void st__client_mapping_mark_reusable(st__mapping_t *m);
 /* Whether only pins hold m (no result uses it). Under the lock. */
 int st__client_mapping_only_pinned_locked(const st__mapping_t *m);
 /* fdcheck.c: ST_OK when `fd` (borrowed; `st` its fstat) is what a "memfd"
- * arena `d` must be: a tmpfs regular file open read-write, sealed with
+ * arena `d` must be: a tmpfs regular file open read-write (read-only for
+ * a d->readonly arena), sealed with
  * F_SEAL_SHRINK and not against writing, of at least d->bytes. Else
  * ST_ERR_PROTOCOL with a reason naming the arena. Any thread. */
 struct stat;
@@ -410,8 +426,12 @@ void st__client_cuda_unmap(st__cuda_mapping_t *m);
 int st__client_cuda_to_host(void *dst, const void *src, size_t bytes, int ordinal);
 /* The other way: host memory to device address `dst`, waited for. */
 int st__client_cuda_from_host(void *dst, const void *src, size_t bytes, int ordinal);
-/* st__cuda_protect_read of an imported mapping, the caller's context kept. */
+/* st__cuda_set_readonly of an imported mapping, the caller's context kept. */
 int st__client_cuda_protect_read(st__cuda_mapping_t *m, char *err, size_t errlen);
+/* Synchronous copy of `bytes` between device addresses on device
+ * `ordinal` (cuMemcpyDtoD; unified addressing). ST_OK or a negative
+ * ST_ERR_*. Any thread. */
+int st__client_cuda_dtod(void *dst, const void *src, size_t bytes, int ordinal);
 /* A CUDA event of device `ordinal` (taken from that device's free list,
  * or created), recorded on the device's legacy default stream
  * (CU_STREAM_LEGACY of its primary context): it completes once every

@@ -100,6 +100,10 @@ int st__client_cuda_import(const st__arena_desc_t *d, int fd, st__cuda_mapping_t
   }
   CUcontext saved = ctx_save();
   int rc = st__cuda_import(fd, d->bytes, d->uuid, out, why, sizeof why);
+  /* A read-only arena: kernels of this process may read it, a write
+   * faults here (docs/keys.md, "Read-only mappings"). */
+  if (rc == ST_OK && d->readonly && (rc = st__cuda_set_readonly(out, why, sizeof why)) != ST_OK)
+    st__cuda_unmap(out);
   ctx_restore(a, saved);
   if (rc == ST_OK) return ST_OK;
   /* A size that is no multiple of the granularity or larger than the
@@ -176,7 +180,19 @@ int st__client_cuda_protect_read(st__cuda_mapping_t *m, char *err, size_t errlen
   const st__cuda_api_t *a = st__cuda_api(why, sizeof why);
   if (!a) return st__fail(ST_ERR_CAPABILITY, err, errlen, "%s", why);
   CUcontext saved = ctx_save();
-  int rc = st__cuda_protect_read(m, err, errlen);
+  int rc = st__cuda_set_readonly(m, err, errlen);
+  ctx_restore(a, saved);
+  return rc;
+}
+
+/* See client_internal.h. Any thread. */
+int st__client_cuda_dtod(void *dst, const void *src, size_t bytes, int ordinal) {
+  if (bytes == 0) return ST_OK;
+  const st__cuda_api_t *a = st__cuda_api(NULL, 0);
+  if (!a) return ST_ERR_CAPABILITY;
+  CUcontext saved = ctx_save();
+  int rc = st__cuda_copy_dtod((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src, bytes, ordinal,
+                              NULL, 0);
   ctx_restore(a, saved);
   return rc;
 }
@@ -324,6 +340,13 @@ int st__client_cuda_from_host(void *dst, const void *src, size_t bytes, int ordi
 int st__client_cuda_protect_read(st__cuda_mapping_t *m, char *err, size_t errlen) {
   (void)m;
   return st__fail(ST_ERR_CAPABILITY, err, errlen, "no CUDA device: built without CUDA support");
+}
+
+int st__client_cuda_dtod(void *dst, const void *src, size_t bytes, int ordinal) {
+  (void)dst;
+  (void)src;
+  (void)ordinal;
+  return bytes ? ST_ERR_CAPABILITY : ST_OK;
 }
 
 /* See client_internal.h: no CUDA region exists without CUDA. */

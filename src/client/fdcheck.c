@@ -82,11 +82,14 @@ int st__client_check_memfd_access(const st__arena_desc_t *d, int fd, const struc
                   "backend memfd, but the descriptor is a file of another file system "
                   "(type 0x%llx; a memfd's is tmpfs, 0x%llx)",
                   (unsigned long long)fs.f_type, (unsigned long long)TMPFS_MAGIC);
+  /* A read-only arena (the caller's handle is read-only, or the reply
+   * marks it so) comes open for reading only: the server reopened it
+   * O_RDONLY. Every other one for reading and writing. */
+  int ro = readonly || d->readonly;
   int fl = fcntl(fd, F_GETFL);
-  int rc = !readonly ? check_read_write(d, fd, "memfd", err, errlen)
-           : fl < 0 || (fl & O_ACCMODE) != O_RDONLY
-               ? refuse(d, err, errlen, "%s", "the read-only memfd descriptor is not O_RDONLY")
-               : ST_OK;
+  if (ro && (fl < 0 || (fl & O_ACCMODE) != O_RDONLY))
+    return refuse(d, err, errlen, "%s", "a read-only memfd descriptor is not open read-only");
+  int rc = ro ? ST_OK : check_read_write(d, fd, "memfd", err, errlen);
   if (rc != ST_OK) return rc;
   int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0 || !(seals & F_SEAL_SHRINK))

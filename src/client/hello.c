@@ -310,19 +310,20 @@ int st__client_method(st_client_t *c, const char *method, const st__cbuf_t *para
   return rc == ST_OK ? decode_reply(c, &m, fds, nfds, unwrap, out) : rc;
 }
 
-/* Runs `method` with {endpoint[, args]}; see client_internal.h. */
-int st__client_endpoint_method(st_client_t *c, const char *method, const char *endpoint,
-                               const st_args_t *args, int with_args, int unwrap,
-                               st_result_t **out) {
-  if (!endpoint || !*endpoint)
-    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "no endpoint name given");
+/* Runs `method` with {head pairs[, args_key: args]}; see
+ * client_internal.h. */
+int st__client_args_method(st_client_t *c, const char *method, const st__client_head_t *head,
+                           const char *args_key, const st_args_t *args, int unwrap,
+                           st_result_t **out) {
+  int with_args = args_key != NULL;
   if (with_args && st__client_args_open(args))
     return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "%s: %s", method, UNFINISHED);
   st__mapping_t *const *arenas = NULL;
   size_t narenas = with_args ? st__client_args_arenas(args, &arenas) : 0;
-  if (narenas && strcmp(method, "call") != 0 && strcmp(method, "submit") != 0)
+  if (narenas && strcmp(method, "call") != 0 && strcmp(method, "submit") != 0 &&
+      strcmp(method, "put") != 0)
     return st__client_fail(c, ST_ERR_INVALID_ARGUMENT,
-                           "%s: tensor arguments go only to call and submit", method);
+                           "%s: tensor arguments go only to call, submit and put", method);
   int fds[ST_MAX_FDS_PER_MESSAGE];
   if (narenas > ST_MAX_FDS_PER_MESSAGE)
     return st__client_fail(c, ST_ERR_LIMIT,
@@ -335,11 +336,10 @@ int st__client_endpoint_method(st_client_t *c, const char *method, const char *e
   for (int attempt = 0; attempt < 2; attempt++) {
     st__cbuf_t b;
     st__client_cbuf_init(&b);
-    msgpack_pack_map(&b.pk, with_args ? (narenas ? 3 : 2) : 1);
-    st__pack_cstr(&b.pk, "endpoint");
-    st__pack_cstr(&b.pk, endpoint);
+    msgpack_pack_map(&b.pk, head->npairs + (uint32_t)with_args + (narenas ? 1u : 0u));
+    head->pack(&b.pk, head->ud);
     if (with_args) {
-      st__pack_cstr(&b.pk, "args");
+      st__pack_cstr(&b.pk, args_key);
       st__client_args_pack(&b.pk, args);
     }
     if (narenas) {
@@ -354,6 +354,38 @@ int st__client_endpoint_method(st_client_t *c, const char *method, const char *e
     st__client_argcache_unhold(c, arenas, narenas);
   }
   return rc;
+}
+
+static void pack_endpoint(msgpack_packer *pk, const void *ud) {
+  st__pack_cstr(pk, "endpoint");
+  st__pack_cstr(pk, ud);
+}
+
+static void pack_endpoint_readonly(msgpack_packer *pk, const void *ud) {
+  pack_endpoint(pk, ud);
+  st__pack_kv_bool(pk, "readonly", 1);
+}
+
+/* Runs `method` with {endpoint[, args]}; see client_internal.h. */
+int st__client_endpoint_method(st_client_t *c, const char *method, const char *endpoint,
+                               const st_args_t *args, int with_args, int unwrap,
+                               st_result_t **out) {
+  if (!endpoint || !*endpoint)
+    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "no endpoint name given");
+  st__client_head_t head = {.npairs = 1, .pack = pack_endpoint, .ud = endpoint};
+  return st__client_args_method(c, method, &head, with_args ? "args" : NULL, args, unwrap, out);
+}
+
+/* Calls an endpoint with flags; see client.h. Thread of the client. */
+ST_API int st_client_call_flags(st_client_t *c, const char *endpoint, const st_args_t *args,
+                                int flags, st_result_t **out) {
+  if (out) *out = NULL;
+  if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
+  if (!(flags & ST_CALL_READONLY)) return st_client_call(c, endpoint, args, out);
+  if (!endpoint || !*endpoint)
+    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "no endpoint name given");
+  st__client_head_t head = {.npairs = 2, .pack = pack_endpoint_readonly, .ud = endpoint};
+  return st__client_args_method(c, "call", &head, args ? "args" : NULL, args, 1, out);
 }
 
 /* Calls an endpoint; see client.h. Thread of the client. */
@@ -375,7 +407,7 @@ int st__client_rpc_exchange(st_client_t *c, const char *method, const st_args_t 
   st__mapping_t *const *arenas;
   if (st__client_args_arenas(params, &arenas))
     return st__client_fail(c, ST_ERR_INVALID_ARGUMENT,
-                           "%s: tensor arguments go only to call and submit", method);
+                           "%s: tensor arguments go only to call, submit and put", method);
   st__cbuf_t b;
   st__client_cbuf_init(&b);
   st__client_args_pack(&b.pk, params);

@@ -61,6 +61,8 @@ struct st__mapping {
   char *server_id;
   uint64_t arena_id;
   int cuda;         /* 1: a CUDA import, `cm` holds it            */
+  int readonly;     /* mapped read-only (PROT_READ; CUDA read access):
+                       never shared with a writable mapping          */
   char uuid[ST_CUDA_UUID_LEN];
   dev_t dev;        /* CPU: the file's identity                   */
   ino_t ino;
@@ -141,7 +143,9 @@ static int map_cpu(const st__arena_desc_t *d, int fd, const struct stat *st, st_
   m->map_len = len;
   m->base = NULL;
   if (len == 0) return ST_OK;
-  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  /* A read-only arena's descriptor (the server reopened the memfd
+   * O_RDONLY) could not be mapped writable anyway: map it PROT_READ. */
+  void *p = mmap(NULL, len, d->readonly ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     int e = errno;
     return st__fail(e == ENOMEM ? ST_ERR_OUT_OF_MEMORY : ST_ERR_IO, err, errlen,
@@ -156,7 +160,8 @@ static int map_cpu(const st__arena_desc_t *d, int fd, const struct stat *st, st_
  * by its device UUID, a CPU entry by its file (st). */
 static int entry_matches(const st__mapping_t *m, const char *server_id, const st__arena_desc_t *d,
                          const struct stat *st) {
-  if (m->cuda != (d->cuda != 0) || m->arena_id != d->id || strcmp(m->server_id, server_id) != 0)
+  if (m->cuda != (d->cuda != 0) || m->arena_id != d->id || m->readonly != (d->readonly != 0) ||
+      strcmp(m->server_id, server_id) != 0)
     return 0;
   if (d->cuda) return strcasecmp(m->uuid, d->uuid) == 0;
   return m->dev == st->st_dev && m->ino == st->st_ino;
@@ -301,6 +306,7 @@ static int cache_map(const char *server_id, const st__arena_desc_t *d, int fd,
   m->bytes = d->bytes;
   m->refs = 1;
   m->pid = getpid();
+  m->readonly = d->readonly != 0;
   if (d->cuda) {
     m->cuda = 1;
     snprintf(m->uuid, sizeof m->uuid, "%s", d->uuid);

@@ -51,6 +51,8 @@
   X(device, device, char *, ST_OPT_DEVICE, 0, NULL, NULL,                                      \
     "where the body builds by default; none: the config's default_device")                     \
   X(ipc, ipc, st__ipc_t, ST_OPT_ENUM, 0, "vmm|legacy", NULL,                                   \
-    "CUDA sharing mode of the results (legacy: cudaIpcMemHandle_t, opt-in)")
+    "CUDA sharing mode of the results (legacy: cudaIpcMemHandle_t, opt-in)")                   \
+  X(readonly, readonly, int, ST_OPT_BOOL, 0, NULL, NULL,                                       \
+    "clients map the objects it makes read-only (docs/keys.md, section 5)")
 
 #endif

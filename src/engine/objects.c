@@ -262,6 +262,7 @@ int st__objects_add(st__objects_t *r, const st__object_spec_t *spec, st__build_r
   r->next_id++;
   o->fingerprint = spec->fingerprint;
   o->managed = spec->managed;
+  o->readonly = spec->readonly;
   o->bytes = size;
   for (int i = 0; i < ncharges; i++) {
     o->charges[i] = charges[i];

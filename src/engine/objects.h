@@ -55,6 +55,8 @@ typedef struct st__object {
   uint64_t fingerprint;       /* of the declaration that built it */
   int cached;                 /* in the cache now */
   int managed;
+  int readonly;               /* its endpoint says readonly: every reply of
+                                 it maps read-only (docs/keys.md) */
   uint32_t refcount;          /* leases, all connections together */
   uint32_t holds;             /* unfetched task results */
   st__lease_t *leases;        /* owned, nleases used */
@@ -107,6 +109,7 @@ typedef struct st__object_spec {
   uint64_t fingerprint;
   int cache;                  /* put it in the cache (replaces an entry) */
   int managed;
+  int readonly;
   const char *where;          /* NULL, or the device the call built on: part
                                  of the cache slot, so that one endpoint and
                                  key cache one object per device */

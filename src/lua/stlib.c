@@ -9,6 +9,7 @@
  *   st.null            nil inside arguments' arrays and maps, and in
  *                      results (value.c): the light userdata NULL
  *   st.version         server version string
+ *   st.key(name [, v]) a key a client published (keys.c)
  *   + tensors (construct.c) and st.module (module.c)
  *
  * The table is built once per state and exposed as a read-only proxy.
@@ -19,6 +20,7 @@
  */
 #include "lua/stlib.h"
 #include "lua/construct.h"
+#include "lua/keys.h"
 #include "lua/module.h"
 #include "lua/safetensors.h"
 
@@ -322,6 +324,7 @@ static void build_st(lua_State *L) {
   st__lua_open_construct(L, st);
   st__lua_open_module(L, st);
   st__lua_open_safetensors(L, st);
+  st__lua_open_keys(L, st);
 
   lua_pushlightuserdata(L, &st_key);
   st__lua_push_readonly(L, st);               /* st, key, proxy */

@@ -242,6 +242,23 @@ int st__arena_dup_fd(const st__arena_t *a, char *err, size_t errlen) {
   return ST_ERR_INTERNAL;
 }
 
+/* See arena.h. Any thread. */
+int st__arena_dup_fd_readonly(const st__arena_t *a, char *err, size_t errlen) {
+  if (a->kind == ST__ARENA_CUDA || a->kind == ST__ARENA_POOL || a->fd < 0 ||
+      st__arena_device(a) >= 0)
+    return st__arena_dup_fd(a, err, errlen);
+  /* A new open file description of the same memfd, read-only: mmap of it
+   * with PROT_WRITE and MAP_SHARED fails with EACCES, and so does a later
+   * mprotect to PROT_WRITE. */
+  char path[40];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", a->fd);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) return fd;
+  if (err && errlen) snprintf(err, errlen, "reopening the memfd read-only: %s", strerror(errno));
+  if (errno == EMFILE || errno == ENFILE) return ST_ERR_LIMIT;
+  return ST_ERR_INTERNAL;
+}
+
 /* Fills everything but d->fd. `bytes` is the allocated size, which is what
  * a client maps (never 0). */
 void st__arena_describe(const st__arena_t *a, st__arena_desc_t *d) {

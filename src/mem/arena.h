@@ -142,6 +142,13 @@ int st__arena_has_fd(const st__arena_t *a);
  * st__arena_has_fd) with the reason in err (may be NULL). Any thread. */
 int st__arena_dup_fd(const st__arena_t *a, char *err, size_t errlen);
 
+/* As st__arena_dup_fd, but for a CPU arena a descriptor that cannot map
+ * the memory writable: the memfd reopened O_RDONLY through /proc/self/fd
+ * (mmap with PROT_WRITE and MAP_SHARED fails with EACCES). A CUDA arena's
+ * descriptor is st__arena_dup_fd's: read-only access to it is set by the
+ * importer (the client library). Any thread. */
+int st__arena_dup_fd_readonly(const st__arena_t *a, char *err, size_t errlen);
+
 /* Fills everything of *d except d->fd (the message-local index; a legacy
  * arena has none and sets d->legacy). */
 void st__arena_describe(const st__arena_t *a, st__arena_desc_t *d);

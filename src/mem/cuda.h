@@ -196,6 +196,12 @@ typedef struct st__cuda_mapping {
   int ordinal;       /* device ordinal in this process                 */
 } st__cuda_mapping_t;
 
+/* Makes mapping m read-only on its device (cuMemSetAccess with
+ * CU_MEM_ACCESS_FLAGS_PROT_READ): a kernel that writes it faults in this
+ * process (docs/keys.md, "Read-only mappings"). ST_OK or the driver's
+ * failure. Any thread; leaves m's device context current. */
+int st__cuda_set_readonly(const st__cuda_mapping_t *m, char *err, size_t errlen);
+
 /* Maps an allocation received as a POSIX descriptor (cuda_import.c): finds
  * the device whose UUID is `uuid`, imports `fd` (borrowed: the caller
  * closes it afterwards, the mapping does not need it), reserves `bytes` of
@@ -226,12 +232,6 @@ int st__cuda_create_fd(int ordinal, uint64_t bytes, int *fd, uint64_t *size, cha
  * process maps it and no descriptor or handle remains. NULL or an
  * unmapped struct is a no-op. Any thread. */
 void st__cuda_unmap(st__cuda_mapping_t *m);
-
-/* Makes the device's access to mapping m read-only (cuMemSetAccess with
- * PROT_READ): a kernel of this process that writes it faults. The range
- * must be mapped by st__cuda_import. ST_OK, CAPABILITY or the driver's
- * error. Any thread; the device's context becomes current. */
-int st__cuda_protect_read(st__cuda_mapping_t *m, char *err, size_t errlen);
 
 /* --------------------------------------------------- server side (arenas) */
 

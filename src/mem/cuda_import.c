@@ -156,7 +156,7 @@ void st__cuda_unmap(st__cuda_mapping_t *m) {
 }
 
 /* See cuda.h. Any thread. */
-int st__cuda_protect_read(st__cuda_mapping_t *m, char *err, size_t errlen) {
+int st__cuda_set_readonly(const st__cuda_mapping_t *m, char *err, size_t errlen) {
   const st__cuda_api_t *a = st__cuda_api(err, errlen);
   if (!a) return ST_ERR_CAPABILITY;
   int rc = st__cuda_ctx_enter(m->ordinal, err, errlen);
@@ -167,13 +167,13 @@ int st__cuda_protect_read(st__cuda_mapping_t *m, char *err, size_t errlen) {
   acc.location.id = m->ordinal;
   acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READ;
   return st__cuda_error(a->cuMemSetAccess((CUdeviceptr)m->dptr, (size_t)m->bytes, &acc, 1),
-                        "cuMemSetAccess (read-only)", err, errlen);
+                        "cuMemSetAccess(PROT_READ)", err, errlen);
 }
 
 #else /* !ST_HAVE_CUDA */
 
 /* See cuda.h. */
-int st__cuda_protect_read(st__cuda_mapping_t *m, char *err, size_t errlen) {
+int st__cuda_set_readonly(const st__cuda_mapping_t *m, char *err, size_t errlen) {
   (void)m;
   if (err && errlen) snprintf(err, errlen, "no CUDA device: built without CUDA support");
   return ST_ERR_CAPABILITY;

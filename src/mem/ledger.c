@@ -111,8 +111,8 @@ int st__ledger_charge(int device, uint64_t bytes, unsigned fds, char *err, size_
                     (unsigned long long)bytes, name, (unsigned long long)b, key);
   return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen,
                   "an allocation of %llu bytes on %s does not fit its memory budget: %llu of "
-                  "%llu bytes in use by objects, task results, replies and running calls, "
-                  "after evicting what the cache could give (%s sets it)",
+                  "%llu bytes in use by objects, published keys, task results, replies and "
+                  "running calls, after evicting what the cache could give (%s sets it)",
                   (unsigned long long)bytes, name, (unsigned long long)atomic_load(&used[s]),
                   (unsigned long long)b, key);
 }

@@ -197,7 +197,8 @@ void st__pack_arena(msgpack_packer *pk, const st__arena_desc_t *a) {
 
 /* See proto.h. */
 void st__pack_arena_open(msgpack_packer *pk, const st__arena_desc_t *a, size_t extra) {
-  size_t n = (a->legacy ? 8 : a->cuda ? 6 : 5) + (a->arg_id != 0) - (!a->legacy && a->no_fd);
+  size_t n = (a->legacy ? 8 : a->cuda ? 6 : 5) + (a->arg_id != 0) - (!a->legacy && a->no_fd) +
+             (a->readonly != 0);
   msgpack_pack_map(pk, n + extra);
   if (!a->legacy && !a->no_fd) {
     st__pack_kv_uint(pk, "fd", a->fd);
@@ -210,6 +211,7 @@ void st__pack_arena_open(msgpack_packer *pk, const st__arena_desc_t *a, size_t e
   st__pack_kv_str(pk, "backend", a->legacy ? "legacy" : a->backend);
   st__pack_kv_uint(pk, "id", a->id);
   if (a->arg_id) st__pack_kv_uint(pk, "arg_id", a->arg_id);
+  if (a->readonly) st__pack_kv_bool(pk, "readonly", 1);
   if (a->legacy) {
     st__pack_cstr(pk, "ipc_handle");
     msgpack_pack_bin(pk, ST_IPC_HANDLE_LEN);
@@ -278,6 +280,9 @@ static int parse_arena(const msgpack_object *o, st__arena_desc_t *a, int region,
     if ((rc = get_u64(o, "arg_id", UINT64_MAX, &a->arg_id, err, errlen)) != ST_OK) return rc;
     if (a->arg_id == 0) return fail(err, errlen, "'arg_id' must be at least 1");
   }
+  const msgpack_object *ro = st__map_get(o, "readonly");
+  if (ro && ro->type != MSGPACK_OBJECT_BOOLEAN) return fail(err, errlen, "'readonly' is not a boolean");
+  a->readonly = ro && ro->via.boolean;
   if (strcmp(a->backend, "legacy") == 0)
     return region ? fail(err, errlen, "a pool slab is never a legacy arena")
                   : legacy_fields(o, a, err, errlen);

@@ -199,6 +199,10 @@ typedef struct st__arena_desc {
    * carries no descriptor and names an allocation sent before. */
   uint64_t arg_id;
   int no_fd;
+  /* Replies only (docs/keys.md, "Read-only mappings"): the client maps
+   * the arena read-only (its descriptor, on the CPU, cannot map it
+   * writable anyway). Packed as `readonly: true` when set. */
+  int readonly;
 } st__arena_desc_t;
 
 /* Packs a tensor as ext ST_EXT_TENSOR. */

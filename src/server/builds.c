@@ -232,6 +232,7 @@ static void deliver_built_object(st__server_t *srv, st__build_t *b, st__job_t *j
                             .fingerprint = job->ep->fingerprint,
                             .cache = cache,
                             .managed = job->ep->managed,
+                            .readonly = job->ep->readonly,
                             .where = b->where};
   st__object_t *obj = NULL;
   char err[512];

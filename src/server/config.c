@@ -123,6 +123,19 @@ static const st__setting_t pool_rows[] = {
     {.name = NULL},
 };
 
+static const st__setting_t keys_rows[] = {
+    {.name = "max_keys", .type = ST_SET_INT, INT_FIELD(keys_max_keys), .lo = 0, .hi = 1 << 24,
+     .def = 1024, .description = "published keys the server keeps (put of a new key past it: LIMIT)"},
+    {.name = "max_bytes", .type = ST_SET_INT, INT_FIELD(keys_max_bytes), .lo = 0,
+     .hi = INT64_C(1) << 53, .def = 0,
+     .description = "bytes of every kept key version, all devices together; 0 = each device's "
+                    "memory_budget alone bounds them"},
+    {.name = "max_versions", .type = ST_SET_INT, INT_FIELD(keys_max_versions), .lo = 1,
+     .hi = 1 << 16, .def = 2,
+     .description = "versions kept per key; a put past it drops the oldest"},
+    {.name = NULL},
+};
+
 static const st__setting_t tasks_rows[] = {
     {.name = "ttl_s", .type = ST_SET_SECONDS, .flags = ST_SET_OPEN, .offset = F(task_ttl_s),
      .min = 0, .max = 1e9, .def_seconds = 600.0,
@@ -171,6 +184,8 @@ const st__setting_t st__config_settings[] = {
      .description = "limits of connections, messages and allocations"},
     {.name = "pool", .type = ST_SET_TABLE, .rows = pool_rows,
      .description = "per-connection pools of result memory (docs/pool.md)"},
+    {.name = "keys", .type = ST_SET_TABLE, .rows = keys_rows,
+     .description = "published keys: put, get (docs/keys.md)"},
     {.name = "tasks", .type = ST_SET_TABLE, .rows = tasks_rows,
      .description = "the task table: retention and capacity"},
     {.name = "memory_budget", .type = ST_SET_MAP, .lo = 0, .hi = INT64_C(1) << 60,

@@ -71,6 +71,11 @@ typedef struct st__config {
   uint64_t max_buffer_bytes;     /* one buffer's slots; 0: a quarter of its
                                     device's memory budget */
   int max_buffer_handles_per_connection;
+  /* Published keys (docs/keys.md): keys.max_keys, keys.max_bytes (0: the
+   * budgets alone), keys.max_versions kept per key. */
+  int keys_max_keys;
+  uint64_t keys_max_bytes;
+  int keys_max_versions;
   /* Result pools of connections that ask for them (docs/pool.md):
    * pool.slab_bytes, max_bytes_per_connection, max_result_bytes (0:
    * derived), max_regions (0: no pools). */

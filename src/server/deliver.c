@@ -48,7 +48,10 @@ void st__deliver_object(st__server_t *srv, const st__consumer_t *k, st__object_t
     lease = 1;
   }
   st__objects_touch(&srv->objects, obj);
-  if (st__reply_object(c, k->request_id, obj, lease) != ST_OK && lease)
+  int rc = k->readonly || obj->readonly
+               ? st__reply_object_readonly(c, k->request_id, obj, lease)
+               : st__reply_object(c, k->request_id, obj, lease);
+  if (rc != ST_OK && lease)
     st__drop_lease(srv, c, obj);   /* the client never saw it */
   st__conn_request_done(c);
 }

@@ -156,6 +156,22 @@ static void pack_objects(msgpack_packer *pk, const st__objects_t *r) {
   st__pack_kv_uint(pk, "bytes", bytes);
 }
 
+/* keys = {count, versions, bytes, puts, evictions}: the published keys now
+ * (docs/keys.md), and versions made and evicted since start. */
+static void pack_keys(msgpack_packer *pk, const st__keys_t *t) {
+  size_t n = 0, versions = 0;
+  st__key_t **list = st__keys_list((st__keys_t *)t, NULL, 0, &n);
+  for (size_t i = 0; i < n; i++) versions += list[i]->nversions;
+  free(list);
+  st__pack_cstr(pk, "keys");
+  msgpack_pack_map(pk, 5);
+  st__pack_kv_uint(pk, "count", t->count);
+  st__pack_kv_uint(pk, "versions", versions);
+  st__pack_kv_uint(pk, "bytes", t->bytes);
+  st__pack_kv_uint(pk, "puts", t->puts);
+  st__pack_kv_uint(pk, "evictions", t->evictions);
+}
+
 /* A device's free and total bytes, sampled (cuMemGetInfo, a driver
  * round trip) at most every MEM_SAMPLE_S, and at once when this server's
  * own charge on the device moved since the last sample: what the server
@@ -368,7 +384,7 @@ void st__describe_free(st__server_t *srv) {
 /* Packs the result of info (docs/protocol.md): the fixed pairs, then
  * those that move between two calls. Loop thread. */
 void st__describe_info(msgpack_packer *pk, st__server_t *srv) {
-  msgpack_pack_map(pk, INFO_FIXED_PAIRS + 13);
+  msgpack_pack_map(pk, INFO_FIXED_PAIRS + 14);
   const msgpack_sbuffer *fixed = info_fixed(srv);
   if (fixed) pk->callback(pk->data, fixed->data, fixed->size);
   else pack_fixed(pk, srv);
@@ -399,6 +415,7 @@ void st__describe_info(msgpack_packer *pk, st__server_t *srv) {
   st__pack_kv_uint(pk, "max_fds", l.fd_cap);
 
   pack_objects(pk, &srv->objects);
+  pack_keys(pk, &srv->keys);
   pack_memory(pk, srv);
   pack_tasks(pk, srv);
 }

@@ -192,6 +192,9 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
 
   st__arena_set_limit(cfg->max_object_bytes);
   st__objects_init(&srv->objects);
+  st__keys_init(&srv->keys, (size_t)cfg->keys_max_keys, cfg->keys_max_bytes,
+                (unsigned)cfg->keys_max_versions);
+  st__keys_serve(&srv->keys);
   if (st__reclaim_start(srv) != ST_OK) {
     start_failed(setup, "out of memory");
     return ST_ERR_OUT_OF_MEMORY;
@@ -324,6 +327,7 @@ void st__server_destroy(st__server_t *srv) {
    * hold objects, so they go first. */
   st__work_destroy(srv);
   st__objects_free(&srv->objects);
+  st__keys_free(&srv->keys);
   st__handoff_free_all(&srv->handoffs);
   st__buffer_free_all(&srv->buffers);
   ev_timer_stop(srv->loop, &srv->grace);

@@ -14,11 +14,12 @@
 #define P_OBJECT P("object_id", ST_RPC_U64, ST_RPC_REQUIRED)
 #define P_ENDPOINT P("endpoint", ST_RPC_STR, ST_RPC_REQUIRED)
 #define P_NAME P("name", ST_RPC_STR, ST_RPC_REQUIRED)
+#define P_KEY P("key", ST_RPC_STR, ST_RPC_REQUIRED)
 #define NONE {{0}}
 
 static const st__rpc_method_t methods[] = {
     {M(ping), st__rpc_ping, NONE},
-    {M(call), st__rpc_call, {P_ENDPOINT, ANY("args"), ANY("arenas")}},
+    {M(call), st__rpc_call, {P_ENDPOINT, ANY("args"), ANY("arenas"), ANY("readonly")}},
     {M(hello), st__rpc_hello,
      {P("protocol", ST_RPC_U64, ST_RPC_NIL_IS_VALUE), P("client", ST_RPC_STR, ST_RPC_NIL_IS_VALUE),
       ANY("features")}},
@@ -53,9 +54,16 @@ static const st__rpc_method_t methods[] = {
     {M(buffer_close), st__rpc_buffer_close, {P_NAME, P("handle", ST_RPC_U64, ST_RPC_REQUIRED)}},
     {M(buffer_unlink), st__rpc_buffer_unlink, {P_NAME}},
     {M(buffers), st__rpc_buffers, NONE},
+    {M(put), st__rpc_put,
+     {P_KEY, P("value", ST_RPC_ANY, ST_RPC_REQUIRED), ANY("arenas"),
+      {.name = "policy", .type = ST_RPC_WORD, .choices = ST__KEY_POLICY_NAMES}, ANY("readonly")}},
+    {M(get), st__rpc_get, {P_KEY, P("version", ST_RPC_U64, 0), ANY("readonly")}},
+    {M(keys), st__rpc_keys, {P("prefix", ST_RPC_STR, 0)}},
+    {M(delete), st__rpc_delete, {P_KEY}},
 };
 
 #define NMETHODS (sizeof methods / sizeof methods[0])
+_Static_assert(NMETHODS <= ST__STATS_NMETHODS, "raise ST__STATS_NMETHODS (server.h)");
 
 /* The row of a method name (not NUL-terminated); see rpc.h. A linear
  * scan by length first: the busiest methods come first. */

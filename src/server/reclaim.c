@@ -39,6 +39,14 @@ struct st__reclaim {
   ev_async wake;
 };
 
+/* Loop thread: cached objects first, then versions of evictable keys
+ * (docs/keys.md, "Policies"); how many went. */
+static size_t evict(st__server_t *srv, int device, uint64_t bytes, unsigned fds) {
+  size_t n = st__objects_reclaim(&srv->objects, device, bytes, fds);
+  if (!st__ledger_fits(device, bytes, fds)) n += st__keys_reclaim(&srv->keys, device, bytes, fds);
+  return n;
+}
+
 /* Loop thread: answers every pending request. */
 static void on_wake(struct ev_loop *loop, ev_async *w, int revents) {
   (void)loop;
@@ -51,10 +59,10 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents) {
   pthread_mutex_unlock(&rc->mu);
   size_t total = 0;
   for (request_t *q = list; q; q = q->next) {
-    q->evicted = st__objects_reclaim(&rc->srv->objects, q->device, q->bytes, q->fds);
+    q->evicted = evict(rc->srv, q->device, q->bytes, q->fds);
     total += q->evicted;
   }
-  if (total) ST_LOG_D("server", "evicted %zu cached objects to make room", total);
+  if (total) ST_LOG_D("server", "evicted %zu cached objects or key versions to make room", total);
   pthread_mutex_lock(&rc->mu);
   while (list) {
     request_t *next = list->next;
@@ -77,7 +85,7 @@ static void unlink_request(struct st__reclaim *rc, request_t *q) {
 static int on_charge_refused(void *ctx, int device, uint64_t bytes, unsigned fds) {
   struct st__reclaim *rc = ctx;
   if (pthread_equal(pthread_self(), rc->loop_thread))
-    return st__objects_reclaim(&rc->srv->objects, device, bytes, fds) > 0;
+    return evict(rc->srv, device, bytes, fds) > 0;
   request_t q = {.device = device, .bytes = bytes, .fds = fds};
   struct timespec until;
   clock_gettime(CLOCK_MONOTONIC, &until);

@@ -105,8 +105,12 @@ static int same_form(const st__object_t *obj, int lease) {
  * once"). */
 static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
                         const st__build_result_t *r, const st__object_t *obj, int lease,
-                        int keep_object) {
+                        int keep_object, const st__reply_more_t *more) {
   st__server_t *srv = c->srv;
+  /* An object's arenas, and a key's, may go by id to a client that keeps
+   * them mapped from an earlier reply on this connection. */
+  int readonly = more && more->readonly;
+  int by_id = !readonly && (obj != NULL || (more && more->keep_arenas));
   if (r->narenas > ST_MAX_FDS_PER_MESSAGE) {
     char m[200];
     snprintf(m, sizeof m, "%s: the result uses %zu allocations; at most %d fit in one reply",
@@ -128,7 +132,8 @@ static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
     return ST_ERR_OUT_OF_MEMORY;
   }
   char why[300];
-  int rc = st__pool_reply_prepare(c, r, obj != NULL, prp, why, sizeof why);
+  int rc = st__pool_reply_prepare(c, r, by_id, prp, why, sizeof why);
+  prp->readonly = readonly;
   if (rc != ST_OK) {
     free(prp);
     char m[400];
@@ -162,7 +167,7 @@ static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
    * remembered for the next replies (listed in `kept`). */
   uint32_t kept[ST_MAX_FDS_PER_MESSAGE];
   uint32_t nkept = 0;
-  for (size_t i = 0; obj && !c->dead && i < prp->n; i++)
+  for (size_t i = 0; by_id && !c->dead && i < prp->n; i++)
     if (!prp->pooled[i] && !prp->ref[i] && st__arena_has_fd(prp->arenas[i]) &&
         st__idset_add(&c->arena_refs, st__arena_id(prp->arenas[i])))
       kept[nkept++] = (uint32_t)i;
@@ -171,7 +176,8 @@ static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
   msgpack_sbuffer sb;
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, id);
-  msgpack_pack_map(&pk, 2 + (obj != NULL) + (nkept > 0) + prp->page + object_kept);
+  msgpack_pack_map(&pk, 2 + (obj != NULL) + (nkept > 0) + prp->page + object_kept +
+                            (more ? more->npairs : 0));
   st__pack_cstr(&pk, "value");
   if (r->value.size) msgpack_sbuffer_write(&sb, r->value.data, r->value.size);
   else msgpack_pack_nil(&pk);
@@ -188,6 +194,7 @@ static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
     pack_object(&pk, srv, obj, lease);
   }
   if (object_kept) st__pack_kv_bool(&pk, "object_kept", 1);
+  if (more && more->npairs) more->pack(&pk, more->ud);
   if (!c->dead) st__stats_answered(srv, &c->open, id, ST_OK);
   st__conn_send_pinned(c, &sb, fds, nfds, pinned);
   msgpack_sbuffer_destroy(&sb);
@@ -201,7 +208,16 @@ static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
 int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
                      const st__build_result_t *r, const st__object_t *obj, int lease) {
   st__prof_begin(ST_PROF_PACK);
-  int rc = reply_result(c, id, endpoint, r, obj, lease, 0);
+  int rc = reply_result(c, id, endpoint, r, obj, lease, 0, NULL);
+  st__prof_end();
+  return rc;
+}
+
+/* A result with more pairs (a published key's); see work.h. */
+int st__reply_more(st__conn_t *c, uint32_t id, const char *what, const st__build_result_t *r,
+                   const st__reply_more_t *more) {
+  st__prof_begin(ST_PROF_PACK);
+  int rc = reply_result(c, id, what, r, NULL, 0, 0, more);
   st__prof_end();
   return rc;
 }
@@ -221,8 +237,17 @@ int st__reply_object(st__conn_t *c, uint32_t id, const st__object_t *obj, int le
     st__pack_kv_bool(&pk, "same", 1);
     st__reply_send(c, id, &sb);
   } else {
-    rc = reply_result(c, id, obj->endpoint, &obj->result, obj, lease, 1);
+    rc = reply_result(c, id, obj->endpoint, &obj->result, obj, lease, 1, NULL);
   }
+  st__prof_end();
+  return rc;
+}
+
+/* A read-only reply of obj; see work.h. */
+int st__reply_object_readonly(st__conn_t *c, uint32_t id, const st__object_t *obj, int lease) {
+  st__prof_begin(ST_PROF_PACK);
+  st__reply_more_t more = {.readonly = 1};
+  int rc = reply_result(c, id, obj->endpoint, &obj->result, obj, lease, 0, &more);
   st__prof_end();
   return rc;
 }

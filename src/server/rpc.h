@@ -18,6 +18,7 @@
  *                   handoff_delete
  *   rpc_buffer.c    buffer_create, buffer_open, buffer_close,
  *                   buffer_unlink, buffers
+ *   rpc_keys.c      put, get, keys, delete
  *
  * Adding a method: its row in methods.c, its handler in the file of its
  * concern (declared below), its section in docs/protocol.md.
@@ -179,5 +180,10 @@ void st__rpc_buffer_open(st__rpc_req_t *r);
 void st__rpc_buffer_close(st__rpc_req_t *r);
 void st__rpc_buffer_unlink(st__rpc_req_t *r);
 void st__rpc_buffers(st__rpc_req_t *r);
+/* rpc_keys.c */
+void st__rpc_put(st__rpc_req_t *r);
+void st__rpc_get(st__rpc_req_t *r);
+void st__rpc_keys(st__rpc_req_t *r);
+void st__rpc_delete(st__rpc_req_t *r);
 
 #endif

@@ -84,7 +84,14 @@ void st__rpc_call(st__rpc_req_t *r) {
     msgpack_sbuffer_destroy(&bound);
     return;
   }
-  st__consumer_t who = {.kind = ST_CONSUMER_CALL, .conn_id = c->id, .request_id = r->id};
+  const msgpack_object *ro = st__rpc_arg(r, "readonly");
+  if (ro && ro->type != MSGPACK_OBJECT_BOOLEAN) {
+    msgpack_sbuffer_destroy(&bound);
+    st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "call: 'readonly' must be true or false");
+    return;
+  }
+  st__consumer_t who = {.kind = ST_CONSUMER_CALL, .conn_id = c->id, .request_id = r->id,
+                        .readonly = ro && ro->via.boolean};
   char err[512];
   st__prof_begin(ST_PROF_CACHE);
   int rc = st__build_start(srv, ep, bound.data, bound.size, c->targs, &who, c->device, err,

@@ -37,6 +37,7 @@
 #include "engine/buffer.h"
 #include "engine/handoff.h"
 #include "engine/job.h"
+#include "engine/keys.h"
 #include "engine/objects.h"
 #include "engine/pool.h"
 #include "server/config.h"
@@ -145,7 +146,7 @@ typedef struct st__counters {
 
 /* Methods the stats can tell apart (methods.c has fewer rows); requests
  * for a method name that has no row count under index ST__STATS_NMETHODS. */
-#define ST__STATS_NMETHODS 32
+#define ST__STATS_NMETHODS 48
 /* Upper bounds of the request latency buckets, seconds (+Inf is last). */
 #define ST__STATS_BUCKETS                                                                   {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,    2.5, 5.0, 10.0, 30.0, 60.0}
 #define ST__STATS_NBUCKETS 18
@@ -294,6 +295,7 @@ struct st__server {
   int stopped;                /* the loop was told to stop                 */
   st__handoffs_t handoffs;    /* named hand-offs (rpc_handoff.c)           */
   st__buffers_t buffers;      /* named buffers (rpc_buffer.c)              */
+  st__keys_t keys;            /* published keys (rpc_keys.c)               */
   struct st__info_fixed *info_fixed; /* owned: info's pairs that move only at
                                  start or on a reload, packed (describe.c) */
 };

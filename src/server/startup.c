@@ -129,6 +129,8 @@ static int run_check(const st__config_t *cfg, int config_errors) {
          (unsigned long long)cfg->max_buffers, (unsigned long long)cfg->max_buffer_bytes,
          cfg->max_buffer_bytes ? "" : " (a quarter of each device's budget)",
          cfg->max_buffer_handles_per_connection);
+  printf("keys: max_keys=%d max_bytes=%llu max_versions=%d (max_bytes 0: the budgets alone)\n",
+         cfg->keys_max_keys, (unsigned long long)cfg->keys_max_bytes, cfg->keys_max_versions);
   printf("pool: slab_bytes=%llu max_bytes_per_connection=%llu max_result_bytes=%llu "
          "max_regions=%d cuda_slab_bytes=%llu cuda_max_bytes_per_connection=%llu idle_s=%g "
          "(each capped at a quarter of its device's budget; max_result_bytes 0: derived)\n",

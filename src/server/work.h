@@ -39,6 +39,8 @@ typedef struct st__consumer {
   st__consumer_kind_t kind;
   uint64_t conn_id;           /* CALL: who asked ... */
   uint32_t request_id;        /* ... and the request to answer */
+  int readonly;               /* CALL: its reply maps read-only (call's
+                                 `readonly`; docs/keys.md, section 5) */
   struct st__task *task;      /* TASK */
 } st__consumer_t;
 
@@ -307,12 +309,34 @@ void st__reply_true(st__conn_t *c, uint32_t id);
 int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
                       const st__build_result_t *r, const st__object_t *obj, int lease);
 
+/* What a reply of a published key adds to {value, arenas} (rpc_keys.c):
+ * `npairs` key/value pairs that pack(pk, ud) writes, and whether its
+ * arenas may go by id to a client that keeps them mapped from an earlier
+ * reply on this connection (as an object's: docs/protocol.md, "Arenas
+ * sent once"), and whether they go read-only. */
+typedef struct st__reply_more {
+  uint32_t npairs;
+  void (*pack)(msgpack_packer *pk, const void *ud);
+  const void *ud;
+  int keep_arenas;
+  int readonly;               /* the arenas go read-only, never by id
+                                 (docs/keys.md, "Read-only mappings") */
+} st__reply_more_t;
+
+/* As st__reply_result with no object, plus `more`'s pairs; `what` names
+ * the request in errors. Loop thread. */
+int st__reply_more(st__conn_t *c, uint32_t id, const char *what, const st__build_result_t *r,
+                   const st__reply_more_t *more);
+
 /* The reply of a call whose result is object obj: as st__reply_result,
  * or, when c's client holds obj in full from an earlier reply on this
  * connection (docs/protocol.md, "Objects sent once"), {object, same:
  * true} with no value and no arenas. A full reply that c's client may
  * keep is marked `object_kept`. */
 int st__reply_object(st__conn_t *c, uint32_t id, const st__object_t *obj, int lease);
+/* st__reply_object with every arena read-only (never the short form, no
+ * arena by id; docs/keys.md, section 5). */
+int st__reply_object_readonly(st__conn_t *c, uint32_t id, const st__object_t *obj, int lease);
 
 /* Takes back a lease given to c on obj whose reply could not be sent.
  * obj stays valid (the caller still holds it through a hold, the cache or

@@ -520,7 +520,7 @@ class TensorArgumentTest(st_fixture.ServerTestCase):
         self.assertIn("cannot be part of a key", str(cm.exception))
         with self.assertRaises(st.InvalidArgumentError) as cm:
             self.c.invalidate("keyed", x=copy)
-        self.assertIn("tensor arguments go only to call and submit", str(cm.exception))
+        self.assertIn("tensor arguments go only to call, submit and put", str(cm.exception))
         # what cannot be described at all
         with self.assertRaises(TypeError) as cm:
             self.c.call("echo", value=[copy])

@@ -317,7 +317,7 @@ describe("the Lua client", function()
     assert.matches("cannot be part of a key", err)
     r, err = c:invalidate("cached", { x = f32 })
     assert.is_nil(r)
-    assert.matches("tensor arguments go only to call and submit", err)
+    assert.matches("tensor arguments go only to call, submit and put", err)
     assert.is_true(c:ping() > 0)
     -- a result's tensor is the server's memory: misuse, raised with the route
     local res = assert(c:call("t", { n = 3 }))

@@ -1,0 +1,150 @@
+/* src/client: published keys (include/st/client.h, "published keys";
+ * docs/keys.md; wire: docs/protocol.md, "Published keys"). put sends an
+ * argument map as the key's value, with its tensors' descriptors as a
+ * call does; get maps the reply like a call's result. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/client_internal.h"
+#include "client/result.h"
+#include "common/fail.h"
+
+/* The copy of a tensor that is not in st_tensor_alloc memory into a fresh
+ * allocation (*out, one tensor). */
+static int copy_tensor(const st_tensor_t *t, const char *key, st_result_t **out, char *err,
+                       size_t errlen) {
+  char dev[24] = "cpu";
+  if (t->device == ST_DEVICE_CUDA) {
+    if (t->device_index < 0 || !st_tensor_is_contiguous(t))
+      return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                      "argument '%s': a CUDA tensor is copied only when contiguous and with "
+                      "its device_index (make it contiguous first)",
+                      key);
+    snprintf(dev, sizeof dev, "cuda:%d", t->device_index);
+  }
+  int rc = st_tensor_alloc(dev, t->dtype, t->ndim, t->shape, out, err, errlen);
+  if (rc != ST_OK) return rc;
+  const st_tensor_t *dst = st_result_tensor(*out, 0);
+  rc = t->device == ST_DEVICE_CUDA
+           ? st__client_cuda_dtod(dst->data, t->data, t->nbytes, t->device_index)
+           : st_tensor_copy_to_host(t, dst->data, dst->nbytes);
+  if (rc != ST_OK) {
+    st_result_free(*out);
+    *out = NULL;
+    return st__fail(rc, err, errlen, "argument '%s': the copy failed: %s", key, st_strerror(rc));
+  }
+  return ST_OK;
+}
+
+/* See client.h. Any thread that owns a. */
+ST_API int st_args_tensor_copy(st_args_t *a, const char *key, const st_tensor_t *t, int *copied,
+                               char *err, size_t errlen) {
+  if (copied) *copied = 0;
+  if (!t) return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "NULL tensor");
+  if (st_tensor_is_shareable(t)) return st_args_tensor(a, key, t, err, errlen);
+  if (!a || !key || !*key)
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "NULL argument map or key");
+  st_result_t *copy = NULL;
+  int rc = copy_tensor(t, key, &copy, err, errlen);
+  if (rc != ST_OK) return rc;
+  /* The map keeps the allocation's mapping; the result may go. */
+  rc = st_args_tensor(a, key, st_result_tensor(copy, 0), err, errlen);
+  st_result_free(copy);
+  if (rc == ST_OK && copied) *copied = 1;
+  return rc;
+}
+
+typedef struct put_head {
+  const char *key;
+  int policy;
+  int readonly;
+} put_head_t;
+
+static void pack_put_head(msgpack_packer *pk, const void *ud) {
+  const put_head_t *h = ud;
+  st__pack_cstr(pk, "key");
+  st__pack_cstr(pk, h->key);
+  st__pack_kv_str(pk, "policy", h->policy == ST_KEY_EVICTABLE ? "evictable" : "pinned");
+  st__pack_kv_bool(pk, "readonly", h->readonly);
+}
+
+/* See client.h. Thread of the client. */
+ST_API int st_client_put(st_client_t *c, const char *key, const st_args_t *value, int policy,
+                         int flags, uint64_t *version) {
+  if (version) *version = 0;
+  if (!c) return ST_ERR_INVALID_ARGUMENT;
+  if (!key || !*key || !value)
+    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "put: a key and a value are required");
+  if (policy != ST_KEY_PINNED && policy != ST_KEY_EVICTABLE)
+    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "put: unknown policy %d", policy);
+  put_head_t h = {.key = key, .policy = policy, .readonly = (flags & ST_PUT_READONLY) != 0};
+  st__client_head_t head = {.npairs = 3, .pack = pack_put_head, .ud = &h};
+  st_result_t *r = NULL;
+  int rc = st__client_args_method(c, "put", &head, "value", value, 0, &r);
+  if (rc != ST_OK) return rc;
+  const st_value_t *v = st_value_get(st_result_value(r), "version");
+  if (version && v && v->kind == ST_VALUE_INT) *version = (uint64_t)v->as.integer;
+  st_result_free(r);
+  return ST_OK;
+}
+
+/* See client.h. Thread of the client. */
+ST_API int st_client_get(st_client_t *c, const char *key, uint64_t version, int flags,
+                         st_result_t **out, uint64_t *got_version) {
+  if (out) *out = NULL;
+  if (got_version) *got_version = 0;
+  if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
+  if (!key || !*key) return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "get: no key given");
+  st__cbuf_t b;
+  st__client_cbuf_init(&b);
+  msgpack_pack_map(&b.pk, 1 + (version > 0) + ((flags & ST_GET_READONLY) != 0));
+  st__pack_cstr(&b.pk, "key");
+  st__pack_cstr(&b.pk, key);
+  if (version) st__pack_kv_uint(&b.pk, "version", version);
+  if (flags & ST_GET_READONLY) st__pack_kv_bool(&b.pk, "readonly", 1);
+  st__message_t m;
+  int *fds = NULL;
+  size_t nfds = 0;
+  int rc = b.oom ? st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing 'get'")
+                 : st__client_exchange(c, "get", b.sb.data, b.sb.size, NULL, 0, &m, &fds, &nfds);
+  st__client_cbuf_destroy(&b);
+  if (rc != ST_OK) return rc;
+  rc = st__client_result_decode(c, &m.result, 1, fds, nfds, out);
+  const msgpack_object *v = st__map_get(&m.result, "version");
+  if (rc == ST_OK && got_version && v && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+    *got_version = v->via.u64;
+  free(fds);
+  st__message_destroy(&m);
+  return rc;
+}
+
+/* See client.h. Thread of the client. */
+ST_API int st_client_keys(st_client_t *c, const char *prefix, st_result_t **out) {
+  if (out) *out = NULL;
+  if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
+  st__cbuf_t b;
+  st__client_cbuf_init(&b);
+  msgpack_pack_map(&b.pk, prefix ? 1 : 0);
+  if (prefix) st__pack_kv_str(&b.pk, "prefix", prefix);
+  int rc = b.oom ? st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing 'keys'")
+                 : st__client_method(c, "keys", &b, 0, out);
+  st__client_cbuf_destroy(&b);
+  return rc;
+}
+
+/* See client.h. Thread of the client. */
+ST_API int st_client_delete(st_client_t *c, const char *key) {
+  if (!c) return ST_ERR_INVALID_ARGUMENT;
+  if (!key || !*key) return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "delete: no key given");
+  st__cbuf_t b;
+  st__client_cbuf_init(&b);
+  msgpack_pack_map(&b.pk, 1);
+  st__pack_kv_str(&b.pk, "key", key);
+  st_result_t *r = NULL;
+  int rc = b.oom ? st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing 'delete'")
+                 : st__client_method(c, "delete", &b, 0, &r);
+  st__client_cbuf_destroy(&b);
+  st_result_free(r);
+  return rc;
+}

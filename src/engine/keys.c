@@ -1,0 +1,389 @@
+/* src/engine: the key table (keys.h). Loop thread only. */
+#include "engine/keys.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/fail.h"
+#include "engine/job.h"
+#include "mem/arena.h"
+#include "mem/ledger.h"
+#include "st/errors.h"
+
+/* The table endpoints read (st__keys_serve); NULL: none. */
+static st__keys_t *served;
+
+/* See keys.h. */
+void st__keys_init(st__keys_t *t, size_t max_keys, uint64_t max_bytes, unsigned max_versions) {
+  memset(t, 0, sizeof *t);
+  pthread_mutex_init(&t->lock, NULL);
+  st__smap_init(&t->by_name);
+  t->max_keys = max_keys;
+  t->max_bytes = max_bytes;
+  t->max_versions = max_versions ? max_versions : 1;
+}
+
+/* Charges (charge) or discharges the bytes of every arena of r on its
+ * device. ST_OK, or the ledger's refusal (nothing stays charged). */
+static int charge(const st__build_result_t *r, int on, char *err, size_t errlen) {
+  for (size_t i = 0; i < r->narenas; i++) {
+    int dev = st__arena_device(r->arenas[i]);
+    uint64_t b = st__arena_bytes(r->arenas[i]);
+    if (!on) {
+      st__ledger_discharge(dev, b, 0);
+      continue;
+    }
+    int rc = st__ledger_charge(dev, b, 0, err, errlen);
+    if (rc != ST_OK) {
+      for (size_t k = 0; k < i; k++)
+        st__ledger_discharge(st__arena_device(r->arenas[k]), st__arena_bytes(r->arenas[k]), 0);
+      return rc;
+    }
+  }
+  return ST_OK;
+}
+
+static void version_free(st__keys_t *t, st__key_t *k, st__key_version_t *v) {
+  charge(&v->result, 0, NULL, 0);
+  k->bytes -= v->bytes;
+  t->bytes -= v->bytes;
+  st__build_result_destroy(&v->result);
+  free(v);
+}
+
+/* Drops version index i of k. */
+static void drop_version(st__keys_t *t, st__key_t *k, size_t i) {
+  version_free(t, k, k->versions[i]);
+  memmove(&k->versions[i], &k->versions[i + 1], (k->nversions - i - 1) * sizeof *k->versions);
+  k->nversions--;
+}
+
+static void key_free(st__keys_t *t, st__key_t *k) {
+  while (k->nversions) drop_version(t, k, k->nversions - 1);
+  free(k->versions);
+  free(k);
+}
+
+/* Removes k from the table and frees it. */
+static void key_remove(st__keys_t *t, st__key_t *k) {
+  st__smap_del(&t->by_name, k->name, strlen(k->name));
+  t->count--;
+  key_free(t, k);
+}
+
+static void free_each(const char *key, size_t len, void *value, void *ud) {
+  (void)key;
+  (void)len;
+  key_free(ud, value);
+}
+
+/* See keys.h. */
+void st__keys_free(st__keys_t *t) {
+  if (served == t) served = NULL;
+  pthread_mutex_lock(&t->lock);
+  st__smap_each(&t->by_name, free_each, t);
+  st__smap_clear(&t->by_name);
+  t->count = 0;
+  pthread_mutex_unlock(&t->lock);
+  pthread_mutex_destroy(&t->lock);
+}
+
+/* See keys.h. */
+void st__keys_serve(st__keys_t *t) {
+  served = t;
+}
+
+/* See keys.h. */
+int st__keys_name_ok(const char *name, size_t len, char *err, size_t errlen) {
+  if (len == 0 || len > ST__KEY_NAME_MAX)
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                    "a key name is 1 to %d characters (this one has %zu)", ST__KEY_NAME_MAX, len);
+  for (size_t i = 0; i < len; i++) {
+    char ch = name[i];
+    int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+             ch == '.' || ch == '_' || ch == '-' || ch == '/' || ch == ':';
+    if (!ok)
+      return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                      "key name '%.*s': character %zu is not one of A-Z a-z 0-9 . _ - / :",
+                      (int)len, name, i + 1);
+  }
+  return ST_OK;
+}
+
+/* The key of (name, len) for uid, or an error: NOT_FOUND, AUTH (`what`
+ * says what uid wanted to do). */
+static int lookup(st__keys_t *t, const char *name, size_t len, uid_t uid, const char *what,
+                  st__key_t **out, char *err, size_t errlen) {
+  int rc = st__keys_name_ok(name, len, err, errlen);
+  if (rc != ST_OK) return rc;
+  st__key_t *k = st__smap_get(&t->by_name, name, len);
+  if (!k)
+    return st__fail(ST_ERR_NOT_FOUND, err, errlen,
+                    "no key '%.*s' (never put, deleted, or evicted under the memory budget)",
+                    (int)len, name);
+  if (k->uid != uid)
+    return st__fail(ST_ERR_AUTH, err, errlen, "key '%s' belongs to uid %u; uid %u may not %s it",
+                    k->name, (unsigned)k->uid, (unsigned)uid, what);
+  *out = k;
+  return ST_OK;
+}
+
+/* The first CUDA ordinal among r's arenas, else -1. */
+static int first_device(const st__build_result_t *r) {
+  for (size_t i = 0; i < r->narenas; i++) {
+    int d = st__arena_device(r->arenas[i]);
+    if (d >= 0) return d;
+  }
+  return -1;
+}
+
+/* Whether a put of `bytes` into key k (NULL: a new key) fits the table's
+ * limits, counting the version the put retires. */
+static int fits(st__keys_t *t, const st__key_put_t *p, const st__key_t *k, uint64_t bytes,
+                char *err, size_t errlen) {
+  if (!k && t->count >= t->max_keys)
+    return st__fail(ST_ERR_LIMIT, err, errlen,
+                    "key '%.*s': the server keeps at most %zu keys (keys.max_keys)", (int)p->len,
+                    p->name, t->max_keys);
+  uint64_t leaving = 0;
+  if (k && k->nversions >= t->max_versions) leaving = k->versions[0]->bytes;
+  if (t->max_bytes && t->bytes - leaving + bytes > t->max_bytes)
+    return st__fail(ST_ERR_LIMIT, err, errlen,
+                    "key '%.*s': %llu more bytes do not fit: keys hold %llu of at most %llu "
+                    "(keys.max_bytes)",
+                    (int)p->len, p->name, (unsigned long long)bytes,
+                    (unsigned long long)(t->bytes - leaving), (unsigned long long)t->max_bytes);
+  return ST_OK;
+}
+
+/* A new empty key for p; NULL when out of memory. */
+static st__key_t *key_new(st__keys_t *t, const st__key_put_t *p) {
+  st__key_t *k = calloc(1, sizeof *k);
+  if (!k) return NULL;
+  memcpy(k->name, p->name, p->len);
+  k->uid = p->uid;
+  if (st__smap_put(&t->by_name, k->name, p->len, k) != ST_OK) {
+    free(k);
+    return NULL;
+  }
+  t->count++;
+  return k;
+}
+
+/* See keys.h. Loop thread. */
+int st__keys_put(st__keys_t *t, const st__key_put_t *p, st__build_result_t *result,
+                 uint64_t *version, char *err, size_t errlen) {
+  int rc = st__keys_name_ok(p->name, p->len, err, errlen);
+  if (rc != ST_OK) return rc;
+  st__key_t *k = st__smap_get(&t->by_name, p->name, p->len);
+  if (k && k->uid != p->uid)
+    return st__fail(ST_ERR_AUTH, err, errlen, "key '%s' belongs to uid %u; uid %u may not put it",
+                    k->name, (unsigned)k->uid, (unsigned)p->uid);
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < result->narenas; i++) bytes += st__arena_bytes(result->arenas[i]);
+  rc = fits(t, p, k, bytes, err, errlen);
+  if (rc != ST_OK) return rc;
+  st__key_version_t *v = calloc(1, sizeof *v);
+  if (!v) return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+  /* The charge may evict evictable versions, this key's too: look the
+   * key up again afterwards. */
+  char why[400];
+  rc = charge(result, 1, why, sizeof why);
+  if (rc != ST_OK) {
+    free(v);
+    return st__fail(rc, err, errlen, "key '%.*s': %s", (int)p->len, p->name, why);
+  }
+  pthread_mutex_lock(&t->lock);
+  k = st__smap_get(&t->by_name, p->name, p->len);
+  st__key_version_t **grown = NULL;
+  if (!k) k = key_new(t, p);
+  if (k) grown = realloc(k->versions, (k->nversions + 1) * sizeof *k->versions);
+  if (!grown) {
+    charge(result, 0, NULL, 0);
+    free(v);
+    if (k && k->nversions == 0) key_remove(t, k);
+    pthread_mutex_unlock(&t->lock);
+    return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+  }
+  k->versions = grown;
+  v->result = *result;
+  st__build_result_init(result);
+  v->bytes = bytes;
+  v->device = first_device(&v->result);
+  v->created_at = st__now_unix();
+  v->last_used = st__now_mono();
+  v->version = ++k->last_version;
+  k->versions[k->nversions++] = v;
+  k->bytes += bytes;
+  k->policy = p->policy;
+  k->readonly = p->readonly;
+  k->owner_conn = p->conn;
+  t->bytes += bytes;
+  t->puts++;
+  while (k->nversions > t->max_versions) drop_version(t, k, 0);
+  pthread_mutex_unlock(&t->lock);
+  *version = v->version;
+  return ST_OK;
+}
+
+/* See keys.h. Loop thread. */
+int st__keys_get(st__keys_t *t, const char *name, size_t len, uid_t uid, uint64_t version,
+                 st__key_t **key, st__key_version_t **out, char *err, size_t errlen) {
+  st__key_t *k;
+  int rc = lookup(t, name, len, uid, "get", &k, err, errlen);
+  if (rc != ST_OK) return rc;
+  st__key_version_t *v = NULL;
+  if (version == 0) v = k->versions[k->nversions - 1];
+  for (size_t i = 0; !v && i < k->nversions; i++)
+    if (k->versions[i]->version == version) v = k->versions[i];
+  if (!v)
+    return st__fail(ST_ERR_NOT_FOUND, err, errlen,
+                    "key '%s' has no version %llu (kept: %llu..%llu; older ones go after "
+                    "keys.max_versions newer puts, or under the memory budget)",
+                    k->name, (unsigned long long)version,
+                    (unsigned long long)k->versions[0]->version,
+                    (unsigned long long)k->last_version);
+  pthread_mutex_lock(&t->lock);
+  v->last_used = st__now_mono();
+  pthread_mutex_unlock(&t->lock);
+  *key = k;
+  *out = v;
+  return ST_OK;
+}
+
+/* See keys.h. Loop thread. */
+int st__keys_delete(st__keys_t *t, const char *name, size_t len, uid_t uid, char *err,
+                    size_t errlen) {
+  st__key_t *k;
+  int rc = lookup(t, name, len, uid, "delete", &k, err, errlen);
+  if (rc != ST_OK) return rc;
+  pthread_mutex_lock(&t->lock);
+  key_remove(t, k);
+  pthread_mutex_unlock(&t->lock);
+  return ST_OK;
+}
+
+typedef struct collect {
+  const char *prefix;
+  size_t plen;
+  st__key_t **list;
+  size_t n;
+} collect_t;
+
+static void collect_one(const char *key, size_t len, void *value, void *ud) {
+  collect_t *c = ud;
+  if (c->list && len >= c->plen && memcmp(key, c->prefix, c->plen) == 0) c->list[c->n++] = value;
+}
+
+static int by_name(const void *a, const void *b) {
+  return strcmp((*(st__key_t *const *)a)->name, (*(st__key_t *const *)b)->name);
+}
+
+/* See keys.h. Loop thread. */
+st__key_t **st__keys_list(st__keys_t *t, const char *prefix, size_t plen, size_t *n) {
+  collect_t c = {.prefix = prefix ? prefix : "", .plen = prefix ? plen : 0};
+  *n = 0;
+  if (t->count == 0) return NULL;
+  c.list = malloc(t->count * sizeof *c.list);
+  st__smap_each(&t->by_name, collect_one, &c);
+  if (c.n == 0) {
+    free(c.list);
+    return NULL;
+  }
+  qsort(c.list, c.n, sizeof *c.list, by_name);
+  *n = c.n;
+  return c.list;
+}
+
+/* Whether version v holds bytes on `device` (fds: any memfd arena). */
+static int holds(const st__key_version_t *v, int device, unsigned fds) {
+  for (size_t i = 0; i < v->result.narenas; i++) {
+    const st__arena_t *a = v->result.arenas[i];
+    if (fds ? st__arena_device(a) < 0 : st__arena_device(a) == device) return 1;
+  }
+  return 0;
+}
+
+typedef struct oldest {
+  int device;
+  unsigned fds;
+  st__key_t *key;
+  size_t index;
+  double used;
+} oldest_t;
+
+static void find_oldest(const char *name, size_t len, void *value, void *ud) {
+  (void)name;
+  (void)len;
+  oldest_t *o = ud;
+  st__key_t *k = value;
+  if (k->policy != ST__KEY_EVICTABLE) return;
+  for (size_t i = 0; i < k->nversions; i++)
+    if (holds(k->versions[i], o->device, o->fds) && (!o->key || k->versions[i]->last_used < o->used)) {
+      o->key = k;
+      o->index = i;
+      o->used = k->versions[i]->last_used;
+    }
+}
+
+/* See keys.h. Loop thread. */
+size_t st__keys_reclaim(st__keys_t *t, int device, uint64_t bytes, unsigned fds) {
+  size_t n = 0;
+  while (!st__ledger_fits(device, bytes, fds)) {
+    oldest_t o = {.device = device, .fds = fds};
+    st__smap_each(&t->by_name, find_oldest, &o);
+    if (!o.key) break;
+    pthread_mutex_lock(&t->lock);
+    drop_version(t, o.key, o.index);
+    if (o.key->nversions == 0) key_remove(t, o.key);
+    pthread_mutex_unlock(&t->lock);
+    n++;
+    t->evictions++;
+  }
+  return n;
+}
+
+/* See keys.h. Any thread. */
+int st__keys_read(const char *name, size_t len, uint64_t version, st__build_result_t *out,
+                  uint64_t *got, char *err, size_t errlen) {
+  st__build_result_init(out);
+  st__keys_t *t = served;
+  if (!t) return st__fail(ST_ERR_NOT_FOUND, err, errlen, "no key table in this process");
+  int rc = st__keys_name_ok(name, len, err, errlen);
+  if (rc != ST_OK) return rc;
+  pthread_mutex_lock(&t->lock);
+  st__key_t *k = st__smap_get(&t->by_name, name, len);
+  st__key_version_t *v = NULL;
+  if (k && version == 0) v = k->versions[k->nversions - 1];
+  for (size_t i = 0; k && !v && i < k->nversions; i++)
+    if (k->versions[i]->version == version) v = k->versions[i];
+  if (!v) {
+    pthread_mutex_unlock(&t->lock);
+    if (!k)
+      return st__fail(ST_ERR_NOT_FOUND, err, errlen,
+                      "no key '%.*s' (never put, deleted, or evicted under the memory budget)",
+                      (int)len, name);
+    return st__fail(ST_ERR_NOT_FOUND, err, errlen, "key '%.*s' has no version %llu", (int)len,
+                    name, (unsigned long long)version);
+  }
+  v->last_used = st__now_mono();
+  const st__build_result_t *r = &v->result;
+  out->arenas = r->narenas ? malloc(r->narenas * sizeof *out->arenas) : NULL;
+  if ((r->narenas && !out->arenas) || msgpack_sbuffer_write(&out->value, r->value.data,
+                                                            r->value.size) != 0) {
+    pthread_mutex_unlock(&t->lock);
+    st__build_result_destroy(out);
+    return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+  }
+  for (size_t i = 0; i < r->narenas; i++) {
+    st__arena_ref(r->arenas[i]);
+    out->arenas[i] = r->arenas[i];
+  }
+  out->narenas = r->narenas;
+  out->bytes = r->bytes;
+  if (got) *got = v->version;
+  pthread_mutex_unlock(&t->lock);
+  return ST_OK;
+}

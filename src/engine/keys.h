@@ -1,0 +1,142 @@
+/* src/engine: the key table, tensors clients published by name
+ * (docs/keys.md; wire: docs/protocol.md, "Published keys").
+ *
+ * A key has versions 1, 2, ...: each `put` makes the next one from the
+ * tensor arguments of its request. A version is a build result (the value
+ * bytes, whose tensors name arenas by index, and one reference to each
+ * arena): the arenas are the client's allocations as the server imported
+ * them, adopted without a copy, so the memory lives while the server keeps
+ * the version, whatever happens to the publisher. The server keeps the
+ * last `max_versions` of a key; an older one goes at the next put (its
+ * arena references are dropped; clients' mappings stay valid, as for
+ * objects: the kernel keeps memory while any mapping or descriptor lives).
+ *
+ * Budget: each version charges the ledger its arenas' bytes on their
+ * devices (an imported allocation is otherwise charged nothing) from put
+ * until it goes. Versions of `evictable` keys go under the memory budget
+ * (st__keys_reclaim, least recently used first); `pinned` ones stay until
+ * deleted.
+ *
+ * Threads: the loop thread makes every change and reads without a lock;
+ * workers read through st__keys_read only. Changes take the table's lock
+ * (never across a ledger charge, whose reclaim may evict versions), and
+ * so does st__keys_read.
+ */
+#ifndef ST_ENGINE_KEYS_H
+#define ST_ENGINE_KEYS_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "engine/result.h"
+#include "engine/smap.h"
+
+/* Names: 1 to ST__KEY_NAME_MAX of A-Z a-z 0-9 . _ - / : */
+#define ST__KEY_NAME_MAX 128
+
+typedef enum { ST__KEY_PINNED = 0, ST__KEY_EVICTABLE = 1 } st__key_policy_t;
+#define ST__KEY_POLICY_NAMES "pinned|evictable"
+
+typedef struct st__key_version {
+  uint64_t version;
+  st__build_result_t result;  /* owned: value and arena references */
+  uint64_t bytes;             /* charged to the ledger (its arenas' bytes) */
+  int device;                 /* -1: cpu; else the CUDA ordinal of its first
+                                 CUDA arena */
+  double created_at;          /* unix seconds */
+  double last_used;           /* monotonic seconds: put or last get */
+} st__key_version_t;
+
+typedef struct st__key {
+  char name[ST__KEY_NAME_MAX + 1];
+  uid_t uid;                  /* the publisher's: only it may get or delete */
+  uint64_t owner_conn;        /* the connection of the last put */
+  st__key_policy_t policy;    /* of the last put */
+  int readonly;               /* the last put asked that readers other than
+                                 its connection map it read-only */
+  uint64_t last_version;      /* versions made so far */
+  st__key_version_t **versions;  /* owned, oldest first, nversions used */
+  size_t nversions;
+  uint64_t bytes;             /* of its versions */
+} st__key_t;
+
+typedef struct st__keys {
+  pthread_mutex_t lock;       /* changes (loop thread) vs st__keys_read */
+  st__smap_t by_name;         /* name -> st__key_t */
+  size_t count;
+  uint64_t bytes;             /* every version's bytes, all devices */
+  size_t max_keys;            /* keys.max_keys */
+  uint64_t max_bytes;         /* keys.max_bytes; 0 = the budgets alone */
+  unsigned max_versions;      /* keys.max_versions kept per key */
+  uint64_t puts, evictions;   /* versions made, versions evicted */
+} st__keys_t;
+
+/* An empty table with its limits. */
+void st__keys_init(st__keys_t *t, size_t max_keys, uint64_t max_bytes, unsigned max_versions);
+
+/* Drops every key (their arena references and charges). */
+void st__keys_free(st__keys_t *t);
+
+/* Makes t the table st__keys_read reads (one per process: the server's).
+ * At start, before any worker runs; st__keys_free of t stops it. */
+void st__keys_serve(st__keys_t *t);
+
+/* For endpoints (st.key, src/lua/keys.c): a copy of version `version`
+ * (0: the latest) of key `name` of the served table, whoever published
+ * it: its value bytes and one new reference to each of its arenas in
+ * *out (the caller destroys it: st__build_result_destroy), its version in
+ * *got (may be NULL). NOT_FOUND, INVALID_ARGUMENT (name), OUT_OF_MEMORY.
+ * Any thread. */
+int st__keys_read(const char *name, size_t len, uint64_t version, st__build_result_t *out,
+                  uint64_t *got, char *err, size_t errlen);
+
+/* ST_OK when (name, len) is a valid key name, else ST_ERR_INVALID_ARGUMENT
+ * with the reason in err. */
+int st__keys_name_ok(const char *name, size_t len, char *err, size_t errlen);
+
+/* What a put makes. `result` moves into the new version on success
+ * (it is left empty); on failure the caller still owns it. */
+typedef struct st__key_put {
+  const char *name;
+  size_t len;
+  uid_t uid;
+  uint64_t conn;
+  st__key_policy_t policy;
+  int readonly;
+} st__key_put_t;
+
+/* Makes the next version of key p->name (a new key when absent) from
+ * *result, charging its arenas' bytes to the ledger (which may evict
+ * cached objects and evictable key versions), then drops the versions
+ * past max_versions. Fills *version. Errors (nothing changed):
+ * INVALID_ARGUMENT (name), AUTH (the key belongs to another uid), LIMIT
+ * (keys.max_keys, keys.max_bytes), OUT_OF_MEMORY (the budget, malloc),
+ * with the reason in err. */
+int st__keys_put(st__keys_t *t, const st__key_put_t *p, st__build_result_t *result,
+                 uint64_t *version, char *err, size_t errlen);
+
+/* The key (borrowed) and its version `version` (0: the latest) for uid:
+ * marks the version used. NOT_FOUND ("no key 'x'", "key 'x' has no
+ * version 1 (kept: 3..4)"), AUTH, INVALID_ARGUMENT (name). */
+int st__keys_get(st__keys_t *t, const char *name, size_t len, uid_t uid, uint64_t version,
+                 st__key_t **key, st__key_version_t **out, char *err, size_t errlen);
+
+/* Deletes key `name` for uid: every version goes. NOT_FOUND, AUTH,
+ * INVALID_ARGUMENT. */
+int st__keys_delete(st__keys_t *t, const char *name, size_t len, uid_t uid, char *err,
+                    size_t errlen);
+
+/* Every key whose name starts with (prefix, plen), by name (borrowed
+ * pointers in a new array the caller frees; *n counts them). NULL with *n
+ * = 0 when there is none or out of memory. */
+st__key_t **st__keys_list(st__keys_t *t, const char *prefix, size_t plen, size_t *n);
+
+/* Evicts versions of evictable keys that hold bytes on `device` (-1: the
+ * CPU; any device when `fds`), least recently used first, until the
+ * ledger fits `bytes` and `fds` there or none is left. A key whose last
+ * version goes leaves the table. Returns how many versions went. */
+size_t st__keys_reclaim(st__keys_t *t, int device, uint64_t bytes, unsigned fds);
+
+#endif

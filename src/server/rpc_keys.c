@@ -1,0 +1,196 @@
+/* src/server: the published-key methods (rpc.h; docs/protocol.md,
+ * "Published keys"; the table is engine/keys.h, the design docs/keys.md).
+ * Loop thread only: a put imports its tensor arguments here (an mmap, or
+ * a CUDA import and map, as handoff_create allocates on this thread). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "engine/keys.h"
+#include "engine/targs.h"
+#include "server/rpc.h"
+#include "server/work.h"
+#include "st/errors.h"
+
+/* The request's `key` (a checked, required string). */
+static void key_arg(const st__rpc_req_t *r, const char **name, size_t *len) {
+  const msgpack_object *k = st__rpc_arg(r, "key");
+  *name = k->via.str.ptr;
+  *len = k->via.str.size;
+}
+
+/* A boolean parameter (ANY in the row): 0/1, or -1 after an error reply. */
+static int bool_arg(st__rpc_req_t *r, const char *name) {
+  const msgpack_object *o = st__rpc_arg(r, name);
+  if (!o) return 0;
+  if (o->type != MSGPACK_OBJECT_BOOLEAN) {
+    st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "%s: '%s' must be true or false", r->method->name,
+                  name);
+    return -1;
+  }
+  return o->via.boolean;
+}
+
+/* The put's version: its value packed, and a reference to every arena of
+ * the request (imported here). ST_OK or an error with the reason. */
+static int adopt(st__targs_t *t, const msgpack_object *value, st__build_result_t *out, char *err,
+                 size_t errlen) {
+  st__param_t p = {.name = "value", .type = ST_PARAM_ANY};
+  size_t ntensors = 0;
+  int rc = st__targs_check(t, &p, value, &ntensors, err, errlen);
+  if (rc != ST_OK) return rc;
+  size_t n = t ? t->n : 0;
+  for (size_t i = 0; i < n; i++)
+    for (size_t k = 0; k < i; k++)
+      if (t->srcs[i] == t->srcs[k])
+        return snprintf(err, errlen, "arenas[%zu] names the same allocation as arenas[%zu]", i,
+                        k),
+               ST_ERR_INVALID_ARGUMENT;
+  if (n && (rc = st__targs_import(t, err, errlen)) != ST_OK) return rc;
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &out->value, msgpack_sbuffer_write);
+  msgpack_pack_object(&pk, *value);
+  if (n) {
+    out->arenas = calloc(n, sizeof *out->arenas);
+    if (!out->arenas) return snprintf(err, errlen, "out of memory"), ST_ERR_OUT_OF_MEMORY;
+  }
+  for (size_t i = 0; i < n; i++) {
+    st__arena_ref(t->arenas[i]);
+    out->arenas[i] = t->arenas[i];
+    out->bytes += st__arena_bytes(t->arenas[i]);
+  }
+  out->narenas = n;
+  return ST_OK;
+}
+
+/* put {key, value, arenas?, policy?, readonly?} -> {key, version, bytes}. */
+void st__rpc_put(st__rpc_req_t *r) {
+  st__conn_t *c = r->c;
+  st__server_t *srv = c->srv;
+  st__key_put_t p = {.uid = c->cred.uid, .conn = c->id};
+  key_arg(r, &p.name, &p.len);
+  p.policy = (st__key_policy_t)st__rpc_word(r, "policy", ST__KEY_PINNED);
+  p.readonly = bool_arg(r, "readonly");
+  if (p.readonly < 0) return;
+  char err[1024];
+  int rc = st__keys_name_ok(p.name, p.len, err, sizeof err);
+  st__build_result_t res;
+  st__build_result_init(&res);
+  if (rc == ST_OK) rc = adopt(c->targs, st__rpc_arg(r, "value"), &res, err, sizeof err);
+  uint64_t version = 0;
+  if (rc == ST_OK) rc = st__keys_put(&srv->keys, &p, &res, &version, err, sizeof err);
+  if (rc != ST_OK) {
+    st__build_result_destroy(&res);
+    st__rpc_error(r, rc, "put: %s", err);
+    return;
+  }
+  st__key_t *k = st__smap_get(&srv->keys.by_name, p.name, p.len);
+  ST_LOG_D("keys", "conn %llu: put '%s' version %llu (%llu bytes)", (unsigned long long)c->id,
+           k->name, (unsigned long long)version,
+           (unsigned long long)k->versions[k->nversions - 1]->bytes);
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  st__reply_begin(&sb, &pk, r->id);
+  msgpack_pack_map(&pk, 3);
+  st__pack_kv_str(&pk, "key", k->name);
+  st__pack_kv_uint(&pk, "version", version);
+  st__pack_kv_uint(&pk, "bytes", k->versions[k->nversions - 1]->bytes);
+  st__reply_send(c, r->id, &sb);
+}
+
+typedef struct got {
+  const st__key_t *key;
+  const st__key_version_t *v;
+  int readonly;
+} got_t;
+
+static void pack_got(msgpack_packer *pk, const void *ud) {
+  const got_t *g = ud;
+  st__pack_kv_str(pk, "key", g->key->name);
+  st__pack_kv_uint(pk, "version", g->v->version);
+  if (g->readonly) st__pack_kv_bool(pk, "readonly", 1);
+}
+
+/* get {key, version?, readonly?} -> {value, arenas, key, version[,
+ * readonly]}: the value with its tensors, mapped like a call's result;
+ * read-only when asked, or when the key was put read-only and this is not
+ * the publisher's connection. */
+void st__rpc_get(st__rpc_req_t *r) {
+  st__conn_t *c = r->c;
+  const char *name;
+  size_t len;
+  key_arg(r, &name, &len);
+  int readonly = bool_arg(r, "readonly");
+  if (readonly < 0) return;
+  char err[600];
+  got_t g;
+  st__key_t *k;
+  st__key_version_t *v;
+  int rc = st__keys_get(&c->srv->keys, name, len, c->cred.uid, st__rpc_u64(r, "version", 0), &k,
+                        &v, err, sizeof err);
+  if (rc != ST_OK) {
+    st__rpc_error(r, rc, "get: %s", err);
+    return;
+  }
+  g.key = k;
+  g.v = v;
+  g.readonly = readonly || (k->readonly && k->owner_conn != c->id);
+  st__reply_more_t more = {.npairs = 2 + (uint32_t)g.readonly, .pack = pack_got, .ud = &g,
+                           .keep_arenas = 1, .readonly = g.readonly};
+  char what[ST__KEY_NAME_MAX + 16];
+  snprintf(what, sizeof what, "get '%s'", k->name);
+  st__reply_more(c, r->id, what, &v->result, &more);
+}
+
+static void pack_key(msgpack_packer *pk, const st__key_t *k) {
+  msgpack_pack_map(pk, 9);
+  st__pack_kv_str(pk, "key", k->name);
+  st__pack_kv_uint(pk, "version", k->versions[k->nversions - 1]->version);
+  st__pack_cstr(pk, "versions");
+  msgpack_pack_array(pk, k->nversions);
+  for (size_t i = 0; i < k->nversions; i++) msgpack_pack_uint64(pk, k->versions[i]->version);
+  st__pack_kv_uint(pk, "bytes", k->bytes);
+  st__pack_kv_str(pk, "policy", k->policy == ST__KEY_EVICTABLE ? "evictable" : "pinned");
+  char dev[24];
+  int d = k->versions[k->nversions - 1]->device;
+  if (d < 0) snprintf(dev, sizeof dev, "cpu");
+  else snprintf(dev, sizeof dev, "cuda:%d", d);
+  st__pack_kv_str(pk, "device", dev);
+  st__pack_kv_bool(pk, "readonly", k->readonly);
+  st__pack_kv_uint(pk, "uid", (uint64_t)k->uid);
+  st__pack_kv_double(pk, "updated_at", k->versions[k->nversions - 1]->created_at);
+}
+
+/* keys {prefix?} -> [{key, version, versions, bytes, policy, device,
+ * readonly, uid, updated_at}] by name: the keys of the caller's uid (the
+ * only ones it may get). */
+void st__rpc_keys(st__rpc_req_t *r) {
+  const msgpack_object *pre = st__rpc_arg(r, "prefix");
+  size_t n;
+  st__key_t **list = st__keys_list(&r->c->srv->keys, pre ? pre->via.str.ptr : NULL,
+                                   pre ? pre->via.str.size : 0, &n);
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  st__reply_begin(&sb, &pk, r->id);
+  size_t mine = 0;
+  for (size_t i = 0; i < n; i++) list[mine] = list[i], mine += list[i]->uid == r->c->cred.uid;
+  msgpack_pack_array(&pk, mine);
+  for (size_t i = 0; i < mine; i++) pack_key(&pk, list[i]);
+  free(list);
+  st__reply_send(r->c, r->id, &sb);
+}
+
+/* delete {key} -> true: every version goes (readers' mappings stay). */
+void st__rpc_delete(st__rpc_req_t *r) {
+  const char *name;
+  size_t len;
+  key_arg(r, &name, &len);
+  char err[400];
+  int rc = st__keys_delete(&r->c->srv->keys, name, len, r->c->cred.uid, err, sizeof err);
+  if (rc != ST_OK) {
+    st__rpc_error(r, rc, "delete: %s", err);
+    return;
+  }
+  st__reply_true(r->c, r->id);
+}

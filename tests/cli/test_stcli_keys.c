@@ -1,0 +1,91 @@
+/* stcli keys, get and delete, the real binary (ST_CLI_BIN) against a real
+ * stserver, with keys a libstclient client published: the listing, a
+ * version's tensors and values, --readonly, --json, delete, and the exit
+ * codes of a missing key and of usage errors. */
+#include <st/client.h>
+#include <stdlib.h>
+
+#include "check.h"
+#include "cli_run.h"
+#include "client_kit.h"
+#include "fixture.h"
+
+static stt_server_t srv;
+static st_client_t *cli;
+#define SOCK "--socket", srv.socket
+
+/* Puts {w: float32 [n] of i * scale, step: 7} under key. */
+static int publish(const char *key, int64_t n, float scale) {
+  st_result_t *a = NULL;
+  char err[200];
+  if (st_tensor_alloc("cpu", ST_DTYPE_FLOAT32, 1, &n, &a, err, sizeof err) != ST_OK) return -1;
+  float *p = st_result_tensor(a, 0)->data;
+  for (int64_t i = 0; i < n; i++) p[i] = (float)i * scale;
+  st_args_t *args = st_args_new();
+  int rc = st_args_tensor(args, "w", st_result_tensor(a, 0), err, sizeof err);
+  if (rc == ST_OK) rc = st_args_int(args, "step", 7);
+  if (rc == ST_OK) rc = st_client_put(cli, key, args, ST_KEY_EVICTABLE, 0, NULL);
+  st_args_free(args);
+  st_result_free(a);
+  return rc;
+}
+
+TEST(help_for_every_command) {
+  check_command_help("keys");
+  check_command_help("get");
+  check_command_help("delete");
+}
+
+TEST(keys_get_delete) {
+  CHECK_EQ_INT(STCLI(SOCK, "keys"), 0);
+  CHECK_CONTAINS(R.out, "(no keys)");
+  CHECK_EQ_INT(publish("m/a", 4, 1.0f), ST_OK);
+  CHECK_EQ_INT(publish("m/a", 4, 2.0f), ST_OK);
+  CHECK_EQ_INT(publish("other", 2, 1.0f), ST_OK);
+  CHECK_EQ_INT(STCLI(SOCK, "keys", "m/"), 0);
+  CHECK_CONTAINS_ALL(R.out, "KEY", "VERSIONS", "m/a", "1..2", "evictable", "cpu");
+  CHECK(!strstr(R.out, "other"));
+  CHECK_EQ_INT(STCLI(SOCK, "--json", "keys"), 0);
+  CHECK(json_ok(R.out));
+  CHECK_CONTAINS_ALL(R.out, "\"key\": \"m/a\"", "\"key\": \"other\"");
+  CHECK_EQ_INT(STCLI(SOCK, "get", "m/a", "--values"), 0);
+  CHECK_CONTAINS_ALL(R.out, "key m/a version 2", "w  float32  [4]  cpu", "values: 0 2 4 6",
+                     "\"step\": 7");
+  CHECK_EQ_INT(STCLI(SOCK, "get", "m/a", "--version", "1", "--readonly", "--values"), 0);
+  CHECK_CONTAINS_ALL(R.out, "key m/a version 1 (read-only)", "values: 0 1 2 3");
+  CHECK_EQ_INT(STCLI(SOCK, "--json", "get", "m/a"), 0);
+  CHECK(json_ok(R.out));
+  CHECK_EQ_INT(STCLI(SOCK, "delete", "m/a"), 0);
+  CHECK_CONTAINS(R.out, "key m/a deleted");
+  CHECK_EQ_INT(STCLI(SOCK, "get", "m/a"), 1);
+  CHECK_CONTAINS_ALL(R.err, "NOT_FOUND", "no key 'm/a'");
+  CHECK_EQ_INT(STCLI(SOCK, "delete", "m/a"), 1);
+  CHECK_EQ_INT(STCLI(SOCK, "get", "other", "--version", "9"), 1);
+  CHECK_CONTAINS(R.err, "key 'other' has no version 9");
+  CHECK_EQ_INT(STCLI(SOCK, "delete", "other"), 0);
+}
+
+TEST(usage_errors) {
+  CHECK_EQ_INT(STCLI(SOCK, "get"), 2);
+  CHECK_CONTAINS(R.err, "a key is required");
+  CHECK_EQ_INT(STCLI(SOCK, "get", "a", "b"), 2);
+  CHECK_EQ_INT(STCLI(SOCK, "get", "a", "--version", "x"), 2);
+  CHECK_EQ_INT(STCLI(SOCK, "get", "a", "--bogus"), 2);
+  CHECK_EQ_INT(STCLI(SOCK, "delete"), 2);
+  CHECK_EQ_INT(STCLI(SOCK, "keys", "a", "b"), 2);
+  CHECK_EQ_INT(STCLI(SOCK, "get", "bad name"), 1);
+  CHECK_CONTAINS(R.err, "INVALID_ARGUMENT");
+}
+
+int main(void) {
+  cli_bin = getenv("ST_CLI_BIN");
+  if (!cli_bin) stt_skip("ST_CLI_BIN is not set (run through ctest)");
+  stt_server_setup(&srv, "workers = 2,", NULL);
+  cli = stt_client_open(srv.socket);
+  if (!cli) return 1;
+  RUN(help_for_every_command);
+  RUN(keys_get_delete);
+  RUN(usage_errors);
+  st_client_close(cli);
+  return stt_server_finish(&srv);
+}
