@@ -45,8 +45,8 @@ def main():
         print("MISMATCH: the single-process run gives %s" % ref)
         sys.exit(1)
     print("tokens match the single-process run")
-    meta.close()
     meta.unlink()
+    meta.close()
 
 
 if __name__ == "__main__":

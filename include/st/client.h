@@ -447,14 +447,25 @@ ST_API int st_client_ping(st_client_t *c, double *rtt_us);
 ST_API int st_client_call(st_client_t *c, const char *endpoint, const st_args_t *args,
                    st_result_t **out);
 
-/* st_client_call flags. */
-#define ST_CALL_READONLY 1   /* a result that is a server object (managed,
-                                cached, singleflight) maps read-only: on
-                                the CPU its descriptors cannot map writable
-                                (docs/keys.md, section 5); plain results
-                                are the caller's and stay writable     */
+/* Flags of st_client_call_flags and st_client_call_summary. */
+typedef enum {
+  /* A `same` reply's result is lent, not given: *out is the result the
+   * connection already holds of that object, and the caller receives no
+   * reference to it (it must not free it). The connection holds one for
+   * the caller until its next request (any method) or its close: a caller
+   * that needs *out longer takes its own with st_result_ref before then.
+   * A binding that keeps a reference to each result it converted
+   * recognizes the pointer and answers such a call with no further
+   * crossing. Any other reply is owned by the caller as usual. */
+  ST_CALL_LEND_SAME = 1,
+  /* A result that is a server object (managed, cached, singleflight) maps
+   * read-only: on the CPU its descriptors cannot map writable
+   * (docs/keys.md, section 5); plain results are the caller's and stay
+   * writable. */
+  ST_CALL_READONLY = 2
+} st_call_flags_t;
 
-/* st_client_call with flags (ST_CALL_READONLY). Thread of the client. */
+/* st_client_call with flags (st_call_flags_t). Thread of the client. */
 ST_API int st_client_call_flags(st_client_t *c, const char *endpoint, const st_args_t *args,
                                 int flags, st_result_t **out);
 
@@ -664,22 +675,9 @@ typedef struct st_result_summary {
  * while r lives. */
 ST_API int st_result_summary(const st_result_t *r, st_result_summary_t *out);
 
-/* Flags of st_client_call_summary. */
-typedef enum {
-  /* A `same` reply's result is lent, not given: *out is the result the
-   * connection already holds of that object, and the caller receives no
-   * reference to it (it must not free it). The connection holds one for
-   * the caller until its next request (any method) or its close: a caller
-   * that needs *out longer takes its own with st_result_ref before then.
-   * A binding that keeps a reference to each result it converted
-   * recognizes the pointer and answers such a call with no further
-   * crossing. Any other reply is owned by the caller as usual. */
-  ST_CALL_LEND_SAME = 1
-} st_call_flags_t;
-
 /* st_client_call, then (on ST_OK) st_result_summary of *out into
  * *summary (may be NULL), whose `same` says whether the reply was `same`.
- * flags: 0 or ST_CALL_LEND_SAME. *out is owned by the caller as with
+ * flags: st_call_flags_t (0, ST_CALL_LEND_SAME, ST_CALL_READONLY). *out is owned by the caller as with
  * st_client_call, except a `same` reply with ST_CALL_LEND_SAME (lent, see
  * above). Thread of the client. */
 ST_API int st_client_call_summary(st_client_t *c, const char *endpoint, const st_args_t *args,

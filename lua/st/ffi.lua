@@ -212,7 +212,8 @@ typedef struct st_result_summary {
 } st_result_summary_t;
 int st_result_summary(const st_result_t *r, st_result_summary_t *out);
 typedef enum {
-  ST_CALL_LEND_SAME = 1
+  ST_CALL_LEND_SAME = 1,
+  ST_CALL_READONLY = 2
 } st_call_flags_t;
 int st_client_call_summary(st_client_t *c, const char *endpoint, const st_args_t *args,
                            int flags, st_result_t **out, st_result_summary_t *summary);

@@ -28,7 +28,7 @@ _Summary = _lib.ResultSummary
 _copy = _Summary.from_buffer_copy
 _VOIDP = ctypes.c_void_p
 _names = {}   # endpoint / method name -> its bytes, for names used again
-_CALL_READONLY = 1   # ST_CALL_READONLY
+_CALL_READONLY = _lib.ST_CALL_READONLY
 
 
 def _name(name):
@@ -366,7 +366,7 @@ class Client:
         try:
             # Never the writable tensors an earlier call() converted.
             value = _cv.value_of(res, summary, framework, _slow_value)
-            return Handle(self, value, summary.object) if summary.has_object else value
+            return Handle(self, value, _fields(summary.object)) if summary.has_object else value
         finally:
             if framework == "torch":
                 res.close()

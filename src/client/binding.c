@@ -56,7 +56,7 @@ ST_API int st_result_summary(const st_result_t *r, st_result_summary_t *out) {
 /* See client.h. Thread of the client. */
 ST_API int st_client_call_summary(st_client_t *c, const char *endpoint, const st_args_t *args,
                                   int flags, st_result_t **out, st_result_summary_t *summary) {
-  int rc = st_client_call(c, endpoint, args, out);
+  int rc = st_client_call_flags(c, endpoint, args, flags, out);
   if (rc != ST_OK) return rc;
   int same = c->reply_same;
   /* The caller's reference stays with the connection until its next
