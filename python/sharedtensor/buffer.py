@@ -29,6 +29,7 @@ from . import _lib
 from .alloc import _shape_of, dtype_of
 from .client import Client
 from .errors import TimeoutError as _Timeout, StaleHandleError, from_library
+from .handoff import _CudaMemory
 
 _l = _lib.lib
 _write = _l.st_buffer_write
@@ -44,15 +45,6 @@ def _ms(timeout):
     if timeout < 0:
         raise ValueError("timeout must be a number of seconds >= 0, or None")
     return int(timeout * 1000)
-
-
-class _CudaMemory:
-    """A device range for torch.as_tensor (__cuda_array_interface__)."""
-
-    def __init__(self, ptr, nbytes, readonly):
-        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
-                                         "data": (ptr, readonly), "version": 3,
-                                         "strides": None}
 
 
 class Buffer:
@@ -127,7 +119,7 @@ class Buffer:
             raw = (ctypes.c_uint8 * n).from_address(ptr)
             flat = torch.frombuffer(raw, dtype=torch.uint8)
         else:
-            flat = torch.as_tensor(_CudaMemory(ptr, n, self.readonly), device=self.device)
+            flat = torch.as_tensor(_CudaMemory(ptr, n), device=self.device)
         return flat.view(self.dtype).reshape(self.shape)
 
     def _host_ptr(self, value, writing):

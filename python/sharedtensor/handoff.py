@@ -41,7 +41,10 @@ def _dtype_name(dtype):
 
 
 class _CudaMemory:
-    """A device range for torch.as_tensor (__cuda_array_interface__)."""
+    """A device range for torch.as_tensor (__cuda_array_interface__), for
+    hand-offs and buffers. The interface's read-only flag stays False:
+    torch refuses it; a read-only buffer's range is mapped read-only on the
+    device (cuMemSetAccess), so a kernel that writes it faults anyway."""
 
     def __init__(self, ptr, nbytes):
         self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1",

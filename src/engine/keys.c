@@ -231,7 +231,7 @@ int st__keys_put(st__keys_t *t, const st__key_put_t *p, st__build_result_t *resu
 /* See keys.h. Loop thread. */
 int st__keys_get(st__keys_t *t, const char *name, size_t len, uid_t uid, uint64_t version,
                  st__key_t **key, st__key_version_t **out, char *err, size_t errlen) {
-  st__key_t *k;
+  st__key_t *k = NULL;
   int rc = lookup(t, name, len, uid, "get", &k, err, errlen);
   if (rc != ST_OK) return rc;
   st__key_version_t *v = NULL;
@@ -256,7 +256,7 @@ int st__keys_get(st__keys_t *t, const char *name, size_t len, uid_t uid, uint64_
 /* See keys.h. Loop thread. */
 int st__keys_delete(st__keys_t *t, const char *name, size_t len, uid_t uid, char *err,
                     size_t errlen) {
-  st__key_t *k;
+  st__key_t *k = NULL;
   int rc = lookup(t, name, len, uid, "delete", &k, err, errlen);
   if (rc != ST_OK) return rc;
   pthread_mutex_lock(&t->lock);
