@@ -30,6 +30,11 @@ return {
   -- before they sleep: a fresh result comes back without thread wake-ups.
   -- Default: 50 when the server may run on 8 or more CPUs, else 0 (off).
   -- spin_us = 50,
+  -- Event loop threads (1..64). Each connection's reads and writes run on
+  -- one of them; the calls themselves one at a time under one lock
+  -- (docs/pool.md, section 7). More than 1 pays off with many busy
+  -- clients on a machine with cores to spare.
+  loop_threads = 1,
 
   -- Directory of the endpoint files (*.lua, not recursive), or one endpoint
   -- file (such as a zero-branch script, docs/zero-branch.md). A relative

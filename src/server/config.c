@@ -139,6 +139,9 @@ const st__setting_t st__config_settings[] = {
      .description = "microseconds the loop (builds in flight) and a worker that just ran a "
                     "build poll for the next completion or build before sleeping; 0 = never "
                     "(default: derived, 50 with 8 or more CPUs, else 0)"},
+    {.name = "loop_threads", .type = ST_SET_INT, INT_FIELD(loop_threads), .lo = 1,
+     .hi = ST__CONFIG_MAX_LOOP_THREADS, .def = 1,
+     .description = "event loop threads; each connection's reads and writes run on one"},
     {.name = "endpoints", .type = ST_SET_PATH, .offset = F(endpoints_dir),
      .def_text = "endpoints",
      .description = "endpoint directory, or one endpoint file"},

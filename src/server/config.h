@@ -16,6 +16,9 @@
 /* Worker threads at most, from config.lua and from --workers alike. */
 #define ST__CONFIG_MAX_WORKERS 256
 
+/* Loop threads at most (loop_threads). */
+#define ST__CONFIG_MAX_LOOP_THREADS 64
+
 #include "common/log.h"
 #include "common/settings.h"
 #include "engine/generation.h"
@@ -113,6 +116,9 @@ typedef struct st__config {
   double endpoint_load_timeout_s;       /* default 10 s */
   int nreload_uids;
   uid_t reload_uids[ST_MAX_ALLOW];
+  /* Event loops that serve connections (server/loops.c): 1 = the one loop
+   * thread; N > 1: N threads, each connection on one of them. */
+  int loop_threads;             /* default 1 */
 } st__config_t;
 
 /* The keys of config.lua, one row each (common/settings.h): the one

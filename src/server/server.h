@@ -21,13 +21,19 @@
  * Threads: everything in st__server_t belongs to the loop thread, except
  * the pool (engine/pool.h: locked internally) and the job completions it
  * hands back through `done` (ev_async). Worker threads never see this
- * struct and never touch a connection.
+ * struct and never touch a connection. With loop_threads = N > 1 there
+ * are N loop threads (loops.c): each holds the server lock `lock` while
+ * it runs callbacks, so that to all code but loops.c and conn.c they are
+ * one loop thread at a time; a loop thread lets go of the lock only
+ * while it waits for events and around the reads and writes of its own
+ * connections, holding no pointer into shared state then.
  */
 #ifndef ST_SERVER_SERVER_H
 #define ST_SERVER_SERVER_H
 
 #include <ev.h>
 #include <msgpack.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -236,6 +242,23 @@ typedef struct st__listener {
   ino_t st_ino;               /* so we only ever unlink our own           */
 } st__listener_t;
 
+/* One event loop and its thread (loops.c). Loop 0 is the server's own
+ * (srv->loop, the thread of st__server_run): the listeners, signals,
+ * completions, timers of tasks and reloads, and its share of the
+ * connections; loops 1..N-1 run only their connections. */
+typedef struct st__loop {
+  struct ev_loop *ev;
+  st__server_t *srv;
+  int index;
+  ev_async kick;              /* another thread put work on `todo`         */
+  ev_prepare service;         /* before each poll: `todo`, then `dead`     */
+  st__conn_t *todo;           /* connections whose watchers or write queue
+                                 wait for this loop's thread (conn.c)      */
+  st__conn_t *dead;           /* closed; freed before this loop's next poll */
+  pthread_t thread;
+  int running;                /* its thread runs (index > 0)               */
+} st__loop_t;
+
 struct st__server {
   struct ev_loop *loop;
   const st__config_t *cfg;    /* borrowed; outlives the server             */
@@ -245,6 +268,9 @@ struct st__server {
    * above it: each decoded message, and the close of a connection. */
   void (*on_message)(st__conn_t *c, const struct st__message *msg);
   void (*on_conn_closed)(st__server_t *srv, st__conn_t *c);
+  /* What a loop does before each poll (st__conn_service of conn.h), so
+   * that loops.c calls nothing above it. */
+  void (*on_loop_service)(st__loop_t *lp);
 
   st__listener_t listeners[ST_MAX_DEVICES];
   int nlisteners;
@@ -257,8 +283,15 @@ struct st__server {
   size_t nbuckets;            /* power of two                              */
   int nconns;
   uint64_t next_conn_id;
-  st__conn_t *dead;           /* closed, freed by `reap` before next poll  */
-  ev_prepare reap;
+  ev_prepare reap;            /* before each poll: the drain check         */
+
+  /* The loops (loops.c): nloops = loop_threads; loops[0].ev is `loop`. */
+  st__loop_t *loops;          /* owned                                     */
+  int nloops;
+  unsigned next_loop;         /* the loop of the next connection           */
+  int threaded;               /* loops 1..N-1 run: `lock` is in use        */
+  int loops_stop;             /* loops 1..N-1: leave ev_run                */
+  pthread_mutex_t lock;       /* the server lock, while threaded           */
 
   st__generation_t *gen;      /* owned reference: the current generation  */
   int last_reload_done;       /* a reload was attempted                    */
@@ -367,6 +400,44 @@ void st__server_run(st__server_t *srv);
 /* Closes connections and listeners, stops the pool and frees everything.
  * Loop thread, after st__server_run. */
 void st__server_destroy(st__server_t *srv);
+
+/* ------------------------------------------------------------- loops.c */
+
+/* Makes the loops (cfg->loop_threads; the first is srv->loop) and their
+ * watchers. ST_OK or ST_ERR_INTERNAL / OUT_OF_MEMORY with a message in
+ * err. Loop thread, at start. */
+int st__loops_init(st__server_t *srv, char *err, size_t errlen);
+
+/* Runs loop 0 on this thread (run0: until the server stops) and loops
+ * 1..N-1 on threads of their own, the server lock taken around every
+ * callback, until loop 0 ends; then
+ * stops and joins the others (their connections stay open: destroy closes
+ * them). Loop thread. */
+void st__loops_run(st__server_t *srv, void (*run0)(st__server_t *srv));
+
+/* Frees the loops 1..N-1 and the watchers (after st__loops_run and the
+ * close of every connection). Loop thread, at exit. */
+void st__loops_free(st__server_t *srv);
+
+/* The loop a new connection goes to: round robin. Loop thread. */
+st__loop_t *st__loops_pick(st__server_t *srv);
+
+/* Whether this thread may run lp's watchers and the system calls of its
+ * connections: it is lp's thread, or no thread but the caller's runs. */
+int st__loop_is_current(const st__loop_t *lp);
+
+/* Wakes lp's thread (its `todo` or timers changed) when it is not this
+ * one. Loop thread, the server lock held. */
+void st__loop_kick(st__loop_t *lp);
+
+/* Whether this thread runs a loop of the server (it may hold the server
+ * lock; a worker never does). Any thread. */
+int st__loop_thread(void);
+
+/* Lets go of / takes back the server lock around a system call of the
+ * current loop's own connection (nothing when not threaded). */
+void st__loop_unlock(st__server_t *srv);
+void st__loop_lock(st__server_t *srv);
 
 /* ------------------------------------------------------------- shutdown.c */
 
