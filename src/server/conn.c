@@ -1,5 +1,7 @@
 /* src/server: connections (conn.h). Loop threads, the server lock held
- * (conn.h, "Loops"). */
+ * (conn.h, "Loops"; loops.c): the read side only where a function says
+ * so, and there the connection's own loop's thread, which takes the write
+ * side (st__loop_exclusive) before anything that changes shared state. */
 #include "server/conn.h"
 
 #include <errno.h>
@@ -110,6 +112,7 @@ static void on_unread_check(struct ev_loop *loop, ev_timer *w, int revents) {
   (void)loop;
   (void)revents;
   st__conn_t *c = w->data;
+  st__loop_exclusive(c->srv);
   /* Another loop's thread may have seen them read (st__conn_reply_room)
    * and left the timer to this one. */
   if (st__conn_unread_check(c) || (!c->dead && !c->unread_fds && !c->unread_bytes)) {
@@ -312,10 +315,38 @@ void st__conn_close_all(st__server_t *srv) {
 /* Closes a connection whose peer finished sending once nothing remains to
  * be sent or computed for it, and the replies that hold descriptors or
  * arenas were read (or the peer closed: its socket's queue is gone). */
+static int finished(const st__conn_t *c) {
+  return !c->dead && c->eof && c->inflight == 0 && !c->wq_head && !c->unread_fds &&
+         !c->unread_bytes;
+}
+
+/* Closes c at the end of its input once everything is answered and read.
+ * Either side of the lock. */
 static void maybe_finish(st__conn_t *c) {
-  if (!c->dead && c->eof && c->inflight == 0 && !c->wq_head && !c->unread_fds &&
-      !c->unread_bytes)
-    st__conn_close(c, "end of input");
+  if (!finished(c)) return;
+  if (st__loop_exclusive(c->srv) && !finished(c)) return;
+  st__conn_close(c, "end of input");
+}
+
+/* Takes the write side of the server lock when this thread holds the read
+ * side; 1 when c closed meanwhile (nothing more may be done with it). */
+static int exclusive_gone(st__conn_t *c) {
+  return st__loop_exclusive(c->srv) && (c->dead || c->closing);
+}
+
+/* Counts n bytes read or written: in this loop's counts under the read
+ * side (loops.c), else in the server's. */
+static void count_bytes(st__server_t *srv, int sent, uint64_t n) {
+  st__loop_counts_t *k = st__loop_counts();
+  if (k) {
+    k->dirty = 1;
+    if (sent) k->bytes_sent += n;
+    else k->bytes_received += n;
+  } else if (sent) {
+    srv->counters.bytes_sent += n;
+  } else {
+    srv->counters.bytes_received += n;
+  }
 }
 
 /* One in-flight request was answered; see conn.h. Loop thread. */
@@ -351,10 +382,15 @@ static void close_received(struct msghdr *mh) {
   }
 }
 
+/* Reads c and handles what came. Under the read side of the lock on loops
+ * 1..N-1 (loops.c), taking the write side at the first thing that needs
+ * it: descriptors, the end of input, an error, a message that is not a
+ * cache hit fastcall.c answers. */
 static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
   st__conn_t *c = w->data;
   (void)loop;
   (void)revents;
+  if ((c->unread_fds || c->unread_bytes) && exclusive_gone(c)) return;
   if (st__conn_unread_check(c)) maybe_resume(c);
   /* Whole messages still buffered from a pause go first (reads resume
    * before the idle watcher runs): the end of input below then always
@@ -365,6 +401,7 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
     char *buf;
     size_t cap;
     if (st__reader_reserve(&c->reader, READ_CHUNK, &buf, &cap) != ST_OK) {
+      if (exclusive_gone(c)) return;
       st__conn_close(c, "out of memory");
       return;
     }
@@ -391,13 +428,18 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
     if (n < 0) {
       if (e == EINTR) continue;
       if (e == EAGAIN || e == EWOULDBLOCK) return;
+      if (exclusive_gone(c)) return;
       char why[128];
       snprintf(why, sizeof why, "read: %s", strerror(e));
       st__conn_close(c, why);
       return;
     }
-    if ((mh.msg_controllen > 0 || (mh.msg_flags & MSG_CTRUNC)) &&
-        st__conn_rx_queue(c, &mh, c->rx_bytes, c->rx_bytes + (uint64_t)n) != 0) {
+    int control = mh.msg_controllen > 0 || (mh.msg_flags & MSG_CTRUNC);
+    if ((control || n == 0) && exclusive_gone(c)) {
+      if (n > 0) close_received(&mh);
+      return;
+    }
+    if (control && st__conn_rx_queue(c, &mh, c->rx_bytes, c->rx_bytes + (uint64_t)n) != 0) {
       c->srv->counters.protocol_errors++;
       ST_LOG_W("conn", "conn %llu (pid %d): more descriptors than its requests list; closing",
                (unsigned long long)c->id, (int)c->cred.pid);
@@ -434,7 +476,7 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
     }
     st__reader_commit(&c->reader, (size_t)n);
     c->rx_bytes += (uint64_t)n;
-    c->srv->counters.bytes_received += (uint64_t)n;
+    count_bytes(c->srv, 0, (uint64_t)n);
     process_messages(c);
     if ((size_t)n < cap) return;
   }
@@ -446,6 +488,7 @@ static void process_messages(st__conn_t *c) {
   while (!c->dead && !c->closing) {
     if (replies_at_limit(c)) {
       /* Backpressure: keep the rest buffered until the client reads. */
+      if (exclusive_gone(c)) break;
       if (!c->read_paused) {
         c->read_paused = 1;
         srv->counters.read_pauses++;
@@ -468,6 +511,7 @@ static void process_messages(st__conn_t *c) {
     if (r < 0) {
       uint32_t id = r == ST_ERR_PROTOCOL ? msg.id : 0;
       st__message_destroy(&msg);
+      if (exclusive_gone(c)) break;
       srv->counters.protocol_errors++;
       ST_LOG_W("conn", "conn %llu (pid %d): %s: %s; closing", (unsigned long long)c->id,
                (int)c->cred.pid, st_err_name(r), why[0] ? why : st_strerror(r));
@@ -479,19 +523,29 @@ static void process_messages(st__conn_t *c) {
     c->requests++;
     st__prof_message();
     st__prof_begin(ST_PROF_DISPATCH);
-    c->srv->on_message(c, &msg);
+    /* A cache hit answered with its short form needs no write side
+     * (fastcall.c); anything else does. */
+    int fast = srv->on_fast_message(c, &msg);
+    if (!fast && exclusive_gone(c)) {
+      st__prof_end();
+      st__message_destroy(&msg);
+      break;
+    }
+    if (!fast) srv->on_message(c, &msg);
     st__prof_end();
     st__message_destroy(&msg);
     /* Right after a message, this is where it ended (proto.h). */
-    if (!c->dead) st__conn_rx_drop_stray(c, c->rx_bytes - st__reader_buffered(&c->reader), 0);
+    if (!c->dead && c->rx_nfds && !exclusive_gone(c))
+      st__conn_rx_drop_stray(c, c->rx_bytes - st__reader_buffered(&c->reader), 0);
     /* With several loops the dispatch only queued its replies (a write
-     * lets go of the lock); they go out here, before the next message, as
-     * they do from inside the dispatch with one. */
-    if (srv->threaded && !c->dead && c->wq_head && !ev_is_active(&c->wio)) flush(c);
+     * lets go of the lock), and a fast answer always: they go out here,
+     * before the next message, as they do from inside the dispatch with
+     * one. */
+    if ((srv->threaded || fast) && !c->dead && c->wq_head && !ev_is_active(&c->wio)) flush(c);
   }
   /* Every whole message was handled unless reads are paused: what is
    * left is at most a half-sent frame, which began here. */
-  if (!c->dead && !c->closing && !c->read_paused)
+  if (!c->dead && !c->closing && !c->read_paused && c->rx_nfds && !exclusive_gone(c))
     st__conn_rx_drop_stray(c, c->rx_bytes - st__reader_pending(&c->reader), 1);
   update_frame_timer(c, completed);
 }
@@ -500,6 +554,7 @@ static void on_frame_timeout(struct ev_loop *loop, ev_timer *w, int revents) {
   st__conn_t *c = w->data;
   (void)loop;
   (void)revents;
+  st__loop_exclusive(c->srv);
   ev_timer_stop(EVL(c), &c->frame_timer);
   if (c->dead || c->closing) return;
   char msg[128];
@@ -557,6 +612,24 @@ void st__conn_send_pinned(st__conn_t *c, msgpack_sbuffer *sb, const int *fds, in
   flush_soon(c);
 }
 
+/* See conn.h. Either side of the lock (the read side: c's own loop's
+ * thread). */
+int st__conn_queue(st__conn_t *c, msgpack_sbuffer *sb) {
+  st__wframe_t *f = malloc(sizeof *f);
+  if (!f) return ST_ERR_OUT_OF_MEMORY;
+  f->next = NULL;
+  f->len = sb->size;
+  f->off = 0;
+  f->data = msgpack_sbuffer_release(sb);
+  f->nfds = f->held_fds = 0;
+  f->pinned = 0;
+  if (c->wq_tail) c->wq_tail->next = f;
+  else c->wq_head = f;
+  c->wq_tail = f;
+  c->wq_bytes += f->len;
+  return ST_OK;
+}
+
 /* Queues [1, id, {code, name, message}, nil]; see conn.h. Loop thread. */
 void st__conn_send_fault(st__conn_t *c, uint32_t id, int err, const char *message) {
   if (c->dead) return;
@@ -579,9 +652,22 @@ void st__conn_send_error(st__conn_t *c, uint32_t id, int err, const char *messag
 /* Writes as much of the queue as the socket takes. Frames without
  * descriptors are gathered into one sendmsg; a frame with descriptors
  * always starts a sendmsg of its own so that they ride on its first byte. */
+/* Whether writing c's queue needs the write side of the lock: a frame
+ * with descriptors or pinned bytes (counted in shared holdings), replies
+ * already written but not read, a close to do. */
+static int flush_needs_exclusive(const st__conn_t *c) {
+  if (c->closing || c->unread_fds || c->unread_bytes) return 1;
+  for (const st__wframe_t *f = c->wq_head; f; f = f->next)
+    if (f->nfds || f->held_fds || f->pinned) return 1;
+  return 0;
+}
+
+/* Either side of the lock (the read side: c's own loop's thread), taking
+ * the write side when flush_needs_exclusive. */
 static void flush(st__conn_t *c) {
   st__server_t *srv = c->srv;
   while (c->wq_head && !c->dead) {
+    if (st__loop_counts() && flush_needs_exclusive(c) && st__loop_exclusive(srv)) continue;
     struct iovec iov[MAX_IOV];
     int niov = 0;
     st__wframe_t *head = c->wq_head;
@@ -615,7 +701,7 @@ static void flush(st__conn_t *c) {
      * lock again. */
     size_t offered = 0;
     for (int i = 0; i < niov; i++) offered += iov[i].iov_len;
-    srv->counters.bytes_sent += offered;
+    count_bytes(srv, 1, offered);
     if (with_fds) srv->counters.fds_sent += (uint64_t)head->nfds;
     st__loop_unlock(srv);
     st__prof_begin(ST_PROF_SEND);
@@ -623,7 +709,8 @@ static void flush(st__conn_t *c) {
     int e = errno;
     st__prof_end();
     st__loop_lock(srv);
-    srv->counters.bytes_sent -= offered - (n > 0 ? (size_t)n : 0);
+    /* Taken back where it was counted (the same side is held again). */
+    count_bytes(srv, 1, -(uint64_t)(offered - (n > 0 ? (size_t)n : 0)));
     if (with_fds && n < 0) srv->counters.fds_sent -= (uint64_t)head->nfds;
     /* Closed by another loop's thread meanwhile: its frames (and what
      * this sendmsg took of them) go with close_io. */
@@ -634,6 +721,7 @@ static void flush(st__conn_t *c) {
         ev_io_start(EVL(c), &c->wio);
         return;
       }
+      if (exclusive_gone(c) && c->dead) return;
       char why[128];
       snprintf(why, sizeof why, "write: %s", strerror(e));
       st__conn_close(c, why);
@@ -671,6 +759,7 @@ static void flush(st__conn_t *c) {
   }
   if (c->dead) return;
   ev_io_stop(EVL(c), &c->wio);
+  if (st__loop_counts() && flush_needs_exclusive(c) && st__loop_exclusive(srv) && c->dead) return;
   if (c->closing) {
     st__conn_close(c, "closed after error");
     return;
@@ -683,6 +772,7 @@ static void flush(st__conn_t *c) {
 static void on_resume(struct ev_loop *loop, ev_idle *w, int revents) {
   st__conn_t *c = w->data;
   (void)revents;
+  st__loop_exclusive(c->srv);
   ev_idle_stop(loop, &c->resume);
   if (!c->dead && !c->read_paused) process_messages(c);
 }
@@ -691,6 +781,7 @@ static void on_write(struct ev_loop *loop, ev_io *w, int revents) {
   st__conn_t *c = w->data;
   (void)loop;
   (void)revents;
+  st__loop_exclusive(c->srv);
   ev_io_stop(EVL(c), &c->wio);
   flush(c);
 }

@@ -143,6 +143,13 @@ void st__conn_open(st__server_t *srv, int fd, int device, const struct ucred *cr
 /* Connection by id, or NULL when it is gone. Borrowed. */
 st__conn_t *st__conn_find(st__server_t *srv, uint64_t id);
 
+/* Queues the bytes of sb (taken; sb is left empty) as a frame without
+ * descriptors, holding nothing and writing nothing: the caller writes the
+ * queue (conn.c does after a message fastcall.c answered). ST_OK, or
+ * OUT_OF_MEMORY with sb untouched. Either side of the server lock, on
+ * c's own loop's thread (fastcall.c). */
+int st__conn_queue(st__conn_t *c, msgpack_sbuffer *sb);
+
 /* Queues a frame: takes the bytes of `sb` (left empty) and the `nfds`
  * descriptors (ownership moves to the connection, closed even on failure)
  * and starts writing at once. Does nothing but close the fds on a dead

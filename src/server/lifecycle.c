@@ -134,6 +134,7 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
   memset(srv, 0, sizeof *srv);
   srv->cfg = cfg;
   srv->on_message = st__dispatch;
+  srv->on_fast_message = st__fast_call;
   srv->on_conn_closed = st__work_conn_closed;
   srv->on_loop_service = st__conn_service;
   srv->started_at = st__now_unix();

@@ -22,11 +22,15 @@
  * the pool (engine/pool.h: locked internally) and the job completions it
  * hands back through `done` (ev_async). Worker threads never see this
  * struct and never touch a connection. With loop_threads = N > 1 there
- * are N loop threads (loops.c): each holds the server lock `lock` while
- * it runs callbacks, so that to all code but loops.c and conn.c they are
- * one loop thread at a time; a loop thread lets go of the lock only
- * while it waits for events and around the reads and writes of its own
- * connections, holding no pointer into shared state then.
+ * are N loop threads (loops.c): each holds the write side of the server
+ * lock `lock` while it runs code that reads or changes this state, so
+ * that to all code but loops.c, conn.c and fastcall.c they are one loop
+ * thread at a time. Loops 1..N-1 answer their connections' cache hits
+ * under its read side (fastcall.c), reading this state and changing only
+ * their connection, their loop's counts and relaxed atomics; a loop
+ * thread lets go of the lock while it waits for events and around the
+ * reads and writes of its own connections, holding no pointer into
+ * shared state then.
  */
 #ifndef ST_SERVER_SERVER_H
 #define ST_SERVER_SERVER_H
@@ -246,6 +250,23 @@ typedef struct st__listener {
  * (srv->loop, the thread of st__server_run): the listeners, signals,
  * completions, timers of tasks and reloads, and its share of the
  * connections; loops 1..N-1 run only their connections. */
+/* What a loop's thread counted under the read side of the server lock
+ * (fastcall.c, conn.c): answered cache hits (`calls`, each also a
+ * request, ok, and a cache hit) by latency and endpoint, bytes read and
+ * written. Added into the server's counters and stats, and zeroed, by
+ * whoever takes the write side next (loops.c). */
+#define ST__LOOP_COUNTED_ENDPOINTS 16
+typedef struct st__loop_counts {
+  int dirty;
+  uint64_t calls;
+  uint64_t buckets[ST__STATS_NBUCKETS + 1];
+  double seconds;
+  uint64_t bytes_received, bytes_sent;
+  int nendpoints;
+  uint16_t endpoint[ST__LOOP_COUNTED_ENDPOINTS];   /* stats index + 1 */
+  uint64_t endpoint_ok[ST__LOOP_COUNTED_ENDPOINTS];
+} st__loop_counts_t;
+
 typedef struct st__loop {
   struct ev_loop *ev;
   st__server_t *srv;
@@ -257,6 +278,7 @@ typedef struct st__loop {
   st__conn_t *dead;           /* closed; freed before this loop's next poll */
   pthread_t thread;
   int running;                /* its thread runs (index > 0)               */
+  st__loop_counts_t counts;   /* its thread's, under the read side         */
 } st__loop_t;
 
 struct st__server {
@@ -267,6 +289,10 @@ struct st__server {
    * and st__work_conn_closed of work.h), so that conn.c calls nothing
    * above it: each decoded message, and the close of a connection. */
   void (*on_message)(st__conn_t *c, const struct st__message *msg);
+  /* Tried first on each message (st__fast_call, fastcall.c): 1 when it
+   * answered it (under either side of the server lock), 0 when on_message
+   * must, under the write side. */
+  int (*on_fast_message)(st__conn_t *c, const struct st__message *msg);
   void (*on_conn_closed)(st__server_t *srv, st__conn_t *c);
   /* What a loop does before each poll (st__conn_service of conn.h), so
    * that loops.c calls nothing above it. */
@@ -291,7 +317,7 @@ struct st__server {
   unsigned next_loop;         /* the loop of the next connection           */
   int threaded;               /* loops 1..N-1 run: `lock` is in use        */
   int loops_stop;             /* loops 1..N-1: leave ev_run                */
-  pthread_mutex_t lock;       /* the server lock, while threaded           */
+  pthread_rwlock_t lock;      /* the server lock, while threaded           */
 
   st__generation_t *gen;      /* owned reference: the current generation  */
   int last_reload_done;       /* a reload was attempted                    */
@@ -434,10 +460,23 @@ void st__loop_kick(st__loop_t *lp);
  * lock; a worker never does). Any thread. */
 int st__loop_thread(void);
 
-/* Lets go of / takes back the server lock around a system call of the
- * current loop's own connection (nothing when not threaded). */
+/* Lets go of / takes back the side of the server lock this thread holds
+ * around a system call of the current loop's own connection (nothing when
+ * not threaded). */
 void st__loop_unlock(st__server_t *srv);
 void st__loop_lock(st__server_t *srv);
+
+/* Makes sure this loop thread holds the write side of the server lock
+ * (loops.c): returns 1 when it had to let go of the read side for it, so
+ * that anything read before may have changed (a connection closed by
+ * another thread: c->dead); 0 when it held it already or nothing is
+ * threaded. Loop thread. */
+int st__loop_exclusive(st__server_t *srv);
+
+/* The counts of this thread's loop when it holds only the read side of
+ * the server lock (counters go there), else NULL (counters go straight to
+ * srv->counters and srv->stats). Any thread. */
+st__loop_counts_t *st__loop_counts(void);
 
 /* ------------------------------------------------------------- shutdown.c */
 
