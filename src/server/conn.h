@@ -42,14 +42,18 @@
  * Loops (server.h, loops.c): a connection belongs to one loop (c->loop),
  * whose thread alone runs its watchers, reads and writes it, closes its
  * socket and frees it. With several loops, every function here may be
- * called from any loop thread holding the server lock: what needs the
- * connection's own thread (a write, a watcher, the close of the socket)
- * is left on its loop's `todo` list and done there before the next poll
- * (st__conn_service); a write queued by the connection's own thread goes
- * out after the message being handled. The thread lets go of the lock
- * only around its recvmsg and sendmsg, so the state above stays
- * consistent; what another thread did meanwhile (a close, a reply queued)
- * is looked at when it has the lock again.
+ * called from any loop thread holding the write side of the server lock:
+ * what needs the connection's own thread (a write, a watcher, the close
+ * of the socket) is left on its loop's `todo` list and done there before
+ * the next poll (st__conn_service); a write queued by the connection's
+ * own thread goes out after the message being handled. The connection's
+ * own thread reads it, decodes its messages, answers the cache hits of
+ * fastcall.c and writes plain replies under the read side (it alone
+ * touches the connection then: others need the write side), and takes
+ * the write side (st__loop_exclusive) before anything else. The thread
+ * lets go of the lock only around its recvmsg and sendmsg, so the state
+ * above stays consistent; what another thread did meanwhile (a close, a
+ * reply queued) is looked at when it has the lock again.
  */
 #ifndef ST_SERVER_CONN_H
 #define ST_SERVER_CONN_H
