@@ -31,6 +31,14 @@ return {
   -- Default: 50 when the server may run on 8 or more CPUs, else 0 (off).
   -- spin_us = 50,
 
+  -- Event loop threads (1..64). With N > 1, loop 0 accepts and takes
+  -- completions, and loops 1..N-1 serve the connections: their reads,
+  -- writes and repeated cache hits in parallel, everything else one at a
+  -- time under one lock (docs/pool.md, section 7). Pays off with many busy
+  -- clients on a machine with cores to spare.
+  -- Default: 1 below 8 CPUs, else 1 + min(4, CPUs / 4).
+  -- loop_threads = 5,
+
   -- Directory of the endpoint files (*.lua, not recursive), or one endpoint
   -- file (such as a zero-branch script, docs/zero-branch.md). A relative
   -- path is relative to the directory of this file.

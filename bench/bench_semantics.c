@@ -2,7 +2,8 @@
  * libstclient, with a ping baseline measured in the same run.
  *
  *   bench_semantics [--iters N] [--clients N] [--seconds S] [--slow N]
- *                   [--workers N] [--throughput-only] [--profile]
+ *                   [--workers N] [--loop-threads N] [--throughput-only]
+ *                   [--profile]
  *
  * Starts its own stserver (a temp dir, the endpoints below) and prints:
  *   - ping p50/p99 with no load (the baseline)
@@ -17,8 +18,9 @@
  *     of its own that profiles its loop thread (ST_LOOP_PROFILE,
  *     src/server/loopprof.h), and that profile per call: the loop's
  *     time in each phase and the system calls it made
- * --workers sets the server's workers (default 2); --throughput-only
- * skips the latency figures and the slow builds.
+ * --workers sets the server's workers (default 2), --loop-threads its
+ * loop_threads (default 1); --throughput-only skips the latency figures
+ * and the slow builds.
  * Timings are printed, never asserted (shared machines are noisy).
  */
 #include <signal.h>
@@ -232,8 +234,9 @@ static void throughput_cached(const stt_server_t *s, const char *label, int npro
            (s1 - s0) * 1e6 / (double)calls);
 }
 
-/* The server of the figures above: the four endpoints, `workers` workers. */
-static void start_bench_server(stt_server_t *s, int workers) {
+/* The server of the figures above: the four endpoints, `workers` workers,
+ * `loops` loop threads. */
+static void start_bench_server(stt_server_t *s, int workers, int loops) {
   stt_server_init(s);
   stt_write_endpoint(s, "bench.lua",
                      "return st.endpoint{ name = 'cached16', cache = true,\n"
@@ -244,8 +247,9 @@ static void start_bench_server(stt_server_t *s, int workers) {
   stt_write_endpoint(s, "quick.lua",
                      "return st.endpoint{ name = 'quick',\n"
                      "  build = function() return 1 end }\n");
-  char cfg[96];
-  snprintf(cfg, sizeof cfg, "log_level = 'warn', workers = %d,", workers);
+  char cfg[128];
+  snprintf(cfg, sizeof cfg, "log_level = 'warn', workers = %d, loop_threads = %d,", workers,
+           loops);
   stt_server_config(s, cfg);
   if (stt_server_start(s) != 0) exit(1);
 }
@@ -253,14 +257,14 @@ static void start_bench_server(stt_server_t *s, int workers) {
 /* The N-process cached calls/s on a server that profiles its loop thread
  * (loopprof.h), then the profile per call: each phase's calls (system
  * calls for read, send, dup, close, ioctl, poll) and nanoseconds. */
-static void bench_profile(int clients, double seconds, int workers) {
+static void bench_profile(int clients, double seconds, int workers, int loops) {
   stt_server_t s;
   char path[300];
   const char *tmp = getenv("TMPDIR");
   snprintf(path, sizeof path, "%s/st-loop-profile-%d.txt", tmp && tmp[0] ? tmp : "/tmp",
            (int)getpid());
   setenv("ST_LOOP_PROFILE", path, 1);
-  start_bench_server(&s, workers);
+  start_bench_server(&s, workers, loops);
   unsetenv("ST_LOOP_PROFILE");
   throughput_cached(&s, "cached calls/s (profiled)", clients, seconds);
   if (stt_server_stop(&s) != 0) exit(1);
@@ -288,7 +292,7 @@ static void bench_profile(int clients, double seconds, int workers) {
 }
 
 int main(int argc, char **argv) {
-  int iters = 5000, clients = 16, slow = 64, workers = 2, only_tp = 0, profile = 0;
+  int iters = 5000, clients = 16, slow = 64, workers = 2, loops = 1, only_tp = 0, profile = 0;
   double seconds = 3;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
@@ -296,15 +300,18 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) seconds = atof(argv[++i]);
     else if (!strcmp(argv[i], "--slow") && i + 1 < argc) slow = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--workers") && i + 1 < argc) workers = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--loop-threads") && i + 1 < argc) loops = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--throughput-only")) only_tp = 1;
     else if (!strcmp(argv[i], "--profile")) profile = 1;
     else {
       fprintf(stderr, "usage: bench_semantics [--iters N] [--clients N] [--seconds S] "
-                      "[--slow N (1..256)] [--workers N] [--throughput-only] [--profile]\n");
+                      "[--slow N (1..256)] [--workers N] [--loop-threads N] "
+                      "[--throughput-only] [--profile]\n");
       return 2;
     }
   }
-  if (iters < 1 || clients < 1 || slow < 1 || slow > 256 || workers < 1 || !(seconds > 0)) {
+  if (iters < 1 || clients < 1 || slow < 1 || slow > 256 || workers < 1 || loops < 1 ||
+      !(seconds > 0)) {
     fprintf(stderr, "bench_semantics: counts and seconds must be positive\n");
     return 2;
   }
@@ -314,10 +321,11 @@ int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
 
   stt_server_t s;
-  start_bench_server(&s, workers);
+  start_bench_server(&s, workers, loops);
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  printf("bench_semantics: %ld CPUs, %d server workers, %d iterations per latency figure\n",
-         ncpu, workers, iters);
+  printf("bench_semantics: %ld CPUs, %d server workers, %d loop threads, %d iterations per "
+         "latency figure\n",
+         ncpu, workers, loops, iters);
   if (!only_tp) {
     st_client_t *c = bk_connect(s.socket);
     double *us = malloc(sizeof(double) * (size_t)iters);
@@ -332,7 +340,7 @@ int main(int argc, char **argv) {
   throughput_cached(&s, "cached calls/s", clients, seconds);
   int rc = stt_server_stop(&s);
   stt_server_cleanup(&s);
-  if (profile) bench_profile(clients, seconds, workers);
+  if (profile) bench_profile(clients, seconds, workers, loops);
   if (!only_tp) bench_ping_under_load(slow, iters * 100);
   return rc == 0 ? 0 : 1;
 }

@@ -42,6 +42,11 @@ int st__objects_set_budget(st__objects_t *r, const char *device, uint64_t bytes)
   return ST_OK;
 }
 
+/* Monotonic nanoseconds: the LRU order's clock. */
+static uint64_t mono_ns(void) {
+  return (uint64_t)(st__now_mono() * 1e9);
+}
+
 static void lru_unlink(st__objects_t *r, st__object_t *o) {
   if (o->lru_prev) o->lru_prev->lru_next = o->lru_next;
   else if (r->lru_head == o) r->lru_head = o->lru_next;
@@ -182,6 +187,65 @@ static char *make_slot(const char *endpoint, const char *where, const char *key,
   return s;
 }
 
+/* See objects.h. Any thread. */
+void st__objects_hit(st__object_t *o) {
+  __atomic_store_n(&o->hit_ns, mono_ns(), __ATOMIC_RELAXED);
+}
+
+/* See objects.h. */
+double st__objects_last_use(const st__object_t *o) {
+  uint64_t hit = __atomic_load_n(&o->hit_ns, __ATOMIC_RELAXED);
+  if (hit <= o->lru_ns) return o->last_accessed_at;
+  double at = st__now_unix() - (double)(mono_ns() - hit) / 1e9;
+  return at > o->last_accessed_at ? at : o->last_accessed_at;
+}
+
+/* Puts the cached objects used by st__objects_hit since their last place
+ * in the LRU order where their use puts them: taken out, sorted by use,
+ * merged back into the rest (which is in order). */
+static int by_lru_ns(const void *a, const void *b) {
+  uint64_t x = (*(st__object_t *const *)a)->lru_ns, y = (*(st__object_t *const *)b)->lru_ns;
+  return x < y ? -1 : x > y;
+}
+
+static void order_hits(st__objects_t *r) {
+  size_t n = 0;
+  for (const st__object_t *o = r->lru_head; o; o = o->lru_next)
+    n += __atomic_load_n(&o->hit_ns, __ATOMIC_RELAXED) > o->lru_ns;
+  if (!n) return;
+  st__object_t **moved = malloc(n * sizeof *moved);
+  if (!moved) return;   /* the order stays a little off; nothing breaks */
+  size_t k = 0;
+  st__object_t *o = r->lru_head;
+  while (o) {
+    st__object_t *next = o->lru_next;
+    uint64_t hit = __atomic_load_n(&o->hit_ns, __ATOMIC_RELAXED);
+    if (hit > o->lru_ns && k < n) {
+      o->last_accessed_at = st__objects_last_use(o);
+      o->lru_ns = hit;
+      lru_unlink(r, o);
+      moved[k++] = o;
+    }
+    o = next;
+  }
+  qsort(moved, k, sizeof *moved, by_lru_ns);
+  st__object_t *at = r->lru_head;
+  for (size_t i = 0; i < k; i++) {
+    while (at && at->lru_ns <= moved[i]->lru_ns) at = at->lru_next;
+    st__object_t *m = moved[i];
+    if (!at) {
+      lru_append(r, m);
+      continue;
+    }
+    m->lru_next = at;
+    m->lru_prev = at->lru_prev;
+    if (at->lru_prev) at->lru_prev->lru_next = m;
+    else r->lru_head = m;
+    at->lru_prev = m;
+  }
+  free(moved);
+}
+
 /* Evicts for the ledger; see objects.h. Loop thread. */
 size_t st__objects_reclaim(st__objects_t *r, int device, uint64_t bytes, unsigned fds) {
   char name[ST_OBJ_DEVICE_LEN];
@@ -189,6 +253,7 @@ size_t st__objects_reclaim(st__objects_t *r, int device, uint64_t bytes, unsigne
   else snprintf(name, sizeof name, "cuda:%d", device);
   const st__budget_t *b = budget_of(r, name, 0);
   int bi = b ? (int)(b - r->budgets) : -1;
+  order_hits(r);
   /* Nothing goes for nothing: when evicting every candidate would not
    * make room, none is evicted. */
   uint64_t freeable = 0, freeable_fds = 0;
@@ -273,6 +338,7 @@ int st__objects_add(st__objects_t *r, const st__object_spec_t *spec, st__build_r
   o->fds = fds;
   memcpy(o->device, device, sizeof device);
   o->created_at = o->last_accessed_at = st__now_unix();
+  o->lru_ns = mono_ns();
   o->result = *result;
   st__build_result_init(result);
   o->all_prev = r->all_tail;
@@ -303,8 +369,8 @@ st__object_t *st__objects_find(st__objects_t *r, uint64_t id) {
 }
 
 /* Cached object of (endpoint, where, key) or NULL. */
-st__object_t *st__objects_lookup_on(st__objects_t *r, const char *endpoint, const char *where,
-                                    const char *key, size_t key_len) {
+st__object_t *st__objects_lookup_on(const st__objects_t *r, const char *endpoint,
+                                    const char *where, const char *key, size_t key_len) {
   size_t len;
   char *slot = make_slot(endpoint, where, key, key_len, &len);
   if (!slot) return NULL;
@@ -322,6 +388,7 @@ st__object_t *st__objects_lookup(st__objects_t *r, const char *endpoint, const c
 /* Last use: now, and the fresh end of the LRU order. */
 void st__objects_touch(st__objects_t *r, st__object_t *o) {
   o->last_accessed_at = st__now_unix();
+  o->lru_ns = mono_ns();
   if (o->cached) {
     lru_unlink(r, o);
     lru_append(r, o);

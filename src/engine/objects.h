@@ -74,6 +74,11 @@ typedef struct st__object {
   size_t slot_len;
   struct st__object *lru_prev, *lru_next;  /* cached objects, oldest use first */
   struct st__object *all_prev, *all_next;  /* every object, by id */
+  uint64_t lru_ns;            /* monotonic ns of its place in the LRU order */
+  /* Monotonic ns of its last use by st__objects_hit (0: none): a relaxed
+   * atomic, written by loop threads that hold only the read side of the
+   * server lock; st__objects_reclaim puts such objects in their place. */
+  uint64_t hit_ns;
 } st__object_t;
 
 /* A device objects are counted on (its budget is the ledger's). */
@@ -163,10 +168,20 @@ st__object_t *st__objects_find(st__objects_t *r, uint64_t id);
 /* The cached object of (endpoint, key) built on `where` (as in the spec;
  * NULL matches only objects added without one), or NULL. Does not touch
  * it. st__objects_lookup is st__objects_lookup_on with where NULL. */
-st__object_t *st__objects_lookup_on(st__objects_t *r, const char *endpoint, const char *where,
-                                    const char *key, size_t key_len);
+st__object_t *st__objects_lookup_on(const st__objects_t *r, const char *endpoint,
+                                    const char *where, const char *key, size_t key_len);
 st__object_t *st__objects_lookup(st__objects_t *r, const char *endpoint, const char *key,
                                  size_t key_len);
+
+/* Marks a cached object as just handed out by a thread that may not
+ * change the registry (the read side of the server lock): a relaxed
+ * atomic store of its use time, which st__objects_reclaim (the LRU order)
+ * and st__objects_last_use (last_accessed_at) take into account. Any
+ * thread. */
+void st__objects_hit(st__object_t *o);
+
+/* Unix seconds of o's last use, st__objects_hit included. */
+double st__objects_last_use(const st__object_t *o);
 
 /* Marks an object as just handed out: last_accessed_at, and the most
  * recently used end of the LRU order. */

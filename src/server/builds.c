@@ -115,26 +115,40 @@ static void consumer_waits(st__server_t *srv, const st__consumer_t *who, st__bui
   if (c) c->inflight++;
 }
 
+/* See work.h. Reads only: either side of the server lock. */
+int st__build_locate(const st__server_t *srv, const st__endpoint_decl_t *ep, const char *bound,
+                     size_t bound_len, int socket, st__call_place_t *at, char *err,
+                     size_t errlen) {
+  memset(at, 0, sizeof *at);
+  int rc = st__device_for_call(&srv->devices, srv->cfg, ep, socket, &at->device,
+                               &at->cuda_device, err, errlen);
+  if (rc != ST_OK) return rc;
+  if (at->device < 0) snprintf(at->where, sizeof at->where, "cpu");
+  else snprintf(at->where, sizeof at->where, "cuda:%d", at->device);
+  if (ep->cache || ep->singleflight) {
+    rc = st__cache_key(ep, bound, bound_len, &at->key, &at->klen, err, errlen);
+    if (rc != ST_OK) return rc;
+  }
+  if (ep->cache)
+    at->cached = st__objects_lookup_on(&srv->objects, ep->name, at->where,
+                                       at->key, at->klen);
+  return ST_OK;
+}
+
 /* Cache hit, join, or a new build; see work.h. */
 int st__build_start(st__server_t *srv, const st__endpoint_decl_t *ep, const char *bound,
                     size_t bound_len, st__targs_t *targs, const st__consumer_t *who, int socket,
                     char *err, size_t errlen) {
   st__work_t *w = srv->work;
-  int device, cuda_device;
-  int rc = st__device_for_call(&srv->devices, srv->cfg, ep, socket, &device, &cuda_device, err,
-                               errlen);
+  st__call_place_t at;
+  int rc = st__build_locate(srv, ep, bound, bound_len, socket, &at, err, errlen);
   if (rc != ST_OK) return rc;
-  char where[16];
-  if (device < 0) snprintf(where, sizeof where, "cpu");
-  else snprintf(where, sizeof where, "cuda:%d", device);
-  char *key = NULL;
-  size_t klen = 0;
-  if (ep->cache || ep->singleflight) {
-    rc = st__cache_key(ep, bound, bound_len, &key, &klen, err, errlen);
-    if (rc != ST_OK) return rc;
-  }
+  int device = at.device, cuda_device = at.cuda_device;
+  const char *where = at.where;
+  char *key = at.key;
+  size_t klen = at.klen;
   if (ep->cache) {
-    st__object_t *obj = st__objects_lookup_on(&srv->objects, ep->name, where, key, klen);
+    st__object_t *obj = at.cached;
     if (obj) {
       srv->counters.cache_hits++;
       free(key);

@@ -162,6 +162,12 @@ const st__setting_t st__config_settings[] = {
      .description = "microseconds the loop (builds in flight) and a worker that just ran a "
                     "build poll for the next completion or build before sleeping; 0 = never "
                     "(default: derived, 50 with 8 or more CPUs, else 0)"},
+    {.name = "loop_threads", .type = ST_SET_INT, INT_FIELD(loop_threads), .lo = 1,
+     .hi = ST__CONFIG_MAX_LOOP_THREADS, .def = 1,
+     .description = "event loop threads; with N > 1, loop 0 accepts, takes completions and "
+                    "runs timers, and loops 1..N-1 serve the connections, answering repeated "
+                    "cache hits in parallel (default: derived, 1 below 8 CPUs, else 1 + "
+                    "min(4, CPUs / 4))"},
     {.name = "endpoints", .type = ST_SET_PATH, .offset = F(endpoints_dir),
      .def_text = "endpoints",
      .description = "endpoint directory, or one endpoint file"},
@@ -239,6 +245,7 @@ void st__config_defaults(st__config_t *c) {
   c->data_dirs[0] = strdup(".");
   st__config_connection_limits(c);
   c->spin_us = st__config_default_spin_us();
+  c->loop_threads = st__config_default_loop_threads();
   c->nreload_uids = 0;
   c->reload_uids[c->nreload_uids++] = 0;
   if (geteuid() != 0) c->reload_uids[c->nreload_uids++] = geteuid();
@@ -264,12 +271,23 @@ int st__config_load(const char *path, st__config_t *cfg, st__errlist_t *errs) {
   return ST_OK;
 }
 
+/* The CPUs this process may run on (its affinity). */
+static int usable_cpus(void) {
+  cpu_set_t set;
+  return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                    : (int)sysconf(_SC_NPROCESSORS_ONLN);
+}
+
 /* See config.h. */
 int st__config_default_spin_us(void) {
-  cpu_set_t set;
-  int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-                                                     : (int)sysconf(_SC_NPROCESSORS_ONLN);
-  return n >= 8 ? 50 : 0;
+  return usable_cpus() >= 8 ? 50 : 0;
+}
+
+/* See config.h. */
+int st__config_default_loop_threads(void) {
+  int n = usable_cpus();
+  if (n < 8) return 1;
+  return 1 + (n / 4 < 4 ? n / 4 : 4);
 }
 
 /* Half of what the host lets this process have: the physical memory or

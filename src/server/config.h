@@ -16,6 +16,9 @@
 /* Worker threads at most, from config.lua and from --workers alike. */
 #define ST__CONFIG_MAX_WORKERS 256
 
+/* Loop threads at most (loop_threads). */
+#define ST__CONFIG_MAX_LOOP_THREADS 64
+
 #include "common/log.h"
 #include "common/settings.h"
 #include "engine/generation.h"
@@ -122,6 +125,9 @@ typedef struct st__config {
   double endpoint_load_timeout_s;       /* default 10 s */
   int nreload_uids;
   uid_t reload_uids[ST_MAX_ALLOW];
+  /* Event loops that serve connections (server/loops.c): 1 = the one loop
+   * thread; N > 1: N threads, each connection on one of them. */
+  int loop_threads;             /* derived: st__config_default_loop_threads */
 } st__config_t;
 
 /* The keys of config.lua, one row each (common/settings.h): the one
@@ -133,6 +139,11 @@ extern const st__setting_t st__config_settings[];
  * (sched_getaffinity), else 0, so that a small host never gives a core to
  * polling. */
 int st__config_default_spin_us(void);
+
+/* The default of loop_threads: 1 when this process may run on fewer than
+ * 8 CPUs (sched_getaffinity), else 1 + min(4, CPUs / 4): loop 0 and up to
+ * four loops serving connections. */
+int st__config_default_loop_threads(void);
 
 /* Runs the config file at `path` (sandboxed, no st module) and fills *cfg
  * over its current values (call st__config_defaults first). Unknown keys,

@@ -1,4 +1,7 @@
-/* src/server: connections (conn.h). Loop thread only. */
+/* src/server: connections (conn.h). Loop threads, the server lock held
+ * (conn.h, "Loops"; loops.c): the read side only where a function says
+ * so, and there the connection's own loop's thread, which takes the write
+ * side (st__loop_exclusive) before anything that changes shared state. */
 #include "server/conn.h"
 
 #include <errno.h>
@@ -32,6 +35,28 @@ static void on_unread_check(struct ev_loop *loop, ev_timer *w, int revents);
 static void process_messages(st__conn_t *c);
 static void flush(st__conn_t *c);
 static void maybe_finish(st__conn_t *c);
+
+/* The libev loop of c's watchers. */
+#define EVL(c) ((c)->loop->ev)
+
+/* Leaves c for its loop's thread (conn.h, "Loops"), waking it when it is
+ * another one. */
+static void todo(st__conn_t *c) {
+  if (!c->on_todo) {
+    c->on_todo = 1;
+    c->tnext = c->loop->todo;
+    c->loop->todo = c;
+  }
+  st__loop_kick(c->loop);
+}
+
+/* Writes c's queue now when this thread may (its own loop's thread at a
+ * point that holds nothing but c, or the only thread); else later, from
+ * its loop (st__conn_service). */
+static void flush_soon(st__conn_t *c) {
+  if (c->srv->threaded) todo(c);
+  else if (!ev_is_active(&c->wio)) flush(c);
+}
 
 /* ------------------------------------------------------------- id table */
 
@@ -79,15 +104,19 @@ static int replies_at_limit(const st__conn_t *c) {
 static void maybe_resume(st__conn_t *c) {
   if (c->dead || !c->read_paused || c->wq_bytes >= WQ_LOW || replies_at_limit(c)) return;
   c->read_paused = 0;
-  if (!c->eof) ev_io_start(c->srv->loop, &c->rio);
-  ev_idle_start(c->srv->loop, &c->resume);
+  if (!c->eof) ev_io_start(EVL(c), &c->rio);
+  ev_idle_start(EVL(c), &c->resume);
 }
 
 static void on_unread_check(struct ev_loop *loop, ev_timer *w, int revents) {
   (void)loop;
   (void)revents;
   st__conn_t *c = w->data;
-  if (st__conn_unread_check(c)) {
+  st__loop_exclusive(c->srv);
+  /* Another loop's thread may have seen them read (st__conn_reply_room)
+   * and left the timer to this one. */
+  if (st__conn_unread_check(c) || (!c->dead && !c->unread_fds && !c->unread_bytes)) {
+    ev_timer_stop(loop, &c->unread_check);
     maybe_resume(c);
     maybe_finish(c);
   }
@@ -105,6 +134,7 @@ void st__conn_open(st__server_t *srv, int fd, int device, const struct ucred *cr
     return;
   }
   c->srv = srv;
+  c->loop = st__loops_pick(srv);
   c->id = ++srv->next_conn_id;
   c->fd = fd;
   c->device = device;
@@ -120,7 +150,12 @@ void st__conn_open(st__server_t *srv, int fd, int device, const struct ucred *cr
   c->unread_check.data = c;
   table_insert(srv, c);
   srv->counters.connections++;
-  ev_io_start(srv->loop, &c->rio);
+  if (st__loop_is_current(c->loop)) {
+    c->armed = 1;
+    ev_io_start(EVL(c), &c->rio);
+  } else {
+    todo(c);
+  }
   ST_LOG_D("conn", "conn %llu accepted on device %d: pid %d uid %u gid %u",
            (unsigned long long)c->id, device, (int)cred->pid, (unsigned)cred->uid,
            (unsigned)cred->gid);
@@ -132,17 +167,19 @@ static void free_frame(st__wframe_t *f) {
   free(f);
 }
 
-/* Closes at once; the struct is freed by st__conn_reap. Loop thread. */
-void st__conn_close(st__conn_t *c, const char *why) {
-  if (c->dead) return;
-  st__server_t *srv = c->srv;
-  c->dead = 1;
-  ev_io_stop(srv->loop, &c->rio);
-  ev_io_stop(srv->loop, &c->wio);
-  ev_timer_stop(srv->loop, &c->frame_timer);
-  ev_idle_stop(srv->loop, &c->resume);
-  ev_timer_stop(srv->loop, &c->unread_check);
-  table_remove(srv, c);
+/* What only c's loop's thread may do at its close: stop the watchers,
+ * close the socket, free the queued frames and the reader (another
+ * thread's close leaves this to it: c's own thread may be in a recvmsg or
+ * sendmsg on them). The struct is freed before that loop's next poll. */
+static void close_io(st__conn_t *c) {
+  if (c->io_closed) return;
+  c->io_closed = 1;
+  struct ev_loop *loop = EVL(c);
+  ev_io_stop(loop, &c->rio);
+  ev_io_stop(loop, &c->wio);
+  ev_timer_stop(loop, &c->frame_timer);
+  ev_idle_stop(loop, &c->resume);
+  ev_timer_stop(loop, &c->unread_check);
   close(c->fd);
   c->fd = -1;
   st__wframe_t *f = c->wq_head;
@@ -153,6 +190,20 @@ void st__conn_close(st__conn_t *c, const char *why) {
   }
   c->wq_head = c->wq_tail = NULL;
   c->wq_bytes = 0;
+  st__reader_destroy(&c->reader);
+  c->dnext = c->loop->dead;
+  c->loop->dead = c;
+}
+
+/* Closes at once; the struct is freed by its loop before its next poll.
+ * Any loop thread. */
+void st__conn_close(st__conn_t *c, const char *why) {
+  if (c->dead) return;
+  st__server_t *srv = c->srv;
+  c->dead = 1;
+  table_remove(srv, c);
+  /* Its queued replies will never be read: they stop counting now (their
+   * frames go with the socket). */
   st__conn_unhold(c, c->out_fds, c->out_bytes);
   c->unread_fds = 0;
   c->unread_bytes = 0;
@@ -162,7 +213,8 @@ void st__conn_close(st__conn_t *c, const char *why) {
   st__idset_clear(&c->object_refs);
   st__mpool_close(c->pool);   /* regions still in use keep their slabs */
   c->pool = NULL;
-  st__reader_destroy(&c->reader);
+  if (st__loop_is_current(c->loop)) close_io(c);
+  else todo(c);
   /* Nobody will read the results of its calls: builds nobody else waits
    * for stop early (their completions drop what was built), its waits
    * end, and its leases go back. */
@@ -171,14 +223,11 @@ void st__conn_close(st__conn_t *c, const char *why) {
            c->inflight, (unsigned long long)c->leases);
   srv->on_conn_closed(srv, c);
   st__stats_dropped(srv, &c->open);
-  c->dnext = srv->dead;
-  srv->dead = c;
 }
 
-/* Frees the connections closed since the last call (ev_prepare). Loop thread. */
-void st__conn_reap(st__server_t *srv) {
-  st__conn_t *c = srv->dead;
-  srv->dead = NULL;
+static void reap(st__loop_t *lp) {
+  st__conn_t *c = lp->dead;
+  lp->dead = NULL;
   while (c) {
     st__conn_t *next = c->dnext;
     free(c);
@@ -186,15 +235,70 @@ void st__conn_reap(st__server_t *srv) {
   }
 }
 
+/* Frees the closed connections of every loop. Loop thread, at exit (the
+ * other loops' threads have stopped). */
+void st__conn_reap(st__server_t *srv) {
+  for (int i = 0; i < srv->nloops; i++) {
+    st__loop_t *lp = &srv->loops[i];
+    /* A close another thread left to a loop that stopped first. */
+    for (st__conn_t *c = lp->todo; c; c = c->tnext)
+      if (c->dead) close_io(c);
+    lp->todo = NULL;
+    reap(lp);
+  }
+}
+
+/* What another thread (or this one, inside a callback) left for c: start
+ * reading it, stop reading it when it closes, write its queue, close its
+ * socket. Its loop's thread. */
+static void service(st__conn_t *c) {
+  if (c->dead) {
+    close_io(c);
+    return;
+  }
+  if (!c->armed) {
+    c->armed = 1;
+    if (!c->closing) ev_io_start(EVL(c), &c->rio);
+  }
+  if (c->closing) {
+    ev_io_stop(EVL(c), &c->rio);
+    ev_timer_stop(EVL(c), &c->frame_timer);
+    if (!c->wq_head) {
+      st__conn_close(c, "closed after error");
+      return;
+    }
+  }
+  if (c->wq_head && !ev_is_active(&c->wio)) flush(c);
+}
+
+/* See conn.h. lp's thread, before its poll. */
+void st__conn_service(st__loop_t *lp) {
+  /* A write lets go of the lock: other threads may add to the list
+   * meanwhile, and are served in this same pass. */
+  while (lp->todo) {
+    st__conn_t *c = lp->todo;
+    lp->todo = c->tnext;
+    c->tnext = NULL;
+    c->on_todo = 0;
+    service(c);
+  }
+  reap(lp);
+}
+
 /* Stops reading; closes once the write queue is empty. Loop thread. */
 void st__conn_close_after_flush(st__conn_t *c, const char *why) {
   if (c->dead) return;
   if (!c->closing) ST_LOG_D("conn", "conn %llu closing: %s", (unsigned long long)c->id, why);
   c->closing = 1;
-  ev_io_stop(c->srv->loop, &c->rio);
-  ev_timer_stop(c->srv->loop, &c->frame_timer);
   st__conn_rx_close_all(c);
-  if (!c->wq_head) st__conn_close(c, why);
+  if (!c->wq_head) {
+    st__conn_close(c, why);
+  } else if (st__loop_is_current(c->loop)) {
+    ev_io_stop(EVL(c), &c->rio);
+    ev_timer_stop(EVL(c), &c->frame_timer);
+  } else {
+    todo(c);
+  }
 }
 
 /* Shutdown: one last flush of each connection, then close. Loop thread. */
@@ -211,10 +315,38 @@ void st__conn_close_all(st__server_t *srv) {
 /* Closes a connection whose peer finished sending once nothing remains to
  * be sent or computed for it, and the replies that hold descriptors or
  * arenas were read (or the peer closed: its socket's queue is gone). */
+static int finished(const st__conn_t *c) {
+  return !c->dead && c->eof && c->inflight == 0 && !c->wq_head && !c->unread_fds &&
+         !c->unread_bytes;
+}
+
+/* Closes c at the end of its input once everything is answered and read.
+ * Either side of the lock. */
 static void maybe_finish(st__conn_t *c) {
-  if (!c->dead && c->eof && c->inflight == 0 && !c->wq_head && !c->unread_fds &&
-      !c->unread_bytes)
-    st__conn_close(c, "end of input");
+  if (!finished(c)) return;
+  if (st__loop_exclusive(c->srv) && !finished(c)) return;
+  st__conn_close(c, "end of input");
+}
+
+/* Takes the write side of the server lock when this thread holds the read
+ * side; 1 when c closed meanwhile (nothing more may be done with it). */
+static int exclusive_gone(st__conn_t *c) {
+  return st__loop_exclusive(c->srv) && (c->dead || c->closing);
+}
+
+/* Counts n bytes read or written: in this loop's counts under the read
+ * side (loops.c), else in the server's. */
+static void count_bytes(st__server_t *srv, int sent, uint64_t n) {
+  st__loop_counts_t *k = st__loop_counts();
+  if (k) {
+    k->dirty = 1;
+    if (sent) k->bytes_sent += n;
+    else k->bytes_received += n;
+  } else if (sent) {
+    srv->counters.bytes_sent += n;
+  } else {
+    srv->counters.bytes_received += n;
+  }
 }
 
 /* One in-flight request was answered; see conn.h. Loop thread. */
@@ -227,20 +359,38 @@ void st__conn_request_done(st__conn_t *c) {
 
 static void update_frame_timer(st__conn_t *c, int completed) {
   if (c->dead || c->closing || c->read_paused || c->eof) {
-    ev_timer_stop(c->srv->loop, &c->frame_timer);
+    if (!c->io_closed) ev_timer_stop(EVL(c), &c->frame_timer);
     return;
   }
   if (st__reader_pending(&c->reader) == 0) {
-    ev_timer_stop(c->srv->loop, &c->frame_timer);
+    ev_timer_stop(EVL(c), &c->frame_timer);
   } else if (completed || !ev_is_active(&c->frame_timer)) {
-    ev_timer_again(c->srv->loop, &c->frame_timer);
+    ev_timer_again(EVL(c), &c->frame_timer);
   }
 }
 
+/* Closes the descriptors a read brought (its connection takes no more). */
+static void close_received(struct msghdr *mh) {
+  for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+    size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < n; i++) {
+      int fd;
+      memcpy(&fd, CMSG_DATA(cm) + i * sizeof fd, sizeof fd);
+      close(fd);
+    }
+  }
+}
+
+/* Reads c and handles what came. Under the read side of the lock on loops
+ * 1..N-1 (loops.c), taking the write side at the first thing that needs
+ * it: descriptors, the end of input, an error, a message that is not a
+ * cache hit fastcall.c answers. */
 static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
   st__conn_t *c = w->data;
   (void)loop;
   (void)revents;
+  if ((c->unread_fds || c->unread_bytes) && exclusive_gone(c)) return;
   if (st__conn_unread_check(c)) maybe_resume(c);
   /* Whole messages still buffered from a pause go first (reads resume
    * before the idle watcher runs): the end of input below then always
@@ -251,6 +401,7 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
     char *buf;
     size_t cap;
     if (st__reader_reserve(&c->reader, READ_CHUNK, &buf, &cap) != ST_OK) {
+      if (exclusive_gone(c)) return;
       st__conn_close(c, "out of memory");
       return;
     }
@@ -261,21 +412,34 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
     struct iovec iov = {.iov_base = buf, .iov_len = cap};
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
                         .msg_controllen = sizeof ctl.buf};
+    st__loop_unlock(c->srv);
     st__prof_begin(ST_PROF_READ);
     ssize_t n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    int e = errno;
     st__prof_end();
+    st__loop_lock(c->srv);
+    if (c->dead || c->closing) {
+      /* Closed by another loop's thread meanwhile: nothing more is read. */
+      if (n > 0) close_received(&mh);
+      return;
+    }
     /* A failed read leaves msg_controllen as we set it and the buffer as an
      * earlier read left it: no control data may be looked at before this. */
     if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      if (e == EINTR) continue;
+      if (e == EAGAIN || e == EWOULDBLOCK) return;
+      if (exclusive_gone(c)) return;
       char why[128];
-      snprintf(why, sizeof why, "read: %s", strerror(errno));
+      snprintf(why, sizeof why, "read: %s", strerror(e));
       st__conn_close(c, why);
       return;
     }
-    if ((mh.msg_controllen > 0 || (mh.msg_flags & MSG_CTRUNC)) &&
-        st__conn_rx_queue(c, &mh, c->rx_bytes, c->rx_bytes + (uint64_t)n) != 0) {
+    int control = mh.msg_controllen > 0 || (mh.msg_flags & MSG_CTRUNC);
+    if ((control || n == 0) && exclusive_gone(c)) {
+      if (n > 0) close_received(&mh);
+      return;
+    }
+    if (control && st__conn_rx_queue(c, &mh, c->rx_bytes, c->rx_bytes + (uint64_t)n) != 0) {
       c->srv->counters.protocol_errors++;
       ST_LOG_W("conn", "conn %llu (pid %d): more descriptors than its requests list; closing",
                (unsigned long long)c->id, (int)c->cred.pid);
@@ -294,7 +458,7 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
         return;
       }
       c->eof = 1;
-      ev_io_stop(c->srv->loop, &c->rio);
+      ev_io_stop(EVL(c), &c->rio);
       update_frame_timer(c, 0);
       /* No request can come any more: what it sent for one is closed, and
        * a half-sent frame's buffer freed. Replies still go out. */
@@ -312,7 +476,7 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
     }
     st__reader_commit(&c->reader, (size_t)n);
     c->rx_bytes += (uint64_t)n;
-    c->srv->counters.bytes_received += (uint64_t)n;
+    count_bytes(c->srv, 0, (uint64_t)n);
     process_messages(c);
     if ((size_t)n < cap) return;
   }
@@ -324,10 +488,11 @@ static void process_messages(st__conn_t *c) {
   while (!c->dead && !c->closing) {
     if (replies_at_limit(c)) {
       /* Backpressure: keep the rest buffered until the client reads. */
+      if (exclusive_gone(c)) break;
       if (!c->read_paused) {
         c->read_paused = 1;
         srv->counters.read_pauses++;
-        ev_io_stop(srv->loop, &c->rio);
+        ev_io_stop(EVL(c), &c->rio);
         ST_LOG_D("conn",
                  "conn %llu: replies unread (%zu bytes queued, %d descriptors, %llu arena "
                  "bytes): pausing reads",
@@ -346,6 +511,7 @@ static void process_messages(st__conn_t *c) {
     if (r < 0) {
       uint32_t id = r == ST_ERR_PROTOCOL ? msg.id : 0;
       st__message_destroy(&msg);
+      if (exclusive_gone(c)) break;
       srv->counters.protocol_errors++;
       ST_LOG_W("conn", "conn %llu (pid %d): %s: %s; closing", (unsigned long long)c->id,
                (int)c->cred.pid, st_err_name(r), why[0] ? why : st_strerror(r));
@@ -357,15 +523,29 @@ static void process_messages(st__conn_t *c) {
     c->requests++;
     st__prof_message();
     st__prof_begin(ST_PROF_DISPATCH);
-    c->srv->on_message(c, &msg);
+    /* A cache hit answered with its short form needs no write side
+     * (fastcall.c); anything else does. */
+    int fast = srv->on_fast_message(c, &msg);
+    if (!fast && exclusive_gone(c)) {
+      st__prof_end();
+      st__message_destroy(&msg);
+      break;
+    }
+    if (!fast) srv->on_message(c, &msg);
     st__prof_end();
     st__message_destroy(&msg);
     /* Right after a message, this is where it ended (proto.h). */
-    if (!c->dead) st__conn_rx_drop_stray(c, c->rx_bytes - st__reader_buffered(&c->reader), 0);
+    if (!c->dead && c->rx_nfds && !exclusive_gone(c))
+      st__conn_rx_drop_stray(c, c->rx_bytes - st__reader_buffered(&c->reader), 0);
+    /* With several loops the dispatch only queued its replies (a write
+     * lets go of the lock), and a fast answer always: they go out here,
+     * before the next message, as they do from inside the dispatch with
+     * one. */
+    if ((srv->threaded || fast) && !c->dead && c->wq_head && !ev_is_active(&c->wio)) flush(c);
   }
   /* Every whole message was handled unless reads are paused: what is
    * left is at most a half-sent frame, which began here. */
-  if (!c->dead && !c->closing && !c->read_paused)
+  if (!c->dead && !c->closing && !c->read_paused && c->rx_nfds && !exclusive_gone(c))
     st__conn_rx_drop_stray(c, c->rx_bytes - st__reader_pending(&c->reader), 1);
   update_frame_timer(c, completed);
 }
@@ -374,7 +554,8 @@ static void on_frame_timeout(struct ev_loop *loop, ev_timer *w, int revents) {
   st__conn_t *c = w->data;
   (void)loop;
   (void)revents;
-  ev_timer_stop(c->srv->loop, &c->frame_timer);
+  st__loop_exclusive(c->srv);
+  ev_timer_stop(EVL(c), &c->frame_timer);
   if (c->dead || c->closing) return;
   char msg[128];
   snprintf(msg, sizeof msg, "frame incomplete after %d ms (%zu bytes received)",
@@ -426,8 +607,27 @@ void st__conn_send_pinned(st__conn_t *c, msgpack_sbuffer *sb, const int *fds, in
   c->wq_tail = f;
   c->wq_bytes += f->len;
   /* Write at once unless the socket already pushed back (then the write
-   * watcher is active and will continue in order). */
-  if (!ev_is_active(&c->wio)) flush(c);
+   * watcher is active and will continue in order); with several loops, at
+   * the next point where c's loop thread may (flush_soon). */
+  flush_soon(c);
+}
+
+/* See conn.h. Either side of the lock (the read side: c's own loop's
+ * thread). */
+int st__conn_queue(st__conn_t *c, msgpack_sbuffer *sb) {
+  st__wframe_t *f = malloc(sizeof *f);
+  if (!f) return ST_ERR_OUT_OF_MEMORY;
+  f->next = NULL;
+  f->len = sb->size;
+  f->off = 0;
+  f->data = msgpack_sbuffer_release(sb);
+  f->nfds = f->held_fds = 0;
+  f->pinned = 0;
+  if (c->wq_tail) c->wq_tail->next = f;
+  else c->wq_head = f;
+  c->wq_tail = f;
+  c->wq_bytes += f->len;
+  return ST_OK;
 }
 
 /* Queues [1, id, {code, name, message}, nil]; see conn.h. Loop thread. */
@@ -452,9 +652,22 @@ void st__conn_send_error(st__conn_t *c, uint32_t id, int err, const char *messag
 /* Writes as much of the queue as the socket takes. Frames without
  * descriptors are gathered into one sendmsg; a frame with descriptors
  * always starts a sendmsg of its own so that they ride on its first byte. */
+/* Whether writing c's queue needs the write side of the lock: a frame
+ * with descriptors or pinned bytes (counted in shared holdings), replies
+ * already written but not read, a close to do. */
+static int flush_needs_exclusive(const st__conn_t *c) {
+  if (c->closing || c->unread_fds || c->unread_bytes) return 1;
+  for (const st__wframe_t *f = c->wq_head; f; f = f->next)
+    if (f->nfds || f->held_fds || f->pinned) return 1;
+  return 0;
+}
+
+/* Either side of the lock (the read side: c's own loop's thread), taking
+ * the write side when flush_needs_exclusive. */
 static void flush(st__conn_t *c) {
   st__server_t *srv = c->srv;
   while (c->wq_head && !c->dead) {
+    if (st__loop_counts() && flush_needs_exclusive(c) && st__loop_exclusive(srv)) continue;
     struct iovec iov[MAX_IOV];
     int niov = 0;
     st__wframe_t *head = c->wq_head;
@@ -482,17 +695,35 @@ static void flush(st__conn_t *c) {
       niov++;
     }
     mh.msg_iovlen = (size_t)niov;
+    /* Counted before the send, what it did not take taken back after: a
+     * client that has read a reply finds it counted, even when another
+     * loop's thread answers its next request before this one has the
+     * lock again. */
+    size_t offered = 0;
+    for (int i = 0; i < niov; i++) offered += iov[i].iov_len;
+    count_bytes(srv, 1, offered);
+    if (with_fds) srv->counters.fds_sent += (uint64_t)head->nfds;
+    st__loop_unlock(srv);
     st__prof_begin(ST_PROF_SEND);
     ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    int e = errno;
     st__prof_end();
+    st__loop_lock(srv);
+    /* Taken back where it was counted (the same side is held again). */
+    count_bytes(srv, 1, -(uint64_t)(offered - (n > 0 ? (size_t)n : 0)));
+    if (with_fds && n < 0) srv->counters.fds_sent -= (uint64_t)head->nfds;
+    /* Closed by another loop's thread meanwhile: its frames (and what
+     * this sendmsg took of them) go with close_io. */
+    if (c->dead) return;
     if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        ev_io_start(srv->loop, &c->wio);
+      if (e == EINTR) continue;
+      if (e == EAGAIN || e == EWOULDBLOCK) {
+        ev_io_start(EVL(c), &c->wio);
         return;
       }
+      if (exclusive_gone(c) && c->dead) return;
       char why[128];
-      snprintf(why, sizeof why, "write: %s", strerror(errno));
+      snprintf(why, sizeof why, "write: %s", strerror(e));
       st__conn_close(c, why);
       return;
     }
@@ -501,10 +732,8 @@ static void flush(st__conn_t *c) {
       st__prof_begin(ST_PROF_CLOSE);
       for (int i = 0; i < head->nfds; i++) close(head->fds[i]);
       st__prof_end();
-      srv->counters.fds_sent += (uint64_t)head->nfds;
       head->nfds = 0;
     }
-    srv->counters.bytes_sent += (uint64_t)n;
     size_t left = (size_t)n;
     while (left > 0 && c->wq_head) {
       st__wframe_t *f = c->wq_head;
@@ -523,13 +752,14 @@ static void flush(st__conn_t *c) {
         /* In the client's socket now: counted until it has read it. */
         c->unread_fds += f->held_fds;
         c->unread_bytes += f->pinned;
-        if (!ev_is_active(&c->unread_check)) ev_timer_again(srv->loop, &c->unread_check);
+        if (!ev_is_active(&c->unread_check)) ev_timer_again(EVL(c), &c->unread_check);
       }
       free_frame(f);
     }
   }
   if (c->dead) return;
-  ev_io_stop(srv->loop, &c->wio);
+  ev_io_stop(EVL(c), &c->wio);
+  if (st__loop_counts() && flush_needs_exclusive(c) && st__loop_exclusive(srv) && c->dead) return;
   if (c->closing) {
     st__conn_close(c, "closed after error");
     return;
@@ -542,6 +772,7 @@ static void flush(st__conn_t *c) {
 static void on_resume(struct ev_loop *loop, ev_idle *w, int revents) {
   st__conn_t *c = w->data;
   (void)revents;
+  st__loop_exclusive(c->srv);
   ev_idle_stop(loop, &c->resume);
   if (!c->dead && !c->read_paused) process_messages(c);
 }
@@ -550,6 +781,7 @@ static void on_write(struct ev_loop *loop, ev_io *w, int revents) {
   st__conn_t *c = w->data;
   (void)loop;
   (void)revents;
-  ev_io_stop(c->srv->loop, &c->wio);
+  st__loop_exclusive(c->srv);
+  ev_io_stop(EVL(c), &c->wio);
   flush(c);
 }

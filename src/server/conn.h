@@ -38,6 +38,22 @@
  * poll (ev_prepare), so code that still holds the pointer in the current
  * callback may test c->dead. Jobs name the connection by id: a completion
  * whose connection is gone finds nothing and drops its result.
+ *
+ * Loops (server.h, loops.c): a connection belongs to one loop (c->loop),
+ * whose thread alone runs its watchers, reads and writes it, closes its
+ * socket and frees it. With several loops, every function here may be
+ * called from any loop thread holding the write side of the server lock:
+ * what needs the connection's own thread (a write, a watcher, the close
+ * of the socket) is left on its loop's `todo` list and done there before
+ * the next poll (st__conn_service); a write queued by the connection's
+ * own thread goes out after the message being handled. The connection's
+ * own thread reads it, decodes its messages, answers the cache hits of
+ * fastcall.c and writes plain replies under the read side (it alone
+ * touches the connection then: others need the write side), and takes
+ * the write side (st__loop_exclusive) before anything else. The thread
+ * lets go of the lock only around its recvmsg and sendmsg, so the state
+ * above stays consistent; what another thread did meanwhile (a close, a
+ * reply queued) is looked at when it has the lock again.
  */
 #ifndef ST_SERVER_CONN_H
 #define ST_SERVER_CONN_H
@@ -70,6 +86,7 @@ typedef struct st__wframe {
 
 struct st__conn {
   st__server_t *srv;
+  st__loop_t *loop;           /* the loop whose thread does its I/O        */
   uint64_t id;
   int fd;
   int device;                 /* socket index it came in on                 */
@@ -116,7 +133,11 @@ struct st__conn {
   st__idset_t arena_refs;     /* arenas sent once (idset.h)                 */
   st__idset_t object_refs;    /* objects sent once (idset.h)                */
   st__conn_t *hnext;          /* id hash chain                              */
-  st__conn_t *dnext;          /* dead list                                  */
+  st__conn_t *dnext;          /* its loop's dead list                       */
+  st__conn_t *tnext;          /* its loop's todo list                       */
+  int on_todo;                /* on that list                               */
+  int armed;                  /* its loop started reading it                */
+  int io_closed;              /* socket closed, queue and reader freed      */
 };
 
 /* Adopts an accepted, admitted socket (non-blocking, close-on-exec) and
@@ -125,6 +146,13 @@ void st__conn_open(st__server_t *srv, int fd, int device, const struct ucred *cr
 
 /* Connection by id, or NULL when it is gone. Borrowed. */
 st__conn_t *st__conn_find(st__server_t *srv, uint64_t id);
+
+/* Queues the bytes of sb (taken; sb is left empty) as a frame without
+ * descriptors, holding nothing and writing nothing: the caller writes the
+ * queue (conn.c does after a message fastcall.c answered). ST_OK, or
+ * OUT_OF_MEMORY with sb untouched. Either side of the server lock, on
+ * c's own loop's thread (fastcall.c). */
+int st__conn_queue(st__conn_t *c, msgpack_sbuffer *sb);
 
 /* Queues a frame: takes the bytes of `sb` (left empty) and the `nfds`
  * descriptors (ownership moves to the connection, closed even on failure)
@@ -172,8 +200,15 @@ void st__conn_close_after_flush(st__conn_t *c, const char *why);
  * struct stays readable (c->dead) until the next loop iteration. */
 void st__conn_close(st__conn_t *c, const char *why);
 
-/* Frees connections closed since the last call. Loop thread. */
+/* Frees the connections of every loop closed since the last call (the
+ * loops' threads have stopped). Loop thread, at exit. */
 void st__conn_reap(st__server_t *srv);
+
+/* Before lp's poll, on lp's thread: does what its `todo` connections
+ * wait for (start reading a new one, write queued replies, stop reading
+ * one that closes, close the socket of a closed one), then frees the
+ * connections closed since the last call. */
+void st__conn_service(st__loop_t *lp);
 
 /* Closes every connection, trying one last non-blocking flush of each. */
 void st__conn_close_all(st__server_t *srv);

@@ -1,7 +1,8 @@
 /* src/server: what a connection holds (conn.h, "Holdings"): the
  * descriptors and arena bytes of its replies until the client has read
  * them, the descriptors it sent that no request claimed yet, and the
- * limits on both (config.h: max_fds_per_connection ...). Loop thread only.
+ * limits on both (config.h: max_fds_per_connection ...). Loop threads, the
+ * server lock held (conn.h, "Loops").
  */
 #include <stdio.h>
 #include <string.h>
@@ -80,7 +81,8 @@ int st__conn_unread_check(st__conn_t *c) {
   st__conn_unhold(c, c->unread_fds, c->unread_bytes);
   c->unread_fds = 0;
   c->unread_bytes = 0;
-  ev_timer_stop(c->srv->loop, &c->unread_check);
+  /* Another loop's thread leaves the timer to c's own (on_unread_check). */
+  if (st__loop_is_current(c->loop)) ev_timer_stop(c->loop->ev, &c->unread_check);
   return 1;
 }
 

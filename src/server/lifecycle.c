@@ -82,13 +82,12 @@ void st__server_request_stop(st__server_t *srv) {
   ev_async_send(srv->loop, &srv->stop_req);
 }
 
-/* Before each poll: frees the connections closed in this iteration, and
- * ends a shutdown whose last call in flight finished (it completed, or
- * left the pool's queue unrun). */
+/* Before each poll: ends a shutdown whose last call in flight finished
+ * (it completed, or left the pool's queue unrun). Closed connections are
+ * freed by their loops (loops.c). */
 static void on_reap(struct ev_loop *loop, ev_prepare *w, int revents) {
   (void)loop;
   (void)revents;
-  st__conn_reap(w->data);
   st__server_check_drained(w->data);
 }
 
@@ -135,7 +134,9 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
   memset(srv, 0, sizeof *srv);
   srv->cfg = cfg;
   srv->on_message = st__dispatch;
+  srv->on_fast_message = st__fast_call;
   srv->on_conn_closed = st__work_conn_closed;
+  srv->on_loop_service = st__conn_service;
   srv->started_at = st__now_unix();
   srv->started_mono = st__now_mono();
   make_server_id(srv->server_id);
@@ -155,6 +156,14 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
   if (!srv->buckets) {
     start_failed(setup, "out of memory");
     return ST_ERR_OUT_OF_MEMORY;
+  }
+  {
+    char err[256];
+    int rc = st__loops_init(srv, err, sizeof err);
+    if (rc != ST_OK) {
+      start_failed(setup, err);
+      return rc;
+    }
   }
   ev_prepare_init(&srv->reap, on_reap);
   srv->reap.data = srv;
@@ -274,29 +283,36 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
  * the eventfd write, the wake-up and the read of ev_async (libev skips
  * the write while the loop is not in its poll, and the next iteration
  * feeds the watcher). Sockets are polled too, every few microseconds, so
- * other connections wait no longer than that. Loop thread. */
+ * other connections wait no longer than that. With several loop threads
+ * the server lock is let go of between those iterations. Loop 0's
+ * thread. */
 static void spin_for_completions(st__server_t *srv, double spin_s) {
+  st__pool_t *pool = srv->pool;
   double start = st__now_mono(), deadline = start + spin_s;
-  for (unsigned i = 1; !srv->stopped && srv->pool && st__pool_outstanding(srv->pool); i++) {
-    if (st__pool_done_pending(srv->pool) || (i & 31) == 0) {
-      ev_run(srv->loop, EVRUN_NOWAIT);
-      if (st__now_mono() > deadline) break;
-      continue;
-    }
-    st__cpu_relax();
+  while (!srv->stopped && pool && st__pool_outstanding(pool)) {
+    st__loop_unlock(srv);
+    for (int i = 0; i < 31 && !st__pool_done_pending(pool); i++) st__cpu_relax();
+    st__loop_lock(srv);
+    ev_run(srv->loop, EVRUN_NOWAIT);
+    if (st__now_mono() > deadline) break;
   }
   st__loopprof_spin(st__now_mono() - start);
 }
 
-/* Runs the loop until the server stops: one iteration at a time, each
+/* Runs loop 0 until the server stops: one iteration at a time, each
  * followed by the poll of spin_for_completions when spin_us is set and
- * builds are in flight. Loop thread. */
-void st__server_run(st__server_t *srv) {
+ * builds are in flight. Loop 0's thread (st__loops_run). */
+static void run_loop0(st__server_t *srv) {
   double spin_s = srv->cfg->spin_us * 1e-6;
   while (!srv->stopped && ev_run(srv->loop, EVRUN_ONCE)) {
     if (spin_s > 0 && srv->pool && st__pool_outstanding(srv->pool))
       spin_for_completions(srv, spin_s);
   }
+}
+
+/* Runs the loops until the server stops (loops.c). Loop thread. */
+void st__server_run(st__server_t *srv) {
+  st__loops_run(srv, run_loop0);
 }
 
 /* Closes and frees everything after the loop ended. Loop thread. */
@@ -335,6 +351,7 @@ void st__server_destroy(st__server_t *srv) {
   ev_async_stop(srv->loop, &srv->stop_req);
   ev_prepare_stop(srv->loop, &srv->reap);
   st__loopprof_stop(srv);
+  st__loops_free(srv);
   const st__counters_t *k = &srv->counters;
   /* Every connection is closed: nothing is in flight, so the parts add
    * up to the totals (docs/operations.md, "Counters"). */

@@ -14,11 +14,14 @@
  *
  * Cost when off: one test of a pointer per phase. When on: two
  * clock_gettime per phase (below), counted in the phases.
- * Loop thread only.
+ * With several loop threads (loops.c) each keeps its own profile; the
+ * table adds them up (LOCK is the time they waited for the server lock).
+ * Loop threads only.
  */
 #ifndef ST_SERVER_LOOPPROF_H
 #define ST_SERVER_LOOPPROF_H
 
+#include <ev.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -33,6 +36,7 @@
   X(SEND, "send", "sendmsg of queued replies")                                 \
   X(CLOSE, "close", "close of sent descriptors")                               \
   X(IOCTL, "ioctl", "SIOCOUTQ: has the client read its replies")               \
+  X(LOCK, "lock", "waiting for the server lock (loop_threads > 1)")           \
   X(OTHER, "other", "libev and watcher code between two polls")
 
 typedef enum {
@@ -58,12 +62,14 @@ typedef struct st__loopprof {
     int phase;
     uint64_t start, inner;            /* inner: time of nested phases    */
   } stack[ST__LOOPPROF_DEPTH];
-  char *path;                         /* where the table goes            */
+  ev_prepare before_poll;             /* the poll sits between these two */
+  ev_check after_poll;
+  struct ev_loop *loop;
 } st__loopprof_t;
 
-/* The profile of the server's loop, NULL when off. Set by
- * st__loopprof_start. */
-extern st__loopprof_t *st__loopprof;
+/* The profile of this thread's loop, NULL when off or on other threads.
+ * Set by st__loopprof_start and st__loopprof_thread_start. */
+extern _Thread_local st__loopprof_t *st__loopprof;
 
 /* The clock of the profile: CLOCK_MONOTONIC (wall time, a vDSO call), or
  * with ST_LOOP_PROFILE_CLOCK=thread the loop thread's CPU time (a system
@@ -122,13 +128,20 @@ static inline void st__loopprof_spin(double s) {
   st__loopprof->spins++;
   st__loopprof->spin_s += s;
 }
+struct st__loop;
 
 /* Turns profiling on when ST_LOOP_PROFILE names a file, with watchers
- * around the loop's poll. Loop thread, at start. */
+ * around the poll of loop 0. Loop thread, at start. */
 void st__loopprof_start(struct st__server *srv);
 
-/* Writes the table to the file (one line per phase: name, count, own ns,
- * ns per message) and turns profiling off. Loop thread, at exit. */
+/* The same for loop lp (1..N-1) on its own thread, when profiling is on;
+ * _stop ends its phases and keeps its figures for the table. */
+void st__loopprof_thread_start(struct st__loop *lp);
+void st__loopprof_thread_stop(struct st__loop *lp);
+
+/* Writes the table, every loop's figures added up, to the file (one line
+ * per phase: name, count, own ns, ns per message) and turns profiling
+ * off. Loop thread, at exit (the other loops' threads have stopped). */
 void st__loopprof_stop(struct st__server *srv);
 
 #endif

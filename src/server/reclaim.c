@@ -84,7 +84,9 @@ static void unlink_request(struct st__reclaim *rc, request_t *q) {
 /* The ledger's hook (ledger.h): any thread. */
 static int on_charge_refused(void *ctx, int device, uint64_t bytes, unsigned fds) {
   struct st__reclaim *rc = ctx;
-  if (pthread_equal(pthread_self(), rc->loop_thread))
+  /* A loop thread holds the server lock: it evicts itself (waiting for
+   * loop 0 would wait for itself). */
+  if (pthread_equal(pthread_self(), rc->loop_thread) || st__loop_thread())
     return evict(rc->srv, device, bytes, fds) > 0;
   request_t q = {.device = device, .bytes = bytes, .fds = fds};
   struct timespec until;

@@ -41,7 +41,8 @@ void st__reply_true(st__conn_t *c, uint32_t id) {
 /* The fields that the `object` map of a reply and object info share:
  * OBJECT_FIELDS key/value pairs; callers open the map with their own. */
 enum { OBJECT_FIELDS = 8 };
-static void pack_object_fields(msgpack_packer *pk, st__server_t *srv, const st__object_t *o) {
+static void pack_object_fields(msgpack_packer *pk, const st__server_t *srv,
+                               const st__object_t *o) {
   st__pack_kv_uint(pk, "id", o->id);
   st__pack_kv_str(pk, "server_id", srv->server_id);
   st__pack_cstr(pk, "cache_key");
@@ -59,7 +60,7 @@ static void pack_object_fields(msgpack_packer *pk, st__server_t *srv, const st__
 }
 
 /* The `object` map of a call reply. */
-static void pack_object(msgpack_packer *pk, st__server_t *srv, const st__object_t *o,
+static void pack_object(msgpack_packer *pk, const st__server_t *srv, const st__object_t *o,
                         int lease) {
   msgpack_pack_map(pk, OBJECT_FIELDS + 1);
   pack_object_fields(pk, srv, o);
@@ -81,7 +82,7 @@ void st__pack_object_info(msgpack_packer *pk, st__server_t *srv, const st__objec
   pack_object_fields(pk, srv, o);
   st__pack_kv_str(pk, "endpoint", o->endpoint);
   st__pack_kv_double(pk, "created_at", o->created_at);
-  st__pack_kv_double(pk, "last_accessed_at", o->last_accessed_at);
+  st__pack_kv_double(pk, "last_accessed_at", st__objects_last_use(o));
   /* Not "arenas": a result with that key carries descriptors. */
   st__pack_cstr(pk, "arena_ids");
   msgpack_pack_array(pk, o->result.narenas);
@@ -222,19 +223,30 @@ int st__reply_more(st__conn_t *c, uint32_t id, const char *what, const st__build
   return rc;
 }
 
+/* See work.h. Reads only: either side of the server lock. */
+int st__reply_same_for(const st__conn_t *c, const st__object_t *obj) {
+  return same_form(obj, 0) && st__idset_has(&c->object_refs, obj->id);
+}
+
+/* See work.h. Reads only: either side of the server lock. */
+void st__reply_pack_same(msgpack_sbuffer *sb, msgpack_packer *pk, const st__server_t *srv,
+                         uint32_t id, const st__object_t *obj) {
+  st__reply_begin(sb, pk, id);
+  msgpack_pack_map(pk, 2);
+  st__pack_cstr(pk, "object");
+  pack_object(pk, srv, obj, 0);
+  st__pack_kv_bool(pk, "same", 1);
+}
+
 /* A call's reply of obj: {object, same: true} when c's client holds it
  * from an earlier reply on this connection, else in full; see work.h. */
 int st__reply_object(st__conn_t *c, uint32_t id, const st__object_t *obj, int lease) {
   st__prof_begin(ST_PROF_PACK);
   int rc = ST_OK;
-  if (same_form(obj, lease) && st__idset_has(&c->object_refs, obj->id)) {
+  if (!lease && st__reply_same_for(c, obj)) {
     msgpack_sbuffer sb;
     msgpack_packer pk;
-    st__reply_begin(&sb, &pk, id);
-    msgpack_pack_map(&pk, 2);
-    st__pack_cstr(&pk, "object");
-    pack_object(&pk, c->srv, obj, lease);
-    st__pack_kv_bool(&pk, "same", 1);
+    st__reply_pack_same(&sb, &pk, c->srv, id, obj);
     st__reply_send(c, id, &sb);
   } else {
     rc = reply_result(c, id, obj->endpoint, &obj->result, obj, lease, 1, NULL);

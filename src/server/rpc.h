@@ -103,6 +103,17 @@ const char *st__rpc_method_name(size_t i);
  * connection's message hook (server.h). */
 void st__dispatch(st__conn_t *c, const st__message_t *msg);
 
+/* ------------------------------------------------------------- fastcall.c */
+
+/* Answers msg (borrowed) when it is a `call` that the cache answers with
+ * the short form {object, same: true} and nothing else about it needs
+ * the write side of the server lock (no tensor arguments, no ids freed,
+ * not managed, not a task; docs/pool.md, section 7): 1 then, the reply
+ * queued on c and counted. 0 when st__dispatch must handle it: nothing
+ * was changed. Either side of the lock, on c's own loop's thread; the
+ * connection's fast message hook (server.h). */
+int st__fast_call(st__conn_t *c, const st__message_t *msg);
+
 /* ------------------------------------------------------------- rpc.c */
 
 /* Checks the request's parameter map against r->method's row and fills

@@ -21,13 +21,23 @@
  * Threads: everything in st__server_t belongs to the loop thread, except
  * the pool (engine/pool.h: locked internally) and the job completions it
  * hands back through `done` (ev_async). Worker threads never see this
- * struct and never touch a connection.
+ * struct and never touch a connection. With loop_threads = N > 1 there
+ * are N loop threads (loops.c): each holds the write side of the server
+ * lock `lock` while it runs code that reads or changes this state, so
+ * that to all code but loops.c, conn.c and fastcall.c they are one loop
+ * thread at a time. Loops 1..N-1 answer their connections' cache hits
+ * under its read side (fastcall.c), reading this state and changing only
+ * their connection, their loop's counts and relaxed atomics; a loop
+ * thread lets go of the lock while it waits for events and around the
+ * reads and writes of its own connections, holding no pointer into
+ * shared state then.
  */
 #ifndef ST_SERVER_SERVER_H
 #define ST_SERVER_SERVER_H
 
 #include <ev.h>
 #include <msgpack.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -238,6 +248,41 @@ typedef struct st__listener {
   ino_t st_ino;               /* so we only ever unlink our own           */
 } st__listener_t;
 
+/* One event loop and its thread (loops.c). Loop 0 is the server's own
+ * (srv->loop, the thread of st__server_run): the listeners, signals,
+ * completions, timers of tasks and reloads, and its share of the
+ * connections; loops 1..N-1 run only their connections. */
+/* What a loop's thread counted under the read side of the server lock
+ * (fastcall.c, conn.c): answered cache hits (`calls`, each also a
+ * request, ok, and a cache hit) by latency and endpoint, bytes read and
+ * written. Added into the server's counters and stats, and zeroed, by
+ * whoever takes the write side next (loops.c). */
+#define ST__LOOP_COUNTED_ENDPOINTS 16
+typedef struct st__loop_counts {
+  int dirty;
+  uint64_t calls;
+  uint64_t buckets[ST__STATS_NBUCKETS + 1];
+  double seconds;
+  uint64_t bytes_received, bytes_sent;
+  int nendpoints;
+  uint16_t endpoint[ST__LOOP_COUNTED_ENDPOINTS];   /* stats index + 1 */
+  uint64_t endpoint_ok[ST__LOOP_COUNTED_ENDPOINTS];
+} st__loop_counts_t;
+
+typedef struct st__loop {
+  struct ev_loop *ev;
+  st__server_t *srv;
+  int index;
+  ev_async kick;              /* another thread put work on `todo`         */
+  ev_prepare service;         /* before each poll: `todo`, then `dead`     */
+  st__conn_t *todo;           /* connections whose watchers or write queue
+                                 wait for this loop's thread (conn.c)      */
+  st__conn_t *dead;           /* closed; freed before this loop's next poll */
+  pthread_t thread;
+  int running;                /* its thread runs (index > 0)               */
+  st__loop_counts_t counts;   /* its thread's, under the read side         */
+} st__loop_t;
+
 struct st__server {
   struct ev_loop *loop;
   const st__config_t *cfg;    /* borrowed; outlives the server             */
@@ -246,7 +291,14 @@ struct st__server {
    * and st__work_conn_closed of work.h), so that conn.c calls nothing
    * above it: each decoded message, and the close of a connection. */
   void (*on_message)(st__conn_t *c, const struct st__message *msg);
+  /* Tried first on each message (st__fast_call, fastcall.c): 1 when it
+   * answered it (under either side of the server lock), 0 when on_message
+   * must, under the write side. */
+  int (*on_fast_message)(st__conn_t *c, const struct st__message *msg);
   void (*on_conn_closed)(st__server_t *srv, st__conn_t *c);
+  /* What a loop does before each poll (st__conn_service of conn.h), so
+   * that loops.c calls nothing above it. */
+  void (*on_loop_service)(st__loop_t *lp);
 
   st__listener_t listeners[ST_MAX_DEVICES];
   int nlisteners;
@@ -259,8 +311,15 @@ struct st__server {
   size_t nbuckets;            /* power of two                              */
   int nconns;
   uint64_t next_conn_id;
-  st__conn_t *dead;           /* closed, freed by `reap` before next poll  */
-  ev_prepare reap;
+  ev_prepare reap;            /* before each poll: the drain check         */
+
+  /* The loops (loops.c): nloops = loop_threads; loops[0].ev is `loop`. */
+  st__loop_t *loops;          /* owned                                     */
+  int nloops;
+  unsigned next_loop;         /* the loop of the next connection           */
+  int threaded;               /* loops 1..N-1 run: `lock` is in use        */
+  int loops_stop;             /* loops 1..N-1: leave ev_run                */
+  pthread_rwlock_t lock;      /* the server lock, while threaded           */
 
   st__generation_t *gen;      /* owned reference: the current generation  */
   int last_reload_done;       /* a reload was attempted                    */
@@ -371,6 +430,57 @@ void st__server_run(st__server_t *srv);
 /* Closes connections and listeners, stops the pool and frees everything.
  * Loop thread, after st__server_run. */
 void st__server_destroy(st__server_t *srv);
+
+/* ------------------------------------------------------------- loops.c */
+
+/* Makes the loops (cfg->loop_threads; the first is srv->loop) and their
+ * watchers. ST_OK or ST_ERR_INTERNAL / OUT_OF_MEMORY with a message in
+ * err. Loop thread, at start. */
+int st__loops_init(st__server_t *srv, char *err, size_t errlen);
+
+/* Runs loop 0 on this thread (run0: until the server stops) and loops
+ * 1..N-1 on threads of their own, the server lock taken around every
+ * callback, until loop 0 ends; then
+ * stops and joins the others (their connections stay open: destroy closes
+ * them). Loop thread. */
+void st__loops_run(st__server_t *srv, void (*run0)(st__server_t *srv));
+
+/* Frees the loops 1..N-1 and the watchers (after st__loops_run and the
+ * close of every connection). Loop thread, at exit. */
+void st__loops_free(st__server_t *srv);
+
+/* The loop a new connection goes to: round robin. Loop thread. */
+st__loop_t *st__loops_pick(st__server_t *srv);
+
+/* Whether this thread may run lp's watchers and the system calls of its
+ * connections: it is lp's thread, or no thread but the caller's runs. */
+int st__loop_is_current(const st__loop_t *lp);
+
+/* Wakes lp's thread (its `todo` or timers changed) when it is not this
+ * one. Loop thread, the server lock held. */
+void st__loop_kick(st__loop_t *lp);
+
+/* Whether this thread runs a loop of the server (it may hold the server
+ * lock; a worker never does). Any thread. */
+int st__loop_thread(void);
+
+/* Lets go of / takes back the side of the server lock this thread holds
+ * around a system call of the current loop's own connection (nothing when
+ * not threaded). */
+void st__loop_unlock(st__server_t *srv);
+void st__loop_lock(st__server_t *srv);
+
+/* Makes sure this loop thread holds the write side of the server lock
+ * (loops.c): returns 1 when it had to let go of the read side for it, so
+ * that anything read before may have changed (a connection closed by
+ * another thread: c->dead); 0 when it held it already or nothing is
+ * threaded. Loop thread. */
+int st__loop_exclusive(st__server_t *srv);
+
+/* The counts of this thread's loop when it holds only the read side of
+ * the server lock (counters go there), else NULL (counters go straight to
+ * srv->counters and srv->stats). Any thread. */
+st__loop_counts_t *st__loop_counts(void);
 
 /* ------------------------------------------------------------- shutdown.c */
 

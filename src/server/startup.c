@@ -116,7 +116,8 @@ static int run_check(const st__config_t *cfg, int config_errors) {
     }
   }
   print_memory_limits(cfg);
-  printf("workers: %d spin_us=%d\n", cfg->workers, cfg->spin_us);
+  printf("workers: %d spin_us=%d loop_threads=%d\n", cfg->workers, cfg->spin_us,
+         cfg->loop_threads);
   printf("limits: max_fds_per_connection=%d max_fds_all_connections=%d "
          "max_queued_bytes_per_connection=%llu max_queued_bytes_all_connections=%llu "
          "max_cached_arguments=%d\n",

@@ -267,6 +267,7 @@ int st__task_add_waiter(st__server_t *srv, st__task_t *t, st__conn_t *c, uint32_
   if (kind == ST_WAIT_INFO) {
     ev_now_update(srv->loop);     /* the timeout counts from now */
     ev_timer_start(srv->loop, &x->timer);
+    st__loop_kick(&srv->loops[0]);  /* from another loop's thread */
   }
   c->inflight++;
   return ST_OK;

@@ -157,6 +157,25 @@ void st__work_destroy(st__server_t *srv);
  * the next build of a serialized endpoint. Takes the job. */
 void st__build_complete(st__server_t *srv, st__job_t *job);
 
+/* Where a call goes: its device (-1: the CPU) and CUDA device, the
+ * device's name ("cpu", "cuda:N"), its cache key (owned, NULL when ep
+ * neither caches nor singleflights) and the cached object of that key
+ * (borrowed, NULL: none). */
+typedef struct st__call_place {
+  int device, cuda_device;
+  char where[16];
+  char *key;
+  size_t klen;
+  st__object_t *cached;
+} st__call_place_t;
+
+/* Fills *at for a call of ep with bound arguments on socket `socket`;
+ * ST_OK, or an error with a message in err (at->key is then NULL). Only
+ * reads the server: either side of the server lock (fastcall.c). */
+int st__build_locate(const st__server_t *srv, const st__endpoint_decl_t *ep, const char *bound,
+                     size_t bound_len, int socket, st__call_place_t *at, char *err,
+                     size_t errlen);
+
 /* Starts (or joins, or answers from the cache) a build of `ep` (of the
  * current generation) with bound arguments for one consumer whose request
  * came in on socket `socket` (which decides the call's device: devices.c).
@@ -327,6 +346,15 @@ typedef struct st__reply_more {
  * the request in errors. Loop thread. */
 int st__reply_more(st__conn_t *c, uint32_t id, const char *what, const st__build_result_t *r,
                    const st__reply_more_t *more);
+/* Whether a call's reply of obj to c may be {object, same: true}: obj is
+ * cached, not managed, and c's client holds it in full from an earlier
+ * reply on c (docs/protocol.md, "Objects sent once"). */
+int st__reply_same_for(const st__conn_t *c, const st__object_t *obj);
+
+/* Packs that reply to request id into a new *sb (the caller queues or
+ * destroys it). */
+void st__reply_pack_same(msgpack_sbuffer *sb, msgpack_packer *pk, const st__server_t *srv,
+                         uint32_t id, const st__object_t *obj);
 
 /* The reply of a call whose result is object obj: as st__reply_result,
  * or, when c's client holds obj in full from an earlier reply on this

@@ -335,6 +335,12 @@ char *stt_server_log(const stt_server_t *s) {
 
 static void write_config(stt_server_t *s) {
   char text[8192];
+  /* STT_LOOP_THREADS=N runs every fixture server on N loop threads (the
+   * suite is run so with 1 and 4); a test's own setting comes later in
+   * the table and wins. */
+  char loops[64] = "";
+  const char *nl = getenv("STT_LOOP_THREADS");
+  if (nl && nl[0]) snprintf(loops, sizeof loops, "  loop_threads = %d,\n", atoi(nl));
   snprintf(text, sizeof text,
            "-- written by the test fixture\n"
            "return {\n"
@@ -345,9 +351,9 @@ static void write_config(stt_server_t *s) {
            "  -- Tests build on the CPU unless an endpoint names a device, so the\n"
            "  -- same tests mean the same thing on hosts with and without a GPU.\n"
            "  default_device = \"cpu\",\n"
-           "%s"
+           "%s%s"
            "}\n",
-           s->base, s->endpoints, s->extra_config);
+           s->base, s->endpoints, loops, s->extra_config);
   stt_write_file(s->config, text);
 }
 

@@ -32,6 +32,13 @@ def add_package_path():
         sys.path.insert(0, src)
 
 
+def _loop_threads():
+    """STT_LOOP_THREADS=N runs every test server on N loop threads (the
+    suite runs so with 1 and 4); a test's own config comes later and wins."""
+    n = os.environ.get("STT_LOOP_THREADS")
+    return "  loop_threads = %d,\n" % int(n) if n else ""
+
+
 class Server:
     def __init__(self, endpoints, config="", default_device="cpu"):
         self.dir = tempfile.mkdtemp(prefix="stpy-")
@@ -46,7 +53,7 @@ class Server:
         with open(self.config, "w") as f:
             f.write("return {\n  base_path = %r,\n  endpoints = %r,\n  workers = 2,\n"
                     "  log_level = 'debug',\n  default_device = %r,\n%s\n}\n"
-                    % (self.base, epdir, default_device, config))
+                    % (self.base, epdir, default_device, _loop_threads() + config))
         self.log_path = os.path.join(self.dir, "server.log")
         self.proc = None
         self.start()

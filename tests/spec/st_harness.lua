@@ -72,6 +72,13 @@ end
 local Server = {}
 Server.__index = Server
 
+-- STT_LOOP_THREADS=N runs every test server on N loop threads (the suite
+-- runs so with 1 and 4); a spec's own config comes later and wins.
+local function loop_threads()
+  local n = tonumber(os.getenv("STT_LOOP_THREADS") or "")
+  return n and string.format("  loop_threads = %d,\n", n) or ""
+end
+
 -- opts.endpoints: map file name -> text (else the repo's endpoints/)
 -- opts.config: extra Lua fields inside the config table
 -- opts.config_file: run on this config file instead (socket under the temp dir)
@@ -96,7 +103,7 @@ function H.server(opts)
     self.config = dir .. "/config.lua"
     H.write(self.config, string.format(
       "return {\n  base_path = %q,\n  endpoints = %q,\n  workers = 2,\n  log_level = 'debug',\n  default_device = 'cpu',\n%s\n}\n",
-      self.base, epdir, opts.config or ""))
+      self.base, epdir, loop_threads() .. (opts.config or "")))
   end
   if opts.start ~= false then self:start() end
   return self
