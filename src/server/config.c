@@ -285,9 +285,11 @@ int st__config_default_spin_us(void) {
 
 /* See config.h. */
 int st__config_default_loop_threads(void) {
-  int n = usable_cpus();
-  if (n < 8) return 1;
-  return 1 + (n / 4 < 4 ? n / 4 : 4);
+  /* One: with N > 1 a fresh result's completion reaches loop 0 and its
+   * reply the connection's loop (8-14 us more per fresh call on the H100
+   * host, docs/pool.md section 7); many clients calling cached objects
+   * set it (5 on 16 CPUs: 439k calls/s against 132k with one). */
+  return 1;
 }
 
 /* Half of what the host lets this process have: the physical memory or

@@ -140,9 +140,7 @@ extern const st__setting_t st__config_settings[];
  * polling. */
 int st__config_default_spin_us(void);
 
-/* The default of loop_threads: 1 when this process may run on fewer than
- * 8 CPUs (sched_getaffinity), else 1 + min(4, CPUs / 4): loop 0 and up to
- * four loops serving connections. */
+/* The default of loop_threads: 1 (config.c says why). */
 int st__config_default_loop_threads(void);
 
 /* Runs the config file at `path` (sandboxed, no st module) and fills *cfg
