@@ -509,9 +509,7 @@ int main(int argc, char **argv) {
     printf("bench_cuda: skipped: %s\n", why);
     return 0;
   }
-  setenv("ST_SERVER_BIN", ST_BENCH_SERVER_BIN, 0);
-  setenv("ST_SOURCE_DIR", ST_BENCH_SOURCE_DIR, 0);
-  signal(SIGPIPE, SIG_IGN);
+  bk_setup();
 
   stt_server_t s;
   stt_server_init(&s);

@@ -315,10 +315,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_semantics: counts and seconds must be positive\n");
     return 2;
   }
-  setenv("ST_SERVER_BIN", ST_BENCH_SERVER_BIN, 0);
-  setenv("ST_SOURCE_DIR", ST_BENCH_SOURCE_DIR, 0);
-  signal(SIGPIPE, SIG_IGN);
-  setvbuf(stdout, NULL, _IOLBF, 0);
+  bk_setup();
 
   stt_server_t s;
   start_bench_server(&s, workers, loops);

@@ -179,10 +179,7 @@ int main(int argc, char **argv) {
     }
   }
   if (iters < 1) iters = 1;
-  setenv("ST_SERVER_BIN", ST_BENCH_SERVER_BIN, 0);
-  setenv("ST_SOURCE_DIR", ST_BENCH_SOURCE_DIR, 0);
-  signal(SIGPIPE, SIG_IGN);
-  setvbuf(stdout, NULL, _IOLBF, 0);
+  bk_setup();
 
   stt_server_t s;
   stt_server_init(&s);

@@ -1,6 +1,7 @@
 /* See kit.h. */
 #include "kit.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -13,6 +14,13 @@
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
+}
+
+void bk_setup(void) {
+  setenv("ST_SERVER_BIN", ST_BENCH_SERVER_BIN, 0);
+  setenv("ST_SOURCE_DIR", ST_BENCH_SOURCE_DIR, 0);
+  signal(SIGPIPE, SIG_IGN);
+  setvbuf(stdout, NULL, _IOLBF, 0);
 }
 
 void bk_server_config(stt_server_t *s, int spin_us) {

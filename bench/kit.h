@@ -16,6 +16,11 @@ void bk_raw_pingpong(const char *dir, double *us, int iters);
 
 struct stt_server;
 
+/* What every benchmark program does first: the test fixture's ST_SERVER_BIN
+ * and ST_SOURCE_DIR default to this build's (unless set), SIGPIPE is
+ * ignored and stdout is line-buffered (figures appear as they come). */
+void bk_setup(void);
+
 /* The benchmarks' server config: log level warn, 2 workers and, when
  * spin_us >= 0 (--spin-us), that spin_us (else the server's default). */
 void bk_server_config(struct stt_server *s, int spin_us);

@@ -26,6 +26,7 @@ import ctypes
 import sys
 
 from . import _lib
+from .closing import Closing
 from .alloc import _shape_of, dtype_of
 from .client import Client
 from .errors import TimeoutError as _Timeout, StaleHandleError, from_library
@@ -47,7 +48,7 @@ def _ms(timeout):
     return int(timeout * 1000)
 
 
-class Buffer:
+class Buffer(Closing):
     """One handle of a named buffer (sharedtensor.create / sharedtensor.open)."""
 
     def __init__(self, client, ptr, framework):
@@ -315,19 +316,6 @@ class Buffer:
     @property
     def closed(self):
         return self._ptr is None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self):
         return "<Buffer %r %s %s slots=%d %s%s%s>" % (

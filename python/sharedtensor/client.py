@@ -4,6 +4,7 @@ import marshal
 import threading
 
 from . import _lib
+from .closing import Closing
 from . import convert as _cv
 from . import keys as _keys
 from . import tensor as _tensor
@@ -88,7 +89,7 @@ def _fields(info, like=None):
             "lease": bool(info.lease), "refcount": info.refcount, "bytes": info.bytes}
 
 
-class Client:
+class Client(Closing):
     """A connection to a stserver.
 
     Client(device=0, path=None, base_path=None, timeout=None, framework="torch",
@@ -171,19 +172,6 @@ class Client:
             p, self._ptr, self._cptr = self._ptr, None, None
             if p:
                 _l.st_client_close(p)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def _h(self):
         if not self._ptr:
