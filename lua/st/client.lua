@@ -30,7 +30,8 @@
 --
 -- Modules: st.ffi (the library and its declarations), st.tensor (tensors,
 -- views, st.empty / st.zeros), st.result (replies as Lua values), st.args
--- (Lua values as arguments), st.client (this one: the connection, and
+-- (Lua values as arguments), st.buffer (named buffers and streams),
+-- st.client (this one: the connection, and
 -- everything a user needs re-exported).
 --
 -- The library is found as st.ffi says ($ST_CLIENT_LIB, the install
@@ -40,6 +41,7 @@ local C = require("st.ffi")
 local tensor = require("st.tensor")
 local result = require("st.result")
 local args = require("st.args")
+local buffer = require("st.buffer")
 
 local lib = C.lib
 local wrap_result, int_value = result.wrap, result.int_value
@@ -258,6 +260,23 @@ function Client:invalidate(name, args)
 end
 
 -- Reloads the endpoints; returns { ok, generation, error, changed, added, removed }.
+-- Named buffers and streams (st.buffer, docs/streams.md): a Buffer, or
+-- nil, err.
+function Client:create_buffer(name, shape, opts)
+  check_self(self, "create_buffer")
+  return buffer.create(self, name, shape, opts)
+end
+
+function Client:open_buffer(name, opts)
+  check_self(self, "open_buffer")
+  return buffer.open(self, name, opts)
+end
+
+function Client:unlink_buffer(name)
+  check_self(self, "unlink_buffer")
+  return buffer.unlink(self, name)
+end
+
 function Client:reload()
   check_self(self, "reload")
   return value_method(self, lib.st_client_reload)

@@ -1,0 +1,107 @@
+-- Named buffers from the Lua client (lua/st/buffer.lua) against a real
+-- stserver: a writer in another luajit process and readers here, read_new
+-- waking on its writes and timing out cleanly, read-only handles, the
+-- writer lock, close and unlink.
+local H = require("st_harness")
+local st = require("st.client")
+local q = H.shquote
+
+-- Runs a luajit script (text) in its own process with the client library;
+-- returns stdout, status, stderr.
+local function luajit(text)
+  local path = os.tmpname()
+  H.write(path, text)
+  local out, rc, err = H.run(table.concat({
+    "LUA_PATH=" .. q(H.source_dir() .. "/lua/?.lua;;"),
+    "ST_CLIENT_LIB=" .. q(assert(os.getenv("ST_CLIENT_LIB"))),
+    "luajit", q(path) }, " "))
+  os.remove(path)
+  return out, rc, err
+end
+
+describe("Lua buffers", function()
+  local srv, c
+  setup(function()
+    srv = H.server{ endpoints = {}, config = "memory_budget = { cpu = 64 * 2^20 }," }
+    c = assert(st.connect{ path = srv.socket })
+  end)
+  teardown(function()
+    if c then c:close() end
+    if srv then
+      assert.are.equal(0, srv:stop())
+      srv:cleanup()
+    end
+  end)
+
+  it("passes frames from a writer process to a reader, read_new wakes and times out", function()
+    local b = assert(c:create_buffer("lua.frames", { 4, 8 }, { dtype = "int32", slots = 2 }))
+    assert.are.same({ 4, 8 }, b.shape)
+    assert.are.equal("int32", b.dtype)
+    assert.are.equal(2, b.slots)
+    assert.are.equal(128, b.frame_bytes)
+    assert.are.equal(0, b:write_sequence())
+    local x, seq = assert(b:read())             -- write 0: zeros
+    assert.are.equal(0, seq)
+    assert.are.equal(0, x:get(31))
+    local none, err, name = b:read_new(50)
+    assert.is_nil(none)
+    assert.are.equal("TIMEOUT", name)
+    assert.matches("no write after 0", err)
+
+    -- Three writes from another process: frame k holds k * 100 + i.
+    local out, rc, errout = luajit(([[
+      local st = require("st.client")
+      local c = assert(st.connect{ path = %q })
+      local b = assert(c:open_buffer("lua.frames"))
+      local f = assert(st.empty({ 4, 8 }, { dtype = "int32" }))
+      for k = 1, 3 do
+        for i = 0, 31 do f:set(i, k * 100 + i) end
+        print(assert(b:write(f, 1000)))
+      end
+      b:close()
+      c:close()
+    ]]):format(srv.socket))
+    assert.are.equal(0, rc, errout)
+    assert.are.equal("1\n2\n3\n", out)
+    local got, s = assert(b:read_new(1000))     -- newer than write 0: the newest
+    assert.are.equal(3, s)
+    assert.are.equal(331, got:get(31))
+    assert.is_true(b:write_time() > 0)
+    b:close()
+    assert.has_error(function() b:read() end, "read: buffer 'lua.frames' is closed")
+    assert.is_true(c:unlink_buffer("lua.frames"))
+    local gone, e2, n2 = c:open_buffer("lua.frames")
+    assert.is_nil(gone)
+    assert.are.equal("NOT_FOUND", n2, e2)
+  end)
+
+  it("refuses writes through a read-only handle and shares the writer lock", function()
+    local w = assert(c:create_buffer("lua.lock", 16))
+    local c2 = assert(st.connect{ path = srv.socket })
+    local r = assert(c2:open_buffer("lua.lock", { readonly = true }))
+    assert.is_true(r.readonly)
+    local f = assert(st.zeros(16))
+    local ok, err, name = r:write(f)
+    assert.is_nil(ok)
+    assert.are.equal("INVALID_ARGUMENT", name, err)
+    assert.is_true(w:acquire(100))
+    local owner, pid, mine = w:locked()
+    assert.is_number(owner)
+    assert.is_true(mine)
+    local _, _, mine2 = r:locked()
+    assert.is_false(mine2)
+    local w2 = assert(c2:open_buffer("lua.lock"))
+    assert.is_false(w2:acquire(30))             -- held by c's connection
+    assert.is_true(w:release())
+    assert.is_nil((w:locked()))
+    assert.is_true(w2:acquire(100))
+    w2:close()                                   -- frees the lock it holds
+    assert.is_nil((w:locked()))
+    assert.has_error(function() w:write("x") end)
+    r:close()
+    w:close()
+    c2:close()
+    assert.is_true(c:unlink_buffer("lua.lock"))
+    assert.matches("shape", select(2, c:create_buffer("lua.bad", { 0 })) or "")
+  end)
+end)
