@@ -76,7 +76,7 @@ ROWS = [
 ]
 
 
-def start_server(build, device, spin_us=None):
+def start_server(build, device, spin_us=None, loop_threads=None):
     d = tempfile.mkdtemp(prefix="st-percall-")
     os.mkdir(os.path.join(d, "endpoints"))
     with open(os.path.join(d, "endpoints", "bench.lua"), "w") as f:
@@ -88,7 +88,8 @@ def start_server(build, device, spin_us=None):
                 % (os.path.join(d, "st"), os.path.join(d, "endpoints"),
                    "socket" if device == "cuda" else "cpu",
                    ', ["cuda:0"] = 2^30' if device == "cuda" else "",
-                   "" if spin_us is None else ", spin_us = %d" % spin_us))
+                   ("" if spin_us is None else ", spin_us = %d" % spin_us) +
+                   ("" if loop_threads is None else ", loop_threads = %d" % loop_threads)))
     log = open(os.path.join(d, "server.log"), "wb")
     proc = subprocess.Popen([os.path.join(build, "bin", "stserver"), "--config", cfg],
                             stdout=log, stderr=subprocess.STDOUT)
@@ -239,6 +240,8 @@ def main():
     ap.add_argument("--iters", type=int, default=2000)
     ap.add_argument("--spin-us", type=int, metavar="N",
                     help="the server's spin_us (default: the server's own default)")
+    ap.add_argument("--loop-threads", type=int, metavar="N",
+                    help="the server's loop_threads (default: the server's own default)")
     ap.add_argument("--profile", metavar="ROW", help="profile one Python row with cProfile")
     ap.add_argument("--package", default=os.path.join(HERE, "..", "python"),
                     help="the directory holding the sharedtensor package (to compare versions; "
@@ -250,7 +253,7 @@ def main():
     import torch
     import sharedtensor as st
 
-    d, sock, proc = start_server(build, o.device, o.spin_us)
+    d, sock, proc = start_server(build, o.device, o.spin_us, o.loop_threads)
     try:
         c, fns, prepare, reused = python_rows(st, torch, sock, o.device, o.iters)
         if o.profile:
@@ -283,8 +286,10 @@ def main():
             prepare(None)
         c.close()
         print("bench_percall: device %s, %d CPUs, %d iterations per row (module300: a quarter), "
-              "torch %s, spin_us %s" % (o.device, os.cpu_count(), o.iters, torch.__version__,
-                                        "default" if o.spin_us is None else o.spin_us))
+              "torch %s, spin_us %s, loop_threads %s"
+              % (o.device, os.cpu_count(), o.iters, torch.__version__,
+                 "default" if o.spin_us is None else o.spin_us,
+                 "default" if o.loop_threads is None else o.loop_threads))
         print("%-42s %10s %8s %10s %8s %10s %8s %7s %7s" % (
             "row (us)", "Python p50", "p99", "C p50", "p99", "Lua p50", "p99", "Py/C", "Lua/C"))
         for key, label in ROWS:
