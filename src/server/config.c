@@ -286,7 +286,7 @@ int st__config_default_spin_us(void) {
 /* See config.h. */
 int st__config_default_loop_threads(void) {
   /* One: with N > 1 a fresh result's completion reaches loop 0 and its
-   * reply the connection's loop (8-14 us more per fresh call on the H100
+   * reply the connection's loop (13-30 us more per fresh call on the H100
    * host, docs/pool.md section 7); many clients calling cached objects
    * set it (5 on 16 CPUs: 439k calls/s against 132k with one). */
   return 1;
