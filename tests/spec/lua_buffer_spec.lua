@@ -21,17 +21,9 @@ end
 
 describe("Lua buffers", function()
   local srv, c
-  setup(function()
-    srv = H.server{ endpoints = {}, config = "memory_budget = { cpu = 64 * 2^20 }," }
-    c = assert(st.connect{ path = srv.socket })
-  end)
-  teardown(function()
-    if c then c:close() end
-    if srv then
-      assert.are.equal(0, srv:stop())
-      srv:cleanup()
-    end
-  end)
+  local env = H.serving({}, "memory_budget = { cpu = 64 * 2^20 },")
+  setup(function() env.start(); srv, c = env.srv, env.c end)
+  teardown(env.stop)
 
   it("passes frames from a writer process to a reader, read_new wakes and times out", function()
     local b = assert(c:create_buffer("lua.frames", { 4, 8 }, { dtype = "int32", slots = 2 }))

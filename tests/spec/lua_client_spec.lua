@@ -69,17 +69,9 @@ return st.endpoint{ name = "bad",
 
 describe("the Lua client", function()
   local srv, c
-  setup(function()
-    srv = H.server{ endpoints = endpoints }
-    c = assert(st.connect{ path = srv.socket })
-  end)
-  teardown(function()
-    if c then c:close() end
-    if srv then
-      assert.are.equal(0, srv:stop())
-      srv:cleanup()
-    end
-  end)
+  local env = H.serving(endpoints)
+  setup(function() env.start(); srv, c = env.srv, env.c end)
+  teardown(env.stop)
 
   it("connects and pings", function()
     assert.matches("^%x+$", c.server_id)

@@ -166,10 +166,11 @@ end
 --   local env = H.serving(endpoints)
 --   setup(env.start)
 --   teardown(env.stop)
-function H.serving(endpoints)
+-- `config`: more config.lua fields for the server (H.server's opts.config).
+function H.serving(endpoints, config)
   local env = {}
   function env.start()
-    env.srv = H.server{ endpoints = endpoints }
+    env.srv = H.server{ endpoints = endpoints, config = config }
     env.c = assert(require("st.client").connect{ path = env.srv.socket })
   end
   function env.stop()
