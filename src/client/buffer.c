@@ -42,6 +42,9 @@ static int map_one(const msgpack_object *a, int fd, uint64_t need, int readonly,
                    void **base, size_t *len, st__cuda_mapping_t *cm, char *why, size_t n) {
   st__arena_desc_t d;
   int rc = st__parse_arena(a, &d, why, n);
+  /* A read-only handle maps like a read-only arena of a reply: memfds must
+   * come O_RDONLY, VMM mappings get read-only access (device.c). */
+  if (readonly) d.readonly = 1;
   if (rc == ST_OK && d.bytes < need)
     rc = st__fail(ST_ERR_PROTOCOL, why, n, "arena %llu has %llu bytes; the buffer needs %llu",
                   (unsigned long long)d.id, (unsigned long long)d.bytes,
@@ -51,14 +54,13 @@ static int map_one(const msgpack_object *a, int fd, uint64_t need, int readonly,
   if (rc == ST_OK && d.cuda) {
     rc = st__client_check_vmm_fd(&d, fd, why, n);
     if (rc == ST_OK) rc = st__client_cuda_import(&d, fd, cm, why, n);
-    if (rc == ST_OK && readonly) rc = st__client_cuda_protect_read(cm, why, n);
     if (rc == ST_OK) {
       *base = (void *)(uintptr_t)cm->dptr;
       *len = (size_t)cm->bytes;
     }
   } else if (rc == ST_OK) {
     struct stat st;
-    rc = fstat(fd, &st) == 0 ? st__client_check_memfd_access(&d, fd, &st, readonly, why, n)
+    rc = fstat(fd, &st) == 0 ? st__client_check_memfd(&d, fd, &st, why, n)
                              : st__fail(ST_ERR_IO, why, n, "fstat failed: %s", strerror(errno));
     void *p = MAP_FAILED;
     if (rc == ST_OK)

@@ -364,10 +364,6 @@ int st__client_mapping_only_pinned_locked(const st__mapping_t *m);
 struct stat;
 int st__client_check_memfd(const st__arena_desc_t *d, int fd, const struct stat *st, char *err,
                            size_t errlen);
-/* fdcheck.c: st__client_check_memfd, or with `readonly` the same checks
- * of a descriptor that must be open read-only (a read-only buffer's). */
-int st__client_check_memfd_access(const st__arena_desc_t *d, int fd, const struct stat *st,
-                                  int readonly, char *err, size_t errlen);
 /* fdcheck.c: ST_OK when `fd` (borrowed) can be the exported VMM handle of
  * a "vmm" arena: a descriptor of the NVIDIA control device, open
  * read-write. Else ST_ERR_PROTOCOL (ST_ERR_IO when fstat fails) with a
@@ -426,8 +422,6 @@ void st__client_cuda_unmap(st__cuda_mapping_t *m);
 int st__client_cuda_to_host(void *dst, const void *src, size_t bytes, int ordinal);
 /* The other way: host memory to device address `dst`, waited for. */
 int st__client_cuda_from_host(void *dst, const void *src, size_t bytes, int ordinal);
-/* st__cuda_set_readonly of an imported mapping, the caller's context kept. */
-int st__client_cuda_protect_read(st__cuda_mapping_t *m, char *err, size_t errlen);
 /* Synchronous copy of `bytes` between device addresses on device
  * `ordinal` (cuMemcpyDtoD; unified addressing). ST_OK or a negative
  * ST_ERR_*. Any thread. */

@@ -150,51 +150,36 @@ void st__client_cuda_unmap(st__cuda_mapping_t *m) {
   ctx_restore(a, saved);
 }
 
-/* A synchronous copy between host memory and a device address of device
- * `ordinal`, the caller's context kept. */
-static int copy_sync(void *dst, const void *src, size_t bytes, int ordinal, int to_device) {
+typedef enum { TO_HOST, TO_DEVICE, DEVICE_TO_DEVICE } copy_kind_t;
+
+/* A synchronous copy of device `ordinal`: device to host, host to device
+ * or device to device, the caller's context kept. */
+static int copy_sync(void *dst, const void *src, size_t bytes, int ordinal, copy_kind_t kind) {
   if (bytes == 0) return ST_OK;
   const st__cuda_api_t *a = st__cuda_api(NULL, 0);
   if (!a) return ST_ERR_CAPABILITY;
   CUcontext saved = ctx_save();
-  int rc = to_device
-               ? st__cuda_copy_to_device((uint64_t)(uintptr_t)dst, src, bytes, ordinal, NULL, 0)
-               : st__cuda_copy_to_host(dst, (uint64_t)(uintptr_t)src, bytes, ordinal, NULL, 0);
+  uint64_t ddst = (uint64_t)(uintptr_t)dst, dsrc = (uint64_t)(uintptr_t)src;
+  int rc = kind == TO_HOST     ? st__cuda_copy_to_host(dst, dsrc, bytes, ordinal, NULL, 0)
+           : kind == TO_DEVICE ? st__cuda_copy_to_device(ddst, src, bytes, ordinal, NULL, 0)
+                               : st__cuda_copy_dtod(ddst, dsrc, bytes, ordinal, NULL, 0);
   ctx_restore(a, saved);
   return rc;
 }
 
 /* See client_internal.h. Any thread. */
 int st__client_cuda_to_host(void *dst, const void *src, size_t bytes, int ordinal) {
-  return copy_sync(dst, src, bytes, ordinal, 0);
+  return copy_sync(dst, src, bytes, ordinal, TO_HOST);
 }
 
 /* See client_internal.h. Any thread. */
 int st__client_cuda_from_host(void *dst, const void *src, size_t bytes, int ordinal) {
-  return copy_sync(dst, src, bytes, ordinal, 1);
-}
-
-/* See client_internal.h. Any thread. */
-int st__client_cuda_protect_read(st__cuda_mapping_t *m, char *err, size_t errlen) {
-  char why[300];
-  const st__cuda_api_t *a = st__cuda_api(why, sizeof why);
-  if (!a) return st__fail(ST_ERR_CAPABILITY, err, errlen, "%s", why);
-  CUcontext saved = ctx_save();
-  int rc = st__cuda_set_readonly(m, err, errlen);
-  ctx_restore(a, saved);
-  return rc;
+  return copy_sync(dst, src, bytes, ordinal, TO_DEVICE);
 }
 
 /* See client_internal.h. Any thread. */
 int st__client_cuda_dtod(void *dst, const void *src, size_t bytes, int ordinal) {
-  if (bytes == 0) return ST_OK;
-  const st__cuda_api_t *a = st__cuda_api(NULL, 0);
-  if (!a) return ST_ERR_CAPABILITY;
-  CUcontext saved = ctx_save();
-  int rc = st__cuda_copy_dtod((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src, bytes, ordinal,
-                              NULL, 0);
-  ctx_restore(a, saved);
-  return rc;
+  return copy_sync(dst, src, bytes, ordinal, DEVICE_TO_DEVICE);
 }
 
 /* ------------------------------------------------------------ events */
@@ -334,12 +319,6 @@ int st__client_cuda_to_host(void *dst, const void *src, size_t bytes, int ordina
 /* See client_internal.h. */
 int st__client_cuda_from_host(void *dst, const void *src, size_t bytes, int ordinal) {
   return bytes ? ST_ERR_CAPABILITY : ST_OK;
-}
-
-/* See client_internal.h. */
-int st__client_cuda_protect_read(st__cuda_mapping_t *m, char *err, size_t errlen) {
-  (void)m;
-  return st__fail(ST_ERR_CAPABILITY, err, errlen, "no CUDA device: built without CUDA support");
 }
 
 int st__client_cuda_dtod(void *dst, const void *src, size_t bytes, int ordinal) {

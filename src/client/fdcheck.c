@@ -64,12 +64,6 @@ static int check_read_write(const st__arena_desc_t *d, int fd, const char *what,
 /* See client_internal.h. */
 int st__client_check_memfd(const st__arena_desc_t *d, int fd, const struct stat *st, char *err,
                            size_t errlen) {
-  return st__client_check_memfd_access(d, fd, st, 0, err, errlen);
-}
-
-/* See client_internal.h. */
-int st__client_check_memfd_access(const st__arena_desc_t *d, int fd, const struct stat *st,
-                                  int readonly, char *err, size_t errlen) {
   if (!S_ISREG(st->st_mode))
     return refuse(d, err, errlen, "backend memfd, but the descriptor is %s",
                   file_kind(st->st_mode));
@@ -82,14 +76,13 @@ int st__client_check_memfd_access(const st__arena_desc_t *d, int fd, const struc
                   "backend memfd, but the descriptor is a file of another file system "
                   "(type 0x%llx; a memfd's is tmpfs, 0x%llx)",
                   (unsigned long long)fs.f_type, (unsigned long long)TMPFS_MAGIC);
-  /* A read-only arena (the caller's handle is read-only, or the reply
-   * marks it so) comes open for reading only: the server reopened it
-   * O_RDONLY. Every other one for reading and writing. */
-  int ro = readonly || d->readonly;
+  /* A read-only arena (the reply marks it so, or the caller's handle is
+   * read-only: buffer.c marks d) comes open for reading only: the server
+   * reopened it O_RDONLY. Every other one for reading and writing. */
   int fl = fcntl(fd, F_GETFL);
-  if (ro && (fl < 0 || (fl & O_ACCMODE) != O_RDONLY))
+  if (d->readonly && (fl < 0 || (fl & O_ACCMODE) != O_RDONLY))
     return refuse(d, err, errlen, "%s", "a read-only memfd descriptor is not open read-only");
-  int rc = ro ? ST_OK : check_read_write(d, fd, "memfd", err, errlen);
+  int rc = d->readonly ? ST_OK : check_read_write(d, fd, "memfd", err, errlen);
   if (rc != ST_OK) return rc;
   int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0 || !(seals & F_SEAL_SHRINK))

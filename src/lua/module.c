@@ -83,10 +83,11 @@ static int l_module(lua_State *L) {
       lua_rawgeti(L, -2, 2);                  /* ..., pair, name, tensor */
       if (lua_type(L, -2) != LUA_TSTRING || lua_objlen(L, -2) == 0)
         return st__lua_raise(L, "module: entry %d needs a non-empty name", (int)i);
-      if (!st__lua_totensor(L, -1))
+      const st__tensor_t *t = st__lua_totensor(L, -1);
+      if (!t)
         return st__lua_raise(L, "module: entry %d ('%s') is not a tensor", (int)i,
                              lua_tostring(L, -2));
-      st__lua_check_alive(L, st__lua_totensor(L, -1)->arena, "module");
+      st__lua_check_alive(L, t->arena, "module");
       lua_pushvalue(L, -2);
       lua_rawget(L, 4);                       /* ..., pair, name, tensor, dup? */
       if (!lua_isnil(L, -1))
@@ -110,10 +111,11 @@ static int l_module(lua_State *L) {
     while (lua_next(L, 1)) {                  /* ..., key, value */
       if (lua_type(L, -2) != LUA_TSTRING)
         return st__lua_raise(L, "module: names must be strings");
-      if (!st__lua_totensor(L, -1))
+      const st__tensor_t *t = st__lua_totensor(L, -1);
+      if (!t)
         return st__lua_raise(L, "module: '%s' is not a tensor (metadata goes in the second "
                                 "argument)", lua_tostring(L, -2));
-      st__lua_check_alive(L, st__lua_totensor(L, -1)->arena, "module");
+      st__lua_check_alive(L, t->arena, "module");
       lua_pushvalue(L, -2);
       lua_insert(L, -2);                      /* ..., key, key, value */
       lua_rawset(L, 4);                       /* ..., key */
