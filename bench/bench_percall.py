@@ -58,13 +58,14 @@ return {
 }
 """
 
-PYTHON_ONLY = {"cached_kept_lib"}
+PYTHON_ONLY = {"cached_kept_lib", "cached_dropped_nokeep"}
 
 ROWS = [
     ("raw", "raw Unix-socket ping-pong 64 B (floor)"),
     ("ping", "ping"),
     ("cached_kept", "cached 16-float tensor, result kept"),
     ("cached_dropped", "the same, result dropped each call"),
+    ("cached_dropped_nokeep", "the same, dropped, keep_results(0, 0)"),
     ("cached_kept_lib", "cached kept, Python through ctypes only"),
     ("fresh", "fresh 4-float tensor, call"),
     ("mcached_release", "managed cached call + release"),
@@ -196,6 +197,8 @@ def python_rows(st, torch, sock, device, iters):
 
     def prepare(key):
         keep.clear()
+        if hasattr(st, "keep_results"):   # kept results: on but in one row
+            st.keep_results(*((0, 0) if key == "cached_dropped_nokeep" else (8, 256 << 20)))
         if key in ("cached_kept", "cached_kept_lib"):
             keep["h"] = c.call("cached16")
         elif key == "module300":
@@ -213,7 +216,7 @@ def python_rows(st, torch, sock, device, iters):
         return None
 
     fns = {"ping": ping, "cached_kept": cached, "cached_kept_lib": cached_lib,
-           "cached_dropped": cached, "fresh": fresh,
+           "cached_dropped": cached, "cached_dropped_nokeep": cached, "fresh": fresh,
            "mcached_release": managed("mcached16"), "managed_release": managed("managed16"),
            "submit_wait": submit_wait, "targ_4k": targ, "module300": module, "info": info}
     return c, fns, prepare, reused

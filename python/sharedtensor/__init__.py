@@ -17,6 +17,7 @@ from .client import Client, Handle, Module
 from .keys import StateDict
 from .tensor import SharedTensor
 from .nn import load_into
+from .convert import keep_results, kept_results
 from . import handoff  # noqa: F401  (sharedtensor.handoff.Handoff)
 from .alloc import empty, zeros, empty_like, zeros_like
 from . import buffer  # noqa: F401  (sharedtensor.buffer.Buffer)
@@ -28,5 +29,5 @@ library_path = _lib.path
 
 __all__ = ["Client", "Handle", "Module", "StateDict", "SharedTensor", "load_into",
            "library_path", "empty", "zeros", "empty_like", "zeros_like", "Buffer", "create",
-           "open", "unlink"] + \
+           "open", "unlink", "keep_results", "kept_results"] + \
     list(_error_names)

@@ -20,6 +20,7 @@ _result_summary = _l.st_result_summary
 _result_ref = _l.st_result_ref
 _LEND_SAME = _lib.ST_CALL_LEND_SAME
 _held = _cv.held
+_touch = _cv.touch
 _release = _l.st_client_release
 _rpc_marshal = _l.st_client_rpc_marshal
 _loads = marshal.loads
@@ -256,7 +257,7 @@ class Client(Closing):
             return Handle(self, _cv.value_of(res, summary, framework, _slow_value), _fields(info))
         try:
             key = (info.server_id, info.id)
-            hit = _cv.reuse_get(key, summary.identity)
+            hit = _cv.reuse_get(key, summary.identity, res)
             if hit is not None:
                 return Handle(self, hit[0], _fields(info, hit[1]))
             value = _cv.value_of(res, summary, framework, _slow_value)
@@ -332,6 +333,7 @@ class Client(Closing):
                 if conv is not None and (self._torch if as_torch is None else as_torch):
                     value = conv.value()
                     if value is not None:
+                        _touch(conv.key)
                         return Handle(self, value, conv.fields)
                 _result_ref(ptr)
             return ptr, _copy(summary)

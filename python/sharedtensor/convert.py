@@ -234,6 +234,60 @@ class _Conversion:
 _reuse = {}   # (server id, object id) -> its last _Conversion
 _held = {}    # st_result_t address -> the _Conversion holding a reference to it
 
+# Kept results: the tensors of the last few cached (not managed) objects
+# converted, held strongly after the caller dropped them, so that "drop
+# and call again" is served like a kept result. (server id, object id) ->
+# (tensors, bytes), least recently used first; bounded by keep_results.
+_kept = collections.OrderedDict()
+_kept_max, _kept_bytes_max, _kept_bytes = 8, 256 << 20, 0
+
+
+def keep_results(n=8, nbytes=256 << 20):
+    """Sets how many cached objects' converted tensors (at most n, nbytes
+    of their objects' memory together) this process keeps after their
+    last user dropped them (docs/python.md, "Kept results"); returns the
+    previous (n, nbytes). keep_results(0, 0) drops the kept ones now and
+    keeps none after."""
+    global _kept_max, _kept_bytes_max
+    if not isinstance(n, int) or not isinstance(nbytes, int) or n < 0 or nbytes < 0:
+        raise ValueError("keep_results takes two integers >= 0")
+    old = (_kept_max, _kept_bytes_max)
+    _kept_max, _kept_bytes_max = n, nbytes
+    _kept_trim()
+    return old
+
+
+def kept_results():
+    """(count, bytes) of the results kept now."""
+    return len(_kept), _kept_bytes
+
+
+def _kept_trim():
+    global _kept_bytes
+    while _kept and (len(_kept) > _kept_max or _kept_bytes > _kept_bytes_max):
+        _kept_bytes -= _kept.popitem(last=False)[1][1]
+
+
+def _keep(key, tensors, fields):
+    """Holds tensors (the conversion of object key) among the kept
+    results, the most recently used, when the bound admits them."""
+    global _kept_bytes
+    nbytes = fields["bytes"]
+    if fields["managed"] or not _kept_max or nbytes > _kept_bytes_max:
+        return
+    old = _kept.pop(key, None)
+    if old is not None:
+        _kept_bytes -= old[1]
+    _kept[key] = (tensors, nbytes)
+    _kept_bytes += nbytes
+    _kept_trim()
+
+
+def touch(key):
+    """Marks the kept result of object key used (a reused conversion)."""
+    if key in _kept:
+        _kept.move_to_end(key)
+
 
 def _forget(conv, _ref=None):
     """Drops conv from both maps and frees its reference (a tensor of it
@@ -251,15 +305,32 @@ def _forget(conv, _ref=None):
         pass
 
 
-def reuse_get(key, identity):
+def reuse_get(key, identity, res):
     """A new value of the object `key` built from the tensors of its last
     conversion when they all live and `identity` matches, with that
-    conversion's Handle fields; else None."""
+    conversion's Handle fields; else None. On a hit the conversion takes
+    over res (a tensor.Result of this reply: its reference) in place of
+    the one it held, so that the connection that sent this reply finds it
+    by address at its next `same` reply; res is then the caller's no
+    more (res.ptr is None)."""
     conv = _reuse.get(key)
     if conv is None or conv.identity != identity:
         return None
     value = conv.value()
-    return None if value is None else (value, conv.fields)
+    if value is None:
+        return None
+    touch(key)
+    old = conv.res
+    if old is None or old.ptr != res.ptr:
+        if old is not None and _held.get(old.ptr) is conv:
+            del _held[old.ptr]
+        conv.res = _tensor.Result(res.ptr)
+        res.ptr = None
+        if _held.get(conv.res.ptr) is None:
+            _held[conv.res.ptr] = conv
+        if old is not None:
+            old.close()
+    return value, conv.fields
 
 
 def held(ptr):
@@ -283,6 +354,7 @@ def reuse_put(key, identity, value, tensors, res, fields):
     conv.template = _template(value, {id(t): i for i, t in enumerate(tensors)})
     conv.single = refs[0] if type(conv.template) is _Slot else None
     conv.res = res
+    _keep(key, tensors, fields)
     old = _reuse.get(key)
     _reuse[key] = conv
     old_held = _held.get(res.ptr)
@@ -294,6 +366,9 @@ def reuse_put(key, identity, value, tensors, res, fields):
 
 
 def reuse_clear():
-    """Forgets every remembered conversion (tests)."""
+    """Forgets every remembered conversion and kept result (tests)."""
+    global _kept_bytes
+    _kept.clear()
+    _kept_bytes = 0
     for conv in list(_reuse.values()) + list(_held.values()):
         _forget(conv)

@@ -122,6 +122,10 @@ class ServerTestCase(unittest.TestCase):
 
     def setUp(self):
         import sharedtensor
+        # Each test starts with no kept results (docs/python.md, "Kept
+        # results") and the default bound.
+        sharedtensor.convert.reuse_clear()
+        sharedtensor.keep_results()
         self.c = sharedtensor.Client(path=self.srv.socket)
 
     def tearDown(self):

@@ -15,6 +15,7 @@ import gc
 import os
 import math
 import unittest
+from unittest import mock
 import weakref
 
 import st_fixture
@@ -112,6 +113,7 @@ class ReuseTest(st_fixture.ServerTestCase):
             self.assertNotEqual(h2.value["w"].data_ptr(), 0)
 
     def test_the_cache_keeps_nothing_alive(self):
+        st.keep_results(0, 0)   # kept results (below) off
         h = self.c.call("cached", n=8, v=4)
         ref = weakref.ref(h.value)
         key = (h.server_id.encode(), h.object_id)
@@ -135,6 +137,101 @@ class ReuseTest(st_fixture.ServerTestCase):
 
 
 @unittest.skipIf(torch is None, "torch is needed")
+class KeptResultsTest(st_fixture.ServerTestCase):
+    """Dropped results of cached objects kept within keep_results'
+    bound (docs/python.md, "Kept results")."""
+    ENDPOINTS = ENDPOINTS
+
+    def setUp(self):
+        super().setUp()
+        self.c.invalidate_all("cached")
+        self.c.invalidate_all("mod")
+
+    def dropped(self, **args):
+        """A weak reference to the value of a cached call, dropped."""
+        h = self.c.call("cached", **args)
+        ref = weakref.ref(h.value)
+        del h
+        gc.collect()
+        return ref
+
+    def test_dropped_and_called_again_gives_the_same_tensor(self):
+        ref = self.dropped(n=8, v=3)
+        self.assertIsNotNone(ref())
+        self.assertEqual(st.kept_results()[0], 1)
+        free = mock.Mock(wraps=_lib.lib.st_result_free)
+        with mock.patch.object(_lib.lib, "st_result_free", free):
+            h = self.c.call("cached", n=8, v=3)
+        self.assertIs(h.value, ref())
+        self.assertEqual(free.call_count, 0)   # a `same` reply, lent
+        self.assertEqual(h.value.tolist(), [3.0] * 8)
+
+    def test_the_count_bound_keeps_the_most_recent(self):
+        st.keep_results(2, 1 << 30)
+        refs = [self.dropped(n=8, v=v) for v in range(4)]
+        gc.collect()
+        self.assertEqual(st.kept_results()[0], 2)
+        self.assertEqual([r() is not None for r in refs], [False, False, True, True])
+        # used again, the oldest kept one becomes the most recent
+        self.c.call("cached", n=8, v=2)
+        self.dropped(n=8, v=0)
+        self.assertEqual([r() is not None for r in refs], [False, False, True, False])
+
+    def test_the_byte_bound_admits_no_larger_object(self):
+        h = self.c.call("cached", n=8, v=1)
+        nbytes = h.bytes
+        del h
+        st.keep_results(8, nbytes - 1)
+        self.assertEqual(st.kept_results(), (0, 0))
+        self.assertIsNone(self.dropped(n=8, v=1)())
+        st.keep_results(8, 2 * nbytes)
+        self.dropped(n=8, v=1)
+        self.dropped(n=8, v=2)
+        ref = self.dropped(n=8, v=3)
+        self.assertEqual(st.kept_results(), (2, 2 * nbytes))
+        self.assertIsNotNone(ref())
+
+    def test_managed_results_are_never_kept(self):
+        with self.c.call("mod", v=4) as h:
+            ref = weakref.ref(h.value["w"])
+        del h
+        gc.collect()
+        self.assertIsNone(ref())
+        self.assertEqual(st.kept_results(), (0, 0))
+
+    def test_turning_it_off_lets_them_go_now(self):
+        ref = self.dropped(n=8, v=5)
+        self.assertEqual(st.keep_results(0, 0), (8, 256 << 20))
+        gc.collect()
+        self.assertIsNone(ref())
+        self.assertEqual(st.kept_results(), (0, 0))
+        with self.assertRaises(ValueError):
+            st.keep_results(-1, 0)
+
+    def test_a_replaced_object_is_not_served_from_the_kept_one(self):
+        ref = self.dropped(n=4, v=6)
+        ref().fill_(9.0)                 # the object's memory, written
+        self.assertTrue(self.c.invalidate("cached", n=4, v=6))
+        h = self.c.call("cached", n=4, v=6)
+        self.assertIsNot(h.value, ref())
+        self.assertEqual(h.value.tolist(), [6.0] * 4)
+
+    def test_another_connection_reuses_it_and_then_costs_one_crossing(self):
+        ref = self.dropped(n=8, v=7)
+        other = st.Client(path=self.srv.socket)
+        try:
+            h = other.call("cached", n=8, v=7)    # a full reply: reused tensors
+            self.assertIs(h.value, ref())
+            free = mock.Mock(wraps=_lib.lib.st_result_free)
+            with mock.patch.object(_lib.lib, "st_result_free", free):
+                for _ in range(5):
+                    self.assertIs(other.call("cached", n=8, v=7).value, ref())
+            self.assertEqual(free.call_count, 0)
+        finally:
+            other.close()
+
+
+@unittest.skipIf(torch is None, "torch is needed")
 class KeptArenaTest(st_fixture.ServerTestCase):
     ENDPOINTS = ENDPOINTS
 
@@ -143,6 +240,7 @@ class KeptArenaTest(st_fixture.ServerTestCase):
     def setUp(self):
         os.environ["ST_CLIENT_POOL"] = "0"
         super().setUp()
+        st.keep_results(0, 0)   # dropped results reach the kept arenas
 
     def tearDown(self):
         os.environ.pop("ST_CLIENT_POOL", None)
