@@ -972,6 +972,15 @@ ST_API int st_buffer_read_new(st_buffer_t *b, void *dst, uint64_t bytes, int tim
  * write_sequence. */
 ST_API int st_buffer_wait_new(st_buffer_t *b, int timeout_ms, uint64_t *seq);
 
+/* How long b's waits (st_buffer_read_new, st_buffer_wait_new) poll the
+ * control page before they sleep on its futex: a write that comes
+ * meanwhile is seen within a fraction of a microsecond instead of a
+ * futex wake-up (docs/streams.md, "Waits"); the poll costs its CPU time.
+ * spin_us 0 to 1000000; -1: the default ($ST_CLIENT_SPIN_US, else 50 when
+ * the process may run on two CPUs or more, else 0). INVALID_ARGUMENT
+ * otherwise. Any thread. */
+ST_API int st_buffer_set_spin(st_buffer_t *b, int spin_us);
+
 /* Where the newest complete write lies: *data (its slot; host or device
  * address), *seq its number. Copy it, then st_buffer_read_check(seq):
  * ST_OK when the copy is consistent, STALE_HANDLE when a writer touched

@@ -292,6 +292,7 @@ _PROTOS = {
     "st_buffer_read_new": (c_int, [c_void_p, c_void_p, c_uint64, c_int, P(c_uint64),
                                    P(c_int64)]),
     "st_buffer_wait_new": (c_int, [c_void_p, c_int, P(c_uint64)]),
+    "st_buffer_set_spin": (c_int, [c_void_p, c_int]),
     "st_buffer_read_begin": (c_int, [c_void_p, c_int, P(c_void_p), P(c_uint64)]),
     "st_buffer_read_check": (c_int, [c_void_p, c_uint64, P(c_int64)]),
     "st_buffer_slot": (c_void_p, [c_void_p, c_int]),

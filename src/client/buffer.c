@@ -124,6 +124,7 @@ static int adopt(st_client_t *c, st_buffer_t *b, const msgpack_object *r, int *f
   b->info.handle = (uint64_t)handle;
   b->info.connection = b->me = (uint64_t)conn;
   b->pid = (int)getpid();
+  atomic_store(&b->spin_ns, st__buffer_default_spin_ns());
   b->info.name = b->name;
   b->info.shape = b->shape;
   b->info.device_index = -1;

@@ -28,6 +28,12 @@ struct st_buffer {
   uint64_t write_seq;           /* its number                             */
   int took_lock;                /* the write took the lock itself         */
   _Atomic int holds;            /* st_buffer_acquire took the lock        */
+  _Atomic int64_t spin_ns;      /* waits poll the page this long first    */
 };
+
+/* The spin of new handles: $ST_CLIENT_SPIN_US, else 50 us when this
+ * process may run on two CPUs or more, else 0 (a poll on the only CPU
+ * keeps the writer from running). Any thread. */
+int64_t st__buffer_default_spin_ns(void);
 
 #endif

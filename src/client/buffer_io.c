@@ -13,11 +13,13 @@
  * Threads: any, at once; close (buffer.c) must not run concurrently.
  */
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "client/buffer.h"
+#include "common/spin.h"
 
 #define fail st__client_handle_fail
 
@@ -276,6 +278,51 @@ ST_API int st_buffer_read(st_buffer_t *b, void *dst, uint64_t bytes, int timeout
   }
 }
 
+/* See buffer.h. */
+int64_t st__buffer_default_spin_ns(void) {
+  static _Atomic int64_t cached = -1;
+  int64_t ns = atomic_load(&cached);
+  if (ns >= 0) return ns;
+  const char *e = getenv("ST_CLIENT_SPIN_US");
+  char *end;
+  long us = e && *e ? strtol(e, &end, 10) : -1;
+  if (us < 0 || (e && *e && *end) || us > 1000000) {
+    cpu_set_t set;
+    us = sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) >= 2 ? 50 : 0;
+  }
+  atomic_store(&cached, (int64_t)us * 1000);
+  return (int64_t)us * 1000;
+}
+
+/* See client.h. Any thread. */
+ST_API int st_buffer_set_spin(st_buffer_t *b, int spin_us) {
+  if (!b) return fail(ST_ERR_INVALID_ARGUMENT, "no buffer");
+  if (spin_us < -1 || spin_us > 1000000)
+    return fail(ST_ERR_INVALID_ARGUMENT, "buffer '%s': spin %d us is not -1 or 0 to 1000000",
+                b->name, spin_us);
+  atomic_store(&b->spin_ns,
+               spin_us < 0 ? st__buffer_default_spin_ns() : (int64_t)spin_us * 1000);
+  return ST_OK;
+}
+
+/* Polls the page for a write after `last` for up to the handle's spin
+ * time (and never past deadline): the newer sequence, or 0. */
+static uint64_t spin_new(st_buffer_t *b, uint64_t last, int64_t deadline) {
+  int64_t spin = atomic_load_explicit(&b->spin_ns, memory_order_relaxed);
+  if (spin <= 0) return 0;
+  int64_t until = st__client_now_ns() + spin;
+  if (deadline >= 0 && deadline < until) until = deadline;
+  const _Atomic uint64_t *ws = &b->page->write_sequence;
+  for (;;) {
+    for (int i = 0; i < 64; i++) {
+      uint64_t w = atomic_load_explicit(ws, memory_order_acquire);
+      if (w > last) return w;
+      st__cpu_relax();
+    }
+    if (st__client_now_ns() >= until) return 0;
+  }
+}
+
 /* See client.h. Any thread. */
 ST_API int st_buffer_wait_new(st_buffer_t *b, int timeout_ms, uint64_t *seq) {
   if (!b) return fail(ST_ERR_INVALID_ARGUMENT, "no buffer");
@@ -285,9 +332,10 @@ ST_API int st_buffer_wait_new(st_buffer_t *b, int timeout_ms, uint64_t *seq) {
    * while the server counts read-only handles in the page. */
   _Atomic uint32_t *waiters = b->info.readonly ? NULL : &p->write_waiters;
   uint64_t last = atomic_load(&b->last_read);
-  for (;;) {
+  for (int spun = 0;; spun = 1) {
     uint32_t seen = atomic_load(&p->write_futex);
     uint64_t w = atomic_load_explicit(&p->write_sequence, memory_order_acquire);
+    if (w <= last && !spun) w = spin_new(b, last, deadline);
     if (w > last) {
       if (seq) *seq = w;
       return ST_OK;

@@ -188,14 +188,16 @@ typedef struct wait_report {
   char why[160];
 } wait_report_t;
 
-/* Opens (read-only when arg), says ready, waits for the next write, then
- * waits 150 ms for another that never comes. */
+/* Opens (read-only when arg & 1; polling for a whole second before it
+ * sleeps when arg & 2), says ready, waits for the next write, then waits
+ * 150 ms for another that never comes. */
 static int child_waiter(const char *socket, const char *name, long arg, int out) {
   wait_report_t r = {-1000, -1000, 0, 0, ""};
   st_client_t *c = stt_client_open(socket);
   st_buffer_t *b = NULL;
   static uint8_t frame[FRAME];
-  int ready = c && st_buffer_open(c, name, (int)arg, &b) == ST_OK;
+  int ready = c && st_buffer_open(c, name, (int)(arg & 1), &b) == ST_OK &&
+              st_buffer_set_spin(b, arg & 2 ? 1000000 : 0) == ST_OK;
   bk_send(out, &ready, sizeof ready);
   if (ready) {
     r.rc = st_buffer_read_new(b, frame, FRAME, 10000, &r.seq, NULL);
@@ -214,13 +216,16 @@ TEST(read_new_wakes_on_the_next_write_and_times_out) {
   static uint8_t frame[FRAME];
   bk_fill(frame, FRAME, 1);
   CHECK_EQ_INT(st_buffer_write(b, frame, FRAME, 1000, NULL), ST_OK);   /* before they open */
-  for (int ro = 0; ro < 2; ro++) {
+  /* read-write and read-only handles, each sleeping on the futex and
+   * polling (the write comes within its second of polling; the timeout
+   * ends the poll at 150 ms) */
+  for (int mode = 0; mode < 4; mode++) {
     bk_child_t k;
-    CHECK(bk_spawn(&k, srv.socket, "nw", ro, child_waiter) == 0);
+    CHECK(bk_spawn(&k, srv.socket, "nw", mode, child_waiter) == 0);
     int ready = 0;
     CHECK(bk_report(&k, &ready, sizeof ready) == 0 && ready);
     uint64_t seq;
-    bk_fill(frame, FRAME, 2 + (uint64_t)ro);
+    bk_fill(frame, FRAME, 2 + (uint64_t)mode);
     CHECK_EQ_INT(st_buffer_write(b, frame, FRAME, 1000, &seq), ST_OK);
     wait_report_t r;
     CHECK(bk_report(&k, &r, sizeof r) == 0);
@@ -228,7 +233,7 @@ TEST(read_new_wakes_on_the_next_write_and_times_out) {
     CHECK_EQ_INT(r.rc, ST_OK);
     CHECK(r.seq == seq);
     CHECK_EQ_INT(r.rc_timeout, ST_ERR_TIMEOUT);
-    CHECK(r.timeout_ms >= 140 && r.timeout_ms < 5000);
+    CHECK(r.timeout_ms >= 140 && r.timeout_ms < (mode & 2 ? 900 : 5000));
     CHECK_CONTAINS(r.why, "no write after");
     CHECK_CONTAINS(r.why, "within 150 ms");
   }
@@ -236,7 +241,11 @@ TEST(read_new_wakes_on_the_next_write_and_times_out) {
    * read_new returns the newest at once */
   uint64_t seq;
   CHECK_EQ_INT(st_buffer_read_new(b, frame, FRAME, 0, &seq, NULL), ST_OK);
-  CHECK(seq == 3 && bk_whole(frame, FRAME, 3));
+  CHECK(seq == 5 && bk_whole(frame, FRAME, 5));
+  CHECK_ERR(st_buffer_set_spin(b, -2), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_buffer_error(b), "spin -2 us");
+  CHECK_ERR(st_buffer_set_spin(b, 1000001), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_buffer_set_spin(b, -1), ST_OK);
   CHECK_ERR(st_buffer_read_new(b, frame, FRAME, 0, &seq, NULL), ST_ERR_TIMEOUT);
   CHECK_RC(st_buffer_close(b), ST_OK, cli);
   CHECK_RC(st_buffer_unlink(cli, "nw"), ST_OK, cli);

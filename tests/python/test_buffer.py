@@ -90,9 +90,10 @@ class BufferTest(ServerTestCase):
 
     def test_read_new_wakes_on_a_write_of_another_process_and_times_out(self):
         b = self.make("py2")
-        for ro in (False, True):
+        for ro, spin in ((False, 0), (True, 0), (False, 2000000 // 2)):
             p = run_child("""
                 b = st.open("py2", readonly=%r, path=sock)
+                b.set_spin(%d)
                 print("ready", flush=True)
                 x = b.read_new(timeout=20)
                 print("got", b.last_sequence, float(x[0, 0]), flush=True)
@@ -103,7 +104,7 @@ class BufferTest(ServerTestCase):
                 except st.TimeoutError as e:
                     print("timeout %%.3f %%s" %% (time.monotonic() - t0, e))
                 b.close()
-            """ % ro, self.srv.socket, wait=False)
+            """ % (ro, spin), self.srv.socket, wait=False)
             self.assertEqual(p.stdout.readline().strip(), "ready")
             seq = b.write(torch.full((4, 8), 5.0 + ro))
             out, err = p.communicate(timeout=60)
@@ -112,7 +113,10 @@ class BufferTest(ServerTestCase):
             self.assertEqual(lines[0], "got %d %s" % (seq, 5.0 + ro), err)
             self.assertTrue(lines[1].startswith("timeout "), out)
             self.assertGreaterEqual(float(lines[1].split()[1]), 0.14)
+            self.assertLess(float(lines[1].split()[1]), 0.9)   # a poll ends at the timeout
             self.assertIn("no write after %d within 150 ms" % seq, lines[1])
+        with self.assertRaises(st.InvalidArgumentError):
+            b.set_spin(-2)
 
     def test_the_lock_of_a_killed_owner_is_freed(self):
         b = self.make("py3")
