@@ -977,7 +977,7 @@ ST_API int st_buffer_wait_new(st_buffer_t *b, int timeout_ms, uint64_t *seq);
  * meanwhile is seen within a fraction of a microsecond instead of a
  * futex wake-up (docs/streams.md, "Waits"); the poll costs its CPU time.
  * spin_us 0 to 1000000; -1: the default ($ST_CLIENT_SPIN_US, else 50 when
- * the process may run on two CPUs or more, else 0). INVALID_ARGUMENT
+ * the process may run on four CPUs or more, else 0). INVALID_ARGUMENT
  * otherwise. Any thread. */
 ST_API int st_buffer_set_spin(st_buffer_t *b, int spin_us);
 

@@ -246,7 +246,7 @@ class Buffer(Closing):
     def set_spin(self, spin_us):
         """How long read_new polls for the next write before it sleeps on
         the futex, in microseconds (0 to 1000000; -1: the default, 50 on a
-        process that may run on two CPUs or more, $ST_CLIENT_SPIN_US)."""
+        process that may run on four CPUs or more, $ST_CLIENT_SPIN_US)."""
         self._check(_l.st_buffer_set_spin(self._h(), int(spin_us)))
 
     @property

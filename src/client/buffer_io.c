@@ -288,7 +288,7 @@ int64_t st__buffer_default_spin_ns(void) {
   long us = e && *e ? strtol(e, &end, 10) : -1;
   if (us < 0 || (e && *e && *end) || us > 1000000) {
     cpu_set_t set;
-    us = sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) >= 2 ? 50 : 0;
+    us = sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) >= 4 ? 50 : 0;
   }
   atomic_store(&cached, (int64_t)us * 1000);
   return (int64_t)us * 1000;
