@@ -266,6 +266,7 @@ int st_buffer_read(st_buffer_t *b, void *dst, uint64_t bytes, int timeout_ms,
 int st_buffer_read_new(st_buffer_t *b, void *dst, uint64_t bytes, int timeout_ms,
   uint64_t *seq, int64_t *time_ns);
 int st_buffer_wait_new(st_buffer_t *b, int timeout_ms, uint64_t *seq);
+int st_buffer_set_spin(st_buffer_t *b, int spin_us);
 int st_buffer_read_begin(st_buffer_t *b, int timeout_ms, const void **data,
   uint64_t *seq);
 int st_buffer_read_check(st_buffer_t *b, uint64_t seq, int64_t *time_ns);

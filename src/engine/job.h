@@ -61,6 +61,9 @@ typedef struct st__job {
                                       the CPU, N cuda:N (st__job_new: -1) */
   int cuda_device;                 /* what "cuda" names in the body: the
                                       socket's CUDA device, -1 none */
+  int home;                        /* the completion queue it goes back to
+                                      (pool.h: the loop thread that takes
+                                      it; st__job_new: 0) */
   st__targs_t targs;               /* tensor arguments: descriptors moved in
                                       by the loop thread, mapped and dropped
                                       by the worker (targs.h) */

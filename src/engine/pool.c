@@ -1,11 +1,12 @@
 /* src/engine: the worker pool (pool.h).
  *
  * Locks: `mu` guards the job queue, `stopping`, `current` and each worker's
- * `job`; `done_mu` guards the completion queue. A worker never holds both,
- * and never holds either while it runs Lua. `qhead`, `stopping` and
- * `dhead` are written under their lock with atomic stores, so that a
- * spinning worker (qhead, stopping) and the loop (dhead, through
- * st__pool_done_pending) may peek at them without it.
+ * `job`; `done_mu` guards the completion queues (one per home: the loop
+ * thread that takes a job's completion, job.h). A worker never holds both,
+ * and never holds either while it runs Lua. `qhead`, `stopping` and each
+ * completion queue's head are written under their lock with atomic
+ * stores, so that a spinning worker (qhead, stopping) and a loop (a head,
+ * through st__pool_done_pending) may peek at them without it.
  *
  * Spinning (st__pool_set_spin): a worker that just ran a job polls the
  * queue for up to the spin time before it sleeps on `cv`, one such worker
@@ -47,7 +48,11 @@ struct st__pool {
   st__generation_t *current;  /* owned reference; may be NULL */
 
   pthread_mutex_t done_mu;
-  st__job_t *dhead, *dtail;
+  struct done_queue {
+    st__job_t *head, *tail;
+    size_t outstanding;       /* submitted, not taken back (atomic) */
+  } *done;                    /* nhomes queues (job->home) */
+  int nhomes;
 
   double spin_s;               /* under mu; 0: workers never spin       */
   int spinners;               /* workers polling the queue (atomic)   */
@@ -57,7 +62,7 @@ struct st__pool {
   st__pool_runner_t run;
   st__pool_prepare_fn prepare;   /* under mu until the first job; may be NULL */
 
-  size_t outstanding;         /* loop thread only */
+  size_t outstanding;         /* every home's (atomic) */
   uint64_t ndone, nfailed;    /* atomic */
   int nworkers;
   worker_t *workers;
@@ -123,12 +128,13 @@ static void run_job(worker_t *w, st__vm_t **vm, st__job_t *job) {
 
 static void push_done(st__pool_t *p, st__job_t *job) {
   job->next = NULL;
+  struct done_queue *q = &p->done[job->home];
   pthread_mutex_lock(&p->done_mu);
-  if (p->dtail) p->dtail->next = job;
-  else __atomic_store_n(&p->dhead, job, __ATOMIC_RELEASE);
-  p->dtail = job;
+  if (q->tail) q->tail->next = job;
+  else __atomic_store_n(&q->head, job, __ATOMIC_RELEASE);
+  q->tail = job;
   pthread_mutex_unlock(&p->done_mu);
-  p->notify(p->ud);
+  p->notify(p->ud, job->home);
 }
 
 /* An idle worker should (re)build its state when the pool has a current
@@ -231,9 +237,11 @@ int st__pool_start(int nworkers, const st__pool_runner_t *runner, st__generation
   }
   st__pool_t *p = calloc(1, sizeof *p);
   worker_t *ws = calloc((size_t)nworkers, sizeof *ws);
-  if (!p || !ws) {
+  struct done_queue *dq = calloc(1, sizeof *dq);
+  if (!p || !ws || !dq) {
     free(p);
     free(ws);
+    free(dq);
     snprintf(err, errlen, "out of memory");
     return ST_ERR_OUT_OF_MEMORY;
   }
@@ -243,6 +251,8 @@ int st__pool_start(int nworkers, const st__pool_runner_t *runner, st__generation
   pthread_cond_init(&p->exit_cv, NULL);
   p->notify = notify;
   p->ud = ud;
+  p->done = dq;
+  p->nhomes = 1;
   p->run = *runner;
   p->workers = ws;
   p->nworkers = nworkers;
@@ -284,9 +294,25 @@ void st__pool_set_prepare_fn(st__pool_t *p, st__pool_prepare_fn fn) {
   pthread_mutex_unlock(&p->mu);
 }
 
+/* See pool.h. Loop thread. */
+int st__pool_set_homes(st__pool_t *p, int nhomes) {
+  if (nhomes < 1 || nhomes > ST__POOL_MAX_HOMES) return ST_ERR_INVALID_ARGUMENT;
+  if (nhomes == p->nhomes) return ST_OK;
+  struct done_queue *dq = calloc((size_t)nhomes, sizeof *dq);
+  if (!dq) return ST_ERR_OUT_OF_MEMORY;
+  pthread_mutex_lock(&p->done_mu);
+  struct done_queue *old = p->done;
+  p->done = dq;
+  p->nhomes = nhomes;
+  pthread_mutex_unlock(&p->done_mu);
+  free(old);
+  return ST_OK;
+}
+
 /* Queues a job (the pool owns it on ST_OK). Loop thread. */
 int st__pool_submit(st__pool_t *p, st__job_t *job) {
   job->next = NULL;
+  if (job->home < 0 || job->home >= p->nhomes) job->home = 0;
   pthread_mutex_lock(&p->mu);
   if (p->stopping) {
     pthread_mutex_unlock(&p->mu);
@@ -296,7 +322,8 @@ int st__pool_submit(st__pool_t *p, st__job_t *job) {
   if (p->qtail) p->qtail->next = job;
   else __atomic_store_n(&p->qhead, job, __ATOMIC_RELEASE);
   p->qtail = job;
-  p->outstanding++;
+  __atomic_add_fetch(&p->outstanding, 1, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&p->done[job->home].outstanding, 1, __ATOMIC_RELAXED);
   /* A polling worker takes the only queued job without a wake-up. */
   if (!was_empty || !__atomic_load_n(&p->spinners, __ATOMIC_ACQUIRE))
     pthread_cond_signal(&p->cv);
@@ -315,7 +342,8 @@ int st__pool_remove(st__pool_t *p, st__job_t *job) {
     else __atomic_store_n(&p->qhead, j->next, __ATOMIC_RELEASE);
     if (p->qtail == j) p->qtail = prev;
     j->next = NULL;
-    p->outstanding--;
+    __atomic_sub_fetch(&p->outstanding, 1, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&p->done[j->home].outstanding, 1, __ATOMIC_RELAXED);
     found = 1;
     break;
   }
@@ -334,26 +362,31 @@ void st__pool_set_generation(st__pool_t *p, st__generation_t *gen) {
   if (old) st__generation_unref(old);
 }
 
-/* Takes the completed jobs, oldest first. Loop thread. */
-st__job_t *st__pool_take_done(st__pool_t *p) {
+/* Takes the completed jobs of one home, oldest first; see pool.h. */
+st__job_t *st__pool_take_done(st__pool_t *p, int home) {
+  struct done_queue *q = &p->done[home];
   pthread_mutex_lock(&p->done_mu);
-  st__job_t *list = p->dhead;
-  __atomic_store_n(&p->dhead, NULL, __ATOMIC_RELAXED);
-  p->dtail = NULL;
+  st__job_t *list = q->head;
+  __atomic_store_n(&q->head, NULL, __ATOMIC_RELAXED);
+  q->tail = NULL;
   pthread_mutex_unlock(&p->done_mu);
-  for (st__job_t *j = list; j; j = j->next) p->outstanding--;
+  size_t n = 0;
+  for (st__job_t *j = list; j; j = j->next) n++;
+  __atomic_sub_fetch(&p->outstanding, n, __ATOMIC_RELAXED);
+  __atomic_sub_fetch(&q->outstanding, n, __ATOMIC_RELAXED);
   return list;
 }
 
-/* Jobs submitted and not yet taken back. Loop thread. */
-size_t st__pool_outstanding(st__pool_t *p) {
-  return p->outstanding;
+/* Jobs submitted and not yet taken back; see pool.h. */
+size_t st__pool_outstanding(st__pool_t *p, int home) {
+  return __atomic_load_n(home < 0 ? &p->outstanding : &p->done[home].outstanding,
+                         __ATOMIC_RELAXED);
 }
 
-/* Whether a completion waits for st__pool_take_done, without the lock.
- * Loop thread. */
-int st__pool_done_pending(st__pool_t *p) {
-  return __atomic_load_n(&p->dhead, __ATOMIC_ACQUIRE) != NULL;
+/* Whether a completion waits in queue `home`, without the lock; see
+ * pool.h. */
+int st__pool_done_pending(st__pool_t *p, int home) {
+  return __atomic_load_n(&p->done[home].head, __ATOMIC_ACQUIRE) != NULL;
 }
 
 /* How long a worker that just ran a job polls for the next; see pool.h.
@@ -413,12 +446,15 @@ int st__pool_free(st__pool_t *p, double timeout_s) {
     st__job_free(j);
     j = next;
   }
-  j = p->dhead;
-  while (j) {
-    st__job_t *next = j->next;
-    st__job_free(j);
-    j = next;
+  for (int h = 0; h < p->nhomes; h++) {
+    j = p->done[h].head;
+    while (j) {
+      st__job_t *next = j->next;
+      st__job_free(j);
+      j = next;
+    }
   }
+  free(p->done);
   if (p->current) st__generation_unref(p->current);
   pthread_mutex_destroy(&p->mu);
   pthread_mutex_destroy(&p->done_mu);

@@ -59,9 +59,9 @@ typedef struct st__pool_runner {
  * (job->targs, mapped by then); the server passes st__vm_prepare. */
 typedef void (*st__pool_prepare_fn)(st__vm_t *vm, const st__job_t *job);
 
-/* Called by a worker after it pushed a completion; must be async-safe with
- * respect to the loop (ev_async_send is). */
-typedef void (*st__pool_notify_fn)(void *ud);
+/* Called by a worker after it pushed a completion for `home` (job.h);
+ * must be async-safe with respect to the loops (ev_async_send is). */
+typedef void (*st__pool_notify_fn)(void *ud, int home);
 
 /* Starts `nworkers` threads (1..1024) that run jobs with `runner` (copied).
  * `gen` (may be NULL) is the current generation: the pool takes a
@@ -93,17 +93,25 @@ int st__pool_remove(st__pool_t *p, st__job_t *job);
  * thread. */
 void st__pool_set_generation(st__pool_t *p, st__generation_t *gen);
 
-/* Takes every completed job, oldest first, as a list linked by `next`
- * (NULL if none). The caller owns them. Loop thread. */
-st__job_t *st__pool_take_done(st__pool_t *p);
+/* Completions go back to `nhomes` queues (1..ST__POOL_MAX_HOMES; 1 at
+ * start): a job's completion goes to queue job->home, and `notify` names
+ * it. Before the first submit. Loop thread. */
+#define ST__POOL_MAX_HOMES 256
+int st__pool_set_homes(st__pool_t *p, int nhomes);
 
-/* Jobs submitted and not yet taken back with st__pool_take_done. */
-size_t st__pool_outstanding(st__pool_t *p);
+/* Takes every completed job of queue `home`, oldest first, as a list
+ * linked by `next` (NULL if none). The caller owns them. The thread that
+ * serves `home`. */
+st__job_t *st__pool_take_done(st__pool_t *p, int home);
 
-/* 1 when a completed job waits for st__pool_take_done: a peek without the
- * completion lock, for a loop that polls instead of sleeping. Loop
+/* Jobs submitted and not yet taken back with st__pool_take_done: all of
+ * them (home < 0), or those of one home. Any thread (a relaxed read). */
+size_t st__pool_outstanding(st__pool_t *p, int home);
+
+/* 1 when a completed job waits in queue `home`: a peek without the
+ * completion lock, for a loop that polls instead of sleeping. Any
  * thread. */
-int st__pool_done_pending(st__pool_t *p);
+int st__pool_done_pending(st__pool_t *p, int home);
 
 /* A worker that just ran a job polls the queue for up to spin_s seconds
  * before it sleeps (one worker at a time; 0, the default: never), so

@@ -393,7 +393,7 @@ void st__describe_info(msgpack_packer *pk, st__server_t *srv) {
   st__pack_kv_double(pk, "uptime_s", st__now_mono() - srv->started_mono);
   st__pack_kv_bool(pk, "ready", srv->gen && !srv->shutting_down);
   st__pack_kv_int(pk, "connections", srv->nconns);
-  st__pack_kv_uint(pk, "inflight", srv->pool ? st__pool_outstanding(srv->pool) : 0);
+  st__pack_kv_uint(pk, "inflight", srv->pool ? st__pool_outstanding(srv->pool, -1) : 0);
   st__pack_kv_uint(pk, "waiting", srv->work ? srv->work->nwaiting : 0);
   st__pack_cstr(pk, "counters");
   pack_counters(pk, srv);

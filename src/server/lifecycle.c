@@ -47,17 +47,19 @@ static void make_server_id(char out[33]) {
   for (int i = 0; i < 16; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
 }
 
-/* Workers call this after queueing a completion. */
-static void notify_loop(void *ud) {
+/* Workers call this after queueing a completion for loop `home`: loop
+ * 0's `done` watcher, or another loop's kick (its service takes them). */
+static void notify_loop(void *ud, int home) {
   st__server_t *srv = ud;
-  ev_async_send(srv->loop, &srv->done);
+  if (home == 0) ev_async_send(srv->loop, &srv->done);
+  else ev_async_send(srv->loops[home].ev, &srv->loops[home].kick);
 }
 
-static void on_done(struct ev_loop *loop, ev_async *w, int revents) {
-  st__server_t *srv = w->data;
-  (void)loop;
-  (void)revents;
-  st__job_t *job = st__pool_take_done(srv->pool);
+/* Completes the builds whose completions wait for loop `home`. Its
+ * thread, the write side held. */
+static void take_done(st__server_t *srv, int home) {
+  st__job_t *job = st__pool_take_done(srv->pool, home);
+  if (!job) return;
   while (job) {
     st__job_t *next = job->next;
     job->next = NULL;
@@ -65,6 +67,22 @@ static void on_done(struct ev_loop *loop, ev_async *w, int revents) {
     st__build_complete(srv, job);
     job = next;
   }
+  /* A drained shutdown ends on loop 0: it looks before its next poll. */
+  if (home > 0 && srv->shutting_down) st__loop_kick(&srv->loops[0]);
+}
+
+static void on_done(struct ev_loop *loop, ev_async *w, int revents) {
+  (void)loop;
+  (void)revents;
+  take_done(w->data, 0);
+}
+
+/* Before each poll of a loop (loops.c, with the write side): the
+ * completions of loops 1..N-1, whose replies join the connections' queued
+ * work, then that work. */
+static void service_loop(st__loop_t *lp) {
+  if (lp->index > 0 && lp->srv->pool) take_done(lp->srv, lp->index);
+  st__conn_service(lp);
 }
 
 /* st__server_request_stop: a shutdown as SIGTERM starts it; a request
@@ -136,7 +154,7 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
   srv->on_message = st__dispatch;
   srv->on_fast_message = st__fast_call;
   srv->on_conn_closed = st__work_conn_closed;
-  srv->on_loop_service = st__conn_service;
+  srv->on_loop_service = service_loop;
   srv->started_at = st__now_unix();
   srv->started_mono = st__now_mono();
   make_server_id(srv->server_id);
@@ -261,6 +279,10 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
     return rc;
   }
   st__pool_set_prepare_fn(srv->pool, st__pool_conn_prepare);
+  if ((rc = st__pool_set_homes(srv->pool, srv->nloops)) != ST_OK) {
+    start_failed(setup, "out of memory");
+    return rc;
+  }
   st__pool_set_spin(srv->pool, cfg->spin_us * 1e-6);
   ST_LOG_I("server", "workers: %d; limits: max_message_bytes %zu, max_connections %d, "
            "max_inflight %d, frame_timeout_ms %d, lua_memory_bytes %llu, default_timeout_s %g; "
@@ -278,41 +300,44 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
   return ST_OK;
 }
 
-/* With builds in flight, polls for their completions for up to spin_s
- * instead of sleeping in epoll_wait: a completion is then handled without
- * the eventfd write, the wake-up and the read of ev_async (libev skips
- * the write while the loop is not in its poll, and the next iteration
- * feeds the watcher). Sockets are polled too, every few microseconds, so
- * other connections wait no longer than that. With several loop threads
- * the server lock is let go of between those iterations. Loop 0's
- * thread. */
-static void spin_for_completions(st__server_t *srv, double spin_s) {
+/* With builds of this loop in flight, polls for their completions for up
+ * to spin_s instead of sleeping in epoll_wait: a completion is then
+ * handled without the eventfd write, the wake-up and the read of ev_async
+ * (libev skips the write while the loop is not in its poll, and the next
+ * iteration feeds the watcher). Sockets are polled too, every few
+ * microseconds, so other connections wait no longer than that. With
+ * several loop threads the server lock is let go of between those
+ * iterations. lp's thread. */
+static void spin_for_completions(st__server_t *srv, st__loop_t *lp, double spin_s) {
   st__pool_t *pool = srv->pool;
+  int home = lp->index;
   double start = st__now_mono(), deadline = start + spin_s;
-  while (!srv->stopped && pool && st__pool_outstanding(pool)) {
+  while (!srv->stopped && st__pool_outstanding(pool, home)) {
     st__loop_unlock(srv);
-    for (int i = 0; i < 31 && !st__pool_done_pending(pool); i++) st__cpu_relax();
+    for (int i = 0; i < 31 && !st__pool_done_pending(pool, home); i++) st__cpu_relax();
     st__loop_lock(srv);
-    ev_run(srv->loop, EVRUN_NOWAIT);
+    ev_run(lp->ev, EVRUN_NOWAIT);
     if (st__now_mono() > deadline) break;
   }
   st__loopprof_spin(st__now_mono() - start);
 }
 
-/* Runs loop 0 until the server stops: one iteration at a time, each
- * followed by the poll of spin_for_completions when spin_us is set and
- * builds are in flight. Loop 0's thread (st__loops_run). */
-static void run_loop0(st__server_t *srv) {
+/* Runs loop lp until the server stops (loop 0) or the loops stop (the
+ * others): one iteration at a time, each followed by the poll of
+ * spin_for_completions when spin_us is set and builds of this loop's
+ * connections are in flight. lp's thread (st__loops_run). */
+static void run_loop(st__server_t *srv, st__loop_t *lp) {
   double spin_s = srv->cfg->spin_us * 1e-6;
-  while (!srv->stopped && ev_run(srv->loop, EVRUN_ONCE)) {
-    if (spin_s > 0 && srv->pool && st__pool_outstanding(srv->pool))
-      spin_for_completions(srv, spin_s);
+  while (!srv->stopped && !(lp->index > 0 && srv->loops_stop) &&
+         ev_run(lp->ev, EVRUN_ONCE)) {
+    if (spin_s > 0 && srv->pool && st__pool_outstanding(srv->pool, lp->index))
+      spin_for_completions(srv, lp, spin_s);
   }
 }
 
 /* Runs the loops until the server stops (loops.c). Loop thread. */
 void st__server_run(st__server_t *srv) {
-  st__loops_run(srv, run_loop0);
+  st__loops_run(srv, run_loop);
 }
 
 /* Closes and frees everything after the loop ended. Loop thread. */

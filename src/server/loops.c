@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "engine/pool.h"
 #include "server/loopprof.h"
 #include "server/server.h"
 #include "st/errors.h"
@@ -165,8 +166,11 @@ static void on_service(struct ev_loop *loop, ev_prepare *w, int revents) {
   (void)revents;
   st__loop_t *lp = w->data;
   /* Read without the write side: only a holder of it adds to `todo`, and
-   * only this thread to `dead`. */
-  if (!lp->todo && !lp->dead) return;
+   * only this thread to `dead`; completions of this loop's builds come
+   * from the workers (a peek, loops 1..N-1: loop 0 has its own watcher). */
+  if (!lp->todo && !lp->dead &&
+      !(lp->index > 0 && lp->srv->pool && st__pool_done_pending(lp->srv->pool, lp->index)))
+    return;
   st__loop_exclusive(lp->srv);
   lp->srv->on_loop_service(lp);
 }
@@ -220,7 +224,7 @@ static void *loop_main(void *arg) {
   current = lp;
   take(srv, HELD_READ);
   st__loopprof_thread_start(lp);
-  if (!srv->loops_stop) ev_run(lp->ev, 0);
+  if (!srv->loops_stop) srv->run_loop(srv, lp);
   st__loopprof_thread_stop(lp);
   st__loop_unlock(srv);
   current = NULL;
@@ -248,11 +252,12 @@ static void start_threads(st__server_t *srv) {
 }
 
 /* See server.h. Loop thread. */
-void st__loops_run(st__server_t *srv, void (*run0)(st__server_t *srv)) {
+void st__loops_run(st__server_t *srv, void (*run)(st__server_t *srv, st__loop_t *lp)) {
   if (srv->stopped) return;
   current = &srv->loops[0];
+  srv->run_loop = run;
   if (srv->nloops < 2) {
-    run0(srv);
+    run(srv, current);
     current = NULL;
     return;
   }
@@ -262,7 +267,7 @@ void st__loops_run(st__server_t *srv, void (*run0)(st__server_t *srv)) {
     ev_set_loop_release_cb(srv->loops[i].ev, release_cb, acquire_cb);
   start_threads(srv);
   ST_LOG_I("server", "%d loop threads", srv->nloops);
-  run0(srv);
+  run(srv, &srv->loops[0]);
   srv->loops_stop = 1;
   for (int i = 1; i < srv->nloops; i++) ev_async_send(srv->loops[i].ev, &srv->loops[i].kick);
   st__loop_unlock(srv);

@@ -262,7 +262,7 @@ static void gauges(text_t *t, st__server_t *srv) {
          srv->pool ? st__pool_size(srv->pool) : 0);
   single(t, "sharedtensor_jobs_in_flight", "gauge", "",
          "Builds on the workers, queued or running.",
-         srv->pool ? (double)st__pool_outstanding(srv->pool) : 0);
+         srv->pool ? (double)st__pool_outstanding(srv->pool, -1) : 0);
   single(t, "sharedtensor_builds_waiting", "gauge", "",
          "Builds waiting for their serialized endpoint's turn.",
          srv->work ? (double)srv->work->nwaiting : 0);

@@ -48,8 +48,21 @@ void st__build_forget_flight(st__work_t *w, st__build_t *b) {
   b->flight = NULL;
 }
 
+/* The loop that completes b (job.h, `home`): the loop of its one caller's
+ * connection, so that the reply is written by the thread that owns it;
+ * loop 0 for a task (its timers are loop 0's) or a build several calls
+ * joined already. Later joiners on other loops get theirs through their
+ * loop's `todo` list, as from loop 0. */
+static int home_of(st__server_t *srv, const st__build_t *b) {
+  const st__consumer_t *k = b->consumers;
+  if (!srv->threaded || !k || k->next || k->kind != ST_CONSUMER_CALL) return 0;
+  st__conn_t *c = st__conn_find(srv, k->conn_id);
+  return c && !c->dead ? c->loop->index : 0;
+}
+
 static int submit(st__server_t *srv, st__build_t *b) {
   if (!srv->pool) return ST_ERR_SHUTTING_DOWN;
+  b->job->home = home_of(srv, b);
   int rc = st__pool_submit(srv->pool, b->job);
   if (rc != ST_OK) return rc;
   b->state = ST_BUILD_SUBMITTED;

@@ -299,6 +299,8 @@ struct st__server {
   /* What a loop does before each poll (st__conn_service of conn.h), so
    * that loops.c calls nothing above it. */
   void (*on_loop_service)(st__loop_t *lp);
+  /* How each loop runs (st__loops_run's `run`). */
+  void (*run_loop)(st__server_t *srv, st__loop_t *lp);
 
   st__listener_t listeners[ST_MAX_DEVICES];
   int nlisteners;
@@ -438,12 +440,12 @@ void st__server_destroy(st__server_t *srv);
  * err. Loop thread, at start. */
 int st__loops_init(st__server_t *srv, char *err, size_t errlen);
 
-/* Runs loop 0 on this thread (run0: until the server stops) and loops
- * 1..N-1 on threads of their own, the server lock taken around every
- * callback, until loop 0 ends; then
- * stops and joins the others (their connections stay open: destroy closes
- * them). Loop thread. */
-void st__loops_run(st__server_t *srv, void (*run0)(st__server_t *srv));
+/* Runs loop 0 on this thread and loops 1..N-1 on threads of their own,
+ * each by run(srv, lp) (until the server stops, for loop 0; until
+ * `loops_stop`, for the others), the server lock taken around every
+ * callback, until loop 0 ends; then stops and joins the others (their
+ * connections stay open: destroy closes them). Loop thread. */
+void st__loops_run(st__server_t *srv, void (*run)(st__server_t *srv, st__loop_t *lp));
 
 /* Frees the loops 1..N-1 and the watchers (after st__loops_run and the
  * close of every connection). Loop thread, at exit. */

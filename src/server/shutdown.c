@@ -13,7 +13,7 @@
 static void on_grace(struct ev_loop *loop, ev_timer *w, int revents) {
   st__server_t *srv = w->data;
   (void)revents;
-  size_t left = srv->pool ? st__pool_outstanding(srv->pool) : 0;
+  size_t left = srv->pool ? st__pool_outstanding(srv->pool, -1) : 0;
   if (!srv->grace_expired) {
     srv->grace_expired = 1;
     ST_LOG_W("server", "%zu calls still running after %.1f s: cancelling them", left,
@@ -40,7 +40,7 @@ void st__shutdown_init(st__server_t *srv) {
  * poll. Loop thread. */
 void st__server_check_drained(st__server_t *srv) {
   if (!srv->shutting_down || srv->stopped) return;
-  if (srv->pool && st__pool_outstanding(srv->pool) > 0) return;
+  if (srv->pool && st__pool_outstanding(srv->pool, -1) > 0) return;
   ev_timer_stop(srv->loop, &srv->grace);
   ST_LOG_I("server", "in-flight calls finished");
   srv->stopped = 1;
@@ -59,7 +59,7 @@ void st__server_shutdown(st__server_t *srv, const char *why) {
   srv->shutting_down = 1;
   st__notify("STOPPING=1\nSTATUS=stopping: %s", why);
   st__listen_close_all(srv);
-  size_t left = srv->pool ? st__pool_outstanding(srv->pool) : 0;
+  size_t left = srv->pool ? st__pool_outstanding(srv->pool, -1) : 0;
   if (left == 0) {
     ST_LOG_I("server", "%s: shutting down", why);
     srv->stopped = 1;

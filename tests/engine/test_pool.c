@@ -95,8 +95,9 @@ static const st__pool_runner_t RUNNER = {fake_new, fake_free, fake_generation, f
 
 static int notify_pipe[2];
 
-static void notify(void *ud) {
+static void notify(void *ud, int home) {
   (void)ud;
+  (void)home;
   char b = 1;
   ssize_t n = write(notify_pipe[1], &b, 1);
   (void)n;
@@ -131,7 +132,7 @@ static int collect(st__pool_t *p, st__job_t **out, int want) {
       ssize_t n = read(notify_pipe[0], buf, sizeof buf);
       (void)n;
     }
-    for (st__job_t *j = st__pool_take_done(p); j;) {
+    for (st__job_t *j = st__pool_take_done(p, 0); j;) {
       st__job_t *next = j->next;
       if (got < want) out[got++] = j;
       else st__job_free(j);
@@ -181,7 +182,7 @@ TEST(runs_many_jobs) {
     CHECK(j != NULL);
     CHECK_ERR(st__pool_submit(p, j), ST_OK);
   }
-  CHECK_EQ_INT(st__pool_outstanding(p), N);
+  CHECK_EQ_INT(st__pool_outstanding(p, -1), N);
   static st__job_t *done[N];
   CHECK_EQ_INT(collect(p, done, N), N);
   int seen[N] = {0};
@@ -194,7 +195,7 @@ TEST(runs_many_jobs) {
     st__job_free(done[i]);
   }
   for (int i = 0; i < N; i++) CHECK_EQ_INT(seen[i], 1);
-  CHECK_EQ_INT(st__pool_outstanding(p), 0);
+  CHECK_EQ_INT(st__pool_outstanding(p, -1), 0);
   uint64_t ok, failed;
   st__pool_stats(p, &ok, &failed);
   CHECK_EQ_INT(ok, N);
@@ -249,7 +250,7 @@ TEST(remove_queued_and_cancel_running) {
   CHECK_EQ_INT(st__pool_remove(p, queued), 1);
   CHECK_EQ_INT(st__pool_remove(p, queued), 0);
   CHECK_EQ_INT(st__pool_remove(p, running), 0);
-  CHECK_EQ_INT(st__pool_outstanding(p), 1);
+  CHECK_EQ_INT(st__pool_outstanding(p, -1), 1);
   st__job_free(queued);
   st__job_cancel(running);
   st__job_t *done[1];
@@ -258,7 +259,7 @@ TEST(remove_queued_and_cancel_running) {
   CHECK_ERR(done[0]->status, ST_ERR_CANCELLED);
   CHECK_EQ_INT(st__job_state(done[0]), ST_JOB_DONE);
   st__job_free(done[0]);
-  CHECK_EQ_INT(st__pool_outstanding(p), 0);
+  CHECK_EQ_INT(st__pool_outstanding(p, -1), 0);
   /* cancel_all reaches queued and running jobs. */
   CHECK_ERR(st__pool_submit(p, st__job_new(8, 3, g, ep_of(g, "slow"), NULL, 0)), ST_OK);
   CHECK_ERR(st__pool_submit(p, st__job_new(8, 4, g, ep_of(g, "slow"), NULL, 0)), ST_OK);

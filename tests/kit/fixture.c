@@ -230,6 +230,21 @@ int stt_send_fds(int fd, const void *buf, size_t len, const int *fds, int nfds) 
   return stt_send_all(fd, (const char *)buf + n, len - (size_t)n);
 }
 
+/* Ends the probe connection fd as a client leaving does (its write side
+ * shut) and waits (2 s at most) for the server to close its side, so that
+ * the server holds no descriptor of it when the test starts counting
+ * them. */
+static void await_close(int fd) {
+  shutdown(fd, SHUT_WR);
+  double end = stt_now_ms() + 2000;
+  char buf[256];
+  while (stt_now_ms() < end) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, 50) < 0 && errno != EINTR) return;
+    if (p.revents && read(fd, buf, sizeof buf) <= 0) return;
+  }
+}
+
 /* Reads from fd until one whole msgpack object is buffered. Bytes that
  * arrive after it are not expected in these tests (one request at a time);
  * pipelining tests use their own readers. */
@@ -395,6 +410,7 @@ int stt_server_start(stt_server_t *s) {
     int fd = stt_connect(s->socket);
     if (fd >= 0) {
       int ok = stt_ping(fd, 1);
+      if (ok == 0) await_close(fd);
       close(fd);
       if (ok == 0) return 0;
     }
