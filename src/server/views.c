@@ -68,10 +68,14 @@ static int walk_tensor(void *ud, size_t index, int rule, int materialize, st__te
                        char *err, size_t errlen) {
   walk_t *w = ud;
   (void)index, (void)rule;
+  if (d->arena >= w->nsrc)   /* the server packed it: a broken invariant */
+    return snprintf(err, errlen, "view: tensor names arena %u of %zu", d->arena, w->nsrc),
+           ST_ERR_INTERNAL;
   if (materialize && w->copies) {
     const msgpack_object *list = &w->copied.data;
     if (list->type != MSGPACK_OBJECT_ARRAY || w->next_copy >= list->via.array.size ||
-        st__parse_tensor(&list->via.array.ptr[w->next_copy], d, err, errlen) != ST_OK)
+        st__parse_tensor(&list->via.array.ptr[w->next_copy], d, err, errlen) != ST_OK ||
+        d->arena >= w->copies->narenas)
       return snprintf(err, errlen, "view: the copies do not match the view"), ST_ERR_INTERNAL;
     w->next_copy++;
     d->arena += (uint32_t)w->nsrc;
@@ -336,7 +340,6 @@ int st__views_reply(st__server_t *srv, st__conn_t *c, const st__viewspec_t *spec
     if (done) {
       st__objects_touch(&srv->objects, done);
       answer(srv, c, spec, src->result, &done->result, to);
-      srv->counters.cache_hits++;
       free(key);
       free(wt);
       walk_free(&plan);
@@ -394,7 +397,10 @@ static void answer_waiter(st__server_t *srv, const flight_t *f, const waiter_t *
 void st__views_done(st__server_t *srv, st__job_t *job) {
   st__views_t *v = srv->views;
   flight_t *f = job->owner;
-  if (f->slot) st__smap_del(&v->by_slot, f->slot, f->slot_len);
+  /* A flight the key's change took out of the index may share its slot
+   * with a newer one: only its own entry goes. */
+  if (f->slot && st__smap_get(&v->by_slot, f->slot, f->slot_len) == f)
+    st__smap_del(&v->by_slot, f->slot, f->slot_len);
   if (f->prev) f->prev->next = f->next;
   else v->flights = f->next;
   if (f->next) f->next->prev = f->prev;

@@ -83,10 +83,20 @@ TEST(contiguous_is_copied_once) {
   msg_free(&whole);
   msg_free(&v1);
   msg_free(&v2);
+  /* Two requests at once, on a new spec: one copy serves both. */
+  CHECK(rc_sendf(&c2, "[0, 11, 'call', [{endpoint: 'grid', view: 'm:shard(1,1,2)|contiguous'}]],"
+                      "[0, 12, 'call', [{endpoint: 'grid', view: 'm:shard(1,1,2)|contiguous'}]]") == 0);
+  CHECK(rc_next(&c2, &v1, 10000) == 1 && !v1.error);
+  CHECK(rc_next(&c2, &v2, 10000) == 1 && !v2.error);
+  rc_drop_fds(&c2);
+  CHECK(arena_id(&v1, 0) != INT64_MIN && arena_id(&v1, 0) == arena_id(&v2, 0));
+  CHECK_EQ_INT(derived_count(&c, "object:"), 2);
+  msg_free(&v1);
+  msg_free(&v2);
   /* A plain result's copy is its own and kept nowhere. */
   CHECK(call_view(&c, "plain_grid", spec, &v1) == 1 && !v1.error);
   CHECK(tensor_of(&v1, "m", &d) && d.strides[0] == 5);
-  CHECK_EQ_INT(derived_count(&c, "object:"), 1);
+  CHECK_EQ_INT(derived_count(&c, "object:"), 2);
   msg_free(&v1);
   rc_close(&c);
   rc_close(&c2);
