@@ -628,6 +628,27 @@ ST_API int st_client_put(st_client_t *c, const char *key, const st_args_t *value
 ST_API int st_client_get(st_client_t *c, const char *key, uint64_t version, int flags,
                          st_result_t **out, uint64_t *got_version);
 
+/* Views (docs/views.md, section 1). `view` is a spec such as
+ * "*.q_proj.weight:shard(0,1,4);*.o_proj.weight:shard(1,1,4)": per
+ * tensor (selected by a glob over its name: map keys and indices joined
+ * by '.', a module's tensors "<module>.<name>") narrow, slice, shard,
+ * transpose and permute steps, each a strided window of the same memory
+ * (no copy: the reply maps the same allocations), and `contiguous`, which
+ * makes the server copy a window that is not contiguous once and keep the
+ * copy for later requests of the same view. The server parses the spec;
+ * a bad spec, a step past a bound or a selector that selects no tensor
+ * fail with ST_ERR_INVALID_ARGUMENT and the server's message ("shard(0,5,
+ * 4): rank 5 is not below world 4 (tensor 'w')"). NULL or "" is no view. */
+
+/* st_client_get seen through `view`. Thread of the client. */
+ST_API int st_client_get_view(st_client_t *c, const char *key, uint64_t version, int flags,
+                              const char *view, st_result_t **out, uint64_t *got_version);
+
+/* st_client_call_flags seen through `view` (flags: ST_CALL_READONLY; a
+ * reply with a view is never lent). Thread of the client. */
+ST_API int st_client_call_view(st_client_t *c, const char *endpoint, const st_args_t *args,
+                               int flags, const char *view, st_result_t **out);
+
 /* The keys of this uid whose name starts with `prefix` (NULL: all), by
  * name: an ARRAY of {key, version, versions, bytes, policy, device,
  * readonly, uid, updated_at}. */

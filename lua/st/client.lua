@@ -147,10 +147,24 @@ function Client:ping()
 end
 
 -- Calls an endpoint; returns a result ({value, object, :tensors(), :free()}).
-function Client:call(name, args)
+-- opts (optional): { view = "spec" } sees the result through a view
+-- (docs/views.md, section 1), { readonly = true } maps an object read-only.
+function Client:call(name, args, opts)
   check_self(self, "call")
   check_name(name, "call")
   local a = build_args(args, 2)
+  if opts ~= nil then
+    if type(opts) ~= "table" then error("call: opts must be a table", 2) end
+    if opts.view ~= nil and type(opts.view) ~= "string" then
+      error("call: opts.view must be a string", 2)
+    end
+    local out = ffi.new("st_result_t*[1]")
+    local flags = opts.readonly and lib.ST_CALL_READONLY or 0
+    if lib.st_client_call_view(self._h, name, a, flags, opts.view, out) ~= 0 then
+      return failure(self)
+    end
+    return wrap_result(out[0])
+  end
   -- One crossing: the call and the summary of its reply. The buffers are
   -- read before wrap_result returns, so one pair serves every call. A
   -- `same` reply is lent: a result already held takes one st_result_ref
@@ -160,6 +174,25 @@ function Client:call(name, args)
     return failure(self)
   end
   return wrap_result(call_out[0], call_summary, true)
+end
+
+-- A published key's value (docs/keys.md); returns a result and its version.
+-- opts (optional): { version = N, readonly = true, view = "spec" }.
+function Client:get(key, opts)
+  check_self(self, "get")
+  check_name(key, "get")
+  opts = opts or {}
+  if type(opts) ~= "table" then error("get: opts must be a table", 2) end
+  if opts.view ~= nil and type(opts.view) ~= "string" then
+    error("get: opts.view must be a string", 2)
+  end
+  local out = ffi.new("st_result_t*[1]")
+  local got = ffi.new("uint64_t[1]")
+  local flags = opts.readonly and 1 or 0   -- ST_GET_READONLY
+  if lib.st_client_get_view(self._h, key, opts.version or 0, flags, opts.view, out, got) ~= 0 then
+    return failure(self)
+  end
+  return wrap_result(out[0]), int_value(got[0])
 end
 
 -- Runs `fn(handle[, arg], out)` for a method whose result is a plain value.

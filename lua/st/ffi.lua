@@ -199,6 +199,10 @@ int st_client_keys(st_client_t *c, const char *prefix, st_result_t **out);
 int st_client_delete(st_client_t *c, const char *key);
 int st_client_call_flags(st_client_t *c, const char *endpoint, const st_args_t *args,
                          int flags, st_result_t **out);
+int st_client_get_view(st_client_t *c, const char *key, uint64_t version, int flags,
+                       const char *view, st_result_t **out, uint64_t *got_version);
+int st_client_call_view(st_client_t *c, const char *endpoint, const st_args_t *args, int flags,
+                        const char *view, st_result_t **out);
 void st_open_cache_stats(size_t *mapped, uint64_t *reused);
 
 typedef struct st_result_summary {

@@ -254,6 +254,11 @@ _PROTOS = {
     "st_client_keys": (c_int, [c_void_p, c_char_p, P(c_void_p)]),
     "st_client_delete": (c_int, [c_void_p, c_char_p]),
     "st_client_call_flags": (c_int, [c_void_p, c_char_p, c_void_p, c_int, P(c_void_p)]),
+    # views
+    "st_client_get_view": (c_int, [c_void_p, c_char_p, c_uint64, c_int, c_char_p, P(c_void_p),
+                                   P(c_uint64)]),
+    "st_client_call_view": (c_int, [c_void_p, c_char_p, c_void_p, c_int, c_char_p,
+                                    P(c_void_p)]),
     "st_open_cache_stats": (None, [P(c_size_t), P(c_uint64)]),
     # bindings
     "st_result_summary": (c_int, [c_void_p, P(ResultSummary)]),

@@ -290,7 +290,7 @@ class Client(Closing):
         with _Args(params) as a:
             return self._rpc_value(method.encode(), a.ptr)
 
-    def call(self, name, as_torch=None, **args):
+    def call(self, name, as_torch=None, view=None, **args):
         """Calls endpoint `name` with keyword arguments.
 
         Tensor arguments (torch tensors, numpy arrays, SharedTensors) must
@@ -303,7 +303,14 @@ class Client(Closing):
         (tensors inside). A managed or cached endpoint gives a Handle whose
         `.value` is that. as_torch=False (or a client made with
         framework=None) gives SharedTensor objects instead of torch tensors.
+
+        view="spec" returns the result seen through a view spec
+        (docs/views.md, section 1): e.g. "w:shard(0,1,4)" or
+        "*:transpose(0,1)|contiguous"; tensors keep their names. (So an
+        endpoint parameter named `view` cannot be passed as a keyword.)
         """
+        if view is not None:
+            return self._call_flags(name, as_torch, 0, view, args)
         ename = _names.get(name) or _name(name)
         if args:
             with _Args(args) as a:
@@ -343,10 +350,18 @@ class Client(Closing):
         singleflight), is mapped read-only (docs/keys.md, section 5): a
         write to its tensors kills this process (SIGSEGV) on the CPU, or
         fails its kernel on CUDA. Plain results stay writable."""
+        return self._call_flags(name, as_torch, _CALL_READONLY, None, args)
+
+    def _call_flags(self, name, as_torch, flags, view, args):
+        """A call with flags (st_call_flags_t) and a view spec (or None),
+        converted afresh: never the tensors an earlier call() converted."""
+        if view is not None and not isinstance(view, str):
+            raise TypeError("call: view must be a str (a view spec), not %s"
+                            % type(view).__name__)
         out = _VOIDP()
         with _Args(args) as a, self._lock:
-            rc = _l.st_client_call_flags(self._ptr or self._h(), _name(name), a.ptr,
-                                         _CALL_READONLY, _byref(out))
+            rc = _l.st_client_call_view(self._ptr or self._h(), _name(name), a.ptr, flags,
+                                        None if view is None else view.encode(), _byref(out))
             if rc != 0:
                 self._fail(rc)
         summary = _Summary()
@@ -453,13 +468,17 @@ class Client(Closing):
         version (1, 2, ...)."""
         return _keys.put(self, key, value, policy, readonly)
 
-    def get(self, key, version=None, readonly=False, with_version=False, as_torch=None):
+    def get(self, key, version=None, readonly=False, with_version=False, as_torch=None,
+            view=None):
         """The value of `key` (version None: the latest): a tensor for a
         tensor, else a StateDict (an OrderedDict with `.key` and
         `.version`). with_version=True returns (value, version).
         readonly=True maps it read-only: a write faults in this process.
-        NotFoundError for a missing key or version."""
-        return _keys.get(self, key, version, readonly, with_version, as_torch)
+        view="spec" sees it through a view spec (docs/views.md, section 1):
+        "w:shard(0,1,4)" maps rank 1's quarter of w's rows, no copy (a
+        lone tensor is named "__tensor__"). NotFoundError for a missing key
+        or version; ValueError (INVALID_ARGUMENT) for a bad view."""
+        return _keys.get(self, key, version, readonly, with_version, as_torch, view)
 
     def keys(self, prefix=None):
         """This uid's keys (list of dicts: key, version, versions, bytes,

@@ -82,13 +82,17 @@ def put(client, key, value, policy="pinned", readonly=False):
         _l.st_args_free(p)
 
 
-def get(client, key, version=None, readonly=False, with_version=False, as_torch=None):
+def get(client, key, version=None, readonly=False, with_version=False, as_torch=None,
+        view=None):
     """See Client.get."""
     out, got = ctypes.c_void_p(), ctypes.c_uint64()
+    if view is not None and not isinstance(view, str):
+        raise TypeError("get: view must be a str (a view spec), not %s" % type(view).__name__)
     with client._lock:
-        rc = _l.st_client_get(client._ptr or client._h(), key.encode(), int(version or 0),
-                              _GET_READONLY if readonly else 0, ctypes.byref(out),
-                              ctypes.byref(got))
+        rc = _l.st_client_get_view(client._ptr or client._h(), key.encode(), int(version or 0),
+                                   _GET_READONLY if readonly else 0,
+                                   None if view is None else view.encode(), ctypes.byref(out),
+                                   ctypes.byref(got))
         if rc != 0:
             client._fail(rc)
     summary = _lib.ResultSummary()

@@ -121,6 +121,7 @@ int cli_parse_count(const char *s, long max, long *out);
 #define CLI_DEFAULT_VALUES 8
 #define CLI_ARGS_VALUES 1u   /* accept --values[=N] */
 #define CLI_ARGS_ALL 2u      /* accept --all        */
+#define CLI_ARGS_VIEW 4u     /* accept --view SPEC  */
 
 /* "NAME [key=value ...] [--args-json JSON]" and the flags' options. */
 typedef struct cli_call_args {
@@ -129,6 +130,7 @@ typedef struct cli_call_args {
   int nargs;              /* key=value words and --args-json given       */
   long nvalues;           /* --values[=N]; -1 when absent                */
   int all;                /* --all                                       */
+  const char *view;       /* --view SPEC (borrowed from argv); NULL: none */
   int help;               /* --help was printed: exit CLI_OK             */
 } cli_call_args_t;
 

@@ -71,7 +71,7 @@ const cli_command_t cli_keys_command = {
 /* ------------------------------------------------------------------- get */
 
 static int run_get(cli_t *g, int argc, char **argv) {
-  const char *key = NULL, *v;
+  const char *key = NULL, *v, *view = NULL;
   uint64_t version = 0;
   int flags = 0;
   long nvalues = -1;
@@ -87,6 +87,9 @@ static int run_get(cli_t *g, int argc, char **argv) {
         return cli_usage("get", "--version takes a version >= 1");
     } else if (strcmp(argv[i], "--readonly") == 0) {
       flags |= ST_GET_READONLY;
+    } else if (cli_option("--view", argc, argv, &i, &v)) {
+      if (!v) return cli_usage("get", "--view needs a view spec");
+      view = v;
     } else if (strncmp(argv[i], "--values", 8) == 0 && (argv[i][8] == 0 || argv[i][8] == '=')) {
       nvalues = CLI_DEFAULT_VALUES;
       if (argv[i][8] == '=' && cli_parse_count(argv[i] + 9, 1000000, &nvalues) != 0)
@@ -105,7 +108,7 @@ static int run_get(cli_t *g, int argc, char **argv) {
   if (code != CLI_OK) return code;
   st_result_t *r = NULL;
   uint64_t got = 0;
-  int rc = st_client_get(c, key, version, flags, &r, &got);
+  int rc = st_client_get_view(c, key, version, flags, view, &r, &got);
   if (rc != ST_OK) code = cli_fail(c, rc);
   st_client_close(c);   /* the result outlives the connection */
   if (rc != ST_OK) return code;
@@ -118,18 +121,20 @@ static int run_get(cli_t *g, int argc, char **argv) {
 
 const cli_command_t cli_get_command = {
     "get",
-    "get KEY [--version N] [--readonly] [--values[=N]]",
+    "get KEY [--version N] [--readonly] [--view SPEC] [--values[=N]]",
     "Map a published key and describe its tensors and values.",
     "Prints \"key KEY version N\", then the value as `call` prints a result:\n"
     "each tensor as name  dtype  [shape]  device  bytes, other values as JSON.\n\n"
     "Options:\n"
     "  --version N    that version (default: the latest)\n"
     "  --readonly     map it read-only\n"
+    "  --view SPEC    the value seen through a view spec (docs/views.md), e.g.\n"
+    "                 '*.q_proj.weight:shard(0,1,4)'; tensors keep their names\n"
     "  --values[=N]   also print the first N values (default 8), their sum and\n"
     "                 an FNV-1a 64 hash, as `call --values` does\n"
     "  --json         print the value as JSON (see `call`)\n",
     run_get,
-    "--version= --readonly --values",
+    "--version= --view= --readonly --values",
 };
 
 /* ---------------------------------------------------------------- delete */

@@ -206,6 +206,8 @@ int cli_parse_call_args(cli_t *g, const cli_command_t *cmd, int argc, char **arg
           code = cli_usage(cmd->name, "--values=N needs a count, not '%s'", a + 9);
       } else if ((flags & CLI_ARGS_ALL) && strcmp(a, "--all") == 0) {
         out->all = 1;
+      } else if ((flags & CLI_ARGS_VIEW) && cli_option("--view", argc, argv, &i, &out->view)) {
+        if (!out->view) code = cli_usage(cmd->name, "--view needs a view spec");
       } else if (cli_option("--args-json", argc, argv, &i, &json)) {
         if (!json) {
           code = cli_usage(cmd->name, "--args-json needs a JSON object");

@@ -361,11 +361,6 @@ static void pack_endpoint(msgpack_packer *pk, const void *ud) {
   st__pack_cstr(pk, ud);
 }
 
-static void pack_endpoint_readonly(msgpack_packer *pk, const void *ud) {
-  pack_endpoint(pk, ud);
-  st__pack_kv_bool(pk, "readonly", 1);
-}
-
 /* Runs `method` with {endpoint[, args]}; see client_internal.h. */
 int st__client_endpoint_method(st_client_t *c, const char *method, const char *endpoint,
                                const st_args_t *args, int with_args, int unwrap,
@@ -376,16 +371,40 @@ int st__client_endpoint_method(st_client_t *c, const char *method, const char *e
   return st__client_args_method(c, method, &head, with_args ? "args" : NULL, args, unwrap, out);
 }
 
+typedef struct call_head {
+  const char *endpoint, *view;
+  int readonly;
+} call_head_t;
+
+static void pack_call_head(msgpack_packer *pk, const void *ud) {
+  const call_head_t *h = ud;
+  pack_endpoint(pk, h->endpoint);
+  if (h->readonly) st__pack_kv_bool(pk, "readonly", 1);
+  if (h->view) st__pack_kv_str(pk, "view", h->view);
+}
+
+/* Calls an endpoint with flags and a view; see client.h. Thread of the
+ * client. */
+ST_API int st_client_call_view(st_client_t *c, const char *endpoint, const st_args_t *args,
+                               int flags, const char *view, st_result_t **out) {
+  if (out) *out = NULL;
+  if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
+  if (!endpoint || !*endpoint)
+    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "no endpoint name given");
+  call_head_t h = {.endpoint = endpoint, .view = view && *view ? view : NULL,
+                   .readonly = (flags & ST_CALL_READONLY) != 0};
+  st__client_head_t head = {.npairs = 1 + (uint32_t)h.readonly + (h.view != NULL),
+                            .pack = pack_call_head, .ud = &h};
+  return st__client_args_method(c, "call", &head, args ? "args" : NULL, args, 1, out);
+}
+
 /* Calls an endpoint with flags; see client.h. Thread of the client. */
 ST_API int st_client_call_flags(st_client_t *c, const char *endpoint, const st_args_t *args,
                                 int flags, st_result_t **out) {
   if (out) *out = NULL;
   if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
   if (!(flags & ST_CALL_READONLY)) return st_client_call(c, endpoint, args, out);
-  if (!endpoint || !*endpoint)
-    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "no endpoint name given");
-  st__client_head_t head = {.npairs = 2, .pack = pack_endpoint_readonly, .ud = endpoint};
-  return st__client_args_method(c, "call", &head, args ? "args" : NULL, args, 1, out);
+  return st_client_call_view(c, endpoint, args, flags, NULL, out);
 }
 
 /* Calls an endpoint; see client.h. Thread of the client. */

@@ -92,16 +92,24 @@ ST_API int st_client_put(st_client_t *c, const char *key, const st_args_t *value
 /* See client.h. Thread of the client. */
 ST_API int st_client_get(st_client_t *c, const char *key, uint64_t version, int flags,
                          st_result_t **out, uint64_t *got_version) {
+  return st_client_get_view(c, key, version, flags, NULL, out, got_version);
+}
+
+/* See client.h. Thread of the client. */
+ST_API int st_client_get_view(st_client_t *c, const char *key, uint64_t version, int flags,
+                              const char *view, st_result_t **out, uint64_t *got_version) {
   if (out) *out = NULL;
   if (got_version) *got_version = 0;
   if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
   if (!key || !*key) return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "get: no key given");
   st__cbuf_t b;
   st__client_cbuf_init(&b);
-  msgpack_pack_map(&b.pk, 1 + (version > 0) + ((flags & ST_GET_READONLY) != 0));
+  int with_view = view && *view;
+  msgpack_pack_map(&b.pk, 1 + (version > 0) + ((flags & ST_GET_READONLY) != 0) + with_view);
   st__pack_cstr(&b.pk, "key");
   st__pack_cstr(&b.pk, key);
   if (version) st__pack_kv_uint(&b.pk, "version", version);
+  if (with_view) st__pack_kv_str(&b.pk, "view", view);
   if (flags & ST_GET_READONLY) st__pack_kv_bool(&b.pk, "readonly", 1);
   st__message_t m;
   int *fds = NULL;

@@ -37,7 +37,7 @@ st__job_t *st__job_new(uint64_t conn_id, uint32_t request_id, st__generation_t *
   j->args_len = args_len;
   j->conn_id = conn_id;
   j->request_id = request_id;
-  st__generation_ref(gen);
+  if (gen) st__generation_ref(gen);
   j->gen = gen;
   j->ep = ep;
   j->queued_at = st__now_mono();
@@ -51,6 +51,18 @@ st__job_t *st__job_new(uint64_t conn_id, uint32_t request_id, st__generation_t *
   return j;
 }
 
+/* A job of C code; see job.h. Loop thread. */
+st__job_t *st__job_new_native(uint64_t conn_id, uint32_t request_id,
+                              int (*run)(st__job_t *job, char *err, size_t errlen), void *ud,
+                              void (*free_ud)(void *ud)) {
+  st__job_t *j = st__job_new(conn_id, request_id, NULL, NULL, NULL, 0);
+  if (!j) return NULL;
+  j->run = run;
+  j->ud = ud;
+  j->free_ud = free_ud;
+  return j;
+}
+
 /* Frees a job and everything it owns; see job.h. */
 void st__job_free(st__job_t *job) {
   if (!job) return;
@@ -59,6 +71,7 @@ void st__job_free(st__job_t *job) {
   st__mpool_close(job->alloc_pool);
   free(job->args);
   if (job->gen) st__generation_unref(job->gen);
+  if (job->free_ud) job->free_ud(job->ud);
   pthread_mutex_destroy(&job->progress.mu);
   free(job);
 }

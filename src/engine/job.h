@@ -77,6 +77,14 @@ typedef struct st__job {
                                       nothing; mem/pool.h) */
   void *owner;                     /* loop thread only: the server's record
                                       of this build (never touched here) */
+  /* A job of C code instead of an endpoint body (st__job_new_native: gen
+   * and ep NULL): the worker calls run(job, ...) in place of the body,
+   * which fills `result` and returns ST_OK or an error with the message
+   * in err. `ud` is run's input, freed by free_ud (may be NULL) with the
+   * job. */
+  int (*run)(struct st__job *job, char *err, size_t errlen);
+  void *ud;
+  void (*free_ud)(void *ud);
 
   /* completion, written by the worker before it pushes the job back */
   int status;                      /* ST_OK or a negative ST_ERR_* */
@@ -92,8 +100,14 @@ typedef struct st__job {
 st__job_t *st__job_new(uint64_t conn_id, uint32_t request_id, st__generation_t *gen,
                        const st__endpoint_decl_t *ep, const char *args, size_t args_len);
 
-/* Destroys the result (dropping its arena references), the args and the
- * generation reference, then the job. NULL is a no-op. Any thread that owns
+/* A job of C code (see `run` above) that owns ud. NULL when out of
+ * memory (ud is then the caller's). Loop thread. */
+st__job_t *st__job_new_native(uint64_t conn_id, uint32_t request_id,
+                              int (*run)(st__job_t *job, char *err, size_t errlen), void *ud,
+                              void (*free_ud)(void *ud));
+
+/* Destroys the result (dropping its arena references), the args, the
+ * generation reference and a native job's ud, then the job. NULL is a no-op. Any thread that owns
  * the job. */
 void st__job_free(st__job_t *job);
 

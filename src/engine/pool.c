@@ -89,6 +89,11 @@ static void run_job(worker_t *w, st__vm_t **vm, st__job_t *job) {
   if (__atomic_load_n(&job->cancel, __ATOMIC_RELAXED)) {
     job->status = ST_ERR_CANCELLED;
     snprintf(job->error, sizeof job->error, "cancelled before it started");
+  } else if (job->run) {
+    job->error[0] = '\0';
+    job->status = job->run(job, job->error, sizeof job->error);
+    if (job->status != ST_OK && !job->error[0])
+      snprintf(job->error, sizeof job->error, "%s", st_strerror(job->status));
   } else {
     int rc = ST_OK;
     if (!*vm || w->pool->run.vm_generation(*vm) != job->gen) {

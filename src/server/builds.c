@@ -89,11 +89,19 @@ static void note_started(st__server_t *srv, st__task_t *t, st__job_t *job) {
   st__progress_get(&job->progress, &t->progress);
 }
 
+/* A consumer of its own, its view's text in the same allocation (so that
+ * free(k) frees both). */
 static st__consumer_t *copy_consumer(const st__consumer_t *who) {
-  st__consumer_t *k = malloc(sizeof *k);
+  st__consumer_t *k = malloc(sizeof *k + (who->view ? who->view_len + 1 : 0));
   if (k) {
     *k = *who;
     k->next = NULL;
+    if (who->view) {
+      char *text = (char *)(k + 1);
+      memcpy(text, who->view, who->view_len);
+      text[who->view_len] = '\0';
+      k->view = text;
+    }
   }
   return k;
 }

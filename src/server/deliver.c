@@ -5,6 +5,10 @@
  */
 #include <stdlib.h>
 
+#include <stdio.h>
+#include <string.h>
+
+#include "server/views.h"
 #include "server/work.h"
 #include "st/errors.h"
 
@@ -29,6 +33,39 @@ void st__deliver_error(st__server_t *srv, st__consumer_t **list, int code, const
   }
 }
 
+/* A call that asked for a view receives r (obj's result, or a plain
+ * result when obj is NULL) through it (views.h). Returns 1 when the reply
+ * waits for a copy (views.c then counts the request done). */
+static int deliver_view(st__server_t *srv, st__conn_t *c, const st__consumer_t *k,
+                        const st__build_result_t *r, const st__object_t *obj, int lease,
+                        const char *endpoint) {
+  st__view_to_t to;
+  memset(&to, 0, sizeof to);
+  to.kind = obj ? ST__VIEW_TO_OBJECT : ST__VIEW_TO_PLAIN;
+  to.conn_id = c->id;
+  to.request_id = k->request_id;
+  to.readonly = obj && (k->readonly || obj->readonly);
+  to.object_id = obj ? obj->id : 0;
+  to.lease = lease;
+  snprintf(to.what, sizeof to.what, "%s", endpoint);
+  char owner[40];
+  snprintf(owner, sizeof owner, "object:%llu", obj ? (unsigned long long)obj->id : 0ull);
+  st__view_source_t src = {.result = r, .owner = obj ? owner : NULL};
+  st__viewspec_t *spec = NULL;
+  char err[600];
+  /* The text was parsed when the call came: this does not fail but for
+   * memory. */
+  int rc = st__viewspec_parse(k->view, k->view_len, &spec, err, sizeof err);
+  if (rc != ST_OK) {
+    st__conn_send_error(c, k->request_id, rc, err);
+    if (lease) st__drop_lease(srv, c, (st__object_t *)obj);
+    return 0;
+  }
+  int waits = st__views_reply(srv, c, spec, &src, &to);
+  st__viewspec_free(spec);
+  return waits;
+}
+
 /* One consumer receives obj; see work.h. */
 void st__deliver_object(st__server_t *srv, const st__consumer_t *k, st__object_t *obj) {
   if (k->kind == ST_CONSUMER_TASK) {
@@ -48,6 +85,11 @@ void st__deliver_object(st__server_t *srv, const st__consumer_t *k, st__object_t
     lease = 1;
   }
   st__objects_touch(&srv->objects, obj);
+  if (k->view) {
+    if (!deliver_view(srv, c, k, &obj->result, obj, lease, obj->endpoint))
+      st__conn_request_done(c);
+    return;
+  }
   int rc = k->readonly || obj->readonly
                ? st__reply_object_readonly(c, k->request_id, obj, lease)
                : st__reply_object(c, k->request_id, obj, lease);
@@ -64,6 +106,11 @@ void st__deliver_plain(st__server_t *srv, const st__consumer_t *k, st__job_t *jo
   }
   st__conn_t *c = st__conn_find(srv, k->conn_id);
   if (!c || c->dead) return;   /* counted dropped when it closed */
+  if (k->view) {
+    if (!deliver_view(srv, c, k, &job->result, NULL, 0, job->ep->name))
+      st__conn_request_done(c);
+    return;
+  }
   st__reply_result(c, k->request_id, job->ep->name, &job->result, NULL, 0);
   st__conn_request_done(c);
 }

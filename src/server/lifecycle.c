@@ -22,6 +22,7 @@
 #include "server/loopprof.h"
 #include "server/reclaim.h"
 #include "server/rpc.h"
+#include "server/views.h"
 #include "server/work.h"
 #include "st/errors.h"
 #include "st/wire.h"
@@ -64,7 +65,8 @@ static void take_done(st__server_t *srv, int home) {
     st__job_t *next = job->next;
     job->next = NULL;
     st__loopprof_build(job);
-    st__build_complete(srv, job);
+    if (job->run) st__views_done(srv, job);   /* a copy for a view */
+    else st__build_complete(srv, job);
     job = next;
   }
   /* A drained shutdown ends on loop 0: it looks before its next poll. */
@@ -367,6 +369,7 @@ void st__server_destroy(st__server_t *srv) {
   /* After the pool: builds and tasks no longer have jobs on it. Tasks
    * hold objects, so they go first. */
   st__work_destroy(srv);
+  st__views_destroy(srv);
   st__objects_free(&srv->objects);
   st__keys_free(&srv->keys);
   st__handoff_free_all(&srv->handoffs);

@@ -19,7 +19,8 @@
 
 static const st__rpc_method_t methods[] = {
     {M(ping), st__rpc_ping, NONE},
-    {M(call), st__rpc_call, {P_ENDPOINT, ANY("args"), ANY("arenas"), ANY("readonly")}},
+    {M(call), st__rpc_call,
+     {P_ENDPOINT, ANY("args"), ANY("arenas"), ANY("readonly"), ANY("view")}},
     {M(hello), st__rpc_hello,
      {P("protocol", ST_RPC_U64, ST_RPC_NIL_IS_VALUE), P("client", ST_RPC_STR, ST_RPC_NIL_IS_VALUE),
       ANY("features")}},
@@ -57,7 +58,7 @@ static const st__rpc_method_t methods[] = {
     {M(put), st__rpc_put,
      {P_KEY, P("value", ST_RPC_ANY, ST_RPC_REQUIRED), ANY("arenas"),
       {.name = "policy", .type = ST_RPC_WORD, .choices = ST__KEY_POLICY_NAMES}, ANY("readonly")}},
-    {M(get), st__rpc_get, {P_KEY, P("version", ST_RPC_U64, 0), ANY("readonly")}},
+    {M(get), st__rpc_get, {P_KEY, P("version", ST_RPC_U64, 0), ANY("readonly"), ANY("view")}},
     {M(keys), st__rpc_keys, {P("prefix", ST_RPC_STR, 0)}},
     {M(delete), st__rpc_delete, {P_KEY}},
 };

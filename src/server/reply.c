@@ -264,6 +264,16 @@ int st__reply_object_readonly(st__conn_t *c, uint32_t id, const st__object_t *ob
   return rc;
 }
 
+/* A call's reply of obj seen through a view; see work.h. */
+int st__reply_object_view(st__conn_t *c, uint32_t id, const st__build_result_t *r,
+                          const st__object_t *obj, int lease, int readonly) {
+  st__prof_begin(ST_PROF_PACK);
+  st__reply_more_t more = {.readonly = 1};
+  int rc = reply_result(c, id, obj->endpoint, r, obj, lease, 0, readonly ? &more : NULL);
+  st__prof_end();
+  return rc;
+}
+
 /* A lease whose reply failed goes back; see work.h. */
 void st__drop_lease(st__server_t *srv, st__conn_t *c, st__object_t *obj) {
   /* The object is held by its caller (cache, hold or a delivery that

@@ -8,6 +8,7 @@
 #include "engine/bind.h"
 #include "server/loopprof.h"
 #include "server/rpc.h"
+#include "server/views.h"
 #include "server/work.h"
 #include "st/errors.h"
 
@@ -80,6 +81,14 @@ void st__rpc_call(st__rpc_req_t *r) {
   const st__endpoint_decl_t *ep = resolve(r, &bound, 1);
   if (!ep) return;
   if (ep->execution == ST_EXEC_TASK) {
+    if (st__rpc_arg(r, "view")) {
+      msgpack_sbuffer_destroy(&bound);
+      st__rpc_error(r, ST_ERR_INVALID_ARGUMENT,
+                    "%s: 'view' is not available for an execution = \"task\" endpoint "
+                    "(get its task's result instead)",
+                    ep->name);
+      return;
+    }
     start_task(r, ep, &bound, 1);
     msgpack_sbuffer_destroy(&bound);
     return;
@@ -90,13 +99,20 @@ void st__rpc_call(st__rpc_req_t *r) {
     st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "call: 'readonly' must be true or false");
     return;
   }
+  st__viewspec_t *view = NULL;
+  if (st__views_param(r, &view) != ST_OK) {
+    msgpack_sbuffer_destroy(&bound);
+    return;
+  }
   st__consumer_t who = {.kind = ST_CONSUMER_CALL, .conn_id = c->id, .request_id = r->id,
-                        .readonly = ro && ro->via.boolean};
+                        .readonly = ro && ro->via.boolean, .view = view ? view->text : NULL,
+                        .view_len = view ? view->text_len : 0};
   char err[512];
   st__prof_begin(ST_PROF_CACHE);
   int rc = st__build_start(srv, ep, bound.data, bound.size, c->targs, &who, c->device, err,
                            sizeof err);
   st__prof_end();
+  st__viewspec_free(view);
   msgpack_sbuffer_destroy(&bound);
   if (rc != ST_OK) {
     st__rpc_error(r, rc, "%s: %s", ep->name, err);

@@ -10,6 +10,7 @@
 #include "engine/keys.h"
 #include "engine/targs.h"
 #include "server/rpc.h"
+#include "server/views.h"
 #include "server/work.h"
 #include "st/errors.h"
 
@@ -86,6 +87,7 @@ void st__rpc_put(st__rpc_req_t *r) {
     return;
   }
   st__key_t *k = st__smap_get(&srv->keys.by_name, p.name, p.len);
+  st__views_forget_key(srv, k->name);
   ST_LOG_D("keys", "conn %llu: put '%s' version %llu (%llu bytes)", (unsigned long long)c->id,
            k->name, (unsigned long long)version,
            (unsigned long long)k->versions[k->nversions - 1]->bytes);
@@ -112,10 +114,28 @@ static void pack_got(msgpack_packer *pk, const void *ud) {
   if (g->readonly) st__pack_kv_bool(pk, "readonly", 1);
 }
 
-/* get {key, version?, readonly?} -> {value, arenas, key, version[,
+/* get {key, view} of version v: through the view (server/views.h). */
+static void get_view(st__rpc_req_t *r, const st__viewspec_t *spec, const got_t *g) {
+  st__view_to_t to;
+  memset(&to, 0, sizeof to);
+  to.kind = ST__VIEW_TO_KEY;
+  to.conn_id = r->c->id;
+  to.request_id = r->id;
+  to.readonly = g->readonly;
+  snprintf(to.what, sizeof to.what, "get '%s'", g->key->name);
+  snprintf(to.key, sizeof to.key, "%s", g->key->name);
+  to.version = g->v->version;
+  char owner[ST__KEY_NAME_MAX + 8], version[24];
+  snprintf(owner, sizeof owner, "key:%s", g->key->name);
+  snprintf(version, sizeof version, "v%llu", (unsigned long long)g->v->version);
+  st__view_source_t src = {.result = &g->v->result, .owner = owner, .version = version};
+  if (st__views_reply(r->c->srv, r->c, spec, &src, &to)) r->c->inflight++;
+}
+
+/* get {key, version?, readonly?, view?} -> {value, arenas, key, version[,
  * readonly]}: the value with its tensors, mapped like a call's result;
  * read-only when asked, or when the key was put read-only and this is not
- * the publisher's connection. */
+ * the publisher's connection; seen through `view` when given. */
 void st__rpc_get(st__rpc_req_t *r) {
   st__conn_t *c = r->c;
   const char *name;
@@ -123,6 +143,8 @@ void st__rpc_get(st__rpc_req_t *r) {
   key_arg(r, &name, &len);
   int readonly = bool_arg(r, "readonly");
   if (readonly < 0) return;
+  st__viewspec_t *view = NULL;
+  if (st__views_param(r, &view) != ST_OK) return;
   char err[600];
   got_t g;
   st__key_t *k;
@@ -130,12 +152,18 @@ void st__rpc_get(st__rpc_req_t *r) {
   int rc = st__keys_get(&c->srv->keys, name, len, c->cred.uid, st__rpc_u64(r, "version", 0), &k,
                         &v, err, sizeof err);
   if (rc != ST_OK) {
+    st__viewspec_free(view);
     st__rpc_error(r, rc, "get: %s", err);
     return;
   }
   g.key = k;
   g.v = v;
   g.readonly = readonly || (k->readonly && k->owner_conn != c->id);
+  if (view) {
+    get_view(r, view, &g);
+    st__viewspec_free(view);
+    return;
+  }
   st__reply_more_t more = {.npairs = 2 + (uint32_t)g.readonly, .pack = pack_got, .ud = &g,
                            .keep_arenas = 1, .readonly = g.readonly};
   char what[ST__KEY_NAME_MAX + 16];
@@ -192,5 +220,8 @@ void st__rpc_delete(st__rpc_req_t *r) {
     st__rpc_error(r, rc, "delete: %s", err);
     return;
   }
+  char copy[ST__KEY_NAME_MAX + 1];
+  snprintf(copy, sizeof copy, "%.*s", (int)len, name);
+  st__views_forget_key(r->c->srv, copy);
   st__reply_true(r->c, r->id);
 }

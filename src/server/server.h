@@ -357,6 +357,8 @@ struct st__server {
   st__handoffs_t handoffs;    /* named hand-offs (rpc_handoff.c)           */
   st__buffers_t buffers;      /* named buffers (rpc_buffer.c)              */
   st__keys_t keys;            /* published keys (rpc_keys.c)               */
+  struct st__views *views;    /* copies for views in flight (views.c), made
+                                 at the first; NULL before */
   struct st__info_fixed *info_fixed; /* owned: info's pairs that move only at
                                  start or on a reload, packed (describe.c) */
 };

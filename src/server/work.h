@@ -41,6 +41,11 @@ typedef struct st__consumer {
   uint32_t request_id;        /* ... and the request to answer */
   int readonly;               /* CALL: its reply maps read-only (call's
                                  `readonly`; docs/keys.md, section 5) */
+  const char *view;           /* CALL: the `view` spec's normalized text
+                                 (server/views.h), NULL: none; a consumer
+                                 copied onto a build keeps it in the same
+                                 allocation */
+  size_t view_len;
   struct st__task *task;      /* TASK */
 } st__consumer_t;
 
@@ -365,6 +370,12 @@ int st__reply_object(st__conn_t *c, uint32_t id, const st__object_t *obj, int le
 /* st__reply_object with every arena read-only (never the short form, no
  * arena by id; docs/keys.md, section 5). */
 int st__reply_object_readonly(st__conn_t *c, uint32_t id, const st__object_t *obj, int lease);
+
+/* A call's reply of obj whose value and arenas are r (obj's result seen
+ * through a view, server/views.h), never the short form; read-only as
+ * st__reply_object_readonly when `readonly`. */
+int st__reply_object_view(st__conn_t *c, uint32_t id, const st__build_result_t *r,
+                          const st__object_t *obj, int lease, int readonly);
 
 /* Takes back a lease given to c on obj whose reply could not be sent.
  * obj stays valid (the caller still holds it through a hold, the cache or

@@ -1,7 +1,7 @@
 /* stcli keys, get and delete, the real binary (ST_CLI_BIN) against a real
  * stserver, with keys a libstclient client published: the listing, a
- * version's tensors and values, --readonly, --json, delete, and the exit
- * codes of a missing key and of usage errors. */
+ * version's tensors and values, --readonly, --json, delete, get and call
+ * --view, and the exit codes of a missing key and of usage errors. */
 #include <st/client.h>
 #include <stdlib.h>
 
@@ -65,6 +65,25 @@ TEST(keys_get_delete) {
   CHECK_EQ_INT(STCLI(SOCK, "delete", "other"), 0);
 }
 
+TEST(get_and_call_with_a_view) {
+  CHECK_EQ_INT(publish("v", 8, 1.0f), ST_OK);
+  CHECK_EQ_INT(STCLI(SOCK, "get", "v", "--view", "w:slice(0,1,8,3)", "--values"), 0);
+  CHECK_CONTAINS_ALL(R.out, "key v version 1", "w  float32  [3]  cpu", "values: 1 4 7");
+  CHECK_EQ_INT(STCLI(SOCK, "get", "v", "--view=w:shard(0,3,4)|contiguous", "--values"), 0);
+  CHECK_CONTAINS_ALL(R.out, "w  float32  [2]  cpu", "values: 6 7");
+  CHECK_EQ_INT(STCLI(SOCK, "get", "v", "--view", "w:shard(0,5,4)"), 1);
+  CHECK_CONTAINS_ALL(R.err, "INVALID_ARGUMENT", "shard(0,5,4): rank 5 is not below world 4 "
+                     "(tensor 'w')");
+  CHECK_EQ_INT(STCLI(SOCK, "get", "v", "--view"), 2);
+  CHECK_CONTAINS(R.err, "--view needs a view spec");
+  CHECK_EQ_INT(STCLI(SOCK, "call", "make_tensor", "rows=4", "cols=6", "--view",
+                     "*:transpose(0,1)", "--values"), 0);
+  CHECK_CONTAINS_ALL(R.out, "float32  [6, 4]", "values: 0 6 12 18 1 7 13 19");
+  CHECK_EQ_INT(STCLI(SOCK, "call", "make_tensor", "--view", "x:narrow(0,0,1)"), 1);
+  CHECK_CONTAINS(R.err, "view: rule 1 ('x') selects no tensor");
+  CHECK_EQ_INT(STCLI(SOCK, "delete", "v"), 0);
+}
+
 TEST(usage_errors) {
   CHECK_EQ_INT(STCLI(SOCK, "get"), 2);
   CHECK_CONTAINS(R.err, "a key is required");
@@ -85,6 +104,7 @@ int main(void) {
   if (!cli) return 1;
   RUN(help_for_every_command);
   RUN(keys_get_delete);
+  RUN(get_and_call_with_a_view);
   RUN(usage_errors);
   st_client_close(cli);
   return stt_server_finish(&srv);

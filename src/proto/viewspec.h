@@ -1,0 +1,126 @@
+/* src/proto/viewspec.h: the view spec of docs/views.md, section 1: its
+ * text parsed once into a bounded, normalized form, selectors matched
+ * against tensor names, and steps applied to one tensor descriptor.
+ *
+ *   spec     := rule (";" rule)*
+ *   rule     := [selector ":"] step ("|" step)*
+ *   selector := a glob over tensor names ("*" any run, "?" one byte;
+ *               default "*"); any bytes but ; : | and blanks
+ *   step     := narrow(dim, start, length) | slice(dim, start, stop[, step])
+ *             | shard(dim, rank, world) | transpose(d0, d1)
+ *             | permute(d0, d1, ...) | contiguous   (contiguous: last only)
+ *
+ * Blanks between tokens are allowed. A tensor takes the first rule whose
+ * selector matches its name; every rule must take at least one tensor.
+ * Every step but `contiguous` is a strided window (geometry.h); the
+ * caller decides what `contiguous` on a window that is not contiguous
+ * means (the server materializes it). The normalized text (selectors
+ * explicit, no blanks, slice's step written out) names the view in
+ * caches: two specs that mean the same rules in the same order have the
+ * same text.
+ *
+ * No I/O, no state: any thread, on objects it owns.
+ */
+#ifndef ST_PROTO_VIEWSPEC_H
+#define ST_PROTO_VIEWSPEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/proto.h"
+
+/* Bounds of a spec: its text, its rules, the steps of one rule, the bytes
+ * of one selector. */
+#define ST__VIEW_TEXT_MAX 4096
+#define ST__VIEW_RULES_MAX 64
+#define ST__VIEW_STEPS_MAX 16
+#define ST__VIEW_SELECTOR_MAX 256
+
+typedef enum {
+  ST__VIEW_NARROW = 0,
+  ST__VIEW_SLICE,
+  ST__VIEW_SHARD,
+  ST__VIEW_TRANSPOSE,
+  ST__VIEW_PERMUTE,
+  ST__VIEW_CONTIGUOUS
+} st__view_kind_t;
+
+typedef struct st__view_step {
+  st__view_kind_t kind;
+  int nargs;
+  int64_t args[ST_MAX_NDIM];
+} st__view_step_t;
+
+typedef struct st__view_rule {
+  char selector[ST__VIEW_SELECTOR_MAX + 1];   /* NUL-terminated glob */
+  int nsteps;
+  st__view_step_t steps[ST__VIEW_STEPS_MAX];
+  int contiguous;                   /* the last step is `contiguous` */
+} st__view_rule_t;
+
+typedef struct st__viewspec {
+  int nrules;
+  st__view_rule_t *rules;           /* owned, nrules */
+  char *text;                       /* owned: the normalized text */
+  size_t text_len;
+  int contiguous;                   /* some rule ends with `contiguous` */
+} st__viewspec_t;
+
+/* Parses (text, len) into a new spec (*out, freed with
+ * st__viewspec_free). ST_OK, ST_ERR_INVALID_ARGUMENT with a message that
+ * names the rule, the step and the byte where it went wrong ("view: rule
+ * 1, step 2 at byte 9: unknown step 'foo' (...)"), or OUT_OF_MEMORY. */
+int st__viewspec_parse(const char *text, size_t len, st__viewspec_t **out, char *err,
+                       size_t errlen);
+
+/* Frees a spec; NULL is a no-op. */
+void st__viewspec_free(st__viewspec_t *v);
+
+/* 1 when glob `pat` (NUL-terminated) matches all of (name, len). */
+int st__viewspec_glob(const char *pat, const char *name, size_t len);
+
+/* The index of the first rule whose selector matches (name, len), or -1. */
+int st__viewspec_match(const st__viewspec_t *v, const char *name, size_t len);
+
+/* Applies the window steps of rule `rule` to *d (its `contiguous` step
+ * is not applied: *materialize (may be NULL) says whether the rule asks
+ * for it and the window is not contiguous). On failure *d is untouched
+ * and err holds "shard(0,5,4): rank 5 is not below world 4 (tensor
+ * 'w')": the step as written normalized, the bound, the tensor. */
+int st__viewspec_apply(const st__viewspec_t *v, int rule, const char *name, size_t name_len,
+                       st__tensor_desc_t *d, int *materialize, char *err, size_t errlen);
+
+/* The steps of a rule as normalized text ("narrow(0,1,2)|contiguous")
+ * into buf; the length written (cut to len-1). */
+size_t st__viewspec_step_text(const st__view_step_t *s, char *buf, size_t len);
+
+/* ------------------------------------------------------------ values
+ * (viewvalue.c) */
+
+/* Longest tensor name (dotted path) a value may give a tensor. */
+#define ST__VIEW_NAME_MAX 2048
+
+/* Called for each tensor of a value, in order (`index` counts them from
+ * 0), after its rule's windows: `rule` is the rule that took it (-1:
+ * none, *d is the tensor as it was), `materialize` whether that rule asks
+ * for `contiguous` and the window is not. It may change *d (the
+ * descriptor packed). ST_OK or an error with err set, which stops the
+ * walk. */
+typedef int (*st__view_tensor_fn)(void *ud, size_t index, int rule, int materialize,
+                                  st__tensor_desc_t *d, char *err, size_t errlen);
+
+/* Packs (value, len), the msgpack value of a result, into *out (an
+ * initialized buffer the caller owns) with every tensor seen through v.
+ * A tensor's name is the one clients give it (docs/views.md): map keys
+ * and array indices joined by '.', a module's tensors "<path>.<name>", a
+ * value that is one tensor "". Module metadata is packed as it is. fn
+ * (may be NULL) sees every tensor. Errors (out then holds a partial
+ * value): INVALID_ARGUMENT for a step past a bound (st__viewspec_apply's
+ * message) and for a rule that takes no tensor ("view: rule 2 ('x*')
+ * selects no tensor (tensors: a, b)"), PROTOCOL for a value that is not
+ * what a server packs, or fn's error. */
+int st__viewspec_value(const st__viewspec_t *v, const char *value, size_t len,
+                       msgpack_sbuffer *out, st__view_tensor_fn fn, void *ud, char *err,
+                       size_t errlen);
+
+#endif
