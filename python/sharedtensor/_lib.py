@@ -253,6 +253,18 @@ _PROTOS = {
                               P(c_uint64)]),
     "st_client_keys": (c_int, [c_void_p, c_char_p, P(c_void_p)]),
     "st_client_delete": (c_int, [c_void_p, c_char_p]),
+    # live keys (sharedtensor.live)
+    "st_key_open": (c_int, [c_void_p, c_char_p, c_int, P(c_void_p)]),
+    "st_key_close": (None, [c_void_p]),
+    "st_key_result": (c_void_p, [c_void_p]),
+    "st_key_is_publisher": (c_int, [c_void_p]),
+    "st_key_version": (c_uint64, [c_void_p]),
+    "st_key_wait_version": (c_int, [c_void_p, c_uint64, c_int64, P(c_uint64)]),
+    "st_key_read_begin": (c_int, [c_void_p, c_int64, P(c_uint64)]),
+    "st_key_read_end": (c_int, [c_void_p, c_uint64, c_void_p, P(c_int)]),
+    "st_key_begin_update": (c_int, [c_void_p]),
+    "st_key_end_update": (c_int, [c_void_p, c_void_p]),
+    "st_key_error": (c_char_p, [c_void_p]),
     "st_client_call_flags": (c_int, [c_void_p, c_char_p, c_void_p, c_int, P(c_void_p)]),
     "st_open_cache_stats": (None, [P(c_size_t), P(c_uint64)]),
     # bindings

@@ -60,7 +60,7 @@ typedef struct st__rpc_param {
   const char *choices;         /* WORD: "a|b|c"; the value is the index */
 } st__rpc_param_t;
 
-#define ST_RPC_MAX_PARAMS 5
+#define ST_RPC_MAX_PARAMS 6
 
 typedef struct st__rpc_req st__rpc_req_t;
 
