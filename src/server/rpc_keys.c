@@ -123,6 +123,7 @@ void st__rpc_put(st__rpc_req_t *r) {
     return;
   }
   st__key_t *k = st__smap_get(&srv->keys.by_name, p.name, p.len);
+  if (k->live) st__rpc_owner_read_only(k->page_arena);   /* readers' page: see rpc_buffer.c */
   ST_LOG_D("keys", "conn %llu: put '%s' version %llu (%llu bytes)", (unsigned long long)c->id,
            k->name, (unsigned long long)version,
            (unsigned long long)k->versions[k->nversions - 1]->bytes);

@@ -17,11 +17,13 @@
  *   - a second connection's live put takes the key over; the first one's
  *     handle then refuses to update;
  *   - bad inputs give clear errors; delete wakes waiters with NOT_FOUND;
+ *   - a Lua endpoint's st.key gives the live version;
  *   - the server's descriptors, budget and arenas are back at the start.
  */
 #include <errno.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include "buffer_kit.h"
 #include "handoff_kit.h"
@@ -448,6 +450,8 @@ TEST(readers_map_the_key_and_its_page_read_only) {
   CHECK_EQ_INT(obj_int(obj_get(live, "page")), 1);
   CHECK_EQ_INT(obj_int(obj_get(live, "publisher")), 0);
   CHECK_EQ_INT(w.nfds, 2);
+  struct stat st_page;   /* the page cannot be reopened read-write by another uid */
+  CHECK(fstat(w.fds[1], &st_page) == 0 && (st_page.st_mode & 0777) == 0400);
   for (int i = 0; i < 2; i++) {
     errno = 0;
     CHECK(mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, w.fds[i], 0) == MAP_FAILED);
@@ -564,9 +568,44 @@ TEST(bad_inputs_give_clear_errors_and_delete_wakes_waiters) {
   CHECK(hk_back_to(cli, srv.pid, "cpu", baseline));
 }
 
+/* st.key of a live key: its version and the first word of w. */
+static const stt_endpoint_t endpoints[] = {
+    {"livever.lua",
+     "return st.endpoint{ name = \"livever\", params = { key = st.required },\n"
+     "  build = function(a)\n"
+     "    local v, ver = st.key(a.key)\n"
+     "    if not v then error(ver) end\n"
+     "    return { version = ver }\n"
+     "  end }\n"},
+    {NULL, NULL}};
+
+TEST(an_endpoint_reads_a_live_key_and_its_version) {
+  st_result_t *a = alloc_frame(1);
+  CHECK(a != NULL);
+  CHECK_RC(put_live(cli, "lua", st_result_tensor(a, 0), ST_KEY_PINNED, NULL), ST_OK, cli);
+  st_key_t *k = NULL;
+  CHECK_EQ_INT(open_key(cli, "lua", 0, &k), ST_OK);
+  CHECK_EQ_INT(update_to(k, 2), ST_OK);
+  CHECK_EQ_INT(update_to(k, 3), ST_OK);
+  st_args_t *p = st_args_new();
+  st_args_string(p, "key", "lua");
+  st_result_t *r = NULL;
+  CHECK_RC(st_client_call(cli, "livever", p, &r), ST_OK, cli);
+  const st_value_t *v = st_value_get(st_result_value(r), "version");
+  CHECK(v && v->kind == ST_VALUE_INT && v->as.integer == 3);
+  st_result_free(r);
+  st_args_free(p);
+  st_key_close(k);
+  st_result_free(a);
+  CHECK_RC(st_client_delete(cli, "lua"), ST_OK, cli);
+  CHECK(hk_back_to(cli, srv.pid, "cpu", baseline));
+}
+
 int main(void) {
-  cli = hk_start(&srv, "memory_budget = { cpu = 64 * 1024 * 1024 },", &baseline);
+  stt_server_setup(&srv, "memory_budget = { cpu = 64 * 1024 * 1024 },", endpoints);
+  cli = stt_client_open(srv.socket);
   if (!cli) return 1;
+  baseline = hk_figures(cli, srv.pid, "cpu");
   RUN(updates_in_place_are_seen_at_the_same_address_and_wake_waiters);
   RUN(no_reader_uses_a_torn_version);
   RUN(readers_that_skip_the_sequence_check_see_torn_frames);
@@ -575,6 +614,7 @@ int main(void) {
   RUN(readers_map_the_key_and_its_page_read_only);
   RUN(a_second_connection_takes_the_key_over);
   RUN(bad_inputs_give_clear_errors_and_delete_wakes_waiters);
+  RUN(an_endpoint_reads_a_live_key_and_its_version);
   st_client_close(cli);
   return stt_server_finish(&srv);
 }
