@@ -27,6 +27,7 @@
 
 #include "buffer_kit.h"
 #include "handoff_kit.h"
+#include "live_kit.h"
 #include "wire.h"
 
 static stt_server_t srv;
@@ -51,31 +52,19 @@ static st_result_t *alloc_frame(uint64_t seq) {
   return r;
 }
 
-/* Puts {w: t} under key with `flags` (ST_PUT_LIVE added) and `policy`. */
-static int put_live(st_client_t *c, const char *key, const st_tensor_t *t, int policy,
-                    uint64_t *version) {
-  st_args_t *a = st_args_new();
-  char err[256];
-  int rc = st_args_tensor(a, "w", t, err, sizeof err);
-  if (rc == ST_OK) rc = st_client_put(c, key, a, policy, ST_PUT_LIVE, version);
-  else fprintf(stderr, "args: %s\n", err);
-  st_args_free(a);
-  return rc;
-}
-
 /* The key's tensor w (borrowed from k). */
 static const st_tensor_t *w_of(st_key_t *k) { return st_result_find(st_key_result(k), "w"); }
 
 /* Copies frame `seq` into the key as one update (st_key_update). */
-static int update_to(st_key_t *k, uint64_t seq) {
-  st_result_t *src = alloc_frame(seq);
-  if (!src) return -1;
-  st_tensor_t t = *st_result_tensor(src, 0);
-  t.name = "w";
-  const st_tensor_t *list[1] = {&t};
-  int rc = st_key_update(k, list, 1);
-  st_result_free(src);
-  return rc;
+static int update_to(st_key_t *k, uint64_t seq) { return lk_update(k, alloc_frame(seq)); }
+
+/* The end of a test: closes k, frees a, deletes key, and the server's
+ * figures are back at the start. */
+static void finish(st_key_t *k, st_result_t *a, const char *key) {
+  st_key_close(k);
+  st_result_free(a);
+  CHECK_RC(st_client_delete(cli, key), ST_OK, cli);
+  CHECK(hk_back_to(cli, srv.pid, "cpu", baseline));
 }
 
 /* One consistent read of w into buf: ST_OK with *seq, or an error. */
@@ -97,6 +86,45 @@ static int open_key(st_client_t *c, const char *key, int flags, st_key_t **k) {
   int rc = st_key_open(c, key, flags, k);
   if (rc != ST_OK) fprintf(stderr, "st_key_open '%s': %s\n", key, st_key_error(NULL));
   return rc;
+}
+
+/* The start of a test: key put live by cli from frame 1 (*a) and, when
+ * k is not NULL, opened to publish. 1 when done. */
+static int start_key(const char *key, st_result_t **a, st_key_t **k) {
+  *a = alloc_frame(1);
+  if (k) *k = NULL;
+  return *a && lk_put_live(cli, key, st_result_tensor(*a, 0), ST_KEY_PINNED, NULL) == ST_OK &&
+         (!k || open_key(cli, key, 0, k) == ST_OK);
+}
+
+/* A publisher in a child: its client, its allocation (frame 1, put live
+ * under the key) and its handle. */
+typedef struct pub {
+  st_client_t *c;
+  st_result_t *a;
+  st_key_t *k;
+} pub_t;
+
+/* Fills p: ST_OK or the failure (p as far as made; pub_close frees it). */
+static int publish(pub_t *p, const char *socket, const char *name) {
+  p->c = stt_client_open(socket);
+  p->a = alloc_frame(1);
+  p->k = NULL;
+  if (!p->c || !p->a) return -1000;
+  int rc = lk_put_live(p->c, name, st_result_tensor(p->a, 0), ST_KEY_PINNED, NULL);
+  return rc == ST_OK ? open_key(p->c, name, 0, &p->k) : rc;
+}
+
+static void pub_close(pub_t *p) {
+  st_key_close(p->k);
+  st_result_free(p->a);
+  st_client_close(p->c);
+}
+
+/* A raw connection's get of key: 1 when it answered without an error. */
+static int wire_get(rc_t *w, msg_t *m, const char *key) {
+  return rc_open(w, srv.socket) == 0 && rc_rpcf(w, m, "[0, 1, 'get', [{key: '%s'}]]", key) == 1 &&
+         msg_code(m) == 0;
 }
 
 /* ------------------------------------------------- updates and waits */
@@ -139,7 +167,7 @@ TEST(updates_in_place_are_seen_at_the_same_address_and_wake_waiters) {
   st_result_t *a = alloc_frame(1);
   CHECK(a != NULL);
   uint64_t v = 0;
-  CHECK_RC(put_live(cli, "lw", st_result_tensor(a, 0), ST_KEY_PINNED, &v), ST_OK, cli);
+  CHECK_RC(lk_put_live(cli, "lw", st_result_tensor(a, 0), ST_KEY_PINNED, &v), ST_OK, cli);
   CHECK_EQ_INT(v, 1);
   st_key_t *k = NULL;
   CHECK_EQ_INT(open_key(cli, "lw", 0, &k), ST_OK);
@@ -173,10 +201,7 @@ TEST(updates_in_place_are_seen_at_the_same_address_and_wake_waiters) {
   CHECK_EQ_INT(got, 3);
   CHECK(bk_whole(st_result_find(g, "w")->data, BYTES, 3));
   st_result_free(g);
-  st_key_close(k);
-  CHECK_RC(st_client_delete(cli, "lw"), ST_OK, cli);
-  st_result_free(a);
-  CHECK(hk_back_to(cli, srv.pid, "cpu", baseline));
+  finish(k, a, "lw");
 }
 
 /* ------------------------------------------------------------ hammer */
@@ -195,12 +220,9 @@ static int go_pipe[2] = {-1, -1};
  * fill, end). */
 static int child_writer(const char *socket, const char *name, long arg, int out) {
   (void)arg;
-  int rc = -1000;
-  st_client_t *c = stt_client_open(socket);
-  st_result_t *a = alloc_frame(1);
-  st_key_t *k = NULL;
-  if (c && a && (rc = put_live(c, name, st_result_tensor(a, 0), ST_KEY_PINNED, NULL)) == ST_OK)
-    rc = open_key(c, name, 0, &k);
+  pub_t p;
+  int rc = publish(&p, socket, name);
+  st_key_t *k = p.k;
   bk_send(out, &rc, sizeof rc);
   char go;
   if (rc == ST_OK && read(go_pipe[0], &go, 1) != 1) rc = -1001;
@@ -210,9 +232,7 @@ static int child_writer(const char *socket, const char *name, long arg, int out)
     rc = st_key_end_update(k, NULL);
   }
   bk_send(out, &rc, sizeof rc);
-  st_key_close(k);
-  st_result_free(a);
-  st_client_close(c);
+  pub_close(&p);
   return 0;
 }
 
@@ -305,13 +325,10 @@ TEST(readers_that_skip_the_sequence_check_see_torn_frames) {
  * waits to be killed. */
 static int child_dies_mid_update(const char *socket, const char *name, long arg, int out) {
   (void)arg;
-  int rc = -1000;
-  st_client_t *c = stt_client_open(socket);
-  st_result_t *a = alloc_frame(1);
-  st_key_t *k = NULL;
-  if (c && a && (rc = put_live(c, name, st_result_tensor(a, 0), ST_KEY_PINNED, NULL)) == ST_OK &&
-      (rc = open_key(c, name, 0, &k)) == ST_OK && (rc = st_key_begin_update(k)) == ST_OK)
-    memset(w_of(k)->data, 0xab, BYTES / 2);
+  pub_t p;
+  int rc = publish(&p, socket, name);
+  if (rc == ST_OK && (rc = st_key_begin_update(p.k)) == ST_OK)
+    memset(w_of(p.k)->data, 0xab, BYTES / 2);
   bk_send(out, &rc, sizeof rc);
   for (;;) pause();
   return 0;
@@ -362,7 +379,7 @@ TEST(a_publisher_killed_mid_update_leaves_the_key_torn_until_a_new_put) {
   st_result_t *b = alloc_frame(7);
   CHECK(b != NULL);
   uint64_t v = 0;
-  CHECK_RC(put_live(cli, "torn", st_result_tensor(b, 0), ST_KEY_PINNED, &v), ST_OK, cli);
+  CHECK_RC(lk_put_live(cli, "torn", st_result_tensor(b, 0), ST_KEY_PINNED, &v), ST_OK, cli);
   CHECK_EQ_INT(v, 2);
   CHECK(strcmp(state_of("torn", state, sizeof state), "live") == 0);
   static uint8_t buf[BYTES];
@@ -373,10 +390,7 @@ TEST(a_publisher_killed_mid_update_leaves_the_key_torn_until_a_new_put) {
   CHECK_RC(st_client_get(cli, "torn", 0, 0, &g, &got), ST_OK, cli);
   CHECK(bk_whole(st_result_find(g, "w")->data, BYTES, 7));
   st_result_free(g);
-  st_key_close(reader);
-  st_result_free(b);
-  CHECK_RC(st_client_delete(cli, "torn"), ST_OK, cli);
-  CHECK(hk_back_to(cli, srv.pid, "cpu", baseline));
+  finish(reader, b, "torn");
 }
 
 /* Opens the key, begins a read, says so and waits to be killed. */
@@ -393,11 +407,9 @@ static int child_dies_mid_read(const char *socket, const char *name, long arg, i
 }
 
 TEST(a_reader_killed_mid_read_changes_nothing) {
-  st_result_t *a = alloc_frame(1);
-  CHECK(a != NULL);
-  CHECK_RC(put_live(cli, "rk", st_result_tensor(a, 0), ST_KEY_PINNED, NULL), ST_OK, cli);
-  st_key_t *k = NULL;
-  CHECK_EQ_INT(open_key(cli, "rk", 0, &k), ST_OK);
+  st_result_t *a;
+  st_key_t *k;
+  CHECK(start_key("rk", &a, &k));
   bk_child_t r;
   CHECK(bk_spawn(&r, srv.socket, "rk", 0, child_dies_mid_read) == 0);
   int rc = -1;
@@ -412,10 +424,7 @@ TEST(a_reader_killed_mid_read_changes_nothing) {
   uint64_t got = 0;
   CHECK_EQ_INT(read_consistent(k, buf, &got), ST_OK);
   CHECK(got == 2 && bk_whole(buf, BYTES, 2));
-  st_key_close(k);
-  st_result_free(a);
-  CHECK_RC(st_client_delete(cli, "rk"), ST_OK, cli);
-  CHECK(hk_back_to(cli, srv.pid, "cpu", baseline));
+  finish(k, a, "rk");
 }
 
 /* ------------------------------------------------------------ read-only */
@@ -435,15 +444,12 @@ static int child_writes(const char *socket, const char *name, long arg, int out)
 }
 
 TEST(readers_map_the_key_and_its_page_read_only) {
-  st_result_t *a = alloc_frame(1);
-  CHECK(a != NULL);
-  CHECK_RC(put_live(cli, "ro", st_result_tensor(a, 0), ST_KEY_PINNED, NULL), ST_OK, cli);
+  st_result_t *a;
+  CHECK(start_key("ro", &a, NULL));
   /* the wire: another connection's get is read-only, with the page last */
   rc_t w;
-  CHECK(rc_open(&w, srv.socket) == 0);
   msg_t m;
-  CHECK(rc_rpcf(&w, &m, "[0, 1, 'get', [{key: 'ro'}]]") == 1);
-  CHECK_EQ_INT(msg_code(&m), 0);
+  CHECK(wire_get(&w, &m, "ro"));
   CHECK_EQ_INT(obj_int(obj_get(m.result, "readonly")), 1);
   const msgpack_object *live = obj_get(m.result, "live");
   CHECK(live != NULL);
@@ -479,13 +485,13 @@ TEST(readers_map_the_key_and_its_page_read_only) {
 TEST(a_second_connection_takes_the_key_over) {
   st_result_t *a = alloc_frame(1), *b = alloc_frame(5);
   CHECK(a && b);
-  CHECK_RC(put_live(cli, "to", st_result_tensor(a, 0), ST_KEY_PINNED, NULL), ST_OK, cli);
+  CHECK_RC(lk_put_live(cli, "to", st_result_tensor(a, 0), ST_KEY_PINNED, NULL), ST_OK, cli);
   st_key_t *k = NULL;
   CHECK_EQ_INT(open_key(cli, "to", 0, &k), ST_OK);
   st_client_t *c2 = stt_client_open(srv.socket);
   CHECK(c2 != NULL);
   uint64_t v = 0;
-  CHECK_RC(put_live(c2, "to", st_result_tensor(b, 0), ST_KEY_PINNED, &v), ST_OK, c2);
+  CHECK_RC(lk_put_live(c2, "to", st_result_tensor(b, 0), ST_KEY_PINNED, &v), ST_OK, c2);
   CHECK_EQ_INT(v, 2);
   /* in place: the first publisher's allocation holds the new value */
   CHECK(bk_whole(st_result_tensor(a, 0)->data, BYTES, 5));
@@ -501,7 +507,7 @@ TEST(a_second_connection_takes_the_key_over) {
   char err[200];
   int64_t n = 16;
   CHECK(st_tensor_alloc("cpu", ST_DTYPE_FLOAT32, 1, &n, &small, err, sizeof err) == ST_OK);
-  CHECK_RC(put_live(cli, "to", st_result_tensor(small, 0), ST_KEY_PINNED, NULL),
+  CHECK_RC(lk_put_live(cli, "to", st_result_tensor(small, 0), ST_KEY_PINNED, NULL),
            ST_ERR_INVALID_ARGUMENT, cli);
   CHECK_CONTAINS(st_client_error(cli), "tensor 'w' is float32 of 1 dims (first 65536)");
   CHECK(bk_whole(st_result_tensor(a, 0)->data, BYTES, 5));
@@ -516,10 +522,10 @@ TEST(a_second_connection_takes_the_key_over) {
 TEST(bad_inputs_give_clear_errors_and_delete_wakes_waiters) {
   st_result_t *a = alloc_frame(1);
   CHECK(a != NULL);
-  CHECK_RC(put_live(cli, "ev", st_result_tensor(a, 0), ST_KEY_EVICTABLE, NULL),
+  CHECK_RC(lk_put_live(cli, "ev", st_result_tensor(a, 0), ST_KEY_EVICTABLE, NULL),
            ST_ERR_INVALID_ARGUMENT, cli);
   CHECK_CONTAINS(st_client_error(cli), "a live key is pinned");
-  CHECK_RC(put_live(cli, "e", st_result_tensor(a, 0), ST_KEY_PINNED, NULL), ST_OK, cli);
+  CHECK_RC(lk_put_live(cli, "e", st_result_tensor(a, 0), ST_KEY_PINNED, NULL), ST_OK, cli);
   /* not live over live, live over not live */
   st_args_t *p = st_args_new();
   char err[200];
@@ -572,19 +578,13 @@ TEST(bad_inputs_give_clear_errors_and_delete_wakes_waiters) {
 static const stt_endpoint_t endpoints[] = {
     {"livever.lua",
      "return st.endpoint{ name = \"livever\", params = { key = st.required },\n"
-     "  build = function(a)\n"
-     "    local v, ver = st.key(a.key)\n"
-     "    if not v then error(ver) end\n"
-     "    return { version = ver }\n"
-     "  end }\n"},
+     "  build = function(a) return { version = select(2, assert(st.key(a.key))) } end }\n"},
     {NULL, NULL}};
 
 TEST(an_endpoint_reads_a_live_key_and_its_version) {
-  st_result_t *a = alloc_frame(1);
-  CHECK(a != NULL);
-  CHECK_RC(put_live(cli, "lua", st_result_tensor(a, 0), ST_KEY_PINNED, NULL), ST_OK, cli);
-  st_key_t *k = NULL;
-  CHECK_EQ_INT(open_key(cli, "lua", 0, &k), ST_OK);
+  st_result_t *a;
+  st_key_t *k;
+  CHECK(start_key("lua", &a, &k));
   CHECK_EQ_INT(update_to(k, 2), ST_OK);
   CHECK_EQ_INT(update_to(k, 3), ST_OK);
   st_args_t *p = st_args_new();
@@ -595,16 +595,12 @@ TEST(an_endpoint_reads_a_live_key_and_its_version) {
   CHECK(v && v->kind == ST_VALUE_INT && v->as.integer == 3);
   st_result_free(r);
   st_args_free(p);
-  st_key_close(k);
-  st_result_free(a);
-  CHECK_RC(st_client_delete(cli, "lua"), ST_OK, cli);
-  CHECK(hk_back_to(cli, srv.pid, "cpu", baseline));
+  finish(k, a, "lua");
 }
 
 int main(void) {
   stt_server_setup(&srv, "memory_budget = { cpu = 64 * 1024 * 1024 },", endpoints);
-  cli = stt_client_open(srv.socket);
-  if (!cli) return 1;
+  if (!(cli = stt_client_open(srv.socket))) return 1;
   baseline = hk_figures(cli, srv.pid, "cpu");
   RUN(updates_in_place_are_seen_at_the_same_address_and_wake_waiters);
   RUN(no_reader_uses_a_torn_version);
