@@ -36,7 +36,7 @@ static hk_figures_t baseline;
 
 #define N 65536                  /* float32 elements: 256 KiB per state */
 #define BYTES ((uint64_t)N * 4)
-#define HAMMER_UPDATES 400
+#define HAMMER_UPDATES 2000
 
 /* A new CPU float32 tensor of N elements from st_tensor_alloc, filled as
  * checksummed frame `seq`. */
@@ -230,37 +230,41 @@ static int child_writer(const char *socket, const char *name, long arg, int out)
     if ((rc = st_key_begin_update(k)) != ST_OK) break;
     bk_fill(w_of(k)->data, BYTES, s);
     rc = st_key_end_update(k, NULL);
+    /* Pacing, not a wait for anything: readers start their checks while
+     * the version is complete, and the next update lands inside them. */
+    for (double t0 = stt_now_ms(); stt_now_ms() - t0 < 0.05;) {
+    }
   }
   bk_send(out, &rc, sizeof rc);
   pub_close(&p);
   return 0;
 }
 
-/* Reads in place until it saw the last update. arg 0: consistent reads
- * (the seqlock), whose every frame must be whole; arg 1: no sequence
- * check, counting the torn frames it sees. */
+/* Checks the key's frame in place until it saw the last update. arg 0:
+ * between st_key_read_begin and st_key_read_end (the seqlock), and every
+ * check the seqlock calls consistent must find the frame whole and of
+ * that version; arg 1: no sequence check, counting the torn frames it
+ * sees. */
 static int child_reader(const char *socket, const char *name, long arg, int out) {
   hammer_report_t r = {-1000, 0, 0, 0};
   st_client_t *c = stt_client_open(socket);
   st_key_t *k = NULL;
-  static uint8_t buf[BYTES];
   int ready = c && (r.rc = open_key(c, name, 0, &k)) == ST_OK;
   bk_send(out, &ready, sizeof ready);
-  if (ready) {
-    uint64_t last = 0;
-    while (last < HAMMER_UPDATES && r.rc == ST_OK) {
-      uint64_t v = 0;
-      if (arg) {
-        memcpy(buf, w_of(k)->data, BYTES);
-        v = ((const uint64_t *)buf)[0];
-      } else {
-        r.rc = read_consistent(k, buf, &v);
-      }
-      r.reads++;
-      if (!bk_whole(buf, BYTES, arg ? UINT64_MAX : v)) r.torn++;
-      if (v > last) r.distinct++;
-      if (v > last) last = v;
-    }
+  uint64_t last = 0;
+  while (ready && last < HAMMER_UPDATES && r.rc == ST_OK) {
+    const uint64_t *frame = w_of(k)->data;
+    uint64_t seq = 0;
+    int ok = 1;
+    if (!arg && (r.rc = st_key_read_begin(k, 5000, &seq)) != ST_OK) break;
+    uint64_t v = arg ? frame[0] : seq / 2;
+    int whole = bk_whole(frame, BYTES, arg ? UINT64_MAX : v);
+    if (!arg && (r.rc = st_key_read_end(k, seq, NULL, &ok)) != ST_OK) break;
+    if (!ok) continue;   /* torn, and told so: read again */
+    r.reads++;
+    r.torn += !whole;
+    r.distinct += v > last;
+    if (v > last) last = v;
   }
   bk_send(out, &r, sizeof r);
   st_key_close(k);
