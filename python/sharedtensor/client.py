@@ -455,7 +455,13 @@ class Client(Closing):
         read-only. A live put into an existing live key makes this
         connection its publisher and copies the value into the key's
         memory by name (same names, shapes and dtypes)."""
+        self._forget_publisher(key)
         return _keys.put(self, key, value, policy, readonly, live)
+
+    def _forget_publisher(self, key):
+        h = self.__dict__.get("_published", {}).pop(key, None)
+        if h is not None:
+            h.close()
 
     def live(self, key, readonly=False):
         """A LiveKey handle on live key `key` (sharedtensor.live)."""
@@ -505,6 +511,7 @@ class Client(Closing):
 
     def delete(self, key):
         """Drops every version of `key`; readers' tensors stay valid."""
+        self._forget_publisher(key)
         _keys.delete(self, key)
 
     def reload(self):
