@@ -738,7 +738,9 @@ ST_API int st_key_end_update(st_key_t *k, void *stream);
  * Tensors of the key not given keep their values. */
 ST_API int st_key_update(st_key_t *k, const st_tensor_t *const *tensors, size_t n);
 
-/* The message of the last failure on k ("" if none). */
+/* The message of this thread's last failure of an st_key_* function
+ * ("" if none; k is not used and may be NULL, as after a failed
+ * st_key_open). */
 ST_API const char *st_key_error(const st_key_t *k);
 
 /* Reloads the endpoint files, as SIGHUP does. *out is a MAP {ok,

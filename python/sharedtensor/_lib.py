@@ -264,6 +264,7 @@ _PROTOS = {
     "st_key_read_end": (c_int, [c_void_p, c_uint64, c_void_p, P(c_int)]),
     "st_key_begin_update": (c_int, [c_void_p]),
     "st_key_end_update": (c_int, [c_void_p, c_void_p]),
+    "st_key_update": (c_int, [c_void_p, P(P(Tensor)), c_size_t]),
     "st_key_error": (c_char_p, [c_void_p]),
     "st_client_call_flags": (c_int, [c_void_p, c_char_p, c_void_p, c_int, P(c_void_p)]),
     "st_open_cache_stats": (None, [P(c_size_t), P(c_uint64)]),

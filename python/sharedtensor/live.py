@@ -1,4 +1,4 @@
-"""Live keys (docs/views.md, section 3; docs/python.md, "Live keys"): a
+"""Live keys (docs/views.md, section 3): a
 key put with live=True is updated in place, so the tensors readers hold
 keep their addresses while the values behind them change.
 

@@ -1,6 +1,5 @@
-"""Live keys from Python (docs/views.md, section 3; docs/python.md, "Live
-keys") against a real stserver, CPU tensors, publishers and readers in
-processes of their own:
+"""Live keys from Python (docs/views.md, section 3) against a real
+stserver, CPU tensors, publishers and readers in processes of their own:
 
   - bind(module, key): the parameters' data_ptr stays across updates and
     the module sees the new values; wait_version wakes on the next update
