@@ -87,16 +87,17 @@ static inline uint64_t st__key_page_begin(st__key_page_t *p) {
 }
 
 /* Ends the update begun with odd word s (every write to the memory is
- * complete, device writes included): the next version, `seq` even
- * (release: the memory's bytes before the even word), TORN cleared, the
- * futex moved and the waiters woken. Returns the new version. */
+ * complete, device writes included): TORN cleared (while `seq` is still
+ * odd, so no reader sees a complete version marked torn), the next
+ * version, `seq` even (release: the memory's bytes before the even word),
+ * the futex moved and the waiters woken. Returns the new version. */
 static inline uint64_t st__key_page_end(st__key_page_t *p, uint64_t s) {
   uint64_t v = (s + 1) / 2;
-  atomic_store_explicit(&p->update_time, st__key_page_now_ns(), memory_order_relaxed);
-  atomic_store_explicit(&p->version, v, memory_order_relaxed);
-  atomic_store_explicit(&p->seq, s + 1, memory_order_release);
   if (atomic_load_explicit(&p->flags, memory_order_relaxed) & ST__KEY_TORN)
     atomic_fetch_and(&p->flags, ~ST__KEY_TORN);
+  atomic_store_explicit(&p->update_time, st__key_page_now_ns(), memory_order_relaxed);
+  atomic_store_explicit(&p->version, v, memory_order_release);
+  atomic_store_explicit(&p->seq, s + 1, memory_order_release);
   atomic_fetch_add(&p->futex, 1);
   st__shm_futex_wake(&p->futex);
   return v;
