@@ -593,6 +593,8 @@ ST_API int st_client_invalidate_endpoint(st_client_t *c, const char *endpoint,
 /* st_client_put flags. */
 #define ST_PUT_READONLY 1    /* readers other than the publisher's
                                 connection map it read-only              */
+#define ST_PUT_LIVE 2        /* a live key, updated in place: see "live
+                                keys" below                              */
 
 /* Copies tensor t into a fresh st_tensor_alloc allocation of its dtype,
  * shape and device when its memory is not one (a CPU copy honours
@@ -657,6 +659,110 @@ ST_API int st_client_keys(st_client_t *c, const char *prefix, st_result_t **out)
 /* Drops every version of `key`. Readers' mappings stay valid; the server's
  * memory and budget charge go. ST_ERR_NOT_FOUND, ST_ERR_AUTH. */
 ST_API int st_client_delete(st_client_t *c, const char *key);
+
+/* ------------------------------------------------------------ live keys
+ *
+ * A key put with ST_PUT_LIVE (docs/views.md, section 3) is updated in
+ * place: its publisher writes new values into the same memory, so readers
+ * keep their mappings and pointers and see its version move. Each live
+ * key has a control page (a seqlock: a sequence word, odd while an update
+ * runs, the version, a futex word); per update and per read nothing goes
+ * to the server.
+ *
+ *   publisher: st_client_put(..., ST_PUT_LIVE) once, st_key_open, then per
+ *              update st_key_update (or st_key_begin_update, writes of its
+ *              own, st_key_end_update)
+ *   reader:    st_key_open once; st_key_wait_version; reads between
+ *              st_key_read_begin and st_key_read_end
+ *
+ * Only the connection that put the key publishes it: every other
+ * connection maps it read-only (memory and page). A put with ST_PUT_LIVE
+ * into an existing live key (same uid) makes the putting connection the
+ * publisher and copies its value into the key's memory by name as one
+ * update (names, shapes and dtypes must match); the memory stays. A
+ * publisher that leaves in the middle of an update (its connection
+ * closes, SIGKILL included) leaves the key TORN: reads and gets fail with
+ * ST_ERR_STALE_HANDLE until such a put completes an update.
+ *
+ * A live key is pinned (no ST_KEY_EVICTABLE) and has one version in the
+ * table, its current one; a put without ST_PUT_LIVE cannot change a live
+ * key, nor one with it a key that is not live (delete it first). */
+
+typedef struct st_key st_key_t;
+
+/* Opens live key `key` (st_client_get of it, plus its page): flags 0 or
+ * ST_GET_READONLY. The handle is the publisher's when c is the
+ * connection that publishes the key (and flags do not ask read-only).
+ * *out is owned by the caller (st_key_close); c must outlive it. Errors:
+ * those of st_client_get, ST_ERR_INVALID_ARGUMENT (not a live key),
+ * ST_ERR_STALE_HANDLE (torn). Thread of the client. */
+ST_API int st_key_open(st_client_t *c, const char *key, int flags, st_key_t **out);
+
+/* Closes k: its mappings go with the last reference to its result. NULL:
+ * no-op. Not concurrently with other calls on k. */
+ST_API void st_key_close(st_key_t *k);
+
+/* The key's value and tensors (borrowed from k: take a reference with
+ * st_result_ref to keep it longer). The tensors' addresses never change
+ * for the life of the key; their contents change at each update. */
+ST_API st_result_t *st_key_result(const st_key_t *k);
+
+/* 1 when k may update the key (see st_key_open), else 0. */
+ST_API int st_key_is_publisher(const st_key_t *k);
+
+/* The last complete version (1 after the first put). Any thread. */
+ST_API uint64_t st_key_version(const st_key_t *k);
+
+/* Waits until the key's version is at least `version`, at most
+ * timeout_ms (< 0: no limit), with a futex wait on the page (no server
+ * round trip). *got (may be NULL) gets the version then. ST_OK;
+ * ST_ERR_TIMEOUT ("no version N within M ms"); ST_ERR_STALE_HANDLE (the
+ * key is torn); ST_ERR_NOT_FOUND (the key was deleted). Any thread. */
+ST_API int st_key_wait_version(st_key_t *k, uint64_t version, int64_t timeout_ms, uint64_t *got);
+
+/* Begins a consistent read: waits (at most timeout_ms; < 0: no limit)
+ * while an update runs and gives the even sequence word in *seq. Read the
+ * tensors, then call st_key_read_end with it. ST_OK, ST_ERR_TIMEOUT,
+ * ST_ERR_STALE_HANDLE (torn), ST_ERR_NOT_FOUND (deleted). Any thread. */
+ST_API int st_key_read_begin(st_key_t *k, int64_t timeout_ms, uint64_t *seq);
+
+/* Ends a consistent read begun with *seq: *consistent is 1 when no update
+ * began since (every byte read belongs to one version), else 0 (read
+ * again). GPU fence: a CUDA key's reads must be complete before the
+ * sequence is read again, so this first synchronizes CUstream `stream`
+ * (NULL: the device's whole primary context); work of other streams is
+ * the caller's to wait for. A CPU key synchronizes nothing. ST_OK,
+ * ST_ERR_STALE_HANDLE (torn meanwhile; *consistent 0), or the driver's
+ * error. Any thread. */
+ST_API int st_key_read_end(st_key_t *k, uint64_t seq, void *stream, int *consistent);
+
+/* The publisher begins an update (the sequence goes odd: readers that
+ * check see a torn read); write the tensors of st_key_result, then
+ * st_key_end_update. ST_ERR_INVALID_ARGUMENT (not the publisher's handle,
+ * an update already begun), ST_ERR_STALE_HANDLE (another connection took
+ * the key over). Thread that then ends it. */
+ST_API int st_key_begin_update(st_key_t *k);
+
+/* Ends the update: for a CUDA key synchronizes CUstream `stream` (NULL:
+ * the device's whole primary context) so that the writes are complete,
+ * then makes the sequence even with the next version and wakes every
+ * waiter. ST_OK, ST_ERR_INVALID_ARGUMENT (no update begun), or the
+ * driver's error (the update stays open: end it again or leave it torn). */
+ST_API int st_key_end_update(st_key_t *k, void *stream);
+
+/* One whole update: copies each of the n tensors (contiguous, CPU or CUDA
+ * memory) into the key's tensor of the same name (st_tensor_t.name),
+ * whose shape and dtype must be the same, between begin and end (CPU
+ * memcpy; CUDA copies, then the context is synchronized). Every name,
+ * shape and dtype is checked before anything is written: a mismatch is
+ * ST_ERR_INVALID_ARGUMENT naming it, and the key is not touched.
+ * Tensors of the key not given keep their values. */
+ST_API int st_key_update(st_key_t *k, const st_tensor_t *const *tensors, size_t n);
+
+/* The message of this thread's last failure of an st_key_* function
+ * ("" if none; k is not used and may be NULL, as after a failed
+ * st_key_open). */
+ST_API const char *st_key_error(const st_key_t *k);
 
 /* Reloads the endpoint files, as SIGHUP does. *out is a MAP {ok,
  * generation, error, changed, added, removed}; a load error is not a

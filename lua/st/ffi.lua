@@ -36,6 +36,7 @@ typedef struct st_args st_args_t;
 typedef struct st_result st_result_t;
 typedef struct st_handoff st_handoff_t;
 typedef struct st_buffer st_buffer_t;
+typedef struct st_key st_key_t;
 
 typedef enum {
   ST_DEVICE_CPU = 0,
@@ -197,6 +198,18 @@ int st_client_get(st_client_t *c, const char *key, uint64_t version, int flags,
                   st_result_t **out, uint64_t *got_version);
 int st_client_keys(st_client_t *c, const char *prefix, st_result_t **out);
 int st_client_delete(st_client_t *c, const char *key);
+int st_key_open(st_client_t *c, const char *key, int flags, st_key_t **out);
+void st_key_close(st_key_t *k);
+st_result_t *st_key_result(const st_key_t *k);
+int st_key_is_publisher(const st_key_t *k);
+uint64_t st_key_version(const st_key_t *k);
+int st_key_wait_version(st_key_t *k, uint64_t version, int64_t timeout_ms, uint64_t *got);
+int st_key_read_begin(st_key_t *k, int64_t timeout_ms, uint64_t *seq);
+int st_key_read_end(st_key_t *k, uint64_t seq, void *stream, int *consistent);
+int st_key_begin_update(st_key_t *k);
+int st_key_end_update(st_key_t *k, void *stream);
+int st_key_update(st_key_t *k, const st_tensor_t *const *tensors, size_t n);
+const char *st_key_error(const st_key_t *k);
 int st_client_call_flags(st_client_t *c, const char *endpoint, const st_args_t *args,
                          int flags, st_result_t **out);
 int st_client_get_view(st_client_t *c, const char *key, uint64_t version, int flags,

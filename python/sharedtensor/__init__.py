@@ -15,6 +15,7 @@ from .errors import *  # noqa: F401,F403
 from .errors import Error, __all__ as _error_names
 from .client import Client, Handle, Module
 from .keys import StateDict
+from .live import LiveKey, Binding
 from .tensor import SharedTensor
 from .nn import load_into
 from .convert import keep_results, kept_results
@@ -27,7 +28,7 @@ from . import _lib
 __version__ = "0.1.0"
 library_path = _lib.path
 
-__all__ = ["Client", "Handle", "Module", "StateDict", "SharedTensor", "load_into",
+__all__ = ["Client", "Handle", "Module", "StateDict", "LiveKey", "Binding", "SharedTensor", "load_into",
            "library_path", "empty", "zeros", "empty_like", "zeros_like", "Buffer", "create",
            "open", "unlink", "keep_results", "kept_results"] + \
     list(_error_names)

@@ -7,6 +7,7 @@ from . import _lib
 from .closing import Closing
 from . import convert as _cv
 from . import keys as _keys
+from . import live as _live
 from . import tensor as _tensor
 from .args import Args as _Args
 from .convert import Module
@@ -456,7 +457,7 @@ class Client(Closing):
 
     # ------------------------------------------------------ published keys
 
-    def put(self, key, value, policy="pinned", readonly=False):
+    def put(self, key, value, policy="pinned", readonly=False, live=False):
         """Publishes `value` under `key` (docs/keys.md): a tensor, or a
         mapping of names to tensors and plain values (a state dict; an
         nn.Module gives its state_dict()). Tensors from
@@ -465,8 +466,52 @@ class Client(Closing):
         once. policy: "pinned" (kept until deleted) or "evictable"
         (dropped under the server's memory budget). readonly=True: readers
         other than this connection map it read-only. Returns the new
-        version (1, 2, ...)."""
-        return _keys.put(self, key, value, policy, readonly)
+        version (1, 2, ...).
+        live=True makes a live key, updated in place (update, updating,
+        bind; docs/views.md section 3): every other connection maps it
+        read-only. A live put into an existing live key makes this
+        connection its publisher and copies the value into the key's
+        memory by name (same names, shapes and dtypes)."""
+        self._forget_publisher(key)
+        return _keys.put(self, key, value, policy, readonly, live)
+
+    def _forget_publisher(self, key):
+        h = self.__dict__.get("_published", {}).pop(key, None)
+        if h is not None:
+            h.close()
+
+    def live(self, key, readonly=False):
+        """A LiveKey handle on live key `key` (sharedtensor.live)."""
+        return _live.LiveKey(self, key, readonly)
+
+    def _publisher(self, key):
+        """This connection's publishing handle of `key`, opened once."""
+        pubs = self.__dict__.setdefault("_published", {})
+        h = pubs.get(key)
+        if h is None:
+            h = pubs[key] = _live.LiveKey(self, key)
+        if not h.publisher:
+            raise ValueError("live key %r is published by another connection (a live put "
+                             "into it takes it over)" % key)
+        return h
+
+    def update(self, key, tensors):
+        """Copies `tensors` (name -> tensor) into live key `key` in place, as
+        one update (publisher only; names, shapes and dtypes checked
+        first). Readers' tensors keep their addresses. Returns the new
+        version."""
+        return self._publisher(key).update(tensors)
+
+    def updating(self, key):
+        """`with client.updating(key) as t:` write t[name] in place; the
+        update (and its version) completes when the block ends."""
+        return self._publisher(key).updating()
+
+    def bind(self, module, key, readonly=True):
+        """Points `module`'s parameters (and buffers) at live key `key`'s
+        tensors, by name, without a copy: a Binding with version,
+        wait_version, consistent(), read() and refresh()."""
+        return _live.Binding(module, self.live(key, readonly))
 
     def get(self, key, version=None, readonly=False, with_version=False, as_torch=None,
             view=None):
@@ -487,6 +532,7 @@ class Client(Closing):
 
     def delete(self, key):
         """Drops every version of `key`; readers' tensors stay valid."""
+        self._forget_publisher(key)
         _keys.delete(self, key)
 
     def reload(self):

@@ -19,6 +19,7 @@ _l = _lib.lib
 _LONE = "__tensor__"
 _POLICIES = {"pinned": 0, "evictable": 1}
 _PUT_READONLY = 1
+_PUT_LIVE = 2
 _GET_READONLY = 1
 
 
@@ -64,7 +65,7 @@ def _fill(p, value):
     return cuda, copied
 
 
-def put(client, key, value, policy="pinned", readonly=False):
+def put(client, key, value, policy="pinned", readonly=False, live=False):
     """See Client.put."""
     if policy not in _POLICIES:
         raise ValueError("put: policy must be 'pinned' or 'evictable', not %r" % (policy,))
@@ -76,7 +77,8 @@ def put(client, key, value, policy="pinned", readonly=False):
         _targs.synchronize(cuda)
         version = ctypes.c_uint64()
         client._do(_l.st_client_put, key.encode(), p, _POLICIES[policy],
-                   _PUT_READONLY if readonly else 0, ctypes.byref(version))
+                   (_PUT_READONLY if readonly else 0) | (_PUT_LIVE if live else 0),
+                   ctypes.byref(version))
         return version.value
     finally:
         _l.st_args_free(p)

@@ -36,6 +36,7 @@ static void key_row(const st_value_t *e, double now, char **row) {
   row[4] = text_cell(st_value_get(e, "device"));
   const st_value_t *ro = st_value_get(e, "readonly");
   row[5] = strdup(ro && ro->kind == ST_VALUE_BOOL && ro->as.boolean ? "yes" : "no");
+  row[6] = text_cell(st_value_get(e, "state"));
 }
 
 static int run_keys(cli_t *g, int argc, char **argv) {
@@ -51,8 +52,9 @@ static int run_keys(cli_t *g, int argc, char **argv) {
   if (rc != ST_OK) code = cli_fail(c, rc);
   st_client_close(c);
   if (rc != ST_OK) return code;
-  static const char *const heads[] = {"KEY", "VERSIONS", "BYTES", "POLICY", "DEVICE", "READONLY"};
-  return cli_print_listing(g, r, 6, heads, key_row, "(no keys%s%s)\n", pos[0] ? " under " : "",
+  static const char *const heads[] = {"KEY",    "VERSIONS", "BYTES", "POLICY",
+                                      "DEVICE", "READONLY", "STATE"};
+  return cli_print_listing(g, r, 7, heads, key_row, "(no keys%s%s)\n", pos[0] ? " under " : "",
                            pos[0] ? pos[0] : "");
 }
 
@@ -62,7 +64,9 @@ const cli_command_t cli_keys_command = {
     "List the published keys of this uid (optionally under PREFIX).",
     "Columns: KEY, VERSIONS (the kept ones, oldest..latest), BYTES (all kept\n"
     "versions), POLICY (pinned or evictable), DEVICE, READONLY (readers other\n"
-    "than the publisher map it read-only). With --json, prints the server's\n"
+    "than the publisher map it read-only), STATE (put: a key of versions;\n"
+    "live: updated in place; updating: an update runs; torn: its publisher\n"
+    "left in the middle of an update). With --json, prints the server's\n"
     "array of key maps.\n",
     run_keys,
     "",

@@ -221,6 +221,25 @@ void st__client_clear_error(st_client_t *c);
 int st__client_handle_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 const char *st__client_handle_error(void);
 
+/* keys.c: a live key's part of a get reply (docs/protocol.md, "Live
+ * keys"). */
+typedef struct st__key_live {
+  int live;                    /* the reply named a control page          */
+  uint32_t page;               /* its index in the reply's arenas         */
+  int publisher;               /* this connection publishes the key       */
+} st__key_live_t;
+/* keys.c: st_client_get_view (view may be NULL), and the reply's `live`
+ * map into *live (may be NULL). Thread of the client. */
+int st__client_key_get(st_client_t *c, const char *key, uint64_t version, int flags,
+                       const char *view, st_result_t **out, uint64_t *got_version,
+                       st__key_live_t *live);
+/* live.c: after a put that took live key `key` over (the reply said
+ * `taken`): copies the top-level tensors of `value` into the key's
+ * memory by name as one update; *version (may be NULL) gets the new
+ * version. ST_OK or a recorded failure. Thread of the client. */
+int st__client_key_take(st_client_t *c, const char *key, const st_args_t *value,
+                        uint64_t *version);
+
 /* Monotonic time in nanoseconds. */
 int64_t st__client_now_ns(void);
 /* Deadline for a limit in ms (0 = none -> -1). */
@@ -394,6 +413,8 @@ int st__client_own_fd(const st__mapping_t *m);
 void *st__client_mapping_base(const st__mapping_t *m);
 /* CUDA ordinal of the mapping in this process; -1 for CPU memory. */
 int st__client_mapping_ordinal(const st__mapping_t *m);
+/* The bytes a mapping makes usable (0 for an empty arena). */
+uint64_t st__client_mapping_bytes(const st__mapping_t *m);
 
 /* device.c: CUDA for the client. Every function leaves the calling
  * thread's current CUDA context as it found it. Any thread. */
@@ -426,6 +447,11 @@ int st__client_cuda_from_host(void *dst, const void *src, size_t bytes, int ordi
  * `ordinal` (cuMemcpyDtoD; unified addressing). ST_OK or a negative
  * ST_ERR_*. Any thread. */
 int st__client_cuda_dtod(void *dst, const void *src, size_t bytes, int ordinal);
+/* Waits for the work queued on CUstream `stream` of device `ordinal`'s
+ * primary context, or (stream NULL) for all of that context's work
+ * (cuCtxSynchronize). ST_OK, ST_ERR_CAPABILITY, or the driver's error
+ * (a failed kernel's) with a reason. Any thread. */
+int st__client_cuda_sync(int ordinal, void *stream, char *err, size_t errlen);
 /* A CUDA event of device `ordinal` (taken from that device's free list,
  * or created), recorded on the device's legacy default stream
  * (CU_STREAM_LEGACY of its primary context): it completes once every

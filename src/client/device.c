@@ -182,6 +182,23 @@ int st__client_cuda_dtod(void *dst, const void *src, size_t bytes, int ordinal) 
   return copy_sync(dst, src, bytes, ordinal, DEVICE_TO_DEVICE);
 }
 
+/* See client_internal.h. Any thread. */
+int st__client_cuda_sync(int ordinal, void *stream, char *err, size_t errlen) {
+  char why[300];
+  const st__cuda_api_t *a = st__cuda_api(why, sizeof why);
+  if (!a) return st__fail(ST_ERR_CAPABILITY, err, errlen, "%s", why);
+  CUcontext saved = ctx_save();
+  int rc = st__cuda_ctx_enter(ordinal, why, sizeof why);
+  if (rc == ST_OK && stream)
+    rc = st__cuda_error(a->cuStreamSynchronize((CUstream)stream), "cuStreamSynchronize", why,
+                        sizeof why);
+  else if (rc == ST_OK)
+    rc = st__cuda_error(a->cuCtxSynchronize(), "cuCtxSynchronize", why, sizeof why);
+  ctx_restore(a, saved);
+  if (rc != ST_OK) return st__fail(rc, err, errlen, "cuda:%d: %s", ordinal, why);
+  return ST_OK;
+}
+
 /* ------------------------------------------------------------ events */
 
 /* Events kept for reuse per device ordinal, beyond which a returned one
@@ -326,6 +343,13 @@ int st__client_cuda_dtod(void *dst, const void *src, size_t bytes, int ordinal) 
   (void)src;
   (void)ordinal;
   return bytes ? ST_ERR_CAPABILITY : ST_OK;
+}
+
+/* See client_internal.h: no CUDA work without CUDA. */
+int st__client_cuda_sync(int ordinal, void *stream, char *err, size_t errlen) {
+  (void)stream;
+  return st__fail(ST_ERR_CAPABILITY, err, errlen,
+                  "no CUDA device: built without CUDA support (cuda:%d)", ordinal);
 }
 
 /* See client_internal.h: no CUDA region exists without CUDA. */

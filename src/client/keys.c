@@ -59,6 +59,7 @@ typedef struct put_head {
   const char *key;
   int policy;
   int readonly;
+  int live;
 } put_head_t;
 
 static void pack_put_head(msgpack_packer *pk, const void *ud) {
@@ -67,6 +68,7 @@ static void pack_put_head(msgpack_packer *pk, const void *ud) {
   st__pack_cstr(pk, h->key);
   st__pack_kv_str(pk, "policy", h->policy == ST_KEY_EVICTABLE ? "evictable" : "pinned");
   st__pack_kv_bool(pk, "readonly", h->readonly);
+  if (h->live) st__pack_kv_bool(pk, "live", 1);
 }
 
 /* See client.h. Thread of the client. */
@@ -78,26 +80,51 @@ ST_API int st_client_put(st_client_t *c, const char *key, const st_args_t *value
     return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "put: a key and a value are required");
   if (policy != ST_KEY_PINNED && policy != ST_KEY_EVICTABLE)
     return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "put: unknown policy %d", policy);
-  put_head_t h = {.key = key, .policy = policy, .readonly = (flags & ST_PUT_READONLY) != 0};
-  st__client_head_t head = {.npairs = 3, .pack = pack_put_head, .ud = &h};
+  put_head_t h = {.key = key, .policy = policy, .readonly = (flags & ST_PUT_READONLY) != 0,
+                  .live = (flags & ST_PUT_LIVE) != 0};
+  st__client_head_t head = {.npairs = 3 + h.live, .pack = pack_put_head, .ud = &h};
   st_result_t *r = NULL;
   int rc = st__client_args_method(c, "put", &head, "value", value, 0, &r);
   if (rc != ST_OK) return rc;
   const st_value_t *v = st_value_get(st_result_value(r), "version");
+  const st_value_t *taken = st_value_get(st_result_value(r), "taken");
   if (version && v && v->kind == ST_VALUE_INT) *version = (uint64_t)v->as.integer;
   st_result_free(r);
-  return ST_OK;
+  /* An existing live key: this connection publishes it now; the value
+   * goes into its memory as one update (docs/views.md, section 3). */
+  if (taken && taken->kind == ST_VALUE_BOOL && taken->as.boolean)
+    rc = st__client_key_take(c, key, value, version);
+  return rc;
 }
 
 /* See client.h. Thread of the client. */
 ST_API int st_client_get(st_client_t *c, const char *key, uint64_t version, int flags,
                          st_result_t **out, uint64_t *got_version) {
-  return st_client_get_view(c, key, version, flags, NULL, out, got_version);
+  return st__client_key_get(c, key, version, flags, NULL, out, got_version, NULL);
 }
 
 /* See client.h. Thread of the client. */
 ST_API int st_client_get_view(st_client_t *c, const char *key, uint64_t version, int flags,
                               const char *view, st_result_t **out, uint64_t *got_version) {
+  return st__client_key_get(c, key, version, flags, view, out, got_version, NULL);
+}
+
+/* The reply's `live` map into *live (zeroed when there is none). */
+static void live_of(const msgpack_object *result, st__key_live_t *live) {
+  memset(live, 0, sizeof *live);
+  const msgpack_object *l = st__map_get(result, "live"), *page = l ? st__map_get(l, "page") : NULL,
+                       *pub = l ? st__map_get(l, "publisher") : NULL;
+  if (!page || page->type != MSGPACK_OBJECT_POSITIVE_INTEGER || page->via.u64 > UINT32_MAX) return;
+  live->live = 1;
+  live->page = (uint32_t)page->via.u64;
+  live->publisher = pub && pub->type == MSGPACK_OBJECT_BOOLEAN && pub->via.boolean;
+}
+
+/* See client_internal.h. Thread of the client. */
+int st__client_key_get(st_client_t *c, const char *key, uint64_t version, int flags,
+                       const char *view, st_result_t **out, uint64_t *got_version,
+                       st__key_live_t *live) {
+  if (live) memset(live, 0, sizeof *live);
   if (out) *out = NULL;
   if (got_version) *got_version = 0;
   if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
@@ -122,6 +149,7 @@ ST_API int st_client_get_view(st_client_t *c, const char *key, uint64_t version,
   const msgpack_object *v = st__map_get(&m.result, "version");
   if (rc == ST_OK && got_version && v && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
     *got_version = v->via.u64;
+  if (rc == ST_OK && live) live_of(&m.result, live);
   free(fds);
   st__message_destroy(&m);
   return rc;

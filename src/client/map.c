@@ -711,6 +711,9 @@ void *st__client_mapping_base(const st__mapping_t *m) { return m->base; }
 /* CUDA ordinal in this process, -1 for CPU memory. */
 int st__client_mapping_ordinal(const st__mapping_t *m) { return m->cuda ? m->cm.ordinal : -1; }
 
+/* See client_internal.h. */
+uint64_t st__client_mapping_bytes(const st__mapping_t *m) { return m->base ? m->bytes : 0; }
+
 /* See client.h. Any thread. */
 ST_API void st_open_cache_keep(size_t max_arenas, uint64_t max_bytes) {
   cache_enter();

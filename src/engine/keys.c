@@ -63,6 +63,12 @@ static void drop_version(st__keys_t *t, st__key_t *k, size_t i) {
 static void key_free(st__keys_t *t, st__key_t *k) {
   while (k->nversions) drop_version(t, k, k->nversions - 1);
   free(k->versions);
+  if (k->page_arena) {
+    /* Readers' mappings keep the page: they see DELETED and wake. */
+    st__key_page_flag(k->page, ST__KEY_DELETED);
+    st__arena_unref(k->page_arena);
+    t->live--;
+  }
   free(k);
 }
 
@@ -158,8 +164,9 @@ static int fits(st__keys_t *t, const st__key_put_t *p, const st__key_t *k, uint6
   return ST_OK;
 }
 
-/* A new empty key for p; NULL when out of memory. */
-static st__key_t *key_new(st__keys_t *t, const st__key_put_t *p) {
+/* A new empty key for p, live with page arena `page` (taken on success)
+ * when not NULL; NULL when out of memory. */
+static st__key_t *key_new(st__keys_t *t, const st__key_put_t *p, st__arena_t *page) {
   st__key_t *k = calloc(1, sizeof *k);
   if (!k) return NULL;
   memcpy(k->name, p->name, p->len);
@@ -169,7 +176,37 @@ static st__key_t *key_new(st__keys_t *t, const st__key_put_t *p) {
     return NULL;
   }
   t->count++;
+  if (page) {
+    k->live = 1;
+    k->page_arena = page;
+    k->page = st__arena_base(page);
+    st__key_page_init(k->page, p->conn);
+    t->live++;
+  }
   return k;
+}
+
+/* Whether a put of p may go into k (NULL: a new key), as far as being
+ * live goes; makes the page of a new live key in *page. */
+static int live_ok(const st__key_put_t *p, const st__key_t *k, st__arena_t **page, char *err,
+                   size_t errlen) {
+  *page = NULL;
+  if (p->live && p->policy == ST__KEY_EVICTABLE)
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                    "key '%.*s': a live key is pinned (its readers keep pointers into it); "
+                    "put it without policy 'evictable'",
+                    (int)p->len, p->name);
+  if (k && k->live != p->live)
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                    "key '%s' is %slive; a put %s live cannot change that (delete it first)",
+                    k->name, k->live ? "" : "not ", p->live ? "as" : "not");
+  if (!p->live || k) return ST_OK;
+  char why[300];
+  int rc = st__arena_new_cpu(ST__KEY_PAGE_BYTES, page, why, sizeof why);
+  if (rc != ST_OK)
+    return st__fail(rc, err, errlen, "key '%.*s': its control page: %s", (int)p->len, p->name,
+                    why);
+  return ST_OK;
 }
 
 /* See keys.h. Loop thread. */
@@ -184,25 +221,32 @@ int st__keys_put(st__keys_t *t, const st__key_put_t *p, st__build_result_t *resu
   uint64_t bytes = 0;
   for (size_t i = 0; i < result->narenas; i++) bytes += st__arena_bytes(result->arenas[i]);
   rc = fits(t, p, k, bytes, err, errlen);
+  st__arena_t *page = NULL;
+  if (rc == ST_OK) rc = live_ok(p, k, &page, err, errlen);
   if (rc != ST_OK) return rc;
   st__key_version_t *v = calloc(1, sizeof *v);
-  if (!v) return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+  if (!v) {
+    st__arena_unref(page);
+    return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+  }
   /* The charge may evict evictable versions, this key's too: look the
    * key up again afterwards. */
   char why[400];
   rc = charge(result, 1, why, sizeof why);
   if (rc != ST_OK) {
     free(v);
+    st__arena_unref(page);
     return st__fail(rc, err, errlen, "key '%.*s': %s", (int)p->len, p->name, why);
   }
   pthread_mutex_lock(&t->lock);
   k = st__smap_get(&t->by_name, p->name, p->len);
   st__key_version_t **grown = NULL;
-  if (!k) k = key_new(t, p);
+  if (!k && (k = key_new(t, p, page)) != NULL) page = NULL;
   if (k) grown = realloc(k->versions, (k->nversions + 1) * sizeof *k->versions);
   if (!grown) {
     charge(result, 0, NULL, 0);
     free(v);
+    st__arena_unref(page);
     if (k && k->nversions == 0) key_remove(t, k);
     pthread_mutex_unlock(&t->lock);
     return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
@@ -235,9 +279,15 @@ int st__keys_get(st__keys_t *t, const char *name, size_t len, uid_t uid, uint64_
   int rc = lookup(t, name, len, uid, "get", &k, err, errlen);
   if (rc != ST_OK) return rc;
   st__key_version_t *v = NULL;
-  if (version == 0) v = k->versions[k->nversions - 1];
-  for (size_t i = 0; !v && i < k->nversions; i++)
+  if (version == 0 || (k->live && version == st__keys_version_of(k, NULL)))
+    v = k->versions[k->nversions - 1];
+  for (size_t i = 0; !v && !k->live && i < k->nversions; i++)
     if (k->versions[i]->version == version) v = k->versions[i];
+  if (!v && k->live)
+    return st__fail(ST_ERR_NOT_FOUND, err, errlen,
+                    "live key '%s' has only its current version %llu (asked: %llu; ask 0)",
+                    k->name, (unsigned long long)st__keys_version_of(k, NULL),
+                    (unsigned long long)version);
   if (!v)
     return st__fail(ST_ERR_NOT_FOUND, err, errlen,
                     "key '%s' has no version %llu (kept: %llu..%llu; older ones go after "
@@ -368,6 +418,13 @@ int st__keys_read(const char *name, size_t len, uint64_t version, st__build_resu
     return st__fail(ST_ERR_NOT_FOUND, err, errlen, "key '%.*s' has no version %llu", (int)len,
                     name, (unsigned long long)version);
   }
+  if (k->live && st__keys_torn(k)) {
+    pthread_mutex_unlock(&t->lock);
+    return st__fail(ST_ERR_STALE_HANDLE, err, errlen,
+                    "live key '%s' is torn: its publisher left in the middle of an update "
+                    "(readable again after the next complete update: a put by its uid)",
+                    k->name);
+  }
   v->last_used = st__now_mono();
   const st__build_result_t *r = &v->result;
   out->arenas = r->narenas ? malloc(r->narenas * sizeof *out->arenas) : NULL;
@@ -383,7 +440,7 @@ int st__keys_read(const char *name, size_t len, uint64_t version, st__build_resu
   }
   out->narenas = r->narenas;
   out->bytes = r->bytes;
-  if (got) *got = v->version;
+  if (got) *got = st__keys_version_of(k, v);
   pthread_mutex_unlock(&t->lock);
   return ST_OK;
 }

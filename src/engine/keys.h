@@ -30,6 +30,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "engine/key_page.h"
 #include "engine/result.h"
 #include "engine/smap.h"
 
@@ -60,12 +61,19 @@ typedef struct st__key {
   st__key_version_t **versions;  /* owned, oldest first, nversions used */
   size_t nversions;
   uint64_t bytes;             /* of its versions */
+  /* A live key (docs/views.md, section 3): one version whose memory is
+   * updated in place, and its control page (owned memfd arena, mapped at
+   * `page`). owner_conn is the publisher's connection, 0 once it left. */
+  int live;
+  st__arena_t *page_arena;
+  st__key_page_t *page;
 } st__key_t;
 
 typedef struct st__keys {
   pthread_mutex_t lock;       /* changes (loop thread) vs st__keys_read */
   st__smap_t by_name;         /* name -> st__key_t */
   size_t count;
+  size_t live;                /* live keys among them */
   uint64_t bytes;             /* every version's bytes, all devices */
   size_t max_keys;            /* keys.max_keys */
   uint64_t max_bytes;         /* keys.max_bytes; 0 = the budgets alone */
@@ -105,15 +113,19 @@ typedef struct st__key_put {
   uint64_t conn;
   st__key_policy_t policy;
   int readonly;
+  int live;                   /* a live key (docs/views.md, section 3) */
 } st__key_put_t;
 
 /* Makes the next version of key p->name (a new key when absent) from
  * *result, charging its arenas' bytes to the ledger (which may evict
  * cached objects and evictable key versions), then drops the versions
- * past max_versions. Fills *version. Errors (nothing changed):
- * INVALID_ARGUMENT (name), AUTH (the key belongs to another uid), LIMIT
+ * past max_versions. Fills *version. A new live key (p->live) gets its
+ * control page (version 1, p->conn its publisher). Errors (nothing
+ * changed): INVALID_ARGUMENT (name; live and not live mixed; live and
+ * evictable), AUTH (the key belongs to another uid), LIMIT
  * (keys.max_keys, keys.max_bytes), OUT_OF_MEMORY (the budget, malloc),
- * with the reason in err. */
+ * with the reason in err. A put into an existing live key is
+ * st__keys_take, not this. */
 int st__keys_put(st__keys_t *t, const st__key_put_t *p, st__build_result_t *result,
                  uint64_t *version, char *err, size_t errlen);
 
@@ -132,6 +144,27 @@ int st__keys_delete(st__keys_t *t, const char *name, size_t len, uid_t uid, char
  * pointers in a new array the caller frees; *n counts them). NULL with *n
  * = 0 when there is none or out of memory. */
 st__key_t **st__keys_list(st__keys_t *t, const char *prefix, size_t plen, size_t *n);
+
+/* The live key p->name exists: p->conn becomes its publisher (the
+ * memory stays; the caller copies the new values in with an update).
+ * *key is the key (borrowed). NOT_FOUND when p->name is no live key,
+ * AUTH for another uid. Loop thread. */
+int st__keys_take(st__keys_t *t, const st__key_put_t *p, st__key_t **key, char *err,
+                  size_t errlen);
+
+/* Whether live key k is torn (its publisher left in the middle of an
+ * update, and no update completed since): reads the page. */
+int st__keys_torn(const st__key_t *k);
+
+/* The version a reply of k names: a live key's page version, else the
+ * version v's. */
+uint64_t st__keys_version_of(const st__key_t *k, const st__key_version_t *v);
+
+/* Connection `conn` closed: the live keys it published have no publisher
+ * any more; one left in the middle of an update (an odd sequence) is
+ * marked TORN in its page (readers get STALE_HANDLE until the next
+ * complete update). Loop thread. */
+void st__keys_conn_closed(st__keys_t *t, uint64_t conn);
 
 /* Evicts versions of evictable keys that hold bytes on `device` (-1: the
  * CPU; any device when `fds`), least recently used first, until the

@@ -68,6 +68,7 @@ typedef struct st__cuda_api {
   PFN_cuGetErrorString_v6000 cuGetErrorString;
   PFN_cuStreamCreate_v2000 cuStreamCreate;
   PFN_cuStreamSynchronize_v2000 cuStreamSynchronize;
+  PFN_cuCtxSynchronize_v2000 cuCtxSynchronize;
   PFN_cuStreamDestroy_v4000 cuStreamDestroy;
   PFN_cuMemcpyHtoDAsync_v3020 cuMemcpyHtoDAsync;
   PFN_cuMemcpyDtoH_v3020 cuMemcpyDtoH;

@@ -105,6 +105,7 @@ static void load_api(void) {
   LOAD(cuGetErrorString);
   LOAD(cuStreamCreate);
   LOAD(cuStreamSynchronize);
+  LOAD(cuCtxSynchronize);
   LOAD(cuStreamDestroy);
   LOAD(cuMemcpyHtoDAsync);
   LOAD(cuMemcpyDtoH);

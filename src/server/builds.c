@@ -412,6 +412,7 @@ void st__work_conn_closed(st__server_t *srv, st__conn_t *c) {
   }
   st__handoff_conn_closed(&srv->handoffs, c->id);
   st__buffer_conn_closed(&srv->buffers, c->id);
+  st__keys_conn_closed(&srv->keys, c->id);
   if (c->leases) {
     srv->counters.leases_dropped += st__objects_release_conn(&srv->objects, c->id);
     c->leases = 0;

@@ -60,7 +60,7 @@ typedef struct st__rpc_param {
   const char *choices;         /* WORD: "a|b|c"; the value is the index */
 } st__rpc_param_t;
 
-#define ST_RPC_MAX_PARAMS 5
+#define ST_RPC_MAX_PARAMS 6
 
 typedef struct st__rpc_req st__rpc_req_t;
 
@@ -187,6 +187,10 @@ void st__rpc_handoff_delete(st__rpc_req_t *r);
 
 /* rpc_buffer.c */
 void st__rpc_buffer_create(st__rpc_req_t *r);
+/* Makes the file of memfd arena a mode 0400, so that a read-only
+ * descriptor of it cannot be reopened read-write by a process of another
+ * uid than the server's (rpc_buffer.c; docs/streams.md). CUDA arenas: no-op. */
+void st__rpc_owner_read_only(st__arena_t *a);
 void st__rpc_buffer_open(st__rpc_req_t *r);
 void st__rpc_buffer_close(st__rpc_req_t *r);
 void st__rpc_buffer_unlink(st__rpc_req_t *r);

@@ -43,13 +43,13 @@ static int reply_fd(st__arena_t *a, int readonly, char *err, size_t errlen) {
   return ro;
 }
 
-/* Makes the file of memfd arena a mode 0400 (see the top). */
-static void owner_read_only(st__arena_t *a) {
+/* Makes the file of memfd arena a mode 0400 (see the top); rpc.h. */
+void st__rpc_owner_read_only(st__arena_t *a) {
   if (st__arena_device(a) >= 0) return;
   int fd = st__arena_dup_fd(a, NULL, 0);
   if (fd < 0) return;
   if (fchmod(fd, S_IRUSR) != 0)
-    ST_LOG_W("buffer", "fchmod of a buffer's memfd failed: %s", strerror(errno));
+    ST_LOG_W("buffer", "fchmod of a server memfd failed: %s", strerror(errno));
   close(fd);
 }
 
@@ -182,8 +182,8 @@ void st__rpc_buffer_create(st__rpc_req_t *r) {
     st__rpc_error(r, rc, "buffer_create: %s", err);
     return;
   }
-  owner_read_only(b->named.data);
-  owner_read_only(b->named.page_arena);
+  st__rpc_owner_read_only(b->named.data);
+  st__rpc_owner_read_only(b->named.page_arena);
   reply_buffer(r, b, &h);
 }
 

@@ -65,7 +65,37 @@ static int adopt(st__targs_t *t, const msgpack_object *value, st__build_result_t
   return ST_OK;
 }
 
-/* put {key, value, arenas?, policy?, readonly?} -> {key, version, bytes}. */
+/* The reply of a put: {key, version, bytes[, live][, taken]}. */
+static void reply_put(st__rpc_req_t *r, const st__key_t *k, int taken) {
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  st__reply_begin(&sb, &pk, r->id);
+  msgpack_pack_map(&pk, 3 + (uint32_t)k->live + (uint32_t)taken);
+  st__pack_kv_str(&pk, "key", k->name);
+  const st__key_version_t *v = k->versions[k->nversions - 1];
+  st__pack_kv_uint(&pk, "version", st__keys_version_of(k, v));
+  st__pack_kv_uint(&pk, "bytes", v->bytes);
+  if (k->live) st__pack_kv_bool(&pk, "live", 1);
+  if (taken) st__pack_kv_bool(&pk, "taken", 1);
+  st__reply_send(r->c, r->id, &sb);
+}
+
+/* A live put into an existing live key: this connection becomes its
+ * publisher; the value is not adopted (the memory stays: the client
+ * copies the value in with an update, docs/views.md section 3). */
+static void take_over(st__rpc_req_t *r, const st__key_put_t *p) {
+  char err[400];
+  st__key_t *k = NULL;
+  int rc = st__keys_take(&r->c->srv->keys, p, &k, err, sizeof err);
+  if (rc != ST_OK) {
+    st__rpc_error(r, rc, "put: %s", err);
+    return;
+  }
+  reply_put(r, k, 1);
+}
+
+/* put {key, value, arenas?, policy?, readonly?, live?} -> {key, version,
+ * bytes[, live][, taken]}. */
 void st__rpc_put(st__rpc_req_t *r) {
   st__conn_t *c = r->c;
   st__server_t *srv = c->srv;
@@ -74,8 +104,15 @@ void st__rpc_put(st__rpc_req_t *r) {
   p.policy = (st__key_policy_t)st__rpc_word(r, "policy", ST__KEY_PINNED);
   p.readonly = bool_arg(r, "readonly");
   if (p.readonly < 0) return;
+  p.live = bool_arg(r, "live");
+  if (p.live < 0) return;
   char err[1024];
   int rc = st__keys_name_ok(p.name, p.len, err, sizeof err);
+  const st__key_t *existing = rc == ST_OK ? st__smap_get(&srv->keys.by_name, p.name, p.len) : NULL;
+  if (p.live && existing && existing->live) {
+    take_over(r, &p);
+    return;
+  }
   st__build_result_t res;
   st__build_result_init(&res);
   if (rc == ST_OK) rc = adopt(c->targs, st__rpc_arg(r, "value"), &res, err, sizeof err);
@@ -88,30 +125,52 @@ void st__rpc_put(st__rpc_req_t *r) {
   }
   st__key_t *k = st__smap_get(&srv->keys.by_name, p.name, p.len);
   st__views_forget_key(srv, k->name);
+  if (k->live) st__rpc_owner_read_only(k->page_arena);   /* readers' page: see rpc_buffer.c */
   ST_LOG_D("keys", "conn %llu: put '%s' version %llu (%llu bytes)", (unsigned long long)c->id,
            k->name, (unsigned long long)version,
            (unsigned long long)k->versions[k->nversions - 1]->bytes);
-  msgpack_sbuffer sb;
-  msgpack_packer pk;
-  st__reply_begin(&sb, &pk, r->id);
-  msgpack_pack_map(&pk, 3);
-  st__pack_kv_str(&pk, "key", k->name);
-  st__pack_kv_uint(&pk, "version", version);
-  st__pack_kv_uint(&pk, "bytes", k->versions[k->nversions - 1]->bytes);
-  st__reply_send(c, r->id, &sb);
+  reply_put(r, k, 0);
 }
 
 typedef struct got {
   const st__key_t *key;
   const st__key_version_t *v;
   int readonly;
+  uint32_t page;              /* a live key: its page's index in `arenas` */
+  int publisher;              /* a live key: this connection publishes it */
 } got_t;
 
 static void pack_got(msgpack_packer *pk, const void *ud) {
   const got_t *g = ud;
   st__pack_kv_str(pk, "key", g->key->name);
-  st__pack_kv_uint(pk, "version", g->v->version);
+  st__pack_kv_uint(pk, "version", st__keys_version_of(g->key, g->v));
   if (g->readonly) st__pack_kv_bool(pk, "readonly", 1);
+  if (!g->key->live) return;
+  st__pack_cstr(pk, "live");
+  msgpack_pack_map(pk, 2);
+  st__pack_kv_uint(pk, "page", g->page);
+  st__pack_kv_bool(pk, "publisher", g->publisher);
+}
+
+/* The reply of a live key: the version's value and arenas, and its
+ * control page as one more arena, last (docs/protocol.md, "Live keys"):
+ * writable for the publisher's connection only. */
+static void reply_live(st__conn_t *c, uint32_t id, const char *what, got_t *g,
+                       st__reply_more_t *more) {
+  st__build_result_t tmp = g->v->result;
+  size_t n = tmp.narenas;
+  tmp.arenas = malloc((n + 1) * sizeof *tmp.arenas);
+  if (!tmp.arenas) {
+    st__conn_send_error(c, id, ST_ERR_OUT_OF_MEMORY, "out of memory building a reply");
+    return;
+  }
+  if (n) memcpy(tmp.arenas, g->v->result.arenas, n * sizeof *tmp.arenas);
+  tmp.arenas[n] = g->key->page_arena;
+  tmp.narenas = n + 1;
+  g->page = (uint32_t)n;
+  more->npairs++;
+  st__reply_more(c, id, what, &tmp, more);
+  free(tmp.arenas);
 }
 
 /* get {key, view} of version v: through the view (server/views.h). */
@@ -156,11 +215,30 @@ void st__rpc_get(st__rpc_req_t *r) {
     st__rpc_error(r, rc, "get: %s", err);
     return;
   }
+  int mine = k->owner_conn == c->id;
+  if (k->live && st__keys_torn(k) && !mine) {
+    st__rpc_error(r, ST_ERR_STALE_HANDLE,
+                  "get: live key '%s' is torn: its publisher left in the middle of an update "
+                  "(readable again after the next complete update: a put by its uid)",
+                  k->name);
+    return;
+  }
+  memset(&g, 0, sizeof g);
   g.key = k;
   g.v = v;
-  g.readonly = readonly || (k->readonly && k->owner_conn != c->id);
+  /* Only a live key's publisher writes it (docs/views.md, section 3). */
+  g.readonly = readonly || ((k->readonly || k->live) && !mine);
+  g.publisher = k->live && mine && !g.readonly;
   if (view) {
-    get_view(r, view, &g);
+    /* A copy of a live key would not follow its updates, and could mix
+     * two of them: a live key's views are windows only. */
+    if (k->live && view->contiguous)
+      st__rpc_error(r, ST_ERR_INVALID_ARGUMENT,
+                    "get: live key '%s': a view of a live key cannot end with `contiguous` "
+                    "(its copy would not follow updates); ask for the window and copy it "
+                    "inside a consistent read", k->name);
+    else
+      get_view(r, view, &g);
     st__viewspec_free(view);
     return;
   }
@@ -168,13 +246,14 @@ void st__rpc_get(st__rpc_req_t *r) {
                            .keep_arenas = 1, .readonly = g.readonly};
   char what[ST__KEY_NAME_MAX + 16];
   snprintf(what, sizeof what, "get '%s'", k->name);
-  st__reply_more(c, r->id, what, &v->result, &more);
+  if (k->live) reply_live(c, r->id, what, &g, &more);
+  else st__reply_more(c, r->id, what, &v->result, &more);
 }
 
 static void pack_key(msgpack_packer *pk, const st__key_t *k) {
-  msgpack_pack_map(pk, 9);
+  msgpack_pack_map(pk, 10);
   st__pack_kv_str(pk, "key", k->name);
-  st__pack_kv_uint(pk, "version", k->versions[k->nversions - 1]->version);
+  st__pack_kv_uint(pk, "version", st__keys_version_of(k, k->versions[k->nversions - 1]));
   st__pack_cstr(pk, "versions");
   msgpack_pack_array(pk, k->nversions);
   for (size_t i = 0; i < k->nversions; i++) msgpack_pack_uint64(pk, k->versions[i]->version);
@@ -187,11 +266,18 @@ static void pack_key(msgpack_packer *pk, const st__key_t *k) {
   st__pack_kv_str(pk, "device", dev);
   st__pack_kv_bool(pk, "readonly", k->readonly);
   st__pack_kv_uint(pk, "uid", (uint64_t)k->uid);
-  st__pack_kv_double(pk, "updated_at", k->versions[k->nversions - 1]->created_at);
+  double at = k->versions[k->nversions - 1]->created_at;
+  if (k->live) at = (double)atomic_load(&k->page->update_time) / 1e9;
+  st__pack_kv_double(pk, "updated_at", at);
+  const char *state = !k->live              ? "put"
+                      : st__keys_torn(k)    ? "torn"
+                      : st__key_page_updating(k->page) ? "updating"
+                                            : "live";
+  st__pack_kv_str(pk, "state", state);
 }
 
 /* keys {prefix?} -> [{key, version, versions, bytes, policy, device,
- * readonly, uid, updated_at}] by name: the keys of the caller's uid (the
+ * readonly, uid, updated_at, state}] by name: the keys of the caller's uid (the
  * only ones it may get). */
 void st__rpc_keys(st__rpc_req_t *r) {
   const msgpack_object *pre = st__rpc_arg(r, "prefix");

@@ -1,7 +1,8 @@
 /* stcli keys, get and delete, the real binary (ST_CLI_BIN) against a real
  * stserver, with keys a libstclient client published: the listing, a
  * version's tensors and values, --readonly, --json, delete, get and call
- * --view, and the exit codes of a missing key and of usage errors. */
+ * --view, the state of live keys, and the exit codes of a missing key and
+ * of usage errors. */
 #include <st/client.h>
 #include <stdlib.h>
 
@@ -14,8 +15,9 @@ static stt_server_t srv;
 static st_client_t *cli;
 #define SOCK "--socket", srv.socket
 
-/* Puts {w: float32 [n] of i * scale, step: 7} under key. */
-static int publish(const char *key, int64_t n, float scale) {
+/* Puts {w: float32 [n] of i * scale, step: 7} under key: evictable, or
+ * a live key (pinned) when `live`. */
+static int publish_as(const char *key, int64_t n, float scale, int live) {
   st_result_t *a = NULL;
   char err[200];
   if (st_tensor_alloc("cpu", ST_DTYPE_FLOAT32, 1, &n, &a, err, sizeof err) != ST_OK) return -1;
@@ -24,10 +26,16 @@ static int publish(const char *key, int64_t n, float scale) {
   st_args_t *args = st_args_new();
   int rc = st_args_tensor(args, "w", st_result_tensor(a, 0), err, sizeof err);
   if (rc == ST_OK) rc = st_args_int(args, "step", 7);
-  if (rc == ST_OK) rc = st_client_put(cli, key, args, ST_KEY_EVICTABLE, 0, NULL);
+  if (rc == ST_OK)
+    rc = st_client_put(cli, key, args, live ? ST_KEY_PINNED : ST_KEY_EVICTABLE,
+                       live ? ST_PUT_LIVE : 0, NULL);
   st_args_free(args);
   st_result_free(a);
   return rc;
+}
+
+static int publish(const char *key, int64_t n, float scale) {
+  return publish_as(key, n, scale, 0);
 }
 
 TEST(help_for_every_command) {
@@ -84,6 +92,24 @@ TEST(get_and_call_with_a_view) {
   CHECK_EQ_INT(STCLI(SOCK, "delete", "v"), 0);
 }
 
+TEST(keys_shows_the_state_of_live_keys) {
+  CHECK_EQ_INT(publish("plain", 4, 1.0f), ST_OK);
+  CHECK_EQ_INT(publish_as("live", 4, 1.0f, 1), ST_OK);
+  CHECK_EQ_INT(STCLI(SOCK, "keys"), 0);
+  CHECK_CONTAINS_ALL(R.out, "STATE", "live ", "put");
+  st_key_t *k = NULL;
+  CHECK_RC(st_key_open(cli, "live", 0, &k), ST_OK, cli);
+  CHECK_EQ_INT(st_key_begin_update(k), ST_OK);
+  CHECK_EQ_INT(STCLI(SOCK, "keys", "live"), 0);
+  CHECK_CONTAINS(R.out, "updating");
+  CHECK_EQ_INT(st_key_end_update(k, NULL), ST_OK);
+  CHECK_EQ_INT(STCLI(SOCK, "get", "live"), 0);
+  CHECK_CONTAINS(R.out, "key live version 2");
+  st_key_close(k);
+  CHECK_RC(st_client_delete(cli, "live"), ST_OK, cli);
+  CHECK_RC(st_client_delete(cli, "plain"), ST_OK, cli);
+}
+
 TEST(usage_errors) {
   CHECK_EQ_INT(STCLI(SOCK, "get"), 2);
   CHECK_CONTAINS(R.err, "a key is required");
@@ -105,6 +131,7 @@ int main(void) {
   RUN(help_for_every_command);
   RUN(keys_get_delete);
   RUN(get_and_call_with_a_view);
+  RUN(keys_shows_the_state_of_live_keys);
   RUN(usage_errors);
   st_client_close(cli);
   return stt_server_finish(&srv);

@@ -35,7 +35,8 @@ COMPLETE = ["client.h", "errors.h"]   # mirrored whole; the others in part
 
 # C typedefs of enums: ints for the mirrors.
 ENUMS = {"st_dtype_t", "st_device_kind_t", "st_value_kind_t", "st_errno_t"}
-OPAQUE = {"st_client_t", "st_args_t", "st_result_t", "st_handoff_t", "st_buffer_t"}
+OPAQUE = {"st_client_t", "st_args_t", "st_result_t", "st_handoff_t", "st_buffer_t",
+          "st_key_t"}
 STRUCTS = {"st_tensor_t": _lib.Tensor, "st_value_t": _lib.Value,
            "st_object_info_t": _lib.ObjectInfo, "st_client_options_t": _lib.ClientOptions,
            "st_result_summary_t": _lib.ResultSummary, "st_buffer_info_t": _lib.BufferInfo}
