@@ -197,6 +197,10 @@ int st_client_get(st_client_t *c, const char *key, uint64_t version, int flags,
                   st_result_t **out, uint64_t *got_version);
 int st_client_keys(st_client_t *c, const char *prefix, st_result_t **out);
 int st_client_delete(st_client_t *c, const char *key);
+int st_result_copy_into(const st_result_t *src, const st_tensor_t *dst, size_t n,
+                        void *stream, char *err, size_t errlen);
+int st_get_into(st_client_t *c, const char *key, uint64_t version, const char *view,
+                const st_tensor_t *dst, size_t n, void *stream, uint64_t *got_version);
 int st_client_call_flags(st_client_t *c, const char *endpoint, const st_args_t *args,
                          int flags, st_result_t **out);
 void st_open_cache_stats(size_t *mapped, uint64_t *reused);

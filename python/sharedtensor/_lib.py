@@ -253,6 +253,11 @@ _PROTOS = {
                               P(c_uint64)]),
     "st_client_keys": (c_int, [c_void_p, c_char_p, P(c_void_p)]),
     "st_client_delete": (c_int, [c_void_p, c_char_p]),
+    # loading into caller-owned tensors
+    "st_result_copy_into": (c_int, [c_void_p, P(Tensor), c_size_t, c_void_p, c_char_p,
+                                    c_size_t]),
+    "st_get_into": (c_int, [c_void_p, c_char_p, c_uint64, c_char_p, P(Tensor), c_size_t,
+                            c_void_p, P(c_uint64)]),
     "st_client_call_flags": (c_int, [c_void_p, c_char_p, c_void_p, c_int, P(c_void_p)]),
     "st_open_cache_stats": (None, [P(c_size_t), P(c_uint64)]),
     # bindings

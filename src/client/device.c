@@ -182,6 +182,24 @@ int st__client_cuda_dtod(void *dst, const void *src, size_t bytes, int ordinal) 
   return copy_sync(dst, src, bytes, ordinal, DEVICE_TO_DEVICE);
 }
 
+/* See client_internal.h. Any thread. */
+int st__client_cuda_copies(const st__client_copy_t *copies, size_t n, int ordinal, void *stream,
+                           int sync, char *err, size_t errlen) {
+  char why[300];
+  const st__cuda_api_t *a = st__cuda_api(why, sizeof why);
+  if (!a) return st__fail(ST_ERR_CAPABILITY, err, errlen, "%s", why);
+  CUcontext saved = ctx_save();
+  int rc = st__cuda_ctx_enter(ordinal, why, sizeof why);
+  for (size_t i = 0; rc == ST_OK && i < n; i++)
+    if (copies[i].bytes)
+      rc = st__cuda_copy_async((uint64_t)(uintptr_t)copies[i].dst,
+                               (uint64_t)(uintptr_t)copies[i].src, copies[i].bytes, stream, why,
+                               sizeof why);
+  if (rc == ST_OK && sync) rc = st__cuda_stream_sync(stream, why, sizeof why);
+  ctx_restore(a, saved);
+  return rc == ST_OK ? ST_OK : st__fail(rc, err, errlen, "cuda:%d: %s", ordinal, why);
+}
+
 /* ------------------------------------------------------------ events */
 
 /* Events kept for reuse per device ordinal, beyond which a returned one
@@ -326,6 +344,13 @@ int st__client_cuda_dtod(void *dst, const void *src, size_t bytes, int ordinal) 
   (void)src;
   (void)ordinal;
   return bytes ? ST_ERR_CAPABILITY : ST_OK;
+}
+
+/* See client_internal.h: no CUDA memory without CUDA. */
+int st__client_cuda_copies(const st__client_copy_t *copies, size_t n, int ordinal, void *stream,
+                           int sync, char *err, size_t errlen) {
+  return st__fail(ST_ERR_CAPABILITY, err, errlen,
+                  "no CUDA device: built without CUDA support (cuda:%d)", ordinal);
 }
 
 /* See client_internal.h: no CUDA region exists without CUDA. */
