@@ -77,7 +77,10 @@ ROWS = [
 ]
 
 
-def start_server(build, device, spin_us=None, loop_threads=None):
+def start_server(build, device, spin_us=None, loop_threads=None, budget=None):
+    """stserver in a temp dir serving ENDPOINTS on `device`; budget (Lua
+    text, the fields of memory_budget) replaces the default 256 MiB CPU
+    (and 1 GiB cuda:0). (dir, socket path, process)."""
     d = tempfile.mkdtemp(prefix="st-percall-")
     os.mkdir(os.path.join(d, "endpoints"))
     with open(os.path.join(d, "endpoints", "bench.lua"), "w") as f:
@@ -85,10 +88,11 @@ def start_server(build, device, spin_us=None, loop_threads=None):
     cfg = os.path.join(d, "config.lua")
     with open(cfg, "w") as f:
         f.write("return { base_path = %r, endpoints = %r, workers = 2, log_level = 'warn',\n"
-                "  default_device = %r, memory_budget = { cpu = 256 * 2^20%s }%s }\n"
+                "  default_device = %r, memory_budget = { %s }%s }\n"
                 % (os.path.join(d, "st"), os.path.join(d, "endpoints"),
                    "socket" if device == "cuda" else "cpu",
-                   ', ["cuda:0"] = 2^30' if device == "cuda" else "",
+                   budget or "cpu = 256 * 2^20" + (', ["cuda:0"] = 2^30' if device == "cuda"
+                                                  else ""),
                    ("" if spin_us is None else ", spin_us = %d" % spin_us) +
                    ("" if loop_threads is None else ", loop_threads = %d" % loop_threads)))
     log = open(os.path.join(d, "server.log"), "wb")

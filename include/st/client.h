@@ -763,6 +763,59 @@ ST_API int st_key_update(st_key_t *k, const st_tensor_t *const *tensors, size_t 
  * ("" if none; k is not used and may be NULL, as after a failed
  * st_key_open). */
 ST_API const char *st_key_error(const st_key_t *k);
+/* ------------------------------------ loading into caller-owned tensors
+ *
+ * Copies each named tensor of a source (a result, or a published key)
+ * into the caller's tensor of the same name (docs/views.md, section 2):
+ * parameters an engine allocated, any host or CUDA memory. Destinations
+ * are st_tensor_t structs the caller fills; of each, these fields are
+ * read: name, data, dtype, ndim, shape, strides (NULL: contiguous; else
+ * they must be contiguous), device, device_index (a CUDA ordinal of this
+ * process; ignored for the CPU). numel, nbytes and device_uuid are not.
+ *
+ * Every destination is checked before anything is copied, and any
+ * difference refuses the whole call with ST_ERR_INVALID_ARGUMENT and
+ * nothing copied; the message lists what differs (the first 8, then a
+ * count): a destination the source lacks ("missing 'x'"), a source tensor
+ * no destination names ("extra 'y'"; a source's values that are not
+ * tensors do not count), "'w': shape [4, 4] here, [4, 8] in the source",
+ * "'w': dtype float32 here, bfloat16 in the source", a source that is not
+ * contiguous, a name given twice, CUDA tensors of one pair on two
+ * devices, or copies on more than one device in one call. Dtypes must be
+ * equal: casts are Python's (get_into(dtype_cast=True)).
+ *
+ * Copies: host to host is memcpy; any copy with a CUDA side is
+ * cuMemcpyAsync on `stream`, a CUstream of the device the copies use
+ * (the destinations', else the source's), or NULL for the legacy default
+ * stream of that device's primary context. */
+
+/* Copies the tensors of `src` (any result: a call's, an object's, a key's
+ * from st_client_get) into the n destinations `dst` (borrowed), checked
+ * as above; err (may be NULL) gets the reason of a failure. With a
+ * non-NULL stream the CUDA copies are only queued: synchronize the
+ * stream before reading the destinations elsewhere or freeing src. With
+ * a NULL stream, or host copies only, they are complete on return.
+ * ST_OK; ST_ERR_INVALID_ARGUMENT (the checks); ST_ERR_CAPABILITY or a
+ * driver error for CUDA. Any thread while src lives. */
+ST_API int st_result_copy_into(const st_result_t *src, const st_tensor_t *dst, size_t n,
+                               void *stream, char *err, size_t errlen);
+
+/* Maps version `version` of `key` (0: the latest) read-only (as
+ * st_client_get with ST_GET_READONLY: nothing done to the destinations
+ * can change the published state) and copies it into `dst` as
+ * st_result_copy_into does, then waits for `stream` (NULL: the legacy
+ * default stream): the copies are complete on return. *got_version (may
+ * be NULL) gets the version copied. `view` (may be NULL) is a view spec
+ * (st_client_get_view; docs/views.md, section 1): a tensor-parallel rank
+ * loads its shard. The client keeps the key's source mapped (the last
+ * st_get_into of each of up to 16 (key, view) pairs, the least recently used
+ * let go; st_client_close lets go of all), so that the next st_get_into
+ * of that key maps nothing new: that keeps one version per key alive in
+ * this process until a newer one replaces it. Errors: those of
+ * st_client_get (NOT_FOUND, AUTH, ...) and of st_result_copy_into, on the
+ * client (st_client_error). Thread of the client. */
+ST_API int st_get_into(st_client_t *c, const char *key, uint64_t version, const char *view,
+                       const st_tensor_t *dst, size_t n, void *stream, uint64_t *got_version);
 
 /* Reloads the endpoint files, as SIGHUP does. *out is a MAP {ok,
  * generation, error, changed, added, removed}; a load error is not a

@@ -266,6 +266,11 @@ _PROTOS = {
     "st_key_end_update": (c_int, [c_void_p, c_void_p]),
     "st_key_update": (c_int, [c_void_p, P(P(Tensor)), c_size_t]),
     "st_key_error": (c_char_p, [c_void_p]),
+    # loading into caller-owned tensors
+    "st_result_copy_into": (c_int, [c_void_p, P(Tensor), c_size_t, c_void_p, c_char_p,
+                                    c_size_t]),
+    "st_get_into": (c_int, [c_void_p, c_char_p, c_uint64, c_char_p, P(Tensor), c_size_t,
+                            c_void_p, P(c_uint64)]),
     "st_client_call_flags": (c_int, [c_void_p, c_char_p, c_void_p, c_int, P(c_void_p)]),
     # views
     "st_client_get_view": (c_int, [c_void_p, c_char_p, c_uint64, c_int, c_char_p, P(c_void_p),

@@ -8,6 +8,7 @@ from .closing import Closing
 from . import convert as _cv
 from . import keys as _keys
 from . import live as _live
+from . import into as _into
 from . import tensor as _tensor
 from .args import Args as _Args
 from .convert import Module
@@ -170,6 +171,7 @@ class Client(Closing):
     def close(self):
         """Closes the connection (gives back every lease it holds). Tensors
         already returned stay valid."""
+        _into.release(self)
         with self._lock:
             p, self._ptr, self._cptr = self._ptr, None, None
             if p:
@@ -524,6 +526,21 @@ class Client(Closing):
         lone tensor is named "__tensor__"). NotFoundError for a missing key
         or version; ValueError (INVALID_ARGUMENT) for a bad view."""
         return _keys.get(self, key, version, readonly, with_version, as_torch, view)
+
+    def get_into(self, key_or_result, tensors, version=None, view=None, dtype_cast=False):
+        """Copies the tensors of a key (version None: the latest), or of a
+        result (a dict or Module of tensors, a Handle, a StateDict), into
+        the caller's `tensors`: a dict name -> torch tensor, an nn.Module
+        (its parameters and buffers, by state_dict name) or one tensor (for
+        a key that holds one). Every name, shape and dtype is checked first;
+        any difference raises InvalidArgumentError listing them, with
+        nothing copied. Then dst.copy_(src) per tensor on the current
+        stream (device to device when both are on a GPU), casting when
+        dtype_cast=True (else a dtype that differs is refused). A key is
+        mapped read-only and its mapping kept for the next get_into of it
+        (docs/views.md, section 2). `view` is passed to get. Returns the
+        version copied (None for a result that has none)."""
+        return _into.get_into(self, key_or_result, tensors, version, view, dtype_cast)
 
     def keys(self, prefix=None):
         """This uid's keys (list of dicts: key, version, versions, bytes,

@@ -186,6 +186,14 @@ struct st_client {
    * control page; thread of the client. */
   struct st__client_pool *pool; /* we asked and the server listed "pool"  */
   st_client_t *refs_next;      /* arenarefs.c's list of such connections    */
+  /* st_get_into's kept sources (into.c): per key, the result of its last
+   * st_get_into, so that the next one maps nothing new. */
+  struct st__into_kept *into;
+  size_t into_n;
+  uint64_t into_uses;
+  /* Lets go of `into` at st_client_close: set by into.c when it keeps
+   * its first source (so that closing needs nothing of into.c). */
+  void (*into_reset)(st_client_t *c);
   /* st_client_rpc_marshal's bytes (marshal.c), valid until the next call. */
   unsigned char *marshal_buf;
   size_t marshal_cap;
@@ -452,6 +460,20 @@ int st__client_cuda_dtod(void *dst, const void *src, size_t bytes, int ordinal);
  * (cuCtxSynchronize). ST_OK, ST_ERR_CAPABILITY, or the driver's error
  * (a failed kernel's) with a reason. Any thread. */
 int st__client_cuda_sync(int ordinal, void *stream, char *err, size_t errlen);
+/* device.c: one copy of st__client_cuda_copies; host or device
+ * addresses either side. */
+typedef struct st__client_copy {
+  void *dst;
+  const void *src;
+  size_t bytes;
+} st__client_copy_t;
+/* Queues the n copies on `stream` (a CUstream of device `ordinal`; NULL:
+ * the legacy default stream of its primary context) with cuMemcpyAsync,
+ * in order, then waits for that stream when `sync`. ST_OK, or
+ * ST_ERR_CAPABILITY (no driver) or the driver's error with a reason in
+ * err (copies queued before a failure stay queued). Any thread. */
+int st__client_cuda_copies(const st__client_copy_t *copies, size_t n, int ordinal, void *stream,
+                           int sync, char *err, size_t errlen);
 /* A CUDA event of device `ordinal` (taken from that device's free list,
  * or created), recorded on the device's legacy default stream
  * (CU_STREAM_LEGACY of its primary context): it completes once every

@@ -199,6 +199,24 @@ int st__client_cuda_sync(int ordinal, void *stream, char *err, size_t errlen) {
   return ST_OK;
 }
 
+/* See client_internal.h. Any thread. */
+int st__client_cuda_copies(const st__client_copy_t *copies, size_t n, int ordinal, void *stream,
+                           int sync, char *err, size_t errlen) {
+  char why[300];
+  const st__cuda_api_t *a = st__cuda_api(why, sizeof why);
+  if (!a) return st__fail(ST_ERR_CAPABILITY, err, errlen, "%s", why);
+  CUcontext saved = ctx_save();
+  int rc = st__cuda_ctx_enter(ordinal, why, sizeof why);
+  for (size_t i = 0; rc == ST_OK && i < n; i++)
+    if (copies[i].bytes)
+      rc = st__cuda_copy_async((uint64_t)(uintptr_t)copies[i].dst,
+                               (uint64_t)(uintptr_t)copies[i].src, copies[i].bytes, stream, why,
+                               sizeof why);
+  if (rc == ST_OK && sync) rc = st__cuda_stream_sync(stream, why, sizeof why);
+  ctx_restore(a, saved);
+  return rc == ST_OK ? ST_OK : st__fail(rc, err, errlen, "cuda:%d: %s", ordinal, why);
+}
+
 /* ------------------------------------------------------------ events */
 
 /* Events kept for reuse per device ordinal, beyond which a returned one
@@ -348,6 +366,17 @@ int st__client_cuda_dtod(void *dst, const void *src, size_t bytes, int ordinal) 
 /* See client_internal.h: no CUDA work without CUDA. */
 int st__client_cuda_sync(int ordinal, void *stream, char *err, size_t errlen) {
   (void)stream;
+  return st__fail(ST_ERR_CAPABILITY, err, errlen,
+                  "no CUDA device: built without CUDA support (cuda:%d)", ordinal);
+}
+
+/* See client_internal.h: no CUDA memory without CUDA. */
+int st__client_cuda_copies(const st__client_copy_t *copies, size_t n, int ordinal, void *stream,
+                           int sync, char *err, size_t errlen) {
+  (void)copies;
+  (void)n;
+  (void)stream;
+  (void)sync;
   return st__fail(ST_ERR_CAPABILITY, err, errlen,
                   "no CUDA device: built without CUDA support (cuda:%d)", ordinal);
 }

@@ -240,6 +240,7 @@ ST_API void st_client_close(st_client_t *c) {
   st__client_arenarefs_reset(c, 0);
   st__client_objrefs_reset(c, 0);
   st__client_pool_reset(c, 0);
+  if (c->into_reset) c->into_reset(c);
   free(c->fifo);
   free(c->marshal_buf);
   if (c->reader_ready) st__reader_destroy(&c->reader);

@@ -73,6 +73,7 @@ typedef struct st__cuda_api {
   PFN_cuMemcpyHtoDAsync_v3020 cuMemcpyHtoDAsync;
   PFN_cuMemcpyDtoH_v3020 cuMemcpyDtoH;
   PFN_cuMemcpyDtoD_v3020 cuMemcpyDtoD;
+  PFN_cuMemcpyAsync_v4000 cuMemcpyAsync;
   PFN_cuMemsetD8Async_v3020 cuMemsetD8Async;
   /* Events: libstclient defers the free of a pooled CUDA region until
    * the device work queued before it is done (src/client/device.c). */
@@ -187,6 +188,18 @@ int st__cuda_zero(uint64_t dptr, uint64_t bytes, int ordinal, void *stream, char
  * (its context becomes current) and waits for the copy. Any thread. */
 int st__cuda_copy_dtod(uint64_t dst, uint64_t src, uint64_t bytes, int ordinal, char *err,
                        size_t errlen);
+
+/* Queues a copy of `bytes` from `src` to `dst` on `stream` (a CUstream of
+ * the CURRENT context; NULL: its legacy default stream), host or device
+ * addresses either side (unified addressing: the driver infers the kind).
+ * Waits for nothing: st__cuda_stream_sync does. Any thread with the
+ * context current. */
+int st__cuda_copy_async(uint64_t dst, uint64_t src, uint64_t bytes, void *stream, char *err,
+                        size_t errlen);
+
+/* Waits for `stream` (NULL: the legacy default stream) of the CURRENT
+ * context. Any thread with the context current. */
+int st__cuda_stream_sync(void *stream, char *err, size_t errlen);
 
 /* ------------------------------------------------------ client side import */
 

@@ -110,6 +110,7 @@ static void load_api(void) {
   LOAD(cuMemcpyHtoDAsync);
   LOAD(cuMemcpyDtoH);
   LOAD(cuMemcpyDtoD);
+  LOAD(cuMemcpyAsync);
   LOAD(cuMemsetD8Async);
   LOAD(cuEventCreate);
   LOAD(cuEventRecord);
@@ -403,6 +404,20 @@ int st__cuda_copy_dtod(uint64_t dst, uint64_t src, uint64_t bytes, int ordinal, 
   return st__cuda_error(api.cuStreamSynchronize(NULL), "cuStreamSynchronize", err, errlen);
 }
 
+/* See cuda.h. Any thread with the context current. */
+int st__cuda_copy_async(uint64_t dst, uint64_t src, uint64_t bytes, void *stream, char *err,
+                        size_t errlen) {
+  return st__cuda_error(
+      api.cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, (size_t)bytes, (CUstream)stream),
+      "cuMemcpyAsync", err, errlen);
+}
+
+/* See cuda.h. Any thread with the context current. */
+int st__cuda_stream_sync(void *stream, char *err, size_t errlen) {
+  return st__cuda_error(api.cuStreamSynchronize((CUstream)stream), "cuStreamSynchronize", err,
+                        errlen);
+}
+
 #else /* !ST_HAVE_CUDA */
 
 static int no_cuda(char *err, size_t errlen) {
@@ -479,5 +494,14 @@ int st__cuda_copy_dtod(uint64_t dst, uint64_t src, uint64_t bytes, int ordinal, 
                        size_t errlen) {
   return no_cuda(err, errlen);
 }
+
+/* See cuda.h. Any thread. */
+int st__cuda_copy_async(uint64_t dst, uint64_t src, uint64_t bytes, void *stream, char *err,
+                        size_t errlen) {
+  return no_cuda(err, errlen);
+}
+
+/* See cuda.h. Any thread. */
+int st__cuda_stream_sync(void *stream, char *err, size_t errlen) { return no_cuda(err, errlen); }
 
 #endif

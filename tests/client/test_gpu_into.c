@@ -1,0 +1,190 @@
+/* st_get_into with CUDA memory (docs/views.md, section 2) against a real
+ * stserver; the publisher is this program run again with --child (a fork
+ * cannot use the parent's CUDA), which puts and exits:
+ *   - device to device into device memory this process allocated, on the
+ *     legacy default stream and on a stream of its own;
+ *   - device to host and host to device (a CPU key into device memory);
+ *   - a refusal leaves the device memory unchanged;
+ *   - a second st_get_into maps nothing new.
+ * (The CPU path: test_into.c.) Exit 77 without a CUDA device. */
+#include <st/client.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "client_kit.h"
+#include "fixture.h"
+#include "mem/cuda.h"
+
+#include "../server/gpu_kit.h"
+
+#ifdef ST_HAVE_CUDA
+
+#define N 4096
+
+static stt_server_t srv;
+static st_client_t *cli;
+static const int64_t SHAPE[1] = {N};
+
+/* A float32 tensor of N elements on `device` from st_tensor_alloc, element
+ * i = i * scale (NULL on failure). */
+static st_result_t *filled(const char *device, float scale) {
+  st_result_t *r = NULL;
+  char err[256];
+  if (st_tensor_alloc(device, ST_DTYPE_FLOAT32, 1, SHAPE, &r, err, sizeof err) != ST_OK) {
+    fprintf(stderr, "   st_tensor_alloc: %s\n", err);
+    return NULL;
+  }
+  static float h[N];
+  for (int i = 0; i < N; i++) h[i] = (float)i * scale;
+  const st_tensor_t *t = st_result_tensor(r, 0);
+  int rc = t->device == ST_DEVICE_CUDA
+               ? st__cuda_copy_to_device((uint64_t)(uintptr_t)t->data, h, sizeof h, 0, err,
+                                         sizeof err)
+               : (memcpy(t->data, h, sizeof h), ST_OK);
+  if (rc != ST_OK) {
+    st_result_free(r);
+    return NULL;
+  }
+  return r;
+}
+
+/* 1 when every element of t (host or device) is i * scale. */
+static int holds(const st_tensor_t *t, float scale) {
+  static float h[N];
+  if (st_tensor_copy_to_host(t, h, sizeof h) != ST_OK) return 0;
+  for (int i = 0; i < N; i++)
+    if (h[i] != (float)i * scale) return 0;
+  return 1;
+}
+
+/* --child SOCKET: puts "gd" {w: cuda:0, i * 2} and "gh" {w: cpu, i * 3}. */
+static int child(const char *sock) {
+  st_client_t *c = stt_client_open(sock);
+  if (!c) return 90;
+  const char *keys[2] = {"gd", "gh"}, *devs[2] = {"cuda:0", "cpu"};
+  for (int k = 0; k < 2; k++) {
+    st_result_t *t = filled(devs[k], (float)(k + 2));
+    st_args_t *a = st_args_new();
+    char err[256];
+    if (!t || st_args_tensor(a, "w", st_result_tensor(t, 0), err, sizeof err) != ST_OK ||
+        st_client_put(c, keys[k], a, ST_KEY_PINNED, 0, NULL) != ST_OK)
+      return 91 + k;
+    st_args_free(a);
+    st_result_free(t);
+  }
+  st_client_close(c);
+  return 0;
+}
+
+static int run_publisher(void) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl("/proc/self/exe", "test_gpu_into", "--child", srv.socket, (char *)NULL);
+    _exit(127);
+  }
+  int status = 0;
+  return pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status)
+             ? WEXITSTATUS(status)
+             : -1;
+}
+
+/* A destination named "w" over tensor t's memory. */
+static st_tensor_t dest(const st_tensor_t *t) {
+  return (st_tensor_t){.name = "w", .data = t->data, .dtype = ST_DTYPE_FLOAT32, .ndim = 1,
+                       .shape = SHAPE, .device = t->device, .device_index = t->device_index};
+}
+
+TEST(device_to_device_into_memory_of_this_process) {
+  st_result_t *mine = filled("cuda:0", 0.0f);
+  CHECK(mine);
+  st_tensor_t d = dest(st_result_tensor(mine, 0));
+  uint64_t got = 0;
+  CHECK_RC(st_get_into(cli, "gd", 0, NULL, &d, 1, NULL, &got), ST_OK, cli);
+  CHECK_EQ_INT(got, 1);
+  CHECK(holds(st_result_tensor(mine, 0), 2.0f));
+  /* on a stream of this process's own */
+  const st__cuda_api_t *a = st__cuda_api(NULL, 0);
+  CUstream s = NULL;
+  CHECK(a && a->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+  st_result_free(mine);
+  mine = filled("cuda:0", 0.0f);
+  d = dest(st_result_tensor(mine, 0));
+  CHECK_RC(st_get_into(cli, "gd", 0, NULL, &d, 1, s, NULL), ST_OK, cli);
+  CHECK(holds(st_result_tensor(mine, 0), 2.0f));   /* complete on return */
+  a->cuStreamDestroy(s);
+  /* a shape that differs: refused, the device memory unchanged */
+  st_result_free(mine);
+  mine = filled("cuda:0", 5.0f);
+  static const int64_t half[1] = {N / 2};
+  d = dest(st_result_tensor(mine, 0));
+  d.shape = half;
+  CHECK_RC(st_get_into(cli, "gd", 0, NULL, &d, 1, NULL, NULL), ST_ERR_INVALID_ARGUMENT, cli);
+  CHECK_CONTAINS(st_client_error(cli), "'w': shape [2048] here, [4096] in the source");
+  CHECK(holds(st_result_tensor(mine, 0), 5.0f));
+  st_result_free(mine);
+}
+
+TEST(device_to_host_and_host_to_device) {
+  static float h[N];
+  st_tensor_t d = {.name = "w", .data = h, .dtype = ST_DTYPE_FLOAT32, .ndim = 1, .shape = SHAPE,
+                   .device = ST_DEVICE_CPU, .device_index = -1};
+  CHECK_RC(st_get_into(cli, "gd", 0, NULL, &d, 1, NULL, NULL), ST_OK, cli);
+  CHECK(h[4095] == 4095.0f * 2.0f && h[1] == 2.0f);
+  st_result_t *mine = filled("cuda:0", 0.0f);
+  CHECK(mine);
+  d = dest(st_result_tensor(mine, 0));
+  CHECK_RC(st_get_into(cli, "gh", 0, NULL, &d, 1, NULL, NULL), ST_OK, cli);
+  CHECK(holds(st_result_tensor(mine, 0), 3.0f));
+  st_result_free(mine);
+}
+
+TEST(a_second_get_into_maps_nothing_new) {
+  st_result_t *mine = filled("cuda:0", 0.0f);
+  CHECK(mine);
+  st_tensor_t d = dest(st_result_tensor(mine, 0));
+  CHECK_RC(st_get_into(cli, "gd", 0, NULL, &d, 1, NULL, NULL), ST_OK, cli);
+  size_t mapped, mapped2;
+  uint64_t reused, reused2;
+  st_open_cache_stats(&mapped, &reused);
+  uint64_t free0 = gk_free();
+  CHECK_RC(st_get_into(cli, "gd", 0, NULL, &d, 1, NULL, NULL), ST_OK, cli);
+  st_open_cache_stats(&mapped2, &reused2);
+  CHECK_EQ_INT(mapped2, mapped);
+  CHECK_EQ_INT(reused2, reused + 1);
+  CHECK_EQ_INT(gk_free(), free0);
+  st_result_free(mine);
+}
+
+#endif
+
+int main(int argc, char **argv) {
+#ifdef ST_HAVE_CUDA
+  if (argc == 3 && strcmp(argv[1], "--child") == 0) return child(argv[2]);
+#else
+  (void)argc;
+  (void)argv;
+#endif
+  gk_require_device();
+#ifdef ST_HAVE_CUDA
+  stt_server_setup(&srv, "workers = 1,", NULL);
+  cli = stt_client_open(srv.socket);
+  if (!cli) return 1;
+  st_client_set_timeout(cli, 60000);
+  if (run_publisher() != 0) {
+    fprintf(stderr, "the publisher failed\n");
+    return 1;
+  }
+  RUN(device_to_device_into_memory_of_this_process);
+  RUN(device_to_host_and_host_to_device);
+  RUN(a_second_get_into_maps_nothing_new);
+  st_client_close(cli);
+  return stt_server_finish(&srv);
+#else
+  return 77;
+#endif
+}
