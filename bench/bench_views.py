@@ -22,9 +22,9 @@ and exits. This process then times, into tensors it allocated with torch:
     stream synchronize), the mean of --iters.
 
 and prints GB/s and the ratio to the floor (target on CUDA: >= 80%).
-Rows the lead adds (hooks below, printed as "not built" until then): a
-zero-copy shard request's latency (target 50 us) and an in-place update of
-1 GiB seen by 8 bound consumers (target 1.25x the copy).
+Then a zero-copy shard request's latency (target 50 us) and an in-place
+update of the state dict (a live key, up to 1 GiB) until 8 consumer
+processes holding it saw the new version (target 1.25x the copy).
 
 On the CPU (CI has no GPU) it runs with small sizes as a smoke test; CTest
 runs it with tiny ones (bench_views_smoke) so that it cannot rot. Timings
@@ -206,17 +206,138 @@ def row_c_get_into(ctx):
 
 
 def row_shard_request(ctx):
-    """Hook: the latency of a zero-copy shard request (a get with a view
-    that is a strided window of the arena; target 50 us). Needs views
-    (docs/views.md, section 1)."""
-    print("  %-40s not built (needs get(view=...))" % "zero-copy shard request", flush=True)
+    """A zero-copy shard request: `get` with a view that shards every
+    tensor of the state dict (rank 1 of 8 along dim 0), a strided window
+    of the same arena (target 50 us). Through the library (one
+    st_client_get_view: the request, the server's rewrite of the
+    descriptors, the reply decoded, the mapping already held) and through
+    the package (get(view=): the same plus a torch tensor per tensor)."""
+    import ctypes
+    import torch
+    import sharedtensor as st
+    from sharedtensor import _lib
+    view = b"*:shard(0,1,8)"
+    n = 200
+    # One tensor of its own key too: the largest 2-D weight but the
+    # embedding's (a q_proj-like [hidden, hidden] one).
+    name, big = max(((k, t) for k, t in ctx.dst.items() if t.dim() == 2 and "embed" not in k),
+                    key=lambda kt: kt[1].numel())
+    one = st.empty(tuple(big.shape), dtype=big.dtype, device=big.device)
+    one.copy_(big)
+    ctx.sync()
+    with st.Client(path=ctx.sock) as c:
+        c.put(ctx.key + "/one", {name: one})
+        keep = [c.get(k, view=view.decode(), readonly=True)        # hold the mappings
+                for k in (ctx.key, ctx.key + "/one")]
+        out, got = ctypes.c_void_p(), ctypes.c_uint64()
+
+        def lib_row(key, what):
+            def call():
+                rc = _lib.lib.st_client_get_view(c._ptr, key.encode(), 0, 1, view,
+                                                 ctypes.byref(out), ctypes.byref(got))
+                if rc != 0:
+                    c._fail(rc)
+                _lib.lib.st_result_free(out.value)
+            us = []
+            for i in range(n + 20):
+                t0 = time.perf_counter()
+                call()
+                if i >= 20:
+                    us.append((time.perf_counter() - t0) * 1e6)
+            us.sort()
+            print("  %-40s %9.1f us p50 %9.1f us p99 (C library)"
+                  % (what, us[len(us) // 2], us[int(len(us) * 0.99)]), flush=True)
+        lib_row(ctx.key + "/one", "zero-copy shard request, 1 tensor")
+        lib_row(ctx.key, "the same, all %d tensors" % len(ctx.dst))
+        us = []
+        for i in range(n // 4 + 5):
+            t0 = time.perf_counter()
+            c.get(ctx.key, view=view.decode(), readonly=True)
+            if i >= 5:
+                us.append((time.perf_counter() - t0) * 1e6)
+        us.sort()
+        print("  %-40s %9.1f us p50 (torch tensors)" % ("all, through the package",
+                                                        us[len(us) // 2]), flush=True)
+        del keep
+        c.delete(ctx.key + "/one")
 
 
-def row_bound_update(ctx):
-    """Hook: an in-place update of 1 GiB seen by 8 bound consumers (target
-    1.25x the copy). Needs live keys and bind (docs/views.md, section 3)."""
-    print("  %-40s not built (needs put(live=True), bind)" % "in-place update, 8 bound",
-          flush=True)
+CONSUMER = """
+import json, sys, time
+sys.path.insert(0, %(pkg)r)
+import sharedtensor as st
+c = st.Client(path=%(sock)r)
+lk = c.live(%(key)r)
+v, last, seen = lk.version, %(last)d, {}
+print("ready", flush=True)
+while v < last:
+    got = lk.wait_version(v + 1, timeout=120)
+    now = time.monotonic()
+    for k in range(v + 1, got + 1):
+        seen[k] = now
+    v = got
+print(json.dumps(seen), flush=True)
+"""
+
+
+def row_bound_update(ctx, consumers=8):
+    """An in-place update of the state dict (live key) seen by `consumers`
+    processes that hold its tensors (LiveKey, the core of bind): from the
+    start of Client.update (the copy, then the stream synchronize, then
+    the version moves) until the last consumer woke on the new version,
+    next to the floor (target 1.25x). Sizes above 1 GiB are skipped (the
+    key would be a second copy of the largest size under the budget)."""
+    import json
+    import torch
+    import sharedtensor as st
+    if ctx.nbytes > GIB + (GIB >> 4):
+        print("  %-40s skipped above 1 GiB" % ("in-place update, %d consumers" % consumers),
+              flush=True)
+        return
+    key = ctx.key + "/live"
+    dev = "cuda:0" if ctx.device == "cuda" else "cpu"
+    places = [(name, tuple(t.shape), 0) for name, t in ctx.dst.items()]
+    total = sum(_numel(s) for _, s, _ in places)
+    flat = st.empty((total,), dtype=torch.bfloat16, device=dev)
+    mem, at = collections.OrderedDict(), 0
+    for name, shape, _ in places:
+        mem[name] = flat[at:at + _numel(shape)].view(shape)
+        at += _numel(shape)
+    for name, t in mem.items():
+        t.copy_(ctx.src[name])
+    ctx.sync()
+    iters = max(ctx.iters, 5)
+    with st.Client(path=ctx.sock) as c:
+        v0 = c.put(key, mem, live=True)
+        code = CONSUMER % {"pkg": os.path.join(HERE, "..", "python"), "sock": ctx.sock,
+                           "key": key, "last": v0 + iters}
+        procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                  text=True) for _ in range(consumers)]
+        try:
+            for p in procs:
+                if p.stdout.readline().strip() != "ready":
+                    sys.exit("bench_views: a consumer did not start")
+            began, took = {}, []
+            for _ in range(iters):
+                time.sleep(0.05)            # the consumers sleep in their waits
+                t0 = time.monotonic()
+                v = c.update(key, ctx.src)  # complete (synchronized) when it returns
+                took.append(time.monotonic() - t0)
+                began[v] = t0
+            seen = [json.loads(p.communicate(timeout=120)[0].strip().splitlines()[-1])
+                    for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        c.delete(key)
+    visible = sorted(max(s[str(v)] for s in seen) - t0 for v, t0 in began.items())
+    took.sort()
+    row("update in place (Client.update)", ctx.nbytes, took[len(took) // 2], ctx.floor)
+    t = visible[len(visible) // 2]
+    print("  %-40s %9.2f ms %9.1f GB/s %6.2fx the floor"
+          % ("seen by all %d consumers" % consumers, t * 1e3, ctx.nbytes / t / 1e9,
+             t / ctx.floor), flush=True)
 
 
 ROWS = [row_get_into, row_c_get_into, row_shard_request, row_bound_update]
