@@ -25,6 +25,12 @@
 #define MAX_IOV 64
 /* How often a connection whose sent replies still hold descriptors or
  * arenas asks the kernel whether the client has read them. */
+/* Replies written but not read yet are polled for (SIOCOUTQ) from
+ * UNREAD_POLL_FIRST_S on, each poll twice as late as the one before, up
+ * to UNREAD_POLL_S: a client reads its reply within microseconds, and a
+ * connection paused by what its replies pin (a 14 GiB arena is past
+ * max_queued_bytes_per_connection) resumes that soon, not after 100 ms. */
+#define UNREAD_POLL_FIRST_S 1e-4
 #define UNREAD_POLL_S 0.1
 
 static void on_read(struct ev_loop *loop, ev_io *w, int revents);
@@ -119,6 +125,9 @@ static void on_unread_check(struct ev_loop *loop, ev_timer *w, int revents) {
     ev_timer_stop(loop, &c->unread_check);
     maybe_resume(c);
     maybe_finish(c);
+  } else if (w->repeat < UNREAD_POLL_S) {
+    w->repeat = w->repeat * 2 < UNREAD_POLL_S ? w->repeat * 2 : UNREAD_POLL_S;
+    ev_timer_again(loop, w);
   }
 }
 
@@ -752,7 +761,10 @@ static void flush(st__conn_t *c) {
         /* In the client's socket now: counted until it has read it. */
         c->unread_fds += f->held_fds;
         c->unread_bytes += f->pinned;
-        if (!ev_is_active(&c->unread_check)) ev_timer_again(EVL(c), &c->unread_check);
+        if (!ev_is_active(&c->unread_check)) {
+          c->unread_check.repeat = UNREAD_POLL_FIRST_S;
+          ev_timer_again(EVL(c), &c->unread_check);
+        }
       }
       free_frame(f);
     }

@@ -104,7 +104,9 @@ struct st__conn {
   uint64_t out_bytes;         /* arena bytes they pin                       */
   int unread_fds;             /* the part already sent, not yet read        */
   uint64_t unread_bytes;
-  ev_timer unread_check;      /* polls SIOCOUTQ while unread_fds/bytes > 0 */
+  ev_timer unread_check;      /* polls SIOCOUTQ while unread_fds/bytes > 0:
+                                 first after 100 us, each next poll twice
+                                 as late, 100 ms at most (conn.c) */
   int inflight;               /* requests waiting for a reply (calls)       */
   int closing;                /* close once the write queue is flushed      */
   int eof;                    /* peer finished sending: close when idle     */

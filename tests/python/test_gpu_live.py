@@ -47,9 +47,13 @@ class GpuLiveTest(ServerTestCase):
             assert m.weight.data_ptr() == ptr
             print("ok", len(seen), flush=True)
         """) % self.srv.socket
+        env = dict(os.environ, PYTHONPATH=os.path.join(os.environ["ST_SOURCE_DIR"], "python"))
         p = subprocess.Popen([sys.executable, "-c", prog], stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
-        self.assertEqual(p.stdout.readline().strip(), "ready")
+                             stderr=subprocess.STDOUT, text=True, env=env)
+        line = p.stdout.readline()
+        if line.strip() != "ready":
+            p.kill()
+            self.fail("the reader did not start:\n" + line + p.communicate()[0])
         src = {"weight": torch.empty(1024, 1024, device=dev), "bias": torch.empty(1024, device=dev)}
         times = []
         for v in range(2, 102):

@@ -163,5 +163,29 @@ class KeysTest(st_fixture.ServerTestCase):
             self.c.put("v", 3)
 
 
+
+class BigReplyTest(st_fixture.ServerTestCase):
+    """A key bigger than limits.max_queued_bytes_per_connection: each get
+    pins more than the limit until the client has read it, so the server
+    pauses reading that connection meanwhile; the next get must not wait
+    for a slow poll (the server polls from 100 us on, not every 100 ms)."""
+    SERVER_OPTIONS = {"config": "memory_budget = { cpu = 64 * 1024 * 1024 }, "
+                                "limits = { max_queued_bytes_per_connection = 1024 * 1024 },"}
+
+    def test_gets_of_a_key_past_the_queued_limit_follow_each_other_at_once(self):
+        import time
+        big = st.empty((4 * 1024 * 1024 // 4,))
+        self.c.put("big", {"w": big})
+        ms = []
+        for _ in range(7):
+            t0 = time.perf_counter()
+            v = self.c.get("big", readonly=True)
+            ms.append((time.perf_counter() - t0) * 1e3)
+            self.assertEqual(tuple(v["w"].shape), (1024 * 1024,))
+            del v
+        ms.sort()
+        self.assertLess(ms[len(ms) // 2], 60.0, ms)   # before: >= 100 ms from the second on
+        self.c.delete("big")
+
 if __name__ == "__main__":
     unittest.main()
