@@ -164,10 +164,11 @@ const st__setting_t st__config_settings[] = {
                     "(default: derived, 50 with 8 or more CPUs, else 0)"},
     {.name = "loop_threads", .type = ST_SET_INT, INT_FIELD(loop_threads), .lo = 1,
      .hi = ST__CONFIG_MAX_LOOP_THREADS, .def = 1,
-     .description = "event loop threads; with N > 1, loop 0 accepts, takes completions and "
-                    "runs timers, and loops 1..N-1 serve the connections, answering repeated "
-                    "cache hits in parallel (default: derived, 1 below 8 CPUs, else 1 + "
-                    "min(4, CPUs / 4))"},
+     .description = "event loop threads; with N > 1, loop 0 accepts and runs the timers of "
+                    "tasks and reloads, and loops 1..N-1 serve the connections, answering "
+                    "repeated cache hits in parallel and taking their own builds' completions "
+                    "(default 1; with many clients calling cached objects, 1 + min(4, CPUs / "
+                    "4))"},
     {.name = "endpoints", .type = ST_SET_PATH, .offset = F(endpoints_dir),
      .def_text = "endpoints",
      .description = "endpoint directory, or one endpoint file"},
@@ -285,10 +286,11 @@ int st__config_default_spin_us(void) {
 
 /* See config.h. */
 int st__config_default_loop_threads(void) {
-  /* One: with N > 1 a fresh result's completion reaches loop 0 and its
-   * reply the connection's loop (13-30 us more per fresh call on the H100
-   * host, docs/pool.md section 7); many clients calling cached objects
-   * set it (5 on 16 CPUs: 439k calls/s against 132k with one). */
+  /* One: with N > 1 a fresh result still costs about 10 us more (the
+   * write side of the server lock taken twice, the wake-up of the
+   * connection's loop; docs/pool.md section 7); many clients calling
+   * cached objects set it (4 on 16 CPUs: 368k calls/s against 151k with
+   * one). */
   return 1;
 }
 
