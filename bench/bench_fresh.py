@@ -76,8 +76,7 @@ def main():
             run("fresh 4-float, as_torch=False", lambda: c.call("fresh4", as_torch=False))
         finally:
             c.close()
-            proc.terminate()
-            proc.wait()
+            bench_percall.stop_server(d, proc)
 
 
 if __name__ == "__main__":

@@ -111,6 +111,18 @@ def start_server(build, device, spin_us=None, loop_threads=None, budget=None):
     return d, sock, proc
 
 
+def stop_server(d, proc):
+    """Stops a start_server's stserver (SIGTERM, SIGKILL after 10 s) and
+    removes its dir."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    shutil.rmtree(d, ignore_errors=True)
+
+
 def c_rows(build, sock, d, device, iters, keys):
     # The C rows use the library the Python rows use.
     env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(os.environ["ST_CLIENT_LIB"]))
@@ -311,12 +323,7 @@ def main():
             print("%-42s %s" % (label, " ".join(cells)))
         print("Python reused the kept result's torch tensors: " + ", ".join(reuse))
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        shutil.rmtree(d, ignore_errors=True)
+        stop_server(d, proc)
 
 
 if __name__ == "__main__":

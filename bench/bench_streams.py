@@ -19,8 +19,6 @@ Timings are printed, never asserted (docs/streams.md, "Measured").
 """
 import argparse
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -29,7 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
-from bench_percall import start_server  # noqa: E402
+from bench_percall import start_server, stop_server  # noqa: E402
 
 
 def rate(what, n, seconds):
@@ -128,9 +126,7 @@ def main():
         if a.device == "cuda":
             gpu_rows(st, sock, max(a.iters // 100, 100))
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
-        shutil.rmtree(d, ignore_errors=True)
+        stop_server(d, proc)
 
 
 if __name__ == "__main__":

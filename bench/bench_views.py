@@ -33,8 +33,6 @@ are printed, never asserted.
 import argparse
 import collections
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -43,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
-from bench_percall import start_server  # noqa: E402
+from bench_percall import start_server, stop_server  # noqa: E402
 
 GIB = 1 << 30
 ALIGN = 128          # elements (256 bytes of bfloat16) between tensors
@@ -408,9 +406,7 @@ def main():
         for n, size in enumerate(sizes):
             run_size(a, sock, size, n)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
-        shutil.rmtree(d, ignore_errors=True)
+        stop_server(d, proc)
 
 
 if __name__ == "__main__":

@@ -232,10 +232,7 @@ static inline st_client_t *hk_gpu_start(stt_server_t *s) {
   if (st__cuda_available(err, sizeof err) != ST_OK ||
       st__cuda_mem_info(0, &f, NULL, err, sizeof err) != ST_OK)
     stt_skip(err);
-  stt_server_setup(s, "workers = 1,", NULL);
-  st_client_t *c = stt_client_open(s->socket);
-  if (c) st_client_set_timeout(c, 60000);
-  return c;
+  return stt_one_worker_client(s);
 }
 #endif
 

@@ -171,10 +171,8 @@ int main(int argc, char **argv) {
 #endif
   gk_require_device();
 #ifdef ST_HAVE_CUDA
-  stt_server_setup(&srv, "workers = 1,", NULL);
-  cli = stt_client_open(srv.socket);
+  cli = stt_one_worker_client(&srv);
   if (!cli) return 1;
-  st_client_set_timeout(cli, 60000);
   if (run_publisher() != 0) {
     fprintf(stderr, "the publisher failed\n");
     return 1;

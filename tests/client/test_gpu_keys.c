@@ -149,10 +149,8 @@ int main(int argc, char **argv) {
 #endif
   gk_require_device();
 #ifdef ST_HAVE_CUDA
-  stt_server_setup(&srv, "workers = 1,", NULL);
-  cli = stt_client_open(srv.socket);
+  cli = stt_one_worker_client(&srv);
   if (!cli) return 1;
-  st_client_set_timeout(cli, 60000);
   RUN(a_put_of_device_memory_is_that_memory);
   RUN(a_readonly_get_refuses_device_writes);
   RUN(device_state_outlives_a_publisher_killed);

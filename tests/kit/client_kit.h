@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "check.h"
+#include "fixture.h"
 
 #define CHECK_RC(expr, want, c) CHECK_ERR_MSG(expr, want, st_client_error(c))
 
@@ -32,6 +33,16 @@ static inline st_client_t *stt_client_open(const char *path) {
   st_client_t *c = stt_client_open(path);                            \
   CHECK(c)
 
+
+/* A server of one worker (stt_server_setup) and a client of it with a
+ * 60 s timeout for each reply, as the GPU tests start (NULL when it
+ * cannot connect). */
+static inline st_client_t *stt_one_worker_client(stt_server_t *s) {
+  stt_server_setup(s, "workers = 1,", NULL);
+  st_client_t *c = stt_client_open(s->socket);
+  if (c) st_client_set_timeout(c, 60000);
+  return c;
+}
 /* Prints "what: NAME: message" of c's last failure when rc is one;
  * returns rc. */
 static inline int stt_client_report(st_client_t *c, const char *what, int rc) {
