@@ -103,9 +103,11 @@ size_t st__viewspec_step_text(const st__view_step_t *s, char *buf, size_t len);
 /* Called for each tensor of a value, in order (`index` counts them from
  * 0), after its rule's windows: `rule` is the rule that took it (-1:
  * none, *d is the tensor as it was), `materialize` whether that rule asks
- * for `contiguous` and the window is not. It may change *d (the
- * descriptor packed). ST_OK or an error with err set, which stops the
- * walk. */
+ * for `contiguous` and the window is not, or the tensor is in a module
+ * another tensor of which is materialized: a module's tensors share one
+ * arena (docs/protocol.md, "Module"), so a module's tensors are all
+ * materialized or none is. It may change *d (the descriptor packed).
+ * ST_OK or an error with err set, which stops the walk. */
 typedef int (*st__view_tensor_fn)(void *ud, size_t index, int rule, int materialize,
                                   st__tensor_desc_t *d, char *err, size_t errlen);
 

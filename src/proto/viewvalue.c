@@ -52,30 +52,57 @@ static void note_name(walk_t *w) {
   else if (room > 4) w->names_len += (size_t)snprintf(w->names + w->names_len, room, "...");
 }
 
-static int put_tensor(walk_t *w, msgpack_packer *pk, const msgpack_object *o) {
-  st__tensor_desc_t d;
+/* One tensor seen through its rule: *d its window, *rule the rule that
+ * took it (-1: none), *materialize whether that rule asks for a copy. */
+static int view_tensor(walk_t *w, const msgpack_object *o, st__tensor_desc_t *d, int *rule,
+                       int *materialize) {
   char why[200];
-  if (st__parse_tensor(o, &d, why, sizeof why) != ST_OK)
+  *materialize = 0;
+  if (st__parse_tensor(o, d, why, sizeof why) != ST_OK)
     return st__fail(ST_ERR_PROTOCOL, w->err, w->errlen, "view: tensor '%s': %s", w->path, why);
   note_name(w);
-  int rule = st__viewspec_match(w->v, w->path, w->path_len), materialize = 0;
-  for (int i = rule + 1; rule >= 0 && i < w->v->nrules; i++)
+  *rule = st__viewspec_match(w->v, w->path, w->path_len);
+  for (int i = *rule + 1; *rule >= 0 && i < w->v->nrules; i++)
     w->matched[i] += (unsigned)st__viewspec_glob(w->v->rules[i].selector, w->path, w->path_len);
-  if (rule >= 0) {
-    int rc = st__viewspec_apply(w->v, rule, w->path, w->path_len, &d, &materialize, w->err,
+  if (*rule >= 0) {
+    int rc = st__viewspec_apply(w->v, *rule, w->path, w->path_len, d, materialize, w->err,
                                 w->errlen);
     if (rc != ST_OK) return rc;
-    w->taken[rule]++;
+    w->taken[*rule]++;
   }
-  if (w->fn) {
-    int rc = w->fn(w->ud, w->ntensors, rule, materialize, &d, w->err, w->errlen);
-    if (rc != ST_OK) return rc;
-  }
-  w->ntensors++;
-  st__pack_tensor(pk, &d);
   return ST_OK;
 }
 
+/* Hands a viewed tensor to fn and packs it. */
+static int emit_tensor(walk_t *w, msgpack_packer *pk, st__tensor_desc_t *d, int rule,
+                       int materialize) {
+  if (w->fn) {
+    int rc = w->fn(w->ud, w->ntensors, rule, materialize, d, w->err, w->errlen);
+    if (rc != ST_OK) return rc;
+  }
+  w->ntensors++;
+  st__pack_tensor(pk, d);
+  return ST_OK;
+}
+
+static int put_tensor(walk_t *w, msgpack_packer *pk, const msgpack_object *o) {
+  st__tensor_desc_t d;
+  int rule, materialize;
+  int rc = view_tensor(w, o, &d, &rule, &materialize);
+  return rc == ST_OK ? emit_tensor(w, pk, &d, rule, materialize) : rc;
+}
+
+/* A viewed tensor of a module, held until all of them are viewed. */
+typedef struct member {
+  st__tensor_desc_t d;
+  int rule;
+  int materialize;
+} member_t;
+
+/* A module's tensors share one arena (docs/protocol.md, "Module"): when
+ * its view copies one of them, every one is copied (each its window), so
+ * all of them land in the copies' arena. The tensors are viewed first
+ * (every bound checked), then handed to fn and packed. */
 static int put_module(walk_t *w, msgpack_packer *pk, const msgpack_object *o) {
   msgpack_unpacked payload;
   const msgpack_object *tensors = NULL, *meta = NULL;
@@ -86,31 +113,36 @@ static int put_module(walk_t *w, msgpack_packer *pk, const msgpack_object *o) {
     return st__fail(rc == ST_ERR_OUT_OF_MEMORY ? rc : ST_ERR_PROTOCOL, w->err, w->errlen,
                     "view: module '%s': %s", w->path, why[0] ? why : "no tensors array");
   }
+  uint32_t n = tensors->via.array.size;
+  member_t *m = malloc((n ? n : 1) * sizeof *m);
+  if (!m) {
+    msgpack_unpacked_destroy(&payload);
+    return st__fail(ST_ERR_OUT_OF_MEMORY, w->err, w->errlen, "out of memory");
+  }
+  int copied = 0;
+  for (uint32_t i = 0; i < n && rc == ST_OK; i++) {
+    /* st__parse_module checked each pair: [str, tensor]. */
+    const msgpack_object *pair = tensors->via.array.ptr[i].via.array.ptr;
+    size_t old = path_push(w, pair[0].via.str.ptr, pair[0].via.str.size);
+    if (old == (size_t)-1) {
+      rc = ST_ERR_INVALID_ARGUMENT;
+      break;
+    }
+    rc = view_tensor(w, &pair[1], &m[i].d, &m[i].rule, &m[i].materialize);
+    copied |= m[i].materialize;
+    path_pop(w, old);
+  }
   msgpack_sbuffer sb;
   msgpack_sbuffer_init(&sb);
   msgpack_packer mp;
   msgpack_packer_init(&mp, &sb, msgpack_sbuffer_write);
   msgpack_pack_map(&mp, meta ? 2 : 1);
   st__pack_cstr(&mp, "tensors");
-  msgpack_pack_array(&mp, tensors->via.array.size);
-  for (uint32_t i = 0; i < tensors->via.array.size && rc == ST_OK; i++) {
-    const msgpack_object *pair = &tensors->via.array.ptr[i];
-    if (pair->type != MSGPACK_OBJECT_ARRAY || pair->via.array.size != 2 ||
-        pair->via.array.ptr[0].type != MSGPACK_OBJECT_STR) {
-      rc = st__fail(ST_ERR_PROTOCOL, w->err, w->errlen,
-                    "view: module '%s': entry %u is not a [name, tensor] pair", w->path, i);
-      break;
-    }
-    const msgpack_object *nm = &pair->via.array.ptr[0];
-    size_t old = path_push(w, nm->via.str.ptr, nm->via.str.size);
-    if (old == (size_t)-1) {
-      rc = ST_ERR_INVALID_ARGUMENT;
-      break;
-    }
+  msgpack_pack_array(&mp, n);
+  for (uint32_t i = 0; i < n && rc == ST_OK; i++) {
     msgpack_pack_array(&mp, 2);
-    msgpack_pack_object(&mp, *nm);
-    rc = put_tensor(w, &mp, &pair->via.array.ptr[1]);
-    path_pop(w, old);
+    msgpack_pack_object(&mp, tensors->via.array.ptr[i].via.array.ptr[0]);
+    rc = emit_tensor(w, &mp, &m[i].d, m[i].rule, copied);
   }
   if (rc == ST_OK && meta) {
     st__pack_cstr(&mp, "metadata");
@@ -119,6 +151,7 @@ static int put_module(walk_t *w, msgpack_packer *pk, const msgpack_object *o) {
   if (rc == ST_OK) st__pack_ext(pk, ST_EXT_MODULE, &sb);
   msgpack_sbuffer_destroy(&sb);
   msgpack_unpacked_destroy(&payload);
+  free(m);
   return rc;
 }
 

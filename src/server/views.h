@@ -6,16 +6,17 @@
  * memory is added. A rule that ends with `contiguous` on a window that is
  * not contiguous needs a copy: a worker gathers those tensors into one new
  * arena per device (views_job.c; the tensor core's copy, a gather kernel
- * on CUDA), and the result is cached as a derived object whose endpoint
- * names its source ("key:<name>" for a published key, "object:<id>" for
- * a server object) and whose cache key is "<source version>|<normalized
- * spec>" ("v3|*:shard(1,0,2)|contiguous"). The derived object holds only
- * the copies (references of its own); it is charged to the memory budget
- * and evicted like any cached object. Requests for the same (source,
- * spec) while a copy runs wait for that copy; later ones get the cached
- * object. A put or delete of a key drops its derived objects (and a copy
- * in flight for it is not cached). A plain result's copy is made for its
- * one reply and cached nowhere.
+ * on CUDA; a module one of whose tensors is copied has all of them copied,
+ * as its tensors share one arena), and the result is cached as a derived
+ * object whose endpoint names its source ("key:<name>" for a published
+ * key, "object:<id>" for a server object) and whose cache key is
+ * "<source version>|<normalized spec>" ("v3|*:shard(1,0,2)|contiguous").
+ * The derived object holds only the copies (references of its own); it
+ * is charged to the memory budget and evicted like any cached object.
+ * Requests for the same (source, spec) while a copy runs wait for that
+ * copy; later ones get the cached object. A put or delete of a key drops
+ * its derived objects (and a copy in flight for it is not cached). A
+ * plain result's copy is made for its one reply and cached nowhere.
  *
  * Loop thread only, except st__views_gather (a worker).
  */

@@ -3,7 +3,8 @@ views add no device memory (the server's cuda:0 used_bytes and
 cuMemGetInfo, through torch.cuda.mem_get_info, stay where they were), the
 shards of all ranks reassemble the tensor in another process, and a
 materialized (contiguous) column shard equals torch's, copied once on the
-server's GPU. Skipped without a CUDA device."""
+server's GPU; a module copied in part comes back whole.
+Skipped without a CUDA device."""
 import collections
 import os
 import subprocess
@@ -25,6 +26,12 @@ class GpuViewsTest(ServerTestCase):
         "g.lua": """
 return st.endpoint { name = "grid_cuda", device = "cuda", cache = true,
   build = function() return { m = st.arange { 4096 * 64, dtype = "float32" }:view { 4096, 64 } } end }
+""",
+        "m.lua": """
+return st.endpoint { name = "module_cuda", device = "cuda", cache = true,
+  build = function() return st.module {
+    q = st.arange { 64 * 32, dtype = "float32" }:view { 64, 32 },
+    b = st.arange { 32, dtype = "float32" } } end }
 """,
     }
 
@@ -98,6 +105,17 @@ return st.endpoint { name = "grid_cuda", device = "cuda", cache = true,
         m = torch.arange(4096 * 64, dtype=torch.float32, device="cuda:0").reshape(4096, 64)
         self.assertTrue(torch.equal(h.value["m"], m[:, :32]))
         self.c.invalidate_all("grid_cuda")
+
+    def test_a_module_copied_in_part_comes_back_whole(self):
+        # A module's tensors share one arena: the copy takes them all.
+        torch = self.torch
+        got = self.c.call("module_cuda", view="q:transpose(0,1)|contiguous").value
+        q = torch.arange(64 * 32, dtype=torch.float32, device="cuda:0").reshape(64, 32)
+        b = torch.arange(32, dtype=torch.float32, device="cuda:0")
+        self.assertTrue(got["q"].is_cuda and got["q"].is_contiguous())
+        self.assertTrue(torch.equal(got["q"], q.t()))
+        self.assertTrue(torch.equal(got["b"], b))
+        self.c.invalidate_all("module_cuda")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ stserver, CPU tensors, the reader in a process of its own:
   - `contiguous` materializes once: a derived object, cached, shared by a
     second request (same object, same arena); a new version drops it;
   - call(view=...) of a cached and of a plain endpoint;
+  - a module some of whose tensors are copied comes back whole, every
+    tensor copied (a module's tensors share one arena);
   - clear errors: a bad spec, a bound, a selector that selects nothing.
 """
 import collections
@@ -37,6 +39,12 @@ return st.endpoint { name = "cached_m", cache = true, params = { rows = 6, cols 
 return st.endpoint { name = "plain_m", params = { rows = 6, cols = 10 },
   build = function(a) return { m = %s } end }
 """ % M,
+    "s.lua": """
+return st.endpoint { name = "sd_module",
+  build = function() return st.module {
+    ["q.weight"] = st.arange { 12 }:view { 3, 4 }, ["k.weight"] = st.arange { 8 }:view { 2, 4 },
+    bias = st.arange { 5 } } end }
+""",
 }
 
 
@@ -203,6 +211,23 @@ class ViewsTest(st_fixture.ServerTestCase):
         self.assertEqual(len([o for o in self.c.objects()
                               if o["endpoint"].startswith("object:")]), 1)   # plain: not kept
         self.c.invalidate_all("cached_m")
+
+    def test_a_module_copied_in_part_comes_back_whole(self):
+        # A module's tensors share one arena: copying one copies them all
+        # (a plain endpoint: its copy is cached nowhere).
+        want = {"q.weight": torch.arange(12).reshape(3, 4),
+                "k.weight": torch.arange(8).reshape(2, 4),
+                "bias": torch.arange(5)}
+        for spec, q, k in (
+                ("q.weight:transpose(0,1)|contiguous", want["q.weight"].t(), want["k.weight"]),
+                ("q.weight:transpose(0,1)|contiguous;k.weight:transpose(0,1)",
+                 want["q.weight"].t(), want["k.weight"].t())):
+            got = self.c.call("sd_module", view=spec)
+            self.assertIsInstance(got, st.Module)
+            self.assertEqual(list(got), list(self.c.call("sd_module")), spec)
+            for name, t in (("q.weight", q), ("k.weight", k), ("bias", want["bias"])):
+                self.assertTrue(got[name].is_contiguous(), (spec, name))
+                self.assertTrue(torch.equal(got[name], t), (spec, name))
 
     def test_errors_are_clear(self):
         cases = [

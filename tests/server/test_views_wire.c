@@ -5,7 +5,8 @@
  * request of the same (object, spec) gets (same arena id), charged to the
  * budget; plain results too (a copy of their own, not kept); a managed
  * endpoint's lease comes with a view and goes back with a bad one; errors
- * are INVALID_ARGUMENT with the spec's message. */
+ * are INVALID_ARGUMENT with the spec's message; a module that a view
+ * copies in part is copied whole (its tensors share one arena). */
 #include <signal.h>
 
 #include "check.h"
@@ -130,6 +131,67 @@ TEST(leases_and_errors) {
   rc_close(&c);
 }
 
+static char mod_why[300];
+
+/* The tensor `name` of the module that is a reply's value into *d: ST_OK,
+ * or ST_ERR_PROTOCOL with mod_why[] set, also when the module does not
+ * parse as a client parses it (one arena for all its tensors). */
+static int module_tensor(const msg_t *m, const char *name, st__tensor_desc_t *d) {
+  msgpack_unpacked payload;
+  const msgpack_object *tensors = NULL, *meta = NULL;
+  int rc = st__parse_module(obj_get(m->result, "value"), &payload, &tensors, &meta, mod_why,
+                            sizeof mod_why);
+  if (rc != ST_OK) return rc;
+  rc = ST_ERR_PROTOCOL;
+  snprintf(mod_why, sizeof mod_why, "no tensor '%s' in the module", name);
+  for (uint32_t i = 0; i < tensors->via.array.size && rc != ST_OK; i++) {
+    const msgpack_object *pair = tensors->via.array.ptr[i].via.array.ptr;
+    if (st__str_eq(&pair[0], name)) rc = st__parse_tensor(&pair[1], d, mod_why, sizeof mod_why);
+  }
+  msgpack_unpacked_destroy(&payload);
+  return rc;
+}
+
+#define CHECK_MODULE_TENSOR(m, name, d) \
+  CHECK_ERR_MSG(module_tensor((m), (name), (d)), ST_OK, mod_why)
+
+/* A module's tensors share one arena (protocol.md): a view that copies
+ * some of them copies all of them, each its window, contiguous. */
+TEST(a_module_is_copied_whole) {
+  OPEN_RC(c, S.socket);
+  msg_t whole, m;
+  st__tensor_desc_t q, k, b;
+  CHECK(call_view(&c, "mod", NULL, &whole) == 1 && !whole.error);
+  /* Windows only: the module's own arena. */
+  CHECK(call_view(&c, "mod", "q:transpose(0,1)", &m) == 1 && !m.error);
+  CHECK_MODULE_TENSOR(&m, "q", &q);
+  CHECK_MODULE_TENSOR(&m, "k", &k);
+  CHECK(q.shape[0] == 4 && q.strides[0] == 1 && k.strides[0] == 4);
+  CHECK_EQ_INT(arena_id(&m, 0), arena_id(&whole, 0));
+  CHECK(arena_id(&m, 1) == INT64_MIN);
+  msg_free(&m);
+  /* One tensor copied: all of them go to the copy's arena. */
+  CHECK(call_view(&c, "mod", "q:transpose(0,1)|contiguous;k:transpose(0,1)", &m) == 1);
+  CHECK_REPLY(&m, ST_OK, NULL);
+  CHECK_MODULE_TENSOR(&m, "q", &q);
+  CHECK_MODULE_TENSOR(&m, "k", &k);
+  CHECK_MODULE_TENSOR(&m, "b", &b);
+  CHECK(q.ndim == 2 && q.shape[0] == 4 && q.shape[1] == 3 && q.strides[0] == 3 &&
+        q.strides[1] == 1);
+  CHECK(k.ndim == 2 && k.shape[0] == 4 && k.shape[1] == 2 && k.strides[0] == 2 &&
+        k.strides[1] == 1);                      /* a window, copied contiguous */
+  CHECK(b.ndim == 1 && b.shape[0] == 5 && b.strides[0] == 1);   /* untouched, copied */
+  CHECK(q.arena == k.arena && k.arena == b.arena);
+  CHECK(arena_id(&m, q.arena) != arena_id(&whole, 0));
+  CHECK(arena_id(&m, 1) == INT64_MIN);            /* the source's arena is not sent */
+  char owner[40];
+  snprintf(owner, sizeof owner, "object:%lld", (long long)obj_field(&whole, "id"));
+  CHECK_EQ_INT(derived_count(&c, owner), 1);
+  msg_free(&m);
+  msg_free(&whole);
+  rc_close(&c);
+}
+
 static const stt_endpoint_t endpoints[] = {
     {"grid.lua",
      "return st.endpoint{ name = 'grid', cache = true,\n"
@@ -140,6 +202,10 @@ static const stt_endpoint_t endpoints[] = {
     {"managed_grid.lua",
      "return st.endpoint{ name = 'managed_grid', managed = true, cache = true,\n"
      "  build = function() return { m = st.arange{60}:view{6, 10} } end }\n"},
+    {"mod.lua",
+     "return st.endpoint{ name = 'mod', cache = true,\n"
+     "  build = function() return st.module{ q = st.arange{12}:view{3, 4},\n"
+     "    k = st.arange{8}:view{2, 4}, b = st.arange{5} } end }\n"},
     {"tasky.lua",
      "return st.endpoint{ name = 'tasky', execution = 'task',\n"
      "  build = function() return st.zeros{2} end }\n"},
@@ -152,5 +218,6 @@ int main(void) {
   RUN(a_window_is_the_same_arena);
   RUN(contiguous_is_copied_once);
   RUN(leases_and_errors);
+  RUN(a_module_is_copied_whole);
   return stt_server_finish(&S);
 }
