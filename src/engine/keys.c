@@ -118,6 +118,13 @@ int st__keys_name_ok(const char *name, size_t len, char *err, size_t errlen) {
   return ST_OK;
 }
 
+/* NOT_FOUND for key (name, len). */
+static int no_key(const char *name, size_t len, char *err, size_t errlen) {
+  return st__fail(ST_ERR_NOT_FOUND, err, errlen,
+                  "no key '%.*s' (never put, deleted, or evicted under the memory budget)",
+                  (int)len, name);
+}
+
 /* The key of (name, len) for uid, or an error: NOT_FOUND, AUTH (`what`
  * says what uid wanted to do). */
 static int lookup(st__keys_t *t, const char *name, size_t len, uid_t uid, const char *what,
@@ -125,10 +132,7 @@ static int lookup(st__keys_t *t, const char *name, size_t len, uid_t uid, const 
   int rc = st__keys_name_ok(name, len, err, errlen);
   if (rc != ST_OK) return rc;
   st__key_t *k = st__smap_get(&t->by_name, name, len);
-  if (!k)
-    return st__fail(ST_ERR_NOT_FOUND, err, errlen,
-                    "no key '%.*s' (never put, deleted, or evicted under the memory budget)",
-                    (int)len, name);
+  if (!k) return no_key(name, len, err, errlen);
   if (k->uid != uid)
     return st__fail(ST_ERR_AUTH, err, errlen, "key '%s' belongs to uid %u; uid %u may not %s it",
                     k->name, (unsigned)k->uid, (unsigned)uid, what);
@@ -272,6 +276,38 @@ int st__keys_put(st__keys_t *t, const st__key_put_t *p, st__build_result_t *resu
   return ST_OK;
 }
 
+/* Version `version` of k (0: the latest) in *out. A live key has one
+ * version, its current one (its page's: st__keys_version_of): 0 or that
+ * number finds it, any other is NOT_FOUND. Caller holds the table's lock,
+ * or is the loop thread. */
+static int find_version(const st__key_t *k, uint64_t version, st__key_version_t **out, char *err,
+                        size_t errlen) {
+  *out = NULL;
+  st__key_version_t *last = k->versions[k->nversions - 1];
+  if (k->live) {
+    uint64_t now = st__keys_version_of(k, last);
+    if (version == 0 || version == now) {
+      *out = last;
+      return ST_OK;
+    }
+    return st__fail(ST_ERR_NOT_FOUND, err, errlen,
+                    "live key '%s' has only its current version %llu (asked: %llu; it is "
+                    "updated in place and keeps no other: leave the version out for the latest)",
+                    k->name, (unsigned long long)now, (unsigned long long)version);
+  }
+  for (size_t i = 0; i < k->nversions; i++)
+    if (version == 0 ? i == k->nversions - 1 : k->versions[i]->version == version) {
+      *out = k->versions[i];
+      return ST_OK;
+    }
+  return st__fail(ST_ERR_NOT_FOUND, err, errlen,
+                  "key '%s' has no version %llu (kept: %llu..%llu; older ones go after "
+                  "keys.max_versions newer puts, or under the memory budget)",
+                  k->name, (unsigned long long)version,
+                  (unsigned long long)k->versions[0]->version,
+                  (unsigned long long)k->last_version);
+}
+
 /* See keys.h. Loop thread. */
 int st__keys_get(st__keys_t *t, const char *name, size_t len, uid_t uid, uint64_t version,
                  st__key_t **key, st__key_version_t **out, char *err, size_t errlen) {
@@ -279,22 +315,8 @@ int st__keys_get(st__keys_t *t, const char *name, size_t len, uid_t uid, uint64_
   int rc = lookup(t, name, len, uid, "get", &k, err, errlen);
   if (rc != ST_OK) return rc;
   st__key_version_t *v = NULL;
-  if (version == 0 || (k->live && version == st__keys_version_of(k, NULL)))
-    v = k->versions[k->nversions - 1];
-  for (size_t i = 0; !v && !k->live && i < k->nversions; i++)
-    if (k->versions[i]->version == version) v = k->versions[i];
-  if (!v && k->live)
-    return st__fail(ST_ERR_NOT_FOUND, err, errlen,
-                    "live key '%s' has only its current version %llu (asked: %llu; ask 0)",
-                    k->name, (unsigned long long)st__keys_version_of(k, NULL),
-                    (unsigned long long)version);
-  if (!v)
-    return st__fail(ST_ERR_NOT_FOUND, err, errlen,
-                    "key '%s' has no version %llu (kept: %llu..%llu; older ones go after "
-                    "keys.max_versions newer puts, or under the memory budget)",
-                    k->name, (unsigned long long)version,
-                    (unsigned long long)k->versions[0]->version,
-                    (unsigned long long)k->last_version);
+  rc = find_version(k, version, &v, err, errlen);
+  if (rc != ST_OK) return rc;
   pthread_mutex_lock(&t->lock);
   v->last_used = st__now_mono();
   pthread_mutex_unlock(&t->lock);
@@ -406,17 +428,10 @@ int st__keys_read(const char *name, size_t len, uint64_t version, st__build_resu
   pthread_mutex_lock(&t->lock);
   st__key_t *k = st__smap_get(&t->by_name, name, len);
   st__key_version_t *v = NULL;
-  if (k && version == 0) v = k->versions[k->nversions - 1];
-  for (size_t i = 0; k && !v && i < k->nversions; i++)
-    if (k->versions[i]->version == version) v = k->versions[i];
-  if (!v) {
+  rc = k ? find_version(k, version, &v, err, errlen) : no_key(name, len, err, errlen);
+  if (rc != ST_OK) {
     pthread_mutex_unlock(&t->lock);
-    if (!k)
-      return st__fail(ST_ERR_NOT_FOUND, err, errlen,
-                      "no key '%.*s' (never put, deleted, or evicted under the memory budget)",
-                      (int)len, name);
-    return st__fail(ST_ERR_NOT_FOUND, err, errlen, "key '%.*s' has no version %llu", (int)len,
-                    name, (unsigned long long)version);
+    return rc;
   }
   if (k->live && st__keys_torn(k)) {
     pthread_mutex_unlock(&t->lock);

@@ -92,11 +92,12 @@ void st__keys_free(st__keys_t *t);
 void st__keys_serve(st__keys_t *t);
 
 /* For endpoints (st.key, src/lua/keys.c): a copy of version `version`
- * (0: the latest) of key `name` of the served table, whoever published
- * it: its value bytes and one new reference to each of its arenas in
- * *out (the caller destroys it: st__build_result_destroy), its version in
- * *got (may be NULL). NOT_FOUND, INVALID_ARGUMENT (name), OUT_OF_MEMORY.
- * Any thread. */
+ * (0: the latest; a live key's: 0 or its current one, as st__keys_get)
+ * of key `name` of the served table, whoever published it: its value
+ * bytes and one new reference to each of its arenas in *out (the caller
+ * destroys it: st__build_result_destroy), its version in *got (may be
+ * NULL; a live key's page version). NOT_FOUND, STALE_HANDLE (a torn live
+ * key), INVALID_ARGUMENT (name), OUT_OF_MEMORY. Any thread. */
 int st__keys_read(const char *name, size_t len, uint64_t version, st__build_result_t *out,
                   uint64_t *got, char *err, size_t errlen);
 
@@ -130,8 +131,10 @@ int st__keys_put(st__keys_t *t, const st__key_put_t *p, st__build_result_t *resu
                  uint64_t *version, char *err, size_t errlen);
 
 /* The key (borrowed) and its version `version` (0: the latest) for uid:
- * marks the version used. NOT_FOUND ("no key 'x'", "key 'x' has no
- * version 1 (kept: 3..4)"), AUTH, INVALID_ARGUMENT (name). */
+ * marks the version used. A live key has one version, its current one
+ * (st__keys_version_of): 0 or that number. NOT_FOUND ("no key 'x'", "key
+ * 'x' has no version 1 (kept: 3..4)", "live key 'x' has only its current
+ * version 5 (asked: 1; ...)"), AUTH, INVALID_ARGUMENT (name). */
 int st__keys_get(st__keys_t *t, const char *name, size_t len, uid_t uid, uint64_t version,
                  st__key_t **key, st__key_version_t **out, char *err, size_t errlen);
 
@@ -145,19 +148,24 @@ int st__keys_delete(st__keys_t *t, const char *name, size_t len, uid_t uid, char
  * = 0 when there is none or out of memory. */
 st__key_t **st__keys_list(st__keys_t *t, const char *prefix, size_t plen, size_t *n);
 
-/* The live key p->name exists: p->conn becomes its publisher (the
- * memory stays; the caller copies the new values in with an update).
- * *key is the key (borrowed). NOT_FOUND when p->name is no live key,
- * AUTH for another uid. Loop thread. */
-int st__keys_take(st__keys_t *t, const st__key_put_t *p, st__key_t **key, char *err,
-                  size_t errlen);
+/* A put of `value` (the request's, unpacked) into the live key p->name:
+ * when value's tensors match the key's (the same names, each with its
+ * dtype and shape, contiguous), p->conn becomes its publisher (the
+ * memory stays; the client copies the values in with an update). *key is
+ * the key (borrowed). Errors change nothing: NOT_FOUND when p->name is no
+ * live key, AUTH for another uid, INVALID_ARGUMENT naming the first
+ * tensor that differs. Loop thread. */
+int st__keys_take(st__keys_t *t, const st__key_put_t *p, const msgpack_object *value,
+                  st__key_t **key, char *err, size_t errlen);
 
 /* Whether live key k is torn (its publisher left in the middle of an
  * update, and no update completed since): reads the page. */
 int st__keys_torn(const st__key_t *k);
 
-/* The version a reply of k names: a live key's page version, else the
- * version v's. */
+/* The version a reply of k names: a live key's page version (whatever
+ * v; the table's number of its one version is never shown), else the
+ * version v's. The one source of every version a get, keys, put or
+ * st.key reports. Any thread: a read of the page. */
 uint64_t st__keys_version_of(const st__key_t *k, const st__key_version_t *v);
 
 /* Connection `conn` closed: the live keys it published have no publisher

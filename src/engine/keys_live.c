@@ -7,7 +7,10 @@
 #include "common/fail.h"
 #include "common/log.h"
 #include "engine/keys.h"
+#include "proto/proto.h"
 #include "st/errors.h"
+#include "st/wire.h"
+#include "tensor/geometry.h"
 
 /* See keys.h. Any thread: a read of the page. */
 int st__keys_torn(const st__key_t *k) {
@@ -19,9 +22,93 @@ uint64_t st__keys_version_of(const st__key_t *k, const st__key_version_t *v) {
   return k->page ? atomic_load(&k->page->version) : v->version;
 }
 
+/* Whether o is a tensor descriptor (parsed into *d when it is). -1: it
+ * says it is one and does not parse (err says why). */
+static int tensor_of(const msgpack_object *o, st__tensor_desc_t *d, char *err, size_t errlen) {
+  if (o->type != MSGPACK_OBJECT_EXT || o->via.ext.type != ST_EXT_TENSOR) return 0;
+  return st__parse_tensor(o, d, err, errlen) == ST_OK ? 1 : -1;
+}
+
+/* Counts the tensors among the entries of map m (a map). */
+static size_t count_tensors(const msgpack_object *m) {
+  size_t n = 0;
+  for (uint32_t i = 0; i < m->via.map.size; i++) {
+    const msgpack_object *o = &m->via.map.ptr[i].val;
+    n += o->type == MSGPACK_OBJECT_EXT && o->via.ext.type == ST_EXT_TENSOR;
+  }
+  return n;
+}
+
+/* Whether tensor `name` of a take-over's value (given) may be copied into
+ * the key's (mine): same dtype and shape, both contiguous. */
+static int same_kind(const st__key_t *k, const char *name, size_t len, const st__tensor_desc_t *mine,
+                     const st__tensor_desc_t *given, char *err, size_t errlen) {
+  int same = mine->dtype == given->dtype && mine->ndim == given->ndim;
+  for (int i = 0; same && i < mine->ndim; i++) same = mine->shape[i] == given->shape[i];
+  if (!same)
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                    "live key '%s': tensor '%.*s' is %s of %d dims (first %lld); the put gives "
+                    "%s of %d dims (first %lld)",
+                    k->name, (int)len, name, st_dtype_name(mine->dtype), mine->ndim,
+                    (long long)(mine->ndim ? mine->shape[0] : 0), st_dtype_name(given->dtype),
+                    given->ndim, (long long)(given->ndim ? given->shape[0] : 0));
+  if (!st__geom_contiguous_of(mine->ndim, mine->shape, mine->strides) ||
+      !st__geom_contiguous_of(given->ndim, given->shape, given->strides))
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                    "live key '%s': tensor '%.*s': a put into a live key copies contiguous "
+                    "tensors only", k->name, (int)len, name);
+  return ST_OK;
+}
+
+/* Whether `value` (a take-over's) matches k's: a map whose tensors have
+ * the names of k's tensors, each with its dtype and shape, contiguous.
+ * ST_OK or INVALID_ARGUMENT naming the first difference. */
+static int same_tensors(const st__key_t *k, const msgpack_object *value, char *err,
+                        size_t errlen) {
+  const st__build_result_t *r = &k->versions[k->nversions - 1]->result;
+  msgpack_unpacked u;
+  msgpack_unpacked_init(&u);
+  size_t off = 0;
+  int rc = ST_OK;
+  if (msgpack_unpack_next(&u, r->value.data, r->value.size, &off) != MSGPACK_UNPACK_SUCCESS ||
+      u.data.type != MSGPACK_OBJECT_MAP || !value || value->type != MSGPACK_OBJECT_MAP)
+    rc = st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                  "live key '%s': a put into it gives a map of its tensors by name", k->name);
+  for (uint32_t i = 0; rc == ST_OK && i < value->via.map.size; i++) {
+    const msgpack_object_kv *kv = &value->via.map.ptr[i];
+    st__tensor_desc_t given, mine;
+    int is = tensor_of(&kv->val, &given, err, errlen);
+    if (is <= 0 || kv->key.type != MSGPACK_OBJECT_STR) {
+      if (is < 0) rc = ST_ERR_INVALID_ARGUMENT;
+      continue;
+    }
+    const char *name = kv->key.via.str.ptr;
+    size_t len = kv->key.via.str.size;
+    const msgpack_object *o = NULL;
+    for (uint32_t j = 0; !o && j < u.data.via.map.size; j++) {
+      const msgpack_object *key = &u.data.via.map.ptr[j].key;
+      if (key->type == MSGPACK_OBJECT_STR && key->via.str.size == len &&
+          memcmp(key->via.str.ptr, name, len) == 0)
+        o = &u.data.via.map.ptr[j].val;
+    }
+    if (!o || tensor_of(o, &mine, err, errlen) != 1)
+      rc = st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "live key '%s' has no tensor named '%.*s'",
+                    k->name, (int)len, name);
+    else
+      rc = same_kind(k, name, len, &mine, &given, err, errlen);
+  }
+  if (rc == ST_OK && count_tensors(value) != count_tensors(&u.data))
+    rc = st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                  "live key '%s' has %zu tensors; the put gives %zu (a put into a live key "
+                  "gives every tensor of it)",
+                  k->name, count_tensors(&u.data), count_tensors(value));
+  msgpack_unpacked_destroy(&u);
+  return rc;
+}
+
 /* See keys.h. Loop thread. */
-int st__keys_take(st__keys_t *t, const st__key_put_t *p, st__key_t **key, char *err,
-                  size_t errlen) {
+int st__keys_take(st__keys_t *t, const st__key_put_t *p, const msgpack_object *value,
+                  st__key_t **key, char *err, size_t errlen) {
   *key = NULL;
   st__key_t *k = st__smap_get(&t->by_name, p->name, p->len);
   if (!k || !k->live)
@@ -29,6 +116,8 @@ int st__keys_take(st__keys_t *t, const st__key_put_t *p, st__key_t **key, char *
   if (k->uid != p->uid)
     return st__fail(ST_ERR_AUTH, err, errlen, "key '%s' belongs to uid %u; uid %u may not put it",
                     k->name, (unsigned)k->uid, (unsigned)p->uid);
+  int rc = same_tensors(k, value, err, errlen);
+  if (rc != ST_OK) return rc;
   if (k->owner_conn != p->conn)
     ST_LOG_I("keys", "live key '%s': connection %llu takes over from %llu", k->name,
              (unsigned long long)p->conn, (unsigned long long)k->owner_conn);

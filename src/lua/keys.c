@@ -8,7 +8,9 @@
  * hold their own references, so a result or cached object built from them
  * keeps the memory whatever happens to the key later (delete, eviction, a
  * newer version). A missing key or version returns nil and the reason; a
- * bad name or version raises.
+ * bad name or version raises. A live key has one version, its current
+ * one (its page's): st.key(name, v) finds it only when v is that number,
+ * and `version` is always the page's (docs/keys.md, section 8).
  */
 #include "lua/keys.h"
 

@@ -86,7 +86,7 @@ static void reply_put(st__rpc_req_t *r, const st__key_t *k, int taken) {
 static void take_over(st__rpc_req_t *r, const st__key_put_t *p) {
   char err[400];
   st__key_t *k = NULL;
-  int rc = st__keys_take(&r->c->srv->keys, p, &k, err, sizeof err);
+  int rc = st__keys_take(&r->c->srv->keys, p, st__rpc_arg(r, "value"), &k, err, sizeof err);
   if (rc != ST_OK) {
     st__rpc_error(r, rc, "put: %s", err);
     return;
@@ -183,35 +183,25 @@ static void get_view(st__rpc_req_t *r, const st__viewspec_t *spec, const got_t *
   to.readonly = g->readonly;
   snprintf(to.what, sizeof to.what, "get '%s'", g->key->name);
   snprintf(to.key, sizeof to.key, "%s", g->key->name);
-  to.version = g->v->version;
+  to.version = st__keys_version_of(g->key, g->v);
   char owner[ST__KEY_NAME_MAX + 8], version[24];
   snprintf(owner, sizeof owner, "key:%s", g->key->name);
-  snprintf(version, sizeof version, "v%llu", (unsigned long long)g->v->version);
+  snprintf(version, sizeof version, "v%llu", (unsigned long long)to.version);
   st__view_source_t src = {.result = &g->v->result, .owner = owner, .version = version};
   if (st__views_reply(r->c->srv, r->c, spec, &src, &to)) r->c->inflight++;
 }
 
-/* get {key, version?, readonly?, view?} -> {value, arenas, key, version[,
- * readonly]}: the value with its tensors, mapped like a call's result;
- * read-only when asked, or when the key was put read-only and this is not
- * the publisher's connection; seen through `view` when given. */
-void st__rpc_get(st__rpc_req_t *r) {
+/* get of key `name` (readonly: asked) seen through `view` (NULL: none;
+ * borrowed: st__rpc_get frees it, whatever happens here). */
+static void get_key(st__rpc_req_t *r, const char *name, size_t len, int readonly,
+                    const st__viewspec_t *view) {
   st__conn_t *c = r->c;
-  const char *name;
-  size_t len;
-  key_arg(r, &name, &len);
-  int readonly = bool_arg(r, "readonly");
-  if (readonly < 0) return;
-  st__viewspec_t *view = NULL;
-  if (st__views_param(r, &view) != ST_OK) return;
   char err[600];
-  got_t g;
   st__key_t *k;
   st__key_version_t *v;
   int rc = st__keys_get(&c->srv->keys, name, len, c->cred.uid, st__rpc_u64(r, "version", 0), &k,
                         &v, err, sizeof err);
   if (rc != ST_OK) {
-    st__viewspec_free(view);
     st__rpc_error(r, rc, "get: %s", err);
     return;
   }
@@ -223,6 +213,7 @@ void st__rpc_get(st__rpc_req_t *r) {
                   k->name);
     return;
   }
+  got_t g;
   memset(&g, 0, sizeof g);
   g.key = k;
   g.v = v;
@@ -239,7 +230,6 @@ void st__rpc_get(st__rpc_req_t *r) {
                     "inside a consistent read", k->name);
     else
       get_view(r, view, &g);
-    st__viewspec_free(view);
     return;
   }
   st__reply_more_t more = {.npairs = 2 + (uint32_t)g.readonly, .pack = pack_got, .ud = &g,
@@ -250,13 +240,31 @@ void st__rpc_get(st__rpc_req_t *r) {
   else st__reply_more(c, r->id, what, &v->result, &more);
 }
 
+/* get {key, version?, readonly?, view?} -> {value, arenas, key, version[,
+ * readonly]}: the value with its tensors, mapped like a call's result;
+ * read-only when asked, or when the key was put read-only and this is not
+ * the publisher's connection; seen through `view` when given. A live
+ * key's version is its page's (st__keys_version_of), everywhere. */
+void st__rpc_get(st__rpc_req_t *r) {
+  const char *name;
+  size_t len;
+  key_arg(r, &name, &len);
+  int readonly = bool_arg(r, "readonly");
+  if (readonly < 0) return;
+  st__viewspec_t *view = NULL;
+  if (st__views_param(r, &view) != ST_OK) return;
+  get_key(r, name, len, readonly, view);
+  st__viewspec_free(view);
+}
+
 static void pack_key(msgpack_packer *pk, const st__key_t *k) {
   msgpack_pack_map(pk, 10);
   st__pack_kv_str(pk, "key", k->name);
   st__pack_kv_uint(pk, "version", st__keys_version_of(k, k->versions[k->nversions - 1]));
   st__pack_cstr(pk, "versions");
   msgpack_pack_array(pk, k->nversions);
-  for (size_t i = 0; i < k->nversions; i++) msgpack_pack_uint64(pk, k->versions[i]->version);
+  for (size_t i = 0; i < k->nversions; i++)
+    msgpack_pack_uint64(pk, st__keys_version_of(k, k->versions[i]));
   st__pack_kv_uint(pk, "bytes", k->bytes);
   st__pack_kv_str(pk, "policy", k->policy == ST__KEY_EVICTABLE ? "evictable" : "pinned");
   char dev[24];
