@@ -473,7 +473,9 @@ class Client(Closing):
         bind; docs/views.md section 3): every other connection maps it
         read-only. A live put into an existing live key makes this
         connection its publisher and copies the value into the key's
-        memory by name (same names, shapes and dtypes)."""
+        memory by name: every tensor of the key, with its names, shapes and
+        dtypes, checked by the server first (a mismatch raises
+        InvalidArgumentError and changes nothing)."""
         self._forget_publisher(key)
         return _keys.put(self, key, value, policy, readonly, live)
 
