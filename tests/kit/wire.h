@@ -281,6 +281,15 @@ static inline int64_t obj_int(const msgpack_object *o) {
   return INT64_MIN;
 }
 
+/* A float or an integer as a double, -1e300 when absent or another kind. */
+static inline double obj_num(const msgpack_object *o) {
+  if (!o) return -1e300;
+  if (o->type == MSGPACK_OBJECT_FLOAT32 || o->type == MSGPACK_OBJECT_FLOAT64) return o->via.f64;
+  if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) return (double)o->via.u64;
+  if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) return (double)o->via.i64;
+  return -1e300;
+}
+
 /* A STR copied into a static buffer ("" when absent). */
 static inline const char *obj_str(const msgpack_object *o) {
   static char buf[8][4096];

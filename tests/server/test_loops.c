@@ -48,14 +48,6 @@ static const stt_endpoint_t EPS[] = {
 
 /* ------------------------------------------------------------- a client */
 
-static double num(const msgpack_object *o) {
-  if (!o) return -1e300;
-  if (o->type == MSGPACK_OBJECT_FLOAT32 || o->type == MSGPACK_OBJECT_FLOAT64) return o->via.f64;
-  if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) return (double)o->via.u64;
-  if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) return (double)o->via.i64;
-  return -1e300;
-}
-
 /* A sealed one-page memfd whose first float64 is `value`, or -1. */
 static int memfd_with(double value) {
   int fd = memfd_create("loops", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -124,7 +116,7 @@ static void one_op(rc_t *c, int op, int who, int round, int with_tasks) {
     if (rc_sendf(c, "[0, %u, 'call', [{endpoint: 'double', args: {v: %.1f}}]]", id, v) != 0)
       fail(who, round, "send", NULL);
     next_reply(c, &m, id, who, round);
-    if (m.error || num(obj_get(m.result, "value")) != 2 * v)
+    if (m.error || obj_num(obj_get(m.result, "value")) != 2 * v)
       fail(who, round, "double: wrong value", &m);
     break;
   case 2:  /* a fresh tensor: its own arena */
@@ -155,7 +147,7 @@ static void one_op(rc_t *c, int op, int who, int round, int with_tasks) {
       if (rc_sendf(c, "[0, %u, 'result', [{task_id: %lld}]]", id, t) != 0)
         fail(who, round, "send", NULL);
       next_reply(c, &m, id, who, round);
-      if (m.error || num(obj_get(m.result, "value")) != 0.005)
+      if (m.error || obj_num(obj_get(m.result, "value")) != 0.005)
         fail(who, round, "result: wrong value", &m);
     }
     break;
@@ -169,7 +161,7 @@ static void one_op(rc_t *c, int op, int who, int round, int with_tasks) {
     close(fds[0]);
     if (rc != 0) fail(who, round, "send", NULL);
     next_reply(c, &m, id, who, round);
-    if (m.error || num(obj_get(m.result, "value")) != v)
+    if (m.error || obj_num(obj_get(m.result, "value")) != v)
       fail(who, round, "first: not the caller's value", &m);
     break;
   }

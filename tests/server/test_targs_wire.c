@@ -83,14 +83,6 @@ static int memfd_with(size_t bytes, double value, int unsealed) {
 #define FIRST_FMT CALL(%u, "%s", F64(0, 0, 1), ARENA(0, 4096))
 #define FIRST(id) CALL(id, "first", F64(0, 0, 1), ARENA(0, 4096))
 
-static double num(const msgpack_object *o) {
-  if (!o) return -1e300;
-  if (o->type == MSGPACK_OBJECT_FLOAT32 || o->type == MSGPACK_OBJECT_FLOAT64) return o->via.f64;
-  if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) return (double)o->via.u64;
-  if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) return (double)o->via.i64;
-  return -1e300;
-}
-
 /* A valid call on c with a fresh memfd holding a value no other request
  * used: the answer must be that value (a descriptor left over by an
  * earlier request would be taken instead and give another). 0 or -1. */
@@ -100,7 +92,7 @@ static int next_call_reads_its_own(rc_t *c) {
   int fds[1] = {memfd_with(PAGE, value, 0)};
   msg_t m;
   if (fds[0] < 0 || rc_rpcf_fds(c, &m, fds, 1, FIRST_FMT, next_id++, "first") != 1) return -1;
-  double got = m.error ? -1 : num(obj_get(m.result, "value"));
+  double got = m.error ? -1 : obj_num(obj_get(m.result, "value"));
   if (got != value)
     fprintf(stderr, "   next call: %s '%s', value %g, expected %g\n", msg_errname(&m),
             msg_errmsg(&m), got, value);
@@ -147,7 +139,7 @@ TEST(a_valid_argument_reads_the_callers_memory) {
   CHECK(rc_rpcf_fds(&c, &m, fds, 1, FIRST_FMT, 1, "first") == 1);
   CHECK_EQ_INT(m.id, 1);
   CHECK_REPLY(&m, ST_OK, NULL);
-  CHECK(num(obj_get(m.result, "value")) == 6.5);
+  CHECK(obj_num(obj_get(m.result, "value")) == 6.5);
   msg_free(&m);
   CHECK_EQ_INT(rc_info_int(&M, "counters.fds_received"), received + 1);
   rc_close(&c);
@@ -344,7 +336,7 @@ TEST(descriptors_no_request_lists_are_closed) {
   int two[2] = {memfd_with(PAGE, 53, 0), memfd_with(PAGE, -1, 0)};
   msg_t m;
   CHECK(rc_rpcf_fds(&c, &m, two, 2, FIRST_FMT, 53, "first") == 1);
-  CHECK(m.error == NULL && num(obj_get(m.result, "value")) == 53);
+  CHECK(m.error == NULL && obj_num(obj_get(m.result, "value")) == 53);
   msg_free(&m);
   CHECK(next_call_reads_its_own(&c) == 0);
   rc_close(&c);
@@ -382,7 +374,7 @@ TEST(descriptors_no_request_can_claim_are_closed_on_arrival) {
   mpbuf_free(&r);
   msg_t m;
   CHECK(rc_next(&c, &m, 10000) == 1);
-  CHECK(m.error == NULL && num(obj_get(m.result, "value")) == 55);
+  CHECK(m.error == NULL && obj_num(obj_get(m.result, "value")) == 55);
   msg_free(&m);
   CHECK(server_holds(base_fds + 1) == 0);
   CHECK(next_call_reads_its_own(&c) == 0);
@@ -492,7 +484,7 @@ static int pipelined(int mode) {
       break;
     }
     int i = (int)m.id - 200;
-    double v = m.error ? -1 : num(obj_get(m.result, "value"));
+    double v = m.error ? -1 : obj_num(obj_get(m.result, "value"));
     if (i < 0 || i >= NPIPE || seen[i] || v != 100.0 + i) {
       fprintf(stderr, "   mode %d: reply id %u: %s '%s' value %g\n", mode, (unsigned)m.id,
               msg_errname(&m), msg_errmsg(&m), v);
