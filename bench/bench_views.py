@@ -295,13 +295,8 @@ def row_bound_update(ctx, consumers=8):
         return
     key = ctx.key + "/live"
     dev = "cuda:0" if ctx.device == "cuda" else "cpu"
-    places = [(name, tuple(t.shape), 0) for name, t in ctx.dst.items()]
-    total = sum(_numel(s) for _, s, _ in places)
-    flat = st.empty((total,), dtype=torch.bfloat16, device=dev)
-    mem, at = collections.OrderedDict(), 0
-    for name, shape, _ in places:
-        mem[name] = flat[at:at + _numel(shape)].view(shape)
-        at += _numel(shape)
+    places, total = layout([(name, tuple(t.shape)) for name, t in ctx.dst.items()])
+    mem = views(st.empty((total,), dtype=torch.bfloat16, device=dev), places)
     for name, t in mem.items():
         t.copy_(ctx.src[name])
     ctx.sync()
