@@ -646,6 +646,16 @@ ST_API int st_client_get(st_client_t *c, const char *key, uint64_t version, int 
 ST_API int st_client_get_view(st_client_t *c, const char *key, uint64_t version, int flags,
                               const char *view, st_result_t **out, uint64_t *got_version);
 
+/* st_client_get_view, unless version `have` (not 0) is still the one the
+ * request resolves to: then nothing is sent or mapped, *out is NULL and
+ * *got_version is `have` (the caller goes on using what it got with that
+ * version). For a caller that keeps a key's result, e.g. to load it again
+ * and again (st_get_into does): asking costs one round trip, with no
+ * descriptor. Thread of the client. */
+ST_API int st_client_get_since(st_client_t *c, const char *key, uint64_t version, int flags,
+                               const char *view, uint64_t have, st_result_t **out,
+                               uint64_t *got_version);
+
 /* st_client_call_flags seen through `view` (flags: ST_CALL_READONLY; a
  * reply with a view is never lent). Thread of the client. */
 ST_API int st_client_call_view(st_client_t *c, const char *endpoint, const st_args_t *args,
@@ -810,8 +820,10 @@ ST_API int st_result_copy_into(const st_result_t *src, const st_tensor_t *dst, s
  * loads its shard. The client keeps the key's source mapped (the last
  * st_get_into of each of up to 16 (key, view) pairs, the least recently used
  * let go; st_client_close lets go of all), so that the next st_get_into
- * of that key maps nothing new: that keeps one version per key alive in
- * this process until a newer one replaces it. Errors: those of
+ * of that key maps nothing new, and while the key's version has not moved
+ * asks for it with one round trip that carries no descriptor
+ * (st_client_get_since): that keeps one version per key alive in this
+ * process until a newer one replaces it. Errors: those of
  * st_client_get (NOT_FOUND, AUTH, ...) and of st_result_copy_into, on the
  * client (st_client_error). Thread of the client. */
 ST_API int st_get_into(st_client_t *c, const char *key, uint64_t version, const char *view,

@@ -275,6 +275,8 @@ _PROTOS = {
     # views
     "st_client_get_view": (c_int, [c_void_p, c_char_p, c_uint64, c_int, c_char_p, P(c_void_p),
                                    P(c_uint64)]),
+    "st_client_get_since": (c_int, [c_void_p, c_char_p, c_uint64, c_int, c_char_p, c_uint64,
+                                    P(c_void_p), P(c_uint64)]),
     "st_client_call_view": (c_int, [c_void_p, c_char_p, c_void_p, c_int, c_char_p,
                                     P(c_void_p)]),
     "st_open_cache_stats": (None, [P(c_size_t), P(c_uint64)]),

@@ -5,10 +5,12 @@ Client.get_into.
 Every name, shape and dtype is checked before anything is copied; then
 each tensor is one `dst.copy_(src)` on the current stream (device to
 device when both are on a GPU; the dtype cast in the same kernel with
-dtype_cast=True). The source of a key is mapped read-only and kept per key
-(at most _KEEP keys), so that the next get_into of the key maps nothing
-new; a CUDA source is let go only once the copies queued from it are done
-(an event recorded after them).
+dtype_cast=True). The source of a key is mapped read-only and kept per
+(key, view) (at most _KEEP), with its version: the next get_into asks the
+server with that version (`have`) and, while it has not moved, gets a
+`same` reply (one round trip: nothing mapped or converted again). A CUDA
+source is let go only once the copies queued from it are done (an event
+recorded after them).
 """
 import collections
 import sys
@@ -73,9 +75,10 @@ def check(src, dst, dtype_cast, what):
                "; ".join(diffs[:_LIST_MAX]), more))
 
 
-def copy(src, dst):
+def copy(src, dst, after=None):
     """dst[name].copy_(src[name]) for every name, on the current stream;
-    the CUDA event recorded after them (None when no copy touched a GPU)."""
+    the CUDA event recorded after them (None when no copy touched a GPU).
+    `after` (an event, may be None): the returned one also follows it."""
     torch = _torch()
     cuda = None
     with torch.no_grad():
@@ -86,51 +89,68 @@ def copy(src, dst):
                 cuda = d.device if d.is_cuda else s.device
     if cuda is None:
         return None
+    stream = torch.cuda.current_stream(cuda)
+    if after is not None:
+        stream.wait_event(after)
     event = torch.cuda.Event()
-    event.record(torch.cuda.current_stream(cuda))
+    event.record(stream)
     return event
 
 
-def _keep(client, key, source, event):
-    """Keeps source (and the event after its copies) as key's, letting go
-    of the one it replaces (or of the least recently used key's) once its
-    copies are done."""
+# A kept source: the value got (it holds the mapping), its tensors by name,
+# its version and the event after the last copies from it.
+_Source = collections.namedtuple("_Source", "value named version event")
+
+
+def _keep(client, name, src):
+    """Keeps src as name's (the key, or the key and view), letting go of
+    the source it replaces (or of the least recently used one) once the
+    copies from it are done."""
     kept = client.__dict__.setdefault("_into_kept", collections.OrderedDict())
-    old = kept.pop(key, None)
-    kept[key] = (source, event)
+    old = kept.pop(name, None)
+    kept[name] = src
+    if old is not None and old.value is src.value:
+        return          # the same source again: src.event follows old.event
     if old is None and len(kept) > _KEEP:
         old = kept.popitem(last=False)[1]
-    if old is not None and old[1] is not None:
-        old[1].synchronize()
+    if old is not None and old.event is not None:
+        old.event.synchronize()
 
 
 def release(client):
     """Lets go of every kept source (Client.close), once its copies are
     done."""
     kept = client.__dict__.pop("_into_kept", None) or {}
-    for _, event in kept.values():
-        if event is not None:
-            event.synchronize()
+    for src in kept.values():
+        if src.event is not None:
+            src.event.synchronize()
 
 
 def get_into(client, key_or_result, tensors, version=None, view=None, dtype_cast=False):
     """See Client.get_into."""
     dst = _named(tensors, "tensors")
-    if isinstance(key_or_result, str):
-        opts = {} if view is None else {"view": view}
-        value, got = _keys.get(client, key_or_result, version, readonly=True,
-                               with_version=True, as_torch=True, **opts)
-        what = "get_into '%s' version %d" % (key_or_result, got)
-    else:
+    if not isinstance(key_or_result, str):
         if version is not None or view is not None:
             raise ValueError("get_into: version and view apply to a key; a result is "
                              "copied as it is")
         value = getattr(key_or_result, "value", key_or_result)   # a Handle's value
-        got = getattr(value, "version", None)
-        what = "get_into"
-    src = _named(value, "the source")
-    check(src, dst, dtype_cast, what)
-    event = copy(src, dst)
-    if isinstance(key_or_result, str):
-        _keep(client, key_or_result, value, event)
+        src = _named(value, "the source")
+        check(src, dst, dtype_cast, "get_into")
+        copy(src, dst)
+        return getattr(value, "version", None)
+    key = key_or_result
+    name = key if view is None else key + "\x1f" + view
+    kept = (client.__dict__.get("_into_kept") or {}).get(name)
+    opts = {} if view is None else {"view": view}
+    # The kept version, while still the one asked for, comes back `same`:
+    # one round trip, nothing mapped or converted.
+    value, got = _keys.get(client, key, version, readonly=True, with_version=True,
+                           as_torch=True, have=kept.version if kept else 0, **opts)
+    if value is None:
+        src = kept
+    else:
+        src = _Source(value, _named(value, "the source"), got, None)
+    check(src.named, dst, dtype_cast, "get_into '%s' version %d" % (key, got))
+    event = copy(src.named, dst, after=src.event)
+    _keep(client, name, src._replace(event=event))
     return got

@@ -85,18 +85,22 @@ def put(client, key, value, policy="pinned", readonly=False, live=False):
 
 
 def get(client, key, version=None, readonly=False, with_version=False, as_torch=None,
-        view=None):
-    """See Client.get."""
+        view=None, have=0):
+    """See Client.get. `have`: the version the caller already holds
+    (st_client_get_since): when the request still resolves to it the value
+    is None and nothing is mapped."""
     out, got = ctypes.c_void_p(), ctypes.c_uint64()
     if view is not None and not isinstance(view, str):
         raise TypeError("get: view must be a str (a view spec), not %s" % type(view).__name__)
     with client._lock:
-        rc = _l.st_client_get_view(client._ptr or client._h(), key.encode(), int(version or 0),
-                                   _GET_READONLY if readonly else 0,
-                                   None if view is None else view.encode(), ctypes.byref(out),
-                                   ctypes.byref(got))
+        rc = _l.st_client_get_since(client._ptr or client._h(), key.encode(), int(version or 0),
+                                    _GET_READONLY if readonly else 0,
+                                    None if view is None else view.encode(), have,
+                                    ctypes.byref(out), ctypes.byref(got))
         if rc != 0:
             client._fail(rc)
+    if not out.value:
+        return (None, got.value) if with_version else None
     summary = _lib.ResultSummary()
     _l.st_result_summary(out.value, ctypes.byref(summary))
     value = client._wrap(out.value, summary, as_torch)

@@ -236,11 +236,12 @@ typedef struct st__key_live {
   uint32_t page;               /* its index in the reply's arenas         */
   int publisher;               /* this connection publishes the key       */
 } st__key_live_t;
-/* keys.c: st_client_get_view (view may be NULL), and the reply's `live`
- * map into *live (may be NULL). Thread of the client. */
+/* keys.c: st_client_get_since (view may be NULL; have 0: always the
+ * whole reply), and the reply's `live` map into *live (may be NULL).
+ * Thread of the client. */
 int st__client_key_get(st_client_t *c, const char *key, uint64_t version, int flags,
-                       const char *view, st_result_t **out, uint64_t *got_version,
-                       st__key_live_t *live);
+                       const char *view, uint64_t have, st_result_t **out,
+                       uint64_t *got_version, st__key_live_t *live);
 /* live.c: after a put that took live key `key` over (the reply said
  * `taken`): copies the top-level tensors of `value` into the key's
  * memory by name as one update; *version (may be NULL) gets the new

@@ -12,11 +12,12 @@
  * device to host or device to device) on the caller's stream of the one
  * device the call copies on (device.c's st__client_cuda_copies).
  *
- * The mapping of a key's source is kept per client and key (at most
- * INTO_KEEP_KEYS keys, the least recently used let go): the next
- * st_get_into of that key receives the same arenas' descriptors again and
- * the open-cache (map.c) finds them mapped, so it maps nothing new. A new
- * version replaces the kept source once its copy is done.
+ * The mapping of a key's source is kept per client and (key, view) (at
+ * most INTO_KEEP_KEYS, the least recently used let go), with its version:
+ * the next st_get_into of that key asks with `have` (st_client_get_since)
+ * and, while the version has not moved, gets a `same` reply: one round
+ * trip, nothing mapped or decoded. A new version replaces the kept source
+ * once its copy is done.
  *
  * Threads: st_get_into on the client's thread; st_result_copy_into on any
  * thread while its result lives.
@@ -34,8 +35,9 @@
 #define INTO_LIST_MAX 8
 
 struct st__into_kept {
-  char *key;
+  char *key;       /* the key, or "key\x1fview" */
   st_result_t *src;
+  uint64_t version; /* src's version: asked for as `have` next time */
   uint64_t used;   /* the client's st_get_into count when last used */
 };
 
@@ -242,7 +244,7 @@ static struct st__into_kept *kept_find(st_client_t *c, const char *key) {
  * INTO_KEEP_KEYS are taken. Out of memory: r is freed, nothing kept. */
 static void into_reset(st_client_t *c);
 
-static void kept_put(st_client_t *c, const char *key, st_result_t *r) {
+static void kept_put(st_client_t *c, const char *key, st_result_t *r, uint64_t version) {
   struct st__into_kept *e = kept_find(c, key);
   if (!e) {
     if (!c->into) c->into = calloc(INTO_KEEP_KEYS, sizeof *c->into);
@@ -266,6 +268,7 @@ static void kept_put(st_client_t *c, const char *key, st_result_t *r) {
   }
   st_result_free(e->src);   /* the same arenas stay mapped: r holds them */
   e->src = r;
+  e->version = version;
   e->used = ++c->into_uses;
 }
 
@@ -292,23 +295,32 @@ ST_API int st_get_into(st_client_t *c, const char *key, uint64_t version, const 
     int rc = check_destination(&dst[i], i, err, sizeof err);
     if (rc != ST_OK) return st__client_fail(c, rc, "get_into '%s': %s", key, err);
   }
+  /* Kept per (key, view): another view of the key is another source. */
+  char *name = NULL;
+  if (view && *view ? asprintf(&name, "%s\x1f%s", key, view) < 0 : !(name = strdup(key)))
+    return st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "get_into '%s': out of memory", key);
+  struct st__into_kept *e = kept_find(c, name);
   st_result_t *r = NULL;
   uint64_t got = 0;
-  int rc = st_client_get_view(c, key, version, ST_GET_READONLY, view, &r, &got);
-  if (rc != ST_OK) return rc;
+  /* The kept version, if still the one asked for, comes back as `same`:
+   * one round trip, nothing mapped or decoded. */
+  int rc = st_client_get_since(c, key, version, ST_GET_READONLY, view, e ? e->version : 0, &r,
+                               &got);
+  if (rc != ST_OK) {
+    free(name);
+    return rc;
+  }
   char what[200];
   snprintf(what, sizeof what, "get_into '%.128s' version %llu", key, (unsigned long long)got);
-  rc = copy_into(r, dst, n, stream, 1, what, err, sizeof err);
+  rc = copy_into(r ? r : e->src, dst, n, stream, 1, what, err, sizeof err);
   if (rc != ST_OK) {
     st_result_free(r);
+    free(name);
     return st__client_fail(c, rc, "%s", err);
   }
-  /* Kept per (key, view): another view of the key is another source. */
-  char *kept = NULL;
-  if (view && *view && asprintf(&kept, "%s\x1f%s", key, view) < 0) kept = NULL;
-  if (view && *view && !kept) st_result_free(r);   /* out of memory: not kept */
-  else kept_put(c, kept ? kept : key, r);
-  free(kept);
+  if (r) kept_put(c, name, r, got);
+  else e->used = ++c->into_uses;
+  free(name);
   if (got_version) *got_version = got;
   return ST_OK;
 }

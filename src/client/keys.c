@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "client/client_internal.h"
 #include "client/result.h"
@@ -100,13 +101,20 @@ ST_API int st_client_put(st_client_t *c, const char *key, const st_args_t *value
 /* See client.h. Thread of the client. */
 ST_API int st_client_get(st_client_t *c, const char *key, uint64_t version, int flags,
                          st_result_t **out, uint64_t *got_version) {
-  return st__client_key_get(c, key, version, flags, NULL, out, got_version, NULL);
+  return st__client_key_get(c, key, version, flags, NULL, 0, out, got_version, NULL);
 }
 
 /* See client.h. Thread of the client. */
 ST_API int st_client_get_view(st_client_t *c, const char *key, uint64_t version, int flags,
                               const char *view, st_result_t **out, uint64_t *got_version) {
-  return st__client_key_get(c, key, version, flags, view, out, got_version, NULL);
+  return st__client_key_get(c, key, version, flags, view, 0, out, got_version, NULL);
+}
+
+/* See client.h. Thread of the client. */
+ST_API int st_client_get_since(st_client_t *c, const char *key, uint64_t version, int flags,
+                               const char *view, uint64_t have, st_result_t **out,
+                               uint64_t *got_version) {
+  return st__client_key_get(c, key, version, flags, view, have, out, got_version, NULL);
 }
 
 /* The reply's `live` map into *live (zeroed when there is none). */
@@ -122,8 +130,8 @@ static void live_of(const msgpack_object *result, st__key_live_t *live) {
 
 /* See client_internal.h. Thread of the client. */
 int st__client_key_get(st_client_t *c, const char *key, uint64_t version, int flags,
-                       const char *view, st_result_t **out, uint64_t *got_version,
-                       st__key_live_t *live) {
+                       const char *view, uint64_t have, st_result_t **out,
+                       uint64_t *got_version, st__key_live_t *live) {
   if (live) memset(live, 0, sizeof *live);
   if (out) *out = NULL;
   if (got_version) *got_version = 0;
@@ -132,10 +140,12 @@ int st__client_key_get(st_client_t *c, const char *key, uint64_t version, int fl
   st__cbuf_t b;
   st__client_cbuf_init(&b);
   int with_view = view && *view;
-  msgpack_pack_map(&b.pk, 1 + (version > 0) + ((flags & ST_GET_READONLY) != 0) + with_view);
+  msgpack_pack_map(&b.pk, 1 + (version > 0) + ((flags & ST_GET_READONLY) != 0) + with_view +
+                              (have > 0));
   st__pack_cstr(&b.pk, "key");
   st__pack_cstr(&b.pk, key);
   if (version) st__pack_kv_uint(&b.pk, "version", version);
+  if (have) st__pack_kv_uint(&b.pk, "have", have);
   if (with_view) st__pack_kv_str(&b.pk, "view", view);
   if (flags & ST_GET_READONLY) st__pack_kv_bool(&b.pk, "readonly", 1);
   st__message_t m;
@@ -145,8 +155,22 @@ int st__client_key_get(st_client_t *c, const char *key, uint64_t version, int fl
                  : st__client_exchange(c, "get", b.sb.data, b.sb.size, NULL, 0, &m, &fds, &nfds);
   st__client_cbuf_destroy(&b);
   if (rc != ST_OK) return rc;
-  rc = st__client_result_decode(c, &m.result, 1, fds, nfds, out);
   const msgpack_object *v = st__map_get(&m.result, "version");
+  if (st__map_get(&m.result, "same")) {
+    /* Nothing came but the version: the caller keeps what it has. A
+     * `same` it did not ask for, or for another version, is a lie. */
+    if (have && !nfds && v && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER && v->via.u64 == have) {
+      if (got_version) *got_version = have;
+    } else {
+      rc = st__client_fail(c, ST_ERR_PROTOCOL, "get '%s': a `same` reply for version %llu, "
+                           "which this client did not say it has", key, (unsigned long long)have);
+    }
+    for (size_t i = 0; i < nfds; i++) close(fds[i]);
+    free(fds);
+    st__message_destroy(&m);
+    return rc;
+  }
+  rc = st__client_result_decode(c, &m.result, 1, fds, nfds, out);
   if (rc == ST_OK && got_version && v && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
     *got_version = v->via.u64;
   if (rc == ST_OK && live) live_of(&m.result, live);

@@ -51,7 +51,7 @@ ST_API int st_key_open(st_client_t *c, const char *key, int flags, st_key_t **ou
   if (strlen(key) > 128) return fail(ST_ERR_INVALID_ARGUMENT, "a key name is 1 to 128 characters");
   st__key_live_t live;
   st_result_t *r = NULL;
-  int rc = st__client_key_get(c, key, 0, flags, NULL, &r, NULL, &live);
+  int rc = st__client_key_get(c, key, 0, flags, NULL, 0, &r, NULL, &live);
   if (rc != ST_OK) return fail(rc, "%s", st_client_error(c));
   st__mapping_t *m = live.live && live.page < r->nmaps ? r->maps[live.page] : NULL;
   st__key_page_t *p = m ? st__client_mapping_base(m) : NULL;

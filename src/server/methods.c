@@ -59,7 +59,8 @@ static const st__rpc_method_t methods[] = {
      {P_KEY, P("value", ST_RPC_ANY, ST_RPC_REQUIRED), ANY("arenas"),
       {.name = "policy", .type = ST_RPC_WORD, .choices = ST__KEY_POLICY_NAMES}, ANY("readonly"),
        ANY("live")}},
-    {M(get), st__rpc_get, {P_KEY, P("version", ST_RPC_U64, 0), ANY("readonly"), ANY("view")}},
+    {M(get), st__rpc_get,
+     {P_KEY, P("version", ST_RPC_U64, 0), ANY("readonly"), ANY("view"), P("have", ST_RPC_U64, 0)}},
     {M(keys), st__rpc_keys, {P("prefix", ST_RPC_STR, 0)}},
     {M(delete), st__rpc_delete, {P_KEY}},
 };

@@ -152,6 +152,21 @@ static void pack_got(msgpack_packer *pk, const void *ud) {
   st__pack_kv_bool(pk, "publisher", g->publisher);
 }
 
+/* The reply to a get whose `have` is the version it resolves to: {key,
+ * version, same: true}, nothing else (docs/protocol.md, "Published
+ * keys"): the client still has that version mapped. It grants nothing:
+ * no value, no descriptor. */
+static void reply_same(st__rpc_req_t *r, const got_t *g) {
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  st__reply_begin(&sb, &pk, r->id);
+  msgpack_pack_map(&pk, 3);
+  st__pack_kv_str(&pk, "key", g->key->name);
+  st__pack_kv_uint(&pk, "version", st__keys_version_of(g->key, g->v));
+  st__pack_kv_bool(&pk, "same", 1);
+  st__reply_send(r->c, r->id, &sb);
+}
+
 /* The reply of a live key: the version's value and arenas, and its
  * control page as one more arena, last (docs/protocol.md, "Live keys"):
  * writable for the publisher's connection only. */
@@ -220,16 +235,22 @@ static void get_key(st__rpc_req_t *r, const char *name, size_t len, int readonly
   /* Only a live key's publisher writes it (docs/views.md, section 3). */
   g.readonly = readonly || ((k->readonly || k->live) && !mine);
   g.publisher = k->live && mine && !g.readonly;
+  /* A copy of a live key would not follow its updates, and could mix two
+   * of them: a live key's views are windows only. */
+  if (view && k->live && view->contiguous) {
+    st__rpc_error(r, ST_ERR_INVALID_ARGUMENT,
+                  "get: live key '%s': a view of a live key cannot end with `contiguous` "
+                  "(its copy would not follow updates); ask for the window and copy it "
+                  "inside a consistent read", k->name);
+    return;
+  }
+  uint64_t have = st__rpc_u64(r, "have", 0);
+  if (have && have == st__keys_version_of(k, v)) {
+    reply_same(r, &g);
+    return;
+  }
   if (view) {
-    /* A copy of a live key would not follow its updates, and could mix
-     * two of them: a live key's views are windows only. */
-    if (k->live && view->contiguous)
-      st__rpc_error(r, ST_ERR_INVALID_ARGUMENT,
-                    "get: live key '%s': a view of a live key cannot end with `contiguous` "
-                    "(its copy would not follow updates); ask for the window and copy it "
-                    "inside a consistent read", k->name);
-    else
-      get_view(r, view, &g);
+    get_view(r, view, &g);
     return;
   }
   st__reply_more_t more = {.npairs = 2 + (uint32_t)g.readonly, .pack = pack_got, .ud = &g,
@@ -240,8 +261,9 @@ static void get_key(st__rpc_req_t *r, const char *name, size_t len, int readonly
   else st__reply_more(c, r->id, what, &v->result, &more);
 }
 
-/* get {key, version?, readonly?, view?} -> {value, arenas, key, version[,
- * readonly]}: the value with its tensors, mapped like a call's result;
+/* get {key, version?, readonly?, view?, have?} -> {value, arenas, key,
+ * version[, readonly]}, or {key, version, same} when `have` is the version
+ * it resolves to: the value with its tensors, mapped like a call's result;
  * read-only when asked, or when the key was put read-only and this is not
  * the publisher's connection; seen through `view` when given. A live
  * key's version is its page's (st__keys_version_of), everywhere. */

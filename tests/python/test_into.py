@@ -69,7 +69,8 @@ class GetIntoTest(st_fixture.ServerTestCase):
         rc, out = in_child(self.srv.socket, code)
         self.assertEqual(rc, 0, out)
 
-    def publish_steps(self, key, steps):
+    def publish_steps(self, key, steps, version=1):
+        """Puts steps 1..steps as versions version, version + 1, ..."""
         self.publish("""
 for step in range(1, %d):
     sd = {"w": st.empty((4, 8)), "b": st.empty((8,)), "n": st.empty((3,), dtype="int32")}
@@ -77,8 +78,8 @@ for step in range(1, %d):
     sd["b"].fill_(step)
     sd["n"].copy_(torch.arange(3, dtype=torch.int32) + step)
     sd["step"] = step
-    assert c.put(%r, sd) == step
-""" % (steps + 1, key))
+    assert c.put(%r, sd) == step + %d
+""" % (steps + 1, key, version - 1))
 
     def dests(self):
         return collections.OrderedDict(
@@ -187,10 +188,25 @@ for step in range(1, %d):
         first = open_cache_stats()
         self.assertEqual(first[0], before[0] + 3)   # three arenas, kept mapped
         for _ in range(4):
-            self.c.get_into("m/e", d)
+            d = self.dests()
+            self.assertEqual(self.c.get_into("m/e", d), 1)
+            self.assertHolds(d, 1)
         again = open_cache_stats()
         self.assertEqual(again[0], first[0])
-        self.assertEqual(again[1], first[1] + 12)   # 4 gets of 3 arenas, none mapped
+        # each was a `same` reply: no descriptor came to be looked up
+        self.assertEqual(again[1], first[1])
+        # a new version comes in full, and is what gets copied
+        self.publish_steps("m/e", 2, version=2)   # 2 holds step 1, 3 step 2
+        d = self.dests()
+        self.assertEqual(self.c.get_into("m/e", d), 3)
+        self.assertHolds(d, 2)
+        self.assertEqual(open_cache_stats()[0], first[0])   # version 1 let go
+        # the kept version asked by number is `same` too; another comes in full
+        d = self.dests()
+        self.assertEqual(self.c.get_into("m/e", d, version=3), 3)
+        self.assertHolds(d, 2)
+        self.assertEqual(open_cache_stats()[1], first[1])
+        self.assertEqual(self.c.get_into("m/e", d, version=2), 2)
         self.assertHolds(d, 1)
 
     def test_a_cached_objects_result_is_copied_from(self):
