@@ -12,9 +12,11 @@ LLM shapes (Llama-like: embedding, per layer q/k/v/o, gate/up/down and two
 norms, lm_head; the layer count fits the size) as views of one allocation,
 and exits. This process then times, into tensors it allocated with torch:
 
-  - copy_ (floor): dst.copy_(src) per tensor from torch-allocated tensors
-    of the same shapes, then a synchronize: a plain device-to-device copy
-    (cudaMemcpy) of the same bytes;
+  - one copy (floor): one dst.copy_(src) of all the bytes between two
+    torch allocations, then a synchronize: a plain device-to-device copy
+    (cudaMemcpy) of the same bytes, the baseline of every ratio;
+  - copy_ per tensor: the same bytes copied tensor by tensor between
+    torch-allocated tensors of the state dict's shapes;
   - get_into, first: Client.get_into on a new client, the mapping of the
     key included;
   - get_into: again (the mapping kept), the mean of --iters;
@@ -158,16 +160,25 @@ def row(what, nbytes, seconds, floor):
     print("  %-40s %9.2f ms %9.1f GB/s %s" % (what, seconds * 1e3, gbs, ratio), flush=True)
 
 
-def row_copy_floor(ctx):
-    def go():
-        for name, d in ctx.dst.items():
-            d.copy_(ctx.src[name])
+def _warm_mean(ctx, go):
     for _ in range(3):      # warm: the GPU's clocks, the allocator
         go()
     ctx.sync()
-    t = sum(timed(go, ctx.sync) for _ in range(ctx.iters)) / ctx.iters
-    row("copy_ (floor: plain copy, same bytes)", ctx.nbytes, t, None)
+    return sum(timed(go, ctx.sync) for _ in range(ctx.iters)) / ctx.iters
+
+
+def row_copy_floor(ctx):
+    """The floor: one copy of all the bytes (cudaMemcpy on CUDA)."""
+    t = _warm_mean(ctx, lambda: ctx.dst_flat.copy_(ctx.src_flat))
+    row("one copy of the bytes (floor)", ctx.nbytes, t, None)
     return t
+
+
+def row_copy_per_tensor(ctx):
+    def go():
+        for name, d in ctx.dst.items():
+            d.copy_(ctx.src[name])
+    row("copy_ per tensor, torch to torch", ctx.nbytes, _warm_mean(ctx, go), ctx.floor)
 
 
 def row_get_into(ctx):
@@ -324,17 +335,21 @@ def row_bound_update(ctx, consumers=8):
             for p in procs:
                 if p.poll() is None:
                     p.kill()
+        # The same update back to back, with no consumer and no pause: the
+        # copy's own cost, the GPU kept busy as a training loop keeps it.
+        again = _warm_mean(ctx, lambda: c.update(key, ctx.src))
         c.delete(key)
     visible = sorted(max(s[str(v)] for s in seen) - t0 for v, t0 in began.items())
     took.sort()
     row("update in place (Client.update)", ctx.nbytes, took[len(took) // 2], ctx.floor)
+    row("update in place, back to back", ctx.nbytes, again, ctx.floor)
     t = visible[len(visible) // 2]
     print("  %-40s %9.2f ms %9.1f GB/s %6.2fx the floor"
           % ("seen by all %d consumers" % consumers, t * 1e3, ctx.nbytes / t / 1e9,
              t / ctx.floor), flush=True)
 
 
-ROWS = [row_get_into, row_c_get_into, row_shard_request, row_bound_update]
+ROWS = [row_copy_per_tensor, row_get_into, row_c_get_into, row_shard_request, row_bound_update]
 
 
 def run_size(a, sock, size, n):
@@ -345,14 +360,16 @@ def run_size(a, sock, size, n):
     subprocess.run([sys.executable, os.path.abspath(__file__), "--publish", key, "--socket", sock,
                     "--device", a.device, "--sizes", str(size)], check=True, env=env)
     dev = "cuda:0" if a.device == "cuda" else "cpu"
-    dst = views(torch.empty(total, dtype=torch.bfloat16, device=dev), places)
-    src = views(fill(torch.empty(total, dtype=torch.bfloat16, device=dev)), places)
+    dst_flat = torch.empty(total, dtype=torch.bfloat16, device=dev)
+    src_flat = fill(torch.empty(total, dtype=torch.bfloat16, device=dev))
+    dst, src = views(dst_flat, places), views(src_flat, places)
     nbytes = sum(_numel(s) for _, s, _ in places) * 2
     print("%s: %d tensors, %s bfloat16 (%d layers)" %
           (size_text(size), len(places), size_text(nbytes),
            sum(1 for name, _, _ in places if name.endswith("q_proj.weight"))), flush=True)
     sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
     ctx = Ctx(sock=sock, device=a.device, key=key, dst=dst, src=src, nbytes=nbytes,
+              dst_flat=dst_flat[:nbytes // 2], src_flat=src_flat[:nbytes // 2],
               iters=a.iters, sync=sync, floor=None)
     ctx.floor = row_copy_floor(ctx)
     for r in ROWS:
@@ -360,7 +377,7 @@ def run_size(a, sock, size, n):
     import sharedtensor as st
     with st.Client(path=sock) as c:
         c.delete(key)
-    del ctx, dst, src
+    del ctx, dst, src, dst_flat, src_flat
     if a.device == "cuda":
         torch.cuda.empty_cache()
 

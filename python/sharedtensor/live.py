@@ -144,7 +144,7 @@ class LiveKey:
             mine = self.tensors.get(name)
             if mine is None:
                 bad.append("%r: no such tensor in key %r" % (name, self.key))
-            elif tuple(mine.shape) != tuple(t.shape) or mine.dtype != t.dtype:
+            elif mine.shape != t.shape or mine.dtype != t.dtype:
                 bad.append("%r: the key has %s %s, the update gives %s %s" % (
                     name, mine.dtype, tuple(mine.shape), t.dtype, tuple(t.shape)))
         if bad:
@@ -166,7 +166,9 @@ class LiveKey:
         arrays too) into the key in place, as one update; every name, shape
         and dtype is checked first. Returns the new version."""
         torch = sys.modules["torch"]
-        src = {k: torch.as_tensor(v) for k, v in dict(tensors).items()}
+        tensor = torch.Tensor
+        src = {k: v if isinstance(v, tensor) else torch.as_tensor(v)
+               for k, v in (tensors if hasattr(tensors, "items") else dict(tensors)).items()}
         self.check(src)
         with self.updating() as t:
             for name, v in src.items():
