@@ -19,11 +19,13 @@ and exits. This process then times, into tensors it allocated with torch:
     torch-allocated tensors of the state dict's shapes;
   - get_into, first: Client.get_into on a new client, the mapping of the
     key included;
-  - get_into: again (the mapping kept), the mean of --iters;
+  - get_into: again (the mapping kept, the version unchanged);
   - st_get_into (C): the library's one call (cuMemcpyAsync per tensor, one
-    stream synchronize), the mean of --iters.
+    stream synchronize).
 
-and prints GB/s and the ratio to the floor (target on CUDA: >= 80%).
+The four repeated rows are timed in turns, one of each per round, and
+each prints the median of --iters rounds, with GB/s and the ratio to the
+floor (target on CUDA: >= 80%).
 Then a zero-copy shard request's latency (target 50 us) and an in-place
 update of the state dict (a live key, up to 1 GiB) until 8 consumer
 processes holding it saw the new version (target 1.25x the copy).
@@ -160,43 +162,34 @@ def row(what, nbytes, seconds, floor):
     print("  %-40s %9.2f ms %9.1f GB/s %s" % (what, seconds * 1e3, gbs, ratio), flush=True)
 
 
-def _warm_mean(ctx, go):
+def _median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
+def _warm_median(ctx, go):
     for _ in range(3):      # warm: the GPU's clocks, the allocator
         go()
     ctx.sync()
-    return sum(timed(go, ctx.sync) for _ in range(ctx.iters)) / ctx.iters
+    return _median([timed(go, ctx.sync) for _ in range(ctx.iters)])
 
 
-def row_copy_floor(ctx):
-    """The floor: one copy of all the bytes (cudaMemcpy on CUDA)."""
-    t = _warm_mean(ctx, lambda: ctx.dst_flat.copy_(ctx.src_flat))
-    row("one copy of the bytes (floor)", ctx.nbytes, t, None)
-    return t
-
-
-def row_copy_per_tensor(ctx):
-    def go():
-        for name, d in ctx.dst.items():
-            d.copy_(ctx.src[name])
-    row("copy_ per tensor, torch to torch", ctx.nbytes, _warm_mean(ctx, go), ctx.floor)
-
-
-def row_get_into(ctx):
-    import sharedtensor as st
-    with st.Client(path=ctx.sock) as c:
-        row("get_into, first (mapping included)", ctx.nbytes,
-            timed(lambda: c.get_into(ctx.key, ctx.dst), ctx.sync), ctx.floor)
-        t = sum(timed(lambda: c.get_into(ctx.key, ctx.dst), ctx.sync)
-                for _ in range(ctx.iters)) / ctx.iters
-        row("get_into (mapping kept)", ctx.nbytes, t, ctx.floor)
-
-
-def row_c_get_into(ctx):
-    """st_get_into through ctypes: one call, the copies on the current
-    stream and one synchronize (the library's)."""
+def rows_copies(ctx):
+    """The floor (one copy of all the bytes: cudaMemcpy on CUDA), copy_
+    per tensor, get_into and st_get_into, timed in turns (one of each per
+    round, --iters rounds, the median of each), so that the host's noise
+    and the GPU's clocks fall on all of them alike. Sets ctx.floor."""
     import torch
     import sharedtensor as st
     from sharedtensor import _lib, targs
+
+    def one_copy():
+        ctx.dst_flat.copy_(ctx.src_flat)
+
+    def per_tensor():
+        for name, d in ctx.dst.items():
+            d.copy_(ctx.src[name])
+
     keep, structs = [], (_lib.Tensor * len(ctx.dst))()
     for k, (name, d) in enumerate(ctx.dst.items()):
         (t, dims), _ = targs._from_torch(name, d)
@@ -204,15 +197,36 @@ def row_c_get_into(ctx):
         keep.append(dims)
         structs[k] = t
     stream = torch.cuda.current_stream().cuda_stream if ctx.device == "cuda" else None
-    with st.Client(path=ctx.sock) as c:
-        def go():
-            rc = _lib.lib.st_get_into(c._ptr, ctx.key.encode(), 0, None, structs, len(ctx.dst),
-                                      stream, None)
+    with st.Client(path=ctx.sock) as py, st.Client(path=ctx.sock) as cc:
+        def c_get_into():
+            # st_get_into through ctypes: one call, the copies on the
+            # current stream and one synchronize (the library's)
+            rc = _lib.lib.st_get_into(cc._ptr, ctx.key.encode(), 0, None, structs,
+                                      len(ctx.dst), stream, None)
             if rc != 0:
-                c._fail(rc)
-        go()
-        t = sum(timed(go, ctx.sync) for _ in range(ctx.iters)) / ctx.iters
-        row("st_get_into (C, mapping kept)", ctx.nbytes, t, ctx.floor)
+                cc._fail(rc)
+
+        for _ in range(3):
+            one_copy()
+        ctx.sync()
+        first = timed(lambda: py.get_into(ctx.key, ctx.dst), ctx.sync)
+        c_get_into()
+        py.get_into(ctx.key, ctx.dst_apart)
+        turns = [("one copy of the bytes (floor)", one_copy),
+                 ("copy_ per tensor, torch to torch", per_tensor),
+                 ("get_into (mapping kept)", lambda: py.get_into(ctx.key, ctx.dst)),
+                 ("st_get_into (C, mapping kept)", c_get_into),
+                 ("get_into, one allocation per tensor", lambda: py.get_into(ctx.key, ctx.dst_apart))]
+        took = {what: [] for what, _ in turns}
+        for _ in range(ctx.iters):
+            for what, go in turns:
+                took[what].append(timed(go, ctx.sync))
+    ctx.floor = _median(took[turns[0][0]])
+    row(turns[0][0], ctx.nbytes, ctx.floor, None)
+    row(turns[1][0], ctx.nbytes, _median(took[turns[1][0]]), ctx.floor)
+    row("get_into, first (mapping included)", ctx.nbytes, first, ctx.floor)
+    for what, _ in turns[2:]:
+        row(what, ctx.nbytes, _median(took[what]), ctx.floor)
 
 
 def row_shard_request(ctx):
@@ -337,19 +351,27 @@ def row_bound_update(ctx, consumers=8):
                     p.kill()
         # The same update back to back, with no consumer and no pause: the
         # copy's own cost, the GPU kept busy as a training loop keeps it.
-        again = _warm_mean(ctx, lambda: c.update(key, ctx.src))
+        again = _warm_median(ctx, lambda: c.update(key, ctx.src))
         c.delete(key)
+    # The floor under the same conditions as the updates: after the same
+    # pause (an idle GPU and host take longer to start a copy).
+    paused = []
+    for _ in range(iters):
+        time.sleep(0.05)
+        paused.append(timed(lambda: ctx.dst_flat.copy_(ctx.src_flat), ctx.sync))
+    paused = _median(paused)
     visible = sorted(max(s[str(v)] for s in seen) - t0 for v, t0 in began.items())
     took.sort()
     row("update in place (Client.update)", ctx.nbytes, took[len(took) // 2], ctx.floor)
     row("update in place, back to back", ctx.nbytes, again, ctx.floor)
+    row("one copy of the bytes after 50 ms idle", ctx.nbytes, paused, None)
     t = visible[len(visible) // 2]
-    print("  %-40s %9.2f ms %9.1f GB/s %6.2fx the floor"
+    print("  %-40s %9.2f ms %9.1f GB/s %6.2fx the floor, %.2fx the copy after idle"
           % ("seen by all %d consumers" % consumers, t * 1e3, ctx.nbytes / t / 1e9,
-             t / ctx.floor), flush=True)
+             t / ctx.floor, t / paused), flush=True)
 
 
-ROWS = [row_copy_per_tensor, row_get_into, row_c_get_into, row_shard_request, row_bound_update]
+ROWS = [rows_copies, row_shard_request, row_bound_update]
 
 
 def run_size(a, sock, size, n):
@@ -360,6 +382,10 @@ def run_size(a, sock, size, n):
     subprocess.run([sys.executable, os.path.abspath(__file__), "--publish", key, "--socket", sock,
                     "--device", a.device, "--sizes", str(size)], check=True, env=env)
     dev = "cuda:0" if a.device == "cuda" else "cpu"
+    # Destinations laid out as the key is (one allocation), and one
+    # allocation per tensor, as a module's parameters often are.
+    dst_apart = collections.OrderedDict(
+        (name, torch.empty(shape, dtype=torch.bfloat16, device=dev)) for name, shape, _ in places)
     dst_flat = torch.empty(total, dtype=torch.bfloat16, device=dev)
     src_flat = fill(torch.empty(total, dtype=torch.bfloat16, device=dev))
     dst, src = views(dst_flat, places), views(src_flat, places)
@@ -369,15 +395,14 @@ def run_size(a, sock, size, n):
            sum(1 for name, _, _ in places if name.endswith("q_proj.weight"))), flush=True)
     sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
     ctx = Ctx(sock=sock, device=a.device, key=key, dst=dst, src=src, nbytes=nbytes,
-              dst_flat=dst_flat[:nbytes // 2], src_flat=src_flat[:nbytes // 2],
+              dst_flat=dst_flat[:nbytes // 2], src_flat=src_flat[:nbytes // 2], dst_apart=dst_apart,
               iters=a.iters, sync=sync, floor=None)
-    ctx.floor = row_copy_floor(ctx)
     for r in ROWS:
         r(ctx)
     import sharedtensor as st
     with st.Client(path=sock) as c:
         c.delete(key)
-    del ctx, dst, src, dst_flat, src_flat
+    del ctx, dst, src, dst_flat, src_flat, dst_apart
     if a.device == "cuda":
         torch.cuda.empty_cache()
 
@@ -390,7 +415,7 @@ def main():
                     help="default: cuda when torch sees a GPU, else cpu")
     ap.add_argument("--sizes", default=None,
                     help="state dict sizes, e.g. 1G,14G (default: 1G,14G on cuda, 8M,32M on cpu)")
-    ap.add_argument("--iters", type=int, default=5, help="timed repetitions of each row")
+    ap.add_argument("--iters", type=int, default=10, help="timed repetitions of each row")
     ap.add_argument("--publish", metavar="KEY", help=argparse.SUPPRESS)
     ap.add_argument("--socket", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -408,8 +433,9 @@ def main():
     sizes = [parse_size(s) for s in (a.sizes or ("1G,14G" if a.device == "cuda" else "8M,32M"))
              .split(",")]
     largest = max(layout(llama_shapes(s))[1] * 2 for s in sizes)
-    budget = ("cpu = %d" % (largest + (256 << 20)) if a.device == "cpu" else
-              'cpu = 256 * 2^20, ["cuda:0"] = %d' % (largest + GIB))
+    live = min(largest, GIB + (GIB >> 4))      # row_bound_update's key
+    budget = ("cpu = %d" % (largest + live + (256 << 20)) if a.device == "cpu" else
+              'cpu = 256 * 2^20, ["cuda:0"] = %d' % (largest + live + GIB))
     d, sock, proc = start_server(a.build, a.device, budget=budget)
     try:
         print("bench_views on %s (%s), %d iterations per row" %

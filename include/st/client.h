@@ -810,6 +810,20 @@ ST_API const char *st_key_error(const st_key_t *k);
 ST_API int st_result_copy_into(const st_result_t *src, const st_tensor_t *dst, size_t n,
                                void *stream, char *err, size_t errlen);
 
+/* Copies n byte ranges, bytes[i] from address src[i] to address dst[i],
+ * in order: on CUDA device `ordinal` with cuMemcpyAsync on `stream` (NULL:
+ * the legacy default stream of its primary context), ranges that follow
+ * each other in both dst and src merged into one copy, then waits for
+ * the stream when `sync`; with ordinal -1 in host memory (memcpy). The
+ * copies of st_result_copy_into and st_get_into, for bindings that check
+ * their tensors themselves (Python's get_into and live updates): the
+ * caller vouches for every range. ST_OK; ST_ERR_INVALID_ARGUMENT (NULL
+ * arrays with n > 0); ST_ERR_CAPABILITY or a driver error, with the
+ * reason in err (may be NULL). Any thread. */
+ST_API int st_copy_ranges(int ordinal, const uint64_t *dst, const uint64_t *src,
+                          const uint64_t *bytes, size_t n, void *stream, int sync, char *err,
+                          size_t errlen);
+
 /* Maps version `version` of `key` (0: the latest) read-only (as
  * st_client_get with ST_GET_READONLY: nothing done to the destinations
  * can change the published state) and copies it into `dst` as

@@ -2,10 +2,15 @@
 caller owns (docs/views.md, section 2; docs/python.md): the call behind
 Client.get_into.
 
-Every name, shape and dtype is checked before anything is copied; then
-each tensor is one `dst.copy_(src)` on the current stream (device to
-device when both are on a GPU; the dtype cast in the same kernel with
-dtype_cast=True). The source of a key is mapped read-only and kept per
+Every name, shape and dtype is checked before anything is copied. When
+every destination is contiguous, on the source's device, with its shape
+and dtype (the common case: parameters loaded from their own state dict),
+the check and the copy plan are one pass over the destinations and the
+copies go by address through st_copy_ranges on the current stream
+(cuMemcpyAsync, tensors that follow each other in both source and
+destination as one copy). Otherwise each tensor is one `dst.copy_(src)`
+on the current stream (device to device when both are on a GPU; the
+dtype cast in the same kernel with dtype_cast=True). The source of a key is mapped read-only and kept per
 (key, view) (at most _KEEP), with its version: the next get_into asks the
 server with that version (`have`) and, while it has not moved, gets a
 `same` reply (one round trip: nothing mapped or converted again). A CUDA
@@ -13,8 +18,10 @@ source is let go only once the copies queued from it are done (an event
 recorded after them).
 """
 import collections
+import ctypes
 import sys
 
+from . import _lib
 from . import errors as _errors
 from . import keys as _keys
 
@@ -87,9 +94,14 @@ def copy(src, dst, after=None):
             d.copy_(s)
             if cuda is None and (d.is_cuda or s.is_cuda):
                 cuda = d.device if d.is_cuda else s.device
-    if cuda is None:
-        return None
-    stream = torch.cuda.current_stream(cuda)
+    return None if cuda is None else _event_after(cuda, after)
+
+
+def _event_after(device, after):
+    """A CUDA event recorded on torch's current stream of device, after
+    what is queued there and after the event `after` (may be None)."""
+    torch = _torch()
+    stream = torch.cuda.current_stream(device)
     if after is not None:
         stream.wait_event(after)
     event = torch.cuda.Event()
@@ -97,9 +109,61 @@ def copy(src, dst, after=None):
     return event
 
 
+def plan_of(named):
+    """name -> (shape, dtype, device, address, bytes) of every tensor of
+    `named`, which the fast path copies from (or into) by address; None
+    when one is not contiguous (the general path copies those)."""
+    plan = {}
+    for name, t in named.items():
+        if not t.is_contiguous():
+            return None
+        plan[name] = (t.shape, t.dtype, t.device, t.data_ptr(), t.numel() * t.element_size())
+    return plan
+
+
+def ranges(plan, tensors):
+    """(device, [addresses of tensors], [the plan's addresses], [bytes])
+    when `tensors` (name -> tensor) names exactly the plan's tensors, each
+    contiguous with the plan's shape, dtype and device, all on one device;
+    else None (the general path checks, and copies with copy_)."""
+    if plan is None or len(tensors) != len(plan):
+        return None
+    mine, theirs, sizes = [], [], []
+    device = None
+    for name, t in tensors.items():
+        p = plan.get(name)
+        if (p is None or t.shape != p[0] or t.dtype != p[1] or t.device != p[2]
+                or not t.is_contiguous()):
+            return None
+        mine.append(t.data_ptr())
+        theirs.append(p[3])
+        sizes.append(p[4])
+        device = p[2]
+    if device is None:
+        return None
+    return device, mine, theirs, sizes
+
+
+def copy_ranges(device, dst, src, sizes):
+    """st_copy_ranges of the address lists: on torch's current stream of
+    `device` when it is a GPU (queued, not waited for), else memcpy."""
+    n = len(sizes)
+    arr = ctypes.c_uint64 * n
+    stream, ordinal = None, -1
+    if device.type == "cuda":
+        stream = _torch().cuda.current_stream(device).cuda_stream or None
+        ordinal = device.index
+    err = ctypes.create_string_buffer(400)
+    rc = _lib.lib.st_copy_ranges(ordinal, arr(*dst), arr(*src), arr(*sizes), n, stream, 0, err,
+                                 len(err))
+    if rc != 0:
+        raise _errors.from_library(rc, err.value.decode(errors="replace"))
+
+
 # A kept source: the value got (it holds the mapping), its tensors by name,
-# its version and the event after the last copies from it.
-_Source = collections.namedtuple("_Source", "value named version event")
+# their plan (plan_of), its version and the event after the last copies
+# from it.
+_Source = collections.namedtuple("_Source", "value named plan version event")
 
 
 def _keep(client, name, src):
@@ -149,8 +213,15 @@ def get_into(client, key_or_result, tensors, version=None, view=None, dtype_cast
     if value is None:
         src = kept
     else:
-        src = _Source(value, _named(value, "the source"), got, None)
-    check(src.named, dst, dtype_cast, "get_into '%s' version %d" % (key, got))
-    event = copy(src.named, dst, after=src.event)
+        named = _named(value, "the source")
+        src = _Source(value, named, plan_of(named), got, None)
+    fast = ranges(src.plan, dst)
+    if fast is not None:            # every check passed: copies by address
+        device, mine, theirs, sizes = fast
+        copy_ranges(device, mine, theirs, sizes)
+        event = _event_after(device, src.event) if device.type == "cuda" else None
+    else:
+        check(src.named, dst, dtype_cast, "get_into '%s' version %d" % (key, got))
+        event = copy(src.named, dst, after=src.event)
     _keep(client, name, src._replace(event=event))
     return got

@@ -23,6 +23,7 @@ import ctypes
 import sys
 
 from . import _lib
+from . import into as _into
 from .errors import from_library
 
 _l = _lib.lib
@@ -65,6 +66,7 @@ class LiveKey:
         self.tensors = {k: v for k, v in value.items() if hasattr(v, "data_ptr")}
         cuda = [t.device for t in self.tensors.values() if t.is_cuda]
         self.device = cuda[0] if cuda else None
+        self._plan = _into.plan_of(self.tensors)   # update's copies by address
 
     def close(self):
         k, self._k = self._k, None
@@ -164,15 +166,26 @@ class LiveKey:
     def update(self, tensors):
         """Copies `tensors` (name -> tensor; a Module's state_dict, numpy
         arrays too) into the key in place, as one update; every name, shape
-        and dtype is checked first. Returns the new version."""
+        and dtype is checked first. Returns the new version.
+
+        Every tensor of the key, each contiguous on the key's device: the
+        check is one pass and the copies go by address (st_copy_ranges,
+        tensors that follow each other on both sides as one copy).
+        Otherwise each is a copy_ (host sources, other layouts)."""
         torch = sys.modules["torch"]
         tensor = torch.Tensor
         src = {k: v if isinstance(v, tensor) else torch.as_tensor(v)
                for k, v in (tensors if hasattr(tensors, "items") else dict(tensors)).items()}
-        self.check(src)
+        fast = _into.ranges(self._plan, src)
+        if fast is None:
+            self.check(src)
         with self.updating() as t:
-            for name, v in src.items():
-                t[name].copy_(v, non_blocking=True)
+            if fast is not None:
+                device, theirs, mine, sizes = fast
+                _into.copy_ranges(device, mine, theirs, sizes)
+            else:
+                for name, v in src.items():
+                    t[name].copy_(v, non_blocking=True)
         return self.version
 
 

@@ -470,7 +470,8 @@ typedef struct st__client_copy {
 } st__client_copy_t;
 /* Queues the n copies on `stream` (a CUstream of device `ordinal`; NULL:
  * the legacy default stream of its primary context) with cuMemcpyAsync,
- * in order, then waits for that stream when `sync`. ST_OK, or
+ * in order (copies that follow each other in both destination and source
+ * merged into one), then waits for that stream when `sync`. ST_OK, or
  * ST_ERR_CAPABILITY (no driver) or the driver's error with a reason in
  * err (copies queued before a failure stay queued). Any thread. */
 int st__client_cuda_copies(const st__client_copy_t *copies, size_t n, int ordinal, void *stream,

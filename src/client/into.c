@@ -135,20 +135,58 @@ static int pair_ordinal(const st_tensor_t *s, const st_tensor_t *d) {
   return s->device == ST_DEVICE_CUDA ? s->device_index : -1;
 }
 
+/* A name and where it is (a destination's index, a source tensor's). */
+typedef struct named {
+  const char *name;
+  size_t at;
+} named_t;
+
+static int named_order(const void *a, const void *b) {
+  const named_t *x = a, *y = b;
+  int c = strcmp(x->name, y->name);
+  return c ? c : (x->at > y->at) - (x->at < y->at);
+}
+
+static int named_is(const void *key, const void *elem) {
+  return strcmp(key, ((const named_t *)elem)->name);
+}
+
+/* The first entry of sorted v[n] named `name`, or NULL. */
+static const named_t *named_find(const named_t *v, size_t n, const char *name) {
+  const named_t *e = bsearch(name, v, n, sizeof *v, named_is);
+  while (e && e > v && strcmp(e[-1].name, name) == 0) e--;
+  return e;
+}
+
 /* Every difference between the destinations and the source's tensors into
- * *df; *ordinal the CUDA device the copies use (-1: none). */
-static void compare(const st_result_t *src, const st_tensor_t *dst, size_t n, diffs_t *df,
-                    int *ordinal) {
+ * *df; match[i] the source tensor of dst[i] (NULL: none); *ordinal the
+ * CUDA device the copies use (-1: none). Names are looked up in sorted
+ * indexes, so that a model of thousands of tensors checks in n log n.
+ * ST_OK or ST_ERR_OUT_OF_MEMORY. */
+static int compare(const st_result_t *src, const st_tensor_t *dst, size_t n,
+                   const st_tensor_t **match, diffs_t *df, int *ordinal) {
   char a[160], b[160];
   *ordinal = -1;
+  size_t m = st_result_tensor_count(src);
+  named_t *sx = malloc((m + 1) * sizeof *sx), *dx = malloc((n + 1) * sizeof *dx);
+  char *twice = calloc(n + 1, 1);
+  if (!sx || !dx || !twice) {
+    free(sx);
+    free(dx);
+    free(twice);
+    return ST_ERR_OUT_OF_MEMORY;
+  }
+  for (size_t j = 0; j < m; j++) sx[j] = (named_t){st_result_tensor(src, j)->name, j};
+  for (size_t i = 0; i < n; i++) dx[i] = (named_t){dst[i].name, i};
+  qsort(sx, m, sizeof *sx, named_order);
+  qsort(dx, n, sizeof *dx, named_order);
+  for (size_t k = 1; k < n; k++)
+    if (strcmp(dx[k - 1].name, dx[k].name) == 0) twice[dx[k].at] = 1;
   for (size_t i = 0; i < n; i++) {
     const st_tensor_t *d = &dst[i];
-    for (size_t j = 0; j < i; j++)
-      if (strcmp(dst[j].name, d->name) == 0) {
-        diff_add(df, "'%s' is given twice", d->name);
-        break;
-      }
-    const st_tensor_t *s = st_result_find(src, d->name);
+    if (twice[i]) diff_add(df, "'%s' is given twice", d->name);
+    const named_t *f = named_find(sx, m, d->name);
+    const st_tensor_t *s = match[i] = f ? st_result_tensor(src, f->at) : NULL;
     if (!s) {
       diff_add(df, "missing '%s' (the source has no such tensor)", d->name);
       continue;
@@ -174,13 +212,15 @@ static void compare(const st_result_t *src, const st_tensor_t *dst, size_t n, di
     else if (o >= 0)
       *ordinal = o;
   }
-  size_t m = st_result_tensor_count(src);
   for (size_t j = 0; j < m; j++) {
     const st_tensor_t *s = st_result_tensor(src, j);
-    size_t i = 0;
-    while (i < n && strcmp(dst[i].name, s->name) != 0) i++;
-    if (i == n) diff_add(df, "extra '%s' (no destination of that name)", s->name);
+    if (!named_find(dx, n, s->name))
+      diff_add(df, "extra '%s' (no destination of that name)", s->name);
   }
+  free(sx);
+  free(dx);
+  free(twice);
+  return ST_OK;
 }
 
 /* Checks, then copies: see st_result_copy_into. `sync` forces a wait for
@@ -194,22 +234,29 @@ static int copy_into(const st_result_t *src, const st_tensor_t *dst, size_t n, v
     int rc = check_destination(&dst[i], i, err, errlen);
     if (rc != ST_OK) return rc;
   }
+  const st_tensor_t **match = calloc(n + 1, sizeof *match);
+  st__client_copy_t *plan = calloc(n + 1, sizeof *plan);
   diffs_t df = {{0}, 0};
-  int ordinal;
-  compare(src, dst, n, &df, &ordinal);
+  int ordinal = -1;
+  if (!match || !plan || compare(src, dst, n, match, &df, &ordinal) != ST_OK) {
+    free(match);
+    free(plan);
+    free(df.text.ptr);
+    return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "%s: out of memory", what);
+  }
   if (df.count) {
     int rc = st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                       "%s: %zu difference%s, nothing copied: %s%s", what, df.count,
                       df.count == 1 ? "" : "s", df.text.oom ? "(out of memory)" : df.text.ptr,
                       df.count > INTO_LIST_MAX ? "; ..." : "");
     free(df.text.ptr);
+    free(match);
+    free(plan);
     return rc;
   }
-  st__client_copy_t *plan = n ? calloc(n, sizeof *plan) : NULL;
-  if (n && !plan) return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "%s: out of memory", what);
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
-    const st_tensor_t *s = st_result_find(src, dst[i].name);
+    const st_tensor_t *s = match[i];
     if (pair_ordinal(s, &dst[i]) < 0) {
       if (s->nbytes) memcpy(dst[i].data, s->data, s->nbytes);
     } else {
@@ -222,6 +269,28 @@ static int copy_into(const st_result_t *src, const st_tensor_t *dst, size_t n, v
     rc = st__client_cuda_copies(plan, k, ordinal, stream, sync || !stream, why, sizeof why);
     if (rc != ST_OK) st__fail(rc, err, errlen, "%s: %s", what, why);
   }
+  free(match);
+  free(plan);
+  return rc;
+}
+
+/* See client.h. Any thread. */
+ST_API int st_copy_ranges(int ordinal, const uint64_t *dst, const uint64_t *src,
+                          const uint64_t *bytes, size_t n, void *stream, int sync, char *err,
+                          size_t errlen) {
+  if (n && (!dst || !src || !bytes))
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "copy_ranges: NULL ranges");
+  if (ordinal < 0) {
+    for (size_t i = 0; i < n; i++)
+      if (bytes[i]) memcpy((void *)(uintptr_t)dst[i], (const void *)(uintptr_t)src[i], bytes[i]);
+    return ST_OK;
+  }
+  st__client_copy_t *plan = calloc(n + 1, sizeof *plan);
+  if (!plan) return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "copy_ranges: out of memory");
+  for (size_t i = 0; i < n; i++)
+    plan[i] = (st__client_copy_t){.dst = (void *)(uintptr_t)dst[i],
+                                  .src = (const void *)(uintptr_t)src[i], .bytes = bytes[i]};
+  int rc = st__client_cuda_copies(plan, n, ordinal, stream, sync, err, errlen);
   free(plan);
   return rc;
 }
