@@ -209,13 +209,22 @@ int st__client_cuda_copies(const st__client_copy_t *copies, size_t n, int ordina
   int rc = st__cuda_ctx_enter(ordinal, why, sizeof why);
   for (size_t i = 0; rc == ST_OK && i < n;) {
     /* Copies that follow each other in both destination and source go as
-     * one: each copy costs the GPU a few microseconds of its own. */
-    uintptr_t dst = (uintptr_t)copies[i].dst, src = (uintptr_t)copies[i].src;
-    size_t bytes = copies[i].bytes;
+     * one (each copy costs the GPU a few microseconds of its own), as long
+     * as the merged ranges stay inside one allocation on each side: the
+     * driver refuses a copy that runs into the next allocation. Those
+     * ends are looked up once per run, and only when a merge is possible. */
+    uint64_t dst = (uintptr_t)copies[i].dst, src = (uintptr_t)copies[i].src;
+    uint64_t bytes = copies[i].bytes, dst_end = 0, src_end = 0;
+    int looked = 0;
     for (i++; i < n && (uintptr_t)copies[i].dst == dst + bytes &&
               (uintptr_t)copies[i].src == src + bytes;
-         i++)
-      bytes += copies[i].bytes;
+         i++) {
+      if (!looked++ && (!st__cuda_alloc_end(dst, &dst_end) || !st__cuda_alloc_end(src, &src_end)))
+        dst_end = src_end = 0;
+      uint64_t more = copies[i].bytes;
+      if (dst + bytes + more > dst_end || src + bytes + more > src_end) break;
+      bytes += more;
+    }
     if (bytes) rc = st__cuda_copy_async(dst, src, bytes, stream, why, sizeof why);
   }
   if (rc == ST_OK && sync) rc = st__cuda_stream_sync(stream, why, sizeof why);

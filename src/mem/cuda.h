@@ -74,6 +74,7 @@ typedef struct st__cuda_api {
   PFN_cuMemcpyDtoH_v3020 cuMemcpyDtoH;
   PFN_cuMemcpyDtoD_v3020 cuMemcpyDtoD;
   PFN_cuMemcpyAsync_v4000 cuMemcpyAsync;
+  PFN_cuMemGetAddressRange_v3020 cuMemGetAddressRange;
   PFN_cuMemsetD8Async_v3020 cuMemsetD8Async;
   /* Events: libstclient defers the free of a pooled CUDA region until
    * the device work queued before it is done (src/client/device.c). */
@@ -200,6 +201,14 @@ int st__cuda_copy_async(uint64_t dst, uint64_t src, uint64_t bytes, void *stream
 /* Waits for `stream` (NULL: the legacy default stream) of the CURRENT
  * context. Any thread with the context current. */
 int st__cuda_stream_sync(void *stream, char *err, size_t errlen);
+
+/* The end (one past the last byte) of the device allocation or mapping
+ * that holds device address `ptr`, into *end: 1, or 0 when `ptr` is not
+ * in one (host memory, a bad address). One copy must stay inside one
+ * allocation: the driver refuses a range that runs into the next, even
+ * when their addresses follow each other. Any thread with a context
+ * current. */
+int st__cuda_alloc_end(uint64_t ptr, uint64_t *end);
 
 /* ------------------------------------------------------ client side import */
 

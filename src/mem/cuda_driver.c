@@ -111,6 +111,7 @@ static void load_api(void) {
   LOAD(cuMemcpyDtoH);
   LOAD(cuMemcpyDtoD);
   LOAD(cuMemcpyAsync);
+  LOAD(cuMemGetAddressRange);
   LOAD(cuMemsetD8Async);
   LOAD(cuEventCreate);
   LOAD(cuEventRecord);
@@ -416,6 +417,15 @@ int st__cuda_copy_async(uint64_t dst, uint64_t src, uint64_t bytes, void *stream
 int st__cuda_stream_sync(void *stream, char *err, size_t errlen) {
   return st__cuda_error(api.cuStreamSynchronize((CUstream)stream), "cuStreamSynchronize", err,
                         errlen);
+}
+
+/* See cuda.h. Any thread with a context current. */
+int st__cuda_alloc_end(uint64_t ptr, uint64_t *end) {
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  if (api.cuMemGetAddressRange(&base, &size, (CUdeviceptr)ptr) != CUDA_SUCCESS || !size) return 0;
+  *end = (uint64_t)base + size;
+  return 1;
 }
 
 #else /* !ST_HAVE_CUDA */
