@@ -245,7 +245,8 @@ int st__cuda_handle_import(int fd, uint64_t bytes, const char *uuid, st__cuda_ha
 /* Maps the imported allocation `h` (borrowed; it stays held): reserves
  * h->bytes of address space, maps the allocation there and makes it
  * readable and writable on h's device (cuMemAddressReserve, cuMemMap,
- * cuMemSetAccess). On success *out is filled; undo with st__cuda_unmap
+ * cuMemSetAccess). On success *out is filled (on failure it is left as
+ * it was); undo with st__cuda_unmap
  * (the mapping holds its own reference to the memory: h may be released
  * before or after). Errors: ST_ERR_INVALID_ARGUMENT (the allocation is
  * smaller than h->bytes claims: cuMemMap refuses), ST_ERR_OUT_OF_MEMORY

@@ -74,8 +74,6 @@ int st__cuda_handle_map(const st__cuda_handle_t *h, st__cuda_mapping_t *out, cha
                         size_t errlen) {
   char dummy[1];
   if (!err) { err = dummy; errlen = sizeof dummy; }
-  memset(out, 0, sizeof *out);
-  out->ordinal = -1;
   const st__cuda_api_t *a = st__cuda_api(err, errlen);
   if (!a) return ST_ERR_CAPABILITY;
   if (!h->held) {
@@ -127,20 +125,6 @@ void st__cuda_handle_release(st__cuda_handle_t *h) {
   if (a) a->cuMemRelease((CUmemGenericAllocationHandle)h->handle);
   memset(h, 0, sizeof *h);
   h->ordinal = -1;
-}
-
-/* See cuda.h. Any thread. */
-int st__cuda_import(int fd, uint64_t bytes, const char *uuid, st__cuda_mapping_t *out,
-                    char *err, size_t errlen) {
-  st__cuda_handle_t h;
-  memset(out, 0, sizeof *out);
-  out->ordinal = -1;
-  int rc = st__cuda_handle_import(fd, bytes, uuid, &h, err, errlen);
-  if (rc != ST_OK) return rc;
-  rc = st__cuda_handle_map(&h, out, err, errlen);
-  /* The mapping holds its own reference to the physical memory. */
-  st__cuda_handle_release(&h);
-  return rc;
 }
 
 /* See cuda.h. Any thread. */
@@ -217,11 +201,16 @@ int st__cuda_set_readonly(const st__cuda_mapping_t *m, char *err, size_t errlen)
 
 #else /* !ST_HAVE_CUDA */
 
+/* Every stub's answer: CAPABILITY. */
+static int no_cuda(char *err, size_t errlen) {
+  if (err && errlen) snprintf(err, errlen, "no CUDA device: built without CUDA support");
+  return ST_ERR_CAPABILITY;
+}
+
 /* See cuda.h. */
 int st__cuda_set_readonly(const st__cuda_mapping_t *m, char *err, size_t errlen) {
   (void)m;
-  if (err && errlen) snprintf(err, errlen, "no CUDA device: built without CUDA support");
-  return ST_ERR_CAPABILITY;
+  return no_cuda(err, errlen);
 }
 
 /* See cuda.h: always ST_ERR_CAPABILITY in a build without CUDA. */
@@ -232,37 +221,29 @@ int st__cuda_handle_import(int fd, uint64_t bytes, const char *uuid, st__cuda_ha
   (void)uuid;
   memset(out, 0, sizeof *out);
   out->ordinal = -1;
-  if (err && errlen) snprintf(err, errlen, "no CUDA device: built without CUDA support");
-  return ST_ERR_CAPABILITY;
+  return no_cuda(err, errlen);
 }
 
 /* See cuda.h: always ST_ERR_CAPABILITY in a build without CUDA. */
 int st__cuda_handle_map(const st__cuda_handle_t *h, st__cuda_mapping_t *out, char *err,
                         size_t errlen) {
   (void)h;
-  memset(out, 0, sizeof *out);
-  out->ordinal = -1;
-  if (err && errlen) snprintf(err, errlen, "no CUDA device: built without CUDA support");
-  return ST_ERR_CAPABILITY;
+  (void)out;
+  return no_cuda(err, errlen);
 }
 
 /* See cuda.h. */
 void st__cuda_handle_release(st__cuda_handle_t *h) {
-  if (h) memset(h, 0, sizeof *h);
-}
-
-/* See cuda.h: always ST_ERR_CAPABILITY in a build without CUDA. */
-int st__cuda_import(int fd, uint64_t bytes, const char *uuid, st__cuda_mapping_t *out,
-                    char *err, size_t errlen) {
-  memset(out, 0, sizeof *out);
-  out->ordinal = -1;
-  if (err && errlen) snprintf(err, errlen, "no CUDA device: built without CUDA support");
-  return ST_ERR_CAPABILITY;
+  if (!h) return;
+  memset(h, 0, sizeof *h);
+  h->ordinal = -1;
 }
 
 /* See cuda.h. */
 void st__cuda_unmap(st__cuda_mapping_t *m) {
-  if (m) memset(m, 0, sizeof *m);
+  if (!m) return;
+  memset(m, 0, sizeof *m);
+  m->ordinal = -1;
 }
 
 /* See cuda.h. */
@@ -272,8 +253,22 @@ int st__cuda_create_fd(int ordinal, uint64_t bytes, int *fd, uint64_t *size, cha
   (void)bytes;
   *fd = -1;
   *size = 0;
-  if (err && errlen) snprintf(err, errlen, "no CUDA device: built without CUDA support");
-  return ST_ERR_CAPABILITY;
+  return no_cuda(err, errlen);
 }
 
 #endif
+
+/* See cuda.h (both builds: without CUDA, the import's CAPABILITY). Any
+ * thread. */
+int st__cuda_import(int fd, uint64_t bytes, const char *uuid, st__cuda_mapping_t *out,
+                    char *err, size_t errlen) {
+  st__cuda_handle_t h;
+  memset(out, 0, sizeof *out);
+  out->ordinal = -1;
+  int rc = st__cuda_handle_import(fd, bytes, uuid, &h, err, errlen);
+  if (rc != ST_OK) return rc;
+  rc = st__cuda_handle_map(&h, out, err, errlen);
+  /* The mapping holds its own reference to the physical memory. */
+  st__cuda_handle_release(&h);
+  return rc;
+}
