@@ -13,6 +13,12 @@
  *     server imports it (--first times, default 5);
  *   - put again: the same allocations (the import cache names them by id),
  *     a new version each time (--iters, default 200);
+ *   - get with the view GATHER (a strided window of every tensor, copied by
+ *     the server: docs/views.md), the first time after a first put: on
+ *     CUDA the server maps each allocation then (a put imports handles and
+ *     maps nothing), so this row less the next one is the cost of those
+ *     mappings; and the same on allocations the server mapped before (a
+ *     put again in between, so that the copy is made anew);
  *   - get of the latest version on the same connection (arenas named by id
  *     after the first) and on a new connection each time (descriptors and
  *     mappings).
@@ -79,11 +85,28 @@ static void get_or_die(st_client_t *c, const char *key) {
   st_result_free(r);
 }
 
+/* Every tensor's elements 0 and 2: a window that is not contiguous, so the
+ * server gathers it (reading the allocation) instead of sending it as is. */
+#define GATHER "*:slice(0,0,4,2)|contiguous"
+
+static double timed_gather_us(st_client_t *c, const char *key) {
+  st_result_t *r = NULL;
+  double t0 = stt_now_ms();
+  if (st_client_get_view(c, key, 0, 0, GATHER, &r, NULL) != ST_OK) {
+    fprintf(stderr, "get %s view %s: %s\n", key, GATHER, st_client_error(c));
+    exit(1);
+  }
+  double us = (stt_now_ms() - t0) * 1000.0;
+  st_result_free(r);
+  return us;
+}
+
 static void bench_size(st_client_t *c, const char *sock, const char *device, uint64_t mib,
                        int ntensors, int iters, int first) {
   char what[96], err[256], key[48];
   snprintf(key, sizeof key, "bench/%llu", (unsigned long long)mib);
   double *us = calloc((size_t)(iters > first ? iters : first), sizeof *us);
+  double *gather_us = calloc((size_t)first, sizeof *gather_us);
   for (int i = 0; i < first; i++) {
     state_t s;
     if (state_make(&s, device, mib * MiB, ntensors, err, sizeof err) != 0) {
@@ -93,11 +116,15 @@ static void bench_size(st_client_t *c, const char *sock, const char *device, uin
     double t0 = stt_now_ms();
     put_or_die(c, key, s.args);
     us[i] = (stt_now_ms() - t0) * 1000.0;
+    gather_us[i] = timed_gather_us(c, key);
     state_free(&s);   /* the server keeps the kept versions */
   }
   snprintf(what, sizeof what, "put %4llu MiB/%d tensors, first time", (unsigned long long)mib,
            ntensors);
   bk_report(what, us, first);
+  snprintf(what, sizeof what, "get %4llu MiB gather, first read", (unsigned long long)mib);
+  bk_report(what, gather_us, first);
+  free(gather_us);
   state_t s;
   if (state_make(&s, device, mib * MiB, ntensors, err, sizeof err) != 0) exit(1);
   put_or_die(c, key, s.args);
@@ -109,6 +136,14 @@ static void bench_size(st_client_t *c, const char *sock, const char *device, uin
   snprintf(what, sizeof what, "put %4llu MiB/%d tensors, again", (unsigned long long)mib,
            ntensors);
   bk_report(what, us, iters);
+  int ng = iters < 50 ? iters : 50;
+  timed_gather_us(c, key);   /* the server maps them, if it has not */
+  for (int i = 0; i < ng; i++) {
+    put_or_die(c, key, s.args);   /* a new version: its copy is made anew */
+    us[i] = timed_gather_us(c, key);
+  }
+  snprintf(what, sizeof what, "get %4llu MiB gather, mapped", (unsigned long long)mib);
+  bk_report(what, us, ng);
   for (int i = 0; i < iters; i++) {
     double t0 = stt_now_ms();
     get_or_die(c, key);

@@ -106,8 +106,9 @@ static void run_job(worker_t *w, st__vm_t **vm, st__job_t *job) {
       }
     }
     if (rc == ST_OK) {
-      /* Tensor arguments are mapped here, not on the loop thread: a CUDA
-       * import talks to the driver. */
+      /* Tensor arguments are imported here, not on the loop thread: a CUDA
+       * import talks to the driver (and its mapping is made when the
+       * body's tensors are, on this thread too). */
       job->error[0] = '\0';
       rc = st__targs_import(&job->targs, job->error, sizeof job->error);
       if (rc != ST_OK) job->status = rc;

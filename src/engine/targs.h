@@ -5,10 +5,12 @@
  * descriptor per arena with the request. The loop thread takes those
  * descriptors from the connection (st__targs_take), checks every tensor
  * value of the arguments against the list while it binds (st__targs_check),
- * and moves the set into the job. The worker that runs the job maps the
- * arenas (st__targs_import: a memfd mmap or a CUDA import, which must not
- * run on the loop thread) and the Lua body sees tensors that live in the
- * client's memory: it reads and writes them in place.
+ * and moves the set into the job. The worker that runs the job imports the
+ * arenas (st__targs_import: a memfd mmap or a CUDA handle import, which
+ * must not run on the loop thread; a CUDA arena is mapped when the body's
+ * tensors are made of it, st__tensor_from_desc) and the Lua body sees
+ * tensors that live in the client's memory: it reads and writes them in
+ * place.
  *
  * An arena that names an `arg_id` comes from the connection's import cache
  * (argcache.h) when it carries no descriptor, and is imported at most once
@@ -70,9 +72,10 @@ int st__targs_take(st__targs_t *t, const msgpack_object *list, int *fds, size_t 
 int st__targs_check(const st__targs_t *t, const st__param_t *p, const msgpack_object *v,
                     size_t *ntensors, char *err, size_t errlen);
 
-/* Maps every arena (st__targ_src_import: imported once per source). ST_OK,
- * or the first failure with "tensor argument arena i: reason"; arenas
- * mapped before it stay in t until st__targs_clear. Worker thread. */
+/* Imports every arena (st__targ_src_import: once per source; a CUDA one
+ * is not mapped yet: st__arena_map). ST_OK, or the first failure with
+ * "tensor argument arena i: reason"; arenas imported before it stay in t
+ * until st__targs_clear. Worker thread, or the loop thread for a put. */
 int st__targs_import(st__targs_t *t, char *err, size_t errlen);
 
 /* Drops the source and arena references and frees the lists; *t is empty

@@ -7,15 +7,19 @@
  * each tensor a view of the publisher's allocation: no copy. The tensors
  * hold their own references, so a result or cached object built from them
  * keeps the memory whatever happens to the key later (delete, eviction, a
- * newer version). A missing key or version returns nil and the reason; a
- * bad name or version raises. A live key has one version, its current
+ * newer version). A missing key or version returns nil and the reason, and
+ * so does a tensor whose memory the server cannot map (a CUDA allocation
+ * is mapped in the server the first time an endpoint reads it: arena.h);
+ * a bad name or version raises. A live key has one version, its current
  * one (its page's): st.key(name, v) finds it only when v is that number,
  * and `version` is always the page's (docs/keys.md, section 8).
  */
 #include "lua/keys.h"
 
+#include <stdio.h>
 #include <string.h>
 
+#include "common/fail.h"
 #include "engine/keys.h"
 #include "lua/value.h"
 
@@ -49,12 +53,13 @@ static int l_key(lua_State *L) {
   size_t nsaved = c->narg_arenas;
   c->arg_arenas = r.arenas;
   c->narg_arenas = r.narenas;
+  int top = lua_gettop(L);
   msgpack_unpacked u;
   msgpack_unpacked_init(&u);
   size_t off = 0;
   int rc = msgpack_unpack_next(&u, r.value.data, r.value.size, &off) == MSGPACK_UNPACK_SUCCESS
                ? st__lua_push_msgpack(L, &u.data, err, sizeof err)
-               : ST_ERR_INTERNAL;
+               : st__fail(ST_ERR_INTERNAL, err, sizeof err, "its stored value does not unpack");
   c->arg_arenas = saved;
   c->narg_arenas = nsaved;
   /* Its tensors keep the key's memory until Lua collects them: the call's
@@ -62,7 +67,14 @@ static int l_key(lua_State *L) {
   c->gc_debt++;
   msgpack_unpacked_destroy(&u);
   st__build_result_destroy(&r);   /* the tensors hold their own references */
-  if (rc != ST_OK) return st__lua_raise(L, "st.key: key '%s': %s", name, err);
+  if (rc != ST_OK) {
+    char msg[600];
+    snprintf(msg, sizeof msg, "key '%s' version %llu: %s", name, (unsigned long long)got, err);
+    lua_settop(L, top);   /* drops what the value's push left */
+    lua_pushnil(L);
+    lua_pushstring(L, msg);
+    return 2;
+  }
   lua_pushnumber(L, (lua_Number)got);
   return 2;
 }

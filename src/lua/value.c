@@ -334,9 +334,10 @@ int st__lua_pack(lua_State *L, int idx, msgpack_packer *pk, st__build_result_t *
 
 /* ------------------------------------------------------------ msgpack -> Lua */
 
-/* A tensor argument: a view of the arena the client sent (bind checked its
- * bounds against the request's arena list; this checks them again against
- * what was mapped). */
+/* A tensor argument (or a value of st.key): a view of the arena the client
+ * sent (bind checked its bounds against the request's arena list; this
+ * checks them again against the arena, and maps a CUDA one on its first
+ * use: that can fail, and the reason goes to err). */
 static int push_arg_tensor(lua_State *L, const msgpack_object *o, char *err, size_t errlen) {
   st__lua_ctx_t *c = st__lua_ctx(L);
   st__tensor_desc_t d;
@@ -345,15 +346,15 @@ static int push_arg_tensor(lua_State *L, const msgpack_object *o, char *err, siz
     snprintf(err, errlen, "only tensors may be passed as ext values");
     return ST_ERR_INVALID_ARGUMENT;
   }
-  st__tensor_t *t = st__lua_push_tensor(L);
-  if (d.arena >= c->narg_arenas ||
-      st__tensor_from_desc(t, c->arg_arenas[d.arena], &d, NULL, 0) != ST_OK) {
-    lua_pop(L, 1);
-    snprintf(err, errlen, "tensor argument on arena %u does not fit what was mapped",
-             (unsigned)d.arena);
+  if (d.arena >= c->narg_arenas) {
+    snprintf(err, errlen, "tensor on arena %u: there are %zu", (unsigned)d.arena,
+             c->narg_arenas);
     return ST_ERR_INVALID_ARGUMENT;
   }
-  return ST_OK;
+  st__tensor_t *t = st__lua_push_tensor(L);
+  int rc = st__tensor_from_desc(t, c->arg_arenas[d.arena], &d, err, errlen);
+  if (rc != ST_OK) lua_pop(L, 1);
+  return rc;
 }
 
 /* Pushes o, at nesting `depth` (1: the argument map, 2: an argument, 3

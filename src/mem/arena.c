@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +32,8 @@ typedef enum {
   ST__ARENA_CPU = 0,           /* memfd, mapped in the server */
   ST__ARENA_CUDA = 1,          /* VMM allocation (cuda_arena.c) */
   ST__ARENA_CUDA_LEGACY = 2,   /* cuMemAlloc + IPC handle (cuda_legacy.c) */
-  ST__ARENA_CUDA_IMPORT = 3,   /* a client's VMM allocation (tensor argument) */
+  ST__ARENA_CUDA_IMPORT = 3,   /* a client's VMM allocation (tensor argument, put):
+                                  its handle; mapped on first need */
   ST__ARENA_POOL = 4           /* a region of a connection's pool (pool.h) */
 } st__arena_kind_t;
 
@@ -43,10 +45,15 @@ struct st__arena {
   uint64_t size;               /* allocated size (page / granularity rounded) */
   int fd;                      /* memfd / received descriptor, dups go to clients;
                                   -1 for VMM (exported per reply) and legacy */
-  void *base;                  /* CPU: the server's mapping; CUDA: device address */
+  void *base;                  /* CPU: the server's mapping; CUDA: device address;
+                                  CUDA_IMPORT: NULL until st__arena_map, then
+                                  set once (under map_lock, read with acquire) */
   struct st__cuda_alloc *cuda; /* CUDA: the allocation, owned */
   struct st__cuda_legacy *legacy; /* CUDA_LEGACY: the allocation, owned */
-  st__cuda_mapping_t import;   /* CUDA_IMPORT: the mapping, owned */
+  st__cuda_handle_t handle;    /* CUDA_IMPORT: the imported handle, owned: it
+                                  keeps the memory with or without a mapping */
+  st__cuda_mapping_t import;   /* CUDA_IMPORT: the mapping once made, owned */
+  pthread_mutex_t map_lock;    /* CUDA_IMPORT: one mapping, whoever asks first */
   char uuid[ST_CUDA_UUID_LEN]; /* CUDA_IMPORT: the device */
   st__arena_release_fn release; /* POOL: called with (owner, slot) on the last unref */
   void *owner;
@@ -202,8 +209,12 @@ void st__arena_unref(st__arena_t *a) {
     st__cuda_legacy_free(a->legacy);  /* cuMemFree; there is no fd */
     break;
   case ST__ARENA_CUDA_IMPORT:
-    st__cuda_unmap(&a->import);       /* the client's memory stays the client's */
+    /* The client's memory stays the client's: this drops the server's
+     * mapping (if one was made), its handle and its descriptor. */
+    st__cuda_unmap(&a->import);
+    st__cuda_handle_release(&a->handle);
     close(a->fd);
+    pthread_mutex_destroy(&a->map_lock);
     break;
   case ST__ARENA_POOL:
     a->release(a->owner, a->slot);   /* the slab is the pool's */
@@ -215,7 +226,39 @@ void st__arena_unref(st__arena_t *a) {
   free(a);
 }
 
-void *st__arena_base(const st__arena_t *a) { return a->base; }
+/* Any thread: NULL for an imported CUDA arena not mapped yet. */
+void *st__arena_base(const st__arena_t *a) { return __atomic_load_n(&a->base, __ATOMIC_ACQUIRE); }
+
+/* See arena.h. Any thread; the first caller of an imported CUDA arena
+ * maps it under its lock, every later one (and every other kind) only
+ * loads the base. */
+int st__arena_map(st__arena_t *a, void **base, char *err, size_t errlen) {
+  void *p = st__arena_base(a);
+  if (!p && a->kind == ST__ARENA_CUDA_IMPORT) {
+    char why[320];
+    int rc = ST_OK;
+    pthread_mutex_lock(&a->map_lock);
+    if (!a->base) {
+      st__cuda_mapping_t m;
+      rc = st__cuda_handle_map(&a->handle, &m, why, sizeof why);
+      if (rc == ST_OK) {
+        a->import = m;
+        __atomic_store_n(&a->base, (void *)(uintptr_t)m.dptr, __ATOMIC_RELEASE);
+      }
+    }
+    p = a->base;
+    pthread_mutex_unlock(&a->map_lock);
+    if (rc != ST_OK) {
+      if (base) *base = NULL;
+      return st__fail(rc, err, errlen,
+                      "mapping imported CUDA allocation (arena %llu, %llu bytes on %s) in the "
+                      "server: %s",
+                      (unsigned long long)a->id, (unsigned long long)a->size, a->uuid, why);
+    }
+  }
+  if (base) *base = p;
+  return ST_OK;
+}
 uint64_t st__arena_bytes(const st__arena_t *a) { return a->bytes; }
 uint64_t st__arena_id(const st__arena_t *a) { return a->id; }
 
@@ -309,7 +352,7 @@ int st__arena_device(const st__arena_t *a) {
   switch (a->kind) {
   case ST__ARENA_CUDA: return st__cuda_alloc_ordinal(a->cuda);
   case ST__ARENA_CUDA_LEGACY: return st__cuda_legacy_ordinal(a->legacy);
-  case ST__ARENA_CUDA_IMPORT: return a->import.ordinal;
+  case ST__ARENA_CUDA_IMPORT: return a->handle.ordinal;
   case ST__ARENA_POOL: return a->pool_device;
   default: return -1;
   }
@@ -367,6 +410,20 @@ st__arena_t *st__arena_adopt_cuda_legacy(struct st__cuda_legacy *l, uint64_t byt
   st__arena_t *a = new_record(ST__ARENA_CUDA_LEGACY, bytes, size, -1, base,
                               st__cuda_legacy_ordinal(l), size, 0);
   if (a) a->legacy = l;
+  return a;
+}
+
+/* Wraps an imported CUDA allocation, not mapped; see arena.h. Any
+ * thread. */
+st__arena_t *st__arena_adopt_cuda_import(struct st__cuda_handle *h, int fd, const char *uuid) {
+  st__arena_t *a = new_record(ST__ARENA_CUDA_IMPORT, h->bytes, h->bytes, fd, NULL, -1, 0, 1);
+  if (!a) return NULL;
+  a->handle = *h;
+  memset(h, 0, sizeof *h);
+  h->ordinal = -1;
+  a->import.ordinal = -1;
+  pthread_mutex_init(&a->map_lock, NULL);
+  snprintf(a->uuid, sizeof a->uuid, "%s", uuid);
   return a;
 }
 
@@ -451,18 +508,13 @@ int st__arena_import(const st__arena_desc_t *d, int fd, st__arena_t **out, char 
   } else if (!d->cuda) {
     rc = import_cpu(d, fd, out, err, errlen);
   } else {
-    st__cuda_mapping_t m;
-    rc = st__cuda_import(fd, d->bytes, d->uuid, &m, err, errlen);
-    if (rc == ST_OK) {
-      *out = new_record(ST__ARENA_CUDA_IMPORT, d->bytes, d->bytes, fd,
-                        (void *)(uintptr_t)m.dptr, -1, 0, 1);
-      if (*out) {
-        (*out)->import = m;
-        snprintf((*out)->uuid, sizeof (*out)->uuid, "%s", d->uuid);
-      } else {
-        st__cuda_unmap(&m);
-        rc = st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
-      }
+    /* The handle only: the mapping waits for st__arena_map (a put that
+     * nobody in the server reads never maps). */
+    st__cuda_handle_t h;
+    rc = st__cuda_handle_import(fd, d->bytes, d->uuid, &h, err, errlen);
+    if (rc == ST_OK && !(*out = st__arena_adopt_cuda_import(&h, fd, d->uuid))) {
+      st__cuda_handle_release(&h);
+      rc = st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
     }
   }
   if (rc != ST_OK) {

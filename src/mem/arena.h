@@ -18,9 +18,25 @@
  * open (memfd arenas and tensor arguments; a VMM arena keeps only its
  * allocation handle and exports a descriptor per reply).
  *
+ * Mapped or not: every arena the server makes is mapped in the server from
+ * birth (st__arena_base is its address). An allocation a client sent
+ * (st__arena_import) is mapped for CPU at import (an mmap costs little)
+ * but for CUDA only on first need: the import takes the allocation handle
+ * (which keeps the memory alive whether or not anything maps it) and
+ * st__arena_map reserves, maps and sets access the first time server
+ * code reads or writes it (an endpoint reading a key or an argument, a
+ * `contiguous` copy). A put that nothing in the server reads costs one
+ * handle import per allocation. Code that touches the memory of an arena
+ * it did not make goes through st__arena_map (st__tensor_from_desc does,
+ * so every tensor of the tensor core has a mapped arena) and turns its
+ * failure into an error reply; st__arena_base alone is for the server's
+ * own arenas and for arenas st__arena_map succeeded on.
+ *
  * Threads: arenas are created and filled on worker threads and handed to the
  * loop thread; the reference count is atomic, so ref/unref may be called
- * from any thread. The data itself is not locked.
+ * from any thread. st__arena_map is thread-safe (one mapping, whoever asks
+ * first; the loop and workers may race to it). The data itself is not
+ * locked.
  */
 #ifndef ST_MEM_ARENA_H
 #define ST_MEM_ARENA_H
@@ -123,11 +139,28 @@ void st__arena_ref(st__arena_t *a);
 void st__arena_unref(st__arena_t *a);
 
 /* Base address in the server (borrowed, valid while a reference is held;
- * a device address for a CUDA arena), usable size (what was asked for),
+ * a device address for a CUDA arena; NULL for an imported CUDA arena that
+ * st__arena_map has not mapped yet), usable size (what was asked for),
  * and the process-unique id. */
 void *st__arena_base(const st__arena_t *a);
 uint64_t st__arena_bytes(const st__arena_t *a);
 uint64_t st__arena_id(const st__arena_t *a);
+
+/* The arena's memory mapped in the server, mapped here on first need:
+ * ST_OK with the base address in *base (may be NULL; borrowed, valid while
+ * a reference is held). Every arena is mapped already but an imported CUDA
+ * one (st__arena_import), which the first caller maps once for all
+ * (cuMemAddressReserve, cuMemMap, cuMemSetAccess read-write on its device,
+ * under the arena's lock); later callers only load the address. A failed
+ * mapping leaves the arena unmapped (and still held: its handle keeps the
+ * memory), a later call tries again. Errors: ST_ERR_INVALID_ARGUMENT (the
+ * allocation is smaller than its descriptor claimed: cuMemMap refuses),
+ * ST_ERR_OUT_OF_MEMORY (no address space or device memory),
+ * ST_ERR_CAPABILITY, another ST_ERR_* for a driver failure, with
+ * "mapping imported CUDA allocation (arena <id>, <bytes> bytes on <uuid>)
+ * in the server: <reason>" in err (may be NULL). Any thread; a CUDA
+ * mapping leaves the device's primary context current. */
+int st__arena_map(st__arena_t *a, void **base, char *err, size_t errlen);
 
 /* Nonzero when the arena travels to clients as a descriptor (memfd and
  * VMM arenas); 0 for a legacy CUDA IPC arena, which a reply describes by
@@ -206,8 +239,12 @@ st__arena_t *st__arena_adopt_cuda_legacy(struct st__cuda_legacy *l, uint64_t byt
  * closed on failure too). A CPU arena must be a memfd sealed against
  * shrinking (so that no other holder can truncate it under the server's
  * mapping: a SIGBUS) and at least d->bytes long; it is mapped read-write.
- * A CUDA arena ("vmm") is imported with st__cuda_import on the device whose
- * UUID it names and mapped read-write there. The arena describes itself
+ * A CUDA arena ("vmm") is imported with st__cuda_handle_import on the
+ * device whose UUID it names (the descriptor must be an exported CUDA
+ * allocation and its size a multiple of the device's granularity) and is
+ * NOT mapped: st__arena_map maps it on first need, and a size claim larger
+ * than the allocation fails there (the driver cannot tell an allocation's
+ * size before it maps it). The arena describes itself
  * with a new server id and the same backend, and st__arena_dup_fd dups the
  * received descriptor, so an endpoint may return it. The descriptor it
  * keeps is charged to the ledger (the memory is the client's and is not).
@@ -221,6 +258,16 @@ st__arena_t *st__arena_adopt_cuda_legacy(struct st__cuda_legacy *l, uint64_t byt
  * context current). */
 int st__arena_import(const st__arena_desc_t *d, int fd, st__arena_t **out, char *err,
                      size_t errlen);
+
+/* For st__arena_import: wraps an imported CUDA allocation `h` (its handle
+ * moves to the arena, which releases it on the last unref; *h is cleared),
+ * received as `fd` (moves to the arena too) from device `uuid` into a new
+ * arena holding one reference, not mapped (st__arena_map), with the
+ * ledger charge of one descriptor that the caller made
+ * (st__ledger_charge(-1, 0, 1)). NULL when out of host memory (the caller
+ * still owns h, fd and the charge). Any thread. */
+struct st__cuda_handle;
+st__arena_t *st__arena_adopt_cuda_import(struct st__cuda_handle *h, int fd, const char *uuid);
 
 /* What the ledger holds for the arena: its device (-1: the CPU), bytes
  * (0 for a tensor argument) and descriptors (0 or 1). Any thread. */

@@ -1,14 +1,17 @@
-/* src/mem/cuda_import.c: mapping an exported VMM allocation into a client
- * process (DESIGN §3, decision 1; see cuda.h).
+/* src/mem/cuda_import.c: importing and mapping an exported VMM allocation
+ * (DESIGN §3, decision 1; see cuda.h).
  *
  * Steps, each undone in reverse on failure:
  *   1. the device whose UUID the descriptor names -> ordinal here (a client
  *      with another CUDA_VISIBLE_DEVICES numbers devices differently);
- *   2. cuMemImportFromShareableHandle(fd) -> a handle to the allocation;
+ *   2. cuMemImportFromShareableHandle(fd) -> a handle to the allocation
+ *      (st__cuda_handle_import: all the server does at a put);
  *   3. cuMemAddressReserve(bytes, aligned to the granularity) -> a VA range;
- *   4. cuMemMap(range, handle) and cuMemSetAccess(range, device, RW);
- *   5. cuMemRelease(handle): the mapping alone now keeps the memory, so the
- *      process has nothing else to free but the range.
+ *   4. cuMemMap(range, handle) and cuMemSetAccess(range, device, RW)
+ *      (st__cuda_handle_map: the server maps on first need);
+ *   5. cuMemRelease(handle) (st__cuda_handle_release): a client releases
+ *      it at once, as its mapping alone keeps the memory; the server keeps
+ *      it for the life of the arena.
  * The descriptor stays the caller's to close.
  *
  * Depends only on cuda.h / cuda_driver.c, so libstclient can link both.
@@ -22,8 +25,8 @@
 #ifdef ST_HAVE_CUDA
 
 /* See cuda.h. Any thread. */
-int st__cuda_import(int fd, uint64_t bytes, const char *uuid, st__cuda_mapping_t *out,
-                    char *err, size_t errlen) {
+int st__cuda_handle_import(int fd, uint64_t bytes, const char *uuid, st__cuda_handle_t *out,
+                           char *err, size_t errlen) {
   char dummy[1];
   if (!err) { err = dummy; errlen = sizeof dummy; }
   memset(out, 0, sizeof *out);
@@ -40,7 +43,7 @@ int st__cuda_import(int fd, uint64_t bytes, const char *uuid, st__cuda_mapping_t
   uint64_t gran;
   rc = st__cuda_granularity(ordinal, &gran, err, errlen);
   if (rc != ST_OK) return rc;
-  if (bytes == 0 || bytes % gran != 0) {
+  if (bytes == 0 || bytes % gran != 0 || bytes > (uint64_t)(SIZE_MAX / 2)) {
     snprintf(err, errlen,
              "import: size %llu is not a positive multiple of the allocation granularity (%llu)",
              (unsigned long long)bytes, (unsigned long long)gran);
@@ -48,7 +51,6 @@ int st__cuda_import(int fd, uint64_t bytes, const char *uuid, st__cuda_mapping_t
   }
   rc = st__cuda_ctx_enter(ordinal, err, errlen);
   if (rc != ST_OK) return rc;
-
   CUmemGenericAllocationHandle h;
   CUresult r = a->cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
                                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
@@ -59,17 +61,39 @@ int st__cuda_import(int fd, uint64_t bytes, const char *uuid, st__cuda_mapping_t
                         err, errlen);
     return rc == ST_ERR_OUT_OF_MEMORY ? rc : ST_ERR_INVALID_ARGUMENT;
   }
+  out->handle = (uint64_t)h;
+  out->bytes = bytes;
+  out->gran = gran;
+  out->ordinal = ordinal;
+  out->held = 1;
+  return ST_OK;
+}
+
+/* See cuda.h. Any thread. */
+int st__cuda_handle_map(const st__cuda_handle_t *h, st__cuda_mapping_t *out, char *err,
+                        size_t errlen) {
+  char dummy[1];
+  if (!err) { err = dummy; errlen = sizeof dummy; }
+  const st__cuda_api_t *a = st__cuda_api(err, errlen);
+  if (!a) return ST_ERR_CAPABILITY;
+  if (!h->held) {
+    snprintf(err, errlen, "map: no imported allocation");
+    return ST_ERR_INVALID_ARGUMENT;
+  }
+  int rc = st__cuda_ctx_enter(h->ordinal, err, errlen);
+  if (rc != ST_OK) return rc;
   CUdeviceptr va = 0;
-  rc = st__cuda_error(a->cuMemAddressReserve(&va, (size_t)bytes, (size_t)gran, 0, 0),
+  rc = st__cuda_error(a->cuMemAddressReserve(&va, (size_t)h->bytes, (size_t)h->gran, 0, 0),
                       "cuMemAddressReserve", err, errlen);
-  if (rc != ST_OK) goto release;
+  if (rc != ST_OK) return rc;
   /* A size larger than the allocation fails here (the driver says
-   * CUDA_ERROR_NOT_SUPPORTED): a lying descriptor cannot map past its end. */
-  r = a->cuMemMap(va, (size_t)bytes, 0, h, 0);
+   * CUDA_ERROR_NOT_SUPPORTED or INVALID_VALUE): a lying descriptor cannot
+   * map past its end. */
+  CUresult r = a->cuMemMap(va, (size_t)h->bytes, 0, (CUmemGenericAllocationHandle)h->handle, 0);
   if (r != CUDA_SUCCESS) {
     char what[96];
     snprintf(what, sizeof what, "cuMemMap of %llu bytes (larger than the allocation?)",
-             (unsigned long long)bytes);
+             (unsigned long long)h->bytes);
     rc = st__cuda_error(r, what, err, errlen);
     if (rc != ST_ERR_OUT_OF_MEMORY) rc = ST_ERR_INVALID_ARGUMENT;
     goto free_va;
@@ -77,25 +101,30 @@ int st__cuda_import(int fd, uint64_t bytes, const char *uuid, st__cuda_mapping_t
   CUmemAccessDesc acc;
   memset(&acc, 0, sizeof acc);
   acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  acc.location.id = ordinal;
+  acc.location.id = h->ordinal;
   acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  rc = st__cuda_error(a->cuMemSetAccess(va, (size_t)bytes, &acc, 1), "cuMemSetAccess", err,
+  rc = st__cuda_error(a->cuMemSetAccess(va, (size_t)h->bytes, &acc, 1), "cuMemSetAccess", err,
                       errlen);
   if (rc != ST_OK) goto unmap;
-  /* The mapping holds its own reference to the physical memory. */
-  a->cuMemRelease(h);
   out->dptr = (uint64_t)va;
-  out->bytes = bytes;
-  out->ordinal = ordinal;
+  out->bytes = h->bytes;
+  out->ordinal = h->ordinal;
   return ST_OK;
 
 unmap:
-  a->cuMemUnmap(va, (size_t)bytes);
+  a->cuMemUnmap(va, (size_t)h->bytes);
 free_va:
-  a->cuMemAddressFree(va, (size_t)bytes);
-release:
-  a->cuMemRelease(h);
+  a->cuMemAddressFree(va, (size_t)h->bytes);
   return rc;
+}
+
+/* See cuda.h. Any thread. */
+void st__cuda_handle_release(st__cuda_handle_t *h) {
+  if (!h || !h->held) return;
+  const st__cuda_api_t *a = st__cuda_api(NULL, 0);
+  if (a) a->cuMemRelease((CUmemGenericAllocationHandle)h->handle);
+  memset(h, 0, sizeof *h);
+  h->ordinal = -1;
 }
 
 /* See cuda.h. Any thread. */
@@ -172,25 +201,49 @@ int st__cuda_set_readonly(const st__cuda_mapping_t *m, char *err, size_t errlen)
 
 #else /* !ST_HAVE_CUDA */
 
-/* See cuda.h. */
-int st__cuda_set_readonly(const st__cuda_mapping_t *m, char *err, size_t errlen) {
-  (void)m;
+/* Every stub's answer: CAPABILITY. */
+static int no_cuda(char *err, size_t errlen) {
   if (err && errlen) snprintf(err, errlen, "no CUDA device: built without CUDA support");
   return ST_ERR_CAPABILITY;
 }
 
+/* See cuda.h. */
+int st__cuda_set_readonly(const st__cuda_mapping_t *m, char *err, size_t errlen) {
+  (void)m;
+  return no_cuda(err, errlen);
+}
+
 /* See cuda.h: always ST_ERR_CAPABILITY in a build without CUDA. */
-int st__cuda_import(int fd, uint64_t bytes, const char *uuid, st__cuda_mapping_t *out,
-                    char *err, size_t errlen) {
+int st__cuda_handle_import(int fd, uint64_t bytes, const char *uuid, st__cuda_handle_t *out,
+                           char *err, size_t errlen) {
+  (void)fd;
+  (void)bytes;
+  (void)uuid;
   memset(out, 0, sizeof *out);
   out->ordinal = -1;
-  if (err && errlen) snprintf(err, errlen, "no CUDA device: built without CUDA support");
-  return ST_ERR_CAPABILITY;
+  return no_cuda(err, errlen);
+}
+
+/* See cuda.h: always ST_ERR_CAPABILITY in a build without CUDA. */
+int st__cuda_handle_map(const st__cuda_handle_t *h, st__cuda_mapping_t *out, char *err,
+                        size_t errlen) {
+  (void)h;
+  (void)out;
+  return no_cuda(err, errlen);
+}
+
+/* See cuda.h. */
+void st__cuda_handle_release(st__cuda_handle_t *h) {
+  if (!h) return;
+  memset(h, 0, sizeof *h);
+  h->ordinal = -1;
 }
 
 /* See cuda.h. */
 void st__cuda_unmap(st__cuda_mapping_t *m) {
-  if (m) memset(m, 0, sizeof *m);
+  if (!m) return;
+  memset(m, 0, sizeof *m);
+  m->ordinal = -1;
 }
 
 /* See cuda.h. */
@@ -200,8 +253,22 @@ int st__cuda_create_fd(int ordinal, uint64_t bytes, int *fd, uint64_t *size, cha
   (void)bytes;
   *fd = -1;
   *size = 0;
-  if (err && errlen) snprintf(err, errlen, "no CUDA device: built without CUDA support");
-  return ST_ERR_CAPABILITY;
+  return no_cuda(err, errlen);
 }
 
 #endif
+
+/* See cuda.h (both builds: without CUDA, the import's CAPABILITY). Any
+ * thread. */
+int st__cuda_import(int fd, uint64_t bytes, const char *uuid, st__cuda_mapping_t *out,
+                    char *err, size_t errlen) {
+  st__cuda_handle_t h;
+  memset(out, 0, sizeof *out);
+  out->ordinal = -1;
+  int rc = st__cuda_handle_import(fd, bytes, uuid, &h, err, errlen);
+  if (rc != ST_OK) return rc;
+  rc = st__cuda_handle_map(&h, out, err, errlen);
+  /* The mapping holds its own reference to the physical memory. */
+  st__cuda_handle_release(&h);
+  return rc;
+}

@@ -1,7 +1,8 @@
 /* src/server: the published-key methods (rpc.h; docs/protocol.md,
  * "Published keys"; the table is engine/keys.h, the design docs/keys.md).
  * Loop thread only: a put imports its tensor arguments here (an mmap, or
- * a CUDA import and map, as handoff_create allocates on this thread). */
+ * a CUDA handle import, which maps nothing: the server maps a CUDA
+ * allocation the first time it reads it, mem/arena.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

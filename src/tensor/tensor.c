@@ -103,6 +103,8 @@ int st__tensor_from_desc(st__tensor_t *out, st__arena_t *a, const st__tensor_des
       hi > st__arena_bytes(a))
     return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                            "tensor on arena %u does not fit what was mapped", (unsigned)d->arena);
+  int rc = st__arena_map(a, NULL, err, errlen);
+  if (rc != ST_OK) return rc;
   st__geom_t g;
   memset(&g, 0, sizeof g);
   g.dtype = d->dtype;

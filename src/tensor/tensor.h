@@ -177,8 +177,9 @@ void st__tensor_release(st__tensor_t *t);
 void st__tensor_share(st__tensor_t *out, const st__tensor_t *t, const st__geom_t *g);
 
 /* Device of the tensor's arena (ST__DEV_CPU or a CUDA ordinal) and the
- * address of element 0 (a device address for a CUDA tensor). Counts and
- * sizes are the geometry's: st__geom_numel(&t->geom). */
+ * address of element 0 (a device address for a CUDA tensor; the arena is
+ * mapped: st__tensor_from_desc). Counts and sizes are the geometry's:
+ * st__geom_numel(&t->geom). */
 int st__tensor_device(const st__tensor_t *t);
 char *st__tensor_data(const st__tensor_t *t);
 
@@ -198,7 +199,12 @@ int st__tensor_view(st__tensor_t *out, const st__tensor_t *t, int ndim, const in
 
 /* A view of arena `a` (borrowed; out takes a reference) as the wire
  * descriptor d describes it, after checking that every element lies in
- * the arena. INVALID_ARGUMENT otherwise. */
+ * the arena (INVALID_ARGUMENT otherwise) and mapping the arena in the
+ * server when it is not yet (st__arena_map: an imported CUDA allocation
+ * is mapped on first need; its failure is returned with the reason in
+ * err, and out is untouched). This is how every tensor of an arena the
+ * tensor core did not make comes to be, so st__tensor_data never sees an
+ * unmapped arena. */
 int st__tensor_from_desc(st__tensor_t *out, st__arena_t *a, const st__tensor_desc_t *d,
                          char *err, size_t errlen);
 
