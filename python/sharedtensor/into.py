@@ -99,12 +99,13 @@ def copy(src, dst, after=None):
 
 def _event_after(device, after):
     """A CUDA event recorded on torch's current stream of device, after
-    what is queued there and after the event `after` (may be None)."""
+    what is queued there and after the event `after` (may be None), which
+    is recorded again and returned when given (one event per source)."""
     torch = _torch()
     stream = torch.cuda.current_stream(device)
     if after is not None:
         stream.wait_event(after)
-    event = torch.cuda.Event()
+    event = after or torch.cuda.Event()
     event.record(stream)
     return event
 
@@ -144,26 +145,56 @@ def ranges(plan, tensors):
     return device, mine, theirs, sizes
 
 
-def copy_ranges(device, dst, src, sizes):
-    """st_copy_ranges of the address lists: on torch's current stream of
-    `device` when it is a GPU (queued, not waited for), else memcpy."""
-    n = len(sizes)
-    arr = ctypes.c_uint64 * n
-    stream, ordinal = None, -1
-    if device.type == "cuda":
-        stream = _torch().cuda.current_stream(device).cuda_stream or None
-        ordinal = device.index
-    err = ctypes.create_string_buffer(400)
-    rc = _lib.lib.st_copy_ranges(ordinal, arr(*dst), arr(*src), arr(*sizes), n, stream, 0, err,
-                                 len(err))
-    if rc != 0:
-        raise _errors.from_library(rc, err.value.decode(errors="replace"))
+def signature(tensors):
+    """What a prepared copy into (or from) `tensors` depends on: the names
+    in order and each tensor's address, shape, dtype and contiguity; None
+    when `tensors` is not a dict of tensors. The same tensors passed again
+    (a module's parameters loaded every step) are matched in one cheap pass
+    instead of being checked one by one."""
+    if not isinstance(tensors, dict):
+        return None
+    try:
+        return (list(tensors),
+                [(t.data_ptr(), t.shape, t.dtype, t.is_contiguous()) for t in tensors.values()])
+    except AttributeError:
+        return None
+
+
+class Ranges:
+    """Copies by address, checked once: the arrays st_copy_ranges takes,
+    built once, and the signature of the caller's tensors they were
+    checked against (None: not reusable)."""
+
+    __slots__ = ("sig", "device", "ordinal", "n", "dst", "src", "sizes")
+
+    def __init__(self, device, dst, src, sizes, sig):
+        arr = ctypes.c_uint64 * len(sizes)
+        self.device, self.n, self.sig = device, len(sizes), sig
+        self.ordinal = device.index if device.type == "cuda" else -1
+        self.dst, self.src, self.sizes = arr(*dst), arr(*src), arr(*sizes)
+
+    def matches(self, tensors):
+        """True when `tensors` are the ones these ranges were made for,
+        at the same addresses with the same shapes, dtypes and layout."""
+        return self.sig is not None and signature(tensors) == self.sig
+
+    def run(self):
+        """The copies, on torch's current stream of the device when it is a
+        GPU (queued, not waited for), else memcpy (done on return)."""
+        stream = None
+        if self.ordinal >= 0:
+            stream = _torch().cuda.current_stream(self.device).cuda_stream or None
+        err = ctypes.create_string_buffer(400)
+        rc = _lib.lib.st_copy_ranges(self.ordinal, self.dst, self.src, self.sizes, self.n,
+                                     stream, 0, err, len(err))
+        if rc != 0:
+            raise _errors.from_library(rc, err.value.decode(errors="replace"))
 
 
 # A kept source: the value got (it holds the mapping), its tensors by name,
-# their plan (plan_of), its version and the event after the last copies
-# from it.
-_Source = collections.namedtuple("_Source", "value named plan version event")
+# their plan (plan_of), its version, the event after the last copies from
+# it, and the ranges of the last copies (Ranges, or None).
+_Source = collections.namedtuple("_Source", "value named plan version event ranges")
 
 
 def _keep(client, name, src):
@@ -192,8 +223,8 @@ def release(client):
 
 def get_into(client, key_or_result, tensors, version=None, view=None, dtype_cast=False):
     """See Client.get_into."""
-    dst = _named(tensors, "tensors")
     if not isinstance(key_or_result, str):
+        dst = _named(tensors, "tensors")
         if version is not None or view is not None:
             raise ValueError("get_into: version and view apply to a key; a result is "
                              "copied as it is")
@@ -214,14 +245,20 @@ def get_into(client, key_or_result, tensors, version=None, view=None, dtype_cast
         src = kept
     else:
         named = _named(value, "the source")
-        src = _Source(value, named, plan_of(named), got, None)
-    fast = ranges(src.plan, dst)
-    if fast is not None:            # every check passed: copies by address
-        device, mine, theirs, sizes = fast
-        copy_ranges(device, mine, theirs, sizes)
-        event = _event_after(device, src.event) if device.type == "cuda" else None
+        src = _Source(value, named, plan_of(named), got, None, None)
+    r = src.ranges
+    if r is None or not r.matches(tensors):
+        dst = _named(tensors, "tensors")
+        fast = ranges(src.plan, dst)
+        r = None
+        if fast is not None:        # every check passed: copies by address
+            device, mine, theirs, sizes = fast
+            r = Ranges(device, mine, theirs, sizes, signature(tensors))
+    if r is not None:
+        r.run()
+        event = _event_after(r.device, src.event) if r.ordinal >= 0 else None
     else:
         check(src.named, dst, dtype_cast, "get_into '%s' version %d" % (key, got))
         event = copy(src.named, dst, after=src.event)
-    _keep(client, name, src._replace(event=event))
+    _keep(client, name, src._replace(event=event, ranges=r))
     return got

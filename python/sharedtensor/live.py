@@ -67,6 +67,7 @@ class LiveKey:
         cuda = [t.device for t in self.tensors.values() if t.is_cuda]
         self.device = cuda[0] if cuda else None
         self._plan = _into.plan_of(self.tensors)   # update's copies by address
+        self._ranges = None                          # the last update's (Ranges)
 
     def close(self):
         k, self._k = self._k, None
@@ -172,17 +173,23 @@ class LiveKey:
         check is one pass and the copies go by address (st_copy_ranges,
         tensors that follow each other on both sides as one copy).
         Otherwise each is a copy_ (host sources, other layouts)."""
-        torch = sys.modules["torch"]
-        tensor = torch.Tensor
-        src = {k: v if isinstance(v, tensor) else torch.as_tensor(v)
-               for k, v in (tensors if hasattr(tensors, "items") else dict(tensors)).items()}
-        fast = _into.ranges(self._plan, src)
-        if fast is None:
-            self.check(src)
-        with self.updating() as t:
-            if fast is not None:
+        r = self._ranges
+        if r is None or not r.matches(tensors):
+            torch = sys.modules["torch"]
+            tensor = torch.Tensor
+            src = {k: v if isinstance(v, tensor) else torch.as_tensor(v)
+                   for k, v in (tensors if hasattr(tensors, "items") else dict(tensors)).items()}
+            fast = _into.ranges(self._plan, src)
+            r = self._ranges = None
+            if fast is None:
+                self.check(src)
+            else:
                 device, theirs, mine, sizes = fast
-                _into.copy_ranges(device, mine, theirs, sizes)
+                r = self._ranges = _into.Ranges(device, mine, theirs, sizes,
+                                                _into.signature(tensors))
+        with self.updating() as t:
+            if r is not None:
+                r.run()
             else:
                 for name, v in src.items():
                     t[name].copy_(v, non_blocking=True)

@@ -209,6 +209,32 @@ for step in range(1, %d):
         self.assertEqual(self.c.get_into("m/e", d, version=2), 2)
         self.assertHolds(d, 1)
 
+    def test_the_same_dict_changed_is_checked_again(self):
+        # A dict loaded twice is copied by its prepared addresses; a tensor
+        # replaced, resized or transposed in it since must be seen.
+        self.publish_steps("m/g", 1)
+        d = self.dests()
+        self.c.get_into("m/g", d)
+        self.c.get_into("m/g", d)
+        self.assertHolds(d, 1)
+        old = d["w"]
+        d["w"] = torch.full((4, 8), -1.0)           # another address
+        self.assertEqual(self.c.get_into("m/g", d), 1)
+        self.assertHolds(d, 1)
+        old.fill_(-2.0)
+        self.c.get_into("m/g", d)
+        self.assertTrue(torch.equal(old, torch.full((4, 8), -2.0)))   # not written
+        d["w"].resize_(2, 8)                        # the same address, another shape
+        with self.assertRaises(st.InvalidArgumentError) as cm:
+            self.c.get_into("m/g", d)
+        self.assertIn("'w': shape [2, 8] here, [4, 8] in the source", str(cm.exception))
+        d["w"] = torch.full((8, 4), -1.0).t()       # non-contiguous: the general path
+        self.c.get_into("m/g", d)
+        self.assertHolds(d, 1)
+        d["extra"] = torch.zeros(1)                 # a name more
+        with self.assertRaises(st.InvalidArgumentError):
+            self.c.get_into("m/g", d)
+
     def test_a_cached_objects_result_is_copied_from(self):
         h = self.c.call_readonly("weights")
         d = {"w": torch.zeros(2, 3)}

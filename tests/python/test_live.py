@@ -160,6 +160,17 @@ class LiveTest(st_fixture.ServerTestCase):
             self.c.bind(m, "e")
         with self.assertRaisesRegex(ValueError, "'nope': no such tensor in key 'e'"):
             self.c.update("e", {"nope": torch.zeros(3)})
+        # the same dict updated again goes by its prepared addresses; a
+        # tensor of it resized since is checked again, and nothing moves
+        new = state(2)
+        self.c.update("e", new)
+        v = self.c.update("e", new)
+        new["weight"].resize_(3, 64)
+        with self.assertRaisesRegex(ValueError, r"'weight': the key has torch.float32 "
+                                                r"\(64, 64\), the update gives torch.float32 "
+                                                r"\(3, 64\)"):
+            self.c.update("e", new)
+        self.assertEqual(self.c.live("e").version, v)
         b = self.c.bind(torch.nn.Linear(64, 64), "e")
         with self.assertRaisesRegex(RuntimeError, "inside `with attempt:`"):
             for attempt in b.consistent():
