@@ -197,7 +197,8 @@ def rows_copies(ctx):
         keep.append(dims)
         structs[k] = t
     stream = torch.cuda.current_stream().cuda_stream if ctx.device == "cuda" else None
-    with st.Client(path=ctx.sock) as py, st.Client(path=ctx.sock) as cc:
+    with st.Client(path=ctx.sock) as py, st.Client(path=ctx.sock) as cc, \
+            st.Client(path=ctx.sock) as apart:
         def c_get_into():
             # st_get_into through ctypes: one call, the copies on the
             # current stream and one synchronize (the library's)
@@ -211,12 +212,13 @@ def rows_copies(ctx):
         ctx.sync()
         first = timed(lambda: py.get_into(ctx.key, ctx.dst), ctx.sync)
         c_get_into()
-        py.get_into(ctx.key, ctx.dst_apart)
+        apart.get_into(ctx.key, ctx.dst_apart)
         turns = [("one copy of the bytes (floor)", one_copy),
                  ("copy_ per tensor, torch to torch", per_tensor),
                  ("get_into (mapping kept)", lambda: py.get_into(ctx.key, ctx.dst)),
                  ("st_get_into (C, mapping kept)", c_get_into),
-                 ("get_into, one allocation per tensor", lambda: py.get_into(ctx.key, ctx.dst_apart))]
+                 ("get_into, one allocation per tensor",
+                  lambda: apart.get_into(ctx.key, ctx.dst_apart))]
         took = {what: [] for what, _ in turns}
         for _ in range(ctx.iters):
             for what, go in turns:

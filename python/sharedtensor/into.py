@@ -27,6 +27,7 @@ from . import keys as _keys
 
 _KEEP = 16          # keys whose last source a client keeps mapped
 _LIST_MAX = 8       # differences a refusal names; the rest are counted
+_RANGES = 4         # prepared copies a kept source remembers (Ranges)
 
 
 def _torch():
@@ -193,7 +194,8 @@ class Ranges:
 
 # A kept source: the value got (it holds the mapping), its tensors by name,
 # their plan (plan_of), its version, the event after the last copies from
-# it, and the ranges of the last copies (Ranges, or None).
+# it, and the Ranges of its last copies into different tensors (at most
+# _RANGES, the most recent first).
 _Source = collections.namedtuple("_Source", "value named plan version event ranges")
 
 
@@ -245,20 +247,22 @@ def get_into(client, key_or_result, tensors, version=None, view=None, dtype_cast
         src = kept
     else:
         named = _named(value, "the source")
-        src = _Source(value, named, plan_of(named), got, None, None)
-    r = src.ranges
-    if r is None or not r.matches(tensors):
+        src = _Source(value, named, plan_of(named), got, None, ())
+    sig = signature(tensors)
+    made = src.ranges
+    r = next((r for r in made if r.sig == sig), None) if sig is not None else None
+    if r is None:
         dst = _named(tensors, "tensors")
         fast = ranges(src.plan, dst)
-        r = None
         if fast is not None:        # every check passed: copies by address
             device, mine, theirs, sizes = fast
-            r = Ranges(device, mine, theirs, sizes, signature(tensors))
+            r = Ranges(device, mine, theirs, sizes, sig)
+            made = (r,) + made[:_RANGES - 1]
     if r is not None:
         r.run()
         event = _event_after(r.device, src.event) if r.ordinal >= 0 else None
     else:
         check(src.named, dst, dtype_cast, "get_into '%s' version %d" % (key, got))
         event = copy(src.named, dst, after=src.event)
-    _keep(client, name, src._replace(event=event, ranges=r))
+    _keep(client, name, src._replace(event=event, ranges=made))
     return got
