@@ -212,12 +212,18 @@ int st_key_update(st_key_t *k, const st_tensor_t *const *tensors, size_t n);
 const char *st_key_error(const st_key_t *k);
 int st_result_copy_into(const st_result_t *src, const st_tensor_t *dst, size_t n,
                         void *stream, char *err, size_t errlen);
+int st_copy_ranges(int ordinal, const uint64_t *dst, const uint64_t *src,
+                   const uint64_t *bytes, size_t n, void *stream, int sync, char *err,
+                   size_t errlen);
 int st_get_into(st_client_t *c, const char *key, uint64_t version, const char *view,
                 const st_tensor_t *dst, size_t n, void *stream, uint64_t *got_version);
 int st_client_call_flags(st_client_t *c, const char *endpoint, const st_args_t *args,
                          int flags, st_result_t **out);
 int st_client_get_view(st_client_t *c, const char *key, uint64_t version, int flags,
                        const char *view, st_result_t **out, uint64_t *got_version);
+int st_client_get_since(st_client_t *c, const char *key, uint64_t version, int flags,
+                        const char *view, uint64_t have, st_result_t **out,
+                        uint64_t *got_version);
 int st_client_call_view(st_client_t *c, const char *endpoint, const st_args_t *args, int flags,
                         const char *view, st_result_t **out);
 void st_open_cache_stats(size_t *mapped, uint64_t *reused);
