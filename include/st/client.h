@@ -708,6 +708,15 @@ typedef struct st_key st_key_t;
  * ST_ERR_STALE_HANDLE (torn). Thread of the client. */
 ST_API int st_key_open(st_client_t *c, const char *key, int flags, st_key_t **out);
 
+/* st_key_open seen through `view` (a view spec of windows only:
+ * st_client_get_view; NULL or "" is no view): the handle's tensors are
+ * windows of the key's memory (a tensor-parallel rank's shard), with the
+ * key's page, so they follow its updates and versions as the whole key's
+ * do. A view ending in `contiguous` is INVALID_ARGUMENT (a copy would not
+ * follow updates). Thread of the client. */
+ST_API int st_key_open_view(st_client_t *c, const char *key, int flags, const char *view,
+                            st_key_t **out);
+
 /* Closes k: its mappings go with the last reference to its result. NULL:
  * no-op. Not concurrently with other calls on k. */
 ST_API void st_key_close(st_key_t *k);

@@ -199,6 +199,8 @@ int st_client_get(st_client_t *c, const char *key, uint64_t version, int flags,
 int st_client_keys(st_client_t *c, const char *prefix, st_result_t **out);
 int st_client_delete(st_client_t *c, const char *key);
 int st_key_open(st_client_t *c, const char *key, int flags, st_key_t **out);
+int st_key_open_view(st_client_t *c, const char *key, int flags, const char *view,
+                     st_key_t **out);
 void st_key_close(st_key_t *k);
 st_result_t *st_key_result(const st_key_t *k);
 int st_key_is_publisher(const st_key_t *k);

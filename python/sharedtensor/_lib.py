@@ -255,6 +255,7 @@ _PROTOS = {
     "st_client_delete": (c_int, [c_void_p, c_char_p]),
     # live keys (sharedtensor.live)
     "st_key_open": (c_int, [c_void_p, c_char_p, c_int, P(c_void_p)]),
+    "st_key_open_view": (c_int, [c_void_p, c_char_p, c_int, c_char_p, P(c_void_p)]),
     "st_key_close": (None, [c_void_p]),
     "st_key_result": (c_void_p, [c_void_p]),
     "st_key_is_publisher": (c_int, [c_void_p]),

@@ -484,9 +484,11 @@ class Client(Closing):
         if h is not None:
             h.close()
 
-    def live(self, key, readonly=False):
-        """A LiveKey handle on live key `key` (sharedtensor.live)."""
-        return _live.LiveKey(self, key, readonly)
+    def live(self, key, readonly=False, view=None):
+        """A LiveKey handle on live key `key` (sharedtensor.live); view="spec"
+        (windows only, docs/views.md) gives it windows of the key, e.g. a
+        tensor-parallel rank's shard, that follow its updates."""
+        return _live.LiveKey(self, key, readonly, view)
 
     def _publisher(self, key):
         """This connection's publishing handle of `key`, opened once."""
@@ -511,11 +513,13 @@ class Client(Closing):
         update (and its version) completes when the block ends."""
         return self._publisher(key).updating()
 
-    def bind(self, module, key, readonly=True):
+    def bind(self, module, key, readonly=True, view=None):
         """Points `module`'s parameters (and buffers) at live key `key`'s
         tensors, by name, without a copy: a Binding with version,
-        wait_version, consistent(), read() and refresh()."""
-        return _live.Binding(module, self.live(key, readonly))
+        wait_version, consistent(), read() and refresh(). view="spec" binds
+        windows of the key (a tensor-parallel rank binds its shard:
+        "*.q_proj.weight:shard(0,1,4)")."""
+        return _live.Binding(module, self.live(key, readonly, view))
 
     def get(self, key, version=None, readonly=False, with_version=False, as_torch=None,
             view=None):

@@ -46,14 +46,19 @@ class LiveKey:
     handle publishes (`publisher` is True) when its client's connection
     put the key; every other handle maps the key read-only."""
 
-    def __init__(self, client, key, readonly=False):
+    def __init__(self, client, key, readonly=False, view=None):
         out = ctypes.c_void_p()
+        if view is not None and not isinstance(view, str):
+            raise TypeError("live: view must be a str (a view spec), not %s"
+                            % type(view).__name__)
         with client._lock:
-            rc = _l.st_key_open(client._h(), key.encode(), _GET_READONLY if readonly else 0,
-                                ctypes.byref(out))
+            rc = _l.st_key_open_view(client._h(), key.encode(),
+                                     _GET_READONLY if readonly else 0,
+                                     None if view is None else view.encode(), ctypes.byref(out))
         _check(rc)
         self._k = out.value
         self.key = key
+        self.view = view
         self.publisher = bool(_l.st_key_is_publisher(self._k))
         self._open_update = False
         r = _l.st_key_result(self._k)

@@ -46,12 +46,18 @@ static int ordinal_of(const st_result_t *r) {
 
 /* See client.h. Thread of the client. */
 ST_API int st_key_open(st_client_t *c, const char *key, int flags, st_key_t **out) {
+  return st_key_open_view(c, key, flags, NULL, out);
+}
+
+/* See client.h. Thread of the client. */
+ST_API int st_key_open_view(st_client_t *c, const char *key, int flags, const char *view,
+                            st_key_t **out) {
   if (out) *out = NULL;
   if (!c || !key || !out) return fail(ST_ERR_INVALID_ARGUMENT, "NULL client, key or handle");
   if (strlen(key) > 128) return fail(ST_ERR_INVALID_ARGUMENT, "a key name is 1 to 128 characters");
   st__key_live_t live;
   st_result_t *r = NULL;
-  int rc = st__client_key_get(c, key, 0, flags, NULL, 0, &r, NULL, &live);
+  int rc = st__client_key_get(c, key, 0, flags, view, 0, &r, NULL, &live);
   if (rc != ST_OK) return fail(rc, "%s", st_client_error(c));
   st__mapping_t *m = live.live && live.page < r->nmaps ? r->maps[live.page] : NULL;
   st__key_page_t *p = m ? st__client_mapping_base(m) : NULL;

@@ -196,6 +196,23 @@ void st__rpc_buffer_close(st__rpc_req_t *r);
 void st__rpc_buffer_unlink(st__rpc_req_t *r);
 void st__rpc_buffers(st__rpc_req_t *r);
 /* rpc_keys.c */
+/* What a get reply says besides value and arenas (docs/protocol.md,
+ * "Published keys"): key, version, readonly, and for a live key its page
+ * (borrowed: sent as one more arena, last, with `live: {page,
+ * publisher}`). */
+typedef struct st__key_reply {
+  const char *key;
+  uint64_t version;
+  int readonly;
+  st__arena_t *page;
+  int publisher;
+} st__key_reply_t;
+
+/* Sends r as the reply `id` of a get on c, with k's pairs: the one way a
+ * key goes out, with or without a view (views.c). Loop thread. */
+void st__rpc_reply_key(st__conn_t *c, uint32_t id, const char *what, const st__build_result_t *r,
+                       const st__key_reply_t *k);
+
 void st__rpc_put(st__rpc_req_t *r);
 void st__rpc_get(st__rpc_req_t *r);
 void st__rpc_keys(st__rpc_req_t *r);

@@ -137,21 +137,8 @@ typedef struct got {
   const st__key_t *key;
   const st__key_version_t *v;
   int readonly;
-  uint32_t page;              /* a live key: its page's index in `arenas` */
   int publisher;              /* a live key: this connection publishes it */
 } got_t;
-
-static void pack_got(msgpack_packer *pk, const void *ud) {
-  const got_t *g = ud;
-  st__pack_kv_str(pk, "key", g->key->name);
-  st__pack_kv_uint(pk, "version", st__keys_version_of(g->key, g->v));
-  if (g->readonly) st__pack_kv_bool(pk, "readonly", 1);
-  if (!g->key->live) return;
-  st__pack_cstr(pk, "live");
-  msgpack_pack_map(pk, 2);
-  st__pack_kv_uint(pk, "page", g->page);
-  st__pack_kv_bool(pk, "publisher", g->publisher);
-}
 
 /* The reply to a get whose `have` is the version it resolves to: {key,
  * version, same: true}, nothing else (docs/protocol.md, "Published
@@ -168,25 +155,57 @@ static void reply_same(st__rpc_req_t *r, const got_t *g) {
   st__reply_send(r->c, r->id, &sb);
 }
 
-/* The reply of a live key: the version's value and arenas, and its
- * control page as one more arena, last (docs/protocol.md, "Live keys"):
- * writable for the publisher's connection only. */
-static void reply_live(st__conn_t *c, uint32_t id, const char *what, got_t *g,
-                       st__reply_more_t *more) {
-  st__build_result_t tmp = g->v->result;
+typedef struct key_pairs {
+  const st__key_reply_t *k;
+  uint32_t page;              /* a live key: its page's index in `arenas` */
+} key_pairs_t;
+
+static void pack_key_pairs(msgpack_packer *pk, const void *ud) {
+  const key_pairs_t *p = ud;
+  st__pack_kv_str(pk, "key", p->k->key);
+  st__pack_kv_uint(pk, "version", p->k->version);
+  if (p->k->readonly) st__pack_kv_bool(pk, "readonly", 1);
+  if (!p->k->page) return;
+  st__pack_cstr(pk, "live");
+  msgpack_pack_map(pk, 2);
+  st__pack_kv_uint(pk, "page", p->page);
+  st__pack_kv_bool(pk, "publisher", p->k->publisher);
+}
+
+/* See rpc.h. Loop thread. */
+void st__rpc_reply_key(st__conn_t *c, uint32_t id, const char *what, const st__build_result_t *r,
+                       const st__key_reply_t *k) {
+  key_pairs_t pairs = {.k = k};
+  st__reply_more_t more = {.npairs = 2 + (uint32_t)(k->readonly != 0) + (k->page != NULL),
+                           .pack = pack_key_pairs, .ud = &pairs, .keep_arenas = 1,
+                           .readonly = k->readonly};
+  if (!k->page) {
+    st__reply_more(c, id, what, r, &more);
+    return;
+  }
+  /* A live key: its control page goes as one more arena, last. */
+  st__build_result_t tmp = *r;
   size_t n = tmp.narenas;
   tmp.arenas = malloc((n + 1) * sizeof *tmp.arenas);
   if (!tmp.arenas) {
     st__conn_send_error(c, id, ST_ERR_OUT_OF_MEMORY, "out of memory building a reply");
     return;
   }
-  if (n) memcpy(tmp.arenas, g->v->result.arenas, n * sizeof *tmp.arenas);
-  tmp.arenas[n] = g->key->page_arena;
+  if (n) memcpy(tmp.arenas, r->arenas, n * sizeof *tmp.arenas);
+  tmp.arenas[n] = k->page;
   tmp.narenas = n + 1;
-  g->page = (uint32_t)n;
-  more->npairs++;
-  st__reply_more(c, id, what, &tmp, more);
+  pairs.page = (uint32_t)n;
+  st__reply_more(c, id, what, &tmp, &more);
   free(tmp.arenas);
+}
+
+/* What a reply of g says besides value and arenas. */
+static st__key_reply_t key_reply_of(const got_t *g) {
+  return (st__key_reply_t){.key = g->key->name,
+                           .version = st__keys_version_of(g->key, g->v),
+                           .readonly = g->readonly,
+                           .page = g->key->live ? g->key->page_arena : NULL,
+                           .publisher = g->publisher};
 }
 
 /* get {key, view} of version v: through the view (server/views.h). */
@@ -200,6 +219,9 @@ static void get_view(st__rpc_req_t *r, const st__viewspec_t *spec, const got_t *
   snprintf(to.what, sizeof to.what, "get '%s'", g->key->name);
   snprintf(to.key, sizeof to.key, "%s", g->key->name);
   to.version = st__keys_version_of(g->key, g->v);
+  /* A live key's views are windows, answered at once: the page borrowed. */
+  to.live_page = g->key->live ? g->key->page_arena : NULL;
+  to.publisher = g->publisher;
   char owner[ST__KEY_NAME_MAX + 8], version[24];
   snprintf(owner, sizeof owner, "key:%s", g->key->name);
   snprintf(version, sizeof version, "v%llu", (unsigned long long)to.version);
@@ -254,12 +276,10 @@ static void get_key(st__rpc_req_t *r, const char *name, size_t len, int readonly
     get_view(r, view, &g);
     return;
   }
-  st__reply_more_t more = {.npairs = 2 + (uint32_t)g.readonly, .pack = pack_got, .ud = &g,
-                           .keep_arenas = 1, .readonly = g.readonly};
   char what[ST__KEY_NAME_MAX + 16];
   snprintf(what, sizeof what, "get '%s'", k->name);
-  if (k->live) reply_live(c, r->id, what, &g, &more);
-  else st__reply_more(c, r->id, what, &v->result, &more);
+  st__key_reply_t kr = key_reply_of(&g);
+  st__rpc_reply_key(c, r->id, what, &v->result, &kr);
 }
 
 /* get {key, version?, readonly?, view?, have?} -> {value, arenas, key,

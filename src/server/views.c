@@ -144,13 +144,6 @@ static void result_unborrow(st__build_result_t *r) {
 
 /* ------------------------------------------------------------ replying */
 
-static void pack_key_pairs(msgpack_packer *pk, const void *ud) {
-  const st__view_to_t *to = ud;
-  st__pack_kv_str(pk, "key", to->key);
-  st__pack_kv_uint(pk, "version", to->version);
-  if (to->readonly) st__pack_kv_bool(pk, "readonly", 1);
-}
-
 /* Answers `to` on c with error rc: a lease the reply would have given
  * goes back. */
 static void fail_to(st__server_t *srv, st__conn_t *c, const st__view_to_t *to, int rc,
@@ -165,9 +158,9 @@ static void send_result(st__server_t *srv, st__conn_t *c, const st__view_to_t *t
                         const st__build_result_t *r) {
   switch (to->kind) {
   case ST__VIEW_TO_KEY: {
-    st__reply_more_t more = {.npairs = 2 + (uint32_t)(to->readonly != 0), .pack = pack_key_pairs,
-                             .ud = to, .keep_arenas = 1, .readonly = to->readonly};
-    st__reply_more(c, to->request_id, to->what, r, &more);
+    st__key_reply_t k = {.key = to->key, .version = to->version, .readonly = to->readonly,
+                         .page = to->live_page, .publisher = to->publisher};
+    st__rpc_reply_key(c, to->request_id, to->what, r, &k);
     return;
   }
   case ST__VIEW_TO_OBJECT: {

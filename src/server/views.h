@@ -48,6 +48,10 @@ typedef struct st__view_to {
   char what[ST__KEY_NAME_MAX + 16];   /* "get 'k'", the endpoint: errors */
   char key[ST__KEY_NAME_MAX + 1];     /* KEY: the key and version */
   uint64_t version;
+  st__arena_t *live_page;     /* KEY of a live key: its control page
+                               * (borrowed: its views are windows,
+                               * answered at once) */
+  int publisher;              /* KEY of a live key: this connection's */
   uint64_t object_id;         /* OBJECT: held while the reply waits */
   int lease;                  /* OBJECT: the reply gives a lease */
 } st__view_to_t;

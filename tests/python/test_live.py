@@ -85,6 +85,32 @@ class LiveTest(st_fixture.ServerTestCase):
         finally:
             reader.close()
 
+    def test_a_rank_binds_its_shard(self):
+        w = torch.arange(64 * 64, dtype=torch.float32).reshape(64, 64)
+        self.c.put("tp", {"weight": w.clone(), "bias": torch.arange(64.0)}, live=True)
+        reader = st.Client(path=self.srv.socket)
+        try:
+            view = "weight:shard(0,1,2);bias:shard(0,1,2)"
+            half = torch.nn.Linear(64, 32)
+            b = reader.bind(half, "tp", view=view)
+            self.assertTrue(torch.equal(half.weight, w[32:]))
+            self.assertTrue(torch.equal(half.bias, torch.arange(32.0, 64.0)))
+            # a window of the key's own memory: no copy
+            whole = reader.live("tp")
+            self.assertEqual(half.weight.data_ptr(),
+                             whole.tensors["weight"].data_ptr() + 32 * 64 * 4)
+            ptr = half.weight.data_ptr()
+            self.assertEqual(self.c.update("tp", {"weight": w * 2, "bias": torch.zeros(64)}), 2)
+            self.assertEqual(b.wait_version(2, timeout=5), 2)
+            self.assertEqual(half.weight.data_ptr(), ptr)
+            self.assertTrue(torch.equal(b.read(lambda: half.weight.clone()), w[32:] * 2))
+            self.assertTrue(torch.equal(half.bias, torch.zeros(32)))
+            # a copy would not follow updates
+            with self.assertRaisesRegex(st.InvalidArgumentError, "cannot end with `contiguous`"):
+                reader.live("tp", view="weight:shard(1,1,2)|contiguous")
+        finally:
+            reader.close()
+
     def test_a_reader_never_mixes_two_versions(self):
         self.c.put("ham", state(0), live=True)
         self.c.close()
