@@ -195,6 +195,8 @@ void st__arena_ref(st__arena_t *a) {
   atomic_fetch_add_explicit(&a->refs, 1, memory_order_relaxed);
 }
 
+static void teardown(void *arena);
+
 /* 1 when tearing `a` down costs driver calls or a big munmap: worth
  * handing to the releaser (arena_release.h). */
 static int slow_teardown(const st__arena_t *a) {
@@ -211,12 +213,15 @@ static int slow_teardown(const st__arena_t *a) {
 void st__arena_unref(st__arena_t *a) {
   if (!a) return;
   if (atomic_fetch_sub_explicit(&a->refs, 1, memory_order_acq_rel) != 1) return;
-  if (slow_teardown(a) && st__arena_release_defer(a)) return;
-  st__arena_teardown(a);
+  if (slow_teardown(a) && st__arena_release_defer(teardown, a)) return;
+  teardown(a);
 }
 
-/* See arena_release.h. Any thread (no reference is left). */
-void st__arena_teardown(st__arena_t *a) {
+/* Releases everything the arena holds (mapping, descriptor, allocation),
+ * then its ledger charge and live statistics, and frees it. Any thread
+ * (no reference is left): st__arena_unref's, or the releaser. */
+static void teardown(void *arena) {
+  st__arena_t *a = arena;
   switch (a->kind) {
   case ST__ARENA_CPU:
     if (a->base) munmap(a->base, (size_t)a->size);

@@ -27,7 +27,7 @@
  * imports the handle, reserves, maps and sets access the first time
  * server code reads or writes it (an endpoint reading a key or an
  * argument, a `contiguous` copy). A put that nothing in the server reads
- * makes no driver call that costs (docs/keys.md, "Costs of a put"). Code
+ * makes no driver call that costs (docs/keys.md, section 1, "Cost"). Code
  * that touches the memory of an arena
  * it did not make goes through st__arena_map (st__tensor_from_desc does,
  * so every tensor of the tensor core has a mapped arena) and turns its

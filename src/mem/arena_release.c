@@ -22,7 +22,12 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t work_cv = PTHREAD_COND_INITIALIZER;  /* queued, or stopping */
 static pthread_cond_t idle_cv;                             /* pending fell to 0 */
 static pthread_once_t idle_once = PTHREAD_ONCE_INIT;
-static st__arena_t **queue;      /* owned: the arenas waiting, in order */
+typedef struct job {
+  st__arena_teardown_fn teardown;
+  void *obj;                     /* owned: an arena with no reference left */
+} job_t;
+
+static job_t *queue;             /* the arenas waiting, in order */
 static size_t qlen, qcap;
 static size_t pending;           /* queued + being torn down */
 static unsigned users;           /* st__arena_releaser_start minus stop */
@@ -49,12 +54,12 @@ static void *releaser_main(void *arg) {
   for (;;) {
     while (!qlen && !stopping) pthread_cond_wait(&work_cv, &mu);
     if (!qlen) break;   /* stopping, and drained */
-    st__arena_t **batch = queue;
+    job_t *batch = queue;
     size_t n = qlen;
     queue = NULL;
     qlen = qcap = 0;
     pthread_mutex_unlock(&mu);
-    for (size_t i = 0; i < n; i++) st__arena_teardown(batch[i]);
+    for (size_t i = 0; i < n; i++) batch[i].teardown(batch[i].obj);
     free(batch);
     pthread_mutex_lock(&mu);
     pending -= n;
@@ -110,7 +115,7 @@ void st__arena_releaser_stop(void) {
 void st__arena_defer_here(int on) { defer_here = on; }
 
 /* See arena_release.h. Any thread. */
-int st__arena_release_defer(st__arena_t *a) {
+int st__arena_release_defer(st__arena_teardown_fn teardown, void *obj) {
   if (!defer_here) return 0;
   pthread_mutex_lock(&mu);
   if (!running || stopping) {
@@ -119,7 +124,7 @@ int st__arena_release_defer(st__arena_t *a) {
   }
   if (qlen == qcap) {
     size_t cap = qcap ? qcap * 2 : 64;
-    st__arena_t **q = realloc(queue, cap * sizeof *q);
+    job_t *q = realloc(queue, cap * sizeof *q);
     if (!q) {   /* out of memory: the caller releases inline */
       pthread_mutex_unlock(&mu);
       return 0;
@@ -127,7 +132,7 @@ int st__arena_release_defer(st__arena_t *a) {
     queue = q;
     qcap = cap;
   }
-  queue[qlen++] = a;
+  queue[qlen++] = (job_t){teardown, obj};
   pending++;
   pthread_cond_signal(&work_cv);
   pthread_mutex_unlock(&mu);

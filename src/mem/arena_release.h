@@ -1,5 +1,5 @@
 /* src/mem: final releases of arenas off the loop threads (docs/keys.md,
- * "Costs of a put").
+ * section 1, "Cost").
  *
  * The last unref of an arena tears it down: for a CUDA arena that is
  * driver work (the close of the last descriptor of an exported
@@ -17,8 +17,8 @@
  *     or more; never a pool's region) to the releaser's queue
  *     (st__arena_release_defer) and returns at once; every other thread,
  *     and every arena when no releaser runs, tears down inline;
- *   - the releaser tears the queued arenas down in order
- *     (st__arena_teardown): their resources, then their ledger charge and
+ *   - the releaser tears the queued arenas down in order (with the
+ *     function arena.c queued them with): their resources, then their ledger charge and
  *     their place in st__arena_stats. So the ledger never counts as free
  *     what the server still holds: a charge that does not fit waits for
  *     the queue (st__arena_release_settle, from the server's reclaim
@@ -37,8 +37,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-
-#include "mem/arena.h"
 
 /* A memfd arena of at least this many allocated bytes is released off a
  * marked thread (a smaller one's munmap and close cost less than the hand
@@ -69,15 +67,13 @@ int st__arena_release_settle(double timeout_s);
  * since the process started. Any thread. */
 void st__arena_release_stats(uint64_t *pending, uint64_t *deferred);
 
-/* For st__arena_unref (arena.c): queues `a`, which has no reference
- * left, when the calling thread is marked and the releaser runs. 1 when
- * queued (the releaser owns it now), 0 when the caller must tear it down
- * itself. Any thread. */
-int st__arena_release_defer(st__arena_t *a);
-
-/* Releases everything `a` holds (mapping, descriptor, allocation), then
- * its ledger charge and live statistics, and frees it (arena.c). The
- * releaser thread, or st__arena_unref inline. */
-void st__arena_teardown(st__arena_t *a);
+/* For st__arena_unref (arena.c): queues teardown(obj) (an arena with no
+ * reference left, and the function that releases everything it holds,
+ * then its ledger charge and live statistics, and frees it) when the
+ * calling thread is marked and the releaser runs. 1 when queued (the
+ * releaser owns obj now and calls teardown on its thread), 0 when the
+ * caller must tear it down itself. Any thread. */
+typedef void (*st__arena_teardown_fn)(void *obj);
+int st__arena_release_defer(st__arena_teardown_fn teardown, void *obj);
 
 #endif

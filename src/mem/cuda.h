@@ -236,7 +236,8 @@ const char *st__file_kind(unsigned mode);
  * The driver checks the rest (that it is an allocation, its size) when it
  * imports. ST_OK, or ST_ERR_INVALID_ARGUMENT with "the descriptor is a
  * pipe, not an exported CUDA allocation" (a memfd, a file, a socket, ...)
- * or "... the character device M:m, not the NVIDIA control device ..." in
+ * or "the descriptor is the character device M:m, not an exported CUDA
+ * allocation (a file of the NVIDIA control device, /dev/nvidiactl)" in
  * err (may be NULL). One fstat; any thread; in builds without CUDA too. */
 int st__cuda_fd_check(int fd, char *err, size_t errlen);
 

@@ -75,8 +75,8 @@ int st__cuda_fd_check(int fd, char *err, size_t errlen) {
   if (ctl_known ? st.st_rdev == ctl_rdev : major(st.st_rdev) == NVIDIA_MAJOR) return ST_OK;
   if (err && errlen)
     snprintf(err, errlen,
-             "the descriptor is the character device %u:%u, not the NVIDIA control device "
-             "(" NVIDIA_CONTROL_DEVICE ") of an exported CUDA allocation",
+             "the descriptor is the character device %u:%u, not an exported CUDA allocation "
+             "(a file of the NVIDIA control device, " NVIDIA_CONTROL_DEVICE ")",
              major(st.st_rdev), minor(st.st_rdev));
   return ST_ERR_INVALID_ARGUMENT;
 }
