@@ -141,17 +141,11 @@ int st__arena_release_defer(st__arena_teardown_fn teardown, void *obj) {
 }
 
 /* See arena_release.h. Any thread but the releaser. */
-int st__arena_release_settle(double timeout_s) {
+int st__arena_release_settle(unsigned timeout_s) {
   pthread_once(&idle_once, init_idle);
   struct timespec until;
   clock_gettime(CLOCK_MONOTONIC, &until);
-  double whole = (double)(time_t)timeout_s;
   until.tv_sec += (time_t)timeout_s;
-  until.tv_nsec += (long)((timeout_s - whole) * 1e9);
-  if (until.tv_nsec >= 1000000000L) {
-    until.tv_sec++;
-    until.tv_nsec -= 1000000000L;
-  }
   pthread_mutex_lock(&mu);
   int was = pending > 0;
   while (pending && pthread_cond_timedwait(&idle_cv, &mu, &until) != ETIMEDOUT) {

@@ -61,7 +61,7 @@ void st__arena_defer_here(int on);
 /* Waits until no arena is queued or being torn down, at most `timeout_s`
  * seconds. Returns 1 when one was at the call (the ledger may have room
  * now), else 0. Any thread but the releaser; blocks. */
-int st__arena_release_settle(double timeout_s);
+int st__arena_release_settle(unsigned timeout_s);
 
 /* Arenas queued or being torn down now, and arenas handed to the releaser
  * since the process started. Any thread. */

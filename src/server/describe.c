@@ -181,7 +181,7 @@ static void pack_keys(msgpack_packer *pk, const st__keys_t *t) {
 #define MEM_SAMPLE_S 0.1
 
 /* How long info waits at most for the releases in flight. */
-#define ST__INFO_SETTLE_S 1.0
+#define ST__INFO_SETTLE_S 1u
 typedef struct mem_sample {
   double at;              /* st__now_mono of the sample; 0: none yet */
   uint64_t charged;       /* the ledger's bytes on the device then */

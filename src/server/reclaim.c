@@ -116,7 +116,7 @@ static int reclaim(struct st__reclaim *rc, int device, uint64_t bytes, unsigned 
  * refused for memory or descriptors on their way out. */
 static int on_charge_refused(void *ctx, int device, uint64_t bytes, unsigned fds) {
   int freed = reclaim(ctx, device, bytes, fds);
-  return st__arena_release_settle(ST__RECLAIM_WAIT_S) || freed;
+  return st__arena_release_settle((unsigned)ST__RECLAIM_WAIT_S) || freed;
 }
 
 /* See reclaim.h. */
