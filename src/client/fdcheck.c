@@ -13,8 +13,9 @@
  *                that length);
  *   vmm (cuda)   what an exported VMM allocation is on Linux: a descriptor
  *                of the NVIDIA control device (the character device of
- *                /dev/nvidiactl), open read-write. The driver checks the
- *                rest (an allocation, its size) when it imports.
+ *                /dev/nvidiactl: st__cuda_fd_check, the server's check at
+ *                a put too), open read-write. The driver checks the rest
+ *                (an allocation, its size) when it imports.
  *
  * No state; any thread.
  */
@@ -24,33 +25,20 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <sys/vfs.h>
 
 #include "client/client_internal.h"
 #include "common/fail.h"
+#include "mem/cuda.h"
 
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010
 #endif
 
-#define NVIDIA_CONTROL_DEVICE "/dev/nvidiactl"
-
 /* Every refusal here is PROTOCOL and names the arena. */
 #define refuse(d, err, errlen, fmt, ...)                                                    \
   st__fail(ST_ERR_PROTOCOL, err, errlen, "arena %llu: " fmt, (unsigned long long)(d)->id, \
            __VA_ARGS__)
-
-/* What kind of file a mode says, for messages. */
-static const char *file_kind(mode_t m) {
-  if (S_ISREG(m)) return "a regular file";
-  if (S_ISDIR(m)) return "a directory";
-  if (S_ISCHR(m)) return "a character device";
-  if (S_ISBLK(m)) return "a block device";
-  if (S_ISFIFO(m)) return "a pipe";
-  if (S_ISSOCK(m)) return "a socket";
-  return "a file of an unknown kind";
-}
 
 /* ST_OK when fd is open for reading and writing. */
 static int check_read_write(const st__arena_desc_t *d, int fd, const char *what, char *err,
@@ -66,7 +54,7 @@ int st__client_check_memfd(const st__arena_desc_t *d, int fd, const struct stat 
                            size_t errlen) {
   if (!S_ISREG(st->st_mode))
     return refuse(d, err, errlen, "backend memfd, but the descriptor is %s",
-                  file_kind(st->st_mode));
+                  st__file_kind(st->st_mode));
   struct statfs fs;
   if (fstatfs(fd, &fs) != 0)
     return st__fail(ST_ERR_IO, err, errlen, "arena %llu: fstatfs failed: %s",
@@ -98,20 +86,8 @@ int st__client_check_memfd(const st__arena_desc_t *d, int fd, const struct stat 
 
 /* See client_internal.h. */
 int st__client_check_vmm_fd(const st__arena_desc_t *d, int fd, char *err, size_t errlen) {
-  struct stat st, ctl;
-  if (fstat(fd, &st) != 0)
-    return st__fail(ST_ERR_IO, err, errlen, "arena %llu: fstat failed: %s",
-                    (unsigned long long)d->id, strerror(errno));
-  if (!S_ISCHR(st.st_mode))
-    return refuse(d, err, errlen,
-                  "backend vmm, but the descriptor is %s, not an exported CUDA allocation",
-                  file_kind(st.st_mode));
-  if (stat(NVIDIA_CONTROL_DEVICE, &ctl) != 0 || !S_ISCHR(ctl.st_mode) ||
-      major(ctl.st_rdev) != major(st.st_rdev))
-    return refuse(d, err, errlen,
-                  "backend vmm, but the descriptor is the character device %u:%u, not the "
-                  "NVIDIA control device (" NVIDIA_CONTROL_DEVICE ") of an exported CUDA "
-                  "allocation",
-                  major(st.st_rdev), minor(st.st_rdev));
+  char why[200];
+  if (st__cuda_fd_check(fd, why, sizeof why) != ST_OK)
+    return refuse(d, err, errlen, "backend vmm, but %s", why);
   return check_read_write(d, fd, "vmm", err, errlen);
 }

@@ -3,10 +3,11 @@
  *
  * A source (st__targ_src_t) is one client allocation as the server received
  * it: the description and descriptor of its first request, then, once a
- * worker imported it (an mmap, or a CUDA handle import: mem/arena.h), the
- * imported arena. It is imported at most once, whichever request's worker gets there
- * first: the requests that name it and the connection's cache each hold a
- * reference, and the last one closes the descriptor or drops the arena.
+ * worker imported it (an mmap, or for CUDA the descriptor kept after an
+ * fstat: mem/arena.h), the imported arena. It is imported at most once,
+ * whichever request's worker gets there first: the requests that name it
+ * and the connection's cache each hold a reference, and the last one
+ * closes the descriptor or drops the arena.
  *
  * The cache (st__argcache_t) is one connection's table of sources by the
  * client's id for them (`arg_id`), least recently used last. It knows no

@@ -6,9 +6,9 @@
  * descriptors from the connection (st__targs_take), checks every tensor
  * value of the arguments against the list while it binds (st__targs_check),
  * and moves the set into the job. The worker that runs the job imports the
- * arenas (st__targs_import: a memfd mmap or a CUDA handle import, which
- * must not run on the loop thread; a CUDA arena is mapped when the body's
- * tensors are made of it, st__tensor_from_desc) and the Lua body sees
+ * arenas (st__targs_import: a memfd mmap, or for CUDA an fstat of the
+ * descriptor; a CUDA arena is imported and mapped when the body's tensors
+ * are made of it, st__tensor_from_desc) and the Lua body sees
  * tensors that live in the client's memory: it reads and writes them in
  * place.
  *

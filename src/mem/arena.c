@@ -10,6 +10,7 @@
  * Contracts of the non-static functions: their comments in arena.h.
  */
 #include "mem/arena.h"
+#include "mem/arena_release.h"
 #include "mem/cuda.h"
 #include "mem/ledger.h"
 
@@ -33,7 +34,8 @@ typedef enum {
   ST__ARENA_CUDA = 1,          /* VMM allocation (cuda_arena.c) */
   ST__ARENA_CUDA_LEGACY = 2,   /* cuMemAlloc + IPC handle (cuda_legacy.c) */
   ST__ARENA_CUDA_IMPORT = 3,   /* a client's VMM allocation (tensor argument, put):
-                                  its handle; mapped on first need */
+                                  its descriptor; imported and mapped on first
+                                  need */
   ST__ARENA_POOL = 4           /* a region of a connection's pool (pool.h) */
 } st__arena_kind_t;
 
@@ -50,9 +52,10 @@ struct st__arena {
                                   set once (under map_lock, read with acquire) */
   struct st__cuda_alloc *cuda; /* CUDA: the allocation, owned */
   struct st__cuda_legacy *legacy; /* CUDA_LEGACY: the allocation, owned */
-  st__cuda_handle_t handle;    /* CUDA_IMPORT: the imported handle, owned: it
-                                  keeps the memory with or without a mapping */
-  st__cuda_mapping_t import;   /* CUDA_IMPORT: the mapping once made, owned */
+  int ordinal;                 /* CUDA_IMPORT: the device in this process */
+  st__cuda_mapping_t import;   /* CUDA_IMPORT: the mapping once made, owned
+                                  (the descriptor, fd, keeps the memory with
+                                  or without it) */
   pthread_mutex_t map_lock;    /* CUDA_IMPORT: one mapping, whoever asks first */
   char uuid[ST_CUDA_UUID_LEN]; /* CUDA_IMPORT: the device */
   st__arena_release_fn release; /* POOL: called with (owner, slot) on the last unref */
@@ -192,11 +195,33 @@ void st__arena_ref(st__arena_t *a) {
   atomic_fetch_add_explicit(&a->refs, 1, memory_order_relaxed);
 }
 
-/* Any thread; the last reference releases the allocation. The kernel keeps
- * the memory while clients still hold a descriptor or a mapping. */
+static void teardown(void *arena);
+
+/* 1 when tearing `a` down costs driver calls or a big munmap: worth
+ * handing to the releaser (arena_release.h). */
+static int slow_teardown(const st__arena_t *a) {
+  switch (a->kind) {
+  case ST__ARENA_CPU: return a->size >= ST__ARENA_DEFER_CPU_BYTES;
+  case ST__ARENA_POOL: return 0;   /* the pool's slab stays */
+  default: return 1;
+  }
+}
+
+/* Any thread; the last reference releases the allocation, at once or on
+ * the releaser (arena_release.h). The kernel keeps the memory while
+ * clients still hold a descriptor or a mapping. */
 void st__arena_unref(st__arena_t *a) {
   if (!a) return;
   if (atomic_fetch_sub_explicit(&a->refs, 1, memory_order_acq_rel) != 1) return;
+  if (slow_teardown(a) && st__arena_release_defer(teardown, a)) return;
+  teardown(a);
+}
+
+/* Releases everything the arena holds (mapping, descriptor, allocation),
+ * then its ledger charge and live statistics, and frees it. Any thread
+ * (no reference is left): st__arena_unref's, or the releaser. */
+static void teardown(void *arena) {
+  st__arena_t *a = arena;
   switch (a->kind) {
   case ST__ARENA_CPU:
     if (a->base) munmap(a->base, (size_t)a->size);
@@ -210,9 +235,8 @@ void st__arena_unref(st__arena_t *a) {
     break;
   case ST__ARENA_CUDA_IMPORT:
     /* The client's memory stays the client's: this drops the server's
-     * mapping (if one was made), its handle and its descriptor. */
+     * mapping (if one was made) and its descriptor. */
     st__cuda_unmap(&a->import);
-    st__cuda_handle_release(&a->handle);
     close(a->fd);
     pthread_mutex_destroy(&a->map_lock);
     break;
@@ -230,8 +254,8 @@ void st__arena_unref(st__arena_t *a) {
 void *st__arena_base(const st__arena_t *a) { return __atomic_load_n(&a->base, __ATOMIC_ACQUIRE); }
 
 /* See arena.h. Any thread; the first caller of an imported CUDA arena
- * maps it under its lock, every later one (and every other kind) only
- * loads the base. */
+ * imports and maps it under its lock, every later one (and every other
+ * kind) only loads the base. */
 int st__arena_map(st__arena_t *a, void **base, char *err, size_t errlen) {
   void *p = st__arena_base(a);
   if (!p && a->kind == ST__ARENA_CUDA_IMPORT) {
@@ -240,7 +264,7 @@ int st__arena_map(st__arena_t *a, void **base, char *err, size_t errlen) {
     pthread_mutex_lock(&a->map_lock);
     if (!a->base) {
       st__cuda_mapping_t m;
-      rc = st__cuda_handle_map(&a->handle, &m, why, sizeof why);
+      rc = st__cuda_import(a->fd, a->size, a->uuid, &m, why, sizeof why);
       if (rc == ST_OK) {
         a->import = m;
         __atomic_store_n(&a->base, (void *)(uintptr_t)m.dptr, __ATOMIC_RELEASE);
@@ -352,7 +376,7 @@ int st__arena_device(const st__arena_t *a) {
   switch (a->kind) {
   case ST__ARENA_CUDA: return st__cuda_alloc_ordinal(a->cuda);
   case ST__ARENA_CUDA_LEGACY: return st__cuda_legacy_ordinal(a->legacy);
-  case ST__ARENA_CUDA_IMPORT: return a->handle.ordinal;
+  case ST__ARENA_CUDA_IMPORT: return a->ordinal;
   case ST__ARENA_POOL: return a->pool_device;
   default: return -1;
   }
@@ -413,14 +437,12 @@ st__arena_t *st__arena_adopt_cuda_legacy(struct st__cuda_legacy *l, uint64_t byt
   return a;
 }
 
-/* Wraps an imported CUDA allocation, not mapped; see arena.h. Any
+/* Wraps a client's CUDA allocation, not imported; see arena.h. Any
  * thread. */
-st__arena_t *st__arena_adopt_cuda_import(struct st__cuda_handle *h, int fd, const char *uuid) {
-  st__arena_t *a = new_record(ST__ARENA_CUDA_IMPORT, h->bytes, h->bytes, fd, NULL, -1, 0, 1);
+st__arena_t *st__arena_adopt_cuda_import(int fd, uint64_t bytes, int ordinal, const char *uuid) {
+  st__arena_t *a = new_record(ST__ARENA_CUDA_IMPORT, bytes, bytes, fd, NULL, -1, 0, 1);
   if (!a) return NULL;
-  a->handle = *h;
-  memset(h, 0, sizeof *h);
-  h->ordinal = -1;
+  a->ordinal = ordinal;
   a->import.ordinal = -1;
   pthread_mutex_init(&a->map_lock, NULL);
   snprintf(a->uuid, sizeof a->uuid, "%s", uuid);
@@ -508,14 +530,20 @@ int st__arena_import(const st__arena_desc_t *d, int fd, st__arena_t **out, char 
   } else if (!d->cuda) {
     rc = import_cpu(d, fd, out, err, errlen);
   } else {
-    /* The handle only: the mapping waits for st__arena_map (a put that
-     * nobody in the server reads never maps). */
-    st__cuda_handle_t h;
-    rc = st__cuda_handle_import(fd, d->bytes, d->uuid, &h, err, errlen);
-    if (rc == ST_OK && !(*out = st__arena_adopt_cuda_import(&h, fd, d->uuid))) {
-      st__cuda_handle_release(&h);
+    /* No driver import: the descriptor's kind (an fstat), the device and
+     * the size's granularity; the import and the mapping wait for
+     * st__arena_map (a put that nobody in the server reads never makes
+     * them). The descriptor alone keeps the allocation. */
+    int ordinal = -1;
+    uint64_t gran;
+    char why[256];
+    rc = st__cuda_fd_check(fd, why, sizeof why);
+    if (rc != ST_OK)
+      st__fail(rc, err, errlen, "backend vmm, but %s", why);
+    else
+      rc = st__cuda_import_check(d->bytes, d->uuid, &ordinal, &gran, err, errlen);
+    if (rc == ST_OK && !(*out = st__arena_adopt_cuda_import(fd, d->bytes, ordinal, d->uuid)))
       rc = st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
-    }
   }
   if (rc != ST_OK) {
     close(fd);

@@ -21,12 +21,14 @@
  * Mapped or not: every arena the server makes is mapped in the server from
  * birth (st__arena_base is its address). An allocation a client sent
  * (st__arena_import) is mapped for CPU at import (an mmap costs little)
- * but for CUDA only on first need: the import takes the allocation handle
- * (which keeps the memory alive whether or not anything maps it) and
- * st__arena_map reserves, maps and sets access the first time server
- * code reads or writes it (an endpoint reading a key or an argument, a
- * `contiguous` copy). A put that nothing in the server reads costs one
- * handle import per allocation. Code that touches the memory of an arena
+ * but for CUDA only on first need: the import keeps the received
+ * descriptor (which keeps the allocation alive whether or not anything
+ * maps it) after an fstat that it is a CUDA one, and st__arena_map
+ * imports the handle, reserves, maps and sets access the first time
+ * server code reads or writes it (an endpoint reading a key or an
+ * argument, a `contiguous` copy). A put that nothing in the server reads
+ * makes no driver call that costs (docs/keys.md, section 1, "Cost"). Code
+ * that touches the memory of an arena
  * it did not make goes through st__arena_map (st__tensor_from_desc does,
  * so every tensor of the tensor core has a mapped arena) and turns its
  * failure into an error reply; st__arena_base alone is for the server's
@@ -133,8 +135,11 @@ int st__arena_new(const st__arena_spec_t *s, st__arena_t **out, char *err, size_
  * before any worker runs. 0 means no cap. */
 void st__arena_set_limit(uint64_t max_bytes);
 
-/* Reference counting; unref of the last reference unmaps and closes. NULL
- * is a no-op for unref. Any thread. */
+/* Reference counting; unref of the last reference unmaps and closes: at
+ * once, or on the releaser thread when the caller is a loop thread and
+ * the teardown is slow (mem/arena_release.h: CUDA arenas, big memfds),
+ * the ledger charge going with the teardown. NULL is a no-op for unref.
+ * Any thread. */
 void st__arena_ref(st__arena_t *a);
 void st__arena_unref(st__arena_t *a);
 
@@ -149,12 +154,15 @@ uint64_t st__arena_id(const st__arena_t *a);
 /* The arena's memory mapped in the server, mapped here on first need:
  * ST_OK with the base address in *base (may be NULL; borrowed, valid while
  * a reference is held). Every arena is mapped already but an imported CUDA
- * one (st__arena_import), which the first caller maps once for all
- * (cuMemAddressReserve, cuMemMap, cuMemSetAccess read-write on its device,
- * under the arena's lock); later callers only load the address. A failed
- * mapping leaves the arena unmapped (and still held: its handle keeps the
- * memory), a later call tries again. Errors: ST_ERR_INVALID_ARGUMENT (the
- * allocation is smaller than its descriptor claimed: cuMemMap refuses),
+ * one (st__arena_import), which the first caller imports and maps once
+ * for all (st__cuda_import of its descriptor: cuMemImportFromShareableHandle,
+ * cuMemAddressReserve, cuMemMap, cuMemSetAccess read-write on its device,
+ * cuMemRelease of the handle; under the arena's lock); later callers only
+ * load the address. A failed mapping leaves the arena unmapped (and still
+ * held: its descriptor keeps the memory), a later call tries again.
+ * Errors: ST_ERR_INVALID_ARGUMENT (the descriptor is no exported
+ * allocation: the import refuses; the allocation is smaller than its
+ * descriptor claimed: cuMemMap refuses),
  * ST_ERR_OUT_OF_MEMORY (no address space or device memory),
  * ST_ERR_CAPABILITY, another ST_ERR_* for a driver failure, with
  * "mapping imported CUDA allocation (arena <id>, <bytes> bytes on <uuid>)
@@ -239,35 +247,38 @@ st__arena_t *st__arena_adopt_cuda_legacy(struct st__cuda_legacy *l, uint64_t byt
  * closed on failure too). A CPU arena must be a memfd sealed against
  * shrinking (so that no other holder can truncate it under the server's
  * mapping: a SIGBUS) and at least d->bytes long; it is mapped read-write.
- * A CUDA arena ("vmm") is imported with st__cuda_handle_import on the
- * device whose UUID it names (the descriptor must be an exported CUDA
- * allocation and its size a multiple of the device's granularity) and is
- * NOT mapped: st__arena_map maps it on first need, and a size claim larger
- * than the allocation fails there (the driver cannot tell an allocation's
- * size before it maps it). The arena describes itself
+ * A CUDA arena ("vmm") is checked without importing it: its descriptor
+ * must be a file of the NVIDIA control device (st__cuda_fd_check, one
+ * fstat: a memfd, pipe, socket or file is refused here), its UUID a
+ * visible device's and its size a multiple of that device's granularity
+ * (st__cuda_import_check). It is neither imported nor mapped:
+ * st__arena_map does both on first need, and a descriptor the driver
+ * refuses or a size claim larger than the allocation fails there (the
+ * driver cannot tell either before it imports and maps). The arena
+ * describes itself
  * with a new server id and the same backend, and st__arena_dup_fd dups the
  * received descriptor, so an endpoint may return it. The descriptor it
  * keeps is charged to the ledger (the memory is the client's and is not).
  * On success *out holds
  * one reference owned by the caller. Errors: ST_ERR_INVALID_ARGUMENT (not
- * a sealed memfd, too short, not writable, not an exported CUDA
- * allocation, a legacy arena), ST_ERR_NOT_FOUND (no visible device has the
- * UUID), ST_ERR_CAPABILITY (no CUDA), ST_ERR_OUT_OF_MEMORY, ST_ERR_LIMIT
- * (the ledger's descriptor cap), with the
- * reason in err. Any thread (a worker: CUDA imports make the device's
- * context current). */
+ * a sealed memfd, too short, not writable; "backend vmm, but the
+ * descriptor is a pipe, not an exported CUDA allocation"; a size that is
+ * no granularity multiple; a legacy arena), ST_ERR_NOT_FOUND (no visible
+ * device has the UUID), ST_ERR_CAPABILITY (no CUDA), ST_ERR_OUT_OF_MEMORY,
+ * ST_ERR_LIMIT (the ledger's descriptor cap), with the reason in err. Any
+ * thread: no driver call but queries (the loop thread imports a put's
+ * arguments). */
 int st__arena_import(const st__arena_desc_t *d, int fd, st__arena_t **out, char *err,
                      size_t errlen);
 
-/* For st__arena_import: wraps an imported CUDA allocation `h` (its handle
- * moves to the arena, which releases it on the last unref; *h is cleared),
- * received as `fd` (moves to the arena too) from device `uuid` into a new
- * arena holding one reference, not mapped (st__arena_map), with the
- * ledger charge of one descriptor that the caller made
+/* For st__arena_import: wraps a client's CUDA allocation of `bytes`
+ * received as `fd` (moves to the arena, which closes it on the last
+ * unref) from device `uuid` (ordinal `ordinal` here) into a new arena
+ * holding one reference, neither imported nor mapped (st__arena_map),
+ * with the ledger charge of one descriptor that the caller made
  * (st__ledger_charge(-1, 0, 1)). NULL when out of host memory (the caller
- * still owns h, fd and the charge). Any thread. */
-struct st__cuda_handle;
-st__arena_t *st__arena_adopt_cuda_import(struct st__cuda_handle *h, int fd, const char *uuid);
+ * still owns fd and the charge). Any thread. */
+st__arena_t *st__arena_adopt_cuda_import(int fd, uint64_t bytes, int ordinal, const char *uuid);
 
 /* What the ledger holds for the arena: its device (-1: the CPU), bytes
  * (0 for a tensor argument) and descriptors (0 or 1). Any thread. */

@@ -225,62 +225,44 @@ typedef struct st__cuda_mapping {
  * failure. Any thread; leaves m's device context current. */
 int st__cuda_set_readonly(const st__cuda_mapping_t *m, char *err, size_t errlen);
 
-/* One allocation imported from an exported descriptor and not (yet)
- * mapped: the imported handle keeps the memory alive on its own (the
- * driver frees it once no mapping, handle or descriptor of it remains). */
-typedef struct st__cuda_handle {
-  uint64_t handle;   /* a CUmemGenericAllocationHandle, valid when held  */
-  uint64_t bytes;    /* the size the sender claims (granularity multiple) */
-  uint64_t gran;     /* the device's allocation granularity              */
-  int ordinal;       /* device ordinal in this process                   */
-  int held;          /* 1 while the handle is this process's to release  */
-} st__cuda_handle_t;
+/* What kind of file a st_mode names, for messages: "a regular file",
+ * "a pipe", "a socket", "a character device", ... Any thread. */
+const char *st__file_kind(unsigned mode);
 
-/* Imports an allocation received as a POSIX descriptor without mapping it
- * (cuda_import.c): finds the device whose UUID is `uuid`, checks that
- * `bytes` is a positive multiple of its granularity, makes its context
- * current and imports `fd` (borrowed: the caller closes it; the handle
- * does not need it). The size claim is not checked here: the driver has
- * no query for an allocation's size, so a claim larger than the
- * allocation fails at st__cuda_handle_map. On success *out holds the
- * handle; release with st__cuda_handle_release. Errors: ST_ERR_NOT_FOUND
- * (no visible device has that UUID), ST_ERR_INVALID_ARGUMENT (bad fd or
- * size, not an exported CUDA allocation), ST_ERR_OUT_OF_MEMORY,
- * ST_ERR_CAPABILITY (no driver), with the reason in err. Any thread; the
- * device's primary context is current on the calling thread afterwards. */
-int st__cuda_handle_import(int fd, uint64_t bytes, const char *uuid, st__cuda_handle_t *out,
-                           char *err, size_t errlen);
+/* Checks, without the driver, that `fd` can be an exported VMM allocation
+ * (cuda_import.c): on Linux such a descriptor is a file of the NVIDIA
+ * control device, a character device with the device number of
+ * /dev/nvidiactl (stat'ed once per process; when it cannot be, major 195).
+ * The driver checks the rest (that it is an allocation, its size) when it
+ * imports. ST_OK, or ST_ERR_INVALID_ARGUMENT with "the descriptor is a
+ * pipe, not an exported CUDA allocation" (a memfd, a file, a socket, ...)
+ * or "the descriptor is the character device M:m, not an exported CUDA
+ * allocation (a file of the NVIDIA control device, /dev/nvidiactl)" in
+ * err (may be NULL). One fstat; any thread; in builds without CUDA too. */
+int st__cuda_fd_check(int fd, char *err, size_t errlen);
 
-/* Maps the imported allocation `h` (borrowed; it stays held): reserves
- * h->bytes of address space, maps the allocation there and makes it
- * readable and writable on h's device (cuMemAddressReserve, cuMemMap,
- * cuMemSetAccess). On success *out is filled (on failure it is left as
- * it was); undo with st__cuda_unmap
- * (the mapping holds its own reference to the memory: h may be released
- * before or after). Errors: ST_ERR_INVALID_ARGUMENT (the allocation is
- * smaller than h->bytes claims: cuMemMap refuses), ST_ERR_OUT_OF_MEMORY
- * (no address space or device memory for the page tables),
- * ST_ERR_CAPABILITY, another ST_ERR_* for a driver failure, with the
- * reason in err. Any thread; leaves the device's context current. */
-int st__cuda_handle_map(const st__cuda_handle_t *h, st__cuda_mapping_t *out, char *err,
-                        size_t errlen);
+/* Checks an allocation's description before anything imports it: the
+ * device whose UUID is `uuid` is visible here (*ordinal) and `bytes` is a
+ * positive multiple of its allocation granularity (*gran). Driver queries
+ * only (no import, no context made current). ST_OK, ST_ERR_NOT_FOUND (no
+ * visible device has that UUID), ST_ERR_INVALID_ARGUMENT (bad size or
+ * UUID), ST_ERR_CAPABILITY (no driver), with the reason in err. Any
+ * thread. */
+int st__cuda_import_check(uint64_t bytes, const char *uuid, int *ordinal, uint64_t *gran,
+                          char *err, size_t errlen);
 
-/* Releases the imported handle of h (cuMemRelease) and clears it; the
- * memory stays while a mapping or descriptor of it remains. NULL or a
- * handle not held is a no-op. Any thread. */
-void st__cuda_handle_release(st__cuda_handle_t *h);
-
-/* Maps an allocation received as a POSIX descriptor (cuda_import.c):
- * st__cuda_handle_import, st__cuda_handle_map and st__cuda_handle_release
- * in one, so the mapping alone keeps the memory: finds the device whose
- * UUID is `uuid`, imports `fd` (borrowed: the caller closes it afterwards,
- * the mapping does not need it), reserves `bytes` of address space (a
- * multiple of the allocation granularity, as the server sends it) and
- * maps the whole allocation read-write on that device.
- * On success *out is filled; undo with st__cuda_unmap. Errors:
- * ST_ERR_NOT_FOUND (no visible device has that UUID), ST_ERR_INVALID_ARGUMENT
- * (bad fd or size), ST_ERR_OUT_OF_MEMORY (no address space), ST_ERR_CAPABILITY
- * (no driver), with the reason in err. Any thread; the device's primary
+/* Maps an allocation received as a POSIX descriptor (cuda_import.c), so
+ * that the mapping alone keeps the memory: finds the device whose UUID
+ * is `uuid` (st__cuda_import_check), imports `fd` (borrowed: the caller
+ * closes it afterwards, the mapping does not need it), reserves `bytes`
+ * of address space (a multiple of the allocation granularity, as the
+ * server sends it), maps the whole allocation read-write on that device
+ * and releases the imported handle. On success *out is filled; undo with
+ * st__cuda_unmap. Errors: ST_ERR_NOT_FOUND (no visible device has that
+ * UUID), ST_ERR_INVALID_ARGUMENT (bad fd or size; not an exported CUDA
+ * allocation: "cuMemImportFromShareableHandle ..."; a size claim larger
+ * than the allocation: "cuMemMap ..."), ST_ERR_OUT_OF_MEMORY (no address
+ * space), ST_ERR_CAPABILITY (no driver), with the reason in err. Any thread; the device's primary
  * context is current on the calling thread afterwards. */
 int st__cuda_import(int fd, uint64_t bytes, const char *uuid, st__cuda_mapping_t *out,
                     char *err, size_t errlen);

@@ -5,28 +5,150 @@
  *   1. the device whose UUID the descriptor names -> ordinal here (a client
  *      with another CUDA_VISIBLE_DEVICES numbers devices differently);
  *   2. cuMemImportFromShareableHandle(fd) -> a handle to the allocation
- *      (st__cuda_handle_import: all the server does at a put);
+ *      (handle_import);
  *   3. cuMemAddressReserve(bytes, aligned to the granularity) -> a VA range;
  *   4. cuMemMap(range, handle) and cuMemSetAccess(range, device, RW)
- *      (st__cuda_handle_map: the server maps on first need);
- *   5. cuMemRelease(handle) (st__cuda_handle_release): a client releases
- *      it at once, as its mapping alone keeps the memory; the server keeps
- *      it for the life of the arena.
- * The descriptor stays the caller's to close.
+ *      (handle_map);
+ *   5. cuMemRelease(handle) (handle_release): the mapping alone keeps the
+ *      memory.
+ * st__cuda_import does all five, in a client when it maps a reply and in
+ * the server when it first maps an allocation a client sent. A put makes
+ * no driver call beyond step 1: the server checks the descriptor's kind
+ * (st__cuda_fd_check, an fstat) and the UUID and size
+ * (st__cuda_import_check), and keeps the descriptor, which keeps the
+ * allocation. The descriptor stays the caller's to close.
  *
  * Depends only on cuda.h / cuda_driver.c, so libstclient can link both.
  */
 #include "mem/cuda.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+/* The NVIDIA control device: an exported VMM allocation's descriptor is
+ * a file of it (its character device, major 195). */
+#define NVIDIA_CONTROL_DEVICE "/dev/nvidiactl"
+#define NVIDIA_MAJOR 195u
+
+/* See cuda.h. Any thread. */
+const char *st__file_kind(unsigned mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a pipe";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "a file of an unknown kind";
+}
+
+static pthread_once_t ctl_once = PTHREAD_ONCE_INIT;
+static dev_t ctl_rdev;      /* /dev/nvidiactl's device number ... */
+static int ctl_known;       /* ... when it could be stat'ed */
+
+static void stat_control_device(void) {
+  struct stat st;
+  if (stat(NVIDIA_CONTROL_DEVICE, &st) == 0 && S_ISCHR(st.st_mode)) {
+    ctl_rdev = st.st_rdev;
+    ctl_known = 1;
+  }
+}
+
+/* See cuda.h. Any thread; no driver call. */
+int st__cuda_fd_check(int fd, char *err, size_t errlen) {
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    if (err && errlen) snprintf(err, errlen, "fstat of descriptor %d: %s", fd, strerror(errno));
+    return ST_ERR_INVALID_ARGUMENT;
+  }
+  if (!S_ISCHR(st.st_mode)) {
+    if (err && errlen)
+      snprintf(err, errlen, "the descriptor is %s, not an exported CUDA allocation",
+               st__file_kind(st.st_mode));
+    return ST_ERR_INVALID_ARGUMENT;
+  }
+  pthread_once(&ctl_once, stat_control_device);
+  if (ctl_known ? st.st_rdev == ctl_rdev : major(st.st_rdev) == NVIDIA_MAJOR) return ST_OK;
+  if (err && errlen)
+    snprintf(err, errlen,
+             "the descriptor is the character device %u:%u, not an exported CUDA allocation "
+             "(a file of the NVIDIA control device, " NVIDIA_CONTROL_DEVICE ")",
+             major(st.st_rdev), minor(st.st_rdev));
+  return ST_ERR_INVALID_ARGUMENT;
+}
 
 #ifdef ST_HAVE_CUDA
 
 /* See cuda.h. Any thread. */
-int st__cuda_handle_import(int fd, uint64_t bytes, const char *uuid, st__cuda_handle_t *out,
-                           char *err, size_t errlen) {
+int st__cuda_import_check(uint64_t bytes, const char *uuid, int *ordinal, uint64_t *gran,
+                          char *err, size_t errlen) {
+  char dummy[1];
+  if (!err) { err = dummy; errlen = sizeof dummy; }
+  *ordinal = -1;
+  *gran = 0;
+  if (!st__cuda_api(err, errlen)) return ST_ERR_CAPABILITY;
+  int rc = st__cuda_device_by_uuid(uuid, ordinal, err, errlen);
+  if (rc == ST_OK) rc = st__cuda_granularity(*ordinal, gran, err, errlen);
+  if (rc != ST_OK) return rc;
+  if (bytes == 0 || bytes % *gran != 0 || bytes > (uint64_t)(SIZE_MAX / 2)) {
+    snprintf(err, errlen,
+             "import: size %llu is not a positive multiple of the allocation granularity (%llu)",
+             (unsigned long long)bytes, (unsigned long long)*gran);
+    return ST_ERR_INVALID_ARGUMENT;
+  }
+  return ST_OK;
+}
+
+/* Steps 3 and 4: maps allocation handle h (`bytes`, aligned to `gran`)
+ * read-write on device `ordinal`, whose context is current. ST_OK with
+ * *out filled, or st__cuda_import's errors (a size claim larger than the
+ * allocation fails here). */
+static int map_handle(const st__cuda_api_t *a, CUmemGenericAllocationHandle h, uint64_t bytes,
+                      uint64_t gran, int ordinal, st__cuda_mapping_t *out, char *err,
+                      size_t errlen) {
+  CUdeviceptr va = 0;
+  int rc = st__cuda_error(a->cuMemAddressReserve(&va, (size_t)bytes, (size_t)gran, 0, 0),
+                          "cuMemAddressReserve", err, errlen);
+  if (rc != ST_OK) return rc;
+  /* A size larger than the allocation fails here (the driver says
+   * CUDA_ERROR_NOT_SUPPORTED or INVALID_VALUE): a lying descriptor cannot
+   * map past its end. */
+  CUresult r = a->cuMemMap(va, (size_t)bytes, 0, h, 0);
+  if (r != CUDA_SUCCESS) {
+    char what[96];
+    snprintf(what, sizeof what, "cuMemMap of %llu bytes (larger than the allocation?)",
+             (unsigned long long)bytes);
+    rc = st__cuda_error(r, what, err, errlen);
+    if (rc != ST_ERR_OUT_OF_MEMORY) rc = ST_ERR_INVALID_ARGUMENT;
+    goto free_va;
+  }
+  CUmemAccessDesc acc;
+  memset(&acc, 0, sizeof acc);
+  acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  acc.location.id = ordinal;
+  acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  rc = st__cuda_error(a->cuMemSetAccess(va, (size_t)bytes, &acc, 1), "cuMemSetAccess", err,
+                      errlen);
+  if (rc != ST_OK) goto unmap;
+  out->dptr = (uint64_t)va;
+  out->bytes = bytes;
+  out->ordinal = ordinal;
+  return ST_OK;
+
+unmap:
+  a->cuMemUnmap(va, (size_t)bytes);
+free_va:
+  a->cuMemAddressFree(va, (size_t)bytes);
+  return rc;
+}
+
+/* See cuda.h. Any thread. */
+int st__cuda_import(int fd, uint64_t bytes, const char *uuid, st__cuda_mapping_t *out,
+                    char *err, size_t errlen) {
   char dummy[1];
   if (!err) { err = dummy; errlen = sizeof dummy; }
   memset(out, 0, sizeof *out);
@@ -38,18 +160,9 @@ int st__cuda_handle_import(int fd, uint64_t bytes, const char *uuid, st__cuda_ha
     return ST_ERR_INVALID_ARGUMENT;
   }
   int ordinal;
-  int rc = st__cuda_device_by_uuid(uuid, &ordinal, err, errlen);
-  if (rc != ST_OK) return rc;
   uint64_t gran;
-  rc = st__cuda_granularity(ordinal, &gran, err, errlen);
-  if (rc != ST_OK) return rc;
-  if (bytes == 0 || bytes % gran != 0 || bytes > (uint64_t)(SIZE_MAX / 2)) {
-    snprintf(err, errlen,
-             "import: size %llu is not a positive multiple of the allocation granularity (%llu)",
-             (unsigned long long)bytes, (unsigned long long)gran);
-    return ST_ERR_INVALID_ARGUMENT;
-  }
-  rc = st__cuda_ctx_enter(ordinal, err, errlen);
+  int rc = st__cuda_import_check(bytes, uuid, &ordinal, &gran, err, errlen);
+  if (rc == ST_OK) rc = st__cuda_ctx_enter(ordinal, err, errlen);
   if (rc != ST_OK) return rc;
   CUmemGenericAllocationHandle h;
   CUresult r = a->cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
@@ -61,70 +174,10 @@ int st__cuda_handle_import(int fd, uint64_t bytes, const char *uuid, st__cuda_ha
                         err, errlen);
     return rc == ST_ERR_OUT_OF_MEMORY ? rc : ST_ERR_INVALID_ARGUMENT;
   }
-  out->handle = (uint64_t)h;
-  out->bytes = bytes;
-  out->gran = gran;
-  out->ordinal = ordinal;
-  out->held = 1;
-  return ST_OK;
-}
-
-/* See cuda.h. Any thread. */
-int st__cuda_handle_map(const st__cuda_handle_t *h, st__cuda_mapping_t *out, char *err,
-                        size_t errlen) {
-  char dummy[1];
-  if (!err) { err = dummy; errlen = sizeof dummy; }
-  const st__cuda_api_t *a = st__cuda_api(err, errlen);
-  if (!a) return ST_ERR_CAPABILITY;
-  if (!h->held) {
-    snprintf(err, errlen, "map: no imported allocation");
-    return ST_ERR_INVALID_ARGUMENT;
-  }
-  int rc = st__cuda_ctx_enter(h->ordinal, err, errlen);
-  if (rc != ST_OK) return rc;
-  CUdeviceptr va = 0;
-  rc = st__cuda_error(a->cuMemAddressReserve(&va, (size_t)h->bytes, (size_t)h->gran, 0, 0),
-                      "cuMemAddressReserve", err, errlen);
-  if (rc != ST_OK) return rc;
-  /* A size larger than the allocation fails here (the driver says
-   * CUDA_ERROR_NOT_SUPPORTED or INVALID_VALUE): a lying descriptor cannot
-   * map past its end. */
-  CUresult r = a->cuMemMap(va, (size_t)h->bytes, 0, (CUmemGenericAllocationHandle)h->handle, 0);
-  if (r != CUDA_SUCCESS) {
-    char what[96];
-    snprintf(what, sizeof what, "cuMemMap of %llu bytes (larger than the allocation?)",
-             (unsigned long long)h->bytes);
-    rc = st__cuda_error(r, what, err, errlen);
-    if (rc != ST_ERR_OUT_OF_MEMORY) rc = ST_ERR_INVALID_ARGUMENT;
-    goto free_va;
-  }
-  CUmemAccessDesc acc;
-  memset(&acc, 0, sizeof acc);
-  acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  acc.location.id = h->ordinal;
-  acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  rc = st__cuda_error(a->cuMemSetAccess(va, (size_t)h->bytes, &acc, 1), "cuMemSetAccess", err,
-                      errlen);
-  if (rc != ST_OK) goto unmap;
-  out->dptr = (uint64_t)va;
-  out->bytes = h->bytes;
-  out->ordinal = h->ordinal;
-  return ST_OK;
-
-unmap:
-  a->cuMemUnmap(va, (size_t)h->bytes);
-free_va:
-  a->cuMemAddressFree(va, (size_t)h->bytes);
+  rc = map_handle(a, h, bytes, gran, ordinal, out, err, errlen);
+  /* The mapping holds its own reference to the physical memory. */
+  a->cuMemRelease(h);
   return rc;
-}
-
-/* See cuda.h. Any thread. */
-void st__cuda_handle_release(st__cuda_handle_t *h) {
-  if (!h || !h->held) return;
-  const st__cuda_api_t *a = st__cuda_api(NULL, 0);
-  if (a) a->cuMemRelease((CUmemGenericAllocationHandle)h->handle);
-  memset(h, 0, sizeof *h);
-  h->ordinal = -1;
 }
 
 /* See cuda.h. Any thread. */
@@ -214,29 +267,24 @@ int st__cuda_set_readonly(const st__cuda_mapping_t *m, char *err, size_t errlen)
 }
 
 /* See cuda.h: always ST_ERR_CAPABILITY in a build without CUDA. */
-int st__cuda_handle_import(int fd, uint64_t bytes, const char *uuid, st__cuda_handle_t *out,
-                           char *err, size_t errlen) {
+int st__cuda_import_check(uint64_t bytes, const char *uuid, int *ordinal, uint64_t *gran,
+                          char *err, size_t errlen) {
+  (void)bytes;
+  (void)uuid;
+  *ordinal = -1;
+  *gran = 0;
+  return no_cuda(err, errlen);
+}
+
+/* See cuda.h: always ST_ERR_CAPABILITY in a build without CUDA. */
+int st__cuda_import(int fd, uint64_t bytes, const char *uuid, st__cuda_mapping_t *out,
+                    char *err, size_t errlen) {
   (void)fd;
   (void)bytes;
   (void)uuid;
   memset(out, 0, sizeof *out);
   out->ordinal = -1;
   return no_cuda(err, errlen);
-}
-
-/* See cuda.h: always ST_ERR_CAPABILITY in a build without CUDA. */
-int st__cuda_handle_map(const st__cuda_handle_t *h, st__cuda_mapping_t *out, char *err,
-                        size_t errlen) {
-  (void)h;
-  (void)out;
-  return no_cuda(err, errlen);
-}
-
-/* See cuda.h. */
-void st__cuda_handle_release(st__cuda_handle_t *h) {
-  if (!h) return;
-  memset(h, 0, sizeof *h);
-  h->ordinal = -1;
 }
 
 /* See cuda.h. */
@@ -258,17 +306,3 @@ int st__cuda_create_fd(int ordinal, uint64_t bytes, int *fd, uint64_t *size, cha
 
 #endif
 
-/* See cuda.h (both builds: without CUDA, the import's CAPABILITY). Any
- * thread. */
-int st__cuda_import(int fd, uint64_t bytes, const char *uuid, st__cuda_mapping_t *out,
-                    char *err, size_t errlen) {
-  st__cuda_handle_t h;
-  memset(out, 0, sizeof *out);
-  out->ordinal = -1;
-  int rc = st__cuda_handle_import(fd, bytes, uuid, &h, err, errlen);
-  if (rc != ST_OK) return rc;
-  rc = st__cuda_handle_map(&h, out, err, errlen);
-  /* The mapping holds its own reference to the physical memory. */
-  st__cuda_handle_release(&h);
-  return rc;
-}

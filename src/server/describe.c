@@ -9,6 +9,7 @@
 #include "engine/bind.h"
 #include "engine/options.h"
 #include "mem/arena.h"
+#include "mem/arena_release.h"
 #include "mem/cuda.h"
 #include "mem/ledger.h"
 #include "mem/pool.h"
@@ -178,6 +179,9 @@ static void pack_keys(msgpack_packer *pk, const st__keys_t *t) {
  * allocates and frees shows in the next info; what other processes do
  * shows within MEM_SAMPLE_S. Loop thread (info is packed there only). */
 #define MEM_SAMPLE_S 0.1
+
+/* How long info waits at most for the releases in flight. */
+#define ST__INFO_SETTLE_S 1u
 typedef struct mem_sample {
   double at;              /* st__now_mono of the sample; 0: none yet */
   uint64_t charged;       /* the ledger's bytes on the device then */
@@ -403,16 +407,23 @@ void st__describe_info(msgpack_packer *pk, st__server_t *srv) {
   st__pack_kv_uint(pk, "fds", srv->held_fds);
   st__pack_kv_uint(pk, "bytes", srv->held_bytes);
 
-  uint64_t count = 0, bytes = 0;
+  /* Settled figures: the releases the loops handed off are done first
+   * (mem/arena_release.h; a short wait, bounded by what the budgets let
+   * be queued), so that what info says the server holds, it holds. */
+  st__arena_release_settle(ST__INFO_SETTLE_S);
+  uint64_t count = 0, bytes = 0, releasing = 0, deferred = 0;
   st__arena_stats(&count, &bytes);
+  st__arena_release_stats(&releasing, &deferred);
   st__ledger_stats_t l;
   st__ledger_stats(-1, &l);
   st__pack_cstr(pk, "arenas");
-  msgpack_pack_map(pk, 4);
+  msgpack_pack_map(pk, 6);
   st__pack_kv_uint(pk, "count", count);
   st__pack_kv_uint(pk, "bytes", bytes);
   st__pack_kv_uint(pk, "fds", l.fds);
   st__pack_kv_uint(pk, "max_fds", l.fd_cap);
+  st__pack_kv_uint(pk, "releasing", releasing);
+  st__pack_kv_uint(pk, "released_off_loop", deferred);
 
   pack_objects(pk, &srv->objects);
   pack_keys(pk, &srv->keys);

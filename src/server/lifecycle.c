@@ -17,6 +17,7 @@
 #include "common/spin.h"
 #include "lua/st_lua.h"
 #include "mem/arena.h"
+#include "mem/arena_release.h"
 #include "mem/safetensors.h"
 #include "server/conn.h"
 #include "server/loopprof.h"
@@ -228,6 +229,13 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
     start_failed(setup, "out of memory");
     return ST_ERR_OUT_OF_MEMORY;
   }
+  /* Final releases of CUDA and big memfd arenas leave the loop threads
+   * (mem/arena_release.h); without the thread they stay inline. */
+  char why[160];
+  if (st__arena_releaser_start(why, sizeof why) == ST_OK)
+    srv->releaser = 1;
+  else
+    ST_LOG_W("server", "%s: arenas are released on the loop threads", why);
   st__devices_start(srv);
   st__work_init(srv);
   start_loader(cfg, &srv->devices);
@@ -330,11 +338,13 @@ static void spin_for_completions(st__server_t *srv, st__loop_t *lp, double spin_
  * connections are in flight. lp's thread (st__loops_run). */
 static void run_loop(st__server_t *srv, st__loop_t *lp) {
   double spin_s = srv->cfg->spin_us * 1e-6;
+  st__arena_defer_here(1);   /* slow final releases go to the releaser */
   while (!srv->stopped && !(lp->index > 0 && srv->loops_stop) &&
          ev_run(lp->ev, EVRUN_ONCE)) {
     if (spin_s > 0 && srv->pool && st__pool_outstanding(srv->pool, lp->index))
       spin_for_completions(srv, lp, spin_s);
   }
+  st__arena_defer_here(0);
 }
 
 /* Runs the loops until the server stops (loops.c). Loop thread. */
@@ -374,6 +384,10 @@ void st__server_destroy(st__server_t *srv) {
   st__keys_free(&srv->keys);
   st__handoff_free_all(&srv->handoffs);
   st__buffer_free_all(&srv->buffers);
+  /* Every arena of the server is gone or queued: the releaser tears the
+   * queued ones down before it stops, while the CUDA contexts live. */
+  if (srv->releaser) st__arena_releaser_stop();
+  srv->releaser = 0;
   ev_timer_stop(srv->loop, &srv->grace);
   ev_async_stop(srv->loop, &srv->done);
   ev_async_stop(srv->loop, &srv->stop_req);

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "common/log.h"
+#include "mem/arena_release.h"
 #include "mem/ledger.h"
 #include "server/server.h"
 #include "st/errors.h"
@@ -81,9 +82,8 @@ static void unlink_request(struct st__reclaim *rc, request_t *q) {
     }
 }
 
-/* The ledger's hook (ledger.h): any thread. */
-static int on_charge_refused(void *ctx, int device, uint64_t bytes, unsigned fds) {
-  struct st__reclaim *rc = ctx;
+/* Asks the loop to evict for the charge: 1 when something went. */
+static int reclaim(struct st__reclaim *rc, int device, uint64_t bytes, unsigned fds) {
   /* A loop thread holds the server lock: it evicts itself (waiting for
    * loop 0 would wait for itself). */
   if (pthread_equal(pthread_self(), rc->loop_thread) || st__loop_thread())
@@ -108,6 +108,15 @@ static int on_charge_refused(void *ctx, int device, uint64_t bytes, unsigned fds
   if (!q.done) unlink_request(rc, &q);
   pthread_mutex_unlock(&rc->mu);
   return q.done && q.evicted > 0;
+}
+
+/* The ledger's hook (ledger.h): any thread. What was evicted, and what
+ * the loops dropped before, is discharged only once the releaser tore it
+ * down (mem/arena_release.h): the hook waits for it, so a charge is never
+ * refused for memory or descriptors on their way out. */
+static int on_charge_refused(void *ctx, int device, uint64_t bytes, unsigned fds) {
+  int freed = reclaim(ctx, device, bytes, fds);
+  return st__arena_release_settle((unsigned)ST__RECLAIM_WAIT_S) || freed;
 }
 
 /* See reclaim.h. */

@@ -1,8 +1,10 @@
 /* src/server: the published-key methods (rpc.h; docs/protocol.md,
  * "Published keys"; the table is engine/keys.h, the design docs/keys.md).
- * Loop thread only: a put imports its tensor arguments here (an mmap, or
- * a CUDA handle import, which maps nothing: the server maps a CUDA
- * allocation the first time it reads it, mem/arena.h). */
+ * Loop thread only: a put imports its tensor arguments here (an mmap of a
+ * memfd; for CUDA an fstat of the descriptor and no driver call: the
+ * server imports and maps a CUDA allocation the first time it reads it,
+ * mem/arena.h). The versions a put pushes out are released off this
+ * thread when that costs (mem/arena_release.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

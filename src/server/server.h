@@ -336,6 +336,7 @@ struct st__server {
 
   st__objects_t objects;      /* objects, cache, leases, budgets           */
   struct st__reclaim *reclaim; /* eviction for the ledger (reclaim.h)      */
+  int releaser;                /* started mem/arena_release.h's thread     */
   st__work_t *work;           /* builds, flights, serialized queues, tasks */
   ev_signal sig_term, sig_int, sig_hup;
   int signals;                /* the signal watchers are ours to stop      */

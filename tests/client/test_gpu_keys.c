@@ -7,8 +7,9 @@
  *   - the publisher SIGKILLed: its device memory stays readable;
  *   - a read-only get maps with read access only: the reader's write
  *     fails (or kills the reader), the data and the server are unharmed.
- * A put imports each allocation's handle and maps nothing (mem/arena.h);
- * the server maps an allocation the first time it reads it. Each key below
+ * A put keeps each allocation's descriptor and makes no driver import
+ * (mem/arena.h); the server imports and maps an allocation the first time
+ * it reads it. Each key below
  * is made of a fresh allocation the server never mapped before the read:
  *   - an endpoint reads it with st.key (the first mapping, on a worker):
  *     the publisher's values, and its in-place write (mul_) lands in the
@@ -25,7 +26,14 @@
  *     contiguous view is an error reply, a client's get fails to map it),
  *     and the server carries on;
  *   - a descriptor that is no CUDA allocation (a memfd sent as "vmm") is
- *     still refused at the put.
+ *     still refused at the put (an fstat; the CPU host's test:
+ *     test_key_release.c);
+ *   - versions of fresh allocations the publisher freed, pushed out by
+ *     later puts, and the key deleted: the loop hands every final release (the close of the
+ *     server's descriptor, the unmap of what it mapped) to the releaser
+ *     (info arenas.released_off_loop), and right after info (which
+ *     settles) the server's descriptors and arenas are back at the start,
+ *     without polling.
  * (The CPU path: test_keys.c; what runs without a GPU of the server's
  * mapping: tests/lua/test_key_map.c.) Exit 77 without a CUDA device. */
 #include <signal.h>
@@ -41,6 +49,7 @@
 #include "check.h"
 #include "client_kit.h"
 #include "fixture.h"
+#include "handoff_kit.h"
 #include "mem/cuda.h"
 #include "wire.h"
 
@@ -306,6 +315,44 @@ TEST(a_descriptor_that_is_no_cuda_allocation_is_refused_at_put) {
   CHECK_RC(st_client_get(cli, "lz/memfd", 0, 0, &r, NULL), ST_ERR_NOT_FOUND, cli);
 }
 
+/* Puts key = {w} of a fresh allocation (kept in *out): the put's status. */
+static int put_fresh(const char *key, st_result_t **out) {
+  *out = counting(1.0f);
+  return *out ? put(cli, key, st_result_tensor(*out, 0)) : ST_ERR_INTERNAL;
+}
+
+TEST(releases_of_device_memory_leave_the_loop_and_info_is_settled) {
+  /* info settles first, so the figures read after it are the server's. */
+  hk_figures_t start = hk_figures(cli, srv.pid, "cuda:0");
+  int64_t r0 = hk_info(cli, "arenas", "released_off_loop", NULL);
+  CHECK(r0 >= 0);
+  st_result_t *t[3] = {0};
+  CHECK_EQ_INT(put_fresh("rl/w", &t[0]), ST_OK);
+  /* The first version is read (so the server maps it) before it goes. */
+  double x;
+  CHECK_RC(keyread("rl/w", 3, 1, &x, NULL, 0), ST_OK, cli);
+  CHECK(x == 3.0);
+  CHECK_RC(st_client_invalidate_endpoint(cli, "keyread", NULL), ST_OK, cli);
+  /* Freed: the import cache forgets it with the next request, the key
+   * holds the last reference. */
+  st_result_free(t[0]);
+  CHECK_EQ_INT(put_fresh("rl/w", &t[1]), ST_OK);
+  CHECK_EQ_INT(put_fresh("rl/w", &t[2]), ST_OK);   /* pushes version 1 out */
+  CHECK(hk_info(cli, "arenas", "released_off_loop", NULL) >= r0 + 1);
+  st_result_free(t[1]);
+  st_result_free(t[2]);
+  CHECK_RC(st_client_delete(cli, "rl/w"), ST_OK, cli);   /* with the forgets */
+  hk_figures_t now = hk_figures(cli, srv.pid, "cuda:0");
+  fprintf(stderr, "   fds %lld (start %lld), arenas %lld (%lld), used %lld (%lld)\n",
+          (long long)now.fds, (long long)start.fds, (long long)now.arenas,
+          (long long)start.arenas, (long long)now.used, (long long)start.used);
+  CHECK_EQ_INT(hk_info(cli, "arenas", "releasing", NULL), 0);
+  CHECK_EQ_INT(now.fds, start.fds);
+  CHECK_EQ_INT(now.arenas, start.arenas);
+  CHECK_EQ_INT(now.used, start.used);
+  CHECK(hk_info(cli, "arenas", "released_off_loop", NULL) >= r0 + 3);
+}
+
 #endif
 
 int main(int argc, char **argv) {
@@ -328,6 +375,7 @@ int main(int argc, char **argv) {
   RUN(a_contiguous_view_of_a_fresh_put_holds_the_publishers_values);
   RUN(a_put_claiming_more_than_its_allocation_fails_when_read);
   RUN(a_descriptor_that_is_no_cuda_allocation_is_refused_at_put);
+  RUN(releases_of_device_memory_leave_the_loop_and_info_is_settled);
   st_client_close(cli);
   return stt_server_finish(&srv);
 #else

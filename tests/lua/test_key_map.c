@@ -1,8 +1,9 @@
 /* An imported CUDA allocation is mapped in the server on first need
  * (mem/arena.h, st__arena_map), and a mapping that fails is an error the
  * reader gets, never a NULL the tensor core dereferences. Runs on every
- * host: the arena here holds a handle no driver can map (none on a host
- * without CUDA; handle 0 on a GPU host), so every mapping of it fails:
+ * host: the arena here holds a descriptor no driver can import (no
+ * driver on a host without CUDA; a UUID no device has and /dev/null on a
+ * GPU host), so every mapping of it fails:
  *   - the arena is not mapped until asked (st__arena_base NULL), still
  *     describes itself (vmm, its UUID, its bytes) and dups its descriptor;
  *   - st__arena_map fails with "mapping imported CUDA allocation (arena
@@ -11,7 +12,7 @@
  *     fails with the same reason and takes no reference;
  *   - st.key of a key made of it returns nil and that reason (a runtime
  *     failure, not a raise), and the same body reads a memfd key's values.
- * The mapping that succeeds is CUDA-only: tests/client/test_gpu_lazyput.c. */
+ * The mapping that succeeds is CUDA-only: tests/client/test_gpu_keys.c. */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,20 +30,14 @@
 #define TWO_MIB (2ull << 20)
 #define MAP_FAILS "mapping imported CUDA allocation (arena "
 
-/* An imported CUDA arena of 2 MiB on UUID whose handle cannot be mapped,
- * holding one reference and the descriptor charge st__arena_import makes
- * (its descriptor: /dev/null). */
+/* A client's CUDA arena of 2 MiB on UUID that cannot be imported (no
+ * device has that UUID; its descriptor is /dev/null), holding one
+ * reference and the descriptor charge st__arena_import makes. */
 static st__arena_t *unmappable(void) {
   char err[256];
   if (st__ledger_charge(-1, 0, 1, err, sizeof err) != ST_OK) return NULL;
-  st__cuda_handle_t h = {.handle = 0, .bytes = TWO_MIB, .gran = TWO_MIB, .ordinal = 0, .held = 1};
   int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  st__arena_t *a = fd >= 0 ? st__arena_adopt_cuda_import(&h, fd, UUID) : NULL;
-  if (a && h.held) {   /* the handle must have moved into the arena */
-    fprintf(stderr, "   the handle stayed the caller's\n");
-    return NULL;
-  }
-  return a;
+  return fd >= 0 ? st__arena_adopt_cuda_import(fd, TWO_MIB, 0, UUID) : NULL;
 }
 
 /* A float32 tensor of n elements at offset 0 of arena 0. */
