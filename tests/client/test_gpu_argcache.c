@@ -19,6 +19,7 @@
 #include "fixture.h"
 #include "mem/cuda.h"
 
+#include "client_kit.h"
 #include "../server/gpu_kit.h"
 
 #ifdef ST_HAVE_CUDA
@@ -58,6 +59,7 @@ static st_result_t *cuda_of(int64_t n, float v) {
 }
 
 TEST(a_device_tensor_passed_again_goes_without_its_descriptor) {
+  CHECK(stt_client_settle(cli));
   uint64_t base = gk_free();
   int64_t arenas = ak_info_int(cli, "arenas", "count");
   st_result_t *x = cuda_of((int64_t)(16 * MiB / sizeof(float)), 1.0f);
@@ -80,6 +82,7 @@ TEST(a_device_tensor_passed_again_goes_without_its_descriptor) {
 }
 
 TEST(past_the_bound_and_after_close_nothing_stays) {
+  CHECK(stt_client_settle(cli));
   uint64_t base = gk_free();
   OPEN_CLIENT(other, srv.socket);
   st_client_set_timeout(other, 60000);

@@ -14,6 +14,7 @@
 
 #ifdef ST_HAVE_CUDA
 
+#include "client_kit.h"
 #include "../server/gpu_kit.h"
 
 #define CHUNK (4u << 20)
@@ -28,6 +29,7 @@ static int to_host(void *dst, const void *src, uint64_t n, int ordinal) {
 
 TEST(requests_of_4_mib_flow_and_device_memory_comes_back) {
   hk_figures_t start = hk_figures(cli, srv.pid, "cuda:0");
+  CHECK(stt_client_settle(cli));
   uint64_t free0 = gk_free();
   st_handoff_t *p = NULL;
   CHECK_RC(st_handoff_create(cli, "gpu", "cuda:0", CHUNK, 3, 2, &p), ST_OK, cli);

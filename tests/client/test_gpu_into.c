@@ -152,6 +152,7 @@ TEST(a_second_get_into_maps_nothing_new) {
   size_t mapped, mapped2;
   uint64_t reused, reused2;
   st_open_cache_stats(&mapped, &reused);
+  CHECK(stt_client_settle(cli));
   uint64_t free0 = gk_free();
   CHECK_RC(st_get_into(cli, "gd", 0, NULL, &d, 1, NULL, NULL), ST_OK, cli);
   st_open_cache_stats(&mapped2, &reused2);

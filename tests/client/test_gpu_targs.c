@@ -230,6 +230,7 @@ TEST(declared_devices_are_enforced) {
 }
 
 TEST(device_memory_returns_once_the_client_frees_it) {
+  CHECK(stt_client_settle(cli));
   uint64_t base = gk_free();
   CHECK(base > 0);
   const int64_t n = (int64_t)(64 * MiB / sizeof(float));

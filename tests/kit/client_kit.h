@@ -43,6 +43,18 @@ static inline st_client_t *stt_one_worker_client(stt_server_t *s) {
   if (c) st_client_set_timeout(c, 60000);
   return c;
 }
+/* Waits until the server c talks to has finished the teardowns it queued
+ * (arenas let go on a loop thread are released by its releaser thread):
+ * `info` waits for that queue. Call it before reading a baseline of
+ * device or host memory that the server's releases would still raise.
+ * 1 on success. */
+static inline int stt_client_settle(st_client_t *c) {
+  st_result_t *r = NULL;
+  int rc = st_client_info(c, &r);
+  st_result_free(r);
+  return rc == ST_OK;
+}
+
 /* Prints "what: NAME: message" of c's last failure when rc is one;
  * returns rc. */
 static inline int stt_client_report(st_client_t *c, const char *what, int rc) {
