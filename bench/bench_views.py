@@ -311,10 +311,11 @@ print(json.dumps(seen), flush=True)
 """
 
 
-def _updates_seen(ctx, c, key, consumers, iters, poll):
-    """`iters` updates of key, 50 ms apart, each seen by `consumers`
-    processes: ([seconds each update took], [seconds from each update's
-    start until the last consumer saw it])."""
+def _updates_seen(ctx, c, key, consumers, iters, poll, pause=0.05):
+    """`iters` updates of key, `pause` seconds apart (0: back to back, the
+    GPU and host kept busy), each seen by `consumers` processes: ([seconds
+    each update took], [seconds from each update's start until the last
+    consumer saw it])."""
     import json
     code = CONSUMER % {"pkg": os.path.join(HERE, "..", "python"), "sock": ctx.sock,
                        "key": key, "last": c.live(key).version + iters, "poll": poll}
@@ -326,7 +327,8 @@ def _updates_seen(ctx, c, key, consumers, iters, poll):
                 sys.exit("bench_views: a consumer did not start")
         began, took = {}, []
         for _ in range(iters):
-            time.sleep(0.05)
+            if pause:
+                time.sleep(pause)
             t0 = time.monotonic()
             v = c.update(key, ctx.src)  # complete (synchronized) when it returns
             took.append(time.monotonic() - t0)
@@ -369,6 +371,8 @@ def row_bound_update(ctx, consumers=8):
         c.put(key, mem, live=True)
         took, waited = _updates_seen(ctx, c, key, consumers, iters, poll=False)
         polled = _updates_seen(ctx, c, key, consumers, iters, poll=True)[1] if polling else None
+        busy = (_updates_seen(ctx, c, key, consumers, iters, poll=True, pause=0)[1]
+                if polling else None)
         # The same update back to back, with no consumer and no pause: the
         # copy's own cost, the GPU kept busy as a training loop keeps it.
         again = _warm_median(ctx, lambda: c.update(key, ctx.src))
@@ -383,7 +387,8 @@ def row_bound_update(ctx, consumers=8):
     row("update in place (Client.update)", ctx.nbytes, _median(took), ctx.floor)
     row("update in place, back to back", ctx.nbytes, again, ctx.floor)
     row("one copy of the bytes after 50 ms idle", ctx.nbytes, paused, None)
-    for how, visible in (("waiting", waited), ("polling", polled)):
+    for how, visible in (("waiting", waited), ("polling", polled),
+                         ("polling, back to back", busy)):
         what = "seen by all %d consumers %s" % (consumers, how)
         if visible is None:
             print("  %-40s skipped (needs %d CPUs)" % (what, consumers + 2), flush=True)
