@@ -114,12 +114,16 @@ def _event_after(device, after):
 def plan_of(named):
     """name -> (shape, dtype, device, address, bytes) of every tensor of
     `named`, which the fast path copies from (or into) by address; None
-    when one is not contiguous (the general path copies those)."""
+    when one is not contiguous, or when they are on more than one device
+    (one st_copy_ranges copies on one device; the general path copies
+    those)."""
     plan = {}
     for name, t in named.items():
         if not t.is_contiguous():
             return None
         plan[name] = (t.shape, t.dtype, t.device, t.data_ptr(), t.numel() * t.element_size())
+    if len({p[2] for p in plan.values()}) > 1:
+        return None
     return plan
 
 
@@ -174,11 +178,6 @@ class Ranges:
         self.ordinal = device.index if device.type == "cuda" else -1
         self.dst, self.src, self.sizes = arr(*dst), arr(*src), arr(*sizes)
 
-    def matches(self, tensors):
-        """True when `tensors` are the ones these ranges were made for,
-        at the same addresses with the same shapes, dtypes and layout."""
-        return self.sig is not None and signature(tensors) == self.sig
-
     def run(self):
         """The copies, on torch's current stream of the device when it is a
         GPU (queued, not waited for), else memcpy (done on return)."""
@@ -190,6 +189,14 @@ class Ranges:
                                      stream, 0, err, len(err))
         if rc != 0:
             raise _errors.from_library(rc, err.value.decode(errors="replace"))
+
+
+def prepared(made, sig):
+    """The Ranges of `made` that were checked against tensors of signature
+    `sig` (the same names, addresses, shapes, dtypes and layout), or None."""
+    if sig is None:
+        return None
+    return next((r for r in made if r.sig == sig), None)
 
 
 # A kept source: the value got (it holds the mapping), its tensors by name,
@@ -250,7 +257,7 @@ def get_into(client, key_or_result, tensors, version=None, view=None, dtype_cast
         src = _Source(value, named, plan_of(named), got, None, ())
     sig = signature(tensors)
     made = src.ranges
-    r = next((r for r in made if r.sig == sig), None) if sig is not None else None
+    r = prepared(made, sig)
     if r is None:
         dst = _named(tensors, "tensors")
         fast = ranges(src.plan, dst)

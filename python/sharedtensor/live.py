@@ -72,7 +72,7 @@ class LiveKey:
         cuda = [t.device for t in self.tensors.values() if t.is_cuda]
         self.device = cuda[0] if cuda else None
         self._plan = _into.plan_of(self.tensors)   # update's copies by address
-        self._ranges = None                          # the last update's (Ranges)
+        self._ranges = ()                            # the last update's Ranges
 
     def close(self):
         k, self._k = self._k, None
@@ -178,20 +178,21 @@ class LiveKey:
         check is one pass and the copies go by address (st_copy_ranges,
         tensors that follow each other on both sides as one copy).
         Otherwise each is a copy_ (host sources, other layouts)."""
-        r = self._ranges
-        if r is None or not r.matches(tensors):
+        sig = _into.signature(tensors)
+        r = _into.prepared(self._ranges, sig)
+        if r is None:
             torch = sys.modules["torch"]
             tensor = torch.Tensor
             src = {k: v if isinstance(v, tensor) else torch.as_tensor(v)
                    for k, v in (tensors if hasattr(tensors, "items") else dict(tensors)).items()}
             fast = _into.ranges(self._plan, src)
-            r = self._ranges = None
+            self._ranges = ()
             if fast is None:
                 self.check(src)
             else:
                 device, theirs, mine, sizes = fast
-                r = self._ranges = _into.Ranges(device, mine, theirs, sizes,
-                                                _into.signature(tensors))
+                r = _into.Ranges(device, mine, theirs, sizes, sig)
+                self._ranges = (r,)
         with self.updating() as t:
             if r is not None:
                 r.run()
