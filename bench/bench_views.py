@@ -223,12 +223,29 @@ def rows_copies(ctx):
         for _ in range(ctx.iters):
             for what, go in turns:
                 took[what].append(timed(go, ctx.sync))
+        ways = copy_ways(lambda: apart.get_into(ctx.key, ctx.dst_apart))
     ctx.floor = _median(took[turns[0][0]])
     row(turns[0][0], ctx.nbytes, ctx.floor, None)
     row(turns[1][0], ctx.nbytes, _median(took[turns[1][0]]), ctx.floor)
     row("get_into, first (mapping included)", ctx.nbytes, first, ctx.floor)
     for what, _ in turns[2:]:
         row(what, ctx.nbytes, _median(took[what]), ctx.floor)
+    if ctx.device == "cuda":
+        print("  %-40s %d ranges by the copy kernel, %d by cuMemcpyAsync"
+              % ("  (one allocation per tensor: per call)", ways[0], ways[1]), flush=True)
+
+
+def copy_ways(go):
+    """(ranges the batched copy kernel copied, ranges cuMemcpyAsync
+    copied) during go() (st_copy_stats)."""
+    import ctypes
+    from sharedtensor import _lib
+    before = [ctypes.c_uint64(), ctypes.c_uint64()]
+    after = [ctypes.c_uint64(), ctypes.c_uint64()]
+    _lib.lib.st_copy_stats(before[0], before[1])
+    go()
+    _lib.lib.st_copy_stats(after[0], after[1])
+    return after[0].value - before[0].value, after[1].value - before[1].value
 
 
 def row_shard_request(ctx):
@@ -376,6 +393,9 @@ def row_bound_update(ctx, consumers=8):
         # The same update back to back, with no consumer and no pause: the
         # copy's own cost, the GPU kept busy as a training loop keeps it.
         again = _warm_median(ctx, lambda: c.update(key, ctx.src))
+        # The same from one allocation per tensor, as a trainer's own
+        # parameters are (no two copies merge).
+        apart = _warm_median(ctx, lambda: c.update(key, ctx.dst_apart))
         c.delete(key)
     # The floor under the same conditions as the updates: after the same
     # pause (an idle GPU and host take longer to start a copy).
@@ -386,6 +406,7 @@ def row_bound_update(ctx, consumers=8):
     paused = _median(paused)
     row("update in place (Client.update)", ctx.nbytes, _median(took), ctx.floor)
     row("update in place, back to back", ctx.nbytes, again, ctx.floor)
+    row("the same from one allocation per tensor", ctx.nbytes, apart, ctx.floor)
     row("one copy of the bytes after 50 ms idle", ctx.nbytes, paused, None)
     for how, visible in (("waiting", waited), ("polling", polled),
                          ("polling, back to back", busy)):

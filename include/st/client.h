@@ -803,10 +803,13 @@ ST_API const char *st_key_error(const st_key_t *k);
  * devices, or copies on more than one device in one call. Dtypes must be
  * equal: casts are Python's (get_into(dtype_cast=True)).
  *
- * Copies: host to host is memcpy; any copy with a CUDA side is
- * cuMemcpyAsync on `stream`, a CUstream of the device the copies use
- * (the destinations', else the source's), or NULL for the legacy default
- * stream of that device's primary context. */
+ * Copies: host to host is memcpy; copies with a CUDA side are queued on
+ * `stream`, a CUstream of the device the copies use (the destinations',
+ * else the source's), or NULL for the legacy default stream of that
+ * device's primary context: two or more between memory of that device in
+ * one launch of a batched copy kernel (each separate copy costs the GPU
+ * a few microseconds of its own), the others with cuMemcpyAsync. The
+ * copies of one call run concurrently: destinations must not overlap. */
 
 /* Copies the tensors of `src` (any result: a call's, an object's, a key's
  * from st_client_get) into the n destinations `dst` (borrowed), checked
@@ -819,19 +822,24 @@ ST_API const char *st_key_error(const st_key_t *k);
 ST_API int st_result_copy_into(const st_result_t *src, const st_tensor_t *dst, size_t n,
                                void *stream, char *err, size_t errlen);
 
-/* Copies n byte ranges, bytes[i] from address src[i] to address dst[i],
- * in order: on CUDA device `ordinal` with cuMemcpyAsync on `stream` (NULL:
- * the legacy default stream of its primary context), ranges that follow
- * each other in both dst and src merged into one copy, then waits for
- * the stream when `sync`; with ordinal -1 in host memory (memcpy). The
- * copies of st_result_copy_into and st_get_into, for bindings that check
- * their tensors themselves (Python's get_into and live updates): the
- * caller vouches for every range. ST_OK; ST_ERR_INVALID_ARGUMENT (NULL
- * arrays with n > 0); ST_ERR_CAPABILITY or a driver error, with the
- * reason in err (may be NULL). Any thread. */
+/* Copies n byte ranges, bytes[i] from address src[i] to address dst[i]
+ * (destinations must not overlap): on CUDA device `ordinal`, queued on
+ * `stream` (NULL: the legacy default stream of its primary context) as
+ * above, ranges that follow each other in both dst and src merged into
+ * one copy, then waits for the stream when `sync`; with ordinal -1 in
+ * host memory (memcpy). The copies of st_result_copy_into and
+ * st_get_into, for bindings that check their tensors themselves (Python's
+ * get_into and live updates): the caller vouches for every range. ST_OK;
+ * ST_ERR_INVALID_ARGUMENT (NULL arrays with n > 0); ST_ERR_CAPABILITY or
+ * a driver error, with the reason in err (may be NULL). Any thread. */
 ST_API int st_copy_ranges(int ordinal, const uint64_t *dst, const uint64_t *src,
                           const uint64_t *bytes, size_t n, void *stream, int sync, char *err,
                           size_t errlen);
+
+/* Device copies of this process so far: ranges the batched copy kernel
+ * copied, and ranges copied by cuMemcpyAsync (after merging). Shows which
+ * way a caller's copies go; for tests and benchmarks. Any thread. */
+ST_API void st_copy_stats(uint64_t *kernel_ranges, uint64_t *memcpy_ranges);
 
 /* Maps version `version` of `key` (0: the latest) read-only (as
  * st_client_get with ST_GET_READONLY: nothing done to the destinations

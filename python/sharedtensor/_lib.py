@@ -274,6 +274,7 @@ _PROTOS = {
                                c_void_p, c_int, c_char_p, c_size_t]),
     "st_get_into": (c_int, [c_void_p, c_char_p, c_uint64, c_char_p, P(Tensor), c_size_t,
                             c_void_p, P(c_uint64)]),
+    "st_copy_stats": (None, [P(c_uint64), P(c_uint64)]),
     "st_client_call_flags": (c_int, [c_void_p, c_char_p, c_void_p, c_int, P(c_void_p)]),
     # views
     "st_client_get_view": (c_int, [c_void_p, c_char_p, c_uint64, c_int, c_char_p, P(c_void_p),

@@ -19,6 +19,7 @@ recorded after them).
 """
 import collections
 import ctypes
+import operator
 import sys
 
 from . import _lib
@@ -150,19 +151,36 @@ def ranges(plan, tensors):
     return device, mine, theirs, sizes
 
 
+_SHAPE = operator.attrgetter("shape")
+_DTYPE = operator.attrgetter("dtype")
+
+
 def signature(tensors):
     """What a prepared copy into (or from) `tensors` depends on: the names
     in order and each tensor's address, shape, dtype and contiguity; None
     when `tensors` is not a dict of tensors. The same tensors passed again
     (a module's parameters loaded every step) are matched in one cheap pass
-    instead of being checked one by one."""
+    instead of being checked one by one: one map per attribute (37 us for
+    75 tensors with torch 2.11, where a loop over the tensors took 60)."""
     if not isinstance(tensors, dict):
         return None
+    tensor = _torch().Tensor
+    v = tuple(tensors.values())
     try:
-        return (list(tensors),
-                [(t.data_ptr(), t.shape, t.dtype, t.is_contiguous()) for t in tensors.values()])
-    except AttributeError:
+        return (tuple(tensors), tuple(map(tensor.data_ptr, v)), tuple(map(_SHAPE, v)),
+                tuple(map(_DTYPE, v)), tuple(map(tensor.is_contiguous, v)))
+    except (AttributeError, TypeError):
         return None
+
+
+def raw_stream(device):
+    """torch's current CUDA stream of `device` (a torch.device with an
+    index) as the CUstream address, 0 for the legacy default stream."""
+    torch = _torch()
+    fast = getattr(torch._C, "_cuda_getCurrentRawStream", None)   # 0.2 us, where
+    if fast is not None:                                           # current_stream
+        return fast(device.index)                                  # takes 6
+    return torch.cuda.current_stream(device).cuda_stream
 
 
 class Ranges:
@@ -181,9 +199,7 @@ class Ranges:
     def run(self):
         """The copies, on torch's current stream of the device when it is a
         GPU (queued, not waited for), else memcpy (done on return)."""
-        stream = None
-        if self.ordinal >= 0:
-            stream = _torch().cuda.current_stream(self.device).cuda_stream or None
+        stream = raw_stream(self.device) or None if self.ordinal >= 0 else None
         err = ctypes.create_string_buffer(400)
         rc = _lib.lib.st_copy_ranges(self.ordinal, self.dst, self.src, self.sizes, self.n,
                                      stream, 0, err, len(err))

@@ -101,8 +101,7 @@ class LiveKey:
         the default stream, for which the whole context is synchronized)."""
         if self.device is None:
             return None
-        s = sys.modules["torch"].cuda.current_stream(self.device).cuda_stream
-        return s or None
+        return _into.raw_stream(self.device) or None
 
     @property
     def version(self):

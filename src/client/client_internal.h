@@ -468,14 +468,24 @@ typedef struct st__client_copy {
   const void *src;
   size_t bytes;
 } st__client_copy_t;
-/* Queues the n copies on `stream` (a CUstream of device `ordinal`; NULL:
- * the legacy default stream of its primary context) with cuMemcpyAsync,
- * in order (copies that follow each other in both destination and source
- * merged into one), then waits for that stream when `sync`. ST_OK, or
- * ST_ERR_CAPABILITY (no driver) or the driver's error with a reason in
- * err (copies queued before a failure stay queued). Any thread. */
+/* copies.c: queues the n copies on `stream` (a CUstream of device
+ * `ordinal`; NULL: the legacy default stream of its primary context),
+ * copies that follow each other in both destination and source merged
+ * into one; two or more device ranges of that device go by the batched
+ * copy kernel, the others by cuMemcpyAsync. Destinations must not overlap
+ * (the copies of one call run concurrently). Then waits for the stream
+ * when `sync`. ST_OK, or ST_ERR_CAPABILITY (no driver) or the driver's
+ * error with a reason in err (copies queued before a failure stay
+ * queued). Any thread. */
 int st__client_cuda_copies(const st__client_copy_t *copies, size_t n, int ordinal, void *stream,
                            int sync, char *err, size_t errlen);
+#ifdef ST_HAVE_CUDA
+/* device.c: the calling thread's current context (NULL: none), to put
+ * back with st__client_ctx_restore once done (a library must not change
+ * its caller's thread state). Call only once st__cuda_api() succeeded. */
+CUcontext st__client_ctx_save(void);
+void st__client_ctx_restore(const st__cuda_api_t *a, CUcontext c);
+#endif
 /* A CUDA event of device `ordinal` (taken from that device's free list,
  * or created), recorded on the device's legacy default stream
  * (CU_STREAM_LEGACY of its primary context): it completes once every

@@ -42,16 +42,16 @@ static void load_get_current(void) {
     memcpy(&get_current, &fn, sizeof fn);
 }
 
-/* The caller's current context (NULL: none), to put back afterwards. Call
- * only once st__cuda_api() succeeded. */
-static CUcontext ctx_save(void) {
+/* See client_internal.h. */
+CUcontext st__client_ctx_save(void) {
   pthread_once(&get_once, load_get_current);
   CUcontext c = NULL;
   if (get_current && get_current(&c) != CUDA_SUCCESS) c = NULL;
   return c;
 }
 
-static void ctx_restore(const st__cuda_api_t *a, CUcontext c) { a->cuCtxSetCurrent(c); }
+/* See client_internal.h. */
+void st__client_ctx_restore(const st__cuda_api_t *a, CUcontext c) { a->cuCtxSetCurrent(c); }
 
 /* See client_internal.h. Any thread. */
 int st__client_cuda_device(const st__arena_desc_t *d, int *ordinal, char *err, size_t errlen) {
@@ -61,7 +61,7 @@ int st__client_cuda_device(const st__arena_desc_t *d, int *ordinal, char *err, s
   if (!a)
     return st__fail(ST_ERR_CAPABILITY, err, errlen, "%s (arena %llu is on %s)", why,
                     (unsigned long long)d->id, d->uuid[0] ? d->uuid : "an unnamed device");
-  CUcontext saved = ctx_save();
+  CUcontext saved = st__client_ctx_save();
   int rc = st__cuda_device_by_uuid(d->uuid, ordinal, why, sizeof why);
   if (rc == ST_ERR_INVALID_ARGUMENT) {
     rc = st__fail(ST_ERR_PROTOCOL, err, errlen, "arena %llu: %s", (unsigned long long)d->id, why);
@@ -82,7 +82,7 @@ int st__client_cuda_device(const st__arena_desc_t *d, int *ordinal, char *err, s
   } else {
     rc = st__fail(rc, err, errlen, "arena %llu: %s", (unsigned long long)d->id, why);
   }
-  ctx_restore(a, saved);
+  st__client_ctx_restore(a, saved);
   if (rc != ST_OK) *ordinal = -1;
   return rc;
 }
@@ -98,13 +98,13 @@ int st__client_cuda_import(const st__arena_desc_t *d, int fd, st__cuda_mapping_t
     return st__fail(ST_ERR_CAPABILITY, err, errlen, "%s (arena %llu is on %s)", why,
                     (unsigned long long)d->id, d->uuid);
   }
-  CUcontext saved = ctx_save();
+  CUcontext saved = st__client_ctx_save();
   int rc = st__cuda_import(fd, d->bytes, d->uuid, out, why, sizeof why);
   /* A read-only arena: kernels of this process may read it, a write
    * faults here (docs/keys.md, "Read-only mappings"). */
   if (rc == ST_OK && d->readonly && (rc = st__cuda_set_readonly(out, why, sizeof why)) != ST_OK)
     st__cuda_unmap(out);
-  ctx_restore(a, saved);
+  st__client_ctx_restore(a, saved);
   if (rc == ST_OK) return ST_OK;
   /* A size that is no multiple of the granularity or larger than the
    * allocation, or a descriptor that is no exported allocation: the reply
@@ -124,7 +124,7 @@ int st__client_cuda_alloc(int ordinal, uint64_t bytes, int *fd, st__cuda_mapping
   out->ordinal = -1;
   const st__cuda_api_t *a = st__cuda_api(why, sizeof why);
   if (!a) return st__fail(ST_ERR_CAPABILITY, err, errlen, "%s", why);
-  CUcontext saved = ctx_save();
+  CUcontext saved = st__client_ctx_save();
   uint64_t size = 0;
   int rc = st__cuda_create_fd(ordinal, bytes, fd, &size, why, sizeof why);
   if (rc == ST_OK) rc = st__cuda_device_uuid(ordinal, uuid, why, sizeof why);
@@ -135,7 +135,7 @@ int st__client_cuda_alloc(int ordinal, uint64_t bytes, int *fd, st__cuda_mapping
     if (*fd >= 0) close(*fd);
     *fd = -1;
   }
-  ctx_restore(a, saved);
+  st__client_ctx_restore(a, saved);
   if (rc != ST_OK) return st__fail(rc, err, errlen, "cuda:%d: %s", ordinal, why);
   return ST_OK;
 }
@@ -145,9 +145,9 @@ void st__client_cuda_unmap(st__cuda_mapping_t *m) {
   if (!m || !m->dptr) return;
   const st__cuda_api_t *a = st__cuda_api(NULL, 0);
   if (!a) return;
-  CUcontext saved = ctx_save();
+  CUcontext saved = st__client_ctx_save();
   st__cuda_unmap(m);
-  ctx_restore(a, saved);
+  st__client_ctx_restore(a, saved);
 }
 
 typedef enum { TO_HOST, TO_DEVICE, DEVICE_TO_DEVICE } copy_kind_t;
@@ -158,12 +158,12 @@ static int copy_sync(void *dst, const void *src, size_t bytes, int ordinal, copy
   if (bytes == 0) return ST_OK;
   const st__cuda_api_t *a = st__cuda_api(NULL, 0);
   if (!a) return ST_ERR_CAPABILITY;
-  CUcontext saved = ctx_save();
+  CUcontext saved = st__client_ctx_save();
   uint64_t ddst = (uint64_t)(uintptr_t)dst, dsrc = (uint64_t)(uintptr_t)src;
   int rc = kind == TO_HOST     ? st__cuda_copy_to_host(dst, dsrc, bytes, ordinal, NULL, 0)
            : kind == TO_DEVICE ? st__cuda_copy_to_device(ddst, src, bytes, ordinal, NULL, 0)
                                : st__cuda_copy_dtod(ddst, dsrc, bytes, ordinal, NULL, 0);
-  ctx_restore(a, saved);
+  st__client_ctx_restore(a, saved);
   return rc;
 }
 
@@ -187,49 +187,16 @@ int st__client_cuda_sync(int ordinal, void *stream, char *err, size_t errlen) {
   char why[300];
   const st__cuda_api_t *a = st__cuda_api(why, sizeof why);
   if (!a) return st__fail(ST_ERR_CAPABILITY, err, errlen, "%s", why);
-  CUcontext saved = ctx_save();
+  CUcontext saved = st__client_ctx_save();
   int rc = st__cuda_ctx_enter(ordinal, why, sizeof why);
   if (rc == ST_OK && stream)
     rc = st__cuda_error(a->cuStreamSynchronize((CUstream)stream), "cuStreamSynchronize", why,
                         sizeof why);
   else if (rc == ST_OK)
     rc = st__cuda_error(a->cuCtxSynchronize(), "cuCtxSynchronize", why, sizeof why);
-  ctx_restore(a, saved);
+  st__client_ctx_restore(a, saved);
   if (rc != ST_OK) return st__fail(rc, err, errlen, "cuda:%d: %s", ordinal, why);
   return ST_OK;
-}
-
-/* See client_internal.h. Any thread. */
-int st__client_cuda_copies(const st__client_copy_t *copies, size_t n, int ordinal, void *stream,
-                           int sync, char *err, size_t errlen) {
-  char why[300];
-  const st__cuda_api_t *a = st__cuda_api(why, sizeof why);
-  if (!a) return st__fail(ST_ERR_CAPABILITY, err, errlen, "%s", why);
-  CUcontext saved = ctx_save();
-  int rc = st__cuda_ctx_enter(ordinal, why, sizeof why);
-  for (size_t i = 0; rc == ST_OK && i < n;) {
-    /* Copies that follow each other in both destination and source go as
-     * one (each copy costs the GPU a few microseconds of its own), as long
-     * as the merged ranges stay inside one allocation on each side: the
-     * driver refuses a copy that runs into the next allocation. Those
-     * ends are looked up once per run, and only when a merge is possible. */
-    uint64_t dst = (uintptr_t)copies[i].dst, src = (uintptr_t)copies[i].src;
-    uint64_t bytes = copies[i].bytes, dst_end = 0, src_end = 0;
-    int looked = 0;
-    for (i++; i < n && (uintptr_t)copies[i].dst == dst + bytes &&
-              (uintptr_t)copies[i].src == src + bytes;
-         i++) {
-      if (!looked++ && (!st__cuda_alloc_end(dst, &dst_end) || !st__cuda_alloc_end(src, &src_end)))
-        dst_end = src_end = 0;
-      uint64_t more = copies[i].bytes;
-      if (dst + bytes + more > dst_end || src + bytes + more > src_end) break;
-      bytes += more;
-    }
-    if (bytes) rc = st__cuda_copy_async(dst, src, bytes, stream, why, sizeof why);
-  }
-  if (rc == ST_OK && sync) rc = st__cuda_stream_sync(stream, why, sizeof why);
-  ctx_restore(a, saved);
-  return rc == ST_OK ? ST_OK : st__fail(rc, err, errlen, "cuda:%d: %s", ordinal, why);
 }
 
 /* ------------------------------------------------------------ events */
@@ -262,7 +229,7 @@ int st__client_event_record(int ordinal, st__client_event_t **out) {
     event_nfree[ordinal]--;
   }
   pthread_mutex_unlock(&event_lock);
-  CUcontext saved = ctx_save();
+  CUcontext saved = st__client_ctx_save();
   int rc = st__cuda_ctx_enter(ordinal, NULL, 0);
   if (rc == ST_OK && !e) {
     e = calloc(1, sizeof *e);
@@ -280,7 +247,7 @@ int st__client_event_record(int ordinal, st__client_event_t **out) {
    * context and is the stream torch uses unless told otherwise. */
   if (rc == ST_OK)
     rc = st__cuda_error(a->cuEventRecord(e->ev, CU_STREAM_LEGACY), "cuEventRecord", NULL, 0);
-  ctx_restore(a, saved);
+  st__client_ctx_restore(a, saved);
   if (rc != ST_OK) {
     st__client_event_put(e);
     return rc;
@@ -303,9 +270,9 @@ int st__client_event_done(st__client_event_t *e) {
 void st__client_event_wait(st__client_event_t *e) {
   const st__cuda_api_t *a = st__cuda_api(NULL, 0);
   if (!a) return;
-  CUcontext saved = ctx_save();
+  CUcontext saved = st__client_ctx_save();
   if (st__cuda_ctx_enter(e->ordinal, NULL, 0) == ST_OK) a->cuEventSynchronize(e->ev);
-  ctx_restore(a, saved);
+  st__client_ctx_restore(a, saved);
 }
 
 /* See client_internal.h. Any thread. */
@@ -381,17 +348,6 @@ int st__client_cuda_dtod(void *dst, const void *src, size_t bytes, int ordinal) 
 /* See client_internal.h: no CUDA work without CUDA. */
 int st__client_cuda_sync(int ordinal, void *stream, char *err, size_t errlen) {
   (void)stream;
-  return st__fail(ST_ERR_CAPABILITY, err, errlen,
-                  "no CUDA device: built without CUDA support (cuda:%d)", ordinal);
-}
-
-/* See client_internal.h: no CUDA memory without CUDA. */
-int st__client_cuda_copies(const st__client_copy_t *copies, size_t n, int ordinal, void *stream,
-                           int sync, char *err, size_t errlen) {
-  (void)copies;
-  (void)n;
-  (void)stream;
-  (void)sync;
   return st__fail(ST_ERR_CAPABILITY, err, errlen,
                   "no CUDA device: built without CUDA support (cuda:%d)", ordinal);
 }

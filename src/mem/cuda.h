@@ -83,6 +83,12 @@ typedef struct st__cuda_api {
   PFN_cuEventQuery_v2000 cuEventQuery;
   PFN_cuEventSynchronize_v2000 cuEventSynchronize;
   PFN_cuEventDestroy_v4000 cuEventDestroy;
+  /* libstclient's batched copy kernel (src/client/copies.c), and the
+   * check that both sides of a range are memory of the device. */
+  PFN_cuModuleLoadData_v2000 cuModuleLoadData;
+  PFN_cuModuleGetFunction_v2000 cuModuleGetFunction;
+  PFN_cuLaunchKernel_v4000 cuLaunchKernel;
+  PFN_cuPointerGetAttributes_v7000 cuPointerGetAttributes;
   /* Legacy CUDA IPC (cuda_legacy.c): ipc = "legacy" endpoints only. */
   PFN_cuMemAlloc_v3020 cuMemAlloc;
   PFN_cuMemFree_v3020 cuMemFree;

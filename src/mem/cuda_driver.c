@@ -118,6 +118,10 @@ static void load_api(void) {
   LOAD(cuEventQuery);
   LOAD(cuEventSynchronize);
   LOAD(cuEventDestroy);
+  LOAD(cuModuleLoadData);
+  LOAD(cuModuleGetFunction);
+  LOAD(cuLaunchKernel);
+  LOAD(cuPointerGetAttributes);
   LOAD(cuMemAlloc);
   LOAD(cuMemFree);
   LOAD(cuIpcGetMemHandle);

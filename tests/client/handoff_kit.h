@@ -190,8 +190,12 @@ typedef struct hk_figures {
 } hk_figures_t;
 
 static inline hk_figures_t hk_figures(st_client_t *c, pid_t server, const char *dev) {
-  hk_figures_t f = {stt_proc_fd_count(server), hk_info(c, "memory", dev, "used_bytes"),
-                    hk_info(c, "arenas", "count", NULL)};
+  hk_figures_t f;
+  /* info first, in that order (an initializer list's are unordered): it
+   * waits for the server's queued releases, which close descriptors. */
+  f.used = hk_info(c, "memory", dev, "used_bytes");
+  f.arenas = hk_info(c, "arenas", "count", NULL);
+  f.fds = stt_proc_fd_count(server);
   return f;
 }
 

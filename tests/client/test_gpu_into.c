@@ -6,7 +6,11 @@
  *   - device to host and host to device (a CPU key into device memory);
  *   - a refusal leaves the device memory unchanged;
  *   - a second st_get_into maps nothing new;
- *   - st_copy_ranges merges only ranges that follow on both sides.
+ *   - st_copy_ranges merges only ranges that follow on both sides;
+ *   - st_copy_ranges of hundreds of ranges between separate allocations
+ *     goes by the batched copy kernel (several launches), and a range
+ *     with an odd address or a host side by cuMemcpyAsync, every byte
+ *     where its range says.
  * (The CPU path: test_into.c.) Exit 77 without a CUDA device. */
 #include <st/client.h>
 #include <stdio.h>
@@ -191,6 +195,119 @@ TEST(copy_ranges_merges_only_what_follows_on_both_sides) {
   st_result_free(b);
 }
 
+/* A device allocation of `bytes` uint8 from st_tensor_alloc holding
+ * host[] (NULL on failure). */
+static st_result_t *device_bytes(const unsigned char *host, size_t bytes) {
+  st_result_t *r = NULL;
+  const int64_t shape[1] = {(int64_t)bytes};
+  char err[256];
+  if (st_tensor_alloc("cuda:0", ST_DTYPE_UINT8, 1, shape, &r, err, sizeof err) != ST_OK) {
+    fprintf(stderr, "   st_tensor_alloc: %s\n", err);
+    return NULL;
+  }
+  const st_tensor_t *t = st_result_tensor(r, 0);
+  if (st__cuda_copy_to_device((uint64_t)(uintptr_t)t->data, host, bytes, 0, err,
+                              sizeof err) != ST_OK) {
+    st_result_free(r);
+    return NULL;
+  }
+  return r;
+}
+
+#define SRCS 2
+#define DSTS 4
+#define SRC_BYTES (16u << 20)
+#define DST_BYTES (12u << 20)
+
+/* Hundreds of ranges from two source allocations into four destination
+ * allocations (none follows another on both sides, so none merges): the
+ * kernel copies them in launches of at most 128; a range at an odd
+ * address and a range into host memory go by cuMemcpyAsync; a range of
+ * zero bytes copies nothing. Every destination byte equals the same
+ * copies done on the host. */
+TEST(copy_ranges_batches_ranges_of_separate_allocations) {
+  static const size_t sizes[] = {16, 48, 4096, 65552, 200000, 1048608, 32, 65536};
+  unsigned char *src_h = malloc((size_t)SRCS * SRC_BYTES);
+  unsigned char *want = calloc((size_t)DSTS, DST_BYTES), *got = malloc(DST_BYTES);
+  unsigned char host_dst[64] = {0}, host_want[64] = {0};
+  size_t cap = 1024, n = 0;
+  uint64_t *dst = calloc(cap, sizeof *dst), *src = calloc(cap, sizeof *src);
+  uint64_t *bytes = calloc(cap, sizeof *bytes);
+  CHECK(src_h && want && got && dst && src && bytes);
+  uint32_t x = 12345;
+  for (size_t i = 0; i < (size_t)SRCS * SRC_BYTES; i++) {
+    x = x * 1664525u + 1013904223u;
+    src_h[i] = (unsigned char)(x >> 24);
+  }
+  st_result_t *s[SRCS], *d[DSTS];
+  uint64_t S[SRCS], D[DSTS];
+  for (int i = 0; i < SRCS; i++) {
+    s[i] = device_bytes(src_h + (size_t)i * SRC_BYTES, SRC_BYTES);
+    CHECK(s[i] != NULL);
+    S[i] = (uint64_t)(uintptr_t)st_result_tensor(s[i], 0)->data;
+  }
+  for (int i = 0; i < DSTS; i++) {
+    d[i] = device_bytes(want + (size_t)i * DST_BYTES, DST_BYTES);   /* zeros */
+    CHECK(d[i] != NULL);
+    D[i] = (uint64_t)(uintptr_t)st_result_tensor(d[i], 0)->data;
+  }
+  /* Each destination cut front to back into ranges of the sizes above,
+   * each from a pseudo-random 16-byte aligned place of a source. */
+  for (int j = 0; j < DSTS; j++) {
+    size_t at = 0;
+    for (size_t k = 0; at + sizes[k % 8] <= DST_BYTES - 64; k++) {
+      size_t len = sizes[k % 8];
+      x = x * 1664525u + 1013904223u;
+      int from = (int)(x >> 31);
+      size_t off = ((size_t)(x >> 8) % (SRC_BYTES - len)) & ~(size_t)15;
+      dst[n] = D[j] + at;
+      src[n] = S[from] + off;
+      bytes[n] = len;
+      memcpy(want + (size_t)j * DST_BYTES + at, src_h + (size_t)from * SRC_BYTES + off, len);
+      n++;
+      at += len + 16;    /* a gap: no two ranges follow in the destination */
+    }
+  }
+  CHECK(n > 2 * 128 && n + 3 <= cap);
+  /* At an odd address, into host memory, and of zero bytes. */
+  dst[n] = D[0] + DST_BYTES - 7;
+  src[n] = S[1] + 3;
+  bytes[n] = 5;
+  memcpy(want + DST_BYTES - 7, src_h + SRC_BYTES + 3, 5);
+  n++;
+  dst[n] = (uint64_t)(uintptr_t)host_dst;
+  src[n] = S[0] + 4096;
+  bytes[n] = sizeof host_dst;
+  memcpy(host_want, src_h + 4096, sizeof host_want);
+  n++;
+  dst[n] = D[1];
+  src[n] = S[0];
+  bytes[n] = 0;
+  n++;
+  uint64_t k0 = 0, m0 = 0, k1 = 0, m1 = 0;
+  st_copy_stats(&k0, &m0);
+  char err[300] = "";
+  CHECK_ERR_MSG(st_copy_ranges(0, dst, src, bytes, n, NULL, 1, err, sizeof err), ST_OK, err);
+  st_copy_stats(&k1, &m1);
+  CHECK_EQ_INT((long long)(k1 - k0), (long long)(n - 3));   /* all but the three */
+  CHECK_EQ_INT((long long)(m1 - m0), 2);                    /* odd and host */
+  int bad = 0;
+  for (int j = 0; j < DSTS; j++) {
+    CHECK_EQ_INT(st_tensor_copy_to_host(st_result_tensor(d[j], 0), got, DST_BYTES), ST_OK);
+    bad += memcmp(got, want + (size_t)j * DST_BYTES, DST_BYTES) != 0;
+  }
+  CHECK_EQ_INT(bad, 0);
+  CHECK(memcmp(host_dst, host_want, sizeof host_dst) == 0);
+  for (int i = 0; i < SRCS; i++) st_result_free(s[i]);
+  for (int i = 0; i < DSTS; i++) st_result_free(d[i]);
+  free(src_h);
+  free(want);
+  free(got);
+  free(dst);
+  free(src);
+  free(bytes);
+}
+
 #endif
 
 int main(int argc, char **argv) {
@@ -212,6 +329,7 @@ int main(int argc, char **argv) {
   RUN(device_to_host_and_host_to_device);
   RUN(a_second_get_into_maps_nothing_new);
   RUN(copy_ranges_merges_only_what_follows_on_both_sides);
+  RUN(copy_ranges_batches_ranges_of_separate_allocations);
   st_client_close(cli);
   return stt_server_finish(&srv);
 #else
