@@ -20,8 +20,10 @@ and exits. This process then times, into tensors it allocated with torch:
   - get_into, first: Client.get_into on a new client, the mapping of the
     key included;
   - get_into: again (the mapping kept, the version unchanged);
-  - st_get_into (C): the library's one call (cuMemcpyAsync per tensor, one
-    stream synchronize).
+  - st_get_into (C): the library's one call (the copies of st_copy_ranges,
+    one stream synchronize);
+  - get_into into one torch allocation per tensor (no two copies merge:
+    the batched copy kernel), with how many ranges went each way.
 
 The four repeated rows are timed in turns, one of each per round, and
 each prints the median of --iters rounds, with GB/s and the ratio to the

@@ -7,8 +7,9 @@ every destination is contiguous, on the source's device, with its shape
 and dtype (the common case: parameters loaded from their own state dict),
 the check and the copy plan are one pass over the destinations and the
 copies go by address through st_copy_ranges on the current stream
-(cuMemcpyAsync, tensors that follow each other in both source and
-destination as one copy). Otherwise each tensor is one `dst.copy_(src)`
+(tensors that follow each other in both source and destination as one
+copy, the rest of a call in one launch of libstclient's batched copy
+kernel). Otherwise each tensor is one `dst.copy_(src)`
 on the current stream (device to device when both are on a GPU; the
 dtype cast in the same kernel with dtype_cast=True). The source of a key is mapped read-only and kept per
 (key, view) (at most _KEEP), with its version: the next get_into asks the
