@@ -822,18 +822,27 @@ ST_API const char *st_key_error(const st_key_t *k);
 ST_API int st_result_copy_into(const st_result_t *src, const st_tensor_t *dst, size_t n,
                                void *stream, char *err, size_t errlen);
 
+/* st_copy_ranges flags. */
+#define ST_COPY_SYNC 1   /* wait for the stream before returning            */
+#define ST_COPY_DEVICE 2 /* every range lies in memory of device `ordinal`  */
+                         /* on both sides: the per-range check is skipped   */
+
 /* Copies n byte ranges, bytes[i] from address src[i] to address dst[i]
  * (destinations must not overlap): on CUDA device `ordinal`, queued on
  * `stream` (NULL: the legacy default stream of its primary context) as
  * above, ranges that follow each other in both dst and src merged into
- * one copy, then waits for the stream when `sync`; with ordinal -1 in
- * host memory (memcpy). The copies of st_result_copy_into and
+ * one copy, then waits for the stream with ST_COPY_SYNC; with ordinal -1
+ * in host memory (memcpy). The copies of st_result_copy_into and
  * st_get_into, for bindings that check their tensors themselves (Python's
- * get_into and live updates): the caller vouches for every range. ST_OK;
- * ST_ERR_INVALID_ARGUMENT (NULL arrays with n > 0); ST_ERR_CAPABILITY or
- * a driver error, with the reason in err (may be NULL). Any thread. */
+ * get_into and live updates): the caller vouches for every range. Without
+ * ST_COPY_DEVICE each range is asked of the driver (cuPointerGetAttributes)
+ * before the kernel may take it; with it the caller vouches for that too
+ * (a host address then faults in the kernel). ST_OK;
+ * ST_ERR_INVALID_ARGUMENT (NULL arrays with n > 0, an unknown flag,
+ * ST_COPY_DEVICE with ordinal -1); ST_ERR_CAPABILITY or a driver error,
+ * with the reason in err (may be NULL). Any thread. */
 ST_API int st_copy_ranges(int ordinal, const uint64_t *dst, const uint64_t *src,
-                          const uint64_t *bytes, size_t n, void *stream, int sync, char *err,
+                          const uint64_t *bytes, size_t n, void *stream, int flags, char *err,
                           size_t errlen);
 
 /* Device copies of this process so far: ranges the batched copy kernel

@@ -215,7 +215,7 @@ const char *st_key_error(const st_key_t *k);
 int st_result_copy_into(const st_result_t *src, const st_tensor_t *dst, size_t n,
                         void *stream, char *err, size_t errlen);
 int st_copy_ranges(int ordinal, const uint64_t *dst, const uint64_t *src,
-                   const uint64_t *bytes, size_t n, void *stream, int sync, char *err,
+                   const uint64_t *bytes, size_t n, void *stream, int flags, char *err,
                    size_t errlen);
 void st_copy_stats(uint64_t *kernel_ranges, uint64_t *memcpy_ranges);
 int st_get_into(st_client_t *c, const char *key, uint64_t version, const char *view,

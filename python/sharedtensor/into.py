@@ -30,6 +30,7 @@ from . import keys as _keys
 _KEEP = 16          # keys whose last source a client keeps mapped
 _LIST_MAX = 8       # differences a refusal names; the rest are counted
 _RANGES = 4         # prepared copies a kept source remembers (Ranges)
+_COPY_DEVICE = 2    # ST_COPY_DEVICE: every range is memory of the device
 
 
 def _torch():
@@ -199,11 +200,17 @@ class Ranges:
 
     def run(self):
         """The copies, on torch's current stream of the device when it is a
-        GPU (queued, not waited for), else memcpy (done on return)."""
-        stream = raw_stream(self.device) or None if self.ordinal >= 0 else None
+        GPU (queued, not waited for), else memcpy (done on return). Both
+        sides of every range are tensors of that device (ranges() checked
+        them), which st_copy_ranges is told (ST_COPY_DEVICE): it asks the
+        driver nothing per range."""
+        if self.ordinal >= 0:
+            stream, flags = raw_stream(self.device) or None, _COPY_DEVICE
+        else:
+            stream, flags = None, 0
         err = ctypes.create_string_buffer(400)
         rc = _lib.lib.st_copy_ranges(self.ordinal, self.dst, self.src, self.sizes, self.n,
-                                     stream, 0, err, len(err))
+                                     stream, flags, err, len(err))
         if rc != 0:
             raise _errors.from_library(rc, err.value.decode(errors="replace"))
 

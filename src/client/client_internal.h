@@ -473,12 +473,13 @@ typedef struct st__client_copy {
  * copies that follow each other in both destination and source merged
  * into one; two or more device ranges of that device go by the batched
  * copy kernel, the others by cuMemcpyAsync. Destinations must not overlap
- * (the copies of one call run concurrently). Then waits for the stream
- * when `sync`. ST_OK, or ST_ERR_CAPABILITY (no driver) or the driver's
- * error with a reason in err (copies queued before a failure stay
- * queued). Any thread. */
+ * (the copies of one call run concurrently). `flags` are st_copy_ranges':
+ * ST_COPY_DEVICE skips the check that both sides are memory of the
+ * device; with ST_COPY_SYNC, waits for the stream. ST_OK, or
+ * ST_ERR_CAPABILITY (no driver) or the driver's error with a reason in
+ * err (copies queued before a failure stay queued). Any thread. */
 int st__client_cuda_copies(const st__client_copy_t *copies, size_t n, int ordinal, void *stream,
-                           int sync, char *err, size_t errlen);
+                           int flags, char *err, size_t errlen);
 #ifdef ST_HAVE_CUDA
 /* device.c: the calling thread's current context (NULL: none), to put
  * back with st__client_ctx_restore once done (a library must not change

@@ -6,8 +6,10 @@
  * refuses a cuMemcpy that runs into the next allocation). What is left
  * goes one of two ways:
  *
- *   - two or more ranges whose both sides are memory of the call's device,
- *     with addresses and sizes that are multiples of 16: the batched copy
+ *   - two or more ranges whose both sides are memory of the call's device
+ *     (asked of the driver per range, unless the caller vouches with
+ *     ST_COPY_DEVICE), with addresses and sizes that are multiples of 16:
+ *     the batched copy
  *     kernel (kernels/copy_ranges.cu), one launch per ST_COPY_BATCH_MAX
  *     ranges. Each cuMemcpyAsync costs the GPU about 3 us of its own:
  *     75 ranges of a 1 GiB state dict in separate allocations take 1.17 ms
@@ -104,6 +106,7 @@ typedef struct {
   CUfunction f;
   int ordinal;
   void *stream;
+  int vouched;                   /* ST_COPY_DEVICE: no per-range check */
   int held;                      /* first_* holds the call's first range */
   uint64_t first_dst, first_src, first_bytes;
   st__copy_batch_t b;
@@ -143,7 +146,7 @@ static int launch(copier_t *c) {
  * the two ways does not matter). */
 static int place(copier_t *c, uint64_t dst, uint64_t src, uint64_t bytes) {
   if (!c->f || ((dst | src | bytes) & 15) || bytes >= KERNEL_RANGE_LIMIT ||
-      !on_device(c->a, dst, c->ordinal) || !on_device(c->a, src, c->ordinal))
+      (!c->vouched && (!on_device(c->a, dst, c->ordinal) || !on_device(c->a, src, c->ordinal))))
     return one_copy(c, dst, src, bytes);
   st__copy_batch_t *b = &c->b;
   if (b->n == 0) b->first[0] = 0;
@@ -186,13 +189,14 @@ static int finish(copier_t *c) {
 
 /* See client_internal.h. Any thread. */
 int st__client_cuda_copies(const st__client_copy_t *copies, size_t n, int ordinal, void *stream,
-                           int sync, char *err, size_t errlen) {
+                           int flags, char *err, size_t errlen) {
   char why[300];
   const st__cuda_api_t *a = st__cuda_api(why, sizeof why);
   if (!a) return st__fail(ST_ERR_CAPABILITY, err, errlen, "%s", why);
   CUcontext saved = st__client_ctx_save();
   int rc = st__cuda_ctx_enter(ordinal, why, sizeof why);
-  copier_t c = {.a = a, .ordinal = ordinal, .stream = stream, .why = why, .whylen = sizeof why};
+  copier_t c = {.a = a, .ordinal = ordinal, .stream = stream,
+                .vouched = (flags & ST_COPY_DEVICE) != 0, .why = why, .whylen = sizeof why};
   if (rc == ST_OK && n > 1) c.f = copy_kernel(a, ordinal);
   for (size_t i = 0; rc == ST_OK && i < n;) {
     /* Copies that follow each other in both destination and source go as
@@ -214,7 +218,7 @@ int st__client_cuda_copies(const st__client_copy_t *copies, size_t n, int ordina
     if (bytes) rc = queue_range(&c, dst, src, bytes);
   }
   if (rc == ST_OK) rc = finish(&c);
-  if (rc == ST_OK && sync) rc = st__cuda_stream_sync(stream, why, sizeof why);
+  if (rc == ST_OK && (flags & ST_COPY_SYNC)) rc = st__cuda_stream_sync(stream, why, sizeof why);
   st__client_ctx_restore(a, saved);
   return rc == ST_OK ? ST_OK : st__fail(rc, err, errlen, "cuda:%d: %s", ordinal, why);
 }
@@ -223,11 +227,11 @@ int st__client_cuda_copies(const st__client_copy_t *copies, size_t n, int ordina
 
 /* See client_internal.h: no CUDA memory without CUDA. */
 int st__client_cuda_copies(const st__client_copy_t *copies, size_t n, int ordinal, void *stream,
-                           int sync, char *err, size_t errlen) {
+                           int flags, char *err, size_t errlen) {
   (void)copies;
   (void)n;
   (void)stream;
-  (void)sync;
+  (void)flags;
   return st__fail(ST_ERR_CAPABILITY, err, errlen,
                   "no CUDA device: built without CUDA support (cuda:%d)", ordinal);
 }

@@ -7,10 +7,11 @@
  * source first (names both ways, dtype, shape, contiguity, device) and
  * copy nothing when anything differs: the error lists what does.
  *
- * Copies: CPU to CPU is memcpy; any copy with a CUDA side is one
- * cuMemcpyAsync (unified addressing: the driver infers host to device,
- * device to host or device to device) on the caller's stream of the one
- * device the call copies on (device.c's st__client_cuda_copies).
+ * Copies: CPU to CPU is memcpy; the copies with a CUDA side go on the
+ * caller's stream of the one device the call copies on, through
+ * copies.c's st__client_cuda_copies (merged where they follow each other,
+ * device to device ranges batched into one kernel launch, the others one
+ * cuMemcpyAsync each, the driver inferring the direction).
  *
  * The mapping of a key's source is kept per client and (key, view) (at
  * most INTO_KEEP_KEYS, the least recently used let go), with its version:
@@ -266,7 +267,8 @@ static int copy_into(const st_result_t *src, const st_tensor_t *dst, size_t n, v
   int rc = ST_OK;
   if (k) {
     char why[400];
-    rc = st__client_cuda_copies(plan, k, ordinal, stream, sync || !stream, why, sizeof why);
+    rc = st__client_cuda_copies(plan, k, ordinal, stream, sync || !stream ? ST_COPY_SYNC : 0,
+                                why, sizeof why);
     if (rc != ST_OK) st__fail(rc, err, errlen, "%s: %s", what, why);
   }
   free(match);
@@ -276,10 +278,16 @@ static int copy_into(const st_result_t *src, const st_tensor_t *dst, size_t n, v
 
 /* See client.h. Any thread. */
 ST_API int st_copy_ranges(int ordinal, const uint64_t *dst, const uint64_t *src,
-                          const uint64_t *bytes, size_t n, void *stream, int sync, char *err,
+                          const uint64_t *bytes, size_t n, void *stream, int flags, char *err,
                           size_t errlen) {
   if (n && (!dst || !src || !bytes))
     return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "copy_ranges: NULL ranges");
+  if (flags & ~(ST_COPY_SYNC | ST_COPY_DEVICE))
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "copy_ranges: unknown flags 0x%x",
+                    (unsigned)flags);
+  if ((flags & ST_COPY_DEVICE) && ordinal < 0)
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                    "copy_ranges: ST_COPY_DEVICE names device memory, but ordinal is -1 (host)");
   if (ordinal < 0) {
     for (size_t i = 0; i < n; i++)
       if (bytes[i]) memcpy((void *)(uintptr_t)dst[i], (const void *)(uintptr_t)src[i], bytes[i]);
@@ -290,7 +298,7 @@ ST_API int st_copy_ranges(int ordinal, const uint64_t *dst, const uint64_t *src,
   for (size_t i = 0; i < n; i++)
     plan[i] = (st__client_copy_t){.dst = (void *)(uintptr_t)dst[i],
                                   .src = (const void *)(uintptr_t)src[i], .bytes = bytes[i]};
-  int rc = st__client_cuda_copies(plan, n, ordinal, stream, sync, err, errlen);
+  int rc = st__client_cuda_copies(plan, n, ordinal, stream, flags, err, errlen);
   free(plan);
   return rc;
 }

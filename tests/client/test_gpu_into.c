@@ -10,7 +10,8 @@
  *   - st_copy_ranges of hundreds of ranges between separate allocations
  *     goes by the batched copy kernel (several launches), and a range
  *     with an odd address or a host side by cuMemcpyAsync, every byte
- *     where its range says.
+ *     where its range says; the same with ST_COPY_DEVICE (no check per
+ *     range).
  * (The CPU path: test_into.c.) Exit 77 without a CUDA device. */
 #include <st/client.h>
 #include <stdio.h>
@@ -181,7 +182,7 @@ TEST(copy_ranges_merges_only_what_follows_on_both_sides) {
   uint64_t src[4] = {A, A + q, A + 3 * q, A + 2 * q};
   uint64_t bytes[4] = {q, q, q, q};
   char err[300] = "";
-  CHECK_ERR_MSG(st_copy_ranges(0, dst, src, bytes, 4, NULL, 1, err, sizeof err), ST_OK, err);
+  CHECK_ERR_MSG(st_copy_ranges(0, dst, src, bytes, 4, NULL, ST_COPY_SYNC, err, sizeof err), ST_OK, err);
   static float h[N];
   CHECK_EQ_INT(st_tensor_copy_to_host(st_result_tensor(b, 0), h, sizeof h), ST_OK);
   int bad = 0;
@@ -287,7 +288,7 @@ TEST(copy_ranges_batches_ranges_of_separate_allocations) {
   uint64_t k0 = 0, m0 = 0, k1 = 0, m1 = 0;
   st_copy_stats(&k0, &m0);
   char err[300] = "";
-  CHECK_ERR_MSG(st_copy_ranges(0, dst, src, bytes, n, NULL, 1, err, sizeof err), ST_OK, err);
+  CHECK_ERR_MSG(st_copy_ranges(0, dst, src, bytes, n, NULL, ST_COPY_SYNC, err, sizeof err), ST_OK, err);
   st_copy_stats(&k1, &m1);
   CHECK_EQ_INT((long long)(k1 - k0), (long long)(n - 3));   /* all but the three */
   CHECK_EQ_INT((long long)(m1 - m0), 2);                    /* odd and host */
@@ -298,6 +299,29 @@ TEST(copy_ranges_batches_ranges_of_separate_allocations) {
   }
   CHECK_EQ_INT(bad, 0);
   CHECK(memcmp(host_dst, host_want, sizeof host_dst) == 0);
+  /* Again with the caller vouching for the device ranges (ST_COPY_DEVICE:
+   * no check per range), into destinations zeroed first: the same bytes,
+   * every range by the kernel. */
+  unsigned char *zero = calloc(1, DST_BYTES);
+  CHECK(zero != NULL);
+  for (int j = 0; j < DSTS; j++)
+    CHECK(st__cuda_copy_to_device(D[j], zero, DST_BYTES, 0, err, sizeof err) == ST_OK);
+  free(zero);
+  size_t dev_n = n - 3;    /* the ranges the kernel took above */
+  st_copy_stats(&k0, &m0);
+  CHECK_ERR_MSG(st_copy_ranges(0, dst, src, bytes, dev_n, NULL, ST_COPY_SYNC | ST_COPY_DEVICE, err,
+                               sizeof err),
+                ST_OK, err);
+  st_copy_stats(&k1, &m1);
+  CHECK_EQ_INT((long long)(k1 - k0), (long long)dev_n);
+  CHECK_EQ_INT((long long)(m1 - m0), 0);
+  memset(want + DST_BYTES - 7, 0, 5);   /* the odd range is not copied this time */
+  bad = 0;
+  for (int j = 0; j < DSTS; j++) {
+    CHECK_EQ_INT(st_tensor_copy_to_host(st_result_tensor(d[j], 0), got, DST_BYTES), ST_OK);
+    bad += memcmp(got, want + (size_t)j * DST_BYTES, DST_BYTES) != 0;
+  }
+  CHECK_EQ_INT(bad, 0);
   for (int i = 0; i < SRCS; i++) st_result_free(s[i]);
   for (int i = 0; i < DSTS; i++) st_result_free(d[i]);
   free(src_h);

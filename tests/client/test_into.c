@@ -284,6 +284,26 @@ TEST(destinations_that_cannot_be_copied_into_are_refused_first) {
   CHECK(untouched(&d));
 }
 
+/* st_copy_ranges on the host: the ranges land in order; an unknown flag,
+ * and ST_COPY_DEVICE with no device, are refused with nothing copied. */
+TEST(copy_ranges_copies_host_ranges_and_refuses_bad_flags) {
+  char a[8] = "abcdefg", b[8] = "-------";
+  uint64_t dst[2] = {(uint64_t)(uintptr_t)b, (uint64_t)(uintptr_t)(b + 4)};
+  uint64_t src[2] = {(uint64_t)(uintptr_t)(a + 4), (uint64_t)(uintptr_t)a};
+  uint64_t bytes[2] = {3, 2};
+  char err[200] = "";
+  CHECK_EQ_INT(st_copy_ranges(-1, dst, src, bytes, 2, NULL, 8, err, sizeof err),
+               ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err, "unknown flags 0x8");
+  CHECK_EQ_INT(st_copy_ranges(-1, dst, src, bytes, 2, NULL, ST_COPY_DEVICE, err, sizeof err),
+               ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err, "ordinal is -1");
+  CHECK(strcmp(b, "-------") == 0);
+  CHECK_ERR_MSG(st_copy_ranges(-1, dst, src, bytes, 2, NULL, ST_COPY_SYNC, err, sizeof err),
+                ST_OK, err);
+  CHECK(strcmp(b, "efg-ab-") == 0);
+}
+
 TEST(a_cached_objects_result_is_copied_into) {
   st_result_t *r = NULL;
   CHECK_RC(st_client_call_flags(cli, "weights", NULL, ST_CALL_READONLY, &r), ST_OK, cli);
@@ -324,6 +344,7 @@ int main(void) {
   RUN(a_second_get_into_maps_nothing_new);
   RUN(every_difference_is_listed_and_nothing_is_copied);
   RUN(destinations_that_cannot_be_copied_into_are_refused_first);
+  RUN(copy_ranges_copies_host_ranges_and_refuses_bad_flags);
   RUN(a_cached_objects_result_is_copied_into);
   st_client_close(cli);
   return stt_server_finish(&srv);
