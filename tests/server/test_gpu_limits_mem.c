@@ -14,9 +14,9 @@
 
 #define MiB (1024 * 1024)
 
-static stt_server_t S;
-
 #ifdef ST_HAVE_CUDA
+
+static stt_server_t S;
 
 TEST(vmm_objects_keep_no_descriptor) {
   OPEN_RC(c, S.socket);
