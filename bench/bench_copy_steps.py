@@ -37,7 +37,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 from bench_percall import start_server, stop_server  # noqa: E402
-from bench_views import GIB, fill, layout, llama_shapes, parse_size, size_text, views  # noqa: E402
+from bench_views import (GIB, device_args, fill, import_torch, layout, llama_shapes,  # noqa: E402
+                         parse_size, size_text, views)
 
 PAUSE = 0.05
 WARM = 3
@@ -201,23 +202,13 @@ def copy_step(s, iters):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--build", default=os.path.join(HERE, "..", "build"),
-                    help="the build tree (bin/stserver, lib/)")
-    ap.add_argument("--device", choices=("cpu", "cuda"), default=None,
-                    help="default: cuda when torch sees a GPU, else cpu")
+    device_args(ap)
     ap.add_argument("--size", default=None,
                     help="the state dict's size (default: 1G on cuda, 8M on cpu)")
     ap.add_argument("--iters", type=int, default=30, help="timed rounds of each row")
     a = ap.parse_args()
-    os.environ.setdefault("ST_CLIENT_LIB", os.path.join(a.build, "lib", "libstclient.so.0"))
-    try:
-        import torch
-    except ImportError:
-        print("bench_copy_steps: torch is not installed; skipped")
-        sys.exit(77)
+    torch = import_torch(a, "bench_copy_steps")
     import sharedtensor as st
-    if a.device is None:
-        a.device = "cuda" if torch.cuda.is_available() else "cpu"
     device = "cuda:0" if a.device == "cuda" else "cpu"
     size = parse_size(a.size or ("1G" if a.device == "cuda" else "8M"))
     if size > 4 * GIB:

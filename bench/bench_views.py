@@ -457,26 +457,39 @@ def run_size(a, sock, size, n):
         torch.cuda.empty_cache()
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def device_args(ap):
+    """--build and --device, as the torch benches take them."""
     ap.add_argument("--build", default=os.path.join(HERE, "..", "build"),
                     help="the build tree (bin/stserver, lib/)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default=None,
                     help="default: cuda when torch sees a GPU, else cpu")
+
+
+def import_torch(a, name):
+    """torch, once the package is pointed at the build's library and
+    a.device is set (cuda when torch sees a GPU); exits 77 (CTest's
+    skipped) where torch is not installed."""
+    os.environ.setdefault("ST_CLIENT_LIB", os.path.join(a.build, "lib", "libstclient.so.0"))
+    try:
+        import torch
+    except ImportError:
+        print("%s: torch is not installed; skipped" % name)
+        sys.exit(77)
+    if a.device is None:
+        a.device = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    device_args(ap)
     ap.add_argument("--sizes", default=None,
                     help="state dict sizes, e.g. 1G,14G (default: 1G,14G on cuda, 8M,32M on cpu)")
     ap.add_argument("--iters", type=int, default=10, help="timed repetitions of each row")
     ap.add_argument("--publish", metavar="KEY", help=argparse.SUPPRESS)
     ap.add_argument("--socket", help=argparse.SUPPRESS)
     a = ap.parse_args()
-    os.environ.setdefault("ST_CLIENT_LIB", os.path.join(a.build, "lib", "libstclient.so.0"))
-    try:
-        import torch
-    except ImportError:
-        print("bench_views: torch is not installed; skipped")
-        sys.exit(77)
-    if a.device is None:
-        a.device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch = import_torch(a, "bench_views")
     if a.publish:
         publish(a.socket, a.publish, parse_size(a.sizes), a.device)
         return
