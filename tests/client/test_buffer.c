@@ -17,6 +17,8 @@
  *     every buffer was closed and unlinked.
  */
 #include <sched.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "buffer_kit.h"
@@ -99,20 +101,45 @@ TEST(create_open_write_read_across_processes) {
 /* --------------------------------------------------------------- hammer */
 
 #define HAMMER_WRITES 20000
+/* The most a hammer's writer goes on past HAMMER_WRITES waiting for its
+ * readers to have read two writes each. */
+#define HAMMER_MAX_MS 20000.0
 
-/* Writes HAMMER_WRITES checksummed frames; 0 when every write worked. */
+/* Shared by a hammer's writer and readers (an anonymous shared mapping
+ * made before they fork): each reader's distinct writes seen so far, and
+ * the writer's last sequence once it is done. On a loaded host a reader
+ * may first run after the writer's last write; the writer goes on until
+ * both readers have read two of its writes, so that every run checks
+ * reads that overlap writes. */
+typedef struct hammer_pace {
+  _Atomic uint64_t distinct[2];
+  _Atomic uint64_t last;         /* 0 while the writer writes */
+} hammer_pace_t;
+
+static hammer_pace_t *pace;
+
+/* Writes checksummed frames 1, 2, ...: HAMMER_WRITES at least, then on
+ * until both readers saw two distinct writes (HAMMER_MAX_MS at most);
+ * publishes its last sequence in the pace page. 0 when every write
+ * worked. */
 static int child_writer(const char *socket, const char *name, long arg, int out) {
   (void)arg;
   st_client_t *c = stt_client_open(socket);
   st_buffer_t *b = NULL;
   int bad = !c || st_buffer_open(c, name, 0, &b) != ST_OK;
   static uint8_t frame[FRAME];
-  for (uint64_t i = 1; !bad && i <= HAMMER_WRITES; i++) {
+  double end = stt_now_ms() + HAMMER_MAX_MS;
+  uint64_t i = 0;
+  while (!bad && (i < HAMMER_WRITES || ((atomic_load(&pace->distinct[0]) < 2 ||
+                                         atomic_load(&pace->distinct[1]) < 2) &&
+                                        stt_now_ms() < end))) {
+    i++;
     bk_fill(frame, FRAME, i);
     uint64_t seq;
     bad = st_buffer_write(b, frame, FRAME, 5000, &seq) != ST_OK || seq != i;
     if (bad) fprintf(stderr, "writer: %s\n", st_buffer_error(b));
   }
+  atomic_store(&pace->last, bad ? UINT64_MAX : i);
   bk_finish(out, &bad, sizeof bad, b, c);
   return bad;
 }
@@ -122,17 +149,18 @@ typedef struct hammer_report {
   uint64_t reads, distinct, torn, backwards;
 } hammer_report_t;
 
-/* Reads until it saw the last write, checking every frame it read. */
+/* Reader `arg` (0 or 1): reads until it saw the writer's last write,
+ * checking every frame it read. */
 static int child_reader(const char *socket, const char *name, long arg, int out) {
-  (void)arg;
   hammer_report_t r = {-1000, 0, 0, 0, 0};
   st_client_t *c = stt_client_open(socket);
   st_buffer_t *b = NULL;
   static uint8_t frame[FRAME];
   if (c && (r.rc = st_buffer_open(c, name, 0, &b)) == ST_OK &&
       (r.rc = st_buffer_wait_new(b, 10000, NULL)) == ST_OK) {   /* the writer started */
-    uint64_t last = 0;
-    while (last < HAMMER_WRITES) {
+    uint64_t last = 0, end;
+    while ((end = atomic_load(&pace->last)) == 0 || last < end) {
+      if (end == UINT64_MAX) break;    /* the writer failed: it says so */
       uint64_t seq;
       r.rc = st_buffer_read(b, frame, FRAME, 10000, &seq, NULL);
       if (r.rc != ST_OK) {
@@ -142,7 +170,7 @@ static int child_reader(const char *socket, const char *name, long arg, int out)
       r.reads++;
       if (!bk_whole(frame, FRAME, seq)) r.torn++;
       if (seq < last) r.backwards++;
-      if (seq > last) r.distinct++;
+      if (seq > last) atomic_store(&pace->distinct[arg], ++r.distinct);
       last = seq;
     }
   }
@@ -150,29 +178,42 @@ static int child_reader(const char *socket, const char *name, long arg, int out)
 }
 
 static void hammer(int slots, const char *name) {
+  pace = mmap(NULL, sizeof *pace, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CHECK(pace != MAP_FAILED);
+  memset(pace, 0, sizeof *pace);
   st_buffer_t *b = make(name, slots);
   CHECK(b != NULL);
   bk_child_t rd[2], wr;
-  for (int i = 0; i < 2; i++) CHECK(bk_spawn(&rd[i], srv.socket, name, 0, child_reader) == 0);
+  for (int i = 0; i < 2; i++) CHECK(bk_spawn(&rd[i], srv.socket, name, i, child_reader) == 0);
   CHECK(bk_spawn(&wr, srv.socket, name, 0, child_writer) == 0);
-  int wbad = 1;
-  CHECK(bk_report(&wr, &wbad, sizeof wbad) == 0);
-  CHECK_EQ_INT(bk_end(&wr, 0), 0);
+  int wbad = 1, wreport = bk_report(&wr, &wbad, sizeof wbad), wend = bk_end(&wr, 0);
+  hammer_report_t r[2];
+  int report[2], ended[2];
+  for (int i = 0; i < 2; i++) {
+    report[i] = bk_report(&rd[i], &r[i], sizeof r[i]);
+    ended[i] = bk_end(&rd[i], 0);
+  }
+  /* Everything is ended and closed before the checks: a failed one
+   * leaves nothing open for the tests after it. */
+  uint64_t last = atomic_load(&pace->last), written = st_buffer_write_sequence(b);
+  int closed = st_buffer_close(b), unlinked = st_buffer_unlink(cli, name);
+  munmap(pace, sizeof *pace);
+  CHECK(wreport == 0);
+  CHECK_EQ_INT(wend, 0);
   CHECK_EQ_INT(wbad, 0);
   for (int i = 0; i < 2; i++) {
-    hammer_report_t r;
-    CHECK(bk_report(&rd[i], &r, sizeof r) == 0);
-    CHECK_EQ_INT(bk_end(&rd[i], 0), 0);
+    CHECK(report[i] == 0);
+    CHECK_EQ_INT(ended[i], 0);
     fprintf(stderr, "   slots %d reader %d: %llu reads, %llu distinct writes, %llu torn\n", slots,
-            i, (unsigned long long)r.reads, (unsigned long long)r.distinct,
-            (unsigned long long)r.torn);
-    CHECK_EQ_INT(r.rc, ST_OK);
-    CHECK(r.reads >= 2 && r.distinct >= 2);
-    CHECK(r.torn == 0 && r.backwards == 0);
+            i, (unsigned long long)r[i].reads, (unsigned long long)r[i].distinct,
+            (unsigned long long)r[i].torn);
+    CHECK_EQ_INT(r[i].rc, ST_OK);
+    CHECK(r[i].reads >= 2 && r[i].distinct >= 2);
+    CHECK(r[i].torn == 0 && r[i].backwards == 0);
   }
-  CHECK(st_buffer_write_sequence(b) == HAMMER_WRITES);
-  CHECK_RC(st_buffer_close(b), ST_OK, cli);
-  CHECK_RC(st_buffer_unlink(cli, name), ST_OK, cli);
+  CHECK(last >= HAMMER_WRITES && written == last);
+  CHECK_EQ_INT(closed, ST_OK);
+  CHECK_EQ_INT(unlinked, ST_OK);
   CHECK(hk_back_to(cli, srv.pid, "cpu", baseline));
 }
 
