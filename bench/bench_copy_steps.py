@@ -37,8 +37,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 from bench_percall import start_server, stop_server  # noqa: E402
-from bench_views import (GIB, device_args, fill, import_torch, layout, llama_shapes,  # noqa: E402
-                         parse_size, size_text, views)
+from bench_views import (GIB, copy_ways, device_args, fill, import_torch, layout,  # noqa: E402
+                         llama_shapes, parse_size, size_text, views)
 
 PAUSE = 0.05
 WARM = 3
@@ -186,14 +186,10 @@ def copy_step(s, iters):
                 queue[what].append(t1 - t0)
                 if e0 is not None:
                     gpu[what].append(e0.elapsed_time(e1) * 1e-3)
-    before, after = (ctypes.c_uint64(), ctypes.c_uint64()), (ctypes.c_uint64(), ctypes.c_uint64())
-    _lib.lib.st_copy_stats(*before)
-    ranges(0)()
-    s.sync()
-    _lib.lib.st_copy_stats(*after)
+    by_kernel, by_memcpy = copy_ways(lambda: (ranges(0)(), s.sync()))
     print("the copy step alone: %d tensors into one allocation each, p50 in us "
           "(one call: %d ranges by the copy kernel, %d by cuMemcpyAsync)"
-          % (n, after[0].value - before[0].value, after[1].value - before[1].value), flush=True)
+          % (n, by_kernel, by_memcpy), flush=True)
     for what, _ in ways:
         g = "  gpu %9.1f" % p50_us(gpu[what]) if gpu[what] else ""
         print("  %-36s host %9.1f (queued in %7.1f)%s" % (what, p50_us(host[what]),

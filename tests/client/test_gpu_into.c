@@ -220,6 +220,17 @@ static st_result_t *device_bytes(const unsigned char *host, size_t bytes) {
 #define SRC_BYTES (16u << 20)
 #define DST_BYTES (12u << 20)
 
+/* How many of the DSTS destinations differ from their part of want[]
+ * (DST_BYTES each), read back through got[]; -1 when one cannot be read. */
+static int differing(st_result_t *const *d, const unsigned char *want, unsigned char *got) {
+  int bad = 0;
+  for (int j = 0; j < DSTS; j++) {
+    if (st_tensor_copy_to_host(st_result_tensor(d[j], 0), got, DST_BYTES) != ST_OK) return -1;
+    bad += memcmp(got, want + (size_t)j * DST_BYTES, DST_BYTES) != 0;
+  }
+  return bad;
+}
+
 /* Hundreds of ranges from two source allocations into four destination
  * allocations (none follows another on both sides, so none merges): the
  * kernel copies them in launches of at most 128; a range at an odd
@@ -292,12 +303,7 @@ TEST(copy_ranges_batches_ranges_of_separate_allocations) {
   st_copy_stats(&k1, &m1);
   CHECK_EQ_INT((long long)(k1 - k0), (long long)(n - 3));   /* all but the three */
   CHECK_EQ_INT((long long)(m1 - m0), 2);                    /* odd and host */
-  int bad = 0;
-  for (int j = 0; j < DSTS; j++) {
-    CHECK_EQ_INT(st_tensor_copy_to_host(st_result_tensor(d[j], 0), got, DST_BYTES), ST_OK);
-    bad += memcmp(got, want + (size_t)j * DST_BYTES, DST_BYTES) != 0;
-  }
-  CHECK_EQ_INT(bad, 0);
+  CHECK_EQ_INT(differing(d, want, got), 0);
   CHECK(memcmp(host_dst, host_want, sizeof host_dst) == 0);
   /* Again with the caller vouching for the device ranges (ST_COPY_DEVICE:
    * no check per range), into destinations zeroed first: the same bytes,
@@ -316,12 +322,7 @@ TEST(copy_ranges_batches_ranges_of_separate_allocations) {
   CHECK_EQ_INT((long long)(k1 - k0), (long long)dev_n);
   CHECK_EQ_INT((long long)(m1 - m0), 0);
   memset(want + DST_BYTES - 7, 0, 5);   /* the odd range is not copied this time */
-  bad = 0;
-  for (int j = 0; j < DSTS; j++) {
-    CHECK_EQ_INT(st_tensor_copy_to_host(st_result_tensor(d[j], 0), got, DST_BYTES), ST_OK);
-    bad += memcmp(got, want + (size_t)j * DST_BYTES, DST_BYTES) != 0;
-  }
-  CHECK_EQ_INT(bad, 0);
+  CHECK_EQ_INT(differing(d, want, got), 0);
   for (int i = 0; i < SRCS; i++) st_result_free(s[i]);
   for (int i = 0; i < DSTS; i++) st_result_free(d[i]);
   free(src_h);
