@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "client/client_internal.h"
-#include "engine/buffer_page.h"
+#include "shm/buffer_page.h"
 
 struct st_buffer {
   st_client_t *c;               /* borrowed: must outlive the handle      */

@@ -2,7 +2,7 @@
  * and streams"; docs/streams.md, where the protocol of the page and its
  * memory orders are written down). Nothing here reaches the server:
  * writes, reads, waits and the writer lock are atomic operations on the
- * control page (engine/buffer_page.h) and futex waits.
+ * control page (shm/buffer_page.h) and futex waits.
  *
  * The page is not trusted for memory safety: a slot index is always
  * computed modulo the slots of the server's reply, and copies use the

@@ -40,7 +40,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "mem/cuda.h"
+#include "cudadrv/import.h"
 #include "proto/proto.h"
 #include "st/client.h"
 

@@ -29,7 +29,7 @@
 
 #include "client/client_internal.h"
 #include "common/fail.h"
-#include "mem/cuda.h"
+#include "cudadrv/import.h"
 
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010

@@ -5,7 +5,7 @@
  * the data allocation and the control page as two arenas (uint8 tensors
  * `data` and `page`), decoded and mapped by the usual result path, so a
  * hand-off is a result this handle keeps. Everything per request happens
- * in the page (engine/handoff_page.h): acquire, publish, read and ack are
+ * in the page (shm/handoff_page.h): acquire, publish, read and ack are
  * atomic operations on shared memory and a futex wait when there is
  * nothing to do; the server sees none of them.
  *
@@ -27,7 +27,7 @@
 #include <time.h>
 
 #include "client/client_internal.h"
-#include "engine/handoff_page.h"
+#include "shm/handoff_page.h"
 
 struct st_handoff {
   st_client_t *c;               /* borrowed: must outlive the handle */

@@ -1,7 +1,7 @@
 /* src/client: live keys (include/st/client.h, "live keys"; docs/views.md,
  * section 3). A handle is a get of the key (its tensors mapped once, so
  * their addresses never change) and the key's control page
- * (engine/key_page.h), which the reply carries as its last arena: mapped
+ * (shm/key_page.h), which the reply carries as its last arena: mapped
  * read-write for the publisher's connection, read-only for every other.
  * Updates, versions, waits and consistent reads are atomic operations and
  * futex waits on that page; nothing goes to the server.
@@ -19,7 +19,7 @@
 
 #include "client/result.h"
 #include "common/fail.h"
-#include "engine/key_page.h"
+#include "shm/key_page.h"
 #include "proto/proto.h"
 
 #define fail st__client_handle_fail

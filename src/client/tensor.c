@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "client/client_internal.h"
-#include "tensor/geometry.h"
+#include "common/geometry.h"
 
 /* Element offset of row-major element `linear`, following the strides. */
 static int64_t element_offset(const st_tensor_t *t, int64_t linear) {
@@ -26,7 +26,7 @@ static int64_t element_offset(const st_tensor_t *t, int64_t linear) {
   return off;
 }
 
-/* See client.h: the geometry's own test (src/tensor/geometry.h). */
+/* See client.h: the geometry's own test (src/common/geometry.h). */
 ST_API int st_tensor_is_contiguous(const st_tensor_t *t) {
   if (!t || t->ndim < 0 || t->ndim > ST_MAX_NDIM || (t->ndim && (!t->shape || !t->strides)))
     return 0;

@@ -5,7 +5,7 @@
  * kernels stay memory bound without one instantiation per dtype. Built with
  * --fmad=false, and arange uses explicit _rn intrinsics as well, so that no
  * multiply-add is fused where the CPU rounds twice. The generators
- * (arange, rand, randn, ...) are the formulas of src/tensor/construct.h,
+ * (arange, rand, randn, ...) are the formulas of src/common/generators.h,
  * one kernel each, expanded from its list.
  */
 #include "cuda/kernels.h"
@@ -39,7 +39,7 @@ __global__ void k_fill(T *dst, int64_t n, T v) {
   GRID_STRIDE(i, n) dst[i] = v;
 }
 
-/* One kernel per generator of src/tensor/construct.h: element i gets
+/* One kernel per generator of src/common/generators.h: element i gets
  * the generator's own formula, the one the CPU backend runs. */
 #define ST__GEN_KERNEL(K, name)                                                            \
   __global__ void k_gen_##name(void *dst, st_dtype_t dtype, int64_t n, st__gen_t g) {      \

@@ -30,7 +30,7 @@
 
 #include "st/dtype.h"
 #include "st/errors.h"
-#include "tensor/construct.h"
+#include "common/generators.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -39,7 +39,7 @@ extern "C" {
 int st__cuda_fill(void *dst, st_dtype_t dtype, int64_t n, double value, CUstream stream,
                   char *err, size_t errlen);
 
-/* Element i := the generator's value (src/tensor/construct.h: the formula
+/* Element i := the generator's value (src/common/generators.h: the formula
  * the CPU backend runs too), for every i < n; one kernel per generator,
  * picked once. */
 int st__cuda_generate(void *dst, st_dtype_t dtype, int64_t n, const st__gen_t *g,

@@ -2,7 +2,7 @@
  * "Buffers").
  *
  * A buffer is `slots` frames of one shape and dtype (a memfd arena on the
- * CPU, a VMM arena on CUDA) and a control page (engine/buffer_page.h, a
+ * CPU, a VMM arena on CUDA) and a control page (shm/buffer_page.h, a
  * memfd arena), created by a connection and opened by connections of the
  * creator's uid, read-write or read-only; each open is a handle with an
  * id. Per frame nothing reaches the server: writes, reads, waits and the
@@ -26,7 +26,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "engine/buffer_page.h"
+#include "shm/buffer_page.h"
 #include "engine/named.h"
 #include "mem/arena.h"
 #include "st/dtype.h"

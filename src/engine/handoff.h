@@ -2,7 +2,7 @@
  * docs/protocol.md, "Hand-offs").
  *
  * A hand-off is one allocation of `chunks` chunks (a memfd arena on the
- * CPU, a VMM arena on CUDA) and a control page (engine/handoff_page.h, a
+ * CPU, a VMM arena on CUDA) and a control page (shm/handoff_page.h, a
  * memfd arena), created by a producer connection and opened by consumer
  * connections of the creator's uid, each of which gets a slot (one bit of
  * the page). Per request nothing reaches the server: the producer
@@ -25,7 +25,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "engine/handoff_page.h"
+#include "shm/handoff_page.h"
 #include "engine/named.h"
 #include "mem/arena.h"
 

@@ -30,7 +30,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "engine/key_page.h"
+#include "shm/key_page.h"
 #include "engine/result.h"
 #include "engine/smap.h"
 

@@ -1,6 +1,6 @@
 /* src/engine: live keys of the key table (keys.h; docs/views.md,
  * section 3): who publishes them, and what the server writes into their
- * control pages (engine/key_page.h). Loop thread, except the reads that
+ * control pages (shm/key_page.h). Loop thread, except the reads that
  * say otherwise. */
 #include <string.h>
 
@@ -10,7 +10,7 @@
 #include "proto/proto.h"
 #include "st/errors.h"
 #include "st/wire.h"
-#include "tensor/geometry.h"
+#include "common/geometry.h"
 
 /* See keys.h. Any thread: a read of the page. */
 int st__keys_torn(const st__key_t *k) {

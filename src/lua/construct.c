@@ -1,5 +1,5 @@
 /* src/lua: tensor constructors (docs/endpoints.md, "Creating tensors"),
- * bindings of the core's (src/tensor/construct.h).
+ * bindings of the core's (src/tensor/constructors.h).
  *
  *   st.empty{2, 3, dtype = "float32", device = "cpu"}   or  st.empty{shape = {2, 3}}
  *   st.zeros{...}  st.ones{...}  st.full{..., value = 1.5}
@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "lua/tensor.h"
-#include "tensor/construct.h"
+#include "tensor/constructors.h"
 
 typedef struct spec {
   const char *fn;
@@ -132,7 +132,7 @@ static void parse_spec(lua_State *L, const char *fn, int opts, spec_t *s) {
   if (s->dtype == ST_DTYPE_INVALID && !(opts & OPT_RANGE)) s->dtype = ST_DTYPE_FLOAT32;
 }
 
-/* A core constructor of a shaped tensor (construct.h). */
+/* A core constructor of a shaped tensor (tensor/constructors.h). */
 typedef int (*shaped_fn)(st__tensor_ctx_t *c, st__tensor_t *out, int device, st_dtype_t dtype,
                          int ndim, const int64_t *shape, char *err, size_t errlen);
 
@@ -189,7 +189,7 @@ static int l_arange(lua_State *L) {
   return 1;
 }
 
-/* A core constructor of random values (construct.h). */
+/* A core constructor of random values (tensor/constructors.h). */
 typedef int (*random_fn)(st__tensor_ctx_t *c, st__tensor_t *out, int device, st_dtype_t dtype,
                          int ndim, const int64_t *shape, uint64_t seed, char *err, size_t errlen);
 

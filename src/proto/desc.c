@@ -7,7 +7,7 @@
 
 #include "common/fail.h"
 #include "proto/scan.h"
-#include "tensor/geometry.h"
+#include "common/geometry.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -171,13 +171,13 @@ int st__parse_tensor(const msgpack_object *o, st__tensor_desc_t *d, char *err, s
   return rc;
 }
 
-/* See proto.h: the geometry's own count (src/tensor/geometry.h); -1 when
+/* See proto.h: the geometry's own count (src/common/geometry.h); -1 when
  * the product overflows int64 or the descriptor is malformed. */
 int64_t st__tensor_numel(const st__tensor_desc_t *d) {
   return st__geom_numel_of(d->ndim, d->shape);
 }
 
-/* See proto.h: the geometry's extent (src/tensor/geometry.h), whose every
+/* See proto.h: the geometry's extent (src/common/geometry.h), whose every
  * refusal is PROTOCOL here: the element count or its byte size overflows
  * int64, hi passes INT64_MAX, or the descriptor is malformed (bad dtype or
  * ndim, negative sizes): a tensor that passes can be indexed with signed

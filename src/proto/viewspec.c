@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "common/fail.h"
-#include "tensor/geometry.h"
+#include "common/geometry.h"
 
 #define bad(err, errlen, ...) st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, __VA_ARGS__)
 

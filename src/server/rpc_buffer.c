@@ -1,5 +1,5 @@
 /* src/server: the buffer methods (rpc.h; docs/protocol.md, "Buffers"; the
- * table is engine/buffer.h, the page engine/buffer_page.h). A connection
+ * table is engine/buffer.h, the page shm/buffer_page.h). A connection
  * that closes leaves its buffers through st__work_conn_closed (builds.c).
  * Loop thread only.
  *

@@ -16,7 +16,7 @@
  *   copy        dst := src element by element, casting, any strides; both
  *               on this backend's device, elements not overlapping
  *   generate    every element i of the contiguous t := the generator's
- *               value (construct.h)
+ *               value (common/generators.h)
  *   copy_bytes  `bytes` from src to dst on `device`'s side: within its
  *               memory or between it and host memory, in order with the
  *               call's earlier work on that device
@@ -28,7 +28,7 @@
 #ifndef ST_TENSOR_BACKEND_H
 #define ST_TENSOR_BACKEND_H
 
-#include "tensor/construct.h"
+#include "common/generators.h"
 #include "tensor/tensor.h"
 
 typedef struct st__tensor_backend {

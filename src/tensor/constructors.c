@@ -1,11 +1,12 @@
-/* src/tensor/constructors.c: the constructors of construct.h. zeros
+/* src/tensor/constructors.c: the constructors of constructors.h. zeros
  * makes a zero-filled tensor and empty one of unspecified contents
  * (st__tensor_new; ST__INIT_ANY: a recycled pool region keeps its
  * connection's earlier bytes); the others make one they write whole
  * (ST__INIT_WRITTEN: a recycled pool region is not zero-filled first)
  * with one operation of ops.h (fill, or a generator).
  * Runs on the thread that owns the context. */
-#include "tensor/construct.h"
+#include "tensor/constructors.h"
+#include "common/generators.h"
 
 #include <math.h>
 

@@ -10,7 +10,7 @@
 #ifndef ST_TENSOR_OPS_H
 #define ST_TENSOR_OPS_H
 
-#include "tensor/construct.h"
+#include "common/generators.h"
 #include "tensor/tensor.h"
 
 /* Stores v in every element of t (any strides), as st_dtype_store does. */

@@ -2,10 +2,10 @@
  * "Tensors").
  *
  * A tensor is a view into an arena (src/mem/arena.h): one reference on
- * the arena plus a geometry (geometry.h: byte offset, dtype, shape,
+ * the arena plus a geometry (common/geometry.h: byte offset, dtype, shape,
  * strides in elements). Views share the arena and each hold their own
  * reference. The core makes tensors (new, the constructors of
- * construct.h), views of them (narrow, slice, view, reshape, permute,
+ * constructors.h), views of them (narrow, slice, view, reshape, permute,
  * transpose), and runs the operations that touch elements (ops.h: fill,
  * affine, copy with casts, to-device, element access) on whichever device
  * the data lives, through one table of operations per backend
@@ -45,7 +45,7 @@
 #include "st/dtype.h"
 #include "common/fail.h"
 #include "st/errors.h"
-#include "tensor/geometry.h"
+#include "common/geometry.h"
 
 /* The CPU, as a device number; CUDA devices are their ordinals (>= 0). */
 #define ST__DEV_CPU (-1)

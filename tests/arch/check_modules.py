@@ -14,6 +14,11 @@ Rules, each a failure when broken:
   3. Headers of src/common include nothing of src/ outside src/common.
   4. Only src/lua includes the Lua headers; src/cli includes nothing of
      src/ outside src/cli (stcli uses the public client API only).
+  5. The folder graph (folder A -> folder B when a unit of A includes or
+     calls a unit of B) has no cycle and equals the table that follows
+     the line "<!-- arch_modules: folder graph -->" in
+     docs/architecture.md: a new edge between folders fails until that
+     table names it, and so does an edge the table names that is gone.
 
 Usage: check_modules.py SRC_DIR BUILD_DIR [--verbose]
 (CTest runs it as arch_modules after the build.)
@@ -154,6 +159,78 @@ def folder(u):
     return u.split("/")[0]
 
 
+GRAPH_MARK = "<!-- arch_modules: folder graph -->"
+
+
+def documented_graph(doc):
+    """The folder table of docs/architecture.md: rows "| `a` | b, c |"
+    after GRAPH_MARK, up to the first line that is not a table row. A
+    second cell of "nothing" is no edge; text in parentheses and
+    backquotes are ignored. Returns {folder: set of folders} or None when
+    the mark is missing."""
+    with open(doc, encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    if GRAPH_MARK not in lines:
+        return None
+    graph = {}
+    for line in lines[lines.index(GRAPH_MARK) + 1:]:
+        line = line.strip()
+        if not line:
+            if graph:
+                break
+            continue
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) < 2 or set(cells[0]) <= set("-: ") or cells[0] == "folder":
+            continue
+        deps = re.sub(r"\([^)]*\)", "", cells[1]).replace("`", "")
+        graph[cells[0].strip("`")] = {d.strip() for d in deps.split(",")
+                                      if d.strip() and d.strip() != "nothing"}
+    return graph
+
+
+def folder_graph(both):
+    """Edges between folders, each with one unit pair that makes it."""
+    graph = {}
+    for u, vs in both.items():
+        for v in vs:
+            if folder(u) != folder(v):
+                graph.setdefault(folder(u), {}).setdefault(folder(v), (u, v))
+    return graph
+
+
+def check_folder_graph(both, doc):
+    """Rule 5; prints each difference and returns 1 when there is one."""
+    measured = folder_graph(both)
+    failed = 0
+    for comp in circles({a: set(bs) for a, bs in measured.items()}):
+        print("FAIL folder cycle: " + " -> ".join(comp))
+        failed = 1
+    table = documented_graph(doc)
+    if table is None:
+        print("FAIL %s has no folder table (the line %s)" % (doc, GRAPH_MARK))
+        return 1
+    folders = sorted(set(measured) | set(table) |
+                     {b for bs in measured.values() for b in bs})
+    for a in folders:
+        have, said = set(measured.get(a, {})), table.get(a)
+        if said is None:
+            print("FAIL folder %s/ is missing from the table in %s" % (a, doc))
+            failed = 1
+            continue
+        for b in sorted(have - said):
+            u, v = measured[a][b]
+            print("FAIL %s/ -> %s/ (%s uses %s) is not in the table in %s"
+                  % (a, b, u, v, doc))
+            failed = 1
+        for b in sorted(said - have):
+            print("FAIL the table in %s says %s/ -> %s/, which nothing uses"
+                  % (doc, a, b))
+            failed = 1
+    return failed
+
+
 def main():
     if len(sys.argv) < 3:
         print(__doc__)
@@ -205,6 +282,8 @@ def main():
             if verbose or len(comp) > MAX_CIRCLE:
                 print("%s circle of %d units in %s/: %s"
                       % (tag, len(comp), f, " ".join(u.split("/", 1)[1] for u in comp)))
+    doc = os.path.join(os.path.dirname(src), "docs", "architecture.md")
+    failed |= check_folder_graph(both, doc)
     nunits = len(both)
     print("%d units, %d object files: %s" % (nunits, nobj, "FAILED" if failed else "passed"))
     return failed

@@ -21,7 +21,7 @@
  * stderr (the server log), so a test can tell that it fired.
  *
  * CUDA: stserver links the CUDA runtime statically and gets its driver
- * entry points with cudaGetDriverEntryPointByVersion (src/mem/cuda_driver.c),
+ * entry points with cudaGetDriverEntryPointByVersion (src/cudadrv/driver.c),
  * which the runtime answers through the driver's cuGetProcAddress, itself
  * found with dlsym on libcuda.so.1. The shim interposes dlsym: asked for
  * cuGetProcAddress(_v2) it hands out a wrapper that, for the three cu*

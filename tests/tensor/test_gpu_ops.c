@@ -8,7 +8,7 @@
 
 #include "check.h"
 #include "mem/cuda.h"
-#include "tensor/construct.h"
+#include "tensor/constructors.h"
 #include "tensor/ops.h"
 
 static st__tensor_ctx_t C;

@@ -7,7 +7,7 @@
 #include "check.h"
 #include "common/philox.h"
 #include "tensor/backend.h"
-#include "tensor/construct.h"
+#include "tensor/constructors.h"
 #include "tensor/ops.h"
 
 static st__tensor_ctx_t C;

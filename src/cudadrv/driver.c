@@ -1,5 +1,5 @@
-/* src/mem/cuda_driver.c: the driver entry-point table, device naming by
- * UUID, primary contexts and small synchronous helpers (see cuda.h).
+/* src/cudadrv/driver.c: the driver entry-point table, device naming by
+ * UUID, primary contexts and small synchronous helpers (see driver.h).
  *
  * Only the CUDA runtime is linked (statically). The runtime loads the
  * driver library itself when it is there; cudaGetDeviceCount tells why it
@@ -8,9 +8,9 @@
  * 12.0, so a newer driver hands back the functions this table was typed
  * for.
  *
- * Contracts of the non-static functions: their comments in cuda.h.
+ * Contracts of the non-static functions: their comments in driver.h.
  */
-#include "mem/cuda.h"
+#include "cudadrv/driver.h"
 
 #include <ctype.h>
 #include <pthread.h>
@@ -137,7 +137,7 @@ static void load_api(void) {
 
 #undef LOAD
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 const st__cuda_api_t *st__cuda_api(char *err, size_t errlen) {
   pthread_once(&api_once, load_api);
   if (api_ok) return &api;
@@ -145,7 +145,7 @@ const st__cuda_api_t *st__cuda_api(char *err, size_t errlen) {
   return NULL;
 }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_error(CUresult r, const char *what, char *err, size_t errlen) {
   if (r == CUDA_SUCCESS) return ST_OK;
   const char *name = NULL, *text = NULL;
@@ -173,12 +173,12 @@ int st__cuda_error(CUresult r, const char *what, char *err, size_t errlen) {
   }
 }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_available(char *err, size_t errlen) {
   return st__cuda_api(err, errlen) ? ST_OK : ST_ERR_CAPABILITY;
 }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_device_count(int *count, char *err, size_t errlen) {
   *count = 0;
   const st__cuda_api_t *a = st__cuda_api(err, errlen);
@@ -211,7 +211,7 @@ static void format_uuid(const CUuuid *u, char *out) {
            b[13], b[14], b[15]);
 }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_device_uuid(int ordinal, char *out, char *err, size_t errlen) {
   out[0] = '\0';
   const st__cuda_api_t *a = st__cuda_api(err, errlen);
@@ -248,7 +248,7 @@ static int parse_uuid(const char *s, unsigned char out[16]) {
   return nibbles == 32;
 }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_device_by_uuid(const char *uuid, int *ordinal, char *err, size_t errlen) {
   *ordinal = -1;
   const st__cuda_api_t *a = st__cuda_api(err, errlen);
@@ -281,7 +281,7 @@ int st__cuda_device_by_uuid(const char *uuid, int *ordinal, char *err, size_t er
   return ST_ERR_NOT_FOUND;
 }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_ctx_enter(int ordinal, char *err, size_t errlen) {
   const st__cuda_api_t *a = st__cuda_api(err, errlen);
   if (!a) return ST_ERR_CAPABILITY;
@@ -313,7 +313,7 @@ int st__cuda_ctx_enter(int ordinal, char *err, size_t errlen) {
   return st__cuda_error(a->cuCtxSetCurrent(c), "cuCtxSetCurrent", err, errlen);
 }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_ctx_ready(int ordinal) {
   if (ordinal < 0 || ordinal >= MAX_DEVICES) return 0;
   pthread_mutex_lock(&ctx_lock);
@@ -322,7 +322,7 @@ int st__cuda_ctx_ready(int ordinal) {
   return ready;
 }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_mem_info(int ordinal, uint64_t *free_bytes, uint64_t *total_bytes, char *err,
                       size_t errlen) {
   int rc = st__cuda_ctx_enter(ordinal, err, errlen);
@@ -334,7 +334,7 @@ int st__cuda_mem_info(int ordinal, uint64_t *free_bytes, uint64_t *total_bytes, 
   return rc;
 }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 void st__cuda_alloc_prop(int ordinal, CUmemAllocationProp *prop) {
   memset(prop, 0, sizeof *prop);
   prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -343,7 +343,7 @@ void st__cuda_alloc_prop(int ordinal, CUmemAllocationProp *prop) {
   prop->location.id = ordinal;
 }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_granularity(int ordinal, uint64_t *gran, char *err, size_t errlen) {
   *gran = 0;
   const st__cuda_api_t *a = st__cuda_api(err, errlen);
@@ -360,7 +360,7 @@ int st__cuda_granularity(int ordinal, uint64_t *gran, char *err, size_t errlen) 
   return rc;
 }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_copy_to_host(void *dst, uint64_t src_dptr, uint64_t bytes, int ordinal, char *err,
                           size_t errlen) {
   int rc = st__cuda_ctx_enter(ordinal, err, errlen);
@@ -369,7 +369,7 @@ int st__cuda_copy_to_host(void *dst, uint64_t src_dptr, uint64_t bytes, int ordi
                         "cuMemcpyDtoH", err, errlen);
 }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_copy_to_device(uint64_t dst_dptr, const void *src, uint64_t bytes, int ordinal,
                             char *err, size_t errlen) {
   int rc = st__cuda_ctx_enter(ordinal, err, errlen);
@@ -380,7 +380,7 @@ int st__cuda_copy_to_device(uint64_t dst_dptr, const void *src, uint64_t bytes, 
   return st__cuda_error(api.cuStreamSynchronize(NULL), "cuStreamSynchronize", err, errlen);
 }
 
-/* See cuda.h. Any thread with the context current. */
+/* See driver.h. Any thread with the context current. */
 int st__cuda_zero_sync(uint64_t dptr, uint64_t bytes, char *err, size_t errlen) {
   int rc = st__cuda_error(api.cuMemsetD8Async((CUdeviceptr)dptr, 0, (size_t)bytes, NULL),
                           "cuMemsetD8Async", err, errlen);
@@ -388,7 +388,7 @@ int st__cuda_zero_sync(uint64_t dptr, uint64_t bytes, char *err, size_t errlen) 
   return st__cuda_error(api.cuStreamSynchronize(NULL), "cuStreamSynchronize", err, errlen);
 }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_zero(uint64_t dptr, uint64_t bytes, int ordinal, void *stream, char *err,
                   size_t errlen) {
   int rc = st__cuda_ctx_enter(ordinal, err, errlen);
@@ -398,7 +398,7 @@ int st__cuda_zero(uint64_t dptr, uint64_t bytes, int ordinal, void *stream, char
                         "cuMemsetD8Async", err, errlen);
 }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_copy_dtod(uint64_t dst, uint64_t src, uint64_t bytes, int ordinal, char *err,
                        size_t errlen) {
   int rc = st__cuda_ctx_enter(ordinal, err, errlen);
@@ -409,7 +409,7 @@ int st__cuda_copy_dtod(uint64_t dst, uint64_t src, uint64_t bytes, int ordinal, 
   return st__cuda_error(api.cuStreamSynchronize(NULL), "cuStreamSynchronize", err, errlen);
 }
 
-/* See cuda.h. Any thread with the context current. */
+/* See driver.h. Any thread with the context current. */
 int st__cuda_copy_async(uint64_t dst, uint64_t src, uint64_t bytes, void *stream, char *err,
                         size_t errlen) {
   return st__cuda_error(
@@ -417,13 +417,13 @@ int st__cuda_copy_async(uint64_t dst, uint64_t src, uint64_t bytes, void *stream
       "cuMemcpyAsync", err, errlen);
 }
 
-/* See cuda.h. Any thread with the context current. */
+/* See driver.h. Any thread with the context current. */
 int st__cuda_stream_sync(void *stream, char *err, size_t errlen) {
   return st__cuda_error(api.cuStreamSynchronize((CUstream)stream), "cuStreamSynchronize", err,
                         errlen);
 }
 
-/* See cuda.h. Any thread with a context current. */
+/* See driver.h. Any thread with a context current. */
 int st__cuda_alloc_end(uint64_t ptr, uint64_t *end) {
   CUdeviceptr base = 0;
   size_t size = 0;
@@ -439,34 +439,34 @@ static int no_cuda(char *err, size_t errlen) {
   return ST_ERR_CAPABILITY;
 }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_available(char *err, size_t errlen) { return no_cuda(err, errlen); }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_device_count(int *count, char *err, size_t errlen) {
   *count = 0;
   return no_cuda(err, errlen);
 }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_device_uuid(int ordinal, char *out, char *err, size_t errlen) {
   out[0] = '\0';
   return no_cuda(err, errlen);
 }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_device_by_uuid(const char *uuid, int *ordinal, char *err, size_t errlen) {
   *ordinal = -1;
   return no_cuda(err, errlen);
 }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_ctx_enter(int ordinal, char *err, size_t errlen) { return no_cuda(err, errlen); }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_ctx_ready(int ordinal) { return 0; }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_mem_info(int ordinal, uint64_t *free_bytes, uint64_t *total_bytes, char *err,
                       size_t errlen) {
   if (free_bytes) *free_bytes = 0;
@@ -474,48 +474,48 @@ int st__cuda_mem_info(int ordinal, uint64_t *free_bytes, uint64_t *total_bytes, 
   return no_cuda(err, errlen);
 }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_granularity(int ordinal, uint64_t *gran, char *err, size_t errlen) {
   *gran = 0;
   return no_cuda(err, errlen);
 }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_copy_to_host(void *dst, uint64_t src_dptr, uint64_t bytes, int ordinal, char *err,
                           size_t errlen) {
   return no_cuda(err, errlen);
 }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_copy_to_device(uint64_t dst_dptr, const void *src, uint64_t bytes, int ordinal,
                             char *err, size_t errlen) {
   return no_cuda(err, errlen);
 }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_zero_sync(uint64_t dptr, uint64_t bytes, char *err, size_t errlen) {
   return no_cuda(err, errlen);
 }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_zero(uint64_t dptr, uint64_t bytes, int ordinal, void *stream, char *err,
                   size_t errlen) {
   return no_cuda(err, errlen);
 }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_copy_dtod(uint64_t dst, uint64_t src, uint64_t bytes, int ordinal, char *err,
                        size_t errlen) {
   return no_cuda(err, errlen);
 }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_copy_async(uint64_t dst, uint64_t src, uint64_t bytes, void *stream, char *err,
                         size_t errlen) {
   return no_cuda(err, errlen);
 }
 
-/* See cuda.h. Any thread. */
+/* See driver.h. Any thread. */
 int st__cuda_stream_sync(void *stream, char *err, size_t errlen) { return no_cuda(err, errlen); }
 
 #endif

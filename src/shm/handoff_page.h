@@ -1,6 +1,6 @@
-/* src/engine: the control page of a hand-off (docs/pool.md, section 5).
+/* src/shm: the control page of a hand-off (docs/pool.md, section 5).
  *
- * A leaf header, like tensor/geometry.h: the layout and the few atomic
+ * A leaf header, like the other pages of src/shm: the layout and the few atomic
  * operations that the server (engine/handoff.c: sweeps for a consumer
  * that left) and libstclient (client/handoff.c: acquire, publish, read,
  * acknowledge) both perform on the one page they share. It includes
@@ -35,13 +35,13 @@
  * from the page; the page's words are data compared with what a process
  * expects.
  */
-#ifndef ST_ENGINE_HANDOFF_PAGE_H
-#define ST_ENGINE_HANDOFF_PAGE_H
+#ifndef ST_SHM_HANDOFF_PAGE_H
+#define ST_SHM_HANDOFF_PAGE_H
 
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "engine/shm_futex.h"
+#include "shm/futex.h"
 
 #define ST__HANDOFF_MAGIC 0x46444853u   /* "SHDF" */
 #define ST__HANDOFF_VERSION 1u

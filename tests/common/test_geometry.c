@@ -1,8 +1,8 @@
-/* src/tensor/geometry.h: contiguity, element counts, extents and the
+/* src/common/geometry.h: contiguity, element counts, extents and the
  * checked arithmetic of views, with their refusals. Pure arithmetic: no
  * arena, no server. */
 #include "check.h"
-#include "tensor/geometry.h"
+#include "common/geometry.h"
 
 static char err[256];
 

@@ -1,4 +1,4 @@
-/* src/engine: futex waits and wakes on words of a shared control page.
+/* src/shm: futex waits and wakes on words of a shared control page.
  *
  * A leaf header shared by the pages of hand-offs (handoff_page.h) and
  * buffers (buffer_page.h), and by the server and libstclient that both
@@ -7,8 +7,8 @@
  * FUTEX_WAIT only reads the word, so a process that maps the page
  * read-only may wait too.
  */
-#ifndef ST_ENGINE_SHM_FUTEX_H
-#define ST_ENGINE_SHM_FUTEX_H
+#ifndef ST_SHM_FUTEX_H
+#define ST_SHM_FUTEX_H
 
 #include <limits.h>
 #include <linux/futex.h>

@@ -1,10 +1,10 @@
-/* src/engine: the control page of a live key (docs/views.md, section 3).
+/* src/shm: the control page of a live key (docs/views.md, section 3).
  *
  * A leaf header, like buffer_page.h: the layout and the atomic operations
  * that the server (engine/keys.c: creation, the publisher leaving,
  * delete) and libstclient (client/live.c: updates, versions, waits,
  * consistent reads) both perform on the one page they share. It includes
- * nothing of src/ but the leaf header shm_futex.h.
+ * nothing of src/ but the leaf header futex.h.
  *
  * A seqlock over the key's memory, updated in place: `seq` is 2v while
  * version v is complete, 2v+1 while the update to v+1 runs. Only the
@@ -19,14 +19,14 @@
  * come from the server's reply; the page's words are compared, never
  * used as sizes or offsets.
  */
-#ifndef ST_ENGINE_KEY_PAGE_H
-#define ST_ENGINE_KEY_PAGE_H
+#ifndef ST_SHM_KEY_PAGE_H
+#define ST_SHM_KEY_PAGE_H
 
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
 
-#include "engine/shm_futex.h"
+#include "shm/futex.h"
 
 #define ST__KEY_PAGE_MAGIC 0x59454b53u   /* "SKEY" */
 #define ST__KEY_PAGE_LAYOUT 1u

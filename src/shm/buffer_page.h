@@ -1,10 +1,10 @@
-/* src/engine: the control page of a named buffer (docs/streams.md).
+/* src/shm: the control page of a named buffer (docs/streams.md).
  *
  * A leaf header, like handoff_page.h: the layout and the few atomic
  * operations that the server (engine/buffer.c: attach, leave, unlink) and
  * libstclient (client/buffer_io.c: write, read, read_new, the writer
  * lock) both perform on the one page they share. It includes nothing of
- * src/ but the other leaf header shm_futex.h.
+ * src/ but the other leaf header futex.h.
  *
  * Per slot a seqlock word: 2w-1 (odd) while write number w fills the
  * slot, 2w once it is complete, 0 before any write. Write w goes to slot
@@ -20,13 +20,13 @@
  * index is always computed modulo its own `slots`; the page's words are
  * data compared with what a process expects.
  */
-#ifndef ST_ENGINE_BUFFER_PAGE_H
-#define ST_ENGINE_BUFFER_PAGE_H
+#ifndef ST_SHM_BUFFER_PAGE_H
+#define ST_SHM_BUFFER_PAGE_H
 
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "engine/shm_futex.h"
+#include "shm/futex.h"
 
 #define ST__BUFFER_MAGIC 0x46554253u   /* "SBUF" */
 #define ST__BUFFER_VERSION 1u

@@ -1,5 +1,5 @@
-/* src/mem/cuda_import.c: importing and mapping an exported VMM allocation
- * (DESIGN §3, decision 1; see cuda.h).
+/* src/cudadrv/import.c: importing and mapping an exported VMM allocation
+ * (DESIGN §3, decision 1; see import.h).
  *
  * Steps, each undone in reverse on failure:
  *   1. the device whose UUID the descriptor names -> ordinal here (a client
@@ -18,9 +18,9 @@
  * (st__cuda_import_check), and keeps the descriptor, which keeps the
  * allocation. The descriptor stays the caller's to close.
  *
- * Depends only on cuda.h / cuda_driver.c, so libstclient can link both.
+ * Depends only on driver.h / driver.c, so libstclient can link both.
  */
-#include "mem/cuda.h"
+#include "cudadrv/import.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -35,7 +35,7 @@
 #define NVIDIA_CONTROL_DEVICE "/dev/nvidiactl"
 #define NVIDIA_MAJOR 195u
 
-/* See cuda.h. Any thread. */
+/* See import.h. Any thread. */
 const char *st__file_kind(unsigned mode) {
   if (S_ISREG(mode)) return "a regular file";
   if (S_ISDIR(mode)) return "a directory";
@@ -58,7 +58,7 @@ static void stat_control_device(void) {
   }
 }
 
-/* See cuda.h. Any thread; no driver call. */
+/* See import.h. Any thread; no driver call. */
 int st__cuda_fd_check(int fd, char *err, size_t errlen) {
   struct stat st;
   if (fd < 0 || fstat(fd, &st) != 0) {
@@ -83,7 +83,7 @@ int st__cuda_fd_check(int fd, char *err, size_t errlen) {
 
 #ifdef ST_HAVE_CUDA
 
-/* See cuda.h. Any thread. */
+/* See import.h. Any thread. */
 int st__cuda_import_check(uint64_t bytes, const char *uuid, int *ordinal, uint64_t *gran,
                           char *err, size_t errlen) {
   char dummy[1];
@@ -146,7 +146,7 @@ free_va:
   return rc;
 }
 
-/* See cuda.h. Any thread. */
+/* See import.h. Any thread. */
 int st__cuda_import(int fd, uint64_t bytes, const char *uuid, st__cuda_mapping_t *out,
                     char *err, size_t errlen) {
   char dummy[1];
@@ -180,7 +180,7 @@ int st__cuda_import(int fd, uint64_t bytes, const char *uuid, st__cuda_mapping_t
   return rc;
 }
 
-/* See cuda.h. Any thread. */
+/* See import.h. Any thread. */
 int st__cuda_create_fd(int ordinal, uint64_t bytes, int *fd, uint64_t *size, char *err,
                        size_t errlen) {
   char dummy[1];
@@ -225,7 +225,7 @@ int st__cuda_create_fd(int ordinal, uint64_t bytes, int *fd, uint64_t *size, cha
   return ST_OK;
 }
 
-/* See cuda.h. Any thread. */
+/* See import.h. Any thread. */
 void st__cuda_unmap(st__cuda_mapping_t *m) {
   if (!m || !m->dptr) return;
   const st__cuda_api_t *a = st__cuda_api(NULL, 0);
@@ -237,7 +237,7 @@ void st__cuda_unmap(st__cuda_mapping_t *m) {
   m->ordinal = -1;
 }
 
-/* See cuda.h. Any thread. */
+/* See import.h. Any thread. */
 int st__cuda_set_readonly(const st__cuda_mapping_t *m, char *err, size_t errlen) {
   const st__cuda_api_t *a = st__cuda_api(err, errlen);
   if (!a) return ST_ERR_CAPABILITY;
@@ -260,13 +260,13 @@ static int no_cuda(char *err, size_t errlen) {
   return ST_ERR_CAPABILITY;
 }
 
-/* See cuda.h. */
+/* See import.h. */
 int st__cuda_set_readonly(const st__cuda_mapping_t *m, char *err, size_t errlen) {
   (void)m;
   return no_cuda(err, errlen);
 }
 
-/* See cuda.h: always ST_ERR_CAPABILITY in a build without CUDA. */
+/* See import.h: always ST_ERR_CAPABILITY in a build without CUDA. */
 int st__cuda_import_check(uint64_t bytes, const char *uuid, int *ordinal, uint64_t *gran,
                           char *err, size_t errlen) {
   (void)bytes;
@@ -276,7 +276,7 @@ int st__cuda_import_check(uint64_t bytes, const char *uuid, int *ordinal, uint64
   return no_cuda(err, errlen);
 }
 
-/* See cuda.h: always ST_ERR_CAPABILITY in a build without CUDA. */
+/* See import.h: always ST_ERR_CAPABILITY in a build without CUDA. */
 int st__cuda_import(int fd, uint64_t bytes, const char *uuid, st__cuda_mapping_t *out,
                     char *err, size_t errlen) {
   (void)fd;
@@ -287,14 +287,14 @@ int st__cuda_import(int fd, uint64_t bytes, const char *uuid, st__cuda_mapping_t
   return no_cuda(err, errlen);
 }
 
-/* See cuda.h. */
+/* See import.h. */
 void st__cuda_unmap(st__cuda_mapping_t *m) {
   if (!m) return;
   memset(m, 0, sizeof *m);
   m->ordinal = -1;
 }
 
-/* See cuda.h. */
+/* See import.h. */
 int st__cuda_create_fd(int ordinal, uint64_t bytes, int *fd, uint64_t *size, char *err,
                        size_t errlen) {
   (void)ordinal;

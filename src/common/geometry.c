@@ -1,6 +1,6 @@
-/* src/tensor/geometry.c: see geometry.h. Pure arithmetic: no allocation,
+/* src/common/geometry.c: see geometry.h. Pure arithmetic: no allocation,
  * no state, any thread. */
-#include "tensor/geometry.h"
+#include "common/geometry.h"
 
 #include <string.h>
 

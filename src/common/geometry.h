@@ -1,4 +1,4 @@
-/* src/tensor/geometry.h: the geometry of a tensor inside its allocation,
+/* src/common/geometry.h: the geometry of a tensor inside its allocation,
  * with no allocation and no arena: element counts, contiguity, the byte
  * range a view touches, and the checked arithmetic of views (narrow,
  * slice, permute, view). The one implementation every other place uses:
@@ -14,7 +14,7 @@
  *
  * This header depends on include/st only, so that src/proto and
  * libstclient (which link nothing above src/common) can use it; its code
- * is built into st_common (src/CMakeLists.txt).
+ * is part of st_common.
  *
  * Errors: functions that can fail return ST_OK or ST_ERR_INVALID_ARGUMENT
  * with a message in the caller's buffer (err may be NULL), never raise,
@@ -22,8 +22,8 @@
  * a caller that has one prefixes it ("narrow: ..."). Threads: any; nothing
  * here keeps state.
  */
-#ifndef ST_TENSOR_GEOMETRY_H
-#define ST_TENSOR_GEOMETRY_H
+#ifndef ST_COMMON_GEOMETRY_H
+#define ST_COMMON_GEOMETRY_H
 
 #include <stddef.h>
 #include <stdint.h>
