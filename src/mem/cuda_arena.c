@@ -1,5 +1,5 @@
-/* src/mem/cuda_arena.c: CUDA arenas, exported VMM allocations (DESIGN §3,
- * decision 1; see arena.h and cuda.h).
+/* src/mem/cuda_arena.c: CUDA arenas, exported VMM allocations (docs/design.md,
+ * section 3, decision 1; see arena.h and cuda.h).
  *
  * One arena is one cuMemCreate allocation of pinned device memory whose
  * handle type is CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (FABRIC is never

@@ -1,5 +1,5 @@
-/* src/mem: safetensors checkpoints loaded into one arena (DESIGN §7,
- * docs/endpoints.md "Loading safetensors").
+/* src/mem: safetensors checkpoints loaded into one arena
+ * (docs/design.md, section 7; docs/endpoints.md "Loading safetensors").
  *
  *   st__safetensors_open    reads and validates the header(s) of one file or
  *                           of a sharded checkpoint (a directory holding
