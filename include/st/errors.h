@@ -1,8 +1,8 @@
 /* sharedtensor: error codes shared by the server, the wire and the clients.
  *
  * Every failure is a negative ST_ERR_* value. The wire carries the positive
- * code (DESIGN: "errors carry a stable numeric code, a stable name and a
- * message"), so ST_ERR_X == -(wire code of X). Codes 1-8 keep the numbering
+ * code (docs/design.md, section 4, decision 2: a stable numeric code, a
+ * stable name and a message), so ST_ERR_X == -(wire code of X). Codes 1-8 keep the numbering
  * of the Python shared-tensor package; 9 and up are ours. Names and codes are
  * stable: docs/errors.md lists them and they never change meaning.
  */

@@ -162,8 +162,9 @@ def signature(tensors):
     in order and each tensor's address, shape, dtype and contiguity; None
     when `tensors` is not a dict of tensors. The same tensors passed again
     (a module's parameters loaded every step) are matched in one cheap pass
-    instead of being checked one by one: one map per attribute (37 us for
-    75 tensors with torch 2.11, where a loop over the tensors took 60)."""
+    instead of being checked one by one: one map per attribute, faster
+    than a loop over the tensors (docs/benchmarks.md, "Views, `get_into`
+    and live keys")."""
     if not isinstance(tensors, dict):
         return None
     tensor = _torch().Tensor
@@ -179,9 +180,9 @@ def raw_stream(device):
     """torch's current CUDA stream of `device` (a torch.device with an
     index) as the CUstream address, 0 for the legacy default stream."""
     torch = _torch()
-    fast = getattr(torch._C, "_cuda_getCurrentRawStream", None)   # 0.2 us, where
-    if fast is not None:                                           # current_stream
-        return fast(device.index)                                  # takes 6
+    fast = getattr(torch._C, "_cuda_getCurrentRawStream", None)   # far cheaper
+    if fast is not None:                                           # than current_stream
+        return fast(device.index)                                  # (docs/benchmarks.md)
     return torch.cuda.current_stream(device).cuda_stream
 
 

@@ -33,8 +33,8 @@ struct st_buffer {
 
 /* The spin of new handles: $ST_CLIENT_SPIN_US, else 50 us when this
  * process may run on four CPUs or more, else 0 (on fewer, a poll often
- * keeps the writer from running: a 2-CPU VM under load measured 60 us
- * wake-ups with it against 7.5 without). Any thread. */
+ * keeps the writer from running: docs/benchmarks.md, "Buffers and
+ * streams"). Any thread. */
 int64_t st__buffer_default_spin_ns(void);
 
 #endif

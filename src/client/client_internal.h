@@ -1,5 +1,10 @@
 /* src/client: internals shared by the files of libstclient.
  *
+ * Files of src/client (headers of their own: buffer.h, copy_batch.h,
+ * result.h; docs/architecture.md, "The per-call path", has more on the
+ * per-call ones):
+ *   util.c    buffers that remember an allocation failure, per-client
+ *             error recording, monotonic time
  *   conn.c    socket, connect, send/recv with deadlines, the fd FIFO
  *   rpc.c     request ids, one synchronous exchange, server errors
  *   hello.c   connect + hello, the public client functions
@@ -13,6 +18,10 @@
  *   fdcheck.c what a received descriptor must be before it is mapped
  *   device.c  CUDA: device lookup, import, unmap, copies (contexts kept)
  *   tensor.c  reading tensors: st_tensor_get, st_tensor_copy_to_host
+ *   dlpack.c  DLPack export of mapped tensors (include/st/dlpack.h)
+ *   copies.c  every device copy of the library: ranges merged, then the
+ *             batched copy kernel (kernels/copy_ranges.cu, copy_batch.h)
+ *             or cuMemcpyAsync
  *   args.c    the st_args_t map, placing values, scalar setters
  *   args_nest.c  lists and maps: begin/end, queued keys, bulk values
  *   args_text.c  arguments from "key=value" words and JSON text (read
@@ -28,6 +37,16 @@
  *             by id after: the table both of these use
  *   arenarefs.c  arenas of objects sent once per connection
  *   objrefs.c whole results of objects sent once per connection
+ *   handoff.c hand-offs: create and open, then acquire, publish, read and
+ *             acknowledge in the page
+ *   buffer.c  named buffers and streams: the handle's life (buffer.h)
+ *   buffer_io.c  buffers per frame: writes, reads, waits and the writer
+ *             lock in the page, no server round trip
+ *   keys.c    published keys: put, get, keys, delete
+ *   live.c    live keys: the get and the page, updates, waits, consistent
+ *             reads
+ *   into.c    loading into caller-owned tensors: st_result_copy_into,
+ *             st_get_into
  *
  * Nothing here is exported: the shared library is built with
  * -fvisibility=hidden and only ST_API functions are visible.

@@ -10,11 +10,9 @@
  *     (asked of the driver per range, unless the caller vouches with
  *     ST_COPY_DEVICE), with addresses and sizes that are multiples of 16:
  *     the batched copy kernel (kernels/copy_ranges.cu), one launch per
- *     ST_COPY_BATCH_MAX ranges. Each cuMemcpyAsync costs the GPU about
- *     3 us of its own: on an H100, 75 ranges of a 1 GiB state dict in
- *     separate allocations take 1.17 ms that way where one copy of the
- *     same bytes takes 0.72; on an H200, 50 such ranges take 558 us of GPU
- *     time in the kernel, one copy 536 (docs/benchmarks.md);
+ *     ST_COPY_BATCH_MAX ranges. Each cuMemcpyAsync costs the GPU a fixed
+ *     time of its own, which one launch for all the ranges does not pay
+ *     (docs/benchmarks.md, "The batched copy kernel");
  *   - anything else (one range, a host side, another device's memory, an
  *     odd address): cuMemcpyAsync, which infers the direction.
  *

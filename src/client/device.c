@@ -72,8 +72,9 @@ int st__client_cuda_device(const st__arena_desc_t *d, int *ordinal, char *err, s
                   strncmp(why, "no CUDA device", 14) == 0 ? "" : "no CUDA device: ", why,
                   (unsigned long long)d->id, d->uuid);
   } else if (rc == ST_OK) {
-    /* Creating the primary context (100 ms or more) happens here, outside
-     * the open-cache lock. */
+    /* Creating the primary context (the slow step of a first import:
+     * docs/benchmarks.md, "Driver and socket costs") happens here,
+     * outside the open-cache lock. */
     rc = st__cuda_ctx_enter(*ordinal, why, sizeof why);
     if (rc != ST_OK)
       rc = st__fail(rc == ST_ERR_INVALID_ARGUMENT ? ST_ERR_CAPABILITY : rc, err, errlen,

@@ -15,9 +15,10 @@
  * context (an arena base plus an offset aligned for the dtype), `n` the
  * element count (0 launches nothing). Work is queued on `stream` and not
  * waited for: the caller synchronizes the stream before it publishes the
- * tensor (DESIGN §3, decision 5). Returns ST_OK, ST_ERR_INVALID_ARGUMENT
- * (bad dtype, n < 0, rand/randn of a non-float dtype) or ST_ERR_INTERNAL
- * (launch failure), with a reason in err (may be NULL). Call from a thread
+ * tensor (docs/design.md, section 3, decision 5). Returns ST_OK,
+ * ST_ERR_INVALID_ARGUMENT (bad dtype, n < 0, rand/randn of a non-float
+ * dtype) or ST_ERR_INTERNAL (launch failure), with a reason in err (may
+ * be NULL). Call from a thread
  * whose current context is the device's (st__cuda_ctx_enter).
  */
 #ifndef ST_CUDA_KERNELS_H

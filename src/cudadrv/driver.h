@@ -1,5 +1,5 @@
 /* src/cudadrv/driver.h: the CUDA driver API as this project uses it, without
- * linking libcuda (DESIGN §3, decisions 1, 6 and 7).
+ * linking libcuda (docs/design.md, section 3, decisions 1, 6 and 7).
  *
  * The binaries link only the CUDA runtime. Driver functions (the VMM calls
  * cuMemCreate, cuMemExportToShareableHandle, ...) are looked up once per

@@ -1,5 +1,5 @@
 /* src/cudadrv/import.c: importing and mapping an exported VMM allocation
- * (DESIGN §3, decision 1; see import.h).
+ * (docs/design.md, section 3, decision 1; see import.h).
  *
  * Steps, each undone in reverse on failure:
  *   1. the device whose UUID the descriptor names -> ordinal here (a client

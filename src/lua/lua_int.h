@@ -24,6 +24,9 @@
  *   construct.c    st.empty/zeros/ones/full/arange/rand/randn
  *   module.c       st.module: several tensors packed in one arena
  *   safetensors.c  st.load_safetensors
+ *   keys.c         st.key: a published key's value in an endpoint
+ *   scope.c        the pool regions of a call's tensors and modules,
+ *                  released when the call ends
  *   value.c        msgpack <-> Lua, result serialization
  *   decl.c         validation of one st.endpoint{...} table (this header)
  *   loader.c       st__generation_load (st_lua.h)

@@ -1,4 +1,5 @@
-/* src/lua: st.module, an ordered state dict in one arena (DESIGN §3.3).
+/* src/lua: st.module, an ordered state dict in one arena (docs/design.md,
+ * section 3, decision 3).
  *
  *   st.module({ {"weight", w}, {"bias", b} } [, metadata])   order as given
  *   st.module({ weight = w, bias = b } [, metadata])          names sorted

@@ -359,8 +359,8 @@ int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, 
   vm->ctx.arg_arenas = NULL;
   vm->ctx.narg_arenas = 0;
   /* Whatever the body queued on CUDA streams completes before the result
-   * leaves this thread (DESIGN §3, decision 5), and before the GC below
-   * can release arenas a kernel still writes. */
+   * leaves this thread (docs/design.md, section 3, decision 5), and
+   * before the GC below can release arenas a kernel still writes. */
   char sync_err[512];
   int sync_rc = st__tensor_sync_used(&vm->ctx.tensor, sync_err, sizeof sync_err);
   /* The regions the call's tensors hold go now (lua/scope.h): the result

@@ -1,5 +1,5 @@
 /* src/mem: arenas, the allocations that hold tensor data and travel to
- * clients as file descriptors (DESIGN §3).
+ * clients as file descriptors (docs/design.md, section 3).
  *
  * An arena is one allocation: for the CPU backend a sealed memfd mapped
  * read-write in the server; for the CUDA backend an exported VMM allocation

@@ -58,7 +58,7 @@ int st__cuda_alloc_ordinal(const st__cuda_alloc_t *c);
 
 /* One dedicated cuMemAlloc allocation exported with cuIpcGetMemHandle
  * (cuda_legacy.c): the backing of an arena of an endpoint declared with
- * ipc = "legacy" (DESIGN §3, decision 1). Owned by its arena; freed by
+ * ipc = "legacy" (docs/design.md, section 3, decision 1). Owned by its arena; freed by
  * st__cuda_legacy_free on the arena's last unref. */
 typedef struct st__cuda_legacy st__cuda_legacy_t;
 

@@ -1,12 +1,12 @@
-/* src/mem/cuda_arena.c: CUDA arenas, exported VMM allocations (DESIGN §3,
- * decision 1; see arena.h and cuda.h).
+/* src/mem/cuda_arena.c: CUDA arenas, exported VMM allocations (docs/design.md,
+ * section 3, decision 1; see arena.h and cuda.h).
  *
  * One arena is one cuMemCreate allocation of pinned device memory whose
  * handle type is CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (FABRIC is never
  * requested: it needs IMEX daemons and is not what a same-host server
  * wants). The server keeps the allocation handle, not a descriptor: each
- * reply exports a new one (st__cuda_alloc_export, 16-23 µs with
- * millisecond outliers), so that objects held in the cache take no slot of
+ * reply exports a new one (st__cuda_alloc_export; its cost, with
+ * millisecond outliers: docs/benchmarks.md, "Driver and socket costs"), so that objects held in the cache take no slot of
  * the descriptor table however many there are (docs/cuda.md). The server maps the allocation read-write on its device so
  * that kernels fill it, and zero-fills it so that "zeros" needs no kernel.
  *

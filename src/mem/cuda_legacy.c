@@ -1,6 +1,6 @@
 /* src/mem/cuda_legacy.c: legacy CUDA IPC arenas, for endpoints declared
- * with ipc = "legacy" (DESIGN §3, decision 1 and §7; docs/cuda.md, "Legacy
- * CUDA IPC"; docs/security.md).
+ * with ipc = "legacy" (docs/design.md, section 3, decision 1, and section 7;
+ * docs/cuda.md, "Legacy CUDA IPC"; docs/security.md).
  *
  * A legacy arena is one dedicated cuMemAlloc allocation on its device,
  * rounded up to the VMM allocation granularity (2 MiB on current GPUs) so

@@ -1,5 +1,5 @@
-/* src/mem: safetensors checkpoints loaded into one arena (DESIGN §7,
- * docs/endpoints.md "Loading safetensors").
+/* src/mem: safetensors checkpoints loaded into one arena
+ * (docs/design.md, section 7; docs/endpoints.md "Loading safetensors").
  *
  *   st__safetensors_open    reads and validates the header(s) of one file or
  *                           of a sharded checkpoint (a directory holding
@@ -176,7 +176,8 @@ int st__safetensors_loader_threads(void);
  * rounded down to whole chunks of max(4 MiB, bytes / 16) (at most 64 MiB),
  * one cuMemHostAlloc (portable, so every device's context can use it),
  * kept until the process exits. The server calls it at start when it
- * serves a CUDA device (pinned allocation costs ~330 ms per GiB); without
+ * serves a CUDA device (pinned allocation is slow: docs/benchmarks.md,
+ * "Driver and socket costs"); without
  * that call the first CUDA load allocates the default size. A second call
  * does nothing. ST_OK, ST_ERR_CAPABILITY (no CUDA device), or
  * ST_ERR_OUT_OF_MEMORY. Any thread. */

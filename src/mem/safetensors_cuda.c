@@ -1,7 +1,8 @@
 /* src/mem/safetensors_cuda.c: checkpoint data into a CUDA arena through a
- * pinned staging pool (safetensors.h; DESIGN §3: pinned host->device runs
- * at ~55 GB/s, pageable at ~10 GB/s, and cuMemHostAlloc costs ~330 ms per
- * GiB, so the pool is allocated once per process and shared).
+ * pinned staging pool (safetensors.h; docs/design.md, section 3: pinned
+ * host->device copies run several times faster than pageable ones and
+ * pinned memory is slow to allocate, docs/benchmarks.md, "Driver and
+ * socket costs", so the pool is allocated once per process and shared).
  *
  * The pool: `staging_bytes` of portable pinned memory in equal chunks of
  * >= 4 MiB. A load leases up to threads + 2 chunks (at least one; it waits

@@ -1,5 +1,5 @@
 /* src/mem/safetensors_load.c: a parsed checkpoint into ONE arena
- * (safetensors.h; DESIGN §3, decision 3).
+ * (safetensors.h; docs/design.md, section 3, decision 3).
  *
  * Layout: tensors in module order, each at the next multiple of
  * ST_ARENA_ALIGN, in its own dtype or, when a conversion is asked for and
@@ -72,7 +72,7 @@ static int small_float(st_dtype_t t) {
 /* Lookup tables: for a 16- or 8-bit float source, every source code maps
  * to the destination's bytes, computed once with the same to_float and
  * from_float as the per-element path, so the results are identical by
- * construction (DESIGN: both backends round as st_dtype_store does).
+ * construction (both backends round as st_dtype_store does).
  * At most 256 KiB each; built on first use and kept for the process. */
 static pthread_mutex_t lut_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned char *luts[ST_DTYPE_COUNT][ST_DTYPE_COUNT];

@@ -1,4 +1,5 @@
-/* src/mem/safetensors_parse.c: the safetensors header schema (DESIGN §7).
+/* src/mem/safetensors_parse.c: the safetensors header schema
+ * (docs/design.md, section 7).
  *
  * A file is: 8 bytes, the little-endian length N of the header; N bytes of
  * JSON (space-padded); the data buffer. The header is one object:

@@ -286,11 +286,10 @@ int st__config_default_spin_us(void) {
 
 /* See config.h. */
 int st__config_default_loop_threads(void) {
-  /* One: with N > 1 a fresh result still costs about 10 us more (the
-   * write side of the server lock taken twice, the wake-up of the
-   * connection's loop; docs/pool.md section 7); many clients calling
-   * cached objects set it (4 on 16 CPUs: 368k calls/s against 151k with
-   * one). */
+  /* One: with N > 1 a fresh result costs more (the write side of the
+   * server lock taken twice, the wake-up of the connection's loop;
+   * docs/pool.md section 7); many clients calling cached objects set it
+   * (docs/benchmarks.md, "Loop threads"). */
   return 1;
 }
 

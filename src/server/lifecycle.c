@@ -114,8 +114,8 @@ static void on_reap(struct ev_loop *loop, ev_prepare *w, int revents) {
 
 /* File loading (st.load_safetensors): the directories loads are confined
  * to, the reader threads, and, when a CUDA device is present, the pinned
- * staging pool, allocated now rather than on the first load (pinned
- * allocation costs about 330 ms per GiB). Loop thread, at start. */
+ * staging pool, allocated at start rather than on the first load (pinned
+ * allocation is slow: docs/benchmarks.md, "Driver and socket costs"). Loop thread, at start. */
 static void start_loader(const st__config_t *cfg, const st__devices_t *devices) {
   st__safetensors_set_data_dirs((const char *const *)cfg->data_dirs, cfg->ndata_dirs);
   st__safetensors_set_loader_threads(cfg->loader_threads);

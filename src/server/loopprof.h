@@ -73,7 +73,7 @@ extern _Thread_local st__loopprof_t *st__loopprof;
 
 /* The clock of the profile: CLOCK_MONOTONIC (wall time, a vDSO call), or
  * with ST_LOOP_PROFILE_CLOCK=thread the loop thread's CPU time (a system
- * call of its own, about 0.2 us, but blind to the time the thread waited
+ * call of its own: docs/benchmarks.md, "Loop threads"; but blind to the time the thread waited
  * for a CPU: for machines with fewer cores than busy processes). */
 extern clockid_t st__loopprof_clock;
 

@@ -5,9 +5,9 @@
  * the first time the thread needs it and kept until the thread exits (a
  * pthread key destroys the streams then). Every stream a call used is
  * marked in its context and synchronized by st__tensor_sync_used before
- * the call completes (DESIGN §3, decision 5); an arena is released only
- * after the thread's stream on its device is idle (quiesce). Kernels are
- * those of src/cuda/kernels.h. In a build without CUDA there is no CUDA
+ * the call completes (docs/design.md, section 3, decision 5); an arena is
+ * released only after the thread's stream on its device is idle
+ * (quiesce). Kernels are those of src/cuda/kernels.h. In a build without CUDA there is no CUDA
  * backend (st__tensor_cuda_backend is NULL): st__tensor_device_check
  * refuses every CUDA device before any of this could be reached. */
 #include <pthread.h>

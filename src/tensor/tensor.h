@@ -16,7 +16,8 @@
  * with st__tensor_ctx_init. It says where constructors build by default,
  * which CUDA device "cuda" names, whether CUDA arenas are legacy IPC
  * ones, which CUDA streams the call used (synchronized by
- * st__tensor_sync_used before the call completes: DESIGN §3, decision 5),
+ * st__tensor_sync_used before the call completes: docs/design.md,
+ * section 3, decision 5),
  * and the last failure that must fail the whole call with its own code.
  *
  * Errors: every function that can fail returns ST_OK or a negative

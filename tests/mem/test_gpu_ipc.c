@@ -1,5 +1,5 @@
-/* CUDA arenas across processes (DESIGN §3, decision 1): a holder process
- * (the server's role) allocates an arena, fills it with a kernel and sends a
+/* CUDA arenas across processes (docs/design.md, section 3, decision 1): a
+ * holder process (the server's role) allocates an arena, fills it with a kernel and sends a
  * dup of the exported descriptor; a client process (a second exec of this
  * binary) receives it over a Unix socket with SCM_RIGHTS, imports and maps
  * it, and checks every element. Then the holder releases everything and is

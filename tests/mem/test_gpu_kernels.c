@@ -345,7 +345,8 @@ TEST(encoding_matches_dtype_c) {
   CHECK_EQ_INT(bad, 0);
 }
 
-/* Workers will queue on their own stream (DESIGN §2): same result. */
+/* Workers will queue on their own stream (docs/design.md, section 2,
+ * decision 2): same result. */
 TEST(kernels_run_on_a_created_stream) {
   CUstream s = NULL;
   CHECK_EQ_INT(cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
@@ -364,7 +365,7 @@ TEST(kernels_run_on_a_created_stream) {
   CHECK(memcmp(x, y, sizeof x) == 0);
 }
 
-/* Workers (DESIGN §2): each thread enters the device's context, builds on
+/* Workers (docs/design.md, section 2): each thread enters the device's context, builds on
  * its own stream into its own arena; another thread drops the arenas. */
 typedef struct {
   int index;

@@ -70,7 +70,7 @@ def main(argv):
         name, dtype, offset, shape, strides = spec.split(":")
         offset = int(offset)
         dt = DTYPES[dtype]
-        # The 15 arguments (DESIGN §7): the storage starts at the tensor's
+        # The 15 arguments (docs/design.md, section 7): the storage starts at the tensor's
         # byte offset in the allocation and runs to the end of the data;
         # the tensor starts at element 0 of it. No event: the server
         # synchronized before replying.

@@ -3,10 +3,9 @@
  * Built by nvcc into a fat binary that libstclient embeds and loads with
  * the driver (copies.c): no CUDA runtime state of its own in the caller's
  * process. One block per tile of 64 KiB; each thread moves four 16-byte
- * vectors per step, all loads before the stores. On an H200, 50 ranges
- * of a 1 GiB state dict take 558 us of GPU time, one cuMemcpyAsync of the
- * same bytes 536, where one copy per range costs the GPU about 3 us each
- * (docs/benchmarks.md, "The batched copy kernel").
+ * vectors per step, all loads before the stores. Its GPU time against
+ * one cuMemcpyAsync of the same bytes and one copy per range:
+ * docs/benchmarks.md, "The batched copy kernel".
  */
 #include "client/copy_batch.h"
 
