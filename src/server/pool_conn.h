@@ -31,7 +31,7 @@ void st__pool_conn_hello(st__conn_t *c, const msgpack_object *features);
  * nothing (no object). */
 void st__pool_conn_job(const st__endpoint_decl_t *ep, st__conn_t *c, st__job_t *job);
 
-/* The workers' prepare hook (engine/pool.h): the VM's own, then the job's
+/* The workers' prepare hook (engine/workers.h): the VM's own, then the job's
  * pool made current on the worker's thread. */
 struct st__vm;
 void st__pool_conn_prepare(struct st__vm *vm, const st__job_t *job);

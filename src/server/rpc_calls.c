@@ -16,7 +16,7 @@
  * `call`: the request is a call, counted by endpoint from here on. */
 static const st__endpoint_decl_t *resolve(st__rpc_req_t *r, msgpack_sbuffer *bound, int call) {
   st__server_t *srv = r->c->srv;
-  if (srv->shutting_down || !srv->pool) {
+  if (srv->shutting_down || !srv->workers) {
     st__rpc_error(r, ST_ERR_SHUTTING_DOWN, "the server is shutting down");
     return NULL;
   }
