@@ -10,7 +10,7 @@
  * connection's `forget` list, which goes with its next request
  * (params.forget). A server that evicted an id answers INVALID_ARGUMENT
  * with `uncached`; the call then drops the request's ids from `held` and
- * sends its descriptors again, once (hello.c). A reconnect starts with
+ * sends its descriptors again, once (call.c). A reconnect starts with
  * nothing held.
  *
  * Threads: the lists of every connection are guarded by the library's

@@ -2,7 +2,9 @@
  *
  *   conn.c    socket, connect, send/recv with deadlines, the fd FIFO
  *   rpc.c     request ids, one synchronous exchange, server errors
- *   hello.c   connect + hello, the public client functions
+ *   connect.c connect + hello, reconnect, close, the connection's accessors
+ *   call.c    ping, calls, st_client_rpc and the method plumbing of every
+ *             public method (st__client_method and its kin)
  *   sockpath.c socket paths (the default bases), connecting by device
  *   tasks.c   submit, status, wait, result, cancel, tasks
  *   objects.c release, object_info, ensure_live, objects, invalidation,
@@ -289,13 +291,13 @@ int st__client_exchange_until(st_client_t *c, const char *method, const void *pa
                               size_t params_len, const int *req_fds, size_t req_nfds,
                               int64_t deadline, st__message_t *reply, int **fds, size_t *nfds);
 
-/* hello.c: one exchange of `method` (params: the bytes of one msgpack map
+/* call.c: one exchange of `method` (params: the bytes of one msgpack map
  * and the descriptors that go with it, or NULL for none) decoded into a new result owned by the caller; with
  * `unwrap` the value is result["value"] and result["object"] is kept (call,
  * task result). Thread of the client. */
 int st__client_method(st_client_t *c, const char *method, const st__cbuf_t *params, int unwrap,
                       st_result_t **out);
-/* hello.c: the exchange of st_client_rpc (method and parameters checked,
+/* call.c: the exchange of st_client_rpc (method and parameters checked,
  * the parameters packed); *reply, *fds and *nfds as st__client_exchange
  * gives them. Thread of the client. */
 int st__client_rpc_exchange(st_client_t *c, const char *method, const st_args_t *params,
@@ -307,7 +309,7 @@ typedef struct st__client_head {
   void (*pack)(msgpack_packer *pk, const void *ud);
   const void *ud;
 } st__client_head_t;
-/* hello.c: st__client_method of `method` with params {head's pairs[,
+/* call.c: st__client_method of `method` with params {head's pairs[,
  * args_key: args][, arenas]} (args_key NULL: no argument map); tensor
  * arguments go with call, submit and put only, sent again with their
  * descriptors when the server no longer holds an id. Thread of the
@@ -315,13 +317,13 @@ typedef struct st__client_head {
 int st__client_args_method(st_client_t *c, const char *method, const st__client_head_t *head,
                            const char *args_key, const st_args_t *args, int unwrap,
                            st_result_t **out);
-/* hello.c: st__client_method of `method` with params {endpoint[, args]}
+/* call.c: st__client_method of `method` with params {endpoint[, args]}
  * (`with_args`); an empty endpoint name is ST_ERR_INVALID_ARGUMENT. Used by
  * call, submit and invalidate_*. Thread of the client. */
 int st__client_endpoint_method(st_client_t *c, const char *method, const char *endpoint,
                                const st_args_t *args, int with_args, int unwrap,
                                st_result_t **out);
-/* hello.c: closes the connection and connects again to c->path with a new
+/* connect.c: closes the connection and connects again to c->path with a new
  * hello (server_id and the rest updated), waiting at most timeout_ms.
  * ST_OK or a recorded failure (ST_ERR_IO when nothing listens). */
 int st__client_reconnect(st_client_t *c, int timeout_ms);
