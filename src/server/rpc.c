@@ -98,7 +98,7 @@ int st__rpc_check(st__rpc_req_t *r) {
   }
   /* Every method takes `forget` (tensor arguments the client freed),
    * `unmapped` (arenas it let go) and `objects_freed` (objects it let go),
-   * which st__dispatch applied already (server/targ_cache.c,
+   * which st__dispatch applied already (server/argcache.c,
    * server/idset.c). */
   names[n] = "forget";
   names[n + 1] = "unmapped";
