@@ -96,7 +96,7 @@ int st__client_args_method(st_client_t *c, const char *method, const st__client_
                : st__client_method(c, method, &b, unwrap, out);
     st__client_cbuf_destroy(&b);
     if (!(rc == ST_ERR_INVALID_ARGUMENT && c->uncached && narenas)) break;
-    st__client_argcache_unhold(c, arenas, narenas);
+    st__client_argcache_unkeep(c, arenas, narenas);
   }
   return rc;
 }

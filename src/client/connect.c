@@ -35,11 +35,11 @@ static int hello(st_client_t *c, int64_t deadline, int features) {
   int rc = st_args_int(a, "protocol", ST_PROTOCOL_VERSION);
   if (rc == ST_OK) rc = st_args_string(a, "client", CLIENT_NAME);
   /* What this client does beyond protocol 1's first form: arenas of
-   * objects named by id after the first reply (arenarefs.c), results of
+   * objects named by id after the first reply (kept_arenas.c), results of
    * cached objects named by id after the first reply unless
-   * ST_CLIENT_KEEP_OBJECTS=0 (objrefs.c), results as regions of
+   * ST_CLIENT_KEEP_OBJECTS=0 (kept_objects.c), results as regions of
    * per-connection pools unless ST_CLIENT_POOL=0 (pool.c). */
-  size_t keep_objects = features ? st__client_objrefs_max() : 0;
+  size_t keep_objects = features ? st__client_kept_objects_max() : 0;
   if (rc == ST_OK && features) {
     rc = st_args_begin_list(a, "features");
     if (rc == ST_OK) rc = st_args_string(a, NULL, "arena_refs");
@@ -88,10 +88,10 @@ static int hello(st_client_t *c, int64_t deadline, int features) {
       c->device = (int)int_of(st__map_get(r, "device"), 0);
       const msgpack_object *f = st__map_get(r, "features");
       st__client_argcache_reset(c, st__features_has(f, "arg_cache"));
-      st__client_arenarefs_reset(c, features && st__features_has(f, "arena_refs"));
+      st__client_kept_arenas_reset(c, features && st__features_has(f, "arena_refs"));
       /* The server marks what it counts as kept (`object_kept`): a server
        * that does not know the feature never does. */
-      st__client_objrefs_reset(c, keep_objects > 0);
+      st__client_kept_objects_reset(c, keep_objects > 0);
       c->objects_max = keep_objects;
       st__client_pool_reset(c, features && !st__client_pool_disabled() &&
                                    st__features_has(f, "pool"));
@@ -211,8 +211,8 @@ ST_API int st_client_connect(const char *path, st_client_t **out, char *err, siz
 int st__client_reconnect(st_client_t *c, int timeout_ms) {
   st__client_conn_shutdown(c, "reconnecting");
   st__client_argcache_reset(c, 0);   /* a new connection holds nothing */
-  st__client_arenarefs_reset(c, 0);
-  st__client_objrefs_reset(c, 0);
+  st__client_kept_arenas_reset(c, 0);
+  st__client_kept_objects_reset(c, 0);
   st__client_pool_reset(c, 0);
   if (c->reader_ready) st__reader_destroy(&c->reader);
   c->reader_ready = 0;
@@ -235,8 +235,8 @@ ST_API void st_client_close(st_client_t *c) {
   if (!c) return;
   st__client_conn_shutdown(c, "closed");
   st__client_argcache_reset(c, 0);
-  st__client_arenarefs_reset(c, 0);
-  st__client_objrefs_reset(c, 0);
+  st__client_kept_arenas_reset(c, 0);
+  st__client_kept_objects_reset(c, 0);
   st__client_pool_reset(c, 0);
   if (c->into_reset) c->into_reset(c);
   free(c->fifo);

@@ -63,7 +63,7 @@
 #include <sys/socket.h>
 
 #include "engine/argcache.h"
-#include "server/idset.h"
+#include "server/kept.h"
 #include "proto/proto.h"
 #include "st/wire.h"
 #include "server/server.h"
@@ -132,8 +132,8 @@ struct st__conn {
                                  descriptor, counted like rx_held          */
   struct st__mpool *pool;     /* result pool (hello feature "pool"), or NULL;
                                  one reference (server/pool_conn.c)        */
-  st__idset_t arena_refs;     /* arenas sent once (idset.h)                 */
-  st__idset_t object_refs;    /* objects sent once (idset.h)                */
+  st__keptset_t kept_arenas;     /* arenas sent once (kept.h)                 */
+  st__keptset_t kept_objects;    /* objects sent once (kept.h)                */
   st__conn_t *hnext;          /* id hash chain                              */
   st__conn_t *dnext;          /* its loop's dead list                       */
   st__conn_t *tnext;          /* its loop's todo list                       */

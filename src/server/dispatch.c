@@ -138,9 +138,9 @@ void st__dispatch(st__conn_t *c, const st__message_t *msg) {
   /* So do the arenas the client unmapped and the objects it freed: a
    * reply of this request sends them in full again. */
   if (frc == ST_OK && prc == ST_OK)
-    frc = st__idset_drop_listed(&c->arena_refs, params, "unmapped", "arena ids", ferr, sizeof ferr);
+    frc = st__keptset_drop_listed(&c->kept_arenas, params, "unmapped", "arena ids", ferr, sizeof ferr);
   if (frc == ST_OK && prc == ST_OK)
-    frc = st__idset_drop_listed(&c->object_refs, params, "objects_freed", "object ids", ferr,
+    frc = st__keptset_drop_listed(&c->kept_objects, params, "objects_freed", "object ids", ferr,
                                 sizeof ferr);
   st__targs_t targs;
   memset(&targs, 0, sizeof targs);

@@ -99,7 +99,7 @@ int st__rpc_check(st__rpc_req_t *r) {
   /* Every method takes `forget` (tensor arguments the client freed),
    * `unmapped` (arenas it let go) and `objects_freed` (objects it let go),
    * which st__dispatch applied already (server/argcache.c,
-   * server/idset.c). */
+   * server/kept.c). */
   names[n] = "forget";
   names[n + 1] = "unmapped";
   names[n + 2] = "objects_freed";
