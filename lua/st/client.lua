@@ -295,18 +295,18 @@ end
 -- Reloads the endpoints; returns { ok, generation, error, changed, added, removed }.
 -- Named buffers and streams (st.buffer, docs/streams.md): a Buffer, or
 -- nil, err.
-function Client:create_buffer(name, shape, opts)
-  check_self(self, "create_buffer")
+function Client:buffer_create(name, shape, opts)
+  check_self(self, "buffer_create")
   return buffer.create(self, name, shape, opts)
 end
 
-function Client:open_buffer(name, opts)
-  check_self(self, "open_buffer")
+function Client:buffer_open(name, opts)
+  check_self(self, "buffer_open")
   return buffer.open(self, name, opts)
 end
 
-function Client:unlink_buffer(name)
-  check_self(self, "unlink_buffer")
+function Client:buffer_unlink(name)
+  check_self(self, "buffer_unlink")
   return buffer.unlink(self, name)
 end
 
