@@ -28,6 +28,15 @@
 -- nil inside a table keeps its place; st.map(t) sends an empty table as a
 -- map): lua/st/args.lua says how each Lua value goes.
 --
+-- What it wraps: st.connect and the client methods close, ping, call,
+-- get, info, endpoints, submit, status, wait, result, cancel, release,
+-- ensure_live, invalidate, buffer_create, buffer_open, buffer_unlink and
+-- reload, with tensors, replies and buffers through the modules below.
+-- Everything else the C headers declare (put, delete, keys, objects,
+-- tasks, st_client_rpc, hand-offs, live keys, st_get_into, copies, the
+-- open-cache, a buffer's frame-level calls, ...) is left to st.ffi, the
+-- raw declarations: docs/client.md ("Lua (LuaJIT FFI)") lists them.
+--
 -- Modules: st.ffi (the library and its declarations), st.tensor (tensors,
 -- views, st.empty / st.zeros), st.result (replies as Lua values), st.args
 -- (Lua values as arguments), st.buffer (named buffers and streams),
