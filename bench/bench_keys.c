@@ -11,7 +11,7 @@
  *   - put, first time: every tensor's allocation is new to the connection
  *     (made before the clock starts), so its descriptor travels and the
  *     server imports it (--first times, default 5);
- *   - put again: the same allocations (the import cache names them by id),
+ *   - put again: the same allocations (the argument cache names them by id),
  *     a new version each time (--iters, default 200);
  *   - get with the view GATHER (a strided window of every tensor, copied by
  *     the server: docs/views.md), the first time after a first put: on

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench_streams: named buffers (sharedtensor.create / open) from Python
+"""bench_streams: named buffers (sharedtensor.buffer_create / buffer_open) from Python
 next to C, each row next to its floor in the same run.
 
     python3 bench/bench_streams.py --build build [--device cpu|cuda] [--iters N]
@@ -62,7 +62,7 @@ def cpu_rows(st, sock, n):
         td.copy_(tm)
     rate("torch copy_ in + out (floor)", n, timed(floor_torch, n))
     for fw, s, o in (("numpy", src, dst), ("torch", ts, td)):
-        b = st.create("bench_py_%s" % fw, (128, 128), "float32", path=sock, framework=fw)
+        b = st.buffer_create("bench_py_%s" % fw, (128, 128), "float32", path=sock, framework=fw)
         write, read = b.write, b.read
 
         def rt():
@@ -100,7 +100,7 @@ def gpu_rows(st, sock, n):
         out.copy_(src)
         torch.cuda.current_stream().synchronize()
     gbs("copy_ + synchronize 1000x1000 f32 (floor)", floor)
-    b = st.create("bench_gpu", (1000, 1000), "float32", device="cuda:0", path=sock)
+    b = st.buffer_create("bench_gpu", (1000, 1000), "float32", device="cuda:0", path=sock)
     gbs("Buffer write (device tensor)", lambda: b.write(src))
     gbs("Buffer read(out=device tensor)", lambda: b.read(out=out))
     b.unlink()

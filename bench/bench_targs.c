@@ -9,7 +9,7 @@
  *   - ping, and a call with one integer argument: the floor of any call;
  *   - a call whose argument is a CPU tensor from st_tensor_alloc of 4 KiB,
  *     1 MiB and 64 MiB: one allocation per size, reused by every call, so
- *     after the first call the server's import cache has it and only its
+ *     after the first call the server's argument cache has it and only its
  *     id travels ("passed again"; zero-copy: the time must not grow with
  *     the size);
  *   - 4 KiB passed for the first time: each timed call gets an allocation

@@ -21,7 +21,7 @@ def nbytes(tensors):
 
 def main():
     path, device, prompt = args()
-    meta = st.create(META, (2 + model.BLOCKS,), "int64", device="cpu", path=path)
+    meta = st.buffer_create(META, (2 + model.BLOCKS,), "int64", device="cpu", path=path)
     frame = meta.read_new(timeout=60.0)          # the prefill's write
     prompt_len, first = int(frame[0]), int(frame[1])
     table = [int(b) for b in frame[2:]]

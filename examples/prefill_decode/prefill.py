@@ -17,7 +17,7 @@ def main():
     with st.Client(path=path) as c:
         w = c.get(WEIGHTS)                       # mapped read-only (put so)
         kv = c.get(KV)["kv"]                     # the shared pool, writable
-        meta = retry(lambda: st.open(META, path=path), "buffer " + META)
+        meta = retry(lambda: st.buffer_open(META, path=path), "buffer " + META)
         table = model.block_table()
         first = model.prefill(w, kv, table, prompt)
         sync(device)                             # the K/V are in memory before we say so

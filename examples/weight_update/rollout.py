@@ -39,7 +39,7 @@ def main():
     with st.Client(path=path) as c:
         m = model(device)                       # its own values: replaced by the binding
         b = c.bind(m, KEY)
-        sums = st.open(SUMS, readonly=True, path=path)
+        sums = st.buffer_open(SUMS, readonly=True, path=path)
         seen, stop = {}, threading.Event()
         watcher = threading.Thread(target=watch, args=(b, seen, stop), daemon=True)
         watcher.start()

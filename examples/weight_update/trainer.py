@@ -40,7 +40,7 @@ def main():
         sync(device)
         nbytes = sum(t.numel() * t.element_size() for t in shared.values())
         v = c.put(KEY, shared, live=True)
-        sums = st.create(SUMS, (steps + 2,), dtype="float64", path=path)
+        sums = st.buffer_create(SUMS, (steps + 2,), dtype="float64", path=path)
         table = torch.zeros(steps + 2, dtype=torch.float64)
         table[v] = checksum(m)
         sums.write(table)
@@ -84,7 +84,7 @@ def main():
                 if p.poll() is None:
                     p.kill()
         sums.close()
-        st.unlink(SUMS, path=path)
+        st.buffer_unlink(SUMS, path=path)
         c.delete(KEY)
     visible = []
     for v, t0 in began.items():

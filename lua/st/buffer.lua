@@ -2,11 +2,11 @@
 -- libstclient's st_buffer_* through the FFI. Part of st.client, whose
 -- clients make them:
 --
---   local b = assert(c:create_buffer("cam", { 480, 640, 3 },
+--   local b = assert(c:buffer_create("cam", { 480, 640, 3 },
 --                                    { dtype = "uint8", slots = 4 }))
 --   local frame = assert(st.empty({ 480, 640, 3 }, { dtype = "uint8" }))
 --   assert(b:write(frame))                    -- copy into the next slot
---   local r = assert(c2:open_buffer("cam", { readonly = true }))
+--   local r = assert(c2:buffer_open("cam", { readonly = true }))
 --   local x, seq = assert(r:read_new(1000))   -- wait (ms) for a newer write
 --
 -- Frames are host memory: a tensor of the frame's size (st.empty, a
@@ -85,19 +85,19 @@ end
 -- "cuda", "cuda:N"), opts.slots (default 1). A Buffer, or nil, err.
 function M.create(c, name, shape, opts)
   opts = opts or {}
-  if type(name) ~= "string" then error("create_buffer: the name must be a string", 3) end
+  if type(name) ~= "string" then error("buffer_create: the name must be a string", 3) end
   if type(shape) == "number" then shape = { shape } end
   if type(shape) ~= "table" or type(opts) ~= "table" then
-    error("create_buffer: expected (name, {sizes}, {dtype=, device=, slots=})", 3)
+    error("buffer_create: expected (name, {sizes}, {dtype=, device=, slots=})", 3)
   end
   local n = #shape
   local dims = ffi.new("int64_t[?]", n > 0 and n or 1)
   for d = 1, n do
-    if type(shape[d]) ~= "number" then error("create_buffer: sizes must be numbers", 3) end
+    if type(shape[d]) ~= "number" then error("buffer_create: sizes must be numbers", 3) end
     dims[d - 1] = shape[d]
   end
   local dtype = lib.st_dtype_from_name(opts.dtype or "float32")
-  if dtype == 0 then error("create_buffer: unknown dtype " .. tostring(opts.dtype), 3) end
+  if dtype == 0 then error("buffer_create: unknown dtype " .. tostring(opts.dtype), 3) end
   local out = ffi.new("st_buffer_t*[1]")
   local rc = lib.st_buffer_create(c._h, name, opts.device, dtype, n, dims, opts.slots or 1, out)
   if rc ~= 0 then return client_failure(c, rc) end
@@ -108,7 +108,7 @@ end
 -- (NOT_FOUND for no such buffer).
 function M.open(c, name, opts)
   opts = opts or {}
-  if type(name) ~= "string" then error("open_buffer: the name must be a string", 3) end
+  if type(name) ~= "string" then error("buffer_open: the name must be a string", 3) end
   local out = ffi.new("st_buffer_t*[1]")
   local rc = lib.st_buffer_open(c._h, name, opts.readonly and 1 or 0, out)
   if rc ~= 0 then return client_failure(c, rc) end
@@ -117,7 +117,7 @@ end
 
 -- Unlinks buffer `name`: true, or nil, err.
 function M.unlink(c, name)
-  if type(name) ~= "string" then error("unlink_buffer: the name must be a string", 3) end
+  if type(name) ~= "string" then error("buffer_unlink: the name must be a string", 3) end
   local rc = lib.st_buffer_unlink(c._h, name)
   if rc ~= 0 then return client_failure(c, rc) end
   return true

@@ -28,6 +28,15 @@
 -- nil inside a table keeps its place; st.map(t) sends an empty table as a
 -- map): lua/st/args.lua says how each Lua value goes.
 --
+-- What it wraps: st.connect and the client methods close, ping, call,
+-- get, info, endpoints, submit, status, wait, result, cancel, release,
+-- ensure_live, invalidate, buffer_create, buffer_open, buffer_unlink and
+-- reload, with tensors, replies and buffers through the modules below.
+-- Everything else the C headers declare (put, delete, keys, objects,
+-- tasks, st_client_rpc, hand-offs, live keys, st_get_into, copies, the
+-- open-cache, a buffer's frame-level calls, ...) is left to st.ffi, the
+-- raw declarations: docs/client.md ("Lua (LuaJIT FFI)") lists them.
+--
 -- Modules: st.ffi (the library and its declarations), st.tensor (tensors,
 -- views, st.empty / st.zeros), st.result (replies as Lua values), st.args
 -- (Lua values as arguments), st.buffer (named buffers and streams),
@@ -295,18 +304,18 @@ end
 -- Reloads the endpoints; returns { ok, generation, error, changed, added, removed }.
 -- Named buffers and streams (st.buffer, docs/streams.md): a Buffer, or
 -- nil, err.
-function Client:create_buffer(name, shape, opts)
-  check_self(self, "create_buffer")
+function Client:buffer_create(name, shape, opts)
+  check_self(self, "buffer_create")
   return buffer.create(self, name, shape, opts)
 end
 
-function Client:open_buffer(name, opts)
-  check_self(self, "open_buffer")
+function Client:buffer_open(name, opts)
+  check_self(self, "buffer_open")
   return buffer.open(self, name, opts)
 end
 
-function Client:unlink_buffer(name)
-  check_self(self, "unlink_buffer")
+function Client:buffer_unlink(name)
+  check_self(self, "buffer_unlink")
   return buffer.unlink(self, name)
 end
 

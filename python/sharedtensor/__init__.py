@@ -22,13 +22,13 @@ from .convert import keep_results, kept_results
 from . import handoff  # noqa: F401  (sharedtensor.handoff.Handoff)
 from .alloc import empty, zeros, empty_like, zeros_like
 from . import buffer  # noqa: F401  (sharedtensor.buffer.Buffer)
-from .buffer import Buffer, create, open, unlink
+from .buffer import Buffer, create as buffer_create, open as buffer_open, unlink as buffer_unlink
 from . import _lib
 
 __version__ = "0.1.0"
 library_path = _lib.path
 
 __all__ = ["Client", "Handle", "Module", "StateDict", "LiveKey", "Binding", "SharedTensor", "load_into",
-           "library_path", "empty", "zeros", "empty_like", "zeros_like", "Buffer", "create",
-           "open", "unlink", "keep_results", "kept_results"] + \
+           "library_path", "empty", "zeros", "empty_like", "zeros_like", "Buffer",
+           "buffer_create", "buffer_open", "buffer_unlink", "keep_results", "kept_results"] + \
     list(_error_names)

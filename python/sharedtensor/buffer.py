@@ -3,10 +3,10 @@ process of the creator's uid opens by name, with pyshmem's semantics
 (docs/python.md, "Buffers and streams"; docs/streams.md).
 
     import sharedtensor as st
-    cam = st.create("cam", (480, 640, 3), "uint8", slots=4)   # writer
+    cam = st.buffer_create("cam", (480, 640, 3), "uint8", slots=4)   # writer
     cam.write(frame)                       # a copy into the next slot
 
-    cam = st.open("cam", readonly=True)    # any reader process
+    cam = st.buffer_open("cam", readonly=True)    # any reader process
     x = cam.read()                         # a consistent snapshot (a copy)
     x = cam.read_new(timeout=1.0)          # waits for a newer write
     cam.write_sequence, cam.write_time
@@ -49,7 +49,7 @@ def _ms(timeout):
 
 
 class Buffer(Closing):
-    """One handle of a named buffer (sharedtensor.create / sharedtensor.open)."""
+    """One handle of a named buffer (sharedtensor.buffer_create / sharedtensor.buffer_open)."""
 
     def __init__(self, client, ptr, framework):
         if framework not in FRAMEWORKS:

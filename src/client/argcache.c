@@ -3,15 +3,15 @@
  *
  * Each own allocation (map.c) has a process-unique id, sent as `arg_id`.
  * When the server's hello lists the "arg_cache" feature, a connection
- * remembers the ids whose descriptor it sent (`held`): a later request
+ * remembers the ids whose descriptor it sent (`arg_kept`): a later request
  * names such an allocation by its id alone, without a descriptor. When an
  * allocation is freed (its last reference dropped, on any thread), its id
- * leaves `held` of every connection that had it and waits in that
+ * leaves `arg_kept` of every connection that had it and waits in that
  * connection's `forget` list, which goes with its next request
  * (params.forget). A server that evicted an id answers INVALID_ARGUMENT
- * with `uncached`; the call then drops the request's ids from `held` and
- * sends its descriptors again, once (hello.c). A reconnect starts with
- * nothing held.
+ * with `uncached`; the call then drops the request's ids from `arg_kept` and
+ * sends its descriptors again, once (call.c). A reconnect starts with
+ * nothing kept.
  *
  * Threads: the lists of every connection are guarded by the library's
  * process-wide lock (map.c), because frees come from any thread; the rest
@@ -25,44 +25,44 @@
 static st_client_t *clients;       /* connections with the cache on */
 
 
-/* Index of the first id >= `id` in the sorted held list. */
-static size_t held_pos(const st_client_t *c, uint64_t id) {
-  size_t lo = 0, hi = c->arg_nheld;
+/* Index of the first id >= `id` in the sorted kept list. */
+static size_t kept_pos(const st_client_t *c, uint64_t id) {
+  size_t lo = 0, hi = c->arg_nkept;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    if (c->arg_held[mid] < id) lo = mid + 1;
+    if (c->arg_kept[mid] < id) lo = mid + 1;
     else hi = mid;
   }
   return lo;
 }
 
-static int held_has(const st_client_t *c, uint64_t id) {
-  size_t i = held_pos(c, id);
-  return i < c->arg_nheld && c->arg_held[i] == id;
+static int kept_has(const st_client_t *c, uint64_t id) {
+  size_t i = kept_pos(c, id);
+  return i < c->arg_nkept && c->arg_kept[i] == id;
 }
 
-/* Adds id; 0, or -1 when out of memory (then it is simply not held). */
-static int held_add(st_client_t *c, uint64_t id) {
-  size_t i = held_pos(c, id);
-  if (i < c->arg_nheld && c->arg_held[i] == id) return 0;
-  if (c->arg_nheld == c->arg_held_cap) {
-    size_t cap = c->arg_held_cap ? c->arg_held_cap * 2 : 16;
-    uint64_t *p = realloc(c->arg_held, cap * sizeof *p);
+/* Adds id; 0, or -1 when out of memory (then it is simply not kept). */
+static int kept_add(st_client_t *c, uint64_t id) {
+  size_t i = kept_pos(c, id);
+  if (i < c->arg_nkept && c->arg_kept[i] == id) return 0;
+  if (c->arg_nkept == c->arg_kept_cap) {
+    size_t cap = c->arg_kept_cap ? c->arg_kept_cap * 2 : 16;
+    uint64_t *p = realloc(c->arg_kept, cap * sizeof *p);
     if (!p) return -1;
-    c->arg_held = p;
-    c->arg_held_cap = cap;
+    c->arg_kept = p;
+    c->arg_kept_cap = cap;
   }
-  memmove(c->arg_held + i + 1, c->arg_held + i, (c->arg_nheld - i) * sizeof *c->arg_held);
-  c->arg_held[i] = id;
-  c->arg_nheld++;
+  memmove(c->arg_kept + i + 1, c->arg_kept + i, (c->arg_nkept - i) * sizeof *c->arg_kept);
+  c->arg_kept[i] = id;
+  c->arg_nkept++;
   return 0;
 }
 
-static int held_remove(st_client_t *c, uint64_t id) {
-  size_t i = held_pos(c, id);
-  if (i >= c->arg_nheld || c->arg_held[i] != id) return 0;
-  memmove(c->arg_held + i, c->arg_held + i + 1, (c->arg_nheld - i - 1) * sizeof *c->arg_held);
-  c->arg_nheld--;
+static int kept_remove(st_client_t *c, uint64_t id) {
+  size_t i = kept_pos(c, id);
+  if (i >= c->arg_nkept || c->arg_kept[i] != id) return 0;
+  memmove(c->arg_kept + i, c->arg_kept + i + 1, (c->arg_nkept - i - 1) * sizeof *c->arg_kept);
+  c->arg_nkept--;
   return 1;
 }
 
@@ -81,7 +81,7 @@ void st__client_argcache_reset(st_client_t *c, int on) {
   st__client_lock();
   unlink_client(c);
   c->arg_cache = on;
-  c->arg_nheld = 0;
+  c->arg_nkept = 0;
   c->arg_nforget = 0;
   if (on) {
     c->arg_next = clients;
@@ -89,10 +89,10 @@ void st__client_argcache_reset(st_client_t *c, int on) {
   }
   st__client_unlock();
   if (!on) {
-    free(c->arg_held);
+    free(c->arg_kept);
     free(c->arg_forget);
-    c->arg_held = c->arg_forget = NULL;
-    c->arg_held_cap = c->arg_forget_cap = 0;
+    c->arg_kept = c->arg_forget = NULL;
+    c->arg_kept_cap = c->arg_forget_cap = 0;
   }
 }
 
@@ -100,7 +100,7 @@ void st__client_argcache_reset(st_client_t *c, int on) {
 void st__client_argcache_freed(uint64_t arg_id) {
   st__client_lock();
   for (st_client_t *c = clients; c; c = c->arg_next) {
-    if (!held_remove(c, arg_id)) continue;
+    if (!kept_remove(c, arg_id)) continue;
     if (c->arg_nforget == c->arg_forget_cap) {
       size_t cap = c->arg_forget_cap ? c->arg_forget_cap * 2 : 16;
       uint64_t *p = realloc(c->arg_forget, cap * sizeof *p);
@@ -124,10 +124,10 @@ size_t st__client_argcache_pack(st_client_t *c, msgpack_packer *pk, st__mapping_
     st__client_own_describe(arenas[i], &d);
     if (c->arg_cache) {
       d.arg_id = d.id;
-      d.no_fd = held_has(c, d.id);
+      d.no_fd = kept_has(c, d.id);
       /* Held from now on: the server keeps what it received, and says
        * `uncached` if it did not. */
-      if (!d.no_fd) held_add(c, d.id);
+      if (!d.no_fd) kept_add(c, d.id);
     }
     if (!d.no_fd) {
       d.fd = (uint32_t)nfds;
@@ -140,13 +140,13 @@ size_t st__client_argcache_pack(st_client_t *c, msgpack_packer *pk, st__mapping_
 }
 
 /* See client_internal.h. Thread of the client. */
-void st__client_argcache_unhold(st_client_t *c, st__mapping_t *const *arenas, size_t n) {
+void st__client_argcache_unkeep(st_client_t *c, st__mapping_t *const *arenas, size_t n) {
   if (!c->arg_cache) return;
   st__client_lock();
   for (size_t i = 0; i < n; i++) {
     st__arena_desc_t d;
     st__client_own_describe(arenas[i], &d);
-    held_remove(c, d.id);
+    kept_remove(c, d.id);
   }
   st__client_unlock();
 }

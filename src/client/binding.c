@@ -40,7 +40,7 @@ ST_API int st_result_summary(const st_result_t *r, st_result_summary_t *out) {
   out->ntensors = st_result_tensor_count(r);
   out->has_object = st_result_object(r, &out->object) == ST_OK;
   /* A result never changes once decoded, and one its connection keeps
-   * comes back for every call of its object (objrefs.c): the identity is
+   * comes back for every call of its object (kept_objects.c): the identity is
    * computed once. Racing threads compute the same value. */
   st_result_t *m = (st_result_t *)r;
   if (__atomic_load_n(&m->identity_known, __ATOMIC_ACQUIRE)) {
@@ -62,7 +62,7 @@ ST_API int st_client_call_summary(st_client_t *c, const char *endpoint, const st
   /* The caller's reference stays with the connection until its next
    * request: a binding that holds the result already needs no crossing to
    * free one. */
-  if (same && (flags & ST_CALL_LEND_SAME)) st__client_objrefs_lend(c, *out);
+  if (same && (flags & ST_CALL_LEND_SAME)) st__client_kept_objects_lend(c, *out);
   if (!summary) return ST_OK;
   rc = st_result_summary(*out, summary);
   summary->same = same;

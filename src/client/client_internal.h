@@ -7,7 +7,9 @@
  *             error recording, monotonic time
  *   conn.c    socket, connect, send/recv with deadlines, the fd FIFO
  *   rpc.c     request ids, one synchronous exchange, server errors
- *   hello.c   connect + hello, the public client functions
+ *   connect.c connect + hello, reconnect, close, the connection's accessors
+ *   call.c    ping, calls, st_client_rpc and the method plumbing of every
+ *             public method (st__client_method and its kin)
  *   sockpath.c socket paths (the default bases), connecting by device
  *   tasks.c   submit, status, wait, result, cancel, tasks
  *   objects.c release, object_info, ensure_live, objects, invalidation,
@@ -33,10 +35,10 @@
  *   marshal.c a result's value in CPython's marshal format
  *   pool.c    result pools: the connection's slabs and control page,
  *             regions of a reply, frees written into the page
- *   held.c    what a server sends in full once per connection and names
+ *   kept.c    what a server sends in full once per connection and names
  *             by id after: the table both of these use
- *   arenarefs.c  arenas of objects sent once per connection
- *   objrefs.c whole results of objects sent once per connection
+ *   kept_arenas.c  arenas of objects sent once per connection
+ *   kept_objects.c whole results of objects sent once per connection
  *   handoff.c hand-offs: create and open, then acquire, publish, read and
  *             acknowledge in the page
  *   buffer.c  named buffers and streams: the handle's life (buffer.h)
@@ -83,37 +85,37 @@ typedef struct st__cbuf {
   size_t nfds;
 } st__cbuf_t;
 
-/* ---------------------------------------------------------------- held
+/* ---------------------------------------------------------------- kept
  *
- * held.c: what a server sends in full once per connection and names by
+ * kept.c: what a server sends in full once per connection and names by
  * id alone afterwards, until the client says in a request that it let it
  * go (docs/protocol.md, "Arenas sent once" and "Objects sent once"): one
  * table per connection and kind, guarded by the library's process-wide
  * lock (st__client_lock). An entry pins what it names while the client
- * may be named it: a mapping (arenarefs.c) or a result (objrefs.c). */
+ * may be named it: a mapping (kept_arenas.c) or a result (kept_objects.c). */
 enum {
-  ST__HELD_KEPT,               /* pinned, used                              */
-  ST__HELD_IDLE,               /* used no more: waits to be told            */
-  ST__HELD_TOLD                /* told in the request in flight             */
+  ST__KEPT_USED,               /* pinned, used                              */
+  ST__KEPT_IDLE,               /* used no more: waits to be told            */
+  ST__KEPT_TOLD                /* told in the request in flight             */
 };
 
-typedef struct st__held {
+typedef struct st__kept {
   uint64_t id;
   void *pin;                   /* NULL once let go (IDLE, TOLD)             */
   int state;
-  st__arena_desc_t d;          /* arenarefs.c: the arena as received (its fd
-                                  is meaningless); unused by objrefs.c     */
-} st__held_t;
+  st__arena_desc_t d;          /* kept_arenas.c: the arena as received (its fd
+                                  is meaningless); unused by kept_objects.c     */
+} st__kept_t;
 
-typedef struct st__heldtab {
-  st__held_t *e;               /* oldest first                              */
+typedef struct st__kepttab {
+  st__kept_t *e;               /* oldest first                              */
   size_t n, cap;
-  size_t idle;                 /* entries in ST__HELD_IDLE                  */
-} st__heldtab_t;
+  size_t idle;                 /* entries in ST__KEPT_IDLE                  */
+} st__kepttab_t;
 
 /* What a table does with its pins, and its lock (the library's
- * process-wide lock, st__client_lock: held.c sits below map.c). */
-typedef struct st__held_ops {
+ * process-wide lock, st__client_lock: kept.c sits below map.c). */
+typedef struct st__kept_ops {
   void (*lock)(void);
   void (*unlock)(void);
   /* Under the lock: nothing but the table uses pin, which is idle. */
@@ -123,7 +125,7 @@ typedef struct st__held_ops {
   void *(*detach)(void *pin);
   /* Without the lock: releases what detach returned. */
   void (*release)(void *pin);
-} st__held_ops_t;
+} st__kept_ops_t;
 
 void st__client_cbuf_init(st__cbuf_t *b);
 void st__client_cbuf_destroy(st__cbuf_t *b);
@@ -181,22 +183,22 @@ struct st_client {
   /* Tensor arguments the server keeps for this connection (argcache.c):
    * guarded by argcache.c's lock, since frees come from any thread. */
   int arg_cache;               /* the server's hello listed "arg_cache"     */
-  uint64_t *arg_held;          /* ids sent with their descriptor, sorted    */
-  size_t arg_nheld, arg_held_cap;
+  uint64_t *arg_kept;          /* ids sent with their descriptor, sorted    */
+  size_t arg_nkept, arg_kept_cap;
   uint64_t *arg_forget;        /* ids freed since, for params.forget        */
   size_t arg_nforget, arg_forget_cap;
   st_client_t *arg_next;       /* argcache.c's list of such connections     */
-  /* Arenas the server sends once on this connection (arenarefs.c):
+  /* Arenas the server sends once on this connection (kept_arenas.c):
    * guarded by the same lock, since frees come from any thread. */
   int arena_refs;              /* we asked and the server's hello listed it */
-  st__heldtab_t arenas_held;   /* arenas received with `kept`, pinned       */
+  st__kepttab_t kept_arenas;   /* arenas received with `kept`, pinned       */
   /* Whole results of objects the server sends once on this connection
-   * (objrefs.c): guarded by the same lock. */
+   * (kept_objects.c): guarded by the same lock. */
   int object_refs;             /* we asked in hello                         */
-  size_t objects_max;          /* results kept at most (objrefs.c)          */
-  st__heldtab_t objects_held;  /* results received with `object_kept`      */
+  size_t objects_max;          /* results kept at most (kept_objects.c)          */
+  st__kepttab_t kept_objects;  /* results received with `object_kept`      */
   int in_request;              /* a reply may still name arenas or objects
-                                  by id (held.c)                            */
+                                  by id (kept.c)                            */
   int reply_same;              /* this request's reply said `same`          */
   st_result_t *lent;           /* a `same` result lent to the caller
                                   (ST_CALL_LEND_SAME): the reference it was
@@ -204,7 +206,7 @@ struct st_client {
   /* Result pool (pool.c): slabs held for the connection's life and its
    * control page; thread of the client. */
   struct st__client_pool *pool; /* we asked and the server listed "pool"  */
-  st_client_t *refs_next;      /* arenarefs.c's list of such connections    */
+  st_client_t *kept_next;      /* kept_arenas.c's list of such connections    */
   /* st_get_into's kept sources (into.c): per key, the result of its last
    * st_get_into, so that the next one maps nothing new. */
   struct st__into_kept *into;
@@ -308,13 +310,13 @@ int st__client_exchange_until(st_client_t *c, const char *method, const void *pa
                               size_t params_len, const int *req_fds, size_t req_nfds,
                               int64_t deadline, st__message_t *reply, int **fds, size_t *nfds);
 
-/* hello.c: one exchange of `method` (params: the bytes of one msgpack map
+/* call.c: one exchange of `method` (params: the bytes of one msgpack map
  * and the descriptors that go with it, or NULL for none) decoded into a new result owned by the caller; with
  * `unwrap` the value is result["value"] and result["object"] is kept (call,
  * task result). Thread of the client. */
 int st__client_method(st_client_t *c, const char *method, const st__cbuf_t *params, int unwrap,
                       st_result_t **out);
-/* hello.c: the exchange of st_client_rpc (method and parameters checked,
+/* call.c: the exchange of st_client_rpc (method and parameters checked,
  * the parameters packed); *reply, *fds and *nfds as st__client_exchange
  * gives them. Thread of the client. */
 int st__client_rpc_exchange(st_client_t *c, const char *method, const st_args_t *params,
@@ -326,7 +328,7 @@ typedef struct st__client_head {
   void (*pack)(msgpack_packer *pk, const void *ud);
   const void *ud;
 } st__client_head_t;
-/* hello.c: st__client_method of `method` with params {head's pairs[,
+/* call.c: st__client_method of `method` with params {head's pairs[,
  * args_key: args][, arenas]} (args_key NULL: no argument map); tensor
  * arguments go with call, submit and put only, sent again with their
  * descriptors when the server no longer holds an id. Thread of the
@@ -334,13 +336,13 @@ typedef struct st__client_head {
 int st__client_args_method(st_client_t *c, const char *method, const st__client_head_t *head,
                            const char *args_key, const st_args_t *args, int unwrap,
                            st_result_t **out);
-/* hello.c: st__client_method of `method` with params {endpoint[, args]}
+/* call.c: st__client_method of `method` with params {endpoint[, args]}
  * (`with_args`); an empty endpoint name is ST_ERR_INVALID_ARGUMENT. Used by
  * call, submit and invalidate_*. Thread of the client. */
 int st__client_endpoint_method(st_client_t *c, const char *method, const char *endpoint,
                                const st_args_t *args, int with_args, int unwrap,
                                st_result_t **out);
-/* hello.c: closes the connection and connects again to c->path with a new
+/* connect.c: closes the connection and connects again to c->path with a new
  * hello (server_id and the rest updated), waiting at most timeout_ms.
  * ST_OK or a recorded failure (ST_ERR_IO when nothing listens). */
 int st__client_reconnect(st_client_t *c, int timeout_ms);
@@ -393,7 +395,7 @@ void st__client_mapping_release(st__mapping_t *m);
  * Any thread. */
 void st__client_mapping_release_after_device(st__mapping_t *m);
 /* One more reference on m: a result's (pin 0) or a connection's pin (pin
- * 1, arenarefs.c; st__client_mapping_unpin drops it). Any thread. */
+ * 1, kept_arenas.c; st__client_mapping_unpin drops it). Any thread. */
 void st__client_mapping_ref(st__mapping_t *m, int pin);
 void st__client_mapping_unpin(st__mapping_t *m);
 /* Marks m as an object's arena (the reply's `kept` named it): only such a
@@ -616,108 +618,108 @@ size_t st__client_args_arenas(const st_args_t *a, st__mapping_t *const **out);
  * the caller's reference on m. -1 when out of memory. */
 long st__client_args_arena_index(st_args_t *a, st__mapping_t *m);
 
-/* held.c (see "held" above). Every function but params, answered,
+/* kept.c (see "kept" above). Every function but params, answered,
  * resolved and reset runs under the lock. */
 /* Entry of id in t, or NULL. */
-st__held_t *st__held_find(st__heldtab_t *t, uint64_t id);
+st__kept_t *st__kept_find(st__kepttab_t *t, uint64_t id);
 /* Entry of id (appended when new) now pinning pin, KEPT; *old receives
  * the pin it had (NULL if none). NULL when out of memory (t unchanged). */
-st__held_t *st__held_keep(st__heldtab_t *t, uint64_t id, void *pin, void **old);
+st__kept_t *st__kept_keep(st__kepttab_t *t, uint64_t id, void *pin, void **old);
 /* Entry e of t is used no more: it waits for the next request to tell the
  * server. With no request of c in flight its pin is let go at once (no
  * reply can name it before the server is told): returns 1, the caller
  * releases it; else 0, the pin stays until the request is over. */
-int st__held_idle(const st_client_t *c, st__heldtab_t *t, st__held_t *e);
+int st__kept_idle(const st_client_t *c, st__kepttab_t *t, st__kept_t *e);
 /* The ids of t's idle entries as `key: [ids]` in params (as
  * st__client_argcache_params), which are TOLD from now on; the request
  * being packed opens c's window (in_request). Returns 1 when out was
  * packed. Takes the lock. Thread of the client. */
-int st__held_params(st_client_t *c, st__heldtab_t *t, const st__held_ops_t *ops,
+int st__kept_params(st_client_t *c, st__kepttab_t *t, const st__kept_ops_t *ops,
                     const char *key, const void *params, size_t len, st__cbuf_t *out);
 /* The reply to the request that told t's TOLD entries came: they go (their
  * pins detached and released). Unless the reply names things by id
  * (`names_by_id`), the request is over: idle pins that nothing else uses
  * go too. Takes the lock. Thread of the client. */
-void st__held_answered(st_client_t *c, st__heldtab_t *t, const st__held_ops_t *ops,
+void st__kept_answered(st_client_t *c, st__kepttab_t *t, const st__kept_ops_t *ops,
                        int names_by_id);
 /* The reply's names by id are resolved: the request is over, idle pins
  * that nothing else uses go. Takes the lock. Thread of the client. */
-void st__held_resolved(st_client_t *c, st__heldtab_t *t, const st__held_ops_t *ops);
+void st__kept_resolved(st_client_t *c, st__kepttab_t *t, const st__kept_ops_t *ops);
 /* Empties t, detaching and releasing every pin. Takes the lock. Thread of
  * the client. */
-void st__held_reset(st__heldtab_t *t, const st__held_ops_t *ops);
+void st__kept_reset(st__kepttab_t *t, const st__kept_ops_t *ops);
 
-/* arenarefs.c: arenas of objects the server sends once per connection
+/* kept_arenas.c: arenas of objects the server sends once per connection
  * (see the top of that file). */
 /* Starts c's table afresh (a hello, a reconnect, the close): every pin is
  * dropped; with `on` (we asked in hello and the server listed
  * "arena_refs") c joins the connections that use it. Thread of the
  * client. */
-void st__client_arenarefs_reset(st_client_t *c, int on);
+void st__client_kept_arenas_reset(st_client_t *c, int on);
 /* Whether arena map `a` of a reply is a {ref: id} entry (no descriptor). */
-int st__client_arenarefs_is_ref(const st_client_t *c, const msgpack_object *a);
+int st__client_kept_arenas_is_ref(const st_client_t *c, const msgpack_object *a);
 /* The mapping and descriptor of a {ref: id} entry: ST_OK with one result
  * reference in *out, or a recorded PROTOCOL failure when c was never sent
  * that arena with `kept` (or let it go). Thread of the client. */
-int st__client_arenarefs_find(st_client_t *c, const msgpack_object *a, st__arena_desc_t *d,
+int st__client_kept_arenas_find(st_client_t *c, const msgpack_object *a, st__arena_desc_t *d,
                               st__mapping_t **out);
 /* The reply's `kept` named arena d, mapped as m: c pins m until it tells
  * the server that it let it go. Thread of the client. */
-void st__client_arenarefs_keep(st_client_t *c, const st__arena_desc_t *d, st__mapping_t *m);
+void st__client_kept_arenas_keep(st_client_t *c, const st__arena_desc_t *d, st__mapping_t *m);
 /* m has no reference left but the pins of connections: each connection
  * that pins it queues its id for params.unmapped; one with no request in
  * flight lets its pin go at once. Returns how many pins were let go: the
  * caller (map.c, under the lock) drops them from m's counts. */
-size_t st__client_arenarefs_idle_locked(st__mapping_t *m);
+size_t st__client_kept_arenas_idle_locked(st__mapping_t *m);
 /* As st__client_argcache_params, for `unmapped: [ids]`. */
-int st__client_arenarefs_params(st_client_t *c, const void *params, size_t len, st__cbuf_t *out);
+int st__client_kept_arenas_params(st_client_t *c, const void *params, size_t len, st__cbuf_t *out);
 /* The server answered the request that carried `unmapped`: the pins of
  * those arenas go (unmapping what nothing else uses). Unless the reply
  * names arenas by id (`names_refs`), the request is over: idle pins go
  * too. Thread of the client. */
-void st__client_arenarefs_answered(st_client_t *c, int names_refs);
+void st__client_kept_arenas_answered(st_client_t *c, int names_refs);
 /* The reply's arenas are resolved (result.c): the request is over, idle
  * pins go. Thread of the client. */
-void st__client_arenarefs_resolved(st_client_t *c);
+void st__client_kept_arenas_resolved(st_client_t *c);
 
-/* objrefs.c: whole results of objects the server sends once per
+/* kept_objects.c: whole results of objects the server sends once per
  * connection (see the top of that file). */
 /* $ST_CLIENT_KEEP_OBJECTS: results kept per connection (default 1024; 0:
  * hello does not ask for "object_refs"). Any thread. */
-size_t st__client_objrefs_max(void);
+size_t st__client_kept_objects_max(void);
 /* Starts c's table afresh (a hello, a reconnect, the close): every kept
  * result is let go (one its user holds stays valid); `on`: our hello asked
  * for "object_refs". Thread of the client. */
-void st__client_objrefs_reset(st_client_t *c, int on);
+void st__client_kept_objects_reset(st_client_t *c, int on);
 /* r was decoded from a reply that says `object_kept`: c keeps it, so that
  * a later `same` reply returns it; r's references are counted under the
  * lock from now on. Before r is returned to its user. Thread of the
  * client. */
-void st__client_objrefs_keep(st_client_t *c, st_result_t *r);
+void st__client_kept_objects_keep(st_client_t *c, st_result_t *r);
 /* A `same` reply (result: {object, same}): ST_OK with *out one more
  * reference to the result c keeps of that object, or a recorded PROTOCOL
  * failure when c keeps none (never sent with `object_kept`, or let go) or
  * the reply's object map differs from it. Thread of the client. */
-int st__client_objrefs_same(st_client_t *c, const msgpack_object *result, st_result_t **out);
+int st__client_kept_objects_same(st_client_t *c, const msgpack_object *result, st_result_t **out);
 /* Starts a request of c (any method, hello included): the reply of the
  * last one is over, so the result lent of it goes (one reference dropped:
  * the last one lets the server be told in this very request). Thread of
  * the client. */
-void st__client_objrefs_request(st_client_t *c);
+void st__client_kept_objects_request(st_client_t *c);
 /* The caller's reference to r, the result of a `same` reply, is lent
  * (ST_CALL_LEND_SAME): c holds it until its next request or close.
  * Thread of the client. */
-void st__client_objrefs_lend(st_client_t *c, st_result_t *r);
+void st__client_kept_objects_lend(st_client_t *c, st_result_t *r);
 /* st_result_ref and st_result_free of a kept result (r->kept): under the
  * lock. unref returns 1 when the caller frees r now, 0 when r lives on
  * (other references, or parked in its connection's table). Any thread. */
-void st__client_objrefs_ref(st_result_t *r);
-int st__client_objrefs_unref(st_result_t *r);
-/* As st__client_arenarefs_params, for `objects_freed: [ids]`. */
-int st__client_objrefs_params(st_client_t *c, const void *params, size_t len, st__cbuf_t *out);
-/* As st__client_arenarefs_answered and _resolved, for kept results. */
-void st__client_objrefs_answered(st_client_t *c, int names_by_id);
-void st__client_objrefs_resolved(st_client_t *c);
+void st__client_kept_objects_ref(st_result_t *r);
+int st__client_kept_objects_unref(st_result_t *r);
+/* As st__client_kept_arenas_params, for `objects_freed: [ids]`. */
+int st__client_kept_objects_params(st_client_t *c, const void *params, size_t len, st__cbuf_t *out);
+/* As st__client_kept_arenas_answered and _resolved, for kept results. */
+void st__client_kept_objects_answered(st_client_t *c, int names_by_id);
+void st__client_kept_objects_resolved(st_client_t *c);
 
 /* pool.c: result pools (docs/pool.md). */
 /* Starts c's pool afresh (hello, reconnect, close): the connection lets
@@ -761,7 +763,7 @@ void st__client_pool_poll(st_client_t *c);
 
 /* argcache.c: tensor arguments the server keeps (see the top of that
  * file). */
-/* held.c: params (len bytes of one msgpack map; NULL: an empty map) packed into
+/* kept.c: params (len bytes of one msgpack map; NULL: an empty map) packed into
  * out (initialized, empty) with `key: [ids]` first. 0, or -1 when params
  * is not a map (out untouched). Any thread. */
 int st__client_params_with_ids(const void *params, size_t len, const char *key,
@@ -770,18 +772,18 @@ int st__client_params_with_ids(const void *params, size_t len, const char *key,
  * "arg_cache" feature) c joins the connections that use the cache, else
  * it leaves them and its lists are freed. Thread of the client. */
 void st__client_argcache_reset(st_client_t *c, int on);
-/* Own allocation arg_id was freed: every connection that held it queues
+/* Own allocation arg_id was freed: every connection that kept it queues
  * it for params.forget. Any thread. */
 void st__client_argcache_freed(uint64_t arg_id);
 /* Packs params.arenas for the n own allocations (an arena named by its id
- * alone when c's server holds it, else with a descriptor, then held) and
+ * alone when c's server holds it, else with a descriptor, then kept) and
  * fills fds[] (room for n; borrowed from the mappings) with the
  * descriptors that go, in order. Returns how many. Thread of the client. */
 size_t st__client_argcache_pack(st_client_t *c, msgpack_packer *pk, st__mapping_t *const *arenas,
                                 size_t n, int *fds);
 /* The server said it does not keep them: the n allocations are no longer
- * held by c (their next request sends the descriptors). */
-void st__client_argcache_unhold(st_client_t *c, st__mapping_t *const *arenas, size_t n);
+ * kept by c (their next request sends the descriptors). */
+void st__client_argcache_unkeep(st_client_t *c, st__mapping_t *const *arenas, size_t n);
 /* When c has freed ids queued and `params` (len bytes of one msgpack map;
  * NULL: none) is a map: packs it into out (initialized, empty) with
  * `forget: [ids]` added, and returns 1 (the ids are then the request's);

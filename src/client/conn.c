@@ -63,7 +63,7 @@ static int check_server_uid(st_client_t *c, int fd, const char *path) {
  * connect would not do: it fails with EAGAIN and leaves the socket
  * unconnected, and poll() reports such a socket writable at once, so
  * there would be nothing to wait on but a timer. The connect never waits
- * for the server to call accept(); the hello reply does (hello.c).
+ * for the server to call accept(); the hello reply does (connect.c).
  *
  * ST_OK or a recorded failure: ST_ERR_IO (nothing listens, permission),
  * ST_ERR_TIMEOUT, ST_ERR_AUTH (another uid listens),

@@ -70,7 +70,7 @@ struct st__mapping {
   size_t map_len;
   uint64_t bytes;   /* what tensors may use                       */
   size_t refs;
-  size_t pins;      /* of refs: held by connections (arenarefs.c)  */
+  size_t pins;      /* of refs: held by connections (kept_arenas.c)  */
   st__cuda_mapping_t cm;
   pid_t pid;        /* the process that mapped it                 */
   int own;          /* 1: an own allocation; `fd` is its descriptor */
@@ -100,7 +100,7 @@ static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
  * environment at first use), the oldest unmapped first. */
 static st__mapping_t *kept_head;
 /* Idle pinned mappings: objects' arenas no result uses that connections
- * still pin (arenarefs.c), so the server names them by id and sends no
+ * still pin (kept_arenas.c), so the server names them by id and sends no
  * descriptor; newest first. They count as kept (kept_count, kept_bytes)
  * and are let go, oldest first, when the bound needs room. */
 static st__mapping_t *idle_head, *idle_tail;
@@ -235,11 +235,11 @@ static st__mapping_t *kept_trim(void) {
     out = m;
   }
   /* Then idle pinned mappings, oldest first: their connections let go
-   * (at once, or after the reply in flight: arenarefs.c). */
+   * (at once, or after the reply in flight: kept_arenas.c). */
   while (idle_tail && (kept_count > keep_max_arenas || kept_bytes > keep_max_bytes)) {
     st__mapping_t *m = idle_tail;
     idle_leave(m);
-    size_t let_go = st__client_arenarefs_idle_locked(m);
+    size_t let_go = st__client_kept_arenas_idle_locked(m);
     m->pins -= let_go;
     m->refs -= let_go;
     if (m->refs > 0) continue;   /* unpinned when its connection's reply is in */
@@ -404,7 +404,7 @@ static void release(st__mapping_t *m, int after_device) {
       unmap_entries(evicted);
       return;
     }
-    size_t let_go = st__client_arenarefs_idle_locked(m);
+    size_t let_go = st__client_kept_arenas_idle_locked(m);
     m->pins -= let_go;
     m->refs -= let_go;
   }

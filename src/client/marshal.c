@@ -355,7 +355,7 @@ static void put_object(writer_t *w, const msgpack_object *o, int in_key, int dep
 }
 
 /* Nonzero when a result names memory the decoder must take: an `arenas`
- * array, a `pool_page` or `kept` (result.c, pool.c, arenarefs.c). */
+ * array, a `pool_page` or `kept` (result.c, pool.c, kept_arenas.c). */
 static int names_memory(const msgpack_object *result) {
   if (result->type != MSGPACK_OBJECT_MAP) return 0;
   for (uint32_t i = 0; i < result->via.map.size; i++) {
@@ -386,7 +386,7 @@ ST_API int st_client_rpc_marshal(st_client_t *c, const char *method, const st_ar
   if (rc != ST_OK) return rc;
   if (nfds == 0 && !names_memory(&m.result)) {
     /* No arena, nothing kept: what the decoder would do beyond the value
-     * (st__client_arenarefs_answered) was done when the reply came. */
+     * (st__client_kept_arenas_answered) was done when the reply came. */
     writer_t w = {.c = c, .buf = c->marshal_buf, .cap = c->marshal_cap, .rc = ST_OK};
     put_object(&w, &m.result, 0, 0);
     if (w.rc == ST_OK) {

@@ -351,7 +351,7 @@ static int listed_kept(const msgpack_object *kept, size_t i) {
 
 /* Parses and maps the reply's arenas; consumes every fd. An arena named
  * by id alone is this connection's kept mapping; one that `kept` lists is
- * pinned for later replies (arenarefs.c); a region is a view of one of
+ * pinned for later replies (kept_arenas.c); a region is a view of one of
  * the connection's pool slabs (pool.c). */
 static int map_arenas(decoder_t *d, const msgpack_object *list, const msgpack_object *kept,
                       int *fds, size_t nfds, st__arena_desc_t *descs) {
@@ -363,8 +363,8 @@ static int map_arenas(decoder_t *d, const msgpack_object *list, const msgpack_ob
     if (st__client_pool_is_region(&list->via.array.ptr[i])) {
       rc = st__client_pool_region(d->c, &list->via.array.ptr[i], fds, nfds, &descs[i], &r->maps[i]);
       if (rc == ST_OK) r->nmaps = i + 1;
-    } else if (st__client_arenarefs_is_ref(d->c, &list->via.array.ptr[i])) {
-      rc = st__client_arenarefs_find(d->c, &list->via.array.ptr[i], &descs[i], &r->maps[i]);
+    } else if (st__client_kept_arenas_is_ref(d->c, &list->via.array.ptr[i])) {
+      rc = st__client_kept_arenas_find(d->c, &list->via.array.ptr[i], &descs[i], &r->maps[i]);
       if (rc == ST_OK) r->nmaps = i + 1;
     } else if (st__parse_arena(&list->via.array.ptr[i], &descs[i], why, sizeof why) != ST_OK) {
       rc = st__client_fail(d->c, ST_ERR_PROTOCOL, "bad arena %zu in the reply: %s", i, why);
@@ -388,7 +388,7 @@ static int map_arenas(decoder_t *d, const msgpack_object *list, const msgpack_ob
         r->nmaps = i + 1;
         if (!descs[i].legacy && listed_kept(kept, i)) {
           st__client_mapping_mark_reusable(r->maps[i]);
-          st__client_arenarefs_keep(d->c, &descs[i], r->maps[i]);
+          st__client_kept_arenas_keep(d->c, &descs[i], r->maps[i]);
         }
       }
     }
@@ -402,19 +402,19 @@ static int map_arenas(decoder_t *d, const msgpack_object *list, const msgpack_ob
 }
 
 /* The reply's names by id (arenas, its object) are resolved: the request
- * is over (held.c). */
+ * is over (kept.c). */
 static void resolved(st_client_t *c) {
-  st__client_arenarefs_resolved(c);
-  st__client_objrefs_resolved(c);
+  st__client_kept_arenas_resolved(c);
+  st__client_kept_objects_resolved(c);
 }
 
 /* A reply {object, same: true}: the result this connection keeps of that
- * object, once more (objrefs.c). */
+ * object, once more (kept_objects.c). */
 static int decode_same(st_client_t *c, const msgpack_object *result, int *fds, size_t nfds,
                        st_result_t **out) {
   for (size_t i = 0; i < nfds; i++)
     if (fds[i] >= 0) close(fds[i]);
-  int rc = st__client_objrefs_same(c, result, out);
+  int rc = st__client_kept_objects_same(c, result, out);
   resolved(c);
   return rc;
 }
@@ -472,7 +472,7 @@ int st__client_result_decode(st_client_t *c, const msgpack_object *result, int u
     rc = r->server_id ? decode_object(&d, object) : oom(&d);
     const msgpack_object *kept = st__map_get(result, "object_kept");
     if (rc == ST_OK && kept && kept->type == MSGPACK_OBJECT_BOOLEAN && kept->via.boolean)
-      st__client_objrefs_keep(c, r);
+      st__client_kept_objects_keep(c, r);
   }
 
 done:
@@ -489,7 +489,7 @@ done:
 /* Takes one more reference on r; see client.h. Any thread. */
 ST_API void st_result_ref(st_result_t *r) {
   if (!r) return;
-  if (r->kept) st__client_objrefs_ref(r);
+  if (r->kept) st__client_kept_objects_ref(r);
   else __atomic_add_fetch(&r->extra_refs, 1, __ATOMIC_RELAXED);
 }
 
@@ -504,7 +504,7 @@ ST_API void st_result_free(st_result_t *r) {
   if (!r) return;
   if (r->kept) {
     /* Counted under the lock: the connection may hold it on. */
-    if (st__client_objrefs_unref(r)) st__client_result_destroy(r);
+    if (st__client_kept_objects_unref(r)) st__client_result_destroy(r);
     return;
   }
   /* extra_refs counts references beyond the first: a positive count is

@@ -30,7 +30,7 @@ struct st_result {
   int after_device;              /* a DLPack consumer let a tensor go: the
                                     CUDA regions' frees wait for the device
                                     (atomic; st__client_result_after_device) */
-  /* objrefs.c: a result its connection keeps, which a `same` reply
+  /* kept_objects.c: a result its connection keeps, which a `same` reply
    * returns again. Set before the result is returned, never cleared: its
    * extra_refs are counted under the library's lock, -1 while only the
    * connection's table holds it (parked). */
@@ -43,7 +43,7 @@ struct st_result {
 };
 
 /* Frees r and everything it holds, whatever its references (the last
- * st_result_free, or objrefs.c letting a parked result go). Any thread. */
+ * st_result_free, or kept_objects.c letting a parked result go). Any thread. */
 void st__client_result_destroy(st_result_t *r);
 
 /* A DLPack consumer released its tensor of r (dlpack.c): device work on

@@ -70,21 +70,21 @@ static size_t arena_count(const st_client_t *c, const msgpack_object *result) {
   const msgpack_object *a = st__map_get(result, "arenas");
   if (!a || a->type != MSGPACK_OBJECT_ARRAY) return 0;
   /* One descriptor per arena, except legacy CUDA IPC arenas and arenas
-   * named by id that this connection keeps (arenarefs.c): none. */
+   * named by id that this connection keeps (kept_arenas.c): none. */
   /* A pool region carries its slab's only the first time, and the pool
    * page comes once, after the arenas' (pool.c). */
   size_t n = st__map_get(result, "pool_page") != NULL;
   for (uint32_t i = 0; i < a->via.array.size; i++) {
     const msgpack_object *e = &a->via.array.ptr[i];
     if (st__client_pool_is_region(e)) n += (size_t)st__client_pool_has_fd(e);
-    else if (!st__str_eq(st__map_get(e, "backend"), "legacy") && !st__client_arenarefs_is_ref(c, e))
+    else if (!st__str_eq(st__map_get(e, "backend"), "legacy") && !st__client_kept_arenas_is_ref(c, e))
       n++;
   }
   return n;
 }
 
-/* Whether a reply's result names arenas ({ref}: arenarefs.c) or its
- * object (`same`: objrefs.c) by id. */
+/* Whether a reply's result names arenas ({ref}: kept_arenas.c) or its
+ * object (`same`: kept_objects.c) by id. */
 static int names_by_id(const st_client_t *c, const st__message_t *reply) {
   if (reply->error.type != MSGPACK_OBJECT_NIL) return 0;
   if (c->object_refs && st__map_get(&reply->result, "same")) return 1;
@@ -92,7 +92,7 @@ static int names_by_id(const st_client_t *c, const st__message_t *reply) {
   const msgpack_object *a = st__map_get(&reply->result, "arenas");
   if (!a || a->type != MSGPACK_OBJECT_ARRAY) return 0;
   for (uint32_t i = 0; i < a->via.array.size; i++)
-    if (st__client_arenarefs_is_ref(c, &a->via.array.ptr[i])) return 1;
+    if (st__client_kept_arenas_is_ref(c, &a->via.array.ptr[i])) return 1;
   return 0;
 }
 
@@ -157,8 +157,8 @@ int st__client_exchange_until(st_client_t *c, const char *method, const void *pa
   *fds = NULL;
   *nfds = 0;
   /* The last reply is over: what was lent of it goes before this request
-   * packs `objects_freed` (objrefs.c). */
-  st__client_objrefs_request(c);
+   * packs `objects_freed` (kept_objects.c). */
+  st__client_kept_objects_request(c);
   if (c->fd < 0)
     return st__client_fail(c, ST_ERR_IO, "the connection is closed (%s)", c->closed_why);
   st__client_clear_error(c);
@@ -174,19 +174,19 @@ int st__client_exchange_until(st_client_t *c, const char *method, const void *pa
   st__client_cbuf_init(&withunmapped);
   st__client_cbuf_init(&withfreed);
   /* Tensor arguments freed since the last request ride along (argcache.c),
-   * and so do the kept arenas let go (arenarefs.c) and the kept objects'
-   * results freed (objrefs.c); never on hello, which starts a connection
+   * and so do the kept arenas let go (kept_arenas.c) and the kept objects'
+   * results freed (kept_objects.c); never on hello, which starts a connection
    * with nothing held. */
   if (strcmp(method, "hello") != 0) {
     if (st__client_argcache_params(c, params, params_len, &withforget)) {
       params = withforget.sb.data;
       params_len = withforget.sb.size;
     }
-    if (st__client_arenarefs_params(c, params, params_len, &withunmapped)) {
+    if (st__client_kept_arenas_params(c, params, params_len, &withunmapped)) {
       params = withunmapped.sb.data;
       params_len = withunmapped.sb.size;
     }
-    if (st__client_objrefs_params(c, params, params_len, &withfreed)) {
+    if (st__client_kept_objects_params(c, params, params_len, &withfreed)) {
       params = withfreed.sb.data;
       params_len = withfreed.sb.size;
     }
@@ -238,8 +238,8 @@ int st__client_exchange_until(st_client_t *c, const char *method, const void *pa
   /* The server read this request's `unmapped` and `objects_freed`:
    * nothing it sends from now on names those arenas or objects by id. */
   int by_id = names_by_id(c, reply);
-  st__client_arenarefs_answered(c, by_id);
-  st__client_objrefs_answered(c, by_id);
+  st__client_kept_arenas_answered(c, by_id);
+  st__client_kept_objects_answered(c, by_id);
   if (reply->error.type != MSGPACK_OBJECT_NIL) {
     int is_map = reply->error.type == MSGPACK_OBJECT_MAP;
     rc = is_map ? record_server_error(c, &reply->error)

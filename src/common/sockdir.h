@@ -8,7 +8,7 @@
  *      RuntimeDirectory=sharedtensor);
  *   3. /tmp/shared-tensor                (the fallback, as before).
  * The server takes the first it can use (server/sockdir.c), a client the
- * first where the socket of its device exists (client/hello.c).
+ * first where the socket of its device exists (client/connect.c).
  * $SHARED_TENSOR_BASE_PATH, base_path and --base-path bypass the list.
  */
 #ifndef ST_COMMON_SOCKDIR_H

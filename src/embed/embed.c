@@ -211,7 +211,7 @@ ST_API int st_embed_start(const st_embed_options_t *opts, st_embed_t **out, char
   pthread_once(&atexit_once, register_atexit);
 
   /* The thread starts with every signal blocked; the workers it starts
-   * block them too (engine/pool.c). */
+   * block them too (engine/workers.c). */
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);

@@ -1,4 +1,4 @@
-/* src/engine: the import cache of tensor arguments (argcache.h). */
+/* src/engine: the argument cache of tensor arguments (argcache.h). */
 #include "engine/argcache.h"
 
 #include <pthread.h>

@@ -1,4 +1,4 @@
-/* src/engine: the import cache of tensor arguments (docs/pool.md, section 4;
+/* src/engine: the argument cache of tensor arguments (docs/pool.md, section 4;
  * docs/protocol.md, "Tensor arguments").
  *
  * A source (st__targ_src_t) is one client allocation as the server received

@@ -3,10 +3,10 @@
  *
  * Ownership and threads:
  *  - The loop thread creates a job (st__job_new), fills the request fields
- *    and hands it to the pool (st__pool_submit). From then on the pool owns
+ *    and hands it to the workers (st__workers_submit). From then on the workers own
  *    it: exactly one worker runs it and writes the completion fields.
- *  - The worker pushes the finished job onto the pool's completion queue;
- *    the loop thread takes it back (st__pool_take_done), replies if the
+ *  - The worker pushes the finished job onto the workers' completion queue;
+ *    the loop thread takes it back (st__workers_take_done), replies if the
  *    connection still exists, and frees it with st__job_free.
  *  - `cancel` is the only field both sides touch while a job runs: the loop
  *    thread sets it (atomically) and the worker's Lua hook reads it.
@@ -41,7 +41,7 @@ typedef struct st__progress {
 /* Where a job is; written by the worker with a release store, read by the
  * loop thread with an acquire load. */
 typedef enum {
-  ST_JOB_QUEUED = 0,               /* in the pool's queue */
+  ST_JOB_QUEUED = 0,               /* in the workers' queue */
   ST_JOB_RUNNING = 1,              /* a worker took it (started_unix is set) */
   ST_JOB_DONE = 2                  /* finished (completion fields are set) */
 } st__job_state_t;
@@ -62,7 +62,7 @@ typedef struct st__job {
   int cuda_device;                 /* what "cuda" names in the body: the
                                       socket's CUDA device, -1 none */
   int home;                        /* the completion queue it goes back to
-                                      (pool.h: the loop thread that takes
+                                      (workers.h: the loop thread that takes
                                       it; st__job_new: 0) */
   st__targs_t targs;               /* tensor arguments: descriptors moved in
                                       by the loop thread, mapped and dropped

@@ -12,7 +12,7 @@
  * tensors that live in the client's memory: it reads and writes them in
  * place.
  *
- * An arena that names an `arg_id` comes from the connection's import cache
+ * An arena that names an `arg_id` comes from the connection's argument cache
  * (argcache.h) when it carries no descriptor, and is imported at most once
  * for all the requests that name it.
  *

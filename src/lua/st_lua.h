@@ -29,7 +29,7 @@
 #include "common/settings.h"
 #include "engine/generation.h"
 #include "engine/job.h"
-#include "engine/pool.h"
+#include "engine/workers.h"
 #include "engine/result.h"
 
 /* Runs the configuration file at `path` (sandboxed, no st module, under
@@ -93,7 +93,7 @@ st__generation_t *st__vm_generation(const st__vm_t *vm);
  * (docs/endpoints.md, "Devices"). Worker thread that owns vm. */
 void st__vm_set_device(st__vm_t *vm, int device, int cuda_device);
 
-/* The pool's per-job hook (engine/pool.h): st__vm_set_device with the
+/* The workers' per-job hook (engine/workers.h): st__vm_set_device with the
  * job's devices, and the job's mapped tensor arguments (job->targs,
  * borrowed until the next st__vm_build returns) for the arguments' tensor
  * values. Worker thread that owns vm. */

@@ -1,6 +1,6 @@
 /* src/server: the build scheduler (work.h, "builds.c"): a consumer's
  * build starts (an answer from the cache, a build in flight to join, or a
- * new one for the pool or its serialized queue: queue.c), a job comes back
+ * new one for the workers or its serialized queue: queue.c), a job comes back
  * and its consumers receive the result (deliver.c), and consumers that
  * stop waiting (a cancelled task, a closed connection, shutdown) cancel
  * builds nobody waits for. Loop thread only.
@@ -44,7 +44,7 @@ static void sweep_timer_cb(struct ev_loop *loop, ev_timer *w, int revents) {
   st__tasks_sweep(w->data);
 }
 
-/* Frees everything; jobs on the pool were freed with it. Loop thread. */
+/* Frees everything; jobs on the workers were freed with it. Loop thread. */
 void st__work_destroy(st__server_t *srv) {
   st__work_t *w = srv->work;
   if (!w) return;
@@ -392,7 +392,7 @@ void st__work_conn_closed(st__server_t *srv, st__conn_t *c) {
       if (removed && !b->consumers) {
         /* Nobody waits any more (the calls count as dropped: stats.c).
          * st__queue_abort may start the next serialized build, never free
-         * another one: the pool only refuses after every connection
+         * another one: the workers only refuse after every connection
          * closed, in st__server_destroy. */
         orphan(srv, b);
       }

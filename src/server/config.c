@@ -71,7 +71,7 @@ static const st__setting_t limits_rows[] = {
      .description = "arena bytes all undelivered replies pin together (default: derived)"},
     {.name = "max_cached_arguments", .type = ST_SET_INT, INT_FIELD(max_cached_arguments),
      .lo = 0, .hi = 1 << 20, .def = 256,
-     .description = "tensor arguments one connection's import cache keeps mapped (least "
+     .description = "tensor arguments one connection's argument cache keeps mapped (least "
                     "recently used dropped first; 0 = none)"},
     {.name = "max_handoffs_per_connection", .type = ST_SET_INT,
      INT_FIELD(max_handoffs_per_connection), .lo = 0, .hi = 1 << 16, .def = 16,

@@ -63,7 +63,7 @@ typedef struct st__config {
   int max_fds_all_connections;
   uint64_t max_queued_bytes_per_connection;
   uint64_t max_queued_bytes_all_connections;
-  /* Tensor arguments a connection's import cache keeps (docs/pool.md,
+  /* Tensor arguments a connection's argument cache keeps (docs/pool.md,
    * section 4); 0: none are kept. */
   int max_cached_arguments;
   /* Hand-offs (docs/pool.md, section 5): how many one connection may

@@ -217,9 +217,9 @@ void st__conn_close(st__conn_t *c, const char *why) {
   c->unread_fds = 0;
   c->unread_bytes = 0;
   st__conn_rx_close_all(c);
-  st__conn_targs_drop_all(c);
-  st__idset_clear(&c->arena_refs);
-  st__idset_clear(&c->object_refs);
+  st__conn_argcache_drop_all(c);
+  st__keptset_clear(&c->kept_arenas);
+  st__keptset_clear(&c->kept_objects);
   st__mpool_close(c->pool);   /* regions still in use keep their slabs */
   c->pool = NULL;
   if (st__loop_is_current(c->loop)) close_io(c);

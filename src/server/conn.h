@@ -63,7 +63,7 @@
 #include <sys/socket.h>
 
 #include "engine/argcache.h"
-#include "server/idset.h"
+#include "server/kept.h"
 #include "proto/proto.h"
 #include "st/wire.h"
 #include "server/server.h"
@@ -128,12 +128,12 @@ struct st__conn {
   struct st__targs *targs;    /* during st__dispatch: the tensor arguments of
                                  the request (call/submit move them out)   */
   st__argcache_t argcache;    /* tensor arguments kept by arg_id
-                                 (targ_cache.c); each entry holds one
+                                 (argcache.c); each entry holds one
                                  descriptor, counted like rx_held          */
   struct st__mpool *pool;     /* result pool (hello feature "pool"), or NULL;
                                  one reference (server/pool_conn.c)        */
-  st__idset_t arena_refs;     /* arenas sent once (idset.h)                 */
-  st__idset_t object_refs;    /* objects sent once (idset.h)                */
+  st__keptset_t kept_arenas;     /* arenas sent once (kept.h)                 */
+  st__keptset_t kept_objects;    /* objects sent once (kept.h)                */
   st__conn_t *hnext;          /* id hash chain                              */
   st__conn_t *dnext;          /* its loop's dead list                       */
   st__conn_t *tnext;          /* its loop's todo list                       */
@@ -249,9 +249,9 @@ void st__conn_rx_close_all(st__conn_t *c);
  * (nothing moved). */
 int st__conn_take_fds(st__conn_t *c, int *out, size_t n);
 
-/* ----------------------------------------------------------- targ_cache.c */
+/* ----------------------------------------------------------- argcache.c */
 
-/* The connection's import cache of tensor arguments (docs/pool.md,
+/* The connection's argument cache of tensor arguments (docs/pool.md,
  * section 4): entries count as held descriptors of the connection and of
  * the server (max_fds_per_connection, max_fds_all_connections) and are
  * at most limits.max_cached_arguments. Loop thread. */
@@ -261,18 +261,18 @@ int st__conn_take_fds(st__conn_t *c, int *out, size_t n);
  * entries to stay within the limits; one that cannot fit is not kept
  * (the client resends it). */
 struct st__targs;
-void st__conn_targs_keep(st__conn_t *c, const struct st__targs *t);
+void st__conn_argcache_keep(st__conn_t *c, const struct st__targs *t);
 
 /* Drops the entries params.forget names (an array of arg ids; unknown ids
  * are ignored). ST_OK, or ST_ERR_INVALID_ARGUMENT with the reason in err
  * when forget is not an array of integers >= 1 (nothing dropped then). */
-int st__conn_targs_forget(st__conn_t *c, const msgpack_object *params, char *err,
+int st__conn_argcache_forget(st__conn_t *c, const msgpack_object *params, char *err,
                           size_t errlen);
 
 /* Drops the least recently used entry. Returns 1 when there was one. */
-int st__conn_targs_evict_one(st__conn_t *c);
+int st__conn_argcache_evict_one(st__conn_t *c);
 
 /* Drops every entry (the connection closes). */
-void st__conn_targs_drop_all(st__conn_t *c);
+void st__conn_argcache_drop_all(st__conn_t *c);
 
 #endif

@@ -300,7 +300,7 @@ static void info_inputs(const st__server_t *srv, info_inputs_t *in) {
   in->reload_ends = srv->counters.reloads + srv->counters.reload_failures;
   in->last_reload_done = srv->last_reload_done;
   in->nlisteners = srv->nlisteners;
-  in->workers = srv->pool ? st__pool_size(srv->pool) : 0;
+  in->workers = srv->workers ? st__workers_size(srv->workers) : 0;
   in->ndevices = srv->devices.count;
   in->cuda_count = srv->devices.cuda_count;
 }
@@ -329,7 +329,7 @@ static void pack_fixed(msgpack_packer *pk, const st__server_t *srv) {
   }
   st__pack_cstr(pk, "limits");
   pack_limits(pk, cfg, 1);
-  st__pack_kv_int(pk, "workers", srv->pool ? st__pool_size(srv->pool) : 0);
+  st__pack_kv_int(pk, "workers", srv->workers ? st__workers_size(srv->workers) : 0);
 
   st__pack_cstr(pk, "generation");
   msgpack_pack_map(pk, 6);
@@ -397,7 +397,7 @@ void st__describe_info(msgpack_packer *pk, st__server_t *srv) {
   st__pack_kv_double(pk, "uptime_s", st__now_mono() - srv->started_mono);
   st__pack_kv_bool(pk, "ready", srv->gen && !srv->shutting_down);
   st__pack_kv_int(pk, "connections", srv->nconns);
-  st__pack_kv_uint(pk, "inflight", srv->pool ? st__pool_outstanding(srv->pool, -1) : 0);
+  st__pack_kv_uint(pk, "inflight", srv->workers ? st__workers_outstanding(srv->workers, -1) : 0);
   st__pack_kv_uint(pk, "waiting", srv->work ? srv->work->nwaiting : 0);
   st__pack_cstr(pk, "counters");
   pack_counters(pk, srv);

@@ -100,7 +100,7 @@ static int take_arenas(st__conn_t *c, uint32_t id, const msgpack_object *params,
     else st__conn_send_error(c, id, ST_ERR_INVALID_ARGUMENT, err);
     return 1;
   }
-  st__conn_targs_keep(c, t);
+  st__conn_argcache_keep(c, t);
   return 0;
 }
 
@@ -134,13 +134,13 @@ void st__dispatch(st__conn_t *c, const st__message_t *msg) {
   /* Forgotten tensor arguments go first, whatever happens to the request;
    * a malformed forget still lets the request's descriptors be taken. */
   char ferr[128];
-  int frc = prc == ST_OK ? st__conn_targs_forget(c, params, ferr, sizeof ferr) : ST_OK;
+  int frc = prc == ST_OK ? st__conn_argcache_forget(c, params, ferr, sizeof ferr) : ST_OK;
   /* So do the arenas the client unmapped and the objects it freed: a
    * reply of this request sends them in full again. */
   if (frc == ST_OK && prc == ST_OK)
-    frc = st__idset_drop_listed(&c->arena_refs, params, "unmapped", "arena ids", ferr, sizeof ferr);
+    frc = st__keptset_drop_listed(&c->kept_arenas, params, "unmapped", "arena ids", ferr, sizeof ferr);
   if (frc == ST_OK && prc == ST_OK)
-    frc = st__idset_drop_listed(&c->object_refs, params, "objects_freed", "object ids", ferr,
+    frc = st__keptset_drop_listed(&c->kept_objects, params, "objects_freed", "object ids", ferr,
                                 sizeof ferr);
   st__targs_t targs;
   memset(&targs, 0, sizeof targs);

@@ -92,7 +92,7 @@ static void count_hit(st__server_t *srv, uintptr_t at, int e, double took) {
 int st__fast_call(st__conn_t *c, const st__message_t *msg) {
   st__server_t *srv = c->srv;
   const msgpack_object *name, *args;
-  if (c->dead || c->closing || srv->shutting_down || !srv->pool || srv->stats.call_method < 0 ||
+  if (c->dead || c->closing || srv->shutting_down || !srv->workers || srv->stats.call_method < 0 ||
       c->inflight >= srv->cfg->max_inflight || !call_params(msg, &name, &args))
     return 0;
   double accepted = st__now_mono();

@@ -114,7 +114,7 @@ static int fds_fit_now(st__conn_t *c, int fds, char *err, size_t errlen) {
 static int fds_fit(st__conn_t *c, int fds, char *err, size_t errlen) {
   for (;;) {
     int ok = fds_fit_now(c, fds, err, errlen);
-    if (ok || !st__conn_targs_evict_one(c)) return ok;
+    if (ok || !st__conn_argcache_evict_one(c)) return ok;
   }
 }
 

@@ -1,5 +1,5 @@
 /* src/server: the server's life (server.h): start, the loop's own
- * watchers (completions from the pool, reaping closed connections, the
+ * watchers (completions from the workers, reaping closed connections, the
  * check that ends a drained shutdown), and the teardown. Reloads are
  * reload.c's, shutdowns shutdown.c's. Loop thread only. */
 #include "server/pool_conn.h"
@@ -60,7 +60,7 @@ static void notify_loop(void *ud, int home) {
 /* Completes the builds whose completions wait for loop `home`. Its
  * thread, the write side held. */
 static void take_done(st__server_t *srv, int home) {
-  st__job_t *job = st__pool_take_done(srv->pool, home);
+  st__job_t *job = st__workers_take_done(srv->workers, home);
   if (!job) return;
   while (job) {
     st__job_t *next = job->next;
@@ -84,7 +84,7 @@ static void on_done(struct ev_loop *loop, ev_async *w, int revents) {
  * completions of loops 1..N-1, whose replies join the connections' queued
  * work, then that work. */
 static void service_loop(st__loop_t *lp) {
-  if (lp->index > 0 && lp->srv->pool) take_done(lp->srv, lp->index);
+  if (lp->index > 0 && lp->srv->workers) take_done(lp->srv, lp->index);
   st__conn_service(lp);
 }
 
@@ -104,7 +104,7 @@ void st__server_request_stop(st__server_t *srv) {
 }
 
 /* Before each poll: ends a shutdown whose last call in flight finished
- * (it completed, or left the pool's queue unrun). Closed connections are
+ * (it completed, or left the workers' queue unrun). Closed connections are
  * freed by their loops (loops.c). */
 static void on_reap(struct ev_loop *loop, ev_prepare *w, int revents) {
   (void)loop;
@@ -273,7 +273,7 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
     }
   }
 
-  const st__pool_runner_t lua_runner = {
+  const st__workers_runner_t lua_runner = {
       .vm_new = st__vm_new,
       .vm_free = st__vm_free,
       .vm_generation = st__vm_generation,
@@ -282,18 +282,18 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
                  .default_timeout_s = cfg->default_timeout_s},
   };
   char err[256];
-  rc = st__pool_start(cfg->workers, &lua_runner, srv->gen, notify_loop, srv, &srv->pool, err,
+  rc = st__workers_start(cfg->workers, &lua_runner, srv->gen, notify_loop, srv, &srv->workers, err,
                       sizeof err);
   if (rc != ST_OK) {
     start_failed(setup, err);
     return rc;
   }
-  st__pool_set_prepare_fn(srv->pool, st__pool_conn_prepare);
-  if ((rc = st__pool_set_homes(srv->pool, srv->nloops)) != ST_OK) {
+  st__workers_set_prepare_fn(srv->workers, st__pool_conn_prepare);
+  if ((rc = st__workers_set_homes(srv->workers, srv->nloops)) != ST_OK) {
     start_failed(setup, "out of memory");
     return rc;
   }
-  st__pool_set_spin(srv->pool, cfg->spin_us * 1e-6);
+  st__workers_set_spin(srv->workers, cfg->spin_us * 1e-6);
   ST_LOG_I("server", "workers: %d; limits: max_message_bytes %zu, max_connections %d, "
            "max_inflight %d, frame_timeout_ms %d, lua_memory_bytes %llu, default_timeout_s %g; "
            "spin_us %d",
@@ -319,12 +319,12 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
  * several loop threads the server lock is let go of between those
  * iterations. lp's thread. */
 static void spin_for_completions(st__server_t *srv, st__loop_t *lp, double spin_s) {
-  st__pool_t *pool = srv->pool;
+  st__workers_t *workers = srv->workers;
   int home = lp->index;
   double start = st__now_mono(), deadline = start + spin_s;
-  while (!srv->stopped && st__pool_outstanding(pool, home)) {
+  while (!srv->stopped && st__workers_outstanding(workers, home)) {
     st__loop_unlock(srv);
-    for (int i = 0; i < 31 && !st__pool_done_pending(pool, home); i++) st__cpu_relax();
+    for (int i = 0; i < 31 && !st__workers_done_pending(workers, home); i++) st__cpu_relax();
     st__loop_lock(srv);
     ev_run(lp->ev, EVRUN_NOWAIT);
     if (st__now_mono() > deadline) break;
@@ -341,7 +341,7 @@ static void run_loop(st__server_t *srv, st__loop_t *lp) {
   st__arena_defer_here(1);   /* slow final releases go to the releaser */
   while (!srv->stopped && !(lp->index > 0 && srv->loops_stop) &&
          ev_run(lp->ev, EVRUN_ONCE)) {
-    if (spin_s > 0 && srv->pool && st__pool_outstanding(srv->pool, lp->index))
+    if (spin_s > 0 && srv->workers && st__workers_outstanding(srv->workers, lp->index))
       spin_for_completions(srv, lp, spin_s);
   }
   st__arena_defer_here(0);
@@ -367,16 +367,16 @@ void st__server_destroy(st__server_t *srv) {
   /* A worker waiting for the loop to evict gets its answer now. */
   st__reclaim_stop(srv);
   int stuck = 0;
-  if (srv->pool) {
-    st__pool_cancel_all(srv->pool);
-    stuck = st__pool_free(srv->pool, 5.0);
+  if (srv->workers) {
+    st__workers_cancel_all(srv->workers);
+    stuck = st__workers_free(srv->workers, 5.0);
     if (stuck)
       ST_LOG_E("server", "%d workers did not stop within 5 s; exiting without them", stuck);
-    srv->pool = NULL;
+    srv->workers = NULL;
   }
   if (!stuck) st__reclaim_free(srv);
   st__conn_reap(srv);
-  /* After the pool: builds and tasks no longer have jobs on it. Tasks
+  /* After the workers: builds and tasks no longer have jobs on it. Tasks
    * hold objects, so they go first. */
   st__work_destroy(srv);
   st__views_destroy(srv);

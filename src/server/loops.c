@@ -36,7 +36,7 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "engine/pool.h"
+#include "engine/workers.h"
 #include "server/loopprof.h"
 #include "server/server.h"
 #include "st/errors.h"
@@ -169,7 +169,7 @@ static void on_service(struct ev_loop *loop, ev_prepare *w, int revents) {
    * only this thread to `dead`; completions of this loop's builds come
    * from the workers (a peek, loops 1..N-1: loop 0 has its own watcher). */
   if (!lp->todo && !lp->dead &&
-      !(lp->index > 0 && lp->srv->pool && st__pool_done_pending(lp->srv->pool, lp->index)))
+      !(lp->index > 0 && lp->srv->workers && st__workers_done_pending(lp->srv->workers, lp->index)))
     return;
   st__loop_exclusive(lp->srv);
   lp->srv->on_loop_service(lp);

@@ -10,6 +10,7 @@
 #define M(name) #name, sizeof #name - 1
 #define P(n, t, f) {.name = n, .type = t, .flags = f}
 #define ANY(n) P(n, ST_RPC_ANY, 0)
+#define BOOL(n) P(n, ST_RPC_BOOL, 0)
 #define P_TASK P("task_id", ST_RPC_U64, ST_RPC_REQUIRED)
 #define P_OBJECT P("object_id", ST_RPC_U64, ST_RPC_REQUIRED)
 #define P_ENDPOINT P("endpoint", ST_RPC_STR, ST_RPC_REQUIRED)
@@ -20,7 +21,7 @@
 static const st__rpc_method_t methods[] = {
     {M(ping), st__rpc_ping, NONE},
     {M(call), st__rpc_call,
-     {P_ENDPOINT, ANY("args"), ANY("arenas"), ANY("readonly"), ANY("view")}},
+     {P_ENDPOINT, ANY("args"), ANY("arenas"), BOOL("readonly"), ANY("view")}},
     {M(hello), st__rpc_hello,
      {P("protocol", ST_RPC_U64, ST_RPC_NIL_IS_VALUE), P("client", ST_RPC_STR, ST_RPC_NIL_IS_VALUE),
       ANY("features")}},
@@ -51,16 +52,16 @@ static const st__rpc_method_t methods[] = {
     {M(buffer_create), st__rpc_buffer_create,
      {P_NAME, ANY("shape"), P("dtype", ST_RPC_STR, ST_RPC_REQUIRED), P("device", ST_RPC_STR, 0),
       P("slots", ST_RPC_U64, 0)}},
-    {M(buffer_open), st__rpc_buffer_open, {P_NAME, ANY("readonly")}},
+    {M(buffer_open), st__rpc_buffer_open, {P_NAME, BOOL("readonly")}},
     {M(buffer_close), st__rpc_buffer_close, {P_NAME, P("handle", ST_RPC_U64, ST_RPC_REQUIRED)}},
     {M(buffer_unlink), st__rpc_buffer_unlink, {P_NAME}},
     {M(buffers), st__rpc_buffers, NONE},
     {M(put), st__rpc_put,
      {P_KEY, P("value", ST_RPC_ANY, ST_RPC_REQUIRED), ANY("arenas"),
-      {.name = "policy", .type = ST_RPC_WORD, .choices = ST__KEY_POLICY_NAMES}, ANY("readonly"),
-       ANY("live")}},
+      {.name = "policy", .type = ST_RPC_WORD, .choices = ST__KEY_POLICY_NAMES}, BOOL("readonly"),
+       BOOL("live")}},
     {M(get), st__rpc_get,
-     {P_KEY, P("version", ST_RPC_U64, 0), ANY("readonly"), ANY("view"), P("have", ST_RPC_U64, 0)}},
+     {P_KEY, P("version", ST_RPC_U64, 0), BOOL("readonly"), ANY("view"), P("have", ST_RPC_U64, 0)}},
     {M(keys), st__rpc_keys, {P("prefix", ST_RPC_STR, 0)}},
     {M(delete), st__rpc_delete, {P_KEY}},
 };

@@ -259,10 +259,10 @@ static void gauges(text_t *t, st__server_t *srv) {
   single(t, "sharedtensor_open_connections", "gauge", "", "Connections open now.",
          srv->nconns);
   single(t, "sharedtensor_workers", "gauge", "", "Worker threads.",
-         srv->pool ? st__pool_size(srv->pool) : 0);
+         srv->workers ? st__workers_size(srv->workers) : 0);
   single(t, "sharedtensor_jobs_in_flight", "gauge", "",
          "Builds on the workers, queued or running.",
-         srv->pool ? (double)st__pool_outstanding(srv->pool, -1) : 0);
+         srv->workers ? (double)st__workers_outstanding(srv->workers, -1) : 0);
   single(t, "sharedtensor_builds_waiting", "gauge", "",
          "Builds waiting for their serialized endpoint's turn.",
          srv->work ? (double)srv->work->nwaiting : 0);

@@ -75,7 +75,7 @@ int st__pool_reply_prepare(st__conn_t *c, const st__build_result_t *r, int obj,
     uint32_t slot;
     if (!st__arena_region(a, &owner, &slot)) {
       pr->ref[i] = obj && st__arena_has_fd(a) &&
-                   st__idset_has(&c->arena_refs, st__arena_id(a));
+                   st__keptset_has(&c->kept_arenas, st__arena_id(a));
       continue;
     }
     if (c->pool && st__mpool_describe(c->pool, a, &pr->desc[i])) {

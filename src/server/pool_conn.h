@@ -31,7 +31,7 @@ void st__pool_conn_hello(st__conn_t *c, const msgpack_object *features);
  * nothing (no object). */
 void st__pool_conn_job(const st__endpoint_decl_t *ep, st__conn_t *c, st__job_t *job);
 
-/* The workers' prepare hook (engine/pool.h): the VM's own, then the job's
+/* The workers' prepare hook (engine/workers.h): the VM's own, then the job's
  * pool made current on the worker's thread. */
 struct st__vm;
 void st__pool_conn_prepare(struct st__vm *vm, const st__job_t *job);
@@ -54,7 +54,7 @@ typedef struct st__pool_reply {
  * was never handed out goes as a region (the slab's descriptor only the
  * first time); a region of another pool, or one handed out before, is
  * copied into an arena of its own; for an object's result (`obj`), an
- * arena c already keeps mapped (idset.h) goes by id alone. ST_OK,
+ * arena c already keeps mapped (kept.h) goes by id alone. ST_OK,
  * or the error of the copy with the reason. Release with
  * st__pool_reply_done. */
 int st__pool_reply_prepare(st__conn_t *c, const st__build_result_t *r, int obj,

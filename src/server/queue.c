@@ -1,7 +1,7 @@
 /* src/server: where builds wait and run (work.h, "queue.c"): the list of
  * builds in flight, the flight table that later calls join, the hand-off
- * to the worker pool, and the FIFO queue of each serialized endpoint (one
- * of its builds on the pool at a time). Loop thread only.
+ * to the workers, and the FIFO queue of each serialized endpoint (one
+ * of its builds on the workers at a time). Loop thread only.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -61,16 +61,16 @@ static int home_of(st__server_t *srv, const st__build_t *b) {
 }
 
 static int submit(st__server_t *srv, st__build_t *b) {
-  if (!srv->pool) return ST_ERR_SHUTTING_DOWN;
+  if (!srv->workers) return ST_ERR_SHUTTING_DOWN;
   b->job->home = home_of(srv, b);
-  int rc = st__pool_submit(srv->pool, b->job);
+  int rc = st__workers_submit(srv->workers, b->job);
   if (rc != ST_OK) return rc;
   b->state = ST_BUILD_SUBMITTED;
   srv->counters.builds++;
   return ST_OK;
 }
 
-/* A build of a serialized endpoint left the pool: the next one in its
+/* A build of a serialized endpoint left the workers: the next one in its
  * queue gets the turn; see work.h. */
 void st__queue_next(st__server_t *srv, const char *endpoint) {
   st__work_t *w = srv->work;
@@ -89,7 +89,7 @@ void st__queue_next(st__server_t *srv, const char *endpoint) {
       s->busy = 1;
       break;
     }
-    /* Only a pool that stopped refuses: end the build here. */
+    /* Only workers that stopped refuse: end the build here. */
     st__build_unlink(w, b);
     st__build_forget_flight(w, b);
     st__deliver_error(srv, &b->consumers, rc, "the server is shutting down");
@@ -102,7 +102,7 @@ void st__queue_next(st__server_t *srv, const char *endpoint) {
   }
 }
 
-/* Hands b to the pool, or queues it behind the running build of its
+/* Hands b to the workers, or queues it behind the running build of its
  * serialized endpoint; see work.h. */
 int st__queue_enqueue(st__server_t *srv, st__build_t *b) {
   st__work_t *w = srv->work;
@@ -154,7 +154,7 @@ static int unqueue(st__work_t *w, st__build_t *b) {
 int st__queue_abort(st__server_t *srv, st__build_t *b) {
   st__work_t *w = srv->work;
   int waiting = b->state == ST_BUILD_WAITING;
-  if (waiting ? !unqueue(w, b) : !srv->pool || !st__pool_remove(srv->pool, b->job)) return 0;
+  if (waiting ? !unqueue(w, b) : !srv->workers || !st__workers_remove(srv->workers, b->job)) return 0;
   st__build_unlink(w, b);
   st__build_forget_flight(w, b);
   st__job_free(b->job);

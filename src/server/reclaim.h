@@ -30,12 +30,12 @@ struct st__server;
 int st__reclaim_start(struct st__server *srv);
 
 /* Removes the hook and wakes every waiting worker (their charges are
- * refused): call when the loop stopped serving, before the pool is
+ * refused): call when the loop stopped serving, before the workers are
  * joined. Loop thread. */
 void st__reclaim_stop(struct st__server *srv);
 
-/* Frees the state once no worker can be inside the hook (after the pool
- * was joined). Loop thread. */
+/* Frees the state once no worker can be inside the hook (after the workers
+ * were joined). Loop thread. */
 void st__reclaim_free(struct st__server *srv);
 
 /* The descriptor cap limits.max_arena_fds gives (0 there: half of the

@@ -203,7 +203,7 @@ static void swap_in(st__server_t *srv, reload_run_t *run, st__reload_report_t *r
   run->gen = NULL;
   diff_generations(srv, old, g, r);
   srv->gen = g;
-  if (srv->pool) st__pool_set_generation(srv->pool, g);
+  if (srv->workers) st__workers_set_generation(srv->workers, g);
   /* Jobs and worker states hold their own references: the old generation
    * is freed when the last of them lets go. */
   if (old) st__generation_unref(old);

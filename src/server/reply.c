@@ -124,7 +124,7 @@ static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
    * connection's pool by its slab, whose descriptor goes once, and an
    * object's arena this client keeps mapped from an earlier reply on this
    * connection is named by id alone (docs/protocol.md; pool_conn.c,
-   * idset.c). Each descriptor keeps its arena alive until the client
+   * kept.c). Each descriptor keeps its arena alive until the client
    * has read the reply: they count against the connection limits (conn.h)
    * until then. */
   st__pool_reply_t *prp = malloc(sizeof *prp);   /* ~20 KiB: not on the stack */
@@ -170,10 +170,10 @@ static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
   uint32_t nkept = 0;
   for (size_t i = 0; by_id && !c->dead && i < prp->n; i++)
     if (!prp->pooled[i] && !prp->ref[i] && st__arena_has_fd(prp->arenas[i]) &&
-        st__idset_add(&c->arena_refs, st__arena_id(prp->arenas[i])))
+        st__keptset_add(&c->kept_arenas, st__arena_id(prp->arenas[i])))
       kept[nkept++] = (uint32_t)i;
   int object_kept = keep_object && !c->dead && same_form(obj, lease) &&
-                    st__idset_add(&c->object_refs, obj->id);
+                    st__keptset_add(&c->kept_objects, obj->id);
   msgpack_sbuffer sb;
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, id);
@@ -225,7 +225,7 @@ int st__reply_more(st__conn_t *c, uint32_t id, const char *what, const st__build
 
 /* See work.h. Reads only: either side of the server lock. */
 int st__reply_same_for(const st__conn_t *c, const st__object_t *obj) {
-  return same_form(obj, 0) && st__idset_has(&c->object_refs, obj->id);
+  return same_form(obj, 0) && st__keptset_has(&c->kept_objects, obj->id);
 }
 
 /* See work.h. Reads only: either side of the server lock. */

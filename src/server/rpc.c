@@ -83,6 +83,10 @@ static int check_type(st__rpc_req_t *r, const st__rpc_param_t *p, const msgpack_
     st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "%s: '%s' must be one of %s", m, p->name,
                   word_list(p->choices, words, sizeof words));
     return 0;
+  case ST_RPC_BOOL:
+    if (v->type == MSGPACK_OBJECT_BOOLEAN) return 1;
+    st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "%s: '%s' must be true or false", m, p->name);
+    return 0;
   }
   return 0;
 }
@@ -98,8 +102,8 @@ int st__rpc_check(st__rpc_req_t *r) {
   }
   /* Every method takes `forget` (tensor arguments the client freed),
    * `unmapped` (arenas it let go) and `objects_freed` (objects it let go),
-   * which st__dispatch applied already (server/targ_cache.c,
-   * server/idset.c). */
+   * which st__dispatch applied already (server/argcache.c,
+   * server/kept.c). */
   names[n] = "forget";
   names[n + 1] = "unmapped";
   names[n + 2] = "objects_freed";
@@ -148,6 +152,12 @@ uint64_t st__rpc_u64(const st__rpc_req_t *r, const char *name, uint64_t dflt) {
 double st__rpc_seconds(const st__rpc_req_t *r, const char *name, double dflt) {
   const msgpack_object *v = st__rpc_arg(r, name);
   return v ? seconds_of(v) : dflt;
+}
+
+/* A checked BOOL parameter, 0 or 1, or dflt. */
+int st__rpc_bool(const st__rpc_req_t *r, const char *name, int dflt) {
+  const msgpack_object *v = st__rpc_arg(r, name);
+  return v ? v->via.boolean != 0 : dflt;
 }
 
 /* A checked WORD parameter's index, or dflt. */

@@ -44,7 +44,8 @@ typedef enum {
                           "'x' (a string) is required", absent or not) */
   ST_RPC_SECONDS,      /* a number in [lo, hi] ("'x' must be a number of
                           seconds in lo..hi") */
-  ST_RPC_WORD          /* one of `choices` ("'x' must be one of a, b, c") */
+  ST_RPC_WORD,         /* one of `choices` ("'x' must be one of a, b, c") */
+  ST_RPC_BOOL          /* true or false ("'x' must be true or false") */
 } st__rpc_type_t;
 
 /* Parameter flags. Without ST_RPC_NIL_IS_VALUE a nil value counts as an
@@ -127,10 +128,11 @@ int st__rpc_check(st__rpc_req_t *r);
 const msgpack_object *st__rpc_arg(const st__rpc_req_t *r, const char *name);
 
 /* Typed reads of checked parameters, `dflt` when absent: U64, SECONDS,
- * WORD (the index; dflt when absent). */
+ * WORD (the index; dflt when absent), BOOL (0 or 1). */
 uint64_t st__rpc_u64(const st__rpc_req_t *r, const char *name, uint64_t dflt);
 double st__rpc_seconds(const st__rpc_req_t *r, const char *name, double dflt);
 int st__rpc_word(const st__rpc_req_t *r, const char *name, int dflt);
+int st__rpc_bool(const st__rpc_req_t *r, const char *name, int dflt);
 
 /* The device of the request's `device` parameter (a checked STR of the
  * row): "cpu" (absent too) is -1, "cuda" the socket's own device, "cuda:N"

@@ -48,8 +48,8 @@ void st__rpc_hello(st__rpc_req_t *r) {
     st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "hello: 'features' must be an array of strings");
     return;
   }
-  st__idset_start(&c->arena_refs, st__features_has(features, "arena_refs"));
-  st__idset_start(&c->object_refs, st__features_has(features, "object_refs"));
+  st__keptset_start(&c->kept_arenas, st__features_has(features, "arena_refs"));
+  st__keptset_start(&c->kept_objects, st__features_has(features, "object_refs"));
   if (client) {
     size_t n = client->via.str.size < sizeof c->client - 1 ? client->via.str.size
                                                            : sizeof c->client - 1;

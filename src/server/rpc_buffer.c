@@ -190,16 +190,12 @@ void st__rpc_buffer_create(st__rpc_req_t *r) {
 /* buffer_open {name, readonly?}. */
 void st__rpc_buffer_open(st__rpc_req_t *r) {
   st__conn_t *c = r->c;
-  const msgpack_object *name = st__rpc_arg(r, "name"), *ro = st__rpc_arg(r, "readonly");
-  if (ro && ro->type != MSGPACK_OBJECT_BOOLEAN) {
-    st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "buffer_open: 'readonly' must be true or false");
-    return;
-  }
+  const msgpack_object *name = st__rpc_arg(r, "name");
   char err[400];
   st__buffer_t *b = NULL;
   st__buffer_handle_t h;
   int rc = st__buffer_open(&c->srv->buffers, name->via.str.ptr, name->via.str.size,
-                           ro && ro->via.boolean, c->srv->cfg->max_buffer_handles_per_connection,
+                           st__rpc_bool(r, "readonly", 0), c->srv->cfg->max_buffer_handles_per_connection,
                            c->id, c->cred.uid, &b, &h, err, sizeof err);
   if (rc != ST_OK) st__rpc_error(r, rc, "buffer_open: %s", err);
   else reply_buffer(r, b, &h);

@@ -16,7 +16,7 @@
  * `call`: the request is a call, counted by endpoint from here on. */
 static const st__endpoint_decl_t *resolve(st__rpc_req_t *r, msgpack_sbuffer *bound, int call) {
   st__server_t *srv = r->c->srv;
-  if (srv->shutting_down || !srv->pool) {
+  if (srv->shutting_down || !srv->workers) {
     st__rpc_error(r, ST_ERR_SHUTTING_DOWN, "the server is shutting down");
     return NULL;
   }
@@ -93,19 +93,13 @@ void st__rpc_call(st__rpc_req_t *r) {
     msgpack_sbuffer_destroy(&bound);
     return;
   }
-  const msgpack_object *ro = st__rpc_arg(r, "readonly");
-  if (ro && ro->type != MSGPACK_OBJECT_BOOLEAN) {
-    msgpack_sbuffer_destroy(&bound);
-    st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "call: 'readonly' must be true or false");
-    return;
-  }
   st__viewspec_t *view = NULL;
   if (st__views_param(r, &view) != ST_OK) {
     msgpack_sbuffer_destroy(&bound);
     return;
   }
   st__consumer_t who = {.kind = ST_CONSUMER_CALL, .conn_id = c->id, .request_id = r->id,
-                        .readonly = ro && ro->via.boolean, .view = view ? view->text : NULL,
+                        .readonly = st__rpc_bool(r, "readonly", 0), .view = view ? view->text : NULL,
                         .view_len = view ? view->text_len : 0};
   char err[512];
   st__prof_begin(ST_PROF_CACHE);

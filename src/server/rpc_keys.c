@@ -24,18 +24,6 @@ static void key_arg(const st__rpc_req_t *r, const char **name, size_t *len) {
   *len = k->via.str.size;
 }
 
-/* A boolean parameter (ANY in the row): 0/1, or -1 after an error reply. */
-static int bool_arg(st__rpc_req_t *r, const char *name) {
-  const msgpack_object *o = st__rpc_arg(r, name);
-  if (!o) return 0;
-  if (o->type != MSGPACK_OBJECT_BOOLEAN) {
-    st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "%s: '%s' must be true or false", r->method->name,
-                  name);
-    return -1;
-  }
-  return o->via.boolean;
-}
-
 /* The put's version: its value packed, and a reference to every arena of
  * the request (imported here). ST_OK or an error with the reason. */
 static int adopt(st__targs_t *t, const msgpack_object *value, st__build_result_t *out, char *err,
@@ -105,10 +93,8 @@ void st__rpc_put(st__rpc_req_t *r) {
   st__key_put_t p = {.uid = c->cred.uid, .conn = c->id};
   key_arg(r, &p.name, &p.len);
   p.policy = (st__key_policy_t)st__rpc_word(r, "policy", ST__KEY_PINNED);
-  p.readonly = bool_arg(r, "readonly");
-  if (p.readonly < 0) return;
-  p.live = bool_arg(r, "live");
-  if (p.live < 0) return;
+  p.readonly = st__rpc_bool(r, "readonly", 0);
+  p.live = st__rpc_bool(r, "live", 0);
   char err[1024];
   int rc = st__keys_name_ok(p.name, p.len, err, sizeof err);
   const st__key_t *existing = rc == ST_OK ? st__smap_get(&srv->keys.by_name, p.name, p.len) : NULL;
@@ -294,8 +280,7 @@ void st__rpc_get(st__rpc_req_t *r) {
   const char *name;
   size_t len;
   key_arg(r, &name, &len);
-  int readonly = bool_arg(r, "readonly");
-  if (readonly < 0) return;
+  int readonly = st__rpc_bool(r, "readonly", 0);
   st__viewspec_t *view = NULL;
   if (st__views_param(r, &view) != ST_OK) return;
   get_key(r, name, len, readonly, view);

@@ -2,7 +2,7 @@
  * connections, counters, the current generation) and the functions of the
  * files that run it:
  *
- *   lifecycle.c  start, run, destroy; completions from the pool
+ *   lifecycle.c  start, run, destroy; completions from the workers
  *   shutdown.c   graceful shutdown (grace period, drain)
  *   reload.c     reloads (SIGHUP, `reload`)
  *   startup.c    from flags and config.lua to a running or checked server
@@ -19,7 +19,7 @@
  * functions only: it depends on nothing else of src/server but config.h.
  *
  * Threads: everything in st__server_t belongs to the loop thread, except
- * the pool (engine/pool.h: locked internally) and the job completions it
+ * the workers (engine/workers.h: locked internally) and the job completions it
  * hands back through `done` (ev_async). Worker threads never see this
  * struct and never touch a connection. With loop_threads = N > 1 there
  * are N loop threads (loops.c): each holds the write side of the server
@@ -49,7 +49,7 @@
 #include "engine/job.h"
 #include "engine/keys.h"
 #include "engine/objects.h"
-#include "engine/pool.h"
+#include "engine/workers.h"
 #include "server/config.h"
 #include "st/errors.h"
 
@@ -120,7 +120,7 @@ typedef struct st__counters {
   uint64_t calls_ok;          /* `call` requests answered with a result    */
   uint64_t calls_failed;      /* `call` requests answered with an error    */
   uint64_t calls_dropped;     /* `call` requests whose connection closed   */
-  uint64_t builds;            /* jobs handed to the pool                   */
+  uint64_t builds;            /* jobs handed to the workers                */
   uint64_t cache_hits;        /* calls answered from the cache             */
   uint64_t cache_misses;      /* calls of cached endpoints that built      */
   uint64_t joins;             /* calls that joined a build in flight       */
@@ -331,7 +331,7 @@ struct st__server {
   st__reloader_t *reloader;   /* owned: the load running on its thread,
                                  the requests waiting for it (reload.c)   */
 
-  st__pool_t *pool;
+  st__workers_t *workers;    /* the worker threads (engine/workers.h)     */
   ev_async done;              /* workers: "completions are queued"         */
 
   st__objects_t objects;      /* objects, cache, leases, budgets           */
@@ -398,7 +398,7 @@ int st__installed_config(char *out, size_t cap);
 
 /* ------------------------------------------------------------- lifecycle.c */
 
-/* Loads the generation, opens the sockets, starts the pool and the signal
+/* Loads the generation, opens the sockets, starts the workers and the signal
  * watchers, on libev's default loop. ST_OK, or an error already logged
  * (the caller still runs st__server_destroy). `cfg` is borrowed and must
  * outlive the server. Loop thread. */
@@ -432,7 +432,7 @@ void st__server_request_stop(st__server_t *srv);
  * Loop thread. */
 void st__server_run(st__server_t *srv);
 
-/* Closes connections and listeners, stops the pool and frees everything.
+/* Closes connections and listeners, stops the workers and frees everything.
  * Loop thread, after st__server_run. */
 void st__server_destroy(st__server_t *srv);
 

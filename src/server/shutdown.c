@@ -13,12 +13,12 @@
 static void on_grace(struct ev_loop *loop, ev_timer *w, int revents) {
   st__server_t *srv = w->data;
   (void)revents;
-  size_t left = srv->pool ? st__pool_outstanding(srv->pool, -1) : 0;
+  size_t left = srv->workers ? st__workers_outstanding(srv->workers, -1) : 0;
   if (!srv->grace_expired) {
     srv->grace_expired = 1;
     ST_LOG_W("server", "%zu calls still running after %.1f s: cancelling them", left,
              srv->cfg->shutdown_grace_s);
-    if (srv->pool) st__pool_cancel_all(srv->pool);
+    if (srv->workers) st__workers_cancel_all(srv->workers);
     st__builds_cancel_waiting(srv);
     ev_timer_set(&srv->grace, 1.0, 0.);
     ev_timer_start(loop, &srv->grace);
@@ -40,7 +40,7 @@ void st__shutdown_init(st__server_t *srv) {
  * poll. Loop thread. */
 void st__server_check_drained(st__server_t *srv) {
   if (!srv->shutting_down || srv->stopped) return;
-  if (srv->pool && st__pool_outstanding(srv->pool, -1) > 0) return;
+  if (srv->workers && st__workers_outstanding(srv->workers, -1) > 0) return;
   ev_timer_stop(srv->loop, &srv->grace);
   ST_LOG_I("server", "in-flight calls finished");
   srv->stopped = 1;
@@ -51,7 +51,7 @@ void st__server_check_drained(st__server_t *srv) {
 void st__server_shutdown(st__server_t *srv, const char *why) {
   if (srv->shutting_down) {
     ST_LOG_W("server", "%s again: stopping now", why);
-    if (srv->pool) st__pool_cancel_all(srv->pool);
+    if (srv->workers) st__workers_cancel_all(srv->workers);
     srv->stopped = 1;
     ev_break(srv->loop, EVBREAK_ALL);
     return;
@@ -59,7 +59,7 @@ void st__server_shutdown(st__server_t *srv, const char *why) {
   srv->shutting_down = 1;
   st__notify("STOPPING=1\nSTATUS=stopping: %s", why);
   st__listen_close_all(srv);
-  size_t left = srv->pool ? st__pool_outstanding(srv->pool, -1) : 0;
+  size_t left = srv->workers ? st__workers_outstanding(srv->workers, -1) : 0;
   if (left == 0) {
     ST_LOG_I("server", "%s: shutting down", why);
     srv->stopped = 1;

@@ -2,7 +2,7 @@
  *   SIGTERM, SIGINT  graceful shutdown (a second one stops at once)
  *   SIGHUP           reload the endpoints (a new generation)
  *   SIGPIPE          ignored; every send also passes MSG_NOSIGNAL
- * Worker threads block every signal (engine/pool.c), so the handlers only
+ * Worker threads block every signal (engine/workers.c), so the handlers only
  * ever run on the loop thread.
  */
 #include <signal.h>

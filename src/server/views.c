@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "engine/pool.h"
+#include "engine/workers.h"
 #include "server/work.h"
 #include "st/errors.h"
 
@@ -234,7 +234,7 @@ static int result_copy(const st__build_result_t *r, st__build_result_t *out) {
   return ST_OK;
 }
 
-/* A new flight for (src, spec) with its copy job on the pool. NULL with
+/* A new flight for (src, spec) with its copy job on the workers. NULL with
  * err set when it cannot start. */
 static flight_t *flight_start(st__server_t *srv, const st__viewspec_t *spec,
                               const st__view_source_t *src, char *key, size_t klen,
@@ -289,7 +289,7 @@ static flight_t *flight_start(st__server_t *srv, const st__viewspec_t *spec,
     flight_free(f);
     return NULL;
   }
-  int rc = srv->shutting_down || !srv->pool ? ST_ERR_SHUTTING_DOWN : st__pool_submit(srv->pool, job);
+  int rc = srv->shutting_down || !srv->workers ? ST_ERR_SHUTTING_DOWN : st__workers_submit(srv->workers, job);
   if (rc != ST_OK) {
     if (f->slot) st__smap_del(&v->by_slot, f->slot, f->slot_len);
     st__job_free(job);

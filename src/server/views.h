@@ -82,7 +82,7 @@ int st__views_reply(st__server_t *srv, st__conn_t *c, const st__viewspec_t *spec
  * otherwise ("<method>: view: ..."). */
 int st__views_param(st__rpc_req_t *r, st__viewspec_t **out);
 
-/* A copy for the views came back from the pool (lifecycle.c routes jobs
+/* A copy for the views came back from the workers (lifecycle.c routes jobs
  * with `run` here): caches it and answers its waiting requests. Takes the
  * job. */
 void st__views_done(st__server_t *srv, st__job_t *job);
@@ -92,7 +92,7 @@ void st__views_done(st__server_t *srv, st__job_t *job);
 void st__views_forget_key(st__server_t *srv, const char *name);
 
 /* Frees the table (requests still waiting get no reply: the server is
- * exiting). At exit, after the pool stopped. */
+ * exiting). At exit, after the workers stopped. */
 void st__views_destroy(st__server_t *srv);
 
 /* ------------------------------------------------------------ views_job.c */

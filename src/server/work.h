@@ -1,7 +1,7 @@
 /* src/server: builds, tasks and objects as the loop thread runs them
  * (docs/protocol.md: call, submit ... reload; docs/lifecycle.md).
  *
- * A build is one run of an endpoint body: a job on the pool (or waiting in
+ * A build is one run of an endpoint body: a job on the workers (or waiting in
  * the queue of a serialized endpoint) plus the consumers that wait for its
  * result. A consumer is a call (a connection and a request id) or a task.
  * Calls of a singleflight or cached endpoint with the same key join the
@@ -14,7 +14,7 @@
  *   builds.c    the scheduler: a consumer's build starts (cache hit, join
  *               or new), completes, or is cancelled when nobody waits
  *   queue.c     the list of builds, the flight table, the hand-off to the
- *               pool and the queues of serialized endpoints
+ *               workers and the queues of serialized endpoints
  *   deliver.c   what consumers receive: errors, objects, plain results
  *   tasks.c     the task table, states, retention, waiters (wait)
  *   reply.c     replies shared by the above (results, object maps)
@@ -51,11 +51,11 @@ typedef struct st__consumer {
 
 typedef enum {
   ST_BUILD_WAITING = 0,       /* in its serialized endpoint's queue */
-  ST_BUILD_SUBMITTED = 1      /* on the pool: queued or running */
+  ST_BUILD_SUBMITTED = 1      /* on the workers: queued or running */
 } st__build_state_t;
 
 typedef struct st__build {
-  st__job_t *job;             /* owned while WAITING; the pool's while SUBMITTED */
+  st__job_t *job;             /* owned while WAITING; the workers' while SUBMITTED */
   st__build_state_t state;
   char *endpoint;             /* owned name */
   int serialized;             /* holds (or waits for) its endpoint's turn */
@@ -74,7 +74,7 @@ typedef struct st__build {
 
 /* Per-endpoint state of concurrency = "serialized" (by name). */
 typedef struct st__serial {
-  int busy;                   /* one build of the endpoint is on the pool */
+  int busy;                   /* one build of the endpoint is on the workers */
   st__build_t *head, *tail;   /* builds waiting for their turn, FIFO */
 } st__serial_t;
 
@@ -154,11 +154,11 @@ typedef struct st__work {
 /* Starts the tables. Loop thread, at start. */
 void st__work_init(st__server_t *srv);
 
-/* Frees every build, task and waiter (jobs still on the pool are the
- * pool's). Loop thread, after the pool stopped. */
+/* Frees every build, task and waiter (jobs still on the workers are the
+ * workers'). Loop thread, after the workers stopped. */
 void st__work_destroy(st__server_t *srv);
 
-/* A job came back from the pool: delivers it to its consumers and starts
+/* A job came back from the workers: delivers it to its consumers and starts
  * the next build of a serialized endpoint. Takes the job. */
 void st__build_complete(st__server_t *srv, st__job_t *job);
 
@@ -225,16 +225,16 @@ void st__build_unlink(st__work_t *w, st__build_t *b);
  * frees its key. */
 void st__build_forget_flight(st__work_t *w, st__build_t *b);
 
-/* Hands b to the pool, or queues it (WAITING) behind the running build of
- * its serialized endpoint. ST_OK, SHUTTING_DOWN when the pool stopped,
+/* Hands b to the workers, or queues it (WAITING) behind the running build of
+ * its serialized endpoint. ST_OK, SHUTTING_DOWN when the workers stopped,
  * OUT_OF_MEMORY. */
 int st__queue_enqueue(st__server_t *srv, st__build_t *b);
 
-/* A serialized build of `endpoint` left the pool: the next one waiting
- * gets the turn (builds the stopped pool refuses end with the error). */
+/* A serialized build of `endpoint` left the workers: the next one waiting
+ * gets the turn (builds the stopped workers refuse end with the error). */
 void st__queue_next(st__server_t *srv, const char *endpoint);
 
-/* Ends a build that has not run: out of its queue or the pool's. Returns
+/* Ends a build that has not run: out of its queue or the workers'. Returns
  * 1 when it did (b and its job are freed; consumers are not told), 0
  * when a worker already runs it. */
 int st__queue_abort(st__server_t *srv, st__build_t *b);

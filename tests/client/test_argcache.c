@@ -1,4 +1,4 @@
-/* The import cache of tensor arguments through libstclient against a real
+/* The argument cache of tensor arguments through libstclient against a real
  * stserver (docs/pool.md, section 4; CPU memory, the CUDA path is
  * tests/client/test_gpu_argcache.c), with limits.max_cached_arguments = 2:
  *   - a tensor passed again goes without its descriptor (fds_received

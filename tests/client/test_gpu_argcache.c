@@ -1,4 +1,4 @@
-/* The import cache of CUDA tensor arguments (VMM) through libstclient
+/* The argument cache of CUDA tensor arguments (VMM) through libstclient
  * against a real stserver (docs/pool.md, section 4), with
  * limits.max_cached_arguments = 2:
  *   - a device tensor passed again goes without its descriptor

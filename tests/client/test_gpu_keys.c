@@ -333,7 +333,7 @@ TEST(releases_of_device_memory_leave_the_loop_and_info_is_settled) {
   CHECK_RC(keyread("rl/w", 3, 1, &x, NULL, 0), ST_OK, cli);
   CHECK(x == 3.0);
   CHECK_RC(st_client_invalidate_endpoint(cli, "keyread", NULL), ST_OK, cli);
-  /* Freed: the import cache forgets it with the next request, the key
+  /* Freed: the argument cache forgets it with the next request, the key
    * holds the last reference. */
   st_result_free(t[0]);
   CHECK_EQ_INT(put_fresh("rl/w", &t[1]), ST_OK);

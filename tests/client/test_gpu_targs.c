@@ -253,7 +253,7 @@ TEST(device_memory_returns_once_the_client_frees_it) {
   /* the server keeps its import until the next request says forget */
   double rtt;
   CHECK_RC(st_client_ping(cli, &rtt), ST_OK, cli);
-  /* the server imported it once (its import cache) and returned it once:
+  /* the server imported it once (its argument cache) and returned it once:
    * if it kept any of those the physical memory would stay allocated */
   CHECK(gk_wait_back_to(base, 10000) == 0);
   fprintf(stderr, "   free: %llu MiB before, %llu MiB after\n",

@@ -116,7 +116,7 @@ TEST(big_releases_leave_the_loop_and_info_is_settled) {
   CHECK(r0 >= 0);
   st_result_t *t[6] = {0};
   CHECK_EQ_INT(put_two("rel/a", &t[0]), 1);
-  /* Freed here: the connection's import cache forgets them with the next
+  /* Freed here: the connection's argument cache forgets them with the next
    * request, and the key's version holds the last references. */
   st_result_free(t[0]);
   st_result_free(t[1]);

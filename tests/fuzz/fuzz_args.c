@@ -118,7 +118,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       params) {
     /* As the dispatcher takes them: at most 253 arenas, one descriptor
      * each but those named by arg_id alone (here -1: nothing is mapped),
-     * with an empty import cache. */
+     * with an empty argument cache. */
     const msgpack_object *list = st__map_get(params, "arenas");
     st__targs_t targs;
     memset(&targs, 0, sizeof targs);

@@ -1,4 +1,4 @@
-"""Buffers and streams from Python (sharedtensor.create / open / Buffer)
+"""Buffers and streams from Python (sharedtensor.buffer_create / open / Buffer)
 against a real stserver, CPU memory, other handles in processes of their
 own: write/read (torch and numpy, out=, safe=False), write_sequence and
 write_time, read_new waking on a write from another process and timing
@@ -44,7 +44,7 @@ class BufferTest(ServerTestCase):
     SERVER_OPTIONS = {"config": "memory_budget = { cpu = 64 * 1024 * 1024 },"}
 
     def make(self, name, shape=(4, 8), dtype="float32", **kw):
-        b = st.create(name, shape, dtype, path=self.srv.socket, **kw)
+        b = st.buffer_create(name, shape, dtype, path=self.srv.socket, **kw)
         self.addCleanup(self.drop, b)
         return b
 
@@ -76,7 +76,7 @@ class BufferTest(ServerTestCase):
         self.assertTrue(torch.equal(out, x))
         view = b.read(safe=False)                    # the newest slot, no copy
         self.assertTrue(torch.equal(view, x))
-        with st.open("py1", framework="numpy", path=self.srv.socket) as n:
+        with st.buffer_open("py1", framework="numpy", path=self.srv.socket) as n:
             a = n.read()
             self.assertIsInstance(a, np.ndarray)
             self.assertTrue(np.array_equal(a, x.numpy()))
@@ -92,7 +92,7 @@ class BufferTest(ServerTestCase):
         b = self.make("py2")
         for ro, spin in ((False, 0), (True, 0), (False, 2000000 // 2)):
             p = run_child("""
-                b = st.open("py2", readonly=%r, path=sock)
+                b = st.buffer_open("py2", readonly=%r, path=sock)
                 b.set_spin(%d)
                 print("ready", flush=True)
                 x = b.read_new(timeout=20)
@@ -121,7 +121,7 @@ class BufferTest(ServerTestCase):
     def test_the_lock_of_a_killed_owner_is_freed(self):
         b = self.make("py3")
         p = run_child("""
-            b = st.open("py3", path=sock)
+            b = st.buffer_open("py3", path=sock)
             assert b.acquire(timeout=5)
             print("locked", b.connection, flush=True)
             time.sleep(600)
@@ -148,7 +148,7 @@ class BufferTest(ServerTestCase):
     def test_read_only_handles_refuse_writes(self):
         b = self.make("py4")
         b.write(torch.ones(4, 8))
-        with st.open("py4", readonly=True, path=self.srv.socket) as r:
+        with st.buffer_open("py4", readonly=True, path=self.srv.socket) as r:
             self.assertTrue(r.readonly)
             self.assertTrue(torch.equal(r.read(), torch.ones(4, 8)))
             with self.assertRaises(errors.InvalidArgumentError) as e:
@@ -158,7 +158,7 @@ class BufferTest(ServerTestCase):
                 r.acquire()
         # a write through a read-only view faults in the writer's process
         code, out, err = run_child("""
-            r = st.open("py4", readonly=True, path=sock, framework="numpy")
+            r = st.buffer_open("py4", readonly=True, path=sock, framework="numpy")
             v = r.read(safe=False)
             print("view", v.flags.writeable, flush=True)
             import ctypes
@@ -173,12 +173,12 @@ class BufferTest(ServerTestCase):
 
     def test_unlink_while_handles_hold_it(self):
         b = self.make("py5")
-        o = st.open("py5", path=self.srv.socket)
+        o = st.buffer_open("py5", path=self.srv.socket)
         self.addCleanup(o.close)
         b.write(torch.full((4, 8), 3.0))
-        st.unlink("py5", path=self.srv.socket)
+        st.buffer_unlink("py5", path=self.srv.socket)
         with self.assertRaises(errors.NotFoundError):
-            st.open("py5", path=self.srv.socket)
+            st.buffer_open("py5", path=self.srv.socket)
         o.write(torch.full((4, 8), 4.0))
         self.assertTrue(torch.equal(b.read(), torch.full((4, 8), 4.0)))
         n = self.make("py5", shape=(2,))             # the name is free again
@@ -186,21 +186,21 @@ class BufferTest(ServerTestCase):
 
     def test_clear_errors(self):
         with self.assertRaises(errors.InvalidArgumentError) as e:
-            st.create("a/b", (2,), path=self.srv.socket)
+            st.buffer_create("a/b", (2,), path=self.srv.socket)
         self.assertIn("a buffer name is 1 to 64 characters", str(e.exception))
         with self.assertRaises(errors.InvalidArgumentError) as e:
-            st.create("z", (2, 0), path=self.srv.socket)
+            st.buffer_create("z", (2, 0), path=self.srv.socket)
         self.assertIn("'shape' dimension 1 is 0", str(e.exception))
         with self.assertRaises(TypeError):
-            st.create("z", (2,), "complex128", path=self.srv.socket)
+            st.buffer_create("z", (2,), "complex128", path=self.srv.socket)
         with self.assertRaises(errors.InvalidArgumentError):
-            st.create("z", (2,), slots=5000, path=self.srv.socket)
+            st.buffer_create("z", (2,), slots=5000, path=self.srv.socket)
         with self.assertRaises(errors.NotFoundError) as e:
-            st.open("none", path=self.srv.socket)
+            st.buffer_open("none", path=self.srv.socket)
         self.assertIn("no buffer named 'none'", str(e.exception))
         b = self.make("py6")
         with self.assertRaises(errors.InvalidArgumentError) as e:
-            st.create("py6", (1,), path=self.srv.socket)
+            st.buffer_create("py6", (1,), path=self.srv.socket)
         self.assertIn("a buffer named 'py6' exists", str(e.exception))
         b.unlink()
         b.close()

@@ -1,4 +1,4 @@
-"""Buffers of CUDA memory from Python (sharedtensor.create(device="cuda:0")):
+"""Buffers of CUDA memory from Python (sharedtensor.buffer_create(device="cuda:0")):
 a write of a device tensor read back by another process (a read-only
 handle) and by this one, read_new across processes, write/read of host
 tensors into a CUDA buffer, the GB/s of write and read next to a device
@@ -22,7 +22,7 @@ class GpuBufferTest(ServerTestCase):
     def test_device_frames_between_processes(self):
         import torch
         import sharedtensor as st
-        b = st.create("gpu1", (1000, 1000), "float32", device="cuda:0", slots=2,
+        b = st.buffer_create("gpu1", (1000, 1000), "float32", device="cuda:0", slots=2,
                       path=self.srv.socket)
         self.assertEqual(b.device, "cuda:0")
         x = torch.rand(1000, 1000, device="cuda:0")
@@ -36,7 +36,7 @@ class GpuBufferTest(ServerTestCase):
         self.assertTrue(torch.equal(b.read().cpu(), host))
         prog = textwrap.dedent("""
             import sys, torch, sharedtensor as st
-            r = st.open("gpu1", readonly=True, path=%r)
+            r = st.buffer_open("gpu1", readonly=True, path=%r)
             print("ready", flush=True)
             y = r.read_new(timeout=60)
             print("sum", float(y.sum()), r.last_sequence, flush=True)

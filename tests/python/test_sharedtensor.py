@@ -429,7 +429,7 @@ class TensorArgumentTest(st_fixture.ServerTestCase):
         self.assertEqual(i.tolist(), [2, 4, 6])
 
     def test_passed_again_without_its_descriptor(self):
-        """The server keeps an allocation passed before (its import cache):
+        """The server keeps an allocation passed before (its argument cache):
         passed again, no descriptor goes, and the endpoint reads what the
         caller wrote since; once freed, the next request drops it there."""
         t = counting((4,))

@@ -1,4 +1,4 @@
-/* The import cache of tensor arguments on the wire (docs/protocol.md,
+/* The argument cache of tensor arguments on the wire (docs/protocol.md,
  * "Tensor arguments"; docs/pool.md, section 4), against a real stserver
  * over raw sockets with hand-packed requests and CPU memfds, with
  * limits.max_cached_arguments = 2:

@@ -21,7 +21,7 @@
  * the result is freed at once, unless a request is in flight (its reply
  * may say `same` still): then the table holds it (extra_refs -1, "parked")
  * until the request is over, and a `same` in that window revives it
- * (held.c's rule, shared with arenarefs.c). At most
+ * (kept.c's rule, shared with kept_arenas.c). At most
  * $ST_CLIENT_KEEP_OBJECTS (default 1024) results per connection are kept:
  * a new one lets the oldest go (it stays valid for its user; the server is
  * told). A reconnect or close lets every one go.
@@ -45,16 +45,16 @@ static void *detach(void *p) {
   return r->extra_refs < 0 ? r : NULL;
 }
 static void destroy(void *r) { st__client_result_destroy(r); }
-static const st__held_ops_t ops = {st__client_lock, st__client_unlock, parked, detach, destroy};
+static const st__kept_ops_t ops = {st__client_lock, st__client_unlock, parked, detach, destroy};
 
 /* See client_internal.h. Any thread. */
-size_t st__client_objrefs_max(void) {
+size_t st__client_kept_objects_max(void) {
   const char *e = getenv("ST_CLIENT_KEEP_OBJECTS");
   return e && *e ? (size_t)strtoull(e, NULL, 10) : KEEP_OBJECTS_DEFAULT;
 }
 
 /* See client_internal.h. Thread of the client. */
-void st__client_objrefs_request(st_client_t *c) {
+void st__client_kept_objects_request(st_client_t *c) {
   st_result_t *r = c->lent;
   c->lent = NULL;
   c->reply_same = 0;
@@ -62,43 +62,43 @@ void st__client_objrefs_request(st_client_t *c) {
 }
 
 /* See client_internal.h. Thread of the client. */
-void st__client_objrefs_lend(st_client_t *c, st_result_t *r) {
+void st__client_kept_objects_lend(st_client_t *c, st_result_t *r) {
   st_result_t *old = c->lent;   /* NULL: the request started by dropping it */
   c->lent = r;
   st_result_free(old);
 }
 
 /* See client_internal.h. Thread of the client. */
-void st__client_objrefs_reset(st_client_t *c, int on) {
-  st__client_objrefs_request(c);
-  st__held_reset(&c->objects_held, &ops);
+void st__client_kept_objects_reset(st_client_t *c, int on) {
+  st__client_kept_objects_request(c);
+  st__kept_reset(&c->kept_objects, &ops);
   c->object_refs = on;
 }
 
 /* Lets the oldest result that its user holds go when c keeps its bound
  * already: the entry waits to be told. Under the lock. */
 static void make_room(st_client_t *c) {
-  st__heldtab_t *t = &c->objects_held;
-  size_t held = 0;
-  for (size_t i = 0; i < t->n; i++) held += t->e[i].pin != NULL;
-  for (size_t i = 0; i < t->n && held >= c->objects_max; i++) {
-    st__held_t *e = &t->e[i];
-    if (e->state != ST__HELD_KEPT || !e->pin) continue;
+  st__kepttab_t *t = &c->kept_objects;
+  size_t pinned = 0;
+  for (size_t i = 0; i < t->n; i++) pinned += t->e[i].pin != NULL;
+  for (size_t i = 0; i < t->n && pinned >= c->objects_max; i++) {
+    st__kept_t *e = &t->e[i];
+    if (e->state != ST__KEPT_USED || !e->pin) continue;
     ((st_result_t *)e->pin)->keeper = NULL;   /* held by its user: not parked */
     e->pin = NULL;
-    e->state = ST__HELD_IDLE;
+    e->state = ST__KEPT_IDLE;
     t->idle++;
-    held--;
+    pinned--;
   }
 }
 
 /* See client_internal.h. Thread of the client. */
-void st__client_objrefs_keep(st_client_t *c, st_result_t *r) {
+void st__client_kept_objects_keep(st_client_t *c, st_result_t *r) {
   if (!c->object_refs) return;
   st__client_lock();
   make_room(c);
   void *old = NULL;
-  st__held_t *e = st__held_keep(&c->objects_held, r->object.id, r, &old);
+  st__kept_t *e = st__kept_keep(&c->kept_objects, r->object.id, r, &old);
   if (e) {
     r->kept = 1;
     r->keeper = c;
@@ -135,23 +135,23 @@ static int same_header(const msgpack_object *o, const st_result_t *r) {
 }
 
 /* See client_internal.h. Thread of the client. */
-int st__client_objrefs_same(st_client_t *c, const msgpack_object *result, st_result_t **out) {
+int st__client_kept_objects_same(st_client_t *c, const msgpack_object *result, st_result_t **out) {
   *out = NULL;
   const msgpack_object *o = st__map_get(result, "object");
   const msgpack_object *idv = o ? st__map_get(o, "id") : NULL;
   uint64_t id = idv && idv->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? idv->via.u64 : 0;
   int differs = 0;
   st__client_lock();
-  st__held_t *e = c->object_refs && id ? st__held_find(&c->objects_held, id) : NULL;
+  st__kept_t *e = c->object_refs && id ? st__kept_find(&c->kept_objects, id) : NULL;
   st_result_t *r = e ? e->pin : NULL;
   if (r && !same_header(o, r)) {
     differs = 1;
   } else if (r) {
     if (r->extra_refs < 0) r->extra_refs = 0;   /* parked: its user's again */
     else r->extra_refs++;
-    if (e->state == ST__HELD_IDLE) {
-      e->state = ST__HELD_KEPT;
-      c->objects_held.idle--;
+    if (e->state == ST__KEPT_IDLE) {
+      e->state = ST__KEPT_USED;
+      c->kept_objects.idle--;
     }
     *out = r;
   }
@@ -172,14 +172,14 @@ int st__client_objrefs_same(st_client_t *c, const msgpack_object *result, st_res
 }
 
 /* See client_internal.h. Any thread. */
-void st__client_objrefs_ref(st_result_t *r) {
+void st__client_kept_objects_ref(st_result_t *r) {
   st__client_lock();
   r->extra_refs++;
   st__client_unlock();
 }
 
 /* See client_internal.h. Any thread. */
-int st__client_objrefs_unref(st_result_t *r) {
+int st__client_kept_objects_unref(st_result_t *r) {
   st__client_lock();
   if (r->extra_refs > 0) {
     r->extra_refs--;
@@ -188,9 +188,9 @@ int st__client_objrefs_unref(st_result_t *r) {
   }
   int free_now = 1;
   st_client_t *c = r->keeper;
-  st__held_t *e = c ? st__held_find(&c->objects_held, r->object.id) : NULL;
+  st__kept_t *e = c ? st__kept_find(&c->kept_objects, r->object.id) : NULL;
   if (e && e->pin == r) {
-    if (e->state == ST__HELD_KEPT && st__held_idle(c, &c->objects_held, e)) {
+    if (e->state == ST__KEPT_USED && st__kept_idle(c, &c->kept_objects, e)) {
       r->keeper = NULL;
     } else {
       r->extra_refs = -1;   /* a reply in flight may still say `same` */
@@ -204,18 +204,18 @@ int st__client_objrefs_unref(st_result_t *r) {
 }
 
 /* See client_internal.h. Thread of the client. */
-int st__client_objrefs_params(st_client_t *c, const void *params, size_t len,
+int st__client_kept_objects_params(st_client_t *c, const void *params, size_t len,
                               st__cbuf_t *out) {
   if (!c->object_refs) return 0;
-  return st__held_params(c, &c->objects_held, &ops, "objects_freed", params, len, out);
+  return st__kept_params(c, &c->kept_objects, &ops, "objects_freed", params, len, out);
 }
 
 /* See client_internal.h. Thread of the client. */
-void st__client_objrefs_resolved(st_client_t *c) {
-  if (c->object_refs) st__held_resolved(c, &c->objects_held, &ops);
+void st__client_kept_objects_resolved(st_client_t *c) {
+  if (c->object_refs) st__kept_resolved(c, &c->kept_objects, &ops);
 }
 
 /* See client_internal.h. Thread of the client. */
-void st__client_objrefs_answered(st_client_t *c, int names_by_id) {
-  if (c->object_refs) st__held_answered(c, &c->objects_held, &ops, names_by_id);
+void st__client_kept_objects_answered(st_client_t *c, int names_by_id) {
+  if (c->object_refs) st__kept_answered(c, &c->kept_objects, &ops, names_by_id);
 }

@@ -25,7 +25,7 @@
  * until the reply is resolved (or, once the server was told, until the
  * reply to the telling request). A reconnect or close drops every pin.
  *
- * The table and its window are held.c's, shared with objrefs.c.
+ * The table and its window are kept.c's, shared with kept_objects.c.
  *
  * Threads: the tables of every connection are guarded by the library's
  * process-wide lock (map.c); the rest of a connection belongs to its
@@ -39,42 +39,42 @@ static st_client_t *clients;   /* connections with the feature on */
 static int mapping_unused(void *m) { return st__client_mapping_only_pinned_locked(m); }
 static void *mapping_detach(void *m) { return m; }
 static void mapping_unpin(void *m) { st__client_mapping_unpin(m); }
-static const st__held_ops_t ops = {st__client_lock, st__client_unlock, mapping_unused, mapping_detach, mapping_unpin};
+static const st__kept_ops_t ops = {st__client_lock, st__client_unlock, mapping_unused, mapping_detach, mapping_unpin};
 
 /* See client_internal.h. Thread of the client. */
-void st__client_arenarefs_reset(st_client_t *c, int on) {
+void st__client_kept_arenas_reset(st_client_t *c, int on) {
   st__client_lock();
-  for (st_client_t **pp = &clients; *pp; pp = &(*pp)->refs_next) {
+  for (st_client_t **pp = &clients; *pp; pp = &(*pp)->kept_next) {
     if (*pp == c) {
-      *pp = c->refs_next;
+      *pp = c->kept_next;
       break;
     }
   }
-  c->refs_next = NULL;
+  c->kept_next = NULL;
   c->in_request = 0;
   c->arena_refs = on;
   if (on) {
-    c->refs_next = clients;
+    c->kept_next = clients;
     clients = c;
   }
   st__client_unlock();
-  st__held_reset(&c->arenas_held, &ops);
+  st__kept_reset(&c->kept_arenas, &ops);
 }
 
 /* See client_internal.h. */
-int st__client_arenarefs_is_ref(const st_client_t *c, const msgpack_object *a) {
+int st__client_kept_arenas_is_ref(const st_client_t *c, const msgpack_object *a) {
   return c->arena_refs && a->type == MSGPACK_OBJECT_MAP && a->via.map.size == 1 &&
          st__map_get(a, "ref") != NULL;
 }
 
 /* See client_internal.h. Thread of the client. */
-int st__client_arenarefs_find(st_client_t *c, const msgpack_object *a, st__arena_desc_t *d,
+int st__client_kept_arenas_find(st_client_t *c, const msgpack_object *a, st__arena_desc_t *d,
                               st__mapping_t **out) {
   *out = NULL;
   const msgpack_object *ref = st__map_get(a, "ref");
   uint64_t id = ref && ref->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? ref->via.u64 : 0;
   st__client_lock();
-  st__held_t *k = id ? st__held_find(&c->arenas_held, id) : NULL;
+  st__kept_t *k = id ? st__kept_find(&c->kept_arenas, id) : NULL;
   if (k && k->pin) {
     *d = k->d;
     *out = k->pin;
@@ -91,18 +91,18 @@ int st__client_arenarefs_find(st_client_t *c, const msgpack_object *a, st__arena
 }
 
 /* See client_internal.h. Thread of the client. */
-void st__client_arenarefs_keep(st_client_t *c, const st__arena_desc_t *d, st__mapping_t *m) {
+void st__client_kept_arenas_keep(st_client_t *c, const st__arena_desc_t *d, st__mapping_t *m) {
   if (!c->arena_refs) return;
   st__client_lock();
-  st__held_t *k = st__held_find(&c->arenas_held, d->id);
+  st__kept_t *k = st__kept_find(&c->kept_arenas, d->id);
   /* Sent with a descriptor again while pinned: nothing changes. (After
    * the server was told, it counts it as mapped once more.) */
-  if (k && k->pin == m && k->state != ST__HELD_TOLD) {
+  if (k && k->pin == m && k->state != ST__KEPT_TOLD) {
     st__client_unlock();
     return;
   }
   void *old = NULL;
-  k = st__held_keep(&c->arenas_held, d->id, m, &old);
+  k = st__kept_keep(&c->kept_arenas, d->id, m, &old);
   if (k) k->d = *d;
   st__client_unlock();
   /* Out of memory: not pinned; a later {ref} to it fails the call with
@@ -113,28 +113,28 @@ void st__client_arenarefs_keep(st_client_t *c, const st__arena_desc_t *d, st__ma
 }
 
 /* See client_internal.h. Under the lock. */
-size_t st__client_arenarefs_idle_locked(st__mapping_t *m) {
+size_t st__client_kept_arenas_idle_locked(st__mapping_t *m) {
   size_t dropped = 0;
-  for (st_client_t *c = clients; c; c = c->refs_next)
-    for (size_t i = 0; i < c->arenas_held.n; i++)
-      if (c->arenas_held.e[i].pin == m)
-        dropped += (size_t)st__held_idle(c, &c->arenas_held, &c->arenas_held.e[i]);
+  for (st_client_t *c = clients; c; c = c->kept_next)
+    for (size_t i = 0; i < c->kept_arenas.n; i++)
+      if (c->kept_arenas.e[i].pin == m)
+        dropped += (size_t)st__kept_idle(c, &c->kept_arenas, &c->kept_arenas.e[i]);
   return dropped;
 }
 
 /* See client_internal.h. Thread of the client. */
-int st__client_arenarefs_params(st_client_t *c, const void *params, size_t len,
+int st__client_kept_arenas_params(st_client_t *c, const void *params, size_t len,
                                 st__cbuf_t *out) {
   if (!c->arena_refs) return 0;
-  return st__held_params(c, &c->arenas_held, &ops, "unmapped", params, len, out);
+  return st__kept_params(c, &c->kept_arenas, &ops, "unmapped", params, len, out);
 }
 
 /* See client_internal.h. Thread of the client. */
-void st__client_arenarefs_answered(st_client_t *c, int names_refs) {
-  if (c->arena_refs) st__held_answered(c, &c->arenas_held, &ops, names_refs);
+void st__client_kept_arenas_answered(st_client_t *c, int names_refs) {
+  if (c->arena_refs) st__kept_answered(c, &c->kept_arenas, &ops, names_refs);
 }
 
 /* See client_internal.h. Thread of the client. */
-void st__client_arenarefs_resolved(st_client_t *c) {
-  if (c->arena_refs) st__held_resolved(c, &c->arenas_held, &ops);
+void st__client_kept_arenas_resolved(st_client_t *c) {
+  if (c->arena_refs) st__kept_resolved(c, &c->kept_arenas, &ops);
 }

@@ -1,4 +1,4 @@
-/* Unit tests of the worker pool (src/engine/pool.c) with a fake runner:
+/* Unit tests of the workers (src/engine/workers.c) with a fake runner:
  * completion order and notification, errors, taking a queued job back,
  * cancellation of running jobs and of everything, generation switches (eager rebuild, old generations
  * released, in-flight jobs keep their own), and shutdown. */
@@ -13,7 +13,7 @@
 
 #include "check.h"
 #include "engine/job.h"
-#include "engine/pool.h"
+#include "engine/workers.h"
 #include "st/errors.h"
 
 /* ------------------------------------------------------------- fake runner */
@@ -88,7 +88,7 @@ static int fake_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *a
   return ST_OK;
 }
 
-static const st__pool_runner_t RUNNER = {fake_new, fake_free, fake_generation, fake_build,
+static const st__workers_runner_t RUNNER = {fake_new, fake_free, fake_generation, fake_build,
                                          {0, 0}};
 
 /* ------------------------------------------------------------- fixtures */
@@ -122,7 +122,7 @@ static const st__endpoint_decl_t *ep_of(st__generation_t *g, const char *name) {
 
 /* Collects `want` completions (waiting on the notify pipe, 5 s deadline)
  * into out[] in completion order. Returns how many arrived. */
-static int collect(st__pool_t *p, st__job_t **out, int want) {
+static int collect(st__workers_t *p, st__job_t **out, int want) {
   int got = 0;
   double end = stt_now() + 5.0;
   while (got < want && stt_now() < end) {
@@ -132,7 +132,7 @@ static int collect(st__pool_t *p, st__job_t **out, int want) {
       ssize_t n = read(notify_pipe[0], buf, sizeof buf);
       (void)n;
     }
-    for (st__job_t *j = st__pool_take_done(p, 0); j;) {
+    for (st__job_t *j = st__workers_take_done(p, 0); j;) {
       st__job_t *next = j->next;
       if (got < want) out[got++] = j;
       else st__job_free(j);
@@ -172,17 +172,17 @@ static int wait_refs(st__generation_t *g, int want) {
 
 TEST(runs_many_jobs) {
   st__generation_t *g = make_gen(1, "gen1");
-  st__pool_t *p;
+  st__workers_t *p;
   char err[128];
-  CHECK_ERR_MSG(st__pool_start(4, &RUNNER, g, notify, NULL, &p, err, sizeof err), ST_OK, err);
+  CHECK_ERR_MSG(st__workers_start(4, &RUNNER, g, notify, NULL, &p, err, sizeof err), ST_OK, err);
   enum { N = 200 };
   for (int i = 0; i < N; i++) {
     char arg = (char)(i % 100);
     st__job_t *j = st__job_new(1, (uint32_t)i, g, ep_of(g, "ok"), &arg, 1);
     CHECK(j != NULL);
-    CHECK_ERR(st__pool_submit(p, j), ST_OK);
+    CHECK_ERR(st__workers_submit(p, j), ST_OK);
   }
-  CHECK_EQ_INT(st__pool_outstanding(p, -1), N);
+  CHECK_EQ_INT(st__workers_outstanding(p, -1), N);
   static st__job_t *done[N];
   CHECK_EQ_INT(collect(p, done, N), N);
   int seen[N] = {0};
@@ -195,12 +195,12 @@ TEST(runs_many_jobs) {
     st__job_free(done[i]);
   }
   for (int i = 0; i < N; i++) CHECK_EQ_INT(seen[i], 1);
-  CHECK_EQ_INT(st__pool_outstanding(p, -1), 0);
+  CHECK_EQ_INT(st__workers_outstanding(p, -1), 0);
   uint64_t ok, failed;
-  st__pool_stats(p, &ok, &failed);
+  st__workers_stats(p, &ok, &failed);
   CHECK_EQ_INT(ok, N);
   CHECK_EQ_INT(failed, 0);
-  CHECK_EQ_INT(st__pool_free(p, 5.0), 0);
+  CHECK_EQ_INT(st__workers_free(p, 5.0), 0);
   /* Only our reference is left once the workers' states are gone. */
   CHECK_EQ_INT(refs_of(g), 1);
   st__generation_unref(g);
@@ -208,10 +208,10 @@ TEST(runs_many_jobs) {
 
 TEST(errors_come_back) {
   st__generation_t *g = make_gen(1, "gen1");
-  st__pool_t *p;
+  st__workers_t *p;
   char err[128];
-  CHECK_ERR_MSG(st__pool_start(2, &RUNNER, g, notify, NULL, &p, err, sizeof err), ST_OK, err);
-  CHECK_ERR(st__pool_submit(p, st__job_new(1, 1, g, ep_of(g, "fail"), NULL, 0)), ST_OK);
+  CHECK_ERR_MSG(st__workers_start(2, &RUNNER, g, notify, NULL, &p, err, sizeof err), ST_OK, err);
+  CHECK_ERR(st__workers_submit(p, st__job_new(1, 1, g, ep_of(g, "fail"), NULL, 0)), ST_OK);
   st__job_t *done[1];
   CHECK_EQ_INT(collect(p, done, 1), 1);
   CHECK_ERR(done[0]->status, ST_ERR_ENDPOINT);
@@ -220,12 +220,12 @@ TEST(errors_come_back) {
   st__job_free(done[0]);
   /* A generation that cannot be compiled fails its jobs with a reason. */
   st__generation_t *bad = make_gen(2, "broken");
-  CHECK_ERR(st__pool_submit(p, st__job_new(1, 2, bad, ep_of(bad, "ok"), NULL, 0)), ST_OK);
+  CHECK_ERR(st__workers_submit(p, st__job_new(1, 2, bad, ep_of(bad, "ok"), NULL, 0)), ST_OK);
   CHECK_EQ_INT(collect(p, done, 1), 1);
   CHECK_ERR(done[0]->status, ST_ERR_CONFIGURATION);
   CHECK_CONTAINS(done[0]->error, "cannot compile");
   st__job_free(done[0]);
-  CHECK_EQ_INT(st__pool_free(p, 5.0), 0);
+  CHECK_EQ_INT(st__workers_free(p, 5.0), 0);
   CHECK_EQ_INT(refs_of(bad), 1);
   st__generation_unref(bad);
   st__generation_unref(g);
@@ -233,24 +233,24 @@ TEST(errors_come_back) {
 
 TEST(remove_queued_and_cancel_running) {
   st__generation_t *g = make_gen(1, "gen1");
-  st__pool_t *p;
+  st__workers_t *p;
   char err[128];
-  CHECK_ERR_MSG(st__pool_start(1, &RUNNER, g, notify, NULL, &p, err, sizeof err), ST_OK, err);
+  CHECK_ERR_MSG(st__workers_start(1, &RUNNER, g, notify, NULL, &p, err, sizeof err), ST_OK, err);
   /* One worker: the first job runs, the second waits in the queue. */
   st__job_t *running = st__job_new(7, 1, g, ep_of(g, "slow"), NULL, 0);
   st__job_t *queued = st__job_new(7, 2, g, ep_of(g, "ok"), NULL, 0);
-  CHECK_ERR(st__pool_submit(p, running), ST_OK);
-  CHECK_ERR(st__pool_submit(p, queued), ST_OK);
+  CHECK_ERR(st__workers_submit(p, running), ST_OK);
+  CHECK_ERR(st__workers_submit(p, queued), ST_OK);
   double end = stt_now() + 2.0;
   while (st__job_state(running) != ST_JOB_RUNNING && stt_now() < end) sleep_ms(1);
   CHECK_EQ_INT(st__job_state(running), ST_JOB_RUNNING);
   CHECK_EQ_INT(st__job_state(queued), ST_JOB_QUEUED);
   CHECK(running->started_unix > 1e9);
   /* The queued job comes back out; the running one cannot. */
-  CHECK_EQ_INT(st__pool_remove(p, queued), 1);
-  CHECK_EQ_INT(st__pool_remove(p, queued), 0);
-  CHECK_EQ_INT(st__pool_remove(p, running), 0);
-  CHECK_EQ_INT(st__pool_outstanding(p, -1), 1);
+  CHECK_EQ_INT(st__workers_remove(p, queued), 1);
+  CHECK_EQ_INT(st__workers_remove(p, queued), 0);
+  CHECK_EQ_INT(st__workers_remove(p, running), 0);
+  CHECK_EQ_INT(st__workers_outstanding(p, -1), 1);
   st__job_free(queued);
   st__job_cancel(running);
   st__job_t *done[1];
@@ -259,45 +259,45 @@ TEST(remove_queued_and_cancel_running) {
   CHECK_ERR(done[0]->status, ST_ERR_CANCELLED);
   CHECK_EQ_INT(st__job_state(done[0]), ST_JOB_DONE);
   st__job_free(done[0]);
-  CHECK_EQ_INT(st__pool_outstanding(p, -1), 0);
+  CHECK_EQ_INT(st__workers_outstanding(p, -1), 0);
   /* cancel_all reaches queued and running jobs. */
-  CHECK_ERR(st__pool_submit(p, st__job_new(8, 3, g, ep_of(g, "slow"), NULL, 0)), ST_OK);
-  CHECK_ERR(st__pool_submit(p, st__job_new(8, 4, g, ep_of(g, "slow"), NULL, 0)), ST_OK);
-  st__pool_cancel_all(p);
+  CHECK_ERR(st__workers_submit(p, st__job_new(8, 3, g, ep_of(g, "slow"), NULL, 0)), ST_OK);
+  CHECK_ERR(st__workers_submit(p, st__job_new(8, 4, g, ep_of(g, "slow"), NULL, 0)), ST_OK);
+  st__workers_cancel_all(p);
   st__job_t *two[2];
   CHECK_EQ_INT(collect(p, two, 2), 2);
   for (int i = 0; i < 2; i++) {
     CHECK_ERR(two[i]->status, ST_ERR_CANCELLED);
     st__job_free(two[i]);
   }
-  CHECK_EQ_INT(st__pool_free(p, 5.0), 0);
+  CHECK_EQ_INT(st__workers_free(p, 5.0), 0);
   st__generation_unref(g);
 }
 
 TEST(generation_switch) {
   st__generation_t *g1 = make_gen(1, "gen1");
-  st__pool_t *p;
+  st__workers_t *p;
   char err[128];
-  CHECK_ERR_MSG(st__pool_start(3, &RUNNER, g1, notify, NULL, &p, err, sizeof err), ST_OK, err);
-  /* Workers prepare eagerly: 3 states holding g1, plus the pool's ref. */
+  CHECK_ERR_MSG(st__workers_start(3, &RUNNER, g1, notify, NULL, &p, err, sizeof err), ST_OK, err);
+  /* Workers prepare eagerly: 3 states holding g1, plus the workers' ref. */
   CHECK_EQ_INT(wait_refs(g1, 1 + 1 + 3), 0);
   st__generation_t *g2 = make_gen(2, "gen2");
-  st__pool_set_generation(p, g2);
+  st__workers_set_generation(p, g2);
   /* Idle workers move to g2; g1 is held by us alone. */
   CHECK_EQ_INT(wait_refs(g1, 1), 0);
   CHECK_EQ_INT(wait_refs(g2, 1 + 1 + 3), 0);
   /* A job dispatched on g1 before the reload still runs on g1. */
   st__job_t *done[2];
-  CHECK_ERR(st__pool_submit(p, st__job_new(1, 1, g1, ep_of(g1, "ok"), NULL, 0)), ST_OK);
+  CHECK_ERR(st__workers_submit(p, st__job_new(1, 1, g1, ep_of(g1, "ok"), NULL, 0)), ST_OK);
   CHECK_EQ_INT(collect(p, done, 1), 1);
   CHECK_EQ_INT(value_of(done[0]), 1000);
   st__job_free(done[0]);
-  CHECK_ERR(st__pool_submit(p, st__job_new(1, 2, g2, ep_of(g2, "ok"), NULL, 0)), ST_OK);
+  CHECK_ERR(st__workers_submit(p, st__job_new(1, 2, g2, ep_of(g2, "ok"), NULL, 0)), ST_OK);
   CHECK_EQ_INT(collect(p, done, 1), 1);
   CHECK_EQ_INT(value_of(done[0]), 2000);
   st__job_free(done[0]);
   CHECK_EQ_INT(wait_refs(g1, 1), 0);
-  CHECK_EQ_INT(st__pool_free(p, 5.0), 0);
+  CHECK_EQ_INT(st__workers_free(p, 5.0), 0);
   CHECK_EQ_INT(refs_of(g2), 1);
   st__generation_unref(g1);
   st__generation_unref(g2);
@@ -307,14 +307,14 @@ TEST(generation_switch) {
 
 TEST(shutdown_drains_and_refuses) {
   st__generation_t *g = make_gen(1, "gen1");
-  st__pool_t *p;
+  st__workers_t *p;
   char err[128];
-  CHECK_ERR_MSG(st__pool_start(1, &RUNNER, g, notify, NULL, &p, err, sizeof err), ST_OK, err);
+  CHECK_ERR_MSG(st__workers_start(1, &RUNNER, g, notify, NULL, &p, err, sizeof err), ST_OK, err);
   for (uint32_t i = 0; i < 5; i++)
-    CHECK_ERR(st__pool_submit(p, st__job_new(1, i, g, ep_of(g, "ok"), NULL, 0)), ST_OK);
-  st__pool_shutdown(p);
+    CHECK_ERR(st__workers_submit(p, st__job_new(1, i, g, ep_of(g, "ok"), NULL, 0)), ST_OK);
+  st__workers_shutdown(p);
   st__job_t *late = st__job_new(1, 99, g, ep_of(g, "ok"), NULL, 0);
-  CHECK_ERR(st__pool_submit(p, late), ST_ERR_SHUTTING_DOWN);
+  CHECK_ERR(st__workers_submit(p, late), ST_ERR_SHUTTING_DOWN);
   st__job_free(late);
   /* Queued jobs still run to completion. */
   st__job_t *done[5];
@@ -324,19 +324,19 @@ TEST(shutdown_drains_and_refuses) {
     CHECK_EQ_INT(done[i]->request_id, i);   /* one worker: in order */
     st__job_free(done[i]);
   }
-  CHECK_EQ_INT(st__pool_free(p, 5.0), 0);
+  CHECK_EQ_INT(st__workers_free(p, 5.0), 0);
   st__generation_unref(g);
 }
 
 TEST(bad_arguments) {
-  st__pool_t *p = NULL;
+  st__workers_t *p = NULL;
   char err[128];
-  CHECK_ERR_MSG(st__pool_start(0, &RUNNER, NULL, notify, NULL, &p, err, sizeof err),
+  CHECK_ERR_MSG(st__workers_start(0, &RUNNER, NULL, notify, NULL, &p, err, sizeof err),
                 ST_ERR_INVALID_ARGUMENT, err);
   CHECK(p == NULL);
-  st__pool_runner_t partial = RUNNER;
+  st__workers_runner_t partial = RUNNER;
   partial.vm_build = NULL;
-  CHECK_ERR_MSG(st__pool_start(1, &partial, NULL, notify, NULL, &p, err, sizeof err),
+  CHECK_ERR_MSG(st__workers_start(1, &partial, NULL, notify, NULL, &p, err, sizeof err),
                 ST_ERR_INVALID_ARGUMENT, err);
 }
 

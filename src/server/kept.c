@@ -1,29 +1,29 @@
-/* src/server: ids of what a connection's client holds (idset.h). Loop
+/* src/server: ids of what a connection's client holds (kept.h). Loop
  * thread only. */
 #include <stdlib.h>
 
-#include "server/idset.h"
+#include "server/kept.h"
 
 #include "proto/proto.h"
 #include "st/errors.h"
 
 /* Slot of id in the open-addressed table (0 marks a free slot; arena
  * and object ids start at 1), or of the free slot where it would go. */
-static size_t slot_of(const st__idset_t *s, uint64_t id) {
+static size_t slot_of(const st__keptset_t *s, uint64_t id) {
   size_t mask = s->cap - 1;
   size_t i = (size_t)(id * 0x9e3779b97f4a7c15ull >> 20) & mask;
   while (s->slots[i] && s->slots[i] != id) i = (i + 1) & mask;
   return i;
 }
 
-/* See idset.h. Loop thread. */
-int st__idset_has(const st__idset_t *s, uint64_t id) {
+/* See kept.h. Loop thread. */
+int st__keptset_has(const st__keptset_t *s, uint64_t id) {
   if (!s->on || !s->n || id == 0) return 0;
   return s->slots[slot_of(s, id)] == id;
 }
 
 /* Doubles the table (at least 64 slots). 0, or -1 out of memory. */
-static int grow(st__idset_t *s) {
+static int grow(st__keptset_t *s) {
   size_t cap = s->cap ? s->cap * 2 : 64;
   uint64_t *old = s->slots;
   size_t ocap = s->cap;
@@ -39,11 +39,11 @@ static int grow(st__idset_t *s) {
   return 0;
 }
 
-/* See idset.h. Loop thread. */
-int st__idset_add(st__idset_t *s, uint64_t id) {
+/* See kept.h. Loop thread. */
+int st__keptset_add(st__keptset_t *s, uint64_t id) {
   if (!s->on || id == 0) return 0;
   if (s->n && s->slots[slot_of(s, id)] == id) return 1;
-  if (s->n >= ST_IDSET_MAX) return 0;
+  if (s->n >= ST_KEPTSET_MAX) return 0;
   if ((s->n + 1) * 2 > s->cap && grow(s) != 0) return 0;
   s->slots[slot_of(s, id)] = id;
   s->n++;
@@ -52,7 +52,7 @@ int st__idset_add(st__idset_t *s, uint64_t id) {
 
 /* Removes id (linear probing: the entries after it that hashed before its
  * slot move back, so that every lookup still finds them). */
-static void remove_id(st__idset_t *s, uint64_t id) {
+static void remove_id(st__keptset_t *s, uint64_t id) {
   if (!s->n || id == 0) return;
   size_t mask = s->cap - 1;
   size_t i = slot_of(s, id);
@@ -66,8 +66,8 @@ static void remove_id(st__idset_t *s, uint64_t id) {
   }
 }
 
-/* See idset.h. Loop thread. */
-int st__idset_drop_listed(st__idset_t *s, const msgpack_object *params, const char *key,
+/* See kept.h. Loop thread. */
+int st__keptset_drop_listed(st__keptset_t *s, const msgpack_object *params, const char *key,
                           const char *noun, char *err, size_t errlen) {
   const msgpack_object *u;
   int rc = st__map_get_ids(params, key, noun, &u, err, errlen);
@@ -77,15 +77,15 @@ int st__idset_drop_listed(st__idset_t *s, const msgpack_object *params, const ch
   return ST_OK;
 }
 
-/* See idset.h. Loop thread. */
-void st__idset_start(st__idset_t *s, int asked) {
+/* See kept.h. Loop thread. */
+void st__keptset_start(st__keptset_t *s, int asked) {
   /* A hello starts over: nothing was sent under what it asks for now. */
-  st__idset_clear(s);
+  st__keptset_clear(s);
   s->on = asked;
 }
 
-/* See idset.h. Loop thread. */
-void st__idset_clear(st__idset_t *s) {
+/* See kept.h. Loop thread. */
+void st__keptset_clear(st__keptset_t *s) {
   free(s->slots);
   s->slots = NULL;
   s->cap = s->n = 0;

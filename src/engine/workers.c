@@ -1,4 +1,4 @@
-/* src/engine: the worker pool (pool.h).
+/* src/engine: the workers (workers.h).
  *
  * Locks: `mu` guards the job queue, `stopping`, `current` and each worker's
  * `job`; `done_mu` guards the completion queues (one per home: the loop
@@ -6,16 +6,16 @@
  * and never holds either while it runs Lua. `qhead`, `stopping` and each
  * completion queue's head are written under their lock with atomic
  * stores, so that a spinning worker (qhead, stopping) and a loop (a head,
- * through st__pool_done_pending) may peek at them without it.
+ * through st__workers_done_pending) may peek at them without it.
  *
- * Spinning (st__pool_set_spin): a worker that just ran a job polls the
+ * Spinning (st__workers_set_spin): a worker that just ran a job polls the
  * queue for up to the spin time before it sleeps on `cv`, one such worker
- * at a time (`spinners`); st__pool_submit skips the condition signal
+ * at a time (`spinners`); st__workers_submit skips the condition signal
  * when the queue was empty and a spinner polls, since the spinner takes
  * the job. Every spinner looks at the queue under `mu` after it stopped
  * polling, so no job waits for a signal that was skipped.
  */
-#include "engine/pool.h"
+#include "engine/workers.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -31,15 +31,15 @@
 #include "st/errors.h"
 
 typedef struct worker {
-  struct st__pool *pool;
+  struct st__workers *workers;
   int id;
   pthread_t thread;
   int started;
-  int exited;                 /* under pool->mu */
-  st__job_t *job;             /* the job it runs now; under pool->mu */
+  int exited;                 /* under workers->mu */
+  st__job_t *job;             /* the job it runs now; under workers->mu */
 } worker_t;
 
-struct st__pool {
+struct st__workers {
   pthread_mutex_t mu;
   pthread_cond_t cv;          /* jobs queued, stop requested, new generation */
   pthread_cond_t exit_cv;     /* a worker exited */
@@ -57,10 +57,10 @@ struct st__pool {
   double spin_s;               /* under mu; 0: workers never spin       */
   int spinners;               /* workers polling the queue (atomic)   */
 
-  st__pool_notify_fn notify;
+  st__workers_notify_fn notify;
   void *ud;
-  st__pool_runner_t run;
-  st__pool_prepare_fn prepare;   /* under mu until the first job; may be NULL */
+  st__workers_runner_t run;
+  st__workers_prepare_fn prepare;   /* under mu until the first job; may be NULL */
 
   size_t outstanding;         /* every home's (atomic) */
   uint64_t ndone, nfailed;    /* atomic */
@@ -72,9 +72,9 @@ struct st__pool {
  * *vm is NULL and err says why. Worker thread, without locks. */
 static int switch_vm(worker_t *w, st__vm_t **vm, st__generation_t *gen, char *err,
                      size_t errlen) {
-  w->pool->run.vm_free(*vm);
+  w->workers->run.vm_free(*vm);
   *vm = NULL;
-  int rc = w->pool->run.vm_new(gen, w->id, &w->pool->run.limits, vm, err, errlen);
+  int rc = w->workers->run.vm_new(gen, w->id, &w->workers->run.limits, vm, err, errlen);
   if (rc != ST_OK) *vm = NULL;
   return rc;
 }
@@ -96,7 +96,7 @@ static void run_job(worker_t *w, st__vm_t **vm, st__job_t *job) {
       snprintf(job->error, sizeof job->error, "%s", st_strerror(job->status));
   } else {
     int rc = ST_OK;
-    if (!*vm || w->pool->run.vm_generation(*vm) != job->gen) {
+    if (!*vm || w->workers->run.vm_generation(*vm) != job->gen) {
       char why[768];
       rc = switch_vm(w, vm, job->gen, why, sizeof why);
       if (rc != ST_OK) {
@@ -114,8 +114,8 @@ static void run_job(worker_t *w, st__vm_t **vm, st__job_t *job) {
       if (rc != ST_OK) job->status = rc;
     }
     if (rc == ST_OK) {
-      if (w->pool->prepare) w->pool->prepare(*vm, job);
-      job->status = w->pool->run.vm_build(*vm, job->ep, job->args, job->args_len, &job->cancel,
+      if (w->workers->prepare) w->workers->prepare(*vm, job);
+      job->status = w->workers->run.vm_build(*vm, job->ep, job->args, job->args_len, &job->cancel,
                                           &job->progress, &job->result, job->error,
                                           sizeof job->error);
       st__mpool_use(NULL);   /* the prepare hook may have made the job's pool current */
@@ -128,11 +128,11 @@ static void run_job(worker_t *w, st__vm_t **vm, st__job_t *job) {
   st__targs_clear(&job->targs);
   job->finished_at = st__now_mono();
   __atomic_store_n(&job->state, ST_JOB_DONE, __ATOMIC_RELEASE);
-  if (job->status == ST_OK) __atomic_add_fetch(&w->pool->ndone, 1, __ATOMIC_RELAXED);
-  else __atomic_add_fetch(&w->pool->nfailed, 1, __ATOMIC_RELAXED);
+  if (job->status == ST_OK) __atomic_add_fetch(&w->workers->ndone, 1, __ATOMIC_RELAXED);
+  else __atomic_add_fetch(&w->workers->nfailed, 1, __ATOMIC_RELAXED);
 }
 
-static void push_done(st__pool_t *p, st__job_t *job) {
+static void push_done(st__workers_t *p, st__job_t *job) {
   job->next = NULL;
   struct done_queue *q = &p->done[job->home];
   pthread_mutex_lock(&p->done_mu);
@@ -143,19 +143,19 @@ static void push_done(st__pool_t *p, st__job_t *job) {
   p->notify(p->ud, job->home);
 }
 
-/* An idle worker should (re)build its state when the pool has a current
+/* An idle worker should (re)build its state when the workers have a current
  * generation its state is not for, unless that very generation already
  * failed to build here (then the next job reports the error). */
-static int wants_refresh(const st__pool_t *p, st__vm_t *vm, uint64_t failed_number) {
+static int wants_refresh(const st__workers_t *p, st__vm_t *vm, uint64_t failed_number) {
   if (!p->current) return 0;
   if (vm && p->run.vm_generation(vm) == p->current) return 0;
   return failed_number != p->current->number;
 }
 
 /* Polls the queue for up to `spin_s` seconds unless another worker polls
- * already; returns when a job is queued, the pool stops or time is up.
+ * already; returns when a job is queued, the workers stop or time is up.
  * Worker thread, without locks: the caller looks again under mu. */
-static void spin_for_job(st__pool_t *p, double spin_s) {
+static void spin_for_job(st__workers_t *p, double spin_s) {
   if (__atomic_fetch_add(&p->spinners, 1, __ATOMIC_ACQ_REL) == 0) {
     double deadline = st__now_mono() + spin_s;
     for (unsigned i = 1;; i++) {
@@ -171,7 +171,7 @@ static void spin_for_job(st__pool_t *p, double spin_s) {
 
 static void *worker_main(void *arg) {
   worker_t *w = arg;
-  st__pool_t *p = w->pool;
+  st__workers_t *p = w->workers;
   st__vm_t *vm = NULL;
   uint64_t failed_number = 0;   /* generation numbers start at 1 */
   int just_ran = 0;             /* spin before the next wait */
@@ -227,21 +227,21 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-/* Starts the workers; see pool.h. Loop thread. */
-int st__pool_start(int nworkers, const st__pool_runner_t *runner, st__generation_t *gen,
-                   st__pool_notify_fn notify, void *ud, st__pool_t **out, char *err,
+/* Starts the workers; see workers.h. Loop thread. */
+int st__workers_start(int nworkers, const st__workers_runner_t *runner, st__generation_t *gen,
+                   st__workers_notify_fn notify, void *ud, st__workers_t **out, char *err,
                    size_t errlen) {
   *out = NULL;
   if (!runner || !runner->vm_new || !runner->vm_free || !runner->vm_generation ||
       !runner->vm_build || !notify) {
-    snprintf(err, errlen, "incomplete pool runner");
+    snprintf(err, errlen, "incomplete workers runner");
     return ST_ERR_INVALID_ARGUMENT;
   }
   if (nworkers < 1 || nworkers > 1024) {
     snprintf(err, errlen, "workers must be between 1 and 1024 (got %d)", nworkers);
     return ST_ERR_INVALID_ARGUMENT;
   }
-  st__pool_t *p = calloc(1, sizeof *p);
+  st__workers_t *p = calloc(1, sizeof *p);
   worker_t *ws = calloc((size_t)nworkers, sizeof *ws);
   struct done_queue *dq = calloc(1, sizeof *dq);
   if (!p || !ws || !dq) {
@@ -273,7 +273,7 @@ int st__pool_start(int nworkers, const st__pool_runner_t *runner, st__generation
   pthread_sigmask(SIG_SETMASK, &all, &old);
   int rc = ST_OK;
   for (int i = 0; i < nworkers; i++) {
-    ws[i].pool = p;
+    ws[i].workers = p;
     ws[i].id = i;
     int e = pthread_create(&ws[i].thread, NULL, worker_main, &ws[i]);
     if (e != 0) {
@@ -285,24 +285,24 @@ int st__pool_start(int nworkers, const st__pool_runner_t *runner, st__generation
   }
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (rc != ST_OK) {
-    st__pool_free(p, 30.0);
+    st__workers_free(p, 30.0);
     return rc;
   }
   *out = p;
   return ST_OK;
 }
 
-/* The per-job hook; see pool.h. Loop thread. Workers read it only after
+/* The per-job hook; see workers.h. Loop thread. Workers read it only after
  * taking a job under mu, which orders them after this store. */
-void st__pool_set_prepare_fn(st__pool_t *p, st__pool_prepare_fn fn) {
+void st__workers_set_prepare_fn(st__workers_t *p, st__workers_prepare_fn fn) {
   pthread_mutex_lock(&p->mu);
   p->prepare = fn;
   pthread_mutex_unlock(&p->mu);
 }
 
-/* See pool.h. Loop thread. */
-int st__pool_set_homes(st__pool_t *p, int nhomes) {
-  if (nhomes < 1 || nhomes > ST__POOL_MAX_HOMES) return ST_ERR_INVALID_ARGUMENT;
+/* See workers.h. Loop thread. */
+int st__workers_set_homes(st__workers_t *p, int nhomes) {
+  if (nhomes < 1 || nhomes > ST__WORKERS_MAX_HOMES) return ST_ERR_INVALID_ARGUMENT;
   if (nhomes == p->nhomes) return ST_OK;
   struct done_queue *dq = calloc((size_t)nhomes, sizeof *dq);
   if (!dq) return ST_ERR_OUT_OF_MEMORY;
@@ -315,8 +315,8 @@ int st__pool_set_homes(st__pool_t *p, int nhomes) {
   return ST_OK;
 }
 
-/* Queues a job (the pool owns it on ST_OK). Loop thread. */
-int st__pool_submit(st__pool_t *p, st__job_t *job) {
+/* Queues a job (the workers own it on ST_OK). Loop thread. */
+int st__workers_submit(st__workers_t *p, st__job_t *job) {
   job->next = NULL;
   if (job->home < 0 || job->home >= p->nhomes) job->home = 0;
   pthread_mutex_lock(&p->mu);
@@ -338,7 +338,7 @@ int st__pool_submit(st__pool_t *p, st__job_t *job) {
 }
 
 /* Unlinks a job that no worker took yet. Loop thread. */
-int st__pool_remove(st__pool_t *p, st__job_t *job) {
+int st__workers_remove(st__workers_t *p, st__job_t *job) {
   int found = 0;
   pthread_mutex_lock(&p->mu);
   st__job_t *prev = NULL;
@@ -358,7 +358,7 @@ int st__pool_remove(st__pool_t *p, st__job_t *job) {
 }
 
 /* New current generation for idle workers. Loop thread. */
-void st__pool_set_generation(st__pool_t *p, st__generation_t *gen) {
+void st__workers_set_generation(st__workers_t *p, st__generation_t *gen) {
   if (gen) st__generation_ref(gen);
   pthread_mutex_lock(&p->mu);
   st__generation_t *old = p->current;
@@ -368,8 +368,8 @@ void st__pool_set_generation(st__pool_t *p, st__generation_t *gen) {
   if (old) st__generation_unref(old);
 }
 
-/* Takes the completed jobs of one home, oldest first; see pool.h. */
-st__job_t *st__pool_take_done(st__pool_t *p, int home) {
+/* Takes the completed jobs of one home, oldest first; see workers.h. */
+st__job_t *st__workers_take_done(st__workers_t *p, int home) {
   struct done_queue *q = &p->done[home];
   pthread_mutex_lock(&p->done_mu);
   st__job_t *list = q->head;
@@ -383,28 +383,28 @@ st__job_t *st__pool_take_done(st__pool_t *p, int home) {
   return list;
 }
 
-/* Jobs submitted and not yet taken back; see pool.h. */
-size_t st__pool_outstanding(st__pool_t *p, int home) {
+/* Jobs submitted and not yet taken back; see workers.h. */
+size_t st__workers_outstanding(st__workers_t *p, int home) {
   return __atomic_load_n(home < 0 ? &p->outstanding : &p->done[home].outstanding,
                          __ATOMIC_RELAXED);
 }
 
 /* Whether a completion waits in queue `home`, without the lock; see
- * pool.h. */
-int st__pool_done_pending(st__pool_t *p, int home) {
+ * workers.h. */
+int st__workers_done_pending(st__workers_t *p, int home) {
   return __atomic_load_n(&p->done[home].head, __ATOMIC_ACQUIRE) != NULL;
 }
 
-/* How long a worker that just ran a job polls for the next; see pool.h.
+/* How long a worker that just ran a job polls for the next; see workers.h.
  * Loop thread. */
-void st__pool_set_spin(st__pool_t *p, double spin_s) {
+void st__workers_set_spin(st__workers_t *p, double spin_s) {
   pthread_mutex_lock(&p->mu);
   p->spin_s = spin_s > 0 ? spin_s : 0;
   pthread_mutex_unlock(&p->mu);
 }
 
 /* Cancels every queued and running job. Loop thread. */
-void st__pool_cancel_all(st__pool_t *p) {
+void st__workers_cancel_all(st__workers_t *p) {
   pthread_mutex_lock(&p->mu);
   for (st__job_t *j = p->qhead; j; j = j->next) st__job_cancel(j);
   for (int i = 0; i < p->nworkers; i++)
@@ -413,17 +413,17 @@ void st__pool_cancel_all(st__pool_t *p) {
 }
 
 /* Refuses new jobs; workers drain the queue and exit. Loop thread. */
-void st__pool_shutdown(st__pool_t *p) {
+void st__workers_shutdown(st__workers_t *p) {
   pthread_mutex_lock(&p->mu);
   __atomic_store_n(&p->stopping, 1, __ATOMIC_RELEASE);
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
 }
 
-/* Waits for the workers and frees the pool; see pool.h. Loop thread. */
-int st__pool_free(st__pool_t *p, double timeout_s) {
+/* Waits for the workers and frees them; see workers.h. Loop thread. */
+int st__workers_free(st__workers_t *p, double timeout_s) {
   if (!p) return 0;
-  st__pool_shutdown(p);
+  st__workers_shutdown(p);
   struct timespec deadline;
   clock_gettime(CLOCK_REALTIME, &deadline);
   double whole = (double)(long)timeout_s;
@@ -443,7 +443,7 @@ int st__pool_free(st__pool_t *p, double timeout_s) {
     if (!p->workers[i].exited) stuck++;
   }
   pthread_mutex_unlock(&p->mu);
-  if (stuck) return stuck;   /* leaked on purpose: see pool.h */
+  if (stuck) return stuck;   /* leaked on purpose: see workers.h */
   for (int i = 0; i < p->nworkers; i++)
     if (p->workers[i].started) pthread_join(p->workers[i].thread, NULL);
   st__job_t *j = p->qhead;
@@ -472,12 +472,12 @@ int st__pool_free(st__pool_t *p, double timeout_s) {
 }
 
 /* Number of workers. */
-int st__pool_size(const st__pool_t *p) {
+int st__workers_size(const st__workers_t *p) {
   return p->nworkers;
 }
 
 /* Completed and failed job counts. Any thread. */
-void st__pool_stats(st__pool_t *p, uint64_t *done, uint64_t *failed) {
+void st__workers_stats(st__workers_t *p, uint64_t *done, uint64_t *failed) {
   *done = __atomic_load_n(&p->ndone, __ATOMIC_RELAXED);
   *failed = __atomic_load_n(&p->nfailed, __ATOMIC_RELAXED);
 }

@@ -1,6 +1,6 @@
 /* src/client: what a server sends in full once per connection and names
- * by id alone afterwards (client_internal.h, "held"): arenas of objects
- * (arenarefs.c) and whole results of objects (objrefs.c).
+ * by id alone afterwards (client_internal.h, "kept"): arenas of objects
+ * (kept_arenas.c) and whole results of objects (kept_objects.c).
  *
  * The rule both follow (docs/protocol.md, "Arenas sent once"): an entry
  * pins what the server may name by id until the server was told that the
@@ -26,19 +26,19 @@
 #define DROP_BATCH 64
 
 /* See client_internal.h. Under the lock. */
-st__held_t *st__held_find(st__heldtab_t *t, uint64_t id) {
+st__kept_t *st__kept_find(st__kepttab_t *t, uint64_t id) {
   for (size_t i = 0; i < t->n; i++)
     if (t->e[i].id == id) return &t->e[i];
   return NULL;
 }
 
 /* See client_internal.h. Under the lock. */
-st__held_t *st__held_keep(st__heldtab_t *t, uint64_t id, void *pin, void **old) {
-  st__held_t *e = st__held_find(t, id);
+st__kept_t *st__kept_keep(st__kepttab_t *t, uint64_t id, void *pin, void **old) {
+  st__kept_t *e = st__kept_find(t, id);
   if (!e) {
     if (t->n == t->cap) {
       size_t cap = t->cap ? t->cap * 2 : 16;
-      st__held_t *p = realloc(t->e, cap * sizeof *p);
+      st__kept_t *p = realloc(t->e, cap * sizeof *p);
       if (!p) return NULL;
       t->e = p;
       t->cap = cap;
@@ -47,17 +47,17 @@ st__held_t *st__held_keep(st__heldtab_t *t, uint64_t id, void *pin, void **old) 
     memset(e, 0, sizeof *e);
     e->id = id;
   }
-  if (e->state == ST__HELD_IDLE) t->idle--;
+  if (e->state == ST__KEPT_IDLE) t->idle--;
   *old = e->pin;
   e->pin = pin;
-  e->state = ST__HELD_KEPT;
+  e->state = ST__KEPT_USED;
   return e;
 }
 
 /* See client_internal.h. Under the lock. */
-int st__held_idle(const st_client_t *c, st__heldtab_t *t, st__held_t *e) {
-  if (e->state != ST__HELD_KEPT) return 0;
-  e->state = ST__HELD_IDLE;
+int st__kept_idle(const st_client_t *c, st__kepttab_t *t, st__kept_t *e) {
+  if (e->state != ST__KEPT_USED) return 0;
+  e->state = ST__KEPT_IDLE;
   t->idle++;
   if (c->in_request) return 0;
   e->pin = NULL;   /* no reply can name it before the server is told */
@@ -65,7 +65,7 @@ int st__held_idle(const st_client_t *c, st__heldtab_t *t, st__held_t *e) {
 }
 
 /* See client_internal.h. Thread of the client. */
-int st__held_params(st_client_t *c, st__heldtab_t *t, const st__held_ops_t *ops,
+int st__kept_params(st_client_t *c, st__kepttab_t *t, const st__kept_ops_t *ops,
                     const char *key, const void *params, size_t len, st__cbuf_t *out) {
   ops->lock();
   c->in_request = 1;   /* until its reply's names by id are resolved */
@@ -77,11 +77,11 @@ int st__held_params(st_client_t *c, st__heldtab_t *t, const st__held_ops_t *ops,
   }
   size_t got = 0;
   for (size_t i = 0; i < t->n && got < n; i++)
-    if (t->e[i].state == ST__HELD_IDLE) ids[got++] = t->e[i].id;
+    if (t->e[i].state == ST__KEPT_IDLE) ids[got++] = t->e[i].id;
   int rc = st__client_params_with_ids(params, len, key, ids, got, out);
   if (rc == 0) {
     for (size_t i = 0; i < t->n; i++)
-      if (t->e[i].state == ST__HELD_IDLE) t->e[i].state = ST__HELD_TOLD;
+      if (t->e[i].state == ST__KEPT_IDLE) t->e[i].state = ST__KEPT_TOLD;
     t->idle = 0;
   }
   ops->unlock();
@@ -126,11 +126,11 @@ int st__client_params_with_ids(const void *params, size_t len, const char *key,
 
 /* Moves the pins of t's idle entries that nothing else uses into drop (at
  * most max; detached), leaving the entries to be told. Under the lock. */
-static size_t let_go_idle(st__heldtab_t *t, const st__held_ops_t *ops, void **drop, size_t max) {
+static size_t let_go_idle(st__kepttab_t *t, const st__kept_ops_t *ops, void **drop, size_t max) {
   size_t n = 0;
   for (size_t i = 0; i < t->n && n < max; i++) {
-    st__held_t *e = &t->e[i];
-    if (e->state == ST__HELD_IDLE && e->pin && ops->unused(e->pin)) {
+    st__kept_t *e = &t->e[i];
+    if (e->state == ST__KEPT_IDLE && e->pin && ops->unused(e->pin)) {
       void *p = ops->detach(e->pin);
       e->pin = NULL;
       if (p) drop[n++] = p;
@@ -140,12 +140,12 @@ static size_t let_go_idle(st__heldtab_t *t, const st__held_ops_t *ops, void **dr
 }
 
 /* Releases n pins. Without the lock. */
-static void release_all(const st__held_ops_t *ops, void **drop, size_t n) {
+static void release_all(const st__kept_ops_t *ops, void **drop, size_t n) {
   for (size_t i = 0; i < n; i++) ops->release(drop[i]);
 }
 
 /* See client_internal.h. Thread of the client. */
-void st__held_answered(st_client_t *c, st__heldtab_t *t, const st__held_ops_t *ops,
+void st__kept_answered(st_client_t *c, st__kepttab_t *t, const st__kept_ops_t *ops,
                        int names_by_id) {
   void *drop[DROP_BATCH];
   size_t ndrop;
@@ -154,8 +154,8 @@ void st__held_answered(st_client_t *c, st__heldtab_t *t, const st__held_ops_t *o
     ops->lock();
     size_t keep = 0, i = 0;
     for (; i < t->n && ndrop < DROP_BATCH; i++) {
-      st__held_t *e = &t->e[i];
-      if (e->state != ST__HELD_TOLD) {
+      st__kept_t *e = &t->e[i];
+      if (e->state != ST__KEPT_TOLD) {
         t->e[keep++] = *e;
         continue;
       }
@@ -175,7 +175,7 @@ void st__held_answered(st_client_t *c, st__heldtab_t *t, const st__held_ops_t *o
 }
 
 /* See client_internal.h. Thread of the client. */
-void st__held_resolved(st_client_t *c, st__heldtab_t *t, const st__held_ops_t *ops) {
+void st__kept_resolved(st_client_t *c, st__kepttab_t *t, const st__kept_ops_t *ops) {
   void *drop[DROP_BATCH];
   size_t ndrop;
   do {
@@ -188,9 +188,9 @@ void st__held_resolved(st_client_t *c, st__heldtab_t *t, const st__held_ops_t *o
 }
 
 /* See client_internal.h. Thread of the client. */
-void st__held_reset(st__heldtab_t *t, const st__held_ops_t *ops) {
+void st__kept_reset(st__kepttab_t *t, const st__kept_ops_t *ops) {
   ops->lock();
-  st__held_t *old = t->e;
+  st__kept_t *old = t->e;
   size_t n = t->n;
   for (size_t i = 0; i < n; i++)
     old[i].pin = old[i].pin ? ops->detach(old[i].pin) : NULL;

@@ -1,6 +1,7 @@
-/* src/client: the public client functions: connect + hello, close,
- * errors, ping, call and generic methods (socket paths and connecting
- * by device: sockpath.c). */
+/* src/client: connecting: connect + hello, reconnect, close, and the
+ * accessors of the connection (errors, timeout, the server's identity).
+ * Socket paths and connecting by device: sockpath.c; the request/reply
+ * exchange of calls and methods: call.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,9 +10,6 @@
 #include "client/client_internal.h"
 
 #define CLIENT_NAME "libstclient/" ST_VERSION_STRING
-/* Why arguments with an open list or map cannot go. */
-#define UNFINISHED \
-  "the arguments have an unfinished list or map (st_args_begin_* without its st_args_end)"
 
 static void copy_str(char *dst, size_t cap, const msgpack_object *o) {
   if (o && o->type == MSGPACK_OBJECT_STR)
@@ -37,11 +35,11 @@ static int hello(st_client_t *c, int64_t deadline, int features) {
   int rc = st_args_int(a, "protocol", ST_PROTOCOL_VERSION);
   if (rc == ST_OK) rc = st_args_string(a, "client", CLIENT_NAME);
   /* What this client does beyond protocol 1's first form: arenas of
-   * objects named by id after the first reply (arenarefs.c), results of
+   * objects named by id after the first reply (kept_arenas.c), results of
    * cached objects named by id after the first reply unless
-   * ST_CLIENT_KEEP_OBJECTS=0 (objrefs.c), results as regions of
+   * ST_CLIENT_KEEP_OBJECTS=0 (kept_objects.c), results as regions of
    * per-connection pools unless ST_CLIENT_POOL=0 (pool.c). */
-  size_t keep_objects = features ? st__client_objrefs_max() : 0;
+  size_t keep_objects = features ? st__client_kept_objects_max() : 0;
   if (rc == ST_OK && features) {
     rc = st_args_begin_list(a, "features");
     if (rc == ST_OK) rc = st_args_string(a, NULL, "arena_refs");
@@ -90,10 +88,10 @@ static int hello(st_client_t *c, int64_t deadline, int features) {
       c->device = (int)int_of(st__map_get(r, "device"), 0);
       const msgpack_object *f = st__map_get(r, "features");
       st__client_argcache_reset(c, st__features_has(f, "arg_cache"));
-      st__client_arenarefs_reset(c, features && st__features_has(f, "arena_refs"));
+      st__client_kept_arenas_reset(c, features && st__features_has(f, "arena_refs"));
       /* The server marks what it counts as kept (`object_kept`): a server
        * that does not know the feature never does. */
-      st__client_objrefs_reset(c, keep_objects > 0);
+      st__client_kept_objects_reset(c, keep_objects > 0);
       c->objects_max = keep_objects;
       st__client_pool_reset(c, features && !st__client_pool_disabled() &&
                                    st__features_has(f, "pool"));
@@ -213,8 +211,8 @@ ST_API int st_client_connect(const char *path, st_client_t **out, char *err, siz
 int st__client_reconnect(st_client_t *c, int timeout_ms) {
   st__client_conn_shutdown(c, "reconnecting");
   st__client_argcache_reset(c, 0);   /* a new connection holds nothing */
-  st__client_arenarefs_reset(c, 0);
-  st__client_objrefs_reset(c, 0);
+  st__client_kept_arenas_reset(c, 0);
+  st__client_kept_objects_reset(c, 0);
   st__client_pool_reset(c, 0);
   if (c->reader_ready) st__reader_destroy(&c->reader);
   c->reader_ready = 0;
@@ -237,8 +235,8 @@ ST_API void st_client_close(st_client_t *c) {
   if (!c) return;
   st__client_conn_shutdown(c, "closed");
   st__client_argcache_reset(c, 0);
-  st__client_arenarefs_reset(c, 0);
-  st__client_objrefs_reset(c, 0);
+  st__client_kept_arenas_reset(c, 0);
+  st__client_kept_objects_reset(c, 0);
   st__client_pool_reset(c, 0);
   if (c->into_reset) c->into_reset(c);
   free(c->fifo);
@@ -268,192 +266,3 @@ ST_API const char *st_client_server_version(const st_client_t *c) {
 }
 
 ST_API int st_client_server_pid(const st_client_t *c) { return c ? c->server_pid : 0; }
-
-/* ping: one round trip; see client.h. Thread of the client. */
-ST_API int st_client_ping(st_client_t *c, double *rtt_us) {
-  if (!c) return ST_ERR_INVALID_ARGUMENT;
-  st__message_t m;
-  int *fds;
-  size_t nfds;
-  int64_t t0 = st__client_now_ns();
-  int rc = st__client_exchange(c, "ping", NULL, 0, NULL, 0, &m, &fds, &nfds);
-  int64_t t1 = st__client_now_ns();
-  if (rc != ST_OK) return rc;
-  for (size_t i = 0; i < nfds; i++) close(fds[i]);
-  free(fds);
-  if (!st__str_eq(&m.result, "pong"))
-    rc = st__client_fail(c, ST_ERR_PROTOCOL, "ping was not answered with \"pong\"");
-  st__message_destroy(&m);
-  if (rc == ST_OK && rtt_us) *rtt_us = (double)(t1 - t0) / 1000.0;
-  return rc;
-}
-
-/* The reply of an exchange that succeeded, decoded into a new result
- * (*out, as st__client_result_decode); m and fds are released. */
-static int decode_reply(st_client_t *c, st__message_t *m, int *fds, size_t nfds, int unwrap,
-                        st_result_t **out) {
-  int rc = st__client_result_decode(c, &m->result, unwrap, fds, nfds, out);
-  free(fds);
-  st__message_destroy(m);
-  return rc;
-}
-
-/* One exchange of `method` decoded into a new result; see
- * client_internal.h. Thread of the client. */
-int st__client_method(st_client_t *c, const char *method, const st__cbuf_t *params, int unwrap,
-                      st_result_t **out) {
-  st__message_t m;
-  int *fds;
-  size_t nfds;
-  int rc = st__client_exchange(c, method, params ? params->sb.data : NULL,
-                               params ? params->sb.size : 0, params ? params->fds : NULL,
-                               params ? params->nfds : 0, &m, &fds, &nfds);
-  return rc == ST_OK ? decode_reply(c, &m, fds, nfds, unwrap, out) : rc;
-}
-
-/* Runs `method` with {head pairs[, args_key: args]}; see
- * client_internal.h. */
-int st__client_args_method(st_client_t *c, const char *method, const st__client_head_t *head,
-                           const char *args_key, const st_args_t *args, int unwrap,
-                           st_result_t **out) {
-  int with_args = args_key != NULL;
-  if (with_args && st__client_args_open(args))
-    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "%s: %s", method, UNFINISHED);
-  st__mapping_t *const *arenas = NULL;
-  size_t narenas = with_args ? st__client_args_arenas(args, &arenas) : 0;
-  if (narenas && strcmp(method, "call") != 0 && strcmp(method, "submit") != 0 &&
-      strcmp(method, "put") != 0)
-    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT,
-                           "%s: tensor arguments go only to call, submit and put", method);
-  int fds[ST_MAX_FDS_PER_MESSAGE];
-  if (narenas > ST_MAX_FDS_PER_MESSAGE)
-    return st__client_fail(c, ST_ERR_LIMIT,
-                           "the arguments use %zu allocations; one request carries at most %d",
-                           narenas, ST_MAX_FDS_PER_MESSAGE);
-  /* A server that no longer keeps an allocation the request names by its
-   * id says `uncached`: the request goes once more with every descriptor
-   * (nothing ran: the server refused it before anything else). */
-  int rc = ST_OK;
-  for (int attempt = 0; attempt < 2; attempt++) {
-    st__cbuf_t b;
-    st__client_cbuf_init(&b);
-    msgpack_pack_map(&b.pk, head->npairs + (uint32_t)with_args + (narenas ? 1u : 0u));
-    head->pack(&b.pk, head->ud);
-    if (with_args) {
-      st__pack_cstr(&b.pk, args_key);
-      st__client_args_pack(&b.pk, args);
-    }
-    if (narenas) {
-      st__pack_cstr(&b.pk, "arenas");
-      b.nfds = st__client_argcache_pack(c, &b.pk, arenas, narenas, fds);
-      b.fds = b.nfds ? fds : NULL;
-    }
-    rc = b.oom ? st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing '%s'", method)
-               : st__client_method(c, method, &b, unwrap, out);
-    st__client_cbuf_destroy(&b);
-    if (!(rc == ST_ERR_INVALID_ARGUMENT && c->uncached && narenas)) break;
-    st__client_argcache_unhold(c, arenas, narenas);
-  }
-  return rc;
-}
-
-static void pack_endpoint(msgpack_packer *pk, const void *ud) {
-  st__pack_cstr(pk, "endpoint");
-  st__pack_cstr(pk, ud);
-}
-
-/* Runs `method` with {endpoint[, args]}; see client_internal.h. */
-int st__client_endpoint_method(st_client_t *c, const char *method, const char *endpoint,
-                               const st_args_t *args, int with_args, int unwrap,
-                               st_result_t **out) {
-  if (!endpoint || !*endpoint)
-    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "no endpoint name given");
-  st__client_head_t head = {.npairs = 1, .pack = pack_endpoint, .ud = endpoint};
-  return st__client_args_method(c, method, &head, with_args ? "args" : NULL, args, unwrap, out);
-}
-
-typedef struct call_head {
-  const char *endpoint, *view;
-  int readonly;
-} call_head_t;
-
-static void pack_call_head(msgpack_packer *pk, const void *ud) {
-  const call_head_t *h = ud;
-  pack_endpoint(pk, h->endpoint);
-  if (h->readonly) st__pack_kv_bool(pk, "readonly", 1);
-  if (h->view) st__pack_kv_str(pk, "view", h->view);
-}
-
-/* Calls an endpoint with flags and a view; see client.h. Thread of the
- * client. */
-ST_API int st_client_call_view(st_client_t *c, const char *endpoint, const st_args_t *args,
-                               int flags, const char *view, st_result_t **out) {
-  if (out) *out = NULL;
-  if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
-  if (!endpoint || !*endpoint)
-    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "no endpoint name given");
-  call_head_t h = {.endpoint = endpoint, .view = view && *view ? view : NULL,
-                   .readonly = (flags & ST_CALL_READONLY) != 0};
-  st__client_head_t head = {.npairs = 1 + (uint32_t)h.readonly + (h.view != NULL),
-                            .pack = pack_call_head, .ud = &h};
-  return st__client_args_method(c, "call", &head, args ? "args" : NULL, args, 1, out);
-}
-
-/* Calls an endpoint with flags; see client.h. Thread of the client. */
-ST_API int st_client_call_flags(st_client_t *c, const char *endpoint, const st_args_t *args,
-                                int flags, st_result_t **out) {
-  if (out) *out = NULL;
-  if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
-  if (!(flags & ST_CALL_READONLY)) return st_client_call(c, endpoint, args, out);
-  return st_client_call_view(c, endpoint, args, flags, NULL, out);
-}
-
-/* Calls an endpoint; see client.h. Thread of the client. */
-ST_API int st_client_call(st_client_t *c, const char *endpoint, const st_args_t *args,
-                          st_result_t **out) {
-  if (out) *out = NULL;
-  if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
-  return st__client_endpoint_method(c, "call", endpoint, args, 1, 1, out);
-}
-
-/* See client_internal.h. Thread of the client. */
-int st__client_rpc_exchange(st_client_t *c, const char *method, const st_args_t *params,
-                            st__message_t *reply, int **fds, size_t *nfds) {
-  if (!method || !*method)
-    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "no method name given");
-  if (!params) return st__client_exchange(c, method, NULL, 0, NULL, 0, reply, fds, nfds);
-  if (st__client_args_open(params))
-    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "%s: %s", method, UNFINISHED);
-  st__mapping_t *const *arenas;
-  if (st__client_args_arenas(params, &arenas))
-    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT,
-                           "%s: tensor arguments go only to call, submit and put", method);
-  st__cbuf_t b;
-  st__client_cbuf_init(&b);
-  st__client_args_pack(&b.pk, params);
-  int rc = b.oom ? st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing the parameters")
-                 : st__client_exchange(c, method, b.sb.data, b.sb.size, NULL, 0, reply, fds, nfds);
-  st__client_cbuf_destroy(&b);
-  return rc;
-}
-
-/* Any method with named parameters; see client.h. Thread of the client. */
-ST_API int st_client_rpc(st_client_t *c, const char *method, const st_args_t *params,
-                         st_result_t **out) {
-  if (out) *out = NULL;
-  if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
-  st__message_t m;
-  int *fds;
-  size_t nfds;
-  int rc = st__client_rpc_exchange(c, method, params, &m, &fds, &nfds);
-  return rc == ST_OK ? decode_reply(c, &m, fds, nfds, 0, out) : rc;
-}
-
-/* st_client_rpc(c, "info" / "endpoints", NULL, out). */
-ST_API int st_client_info(st_client_t *c, st_result_t **out) {
-  return st_client_rpc(c, "info", NULL, out);
-}
-
-ST_API int st_client_endpoints(st_client_t *c, st_result_t **out) {
-  return st_client_rpc(c, "endpoints", NULL, out);
-}

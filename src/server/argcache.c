@@ -1,5 +1,5 @@
-/* src/server: a connection's import cache of tensor arguments (conn.h,
- * "targ_cache.c"; docs/pool.md, section 4). The table itself is
+/* src/server: a connection's argument cache of tensor arguments (conn.h,
+ * "argcache.c"; docs/pool.md, section 4). The table itself is
  * engine/argcache.h; here are its limits and its accounting: each entry
  * holds one descriptor (the received one, then the imported arena's), so
  * it counts in the connection's holdings and the server's held_fds like a
@@ -21,7 +21,7 @@ static void account(st__conn_t *c, size_t before) {
 }
 
 /* See conn.h. Loop thread. */
-int st__conn_targs_evict_one(st__conn_t *c) {
+int st__conn_argcache_evict_one(st__conn_t *c) {
   size_t before = c->argcache.n;
   int dropped = st__argcache_evict_lru(&c->argcache);
   account(c, before);
@@ -37,13 +37,13 @@ static int room_for_one(st__conn_t *c) {
   while ((int)c->argcache.n >= cfg->max_cached_arguments ||
          c->out_fds + c->rx_held + (int)c->argcache.n + 1 > cfg->max_fds_per_connection ||
          c->srv->held_fds + 1 > (uint64_t)cfg->max_fds_all_connections) {
-    if (!st__conn_targs_evict_one(c)) return 0;
+    if (!st__conn_argcache_evict_one(c)) return 0;
   }
   return 1;
 }
 
 /* See conn.h. Loop thread. */
-void st__conn_targs_keep(st__conn_t *c, const st__targs_t *t) {
+void st__conn_argcache_keep(st__conn_t *c, const st__targs_t *t) {
   for (size_t i = 0; i < t->n; i++) {
     const st__arena_desc_t *d = &t->descs[i];
     if (!d->arg_id || d->no_fd) continue;
@@ -65,7 +65,7 @@ void st__conn_targs_keep(st__conn_t *c, const st__targs_t *t) {
 }
 
 /* See conn.h. Loop thread. */
-int st__conn_targs_forget(st__conn_t *c, const msgpack_object *params, char *err,
+int st__conn_argcache_forget(st__conn_t *c, const msgpack_object *params, char *err,
                           size_t errlen) {
   const msgpack_object *f;
   int rc = st__map_get_ids(params, "forget", "arg ids", &f, err, errlen);
@@ -78,7 +78,7 @@ int st__conn_targs_forget(st__conn_t *c, const msgpack_object *params, char *err
 }
 
 /* See conn.h. Loop thread. */
-void st__conn_targs_drop_all(st__conn_t *c) {
+void st__conn_argcache_drop_all(st__conn_t *c) {
   size_t before = c->argcache.n;
   st__argcache_clear(&c->argcache);
   account(c, before);

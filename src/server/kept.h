@@ -9,8 +9,8 @@
  * the client does not hold already. Two sets per connection (conn.h):
  * arenas and objects. Loop thread only.
  */
-#ifndef ST_SERVER_IDSET_H
-#define ST_SERVER_IDSET_H
+#ifndef ST_SERVER_KEPT_H
+#define ST_SERVER_KEPT_H
 
 #include <msgpack.h>
 #include <stddef.h>
@@ -18,36 +18,36 @@
 
 /* Ids one connection's client holds; at most this many, later ones always
  * travel in full. */
-#define ST_IDSET_MAX 4096
+#define ST_KEPTSET_MAX 4096
 
-typedef struct st__idset {
+typedef struct st__keptset {
   int on;                     /* the client's hello asked for the feature */
   uint64_t *slots;            /* open-addressed set of ids; 0: free       */
   size_t cap, n;
-} st__idset_t;
+} st__keptset_t;
 
 /* A hello: the set starts empty, on when the client asked for the feature
  * (`asked`). Loop thread. */
-void st__idset_start(st__idset_t *s, int asked);
+void st__keptset_start(st__keptset_t *s, int asked);
 
 /* 1 when the client was sent `id` in full with the reply's mark and has
  * not said since that it let it go: a reply names it by id alone. */
-int st__idset_has(const st__idset_t *s, uint64_t id);
+int st__keptset_has(const st__keptset_t *s, uint64_t id);
 
 /* Remembers that the reply being queued sends `id` in full and marks it.
- * Returns 1, or 0 when the set is off, full (ST_IDSET_MAX) or memory is
+ * Returns 1, or 0 when the set is off, full (ST_KEPTSET_MAX) or memory is
  * short: then the reply does not mark it and it travels in full each
  * time. */
-int st__idset_add(st__idset_t *s, uint64_t id);
+int st__keptset_add(st__keptset_t *s, uint64_t id);
 
 /* Drops the ids params[key] names (params may be NULL; unknown ids are
  * ignored). ST_OK, or ST_ERR_INVALID_ARGUMENT with the reason in err when
  * it is not an array of integers >= 1 (nothing dropped then; `noun` names
  * them in the message). */
-int st__idset_drop_listed(st__idset_t *s, const msgpack_object *params, const char *key,
+int st__keptset_drop_listed(st__keptset_t *s, const msgpack_object *params, const char *key,
                           const char *noun, char *err, size_t errlen);
 
 /* Forgets every id and turns the set off (the close). */
-void st__idset_clear(st__idset_t *s);
+void st__keptset_clear(st__keptset_t *s);
 
 #endif
