@@ -150,21 +150,6 @@ int cli_call_connect(cli_t *g, const cli_command_t *cmd, int argc, char **argv, 
 int cli_print_result(const cli_t *g, const st_result_t *r, long nvalues);
 
 /* table.c */
-/* A text table: columns as wide as their widest cell, two spaces apart. */
-typedef struct cli_table {
-  size_t ncol;
-  const char *const *heads;
-  char **cells;           /* nrows * ncol owned strings (NULL: "?") */
-  size_t nrows, cap;
-} cli_table_t;
-
-void cli_table_init(cli_table_t *t, size_t ncol, const char *const *heads);
-/* Adds a row; takes the ncol strings in row[] (owned, may be NULL).
- * Returns 0, or -1 when out of memory (the strings are freed). */
-int cli_table_add(cli_table_t *t, char **row);
-/* Prints the heads and rows on stdout. */
-void cli_table_print(const cli_table_t *t);
-void cli_table_free(cli_table_t *t);
 /* The AGE cell of a listed object or task: how long before `now` its
  * "created_at" (unix seconds) was, "-" without one. Owned (free()), NULL
  * when out of memory. */
@@ -219,8 +204,6 @@ typedef struct cli_suggest {
 void cli_suggest_init(cli_suggest_t *s, const char *word);
 /* Compares candidate cand[0..len) (not NUL-terminated) with the word. */
 void cli_suggest_add(cli_suggest_t *s, const char *cand, size_t len);
-/* Compares each word of a space-separated list (a trailing '=' dropped). */
-void cli_suggest_words(cli_suggest_t *s, const char *list);
 /* "; did you mean 'X'?" for the closest candidate, "" when none is close.
  * Points into s. */
 const char *cli_suggest_text(cli_suggest_t *s);

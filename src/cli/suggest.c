@@ -63,8 +63,8 @@ void cli_suggest_add(cli_suggest_t *s, const char *cand, size_t len) {
   s->best[len] = '\0';
 }
 
-/* See cli.h. */
-void cli_suggest_words(cli_suggest_t *s, const char *list) {
+/* Compares each word of a space-separated list (a trailing '=' dropped). */
+static void suggest_words(cli_suggest_t *s, const char *list) {
   while (list && *list) {
     size_t len = strcspn(list, " ");
     size_t name = len && list[len - 1] == '=' ? len - 1 : len;
@@ -87,9 +87,9 @@ int cli_usage_unknown(const cli_command_t *cmd, const char *word) {
     return cli_usage(cmd ? cmd->name : NULL, "unexpected argument '%s'", word);
   cli_suggest_t s;
   cli_suggest_init(&s, word);
-  if (cmd) cli_suggest_words(&s, cmd->options);
-  cli_suggest_words(&s, cli_global_options);
-  if (!cmd) cli_suggest_words(&s, "--version");
+  if (cmd) suggest_words(&s, cmd->options);
+  suggest_words(&s, cli_global_options);
+  if (!cmd) suggest_words(&s, "--version");
   return cli_usage(cmd ? cmd->name : NULL, "unknown option '%s'%s", word, cli_suggest_text(&s));
 }
 

@@ -9,15 +9,23 @@
 
 #include "cli.h"
 
-/* See cli.h. */
-void cli_table_init(cli_table_t *t, size_t ncol, const char *const *heads) {
+/* A text table: columns as wide as their widest cell, two spaces apart. */
+typedef struct table {
+  size_t ncol;
+  const char *const *heads;
+  char **cells;           /* nrows * ncol owned strings (NULL: "?") */
+  size_t nrows, cap;
+} table_t;
+
+static void table_init(table_t *t, size_t ncol, const char *const *heads) {
   memset(t, 0, sizeof *t);
   t->ncol = ncol;
   t->heads = heads;
 }
 
-/* See cli.h. */
-int cli_table_add(cli_table_t *t, char **row) {
+/* Adds a row; takes the ncol strings in row[] (owned, may be NULL).
+ * Returns 0, or -1 when out of memory (the strings are freed). */
+static int table_add(table_t *t, char **row) {
   if (t->nrows == t->cap) {
     size_t cap = t->cap ? t->cap * 2 : 16;
     char **p = realloc(t->cells, cap * t->ncol * sizeof *p);
@@ -33,13 +41,13 @@ int cli_table_add(cli_table_t *t, char **row) {
   return 0;
 }
 
-static const char *cell(const cli_table_t *t, size_t i, size_t k) {
+static const char *cell(const table_t *t, size_t i, size_t k) {
   const char *s = t->cells[i * t->ncol + k];
   return s ? s : "?";
 }
 
-/* See cli.h. */
-void cli_table_print(const cli_table_t *t) {
+/* Prints the heads and rows on stdout. */
+static void table_print(const table_t *t) {
   size_t width[16];
   size_t ncol = t->ncol < 16 ? t->ncol : 16;
   for (size_t k = 0; k < ncol; k++) {
@@ -58,8 +66,7 @@ void cli_table_print(const cli_table_t *t) {
   }
 }
 
-/* See cli.h. */
-void cli_table_free(cli_table_t *t) {
+static void table_free(table_t *t) {
   for (size_t i = 0; i < t->nrows * t->ncol; i++) free(t->cells[i]);
   free(t->cells);
   memset(t, 0, sizeof *t);
@@ -80,14 +87,14 @@ int cli_print_listing(const cli_t *g, st_result_t *r, size_t ncol, const char *c
                       const char *empty, ...) {
   const st_value_t *v = st_result_value(r);
   if (g->json || v->kind != ST_VALUE_ARRAY) return cli_print_result_json(r);
-  cli_table_t t;
-  cli_table_init(&t, ncol, heads);
+  table_t t;
+  table_init(&t, ncol, heads);
   double now = cli_now_unix();
   char *row[CLI_TABLE_MAX_COLS];
   int code = CLI_OK;
   for (size_t i = 0; i < v->as.array.len && code == CLI_OK; i++) {
     fill(&v->as.array.items[i], now, row);
-    if (cli_table_add(&t, row) != 0) {
+    if (table_add(&t, row) != 0) {
       fprintf(stderr, "stcli: OUT_OF_MEMORY: cannot build the table\n");
       code = CLI_SERVER_ERROR;
     }
@@ -98,9 +105,9 @@ int cli_print_listing(const cli_t *g, st_result_t *r, size_t ncol, const char *c
     vprintf(empty, ap);
     va_end(ap);
   } else if (code == CLI_OK) {
-    cli_table_print(&t);
+    table_print(&t);
   }
-  cli_table_free(&t);
+  table_free(&t);
   st_result_free(r);
   return code;
 }

@@ -374,7 +374,7 @@ int st__client_mapping_is(const st__mapping_t *m, const st__arena_desc_t *d);
 /* map.c: a region of `slab` ([offset, offset+size), checked) as a mapping
  * of its own (one reference in *out; it holds one on the slab). Its last
  * release calls freed(page, slot, gen, slab, ordinal) (pool.c's
- * st__client_pool_freed, which takes over the page reference the caller
+ * pool_freed, which takes over the page reference the caller
  * gave and the region's slab reference); ordinal is the region's CUDA
  * device when its free must wait for that device's work
  * (st__client_mapping_release_after_device), else -1. ST_OK,
@@ -742,20 +742,6 @@ int st__client_pool_take_page(st_client_t *c, const msgpack_object *pp, int *fds
  * ST_OK or a recorded PROTOCOL/IO failure. Thread of the client. */
 int st__client_pool_region(st_client_t *c, const msgpack_object *a, int *fds, size_t nfds,
                            st__arena_desc_t *d, st__mapping_t **out);
-/* The last reference of a region went: stores gen into freed[slot] and
- * bumps freed_count (release order; gen 0, a region inherited by a forked
- * child, writes nothing), then drops the region's references on the page
- * and on `slab`. With ordinal >= 0 (a CUDA region a device may still
- * read) it records an event on that device's legacy default stream and
- * does all that once the event completed: the connection checks before
- * each request (st__client_pool_poll), more than POOL_DEFER_MAX waiting
- * frees wait for the oldest here, and the connection's close waits for
- * all; a page the connection already let go waits here. A region whose
- * event cannot be recorded is never written free (the server takes it
- * back with the connection) and keeps its slab mapped in this process.
- * Any thread; never touches the socket. */
-void st__client_pool_freed(struct st__pool_page *page, uint32_t slot, uint32_t gen,
-                           st__mapping_t *slab, int ordinal);
 /* Writes the deferred frees of c's page whose events completed (oldest
  * first, up to the first that has not), without blocking. Thread of the
  * client, before each request. */

@@ -29,6 +29,7 @@
 
 #include "client/client_internal.h"
 #include "common/fail.h"
+#include "common/geometry.h"
 
 /* Keys whose last source a client keeps mapped. */
 #define INTO_KEEP_KEYS 16
@@ -88,17 +89,6 @@ static int64_t numel_of(int ndim, const int64_t *shape) {
   return n;
 }
 
-/* Row-major strides (NULL strides count as such), sizes of 1 aside. */
-static int strides_contiguous(int ndim, const int64_t *shape, const int64_t *strides) {
-  if (!strides) return 1;
-  int64_t want = 1;
-  for (int i = ndim - 1; i >= 0; i--) {
-    if (shape[i] != 1 && strides[i] != want) return 0;
-    want *= shape[i];
-  }
-  return 1;
-}
-
 /* A destination that cannot be copied into whatever the source is: NULL
  * name, ndim, shape, dtype, device, data. ST_OK or INVALID_ARGUMENT. */
 static int check_destination(const st_tensor_t *t, size_t i, char *err, size_t errlen) {
@@ -121,7 +111,8 @@ static int check_destination(const st_tensor_t *t, size_t i, char *err, size_t e
                     "destination '%s': a CUDA tensor needs its device_index", name);
   if (n > 0 && !t->data)
     return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "destination '%s': NULL data", name);
-  if (!strides_contiguous(t->ndim, t->shape, t->strides))
+  /* NULL strides are row-major; others as the geometry's one rule says */
+  if (t->strides && !st__geom_contiguous_of(t->ndim, t->shape, t->strides))
     return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                     "destination '%s' is not contiguous: st_get_into copies into contiguous "
                     "tensors (Python's get_into copies into any)",

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include "client/client_internal.h"
-#include "client/result.h"
 #include "common/fail.h"
 
 /* The copy of a tensor that is not in st_tensor_alloc memory into a fresh

@@ -18,7 +18,6 @@
 #include <msgpack.h>
 
 #include "client/result.h"
-#include "common/fail.h"
 #include "shm/key_page.h"
 #include "proto/proto.h"
 

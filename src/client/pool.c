@@ -178,9 +178,20 @@ static int defer_push(struct st__pool_page *pg, const deferred_t *d, deferred_t 
   return rc;
 }
 
-/* See client_internal.h. Any thread. */
-void st__client_pool_freed(struct st__pool_page *pg, uint32_t slot, uint32_t gen,
-                           st__mapping_t *slab, int ordinal) {
+/* The last reference of a region went: stores gen into freed[slot] and
+ * bumps freed_count (release order; gen 0, a region inherited by a forked
+ * child, writes nothing), then drops the region's references on the page
+ * and on `slab`. With ordinal >= 0 (a CUDA region a device may still
+ * read) it records an event on that device's legacy default stream and
+ * does all that once the event completed: the connection checks before
+ * each request (st__client_pool_poll), more than POOL_DEFER_MAX waiting
+ * frees wait for the oldest here, and the connection's close waits for
+ * all; a page the connection already let go waits here. A region whose
+ * event cannot be recorded is never written free (the server takes it
+ * back with the connection) and keeps its slab mapped in this process.
+ * Any thread; never touches the socket. */
+static void pool_freed(struct st__pool_page *pg, uint32_t slot, uint32_t gen,
+                       st__mapping_t *slab, int ordinal) {
   if (!gen || ordinal < 0) {
     write_free(pg, slot, gen, slab);
     return;
@@ -441,7 +452,7 @@ int st__client_pool_region(st_client_t *c, const msgpack_object *a, int *fds, si
   }
   if (rc != ST_OK) return rc;
   __atomic_add_fetch(&p->page->refs, 1, __ATOMIC_RELAXED);
-  rc = st__client_map_region(slab, off, size, st__client_pool_freed, p->page, (uint32_t)slot,
+  rc = st__client_map_region(slab, off, size, pool_freed, p->page, (uint32_t)slot,
                              (uint32_t)gen, out);
   if (rc != ST_OK) {
     page_unref(p->page);

@@ -19,7 +19,6 @@
 extern "C" {
 #include "common/fail.h"
 }
-#include "common/philox.h"
 #include "cuda/dtype_dev.h"
 #include "st/wire.h"
 
@@ -194,40 +193,6 @@ extern "C" int st__cuda_generate(void *dst, st_dtype_t dtype, int64_t n, const s
   }
   return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "generate: unknown generator %d",
                   (int)g->kind);
-}
-
-/* See kernels.h. */
-extern "C" int st__cuda_arange(void *dst, st_dtype_t dtype, int64_t n, double start, double step,
-                               CUstream stream, char *err, size_t errlen) {
-  int rc = check_args("arange", dst, dtype, n, err, errlen);
-  if (rc != ST_OK) return rc > 0 ? ST_OK : rc;
-  st__gen_t g = {ST__GEN_ARANGE, start, step, 0, 0};
-  return st__cuda_generate(dst, dtype, n, &g, stream, err, errlen);
-}
-
-/* Checks a random generator's arguments (a floating dtype), then launches. */
-static int random_of(const char *fn, void *dst, st_dtype_t dtype, int64_t n, const st__gen_t *g,
-                     CUstream stream, char *err, size_t errlen) {
-  int rc = check_args(fn, dst, dtype, n, err, errlen);
-  if (rc != ST_OK) return rc > 0 ? ST_OK : rc;
-  if (!st_dtype_is_float(dtype))
-    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "%s: dtype must be a floating type, got %s",
-                    fn, st_dtype_name(dtype));
-  return st__cuda_generate(dst, dtype, n, g, stream, err, errlen);
-}
-
-/* See kernels.h. */
-extern "C" int st__cuda_rand(void *dst, st_dtype_t dtype, int64_t n, uint64_t seed,
-                             CUstream stream, char *err, size_t errlen) {
-  st__gen_t g = {ST__GEN_RAND, 0, 0, seed, dtype == ST_DTYPE_FLOAT64};
-  return random_of("rand", dst, dtype, n, &g, stream, err, errlen);
-}
-
-/* See kernels.h. */
-extern "C" int st__cuda_randn(void *dst, st_dtype_t dtype, int64_t n, uint64_t seed,
-                              CUstream stream, char *err, size_t errlen) {
-  st__gen_t g = {ST__GEN_RANDN, 0, 0, seed, 0};
-  return random_of("randn", dst, dtype, n, &g, stream, err, errlen);
 }
 
 /* See kernels.h. */

@@ -3,9 +3,9 @@
  *
  * Every kernel writes the same bytes the CPU backend writes for the same
  * arguments (src/tensor/cpu.c with st_dtype_store): fill stores one
- * value; arange stores start + i*step (a double product and sum, no fused
- * multiply-add); rand and randn store st__rng_uniform / st__rng_normal of
- * src/common/philox.h for element i of `seed`; cast stores
+ * value; generate the generator's value (arange: start + i*step, a double
+ * product and sum, no fused multiply-add; rand and randn: st__rng_uniform /
+ * st__rng_normal of src/common/philox.h for element i of `seed`); cast stores
  * st_dtype_load(src) in the destination dtype (a plain copy when the dtypes
  * are equal). rand and fill are bit-identical to the CPU; randn agrees up to
  * the last-place differences between the device's and libm's double log
@@ -15,10 +15,10 @@
  * context (an arena base plus an offset aligned for the dtype), `n` the
  * element count (0 launches nothing). Work is queued on `stream` and not
  * waited for: the caller synchronizes the stream before it publishes the
- * tensor (docs/design.md, section 3, decision 5). Returns ST_OK,
- * ST_ERR_INVALID_ARGUMENT (bad dtype, n < 0, rand/randn of a non-float
- * dtype) or ST_ERR_INTERNAL (launch failure), with a reason in err (may
- * be NULL). Call from a thread
+ * tensor (docs/design.md, section 3,
+ * decision 5). Returns ST_OK, ST_ERR_INVALID_ARGUMENT
+ * (bad dtype, n < 0, an unknown generator) or ST_ERR_INTERNAL
+ * (launch failure), with a reason in err (may be NULL). Call from a thread
  * whose current context is the device's (st__cuda_ctx_enter).
  */
 #ifndef ST_CUDA_KERNELS_H
@@ -45,17 +45,6 @@ int st__cuda_fill(void *dst, st_dtype_t dtype, int64_t n, double value, CUstream
  * picked once. */
 int st__cuda_generate(void *dst, st_dtype_t dtype, int64_t n, const st__gen_t *g,
                       CUstream stream, char *err, size_t errlen);
-
-int st__cuda_arange(void *dst, st_dtype_t dtype, int64_t n, double start, double step,
-                    CUstream stream, char *err, size_t errlen);
-
-/* Uniform in [0, 1): 24 random bits for the narrow floats, 53 for float64. */
-int st__cuda_rand(void *dst, st_dtype_t dtype, int64_t n, uint64_t seed, CUstream stream,
-                  char *err, size_t errlen);
-
-/* Standard normal, one Box-Muller value per element. */
-int st__cuda_randn(void *dst, st_dtype_t dtype, int64_t n, uint64_t seed, CUstream stream,
-                   char *err, size_t errlen);
 
 /* dst[i] = src[i] converted; the buffers must not overlap. */
 int st__cuda_cast(void *dst, st_dtype_t dst_dtype, const void *src, st_dtype_t src_dtype,

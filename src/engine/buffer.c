@@ -80,8 +80,10 @@ static int drop_handle(st__buffers_t *t, st__buffer_t *b, size_t i) {
   return 0;
 }
 
-/* See buffer.h. */
-uint64_t st__buffer_max_bytes(const st__buffer_limits_t *l, int device) {
+/* The bytes one buffer may hold on `device`: limits.max_buffer_bytes, or
+ * when 0 a quarter of that device's memory budget (no cap without a
+ * budget). */
+static uint64_t buffer_max_bytes(const st__buffer_limits_t *l, int device) {
   if (l->max_bytes) return l->max_bytes;
   st__ledger_stats_t s;
   st__ledger_stats(device, &s);
@@ -112,7 +114,7 @@ static int check_spec(const st__buffers_t *t, const st__buffer_spec_t *s,
   if (s->slots < 1 || s->slots > ST__BUFFER_MAX_SLOTS)
     return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "'slots' must be 1 to %u",
                     ST__BUFFER_MAX_SLOTS);
-  uint64_t total = round_up(n, SLOT_ALIGN) * s->slots, max = st__buffer_max_bytes(l, s->device);
+  uint64_t total = round_up(n, SLOT_ALIGN) * s->slots, max = buffer_max_bytes(l, s->device);
   if (total > max)
     return st__fail(ST_ERR_LIMIT, err, errlen,
                     "%" PRIu64 " slots of %" PRIu64 " bytes pass limits.max_buffer_bytes = %" PRIu64

@@ -76,11 +76,6 @@ typedef struct st__buffer_spec {
   const char *name;
 } st__buffer_spec_t;
 
-/* The bytes one buffer may hold on `device`: limits.max_buffer_bytes, or
- * when 0 a quarter of that device's memory budget (no cap without a
- * budget). */
-uint64_t st__buffer_max_bytes(const st__buffer_limits_t *l, int device);
-
 /* Creates buffer s->name for connection `conn` of uid `uid` and opens
  * one read-write handle for it: checks the name, shape, slots and
  * limits, allocates the data arena and the page (charged to the memory

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "common/fail.h"
-#include "common/log.h"
 #include "engine/named.h"
 #include "st/errors.h"
 

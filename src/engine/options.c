@@ -47,7 +47,7 @@ int st__option_int(const st__option_t *o, const st__endpoint_decl_t *d) {
 }
 
 /* The value of a SECONDS option. */
-double st__option_seconds(const st__option_t *o, const st__endpoint_decl_t *d) {
+static double option_seconds(const st__option_t *o, const st__endpoint_decl_t *d) {
   double v;
   memcpy(&v, member(o, d), sizeof v);
   return v;
@@ -95,7 +95,7 @@ void st__options_free(st__endpoint_decl_t *d) {
 
 /* Whether d's value of o is the default. */
 int st__option_is_default(const st__option_t *o, const st__endpoint_decl_t *d) {
-  if (o->type == ST_OPT_SECONDS) return st__option_seconds(o, d) == o->dflt;
+  if (o->type == ST_OPT_SECONDS) return option_seconds(o, d) == o->dflt;
   if (is_text(o)) return st__option_text(o, d) == NULL;
   return st__option_int(o, d) == (int)o->dflt;
 }
@@ -114,7 +114,7 @@ void st__option_pack(msgpack_packer *pk, const st__option_t *o, const st__endpoi
     st__pack_bool(pk, st__option_int(o, d) != 0);
     break;
   case ST_OPT_SECONDS:
-    if (st__option_seconds(o, d) > 0) msgpack_pack_double(pk, st__option_seconds(o, d));
+    if (option_seconds(o, d) > 0) msgpack_pack_double(pk, option_seconds(o, d));
     else msgpack_pack_nil(pk);
     break;
   default: st__pack_cstr(pk, st__option_text(o, d)); break;
@@ -133,7 +133,7 @@ const char *st__option_show(const st__option_t *o, const st__endpoint_decl_t *d,
     break;
   case ST_OPT_BOOL: snprintf(buf, len, "%s", st__option_int(o, d) ? "yes" : "no"); break;
   case ST_OPT_SECONDS:
-    if (st__option_seconds(o, d) > 0) snprintf(buf, len, "%g", st__option_seconds(o, d));
+    if (option_seconds(o, d) > 0) snprintf(buf, len, "%g", option_seconds(o, d));
     else snprintf(buf, len, "-");
     break;
   default: snprintf(buf, len, "%s", st__option_text(o, d) ? st__option_text(o, d) : "-"); break;

@@ -48,10 +48,9 @@ void st__options_defaults(st__endpoint_decl_t *d);
 /* Frees the strings of d's options and sets them to NULL. */
 void st__options_free(st__endpoint_decl_t *d);
 
-/* The value of an ENUM or BOOL option (index, 0/1); of a SECONDS option;
- * of a string option (borrowed, NULL: unset). */
+/* The value of an ENUM or BOOL option (index, 0/1); of a string option
+ * (borrowed, NULL: unset). */
 int st__option_int(const st__option_t *o, const st__endpoint_decl_t *d);
-double st__option_seconds(const st__option_t *o, const st__endpoint_decl_t *d);
 const char *st__option_text(const st__option_t *o, const st__endpoint_decl_t *d);
 
 /* Stores a value (the string is taken: owned by d, the old one freed). */

@@ -34,14 +34,15 @@ static char decls_key;        /* registry: weak table decl -> line          */
 static char array_mt_key;     /* registry: metatable of marked arrays       */
 static char tparam_mt_key;    /* registry: metatable of st.tensor_param{}   */
 
-void st__lua_push_required(lua_State *L) {
+/* [-0, +1] Pushes the st.required sentinel. */
+static void push_required(lua_State *L) {
   lua_pushlightuserdata(L, &required_key);
   lua_rawget(L, LUA_REGISTRYINDEX);
 }
 
 int st__lua_is_required(lua_State *L, int idx) {
   idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
-  st__lua_push_required(L);
+  push_required(L);
   int eq = lua_rawequal(L, idx, -1);
   lua_pop(L, 1);
   return eq;
@@ -315,7 +316,7 @@ static void build_st(lua_State *L) {
     {"tensor_param", l_tensor_param}, {NULL, NULL}
   };
   st__lua_set_funcs(L, st, funcs);
-  st__lua_push_required(L);
+  push_required(L);
   lua_setfield(L, st, "required");
   lua_pushlightuserdata(L, NULL);
   lua_setfield(L, st, "null");

@@ -10,9 +10,6 @@
 /* [-0, +1] Pushes the read-only st module (built on first use). */
 void st__lua_push_st(lua_State *L);
 
-/* [-0, +1] Pushes the st.required sentinel. */
-void st__lua_push_required(lua_State *L);
-
 /* Nonzero if the value at idx is st.required. */
 int st__lua_is_required(lua_State *L, int idx);
 

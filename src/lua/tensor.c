@@ -82,16 +82,6 @@ void st__lua_tensor_end(lua_State *L, const st__tensor_t *t, int rc, const char 
   if (!st__lua_scope_region(t->arena)) st__lua_ctx(L)->gc_debt += st__arena_bytes(t->arena);
 }
 
-st__tensor_t *st__lua_new_tensor(lua_State *L, int device, st_dtype_t dtype, int ndim,
-                                 const int64_t *shape) {
-  char err[512];
-  st__tensor_t *t = st__lua_tensor_begin(L);
-  int rc = st__tensor_new(st__lua_tensor_ctx(L), t, device, dtype, ndim, shape, ST__INIT_ZEROS,
-                          err, sizeof err);
-  st__lua_tensor_end(L, t, rc, err);
-  return t;
-}
-
 st__arena_t *st__lua_new_arena(lua_State *L, int device, uint64_t bytes) {
   char err[512];
   st__arena_t *a;
@@ -103,7 +93,9 @@ st__arena_t *st__lua_new_arena(lua_State *L, int device, uint64_t bytes) {
   return a;
 }
 
-void st__lua_check_geom(lua_State *L, int rc, const char *fn, const char *err) {
+/* Raises "fn: err" unless rc is ST_OK (for the geometry's messages, which
+ * name no operation); returns otherwise. */
+static void check_geom(lua_State *L, int rc, const char *fn, const char *err) {
   if (rc != ST_OK) st__lua_raise(L, "%s: %s", fn, err);
 }
 
@@ -130,7 +122,7 @@ static int64_t check_dim(lua_State *L, const st__tensor_t *t, int idx, const cha
   int64_t d = st__lua_check_int(L, idx, fn, "dim");
   int out;
   char err[256];
-  st__lua_check_geom(L, st__geom_dim(&t->geom, d, &out, err, sizeof err), fn, err);
+  check_geom(L, st__geom_dim(&t->geom, d, &out, err, sizeof err), fn, err);
   return out;
 }
 
@@ -170,7 +162,7 @@ static int view_of_ints(lua_State *L, const char *fn, const char *what, ints_vie
   int n = read_ints(L, 2, fn, what, v);
   char err[256];
   st__tensor_t *out = st__lua_push_tensor(L);
-  st__lua_check_geom(L, make(out, t, n, v, err, sizeof err), fn, err);
+  check_geom(L, make(out, t, n, v, err, sizeof err), fn, err);
   return 1;
 }
 
@@ -183,12 +175,12 @@ static int l_reshape(lua_State *L) {
   char err[512];
   if (st__geom_is_contiguous(&t->geom)) {
     st__tensor_t *v = st__lua_push_tensor(L);
-    st__lua_check_geom(L, st__tensor_view(v, t, n, shape, err, sizeof err), "reshape", err);
+    check_geom(L, st__tensor_view(v, t, n, shape, err, sizeof err), "reshape", err);
     return 1;
   }
   st__geom_t g = t->geom;                     /* the sizes first: no arena for a bad shape */
   st__geom_set_contiguous(&g);
-  st__lua_check_geom(L, st__geom_view(&g, n, shape, err, sizeof err), "reshape", err);
+  check_geom(L, st__geom_view(&g, n, shape, err, sizeof err), "reshape", err);
   st__tensor_t *c = st__lua_tensor_begin(L);
   int rc = st__tensor_reshape(st__lua_tensor_ctx(L), c, t, n, shape, "reshape", err, sizeof err);
   st__lua_tensor_end(L, c, rc, err);
@@ -202,7 +194,7 @@ static int l_narrow(lua_State *L) {
   int64_t length = st__lua_check_int(L, 4, "narrow", "length");
   char err[256];
   st__tensor_t *v = st__lua_push_tensor(L);
-  st__lua_check_geom(L, st__tensor_narrow(v, t, d, start, length, err, sizeof err), "narrow",
+  check_geom(L, st__tensor_narrow(v, t, d, start, length, err, sizeof err), "narrow",
                      err);
   return 1;
 }
@@ -216,7 +208,7 @@ static int l_slice(lua_State *L) {
   int64_t step = lua_isnoneornil(L, 5) ? 1 : st__lua_check_int(L, 5, "slice", "step");
   char err[256];
   st__tensor_t *v = st__lua_push_tensor(L);
-  st__lua_check_geom(L, st__tensor_slice(v, t, d, start, stop, step, err, sizeof err), "slice",
+  check_geom(L, st__tensor_slice(v, t, d, start, stop, step, err, sizeof err), "slice",
                      err);
   return 1;
 }
@@ -228,7 +220,7 @@ static int l_transpose(lua_State *L) {
   int64_t d1 = st__lua_check_int(L, 3, "transpose", "dim");
   char err[256];
   st__tensor_t *v = st__lua_push_tensor(L);
-  st__lua_check_geom(L, st__tensor_transpose(v, t, d0, d1, err, sizeof err), "transpose", err);
+  check_geom(L, st__tensor_transpose(v, t, d0, d1, err, sizeof err), "transpose", err);
   return 1;
 }
 

@@ -39,18 +39,9 @@ st__tensor_t *st__lua_check_tensor(lua_State *L, int idx, const char *fn);
 st__tensor_t *st__lua_tensor_begin(lua_State *L);
 void st__lua_tensor_end(lua_State *L, const st__tensor_t *t, int rc, const char *err);
 
-/* [-0, +1] A new contiguous, zero-filled tensor on `device`
- * (st__tensor_new between st__lua_tensor_begin and end). */
-st__tensor_t *st__lua_new_tensor(lua_State *L, int device, st_dtype_t dtype, int ndim,
-                                 const int64_t *shape);
-
 /* A new arena of `bytes` on `device` (st__tensor_arena_new), counted in
  * the GC debt; raises on failure. The caller owns the reference. */
 st__arena_t *st__lua_new_arena(lua_State *L, int device, uint64_t bytes);
-
-/* Raises "fn: err" unless rc is ST_OK (for the geometry's messages, which
- * name no operation); returns otherwise. */
-void st__lua_check_geom(lua_State *L, int rc, const char *fn, const char *err);
 
 /* Parses the device value at idx for function fn: nil gives the call's
  * default (tensor.device), otherwise st__tensor_device_parse of the name

@@ -12,15 +12,30 @@
 #include "cudadrv/import.h"
 
 #ifdef ST_HAVE_CUDA
+/* What st__cuda_arena_prepare gives the arena it starts. */
+typedef struct st__cuda_arena_start {
+  const st__cuda_api_t *api;
+  uint64_t gran;                   /* the device's allocation granularity */
+  uint64_t size;                   /* bytes rounded up to it, charged to the ledger */
+  char uuid[ST_CUDA_UUID_LEN];     /* the device's */
+  void *holder;                    /* the arena's own record, zeroed */
+} st__cuda_arena_start_t;
+
 /* The steps every CUDA arena starts with (cuda_arena.c, cuda_legacy.c):
  * the object size limit, the driver, the device's context made current,
- * its allocation granularity, *size = bytes rounded up to it (one granule
- * for 0 bytes), and a ledger charge of *size on `ordinal` (mem/ledger.h),
- * which the caller hands to the arena or discharges when it fails later.
- * ST_OK, or LIMIT / OUT_OF_MEMORY (the budget) / CAPABILITY / a driver
- * error with a message. Any thread. */
-int st__cuda_arena_prepare(int ordinal, uint64_t bytes, const st__cuda_api_t **api,
-                           uint64_t *gran, uint64_t *size, char *err, size_t errlen);
+ * its allocation granularity, size = bytes rounded up to it (one granule
+ * for 0 bytes), a ledger charge of size on `ordinal` (mem/ledger.h), the
+ * device's UUID and a zeroed record of holder_bytes for the caller to
+ * fill. The caller hands the charge and the record to the arena, or gives
+ * them back with st__cuda_arena_unprepare when it fails later. ST_OK, or
+ * LIMIT / OUT_OF_MEMORY (the budget, or the record) / CAPABILITY / a
+ * driver error with a message; nothing is charged or allocated then. Any
+ * thread. */
+int st__cuda_arena_prepare(int ordinal, uint64_t bytes, size_t holder_bytes,
+                           st__cuda_arena_start_t *s, char *err, size_t errlen);
+
+/* Frees s->holder and discharges s->size from `ordinal`'s ledger. */
+void st__cuda_arena_unprepare(int ordinal, st__cuda_arena_start_t *s);
 
 /* The error of a failed allocation call `call` (cuMemCreate, cuMemAlloc)
  * of `size` bytes for `bytes` requested on `ordinal` (device `uuid`):

@@ -68,8 +68,9 @@ int st__cuda_alloc_error(CUresult r, const char *call, int ordinal, const char *
 }
 
 /* See cuda.h. */
-int st__cuda_arena_prepare(int ordinal, uint64_t bytes, const st__cuda_api_t **api,
-                           uint64_t *gran, uint64_t *size, char *err, size_t errlen) {
+int st__cuda_arena_prepare(int ordinal, uint64_t bytes, size_t holder_bytes,
+                           st__cuda_arena_start_t *s, char *err, size_t errlen) {
+  memset(s, 0, sizeof *s);
   int rc = st__arena_check_limit(bytes, err, errlen);
   if (rc != ST_OK) return rc;
   const st__cuda_api_t *a = st__cuda_api(err, errlen);
@@ -85,32 +86,35 @@ int st__cuda_arena_prepare(int ordinal, uint64_t bytes, const st__cuda_api_t **a
   uint64_t n = bytes ? (bytes + g - 1) / g * g : g;
   rc = st__ledger_charge(ordinal, n, 0, err, errlen);
   if (rc != ST_OK) return rc;
-  *api = a;
-  *gran = g;
-  *size = n;
-  return ST_OK;
+  s->api = a;
+  s->gran = g;
+  s->size = n;
+  rc = st__cuda_device_uuid(ordinal, s->uuid, err, errlen);
+  if (rc == ST_OK && !(s->holder = calloc(1, holder_bytes)))
+    rc = st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+  if (rc != ST_OK) st__cuda_arena_unprepare(ordinal, s);
+  return rc;
+}
+
+/* See cuda.h. */
+void st__cuda_arena_unprepare(int ordinal, st__cuda_arena_start_t *s) {
+  free(s->holder);
+  s->holder = NULL;
+  st__ledger_discharge(ordinal, s->size, 0);
 }
 
 /* See arena.h. Any thread. */
 int st__arena_new_cuda(int ordinal, uint64_t bytes, st__arena_t **out, char *err, size_t errlen) {
-  char dummy[1];
-  if (!err) { err = dummy; errlen = sizeof dummy; }
   *out = NULL;
-  const st__cuda_api_t *a = NULL;
-  uint64_t gran = 0, size = 0;
-  int rc = st__cuda_arena_prepare(ordinal, bytes, &a, &gran, &size, err, errlen);
+  st__cuda_arena_start_t s;
+  int rc = st__cuda_arena_prepare(ordinal, bytes, sizeof(st__cuda_alloc_t), &s, err, errlen);
   if (rc != ST_OK) return rc;
-
-  st__cuda_alloc_t *c = calloc(1, sizeof *c);
-  if (!c) {
-    st__ledger_discharge(ordinal, size, 0);
-    snprintf(err, errlen, "out of memory");
-    return ST_ERR_OUT_OF_MEMORY;
-  }
+  const st__cuda_api_t *a = s.api;
+  uint64_t size = s.size;
+  st__cuda_alloc_t *c = s.holder;
   c->ordinal = ordinal;
   c->size = size;
-  rc = st__cuda_device_uuid(ordinal, c->uuid, err, errlen);
-  if (rc != ST_OK) goto fail;
+  memcpy(c->uuid, s.uuid, sizeof c->uuid);
 
   CUmemAllocationProp prop;
   st__cuda_alloc_prop(ordinal, &prop);
@@ -122,7 +126,7 @@ int st__arena_new_cuda(int ordinal, uint64_t bytes, st__arena_t **out, char *err
   }
   c->have_handle = 1;
 
-  rc = st__cuda_error(a->cuMemAddressReserve(&c->va, (size_t)size, (size_t)gran, 0, 0),
+  rc = st__cuda_error(a->cuMemAddressReserve(&c->va, (size_t)size, (size_t)s.gran, 0, 0),
                       "cuMemAddressReserve", err, errlen);
   if (rc != ST_OK) goto fail;
   rc = st__cuda_error(a->cuMemMap(c->va, (size_t)size, 0, c->handle, 0), "cuMemMap", err, errlen);
@@ -141,8 +145,7 @@ int st__arena_new_cuda(int ordinal, uint64_t bytes, st__arena_t **out, char *err
 
   st__arena_t *arena = st__arena_adopt_cuda(c, bytes, size, (void *)(uintptr_t)c->va);
   if (!arena) {
-    snprintf(err, errlen, "out of memory");
-    rc = ST_ERR_OUT_OF_MEMORY;
+    rc = st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
     goto fail;
   }
   *out = arena;
@@ -150,8 +153,7 @@ int st__arena_new_cuda(int ordinal, uint64_t bytes, st__arena_t **out, char *err
 
 fail:
   alloc_teardown(a, c);
-  free(c);
-  st__ledger_discharge(ordinal, size, 0);
+  st__cuda_arena_unprepare(ordinal, &s);
   return rc;
 }
 

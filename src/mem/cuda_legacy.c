@@ -29,8 +29,8 @@
  * cuda.h.
  */
 #include "mem/arena.h"
+#include "common/fail.h"
 #include "mem/cuda.h"
-#include "mem/ledger.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,23 +55,15 @@ static void legacy_teardown(const st__cuda_api_t *a, st__cuda_legacy_t *l) {
 /* See arena.h. Any thread. */
 int st__arena_new_cuda_legacy(int ordinal, uint64_t bytes, st__arena_t **out, char *err,
                               size_t errlen) {
-  char dummy[1];
-  if (!err) { err = dummy; errlen = sizeof dummy; }
   *out = NULL;
-  const st__cuda_api_t *a = NULL;
-  uint64_t gran = 0, size = 0;
-  int rc = st__cuda_arena_prepare(ordinal, bytes, &a, &gran, &size, err, errlen);
+  st__cuda_arena_start_t s;
+  int rc = st__cuda_arena_prepare(ordinal, bytes, sizeof(st__cuda_legacy_t), &s, err, errlen);
   if (rc != ST_OK) return rc;
-  st__cuda_legacy_t *l = calloc(1, sizeof *l);
-  if (!l) {
-    st__ledger_discharge(ordinal, size, 0);
-    snprintf(err, errlen, "out of memory");
-    return ST_ERR_OUT_OF_MEMORY;
-  }
+  const st__cuda_api_t *a = s.api;
+  st__cuda_legacy_t *l = s.holder;
   l->ordinal = ordinal;
-  l->size = size;
-  rc = st__cuda_device_uuid(ordinal, l->uuid, err, errlen);
-  if (rc != ST_OK) goto fail;
+  l->size = s.size;
+  memcpy(l->uuid, s.uuid, sizeof l->uuid);
 
   CUresult r = a->cuMemAlloc(&l->dptr, (size_t)l->size);
   if (r != CUDA_SUCCESS) {
@@ -92,8 +84,7 @@ int st__arena_new_cuda_legacy(int ordinal, uint64_t bytes, st__arena_t **out, ch
   st__arena_t *arena =
       st__arena_adopt_cuda_legacy(l, bytes, l->size, (void *)(uintptr_t)l->dptr);
   if (!arena) {
-    snprintf(err, errlen, "out of memory");
-    rc = ST_ERR_OUT_OF_MEMORY;
+    rc = st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
     goto fail;
   }
   *out = arena;
@@ -101,8 +92,7 @@ int st__arena_new_cuda_legacy(int ordinal, uint64_t bytes, st__arena_t **out, ch
 
 fail:
   legacy_teardown(a, l);
-  free(l);
-  st__ledger_discharge(ordinal, size, 0);
+  st__cuda_arena_unprepare(ordinal, &s);
   return rc;
 }
 

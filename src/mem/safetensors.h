@@ -130,16 +130,9 @@ typedef struct st__safetensors_opts {
   void *stop_ud;
 } st__safetensors_opts_t;
 
-/* Lays out s's tensors in module order at ST_ARENA_ALIGN offsets
- * (offsets[i], dtypes[i]: caller arrays of s->ntensors, may be NULL for an
- * empty checkpoint) and returns the arena size in *total. ST_OK or
- * ST_ERR_LIMIT when the total overflows. Any thread. */
-int st__safetensors_layout(const st__safetensors_t *s, st_dtype_t dtype, uint64_t *offsets,
-                           st_dtype_t *dtypes, uint64_t *total, char *err, size_t errlen);
-
 /* Creates ONE arena (CPU memfd for o->device < 0, else a CUDA VMM arena on
  * that ordinal) holding every tensor of s at the offsets of
- * st__safetensors_layout (filled into offsets/dtypes, caller arrays of
+ * safetensors_load.c's layout (filled into offsets/dtypes, caller arrays of
  * s->ntensors) and reads the data into it: on the CPU with pread straight
  * into the mapping from o->threads threads in pieces of >= 4 MiB; for CUDA
  * through the pinned staging pool (file -> pinned chunk -> device with

@@ -150,9 +150,12 @@ void st__safetensors_convert(void *dst, st_dtype_t ddt, const void *src, st_dtyp
 
 /* ------------------------------------------------------------ layout */
 
-/* See safetensors.h. Any thread. */
-int st__safetensors_layout(const st__safetensors_t *s, st_dtype_t dtype, uint64_t *offsets,
-                           st_dtype_t *dtypes, uint64_t *total, char *err, size_t errlen) {
+/* Lays out s's tensors in module order at ST_ARENA_ALIGN offsets
+ * (offsets[i], dtypes[i]: caller arrays of s->ntensors, may be NULL for an
+ * empty checkpoint) and returns the arena size in *total. ST_OK or
+ * ST_ERR_LIMIT when the total overflows. Any thread. */
+static int safetensors_layout(const st__safetensors_t *s, st_dtype_t dtype, uint64_t *offsets,
+                              st_dtype_t *dtypes, uint64_t *total, char *err, size_t errlen) {
   uint64_t at = 0;
   for (size_t i = 0; i < s->ntensors; i++) {
     const st__safetensors_tensor_t *t = &s->tensors[i];
@@ -345,7 +348,7 @@ int st__safetensors_load(const st__safetensors_t *s, const st__safetensors_opts_
     return ST_ERR_INVALID_ARGUMENT;
   }
   uint64_t total = 0;
-  int rc = st__safetensors_layout(s, o->dtype, offsets, dtypes, &total, err, errlen);
+  int rc = safetensors_layout(s, o->dtype, offsets, dtypes, &total, err, errlen);
   if (rc != ST_OK) return rc;
   int threads = o->threads > 0 ? o->threads : st__safetensors_loader_threads();
   if (threads > 64) threads = 64;

@@ -189,7 +189,9 @@ static int parse_rule(cursor_t *c, st__view_rule_t *r) {
   return ST_OK;
 }
 
-size_t st__viewspec_step_text(const st__view_step_t *s, char *buf, size_t len) {
+/* The steps of a rule as normalized text ("narrow(0,1,2)|contiguous")
+ * into buf; the length written (cut to len-1). */
+static size_t step_text(const st__view_step_t *s, char *buf, size_t len) {
   const char *name = "?";
   for (size_t i = 0; i < NSTEPS; i++)
     if (steps[i].kind == s->kind) name = steps[i].name;
@@ -220,7 +222,7 @@ static int normalize(st__viewspec_t *v, char *err, size_t errlen) {
     n += (size_t)snprintf(v->text + n, cap - n, "%s%s:", i ? ";" : "", r->selector);
     for (int k = 0; k < r->nsteps; k++) {
       if (k) v->text[n++] = '|';
-      n += st__viewspec_step_text(&r->steps[k], v->text + n, cap - n);
+      n += step_text(&r->steps[k], v->text + n, cap - n);
     }
   }
   v->text[n] = '\0';
@@ -380,7 +382,7 @@ int st__viewspec_apply(const st__viewspec_t *v, int rule, const char *name, size
     char why[200] = "";
     if (apply_step(&g, &r->steps[i], why, sizeof why) != ST_OK) {
       char text[400];
-      st__viewspec_step_text(&r->steps[i], text, sizeof text);
+      step_text(&r->steps[i], text, sizeof text);
       return bad(err, errlen, "%s: %s (tensor '%.*s')", text, why, (int)name_len, name);
     }
   }

@@ -90,10 +90,6 @@ int st__viewspec_match(const st__viewspec_t *v, const char *name, size_t len);
 int st__viewspec_apply(const st__viewspec_t *v, int rule, const char *name, size_t name_len,
                        st__tensor_desc_t *d, int *materialize, char *err, size_t errlen);
 
-/* The steps of a rule as normalized text ("narrow(0,1,2)|contiguous")
- * into buf; the length written (cut to len-1). */
-size_t st__viewspec_step_text(const st__view_step_t *s, char *buf, size_t len);
-
 /* ------------------------------------------------------------ values
  * (viewvalue.c) */
 

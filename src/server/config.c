@@ -25,8 +25,10 @@ static int budget_key_ok(const char *key) {
   return st__device_name_ok(key, 0);
 }
 
+static int set_budget(st__config_t *c, const char *device, uint64_t bytes);
+
 static int put_budget(void *obj, const char *key, int64_t value, char *err, size_t errlen) {
-  if (st__config_set_budget(obj, key, (uint64_t)value) == 0) return 0;
+  if (set_budget(obj, key, (uint64_t)value) == 0) return 0;
   snprintf(err, errlen, "at most %d devices", ST_MAX_BUDGETS);
   return -1;
 }
@@ -146,7 +148,7 @@ static const st__setting_t tasks_rows[] = {
 };
 
 /* The keys of config.lua (docs/operations.md, "Configuration"). */
-const st__setting_t st__config_settings[] = {
+static const st__setting_t config_settings[] = {
     {.name = "base_path", .type = ST_SET_STRING, .offset = F(base_path),
      .description = "socket base (default: $SHARED_TENSOR_BASE_PATH, else the first usable "
                     "of $XDG_RUNTIME_DIR/" ST_XDG_BASE_PATH ", " ST_RUN_BASE_PATH ", "
@@ -223,6 +225,9 @@ const st__setting_t st__config_settings[] = {
     {.name = NULL},
 };
 
+static int default_spin_us(void);
+static int default_loop_threads(void);
+
 /* Fills every field of *c with its default: the rows' defaults, then the
  * base path from the environment, socket 0, the data directory "." and
  * the cpu budget. Any previous content is overwritten, not freed (call
@@ -230,7 +235,7 @@ const st__setting_t st__config_settings[] = {
  * thread, at start. */
 void st__config_defaults(st__config_t *c) {
   memset(c, 0, sizeof *c);
-  st__settings_defaults(st__config_settings, c);
+  st__settings_defaults(config_settings, c);
   c->path = strdup("");
   const char *env = getenv(ST_ENV_BASE_PATH);
   if (env && env[0]) {
@@ -245,8 +250,8 @@ void st__config_defaults(st__config_t *c) {
   c->ndata_dirs = 1;
   c->data_dirs[0] = strdup(".");
   st__config_connection_limits(c);
-  c->spin_us = st__config_default_spin_us();
-  c->loop_threads = st__config_default_loop_threads();
+  c->spin_us = default_spin_us();
+  c->loop_threads = default_loop_threads();
   c->nreload_uids = 0;
   c->reload_uids[c->nreload_uids++] = 0;
   if (geteuid() != 0) c->reload_uids[c->nreload_uids++] = geteuid();
@@ -255,7 +260,7 @@ void st__config_defaults(st__config_t *c) {
 /* Runs config.lua through the rows, then takes the default data
  * directory from the file's directory. See config.h. */
 int st__config_load(const char *path, st__config_t *cfg, st__errlist_t *errs) {
-  int rc = st__settings_load(path, st__config_settings, cfg, errs);
+  int rc = st__settings_load(path, config_settings, cfg, errs);
   if (rc != ST_OK) return rc;
   if (cfg->ndata_dirs == 1 && strcmp(cfg->data_dirs[0], ".") == 0) {
     char *dir = st__settings_resolve(path, ".");
@@ -279,13 +284,15 @@ static int usable_cpus(void) {
                                                     : (int)sysconf(_SC_NPROCESSORS_ONLN);
 }
 
-/* See config.h. */
-int st__config_default_spin_us(void) {
+/* The default of spin_us: 50 when this process may run on 8 or more CPUs
+ * (sched_getaffinity), else 0, so that a small host never gives a core to
+ * polling. */
+static int default_spin_us(void) {
   return usable_cpus() >= 8 ? 50 : 0;
 }
 
-/* See config.h. */
-int st__config_default_loop_threads(void) {
+/* The default of loop_threads: 1. */
+static int default_loop_threads(void) {
   /* One: with N > 1 a fresh result costs more (the write side of the
    * server lock taken twice, the wake-up of the connection's loop;
    * docs/pool.md section 7); many clients calling cached objects set it
@@ -300,8 +307,10 @@ uint64_t st__config_default_cpu_budget(void) {
   return st__ledger_host_memory(NULL, 0) / 2;
 }
 
-/* Sets or adds one budget entry. Loop thread, at start. */
-int st__config_set_budget(st__config_t *c, const char *device, uint64_t bytes) {
+/* Sets the budget of `device` ("cpu" or "cuda:N"), adding an entry when
+ * needed. 0 on success, -1 when every entry is taken. Loop thread, at
+ * start. */
+static int set_budget(st__config_t *c, const char *device, uint64_t bytes) {
   for (int i = 0; i < c->nbudgets; i++) {
     if (strcmp(c->budgets[i].device, device) == 0) {
       c->budgets[i].bytes = bytes;
@@ -317,7 +326,7 @@ int st__config_set_budget(st__config_t *c, const char *device, uint64_t bytes) {
 
 /* Frees the strings of *c and clears it. Safe on a zeroed struct. */
 void st__config_free(st__config_t *c) {
-  st__settings_free(st__config_settings, c);
+  st__settings_free(config_settings, c);
   free(c->path);
   memset(c, 0, sizeof *c);
 }

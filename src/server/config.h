@@ -1,6 +1,6 @@
 /* src/server: the server's configuration (config.lua, docs/operations.md).
  * Plain data, filled by st__config_defaults, then st__config_load (which
- * reads config.lua through the rows of st__config_settings), then
+ * reads config.lua through the rows of config.c's settings table), then
  * command-line flags. Owned by main(); read-only once the loop runs.
  */
 #ifndef ST_SERVER_CONFIG_H
@@ -37,7 +37,7 @@ typedef struct st__config {
   int spin_us;                  /* how long the loop and a worker that just
                                    finished poll for the next completion or
                                    job before they sleep; 0: never (default
-                                   derived: st__config_default_spin_us)    */
+                                   derived in config.c)                     */
   char *endpoints_dir;          /* owned; relative paths are resolved
                                    against the config file's directory     */
   st__log_level_t log_level;
@@ -127,21 +127,8 @@ typedef struct st__config {
   uid_t reload_uids[ST_MAX_ALLOW];
   /* Event loops that serve connections (server/loops.c): 1 = the one loop
    * thread; N > 1: N threads, each connection on one of them. */
-  int loop_threads;             /* derived: st__config_default_loop_threads */
+  int loop_threads;             /* derived in config.c: 1 */
 } st__config_t;
-
-/* The keys of config.lua, one row each (common/settings.h): the one
- * place that says what a key is called, where it goes, how it is checked
- * and what it defaults to. Ends with a row whose name is NULL. */
-extern const st__setting_t st__config_settings[];
-
-/* The default of spin_us: 50 when this process may run on 8 or more CPUs
- * (sched_getaffinity), else 0, so that a small host never gives a core to
- * polling. */
-int st__config_default_spin_us(void);
-
-/* The default of loop_threads: 1 (config.c says why). */
-int st__config_default_loop_threads(void);
 
 /* Runs the config file at `path` (sandboxed, no st module) and fills *cfg
  * over its current values (call st__config_defaults first). Unknown keys,
@@ -168,9 +155,5 @@ void st__config_connection_limits(st__config_t *c);
  * limit of the process's cgroup, whichever is lower
  * (st__ledger_host_memory). Any thread. */
 uint64_t st__config_default_cpu_budget(void);
-
-/* Sets the budget of `device` ("cpu" or "cuda:N"), adding an entry when
- * needed. 0 on success, -1 when every entry is taken. */
-int st__config_set_budget(st__config_t *c, const char *device, uint64_t bytes);
 
 #endif

@@ -206,7 +206,7 @@ static void close_io(st__conn_t *c) {
 
 /* Closes at once; the struct is freed by its loop before its next poll.
  * Any loop thread. */
-void st__conn_close(st__conn_t *c, const char *why) {
+static void conn_close(st__conn_t *c, const char *why) {
   if (c->dead) return;
   st__server_t *srv = c->srv;
   c->dead = 1;
@@ -273,7 +273,7 @@ static void service(st__conn_t *c) {
     ev_io_stop(EVL(c), &c->rio);
     ev_timer_stop(EVL(c), &c->frame_timer);
     if (!c->wq_head) {
-      st__conn_close(c, "closed after error");
+      conn_close(c, "closed after error");
       return;
     }
   }
@@ -301,7 +301,7 @@ void st__conn_close_after_flush(st__conn_t *c, const char *why) {
   c->closing = 1;
   st__conn_rx_close_all(c);
   if (!c->wq_head) {
-    st__conn_close(c, why);
+    conn_close(c, why);
   } else if (st__loop_is_current(c->loop)) {
     ev_io_stop(EVL(c), &c->rio);
     ev_timer_stop(EVL(c), &c->frame_timer);
@@ -316,7 +316,7 @@ void st__conn_close_all(st__server_t *srv) {
     while (srv->buckets[b]) {
       st__conn_t *c = srv->buckets[b];
       if (c->wq_head) flush(c);
-      if (!c->dead) st__conn_close(c, "server stopping");
+      if (!c->dead) conn_close(c, "server stopping");
     }
   }
 }
@@ -334,7 +334,7 @@ static int finished(const st__conn_t *c) {
 static void maybe_finish(st__conn_t *c) {
   if (!finished(c)) return;
   if (st__loop_exclusive(c->srv) && !finished(c)) return;
-  st__conn_close(c, "end of input");
+  conn_close(c, "end of input");
 }
 
 /* Takes the write side of the server lock when this thread holds the read
@@ -411,7 +411,7 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
     size_t cap;
     if (st__reader_reserve(&c->reader, READ_CHUNK, &buf, &cap) != ST_OK) {
       if (exclusive_gone(c)) return;
-      st__conn_close(c, "out of memory");
+      conn_close(c, "out of memory");
       return;
     }
     union {
@@ -440,7 +440,7 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
       if (exclusive_gone(c)) return;
       char why[128];
       snprintf(why, sizeof why, "read: %s", strerror(e));
-      st__conn_close(c, why);
+      conn_close(c, why);
       return;
     }
     int control = mh.msg_controllen > 0 || (mh.msg_flags & MSG_CTRUNC);
@@ -463,7 +463,7 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
        * replies of what it sent, and we close once they are out. */
       struct pollfd p = {.fd = c->fd, .events = POLLOUT};
       if (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR))) {
-        st__conn_close(c, "closed by the client");
+        conn_close(c, "closed by the client");
         return;
       }
       c->eof = 1;
@@ -476,7 +476,7 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
         ST_LOG_D("conn", "conn %llu: input ended inside a frame", (unsigned long long)c->id);
         st__reader_destroy(&c->reader);
         if (st__reader_init(&c->reader, c->srv->cfg->max_message_bytes) != ST_OK) {
-          st__conn_close(c, "out of memory");
+          conn_close(c, "out of memory");
           return;
         }
       }
@@ -600,7 +600,7 @@ void st__conn_send_pinned(st__conn_t *c, msgpack_sbuffer *sb, const int *fds, in
     for (int i = 0; i < nfds; i++) close(fds[i]);
     msgpack_sbuffer_destroy(sb);
     msgpack_sbuffer_init(sb);
-    st__conn_close(c, "out of memory");
+    conn_close(c, "out of memory");
     return;
   }
   f->next = NULL;
@@ -733,7 +733,7 @@ static void flush(st__conn_t *c) {
       if (exclusive_gone(c) && c->dead) return;
       char why[128];
       snprintf(why, sizeof why, "write: %s", strerror(e));
-      st__conn_close(c, why);
+      conn_close(c, why);
       return;
     }
     if (with_fds) {
@@ -773,7 +773,7 @@ static void flush(st__conn_t *c) {
   ev_io_stop(EVL(c), &c->wio);
   if (st__loop_counts() && flush_needs_exclusive(c) && st__loop_exclusive(srv) && c->dead) return;
   if (c->closing) {
-    st__conn_close(c, "closed after error");
+    conn_close(c, "closed after error");
     return;
   }
   st__conn_unread_check(c);

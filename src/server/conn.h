@@ -32,7 +32,7 @@
  * is refused (st__conn_reply_room); a connection whose peer finished
  * sending stays until its replies were read or the peer left.
  *
- * Lifetime: st__conn_close() unlinks the connection from the id table,
+ * Lifetime: closing (conn.c) unlinks the connection from the id table,
  * tells the server's close hook (srv->on_conn_closed) and closes its
  * socket at once, but the struct is freed only before the next
  * poll (ev_prepare), so code that still holds the pointer in the current
@@ -197,10 +197,6 @@ void st__conn_request_done(st__conn_t *c);
 
 /* Stops reading and closes once the write queue is flushed. */
 void st__conn_close_after_flush(st__conn_t *c, const char *why);
-
-/* Closes now: the socket, the queued frames and their descriptors. The
- * struct stays readable (c->dead) until the next loop iteration. */
-void st__conn_close(st__conn_t *c, const char *why);
 
 /* Frees the connections of every loop closed since the last call (the
  * loops' threads have stopped). Loop thread, at exit. */

@@ -18,7 +18,7 @@
 #include "st/wire.h"
 
 /* Packs the device list of hello and info. Loop thread. */
-void st__describe_devices(msgpack_packer *pk, const st__devices_t *d) {
+static void describe_devices(msgpack_packer *pk, const st__devices_t *d) {
   msgpack_pack_array(pk, (size_t)d->count);
   for (int i = 0; i < d->count; i++) {
     const st__device_t *dev = &d->list[i];
@@ -57,7 +57,7 @@ void st__describe_hello(msgpack_packer *pk, st__server_t *srv, int device) {
   st__pack_kv_int(pk, "pid", (int)getpid());
   st__pack_kv_int(pk, "device", device);
   st__pack_cstr(pk, "devices");
-  st__describe_devices(pk, &srv->devices);
+  describe_devices(pk, &srv->devices);
   st__pack_cstr(pk, "limits");
   pack_limits(pk, srv->cfg, 0);
   /* What this server does beyond protocol 1's first form: "arg_cache",
@@ -315,7 +315,7 @@ static void pack_fixed(msgpack_packer *pk, const st__server_t *srv) {
   st__pack_kv_int(pk, "protocol", ST_PROTOCOL_VERSION);
   st__pack_kv_int(pk, "pid", (int)getpid());
   st__pack_cstr(pk, "devices");
-  st__describe_devices(pk, &srv->devices);
+  describe_devices(pk, &srv->devices);
   st__pack_cstr(pk, "cuda");
   msgpack_pack_map(pk, 2);
   st__pack_kv_int(pk, "devices", srv->devices.cuda_count);

@@ -78,8 +78,11 @@ st__device_t *st__devices_cuda(st__devices_t *d, int ordinal) {
   return NULL;
 }
 
-/* Default device of a socket; see server.h. */
-int st__device_socket_default(const st__devices_t *d, const st__config_t *cfg, int socket) {
+/* Where a socket builds when neither the endpoint nor a constructor names
+ * a device (config default_device): "socket" gives cuda:N for socket N
+ * when the server has that CUDA device, else the CPU; "cpu" the CPU.
+ * Returns -1 (the CPU) or the ordinal. */
+static int device_socket_default(const st__devices_t *d, const st__config_t *cfg, int socket) {
   if (cfg->default_device && strcmp(cfg->default_device, "cpu") == 0) return -1;
   return st__devices_cuda((st__devices_t *)d, socket) ? socket : -1;
 }
@@ -107,7 +110,7 @@ int st__device_for_call(const st__devices_t *d, const st__config_t *cfg,
                         char *err, size_t errlen) {
   *cuda_device = socket;
   if (!ep->device) {
-    *device = st__device_socket_default(d, cfg, socket);
+    *device = device_socket_default(d, cfg, socket);
     return ST_OK;
   }
   if (strcmp(ep->device, "cpu") == 0) {
@@ -155,7 +158,7 @@ void st__devices_start(st__server_t *srv) {
   }
   for (int i = 0; i < cfg->ndevices; i++) {
     int socket = cfg->devices[i];
-    int d = st__device_socket_default(&srv->devices, cfg, socket);
+    int d = device_socket_default(&srv->devices, cfg, socket);
     if (d < 0) {
       char why[320];
       if (cfg->default_device && strcmp(cfg->default_device, "cpu") == 0)

@@ -1,7 +1,7 @@
 /* src/server: the connection side of result pools (docs/pool.md,
  * sections 1-3; the pool itself is mem/pool.h): which connections have
  * one (hello feature "pool"), which builds allocate from it, how a reply
- * carries regions (st__conn_close drops the connection's reference).
+ * carries regions (closing the connection drops its reference).
  * Loop thread, except
  * st__pool_conn_prepare (workers). */
 #ifndef ST_SERVER_POOL_CONN_H

@@ -64,7 +64,7 @@ struct st__reloader {
 };
 
 /* Frees the owned strings of a reload report. */
-void st__reload_report_free(st__reload_report_t *r) {
+static void reload_report_free(st__reload_report_t *r) {
   free(r->error);
   for (int k = 0; k < 3; k++) {
     for (size_t i = 0; i < r->counts[k]; i++) free(r->names[k][i]);
@@ -230,7 +230,7 @@ static void answer_error(st__server_t *srv, const reload_waiter_t *w, int code,
   r.generation = srv->gen ? srv->gen->number : 0;
   r.error = strdup(why);
   answer(srv, w, &r);
-  st__reload_report_free(&r);
+  reload_report_free(&r);
 }
 
 static size_t count_waiters(const reload_waiter_t *w) {
@@ -284,7 +284,7 @@ static void on_loaded(struct ev_loop *loop, ev_async *w, int revents) {
   }
   rl->waiting -= count_waiters(run->waiters);
   answer(srv, run->waiters, &r);
-  st__reload_report_free(&r);
+  reload_report_free(&r);
   run_free(run);
   start_next(srv);
 }

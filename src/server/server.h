@@ -81,15 +81,10 @@ void st__devices_probe(st__devices_t *d);
  * by that number. Borrowed. */
 st__device_t *st__devices_cuda(st__devices_t *d, int ordinal);
 
-/* Where a socket builds when neither the endpoint nor a constructor names
- * a device (config default_device): "socket" gives cuda:N for socket N
- * when the server has that CUDA device, else the CPU; "cpu" the CPU.
- * Returns -1 (the CPU) or the ordinal. */
-int st__device_socket_default(const st__devices_t *d, const st__config_t *cfg, int socket);
-
 /* Where a call of `ep` that came in on socket `socket` builds
  * (docs/endpoints.md, "Devices"): the endpoint's `device` option ("cpu",
- * "cuda" = cuda:<socket>, "cuda:N"), else st__device_socket_default.
+ * "cuda" = cuda:<socket>, "cuda:N"), else the socket's default (config default_device: cuda:<socket>
+ * when the server has that device, else the CPU).
  * Fills *device (-1 or an ordinal) and *cuda_device (what "cuda" names in
  * the body: the socket's index). ST_OK, or ST_ERR_CAPABILITY with
  * "no CUDA device: cuda:N is unavailable: <reason>" when the server does
@@ -529,9 +524,6 @@ int st__server_reload(st__server_t *srv, st__reload_done_fn done, uint64_t conn_
 /* Nonzero while a load runs. Loop thread. */
 int st__reload_pending(const st__server_t *srv);
 
-/* Frees the owned strings of a report (and clears it). */
-void st__reload_report_free(st__reload_report_t *r);
-
 /* ------------------------------------------------------------- pieces */
 
 /* listen.c: socket path of device `index` into out (ST_ERR_LIMIT with a
@@ -615,7 +607,6 @@ void st__metrics_text(st__server_t *srv, msgpack_sbuffer *sb);
 void st__describe_hello(msgpack_packer *pk, st__server_t *srv, int device);
 void st__describe_info(msgpack_packer *pk, st__server_t *srv);
 void st__describe_endpoints(msgpack_packer *pk, const st__generation_t *gen);
-void st__describe_devices(msgpack_packer *pk, const st__devices_t *d);
 /* Frees what describe.c keeps in srv (info's packed fixed pairs). Loop
  * thread, as the server is destroyed. */
 void st__describe_free(st__server_t *srv);

@@ -10,7 +10,6 @@
 
 #include <math.h>
 
-#include "tensor/backend.h"
 #include "tensor/ops.h"
 
 int st__tensor_empty(st__tensor_ctx_t *c, st__tensor_t *out, int device, st_dtype_t dtype,

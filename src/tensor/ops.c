@@ -43,9 +43,13 @@ int st__tensor_generate(st__tensor_ctx_t *c, const st__tensor_t *t, const st__ge
   return be->generate(c, t, g, what, err, errlen);
 }
 
-int st__tensor_transfer(st__tensor_ctx_t *c, void *dst, int dst_device, const void *src,
-                        int src_device, uint64_t bytes, const char *what, char *err,
-                        size_t errlen) {
+/* Copies `bytes` between two addresses of the same or different devices
+ * (ST__DEV_CPU: host memory; N: a device address of cuda:N), in order
+ * with the call's earlier work. A copy that involves host memory returns
+ * once the destination holds the bytes; a copy within one CUDA device is
+ * queued on its stream; two CUDA devices go through host memory. */
+static int transfer(st__tensor_ctx_t *c, void *dst, int dst_device, const void *src,
+                    int src_device, uint64_t bytes, const char *what, char *err, size_t errlen) {
   if (bytes == 0) return ST_OK;
   const st__tensor_backend_t *db, *sb;
   BACKEND_OR_FAIL(c, dst_device, db, what, err, errlen);
@@ -103,11 +107,11 @@ static int copy_across(st__tensor_ctx_t *c, const st__tensor_t *dst, const st__t
   int64_t n = st__geom_numel(&dst->geom);
   uint64_t bytes = (uint64_t)n * st_dtype_size(s->geom.dtype);
   if (st__geom_is_contiguous(&dst->geom) && dst->geom.dtype == s->geom.dtype)
-    return st__tensor_transfer(c, st__tensor_data(dst), dd, st__tensor_data(s), sd, bytes, what,
+    return transfer(c, st__tensor_data(dst), dd, st__tensor_data(s), sd, bytes, what,
                                err, errlen);
   if (dd == ST__DEV_CPU) {                    /* download, then cast and scatter on the host */
     if ((rc = temp_like(c, &tmp[1], s, ST__DEV_CPU, s->geom.dtype, err, errlen)) != ST_OK ||
-        (rc = st__tensor_transfer(c, st__tensor_data(&tmp[1]), ST__DEV_CPU, st__tensor_data(s),
+        (rc = transfer(c, st__tensor_data(&tmp[1]), ST__DEV_CPU, st__tensor_data(s),
                                   sd, bytes, what, err, errlen)) != ST_OK)
       return rc;
     return host->copy(c, dst, &tmp[1], what, err, errlen);
@@ -119,17 +123,17 @@ static int copy_across(st__tensor_ctx_t *c, const st__tensor_t *dst, const st__t
       return rc;
     uint64_t hbytes = (uint64_t)n * st_dtype_size(dst->geom.dtype);
     if (st__geom_is_contiguous(&dst->geom))
-      return st__tensor_transfer(c, st__tensor_data(dst), dd, st__tensor_data(&tmp[1]),
+      return transfer(c, st__tensor_data(dst), dd, st__tensor_data(&tmp[1]),
                                  ST__DEV_CPU, hbytes, what, err, errlen);
     if ((rc = temp_like(c, &tmp[2], s, dd, dst->geom.dtype, err, errlen)) != ST_OK ||
-        (rc = st__tensor_transfer(c, st__tensor_data(&tmp[2]), dd, st__tensor_data(&tmp[1]),
+        (rc = transfer(c, st__tensor_data(&tmp[2]), dd, st__tensor_data(&tmp[1]),
                                   ST__DEV_CPU, hbytes, what, err, errlen)) != ST_OK)
       return rc;
     return db->copy(c, dst, &tmp[2], what, err, errlen);
   }
   /* CUDA to CUDA: move the buffer, then cast and scatter on the destination. */
   if ((rc = temp_like(c, &tmp[2], s, dd, s->geom.dtype, err, errlen)) != ST_OK ||
-      (rc = st__tensor_transfer(c, st__tensor_data(&tmp[2]), dd, st__tensor_data(s), sd, bytes,
+      (rc = transfer(c, st__tensor_data(&tmp[2]), dd, st__tensor_data(s), sd, bytes,
                                 what, err, errlen)) != ST_OK)
     return rc;
   return db->copy(c, dst, &tmp[2], what, err, errlen);
@@ -174,7 +178,7 @@ int st__tensor_get(st__tensor_ctx_t *c, const st__tensor_t *t, int64_t off, doub
                    const char *what, char *err, size_t errlen) {
   _Alignas(8) unsigned char buf[8];
   size_t es = st_dtype_size(t->geom.dtype);
-  int rc = st__tensor_transfer(c, buf, ST__DEV_CPU, st__tensor_data(t) + off * (int64_t)es,
+  int rc = transfer(c, buf, ST__DEV_CPU, st__tensor_data(t) + off * (int64_t)es,
                                st__tensor_device(t), es, what, err, errlen);
   if (rc == ST_OK) *v = st_dtype_load(t->geom.dtype, buf, 0);
   return rc;
@@ -185,7 +189,7 @@ int st__tensor_set(st__tensor_ctx_t *c, const st__tensor_t *t, int64_t off, doub
   _Alignas(8) unsigned char buf[8];
   size_t es = st_dtype_size(t->geom.dtype);
   st_dtype_store(t->geom.dtype, buf, 0, v);
-  return st__tensor_transfer(c, st__tensor_data(t) + off * (int64_t)es, st__tensor_device(t), buf,
+  return transfer(c, st__tensor_data(t) + off * (int64_t)es, st__tensor_device(t), buf,
                              ST__DEV_CPU, es, what, err, errlen);
 }
 

@@ -47,15 +47,6 @@ int st__tensor_reshape(st__tensor_ctx_t *c, st__tensor_t *out, const st__tensor_
 int st__tensor_generate(st__tensor_ctx_t *c, const st__tensor_t *t, const st__gen_t *g,
                         const char *what, char *err, size_t errlen);
 
-/* Copies `bytes` between two addresses of the same or different devices
- * (ST__DEV_CPU: host memory; N: a device address of cuda:N), in order
- * with the call's earlier work. A copy that involves host memory returns
- * once the destination holds the bytes; a copy within one CUDA device is
- * queued on its stream; two CUDA devices go through host memory. */
-int st__tensor_transfer(st__tensor_ctx_t *c, void *dst, int dst_device, const void *src,
-                        int src_device, uint64_t bytes, const char *what, char *err,
-                        size_t errlen);
-
 /* Element `off` (in elements from element 0, as the strides give it) of t
  * as a double (*v), or stores v there; a small synchronous copy for a
  * CUDA tensor. */

@@ -11,6 +11,8 @@
  *     unchanged after a refused call;
  *   - destinations that cannot be copied into (not contiguous, no name,
  *     NULL data) and a view are refused before the get;
+ *   - contiguity is the one rule of st_tensor_is_contiguous: a destination
+ *     without elements is copied into whatever its strides;
  *   - st_result_copy_into from a cached object's result;
  *   - the server's budget, descriptors and arenas are back at the start.
  */
@@ -284,6 +286,36 @@ TEST(destinations_that_cannot_be_copied_into_are_refused_first) {
   CHECK(untouched(&d));
 }
 
+/* One contiguity rule (st_tensor_is_contiguous, the geometry's): a
+ * destination without elements is contiguous whatever its strides and is
+ * copied into; the same strides over elements are refused. */
+TEST(a_destination_without_elements_is_contiguous_whatever_its_strides) {
+  static const int64_t empty[2] = {0, 8}, two_rows[2] = {2, 8}, odd[2] = {3, 1};
+  st_result_t *e = alloc(ST_DTYPE_FLOAT32, 2, empty);
+  CHECK(e != NULL);
+  st_args_t *a = st_args_new();
+  char err[256] = "";
+  int rc = st_args_tensor(a, "e", st_result_tensor(e, 0), err, sizeof err);
+  if (rc == ST_OK) rc = st_client_put(cli, "m/empty", a, ST_KEY_PINNED, 0, NULL);
+  st_args_free(a);
+  st_result_free(e);
+  CHECK_ERR_MSG(rc, ST_OK, err[0] ? err : st_client_error(cli));
+  st_client_t *c = stt_client_open(srv.socket);
+  CHECK(c != NULL);
+  st_tensor_t t = {.name = "e", .dtype = ST_DTYPE_FLOAT32, .ndim = 2, .shape = empty,
+                   .strides = odd, .device = ST_DEVICE_CPU, .device_index = -1};
+  CHECK(st_tensor_is_contiguous(&t));
+  CHECK_RC(st_get_into(c, "m/empty", 0, NULL, &t, 1, NULL, NULL), ST_OK, c);
+  float w[16];
+  t.shape = two_rows;
+  t.data = w;
+  CHECK(!st_tensor_is_contiguous(&t));
+  CHECK_RC(st_get_into(c, "m/empty", 0, NULL, &t, 1, NULL, NULL), ST_ERR_INVALID_ARGUMENT, c);
+  CHECK_CONTAINS(st_client_error(c), "destination 'e' is not contiguous");
+  st_client_close(c);
+  CHECK_RC(st_client_delete(cli, "m/empty"), ST_OK, cli);
+}
+
 /* st_copy_ranges on the host: the ranges land in order; an unknown flag,
  * and ST_COPY_DEVICE with no device, are refused with nothing copied. */
 TEST(copy_ranges_copies_host_ranges_and_refuses_bad_flags) {
@@ -344,6 +376,7 @@ int main(void) {
   RUN(a_second_get_into_maps_nothing_new);
   RUN(every_difference_is_listed_and_nothing_is_copied);
   RUN(destinations_that_cannot_be_copied_into_are_refused_first);
+  RUN(a_destination_without_elements_is_contiguous_whatever_its_strides);
   RUN(copy_ranges_copies_host_ranges_and_refuses_bad_flags);
   RUN(a_cached_objects_result_is_copied_into);
   st_client_close(cli);

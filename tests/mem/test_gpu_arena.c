@@ -141,7 +141,9 @@ TEST(import_a_dup_in_process) {
   st__arena_t *a = NULL;
   const int64_t n = 1000003;
   CHECK_ERR_MSG(st__arena_new_cuda(0, (uint64_t)n * 4, &a, err, sizeof err), ST_OK, err);
-  CHECK_ERR_MSG(st__cuda_arange(st__arena_base(a), ST_DTYPE_INT32, n, 0, 1, NULL, err, sizeof err),
+  const st__gen_t up_by_one = {.kind = ST__GEN_ARANGE, .a = 0, .b = 1};   /* element i: i */
+  CHECK_ERR_MSG(st__cuda_generate(st__arena_base(a), ST_DTYPE_INT32, n, &up_by_one, NULL, err,
+                                  sizeof err),
                 ST_OK, err);
   CHECK_EQ_INT(cu->cuStreamSynchronize(NULL), CUDA_SUCCESS);
   st__arena_desc_t d = {0};

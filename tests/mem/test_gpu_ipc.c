@@ -149,9 +149,10 @@ static int run_holder(int sock) {
   char err[512];
   msg_t m = tagged("arena");
   st__arena_t *a = NULL;
+  const st__gen_t uniform = {.kind = ST__GEN_RAND, .seed = SEED};   /* float32: 24 bits */
   if (st__arena_new_cuda(0, (uint64_t)N_ELEMS * 4, &a, err, sizeof err) != ST_OK ||
-      st__cuda_rand(st__arena_base(a), ST_DTYPE_FLOAT32, N_ELEMS, SEED, NULL, err, sizeof err) !=
-          ST_OK ||
+      st__cuda_generate(st__arena_base(a), ST_DTYPE_FLOAT32, N_ELEMS, &uniform, NULL, err,
+                        sizeof err) != ST_OK ||
       st__cuda_api(NULL, 0)->cuStreamSynchronize(NULL) != CUDA_SUCCESS) {
     m.status = 1;
     snprintf(m.text, sizeof m.text, "holder: %.180s", err);

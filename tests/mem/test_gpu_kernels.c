@@ -1,8 +1,9 @@
 /* Construction kernels on the device against the CPU backend: fill, arange,
  * rand, randn and cast for every dtype, written into CUDA arenas and read
- * back. fill, arange, rand and cast must store the very bytes
- * st_dtype_store stores (NaN payloads aside: the device canonicalizes NaNs
- * in float conversions); randn must agree within a few units in the last
+ * back (arange, rand and randn through the tensor core's constructors, as
+ * the server builds them). fill, arange, rand and cast must store the very
+ * bytes st_dtype_store stores (NaN payloads aside: the device canonicalizes
+ * NaNs in float conversions); randn must agree within a few units in the last
  * place (device and libm log/cos differ in their last bits), and the test
  * prints how many elements are not bit-identical. The conversions of
  * src/cuda/dtype_dev.h are checked against dtype.c for every 16- and 8-bit
@@ -19,6 +20,9 @@
 #include "mem/arena.h"
 #include "mem/cuda.h"
 #include "st/dtype.h"
+#include "common/generators.h"
+#include "tensor/constructors.h"
+#include "tensor/tensor.h"
 
 #ifdef ST_HAVE_CUDA
 #include "cuda/kernels.h"
@@ -28,6 +32,7 @@
 
 static const st__cuda_api_t *cu;
 static st__arena_t *buf_a, *buf_b;   /* device scratch, BUF_BYTES each */
+static st__tensor_ctx_t C;           /* as inside a build body */
 static char err[512];
 
 static void *dev(st__arena_t *a, uint64_t off) { return (char *)st__arena_base(a) + off; }
@@ -41,6 +46,16 @@ static int down(void *host, st__arena_t *a, uint64_t off, uint64_t bytes) {
 
 static int up(st__arena_t *a, uint64_t off, const void *host, uint64_t bytes) {
   return st__cuda_copy_to_device(dptr(a, off), host, bytes, 0, err, sizeof err) == ST_OK;
+}
+
+/* The bytes of t, a contiguous tensor of C on cuda:0, into host once the
+ * work C queued is done; t is released. 1 on success. */
+static int down_tensor(void *host, st__tensor_t *t) {
+  int ok = st__tensor_sync_used(&C, err, sizeof err) == ST_OK &&
+           st__cuda_copy_to_host(host, (uint64_t)(uintptr_t)st__tensor_data(t),
+                                 st__geom_nbytes(&t->geom), 0, err, sizeof err) == ST_OK;
+  st__tensor_release(t);
+  return ok;
 }
 
 static int is_nan_elem(st_dtype_t d, const void *p, size_t i) {
@@ -117,12 +132,14 @@ TEST(arange_matches_cpu) {
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     for (int d = ST_DTYPE_INVALID + 1; d < ST_DTYPE_COUNT; d++) {
       int64_t n = cases[c].n;
-      size_t es = st_dtype_size((st_dtype_t)d);
-      CHECK_ERR_MSG(st__cuda_arange(dev(buf_a, 0), (st_dtype_t)d, n, cases[c].start, cases[c].step,
-                                    NULL, err, sizeof err),
+      /* half a step past the last element: exactly n elements */
+      double stop = cases[c].start + ((double)n - 0.5) * cases[c].step;
+      st__tensor_t t;
+      CHECK_ERR_MSG(st__tensor_arange(&C, &t, 0, (st_dtype_t)d, cases[c].start, stop,
+                                      cases[c].step, err, sizeof err),
                     ST_OK, err);
-      CHECK(sync0());
-      CHECK(down(got, buf_a, 0, (uint64_t)n * es));
+      CHECK_EQ_INT(st__geom_numel(&t.geom), n);
+      CHECK(down_tensor(got, &t));
       for (int64_t i = 0; i < n; i++)
         st_dtype_store((st_dtype_t)d, want, (size_t)i, cases[c].start + (double)i * cases[c].step);
       int64_t i = first_diff((st_dtype_t)d, got, want, n);
@@ -147,8 +164,9 @@ TEST(rand_is_bit_identical) {
       st_dtype_t d = float_dtypes[k];
       size_t es = st_dtype_size(d);
       int wide = d == ST_DTYPE_FLOAT64;
-      if (st__cuda_rand(dev(buf_a, 0), d, n, seeds[s], NULL, err, sizeof err) != ST_OK) break;
-      if (!sync0() || !down(got, buf_a, 0, (uint64_t)n * es)) break;
+      st__tensor_t t;
+      if (st__tensor_rand(&C, &t, 0, d, 1, &n, seeds[s], err, sizeof err) != ST_OK) break;
+      if (!down_tensor(got, &t)) break;
       for (int64_t i = 0; i < n; i++)
         st_dtype_store(d, want, (size_t)i, st__rng_uniform(seeds[s], (uint64_t)i, wide));
       if (memcmp(got, want, (size_t)n * es) != 0) {
@@ -175,9 +193,10 @@ TEST(randn_matches_cpu_within_ulps) {
   int ok = 1;
   for (size_t k = 0; k < sizeof float_dtypes / sizeof float_dtypes[0] && ok; k++) {
     st_dtype_t d = float_dtypes[k];
-    size_t es = st_dtype_size(d);
-    if (st__cuda_randn(dev(buf_a, 0), d, n, seed, NULL, err, sizeof err) != ST_OK || !sync0() ||
-        !down(got, buf_a, 0, (uint64_t)n * es)) {
+    st__tensor_t t;
+    if (st__tensor_randn(&C, &t, 0, d, 1, &n, seed, err, sizeof err) != ST_OK ||
+        !down_tensor(got, &t)) {
+      fprintf(stderr, "   randn %s: %s\n", st_dtype_name(d), err);
       ok = 0;
       break;
     }
@@ -201,16 +220,23 @@ TEST(randn_matches_cpu_within_ulps) {
 }
 
 TEST(arguments_are_checked) {
-  CHECK_ERR_MSG(st__cuda_rand(dev(buf_a, 0), ST_DTYPE_INT32, 10, 1, NULL, err, sizeof err),
+  const int64_t ten = 10;
+  st__tensor_t t;
+  CHECK_ERR_MSG(st__tensor_rand(&C, &t, 0, ST_DTYPE_INT32, 1, &ten, 1, err, sizeof err),
                 ST_ERR_INVALID_ARGUMENT, err);
   CHECK_CONTAINS(err, "floating");
-  CHECK_ERR_MSG(st__cuda_randn(dev(buf_a, 0), ST_DTYPE_BOOL, 10, 1, NULL, err, sizeof err),
+  CHECK(t.arena == NULL);
+  CHECK_ERR_MSG(st__tensor_randn(&C, &t, 0, ST_DTYPE_BOOL, 1, &ten, 1, err, sizeof err),
                 ST_ERR_INVALID_ARGUMENT, err);
+  CHECK(t.arena == NULL);
   CHECK_ERR_MSG(st__cuda_fill(dev(buf_a, 0), ST_DTYPE_INVALID, 10, 1, NULL, err, sizeof err),
                 ST_ERR_INVALID_ARGUMENT, err);
   CHECK_ERR_MSG(st__cuda_fill(dev(buf_a, 0), ST_DTYPE_COUNT, 10, 1, NULL, err, sizeof err),
                 ST_ERR_INVALID_ARGUMENT, err);
-  CHECK_ERR_MSG(st__cuda_arange(dev(buf_a, 0), ST_DTYPE_FLOAT32, -1, 0, 1, NULL, err, sizeof err),
+  const st__gen_t up_by_one = {.kind = ST__GEN_ARANGE, .a = 0, .b = 1};
+  const st__gen_t uniform = {.kind = ST__GEN_RAND, .seed = 1};
+  CHECK_ERR_MSG(st__cuda_generate(dev(buf_a, 0), ST_DTYPE_FLOAT32, -1, &up_by_one, NULL, err,
+                                  sizeof err),
                 ST_ERR_INVALID_ARGUMENT, err);
   CHECK_CONTAINS(err, "negative");
   CHECK_ERR_MSG(st__cuda_cast(dev(buf_a, 0), ST_DTYPE_FLOAT32, NULL, ST_DTYPE_INT8, 5, NULL, err,
@@ -218,7 +244,8 @@ TEST(arguments_are_checked) {
                 ST_ERR_INVALID_ARGUMENT, err);
   /* Nothing to do is not an error, whatever the pointer. */
   CHECK_ERR_MSG(st__cuda_fill(NULL, ST_DTYPE_FLOAT32, 0, 1, NULL, err, sizeof err), ST_OK, err);
-  CHECK_ERR_MSG(st__cuda_rand(NULL, ST_DTYPE_FLOAT16, 0, 1, NULL, err, sizeof err), ST_OK, err);
+  CHECK_ERR_MSG(st__cuda_generate(NULL, ST_DTYPE_FLOAT16, 0, &uniform, NULL, err, sizeof err),
+                ST_OK, err);
   CHECK(sync0());
 }
 
@@ -345,28 +372,26 @@ TEST(encoding_matches_dtype_c) {
   CHECK_EQ_INT(bad, 0);
 }
 
-/* Workers will queue on their own stream (docs/design.md, section 2,
- * decision 2): same result. */
+/* Workers queue on their own stream (docs/design.md, section 2): the constructor's work
+ * on the thread's created stream stores what the kernel stores on the
+ * default stream. */
 TEST(kernels_run_on_a_created_stream) {
-  CUstream s = NULL;
-  CHECK_EQ_INT(cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   const int64_t n = 1 << 20;
-  int rc1 = st__cuda_randn(dev(buf_a, 0), ST_DTYPE_BFLOAT16, n, 99, s, err, sizeof err);
-  int rc2 = st__cuda_randn(dev(buf_b, 0), ST_DTYPE_BFLOAT16, n, 99, NULL, err, sizeof err);
-  CUresult r = cu->cuStreamSynchronize(s);
-  cu->cuStreamDestroy(s);
-  CHECK_ERR(rc1, ST_OK);
-  CHECK_ERR(rc2, ST_OK);
-  CHECK_EQ_INT(r, CUDA_SUCCESS);
-  CHECK(sync0());
+  const st__gen_t g = {.kind = ST__GEN_RANDN, .seed = 99};
+  st__tensor_t t;
+  int rc1 = st__tensor_randn(&C, &t, 0, ST_DTYPE_BFLOAT16, 1, &n, 99, err, sizeof err);
+  CHECK_ERR_MSG(rc1, ST_OK, err);
+  CHECK_ERR_MSG(st__cuda_generate(dev(buf_b, 0), ST_DTYPE_BFLOAT16, n, &g, NULL, err, sizeof err),
+                ST_OK, err);
   static uint16_t x[1 << 20], y[1 << 20];
-  CHECK(down(x, buf_a, 0, sizeof x));
+  CHECK(down_tensor(x, &t));
+  CHECK(sync0());
   CHECK(down(y, buf_b, 0, sizeof y));
   CHECK(memcmp(x, y, sizeof x) == 0);
 }
 
-/* Workers (docs/design.md, section 2): each thread enters the device's context, builds on
- * its own stream into its own arena; another thread drops the arenas. */
+/* Workers (docs/design.md, section 2): each thread builds with its own context, on its own
+ * stream, into its own arena; another thread drops the arenas. */
 typedef struct {
   int index;
   st__arena_t *arena;
@@ -378,18 +403,16 @@ static void *worker_main(void *arg) {
   worker_t *w = arg;
   const int64_t n = 1 << 20;
   w->worst_ulp = -1;
-  CUstream s = NULL;
-  if (st__cuda_ctx_enter(0, w->err, sizeof w->err) != ST_OK) return NULL;
-  if (cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
-    snprintf(w->err, sizeof w->err, "cuStreamCreate failed");
-    return NULL;
-  }
+  st__tensor_ctx_t c;
+  st__tensor_ctx_init(&c);
+  c.in_call = 1;
+  st__tensor_t t = {0};
   float *h = malloc((size_t)n * 4);
-  if (h && st__arena_new_cuda(0, (uint64_t)n * 4, &w->arena, w->err, sizeof w->err) == ST_OK &&
-      st__cuda_randn(st__arena_base(w->arena), ST_DTYPE_FLOAT32, n, 1000 + (uint64_t)w->index, s,
-                     w->err, sizeof w->err) == ST_OK &&
-      cu->cuStreamSynchronize(s) == CUDA_SUCCESS &&
-      st__cuda_copy_to_host(h, (uint64_t)(uintptr_t)st__arena_base(w->arena), (uint64_t)n * 4, 0,
+  if (h &&
+      st__tensor_randn(&c, &t, 0, ST_DTYPE_FLOAT32, 1, &n, 1000 + (uint64_t)w->index, w->err,
+                       sizeof w->err) == ST_OK &&
+      st__tensor_sync_used(&c, w->err, sizeof w->err) == ST_OK &&
+      st__cuda_copy_to_host(h, (uint64_t)(uintptr_t)st__tensor_data(&t), (uint64_t)n * 4, 0,
                             w->err, sizeof w->err) == ST_OK) {
     w->worst_ulp = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -400,8 +423,8 @@ static void *worker_main(void *arg) {
       if (d > w->worst_ulp) w->worst_ulp = d;
     }
   }
+  w->arena = t.arena;                   /* the reference goes to the test's thread */
   free(h);
-  cu->cuStreamDestroy(s);
   return NULL;
 }
 
@@ -438,6 +461,8 @@ int main(void) {
   if (st__cuda_available(why, sizeof why) != ST_OK) stt_skip(why);
 #ifdef ST_HAVE_CUDA
   cu = st__cuda_api(NULL, 0);
+  st__tensor_ctx_init(&C);
+  C.in_call = 1;
   if (st__arena_new_cuda(0, BUF_BYTES, &buf_a, err, sizeof err) != ST_OK ||
       st__arena_new_cuda(0, BUF_BYTES, &buf_b, err, sizeof err) != ST_OK) {
     fprintf(stderr, "cannot allocate scratch arenas: %s\n", err);
