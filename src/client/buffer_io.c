@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "client/buffer.h"
+#include "common/clock.h"
 #include "common/spin.h"
 
 #define fail st__client_handle_fail
@@ -33,10 +34,10 @@ static int64_t realtime_ns(void) {
 }
 
 static int64_t deadline_of(int timeout_ms) {
-  return timeout_ms < 0 ? -1 : st__client_now_ns() + (int64_t)timeout_ms * 1000000;
+  return timeout_ms < 0 ? -1 : st__now_mono_ns() + (int64_t)timeout_ms * 1000000;
 }
 
-static int passed(int64_t deadline) { return deadline >= 0 && st__client_now_ns() >= deadline; }
+static int passed(int64_t deadline) { return deadline >= 0 && st__now_mono_ns() >= deadline; }
 
 static uint8_t *slot_data(const st_buffer_t *b, uint32_t i) { return b->data + i * b->stride; }
 
@@ -310,7 +311,7 @@ ST_API int st_buffer_set_spin(st_buffer_t *b, int spin_us) {
 static uint64_t spin_new(st_buffer_t *b, uint64_t last, int64_t deadline) {
   int64_t spin = atomic_load_explicit(&b->spin_ns, memory_order_relaxed);
   if (spin <= 0) return 0;
-  int64_t until = st__client_now_ns() + spin;
+  int64_t until = st__now_mono_ns() + spin;
   if (deadline >= 0 && deadline < until) until = deadline;
   const _Atomic uint64_t *ws = &b->page->write_sequence;
   for (;;) {
@@ -319,7 +320,7 @@ static uint64_t spin_new(st_buffer_t *b, uint64_t last, int64_t deadline) {
       if (w > last) return w;
       st__cpu_relax();
     }
-    if (st__client_now_ns() >= until) return 0;
+    if (st__now_mono_ns() >= until) return 0;
   }
 }
 

@@ -19,9 +19,9 @@ ST_API int st_client_ping(st_client_t *c, double *rtt_us) {
   st__message_t m;
   int *fds;
   size_t nfds;
-  int64_t t0 = st__client_now_ns();
+  int64_t t0 = st__now_mono_ns();
   int rc = st__client_exchange(c, "ping", NULL, 0, NULL, 0, &m, &fds, &nfds);
-  int64_t t1 = st__client_now_ns();
+  int64_t t1 = st__now_mono_ns();
   if (rc != ST_OK) return rc;
   for (size_t i = 0; i < nfds; i++) close(fds[i]);
   free(fds);

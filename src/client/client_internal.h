@@ -62,6 +62,7 @@
 #include <stdint.h>
 
 #include "cudadrv/import.h"
+#include "common/clock.h"
 #include "proto/proto.h"
 #include "st/client.h"
 
@@ -270,8 +271,6 @@ int st__client_key_get(st_client_t *c, const char *key, uint64_t version, int fl
 int st__client_key_take(st_client_t *c, const char *key, const st_args_t *value,
                         uint64_t *version);
 
-/* Monotonic time in nanoseconds. */
-int64_t st__client_now_ns(void);
 /* Deadline for a limit in ms (0 = none -> -1). */
 int64_t st__client_deadline(int timeout_ms);
 
@@ -304,7 +303,7 @@ int st__client_exchange(st_client_t *c, const char *method, const void *params,
                         size_t params_len, const int *req_fds, size_t req_nfds,
                         st__message_t *reply, int **fds, size_t *nfds);
 /* st__client_exchange with the limit given as an absolute `deadline`
- * (st__client_now_ns time; -1: none) instead of c->timeout_ms from now:
+ * (st__now_mono_ns time; -1: none) instead of c->timeout_ms from now:
  * connect + hello share one deadline. */
 int st__client_exchange_until(st_client_t *c, const char *method, const void *params,
                               size_t params_len, const int *req_fds, size_t req_nfds,

@@ -53,7 +53,7 @@ static int check_server_uid(st_client_t *c, int fd, const char *path) {
                          path, (unsigned)cred.uid, (unsigned)me);
 }
 
-/* Opens `path` and connects, waiting until `deadline` (st__client_now_ns
+/* Opens `path` and connects, waiting until `deadline` (st__now_mono_ns
  * time; limit_ms is the limit it came from, for messages) for room in a
  * full accept queue, then checks who listens (check_server_uid).
  *
@@ -88,7 +88,7 @@ int st__client_conn_open(st_client_t *c, const char *path, int64_t deadline, int
   }
   int rc, e = 0;
   for (;;) {
-    int64_t left = deadline - st__client_now_ns();
+    int64_t left = deadline - st__now_mono_ns();
     if (left <= 0) {
       e = EAGAIN;
       break;
@@ -142,7 +142,7 @@ static int wait_for(st_client_t *c, short events, int64_t deadline) {
   for (;;) {
     int ms = -1;
     if (deadline >= 0) {
-      int64_t left = deadline - st__client_now_ns();
+      int64_t left = deadline - st__now_mono_ns();
       if (left <= 0)
         return st__client_fail(c, ST_ERR_TIMEOUT, "no reply within %d ms", c->timeout_ms);
       ms = (int)((left + 999999) / 1000000);

@@ -177,7 +177,7 @@ ST_API int st_handoff_shape(const st_handoff_t *h, int *chunks, uint64_t *chunk_
 
 /* ---------------------------------------------------------- waiting */
 
-static int64_t now_ms(void) { return st__client_now_ns() / 1000000; }
+static int64_t now_ms(void) { return st__now_mono_ns() / 1000000; }
 
 /* st__shm_wait with a deadline in ms of now_ms (-1: none). */
 static int wait_word(_Atomic uint32_t *word, _Atomic uint32_t *waiters, uint32_t seen,

@@ -18,6 +18,7 @@
 #include <msgpack.h>
 
 #include "client/result.h"
+#include "common/clock.h"
 #include "shm/key_page.h"
 #include "proto/proto.h"
 
@@ -106,7 +107,7 @@ ST_API const char *st_key_error(const st_key_t *k) {
 }
 
 static int64_t deadline_of(int64_t timeout_ms) {
-  return timeout_ms < 0 ? -1 : st__client_now_ns() + timeout_ms * 1000000;
+  return timeout_ms < 0 ? -1 : st__now_mono_ns() + timeout_ms * 1000000;
 }
 
 /* The failure a page's flags mean for a reader, or ST_OK. */

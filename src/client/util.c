@@ -126,17 +126,10 @@ void st__client_clear_error(st_client_t *c) {
   c->err_msg[0] = '\0';
 }
 
-/* Monotonic clock in ns. Any thread. */
-int64_t st__client_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Absolute deadline in ns for a limit in ms; -1 (none) for <= 0. */
 int64_t st__client_deadline(int timeout_ms) {
   if (timeout_ms <= 0) return -1;
-  return st__client_now_ns() + (int64_t)timeout_ms * 1000000;
+  return st__now_mono_ns() + (int64_t)timeout_ms * 1000000;
 }
 
 static _Thread_local char handle_err[320];

@@ -26,6 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+
 #define LOG_LINE_MAX 4096
 
 static int log_level = ST_LOG_INFO;
@@ -49,12 +51,6 @@ static pthread_mutex_t sites_mu = PTHREAD_MUTEX_INITIALIZER;
 static site_t sites[SITES];
 static unsigned rate_burst = ST_LOG_RATE_BURST;
 static double rate_window_s = ST_LOG_RATE_WINDOW_S;
-
-static double mono_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* Sets the limit of every warning and error call site: `burst` lines per
  * `window_s` seconds; burst 0 turns the limit off. Any thread. */
@@ -94,7 +90,7 @@ static int rate_admit(const char *fmt, unsigned long *report, double *over) {
     pthread_mutex_unlock(&sites_mu);
     return 1;
   }
-  double now = mono_now();
+  double now = st__now_mono();
   site_t *s = site_of(fmt);
   if (s->lines == 0 || now - s->window_start >= rate_window_s) {
     s->window_start = now;

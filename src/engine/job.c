@@ -5,22 +5,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "mem/pool.h"
 #include "st/errors.h"
-
-/* Monotonic seconds. Any thread. */
-double st__now_mono(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* Wall-clock seconds. Any thread. */
-double st__now_unix(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* A new job holding a generation reference and a copy of the bound
  * args; see job.h. Loop thread. */

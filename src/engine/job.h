@@ -115,12 +115,6 @@ void st__job_free(st__job_t *job);
  * its next hook check). Any thread. */
 void st__job_cancel(st__job_t *job);
 
-/* Monotonic clock in seconds. Any thread. */
-double st__now_mono(void);
-
-/* Wall-clock unix time in seconds. Any thread. */
-double st__now_unix(void);
-
 /* Current state of a job (acquire load). Any thread. */
 st__job_state_t st__job_state(const st__job_t *job);
 

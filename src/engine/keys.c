@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/fail.h"
-#include "engine/job.h"
 #include "mem/arena.h"
 #include "mem/ledger.h"
 #include "st/errors.h"

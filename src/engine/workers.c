@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/spin.h"
 #include "mem/pool.h"

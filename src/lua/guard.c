@@ -7,6 +7,7 @@
  * LuaJIT on that thread and only reads and writes the context.
  */
 #include "lua/guard.h"
+#include "common/clock.h"
 #include "lua/pcall.h"
 
 #include <stdio.h>
@@ -104,7 +105,7 @@ void st__lua_arm(lua_State *L, double limit_s, const volatile int *cancel) {
   st__tensor_ctx_clear_error(&c->tensor);
   c->cancel = cancel;
   c->limit_s = limit_s;
-  c->deadline = limit_s > 0 ? st__lua_now() + limit_s : 0;
+  c->deadline = limit_s > 0 ? st__now_mono() + limit_s : 0;
   c->main_line = 0;
   c->mem_clock = 0;
   int mask = limit_s > 0 || cancel ? LUA_MASKCOUNT : 0;

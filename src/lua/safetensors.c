@@ -30,6 +30,7 @@
  * and what is wrong in the message.
  */
 #include "lua/safetensors.h"
+#include "common/clock.h"
 #include "lua/module.h"
 #include "lua/tensor.h"
 
@@ -98,7 +99,7 @@ static void fetch_module_mt(lua_State *L) {
 static int stop_requested(void *ud) {
   const st__lua_ctx_t *c = ud;
   if (st__lua_cancel_requested(c)) return ST_ERR_CANCELLED;
-  if (c->deadline > 0 && st__lua_now() > c->deadline) return ST_ERR_TIMEOUT;
+  if (c->deadline > 0 && st__now_mono() > c->deadline) return ST_ERR_TIMEOUT;
   return 0;
 }
 

@@ -12,14 +12,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
+
 static char ctx_key;          /* registry: light userdata st__lua_ctx_t*    */
 static char readonly_key;     /* key present in the metatable of proxies    */
-
-double st__lua_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 void st__lua_set_ctx(lua_State *L, st__lua_ctx_t *ctx) {
   lua_pushlightuserdata(L, &ctx_key);
@@ -74,7 +70,7 @@ int st__lua_cancel_requested(const st__lua_ctx_t *c) {
 
 int st__lua_stop_due(const st__lua_ctx_t *c) {
   if (st__lua_cancel_requested(c)) return ST_ERR_CANCELLED;
-  if (c->deadline > 0 && st__lua_now() > c->deadline) return ST_ERR_TIMEOUT;
+  if (c->deadline > 0 && st__now_mono() > c->deadline) return ST_ERR_TIMEOUT;
   return 0;
 }
 

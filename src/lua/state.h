@@ -81,8 +81,6 @@ st__lua_ctx_t *st__lua_ctx(lua_State *L);
 /* The context's tensor core context (&st__lua_ctx(L)->tensor). */
 st__tensor_ctx_t *st__lua_tensor_ctx(lua_State *L);
 
-/* Monotonic clock in seconds. */
-double st__lua_now(void);
 
 /* The stop that is due now and was not recorded yet: ST_ERR_CANCELLED
  * when the cancel flag is set, ST_ERR_TIMEOUT past the deadline, else 0.

@@ -19,6 +19,7 @@
  * lua_State they are given.
  */
 #include "lua/stlib.h"
+#include "common/clock.h"
 #include "lua/construct.h"
 #include "lua/keys.h"
 #include "lua/module.h"
@@ -185,10 +186,10 @@ static int l_sleep(lua_State *L) {
     return st__lua_raise(L, "st.sleep: seconds must be a number");
   double s = lua_tonumber(L, 1);
   if (!(s >= 0) || isinf(s)) return st__lua_raise(L, "st.sleep: seconds must be >= 0 and finite");
-  double end = st__lua_now() + s;
+  double end = st__now_mono() + s;
   for (;;) {
     st__lua_check_stop(L);
-    double left = end - st__lua_now();
+    double left = end - st__now_mono();
     if (left <= 0) break;
     if (left > 0.010) left = 0.010;
     struct timespec ts = {0, (long)(left * 1e9)};

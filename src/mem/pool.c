@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "mem/cuda.h"
 #include "mem/ledger.h"
@@ -56,12 +57,6 @@ static atomic_uint_fast64_t *dev_bytes(int device) {
 /* The page's fields, in the server's mapping. */
 static _Atomic uint32_t *page_word(st__mpool_t *p, size_t byte_off) {
   return (_Atomic uint32_t *)((char *)st__arena_base(p->page) + byte_off);
-}
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 int st__mpool_new(const st__mpool_cfg_t *cfg, st__mpool_t **out, char *err, size_t errlen) {
@@ -129,7 +124,7 @@ static void take_back(st__mpool_t *p, uint32_t i) {
   slab_t *sl = s->slab < p->nslabs ? &p->slabs[s->slab] : NULL;
   if (sl && sl->arena) {
     st__slab_alloc_give(&sl->alloc, s->off, s->len);
-    if (sl->live > 0 && --sl->live == 0) sl->idle_since = now_ns();
+    if (sl->live > 0 && --sl->live == 0) sl->idle_since = (uint64_t)st__now_mono_ns();
   }
   st__slots_release(&p->slots, i);
   atomic_fetch_sub(&n_regions, 1);
@@ -199,7 +194,7 @@ static void retire(st__mpool_t *p, uint32_t i) {
  * clock read and a look at each slab. Under mu, before an allocation. */
 static void retire_idle(st__mpool_t *p) {
   if (!p->cfg.idle_ns || p->nslabs < 2) return;
-  uint64_t now = now_ns();
+  uint64_t now = (uint64_t)st__now_mono_ns();
   for (uint32_t i = 0; i < p->nslabs; i++) {
     slab_t *s = &p->slabs[i];
     if (!s->arena || s->live || now - s->idle_since < p->cfg.idle_ns) continue;
@@ -271,7 +266,7 @@ static int grow(st__mpool_t *p, int device, uint64_t len) {
   s->size = size;
   s->sent = 0;
   s->live = 0;
-  s->idle_since = now_ns();
+  s->idle_since = (uint64_t)st__now_mono_ns();
   s->serial = p->next_serial++;
   p->bytes += size;
   atomic_fetch_add(&n_slabs, 1);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "server/pool_conn.h"
+#include "common/clock.h"
 #include "engine/bind.h"
 #include "engine/options.h"
 #include "mem/arena.h"

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "engine/bind.h"
+#include "common/clock.h"
 #include "engine/objects.h"
 #include "engine/smap.h"
 #include "server/rpc.h"

@@ -12,6 +12,7 @@
 #include <linux/sockios.h>
 
 #include "common/log.h"
+#include "common/clock.h"
 #include "server/conn.h"
 #include "server/loopprof.h"
 #include "st/errors.h"

@@ -3,6 +3,7 @@
  * check that ends a drained shutdown), and the teardown. Reloads are
  * reload.c's, shutdowns shutdown.c's. Loop thread only. */
 #include "server/pool_conn.h"
+#include "common/clock.h"
 #include "server/server.h"
 
 #include <errno.h>

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/clock.h"
 #include "common/sockdir.h"
 #include "server/conn.h"
 #include "server/server.h"

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/clock.h"
 #include "lua/st_lua.h"
 #include "server/server.h"
 #include "server/work.h"

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/smap.h"
+#include "common/clock.h"
 #include "server/server.h"
 
 const double st__stats_bucket_bounds[ST__STATS_NBUCKETS] = ST__STATS_BUCKETS;

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/clock.h"
 #include "server/work.h"
 #include "st/errors.h"
 
