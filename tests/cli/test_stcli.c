@@ -231,9 +231,7 @@ static const stt_endpoint_t served[] = {
 };
 
 int main(void) {
-  cli_bin = getenv("ST_CLI_BIN");
-  if (!cli_bin) stt_skip("ST_CLI_BIN is not set (run through ctest)");
-  stt_server_setup(&srv, NULL, served);
+  cli_setup(&srv, NULL, served);
   RUN(version_and_help);
   RUN(usage_errors);
   RUN(ping);

@@ -123,9 +123,7 @@ TEST(usage_errors) {
 }
 
 int main(void) {
-  cli_bin = getenv("ST_CLI_BIN");
-  if (!cli_bin) stt_skip("ST_CLI_BIN is not set (run through ctest)");
-  stt_server_setup(&srv, "workers = 2,", NULL);
+  cli_setup(&srv, "workers = 2,", NULL);
   cli = stt_client_open(srv.socket);
   if (!cli) return 1;
   RUN(help_for_every_command);

@@ -304,9 +304,7 @@ static const stt_endpoint_t endpoints[] = {
 };
 
 int main(void) {
-  cli_bin = getenv("ST_CLI_BIN");
-  if (!cli_bin) stt_skip("ST_CLI_BIN is not set (run through ctest)");
-  stt_server_setup(&srv, "workers = 2,", endpoints);
+  cli_setup(&srv, "workers = 2,", endpoints);
   RUN(help_for_every_command);
   RUN(usage_errors);
   RUN(managed_call_prints_its_object);

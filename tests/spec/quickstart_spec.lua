@@ -8,10 +8,7 @@ describe("quick start with the default config", function()
     srv = H.server{ config_file = H.source_dir() .. "/config.lua" }
   end)
   teardown(function()
-    if srv then
-      assert.are.equal(0, srv:stop())
-      srv:cleanup()
-    end
+    if srv then srv:finish() end
   end)
 
   it("answers ping", function()

@@ -59,10 +59,7 @@ return st.endpoint{ name = "load", params = { path = st.required, dtype = "" },
   end)
   teardown(function()
     os.remove(outside)
-    if srv then
-      assert.are.equal(0, srv:stop())
-      srv:cleanup()
-    end
+    if srv then srv:finish() end
   end)
 
   it("serves the file as one module with its names, shapes and values", function()
