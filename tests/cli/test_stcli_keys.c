@@ -123,9 +123,8 @@ TEST(usage_errors) {
 }
 
 int main(void) {
-  cli_setup(&srv, "workers = 2,", NULL);
-  cli = stt_client_open(srv.socket);
-  if (!cli) return 1;
+  cli_require_bin();
+  cli = stt_serve_client(&srv, "workers = 2,", NULL);
   RUN(help_for_every_command);
   RUN(keys_get_delete);
   RUN(get_and_call_with_a_view);

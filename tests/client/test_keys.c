@@ -468,13 +468,10 @@ TEST(a_lua_endpoint_reads_a_published_key) {
 }
 
 int main(void) {
-  stt_server_setup(&srv,
-                   "memory_budget = { cpu = 48 * 1024 * 1024 }, keys = { max_keys = 4, "
-                   "max_versions = 2 }, pool = { max_regions = 0 },",
-                   endpoints);
-  cli = stt_client_open(srv.socket);
-  if (!cli) return 1;
-  baseline = hk_figures(cli, srv.pid, "cpu");
+  cli = hk_start(&srv,
+                 "memory_budget = { cpu = 48 * 1024 * 1024 }, keys = { max_keys = 4, "
+                 "max_versions = 2 }, pool = { max_regions = 0 },",
+                 endpoints, &baseline);
   RUN(put_get_versions_keys_delete);
   RUN(adopted_memory_is_shared_and_plain_memory_is_copied);
   RUN(state_outlives_a_publisher_killed);

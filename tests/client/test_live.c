@@ -603,9 +603,7 @@ TEST(an_endpoint_reads_a_live_key_and_its_version) {
 }
 
 int main(void) {
-  stt_server_setup(&srv, "memory_budget = { cpu = 64 * 1024 * 1024 },", endpoints);
-  if (!(cli = stt_client_open(srv.socket))) return 1;
-  baseline = hk_figures(cli, srv.pid, "cpu");
+  cli = hk_start(&srv, "memory_budget = { cpu = 64 * 1024 * 1024 },", endpoints, &baseline);
   RUN(updates_in_place_are_seen_at_the_same_address_and_wake_waiters);
   RUN(no_reader_uses_a_torn_version);
   RUN(readers_that_skip_the_sequence_check_see_torn_frames);

@@ -273,9 +273,7 @@ TEST(a_torn_keys_get_through_a_view_leaves_nothing_behind) {
 }
 
 int main(void) {
-  stt_server_setup(&srv, "memory_budget = { cpu = 64 * 1024 * 1024 },", endpoints);
-  if (!(cli = stt_client_open(srv.socket))) return 1;
-  baseline = hk_figures(cli, srv.pid, "cpu");
+  cli = hk_start(&srv, "memory_budget = { cpu = 64 * 1024 * 1024 },", endpoints, &baseline);
   RUN(a_live_keys_version_is_its_pages_everywhere);
   RUN(a_put_that_does_not_match_a_live_key_changes_nothing);
   RUN(a_torn_keys_get_through_a_view_leaves_nothing_behind);

@@ -12,6 +12,7 @@
 
 #include <st/client.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "check.h"
 #include "fixture.h"
@@ -43,6 +44,17 @@ static inline st_client_t *stt_one_worker_client(stt_server_t *s) {
   if (c) st_client_set_timeout(c, 60000);
   return c;
 }
+/* A server with `config` and `eps` (stt_server_setup) and a client of
+ * it, for a test's main: exits with status 1 (the reason printed) when it
+ * cannot connect. */
+static inline st_client_t *stt_serve_client(stt_server_t *s, const char *config,
+                                            const stt_endpoint_t *eps) {
+  stt_server_setup(s, config, eps);
+  st_client_t *c = stt_client_open(s->socket);
+  if (!c) exit(1);
+  return c;
+}
+
 /* Waits until the server c talks to has finished the teardowns it queued
  * (arenas let go on a loop thread are released by its releaser thread):
  * `info` waits for that queue. Call it before reading a baseline of
