@@ -130,6 +130,5 @@ int main(void) {
   RUN(get_and_call_with_a_view);
   RUN(keys_shows_the_state_of_live_keys);
   RUN(usage_errors);
-  st_client_close(cli);
-  return stt_server_finish(&srv);
+  return stt_client_finish(cli, &srv);
 }

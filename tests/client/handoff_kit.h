@@ -237,7 +237,7 @@ static inline st_client_t *hk_gpu_start(stt_server_t *s) {
   if (st__cuda_available(err, sizeof err) != ST_OK ||
       st__cuda_mem_info(0, &f, NULL, err, sizeof err) != ST_OK)
     stt_skip(err);
-  return stt_one_worker_client(s);
+  return stt_one_worker_client(s, NULL);
 }
 #endif
 

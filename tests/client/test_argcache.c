@@ -109,6 +109,5 @@ int main(void) {
   RUN(a_tensor_passed_again_goes_without_its_descriptor);
   RUN(past_the_bound_the_library_resends_by_itself);
   RUN(closing_a_connection_drops_what_it_kept);
-  st_client_close(cli);
-  return stt_server_finish(&srv);
+  return stt_client_finish(cli, &srv);
 }

@@ -595,6 +595,5 @@ int main(void) {
   RUN(unlink_while_others_hold_mappings);
   RUN(bad_names_shapes_dtypes_and_sizes_get_clear_errors);
   RUN(limits_and_the_budget_refuse_with_their_keys);
-  st_client_close(cli);
-  return stt_server_finish(&srv);
+  return stt_client_finish(cli, &srv);
 }

@@ -296,6 +296,5 @@ int main(void) {
   RUN(forged_acks_change_nothing);
   RUN(limits_refuse_with_clear_messages);
   RUN(the_producer_leaving_and_delete);
-  st_client_close(cli);
-  return stt_server_finish(&srv);
+  return stt_client_finish(cli, &srv);
 }

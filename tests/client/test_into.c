@@ -343,6 +343,5 @@ int main(void) {
   RUN(destinations_that_cannot_be_copied_into_are_refused_first);
   RUN(copy_ranges_copies_host_ranges_and_refuses_bad_flags);
   RUN(a_cached_objects_result_is_copied_into);
-  st_client_close(cli);
-  return stt_server_finish(&srv);
+  return stt_client_finish(cli, &srv);
 }

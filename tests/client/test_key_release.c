@@ -140,6 +140,5 @@ int main(void) {
                  NULL, &baseline);
   RUN(a_descriptor_that_is_no_cuda_allocation_is_refused_at_put);
   RUN(big_releases_leave_the_loop_and_info_is_settled);
-  st_client_close(cli);
-  return stt_server_finish(&srv);
+  return stt_client_finish(cli, &srv);
 }

@@ -41,13 +41,8 @@ static hk_figures_t baseline;
 /* A new CPU float32 tensor of N elements from st_tensor_alloc, filled as
  * checksummed frame `seq`. */
 static st_result_t *alloc_frame(uint64_t seq) {
-  st_result_t *r = NULL;
-  char err[256];
-  int64_t n = N;
-  if (st_tensor_alloc("cpu", ST_DTYPE_FLOAT32, 1, &n, &r, err, sizeof err) != ST_OK) {
-    fprintf(stderr, "st_tensor_alloc: %s\n", err);
-    return NULL;
-  }
+  st_result_t *r = stt_tensor_alloc_1d("cpu", ST_DTYPE_FLOAT32, N);
+  if (!r) return NULL;
   bk_fill(st_result_tensor(r, 0)->data, BYTES, seq);
   return r;
 }
@@ -613,6 +608,5 @@ int main(void) {
   RUN(a_second_connection_takes_the_key_over);
   RUN(bad_inputs_give_clear_errors_and_delete_wakes_waiters);
   RUN(an_endpoint_reads_a_live_key_and_its_version);
-  st_client_close(cli);
-  return stt_server_finish(&srv);
+  return stt_client_finish(cli, &srv);
 }

@@ -27,12 +27,8 @@ static hk_figures_t baseline;
 /* A CPU tensor of n elements of `dtype` (st_tensor_alloc), each float
  * element `fill` (0 for other dtypes). */
 static st_result_t *alloc_w(int64_t n, st_dtype_t dtype, float fill) {
-  st_result_t *r = NULL;
-  char err[256];
-  if (st_tensor_alloc("cpu", dtype, 1, &n, &r, err, sizeof err) != ST_OK) {
-    fprintf(stderr, "st_tensor_alloc: %s\n", err);
-    return NULL;
-  }
+  st_result_t *r = stt_tensor_alloc_1d("cpu", dtype, n);
+  if (!r) return NULL;
   float *f = st_result_tensor(r, 0)->data;
   for (int64_t i = 0; dtype == ST_DTYPE_FLOAT32 && i < n; i++) f[i] = fill;
   return r;
@@ -277,6 +273,5 @@ int main(void) {
   RUN(a_live_keys_version_is_its_pages_everywhere);
   RUN(a_put_that_does_not_match_a_live_key_changes_nothing);
   RUN(a_torn_keys_get_through_a_view_leaves_nothing_behind);
-  st_client_close(cli);
-  return stt_server_finish(&srv);
+  return stt_client_finish(cli, &srv);
 }

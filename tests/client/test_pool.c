@@ -356,6 +356,5 @@ int main(int argc, char **argv) {
   RUN(without_the_pool_results_are_arenas_of_their_own);
   RUN(budgets_count_slabs);
   RUN(idle_slabs_retire_and_held_ones_stay);
-  st_client_close(mon);
-  return stt_server_finish(&srv);
+  return stt_client_finish(mon, &srv);
 }

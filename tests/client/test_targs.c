@@ -301,6 +301,5 @@ int main(void) {
   RUN(caching_endpoints_and_other_methods_refuse_tensors);
   RUN(submit_carries_tensor_arguments);
   RUN(the_server_counts_the_descriptors);
-  st_client_close(cli);
-  return stt_server_finish(&srv);
+  return stt_client_finish(cli, &srv);
 }

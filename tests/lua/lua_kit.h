@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fixture.h"
 #include "engine/generation.h"
 #include "engine/result.h"
 #include "lua/st_lua.h"
@@ -22,16 +23,7 @@ static char kit_dir[256];
 /* A fresh, empty temp dir for endpoint files (the previous one removed). */
 static inline void kit_rmdir(void) {
   if (!kit_dir[0]) return;
-  DIR *d = opendir(kit_dir);
-  struct dirent *e;
-  while (d && (e = readdir(d))) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-    char p[600];
-    snprintf(p, sizeof p, "%s/%s", kit_dir, e->d_name);
-    unlink(p);
-  }
-  if (d) closedir(d);
-  rmdir(kit_dir);
+  stt_remove_tree(kit_dir);
   kit_dir[0] = '\0';
 }
 

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fixture.h"
 #include "mem/arena.h"
 #include "mem/safetensors.h"
 
@@ -767,21 +768,6 @@ TEST(cuda_without_a_device_is_a_clear_error) {
 
 /* ------------------------------------------------------------ setup */
 
-static void rm_tree(const char *d) {
-  DIR *dd = opendir(d);
-  struct dirent *e;
-  while (dd && (e = readdir(dd))) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-    char p[1024];
-    snprintf(p, sizeof p, "%s/%s", d, e->d_name);
-    struct stat st;
-    if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) rm_tree(p);
-    else unlink(p);
-  }
-  if (dd) closedir(dd);
-  rmdir(d);
-}
-
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/st-sft-XXXXXX");
   snprintf(other, sizeof other, "/tmp/st-sft-other-XXXXXX");
@@ -803,7 +789,7 @@ int main(void) {
   RUN(converter_matches_st_dtype_store_for_every_code);
   RUN(big_tensors_split_across_threads);
   RUN(cuda_without_a_device_is_a_clear_error);
-  rm_tree(dir);
-  rm_tree(other);
+  stt_remove_tree(dir);
+  stt_remove_tree(other);
   return stt_summary();
 }

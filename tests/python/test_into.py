@@ -59,11 +59,7 @@ class GetIntoTest(st_fixture.ServerTestCase):
     ENDPOINTS = ENDPOINTS
     SERVER_OPTIONS = {"config": "memory_budget = { cpu = 64 * 1024 * 1024 }, "
                                 "keys = { max_versions = 2 },"}
-
-    def tearDown(self):
-        for k in self.c.keys():
-            self.c.delete(k["key"])
-        super().tearDown()
+    DELETE_KEYS = True
 
     def publish(self, code):
         rc, out = in_child(self.srv.socket, code)
