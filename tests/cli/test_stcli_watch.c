@@ -127,15 +127,11 @@ TEST(watch_screen_on_a_terminal) {
   const char *first = strstr(R.out, "\033[H\033[J");
   CHECK(first != NULL);
   CHECK(first && strstr(first + 1, "\033[H\033[J") != NULL);
-  CHECK_CONTAINS(R.out, "\033[?25l");
-  CHECK_CONTAINS(R.out, "\033[?25h");
-  CHECK_CONTAINS(R.out, "stcli watch  ");
-  CHECK_CONTAINS(R.out, "requests     ");
+  CHECK_CONTAINS_ALL(R.out, "\033[?25l", "\033[?25h", "stcli watch  ", "requests     ");
   CHECK_CONTAINS(R.out, "-/s");   /* no rate on the first screen */
   CHECK_CONTAINS(R.out, ".0/s");  /* ... but on the second */
-  CHECK_CONTAINS(R.out, "cache        hits ");
-  CHECK_CONTAINS(R.out, "tasks        pending ");
-  CHECK_CONTAINS(R.out, "memory       cpu: cached ");
+  CHECK_CONTAINS_ALL(R.out, "cache        hits ", "tasks        pending ",
+                            "memory       cpu: cached ");
 }
 
 TEST(watch_ctrl_c) {

@@ -124,17 +124,24 @@ static inline int kit_build(kit_vm_t *k, const char *name, const msgpack_sbuffer
   return kit_build_p(k, name, args, cancel, NULL, res, err, errlen);
 }
 
+/* Endpoint `name` of kit_dir built once with no arguments in a vm of its
+ * own (closed before it returns; the result stays). */
+static inline int kit_build_once(const char *name, st__build_result_t *res, char *err,
+                                 size_t errlen) {
+  kit_vm_t k;
+  if (kit_vm_open(&k) != ST_OK) return kit_no_build(res, err, errlen, "vm did not open");
+  int rc = kit_build(&k, name, NULL, NULL, res, err, errlen);
+  kit_vm_close(&k);
+  return rc;
+}
+
 /* A fresh kit_dir with one endpoint `t` whose build function has the
  * body `body`, built once with no arguments in a vm of its own. */
 static inline int kit_run_body(const char *body, st__build_result_t *res, char *err,
                                size_t errlen) {
-  kit_vm_t k;
   kit_fresh();
   kit_write("t.lua", "return st.endpoint{ name = 't', build = function(a)\n%s\nend }\n", body);
-  if (kit_vm_open(&k) != ST_OK) return kit_no_build(res, err, errlen, "vm did not open");
-  int rc = kit_build(&k, "t", NULL, NULL, res, err, errlen);
-  kit_vm_close(&k);
-  return rc;
+  return kit_build_once("t", res, err, errlen);
 }
 
 /* The decoded value of a result (caller destroys `up`). */

@@ -6,20 +6,9 @@
 #include "lua_kit.h"
 #include "mem/arena.h"
 
-static kit_vm_t K;
-
 /* One endpoint per test: `t` with the given body, built with no args. */
 static int run_body(const char *body, st__build_result_t *res, char *err, size_t errlen) {
-  kit_fresh();
-  kit_write("t.lua", "return st.endpoint{ name = 't', build = function(a)\n%s\nend }\n", body);
-  if (kit_vm_open(&K) != ST_OK) {
-    snprintf(err, errlen, "vm did not open");
-    st__build_result_init(res);
-    return -1000;
-  }
-  int rc = kit_build(&K, "t", NULL, NULL, res, err, errlen);
-  kit_vm_close(&K);
-  return rc;
+  return kit_run_body(body, res, err, errlen);
 }
 
 /* Parses the result value as one tensor. */

@@ -190,3 +190,12 @@ class ServerTestCase(unittest.TestCase):
             for k in self.c.keys():
                 self.c.delete(k["key"])
         self.c.close()
+
+
+class KeysTestCase(ServerTestCase):
+    """A ServerTestCase for tests of published keys: a 64 MiB CPU budget,
+    two versions a key, and every key deleted after each test."""
+
+    SERVER_OPTIONS = {"config": "memory_budget = { cpu = 64 * 1024 * 1024 }, "
+                                "keys = { max_versions = 2 },"}
+    DELETE_KEYS = True

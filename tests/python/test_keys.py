@@ -56,11 +56,8 @@ def in_child(socket, code):
     return r.returncode, r.stdout + r.stderr
 
 
-class KeysTest(st_fixture.ServerTestCase):
+class KeysTest(st_fixture.KeysTestCase):
     ENDPOINTS = ENDPOINTS
-    SERVER_OPTIONS = {"config": "memory_budget = { cpu = 64 * 1024 * 1024 }, "
-                                "keys = { max_versions = 2 },"}
-    DELETE_KEYS = True
 
     def state(self, scale):
         sd = collections.OrderedDict()

@@ -247,10 +247,9 @@ TEST(check_shows_the_limits) {
   const char *args[] = {"--config", S.config, "--check", NULL};
   stt_proc_t r;
   CHECK_EQ_INT(stt_run(&r, getenv("ST_SERVER_BIN"), args, NULL, 0), 0);
-  CHECK_CONTAINS(r.out, "max_fds_per_connection=8");
-  CHECK_CONTAINS(r.out, "max_fds_all_connections=24");
-  CHECK_CONTAINS(r.out, "max_queued_bytes_per_connection=1048576");
-  CHECK_CONTAINS(r.out, "max_queued_bytes_all_connections=");
+  CHECK_CONTAINS_ALL(r.out, "max_fds_per_connection=8", "max_fds_all_connections=24",
+                            "max_queued_bytes_per_connection=1048576",
+                            "max_queued_bytes_all_connections=");
 }
 
 int main(void) {

@@ -160,6 +160,25 @@ function Server:cleanup()
   if not os.getenv("STT_KEEP") then H.run("rm -rf " .. shquote(self.dir)) end
 end
 
+-- Raises unless the server still answers `stcli ping` (after a refused
+-- request, say).
+function Server:check_serving()
+  local _, rc, err = self:cli("ping")
+  if rc ~= 0 then error(("ping exited with %s: %s"):format(tostring(rc), err), 2) end
+end
+
+-- Runs stcli with the arguments in `args`: raises unless it fails (exit
+-- 1) with a stderr that matches every Lua pattern of `patterns` and the
+-- server still answers ping.
+function Server:check_refused(args, patterns)
+  local _, rc, err = self:cli(unpack(args))
+  if rc ~= 1 then error(("stcli exited with %s, not 1: %s"):format(tostring(rc), err), 2) end
+  for _, p in ipairs(patterns) do
+    if not err:find(p) then error(("stderr %q does not match %q"):format(err, p), 2) end
+  end
+  self:check_serving()
+end
+
 -- For a teardown: stops the server, removes its directory and raises an
 -- error (quoting the log) unless it exited cleanly (status 0).
 function Server:finish()
