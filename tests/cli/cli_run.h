@@ -35,6 +35,20 @@ static inline int run_env(const char *env, const char *const *args) {
   return run_prog(cli_bin, env, args);
 }
 
+/* The start of a test's main: cli_bin from ST_CLI_BIN; skips (exit 77)
+ * when it is not set. */
+static inline void cli_require_bin(void) {
+  cli_bin = getenv("ST_CLI_BIN");
+  if (!cli_bin) stt_skip("ST_CLI_BIN is not set (run through ctest)");
+}
+
+/* cli_require_bin(), then a server with `config` and `eps` for the test
+ * (stt_server_setup: exits when it does not start). */
+static inline void cli_setup(stt_server_t *s, const char *config, const stt_endpoint_t *eps) {
+  cli_require_bin();
+  stt_server_setup(s, config, eps);
+}
+
 #define STCLI(...) run_env(NULL, (const char *const[]){__VA_ARGS__, NULL})
 
 /* `stcli CMD --help` and `stcli help CMD` both print CMD's usage line on

@@ -79,8 +79,7 @@ TEST(json_values_match_the_cpu) {
 int main(void) {
   char err[512];
   if (st__cuda_available(err, sizeof err) != ST_OK) stt_skip(err);
-  cli_bin = getenv("ST_CLI_BIN");
-  if (!cli_bin) stt_skip("ST_CLI_BIN is not set (run through ctest)");
+  cli_require_bin();
   stt_server_init(&srv);
   stt_write_endpoint_per_device(&srv, "t", ep);
   stt_server_start_or_exit(&srv);

@@ -54,9 +54,7 @@ TEST(usage_errors_and_help) {
 }
 
 int main(void) {
-  cli_bin = getenv("ST_CLI_BIN");
-  if (!cli_bin) stt_skip("ST_CLI_BIN is not set (run through ctest)");
-  stt_server_setup(&srv, "memory_budget = { cpu = 16 * 1024 * 1024 },", NULL);
+  cli_setup(&srv, "memory_budget = { cpu = 16 * 1024 * 1024 },", NULL);
   RUN(create_list_open_unlink);
   RUN(usage_errors_and_help);
   return stt_server_finish(&srv);

@@ -91,13 +91,9 @@ static const char *find_shell(const char *const *paths) {
 
 TEST(completion_script) {
   CHECK_EQ_INT(STCLI("completion", "bash"), 0);
-  CHECK_CONTAINS(R.out, "\n_stcli() {\n");
-  CHECK_CONTAINS(R.out, "\n_stcli_options() {\n");
-  CHECK_CONTAINS(R.out, "\n    endpoints) echo '--names --params' ;;\n");
-  CHECK_CONTAINS(R.out, "endpoints --names");
-  CHECK_CONTAINS(R.out, "endpoints --params");
-  CHECK_CONTAINS(R.out, "tasks --ids");
-  CHECK_CONTAINS(R.out, "\ncomplete -F _stcli stcli\n");
+  CHECK_CONTAINS_ALL(R.out, "\n_stcli() {\n", "\n_stcli_options() {\n",
+                            "\n    endpoints) echo '--names --params' ;;\n", "endpoints --names",
+                            "endpoints --params", "tasks --ids", "\ncomplete -F _stcli stcli\n");
   CHECK(strstr(R.out, "compdef") == NULL);
   CHECK_STR_EQ(R.err, "");
   CHECK_EQ_INT(STCLI("completion", "zsh"), 0);
@@ -281,9 +277,7 @@ static const stt_endpoint_t endpoints[] = {
 };
 
 int main(void) {
-  cli_bin = getenv("ST_CLI_BIN");
-  if (!cli_bin) stt_skip("ST_CLI_BIN is not set (run through ctest)");
-  stt_server_setup(&srv, NULL, endpoints);
+  cli_setup(&srv, NULL, endpoints);
   RUN(endpoints_names);
   RUN(endpoints_params);
   RUN(tasks_ids);

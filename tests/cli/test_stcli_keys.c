@@ -123,16 +123,12 @@ TEST(usage_errors) {
 }
 
 int main(void) {
-  cli_bin = getenv("ST_CLI_BIN");
-  if (!cli_bin) stt_skip("ST_CLI_BIN is not set (run through ctest)");
-  stt_server_setup(&srv, "workers = 2,", NULL);
-  cli = stt_client_open(srv.socket);
-  if (!cli) return 1;
+  cli_require_bin();
+  cli = stt_serve_client(&srv, "workers = 2,", NULL);
   RUN(help_for_every_command);
   RUN(keys_get_delete);
   RUN(get_and_call_with_a_view);
   RUN(keys_shows_the_state_of_live_keys);
   RUN(usage_errors);
-  st_client_close(cli);
-  return stt_server_finish(&srv);
+  return stt_client_finish(cli, &srv);
 }

@@ -37,8 +37,7 @@ TEST(flags_list_every_option_set) {
 }
 
 int main(void) {
-  cli_bin = getenv("ST_CLI_BIN");
-  if (!cli_bin) stt_skip("ST_CLI_BIN is not set (run through ctest)");
+  cli_require_bin();
   stt_server_init(&srv);
   stt_write_endpoint(&srv, "k.lua",
                      "return st.endpoint{ name = 'k', execution = 'task',\n"

@@ -126,8 +126,7 @@ static const stt_endpoint_t endpoints[] = {
 };
 
 int main(void) {
-  cli_bin = getenv("ST_CLI_BIN");
-  if (!cli_bin) stt_skip("ST_CLI_BIN is not set (run through ctest)");
+  cli_require_bin();
   python = find_python();
   if (!python) stt_skip("no python3 with prometheus_client (Debian: python3-prometheus-client)");
   stt_server_setup(&srv, NULL, endpoints);

@@ -107,9 +107,7 @@ static const stt_endpoint_t endpoints[] = {
 };
 
 int main(void) {
-  cli_bin = getenv("ST_CLI_BIN");
-  if (!cli_bin) stt_skip("ST_CLI_BIN is not set (run through ctest)");
-  stt_server_setup(&srv, NULL, endpoints);
+  cli_setup(&srv, NULL, endpoints);
   RUN(unknown_command);
   RUN(unknown_option);
   RUN(unknown_endpoint);

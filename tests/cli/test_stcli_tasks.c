@@ -86,9 +86,8 @@ TEST(usage_errors) {
 
 TEST(managed_call_prints_its_object) {
   CHECK_EQ_INT(STCLI(SOCK, "call", "lin", "n=5"), 0);
-  CHECK_CONTAINS(R.out, "(tensor)  float32  [5]  cpu  20 bytes\nobject ");
-  CHECK_CONTAINS(R.out, " (lease, refcount ");
-  CHECK_CONTAINS(R.out, ", cache key lin:5)\n");
+  CHECK_CONTAINS_ALL(R.out, "(tensor)  float32  [5]  cpu  20 bytes\nobject ", " (lease, refcount ",
+                            ", cache key lin:5)\n");
   CHECK_EQ_INT(STCLI(SOCK, "--json", "call", "lin", "n=5"), 0);
   CHECK(json_ok(R.out));
   CHECK_CONTAINS(R.out, "\"value\": {");
@@ -153,12 +152,8 @@ TEST(submit_wait_status_result) {
   CHECK_CONTAINS(R.err, "% step ");
   CHECK(strchr(R.err, '\r') == NULL);
   CHECK_EQ_INT(STCLI(SOCK, "status", ids), 0);
-  CHECK_CONTAINS(R.out, "task        ");
-  CHECK_CONTAINS(R.out, "endpoint    steps\n");
-  CHECK_CONTAINS(R.out, "status      completed\n");
-  CHECK_CONTAINS(R.out, "progress    100%  step 20\n");
-  CHECK_CONTAINS(R.out, "created     ");
-  CHECK_CONTAINS(R.out, " ago)\n");
+  CHECK_CONTAINS_ALL(R.out, "task        ", "endpoint    steps\n", "status      completed\n",
+                            "progress    100%  step 20\n", "created     ", " ago)\n");
   CHECK_EQ_INT(STCLI(SOCK, "--json", "status", ids), 0);
   CHECK(json_ok(R.out));
   CHECK_CONTAINS(R.out, "\"status\": \"completed\"");
@@ -190,10 +185,7 @@ TEST(wait_draws_a_progress_bar_on_a_terminal) {
   char ids[32];
   snprintf(ids, sizeof ids, "%llu", out_id());
   CHECK_EQ_INT(run_tty((const char *const[]){SOCK, "wait", ids, NULL}), 0);
-  CHECK_CONTAINS(R.err, "\r");
-  CHECK_CONTAINS(R.err, "[###");
-  CHECK_CONTAINS(R.err, "%  step ");
-  CHECK_CONTAINS(R.err, "\033[K");
+  CHECK_CONTAINS_ALL(R.err, "\r", "[###", "%  step ", "\033[K");
   CHECK_STR_EQ(R.out, "(tensor)  float32  [3]  cpu  12 bytes\n");
 }
 
@@ -207,9 +199,7 @@ TEST(wait_timeout_cancel_and_failures) {
   CHECK_CONTAINS(R.err, "stcli: TIMEOUT: task ");
   CHECK_CONTAINS(R.err, " is still ");
   CHECK_EQ_INT(STCLI(SOCK, "tasks", "--status", "running"), 0);
-  CHECK_CONTAINS(R.out, "ID");
-  CHECK_CONTAINS(R.out, "STATUS");
-  CHECK_CONTAINS(R.out, "sleeper");
+  CHECK_CONTAINS_ALL(R.out, "ID", "STATUS", "sleeper");
   /* One page of one: the newest, this task; below it, not this one. */
   CHECK_EQ_INT(STCLI(SOCK, "tasks", "--limit", "1", "--ids"), 0);
   char want[40];
@@ -251,9 +241,7 @@ TEST(reload_and_stats) {
   stt_write_endpoint(&srv, "extra.lua",
                      "return st.endpoint{ name = \"extra\", build = function() return 7 end }\n");
   CHECK_EQ_INT(STCLI(SOCK, "reload"), 0);
-  CHECK_CONTAINS(R.out, "reload ok: generation ");
-  CHECK_CONTAINS(R.out, "added     extra\n");
-  CHECK_CONTAINS(R.out, "removed   -\n");
+  CHECK_CONTAINS_ALL(R.out, "reload ok: generation ", "added     extra\n", "removed   -\n");
   CHECK_EQ_INT(STCLI(SOCK, "call", "extra"), 0);
   CHECK_CONTAINS(R.out, "7");
   stt_write_endpoint(&srv, "broken.lua", "return st.endpoint{ name = \"broken\",\n  = }\n");
@@ -304,9 +292,7 @@ static const stt_endpoint_t endpoints[] = {
 };
 
 int main(void) {
-  cli_bin = getenv("ST_CLI_BIN");
-  if (!cli_bin) stt_skip("ST_CLI_BIN is not set (run through ctest)");
-  stt_server_setup(&srv, "workers = 2,", endpoints);
+  cli_setup(&srv, "workers = 2,", endpoints);
   RUN(help_for_every_command);
   RUN(usage_errors);
   RUN(managed_call_prints_its_object);

@@ -215,12 +215,13 @@ static inline int hk_back_to(st_client_t *c, pid_t server, const char *dev, hk_f
   }
 }
 
-/* A server with `config` and a client of it (NULL when it cannot
- * connect); *base gets the CPU figures the tests come back to. */
-static inline st_client_t *hk_start(stt_server_t *s, const char *config, hk_figures_t *base) {
-  stt_server_setup(s, config, NULL);
-  st_client_t *c = stt_client_open(s->socket);
-  if (c) *base = hk_figures(c, s->pid, "cpu");
+/* A server with `config` and `eps` and a client of it (stt_serve_client:
+ * exits when it cannot connect); *base gets the CPU figures the tests
+ * come back to. */
+static inline st_client_t *hk_start(stt_server_t *s, const char *config,
+                                    const stt_endpoint_t *eps, hk_figures_t *base) {
+  st_client_t *c = stt_serve_client(s, config, eps);
+  *base = hk_figures(c, s->pid, "cpu");
   return c;
 }
 
@@ -236,7 +237,7 @@ static inline st_client_t *hk_gpu_start(stt_server_t *s) {
   if (st__cuda_available(err, sizeof err) != ST_OK ||
       st__cuda_mem_info(0, &f, NULL, err, sizeof err) != ST_OK)
     stt_skip(err);
-  return stt_one_worker_client(s);
+  return stt_one_worker_client(s, NULL);
 }
 #endif
 

@@ -1,10 +1,14 @@
-/* Helpers of the live-key tests (test_live.c, test_gpu_live.c): a live
- * put of one tensor named "w", and one update of it from a tensor. */
+/* Helpers of the live-key tests (test_live.c, test_live_versions.c,
+ * test_gpu_live.c): a live put of one tensor named "w", one update of it
+ * from a tensor, and waiting for a get of a key to stop succeeding. */
 #ifndef STT_LIVE_KIT_H
 #define STT_LIVE_KIT_H
 
 #include <st/client.h>
 #include <stdio.h>
+#include <unistd.h>
+
+#include "fixture.h"
 
 /* Puts {w: t} under key as a live key with `policy`. */
 static inline int lk_put_live(st_client_t *c, const char *key, const st_tensor_t *t, int policy,
@@ -29,6 +33,20 @@ static inline int lk_update(st_key_t *k, st_result_t *src) {
   int rc = st_key_update(k, list, 1);
   if (rc != ST_OK) fprintf(stderr, "   update: %s\n", st_key_error(k));
   st_result_free(src);
+  return rc;
+}
+
+/* Gets `key` every 2 ms until a get fails (the server noticed what a
+ * test did to it) or 10 s passed. The last get's status. */
+static inline int lk_get_until_refused(st_client_t *c, const char *key) {
+  st_result_t *g = NULL;
+  int rc;
+  double t0 = stt_now_ms();
+  while ((rc = st_client_get(c, key, 0, 0, &g, NULL)) == ST_OK && stt_now_ms() - t0 < 10000) {
+    st_result_free(g);
+    g = NULL;
+    usleep(2000);
+  }
   return rc;
 }
 

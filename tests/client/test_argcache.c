@@ -105,12 +105,9 @@ int main(void) {
    * not regions of a result pool (whose slab and page are arenas too;
    * test_pool.c). */
   setenv("ST_CLIENT_POOL", "0", 1);
-  stt_server_setup(&srv, "limits = { max_cached_arguments = 2 },", endpoints);
-  cli = stt_client_open(srv.socket);
-  if (!cli) return 1;
+  cli = stt_serve_client(&srv, "limits = { max_cached_arguments = 2 },", endpoints);
   RUN(a_tensor_passed_again_goes_without_its_descriptor);
   RUN(past_the_bound_the_library_resends_by_itself);
   RUN(closing_a_connection_drops_what_it_kept);
-  st_client_close(cli);
-  return stt_server_finish(&srv);
+  return stt_client_finish(cli, &srv);
 }

@@ -386,8 +386,7 @@ static void *kill_later(void *arg) {
 
 TEST(results_survive_sigkill_and_calls_fail_fast) {
   stt_server_t s2;
-  stt_server_init(&s2);
-  stt_write_endpoints(&s2, endpoints);
+  stt_server_prepare(&s2, NULL, endpoints);
   CHECK(stt_server_start(&s2) == 0);
   OPEN_CLIENT(c, s2.socket);
   st_result_t *r = call_words(c, "mod", NULL);

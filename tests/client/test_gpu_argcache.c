@@ -45,12 +45,8 @@ static int set_first(const st_tensor_t *t, float v) {
 
 /* A CUDA float32 tensor of n elements whose first is v, or NULL. */
 static st_result_t *cuda_of(int64_t n, float v) {
-  st_result_t *r = NULL;
-  char err[256];
-  if (st_tensor_alloc("cuda:0", ST_DTYPE_FLOAT32, 1, &n, &r, err, sizeof err) != ST_OK) {
-    fprintf(stderr, "   st_tensor_alloc: %s\n", err);
-    return NULL;
-  }
+  st_result_t *r = stt_tensor_alloc_1d("cuda:0", ST_DTYPE_FLOAT32, n);
+  if (!r) return NULL;
   if (set_first(st_result_tensor(r, 0), v) != ST_OK) {
     st_result_free(r);
     return NULL;
@@ -114,8 +110,7 @@ int main(void) {
   st_client_ping(cli, &rtt);
   RUN(a_device_tensor_passed_again_goes_without_its_descriptor);
   RUN(past_the_bound_and_after_close_nothing_stays);
-  st_client_close(cli);
-  return stt_server_finish(&srv);
+  return stt_client_finish(cli, &srv);
 #endif
   return stt_summary();
 }

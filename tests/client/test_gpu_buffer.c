@@ -139,8 +139,7 @@ int main(int argc, char **argv) {
   if (!cli) return 1;
   RUN(a_reader_process_never_sees_a_torn_frame);
   RUN(read_only_handles_and_the_lock_of_a_killed_owner);
-  st_client_close(cli);
-  return stt_server_finish(&srv);
+  return stt_client_finish(cli, &srv);
 #else
   (void)argc;
   (void)argv;

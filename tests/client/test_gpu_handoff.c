@@ -86,8 +86,7 @@ int main(int argc, char **argv) {
   cli = hk_gpu_start(&srv);
   if (!cli) return 1;
   RUN(requests_of_4_mib_flow_and_device_memory_comes_back);
-  st_client_close(cli);
-  return stt_server_finish(&srv);
+  return stt_client_finish(cli, &srv);
 #else
   (void)argc;
   (void)argv;

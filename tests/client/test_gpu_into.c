@@ -344,7 +344,7 @@ int main(int argc, char **argv) {
 #endif
   gk_require_device();
 #ifdef ST_HAVE_CUDA
-  cli = stt_one_worker_client(&srv);
+  cli = stt_one_worker_client(&srv, NULL);
   if (!cli) return 1;
   if (run_publisher() != 0) {
     fprintf(stderr, "the publisher failed\n");
@@ -355,8 +355,7 @@ int main(int argc, char **argv) {
   RUN(a_second_get_into_maps_nothing_new);
   RUN(copy_ranges_merges_only_what_follows_on_both_sides);
   RUN(copy_ranges_batches_ranges_of_separate_allocations);
-  st_client_close(cli);
-  return stt_server_finish(&srv);
+  return stt_client_finish(cli, &srv);
 #else
   return 77;
 #endif

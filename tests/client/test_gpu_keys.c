@@ -364,10 +364,8 @@ int main(int argc, char **argv) {
 #endif
   gk_require_device();
 #ifdef ST_HAVE_CUDA
-  stt_server_setup(&srv, "workers = 1,", endpoints);
-  cli = stt_client_open(srv.socket);
+  cli = stt_one_worker_client(&srv, endpoints);
   if (!cli) return 1;
-  st_client_set_timeout(cli, 60000);
   RUN(a_put_of_device_memory_is_that_memory);
   RUN(a_readonly_get_refuses_device_writes);
   RUN(device_state_outlives_a_publisher_killed);
@@ -376,8 +374,7 @@ int main(int argc, char **argv) {
   RUN(a_put_claiming_more_than_its_allocation_fails_when_read);
   RUN(a_descriptor_that_is_no_cuda_allocation_is_refused_at_put);
   RUN(releases_of_device_memory_leave_the_loop_and_info_is_settled);
-  st_client_close(cli);
-  return stt_server_finish(&srv);
+  return stt_client_finish(cli, &srv);
 #else
   return 77;
 #endif

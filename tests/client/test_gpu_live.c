@@ -172,8 +172,7 @@ int main(int argc, char **argv) {
   if (!cli) return 1;
   RUN(device_updates_in_place_and_consistent_reads);
   RUN(a_device_publisher_killed_mid_update_tears_the_key);
-  st_client_close(cli);
-  return stt_server_finish(&srv);
+  return stt_client_finish(cli, &srv);
 #else
   (void)argc;
   (void)argv;

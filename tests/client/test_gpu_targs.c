@@ -273,10 +273,8 @@ static const stt_endpoint_t endpoints[] = {
 int main(void) {
   gk_require_device();
 #ifdef ST_HAVE_CUDA
-  stt_server_setup(&srv, "workers = 1,", endpoints);
-  cli = stt_client_open(srv.socket);
+  cli = stt_one_worker_client(&srv, endpoints);
   if (!cli) return 1;
-  st_client_set_timeout(cli, 60000);
   /* A first call creates the worker's context and stream and this
    * client's, before any baseline. */
   st_result_t *warm = counting_cuda(16), *r = NULL;
@@ -291,8 +289,7 @@ int main(void) {
   RUN(echo_returns_the_same_device_memory);
   RUN(declared_devices_are_enforced);
   RUN(device_memory_returns_once_the_client_frees_it);
-  st_client_close(cli);
-  return stt_server_finish(&srv);
+  return stt_client_finish(cli, &srv);
 #endif
   return stt_summary();
 }

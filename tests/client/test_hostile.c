@@ -271,8 +271,7 @@ int main(void) {
   RUN(a_truncated_file_is_refused_not_a_signal);
   RUN(the_server_uid_is_checked_before_anything_is_sent);
   RUN(the_environment_names_the_server_uid);
-  fake_wait_idle(&fs, 2000);
-  fake_stop(&fs);
+  fake_finish(&fs);
   if (last_fd >= 0) close(last_fd);
   return stt_summary();
 }

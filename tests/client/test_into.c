@@ -366,11 +366,8 @@ static const stt_endpoint_t endpoints[] = {
     {NULL, NULL}};
 
 int main(void) {
-  stt_server_setup(&srv, "memory_budget = { cpu = 16 * 1024 * 1024 }, keys = { max_keys = 8 },",
-                   endpoints);
-  cli = stt_client_open(srv.socket);
-  if (!cli) return 1;
-  baseline = hk_figures(cli, srv.pid, "cpu");
+  cli = hk_start(&srv, "memory_budget = { cpu = 16 * 1024 * 1024 }, keys = { max_keys = 8 },",
+                 endpoints, &baseline);
   RUN(a_key_lands_in_the_readers_memory_by_name);
   RUN(a_view_loads_one_rank_s_shard);
   RUN(a_second_get_into_maps_nothing_new);
@@ -379,6 +376,5 @@ int main(void) {
   RUN(a_destination_without_elements_is_contiguous_whatever_its_strides);
   RUN(copy_ranges_copies_host_ranges_and_refuses_bad_flags);
   RUN(a_cached_objects_result_is_copied_into);
-  st_client_close(cli);
-  return stt_server_finish(&srv);
+  return stt_client_finish(cli, &srv);
 }

@@ -134,15 +134,11 @@ TEST(big_releases_leave_the_loop_and_info_is_settled) {
 }
 
 int main(void) {
-  stt_server_setup(&srv,
-                   "memory_budget = { cpu = 64 * 1024 * 1024 }, keys = { max_versions = 2 }, "
-                   "pool = { max_regions = 0 },",
-                   NULL);
-  cli = stt_client_open(srv.socket);
-  if (!cli) return 1;
-  baseline = hk_figures(cli, srv.pid, "cpu");
+  cli = hk_start(&srv,
+                 "memory_budget = { cpu = 64 * 1024 * 1024 }, keys = { max_versions = 2 }, "
+                 "pool = { max_regions = 0 },",
+                 NULL, &baseline);
   RUN(a_descriptor_that_is_no_cuda_allocation_is_refused_at_put);
   RUN(big_releases_leave_the_loop_and_info_is_settled);
-  st_client_close(cli);
-  return stt_server_finish(&srv);
+  return stt_client_finish(cli, &srv);
 }

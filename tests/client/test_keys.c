@@ -41,12 +41,8 @@ static hk_figures_t baseline;
 /* A new CPU float32 tensor of n elements from st_tensor_alloc, element i
  * = i * scale. */
 static st_result_t *alloc_filled(int64_t n, float scale) {
-  st_result_t *r = NULL;
-  char err[256];
-  if (st_tensor_alloc("cpu", ST_DTYPE_FLOAT32, 1, &n, &r, err, sizeof err) != ST_OK) {
-    fprintf(stderr, "st_tensor_alloc: %s\n", err);
-    return NULL;
-  }
+  st_result_t *r = stt_tensor_alloc_1d("cpu", ST_DTYPE_FLOAT32, n);
+  if (!r) return NULL;
   float *p = st_result_tensor(r, 0)->data;
   for (int64_t i = 0; i < n; i++) p[i] = (float)i * scale;
   return r;
@@ -468,13 +464,10 @@ TEST(a_lua_endpoint_reads_a_published_key) {
 }
 
 int main(void) {
-  stt_server_setup(&srv,
-                   "memory_budget = { cpu = 48 * 1024 * 1024 }, keys = { max_keys = 4, "
-                   "max_versions = 2 }, pool = { max_regions = 0 },",
-                   endpoints);
-  cli = stt_client_open(srv.socket);
-  if (!cli) return 1;
-  baseline = hk_figures(cli, srv.pid, "cpu");
+  cli = hk_start(&srv,
+                 "memory_budget = { cpu = 48 * 1024 * 1024 }, keys = { max_keys = 4, "
+                 "max_versions = 2 }, pool = { max_regions = 0 },",
+                 endpoints, &baseline);
   RUN(put_get_versions_keys_delete);
   RUN(adopted_memory_is_shared_and_plain_memory_is_copied);
   RUN(state_outlives_a_publisher_killed);
@@ -483,6 +476,5 @@ int main(void) {
   RUN(readonly_mappings_refuse_writes);
   RUN(a_lua_endpoint_reads_a_published_key);
   RUN(objects_map_readonly_by_call_or_by_endpoint);
-  st_client_close(cli);
-  return stt_server_finish(&srv);
+  return stt_client_finish(cli, &srv);
 }

@@ -41,13 +41,8 @@ static hk_figures_t baseline;
 /* A new CPU float32 tensor of N elements from st_tensor_alloc, filled as
  * checksummed frame `seq`. */
 static st_result_t *alloc_frame(uint64_t seq) {
-  st_result_t *r = NULL;
-  char err[256];
-  int64_t n = N;
-  if (st_tensor_alloc("cpu", ST_DTYPE_FLOAT32, 1, &n, &r, err, sizeof err) != ST_OK) {
-    fprintf(stderr, "st_tensor_alloc: %s\n", err);
-    return NULL;
-  }
+  st_result_t *r = stt_tensor_alloc_1d("cpu", ST_DTYPE_FLOAT32, N);
+  if (!r) return NULL;
   bk_fill(st_result_tensor(r, 0)->data, BYTES, seq);
   return r;
 }
@@ -365,14 +360,7 @@ TEST(a_publisher_killed_mid_update_leaves_the_key_torn_until_a_new_put) {
   CHECK_EQ_INT(st_key_read_begin(reader, 50, &seq), ST_ERR_TIMEOUT);   /* it updates */
   bk_end(&p, 1);
   /* the server notices the connection close: poll with a deadline */
-  st_result_t *g = NULL;
-  double t0 = stt_now_ms();
-  while ((rc = st_client_get(cli, "torn", 0, 0, &g, NULL)) == ST_OK && stt_now_ms() - t0 < 10000) {
-    st_result_free(g);
-    g = NULL;
-    usleep(2000);
-  }
-  CHECK_EQ_INT(rc, ST_ERR_STALE_HANDLE);
+  CHECK_EQ_INT(lk_get_until_refused(cli, "torn"), ST_ERR_STALE_HANDLE);
   CHECK_CONTAINS(st_client_error(cli), "is torn");
   char state[32];
   CHECK(strcmp(state_of("torn", state, sizeof state), "torn") == 0);
@@ -391,6 +379,7 @@ TEST(a_publisher_killed_mid_update_leaves_the_key_torn_until_a_new_put) {
   CHECK_EQ_INT(read_consistent(reader, buf, &got), ST_OK);
   CHECK_EQ_INT(got, 2);
   CHECK(bk_whole(buf, BYTES, 7));
+  st_result_t *g = NULL;
   CHECK_RC(st_client_get(cli, "torn", 0, 0, &g, &got), ST_OK, cli);
   CHECK(bk_whole(st_result_find(g, "w")->data, BYTES, 7));
   st_result_free(g);
@@ -603,9 +592,7 @@ TEST(an_endpoint_reads_a_live_key_and_its_version) {
 }
 
 int main(void) {
-  stt_server_setup(&srv, "memory_budget = { cpu = 64 * 1024 * 1024 },", endpoints);
-  if (!(cli = stt_client_open(srv.socket))) return 1;
-  baseline = hk_figures(cli, srv.pid, "cpu");
+  cli = hk_start(&srv, "memory_budget = { cpu = 64 * 1024 * 1024 },", endpoints, &baseline);
   RUN(updates_in_place_are_seen_at_the_same_address_and_wake_waiters);
   RUN(no_reader_uses_a_torn_version);
   RUN(readers_that_skip_the_sequence_check_see_torn_frames);
@@ -615,6 +602,5 @@ int main(void) {
   RUN(a_second_connection_takes_the_key_over);
   RUN(bad_inputs_give_clear_errors_and_delete_wakes_waiters);
   RUN(an_endpoint_reads_a_live_key_and_its_version);
-  st_client_close(cli);
-  return stt_server_finish(&srv);
+  return stt_client_finish(cli, &srv);
 }

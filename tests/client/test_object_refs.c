@@ -281,7 +281,6 @@ int main(void) {
   RUN(the_request_after_the_last_free_says_objects_freed);
   RUN(a_same_the_client_cannot_answer_is_protocol);
   RUN(a_lent_same_is_held_until_the_next_request);
-  fake_wait_idle(&fs, 2000);
-  fake_stop(&fs);
+  fake_finish(&fs);
   return stt_server_finish(&S);
 }

@@ -345,11 +345,9 @@ TEST(idle_slabs_retire_and_held_ones_stay) {
 
 int main(int argc, char **argv) {
   pk_holder_main(argc, argv, fill);
-  stt_server_setup(&srv,
-                   "workers = 1, pool = { slab_bytes = 65536, max_bytes_per_connection = 524288 },",
-                   endpoints);
-  mon = stt_client_open(srv.socket);
-  if (!mon) return 1;
+  mon = stt_serve_client(&srv,
+                         "workers = 1, pool = { slab_bytes = 65536, max_bytes_per_connection = 524288 },",
+                         endpoints);
   RUN(held_results_keep_their_bytes_under_random_frees);
   RUN(results_outlive_close);
   RUN(a_forked_child_freeing_a_result_frees_nothing);
@@ -358,6 +356,5 @@ int main(int argc, char **argv) {
   RUN(without_the_pool_results_are_arenas_of_their_own);
   RUN(budgets_count_slabs);
   RUN(idle_slabs_retire_and_held_ones_stay);
-  st_client_close(mon);
-  return stt_server_finish(&srv);
+  return stt_client_finish(mon, &srv);
 }

@@ -462,8 +462,7 @@ TEST(reload_reports_changes_and_errors) {
 
 TEST(ensure_live_with_the_server_killed_fails_fast) {
   stt_server_t s2;
-  stt_server_init(&s2);
-  stt_write_endpoints(&s2, endpoints);
+  stt_server_prepare(&s2, NULL, endpoints);
   CHECK(stt_server_start(&s2) == 0);
   OPEN_CLIENT(c, s2.socket);
   st_result_t *r = call_n(c, "lin", NULL, 0);

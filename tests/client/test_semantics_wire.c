@@ -402,8 +402,7 @@ int main(void) {
   RUN(ensure_live_reconnects_a_broken_connection);
   RUN(ensure_live_with_the_server_gone_fails_fast);
   RUN(null_arguments);
-  fake_wait_idle(&fs, 2000);
-  fake_stop(&fs);
+  fake_finish(&fs);
   int fds1 = fake_count_fds();
   if (fds1 != fds0 - 3) { /* fake_stop closed the listener and its pipe */
     fprintf(stderr, "descriptor leak: %d open before, %d after\n", fds0, fds1);

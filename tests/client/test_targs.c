@@ -292,9 +292,7 @@ static const stt_endpoint_t endpoints[] = {
 };
 
 int main(void) {
-  stt_server_setup(&srv, NULL, endpoints);
-  cli = stt_client_open(srv.socket);
-  if (!cli) return 1;
+  cli = stt_serve_client(&srv, NULL, endpoints);
   RUN(alloc_gives_a_zeroed_shareable_tensor);
   RUN(scale_writes_into_the_callers_memory);
   RUN(views_pass_with_their_offset_and_strides);
@@ -303,6 +301,5 @@ int main(void) {
   RUN(caching_endpoints_and_other_methods_refuse_tensors);
   RUN(submit_carries_tensor_arguments);
   RUN(the_server_counts_the_descriptors);
-  st_client_close(cli);
-  return stt_server_finish(&srv);
+  return stt_client_finish(cli, &srv);
 }

@@ -507,8 +507,7 @@ int main(void) {
   RUN(connect_refusals);
   RUN(connect_missing_socket);
   RUN(null_arguments);
-  fake_wait_idle(&fs, 2000);
-  fake_stop(&fs);
+  fake_finish(&fs);
   if (shared_fd >= 0) close(shared_fd);
   int fds1 = fake_count_fds();
   if (fds1 != fds0 - 3) { /* fake_stop closed the listener and its pipe */

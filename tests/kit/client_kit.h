@@ -12,6 +12,7 @@
 
 #include <st/client.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "check.h"
 #include "fixture.h"
@@ -34,15 +35,45 @@ static inline st_client_t *stt_client_open(const char *path) {
   CHECK(c)
 
 
-/* A server of one worker (stt_server_setup) and a client of it with a
- * 60 s timeout for each reply, as the GPU tests start (NULL when it
- * cannot connect). */
-static inline st_client_t *stt_one_worker_client(stt_server_t *s) {
-  stt_server_setup(s, "workers = 1,", NULL);
+/* A server of one worker with `eps` (stt_server_setup) and a client of
+ * it with a 60 s timeout for each reply, as the GPU tests start (NULL
+ * when it cannot connect). */
+static inline st_client_t *stt_one_worker_client(stt_server_t *s, const stt_endpoint_t *eps) {
+  stt_server_setup(s, "workers = 1,", eps);
   st_client_t *c = stt_client_open(s->socket);
   if (c) st_client_set_timeout(c, 60000);
   return c;
 }
+/* A server with `config` and `eps` (stt_server_setup) and a client of
+ * it, for a test's main: exits with status 1 (the reason printed) when it
+ * cannot connect. */
+static inline st_client_t *stt_serve_client(stt_server_t *s, const char *config,
+                                            const stt_endpoint_t *eps) {
+  stt_server_setup(s, config, eps);
+  st_client_t *c = stt_client_open(s->socket);
+  if (!c) exit(1);
+  return c;
+}
+
+/* The end of a test's main: closes c, then stt_server_finish(s); returns
+ * the exit status. */
+static inline int stt_client_finish(st_client_t *c, stt_server_t *s) {
+  st_client_close(c);
+  return stt_server_finish(s);
+}
+
+/* A tensor of n elements of `dtype` on `device` from st_tensor_alloc,
+ * or NULL (the library's message printed). */
+static inline st_result_t *stt_tensor_alloc_1d(const char *device, st_dtype_t dtype, int64_t n) {
+  st_result_t *r = NULL;
+  char err[256];
+  if (st_tensor_alloc(device, dtype, 1, &n, &r, err, sizeof err) != ST_OK) {
+    fprintf(stderr, "   st_tensor_alloc: %s\n", err);
+    return NULL;
+  }
+  return r;
+}
+
 /* Waits until the server c talks to has finished the teardowns it queued
  * (arenas let go on a loop thread are released by its releaser thread):
  * `info` waits for that queue. Call it before reading a baseline of

@@ -1,8 +1,19 @@
-/* Endpoint files that several client and stcli tests serve, as Lua text
+/* Endpoint files that several tests serve, as Lua text
  * for stt_endpoint_t tables (fixture.h). Tests assert on their file:line
  * ("bad.lua:3"), so the line breaks are part of the contract. */
 #ifndef STT_ENDPOINTS_H
 #define STT_ENDPOINTS_H
+
+/* blob: cached under "blob:{n}", n (1) zero bytes (uint8). */
+#define STT_EP_BLOB                                                  \
+  "return st.endpoint{ name = 'blob', cache_format_key = 'blob:{n}',\n" \
+  "  params = { n = 1 },\n"                                           \
+  "  build = function(a) return st.zeros{a.n, dtype = 'uint8'} end }\n"
+
+/* held: managed, n (1) zero bytes (uint8). */
+#define STT_EP_HELD                                                  \
+  "return st.endpoint{ name = 'held', managed = true, params = { n = 1 },\n" \
+  "  build = function(a) return st.zeros{a.n, dtype = 'uint8'} end }\n"
 
 /* t: float32 arange of n (4). */
 #define STT_EP_T                                                     \

@@ -288,6 +288,13 @@ static inline int fake_wait_idle(fake_server_t *fs, int ms) {
   return left ? -1 : 0;
 }
 
+/* The end of a test program: waits (up to 2 s) for the connections to
+ * end, then fake_stop. */
+static inline void fake_finish(fake_server_t *fs) {
+  fake_wait_idle(fs, 2000);
+  fake_stop(fs);
+}
+
 /* Number of open descriptors of this process (for leak checks). */
 static inline int fake_count_fds(void) {
   int n = 0;

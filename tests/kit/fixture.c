@@ -3,6 +3,7 @@
  * test program with a message (a broken fixture is not a test result). */
 #include "fixture.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <msgpack.h>
@@ -479,10 +480,14 @@ int stt_server_run(stt_server_t *s, void (*body)(stt_server_t *s)) {
   return status == 0 ? 0 : -1;
 }
 
-void stt_server_setup(stt_server_t *s, const char *lua_fields, const stt_endpoint_t *eps) {
+void stt_server_prepare(stt_server_t *s, const char *lua_fields, const stt_endpoint_t *eps) {
   stt_server_init(s);
   if (lua_fields) stt_server_config(s, lua_fields);
   stt_write_endpoints(s, eps);
+}
+
+void stt_server_setup(stt_server_t *s, const char *lua_fields, const stt_endpoint_t *eps) {
+  stt_server_prepare(s, lua_fields, eps);
   stt_server_start_or_exit(s);
 }
 
@@ -493,10 +498,28 @@ void stt_server_start_or_exit(stt_server_t *s) {
 }
 
 int stt_server_finish(stt_server_t *s) {
-  int status = stt_server_stop(s);
+  return stt_server_end(s, stt_server_stop(s));
+}
+
+int stt_server_end(stt_server_t *s, int status) {
   if (status != 0) stt_fail_main(__FILE__, __LINE__, "stserver exit status %d", status);
   stt_server_cleanup(s);
   return stt_summary();
+}
+
+void stt_remove_tree(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    struct stat st;
+    if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) stt_remove_tree(p);
+    else unlink(p);
+  }
+  if (d) closedir(d);
+  rmdir(dir);
 }
 
 static void remove_tree(const char *path) {

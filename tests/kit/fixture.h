@@ -64,6 +64,9 @@ void stt_write_endpoint(stt_server_t *s, const char *name, const char *text);
 void stt_write_endpoint_per_device(stt_server_t *s, const char *stem, const char *text);
 /* stt_write_endpoint for each row of a table ending with {NULL, NULL}. */
 void stt_write_endpoints(stt_server_t *s, const stt_endpoint_t *eps);
+/* init, config (NULL: none), endpoints (NULL: the repository's); not
+ * started. */
+void stt_server_prepare(stt_server_t *s, const char *lua_fields, const stt_endpoint_t *eps);
 /* init, config (NULL: none), endpoints (NULL: the repository's), start:
  * on a failed start the log tail is printed and the program exits 1. */
 void stt_server_setup(stt_server_t *s, const char *lua_fields, const stt_endpoint_t *eps);
@@ -73,6 +76,9 @@ void stt_server_start_or_exit(stt_server_t *s);
 /* The end of a test program: stops s (an unclean exit counts as a failed
  * test, with the log tail), removes its dir and returns stt_summary(). */
 int stt_server_finish(stt_server_t *s);
+/* The same for a server a test already stopped, whose stt_server_stop
+ * gave `status`. */
+int stt_server_end(stt_server_t *s, int status);
 /* Starts s, runs body(s) if it started, stops s. 0 when it started and
  * exited cleanly, else -1 (said on stderr). The caller cleans up. */
 int stt_server_run(stt_server_t *s, void (*body)(stt_server_t *s));
@@ -92,6 +98,8 @@ char *stt_server_log(const stt_server_t *s);
 /* Prints the log lines of s that are new since the last print, at most
  * STT_LOG_TAIL_LINES of them, under a line naming `why`. */
 void stt_server_print_log_tail(const stt_server_t *s, const char *why);
+/* Removes the directory `dir` and everything below it (best effort). */
+void stt_remove_tree(const char *dir);
 /* Sleeps ms milliseconds: only to space out load, never to wait for a
  * state (poll for those). */
 void stt_sleep_ms(int ms);

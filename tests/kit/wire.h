@@ -18,6 +18,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <msgpack.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -26,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <linux/sockios.h>
@@ -70,6 +72,28 @@ static inline int rc_adopt(rc_t *c, int fd) {
 
 static inline int rc_open(rc_t *c, const char *path) {
   return rc_adopt(c, stt_connect(path));
+}
+
+/* A memfd of `bytes` whose first float64 is `value`, to pass as an
+ * argument's arena; sealed against shrinking and growing unless
+ * `unsealed`. The descriptor (the caller closes it), or -1. */
+static inline int rc_memfd_with(size_t bytes, double value, int unsealed) {
+  int fd = memfd_create("rc-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return -1;
+  if (ftruncate(fd, (off_t)bytes) != 0 || pwrite(fd, &value, sizeof value, 0) != sizeof value ||
+      (!unsealed && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0)) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* rc_open for a test's main: exits with status 1 when it cannot
+ * connect. */
+static inline void rc_open_or_exit(rc_t *c, const char *path) {
+  if (rc_open(c, path) == 0) return;
+  fprintf(stderr, "connect failed\n");
+  exit(1);
 }
 
 /* In a test: declares `rc_t c` connected to the socket at path, and fails

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fixture.h"
 #include "engine/generation.h"
 #include "engine/result.h"
 #include "lua/st_lua.h"
@@ -22,16 +23,7 @@ static char kit_dir[256];
 /* A fresh, empty temp dir for endpoint files (the previous one removed). */
 static inline void kit_rmdir(void) {
   if (!kit_dir[0]) return;
-  DIR *d = opendir(kit_dir);
-  struct dirent *e;
-  while (d && (e = readdir(d))) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-    char p[600];
-    snprintf(p, sizeof p, "%s/%s", kit_dir, e->d_name);
-    unlink(p);
-  }
-  if (d) closedir(d);
-  rmdir(kit_dir);
+  stt_remove_tree(kit_dir);
   kit_dir[0] = '\0';
 }
 
@@ -132,17 +124,24 @@ static inline int kit_build(kit_vm_t *k, const char *name, const msgpack_sbuffer
   return kit_build_p(k, name, args, cancel, NULL, res, err, errlen);
 }
 
+/* Endpoint `name` of kit_dir built once with no arguments in a vm of its
+ * own (closed before it returns; the result stays). */
+static inline int kit_build_once(const char *name, st__build_result_t *res, char *err,
+                                 size_t errlen) {
+  kit_vm_t k;
+  if (kit_vm_open(&k) != ST_OK) return kit_no_build(res, err, errlen, "vm did not open");
+  int rc = kit_build(&k, name, NULL, NULL, res, err, errlen);
+  kit_vm_close(&k);
+  return rc;
+}
+
 /* A fresh kit_dir with one endpoint `t` whose build function has the
  * body `body`, built once with no arguments in a vm of its own. */
 static inline int kit_run_body(const char *body, st__build_result_t *res, char *err,
                                size_t errlen) {
-  kit_vm_t k;
   kit_fresh();
   kit_write("t.lua", "return st.endpoint{ name = 't', build = function(a)\n%s\nend }\n", body);
-  if (kit_vm_open(&k) != ST_OK) return kit_no_build(res, err, errlen, "vm did not open");
-  int rc = kit_build(&k, "t", NULL, NULL, res, err, errlen);
-  kit_vm_close(&k);
-  return rc;
+  return kit_build_once("t", res, err, errlen);
 }
 
 /* The decoded value of a result (caller destroys `up`). */

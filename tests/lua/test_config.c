@@ -132,27 +132,27 @@ TEST(bad_values_are_all_reported) {
                      "  staging_bytes = 1024,\n"
                      "}\n", &c, &errs), ST_ERR_CONFIGURATION);
   CHECK(errs != NULL);
-  CHECK_CONTAINS(errs, "config.lua: unknown key 'wrokers'");
-  CHECK_CONTAINS(errs, "config.lua: workers: expected an integer in 1..256, got 0");
-  CHECK_CONTAINS(errs, "devices[2]: expected an integer in 0..4095, got -1");
-  CHECK_CONTAINS(errs, "log_level: expected \"error\", \"warn\", \"info\" or \"debug\"");
-  CHECK_CONTAINS(errs, "socket_mode: expected octal permission bits like \"0660\", got \"0999\"");
-  CHECK_CONTAINS(errs, "base_path: expected a non-empty string, got number");
-  CHECK_CONTAINS(errs, "allow_uids: expected an array of integers, got string");
-  CHECK_CONTAINS(errs, "limits.max_inflight: expected an integer");
-  CHECK_CONTAINS(errs, "limits: unknown key 'bogus'");
-  CHECK_CONTAINS(errs, "shutdown_grace_s: expected a number of seconds >= 0, got -1");
-  CHECK_CONTAINS(errs, "config.lua: keys must be strings");
-  CHECK_CONTAINS(errs, "tasks.ttl_s: expected a number of seconds > 0, got 0");
-  CHECK_CONTAINS(errs, "tasks.capacity: expected an integer in 1..10000000, got 0");
-  CHECK_CONTAINS(errs, "tasks: unknown key 'keep' (ttl_s, capacity)");
-  CHECK_CONTAINS(errs, "memory_budget: keys are \"cpu\" or \"cuda:N\", got 'gpu'");
-  CHECK_CONTAINS(errs, "memory_budget: keys are \"cpu\" or \"cuda:N\", got 'cuda:x'");
-  CHECK_CONTAINS(errs, "memory_budget.cpu: expected an integer in 0..");
-  CHECK_CONTAINS(errs, "default_device: expected \"socket\" or \"cpu\"");
-  CHECK_CONTAINS(errs, "data_dirs: expected an array of directory names, got string");
-  CHECK_CONTAINS(errs, "loader_threads: expected an integer in 1..64, got 0");
-  CHECK_CONTAINS(errs, "staging_bytes: expected an integer in 4194304..");
+  CHECK_CONTAINS_ALL(errs, "config.lua: unknown key 'wrokers'",
+                           "config.lua: workers: expected an integer in 1..256, got 0",
+                           "devices[2]: expected an integer in 0..4095, got -1",
+                           "log_level: expected \"error\", \"warn\", \"info\" or \"debug\"",
+                           "socket_mode: expected octal permission bits like \"0660\", got \"0999\"",
+                           "base_path: expected a non-empty string, got number",
+                           "allow_uids: expected an array of integers, got string",
+                           "limits.max_inflight: expected an integer",
+                           "limits: unknown key 'bogus'",
+                           "shutdown_grace_s: expected a number of seconds >= 0, got -1",
+                           "config.lua: keys must be strings",
+                           "tasks.ttl_s: expected a number of seconds > 0, got 0",
+                           "tasks.capacity: expected an integer in 1..10000000, got 0",
+                           "tasks: unknown key 'keep' (ttl_s, capacity)",
+                           "memory_budget: keys are \"cpu\" or \"cuda:N\", got 'gpu'",
+                           "memory_budget: keys are \"cpu\" or \"cuda:N\", got 'cuda:x'",
+                           "memory_budget.cpu: expected an integer in 0..",
+                           "default_device: expected \"socket\" or \"cpu\"",
+                           "data_dirs: expected an array of directory names, got string",
+                           "loader_threads: expected an integer in 1..64, got 0",
+                           "staging_bytes: expected an integer in 4194304..");
   free(errs);
   st__config_free(&c);
 }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "desc.h"
 #include "engine/keys.h"
 #include "lua_kit.h"
 #include "mem/arena.h"
@@ -41,15 +42,7 @@ static st__arena_t *unmappable(void) {
 }
 
 /* A float32 tensor of n elements at offset 0 of arena 0. */
-static st__tensor_desc_t f32(int64_t n) {
-  st__tensor_desc_t d;
-  memset(&d, 0, sizeof d);
-  d.dtype = ST_DTYPE_FLOAT32;
-  d.ndim = 1;
-  d.shape[0] = n;
-  d.strides[0] = 1;
-  return d;
-}
+static st__tensor_desc_t f32(int64_t n) { return stt_desc_1d(ST_DTYPE_FLOAT32, n); }
 
 TEST(an_unmappable_import_fails_clearly_and_stays_unmapped) {
   uint64_t n0, b0;

@@ -155,11 +155,9 @@ TEST(allowed_things_work) {
             "  r.version = type(st.version)\n"
             "  return r\n"
             "end }\n");
-  kit_vm_t k;
-  CHECK_ERR(kit_vm_open(&k), ST_OK);
   st__build_result_t res;
   char err[1024];
-  CHECK_ERR_MSG(kit_build(&k, "ok", NULL, NULL, &res, err, sizeof err), ST_OK, err);
+  CHECK_ERR_MSG(kit_build_once("ok", &res, err, sizeof err), ST_OK, err);
   msgpack_unpacked up;
   const msgpack_object *v = kit_value(&res, &up);
   CHECK(v && v->type == MSGPACK_OBJECT_MAP);
@@ -183,7 +181,6 @@ TEST(allowed_things_work) {
   CHECK(st__str_eq(st__map_get(v, "version"), "string"));
   msgpack_unpacked_destroy(&up);
   st__build_result_destroy(&res);
-  kit_vm_close(&k);
 }
 
 TEST(endpoints_cannot_touch_each_other) {

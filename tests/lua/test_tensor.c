@@ -6,20 +6,9 @@
 #include "lua_kit.h"
 #include "mem/arena.h"
 
-static kit_vm_t K;
-
 /* One endpoint per test: `t` with the given body, built with no args. */
 static int run_body(const char *body, st__build_result_t *res, char *err, size_t errlen) {
-  kit_fresh();
-  kit_write("t.lua", "return st.endpoint{ name = 't', build = function(a)\n%s\nend }\n", body);
-  if (kit_vm_open(&K) != ST_OK) {
-    snprintf(err, errlen, "vm did not open");
-    st__build_result_init(res);
-    return -1000;
-  }
-  int rc = kit_build(&K, "t", NULL, NULL, res, err, errlen);
-  kit_vm_close(&K);
-  return rc;
+  return kit_run_body(body, res, err, errlen);
 }
 
 /* Parses the result value as one tensor. */
@@ -31,6 +20,23 @@ static int one_tensor(const st__build_result_t *res, st__tensor_desc_t *d) {
   if (rc) fprintf(stderr, "   not a tensor: %s\n", err);
   msgpack_unpacked_destroy(&up);
   return rc;
+}
+
+/* Endpoint bodies that must fail, and a part of each one's message. */
+typedef struct {
+  const char *body, *msg;
+} body_error_t;
+
+/* Runs each body: it fails with `want` and a message that holds the
+ * case's part and `where` (NULL: not checked). A check: fails the test. */
+static void check_body_errors(const body_error_t *cases, size_t n, int want, const char *where) {
+  for (size_t i = 0; i < n; i++) {
+    st__build_result_t res;
+    char err[1024];
+    CHECK_EQ_INT(run_body(cases[i].body, &res, err, sizeof err), want);
+    CHECK_CONTAINS(err, cases[i].msg);
+    if (where) CHECK_CONTAINS(err, where);
+  }
 }
 
 TEST(every_dtype) {
@@ -105,7 +111,7 @@ TEST(constructors) {
 }
 
 TEST(constructor_errors) {
-  static const struct { const char *body, *msg; } cases[] = {
+  static const body_error_t cases[] = {
     {"local t = st.zeros{2, dtyp = 'float32'} return t", "t.lua:2: zeros: unknown option 'dtyp'"},
     {"return st.zeros{2, dtyp = 'float32'}", "t.lua:1: zeros: unknown option 'dtyp'"},  /* tail call */
     {"return st.zeros{2, dtype = 'float33'}", "zeros: unknown dtype 'float33'"},
@@ -120,13 +126,7 @@ TEST(constructor_errors) {
     {"return st.zeros{1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1}", "zeros: at most 16 dimensions"},
     {"return st.zeros{shape = {2}, 3}", "give the sizes or shape = {...}, not both"},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    st__build_result_t res;
-    char err[1024];
-    CHECK_EQ_INT(run_body(cases[i].body, &res, err, sizeof err), ST_ERR_ENDPOINT);
-    CHECK_CONTAINS(err, cases[i].msg);
-    CHECK_CONTAINS(err, "t.lua:");
-  }
+  check_body_errors(cases, sizeof cases / sizeof cases[0], ST_ERR_ENDPOINT, "t.lua:");
 }
 
 TEST(rand_is_deterministic) {
@@ -248,7 +248,7 @@ TEST(transpose_and_permute) {
 }
 
 TEST(view_errors) {
-  static const struct { const char *body, *msg; } cases[] = {
+  static const body_error_t cases[] = {
     {"return st.zeros{6}:narrow(0, 5, 2)", "narrow: start 5 + length 2 exceeds size 6 of dim 0"},
     {"return st.zeros{6}:narrow(1, 0, 1)", "narrow: dim 1 is out of range for a tensor of 1 dims"},
     {"return st.zeros{6}:view{4, -1}", "view: cannot infer size -1 for 6 elements"},
@@ -268,13 +268,7 @@ TEST(view_errors) {
     {"return st.zeros{2, 3}:permute{1}", "permute: expected 2 dims, got 1"},
     {"return st.zeros{2, 3}:transpose(0, 2)", "transpose: dim 2 is out of range for a tensor of 2 dims"},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    st__build_result_t res;
-    char err[1024];
-    CHECK_EQ_INT(run_body(cases[i].body, &res, err, sizeof err), ST_ERR_ENDPOINT);
-    CHECK_CONTAINS(err, cases[i].msg);
-    CHECK_CONTAINS(err, "t.lua:");
-  }
+  check_body_errors(cases, sizeof cases / sizeof cases[0], ST_ERR_ENDPOINT, "t.lua:");
 }
 
 TEST(module_packs_one_aligned_arena) {
@@ -336,19 +330,14 @@ TEST(module_packs_one_aligned_arena) {
 }
 
 TEST(module_errors) {
-  static const struct { const char *body, *msg; } cases[] = {
+  static const body_error_t cases[] = {
     {"return st.module{ w = 1 }", "module: 'w' is not a tensor"},
     {"return st.module({ {'a', st.zeros{1}}, {'a', st.zeros{1}} })", "module: duplicate name 'a'"},
     {"return st.module({ {'', st.zeros{1}} })", "needs a non-empty name"},
     {"return st.module({ w = st.zeros{1} }, { [1] = 2 })", "metadata keys must be strings"},
     {"return st.module(3)", "module: expected a table of tensors"},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    st__build_result_t res;
-    char err[1024];
-    CHECK_EQ_INT(run_body(cases[i].body, &res, err, sizeof err), ST_ERR_ENDPOINT);
-    CHECK_CONTAINS(err, cases[i].msg);
-  }
+  check_body_errors(cases, sizeof cases / sizeof cases[0], ST_ERR_ENDPOINT, NULL);
 }
 
 TEST(result_values) {
@@ -396,7 +385,7 @@ TEST(result_values) {
 }
 
 TEST(serialization_errors) {
-  static const struct { const char *body, *msg; } cases[] = {
+  static const body_error_t cases[] = {
     {"return { f = function() end }", "value.f: cannot serialize a function"},
     {"local t = {} t.self = t return t", "value.self: the value contains a cycle"},
     {"local t = {} local c = t for i = 1, 40 do c.x = {} c = c.x end return t", "nesting deeper than 32"},

@@ -38,15 +38,21 @@ static char *load_fails(void) {
     CHECK(ok_);                                   \
   } while (0)
 
-/* One file `name` holding `text`, loaded in a fresh dir: CONFIGURATION
- * with every one of the NULL-terminated parts in the errors. */
-static void expect_load_errors(const char *name, const char *text, const char *const *parts) {
-  kit_fresh();
-  kit_write(name, "%s", text);
+/* kit_dir loads with CONFIGURATION and every one of the NULL-terminated
+ * parts in the errors. */
+static void check_load_errors(const char *const *parts) {
   char *e = load_fails();
   CHECK(e != NULL);
   for (size_t i = 0; parts[i]; i++) CHECK_CONTAINS(e, parts[i]);
   free(e);
+}
+
+/* One file `name` holding `text`, loaded in a fresh dir: as
+ * check_load_errors. */
+static void expect_load_errors(const char *name, const char *text, const char *const *parts) {
+  kit_fresh();
+  kit_write(name, "%s", text);
+  check_load_errors(parts);
 }
 
 TEST(syntax_error_names_file_and_line) {
@@ -120,12 +126,7 @@ TEST(duplicate_names_name_both_files) {
   kit_fresh();
   kit_write("a.lua", "return st.endpoint{ name = 'dup', build = function() end }\n");
   kit_write("b.lua", "\n\nreturn st.endpoint{ name = 'dup', build = function() end }\n");
-  char *e = load_fails();
-  CHECK(e != NULL);
-  CHECK_CONTAINS(e, "duplicate endpoint name 'dup'");
-  CHECK_CONTAINS(e, "a.lua:1");
-  CHECK_CONTAINS(e, "b.lua:3");
-  free(e);
+  check_load_errors((const char *const[]){"duplicate endpoint name 'dup'", "a.lua:1", "b.lua:3", NULL});
 }
 
 TEST(missing_build_and_bad_returns) {
@@ -146,12 +147,8 @@ TEST(every_error_is_collected) {
   kit_write("b.lua", "return st.endpoint{ name = 'b', managed = 1, build = function() end }\n");
   kit_write("c.lua", "syntax error here\n");
   kit_write("ok.lua", "return st.endpoint{ name = 'ok', build = function() end }\n");
-  char *e = load_fails();
-  CHECK(e != NULL);
-  CHECK_CONTAINS(e, "a.lua:1: unknown option 'bogus'");
-  CHECK_CONTAINS(e, "b.lua:1: option 'managed'");
-  CHECK_CONTAINS(e, "c.lua:1:");
-  free(e);
+  check_load_errors((const char *const[]){"a.lua:1: unknown option 'bogus'",
+                                          "b.lua:1: option 'managed'", "c.lua:1:", NULL});
 }
 
 TEST(endless_top_level_is_a_load_error_not_a_hang) {
@@ -540,17 +537,14 @@ TEST(print_and_require) {
             "  print('hello from', 'lua', 42, nil, true)\n"
             "  return st2 == st\n"
             "end }\n");
-  kit_vm_t k;
-  CHECK_ERR(kit_vm_open(&k), ST_OK);
   st__build_result_t res;
   char err[1024];
-  CHECK_ERR_MSG(kit_build(&k, "p", NULL, NULL, &res, err, sizeof err), ST_OK, err);
+  CHECK_ERR_MSG(kit_build_once("p", &res, err, sizeof err), ST_OK, err);
   msgpack_unpacked up;
   const msgpack_object *v = kit_value(&res, &up);
   CHECK(v && v->type == MSGPACK_OBJECT_BOOLEAN && v->via.boolean);
   msgpack_unpacked_destroy(&up);
   st__build_result_destroy(&res);
-  kit_vm_close(&k);
 }
 
 int main(void) {

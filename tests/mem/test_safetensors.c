@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fixture.h"
 #include "mem/arena.h"
 #include "mem/safetensors.h"
 
@@ -123,6 +124,14 @@ static int load_cpu(const char *path, st_dtype_t dtype, int threads, st__safeten
   *dts = malloc(n * sizeof **dts);
   st__safetensors_opts_t o = {.dtype = dtype, .device = -1, .threads = threads};
   return st__safetensors_load(*s, &o, a, *offs, *dts, err, errlen);
+}
+
+/* Frees what load_cpu gave. */
+static void unload_cpu(st__safetensors_t *s, st__arena_t *a, uint64_t *offs, st_dtype_t *dts) {
+  st__arena_unref(a);
+  st__safetensors_free(s);
+  free(offs);
+  free(dts);
 }
 
 /* ------------------------------------------------------------ JSON */
@@ -263,10 +272,7 @@ TEST(every_dtype_round_trips) {
   }
   CHECK_EQ_INT(st__arena_bytes(a), end);                    /* one arena, no slack */
   CHECK_EQ_INT(st__arena_device(a), -1);
-  st__arena_unref(a);
-  st__safetensors_free(s);
-  free(offs);
-  free(dts);
+  unload_cpu(s, a, offs, dts);
   CHECK_EQ_INT(arena_count(), count0);
 }
 
@@ -283,20 +289,14 @@ TEST(names_with_escapes_and_an_empty_file) {
   CHECK_ERR_MSG(load_cpu(p, ST_DTYPE_INVALID, 2, &s, &a, &offs, &dts, err, sizeof err), ST_OK, err);
   CHECK_STR_EQ(s->tensors[0].name, "layers.0.\xc3\xa9/x");
   CHECK(memcmp(st__arena_base(a), v, sizeof v) == 0);
-  st__arena_unref(a);
-  st__safetensors_free(s);
-  free(offs);
-  free(dts);
+  unload_cpu(s, a, offs, dts);
   /* A header with no tensors is a valid, empty checkpoint. */
   path_in(p, sizeof p, dir, "none.safetensors");
   write_raw(p, "{}", 2, NULL, 0);
   CHECK_ERR_MSG(load_cpu(p, ST_DTYPE_INVALID, 0, &s, &a, &offs, &dts, err, sizeof err), ST_OK, err);
   CHECK_EQ_INT(s->ntensors, 0);
   CHECK_EQ_INT(st__arena_bytes(a), 0);
-  st__arena_unref(a);
-  st__safetensors_free(s);
-  free(offs);
-  free(dts);
+  unload_cpu(s, a, offs, dts);
 }
 
 /* ------------------------------------------------------------ bad files */
@@ -475,10 +475,7 @@ TEST(sharded_checkpoint_loads_in_index_order) {
     CHECK_EQ_INT(s->nmeta, 3);                      /* union; the first shard's value wins */
     CHECK_STR_EQ(s->meta_keys[1], "shard");
     CHECK_STR_EQ(s->meta_values[1], "2");           /* shard 2 is named first in the index */
-    st__arena_unref(a);
-    st__safetensors_free(s);
-    free(offs);
-    free(dts);
+    unload_cpu(s, a, offs, dts);
   }
 }
 
@@ -620,10 +617,7 @@ TEST(dtype_conversion_converts_floating_tensors_only) {
         CHECK(memcmp(base + j * st_dtype_size(dts[k]), want, st_dtype_size(dts[k])) == 0);
       }
     }
-    st__arena_unref(a);
-    st__safetensors_free(s);
-    free(offs);
-    free(dts);
+    unload_cpu(s, a, offs, dts);
   }
   /* A non-floating target is refused. */
   st__safetensors_t *s = NULL;
@@ -719,10 +713,7 @@ TEST(big_tensors_split_across_threads) {
       st_dtype_store(dts[k], want, 0, st_dtype_load(ts[k].dt, file, 0));
       CHECK(memcmp(base + (n - 1) * st_dtype_size(dts[k]), want, st_dtype_size(dts[k])) == 0);
     }
-    st__arena_unref(a);
-    st__safetensors_free(s);
-    free(offs);
-    free(dts);
+    unload_cpu(s, a, offs, dts);
   }
   /* A stop request ends the load with its error and frees the arena. */
   st__safetensors_t *s = NULL;
@@ -767,21 +758,6 @@ TEST(cuda_without_a_device_is_a_clear_error) {
 
 /* ------------------------------------------------------------ setup */
 
-static void rm_tree(const char *d) {
-  DIR *dd = opendir(d);
-  struct dirent *e;
-  while (dd && (e = readdir(dd))) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-    char p[1024];
-    snprintf(p, sizeof p, "%s/%s", d, e->d_name);
-    struct stat st;
-    if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) rm_tree(p);
-    else unlink(p);
-  }
-  if (dd) closedir(dd);
-  rmdir(d);
-}
-
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/st-sft-XXXXXX");
   snprintf(other, sizeof other, "/tmp/st-sft-other-XXXXXX");
@@ -803,7 +779,7 @@ int main(void) {
   RUN(converter_matches_st_dtype_store_for_every_code);
   RUN(big_tensors_split_across_threads);
   RUN(cuda_without_a_device_is_a_clear_error);
-  rm_tree(dir);
-  rm_tree(other);
+  stt_remove_tree(dir);
+  stt_remove_tree(other);
   return stt_summary();
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "desc.h"
 #include "mpbuf.h"
 #include "proto/viewspec.h"
 
@@ -205,12 +206,7 @@ TEST(shard_rule) {
     for (int64_t world = 1; world <= 12; world++) {
       int64_t next = 0;
       for (int64_t rank = 0; rank < world; rank++) {
-        st__tensor_desc_t d;
-        memset(&d, 0, sizeof d);
-        d.dtype = ST_DTYPE_INT8;
-        d.ndim = 1;
-        d.shape[0] = n;
-        d.strides[0] = 1;
+        st__tensor_desc_t d = stt_desc_1d(ST_DTYPE_INT8, n);
         char spec[64];
         snprintf(spec, sizeof spec, "shard(0,%lld,%lld)", (long long)rank, (long long)world);
         CHECK_ERR_MSG(apply(spec, &d, NULL), ST_OK, why);

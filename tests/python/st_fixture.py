@@ -32,6 +32,61 @@ def add_package_path():
         sys.path.insert(0, src)
 
 
+# Endpoint files that several tests serve.
+# echo: returns its required argument `value`.
+EP_ECHO = """
+return st.endpoint { name = "echo", params = { value = st.required },
+  build = function(a) return a.value end }
+"""
+# scale: multiplies the tensor argument x by k (2.5) in place.
+EP_SCALE = """
+return st.endpoint { name = "scale", params = { x = st.tensor_param {}, k = 2.5 },
+  build = function(a) return a.x:mul_(a.k) end }
+"""
+# geometry: the shape, strides, first element, dtype and device of x.
+EP_GEOMETRY = """
+return st.endpoint { name = "geometry", params = { x = st.tensor_param {} },
+  build = function(a)
+    return { shape = a.x:shape(), stride = a.x:stride(), first = a.x:get(0, 0),
+             dtype = a.x:dtype(), device = a.x:device() }
+  end }
+"""
+
+
+def optional_import(name):
+    """The module `name`, or None where it is not installed (run_tests.py
+    skips a test that needs it first)."""
+    try:
+        return __import__(name)
+    except ImportError:
+        return None
+
+
+def slow_value(ptr):
+    """The node-by-node conversion (torch) of the st_result_t at `ptr`,
+    which it frees: what the per-call shortcuts must equal."""
+    from sharedtensor import client
+    from sharedtensor.tensor import Result
+    res = Result(ptr)
+    try:
+        return client._slow_value(res, "torch")
+    finally:
+        res.close()
+
+
+def run_example(test, name, *args):
+    """Runs examples/<name>/run.sh with args under this interpreter and
+    build (240 s at most) and asserts (on `test`) that it exited 0.
+    Returns its stdout and its stdout and stderr together."""
+    script = os.path.join(env("ST_SOURCE_DIR"), "examples", name, "run.sh")
+    e = dict(os.environ, ST_PYTHON=sys.executable, ST_BUILD_DIR=env("ST_BUILD_DIR"))
+    out = subprocess.run(["sh", script] + list(args), capture_output=True, text=True,
+                         timeout=240, env=e)
+    text = out.stdout + out.stderr
+    test.assertEqual(out.returncode, 0, text)
+    return out.stdout, text
+
+
 def _loop_threads():
     """STT_LOOP_THREADS=N runs every test server on N loop threads (the
     suite runs so with 1 and 4); a test's own config comes later and wins."""
@@ -107,6 +162,8 @@ class ServerTestCase(unittest.TestCase):
 
     ENDPOINTS = {}
     SERVER_OPTIONS = {}
+    # True: each test ends by deleting every key (the server outlives it).
+    DELETE_KEYS = False
 
     @classmethod
     def setUpClass(cls):
@@ -129,4 +186,16 @@ class ServerTestCase(unittest.TestCase):
         self.c = sharedtensor.Client(path=self.srv.socket)
 
     def tearDown(self):
+        if self.DELETE_KEYS:
+            for k in self.c.keys():
+                self.c.delete(k["key"])
         self.c.close()
+
+
+class KeysTestCase(ServerTestCase):
+    """A ServerTestCase for tests of published keys: a 64 MiB CPU budget,
+    two versions a key, and every key deleted after each test."""
+
+    SERVER_OPTIONS = {"config": "memory_budget = { cpu = 64 * 1024 * 1024 }, "
+                                "keys = { max_versions = 2 },"}
+    DELETE_KEYS = True

@@ -14,10 +14,7 @@ st_fixture.add_package_path()
 import sharedtensor as st  # noqa: E402
 
 ENDPOINTS = {
-    "echo.lua": """
-return st.endpoint { name = "echo", params = { value = st.required },
-  build = function(a) return a.value end }
-""",
+    "echo.lua": st_fixture.EP_ECHO,
     # What the endpoint sees, rendered on the server.
     "seen.lua": open(os.path.join(st_fixture.env("ST_SOURCE_DIR"), "tests", "spec",
                                   "seen_endpoint.lua")).read(),

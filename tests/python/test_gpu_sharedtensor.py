@@ -40,26 +40,14 @@ return st.endpoint { name = "arange", device = "cuda", params = { n = 6, dtype =
 return st.endpoint { name = "cached", device = "cuda", cache = true, params = { n = 8 },
   build = function(a) return st.arange { a.n, dtype = "float32" } end }
 """,
-    "scale.lua": """
-return st.endpoint { name = "scale", params = { x = st.tensor_param {}, k = 2.5 },
-  build = function(a) return a.x:mul_(a.k) end }
-""",
+    "scale.lua": st_fixture.EP_SCALE,
     "scale_cuda.lua": """
 return st.endpoint { name = "scale_cuda",
   params = { x = st.tensor_param { dtype = "float32", device = "cuda" }, k = 2.5 },
   build = function(a) return a.x:mul_(a.k) end }
 """,
-    "echo.lua": """
-return st.endpoint { name = "echo", params = { value = st.required },
-  build = function(a) return a.value end }
-""",
-    "geometry.lua": """
-return st.endpoint { name = "geometry", params = { x = st.tensor_param {} },
-  build = function(a)
-    return { shape = a.x:shape(), stride = a.x:stride(), first = a.x:get(0, 0),
-             dtype = a.x:dtype(), device = a.x:device() }
-  end }
-""",
+    "echo.lua": st_fixture.EP_ECHO,
+    "geometry.lua": st_fixture.EP_GEOMETRY,
     "keyed.lua": """
 return st.endpoint { name = "keyed", device = "cuda", cache = true,
   params = { x = st.required }, build = function(a) return 1 end }

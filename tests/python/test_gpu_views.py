@@ -35,6 +35,8 @@ return st.endpoint { name = "module_cuda", device = "cuda", cache = true,
 """,
     }
 
+    DELETE_KEYS = True
+
     def setUp(self):
         super().setUp()
         import torch
@@ -46,11 +48,6 @@ return st.endpoint { name = "module_cuda", device = "cuda", cache = true,
         self.sd["w"] = w
         torch.cuda.synchronize()
         self.c.put("gw", self.sd)
-
-    def tearDown(self):
-        for k in self.c.keys():
-            self.c.delete(k["key"])
-        super().tearDown()
 
     def used(self):
         return self.c.info()["memory"]["cuda:0"]["used_bytes"]

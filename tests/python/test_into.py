@@ -55,15 +55,8 @@ def open_cache_stats():
     return mapped.value, reused.value
 
 
-class GetIntoTest(st_fixture.ServerTestCase):
+class GetIntoTest(st_fixture.KeysTestCase):
     ENDPOINTS = ENDPOINTS
-    SERVER_OPTIONS = {"config": "memory_budget = { cpu = 64 * 1024 * 1024 }, "
-                                "keys = { max_versions = 2 },"}
-
-    def tearDown(self):
-        for k in self.c.keys():
-            self.c.delete(k["key"])
-        super().tearDown()
 
     def publish(self, code):
         rc, out = in_child(self.srv.socket, code)

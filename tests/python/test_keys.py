@@ -56,10 +56,8 @@ def in_child(socket, code):
     return r.returncode, r.stdout + r.stderr
 
 
-class KeysTest(st_fixture.ServerTestCase):
+class KeysTest(st_fixture.KeysTestCase):
     ENDPOINTS = ENDPOINTS
-    SERVER_OPTIONS = {"config": "memory_budget = { cpu = 64 * 1024 * 1024 }, "
-                                "keys = { max_versions = 2 },"}
 
     def state(self, scale):
         sd = collections.OrderedDict()
@@ -69,11 +67,6 @@ class KeysTest(st_fixture.ServerTestCase):
         sd["bias"].fill_(scale)
         sd["step"] = 3
         return sd
-
-    def tearDown(self):
-        for k in self.c.keys():
-            self.c.delete(k["key"])
-        super().tearDown()
 
     def test_state_dict_put_get_versions_and_shared_memory(self):
         sd = self.state(1.0)

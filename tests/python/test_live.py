@@ -47,11 +47,7 @@ def state(value):
 
 class LiveTest(st_fixture.ServerTestCase):
     SERVER_OPTIONS = {"config": "memory_budget = { cpu = 64 * 1024 * 1024 },"}
-
-    def tearDown(self):
-        for k in self.c.keys():
-            self.c.delete(k["key"])
-        super().tearDown()
+    DELETE_KEYS = True
 
     def test_bind_keeps_the_pointers_and_sees_updates(self):
         self.assertEqual(self.c.put("policy", state(1), live=True), 1)

@@ -22,15 +22,11 @@ import st_fixture
 
 st_fixture.add_package_path()
 
-try:
-    import torch
-except ImportError:  # run_tests.py skips first
-    torch = None
+torch = st_fixture.optional_import("torch")
 
 import sharedtensor as st  # noqa: E402
 from sharedtensor import _lib, client as _client, convert as _cv  # noqa: E402
 from sharedtensor.args import Args  # noqa: E402
-from sharedtensor.tensor import Result  # noqa: E402
 
 ENDPOINTS = {
     "e.lua": """
@@ -312,11 +308,7 @@ class MarshalTest(st_fixture.ServerTestCase):
         out = _client._VOIDP()
         with Args(args) as a:
             self.c._do(_lib.lib.st_client_call, name.encode(), a.ptr, _client._byref(out))
-        res = Result(out.value)
-        try:
-            return _client._slow_value(res, "torch")
-        finally:
-            res.close()
+        return st_fixture.slow_value(out.value)
 
     def test_plain_values_equal_the_slow_conversion(self):
         values = [None, True, False, 0, -1, 2 ** 31, -2 ** 31 - 1, 2 ** 62, -2 ** 63,

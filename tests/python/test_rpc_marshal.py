@@ -17,14 +17,10 @@ import st_fixture
 
 st_fixture.add_package_path()
 
-try:
-    import torch
-except ImportError:  # run_tests.py skips first
-    torch = None
+torch = st_fixture.optional_import("torch")
 
 import sharedtensor as st  # noqa: E402
 from sharedtensor import _lib, client as _client  # noqa: E402
-from sharedtensor.tensor import Result  # noqa: E402
 
 ENDPOINTS = {
     "e.lua": """
@@ -57,11 +53,7 @@ def decoded(c, method):
     """The same method through st_client_rpc and the node-by-node conversion."""
     out = ctypes.c_void_p()
     c._do(_l.st_client_rpc, method, None, ctypes.byref(out))
-    res = Result(out.value)
-    try:
-        return _client._slow_value(res, "torch")
-    finally:
-        res.close()
+    return st_fixture.slow_value(out.value)
 
 
 def shape(v):

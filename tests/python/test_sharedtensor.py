@@ -71,14 +71,8 @@ return st.endpoint { name = "nested", params = { s = "hi" },
 return st.endpoint { name = "fail", params = {},
   build = function(a) error("boom") end }
 """,
-    "scale.lua": """
-return st.endpoint { name = "scale", params = { x = st.tensor_param {}, k = 2.5 },
-  build = function(a) return a.x:mul_(a.k) end }
-""",
-    "echo.lua": """
-return st.endpoint { name = "echo", params = { value = st.required },
-  build = function(a) return a.value end }
-""",
+    "scale.lua": st_fixture.EP_SCALE,
+    "echo.lua": st_fixture.EP_ECHO,
     "sum64.lua": """
 return st.endpoint { name = "sum64",
   params = { x = st.tensor_param { dtype = "float64", device = "cpu" } },
@@ -92,13 +86,7 @@ return st.endpoint { name = "sum64",
     return sum(a.x:tolist())
   end }
 """,
-    "geometry.lua": """
-return st.endpoint { name = "geometry", params = { x = st.tensor_param {} },
-  build = function(a)
-    return { shape = a.x:shape(), stride = a.x:stride(), first = a.x:get(0, 0),
-             dtype = a.x:dtype(), device = a.x:device() }
-  end }
-""",
+    "geometry.lua": st_fixture.EP_GEOMETRY,
     "keyed.lua": """
 return st.endpoint { name = "keyed", cache = true, params = { x = st.required },
   build = function(a) return 1 end }

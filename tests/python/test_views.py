@@ -84,16 +84,12 @@ def derived(c, owner):
 class ViewsTest(st_fixture.ServerTestCase):
     ENDPOINTS = ENDPOINTS
     SERVER_OPTIONS = {"config": "memory_budget = { cpu = 64 * 1024 * 1024 }, "}
+    DELETE_KEYS = True
 
     def setUp(self):
         super().setUp()
         self.sd = publish_state()
         self.c.put("sd", self.sd)
-
-    def tearDown(self):
-        for k in self.c.keys():
-            self.c.delete(k["key"])
-        super().tearDown()
 
     def test_each_view_kind_equals_torch_in_another_process(self):
         rc, out = in_child(self.srv.socket, """

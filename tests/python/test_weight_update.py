@@ -3,31 +3,22 @@ command on the CPU: a trainer updates a live key in place every step while
 rollout processes bound to it run forward passes, each of which must have
 used one version (its parameters' checksum equals the trainer's for the
 version it read). test_gpu_weight_update.py runs it on CUDA."""
-import os
 import re
-import subprocess
-import sys
 import unittest
 
-from st_fixture import env
+import st_fixture
 
 
 def run_example(test, device):
-    script = os.path.join(env("ST_SOURCE_DIR"), "examples", "weight_update", "run.sh")
-    e = dict(os.environ, ST_PYTHON=sys.executable, ST_BUILD_DIR=env("ST_BUILD_DIR"))
-    out = subprocess.run(["sh", script, device, "3", "25"], capture_output=True, text=True,
-                         timeout=240, env=e)
-    text = out.stdout + out.stderr
-    test.assertEqual(out.returncode, 0, text)
+    out, text = st_fixture.run_example(test, "weight_update", device, "3", "25")
     test.assertIn("trainer: weight_update/policy v1 live, 8 tensors, 16.0 MiB on %s; 3 rollouts"
-                  % device, out.stdout)
-    test.assertRegex(out.stdout, r"update: 25 versions of 16\.0 MiB in place, p50 [\d.]+ ms")
-    m = re.search(r"rollouts: (\d+) forward passes on [\d/]+ versions, (\d+) checked", out.stdout)
+                  % device, out)
+    test.assertRegex(out, r"update: 25 versions of 16\.0 MiB in place, p50 [\d.]+ ms")
+    m = re.search(r"rollouts: (\d+) forward passes on [\d/]+ versions, (\d+) checked", out)
     test.assertTrue(m, text)
     test.assertGreaterEqual(int(m.group(1)), 3)
     test.assertEqual(m.group(1), m.group(2))
-    test.assertIn("every forward pass used one consistent version", out.stdout)
-    return out.stdout
+    test.assertIn("every forward pass used one consistent version", out)
 
 
 class WeightUpdateTest(unittest.TestCase):

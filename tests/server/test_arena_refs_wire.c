@@ -223,10 +223,7 @@ int main(void) {
   stt_server_setup(&S, "workers = 1,",
                    (const stt_endpoint_t[]){{"c16.lua", EP_C16}, {"plain.lua", EP_PLAIN},
                                             {NULL, NULL}});
-  if (rc_open(&M, S.socket) != 0) {
-    fprintf(stderr, "connect failed\n");
-    return 1;
-  }
+  rc_open_or_exit(&M, S.socket);
   RUN(hello_lists_the_feature);
   RUN(an_object_arena_goes_once_then_by_id);
   RUN(unmapped_sends_the_descriptor_again);

@@ -228,10 +228,7 @@ TEST(requests_without_arg_ids_keep_nothing) {
 int main(void) {
   stt_server_setup(&S, "workers = 1, limits = { max_cached_arguments = 2 },",
                    (const stt_endpoint_t[]){{"add.lua", EP_ADD}, {NULL, NULL}});
-  if (rc_open(&M, S.socket) != 0) {
-    fprintf(stderr, "connect failed\n");
-    return 1;
-  }
+  rc_open_or_exit(&M, S.socket);
   /* Warm the worker (its Lua state) before the baselines. */
   int keep;
   int fd = page_of(0.0, &keep);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "endpoints.h"
 #include "wire.h"
 
 static stt_server_t S;
@@ -112,13 +113,8 @@ TEST(task_results_count_until_fetched) {
 }
 
 static const stt_endpoint_t endpoints[] = {
-    {"blob.lua",
-     "return st.endpoint{ name = 'blob', cache_format_key = 'blob:{n}',\n"
-     "  params = { n = 1 },\n"
-     "  build = function(a) return st.zeros{a.n, dtype = 'uint8'} end }\n"},
-    {"held.lua",
-     "return st.endpoint{ name = 'held', managed = true, params = { n = 1 },\n"
-     "  build = function(a) return st.zeros{a.n, dtype = 'uint8'} end }\n"},
+    {"blob.lua", STT_EP_BLOB},
+    {"held.lua", STT_EP_HELD},
     {NULL, NULL},
 };
 

@@ -204,7 +204,5 @@ int main(void) {
   RUN(serialized_waiter_whose_client_leaves_never_runs);
   int status = stt_server_stop(&S);
   RUN(shutdown_cancels_waiting_serialized_builds);
-  if (status != 0) stt_fail_main(__FILE__, __LINE__, "stserver exit status %d", status);
-  stt_server_cleanup(&S);
-  return stt_summary();
+  return stt_server_end(&S, status);
 }

@@ -381,9 +381,7 @@ static void workload(stt_server_t *s) {
 
 TEST(counters_add_up_and_metrics_agree) {
   stt_server_t s;
-  stt_server_init(&s);
-  stt_server_config(&s, "workers = 2,");
-  stt_write_endpoints(&s, endpoints);
+  stt_server_prepare(&s, "workers = 2,", endpoints);
   CHECK(stt_server_run(&s, workload) == 0);
   /* The stop log: the last info's numbers, that info and the metrics
    * request answered since, nothing in flight. */

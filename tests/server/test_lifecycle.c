@@ -174,10 +174,7 @@ TEST(check_mode) {
   const char *args[] = {"--config", S.config, "--check", NULL};
   run_server(args, NULL, &r);
   CHECK_EQ_INT(r.status, 0);
-  CHECK_CONTAINS(r.out, "alpha");
-  CHECK_CONTAINS(r.out, "beta");
-  CHECK_CONTAINS(r.out, "2 endpoints");
-  CHECK_CONTAINS(r.out, "0 errors");
+  CHECK_CONTAINS_ALL(r.out, "alpha", "beta", "2 endpoints", "0 errors");
   /* --check starts no socket. */
   CHECK(access(S.socket, F_OK) != 0);
 
@@ -188,9 +185,7 @@ TEST(check_mode) {
                      "  build = function() return 1 end }\n");
   run_server(args, NULL, &r);
   CHECK_EQ_INT(r.status, 1);
-  CHECK_CONTAINS(r.err, "bad.lua:2");
-  CHECK_CONTAINS(r.err, "odd.lua:");
-  CHECK_CONTAINS(r.err, "colour");
+  CHECK_CONTAINS_ALL(r.err, "bad.lua:2", "odd.lua:", "colour");
   stt_server_cleanup(&S);
 }
 

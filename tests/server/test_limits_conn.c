@@ -153,18 +153,6 @@ TEST(a_client_that_never_reads_pins_at_most_its_bytes) {
   rc_close(&mon);
 }
 
-/* A one-page sealed memfd whose first float64 is v, or -1. */
-static int memfd_with(double v) {
-  int fd = memfd_create("limits", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) return -1;
-  if (ftruncate(fd, 4096) != 0 || pwrite(fd, &v, sizeof v, 0) != sizeof v ||
-      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 #define FIRST_CALL(id)                                                              \
   "[0, " #id ", 'call', [{endpoint: 'first', args: {x: tensor(0, 0, 'float64', [1], " \
   "[1])}, arenas: [{fd: 0, bytes: 4096, device: 'cpu', backend: 'memfd', id: 1}]}]]"
@@ -184,7 +172,7 @@ TEST(all_connections_together_hold_at_most_their_descriptors) {
   CHECK_RPC(&late, ST_ERR_LIMIT, "limits.max_fds_all_connections = 24",
             "[0, 1, 'call', [{endpoint: 'blob', args: {}}]]");
   /* ...and descriptors a client sends are closed on arrival */
-  int fds[1] = {memfd_with(7)};
+  int fds[1] = {rc_memfd_with(4096, 7, 0)};
   CHECK(fds[0] >= 0);
   CHECK_RPC_FDS(&late, fds, 1, ST_ERR_LIMIT, "closed on arrival", FIRST_CALL(2));
   CHECK(stt_ping(late.fd, 3) == 0);
@@ -192,7 +180,7 @@ TEST(all_connections_together_hold_at_most_their_descriptors) {
   int ok = 0;
   CHECK(read_replies(&g[0], 2 * PER_FDS, "limits.max_fds_per_connection", &ok) == 0);
   CHECK(blob_ok_soon(&late) == 0);
-  fds[0] = memfd_with(7);
+  fds[0] = rc_memfd_with(4096, 7, 0);
   msg_t m;
   CHECK(rc_rpcf_fds(&late, &m, fds, 1, FIRST_CALL(4)) == 1);
   CHECK_REPLY(&m, ST_OK, NULL);
@@ -259,10 +247,9 @@ TEST(check_shows_the_limits) {
   const char *args[] = {"--config", S.config, "--check", NULL};
   stt_proc_t r;
   CHECK_EQ_INT(stt_run(&r, getenv("ST_SERVER_BIN"), args, NULL, 0), 0);
-  CHECK_CONTAINS(r.out, "max_fds_per_connection=8");
-  CHECK_CONTAINS(r.out, "max_fds_all_connections=24");
-  CHECK_CONTAINS(r.out, "max_queued_bytes_per_connection=1048576");
-  CHECK_CONTAINS(r.out, "max_queued_bytes_all_connections=");
+  CHECK_CONTAINS_ALL(r.out, "max_fds_per_connection=8", "max_fds_all_connections=24",
+                            "max_queued_bytes_per_connection=1048576",
+                            "max_queued_bytes_all_connections=");
 }
 
 int main(void) {

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "endpoints.h"
 #include "wire.h"
 
 #define KiB 1024
@@ -135,13 +136,8 @@ static const stt_endpoint_t endpoints[] = {
     {"plain.lua",
      "return st.endpoint{ name = 'plain', params = { n = 1 },\n"
      "  build = function(a) return st.zeros{a.n, dtype = 'uint8'} end }\n"},
-    {"blob.lua",
-     "return st.endpoint{ name = 'blob', cache_format_key = 'blob:{n}',\n"
-     "  params = { n = 1 },\n"
-     "  build = function(a) return st.zeros{a.n, dtype = 'uint8'} end }\n"},
-    {"held.lua",
-     "return st.endpoint{ name = 'held', managed = true, params = { n = 1 },\n"
-     "  build = function(a) return st.zeros{a.n, dtype = 'uint8'} end }\n"},
+    {"blob.lua", STT_EP_BLOB},
+    {"held.lua", STT_EP_HELD},
     {NULL, NULL},
 };
 
@@ -182,9 +178,7 @@ TEST(cached_objects_do_not_exhaust_the_descriptor_table) {
   low = old;
   low.rlim_cur = NOFILE;   /* the server inherits it */
   CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0);
-  stt_server_init(&own);
-  stt_server_config(&own, "workers = 2,");
-  stt_write_endpoints(&own, endpoints);
+  stt_server_prepare(&own, "workers = 2,", endpoints);
   int rc = stt_server_run(&own, fd_table_body);
   stt_server_cleanup(&own);
   CHECK(setrlimit(RLIMIT_NOFILE, &old) == 0);

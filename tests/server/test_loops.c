@@ -48,18 +48,6 @@ static const stt_endpoint_t EPS[] = {
 
 /* ------------------------------------------------------------- a client */
 
-/* A sealed one-page memfd whose first float64 is `value`, or -1. */
-static int memfd_with(double value) {
-  int fd = memfd_create("loops", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) return -1;
-  if (ftruncate(fd, 4096) != 0 || pwrite(fd, &value, sizeof value, 0) != sizeof value ||
-      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 #define FIRST_FMT                                                                           \
   "[0, %u, 'call', [{endpoint: 'first', args: {x: tensor(0, 0, 'float64', [1], [1])}, "   \
   "arenas: [{fd: 0, bytes: 4096, device: 'cpu', backend: 'memfd', id: 4242}]}]]"
@@ -152,7 +140,7 @@ static void one_op(rc_t *c, int op, int who, int round, int with_tasks) {
     }
     break;
   case 4: {  /* a tensor argument: the caller's memory is read */
-    int fds[1] = {memfd_with(v)};
+    int fds[1] = {rc_memfd_with(4096, v, 0)};
     if (fds[0] < 0) fail(who, round, "memfd", NULL);
     mpbuf_t b;
     mpbuf_text(&b, FIRST_FMT, id);
@@ -227,7 +215,7 @@ static void client(int who, int kind) {
   }
   if (kind == 1) {
     rc_sendf(&c, "[0, 1, 'call', [{endpoint: 'slow', args: {s: 0.2}}]]");
-    int fds[1] = {memfd_with(1)};
+    int fds[1] = {rc_memfd_with(4096, 1, 0)};
     mpbuf_t b;
     mpbuf_text(&b, FIRST_FMT, 2u);
     stt_send_fds(c.fd, b.sb.data, b.sb.size, fds, 1);

@@ -152,9 +152,7 @@ static const stt_endpoint_t churn_endpoints[] = {
 
 TEST(allocating_body_stops_at_its_timeout) {
   stt_server_t t;
-  stt_server_init(&t);
-  stt_server_config(&t, "workers = 1, limits = { lua_memory_bytes = 256 * 2^20 },");
-  stt_write_endpoints(&t, churn_endpoints);
+  stt_server_prepare(&t, "workers = 1, limits = { lua_memory_bytes = 256 * 2^20 },", churn_endpoints);
   CHECK(stt_server_run(&t, churn_stops_at_its_timeout) == 0);
   stt_server_cleanup(&t);
 }

@@ -63,9 +63,7 @@ static void ready_then_stopping(const char *name) {
   CHECK_EQ_INT(started, 0);
   char msg[512] = "";
   CHECK(next_dgram(fd, msg, sizeof msg, 5000) > 0);
-  CHECK_CONTAINS(msg, "READY=1\n");
-  CHECK_CONTAINS(msg, "STATUS=serving 1 endpoints");
-  CHECK_CONTAINS(msg, "MAINPID=");
+  CHECK_CONTAINS_ALL(msg, "READY=1\n", "STATUS=serving 1 endpoints", "MAINPID=");
   if (started == 0) {
     rc_t c;
     CHECK(rc_open(&c, s.socket) == 0);   /* READY=1 came when it serves */

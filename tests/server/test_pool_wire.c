@@ -365,10 +365,10 @@ static void shrink_body(stt_server_t *s) {
 
 TEST(idle_slabs_retire_and_the_page_says_which) {
   stt_server_t s;
-  stt_server_init(&s);
-  stt_server_config(&s, "workers = 1, pool = { slab_bytes = 65536, max_bytes_per_connection = "
-                        "262144, idle_s = 0.2 },");
-  stt_write_endpoints(&s, (const stt_endpoint_t[]){{"fill.lua", EP_FILL}, {NULL, NULL}});
+  stt_server_prepare(&s,
+                     "workers = 1, pool = { slab_bytes = 65536, max_bytes_per_connection = "
+                     "262144, idle_s = 0.2 },",
+                     (const stt_endpoint_t[]){{"fill.lua", EP_FILL}, {NULL, NULL}});
   CHECK(stt_server_run(&s, shrink_body) == 0);
   stt_server_cleanup(&s);
 }
@@ -377,10 +377,7 @@ int main(void) {
   stt_server_setup(&S,
                    "workers = 1, pool = { slab_bytes = 65536, max_bytes_per_connection = 262144 },",
                    (const stt_endpoint_t[]){{"fill.lua", EP_FILL}, {NULL, NULL}});
-  if (rc_open(&M, S.socket) != 0) {
-    fprintf(stderr, "connect failed\n");
-    return 1;
-  }
+  rc_open_or_exit(&M, S.socket);
   RUN(the_slab_and_the_page_go_once_and_freed_regions_come_back);
   RUN(held_regions_are_never_handed_out_again);
   RUN(forged_frees_free_nothing);

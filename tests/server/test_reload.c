@@ -53,15 +53,33 @@ static const char *only_name(const msg_t *m, const char *key) {
   return obj_str(&l->via.array.ptr[0]);
 }
 
+/* The object id of a call of `ep` with n, or INT64_MIN when the call
+ * failed (an error reply is printed). */
+static int64_t call_id(rc_t *c, const char *ep, int64_t n) {
+  msg_t m;
+  if (rk_call(c, ep, "n", n, &m) != 1) return INT64_MIN;
+  int64_t id = m.error ? INT64_MIN : obj_field(&m, "id");
+  msg_free(&m);
+  return id;
+}
+
+/* Removes the endpoint file <name>.lua and reloads: the reload names
+ * `name` removed. A check: fails the test. */
+static void check_removed_by_reload(rc_t *c, const char *name) {
+  char path[700];
+  snprintf(path, sizeof path, "%s/%s.lua", S.endpoints, name);
+  CHECK(unlink(path) == 0);
+  msg_t m;
+  CHECK(reload(c, &m) == 1 && !m.error);
+  CHECK_STR_EQ(only_name(&m, "removed"), name);
+  msg_free(&m);
+}
+
 TEST(reload_drops_only_changed_caches) {
   OPEN_RC(c, S.socket);
+  int64_t oa = call_id(&c, "a", 2), ob = call_id(&c, "b", 2);
+  CHECK(oa != INT64_MIN && ob != INT64_MIN);
   msg_t m;
-  CHECK(rk_call(&c, "a", "n", 2, &m) == 1 && !m.error);
-  int64_t oa = obj_field(&m, "id");
-  msg_free(&m);
-  CHECK(rk_call(&c, "b", "n", 2, &m) == 1 && !m.error);
-  int64_t ob = obj_field(&m, "id");
-  msg_free(&m);
   int64_t gen0 = rc_info_int(&c, "generation.number");
   write_b(2);
   CHECK(reload(&c, &m) == 1 && !m.error);
@@ -75,12 +93,9 @@ TEST(reload_drops_only_changed_caches) {
   /* a keeps its cache entry; b's went with its old definition. */
   CHECK_EQ_INT(info_field(&c, (uint64_t)oa, "cached"), 1);
   CHECK_EQ_INT(info_field(&c, (uint64_t)ob, "cached"), INT64_MIN);
-  CHECK(rk_call(&c, "a", "n", 2, &m) == 1 && !m.error);
-  CHECK_EQ_INT(obj_field(&m, "id"), oa);
-  msg_free(&m);
-  CHECK(rk_call(&c, "b", "n", 2, &m) == 1 && !m.error);
-  CHECK(obj_field(&m, "id") != ob);
-  msg_free(&m);
+  CHECK_EQ_INT(call_id(&c, "a", 2), oa);
+  int64_t ob2 = call_id(&c, "b", 2);
+  CHECK(ob2 != INT64_MIN && ob2 != ob);
   /* added, then removed */
   stt_write_endpoint(&S, "c.lua",
                      "return st.endpoint{ name = 'c', build = function() return 3 end }\n");
@@ -88,12 +103,7 @@ TEST(reload_drops_only_changed_caches) {
   CHECK_STR_EQ(only_name(&m, "added"), "c");
   CHECK_STR_EQ(only_name(&m, "changed"), "");
   msg_free(&m);
-  char path[700];
-  snprintf(path, sizeof path, "%s/c.lua", S.endpoints);
-  CHECK(unlink(path) == 0);
-  CHECK(reload(&c, &m) == 1 && !m.error);
-  CHECK_STR_EQ(only_name(&m, "removed"), "c");
-  msg_free(&m);
+  check_removed_by_reload(&c, "c");
   CHECK(rk_call(&c, "c", NULL, 0, &m) == 1);
   CHECK_REPLY(&m, ST_ERR_UNKNOWN_ENDPOINT, NULL);
   msg_free(&m);
@@ -102,10 +112,9 @@ TEST(reload_drops_only_changed_caches) {
 
 TEST(reload_with_a_syntax_error_keeps_serving) {
   OPEN_RC(c, S.socket);
+  int64_t ob = call_id(&c, "b", 3);
+  CHECK(ob != INT64_MIN);
   msg_t m;
-  CHECK(rk_call(&c, "b", "n", 3, &m) == 1 && !m.error);
-  int64_t ob = obj_field(&m, "id");
-  msg_free(&m);
   int64_t gen0 = rc_info_int(&c, "generation.number");
   int64_t failures0 = rc_info_int(&c, "counters.reload_failures");
   stt_write_endpoint(&S, "b.lua", "-- broken\nreturn st.endpoint{ name = 'b',, }\n");
@@ -122,9 +131,7 @@ TEST(reload_with_a_syntax_error_keeps_serving) {
   CHECK_CONTAINS(obj_str(obj_path(info.result, "generation.last_reload.error")), "b.lua:2:");
   msg_free(&info);
   /* The old generation serves, with its cache. */
-  CHECK(rk_call(&c, "b", "n", 3, &m) == 1 && !m.error);
-  CHECK_EQ_INT(obj_field(&m, "id"), ob);
-  msg_free(&m);
+  CHECK_EQ_INT(call_id(&c, "b", 3), ob);
   CHECK(rk_call(&c, "b", "n", 4, &m) == 1 && !m.error);
   msg_free(&m);
   write_b(2);
@@ -294,12 +301,7 @@ TEST(slow_reload_leaves_the_loop_serving_and_requests_coalesce) {
   CHECK_EQ_INT(busy, 1);
   CHECK_EQ_INT(rc_info_int(&p, "generation.number"), gen0 + 2);
   /* Back to the quick files for the tests after this one. */
-  char path[700];
-  snprintf(path, sizeof path, "%s/slow.lua", S.endpoints);
-  CHECK(unlink(path) == 0);
-  CHECK(reload(&p, &m) == 1 && !m.error);
-  CHECK_STR_EQ(only_name(&m, "removed"), "slow");
-  msg_free(&m);
+  check_removed_by_reload(&p, "slow");
   rc_close(&a);
   rc_close(&b);
   rc_close(&p);

@@ -128,7 +128,5 @@ int main(void) {
   RUN(pings_are_answered_while_the_loop_polls);
   int status = stt_server_stop(&S);
   RUN(sigterm_while_polling_exits_cleanly);
-  if (status != 0) stt_fail_main(__FILE__, __LINE__, "stserver exit status %d", status);
-  stt_server_cleanup(&S);
-  return stt_summary();
+  return stt_server_end(&S, status);
 }

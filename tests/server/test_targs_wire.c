@@ -55,19 +55,6 @@ static const char EP_ANY[] =
 
 #define PAGE 4096
 
-/* A memfd of `bytes` whose first float64 is `value`; sealed against
- * shrinking and growing unless `unsealed`. The descriptor, or -1. */
-static int memfd_with(size_t bytes, double value, int unsealed) {
-  int fd = memfd_create("targs-wire", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) return -1;
-  if (ftruncate(fd, (off_t)bytes) != 0 || pwrite(fd, &value, sizeof value, 0) != sizeof value ||
-      (!unsealed && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0)) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 /* ------------------------------------------------------------- frames */
 
 /* Pieces of requests as stt_pack text: an entry of params.arenas for a
@@ -89,7 +76,7 @@ static int memfd_with(size_t bytes, double value, int unsealed) {
 static int next_call_reads_its_own(rc_t *c) {
   static double value = 1000.25;
   value += 1;
-  int fds[1] = {memfd_with(PAGE, value, 0)};
+  int fds[1] = {rc_memfd_with(PAGE, value, 0)};
   msg_t m;
   if (fds[0] < 0 || rc_rpcf_fds(c, &m, fds, 1, FIRST_FMT, next_id++, "first") != 1) return -1;
   double got = m.error ? -1 : obj_num(obj_get(m.result, "value"));
@@ -133,7 +120,7 @@ static int back_to_baseline(void) {
 TEST(a_valid_argument_reads_the_callers_memory) {
   OPEN_RC(c, S.socket);
   int64_t received = rc_info_int(&M, "counters.fds_received");
-  int fds[1] = {memfd_with(PAGE, 6.5, 0)};
+  int fds[1] = {rc_memfd_with(PAGE, 6.5, 0)};
   CHECK(fds[0] >= 0);
   msg_t m;
   CHECK(rc_rpcf_fds(&c, &m, fds, 1, FIRST_FMT, 1, "first") == 1);
@@ -156,7 +143,7 @@ TEST(arenas_without_their_descriptors_close_the_connection) {
 
   /* params.arenas that is no array: PROTOCOL too */
   CHECK(rc_open(&c, S.socket) == 0);
-  int fds[1] = {memfd_with(PAGE, 1, 0)};
+  int fds[1] = {rc_memfd_with(PAGE, 1, 0)};
   CHECK_RPC_FDS(&c, fds, 1, ST_ERR_PROTOCOL, "must be an array",
                 "[0, 8, 'call', [{endpoint: 'first', arenas: 'not an array'}]]");
   CHECK(closed_by_server(&c) == 0);
@@ -181,7 +168,7 @@ static int make_fds(enum fd_kind kind, int *fds) {
   switch (kind) {
   case FD_MEMFD:
   case FD_UNSEALED:
-    fds[0] = memfd_with(PAGE, 1, kind == FD_UNSEALED);
+    fds[0] = rc_memfd_with(PAGE, 1, kind == FD_UNSEALED);
     return fds[0] >= 0 ? 1 : -1;
   case FD_PIPE:
     if (pipe2(p, O_CLOEXEC) != 0) return -1;
@@ -193,14 +180,14 @@ static int make_fds(enum fd_kind kind, int *fds) {
     fds[0] = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     return fds[0] >= 0 && ftruncate(fds[0], PAGE) == 0 ? 1 : -1;
   case FD_READ_ONLY:
-    p[0] = memfd_with(PAGE, 1, 0);
+    p[0] = rc_memfd_with(PAGE, 1, 0);
     snprintf(path, sizeof path, "/proc/self/fd/%d", p[0]);
     fds[0] = open(path, O_RDONLY | O_CLOEXEC);
     close(p[0]);
     return fds[0] >= 0 ? 1 : -1;
   case FD_TWO:
-    fds[0] = memfd_with(PAGE, 1, 0);
-    fds[1] = memfd_with(PAGE, 2, 0);
+    fds[0] = rc_memfd_with(PAGE, 1, 0);
+    fds[1] = rc_memfd_with(PAGE, 2, 0);
     return 2;
   }
   return -1;
@@ -311,7 +298,7 @@ static int send_copies(rc_t *c, const void *buf, size_t len, int fd, int n) {
 TEST(descriptors_no_request_lists_are_closed) {
   OPEN_RC(c, S.socket);
   int64_t received = rc_info_int(&M, "counters.fds_received");
-  int fd = memfd_with(PAGE, 1, 0);
+  int fd = rc_memfd_with(PAGE, 1, 0);
   CHECK(fd >= 0);
   /* 3 x 253 with pings, which list none: each batch is closed once its
    * ping is handled, so none ever piles up */
@@ -333,7 +320,7 @@ TEST(descriptors_no_request_lists_are_closed) {
   CHECK_EQ_INT(rc_info_int(&M, "counters.fds_received"), received + 3 * ST_MAX_FDS_PER_MESSAGE);
   /* a call that lists one arena but comes with two: it takes the first,
    * the second is closed; the next call reads its own memory */
-  int two[2] = {memfd_with(PAGE, 53, 0), memfd_with(PAGE, -1, 0)};
+  int two[2] = {rc_memfd_with(PAGE, 53, 0), rc_memfd_with(PAGE, -1, 0)};
   msg_t m;
   CHECK(rc_rpcf_fds(&c, &m, two, 2, FIRST_FMT, 53, "first") == 1);
   CHECK(m.error == NULL && obj_num(obj_get(m.result, "value")) == 53);
@@ -351,7 +338,7 @@ static int server_holds(int n) {
 
 TEST(descriptors_no_request_can_claim_are_closed_on_arrival) {
   OPEN_RC(c, S.socket);
-  int fd = memfd_with(PAGE, 55, 0);
+  int fd = rc_memfd_with(PAGE, 55, 0);
   CHECK(fd >= 0);
   /* a request that stays incomplete: the descriptors that came with its
    * first byte wait for it; those that come later cannot be its own (a
@@ -391,7 +378,7 @@ TEST(descriptors_are_closed_when_the_input_ends) {
   CHECK(task > 0);
   CHECK(rc_sendf(&c, "[0, 9, 'wait', [{task_id: %llu, timeout: 60}]]",
                  (unsigned long long)task) == 0);
-  int fd = memfd_with(PAGE, 1, 0);
+  int fd = rc_memfd_with(PAGE, 1, 0);
   CHECK(fd >= 0);
   mpbuf_t r;
   mpbuf_init(&r);
@@ -416,7 +403,7 @@ static int send_first(rc_t *c, uint32_t id, const char *ep, double value) {
   mpbuf_t r;
   mpbuf_init(&r);
   stt_pack(&r.pk, FIRST_FMT, id, ep);
-  int fds[1] = {memfd_with(PAGE, value, 0)};
+  int fds[1] = {rc_memfd_with(PAGE, value, 0)};
   int rc = fds[0] >= 0 ? stt_send_fds(c->fd, r.sb.data, r.sb.size, fds, 1) : -1;
   mpbuf_free(&r);
   if (fds[0] >= 0) close(fds[0]);
@@ -453,7 +440,7 @@ static int pipelined(int mode) {
   for (int i = 0; i < NPIPE; i++) {
     start[i] = all.sb.size;
     stt_pack(&all.pk, FIRST_FMT, 200 + (uint32_t)i, "first");
-    fds[i] = memfd_with(PAGE, 100.0 + i, 0);
+    fds[i] = rc_memfd_with(PAGE, 100.0 + i, 0);
     if (fds[i] < 0) return -1;
   }
   start[NPIPE] = all.sb.size;
@@ -544,10 +531,7 @@ int main(void) {
                                             {"anyarg.lua", EP_ANY},
                                             {"slow_first_plain.lua", EP_SLOW_PLAIN},
                                             {NULL, NULL}});
-  if (rc_open(&M, S.socket) != 0) {
-    fprintf(stderr, "connect failed\n");
-    return 1;
-  }
+  rc_open_or_exit(&M, S.socket);
   /* Warm both workers (their Lua states) before the baselines: two slow
    * calls at once take one worker each. */
   rc_t w;

@@ -7,55 +7,63 @@ local function run_example(name)
   return H.run("ST_BUILD_DIR=" .. H.shquote(os.getenv("ST_BUILD_DIR")) .. " " .. H.shquote(script))
 end
 
+-- Runs the example: it exits 0 and its output matches every pattern.
+-- Returns the output.
+local function example_says(name, patterns)
+  local out, rc, err = run_example(name)
+  assert.are.equal(0, rc, err)
+  for _, p in ipairs(patterns) do assert.matches(p, out) end
+  return out
+end
+
+-- The lines "y[i] = v" of a consumer's output.
+local function ys(s)
+  local t = {}
+  for line in s:gmatch("y%[%d+%] = [-%d.]+") do t[#t + 1] = line end
+  return t
+end
+
 describe("examples", function()
   it("basic_service passes the client's tensor to echo and scale without a copy", function()
-    local out, rc, err = run_example("basic_service")
-    assert.are.equal(0, rc, err)
-    assert.matches("x %(tensor%(float32, any%)%), k=2.5", out)
-    assert.matches("mine%[0%] is now 10.00 %(same memory%)", out)
-    assert.matches("after scale k=0.5:%s+5.00%s+1.00%s+1.50", out)
-    assert.matches("argument 'x' has dtype int32; the endpoint wants float32", out)
+    example_says("basic_service", {
+      "x %(tensor%(float32, any%)%), k=2.5",
+      "mine%[0%] is now 10.00 %(same memory%)",
+      "after scale k=0.5:%s+5.00%s+1.00%s+1.50",
+      "argument 'x' has dtype int32; the endpoint wants float32",
+    })
   end)
 
   it("model_service builds once for two concurrent clients", function()
-    local out, rc, err = run_example("model_service")
-    assert.are.equal(0, rc, err)
-    assert.matches("both clients got object 1", out)
-    assert.matches("w1%s+float32%s+%[64, 32%]", out)
-    assert.matches("singleflight joins 1", out)
-    assert.matches("object 2 %(lease", out)     -- rebuilt after invalidate
+    example_says("model_service", {
+      "both clients got object 1",
+      "w1%s+float32%s+%[64, 32%]",
+      "singleflight joins 1",
+      "object 2 %(lease",     -- rebuilt after invalidate
+    })
   end)
 
   it("async_service waits with progress and cancels", function()
-    local out, rc, err = run_example("async_service")
-    assert.are.equal(0, rc, err)
-    assert.matches("task 1 submitted", out)
-    assert.matches("sum: 60", out)              -- rows 1..5, four columns each
-    assert.matches("status%s+cancelled", out)
+    example_says("async_service", {
+      "task 1 submitted",
+      "sum: 60",              -- rows 1..5, four columns each
+      "status%s+cancelled",
+    })
   end)
 
   it("the C and Lua consumers compute the same forward pass", function()
-    local c_out, c_rc, c_err = run_example("c_consumer")
-    assert.are.equal(0, c_rc, c_err)
-    assert.matches("%(no copy%)", c_out)
-    local l_out, l_rc, l_err = run_example("lua_consumer")
-    assert.are.equal(0, l_rc, l_err)
-    local function ys(s)
-      local t = {}
-      for line in s:gmatch("y%[%d+%] = [-%d.]+") do t[#t + 1] = line end
-      return t
-    end
+    local c_out = example_says("c_consumer", { "%(no copy%)" })
+    local l_out = example_says("lua_consumer", {})
     assert.are.equal(4, #ys(c_out))
     assert.are.same(ys(c_out), ys(l_out))
     assert.matches("released object %d+ %(refcount now 0%)", l_out)
   end)
 
   it("zero_branch runs one script in-process, as the server and as its client", function()
-    local out, rc, err = run_example("zero_branch")
-    assert.are.equal(0, rc, err)
-    assert.matches("role in%-process: server pid %d+ %(this process%)", out)
-    assert.matches("role client: server pid %d+ %(another process%)", out)
-    assert.matches("server stopped cleanly", out)
+    example_says("zero_branch", {
+      "role in%-process: server pid %d+ %(this process%)",
+      "role client: server pid %d+ %(another process%)",
+      "server stopped cleanly",
+    })
   end)
 
   it("the PyTorch consumer runs the same forward pass on shared weights", function()
@@ -65,14 +73,7 @@ describe("examples", function()
       return
     end
     local c_out = run_example("c_consumer")
-    local out, rc, err = run_example("pytorch_consumer")
-    assert.are.equal(0, rc, err)
-    assert.matches("shared, not copied", out)
-    local function ys(s)
-      local t = {}
-      for line in s:gmatch("y%[%d+%] = [-%d.]+") do t[#t + 1] = line end
-      return t
-    end
+    local out = example_says("pytorch_consumer", { "shared, not copied" })
     assert.are.equal(4, #ys(out))
     assert.are.same(ys(c_out), ys(out))
   end)

@@ -52,10 +52,7 @@ describe("endpoint sandbox", function()
     srv = H.server{ endpoints = eps }
   end)
   teardown(function()
-    if srv then
-      assert.are.equal(0, srv:stop())
-      srv:cleanup()
-    end
+    if srv then srv:finish() end
   end)
 
   it("lets require reach st and the built-in st.zerobranch, nothing else", function()

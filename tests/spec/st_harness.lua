@@ -5,7 +5,7 @@
 --   local srv = H.server{ endpoints = { ["e.lua"] = "return st.endpoint{...}" },
 --                         config = "workers = 2," }
 --   local out, rc, err = srv:cli("call", "e", "n=3")
---   srv:stop()   -- asserts a clean exit (status 0, socket removed)
+--   srv:finish()  -- stops it and raises unless it exited cleanly (status 0)
 --
 -- Paths come from the environment ctest sets (ST_SERVER_BIN, ST_CLI_BIN,
 -- ST_SOURCE_DIR). Never sleeps blindly: start() polls `ping` with a deadline.
@@ -160,6 +160,34 @@ function Server:cleanup()
   if not os.getenv("STT_KEEP") then H.run("rm -rf " .. shquote(self.dir)) end
 end
 
+-- Raises unless the server still answers `stcli ping` (after a refused
+-- request, say).
+function Server:check_serving()
+  local _, rc, err = self:cli("ping")
+  if rc ~= 0 then error(("ping exited with %s: %s"):format(tostring(rc), err), 2) end
+end
+
+-- Runs stcli with the arguments in `args`: raises unless it fails (exit
+-- 1) with a stderr that matches every Lua pattern of `patterns` and the
+-- server still answers ping.
+function Server:check_refused(args, patterns)
+  local _, rc, err = self:cli(unpack(args))
+  if rc ~= 1 then error(("stcli exited with %s, not 1: %s"):format(tostring(rc), err), 2) end
+  for _, p in ipairs(patterns) do
+    if not err:find(p) then error(("stderr %q does not match %q"):format(err, p), 2) end
+  end
+  self:check_serving()
+end
+
+-- For a teardown: stops the server, removes its directory and raises an
+-- error (quoting the log) unless it exited cleanly (status 0).
+function Server:finish()
+  local status = self:stop()
+  local log = H.read(self.log) or ""
+  self:cleanup()
+  if status ~= 0 then error(("stserver exited with %s; log:\n%s"):format(tostring(status), log)) end
+end
+
 -- For a describe block: a server with these endpoints and an st.client
 -- connection to it. `start` (for setup) fills in `srv` and `c`; `stop`
 -- (for teardown) closes both and checks a clean exit:
@@ -175,12 +203,7 @@ function H.serving(endpoints, config)
   end
   function env.stop()
     if env.c then env.c:close() end
-    if env.srv then
-      local status = env.srv:stop()
-      local log = H.read(env.srv.log) or ""
-      env.srv:cleanup()
-      if status ~= 0 then error(("stserver exited with %s; log:\n%s"):format(tostring(status), log)) end
-    end
+    if env.srv then env.srv:finish() end
   end
   return env
 end

@@ -378,10 +378,7 @@ return {
     } }
   end)
   teardown(function()
-    if srv then
-      assert.are.equal(0, srv:stop())
-      srv:cleanup()
-    end
+    if srv then srv:finish() end
   end)
 
   it("is the one module besides st that require knows", function()
