@@ -5,6 +5,7 @@
 
 #include "server/pool_conn.h"
 #include "common/log.h"
+#include "server/holdings.h"
 #include "server/rpc.h"
 #include "server/work.h"
 #include "st/errors.h"
@@ -158,3 +159,33 @@ void st__rpc_reload(st__rpc_req_t *r) {
   else
     c->inflight++;   /* answered by reload_answer */
 }
+
+/* ------------------------------------------------------------- holdings */
+
+/* The kept sets hello starts (idset.h): what the client keeps mapped from
+ * earlier replies on this connection. */
+static void arena_refs_release(st__server_t *srv, st__conn_t *c) {
+  (void)srv;
+  st__idset_clear(&c->arena_refs);
+}
+
+static void arena_refs_count(st__server_t *srv, const st__conn_t *c, st__holding_count_t *n) {
+  (void)srv;
+  n->items = c->arena_refs.n;
+}
+
+const st__holding_kind_t st__holding_arena_refs = {
+    .name = "arena_refs", .release = arena_refs_release, .count = arena_refs_count};
+
+static void object_refs_release(st__server_t *srv, st__conn_t *c) {
+  (void)srv;
+  st__idset_clear(&c->object_refs);
+}
+
+static void object_refs_count(st__server_t *srv, const st__conn_t *c, st__holding_count_t *n) {
+  (void)srv;
+  n->items = c->object_refs.n;
+}
+
+const st__holding_kind_t st__holding_object_refs = {
+    .name = "object_refs", .release = object_refs_release, .count = object_refs_count};

@@ -51,6 +51,7 @@
 #include "engine/objects.h"
 #include "engine/pool.h"
 #include "server/config.h"
+#include "server/holdings.h"
 #include "st/errors.h"
 
 typedef struct st__server st__server_t;
@@ -288,7 +289,7 @@ struct st__server {
   const st__config_t *cfg;    /* borrowed; outlives the server             */
 
   /* What a connection hands upward, set at start (st__dispatch of rpc.h
-   * and st__work_conn_closed of work.h), so that conn.c calls nothing
+   * and st__holdings_release of holdings.h), so that conn.c calls nothing
    * above it: each decoded message, and the close of a connection. */
   void (*on_message)(st__conn_t *c, const struct st__message *msg);
   /* Tried first on each message (st__fast_call, fastcall.c): 1 when it
@@ -313,6 +314,8 @@ struct st__server {
   size_t nbuckets;            /* power of two                              */
   int nconns;
   uint64_t next_conn_id;
+  st__holdings_t holdings;    /* every kind a connection may hold
+                                 (holdings.h; set at start)                 */
   ev_prepare reap;            /* before each poll: the drain check         */
 
   /* The loops (loops.c): nloops = loop_threads; loops[0].ev is `loop`. */
