@@ -14,6 +14,7 @@
 #include "mem/ledger.h"
 #include "mem/pool.h"
 #include "st/errors.h"
+#include "server/holdings.h"
 #include "server/work.h"
 #include "st/wire.h"
 

@@ -260,17 +260,18 @@ const st__holding_kind_t st__holding_received = {
 
 /* See holdings.h. Loop thread. */
 void st__holdings_release(st__server_t *srv, st__conn_t *c) {
-  for (size_t i = 0; i < srv->holdings.n; i++) srv->holdings.kinds[i]->release(srv, c);
+  for (size_t i = 0; i < srv->nholding_kinds; i++) srv->holding_kinds[i]->release(srv, c);
 }
 
 /* See holdings.h. Loop thread. */
 uint64_t st__holdings_fds(const st__conn_t *c) {
-  const st__holdings_t *h = &c->srv->holdings;
+  const st__server_t *srv = c->srv;
   uint64_t fds = 0;
-  for (size_t i = 0; i < h->n; i++) {
-    if (!h->kinds[i]->limits_fds) continue;
+  for (size_t i = 0; i < srv->nholding_kinds; i++) {
+    const st__holding_kind_t *k = srv->holding_kinds[i];
+    if (!k->limits_fds) continue;
     st__holding_count_t n = {0, 0, 0};
-    h->kinds[i]->count(c->srv, c, &n);
+    k->count(c->srv, c, &n);
     fds += n.fds;
   }
   return fds;
@@ -279,10 +280,10 @@ uint64_t st__holdings_fds(const st__conn_t *c) {
 /* c's counts, one per kind; returns how many kinds it holds some of. */
 static size_t counts_of(st__server_t *srv, const st__conn_t *c, st__holding_count_t *n) {
   size_t held = 0;
-  if (srv->holdings.n > ST__HOLDING_NKINDS) return 0;
-  for (size_t i = 0; i < srv->holdings.n; i++) {
+  if (srv->nholding_kinds > ST__HOLDING_NKINDS) return 0;
+  for (size_t i = 0; i < srv->nholding_kinds; i++) {
     memset(&n[i], 0, sizeof n[i]);
-    srv->holdings.kinds[i]->count(srv, c, &n[i]);
+    srv->holding_kinds[i]->count(srv, c, &n[i]);
     held += n[i].items || n[i].fds || n[i].bytes;
   }
   return held;
@@ -290,7 +291,7 @@ static size_t counts_of(st__server_t *srv, const st__conn_t *c, st__holding_coun
 
 /* See holdings.h. Loop thread. */
 void st__holdings_pack(msgpack_packer *pk, st__server_t *srv) {
-  size_t nk = srv->holdings.n;
+  size_t nk = srv->nholding_kinds;
   st__holding_count_t n[ST__HOLDING_NKINDS];
   size_t nconns = 0;
   for (size_t b = 0; b < srv->nbuckets; b++)
@@ -307,7 +308,7 @@ void st__holdings_pack(msgpack_packer *pk, st__server_t *srv) {
       st__pack_kv_str(pk, "client", c->client);
       for (size_t i = 0; i < nk; i++) {
         if (!n[i].items && !n[i].fds && !n[i].bytes) continue;
-        st__pack_cstr(pk, srv->holdings.kinds[i]->name);
+        st__pack_cstr(pk, srv->holding_kinds[i]->name);
         msgpack_pack_map(pk, 3);
         st__pack_kv_uint(pk, "items", n[i].items);
         st__pack_kv_uint(pk, "fds", n[i].fds);

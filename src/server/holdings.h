@@ -51,7 +51,7 @@ typedef struct st__holding_kind {
   X(object_refs)      /* rpc_admin.c: objects sent once (idset.h) */                             \
   X(result_pool)      /* pool_conn.c: the connection's result pool */                            \
   X(calls)            /* builds.c: calls waiting for a build */                                  \
-  X(tasks)            /* tasks.c: waits, and the tasks its calls wait for */                     \
+  X(tasks)            /* rpc_tasks.c: waits, and the tasks its calls wait for */                     \
   X(handoffs)         /* rpc_handoff.c: producer and consumer seats */                           \
   X(buffers)          /* rpc_buffer.c: buffer handles and writer locks */                        \
   X(keys)             /* rpc_keys.c: live keys it publishes */                                   \
@@ -65,12 +65,8 @@ enum { ST__HOLDING_NKINDS = 0 ST__HOLDING_KINDS(ST__HOLDING_ONE) };
 ST__HOLDING_KINDS(ST__HOLDING_DECLARE)
 #undef ST__HOLDING_DECLARE
 
-/* The registry a server walks: every row above (lifecycle.c sets it at
- * start, so that holdings.c depends on none of the kinds). */
-typedef struct st__holdings {
-  const st__holding_kind_t *const *kinds;
-  size_t n;
-} st__holdings_t;
+/* The server walks every row above through srv->holding_kinds (server.h),
+ * which lifecycle.c sets at start, so that holdings.c depends on no kind. */
 
 /* Connection c closed: every kind releases what c holds, in list order.
  * The connections' close hook (server.h, on_conn_closed). */

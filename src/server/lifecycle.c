@@ -3,6 +3,7 @@
  * check that ends a drained shutdown), and the teardown. Reloads are
  * reload.c's, shutdowns shutdown.c's. Loop thread only. */
 #include "server/pool_conn.h"
+#include "server/holdings.h"
 #include "server/server.h"
 
 #include <errno.h>
@@ -162,8 +163,8 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
   srv->on_message = st__dispatch;
   srv->on_fast_message = st__fast_call;
   srv->on_conn_closed = st__holdings_release;
-  srv->holdings.kinds = holding_kinds;
-  srv->holdings.n = sizeof holding_kinds / sizeof *holding_kinds;
+  srv->holding_kinds = holding_kinds;
+  srv->nholding_kinds = sizeof holding_kinds / sizeof *holding_kinds;
   srv->on_loop_service = service_loop;
   srv->started_at = st__now_unix();
   srv->started_mono = st__now_mono();

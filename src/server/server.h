@@ -51,7 +51,6 @@
 #include "engine/objects.h"
 #include "engine/pool.h"
 #include "server/config.h"
-#include "server/holdings.h"
 #include "st/errors.h"
 
 typedef struct st__server st__server_t;
@@ -314,8 +313,10 @@ struct st__server {
   size_t nbuckets;            /* power of two                              */
   int nconns;
   uint64_t next_conn_id;
-  st__holdings_t holdings;    /* every kind a connection may hold
-                                 (holdings.h; set at start)                 */
+  /* Every kind a connection may hold, in release order (holdings.h; set
+   * at start). */
+  const struct st__holding_kind *const *holding_kinds;
+  size_t nholding_kinds;
   ev_prepare reap;            /* before each poll: the drain check         */
 
   /* The loops (loops.c): nloops = loop_threads; loops[0].ev is `loop`. */
