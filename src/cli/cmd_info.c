@@ -121,6 +121,38 @@ static void devices_lines(const st_value_t *devs) {
   }
 }
 
+/* One line per connection that holds something (info's "holdings"):
+ * "conn 7 pid 4242 myapp: leases 2, buffers 1, replies 3 fds 4096 bytes". */
+static void holdings_lines(const st_value_t *list) {
+  if (!list || list->kind != ST_VALUE_ARRAY) return;
+  for (size_t i = 0; i < list->as.array.len; i++) {
+    const st_value_t *e = &list->as.array.items[i];
+    if (e->kind != ST_VALUE_MAP) continue;
+    char *conn = cli_value_text(st_value_get(e, "conn"));
+    char *pid = cli_value_text(st_value_get(e, "pid"));
+    const char *client = cli_value_str(st_value_get(e, "client"));
+    printf("%-12s conn %s pid %s%s%s:", i ? "" : "holdings", conn ? conn : "?", pid ? pid : "?",
+           client && *client ? " " : "", client && *client ? client : "");
+    free(conn);
+    free(pid);
+    int first = 1;
+    for (size_t k = 0; k < e->as.map.len; k++) {
+      const st_value_t *row = &e->as.map.values[k];
+      if (row->kind != ST_VALUE_MAP) continue;
+      const char *name = cli_value_str(&e->as.map.keys[k]);
+      printf("%s %s", first ? "" : ",", name ? name : "?");
+      first = 0;
+      static const char *const figures[] = {"items", "fds", "bytes"};
+      for (size_t f = 0; f < 3; f++) {
+        const st_value_t *x = st_value_get(row, figures[f]);
+        if (!x || x->kind != ST_VALUE_INT || x->as.integer == 0) continue;
+        printf(" %lld%s%s", (long long)x->as.integer, f ? " " : "", f ? figures[f] : "");
+      }
+    }
+    printf("\n");
+  }
+}
+
 static int run_info(cli_t *g, int argc, char **argv) {
   const char *pos[1];
   int done, code = cli_parse_plain(g, &cli_info_command, argc, argv, 0, 0, "", pos, &done);
@@ -148,6 +180,7 @@ static int run_info(cli_t *g, int argc, char **argv) {
   map_line("connections", st_value_get(v, "connections"));
   map_line("counters", st_value_get(v, "counters"));
   map_line("limits", st_value_get(v, "limits"));
+  holdings_lines(st_value_get(v, "holdings"));
   st_result_free(r);
   return CLI_OK;
 }

@@ -27,8 +27,13 @@ static int handles_in(const st__named_list_t *l, uint64_t conn) {
   return n;
 }
 
+/* See buffer.h. Loop thread. */
+int st__buffer_conn_handles(const st__buffers_t *t, uint64_t conn) {
+  return handles_in(&t->named, conn) + handles_in(&t->unlinked, conn);
+}
+
 static int handles_ok(const st__buffers_t *t, uint64_t conn, int max, char *err, size_t errlen) {
-  int n = handles_in(&t->named, conn) + handles_in(&t->unlinked, conn);
+  int n = st__buffer_conn_handles(t, conn);
   return st__named_room(n, max, "buffer handles", "max_buffer_handles_per_connection", err,
                         errlen);
 }

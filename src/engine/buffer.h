@@ -107,6 +107,10 @@ int st__buffer_close(st__buffers_t *t, const char *name, size_t name_len, uint64
 int st__buffer_unlink(st__buffers_t *t, const char *name, size_t name_len, uid_t uid,
                       char *err, size_t errlen);
 
+/* Handles connection `conn` has open, of named and unlinked buffers: what
+ * limits.max_buffer_handles_per_connection counts. Loop thread. */
+int st__buffer_conn_handles(const st__buffers_t *t, uint64_t conn);
+
 /* Connection `conn` closed: closes its handles (frees the writer lock it
  * held). Loop thread. */
 void st__buffer_conn_closed(st__buffers_t *t, uint64_t conn);

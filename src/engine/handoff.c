@@ -25,15 +25,15 @@ static int attached(const st__handoff_t *h, uint64_t conn) {
   return 0;
 }
 
-/* Hand-offs connection `conn` uses. */
-static int conn_count(const st__handoffs_t *t, uint64_t conn) {
+/* See handoff.h. Loop thread. */
+int st__handoff_conn_count(const st__handoffs_t *t, uint64_t conn) {
   int n = 0;
   for (const st__handoff_t *h = first(t); h; h = next_of(h)) n += attached(h, conn);
   return n;
 }
 
 static int count_ok(const st__handoffs_t *t, uint64_t conn, int max, char *err, size_t errlen) {
-  return st__named_room(conn_count(t, conn), max, "hand-offs", "max_handoffs_per_connection", err,
+  return st__named_room(st__handoff_conn_count(t, conn), max, "hand-offs", "max_handoffs_per_connection", err,
                         errlen);
 }
 

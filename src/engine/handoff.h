@@ -88,6 +88,10 @@ int st__handoff_close(st__handoffs_t *t, const char *name, size_t name_len, uint
 int st__handoff_delete(st__handoffs_t *t, const char *name, size_t name_len, uid_t uid,
                        char *err, size_t errlen);
 
+/* Hand-offs connection `conn` uses (as producer or consumer): what
+ * limits.max_handoffs_per_connection counts. Loop thread. */
+int st__handoff_conn_count(const st__handoffs_t *t, uint64_t conn);
+
 /* Connection `conn` closed: detaches it from every hand-off. Loop thread. */
 void st__handoff_conn_closed(st__handoffs_t *t, uint64_t conn);
 

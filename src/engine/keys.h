@@ -168,6 +168,9 @@ int st__keys_torn(const st__key_t *k);
  * st.key reports. Any thread: a read of the page. */
 uint64_t st__keys_version_of(const st__key_t *k, const st__key_version_t *v);
 
+/* Live keys connection `conn` publishes now. Loop thread. */
+uint64_t st__keys_conn_live(st__keys_t *t, uint64_t conn);
+
 /* Connection `conn` closed: the live keys it published have no publisher
  * any more; one left in the middle of an update (an odd sequence) is
  * marked TORN in its page (readers get STALE_HANDLE until the next

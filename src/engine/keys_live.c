@@ -141,6 +141,21 @@ static void leave_one(const char *name, size_t len, void *value, void *ud) {
   st__key_page_flag(k->page, ST__KEY_TORN);
 }
 
+static void count_one(const char *name, size_t len, void *value, void *ud) {
+  (void)name;
+  (void)len;
+  const st__key_t *k = value;
+  uint64_t *n = ud;   /* n[0]: the connection, n[1]: the count */
+  n[1] += k->live && k->owner_conn == n[0];
+}
+
+/* See keys.h. Loop thread. */
+uint64_t st__keys_conn_live(st__keys_t *t, uint64_t conn) {
+  uint64_t n[2] = {conn, 0};
+  if (t->live) st__smap_each(&t->by_name, count_one, n);
+  return n[1];
+}
+
 /* See keys.h. Loop thread. */
 void st__keys_conn_closed(st__keys_t *t, uint64_t conn) {
   if (t->live) st__smap_each(&t->by_name, leave_one, &conn);

@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "engine/targs.h"
+#include "server/holdings.h"
 #include "server/conn.h"
 #include "st/errors.h"
 
@@ -83,3 +84,22 @@ void st__conn_argcache_drop_all(st__conn_t *c) {
   st__argcache_clear(&c->argcache);
   account(c, before);
 }
+
+/* ------------------------------------------------------------- holdings */
+
+static void argument_cache_release(st__server_t *srv, st__conn_t *c) {
+  (void)srv;
+  st__conn_argcache_drop_all(c);
+}
+
+/* Each entry holds one descriptor (limits.max_fds_per_connection). */
+static void argument_cache_count(st__server_t *srv, const st__conn_t *c, st__holding_count_t *n) {
+  (void)srv;
+  n->items = c->argcache.n;
+  n->fds = c->argcache.n;
+}
+
+const st__holding_kind_t st__holding_argument_cache = {.name = "argument_cache",
+                                                       .release = argument_cache_release,
+                                                       .count = argument_cache_count,
+                                                       .limits_fds = 1};

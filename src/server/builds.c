@@ -12,6 +12,7 @@
 #include "server/pool_conn.h"
 #include "common/log.h"
 #include "engine/cachekey.h"
+#include "server/holdings.h"
 #include "server/work.h"
 #include "st/errors.h"
 
@@ -370,7 +371,8 @@ void st__task_cancel(st__server_t *srv, st__task_t *t) {
   t->cancel_requested = 1;
 }
 
-/* Calls of a closed connection stop waiting; see work.h. */
+/* Calls of a closed connection stop waiting (its row of holdings.h:
+ * what else it holds, tasks included, is the other rows'); see work.h. */
 void st__work_conn_closed(st__server_t *srv, st__conn_t *c) {
   st__work_t *w = srv->work;
   if (w && c->inflight > 0) {
@@ -398,26 +400,19 @@ void st__work_conn_closed(st__server_t *srv, st__conn_t *c) {
       }
       b = next;
     }
-    /* A task its call started has nobody to answer any more. */
-    uint64_t orphans[64];
-    size_t more = 0;
-    size_t n = st__tasks_conn_closed(srv, c->id, orphans, 64, &more);
-    for (size_t i = 0; i < n; i++) {
-      st__task_t *t = st__task_find(srv, orphans[i]);
-      if (t) st__task_cancel(srv, t);
-    }
-    if (more)
-      ST_LOG_W("task", "conn %llu: %zu more tasks of its calls keep running",
-               (unsigned long long)c->id, more);
-  }
-  st__handoff_conn_closed(&srv->handoffs, c->id);
-  st__buffer_conn_closed(&srv->buffers, c->id);
-  st__keys_conn_closed(&srv->keys, c->id);
-  if (c->leases) {
-    srv->counters.leases_dropped += st__objects_release_conn(&srv->objects, c->id);
-    c->leases = 0;
   }
 }
+
+/* Calls of c waiting for a build. */
+static void calls_count(st__server_t *srv, const st__conn_t *c, st__holding_count_t *n) {
+  if (!srv->work) return;
+  for (const st__build_t *b = srv->work->builds; b; b = b->next)
+    for (const st__consumer_t *k = b->consumers; k; k = k->next)
+      n->items += k->kind == ST_CONSUMER_CALL && k->conn_id == c->id;
+}
+
+const st__holding_kind_t st__holding_calls = {
+    .name = "calls", .release = st__work_conn_closed, .count = calls_count};
 
 /* Builds waiting for their turn end CANCELLED (shutdown). They are all
  * taken out first and answered afterwards: an answer may close a

@@ -14,7 +14,6 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "mem/pool.h"
 #include "server/loopprof.h"
 #include "st/errors.h"
 
@@ -212,25 +211,15 @@ static void conn_close(st__conn_t *c, const char *why) {
   st__server_t *srv = c->srv;
   c->dead = 1;
   table_remove(srv, c);
-  /* Its queued replies will never be read: they stop counting now (their
-   * frames go with the socket). */
-  st__conn_unhold(c, c->out_fds, c->out_bytes);
-  c->unread_fds = 0;
-  c->unread_bytes = 0;
-  st__conn_rx_close_all(c);
-  st__conn_argcache_drop_all(c);
-  st__keptset_clear(&c->kept_arenas);
-  st__keptset_clear(&c->kept_objects);
-  st__mpool_close(c->pool);   /* regions still in use keep their slabs */
-  c->pool = NULL;
   if (st__loop_is_current(c->loop)) close_io(c);
   else todo(c);
-  /* Nobody will read the results of its calls: builds nobody else waits
-   * for stop early (their completions drop what was built), its waits
-   * end, and its leases go back. */
   ST_LOG_D("conn", "conn %llu closed (%s) after %llu requests, %d waiting, %llu leases",
            (unsigned long long)c->id, why ? why : "closed", (unsigned long long)c->requests,
            c->inflight, (unsigned long long)c->leases);
+  /* Everything it holds goes back, kind by kind (holdings.h): its unread
+   * replies and unclaimed descriptors stop counting, builds nobody else
+   * waits for stop early (their completions drop what was built), its
+   * waits end, its seats, handles, live keys and leases go back. */
   srv->on_conn_closed(srv, c);
   st__stats_dropped(srv, &c->open);
 }

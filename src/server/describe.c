@@ -15,6 +15,7 @@
 #include "mem/ledger.h"
 #include "mem/pool.h"
 #include "st/errors.h"
+#include "server/holdings.h"
 #include "server/work.h"
 #include "st/wire.h"
 
@@ -389,7 +390,7 @@ void st__describe_free(st__server_t *srv) {
 /* Packs the result of info (docs/protocol.md): the fixed pairs, then
  * those that move between two calls. Loop thread. */
 void st__describe_info(msgpack_packer *pk, st__server_t *srv) {
-  msgpack_pack_map(pk, INFO_FIXED_PAIRS + 14);
+  msgpack_pack_map(pk, INFO_FIXED_PAIRS + 15);
   const msgpack_sbuffer *fixed = info_fixed(srv);
   if (fixed) pk->callback(pk->data, fixed->data, fixed->size);
   else pack_fixed(pk, srv);
@@ -407,6 +408,8 @@ void st__describe_info(msgpack_packer *pk, st__server_t *srv) {
   msgpack_pack_map(pk, 2);
   st__pack_kv_uint(pk, "fds", srv->held_fds);
   st__pack_kv_uint(pk, "bytes", srv->held_bytes);
+  st__pack_cstr(pk, "holdings");   /* per connection (holdings.h) */
+  st__holdings_pack(pk, srv);
 
   /* Settled figures: the releases the loops handed off are done first
    * (mem/arena_release.h; a short wait, bounded by what the budgets let

@@ -1,8 +1,10 @@
 /* src/server: what a connection holds (conn.h, "Holdings"): the
  * descriptors and arena bytes of its replies until the client has read
  * them, the descriptors it sent that no request claimed yet, and the
- * limits on both (config.h: max_fds_per_connection ...). Loop threads, the
- * server lock held (conn.h, "Loops").
+ * limits on both (config.h: max_fds_per_connection ...); and the registry
+ * of every kind of holding (holdings.h): the walk at a connection's close
+ * and info's per-connection view. Loop threads, the server lock held
+ * (conn.h, "Loops").
  */
 #include <stdio.h>
 #include <string.h>
@@ -14,6 +16,7 @@
 #include "common/log.h"
 #include "common/clock.h"
 #include "server/conn.h"
+#include "server/holdings.h"
 #include "server/loopprof.h"
 #include "st/errors.h"
 
@@ -91,7 +94,7 @@ int st__conn_unread_check(st__conn_t *c) {
  * no check): the message says which limit is reached otherwise. */
 static int fds_fit_now(st__conn_t *c, int fds, char *err, size_t errlen) {
   const st__config_t *cfg = c->srv->cfg;
-  int holds = c->out_fds + c->rx_held + (int)c->argcache.n;
+  int holds = (int)st__holdings_fds(c);
   if (fds > 0 && holds > 0 && holds + fds > cfg->max_fds_per_connection) {
     snprintf(err, errlen,
              "this connection holds %d descriptors (replies it has not read, descriptors "
@@ -222,3 +225,96 @@ void st__conn_rx_drop_stray(st__conn_t *c, uint64_t next, int only_next) {
              (unsigned long long)c->id, n);
 }
 
+
+/* ------------------------------------------------------------- registry */
+
+static void replies_release(st__server_t *srv, st__conn_t *c) {
+  (void)srv;
+  /* Its queued replies will never be read: they stop counting now (their
+   * frames go with the socket). */
+  st__conn_unhold(c, c->out_fds, c->out_bytes);
+  c->unread_fds = 0;
+  c->unread_bytes = 0;
+}
+
+static void replies_count(st__server_t *srv, const st__conn_t *c, st__holding_count_t *n) {
+  (void)srv;
+  n->fds = (uint64_t)c->out_fds;
+  n->bytes = c->out_bytes;
+}
+
+const st__holding_kind_t st__holding_replies = {
+    .name = "replies", .release = replies_release, .count = replies_count, .limits_fds = 1};
+
+static void received_release(st__server_t *srv, st__conn_t *c) {
+  (void)srv;
+  st__conn_rx_close_all(c);
+}
+
+static void received_count(st__server_t *srv, const st__conn_t *c, st__holding_count_t *n) {
+  (void)srv;
+  n->fds = (uint64_t)c->rx_held;
+}
+
+const st__holding_kind_t st__holding_received = {
+    .name = "received", .release = received_release, .count = received_count, .limits_fds = 1};
+
+/* See holdings.h. Loop thread. */
+void st__holdings_release(st__server_t *srv, st__conn_t *c) {
+  for (size_t i = 0; i < srv->nholding_kinds; i++) srv->holding_kinds[i]->release(srv, c);
+}
+
+/* See holdings.h. Loop thread. */
+uint64_t st__holdings_fds(const st__conn_t *c) {
+  const st__server_t *srv = c->srv;
+  uint64_t fds = 0;
+  for (size_t i = 0; i < srv->nholding_kinds; i++) {
+    const st__holding_kind_t *k = srv->holding_kinds[i];
+    if (!k->limits_fds) continue;
+    st__holding_count_t n = {0, 0, 0};
+    k->count(c->srv, c, &n);
+    fds += n.fds;
+  }
+  return fds;
+}
+
+/* c's counts, one per kind; returns how many kinds it holds some of. */
+static size_t counts_of(st__server_t *srv, const st__conn_t *c, st__holding_count_t *n) {
+  size_t held = 0;
+  if (srv->nholding_kinds > ST__HOLDING_NKINDS) return 0;
+  for (size_t i = 0; i < srv->nholding_kinds; i++) {
+    memset(&n[i], 0, sizeof n[i]);
+    srv->holding_kinds[i]->count(srv, c, &n[i]);
+    held += n[i].items || n[i].fds || n[i].bytes;
+  }
+  return held;
+}
+
+/* See holdings.h. Loop thread. */
+void st__holdings_pack(msgpack_packer *pk, st__server_t *srv) {
+  size_t nk = srv->nholding_kinds;
+  st__holding_count_t n[ST__HOLDING_NKINDS];
+  size_t nconns = 0;
+  for (size_t b = 0; b < srv->nbuckets; b++)
+    for (const st__conn_t *c = srv->buckets[b]; c; c = c->hnext)
+      nconns += counts_of(srv, c, n) > 0;
+  msgpack_pack_array(pk, nconns);
+  for (size_t b = 0; b < srv->nbuckets; b++) {
+    for (const st__conn_t *c = srv->buckets[b]; c; c = c->hnext) {
+      size_t held = counts_of(srv, c, n);
+      if (!held) continue;
+      msgpack_pack_map(pk, 3 + held);
+      st__pack_kv_uint(pk, "conn", c->id);
+      st__pack_kv_int(pk, "pid", (int64_t)c->cred.pid);
+      st__pack_kv_str(pk, "client", c->client);
+      for (size_t i = 0; i < nk; i++) {
+        if (!n[i].items && !n[i].fds && !n[i].bytes) continue;
+        st__pack_cstr(pk, srv->holding_kinds[i]->name);
+        msgpack_pack_map(pk, 3);
+        st__pack_kv_uint(pk, "items", n[i].items);
+        st__pack_kv_uint(pk, "fds", n[i].fds);
+        st__pack_kv_uint(pk, "bytes", n[i].bytes);
+      }
+    }
+  }
+}

@@ -4,6 +4,7 @@
  * reload.c's, shutdowns shutdown.c's. Loop thread only. */
 #include "server/pool_conn.h"
 #include "common/clock.h"
+#include "server/holdings.h"
 #include "server/server.h"
 
 #include <errno.h>
@@ -145,6 +146,11 @@ static void start_failed(const st__server_setup_t *setup, const char *text) {
   if (setup && setup->err && setup->errlen) snprintf(setup->err, setup->errlen, "%s", text);
 }
 
+/* Every kind a connection may hold, in release order (holdings.h). */
+#define HOLDING_ROW(name) &st__holding_##name,
+static const st__holding_kind_t *const holding_kinds[] = {ST__HOLDING_KINDS(HOLDING_ROW)};
+#undef HOLDING_ROW
+
 /* As stserver starts: the default loop and the signal watchers. */
 int st__server_init(st__server_t *srv, const st__config_t *cfg) {
   return st__server_start(srv, cfg, NULL);
@@ -157,7 +163,9 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
   srv->cfg = cfg;
   srv->on_message = st__dispatch;
   srv->on_fast_message = st__fast_call;
-  srv->on_conn_closed = st__work_conn_closed;
+  srv->on_conn_closed = st__holdings_release;
+  srv->holding_kinds = holding_kinds;
+  srv->nholding_kinds = sizeof holding_kinds / sizeof *holding_kinds;
   srv->on_loop_service = service_loop;
   srv->started_at = st__now_unix();
   srv->started_mono = st__now_mono();

@@ -9,6 +9,7 @@
 #include "lua/st_lua.h"
 #include "mem/slab_alloc.h"
 #include "server/conn.h"
+#include "server/holdings.h"
 #include "server/loopprof.h"
 #include "server/server.h"
 
@@ -205,3 +206,21 @@ void st__pool_reply_done(st__conn_t *c, st__pool_reply_t *pr, int sent) {
   }
   if (sent && pr->page) st__mpool_page_sent(c->pool);
 }
+
+/* ------------------------------------------------------------- holdings */
+
+/* The connection's reference to its pool; regions still in use keep
+ * their slabs. */
+static void result_pool_release(st__server_t *srv, st__conn_t *c) {
+  (void)srv;
+  st__mpool_close(c->pool);
+  c->pool = NULL;
+}
+
+static void result_pool_count(st__server_t *srv, const st__conn_t *c, st__holding_count_t *n) {
+  (void)srv;
+  n->items = c->pool != NULL;
+}
+
+const st__holding_kind_t st__holding_result_pool = {
+    .name = "result_pool", .release = result_pool_release, .count = result_pool_count};

@@ -5,6 +5,7 @@
 
 #include "server/pool_conn.h"
 #include "common/log.h"
+#include "server/holdings.h"
 #include "server/rpc.h"
 #include "server/work.h"
 #include "st/errors.h"
@@ -158,3 +159,33 @@ void st__rpc_reload(st__rpc_req_t *r) {
   else
     c->inflight++;   /* answered by reload_answer */
 }
+
+/* ------------------------------------------------------------- holdings */
+
+/* The kept sets hello starts (kept.h): what the client keeps mapped from
+ * earlier replies on this connection. */
+static void kept_arenas_release(st__server_t *srv, st__conn_t *c) {
+  (void)srv;
+  st__keptset_clear(&c->kept_arenas);
+}
+
+static void kept_arenas_count(st__server_t *srv, const st__conn_t *c, st__holding_count_t *n) {
+  (void)srv;
+  n->items = c->kept_arenas.n;
+}
+
+const st__holding_kind_t st__holding_kept_arenas = {
+    .name = "kept_arenas", .release = kept_arenas_release, .count = kept_arenas_count};
+
+static void kept_objects_release(st__server_t *srv, st__conn_t *c) {
+  (void)srv;
+  st__keptset_clear(&c->kept_objects);
+}
+
+static void kept_objects_count(st__server_t *srv, const st__conn_t *c, st__holding_count_t *n) {
+  (void)srv;
+  n->items = c->kept_objects.n;
+}
+
+const st__holding_kind_t st__holding_kept_objects = {
+    .name = "kept_objects", .release = kept_objects_release, .count = kept_objects_count};

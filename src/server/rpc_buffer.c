@@ -1,6 +1,6 @@
 /* src/server: the buffer methods (rpc.h; docs/protocol.md, "Buffers"; the
  * table is engine/buffer.h, the page shm/buffer_page.h). A connection
- * that closes leaves its buffers through st__work_conn_closed (builds.c).
+ * that closes leaves its buffers through its row of holdings.h (below).
  * Loop thread only.
  *
  * A read-only handle gets descriptors that cannot be mapped writable: the
@@ -20,6 +20,7 @@
 #include "common/fail.h"
 #include "common/log.h"
 #include "engine/buffer.h"
+#include "server/holdings.h"
 #include "server/rpc.h"
 #include "server/server.h"
 #include "server/work.h"
@@ -238,3 +239,14 @@ void st__rpc_buffers(st__rpc_req_t *r) {
   }
   st__reply_send(r->c, r->id, &sb);
 }
+
+/* ------------------------------------------------------------- holdings */
+
+static void buffers_release(st__server_t *srv, st__conn_t *c) { st__buffer_conn_closed(&srv->buffers, c->id); }
+
+static void buffers_count(st__server_t *srv, const st__conn_t *c, st__holding_count_t *n) {
+  n->items = (uint64_t)st__buffer_conn_handles(&srv->buffers, c->id);
+}
+
+const st__holding_kind_t st__holding_buffers = {
+    .name = "buffers", .release = buffers_release, .count = buffers_count};

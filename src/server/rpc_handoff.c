@@ -1,11 +1,12 @@
 /* src/server: the hand-off methods (rpc.h; docs/protocol.md, "Hand-offs";
  * the table is engine/handoff.h). A connection that closes leaves its
- * hand-offs through st__work_conn_closed (builds.c). Loop thread only. */
+ * hand-offs through its row of holdings.h (below). Loop thread only. */
 #include <stdio.h>
 #include <string.h>
 
 #include "engine/handoff.h"
 #include "engine/result.h"
+#include "server/holdings.h"
 #include "server/rpc.h"
 #include "server/work.h"
 #include "st/errors.h"
@@ -117,3 +118,14 @@ void st__rpc_handoff_delete(st__rpc_req_t *r) {
   if (rc != ST_OK) st__rpc_error(r, rc, "handoff_delete: %s", err);
   else st__reply_true(r->c, r->id);
 }
+
+/* ------------------------------------------------------------- holdings */
+
+static void handoffs_release(st__server_t *srv, st__conn_t *c) { st__handoff_conn_closed(&srv->handoffs, c->id); }
+
+static void handoffs_count(st__server_t *srv, const st__conn_t *c, st__holding_count_t *n) {
+  n->items = (uint64_t)st__handoff_conn_count(&srv->handoffs, c->id);
+}
+
+const st__holding_kind_t st__holding_handoffs = {
+    .name = "handoffs", .release = handoffs_release, .count = handoffs_count};

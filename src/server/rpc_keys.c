@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "engine/keys.h"
 #include "engine/targs.h"
+#include "server/holdings.h"
 #include "server/rpc.h"
 #include "server/views.h"
 #include "server/work.h"
@@ -349,3 +350,14 @@ void st__rpc_delete(st__rpc_req_t *r) {
   st__views_forget_key(r->c->srv, copy);
   st__reply_true(r->c, r->id);
 }
+
+/* ------------------------------------------------------------- holdings */
+
+static void keys_release(st__server_t *srv, st__conn_t *c) { st__keys_conn_closed(&srv->keys, c->id); }
+
+static void keys_count(st__server_t *srv, const st__conn_t *c, st__holding_count_t *n) {
+  n->items = st__keys_conn_live(&srv->keys, c->id);
+}
+
+const st__holding_kind_t st__holding_keys = {
+    .name = "keys", .release = keys_release, .count = keys_count};

@@ -6,6 +6,7 @@
 
 #include "engine/bind.h"
 #include "engine/cachekey.h"
+#include "server/holdings.h"
 #include "server/rpc.h"
 #include "server/work.h"
 #include "st/errors.h"
@@ -128,3 +129,21 @@ void st__rpc_invalidate_endpoint(st__rpc_req_t *r) {
   msgpack_pack_uint64(&pk, n);
   st__reply_send(r->c, r->id, &sb);
 }
+
+/* ------------------------------------------------------------- holdings */
+
+/* The connection closed: its leases go back. */
+static void leases_release(st__server_t *srv, st__conn_t *c) {
+  if (c->leases) {
+    srv->counters.leases_dropped += st__objects_release_conn(&srv->objects, c->id);
+    c->leases = 0;
+  }
+}
+
+static void leases_count(st__server_t *srv, const st__conn_t *c, st__holding_count_t *n) {
+  (void)srv;
+  n->items = c->leases;
+}
+
+const st__holding_kind_t st__holding_leases = {
+    .name = "leases", .release = leases_release, .count = leases_count};

@@ -4,6 +4,8 @@
 #include <stdio.h>
 
 #include "server/rpc.h"
+#include "common/log.h"
+#include "server/holdings.h"
 #include "server/work.h"
 #include "st/errors.h"
 
@@ -85,3 +87,32 @@ void st__rpc_tasks(st__rpc_req_t *r) {
   for (size_t i = 0; i < n; i++) st__pack_task(&pk, srv, page[i]);
   st__reply_send(r->c, r->id, &sb);
 }
+
+/* ------------------------------------------------------------- holdings */
+
+/* The connection closed: its waits end, and a task its call started has
+ * nobody to answer any more (cancelled). Runs after the "calls" row, and
+ * like it only when the connection had requests in flight. */
+static void tasks_release(st__server_t *srv, st__conn_t *c) {
+  if (!srv->work || c->inflight <= 0) return;
+  uint64_t orphans[64];
+  size_t more = 0;
+  size_t n = st__tasks_conn_closed(srv, c->id, orphans, 64, &more);
+  for (size_t i = 0; i < n; i++) {
+    st__task_t *t = st__task_find(srv, orphans[i]);
+    if (t) st__task_cancel(srv, t);
+  }
+  if (more)
+    ST_LOG_W("task", "conn %llu: %zu more tasks of its calls keep running",
+             (unsigned long long)c->id, more);
+}
+
+/* The connection's waiters (wait, and calls of task endpoints). */
+static void tasks_count(st__server_t *srv, const st__conn_t *c, st__holding_count_t *n) {
+  if (!srv->work) return;
+  for (const st__waiter_t *x = srv->work->waiters; x; x = x->gnext)
+    n->items += x->conn_id == c->id;
+}
+
+const st__holding_kind_t st__holding_tasks = {
+    .name = "tasks", .release = tasks_release, .count = tasks_count};

@@ -283,7 +283,7 @@ struct st__server {
   const st__config_t *cfg;    /* borrowed; outlives the server             */
 
   /* What a connection hands upward, set at start (st__dispatch of rpc.h
-   * and st__work_conn_closed of work.h), so that conn.c calls nothing
+   * and st__holdings_release of holdings.h), so that conn.c calls nothing
    * above it: each decoded message, and the close of a connection. */
   void (*on_message)(st__conn_t *c, const struct st__message *msg);
   /* Tried first on each message (st__fast_call, fastcall.c): 1 when it
@@ -308,6 +308,10 @@ struct st__server {
   size_t nbuckets;            /* power of two                              */
   int nconns;
   uint64_t next_conn_id;
+  /* Every kind a connection may hold, in release order (holdings.h; set
+   * at start). */
+  const struct st__holding_kind *const *holding_kinds;
+  size_t nholding_kinds;
   ev_prepare reap;            /* before each poll: the drain check         */
 
   /* The loops (loops.c): nloops = loop_threads; loops[0].ev is `loop`. */

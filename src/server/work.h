@@ -198,10 +198,9 @@ int st__build_start(st__server_t *srv, const st__endpoint_decl_t *ep, const char
  * its build leaves it and ends now. */
 void st__task_cancel(st__server_t *srv, st__task_t *t);
 
-/* A connection closed (the connections' close hook, server.h): its calls
- * stop waiting (builds nobody waits for any more are cancelled), its
- * waits end, tasks its calls were waiting for are cancelled, its leases
- * are released. */
+/* A connection closed: its calls stop waiting (builds nobody waits for
+ * any more are cancelled). The release of the "calls" row of
+ * holdings.h, the row after the result pool's and before the tasks'. */
 void st__work_conn_closed(st__server_t *srv, st__conn_t *c);
 
 /* Shutdown grace expired: builds still waiting in serialized queues end

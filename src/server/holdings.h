@@ -1,0 +1,83 @@
+/* src/server: the registry of what a connection holds (holdings.c;
+ * docs/architecture.md, "Adding a shared-state kind").
+ *
+ * Each kind of per-connection holding is one row: a release hook, called
+ * once when the connection closes, and a count of what the connection
+ * holds of it now (items, descriptors, bytes). The row lives next to the
+ * kind's own code as one `const st__holding_kind_t st__holding_<name>`;
+ * ST__HOLDING_KINDS below names every row, in the order a closing
+ * connection releases them. Closing a connection walks the rows
+ * (st__holdings_release), info's per-connection view packs their counts
+ * (st__holdings_pack), and limits.max_fds_per_connection reads the
+ * descriptors of the rows that hold some (st__holdings_fds).
+ *
+ * Adding a kind: its row next to its code, and its name in the list.
+ * Loop threads, the write side of the server lock held (conn.h, "Loops").
+ */
+#ifndef ST_SERVER_HOLDINGS_H
+#define ST_SERVER_HOLDINGS_H
+
+#include <msgpack.h>
+#include <stdint.h>
+
+typedef struct st__conn st__conn_t;
+typedef struct st__server st__server_t;
+
+/* What a connection holds of one kind now. */
+typedef struct st__holding_count {
+  uint64_t items;             /* leases, handles, entries, waiters ...       */
+  uint64_t fds;               /* descriptors the server keeps open for it    */
+  uint64_t bytes;             /* arena bytes it pins                         */
+} st__holding_count_t;
+
+typedef struct st__holding_kind {
+  const char *name;           /* its key in info's "holdings"                */
+  /* The connection closed (c->dead, out of the id table): gives back all
+   * it holds of this kind. */
+  void (*release)(st__server_t *srv, st__conn_t *c);
+  /* Fills *n (zeroed by the caller). */
+  void (*count)(st__server_t *srv, const st__conn_t *c, st__holding_count_t *n);
+  int limits_fds;             /* its descriptors count against
+                                 limits.max_fds_per_connection (keep count
+                                 cheap: it runs on every reply)             */
+} st__holding_kind_t;
+
+/* Every kind, in release order, and the file its row lives in. */
+#define ST__HOLDING_KINDS(X)                                                                     \
+  X(replies)          /* holdings.c: descriptors and bytes of unread replies */                  \
+  X(received)         /* holdings.c: received descriptors no request claimed */                  \
+  X(argument_cache)   /* argcache.c: the argument cache */                                       \
+  X(kept_arenas)      /* rpc_admin.c: arenas sent once (kept.h) */                               \
+  X(kept_objects)     /* rpc_admin.c: objects sent once (kept.h) */                              \
+  X(result_pool)      /* pool_conn.c: the connection's result pool */                            \
+  X(calls)            /* builds.c: calls waiting for a build */                                  \
+  X(tasks)            /* rpc_tasks.c: waits, and the tasks its calls wait for */                 \
+  X(handoffs)         /* rpc_handoff.c: producer and consumer seats */                           \
+  X(buffers)          /* rpc_buffer.c: buffer handles and writer locks */                        \
+  X(keys)             /* rpc_keys.c: live keys it publishes */                                   \
+  X(leases)           /* rpc_objects.c: leases on objects */
+
+#define ST__HOLDING_ONE(name) +1
+enum { ST__HOLDING_NKINDS = 0 ST__HOLDING_KINDS(ST__HOLDING_ONE) };
+#undef ST__HOLDING_ONE
+
+#define ST__HOLDING_DECLARE(name) extern const st__holding_kind_t st__holding_##name;
+ST__HOLDING_KINDS(ST__HOLDING_DECLARE)
+#undef ST__HOLDING_DECLARE
+
+/* The server walks every row above through srv->holding_kinds (server.h),
+ * which lifecycle.c sets at start, so that holdings.c depends on no kind. */
+
+/* Connection c closed: every kind releases what c holds, in list order.
+ * The connections' close hook (server.h, on_conn_closed). */
+void st__holdings_release(st__server_t *srv, st__conn_t *c);
+
+/* Descriptors c holds in the kinds whose limits_fds is set. */
+uint64_t st__holdings_fds(const st__conn_t *c);
+
+/* info's "holdings" (docs/protocol.md): one map per open connection that
+ * holds anything, {conn, pid, client, <kind>: {items, fds, bytes} for
+ * each kind it holds some of}. */
+void st__holdings_pack(msgpack_packer *pk, st__server_t *srv);
+
+#endif
