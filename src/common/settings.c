@@ -18,6 +18,24 @@ void *st__setting_field(const st__setting_t *row, void *obj) {
   return (char *)obj + row->offset;
 }
 
+/* See settings.h. Any thread. */
+void st__settings_print(FILE *out, const char *prefix, const st__setting_t *rows,
+                        const void *obj) {
+  int n = 0;
+  for (const st__setting_t *r = rows; r->name; r++) {
+    const char *field = (const char *)obj + r->offset;
+    if (r->type == ST_SET_INT) {
+      int64_t v = r->size == 8 ? *(const int64_t *)(const void *)field
+                               : *(const int32_t *)(const void *)field;
+      fprintf(out, "%s%s=%lld", n++ ? " " : prefix, r->name, (long long)v);
+      if (v == 0 && r->zero) fprintf(out, " (%s)", r->zero);
+    } else if (r->type == ST_SET_SECONDS) {
+      fprintf(out, "%s%s=%g", n++ ? " " : prefix, r->name, *(const double *)(const void *)field);
+    }
+  }
+  if (n) fputc('\n', out);
+}
+
 /* The count field of a list row in obj. */
 int *st__setting_count(const st__setting_t *row, void *obj) {
   return (int *)((char *)obj + row->count_offset);

@@ -18,6 +18,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef enum {
   ST_SET_INT = 0,     /* an integer in [lo, hi]; a field of `size` bytes (4 or 8) */
@@ -74,6 +75,7 @@ typedef struct st__setting {
   const char *def_text;            /* STRING, PATH, WORD with ST_SET_AS_TEXT: the
                                       default, NULL for none */
   const char *description;         /* one line, for people */
+  const char *zero;                /* INT, optional: what 0 stands for, for people */
 } st__setting_t;
 
 /* The row named `name` among rows, or NULL. Borrowed. */
@@ -102,6 +104,13 @@ int *st__setting_count(const st__setting_t *row, void *obj);
 /* The field itself, for the reader's own stores (SECONDS: double *, MODE:
  * unsigned *, PATHS: char **). */
 void *st__setting_field(const st__setting_t *row, void *obj);
+
+/* Writes "<prefix>: name=value name=value ...\n" to out: the INT and
+ * SECONDS rows of `rows` as obj holds them, each INT that is 0 followed by
+ * "(<zero>)" when its row says what 0 stands for. Nothing when no row is
+ * printable. */
+void st__settings_print(FILE *out, const char *prefix, const st__setting_t *rows,
+                        const void *obj);
 
 /* The index of `word` for a WORD row (its parse function, else an exact
  * match among choices), or -1. */

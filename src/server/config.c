@@ -48,7 +48,8 @@ static const st__setting_t limits_rows[] = {
     {.name = "max_object_bytes", .type = ST_SET_INT, INT_FIELD(max_object_bytes), .lo = 0,
      .hi = INT64_C(1) << 53, .def = (int64_t)ST_DEFAULT_MAX_OBJECT_BYTES,
      .description = "largest single allocation (arena); 0 = only its device's memory_budget "
-                    "(and, on the cpu, the host's memory) bound it"},
+                    "(and, on the cpu, the host's memory) bound it",
+     .zero = "only its device's memory_budget"},
     {.name = "lua_memory_bytes", .type = ST_SET_INT, INT_FIELD(lua_memory_bytes),
      .lo = ST__CONFIG_MIN_LUA_MEMORY, .hi = INT64_C(1) << 44, .def = INT64_C(1) << 30,
      .description = "Lua memory of one worker's state (a body past it: OUT_OF_MEMORY)"},
@@ -58,7 +59,8 @@ static const st__setting_t limits_rows[] = {
     {.name = "max_arena_fds", .type = ST_SET_INT, INT_FIELD(max_arena_fds), .lo = 0,
      .hi = 1 << 30, .def = 0,
      .description = "descriptors the server's arenas keep open (memfd objects, results, tensor "
-                    "arguments), all together; 0 = half of RLIMIT_NOFILE"},
+                    "arguments), all together; 0 = half of RLIMIT_NOFILE",
+     .zero = "half of RLIMIT_NOFILE"},
     {.name = "max_fds_per_connection", .type = ST_SET_INT, INT_FIELD(max_fds_per_connection),
      .lo = 1, .hi = 1 << 24, .def = 1,
      .description = "descriptors held for one connection (default: derived, see limits.c)"},
@@ -74,7 +76,8 @@ static const st__setting_t limits_rows[] = {
     {.name = "max_cached_arguments", .type = ST_SET_INT, INT_FIELD(max_cached_arguments),
      .lo = 0, .hi = 1 << 20, .def = 256,
      .description = "tensor arguments one connection's argument cache keeps mapped (least "
-                    "recently used dropped first; 0 = none)"},
+                    "recently used dropped first; 0 = none)",
+     .zero = "none"},
     {.name = "max_handoffs_per_connection", .type = ST_SET_INT,
      INT_FIELD(max_handoffs_per_connection), .lo = 0, .hi = 1 << 16, .def = 16,
      .description = "hand-offs one connection may create or open (handoff_create, "
@@ -87,7 +90,8 @@ static const st__setting_t limits_rows[] = {
     {.name = "max_buffer_bytes", .type = ST_SET_INT, INT_FIELD(max_buffer_bytes), .lo = 0,
      .hi = INT64_C(1) << 50, .def = 0,
      .description = "bytes of one buffer's slots together (0 = a quarter of its device's "
-                    "memory_budget)"},
+                    "memory_budget)",
+     .zero = "a quarter of its device's budget"},
     {.name = "max_buffer_handles_per_connection", .type = ST_SET_INT,
      INT_FIELD(max_buffer_handles_per_connection), .lo = 0, .hi = 1 << 16, .def = 64,
      .description = "buffer handles one connection may hold open (buffer_create, buffer_open)"},
@@ -105,11 +109,13 @@ static const st__setting_t pool_rows[] = {
     {.name = "max_result_bytes", .type = ST_SET_INT, INT_FIELD(pool_max_result_bytes), .lo = 0,
      .hi = INT64_C(1) << 50, .def = 0,
      .description = "larger arenas are not pooled (0 = an eighth of the per-connection cap, "
-                    "at most 16 MiB)"},
+                    "at most 16 MiB)",
+     .zero = "an eighth of the per-connection cap, at most 16 MiB"},
     {.name = "max_regions", .type = ST_SET_INT, INT_FIELD(pool_max_regions), .lo = 0,
      .hi = 1 << 20, .def = 1024,
      .description = "live regions of one connection's pool (slots of its control page; "
-                    "0 = no pools)"},
+                    "0 = no pools)",
+     .zero = "no pools"},
     {.name = "cuda_slab_bytes", .type = ST_SET_INT, INT_FIELD(pool_cuda_slab_bytes),
      .lo = 4096, .hi = INT64_C(1) << 40, .def = 32 << 20,
      .description = "the first slab (a VMM allocation) of a connection's result pool on a CUDA "
@@ -131,7 +137,8 @@ static const st__setting_t keys_rows[] = {
     {.name = "max_bytes", .type = ST_SET_INT, INT_FIELD(keys_max_bytes), .lo = 0,
      .hi = INT64_C(1) << 53, .def = 0,
      .description = "bytes of every kept key version, all devices together; 0 = each device's "
-                    "memory_budget alone bounds them"},
+                    "memory_budget alone bounds them",
+     .zero = "each device's memory_budget alone"},
     {.name = "max_versions", .type = ST_SET_INT, INT_FIELD(keys_max_versions), .lo = 1,
      .hi = 1 << 16, .def = 2,
      .description = "versions kept per key; a put past it drops the oldest"},
@@ -224,6 +231,16 @@ static const st__setting_t config_settings[] = {
      .description = "uids that may call reload (default: root and the server's own)"},
     {.name = NULL},
 };
+
+/* See config.h. */
+void st__config_print_tables(const st__config_t *cfg, FILE *out) {
+  for (const st__setting_t *r = config_settings; r->name; r++) {
+    if (r->type != ST_SET_TABLE) continue;
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%s: ", r->name);
+    st__settings_print(out, prefix, r->rows, cfg);
+  }
+}
 
 static int default_spin_us(void);
 static int default_loop_threads(void);

@@ -7,6 +7,7 @@
 #define ST_SERVER_CONFIG_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -146,6 +147,12 @@ int st__config_load(const char *path, st__config_t *cfg, st__errlist_t *errs);
  * of this process). */
 void st__config_defaults(st__config_t *c);
 void st__config_free(st__config_t *c);
+
+/* --check: one line "<table>: name=value ..." for each table of config.lua
+ * (limits, pool, keys, tasks), every integer and seconds key of it as cfg
+ * holds it, with what a 0 stands for. Reads the settings rows only, so a
+ * new key is listed without a line here. */
+void st__config_print_tables(const st__config_t *cfg, FILE *out);
 
 /* Sets the four connection limits to their defaults, derived from this
  * process's RLIMIT_NOFILE (soft) and the host memory (limits.c). */

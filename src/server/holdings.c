@@ -7,6 +7,7 @@
  * (conn.h, "Loops").
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -258,6 +259,35 @@ static void received_count(st__server_t *srv, const st__conn_t *c, st__holding_c
 
 const st__holding_kind_t st__holding_received = {
     .name = "received", .release = received_release, .count = received_count, .limits_fds = 1};
+
+/* See holdings.h. Loop thread, at start. */
+int st__holdings_start(st__server_t *srv) {
+  srv->holding_state = calloc(srv->nholding_kinds, sizeof *srv->holding_state);
+  if (!srv->holding_state) return ST_ERR_OUT_OF_MEMORY;
+  for (size_t i = 0; i < srv->nholding_kinds; i++) {
+    size_t bytes = srv->holding_kinds[i]->state_bytes;
+    if (bytes && !(srv->holding_state[i] = calloc(1, bytes))) return ST_ERR_OUT_OF_MEMORY;
+  }
+  return ST_OK;
+}
+
+/* See holdings.h. Loop thread, at the end. */
+void st__holdings_stop(st__server_t *srv) {
+  if (!srv->holding_state) return;
+  for (size_t i = 0; i < srv->nholding_kinds; i++) {
+    void *state = srv->holding_state[i];
+    if (state && srv->holding_kinds[i]->stop) srv->holding_kinds[i]->stop(srv, state);
+    free(state);
+  }
+  free(srv->holding_state);
+  srv->holding_state = NULL;
+}
+
+/* See holdings.h. Loop threads. */
+void *st__holdings_state(st__server_t *srv, int index) {
+  if (!srv->holding_state || index < 0 || (size_t)index >= srv->nholding_kinds) return NULL;
+  return srv->holding_state[index];
+}
 
 /* See holdings.h. Loop thread. */
 void st__holdings_release(st__server_t *srv, st__conn_t *c) {

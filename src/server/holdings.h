@@ -40,6 +40,14 @@ typedef struct st__holding_kind {
   int limits_fds;             /* its descriptors count against
                                  limits.max_fds_per_connection (keep count
                                  cheap: it runs on every reply)             */
+  /* Optional: the kind's server-wide state (its table), state_bytes of
+   * zeroes made when the server starts (st__holdings_start) and read with
+   * ST__HOLDING_STATE; at the server's end, after the workers stopped,
+   * stop (may be NULL) frees what the state holds and the registry frees
+   * the state. A kind keeps its table here, so that server.h and
+   * lifecycle.c need no line for it. */
+  size_t state_bytes;
+  void (*stop)(st__server_t *srv, void *state);
 } st__holding_kind_t;
 
 /* Every kind, in release order, and the file its row lives in. */
@@ -57,9 +65,14 @@ typedef struct st__holding_kind {
   X(keys)             /* rpc_keys.c: live keys it publishes */                                   \
   X(leases)           /* rpc_objects.c: leases on objects */
 
-#define ST__HOLDING_ONE(name) +1
-enum { ST__HOLDING_NKINDS = 0 ST__HOLDING_KINDS(ST__HOLDING_ONE) };
-#undef ST__HOLDING_ONE
+/* ST__HOLDING_IDX_<name>: a kind's place in the list; ST__HOLDING_NKINDS. */
+#define ST__HOLDING_INDEX(name) ST__HOLDING_IDX_##name,
+enum { ST__HOLDING_KINDS(ST__HOLDING_INDEX) ST__HOLDING_NKINDS };
+#undef ST__HOLDING_INDEX
+
+/* The server-wide state of kind `name` (its row's state_bytes), e.g.
+ * `st__buffers_t *b = ST__HOLDING_STATE(srv, buffers);`. */
+#define ST__HOLDING_STATE(srv, name) st__holdings_state((srv), ST__HOLDING_IDX_##name)
 
 #define ST__HOLDING_DECLARE(name) extern const st__holding_kind_t st__holding_##name;
 ST__HOLDING_KINDS(ST__HOLDING_DECLARE)
@@ -67,6 +80,19 @@ ST__HOLDING_KINDS(ST__HOLDING_DECLARE)
 
 /* The server walks every row above through srv->holding_kinds (server.h),
  * which lifecycle.c sets at start, so that holdings.c depends on no kind. */
+
+/* Makes the state of every kind that has one (state_bytes). ST_OK or
+ * ST_ERR_OUT_OF_MEMORY (what was made is freed by st__holdings_stop).
+ * Loop thread, at start. */
+int st__holdings_start(st__server_t *srv);
+
+/* Stops and frees every kind's state, in list order. Loop thread, at the
+ * end, after the workers stopped. */
+void st__holdings_stop(st__server_t *srv);
+
+/* The state of the kind at `index` (ST__HOLDING_IDX_*); NULL before
+ * st__holdings_start or for a kind without state. Loop threads. */
+void *st__holdings_state(st__server_t *srv, int index);
 
 /* Connection c closed: every kind releases what c holds, in list order.
  * The connections' close hook (server.h, on_conn_closed). */

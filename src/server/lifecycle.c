@@ -230,6 +230,10 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
                srv->devices.list[i].name, srv->devices.list[i].uuid);
 
   st__arena_set_limit(cfg->max_object_bytes);
+  if (st__holdings_start(srv) != ST_OK) {
+    start_failed(setup, "out of memory");
+    return ST_ERR_OUT_OF_MEMORY;
+  }
   st__objects_init(&srv->objects);
   st__keys_init(&srv->keys, (size_t)cfg->keys_max_keys, cfg->keys_max_bytes,
                 (unsigned)cfg->keys_max_versions);
@@ -391,8 +395,7 @@ void st__server_destroy(st__server_t *srv) {
   st__views_destroy(srv);
   st__objects_free(&srv->objects);
   st__keys_free(&srv->keys);
-  st__handoff_free_all(&srv->handoffs);
-  st__buffer_free_all(&srv->buffers);
+  st__holdings_stop(srv);
   /* Every arena of the server is gone or queued: the releaser tears the
    * queued ones down before it stops, while the CUDA contexts live. */
   if (srv->releaser) st__arena_releaser_stop();

@@ -26,6 +26,9 @@
 #include "server/work.h"
 #include "st/errors.h"
 
+/* The table of buffers: this kind's state in the registry (holdings.h). */
+static st__buffers_t *buffers_of(st__server_t *srv) { return ST__HOLDING_STATE(srv, buffers); }
+
 /* A descriptor of arena a for one reply: read-only when `readonly` and a
  * is a memfd (CUDA: the client maps it read-only; docs/security.md).
  * The caller owns it. Negative ST_ERR_* with the reason in err. */
@@ -100,7 +103,7 @@ static void reply_buffer(st__rpc_req_t *r, st__buffer_t *b, const st__buffer_han
     for (int k = 0; k < 2; k++)
       if (fds[k] >= 0) close(fds[k]);
     char ignored[8];
-    st__buffer_close(&c->srv->buffers, b->named.name, strlen(b->named.name), h->id, c->id,
+    st__buffer_close(buffers_of(c->srv), b->named.name, strlen(b->named.name), h->id, c->id,
                      ignored, sizeof ignored);
     st__rpc_error(r, rc, "%s: %s", r->method->name, why);
     return;
@@ -177,7 +180,7 @@ void st__rpc_buffer_create(st__rpc_req_t *r) {
   char err[400];
   st__buffer_t *b = NULL;
   st__buffer_handle_t h;
-  int rc = st__buffer_create(&c->srv->buffers, &s, &l, c->id, c->cred.uid, &b, &h, err,
+  int rc = st__buffer_create(buffers_of(c->srv), &s, &l, c->id, c->cred.uid, &b, &h, err,
                              sizeof err);
   if (rc != ST_OK) {
     st__rpc_error(r, rc, "buffer_create: %s", err);
@@ -195,7 +198,7 @@ void st__rpc_buffer_open(st__rpc_req_t *r) {
   char err[400];
   st__buffer_t *b = NULL;
   st__buffer_handle_t h;
-  int rc = st__buffer_open(&c->srv->buffers, name->via.str.ptr, name->via.str.size,
+  int rc = st__buffer_open(buffers_of(c->srv), name->via.str.ptr, name->via.str.size,
                            st__rpc_bool(r, "readonly", 0), c->srv->cfg->max_buffer_handles_per_connection,
                            c->id, c->cred.uid, &b, &h, err, sizeof err);
   if (rc != ST_OK) st__rpc_error(r, rc, "buffer_open: %s", err);
@@ -206,7 +209,7 @@ void st__rpc_buffer_open(st__rpc_req_t *r) {
 void st__rpc_buffer_close(st__rpc_req_t *r) {
   const msgpack_object *name = st__rpc_arg(r, "name");
   char err[400];
-  int rc = st__buffer_close(&r->c->srv->buffers, name->via.str.ptr, name->via.str.size,
+  int rc = st__buffer_close(buffers_of(r->c->srv), name->via.str.ptr, name->via.str.size,
                             st__rpc_u64(r, "handle", 0), r->c->id, err, sizeof err);
   if (rc != ST_OK) st__rpc_error(r, rc, "buffer_close: %s", err);
   else st__reply_true(r->c, r->id);
@@ -216,7 +219,7 @@ void st__rpc_buffer_close(st__rpc_req_t *r) {
 void st__rpc_buffer_unlink(st__rpc_req_t *r) {
   const msgpack_object *name = st__rpc_arg(r, "name");
   char err[400];
-  int rc = st__buffer_unlink(&r->c->srv->buffers, name->via.str.ptr, name->via.str.size,
+  int rc = st__buffer_unlink(buffers_of(r->c->srv), name->via.str.ptr, name->via.str.size,
                              r->c->cred.uid, err, sizeof err);
   if (rc != ST_OK) st__rpc_error(r, rc, "buffer_unlink: %s", err);
   else st__reply_true(r->c, r->id);
@@ -225,7 +228,7 @@ void st__rpc_buffer_unlink(st__rpc_req_t *r) {
 /* buffers {} -> [{name, device, dtype, shape, slots, frame_bytes, stride,
  * handles}] of the named buffers of the caller's uid. */
 void st__rpc_buffers(st__rpc_req_t *r) {
-  const st__named_list_t *l = &r->c->srv->buffers.named;
+  const st__named_list_t *l = &buffers_of(r->c->srv)->named;
   uint32_t n = 0;
   for (const st__named_t *e = l->head; e; e = e->next) n += e->uid == r->c->cred.uid;
   msgpack_sbuffer sb;
@@ -242,11 +245,17 @@ void st__rpc_buffers(st__rpc_req_t *r) {
 
 /* ------------------------------------------------------------- holdings */
 
-static void buffers_release(st__server_t *srv, st__conn_t *c) { st__buffer_conn_closed(&srv->buffers, c->id); }
+static void buffers_release(st__server_t *srv, st__conn_t *c) { st__buffer_conn_closed(buffers_of(srv), c->id); }
 
 static void buffers_count(st__server_t *srv, const st__conn_t *c, st__holding_count_t *n) {
-  n->items = (uint64_t)st__buffer_conn_handles(&srv->buffers, c->id);
+  n->items = (uint64_t)st__buffer_conn_handles(buffers_of(srv), c->id);
+}
+
+static void buffers_stop(st__server_t *srv, void *state) {
+  (void)srv;
+  st__buffer_free_all(state);
 }
 
 const st__holding_kind_t st__holding_buffers = {
-    .name = "buffers", .release = buffers_release, .count = buffers_count};
+    .name = "buffers", .release = buffers_release, .count = buffers_count,
+    .state_bytes = sizeof(st__buffers_t), .stop = buffers_stop};

@@ -11,6 +11,9 @@
 #include "server/work.h"
 #include "st/errors.h"
 
+/* The table of handoffs: this kind's state in the registry (holdings.h). */
+static st__handoffs_t *handoffs_of(st__server_t *srv) { return ST__HOLDING_STATE(srv, handoffs); }
+
 static void pack_u8_tensor(msgpack_packer *pk, uint32_t arena, uint64_t bytes) {
   st__tensor_desc_t t;
   memset(&t, 0, sizeof t);
@@ -74,7 +77,7 @@ void st__rpc_handoff_create(st__rpc_req_t *r) {
   };
   char err[400];
   st__handoff_t *h = NULL;
-  int rc = st__handoff_create(&c->srv->handoffs, &s, c->id, c->cred.uid, &h, err, sizeof err);
+  int rc = st__handoff_create(handoffs_of(c->srv), &s, c->id, c->cred.uid, &h, err, sizeof err);
   if (rc != ST_OK) {
     st__rpc_error(r, rc, "handoff_create: %s", err);
     return;
@@ -89,7 +92,7 @@ void st__rpc_handoff_open(st__rpc_req_t *r) {
   char err[400];
   st__handoff_t *h = NULL;
   uint32_t slot;
-  int rc = st__handoff_open(&c->srv->handoffs, name->via.str.ptr, name->via.str.size, c->id,
+  int rc = st__handoff_open(handoffs_of(c->srv), name->via.str.ptr, name->via.str.size, c->id,
                             c->cred.uid, c->srv->cfg->max_handoffs_per_connection, &h, &slot,
                             err, sizeof err);
   if (rc != ST_OK) {
@@ -103,7 +106,7 @@ void st__rpc_handoff_open(st__rpc_req_t *r) {
 void st__rpc_handoff_close(st__rpc_req_t *r) {
   const msgpack_object *name = name_of(r);
   char err[400];
-  int rc = st__handoff_close(&r->c->srv->handoffs, name->via.str.ptr, name->via.str.size,
+  int rc = st__handoff_close(handoffs_of(r->c->srv), name->via.str.ptr, name->via.str.size,
                              r->c->id, err, sizeof err);
   if (rc != ST_OK) st__rpc_error(r, rc, "handoff_close: %s", err);
   else st__reply_true(r->c, r->id);
@@ -113,7 +116,7 @@ void st__rpc_handoff_close(st__rpc_req_t *r) {
 void st__rpc_handoff_delete(st__rpc_req_t *r) {
   const msgpack_object *name = name_of(r);
   char err[400];
-  int rc = st__handoff_delete(&r->c->srv->handoffs, name->via.str.ptr, name->via.str.size,
+  int rc = st__handoff_delete(handoffs_of(r->c->srv), name->via.str.ptr, name->via.str.size,
                               r->c->cred.uid, err, sizeof err);
   if (rc != ST_OK) st__rpc_error(r, rc, "handoff_delete: %s", err);
   else st__reply_true(r->c, r->id);
@@ -121,11 +124,17 @@ void st__rpc_handoff_delete(st__rpc_req_t *r) {
 
 /* ------------------------------------------------------------- holdings */
 
-static void handoffs_release(st__server_t *srv, st__conn_t *c) { st__handoff_conn_closed(&srv->handoffs, c->id); }
+static void handoffs_release(st__server_t *srv, st__conn_t *c) { st__handoff_conn_closed(handoffs_of(srv), c->id); }
 
 static void handoffs_count(st__server_t *srv, const st__conn_t *c, st__holding_count_t *n) {
-  n->items = (uint64_t)st__handoff_conn_count(&srv->handoffs, c->id);
+  n->items = (uint64_t)st__handoff_conn_count(handoffs_of(srv), c->id);
+}
+
+static void handoffs_stop(st__server_t *srv, void *state) {
+  (void)srv;
+  st__handoff_free_all(state);
 }
 
 const st__holding_kind_t st__holding_handoffs = {
-    .name = "handoffs", .release = handoffs_release, .count = handoffs_count};
+    .name = "handoffs", .release = handoffs_release, .count = handoffs_count,
+    .state_bytes = sizeof(st__handoffs_t), .stop = handoffs_stop};

@@ -44,8 +44,6 @@
 #include <sys/types.h>
 
 #include "engine/generation.h"
-#include "engine/buffer.h"
-#include "engine/handoff.h"
 #include "engine/job.h"
 #include "engine/keys.h"
 #include "engine/objects.h"
@@ -312,6 +310,7 @@ struct st__server {
    * at start). */
   const struct st__holding_kind *const *holding_kinds;
   size_t nholding_kinds;
+  void **holding_state;       /* each kind's state, by its place (holdings.h) */
   ev_prepare reap;            /* before each poll: the drain check         */
 
   /* The loops (loops.c): nloops = loop_threads; loops[0].ev is `loop`. */
@@ -354,8 +353,6 @@ struct st__server {
   int shutting_down;
   int grace_expired;          /* in-flight calls were cancelled           */
   int stopped;                /* the loop was told to stop                 */
-  st__handoffs_t handoffs;    /* named hand-offs (rpc_handoff.c)           */
-  st__buffers_t buffers;      /* named buffers (rpc_buffer.c)              */
   st__keys_t keys;            /* published keys (rpc_keys.c)               */
   struct st__views *views;    /* copies for views in flight (views.c), made
                                  at the first; NULL before */

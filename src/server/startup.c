@@ -86,7 +86,7 @@ static void print_memory_limits(const st__config_t *cfg) {
   uint64_t fds = st__reclaim_fd_cap(cfg->max_arena_fds, &nofile);
   printf("memory: cpu budget %llu bytes (host memory %llu bytes: %s)\n",
          (unsigned long long)cfg->budgets[0].bytes, (unsigned long long)host, source);
-  printf("limits: max_object_bytes %llu%s, max_arena_fds %llu%s (RLIMIT_NOFILE %llu)\n",
+  printf("memory: max_object_bytes %llu%s, max_arena_fds %llu%s (RLIMIT_NOFILE %llu)\n",
          (unsigned long long)cfg->max_object_bytes,
          cfg->max_object_bytes ? "" : " (the device's memory_budget)", (unsigned long long)fds,
          cfg->max_arena_fds ? "" : " (half of RLIMIT_NOFILE)", (unsigned long long)nofile);
@@ -118,27 +118,7 @@ static int run_check(const st__config_t *cfg, int config_errors) {
   print_memory_limits(cfg);
   printf("workers: %d spin_us=%d loop_threads=%d\n", cfg->workers, cfg->spin_us,
          cfg->loop_threads);
-  printf("limits: max_fds_per_connection=%d max_fds_all_connections=%d "
-         "max_queued_bytes_per_connection=%llu max_queued_bytes_all_connections=%llu "
-         "max_cached_arguments=%d\n",
-         cfg->max_fds_per_connection, cfg->max_fds_all_connections,
-         (unsigned long long)cfg->max_queued_bytes_per_connection,
-         (unsigned long long)cfg->max_queued_bytes_all_connections, cfg->max_cached_arguments);
-  printf("limits: max_handoffs_per_connection=%d max_handoff_chunks=%llu\n",
-         cfg->max_handoffs_per_connection, (unsigned long long)cfg->max_handoff_chunks);
-  printf("limits: max_buffers=%llu max_buffer_bytes=%llu%s max_buffer_handles_per_connection=%d\n",
-         (unsigned long long)cfg->max_buffers, (unsigned long long)cfg->max_buffer_bytes,
-         cfg->max_buffer_bytes ? "" : " (a quarter of each device's budget)",
-         cfg->max_buffer_handles_per_connection);
-  printf("keys: max_keys=%d max_bytes=%llu max_versions=%d (max_bytes 0: the budgets alone)\n",
-         cfg->keys_max_keys, (unsigned long long)cfg->keys_max_bytes, cfg->keys_max_versions);
-  printf("pool: slab_bytes=%llu max_bytes_per_connection=%llu max_result_bytes=%llu "
-         "max_regions=%d cuda_slab_bytes=%llu cuda_max_bytes_per_connection=%llu idle_s=%g "
-         "(each capped at a quarter of its device's budget; max_result_bytes 0: derived)\n",
-         (unsigned long long)cfg->pool_slab_bytes, (unsigned long long)cfg->pool_max_bytes,
-         (unsigned long long)cfg->pool_max_result_bytes, cfg->pool_max_regions,
-         (unsigned long long)cfg->pool_cuda_slab_bytes, (unsigned long long)cfg->pool_cuda_max_bytes,
-         cfg->pool_idle_s);
+  st__config_print_tables(cfg, stdout);
   st__errlist_t errs = {0};
   st__generation_t *gen = NULL;
   const st__load_opts_t load = {.limit_s = cfg->endpoint_load_timeout_s};
