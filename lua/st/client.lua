@@ -30,10 +30,10 @@
 --
 -- What it wraps: st.connect and the client methods close, ping, call,
 -- get, info, endpoints, submit, status, wait, result, cancel, release,
--- ensure_live, invalidate, buffer_create, buffer_open, buffer_unlink and
--- reload, with tensors, replies and buffers through the modules below.
--- Everything else the C headers declare (put, delete, keys, objects,
--- tasks, st_client_rpc, hand-offs, live keys, st_get_into, copies, the
+-- ensure_live, invalidate, buffer_create, buffer_open, buffer_unlink,
+-- reload and rpc (any method by name), with tensors, replies and buffers
+-- through the modules below. Everything else the C headers declare (put,
+-- delete, keys, objects, tasks, st_client_rpc_marshal, hand-offs, live keys, st_get_into, copies, the
 -- open-cache, a buffer's frame-level calls, ...) is left to st.ffi, the
 -- raw declarations: docs/client.md ("Lua (LuaJIT FFI)") lists them.
 --
@@ -216,6 +216,18 @@ local function value_method(self, fn, arg, arg2)
   local v = res.value
   res:free()
   return v
+end
+
+-- Any method of docs/protocol.md by name, with named parameters (a table,
+-- or nil); returns a result ({value, :tensors(), :free()}), as call does,
+-- so a method whose reply carries descriptors maps them too.
+function Client:rpc(method, params)
+  check_self(self, "rpc")
+  check_name(method, "rpc")
+  local a = params ~= nil and build_args(params, 2) or nil
+  local out = ffi.new("st_result_t*[1]")
+  if lib.st_client_rpc(self._h, method, a, out) ~= 0 then return failure(self) end
+  return wrap_result(out[0])
 end
 
 function Client:info()

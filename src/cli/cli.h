@@ -70,6 +70,7 @@ extern const cli_command_t cli_keys_command;
 extern const cli_command_t cli_get_command;
 extern const cli_command_t cli_delete_command;
 extern const cli_command_t cli_reload_command;
+extern const cli_command_t cli_rpc_command;
 extern const cli_command_t cli_stats_command;
 extern const cli_command_t cli_watch_command;
 extern const cli_command_t cli_completion_command;

@@ -213,6 +213,20 @@ static const stt_endpoint_t served[] = {
     {NULL, NULL},
 };
 
+/* Any method by name: one with a command of its own and one without. */
+TEST(rpc_any_method) {
+  CHECK_EQ_INT(STCLI(SOCK, "rpc", "endpoints", "--json"), 0);
+  CHECK(json_ok(R.out));
+  CHECK_CONTAINS(R.out, "\"name\": \"t\"");
+  CHECK_EQ_INT(STCLI(SOCK, "rpc", "keys", "prefix=nothing-here"), 0);
+  CHECK_CONTAINS(R.out, "[]");
+  CHECK_EQ_INT(STCLI(SOCK, "rpc", "tasks", "status=bogus"), 1);
+  CHECK_CONTAINS_ALL(R.err, "INVALID_ARGUMENT", "'status' must be one of");
+  CHECK_EQ_INT(STCLI(SOCK, "rpc", "no_such_method"), 1);
+  CHECK_CONTAINS(R.err, "unknown method 'no_such_method'");
+  CHECK_EQ_INT(STCLI(SOCK, "rpc"), 2);
+}
+
 int main(void) {
   cli_setup(&srv, NULL, served);
   RUN(version_and_help);
@@ -225,5 +239,6 @@ int main(void) {
   RUN(call_json);
   RUN(errors_and_exit_codes);
   RUN(server_uid);
+  RUN(rpc_any_method);
   return stt_server_finish(&srv);
 }

@@ -95,6 +95,20 @@ describe("the Lua client", function()
     res:free()
   end)
 
+  it("sends any method by name", function()
+    local res = assert(c:rpc("keys", { prefix = "nothing-here/" }))
+    assert.are.same({}, res.value)
+    res:free()
+    res = assert(c:rpc("endpoints"))
+    local names = {}
+    for _, e in ipairs(res.value) do names[e.name] = true end
+    assert.is_true(names.t)
+    res:free()
+    local r, err = c:rpc("no_such_method")
+    assert.is_nil(r)
+    assert.matches("unknown method 'no_such_method'", tostring(err))
+  end)
+
   it("round-trips nested arguments", function()
     local v = { a = { 1, 2.5, "x" }, b = true, c = { d = "e" } }
     local res = assert(c:call("echo", { value = v }))
