@@ -5,8 +5,11 @@
  * counted by results and unmapped when the last result using them is freed.
  *
  * CPU arenas (memfd) are mapped with mmap once the descriptor passed the
- * checks of fdcheck.c (a sealed, read-write memfd at least as long as the
- * arena). The key is checked against the file itself (device and inode):
+ * checks of fdcheck.c (a sealed memfd at least as long as the arena, open
+ * for what the mapping needs), PROT_READ when the arena is read-only
+ * (marked so, or of a request asked read-only: result.c), else
+ * PROT_READ | PROT_WRITE; st__client_mapping_writable says which, for the
+ * handles that write (live.c, handoff.c). The key is checked against the file itself (device and inode):
  * a server that reused a server_id could otherwise make us hand out a
  * stale mapping.
  *
