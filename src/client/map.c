@@ -9,9 +9,9 @@
  * for what the mapping needs), PROT_READ when the arena is read-only
  * (marked so, or of a request asked read-only: result.c), else
  * PROT_READ | PROT_WRITE; st__client_mapping_writable says which, for the
- * handles that write (live.c, handoff.c). The key is checked against the file itself (device and inode):
- * a server that reused a server_id could otherwise make us hand out a
- * stale mapping.
+ * handles that write (live.c, handoff.c). The key is checked against the
+ * file itself (device and inode): a server that reused a server_id could
+ * otherwise make us hand out a stale mapping.
  *
  * CUDA arenas (backend "vmm") are imported with st__cuda_import on the
  * device whose UUID the descriptor names (device.c), and unmapped with

@@ -179,7 +179,8 @@ static int on_request(fake_server_t *f, int conn, uint32_t id, const char *metho
                        "{protocol: 1, version: '0.0.0-fake', server_id: 'fake-%d', pid: %d, "
                        "device: 0, devices: [], limits: {}, features: ['pool']}",
                        (int)getpid(), (int)getpid());
-  if (strcmp(method, "get") == 0) return now.publisher >= 0 ? reply_live(conn, id) : reply_get(conn, id);
+  if (strcmp(method, "get") == 0)
+    return now.publisher >= 0 ? reply_live(conn, id) : reply_get(conn, id);
   if (strcmp(method, "handoff_create") == 0 || strcmp(method, "handoff_open") == 0)
     return reply_handoff(conn, id);
   if (strcmp(method, "buffer_create") == 0 || strcmp(method, "buffer_open") == 0)
@@ -220,7 +221,8 @@ static int child_handoff(void) {
   st_client_t *c = stt_client_open(fs.path);
   if (!c) return 3;
   st_handoff_t *h = NULL;
-  int rc = now.consumer ? st_handoff_open(c, "h", &h) : st_handoff_create(c, "h", "cpu", 64, 2, 1, &h);
+  int rc = now.consumer ? st_handoff_open(c, "h", &h)
+                        : st_handoff_create(c, "h", "cpu", 64, 2, 1, &h);
   if (rc != ST_OK) return refused(rc, st_client_error(c));
   if (now.consumer) {
     st_handoff_read(h, 0, 1, 50, NULL, NULL);   /* counts itself a waiter in the page */
@@ -399,7 +401,8 @@ TEST(a_read_only_get_is_mapped_read_only_whatever_the_reply_says) {
 
 /* A buffer opened read-only stays read-only, whatever the reply says. */
 TEST(a_read_only_buffer_handle_stays_read_only) {
-  now = (struct scenario){"buffer: a writable reply to a read-only open", {RW, RW}, {0, 0}, -1, 0, 0};
+  now = (struct scenario){"buffer: a writable reply to a read-only open", {RW, RW}, {0, 0},
+                          -1, 0, 0};
   OPEN_CLIENT(c, fs.path);
   st_buffer_t *b = NULL;
   CHECK_RC(st_buffer_open(c, "b", 1, &b), ST_OK, c);
