@@ -42,9 +42,13 @@ static int map_one(const msgpack_object *a, int fd, uint64_t need, int readonly,
                    void **base, size_t *len, st__cuda_mapping_t *cm, char *why, size_t n) {
   st__arena_desc_t d;
   int rc = st__parse_arena(a, &d, why, n);
-  /* A read-only handle maps like a read-only arena of a reply: memfds must
-   * come O_RDONLY, VMM mappings get read-only access (device.c). */
-  if (readonly) d.readonly = 1;
+  /* The handle decides how its memory maps: a read-only one read-only (a
+   * memfd PROT_READ, a VMM import with read-only access: device.c), a
+   * writable one read-write, which an arena marked read-only cannot be. */
+  if (rc == ST_OK && d.readonly && !readonly)
+    rc = st__fail(ST_ERR_PROTOCOL, why, n, "arena %llu comes read-only, and this handle writes it",
+                  (unsigned long long)d.id);
+  d.readonly = readonly;
   if (rc == ST_OK && d.bytes < need)
     rc = st__fail(ST_ERR_PROTOCOL, why, n, "arena %llu has %llu bytes; the buffer needs %llu",
                   (unsigned long long)d.id, (unsigned long long)d.bytes,
@@ -66,9 +70,12 @@ static int map_one(const msgpack_object *a, int fd, uint64_t need, int readonly,
     if (rc == ST_OK)
       p = mmap(NULL, (size_t)need, readonly ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED,
                fd, 0);
+    int e = errno;
+    /* EACCES, EPERM: the descriptor cannot be mapped as the handle needs. */
     if (rc == ST_OK && p == MAP_FAILED)
-      rc = st__fail(ST_ERR_IO, why, n, "mmap of %llu bytes failed: %s",
-                    (unsigned long long)need, strerror(errno));
+      rc = st__fail(e == EACCES || e == EPERM ? ST_ERR_PROTOCOL : ST_ERR_IO, why, n,
+                    "mmap %s of %llu bytes failed: %s", readonly ? "read-only" : "read-write",
+                    (unsigned long long)need, strerror(e));
     if (rc == ST_OK) {
       *base = p;
       *len = (size_t)need;
@@ -87,8 +94,12 @@ static void unmap_all(st_buffer_t *b) {
 }
 
 /* Fills b from the reply's result r and maps its descriptors (all of
- * them consumed). ST_OK or a recorded failure. */
+ * them consumed). b->info.readonly says what the caller asked: the handle
+ * is read-only, and maps read-only, when it asked so whatever the reply
+ * says; a read-only reply to a writable handle is PROTOCOL (its memory
+ * would map read-only where writes go). ST_OK or a recorded failure. */
 static int adopt(st_client_t *c, st_buffer_t *b, const msgpack_object *r, int *fds, size_t nfds) {
+  int asked_ro = b->info.readonly;
   const msgpack_object *arenas = st__map_get(r, "arenas"), *shape = st__map_get(r, "shape"),
                        *dtype = st__map_get(r, "dtype");
   int64_t slots = int_of(r, "slots"), frame = int_of(r, "frame_bytes"),
@@ -117,10 +128,13 @@ static int adopt(st_client_t *c, st_buffer_t *b, const msgpack_object *r, int *f
   if (ok) ok = (uint64_t)stride <= (UINT64_C(1) << 50) / (uint64_t)slots;
   char why[300] = "";
   int rc = ok ? ST_OK : st__fail(ST_ERR_PROTOCOL, why, sizeof why, "%s", "the reply is not a buffer");
+  if (rc == ST_OK && ro == 1 && !asked_ro)
+    rc = st__fail(ST_ERR_PROTOCOL, why, sizeof why, "%s", "the reply makes a handle asked "
+                  "writable read-only (its page and data would come read-only where it writes)");
   b->info.ndim = ok ? (int)shape->via.array.size : 0;
   b->info.slots = (int)slots;
   b->info.frame_bytes = (uint64_t)frame;
-  b->info.readonly = ro == 1;
+  b->info.readonly = asked_ro;
   b->info.handle = (uint64_t)handle;
   b->info.connection = b->me = (uint64_t)conn;
   b->pid = (int)getpid();
@@ -193,22 +207,26 @@ static void pack_close(msgpack_packer *pk, const void *arg) {
   st__pack_kv_uint(pk, "handle", ((const close_args_t *)arg)->handle);
 }
 
-/* Creates or opens: one exchange, then the handle. */
+/* Creates or opens (read-only when `readonly`): one exchange, then the
+ * handle. */
 static int attach(st_client_t *c, const char *method, const char *name,
                   void (*extra)(msgpack_packer *, const void *), const void *arg, uint32_t n,
-                  st_buffer_t **out) {
+                  int readonly, st_buffer_t **out) {
   st_buffer_t *b = calloc(1, sizeof *b);
   if (!b) return st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory");
   b->c = c;
+  b->info.readonly = readonly;
   snprintf(b->name, sizeof b->name, "%s", name ? name : "");
   int rc = buffer_method(c, method, name, extra, arg, n, b);
   if (rc != ST_OK) {
     unmap_all(b);
     if (b->info.handle) {
       /* Mapped badly: let the server forget the handle; the first error stays. */
+      char why[512];
+      snprintf(why, sizeof why, "%s", st_client_error(c));
       close_args_t a = {b->info.handle};
       buffer_method(c, "buffer_close", b->name, pack_close, &a, 1, NULL);
-      st__client_fail(c, rc, "buffer '%s': the reply could not be mapped", b->name);
+      st__client_fail(c, rc, "%s", why);
     }
     free(b);
     return rc;
@@ -248,7 +266,7 @@ ST_API int st_buffer_create(st_client_t *c, const char *name, const char *device
                            ST__BUFFER_MAX_SLOTS);
   const char *dt = st_dtype_name(dtype);
   create_args_t a = {device && *device ? device : "cpu", dt ? dt : "invalid", ndim, shape, slots};
-  return attach(c, "buffer_create", name, pack_create, &a, 4, out);
+  return attach(c, "buffer_create", name, pack_create, &a, 4, 0, out);
 }
 
 static void pack_open(msgpack_packer *pk, const void *arg) {
@@ -260,7 +278,7 @@ ST_API int st_buffer_open(st_client_t *c, const char *name, int readonly, st_buf
   if (out) *out = NULL;
   if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
   int ro = readonly != 0;
-  return attach(c, "buffer_open", name, pack_open, &ro, 1, out);
+  return attach(c, "buffer_open", name, pack_open, &ro, 1, ro, out);
 }
 
 /* See client.h. Any thread. */

@@ -405,10 +405,11 @@ void st__client_mapping_mark_reusable(st__mapping_t *m);
 /* Whether only pins hold m (no result uses it). Under the lock. */
 int st__client_mapping_only_pinned_locked(const st__mapping_t *m);
 /* fdcheck.c: ST_OK when `fd` (borrowed; `st` its fstat) is what a "memfd"
- * arena `d` must be: a tmpfs regular file open read-write (read-only for
- * a d->readonly arena), sealed with
- * F_SEAL_SHRINK and not against writing, of at least d->bytes. Else
- * ST_ERR_PROTOCOL with a reason naming the arena. Any thread. */
+ * arena `d` must be: a tmpfs regular file sealed with F_SEAL_SHRINK, of
+ * at least d->bytes, open for reading when d->readonly (it is mapped
+ * PROT_READ), else open read-write and not sealed against writing (it is
+ * mapped PROT_READ | PROT_WRITE). Else ST_ERR_PROTOCOL with a reason
+ * naming the arena. Any thread. */
 struct stat;
 int st__client_check_memfd(const st__arena_desc_t *d, int fd, const struct stat *st, char *err,
                            size_t errlen);
@@ -444,6 +445,12 @@ void *st__client_mapping_base(const st__mapping_t *m);
 int st__client_mapping_ordinal(const st__mapping_t *m);
 /* The bytes a mapping makes usable (0 for an empty arena). */
 uint64_t st__client_mapping_bytes(const st__mapping_t *m);
+/* Nonzero when m may be written: a memfd mapped PROT_READ | PROT_WRITE
+ * (its descriptor checked to allow it, fdcheck.c), or a VMM import given
+ * read-write access (this library sets a CUDA mapping's access itself:
+ * read-only exactly when the arena was marked or asked read-only). A
+ * pool region is as its slab. */
+int st__client_mapping_writable(const st__mapping_t *m);
 
 /* device.c: CUDA for the client. Every function leaves the calling
  * thread's current CUDA context as it found it. Any thread. */
@@ -529,6 +536,16 @@ void st__client_event_put(st__client_event_t *e);
  * (nfds of them, may be NULL) are consumed. */
 int st__client_result_decode(st_client_t *c, const msgpack_object *result, int unwrap,
                              int *fds, size_t nfds, st_result_t **out);
+/* result.c: st__client_result_decode of the reply to a request that asked
+ * for read-only memory (a get with ST_GET_READONLY): every arena is mapped
+ * read-only whatever the reply says, and a pool region or an arena named
+ * by id (both writable mappings of this connection) is ST_ERR_PROTOCOL. */
+int st__client_result_decode_readonly(st_client_t *c, const msgpack_object *result, int unwrap,
+                                      int *fds, size_t nfds, st_result_t **out);
+/* result.c: nonzero when every mapping of r holding bytes of tensor t (of
+ * r; NULL: every mapping of r) is writable (st__client_mapping_writable):
+ * what a handle checks before it, or its caller, writes there. */
+int st__client_result_writable(const st_result_t *r, const st_tensor_t *t);
 
 /* -------------------------------------------------------------- args */
 

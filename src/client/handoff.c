@@ -84,6 +84,14 @@ static int adopt(st_client_t *c, st_handoff_t *h) {
   if (h->page->magic != ST__HANDOFF_MAGIC || h->page->version != ST__HANDOFF_VERSION)
     return st__client_fail(c, ST_ERR_PROTOCOL, "%s: the control page is not version %u",
                            h->name, ST__HANDOFF_VERSION);
+  /* Both roles write the page, the producer (through the caller) the
+   * data: neither may come read-only, to fault at the first write. */
+  if (!st__client_result_writable(h->r, page))
+    return st__client_fail(c, ST_ERR_PROTOCOL, "%s: the control page comes read-only (every "
+                           "role writes it)", h->name);
+  if (h->slot < 0 && !st__client_result_writable(h->r, data))
+    return st__client_fail(c, ST_ERR_PROTOCOL, "%s: the data comes read-only (the producer "
+                           "writes it)", h->name);
   return ST_OK;
 }
 
@@ -114,10 +122,12 @@ static int attach(st_client_t *c, const char *method, const char *name,
     rc = adopt(c, h);
     if (rc != ST_OK) {
       /* Let the server forget us; the reply's error stays the failure. */
+      char why[512];
+      snprintf(why, sizeof why, "%s", st_client_error(c));
       st_result_t *ignored = NULL;
       if (handoff_method(c, "handoff_close", name, NULL, NULL, 0, &ignored) == ST_OK)
         st_result_free(ignored);
-      st__client_fail(c, ST_ERR_PROTOCOL, "%s: the reply is not a hand-off", name);
+      st__client_fail(c, ST_ERR_PROTOCOL, "%s", why);
     }
   }
   if (rc != ST_OK) {

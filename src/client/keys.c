@@ -169,7 +169,9 @@ int st__client_key_get(st_client_t *c, const char *key, uint64_t version, int fl
     st__message_destroy(&m);
     return rc;
   }
-  rc = st__client_result_decode(c, &m.result, 1, fds, nfds, out);
+  /* Asked read-only: mapped read-only, whatever the reply says. */
+  rc = flags & ST_GET_READONLY ? st__client_result_decode_readonly(c, &m.result, 1, fds, nfds, out)
+                               : st__client_result_decode(c, &m.result, 1, fds, nfds, out);
   if (rc == ST_OK && got_version && v && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
     *got_version = v->via.u64;
   if (rc == ST_OK && live) live_of(&m.result, live);

@@ -67,6 +67,18 @@ ST_API int st_key_open_view(st_client_t *c, const char *key, int flags, const ch
            st__client_mapping_bytes(m) < sizeof(st__key_page_t) ||
            p->magic != ST__KEY_PAGE_MAGIC || p->layout != ST__KEY_PAGE_LAYOUT)
     rc = fail(ST_ERR_PROTOCOL, "key '%s': the reply's control page is not one", key);
+  /* A publisher writes the page and the tensors: a reply that makes this
+   * handle one must map them writable, never read-only memory that the
+   * first update would fault on. */
+  else if (live.publisher && (flags & ST_GET_READONLY))
+    rc = fail(ST_ERR_PROTOCOL, "key '%s': the reply makes a handle opened read-only the key's "
+              "publisher", key);
+  else if (live.publisher && !st__client_mapping_writable(m))
+    rc = fail(ST_ERR_PROTOCOL, "key '%s': the reply makes this connection the key's publisher "
+              "but its control page comes read-only (the publisher writes it)", key);
+  else if (live.publisher && !st__client_result_writable(r, NULL))
+    rc = fail(ST_ERR_PROTOCOL, "key '%s': the reply makes this connection the key's publisher "
+              "but its tensors come read-only (an update writes them)", key);
   st_key_t *k = NULL;
   if (rc != ST_OK || (k = calloc(1, sizeof *k)) == NULL) {
     st_result_free(r);

@@ -5,10 +5,13 @@
  * counted by results and unmapped when the last result using them is freed.
  *
  * CPU arenas (memfd) are mapped with mmap once the descriptor passed the
- * checks of fdcheck.c (a sealed, read-write memfd at least as long as the
- * arena). The key is checked against the file itself (device and inode):
- * a server that reused a server_id could otherwise make us hand out a
- * stale mapping.
+ * checks of fdcheck.c (a sealed memfd at least as long as the arena, open
+ * for what the mapping needs), PROT_READ when the arena is read-only
+ * (marked so, or of a request asked read-only: result.c), else
+ * PROT_READ | PROT_WRITE; st__client_mapping_writable says which, for the
+ * handles that write (live.c, handoff.c). The key is checked against the
+ * file itself (device and inode): a server that reused a server_id could
+ * otherwise make us hand out a stale mapping.
  *
  * CUDA arenas (backend "vmm") are imported with st__cuda_import on the
  * device whose UUID the descriptor names (device.c), and unmapped with
@@ -143,13 +146,18 @@ static int map_cpu(const st__arena_desc_t *d, int fd, const struct stat *st, st_
   m->map_len = len;
   m->base = NULL;
   if (len == 0) return ST_OK;
-  /* A read-only arena's descriptor (the server reopened the memfd
-   * O_RDONLY) could not be mapped writable anyway: map it PROT_READ. */
+  /* The protection the mapping needs, no more: a read-only arena
+   * PROT_READ (whatever its descriptor allows), any other read-write
+   * (fdcheck.c checked that it can be). */
   void *p = mmap(NULL, len, d->readonly ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     int e = errno;
-    return st__fail(e == ENOMEM ? ST_ERR_OUT_OF_MEMORY : ST_ERR_IO, err, errlen,
-                    "arena %llu: mmap of %zu bytes failed: %s", (unsigned long long)d->id, len,
+    /* EACCES, EPERM: the descriptor does not allow what the arena says. */
+    return st__fail(e == ENOMEM ? ST_ERR_OUT_OF_MEMORY
+                    : e == EACCES || e == EPERM ? ST_ERR_PROTOCOL
+                                                : ST_ERR_IO,
+                    err, errlen, "arena %llu: mmap %s of %zu bytes failed: %s",
+                    (unsigned long long)d->id, d->readonly ? "read-only" : "read-write", len,
                     strerror(e));
   }
   m->base = p;
@@ -552,6 +560,7 @@ int st__client_map_slab(const st__arena_desc_t *d, int fd, st__mapping_t **out, 
   m->arena_id = d->id;
   m->bytes = d->bytes;
   m->pid = getpid();
+  m->readonly = d->readonly != 0;
   *out = m;
   return ST_OK;
 }
@@ -584,6 +593,7 @@ int st__client_map_region(st__mapping_t *slab, uint64_t offset, uint64_t size,
   m->base = (char *)slab->base + offset;
   m->bytes = size;
   m->pid = slab->pid;
+  m->readonly = slab->readonly;
   /* A view of a CUDA slab: its device, never unmapped itself (the slab's
    * mapping is the connection's). */
   m->cuda = slab->cuda;
@@ -704,6 +714,9 @@ void st__client_own_describe(const st__mapping_t *m, st__arena_desc_t *d) {
 
 /* See client_internal.h. */
 int st__client_own_fd(const st__mapping_t *m) { return m->own ? m->fd : -1; }
+
+/* See client_internal.h. */
+int st__client_mapping_writable(const st__mapping_t *m) { return !m->readonly; }
 
 /* Base of the mapping (NULL for an empty arena). Borrowed. */
 void *st__client_mapping_base(const st__mapping_t *m) { return m->base; }

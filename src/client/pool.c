@@ -41,6 +41,7 @@
  * mapped (the server no longer reads it), never into memory that now
  * belongs to something else.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -351,11 +352,15 @@ int st__client_pool_take_page(st_client_t *c, const msgpack_object *pp, int *fds
   struct stat st;
   int rc = fstat(fd, &st) == 0 ? st__client_check_memfd(&d, fd, &st, why, sizeof why)
                                : st__fail(ST_ERR_IO, why, sizeof why, "fstat of the pool page failed");
+  /* Written by every free: checked (fdcheck.c) and mapped read-write. */
   void *base = MAP_FAILED;
   if (rc == ST_OK) base = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int e = errno;
   close(fd);
   if (rc != ST_OK) return st__client_fail(c, rc, "pool page: %s", why);
-  if (base == MAP_FAILED) return st__client_fail(c, ST_ERR_IO, "pool page: mmap failed");
+  if (base == MAP_FAILED)
+    return st__client_fail(c, e == EACCES || e == EPERM ? ST_ERR_PROTOCOL : ST_ERR_IO,
+                           "pool page: mmap read-write failed: %s", strerror(e));
   if (*(const uint32_t *)base != PAGE_MAGIC) {
     munmap(base, (size_t)bytes);
     return st__client_fail(c, ST_ERR_PROTOCOL, "pool page: not an STPL page");
@@ -396,6 +401,10 @@ static int slab_add(st_client_t *c, const msgpack_object *a, const st__arena_des
       return st__client_fail(c, ST_ERR_PROTOCOL, "pool slab %llu comes as slab %u, which slab "
                              "%llu still is here", (unsigned long long)d->id, index,
                              (unsigned long long)p->slabs[i].id);
+  /* A pooled result is the caller's to write (docs/keys.md, section 5). */
+  if (d->readonly)
+    return st__client_fail(c, ST_ERR_PROTOCOL, "pool slab %llu comes read-only: a pooled result "
+                           "is the caller's to write", (unsigned long long)d->id);
   int fd = take_fd(fds, nfds, fdi);
   if (fd < 0)
     return st__client_fail(c, ST_ERR_PROTOCOL, "pool slab %llu: descriptor %llu missing or "

@@ -42,6 +42,7 @@ typedef struct decoder {
   const st__arena_desc_t *arenas;
   size_t narenas;
   st__text_t path;           /* dotted name of the value being decoded */
+  int readonly;              /* map every arena read-only              */
 } decoder_t;
 
 static int oom(decoder_t *d) {
@@ -352,7 +353,10 @@ static int listed_kept(const msgpack_object *kept, size_t i) {
 /* Parses and maps the reply's arenas; consumes every fd. An arena named
  * by id alone is this connection's kept mapping; one that `kept` lists is
  * pinned for later replies (kept_arenas.c); a region is a view of one of
- * the connection's pool slabs (pool.c). */
+ * the connection's pool slabs (pool.c). A reply decoded read-only maps
+ * each arena read-only itself, so neither of those may come in it (the
+ * server never sends them there: docs/keys.md, section 5), and it keeps
+ * nothing. */
 static int map_arenas(decoder_t *d, const msgpack_object *list, const msgpack_object *kept,
                       int *fds, size_t nfds, st__arena_desc_t *descs) {
   st_result_t *r = d->r;
@@ -360,7 +364,12 @@ static int map_arenas(decoder_t *d, const msgpack_object *list, const msgpack_ob
   int rc = ST_OK;
   for (size_t i = 0; i < n && rc == ST_OK; i++) {
     char why[200] = "";
-    if (st__client_pool_is_region(&list->via.array.ptr[i])) {
+    if (d->readonly && (st__client_pool_is_region(&list->via.array.ptr[i]) ||
+                        st__client_kept_arenas_is_ref(d->c, &list->via.array.ptr[i]))) {
+      rc = st__client_fail(d->c, ST_ERR_PROTOCOL,
+                           "arena %zu of a reply asked read-only is a pool region or names an "
+                           "arena by id: memory this connection maps writable", i);
+    } else if (st__client_pool_is_region(&list->via.array.ptr[i])) {
       rc = st__client_pool_region(d->c, &list->via.array.ptr[i], fds, nfds, &descs[i], &r->maps[i]);
       if (rc == ST_OK) r->nmaps = i + 1;
     } else if (st__client_kept_arenas_is_ref(d->c, &list->via.array.ptr[i])) {
@@ -376,6 +385,7 @@ static int map_arenas(decoder_t *d, const msgpack_object *list, const msgpack_ob
                            "arena %zu names descriptor %u, which is missing or taken", i,
                            descs[i].fd);
     } else {
+      if (d->readonly) descs[i].readonly = 1;   /* whatever the reply says */
       int fd = -1;   /* a legacy arena has none: map.c refuses it */
       if (!descs[i].legacy) {
         fd = fds[descs[i].fd];
@@ -386,7 +396,7 @@ static int map_arenas(decoder_t *d, const msgpack_object *list, const msgpack_ob
         st__client_fail(d->c, rc, "%s", why);
       } else {
         r->nmaps = i + 1;
-        if (!descs[i].legacy && listed_kept(kept, i)) {
+        if (!descs[i].legacy && !d->readonly && listed_kept(kept, i)) {
           st__client_mapping_mark_reusable(r->maps[i]);
           st__client_kept_arenas_keep(d->c, &descs[i], r->maps[i]);
         }
@@ -419,15 +429,24 @@ static int decode_same(st_client_t *c, const msgpack_object *result, int *fds, s
   return rc;
 }
 
-/* See client_internal.h. Thread of the client. */
-int st__client_result_decode(st_client_t *c, const msgpack_object *result, int unwrap,
-                             int *fds, size_t nfds, st_result_t **out) {
+/* st__client_result_decode, every arena mapped read-only when
+ * `readonly`. */
+static int decode(st_client_t *c, const msgpack_object *result, int unwrap, int readonly,
+                  int *fds, size_t nfds, st_result_t **out) {
   *out = NULL;
-  if (unwrap && c->object_refs && st__map_get(result, "same"))
+  if (unwrap && c->object_refs && st__map_get(result, "same")) {
+    if (readonly) {
+      for (size_t i = 0; i < nfds; i++)
+        if (fds[i] >= 0) close(fds[i]);
+      return st__client_fail(c, ST_ERR_PROTOCOL, "a `same` object reply to a request asked "
+                             "read-only");
+    }
     return decode_same(c, result, fds, nfds, out);
+  }
   decoder_t d;
   memset(&d, 0, sizeof d);
   d.c = c;
+  d.readonly = readonly;
   st_result_t *r = calloc(1, sizeof *r);
   const msgpack_object *list = st__map_get(result, "arenas");
   if (list && list->type != MSGPACK_OBJECT_ARRAY) list = NULL;
@@ -484,6 +503,32 @@ done:
   }
   *out = r;
   return ST_OK;
+}
+
+/* See client_internal.h. Thread of the client. */
+int st__client_result_decode(st_client_t *c, const msgpack_object *result, int unwrap,
+                             int *fds, size_t nfds, st_result_t **out) {
+  return decode(c, result, unwrap, 0, fds, nfds, out);
+}
+
+/* See client_internal.h. Thread of the client. */
+int st__client_result_decode_readonly(st_client_t *c, const msgpack_object *result, int unwrap,
+                                      int *fds, size_t nfds, st_result_t **out) {
+  return decode(c, result, unwrap, 1, fds, nfds, out);
+}
+
+/* See client_internal.h. Any thread holding a reference. */
+int st__client_result_writable(const st_result_t *r, const st_tensor_t *t) {
+  for (size_t i = 0; i < r->nmaps; i++) {
+    const st__mapping_t *m = r->maps[i];
+    const char *base = st__client_mapping_base(m);
+    uint64_t bytes = st__client_mapping_bytes(m);
+    if (!base || (t && (!t->data || (const char *)t->data < base ||
+                        (uint64_t)((const char *)t->data - base) >= bytes)))
+      continue;   /* empty, or not t's */
+    if (!st__client_mapping_writable(m)) return 0;
+  }
+  return 1;
 }
 
 /* Takes one more reference on r; see client.h. Any thread. */
