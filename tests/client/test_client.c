@@ -35,7 +35,8 @@ static const stt_endpoint_t endpoints[] = {
      "end }\n"},
     {"echo.lua", STT_EP_ECHO},
     {"fmt.lua",
-     "return st.endpoint{ name = \"fmt\", cache_format_key = \"k:{v}\", params = { v = st.required },\n"
+     "return st.endpoint{ name = \"fmt\", cache_format_key = \"k:{v}\",\n"
+     "  params = { v = st.required },\n"
      "  build = function(a) return { v = a.v } end }\n"},
     {NULL, NULL},
 };
@@ -483,7 +484,8 @@ TEST(unknown_flags_are_refused) {
   OPEN_CLIENT(c, srv.socket);
   st_result_t *r = NULL;
   CHECK_ERR(st_client_call_flags(c, "plain", NULL, 4, &r), ST_ERR_INVALID_ARGUMENT);
-  CHECK_CONTAINS(st_client_error(c), "unknown flags 0x4 (allowed: ST_CALL_LEND_SAME, ST_CALL_READONLY)");
+  CHECK_CONTAINS(st_client_error(c),
+                 "unknown flags 0x4 (allowed: ST_CALL_LEND_SAME, ST_CALL_READONLY)");
   CHECK_ERR(st_client_call_view(c, "plain", NULL, 8, NULL, &r), ST_ERR_INVALID_ARGUMENT);
   st_args_t *a = st_args_new();
   CHECK_EQ_INT(st_args_int(a, "x", 1), ST_OK);
