@@ -153,7 +153,9 @@ ST_API const st_tensor_t *st_result_find(const st_result_t *r, const char *name)
 typedef struct st_object_info {
   uint64_t id;               /* unique within one server process           */
   const char *server_id;     /* the server process that owns it            */
-  const char *cache_key;     /* "" when the endpoint does not cache        */
+  const char *cache_key;     /* "" when the endpoint does not cache; text
+                                in full, no NUL (binary as b"..." with
+                                \xNN: docs/protocol.md)                    */
   const char *device;        /* "cpu", "cuda", ... ("" if not sent)        */
   int cached;                /* 1: the server's cache holds the object     */
   int managed;               /* 1: a managed endpoint produced it          */
@@ -254,7 +256,8 @@ ST_API void st_args_free(st_args_t *a);
 /* Scalars. st_args_string copies a NUL-terminated string; st_args_str
  * copies `len` bytes (NUL bytes included; s may be NULL when len is 0);
  * both send a msgpack string, meant to hold UTF-8. st_args_bytes sends
- * `len` bytes as msgpack binary (endpoints see a string either way). */
+ * `len` bytes as msgpack binary (an endpoint sees an st.bytes value, and
+ * binary it returns comes back as ST_VALUE_BINARY). */
 ST_API int st_args_nil(st_args_t *a, const char *key);
 ST_API int st_args_bool(st_args_t *a, const char *key, int v);
 ST_API int st_args_int(st_args_t *a, const char *key, int64_t v);
@@ -290,7 +293,8 @@ ST_API const char *st_args_error(const st_args_t *a);
 
 /* One shell word "key=value". The value is typed by its text: an integer,
  * a float, true/false, null, else a string. A type may be forced with
- * "key:int=", "key:float=", "key:bool=", "key:str=" or "key:json=" (any JSON
+ * "key:int=", "key:float=", "key:bool=", "key:str=", "key:hex=" (binary,
+ * two hex digits a byte) or "key:json=" (any JSON
  * value; null inside lists and objects keeps its place). Top level only
  * (no container open). ST_ERR_INVALID_ARGUMENT on a malformed word; `err`
  * (may be NULL, `errlen` bytes) then says why. */

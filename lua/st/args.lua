@@ -5,6 +5,7 @@
 --   nil inside a table   st.null (Lua tables cannot hold nil; a hole in a
 --                        list is refused)
 --   booleans, strings    themselves (strings byte for byte, NULs included)
+--   st.bytes(s)          binary (msgpack bin; strings go as msgpack str)
 --   numbers              an integer when integral and in int64 range, else
 --                        a float; int64_t / uint64_t cdata as integers
 --   a table              a list when its keys are exactly 1..n (an empty
@@ -95,6 +96,10 @@ put = function(a, key, v)
       error(("%s does not fit an int64"):format(tostring(v)), 0)
     end
     return check(a, lib.st_args_int(a, key, v))
+  end
+  if t == "userdata" and getmetatable(v) == result.Bytes then
+    local s = tostring(v)
+    return check(a, lib.st_args_bytes(a, key, s, #s))
   end
   if t == "table" then
     if getmetatable(v) == Tensor then

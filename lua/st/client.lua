@@ -62,6 +62,7 @@ local call_out = ffi.new("st_result_t*[1]")
 local call_summary = ffi.new("st_result_summary_t")
 
 M.null = result.null
+M.bytes = result.bytes
 M.map = args.map
 M.empty = tensor.empty
 M.zeros = tensor.zeros
@@ -158,12 +159,30 @@ end
 -- Calls an endpoint; returns a result ({value, object, :tensors(), :free()}).
 -- opts (optional): { view = "spec" } sees the result through a view
 -- (docs/views.md, section 1), { readonly = true } maps an object read-only.
+-- Raises for an option `opts` does not know, or a readonly that is not a
+-- boolean: nothing unknown is taken silently.
+local function check_opts(fn, opts, known)
+  for k, v in pairs(opts) do
+    if not known[k] then
+      local names = {}
+      for n in pairs(known) do names[#names + 1] = n end
+      table.sort(names)
+      error(("%s: unknown option '%s' (allowed: %s)"):format(fn, tostring(k),
+        table.concat(names, ", ")), 3)
+    end
+  end
+  if opts.readonly ~= nil and type(opts.readonly) ~= "boolean" then
+    error(("%s: opts.readonly must be true or false, not %s"):format(fn, tostring(opts.readonly)), 3)
+  end
+end
+
 function Client:call(name, args, opts)
   check_self(self, "call")
   check_name(name, "call")
   local a = build_args(args, 2)
   if opts ~= nil then
     if type(opts) ~= "table" then error("call: opts must be a table", 2) end
+    check_opts("call", opts, { view = true, readonly = true })
     if opts.view ~= nil and type(opts.view) ~= "string" then
       error("call: opts.view must be a string", 2)
     end
@@ -192,6 +211,7 @@ function Client:get(key, opts)
   check_name(key, "get")
   opts = opts or {}
   if type(opts) ~= "table" then error("get: opts must be a table", 2) end
+  check_opts("get", opts, { version = true, readonly = true, view = true })
   if opts.view ~= nil and type(opts.view) ~= "string" then
     error("get: opts.view must be a string", 2)
   end

@@ -5,8 +5,8 @@
 -- tensors keep it alive. Values convert as:
 --   nil -> st.null (a nil inside an array or map keeps its place; the
 --   same sentinel goes back as nil in arguments), booleans, numbers
---   (integers beyond 2^53 stay exact as int64 cdata), strings and binary
---   -> strings, arrays and maps -> tables, tensors -> st.client tensors,
+--   (integers beyond 2^53 stay exact as int64 cdata), strings -> strings,
+--   binary -> st.bytes values (M.bytes, below), arrays and maps -> tables, tensors -> st.client tensors,
 --   modules -> { names = {...}, tensors = { name = tensor }, metadata }.
 local ffi = require("ffi")
 local C = require("st.ffi")
@@ -19,6 +19,34 @@ local M = {}
 
 -- Stands for msgpack nil inside arrays and maps (Lua tables cannot hold nil).
 M.null = setmetatable({}, { __tostring = function() return "st.null" end })
+
+-- Binary values (msgpack bin): Lua has one string type, so binary is a
+-- userdata that remembers it, st.bytes(s), like the endpoints' st.bytes:
+-- #b, tostring(b), b .. s, b == st.bytes(s) and the string methods
+-- (b:sub(1, 2)) work on its bytes; as an argument it goes as binary.
+local proto = newproxy(true)
+local Bytes = getmetatable(proto)
+local held = setmetatable({}, { __mode = "k" })   -- st.bytes value -> its string
+local function str_of(x) return held[x] or x end
+Bytes.__tostring = function(b) return held[b] end
+Bytes.__len = function(b) return #held[b] end
+Bytes.__eq = function(x, y) return held[x] == held[y] end
+Bytes.__concat = function(x, y) return str_of(x) .. str_of(y) end
+Bytes.__index = function(b, k)
+  local f = string[k]
+  if f then return function(self, ...) return f(str_of(self), ...) end end
+end
+Bytes.__metatable = Bytes
+M.Bytes = Bytes
+
+-- A binary value of string s (an st.bytes value is returned as it is).
+function M.bytes(s)
+  if held[s] then return s end
+  if type(s) ~= "string" then error("st.bytes: expected a string, got " .. type(s), 2) end
+  local b = newproxy(proto)
+  held[b] = s
+  return b
+end
 
 local NIL, BOOL, INT, FLOAT = lib.ST_VALUE_NIL, lib.ST_VALUE_BOOL, lib.ST_VALUE_INT,
   lib.ST_VALUE_FLOAT
@@ -42,7 +70,8 @@ convert = function(v, owner)
   if k == BOOL then return v.as.boolean ~= 0 end
   if k == INT then return int_value(v.as.integer) end
   if k == FLOAT then return v.as.number end
-  if k == STRING or k == BINARY then return ffi.string(v.as.str.ptr, v.as.str.len) end
+  if k == STRING then return ffi.string(v.as.str.ptr, v.as.str.len) end
+  if k == BINARY then return M.bytes(ffi.string(v.as.str.ptr, v.as.str.len)) end
   if k == ARRAY then
     local out = {}
     for i = 0, tonumber(v.as.array.len) - 1 do out[i + 1] = convert(v.as.array.items[i], owner) end

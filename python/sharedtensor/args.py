@@ -24,7 +24,7 @@ import ctypes
 
 from . import _lib
 from . import targs as _targs
-from .errors import from_library
+from .errors import Error as _Error, from_library
 
 _l = _lib.lib
 _new, _free, _error = _l.st_args_new, _l.st_args_free, _l.st_args_error
@@ -80,6 +80,8 @@ class Args:
             return
         try:
             _put(self.ptr, k.encode(), v)
+        except _Error:
+            raise           # the library's own, its message names the argument
         except (TypeError, OverflowError, ValueError) as e:
             cls = type(e) if type(e) in (TypeError, OverflowError, ValueError) else ValueError
             raise cls("argument %r: %s" % (k, e)) from None

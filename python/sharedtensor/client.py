@@ -12,6 +12,7 @@ from . import into as _into
 from . import tensor as _tensor
 from .args import Args as _Args
 from .convert import Module
+from . import errors as _errors
 from .errors import from_library, make
 
 _l = _lib.lib
@@ -84,7 +85,8 @@ def _fields(info, like=None):
     its strings from `like` (the fields of an earlier result of the same
     object) when given."""
     if like is None:
-        sid, key, dev = info.server_id.decode(), info.cache_key.decode(), info.device.decode()
+        sid, dev = info.server_id.decode(), info.device.decode()
+        key = info.cache_key.decode(errors="backslashreplace")   # text already (cachekey.h)
     else:
         sid, key, dev = like["server_id"], like["cache_key"], like["device"]
     return {"object_id": info.id, "server_id": sid, "cache_key": key, "device": dev,
@@ -312,6 +314,8 @@ class Client(Closing):
         "*:transpose(0,1)|contiguous"; tensors keep their names. (So an
         endpoint parameter named `view` cannot be passed as a keyword.)
         """
+        if as_torch is not None:
+            _errors.flag("call", "as_torch", as_torch)
         if view is not None:
             return self._call_flags(name, as_torch, 0, view, args)
         ename = _names.get(name) or _name(name)
@@ -353,6 +357,8 @@ class Client(Closing):
         singleflight), is mapped read-only (docs/keys.md, section 5): a
         write to its tensors kills this process (SIGSEGV) on the CPU, or
         fails its kernel on CUDA. Plain results stay writable."""
+        if as_torch is not None:
+            _errors.flag("call_readonly", "as_torch", as_torch)
         return self._call_flags(name, as_torch, _CALL_READONLY, None, args)
 
     def _call_flags(self, name, as_torch, flags, view, args):

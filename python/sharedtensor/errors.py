@@ -8,7 +8,7 @@ first one it does not know), so they cannot drift from it:
 PROTOCOL -> ProtocolError, STALE_HANDLE -> StaleHandleError, ...
 TimeoutError is also the built-in TimeoutError, IoError (no server, a
 lost connection) a ConnectionError and so an OSError, AuthError a
-PermissionError.
+PermissionError, InvalidArgumentError a ValueError.
 """
 from . import _lib
 
@@ -48,9 +48,11 @@ def _class_name(name):
     return "".join(p.capitalize() for p in name.split("_")) + "Error"
 
 
-# Errors that are also built-in ones, so `except TimeoutError` or
-# `except ConnectionError` (an OSError) catches them too.
-_BUILTIN_BASES = {"TIMEOUT": TimeoutError, "IO": ConnectionError, "AUTH": PermissionError}
+# Errors that are also built-in ones, so `except TimeoutError`,
+# `except ConnectionError` (an OSError) or `except ValueError` catches
+# them too.
+_BUILTIN_BASES = {"TIMEOUT": TimeoutError, "IO": ConnectionError, "AUTH": PermissionError,
+                  "INVALID_ARGUMENT": ValueError}
 
 BY_NAME = {}
 BY_CODE = {}
@@ -75,3 +77,23 @@ def make(code, name, message):
 def from_library(rc, message):
     """The Error for a negative ST_ERR_* the library returned."""
     return make(rc, _l.st_err_name(rc).decode(), message)
+
+
+def flag(where, name, v):
+    """v as a bool when it is one (True, False, 1 or 0); else
+    InvalidArgumentError naming the allowed values (no other value, e.g.
+    live="double", is taken as true)."""
+    if v is True or v is False:
+        return v
+    if type(v) is int and v in (0, 1) or type(v).__name__ == "bool_":
+        return bool(v)
+    raise BY_NAME["INVALID_ARGUMENT"]("%s: %s must be True or False, not %r" % (where, name, v))
+
+
+def choice(where, name, v, allowed):
+    """v when it is one of `allowed` (a tuple); else InvalidArgumentError
+    naming them."""
+    if any(v is a or (type(v) is type(a) and v == a) for a in allowed):
+        return v
+    raise BY_NAME["INVALID_ARGUMENT"]("%s: %s must be one of %s, not %r" % (
+        where, name, ", ".join(repr(a) for a in allowed), v))

@@ -257,6 +257,7 @@ def release(client):
 
 def get_into(client, key_or_result, tensors, version=None, view=None, dtype_cast=False):
     """See Client.get_into."""
+    dtype_cast = _errors.flag("get_into", "dtype_cast", dtype_cast)
     if not isinstance(key_or_result, str):
         dst = _named(tensors, "tensors")
         if version is not None or view is not None:

@@ -12,6 +12,7 @@ import ctypes
 import sys
 
 from . import _lib
+from . import errors as _errors
 from . import targs as _targs
 from .args import _put as _put_plain
 
@@ -67,8 +68,13 @@ def _fill(p, value):
 
 def put(client, key, value, policy="pinned", readonly=False, live=False):
     """See Client.put."""
-    if policy not in _POLICIES:
-        raise ValueError("put: policy must be 'pinned' or 'evictable', not %r" % (policy,))
+    _errors.choice("put", "policy", policy, tuple(_POLICIES))
+    readonly = _errors.flag("put", "readonly", readonly)
+    if isinstance(live, str):
+        raise _errors.BY_NAME["INVALID_ARGUMENT"](
+            "put: live must be True or False, not %r (double buffering, live=\"double\", "
+            "is not built: docs/views.md)" % (live,))
+    live = _errors.flag("put", "live", live)
     p = _l.st_args_new()
     if not p:
         raise MemoryError("st_args_new")
@@ -90,6 +96,10 @@ def get(client, key, version=None, readonly=False, with_version=False, as_torch=
     (st_client_get_since): when the request still resolves to it the value
     is None and nothing is mapped."""
     out, got = ctypes.c_void_p(), ctypes.c_uint64()
+    readonly = _errors.flag("get", "readonly", readonly)
+    with_version = _errors.flag("get", "with_version", with_version)
+    if as_torch is not None:
+        _errors.flag("get", "as_torch", as_torch)
     if view is not None and not isinstance(view, str):
         raise TypeError("get: view must be a str (a view spec), not %s" % type(view).__name__)
     with client._lock:

@@ -24,6 +24,7 @@ import sys
 
 from . import _lib
 from . import into as _into
+from . import errors as _errors
 from .errors import from_library
 
 _l = _lib.lib
@@ -48,6 +49,7 @@ class LiveKey:
 
     def __init__(self, client, key, readonly=False, view=None):
         out = ctypes.c_void_p()
+        readonly = _errors.flag("live", "readonly", readonly)
         if view is not None and not isinstance(view, str):
             raise TypeError("live: view must be a str (a view spec), not %s"
                             % type(view).__name__)

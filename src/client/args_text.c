@@ -263,6 +263,13 @@ static int pack_inferred(const char *word, const char *val, msgpack_packer *pk, 
   return ST_OK;
 }
 
+static int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
 /* The value of a word with a forced type. */
 static int pack_typed(const char *word, size_t key_len, const char *type, const char *val,
                       msgpack_packer *pk, char *err, size_t errlen) {
@@ -287,14 +294,25 @@ static int pack_typed(const char *word, size_t key_len, const char *type, const 
       return bad(err, errlen, "'%s': '%s' is not a boolean (true, false, 1 or 0)", word, val);
   } else if (strcmp(type, "str") == 0) {
     msgpack_pack_str_with_body(pk, val, strlen(val));
+  } else if (strcmp(type, "hex") == 0) {
+    size_t n = strlen(val);
+    if (n % 2) return bad(err, errlen, "'%s': hex needs two digits a byte", word);
+    msgpack_pack_bin(pk, n / 2);
+    for (size_t i = 0; i < n; i += 2) {
+      int hi = hex_digit(val[i]), lo = hex_digit(val[i + 1]);
+      if (hi < 0 || lo < 0)
+        return bad(err, errlen, "'%s': '%c%c' is not a hex byte", word, val[i], val[i + 1]);
+      char byte = (char)(hi << 4 | lo);
+      msgpack_pack_bin_body(pk, &byte, 1);
+    }
   } else if (strcmp(type, "json") == 0) {
     char why[300];
     int rc = json_value(val, pk, why, sizeof why);
     if (rc == ST_ERR_INVALID_ARGUMENT) bad(err, errlen, "'%.*s:json': %s", (int)key_len, word, why);
     return rc;
   } else {
-    return bad(err, errlen, "'%s': unknown type '%s' (use int, float, bool, str or json)", word,
-               type);
+    return bad(err, errlen, "'%s': unknown type '%s' (use int, float, bool, str, hex or json)",
+               word, type);
   }
   return ST_OK;
 }
@@ -314,7 +332,7 @@ ST_API int st_args_parse_kv(st_args_t *a, const char *word, char *err, size_t er
   if (colon) {
     size_t tl = (size_t)(eq - colon - 1);
     if (tl == 0 || tl >= sizeof type)
-      return bad(err, errlen, "'%s': unknown type '%.*s' (use int, float, bool, str or json)",
+      return bad(err, errlen, "'%s': unknown type '%.*s' (use int, float, bool, str, hex or json)",
                  word, (int)tl, colon + 1);
     memcpy(type, colon + 1, tl);
     type[tl] = '\0';

@@ -128,6 +128,13 @@ static void pack_call_head(msgpack_packer *pk, const void *ud) {
   if (h->view) st__pack_kv_str(pk, "view", h->view);
 }
 
+/* ST_OK, or INVALID_ARGUMENT for a flag st_call_flags_t does not have. */
+static int flags_ok(st_client_t *c, int flags) {
+  if (!(flags & ~(ST_CALL_LEND_SAME | ST_CALL_READONLY))) return ST_OK;
+  return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "call: unknown flags 0x%x (allowed: "
+                         "ST_CALL_LEND_SAME, ST_CALL_READONLY)", (unsigned)flags);
+}
+
 /* Calls an endpoint with flags and a view; see client.h. Thread of the
  * client. */
 ST_API int st_client_call_view(st_client_t *c, const char *endpoint, const st_args_t *args,
@@ -136,6 +143,7 @@ ST_API int st_client_call_view(st_client_t *c, const char *endpoint, const st_ar
   if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
   if (!endpoint || !*endpoint)
     return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "no endpoint name given");
+  if (flags_ok(c, flags) != ST_OK) return ST_ERR_INVALID_ARGUMENT;
   call_head_t h = {.endpoint = endpoint, .view = view && *view ? view : NULL,
                    .readonly = (flags & ST_CALL_READONLY) != 0};
   st__client_head_t head = {.npairs = 1 + (uint32_t)h.readonly + (h.view != NULL),
@@ -148,6 +156,7 @@ ST_API int st_client_call_flags(st_client_t *c, const char *endpoint, const st_a
                                 int flags, st_result_t **out) {
   if (out) *out = NULL;
   if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
+  if (flags_ok(c, flags) != ST_OK) return ST_ERR_INVALID_ARGUMENT;
   if (!(flags & ST_CALL_READONLY)) return st_client_call(c, endpoint, args, out);
   return st_client_call_view(c, endpoint, args, flags, NULL, out);
 }

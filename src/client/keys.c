@@ -79,7 +79,11 @@ ST_API int st_client_put(st_client_t *c, const char *key, const st_args_t *value
   if (!key || !*key || !value)
     return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "put: a key and a value are required");
   if (policy != ST_KEY_PINNED && policy != ST_KEY_EVICTABLE)
-    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "put: unknown policy %d", policy);
+    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "put: unknown policy %d (allowed: "
+                           "ST_KEY_PINNED, ST_KEY_EVICTABLE)", policy);
+  if (flags & ~(ST_PUT_READONLY | ST_PUT_LIVE))
+    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "put: unknown flags 0x%x (allowed: "
+                           "ST_PUT_READONLY, ST_PUT_LIVE)", (unsigned)flags);
   put_head_t h = {.key = key, .policy = policy, .readonly = (flags & ST_PUT_READONLY) != 0,
                   .live = (flags & ST_PUT_LIVE) != 0};
   st__client_head_t head = {.npairs = 3 + h.live, .pack = pack_put_head, .ud = &h};
@@ -136,6 +140,9 @@ int st__client_key_get(st_client_t *c, const char *key, uint64_t version, int fl
   if (got_version) *got_version = 0;
   if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
   if (!key || !*key) return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "get: no key given");
+  if (flags & ~ST_GET_READONLY)
+    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "get: unknown flags 0x%x (allowed: "
+                           "ST_GET_READONLY)", (unsigned)flags);
   st__cbuf_t b;
   st__client_cbuf_init(&b);
   int with_view = view && *view;

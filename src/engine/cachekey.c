@@ -38,21 +38,70 @@ static void put_double(sink_t *s, double d) {
   puts_(s, buf);
 }
 
-static void put_json_string(sink_t *s, const char *p, size_t n) {
-  put(s, "\"", 1);
-  size_t run = 0;   /* bytes copied as they are, pending */
-  for (size_t i = 0; i < n; i++) {
-    char u[8];
-    const char *esc = st__json_escape((unsigned char)p[i], u);
-    if (!esc) {
-      run++;
+static void put_hex(sink_t *s, unsigned char c) {
+  static const char digits[] = "0123456789abcdef";
+  char e[4] = {'\\', 'x', digits[c >> 4], digits[c & 15]};
+  put(s, e, sizeof e);
+}
+
+/* The text of a msgpack str (cachekey.h): valid UTF-8 as it is, a
+ * backslash and a quote escaped (so no string renders as a binary's
+ * b"..."), control characters and DEL as JSON escapes in JSON and as \xNN
+ * in a format key, bytes that are not UTF-8 as \xNN. */
+static void put_text(sink_t *s, const char *p, size_t n, int json) {
+  const unsigned char *u = (const unsigned char *)p;
+  size_t i = 0, run = 0;   /* bytes copied as they are, pending */
+  while (i < n) {
+    char ebuf[8];
+    const char *esc = NULL;
+    size_t len = 1;
+    int hex = 0;
+    if (u[i] >= 0x80) {
+      len = st__utf8_len(u + i, n - i);
+      hex = len == 0;
+    } else if (json) {
+      esc = st__json_escape(u[i], ebuf);
+      hex = u[i] == 0x7f;
+    } else if (u[i] == '\\' || u[i] == '"') {
+      esc = u[i] == '\\' ? "\\\\" : "\\\"";
+    } else {
+      hex = u[i] < 0x20 || u[i] == 0x7f;
+    }
+    if (!esc && !hex) {
+      run += len;
+      i += len;
       continue;
     }
     put(s, p + i - run, run);
     run = 0;
-    puts_(s, esc);
+    if (esc) puts_(s, esc);
+    else put_hex(s, u[i]);
+    i++;
   }
   put(s, p + n - run, run);
+}
+
+static void put_json_string(sink_t *s, const char *p, size_t n) {
+  put(s, "\"", 1);
+  put_text(s, p, n, 1);
+  put(s, "\"", 1);
+}
+
+/* A msgpack bin: b"..." with printable ASCII as it is (a quote and a
+ * backslash escaped) and every other byte as \xNN. */
+static void put_binary(sink_t *s, const char *p, size_t n) {
+  const unsigned char *u = (const unsigned char *)p;
+  put(s, "b\"", 2);
+  for (size_t i = 0; i < n; i++) {
+    if (u[i] == '\\' || u[i] == '"') {
+      put(s, "\\", 1);
+      put(s, p + i, 1);
+    } else if (u[i] < 0x20 || u[i] >= 0x7f) {
+      put_hex(s, u[i]);
+    } else {
+      put(s, p + i, 1);
+    }
+  }
   put(s, "\"", 1);
 }
 
@@ -112,7 +161,7 @@ static void put_json(sink_t *s, const msgpack_object *o, int depth) {
     case MSGPACK_OBJECT_FLOAT32:
     case MSGPACK_OBJECT_FLOAT64: put_double(s, o->via.f64); break;
     case MSGPACK_OBJECT_STR: put_json_string(s, o->via.str.ptr, o->via.str.size); break;
-    case MSGPACK_OBJECT_BIN: put_json_string(s, o->via.bin.ptr, o->via.bin.size); break;
+    case MSGPACK_OBJECT_BIN: put_binary(s, o->via.bin.ptr, o->via.bin.size); break;
     case MSGPACK_OBJECT_ARRAY:
       put(s, "[", 1);
       for (uint32_t i = 0; i < o->via.array.size; i++) {
@@ -133,10 +182,10 @@ int st__canonical_json(const msgpack_object *o, msgpack_sbuffer *out) {
   return s.failed ? ST_ERR_OUT_OF_MEMORY : ST_OK;
 }
 
-/* One {param} of a format key: strings raw, everything else as JSON. */
+/* One {param} of a format key: strings as text (put_text), everything
+ * else (binary too: b"...") as in JSON. */
 static void put_field(sink_t *s, const msgpack_object *v) {
-  if (v->type == MSGPACK_OBJECT_STR) put(s, v->via.str.ptr, v->via.str.size);
-  else if (v->type == MSGPACK_OBJECT_BIN) put(s, v->via.bin.ptr, v->via.bin.size);
+  if (v->type == MSGPACK_OBJECT_STR) put_text(s, v->via.str.ptr, v->via.str.size, 0);
   else put_json(s, v, 0);
 }
 

@@ -172,10 +172,16 @@ int st__handoff_open(st__handoffs_t *t, const char *name, size_t name_len, uint6
   if (rc != ST_OK) return rc;
   for (uint32_t i = 0; i < h->consumers; i++) {
     if (h->slots[i]) continue;
-    /* A slot used before: any publish that raced with its sweep is
-     * swept again before the slot counts once more. */
-    sweep_slot(h, i);
-    atomic_fetch_or(&h->page->expected, 1u << i);
+    /* A slot never opened has counted since creation: what was
+     * published before this open waits for this consumer (its bit is
+     * still pending). A slot used before left and was swept: any
+     * publish that raced with that sweep is swept again before the
+     * slot counts once more, from now on. */
+    if (h->used & (1u << i)) {
+      sweep_slot(h, i);
+      atomic_fetch_or(&h->page->expected, 1u << i);
+    }
+    h->used |= 1u << i;
     h->slots[i] = conn;
     *out = h;
     *slot = i;

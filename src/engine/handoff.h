@@ -39,6 +39,7 @@ typedef struct st__handoff {
   st__handoff_page_t *page;     /* named.page                             */
   uint64_t producer;            /* connection id; 0 once it left          */
   uint64_t slots[ST__HANDOFF_MAX_CONSUMERS];   /* connection ids; 0: free */
+  uint32_t used;                /* bits of the slots opened at least once  */
 } st__handoff_t;
 
 typedef struct st__handoffs {
@@ -69,7 +70,10 @@ int st__handoff_create(st__handoffs_t *t, const st__handoff_spec_t *s, uint64_t 
                        st__handoff_t **out, char *err, size_t errlen);
 
 /* Attaches connection `conn` of uid `uid` to hand-off `name` as a
- * consumer: the lowest free slot. On ST_OK *out and *slot say which.
+ * consumer: the lowest free slot. A slot never opened before has counted
+ * since creation (what was published before waits for this consumer); a
+ * slot used before is swept again and counts from this open on. On ST_OK
+ * *out and *slot say which.
  * Errors: NOT_FOUND (no such name), AUTH (another uid), LIMIT (every slot
  * taken, the connection's count), INVALID_ARGUMENT (already attached).
  * Loop thread. */

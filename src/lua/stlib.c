@@ -6,6 +6,7 @@
  *   st.sleep(s)        sleeps, waking for cancel and the timeout
  *   st.progress(f, n)  reports progress of the running call (tasks)
  *   st.array(t)        marks t to serialize as an array even when empty
+ *   st.bytes(s)        a binary value (msgpack bin) of s's bytes (value.c)
  *   st.null            nil inside arguments' arrays and maps, and in
  *                      results (value.c): the light userdata NULL
  *   st.version         server version string
@@ -24,6 +25,7 @@
 #include "lua/keys.h"
 #include "lua/module.h"
 #include "lua/safetensors.h"
+#include "lua/value.h"
 
 #include <math.h>
 #include <string.h>
@@ -313,7 +315,7 @@ static void build_st(lua_State *L) {
   int st = lua_gettop(L);
   static const luaL_Reg funcs[] = {
     {"endpoint", l_endpoint}, {"cancelled", l_cancelled}, {"sleep", l_sleep},
-    {"progress", l_progress}, {"array", l_array},
+    {"progress", l_progress}, {"array", l_array}, {"bytes", st__lua_bytes},
     {"tensor_param", l_tensor_param}, {NULL, NULL}
   };
   st__lua_set_funcs(L, st, funcs);

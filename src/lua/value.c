@@ -17,6 +17,12 @@
  * place: Lua tables cannot hold nil. An argument that is itself nil stays
  * nil (a.x == nil). st.null packs back as nil, anywhere.
  *
+ * Binary (msgpack bin) and strings (str) stay apart: Lua has one string
+ * type, so a bin value arrives as an st.bytes value (a full userdata of
+ * its bytes: #b, tostring(b), b .. s, b == st.bytes(s), and the string
+ * methods, b:sub(1, 2), on its bytes) and packs back as bin; a Lua string
+ * packs as str. st.bytes(s) makes one from a string.
+ *
  * The contract of each non-static function (what it does, returns and owns)
  * is its comment in value.h; all of them run on the thread that owns the
  * lua_State they are given.
@@ -32,6 +38,125 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ------------------------------------------------------------ st.bytes */
+
+static char bytes_mt_key;     /* registry: metatable of binary values       */
+
+typedef struct bytes {
+  size_t n;
+  char p[];
+} bytes_t;
+
+static bytes_t *tobytes(lua_State *L, int idx) {
+  bytes_t *b = lua_type(L, idx) == LUA_TUSERDATA ? lua_touserdata(L, idx) : NULL;
+  if (!b || !lua_getmetatable(L, idx)) return NULL;
+  lua_pushlightuserdata(L, &bytes_mt_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  int is = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return is ? b : NULL;
+}
+
+const char *st__lua_tobytes(lua_State *L, int idx, size_t *n) {
+  bytes_t *b = tobytes(L, idx);
+  if (b) *n = b->n;
+  return b ? b->p : NULL;
+}
+
+/* [-0, +1] The value at idx as a Lua string when it is a binary value,
+ * else the value itself. */
+static void push_as_string(lua_State *L, int idx) {
+  bytes_t *b = tobytes(L, idx);
+  if (b) lua_pushlstring(L, b->p, b->n);
+  else lua_pushvalue(L, idx);
+}
+
+static int bytes_tostring(lua_State *L) {
+  push_as_string(L, 1);
+  return 1;
+}
+
+static int bytes_len(lua_State *L) {
+  bytes_t *b = tobytes(L, 1);
+  lua_pushnumber(L, b ? (lua_Number)b->n : 0);
+  return 1;
+}
+
+static int bytes_concat(lua_State *L) {
+  push_as_string(L, 1);
+  push_as_string(L, 2);
+  lua_concat(L, 2);
+  return 1;
+}
+
+static int bytes_eq(lua_State *L) {
+  bytes_t *a = tobytes(L, 1), *b = tobytes(L, 2);
+  lua_pushboolean(L, a && b && a->n == b->n && memcmp(a->p, b->p, a->n) == 0);
+  return 1;
+}
+
+/* A string method called on a binary value: the method on its bytes. */
+static int bytes_method(lua_State *L) {
+  if (lua_gettop(L) >= 1) {
+    push_as_string(L, 1);
+    lua_replace(L, 1);
+  }
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+/* b:name(...): string.name on the bytes; nil for other keys. */
+static int bytes_index(lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
+  lua_getfield(L, -1, "string");
+  if (lua_type(L, -1) != LUA_TTABLE || lua_type(L, 2) != LUA_TSTRING) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_pushvalue(L, 2);
+  lua_rawget(L, -2);
+  if (lua_type(L, -1) != LUA_TFUNCTION) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_pushcclosure(L, bytes_method, 1);
+  return 1;
+}
+
+static void build_bytes_mt(lua_State *L) {
+  static const luaL_Reg meta[] = {
+    {"__tostring", bytes_tostring}, {"__len", bytes_len}, {"__concat", bytes_concat},
+    {"__eq", bytes_eq}, {"__index", bytes_index}, {NULL, NULL}};
+  lua_pushlightuserdata(L, &bytes_mt_key);
+  st__lua_push_metatable(L, meta);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+}
+
+void st__lua_push_bytes(lua_State *L, const void *p, size_t n) {
+  bytes_t *b = lua_newuserdata(L, sizeof *b + (n ? n : 1));
+  b->n = n;
+  if (n) memcpy(b->p, p, n);
+  st__lua_push_built(L, &bytes_mt_key, build_bytes_mt);
+  lua_setmetatable(L, -2);
+}
+
+int st__lua_bytes(lua_State *L) {
+  if (tobytes(L, 1)) {
+    lua_settop(L, 1);
+    return 1;
+  }
+  if (lua_type(L, 1) != LUA_TSTRING)
+    return luaL_error(L, "st.bytes: expected a string, got %s", luaL_typename(L, 1));
+  size_t n;
+  const char *s = lua_tolstring(L, 1, &n);
+  st__lua_push_bytes(L, s, n);
+  return 1;
+}
+
+/* ------------------------------------------------------------ Lua -> msgpack */
 
 typedef struct packer {
   lua_State *L;
@@ -296,6 +421,12 @@ static int pack_value(packer_t *p, msgpack_packer *pk, int idx, int depth) {
     if (depth > ST_MAX_DEPTH) return fail(p, "nesting deeper than %s levels", "32");
     return pack_table(p, pk, idx, depth);
   case LUA_TUSERDATA: {
+    bytes_t *b = tobytes(L, idx);
+    if (b) {
+      msgpack_pack_bin(pk, b->n);
+      msgpack_pack_bin_body(pk, b->p, b->n);
+      return ST_OK;
+    }
     st__tensor_t *t = st__lua_totensor(L, idx);
     st__lmodule_t *m = t ? NULL : st__lua_tomodule(L, idx);
     if ((t || m) && !p->res) return fail(p, "%s cannot be a default value", t ? "a tensor" : "a module");
@@ -377,7 +508,7 @@ static int push_obj(lua_State *L, const msgpack_object *o, int depth, char *err,
   case MSGPACK_OBJECT_FLOAT32:
   case MSGPACK_OBJECT_FLOAT64: lua_pushnumber(L, o->via.f64); return ST_OK;
   case MSGPACK_OBJECT_STR: lua_pushlstring(L, o->via.str.ptr, o->via.str.size); return ST_OK;
-  case MSGPACK_OBJECT_BIN: lua_pushlstring(L, o->via.bin.ptr, o->via.bin.size); return ST_OK;
+  case MSGPACK_OBJECT_BIN: st__lua_push_bytes(L, o->via.bin.ptr, o->via.bin.size); return ST_OK;
   case MSGPACK_OBJECT_ARRAY: {
     uint32_t n = o->via.array.size;
     lua_createtable(L, (int)n, 0);

@@ -24,4 +24,21 @@ int st__lua_pack(lua_State *L, int idx, msgpack_packer *pk, st__build_result_t *
  * ST_ERR_INVALID_ARGUMENT. May raise when out of memory. */
 int st__lua_push_msgpack(lua_State *L, const msgpack_object *o, char *err, size_t errlen);
 
+/* Binary values (msgpack bin): a full userdata of the bytes, st.bytes in
+ * endpoint code (docs/endpoints.md, "Arguments as Lua values"). A bin
+ * argument arrives as one and packs back as bin; a Lua string packs as
+ * str. */
+
+/* [-0, +1] Pushes a binary value of the n bytes at p. May raise when out
+ * of memory. */
+void st__lua_push_bytes(lua_State *L, const void *p, size_t n);
+
+/* The bytes of the binary value at idx (*n their count), or NULL when it
+ * is not one. */
+const char *st__lua_tobytes(lua_State *L, int idx, size_t *n);
+
+/* st.bytes(s): a binary value of the bytes of string s (a binary value
+ * is returned as it is); raises for anything else. */
+int st__lua_bytes(lua_State *L);
+
 #endif

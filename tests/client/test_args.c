@@ -84,11 +84,13 @@ TEST(kv_inferred_types) {
 TEST(kv_forced_types) {
   const char *words[] = {"a:int=7",       "b:float=3",    "c:bool=1",     "d:bool=false",
                          "e:str=42",      "f:str=true",   "g:json=[1,\"x\",{\"k\":null}]",
-                         "h:float=inf",   "i:json=2.0",   "j:str="};
+                         "h:float=inf",   "i:json=2.0",   "j:str=",       "k:hex=ff00",
+                         "l:hex="};
   char *s = echo_words(words, sizeof words / sizeof *words);
   CHECK(s);
   CHECK_STR_EQ(s, "{\"a\":7,\"b\":3.0,\"c\":true,\"d\":false,\"e\":\"42\",\"f\":\"true\","
-                  "\"g\":[1,\"x\",{\"k\":null}],\"h\":null,\"i\":2.0,\"j\":\"\"}");
+                  "\"g\":[1,\"x\",{\"k\":null}],\"h\":null,\"i\":2.0,\"j\":\"\","
+                  "\"k\":{\"binary\":\"/wA=\"},\"l\":{\"binary\":\"\"}}");
   free(s);
 }
 
@@ -116,7 +118,9 @@ TEST(kv_errors) {
       {"x:float=abc", "'abc' is not a number"},
       {"x=1e999", "float out of range"},
       {"b:bool=maybe", "is not a boolean"},
-      {"t:blob=1", "unknown type 'blob'"},
+      {"t:blob=1", "unknown type 'blob' (use int, float, bool, str, hex or json)"},
+      {"h:hex=abc", "hex needs two digits a byte"},
+      {"h:hex=zz", "'zz' is not a hex byte"},
       {"t:=1", "unknown type"},
       {"j:json={", "unexpected end of input"},
   };

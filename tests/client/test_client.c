@@ -33,6 +33,11 @@ static const stt_endpoint_t endpoints[] = {
      "return st.endpoint{ name = \"plain\", params = { n = 1, x = 0.5, s = \"a\", b = false },\n"
      "  build = function(a) return { n = a.n, x = a.x, s = a.s, b = a.b, list = { 1, 2, 3 } } "
      "end }\n"},
+    {"echo.lua", STT_EP_ECHO},
+    {"fmt.lua",
+     "return st.endpoint{ name = \"fmt\", cache_format_key = \"k:{v}\",\n"
+     "  params = { v = st.required },\n"
+     "  build = function(a) return { v = a.v } end }\n"},
     {NULL, NULL},
 };
 
@@ -421,6 +426,79 @@ TEST(results_survive_sigkill_and_calls_fail_fast) {
   stt_server_cleanup(&s2);
 }
 
+/* The echo of one argument built by `put` (bytes, or a string). */
+static st_result_t *echo_one(st_client_t *c, const char *name, const char *key, const char *p,
+                             size_t n, int binary) {
+  st_args_t *a = st_args_new();
+  int rc = binary ? st_args_bytes(a, key, p, n) : st_args_str(a, key, p, n);
+  st_result_t *r = NULL;
+  if (rc == ST_OK) rc = st_client_call(c, name, a, &r);
+  if (rc != ST_OK) fprintf(stderr, "   %s: %s\n", name, st_client_error(c));
+  st_args_free(a);
+  return r;
+}
+
+/* Binary stays binary through a Lua endpoint and back; cache keys keep
+ * binary apart from strings, readable and whole (docs/protocol.md). */
+TEST(binary_round_trips_and_cache_keys_are_exact) {
+  OPEN_CLIENT(c, srv.socket);
+  st_result_t *r = echo_one(c, "echo", "value", "\xff\x00", 2, 1);
+  CHECK(r);
+  const st_value_t *v = st_result_value(r);
+  CHECK(v && v->kind == ST_VALUE_BINARY && v->as.str.len == 2);
+  CHECK(memcmp(v->as.str.ptr, "\xff\x00", 2) == 0);
+  st_result_free(r);
+  r = echo_one(c, "echo", "value", "a\0b", 3, 0);
+  CHECK(r && st_result_value(r)->kind == ST_VALUE_STRING);
+  st_result_free(r);
+  struct {
+    const char *p;
+    size_t n;
+    int bin;
+    const char *key;
+  } cases[] = {
+      {"ab", 2, 0, "k:ab"},
+      {"ab", 2, 1, "k:b\"ab\""},
+      {"k:a\0b", 5, 0, "k:k:a\\x00b"},
+      {"k:a\0c", 5, 0, "k:k:a\\x00c"},
+      {"\xff\x00", 2, 1, "k:b\"\\xff\\x00\""},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    r = echo_one(c, "fmt", "v", cases[i].p, cases[i].n, cases[i].bin);
+    CHECK(r);
+    st_object_info_t o;
+    CHECK_EQ_INT(st_result_object(r, &o), ST_OK);
+    CHECK_STR_EQ(o.cache_key, cases[i].key);
+    v = st_value_get(st_result_value(r), "v");
+    CHECK(v && v->kind == (cases[i].bin ? ST_VALUE_BINARY : ST_VALUE_STRING));
+    CHECK(v->as.str.len == cases[i].n && memcmp(v->as.str.ptr, cases[i].p, cases[i].n) == 0);
+    st_result_free(r);
+  }
+  st_client_close(c);
+}
+
+/* Flags and policies the API does not have are refused, naming the
+ * allowed ones, before anything is sent. */
+TEST(unknown_flags_are_refused) {
+  OPEN_CLIENT(c, srv.socket);
+  st_result_t *r = NULL;
+  CHECK_ERR(st_client_call_flags(c, "plain", NULL, 4, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_client_error(c),
+                 "unknown flags 0x4 (allowed: ST_CALL_LEND_SAME, ST_CALL_READONLY)");
+  CHECK_ERR(st_client_call_view(c, "plain", NULL, 8, NULL, &r), ST_ERR_INVALID_ARGUMENT);
+  st_args_t *a = st_args_new();
+  CHECK_EQ_INT(st_args_int(a, "x", 1), ST_OK);
+  CHECK_ERR(st_client_put(c, "k", a, ST_KEY_PINNED, 4, NULL), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_client_error(c), "unknown flags 0x4 (allowed: ST_PUT_READONLY, ST_PUT_LIVE)");
+  CHECK_ERR(st_client_put(c, "k", a, 7, 0, NULL), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_client_error(c), "allowed: ST_KEY_PINNED, ST_KEY_EVICTABLE");
+  CHECK_ERR(st_client_get(c, "k", 0, 2, &r, NULL), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_client_error(c), "unknown flags 0x2 (allowed: ST_GET_READONLY)");
+  st_args_free(a);
+  CHECK(st_client_ping(c, NULL) == ST_OK);
+  st_client_close(c);
+}
+
 int main(void) {
   const char *child = getenv("STT_CLIENT_CHILD");
   if (child) return child_main(child);
@@ -429,6 +507,8 @@ int main(void) {
   RUN(hello_and_ping);
   RUN(call_tensor_endpoint);
   RUN(call_plain_values_with_typed_args);
+  RUN(binary_round_trips_and_cache_keys_are_exact);
+  RUN(unknown_flags_are_refused);
   RUN(module_tensors_share_one_mapping);
   RUN(same_arena_twice_is_mapped_once);
   RUN(info_and_endpoints);

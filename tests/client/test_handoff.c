@@ -3,6 +3,10 @@
  * path is test_gpu_handoff.c):
  *   - requests flow producer -> 2 consumers with checksums, chunks
  *     recycled through few chunks;
+ *   - every order: the producer publishing before its consumers open,
+ *     the consumers first, a consumer joining mid-stream (on a slot
+ *     never opened: it gets what waited for it; on one taken back: it
+ *     counts from its open);
  *   - a chunk is never acquired again while a consumer has not
  *     acknowledged it; the producer's wait ends with a clear TIMEOUT;
  *   - a consumer SIGKILLed mid-request has its acknowledgements made by
@@ -285,12 +289,98 @@ TEST(the_producer_leaving_and_delete) {
   CHECK(hk_back_to(cli, srv.pid, "cpu", start));
 }
 
+/* Every order of opening and publishing (pool.md: slots never opened
+ * count from creation; a slot taken back counts from its open on). */
+TEST(every_order_of_open_and_publish) {
+  hk_figures_t start = base();
+  st_handoff_t *p = NULL;
+  int ch[2], c;
+  uint64_t seq[2], sum[2], pending;
+  /* the producer first: both chunks published before any consumer opens */
+  CHECK_RC(st_handoff_create(cli, "order", "cpu", CHUNK, 2, 2, &p), ST_OK, cli);
+  for (int i = 0; i < 2; i++)
+    CHECK_EQ_INT(produce(p, 1000, 200, &ch[i], &seq[i], &sum[i]), ST_OK);
+  CHECK_EQ_INT(st_handoff_pending(p, ch[0], NULL, &pending), ST_OK);
+  CHECK(pending == 3u);
+  hk_consumer_t a, b;
+  CHECK(hk_spawn(&a, srv.socket, "order", NULL) == 0);
+  CHECK(hk_spawn(&b, srv.socket, "order", NULL) == 0);
+  for (int i = 0; i < 2; i++) {
+    CHECK_EQ_INT(st_handoff_pending(p, ch[i], NULL, &pending), ST_OK);
+    CHECK(pending == 3u);     /* the opens kept what waits for them */
+    CHECK_EQ_INT(hk_do(&a, HK_TAKE, ch[i], seq[i], sum[i], 200), ST_OK);
+    CHECK_EQ_INT(hk_do(&a, HK_ACK, ch[i], seq[i], 0, 0), ST_OK);
+    CHECK_EQ_INT(hk_do(&b, HK_TAKE, ch[i], seq[i], sum[i], 200), ST_OK);
+    CHECK_EQ_INT(hk_do(&b, HK_ACK, ch[i], seq[i], 0, 0), ST_OK);
+  }
+  CHECK_EQ_INT(st_handoff_acquire(p, 1000, &c, NULL), ST_OK);
+  CHECK_EQ_INT(st_handoff_cancel(p, c), ST_OK);
+  hk_end(&a, 0);
+  hk_end(&b, 0);
+  CHECK_RC(st_handoff_close(p), ST_OK, cli);
+
+  /* the consumers first, then the publishes */
+  CHECK_RC(st_handoff_create(cli, "order", "cpu", CHUNK, 2, 2, &p), ST_OK, cli);
+  CHECK(hk_spawn(&a, srv.socket, "order", NULL) == 0);
+  CHECK(hk_spawn(&b, srv.socket, "order", NULL) == 0);
+  for (int i = 0; i < 2; i++) {
+    CHECK_EQ_INT(produce(p, 1000, 300, &ch[i], &seq[i], &sum[i]), ST_OK);
+    CHECK_EQ_INT(hk_do(&a, HK_TAKE, ch[i], seq[i], sum[i], 300), ST_OK);
+    CHECK_EQ_INT(hk_do(&b, HK_TAKE, ch[i], seq[i], sum[i], 300), ST_OK);
+    CHECK_EQ_INT(hk_do(&a, HK_ACK, ch[i], seq[i], 0, 0), ST_OK);
+    CHECK_EQ_INT(hk_do(&b, HK_ACK, ch[i], seq[i], 0, 0), ST_OK);
+  }
+  hk_end(&b, 0);
+
+  /* a consumer joining mid-stream: a holds slot 0 and acknowledged
+   * chunk 0; b's slot was used and left, so a new consumer taking it
+   * counts from its open: the chunk published before waits for a alone */
+  CHECK_EQ_INT(produce(p, 1000, 400, &ch[0], &seq[0], &sum[0]), ST_OK);
+  CHECK_EQ_INT(st_handoff_pending(p, ch[0], NULL, &pending), ST_OK);
+  CHECK(pending == (1u << a.slot));
+  hk_consumer_t late;
+  CHECK(hk_spawn(&late, srv.socket, "order", NULL) == 0);
+  CHECK_EQ_INT(hk_do(&a, HK_ACK, ch[0], seq[0], 0, 0), ST_OK);
+  CHECK_EQ_INT(produce(p, 1000, 500, &ch[1], &seq[1], &sum[1]), ST_OK);
+  CHECK_EQ_INT(st_handoff_pending(p, ch[1], NULL, &pending), ST_OK);
+  CHECK(pending == ((1u << a.slot) | (1u << late.slot)));
+  CHECK_EQ_INT(hk_do(&late, HK_TAKE, ch[1], seq[1], sum[1], 500), ST_OK);
+  CHECK_EQ_INT(hk_do(&late, HK_ACK, ch[1], seq[1], 0, 0), ST_OK);
+  CHECK_EQ_INT(hk_do(&a, HK_ACK, ch[1], seq[1], 0, 0), ST_OK);
+  hk_end(&a, 0);
+  hk_end(&late, 0);
+  CHECK_RC(st_handoff_close(p), ST_OK, cli);
+
+  /* a consumer joining mid-stream on a slot never opened: a takes slot
+   * 0, two requests go by, then b opens slot 1 and gets both */
+  CHECK_RC(st_handoff_create(cli, "order", "cpu", CHUNK, 2, 2, &p), ST_OK, cli);
+  CHECK(hk_spawn(&a, srv.socket, "order", NULL) == 0);
+  for (int i = 0; i < 2; i++) {
+    CHECK_EQ_INT(produce(p, 1000, 600, &ch[i], &seq[i], &sum[i]), ST_OK);
+    CHECK_EQ_INT(hk_do(&a, HK_TAKE, ch[i], seq[i], sum[i], 600), ST_OK);
+    CHECK_EQ_INT(hk_do(&a, HK_ACK, ch[i], seq[i], 0, 0), ST_OK);
+  }
+  CHECK_ERR(st_handoff_acquire(p, 20, &c, NULL), ST_ERR_TIMEOUT);   /* they wait for b */
+  CHECK(hk_spawn(&b, srv.socket, "order", NULL) == 0);
+  for (int i = 0; i < 2; i++) {
+    CHECK_EQ_INT(hk_do(&b, HK_TAKE, ch[i], seq[i], sum[i], 600), ST_OK);
+    CHECK_EQ_INT(hk_do(&b, HK_ACK, ch[i], seq[i], 0, 0), ST_OK);
+  }
+  CHECK_EQ_INT(st_handoff_acquire(p, 1000, &c, NULL), ST_OK);
+  CHECK_EQ_INT(st_handoff_cancel(p, c), ST_OK);
+  hk_end(&a, 0);
+  hk_end(&b, 0);
+  CHECK_RC(st_handoff_close(p), ST_OK, cli);
+  CHECK(hk_back_to(cli, srv.pid, "cpu", start));
+}
+
 int main(void) {
   cli = hk_start(&srv,
                  "memory_budget = { cpu = 48 * 1024 * 1024 }, limits = { "
                  "max_handoff_chunks = 64, max_handoffs_per_connection = 3 },",
                  NULL, &baseline);
   RUN(requests_flow_to_two_consumers_and_chunks_recycle);
+  RUN(every_order_of_open_and_publish);
   RUN(a_chunk_is_not_acquired_again_before_every_ack);
   RUN(a_consumer_killed_mid_request_has_its_acks_made);
   RUN(forged_acks_change_nothing);

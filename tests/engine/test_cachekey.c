@@ -185,10 +185,57 @@ TEST(smap_put_get_del_grow) {
   CHECK(st__smap_get(&m, "k1", 2) == NULL);
 }
 
+/* str and bin of the same bytes: bin as b"...", non-UTF-8 and NUL escaped. */
+static void pack_str_bin(msgpack_packer *pk) {
+  msgpack_pack_array(pk, 6);
+  st__pack_cstr(pk, "ab");
+  msgpack_pack_bin(pk, 2);
+  msgpack_pack_bin_body(pk, "ab", 2);
+  msgpack_pack_bin(pk, 5);
+  msgpack_pack_bin_body(pk, "\xff\x00\"\\z", 5);
+  msgpack_pack_str(pk, 3);
+  msgpack_pack_str_body(pk, "a\0b", 3);
+  msgpack_pack_str(pk, 4);
+  msgpack_pack_str_body(pk, "\xff\xc3\xa9\x7f", 4);
+  msgpack_pack_bin(pk, 0);
+}
+
+TEST(strings_and_binaries_stay_apart_and_readable) {
+  char *s = json_of(pack_str_bin);
+  CHECK_STR_EQ(s, "[\"ab\",b\"ab\",b\"\\xff\\x00\\\"\\\\z\",\"a\\u0000b\",\"\\xff\xc3\xa9\\x7f\","
+                  "b\"\"]");
+  free(s);
+  /* a format key: a string as text (escaped), a binary as b"..." */
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msgpack_pack_map(&pk, 3);
+  st__pack_cstr(&pk, "b");
+  msgpack_pack_bin(&pk, 3);
+  msgpack_pack_bin_body(&pk, "a\0b", 3);
+  st__pack_cstr(&pk, "q");
+  st__pack_cstr(&pk, "b\"ab\"");
+  st__pack_cstr(&pk, "s");
+  msgpack_pack_str(&pk, 6);
+  msgpack_pack_str_body(&pk, "a\0b\\\xff\n", 6);
+  memset(&ep, 0, sizeof ep);
+  ep.name = "demo";
+  ep.cache_format_key = "k:{s}|{b}|{q}";
+  char *out = NULL, err[128];
+  size_t len = 0;
+  CHECK_ERR_MSG(st__cache_key(&ep, sb.data, sb.size, &out, &len, err, sizeof err), ST_OK, err);
+  CHECK_STR_EQ(out, "k:a\\x00b\\\\\\xff\\x0a|b\"a\\x00b\"|b\\\"ab\\\"");
+  CHECK_EQ_INT(len, strlen(out));
+  free(out);
+  msgpack_sbuffer_destroy(&sb);
+}
+
 int main(void) {
   RUN(format_key_fields);
   RUN(canonical_json_of_all_arguments);
   RUN(json_escaping_floats_and_order);
+  RUN(strings_and_binaries_stay_apart_and_readable);
   RUN(not_a_map);
   RUN(smap_put_get_del_grow);
   return stt_summary();

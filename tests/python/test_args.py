@@ -15,6 +15,21 @@ import sharedtensor as st  # noqa: E402
 
 ENDPOINTS = {
     "echo.lua": st_fixture.EP_ECHO,
+    # Cached: the key of the whole arguments, and a format key.
+    "cached.lua": """
+return {
+  st.endpoint { name = "cached", cache = true, params = { value = st.required },
+    build = function(a) return { v = a.value } end },
+  st.endpoint { name = "fmt", cache_format_key = "k:{value}", params = { value = st.required },
+    build = function(a) return { v = a.value } end },
+  st.endpoint { name = "binary", params = { s = st.required },
+    build = function(a)
+      local b = st.bytes(a.s)
+      return { b = b, n = #b, s = tostring(b), sub = b:sub(2), same = b == st.bytes(a.s),
+               cat = b .. "!", again = st.bytes(b) }
+    end },
+}
+""",
     # What the endpoint sees, rendered on the server.
     "seen.lua": open(os.path.join(st_fixture.env("ST_SOURCE_DIR"), "tests", "spec",
                                   "seen_endpoint.lua")).read(),
@@ -52,10 +67,15 @@ class ArgumentsTest(st_fixture.ServerTestCase):
                 got = self.echo(v)
                 self.assertEqual(got, v)
                 self.assertEqual(type(got), type(v))
-        # tuples go as lists, bytes as binary (a string to the endpoint)
+        # tuples go as lists, bytes as binary (st.bytes to the endpoint),
+        # and binary comes back as bytes
         self.assertEqual(self.echo((1, None, "x")), [1, None, "x"])
-        self.assertEqual(self.echo(b"ab\x00c"), "ab\x00c")
-        self.assertEqual(self.echo([b"\x00"]), ["\x00"])
+        for v in (b"ab\x00c", b"\xff\x00", b"", bytes(range(256))):
+            self.assertEqual(type(self.echo(v)), bytes)
+            self.assertEqual(self.echo(v), v)
+        self.assertEqual(self.echo(bytearray(b"\xfe")), b"\xfe")
+        self.assertEqual(self.echo([b"\x00", "\x00"]), [b"\x00", "\x00"])
+        self.assertEqual(self.echo({"k": b"\xff"}), {"k": b"\xff"})
         self.assertTrue(math.isnan(self.echo([float("nan")])[0]))
         self.assertEqual(self.echo(nested(27, [1])), nested(27, [1]))
 
@@ -71,8 +91,33 @@ class ArgumentsTest(st_fixture.ServerTestCase):
         self.assertEqual(seen([None]), "[null]")
         self.assertEqual(seen({"a": 1, "b": None}), "{a=1,b=null}")
         self.assertEqual(seen("a\x00b"), '"a\\0b"')
-        self.assertEqual(seen(b"ab\x00c"), '"ab\\0c"')
+        self.assertEqual(seen(b"ab\x00c"), 'b"ab\\0c"')
         self.assertEqual(seen(None), "nil")     # an argument that is None itself
+
+    def test_binary_values_in_lua(self):
+        self.assertEqual(self.c.call("binary", s="abc"),
+                         {"b": b"abc", "n": 3, "s": "abc", "sub": "bc", "same": True,
+                          "cat": "abc!", "again": b"abc"})
+
+    def test_cache_keys_keep_bytes_apart_and_whole(self):
+        # non-UTF-8 bytes: built, cached, and every call answers
+        for _ in range(2):
+            with self.c.call("cached", value=b"\xff\x00") as h:
+                self.assertEqual(h.value, {"v": b"\xff\x00"})
+                self.assertEqual(h.cache_key, '{"value":b"\\xff\\x00"}')
+        keys = {}
+        for name in ("cached", "fmt"):
+            for v in ("ab", b"ab", "k:a\x00b", "k:a\x00c", b"\xff", "\xff"):
+                with self.c.call(name, value=v) as h:
+                    self.assertEqual(h.value, {"v": v})
+                    keys[name, v] = h.cache_key
+        self.assertEqual(keys["fmt", "ab"], "k:ab")
+        self.assertEqual(keys["fmt", b"ab"], 'k:b"ab"')
+        self.assertEqual(keys["fmt", "k:a\x00b"], "k:k:a\\x00b")
+        self.assertEqual(keys["fmt", b"\xff"], 'k:b"\\xff"')
+        self.assertEqual(keys["cached", "ab"], '{"value":"ab"}')
+        self.assertEqual(keys["cached", "k:a\x00c"], '{"value":"k:a\\u0000c"}')
+        self.assertEqual(len(set(keys.values())), len(keys))   # no two share a key
 
     def test_nesting_limit(self):
         # A request holds 32 levels of containers, 4 of them its own.

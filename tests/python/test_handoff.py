@@ -61,6 +61,25 @@ class HandoffTest(ServerTestCase):
             q.ack(t2)
         p.close()
 
+    def test_a_publish_before_the_consumers_open_waits_for_them(self):
+        import sharedtensor
+        p = Handoff.create(self.c, "early", chunk_bytes=4096, chunks=2, consumers=2)
+        x = torch.arange(8, dtype=torch.float32)
+        t = p.put(x)                                    # nobody opened yet
+        with sharedtensor.Client(path=self.srv.socket) as c1, \
+                sharedtensor.Client(path=self.srv.socket) as c2, \
+                Handoff.open(c1, "early") as a, Handoff.open(c2, "early") as b:
+            self.assertEqual(p.pending(t.chunk), (t.seq, 3))   # the opens kept both bits
+            for q in (a, b):
+                self.assertTrue(torch.equal(q.read(t), x))
+                q.ack(t)
+            self.assertEqual(p.pending(t.chunk)[1], 0)
+            t2 = p.put(x + 1)                           # mid-stream: both count
+            self.assertEqual(p.pending(t2.chunk), (t2.seq, 3))
+            for q in (a, b):
+                q.ack(t2)
+        p.close()
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -155,6 +155,34 @@ class KeysTest(st_fixture.KeysTestCase):
         with self.assertRaises(TypeError):
             self.c.put("v", 3)
 
+    def test_unknown_option_values_are_refused(self):
+        w = {"w": st.zeros((2,))}
+        with self.assertRaises(st.InvalidArgumentError) as e:
+            self.c.put("dbl", w, live="double")
+        self.assertIn("live must be True or False, not 'double'", str(e.exception))
+        self.assertIn("not built", str(e.exception))
+        with self.assertRaises(st.NotFoundError):
+            self.c.get("dbl")          # nothing was put
+        with self.assertRaises(st.InvalidArgumentError) as e:
+            self.c.put("v", w, policy="forever")
+        self.assertIn("policy must be one of 'pinned', 'evictable', not 'forever'",
+                      str(e.exception))
+        cases = [(lambda: self.c.put("v", w, readonly="yes"), "put: readonly must be True or False"),
+                 (lambda: self.c.put("v", w, live=2), "put: live must be True or False, not 2"),
+                 (lambda: self.c.get("v", readonly="no"), "get: readonly must be True or False"),
+                 (lambda: self.c.get("v", with_version="x"), "get: with_version must be"),
+                 (lambda: self.c.get("v", as_torch="x"), "get: as_torch must be"),
+                 (lambda: self.c.call("cached_w", as_torch="x"), "call: as_torch must be"),
+                 (lambda: self.c.live("v", readonly="x"), "live: readonly must be"),
+                 (lambda: self.c.get_into("v", {"w": torch.zeros(2)}, dtype_cast="x"),
+                  "get_into: dtype_cast must be")]
+        for fn, msg in cases:
+            with self.subTest(msg=msg):
+                with self.assertRaises(st.InvalidArgumentError) as e:
+                    fn()
+                self.assertIn(msg, str(e.exception))
+        self.c.put("v", w, readonly=False, live=False, policy="evictable")   # the allowed ones
+
 
 
 class BigReplyTest(st_fixture.ServerTestCase):

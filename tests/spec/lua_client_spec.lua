@@ -115,6 +115,30 @@ describe("the Lua client", function()
     assert.are.same(v, res.value)
   end)
 
+  it("keeps binary apart from strings, in values and cache keys", function()
+    local b = st.bytes("\255\0")
+    local got = assert(c:call("echo", { value = { b, "\255\0" } })).value
+    assert.are.equal(b, got[1])                  -- binary back as st.bytes
+    assert.are.equal("\255\0", tostring(got[1]))
+    assert.are.equal(2, #got[1])
+    assert.are.equal("string", type(got[2]))
+    local kb = assert(c:call("cached", { x = st.bytes("ab") })).object.cache_key
+    local ks = assert(c:call("cached", { x = "ab" })).object.cache_key
+    assert.are.equal('{"x":b"ab"}', kb)
+    assert.are.equal('{"x":"ab"}', ks)
+    local kn = assert(c:call("cached", { x = st.bytes("\255\0") })).object.cache_key
+    assert.are.equal('{"x":b"\\xff\\x00"}', kn)
+  end)
+
+  it("refuses options it does not know", function()
+    local ok, msg = pcall(function() return c:call("echo", { value = 1 }, { readnly = true }) end)
+    assert.is_false(ok)
+    assert.matches("call: unknown option 'readnly' (allowed: readonly, view)", msg, 1, true)
+    ok, msg = pcall(function() return c:get("k", { readonly = "yes" }) end)
+    assert.is_false(ok)
+    assert.matches("get: opts.readonly must be true or false, not yes", msg, 1, true)
+  end)
+
   it("gets a managed module with one lease, and releases it", function()
     local res = assert(c:call("mod", { rows = 3 }))
     local m = res.value

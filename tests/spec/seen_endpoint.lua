@@ -1,5 +1,6 @@
 -- seen: what an endpoint sees of its `value` argument, rendered on the
--- server as text: nil, st.null ("null"), strings as %q, lists [a,b],
+-- server as text: nil, st.null ("null"), strings as %q, binary values
+-- (st.bytes) as b%q, lists [a,b],
 -- tables {k=v} with sorted keys. Shared by tests/spec/args_spec.lua and
 -- tests/python/test_args.py.
 local function show(v)
@@ -7,6 +8,7 @@ local function show(v)
   if v == st.null then return "null" end
   local t = type(v)
   if t == "string" then return ("%q"):format(v) end
+  if t == "userdata" and v == st.bytes(tostring(v)) then return "b" .. ("%q"):format(tostring(v)) end
   if t ~= "table" then return tostring(v) end
   local parts = {}
   if #v > 0 then
