@@ -261,6 +261,8 @@ class PyshmemParityTest(ServerTestCase):
             self.assertEqual((a.dtype, a.tolist()), (npd, [0, 0]))
             s = st.empty((2,), name, framework=None)
             self.assertEqual(s.dtype, name)
+            if not isinstance(getattr(torch, name, None), torch.dtype):
+                self.assertIsInstance(self.c.call("u", dtype=name), st.SharedTensor)
             r = self.c.call("u", dtype=name, as_torch=False)
             self.assertEqual(r.dtype, name)
             self.assertEqual(np.from_dlpack(r).tolist(), [65535, 7, 0])
