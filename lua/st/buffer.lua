@@ -202,6 +202,13 @@ function Buffer:release()
   return true
 end
 
+-- How many acquires of this handle are not yet released (0: it holds
+-- no lock).
+function Buffer:held()
+  check_self(self, "held")
+  return lib.st_buffer_held(self._h)
+end
+
 -- Who holds the writer lock: nil when nobody, else the owner's connection
 -- id, its pid and whether it is this handle's connection.
 function Buffer:locked()

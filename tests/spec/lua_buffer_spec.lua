@@ -111,6 +111,7 @@ return st.endpoint{ name = "u", params = { dtype = "uint16" },
     assert.are.same({ 4294967295, 4294967294, 4294967293, 4294967292 }, x:tolist())
     assert.is_true(b:acquire(100))
     assert.is_true(b:acquire(100))              -- re-entrant: counts
+    assert.are.equal(2, b:held())
     assert.is_true(b:release())
     assert.is_true((select(3, b:locked())))     -- one acquire still open
     assert.are.equal(2, b:clear())              -- under the held lock
