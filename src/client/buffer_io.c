@@ -134,20 +134,39 @@ ST_API int st_buffer_acquire(st_buffer_t *b, int timeout_ms) {
 }
 
 /* See client.h. Balanced: the lock is freed by the release that matches
- * the first acquire. Any thread. */
+ * the first acquire. That last release holds `taking` while it drops the
+ * count and frees the word, so that an acquire of another thread either
+ * counts before it or takes the lock after it, never finds the word still
+ * this connection's with no count to add to. A thread holds `taking` only
+ * briefly while the count is above 0 (it finds the count and leaves), so
+ * the wait for it is a yield. Any thread. */
 ST_API int st_buffer_release(st_buffer_t *b) {
   int rc = writable(b, "release the writer lock");
   if (rc != ST_OK) return rc;
-  int h = atomic_load(&b->holds);
-  do {
+  for (;;) {
+    int h = atomic_load(&b->holds);
     if (h <= 0)
       return fail(ST_ERR_INVALID_ARGUMENT, "buffer '%s': this handle does not hold the writer "
                   "lock (release without a matching acquire)", b->name);
-  } while (!atomic_compare_exchange_weak(&b->holds, &h, h - 1));
-  if (h == 1 && !st__buffer_unlock(b->page, b->me))
-    return fail(ST_ERR_INVALID_ARGUMENT, "buffer '%s': the writer lock was no longer this "
-                "connection's", b->name);
-  return ST_OK;
+    if (h > 1) {
+      if (atomic_compare_exchange_weak(&b->holds, &h, h - 1)) return ST_OK;
+      continue;
+    }
+    int idle = 0;
+    if (!atomic_compare_exchange_strong(&b->taking, &idle, 1)) {
+      sched_yield();
+      continue;
+    }
+    int freed = atomic_compare_exchange_strong(&b->holds, &h, 0);
+    int unlocked = freed && st__buffer_unlock(b->page, b->me);
+    atomic_store(&b->taking, 0);
+    st__shm_notify(&b->page->lock_futex, &b->page->lock_waiters);
+    if (!freed) continue;   /* another acquire counted meanwhile */
+    if (!unlocked)
+      return fail(ST_ERR_INVALID_ARGUMENT, "buffer '%s': the writer lock was no longer this "
+                  "connection's", b->name);
+    return ST_OK;
+  }
 }
 
 /* See client.h. Any thread. */
