@@ -1236,13 +1236,30 @@ ST_API uint64_t st_buffer_write_sequence(const st_buffer_t *b);
 ST_API int64_t st_buffer_write_time(const st_buffer_t *b);
 
 /* Takes the writer lock for this connection, waiting at most timeout_ms
- * (TIMEOUT names the owner's connection and pid). INVALID_ARGUMENT: a
- * read-only handle, or this connection holds it already. */
+ * (TIMEOUT names the owner's connection and pid). Re-entrant per handle:
+ * while this handle holds it, another acquire only counts (threads that
+ * share the handle share its hold), and the lock is freed by the release
+ * that balances the first acquire. INVALID_ARGUMENT: a read-only handle,
+ * or this connection holds the lock otherwise (through another handle,
+ * or for a write of this handle under way). */
 ST_API int st_buffer_acquire(st_buffer_t *b, int timeout_ms);
 
-/* Frees the writer lock this connection holds (INVALID_ARGUMENT
- * otherwise). */
+/* Undoes one st_buffer_acquire of this handle; the last one frees the
+ * lock. INVALID_ARGUMENT when this handle holds none. */
 ST_API int st_buffer_release(st_buffer_t *b);
+
+/* How many st_buffer_acquire calls of this handle are not yet released
+ * (0: this handle does not hold the lock). Any thread. */
+ST_API int st_buffer_held(const st_buffer_t *b);
+
+/* Clears the buffer: every slot's frame becomes zeros, published as one
+ * more write (write_sequence moves on, as for st_buffer_write: readers
+ * waiting for a new write wake and read zeros; sequences never go back,
+ * so a reader's "newer than the last I read" stays right). Takes the
+ * writer lock for its duration unless this connection holds it, waiting
+ * at most timeout_ms; *seq (may be NULL) gets the write's number.
+ * INVALID_ARGUMENT on a read-only handle. Any thread. */
+ST_API int st_buffer_clear(st_buffer_t *b, int timeout_ms, uint64_t *seq);
 
 /* 1 when the writer lock is held, else 0; *owner (the connection id),
  * *pid (the owner's pid as it said) and *mine (this connection) may be

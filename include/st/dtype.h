@@ -1,7 +1,8 @@
 /* sharedtensor: element types, shared by the server, the wire and clients.
  *
  * The wire names a dtype by its string name ("float32"); the enum value is
- * local to a process and may change between versions. DLPack codes follow
+ * local to a process. New types are appended to the map, so the values of
+ * the older ones stay as they were (the C ABI passes st_dtype_t). DLPack codes follow
  * DLPack 1.0 (kDLInt=0, kDLUInt=1, kDLFloat=2, kDLBfloat=4, kDLBool=6,
  * kDLFloat8_e4m3fn=10, kDLFloat8_e5m2=12).
  */
@@ -30,7 +31,10 @@ extern "C" {
   X(FLOAT32,       "float32",       4, 2, 32)   \
   X(FLOAT64,       "float64",       8, 2, 64)   \
   X(FLOAT8_E4M3FN, "float8_e4m3fn", 1, 10, 8)   \
-  X(FLOAT8_E5M2,   "float8_e5m2",   1, 12, 8)
+  X(FLOAT8_E5M2,   "float8_e5m2",   1, 12, 8)   \
+  X(UINT16,        "uint16",        2, 1, 16)   \
+  X(UINT32,        "uint32",        4, 1, 32)   \
+  X(UINT64,        "uint64",        8, 1, 64)
 
 typedef enum {
   ST_DTYPE_INVALID = 0,
@@ -62,7 +66,8 @@ ST_API double st_dtype_load(st_dtype_t dtype, const void *base, size_t i);
 
 /* Store `v` as element i of a buffer of `dtype`. Integers: truncated toward
  * zero, then wrapped to the type's width (NaN stores 0, out-of-int64-range
- * saturates first). bool: v != 0. Floats round to nearest even, as PyTorch
+ * saturates first; uint64 takes [2^63, 2^64) as it is and saturates at
+ * 2^64 - 1 past it, so every double in [0, 2^64) stores exactly). bool: v != 0. Floats round to nearest even, as PyTorch
  * converts: float8_e4m3fn has no infinity (overflow and +-inf give NaN,
  * 0x7f/0xff), float8_e5m2 overflows to +-inf. */
 ST_API void st_dtype_store(st_dtype_t dtype, void *base, size_t i, double v);

@@ -137,6 +137,15 @@ function Buffer:write(v, n, timeout_ms)
   return tonumber(seq_out[0])
 end
 
+-- Zeroes every slot, published as one more write (its number, or nil,
+-- err); waits at most timeout_ms (default: no bound) for the writer lock.
+function Buffer:clear(timeout_ms)
+  check_self(self, "clear")
+  local rc = lib.st_buffer_clear(self._h, ms(timeout_ms, "clear"), seq_out)
+  if rc ~= 0 then return failure(self, rc) end
+  return tonumber(seq_out[0])
+end
+
 local function read_with(self, fn, what, out, timeout_ms)
   check_self(self, what)
   if out == nil then
@@ -175,7 +184,8 @@ function Buffer:write_time()
 end
 
 -- The writer lock: true, or false when timeout_ms passed (default: no
--- bound); nil, err on failure.
+-- bound); nil, err on failure. Re-entrant: while this handle holds it,
+-- acquire counts, and the release that balances the first frees it.
 function Buffer:acquire(timeout_ms)
   check_self(self, "acquire")
   local rc = lib.st_buffer_acquire(self._h, ms(timeout_ms, "acquire"))
@@ -184,11 +194,19 @@ function Buffer:acquire(timeout_ms)
   return failure(self, rc)
 end
 
+-- Undoes one acquire: true, or nil, err when this handle holds none.
 function Buffer:release()
   check_self(self, "release")
   local rc = lib.st_buffer_release(self._h)
   if rc ~= 0 then return failure(self, rc) end
   return true
+end
+
+-- How many acquires of this handle are not yet released (0: it holds
+-- no lock).
+function Buffer:held()
+  check_self(self, "held")
+  return lib.st_buffer_held(self._h)
 end
 
 -- Who holds the writer lock: nil when nobody, else the owner's connection

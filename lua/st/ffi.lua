@@ -305,6 +305,8 @@ uint64_t st_buffer_write_sequence(const st_buffer_t *b);
 int64_t st_buffer_write_time(const st_buffer_t *b);
 int st_buffer_acquire(st_buffer_t *b, int timeout_ms);
 int st_buffer_release(st_buffer_t *b);
+int st_buffer_held(const st_buffer_t *b);
+int st_buffer_clear(st_buffer_t *b, int timeout_ms, uint64_t *seq);
 int st_buffer_locked(const st_buffer_t *b, uint64_t *owner, int *pid, int *mine);
 const char *st_buffer_error(const st_buffer_t *b);
 int st_buffer_close(st_buffer_t *b);

@@ -329,6 +329,8 @@ _PROTOS = {
     "st_buffer_write_time": (c_int64, [c_void_p]),
     "st_buffer_acquire": (c_int, [c_void_p, c_int]),
     "st_buffer_release": (c_int, [c_void_p]),
+    "st_buffer_held": (c_int, [c_void_p]),
+    "st_buffer_clear": (c_int, [c_void_p, c_int, P(c_uint64)]),
     "st_buffer_locked": (c_int, [c_void_p, P(c_uint64), P(c_int), P(c_int)]),
     "st_buffer_error": (c_char_p, [c_void_p]),
     "st_buffer_close": (c_int, [c_void_p]),

@@ -45,9 +45,9 @@ def dtype_of(dtype):
                 name = None
     code = _l.st_dtype_from_name(name.encode()) if name else 0
     if code == 0:
-        raise TypeError("dtype %r: sharedtensor has no such element type (bool, uint8, int8, "
-                        "int16, int32, int64, float16, bfloat16, float32, float64, "
-                        "float8_e4m3fn, float8_e5m2)" % (dtype,))
+        raise TypeError("dtype %r: sharedtensor has no such element type (bool, uint8, uint16, "
+                        "uint32, uint64, int8, int16, int32, int64, float16, bfloat16, "
+                        "float32, float64, float8_e4m3fn, float8_e5m2)" % (dtype,))
     return _l.st_dtype_name(code).decode(), code
 
 
@@ -110,7 +110,7 @@ def empty(shape, dtype=None, device="cpu", framework="torch"):
     dev = _device_of(device)
     typestr = None
     if framework == "torch" and not _tensor.torch_knows(name):
-        raise TypeError("this torch has no dtype %s: use framework=None" % name)
+        raise TypeError("this torch has no dtype %s: use framework=\"numpy\" or None" % name)
     if framework == "numpy":
         import numpy as np
         if dev != "cpu":

@@ -29,7 +29,8 @@ from . import _lib
 from .closing import Closing
 from .alloc import _shape_of, dtype_of
 from .client import Client
-from .errors import TimeoutError as _Timeout, StaleHandleError, from_library
+from .errors import (TimeoutError as _Timeout, StaleHandleError, InvalidArgumentError as _Invalid,
+                     from_library)
 from .handoff import _CudaMemory
 
 _l = _lib.lib
@@ -76,7 +77,19 @@ class Buffer(Closing):
         else:
             import torch
             self._torch = torch
-            self.dtype = getattr(torch, self.dtype_name)
+            self.dtype = getattr(torch, self.dtype_name, None)
+            if not isinstance(self.dtype, torch.dtype):
+                # uint16/uint32/uint64 before torch 2.3, float8 before 2.1
+                if self.device_index >= 0:
+                    raise TypeError("this torch has no dtype %s: a %s buffer of it needs a "
+                                    "newer torch" % (self.dtype_name, self.device))
+                import numpy as np
+                try:
+                    self.dtype = np.dtype(self.dtype_name)
+                except TypeError:
+                    raise TypeError("neither this torch nor numpy has dtype %s"
+                                    % self.dtype_name) from None
+                self._np, self.framework = np, "numpy"
 
     @classmethod
     def _attach(cls, client, own, framework, fn, *args):
@@ -198,10 +211,20 @@ class Buffer(Closing):
         """The newest complete write. safe=True: a consistent copy (into
         `out` when given, a tensor/array of the frame's shape and dtype);
         a copy that raced with a writer is made again, for up to `timeout`
-        seconds. safe=False: a view of the newest slot, no copy, which a
-        later write may change under you (pyshmem's read(safe=False))."""
+        seconds. safe=False: a view of the newest slot, no copy, only while
+        this handle holds the writer lock (acquire() or `with
+        b.locked():`), as pyshmem's read(safe=False); without it
+        InvalidArgumentError. The view stays a view of that slot after the
+        release, when later writes change it."""
         h = self._ptr or self._h()
         if not safe:
+            if _l.st_buffer_held(h) <= 0:
+                raise _Invalid(
+                    "buffer '%s': read(safe=False) gives a view that only stays put while this "
+                    "handle holds the writer lock: take it first (b.acquire() ... b.release(), "
+                    "or with b.locked(): ...), or read() for a copy%s"
+                    % (self.name, " (a read-only handle cannot hold the lock: use read() or "
+                       "read(out=...))" if self.readonly else ""))
             ptr, seq = ctypes.c_void_p(), ctypes.c_uint64()
             self._check(_l.st_buffer_read_begin(h, _ms(timeout), ctypes.byref(ptr),
                                                 ctypes.byref(seq)))
@@ -272,9 +295,20 @@ class Buffer(Closing):
 
     # -------------------------------------------------------------- lock
 
+    def clear(self, timeout=None):
+        """Zeroes every slot, published as one more write: returns its
+        write_sequence (sequences never go back, so read_new wakes and
+        reads zeros). Takes the writer lock for it unless this handle
+        holds it, waiting up to `timeout` seconds (None: no limit;
+        TimeoutError)."""
+        self._check(_l.st_buffer_clear(self._h(), _ms(timeout), self._seq_ref))
+        return self._seq.value
+
     def acquire(self, timeout=None):
         """Takes the writer lock for this handle, waiting up to `timeout`
-        seconds (None: no limit). True when taken, False on timeout."""
+        seconds (None: no limit). True when taken, False on timeout.
+        Re-entrant: while this handle holds it, acquire() only counts, and
+        the release() that balances the first acquire() frees it."""
         rc = _l.st_buffer_acquire(self._h(), _ms(timeout))
         if rc == -_Timeout.code:
             return False
@@ -282,12 +316,21 @@ class Buffer(Closing):
         return True
 
     def release(self):
-        """Frees the writer lock this handle holds."""
+        """Undoes one acquire() of this handle; the last frees the lock
+        (InvalidArgumentError when this handle holds none)."""
         self._check(_l.st_buffer_release(self._h()))
 
-    def locked(self):
-        """True while some handle holds the writer lock."""
-        return bool(_l.st_buffer_locked(self._h(), None, None, None))
+    def locked(self, timeout=None):
+        """Both a query and a context manager: true (bool()) while some
+        handle holds the writer lock, as it was when locked() was called;
+        `with b.locked(timeout=None):` acquires for the block (TimeoutError
+        when `timeout` seconds pass) and releases after it."""
+        return _Locked(self, bool(_l.st_buffer_locked(self._h(), None, None, None)), timeout)
+
+    @property
+    def held(self):
+        """How many acquire() calls of this handle are not yet released."""
+        return _l.st_buffer_held(self._h())
 
     @property
     def owner(self):
@@ -327,6 +370,38 @@ class Buffer(Closing):
         return "<Buffer %r %s %s slots=%d %s%s%s>" % (
             self.name, self.shape, self.dtype_name, self.slots, self.device,
             " readonly" if self.readonly else "", " closed" if self.closed else "")
+
+
+class _Locked:
+    """What Buffer.locked() returns: its truth is whether the lock was held
+    at the call; as a context manager it holds the lock for the block."""
+
+    __slots__ = ("_b", "_held", "_timeout")
+
+    def __init__(self, b, held, timeout):
+        self._b, self._held, self._timeout = b, held, timeout
+
+    def __bool__(self):
+        return self._held
+
+    def __eq__(self, other):
+        return bool(self) == other if isinstance(other, (bool, int, _Locked)) else NotImplemented
+
+    def __hash__(self):
+        return hash(self._held)
+
+    def __repr__(self):
+        return repr(self._held)
+
+    def __enter__(self):
+        if not self._b.acquire(self._timeout):
+            raise _Timeout("buffer '%s': the writer lock was not taken within %s s"
+                           % (self._b.name, self._timeout))
+        return self._b
+
+    def __exit__(self, *exc):
+        self._b.release()
+        return False
 
 
 def _client(client, device, path, timeout):

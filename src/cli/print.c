@@ -193,6 +193,24 @@ void cli_format_element(st_dtype_t dtype, const void *base, int64_t k, char *buf
     snprintf(buf, len, "%" PRId64, v);
     return;
   }
+  case ST_DTYPE_UINT16: {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    snprintf(buf, len, "%u", (unsigned)v);
+    return;
+  }
+  case ST_DTYPE_UINT32: {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    snprintf(buf, len, "%" PRIu32, v);
+    return;
+  }
+  case ST_DTYPE_UINT64: {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    snprintf(buf, len, "%" PRIu64, v);
+    return;
+  }
   default:
     shortest(st_dtype_load(dtype, base, (size_t)k), dtype != ST_DTYPE_FLOAT64, buf, len);
   }

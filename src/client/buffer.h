@@ -27,7 +27,9 @@ struct st_buffer {
   _Atomic int writing;          /* a write is begun on this handle        */
   uint64_t write_seq;           /* its number                             */
   int took_lock;                /* the write took the lock itself         */
-  _Atomic int holds;            /* st_buffer_acquire took the lock        */
+  _Atomic int holds;            /* st_buffer_acquire calls not yet released
+                                   (the lock is this handle's while > 0)  */
+  _Atomic int taking;           /* a thread of this handle is taking it   */
   _Atomic int64_t spin_ns;      /* waits poll the page this long first    */
 };
 

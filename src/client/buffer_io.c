@@ -71,8 +71,9 @@ static int copy_out(const st_buffer_t *b, void *dst, const void *slot, uint64_t 
 
 /* ------------------------------------------------------------- lock */
 
-/* Takes the lock for this connection (0 -> me), waiting until deadline. */
-static int lock_take(st_buffer_t *b, int64_t deadline, int timeout_ms) {
+/* Takes the lock for this connection (0 -> me), waiting until deadline.
+ * `what` says, when this connection holds it already, how. */
+static int lock_take(st_buffer_t *b, int64_t deadline, int timeout_ms, const char *what) {
   st__buffer_page_t *p = b->page;
   for (;;) {
     uint32_t seen = atomic_load(&p->lock_futex);
@@ -83,7 +84,7 @@ static int lock_take(st_buffer_t *b, int64_t deadline, int timeout_ms) {
     }
     if (owner == b->me)
       return fail(ST_ERR_INVALID_ARGUMENT, "buffer '%s': this connection holds the writer lock "
-                  "already", b->name);
+                  "already (%s)", b->name, what);
     if (!st__shm_wait(&p->lock_futex, &p->lock_waiters, seen, deadline))
       return fail(ST_ERR_TIMEOUT,
                   "buffer '%s': the writer lock is held by connection %llu (pid %d) for more "
@@ -93,23 +94,84 @@ static int lock_take(st_buffer_t *b, int64_t deadline, int timeout_ms) {
   }
 }
 
-/* See client.h. Any thread. */
-ST_API int st_buffer_acquire(st_buffer_t *b, int timeout_ms) {
-  int rc = writable(b, "take the writer lock");
-  if (rc == ST_OK) rc = lock_take(b, deadline_of(timeout_ms), timeout_ms);
-  if (rc == ST_OK) atomic_store(&b->holds, 1);
-  return rc;
+/* One more hold of a lock this handle holds already; 0 when it holds none. */
+static int hold_again(st_buffer_t *b) {
+  int h = atomic_load(&b->holds);
+  while (h > 0)
+    if (atomic_compare_exchange_weak(&b->holds, &h, h + 1)) return 1;
+  return 0;
 }
 
-/* See client.h. Any thread. */
+/* See client.h. Re-entrant per handle: the first acquire takes the lock,
+ * later ones count; one thread of the handle takes it while the others
+ * wait on the lock's futex, which the taker moves once it is done. Any
+ * thread. */
+ST_API int st_buffer_acquire(st_buffer_t *b, int timeout_ms) {
+  int rc = writable(b, "take the writer lock");
+  if (rc != ST_OK) return rc;
+  st__buffer_page_t *p = b->page;
+  int64_t deadline = deadline_of(timeout_ms);
+  for (;;) {
+    if (hold_again(b)) return ST_OK;
+    uint32_t seen = atomic_load(&p->lock_futex);
+    int idle = 0;
+    if (atomic_compare_exchange_strong(&b->taking, &idle, 1)) {
+      if (hold_again(b)) {
+        rc = ST_OK;
+      } else {
+        rc = lock_take(b, deadline, timeout_ms,
+                       "through another handle, or a write of this handle is under way");
+        if (rc == ST_OK) atomic_store(&b->holds, 1);
+      }
+      atomic_store(&b->taking, 0);
+      st__shm_notify(&p->lock_futex, &p->lock_waiters);
+      return rc;
+    }
+    if (!st__shm_wait(&p->lock_futex, &p->lock_waiters, seen, deadline))
+      return fail(ST_ERR_TIMEOUT, "buffer '%s': the writer lock was not taken within %d ms",
+                  b->name, timeout_ms);
+  }
+}
+
+/* See client.h. Balanced: the lock is freed by the release that matches
+ * the first acquire. That last release holds `taking` while it drops the
+ * count and frees the word, so that an acquire of another thread either
+ * counts before it or takes the lock after it, never finds the word still
+ * this connection's with no count to add to. A thread holds `taking` only
+ * briefly while the count is above 0 (it finds the count and leaves), so
+ * the wait for it is a yield. Any thread. */
 ST_API int st_buffer_release(st_buffer_t *b) {
   int rc = writable(b, "release the writer lock");
   if (rc != ST_OK) return rc;
-  atomic_store(&b->holds, 0);
-  if (!st__buffer_unlock(b->page, b->me))
-    return fail(ST_ERR_INVALID_ARGUMENT, "buffer '%s': this connection does not hold the writer "
-                "lock", b->name);
-  return ST_OK;
+  for (;;) {
+    int h = atomic_load(&b->holds);
+    if (h <= 0)
+      return fail(ST_ERR_INVALID_ARGUMENT, "buffer '%s': this handle does not hold the writer "
+                  "lock (release without a matching acquire)", b->name);
+    if (h > 1) {
+      if (atomic_compare_exchange_weak(&b->holds, &h, h - 1)) return ST_OK;
+      continue;
+    }
+    int idle = 0;
+    if (!atomic_compare_exchange_strong(&b->taking, &idle, 1)) {
+      sched_yield();
+      continue;
+    }
+    int freed = atomic_compare_exchange_strong(&b->holds, &h, 0);
+    int unlocked = freed && st__buffer_unlock(b->page, b->me);
+    atomic_store(&b->taking, 0);
+    st__shm_notify(&b->page->lock_futex, &b->page->lock_waiters);
+    if (!freed) continue;   /* another acquire counted meanwhile */
+    if (!unlocked)
+      return fail(ST_ERR_INVALID_ARGUMENT, "buffer '%s': the writer lock was no longer this "
+                  "connection's", b->name);
+    return ST_OK;
+  }
+}
+
+/* See client.h. Any thread. */
+ST_API int st_buffer_held(const st_buffer_t *b) {
+  return b ? atomic_load(&b->holds) : 0;
 }
 
 /* See client.h. Any thread. */
@@ -134,7 +196,7 @@ ST_API int st_buffer_write_begin(st_buffer_t *b, int timeout_ms, void **data) {
   st__buffer_page_t *p = b->page;
   b->took_lock = 0;
   if (atomic_load(&p->lock) != b->me) {
-    rc = lock_take(b, deadline_of(timeout_ms), timeout_ms);
+    rc = lock_take(b, deadline_of(timeout_ms), timeout_ms, "a write is under way");
     if (rc != ST_OK) {
       atomic_store(&b->writing, 0);
       return rc;
@@ -201,6 +263,54 @@ ST_API int st_buffer_write(st_buffer_t *b, const void *src, uint64_t bytes, int 
   rc = st_buffer_write_begin(b, timeout_ms, &slot);
   if (rc != ST_OK) return rc;
   rc = copy_in(b, slot, src, bytes);
+  if (rc != ST_OK) {
+    st_buffer_write_abort(b);
+    return rc;
+  }
+  return st_buffer_write_end(b, seq);
+}
+
+/* Zeroes one slot's frame (a device memset of a CUDA buffer, as a copy
+ * of host zeros: `zeros` is frame_bytes of them, or NULL on the CPU). */
+static int zero_slot(st_buffer_t *b, void *slot, const void *zeros) {
+  if (b->info.device_index < 0) {
+    memset(slot, 0, b->info.frame_bytes);
+    return ST_OK;
+  }
+  return copy_in(b, slot, zeros, b->info.frame_bytes);
+}
+
+/* See client.h: one write of zeros, and every other slot zeroed under its
+ * odd word so that no reader takes a half-zeroed frame. Any thread. */
+ST_API int st_buffer_clear(st_buffer_t *b, int timeout_ms, uint64_t *seq) {
+  int rc = writable(b, "be cleared");
+  if (rc != ST_OK) return rc;
+  void *zeros = NULL;
+  if (b->info.device_index >= 0 && b->info.frame_bytes) {
+    zeros = calloc(1, b->info.frame_bytes);
+    if (!zeros)
+      return fail(ST_ERR_OUT_OF_MEMORY, "buffer '%s': no host memory for %llu bytes of zeros",
+                  b->name, (unsigned long long)b->info.frame_bytes);
+  }
+  void *slot;
+  rc = st_buffer_write_begin(b, timeout_ms, &slot);
+  if (rc != ST_OK) {
+    free(zeros);
+    return rc;
+  }
+  st__buffer_page_t *p = b->page;
+  uint32_t mine = st__buffer_slot_of(b->write_seq, b->slots);
+  rc = zero_slot(b, slot, zeros);
+  for (uint32_t i = 0; i < b->slots && rc == ST_OK; i++) {
+    if (i == mine) continue;
+    /* Odd while it is zeroed: a reader of the write it holds retries. */
+    uint64_t s = atomic_load_explicit(&p->slot[i].seq, memory_order_relaxed) & ~(uint64_t)1;
+    atomic_store_explicit(&p->slot[i].seq, s + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
+    rc = zero_slot(b, slot_data(b, i), zeros);
+    atomic_store_explicit(&p->slot[i].seq, s, memory_order_release);
+  }
+  free(zeros);
   if (rc != ST_OK) {
     st_buffer_write_abort(b);
     return rc;

@@ -229,6 +229,9 @@ double st_dtype_load(st_dtype_t dtype, const void *base, size_t i) {
   case ST_DTYPE_FLOAT64: { double v; memcpy(&v, p, 8); return v; }
   case ST_DTYPE_FLOAT8_E4M3FN: return (double)st_e4m3fn_to_float(*p);
   case ST_DTYPE_FLOAT8_E5M2: return (double)st_e5m2_to_float(*p);
+  case ST_DTYPE_UINT16: { uint16_t v; memcpy(&v, p, 2); return (double)v; }
+  case ST_DTYPE_UINT32: { uint32_t v; memcpy(&v, p, 4); return (double)v; }
+  case ST_DTYPE_UINT64: { uint64_t v; memcpy(&v, p, 8); return (double)v; }
   default: return NAN;
   }
 }
@@ -243,7 +246,8 @@ static int64_t to_int64_sat(double v) {
 }
 
 /* See include/st/dtype.h. Integer stores keep the low bits of the int64
- * (two's complement wrap, like a C cast). The 16- and 8-bit float formats
+ * (two's complement wrap, like a C cast); uint64 past INT64_MAX is
+ * converted directly. The 16- and 8-bit float formats
  * go through float32 first, as PyTorch's scalar constructors do. `base` is
  * borrowed; an invalid dtype stores nothing. Any thread. */
 void st_dtype_store(st_dtype_t dtype, void *base, size_t i, double v) {
@@ -252,9 +256,15 @@ void st_dtype_store(st_dtype_t dtype, void *base, size_t i, double v) {
   switch (dtype) {
   case ST_DTYPE_BOOL: *p = (v != 0) ? 1 : 0; break;
   case ST_DTYPE_UINT8: case ST_DTYPE_INT8: *p = (uint8_t)u; break;
-  case ST_DTYPE_INT16: { uint16_t w = (uint16_t)u; memcpy(p, &w, 2); break; }
-  case ST_DTYPE_INT32: { uint32_t w = (uint32_t)u; memcpy(p, &w, 4); break; }
+  case ST_DTYPE_INT16: case ST_DTYPE_UINT16: { uint16_t w = (uint16_t)u; memcpy(p, &w, 2); break; }
+  case ST_DTYPE_INT32: case ST_DTYPE_UINT32: { uint32_t w = (uint32_t)u; memcpy(p, &w, 4); break; }
   case ST_DTYPE_INT64: memcpy(p, &u, 8); break;
+  case ST_DTYPE_UINT64: {
+    uint64_t w = v >= 18446744073709551616.0 ? UINT64_MAX
+               : v >= 9223372036854775808.0 ? (uint64_t)v : u;
+    memcpy(p, &w, 8);
+    break;
+  }
   case ST_DTYPE_FLOAT16: { uint16_t w = st_float_to_half((float)v); memcpy(p, &w, 2); break; }
   case ST_DTYPE_BFLOAT16: { uint16_t w = st_float_to_bfloat16((float)v); memcpy(p, &w, 2); break; }
   case ST_DTYPE_FLOAT32: { float f = (float)v; memcpy(p, &f, 4); break; }

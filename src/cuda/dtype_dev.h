@@ -179,6 +179,9 @@ static inline ST_HD double st__dev_load(st_dtype_t dtype, const void *base, int6
   case ST_DTYPE_FLOAT64: return ((const double *)base)[i];
   case ST_DTYPE_FLOAT8_E4M3FN: return (double)st__dev_e4m3fn_to_float(p[i]);
   case ST_DTYPE_FLOAT8_E5M2: return (double)st__dev_e5m2_to_float(p[i]);
+  case ST_DTYPE_UINT16: return (double)((const uint16_t *)base)[i];
+  case ST_DTYPE_UINT32: return (double)((const uint32_t *)base)[i];
+  case ST_DTYPE_UINT64: return (double)((const uint64_t *)base)[i];
   default: return 0.0;
   }
 }
@@ -190,9 +193,13 @@ static inline ST_HD void st__dev_store(st_dtype_t dtype, void *base, int64_t i, 
   switch (dtype) {
   case ST_DTYPE_BOOL: ((uint8_t *)base)[i] = (v != 0) ? 1 : 0; break;
   case ST_DTYPE_UINT8: case ST_DTYPE_INT8: ((uint8_t *)base)[i] = (uint8_t)u; break;
-  case ST_DTYPE_INT16: ((uint16_t *)base)[i] = (uint16_t)u; break;
-  case ST_DTYPE_INT32: ((uint32_t *)base)[i] = (uint32_t)u; break;
+  case ST_DTYPE_INT16: case ST_DTYPE_UINT16: ((uint16_t *)base)[i] = (uint16_t)u; break;
+  case ST_DTYPE_INT32: case ST_DTYPE_UINT32: ((uint32_t *)base)[i] = (uint32_t)u; break;
   case ST_DTYPE_INT64: ((uint64_t *)base)[i] = u; break;
+  case ST_DTYPE_UINT64:
+    ((uint64_t *)base)[i] = v >= 18446744073709551616.0 ? UINT64_MAX
+                          : v >= 9223372036854775808.0 ? (uint64_t)v : u;
+    break;
   case ST_DTYPE_FLOAT16: ((uint16_t *)base)[i] = st__dev_float_to_half((float)v); break;
   case ST_DTYPE_BFLOAT16: ((uint16_t *)base)[i] = st__dev_float_to_bfloat16((float)v); break;
   case ST_DTYPE_FLOAT32: ((float *)base)[i] = (float)v; break;

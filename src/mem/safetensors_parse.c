@@ -28,6 +28,7 @@ static const struct { const char *name; st_dtype_t dtype; } dtype_names[] = {
   {"F64", ST_DTYPE_FLOAT64}, {"F32", ST_DTYPE_FLOAT32}, {"F16", ST_DTYPE_FLOAT16},
   {"BF16", ST_DTYPE_BFLOAT16}, {"I64", ST_DTYPE_INT64}, {"I32", ST_DTYPE_INT32},
   {"I16", ST_DTYPE_INT16}, {"I8", ST_DTYPE_INT8}, {"U8", ST_DTYPE_UINT8},
+  {"U16", ST_DTYPE_UINT16}, {"U32", ST_DTYPE_UINT32}, {"U64", ST_DTYPE_UINT64},
   {"BOOL", ST_DTYPE_BOOL}, {"F8_E4M3", ST_DTYPE_FLOAT8_E4M3FN},
   {"F8_E5M2", ST_DTYPE_FLOAT8_E5M2},
 };
@@ -114,8 +115,8 @@ static int parse_dtype(ctx_t *c, const char *name, const st__json_node_t *v, st_
       return ST_OK;
     }
   return bad(c, name,
-             "dtype '%.40s' is not supported (supported: F64 F32 F16 BF16 I64 I32 I16 I8 U8 "
-             "BOOL F8_E4M3 F8_E5M2)",
+             "dtype '%.40s' is not supported (supported: F64 F32 F16 BF16 I64 I32 I16 I8 U8 U16 "
+             "U32 U64 BOOL F8_E4M3 F8_E5M2)",
              v->str);
 }
 

@@ -123,6 +123,13 @@ TEST(call_values_and_checksums) {
   CHECK_CONTAINS(R.out, "weight  float32  [2, 2]  cpu  16 bytes\n  values: 1 1 ... (2 more)\n"
                         "  sum: 4  ");
   CHECK_CONTAINS(R.out, "bias    float32  [2]     cpu  8 bytes\n  values: 0 0\n  sum: 0  ");
+  /* Unsigned types print exactly, the top of uint64 included. */
+  CHECK_EQ_INT(STCLI(SOCK, "call", "u", "dtype=uint16", "--values"), 0);
+  CHECK_CONTAINS(R.out, "(tensor)  uint16  [3]  cpu  6 bytes\n  values: 65535 7 0\n");
+  CHECK_EQ_INT(STCLI(SOCK, "call", "u", "dtype=uint32", "--values"), 0);
+  CHECK_CONTAINS(R.out, "  values: 4294967295 7 0\n");
+  CHECK_EQ_INT(STCLI(SOCK, "call", "u", "dtype=uint64", "--values"), 0);
+  CHECK_CONTAINS(R.out, "  values: 18446744073709551615 7 0\n");
 }
 
 TEST(call_typed_arguments) {
@@ -206,6 +213,10 @@ static const stt_endpoint_t served[] = {
      "return st.endpoint{ name = \"need\", params = { v = st.required, k = 3 },\n"
      "  build = function(a) return a.v end }\n"},
     {"slow.lua", STT_EP_SLOW},
+    {"u.lua",
+     "return st.endpoint{ name = \"u\", params = { dtype = \"uint16\" },\n"
+     "  build = function(a) return st.zeros{3, dtype = a.dtype}:fill(-1):set(1, 7):set(2, 0)"
+     " end }\n"},
     {"plain.lua",
      "return st.endpoint{ name = \"plain\",\n"
      "  params = { n = 1, x = 0.5, s = \"a\", b = false },\n"

@@ -8,6 +8,9 @@
  *   - read_new wakes on the next write (read-write and read-only handles)
  *     and times out cleanly;
  *   - the writer lock of a SIGKILLed owner is freed by the server;
+ *   - the writer lock is re-entrant per handle with balanced releases
+ *     (threads of one handle share it, another handle neither shares
+ *     nor frees it); clear zeroes every slot as one more write;
  *   - a read-only handle refuses writes, and a write through its mapping
  *     kills the writing process with SIGSEGV, not the server;
  *   - unlink while other connections hold mappings;
@@ -16,8 +19,10 @@
  *   - server descriptors, budget and arenas are back at the start after
  *     every buffer was closed and unlinked.
  */
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <sys/mman.h>
 #include <time.h>
 
@@ -342,13 +347,70 @@ TEST(the_lock_of_a_sigkilled_owner_is_freed) {
   CHECK(stt_now_ms() - t0 < 5000);
   CHECK_EQ_INT(st_buffer_locked(b, &owner, &pid, &mine), 1);
   CHECK(mine && pid == (int)getpid());   /* the pid of the handle's opener */
-  CHECK_ERR(st_buffer_acquire(b, 0), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_buffer_acquire(b, 0), ST_OK);   /* re-entrant: counts */
+  CHECK_EQ_INT(st_buffer_held(b), 2);
   CHECK_EQ_INT(st_buffer_write(b, frame, FRAME, 0, NULL), ST_OK);   /* held: no wait */
   CHECK_EQ_INT(st_buffer_release(b), ST_OK);
+  CHECK_EQ_INT(st_buffer_locked(b, NULL, NULL, NULL), 1);   /* one acquire still open */
+  CHECK_EQ_INT(st_buffer_release(b), ST_OK);
   CHECK_ERR(st_buffer_release(b), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_buffer_error(b), "does not hold the writer lock");
   CHECK_EQ_INT(st_buffer_locked(b, NULL, NULL, NULL), 0);
   CHECK_RC(st_buffer_close(b), ST_OK, cli);
   CHECK_RC(st_buffer_unlink(cli, "lk"), ST_OK, cli);
+}
+
+/* ------------------------------------------- re-entrant lock, clear */
+
+static void *hold_and_release(void *arg) {
+  st_buffer_t *b = arg;
+  intptr_t bad = 0;
+  for (int i = 0; i < 2000; i++) {
+    if (st_buffer_acquire(b, 10000) != ST_OK) bad++;
+    if (st_buffer_held(b) < 1) bad++;
+    if (st_buffer_release(b) != ST_OK) bad++;
+  }
+  return (void *)bad;
+}
+
+TEST(the_lock_counts_per_handle_and_clear_zeroes_every_slot) {
+  st_buffer_t *b = make("rc", 3), *o = NULL;
+  CHECK(b != NULL);
+  CHECK_RC(st_buffer_open(cli, "rc", 0, &o), ST_OK, cli);
+  /* another handle of the same connection neither shares nor frees it */
+  CHECK_EQ_INT(st_buffer_acquire(b, 0), ST_OK);
+  CHECK_ERR(st_buffer_acquire(o, 0), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_buffer_error(o), "through another handle");
+  CHECK_ERR(st_buffer_release(o), ST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(st_buffer_locked(b, NULL, NULL, NULL), 1);
+  CHECK_EQ_INT(st_buffer_release(b), ST_OK);
+  CHECK_EQ_INT(st_buffer_held(b), 0);
+  /* threads of one handle share its hold: no acquire fails, none leaks */
+  pthread_t th[4];
+  for (int i = 0; i < 4; i++) CHECK(pthread_create(&th[i], NULL, hold_and_release, b) == 0);
+  for (int i = 0; i < 4; i++) {
+    void *bad;
+    pthread_join(th[i], &bad);
+    CHECK_EQ_INT((int)(intptr_t)bad, 0);
+  }
+  CHECK_EQ_INT(st_buffer_held(b), 0);
+  CHECK_EQ_INT(st_buffer_locked(b, NULL, NULL, NULL), 0);
+  /* clear: one more write, of zeros, and no slot keeps an old frame */
+  static uint8_t frame[FRAME], got[FRAME], zero[FRAME];
+  for (int k = 1; k <= 4; k++) {
+    bk_fill(frame, FRAME, k);
+    CHECK_EQ_INT(st_buffer_write(b, frame, FRAME, 1000, NULL), ST_OK);
+  }
+  uint64_t seq = 0;
+  CHECK_EQ_INT(st_buffer_clear(b, 1000, &seq), ST_OK);
+  CHECK(seq == 5 && st_buffer_write_sequence(o) == 5);
+  CHECK_EQ_INT(st_buffer_read(o, got, FRAME, 1000, &seq, NULL), ST_OK);
+  CHECK(seq == 5 && memcmp(got, zero, FRAME) == 0);
+  for (int i = 0; i < 3; i++) CHECK(memcmp(st_buffer_slot(o, i), zero, FRAME) == 0);
+  CHECK_EQ_INT(st_buffer_locked(b, NULL, NULL, NULL), 0);   /* its lock is gone */
+  CHECK_RC(st_buffer_close(o), ST_OK, cli);
+  CHECK_RC(st_buffer_close(b), ST_OK, cli);
+  CHECK_RC(st_buffer_unlink(cli, "rc"), ST_OK, cli);
 }
 
 /* ----------------------------------------------------------- read-only */
@@ -368,6 +430,7 @@ static int child_read_only(const char *socket, const char *name, long arg, int o
   static uint8_t frame[FRAME];
   if (!c || st_buffer_open(c, name, 1, &b) != ST_OK) return 2;
   r.write_rc = st_buffer_write(b, frame, FRAME, 0, NULL);
+  if (r.write_rc == ST_ERR_INVALID_ARGUMENT) r.write_rc = st_buffer_clear(b, 0, NULL);
   snprintf(r.why, sizeof r.why, "%s", st_buffer_error(b));
   r.acquire_rc = st_buffer_acquire(b, 0);
   uint64_t seq;
@@ -594,6 +657,7 @@ int main(void) {
   RUN(no_torn_read_with_a_ring_of_four);
   RUN(read_new_wakes_on_the_next_write_and_times_out);
   RUN(the_lock_of_a_sigkilled_owner_is_freed);
+  RUN(the_lock_counts_per_handle_and_clear_zeroes_every_slot);
   RUN(a_read_only_handle_refuses_writes_and_faults_in_the_writer);
   RUN(unlink_while_others_hold_mappings);
   RUN(bad_names_shapes_dtypes_and_sizes_get_clear_errors);

@@ -10,6 +10,8 @@
  *   - a read-only handle refuses writes through the API, and a device
  *     write into its mapping fails in that process, not in the server;
  *   - the writer lock of a SIGKILLed owner is freed;
+ *   - clear zeroes every device slot under a counted lock, and a uint16
+ *     buffer round-trips its values;
  *   - afterwards the server's cuda:0 budget, descriptors and arenas are
  *     back to their start.
  * Exit 77 without a CUDA device. */
@@ -128,6 +130,46 @@ TEST(read_only_handles_and_the_lock_of_a_killed_owner) {
   CHECK_RC(st_buffer_unlink(cli, "gro"), ST_OK, cli);
 }
 
+/* clear on the device: every slot of a ring of 3 reads zeros afterwards,
+ * under a counted lock; a uint16 buffer round-trips its top value. */
+TEST(clear_zeroes_device_slots_and_unsigned_frames) {
+  st_buffer_t *b = make("gcl", 3);
+  CHECK(b != NULL);
+  uint8_t *frame = malloc(FRAME), *got = malloc(FRAME), *zero = calloc(1, FRAME);
+  CHECK(frame && got && zero);
+  for (uint64_t k = 1; k <= 4; k++) {
+    bk_fill(frame, FRAME, k);
+    CHECK_EQ_INT(st_buffer_write(b, frame, FRAME, 1000, NULL), ST_OK);
+  }
+  CHECK_EQ_INT(st_buffer_acquire(b, 1000), ST_OK);
+  CHECK_EQ_INT(st_buffer_acquire(b, 1000), ST_OK);
+  uint64_t seq = 0;
+  CHECK_ERR_MSG(st_buffer_clear(b, 1000, &seq), ST_OK, st_buffer_error(b));
+  CHECK(seq == 5);
+  CHECK_EQ_INT(st_buffer_release(b), ST_OK);
+  CHECK_EQ_INT(st_buffer_release(b), ST_OK);
+  CHECK_EQ_INT(st_buffer_locked(b, NULL, NULL, NULL), 0);
+  for (int i = 0; i < 3; i++) {
+    CHECK_EQ_INT(st__cuda_copy_to_host(got, (uint64_t)(uintptr_t)st_buffer_slot(b, i), FRAME, 0,
+                                       NULL, 0),
+                 ST_OK);
+    CHECK(memcmp(got, zero, FRAME) == 0);
+  }
+  CHECK_RC(st_buffer_close(b), ST_OK, cli);
+  CHECK_RC(st_buffer_unlink(cli, "gcl"), ST_OK, cli);
+  const int64_t four[1] = {4};
+  uint16_t u[4] = {65535, 1, 0, 40000}, back[4] = {0};
+  CHECK_RC(st_buffer_create(cli, "gu16", "cuda:0", ST_DTYPE_UINT16, 1, four, 1, &b), ST_OK, cli);
+  CHECK_EQ_INT(st_buffer_write(b, u, sizeof u, 1000, NULL), ST_OK);
+  CHECK_EQ_INT(st_buffer_read(b, back, sizeof back, 1000, NULL, NULL), ST_OK);
+  CHECK(memcmp(u, back, sizeof u) == 0);
+  CHECK_RC(st_buffer_close(b), ST_OK, cli);
+  CHECK_RC(st_buffer_unlink(cli, "gu16"), ST_OK, cli);
+  free(frame);
+  free(got);
+  free(zero);
+}
+
 #endif
 
 int main(int argc, char **argv) {
@@ -139,6 +181,7 @@ int main(int argc, char **argv) {
   if (!cli) return 1;
   RUN(a_reader_process_never_sees_a_torn_frame);
   RUN(read_only_handles_and_the_lock_of_a_killed_owner);
+  RUN(clear_zeroes_device_slots_and_unsigned_frames);
   return stt_client_finish(cli, &srv);
 #else
   (void)argc;

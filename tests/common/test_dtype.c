@@ -23,6 +23,9 @@ TEST(names_sizes_dlpack) {
     {ST_DTYPE_FLOAT64, "float64", 8, 2, 64, 1},
     {ST_DTYPE_FLOAT8_E4M3FN, "float8_e4m3fn", 1, 10, 8, 1},
     {ST_DTYPE_FLOAT8_E5M2, "float8_e5m2", 1, 12, 8, 1},
+    {ST_DTYPE_UINT16, "uint16", 2, 1, 16, 0},
+    {ST_DTYPE_UINT32, "uint32", 4, 1, 32, 0},
+    {ST_DTYPE_UINT64, "uint64", 8, 1, 64, 0},
   };
   CHECK_EQ_INT(sizeof t / sizeof t[0], ST_DTYPE_COUNT - 1);
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -292,7 +295,29 @@ TEST(integer_store_truncates_and_wraps) {
   CHECK(roundtrip(ST_DTYPE_INT32, NAN) == 0);
   CHECK(roundtrip(ST_DTYPE_UINT8, NAN) == 0);
   CHECK(roundtrip(ST_DTYPE_INT64, NAN) == 0);
+  /* The unsigned types wrap alike; uint64 keeps [2^63, 2^64) exactly and
+   * saturates past it. */
+  CHECK(roundtrip(ST_DTYPE_UINT16, -1) == 65535);
+  CHECK(roundtrip(ST_DTYPE_UINT16, 65536) == 0);
+  CHECK(roundtrip(ST_DTYPE_UINT16, 65535.9) == 65535);
+  CHECK(roundtrip(ST_DTYPE_UINT32, -1) == 4294967295.0);
+  CHECK(roundtrip(ST_DTYPE_UINT32, 4294967296.0) == 0);
+  CHECK(roundtrip(ST_DTYPE_UINT32, 3000000000.0) == 3000000000.0);
+  CHECK(roundtrip(ST_DTYPE_UINT64, 9223372036854775808.0) == 9223372036854775808.0);
+  CHECK(roundtrip(ST_DTYPE_UINT64, 18446744073709549568.0) == 18446744073709549568.0);
+  CHECK(roundtrip(ST_DTYPE_UINT64, 1e30) == 18446744073709551615.0);
+  CHECK(roundtrip(ST_DTYPE_UINT64, NAN) == 0);
   unsigned char b[8];
+  uint64_t u;
+  st_dtype_store(ST_DTYPE_UINT64, b, 0, -1.0);
+  memcpy(&u, b, 8);
+  CHECK(u == UINT64_MAX);
+  st_dtype_store(ST_DTYPE_UINT64, b, 0, 1e30);
+  memcpy(&u, b, 8);
+  CHECK(u == UINT64_MAX);
+  st_dtype_store(ST_DTYPE_UINT64, b, 0, 12345678901234567168.0);
+  memcpy(&u, b, 8);
+  CHECK(u == UINT64_C(12345678901234567168));
   st_dtype_store(ST_DTYPE_INT64, b, 0, -2.0);
   int64_t v;
   memcpy(&v, b, 8);

@@ -42,8 +42,9 @@ static void check_body_errors(const body_error_t *cases, size_t n, int want, con
 TEST(every_dtype) {
   static const char *const names[] = {"bool", "uint8", "int8", "int16", "int32", "int64",
                                       "float16", "bfloat16", "float32", "float64",
-                                      "float8_e4m3fn", "float8_e5m2"};
-  for (int i = 0; i < 12; i++) {
+                                      "float8_e4m3fn", "float8_e5m2", "uint16", "uint32",
+                                      "uint64"};
+  for (int i = 0; i < 15; i++) {
     char body[512];
     snprintf(body, sizeof body,
              "local t = st.zeros{2, 3, dtype = '%s'}\n"
@@ -71,6 +72,24 @@ TEST(every_dtype) {
     CHECK(kit_elem(&res, &d, 5) == (d.dtype == ST_DTYPE_BOOL ? 1 : 3));
     st__build_result_destroy(&res);
   }
+}
+
+/* Unsigned element types in endpoint bodies: stores wrap to the width,
+ * loads are never negative, conversions go through st_dtype_store. */
+TEST(unsigned_types_wrap_and_convert) {
+  st__build_result_t res;
+  char err[1024];
+  CHECK_ERR_MSG(run_body("local a = st.zeros{2, dtype = 'uint16'}:fill(-1)\n"
+                         "assert(a:get(0) == 65535, a:get(0))\n"
+                         "assert(st.zeros{1, dtype = 'uint32'}:fill(2^32 + 5):item() == 5)\n"
+                         "local b = st.zeros{1, dtype = 'uint64'}:fill(2^63)\n"
+                         "assert(b:item() == 2^63, b:item())\n"
+                         "assert(b:to('float64'):item() == 2^63)\n"
+                         "assert(a:to('int16'):get(1) == -1)\n"
+                         "return a",
+                         &res, err, sizeof err),
+                ST_OK, err);
+  st__build_result_destroy(&res);
 }
 
 TEST(constructors) {
@@ -458,6 +477,7 @@ TEST(memory_follows_the_result) {
 
 int main(void) {
   RUN(every_dtype);
+  RUN(unsigned_types_wrap_and_convert);
   RUN(constructors);
   RUN(constructor_errors);
   RUN(rand_is_deterministic);

@@ -6,6 +6,7 @@ out, the writer lock freed when its owner is SIGKILLed, read-only handles
 refusing writes (and a write through a view killing its own process),
 unlink while handles hold the memory, clear errors on bad arguments and
 closed handles."""
+import ctypes
 import os
 import signal
 import subprocess
@@ -74,7 +75,8 @@ class BufferTest(ServerTestCase):
         out = torch.empty(4, 8)
         self.assertIs(b.read(out=out), out)
         self.assertTrue(torch.equal(out, x))
-        view = b.read(safe=False)                    # the newest slot, no copy
+        with b.locked():
+            view = b.read(safe=False)                # the newest slot, no copy
         self.assertTrue(torch.equal(view, x))
         with st.buffer_open("py1", framework="numpy", path=self.srv.socket) as n:
             a = n.read()
@@ -159,10 +161,11 @@ class BufferTest(ServerTestCase):
         # a write through a read-only view faults in the writer's process
         code, out, err = run_child("""
             r = st.buffer_open("py4", readonly=True, path=sock, framework="numpy")
-            v = r.read(safe=False)
-            print("view", v.flags.writeable, flush=True)
+            from sharedtensor import _lib
+            p = _lib.lib.st_buffer_slot(r._ptr, 0)
+            print("view", bool(p), flush=True)
             import ctypes
-            ctypes.memset(v.__array_interface__["data"][0], 0, 4)
+            ctypes.memset(p, 0, 4)
             print("wrote")
         """, self.srv.socket)
         self.assertEqual(code, -signal.SIGSEGV, out + err)
@@ -206,10 +209,141 @@ class BufferTest(ServerTestCase):
         b.close()
         b.close()                                    # twice is fine
         for call in (b.read, lambda: b.write(torch.zeros(4, 8)), b.acquire, b.release,
-                     b.locked, b.unlink, lambda: b.write_sequence):
+                     b.locked, b.unlink, lambda: b.write_sequence, b.clear):
             with self.assertRaises(ValueError) as e:
                 call()
             self.assertIn("buffer 'py6' is closed", str(e.exception))
+
+
+
+class PyshmemParityTest(ServerTestCase):
+    """What pyshmem's suite expects of a stream: unsigned dtypes, clear(),
+    a re-entrant writer lock, read(safe=False) only under the lock, and
+    locked() both a query and a context manager (docs/migration.md)."""
+
+    ENDPOINTS = {"u.lua": """return st.endpoint {
+        name = "u",
+        params = { dtype = "uint16" },
+        build = function(a)
+          local t = st.zeros { 3, dtype = a.dtype }
+          t:set(0, 65535) t:set(1, 7)
+          return t
+        end }"""}
+
+    def make(self, name, shape=(4, 8), dtype="float32", **kw):
+        b = st.buffer_create(name, shape, dtype, path=self.srv.socket, **kw)
+        self.addCleanup(self.drop, b)
+        return b
+
+    def drop(self, b):
+        if not b.closed:
+            b.unlink()
+            b.close()
+
+    def test_unsigned_dtypes(self):
+        for name, top in (("uint16", 2**16 - 1), ("uint32", 2**32 - 1), ("uint64", 2**64 - 1)):
+            npd = np.dtype(name)
+            x = np.array([[0, 1, top, top - 1]], npd)
+            b = self.make("u_" + name, (1, 4), name, framework="numpy")
+            self.assertEqual((b.dtype, b.nbytes), (npd, 4 * npd.itemsize))
+            b.write(x)
+            y = b.read()
+            self.assertEqual(y.dtype, npd)
+            self.assertTrue(np.array_equal(y, x), (name, y))
+            t = st.buffer_open("u_" + name, path=self.srv.socket)   # framework="torch"
+            with t:
+                if isinstance(getattr(torch, name, None), torch.dtype):
+                    self.assertEqual(t.dtype, getattr(torch, name))
+                else:                                # torch < 2.3: numpy frames
+                    self.assertEqual((t.framework, t.dtype), ("numpy", npd))
+                    self.assertTrue(np.array_equal(t.read(), x))
+            a = st.empty((2,), name, framework="numpy")
+            self.assertEqual((a.dtype, a.tolist()), (npd, [0, 0]))
+            s = st.empty((2,), name, framework=None)
+            self.assertEqual(s.dtype, name)
+            if not isinstance(getattr(torch, name, None), torch.dtype):
+                self.assertIsInstance(self.c.call("u", dtype=name), st.SharedTensor)
+            r = self.c.call("u", dtype=name, as_torch=False)
+            self.assertEqual(r.dtype, name)
+            self.assertEqual(np.from_dlpack(r).tolist(), [65535, 7, 0])
+        with self.assertRaises(TypeError) as e:
+            st.empty((2,), "uint128")
+        self.assertIn("uint16, uint32, uint64", str(e.exception))
+
+    def test_clear_zeroes_every_slot_as_one_more_write(self):
+        b = self.make("clr", slots=3)
+        for k in range(4):
+            b.write(torch.full((4, 8), k + 1.0))
+        r = st.buffer_open("clr", readonly=True, path=self.srv.socket)
+        self.addCleanup(r.close)
+        self.assertEqual(r.read()[0, 0].item(), 4.0)
+        self.assertEqual(b.clear(), 5)
+        self.assertEqual(b.write_sequence, 5)
+        self.assertTrue(torch.equal(r.read_new(timeout=1), torch.zeros(4, 8)))
+        from sharedtensor import _lib
+        for i in range(3):                           # no slot keeps an old frame
+            raw = (ctypes.c_float * 32).from_address(_lib.lib.st_buffer_slot(b._ptr, i))
+            self.assertEqual(list(raw), [0.0] * 32, i)
+        with self.assertRaises(errors.InvalidArgumentError):
+            r.clear()                                # read-only
+        self.assertTrue(b.acquire())                 # under a held lock too
+        self.assertEqual(b.clear(), 6)
+        b.release()
+
+    def test_the_writer_lock_is_reentrant_per_handle(self):
+        b = self.make("rl")
+        self.assertTrue(b.acquire(timeout=1))
+        self.assertTrue(b.acquire(timeout=1))        # counts: no error
+        self.assertEqual(b.held, 2)
+        b.write(torch.ones(4, 8))
+        b.release()
+        self.assertTrue(b.locked())                  # one acquire still open
+        with st.buffer_open("rl", path=self.srv.socket) as o:
+            self.assertFalse(o.acquire(timeout=0.05))
+            b.release()
+            self.assertFalse(b.locked())
+            self.assertTrue(o.acquire(timeout=1))
+            o.release()
+        with self.assertRaises(errors.InvalidArgumentError) as e:
+            b.release()
+        self.assertIn("does not hold the writer lock", str(e.exception))
+
+    def test_read_unsafe_needs_the_lock(self):
+        b = self.make("rv")
+        b.write(torch.full((4, 8), 2.0))
+        with self.assertRaises(errors.InvalidArgumentError) as e:
+            b.read(safe=False)
+        self.assertIn("take it first (b.acquire()", str(e.exception))
+        b.acquire()
+        v = b.read(safe=False)
+        self.assertTrue(torch.equal(v, torch.full((4, 8), 2.0)))
+        b.release()
+        with st.buffer_open("rv", readonly=True, path=self.srv.socket) as r:
+            with self.assertRaises(errors.InvalidArgumentError) as e:
+                r.read(safe=False)
+            self.assertIn("a read-only handle cannot hold the lock", str(e.exception))
+
+    def test_locked_is_a_query_and_a_context_manager(self):
+        b = self.make("lk")
+        self.assertFalse(b.locked())
+        self.assertEqual(b.locked(), False)
+        with b.locked() as h:
+            self.assertIs(h, b)
+            self.assertTrue(b.locked())
+            self.assertEqual(b.locked(), True)
+            self.assertEqual(b.held, 1)
+            v = b.read(safe=False)
+            self.assertEqual(v.shape, (4, 8))
+            with b.locked():                         # nested: re-entrant
+                self.assertEqual(b.held, 2)
+        self.assertFalse(b.locked())
+        self.assertEqual(b.held, 0)
+        with st.buffer_open("lk", path=self.srv.socket) as o:
+            o.acquire()
+            with self.assertRaises(st.TimeoutError):
+                with b.locked(timeout=0.05):
+                    pass
+            o.release()
 
 
 if __name__ == "__main__":

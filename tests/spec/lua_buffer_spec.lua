@@ -1,7 +1,8 @@
 -- Named buffers from the Lua client (lua/st/buffer.lua) against a real
 -- stserver: a writer in another luajit process and readers here, read_new
 -- waking on its writes and timing out cleanly, read-only handles, the
--- writer lock, close and unlink.
+-- writer lock (re-entrant per handle), clear, unsigned element types
+-- (in buffers and from an endpoint), close and unlink.
 local H = require("st_harness")
 local st = require("st.client")
 local q = H.shquote
@@ -21,7 +22,10 @@ end
 
 describe("Lua buffers", function()
   local srv, c
-  local env = H.serving({}, "memory_budget = { cpu = 64 * 2^20 },")
+  local env = H.serving({ ["u.lua"] = [[
+return st.endpoint{ name = "u", params = { dtype = "uint16" },
+  build = function(a) return st.zeros{3, dtype = a.dtype}:set(0, 2^16 - 1):set(1, 7) end }
+]] }, "memory_budget = { cpu = 64 * 2^20 },")
   setup(function() env.start(); srv, c = env.srv, env.c end)
   teardown(env.stop)
 
@@ -95,5 +99,35 @@ describe("Lua buffers", function()
     c2:close()
     assert.is_true(c:buffer_unlink("lua.lock"))
     assert.matches("shape", select(2, c:buffer_create("lua.bad", { 0 })) or "")
+  end)
+
+  it("counts acquires per handle, clears every slot, and carries unsigned types", function()
+    local b = assert(c:buffer_create("lua.u", 4, { dtype = "uint32", slots = 2 }))
+    assert.are.equal("uint32", b.dtype)
+    local f = assert(st.empty(4, { dtype = "uint32" }))
+    for i = 0, 3 do f:set(i, 4294967295 - i) end
+    assert.are.equal(1, b:write(f))
+    local x = assert(b:read())
+    assert.are.same({ 4294967295, 4294967294, 4294967293, 4294967292 }, x:tolist())
+    assert.is_true(b:acquire(100))
+    assert.is_true(b:acquire(100))              -- re-entrant: counts
+    assert.are.equal(2, b:held())
+    assert.is_true(b:release())
+    assert.is_true((select(3, b:locked())))     -- one acquire still open
+    assert.are.equal(2, b:clear())              -- under the held lock
+    assert.is_true(b:release())
+    assert.is_nil((b:locked()))
+    local ok, err, name = b:release()
+    assert.is_nil(ok)
+    assert.are.equal("INVALID_ARGUMENT", name, err)
+    assert.are.same({ 0, 0, 0, 0 }, assert(b:read()):tolist())
+    b:close()
+    assert.is_true(c:buffer_unlink("lua.u"))
+    for _, dt in ipairs({ "uint16", "uint32", "uint64" }) do
+      local res = assert(c:call("u", { dtype = dt }))
+      assert.are.equal(dt, res.value.dtype)
+      assert.are.same({ 65535, 7, 0 }, res.value:tolist())
+      res:free()
+    end
   end)
 end)
