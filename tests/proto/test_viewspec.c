@@ -139,9 +139,9 @@ TEST(globs) {
   CHECK(!st__viewspec_glob("w", "w2", 2));
   CHECK(!st__viewspec_glob("", "w", 1));
   st__viewspec_t *v = parse("b*:narrow(0,0,1);a*:narrow(0,0,1);*:narrow(0,0,1)");
-  CHECK(v && st__viewspec_match(v, "ab", 2) == 1);
-  CHECK(v && st__viewspec_match(v, "ba", 2) == 0);
-  CHECK(v && st__viewspec_match(v, "c", 1) == 2);
+  CHECK(v && st__viewspec_match(v, "ab", 2, NULL) == 1);
+  CHECK(v && st__viewspec_match(v, "ba", 2, NULL) == 0);
+  CHECK(v && st__viewspec_match(v, "c", 1, NULL) == 2);
   st__viewspec_free(v);
 }
 
