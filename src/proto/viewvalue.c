@@ -39,7 +39,7 @@ static size_t path_push(walk_t *w, const char *seg, size_t n) {
     return (size_t)-1;
   }
   if (old) w->path[w->path_len++] = '.';
-  memcpy(w->path + w->path_len, seg, n);
+  if (n) memcpy(w->path + w->path_len, seg, n);   /* an empty key's ptr may be NULL */
   w->path_len += n;
   w->path[w->path_len] = '\0';
   return old;
