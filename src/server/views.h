@@ -36,8 +36,8 @@ typedef struct st__views st__views_t;
 /* The most a view's walk of a value (viewspec.h, "steps": glob word
  * operations and value objects) may cost on the loop thread; a walk past
  * it is handed to a worker and the request waits for it
- * (docs/views.md, "What runs where"). About 0.3 ms on a 2-core VM
- * (docs/benchmarks.md, "Loop stalls"). */
+ * (docs/views.md, "What runs where"; the figures: docs/benchmarks.md,
+ * "Loop stalls"). */
 #define ST__VIEWS_LOOP_STEPS 200000
 
 typedef enum {
