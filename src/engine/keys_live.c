@@ -7,6 +7,7 @@
 #include "common/fail.h"
 #include "common/log.h"
 #include "engine/keys.h"
+#include "engine/smap.h"
 #include "proto/proto.h"
 #include "st/errors.h"
 #include "st/wire.h"
@@ -60,16 +61,43 @@ static int same_kind(const st__key_t *k, const char *name, size_t len, const st_
   return ST_OK;
 }
 
+/* The entry `name` of map m: entry i when it has that name (a put gives
+ * its tensors in the key's order), else from *index (the map's entries by
+ * name, built at the first miss; *built says it was). Expected O(1), so a take-over's check
+ * is linear in its tensors. NULL: no such entry, or out of memory
+ * (*oom set). */
+static const msgpack_object *entry_named(const msgpack_object *m, uint32_t i, const char *name,
+                                         size_t len, st__smap_t *index, int *built,
+                                         int *oom) {
+  const msgpack_object_kv *kv = m->via.map.ptr;
+  if (i < m->via.map.size && kv[i].key.type == MSGPACK_OBJECT_STR &&
+      kv[i].key.via.str.size == len && memcmp(kv[i].key.via.str.ptr, name, len) == 0)
+    return &kv[i].val;
+  if (!*built && (*built = 1))
+    for (uint32_t j = 0; j < m->via.map.size; j++)
+      if (kv[j].key.type == MSGPACK_OBJECT_STR &&
+          !st__smap_get(index, kv[j].key.via.str.ptr, kv[j].key.via.str.size) &&
+          st__smap_put(index, kv[j].key.via.str.ptr, kv[j].key.via.str.size,
+                       (void *)&kv[j].val) != ST_OK) {
+        *oom = 1;
+        return NULL;
+      }
+  return st__smap_get(index, name, len);
+}
+
 /* Whether `value` (a take-over's) matches k's: a map whose tensors have
  * the names of k's tensors, each with its dtype and shape, contiguous.
- * ST_OK or INVALID_ARGUMENT naming the first difference. */
+ * ST_OK or INVALID_ARGUMENT naming the first difference. Linear in the
+ * tensors (entry_named). */
 static int same_tensors(const st__key_t *k, const msgpack_object *value, char *err,
                         size_t errlen) {
   const st__build_result_t *r = &k->versions[k->nversions - 1]->result;
   msgpack_unpacked u;
   msgpack_unpacked_init(&u);
+  st__smap_t index;
+  st__smap_init(&index);
   size_t off = 0;
-  int rc = ST_OK;
+  int rc = ST_OK, oom = 0, built = 0;
   if (msgpack_unpack_next(&u, r->value.data, r->value.size, &off) != MSGPACK_UNPACK_SUCCESS ||
       u.data.type != MSGPACK_OBJECT_MAP || !value || value->type != MSGPACK_OBJECT_MAP)
     rc = st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
@@ -84,14 +112,10 @@ static int same_tensors(const st__key_t *k, const msgpack_object *value, char *e
     }
     const char *name = kv->key.via.str.ptr;
     size_t len = kv->key.via.str.size;
-    const msgpack_object *o = NULL;
-    for (uint32_t j = 0; !o && j < u.data.via.map.size; j++) {
-      const msgpack_object *key = &u.data.via.map.ptr[j].key;
-      if (key->type == MSGPACK_OBJECT_STR && key->via.str.size == len &&
-          memcmp(key->via.str.ptr, name, len) == 0)
-        o = &u.data.via.map.ptr[j].val;
-    }
-    if (!o || tensor_of(o, &mine, err, errlen) != 1)
+    const msgpack_object *o = entry_named(&u.data, i, name, len, &index, &built, &oom);
+    if (oom)
+      rc = st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+    else if (!o || tensor_of(o, &mine, err, errlen) != 1)
       rc = st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "live key '%s' has no tensor named '%.*s'",
                     k->name, (int)len, name);
     else
@@ -102,6 +126,7 @@ static int same_tensors(const st__key_t *k, const msgpack_object *value, char *e
                   "live key '%s' has %zu tensors; the put gives %zu (a put into a live key "
                   "gives every tensor of it)",
                   k->name, count_tensors(&u.data), count_tensors(value));
+  st__smap_clear(&index);
   msgpack_unpacked_destroy(&u);
   return rc;
 }

@@ -260,6 +260,11 @@ int st__viewspec_parse(const char *text, size_t len, st__viewspec_t **out, char 
     v->rules = grown;
     c.rule = v->nrules + 1;
     rc = parse_rule(&c, &v->rules[v->nrules]);
+    if (rc == ST_OK && st__viewspec_glob_compile(v->rules[v->nrules].selector,
+                                                 &v->rules[v->nrules].glob) != ST_OK) {
+      st__viewspec_glob_free(&v->rules[v->nrules].glob);
+      rc = st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+    }
     if (rc != ST_OK) break;
     v->contiguous |= v->rules[v->nrules].contiguous;
     v->nrules++;
@@ -282,36 +287,105 @@ int st__viewspec_parse(const char *text, size_t len, st__viewspec_t **out, char 
 
 void st__viewspec_free(st__viewspec_t *v) {
   if (!v) return;
+  for (int i = 0; i < v->nrules; i++) st__viewspec_glob_free(&v->rules[i].glob);
   free(v->rules);
   free(v->text);
   free(v);
 }
 
-/* ------------------------------------------------------------ matching */
+/* ------------------------------------------------------------ matching
+ *
+ * A glob of `*` and `?` is run as its automaton, all states at once
+ * (bit-parallel, as Shift-And): items are the glob's bytes and `?`s, state
+ * i says "items 0..i-1 matched", and a `*` before item i lets state i take
+ * any byte and stay. For each byte c of the name, with D the set of live
+ * states:
+ *
+ *   D' = ((D << 1) & masks[cls[c]]) | (D & loops)
+ *
+ * The name matches when state nitems is live after its last byte. This
+ * costs len * words word operations (words <= ST__VIEW_GLOB_WORDS_MAX at
+ * the selector bound), for every glob: there is no backtracking, so a
+ * glob like `*a*a*a*b` against `aaaa...` is as cheap as `*`. A walk
+ * stops early once no state is live. */
 
-int st__viewspec_glob(const char *pat, const char *name, size_t len) {
-  size_t p = 0, n = 0, star_p = (size_t)-1, star_n = 0;
-  while (n < len) {
-    if (pat[p] == '*') {
-      star_p = ++p;
-      star_n = n;
-    } else if (pat[p] && (pat[p] == '?' || pat[p] == name[n])) {
-      p++;
-      n++;
-    } else if (star_p != (size_t)-1) {
-      p = star_p;
-      n = ++star_n;
-    } else {
-      return 0;
-    }
+int st__viewspec_glob_compile(const char *pat, st__view_glob_t *g) {
+  memset(g, 0, sizeof *g);
+  size_t n = strlen(pat);
+  if (n > ST__VIEW_SELECTOR_MAX) return ST_ERR_INVALID_ARGUMENT;
+  int items = 0;
+  for (size_t i = 0; i < n; i++) items += pat[i] != '*';
+  g->nitems = items;
+  g->words = (items + 1 + 63) / 64;
+  /* Classes: one per distinct literal byte, and class 0 for the rest. */
+  g->nclasses = 1;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)pat[i];
+    if (ch != '*' && ch != '?' && !g->cls[ch]) g->cls[ch] = (uint8_t)g->nclasses++;
   }
-  while (pat[p] == '*') p++;
-  return pat[p] == '\0';
+  g->masks = calloc((size_t)g->nclasses * (size_t)g->words, sizeof *g->masks);
+  if (!g->masks) return ST_ERR_OUT_OF_MEMORY;
+  int item = 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)pat[i];
+    if (ch == '*') {
+      g->loops[item / 64] |= 1ull << (item % 64);
+      continue;
+    }
+    int bit = item + 1;
+    uint64_t b = 1ull << (bit % 64);
+    if (ch == '?')
+      for (int k = 0; k < g->nclasses; k++) g->masks[(size_t)k * g->words + bit / 64] |= b;
+    else
+      g->masks[(size_t)g->cls[ch] * g->words + bit / 64] |= b;
+    item++;
+  }
+  return ST_OK;
 }
 
-int st__viewspec_match(const st__viewspec_t *v, const char *name, size_t len) {
+void st__viewspec_glob_free(st__view_glob_t *g) {
+  free(g->masks);
+  g->masks = NULL;
+}
+
+int st__viewspec_glob_match(const st__view_glob_t *g, const char *name, size_t len,
+                            uint64_t *steps) {
+  uint64_t d[ST__VIEW_GLOB_WORDS_MAX] = {1};
+  const int words = g->words;
+  size_t i = 0;
+  for (; i < len; i++) {
+    const uint64_t *m = g->masks + (size_t)g->cls[(unsigned char)name[i]] * words;
+    uint64_t carry = 0, live = 0;
+    for (int k = 0; k < words; k++) {
+      uint64_t next = (d[k] << 1 | carry) & m[k];
+      carry = d[k] >> 63;
+      d[k] = next | (d[k] & g->loops[k]);
+      live |= d[k];
+    }
+    if (!live) {
+      i++;
+      break;
+    }
+  }
+  if (steps) *steps += (uint64_t)i * (uint64_t)words;
+  if (i < len) return 0;
+  return (int)(d[g->nitems / 64] >> (g->nitems % 64) & 1);
+}
+
+int st__viewspec_glob(const char *pat, const char *name, size_t len) {
+  st__view_glob_t g;
+  if (st__viewspec_glob_compile(pat, &g) != ST_OK) {
+    st__viewspec_glob_free(&g);
+    return 0;
+  }
+  int m = st__viewspec_glob_match(&g, name, len, NULL);
+  st__viewspec_glob_free(&g);
+  return m;
+}
+
+int st__viewspec_match(const st__viewspec_t *v, const char *name, size_t len, uint64_t *steps) {
   for (int i = 0; i < v->nrules; i++)
-    if (st__viewspec_glob(v->rules[i].selector, name, len)) return i;
+    if (st__viewspec_glob_match(&v->rules[i].glob, name, len, steps)) return i;
   return -1;
 }
 

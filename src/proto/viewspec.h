@@ -51,8 +51,27 @@ typedef struct st__view_step {
   int64_t args[ST_MAX_NDIM];
 } st__view_step_t;
 
+/* A selector compiled once per spec (viewspec.c, "matching"): the
+ * glob's nondeterministic automaton as bit masks. State i (0..nitems)
+ * means "the first i bytes-or-? of the glob matched"; a `*` before item i
+ * is a self-loop on state i. Matching a name of n bytes costs n * words
+ * word operations: linear in the name, with at most
+ * ST__VIEW_GLOB_WORDS_MAX words at the selector bound. */
+#define ST__VIEW_GLOB_WORDS_MAX ((ST__VIEW_SELECTOR_MAX + 1 + 63) / 64)
+
+typedef struct st__view_glob {
+  int nitems;                 /* bytes and ? of the glob (no *) */
+  int words;                  /* 64-bit words per state set */
+  uint8_t cls[256];           /* byte -> class (0: no literal of the glob) */
+  int nclasses;
+  uint64_t *masks;            /* owned: nclasses * words; bit i+1: item i
+                               * takes a byte of the class */
+  uint64_t loops[ST__VIEW_GLOB_WORDS_MAX];   /* bit i: state i self-loops */
+} st__view_glob_t;
+
 typedef struct st__view_rule {
   char selector[ST__VIEW_SELECTOR_MAX + 1];   /* NUL-terminated glob */
+  st__view_glob_t glob;       /* the selector compiled */
   int nsteps;
   st__view_step_t steps[ST__VIEW_STEPS_MAX];
   int contiguous;                   /* the last step is `contiguous` */
@@ -76,11 +95,28 @@ int st__viewspec_parse(const char *text, size_t len, st__viewspec_t **out, char 
 /* Frees a spec; NULL is a no-op. */
 void st__viewspec_free(st__viewspec_t *v);
 
-/* 1 when glob `pat` (NUL-terminated) matches all of (name, len). */
+/* Compiles glob `pat` (NUL-terminated, at most ST__VIEW_SELECTOR_MAX
+ * bytes) into *g (st__viewspec_glob_free frees it). ST_OK,
+ * INVALID_ARGUMENT (too long) or OUT_OF_MEMORY. */
+int st__viewspec_glob_compile(const char *pat, st__view_glob_t *g);
+
+/* Frees what *g owns. */
+void st__viewspec_glob_free(st__view_glob_t *g);
+
+/* 1 when compiled glob g matches all of (name, len). Adds the word
+ * operations it made to *steps (may be NULL): at most len * g->words, so
+ * matching is linear in the name whatever the glob (no backtracking). */
+int st__viewspec_glob_match(const st__view_glob_t *g, const char *name, size_t len,
+                            uint64_t *steps);
+
+/* 1 when glob `pat` (NUL-terminated) matches all of (name, len): compiles
+ * and matches (tests, one-off uses). 0 also for a glob too long or out of
+ * memory. */
 int st__viewspec_glob(const char *pat, const char *name, size_t len);
 
-/* The index of the first rule whose selector matches (name, len), or -1. */
-int st__viewspec_match(const st__viewspec_t *v, const char *name, size_t len);
+/* The index of the first rule whose selector matches (name, len), or -1.
+ * Adds the word operations to *steps (may be NULL). */
+int st__viewspec_match(const st__viewspec_t *v, const char *name, size_t len, uint64_t *steps);
 
 /* Applies the window steps of rule `rule` to *d (its `contiguous` step
  * is not applied: *materialize (may be NULL) says whether the rule asks
@@ -120,5 +156,22 @@ typedef int (*st__view_tensor_fn)(void *ud, size_t index, int rule, int material
 int st__viewspec_value(const st__viewspec_t *v, const char *value, size_t len,
                        msgpack_sbuffer *out, st__view_tensor_fn fn, void *ud, char *err,
                        size_t errlen);
+
+/* What a walk may cost before it stops (st__viewspec_value_bounded). A
+ * step is one word operation of a glob (st__viewspec_glob_match) or one
+ * value object visited (ST__VIEW_OBJECT_STEPS). */
+#define ST__VIEW_OBJECT_STEPS 32
+
+/* Returned by st__viewspec_value_bounded when the walk would pass its
+ * budget: nothing was handed out but to fn (out holds a partial value). */
+#define ST__VIEW_OVER_BUDGET 1
+
+/* st__viewspec_value that stops once its steps pass max_steps (0: no
+ * bound) and returns ST__VIEW_OVER_BUDGET then; *steps (may be NULL)
+ * receives the steps it took. The server walks on its loop thread with a
+ * bound and hands a walk past it to a worker (server/views.c). */
+int st__viewspec_value_bounded(const st__viewspec_t *v, const char *value, size_t len,
+                               msgpack_sbuffer *out, st__view_tensor_fn fn, void *ud,
+                               uint64_t max_steps, uint64_t *steps, char *err, size_t errlen);
 
 #endif

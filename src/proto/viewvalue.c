@@ -18,9 +18,16 @@ typedef struct walk {
   unsigned matched[ST__VIEW_RULES_MAX];   /* tensors each selector matches */
   char names[200];            /* the first names, for "selects no tensor" */
   size_t names_len;
+  uint64_t steps, max_steps;  /* the walk's cost so far, its bound (0: none) */
   char *err;
   size_t errlen;
 } walk_t;
+
+/* Counts `n` steps; 1 when the walk passed its bound. */
+static int spend(walk_t *w, uint64_t n) {
+  w->steps += n;
+  return w->max_steps && w->steps > w->max_steps;
+}
 
 /* Appends ".seg" (or "seg" at the root); the old length, or (size_t)-1
  * when the name would be too long (err set). */
@@ -32,7 +39,7 @@ static size_t path_push(walk_t *w, const char *seg, size_t n) {
     return (size_t)-1;
   }
   if (old) w->path[w->path_len++] = '.';
-  memcpy(w->path + w->path_len, seg, n);
+  if (n) memcpy(w->path + w->path_len, seg, n);   /* an empty key's ptr may be NULL */
   w->path_len += n;
   w->path[w->path_len] = '\0';
   return old;
@@ -61,9 +68,15 @@ static int view_tensor(walk_t *w, const msgpack_object *o, st__tensor_desc_t *d,
   if (st__parse_tensor(o, d, why, sizeof why) != ST_OK)
     return st__fail(ST_ERR_PROTOCOL, w->err, w->errlen, "view: tensor '%s': %s", w->path, why);
   note_name(w);
-  *rule = st__viewspec_match(w->v, w->path, w->path_len);
+  *rule = st__viewspec_match(w->v, w->path, w->path_len, &w->steps);
+  /* Whether a later rule also selects it, for the message of a rule that
+   * takes nothing: only rules that took nothing and matched nothing yet
+   * need to know. */
   for (int i = *rule + 1; *rule >= 0 && i < w->v->nrules; i++)
-    w->matched[i] += (unsigned)st__viewspec_glob(w->v->rules[i].selector, w->path, w->path_len);
+    if (!w->taken[i] && !w->matched[i])
+      w->matched[i] +=
+          (unsigned)st__viewspec_glob_match(&w->v->rules[i].glob, w->path, w->path_len, &w->steps);
+  if (spend(w, ST__VIEW_OBJECT_STEPS)) return ST__VIEW_OVER_BUDGET;
   if (*rule >= 0) {
     int rc = st__viewspec_apply(w->v, *rule, w->path, w->path_len, d, materialize, w->err,
                                 w->errlen);
@@ -156,6 +169,7 @@ static int put_module(walk_t *w, msgpack_packer *pk, const msgpack_object *o) {
 }
 
 static int put_value(walk_t *w, msgpack_packer *pk, const msgpack_object *o, int depth) {
+  if (spend(w, ST__VIEW_OBJECT_STEPS)) return ST__VIEW_OVER_BUDGET;
   if (depth > ST_MAX_DEPTH)
     return st__fail(ST_ERR_PROTOCOL, w->err, w->errlen, "view: the value nests deeper than %d",
                     ST_MAX_DEPTH);
@@ -198,8 +212,16 @@ static int put_value(walk_t *w, msgpack_packer *pk, const msgpack_object *o, int
 int st__viewspec_value(const st__viewspec_t *v, const char *value, size_t len,
                        msgpack_sbuffer *out, st__view_tensor_fn fn, void *ud, char *err,
                        size_t errlen) {
+  return st__viewspec_value_bounded(v, value, len, out, fn, ud, 0, NULL, err, errlen);
+}
+
+/* See viewspec.h. */
+int st__viewspec_value_bounded(const st__viewspec_t *v, const char *value, size_t len,
+                               msgpack_sbuffer *out, st__view_tensor_fn fn, void *ud,
+                               uint64_t max_steps, uint64_t *steps, char *err, size_t errlen) {
   walk_t *w = calloc(1, sizeof *w);
   if (!w) return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+  w->max_steps = max_steps;
   w->v = v;
   w->fn = fn;
   w->ud = ud;
@@ -227,6 +249,7 @@ int st__viewspec_value(const st__viewspec_t *v, const char *value, size_t len,
       rc = st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                     "view: rule %d ('%s') selects no tensor (tensors: %s)", i + 1,
                     v->rules[i].selector, w->names_len ? w->names : "none");
+  if (steps) *steps = w->steps;
   msgpack_unpacked_destroy(&up);
   free(w);
   return rc;

@@ -117,6 +117,7 @@ typedef struct st__counters {
   uint64_t cache_hits;        /* calls answered from the cache             */
   uint64_t cache_misses;      /* calls of cached endpoints that built      */
   uint64_t joins;             /* calls that joined a build in flight       */
+  uint64_t views_on_workers;  /* view walks handed to a worker (views.c)   */
   uint64_t tasks_submitted;   /* tasks created (submit, task endpoints)    */
   uint64_t tasks_completed;   /* tasks that ended completed                */
   uint64_t tasks_failed;      /* ... failed                                */

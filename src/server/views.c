@@ -1,5 +1,5 @@
 /* src/server: replies seen through a view spec (views.h; docs/views.md,
- * section 1). Loop thread only. */
+ * section 1). Loop thread only, but walk_run (a worker). */
 #include "server/views.h"
 
 #include <stdio.h>
@@ -95,10 +95,12 @@ static int walk_tensor(void *ud, size_t index, int rule, int materialize, st__te
 }
 
 /* Walks src (and copies, when composing) through spec into *out (value
- * and borrowed arena pointers: free with result_unborrow). */
+ * and borrowed arena pointers: free with result_unborrow). max_steps
+ * bounds the walk (viewspec.h; 0: none): past it, ST__VIEW_OVER_BUDGET.
+ * Any thread, on a source it holds. */
 static int walk_value(const st__viewspec_t *spec, const st__build_result_t *src,
                       const st__build_result_t *copies, walk_t *w, st__build_result_t *out,
-                      char *err, size_t errlen) {
+                      uint64_t max_steps, char *err, size_t errlen) {
   memset(w, 0, sizeof *w);
   st__build_result_init(out);
   w->nsrc = src->narenas;
@@ -112,8 +114,8 @@ static int walk_value(const st__viewspec_t *spec, const st__build_result_t *src,
   if (copies && msgpack_unpack_next(&w->copied, copies->value.data, copies->value.size, NULL) !=
                     MSGPACK_UNPACK_SUCCESS)
     return snprintf(err, errlen, "view: the copies' value is not msgpack"), ST_ERR_INTERNAL;
-  int rc = st__viewspec_value(spec, src->value.data, src->value.size, &out->value, walk_tensor, w,
-                              err, errlen);
+  int rc = st__viewspec_value_bounded(spec, src->value.data, src->value.size, &out->value,
+                                      walk_tensor, w, max_steps, NULL, err, errlen);
   if (rc != ST_OK) return rc;
   out->arenas = w->used;
   w->used = NULL;
@@ -180,18 +182,27 @@ static void send_result(st__server_t *srv, st__conn_t *c, const st__view_to_t *t
   }
 }
 
-/* Answers `to` with src (and its copies) through spec; errors as replies. */
-static void answer(st__server_t *srv, st__conn_t *c, const st__viewspec_t *spec,
-                   const st__build_result_t *src, const st__build_result_t *copies,
-                   const st__view_to_t *to) {
+static int offload(st__server_t *srv, st__conn_t *c, const st__viewspec_t *spec,
+                   const st__view_source_t *src, const st__build_result_t *copies,
+                   const st__view_to_t *to);
+
+/* Answers `to` with src (and its copies) through spec; errors as replies.
+ * A walk past the loop's bound goes to a worker: returns 1 then (the
+ * request waits), else 0. */
+static int answer(st__server_t *srv, st__conn_t *c, const st__viewspec_t *spec,
+                  const st__build_result_t *src, const st__build_result_t *copies,
+                  const st__view_to_t *to) {
   walk_t w;
   st__build_result_t r;
   char err[700];
-  int rc = walk_value(spec, src, copies, &w, &r, err, sizeof err);
+  int rc = walk_value(spec, src, copies, &w, &r, ST__VIEWS_LOOP_STEPS, err, sizeof err);
   if (rc == ST_OK) send_result(srv, c, to, &r);
-  else fail_to(srv, c, to, rc, err);
+  else if (rc != ST__VIEW_OVER_BUDGET) fail_to(srv, c, to, rc, err);
   result_unborrow(&r);
   walk_free(&w);
+  if (rc != ST__VIEW_OVER_BUDGET) return 0;
+  st__view_source_t s = {.result = src};
+  return offload(srv, c, spec, &s, copies, to);
 }
 
 /* The cache key of (src, spec) into a new string. */
@@ -305,22 +316,20 @@ static flight_t *flight_start(st__server_t *srv, const st__viewspec_t *spec,
   return f;
 }
 
-/* See views.h. */
-int st__views_reply(st__server_t *srv, st__conn_t *c, const st__viewspec_t *spec,
-                    const st__view_source_t *src, const st__view_to_t *to) {
-  walk_t plan;
-  st__build_result_t r;
+/* The rest of a reply once its walk is done (rc, plan, r; on the loop or
+ * a worker): an error, the reply when nothing is copied, else the copies
+ * from the cache or a copy in flight (new or joined). Returns 1 when the
+ * reply waits (views.h). */
+static int after_walk(st__server_t *srv, st__conn_t *c, const st__viewspec_t *spec,
+                      const st__view_source_t *src, const st__view_to_t *to, int rc,
+                      const walk_t *plan, const st__build_result_t *r, const char *walk_err) {
   char err[700];
-  int rc = walk_value(spec, src->result, NULL, &plan, &r, err, sizeof err);
-  if (rc != ST_OK || !plan.nwindows) {
+  if (rc != ST_OK || !plan->nwindows) {
     /* Every tensor is a window (or the view is wrong): answered now. */
-    if (rc == ST_OK) send_result(srv, c, to, &r);
-    else fail_to(srv, c, to, rc, err);
-    result_unborrow(&r);
-    walk_free(&plan);
+    if (rc == ST_OK) send_result(srv, c, to, r);
+    else fail_to(srv, c, to, rc, walk_err);
     return 0;
   }
-  result_unborrow(&r);
   size_t klen = 0;
   char *key = cache_key_of(src, spec, &klen);
   st__views_t *v = views_of(srv);
@@ -332,11 +341,9 @@ int st__views_reply(st__server_t *srv, st__conn_t *c, const st__viewspec_t *spec
     st__object_t *done = st__objects_lookup_on(&srv->objects, src->owner, NULL, key, klen);
     if (done) {
       st__objects_touch(&srv->objects, done);
-      answer(srv, c, spec, src->result, &done->result, to);
       free(key);
       free(wt);
-      walk_free(&plan);
-      return 0;
+      return answer(srv, c, spec, src->result, &done->result, to);
     }
     size_t on = strlen(src->owner);
     char *slot = malloc(on + 1 + klen + 1);
@@ -350,12 +357,11 @@ int st__views_reply(st__server_t *srv, st__conn_t *c, const st__viewspec_t *spec
   if (f) {
     free(key);
   } else if (key && v && wt) {
-    f = flight_start(srv, spec, src, key, klen, &plan, &code, err, sizeof err);
+    f = flight_start(srv, spec, src, key, klen, plan, &code, err, sizeof err);
   } else {
     free(key);
     snprintf(err, sizeof err, "out of memory");
   }
-  walk_free(&plan);
   if (!f) {
     free(wt);
     fail_to(srv, c, to, code, err);
@@ -371,14 +377,141 @@ int st__views_reply(st__server_t *srv, st__conn_t *c, const st__viewspec_t *spec
   return 1;
 }
 
+/* See views.h. */
+int st__views_reply(st__server_t *srv, st__conn_t *c, const st__viewspec_t *spec,
+                    const st__view_source_t *src, const st__view_to_t *to) {
+  walk_t plan;
+  st__build_result_t r;
+  char err[700];
+  int rc = walk_value(spec, src->result, NULL, &plan, &r, ST__VIEWS_LOOP_STEPS, err, sizeof err);
+  int waits = rc == ST__VIEW_OVER_BUDGET ? offload(srv, c, spec, src, NULL, to)
+                                         : after_walk(srv, c, spec, src, to, rc, &plan, &r, err);
+  result_unborrow(&r);
+  walk_free(&plan);
+  return waits;
+}
+
+/* ------------------------------------------------------------ walks on a worker
+ *
+ * A walk past ST__VIEWS_LOOP_STEPS runs on a worker: the job holds its own
+ * spec, a copy of the source (a reference to each arena) and of the
+ * copies it composes, and the request's `to` (its object held, its live
+ * page referenced); the loop then finishes the reply (after_walk). */
+
+typedef struct walk_job {
+  st__viewspec_t *spec;       /* owned */
+  st__build_result_t source;  /* owned copy */
+  st__build_result_t copies;  /* owned copy, when has_copies */
+  int has_copies;
+  char *owner, *version;      /* owned; NULL: none */
+  st__view_to_t to;           /* live_page referenced */
+  /* The worker's walk. */
+  int rc;
+  walk_t plan;
+  st__build_result_t r;
+  char err[700];
+} walk_job_t;
+
+static void walk_job_free(void *ud) {
+  walk_job_t *j = ud;
+  if (!j) return;
+  result_unborrow(&j->r);
+  walk_free(&j->plan);
+  st__viewspec_free(j->spec);
+  st__build_result_destroy(&j->source);
+  st__build_result_destroy(&j->copies);
+  free(j->owner);
+  free(j->version);
+  if (j->to.live_page) st__arena_unref(j->to.live_page);
+  free(j);
+}
+
+/* The job's run. Worker thread: the walk's result stays in the job. */
+static int walk_run(st__job_t *job, char *err, size_t errlen) {
+  walk_job_t *j = job->ud;
+  (void)err, (void)errlen;
+  j->rc = walk_value(j->spec, &j->source, j->has_copies ? &j->copies : NULL, &j->plan, &j->r, 0,
+                     j->err, sizeof j->err);
+  return ST_OK;
+}
+
+/* Hands the walk of (src, copies) through spec for `to` to a worker.
+ * Returns 1 (the request waits), or 0 when it was answered with an
+ * error. */
+static int offload(st__server_t *srv, st__conn_t *c, const st__viewspec_t *spec,
+                   const st__view_source_t *src, const st__build_result_t *copies,
+                   const st__view_to_t *to) {
+  walk_job_t *j = calloc(1, sizeof *j);
+  char err[700];
+  int rc = j ? ST_OK : ST_ERR_OUT_OF_MEMORY;
+  snprintf(err, sizeof err, "out of memory");
+  if (j) {
+    st__build_result_init(&j->source);
+    st__build_result_init(&j->copies);
+    st__build_result_init(&j->r);
+    msgpack_unpacked_init(&j->plan.copied);
+    j->to = *to;
+    if (j->to.live_page) st__arena_ref(j->to.live_page);
+    if (st__viewspec_parse(spec->text, spec->text_len, &j->spec, err, sizeof err) != ST_OK ||
+        result_copy(src->result, &j->source) != ST_OK ||
+        (copies && result_copy(copies, &j->copies) != ST_OK) ||
+        (src->owner && !(j->owner = strdup(src->owner))) ||
+        (src->version && !(j->version = strdup(src->version))))
+      rc = ST_ERR_OUT_OF_MEMORY;
+    j->has_copies = copies != NULL;
+  }
+  st__job_t *job = NULL;
+  if (rc == ST_OK && !(job = st__job_new_native(0, 0, walk_run, j, walk_job_free)))
+    rc = ST_ERR_OUT_OF_MEMORY;
+  if (rc == ST_OK && (srv->shutting_down || !srv->workers)) {
+    rc = ST_ERR_SHUTTING_DOWN;
+    snprintf(err, sizeof err, "the server is shutting down");
+  }
+  if (rc == ST_OK && (rc = st__workers_submit(srv->workers, job)) != ST_OK)
+    snprintf(err, sizeof err, "%s", rc == ST_ERR_SHUTTING_DOWN ? "the server is shutting down"
+                                                                : "cannot queue the view");
+  if (rc != ST_OK) {
+    if (job) st__job_free(job);   /* frees j */
+    else walk_job_free(j);
+    fail_to(srv, c, to, rc, err);
+    return 0;
+  }
+  srv->counters.views_on_workers++;
+  if (to->kind == ST__VIEW_TO_OBJECT) {
+    st__object_t *obj = st__objects_find(&srv->objects, to->object_id);
+    if (obj) st__objects_hold(&srv->objects, obj);
+  }
+  return 1;
+}
+
+/* A walk came back from a worker: the reply goes on (after_walk). */
+static void walk_done(st__server_t *srv, st__job_t *job) {
+  walk_job_t *j = job->ud;
+  st__conn_t *c = st__conn_find(srv, j->to.conn_id);
+  if (c && !c->dead) {
+    st__view_source_t src = {.result = &j->source, .owner = j->owner, .version = j->version};
+    int waits = j->has_copies
+                    ? (j->rc == ST_OK ? (send_result(srv, c, &j->to, &j->r), 0)
+                                      : (fail_to(srv, c, &j->to, j->rc, j->err), 0))
+                    : after_walk(srv, c, j->spec, &src, &j->to, j->rc, &j->plan, &j->r, j->err);
+    if (!waits) st__conn_request_done(c);
+  }
+  if (j->to.kind == ST__VIEW_TO_OBJECT) {
+    st__object_t *obj = st__objects_find(&srv->objects, j->to.object_id);
+    if (obj) st__objects_unhold(&srv->objects, obj);
+  }
+  st__job_free(job);
+}
+
 /* One waiter gets the copies (or the error rc, msg). */
 static void answer_waiter(st__server_t *srv, const flight_t *f, const waiter_t *wt,
                           const st__build_result_t *copies, int rc, const char *msg) {
   st__conn_t *c = st__conn_find(srv, wt->to.conn_id);
   if (c && !c->dead) {
-    if (rc == ST_OK) answer(srv, c, f->spec, &f->source, copies, &wt->to);
+    int waits = 0;
+    if (rc == ST_OK) waits = answer(srv, c, f->spec, &f->source, copies, &wt->to);
     else fail_to(srv, c, &wt->to, rc, msg);
-    st__conn_request_done(c);
+    if (!waits) st__conn_request_done(c);
   }
   if (wt->to.kind == ST__VIEW_TO_OBJECT) {
     st__object_t *obj = st__objects_find(&srv->objects, wt->to.object_id);
@@ -388,6 +521,10 @@ static void answer_waiter(st__server_t *srv, const flight_t *f, const waiter_t *
 
 /* See views.h. */
 void st__views_done(st__server_t *srv, st__job_t *job) {
+  if (job->run == walk_run) {
+    walk_done(srv, job);
+    return;
+  }
   st__views_t *v = srv->views;
   flight_t *f = job->owner;
   /* A flight the key's change took out of the index may share its slot

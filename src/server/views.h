@@ -33,6 +33,13 @@
 
 typedef struct st__views st__views_t;
 
+/* The most a view's walk of a value (viewspec.h, "steps": glob word
+ * operations and value objects) may cost on the loop thread; a walk past
+ * it is handed to a worker and the request waits for it
+ * (docs/views.md, "What runs where"; the figures: docs/benchmarks.md,
+ * "Loop stalls"). */
+#define ST__VIEWS_LOOP_STEPS 200000
+
 typedef enum {
   ST__VIEW_TO_KEY = 0,        /* get: {value, arenas, key, version[, readonly]} */
   ST__VIEW_TO_OBJECT,         /* call of an object: {value, arenas, object} */

@@ -126,6 +126,35 @@ def seeds():
         "ext_args": b"\x07" + request("call", {"endpoint": "scale", "args": {"x": tensor()},
                                               "arenas": [cpu_arena()]}),
     }
+    # --- viewspec: 2 bytes (little endian) the spec's length, the spec,
+    # then the value the view sees (one msgpack value)
+    def view(spec, value=None):
+        b = spec.encode()
+        return struct.pack("<H", len(b)) + b + (pack(value) if value is not None else b"")
+    grid = {"m": tensor(shape=(6, 10)), "layers": [{"q.weight": tensor(offset=64, shape=(4, 4))},
+                                                    {"k.weight": tensor(shape=(4, 4))}]}
+    mod = module([("q.weight", tensor(shape=(3, 4))), ("k.weight", tensor(offset=48, shape=(2, 4))),
+                  ("b", tensor(offset=80, shape=(5,)))], {"format": "pt"})
+    s["viewspec"] = {
+        "window": view("m:shard(1,1,2)|transpose(0,1)", grid),
+        "rules": view("*.q.weight:narrow(0,1,2);*.k.weight:slice(1,0,4,2)|contiguous;"
+                      "m:permute(1,0)", grid),
+        "blanks": view(" m : narrow( 0 , -2 , 1 ) | contiguous ", grid),
+        "module": view("q.weight:transpose(0,1)|contiguous", {"mod": mod}),
+        "lone": view("shard(0,0,3)", tensor(shape=(7, 2))),
+        "globs": view("l?.*:narrow(0,0,1);*a*a*a*b:narrow(0,0,1);*:contiguous",
+                      {"l1": {"w": tensor()}, "aaab": tensor(), "z": tensor()}),
+        "pathological": view("*a" * 120 + "*b:narrow(0,0,1)", {"a" * 200 + "b": tensor()}),
+        "no_tensor": view("x*:narrow(0,0,1)", grid),
+        "bad_step": view("m:narrow(0,5,4)", grid),
+        "unknown": view("m:nope(1)", grid),
+        "int_edges": view("m:slice(0,-9223372036854775808,9223372036854775807,"
+                          "9223372036854775807)", grid),
+        "contiguous_first": view("m:contiguous|narrow(0,0,1)", grid),
+        "empty": view("", grid),
+        "deep": view("*:narrow(0,0,1)", Raw(b"\x91" * 40 + pack(tensor()))),
+        "bad_tensor": view("*:narrow(0,0,1)", {"t": Ext(1, pack({"dtype": "float32"}))}),
+    }
     # --- desc: one value (tensor ext, module ext, arena map, array of them)
     s["desc"] = {
         "tensor": pack(tensor()),
@@ -286,8 +315,13 @@ def dictionaries():
         [b'"%s"' % w for w in [b"BF16", b"BOOL", b"F16", b"F32", b"F64", b"F8_E4M3", b"F8_E5M2",
                                b"I16", b"I32", b"I64", b"I8", b"U8"]]
     lua = [w.encode() for w in CONFIG_KEYS + LUA_WORDS]
+    view_words = [w.encode() for w in [
+        "narrow(", "slice(", "shard(", "transpose(", "permute(", "contiguous", "|contiguous",
+        "(0,0,1)", ":", ";", "|", ",", ")", "*", "?", "*.", ".weight", "-1", "0", "1",
+        "9223372036854775807", "-9223372036854775808", "  "]] + msgpack_words
     return {"reader": msgpack_words, "desc": msgpack_words, "args": msgpack_words,
-            "result": msgpack_words, "safetensors": st_words, "config": lua}
+            "result": msgpack_words, "safetensors": st_words, "config": lua,
+            "viewspec": view_words}
 
 
 def main():

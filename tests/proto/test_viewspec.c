@@ -140,10 +140,95 @@ TEST(globs) {
   CHECK(!st__viewspec_glob("w", "w2", 2));
   CHECK(!st__viewspec_glob("", "w", 1));
   st__viewspec_t *v = parse("b*:narrow(0,0,1);a*:narrow(0,0,1);*:narrow(0,0,1)");
-  CHECK(v && st__viewspec_match(v, "ab", 2) == 1);
-  CHECK(v && st__viewspec_match(v, "ba", 2) == 0);
-  CHECK(v && st__viewspec_match(v, "c", 1) == 2);
+  CHECK(v && st__viewspec_match(v, "ab", 2, NULL) == 1);
+  CHECK(v && st__viewspec_match(v, "ba", 2, NULL) == 0);
+  CHECK(v && st__viewspec_match(v, "c", 1, NULL) == 2);
   st__viewspec_free(v);
+}
+
+/* A reference glob: the plain recursive definition, memoized over
+ * (pattern, name) positions so it finishes on the inputs below. */
+static int ref_glob(const char *p, size_t np, const char *n, size_t nn, signed char *memo,
+                    size_t ip, size_t in) {
+  signed char *m = &memo[ip * (nn + 1) + in];
+  if (*m >= 0) return *m;
+  int r;
+  if (ip == np) r = in == nn;
+  else if (p[ip] == '*')
+    r = ref_glob(p, np, n, nn, memo, ip + 1, in) ||
+        (in < nn && ref_glob(p, np, n, nn, memo, ip, in + 1));
+  else
+    r = in < nn && (p[ip] == '?' || p[ip] == n[in]) &&
+        ref_glob(p, np, n, nn, memo, ip + 1, in + 1);
+  return *m = (signed char)r;
+}
+
+static int ref_match(const char *p, const char *n, size_t nn) {
+  size_t np = strlen(p);
+  signed char *memo = malloc((np + 1) * (nn + 1));
+  memset(memo, -1, (np + 1) * (nn + 1));
+  int r = ref_glob(p, np, n, nn, memo, 0, 0);
+  free(memo);
+  return r;
+}
+
+/* Globs that make a backtracking matcher take len * pattern steps (or
+ * worse) match correctly, and the matcher's steps stay at most len *
+ * words: linear in the name. Steps are counted, not timed. */
+TEST(globs_are_linear) {
+  char pat[ST__VIEW_SELECTOR_MAX + 1], name[ST__VIEW_NAME_MAX + 1];
+  /* "*a*a*...*a*b" (256 bytes) against "aaa...a" (2048 bytes): no match,
+   * and against "aaa...ab": a match. */
+  size_t np = 0;
+  while (np + 4 <= ST__VIEW_SELECTOR_MAX) pat[np++] = '*', pat[np++] = 'a';
+  pat[np++] = '*';
+  pat[np++] = 'b';
+  pat[np] = '\0';
+  memset(name, 'a', ST__VIEW_NAME_MAX);
+  st__view_glob_t g;
+  CHECK_EQ_INT(st__viewspec_glob_compile(pat, &g), ST_OK);
+  CHECK(g.words <= ST__VIEW_GLOB_WORDS_MAX);
+  uint64_t steps = 0;
+  CHECK(!st__viewspec_glob_match(&g, name, ST__VIEW_NAME_MAX, &steps));
+  CHECK(steps <= (uint64_t)ST__VIEW_NAME_MAX * ST__VIEW_GLOB_WORDS_MAX);
+  name[ST__VIEW_NAME_MAX - 1] = 'b';
+  steps = 0;
+  CHECK(st__viewspec_glob_match(&g, name, ST__VIEW_NAME_MAX, &steps));
+  CHECK(steps <= (uint64_t)ST__VIEW_NAME_MAX * ST__VIEW_GLOB_WORDS_MAX);
+  st__viewspec_glob_free(&g);
+  /* "a?a?...?" and "*?*?...": every state live at once. */
+  const char *more[] = {"*?*?*?*?*?*?*?*?*?*?*?*?*?*?*?*?*?*?*?*?*?*?*?*?*?*?*?*?*?*?*?*?*?*?*?*?c",
+                        "a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a",
+                        "*aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab*"};
+  for (size_t k = 0; k < sizeof more / sizeof more[0]; k++) {
+    CHECK_EQ_INT(st__viewspec_glob_compile(more[k], &g), ST_OK);
+    steps = 0;
+    int got = st__viewspec_glob_match(&g, name, ST__VIEW_NAME_MAX, &steps);
+    CHECK_EQ_INT(got, ref_match(more[k], name, ST__VIEW_NAME_MAX));
+    CHECK(steps <= (uint64_t)ST__VIEW_NAME_MAX * (uint64_t)g.words);
+    st__viewspec_glob_free(&g);
+  }
+  /* Random globs over {a, b, ?, *} against random names over {a, b}
+   * agree with the reference, across the word boundaries (64, 128). */
+  unsigned seed = 12345;
+  for (int round = 0; round < 3000; round++) {
+    seed = seed * 1103515245u + 12345u;
+    size_t pl = (seed >> 8) % 140, nl = (seed >> 4) % 160;
+    for (size_t i = 0; i < pl; i++) {
+      seed = seed * 1103515245u + 12345u;
+      pat[i] = "ab?*a*"[(seed >> 16) % 6];
+    }
+    pat[pl] = '\0';
+    for (size_t i = 0; i < nl; i++) {
+      seed = seed * 1103515245u + 12345u;
+      name[i] = (seed >> 16) % 7 ? 'a' : 'b';
+    }
+    if (st__viewspec_glob(pat, name, nl) != ref_match(pat, name, nl)) {
+      CHECK(!"glob disagrees with the reference");
+      fprintf(stderr, "  pattern '%s' name '%.*s'\n", pat, (int)nl, name);
+      break;
+    }
+  }
 }
 
 /* One spec on the 4 x 6 tensor: the geometry it gives and whether its
@@ -385,6 +470,7 @@ int main(void) {
   RUN(normalized_text);
   RUN(parse_errors);
   RUN(globs);
+  RUN(globs_are_linear);
   RUN(each_step);
   RUN(compositions_and_contiguous);
   RUN(shard_rule);
