@@ -77,11 +77,14 @@ static void value_on_gpu(rc_t *c, const msg_t *m, int s, unsigned char **bytes, 
   imported_t a;
   CHECK(import_arena(c, m, 0, &a) == 0);
   *bytes = tensor_bytes(obj_get(m->result, "value"), &a, 1, len);
+  /* The ordinal it was imported on, read before st__cuda_unmap clears
+   * the mapping (and sets its ordinal to -1). */
+  int ordinal = a.m.ordinal;
   st__cuda_unmap(&a.m);
   rc_drop_fds(c);
   CHECK_STR_EQ(a.d.uuid, uuid[s]);
   CHECK_STR_EQ(a.d.backend, "vmm");
-  CHECK_EQ_INT(a.m.ordinal, s);
+  CHECK_EQ_INT(ordinal, s);
   CHECK(*bytes != NULL);
 }
 
