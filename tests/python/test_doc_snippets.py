@@ -176,6 +176,19 @@ class DocSnippets(unittest.TestCase):
             sys.stderr.write("%s: blocks at lines %s skipped (marked)\n" % (rel, skipped))
         return ran
 
+    def test_marks(self):
+        """The extraction: line numbers, indented fences, both marks, and
+        fences of other languages left alone."""
+        text = ("# t\n\n```python\na = 1\n```\n\n<!-- snippet: skip (a placeholder) -->\n"
+                "```python\nopen('/nowhere')\n```\n```sh\nfalse\n```\n"
+                "- item\n\n  ```python\n  # needs a GPU\n  b = a\n  ```\n")
+        path = os.path.join(self.dir, "marks.md")
+        with open(path, "w") as f:
+            f.write(text)
+        self.assertEqual(blocks(path), [(4, "a = 1\n", None),
+                                        (9, "open('/nowhere')\n", "skip"),
+                                        (17, "# needs a GPU\nb = a\n", "gpu")])
+
     def test_readme(self):
         self.check_doc("README.md")
 
