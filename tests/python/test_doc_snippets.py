@@ -20,6 +20,7 @@ README's "## Try it" sh blocks are run by test_readme.py.
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -138,9 +139,12 @@ class DocSnippets(unittest.TestCase):
     def tearDownClass(cls):
         cls.server.terminate()
         status = cls.server.wait(timeout=30)
+        log = cls.server_log()
+        if not os.environ.get("STT_KEEP"):
+            shutil.rmtree(cls.dir, ignore_errors=True)
         if status != 0:
             raise AssertionError("stserver exited with %s; log:\n%s"
-                                 % (status, cls.server_log()))
+                                 % (status, log))
 
     def check_doc(self, rel):
         try:
