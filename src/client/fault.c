@@ -96,7 +96,7 @@ static const char *advice(int kind) {
     return "the key is mapped read-only here (got read-only, or put read-only by another "
            "connection); write to a private copy (get_into, .clone()) or get it writable";
   case ST__FAULT_LIVE_KEY:
-    return "a live key is mapped read-only in every process but its publisher's (bind, "
+    return "a live key is mapped read-only on every connection but its publisher's (bind, "
            "live handles); it changes only through the publisher's update: train a private "
            "copy (get_into, .clone()) and publish it with update";
   case ST__FAULT_RESULT:
