@@ -457,6 +457,9 @@ int st__client_mapping_writable(const st__mapping_t *m);
  * place in fault.c's table) as `what` of `kind`, for the message of a
  * fault there. Any thread holding a reference. */
 void st__client_mapping_describe(st__mapping_t *m, int kind, const char *what);
+/* Nonzero when m has such a place (st__client_mapping_describe would
+ * describe it). */
+int st__client_mapping_describable(const st__mapping_t *m);
 
 /* fault.c: the message a process that writes to read-only memory of the
  * library prints before it dies (docs/client.md, "A write to read-only

@@ -732,6 +732,9 @@ void st__client_mapping_describe(st__mapping_t *m, int kind, const char *what) {
   if (m && m->fault_slot) st__client_fault_describe(m->fault_slot, kind, what);
 }
 
+/* See client_internal.h. Any thread holding a reference. */
+int st__client_mapping_describable(const st__mapping_t *m) { return m && m->fault_slot; }
+
 /* Base of the mapping (NULL for an empty arena). Borrowed. */
 void *st__client_mapping_base(const st__mapping_t *m) { return m->base; }
 

@@ -534,13 +534,21 @@ int st__client_result_writable(const st_result_t *r, const st_tensor_t *t) {
 
 /* See client_internal.h. Any thread holding a reference. */
 void st__client_result_describe(st_result_t *r, int kind, const char *fmt, ...) {
-  if (!r || !r->nmaps) return;
+  /* Formatted only for a result with read-only memory: most have none,
+   * and calls take this path each time. */
   char what[176];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(what, sizeof what, fmt, ap);
-  va_end(ap);
-  for (size_t i = 0; i < r->nmaps; i++) st__client_mapping_describe(r->maps[i], kind, what);
+  int formatted = 0;
+  for (size_t i = 0; r && i < r->nmaps; i++) {
+    if (!st__client_mapping_describable(r->maps[i])) continue;
+    if (!formatted) {
+      va_list ap;
+      va_start(ap, fmt);
+      vsnprintf(what, sizeof what, fmt, ap);
+      va_end(ap);
+      formatted = 1;
+    }
+    st__client_mapping_describe(r->maps[i], kind, what);
+  }
 }
 
 /* Takes one more reference on r; see client.h. Any thread. */
