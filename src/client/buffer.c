@@ -86,6 +86,9 @@ static int map_one(const msgpack_object *a, int fd, uint64_t need, int readonly,
 }
 
 static void unmap_all(st_buffer_t *b) {
+  st__client_fault_remove(b->fault_data);
+  st__client_fault_remove(b->fault_page);
+  b->fault_data = b->fault_page = 0;
   if (b->cm.dptr) st__client_cuda_unmap(&b->cm);
   else if (b->data) munmap(b->data, b->data_len);
   if (b->page) munmap(b->page, b->page_len);
@@ -168,6 +171,14 @@ static int adopt(st_client_t *c, st_buffer_t *b, const msgpack_object *r, int *f
     rc = st__fail(ST_ERR_PROTOCOL, why, sizeof why, "the control page is not version %u",
                   ST__BUFFER_VERSION);
   if (rc != ST_OK) return st__client_fail(c, rc, "buffer '%s': %s", b->name, why);
+  if (b->info.readonly) {
+    /* Named in the message of a write to its memory (fault.c). */
+    char what[96];
+    snprintf(what, sizeof what, "buffer '%s' (opened read-only)", b->name);
+    if (!b->cm.dptr)
+      b->fault_data = st__client_fault_add(b->data, b->data_len, ST__FAULT_BUFFER, what);
+    b->fault_page = st__client_fault_add(b->page, b->page_len, ST__FAULT_BUFFER, what);
+  }
   atomic_store(&b->last_read, atomic_load(&b->page->write_sequence));
   return ST_OK;
 }

@@ -31,6 +31,8 @@ struct st_buffer {
                                    (the lock is this handle's while > 0)  */
   _Atomic int taking;           /* a thread of this handle is taking it   */
   _Atomic int64_t spin_ns;      /* waits poll the page this long first    */
+  int fault_data, fault_page;   /* read-only: their entries in fault.c's
+                                   table (0: none)                        */
 };
 
 /* The spin of new handles: $ST_CLIENT_SPIN_US, else 50 us when this

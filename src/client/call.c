@@ -128,6 +128,14 @@ static void pack_call_head(msgpack_packer *pk, const void *ud) {
   if (h->view) st__pack_kv_str(pk, "view", h->view);
 }
 
+/* rc, with r's read-only memory (a call asked read-only, an endpoint
+ * declared readonly) named in the message of a write there (fault.c). */
+static int described(const char *endpoint, int rc, st_result_t *const *r) {
+  if (rc == ST_OK) st__client_result_describe(*r, ST__FAULT_RESULT, "the result of endpoint '%s'",
+                                              endpoint);
+  return rc;
+}
+
 /* ST_OK, or INVALID_ARGUMENT for a flag st_call_flags_t does not have. */
 static int flags_ok(st_client_t *c, int flags) {
   if (!(flags & ~(ST_CALL_LEND_SAME | ST_CALL_READONLY))) return ST_OK;
@@ -148,7 +156,9 @@ ST_API int st_client_call_view(st_client_t *c, const char *endpoint, const st_ar
                    .readonly = (flags & ST_CALL_READONLY) != 0};
   st__client_head_t head = {.npairs = 1 + (uint32_t)h.readonly + (h.view != NULL),
                             .pack = pack_call_head, .ud = &h};
-  return st__client_args_method(c, "call", &head, args ? "args" : NULL, args, 1, out);
+  return described(endpoint,
+                   st__client_args_method(c, "call", &head, args ? "args" : NULL, args, 1, out),
+                   out);
 }
 
 /* Calls an endpoint with flags; see client.h. Thread of the client. */
@@ -166,7 +176,8 @@ ST_API int st_client_call(st_client_t *c, const char *endpoint, const st_args_t 
                           st_result_t **out) {
   if (out) *out = NULL;
   if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
-  return st__client_endpoint_method(c, "call", endpoint, args, 1, 1, out);
+  return described(endpoint, st__client_endpoint_method(c, "call", endpoint, args, 1, 1, out),
+                   out);
 }
 
 /* See client_internal.h. Thread of the client. */

@@ -41,6 +41,8 @@
  *   kept_objects.c whole results of objects sent once per connection
  *   handoff.c hand-offs: create and open, then acquire, publish, read and
  *             acknowledge in the page
+ *   fault.c   the message of a write to read-only memory the library
+ *             mapped: a table of those mappings, a chained SIGSEGV handler
  *   buffer.c  named buffers and streams: the handle's life (buffer.h)
  *   buffer_io.c  buffers per frame: writes, reads, waits and the writer
  *             lock in the page, no server round trip
@@ -451,6 +453,37 @@ uint64_t st__client_mapping_bytes(const st__mapping_t *m);
  * read-only exactly when the arena was marked or asked read-only). A
  * pool region is as its slab. */
 int st__client_mapping_writable(const st__mapping_t *m);
+/* map.c: describes m's memory (when it is a read-only CPU mapping with a
+ * place in fault.c's table) as `what` of `kind`, for the message of a
+ * fault there. Any thread holding a reference. */
+void st__client_mapping_describe(st__mapping_t *m, int kind, const char *what);
+/* Nonzero when m has such a place (st__client_mapping_describe would
+ * describe it). */
+int st__client_mapping_describable(const st__mapping_t *m);
+
+/* fault.c: the message a process that writes to read-only memory of the
+ * library prints before it dies (docs/client.md, "A write to read-only
+ * memory"). What a mapping is, for the message: */
+typedef enum st__fault_kind {
+  ST__FAULT_ARENA,      /* a server arena, not described further        */
+  ST__FAULT_KEY,        /* a key got read-only                          */
+  ST__FAULT_LIVE_KEY,   /* a live key, mapped by a handle that is not its
+                           publisher's (st_key_open, Python's bind)     */
+  ST__FAULT_RESULT,     /* a call's result, called read-only            */
+  ST__FAULT_BUFFER      /* a buffer opened read-only                    */
+} st__fault_kind_t;
+/* Mappings the table describes at most; one more is not described. */
+#define ST__FAULT_SLOTS 4096
+/* Records [start, start+len), read-only memory this library mapped, as
+ * `what` (copied; cut at 175 bytes), e.g. "key 'w' (version 3)", and
+ * installs the handler on the first call. Returns the entry's slot (> 0),
+ * or 0 when the table is full or the handler is turned off
+ * (ST_NO_FAULT_HANDLER): nothing to remove then. Any thread. */
+int st__client_fault_add(const void *start, size_t len, int kind, const char *what);
+/* Describes slot's memory anew (0: nothing). Any thread. */
+void st__client_fault_describe(int slot, int kind, const char *what);
+/* Forgets slot (0: nothing), before its memory is unmapped. Any thread. */
+void st__client_fault_remove(int slot);
 
 /* device.c: CUDA for the client. Every function leaves the calling
  * thread's current CUDA context as it found it. Any thread. */
@@ -546,6 +579,10 @@ int st__client_result_decode_readonly(st_client_t *c, const msgpack_object *resu
  * r; NULL: every mapping of r) is writable (st__client_mapping_writable):
  * what a handle checks before it, or its caller, writes there. */
 int st__client_result_writable(const st_result_t *r, const st_tensor_t *t);
+/* result.c: st__client_mapping_describe of every mapping of r, as the
+ * printf-style `fmt` says. Any thread holding a reference. */
+void st__client_result_describe(st_result_t *r, int kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* -------------------------------------------------------------- args */
 

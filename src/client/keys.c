@@ -179,9 +179,17 @@ int st__client_key_get(st_client_t *c, const char *key, uint64_t version, int fl
   /* Asked read-only: mapped read-only, whatever the reply says. */
   rc = flags & ST_GET_READONLY ? st__client_result_decode_readonly(c, &m.result, 1, fds, nfds, out)
                                : st__client_result_decode(c, &m.result, 1, fds, nfds, out);
-  if (rc == ST_OK && got_version && v && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
-    *got_version = v->via.u64;
-  if (rc == ST_OK && live) live_of(&m.result, live);
+  uint64_t ver = v && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? v->via.u64 : 0;
+  if (rc == ST_OK && got_version) *got_version = ver;
+  st__key_live_t l;
+  live_of(&m.result, &l);
+  if (rc == ST_OK && live) *live = l;
+  /* Named in the message of a write to its read-only memory (fault.c). */
+  if (rc == ST_OK && l.live && !l.publisher)
+    st__client_result_describe(*out, ST__FAULT_LIVE_KEY, "live key '%s'", key);
+  else if (rc == ST_OK)
+    st__client_result_describe(*out, ST__FAULT_KEY, "key '%s' (version %llu)", key,
+                               (unsigned long long)ver);
   free(fds);
   st__message_destroy(&m);
   return rc;

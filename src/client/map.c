@@ -87,6 +87,7 @@ struct st__mapping {
   struct st__pool_page *page;
   uint32_t slot, gen;
   int after_device; /* a region: its free waits for its device's work */
+  int fault_slot;   /* read-only CPU memory: its entry in fault.c's table */
 };
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -161,6 +162,12 @@ static int map_cpu(const st__arena_desc_t *d, int fd, const struct stat *st, st_
                     strerror(e));
   }
   m->base = p;
+  /* Read-only memory is described should this process write to it. */
+  if (d->readonly) {
+    char what[48];
+    snprintf(what, sizeof what, "arena %llu", (unsigned long long)d->id);
+    m->fault_slot = st__client_fault_add(p, len, ST__FAULT_ARENA, what);
+  }
   return ST_OK;
 }
 
@@ -481,6 +488,7 @@ static void unmap_entry(st__mapping_t *m) {
      * the parent's mapping, which stays the parent's. */
     if (m->pid == getpid()) st__client_cuda_unmap(&m->cm);
   } else if (m->base) {
+    st__client_fault_remove(m->fault_slot);
     munmap(m->base, m->map_len);
   }
   free(m->server_id);
@@ -717,6 +725,15 @@ int st__client_own_fd(const st__mapping_t *m) { return m->own ? m->fd : -1; }
 
 /* See client_internal.h. */
 int st__client_mapping_writable(const st__mapping_t *m) { return !m->readonly; }
+
+/* See client_internal.h. Any thread holding a reference: the slot is set
+ * before m is handed out and cleared only when no reference is left. */
+void st__client_mapping_describe(st__mapping_t *m, int kind, const char *what) {
+  if (m && m->fault_slot) st__client_fault_describe(m->fault_slot, kind, what);
+}
+
+/* See client_internal.h. Any thread holding a reference. */
+int st__client_mapping_describable(const st__mapping_t *m) { return m && m->fault_slot; }
 
 /* Base of the mapping (NULL for an empty arena). Borrowed. */
 void *st__client_mapping_base(const st__mapping_t *m) { return m->base; }

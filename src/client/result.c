@@ -6,6 +6,7 @@
  * before the value is decoded, so that every tensor is checked against the
  * size of its arena before it is exposed.
  */
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -529,6 +530,25 @@ int st__client_result_writable(const st_result_t *r, const st_tensor_t *t) {
     if (!st__client_mapping_writable(m)) return 0;
   }
   return 1;
+}
+
+/* See client_internal.h. Any thread holding a reference. */
+void st__client_result_describe(st_result_t *r, int kind, const char *fmt, ...) {
+  /* Formatted only for a result with read-only memory: most have none,
+   * and calls take this path each time. */
+  char what[176];
+  int formatted = 0;
+  for (size_t i = 0; r && i < r->nmaps; i++) {
+    if (!st__client_mapping_describable(r->maps[i])) continue;
+    if (!formatted) {
+      va_list ap;
+      va_start(ap, fmt);
+      vsnprintf(what, sizeof what, fmt, ap);
+      va_end(ap);
+      formatted = 1;
+    }
+    st__client_mapping_describe(r->maps[i], kind, what);
+  }
 }
 
 /* Takes one more reference on r; see client.h. Any thread. */
