@@ -210,17 +210,23 @@ static void idle_body(stt_server_t *s) {
   st_client_t *mon = stt_client_open(s->socket);
   st_client_t *c = stt_client_open(s->socket);
   CHECK(mon && c);
+  /* A held result keeps its slab whatever the clock says. */
   CHECK(call_once(c, 1024, 5.0f));
-  CHECK(call_once(c, 1024, 6.0f));
+  st_result_t *r = fill(c, 1024, 6.0f);
+  CHECK(r && holds(r, 1024, 6.0f));
   CHECK_EQ_INT(pool_bytes(mon), 64 * KIB);
   CHECK_EQ_INT(held_by_pools(mon, "bytes"), 64 * KIB);
-  /* c makes no call now: after idle_s its last slab goes too. */
+  CHECK_EQ_INT(held_by_pools(mon, "items"), 1);
+  /* Freed, and c makes no call now: after idle_s its last slab goes too. */
+  st_result_free(r);
   CHECK_EQ_INT(wait_for(pool_bytes_of, mon, NULL, 0), 0);
   CHECK_EQ_INT(wait_for(held_by_pools, mon, "bytes", 0), 0);
   CHECK_EQ_INT(held_by_pools(mon, "items"), 0);
   /* Its next call makes a small slab again, and the result is right. */
-  CHECK(call_once(c, 1024, 8.0f));
+  r = fill(c, 1024, 8.0f);
+  CHECK(r && holds(r, 1024, 8.0f));
   CHECK_EQ_INT(pool_bytes(mon), 64 * KIB);
+  st_result_free(r);
   st_client_close(c);
   CHECK_EQ_INT(wait_for(pool_bytes_of, mon, NULL, 0), 0);
   st_client_close(mon);
