@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "common/clock.h"
@@ -35,10 +36,13 @@ struct st__mpool {
   pthread_mutex_t mu;
   atomic_int refs;
   st__mpool_cfg_t cfg;
+  st__mpool_t *reg_prev, *reg_next;   /* every pool: trim_all (reg_mu) */
   slab_t slabs[ST__MPOOL_MAX_SLABS];
   uint32_t nslabs;            /* indices used so far (live or empty)   */
   uint64_t next_serial;
-  uint64_t bytes;             /* live slabs, every device              */
+  _Atomic uint64_t bytes;     /* live slabs, every device              */
+  _Atomic uint32_t live_slabs;
+  uint64_t last_alloc;        /* ns (monotonic) of the last allocation */
   st__slots_t slots;
   uint32_t *reclaim;          /* scratch of slots.n for st__slots_scan */
   st__arena_t *page;          /* control page arena                    */
@@ -47,6 +51,11 @@ struct st__mpool {
 };
 
 static atomic_uint_fast64_t n_pools, n_slabs, n_regions, n_fallbacks, n_retired;
+
+/* Every pool, for st__mpool_trim_all. Order: reg_mu, then a pool's mu
+ * (only tried), then the owner's account. */
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static st__mpool_t *reg_head;
 /* Slab bytes per device: [0] the CPU, [1 + N] cuda:N. */
 static atomic_uint_fast64_t n_dev_bytes[1 + ST__MPOOL_MAX_DEVICES];
 
@@ -80,6 +89,11 @@ int st__mpool_new(const st__mpool_cfg_t *cfg, st__mpool_t **out, char *err, size
   pthread_mutex_init(&p->mu, NULL);
   atomic_init(&p->refs, 1);
   atomic_fetch_add(&n_pools, 1);
+  pthread_mutex_lock(&reg_mu);
+  p->reg_next = reg_head;
+  if (reg_head) reg_head->reg_prev = p;
+  reg_head = p;
+  pthread_mutex_unlock(&reg_mu);
   *out = p;
   return ST_OK;
 fail:
@@ -91,13 +105,21 @@ fail:
 
 static void pool_unref(st__mpool_t *p) {
   if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) != 1) return;
+  pthread_mutex_lock(&reg_mu);   /* after a trim that looks at p now */
+  if (p->reg_prev) p->reg_prev->reg_next = p->reg_next;
+  else reg_head = p->reg_next;
+  if (p->reg_next) p->reg_next->reg_prev = p->reg_prev;
+  pthread_mutex_unlock(&reg_mu);
   for (uint32_t i = 0; i < p->nslabs; i++) {
     if (!p->slabs[i].arena) continue;
     st__arena_unref(p->slabs[i].arena);
     st__slab_alloc_destroy(&p->slabs[i].alloc);
     atomic_fetch_sub(dev_bytes(p->slabs[i].device), p->slabs[i].size);
     atomic_fetch_sub(&n_slabs, 1);
+    if (p->cfg.account)
+      p->cfg.account(p->cfg.account_ctx, p->slabs[i].device, -(int64_t)p->slabs[i].size);
   }
+  if (p->cfg.account_drop) p->cfg.account_drop(p->cfg.account_ctx);
   atomic_fetch_sub(&n_pools, 1);
   if (p->page) st__arena_unref(p->page);
   st__slots_destroy(&p->slots);
@@ -176,29 +198,35 @@ static void retire(st__mpool_t *p, uint32_t i) {
   ST_LOG_D("pool", "slab %llu (%llu bytes on device %d) retired after %.1f s idle",
            (unsigned long long)st__arena_id(s->arena), (unsigned long long)s->size, s->device,
            p->cfg.idle_ns / 1e9);
+  /* A CPU slab's pages go now, not when the owner lets its mapping go
+   * (at its next request, which an idle client may never send): no
+   * region of it is live, so this drops nothing the owner still uses. */
+  if (s->device < 0) (void)madvise(st__arena_base(s->arena), (size_t)s->size, MADV_REMOVE);
   st__arena_unref(s->arena);
   st__slab_alloc_destroy(&s->alloc);
   atomic_fetch_sub(dev_bytes(s->device), s->size);
   atomic_fetch_sub(&n_slabs, 1);
   atomic_fetch_add(&n_retired, 1);
-  p->bytes -= s->size;
+  atomic_fetch_sub(&p->bytes, s->size);
+  atomic_fetch_sub(&p->live_slabs, 1);
+  if (p->cfg.account) p->cfg.account(p->cfg.account_ctx, s->device, -(int64_t)s->size);
   if (s->sent)
     atomic_fetch_or_explicit(page_word(p, ST__MPOOL_PAGE_RETIRED), 1u << i,
                              memory_order_release);
   memset(s, 0, sizeof *s);
 }
 
-/* Retires every slab with no live region for idle_ns, except the oldest
- * live slab of each device: an idle connection rests at one slab per
- * device, the first size, and its next call needs no new slab. Costs a
- * clock read and a look at each slab. Under mu, before an allocation. */
-static void retire_idle(st__mpool_t *p) {
-  if (!p->cfg.idle_ns || p->nslabs < 2) return;
-  uint64_t now = (uint64_t)st__now_mono_ns();
+/* Retires every slab with no live region for idle_ns. keep_oldest: not
+ * the oldest live slab of each device (the connection is calling: its
+ * next call needs no new slab); else, the pool made no allocation for
+ * idle_ns, every idle slab goes. Costs a look at each slab. Under mu. */
+static void retire_idle(st__mpool_t *p, uint64_t now, int keep_oldest) {
+  if (!p->cfg.idle_ns || atomic_load_explicit(&p->live_slabs, memory_order_relaxed) == 0)
+    return;
   for (uint32_t i = 0; i < p->nslabs; i++) {
     slab_t *s = &p->slabs[i];
     if (!s->arena || s->live || now - s->idle_since < p->cfg.idle_ns) continue;
-    int older = 0;
+    int older = !keep_oldest;
     for (uint32_t k = 0; k < p->nslabs && !older; k++)
       older = k != i && p->slabs[k].arena && p->slabs[k].device == s->device &&
               p->slabs[k].serial < s->serial;
@@ -223,13 +251,33 @@ static int page_ready(st__mpool_t *p) {
   return 1;
 }
 
+/* The size of a new slab on `device` for a result of `len` bytes, given
+ * the device's largest live slab (0: none) and the unit (a page; a CUDA
+ * device's allocation granularity), in whole units. CPU: the smallest
+ * power of two that holds max(ST__MPOOL_MIN_SLAB, len) for the first,
+ * twice the largest after that (more while len needs it), never more
+ * than slab_bytes unless len alone needs more. CUDA: cuda_slab_bytes
+ * for the first, twice the largest after that, at least len. */
+static uint64_t slab_size(const st__mpool_t *p, int device, uint64_t len, uint64_t largest,
+                          uint64_t unit) {
+  uint64_t size;
+  if (device < 0) {
+    uint64_t top = p->cfg.slab_bytes;
+    size = largest ? 2 * largest : ST__MPOOL_MIN_SLAB;
+    while (size < len && size < top) size *= 2;
+    if (size > top) size = top;
+  } else {
+    size = largest ? 2 * largest : p->cfg.cuda_slab_bytes;
+  }
+  if (size < len) size = len;
+  return (size + unit - 1) / unit * unit;
+}
+
 /* A new slab on `device` big enough for `len` bytes, within the device's
- * cap: its index, or -1. The first slab of a device is slab_bytes (CPU)
- * or cuda_slab_bytes, each next doubles the device's largest; sizes are
- * multiples of the unit (a page; a CUDA device's allocation granularity,
- * so the allocator manages the whole VMM allocation). Under mu (the
- * memfd or VMM allocation is made under it: a worker waits for its own
- * pool only). */
+ * cap and the owner's account: its index, or -1 (-2: the account
+ * refused). Sizes: slab_size; the allocator manages the whole memfd or
+ * VMM allocation. Under mu (the memfd or VMM allocation is made under it:
+ * a worker waits for its own pool only). */
 static int grow(st__mpool_t *p, int device, uint64_t len) {
   if (!page_ready(p)) return -1;
   int idx = free_index(p);
@@ -240,26 +288,28 @@ static int grow(st__mpool_t *p, int device, uint64_t len) {
     return -1;
   uint64_t largest;
   uint64_t have = device_slabs(p, device, &largest), cap = device_cap(p, device) / unit * unit;
-  uint64_t size = largest ? 2 * largest : device < 0 ? p->cfg.slab_bytes : p->cfg.cuda_slab_bytes;
-  if (size < len) size = len;
-  size = (size + unit - 1) / unit * unit;
+  uint64_t size = slab_size(p, device, len, largest, unit);
   uint64_t need = (len + unit - 1) / unit * unit;
   if (have + size > cap) {
     if (have + need > cap) return -1;
     size = cap - have;
   }
+  if (p->cfg.account && p->cfg.account(p->cfg.account_ctx, device, (int64_t)size) != 0)
+    return -2;
   char why[256];
   slab_t *s = &p->slabs[idx];
   int rc = device < 0 ? st__arena_new_cpu(size, &s->arena, why, sizeof why)
                       : st__arena_new_cuda(device, size, &s->arena, why, sizeof why);
+  if (rc == ST_OK && st__slab_alloc_init(&s->alloc, size) != ST_OK) {
+    st__arena_unref(s->arena);
+    rc = ST_ERR_OUT_OF_MEMORY;
+    snprintf(why, sizeof why, "out of memory");
+  }
   if (rc != ST_OK) {
+    s->arena = NULL;
+    if (p->cfg.account) p->cfg.account(p->cfg.account_ctx, device, -(int64_t)size);
     ST_LOG_D("pool", "no new slab of %llu bytes on device %d: %s", (unsigned long long)size,
              device, why);
-    return -1;
-  }
-  if (st__slab_alloc_init(&s->alloc, size) != ST_OK) {
-    st__arena_unref(s->arena);
-    s->arena = NULL;
     return -1;
   }
   s->device = device;
@@ -268,7 +318,8 @@ static int grow(st__mpool_t *p, int device, uint64_t len) {
   s->live = 0;
   s->idle_since = (uint64_t)st__now_mono_ns();
   s->serial = p->next_serial++;
-  p->bytes += size;
+  atomic_fetch_add(&p->bytes, size);
+  atomic_fetch_add(&p->live_slabs, 1);
   atomic_fetch_add(&n_slabs, 1);
   atomic_fetch_add(dev_bytes(device), size);
   if ((uint32_t)idx == p->nslabs) p->nslabs++;
@@ -306,15 +357,18 @@ static int region_source(void *ctx, const st__arena_spec_t *spec, st__arena_t **
     return ST_ERR_NOT_FOUND;
   pthread_mutex_lock(&p->mu);
   collect(p);
-  retire_idle(p);
+  uint64_t now = (uint64_t)st__now_mono_ns();
+  retire_idle(p, now, 1);
+  p->last_alloc = now;
   uint64_t off = 0, len = 0;
-  int slab = -1;
+  int slab = -1, refused = 0;
   for (uint32_t i = 0; i < p->nslabs && slab < 0; i++)
     if (p->slabs[i].arena && p->slabs[i].device == device &&
         st__slab_alloc_take(&p->slabs[i].alloc, bytes, &off, &len) == ST_OK)
       slab = (int)i;
   if (slab < 0 && p->slots.nfree > 0) {
     slab = grow(p, device, bytes ? bytes : 1);
+    refused = slab == -2;
     if (slab >= 0 && st__slab_alloc_take(&p->slabs[slab].alloc, bytes, &off, &len) != ST_OK)
       slab = -1;
   }
@@ -328,13 +382,20 @@ static int region_source(void *ctx, const st__arena_spec_t *spec, st__arena_t **
     int warn = !p->warned;
     p->warned = 1;
     uint64_t cap = device_cap(p, device);
+    uint64_t have = atomic_load(&p->bytes);
     pthread_mutex_unlock(&p->mu);
     atomic_fetch_add(&n_fallbacks, 1);
-    if (warn)
+    if (warn && refused)
+      ST_LOG_W("pool", "a connection's result pool may not grow (%llu bytes in %u slabs): its "
+               "owner's pools hold all that %s allows; its results get arenas of their own "
+               "until some slab is retired",
+               (unsigned long long)have, p->nslabs,
+               p->cfg.account_limit ? p->cfg.account_limit : "its account");
+    else if (warn)
       ST_LOG_W("pool", "a connection's result pool is full (%llu bytes in %u slabs, %llu bytes "
                "allowed on %s: %s, %u regions: pool.max_regions): its results get arenas of "
                "their own until it frees some",
-               (unsigned long long)p->bytes, p->nslabs, (unsigned long long)cap,
+               (unsigned long long)have, p->nslabs, (unsigned long long)cap,
                device < 0 ? "the cpu" : "this CUDA device",
                device < 0 ? "pool.max_bytes_per_connection"
                           : "pool.cuda_max_bytes_per_connection, at most a quarter of its budget",
@@ -425,6 +486,25 @@ int st__mpool_copy_out(const st__arena_t *a, st__arena_t **out, char *err, size_
     *out = NULL;
   }
   return rc;
+}
+
+void st__mpool_trim_all(void) {
+  pthread_mutex_lock(&reg_mu);
+  uint64_t now = (uint64_t)st__now_mono_ns();
+  for (st__mpool_t *p = reg_head; p; p = p->reg_next) {
+    if (!p->cfg.idle_ns || atomic_load_explicit(&p->live_slabs, memory_order_relaxed) == 0)
+      continue;
+    if (pthread_mutex_trylock(&p->mu) != 0) continue;   /* a worker allocates */
+    collect(p);
+    retire_idle(p, now, now - p->last_alloc < p->cfg.idle_ns);
+    pthread_mutex_unlock(&p->mu);
+  }
+  pthread_mutex_unlock(&reg_mu);
+}
+
+uint64_t st__mpool_bytes(const st__mpool_t *p, uint32_t *slabs) {
+  if (slabs) *slabs = atomic_load_explicit(&p->live_slabs, memory_order_relaxed);
+  return atomic_load_explicit(&p->bytes, memory_order_relaxed);
 }
 
 void st__mpool_stats(st__mpool_stats_t *s) {

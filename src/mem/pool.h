@@ -10,11 +10,21 @@
  * and, once it was handed to the client, the client stored its
  * generation into the page (slab_alloc.h).
  *
- * Slabs shrink with use: a slab with no live region for cfg.idle_ns is
- * retired when a worker next allocates from the pool (never the oldest
- * live slab of its device): its allocation goes, and the owner learns it
- * from the slab's bit in the page's `retired` word, which it clears once
- * it let its mapping go; only then may a new slab take the index.
+ * Slabs follow use: the first CPU slab is the smallest power of two
+ * that holds max(ST__MPOOL_MIN_SLAB, the result), each next doubles the
+ * largest live one, up to cfg.slab_bytes a slab (a single result larger
+ * than that gets a slab of its own size); the first slab of a CUDA
+ * device is cuda_slab_bytes, each next doubles. The slabs of a device
+ * together stay within max_bytes
+ * (cuda_max_bytes). A slab with no live region for cfg.idle_ns is
+ * retired, when a worker next allocates from the pool (never the oldest
+ * live slab of its device then: the connection is calling) or at
+ * st__mpool_trim_all (the oldest too, once the pool made no allocation
+ * for idle_ns: an idle connection ends up holding no slab). Its
+ * allocation goes (a CPU slab's pages are dropped at once, even while
+ * the owner still maps it), and the owner learns it from the slab's bit
+ * in the page's `retired` word, which it clears once it let its mapping
+ * go; only then may a new slab take the index.
  *
  * A worker allocates from the pool that st__mpool_use made current on its
  * thread (st__arena_new asks it first); anything that does
@@ -36,14 +46,17 @@
 #define ST__MPOOL_PAGE_VERSION 1u
 #define ST__MPOOL_PAGE_HEADER 64u          /* freed[] starts here */
 #define ST__MPOOL_PAGE_RETIRED 16u         /* u32: bit per slab index */
+#define ST__MPOOL_MIN_SLAB (64u << 10)     /* the smallest first slab   */
 
 typedef struct st__mpool st__mpool_t;
 
 typedef struct st__mpool_cfg {
-  uint64_t slab_bytes;        /* the first CPU slab; each next doubles   */
+  uint64_t slab_bytes;        /* the largest CPU slab (the first is sized
+                                 to its result, each next doubles)        */
   uint64_t max_bytes;         /* all CPU slabs of the pool together      */
   uint64_t max_result_bytes;  /* larger CPU arenas are not pooled        */
-  uint64_t cuda_slab_bytes;   /* the first slab on a CUDA device         */
+  uint64_t cuda_slab_bytes;   /* the first slab on a CUDA device; each
+                                 next doubles                            */
   uint64_t cuda_max_bytes;    /* the slabs of one CUDA device together;
                                  never more than a quarter of its budget
                                  (the ledger's) when it has one          */
@@ -51,7 +64,16 @@ typedef struct st__mpool_cfg {
   uint32_t max_regions;       /* live regions (slots of the page)        */
   uint64_t idle_ns;           /* a slab with no live region this long is
                                  retired, unless it is its device's
-                                 oldest (0: never)                       */
+                                 oldest while the pool is used (0: never) */
+  /* Optional: the owner's account of slab bytes (a per-uid quota).
+   * account(ctx, device, +n) is asked before a slab of n bytes is made
+   * (nonzero: refused, the result gets an arena of its own) and told
+   * (ctx, device, -n) when one goes; account_drop(ctx) once, when the
+   * pool is freed. Under the pool's mutex, any thread. */
+  int (*account)(void *ctx, int device, int64_t bytes);
+  void (*account_drop)(void *ctx);
+  void *account_ctx;
+  const char *account_limit;  /* the limit's name, for the log           */
 } st__mpool_cfg_t;
 
 /* A new pool with its control page (no slab yet). *out holds the owner's
@@ -110,6 +132,15 @@ uint32_t st__mpool_slots(const st__mpool_t *p);
  * a second reply). *out holds one reference. Errors of st__arena_new_cpu
  * / st__arena_new_cuda and of the copy. Any thread. */
 int st__mpool_copy_out(const st__arena_t *a, st__arena_t **out, char *err, size_t errlen);
+
+/* Retires the idle slabs of every pool (the rules above; a pool that a
+ * worker holds at the moment is left for its next look), after taking
+ * back what the owners freed. Any thread (the server's sweep timer). */
+void st__mpool_trim_all(void);
+
+/* The slab bytes of p, every device, and how many slabs (lock-free
+ * reads: info). Any thread. */
+uint64_t st__mpool_bytes(const st__mpool_t *p, uint32_t *slabs);
 
 /* Process-wide figures for info and metrics (bytes: CPU slabs; cuda_bytes:
  * the slabs of every CUDA device). Any thread. */

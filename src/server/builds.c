@@ -20,7 +20,8 @@
 
 static void sweep_timer_cb(struct ev_loop *loop, ev_timer *w, int revents);
 
-/* Tables and the task sweep timer. Loop thread, at start. */
+/* Tables and the sweep timer (expired tasks, idle pool slabs). Loop
+ * thread, at start. */
 void st__work_init(st__server_t *srv) {
   st__work_t *w = calloc(1, sizeof *w);
   if (!w) {
@@ -32,6 +33,9 @@ void st__work_init(st__server_t *srv) {
   st__smap_init(&w->tasks);
   srv->work = w;
   double every = srv->cfg->task_ttl_s / 4;
+  /* Idle pool slabs wait at most half pool.idle_s more (as at start). */
+  if (srv->cfg->pool_idle_s > 0 && srv->cfg->pool_idle_s / 2 < every)
+    every = srv->cfg->pool_idle_s / 2;
   if (every < 0.05) every = 0.05;
   if (every > 5.0) every = 5.0;
   ev_timer_init(&w->sweep, sweep_timer_cb, every, every);
@@ -43,6 +47,7 @@ static void sweep_timer_cb(struct ev_loop *loop, ev_timer *w, int revents) {
   (void)loop;
   (void)revents;
   st__tasks_sweep(w->data);
+  st__pool_conn_sweep(w->data);
 }
 
 /* Frees everything; jobs on the workers were freed with it. Loop thread. */

@@ -101,11 +101,19 @@ static const st__setting_t limits_rows[] = {
 static const st__setting_t pool_rows[] = {
     {.name = "slab_bytes", .type = ST_SET_INT, INT_FIELD(pool_slab_bytes), .lo = 4096,
      .hi = INT64_C(1) << 40, .def = 8 << 20,
-     .description = "the first slab of a connection's result pool; each next one doubles"},
+     .description = "the largest slab of a connection's result pool on the cpu (the first is "
+                    "the smallest power of two that holds 64 KiB and its result; each next one "
+                    "doubles up to this)"},
     {.name = "max_bytes_per_connection", .type = ST_SET_INT, INT_FIELD(pool_max_bytes), .lo = 0,
      .hi = INT64_C(1) << 50, .def = 256 << 20,
      .description = "slab bytes one connection's pool may hold (at most a quarter of "
                     "memory_budget.cpu); past it results get arenas of their own"},
+    {.name = "max_bytes_per_uid", .type = ST_SET_INT, INT_FIELD(pool_max_bytes_per_uid), .lo = 0,
+     .hi = INT64_C(1) << 50, .def = 0,
+     .description = "CPU slab bytes the pools of all connections of one uid may hold together "
+                    "(0 = a quarter of memory_budget.cpu); past it their results get arenas of "
+                    "their own",
+     .zero = "a quarter of memory_budget.cpu"},
     {.name = "max_result_bytes", .type = ST_SET_INT, INT_FIELD(pool_max_result_bytes), .lo = 0,
      .hi = INT64_C(1) << 50, .def = 0,
      .description = "larger arenas are not pooled (0 = an eighth of the per-connection cap, "
@@ -126,8 +134,9 @@ static const st__setting_t pool_rows[] = {
                     "quarter of its memory_budget); past it results get arenas of their own"},
     {.name = "idle_s", .type = ST_SET_SECONDS, .offset = F(pool_idle_s), .min = 0,
      .max = 86400.0, .def_seconds = 5.0,
-     .description = "a slab with no live region this long is retired (never the oldest of a "
-                    "device; 0 = slabs live until the connection closes)"},
+     .description = "a slab with no live region this long is retired (the oldest of a device "
+                    "too once the connection made no pooled call this long; 0 = slabs live "
+                    "until the connection closes)"},
     {.name = NULL},
 };
 

@@ -81,11 +81,14 @@ typedef struct st__config {
   uint64_t keys_max_bytes;
   int keys_max_versions;
   /* Result pools of connections that ask for them (docs/pool.md):
-   * pool.slab_bytes, max_bytes_per_connection, max_result_bytes (0:
-   * derived), max_regions (0: no pools). */
+   * pool.slab_bytes (the largest slab), max_bytes_per_connection,
+   * max_result_bytes (0: derived), max_bytes_per_uid, max_regions (0: no
+   * pools). */
   uint64_t pool_slab_bytes;
   uint64_t pool_max_bytes;
   uint64_t pool_max_result_bytes;
+  uint64_t pool_max_bytes_per_uid;  /* CPU slabs of one uid's pools (0: a
+                                       quarter of memory_budget.cpu) */
   int pool_max_regions;
   /* CUDA slabs: pool.cuda_slab_bytes, cuda_max_bytes_per_connection (per
    * device, at most a quarter of its budget). */

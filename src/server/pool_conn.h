@@ -21,6 +21,10 @@ typedef struct st__server st__server_t;
  * nonzero per-connection cap). */
 int st__pool_offered(const st__server_t *srv);
 
+/* Retires idle slabs of every pool (mem/pool.h st__mpool_trim_all): the
+ * server's sweep timer, every half pool.idle_s at most. */
+void st__pool_conn_sweep(st__server_t *srv);
+
 /* hello: when `features` (an array of strings, or NULL) lists "pool" and
  * the server offers it, the connection gets a pool (once). Errors are
  * logged and leave the connection without one. */

@@ -1,5 +1,5 @@
 /* Result pools through libstclient against a real stserver (docs/pool.md,
- * sections 1-3), with small slabs (pool.slab_bytes = 64 KiB, a 512 KiB
+ * sections 1-3), with small slabs (64 KiB first, pool.slab_bytes = 256 KiB, a 512 KiB
  * cap per connection) so that slabs fill and regions are recycled:
  *   - thousands of calls with random frees (some from another thread,
  *     some through st_result_ref): every held result keeps its bytes, no
@@ -338,7 +338,7 @@ static void shrink_body(stt_server_t *s) {
 }
 
 TEST(idle_slabs_retire_and_held_ones_stay) {
-  CHECK(pk_run_own_server("workers = 1, pool = { slab_bytes = 65536,"
+  CHECK(pk_run_own_server("workers = 1, pool = { slab_bytes = 262144,"
                           " max_bytes_per_connection = 524288, idle_s = 0.2 },",
                           endpoints, shrink_body) == 0);
 }
@@ -346,7 +346,7 @@ TEST(idle_slabs_retire_and_held_ones_stay) {
 int main(int argc, char **argv) {
   pk_holder_main(argc, argv, fill);
   mon = stt_serve_client(&srv,
-                         "workers = 1, pool = { slab_bytes = 65536, max_bytes_per_connection = 524288 },",
+                         "workers = 1, pool = { slab_bytes = 262144, max_bytes_per_connection = 524288 },",
                          endpoints);
   RUN(held_results_keep_their_bytes_under_random_frees);
   RUN(results_outlive_close);

@@ -1,6 +1,6 @@
 /* Result pools on the wire (docs/pool.md, sections 1-3; docs/protocol.md
  * "Result pools"), against a real stserver over raw sockets, with small
- * slabs (pool.slab_bytes = 64 KiB) so that regions are recycled:
+ * slabs (slabs of 64 KiB first, at most 256 KiB each) so that regions are recycled:
  *   - a client whose hello lists "pool" gets plain results as regions of
  *     a slab: the slab's descriptor once, the control page once;
  *   - a region freed through the page (freed[slot] = gen, freed_count
@@ -366,7 +366,7 @@ static void shrink_body(stt_server_t *s) {
 TEST(idle_slabs_retire_and_the_page_says_which) {
   stt_server_t s;
   stt_server_prepare(&s,
-                     "workers = 1, pool = { slab_bytes = 65536, max_bytes_per_connection = "
+                     "workers = 1, pool = { slab_bytes = 262144, max_bytes_per_connection = "
                      "262144, idle_s = 0.2 },",
                      (const stt_endpoint_t[]){{"fill.lua", EP_FILL}, {NULL, NULL}});
   CHECK(stt_server_run(&s, shrink_body) == 0);
@@ -375,7 +375,7 @@ TEST(idle_slabs_retire_and_the_page_says_which) {
 
 int main(void) {
   stt_server_setup(&S,
-                   "workers = 1, pool = { slab_bytes = 65536, max_bytes_per_connection = 262144 },",
+                   "workers = 1, pool = { slab_bytes = 262144, max_bytes_per_connection = 262144 },",
                    (const stt_endpoint_t[]){{"fill.lua", EP_FILL}, {NULL, NULL}});
   rc_open_or_exit(&M, S.socket);
   RUN(the_slab_and_the_page_go_once_and_freed_regions_come_back);
