@@ -248,5 +248,9 @@ int cli_checksum(const st_tensor_t *t, double *sum, uint64_t *fnv);
 void cli_format_json_number(double d, char *buf, size_t len);
 /* s as a JSON string literal on out. */
 void cli_print_json_string(FILE *out, const char *s);
+/* Pretty JSON text `json` (borrowed; NULL prints null) on stdout one
+ * level deeper: two spaces after each of its newlines, for a member of an
+ * object stcli prints itself. */
+void cli_print_json_nested(const char *json);
 
 #endif

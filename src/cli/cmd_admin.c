@@ -159,14 +159,16 @@ static int run_stats(cli_t *g, int argc, char **argv) {
   const st_value_t *v = st_result_value(r);
   static const char *const parts[] = {"counters", "tasks", "objects", "memory", NULL};
   if (g->json) {
-    /* The parts of info the summary draws on. */
+    /* The parts of info the summary draws on, indented as every --json
+     * output is (a part's own lines one level deeper). */
     printf("{");
     int first = 1;
     for (size_t i = 0; parts[i]; i++) {
       const st_value_t *p = st_value_get(v, parts[i]);
       if (!p) continue;
       char *s = st_value_json(p, 1);
-      printf("%s\n\"%s\": %s", first ? "" : ",", parts[i], s ? s : "null");
+      printf("%s\n  \"%s\": ", first ? "" : ",", parts[i]);
+      cli_print_json_nested(s);
       free(s);
       first = 0;
     }

@@ -99,7 +99,7 @@ static int run_get(cli_t *g, int argc, char **argv) {
       if (argv[i][8] == '=' && cli_parse_count(argv[i] + 9, 1000000, &nvalues) != 0)
         return cli_usage("get", "--values=N takes a count");
     } else if (argv[i][0] == '-' && argv[i][1]) {
-      return cli_usage("get", "unknown option '%s'", argv[i]);
+      return cli_usage_unknown(&cli_get_command, argv[i]);
     } else if (key) {
       return cli_usage("get", "one key only ('%s' is extra)", argv[i]);
     } else {
@@ -128,7 +128,9 @@ const cli_command_t cli_get_command = {
     "get KEY [--version N] [--readonly] [--view SPEC] [--values[=N]]",
     "Map a published key and describe its tensors and values.",
     "Prints \"key KEY version N\", then the value as `call` prints a result:\n"
-    "each tensor as name  dtype  [shape]  device  bytes, other values as JSON.\n\n"
+    "each tensor as name  dtype  [shape]  device  bytes, other values as JSON\n"
+    "(a key holding one tensor, as Python's put(key, tensor) makes, is shown\n"
+    "as that tensor).\n\n"
     "Options:\n"
     "  --version N    that version (default: the latest)\n"
     "  --readonly     map it read-only\n"
