@@ -41,8 +41,9 @@ static void key_row(const st_value_t *e, double now, char **row) {
 
 static int run_keys(cli_t *g, int argc, char **argv) {
   const char *pos[1] = {NULL};
-  int done;
-  int code = cli_parse_plain(g, &cli_keys_command, argc, argv, 0, 1, "a prefix", pos, &done);
+  int done, names;
+  int code = cli_parse_plain_flag(g, &cli_keys_command, argc, argv, 0, 1, "a prefix",
+                                  "--names", &names, pos, &done);
   if (code != CLI_OK || done) return code;
   st_client_t *c;
   code = cli_connect(g, &c);
@@ -52,6 +53,7 @@ static int run_keys(cli_t *g, int argc, char **argv) {
   if (rc != ST_OK) code = cli_fail(c, rc);
   st_client_close(c);
   if (rc != ST_OK) return code;
+  if (names) return cli_print_members(g, r, "key");
   static const char *const heads[] = {"KEY",    "VERSIONS", "BYTES", "POLICY",
                                       "DEVICE", "READONLY", "STATE"};
   return cli_print_listing(g, r, 7, heads, key_row, "(no keys%s%s)\n", pos[0] ? " under " : "",
@@ -60,16 +62,19 @@ static int run_keys(cli_t *g, int argc, char **argv) {
 
 const cli_command_t cli_keys_command = {
     "keys",
-    "keys [PREFIX]",
+    "keys [PREFIX] [--names]",
     "List the published keys of this uid (optionally under PREFIX).",
     "Columns: KEY, VERSIONS (the kept ones, oldest..latest), BYTES (all kept\n"
     "versions), POLICY (pinned or evictable), DEVICE, READONLY (readers other\n"
     "than the publisher map it read-only), STATE (put: a key of versions;\n"
     "live: updated in place; updating: an update runs; torn: its publisher\n"
     "left in the middle of an update). With --json, prints the server's\n"
-    "array of key maps.\n",
+    "array of key maps.\n\n"
+    "Options:\n"
+    "  --names        only the keys, one per line (with --json, an array);\n"
+    "                 shell completion uses it\n",
     run_keys,
-    "",
+    "--names",
 };
 
 /* ------------------------------------------------------------------- get */
