@@ -9,6 +9,8 @@
 #   <sysconfdir>/sharedtensor/endpoints/     endpoints (/etc for /usr)
 #   share/doc/sharedtensor/                  the docs
 #   lib/systemd/system/sharedtensor.service  the unit, with these paths
+#   lib/systemd/system/sharedtensor-metrics.{service,timer}  the metrics
+#                                            textfile every 15 s
 # Files that name installed paths are written at install time, when the
 # prefix is known (cmake/install_generated.cmake); the Lua and Python
 # clients find the library through one of them (st/libpath.lua,
