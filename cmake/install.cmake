@@ -9,6 +9,8 @@
 #   <sysconfdir>/sharedtensor/endpoints/     endpoints (/etc for /usr)
 #   share/doc/sharedtensor/                  the docs
 #   lib/systemd/system/sharedtensor.service  the unit, with these paths
+#   lib/systemd/system/sharedtensor-metrics.{service,timer}  the metrics
+#                                            textfile every 15 s
 # Files that name installed paths are written at install time, when the
 # prefix is known (cmake/install_generated.cmake); the Lua and Python
 # clients find the library through one of them (st/libpath.lua,
@@ -56,6 +58,11 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION "science")
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "libev4, libluajit-5.1-2, libmsgpackc2")
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "python3, python3-torch, luajit")
+# The binaries and libraries ship stripped; their debug symbols go to a
+# separate package, sharedtensor-dbgsym (a .ddeb, found by build id under
+# /usr/lib/debug/.build-id), which needs a build type with -g
+# (RelWithDebInfo, the default, or Debug).
+set(CPACK_DEBIAN_DEBUGINFO_PACKAGE ON)
 # The config and the endpoints are the operator's: an upgrade keeps edits.
 file(GLOB st_endpoint_files RELATIVE ${PROJECT_SOURCE_DIR}/endpoints
      ${PROJECT_SOURCE_DIR}/endpoints/*.lua)
@@ -64,5 +71,15 @@ foreach(f ${st_endpoint_files})
   string(APPEND st_conffiles "/etc/sharedtensor/endpoints/${f}\n")
 endforeach()
 file(WRITE ${PROJECT_BINARY_DIR}/install/conffiles "${st_conffiles}")
-set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA "${PROJECT_BINARY_DIR}/install/conffiles")
+# Maintainer scripts: remove what Python writes into the package's
+# directory (__pycache__), so that a remove or a purge leaves nothing.
+foreach(script prerm postrm)
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/deb/${script}.in
+                 ${PROJECT_BINARY_DIR}/install/${script} @ONLY
+                 FILE_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ
+                                  GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
+endforeach()
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA "${PROJECT_BINARY_DIR}/install/conffiles"
+    "${PROJECT_BINARY_DIR}/install/prerm" "${PROJECT_BINARY_DIR}/install/postrm")
+set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 include(CPack)

@@ -56,3 +56,12 @@ string(REPLACE "/usr/share/doc/sharedtensor" "${p}/${ST_DOCDIR}" unit "${unit}")
 file(WRITE "${out}/sharedtensor.service" "${unit}")
 file(INSTALL DESTINATION "${p}/lib/systemd/system" TYPE FILE
      FILES "${out}/sharedtensor.service")
+# The metrics timer and its service (docs/operations.md, "Monitoring"),
+# naming the installed stcli.
+foreach(u sharedtensor-metrics.service sharedtensor-metrics.timer)
+  file(READ "${ST_SRC}/docs/${u}" unit)
+  string(REPLACE "/usr/bin/stcli" "${p}/${ST_BINDIR}/stcli" unit "${unit}")
+  string(REPLACE "/usr/share/doc/sharedtensor" "${p}/${ST_DOCDIR}" unit "${unit}")
+  file(WRITE "${out}/${u}" "${unit}")
+  file(INSTALL DESTINATION "${p}/lib/systemd/system" TYPE FILE FILES "${out}/${u}")
+endforeach()

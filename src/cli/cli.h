@@ -187,6 +187,16 @@ double cli_now_unix(void);
  * "a task id"); returns CLI_OK (check *done) or an exit code. */
 int cli_parse_plain(cli_t *g, const cli_command_t *cmd, int argc, char **argv, int min, int max,
                     const char *need, const char **pos, int *done);
+/* cli_parse_plain that also takes the option `flag` (e.g. "--names"),
+ * setting *set when it is given. */
+int cli_parse_plain_flag(cli_t *g, const cli_command_t *cmd, int argc, char **argv, int min,
+                         int max, const char *need, const char *flag, int *set,
+                         const char **pos, int *done);
+/* Prints the string or number `member` of each map of the array r holds,
+ * one per line, or with --json a JSON array of them (what shell
+ * completion reads: keys --names, buffers --names, objects --ids); frees
+ * r. Returns the exit code. */
+int cli_print_members(const cli_t *g, st_result_t *r, const char *member);
 /* A command without arguments that runs one method: parses the command
  * line as cli_parse_plain with no positional words, then cli_fetch.
  * Returns the exit code; *out is NULL when only help was printed. */
@@ -248,5 +258,9 @@ int cli_checksum(const st_tensor_t *t, double *sum, uint64_t *fnv);
 void cli_format_json_number(double d, char *buf, size_t len);
 /* s as a JSON string literal on out. */
 void cli_print_json_string(FILE *out, const char *s);
+/* Pretty JSON text `json` (borrowed; NULL prints null) on stdout one
+ * level deeper: two spaces after each of its newlines, for a member of an
+ * object stcli prints itself. */
+void cli_print_json_nested(const char *json);
 
 #endif

@@ -1,8 +1,12 @@
 /* stcli reload and stats: reload the endpoint files (as SIGHUP does), and
  * the server's counters in a compact form. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -107,15 +111,22 @@ static int fetch_metrics(st_client_t *c, st_result_t **out) {
   return st_client_rpc(c, "metrics", NULL, out);
 }
 
-/* stats [--prometheus]: *prometheus set by the option. */
-static int parse_stats(cli_t *g, int argc, char **argv, int *prometheus, int *done) {
+/* stats [--prometheus] [--textfile PATH]: *prometheus set by either
+ * option, *textfile by the second. */
+static int parse_stats(cli_t *g, int argc, char **argv, int *prometheus, const char **textfile,
+                       int *done) {
   const cli_command_t *cmd = &cli_stats_command;
+  const char *v;
   *done = 0;
   for (int i = 1; i < argc; i++) {
     int r = cli_global_option(g, argc, argv, &i);
     if (r < 0) return CLI_USAGE;
     if (r > 0) continue;
     if (strcmp(argv[i], "--prometheus") == 0) {
+      *prometheus = 1;
+    } else if (cli_option("--textfile", argc, argv, &i, &v)) {
+      if (!v || !*v) return cli_usage(cmd->name, "--textfile needs a directory or a .prom file");
+      *textfile = v;
       *prometheus = 1;
     } else if (strcmp(argv[i], "--help") == 0) {
       cli_print_command_help(cmd, stdout);
@@ -132,16 +143,77 @@ static int parse_stats(cli_t *g, int argc, char **argv, int *prometheus, int *do
   return CLI_OK;
 }
 
-/* stats --prometheus: the `metrics` method's text as it is. */
-static int print_metrics(cli_t *g) {
+/* The file --textfile PATH names: PATH itself when it ends in ".prom",
+ * else PATH/sharedtensor.prom. 0, or -1 when it does not fit. */
+static int textfile_path(const char *path, char *out, size_t len) {
+  size_t n = strlen(path);
+  int file = n > 5 && strcmp(path + n - 5, ".prom") == 0;
+  int w = file ? snprintf(out, len, "%s", path)
+               : snprintf(out, len, "%s%ssharedtensor.prom", path,
+                          path[n - 1] == '/' ? "" : "/");
+  return w < 0 || (size_t)w >= len ? -1 : 0;
+}
+
+/* Writes text[0..n) to `file` atomically for node_exporter's textfile
+ * collector: into a temporary file of the same directory (a dot name
+ * without ".prom", which the collector skips), flushed to disk, then
+ * renamed over `file`; a reader sees the old file or the new one, never
+ * half of one. ST_OK-like 0, or -1 with the reason on stderr (nothing is
+ * left behind). */
+static int write_textfile(const char *file, const char *text, size_t n) {
+  char tmp[4200];
+  const char *slash = strrchr(file, '/');
+  int dlen = slash ? (int)(slash - file + 1) : 0;
+  snprintf(tmp, sizeof tmp, "%.*s.%s.%ld.tmp", dlen, file, slash ? slash + 1 : file,
+           (long)getpid());
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    fprintf(stderr, "stcli: IO: cannot write the textfile %s: %s\n", tmp, strerror(errno));
+    return -1;
+  }
+  size_t done = 0;
+  while (done < n) {
+    ssize_t w = write(fd, text + done, n - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break;
+    done += (size_t)w;
+  }
+  int err = done < n ? errno : 0;
+  if (!err && fsync(fd) != 0) err = errno;
+  if (close(fd) != 0 && !err) err = errno;
+  if (!err && rename(tmp, file) != 0) err = errno;
+  if (err) {
+    fprintf(stderr, "stcli: IO: cannot write the textfile %s: %s\n", file, strerror(err));
+    unlink(tmp);
+    return -1;
+  }
+  return 0;
+}
+
+/* stats --prometheus: the `metrics` method's text as it is, on stdout or
+ * (textfile) into a node_exporter textfile. When the server cannot be
+ * reached, the textfile is removed: its metrics go absent, not stale. */
+static int print_metrics(cli_t *g, const char *textfile) {
+  char file[4096];
+  if (textfile && textfile_path(textfile, file, sizeof file) != 0)
+    return cli_usage("stats", "--textfile: the path is too long");
   st_result_t *r;
   int code = cli_fetch(g, fetch_metrics, &r);
-  if (code != CLI_OK) return code;
+  if (code != CLI_OK) {
+    if (textfile && (code == CLI_NO_CONNECTION || code == CLI_TIMEOUT) && unlink(file) == 0)
+      fprintf(stderr, "stcli: removed %s (no server answered)\n", file);
+    return code;
+  }
   const st_value_t *v = st_result_value(r);
   if (v->kind != ST_VALUE_STRING) {
     fprintf(stderr, "stcli: PROTOCOL: metrics did not answer with text\n");
     st_result_free(r);
     return CLI_SERVER_ERROR;
+  }
+  if (textfile) {
+    code = write_textfile(file, v->as.str.ptr, v->as.str.len) == 0 ? CLI_OK : CLI_SERVER_ERROR;
+    st_result_free(r);
+    return code;
   }
   fwrite(v->as.str.ptr, 1, v->as.str.len, stdout);
   st_result_free(r);
@@ -150,23 +222,26 @@ static int print_metrics(cli_t *g) {
 
 static int run_stats(cli_t *g, int argc, char **argv) {
   int prometheus = 0, done;
-  int code = parse_stats(g, argc, argv, &prometheus, &done);
+  const char *textfile = NULL;
+  int code = parse_stats(g, argc, argv, &prometheus, &textfile, &done);
   if (code != CLI_OK || done) return code;
-  if (prometheus) return print_metrics(g);
+  if (prometheus) return print_metrics(g, textfile);
   st_result_t *r;
   code = cli_fetch(g, st_client_info, &r);
   if (code != CLI_OK) return code;
   const st_value_t *v = st_result_value(r);
   static const char *const parts[] = {"counters", "tasks", "objects", "memory", NULL};
   if (g->json) {
-    /* The parts of info the summary draws on. */
+    /* The parts of info the summary draws on, indented as every --json
+     * output is (a part's own lines one level deeper). */
     printf("{");
     int first = 1;
     for (size_t i = 0; parts[i]; i++) {
       const st_value_t *p = st_value_get(v, parts[i]);
       if (!p) continue;
       char *s = st_value_json(p, 1);
-      printf("%s\n\"%s\": %s", first ? "" : ",", parts[i], s ? s : "null");
+      printf("%s\n  \"%s\": ", first ? "" : ",", parts[i]);
+      cli_print_json_nested(s);
       free(s);
       first = 0;
     }
@@ -221,7 +296,7 @@ static int run_stats(cli_t *g, int argc, char **argv) {
 
 const cli_command_t cli_stats_command = {
     "stats",
-    "stats [--prometheus]",
+    "stats [--prometheus [--textfile DIR|FILE.prom]]",
     "Show the server's counters compactly: requests, cache, tasks, objects, memory.",
     "Lines (each only when the server reports it):\n"
     "  requests   requests received, answered ok, with an error, dropped\n"
@@ -236,8 +311,12 @@ const cli_command_t cli_stats_command = {
     "the counters, tasks, objects and memory parts of info.\n\n"
     "Options:\n"
     "  --prometheus   print the server's metrics in the Prometheus text\n"
-    "                 format instead (the `metrics` method; a scraper's\n"
-    "                 textfile, docs/operations.md \"Monitoring\")\n",
+    "                 format instead (the `metrics` method)\n"
+    "  --textfile P   write that text for node_exporter's textfile collector\n"
+    "                 instead of printing it: P/sharedtensor.prom, or P when\n"
+    "                 it ends in .prom; atomically (a temporary file renamed\n"
+    "                 over it). When no server answers, the file is removed\n"
+    "                 (exit 3). docs/operations.md, \"Monitoring\"\n",
     run_stats,
-    "--prometheus",
+    "--prometheus --textfile=",
 };

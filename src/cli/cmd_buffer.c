@@ -53,9 +53,14 @@ static void buffer_row(const st_value_t *e, double now, char **row) {
 }
 
 static int run_buffers(cli_t *g, int argc, char **argv) {
+  const char *pos[1];
+  int done, names;
+  int code = cli_parse_plain_flag(g, &cli_buffers_command, argc, argv, 0, 0, "", "--names",
+                                  &names, pos, &done);
+  if (code != CLI_OK || done) return code;
   st_result_t *r;
-  int code = cli_fetch_plain(g, &cli_buffers_command, argc, argv, fetch_buffers, &r);
-  if (code != CLI_OK || !r) return code;
+  if ((code = cli_fetch(g, fetch_buffers, &r)) != CLI_OK) return code;
+  if (names) return cli_print_members(g, r, "name");
   static const char *const heads[] = {"NAME", "DEVICE", "DTYPE", "SHAPE",
                                       "SLOTS", "BYTES", "HANDLES"};
   return cli_print_listing(g, r, 7, heads, buffer_row, "(no buffers)\n");
@@ -63,14 +68,17 @@ static int run_buffers(cli_t *g, int argc, char **argv) {
 
 const cli_command_t cli_buffers_command = {
     "buffers",
-    "buffers",
+    "buffers [--names]",
     "List the named buffers and streams of your uid.",
     "Columns: NAME, DEVICE, DTYPE, SHAPE (of one frame), SLOTS, BYTES (all\n"
     "slots), HANDLES (open handles, all processes). Unlinked buffers that\n"
     "handles still hold are not listed. With --json, prints the server's\n"
-    "array of buffer maps.\n",
+    "array of buffer maps.\n\n"
+    "Options:\n"
+    "  --names        only the names, one per line (with --json, an array);\n"
+    "                 shell completion uses it\n",
     run_buffers,
-    "",
+    "--names",
 };
 
 /* --------------------------------------------------------- buffer-create */

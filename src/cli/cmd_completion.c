@@ -7,8 +7,9 @@
  * global and per-command options (their lists printed from stcli's command
  * table, cli_command_t.options), option values (--status, files for
  * --socket), and asks the server for endpoint names (`stcli endpoints
- * --names`), their parameter names (`stcli endpoints --params NAME`) and
- * task ids (`stcli tasks --ids`). bash runs it with plain compgen and
+ * --names`), their parameter names (`stcli endpoints --params NAME`),
+ * task ids (`stcli tasks --ids`), keys (`stcli keys --names`), buffer names
+ * (`stcli buffers --names`) and object ids (`stcli objects --ids`). bash runs it with plain compgen and
  * complete (no bash-completion package); zsh runs it under its bash
  * emulation (bashcompinit), through the small adapter in `zsh_tail`.
  */
@@ -22,10 +23,13 @@ static const char bash_head[] =
     "# bash completion for stcli (sharedtensor). Enable it in a shell with\n"
     "#   source <(stcli completion bash)\n"
     "# Endpoint names (call, submit, invalidate), their parameter names (as\n"
-    "# key=, after the endpoint) and task ids (wait, status, result, cancel)\n"
-    "# are asked of the server with `stcli endpoints --names`, `stcli endpoints\n"
-    "# --params NAME` and `stcli tasks --ids`, using the socket options already\n"
-    "# on the line; when no server answers, they complete to nothing.\n"
+    "# key=, after the endpoint), task ids (wait, status, result, cancel), keys\n"
+    "# (get, delete, keys), buffer names (buffer-unlink) and object ids\n"
+    "# (release) are asked of the server with `stcli endpoints --names`,\n"
+    "# `stcli endpoints --params NAME`, `stcli tasks --ids`, `stcli keys\n"
+    "# --names`, `stcli buffers --names` and `stcli objects --ids`, using the\n"
+    "# socket options already on the line; when no server answers, they\n"
+    "# complete to nothing.\n"
     "\n";
 
 /* The zsh script's head: zsh's bash emulation provides compgen. */
@@ -34,10 +38,12 @@ static const char zsh_head[] =
     "#   source <(stcli completion zsh)\n"
     "# It runs the completion code of `stcli completion bash` (below) under\n"
     "# zsh's bash emulation (bashcompinit). Endpoint names (call, submit,\n"
-    "# invalidate), their parameter names (as key=, after the endpoint) and\n"
-    "# task ids (wait, status, result, cancel) are asked of the server with\n"
-    "# `stcli endpoints --names`, `stcli endpoints --params NAME` and `stcli\n"
-    "# tasks --ids`, using the socket options already on the line; when no\n"
+    "# invalidate), their parameter names (as key=, after the endpoint), task\n"
+    "# ids (wait, status, result, cancel), keys (get, delete, keys), buffer\n"
+    "# names (buffer-unlink) and object ids (release) are asked of the server\n"
+    "# with `stcli endpoints --names`, `stcli endpoints --params NAME`, `stcli\n"
+    "# tasks --ids`, `stcli keys --names`, `stcli buffers --names` and `stcli\n"
+    "# objects --ids`, using the socket options already on the line; when no\n"
     "# server answers, they complete to nothing.\n"
     "\n"
     "(( $+functions[compdef] )) || { autoload -Uz compinit && compinit; }\n"
@@ -154,6 +160,12 @@ static const char body[] =
     "      COMPREPLY=($(compgen -W \"$(_stcli_ask endpoints --names)\" -- \"$cur\")) ;;\n"
     "    wait|status|result|cancel)\n"
     "      COMPREPLY=($(compgen -W \"$(_stcli_ask tasks --ids)\" -- \"$cur\")) ;;\n"
+    "    get|delete|keys)\n"
+    "      COMPREPLY=($(compgen -W \"$(_stcli_ask keys --names)\" -- \"$cur\")) ;;\n"
+    "    buffer-unlink)\n"
+    "      COMPREPLY=($(compgen -W \"$(_stcli_ask buffers --names)\" -- \"$cur\")) ;;\n"
+    "    release)\n"
+    "      COMPREPLY=($(compgen -W \"$(_stcli_ask objects --ids)\" -- \"$cur\")) ;;\n"
     "    help)\n"
     "      COMPREPLY=($(compgen -W \"$_stcli_commands\" -- \"$cur\")) ;;\n"
     "    completion)\n"
@@ -288,10 +300,12 @@ const cli_command_t cli_completion_command = {
     "Completes commands, global and per-command options, --status values,\n"
     "files after --socket and --base-path, endpoint names after call, submit\n"
     "and invalidate, the endpoint's parameter names (as key=) after the name,\n"
-    "and task ids after wait, status, result and cancel. Names and ids come\n"
-    "from the server (stcli endpoints --names, stcli endpoints --params NAME,\n"
-    "stcli tasks --ids) at the socket the line names; with no server they\n"
-    "complete to nothing. Enable it for every shell by adding to ~/.bashrc:\n"
+    "task ids after wait, status, result and cancel, keys after get, delete\n"
+    "and keys, buffer names after buffer-unlink and object ids after release.\n"
+    "Names and ids come from the server (stcli endpoints --names, stcli\n"
+    "endpoints --params NAME, stcli tasks --ids, stcli keys --names, stcli\n"
+    "buffers --names, stcli objects --ids) at the socket the line names; with\n"
+    "no server they complete to nothing. Enable it for every shell by adding to ~/.bashrc:\n"
     "  source <(stcli completion bash)\n"
     "or to ~/.zshrc (after compinit, which it runs when it has not run):\n"
     "  source <(stcli completion zsh)\n",

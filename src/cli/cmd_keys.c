@@ -41,8 +41,9 @@ static void key_row(const st_value_t *e, double now, char **row) {
 
 static int run_keys(cli_t *g, int argc, char **argv) {
   const char *pos[1] = {NULL};
-  int done;
-  int code = cli_parse_plain(g, &cli_keys_command, argc, argv, 0, 1, "a prefix", pos, &done);
+  int done, names;
+  int code = cli_parse_plain_flag(g, &cli_keys_command, argc, argv, 0, 1, "a prefix",
+                                  "--names", &names, pos, &done);
   if (code != CLI_OK || done) return code;
   st_client_t *c;
   code = cli_connect(g, &c);
@@ -52,6 +53,7 @@ static int run_keys(cli_t *g, int argc, char **argv) {
   if (rc != ST_OK) code = cli_fail(c, rc);
   st_client_close(c);
   if (rc != ST_OK) return code;
+  if (names) return cli_print_members(g, r, "key");
   static const char *const heads[] = {"KEY",    "VERSIONS", "BYTES", "POLICY",
                                       "DEVICE", "READONLY", "STATE"};
   return cli_print_listing(g, r, 7, heads, key_row, "(no keys%s%s)\n", pos[0] ? " under " : "",
@@ -60,16 +62,19 @@ static int run_keys(cli_t *g, int argc, char **argv) {
 
 const cli_command_t cli_keys_command = {
     "keys",
-    "keys [PREFIX]",
+    "keys [PREFIX] [--names]",
     "List the published keys of this uid (optionally under PREFIX).",
     "Columns: KEY, VERSIONS (the kept ones, oldest..latest), BYTES (all kept\n"
     "versions), POLICY (pinned or evictable), DEVICE, READONLY (readers other\n"
     "than the publisher map it read-only), STATE (put: a key of versions;\n"
     "live: updated in place; updating: an update runs; torn: its publisher\n"
     "left in the middle of an update). With --json, prints the server's\n"
-    "array of key maps.\n",
+    "array of key maps.\n\n"
+    "Options:\n"
+    "  --names        only the keys, one per line (with --json, an array);\n"
+    "                 shell completion uses it\n",
     run_keys,
-    "",
+    "--names",
 };
 
 /* ------------------------------------------------------------------- get */
@@ -99,7 +104,7 @@ static int run_get(cli_t *g, int argc, char **argv) {
       if (argv[i][8] == '=' && cli_parse_count(argv[i] + 9, 1000000, &nvalues) != 0)
         return cli_usage("get", "--values=N takes a count");
     } else if (argv[i][0] == '-' && argv[i][1]) {
-      return cli_usage("get", "unknown option '%s'", argv[i]);
+      return cli_usage_unknown(&cli_get_command, argv[i]);
     } else if (key) {
       return cli_usage("get", "one key only ('%s' is extra)", argv[i]);
     } else {
@@ -128,7 +133,9 @@ const cli_command_t cli_get_command = {
     "get KEY [--version N] [--readonly] [--view SPEC] [--values[=N]]",
     "Map a published key and describe its tensors and values.",
     "Prints \"key KEY version N\", then the value as `call` prints a result:\n"
-    "each tensor as name  dtype  [shape]  device  bytes, other values as JSON.\n\n"
+    "each tensor as name  dtype  [shape]  device  bytes, other values as JSON\n"
+    "(a key holding one tensor, as Python's put(key, tensor) makes, is shown\n"
+    "as that tensor).\n\n"
     "Options:\n"
     "  --version N    that version (default: the latest)\n"
     "  --readonly     map it read-only\n"

@@ -32,9 +32,14 @@ static void object_row(const st_value_t *e, double now, char **row) {
 }
 
 static int run_objects(cli_t *g, int argc, char **argv) {
+  const char *pos[1];
+  int done, ids;
+  int code = cli_parse_plain_flag(g, &cli_objects_command, argc, argv, 0, 0, "", "--ids", &ids,
+                                  pos, &done);
+  if (code != CLI_OK || done) return code;
   st_result_t *r;
-  int code = cli_fetch_plain(g, &cli_objects_command, argc, argv, st_client_objects, &r);
-  if (code != CLI_OK || !r) return code;
+  if ((code = cli_fetch(g, st_client_objects, &r)) != CLI_OK) return code;
+  if (ids) return cli_print_members(g, r, "id");
   static const char *const heads[] = {"ID",    "ENDPOINT", "CACHE KEY", "REFCOUNT",
                                       "BYTES", "DEVICE",   "AGE"};
   return cli_print_listing(g, r, 7, heads, object_row, "(no objects)\n");
@@ -42,13 +47,16 @@ static int run_objects(cli_t *g, int argc, char **argv) {
 
 const cli_command_t cli_objects_command = {
     "objects",
-    "objects",
+    "objects [--ids]",
     "List the server's objects: cached and leased results.",
     "Columns: ID, ENDPOINT, CACHE KEY (- when the endpoint does not cache),\n"
     "REFCOUNT (leases held, all connections), BYTES, DEVICE, AGE (since it was\n"
-    "built). With --json, prints the server's array of object info maps.\n",
+    "built). With --json, prints the server's array of object info maps.\n\n"
+    "Options:\n"
+    "  --ids          only the ids, one per line (with --json, an array);\n"
+    "                 shell completion uses it\n",
     run_objects,
-    "",
+    "--ids",
 };
 
 /* --------------------------------------------------------------- release */

@@ -29,8 +29,12 @@ static const cli_command_t *const commands[] = {
 static void print_main_help(FILE *out) {
   fprintf(out, "usage: stcli [global options] COMMAND [args]\n\n"
                "Talks to a sharedtensor server (stserver) on this host.\n\nCommands:\n");
+  /* The names' column is as wide as the longest name. */
+  int width = 0;
   for (size_t i = 0; i < NCOMMANDS; i++)
-    fprintf(out, "  %-11s %s\n", commands[i]->name, commands[i]->summary);
+    if ((int)strlen(commands[i]->name) > width) width = (int)strlen(commands[i]->name);
+  for (size_t i = 0; i < NCOMMANDS; i++)
+    fprintf(out, "  %-*s  %s\n", width, commands[i]->name, commands[i]->summary);
   fprintf(out, "\n%s\nExit codes: 0 ok, 1 the server answered with an error, 2 usage error,\n"
                "3 cannot connect or connection lost, 4 timeout.\n",
           cli_global_help);

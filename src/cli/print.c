@@ -272,3 +272,12 @@ void cli_print_json_string(FILE *out, const char *s) {
   }
   fputc('"', out);
 }
+
+/* See cli.h. Pretty JSON has newlines only between tokens (a string's own
+ * are escaped), so each one starts a line to indent. */
+void cli_print_json_nested(const char *json) {
+  for (const char *c = json ? json : "null"; *c; c++) {
+    putchar(*c);
+    if (*c == '\n') fputs("  ", stdout);
+  }
+}

@@ -9,7 +9,30 @@
 
 #include "cli.h"
 
-static const char *display_name(const st_tensor_t *t) { return *t->name ? t->name : "(tensor)"; }
+/* The name a key put from Python gives a lone tensor: the key holds the map
+ * {"__tensor__": t} (docs/python.md, "Published keys"). */
+#define LONE_TENSOR "__tensor__"
+
+static const char *display_name(const st_tensor_t *t) {
+  return *t->name && strcmp(t->name, LONE_TENSOR) != 0 ? t->name : "(tensor)";
+}
+
+/* A lone tensor's map {"__tensor__": t} as the lone tensor it stands for,
+ * unnamed, as `call` shows one: *tv and *t (the caller's storage) are
+ * filled and tv returned. Any other value: v itself. */
+static const st_value_t *unwrap_lone(const st_value_t *v, st_value_t *tv, st_tensor_t *t) {
+  if (v->kind != ST_VALUE_MAP || v->as.map.len != 1) return v;
+  const st_value_t *k = &v->as.map.keys[0], *m = &v->as.map.values[0];
+  if (k->kind != ST_VALUE_STRING || k->as.str.len != strlen(LONE_TENSOR) ||
+      memcmp(k->as.str.ptr, LONE_TENSOR, k->as.str.len) != 0 || m->kind != ST_VALUE_TENSOR)
+    return v;
+  *t = *m->as.tensor;
+  t->name = "";
+  memset(tv, 0, sizeof *tv);
+  tv->kind = ST_VALUE_TENSOR;
+  tv->as.tensor = t;
+  return tv;
+}
 
 typedef struct values_out {
   st_dtype_t dtype;
@@ -105,12 +128,12 @@ static int print_json_tensor_values(const st_result_t *r, long nvalues) {
   printf("[");
   for (size_t i = 0; i < n; i++) {
     const st_tensor_t *t = st_result_tensor(r, i);
-    printf("%s\n  {\"name\": ", i ? "," : "");
-    cli_print_json_string(stdout, t->name);
+    printf("%s\n    {\"name\": ", i ? "," : "");
+    cli_print_json_string(stdout, strcmp(t->name, LONE_TENSOR) ? t->name : "");
     printf(", \"values\": [");
     if (print_values(t, nvalues, 1) != ST_OK) code = CLI_SERVER_ERROR;
   }
-  printf("%s]", n ? "\n" : "");
+  printf("%s]", n ? "\n  " : "");
   return code;
 }
 
@@ -142,7 +165,9 @@ static void print_object_line(const st_object_info_t *o) {
 
 /* See cli.h. */
 int cli_print_result(const cli_t *g, const st_result_t *r, long nvalues) {
-  const st_value_t *v = st_result_value(r);
+  st_value_t lone;
+  st_tensor_t lone_tensor;
+  const st_value_t *v = unwrap_lone(st_result_value(r), &lone, &lone_tensor);
   st_object_info_t obj;
   int has_obj = st_result_object(r, &obj) == ST_OK;
   if (!g->json) {
@@ -157,15 +182,16 @@ int cli_print_result(const cli_t *g, const st_result_t *r, long nvalues) {
   if (nvalues < 0 && !has_obj) return cli_print_json_owned(st_value_json(v, 1));
   char *value = st_value_json(v, 1);
   if (!value) return cli_print_json_owned(NULL);
-  printf("{\n\"value\": %s", value);
+  printf("{\n  \"value\": ");
+  cli_print_json_nested(value);
   free(value);
   int code = CLI_OK;
   if (nvalues >= 0) {
-    printf(",\n\"tensors\": ");
+    printf(",\n  \"tensors\": ");
     code = print_json_tensor_values(r, nvalues);
   }
   if (has_obj) {
-    printf(",\n\"object\": ");
+    printf(",\n  \"object\": ");
     print_json_object(&obj);
   }
   printf("\n}\n");

@@ -5,7 +5,9 @@
  * the word, leading dashes aside, is longer than the edits it needs, or
  * when the word is a prefix of it with at least 3 characters besides
  * leading dashes (counted as 1 edit). The closest wins; on a tie, the
- * first given.
+ * first given. stserver applies the same rule to its flags
+ * (src/common/suggest.c); stcli keeps this copy because src/cli includes
+ * nothing of src/ (docs/architecture.md, rule 4).
  */
 #include <stdio.h>
 #include <string.h>

@@ -198,9 +198,11 @@ double cli_now_unix(void) {
 }
 
 /* See cli.h. */
-int cli_parse_plain(cli_t *g, const cli_command_t *cmd, int argc, char **argv, int min, int max,
-                    const char *need, const char **pos, int *done) {
+int cli_parse_plain_flag(cli_t *g, const cli_command_t *cmd, int argc, char **argv, int min,
+                         int max, const char *need, const char *flag, int *set,
+                         const char **pos, int *done) {
   *done = 0;
+  if (set) *set = 0;
   int n = 0;
   for (int i = 1; i < argc; i++) {
     int r = cli_global_option(g, argc, argv, &i);
@@ -211,12 +213,47 @@ int cli_parse_plain(cli_t *g, const cli_command_t *cmd, int argc, char **argv, i
       *done = 1;
       return CLI_OK;
     }
+    if (flag && strcmp(argv[i], flag) == 0) {
+      *set = 1;
+      continue;
+    }
     if (argv[i][0] == '-' && argv[i][1] == '-')
       return cli_usage_unknown(cmd, argv[i]);
     if (n >= max) return cli_usage(cmd->name, "unexpected argument '%s'", argv[i]);
     pos[n++] = argv[i];
   }
   if (n < min) return cli_usage(cmd->name, "%s needs %s", cmd->name, need);
+  return CLI_OK;
+}
+
+/* See cli.h. */
+int cli_parse_plain(cli_t *g, const cli_command_t *cmd, int argc, char **argv, int min, int max,
+                    const char *need, const char **pos, int *done) {
+  return cli_parse_plain_flag(g, cmd, argc, argv, min, max, need, NULL, NULL, pos, done);
+}
+
+/* See cli.h. */
+int cli_print_members(const cli_t *g, st_result_t *r, const char *member) {
+  const st_value_t *v = st_result_value(r);
+  size_t n = v->kind == ST_VALUE_ARRAY ? v->as.array.len : 0, shown = 0;
+  if (g->json) printf("[");
+  for (size_t i = 0; i < n; i++) {
+    const st_value_t *m = st_value_get(&v->as.array.items[i], member);
+    const char *s = cli_value_str(m);
+    double d;
+    if (s) {
+      if (g->json) {
+        printf("%s", shown++ ? ", " : "");
+        cli_print_json_string(stdout, s);
+      } else {
+        printf("%s\n", s);
+      }
+    } else if (cli_value_number(m, &d)) {
+      printf(g->json ? "%s%.0f" : "%s%.0f\n", g->json && shown++ ? ", " : "", d);
+    }
+  }
+  if (g->json) printf("]\n");
+  st_result_free(r);
   return CLI_OK;
 }
 

@@ -14,6 +14,14 @@
  * that says how many were suppressed. So a client that makes the server
  * warn in a loop costs a few lines per window, not megabytes. The sites
  * live in a small table under a mutex (warnings are not the hot path).
+ *
+ * Under systemd, stderr is often the journal's stream: systemd then sets
+ * $JOURNAL_STREAM to "<device>:<inode>" of that stream. When fd 2 is that
+ * very file, each line starts with its syslog priority, "<3>" error, "<4>"
+ * warning, "<6>" info, "<7>" debug, which the journal takes as the line's
+ * priority (so `journalctl -p err` finds the errors). Anywhere else (a
+ * terminal, a file, a pipe; or stderr redirected away from the journal
+ * while $JOURNAL_STREAM was inherited) lines have no prefix.
  */
 #include "common/log.h"
 
@@ -22,7 +30,9 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,6 +43,31 @@
 static int log_level = ST_LOG_INFO;
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
+/* syslog priorities of the levels: LOG_ERR, LOG_WARNING, LOG_INFO,
+ * LOG_DEBUG. */
+static const char level_priority[] = {'3', '4', '6', '7'};
+
+/* 1: fd 2 is the journal's stream (prefix "<N>"), 0: it is not, -1: not
+ * looked at yet. */
+static int journal_stream = -1;
+
+/* Whether fd 2 is the stream $JOURNAL_STREAM ("<dev>:<ino>") names. */
+static int stderr_is_journal(void) {
+  const char *js = getenv("JOURNAL_STREAM");
+  unsigned long long dev, ino;
+  char tail;
+  if (!js || sscanf(js, "%llu:%llu%c", &dev, &ino, &tail) != 2) return 0;
+  struct stat st;
+  if (fstat(2, &st) != 0) return 0;
+  return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+}
+
+/* See log.h. */
+int st__log_detect_journal(void) {
+  int j = stderr_is_journal();
+  __atomic_store_n(&journal_stream, j, __ATOMIC_RELAXED);
+  return j;
+}
 
 /* ------------------------------------------------------------ rate limit */
 
@@ -150,9 +185,17 @@ static void write_line(st__log_level_t level, const char *who, const char *msg) 
   gmtime_r(&ts.tv_sec, &tm);
 
   const char *lname = ((unsigned)level < 4) ? level_names[level] : "?";
+  int journal = __atomic_load_n(&journal_stream, __ATOMIC_RELAXED);
+  if (journal < 0) journal = st__log_detect_journal(); /* the first line; idempotent */
+  char prio[4] = "";
+  if (journal) {
+    prio[0] = '<';
+    prio[1] = (unsigned)level < 4 ? level_priority[level] : '6';
+    prio[2] = '>';
+  }
   char line[LOG_LINE_MAX + 128];
-  int hlen = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ %-5s %s: ",
-                      tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+  int hlen = snprintf(line, sizeof line, "%s%04d-%02d-%02dT%02d:%02d:%02d.%03dZ %-5s %s: ",
+                      prio, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
                       tm.tm_min, tm.tm_sec, (int)(ts.tv_nsec / 1000000), lname,
                       who ? who : "-");
   size_t len = (hlen < 0) ? 0 : (size_t)hlen;

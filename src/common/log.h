@@ -1,5 +1,6 @@
 /* src/common: the server's log. One line per event on stderr:
  *   2026-11-21T11:48:43.123Z info  loop: listening on /run/sharedtensor/st-0.sock
+ * ("<6>2026-..." when stderr is the journal: st__log_detect_journal).
  * Thread-safe (each line is written with one write(2)). The client library
  * never logs.
  */
@@ -14,6 +15,13 @@ typedef enum { ST_LOG_ERROR = 0, ST_LOG_WARN, ST_LOG_INFO, ST_LOG_DEBUG } st__lo
 int st__log_level_parse(const char *s);
 
 void st__log_set_level(st__log_level_t level);
+
+/* Looks (again) whether stderr is the journal's stream ($JOURNAL_STREAM
+ * names fd 2's device and inode): then every line starts with its syslog
+ * priority "<N>" (error 3, warn 4, info 6, debug 7). The first line looks
+ * by itself; call this after pointing fd 2 elsewhere. Returns 1 when lines
+ * get the prefix. Any thread. */
+int st__log_detect_journal(void);
 int st__log_enabled(st__log_level_t level);
 
 /* One line of `level` from `who`. Warnings and errors are rate-limited

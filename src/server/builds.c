@@ -297,7 +297,7 @@ void st__build_complete(st__server_t *srv, st__job_t *job) {
              st_err_name(job->status), job->error);
   else
     ST_LOG_D("call", "%s done in %.1f ms: %s, %zu arenas, %llu bytes", job->ep->name, ms,
-             st_err_name(job->status), job->result.narenas,
+             job->status == ST_OK ? "OK" : st_err_name(job->status), job->result.narenas,
              (unsigned long long)job->result.bytes);
   st__build_unlink(w, b);
   st__build_forget_flight(w, b);

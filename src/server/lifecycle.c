@@ -222,8 +222,14 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
   st__devices_probe(&srv->devices);
   if (srv->devices.cuda_count)
     ST_LOG_I("server", "devices: cpu and %d CUDA device(s)", srv->devices.cuda_count);
-  else
-    ST_LOG_I("server", "devices: cpu; no CUDA device: %s", srv->devices.cuda_reason);
+  else {
+    /* A host without a GPU is a normal place to run: say so plainly at
+     * info, and leave the CUDA runtime's detail (on such a host "CUDA
+     * driver version is insufficient ...", which reads like a broken
+     * install) to debug and to `info`'s device list. */
+    ST_LOG_I("server", "no GPU: serving CPU endpoints only");
+    ST_LOG_D("server", "no CUDA device: %s", srv->devices.cuda_reason);
+  }
   for (int i = 0; i < srv->devices.count; i++)
     if (srv->devices.list[i].index >= 0)
       ST_LOG_I("server", "  cuda:%d %s %s", srv->devices.list[i].index,

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/suggest.h"
 #include "server/config.h"
 #include "server/server.h"
 #include "st/wire.h"
@@ -47,6 +48,25 @@ static int bad_usage(const char *fmt, ...) {
   va_end(ap);
   fprintf(stderr, "\nTry 'stserver --help' for the list of options.\n");
   return 2;
+}
+
+/* "unknown option '--workrs'; did you mean '--workers'?" for arg (the
+ * flag as given, "=value" aside) and the long options. Exit status 2. */
+static int unknown_option(const char *arg, const struct option *longopts) {
+  char word[ST__SUGGEST_MAX_WORD + 1];
+  size_t len = strcspn(arg, "=");
+  if (len >= sizeof word) return bad_usage("unknown option '%s'", arg);
+  snprintf(word, sizeof word, "%.*s", (int)len, arg);
+  st__suggest_t s;
+  st__suggest_init(&s, word);
+  for (const struct option *o = longopts; o->name; o++) {
+    char flag[ST__SUGGEST_MAX_WORD + 1];
+    int n = snprintf(flag, sizeof flag, "--%s", o->name);
+    if (n > 0 && (size_t)n < sizeof flag) st__suggest_add(&s, flag, (size_t)n);
+  }
+  const char *best = word[0] == '-' && word[1] ? st__suggest_best(&s) : NULL;
+  if (best) return bad_usage("unknown option '%s'; did you mean '%s'?", word, best);
+  return bad_usage("unknown option '%s'", arg);
 }
 
 /* Parses the flags (exit 2 on a bad command line) and runs the server. */
@@ -97,7 +117,7 @@ int main(int argc, char **argv) {
       case ':':
         return bad_usage("option '%s' needs a value", argv[optind - 1]);
       default:
-        return bad_usage("unknown option '%s'", argv[optind - 1]);
+        return unknown_option(argv[optind - 1], longopts);
     }
   }
   if (optind < argc) return bad_usage("unexpected argument '%s'", argv[optind]);

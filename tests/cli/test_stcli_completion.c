@@ -4,13 +4,16 @@
  * (the scripts parse; run by bash with COMP_WORDS/COMP_CWORD set, and by
  * zsh through its completion function with compadd stubbed: commands,
  * options, endpoint names, parameter names as key= with no space after
- * them, task ids). The zsh part skips when zsh is not installed. */
+ * them, task ids, keys, buffer names, object ids: `keys --names`,
+ * `buffers --names`, `objects --ids`). The zsh part skips when zsh is not
+ * installed. */
 #include <st/client.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "cli_run.h"
+#include "client_kit.h"
 #include "endpoints.h"
 #include "fixture.h"
 
@@ -19,10 +22,10 @@ static stt_server_t srv;
 
 TEST(endpoints_names) {
   CHECK_EQ_INT(STCLI(SOCK, "endpoints", "--names"), 0);
-  CHECK_STR_EQ(R.out, "alpha\nbeta\nt\n");
+  CHECK_STR_EQ(R.out, "alpha\nbeta\ncached\nt\n");
   CHECK_STR_EQ(R.err, "");
   CHECK_EQ_INT(STCLI(SOCK, "--json", "endpoints", "--names"), 0);
-  CHECK_STR_EQ(R.out, "[\"alpha\", \"beta\", \"t\"]\n");
+  CHECK_STR_EQ(R.out, "[\"alpha\", \"beta\", \"cached\", \"t\"]\n");
   CHECK(json_ok(R.out));
   char missing[400];
   snprintf(missing, sizeof missing, "%s/none-0.sock", srv.dir);
@@ -73,6 +76,61 @@ TEST(tasks_ids) {
   CHECK_STR_EQ(R.out, want);
   CHECK_EQ_INT(STCLI(SOCK, "tasks", "--ids", "--status", "pending"), 0);
   CHECK(strstr(R.out, "(no") == NULL); /* ids only, never the table's text */
+}
+
+static char object_ids[64];   /* "ID ID" of `objects --ids` */
+
+/* Puts key (a float32 [2]) with the public API: stcli reads keys, programs
+ * put them. */
+static int put_key(const char *key) {
+  st_client_t *c = stt_client_open(srv.socket);
+  if (!c) return -1;
+  st_result_t *a = NULL;
+  char err[200];
+  int64_t n = 2;
+  int rc = st_tensor_alloc("cpu", ST_DTYPE_FLOAT32, 1, &n, &a, err, sizeof err);
+  st_args_t *args = st_args_new();
+  if (rc == ST_OK) rc = st_args_tensor(args, "w", st_result_tensor(a, 0), err, sizeof err);
+  if (rc == ST_OK) rc = st_client_put(c, key, args, ST_KEY_EVICTABLE, 0, NULL);
+  st_args_free(args);
+  st_result_free(a);
+  st_client_close(c);
+  return rc;
+}
+
+TEST(keys_buffers_objects_names) {
+  CHECK_EQ_INT(STCLI(SOCK, "keys", "--names"), 0);
+  CHECK_STR_EQ(R.out, "");
+  CHECK_EQ_INT(put_key("model/w"), ST_OK);
+  CHECK_EQ_INT(put_key("other"), ST_OK);
+  CHECK_EQ_INT(STCLI(SOCK, "keys", "--names", "model/"), 0);
+  CHECK_STR_EQ(R.out, "model/w\n");
+  CHECK_EQ_INT(STCLI(SOCK, "--json", "keys", "--names", "model/"), 0);
+  CHECK_STR_EQ(R.out, "[\"model/w\"]\n");
+  CHECK_EQ_INT(STCLI(SOCK, "buffer-create", "cam", "uint8", "4"), 0);
+  CHECK_EQ_INT(STCLI(SOCK, "buffers", "--names"), 0);
+  CHECK_STR_EQ(R.out, "cam\n");
+  CHECK_EQ_INT(STCLI(SOCK, "--json", "buffers", "--names"), 0);
+  CHECK_STR_EQ(R.out, "[\"cam\"]\n");
+  /* A cached call makes an object; its id is listed. */
+  CHECK_EQ_INT(STCLI(SOCK, "--json", "call", "cached"), 0);
+  const char *at = strstr(R.out, "\"object\": {\"id\": ");
+  CHECK(at != NULL);
+  long id = at ? atol(at + 17) : 0;
+  CHECK(id > 0);
+  CHECK_EQ_INT(STCLI(SOCK, "objects", "--ids"), 0);
+  char want[32];
+  snprintf(want, sizeof want, "%ld\n", id);
+  CHECK_CONTAINS(R.out, want);
+  size_t n = 0;
+  for (const char *p = R.out; *p && n + 1 < sizeof object_ids; p++)
+    object_ids[n++] = *p == '\n' ? ' ' : *p;
+  while (n && object_ids[n - 1] == ' ') n--;
+  object_ids[n] = '\0';
+  CHECK_EQ_INT(STCLI(SOCK, "--json", "objects", "--ids"), 0);
+  CHECK(json_ok(R.out) && R.out[0] == '[');
+  CHECK_EQ_INT(STCLI(SOCK, "objects", "--idz"), 2);
+  CHECK_CONTAINS(R.err, "did you mean '--ids'?");
 }
 
 /* `sh -c script` with $1 the stcli binary, $2 the socket, $3 the test's
@@ -161,7 +219,13 @@ static const char bash_driver[] =
     "t \"$1\" --socket /nonexistent/x.sock call alpha ''\n"
     "t \"$1\" --base-path /nonexistent/\n"
     "t \"$1\" help wa\n"
-    "t \"$1\" completion ''\n";
+    "t \"$1\" completion ''\n"
+    "t \"$1\" --socket \"$2\" get mo\n"
+    "t \"$1\" --socket \"$2\" delete ot\n"
+    "t \"$1\" --socket \"$2\" keys m\n"
+    "t \"$1\" --socket \"$2\" buffer-unlink ''\n"
+    "t \"$1\" --socket \"$2\" release ''\n"
+    "t \"$1\" --socket /nonexistent/x.sock get ''\n";
 
 TEST(completion_in_bash) {
   const char *bash = find_shell((const char *const[]){"/bin/bash", "/usr/bin/bash", NULL});
@@ -178,7 +242,7 @@ TEST(completion_in_bash) {
            "[--view --values]\n"
            "[completed cancelled]\n"
            "[alpha]\n"
-           "[alpha beta t]\n"
+           "[alpha beta cached t]\n"
            "[beta]\n"
            "[v= n= tag=](-o nospace)\n"
            "[tag=](-o nospace)\n"
@@ -194,8 +258,14 @@ TEST(completion_in_bash) {
            "[]\n"
            "[](-o filenames)\n"
            "[wait watch]\n"
-           "[bash zsh]\n",
-           task_b, task_a, task_b, task_a);
+           "[bash zsh]\n"
+           "[model/w]\n"
+           "[other]\n"
+           "[model/w]\n"
+           "[cam]\n"
+           "[%s]\n"
+           "[]\n",
+           task_b, task_a, task_b, task_a, object_ids);
   CHECK_STR_EQ(R.out, want);
   CHECK_STR_EQ(R.err, ""); /* no server answering is quiet */
 }
@@ -235,7 +305,10 @@ static const char zsh_driver[] =
     "t \"$1\" --socket /nonexistent/x.sock call ''\n"
     "t \"$1\" --socket=/nonexistent/x\n"
     "t \"$1\" --base-path /nonexistent/y\n"
-    "t \"$1\" completion ''\n";
+    "t \"$1\" completion ''\n"
+    "t \"$1\" --socket \"$2\" get mo\n"
+    "t \"$1\" --socket \"$2\" buffer-unlink c\n"
+    "t \"$1\" --socket \"$2\" release ''\n";
 
 TEST(completion_in_zsh) {
   const char *zsh = find_shell((const char *const[]){"/bin/zsh", "/usr/bin/zsh", NULL});
@@ -260,8 +333,11 @@ TEST(completion_in_zsh) {
            "[]\n"
            "[files /nonexistent/x]\n"
            "[files /nonexistent/y]\n"
-           "[bash zsh]\n",
-           task_b, task_a);
+           "[bash zsh]\n"
+           "[model/w]\n"
+           "[cam]\n"
+           "[%s]\n",
+           task_b, task_a, object_ids);
   CHECK_STR_EQ(R.out, want);
   CHECK_STR_EQ(R.err, "");
 }
@@ -273,6 +349,9 @@ static const stt_endpoint_t endpoints[] = {
      "  build = function(a) return 1 end }\n"},
     {"beta.lua",
      "return st.endpoint{ name = \"beta\", build = function(a) return 2 end }\n"},
+    {"cached.lua",
+     "return st.endpoint{ name = \"cached\", cache = true,\n"
+     "  build = function(a) return st.zeros{2} end }\n"},
     {NULL, NULL},
 };
 
@@ -281,6 +360,7 @@ int main(void) {
   RUN(endpoints_names);
   RUN(endpoints_params);
   RUN(tasks_ids);
+  RUN(keys_buffers_objects_names);
   RUN(completion_script);
   RUN(completion_in_bash);
   RUN(completion_in_zsh);

@@ -1,8 +1,10 @@
 /* The server log (src/common/log.h): line format, levels, escaping,
- * whole lines from concurrent threads, and the rate limit of repeated
- * warnings. stderr is pointed at a temp file. */
+ * whole lines from concurrent threads, the rate limit of repeated
+ * warnings, and the syslog priority prefixes when stderr is the journal.
+ * stderr is pointed at a temp file. */
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -153,8 +155,53 @@ TEST(repeated_warnings_are_rate_limited) {
   free(out);
 }
 
+/* $JOURNAL_STREAM naming fd 2 (as systemd sets it when stderr is the
+ * journal): "<N>" before each line, N the level's syslog priority; naming
+ * another file, or unset: no prefix. */
+TEST(journal_stream_gets_priorities) {
+  CHECK(capture() == 0);
+  struct stat st;
+  CHECK(fstat(2, &st) == 0);
+  char js[64];
+  snprintf(js, sizeof js, "%llu:%llu", (unsigned long long)st.st_dev,
+           (unsigned long long)st.st_ino);
+  setenv("JOURNAL_STREAM", js, 1);
+  CHECK_EQ_INT(st__log_detect_journal(), 1);
+  st__log_set_level(ST_LOG_DEBUG);
+  ST_LOG_E("a", "e");
+  ST_LOG_W("a", "w");
+  ST_LOG_I("a", "i");
+  ST_LOG_D("a", "d");
+  snprintf(js, sizeof js, "%llu:%llu", (unsigned long long)st.st_dev,
+           (unsigned long long)st.st_ino + 1);
+  setenv("JOURNAL_STREAM", js, 1);   /* another file: stderr was redirected */
+  CHECK_EQ_INT(st__log_detect_journal(), 0);
+  ST_LOG_E("b", "e");
+  unsetenv("JOURNAL_STREAM");
+  CHECK_EQ_INT(st__log_detect_journal(), 0);
+  ST_LOG_I("c", "i");
+  st__log_set_level(ST_LOG_INFO);
+  char *out = release();
+  const char *want[] = {"<3>", "error a: e", "<4>", "warn  a: w", "<6>", "info  a: i",
+                        "<7>", "debug a: d", "",    "error b: e", "",    "info  c: i"};
+  char *line = out;
+  for (size_t i = 0; i < 12; i += 2) {
+    char *nl = strchr(line, '\n');
+    CHECK(nl != NULL);
+    if (!nl) break;
+    *nl = '\0';
+    size_t p = strlen(want[i]);
+    CHECK(strncmp(line, want[i], p) == 0);
+    CHECK(stamp_ok(line + p));
+    CHECK_STR_EQ(line + p + 25, want[i + 1]);
+    line = nl + 1;
+  }
+  free(out);
+}
+
 int main(void) {
   RUN(format_and_levels);
+  RUN(journal_stream_gets_priorities);
   RUN(long_message_is_one_line);
   RUN(threads_write_whole_lines);
   RUN(repeated_warnings_are_rate_limited);

@@ -61,6 +61,19 @@ sock=$work/st-0.sock
 
 bare "$p/bin/stcli" --socket "$sock" ping > /dev/null || fail "stcli ping"
 
+# The metrics timer's service as installed (docs/operations.md,
+# "Monitoring"): its ExecStart, with this test's textfile directory and
+# socket base, writes sharedtensor.prom; with no server it removes it.
+unit=$p/lib/systemd/system/sharedtensor-metrics.service
+[ -e "$p/lib/systemd/system/sharedtensor-metrics.timer" ] || fail "not installed: the metrics timer"
+metrics=$(sed -n 's/^ExecStart=//p' "$unit")
+case $metrics in "$p/bin/stcli "*) ;; *) fail "the metrics unit does not name the installed stcli: $metrics" ;; esac
+mkdir "$work/textfile"
+metrics=${metrics//\/var\/lib\/prometheus\/node-exporter/$work/textfile}
+bare env SHARED_TENSOR_BASE_PATH="$work/st" $metrics || fail "the metrics unit's command: $metrics"
+grep -q "^sharedtensor_server_info{" "$work/textfile/sharedtensor.prom" || fail "no metrics in the textfile"
+[ "$(ls -A "$work/textfile")" = sharedtensor.prom ] || fail "the textfile directory holds more: $(ls -A "$work/textfile")"
+
 # A C consumer built as docs/client.md says, run with no LD_LIBRARY_PATH.
 # (A sysroot some hosts set for their own libraries would be put in front
 # of this prefix's paths: it does not apply to them.)

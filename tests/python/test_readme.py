@@ -3,6 +3,7 @@ the server of the README's command 1 (build/bin/stserver --config
 config.lua, on a private socket base through SHARED_TENSOR_BASE_PATH)."""
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,8 +25,10 @@ class Readme(unittest.TestCase):
     def setUpClass(cls):
         cls.src = env("ST_SOURCE_DIR")
         cls.dir = tempfile.mkdtemp(prefix="streadme-")
+        # TMPDIR: what a snippet makes with mktemp (the venv) goes with the
+        # test's directory.
         cls.env = dict(os.environ, SHARED_TENSOR_BASE_PATH=os.path.join(cls.dir, "st"),
-                       PYTHONPATH=os.path.join(cls.src, "python"))
+                       PYTHONPATH=os.path.join(cls.src, "python"), TMPDIR=cls.dir)
         cls.log = open(os.path.join(cls.dir, "server.log"), "wb")
         cls.server = subprocess.Popen(
             [env("ST_SERVER_BIN"), "--config", "config.lua"], cwd=cls.src, env=cls.env,
@@ -45,6 +48,8 @@ class Readme(unittest.TestCase):
         cls.server.terminate()
         cls.server.wait(timeout=20)
         cls.log.close()
+        if not os.environ.get("STT_KEEP"):   # STT_KEEP=1 keeps the log and the venv
+            shutil.rmtree(cls.dir, ignore_errors=True)
 
     def run_snippet(self, lang, code):
         # build/ of the README is this build tree.

@@ -127,6 +127,44 @@ TEST(socket_default_is_logged) {
   stt_server_cleanup(&s2);
 }
 
+/* The start log of a host without a GPU says so plainly at info ("no GPU:
+ * serving CPU endpoints only"); the CUDA runtime's reason ("CUDA driver
+ * version is insufficient ...", which reads like a broken install) is
+ * written at debug only, and info keeps it. */
+TEST(start_log_names_no_gpu_plainly) {
+  if (have_cuda) {
+    char *log = stt_server_log(&S);
+    CHECK_CONTAINS(log, "devices: cpu and ");
+    CHECK(strstr(log, "no GPU") == NULL);
+    free(log);
+    return;
+  }
+  /* S logs at debug: both lines, each at its level. */
+  char *log = stt_server_log(&S);
+  CHECK_CONTAINS(log, "info  server: no GPU: serving CPU endpoints only\n");
+  CHECK_CONTAINS(log, "debug server: no CUDA device: ");
+  CHECK(strstr(log, "info  server: devices: cpu; no CUDA device") == NULL);
+  free(log);
+  /* At info, the default: the plain line only. */
+  stt_server_t s3;
+  stt_server_init(&s3);
+  stt_server_config(&s3, "log_level = 'info',");
+  CHECK(stt_server_start(&s3) == 0);
+  OPEN_RC(c, s3.socket);
+  msg_t m;
+  CHECK(rc_info(&c, 5, &m) == 1);
+  const char *reason = obj_str(obj_path(m.result, "cuda.reason"));
+  CHECK(reason && reason[0]);
+  msg_free(&m);
+  rc_close(&c);
+  CHECK_EQ_INT(stt_server_stop(&s3), 0);
+  log = stt_server_log(&s3);
+  CHECK_CONTAINS(log, "info  server: no GPU: serving CPU endpoints only\n");
+  CHECK(strstr(log, "no CUDA device") == NULL);
+  free(log);
+  stt_server_cleanup(&s3);
+}
+
 static const stt_endpoint_t endpoints[] = {
     {"far.lua",
      "return st.endpoint{ name = 'far', device = 'cuda:63',\n"
@@ -181,5 +219,6 @@ int main(void) {
   RUN(constructors_follow_the_call_device);
   RUN(info_lists_cuda_budgets);
   RUN(socket_default_is_logged);
+  RUN(start_log_names_no_gpu_plainly);
   return stt_server_finish(&S);
 }

@@ -230,6 +230,16 @@ TEST(help_version_and_bad_flags) {
   CHECK_EQ_INT(r.status, 2);
   CHECK_CONTAINS(r.err, "--frobnicate");
   CHECK_CONTAINS(r.err, "--help");
+  CHECK(strstr(r.err, "did you mean") == NULL); /* nothing is close to it */
+  /* A near miss names the flag meant, with or without a value. */
+  const char *typo[] = {"--workrs", "3", NULL};
+  run_server(typo, NULL, &r);
+  CHECK_EQ_INT(r.status, 2);
+  CHECK_CONTAINS(r.err, "unknown option '--workrs'; did you mean '--workers'?");
+  const char *typo_eq[] = {"--log-levle=debug", NULL};
+  run_server(typo_eq, NULL, &r);
+  CHECK_EQ_INT(r.status, 2);
+  CHECK_CONTAINS(r.err, "unknown option '--log-levle'; did you mean '--log-level'?");
   const char *workers[] = {"--workers", "zero", NULL};
   run_server(workers, NULL, &r);
   CHECK_EQ_INT(r.status, 2);
