@@ -111,6 +111,15 @@ int st__uidq_room(uid_t uid, st__uidq_kind_t kind, uint64_t more, char *err, siz
   return rc;
 }
 
+/* See uidq.h. */
+void st__uidq_add(uid_t uid, st__uidq_kind_t kind, uint64_t more) {
+  if (kind >= ST__UIDQ_NKINDS || !more) return;
+  pthread_mutex_lock(&lock);
+  entry_t *e = find(uid, 1);
+  if (e) e->used[kind] += more;
+  pthread_mutex_unlock(&lock);
+}
+
 /* See uidq.h. An entry that holds nothing any more leaves the table. */
 void st__uidq_uncharge(uid_t uid, st__uidq_kind_t kind, uint64_t less) {
   if (kind >= ST__UIDQ_NKINDS || !less) return;

@@ -66,6 +66,12 @@ int st__uidq_charge(uid_t uid, st__uidq_kind_t kind, uint64_t n, char *err, size
  * st__uidq_charge. */
 int st__uidq_room(uid_t uid, st__uidq_kind_t kind, uint64_t n, char *err, size_t errlen);
 
+/* Charges n of `kind` to uid without a check: for a kind that asked
+ * st__uidq_room about a net change first (a put that retires a version
+ * as it adds one). Out of memory for a new uid's entry: nothing charged
+ * (its uncharge is then clamped). */
+void st__uidq_add(uid_t uid, st__uidq_kind_t kind, uint64_t n);
+
 /* Gives back n of `kind` charged to uid (clamped at 0). */
 void st__uidq_uncharge(uid_t uid, st__uidq_kind_t kind, uint64_t n);
 
