@@ -187,6 +187,10 @@ double cli_now_unix(void);
  * "a task id"); returns CLI_OK (check *done) or an exit code. */
 int cli_parse_plain(cli_t *g, const cli_command_t *cmd, int argc, char **argv, int min, int max,
                     const char *need, const char **pos, int *done);
+/* Takes every `flag` (e.g. "--force") before a "--" out of argv (*argc
+ * shrinks): 1 when there was one, for a command that parses the rest with
+ * cli_parse_plain. */
+int cli_take_flag(int *argc, char **argv, const char *flag);
 /* A command without arguments that runs one method: parses the command
  * line as cli_parse_plain with no positional words, then cli_fetch.
  * Returns the exit code; *out is NULL when only help was printed. */

@@ -198,6 +198,17 @@ double cli_now_unix(void) {
 }
 
 /* See cli.h. */
+int cli_take_flag(int *argc, char **argv, const char *flag) {
+  int found = 0, k = 1, i = 1;
+  for (; i < *argc && strcmp(argv[i], "--") != 0; i++) {
+    if (strcmp(argv[i], flag) == 0) found = 1;
+    else argv[k++] = argv[i];
+  }
+  while (i < *argc) argv[k++] = argv[i++];
+  *argc = k;
+  return found;
+}
+
 int cli_parse_plain(cli_t *g, const cli_command_t *cmd, int argc, char **argv, int min, int max,
                     const char *need, const char **pos, int *done) {
   *done = 0;
