@@ -486,7 +486,7 @@ ST_API int st_client_endpoints(st_client_t *c, st_result_t **out);
 /* ----------------------------------------------------------------- tasks
  *
  * A task is a build queued on the server (docs/protocol.md, `submit`).
- * Task info is a MAP value: {id, endpoint, status, created_at, started_at,
+ * Task info is a MAP value: {id, uid, endpoint, status, created_at, started_at,
  * completed_at, error, progress, note, object_id}; `status` is "pending",
  * "running", "completed", "failed" or "cancelled"; times are unix seconds
  * or nil; `error` is nil or {code, name, message}; `progress` a number in

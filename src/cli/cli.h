@@ -187,11 +187,10 @@ double cli_now_unix(void);
  * "a task id"); returns CLI_OK (check *done) or an exit code. */
 int cli_parse_plain(cli_t *g, const cli_command_t *cmd, int argc, char **argv, int min, int max,
                     const char *need, const char **pos, int *done);
-/* cli_parse_plain that also takes the option `flag` (e.g. "--names"),
- * setting *set when it is given. */
-int cli_parse_plain_flag(cli_t *g, const cli_command_t *cmd, int argc, char **argv, int min,
-                         int max, const char *need, const char *flag, int *set,
-                         const char **pos, int *done);
+/* Takes every `flag` (e.g. "--force") before a "--" out of argv (*argc
+ * shrinks): 1 when there was one, for a command that parses the rest with
+ * cli_parse_plain. */
+int cli_take_flag(int *argc, char **argv, const char *flag);
 /* Prints the string or number `member` of each map of the array r holds,
  * one per line, or with --json a JSON array of them (what shell
  * completion reads: keys --names, buffers --names, objects --ids); frees

@@ -54,9 +54,9 @@ static void buffer_row(const st_value_t *e, double now, char **row) {
 
 static int run_buffers(cli_t *g, int argc, char **argv) {
   const char *pos[1];
-  int done, names;
-  int code = cli_parse_plain_flag(g, &cli_buffers_command, argc, argv, 0, 0, "", "--names",
-                                  &names, pos, &done);
+  int done;
+  int names = cli_take_flag(&argc, argv, "--names");
+  int code = cli_parse_plain(g, &cli_buffers_command, argc, argv, 0, 0, "", pos, &done);
   if (code != CLI_OK || done) return code;
   st_result_t *r;
   if ((code = cli_fetch(g, fetch_buffers, &r)) != CLI_OK) return code;
@@ -146,15 +146,30 @@ const cli_command_t cli_buffer_create_command = {
 
 /* --------------------------------------------------------- buffer-unlink */
 
+/* buffer_unlink {name, force: true}: root's removal of another uid's
+ * buffer. */
+static int unlink_forced(st_client_t *c, const char *name) {
+  st_args_t *a = st_args_new();
+  if (!a) return ST_ERR_OUT_OF_MEMORY;
+  st_result_t *r = NULL;
+  int rc = st_args_string(a, "name", name);
+  if (rc == ST_OK) rc = st_args_bool(a, "force", 1);
+  if (rc == ST_OK) rc = st_client_rpc(c, "buffer_unlink", a, &r);
+  st_args_free(a);
+  st_result_free(r);
+  return rc;
+}
+
 static int run_buffer_unlink(cli_t *g, int argc, char **argv) {
   const char *pos[1] = {NULL};
   int done;
+  int force = cli_take_flag(&argc, argv, "--force");
   int code = cli_parse_plain(g, &cli_buffer_unlink_command, argc, argv, 1, 1, "a buffer name",
                              pos, &done);
   if (code != CLI_OK || done) return code;
   st_client_t *c;
   if ((code = cli_connect(g, &c)) != CLI_OK) return code;
-  int rc = st_buffer_unlink(c, pos[0]);
+  int rc = force ? unlink_forced(c, pos[0]) : st_buffer_unlink(c, pos[0]);
   if (rc != ST_OK) code = cli_fail(c, rc);
   else printf("buffer '%s' unlinked\n", pos[0]);
   st_client_close(c);
@@ -163,10 +178,11 @@ static int run_buffer_unlink(cli_t *g, int argc, char **argv) {
 
 const cli_command_t cli_buffer_unlink_command = {
     "buffer-unlink",
-    "buffer-unlink NAME",
+    "buffer-unlink NAME [--force]",
     "Remove a buffer's name; its memory goes with the last open handle.",
-    "Only the uid that created it may. Processes that have it open keep\n"
-    "reading and writing it; the name is free for a new buffer at once.\n",
+    "Only the uid that created it may, or root and the server's uid with\n"
+    "--force. Processes that have it open keep reading and writing it; the\n"
+    "name is free for a new buffer at once.\n",
     run_buffer_unlink,
     "",
 };

@@ -23,6 +23,9 @@ static char *versions_cell(const st_value_t *v) {
   return lo == hi ? cli_strdupf("%.0f", lo) : cli_strdupf("%.0f..%.0f", lo, hi);
 }
 
+/* keys --all: rows carry an OWNER column. */
+static int owner_column;
+
 static void key_row(const st_value_t *e, double now, char **row) {
   (void)now;
   double d = 0;
@@ -37,44 +40,62 @@ static void key_row(const st_value_t *e, double now, char **row) {
   const st_value_t *ro = st_value_get(e, "readonly");
   row[5] = strdup(ro && ro->kind == ST_VALUE_BOOL && ro->as.boolean ? "yes" : "no");
   row[6] = text_cell(st_value_get(e, "state"));
+  if (owner_column) row[7] = text_cell(st_value_get(e, "uid"));
+}
+
+/* keys {prefix?, all: true}: every owner's keys (root and the server's
+ * uid). */
+static int keys_all(st_client_t *c, const char *prefix, st_result_t **r) {
+  st_args_t *a = st_args_new();
+  if (!a) return ST_ERR_OUT_OF_MEMORY;
+  int rc = st_args_bool(a, "all", 1);
+  if (rc == ST_OK && prefix) rc = st_args_string(a, "prefix", prefix);
+  if (rc == ST_OK) rc = st_client_rpc(c, "keys", a, r);
+  st_args_free(a);
+  return rc;
 }
 
 static int run_keys(cli_t *g, int argc, char **argv) {
   const char *pos[1] = {NULL};
-  int done, names;
-  int code = cli_parse_plain_flag(g, &cli_keys_command, argc, argv, 0, 1, "a prefix",
-                                  "--names", &names, pos, &done);
+  int done;
+  int names = cli_take_flag(&argc, argv, "--names");
+  int all = cli_take_flag(&argc, argv, "--all");
+  int code = cli_parse_plain(g, &cli_keys_command, argc, argv, 0, 1, "a prefix", pos, &done);
   if (code != CLI_OK || done) return code;
   st_client_t *c;
   code = cli_connect(g, &c);
   if (code != CLI_OK) return code;
   st_result_t *r = NULL;
-  int rc = st_client_keys(c, pos[0], &r);
+  int rc = all ? keys_all(c, pos[0], &r) : st_client_keys(c, pos[0], &r);
   if (rc != ST_OK) code = cli_fail(c, rc);
   st_client_close(c);
   if (rc != ST_OK) return code;
   if (names) return cli_print_members(g, r, "key");
   static const char *const heads[] = {"KEY",    "VERSIONS", "BYTES", "POLICY",
-                                      "DEVICE", "READONLY", "STATE"};
-  return cli_print_listing(g, r, 7, heads, key_row, "(no keys%s%s)\n", pos[0] ? " under " : "",
+                                      "DEVICE", "READONLY", "STATE", "OWNER"};
+  owner_column = all;
+  return cli_print_listing(g, r, all ? 8 : 7, heads, key_row, "(no keys%s%s)\n", pos[0] ? " under " : "",
                            pos[0] ? pos[0] : "");
 }
 
 const cli_command_t cli_keys_command = {
     "keys",
-    "keys [PREFIX] [--names]",
-    "List the published keys of this uid (optionally under PREFIX).",
+    "keys [PREFIX] [--all] [--names]",
+    "List the published keys of this uid and those granted to it (optionally\n"
+    "under PREFIX).",
     "Columns: KEY, VERSIONS (the kept ones, oldest..latest), BYTES (all kept\n"
     "versions), POLICY (pinned or evictable), DEVICE, READONLY (readers other\n"
     "than the publisher map it read-only), STATE (put: a key of versions;\n"
     "live: updated in place; updating: an update runs; torn: its publisher\n"
-    "left in the middle of an update). With --json, prints the server's\n"
-    "array of key maps.\n\n"
+    "left in the middle of an update). --all (root and the server's uid):\n"
+    "every owner's keys, with an OWNER column (the uid). With --json, prints\n"
+    "the server's array of key maps.\n\n"
     "Options:\n"
+    "  --all          every owner's keys (root and the server's uid)\n"
     "  --names        only the keys, one per line (with --json, an array);\n"
     "                 shell completion uses it\n",
     run_keys,
-    "--names",
+    "--all --names",
 };
 
 /* ------------------------------------------------------------------- get */
@@ -150,15 +171,31 @@ const cli_command_t cli_get_command = {
 
 /* ---------------------------------------------------------------- delete */
 
+/* method {<param>: name, force: true}: root's removal of another uid's
+ * name. */
+static int force_remove(st_client_t *c, const char *method, const char *param,
+                        const char *name) {
+  st_args_t *a = st_args_new();
+  if (!a) return ST_ERR_OUT_OF_MEMORY;
+  st_result_t *r = NULL;
+  int rc = st_args_string(a, param, name);
+  if (rc == ST_OK) rc = st_args_bool(a, "force", 1);
+  if (rc == ST_OK) rc = st_client_rpc(c, method, a, &r);
+  st_args_free(a);
+  st_result_free(r);
+  return rc;
+}
+
 static int run_delete(cli_t *g, int argc, char **argv) {
   const char *pos[1];
   int done;
+  int force = cli_take_flag(&argc, argv, "--force");
   int code = cli_parse_plain(g, &cli_delete_command, argc, argv, 1, 1, "a key", pos, &done);
   if (code != CLI_OK || done) return code;
   st_client_t *c;
   code = cli_connect(g, &c);
   if (code != CLI_OK) return code;
-  int rc = st_client_delete(c, pos[0]);
+  int rc = force ? force_remove(c, "delete", "key", pos[0]) : st_client_delete(c, pos[0]);
   if (rc != ST_OK) code = cli_fail(c, rc);
   else if (g->json) printf("true\n");
   else printf("key %s deleted\n", pos[0]);
@@ -168,10 +205,11 @@ static int run_delete(cli_t *g, int argc, char **argv) {
 
 const cli_command_t cli_delete_command = {
     "delete",
-    "delete KEY",
+    "delete KEY [--force]",
     "Drop every version of a published key.",
     "The server's memory and budget charge go; processes that mapped it keep\n"
-    "their mappings. Exit code 1 (NOT_FOUND) when there is no such key.\n",
+    "their mappings. Exit code 1 (NOT_FOUND) when there is no such key.\n"
+    "--force (root and the server's uid): delete another uid's key.\n",
     run_delete,
     "",
 };

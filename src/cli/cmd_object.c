@@ -33,9 +33,9 @@ static void object_row(const st_value_t *e, double now, char **row) {
 
 static int run_objects(cli_t *g, int argc, char **argv) {
   const char *pos[1];
-  int done, ids;
-  int code = cli_parse_plain_flag(g, &cli_objects_command, argc, argv, 0, 0, "", "--ids", &ids,
-                                  pos, &done);
+  int done;
+  int ids = cli_take_flag(&argc, argv, "--ids");
+  int code = cli_parse_plain(g, &cli_objects_command, argc, argv, 0, 0, "", pos, &done);
   if (code != CLI_OK || done) return code;
   st_result_t *r;
   if ((code = cli_fetch(g, st_client_objects, &r)) != CLI_OK) return code;

@@ -395,6 +395,21 @@ static int print_ids(const cli_t *g, const st_value_t *v) {
   return CLI_OK;
 }
 
+/* The listing has tasks of other uids (root's and the server's uid's
+ * `tasks` lists every uid's): rows carry an OWNER column. */
+static int owner_column;
+
+/* Whether task list v holds a task of another uid than this process's. */
+static int others_in(const st_value_t *v) {
+  for (size_t i = 0; v && v->kind == ST_VALUE_ARRAY && i < v->as.array.len; i++) {
+    double uid = -1;
+    if (cli_value_number(st_value_get(&v->as.array.items[i], "uid"), &uid) == 0 &&
+        uid != (double)getuid())
+      return 1;
+  }
+  return 0;
+}
+
 /* One row of the tasks table. */
 static void task_row(const st_value_t *e, double now, char **row) {
   double id = 0;
@@ -410,6 +425,11 @@ static void task_row(const st_value_t *e, double now, char **row) {
   row[3] = strdup(*prog ? prog : "-");
   row[4] = cli_age_cell(e, now);
   row[5] = err ? err : strdup(note && *note ? note : "-");
+  if (owner_column) {
+    double uid = -1;
+    cli_value_number(st_value_get(e, "uid"), &uid);
+    row[6] = uid >= 0 ? cli_strdupf("%.0f", uid) : strdup("-");
+  }
 }
 
 static int run_tasks(cli_t *g, int argc, char **argv) {
@@ -461,9 +481,12 @@ static int run_tasks(cli_t *g, int argc, char **argv) {
     st_result_free(r);
     return code;
   }
-  static const char *const heads[] = {"ID", "ENDPOINT", "STATUS", "PROGRESS", "AGE", "NOTE"};
-  if (status) return cli_print_listing(g, r, 6, heads, task_row, "(no %s tasks)\n", status);
-  return cli_print_listing(g, r, 6, heads, task_row, "(no tasks)\n");
+  static const char *const heads[] = {"ID",  "ENDPOINT", "STATUS", "PROGRESS",
+                                      "AGE", "NOTE",     "OWNER"};
+  owner_column = others_in(v);
+  int ncols = owner_column ? 7 : 6;
+  if (status) return cli_print_listing(g, r, ncols, heads, task_row, "(no %s tasks)\n", status);
+  return cli_print_listing(g, r, ncols, heads, task_row, "(no tasks)\n");
 }
 
 const cli_command_t cli_tasks_command = {

@@ -198,11 +198,20 @@ double cli_now_unix(void) {
 }
 
 /* See cli.h. */
-int cli_parse_plain_flag(cli_t *g, const cli_command_t *cmd, int argc, char **argv, int min,
-                         int max, const char *need, const char *flag, int *set,
-                         const char **pos, int *done) {
+int cli_take_flag(int *argc, char **argv, const char *flag) {
+  int found = 0, k = 1, i = 1;
+  for (; i < *argc && strcmp(argv[i], "--") != 0; i++) {
+    if (strcmp(argv[i], flag) == 0) found = 1;
+    else argv[k++] = argv[i];
+  }
+  while (i < *argc) argv[k++] = argv[i++];
+  *argc = k;
+  return found;
+}
+
+int cli_parse_plain(cli_t *g, const cli_command_t *cmd, int argc, char **argv, int min, int max,
+                    const char *need, const char **pos, int *done) {
   *done = 0;
-  if (set) *set = 0;
   int n = 0;
   for (int i = 1; i < argc; i++) {
     int r = cli_global_option(g, argc, argv, &i);
@@ -213,10 +222,6 @@ int cli_parse_plain_flag(cli_t *g, const cli_command_t *cmd, int argc, char **ar
       *done = 1;
       return CLI_OK;
     }
-    if (flag && strcmp(argv[i], flag) == 0) {
-      *set = 1;
-      continue;
-    }
     if (argv[i][0] == '-' && argv[i][1] == '-')
       return cli_usage_unknown(cmd, argv[i]);
     if (n >= max) return cli_usage(cmd->name, "unexpected argument '%s'", argv[i]);
@@ -224,12 +229,6 @@ int cli_parse_plain_flag(cli_t *g, const cli_command_t *cmd, int argc, char **ar
   }
   if (n < min) return cli_usage(cmd->name, "%s needs %s", cmd->name, need);
   return CLI_OK;
-}
-
-/* See cli.h. */
-int cli_parse_plain(cli_t *g, const cli_command_t *cmd, int argc, char **argv, int min, int max,
-                    const char *need, const char **pos, int *done) {
-  return cli_parse_plain_flag(g, cmd, argc, argv, min, max, need, NULL, NULL, pos, done);
 }
 
 /* See cli.h. */

@@ -159,6 +159,10 @@ int st__buffer_create(st__buffers_t *t, const st__buffer_spec_t *s,
     rc = st__fail(ST_ERR_CAPABILITY, err, errlen,
                   "CUDA buffers need VMM arenas; this server makes legacy CUDA IPC ones");
   if (rc == ST_OK) {
+    if (s->readers) b->named.readers = *s->readers;
+    rc = st__named_charge(&b->named, ST__UIDQ_BUFFERS, err, errlen);
+  }
+  if (rc == ST_OK) {
     b->page = b->named.page;
     b->page->geometry = (st__buffer_geometry_t){ST__BUFFER_MAGIC, ST__BUFFER_VERSION, b->slots,
                                                  0, b->frame_bytes, b->stride};
@@ -175,11 +179,12 @@ int st__buffer_create(st__buffers_t *t, const st__buffer_spec_t *s,
 
 /* See buffer.h. Loop thread. */
 int st__buffer_open(st__buffers_t *t, const char *name, size_t name_len, int readonly,
-                    int max_handles, uint64_t conn, uid_t uid, st__buffer_t **out,
+                    int max_handles, uint64_t conn, const st__who_t *who, st__buffer_t **out,
                     st__buffer_handle_t *handle, char *err, size_t errlen) {
   *out = NULL;
   st__named_t *e = NULL;
-  int rc = st__named_lookup(&t->named, "buffer", name, name_len, uid, "open", &e, err, errlen);
+  int rc = st__named_lookup(&t->named, "buffer", name, name_len, who,
+                            readonly ? ST__USE_READ : ST__USE_WRITE, 0, &e, err, errlen);
   st__buffer_t *b = (st__buffer_t *)e;
   if (rc == ST_OK) rc = handles_ok(t, conn, max_handles, err, errlen);
   if (rc == ST_OK) rc = add_handle(t, b, conn, readonly, handle, err, errlen);
@@ -207,10 +212,11 @@ int st__buffer_close(st__buffers_t *t, const char *name, size_t name_len, uint64
 }
 
 /* See buffer.h. Loop thread. */
-int st__buffer_unlink(st__buffers_t *t, const char *name, size_t name_len, uid_t uid,
-                      char *err, size_t errlen) {
+int st__buffer_unlink(st__buffers_t *t, const char *name, size_t name_len, const st__who_t *who,
+                      int force, char *err, size_t errlen) {
   st__named_t *e = NULL;
-  int rc = st__named_lookup(&t->named, "buffer", name, name_len, uid, "unlink", &e, err, errlen);
+  int rc = st__named_lookup(&t->named, "buffer", name, name_len, who, ST__USE_REMOVE, force, &e,
+                            err, errlen);
   if (rc != ST_OK) return rc;
   st__buffer_t *b = (st__buffer_t *)e;
   /* The page's flag tells the clients; the server trusts only its own. */

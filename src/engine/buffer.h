@@ -74,6 +74,7 @@ typedef struct st__buffer_spec {
   int device;                   /* -1 or a CUDA ordinal the server has     */
   size_t name_len;
   const char *name;
+  const st__grant_t *readers;   /* may be NULL: nobody else reads it       */
 } st__buffer_spec_t;
 
 /* Creates buffer s->name for connection `conn` of uid `uid` and opens
@@ -82,17 +83,19 @@ typedef struct st__buffer_spec {
  * budgets) and initializes the page. On ST_OK *out is the new entry and
  * *handle its handle (borrowed from the table). Errors with a message in
  * err: INVALID_ARGUMENT (name, shape, dtype, slots; the name is taken),
- * LIMIT (max_buffers, max_buffer_bytes, the connection's handles), the
- * arena's OUT_OF_MEMORY / LIMIT / CAPABILITY. Loop thread. */
+ * LIMIT (max_buffers, max_buffer_bytes, the connection's handles, the
+ * uid's quotas.buffers, fds, pinned_bytes), the arena's OUT_OF_MEMORY /
+ * LIMIT / CAPABILITY. Loop thread. */
 int st__buffer_create(st__buffers_t *t, const st__buffer_spec_t *s,
                       const st__buffer_limits_t *l, uint64_t conn, uid_t uid, st__buffer_t **out,
                       st__buffer_handle_t *handle, char *err, size_t errlen);
 
-/* Opens a handle of buffer `name` for connection `conn` of uid `uid`.
- * Errors: NOT_FOUND (no such name), AUTH (another uid), LIMIT (the
- * connection's handles). Loop thread. */
+/* Opens a handle of buffer `name` for connection `conn` of `who`
+ * (named.h: a reader granted read opens read-only). Errors: NOT_FOUND (no
+ * such name, or not visible to who), AUTH (a reader asking read-write),
+ * LIMIT (the connection's handles). Loop thread. */
 int st__buffer_open(st__buffers_t *t, const char *name, size_t name_len, int readonly,
-                    int max_handles, uint64_t conn, uid_t uid, st__buffer_t **out,
+                    int max_handles, uint64_t conn, const st__who_t *who, st__buffer_t **out,
                     st__buffer_handle_t *handle, char *err, size_t errlen);
 
 /* Closes handle `handle` of buffer `name` that connection `conn` opened
@@ -101,11 +104,11 @@ int st__buffer_open(st__buffers_t *t, const char *name, size_t name_len, int rea
 int st__buffer_close(st__buffers_t *t, const char *name, size_t name_len, uint64_t handle,
                      uint64_t conn, char *err, size_t errlen);
 
-/* Removes the name `name` (creator's uid only): the page says UNLINKED,
- * the memory goes with the last handle. ST_OK, NOT_FOUND, AUTH. Loop
- * thread. */
-int st__buffer_unlink(st__buffers_t *t, const char *name, size_t name_len, uid_t uid,
-                      char *err, size_t errlen);
+/* Removes the name `name` (its creator's uid; an admin's with force:
+ * named.h): the page says UNLINKED, the memory goes with the last handle.
+ * ST_OK, NOT_FOUND, AUTH. Loop thread. */
+int st__buffer_unlink(st__buffers_t *t, const char *name, size_t name_len, const st__who_t *who,
+                      int force, char *err, size_t errlen);
 
 /* Handles connection `conn` has open, of named and unlinked buffers: what
  * limits.max_buffer_handles_per_connection counts. Loop thread. */

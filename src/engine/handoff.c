@@ -139,6 +139,13 @@ int st__handoff_create(st__handoffs_t *t, const st__handoff_spec_t *s, uint64_t 
     free(h);
     return rc;
   }
+  if (s->readers) h->named.readers = *s->readers;
+  rc = st__named_charge(&h->named, ST__UIDQ_HANDOFFS, err, errlen);
+  if (rc != ST_OK) {
+    st__named_release(NULL, &h->named);
+    free(h);
+    return rc;
+  }
   h->page = h->named.page;
   page_init(h);
   h->producer = conn;
@@ -147,23 +154,22 @@ int st__handoff_create(st__handoffs_t *t, const st__handoff_spec_t *s, uint64_t 
   return ST_OK;
 }
 
-/* The hand-off `name` for a request of uid `uid` that wants to `what` it:
- * NOT_FOUND, or AUTH for another uid than its creator's. */
-static int lookup(st__handoffs_t *t, const char *name, size_t n, uid_t uid, const char *what,
-                  st__handoff_t **out, char *err, size_t errlen) {
+/* The hand-off `name` that who wants to `use` (named.h). */
+static int lookup(st__handoffs_t *t, const char *name, size_t n, const st__who_t *who,
+                  st__use_t use, int force, st__handoff_t **out, char *err, size_t errlen) {
   st__named_t *e = NULL;
-  int rc = st__named_lookup(&t->list, "hand-off", name, n, uid, what, &e, err, errlen);
+  int rc = st__named_lookup(&t->list, "hand-off", name, n, who, use, force, &e, err, errlen);
   *out = (st__handoff_t *)e;
   return rc;
 }
 
 /* See handoff.h. Loop thread. */
 int st__handoff_open(st__handoffs_t *t, const char *name, size_t name_len, uint64_t conn,
-                     uid_t uid, int max_per_connection, st__handoff_t **out, uint32_t *slot,
-                     char *err, size_t errlen) {
+                     const st__who_t *who, int max_per_connection, st__handoff_t **out,
+                     uint32_t *slot, char *err, size_t errlen) {
   *out = NULL;
   st__handoff_t *h = NULL;
-  int rc = lookup(t, name, name_len, uid, "open", &h, err, errlen);
+  int rc = lookup(t, name, name_len, who, ST__USE_READ, 0, &h, err, errlen);
   if (rc != ST_OK) return rc;
   if (attached(h, conn))
     return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
@@ -203,10 +209,10 @@ int st__handoff_close(st__handoffs_t *t, const char *name, size_t name_len, uint
 }
 
 /* See handoff.h. Loop thread. */
-int st__handoff_delete(st__handoffs_t *t, const char *name, size_t name_len, uid_t uid,
-                       char *err, size_t errlen) {
+int st__handoff_delete(st__handoffs_t *t, const char *name, size_t name_len,
+                       const st__who_t *who, int force, char *err, size_t errlen) {
   st__handoff_t *h = NULL;
-  int rc = lookup(t, name, name_len, uid, "delete", &h, err, errlen);
+  int rc = lookup(t, name, name_len, who, ST__USE_REMOVE, force, &h, err, errlen);
   if (rc != ST_OK) return rc;
   atomic_fetch_or(&h->page->flags, ST__HANDOFF_DELETED);
   st__shm_notify(&h->page->pub_futex, &h->page->pub_waiters);

@@ -56,6 +56,8 @@ typedef struct st__handoff_spec {
   uint64_t consumers;
   uint64_t max_chunks;          /* limits.max_handoff_chunks               */
   int max_per_connection;       /* limits.max_handoffs_per_connection      */
+  const st__grant_t *readers;   /* may be NULL: uids and gids that may open
+                                   it as consumers                          */
 } st__handoff_spec_t;
 
 /* Creates hand-off s->name for connection `conn` (the producer) of uid
@@ -63,22 +65,24 @@ typedef struct st__handoff_spec {
  * arena and the page (charged to the memory budgets) and initializes the
  * page. On ST_OK *out is the new entry (borrowed from the table). Errors
  * with a message in err: INVALID_ARGUMENT (name, chunk_bytes, consumers),
- * LIMIT (chunks past max_chunks, the connection's count), the arena's
+ * LIMIT (chunks past max_chunks, the connection's count, the uid's
+ * quotas.handoffs, fds, pinned_bytes), the arena's
  * OUT_OF_MEMORY / LIMIT / CAPABILITY, and INVALID_ARGUMENT when the name
  * is taken. Loop thread. */
 int st__handoff_create(st__handoffs_t *t, const st__handoff_spec_t *s, uint64_t conn, uid_t uid,
                        st__handoff_t **out, char *err, size_t errlen);
 
-/* Attaches connection `conn` of uid `uid` to hand-off `name` as a
+/* Attaches connection `conn` of `who` (its creator's uid, a reader it
+ * granted, an admin: named.h) to hand-off `name` as a
  * consumer: the lowest free slot. A slot never opened before has counted
  * since creation (what was published before waits for this consumer); a
  * slot used before is swept again and counts from this open on. On ST_OK
  * *out and *slot say which.
- * Errors: NOT_FOUND (no such name), AUTH (another uid), LIMIT (every slot
+ * Errors: NOT_FOUND (no such name, or not visible to who), LIMIT (every slot
  * taken, the connection's count), INVALID_ARGUMENT (already attached).
  * Loop thread. */
 int st__handoff_open(st__handoffs_t *t, const char *name, size_t name_len, uint64_t conn,
-                     uid_t uid, int max_per_connection, st__handoff_t **out, uint32_t *slot,
+                     const st__who_t *who, int max_per_connection, st__handoff_t **out, uint32_t *slot,
                      char *err, size_t errlen);
 
 /* Detaches `conn` from hand-off `name` (see the top). ST_OK, or NOT_FOUND
@@ -87,10 +91,11 @@ int st__handoff_close(st__handoffs_t *t, const char *name, size_t name_len, uint
                       char *err, size_t errlen);
 
 /* Removes hand-off `name` at once: the name goes, every connection is
- * detached, the page says DELETED and the server's references go. Only
- * its creator's uid may. ST_OK, NOT_FOUND, AUTH. Loop thread. */
-int st__handoff_delete(st__handoffs_t *t, const char *name, size_t name_len, uid_t uid,
-                       char *err, size_t errlen);
+ * detached, the page says DELETED and the server's references go. Its
+ * creator's uid may, and an admin with force (named.h). ST_OK, NOT_FOUND,
+ * AUTH. Loop thread. */
+int st__handoff_delete(st__handoffs_t *t, const char *name, size_t name_len,
+                       const st__who_t *who, int force, char *err, size_t errlen);
 
 /* Hand-offs connection `conn` uses (as producer or consumer): what
  * limits.max_handoffs_per_connection counts. Loop thread. */

@@ -10,6 +10,7 @@
 #include "common/fail.h"
 #include "mem/arena.h"
 #include "mem/ledger.h"
+#include "mem/uidq.h"
 #include "st/errors.h"
 
 /* The table endpoints read (st__keys_serve); NULL: none. */
@@ -45,7 +46,29 @@ static int charge(const st__build_result_t *r, int on, char *err, size_t errlen)
   return ST_OK;
 }
 
+/* What version result r of `bytes` charges to its uid's quotas. */
+static void version_use(const st__build_result_t *r, uint64_t bytes,
+                        uint64_t use[ST__UIDQ_NKINDS]) {
+  memset(use, 0, ST__UIDQ_NKINDS * sizeof *use);
+  use[ST__UIDQ_VERSIONS] = 1;
+  for (size_t i = 0; i < r->narenas; i++) use[ST__UIDQ_FDS] += st__named_arena_fds(r->arenas[i]);
+  use[ST__UIDQ_PINNED_BYTES] = bytes;
+}
+
+/* Charges (on) or gives back the quota uses `use` of uid, unchecked:
+ * st__keys_put checked them first (quota_room). */
+static void quota_apply(uid_t uid, const uint64_t use[ST__UIDQ_NKINDS], int on) {
+  for (int q = 0; q < ST__UIDQ_NKINDS; q++) {
+    if (!use[q]) continue;
+    if (on) st__uidq_add(uid, (st__uidq_kind_t)q, use[q]);
+    else st__uidq_uncharge(uid, (st__uidq_kind_t)q, use[q]);
+  }
+}
+
 static void version_free(st__keys_t *t, st__key_t *k, st__key_version_t *v) {
+  uint64_t use[ST__UIDQ_NKINDS];
+  version_use(&v->result, v->bytes, use);
+  quota_apply(k->uid, use, 0);
   charge(&v->result, 0, NULL, 0);
   k->bytes -= v->bytes;
   t->bytes -= v->bytes;
@@ -62,6 +85,7 @@ static void drop_version(st__keys_t *t, st__key_t *k, size_t i) {
 
 static void key_free(st__keys_t *t, st__key_t *k) {
   while (k->nversions) drop_version(t, k, k->nversions - 1);
+  st__uidq_uncharge(k->uid, ST__UIDQ_KEYS, 1);
   free(k->versions);
   if (k->page_arena) {
     /* Readers' mappings keep the page: they see DELETED and wake. */
@@ -125,18 +149,36 @@ static int no_key(const char *name, size_t len, char *err, size_t errlen) {
                   (int)len, name);
 }
 
-/* The key of (name, len) for uid, or an error: NOT_FOUND, AUTH (`what`
- * says what uid wanted to do). */
-static int lookup(st__keys_t *t, const char *name, size_t len, uid_t uid, const char *what,
-                  st__key_t **out, char *err, size_t errlen) {
+/* The key of (name, len) that who wants to `use` (named.h), or an error:
+ * NOT_FOUND (absent, or not visible to who: the same words), AUTH. */
+static int lookup(st__keys_t *t, const char *name, size_t len, const st__who_t *who,
+                  st__use_t use, int force, st__key_t **out, char *err, size_t errlen) {
   int rc = st__keys_name_ok(name, len, err, errlen);
   if (rc != ST_OK) return rc;
   st__key_t *k = st__smap_get(&t->by_name, name, len);
-  if (!k) return no_key(name, len, err, errlen);
-  if (k->uid != uid)
-    return st__fail(ST_ERR_AUTH, err, errlen, "key '%s' belongs to uid %u; uid %u may not %s it",
-                    k->name, (unsigned)k->uid, (unsigned)uid, what);
+  rc = k ? st__access(k->uid, &k->readers, who, use, force, "key", k->name, err, errlen)
+         : ST_ERR_NOT_FOUND;
+  if (rc == ST_ERR_NOT_FOUND) return no_key(name, len, err, errlen);
+  if (rc != ST_OK) return rc;
   *out = k;
+  return ST_OK;
+}
+
+/* See keys.h. */
+int st__keys_visible(const st__key_t *k, const st__who_t *who) {
+  return st__access(k->uid, &k->readers, who, ST__USE_READ, 0, "key", k->name, NULL, 0) == ST_OK;
+}
+
+/* ST_OK when uid's quotas take `add` while `leave` goes, else LIMIT
+ * naming the first quota it would pass (key name first in err). */
+static int quota_room(const st__key_put_t *p, const uint64_t add[ST__UIDQ_NKINDS],
+                      const uint64_t leave[ST__UIDQ_NKINDS], char *err, size_t errlen) {
+  for (int q = 0; q < ST__UIDQ_NKINDS; q++) {
+    if (add[q] <= leave[q]) continue;
+    char why[300];
+    if (st__uidq_room(p->uid, (st__uidq_kind_t)q, add[q] - leave[q], why, sizeof why) != ST_OK)
+      return st__fail(ST_ERR_LIMIT, err, errlen, "key '%.*s': %s", (int)p->len, p->name, why);
+  }
   return ST_OK;
 }
 
@@ -175,11 +217,13 @@ static st__key_t *key_new(st__keys_t *t, const st__key_put_t *p, st__arena_t *pa
   if (!k) return NULL;
   memcpy(k->name, p->name, p->len);
   k->uid = p->uid;
+  if (p->readers) k->readers = *p->readers;
   if (st__smap_put(&t->by_name, k->name, p->len, k) != ST_OK) {
     free(k);
     return NULL;
   }
   t->count++;
+  st__uidq_add(k->uid, ST__UIDQ_KEYS, 1);
   if (page) {
     k->live = 1;
     k->page_arena = page;
@@ -225,6 +269,12 @@ int st__keys_put(st__keys_t *t, const st__key_put_t *p, st__build_result_t *resu
   uint64_t bytes = 0;
   for (size_t i = 0; i < result->narenas; i++) bytes += st__arena_bytes(result->arenas[i]);
   rc = fits(t, p, k, bytes, err, errlen);
+  uint64_t add[ST__UIDQ_NKINDS], leave[ST__UIDQ_NKINDS] = {0};
+  version_use(result, bytes, add);
+  add[ST__UIDQ_KEYS] = !k;
+  if (k && k->nversions >= t->max_versions)
+    version_use(&k->versions[0]->result, k->versions[0]->bytes, leave);
+  if (rc == ST_OK) rc = quota_room(p, add, leave, err, errlen);
   st__arena_t *page = NULL;
   if (rc == ST_OK) rc = live_ok(p, k, &page, err, errlen);
   if (rc != ST_OK) return rc;
@@ -264,6 +314,9 @@ int st__keys_put(st__keys_t *t, const st__key_put_t *p, st__build_result_t *resu
   v->last_used = st__now_mono();
   v->version = ++k->last_version;
   k->versions[k->nversions++] = v;
+  add[ST__UIDQ_KEYS] = 0;       /* key_new charged it */
+  quota_apply(k->uid, add, 1);
+  if (p->readers) k->readers = *p->readers;
   k->bytes += bytes;
   k->policy = p->policy;
   k->readonly = p->readonly;
@@ -309,10 +362,11 @@ static int find_version(const st__key_t *k, uint64_t version, st__key_version_t 
 }
 
 /* See keys.h. Loop thread. */
-int st__keys_get(st__keys_t *t, const char *name, size_t len, uid_t uid, uint64_t version,
-                 st__key_t **key, st__key_version_t **out, char *err, size_t errlen) {
+int st__keys_get(st__keys_t *t, const char *name, size_t len, const st__who_t *who,
+                 uint64_t version, st__key_t **key, st__key_version_t **out, char *err,
+                 size_t errlen) {
   st__key_t *k = NULL;
-  int rc = lookup(t, name, len, uid, "get", &k, err, errlen);
+  int rc = lookup(t, name, len, who, ST__USE_READ, 0, &k, err, errlen);
   if (rc != ST_OK) return rc;
   st__key_version_t *v = NULL;
   rc = find_version(k, version, &v, err, errlen);
@@ -326,10 +380,10 @@ int st__keys_get(st__keys_t *t, const char *name, size_t len, uid_t uid, uint64_
 }
 
 /* See keys.h. Loop thread. */
-int st__keys_delete(st__keys_t *t, const char *name, size_t len, uid_t uid, char *err,
-                    size_t errlen) {
+int st__keys_delete(st__keys_t *t, const char *name, size_t len, const st__who_t *who,
+                    int force, char *err, size_t errlen) {
   st__key_t *k = NULL;
-  int rc = lookup(t, name, len, uid, "delete", &k, err, errlen);
+  int rc = lookup(t, name, len, who, ST__USE_REMOVE, force, &k, err, errlen);
   if (rc != ST_OK) return rc;
   pthread_mutex_lock(&t->lock);
   key_remove(t, k);

@@ -31,6 +31,7 @@
 #include <sys/types.h>
 
 #include "shm/key_page.h"
+#include "engine/named.h"
 #include "engine/result.h"
 #include "engine/smap.h"
 
@@ -52,7 +53,8 @@ typedef struct st__key_version {
 
 typedef struct st__key {
   char name[ST__KEY_NAME_MAX + 1];
-  uid_t uid;                  /* the publisher's: only it may get or delete */
+  uid_t uid;                  /* the publisher's (who may use it: named.h) */
+  st__grant_t readers;        /* uids and gids it granted read            */
   uint64_t owner_conn;        /* the connection of the last put */
   st__key_policy_t policy;    /* of the last put */
   int readonly;               /* the last put asked that readers other than
@@ -115,6 +117,8 @@ typedef struct st__key_put {
   st__key_policy_t policy;
   int readonly;
   int live;                   /* a live key (docs/views.md, section 3) */
+  const st__grant_t *readers; /* NULL: the key's grant stays (none for a
+                                 new key); else it replaces it            */
 } st__key_put_t;
 
 /* Makes the next version of key p->name (a new key when absent) from
@@ -124,24 +128,31 @@ typedef struct st__key_put {
  * control page (version 1, p->conn its publisher). Errors (nothing
  * changed): INVALID_ARGUMENT (name; live and not live mixed; live and
  * evictable), AUTH (the key belongs to another uid), LIMIT
- * (keys.max_keys, keys.max_bytes), OUT_OF_MEMORY (the budget, malloc),
+ * (keys.max_keys, keys.max_bytes, the uid's quotas.keys, versions, fds,
+ * pinned_bytes), OUT_OF_MEMORY (the budget, malloc),
  * with the reason in err. A put into an existing live key is
  * st__keys_take, not this. */
 int st__keys_put(st__keys_t *t, const st__key_put_t *p, st__build_result_t *result,
                  uint64_t *version, char *err, size_t errlen);
 
-/* The key (borrowed) and its version `version` (0: the latest) for uid:
- * marks the version used. A live key has one version, its current one
- * (st__keys_version_of): 0 or that number. NOT_FOUND ("no key 'x'", "key
- * 'x' has no version 1 (kept: 3..4)", "live key 'x' has only its current
- * version 5 (asked: 1; ...)"), AUTH, INVALID_ARGUMENT (name). */
-int st__keys_get(st__keys_t *t, const char *name, size_t len, uid_t uid, uint64_t version,
-                 st__key_t **key, st__key_version_t **out, char *err, size_t errlen);
+/* The key (borrowed) and its version `version` (0: the latest) for who
+ * (its publisher, a reader it granted, an admin: named.h): marks the
+ * version used. A live key has one version, its current one
+ * (st__keys_version_of): 0 or that number. NOT_FOUND ("no key 'x'" also
+ * for a key who may not see, "key 'x' has no version 1 (kept: 3..4)",
+ * "live key 'x' has only its current version 5 (asked: 1; ...)"),
+ * INVALID_ARGUMENT (name). */
+int st__keys_get(st__keys_t *t, const char *name, size_t len, const st__who_t *who,
+                 uint64_t version, st__key_t **key, st__key_version_t **out, char *err,
+                 size_t errlen);
 
-/* Deletes key `name` for uid: every version goes. NOT_FOUND, AUTH,
- * INVALID_ARGUMENT. */
-int st__keys_delete(st__keys_t *t, const char *name, size_t len, uid_t uid, char *err,
-                    size_t errlen);
+/* Whether who may see (get) key k. */
+int st__keys_visible(const st__key_t *k, const st__who_t *who);
+
+/* Deletes key `name` for who (its publisher; an admin with force:
+ * named.h): every version goes. NOT_FOUND, AUTH, INVALID_ARGUMENT. */
+int st__keys_delete(st__keys_t *t, const char *name, size_t len, const st__who_t *who,
+                    int force, char *err, size_t errlen);
 
 /* Every key whose name starts with (prefix, plen), by name (borrowed
  * pointers in a new array the caller frees; *n counts them). NULL with *n

@@ -37,16 +37,85 @@ int st__named_unused(const st__named_list_t *l, const char *kind, const char *s,
 }
 
 /* See named.h. */
+int st__grant_allows(const st__grant_t *g, const st__who_t *w) {
+  if (!g) return 0;
+  for (uint32_t i = 0; i < g->nuids; i++)
+    if (g->uids[i] == w->uid) return 1;
+  for (uint32_t i = 0; i < g->ngids; i++)
+    if (g->gids[i] == w->gid) return 1;
+  for (uint32_t i = 0; w->in_group && i < g->ngids; i++)
+    if (w->in_group(w, g->gids[i])) return 1;
+  return 0;
+}
+
+/* See named.h. */
+int st__access(uid_t owner, const st__grant_t *g, const st__who_t *w, st__use_t use, int force,
+               const char *kind, const char *name, char *err, size_t errlen) {
+  if (w->uid == owner) return ST_OK;
+  int reader = st__grant_allows(g, w);
+  if (!w->admin && !reader) {
+    if (err && errlen) err[0] = '\0';
+    return ST_ERR_NOT_FOUND;
+  }
+  if (use == ST__USE_READ) return ST_OK;
+  if (use == ST__USE_REMOVE && w->admin && force) return ST_OK;
+  if (use == ST__USE_REMOVE && w->admin)
+    return st__fail(ST_ERR_AUTH, err, errlen,
+                    "%s '%s' belongs to uid %u; root and the server's uid remove another uid's "
+                    "%s with force (stcli ... --force)",
+                    kind, name, (unsigned)owner, kind);
+  return st__fail(ST_ERR_AUTH, err, errlen,
+                  "%s '%s' belongs to uid %u; uid %u may only read it%s", kind, name,
+                  (unsigned)owner, (unsigned)w->uid,
+                  use == ST__USE_WRITE ? " (open it read-only)" : "");
+}
+
+/* See named.h. */
 int st__named_lookup(const st__named_list_t *l, const char *kind, const char *s, size_t n,
-                     uid_t uid, const char *what, st__named_t **out, char *err, size_t errlen) {
+                     const st__who_t *w, st__use_t use, int force, st__named_t **out,
+                     char *err, size_t errlen) {
   st__named_t *e = st__named_find(l, s, n);
-  if (!e)
+  int rc = e ? st__access(e->uid, &e->readers, w, use, force, kind, e->name, err, errlen)
+             : ST_ERR_NOT_FOUND;
+  if (rc == ST_ERR_NOT_FOUND)
     return st__fail(ST_ERR_NOT_FOUND, err, errlen, "no %s named '%.*s'", kind,
                     (int)(n > ST__NAME_MAX ? ST__NAME_MAX : n), s);
-  if (e->uid != uid)
-    return st__fail(ST_ERR_AUTH, err, errlen, "%s '%s' belongs to uid %u; uid %u may not %s it",
-                    kind, e->name, (unsigned)e->uid, (unsigned)uid, what);
+  if (rc != ST_OK) return rc;
   *out = e;
+  return ST_OK;
+}
+
+/* See named.h. */
+unsigned st__named_arena_fds(const st__arena_t *a) {
+  int device;
+  uint64_t bytes;
+  unsigned fds = 0;
+  st__arena_charge(a, &device, &bytes, &fds);
+  return fds;
+}
+
+/* See named.h. */
+int st__named_charge(st__named_t *e, st__uidq_kind_t kind, char *err, size_t errlen) {
+  uint64_t fds = 0, bytes = 0;
+  st__arena_t *a[2] = {e->data, e->page_arena};
+  for (int i = 0; i < 2; i++) {
+    if (!a[i]) continue;
+    fds += st__named_arena_fds(a[i]);
+    bytes += st__arena_bytes(a[i]);
+  }
+  char why[300];
+  int rc = st__uidq_charge(e->uid, kind, 1, why, sizeof why);
+  if (rc == ST_OK && (rc = st__uidq_charge(e->uid, ST__UIDQ_FDS, fds, why, sizeof why)) != ST_OK)
+    st__uidq_uncharge(e->uid, kind, 1);
+  if (rc == ST_OK &&
+      (rc = st__uidq_charge(e->uid, ST__UIDQ_PINNED_BYTES, bytes, why, sizeof why)) != ST_OK) {
+    st__uidq_uncharge(e->uid, kind, 1);
+    st__uidq_uncharge(e->uid, ST__UIDQ_FDS, fds);
+  }
+  if (rc != ST_OK) return st__fail(rc, err, errlen, "%s", why);
+  e->charged = (int)kind + 1;
+  e->charged_fds = fds;
+  e->charged_bytes = bytes;
   return ST_OK;
 }
 
@@ -100,6 +169,12 @@ void st__named_remove(st__named_list_t *l, st__named_t *e) {
 void st__named_release(st__named_list_t *l, st__named_t *e) {
   st__named_remove(l, e);
   ST_LOG_D("named", "'%s' released", e->name);
+  if (e->charged) {
+    st__uidq_uncharge(e->uid, (st__uidq_kind_t)(e->charged - 1), 1);
+    st__uidq_uncharge(e->uid, ST__UIDQ_FDS, e->charged_fds);
+    st__uidq_uncharge(e->uid, ST__UIDQ_PINNED_BYTES, e->charged_bytes);
+    e->charged = 0;
+  }
   st__arena_unref(e->data);
   st__arena_unref(e->page_arena);
   e->data = e->page_arena = NULL;

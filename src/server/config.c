@@ -108,12 +108,6 @@ static const st__setting_t pool_rows[] = {
      .hi = INT64_C(1) << 50, .def = 256 << 20,
      .description = "slab bytes one connection's pool may hold (at most a quarter of "
                     "memory_budget.cpu); past it results get arenas of their own"},
-    {.name = "max_bytes_per_uid", .type = ST_SET_INT, INT_FIELD(pool_max_bytes_per_uid), .lo = 0,
-     .hi = INT64_C(1) << 50, .def = 0,
-     .description = "CPU slab bytes the pools of all connections of one uid may hold together "
-                    "(0 = a quarter of memory_budget.cpu); past it their results get arenas of "
-                    "their own",
-     .zero = "a quarter of memory_budget.cpu"},
     {.name = "max_result_bytes", .type = ST_SET_INT, INT_FIELD(pool_max_result_bytes), .lo = 0,
      .hi = INT64_C(1) << 50, .def = 0,
      .description = "larger arenas are not pooled (0 = an eighth of the per-connection cap, "
@@ -160,6 +154,45 @@ static const st__setting_t tasks_rows[] = {
      .description = "seconds a finished task (and a result nobody fetched) is kept"},
     {.name = "capacity", .type = ST_SET_INT, INT_FIELD(task_capacity), .lo = 1, .hi = 10000000,
      .def = 10000, .description = "tasks kept at most"},
+    {.name = NULL},
+};
+
+#define QUOTA(kind) .offset = F(quotas[kind]), .size = sizeof(uint64_t)
+
+static const st__setting_t quotas_rows[] = {
+    {.name = "keys", .type = ST_SET_INT, QUOTA(ST__UIDQ_KEYS), .lo = 0, .hi = 1 << 24, .def = 0,
+     .description = "published keys one uid may own (0 = a quarter of keys.max_keys)",
+     .zero = "a quarter of keys.max_keys"},
+    {.name = "versions", .type = ST_SET_INT, QUOTA(ST__UIDQ_VERSIONS), .lo = 0, .hi = 1 << 30,
+     .def = 0,
+     .description = "key versions one uid's keys may keep (0 = a quarter of keys.max_keys x "
+                    "keys.max_versions)",
+     .zero = "a quarter of keys.max_keys x keys.max_versions"},
+    {.name = "buffers", .type = ST_SET_INT, QUOTA(ST__UIDQ_BUFFERS), .lo = 0, .hi = 1 << 20,
+     .def = 0, .description = "named buffers one uid may own (0 = a quarter of limits.max_buffers)",
+     .zero = "a quarter of limits.max_buffers"},
+    {.name = "handoffs", .type = ST_SET_INT, QUOTA(ST__UIDQ_HANDOFFS), .lo = 0, .hi = 1 << 20,
+     .def = 0,
+     .description = "hand-offs one uid may own (0 = 4 x limits.max_handoffs_per_connection)",
+     .zero = "4 x limits.max_handoffs_per_connection"},
+    {.name = "tasks", .type = ST_SET_INT, QUOTA(ST__UIDQ_TASKS), .lo = 0, .hi = 10000000,
+     .def = 0,
+     .description = "tasks of one uid the table keeps (0 = a quarter of tasks.capacity)",
+     .zero = "a quarter of tasks.capacity"},
+    {.name = "fds", .type = ST_SET_INT, QUOTA(ST__UIDQ_FDS), .lo = 0, .hi = 1 << 30, .def = 0,
+     .description = "arena descriptors the server keeps for one uid's keys, buffers and "
+                    "hand-offs (0 = a quarter of limits.max_arena_fds as derived)",
+     .zero = "a quarter of the arenas' descriptor cap"},
+    {.name = "pinned_bytes", .type = ST_SET_INT, QUOTA(ST__UIDQ_PINNED_BYTES), .lo = 0,
+     .hi = INT64_C(1) << 60, .def = 0,
+     .description = "arena bytes of one uid's keys, buffers and hand-offs, all devices (0 = a "
+                    "quarter of the memory_budget entries together; none without a budget)",
+     .zero = "a quarter of the memory budgets"},
+    {.name = "pool_bytes", .type = ST_SET_INT, QUOTA(ST__UIDQ_POOL_BYTES), .lo = 0,
+     .hi = INT64_C(1) << 60, .def = 0,
+     .description = "CPU slab bytes of one uid's result pools, all its connections, root's "
+                    "too (0 = a quarter of memory_budget.cpu; none without a budget)",
+     .zero = "a quarter of memory_budget.cpu"},
     {.name = NULL},
 };
 
@@ -213,6 +246,9 @@ static const st__setting_t config_settings[] = {
      .description = "published keys: put, get (docs/keys.md)"},
     {.name = "tasks", .type = ST_SET_TABLE, .rows = tasks_rows,
      .description = "the task table: retention and capacity"},
+    {.name = "quotas", .type = ST_SET_TABLE, .rows = quotas_rows,
+     .description = "what one uid may hold (root and the server's uid are exempt; "
+                    "docs/operations.md, \"Quotas\")"},
     {.name = "memory_budget", .type = ST_SET_MAP, .lo = 0, .hi = INT64_C(1) << 60,
      .key_ok = budget_key_ok, .keys = "\"cpu\" or \"cuda:N\"",
      .example = "{ cpu = 8 * 2^30 }", .put = put_budget,
@@ -355,4 +391,36 @@ void st__config_free(st__config_t *c) {
   st__settings_free(config_settings, c);
   free(c->path);
   memset(c, 0, sizeof *c);
+}
+
+static uint64_t quarter(uint64_t global) { return global / 4 ? global / 4 : 1; }
+
+/* See config.h. */
+void st__config_quotas(const st__config_t *cfg, uint64_t fd_cap, uint64_t out[ST__UIDQ_NKINDS],
+                       int *lowered) {
+  uint64_t budgets = 0;
+  for (int i = 0; i < cfg->nbudgets; i++) budgets += cfg->budgets[i].bytes;
+  /* Each kind's global limit (0: none). */
+  uint64_t global[ST__UIDQ_NKINDS] = {
+      [ST__UIDQ_KEYS] = (uint64_t)cfg->keys_max_keys,
+      [ST__UIDQ_VERSIONS] = (uint64_t)cfg->keys_max_keys * (uint64_t)cfg->keys_max_versions,
+      [ST__UIDQ_BUFFERS] = cfg->max_buffers,
+      [ST__UIDQ_HANDOFFS] = 0,
+      [ST__UIDQ_TASKS] = (uint64_t)cfg->task_capacity,
+      [ST__UIDQ_FDS] = fd_cap,
+      [ST__UIDQ_PINNED_BYTES] = budgets,
+      [ST__UIDQ_POOL_BYTES] = cfg->nbudgets ? cfg->budgets[0].bytes : 0,
+  };
+  if (lowered) *lowered = 0;
+  for (int k = 0; k < ST__UIDQ_NKINDS; k++) {
+    uint64_t g = global[k], q = cfg->quotas[k];
+    if (!q) q = k == ST__UIDQ_HANDOFFS ? 4 * (uint64_t)cfg->max_handoffs_per_connection
+                : g                    ? quarter(g)
+                                       : 0;
+    else if (g > 1 && q >= g) {
+      q = g - (g / 4 ? g / 4 : 1);
+      if (lowered) (*lowered)++;
+    }
+    out[k] = q;
+  }
 }

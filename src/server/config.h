@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "common/settings.h"
 #include "engine/generation.h"
+#include "mem/uidq.h"
 
 #define ST_MAX_DEVICES 16
 #define ST_MAX_ALLOW   64
@@ -82,13 +83,11 @@ typedef struct st__config {
   int keys_max_versions;
   /* Result pools of connections that ask for them (docs/pool.md):
    * pool.slab_bytes (the largest slab), max_bytes_per_connection,
-   * max_result_bytes (0: derived), max_bytes_per_uid, max_regions (0: no
+   * max_result_bytes (0: derived), max_regions (0: no
    * pools). */
   uint64_t pool_slab_bytes;
   uint64_t pool_max_bytes;
   uint64_t pool_max_result_bytes;
-  uint64_t pool_max_bytes_per_uid;  /* CPU slabs of one uid's pools (0: a
-                                       quarter of memory_budget.cpu) */
   int pool_max_regions;
   /* CUDA slabs: pool.cuda_slab_bytes, cuda_max_bytes_per_connection (per
    * device, at most a quarter of its budget). */
@@ -101,6 +100,10 @@ typedef struct st__config {
   /* tasks (docs/protocol.md, "submit" ... "tasks") */
   double task_ttl_s;            /* finished tasks are kept this long (600) */
   int task_capacity;            /* at most this many tasks are kept (10000) */
+  /* quotas (mem/uidq.h; docs/operations.md, "Quotas"): what one uid may
+   * hold of each kind, indexed by st__uidq_kind_t; 0: derived from the
+   * kind's global limit (st__config_quotas). */
+  uint64_t quotas[ST__UIDQ_NKINDS];
   /* memory_budget: bytes the server holds per device (every arena it
    * allocated, mem/ledger.h); 0 = none. Entry 0 is always "cpu" (default:
    * half of the host memory, st__config_default_cpu_budget). */
@@ -160,6 +163,15 @@ void st__config_print_tables(const st__config_t *cfg, FILE *out);
 /* Sets the four connection limits to their defaults, derived from this
  * process's RLIMIT_NOFILE (soft) and the host memory (limits.c). */
 void st__config_connection_limits(st__config_t *c);
+
+/* The quota of every kind (mem/uidq.h) that cfg makes: a `quotas` entry
+ * when set, else derived from the kind's global limit (a quarter of it;
+ * docs/operations.md, "Quotas"); a set one that is not below its global
+ * limit is lowered to three quarters of it (so one uid never exhausts
+ * it), and *lowered (may be NULL) counts those. `fd_cap`: the arenas'
+ * descriptor cap in force (reclaim.h). Any thread. */
+void st__config_quotas(const st__config_t *cfg, uint64_t fd_cap, uint64_t out[ST__UIDQ_NKINDS],
+                       int *lowered);
 
 /* The default cpu budget: half of the physical memory or of the memory
  * limit of the process's cgroup, whichever is lower

@@ -21,6 +21,7 @@
 #include "mem/arena.h"
 #include "mem/arena_release.h"
 #include "mem/safetensors.h"
+#include "mem/uidq.h"
 #include "server/conn.h"
 #include "server/loopprof.h"
 #include "server/reclaim.h"
@@ -29,6 +30,26 @@
 #include "server/work.h"
 #include "st/errors.h"
 #include "st/wire.h"
+
+
+/* Sets the per-uid quotas cfg makes (mem/uidq.h) and logs them. */
+static void configure_quotas(const st__config_t *cfg) {
+  uint64_t q[ST__UIDQ_NKINDS], nofile = 0;
+  int lowered = 0;
+  st__config_quotas(cfg, st__reclaim_fd_cap(cfg->max_arena_fds, &nofile), q, &lowered);
+  st__uidq_reset();
+  st__uidq_configure(q, geteuid());
+  char line[512];
+  size_t n = 0;
+  for (int k = 0; k < ST__UIDQ_NKINDS && n < sizeof line; k++)
+    n += (size_t)snprintf(line + n, sizeof line - n, "%s%s %llu", k ? ", " : "",
+                          st__uidq_name((st__uidq_kind_t)k), (unsigned long long)q[k]);
+  ST_LOG_I("server", "quotas per uid (0: none; root and uid %u exempt): %s", (unsigned)geteuid(),
+           line);
+  if (lowered)
+    ST_LOG_W("server", "%d quotas were not below their global limit and were lowered to three "
+             "quarters of it", lowered);
+}
 
 /* 128 random bits as 32 hex digits: names this process start, so clients
  * never confuse arena ids of two server lifetimes. */
@@ -248,6 +269,7 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
     start_failed(setup, "out of memory");
     return ST_ERR_OUT_OF_MEMORY;
   }
+  configure_quotas(cfg);
   /* Final releases of CUDA and big memfd arenas leave the loop threads
    * (mem/arena_release.h); without the thread they stay inline. */
   char why[160];

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "lua/st_lua.h"
 #include "mem/slab_alloc.h"
+#include "mem/uidq.h"
 #include "server/conn.h"
 #include "server/holdings.h"
 #include "server/loopprof.h"
@@ -34,84 +35,23 @@ static uint64_t result_cap(const st__config_t *cfg, uint64_t cap) {
 
 /* ------------------------------------------------------ per-uid account
  *
- * The CPU slab bytes of the pools of one uid's connections, against
- * pool.max_bytes_per_uid (a quarter of memory_budget.cpu by default). One
- * entry per uid with a pool alive (pools outlive their connection while
- * regions are in use); a pool holds a reference to its uid's entry and
- * its limit as configured when its connection said hello. Pools call in
- * under their own mutex, from any thread: the table has its own. */
-
-typedef struct uid_pools {
-  struct uid_pools *next;
-  uint32_t uid;
-  int refs;                   /* pools that charge here                 */
-  uint64_t bytes;             /* their CPU slab bytes                   */
-} uid_pools_t;
-
-typedef struct uid_account {
-  uid_pools_t *u;
-  uint64_t max;
-} uid_account_t;
-
-static pthread_mutex_t uid_mu = PTHREAD_MUTEX_INITIALIZER;
-static uid_pools_t *uid_head;
+ * The CPU slab bytes of the pools of one uid's connections are charged to
+ * its quotas.pool_bytes (mem/uidq.h; a quarter of memory_budget.cpu by
+ * default). A pool keeps the uid it charges (pools outlive their
+ * connection while regions are in use) and calls in under its own mutex,
+ * from any thread. */
 
 static int uid_charge(void *ctx, int device, int64_t bytes) {
-  uid_account_t *a = ctx;
+  uid_t uid = *(const uid_t *)ctx;
   if (device >= 0) return 0;   /* CUDA slabs: each device's cap and budget */
-  int rc = 0;
-  pthread_mutex_lock(&uid_mu);
-  if (bytes < 0) a->u->bytes -= (uint64_t)-bytes;
-  else if (a->u->bytes + (uint64_t)bytes > a->max) rc = -1;
-  else a->u->bytes += (uint64_t)bytes;
-  pthread_mutex_unlock(&uid_mu);
-  return rc;
+  if (bytes < 0) {
+    st__uidq_uncharge(uid, ST__UIDQ_POOL_BYTES, (uint64_t)-bytes);
+    return 0;
+  }
+  return st__uidq_charge(uid, ST__UIDQ_POOL_BYTES, (uint64_t)bytes, NULL, 0) == ST_OK ? 0 : -1;
 }
 
-static void uid_drop(void *ctx) {
-  uid_account_t *a = ctx;
-  pthread_mutex_lock(&uid_mu);
-  if (--a->u->refs == 0) {
-    uid_pools_t **pp = &uid_head;
-    while (*pp != a->u) pp = &(*pp)->next;
-    *pp = a->u->next;
-    free(a->u);
-  }
-  pthread_mutex_unlock(&uid_mu);
-  free(a);
-}
-
-/* A reference to uid's entry with the limit `max`; NULL when out of
- * memory. */
-static uid_account_t *uid_account(uint32_t uid, uint64_t max) {
-  uid_account_t *a = malloc(sizeof *a);
-  if (!a) return NULL;
-  a->max = max;
-  pthread_mutex_lock(&uid_mu);
-  uid_pools_t *u = uid_head;
-  while (u && u->uid != uid) u = u->next;
-  if (!u && (u = calloc(1, sizeof *u)) != NULL) {
-    u->uid = uid;
-    u->next = uid_head;
-    uid_head = u;
-  }
-  if (u) u->refs++;
-  pthread_mutex_unlock(&uid_mu);
-  if (!u) {
-    free(a);
-    return NULL;
-  }
-  a->u = u;
-  return a;
-}
-
-/* pool.max_bytes_per_uid, else a quarter of the cpu budget (no budget:
- * no limit). */
-static uint64_t uid_cap(const st__config_t *cfg) {
-  if (cfg->pool_max_bytes_per_uid) return cfg->pool_max_bytes_per_uid;
-  uint64_t budget = cfg->nbudgets > 0 ? cfg->budgets[0].bytes : 0;
-  return budget ? budget / 4 : UINT64_MAX;
-}
+static void uid_drop(void *ctx) { free(ctx); }
 
 void st__pool_conn_sweep(st__server_t *srv) {
   (void)srv;
@@ -132,15 +72,16 @@ void st__pool_conn_hello(st__conn_t *c, const msgpack_object *features) {
   pc.cuda_max_bytes = cfg->pool_cuda_max_bytes;   /* mem/pool.c: a quarter of each budget */
   pc.cuda_max_result_bytes = result_cap(cfg, pc.cuda_max_bytes);
   pc.idle_ns = (uint64_t)(cfg->pool_idle_s * 1e9);
-  uid_account_t *acct = uid_account((uint32_t)c->cred.uid, uid_cap(cfg));
+  uid_t *acct = malloc(sizeof *acct);
   if (!acct) {
     ST_LOG_W("pool", "conn %llu: no result pool: out of memory", (unsigned long long)c->id);
     return;
   }
+  *acct = c->cred.uid;
   pc.account = uid_charge;
   pc.account_drop = uid_drop;
   pc.account_ctx = acct;
-  pc.account_limit = "pool.max_bytes_per_uid";
+  pc.account_limit = "quotas.pool_bytes";
   char why[256];
   if (st__mpool_new(&pc, &c->pool, why, sizeof why) != ST_OK) {
     ST_LOG_W("pool", "conn %llu: no result pool: %s", (unsigned long long)c->id, why);

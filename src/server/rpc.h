@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "engine/generation.h"
+#include "engine/named.h"
 #include "server/conn.h"
 
 /* ------------------------------------------------------------- rows */
@@ -61,7 +62,7 @@ typedef struct st__rpc_param {
   const char *choices;         /* WORD: "a|b|c"; the value is the index */
 } st__rpc_param_t;
 
-#define ST_RPC_MAX_PARAMS 6
+#define ST_RPC_MAX_PARAMS 8
 
 typedef struct st__rpc_req st__rpc_req_t;
 
@@ -133,6 +134,16 @@ uint64_t st__rpc_u64(const st__rpc_req_t *r, const char *name, uint64_t dflt);
 double st__rpc_seconds(const st__rpc_req_t *r, const char *name, double dflt);
 int st__rpc_word(const st__rpc_req_t *r, const char *name, int dflt);
 int st__rpc_bool(const st__rpc_req_t *r, const char *name, int dflt);
+
+/* Who the request's peer is (engine/named.h): its uid and primary gid,
+ * admin for root and the server's uid, and its supplementary groups read
+ * from the socket (SO_PEERGROUPS) only when a grant asks. rpc_owner.c. */
+void st__rpc_who(const st__rpc_req_t *r, st__who_t *w);
+
+/* The request's `readers` parameter ({uids?: [uid], gids?: [gid]}, at
+ * most ST__GRANT_MAX each) in *g: 1 when given, 0 when absent (g
+ * zeroed), -1 after an INVALID_ARGUMENT reply. rpc_owner.c. */
+int st__rpc_readers(st__rpc_req_t *r, st__grant_t *g);
 
 /* The device of the request's `device` parameter (a checked STR of the
  * row): "cpu" (absent too) is -1, "cuda" the socket's own device, "cuda:N"

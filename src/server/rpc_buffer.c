@@ -176,6 +176,10 @@ void st__rpc_buffer_create(st__rpc_req_t *r) {
   s.slots = st__rpc_u64(r, "slots", 1);
   s.name = name->via.str.ptr;
   s.name_len = name->via.str.size;
+  st__grant_t readers;
+  int given = st__rpc_readers(r, &readers);
+  if (given < 0) return;
+  if (given) s.readers = &readers;
   st__buffer_limits_t l = limits_of(c->srv->cfg);
   char err[400];
   st__buffer_t *b = NULL;
@@ -198,9 +202,11 @@ void st__rpc_buffer_open(st__rpc_req_t *r) {
   char err[400];
   st__buffer_t *b = NULL;
   st__buffer_handle_t h;
+  st__who_t who;
+  st__rpc_who(r, &who);
   int rc = st__buffer_open(buffers_of(c->srv), name->via.str.ptr, name->via.str.size,
                            st__rpc_bool(r, "readonly", 0), c->srv->cfg->max_buffer_handles_per_connection,
-                           c->id, c->cred.uid, &b, &h, err, sizeof err);
+                           c->id, &who, &b, &h, err, sizeof err);
   if (rc != ST_OK) st__rpc_error(r, rc, "buffer_open: %s", err);
   else reply_buffer(r, b, &h);
 }
@@ -215,30 +221,48 @@ void st__rpc_buffer_close(st__rpc_req_t *r) {
   else st__reply_true(r->c, r->id);
 }
 
-/* buffer_unlink {name} -> true. */
+/* buffer_unlink {name, force?} -> true (force: root and the server's uid
+ * unlink another uid's buffer). */
 void st__rpc_buffer_unlink(st__rpc_req_t *r) {
   const msgpack_object *name = st__rpc_arg(r, "name");
   char err[400];
-  int rc = st__buffer_unlink(buffers_of(r->c->srv), name->via.str.ptr, name->via.str.size,
-                             r->c->cred.uid, err, sizeof err);
+  st__who_t who;
+  st__rpc_who(r, &who);
+  int rc = st__buffer_unlink(buffers_of(r->c->srv), name->via.str.ptr, name->via.str.size, &who,
+                             st__rpc_bool(r, "force", 0), err, sizeof err);
   if (rc != ST_OK) st__rpc_error(r, rc, "buffer_unlink: %s", err);
   else st__reply_true(r->c, r->id);
 }
 
-/* buffers {} -> [{name, device, dtype, shape, slots, frame_bytes, stride,
- * handles}] of the named buffers of the caller's uid. */
+/* Whether `buffers` lists e for who (all: every uid's, admins only). */
+static int listed(const st__named_t *e, const st__who_t *who, int all) {
+  return e->uid == who->uid || (all && who->admin);
+}
+
+/* buffers {all?} -> [{name, device, dtype, shape, slots, frame_bytes,
+ * stride, handles, uid}] of the named buffers of the caller's uid (all:
+ * of every uid, for root and the server's uid; AUTH for another). */
 void st__rpc_buffers(st__rpc_req_t *r) {
   const st__named_list_t *l = &buffers_of(r->c->srv)->named;
+  st__who_t who;
+  st__rpc_who(r, &who);
+  int all = st__rpc_bool(r, "all", 0);
+  if (all && !who.admin) {
+    st__rpc_error(r, ST_ERR_AUTH, "buffers: 'all' lists every uid's buffers: root and the "
+                  "server's uid only");
+    return;
+  }
   uint32_t n = 0;
-  for (const st__named_t *e = l->head; e; e = e->next) n += e->uid == r->c->cred.uid;
+  for (const st__named_t *e = l->head; e; e = e->next) n += listed(e, &who, all);
   msgpack_sbuffer sb;
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, r->id);
   msgpack_pack_array(&pk, n);
   for (const st__named_t *e = l->head; e; e = e->next) {
-    if (e->uid != r->c->cred.uid) continue;
-    msgpack_pack_map(&pk, 8);
+    if (!listed(e, &who, all)) continue;
+    msgpack_pack_map(&pk, 9);
     pack_buffer(&pk, (const st__buffer_t *)e);
+    st__pack_kv_uint(&pk, "uid", (uint64_t)e->uid);
   }
   st__reply_send(r->c, r->id, &sb);
 }

@@ -43,7 +43,7 @@ static st__task_t *start_task(st__rpc_req_t *r, const st__endpoint_decl_t *ep,
   st__server_t *srv = c->srv;
   char err[512];
   int code = ST_OK;
-  st__task_t *t = st__task_new(srv, ep->name, err, sizeof err, &code);
+  st__task_t *t = st__task_new(srv, ep->name, c->cred.uid, err, sizeof err, &code);
   if (!t) {
     st__rpc_error(r, code, "%s", err);
     return NULL;

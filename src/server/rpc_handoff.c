@@ -75,6 +75,10 @@ void st__rpc_handoff_create(st__rpc_req_t *r) {
       .max_chunks = cfg->max_handoff_chunks,
       .max_per_connection = cfg->max_handoffs_per_connection,
   };
+  st__grant_t readers;
+  int given = st__rpc_readers(r, &readers);
+  if (given < 0) return;
+  if (given) s.readers = &readers;
   char err[400];
   st__handoff_t *h = NULL;
   int rc = st__handoff_create(handoffs_of(c->srv), &s, c->id, c->cred.uid, &h, err, sizeof err);
@@ -92,8 +96,10 @@ void st__rpc_handoff_open(st__rpc_req_t *r) {
   char err[400];
   st__handoff_t *h = NULL;
   uint32_t slot;
+  st__who_t who;
+  st__rpc_who(r, &who);
   int rc = st__handoff_open(handoffs_of(c->srv), name->via.str.ptr, name->via.str.size, c->id,
-                            c->cred.uid, c->srv->cfg->max_handoffs_per_connection, &h, &slot,
+                            &who, c->srv->cfg->max_handoffs_per_connection, &h, &slot,
                             err, sizeof err);
   if (rc != ST_OK) {
     st__rpc_error(r, rc, "handoff_open: %s", err);
@@ -112,12 +118,15 @@ void st__rpc_handoff_close(st__rpc_req_t *r) {
   else st__reply_true(r->c, r->id);
 }
 
-/* handoff_delete {name} -> true. */
+/* handoff_delete {name, force?} -> true (force: root and the server's
+ * uid remove another uid's hand-off). */
 void st__rpc_handoff_delete(st__rpc_req_t *r) {
   const msgpack_object *name = name_of(r);
   char err[400];
+  st__who_t who;
+  st__rpc_who(r, &who);
   int rc = st__handoff_delete(handoffs_of(r->c->srv), name->via.str.ptr, name->via.str.size,
-                              r->c->cred.uid, err, sizeof err);
+                              &who, st__rpc_bool(r, "force", 0), err, sizeof err);
   if (rc != ST_OK) st__rpc_error(r, rc, "handoff_delete: %s", err);
   else st__reply_true(r->c, r->id);
 }

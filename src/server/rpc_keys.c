@@ -96,6 +96,10 @@ void st__rpc_put(st__rpc_req_t *r) {
   p.policy = (st__key_policy_t)st__rpc_word(r, "policy", ST__KEY_PINNED);
   p.readonly = st__rpc_bool(r, "readonly", 0);
   p.live = st__rpc_bool(r, "live", 0);
+  st__grant_t readers;
+  int given = st__rpc_readers(r, &readers);
+  if (given < 0) return;
+  if (given) p.readers = &readers;
   char err[1024];
   int rc = st__keys_name_ok(p.name, p.len, err, sizeof err);
   const st__key_t *existing = rc == ST_OK ? st__smap_get(&srv->keys.by_name, p.name, p.len) : NULL;
@@ -226,8 +230,10 @@ static void get_key(st__rpc_req_t *r, const char *name, size_t len, int readonly
   char err[600];
   st__key_t *k;
   st__key_version_t *v;
-  int rc = st__keys_get(&c->srv->keys, name, len, c->cred.uid, st__rpc_u64(r, "version", 0), &k,
-                        &v, err, sizeof err);
+  st__who_t who;
+  st__rpc_who(r, &who);
+  int rc = st__keys_get(&c->srv->keys, name, len, &who, st__rpc_u64(r, "version", 0), &k, &v, err,
+                        sizeof err);
   if (rc != ST_OK) {
     st__rpc_error(r, rc, "get: %s", err);
     return;
@@ -244,8 +250,9 @@ static void get_key(st__rpc_req_t *r, const char *name, size_t len, int readonly
   memset(&g, 0, sizeof g);
   g.key = k;
   g.v = v;
-  /* Only a live key's publisher writes it (docs/views.md, section 3). */
-  g.readonly = readonly || ((k->readonly || k->live) && !mine);
+  /* Only a live key's publisher writes it (docs/views.md, section 3); a
+   * reader of another uid (granted, or an admin) maps it read-only. */
+  g.readonly = readonly || ((k->readonly || k->live) && !mine) || k->uid != c->cred.uid;
   g.publisher = k->live && mine && !g.readonly;
   /* A copy of a live key would not follow its updates, and could mix two
    * of them: a live key's views are windows only. */
@@ -315,10 +322,26 @@ static void pack_key(msgpack_packer *pk, const st__key_t *k) {
   st__pack_kv_str(pk, "state", state);
 }
 
-/* keys {prefix?} -> [{key, version, versions, bytes, policy, device,
- * readonly, uid, updated_at, state}] by name: the keys of the caller's uid (the
- * only ones it may get). */
+/* Whether `keys` lists k for who: its own keys and those granted to it
+ * (the ones it may get); all: every uid's (admins only). */
+static int key_listed(const st__key_t *k, const st__who_t *who, int all) {
+  if (k->uid == who->uid || (all && who->admin)) return 1;
+  return !who->admin && st__keys_visible(k, who);
+}
+
+/* keys {prefix?, all?} -> [{key, version, versions, bytes, policy, device,
+ * readonly, uid, updated_at, state}] by name: the keys of the caller's uid
+ * and those granted to it (all: of every uid, for root and the server's
+ * uid; AUTH for another). */
 void st__rpc_keys(st__rpc_req_t *r) {
+  st__who_t who;
+  st__rpc_who(r, &who);
+  int all = st__rpc_bool(r, "all", 0);
+  if (all && !who.admin) {
+    st__rpc_error(r, ST_ERR_AUTH,
+                  "keys: 'all' lists every uid's keys: root and the server's uid only");
+    return;
+  }
   const msgpack_object *pre = st__rpc_arg(r, "prefix");
   size_t n;
   st__key_t **list = st__keys_list(&r->c->srv->keys, pre ? pre->via.str.ptr : NULL,
@@ -327,20 +350,24 @@ void st__rpc_keys(st__rpc_req_t *r) {
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, r->id);
   size_t mine = 0;
-  for (size_t i = 0; i < n; i++) list[mine] = list[i], mine += list[i]->uid == r->c->cred.uid;
+  for (size_t i = 0; i < n; i++) list[mine] = list[i], mine += key_listed(list[i], &who, all);
   msgpack_pack_array(&pk, mine);
   for (size_t i = 0; i < mine; i++) pack_key(&pk, list[i]);
   free(list);
   st__reply_send(r->c, r->id, &sb);
 }
 
-/* delete {key} -> true: every version goes (readers' mappings stay). */
+/* delete {key, force?} -> true: every version goes (readers' mappings
+ * stay). force: root and the server's uid delete another uid's key. */
 void st__rpc_delete(st__rpc_req_t *r) {
   const char *name;
   size_t len;
   key_arg(r, &name, &len);
   char err[400];
-  int rc = st__keys_delete(&r->c->srv->keys, name, len, r->c->cred.uid, err, sizeof err);
+  st__who_t who;
+  st__rpc_who(r, &who);
+  int rc = st__keys_delete(&r->c->srv->keys, name, len, &who, st__rpc_bool(r, "force", 0), err,
+                           sizeof err);
   if (rc != ST_OK) {
     st__rpc_error(r, rc, "delete: %s", err);
     return;

@@ -5,17 +5,26 @@
 
 #include "server/rpc.h"
 #include "common/log.h"
+#include "mem/uidq.h"
 #include "server/holdings.h"
 #include "server/work.h"
 #include "st/errors.h"
 
 #define WAIT_DEFAULT_S 30.0
 
+/* Whether the caller may see task t: its submitter, root and the
+ * server's own uid (mem/uidq.h, st__uidq_exempt). */
+static int may_see(const st__conn_t *c, const st__task_t *t) {
+  return t->uid == c->cred.uid || st__uidq_exempt(c->cred.uid);
+}
+
 /* The task named by the task_id parameter, or NULL after a NOT_FOUND
- * reply. */
+ * reply: another uid's task is NOT_FOUND too, word for word (its
+ * existence is not told). */
 static st__task_t *task_of(st__rpc_req_t *r) {
   uint64_t tid = st__rpc_u64(r, "task_id", 0);
   st__task_t *t = st__task_find(r->c->srv, tid);
+  if (t && !may_see(r->c, t)) t = NULL;
   if (!t)
     st__rpc_error(r, ST_ERR_NOT_FOUND,
                   "%s: task %llu not found (unknown, or dropped after tasks.ttl_s)",
@@ -63,7 +72,8 @@ static st__task_t *page_start(st__server_t *srv, uint64_t before) {
   return t;
 }
 
-/* tasks {status?, limit?, before?} -> task info, newest first: at most
+/* tasks {status?, limit?, before?} -> task info, newest first, of the
+ * caller's uid (root and the server's uid: of every uid): at most
  * `limit` (default ST__TASKS_PAGE_DEFAULT, at most ST__TASKS_PAGE_MAX)
  * of the tasks whose id is below `before` (a cursor: the last id of the
  * previous page). */
@@ -79,7 +89,7 @@ void st__rpc_tasks(st__rpc_req_t *r) {
   st__task_t *page[ST__TASKS_PAGE_MAX];
   size_t n = 0;
   for (st__task_t *t = page_start(srv, st__rpc_u64(r, "before", 0)); t && n < limit; t = t->older)
-    if (want < 0 || (int)st__task_status(srv, t) == want) page[n++] = t;
+    if (may_see(r->c, t) && (want < 0 || (int)st__task_status(srv, t) == want)) page[n++] = t;
   msgpack_sbuffer sb;
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, r->id);

@@ -14,6 +14,7 @@
 
 #include "common/log.h"
 #include "common/clock.h"
+#include "mem/uidq.h"
 #include "server/work.h"
 #include "st/errors.h"
 
@@ -48,6 +49,7 @@ static void free_task(st__server_t *srv, st__task_t *t) {
     st__object_t *o = st__objects_find(&srv->objects, t->object_id);
     if (o) st__objects_unhold(&srv->objects, o);
   }
+  st__uidq_uncharge(t->uid, ST__UIDQ_TASKS, 1);
   st__build_result_destroy(&t->result);
   free(t->endpoint);
   free(t->err_msg);
@@ -84,12 +86,30 @@ void st__tasks_sweep(st__server_t *srv) {
 
 /* ------------------------------------------------------------- creation */
 
-/* A new pending task (capacity and TTL applied first); see work.h. Loop
- * thread. */
-st__task_t *st__task_new(st__server_t *srv, const char *endpoint, char *err, size_t errlen,
-                         int *code) {
+/* The oldest finished task of uid, or NULL. */
+static st__task_t *oldest_done_of(st__work_t *w, uid_t uid) {
+  for (st__task_t *t = w->done_head; t; t = t->dnext)
+    if (t->uid == uid) return t;
+  return NULL;
+}
+
+/* A new pending task (capacity, the uid's quota and TTL applied first);
+ * see work.h. A uid at its quota pushes out its own oldest finished task,
+ * never another uid's. Loop thread. */
+st__task_t *st__task_new(st__server_t *srv, const char *endpoint, uid_t uid, char *err,
+                         size_t errlen, int *code) {
   st__work_t *w = srv->work;
   st__tasks_sweep(srv);
+  char why[300];
+  if (st__uidq_room(uid, ST__UIDQ_TASKS, 1, why, sizeof why) != ST_OK) {
+    st__task_t *own = oldest_done_of(w, uid);
+    if (!own) {
+      snprintf(err, errlen, "%s (tasks pending, running or finished and kept)", why);
+      *code = ST_ERR_LIMIT;
+      return NULL;
+    }
+    expire(srv, own);
+  }
   if (w->ntasks >= (size_t)srv->cfg->task_capacity) {
     if (!w->done_head) {
       snprintf(err, errlen, "%zu tasks are pending or running (tasks.capacity)", w->ntasks);
@@ -98,16 +118,24 @@ st__task_t *st__task_new(st__server_t *srv, const char *endpoint, char *err, siz
     }
     expire(srv, w->done_head);
   }
+  if (st__uidq_charge(uid, ST__UIDQ_TASKS, 1, why, sizeof why) != ST_OK) {
+    snprintf(err, errlen, "%s", why);
+    *code = ST_ERR_LIMIT;
+    return NULL;
+  }
   st__task_t *t = calloc(1, sizeof *t);
   if (t) t->endpoint = strdup(endpoint);
   if (!t || !t->endpoint) {
+    st__uidq_uncharge(uid, ST__UIDQ_TASKS, 1);
     free(t);
     snprintf(err, errlen, "out of memory");
     *code = ST_ERR_OUT_OF_MEMORY;
     return NULL;
   }
   t->id = ++w->next_task_id;
+  t->uid = uid;
   if (st__smap_put(&w->tasks, ST__ID_KEY(&t->id), t) != ST_OK) {
+    st__uidq_uncharge(uid, ST__UIDQ_TASKS, 1);
     free(t->endpoint);
     free(t);
     snprintf(err, errlen, "out of memory");
@@ -178,8 +206,9 @@ void st__pack_task(msgpack_packer *pk, st__server_t *srv, st__task_t *t) {
     st__progress_get(&t->build->job->progress, &p);
   else if (finished(t))
     p = t->progress;
-  msgpack_pack_map(pk, 10);
+  msgpack_pack_map(pk, 11);
   st__pack_kv_uint(pk, "id", t->id);
+  st__pack_kv_uint(pk, "uid", (uint64_t)t->uid);
   st__pack_kv_str(pk, "endpoint", t->endpoint);
   st__pack_kv_str(pk, "status", st__task_status_name(t->status));
   st__pack_cstr(pk, "created_at");

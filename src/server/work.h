@@ -114,6 +114,9 @@ typedef struct st__waiter {
 
 typedef struct st__task {
   uint64_t id;
+  uid_t uid;                  /* the submitter's: only it (and root, the
+                                 server's uid) may see or cancel it; charged
+                                 to its quotas.tasks                       */
   char *endpoint;             /* owned */
   st__task_status_t status;
   double created_at, started_at, completed_at;   /* unix; 0 = not yet */
@@ -259,10 +262,11 @@ void st__deliver_plain(st__server_t *srv, const st__consumer_t *k, st__job_t *jo
 
 /* ------------------------------------------------------------- tasks.c */
 
-/* A new pending task of `endpoint`, or NULL with err set (LIMIT when
- * tasks.capacity tasks are unfinished, OUT_OF_MEMORY). */
-st__task_t *st__task_new(st__server_t *srv, const char *endpoint, char *err, size_t errlen,
-                         int *code);
+/* A new pending task of `endpoint` submitted by `uid`, or NULL with err
+ * set (LIMIT when tasks.capacity tasks are unfinished, or when uid keeps
+ * quotas.tasks tasks none of which is finished; OUT_OF_MEMORY). */
+st__task_t *st__task_new(st__server_t *srv, const char *endpoint, uid_t uid, char *err,
+                         size_t errlen, int *code);
 
 /* The task of an id (borrowed), or NULL. */
 st__task_t *st__task_find(st__server_t *srv, uint64_t id);

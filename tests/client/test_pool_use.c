@@ -3,9 +3,9 @@
  *   - 260 connections that each make one tiny pooled call (a server of
  *     its own, memory_budget.cpu = 32 MiB, slabs never retired) hold
  *     small slabs: the pools' bytes stay within a quarter of the budget
- *     (pool.max_bytes_per_uid's default), the ledger far below the
+ *     (quotas.pool_bytes's default), the ledger far below the
  *     budget, and another client's 8 MiB call still succeeds;
- *   - pool.max_bytes_per_uid bounds the slab bytes of one uid's pools
+ *   - quotas.pool_bytes bounds the slab bytes of one uid's pools (root's too)
  *     together: past it results get arenas of their own
  *     (counters.pool_fallbacks), every result correct;
  *   - an idle connection's slabs are retired after pool.idle_s, the last
@@ -199,8 +199,8 @@ static void quota_body(stt_server_t *s) {
   st_client_close(mon);
 }
 
-TEST(the_pools_of_one_uid_stay_within_max_bytes_per_uid) {
-  CHECK(pk_run_own_server("workers = 1, pool = { idle_s = 0, max_bytes_per_uid = 1048576 },",
+TEST(the_pools_of_one_uid_stay_within_its_pool_bytes) {
+  CHECK(pk_run_own_server("workers = 1, pool = { idle_s = 0 }, quotas = { pool_bytes = 1048576 },",
                           endpoints, quota_body) == 0);
 }
 
@@ -281,7 +281,7 @@ TEST(a_connection_that_keeps_calling_reuses_one_slab) {
 
 int main(void) {
   RUN(many_connections_with_one_tiny_call_each_hold_small_slabs);
-  RUN(the_pools_of_one_uid_stay_within_max_bytes_per_uid);
+  RUN(the_pools_of_one_uid_stay_within_its_pool_bytes);
   RUN(an_idle_connection_ends_up_holding_no_slab);
   RUN(a_connection_that_keeps_calling_reuses_one_slab);
   return stt_summary();
