@@ -66,11 +66,11 @@ TEST(json_values_match_the_cpu) {
   CHECK(json_ok(R.out));
   CHECK_CONTAINS(R.out, "\"device\": \"cuda:0\"");
   /* The top-level member (a module in the value has "tensors" too). */
-  const char *tg = strstr(R.out, "\n\"tensors\": ");
+  const char *tg = strstr(R.out, "\n  \"tensors\": ");
   CHECK(tg);
   snprintf(gpu, sizeof gpu, "%s", tg);
   CHECK_EQ_INT(STCLI("--json", "--socket", srv.socket, "call", "t_cpu", "--values=3"), 0);
-  const char *tc = strstr(R.out, "\n\"tensors\": ");
+  const char *tc = strstr(R.out, "\n  \"tensors\": ");
   CHECK(tc);
   CHECK_STR_EQ(gpu, tc);
   CHECK(!strstr(gpu, "\"sum\": null"));
