@@ -76,13 +76,7 @@ static int64_t wait_pool_bytes(int64_t want) {
 }
 
 static st_result_t *fill(st_client_t *c, float v) {
-  st_args_t *a = st_args_new();
-  st_args_int(a, "v", (int64_t)v);
-  st_result_t *r = NULL;
-  int rc = st_client_call(c, "fill", a, &r);
-  st_args_free(a);
-  if (rc != ST_OK) fprintf(stderr, "   fill: %s\n", st_client_error(c));
-  return rc == ST_OK ? r : NULL;
+  return stt_call_ints(c, "fill", (const char *const[]){"v"}, (const int64_t[]){(int64_t)v}, 1);
 }
 
 static int holds(const st_result_t *r, float v) {

@@ -72,14 +72,8 @@ static int64_t held_by_pools(st_client_t *mon, const char *what) {
 
 /* fill{n floats of v} on c; NULL when it fails (the reason printed). */
 static st_result_t *fill(st_client_t *c, int64_t n, float v) {
-  st_args_t *a = st_args_new();
-  st_args_int(a, "n", n);
-  st_args_int(a, "v", (int64_t)v);
-  st_result_t *r = NULL;
-  int rc = st_client_call(c, "fill", a, &r);
-  st_args_free(a);
-  if (rc != ST_OK) fprintf(stderr, "   fill: %s\n", st_client_error(c));
-  return rc == ST_OK ? r : NULL;
+  return stt_call_ints(c, "fill", (const char *const[]){"n", "v"},
+                       (const int64_t[]){n, (int64_t)v}, 2);
 }
 
 static int holds(const st_result_t *r, int64_t n, float v) {

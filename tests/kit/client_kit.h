@@ -94,4 +94,17 @@ static inline int stt_client_report(st_client_t *c, const char *what, int rc) {
   return rc;
 }
 
+/* Calls `endpoint` on c with n integer arguments keys[i] = vals[i]; the
+ * result, or NULL with the client's error printed. */
+static inline st_result_t *stt_call_ints(st_client_t *c, const char *endpoint,
+                                         const char *const *keys, const int64_t *vals, int n) {
+  st_args_t *a = st_args_new();
+  for (int i = 0; i < n; i++) st_args_int(a, keys[i], vals[i]);
+  st_result_t *r = NULL;
+  int rc = st_client_call(c, endpoint, a, &r);
+  st_args_free(a);
+  if (rc != ST_OK) fprintf(stderr, "   %s: %s\n", endpoint, st_client_error(c));
+  return rc == ST_OK ? r : NULL;
+}
+
 #endif

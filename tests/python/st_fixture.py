@@ -87,6 +87,33 @@ def run_example(test, name, *args):
     return out.stdout, text
 
 
+def start_repo_server(directory, extra_env=None):
+    """The server of the README's command 1: ST_SERVER_BIN --config
+    config.lua in the repository root, on the private socket base
+    <directory>/st (SHARED_TENSOR_BASE_PATH), its log in
+    <directory>/server.log. Returns (process, environment for the clients,
+    log path) once `stcli ping` answers; raises with the log when it does
+    not start."""
+    src = env("ST_SOURCE_DIR")
+    cenv = dict(os.environ, SHARED_TENSOR_BASE_PATH=os.path.join(directory, "st"),
+                PYTHONPATH=os.path.join(src, "python"), **(extra_env or {}))
+    log_path = os.path.join(directory, "server.log")
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([env("ST_SERVER_BIN"), "--config", "config.lua"], cwd=src,
+                                env=cenv, stdout=log, stderr=subprocess.STDOUT)
+    sock = cenv["SHARED_TENSOR_BASE_PATH"] + "-0.sock"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and proc.poll() is None:
+        if subprocess.run([env("ST_CLI_BIN"), "--socket", sock, "ping"],
+                          capture_output=True).returncode == 0:
+            return proc, cenv, log_path
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    with open(log_path, errors="replace") as f:
+        raise RuntimeError("the server on config.lua did not start:\n" + f.read())
+
+
 def _loop_threads():
     """STT_LOOP_THREADS=N runs every test server on N loop threads (the
     suite runs so with 1 and 4); a test's own config comes later and wins."""

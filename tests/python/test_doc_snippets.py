@@ -28,7 +28,7 @@ import tempfile
 import traceback
 import unittest
 
-from st_fixture import env
+from st_fixture import env, start_repo_server
 
 # The docs whose python blocks run, and the fewest blocks each must have
 # (so a fence the extraction no longer finds fails the test).
@@ -111,24 +111,7 @@ class DocSnippets(unittest.TestCase):
     def setUpClass(cls):
         cls.src = env("ST_SOURCE_DIR")
         cls.dir = tempfile.mkdtemp(prefix="stdocs-")
-        cls.env = dict(os.environ, SHARED_TENSOR_BASE_PATH=os.path.join(cls.dir, "st"),
-                       PYTHONPATH=os.path.join(cls.src, "python"))
-        cls.log_path = os.path.join(cls.dir, "server.log")
-        log = open(cls.log_path, "wb")
-        cls.server = subprocess.Popen(
-            [env("ST_SERVER_BIN"), "--config", "config.lua"], cwd=cls.src, env=cls.env,
-            stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        sock = cls.env["SHARED_TENSOR_BASE_PATH"] + "-0.sock"
-        for _ in range(400):
-            if subprocess.run([env("ST_CLI_BIN"), "--socket", sock, "ping"],
-                              capture_output=True).returncode == 0:
-                return
-            if cls.server.poll() is not None:
-                break
-            subprocess.run(["sleep", "0.05"])
-        cls.server.kill()
-        raise RuntimeError("the server on config.lua did not start:\n" + cls.server_log())
+        cls.server, cls.env, cls.log_path = start_repo_server(cls.dir)
 
     @classmethod
     def server_log(cls):

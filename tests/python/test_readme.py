@@ -9,7 +9,7 @@ import sys
 import tempfile
 import unittest
 
-from st_fixture import env
+from st_fixture import env, start_repo_server
 
 
 def snippets():
@@ -27,27 +27,12 @@ class Readme(unittest.TestCase):
         cls.dir = tempfile.mkdtemp(prefix="streadme-")
         # TMPDIR: what a snippet makes with mktemp (the venv) goes with the
         # test's directory.
-        cls.env = dict(os.environ, SHARED_TENSOR_BASE_PATH=os.path.join(cls.dir, "st"),
-                       PYTHONPATH=os.path.join(cls.src, "python"), TMPDIR=cls.dir)
-        cls.log = open(os.path.join(cls.dir, "server.log"), "wb")
-        cls.server = subprocess.Popen(
-            [env("ST_SERVER_BIN"), "--config", "config.lua"], cwd=cls.src, env=cls.env,
-            stdout=cls.log, stderr=subprocess.STDOUT)
-        sock = cls.env["SHARED_TENSOR_BASE_PATH"] + "-0.sock"
-        for _ in range(200):
-            if subprocess.run([env("ST_CLI_BIN"), "--socket", sock, "ping"],
-                              capture_output=True).returncode == 0:
-                return
-            if cls.server.poll() is not None:
-                break
-            subprocess.run(["sleep", "0.05"])
-        raise RuntimeError("the README's server did not start")
+        cls.server, cls.env, _ = start_repo_server(cls.dir, {"TMPDIR": cls.dir})
 
     @classmethod
     def tearDownClass(cls):
         cls.server.terminate()
         cls.server.wait(timeout=20)
-        cls.log.close()
         if not os.environ.get("STT_KEEP"):   # STT_KEEP=1 keeps the log and the venv
             shutil.rmtree(cls.dir, ignore_errors=True)
 

@@ -5,20 +5,8 @@
 -- (in buffers and from an endpoint), close and unlink.
 local H = require("st_harness")
 local st = require("st.client")
-local q = H.shquote
 
--- Runs a luajit script (text) in its own process with the client library;
--- returns stdout, status, stderr.
-local function luajit(text)
-  local path = os.tmpname()
-  H.write(path, text)
-  local out, rc, err = H.run(table.concat({
-    "LUA_PATH=" .. q(H.source_dir() .. "/lua/?.lua;;"),
-    "ST_CLIENT_LIB=" .. q(assert(os.getenv("ST_CLIENT_LIB"))),
-    "luajit", q(path) }, " "))
-  os.remove(path)
-  return out, rc, err
-end
+local luajit = H.luajit
 
 describe("Lua buffers", function()
   local srv, c

@@ -5,21 +5,8 @@
 -- read-only; it dies of SIGSEGV as before (status 139) and its stderr
 -- names the endpoint. A write to a writable result does not die.
 local H = require("st_harness")
-local q = H.shquote
 
--- Runs a luajit script (text) in its own process with the client library;
--- returns stdout, status, stderr.
-local function luajit(text)
-  local path = os.tmpname()
-  H.write(path, text)
-  local out, rc, err = H.run(table.concat({
-    "ulimit -c 0;",
-    "LUA_PATH=" .. q(H.source_dir() .. "/lua/?.lua;;"),
-    "ST_CLIENT_LIB=" .. q(assert(os.getenv("ST_CLIENT_LIB"))),
-    "luajit", q(path) }, " "))
-  os.remove(path)
-  return out, rc, err
-end
+local luajit = H.luajit
 
 describe("Lua writes to read-only memory", function()
   local srv

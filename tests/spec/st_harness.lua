@@ -46,6 +46,21 @@ function H.run(cmd)
   return out, rc, err
 end
 
+-- Runs a luajit script (text) in its own process with the client library
+-- of this build and the Lua modules of this tree (core dumps off); returns
+-- stdout, status, stderr.
+function H.luajit(text)
+  local path = os.tmpname()
+  H.write(path, text)
+  local out, rc, err = H.run(table.concat({
+    "ulimit -c 0;",
+    "LUA_PATH=" .. shquote(H.source_dir() .. "/lua/?.lua;;"),
+    "ST_CLIENT_LIB=" .. shquote(env("ST_CLIENT_LIB")),
+    "luajit", shquote(path) }, " "))
+  os.remove(path)
+  return out, rc, err
+end
+
 function H.write(path, text)
   local f = assert(io.open(path, "w"))
   f:write(text)
