@@ -14,6 +14,12 @@ typedef struct sk_snapshot {
   int fds;                   /* /proc/PID/fd entries */
   long rss_kb, shmem_kb;     /* VmRSS, RssShmem of /proc/PID/status */
   int64_t arenas, arena_bytes, objects, object_bytes;   /* info */
+  int64_t pool_bytes;        /* info memory.cpu.pool_bytes: result pools' slabs */
+  int64_t used_bytes;        /* info memory.cpu.used_bytes: the CPU budget's charge */
+  int64_t keys, key_versions, key_bytes;   /* info keys */
+  int64_t buffers;           /* named buffers (the `buffers` method) */
+  int64_t held_fds, held_bytes;            /* info held */
+  int64_t holdings;          /* connections info's holdings lists */
   int64_t dev_free;          /* info memory["cuda:0"].free_bytes, -1 without */
   long smi_used_mb;          /* nvidia-smi memory.used of GPU 0, -1 without */
 } sk_snapshot_t;
@@ -24,9 +30,11 @@ int64_t sk_info_path(st_client_t *c, const char *const *keys);
 #define sk_info_int(c, ...) sk_info_path((c), (const char *const[]){__VA_ARGS__, NULL})
 
 /* Waits (60 s) until only `mon` is connected, nothing runs and no task is
- * kept, drops the soak's caches, and with `start` also waits (30 s) until
- * fds, arenas and objects equal start's; then fills *out. 0, or -1 when a
- * deadline passed (*out is filled anyway). */
+ * kept, drops the soak's caches and removes the keys and buffers the load
+ * left named (printing how many), and with `start` also waits (30 s) until
+ * fds, arenas, objects, pool bytes and held descriptors equal start's;
+ * then fills *out. 0, or -1 when a deadline passed (*out is filled
+ * anyway). */
 int sk_settle(st_client_t *mon, const stt_server_t *s, const sk_snapshot_t *start,
               sk_snapshot_t *out);
 

@@ -13,16 +13,22 @@
  *
  * The server runs in a temp dir with a config this program writes (64 MiB
  * CPU budget, tasks.ttl_s = 5, max_connections = N + 64) and the endpoints
- * of bench/soak/endpoints. Each client thread mixes ping, fresh and cached
- * calls, leases (managed object, release), tensor arguments (memfd from
- * st_tensor_alloc), submit/wait/result, invalidations, and on a GPU host
- * CUDA results and CUDA tensor arguments (worker.c).
+ * of bench/soak/endpoints. Each client thread mixes ping, fresh (pooled)
+ * and cached calls, leases (managed object, release), tensor arguments
+ * (memfd from st_tensor_alloc, through the argument cache),
+ * submit/wait/result, invalidations (worker.c), puts and gets through views
+ * (keys.c), live keys with a publisher and bound readers (live.c), buffers
+ * with read_new (buffers.c), hand-offs (handoff.c), and on a GPU host CUDA
+ * results and CUDA tensor arguments.
  *
  * Reported at start and at the end (after the clients left, the caches were
- * invalidated and the server went idle): server fds, RSS, RssShmem, arenas,
- * objects, device free memory (info, and nvidia-smi where present); then
+ * invalidated, the keys and buffers the load left named were removed and
+ * the server went idle): server fds, RSS, RssShmem, arenas, objects, pool
+ * bytes, the CPU budget's charge, keys, buffers, held descriptors and
+ * holdings, device free memory (info, and nvidia-smi where present); then
  * requests sent, answered, lost, error replies by code, p50/p99 ping under
- * load. PASS when: fds, arenas and objects equal their start values,
+ * load. PASS when: fds, arenas, objects, pool bytes, budget, keys,
+ * buffers, held fds/bytes and holdings equal their start values,
  * RssShmem within 1 MiB, RSS within --rss-tol-mb (default 64), device free
  * memory within 4 MiB, 0 requests lost, 0 wrong replies, no client process
  * hung or died on its own, and the server exits cleanly on SIGTERM. Exit

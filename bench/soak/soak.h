@@ -12,10 +12,12 @@
 #define SK_NERR 32      /* error counters by code: -ST_ERR_* < SK_NERR */
 #define SK_NHIST 256    /* ping latency buckets, 8 per octave of microseconds */
 
-/* The kinds of operation a client thread picks from. */
+/* The kinds of operation a client thread picks from (the warm-up runs
+ * them once each, in this order: a writer before its reader). */
 typedef enum {
-  SK_PING, SK_FRESH, SK_CACHED, SK_LEASE, SK_TARG, SK_TASK, SK_INVALIDATE, SK_CUDA,
-  SK_TARG_CUDA, SK_NOPS
+  SK_PING, SK_FRESH, SK_CACHED, SK_LEASE, SK_TARG, SK_TASK, SK_INVALIDATE, SK_PUT, SK_GET,
+  SK_LIVE_PUB, SK_LIVE_READ, SK_BUF_WRITE, SK_BUF_READ, SK_HANDOFF, SK_CUDA, SK_TARG_CUDA,
+  SK_NOPS
 } sk_op_t;
 
 typedef enum { SK_FREE, SK_RUNNING, SK_KILLED, SK_EXITED } sk_state_t;
@@ -28,6 +30,7 @@ typedef struct sk_slot {
   atomic_long answered;         /* replies (results or errors) received */
   atomic_long lost;             /* requests of this live process with no reply */
   atomic_long wrong;            /* replies whose values were not what was asked */
+  atomic_long local;            /* waits, reads and writes of shared pages (no request) */
   atomic_long ops[SK_NOPS];
   atomic_long errors[SK_NERR];  /* error replies by -code */
   atomic_long ping_hist[SK_NHIST];
