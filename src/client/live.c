@@ -320,8 +320,8 @@ int st__client_key_take(st_client_t *c, const char *key, const st_args_t *value,
   st_key_t *k = NULL;
   int rc = t && d && list ? st_key_open(c, key, 0, &k) : fail(ST_ERR_OUT_OF_MEMORY, "out of memory");
   if (rc == ST_OK && !k->publisher)
-    rc = fail(ST_ERR_INTERNAL, "live key '%s': the put took it over, yet this connection does "
-              "not publish it (another put took it since)", key);
+    rc = fail(ST_ERR_STALE_HANDLE, "live key '%s': another put took it over after this one "
+              "(its value is the key's now)", key);
   if (rc == ST_OK) {
     size_t n = args_tensors(value, t, d, max);
     for (size_t i = 0; i < n; i++) list[i] = &t[i];
