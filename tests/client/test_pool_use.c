@@ -1,5 +1,5 @@
 /* Result pools that follow use (docs/pool.md, section 1; docs/security.md,
- * finding 4 of issue 27), through libstclient against real stservers:
+ * finding 4 of the second audit), through libstclient against real stservers:
  *   - 260 connections that each make one tiny pooled call (a server of
  *     its own, memory_budget.cpu = 32 MiB, slabs never retired) hold
  *     small slabs: the pools' bytes stay within a quarter of the budget
