@@ -116,9 +116,9 @@ int st__put_offload(st__rpc_req_t *r, const char *name, size_t len, const st__ke
   int tries = (w ? w->tries : 0) + 1;
   if (tries > ST__PUT_TRIES) {
     st__rpc_error(r, ST_ERR_BUSY,
-                  "put: key '%.*s' changed %d times while the put's %zu-object value was "
-                  "checked; put it again",
-                  (int)len, name, ST__PUT_TRIES, (size_t)ST__PUT_LOOP_OBJECTS);
+                  "put: key '%.*s' changed %d times while the put's value was checked; put it "
+                  "again",
+                  (int)len, name, ST__PUT_TRIES);
     return 1;
   }
   put_job_t *j = calloc(1, sizeof *j);
