@@ -162,12 +162,24 @@ st__key_t **st__keys_list(st__keys_t *t, const char *prefix, size_t plen, size_t
 /* A put of `value` (the request's, unpacked) into the live key p->name:
  * when value's tensors match the key's (the same names, each with its
  * dtype and shape, contiguous), p->conn becomes its publisher (the
- * memory stays; the client copies the values in with an update). *key is
- * the key (borrowed). Errors change nothing: NOT_FOUND when p->name is no
- * live key, AUTH for another uid, INVALID_ARGUMENT naming the first
- * tensor that differs. Loop thread. */
+ * memory stays; the client copies the values in with an update). value
+ * NULL: st__keys_take_check found them matching already (for the key of
+ * the same page). *key is the key (borrowed). Errors change nothing:
+ * NOT_FOUND when p->name is no live key, AUTH for another uid,
+ * INVALID_ARGUMENT naming the first tensor that differs. Linear in the
+ * tensors. Loop thread. */
 int st__keys_take(st__keys_t *t, const st__key_put_t *p, const msgpack_object *value,
                   st__key_t **key, char *err, size_t errlen);
+
+/* The check of st__keys_take alone, for a worker: whether `value`
+ * matches live key `name` as long as it is the key of control page
+ * `page` (held by the caller, so that no other key can have it). The
+ * key's value is copied under the table's lock, and compared without it.
+ * ST_OK, INVALID_ARGUMENT naming the first difference, NOT_FOUND when
+ * `name` is no longer the live key of `page`, OUT_OF_MEMORY. Any
+ * thread. */
+int st__keys_take_check(st__keys_t *t, const char *name, size_t len, const st__arena_t *page,
+                        const msgpack_object *value, char *err, size_t errlen);
 
 /* Whether live key k is torn (its publisher left in the middle of an
  * update, and no update completed since): reads the page. */

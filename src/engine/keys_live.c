@@ -1,7 +1,8 @@
 /* src/engine: live keys of the key table (keys.h; docs/views.md,
  * section 3): who publishes them, and what the server writes into their
- * control pages (shm/key_page.h). Loop thread, except the reads that
- * say otherwise. */
+ * control pages (shm/key_page.h). Loop thread, except the reads and
+ * checks that say otherwise. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/fail.h"
@@ -42,7 +43,7 @@ static size_t count_tensors(const msgpack_object *m) {
 
 /* Whether tensor `name` of a take-over's value (given) may be copied into
  * the key's (mine): same dtype and shape, both contiguous. */
-static int same_kind(const st__key_t *k, const char *name, size_t len, const st__tensor_desc_t *mine,
+static int same_kind(const char *key, const char *name, size_t len, const st__tensor_desc_t *mine,
                      const st__tensor_desc_t *given, char *err, size_t errlen) {
   int same = mine->dtype == given->dtype && mine->ndim == given->ndim;
   for (int i = 0; same && i < mine->ndim; i++) same = mine->shape[i] == given->shape[i];
@@ -50,14 +51,14 @@ static int same_kind(const st__key_t *k, const char *name, size_t len, const st_
     return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                     "live key '%s': tensor '%.*s' is %s of %d dims (first %lld); the put gives "
                     "%s of %d dims (first %lld)",
-                    k->name, (int)len, name, st_dtype_name(mine->dtype), mine->ndim,
+                    key, (int)len, name, st_dtype_name(mine->dtype), mine->ndim,
                     (long long)(mine->ndim ? mine->shape[0] : 0), st_dtype_name(given->dtype),
                     given->ndim, (long long)(given->ndim ? given->shape[0] : 0));
   if (!st__geom_contiguous_of(mine->ndim, mine->shape, mine->strides) ||
       !st__geom_contiguous_of(given->ndim, given->shape, given->strides))
     return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                     "live key '%s': tensor '%.*s': a put into a live key copies contiguous "
-                    "tensors only", k->name, (int)len, name);
+                    "tensors only", key, (int)len, name);
   return ST_OK;
 }
 
@@ -85,23 +86,23 @@ static const msgpack_object *entry_named(const msgpack_object *m, uint32_t i, co
   return st__smap_get(index, name, len);
 }
 
-/* Whether `value` (a take-over's) matches k's: a map whose tensors have
- * the names of k's tensors, each with its dtype and shape, contiguous.
- * ST_OK or INVALID_ARGUMENT naming the first difference. Linear in the
- * tensors (entry_named). */
-static int same_tensors(const st__key_t *k, const msgpack_object *value, char *err,
-                        size_t errlen) {
-  const st__build_result_t *r = &k->versions[k->nversions - 1]->result;
+/* Whether `value` (a take-over's) matches the value of live key `key`
+ * (its packed bytes: data, size): a map whose tensors have the names of
+ * the key's tensors, each with its dtype and shape, contiguous. ST_OK or
+ * INVALID_ARGUMENT naming the first difference. Linear in the tensors
+ * (entry_named). Any thread. */
+static int same_tensors(const char *key, const char *data, size_t size,
+                        const msgpack_object *value, char *err, size_t errlen) {
   msgpack_unpacked u;
   msgpack_unpacked_init(&u);
   st__smap_t index;
   st__smap_init(&index);
   size_t off = 0;
   int rc = ST_OK, oom = 0, built = 0;
-  if (msgpack_unpack_next(&u, r->value.data, r->value.size, &off) != MSGPACK_UNPACK_SUCCESS ||
+  if (msgpack_unpack_next(&u, data, size, &off) != MSGPACK_UNPACK_SUCCESS ||
       u.data.type != MSGPACK_OBJECT_MAP || !value || value->type != MSGPACK_OBJECT_MAP)
     rc = st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
-                  "live key '%s': a put into it gives a map of its tensors by name", k->name);
+                  "live key '%s': a put into it gives a map of its tensors by name", key);
   for (uint32_t i = 0; rc == ST_OK && i < value->via.map.size; i++) {
     const msgpack_object_kv *kv = &value->via.map.ptr[i];
     st__tensor_desc_t given, mine;
@@ -117,17 +118,50 @@ static int same_tensors(const st__key_t *k, const msgpack_object *value, char *e
       rc = st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
     else if (!o || tensor_of(o, &mine, err, errlen) != 1)
       rc = st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "live key '%s' has no tensor named '%.*s'",
-                    k->name, (int)len, name);
+                    key, (int)len, name);
     else
-      rc = same_kind(k, name, len, &mine, &given, err, errlen);
+      rc = same_kind(key, name, len, &mine, &given, err, errlen);
   }
   if (rc == ST_OK && count_tensors(value) != count_tensors(&u.data))
     rc = st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                   "live key '%s' has %zu tensors; the put gives %zu (a put into a live key "
                   "gives every tensor of it)",
-                  k->name, count_tensors(&u.data), count_tensors(value));
+                  key, count_tensors(&u.data), count_tensors(value));
   st__smap_clear(&index);
   msgpack_unpacked_destroy(&u);
+  return rc;
+}
+
+/* The value bytes of live key k's one version. */
+static const msgpack_sbuffer *value_of(const st__key_t *k) {
+  return &k->versions[k->nversions - 1]->result.value;
+}
+
+/* See keys.h. Any thread. */
+int st__keys_take_check(st__keys_t *t, const char *name, size_t len, const st__arena_t *page,
+                        const msgpack_object *value, char *err, size_t errlen) {
+  /* A copy of the key's value under the lock (a memcpy), the check
+   * without it: the loop's changes never wait for the check. */
+  char key[ST__KEY_NAME_MAX + 1];
+  char *data = NULL;
+  size_t size = 0;
+  int found = 0;
+  pthread_mutex_lock(&t->lock);
+  const st__key_t *k = st__smap_get(&t->by_name, name, len);
+  if (k && k->live && k->page_arena == page) {
+    const msgpack_sbuffer *v = value_of(k);
+    found = 1;
+    size = v->size;
+    memcpy(key, k->name, sizeof key);
+    if ((data = malloc(size ? size : 1)) != NULL) memcpy(data, v->data, size);
+  }
+  pthread_mutex_unlock(&t->lock);
+  if (!found)
+    return st__fail(ST_ERR_NOT_FOUND, err, errlen, "live key '%.*s' changed while its put was "
+                    "checked", (int)len, name);
+  if (!data) return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+  int rc = same_tensors(key, data, size, value, err, errlen);
+  free(data);
   return rc;
 }
 
@@ -141,8 +175,11 @@ int st__keys_take(st__keys_t *t, const st__key_put_t *p, const msgpack_object *v
   if (k->uid != p->uid)
     return st__fail(ST_ERR_AUTH, err, errlen, "key '%s' belongs to uid %u; uid %u may not put it",
                     k->name, (unsigned)k->uid, (unsigned)p->uid);
-  int rc = same_tensors(k, value, err, errlen);
-  if (rc != ST_OK) return rc;
+  if (value) {
+    const msgpack_sbuffer *v = value_of(k);
+    int rc = same_tensors(k->name, v->data, v->size, value, err, errlen);
+    if (rc != ST_OK) return rc;
+  }
   if (k->owner_conn != p->conn)
     ST_LOG_I("keys", "live key '%s': connection %llu takes over from %llu", k->name,
              (unsigned long long)p->conn, (unsigned long long)k->owner_conn);

@@ -96,7 +96,7 @@ static void pack_counters(msgpack_packer *pk, const st__server_t *srv) {
   X(bytes_received) X(bytes_sent) X(fds_sent) X(fds_received) X(connections)               \
   X(auth_refused) X(limit_refused) X(protocol_errors) X(busy) X(timeouts) X(read_pauses)   \
   X(reloads) X(reload_failures) X(builds) X(cache_hits) X(cache_misses) X(joins)           \
-  X(views_on_workers)                                                                      \
+  X(views_on_workers) X(puts_on_workers)                                                   \
   X(tasks_submitted) X(tasks_completed) X(tasks_failed) X(tasks_cancelled)                 \
   X(tasks_expired) X(releases) X(leases_dropped) X(invalidations)
 #define COUNT(name) +1

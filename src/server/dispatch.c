@@ -11,7 +11,7 @@
 #include "server/rpc.h"
 #include "st/wire.h"
 
-static void dispatch_request(st__conn_t *c, const st__message_t *msg,
+static void dispatch_request(st__conn_t *c, st__message_t *msg,
                              const st__rpc_method_t *method, uint32_t id, int prc,
                              const msgpack_object *params, const char *err);
 
@@ -105,7 +105,7 @@ static int take_arenas(st__conn_t *c, uint32_t id, const msgpack_object *params,
 }
 
 /* Handles one message of c (borrowed); see rpc.h. Loop thread. */
-void st__dispatch(st__conn_t *c, const st__message_t *msg) {
+void st__dispatch(st__conn_t *c, st__message_t *msg) {
   st__server_t *srv = c->srv;
   if (msg->type == ST_MSG_NOTIFICATION) {
     srv->counters.notifications++;
@@ -159,7 +159,7 @@ void st__dispatch(st__conn_t *c, const st__message_t *msg) {
 /* The rest of st__dispatch for a request whose arenas were taken: its
  * method's row (NULL: unknown); `prc` and `err` say whether params was a
  * map of named parameters. */
-static void dispatch_request(st__conn_t *c, const st__message_t *msg,
+static void dispatch_request(st__conn_t *c, st__message_t *msg,
                              const st__rpc_method_t *method, uint32_t id, int prc,
                              const msgpack_object *params, const char *err) {
   st__server_t *srv = c->srv;
@@ -171,7 +171,7 @@ static void dispatch_request(st__conn_t *c, const st__message_t *msg,
     st__conn_send_error(c, id, ST_ERR_BUSY, m);
     return;
   }
-  st__rpc_req_t r = {.c = c, .id = id, .params = params, .method = method};
+  st__rpc_req_t r = {.c = c, .id = id, .params = params, .method = method, .msg = msg};
   if (!r.method) {
     char m[128];
     int mlen = (int)(msg->method_len > 64 ? 64 : msg->method_len);

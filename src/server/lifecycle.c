@@ -24,6 +24,7 @@
 #include "mem/uidq.h"
 #include "server/conn.h"
 #include "server/loopprof.h"
+#include "server/put_job.h"
 #include "server/reclaim.h"
 #include "server/rpc.h"
 #include "server/views.h"
@@ -89,7 +90,8 @@ static void take_done(st__server_t *srv, int home) {
     st__job_t *next = job->next;
     job->next = NULL;
     st__loopprof_build(job);
-    if (job->run) st__views_done(srv, job);   /* a copy for a view */
+    if (st__put_job_is(job)) st__put_done(srv, job);   /* a put's check */
+    else if (job->run) st__views_done(srv, job);     /* a view's walk or copy */
     else st__build_complete(srv, job);
     job = next;
   }

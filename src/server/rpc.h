@@ -82,6 +82,9 @@ struct st__rpc_req {
   const msgpack_object *params;                /* the named map; NULL for [] */
   const msgpack_object *values[ST_RPC_MAX_PARAMS];   /* per parameter of the row:
                                                         the value, NULL if absent */
+  st__message_t *msg;          /* the request: params and values point into its
+                                  `unpacked`, which a handler that answers
+                                  later may take (put_job.c) */
 };
 
 /* ------------------------------------------------------------- methods.c */
@@ -99,11 +102,12 @@ const char *st__rpc_method_name(size_t i);
 
 /* ------------------------------------------------------------- dispatch.c */
 
-/* Handles one decoded message of c (borrowed): a request runs its method
+/* Handles one decoded message of c (borrowed; a handler may take its
+ * `unpacked`, leaving it empty): a request runs its method
  * (BUSY past max_inflight, UNKNOWN_METHOD, parameter errors), a
  * notification is counted, a response closes the connection. The
  * connection's message hook (server.h). */
-void st__dispatch(st__conn_t *c, const st__message_t *msg);
+void st__dispatch(st__conn_t *c, st__message_t *msg);
 
 /* ------------------------------------------------------------- fastcall.c */
 

@@ -3,8 +3,9 @@
  * Loop thread only: a put imports its tensor arguments here (an mmap of a
  * memfd; for CUDA an fstat of the descriptor and no driver call: the
  * server imports and maps a CUDA allocation the first time it reads it,
- * mem/arena.h). The versions a put pushes out are released off this
- * thread when that costs (mem/arena_release.h). */
+ * mem/arena.h), or on a worker for a value of many tensors, as it checks
+ * a live key's take-over there (put_job.h). The versions a put pushes out
+ * are released off this thread when that costs (mem/arena_release.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "engine/keys.h"
 #include "engine/targs.h"
 #include "server/holdings.h"
+#include "server/put_job.h"
 #include "server/rpc.h"
 #include "server/views.h"
 #include "server/work.h"
@@ -23,38 +25,6 @@ static void key_arg(const st__rpc_req_t *r, const char **name, size_t *len) {
   const msgpack_object *k = st__rpc_arg(r, "key");
   *name = k->via.str.ptr;
   *len = k->via.str.size;
-}
-
-/* The put's version: its value packed, and a reference to every arena of
- * the request (imported here). ST_OK or an error with the reason. */
-static int adopt(st__targs_t *t, const msgpack_object *value, st__build_result_t *out, char *err,
-                 size_t errlen) {
-  st__param_t p = {.name = "value", .type = ST_PARAM_ANY};
-  size_t ntensors = 0;
-  int rc = st__targs_check(t, &p, value, &ntensors, err, errlen);
-  if (rc != ST_OK) return rc;
-  size_t n = t ? t->n : 0;
-  for (size_t i = 0; i < n; i++)
-    for (size_t k = 0; k < i; k++)
-      if (t->srcs[i] == t->srcs[k])
-        return snprintf(err, errlen, "arenas[%zu] names the same allocation as arenas[%zu]", i,
-                        k),
-               ST_ERR_INVALID_ARGUMENT;
-  if (n && (rc = st__targs_import(t, err, errlen)) != ST_OK) return rc;
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &out->value, msgpack_sbuffer_write);
-  msgpack_pack_object(&pk, *value);
-  if (n) {
-    out->arenas = calloc(n, sizeof *out->arenas);
-    if (!out->arenas) return snprintf(err, errlen, "out of memory"), ST_ERR_OUT_OF_MEMORY;
-  }
-  for (size_t i = 0; i < n; i++) {
-    st__arena_ref(t->arenas[i]);
-    out->arenas[i] = t->arenas[i];
-    out->bytes += st__arena_bytes(t->arenas[i]);
-  }
-  out->narenas = n;
-  return ST_OK;
 }
 
 /* The reply of a put: {key, version, bytes[, live][, taken]}. */
@@ -74,11 +44,17 @@ static void reply_put(st__rpc_req_t *r, const st__key_t *k, int taken) {
 
 /* A live put into an existing live key: this connection becomes its
  * publisher; the value is not adopted (the memory stays: the client
- * copies the value in with an update, docs/views.md section 3). */
-static void take_over(st__rpc_req_t *r, const st__key_put_t *p) {
-  char err[400];
+ * copies the value in with an update, docs/views.md section 3). w: the
+ * check a worker made (put_job.h), NULL: checked here. */
+static void take_over(st__rpc_req_t *r, const st__key_put_t *p, const st__put_work_t *w) {
+  char err[1024];
   st__key_t *k = NULL;
-  int rc = st__keys_take(&r->c->srv->keys, p, st__rpc_arg(r, "value"), &k, err, sizeof err);
+  int rc = w ? w->rc : ST_OK;
+  if (rc != ST_OK)
+    snprintf(err, sizeof err, "%s", w->err);
+  else
+    rc = st__keys_take(&r->c->srv->keys, p, w ? NULL : st__rpc_arg(r, "value"), &k, err,
+                       sizeof err);
   if (rc != ST_OK) {
     st__rpc_error(r, rc, "put: %s", err);
     return;
@@ -88,7 +64,10 @@ static void take_over(st__rpc_req_t *r, const st__key_put_t *p) {
 
 /* put {key, value, arenas?, policy?, readonly?, live?} -> {key, version,
  * bytes[, live][, taken]}. */
-void st__rpc_put(st__rpc_req_t *r) {
+void st__rpc_put(st__rpc_req_t *r) { st__rpc_put_resume(r, NULL); }
+
+/* See put_job.h. */
+void st__rpc_put_resume(st__rpc_req_t *r, st__put_work_t *w) {
   st__conn_t *c = r->c;
   st__server_t *srv = c->srv;
   st__key_put_t p = {.uid = c->cred.uid, .conn = c->id};
@@ -103,13 +82,28 @@ void st__rpc_put(st__rpc_req_t *r) {
   char err[1024];
   int rc = st__keys_name_ok(p.name, p.len, err, sizeof err);
   const st__key_t *existing = rc == ST_OK ? st__smap_get(&srv->keys.by_name, p.name, p.len) : NULL;
-  if (p.live && existing && existing->live) {
-    take_over(r, &p);
+  const st__key_t *live = p.live && existing && existing->live ? existing : NULL;
+  /* The per-tensor work: a worker's when it fits the put as the table is
+   * now, else done again, on a worker for a large value (put_job.h). */
+  if (!st__put_work_fits(w, live)) {
+    int mine = !live || live->uid == p.uid;   /* else AUTH, at once */
+    if (rc == ST_OK && mine && st__put_offload(r, p.name, p.len, live, w, st__rpc_put_resume))
+      return;
+    w = NULL;
+  }
+  if (live) {
+    take_over(r, &p, w);
     return;
   }
   st__build_result_t res;
   st__build_result_init(&res);
-  if (rc == ST_OK) rc = adopt(c->targs, st__rpc_arg(r, "value"), &res, err, sizeof err);
+  if (rc == ST_OK && w) {
+    rc = w->rc;
+    if (rc != ST_OK) snprintf(err, sizeof err, "%s", w->err);
+    else res = w->res, st__build_result_init(&w->res);
+  } else if (rc == ST_OK) {
+    rc = st__put_adopt(c->targs, st__rpc_arg(r, "value"), &res, err, sizeof err);
+  }
   uint64_t version = 0;
   if (rc == ST_OK) rc = st__keys_put(&srv->keys, &p, &res, &version, err, sizeof err);
   if (rc != ST_OK) {

@@ -118,6 +118,8 @@ typedef struct st__counters {
   uint64_t cache_misses;      /* calls of cached endpoints that built      */
   uint64_t joins;             /* calls that joined a build in flight       */
   uint64_t views_on_workers;  /* view walks handed to a worker (views.c)   */
+  uint64_t puts_on_workers;   /* puts whose per-tensor work a worker did
+                                 (put_job.c)                               */
   uint64_t tasks_submitted;   /* tasks created (submit, task endpoints)    */
   uint64_t tasks_completed;   /* tasks that ended completed                */
   uint64_t tasks_failed;      /* ... failed                                */
@@ -284,7 +286,7 @@ struct st__server {
   /* What a connection hands upward, set at start (st__dispatch of rpc.h
    * and st__holdings_release of holdings.h), so that conn.c calls nothing
    * above it: each decoded message, and the close of a connection. */
-  void (*on_message)(st__conn_t *c, const struct st__message *msg);
+  void (*on_message)(st__conn_t *c, struct st__message *msg);
   /* Tried first on each message (st__fast_call, fastcall.c): 1 when it
    * answered it (under either side of the server lock), 0 when on_message
    * must, under the write side. */
