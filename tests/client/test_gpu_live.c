@@ -123,8 +123,14 @@ TEST(device_updates_in_place_and_consistent_reads) {
   bk_child_t r, w;
   start(&r, READ);
   CHECK_EQ_INT(update_to(k, 2.0f), ST_OK);
-  /* updates meanwhile: version v holds all v (device writes, then end) */
-  for (int v = 3; v < 300; v++) CHECK_EQ_INT(update_to(k, (float)v), ST_OK);
+  /* updates meanwhile: version v holds all v (device writes, then end).
+   * A pause after each leaves the reader a window with no update: back to
+   * back, every read that takes longer than the gap between two updates
+   * overlaps one and is (rightly) inconsistent. */
+  for (int v = 3; v < 300; v++) {
+    CHECK_EQ_INT(update_to(k, (float)v), ST_OK);
+    usleep(500);
+  }
   CHECK_EQ_INT(end_child(&r), 0);
   float v = 0;
   CHECK(uniform(st_result_tensor(a, 0), &v) && v == 299.0f);   /* in place */
