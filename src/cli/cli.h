@@ -20,6 +20,7 @@
 #ifndef ST_CLI_H
 #define ST_CLI_H
 
+#include "common/suggest.h"
 #include <stdint.h>
 #include <stdio.h>
 
@@ -204,9 +205,7 @@ int cli_fetch_plain(cli_t *g, const cli_command_t *cmd, int argc, char **argv,
 
 /* suggest.c: "did you mean" */
 typedef struct cli_suggest {
-  const char *word;     /* borrowed: the word not known          */
-  char best[64];        /* the closest candidate so far          */
-  int score;            /* its distance; large while there is none */
+  st__suggest_t s;      /* the rule, shared with stserver (common/suggest.h) */
   char text[96];        /* cli_suggest_text's buffer             */
 } cli_suggest_t;
 

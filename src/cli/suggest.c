@@ -5,64 +5,23 @@
  * the word, leading dashes aside, is longer than the edits it needs, or
  * when the word is a prefix of it with at least 3 characters besides
  * leading dashes (counted as 1 edit). The closest wins; on a tie, the
- * first given. stserver applies the same rule to its flags
- * (src/common/suggest.c); stcli keeps this copy because src/cli includes
- * nothing of src/ (docs/architecture.md, rule 4).
+ * first given: the rule of src/common/suggest.c, which stserver applies
+ * to its flags too.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 
-/* Words longer than this are never compared (no suggestion for them). */
-#define MAX_WORD 63
-#define NONE 1000
-
-/* The optimal string alignment distance of a[0..n) and b[0..m), both at
- * most MAX_WORD long: three rows of the edit table. */
-static int osa_distance(const char *a, size_t n, const char *b, size_t m) {
-  int rows[3][MAX_WORD + 1];
-  int *prev2 = rows[0], *prev = rows[1], *cur = rows[2];
-  for (size_t j = 0; j <= m; j++) prev[j] = (int)j;
-  for (size_t i = 1; i <= n; i++) {
-    cur[0] = (int)i;
-    for (size_t j = 1; j <= m; j++) {
-      int cost = a[i - 1] != b[j - 1];
-      int d = prev[j] + 1;
-      if (cur[j - 1] + 1 < d) d = cur[j - 1] + 1;
-      if (prev[j - 1] + cost < d) d = prev[j - 1] + cost;
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
-          prev2[j - 2] + 1 < d)
-        d = prev2[j - 2] + 1;
-      cur[j] = d;
-    }
-    int *t = prev2;
-    prev2 = prev;
-    prev = cur;
-    cur = t;
-  }
-  return prev[m];
-}
-
 /* See cli.h. */
 void cli_suggest_init(cli_suggest_t *s, const char *word) {
-  s->word = word;
-  s->best[0] = '\0';
-  s->score = NONE;
+  st__suggest_init(&s->s, word);
   s->text[0] = '\0';
 }
 
 /* See cli.h. */
 void cli_suggest_add(cli_suggest_t *s, const char *cand, size_t len) {
-  size_t n = strlen(s->word), core = n - strspn(s->word, "-");
-  if (n > MAX_WORD || len == 0 || len > MAX_WORD) return;
-  int d = osa_distance(s->word, n, cand, len);
-  if (d == 0) return; /* the word itself is no suggestion */
-  if (core >= 3 && n < len && memcmp(s->word, cand, n) == 0) d = 1;
-  if (d > 2 || (size_t)d >= core || d >= s->score) return;
-  s->score = d;
-  memcpy(s->best, cand, len);
-  s->best[len] = '\0';
+  st__suggest_add(&s->s, cand, len);
 }
 
 /* Compares each word of a space-separated list (a trailing '=' dropped). */
@@ -78,8 +37,9 @@ static void suggest_words(cli_suggest_t *s, const char *list) {
 
 /* See cli.h. */
 const char *cli_suggest_text(cli_suggest_t *s) {
-  if (s->score == NONE) return "";
-  snprintf(s->text, sizeof s->text, "; did you mean '%s'?", s->best);
+  const char *best = st__suggest_best(&s->s);
+  if (!best) return "";
+  snprintf(s->text, sizeof s->text, "; did you mean '%s'?", best);
   return s->text;
 }
 

@@ -6,8 +6,7 @@
  * characters besides leading dashes (counted as 1 edit). The closest wins;
  * on a tie, the first given.
  *
- * stcli applies the same rule with its own copy (src/cli/suggest.c):
- * src/cli includes nothing of src/ (docs/architecture.md, rule 4), and
+ * stcli applies the same rule (src/cli/suggest.c), linked in statically:
  * libstclient exports only the public API.
  *
  *   st__suggest_t s;
