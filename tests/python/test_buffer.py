@@ -41,8 +41,8 @@ def run_child(code, socket, wait=True):
     return p.returncode, out, err
 
 
-class BufferTest(ServerTestCase):
-    SERVER_OPTIONS = {"config": "memory_budget = { cpu = 64 * 1024 * 1024 },"}
+class BufferCase(ServerTestCase):
+    """Buffers the test makes on its server, unlinked and closed at its end."""
 
     def make(self, name, shape=(4, 8), dtype="float32", **kw):
         b = st.buffer_create(name, shape, dtype, path=self.srv.socket, **kw)
@@ -56,6 +56,11 @@ class BufferTest(ServerTestCase):
             except errors.Error:
                 pass
             b.close()
+
+
+class BufferTest(BufferCase):
+    SERVER_OPTIONS = {"config": "memory_budget = { cpu = 64 * 1024 * 1024 },"}
+
 
     def test_write_read_torch_and_numpy(self):
         b = self.make("py1", slots=2)
@@ -216,7 +221,7 @@ class BufferTest(ServerTestCase):
 
 
 
-class PyshmemParityTest(ServerTestCase):
+class PyshmemParityTest(BufferCase):
     """What pyshmem's suite expects of a stream: unsigned dtypes, clear(),
     a re-entrant writer lock, read(safe=False) only under the lock, and
     locked() both a query and a context manager (docs/migration.md)."""
@@ -230,15 +235,6 @@ class PyshmemParityTest(ServerTestCase):
           return t
         end }"""}
 
-    def make(self, name, shape=(4, 8), dtype="float32", **kw):
-        b = st.buffer_create(name, shape, dtype, path=self.srv.socket, **kw)
-        self.addCleanup(self.drop, b)
-        return b
-
-    def drop(self, b):
-        if not b.closed:
-            b.unlink()
-            b.close()
 
     def test_unsigned_dtypes(self):
         for name, top in (("uint16", 2**16 - 1), ("uint32", 2**32 - 1), ("uint64", 2**64 - 1)):
