@@ -1,4 +1,4 @@
-"""Read grants from Python (docs/python.md, "Read grants";
+"""Read grants from Python (docs/python.md, "Published keys";
 docs/protocol.md, "Owners") against a real stserver with two uids: the
 test (root) and a child process that becomes uid 65534 and connects
 (allow_uids admits it):
