@@ -587,7 +587,8 @@ ST_API int st_client_invalidate_endpoint(st_client_t *c, const char *endpoint,
  * the memory of st_tensor_alloc without a copy and keeps its own
  * reference, so the state outlives the publisher. Each put makes the next
  * version (1, 2, ...); the server keeps the last keys.max_versions. Only
- * the publisher's uid may get or delete a key. */
+ * the publisher's uid may get or delete a key, and the uids it grants
+ * read (st_client_put_ex) may get it. */
 
 /* Policies of st_client_put. */
 #define ST_KEY_PINNED 0      /* kept until deleted                           */
@@ -622,6 +623,30 @@ ST_API int st_args_tensor_copy(st_args_t *a, const char *key, const st_tensor_t 
  * ST_ERR_OUT_OF_MEMORY (the device's memory_budget). */
 ST_API int st_client_put(st_client_t *c, const char *key, const st_args_t *value, int policy,
                          int flags, uint64_t *version);
+
+/* Read grants (docs/protocol.md, "Owners"): a key, buffer or hand-off
+ * belongs to the uid that made it, and is NOT_FOUND to every other uid
+ * but those its owner grants read: each uid in `uids` and each caller
+ * whose primary or a supplementary group is in `gids` (at most 16 each;
+ * a NULL list with a count of 0). A reader may get a key (always
+ * read-only), open a buffer read-only and open a hand-off as a consumer;
+ * anything more is ST_ERR_AUTH. Used by st_client_put_ex,
+ * st_buffer_create_ex and st_handoff_create_ex; the caller keeps the
+ * lists. */
+typedef struct st_readers {
+  const uint32_t *uids;
+  size_t nuids;
+  const uint32_t *gids;
+  size_t ngids;
+} st_readers_t;
+
+/* st_client_put granting `readers` read of the key. readers NULL: the
+ * key keeps the grant it has (none for a new key); an st_readers_t with
+ * no uid and no gid revokes it; otherwise it replaces it. Errors as
+ * st_client_put, and ST_ERR_INVALID_ARGUMENT (a NULL list with a count,
+ * more than 16). Thread of the client. */
+ST_API int st_client_put_ex(st_client_t *c, const char *key, const st_args_t *value, int policy,
+                            int flags, const st_readers_t *readers, uint64_t *version);
 
 /* st_client_get flags. */
 #define ST_GET_READONLY 1    /* map the tensors read-only                  */
@@ -1023,8 +1048,15 @@ ST_API int st_handoff_create(st_client_t *c, const char *name, const char *devic
                              uint64_t chunk_bytes, int chunks, int consumers,
                              st_handoff_t **out);
 
+/* st_handoff_create granting `readers` (NULL: none; "published keys"
+ * above) the right to open it as consumers. Thread of the client. */
+ST_API int st_handoff_create_ex(st_client_t *c, const char *name, const char *device,
+                                uint64_t chunk_bytes, int chunks, int consumers,
+                                const st_readers_t *readers, st_handoff_t **out);
+
 /* Opens hand-off `name` as a consumer: this connection takes the lowest
- * free consumer slot. Errors: NOT_FOUND, AUTH (created by another uid),
+ * free consumer slot. Errors: NOT_FOUND (also another uid's that granted
+ * this one no read),
  * LIMIT (every slot is open; limits.max_handoffs_per_connection),
  * INVALID_ARGUMENT (this connection already uses it). */
 ST_API int st_handoff_open(st_client_t *c, const char *name, st_handoff_t **out);
@@ -1156,9 +1188,16 @@ ST_API int st_buffer_create(st_client_t *c, const char *name, const char *device
                             st_dtype_t dtype, int ndim, const int64_t *shape, int slots,
                             st_buffer_t **out);
 
-/* Opens buffer `name` (the creator's uid only: AUTH otherwise),
- * read-only when `readonly`. NOT_FOUND when no buffer has that name.
- * Thread of the client. */
+/* st_buffer_create granting `readers` (NULL: none; "published keys"
+ * above) the right to open it read-only. Thread of the client. */
+ST_API int st_buffer_create_ex(st_client_t *c, const char *name, const char *device,
+                               st_dtype_t dtype, int ndim, const int64_t *shape, int slots,
+                               const st_readers_t *readers, st_buffer_t **out);
+
+/* Opens buffer `name` (the creator's uid, or a uid it granted read:
+ * read-only then, AUTH otherwise), read-only when `readonly`. NOT_FOUND
+ * when no buffer has that name or it belongs to another uid that granted
+ * this one nothing. Thread of the client. */
 ST_API int st_buffer_open(st_client_t *c, const char *name, int readonly, st_buffer_t **out);
 
 /* Fills *out. Any thread. */

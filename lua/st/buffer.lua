@@ -82,13 +82,40 @@ end
 
 -- Creates buffer `name` of `slots` frames of `shape` and opens it
 -- read-write: opts.dtype (default "float32"), opts.device ("cpu" default,
--- "cuda", "cuda:N"), opts.slots (default 1). A Buffer, or nil, err.
+-- "cuda", "cuda:N"), opts.slots (default 1), opts.readers ({ uids = {..},
+-- gids = {..} }: those uids, and callers in those groups, may open it
+-- read-only; docs/protocol.md, "Owners"). A Buffer, or nil, err.
 function M.create(c, name, shape, opts)
   opts = opts or {}
   if type(name) ~= "string" then error("buffer_create: the name must be a string", 3) end
   if type(shape) == "number" then shape = { shape } end
   if type(shape) ~= "table" or type(opts) ~= "table" then
-    error("buffer_create: expected (name, {sizes}, {dtype=, device=, slots=})", 3)
+    error("buffer_create: expected (name, {sizes}, {dtype=, device=, slots=, readers=})", 3)
+  end
+  local readers = nil
+  if opts.readers ~= nil then
+    if type(opts.readers) ~= "table" then
+      error("buffer_create: readers must be a table { uids = {..}, gids = {..} }", 3)
+    end
+    readers = ffi.new("st_readers_t[1]")
+    local keep = {}
+    for _, k in ipairs({ "uids", "gids" }) do
+      local ids = opts.readers[k] or {}
+      if type(ids) ~= "table" then
+        error("buffer_create: readers." .. k .. " must be a list of numbers", 3)
+      end
+      local arr = ffi.new("uint32_t[?]", #ids > 0 and #ids or 1)
+      for i = 1, #ids do
+        if type(ids[i]) ~= "number" then
+          error("buffer_create: readers." .. k .. " must be a list of numbers", 3)
+        end
+        arr[i - 1] = ids[i]
+      end
+      keep[k] = arr
+      readers[0][k] = arr
+      readers[0]["n" .. k] = #ids
+    end
+    readers = { ptr = readers, keep = keep }
   end
   local n = #shape
   local dims = ffi.new("int64_t[?]", n > 0 and n or 1)
@@ -99,7 +126,8 @@ function M.create(c, name, shape, opts)
   local dtype = lib.st_dtype_from_name(opts.dtype or "float32")
   if dtype == 0 then error("buffer_create: unknown dtype " .. tostring(opts.dtype), 3) end
   local out = ffi.new("st_buffer_t*[1]")
-  local rc = lib.st_buffer_create(c._h, name, opts.device, dtype, n, dims, opts.slots or 1, out)
+  local rc = lib.st_buffer_create_ex(c._h, name, opts.device, dtype, n, dims, opts.slots or 1,
+                                     readers and readers.ptr or nil, out)
   if rc ~= 0 then return client_failure(c, rc) end
   return wrap(out[0], name)
 end

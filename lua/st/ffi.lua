@@ -194,6 +194,14 @@ int st_args_tensor_copy(st_args_t *a, const char *key, const st_tensor_t *t, int
                         char *err, size_t errlen);
 int st_client_put(st_client_t *c, const char *key, const st_args_t *value, int policy,
                   int flags, uint64_t *version);
+typedef struct st_readers {
+  const uint32_t *uids;
+  size_t nuids;
+  const uint32_t *gids;
+  size_t ngids;
+} st_readers_t;
+int st_client_put_ex(st_client_t *c, const char *key, const st_args_t *value, int policy,
+                     int flags, const st_readers_t *readers, uint64_t *version);
 int st_client_get(st_client_t *c, const char *key, uint64_t version, int flags,
                   st_result_t **out, uint64_t *got_version);
 int st_client_keys(st_client_t *c, const char *prefix, st_result_t **out);
@@ -255,6 +263,9 @@ int st_client_rpc_marshal(st_client_t *c, const char *method, const st_args_t *p
                           const void **data, size_t *len, st_result_t **fallback);
 int st_handoff_create(st_client_t *c, const char *name, const char *device,
                       uint64_t chunk_bytes, int chunks, int consumers, st_handoff_t **out);
+int st_handoff_create_ex(st_client_t *c, const char *name, const char *device,
+                         uint64_t chunk_bytes, int chunks, int consumers,
+                         const st_readers_t *readers, st_handoff_t **out);
 int st_handoff_open(st_client_t *c, const char *name, st_handoff_t **out);
 int st_handoff_shape(const st_handoff_t *h, int *chunks, uint64_t *chunk_bytes,
                      int *consumers, int *slot, int *device_index);
@@ -284,6 +295,9 @@ typedef struct st_buffer_info {
 int st_buffer_create(st_client_t *c, const char *name, const char *device,
   st_dtype_t dtype, int ndim, const int64_t *shape, int slots,
   st_buffer_t **out);
+int st_buffer_create_ex(st_client_t *c, const char *name, const char *device,
+  st_dtype_t dtype, int ndim, const int64_t *shape, int slots,
+  const st_readers_t *readers, st_buffer_t **out);
 int st_buffer_open(st_client_t *c, const char *name, int readonly, st_buffer_t **out);
 int st_buffer_info(const st_buffer_t *b, st_buffer_info_t *out);
 int st_buffer_write(st_buffer_t *b, const void *src, uint64_t bytes, int timeout_ms,

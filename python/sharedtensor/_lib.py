@@ -18,6 +18,7 @@ c_void_p = ctypes.c_void_p
 c_char_p = ctypes.c_char_p
 c_int = ctypes.c_int
 c_int64 = ctypes.c_int64
+c_uint32 = ctypes.c_uint32
 c_uint64 = ctypes.c_uint64
 c_size_t = ctypes.c_size_t
 c_double = ctypes.c_double
@@ -111,6 +112,16 @@ class ResultSummary(ctypes.Structure):
         ("object", ObjectInfo),
         ("identity", c_uint64),
         ("same", c_int),
+    ]
+
+
+class Readers(ctypes.Structure):
+    """st_readers_t (include/st/client.h)."""
+    _fields_ = [
+        ("uids", ctypes.POINTER(c_uint32)),
+        ("nuids", c_size_t),
+        ("gids", ctypes.POINTER(c_uint32)),
+        ("ngids", c_size_t),
     ]
 
 
@@ -249,6 +260,8 @@ _PROTOS = {
     "st_client_reload": (c_int, [c_void_p, P(c_void_p)]),
     # published keys
     "st_client_put": (c_int, [c_void_p, c_char_p, c_void_p, c_int, c_int, P(c_uint64)]),
+    "st_client_put_ex": (c_int, [c_void_p, c_char_p, c_void_p, c_int, c_int, P(Readers),
+                                 P(c_uint64)]),
     "st_client_get": (c_int, [c_void_p, c_char_p, c_uint64, c_int, P(c_void_p),
                               P(c_uint64)]),
     "st_client_keys": (c_int, [c_void_p, c_char_p, P(c_void_p)]),
@@ -297,6 +310,8 @@ _PROTOS = {
     # hand-offs (sharedtensor.handoff)
     "st_handoff_create": (c_int, [c_void_p, c_char_p, c_char_p, c_uint64, c_int, c_int,
                                   P(c_void_p)]),
+    "st_handoff_create_ex": (c_int, [c_void_p, c_char_p, c_char_p, c_uint64, c_int, c_int,
+                                     P(Readers), P(c_void_p)]),
     "st_handoff_open": (c_int, [c_void_p, c_char_p, P(c_void_p)]),
     "st_handoff_shape": (c_int, [c_void_p, P(c_int), P(c_uint64), P(c_int), P(c_int), P(c_int)]),
     "st_handoff_acquire": (c_int, [c_void_p, c_int, P(c_int), P(c_void_p)]),
@@ -311,6 +326,8 @@ _PROTOS = {
     # buffers and streams (sharedtensor.buffer)
     "st_buffer_create": (c_int, [c_void_p, c_char_p, c_char_p, c_int, c_int, P(c_int64), c_int,
                                  P(c_void_p)]),
+    "st_buffer_create_ex": (c_int, [c_void_p, c_char_p, c_char_p, c_int, c_int, P(c_int64),
+                                    c_int, P(Readers), P(c_void_p)]),
     "st_buffer_open": (c_int, [c_void_p, c_char_p, c_int, P(c_void_p)]),
     "st_buffer_info": (c_int, [c_void_p, P(BufferInfo)]),
     "st_buffer_write": (c_int, [c_void_p, c_void_p, c_uint64, c_int, P(c_uint64)]),

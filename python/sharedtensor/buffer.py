@@ -26,6 +26,7 @@ import ctypes
 import sys
 
 from . import _lib
+from . import errors as _errors
 from .closing import Closing
 from .alloc import _shape_of, dtype_of
 from .client import Client
@@ -412,21 +413,25 @@ def _client(client, device, path, timeout):
 
 
 def create(name, shape, dtype="float32", device="cpu", slots=1, framework="torch",
-           path=None, server_device=0, timeout=None):
+           path=None, server_device=0, timeout=None, readers=None):
     """Creates buffer `name` (1 to 64 of A-Z a-z 0-9 . _ -) of `slots`
     zero-filled frames of `shape` and `dtype` on `device` ("cpu", "cuda",
     "cuda:N", a torch.device or an ordinal), opened read-write. `path` /
     `server_device` pick the server socket as Client does. Raises
     InvalidArgumentError (a bad name, shape, dtype or slots; the name
-    exists), LimitError, OutOfMemoryError (memory_budget)."""
+    exists), LimitError, OutOfMemoryError (memory_budget).
+    readers={"uids": [int], "gids": [int]} lets those uids (and callers in
+    those groups) open it read-only (docs/protocol.md, "Owners"); other
+    uids get NotFoundError."""
     dims = _shape_of(shape)
+    grant = _errors.readers("buffer_create", readers)
     wire, code = dtype_of(dtype)
     dev = "cuda:%d" % device if isinstance(device, int) and not isinstance(device, bool) \
         else str(device)
     client, own = _client(None, server_device, path, timeout)
     arr = (ctypes.c_int64 * max(len(dims), 1))(*dims)
-    return Buffer._attach(client, own, framework, _l.st_buffer_create, name.encode(),
-                          dev.encode(), code, len(dims), arr, int(slots))
+    return Buffer._attach(client, own, framework, _l.st_buffer_create_ex, name.encode(),
+                          dev.encode(), code, len(dims), arr, int(slots), grant)
 
 
 def open(name, readonly=False, framework="torch", path=None, server_device=0, timeout=None):

@@ -465,7 +465,7 @@ class Client(Closing):
 
     # ------------------------------------------------------ published keys
 
-    def put(self, key, value, policy="pinned", readonly=False, live=False):
+    def put(self, key, value, policy="pinned", readonly=False, live=False, readers=None):
         """Publishes `value` under `key` (docs/keys.md): a tensor, or a
         mapping of names to tensors and plain values (a state dict; an
         nn.Module gives its state_dict()). Tensors from
@@ -481,9 +481,14 @@ class Client(Closing):
         connection its publisher and copies the value into the key's
         memory by name: every tensor of the key, with its names, shapes and
         dtypes, checked by the server first (a mismatch raises
-        InvalidArgumentError and changes nothing)."""
+        InvalidArgumentError and changes nothing).
+        readers={"uids": [int], "gids": [int]} grants those uids (and
+        callers in those groups) read of the key: get, always read-only
+        (docs/protocol.md, "Owners"; at most 16 of each). Other uids get
+        NotFoundError. A put with readers replaces the key's grant ({}
+        revokes it); a put without keeps it."""
         self._forget_publisher(key)
-        return _keys.put(self, key, value, policy, readonly, live)
+        return _keys.put(self, key, value, policy, readonly, live, readers)
 
     def _forget_publisher(self, key):
         h = self.__dict__.get("_published", {}).pop(key, None)

@@ -10,6 +10,8 @@ TimeoutError is also the built-in TimeoutError, IoError (no server, a
 lost connection) a ConnectionError and so an OSError, AuthError a
 PermissionError, InvalidArgumentError a ValueError.
 """
+import ctypes
+
 from . import _lib
 
 _l = _lib.lib
@@ -88,6 +90,32 @@ def flag(where, name, v):
     if type(v) is int and v in (0, 1) or type(v).__name__ == "bool_":
         return bool(v)
     raise BY_NAME["INVALID_ARGUMENT"]("%s: %s must be True or False, not %r" % (where, name, v))
+
+
+def readers(where, v):
+    """The st_readers_t of a `readers` argument, {"uids": [int],
+    "gids": [int]} (both optional; docs/protocol.md, "Owners"), as a
+    ctypes pointer (None: v is None, no grant sent); else
+    InvalidArgumentError. The Readers keeps its arrays."""
+    if v is None:
+        return None
+    if not isinstance(v, dict) or set(v) - {"uids", "gids"}:
+        raise BY_NAME["INVALID_ARGUMENT"](
+            "%s: readers must be a dict with 'uids' and/or 'gids' (lists of ints), not %r"
+            % (where, v))
+    lists = []
+    for name in ("uids", "gids"):
+        ids = v.get(name) or []
+        if not isinstance(ids, (list, tuple)) or not all(
+                type(i) is int and 0 <= i < 2 ** 32 for i in ids):
+            raise BY_NAME["INVALID_ARGUMENT"](
+                "%s: readers['%s'] must be a list of uids/gids (ints), not %r" % (where, name, ids))
+        lists.append((_lib.c_uint32 * max(len(ids), 1))(*ids))
+        lists.append(len(ids))
+    r = _lib.Readers(ctypes.cast(lists[0], ctypes.POINTER(_lib.c_uint32)), lists[1],
+                     ctypes.cast(lists[2], ctypes.POINTER(_lib.c_uint32)), lists[3])
+    r._keep = lists
+    return ctypes.pointer(r)
 
 
 def choice(where, name, v, allowed):

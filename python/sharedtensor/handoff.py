@@ -24,6 +24,7 @@ import collections
 import ctypes
 
 from . import _lib
+from . import errors as _errors
 from .errors import from_library
 
 _l = _lib.lib
@@ -76,11 +77,14 @@ class Handoff:
         self.device = "cpu" if dev.value < 0 else "cuda:%d" % dev.value
 
     @classmethod
-    def create(cls, client, name, chunk_bytes, chunks, consumers, device="cpu"):
-        """Creates hand-off `name`; this client's connection is its producer."""
+    def create(cls, client, name, chunk_bytes, chunks, consumers, device="cpu", readers=None):
+        """Creates hand-off `name`; this client's connection is its producer.
+        readers={"uids": [int], "gids": [int]} lets those uids (and callers
+        in those groups) open it as consumers (docs/protocol.md, "Owners")."""
+        grant = _errors.readers("handoff_create", readers)
         out = ctypes.c_void_p()
-        client._do(_l.st_handoff_create, name.encode(), device.encode(), int(chunk_bytes),
-                   int(chunks), int(consumers), ctypes.byref(out))
+        client._do(_l.st_handoff_create_ex, name.encode(), device.encode(), int(chunk_bytes),
+                   int(chunks), int(consumers), grant, ctypes.byref(out))
         return cls(client, out.value)
 
     @classmethod

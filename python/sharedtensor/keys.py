@@ -66,9 +66,10 @@ def _fill(p, value):
     return cuda, copied
 
 
-def put(client, key, value, policy="pinned", readonly=False, live=False):
+def put(client, key, value, policy="pinned", readonly=False, live=False, readers=None):
     """See Client.put."""
     _errors.choice("put", "policy", policy, tuple(_POLICIES))
+    grant = _errors.readers("put", readers)
     readonly = _errors.flag("put", "readonly", readonly)
     if isinstance(live, str):
         raise _errors.BY_NAME["INVALID_ARGUMENT"](
@@ -82,8 +83,8 @@ def put(client, key, value, policy="pinned", readonly=False, live=False):
         cuda, _ = _fill(p, value)
         _targs.synchronize(cuda)
         version = ctypes.c_uint64()
-        client._do(_l.st_client_put, key.encode(), p, _POLICIES[policy],
-                   (_PUT_READONLY if readonly else 0) | (_PUT_LIVE if live else 0),
+        client._do(_l.st_client_put_ex, key.encode(), p, _POLICIES[policy],
+                   (_PUT_READONLY if readonly else 0) | (_PUT_LIVE if live else 0), grant,
                    ctypes.byref(version))
         return version.value
     finally:

@@ -251,6 +251,7 @@ typedef struct create_args {
   int ndim;
   const int64_t *shape;
   int slots;
+  const st_readers_t *readers;
 } create_args_t;
 
 static void pack_create(msgpack_packer *pk, const void *arg) {
@@ -261,12 +262,20 @@ static void pack_create(msgpack_packer *pk, const void *arg) {
   msgpack_pack_array(pk, (size_t)a->ndim);
   for (int i = 0; i < a->ndim; i++) msgpack_pack_int64(pk, a->shape[i]);
   st__pack_kv_uint(pk, "slots", (uint64_t)a->slots);
+  if (a->readers) st__client_pack_readers(pk, a->readers);
 }
 
 /* See client.h. Thread of the client. */
 ST_API int st_buffer_create(st_client_t *c, const char *name, const char *device,
                             st_dtype_t dtype, int ndim, const int64_t *shape, int slots,
                             st_buffer_t **out) {
+  return st_buffer_create_ex(c, name, device, dtype, ndim, shape, slots, NULL, out);
+}
+
+/* See client.h. Thread of the client. */
+ST_API int st_buffer_create_ex(st_client_t *c, const char *name, const char *device,
+                               st_dtype_t dtype, int ndim, const int64_t *shape, int slots,
+                               const st_readers_t *readers, st_buffer_t **out) {
   if (out) *out = NULL;
   if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
   if (ndim < 0 || ndim > 16 || (ndim > 0 && !shape))
@@ -276,8 +285,11 @@ ST_API int st_buffer_create(st_client_t *c, const char *name, const char *device
     return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "buffer_create: 'slots' must be 1 to %u",
                            ST__BUFFER_MAX_SLOTS);
   const char *dt = st_dtype_name(dtype);
-  create_args_t a = {device && *device ? device : "cpu", dt ? dt : "invalid", ndim, shape, slots};
-  return attach(c, "buffer_create", name, pack_create, &a, 4, 0, out);
+  int rc = st__client_readers_check(c, "buffer_create", readers);
+  if (rc != ST_OK) return rc;
+  create_args_t a = {device && *device ? device : "cpu", dt ? dt : "invalid", ndim, shape, slots,
+                     readers};
+  return attach(c, "buffer_create", name, pack_create, &a, 4 + (readers != NULL), 0, out);
 }
 
 static void pack_open(msgpack_packer *pk, const void *arg) {

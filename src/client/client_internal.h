@@ -324,6 +324,15 @@ int st__client_rpc_exchange(st_client_t *c, const char *method, const st_args_t 
                             st__message_t *reply, int **fds, size_t *nfds);
 /* The pairs a request with an argument map starts with: npairs
  * key/value pairs that pack(pk, ud) writes. */
+/* keys.c: checks read grants `r` for `method` (NULL: none): ST_OK, or a
+ * recorded INVALID_ARGUMENT (a NULL list with a count; more than
+ * ST__READERS_MAX uids or gids, the server's bound). */
+#define ST__READERS_MAX 16
+int st__client_readers_check(st_client_t *c, const char *method, const st_readers_t *r);
+/* keys.c: the map entry readers = {uids: [..], gids: [..]} of checked `r`
+ * (not NULL); the caller counted it. */
+void st__client_pack_readers(msgpack_packer *pk, const st_readers_t *r);
+
 typedef struct st__client_head {
   uint32_t npairs;
   void (*pack)(msgpack_packer *pk, const void *ud);

@@ -143,6 +143,7 @@ typedef struct create_args {
   const char *device;
   uint64_t chunk_bytes;
   int chunks, consumers;
+  const st_readers_t *readers;
 } create_args_t;
 
 static void pack_create(msgpack_packer *pk, const void *arg) {
@@ -151,19 +152,29 @@ static void pack_create(msgpack_packer *pk, const void *arg) {
   st__pack_kv_uint(pk, "chunk_bytes", a->chunk_bytes);
   st__pack_kv_uint(pk, "chunks", (uint64_t)a->chunks);
   st__pack_kv_uint(pk, "consumers", (uint64_t)a->consumers);
+  if (a->readers) st__client_pack_readers(pk, a->readers);
 }
 
 /* See client.h. Thread of the client. */
 ST_API int st_handoff_create(st_client_t *c, const char *name, const char *device,
                              uint64_t chunk_bytes, int chunks, int consumers,
                              st_handoff_t **out) {
+  return st_handoff_create_ex(c, name, device, chunk_bytes, chunks, consumers, NULL, out);
+}
+
+/* See client.h. Thread of the client. */
+ST_API int st_handoff_create_ex(st_client_t *c, const char *name, const char *device,
+                                uint64_t chunk_bytes, int chunks, int consumers,
+                                const st_readers_t *readers, st_handoff_t **out) {
   if (out) *out = NULL;
   if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
   if (chunks < 1 || consumers < 1)
     return st__client_fail(c, ST_ERR_INVALID_ARGUMENT,
                            "handoff_create: 'chunks' and 'consumers' must be at least 1");
-  create_args_t a = {device && *device ? device : "cpu", chunk_bytes, chunks, consumers};
-  return attach(c, "handoff_create", name, pack_create, &a, 4, out);
+  int rc = st__client_readers_check(c, "handoff_create", readers);
+  if (rc != ST_OK) return rc;
+  create_args_t a = {device && *device ? device : "cpu", chunk_bytes, chunks, consumers, readers};
+  return attach(c, "handoff_create", name, pack_create, &a, 4 + (readers != NULL), out);
 }
 
 /* See client.h. Thread of the client. */

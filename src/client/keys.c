@@ -55,11 +55,37 @@ ST_API int st_args_tensor_copy(st_args_t *a, const char *key, const st_tensor_t 
   return rc;
 }
 
+/* See client_internal.h. */
+int st__client_readers_check(st_client_t *c, const char *method, const st_readers_t *r) {
+  if (!r) return ST_OK;
+  if ((r->nuids && !r->uids) || (r->ngids && !r->gids))
+    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "%s: readers: a NULL list with a count",
+                           method);
+  if (r->nuids > ST__READERS_MAX || r->ngids > ST__READERS_MAX)
+    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT,
+                           "%s: readers: %zu uids and %zu gids; at most %d of each", method,
+                           r->nuids, r->ngids, ST__READERS_MAX);
+  return ST_OK;
+}
+
+/* See client_internal.h. */
+void st__client_pack_readers(msgpack_packer *pk, const st_readers_t *r) {
+  st__pack_cstr(pk, "readers");
+  msgpack_pack_map(pk, 2);
+  st__pack_cstr(pk, "uids");
+  msgpack_pack_array(pk, r->nuids);
+  for (size_t i = 0; i < r->nuids; i++) msgpack_pack_uint32(pk, r->uids[i]);
+  st__pack_cstr(pk, "gids");
+  msgpack_pack_array(pk, r->ngids);
+  for (size_t i = 0; i < r->ngids; i++) msgpack_pack_uint32(pk, r->gids[i]);
+}
+
 typedef struct put_head {
   const char *key;
   int policy;
   int readonly;
   int live;
+  const st_readers_t *readers;
 } put_head_t;
 
 static void pack_put_head(msgpack_packer *pk, const void *ud) {
@@ -69,11 +95,18 @@ static void pack_put_head(msgpack_packer *pk, const void *ud) {
   st__pack_kv_str(pk, "policy", h->policy == ST_KEY_EVICTABLE ? "evictable" : "pinned");
   st__pack_kv_bool(pk, "readonly", h->readonly);
   if (h->live) st__pack_kv_bool(pk, "live", 1);
+  if (h->readers) st__client_pack_readers(pk, h->readers);
 }
 
 /* See client.h. Thread of the client. */
 ST_API int st_client_put(st_client_t *c, const char *key, const st_args_t *value, int policy,
                          int flags, uint64_t *version) {
+  return st_client_put_ex(c, key, value, policy, flags, NULL, version);
+}
+
+/* See client.h. Thread of the client. */
+ST_API int st_client_put_ex(st_client_t *c, const char *key, const st_args_t *value, int policy,
+                            int flags, const st_readers_t *readers, uint64_t *version) {
   if (version) *version = 0;
   if (!c) return ST_ERR_INVALID_ARGUMENT;
   if (!key || !*key || !value)
@@ -84,11 +117,14 @@ ST_API int st_client_put(st_client_t *c, const char *key, const st_args_t *value
   if (flags & ~(ST_PUT_READONLY | ST_PUT_LIVE))
     return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "put: unknown flags 0x%x (allowed: "
                            "ST_PUT_READONLY, ST_PUT_LIVE)", (unsigned)flags);
+  int rc = st__client_readers_check(c, "put", readers);
+  if (rc != ST_OK) return rc;
   put_head_t h = {.key = key, .policy = policy, .readonly = (flags & ST_PUT_READONLY) != 0,
-                  .live = (flags & ST_PUT_LIVE) != 0};
-  st__client_head_t head = {.npairs = 3 + h.live, .pack = pack_put_head, .ud = &h};
+                  .live = (flags & ST_PUT_LIVE) != 0, .readers = readers};
+  st__client_head_t head = {.npairs = 3 + h.live + (readers != NULL), .pack = pack_put_head,
+                            .ud = &h};
   st_result_t *r = NULL;
-  int rc = st__client_args_method(c, "put", &head, "value", value, 0, &r);
+  rc = st__client_args_method(c, "put", &head, "value", value, 0, &r);
   if (rc != ST_OK) return rc;
   const st_value_t *v = st_value_get(st_result_value(r), "version");
   const st_value_t *taken = st_value_get(st_result_value(r), "taken");

@@ -8,7 +8,7 @@ headers (include/st/*.h).
     aside; Python: the ctypes type each C type needs);
   - functions the mirrors take from dtype.h and dlpack.h match too;
   - structs (st_tensor_t, st_value_t, st_object_info_t,
-    st_client_options_t) have the same fields in the same order, of
+    st_client_options_t, st_readers_t, ...) have the same fields in the same order, of
     matching types, in both mirrors;
   - the enum constants of client.h have the same values in both;
   - the error table Python builds from the library equals errors.h;
@@ -39,10 +39,12 @@ OPAQUE = {"st_client_t", "st_args_t", "st_result_t", "st_handoff_t", "st_buffer_
           "st_key_t"}
 STRUCTS = {"st_tensor_t": _lib.Tensor, "st_value_t": _lib.Value,
            "st_object_info_t": _lib.ObjectInfo, "st_client_options_t": _lib.ClientOptions,
-           "st_result_summary_t": _lib.ResultSummary, "st_buffer_info_t": _lib.BufferInfo}
+           "st_result_summary_t": _lib.ResultSummary, "st_buffer_info_t": _lib.BufferInfo,
+           "st_readers_t": _lib.Readers}
 SCALARS = {"int": ctypes.c_int, "int64_t": ctypes.c_int64, "uint64_t": ctypes.c_uint64,
            "size_t": ctypes.c_size_t, "double": ctypes.c_double, "float": ctypes.c_float,
-           "uint8_t": ctypes.c_uint8, "uint16_t": ctypes.c_uint16, "char": ctypes.c_char}
+           "uint8_t": ctypes.c_uint8, "uint16_t": ctypes.c_uint16, "uint32_t": ctypes.c_uint32,
+           "char": ctypes.c_char}
 
 
 def read(path):

@@ -2,7 +2,8 @@
 -- stserver: a writer in another luajit process and readers here, read_new
 -- waking on its writes and timing out cleanly, read-only handles, the
 -- writer lock (re-entrant per handle), clear, unsigned element types
--- (in buffers and from an endpoint), close and unlink.
+-- (in buffers and from an endpoint), close and unlink, read grants
+-- (opts.readers) sent and checked.
 local H = require("st_harness")
 local st = require("st.client")
 
@@ -87,6 +88,21 @@ return st.endpoint{ name = "u", params = { dtype = "uint16" },
     c2:close()
     assert.is_true(c:buffer_unlink("lua.lock"))
     assert.matches("shape", select(2, c:buffer_create("lua.bad", { 0 })) or "")
+  end)
+
+  it("sends opts.readers with buffer_create (st_buffer_create_ex)", function()
+    local b = assert(c:buffer_create("lua.granted", 4, { readers = { uids = { 65534 },
+                                                                    gids = { 65534 } } }))
+    b:close()
+    assert.is_true(c:buffer_unlink("lua.granted"))
+    local many = {}
+    for i = 1, 17 do many[i] = i end
+    local none, err, name = c:buffer_create("lua.many", 4, { readers = { uids = many } })
+    assert.is_nil(none)
+    assert.are.equal("INVALID_ARGUMENT", name, err)
+    assert.matches("at most 16", err)
+    assert.has_error(function() c:buffer_create("lua.bad", 4, { readers = "65534" }) end)
+    assert.has_error(function() c:buffer_create("lua.bad", 4, { readers = { uids = { "x" } } }) end)
   end)
 
   it("counts acquires per handle, clears every slot, and carries unsigned types", function()
