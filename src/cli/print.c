@@ -169,48 +169,23 @@ void cli_format_element(st_dtype_t dtype, const void *base, int64_t k, char *buf
   case ST_DTYPE_UINT8:
     snprintf(buf, len, "%u", (unsigned)*p);
     return;
-  case ST_DTYPE_INT8: {
-    int8_t v;
-    memcpy(&v, p, 1);
-    snprintf(buf, len, "%d", v);
-    return;
+/* An integer element of C type T, printed exactly with printf format FMT
+ * (its value widened to W). */
+#define INT_ELEMENT(DTYPE, T, W, FMT) \
+  case DTYPE: {                       \
+    T v;                              \
+    memcpy(&v, p, sizeof v);          \
+    snprintf(buf, len, FMT, (W)v);    \
+    return;                           \
   }
-  case ST_DTYPE_INT16: {
-    int16_t v;
-    memcpy(&v, p, 2);
-    snprintf(buf, len, "%d", v);
-    return;
-  }
-  case ST_DTYPE_INT32: {
-    int32_t v;
-    memcpy(&v, p, 4);
-    snprintf(buf, len, "%" PRId32, v);
-    return;
-  }
-  case ST_DTYPE_INT64: {
-    int64_t v;
-    memcpy(&v, p, 8);
-    snprintf(buf, len, "%" PRId64, v);
-    return;
-  }
-  case ST_DTYPE_UINT16: {
-    uint16_t v;
-    memcpy(&v, p, 2);
-    snprintf(buf, len, "%u", (unsigned)v);
-    return;
-  }
-  case ST_DTYPE_UINT32: {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    snprintf(buf, len, "%" PRIu32, v);
-    return;
-  }
-  case ST_DTYPE_UINT64: {
-    uint64_t v;
-    memcpy(&v, p, 8);
-    snprintf(buf, len, "%" PRIu64, v);
-    return;
-  }
+    INT_ELEMENT(ST_DTYPE_INT8, int8_t, int, "%d")
+    INT_ELEMENT(ST_DTYPE_INT16, int16_t, int, "%d")
+    INT_ELEMENT(ST_DTYPE_INT32, int32_t, int32_t, "%" PRId32)
+    INT_ELEMENT(ST_DTYPE_INT64, int64_t, int64_t, "%" PRId64)
+    INT_ELEMENT(ST_DTYPE_UINT16, uint16_t, unsigned, "%u")
+    INT_ELEMENT(ST_DTYPE_UINT32, uint32_t, uint32_t, "%" PRIu32)
+    INT_ELEMENT(ST_DTYPE_UINT64, uint64_t, uint64_t, "%" PRIu64)
+#undef INT_ELEMENT
   default:
     shortest(st_dtype_load(dtype, base, (size_t)k), dtype != ST_DTYPE_FLOAT64, buf, len);
   }
