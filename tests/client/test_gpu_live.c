@@ -124,12 +124,13 @@ TEST(device_updates_in_place_and_consistent_reads) {
   start(&r, READ);
   CHECK_EQ_INT(update_to(k, 2.0f), ST_OK);
   /* updates meanwhile: version v holds all v (device writes, then end).
-   * A pause after each leaves the reader a window with no update: back to
-   * back, every read that takes longer than the gap between two updates
-   * overlaps one and is (rightly) inconsistent. */
+   * A 5 ms pause after each leaves the reader windows with no update: a
+   * read that takes longer than the gap between two updates (a 4 MiB copy
+   * to the host and its synchronize) overlaps one and is (rightly)
+   * inconsistent, so with short gaps every read could be. */
   for (int v = 3; v < 300; v++) {
     CHECK_EQ_INT(update_to(k, (float)v), ST_OK);
-    usleep(500);
+    usleep(5000);
   }
   CHECK_EQ_INT(end_child(&r), 0);
   float v = 0;
