@@ -331,7 +331,8 @@ int st__settings_load(const char *path, const st__setting_t *rows, void *obj,
   size_t len = 0;
   char *text = read_file(path, &len, errs);
   if (!text) return ST_ERR_CONFIGURATION;
-  st__lua_ctx_t ctx = {.mode = ST__LUA_CONFIG, .who = "config"};
+  st__lua_ctx_t ctx = {.mode = ST__LUA_CONFIG, .who = "config",
+                       .mem_limit = ST__LUA_LOAD_MEMORY_BYTES};
   lua_State *L = st__lua_state_new(&ctx);
   if (!L) {
     free(text);
@@ -351,7 +352,10 @@ int st__settings_load(const char *path, const st__setting_t *rows, void *obj,
   rc = st__lua_pcall(L, 0, 1, err, sizeof err);     /* ret */
   st__lua_disarm(L);
   if (rc != 0) {
-    if (st__lua_has_position(err)) st__errlist_add(errs, "%s", err);
+    if (ctx.stop == ST_ERR_OUT_OF_MEMORY)
+      st__errlist_add(errs, "%s: the file went past the %zu MiB of Lua memory it may hold while "
+                      "it is loaded", path, ST__LUA_LOAD_MEMORY_BYTES >> 20);
+    else if (st__lua_has_position(err)) st__errlist_add(errs, "%s", err);
     else st__errlist_add(errs, "%s: %s", path, err);
     st__lua_close(L);
     return ST_ERR_CONFIGURATION;

@@ -168,6 +168,9 @@ static int l_run_file(lua_State *L) {
       st__errlist_add(errs, "%s%s%s (a file's top level may run at most %g s: "
                       "endpoint_load_timeout_s)", st__lua_has_position(err) ? "" : src->path,
                       st__lua_has_position(err) ? "" : ": ", err, f->limit_s);
+    else if (ctx->stop == ST_ERR_OUT_OF_MEMORY)
+      st__errlist_add(errs, "%s: the top level went past the %zu MiB a file may hold while it "
+                      "is loaded", src->path, ST__LUA_LOAD_MEMORY_BYTES >> 20);
     else if (st__lua_has_position(err))
       st__errlist_add(errs, "%s", err);
     else
@@ -209,7 +212,7 @@ static int l_run_file(lua_State *L) {
 static void load_file(filerun_t *f) {
   const st__source_t *src = f->src;
   st__errlist_t *errs = f->errs;
-  st__lua_ctx_t ctx = {.mode = ST__LUA_LOAD, .who = "lua"};
+  st__lua_ctx_t ctx = {.mode = ST__LUA_LOAD, .who = "lua", .mem_limit = ST__LUA_LOAD_MEMORY_BYTES};
   lua_State *L = st__lua_state_new(&ctx);
   if (!L) {
     st__errlist_add(errs, "%s: cannot create a Lua state (out of memory)", src->path);

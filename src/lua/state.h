@@ -24,6 +24,11 @@
  * it is loaded: a file that loops forever is a load error, not a hang. */
 #define ST__LUA_LOAD_LIMIT_S 10.0
 
+/* How much Lua memory a file's top level may hold while it is loaded: a
+ * file that builds a huge string or table is a load error, not an
+ * exhausted host (a file holds declarations; 64 MiB is far past any). */
+#define ST__LUA_LOAD_MEMORY_BYTES ((size_t)64 << 20)
+
 /* Instructions between two checks of the deadline and the cancel flag. */
 #define ST__LUA_HOOK_COUNT 1000
 

@@ -195,6 +195,23 @@ TEST(config_is_sandboxed) {
   CHECK(access("/tmp/st-config-escaped", F_OK) != 0);
 }
 
+/* A file that builds more than a load may hold is an error naming the
+ * limit, not an exhausted host. */
+TEST(config_memory_is_bounded) {
+  st__config_t c;
+  char *errs;
+  CHECK_ERR(load_cfg("local s = string.rep('d', 2^30)\nreturn { workers = 1 }\n", &c, &errs),
+            ST_ERR_CONFIGURATION);
+  CHECK_CONTAINS(errs, "config.lua: the file went past the 64 MiB of Lua memory");
+  free(errs);
+  st__config_free(&c);
+  CHECK_ERR(load_cfg("local t = {}\nfor i = 1, 1e9 do t[i] = i end\nreturn {}\n", &c, &errs),
+            ST_ERR_CONFIGURATION);
+  CHECK_CONTAINS(errs, "64 MiB of Lua memory");
+  free(errs);
+  st__config_free(&c);
+}
+
 TEST(repository_config_loads) {
   const char *src = getenv("ST_SOURCE_DIR");
   char path[4096];
@@ -234,6 +251,7 @@ int main(void) {
   RUN(bad_values_are_all_reported);
   RUN(lua_errors_name_the_line);
   RUN(config_is_sandboxed);
+  RUN(config_memory_is_bounded);
   RUN(repository_config_loads);
   RUN(missing_file);
   kit_rmdir();

@@ -328,6 +328,21 @@ static void limits_body(stt_server_t *T) {
   CHECK_CONTAINS(err, "at most 0.3 s: endpoint_load_timeout_s");
   CHECK_EQ_INT(obj_int(obj_path(m.result, "generation.number")), 1);
   msg_free(&m);
+  /* A file whose top level builds a huge string fails at the load's
+   * memory limit, not by exhausting the host. */
+  char loop_path[400];
+  snprintf(loop_path, sizeof loop_path, "%s/loop.lua", T->endpoints);
+  CHECK(unlink(loop_path) == 0);
+  stt_write_endpoint(T, "big.lua",
+                     "local s = string.rep('x', 2^30)\n"
+                     "return st.endpoint{ name = 'big', build = function() return 1 end }\n");
+  CHECK(kill(T->pid, SIGHUP) == 0);
+  CHECK(rc_wait_info(&c, "counters.reload_failures", 2, 20000) == 0);
+  CHECK(rc_info(&c, 2, &m) == 1);
+  err = obj_str(obj_path(m.result, "generation.last_reload.error"));
+  CHECK_CONTAINS(err, "big.lua: the top level went past the 64 MiB");
+  CHECK_EQ_INT(obj_int(obj_path(m.result, "generation.number")), 1);
+  msg_free(&m);
   CHECK(rk_call(&c, "a", "n", 2, &m) == 1 && !m.error);
   msg_free(&m);
   rc_close(&c);
