@@ -69,7 +69,7 @@ static void version_free(st__keys_t *t, st__key_t *k, st__key_version_t *v) {
   uint64_t use[ST__UIDQ_NKINDS];
   version_use(&v->result, v->bytes, use);
   quota_apply(k->uid, use, 0);
-  charge(&v->result, 0, NULL, 0);
+  if (v->charged) charge(&v->result, 0, NULL, 0);
   k->bytes -= v->bytes;
   t->bytes -= v->bytes;
   st__build_result_destroy(&v->result);
@@ -286,7 +286,7 @@ int st__keys_put(st__keys_t *t, const st__key_put_t *p, st__build_result_t *resu
   /* The charge may evict evictable versions, this key's too: look the
    * key up again afterwards. */
   char why[400];
-  rc = charge(result, 1, why, sizeof why);
+  rc = p->precharged ? ST_OK : charge(result, 1, why, sizeof why);
   if (rc != ST_OK) {
     free(v);
     st__arena_unref(page);
@@ -298,7 +298,7 @@ int st__keys_put(st__keys_t *t, const st__key_put_t *p, st__build_result_t *resu
   if (!k && (k = key_new(t, p, page)) != NULL) page = NULL;
   if (k) grown = realloc(k->versions, (k->nversions + 1) * sizeof *k->versions);
   if (!grown) {
-    charge(result, 0, NULL, 0);
+    if (!p->precharged) charge(result, 0, NULL, 0);
     free(v);
     st__arena_unref(page);
     if (k && k->nversions == 0) key_remove(t, k);
@@ -313,6 +313,8 @@ int st__keys_put(st__keys_t *t, const st__key_put_t *p, st__build_result_t *resu
   v->created_at = st__now_unix();
   v->last_used = st__now_mono();
   v->version = ++k->last_version;
+  v->charged = !p->precharged;
+  if (p->origin) v->has_origin = 1, v->origin = *p->origin;
   k->versions[k->nversions++] = v;
   add[ST__UIDQ_KEYS] = 0;       /* key_new charged it */
   quota_apply(k->uid, add, 1);

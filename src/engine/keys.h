@@ -41,6 +41,14 @@
 typedef enum { ST__KEY_PINNED = 0, ST__KEY_EVICTABLE = 1 } st__key_policy_t;
 #define ST__KEY_POLICY_NAMES "pinned|evictable"
 
+/* Where a replica came from (docs/multihost.md): the peer server's id,
+ * the key's name there and the version it copied. */
+typedef struct st__key_origin {
+  char peer[64];
+  char key[ST__KEY_NAME_MAX + 1];
+  uint64_t version;
+} st__key_origin_t;
+
 typedef struct st__key_version {
   uint64_t version;
   st__build_result_t result;  /* owned: value and arena references */
@@ -49,6 +57,11 @@ typedef struct st__key_version {
                                  CUDA arena */
   double created_at;          /* unix seconds */
   double last_used;           /* monotonic seconds: put or last get */
+  int charged;                /* the table charged `bytes` to the ledger
+                                 (0: its arenas carry their own charge,
+                                 made when the server allocated them)   */
+  int has_origin;             /* a replica: origin says of what          */
+  st__key_origin_t origin;
 } st__key_version_t;
 
 typedef struct st__key {
@@ -119,6 +132,11 @@ typedef struct st__key_put {
   int live;                   /* a live key (docs/views.md, section 3) */
   const st__grant_t *readers; /* NULL: the key's grant stays (none for a
                                  new key); else it replaces it            */
+  int precharged;             /* the arenas were allocated by the server
+                                 and charged to the ledger then (a
+                                 replica's): the version charges nothing
+                                 more, and gives nothing back when it goes */
+  const st__key_origin_t *origin; /* a replica's origin, or NULL         */
 } st__key_put_t;
 
 /* Makes the next version of key p->name (a new key when absent) from

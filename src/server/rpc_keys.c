@@ -290,7 +290,8 @@ void st__rpc_get(st__rpc_req_t *r) {
 }
 
 static void pack_key(msgpack_packer *pk, const st__key_t *k) {
-  msgpack_pack_map(pk, 10);
+  const st__key_version_t *last = k->versions[k->nversions - 1];
+  msgpack_pack_map(pk, 10 + (uint32_t)last->has_origin);
   st__pack_kv_str(pk, "key", k->name);
   st__pack_kv_uint(pk, "version", st__keys_version_of(k, k->versions[k->nversions - 1]));
   st__pack_cstr(pk, "versions");
@@ -314,6 +315,13 @@ static void pack_key(msgpack_packer *pk, const st__key_t *k) {
                       : st__key_page_updating(k->page) ? "updating"
                                             : "live";
   st__pack_kv_str(pk, "state", state);
+  if (last->has_origin) {
+    st__pack_cstr(pk, "origin");
+    msgpack_pack_map(pk, 3);
+    st__pack_kv_str(pk, "peer", last->origin.peer);
+    st__pack_kv_str(pk, "key", last->origin.key);
+    st__pack_kv_uint(pk, "version", last->origin.version);
+  }
 }
 
 /* Whether `keys` lists k for who: its own keys and those granted to it
