@@ -220,7 +220,7 @@ static void load_file(filerun_t *f) {
   }
   if (lua_cpcall(L, l_run_file, f) != 0)
     st__errlist_add(errs, "%s: %s", src->path, lua_tostring(L, -1));
-  lua_close(L);
+  st__lua_close(L);
 }
 
 static double wall_now(void) {
