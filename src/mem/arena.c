@@ -476,6 +476,15 @@ void st__arena_use_source(st__arena_source_fn fn, void *ctx) {
   source_ctx = ctx;
 }
 
+/* See arena.h. */
+int st__arena_file_id(const st__arena_t *a, uint64_t *dev, uint64_t *ino) {
+  struct stat st;
+  if (a->fd < 0 || fstat(a->fd, &st) != 0) return 0;
+  *dev = (uint64_t)st.st_dev;
+  *ino = (uint64_t)st.st_ino;
+  return 1;
+}
+
 /* The CPU half of st__arena_import: a sealed memfd of at least d->bytes. */
 static int import_cpu(const st__arena_desc_t *d, int fd, st__arena_t **out, char *err,
                       size_t errlen) {

@@ -11,6 +11,24 @@
 #include "engine/workers.h"
 #include "st/errors.h"
 
+/* Two descriptors of one memfd are one allocation too: refused, never
+ * charged twice to the budget and the quotas. One fstat per arena, then
+ * pairs of numbers (at most ST_MAX_FDS_PER_MESSAGE arenas). */
+static int distinct_files(const st__targs_t *t, char *err, size_t errlen) {
+  uint64_t dev[ST_MAX_FDS_PER_MESSAGE], ino[ST_MAX_FDS_PER_MESSAGE];
+  int has[ST_MAX_FDS_PER_MESSAGE];
+  size_t n = t->n < ST_MAX_FDS_PER_MESSAGE ? t->n : ST_MAX_FDS_PER_MESSAGE;
+  for (size_t i = 0; i < n; i++) {
+    has[i] = st__arena_file_id(t->arenas[i], &dev[i], &ino[i]);
+    for (size_t k = 0; has[i] && k < i; k++)
+      if (has[k] && dev[k] == dev[i] && ino[k] == ino[i])
+        return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                        "arenas[%zu] names the same allocation as arenas[%zu] (two descriptors "
+                        "of one memory file)", i, k);
+  }
+  return ST_OK;
+}
+
 /* See put_job.h. Any thread that owns t. */
 int st__put_adopt(st__targs_t *t, const msgpack_object *value, st__build_result_t *out, char *err,
                   size_t errlen) {
@@ -25,6 +43,7 @@ int st__put_adopt(st__targs_t *t, const msgpack_object *value, st__build_result_
         return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                         "arenas[%zu] names the same allocation as arenas[%zu]", i, k);
   if (n && (rc = st__targs_import(t, err, errlen)) != ST_OK) return rc;
+  if (n && (rc = distinct_files(t, err, errlen)) != ST_OK) return rc;
   msgpack_packer pk;
   msgpack_packer_init(&pk, &out->value, msgpack_sbuffer_write);
   msgpack_pack_object(&pk, *value);

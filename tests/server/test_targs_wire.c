@@ -133,6 +133,34 @@ TEST(a_valid_argument_reads_the_callers_memory) {
   CHECK(back_to_baseline() == 0);
 }
 
+/* A put whose two arenas are two descriptors of one memfd names one
+ * allocation twice: refused, nothing charged (it was charged twice and
+ * reported 8192 bytes for a 4096-byte memfd). */
+TEST(a_put_naming_one_memfd_twice_is_refused) {
+  OPEN_RC(c, S.socket);
+  int fd = rc_memfd_with(PAGE, 3, 0);
+  CHECK(fd >= 0);
+  int fds[2] = {fd, dup(fd)};
+  CHECK_RPC_FDS(&c, fds, 2, ST_ERR_INVALID_ARGUMENT, "names the same allocation as arenas[0]",
+                "[0, 1, 'put', [{key: 'twice', value: {a: tensor(0, 0, 'float32', [4], [1]), "
+                "b: tensor(1, 0, 'float32', [4], [1])}, arenas: ["
+                "{fd: 0, bytes: %d, device: 'cpu', backend: 'memfd', id: 1}, "
+                "{fd: 1, bytes: %d, device: 'cpu', backend: 'memfd', id: 2}]}]]",
+                PAGE, PAGE);
+  CHECK_RPC(&c, ST_ERR_NOT_FOUND, "twice", "[0, 2, 'get', [{key: 'twice'}]]");
+  /* Two memfds are two allocations. */
+  int two[2] = {rc_memfd_with(PAGE, 3, 0), rc_memfd_with(PAGE, 4, 0)};
+  CHECK_RPC_FDS(&c, two, 2, ST_OK, NULL,
+                "[0, 3, 'put', [{key: 'twice', value: {a: tensor(0, 0, 'float32', [4], [1]), "
+                "b: tensor(1, 0, 'float32', [4], [1])}, arenas: ["
+                "{fd: 0, bytes: %d, device: 'cpu', backend: 'memfd', id: 1}, "
+                "{fd: 1, bytes: %d, device: 'cpu', backend: 'memfd', id: 2}]}]]",
+                PAGE, PAGE);
+  CHECK_RPC(&c, ST_OK, NULL, "[0, 4, 'delete', [{key: 'twice'}]]");
+  rc_close(&c);
+  CHECK(back_to_baseline() == 0);
+}
+
 TEST(arenas_without_their_descriptors_close_the_connection) {
   OPEN_RC(c, S.socket);
   int64_t perr = rc_info_int(&M, "counters.protocol_errors");
@@ -562,6 +590,7 @@ int main(void) {
   RUN(a_client_gone_before_its_reply_leaks_nothing);
   RUN(pipelined_requests_each_read_their_own_memory);
   RUN(a_connection_reset_queues_no_stale_descriptor);
+  RUN(a_put_naming_one_memfd_twice_is_refused);
   RUN(no_descriptor_or_arena_is_left_behind);
   rc_close(&M);
   return stt_server_finish(&S);
