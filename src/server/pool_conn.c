@@ -105,7 +105,7 @@ int st__pool_reply_prepare(st__conn_t *c, const st__build_result_t *r, int obj,
                            st__pool_reply_t *pr, char *err, size_t errlen) {
   pr->n = r->narenas;
   pr->page = 0;
-  pr->readonly = 0;
+  memset(pr->readonly, 0, sizeof pr->readonly);
   for (size_t i = 0; i < r->narenas; i++) {
     st__arena_t *a = r->arenas[i];
     pr->arenas[i] = a;
@@ -164,7 +164,7 @@ int st__pool_reply_fds(st__conn_t *c, const st__pool_reply_t *pr, int *fds, int 
     const st__arena_t *a = pr->pooled[i] ? pr->desc[i].slab : pr->arenas[i];
     if (pr->ref[i] || (pr->pooled[i] ? !pr->desc[i].send_slab : !st__arena_has_fd(a))) continue;
     st__prof_begin(ST_PROF_DUP);
-    int fd = pr->readonly && !pr->pooled[i] ? st__arena_dup_fd_readonly(a, err, errlen)
+    int fd = pr->readonly[i] && !pr->pooled[i] ? st__arena_dup_fd_readonly(a, err, errlen)
                                             : st__arena_dup_fd(a, err, errlen);
     st__prof_end();
     if (fd < 0) return fd;
@@ -221,7 +221,7 @@ void st__pool_reply_pack(st__conn_t *c, msgpack_packer *pk, const st__pool_reply
     memset(&d, 0, sizeof d);
     st__arena_describe(pr->arenas[i], &d);
     if (!d.legacy) d.fd = next_fd++;   /* its index among the fds sent */
-    d.readonly = pr->readonly;
+    d.readonly = pr->readonly[i];
     st__pack_arena(pk, &d);
   }
 }

@@ -50,8 +50,10 @@ typedef struct st__pool_reply {
   unsigned char ref[ST_MAX_FDS_PER_MESSAGE];     /* named by id: {ref} */
   st__mpool_desc_t desc[ST_MAX_FDS_PER_MESSAGE];
   int page;                   /* the control page goes with this reply */
-  int readonly;               /* arenas of their own go read-only
-                                 (st__arena_dup_fd_readonly; desc.readonly) */
+  unsigned char readonly[ST_MAX_FDS_PER_MESSAGE];  /* this arena, when it
+                                 goes as an arena of its own, goes
+                                 read-only (st__arena_dup_fd_readonly;
+                                 desc.readonly)                           */
 } st__pool_reply_t;
 
 /* Decides how each arena of r travels to c: a region of c's pool that

@@ -111,7 +111,8 @@ static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
   /* An object's arenas, and a key's, may go by id to a client that keeps
    * them mapped from an earlier reply on this connection. */
   int readonly = more && more->readonly;
-  int by_id = !readonly && (obj != NULL || (more && more->keep_arenas));
+  int some_readonly = readonly || (more && more->readonly_each);
+  int by_id = !some_readonly && (obj != NULL || (more && more->keep_arenas));
   if (r->narenas > ST_MAX_FDS_PER_MESSAGE) {
     char m[200];
     snprintf(m, sizeof m, "%s: the result uses %zu allocations; at most %d fit in one reply",
@@ -134,7 +135,8 @@ static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
   }
   char why[300];
   int rc = st__pool_reply_prepare(c, r, by_id, prp, why, sizeof why);
-  prp->readonly = readonly;
+  for (size_t i = 0; i < prp->n; i++)
+    prp->readonly[i] = readonly || (more && more->readonly_each && more->readonly_each[i]);
   if (rc != ST_OK) {
     free(prp);
     char m[400];

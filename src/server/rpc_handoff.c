@@ -26,7 +26,10 @@ static void pack_u8_tensor(msgpack_packer *pk, uint32_t arena, uint64_t bytes) {
 }
 
 /* {name, role, slot, device, chunks, chunk_bytes, stride, consumers, data,
- * page} with the data arena and the page, one descriptor each. */
+ * page} with the data arena and the page, one descriptor each. Every
+ * role writes the page; only the producer writes the data, which a
+ * consumer (slot >= 0) gets read-only: a uid granted read cannot write
+ * the creator's chunks. */
 static void reply_handoff(st__rpc_req_t *r, st__handoff_t *h, int slot) {
   st__build_result_t res;
   st__build_result_init(&res);
@@ -51,7 +54,9 @@ static void reply_handoff(st__rpc_req_t *r, st__handoff_t *h, int slot) {
   pack_u8_tensor(&pk, 0, h->stride * h->chunks);
   st__pack_cstr(&pk, "page");
   pack_u8_tensor(&pk, 1, h->named.page_bytes);
-  st__reply_result(r->c, r->id, r->method->name, &res, NULL, 0);
+  const unsigned char readonly[2] = {slot >= 0, 0};
+  st__reply_more_t more = {.readonly_each = readonly};
+  st__reply_more(r->c, r->id, r->method->name, &res, &more);
   /* The references are the table's: nothing to drop. */
   msgpack_sbuffer_destroy(&res.value);
 }

@@ -348,6 +348,8 @@ typedef struct st__reply_more {
   int keep_arenas;
   int readonly;               /* the arenas go read-only, never by id
                                  (docs/keys.md, "Read-only mappings") */
+  const unsigned char *readonly_each;  /* or those of these flags (one per
+                                 arena of the result; NULL: none)         */
 } st__reply_more_t;
 
 /* As st__reply_result with no object, plus `more`'s pairs; `what` names

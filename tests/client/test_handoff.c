@@ -155,6 +155,47 @@ TEST(a_consumer_killed_mid_request_has_its_acks_made) {
   CHECK(hk_back_to(cli, srv.pid, "cpu", start));
 }
 
+/* Whether this process maps `p` writable ('w' in /proc/self/maps):
+ * 1, 0, or -1 when no mapping holds it. */
+static int mapped_writable(const void *p) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  char line[512];
+  int w = -1;
+  uintptr_t a = (uintptr_t)p;
+  while (f && w < 0 && fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    char perms[8];
+    if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && a >= lo && a < hi)
+      w = perms[1] == 'w';
+  }
+  if (f) fclose(f);
+  return w;
+}
+
+/* Only the producer writes a hand-off's data: a consumer maps it
+ * read-only (a uid granted read cannot write the creator's chunks). */
+TEST(consumers_map_the_data_read_only) {
+  st_handoff_t *p = NULL, *x = NULL;
+  CHECK_RC(st_handoff_create(cli, "rodata", "cpu", CHUNK, 1, 1, &p), ST_OK, cli);
+  OPEN_CLIENT(cx, srv.socket);
+  CHECK_RC(st_handoff_open(cx, "rodata", &x), ST_OK, cx);
+  int ch;
+  uint64_t seq, sum;
+  void *wrote = NULL, *read = NULL;
+  CHECK_EQ_INT(st_handoff_acquire(p, 1000, &ch, &wrote), ST_OK);
+  CHECK_EQ_INT(mapped_writable(wrote), 1);
+  CHECK_EQ_INT(st_handoff_cancel(p, ch), ST_OK);
+  CHECK_EQ_INT(produce(p, 1000, 10, &ch, &seq, &sum), ST_OK);
+  CHECK_EQ_INT(st_handoff_read(x, ch, seq, 1000, &read, NULL), ST_OK);
+  CHECK(read != NULL && hk_sum(read, 10) == sum);
+  CHECK_EQ_INT(mapped_writable(read), 0);
+  CHECK_EQ_INT(st_handoff_ack(x, ch, seq), ST_OK);
+  st_handoff_close(x);
+  st_client_close(cx);
+  CHECK_RC(st_handoff_close(p), ST_OK, cli);
+  CHECK(hk_back_to(cli, srv.pid, "cpu", base()));
+}
+
 TEST(forged_acks_change_nothing) {
   st_handoff_t *p = NULL, *x = NULL, *y = NULL;
   CHECK_RC(st_handoff_create(cli, "forged", "cpu", CHUNK, 1, 2, &p), ST_OK, cli);
@@ -384,6 +425,7 @@ int main(void) {
   RUN(a_chunk_is_not_acquired_again_before_every_ack);
   RUN(a_consumer_killed_mid_request_has_its_acks_made);
   RUN(forged_acks_change_nothing);
+  RUN(consumers_map_the_data_read_only);
   RUN(limits_refuse_with_clear_messages);
   RUN(the_producer_leaving_and_delete);
   return stt_client_finish(cli, &srv);
