@@ -50,6 +50,7 @@ typedef struct tx {
   st__xfer_t *x;
   st__xfer_role_t role;
   int started;
+  int aborted;             /* the server asked: the failure is CANCELLED */
   harena_t *arenas;
   size_t n;
   uint64_t total;
@@ -420,6 +421,7 @@ static void on_abort(const msgpack_object *params) {
     len = strlen(why);
   }
   snprintf(reason, sizeof reason, "%.*s", (int)(len < 200 ? len : 200), why);
+  t->aborted = 1;
   t->eng->abort(t->x, reason);
 }
 
@@ -478,7 +480,7 @@ static void poll_transfers(void) {
     if (s == ST_XFER_DONE) {
       finish(t, ST_OK, bytes, NULL);
     } else if (s == ST_XFER_FAILED) {
-      finish(t, strstr(err, "deadline") ? ST_ERR_TIMEOUT : ST_ERR_IO, bytes,
+      finish(t, t->aborted ? ST_ERR_CANCELLED : strstr(err, "deadline") ? ST_ERR_TIMEOUT : ST_ERR_IO, bytes,
              err[0] ? err : "the engine failed");
     } else if (bytes != t->last_bytes && now - t->last_progress >= PROGRESS_PERIOD) {
       t->last_bytes = bytes;

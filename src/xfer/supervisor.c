@@ -73,6 +73,8 @@ struct st__xfer_sup {
   char kill_reason[256]; /* why the supervisor killed the helper    */
   ev_io rio, wio;
   ev_timer tick, reap, restart;
+  ev_child child;        /* the default loop reaps every child itself:
+                            there the status comes through this watcher */
 
   uint64_t next_id;
   sup_tx_t txs[ST_XFER_MAX_TRANSFERS];
@@ -250,6 +252,10 @@ static int spawn(st__xfer_sup_t *s, char *err, size_t errlen) {
   ev_io_init(&s->rio, on_read, s->sock, EV_READ);
   ev_io_init(&s->wio, on_write, s->sock, EV_WRITE);
   ev_io_start(s->loop, &s->rio);
+  if (ev_is_default_loop(s->loop)) {
+    ev_child_set(&s->child, pid, 0);
+    ev_child_start(s->loop, &s->child);
+  }
   queue_config(s);
   ST_LOG_I(WHO, "transfer helper started (pid %d)", (int)pid);
   flush(s);
@@ -268,20 +274,19 @@ static void on_restart(struct ev_loop *loop, ev_timer *w, int revents) {
   }
 }
 
-static void on_reap(struct ev_loop *loop, ev_timer *w, int revents) {
-  st__xfer_sup_t *s = w->data;
-  int st = 0;
-  pid_t r = waitpid(s->pid, &st, WNOHANG);
-  if (r == 0) {
-    if (++s->reap_tries == REAP_KILL_AFTER) kill(s->pid, SIGKILL);
-    return;
-  }
+
+/* The helper was reaped (st: its wait status; valid 0 when waitpid
+ * failed): every transfer fails with why it ended, a respawn is timed. */
+static void reaped(st__xfer_sup_t *s, int valid, int st, int werrno) {
+  struct ev_loop *loop = s->loop;
+  helper_gone(s, "reaped");
   ev_timer_stop(loop, &s->reap);
+  if (ev_is_active(&s->child)) ev_child_stop(loop, &s->child);
   char why[320];
   if (s->kill_reason[0])
     snprintf(why, sizeof why, "%s", s->kill_reason);
-  else if (r < 0)
-    snprintf(why, sizeof why, "the transfer helper exited (waitpid: %s)", strerror(errno));
+  else if (!valid)
+    snprintf(why, sizeof why, "the transfer helper exited (waitpid: %s)", strerror(werrno));
   else if (WIFSIGNALED(st))
     snprintf(why, sizeof why, "the transfer helper exited (signal %d)", WTERMSIG(st));
   else
@@ -296,6 +301,22 @@ static void on_reap(struct ev_loop *loop, ev_timer *w, int revents) {
   ev_timer_set(&s->restart, d, 0);
   ev_timer_start(loop, &s->restart);
   fail_all(s, why);
+}
+
+static void on_child(struct ev_loop *loop, ev_child *w, int revents) {
+  st__xfer_sup_t *s = w->data;
+  if (w->rpid == s->pid) reaped(s, 1, w->rstatus, 0);
+}
+
+/* Polls waitpid after the socket closed; kills a helper that lingers. */
+static void on_reap(struct ev_loop *loop, ev_timer *w, int revents) {
+  st__xfer_sup_t *s = w->data;
+  if (++s->reap_tries == REAP_KILL_AFTER) kill(s->pid, SIGKILL);
+  if (ev_is_active(&s->child)) return; /* the child watcher reaps */
+  int st = 0;
+  pid_t r = waitpid(s->pid, &st, WNOHANG);
+  if (r == 0) return;
+  reaped(s, r > 0, st, errno);
 }
 
 /* The helper's socket closed or failed: stop talking, reap it. */
@@ -485,7 +506,8 @@ int st__xfer_sup_new(struct ev_loop *loop, const st__xfer_sup_config_t *cfg,
   ev_timer_init(&s->tick, on_tick, 0.1, 0.1);
   ev_timer_init(&s->reap, on_reap, REAP_PERIOD, REAP_PERIOD);
   ev_timer_init(&s->restart, on_restart, 0, 0);
-  s->tick.data = s->reap.data = s->restart.data = s;
+  ev_child_init(&s->child, on_child, 0, 0);
+  s->tick.data = s->reap.data = s->restart.data = s->child.data = s;
   s->rio.data = s->wio.data = s;
   int rc = spawn(s, err, errlen);
   if (rc != ST_OK) {
@@ -503,6 +525,7 @@ void st__xfer_sup_free(st__xfer_sup_t *s) {
   ev_timer_stop(s->loop, &s->tick);
   ev_timer_stop(s->loop, &s->reap);
   ev_timer_stop(s->loop, &s->restart);
+  if (ev_is_active(&s->child)) ev_child_stop(s->loop, &s->child);
   if (s->sock >= 0) {
     ev_io_stop(s->loop, &s->rio);
     ev_io_stop(s->loop, &s->wio);
