@@ -181,15 +181,17 @@ TEST(ucx_three_arenas_every_byte) {
   st__xfer_sup_free(b);
 }
 
+/* Runs the loop until a second helper of s runs. */
 static int restarted_flag(st__xfer_sup_t *s) {
   double end = st__now_mono() + 60;
-  while (st__xfer_sup_pid(s) == 0 && st__now_mono() < end) ev_run(loop, EVRUN_ONCE);
-  return st__xfer_sup_pid(s) != 0;
+  while ((st__xfer_sup_spawns(s) < 2 || st__xfer_sup_pid(s) == 0) && st__now_mono() < end)
+    ev_run(loop, EVRUN_ONCE);
+  return st__xfer_sup_spawns(s) == 2 && st__xfer_sup_pid(s) != 0;
 }
 
 TEST(sender_helper_killed_then_restarted) {
   st__xfer_sup_t *a = sup_new(NULL), *b = sup_new(NULL);
-  arena_t src = arena_new(128u << 20, 7), dst = arena_new(128u << 20, 0);
+  arena_t src = arena_new(256u << 20, 7), dst = arena_new(256u << 20, 0);
   side_t s = {0}, r = {0};
   char err[256];
   uint64_t xs, xr;
