@@ -10,6 +10,7 @@
 #include "server/config.h"
 #include "server/server.h"
 #include "st/wire.h"
+#include "xfer/helper.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -69,8 +70,13 @@ static int unknown_option(const char *arg, const struct option *longopts) {
   return bad_usage("unknown option '%s'", arg);
 }
 
-/* Parses the flags (exit 2 on a bad command line) and runs the server. */
+/* Parses the flags (exit 2 on a bad command line) and runs the server,
+ * or the transfer helper for `--xfer-helper FD`. */
 int main(int argc, char **argv) {
+  /* The transfer helper (src/xfer/helper.c) is this binary started by the
+   * server: it runs before anything of a server is set up. */
+  if (argc == 3 && strcmp(argv[1], ST_XFER_HELPER_FLAG) == 0)
+    return st__xfer_helper_main(argv[2]);
   static const struct option longopts[] = {
       {"config", required_argument, NULL, 'c'},
       {"base-path", required_argument, NULL, 'b'},
