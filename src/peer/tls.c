@@ -421,6 +421,7 @@ static void handshake_error(st__tls_t *t, char *err, size_t errlen) {
   const char *hint = "";
   if (t->ctx->psk) {
     if (strstr(why, "binder does not verify") || strstr(why, "decrypt error") ||
+        strstr(why, "illegal parameter") ||
         strstr(why, "bad record mac"))
       hint = " (the peer's cluster key differs from ours: compare peer.secret on both)";
     else if (t->psk_unknown || strstr(why, "no shared cipher") ||
