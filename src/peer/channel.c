@@ -255,11 +255,7 @@ int st__peer_check(const st__peer_conf_t *conf, uid_t owner, char *err, size_t e
         split_addr(key, e->addr, host, sizeof host, port, sizeof port, 0, err, errlen) != 0)
       return ST_ERR_CONFIGURATION;
   }
-  if (!st__peer_configured(conf)) {
-    if (conf->secret || conf->tls_cert || conf->tls_key || conf->tls_ca)
-      return ST_OK;   /* trust configured, nothing opened: fine */
-    return ST_OK;
-  }
+  if (!st__peer_configured(conf)) return ST_OK;   /* nothing opens */
   if (!conf->secret && !conf->tls_cert && !conf->tls_key && !conf->tls_ca) {
     snprintf(err, errlen, "%s needs peer.secret or peer.tls",
              conf->listen ? "peer.listen" : "peer.peers");
@@ -278,13 +274,24 @@ int st__peer_check(const st__peer_conf_t *conf, uid_t owner, char *err, size_t e
 /* Queues a frame on l and sends it now when this is the loop thread,
  * else wakes the loop. ST_OK or the error (the link is closed then). */
 static int send_frame(st__peer_t *p, st__link_t *l, const msgpack_sbuffer *sb) {
+  int mine = pthread_equal(pthread_self(), p->thread);
   int rc = st__link_queue(l, sb->data, sb->size);
   if (rc != ST_OK) {
-    st__link_close(l, rc == ST_ERR_LIMIT ? "more than 64 MiB queued for the peer"
-                                         : "out of memory (link output)");
+    const char *why = rc == ST_ERR_LIMIT ? "more than 64 MiB queued for the peer"
+                                         : "out of memory (link output)";
+    if (mine) {
+      st__link_close(l, why);
+    } else {
+      /* Another thread may not touch the loop's watchers: the channel's
+       * next tick closes it. */
+      say(l->refusal, sizeof l->refusal, "%s", why);
+      l->refused = 0;
+      l->close_after_flush = 1;
+      l->deadline = 0;
+    }
     return rc;
   }
-  if (pthread_equal(pthread_self(), p->thread)) st__link_pump(l);
+  if (mine) st__link_pump(l);
   else ev_async_send(p->loop, &p->wake);
   return ST_OK;
 }
@@ -701,7 +708,9 @@ static void link_up(st__peer_t *p, st__link_t *l) {
   l->deadline = 0;
   if (r->up && r->up != l) {
     int we_first = strcmp(p->conf->id, r->e->id) < 0;
-    int keep_new = l->outgoing == we_first;
+    /* Two links the same way (the peer restarted before the old one was
+     * seen to go): the newer stays. */
+    int keep_new = l->outgoing == r->up->outgoing ? 1 : l->outgoing == we_first;
     st__link_t *loser = keep_new ? r->up : l;
     ST_LOG_D(WHO, "peer %s: two links; keeping the one dialled by %s", r->e->id,
              we_first ? p->conf->id : r->e->id);
@@ -828,7 +837,7 @@ static void on_message(st__link_t *l, st__message_t *m) {
 static void on_closed(st__link_t *l, const char *why) {
   st__peer_t *p = l->owner;
   peer_rec_t *r = l->peer;
-  if (l->refused && l->refusal[0]) why = l->refusal;
+  if (l->refusal[0]) why = l->refusal;
   if (!l->outgoing && !l->hello_got && p->pending_links > 0) p->pending_links--;
   if (!l->outgoing && !l->hello_got && !l->refused && !p->stopping) {
     /* An incoming link that failed before it said who it is. */
@@ -1033,7 +1042,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents) {
     }
     char why[200];
     if (l->close_after_flush && (!st__link_has_output(l) || now > l->deadline)) {
-      st__link_close(l, "refused");
+      st__link_close(l, l->refusal[0] ? l->refusal : "refused");
     } else if (!l->up && l->deadline && now > l->deadline) {
       snprintf(why, sizeof why, "%s did not finish within %g s (peer.connect_timeout_s)",
                l->stage == ST__LINK_CONNECT ? "the TCP connect"
