@@ -148,4 +148,20 @@ return {
   -- AUTH. Default: root and the uid the server runs as. {} leaves reloads
   -- to SIGHUP.
   -- reload_uids = { 0, 1000 },
+
+  -- The server-to-server channel (docs/multihost.md): off unless `listen`
+  -- or `peers` is set; then a cluster key file (mode 0600) or certificates
+  -- are required. Keys leave this host only when `export` matches them.
+  -- peer = {
+  --   id = "node-a",                        -- default: the host name
+  --   listen = "10.0.0.1:7070",
+  --   secret = "/etc/sharedtensor/cluster.key",
+  --   -- tls = { cert = "node-a.pem", key = "node-a.key", ca = "ca.pem" },
+  --   peers = { ["node-b"] = "10.0.0.2:7070", ["node-c"] = { addr = "10.0.0.3:7070", as_uid = 1000 } },
+  --   export = { "weights/*" },
+  --   max_transfers_per_peer = 4,
+  --   max_bytes_in_flight_per_peer = 64 * 2^30,
+  --   transfer_timeout_s = 600,
+  --   connect_timeout_s = 10,
+  -- },
 }

@@ -479,9 +479,13 @@ ST_API int st_client_call_flags(st_client_t *c, const char *endpoint, const st_a
 ST_API int st_client_rpc(st_client_t *c, const char *method, const st_args_t *params,
                   st_result_t **out);
 
-/* Shorthands for st_client_rpc(c, "info" / "endpoints", NULL, out). */
+/* Shorthands for st_client_rpc(c, "info" / "endpoints" / "peers", NULL,
+ * out). peers: an ARRAY value, one MAP per configured peer {id, addr,
+ * state, engines, since, rtt_us, last_error, link, as_uid}
+ * (docs/protocol.md, "peers"). */
 ST_API int st_client_info(st_client_t *c, st_result_t **out);
 ST_API int st_client_endpoints(st_client_t *c, st_result_t **out);
+ST_API int st_client_peers(st_client_t *c, st_result_t **out);
 
 /* ----------------------------------------------------------------- tasks
  *

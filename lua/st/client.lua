@@ -255,6 +255,11 @@ function Client:info()
   return value_method(self, lib.st_client_info)
 end
 
+function Client:peers()
+  check_self(self, "peers")
+  return value_method(self, lib.st_client_peers)
+end
+
 function Client:endpoints()
   check_self(self, "endpoints")
   return value_method(self, lib.st_client_endpoints)

@@ -173,6 +173,7 @@ int st_client_rpc(st_client_t *c, const char *method, const st_args_t *params,
                   st_result_t **out);
 int st_client_info(st_client_t *c, st_result_t **out);
 int st_client_endpoints(st_client_t *c, st_result_t **out);
+int st_client_peers(st_client_t *c, st_result_t **out);
 int st_client_submit(st_client_t *c, const char *endpoint, const st_args_t *args,
                      uint64_t *task_id);
 int st_client_task_status(st_client_t *c, uint64_t id, st_result_t **info);

@@ -243,6 +243,7 @@ _PROTOS = {
     "st_client_rpc": (c_int, [c_void_p, c_char_p, c_void_p, P(c_void_p)]),
     "st_client_info": (c_int, [c_void_p, P(c_void_p)]),
     "st_client_endpoints": (c_int, [c_void_p, P(c_void_p)]),
+    "st_client_peers": (c_int, [c_void_p, P(c_void_p)]),
     # tasks
     "st_client_submit": (c_int, [c_void_p, c_char_p, c_void_p, P(c_uint64)]),
     "st_client_task_status": (c_int, [c_void_p, c_uint64, P(c_void_p)]),

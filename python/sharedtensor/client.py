@@ -290,6 +290,12 @@ class Client(Closing):
         """The endpoints (the `endpoints` method's reply)."""
         return self._rpc_value(b"endpoints", None)
 
+    def peers(self):
+        """The configured peers and their links (a list of dicts: id, addr,
+        state, engines, since, rtt_us, last_error, link, as_uid;
+        docs/protocol.md, "peers")."""
+        return self._rpc_value(b"peers", None)
+
     def rpc(self, method, **params):
         """Any method of docs/protocol.md with named parameters; a plain value."""
         with _Args(params) as a:

@@ -57,6 +57,7 @@ typedef struct cli_command {
 extern const cli_command_t cli_ping_command;
 extern const cli_command_t cli_info_command;
 extern const cli_command_t cli_endpoints_command;
+extern const cli_command_t cli_peers_command;
 extern const cli_command_t cli_call_command;
 extern const cli_command_t cli_submit_command;
 extern const cli_command_t cli_wait_command;

@@ -221,3 +221,8 @@ ST_API int st_client_info(st_client_t *c, st_result_t **out) {
 ST_API int st_client_endpoints(st_client_t *c, st_result_t **out) {
   return st_client_rpc(c, "endpoints", NULL, out);
 }
+
+/* st_client_rpc(c, "peers", NULL, out). */
+ST_API int st_client_peers(st_client_t *c, st_result_t **out) {
+  return st_client_rpc(c, "peers", NULL, out);
+}

@@ -110,9 +110,38 @@ void st__settings_free(const st__setting_t *rows, void *obj) {
       break;
     }
     case ST_SET_TABLE: st__settings_free(r->rows, obj); break;
+    case ST_SET_STRINGS: {
+      char **v = st__setting_field(r, obj);
+      int *n = st__setting_count(r, obj);
+      for (int i = 0; i < *n; i++) {
+        free(v[i]);
+        v[i] = NULL;
+      }
+      *n = 0;
+      break;
+    }
+    case ST_SET_RECORDS: st__settings_free_records(r, obj); break;
     default: break;
     }
   }
+}
+
+/* See settings.h. */
+void *st__setting_record(const st__setting_t *row, void *obj, int i) {
+  return (char *)st__setting_field(row, obj) + (size_t)i * row->size;
+}
+
+/* See settings.h. */
+void st__settings_free_records(const st__setting_t *row, void *obj) {
+  int *n = st__setting_count(row, obj);
+  for (int i = 0; i < *n; i++) {
+    char *e = st__setting_record(row, obj, i);
+    st__settings_free(row->rows, e);
+    char **name = (char **)(void *)(e + row->key_offset);
+    free(*name);
+    memset(e, 0, row->size);
+  }
+  *n = 0;
 }
 
 /* See settings.h. */

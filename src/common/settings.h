@@ -39,8 +39,18 @@ typedef enum {
                          ST_SET_PATH) into an array of owned char *, the count into
                          the int at count_offset; replaces the previous entries */
   ST_SET_TABLE,       /* a table of the sub-rows `rows` ("limits.max_inflight") */
-  ST_SET_MAP          /* a table of key -> integer in [lo, hi]: each key checked by
+  ST_SET_MAP,         /* a table of key -> integer in [lo, hi]: each key checked by
                          key_ok, each pair stored by put */
+  ST_SET_STRINGS,     /* an array of at most max_entries non-empty strings into an
+                         array of owned char *, the count into the int at
+                         count_offset; replaces the previous entries */
+  ST_SET_RECORDS      /* a table of name -> record: each record an element of
+                         `size` bytes of the array at offset (at most max_entries,
+                         the count into the int at count_offset), its name (checked
+                         by key_ok when set) an owned char * at key_offset inside
+                         it, its fields read by the sub-rows `rows` (offsets inside
+                         the element; ST_SET_ONE: a bare string is the value of the
+                         first sub-row); replaces the previous entries */
 } st__setting_type_t;
 
 /* Row flags. */
@@ -64,7 +74,8 @@ typedef struct st__setting {
   int max_entries;                 /* INTS, PATHS */
   size_t count_offset;             /* INTS, PATHS: the int that holds the count */
   const char *what;                /* INTS with ST_SET_NONEMPTY: an entry, for messages */
-  const struct st__setting *rows;  /* TABLE */
+  const struct st__setting *rows;  /* TABLE, RECORDS */
+  size_t key_offset;               /* RECORDS: the element's owned name */
   int (*key_ok)(const char *key);  /* MAP: nonzero for an acceptable key */
   const char *keys;                /* MAP: the acceptable keys, for messages */
   const char *example;             /* MAP: a table literal, for messages */
@@ -98,7 +109,12 @@ void st__setting_set_int(const st__setting_t *row, void *obj, size_t i, int64_t 
  * old one is freed). */
 void st__setting_set_text(const st__setting_t *row, void *obj, char *text);
 
-/* The int at count_offset (INTS, PATHS). */
+/* RECORDS: element i of the row's array in obj; and the frees of every
+ * element's strings (the sub-rows' and the name), the count set to 0. */
+void *st__setting_record(const st__setting_t *row, void *obj, int i);
+void st__settings_free_records(const st__setting_t *row, void *obj);
+
+/* The int at count_offset (INTS, PATHS, STRINGS, RECORDS). */
 int *st__setting_count(const st__setting_t *row, void *obj);
 
 /* The field itself, for the reader's own stores (SECONDS: double *, MODE:

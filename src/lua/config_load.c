@@ -155,6 +155,86 @@ static void read_paths(cfgck_t *c, const st__setting_t *r, int idx, const char *
   }
 }
 
+/* ST_SET_STRINGS: non-empty strings. Replaces the previous entries. */
+static void read_strings(cfgck_t *c, const st__setting_t *r, int idx, const char *key) {
+  lua_State *L = c->L;
+  if (lua_type(L, idx) != LUA_TTABLE) {
+    bad(c, key, "expected an array of strings, got %s", luaL_typename(L, idx));
+    return;
+  }
+  int n = (int)lua_objlen(L, idx);
+  if (n > r->max_entries) {
+    bad(c, key, "at most %d entries, got %d", r->max_entries, n);
+    return;
+  }
+  char **v = st__setting_field(r, c->obj);
+  int *count = st__setting_count(r, c->obj);
+  for (int i = 0; i < *count; i++) free(v[i]);
+  *count = 0;
+  for (int i = 1; i <= n; i++) {
+    lua_rawgeti(L, idx, i);                        /* [s] */
+    if (lua_type(L, -1) != LUA_TSTRING || lua_objlen(L, -1) == 0) {
+      bad(c, key, "entry %d: expected a non-empty string, got %s", i, luaL_typename(L, -1));
+    } else {
+      char *s = strdup(lua_tostring(L, -1));
+      if (s) v[(*count)++] = s;
+      else bad(c, key, "out of memory");
+    }
+    lua_pop(L, 1);                                 /* [] */
+  }
+}
+
+static void read_table(cfgck_t *c, const st__setting_t *rows, int idx, const char *prefix);
+static void read_value(cfgck_t *c, const st__setting_t *r, int idx, const char *key);
+
+/* ST_SET_RECORDS: name -> record (a table of the sub-rows, or with
+ * ST_SET_ONE a string for the first sub-row). Replaces the previous
+ * entries. */
+static void read_records(cfgck_t *c, const st__setting_t *r, int idx, const char *key) {
+  lua_State *L = c->L;
+  if (lua_type(L, idx) != LUA_TTABLE) {
+    bad(c, key, "expected a table of name = entry, got %s", luaL_typename(L, idx));
+    return;
+  }
+  st__settings_free_records(r, c->obj);
+  int *count = st__setting_count(r, c->obj);
+  void *obj = c->obj;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {                     /* ..., name, value */
+    int v = lua_gettop(L);
+    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+    char path[320];
+    snprintf(path, sizeof path, "%s.%s", key, k ? k : "?");
+    if (!k || (r->key_ok && !r->key_ok(k))) {
+      bad(c, NULL, "%s: names are %s, got '%s'", key, r->keys, k ? k : "?");
+    } else if (*count >= r->max_entries) {
+      bad(c, key, "at most %d entries", r->max_entries);
+    } else {
+      char *e = st__setting_record(r, obj, *count);
+      memset(e, 0, r->size);
+      char *name = strdup(k);
+      if (!name || st__settings_defaults(r->rows, e) != 0) {
+        free(name);
+        bad(c, path, "out of memory");
+      } else {
+        memcpy(e + r->key_offset, &name, sizeof name);
+        (*count)++;
+        c->obj = e;
+        if ((r->flags & ST_SET_ONE) && lua_type(L, v) == LUA_TSTRING)
+          read_value(c, &r->rows[0], v, path);
+        else if (lua_type(L, v) == LUA_TTABLE)
+          read_table(c, r->rows, v, path);
+        else
+          bad(c, path, "expected %s, got %s", (r->flags & ST_SET_ONE) ? "a string or a table"
+                                                                      : "a table",
+              luaL_typename(L, v));
+        c->obj = obj;
+      }
+    }
+    lua_pop(L, 1);                               /* ..., name */
+  }
+}
+
 /* ST_SET_MODE: octal text ("0660") or an integer. */
 static void read_mode(cfgck_t *c, const st__setting_t *r, int idx, const char *key) {
   lua_State *L = c->L;
@@ -197,8 +277,6 @@ static void read_map(cfgck_t *c, const st__setting_t *r, int idx, const char *ke
     lua_pop(L, 1);
   }
 }
-
-static void read_table(cfgck_t *c, const st__setting_t *rows, int idx, const char *prefix);
 
 /* One key: the value at idx for row r (named `key` in messages). */
 static void read_value(cfgck_t *c, const st__setting_t *r, int idx, const char *key) {
@@ -257,6 +335,8 @@ static void read_value(cfgck_t *c, const st__setting_t *r, int idx, const char *
   case ST_SET_INTS: read_ints(c, r, idx, key); break;
   case ST_SET_PATHS: read_paths(c, r, idx, key); break;
   case ST_SET_MAP: read_map(c, r, idx, key); break;
+  case ST_SET_STRINGS: read_strings(c, r, idx, key); break;
+  case ST_SET_RECORDS: read_records(c, r, idx, key); break;
   case ST_SET_TABLE:
     if (lua_type(L, idx) != LUA_TTABLE) bad(c, key, "expected a table, got %s", luaL_typename(L, idx));
     else read_table(c, r->rows, idx, key);

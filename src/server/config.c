@@ -196,6 +196,74 @@ static const st__setting_t quotas_rows[] = {
     {.name = NULL},
 };
 
+#define PF(field) offsetof(st__config_t, peer.field)
+#define EF(field) offsetof(st__peer_entry_t, field)
+
+static const st__setting_t peer_tls_rows[] = {
+    {.name = "cert", .type = ST_SET_PATH, .offset = PF(tls_cert),
+     .description = "this server's certificate chain (PEM)"},
+    {.name = "key", .type = ST_SET_PATH, .offset = PF(tls_key),
+     .description = "the private key of that certificate (PEM)"},
+    {.name = "ca", .type = ST_SET_PATH, .offset = PF(tls_ca),
+     .description = "the CA bundle peers' certificates must verify against (PEM)"},
+    {.name = NULL},
+};
+
+/* One entry of peer.peers: "host:port", or {addr =, as_uid =}. */
+static const st__setting_t peer_entry_rows[] = {
+    {.name = "addr", .type = ST_SET_STRING, .offset = EF(addr),
+     .description = "host:port of its peer listener (none: it may only dial us)"},
+    {.name = "as_uid", .type = ST_SET_INT, .offset = EF(as_uid), .size = sizeof(int64_t),
+     .lo = 1, .hi = UINT32_MAX - 1, .def = -1,
+     .description = "the local uid that keys it pushes here belong to (default: none, pushes "
+                    "refused; never root)"},
+    {.name = NULL},
+};
+
+static int peer_id_ok(const char *id) {
+  size_t n = strlen(id);
+  if (n == 0 || n > ST__PEER_ID_MAX) return 0;
+  return strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
+}
+
+static const st__setting_t peer_rows[] = {
+    {.name = "id", .type = ST_SET_STRING, .offset = PF(id),
+     .description = "this server's id among its peers (default: the host name)"},
+    {.name = "listen", .type = ST_SET_STRING, .offset = PF(listen),
+     .description = "host:port of the TCP listener for peers (port 0: any free one); default: "
+                    "none, no port opens"},
+    {.name = "secret", .type = ST_SET_PATH, .offset = PF(secret),
+     .description = "the cluster key file (at least 32 random bytes, raw or hex; mode 0600, "
+                    "owned by the server's uid)"},
+    {.name = "tls", .type = ST_SET_TABLE, .rows = peer_tls_rows,
+     .description = "mutual certificates instead of a cluster key"},
+    {.name = "peers", .type = ST_SET_RECORDS, .flags = ST_SET_ONE, .offset = PF(peers),
+     .size = sizeof(st__peer_entry_t), .count_offset = PF(npeers),
+     .max_entries = ST__PEER_MAX_PEERS, .rows = peer_entry_rows, .key_offset = EF(id),
+     .key_ok = peer_id_ok, .keys = "peer ids (A-Z a-z 0-9 . _ -, at most 255)",
+     .description = "the peers by id: \"host:port\" or {addr = \"host:port\", as_uid = N}"},
+    {.name = "export", .type = ST_SET_STRINGS, .offset = PF(exports),
+     .count_offset = PF(nexport), .max_entries = ST__PEER_MAX_EXPORT,
+     .description = "globs of the keys peers may pull from this server (default: none)"},
+    {.name = "max_transfers_per_peer", .type = ST_SET_INT, INT_FIELD(peer.max_transfers_per_peer),
+     .lo = 1, .hi = 1024, .def = 4, .description = "transfers with one peer at once"},
+    {.name = "max_bytes_in_flight_per_peer", .type = ST_SET_INT,
+     INT_FIELD(peer.max_bytes_in_flight_per_peer), .lo = 1 << 20, .hi = INT64_C(1) << 50,
+     .def = INT64_C(64) << 30, .description = "bytes of transfers with one peer at once"},
+    {.name = "transfer_timeout_s", .type = ST_SET_SECONDS, .flags = ST_SET_OPEN,
+     .offset = PF(transfer_timeout_s), .min = 0, .max = 86400.0, .def_seconds = 600.0,
+     .description = "how long one transfer may take"},
+    {.name = "connect_timeout_s", .type = ST_SET_SECONDS, .flags = ST_SET_OPEN,
+     .offset = PF(connect_timeout_s), .min = 0, .max = 600.0, .def_seconds = 10.0,
+     .description = "how long a link's TCP connect, TLS handshake and hellos may take, and a "
+                    "peer_ping's answer"},
+    {.name = "ucx_library", .type = ST_SET_PATH, .offset = PF(ucx_library),
+     .description = "the UCX library to load (default: by soname)"},
+    {.name = "nccl_library", .type = ST_SET_PATH, .offset = PF(nccl_library),
+     .description = "the NCCL library to load (default: by soname, then next to torch)"},
+    {.name = NULL},
+};
+
 /* The keys of config.lua (docs/operations.md, "Configuration"). */
 static const st__setting_t config_settings[] = {
     {.name = "base_path", .type = ST_SET_STRING, .offset = F(base_path),
@@ -274,6 +342,8 @@ static const st__setting_t config_settings[] = {
      .count_offset = F(nreload_uids), .lo = 0, .hi = UINT32_MAX - 1,
      .max_entries = ST_MAX_ALLOW,
      .description = "uids that may call reload (default: root and the server's own)"},
+    {.name = "peer", .type = ST_SET_TABLE, .rows = peer_rows,
+     .description = "the server-to-server channel (docs/multihost.md)"},
     {.name = NULL},
 };
 
@@ -317,6 +387,9 @@ void st__config_defaults(st__config_t *c) {
   c->nreload_uids = 0;
   c->reload_uids[c->nreload_uids++] = 0;
   if (geteuid() != 0) c->reload_uids[c->nreload_uids++] = geteuid();
+  char host[256] = "";
+  if (gethostname(host, sizeof host - 1) != 0 || !host[0]) snprintf(host, sizeof host, "localhost");
+  c->peer.id = strdup(host);
 }
 
 /* Runs config.lua through the rows, then takes the default data

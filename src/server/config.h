@@ -24,6 +24,7 @@
 #include "common/settings.h"
 #include "engine/generation.h"
 #include "mem/uidq.h"
+#include "peer/peer.h"
 
 #define ST_MAX_DEVICES 16
 #define ST_MAX_ALLOW   64
@@ -135,6 +136,10 @@ typedef struct st__config {
   /* Event loops that serve connections (server/loops.c): 1 = the one loop
    * thread; N > 1: N threads, each connection on one of them. */
   int loop_threads;             /* derived in config.c: 1 */
+  /* The server-to-server channel (src/peer; docs/operations.md, "Peers"):
+   * off unless peer.listen or peer.peers is set. peer.id defaults to the
+   * host name. */
+  st__peer_conf_t peer;
 } st__config_t;
 
 /* Runs the config file at `path` (sandboxed, no st module) and fills *cfg

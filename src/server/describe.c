@@ -15,6 +15,7 @@
 #include "mem/ledger.h"
 #include "mem/pool.h"
 #include "st/errors.h"
+#include "peer/peer.h"
 #include "server/holdings.h"
 #include "server/work.h"
 #include "st/wire.h"
@@ -391,7 +392,7 @@ void st__describe_free(st__server_t *srv) {
 /* Packs the result of info (docs/protocol.md): the fixed pairs, then
  * those that move between two calls. Loop thread. */
 void st__describe_info(msgpack_packer *pk, st__server_t *srv) {
-  msgpack_pack_map(pk, INFO_FIXED_PAIRS + 15);
+  msgpack_pack_map(pk, INFO_FIXED_PAIRS + 16);
   const msgpack_sbuffer *fixed = info_fixed(srv);
   if (fixed) pk->callback(pk->data, fixed->data, fixed->size);
   else pack_fixed(pk, srv);
@@ -434,6 +435,8 @@ void st__describe_info(msgpack_packer *pk, st__server_t *srv) {
   pack_keys(pk, &srv->keys);
   pack_memory(pk, srv);
   pack_tasks(pk, srv);
+  st__pack_cstr(pk, "peer");
+  st__peer_pack_info(pk, srv->peer, &srv->cfg->peer);
 }
 
 /* Packs the result of endpoints: every declaration of gen, sorted. Each

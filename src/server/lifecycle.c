@@ -22,6 +22,7 @@
 #include "mem/arena_release.h"
 #include "mem/safetensors.h"
 #include "mem/uidq.h"
+#include "peer/peer.h"
 #include "server/conn.h"
 #include "server/loopprof.h"
 #include "server/put_job.h"
@@ -316,6 +317,17 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
     }
   }
 
+  /* The peer channel: its listener and dials (off unless configured).
+   * The engines this server reports are none yet. */
+  {
+    char err[1024];
+    rc = st__peer_start(srv->loop, &cfg->peer, NULL, 0, &srv->peer, err, sizeof err);
+    if (rc != ST_OK) {
+      start_failed(setup, err);
+      return rc;
+    }
+  }
+
   const st__workers_runner_t lua_runner = {
       .vm_new = st__vm_new,
       .vm_free = st__vm_free,
@@ -399,6 +411,8 @@ void st__server_run(st__server_t *srv) {
 void st__server_destroy(st__server_t *srv) {
   if (!srv->loop) return;
   st__listen_close_all(srv);
+  st__peer_stop(srv->peer);
+  srv->peer = NULL;
   if (srv->signals) st__signals_stop(srv);
   srv->signals = 0;
   /* A load still running is cancelled and joined: its thread never

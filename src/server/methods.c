@@ -65,6 +65,7 @@ static const st__rpc_method_t methods[] = {
      {P_KEY, P("version", ST_RPC_U64, 0), BOOL("readonly"), ANY("view"), P("have", ST_RPC_U64, 0)}},
     {M(keys), st__rpc_keys, {P("prefix", ST_RPC_STR, 0), BOOL("all")}},
     {M(delete), st__rpc_delete, {P_KEY, BOOL("force")}},
+    {M(peers), st__rpc_peers, NONE},
 };
 
 #define NMETHODS (sizeof methods / sizeof methods[0])

@@ -9,7 +9,7 @@
  * parameters with the accessors below and answers the request. Handlers
  * are grouped by concern:
  *
- *   rpc_admin.c     ping, hello, info, metrics, endpoints, reload
+ *   rpc_admin.c     ping, hello, info, metrics, endpoints, reload, peers
  *   rpc_calls.c     call, submit
  *   rpc_tasks.c     status, wait, result, cancel, tasks
  *   rpc_objects.c   release, object_info, ensure_live, objects,
@@ -176,6 +176,7 @@ void st__rpc_info(st__rpc_req_t *r);
 void st__rpc_endpoints(st__rpc_req_t *r);
 void st__rpc_reload(st__rpc_req_t *r);
 void st__rpc_metrics(st__rpc_req_t *r);
+void st__rpc_peers(st__rpc_req_t *r);
 
 /* rpc_calls.c */
 void st__rpc_call(st__rpc_req_t *r);

@@ -5,6 +5,7 @@
 
 #include "server/pool_conn.h"
 #include "common/log.h"
+#include "peer/peer.h"
 #include "server/holdings.h"
 #include "server/rpc.h"
 #include "server/work.h"
@@ -72,6 +73,16 @@ void st__rpc_info(st__rpc_req_t *r) {
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, r->id);
   st__describe_info(&pk, r->c->srv);
+  st__reply_send(r->c, r->id, &sb);
+}
+
+/* peers -> one map per configured peer: its link's state, engines,
+ * round-trip time and last error (src/peer; docs/protocol.md, "peers"). */
+void st__rpc_peers(st__rpc_req_t *r) {
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  st__reply_begin(&sb, &pk, r->id);
+  st__peer_pack_peers(&pk, r->c->srv->peer, &r->c->srv->cfg->peer);
   st__reply_send(r->c, r->id, &sb);
 }
 

@@ -361,6 +361,9 @@ struct st__server {
                                  at the first; NULL before */
   struct st__info_fixed *info_fixed; /* owned: info's pairs that move only at
                                  start or on a reload, packed (describe.c) */
+  struct st__peer *peer;      /* owned: the server-to-server channel
+                                 (src/peer), on loop 0; NULL when config.lua
+                                 configures no peer.listen and no peers    */
 };
 
 /* ------------------------------------------------------------- startup.c */

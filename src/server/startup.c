@@ -16,6 +16,8 @@
 #include "engine/options.h"
 #include "lua/st_lua.h"
 #include "mem/ledger.h"
+#include "peer/peer.h"
+#include "peer/ssl_api.h"
 #include "server/server.h"
 #include "server/reclaim.h"
 #include "st/errors.h"
@@ -92,6 +94,32 @@ static void print_memory_limits(const st__config_t *cfg) {
          cfg->max_arena_fds ? "" : " (half of RLIMIT_NOFILE)", (unsigned long long)nofile);
 }
 
+/* --check: whether TLS loads, and the peer configuration (src/peer):
+ * "peer: ..." on stdout, a problem on stderr. The number of errors. */
+static int check_peer(const st__config_t *cfg) {
+  const st__peer_conf_t *pc = &cfg->peer;
+  char why[512], err[1024];
+  const char *version = st__ssl_api(why, sizeof why) ? st__ssl_version() : NULL;
+  if (version) printf("tls: %s loads (the peer channel can run)\n", version);
+  else printf("tls: unavailable: %s\n", why);
+  int rc = st__peer_check(pc, geteuid(), err, sizeof err);
+  if (rc != ST_OK) {
+    fprintf(stderr, "%s: %s\n", cfg->path && cfg->path[0] ? cfg->path : "config", err);
+    return 1;
+  }
+  if (!st__peer_configured(pc)) {
+    printf("peer: off (no peer.listen, no peer.peers); id %s\n", pc->id);
+    return 0;
+  }
+  printf("peer: id %s, listen %s, trust %s, %d peer(s):", pc->id,
+         pc->listen ? pc->listen : "none", pc->secret ? "cluster key" : "certificates",
+         pc->npeers);
+  for (int i = 0; i < pc->npeers; i++)
+    printf(" %s=%s", pc->peers[i].id, pc->peers[i].addr ? pc->peers[i].addr : "(accept-only)");
+  printf("; export %d glob(s)\n", pc->nexport);
+  return 0;
+}
+
 /* --check: config, socket paths and every endpoint file; errors on
  * stderr (file:line: message), a summary on stdout. */
 static int run_check(const st__config_t *cfg, int config_errors) {
@@ -116,6 +144,7 @@ static int run_check(const st__config_t *cfg, int config_errors) {
     }
   }
   print_memory_limits(cfg);
+  nerr += check_peer(cfg);
   printf("workers: %d spin_us=%d loop_threads=%d\n", cfg->workers, cfg->spin_us,
          cfg->loop_threads);
   st__config_print_tables(cfg, stdout);

@@ -234,6 +234,64 @@ TEST(repository_config_loads) {
   st__config_free(&c);
 }
 
+/* The peer table (src/peer): every form of peers, the defaults, and the
+ * errors of each kind of bad value. */
+TEST(peer_table) {
+  st__config_t c;
+  char *errs;
+  CHECK_ERR(load_cfg("return { peer = {\n"
+                     "  id = 'node-a', listen = '127.0.0.1:0', secret = 'k',\n"
+                     "  peers = { ['node-b'] = '10.0.0.2:7070',\n"
+                     "            c = { addr = '[::1]:7070', as_uid = 1000 }, d = {} },\n"
+                     "  export = { 'weights/*', 'kv/*' }, connect_timeout_s = 2.5,\n"
+                     "} }\n", &c, &errs), ST_OK);
+  free(errs);
+  CHECK_STR_EQ(c.peer.id, "node-a");
+  CHECK(strstr(c.peer.secret, "/k") != NULL);
+  CHECK_EQ_INT(c.peer.npeers, 3);
+  CHECK_EQ_INT(c.peer.nexport, 2);
+  CHECK_STR_EQ(c.peer.exports[1], "kv/*");
+  CHECK(c.peer.connect_timeout_s == 2.5);
+  CHECK_EQ_INT(c.peer.max_transfers_per_peer, 4);
+  int seen = 0;
+  for (int i = 0; i < c.peer.npeers; i++) {
+    const st__peer_entry_t *e = &c.peer.peers[i];
+    if (strcmp(e->id, "node-b") == 0) {
+      seen++;
+      CHECK_STR_EQ(e->addr, "10.0.0.2:7070");
+      CHECK_EQ_INT(e->as_uid, -1);
+    } else if (strcmp(e->id, "c") == 0) {
+      seen++;
+      CHECK_STR_EQ(e->addr, "[::1]:7070");
+      CHECK_EQ_INT(e->as_uid, 1000);
+    } else if (strcmp(e->id, "d") == 0) {
+      seen++;
+      CHECK(e->addr == NULL);
+    }
+  }
+  CHECK_EQ_INT(seen, 3);
+  st__config_free(&c);
+  /* The default id is the host name. */
+  CHECK_ERR(load_cfg("return {}\n", &c, &errs), ST_OK);
+  free(errs);
+  CHECK(c.peer.id && c.peer.id[0]);
+  CHECK(c.peer.listen == NULL && c.peer.npeers == 0);
+  st__config_free(&c);
+  CHECK_ERR(load_cfg("return { peer = { peers = { ['a b'] = 'x:1', e = 5, f = { addr = 3, "
+                     "as_uid = 0, bogus = 1 } }, export = 'x', max_transfers_per_peer = 0 } }\n",
+                     &c, &errs),
+            ST_ERR_CONFIGURATION);
+  CHECK(errs && strstr(errs, "peer.peers: names are peer ids"));
+  CHECK(errs && strstr(errs, "peer.peers.e: expected a string or a table"));
+  CHECK(errs && strstr(errs, "peer.peers.f.addr"));
+  CHECK(errs && strstr(errs, "peer.peers.f.as_uid"));
+  CHECK(errs && strstr(errs, "unknown key 'bogus'"));
+  CHECK(errs && strstr(errs, "peer.export: expected an array of strings"));
+  CHECK(errs && strstr(errs, "peer.max_transfers_per_peer"));
+  free(errs);
+  st__config_free(&c);
+}
+
 TEST(missing_file) {
   st__config_t c;
   st__config_defaults(&c);
@@ -253,6 +311,7 @@ int main(void) {
   RUN(config_is_sandboxed);
   RUN(config_memory_is_bounded);
   RUN(repository_config_loads);
+  RUN(peer_table);
   RUN(missing_file);
   kit_rmdir();
   return stt_summary();

@@ -17,7 +17,8 @@ static stt_server_t S;
 static const char *const TOP_KEYS[] = {
     "server_id", "version", "protocol", "pid", "uptime_s", "ready", "generation", "devices",
     "cuda", "sockets", "workers", "connections", "inflight", "waiting", "counters", "methods",
-    "errors_by_name", "limits", "held", "holdings", "arenas", "objects", "keys", "memory", "tasks", NULL};
+    "errors_by_name", "limits", "held", "holdings", "arenas", "objects", "keys", "memory", "tasks", "peer",
+    NULL};
 static const char *const GEN_KEYS[] = {"number",    "reloading", "loaded_at", "endpoints",
                                        "dir",       "last_reload", NULL};
 

@@ -1,0 +1,1289 @@
+/* src/peer/channel.c: the channel (peer.h): the listener, the dials and
+ * their backoff, peer_hello both ways, the peer_* methods, requests to a
+ * peer and their timeouts, peer_ping for liveness and round-trip time, and
+ * the peer records `peers` reports. Links' bytes are link.c's.
+ *
+ * A link is admitted in steps: TCP (accepted: at most ST__PEER_MAX_PENDING
+ * not yet identified), TLS 1.3 (tls.c: the cluster key or certificates),
+ * then each side's peer_hello: the id must be a configured peer (and, with
+ * certificates, named by the peer's certificate; on an outgoing link, the
+ * peer dialled), the peer protocol the same. Before both hellos are
+ * accepted only peer_hello is served. Two links between the same two
+ * servers (each dialled the other) resolve to the one dialled by the
+ * server whose id sorts first; both sides apply the same rule.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fnmatch.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "peer/link.h"
+#include "peer/peer.h"
+#include "peer/ssl_api.h"
+#include "peer/tls.h"
+#include "proto/proto.h"
+#include "st/errors.h"
+#include "st/wire.h"
+
+#define WHO "peer"
+/* The channel's timer: deadlines, pings and dials are looked at this often. */
+#define TICK_S 0.1
+/* Dial backoff: first wait, factor 2, at most. */
+#define BACKOFF_MIN_S 0.25
+#define BACKOFF_MAX_S 10.0
+/* A link that is up is pinged this often (peer_ping: liveness and rtt). */
+#define PING_EVERY_S 5.0
+/* Handlers at most. */
+#define MAX_METHODS 64
+/* Links of one peer at once (its incoming and outgoing ones). */
+#define MAX_LINKS_PER_PEER 4
+
+typedef struct peer_rec {
+  const st__peer_entry_t *e;     /* borrowed from the configuration      */
+  st__peer_state_t reported;     /* what the state listener last heard   */
+  double since;                  /* unix time of the last state change   */
+  char last_error[512];
+  int refused;                   /* the last attempt was refused          */
+  st__link_t *up;                /* the link that is up, or NULL          */
+  st__link_t *dialing;           /* our outgoing link being made          */
+  double next_dial;              /* monotonic                             */
+  double backoff;
+} peer_rec_t;
+
+typedef struct method_row {
+  char name[64];
+  st__peer_method_fn fn;
+  void *ud;
+} method_row_t;
+
+typedef struct pending {
+  uint64_t handle;
+  uint64_t link;                 /* serial of the link it went out on     */
+  uint32_t id;
+  double deadline;
+  st__peer_reply_fn cb;          /* NULL: internal (peer_ping, hello)     */
+  void *ud;
+  char peer[ST__PEER_ID_MAX + 1];
+  struct pending *next;
+} pending_t;
+
+struct st__peer {
+  struct ev_loop *loop;
+  pthread_t thread;
+  const st__peer_conf_t *conf;
+  st__tls_ctx_t *tls;
+  int lfd;                       /* listener, -1 when none               */
+  ev_io accept_io;
+  ev_timer tick;
+  ev_async wake;
+  char listen_addr[96];
+  int npeers;
+  peer_rec_t peers[ST__PEER_MAX_PEERS];
+  st__link_t *links;             /* every link, open or closed (freed by
+                                    the tick once closed)                 */
+  int pending_links;             /* incoming, not yet identified         */
+  uint64_t next_serial, next_handle;
+  pending_t *pending;
+  int nmethods;
+  method_row_t methods[MAX_METHODS];
+  size_t nengines;
+  st__peer_engine_t engines[ST__PEER_MAX_ENGINES];   /* owned strings */
+  st__peer_state_fn on_state;
+  void *on_state_ud;
+  uint64_t refused_total;        /* incoming links refused or failed     */
+  char last_refused[512];
+  int stopping;
+};
+
+static const st__link_hooks_t hooks;
+
+/* ------------------------------------------------------------- helpers */
+
+/* printf into dst (n bytes), cut where it does not fit: the messages here
+ * are for people, and a cut one still says what happened. */
+static void say(char *dst, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(char *dst, size_t n, const char *fmt, ...) {
+  char tmp[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  size_t k = strlen(tmp);
+  if (k >= n) k = n - 1;
+  memcpy(dst, tmp, k);
+  dst[k] = '\0';
+}
+
+const char *st__peer_state_name(st__peer_state_t s) {
+  switch (s) {
+  case ST__PEER_CONNECTING: return "connecting";
+  case ST__PEER_HANDSHAKE: return "handshake";
+  case ST__PEER_UP: return "up";
+  case ST__PEER_REFUSED: return "refused";
+  default: return "down";
+  }
+}
+
+/* Ids: 1..255 of [A-Za-z0-9._-] (a host name fits). */
+static int id_ok(const char *id) {
+  size_t n = strlen(id);
+  if (n == 0 || n > ST__PEER_ID_MAX) return 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = id[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+          c == '.' || c == '_' || c == '-'))
+      return 0;
+  }
+  return 1;
+}
+
+/* "host:port" or "[v6]:port" into host and port. 0, or -1 with err. */
+static int split_addr(const char *key, const char *addr, char *host, size_t hostlen, char *port,
+                      size_t portlen, int allow_zero, char *err, size_t errlen) {
+  const char *colon;
+  if (addr[0] == '[') {
+    const char *close = strchr(addr, ']');
+    if (!close || close[1] != ':') goto bad;
+    if ((size_t)(close - addr - 1) >= hostlen) goto bad;
+    snprintf(host, hostlen, "%.*s", (int)(close - addr - 1), addr + 1);
+    colon = close + 1;
+  } else {
+    colon = strrchr(addr, ':');
+    if (!colon || colon == addr || (size_t)(colon - addr) >= hostlen) goto bad;
+    if (memchr(addr, ':', (size_t)(colon - addr))) goto bad;   /* bare v6 */
+    snprintf(host, hostlen, "%.*s", (int)(colon - addr), addr);
+  }
+  char *end;
+  errno = 0;
+  long p = strtol(colon + 1, &end, 10);
+  if (!colon[1] || *end || errno || p < (allow_zero ? 0 : 1) || p > 65535) goto bad;
+  snprintf(port, portlen, "%ld", p);
+  return 0;
+bad:
+  snprintf(err, errlen, "%s: expected \"host:port\" (a port in %d..65535; an IPv6 address in "
+           "brackets, \"[::1]:7070\"), got \"%s\"", key, allow_zero ? 0 : 1, addr);
+  return -1;
+}
+
+static void addr_text(const struct sockaddr *sa, char *out, size_t len) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (sa->sa_family == AF_INET) {
+    const struct sockaddr_in *s = (const void *)sa;
+    inet_ntop(AF_INET, &s->sin_addr, host, sizeof host);
+    port = ntohs(s->sin_port);
+    snprintf(out, len, "%s:%d", host, port);
+  } else if (sa->sa_family == AF_INET6) {
+    const struct sockaddr_in6 *s = (const void *)sa;
+    inet_ntop(AF_INET6, &s->sin6_addr, host, sizeof host);
+    port = ntohs(s->sin6_port);
+    snprintf(out, len, "[%s]:%d", host, port);
+  } else {
+    snprintf(out, len, "?");
+  }
+}
+
+static peer_rec_t *find_peer(const st__peer_t *p, const char *id, size_t len) {
+  for (int i = 0; i < p->npeers; i++)
+    if (strlen(p->peers[i].e->id) == len && memcmp(p->peers[i].e->id, id, len) == 0)
+      return (peer_rec_t *)&p->peers[i];
+  return NULL;
+}
+
+/* The state a peer is in now. */
+static st__peer_state_t state_of(const st__peer_t *p, const peer_rec_t *r) {
+  if (r->up) return ST__PEER_UP;
+  for (const st__link_t *l = p->links; l; l = l->next)
+    if (l->peer == r && l->stage != ST__LINK_CLOSED)
+      return l->stage == ST__LINK_CONNECT ? ST__PEER_CONNECTING : ST__PEER_HANDSHAKE;
+  return r->refused ? ST__PEER_REFUSED : ST__PEER_DOWN;
+}
+
+/* Tells the state listener when r's state changed. */
+static void notify(st__peer_t *p, peer_rec_t *r) {
+  st__peer_state_t s = state_of(p, r);
+  if (s == r->reported) return;
+  r->reported = s;
+  r->since = st__now_unix();
+  if (p->on_state) p->on_state(p->on_state_ud, r->e->id, s, s == ST__PEER_UP ? "" : r->last_error);
+}
+
+/* ------------------------------------------------------------- config */
+
+/* See peer.h. */
+int st__peer_configured(const st__peer_conf_t *conf) {
+  return conf->listen || conf->npeers > 0;
+}
+
+/* See peer.h. */
+int st__peer_check(const st__peer_conf_t *conf, uid_t owner, char *err, size_t errlen) {
+  char host[256], port[16];
+  if (!conf->id || !id_ok(conf->id)) {
+    snprintf(err, errlen, "peer.id: \"%s\" is not a valid id (1 to %d characters of A-Z a-z 0-9 "
+             ". _ -)", conf->id ? conf->id : "", ST__PEER_ID_MAX);
+    return ST_ERR_CONFIGURATION;
+  }
+  if (conf->listen &&
+      split_addr("peer.listen", conf->listen, host, sizeof host, port, sizeof port, 1, err,
+                 errlen) != 0)
+    return ST_ERR_CONFIGURATION;
+  for (int i = 0; i < conf->npeers; i++) {
+    const st__peer_entry_t *e = &conf->peers[i];
+    char key[300];
+    snprintf(key, sizeof key, "peer.peers.%s", e->id);
+    if (!id_ok(e->id)) {
+      snprintf(err, errlen, "%s: not a valid peer id (1 to %d characters of A-Z a-z 0-9 . _ -)",
+               key, ST__PEER_ID_MAX);
+      return ST_ERR_CONFIGURATION;
+    }
+    if (strcmp(e->id, conf->id) == 0) {
+      snprintf(err, errlen, "%s: that is this server's own id (peer.id)", key);
+      return ST_ERR_CONFIGURATION;
+    }
+    if (e->addr &&
+        split_addr(key, e->addr, host, sizeof host, port, sizeof port, 0, err, errlen) != 0)
+      return ST_ERR_CONFIGURATION;
+  }
+  if (!st__peer_configured(conf)) return ST_OK;   /* nothing opens */
+  if (!conf->secret && !conf->tls_cert && !conf->tls_key && !conf->tls_ca) {
+    snprintf(err, errlen, "%s needs peer.secret or peer.tls",
+             conf->listen ? "peer.listen" : "peer.peers");
+    return ST_ERR_CONFIGURATION;
+  }
+  st__tls_conf_t tc = {.secret = conf->secret, .cert = conf->tls_cert, .key = conf->tls_key,
+                       .ca = conf->tls_ca, .owner = owner};
+  st__tls_ctx_t *ctx = NULL;
+  int rc = st__tls_ctx_new(&tc, &ctx, err, errlen);
+  st__tls_ctx_free(ctx);
+  return rc;
+}
+
+/* ------------------------------------------------------------- frames */
+
+/* Queues a frame on l and sends it now when this is the loop thread,
+ * else wakes the loop. ST_OK or the error (the link is closed then). */
+static int send_frame(st__peer_t *p, st__link_t *l, const msgpack_sbuffer *sb) {
+  int mine = pthread_equal(pthread_self(), p->thread);
+  int rc = st__link_queue(l, sb->data, sb->size);
+  if (rc != ST_OK) {
+    const char *why = rc == ST_ERR_LIMIT ? "more than 64 MiB queued for the peer"
+                                         : "out of memory (link output)";
+    if (mine) {
+      st__link_close(l, why);
+    } else {
+      /* Another thread may not touch the loop's watchers: the channel's
+       * next tick closes it. */
+      say(l->refusal, sizeof l->refusal, "%s", why);
+      l->refused = 0;
+      l->close_after_flush = 1;
+      l->deadline = 0;
+    }
+    return rc;
+  }
+  if (mine) st__link_pump(l);
+  else ev_async_send(p->loop, &p->wake);
+  return ST_OK;
+}
+
+static int send_error(st__peer_t *p, st__link_t *l, uint32_t id, int code, const char *msg) {
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  st__pack_error_response(&pk, id, code, msg);
+  int rc = send_frame(p, l, &sb);
+  msgpack_sbuffer_destroy(&sb);
+  return rc;
+}
+
+/* Refuses l: an error reply to request `id` (its hello) when there is
+ * one, logged, counted, and the link closed once the reply is out. */
+static void refuse(st__peer_t *p, st__link_t *l, uint32_t id, int has_id, const char *why) {
+  ST_LOG_W(WHO, "link %s %s refused: %s", l->outgoing ? "to" : "from", l->remote, why);
+  if (!l->outgoing || !l->peer) {
+    p->refused_total++;
+    say(p->last_refused, sizeof p->last_refused, "%s: %s", l->remote, why);
+  }
+  l->refused = 1;
+  say(l->refusal, sizeof l->refusal, "%s", why);
+  if (l->peer) {
+    peer_rec_t *r = l->peer;
+    say(r->last_error, sizeof r->last_error, "%s", why);
+    r->refused = 1;
+  }
+  if (has_id && send_error(p, l, id, ST_ERR_AUTH, why) == ST_OK && st__link_has_output(l)) {
+    l->close_after_flush = 1;
+    l->deadline = st__now_mono() + 2.0;
+    return;
+  }
+  st__link_close(l, why);
+}
+
+/* ------------------------------------------------------------- requests */
+
+static pending_t *add_pending(st__peer_t *p, st__link_t *l, const char *peer, double timeout_s,
+                              st__peer_reply_fn cb, void *ud) {
+  pending_t *q = calloc(1, sizeof *q);
+  if (!q) return NULL;
+  q->handle = ++p->next_handle;
+  q->link = l->serial;
+  q->id = ++l->next_id;
+  if (q->id == 0) q->id = ++l->next_id;
+  q->deadline = st__now_mono() + timeout_s;
+  q->cb = cb;
+  q->ud = ud;
+  snprintf(q->peer, sizeof q->peer, "%s", peer);
+  q->next = p->pending;
+  p->pending = q;
+  return q;
+}
+
+/* Unlinks and returns the pending request (link serial, id), or NULL. */
+static pending_t *take_pending(st__peer_t *p, uint64_t link, uint32_t id) {
+  for (pending_t **pp = &p->pending; *pp; pp = &(*pp)->next) {
+    if ((*pp)->link == link && (*pp)->id == id) {
+      pending_t *q = *pp;
+      *pp = q->next;
+      return q;
+    }
+  }
+  return NULL;
+}
+
+/* Fails every pending request of link serial `link` (0: all). */
+static void fail_pending(st__peer_t *p, uint64_t link, int code, const char *why) {
+  pending_t **pp = &p->pending;
+  while (*pp) {
+    pending_t *q = *pp;
+    if (link && q->link != link) {
+      pp = &q->next;
+      continue;
+    }
+    *pp = q->next;
+    if (q->cb) q->cb(q->ud, q->peer, code, why, NULL);
+    free(q);
+    pp = &p->pending;   /* a callback may have changed the list */
+  }
+}
+
+/* Packs [0, id, method, <params>] and sends it. */
+static int send_request(st__peer_t *p, st__link_t *l, uint32_t id, const char *method,
+                        const void *params, size_t len) {
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  st__pack_request_head(&pk, id, method);
+  msgpack_sbuffer_write(&sb, params, len);
+  int rc = send_frame(p, l, &sb);
+  msgpack_sbuffer_destroy(&sb);
+  return rc;
+}
+
+/* See peer.h. */
+int st__peer_request(st__peer_t *p, const char *peer, const char *method, const void *params,
+                     size_t params_len, double timeout_s, st__peer_reply_fn cb, void *ud,
+                     uint64_t *handle, char *err, size_t errlen) {
+  if (!method || strncmp(method, "peer_", 5) != 0 || !cb || !(timeout_s > 0)) {
+    snprintf(err, errlen, "a peer request needs a peer_* method, a callback and a timeout");
+    return ST_ERR_INVALID_ARGUMENT;
+  }
+  if (params_len + 512 > ST__PEER_MAX_FRAME) {
+    snprintf(err, errlen, "the request's parameters (%zu bytes) pass the peer frame limit (%u)",
+             params_len, ST__PEER_MAX_FRAME);
+    return ST_ERR_LIMIT;
+  }
+  peer_rec_t *r = p ? find_peer(p, peer, strlen(peer)) : NULL;
+  if (!r) {
+    snprintf(err, errlen, "'%s' is not a peer of this server (peer.peers)", peer);
+    return ST_ERR_NOT_FOUND;
+  }
+  if (!r->up || p->stopping) {
+    snprintf(err, errlen, "no link to peer '%s' is up (state %s%s%s)", peer,
+             st__peer_state_name(state_of(p, r)), r->last_error[0] ? ": " : "", r->last_error);
+    return ST_ERR_CAPABILITY;
+  }
+  pending_t *q = add_pending(p, r->up, peer, timeout_s, cb, ud);
+  if (!q) {
+    snprintf(err, errlen, "out of memory");
+    return ST_ERR_OUT_OF_MEMORY;
+  }
+  if (handle) *handle = q->handle;
+  /* A failed send closes the link, which fails q through its callback:
+   * the caller was told ST_OK, so that is its one call. */
+  send_request(p, r->up, q->id, method, params, params_len);
+  return ST_OK;
+}
+
+/* See peer.h. */
+int st__peer_cancel(st__peer_t *p, uint64_t handle) {
+  for (pending_t **pp = &p->pending; *pp; pp = &(*pp)->next) {
+    if ((*pp)->handle == handle) {
+      pending_t *q = *pp;
+      *pp = q->next;
+      free(q);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static st__link_t *link_by_serial(st__peer_t *p, uint64_t serial) {
+  for (st__link_t *l = p->links; l; l = l->next)
+    if (l->serial == serial && l->stage == ST__LINK_OPEN && l->up) return l;
+  return NULL;
+}
+
+/* See peer.h. */
+int st__peer_reply(st__peer_t *p, st__peer_ticket_t t, const void *result, size_t len) {
+  st__link_t *l = link_by_serial(p, t.link);
+  if (!l) return 0;
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  st__pack_response_head(&pk, t.id);
+  msgpack_sbuffer_write(&sb, result, len);
+  int rc = send_frame(p, l, &sb);
+  msgpack_sbuffer_destroy(&sb);
+  return rc == ST_OK;
+}
+
+/* See peer.h. */
+int st__peer_reply_error(st__peer_t *p, st__peer_ticket_t t, int code, const char *message) {
+  st__link_t *l = link_by_serial(p, t.link);
+  if (!l) return 0;
+  return send_error(p, l, t.id, code, message) == ST_OK;
+}
+
+/* See peer.h. */
+int st__peer_method_add(st__peer_t *p, const char *name, st__peer_method_fn fn, void *ud) {
+  if (!name || strncmp(name, "peer_", 5) != 0 || strlen(name) >= sizeof p->methods[0].name ||
+      !fn || strcmp(name, "peer_hello") == 0 || strcmp(name, "peer_ping") == 0)
+    return ST_ERR_INVALID_ARGUMENT;
+  for (int i = 0; i < p->nmethods; i++)
+    if (strcmp(p->methods[i].name, name) == 0) return ST_ERR_INVALID_ARGUMENT;
+  if (p->nmethods == MAX_METHODS) return ST_ERR_LIMIT;
+  method_row_t *m = &p->methods[p->nmethods++];
+  snprintf(m->name, sizeof m->name, "%s", name);
+  m->fn = fn;
+  m->ud = ud;
+  return ST_OK;
+}
+
+/* See peer.h. */
+void st__peer_on_state(st__peer_t *p, st__peer_state_fn fn, void *ud) {
+  p->on_state = fn;
+  p->on_state_ud = ud;
+}
+
+/* ------------------------------------------------------------- hello */
+
+/* Packs [{id, protocol, version, engines: [{name, version, why}]}]. */
+static void pack_hello_params(st__peer_t *p, msgpack_packer *pk) {
+  msgpack_pack_array(pk, 1);
+  msgpack_pack_map(pk, 4);
+  st__pack_kv_str(pk, "id", p->conf->id);
+  st__pack_kv_int(pk, "protocol", ST__PEER_PROTOCOL);
+  st__pack_kv_str(pk, "version", ST_VERSION_STRING);
+  st__pack_cstr(pk, "engines");
+  msgpack_pack_array(pk, p->nengines);
+  for (size_t i = 0; i < p->nengines; i++) {
+    msgpack_pack_map(pk, 3);
+    st__pack_kv_str(pk, "name", p->engines[i].name);
+    st__pack_kv_str(pk, "version", p->engines[i].version);
+    st__pack_kv_str(pk, "why", p->engines[i].why);
+  }
+}
+
+/* TLS is up: our hello goes out. */
+static void on_secure(st__link_t *l) {
+  st__peer_t *p = l->owner;
+  char how[160];
+  st__tls_describe(l->tls, how, sizeof how);
+  ST_LOG_D(WHO, "link %s %s: %s", l->outgoing ? "to" : "from", l->remote, how);
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  l->hello_id = ++l->next_id;
+  st__pack_request_head(&pk, l->hello_id, "peer_hello");
+  pack_hello_params(p, &pk);
+  l->hello_sent = st__now_mono();
+  int rc = st__link_queue(l, sb.data, sb.size);
+  msgpack_sbuffer_destroy(&sb);
+  if (rc != ST_OK) st__link_close(l, "out of memory (hello)");
+}
+
+/* A string field of a map, copied into out (at most len - 1 bytes): 1,
+ * 0 when absent or nil (out ""), -1 when it is not a string or too long. */
+static int get_str(const msgpack_object *map, const char *key, char *out, size_t len) {
+  out[0] = '\0';
+  const msgpack_object *o = st__map_get(map, key);
+  if (!o || o->type == MSGPACK_OBJECT_NIL) return 0;
+  if (o->type != MSGPACK_OBJECT_STR || o->via.str.size >= len) return -1;
+  memcpy(out, o->via.str.ptr, o->via.str.size);
+  out[o->via.str.size] = '\0';
+  return memchr(out, '\0', o->via.str.size) ? -1 : 1;
+}
+
+/* Compares the engines of both sides into l->engines. */
+static int compare_engines(st__peer_t *p, st__link_t *l, const msgpack_object *list,
+                           const char *peer, char *err, size_t errlen) {
+  l->nengines = 0;
+  size_t n = list && list->type == MSGPACK_OBJECT_ARRAY ? list->via.array.size : 0;
+  if (list && list->type != MSGPACK_OBJECT_ARRAY && list->type != MSGPACK_OBJECT_NIL) {
+    snprintf(err, errlen, "peer_hello: 'engines' must be an array");
+    return -1;
+  }
+  if (n > ST__PEER_MAX_ENGINES) {
+    snprintf(err, errlen, "peer_hello: more than %d engines", ST__PEER_MAX_ENGINES);
+    return -1;
+  }
+  char rname[ST__PEER_MAX_ENGINES][32], rver[ST__PEER_MAX_ENGINES][64],
+      rwhy[ST__PEER_MAX_ENGINES][256];
+  for (size_t i = 0; i < n; i++) {
+    const msgpack_object *e = &list->via.array.ptr[i];
+    if (e->type != MSGPACK_OBJECT_MAP || get_str(e, "name", rname[i], sizeof rname[i]) != 1 ||
+        get_str(e, "version", rver[i], sizeof rver[i]) < 0 ||
+        get_str(e, "why", rwhy[i], sizeof rwhy[i]) < 0) {
+      snprintf(err, errlen, "peer_hello: engine %zu must be {name, version, why} (strings or "
+               "nil, of bounded length)", i + 1);
+      return -1;
+    }
+  }
+  /* Every engine either side names. */
+  for (size_t i = 0; i < p->nengines + n && l->nengines < 2 * ST__PEER_MAX_ENGINES; i++) {
+    const char *name = i < p->nengines ? p->engines[i].name : rname[i - p->nengines];
+    int seen = 0;
+    for (int k = 0; k < l->nengines; k++) seen |= strcmp(l->engines[k].name, name) == 0;
+    if (seen) continue;
+    st__link_engine_t *x = &l->engines[l->nengines++];
+    memset(x, 0, sizeof *x);
+    snprintf(x->name, sizeof x->name, "%s", name);
+    const char *lwhy = "not reported", *rw = "not reported";
+    int have_local = 0, have_remote = 0;
+    for (size_t k = 0; k < p->nengines; k++)
+      if (strcmp(p->engines[k].name, name) == 0) {
+        have_local = 1;
+        snprintf(x->local, sizeof x->local, "%s", p->engines[k].version ? p->engines[k].version : "");
+        lwhy = p->engines[k].why ? p->engines[k].why : "unavailable";
+      }
+    for (size_t k = 0; k < n; k++)
+      if (strcmp(rname[k], name) == 0) {
+        have_remote = 1;
+        snprintf(x->remote, sizeof x->remote, "%s", rver[k]);
+        rw = rwhy[k][0] ? rwhy[k] : "unavailable";
+      }
+    if (!x->local[0])
+      say(x->why, sizeof x->why, "%s is unavailable on this server (%s)", name,
+               have_local ? lwhy : "not reported");
+    else if (!x->remote[0])
+      say(x->why, sizeof x->why, "%s is unavailable on %s (%s)", name, peer,
+               have_remote ? rw : "not reported");
+    else if (strcmp(x->local, x->remote) != 0)
+      say(x->why, sizeof x->why, "%s versions differ: %s on this server (%s), %s on %s; "
+               "they must match exactly", name, x->local, p->conf->id, x->remote, peer);
+    else
+      x->usable = 1;
+    if (!x->usable) ST_LOG_W(WHO, "peer %s: %s", peer, x->why);
+  }
+  return 0;
+}
+
+static void link_up(st__peer_t *p, st__link_t *l);
+
+/* The other side's peer_hello, request `id` with params map `m`. */
+static void on_hello(st__peer_t *p, st__link_t *l, uint32_t id, const msgpack_object *m) {
+  char err[512], peer_id[ST__PEER_ID_MAX + 1], version[64];
+  if (l->hello_got) {
+    refuse(p, l, id, 1, "peer_hello sent twice");
+    return;
+  }
+  if (!m || get_str(m, "id", peer_id, sizeof peer_id) != 1 || !id_ok(peer_id)) {
+    refuse(p, l, id, 1, "peer_hello: 'id' must be a peer id (1 to 255 of A-Z a-z 0-9 . _ -)");
+    return;
+  }
+  get_str(m, "version", version, sizeof version);
+  const msgpack_object *proto = st__map_get(m, "protocol");
+  peer_rec_t *r = find_peer(p, peer_id, strlen(peer_id));
+  if (l->outgoing && l->peer != r) {
+    snprintf(err, sizeof err, "dialled peer '%s' at %s, but the server there says it is '%s'",
+             ((peer_rec_t *)l->peer)->e->id, l->remote, peer_id);
+    refuse(p, l, id, 1, err);
+    return;
+  }
+  if (!r) {
+    snprintf(err, sizeof err, "'%s' is not a peer of server '%s' (add it to peer.peers there)",
+             peer_id, p->conf->id);
+    refuse(p, l, id, 1, err);
+    return;
+  }
+  l->peer = r;
+  if (!proto || proto->type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
+      proto->via.u64 != ST__PEER_PROTOCOL) {
+    snprintf(err, sizeof err, "peer protocol mismatch: server '%s' speaks peer protocol %d "
+             "(stserver %s), '%s' speaks %lld (stserver %s)", p->conf->id, ST__PEER_PROTOCOL,
+             ST_VERSION_STRING, peer_id,
+             proto && proto->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? (long long)proto->via.u64
+                                                                     : -1LL,
+             version[0] ? version : "?");
+    refuse(p, l, id, 1, err);
+    return;
+  }
+  if (!st__tls_names_peer(l->tls, peer_id, err, sizeof err)) {
+    refuse(p, l, id, 1, err);
+    return;
+  }
+  int links = 0;
+  for (st__link_t *k = p->links; k; k = k->next)
+    links += k->peer == r && k->stage != ST__LINK_CLOSED;
+  if (links > MAX_LINKS_PER_PEER) {
+    refuse(p, l, id, 1, "too many links from this peer at once");
+    return;
+  }
+  if (compare_engines(p, l, st__map_get(m, "engines"), peer_id, err, sizeof err) != 0) {
+    refuse(p, l, id, 1, err);
+    return;
+  }
+  if (!l->outgoing && p->pending_links > 0) p->pending_links--;
+  l->hello_got = 1;
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  st__pack_response_head(&pk, id);
+  msgpack_pack_map(&pk, 2);
+  st__pack_kv_str(&pk, "id", p->conf->id);
+  st__pack_kv_int(&pk, "protocol", ST__PEER_PROTOCOL);
+  int rc = st__link_queue(l, sb.data, sb.size);
+  msgpack_sbuffer_destroy(&sb);
+  if (rc != ST_OK) {
+    st__link_close(l, "out of memory (hello)");
+    return;
+  }
+  if (l->hello_ok) link_up(p, l);
+}
+
+/* The reply to our hello. */
+static void on_hello_reply(st__peer_t *p, st__link_t *l, const st__message_t *m) {
+  if (m->error.type != MSGPACK_OBJECT_NIL) {
+    char why[400] = "refused", msg[512];
+    const msgpack_object *e = &m->error;
+    if (e->type == MSGPACK_OBJECT_MAP) get_str(e, "message", why, sizeof why);
+    snprintf(msg, sizeof msg, "refused by %s: %s", l->remote, why);
+    l->refused = 1;
+    say(l->refusal, sizeof l->refusal, "%s", msg);
+    if (l->peer) {
+      peer_rec_t *r = l->peer;
+      say(r->last_error, sizeof r->last_error, "%s", msg);
+      r->refused = 1;
+    }
+    ST_LOG_W(WHO, "%s", msg);
+    st__link_close(l, msg);
+    return;
+  }
+  l->hello_ok = 1;
+  l->rtt_us = (st__now_mono() - l->hello_sent) * 1e6;
+  if (l->hello_got) link_up(p, l);
+}
+
+/* Both hellos accepted: l becomes the peer's link, unless another one is
+ * up already; then the one dialled by the server whose id sorts first
+ * stays. */
+static void link_up(st__peer_t *p, st__link_t *l) {
+  peer_rec_t *r = l->peer;
+  l->up = 1;
+  l->deadline = 0;
+  if (r->up && r->up != l) {
+    int we_first = strcmp(p->conf->id, r->e->id) < 0;
+    /* Two links the same way (the peer restarted before the old one was
+     * seen to go): the newer stays. */
+    int keep_new = l->outgoing == r->up->outgoing ? 1 : l->outgoing == we_first;
+    st__link_t *loser = keep_new ? r->up : l;
+    ST_LOG_D(WHO, "peer %s: two links; keeping the one dialled by %s", r->e->id,
+             we_first ? p->conf->id : r->e->id);
+    if (keep_new) r->up = l;
+    loser->up = 0;
+    st__link_close(loser, "a duplicate link (the other one stays)");
+    return;
+  }
+  r->up = l;
+  r->refused = 0;
+  r->last_error[0] = '\0';
+  r->backoff = 0;
+  if (r->dialing == l) r->dialing = NULL;
+  char how[160];
+  st__tls_describe(l->tls, how, sizeof how);
+  ST_LOG_I(WHO, "link to peer %s is up (%s %s, %s)", r->e->id, l->outgoing ? "dialled" : "from",
+           l->remote, how);
+  notify(p, r);
+}
+
+/* ------------------------------------------------------------- messages */
+
+static void on_ping(st__peer_t *p, st__link_t *l, uint32_t id) {
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  st__pack_response_head(&pk, id);
+  st__pack_cstr(&pk, "pong");
+  send_frame(p, l, &sb);
+  msgpack_sbuffer_destroy(&sb);
+}
+
+static void on_message(st__link_t *l, st__message_t *m) {
+  st__peer_t *p = l->owner;
+  char why[400];
+  if (l->close_after_flush) return;
+  if (m->type == ST_MSG_RESPONSE) {
+    if (m->id == l->hello_id && !l->hello_ok) {
+      on_hello_reply(p, l, m);
+      return;
+    }
+    if (l->ping_id && m->id == l->ping_id) {
+      l->rtt_us = (st__now_mono() - l->ping_sent) * 1e6;
+      l->ping_sent = 0;
+      l->ping_id = 0;
+      return;
+    }
+    pending_t *q = take_pending(p, l->serial, m->id);
+    if (!q) {
+      ST_LOG_D(WHO, "link %s: a reply to no request (id %u) ignored", l->remote, m->id);
+      return;
+    }
+    if (m->error.type != MSGPACK_OBJECT_NIL) {
+      char msg[1024] = "";
+      int code = ST_ERR_INTERNAL;
+      if (m->error.type == MSGPACK_OBJECT_MAP) {
+        get_str(&m->error, "message", msg, sizeof msg);
+        const msgpack_object *c = st__map_get(&m->error, "code");
+        if (c && c->type == MSGPACK_OBJECT_POSITIVE_INTEGER && c->via.u64 >= 1 &&
+            c->via.u64 <= (uint64_t)-ST_ERR_MIN)
+          code = -(int)c->via.u64;
+      }
+      q->cb(q->ud, q->peer, code, msg[0] ? msg : "the peer answered with an error", NULL);
+    } else {
+      q->cb(q->ud, q->peer, ST_OK, NULL, &m->result);
+    }
+    free(q);
+    return;
+  }
+  if (m->type != ST_MSG_REQUEST) {
+    snprintf(why, sizeof why, "a notification: the peer channel takes requests and replies only");
+    ST_LOG_W(WHO, "link %s closed: %s", l->remote, why);
+    st__link_close(l, why);
+    return;
+  }
+  char method[64];
+  if (m->method_len >= sizeof method || m->method_len < 5 ||
+      memcmp(m->method, "peer_", 5) != 0) {
+    snprintf(why, sizeof why, "it sent '%.*s': only peer_* methods are served on the peer port",
+             (int)(m->method_len < 60 ? m->method_len : 60), m->method);
+    ST_LOG_W(WHO, "link %s %s closed: %s", l->outgoing ? "to" : "from", l->remote, why);
+    if (!l->hello_got) {
+      p->refused_total++;
+      say(p->last_refused, sizeof p->last_refused, "%s: %s", l->remote, why);
+    }
+    st__link_close(l, why);
+    return;
+  }
+  memcpy(method, m->method, m->method_len);
+  method[m->method_len] = '\0';
+  const msgpack_object *params = NULL;
+  if (st__params_map(&m->params, &params, why, sizeof why) != ST_OK) {
+    send_error(p, l, m->id, ST_ERR_INVALID_ARGUMENT, why);
+    return;
+  }
+  if (strcmp(method, "peer_hello") == 0) {
+    on_hello(p, l, m->id, params);
+    return;
+  }
+  if (!l->up) {
+    snprintf(why, sizeof why, "'%s' before both peer_hellos were accepted", method);
+    refuse(p, l, m->id, 1, why);
+    return;
+  }
+  if (strcmp(method, "peer_ping") == 0) {
+    on_ping(p, l, m->id);
+    return;
+  }
+  for (int i = 0; i < p->nmethods; i++) {
+    if (strcmp(p->methods[i].name, method) == 0) {
+      st__peer_req_t req = {.ticket = {l->serial, m->id},
+                            .peer = ((peer_rec_t *)l->peer)->e->id,
+                            .method = method,
+                            .params = params};
+      p->methods[i].fn(p, &req, p->methods[i].ud);
+      return;
+    }
+  }
+  snprintf(why, sizeof why, "unknown peer method '%s'", method);
+  send_error(p, l, m->id, ST_ERR_UNKNOWN_METHOD, why);
+}
+
+static void on_closed(st__link_t *l, const char *why) {
+  st__peer_t *p = l->owner;
+  peer_rec_t *r = l->peer;
+  if (l->refusal[0]) why = l->refusal;
+  if (!l->outgoing && !l->hello_got && p->pending_links > 0) p->pending_links--;
+  if (!l->outgoing && !l->hello_got && !l->refused && !p->stopping) {
+    /* An incoming link that failed before it said who it is. */
+    p->refused_total++;
+    say(p->last_refused, sizeof p->last_refused, "%s: %s", l->remote, why);
+    ST_LOG_W(WHO, "incoming link from %s closed before its hello: %s", l->remote, why);
+  }
+  fail_pending(p, l->serial, p->stopping ? ST_ERR_SHUTTING_DOWN : ST_ERR_IO, why);
+  if (!r) return;
+  if (r->dialing == l) r->dialing = NULL;
+  int was_up = r->up == l;
+  if (was_up) {
+    r->up = NULL;
+    ST_LOG_W(WHO, "link to peer %s is down: %s", r->e->id, why);
+  }
+  if (was_up || (l->outgoing && !r->up)) {
+    say(r->last_error, sizeof r->last_error, "%s", why);
+    r->refused = l->refused || strstr(why, "TLS handshake failed") != NULL;
+  }
+  if (l->outgoing && !r->up) {
+    /* Dial again after the backoff. */
+    r->backoff = r->backoff ? r->backoff * 2 : BACKOFF_MIN_S;
+    if (r->backoff > BACKOFF_MAX_S) r->backoff = BACKOFF_MAX_S;
+    r->next_dial = st__now_mono() + r->backoff;
+    if (!was_up) ST_LOG_D(WHO, "peer %s: %s; next attempt in %.2g s", r->e->id, why, r->backoff);
+  } else if (was_up && r->e->addr) {
+    r->backoff = BACKOFF_MIN_S;
+    r->next_dial = st__now_mono() + r->backoff;
+  }
+  if (!p->stopping) notify(p, r);
+}
+
+static const st__link_hooks_t hooks = {on_secure, on_message, on_closed};
+
+/* ------------------------------------------------------------- sockets */
+
+static void tune_socket(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+}
+
+/* Starts a dial of r. Resolution of a host name runs here (numeric
+ * addresses never wait). */
+static void dial(st__peer_t *p, peer_rec_t *r) {
+  char host[256], port[16], err[512];
+  r->next_dial = 0;
+  if (split_addr("addr", r->e->addr, host, sizeof host, port, sizeof port, 0, err, sizeof err))
+    return;
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *res = NULL;
+  int g = getaddrinfo(host, port, &hints, &res);
+  if (g != 0 || !res) {
+    snprintf(r->last_error, sizeof r->last_error, "cannot resolve %s: %s", r->e->addr,
+             gai_strerror(g));
+    r->backoff = r->backoff ? r->backoff * 2 : BACKOFF_MIN_S;
+    if (r->backoff > BACKOFF_MAX_S) r->backoff = BACKOFF_MAX_S;
+    r->next_dial = st__now_mono() + r->backoff;
+    notify(p, r);
+    return;
+  }
+  int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    snprintf(r->last_error, sizeof r->last_error, "socket: %s", strerror(errno));
+    freeaddrinfo(res);
+    r->next_dial = st__now_mono() + BACKOFF_MAX_S;
+    return;
+  }
+  tune_socket(fd);
+  char remote[96];
+  addr_text(res->ai_addr, remote, sizeof remote);
+  int c = connect(fd, res->ai_addr, res->ai_addrlen);
+  freeaddrinfo(res);
+  if (c != 0 && errno != EINPROGRESS) {
+    snprintf(r->last_error, sizeof r->last_error, "connect to %s: %s", remote, strerror(errno));
+    close(fd);
+    r->backoff = r->backoff ? r->backoff * 2 : BACKOFF_MIN_S;
+    if (r->backoff > BACKOFF_MAX_S) r->backoff = BACKOFF_MAX_S;
+    r->next_dial = st__now_mono() + r->backoff;
+    notify(p, r);
+    return;
+  }
+  st__link_t *l;
+  if (st__link_new(p->loop, fd, p->tls, 1, c != 0, &hooks, p, &l, err, sizeof err) != ST_OK) {
+    snprintf(r->last_error, sizeof r->last_error, "%s", err);
+    r->next_dial = st__now_mono() + BACKOFF_MAX_S;
+    return;
+  }
+  snprintf(l->remote, sizeof l->remote, "%s", remote);
+  l->serial = ++p->next_serial;
+  l->peer = r;
+  l->deadline = st__now_mono() + p->conf->connect_timeout_s;
+  l->next = p->links;
+  p->links = l;
+  r->dialing = l;
+  notify(p, r);
+  if (c == 0) st__link_pump(l);
+}
+
+static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
+  st__peer_t *p = w->data;
+  (void)loop;
+  (void)revents;
+  for (int i = 0; i < 16; i++) {
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int fd = accept4(p->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        ST_LOG_W(WHO, "accept on %s: %s", p->listen_addr, strerror(errno));
+      return;
+    }
+    char remote[96], err[512];
+    addr_text((struct sockaddr *)&ss, remote, sizeof remote);
+    if (p->pending_links >= ST__PEER_MAX_PENDING || p->stopping) {
+      p->refused_total++;
+      snprintf(p->last_refused, sizeof p->last_refused,
+               "%s: %d connections not yet identified already", remote, ST__PEER_MAX_PENDING);
+      ST_LOG_W(WHO, "connection from %s refused: %s", remote, p->last_refused);
+      close(fd);
+      continue;
+    }
+    tune_socket(fd);
+    st__link_t *l;
+    if (st__link_new(p->loop, fd, p->tls, 0, 0, &hooks, p, &l, err, sizeof err) != ST_OK) {
+      ST_LOG_W(WHO, "connection from %s dropped: %s", remote, err);
+      continue;
+    }
+    snprintf(l->remote, sizeof l->remote, "%s", remote);
+    l->serial = ++p->next_serial;
+    l->deadline = st__now_mono() + p->conf->connect_timeout_s;
+    l->next = p->links;
+    p->links = l;
+    p->pending_links++;
+    ST_LOG_D(WHO, "connection from %s", remote);
+  }
+}
+
+static int open_listener(st__peer_t *p, char *err, size_t errlen) {
+  char host[256], port[16];
+  if (split_addr("peer.listen", p->conf->listen, host, sizeof host, port, sizeof port, 1, err,
+                 errlen))
+    return ST_ERR_CONFIGURATION;
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV},
+                  *res = NULL;
+  const char *h = strcmp(host, "*") == 0 ? NULL : host;
+  int g = getaddrinfo(h, port, &hints, &res);
+  if (g != 0 || !res) {
+    snprintf(err, errlen, "peer.listen: cannot resolve \"%s\": %s", p->conf->listen,
+             gai_strerror(g));
+    return ST_ERR_CONFIGURATION;
+  }
+  int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int one = 1;
+  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 64) != 0) {
+    snprintf(err, errlen, "peer.listen: cannot listen on %s: %s", p->conf->listen,
+             strerror(errno));
+    if (fd >= 0) close(fd);
+    freeaddrinfo(res);
+    return ST_ERR_IO;
+  }
+  freeaddrinfo(res);
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  getsockname(fd, (struct sockaddr *)&ss, &sl);
+  addr_text((struct sockaddr *)&ss, p->listen_addr, sizeof p->listen_addr);
+  p->lfd = fd;
+  ev_io_init(&p->accept_io, on_accept, fd, EV_READ);
+  p->accept_io.data = p;
+  ev_io_start(p->loop, &p->accept_io);
+  return ST_OK;
+}
+
+/* ------------------------------------------------------------- timer */
+
+static void send_ping(st__peer_t *p, st__link_t *l) {
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  l->ping_id = ++l->next_id;
+  l->ping_sent = st__now_mono();
+  st__pack_request_head(&pk, l->ping_id, "peer_ping");
+  msgpack_pack_array(&pk, 0);
+  send_frame(p, l, &sb);
+  msgpack_sbuffer_destroy(&sb);
+}
+
+static void on_tick(struct ev_loop *loop, ev_timer *w, int revents) {
+  st__peer_t *p = w->data;
+  (void)loop;
+  (void)revents;
+  double now = st__now_mono();
+  /* Closed links are freed here, never inside their own callbacks. */
+  for (st__link_t **lp = &p->links; *lp;) {
+    st__link_t *l = *lp;
+    if (l->stage == ST__LINK_CLOSED) {
+      *lp = l->next;
+      st__link_free(l);
+      continue;
+    }
+    char why[200];
+    if (l->close_after_flush && (!st__link_has_output(l) || now > l->deadline)) {
+      st__link_close(l, l->refusal[0] ? l->refusal : "refused");
+    } else if (!l->up && l->deadline && now > l->deadline) {
+      snprintf(why, sizeof why, "%s did not finish within %g s (peer.connect_timeout_s)",
+               l->stage == ST__LINK_CONNECT ? "the TCP connect"
+               : l->stage == ST__LINK_TLS   ? "the TLS handshake"
+                                            : "the peer_hello exchange",
+               p->conf->connect_timeout_s);
+      st__link_close(l, why);
+    } else if (l->up && l->ping_sent && now - l->ping_sent > p->conf->connect_timeout_s) {
+      snprintf(why, sizeof why, "no answer to peer_ping within %g s (peer.connect_timeout_s)",
+               p->conf->connect_timeout_s);
+      st__link_close(l, why);
+    } else if (l->up && !l->ping_sent &&
+               now - (l->hello_sent > l->opened ? l->hello_sent : l->opened) > PING_EVERY_S) {
+      l->hello_sent = now;   /* the next ping is due PING_EVERY_S after this one */
+      send_ping(p, l);
+    }
+    lp = &l->next;
+  }
+  /* Requests past their deadline. */
+  for (pending_t **pp = &p->pending; *pp;) {
+    pending_t *q = *pp;
+    if (now <= q->deadline) {
+      pp = &q->next;
+      continue;
+    }
+    *pp = q->next;
+    char why[300];
+    snprintf(why, sizeof why, "peer %s did not answer in time", q->peer);
+    if (q->cb) q->cb(q->ud, q->peer, ST_ERR_TIMEOUT, why, NULL);
+    free(q);
+    pp = &p->pending;
+  }
+  /* Dials due. */
+  for (int i = 0; i < p->npeers && !p->stopping; i++) {
+    peer_rec_t *r = &p->peers[i];
+    if (r->e->addr && !r->up && !r->dialing && r->next_dial && now >= r->next_dial) dial(p, r);
+  }
+}
+
+/* Output queued by another thread: send it. */
+static void on_wake(struct ev_loop *loop, ev_async *w, int revents) {
+  st__peer_t *p = w->data;
+  (void)loop;
+  (void)revents;
+  for (st__link_t *l = p->links; l; l = l->next)
+    if (l->stage == ST__LINK_OPEN && st__link_has_output(l)) st__link_pump(l);
+}
+
+/* ------------------------------------------------------------- start */
+
+static void free_engines(st__peer_t *p) {
+  for (size_t i = 0; i < p->nengines; i++) {
+    free((char *)p->engines[i].name);
+    free((char *)p->engines[i].version);
+    free((char *)p->engines[i].why);
+  }
+  p->nengines = 0;
+}
+
+/* See peer.h. */
+int st__peer_set_engines(st__peer_t *p, const st__peer_engine_t *engines, size_t n) {
+  if (n > ST__PEER_MAX_ENGINES) return ST_ERR_LIMIT;
+  free_engines(p);
+  for (size_t i = 0; i < n; i++) {
+    st__peer_engine_t *e = &p->engines[i];
+    e->name = strdup(engines[i].name);
+    e->version = engines[i].version ? strdup(engines[i].version) : NULL;
+    e->why = engines[i].why ? strdup(engines[i].why) : NULL;
+    p->nengines = i + 1;
+    if (!e->name || (engines[i].version && !e->version) || (engines[i].why && !e->why))
+      return ST_ERR_OUT_OF_MEMORY;
+  }
+  return ST_OK;
+}
+
+static int by_id(const void *a, const void *b) {
+  return strcmp(((const peer_rec_t *)a)->e->id, ((const peer_rec_t *)b)->e->id);
+}
+
+/* See peer.h. */
+int st__peer_start(struct ev_loop *loop, const st__peer_conf_t *conf,
+                   const st__peer_engine_t *engines, size_t n, st__peer_t **out, char *err,
+                   size_t errlen) {
+  *out = NULL;
+  if (!st__peer_configured(conf)) return ST_OK;
+  int rc = st__peer_check(conf, geteuid(), err, errlen);
+  if (rc != ST_OK) return rc;
+  st__peer_t *p = calloc(1, sizeof *p);
+  if (!p) {
+    snprintf(err, errlen, "out of memory");
+    return ST_ERR_OUT_OF_MEMORY;
+  }
+  p->loop = loop;
+  p->thread = pthread_self();
+  p->conf = conf;
+  p->lfd = -1;
+  st__tls_conf_t tc = {.secret = conf->secret, .cert = conf->tls_cert, .key = conf->tls_key,
+                       .ca = conf->tls_ca, .owner = geteuid()};
+  rc = st__tls_ctx_new(&tc, &p->tls, err, errlen);
+  if (rc == ST_OK && st__peer_set_engines(p, engines, n) != ST_OK) {
+    snprintf(err, errlen, "out of memory");
+    rc = ST_ERR_OUT_OF_MEMORY;
+  }
+  if (rc == ST_OK && conf->listen) rc = open_listener(p, err, errlen);
+  if (rc != ST_OK) {
+    free_engines(p);
+    st__tls_ctx_free(p->tls);
+    free(p);
+    return rc;
+  }
+  double now = st__now_mono(), unix_now = st__now_unix();
+  p->npeers = conf->npeers;
+  for (int i = 0; i < conf->npeers; i++) {
+    p->peers[i].e = &conf->peers[i];
+    p->peers[i].since = unix_now;
+    p->peers[i].next_dial = conf->peers[i].addr ? now : 0;
+  }
+  qsort(p->peers, (size_t)p->npeers, sizeof p->peers[0], by_id);
+  ev_timer_init(&p->tick, on_tick, TICK_S, TICK_S);
+  p->tick.data = p;
+  ev_timer_start(loop, &p->tick);
+  ev_async_init(&p->wake, on_wake);
+  p->wake.data = p;
+  ev_async_start(loop, &p->wake);
+  if (conf->listen)
+    ST_LOG_I(WHO, "server '%s' listening for peers on %s (TLS 1.3, %s); %d peer(s)", conf->id,
+             p->listen_addr, st__tls_ctx_mode(p->tls), p->npeers);
+  else
+    ST_LOG_I(WHO, "server '%s': no peer listener; dialling %d peer(s) (TLS 1.3, %s)", conf->id,
+             p->npeers, st__tls_ctx_mode(p->tls));
+  for (int i = 0; i < p->npeers; i++) {
+    peer_rec_t *r = &p->peers[i];
+    if (r->e->addr) dial(p, r);
+  }
+  *out = p;
+  return ST_OK;
+}
+
+/* See peer.h. */
+void st__peer_stop(st__peer_t *p) {
+  if (!p) return;
+  p->stopping = 1;
+  for (st__link_t *l = p->links; l; l = l->next) st__link_close(l, "this server is stopping");
+  fail_pending(p, 0, ST_ERR_SHUTTING_DOWN, "this server is stopping");
+  while (p->links) {
+    st__link_t *l = p->links;
+    p->links = l->next;
+    st__link_free(l);
+  }
+  if (p->lfd >= 0) {
+    ev_io_stop(p->loop, &p->accept_io);
+    close(p->lfd);
+  }
+  ev_timer_stop(p->loop, &p->tick);
+  ev_async_stop(p->loop, &p->wake);
+  free_engines(p);
+  st__tls_ctx_free(p->tls);
+  free(p);
+}
+
+/* ------------------------------------------------------------- queries */
+
+/* See peer.h. */
+st__peer_state_t st__peer_state(const st__peer_t *p, const char *peer) {
+  const peer_rec_t *r = p ? find_peer(p, peer, strlen(peer)) : NULL;
+  return r ? state_of(p, r) : ST__PEER_DOWN;
+}
+
+/* See peer.h. */
+int st__peer_engine_usable(const st__peer_t *p, const char *peer, const char *engine, char *why,
+                           size_t whylen) {
+  const peer_rec_t *r = p ? find_peer(p, peer, strlen(peer)) : NULL;
+  if (!r || !r->up) {
+    snprintf(why, whylen, "no link to peer '%s' is up", peer);
+    return 0;
+  }
+  for (int i = 0; i < r->up->nengines; i++) {
+    const st__link_engine_t *x = &r->up->engines[i];
+    if (strcmp(x->name, engine) != 0) continue;
+    if (!x->usable) snprintf(why, whylen, "%s", x->why);
+    return x->usable;
+  }
+  snprintf(why, whylen, "neither this server nor peer '%s' reports the engine %s", peer, engine);
+  return 0;
+}
+
+/* See peer.h. */
+const char *st__peer_listen_address(const st__peer_t *p) {
+  return p && p->lfd >= 0 ? p->listen_addr : NULL;
+}
+
+static void pack_peer(msgpack_packer *pk, const st__peer_t *p, const st__peer_entry_t *e,
+                      const peer_rec_t *r) {
+  msgpack_pack_map(pk, 9);
+  st__pack_kv_str(pk, "id", e->id);
+  st__pack_kv_str(pk, "addr", e->addr);
+  st__pack_kv_str(pk, "state", st__peer_state_name(r ? state_of(p, r) : ST__PEER_DOWN));
+  st__pack_cstr(pk, "engines");
+  const st__link_t *l = r ? r->up : NULL;
+  msgpack_pack_array(pk, l ? (size_t)l->nengines : 0);
+  for (int i = 0; l && i < l->nengines; i++) {
+    const st__link_engine_t *x = &l->engines[i];
+    msgpack_pack_map(pk, 5);
+    st__pack_kv_str(pk, "name", x->name);
+    st__pack_kv_str(pk, "local", x->local[0] ? x->local : NULL);
+    st__pack_kv_str(pk, "remote", x->remote[0] ? x->remote : NULL);
+    st__pack_kv_bool(pk, "usable", x->usable);
+    st__pack_kv_str(pk, "why", x->usable ? NULL : x->why);
+  }
+  if (r) st__pack_kv_double(pk, "since", r->since);
+  else st__pack_kv_str(pk, "since", NULL);
+  if (l && l->rtt_us >= 0) st__pack_kv_uint(pk, "rtt_us", (uint64_t)l->rtt_us);
+  else st__pack_kv_str(pk, "rtt_us", NULL);
+  st__pack_kv_str(pk, "last_error", r && r->last_error[0] ? r->last_error : NULL);
+  st__pack_kv_str(pk, "link", l ? (l->outgoing ? "outgoing" : "incoming") : NULL);
+  if (e->as_uid >= 0) st__pack_kv_int(pk, "as_uid", e->as_uid);
+  else st__pack_kv_str(pk, "as_uid", NULL);
+}
+
+/* See peer.h. */
+void st__peer_pack_peers(msgpack_packer *pk, const st__peer_t *p, const st__peer_conf_t *conf) {
+  if (p) {
+    msgpack_pack_array(pk, (size_t)p->npeers);
+    for (int i = 0; i < p->npeers; i++) pack_peer(pk, p, p->peers[i].e, &p->peers[i]);
+    return;
+  }
+  msgpack_pack_array(pk, (size_t)conf->npeers);
+  for (int i = 0; i < conf->npeers; i++) pack_peer(pk, NULL, &conf->peers[i], NULL);
+}
+
+/* See peer.h. */
+void st__peer_pack_info(msgpack_packer *pk, const st__peer_t *p, const st__peer_conf_t *conf) {
+  int up = 0;
+  for (int i = 0; p && i < p->npeers; i++) up += p->peers[i].up != NULL;
+  msgpack_pack_map(pk, 8);
+  st__pack_kv_str(pk, "id", conf->id);
+  st__pack_kv_str(pk, "listen", st__peer_listen_address(p));
+  st__pack_kv_str(pk, "auth", p ? st__tls_ctx_mode(p->tls) : NULL);
+  st__pack_kv_str(pk, "tls", p ? st__ssl_version() : NULL);
+  st__pack_kv_int(pk, "peers", conf->npeers);
+  st__pack_kv_int(pk, "links_up", up);
+  st__pack_kv_uint(pk, "refused", p ? p->refused_total : 0);
+  st__pack_kv_str(pk, "last_refused", p && p->last_refused[0] ? p->last_refused : NULL);
+}
