@@ -85,6 +85,11 @@ typedef struct st__job {
   int (*run)(struct st__job *job, char *err, size_t errlen);
   void *ud;
   void (*free_ud)(void *ud);
+  /* Optional: who takes the job when it comes back (the loop thread
+   * calls back_on_loop(back_ctx, job), which then owns it); NULL: the
+   * server's own dispatch of builds, puts and views. */
+  void (*back_on_loop)(void *back_ctx, struct st__job *job);
+  void *back_ctx;
 
   /* completion, written by the worker before it pushes the job back */
   int status;                      /* ST_OK or a negative ST_ERR_* */

@@ -44,7 +44,7 @@ typedef enum { ST__KEY_PINNED = 0, ST__KEY_EVICTABLE = 1 } st__key_policy_t;
 /* Where a replica came from (docs/multihost.md): the peer server's id,
  * the key's name there and the version it copied. */
 typedef struct st__key_origin {
-  char peer[64];
+  char peer[256];
   char key[ST__KEY_NAME_MAX + 1];
   uint64_t version;
 } st__key_origin_t;

@@ -366,6 +366,11 @@ static int drop_task(st__server_t *srv, st__build_t *b, st__task_t *t) {
 void st__task_cancel(st__server_t *srv, st__task_t *t) {
   st__task_status(srv, t);
   if (t->status >= ST_TASK_COMPLETED || t->cancel_requested) return;
+  if (t->cancel) {
+    t->cancel_requested = 1;
+    t->cancel(srv, t);
+    return;
+  }
   st__build_t *b = t->build;
   if (!b || drop_task(srv, b, t)) {
     t->build = NULL;

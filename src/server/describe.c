@@ -16,6 +16,7 @@
 #include "mem/pool.h"
 #include "st/errors.h"
 #include "peer/peer.h"
+#include "server/remote.h"
 #include "server/holdings.h"
 #include "server/work.h"
 #include "st/wire.h"
@@ -392,7 +393,7 @@ void st__describe_free(st__server_t *srv) {
 /* Packs the result of info (docs/protocol.md): the fixed pairs, then
  * those that move between two calls. Loop thread. */
 void st__describe_info(msgpack_packer *pk, st__server_t *srv) {
-  msgpack_pack_map(pk, INFO_FIXED_PAIRS + 16);
+  msgpack_pack_map(pk, INFO_FIXED_PAIRS + 17);
   const msgpack_sbuffer *fixed = info_fixed(srv);
   if (fixed) pk->callback(pk->data, fixed->data, fixed->size);
   else pack_fixed(pk, srv);
@@ -437,6 +438,8 @@ void st__describe_info(msgpack_packer *pk, st__server_t *srv) {
   pack_tasks(pk, srv);
   st__pack_cstr(pk, "peer");
   st__peer_pack_info(pk, srv->peer, &srv->cfg->peer);
+  st__pack_cstr(pk, "transfers");
+  st__remote_pack_info(pk, srv);
 }
 
 /* Packs the result of endpoints: every declaration of gen, sorted. Each

@@ -23,6 +23,7 @@
 #include "mem/safetensors.h"
 #include "mem/uidq.h"
 #include "peer/peer.h"
+#include "server/remote.h"
 #include "server/conn.h"
 #include "server/loopprof.h"
 #include "server/put_job.h"
@@ -91,7 +92,8 @@ static void take_done(st__server_t *srv, int home) {
     st__job_t *next = job->next;
     job->next = NULL;
     st__loopprof_build(job);
-    if (st__put_job_is(job)) st__put_done(srv, job);   /* a put's check */
+    if (job->back_on_loop) job->back_on_loop(job->back_ctx, job);
+    else if (st__put_job_is(job)) st__put_done(srv, job);   /* a put's check */
     else if (job->run) st__views_done(srv, job);     /* a view's walk or copy */
     else st__build_complete(srv, job);
     job = next;
@@ -308,6 +310,18 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
              srv->gen->nendpoints, names);
   }
 
+  /* The peers (off unless configured): the transfer helper and its
+   * engines, then the channel's listener and dials. Before the client
+   * sockets open: the start runs the loop for the helper's probe. */
+  {
+    char err[1024];
+    rc = st__remote_start(srv, err, sizeof err);
+    if (rc != ST_OK) {
+      start_failed(setup, err);
+      return rc;
+    }
+  }
+
   for (int i = 0; i < cfg->ndevices; i++) {
     char err[512];
     rc = st__listen_open(srv, cfg->devices[i], err, sizeof err);
@@ -317,16 +331,6 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
     }
   }
 
-  /* The peer channel: its listener and dials (off unless configured).
-   * The engines this server reports are none yet. */
-  {
-    char err[1024];
-    rc = st__peer_start(srv->loop, &cfg->peer, NULL, 0, &srv->peer, err, sizeof err);
-    if (rc != ST_OK) {
-      start_failed(setup, err);
-      return rc;
-    }
-  }
 
   const st__workers_runner_t lua_runner = {
       .vm_new = st__vm_new,
@@ -411,8 +415,7 @@ void st__server_run(st__server_t *srv) {
 void st__server_destroy(st__server_t *srv) {
   if (!srv->loop) return;
   st__listen_close_all(srv);
-  st__peer_stop(srv->peer);
-  srv->peer = NULL;
+  st__remote_stop(srv);   /* the pulls' tasks end before the tasks go */
   if (srv->signals) st__signals_stop(srv);
   srv->signals = 0;
   /* A load still running is cancelled and joined: its thread never

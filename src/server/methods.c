@@ -65,6 +65,10 @@ static const st__rpc_method_t methods[] = {
      {P_KEY, P("version", ST_RPC_U64, 0), BOOL("readonly"), ANY("view"), P("have", ST_RPC_U64, 0)}},
     {M(keys), st__rpc_keys, {P("prefix", ST_RPC_STR, 0), BOOL("all")}},
     {M(delete), st__rpc_delete, {P_KEY, BOOL("force")}},
+    {M(pull), st__rpc_pull,
+     {P_KEY, P("from", ST_RPC_STR, ST_RPC_REQUIRED), P("version", ST_RPC_U64, 0),
+      P("as", ST_RPC_STR, 0), P("device", ST_RPC_STR, 0),
+      {.name = "policy", .type = ST_RPC_WORD, .choices = ST__KEY_POLICY_NAMES}, ANY("readers")}},
     {M(peers), st__rpc_peers, NONE},
 };
 

@@ -364,6 +364,8 @@ struct st__server {
   struct st__peer *peer;      /* owned: the server-to-server channel
                                  (src/peer), on loop 0; NULL when config.lua
                                  configures no peer.listen and no peers    */
+  struct st__remote *remote;  /* owned: the transfer helper, pulls and
+                                 lends (remote.h); NULL without peers     */
 };
 
 /* ------------------------------------------------------------- startup.c */

@@ -131,6 +131,11 @@ typedef struct st__task {
   st__build_result_t result;  /* completed plain task: kept until fetched */
   int taken;                  /* the result was handed over */
   st__waiter_t *waiters;
+  /* A task that runs no build (a pull, docs/multihost.md): `cancel`
+   * stops what it runs (the operation then ends the task), `op` is its
+   * state; NULL for a build's task. */
+  void (*cancel)(st__server_t *srv, struct st__task *t);
+  void *op;
   struct st__task *newer, *older;       /* every task, by creation */
   struct st__task *dnext, *dprev;       /* finished tasks, by completion */
 } st__task_t;

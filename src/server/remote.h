@@ -1,0 +1,79 @@
+/* src/server: keys that cross hosts (docs/multihost.md, "Pulling a key").
+ *
+ * remote.c starts what peers need when config.lua configures any: the
+ * transfer helper (src/xfer/supervisor.h), whose probe of the engines
+ * goes into the peer channel's hellos, then the channel itself
+ * (src/peer/peer.h); and it serves the peer methods of the side that
+ * holds a key: peer_describe (a version's value and arenas, for exported
+ * keys only), peer_xfer_open (its arenas lent to the helper for one
+ * transfer) and peer_xfer_abort. rpc_pull.c is the side that asks: the
+ * `pull` method, a task that describes, allocates (charged before any
+ * byte moves), transfers and publishes.
+ *
+ * Loop 0 only (the channel's loop and the supervisor's), with the write
+ * side of the server lock.
+ */
+#ifndef ST_SERVER_REMOTE_H
+#define ST_SERVER_REMOTE_H
+
+#include <msgpack.h>
+#include <stdint.h>
+
+#include "server/server.h"
+
+struct st__xfer_sup;
+struct st__pull;
+struct st__lend;
+
+/* The engines as the helper's probe found them (peer_hello's). */
+typedef struct st__remote_engine {
+  char name[16];
+  char version[32];           /* "" when unavailable */
+  char why[320];
+} st__remote_engine_t;
+
+/* The per-server state of remote.c and rpc_pull.c (srv->remote). */
+typedef struct st__remote {
+  struct st__xfer_sup *sup;   /* owned: the transfer helper's handle, or
+                                 NULL when it could not start            */
+  st__remote_engine_t engines[4];
+  size_t nengines;
+  int probed;                 /* the probe answered                       */
+  struct st__pull *pulls;     /* rpc_pull.c: the pulls in flight          */
+  struct st__lend *lends;     /* remote.c: arenas lent to peers' pulls    */
+  uint64_t pulls_done, pulls_failed, lends_done, lends_failed;
+  uint64_t bytes_in, bytes_out;
+} st__remote_t;
+
+/* Starts the helper (when the channel is configured), waits up to a few
+ * seconds for its engines' probe, then starts the channel with them and
+ * adds the peer methods. Nothing at all when config.lua configures no
+ * peer. ST_OK, or the error of the channel's start in err (a bind, the
+ * key file): the server does not start then. A helper that cannot start
+ * is logged; the engines are then reported unavailable with why. */
+int st__remote_start(st__server_t *srv, char *err, size_t errlen);
+
+/* Aborts every transfer, ends every pull's task CANCELLED, stops the
+ * channel and the helper. NULL state is fine. */
+void st__remote_stop(st__server_t *srv);
+
+/* rpc_pull.c: the pulls in flight, for the channel's state changes and
+ * the stop. */
+typedef struct st__pull st__pull_t;
+/* Ends every pull from `peer` (NULL: every pull) with `code` and `why`. */
+void st__pulls_fail(st__server_t *srv, const char *peer, int code, const char *why);
+/* How many pulls from `peer` (NULL: any) run now, and the bytes they
+ * move. */
+void st__pulls_of(const st__server_t *srv, const char *peer, unsigned *n, uint64_t *bytes);
+
+/* info's `transfers` (docs/protocol.md, "info"): nil without peers,
+ * else {helper_pid, helper_spawns, engines: {name: version | "unavailable:
+ * why"}, pulls, pulls_done, pulls_failed, lends, lends_done, lends_failed,
+ * bytes_in, bytes_out}. */
+void st__remote_pack_info(msgpack_packer *pk, const st__server_t *srv);
+
+/* The engine that moves arenas of this kind: "nccl" for CUDA, "ucx" for
+ * the CPU. */
+const char *st__remote_engine_for(int cuda);
+
+#endif

@@ -1,0 +1,666 @@
+/* src/server: `pull`, the side of a pull that asks (remote.h;
+ * docs/protocol.md, "pull"; docs/multihost.md, "Pulling a key").
+ *
+ * A pull is a task. Its steps, each on the loop but the allocation:
+ *   1. peer_describe to the peer: the version's value and arenas, checked
+ *      as a hostile client's put is (every tensor inside its arena,
+ *      every arena within max_object_bytes, at most 253);
+ *   2. the arenas allocated on a worker (charged to the budget there:
+ *      OUT_OF_MEMORY before any byte moves), with the uid's quota of
+ *      pinned bytes asked first;
+ *   3. the helper opens the receive; its blob goes in peer_xfer_open,
+ *      whose answer (the sender's blob) starts it;
+ *   4. when every byte is in: the version is published under the uid that
+ *      asked, as key `as`, with its origin; nothing is visible before.
+ * A failure or a cancel at any step frees what the pull holds and tells
+ * the peer (peer_xfer_abort) once it may be sending.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "engine/keys.h"
+#include "engine/targs.h"
+#include "engine/workers.h"
+#include "peer/peer.h"
+#include "server/remote.h"
+#include "server/rpc.h"
+#include "server/work.h"
+#include "st/errors.h"
+#include "xfer/supervisor.h"
+
+typedef enum { DESCRIBING = 0, ALLOCATING, OPENING, MOVING } pull_state_t;
+
+struct st__pull {
+  struct st__pull *next;
+  st__server_t *srv;
+  st__task_t *task;
+  uint64_t id;                /* the task's id: the pull's name to the peer */
+  char peer[ST__PEER_ID_MAX + 1];
+  char key[ST__KEY_NAME_MAX + 1];   /* the peer's */
+  char as[ST__KEY_NAME_MAX + 1];    /* the name here */
+  uint64_t version;           /* asked (0: the latest), then the described one */
+  uid_t uid;
+  st__key_policy_t policy;
+  int has_readers;
+  st__grant_t readers;
+  int device;                 /* here: -1 the CPU, else a CUDA ordinal; -3: as the key */
+  const char *engine;
+  pull_state_t state;
+  msgpack_sbuffer value;      /* the described value, checked */
+  size_t narenas;
+  uint64_t *sizes;            /* owned, narenas */
+  uint64_t bytes;
+  st__build_result_t res;     /* the arenas allocated here, and the value */
+  uint64_t req;               /* a peer request in flight (0: none) */
+  st__job_t *job;             /* the allocation on a worker (borrowed) */
+  uint64_t xfer;              /* the helper's transfer (xfer_open) */
+  int xfer_open;
+  int sending;                /* the peer may be sending: abort tells it */
+  int cancelled;              /* ends CANCELLED at the next step */
+  uint64_t moved;
+  double t0;
+};
+
+/* ------------------------------------------------------------- the list */
+
+static void unlink_pull(st__remote_t *rm, st__pull_t *p) {
+  for (st__pull_t **pp = &rm->pulls; *pp; pp = &(*pp)->next)
+    if (*pp == p) {
+      *pp = p->next;
+      return;
+    }
+}
+
+void st__pulls_of(const st__server_t *srv, const char *peer, unsigned *n, uint64_t *bytes) {
+  *n = 0;
+  *bytes = 0;
+  for (const st__pull_t *p = srv->remote ? srv->remote->pulls : NULL; p; p = p->next)
+    if (!peer || !strcmp(p->peer, peer)) (*n)++, *bytes += p->bytes;
+}
+
+static void abort_sent(void *ud, const char *peer, int code, const char *message,
+                       const msgpack_object *result) {
+  (void)ud, (void)peer, (void)code, (void)message, (void)result;
+}
+
+/* Ends the pull: its task completed (code ST_OK, result moved in) or
+ * failed with `why`. Frees what it holds. The job, a request and the
+ * transfer must be over or forgotten first. */
+static void finish(st__pull_t *p, int code, const char *why, st__build_result_t *result) {
+  st__server_t *srv = p->srv;
+  st__remote_t *rm = srv->remote;
+  if (p->req) st__peer_cancel(srv->peer, p->req);
+  if (code != ST_OK && p->sending && srv->peer) {
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_array(&pk, 1);
+    msgpack_pack_map(&pk, 1);
+    st__pack_kv_uint(&pk, "xfer", p->id);
+    st__peer_request(srv->peer, p->peer, "peer_xfer_abort", sb.data, sb.size, 10.0, abort_sent,
+                     NULL, NULL, NULL, 0);
+    msgpack_sbuffer_destroy(&sb);
+  }
+  unlink_pull(rm, p);
+  p->task->cancel = NULL;
+  p->task->op = NULL;
+  if (code == ST_OK) {
+    rm->pulls_done++;
+    rm->bytes_in += p->bytes;
+    st__task_finish_plain(srv, p->task, result);
+  } else {
+    rm->pulls_failed++;
+    ST_LOG_W("peer", "pull of key '%s' from '%s' (task %llu) failed: %s", p->key, p->peer,
+             (unsigned long long)p->id, why);
+    st__task_finish_error(srv, p->task, code, why);
+  }
+  msgpack_sbuffer_destroy(&p->value);
+  st__build_result_destroy(&p->res);
+  free(p->sizes);
+  free(p);
+}
+
+static void fail(st__pull_t *p, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void fail(st__pull_t *p, int code, const char *fmt, ...) {
+  char m[900];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(m, sizeof m, fmt, ap);
+  va_end(ap);
+  finish(p, code, m, NULL);
+}
+
+/* Stops whatever the pull waits for; it ends with code and why at once,
+ * or when its job or transfer comes back. */
+static void stop(st__pull_t *p, int code, const char *why) {
+  if (p->job) {                 /* back_on_loop ends it */
+    p->cancelled = code == ST_ERR_CANCELLED ? 1 : 2;
+    st__job_cancel(p->job);
+    return;
+  }
+  if (p->xfer_open) {           /* done ends it */
+    p->cancelled = code == ST_ERR_CANCELLED ? 1 : 2;
+    st__xfer_sup_abort(p->srv->remote->sup, p->xfer, why);
+    return;
+  }
+  finish(p, code, why, NULL);
+}
+
+void st__pulls_fail(st__server_t *srv, const char *peer, int code, const char *why) {
+  st__remote_t *rm = srv->remote;
+  st__pull_t *p = rm ? rm->pulls : NULL;
+  while (p) {
+    st__pull_t *next = p->next;
+    if (!peer || !strcmp(p->peer, peer)) {
+      if (code == ST_ERR_SHUTTING_DOWN) {   /* no callback comes back after the stop */
+        if (p->job) p->job->back_ctx = NULL, st__job_cancel(p->job);   /* allocated frees it */
+        p->job = NULL;
+        p->xfer_open = 0;
+      }
+      stop(p, code, why);
+    }
+    p = next;
+  }
+}
+
+static void on_cancel(st__server_t *srv, st__task_t *t) {
+  (void)srv;
+  st__pull_t *p = t->op;
+  if (p) stop(p, ST_ERR_CANCELLED, "cancelled");
+}
+
+/* ------------------------------------------------------------- 4. publish */
+
+static void publish(st__pull_t *p) {
+  st__server_t *srv = p->srv;
+  st__key_origin_t origin;
+  memset(&origin, 0, sizeof origin);
+  snprintf(origin.peer, sizeof origin.peer, "%s", p->peer);
+  snprintf(origin.key, sizeof origin.key, "%s", p->key);
+  origin.version = p->version;
+  st__key_put_t kp = {.name = p->as, .len = strlen(p->as), .uid = p->uid, .conn = 0,
+                      .policy = p->policy, .readers = p->has_readers ? &p->readers : NULL,
+                      .precharged = 1, .origin = &origin};
+  uint64_t version = 0;
+  char err[600];
+  int rc = st__keys_put(&srv->keys, &kp, &p->res, &version, err, sizeof err);
+  if (rc != ST_OK) {
+    fail(p, rc, "pull: every byte arrived but the key could not be published: %s", err);
+    return;
+  }
+  double s = st__now_mono() - p->t0;
+  ST_LOG_I("peer", "pulled key '%s' version %llu from '%s' as '%s' version %llu: %llu bytes in "
+           "%zu arenas, %.3f s", p->key, (unsigned long long)p->version, p->peer, p->as,
+           (unsigned long long)version, (unsigned long long)p->bytes, p->narenas, s);
+  st__build_result_t out;
+  st__build_result_init(&out);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &out.value, msgpack_sbuffer_write);
+  msgpack_pack_map(&pk, 5);
+  st__pack_kv_str(&pk, "key", p->as);
+  st__pack_kv_uint(&pk, "version", version);
+  st__pack_cstr(&pk, "origin");
+  msgpack_pack_map(&pk, 3);
+  st__pack_kv_str(&pk, "peer", p->peer);
+  st__pack_kv_str(&pk, "key", p->key);
+  st__pack_kv_uint(&pk, "version", p->version);
+  st__pack_kv_uint(&pk, "bytes", p->bytes);
+  st__pack_kv_double(&pk, "seconds", s);
+  finish(p, ST_OK, NULL, &out);
+}
+
+/* ------------------------------------------------------------- 3. transfer */
+
+static void xfer_opened(void *ud, uint64_t xfer, const uint8_t *blob, size_t len);
+static void xfer_progress(void *ud, uint64_t xfer, uint64_t bytes, uint64_t total);
+static void xfer_done(void *ud, uint64_t xfer, int ok, uint64_t bytes, int code,
+                      const char *error);
+static const st__xfer_sup_cbs_t pull_cbs = {xfer_opened, xfer_progress, xfer_done};
+
+static void open_transfer(st__pull_t *p) {
+  st__remote_t *rm = p->srv->remote;
+  const st__peer_conf_t *pc = &p->srv->cfg->peer;
+  if (p->narenas == 0) {        /* a value with no tensor: nothing to move */
+    publish(p);
+    return;
+  }
+  if (!rm->sup) {
+    fail(p, ST_ERR_CAPABILITY, "pull: this server's transfer helper is not running (see its log)");
+    return;
+  }
+  double timeout = pc->transfer_timeout_s > 0 ? pc->transfer_timeout_s : 600.0;
+  char err[400];
+  int rc = st__xfer_sup_open(rm->sup, p->engine, ST_XFER_RECV, 2, 1, (uint32_t)(timeout * 1e3),
+                             &pull_cbs, p, &p->xfer, err, sizeof err);
+  if (rc != ST_OK) {
+    fail(p, rc, "pull: the transfer helper: %s", err);
+    return;
+  }
+  p->xfer_open = 1;
+  p->state = OPENING;
+}
+
+/* The sender's answer to peer_xfer_open: its blob starts the receive. */
+static void xfer_answered(void *ud, const char *peer, int code, const char *message,
+                          const msgpack_object *result) {
+  st__pull_t *p = ud;
+  st__server_t *srv = p->srv;
+  (void)peer;
+  p->req = 0;
+  if (p->cancelled) return;            /* the abort's done ends it */
+  const msgpack_object *blob = result ? st__map_get(result, "blob") : NULL;
+  char err[400] = "";
+  int rc = code;
+  if (rc == ST_OK && (!blob || blob->type != MSGPACK_OBJECT_BIN || blob->via.bin.size > 65536)) {
+    rc = ST_ERR_PROTOCOL;
+    snprintf(err, sizeof err, "peer '%s' answered peer_xfer_open without a blob", p->peer);
+  } else if (rc != ST_OK) {
+    snprintf(err, sizeof err, "peer '%s': %s", p->peer, message ? message : st_strerror(rc));
+  }
+  int fds[ST_MAX_FDS_PER_MESSAGE];
+  st__xfer_sup_arena_t arenas[ST_MAX_FDS_PER_MESSAGE];
+  st__arena_desc_t descs[ST_MAX_FDS_PER_MESSAGE];
+  size_t n = 0;
+  for (; rc == ST_OK && n < p->res.narenas; n++) {
+    st__arena_t *a = p->res.arenas[n];
+    if ((fds[n] = st__arena_dup_fd(a, err, sizeof err)) < 0) {
+      rc = fds[n];
+      break;
+    }
+    memset(&descs[n], 0, sizeof descs[n]);
+    st__arena_describe(a, &descs[n]);
+    int cuda = st__arena_device(a) >= 0;
+    arenas[n] = (st__xfer_sup_arena_t){.fd = fds[n], .bytes = st__arena_bytes(a), .cuda = cuda,
+                                       .uuid = cuda ? descs[n].uuid : NULL};
+  }
+  if (rc == ST_OK)
+    rc = st__xfer_sup_start(srv->remote->sup, p->xfer, (const uint8_t *)blob->via.bin.ptr,
+                            blob->via.bin.size, arenas, n, err, sizeof err);
+  for (size_t i = 0; i < n; i++) close(fds[i]);
+  if (rc != ST_OK) {                    /* xfer_done ends the pull */
+    p->cancelled = p->cancelled ? p->cancelled : 2;
+    st__xfer_sup_abort(srv->remote->sup, p->xfer, err);
+    return;
+  }
+  p->state = MOVING;
+}
+
+static void xfer_opened(void *ud, uint64_t xfer, const uint8_t *blob, size_t len) {
+  st__pull_t *p = ud;
+  st__server_t *srv = p->srv;
+  (void)xfer;
+  if (p->cancelled) return;            /* the abort's done ends it */
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msgpack_pack_array(&pk, 1);
+  msgpack_pack_map(&pk, 5);
+  st__pack_kv_str(&pk, "key", p->key);
+  st__pack_kv_uint(&pk, "version", p->version);
+  st__pack_kv_uint(&pk, "xfer", p->id);
+  st__pack_kv_str(&pk, "engine", p->engine);
+  st__pack_cstr(&pk, "blob");
+  msgpack_pack_bin(&pk, len);
+  msgpack_pack_bin_body(&pk, blob, len);
+  char err[400];
+  double timeout = srv->cfg->peer.connect_timeout_s > 0 ? srv->cfg->peer.connect_timeout_s : 10.0;
+  int rc = st__peer_request(srv->peer, p->peer, "peer_xfer_open", sb.data, sb.size, timeout,
+                            xfer_answered, p, &p->req, err, sizeof err);
+  msgpack_sbuffer_destroy(&sb);
+  if (rc != ST_OK) {
+    p->cancelled = 2;
+    st__xfer_sup_abort(srv->remote->sup, p->xfer, err);
+    return;
+  }
+  p->sending = 1;
+}
+
+static void xfer_progress(void *ud, uint64_t xfer, uint64_t bytes, uint64_t total) {
+  st__pull_t *p = ud;
+  (void)xfer;
+  p->moved = bytes;
+  char note[96];
+  int n = snprintf(note, sizeof note, "%llu of %llu bytes", (unsigned long long)bytes,
+                   (unsigned long long)total);
+  st__progress_set(&p->task->progress, total ? (double)bytes / (double)total : 0.0, note,
+                   n > 0 ? (size_t)n : 0);
+}
+
+static void xfer_done(void *ud, uint64_t xfer, int ok, uint64_t bytes, int code,
+                      const char *error) {
+  st__pull_t *p = ud;
+  (void)xfer;
+  p->xfer_open = 0;
+  if (ok && !p->cancelled && bytes == p->bytes) {
+    p->sending = 0;
+    publish(p);
+    return;
+  }
+  if (p->cancelled == 1) {
+    finish(p, ST_ERR_CANCELLED, "cancelled", NULL);
+    return;
+  }
+  fail(p, code && code != ST_OK ? code : ST_ERR_IO,
+       "pull: key '%s' from '%s': the transfer failed after %llu of %llu bytes: %s", p->key,
+       p->peer, (unsigned long long)bytes, (unsigned long long)p->bytes,
+       error && error[0] ? error : "no reason given");
+}
+
+/* ------------------------------------------------------------- 2. allocation */
+
+typedef struct alloc_in {
+  int device;
+  size_t n;
+  uint64_t *sizes;            /* borrowed from the pull, which outlives the job */
+} alloc_in_t;
+
+/* Worker: one arena per size, charged to the budget (which may evict
+ * cached objects and evictable key versions first), zero-filled. */
+static int alloc_run(st__job_t *job, char *err, size_t errlen) {
+  alloc_in_t *in = job->ud;
+  job->result.arenas = calloc(in->n, sizeof *job->result.arenas);
+  if (!job->result.arenas) {
+    snprintf(err, errlen, "out of memory");
+    return ST_ERR_OUT_OF_MEMORY;
+  }
+  for (size_t i = 0; i < in->n; i++) {
+    if (__atomic_load_n(&job->cancel, __ATOMIC_RELAXED)) {
+      snprintf(err, errlen, "cancelled");
+      return ST_ERR_CANCELLED;
+    }
+    st__arena_spec_t s = {.device = in->device, .bytes = in->sizes[i]};
+    char why[400];
+    int rc = st__arena_new(&s, &job->result.arenas[i], why, sizeof why);
+    if (rc != ST_OK) {
+      snprintf(err, errlen, "arena %zu of %zu (%llu bytes): %s", i, in->n,
+               (unsigned long long)in->sizes[i], why);
+      return rc;
+    }
+    job->result.narenas++;
+    job->result.bytes += in->sizes[i];
+  }
+  return ST_OK;
+}
+
+static void allocated(void *ctx, st__job_t *job) {
+  st__pull_t *p = ctx;
+  if (!p) {                     /* its pull ended with the server's stop */
+    st__job_free(job);
+    return;
+  }
+  p->job = NULL;
+  if (p->cancelled) {
+    st__job_free(job);
+    if (p->cancelled == 1) finish(p, ST_ERR_CANCELLED, "cancelled", NULL);
+    else fail(p, ST_ERR_IO, "pull: key '%s' from '%s': stopped while its memory was allocated",
+              p->key, p->peer);
+    return;
+  }
+  if (job->status != ST_OK) {
+    int rc = job->status;
+    char why[1100];
+    snprintf(why, sizeof why, "pull: key '%s' from '%s' needs %llu bytes in %zu arenas here: "
+             "%.600s; nothing moved", p->key, p->peer, (unsigned long long)p->bytes, p->narenas,
+             job->error);
+    st__job_free(job);
+    finish(p, rc, why, NULL);
+    return;
+  }
+  p->res.arenas = job->result.arenas;
+  p->res.narenas = job->result.narenas;
+  p->res.bytes = job->result.bytes;
+  job->result.arenas = NULL;
+  job->result.narenas = 0;
+  msgpack_sbuffer_write(&p->res.value, p->value.data, p->value.size);
+  st__job_free(job);
+  open_transfer(p);
+}
+
+static void allocate(st__pull_t *p) {
+  st__server_t *srv = p->srv;
+  alloc_in_t *in = malloc(sizeof *in);
+  st__job_t *job = in ? st__job_new_native(0, 0, alloc_run, in, free) : NULL;
+  if (!job) {
+    free(in);
+    fail(p, ST_ERR_OUT_OF_MEMORY, "pull: out of memory");
+    return;
+  }
+  *in = (alloc_in_t){.device = p->device, .n = p->narenas, .sizes = p->sizes};
+  job->back_on_loop = allocated;
+  job->back_ctx = p;
+  if (srv->shutting_down || !srv->workers || st__workers_submit(srv->workers, job) != ST_OK) {
+    st__job_free(job);
+    fail(p, ST_ERR_SHUTTING_DOWN, "pull: the server is shutting down");
+    return;
+  }
+  p->job = job;
+  p->state = ALLOCATING;
+}
+
+/* ------------------------------------------------------------- 1. describe */
+
+/* Checks the peer's description (nothing a peer sends is trusted) and
+ * keeps its value and arena sizes. ST_OK or an error with the reason. */
+static int take_description(st__pull_t *p, const msgpack_object *d, char *err, size_t errlen) {
+  const msgpack_object *version = d ? st__map_get(d, "version") : NULL;
+  const msgpack_object *value = d ? st__map_get(d, "value") : NULL;
+  const msgpack_object *arenas = d ? st__map_get(d, "arenas") : NULL;
+  if (!version || version->type != MSGPACK_OBJECT_POSITIVE_INTEGER || version->via.u64 == 0 ||
+      !value || !arenas || arenas->type != MSGPACK_OBJECT_ARRAY ||
+      arenas->via.array.size > ST_MAX_FDS_PER_MESSAGE) {
+    snprintf(err, errlen, "peer '%s' described key '%s' without a version, a value or at most "
+             "%d arenas", p->peer, p->key, ST_MAX_FDS_PER_MESSAGE);
+    return ST_ERR_PROTOCOL;
+  }
+  if (p->version && version->via.u64 != p->version) {
+    snprintf(err, errlen, "peer '%s' described version %llu of key '%s'; version %llu was asked",
+             p->peer, (unsigned long long)version->via.u64, p->key,
+             (unsigned long long)p->version);
+    return ST_ERR_PROTOCOL;
+  }
+  size_t n = arenas->via.array.size;
+  st__arena_desc_t *descs = calloc(n ? n : 1, sizeof *descs);
+  p->sizes = calloc(n ? n : 1, sizeof *p->sizes);
+  if (!descs || !p->sizes) {
+    free(descs);
+    snprintf(err, errlen, "out of memory");
+    return ST_ERR_OUT_OF_MEMORY;
+  }
+  int cuda = -1, rc = ST_OK;
+  uint64_t total = 0;
+  for (size_t i = 0; i < n && rc == ST_OK; i++) {
+    const msgpack_object *a = &arenas->via.array.ptr[i];
+    const msgpack_object *b = a->type == MSGPACK_OBJECT_MAP ? st__map_get(a, "bytes") : NULL;
+    const msgpack_object *dev = a->type == MSGPACK_OBJECT_MAP ? st__map_get(a, "device") : NULL;
+    int is_cuda = st__str_eq(dev, "cuda");
+    char why[300];
+    if (!b || b->type != MSGPACK_OBJECT_POSITIVE_INTEGER || b->via.u64 == 0 ||
+        (!is_cuda && !st__str_eq(dev, "cpu"))) {
+      snprintf(err, errlen, "peer '%s': arena %zu of key '%s' is not {bytes, device}", p->peer,
+               i, p->key);
+      rc = ST_ERR_PROTOCOL;
+    } else if (cuda >= 0 && is_cuda != cuda) {
+      snprintf(err, errlen, "peer '%s': key '%s' mixes CPU and CUDA arenas", p->peer, p->key);
+      rc = ST_ERR_PROTOCOL;
+    } else if ((rc = st__arena_check_limit(b->via.u64, why, sizeof why)) != ST_OK) {
+      snprintf(err, errlen, "key '%s' from '%s': arena %zu: %.200s", p->key, p->peer, i, why);
+    } else {
+      cuda = is_cuda;
+      descs[i].bytes = p->sizes[i] = b->via.u64;
+      descs[i].cuda = is_cuda;
+      total += b->via.u64;
+    }
+  }
+  if (rc == ST_OK && (rc = st__check_value(value, 1, err, errlen)) == ST_OK) {
+    st__targs_t t = {.n = n, .descs = descs};
+    st__param_t param = {.name = "value", .type = ST_PARAM_ANY};
+    rc = st__targs_check(&t, &param, value, NULL, err, errlen);
+  }
+  free(descs);
+  if (rc != ST_OK) return rc == ST_ERR_INVALID_ARGUMENT ? ST_ERR_PROTOCOL : rc;
+  p->version = version->via.u64;
+  p->narenas = n;
+  p->bytes = total;
+  p->engine = st__remote_engine_for(cuda == 1);
+  if (p->device == -3) p->device = cuda == 1 ? 0 : -1;
+  if ((p->device >= 0) != (cuda == 1) && n) {
+    snprintf(err, errlen, "key '%s' on '%s' is in %s memory; pull it to %s (pull moves bytes "
+             "between memories of one kind)", p->key, p->peer, cuda == 1 ? "CUDA" : "CPU",
+             cuda == 1 ? "a CUDA device (device = \"cuda:N\")" : "the CPU (device = \"cpu\")");
+    return ST_ERR_CAPABILITY;
+  }
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &p->value, msgpack_sbuffer_write);
+  msgpack_pack_object(&pk, *value);
+  return ST_OK;
+}
+
+static void described(void *ud, const char *peer, int code, const char *message,
+                      const msgpack_object *result) {
+  st__pull_t *p = ud;
+  st__server_t *srv = p->srv;
+  const st__peer_conf_t *pc = &srv->cfg->peer;
+  (void)peer;
+  p->req = 0;
+  if (code != ST_OK) {
+    fail(p, code, "pull: key '%s' from '%s': %s", p->key, p->peer,
+         message ? message : st_strerror(code));
+    return;
+  }
+  char err[700], why[400];
+  int rc = take_description(p, result, err, sizeof err);
+  if (rc != ST_OK) {
+    fail(p, rc, "pull: %s", err);
+    return;
+  }
+  if (p->narenas && !st__peer_engine_usable(srv->peer, p->peer, p->engine, why, sizeof why)) {
+    fail(p, ST_ERR_CAPABILITY, "pull: key '%s' from '%s' moves over %s: %s", p->key, p->peer,
+         p->engine, why);
+    return;
+  }
+  unsigned n;
+  uint64_t inflight;
+  st__pulls_of(srv, p->peer, &n, &inflight);   /* this pull included */
+  if ((int)n > pc->max_transfers_per_peer) {
+    fail(p, ST_ERR_BUSY, "pull: key '%s' from '%s': %u pulls from it run already "
+         "(peer.max_transfers_per_peer = %d)", p->key, p->peer, n - 1, pc->max_transfers_per_peer);
+    return;
+  }
+  if (inflight > pc->max_bytes_in_flight_per_peer) {
+    fail(p, ST_ERR_BUSY, "pull: key '%s' from '%s': %llu bytes with the pulls from it in flight "
+         "pass peer.max_bytes_in_flight_per_peer = %llu", p->key, p->peer,
+         (unsigned long long)inflight, (unsigned long long)pc->max_bytes_in_flight_per_peer);
+    return;
+  }
+  if (st__uidq_room(p->uid, ST__UIDQ_PINNED_BYTES, p->bytes, why, sizeof why) != ST_OK) {
+    fail(p, ST_ERR_LIMIT, "pull: key '%s' from '%s': %s", p->key, p->peer, why);
+    return;
+  }
+  allocate(p);
+}
+
+/* ------------------------------------------------------------- the method */
+
+/* pull {key, from, version?, as?, device?, policy?, readers?} ->
+ * {task_id}; the task's result: {key, version, origin: {peer, key,
+ * version}, bytes, seconds}. */
+void st__rpc_pull(st__rpc_req_t *r) {
+  st__server_t *srv = r->c->srv;
+  const msgpack_object *key = st__rpc_arg(r, "key"), *from = st__rpc_arg(r, "from");
+  const msgpack_object *as = st__rpc_arg(r, "as");
+  char err[600];
+  if (!srv->peer) {
+    st__rpc_error(r, ST_ERR_CAPABILITY, "pull: this server has no peers (config.lua: peer = "
+                  "{ ... }; docs/multihost.md)");
+    return;
+  }
+  if (st__keys_name_ok(key->via.str.ptr, key->via.str.size, err, sizeof err) != ST_OK ||
+      (as && st__keys_name_ok(as->via.str.ptr, as->via.str.size, err, sizeof err) != ST_OK)) {
+    st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "pull: %s", err);
+    return;
+  }
+  char peer[ST__PEER_ID_MAX + 1];
+  if (from->via.str.size >= sizeof peer || memchr(from->via.str.ptr, 0, from->via.str.size)) {
+    st__rpc_error(r, ST_ERR_NOT_FOUND, "pull: no peer with that id");
+    return;
+  }
+  memcpy(peer, from->via.str.ptr, from->via.str.size);
+  peer[from->via.str.size] = '\0';
+  st__peer_state_t state = st__peer_state(srv->peer, peer);
+  if (state != ST__PEER_UP) {
+    int known = 0;
+    for (int i = 0; i < srv->cfg->peer.npeers; i++) known |= !strcmp(srv->cfg->peer.peers[i].id, peer);
+    if (!known)
+      st__rpc_error(r, ST_ERR_NOT_FOUND, "pull: '%s' is not a peer of this server (peer.peers)",
+                    peer);
+    else
+      st__rpc_error(r, ST_ERR_CAPABILITY, "pull: peer '%s' is %s (stcli peers says why)", peer,
+                    st__peer_state_name(state));
+    return;
+  }
+  int device = -3;
+  if (st__rpc_arg(r, "device") && (device = st__rpc_device(r)) == -2) return;
+  st__pull_t *p = calloc(1, sizeof *p);
+  if (!p) {
+    st__rpc_error(r, ST_ERR_OUT_OF_MEMORY, "pull: out of memory");
+    return;
+  }
+  p->has_readers = st__rpc_readers(r, &p->readers);
+  if (p->has_readers < 0) {
+    free(p);
+    return;
+  }
+  p->srv = srv;
+  p->uid = r->c->cred.uid;
+  p->device = device;
+  p->policy = (st__key_policy_t)st__rpc_word(r, "policy", ST__KEY_PINNED);
+  p->version = st__rpc_u64(r, "version", 0);
+  snprintf(p->peer, sizeof p->peer, "%s", peer);
+  snprintf(p->key, sizeof p->key, "%.*s", (int)key->via.str.size, key->via.str.ptr);
+  if (as) snprintf(p->as, sizeof p->as, "%.*s", (int)as->via.str.size, as->via.str.ptr);
+  else snprintf(p->as, sizeof p->as, "%s", p->key);
+  msgpack_sbuffer_init(&p->value);
+  st__build_result_init(&p->res);
+  p->t0 = st__now_mono();
+  int code;
+  p->task = st__task_new(srv, "pull", p->uid, err, sizeof err, &code);
+  if (!p->task) {
+    msgpack_sbuffer_destroy(&p->value);
+    free(p);
+    st__rpc_error(r, code, "pull: %s", err);
+    return;
+  }
+  p->id = p->task->id;
+  p->task->cancel = on_cancel;
+  p->task->op = p;
+  st__task_started(srv, p->task, st__now_unix());
+  p->next = srv->remote->pulls;
+  srv->remote->pulls = p;
+
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msgpack_pack_array(&pk, 1);
+  msgpack_pack_map(&pk, p->version ? 2 : 1);
+  st__pack_kv_str(&pk, "key", p->key);
+  if (p->version) st__pack_kv_uint(&pk, "version", p->version);
+  double timeout = srv->cfg->peer.connect_timeout_s > 0 ? srv->cfg->peer.connect_timeout_s : 10.0;
+  int rc = st__peer_request(srv->peer, p->peer, "peer_describe", sb.data, sb.size, timeout,
+                            described, p, &p->req, err, sizeof err);
+  msgpack_sbuffer_destroy(&sb);
+  uint64_t id = p->id;
+  if (rc != ST_OK) fail(p, rc, "pull: %s", err);   /* the task ends failed; its id stands */
+  msgpack_sbuffer reply;
+  st__reply_begin(&reply, &pk, r->id);
+  msgpack_pack_map(&pk, 1);
+  st__pack_kv_uint(&pk, "task_id", id);
+  st__reply_send(r->c, r->id, &reply);
+}
