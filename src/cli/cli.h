@@ -120,6 +120,23 @@ int cli_exit_code(int rc);
 /* Parses a non-negative decimal int; 0 on success. */
 int cli_parse_count(const char *s, long max, long *out);
 
+/* --readers: the uids and gids a command that makes a name grants read
+ * (st_readers_t; docs/cli.md, "Read grants"). `given` says an option was
+ * seen, so that the request carries a grant. */
+#define CLI_READERS_MAX 16
+typedef struct cli_readers {
+  uint32_t uids[CLI_READERS_MAX], gids[CLI_READERS_MAX];
+  size_t nuids, ngids;
+  int given;
+} cli_readers_t;
+/* Adds the entries of one --readers value (`v`, NULL when the value is
+ * missing) to r: "uid:N" and "gid:N" joined by commas, N a number or a
+ * user/group name of this host. CLI_OK, or a usage error for `cmd`. */
+int cli_parse_readers(const char *cmd, const char *v, cli_readers_t *r);
+/* The st_readers_t of r (pointing into r), NULL when no --readers was
+ * given. */
+const st_readers_t *cli_readers_of(const cli_readers_t *r, st_readers_t *out);
+
 /* result_out.c */
 #define CLI_DEFAULT_VALUES 8
 #define CLI_ARGS_VALUES 1u   /* accept --values[=N] */
@@ -193,6 +210,12 @@ int cli_parse_plain(cli_t *g, const cli_command_t *cmd, int argc, char **argv, i
  * shrinks): 1 when there was one, for a command that parses the rest with
  * cli_parse_plain. */
 int cli_take_flag(int *argc, char **argv, const char *flag);
+/* Takes every option `opt` with its value ("--opt V", "--opt=V") before
+ * a "--" out of argv (*argc shrinks), handing each value to take(value,
+ * ud) (value NULL when missing). CLI_OK, or the first code other than
+ * CLI_OK that take returns. */
+int cli_take_option(int *argc, char **argv, const char *opt,
+                    int (*take)(const char *value, void *ud), void *ud);
 /* Prints the string or number `member` of each map of the array r holds,
  * one per line, or with --json a JSON array of them (what shell
  * completion reads: keys --names, buffers --names, objects --ids); frees

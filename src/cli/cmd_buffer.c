@@ -98,11 +98,20 @@ static int parse_shape(const char *s, int64_t *shape) {
   return n;
 }
 
+/* cli_take_option's step for --readers. */
+static int take_readers(const char *v, void *ud) {
+  return cli_parse_readers("buffer-create", v, ud);
+}
+
 static int run_buffer_create(cli_t *g, int argc, char **argv) {
   const char *pos[5] = {NULL};
   int done;
-  int code = cli_parse_plain(g, &cli_buffer_create_command, argc, argv, 3, 5,
-                             "NAME DTYPE SHAPE", pos, &done);
+  cli_readers_t readers;
+  memset(&readers, 0, sizeof readers);
+  int code = cli_take_option(&argc, argv, "--readers", take_readers, &readers);
+  if (code != CLI_OK) return code;
+  code = cli_parse_plain(g, &cli_buffer_create_command, argc, argv, 3, 5, "NAME DTYPE SHAPE",
+                         pos, &done);
   if (code != CLI_OK || done) return code;
   int64_t shape[16];
   int ndim = parse_shape(pos[2], shape);
@@ -118,7 +127,9 @@ static int run_buffer_create(cli_t *g, int argc, char **argv) {
   st_client_t *c;
   if ((code = cli_connect(g, &c)) != CLI_OK) return code;
   st_buffer_t *b = NULL;
-  int rc = st_buffer_create(c, pos[0], pos[4] ? pos[4] : "cpu", dt, ndim, shape, (int)slots, &b);
+  st_readers_t rd;
+  int rc = st_buffer_create_ex(c, pos[0], pos[4] ? pos[4] : "cpu", dt, ndim, shape, (int)slots,
+                               cli_readers_of(&readers, &rd), &b);
   if (rc != ST_OK) {
     code = cli_fail(c, rc);
   } else {
@@ -134,14 +145,20 @@ static int run_buffer_create(cli_t *g, int argc, char **argv) {
 
 const cli_command_t cli_buffer_create_command = {
     "buffer-create",
-    "buffer-create NAME DTYPE SHAPE [SLOTS] [DEVICE]",
+    "buffer-create NAME DTYPE SHAPE [SLOTS] [DEVICE] [--readers LIST]",
     "Create a named buffer (zero-filled); it lives until buffer-unlink.",
     "SHAPE is the frame's sizes joined by x (480x640x3; \"scalar\" for one\n"
     "element), SLOTS 1 to 1024 (default 1: more make a ring), DEVICE cpu\n"
     "(default), cuda or cuda:N. Prints \"buffer 'NAME': N slots of B bytes on\n"
-    "DEVICE\". Processes of your uid open it by name (docs/streams.md).\n",
+    "DEVICE\". Processes of your uid open it by name (docs/streams.md); other\n"
+    "uids get NOT_FOUND unless --readers grants them read.\n\n"
+    "Options:\n"
+    "  --readers LIST  uids and groups that may open it read-only: uid:N and\n"
+    "                  gid:N joined by commas (uid:1000,gid:27; N a number or\n"
+    "                  a user or group name of this host), at most 16 of each;\n"
+    "                  may be repeated\n",
     run_buffer_create,
-    "",
+    "--readers=",
 };
 
 /* --------------------------------------------------------- buffer-unlink */

@@ -4,6 +4,8 @@
  * never main.c, so that main.c alone depends on every command.
  */
 #include <errno.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,6 +82,68 @@ int cli_parse_count(const char *s, long max, long *out) {
   if (errno || *end || v < 0 || v > max) return -1;
   *out = v;
   return 0;
+}
+
+/* One --readers entry e[0..n): "uid:N" or "gid:N", N a number or a
+ * name of this host (getpwnam, getgrnam). CLI_OK or a usage error. */
+static int reader_entry(const char *cmd, const char *e, size_t n, cli_readers_t *r) {
+  char word[256];
+  if (n >= sizeof word)
+    return cli_usage(cmd, "--readers entry '%.32s...' is longer than %zu bytes", e,
+                     sizeof word - 1);
+  memcpy(word, e, n);
+  word[n] = '\0';
+  int is_uid = strncmp(word, "uid:", 4) == 0, is_gid = strncmp(word, "gid:", 4) == 0;
+  const char *id = word + 4;
+  if ((!is_uid && !is_gid) || !*id)
+    return cli_usage(cmd, "--readers entry '%s' is not uid:N or gid:N (e.g. "
+                          "--readers uid:1000,gid:27)", word);
+  long v;
+  if (cli_parse_count(id, 4294967294L, &v) != 0) {
+    if (*id >= '0' && *id <= '9')
+      return cli_usage(cmd, "--readers entry '%s': %s is not a %s (0 to 4294967294)", word, id,
+                       is_uid ? "uid" : "gid");
+    struct passwd *pw = is_uid ? getpwnam(id) : NULL;
+    struct group *gr = is_gid ? getgrnam(id) : NULL;
+    if (!pw && !gr)
+      return cli_usage(cmd, "--readers entry '%s': no %s named '%s' on this host", word,
+                       is_uid ? "user" : "group", id);
+    v = pw ? (long)pw->pw_uid : (long)gr->gr_gid;
+  }
+  uint32_t *ids = is_uid ? r->uids : r->gids;
+  size_t *nids = is_uid ? &r->nuids : &r->ngids;
+  for (size_t i = 0; i < *nids; i++)
+    if (ids[i] == (uint32_t)v) return CLI_OK;
+  if (*nids == CLI_READERS_MAX)
+    return cli_usage(cmd, "--readers grants at most %d %s", CLI_READERS_MAX,
+                     is_uid ? "uids" : "gids");
+  ids[(*nids)++] = (uint32_t)v;
+  return CLI_OK;
+}
+
+/* See cli.h. */
+int cli_parse_readers(const char *cmd, const char *v, cli_readers_t *r) {
+  if (!v || !*v)
+    return cli_usage(cmd, "--readers needs uid:N and gid:N entries joined by commas (e.g. "
+                          "--readers uid:1000,gid:27)");
+  r->given = 1;
+  for (;;) {
+    size_t n = strcspn(v, ",");
+    int code = reader_entry(cmd, v, n, r);
+    if (code != CLI_OK) return code;
+    if (!v[n]) return CLI_OK;
+    v += n + 1;
+  }
+}
+
+/* See cli.h. */
+const st_readers_t *cli_readers_of(const cli_readers_t *r, st_readers_t *out) {
+  if (!r->given) return NULL;
+  out->uids = r->uids;
+  out->nuids = r->nuids;
+  out->gids = r->gids;
+  out->ngids = r->ngids;
+  return out;
 }
 
 /* See cli.h. */

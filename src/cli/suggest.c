@@ -47,8 +47,12 @@ const char *cli_suggest_text(cli_suggest_t *s) {
 int cli_usage_unknown(const cli_command_t *cmd, const char *word) {
   if (word[0] != '-' || !word[1])
     return cli_usage(cmd ? cmd->name : NULL, "unexpected argument '%s'", word);
+  /* "--reader=uid:1" is compared as "--reader" */
+  char name[64];
+  size_t n = strcspn(word, "=");
+  snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : 0), word);
   cli_suggest_t s;
-  cli_suggest_init(&s, word);
+  cli_suggest_init(&s, name);
   if (cmd) suggest_words(&s, cmd->options);
   suggest_words(&s, cli_global_options);
   if (!cmd) suggest_words(&s, "--version");

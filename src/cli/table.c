@@ -209,6 +209,24 @@ int cli_take_flag(int *argc, char **argv, const char *flag) {
   return found;
 }
 
+int cli_take_option(int *argc, char **argv, const char *opt,
+                    int (*take)(const char *value, void *ud), void *ud) {
+  int k = 1, i = 1;
+  for (; i < *argc && strcmp(argv[i], "--") != 0; i++) {
+    const char *v;
+    if (!cli_option(opt, *argc, argv, &i, &v)) {
+      argv[k++] = argv[i];
+      continue;
+    }
+    int code = take(v, ud);
+    if (code != CLI_OK) return code;
+  }
+  while (i < *argc) argv[k++] = argv[i++];
+  *argc = k;
+  return CLI_OK;
+}
+
+/* See cli.h. */
 int cli_parse_plain(cli_t *g, const cli_command_t *cmd, int argc, char **argv, int min, int max,
                     const char *need, const char **pos, int *done) {
   *done = 0;

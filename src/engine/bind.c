@@ -125,11 +125,11 @@ int st__bind_args(const st__endpoint_decl_t *ep, const msgpack_object *args,
     /* st__check_value guarantees string keys. */
     long idx = find_param(ep, k->via.str.ptr, k->via.str.size);
     if (idx < 0) {
-      char names[512];
+      char names[512], shown[300];
       list_params(ep, names, sizeof names);
-      int klen = (int)(k->via.str.size > 64 ? 64 : k->via.str.size);
-      snprintf(err, errlen, "unknown argument '%.*s' (endpoint %s takes%s%s)", klen,
-               k->via.str.ptr, ep->name, ep->nparams ? ": " : " ", names);
+      snprintf(err, errlen, "unknown argument '%s' (endpoint %s takes%s%s)",
+               st__wire_shown(k->via.str.ptr, k->via.str.size, shown, sizeof shown), ep->name,
+               ep->nparams ? ": " : " ", names);
       rc = ST_ERR_INVALID_ARGUMENT;
       break;
     }

@@ -11,6 +11,7 @@
 #include "mem/arena.h"
 #include "mem/ledger.h"
 #include "mem/uidq.h"
+#include "proto/proto.h"
 #include "st/errors.h"
 
 /* The table endpoints read (st__keys_serve); NULL: none. */
@@ -131,13 +132,13 @@ int st__keys_name_ok(const char *name, size_t len, char *err, size_t errlen) {
     return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                     "a key name is 1 to %d characters (this one has %zu)", ST__KEY_NAME_MAX, len);
   for (size_t i = 0; i < len; i++) {
-    char ch = name[i];
+    char ch = name[i], shown[300];
     int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
              ch == '.' || ch == '_' || ch == '-' || ch == '/' || ch == ':';
     if (!ok)
       return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
-                      "key name '%.*s': character %zu is not one of A-Z a-z 0-9 . _ - / :",
-                      (int)len, name, i + 1);
+                      "key name '%s': character %zu is not one of A-Z a-z 0-9 . _ - / :",
+                      st__wire_shown(name, len, shown, sizeof shown), i + 1);
   }
   return ST_OK;
 }

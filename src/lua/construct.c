@@ -78,8 +78,8 @@ static void parse_spec(lua_State *L, const char *fn, int opts, spec_t *s) {
       int64_t k;
       if (!st__lua_num_to_int(lua_tonumber(L, -2), &k) || k < 1 || k > n)
         st__lua_raise(L, "%s: positional sizes must form an array", fn);
-    } else if (lua_type(L, -2) != LUA_TSTRING) {
-      st__lua_raise(L, "%s: option names must be strings", fn);
+    } else if (!st__lua_name(L, -2)) {
+      st__lua_raise(L, "%s: option names must be strings without NUL bytes", fn);
     } else {
       const char *k = lua_tostring(L, -2);
       if (strcmp(k, "dtype") == 0) {

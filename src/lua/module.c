@@ -84,6 +84,8 @@ static int l_module(lua_State *L) {
       lua_rawgeti(L, -2, 2);                  /* ..., pair, name, tensor */
       if (lua_type(L, -2) != LUA_TSTRING || lua_objlen(L, -2) == 0)
         return st__lua_raise(L, "module: entry %d needs a non-empty name", (int)i);
+      if (!st__lua_name(L, -2))
+        return st__lua_raise(L, "module: entry %d's name holds a NUL byte", (int)i);
       const st__tensor_t *t = st__lua_totensor(L, -1);
       if (!t)
         return st__lua_raise(L, "module: entry %d ('%s') is not a tensor", (int)i,
@@ -112,6 +114,8 @@ static int l_module(lua_State *L) {
     while (lua_next(L, 1)) {                  /* ..., key, value */
       if (lua_type(L, -2) != LUA_TSTRING)
         return st__lua_raise(L, "module: names must be strings");
+      if (!st__lua_name(L, -2))
+        return st__lua_raise(L, "module: a name holds a NUL byte");
       const st__tensor_t *t = st__lua_totensor(L, -1);
       if (!t)
         return st__lua_raise(L, "module: '%s' is not a tensor (metadata goes in the second "
@@ -230,10 +234,15 @@ static int l_module_index(lua_State *L) {
 
 static int l_module_tensor(lua_State *L) {
   check_module(L, 1, "tensor");
-  const char *name = luaL_checkstring(L, 2);
-  lua_getfenv(L, 1);
-  lua_rawgeti(L, -1, ST__MODULE_TENSORS);
-  lua_getfield(L, -1, name);
+  /* The whole string is the name: "w\0x" is not "w". */
+  const char *name = st__lua_name(L, 2);
+  if (!name)
+    return st__lua_raise(L, "tensor: the name must be a string without NUL bytes, got %s",
+                         st__lua_not_name(L, 2));
+  lua_getfenv(L, 1);                          /* m, name, env */
+  lua_rawgeti(L, -1, ST__MODULE_TENSORS);     /* m, name, env, tensors */
+  lua_pushvalue(L, 2);
+  lua_rawget(L, -2);                          /* m, name, env, tensors, t? */
   if (lua_isnil(L, -1)) return st__lua_raise(L, "module has no tensor '%s'", name);
   return 1;
 }

@@ -112,7 +112,7 @@ static void read_opts(lua_State *L, int idx, st__safetensors_opts_t *o, int *dev
     st__lua_raise(L, "load_safetensors: options must be a table, got %s", luaL_typename(L, idx));
   lua_pushnil(L);
   while (lua_next(L, idx)) {                  /* ..., key, value */
-    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+    const char *k = st__lua_name(L, -2);     /* "dtype\0x" is no option name */
     if (k && strcmp(k, "dtype") == 0) {
       const char *d = st__lua_name(L, -1);
       o->dtype = d ? st_dtype_from_name(d) : ST_DTYPE_INVALID;
@@ -124,7 +124,7 @@ static void read_opts(lua_State *L, int idx, st__safetensors_opts_t *o, int *dev
       *device_idx = -1;                       /* read below, where it stays on the stack */
     } else {
       st__lua_raise(L, "load_safetensors: unknown option '%s' (expected dtype, device)",
-                    k ? k : luaL_typename(L, -2));
+                    k ? k : st__lua_not_name(L, -2));
     }
     lua_pop(L, 1);
   }
@@ -160,7 +160,9 @@ static int l_load_safetensors(lua_State *L) {
     return st__lua_raise(L, "load_safetensors: path must be a string, got %s",
                          luaL_typename(L, 1));
   lua_settop(L, 2);
-  const char *path = lua_tostring(L, 1);
+  /* The whole string is the path: "w.safetensors\0x" would open "w.safetensors". */
+  const char *path = st__lua_name(L, 1);
+  if (!path) return st__lua_raise(L, "load_safetensors: the path holds a NUL byte");
   st__safetensors_opts_t o;
   memset(&o, 0, sizeof o);
   o.device = ST__DEV_CPU;

@@ -168,7 +168,9 @@ static int l_print(lua_State *L) {
  * also a program loads as an endpoint file. Nothing else is reachable:
  * every other name raises. */
 static int l_require(lua_State *L) {
-  const char *name = luaL_checkstring(L, 1);
+  const char *name = st__lua_name(L, 1);     /* "st\0x" is not "st" */
+  if (!name)
+    name = lua_type(L, 1) == LUA_TSTRING ? "(a name with a NUL byte)" : luaL_checkstring(L, 1);
   if (strcmp(name, "st") == 0) {
     st__lua_push_st(L);
     return 1;

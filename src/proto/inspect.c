@@ -12,10 +12,6 @@
 /* Every failure here is INVALID_ARGUMENT. */
 #define fail(err, errlen, ...) st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, __VA_ARGS__)
 
-/* Length of a name for messages: long or binary keys are cut. */
-static int shown_len(const msgpack_object *o) {
-  return o->via.str.size > 64 ? 64 : (int)o->via.str.size;
-}
 
 /* See proto.h. Returns a pointer into `map` (borrowed); the first match
  * wins. */
@@ -50,6 +46,42 @@ int st__str_eq(const msgpack_object *o, const char *s) {
   if (!o || !s || o->type != MSGPACK_OBJECT_STR) return 0;
   size_t n = strlen(s);
   return o->via.str.size == n && memcmp(o->via.str.ptr, s, n) == 0;
+}
+
+/* See proto.h. */
+long st__wire_cstr(const msgpack_object *o, char *buf, size_t cap) {
+  if (cap) buf[0] = '\0';
+  if (!o || o->type != MSGPACK_OBJECT_STR || o->via.str.size >= cap ||
+      (o->via.str.size && memchr(o->via.str.ptr, '\0', o->via.str.size)))
+    return -1;
+  if (o->via.str.size) memcpy(buf, o->via.str.ptr, o->via.str.size);
+  buf[o->via.str.size] = '\0';
+  return (long)o->via.str.size;
+}
+
+/* See proto.h. */
+const char *st__wire_shown(const char *p, size_t n, char *buf, size_t cap) {
+  static const char hex[] = "0123456789abcdef";
+  size_t out = 0, i = 0;
+  for (; i < n && i < 64; i++) {
+    unsigned char ch = (unsigned char)p[i];
+    int plain = ch >= 0x20 && ch < 0x7f && ch != '\\';
+    if (out + (plain ? 1 : 4) + 4 > cap) break;
+    if (plain) {
+      buf[out++] = (char)ch;
+    } else {
+      buf[out++] = '\\';
+      buf[out++] = 'x';
+      buf[out++] = hex[ch >> 4];
+      buf[out++] = hex[ch & 15];
+    }
+  }
+  if (i < n) {
+    memcpy(buf + out, "...", 3);
+    out += 3;
+  }
+  buf[out] = '\0';
+  return buf;
 }
 
 /* See proto.h. */
@@ -89,8 +121,11 @@ int st__params_check(const msgpack_object *map, const char *const *allowed,
     if (k->type != MSGPACK_OBJECT_STR) return fail(err, errlen, "parameter names must be strings");
     int known = 0;
     for (const char *const *a = allowed; a && *a && !known; a++) known = st__str_eq(k, *a);
-    if (!known)
-      return fail(err, errlen, "unknown parameter '%.*s'", shown_len(k), k->via.str.ptr);
+    if (!known) {
+      char shown[300];
+      return fail(err, errlen, "unknown parameter '%s'",
+                  st__wire_shown(k->via.str.ptr, k->via.str.size, shown, sizeof shown));
+    }
   }
   return ST_OK;
 }

@@ -145,6 +145,19 @@ int st__map_get_ids(const msgpack_object *params, const char *key, const char *n
 /* Nonzero if o is a STR equal to s. */
 int st__str_eq(const msgpack_object *o, const char *s);
 
+/* Wire text as a C string (docs/protocol.md, "Strings"): copies the STR
+ * `o` into buf[cap] with a NUL after it. Its length, or -1 when o is not
+ * a STR, holds a NUL byte (C code would read it as shorter) or has cap
+ * bytes or more (a cut copy could mean another word); buf is "" then.
+ * Every wire string that C string functions (strcmp, strtoul, sscanf,
+ * %s, ...) read goes through here. Any thread. */
+long st__wire_cstr(const msgpack_object *o, char *buf, size_t cap);
+
+/* Wire bytes p[0..n) shown in a message: printable ASCII as they are,
+ * every other byte (a NUL too) as \xNN, cut after 64 bytes with "...";
+ * into buf[cap] (cap >= 8), NUL-terminated. Returns buf. Any thread. */
+const char *st__wire_shown(const char *p, size_t n, char *buf, size_t cap);
+
 /* Nonzero if `features` (hello's, may be NULL) is an array that lists the
  * string `name`. */
 int st__features_has(const msgpack_object *features, const char *name);

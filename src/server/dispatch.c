@@ -173,9 +173,9 @@ static void dispatch_request(st__conn_t *c, st__message_t *msg,
   }
   st__rpc_req_t r = {.c = c, .id = id, .params = params, .method = method, .msg = msg};
   if (!r.method) {
-    char m[128];
-    int mlen = (int)(msg->method_len > 64 ? 64 : msg->method_len);
-    snprintf(m, sizeof m, "unknown method '%.*s'", mlen, msg->method);
+    char m[320], shown[300];
+    snprintf(m, sizeof m, "unknown method '%s'",
+             st__wire_shown(msg->method, msg->method_len, shown, sizeof shown));
     st__conn_send_error(c, id, ST_ERR_UNKNOWN_METHOD, m);
     return;
   }

@@ -74,11 +74,7 @@ static int check_type(st__rpc_req_t *r, const st__rpc_param_t *p, const msgpack_
   case ST_RPC_WORD:
     if (v->type == MSGPACK_OBJECT_STR) {
       char w[64];
-      if (v->via.str.size < sizeof w) {
-        memcpy(w, v->via.str.ptr, v->via.str.size);
-        w[v->via.str.size] = '\0';
-        if (st__choices_index(p->choices, w) >= 0) return 1;
-      }
+      if (st__wire_cstr(v, w, sizeof w) >= 0 && st__choices_index(p->choices, w) >= 0) return 1;
     }
     st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "%s: '%s' must be one of %s", m, p->name,
                   word_list(p->choices, words, sizeof words));
@@ -166,7 +162,7 @@ int st__rpc_word(const st__rpc_req_t *r, const char *name, int dflt) {
   const msgpack_object *v = r->values[i];
   if (!v) return dflt;
   char w[64];
-  snprintf(w, sizeof w, "%.*s", (int)v->via.str.size, v->via.str.ptr);
+  if (st__wire_cstr(v, w, sizeof w) < 0) return dflt;   /* check_type refused it */
   return st__choices_index(r->method->params[i].choices, w);
 }
 
@@ -175,9 +171,10 @@ const st__endpoint_decl_t *st__rpc_endpoint(const st__rpc_req_t *r) {
   const msgpack_object *name = st__rpc_arg(r, "endpoint");
   const st__endpoint_decl_t *ep =
       st__generation_find(r->c->srv->gen, name->via.str.ptr, name->via.str.size);
+  char shown[300];
   if (!ep)
-    st__rpc_error(r, ST_ERR_UNKNOWN_ENDPOINT, "unknown endpoint '%.*s'",
-                  (int)(name->via.str.size > 128 ? 128 : name->via.str.size), name->via.str.ptr);
+    st__rpc_error(r, ST_ERR_UNKNOWN_ENDPOINT, "unknown endpoint '%s'",
+                  st__wire_shown(name->via.str.ptr, name->via.str.size, shown, sizeof shown));
   return ep;
 }
 
@@ -190,14 +187,15 @@ int st__rpc_device(const st__rpc_req_t *r) {
   if (st__str_eq(d, "cuda")) {
     ordinal = r->c->device;
   } else {
-    char text[32];
-    uint32_t n = d->via.str.size;
-    unsigned v;
-    char tail;
-    if (n >= sizeof text) n = sizeof text - 1;
-    memcpy(text, d->via.str.ptr, n);
-    text[n] = 0;
-    if (sscanf(text, "cuda:%u%c", &v, &tail) != 1 || v > 4095) {
+    /* "cuda:" and 1 to 4 digits, read whole: no sign, blank or tail, and
+     * nothing cut off (a cut copy of "cuda:00...01" would read as 0). */
+    char text[16];
+    long n = st__wire_cstr(d, text, sizeof text);
+    unsigned long v = n > 5 && n <= 9 && strncmp(text, "cuda:", 5) == 0 &&
+                              strspn(text + 5, "0123456789") == (size_t)(n - 5)
+                          ? strtoul(text + 5, NULL, 10)
+                          : 4096;
+    if (v > 4095) {
       st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "%s: 'device' must be cpu, cuda or cuda:N",
                     r->method->name);
       return -2;

@@ -165,12 +165,11 @@ void st__rpc_buffer_create(st__rpc_req_t *r) {
   s.device = st__rpc_device(r);
   if (s.device == -2 || !shape_of(r, &s)) return;
   const msgpack_object *name = st__rpc_arg(r, "name"), *dtype = st__rpc_arg(r, "dtype");
-  char dt[32];
-  snprintf(dt, sizeof dt, "%.*s", (int)(dtype->via.str.size < 31 ? dtype->via.str.size : 31),
-           dtype->via.str.ptr);
-  s.dtype = st_dtype_from_name(dt);
+  char dt[32], shown[300];
+  s.dtype = st__wire_cstr(dtype, dt, sizeof dt) < 0 ? ST_DTYPE_INVALID : st_dtype_from_name(dt);
   if (s.dtype == ST_DTYPE_INVALID) {
-    st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "buffer_create: 'dtype' '%s' is not a dtype", dt);
+    st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "buffer_create: 'dtype' '%s' is not a dtype",
+                  st__wire_shown(dtype->via.str.ptr, dtype->via.str.size, shown, sizeof shown));
     return;
   }
   s.slots = st__rpc_u64(r, "slots", 1);

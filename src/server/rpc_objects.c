@@ -58,10 +58,12 @@ void st__rpc_ensure_live(st__rpc_req_t *r) {
   const msgpack_object *sid = st__rpc_arg(r, "server_id");
   uint64_t oid = st__rpc_u64(r, "object_id", 0);
   if (sid && !st__str_eq(sid, srv->server_id)) {
+    char shown[300];
     st__rpc_error(r, ST_ERR_STALE_HANDLE,
-                  "ensure_live: object %llu belongs to server %.*s; this is server %s",
-                  (unsigned long long)oid, (int)(sid->via.str.size > 64 ? 64 : sid->via.str.size),
-                  sid->via.str.ptr, srv->server_id);
+                  "ensure_live: object %llu belongs to server %s; this is server %s",
+                  (unsigned long long)oid,
+                  st__wire_shown(sid->via.str.ptr, sid->via.str.size, shown, sizeof shown),
+                  srv->server_id);
     return;
   }
   if (!st__objects_find(&srv->objects, oid)) {

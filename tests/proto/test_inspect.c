@@ -32,6 +32,52 @@ TEST(map_get_and_str_eq) {
   mpbuf_free(&b);
 }
 
+/* A STR object of bytes p[0..n) (its ptr points into p). */
+static msgpack_object str_of(const char *p, uint32_t n) {
+  msgpack_object o;
+  o.type = MSGPACK_OBJECT_STR;
+  o.via.str.ptr = p;
+  o.via.str.size = n;
+  return o;
+}
+
+/* st__wire_cstr: the whole string or nothing, for every length around
+ * the buffer's and a NUL at every place; st__wire_shown: every byte
+ * visible. */
+TEST(wire_cstr_and_shown) {
+  char buf[8], big[16];
+  msgpack_object o = str_of("float32", 7);
+  CHECK_EQ_INT(st__wire_cstr(&o, buf, sizeof buf), 7);
+  CHECK_STR_EQ(buf, "float32");
+  o = str_of("float32x", 8);                 /* no room for it and its NUL */
+  CHECK_EQ_INT(st__wire_cstr(&o, buf, sizeof buf), -1);
+  CHECK_STR_EQ(buf, "");
+  o = str_of(NULL, 0);
+  CHECK_EQ_INT(st__wire_cstr(&o, buf, sizeof buf), 0);
+  CHECK_STR_EQ(buf, "");
+  const char text[] = "abcdefghijklmn";
+  for (uint32_t n = 0; n < sizeof text; n++)
+    for (uint32_t at = 0; at <= n; at++) {
+      char with[16];
+      memcpy(with, text, n);
+      if (at < n) with[at] = '\0';
+      o = str_of(with, n);
+      long got = st__wire_cstr(&o, big, sizeof big);
+      CHECK_EQ_INT(got, at < n || n >= sizeof big ? -1 : (long)n);
+      if (got >= 0) CHECK(memcmp(big, with, n) == 0 && big[n] == '\0');
+    }
+  o.type = MSGPACK_OBJECT_BIN;
+  CHECK_EQ_INT(st__wire_cstr(&o, big, sizeof big), -1);
+  CHECK_EQ_INT(st__wire_cstr(NULL, big, sizeof big), -1);
+  char shown[300];
+  CHECK_STR_EQ(st__wire_shown("a\0b\\c\n\xff", 7, shown, sizeof shown), "a\\x00b\\x5cc\\x0a\\xff");
+  char many[100];
+  memset(many, 'x', sizeof many);
+  CHECK_EQ_INT((long)strlen(st__wire_shown(many, sizeof many, shown, sizeof shown)), 64 + 3);
+  CHECK_STR_EQ(shown + 64, "...");
+  CHECK_STR_EQ(st__wire_shown("\0\0\0", 3, buf, sizeof buf), "\\x00...");
+}
+
 TEST(params_map_and_check) {
   static const char *const allowed[] = {"endpoint", "args", NULL};
   const msgpack_object *map = (void *)1;
@@ -225,6 +271,7 @@ TEST(error_envelope) {
 
 int main(void) {
   RUN(map_get_and_str_eq);
+  RUN(wire_cstr_and_shown);
   RUN(params_map_and_check);
   RUN(check_value_depth);
   RUN(check_value_types_and_keys);
