@@ -378,19 +378,6 @@ static void fail_pending(st__peer_t *p, uint64_t link, int code, const char *why
 }
 
 /* Packs [0, id, method, <params>] and sends it. */
-static int send_request(st__peer_t *p, st__link_t *l, uint32_t id, const char *method,
-                        const void *params, size_t len) {
-  msgpack_sbuffer sb;
-  msgpack_packer pk;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  st__pack_request_head(&pk, id, method);
-  msgpack_sbuffer_write(&sb, params, len);
-  int rc = send_frame(p, l, &sb);
-  msgpack_sbuffer_destroy(&sb);
-  return rc;
-}
-
 /* See peer.h. */
 int st__peer_request(st__peer_t *p, const char *peer, const char *method, const void *params,
                      size_t params_len, double timeout_s, st__peer_reply_fn cb, void *ud,
@@ -419,10 +406,31 @@ int st__peer_request(st__peer_t *p, const char *peer, const char *method, const 
     snprintf(err, errlen, "out of memory");
     return ST_ERR_OUT_OF_MEMORY;
   }
+  /* Queued only: the channel's loop sends it after its wake-up, so that
+   * no callback (this one, or another request's when a link fails) runs
+   * inside this call. A queue that refuses it closes the link there. */
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  st__pack_request_head(&pk, q->id, method);
+  msgpack_sbuffer_write(&sb, params, params_len);
+  int rc = st__link_queue(r->up, sb.data, sb.size);
+  msgpack_sbuffer_destroy(&sb);
+  if (rc != ST_OK) {
+    st__link_t *l = r->up;
+    free(take_pending(p, q->link, q->id));
+    say(l->refusal, sizeof l->refusal, "%s",
+        rc == ST_ERR_LIMIT ? "more than 64 MiB queued for the peer" : "out of memory (link output)");
+    l->refused = 0;
+    l->close_after_flush = 1;
+    l->deadline = 0;
+    ev_async_send(p->loop, &p->wake);
+    snprintf(err, errlen, "the link to peer '%s' cannot take the request: %s", peer, l->refusal);
+    return rc;
+  }
   if (handle) *handle = q->handle;
-  /* A failed send closes the link, which fails q through its callback:
-   * the caller was told ST_OK, so that is its one call. */
-  send_request(p, r->up, q->id, method, params, params_len);
+  ev_async_send(p->loop, &p->wake);
   return ST_OK;
 }
 

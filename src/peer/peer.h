@@ -161,8 +161,10 @@ int st__peer_method_add(st__peer_t *p, const char *name, st__peer_method_fn fn, 
 
 /* Sends request `method` (a peer_* name) with params (the packed msgpack
  * of the request's params array, e.g. [{key: ...}]; copied) to peer `peer`
- * on its link that is up. ST_OK: cb will be called exactly once (reply,
- * remote error, timeout_s passed, link closed, channel stopped) and
+ * on its link that is up. ST_OK: cb will be called exactly once, never
+ * before this returns (reply, remote error, timeout_s passed, link
+ * closed, channel stopped; the request is sent from the channel's loop
+ * after a wake-up), and
  * *handle (may be NULL) names the request for st__peer_cancel. Else an
  * error and cb is never called: ST_ERR_NOT_FOUND (no such peer),
  * ST_ERR_CAPABILITY (no link up to it; err says its state and last

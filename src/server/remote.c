@@ -85,17 +85,11 @@ static int exported(const st__peer_conf_t *pc, const char *name, size_t len) {
   return 0;
 }
 
-/* The string parameter `k` of a peer request's map, copied into out (at
- * most cap - 1 bytes, no NUL inside): 1, or 0 when absent or not such a
- * string. */
+/* The string parameter `k` of a peer request's map, whole, in out (cap
+ * bytes): 1, or 0 when absent, empty or not such a string. */
 static int param_str(const msgpack_object *params, const char *k, char *out, size_t cap) {
   const msgpack_object *o = params ? st__map_get(params, k) : NULL;
-  if (!o || o->type != MSGPACK_OBJECT_STR || o->via.str.size == 0 || o->via.str.size >= cap ||
-      memchr(o->via.str.ptr, 0, o->via.str.size))
-    return 0;
-  memcpy(out, o->via.str.ptr, o->via.str.size);
-  out[o->via.str.size] = '\0';
-  return 1;
+  return o && st__wire_cstr(o, out, cap) > 0;
 }
 
 static int param_u64(const msgpack_object *params, const char *k, uint64_t *out) {

@@ -61,7 +61,10 @@ struct st__pull {
   uint64_t xfer;              /* the helper's transfer (xfer_open) */
   int xfer_open;
   int sending;                /* the peer may be sending: abort tells it */
-  int cancelled;              /* ends CANCELLED at the next step */
+  int cancelled;              /* stopped: ends with end_code and end_why
+                                 when its job or transfer comes back      */
+  int end_code;
+  char end_why[600];
   uint64_t moved;
   double t0;
 };
@@ -81,6 +84,15 @@ void st__pulls_of(const st__server_t *srv, const char *peer, unsigned *n, uint64
   *bytes = 0;
   for (const st__pull_t *p = srv->remote ? srv->remote->pulls : NULL; p; p = p->next)
     if (!peer || !strcmp(p->peer, peer)) (*n)++, *bytes += p->bytes;
+}
+
+/* Sends request `method` (params packed in sb) to p's peer, with cb
+ * called once for its outcome: ST_OK, or the error (cb is then never
+ * called). p->req names it while it is pending. */
+static int request(st__pull_t *p, const char *method, const msgpack_sbuffer *sb, double timeout,
+                   st__peer_reply_fn cb, char *err, size_t errlen) {
+  return st__peer_request(p->srv->peer, p->peer, method, sb->data, sb->size, timeout, cb, p,
+                          &p->req, err, errlen);
 }
 
 static void abort_sent(void *ud, const char *peer, int code, const char *message,
@@ -139,17 +151,20 @@ static void fail(st__pull_t *p, int code, const char *fmt, ...) {
 /* Stops whatever the pull waits for; it ends with code and why at once,
  * or when its job or transfer comes back. */
 static void stop(st__pull_t *p, int code, const char *why) {
-  if (p->job) {                 /* back_on_loop ends it */
-    p->cancelled = code == ST_ERR_CANCELLED ? 1 : 2;
+  if (!p->cancelled) {
+    p->cancelled = 1;
+    p->end_code = code;
+    snprintf(p->end_why, sizeof p->end_why, "%s", why);
+  }
+  if (p->job) {                 /* allocated ends it */
     st__job_cancel(p->job);
     return;
   }
-  if (p->xfer_open) {           /* done ends it */
-    p->cancelled = code == ST_ERR_CANCELLED ? 1 : 2;
+  if (p->xfer_open) {           /* xfer_done ends it */
     st__xfer_sup_abort(p->srv->remote->sup, p->xfer, why);
     return;
   }
-  finish(p, code, why, NULL);
+  finish(p, p->end_code, p->end_why, NULL);
 }
 
 void st__pulls_fail(st__server_t *srv, const char *peer, int code, const char *why) {
@@ -284,8 +299,7 @@ static void xfer_answered(void *ud, const char *peer, int code, const char *mess
                             blob->via.bin.size, arenas, n, err, sizeof err);
   for (size_t i = 0; i < n; i++) close(fds[i]);
   if (rc != ST_OK) {                    /* xfer_done ends the pull */
-    p->cancelled = p->cancelled ? p->cancelled : 2;
-    st__xfer_sup_abort(srv->remote->sup, p->xfer, err);
+    stop(p, rc, err);
     return;
   }
   p->state = MOVING;
@@ -311,15 +325,10 @@ static void xfer_opened(void *ud, uint64_t xfer, const uint8_t *blob, size_t len
   msgpack_pack_bin_body(&pk, blob, len);
   char err[400];
   double timeout = srv->cfg->peer.connect_timeout_s > 0 ? srv->cfg->peer.connect_timeout_s : 10.0;
-  int rc = st__peer_request(srv->peer, p->peer, "peer_xfer_open", sb.data, sb.size, timeout,
-                            xfer_answered, p, &p->req, err, sizeof err);
+  p->sending = 1;   /* from now on the peer may lend: an abort tells it */
+  int rc = request(p, "peer_xfer_open", &sb, timeout, xfer_answered, err, sizeof err);
   msgpack_sbuffer_destroy(&sb);
-  if (rc != ST_OK) {
-    p->cancelled = 2;
-    st__xfer_sup_abort(srv->remote->sup, p->xfer, err);
-    return;
-  }
-  p->sending = 1;
+  if (rc != ST_OK) stop(p, rc, err);
 }
 
 static void xfer_progress(void *ud, uint64_t xfer, uint64_t bytes, uint64_t total) {
@@ -343,8 +352,8 @@ static void xfer_done(void *ud, uint64_t xfer, int ok, uint64_t bytes, int code,
     publish(p);
     return;
   }
-  if (p->cancelled == 1) {
-    finish(p, ST_ERR_CANCELLED, "cancelled", NULL);
+  if (p->cancelled) {
+    finish(p, p->end_code, p->end_why, NULL);
     return;
   }
   fail(p, code && code != ST_OK ? code : ST_ERR_IO,
@@ -398,9 +407,7 @@ static void allocated(void *ctx, st__job_t *job) {
   p->job = NULL;
   if (p->cancelled) {
     st__job_free(job);
-    if (p->cancelled == 1) finish(p, ST_ERR_CANCELLED, "cancelled", NULL);
-    else fail(p, ST_ERR_IO, "pull: key '%s' from '%s': stopped while its memory was allocated",
-              p->key, p->peer);
+    finish(p, p->end_code, p->end_why, NULL);
     return;
   }
   if (job->status != ST_OK) {
@@ -587,12 +594,10 @@ void st__rpc_pull(st__rpc_req_t *r) {
     return;
   }
   char peer[ST__PEER_ID_MAX + 1];
-  if (from->via.str.size >= sizeof peer || memchr(from->via.str.ptr, 0, from->via.str.size)) {
+  if (st__wire_cstr(from, peer, sizeof peer) <= 0) {
     st__rpc_error(r, ST_ERR_NOT_FOUND, "pull: no peer with that id");
     return;
   }
-  memcpy(peer, from->via.str.ptr, from->via.str.size);
-  peer[from->via.str.size] = '\0';
   st__peer_state_t state = st__peer_state(srv->peer, peer);
   if (state != ST__PEER_UP) {
     int known = 0;
@@ -653,10 +658,9 @@ void st__rpc_pull(st__rpc_req_t *r) {
   st__pack_kv_str(&pk, "key", p->key);
   if (p->version) st__pack_kv_uint(&pk, "version", p->version);
   double timeout = srv->cfg->peer.connect_timeout_s > 0 ? srv->cfg->peer.connect_timeout_s : 10.0;
-  int rc = st__peer_request(srv->peer, p->peer, "peer_describe", sb.data, sb.size, timeout,
-                            described, p, &p->req, err, sizeof err);
+  uint64_t id = p->id;   /* a failure below ends (and frees) p */
+  int rc = request(p, "peer_describe", &sb, timeout, described, err, sizeof err);
   msgpack_sbuffer_destroy(&sb);
-  uint64_t id = p->id;
   if (rc != ST_OK) fail(p, rc, "pull: %s", err);   /* the task ends failed; its id stands */
   msgpack_sbuffer reply;
   st__reply_begin(&reply, &pk, r->id);

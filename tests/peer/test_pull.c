@@ -75,7 +75,7 @@ static int key_holds(const char *socket, const char *name, const size_t *sizes, 
   const msgpack_object *value = ok ? obj_get(m.result, "value") : NULL;
   const msgpack_object *arenas = ok ? obj_get(m.result, "arenas") : NULL;
   for (int k = 0; ok && k < n; k++) {
-    char t[8];
+    char t[16];
     snprintf(t, sizeof t, "t%d", k);
     const msgpack_object *o = obj_get(value, t);
     st__tensor_desc_t d;
@@ -104,8 +104,10 @@ static int key_holds(const char *socket, const char *name, const size_t *sizes, 
 static uint64_t pull(rc_t *c, const char *fmt_params) {
   msg_t m;
   uint64_t id = 0;
-  if (rc_rpcf(c, &m, "[0, 1, 'pull', [{%s}]]", fmt_params) == 1 && !m.error)
+  if (rc_rpcf(c, &m, "[0, 1, 'pull', [{%s}]]", fmt_params) == 1 && !m.error) {
     id = (uint64_t)obj_int(obj_get(m.result, "task_id"));
+    if (!id) fprintf(stderr, "   pull {%s}: reply %u without a task_id (type %d, %u)\n", fmt_params, m.id, m.result ? (int)m.result->type : -1, m.result && m.result->type == MSGPACK_OBJECT_MAP ? m.result->via.map.size : 0);
+  }
   else
     fprintf(stderr, "   pull {%s}: %s\n", fmt_params,
             m.error ? obj_str(obj_get(m.error, "message")) : "no reply");
@@ -124,11 +126,14 @@ static void wait_task(rc_t *c, uint64_t id, char *status, char *err, size_t len)
     snprintf(status, len, "%s", obj_str(obj_get(m.result, "status")));
     const msgpack_object *e = obj_get(m.result, "error");
     if (e && e->type == MSGPACK_OBJECT_MAP) snprintf(err, len, "%s", obj_str(obj_get(e, "message")));
+  } else {
+    fprintf(stderr, "   wait for task %llu: %s\n", (unsigned long long)id,
+            m.error ? obj_str(obj_get(m.error, "message")) : "no reply");
   }
   msg_free(&m);
 }
 
-/* Two servers: a (exports keys w/*) and b, which dials a. b's extra
+/* Two servers: a (exports the keys w/...) and b, which dials a. b's extra
  * config lines: `b_more`. */
 static stt_server_t A, B;
 static char key[400];
@@ -258,8 +263,8 @@ TEST(refusals_leave_nothing_behind) {
   CHECK_EQ_INT(info_int(&A, "transfers.lends_done") + info_int(&A, "transfers.lends_failed"), 0);
   CHECK(wait_info(&B, "memory.cpu.used_bytes", used0));
   CHECK(wait_info(&B, "arenas.count", 0));
-  CHECK_EQ_INT(settled_fds(B.pid), fds0);
   rc_close(&c);
+  CHECK_EQ_INT(settled_fds(B.pid), fds0);
   stop_two();
 }
 
@@ -289,6 +294,7 @@ TEST(a_helper_killed_mid_transfer_fails_the_pull_cleanly) {
   /* a lets its lend go (the receiver aborted it); b's new helper serves
    * the next pull. */
   CHECK(wait_info(&A, "transfers.lends", 0));
+  CHECK(wait_info(&B, "transfers.helper_spawns", 2));
   CHECK(helper_of(&B) > 0 && helper_of(&B) != hb);
   id = pull(&c, "key: 'w/model', from: 'a'");
   wait_task(&c, id, status, err, sizeof status);
@@ -320,8 +326,8 @@ TEST(the_source_killed_mid_transfer_fails_the_pull_cleanly) {
   CHECK(serves(&B));
   CHECK(wait_info(&B, "memory.cpu.used_bytes", used0));
   CHECK(wait_info(&B, "transfers.pulls", 0));
-  CHECK_EQ_INT(settled_fds(B.pid), fds0 - 1);   /* the link to a is gone */
   rc_close(&c);
+  CHECK_EQ_INT(settled_fds(B.pid), fds0 - 1);   /* the link to a is gone */
   stop_two();
 }
 
