@@ -138,7 +138,7 @@ static void wait_task(rc_t *c, uint64_t id, char *status, char *err, size_t len)
 static stt_server_t A, B;
 static char key[400];
 
-static int start_two(const char *b_more) {
+static int start_two_ucx(const char *b_more, const char *ucx) {
   stt_server_init(&A);
   stt_server_init(&B);
   make_key(A.dir, "cluster.key", key, sizeof key);
@@ -148,10 +148,18 @@ static int start_two(const char *b_more) {
   if (stt_server_start(&A) != 0) return -1;
   char addr[128];
   listen_addr(&A, addr, sizeof addr);
-  peer_config(&B, "%s peer = { id = 'b', secret = '%s', peers = { a = '%s' }, "
-              "transfer_timeout_s = 60 },", b_more, key, addr);
+  char lib[400] = "";
+  if (ucx) snprintf(lib, sizeof lib, "ucx_library = '%s', ", ucx);
+  peer_config(&B, "%s peer = { id = 'b', secret = '%s', peers = { a = '%s' }, %s"
+              "transfer_timeout_s = 60 },", b_more, key, addr, lib);
   if (stt_server_start(&B) != 0) return -1;
   return wait_peer(&B, "a", "up", NULL) && wait_peer(&A, "b", "up", NULL) ? 0 : -1;
+}
+
+static int start_two(const char *b_more) { return start_two_ucx(b_more, NULL); }
+
+static int start_two_with_ucx(const char *ucx) {
+  return start_two_ucx("memory_budget = { cpu = 1073741824 },", ucx);
 }
 
 static void stop_two(void) {
@@ -268,6 +276,32 @@ TEST(refusals_leave_nothing_behind) {
   stop_two();
 }
 
+/* b's UCX says it is 1.99.7 (the real library behind another version
+ * number): the link comes up, and a pull is refused naming both
+ * versions, before anything is allocated. */
+TEST(a_ucx_version_that_differs_is_refused) {
+#ifndef ST_OTHER_UCP
+  fprintf(stderr, "   skipped: no libucp to link a UCX of another version against\n");
+  return;
+#else
+  CHECK(start_two_with_ucx(ST_OTHER_UCP) == 0);
+  CHECK(put_key(A.socket, "w/model", SIZES, 3));
+  int64_t used0 = info_int(&B, "memory.cpu.used_bytes");
+  OPEN_RC(c, B.socket);
+  uint64_t id = pull(&c, "key: 'w/model', from: 'a'");
+  char status[600], err[600];
+  wait_task(&c, id, status, err, sizeof status);
+  CHECK_STR_EQ(status, "failed");
+  CHECK_CONTAINS(err, "1.99.7");
+  CHECK_CONTAINS(err, "1.13");
+  CHECK_RPC(&c, ST_ERR_NOT_FOUND, "w/model", "[0, 8, 'get', [{key: 'w/model'}]]");
+  CHECK_EQ_INT(info_int(&B, "memory.cpu.used_bytes"), used0);
+  CHECK_EQ_INT(info_int(&A, "transfers.lends_done") + info_int(&A, "transfers.lends_failed"), 0);
+  rc_close(&c);
+  stop_two();
+#endif
+}
+
 /* SIGSTOPs the helper of s (info.transfers.helper_pid): its transfers
  * hang. The pid, or 0. */
 static pid_t helper_of(const stt_server_t *s) { return (pid_t)info_int(s, "transfers.helper_pid"); }
@@ -367,6 +401,7 @@ int main(void) {
   signal(SIGPIPE, SIG_IGN);
   RUN(a_pulled_key_holds_every_byte_and_its_origin);
   RUN(refusals_leave_nothing_behind);
+  RUN(a_ucx_version_that_differs_is_refused);
   RUN(a_helper_killed_mid_transfer_fails_the_pull_cleanly);
   RUN(the_source_killed_mid_transfer_fails_the_pull_cleanly);
   RUN(a_cancelled_pull_leaves_nothing);
