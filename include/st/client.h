@@ -703,6 +703,57 @@ ST_API int st_client_keys(st_client_t *c, const char *prefix, st_result_t **out)
  * memory and budget charge go. ST_ERR_NOT_FOUND, ST_ERR_AUTH. */
 ST_API int st_client_delete(st_client_t *c, const char *key);
 
+/* ------------------------------------------------- keys between servers
+ *
+ * A key published on a peer (another host's server, docs/multihost.md) is
+ * copied into this server by `pull`, or from this server into peers by
+ * `replicate`. Both are tasks: the functions below return the task's id
+ * at once, and the task functions above follow it (st_client_task_wait:
+ * `progress` is the fraction of bytes moved and `note` "N of M bytes";
+ * st_client_task_cancel; st_client_task_result, whose value is a plain
+ * MAP handed over once). Errors the server sees at once come back here:
+ * ST_ERR_NOT_FOUND ('z' is not a peer of this server), ST_ERR_CAPABILITY
+ * (no peers configured, the peer not up, no usable engine); the rest end
+ * the task failed: ST_ERR_AUTH (the key is not exported by the peer),
+ * ST_ERR_NOT_FOUND, ST_ERR_OUT_OF_MEMORY (this server's memory_budget),
+ * ST_ERR_IO (the link or a transfer helper died), ST_ERR_CANCELLED. */
+
+/* Options of st_client_pull; NULL, or a zeroed struct, is all defaults.
+ * The strings are borrowed for the call. */
+typedef struct st_pull_opts {
+  uint64_t version;              /* the peer's version; 0: its latest         */
+  const char *as;                /* the name here; NULL: the key's own name   */
+  const char *device;            /* "cpu", "cuda" (this connection's device)
+                                    or "cuda:N"; NULL: the memory kind of the
+                                    peer's key (CUDA: device 0)               */
+  int policy;                    /* ST_KEY_PINNED (0) or ST_KEY_EVICTABLE     */
+  const st_readers_t *readers;   /* read grants of the copy; NULL: none       */
+} st_pull_opts_t;
+
+/* Starts a pull of `key` from peer `from` (an id of config.lua's
+ * peer.peers) into this server: *task_id names the task. The task's
+ * result: {key, version (here), origin: {peer, key, version}, bytes,
+ * seconds}. The copy belongs to this client's uid; nothing of it is
+ * visible before every byte arrived. Thread of the client. */
+ST_API int st_client_pull(st_client_t *c, const char *key, const char *from,
+                          const st_pull_opts_t *opts, uint64_t *task_id);
+
+/* Options of st_client_replicate; NULL, or a zeroed struct, is all
+ * defaults. Borrowed for the call. */
+typedef struct st_replicate_opts {
+  uint64_t version;              /* this server's version; 0: the latest      */
+  const char *as;                /* the name on the peers; NULL: the same     */
+} st_replicate_opts_t;
+
+/* Starts copying `key` of this server into each of the `nto` peers named
+ * by `to` (ids, none NULL or empty; the caller keeps the list): *task_id
+ * names the task. The task's result: {key, version, peers: {<id>: {ok,
+ * version?, error?}}}, one entry per peer; a peer that failed does not
+ * fail the others. Thread of the client. */
+ST_API int st_client_replicate(st_client_t *c, const char *key, const char *const *to,
+                               size_t nto, const st_replicate_opts_t *opts,
+                               uint64_t *task_id);
+
 /* ------------------------------------------------------------ live keys
  *
  * A key put with ST_PUT_LIVE (docs/views.md, section 3) is updated in

@@ -29,9 +29,9 @@
 -- map): lua/st/args.lua says how each Lua value goes.
 --
 -- What it wraps: st.connect and the client methods close, ping, call,
--- get, info, endpoints, submit, status, wait, result, cancel, release,
--- ensure_live, invalidate, buffer_create, buffer_open, buffer_unlink,
--- reload and rpc (any method by name), with tensors, replies and buffers
+-- get, info, endpoints, peers, submit, pull, replicate, status, wait,
+-- result, cancel, release, ensure_live, invalidate, buffer_create,
+-- buffer_open, buffer_unlink, reload and rpc (any method by name), with tensors, replies and buffers
 -- through the modules below. Everything else the C headers declare (put,
 -- delete, keys, objects, tasks, st_client_rpc_marshal, hand-offs, live keys, st_get_into, copies, the
 -- open-cache, a buffer's frame-level calls, ...) is left to st.ffi, the
@@ -272,6 +272,110 @@ function Client:submit(name, args)
   local a = build_args(args, 2)
   local id = ffi.new("uint64_t[1]")
   if lib.st_client_submit(self._h, name, a, id) ~= 0 then return failure(self) end
+  return int_value(id[0])
+end
+
+-- The readers option ({ uids = {...}, gids = {...} }) as an st_readers_t
+-- whose arrays the returned table keeps alive; nil for nil.
+local function readers_of(r, what)
+  if r == nil then return nil end
+  if type(r) ~= "table" then error(what .. ": opts.readers must be a table { uids, gids }", 3) end
+  local keep = { st = ffi.new("st_readers_t") }
+  for _, k in ipairs({ "uids", "gids" }) do
+    local list = r[k] or {}
+    if type(list) ~= "table" then error(what .. ": opts.readers." .. k .. " must be a list", 3) end
+    local arr = ffi.new("uint32_t[?]", math.max(#list, 1))
+    for i, id in ipairs(list) do
+      if type(id) ~= "number" or id < 0 or id ~= math.floor(id) or id >= 2^32 then
+        error(("%s: opts.readers.%s[%d] must be an id (an integer >= 0)"):format(what, k, i), 3)
+      end
+      arr[i - 1] = id
+    end
+    keep[k] = arr
+    keep.st[k] = arr
+    keep.st["n" .. k] = #list
+  end
+  for k in pairs(r) do
+    if k ~= "uids" and k ~= "gids" then
+      error(what .. ": opts.readers takes uids and gids, not " .. tostring(k), 3)
+    end
+  end
+  return keep
+end
+
+local function check_version(v, what)
+  if v ~= nil and (type(v) ~= "number" or v < 1 or v ~= math.floor(v)) then
+    error(what .. ": opts.version must be an integer >= 1", 3)
+  end
+end
+
+local function check_string(v, what, name)
+  if v ~= nil and (type(v) ~= "string" or v == "") then
+    error(what .. ": opts." .. name .. " must be a non-empty string", 3)
+  end
+end
+
+-- Copies `key` published on peer `from` (docs/multihost.md) into this
+-- server as a task; returns the task id (follow it with wait, status,
+-- result, cancel; the result's value is { key, version, origin = { peer,
+-- key, version }, bytes, seconds }), or nil, err. opts (optional):
+-- { version = N, as = "name here", device = "cpu" | "cuda" | "cuda:N",
+--   policy = "pinned" | "evictable", readers = { uids, gids } }.
+function Client:pull(key, from, opts)
+  check_self(self, "pull")
+  check_name(key, "pull")
+  if type(from) ~= "string" or from == "" then error("pull: the peer id must be a non-empty string", 2) end
+  opts = opts or {}
+  if type(opts) ~= "table" then error("pull: opts must be a table", 2) end
+  check_opts("pull", opts, { version = true, as = true, device = true, policy = true, readers = true })
+  check_version(opts.version, "pull")
+  check_string(opts.as, "pull", "as")
+  check_string(opts.device, "pull", "device")
+  local policy = 0
+  if opts.policy == "evictable" then policy = 1
+  elseif opts.policy ~= nil and opts.policy ~= "pinned" then
+    error("pull: opts.policy must be \"pinned\" or \"evictable\"", 2)
+  end
+  local readers = readers_of(opts.readers, "pull")
+  local o = ffi.new("st_pull_opts_t")
+  o.version = opts.version or 0
+  o.as = opts.as
+  o.device = opts.device
+  o.policy = policy
+  if readers then o.readers = readers.st end
+  local id = ffi.new("uint64_t[1]")
+  local rc = lib.st_client_pull(self._h, key, from, o, id)
+  local _ = readers   -- the arrays live until the call returned
+  if rc ~= 0 then return failure(self) end
+  return int_value(id[0])
+end
+
+-- Copies `key` of this server into each peer of `to` (a list of peer ids)
+-- as a task; returns the task id, or nil, err. The result's value:
+-- { key, version, peers = { [id] = { ok, version, error } } }.
+-- opts (optional): { version = N, as = "name on the peers" }.
+function Client:replicate(key, to, opts)
+  check_self(self, "replicate")
+  check_name(key, "replicate")
+  if type(to) == "string" then to = { to } end
+  if type(to) ~= "table" or #to == 0 then error("replicate: to must be a list of peer ids", 2) end
+  opts = opts or {}
+  if type(opts) ~= "table" then error("replicate: opts must be a table", 2) end
+  check_opts("replicate", opts, { version = true, as = true })
+  check_version(opts.version, "replicate")
+  check_string(opts.as, "replicate", "as")
+  local ids = ffi.new("const char *[?]", #to)
+  for i, p in ipairs(to) do
+    if type(p) ~= "string" or p == "" then error("replicate: to[" .. i .. "] must be a peer id", 2) end
+    ids[i - 1] = p
+  end
+  local o = ffi.new("st_replicate_opts_t")
+  o.version = opts.version or 0
+  o.as = opts.as
+  local id = ffi.new("uint64_t[1]")
+  local rc = lib.st_client_replicate(self._h, key, ids, #to, o, id)
+  local _ = to   -- the strings live until the call returned
+  if rc ~= 0 then return failure(self) end
   return int_value(id[0])
 end
 

@@ -203,6 +203,21 @@ typedef struct st_readers {
 } st_readers_t;
 int st_client_put_ex(st_client_t *c, const char *key, const st_args_t *value, int policy,
                      int flags, const st_readers_t *readers, uint64_t *version);
+typedef struct st_pull_opts {
+  uint64_t version;
+  const char *as;
+  const char *device;
+  int policy;
+  const st_readers_t *readers;
+} st_pull_opts_t;
+int st_client_pull(st_client_t *c, const char *key, const char *from,
+                   const st_pull_opts_t *opts, uint64_t *task_id);
+typedef struct st_replicate_opts {
+  uint64_t version;
+  const char *as;
+} st_replicate_opts_t;
+int st_client_replicate(st_client_t *c, const char *key, const char *const *to, size_t nto,
+                        const st_replicate_opts_t *opts, uint64_t *task_id);
 int st_client_get(st_client_t *c, const char *key, uint64_t version, int flags,
                   st_result_t **out, uint64_t *got_version);
 int st_client_keys(st_client_t *c, const char *prefix, st_result_t **out);

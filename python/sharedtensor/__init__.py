@@ -14,6 +14,7 @@ through DLPack without a copy. docs/python.md has the details.
 from .errors import *  # noqa: F401,F403
 from .errors import Error, __all__ as _error_names
 from .client import Client, Handle, Module
+from .task import Task
 from .keys import StateDict
 from .live import LiveKey, Binding
 from .tensor import SharedTensor
@@ -28,7 +29,7 @@ from . import _lib
 __version__ = "0.1.0"
 library_path = _lib.path
 
-__all__ = ["Client", "Handle", "Module", "StateDict", "LiveKey", "Binding", "SharedTensor", "load_into",
+__all__ = ["Client", "Handle", "Module", "Task", "StateDict", "LiveKey", "Binding", "SharedTensor", "load_into",
            "library_path", "empty", "zeros", "empty_like", "zeros_like", "Buffer",
            "buffer_create", "buffer_open", "buffer_unlink", "keep_results", "kept_results"] + \
     list(_error_names)

@@ -125,6 +125,25 @@ class Readers(ctypes.Structure):
     ]
 
 
+class PullOpts(ctypes.Structure):
+    """st_pull_opts_t (include/st/client.h)."""
+    _fields_ = [
+        ("version", c_uint64),
+        ("as_", c_char_p),
+        ("device", c_char_p),
+        ("policy", c_int),
+        ("readers", ctypes.POINTER(Readers)),
+    ]
+
+
+class ReplicateOpts(ctypes.Structure):
+    """st_replicate_opts_t (include/st/client.h)."""
+    _fields_ = [
+        ("version", c_uint64),
+        ("as_", c_char_p),
+    ]
+
+
 class BufferInfo(ctypes.Structure):
     """st_buffer_info_t (include/st/client.h)."""
     _fields_ = [
@@ -251,6 +270,10 @@ _PROTOS = {
     "st_client_task_result": (c_int, [c_void_p, c_uint64, P(c_void_p)]),
     "st_client_task_cancel": (c_int, [c_void_p, c_uint64, P(c_void_p)]),
     "st_client_tasks": (c_int, [c_void_p, c_char_p, c_uint64, c_int, P(c_void_p)]),
+    # keys between servers
+    "st_client_pull": (c_int, [c_void_p, c_char_p, c_char_p, P(PullOpts), P(c_uint64)]),
+    "st_client_replicate": (c_int, [c_void_p, c_char_p, P(c_char_p), c_size_t,
+                                    P(ReplicateOpts), P(c_uint64)]),
     # objects and caches
     "st_client_release": (c_int, [c_void_p, c_uint64, P(c_int), P(c_int), P(c_int64)]),
     "st_client_object_info": (c_int, [c_void_p, c_uint64, P(c_void_p)]),

@@ -11,6 +11,7 @@ from . import live as _live
 from . import into as _into
 from . import tensor as _tensor
 from .args import Args as _Args
+from .task import Task
 from .convert import Module
 from . import errors as _errors
 from .errors import from_library, make
@@ -394,13 +395,14 @@ class Client(Closing):
     # ------------------------------------------------------------- tasks
 
     def submit(self, name, **args):
-        """Queues a build of `name`; returns the task id at once. Tensor
-        arguments go as in call(); the task keeps the server's mapping of
-        them until it ends."""
+        """Queues a build of `name`; returns its Task at once (an int, the
+        task id, with wait(), result(), cancel(), progress: task.py).
+        Tensor arguments go as in call(); the task keeps the server's
+        mapping of them until it ends."""
         tid = ctypes.c_uint64()
         with _Args(args) as a:
             self._do(_l.st_client_submit, _name(name), a.ptr, _byref(tid))
-        return tid.value
+        return Task(self, tid.value)
 
     def status(self, task_id):
         """Task info now (dict: id, endpoint, status, error, progress, ...)."""
@@ -429,6 +431,68 @@ class Client(Closing):
         before = the id of the last entry; a shorter page is the last."""
         return self._value_call(_l.st_client_tasks, None if status is None else status.encode(),
                                 before or 0, limit or 0)
+
+    # ---------------------------------------------- keys between servers
+
+    def pull(self, key, peer, version=None, as_=None, device=None, policy=None, readers=None):
+        """Copies key `key` published on peer `peer` (an id of config.lua's
+        peer.peers) into this server (docs/multihost.md); returns its Task
+        at once: task.wait(timeout), task.progress (the fraction of bytes
+        moved), task.cancel(), and task.result(), which waits and gives
+        {key, version, origin: {peer, key, version}, bytes, seconds}.
+        version: the peer's version (None: its latest); as_: the name here
+        (None: `key`); device: "cpu", "cuda" or "cuda:N" (None: the memory
+        kind of the peer's key); policy: "pinned" (default) or
+        "evictable"; readers: read grants of the copy, as put() takes them.
+        Refusals the server sees at once raise here (NotFoundError: not a
+        peer; CapabilityError: no peers, the peer not up, no usable
+        engine); the rest make task.result() raise (AuthError: the key is
+        not exported by the peer; NotFoundError; OutOfMemoryError: this
+        server's memory_budget; IoError; CancelledError)."""
+        key, peer = _text("pull", "key", key), _text("pull", "peer", peer)
+        opts = _lib.PullOpts()
+        if version is not None:
+            opts.version = _version("pull", version)
+        if as_ is not None:
+            opts.as_ = _text("pull", "as_", as_)
+        if device is not None:
+            if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
+                device = "cuda:%d" % device
+            opts.device = _text("pull", "device", device)
+        if policy is not None:
+            opts.policy = _keys.POLICIES[_errors.choice("pull", "policy", policy,
+                                                        tuple(_keys.POLICIES))]
+        grant = _errors.readers("pull", readers)
+        if grant is not None:
+            opts.readers = grant
+        tid = ctypes.c_uint64()
+        self._do(_l.st_client_pull, key, peer, _byref(opts), _byref(tid))
+        return Task(self, tid.value)
+
+    def replicate(self, key, to, version=None, as_=None):
+        """Copies key `key` of this server into each peer of `to` (a list
+        of peer ids, or one id); returns its Task at once. task.result()
+        gives {key, version, peers: {id: {ok, version, error}}}: one entry
+        per peer, a peer that failed does not fail the others."""
+        key = _text("replicate", "key", key)
+        if isinstance(to, str):
+            to = [to]
+        try:
+            ids = [_text("replicate", "to", p) for p in to]
+        except TypeError:
+            raise _errors.BY_NAME["INVALID_ARGUMENT"](
+                "replicate: to must be a list of peer ids, not %r" % (to,)) from None
+        if not ids:
+            raise _errors.BY_NAME["INVALID_ARGUMENT"]("replicate: to names no peer")
+        arr = (ctypes.c_char_p * len(ids))(*ids)
+        opts = _lib.ReplicateOpts()
+        if version is not None:
+            opts.version = _version("replicate", version)
+        if as_ is not None:
+            opts.as_ = _text("replicate", "as_", as_)
+        tid = ctypes.c_uint64()
+        self._do(_l.st_client_replicate, key, arr, len(ids), _byref(opts), _byref(tid))
+        return Task(self, tid.value)
 
     # ----------------------------------------------------------- objects
 
@@ -578,6 +642,22 @@ class Client(Closing):
     def reload(self):
         """Reloads the endpoint files: {ok, generation, error, changed, ...}."""
         return self._value_call(_l.st_client_reload)
+
+
+def _text(where, name, v):
+    """A non-empty str argument as bytes; else InvalidArgumentError."""
+    if not isinstance(v, str) or not v:
+        raise _errors.BY_NAME["INVALID_ARGUMENT"](
+            "%s: %s must be a non-empty str, not %r" % (where, name, v))
+    return v.encode()
+
+
+def _version(where, v):
+    """A version argument (an int >= 1); else InvalidArgumentError."""
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v < 2 ** 64:
+        raise _errors.BY_NAME["INVALID_ARGUMENT"](
+            "%s: version must be an int >= 1 (None: the latest), not %r" % (where, v))
+    return v
 
 
 # ---------------------------------------------------------------- values

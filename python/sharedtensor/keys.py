@@ -18,7 +18,8 @@ from .args import _put as _put_plain
 
 _l = _lib.lib
 _LONE = "__tensor__"
-_POLICIES = {"pinned": 0, "evictable": 1}
+POLICIES = {"pinned": 0, "evictable": 1}
+_POLICIES = POLICIES
 _PUT_READONLY = 1
 _PUT_LIVE = 2
 _GET_READONLY = 1

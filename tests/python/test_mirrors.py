@@ -40,7 +40,8 @@ OPAQUE = {"st_client_t", "st_args_t", "st_result_t", "st_handoff_t", "st_buffer_
 STRUCTS = {"st_tensor_t": _lib.Tensor, "st_value_t": _lib.Value,
            "st_object_info_t": _lib.ObjectInfo, "st_client_options_t": _lib.ClientOptions,
            "st_result_summary_t": _lib.ResultSummary, "st_buffer_info_t": _lib.BufferInfo,
-           "st_readers_t": _lib.Readers}
+           "st_readers_t": _lib.Readers, "st_pull_opts_t": _lib.PullOpts,
+           "st_replicate_opts_t": _lib.ReplicateOpts}
 SCALARS = {"int": ctypes.c_int, "int64_t": ctypes.c_int64, "uint64_t": ctypes.c_uint64,
            "size_t": ctypes.c_size_t, "double": ctypes.c_double, "float": ctypes.c_float,
            "uint8_t": ctypes.c_uint8, "uint16_t": ctypes.c_uint16, "uint32_t": ctypes.c_uint32,

@@ -1,0 +1,213 @@
+/* What the client-side tests of pull and replicate share (tests/client,
+ * tests/cli): two stservers on loopback that are peers, "alpha" (which
+ * listens) and "beta" (which dials it), one cluster key, both exporting
+ * the keys under w/, the bytes over UCX on lo (UCX_TLS=tcp, UCX_NET_DEVICES=lo); keys
+ * put through the public client API with a byte pattern, and the check
+ * of those bytes on a server. Built on peer_kit.h. Each function is
+ * static inline: a test program includes it once. */
+#ifndef ST_TESTS_PEER_REMOTE_KIT_H
+#define ST_TESTS_PEER_REMOTE_KIT_H
+
+#include <dlfcn.h>
+#include <signal.h>
+#include <st/client.h>
+
+#include "check.h"
+#include "fixture.h"
+#include "peer_kit.h"
+
+#define RK_MIB (1024u * 1024u)
+
+/* The test's three tensors: t0, t1, t2 of these sizes (uint8). */
+static const size_t RK_SIZES[3] = {4096, RK_MIB + 13, 8 * RK_MIB};
+
+static stt_server_t ALPHA, BETA;
+
+/* Byte i of tensor k of the test's keys, `salt` telling versions apart. */
+static inline uint8_t rk_pattern(size_t i, int k, int salt) {
+  return (uint8_t)(i * 131u + (unsigned)k * 7u + (i >> 12) + (unsigned)salt * 29u);
+}
+
+/* The start of a test's main: skips (exit 77) where the servers cannot be
+ * peers (no ST_SERVER_BIN; no OpenSSL 3 to load, as the server loads it),
+ * sets UCX to TCP on loopback and ignores SIGPIPE. */
+static inline void rk_require(void) {
+  if (!getenv("ST_SERVER_BIN")) stt_skip("ST_SERVER_BIN is not set");
+  void *crypto = dlopen("libcrypto.so.3", RTLD_NOW | RTLD_LOCAL);
+  void *ssl = crypto ? dlopen("libssl.so.3", RTLD_NOW | RTLD_LOCAL) : NULL;
+  if (!ssl) stt_skip("no OpenSSL 3 (libssl.so.3): servers cannot be peers here");
+  dlclose(ssl);
+  dlclose(crypto);
+  setenv("UCX_TLS", "tcp", 1);
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+/* Whether the ucx engine is usable on beta's link to alpha: 1, 0 (why
+ * filled), -1 when peers could not be read. */
+static inline int rk_ucx_usable(char *why, size_t len) {
+  st_client_t *c;
+  char err[256];
+  if (st_client_connect(BETA.socket, &c, err, sizeof err) != ST_OK) return -1;
+  st_result_t *r = NULL;
+  int usable = -1;
+  if (st_client_peers(c, &r) == ST_OK) {
+    const st_value_t *v = st_result_value(r);
+    usable = 0;
+    snprintf(why, len, "peer alpha lists no ucx engine");
+    for (size_t i = 0; v->kind == ST_VALUE_ARRAY && i < v->as.array.len; i++) {
+      const st_value_t *engines = st_value_get(&v->as.array.items[i], "engines");
+      for (size_t k = 0; engines && engines->kind == ST_VALUE_ARRAY && k < engines->as.array.len;
+           k++) {
+        const st_value_t *e = &engines->as.array.items[k];
+        const st_value_t *name = st_value_get(e, "name"), *ok = st_value_get(e, "usable");
+        if (!name || name->kind != ST_VALUE_STRING || strcmp(name->as.str.ptr, "ucx")) continue;
+        if (ok && ok->kind == ST_VALUE_BOOL && ok->as.boolean) {
+          usable = 1;
+        } else {
+          const st_value_t *w = st_value_get(e, "why");
+          snprintf(why, len, "ucx is not usable: %s",
+                   w && w->kind == ST_VALUE_STRING ? w->as.str.ptr : "no reason given");
+        }
+      }
+    }
+  }
+  st_result_free(r);
+  st_client_close(c);
+  return usable;
+}
+
+/* Starts alpha and beta (memory budgets of `budget` bytes each), both
+ * exporting the keys under w/, and waits for their link. 0, or -1 (said). Skips
+ * (exit 77, both stopped) when UCX is not usable between them. */
+static inline int rk_start(uint64_t budget) {
+  static char key[400];
+  stt_server_init(&ALPHA);
+  stt_server_init(&BETA);
+  make_key(ALPHA.dir, "cluster.key", key, sizeof key);
+  peer_config(&ALPHA, "memory_budget = { cpu = %llu }, peer = { id = 'alpha', "
+              "listen = '127.0.0.1:0', secret = '%s', peers = { beta = {} }, "
+              "export = { 'w/*' }, transfer_timeout_s = 60 },",
+              (unsigned long long)budget, key);
+  if (stt_server_start(&ALPHA) != 0) return -1;
+  char addr[128];
+  listen_addr(&ALPHA, addr, sizeof addr);
+  if (!addr[0]) return -1;
+  peer_config(&BETA, "memory_budget = { cpu = %llu }, peer = { id = 'beta', secret = '%s', "
+              "peers = { alpha = '%s' }, export = { 'w/*' }, transfer_timeout_s = 60 },",
+              (unsigned long long)budget, key, addr);
+  if (stt_server_start(&BETA) != 0) return -1;
+  if (!wait_peer(&BETA, "alpha", "up", NULL) || !wait_peer(&ALPHA, "beta", "up", NULL)) return -1;
+  /* The engines come with the hello once each helper probed them. */
+  char why[300] = "";
+  int usable = 0;
+  for (double end = stt_now_ms() + 10000; stt_now_ms() < end; stt_sleep_ms(50))
+    if ((usable = rk_ucx_usable(why, sizeof why)) == 1 || strstr(why, "not usable")) break;
+  if (usable < 0) return -1;
+  if (usable == 0) {
+    stt_server_stop(&BETA);
+    stt_server_stop(&ALPHA);
+    stt_server_cleanup(&BETA);
+    stt_server_cleanup(&ALPHA);
+    stt_skip(why);
+  }
+  return 0;
+}
+
+/* Stops both; 0 when both exited cleanly. */
+static inline int rk_stop(void) {
+  int b = stt_server_stop(&BETA), a = stt_server_stop(&ALPHA);
+  stt_server_cleanup(&BETA);
+  stt_server_cleanup(&ALPHA);
+  return a == 0 && b == 0 ? 0 : -1;
+}
+
+/* Puts key `name` on the server at socket: tensors t0..t2 of RK_SIZES,
+ * CPU memory of st_tensor_alloc filled with rk_pattern(., k, salt). The
+ * new version, or 0 (said). */
+static inline uint64_t rk_put(const char *socket, const char *name, int salt) {
+  st_client_t *c;
+  char err[256];
+  if (st_client_connect(socket, &c, err, sizeof err) != ST_OK) {
+    fprintf(stderr, "   connect %s: %s\n", socket, err);
+    return 0;
+  }
+  st_args_t *a = st_args_new();
+  st_result_t *mem[3] = {NULL, NULL, NULL};
+  int ok = a != NULL;
+  for (int k = 0; ok && k < 3; k++) {
+    int64_t shape[1] = {(int64_t)RK_SIZES[k]};
+    ok = st_tensor_alloc("cpu", ST_DTYPE_UINT8, 1, shape, &mem[k], err, sizeof err) == ST_OK;
+    if (!ok) break;
+    const st_tensor_t *t = st_result_tensor(mem[k], 0);
+    uint8_t *p = t->data;
+    for (size_t i = 0; i < RK_SIZES[k]; i++) p[i] = rk_pattern(i, k, salt);
+    char tn[8];
+    snprintf(tn, sizeof tn, "t%d", k);
+    ok = st_args_tensor(a, tn, t, err, sizeof err) == ST_OK;
+  }
+  uint64_t version = 0;
+  if (ok && st_client_put(c, name, a, ST_KEY_PINNED, 0, &version) != ST_OK) {
+    fprintf(stderr, "   put %s: %s\n", name, st_client_error(c));
+    version = 0;
+  }
+  st_args_free(a);
+  for (int k = 0; k < 3; k++) st_result_free(mem[k]);
+  st_client_close(c);
+  return version;
+}
+
+/* Whether version `version` (0: the latest) of key `name` on the server
+ * at socket holds t0..t2 with rk_pattern(., k, salt): 1, or 0 (said). */
+static inline int rk_holds(const char *socket, const char *name, uint64_t version, int salt) {
+  st_client_t *c;
+  char err[256];
+  if (st_client_connect(socket, &c, err, sizeof err) != ST_OK) return 0;
+  st_result_t *r = NULL;
+  int ok = st_client_get(c, name, version, ST_GET_READONLY, &r, NULL) == ST_OK;
+  if (!ok) fprintf(stderr, "   get %s on %s: %s\n", name, socket, st_client_error(c));
+  for (int k = 0; ok && k < 3; k++) {
+    char tn[8];
+    snprintf(tn, sizeof tn, "t%d", k);
+    const st_tensor_t *t = st_result_find(r, tn);
+    ok = t && t->ndim == 1 && t->shape[0] == (int64_t)RK_SIZES[k] && t->dtype == ST_DTYPE_UINT8;
+    if (!ok) {
+      fprintf(stderr, "   %s on %s: no tensor %s of %zu bytes\n", name, socket, tn, RK_SIZES[k]);
+      break;
+    }
+    const uint8_t *p = t->data;
+    for (size_t i = 0; ok && i < RK_SIZES[k]; i++)
+      if (p[i] != rk_pattern(i, k, salt)) {
+        fprintf(stderr, "   %s on %s: %s byte %zu is %u, not %u\n", name, socket, tn, i, p[i],
+                rk_pattern(i, k, salt));
+        ok = 0;
+      }
+  }
+  st_result_free(r);
+  st_client_close(c);
+  return ok;
+}
+
+/* info's integer at `path` ("transfers.helper_pid") on s, or -1. */
+static inline int64_t rk_info_int(const stt_server_t *s, const char *path) {
+  rc_t c;
+  if (rc_open(&c, s->socket) != 0) return -1;
+  int64_t v = rc_info_int(&c, path);
+  rc_close(&c);
+  return v;
+}
+
+/* Polls until info's `path` on s is `want`: 1, or 0 after 20 s (said). */
+static inline int rk_wait_info(const stt_server_t *s, const char *path, int64_t want) {
+  double end = stt_now_ms() + 20000;
+  int64_t v = -1;
+  while (stt_now_ms() < end) {
+    if ((v = rk_info_int(s, path)) == want) return 1;
+    stt_sleep_ms(20);
+  }
+  fprintf(stderr, "   %s on %s is %lld, wanted %lld\n", path, s->dir, (long long)v,
+          (long long)want);
+  return 0;
+}
+
+#endif
