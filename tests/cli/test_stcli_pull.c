@@ -1,0 +1,127 @@
+/* stcli pull (docs/cli.md, "pull, replicate") against two stservers on
+ * loopback that are peers (tests/peer/remote_kit.h): the final line and
+ * the exit code of a pull, --json, --no-wait with `stcli wait`, the
+ * refusals (not exported, not a peer with a "did you mean", usage), the
+ * progress while no byte can move (a bar on a terminal, lines elsewhere),
+ * Ctrl-C cancelling the pull and --timeout leaving it running. */
+#include <inttypes.h>
+
+#include "../peer/remote_kit.h"
+#include "cli_run.h"
+
+#define SOCK "--socket", BETA.socket
+
+TEST(help) {
+  check_command_help("pull");
+  CHECK_CONTAINS(R.out, "--from PEER");
+  CHECK_CONTAINS(R.out, "--no-wait");
+}
+
+TEST(a_pull_prints_what_arrived) {
+  CHECK(rk_put(ALPHA.socket, "w/model", 1) == 1);
+  CHECK_EQ_INT(STCLI(SOCK, "pull", "w/model", "--from", "alpha"), 0);
+  CHECK_CONTAINS(R.out, "w/model version 1 <- alpha:w/model version 1: ");
+  CHECK_CONTAINS(R.out, " bytes) in ");
+  CHECK_CONTAINS(R.out, " GB/s\n");
+  CHECK_EQ_INT(stt_count_lines(R.out), 1);
+  CHECK(rk_holds(BETA.socket, "w/model", 0, 1));
+  /* --json: the task's result; --as names the copy. */
+  CHECK_EQ_INT(STCLI(SOCK, "--json", "pull", "w/model", "--from=alpha", "--as", "copy/m"), 0);
+  CHECK(json_ok(R.out));
+  CHECK_CONTAINS(R.out, "\"key\": \"copy/m\"");
+  CHECK_CONTAINS(R.out, "\"peer\": \"alpha\"");
+  CHECK_CONTAINS(R.out, "\"seconds\"");
+  CHECK(rk_holds(BETA.socket, "copy/m", 0, 1));
+  /* --no-wait: the task id; stcli wait follows it to its result. */
+  CHECK_EQ_INT(STCLI(SOCK, "pull", "w/model", "--from", "alpha", "--no-wait"), 0);
+  uint64_t id = strtoull(R.out, NULL, 10);
+  CHECK(id > 0);
+  char ids[32];
+  snprintf(ids, sizeof ids, "%" PRIu64, id);
+  CHECK_EQ_INT(STCLI(SOCK, "wait", ids), 0);
+  CHECK_CONTAINS(R.out, "origin");
+  CHECK_EQ_INT(STCLI(SOCK, "delete", "w/model"), 0);
+  CHECK_EQ_INT(STCLI(SOCK, "delete", "copy/m"), 0);
+}
+
+TEST(refusals_exit_with_the_reason) {
+  CHECK(rk_put(ALPHA.socket, "secret", 1) == 1);
+  CHECK_EQ_INT(STCLI(SOCK, "pull", "secret", "--from", "alpha"), 1);
+  CHECK_CONTAINS(R.err, "stcli: AUTH: ");
+  CHECK_CONTAINS(R.err, "key 'secret' is not exported to peers");
+  CHECK_STR_EQ(R.out, "");
+  CHECK_EQ_INT(STCLI(SOCK, "pull", "w/model", "--from", "alpah"), 1);
+  CHECK_CONTAINS(R.err, "stcli: NOT_FOUND: ");
+  CHECK_CONTAINS(R.err, "did you mean 'alpha'?");
+  CHECK_EQ_INT(STCLI(SOCK, "pull", "w/model"), 2);
+  CHECK_CONTAINS(R.err, "--from PEER is required");
+  CHECK_EQ_INT(STCLI(SOCK, "pull", "w/model", "--form", "alpha"), 2);
+  CHECK_CONTAINS(R.err, "did you mean '--from'");
+  CHECK_EQ_INT(STCLI(SOCK, "pull", "w/model", "--from", "alpha", "--version", "0"), 2);
+  CHECK_EQ_INT(STCLI(SOCK, "pull", "w/model", "--from", "alpha", "--policy", "sticky"), 2);
+  CHECK_EQ_INT(STCLI(SOCK, "pul", "w/model"), 2);
+  CHECK_CONTAINS(R.err, "did you mean 'pull'");
+}
+
+/* The task id in "task N" of text, or 0. */
+static uint64_t task_in(const char *text) {
+  const char *p = strstr(text, "task ");
+  return p ? strtoull(p + 5, NULL, 10) : 0;
+}
+
+TEST(progress_while_no_byte_moves) {
+  CHECK(rk_put(ALPHA.socket, "w/slow", 2) >= 1);
+  pid_t helper = (pid_t)rk_info_int(&ALPHA, "transfers.helper_pid");
+  CHECK(helper > 0 && kill(helper, SIGSTOP) == 0);
+  /* Not a terminal: a progress line a second; --timeout gives up (exit
+   * 4) and leaves the pull running. */
+  CHECK_EQ_INT(STCLI(SOCK, "pull", "w/slow", "--from", "alpha", "--timeout", "2.5"), 4);
+  CHECK_CONTAINS(R.err, "pull w/slow from alpha: running");
+  CHECK_CONTAINS(R.err, "stcli: TIMEOUT: task ");
+  uint64_t id = task_in(strstr(R.err, "TIMEOUT") ? strstr(R.err, "TIMEOUT") : "");
+  CHECK(id > 0);
+  char ids[32];
+  snprintf(ids, sizeof ids, "%" PRIu64, id);
+  CHECK_EQ_INT(STCLI(SOCK, "status", ids), 0);
+  CHECK_CONTAINS(R.out, "running");
+  CHECK_EQ_INT(STCLI(SOCK, "cancel", ids), 0);
+  CHECK(rk_wait_info(&BETA, "transfers.pulls", 0));
+  /* On a terminal: a bar; Ctrl-C cancels the pull, which leaves nothing. */
+  stt_proc_t p;
+  const char *args[] = {"--socket", BETA.socket, "pull", "w/slow", "--from", "alpha", NULL};
+  CHECK(stt_proc_start(&p, cli_bin, args, NULL, STT_PTY_ERR) == 0);
+  double end = stt_now_ms() + 20000;
+  while (stt_now_ms() < end && !strstr(p.err, "pull w/slow from alpha ["))
+    stt_proc_read(&p, 100);
+  CHECK_CONTAINS(p.err, "pull w/slow from alpha [");
+  kill(p.pid, SIGINT);
+  CHECK_EQ_INT(stt_proc_finish(&p, 20000), 1);
+  CHECK_CONTAINS(p.err, "stcli: CANCELLED: ");
+  if (helper > 0) kill(helper, SIGCONT);
+  CHECK_EQ_INT(STCLI(SOCK, "get", "w/slow"), 1);
+  CHECK_CONTAINS(R.err, "NOT_FOUND");
+  CHECK(rk_wait_info(&BETA, "transfers.pulls", 0));
+  CHECK(rk_wait_info(&ALPHA, "transfers.lends", 0));
+  /* With the helper back, the same pull completes. */
+  CHECK_EQ_INT(STCLI(SOCK, "pull", "w/slow", "--from", "alpha"), 0);
+  CHECK(rk_holds(BETA.socket, "w/slow", 0, 2));
+}
+
+int main(void) {
+  cli_require_bin();
+  rk_require();
+  if (rk_start(512ull * RK_MIB) != 0) {
+    rk_stop();
+    fprintf(stderr, "the two servers did not start or link\n");
+    return 1;
+  }
+  RUN(help);
+  RUN(a_pull_prints_what_arrived);
+  RUN(refusals_exit_with_the_reason);
+  RUN(progress_while_no_byte_moves);
+  if (rk_stop() != 0) {
+    fprintf(stderr, "a server did not exit cleanly\n");
+    return 1;
+  }
+  return stt_summary();
+}
