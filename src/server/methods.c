@@ -69,6 +69,9 @@ static const st__rpc_method_t methods[] = {
      {P_KEY, P("from", ST_RPC_STR, ST_RPC_REQUIRED), P("version", ST_RPC_U64, 0),
       P("as", ST_RPC_STR, 0), P("device", ST_RPC_STR, 0),
       {.name = "policy", .type = ST_RPC_WORD, .choices = ST__KEY_POLICY_NAMES}, ANY("readers")}},
+    {M(replicate), st__rpc_replicate,
+     {P_KEY, P("to", ST_RPC_ANY, ST_RPC_REQUIRED), P("version", ST_RPC_U64, 0),
+      P("as", ST_RPC_STR, 0)}},
     {M(peers), st__rpc_peers, NONE},
 };
 

@@ -491,7 +491,8 @@ int st__remote_start(st__server_t *srv, char *err, size_t errlen) {
   st__peer_on_state(srv->peer, on_state, srv);
   if (st__peer_method_add(srv->peer, "peer_describe", on_describe, srv) != ST_OK ||
       st__peer_method_add(srv->peer, "peer_xfer_open", on_xfer_open, srv) != ST_OK ||
-      st__peer_method_add(srv->peer, "peer_xfer_abort", on_xfer_abort, srv) != ST_OK) {
+      st__peer_method_add(srv->peer, "peer_xfer_abort", on_xfer_abort, srv) != ST_OK ||
+      st__replicate_methods(srv) != ST_OK) {
     snprintf(err, errlen, "the peer methods could not be added");
     return ST_ERR_INTERNAL;
   }

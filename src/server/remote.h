@@ -19,6 +19,7 @@
 #include <msgpack.h>
 #include <stdint.h>
 
+#include "peer/peer.h"
 #include "server/server.h"
 
 struct st__xfer_sup;
@@ -60,6 +61,34 @@ void st__remote_stop(st__server_t *srv);
 /* rpc_pull.c: the pulls in flight, for the channel's state changes and
  * the stop. */
 typedef struct st__pull st__pull_t;
+/* What a pull asks (st__pull_start). */
+typedef struct st__pull_req {
+  const char *peer, *key, *as;      /* as: the name here                */
+  uint64_t version;                 /* 0: the latest                    */
+  int device;                       /* -1 cpu, N cuda:N, -3 the key's kind */
+  int policy;                       /* st__key_policy_t                 */
+  const struct st__grant *readers;  /* NULL: none                       */
+  uid_t uid;                        /* who owns the replica             */
+  int pushed;                       /* a peer's replicate: answer ...   */
+  st__peer_ticket_t push_ticket;    /* ... this peer_pull when it ends  */
+  uint64_t push_id;                 /* the pusher's replicate task      */
+} st__pull_req_t;
+
+/* Starts a pull task (rpc_pull.c): ST_OK with its id in *task_id (the
+ * task may already have failed: status says why), or an error with the
+ * reason (no channel, a name, the peer not up or not a peer, the task
+ * table). */
+int st__pull_start(st__server_t *srv, const st__pull_req_t *q, uint64_t *task_id, char *err,
+                   size_t errlen);
+
+/* Stops the pulls that peer `peer`'s replicate task push_id started. */
+void st__pulls_stop_pushed(st__server_t *srv, const char *peer, uint64_t push_id);
+
+/* rpc_replicate.c: the peer methods of a push's receiver (peer_pull,
+ * peer_pull_cancel), added to the channel by st__remote_start. ST_OK or
+ * the channel's error. */
+int st__replicate_methods(st__server_t *srv);
+
 /* Ends every pull from `peer` (NULL: every pull) with `code` and `why`. */
 void st__pulls_fail(st__server_t *srv, const char *peer, int code, const char *why);
 /* How many pulls from `peer` (NULL: any) run now, and the bytes they

@@ -178,8 +178,9 @@ void st__rpc_reload(st__rpc_req_t *r);
 void st__rpc_metrics(st__rpc_req_t *r);
 void st__rpc_peers(st__rpc_req_t *r);
 
-/* rpc_pull.c */
+/* rpc_pull.c, rpc_replicate.c */
 void st__rpc_pull(st__rpc_req_t *r);
+void st__rpc_replicate(st__rpc_req_t *r);
 
 /* rpc_calls.c */
 void st__rpc_call(st__rpc_req_t *r);

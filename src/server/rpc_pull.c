@@ -67,6 +67,10 @@ struct st__pull {
   char end_why[600];
   uint64_t moved;
   double t0;
+  int pushed;                 /* started by a peer's replicate (peer_pull) */
+  st__peer_ticket_t push_ticket;   /* answered when the pull ends */
+  uint64_t push_id;           /* the pushing server's replicate task */
+  uint64_t published;         /* the version made here */
 };
 
 /* ------------------------------------------------------------- the list */
@@ -122,6 +126,21 @@ static void finish(st__pull_t *p, int code, const char *why, st__build_result_t 
   unlink_pull(rm, p);
   p->task->cancel = NULL;
   p->task->op = NULL;
+  if (p->pushed && srv->peer) {      /* the pushing server's peer_pull */
+    if (code == ST_OK) {
+      msgpack_sbuffer sb;
+      msgpack_packer pk;
+      msgpack_sbuffer_init(&sb);
+      msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+      msgpack_pack_map(&pk, 2);
+      st__pack_kv_str(&pk, "key", p->as);
+      st__pack_kv_uint(&pk, "version", p->published);
+      st__peer_reply(srv->peer, p->push_ticket, sb.data, sb.size);
+      msgpack_sbuffer_destroy(&sb);
+    } else {
+      st__peer_reply_error(srv->peer, p->push_ticket, code, why);
+    }
+  }
   if (code == ST_OK) {
     rm->pulls_done++;
     rm->bytes_in += p->bytes;
@@ -184,6 +203,16 @@ void st__pulls_fail(st__server_t *srv, const char *peer, int code, const char *w
   }
 }
 
+void st__pulls_stop_pushed(st__server_t *srv, const char *peer, uint64_t push_id) {
+  st__pull_t *p = srv->remote ? srv->remote->pulls : NULL;
+  while (p) {
+    st__pull_t *next = p->next;
+    if (p->pushed && p->push_id == push_id && !strcmp(p->peer, peer))
+      stop(p, ST_ERR_CANCELLED, "cancelled by the server that pushed it");
+    p = next;
+  }
+}
+
 static void on_cancel(st__server_t *srv, st__task_t *t) {
   (void)srv;
   st__pull_t *p = t->op;
@@ -209,6 +238,7 @@ static void publish(st__pull_t *p) {
     fail(p, rc, "pull: every byte arrived but the key could not be published: %s", err);
     return;
   }
+  p->published = version;
   double s = st__now_mono() - p->t0;
   ST_LOG_I("peer", "pulled key '%s' version %llu from '%s' as '%s' version %llu: %llu bytes in "
            "%zu arenas, %.3f s", p->key, (unsigned long long)p->version, p->peer, p->as,
@@ -575,72 +605,59 @@ static void described(void *ud, const char *peer, int code, const char *message,
 
 /* ------------------------------------------------------------- the method */
 
-/* pull {key, from, version?, as?, device?, policy?, readers?} ->
- * {task_id}; the task's result: {key, version, origin: {peer, key,
- * version}, bytes, seconds}. */
-void st__rpc_pull(st__rpc_req_t *r) {
-  st__server_t *srv = r->c->srv;
-  const msgpack_object *key = st__rpc_arg(r, "key"), *from = st__rpc_arg(r, "from");
-  const msgpack_object *as = st__rpc_arg(r, "as");
-  char err[600];
+/* See remote.h. */
+int st__pull_start(st__server_t *srv, const st__pull_req_t *q, uint64_t *task_id, char *err,
+                   size_t errlen) {
   if (!srv->peer) {
-    st__rpc_error(r, ST_ERR_CAPABILITY, "pull: this server has no peers (config.lua: peer = "
-                  "{ ... }; docs/multihost.md)");
-    return;
+    snprintf(err, errlen, "this server has no peers (config.lua: peer = { ... }; "
+             "docs/multihost.md)");
+    return ST_ERR_CAPABILITY;
   }
-  if (st__keys_name_ok(key->via.str.ptr, key->via.str.size, err, sizeof err) != ST_OK ||
-      (as && st__keys_name_ok(as->via.str.ptr, as->via.str.size, err, sizeof err) != ST_OK)) {
-    st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "pull: %s", err);
-    return;
+  char why[400];
+  if (st__keys_name_ok(q->key, strlen(q->key), why, sizeof why) != ST_OK ||
+      st__keys_name_ok(q->as, strlen(q->as), why, sizeof why) != ST_OK) {
+    snprintf(err, errlen, "%s", why);
+    return ST_ERR_INVALID_ARGUMENT;
   }
-  char peer[ST__PEER_ID_MAX + 1];
-  if (st__wire_cstr(from, peer, sizeof peer) <= 0) {
-    st__rpc_error(r, ST_ERR_NOT_FOUND, "pull: no peer with that id");
-    return;
-  }
-  st__peer_state_t state = st__peer_state(srv->peer, peer);
+  st__peer_state_t state = st__peer_state(srv->peer, q->peer);
   if (state != ST__PEER_UP) {
     int known = 0;
-    for (int i = 0; i < srv->cfg->peer.npeers; i++) known |= !strcmp(srv->cfg->peer.peers[i].id, peer);
-    if (!known)
-      st__rpc_error(r, ST_ERR_NOT_FOUND, "pull: '%s' is not a peer of this server (peer.peers)",
-                    peer);
-    else
-      st__rpc_error(r, ST_ERR_CAPABILITY, "pull: peer '%s' is %s (stcli peers says why)", peer,
-                    st__peer_state_name(state));
-    return;
+    for (int i = 0; i < srv->cfg->peer.npeers; i++)
+      known |= !strcmp(srv->cfg->peer.peers[i].id, q->peer);
+    if (!known) {
+      snprintf(err, errlen, "'%s' is not a peer of this server (peer.peers)", q->peer);
+      return ST_ERR_NOT_FOUND;
+    }
+    snprintf(err, errlen, "peer '%s' is %s (stcli peers says why)", q->peer,
+             st__peer_state_name(state));
+    return ST_ERR_CAPABILITY;
   }
-  int device = -3;
-  if (st__rpc_arg(r, "device") && (device = st__rpc_device(r)) == -2) return;
   st__pull_t *p = calloc(1, sizeof *p);
   if (!p) {
-    st__rpc_error(r, ST_ERR_OUT_OF_MEMORY, "pull: out of memory");
-    return;
-  }
-  p->has_readers = st__rpc_readers(r, &p->readers);
-  if (p->has_readers < 0) {
-    free(p);
-    return;
+    snprintf(err, errlen, "out of memory");
+    return ST_ERR_OUT_OF_MEMORY;
   }
   p->srv = srv;
-  p->uid = r->c->cred.uid;
-  p->device = device;
-  p->policy = (st__key_policy_t)st__rpc_word(r, "policy", ST__KEY_PINNED);
-  p->version = st__rpc_u64(r, "version", 0);
-  snprintf(p->peer, sizeof p->peer, "%s", peer);
-  snprintf(p->key, sizeof p->key, "%.*s", (int)key->via.str.size, key->via.str.ptr);
-  if (as) snprintf(p->as, sizeof p->as, "%.*s", (int)as->via.str.size, as->via.str.ptr);
-  else snprintf(p->as, sizeof p->as, "%s", p->key);
+  p->uid = q->uid;
+  p->device = q->device;
+  p->policy = q->policy;
+  p->version = q->version;
+  if (q->readers) p->has_readers = 1, p->readers = *q->readers;
+  p->pushed = q->pushed;
+  p->push_ticket = q->push_ticket;
+  p->push_id = q->push_id;
+  snprintf(p->peer, sizeof p->peer, "%s", q->peer);
+  snprintf(p->key, sizeof p->key, "%s", q->key);
+  snprintf(p->as, sizeof p->as, "%s", q->as);
   msgpack_sbuffer_init(&p->value);
   st__build_result_init(&p->res);
   p->t0 = st__now_mono();
   int code;
-  p->task = st__task_new(srv, "pull", p->uid, err, sizeof err, &code);
+  p->task = st__task_new(srv, q->pushed ? "pull (pushed)" : "pull", p->uid, err, errlen, &code);
   if (!p->task) {
     msgpack_sbuffer_destroy(&p->value);
     free(p);
-    st__rpc_error(r, code, "pull: %s", err);
-    return;
+    return code;
   }
   p->id = p->task->id;
   p->task->cancel = on_cancel;
@@ -658,11 +675,46 @@ void st__rpc_pull(st__rpc_req_t *r) {
   st__pack_kv_str(&pk, "key", p->key);
   if (p->version) st__pack_kv_uint(&pk, "version", p->version);
   double timeout = srv->cfg->peer.connect_timeout_s > 0 ? srv->cfg->peer.connect_timeout_s : 10.0;
-  uint64_t id = p->id;   /* a failure below ends (and frees) p */
-  int rc = request(p, "peer_describe", &sb, timeout, described, err, sizeof err);
+  *task_id = p->id;   /* a failure below ends (and frees) p; the task stands, failed */
+  char rerr[400];
+  int rc = request(p, "peer_describe", &sb, timeout, described, rerr, sizeof rerr);
   msgpack_sbuffer_destroy(&sb);
-  if (rc != ST_OK) fail(p, rc, "pull: %s", err);   /* the task ends failed; its id stands */
+  if (rc != ST_OK) fail(p, rc, "pull: %s", rerr);
+  return ST_OK;
+}
+
+/* pull {key, from, version?, as?, device?, policy?, readers?} ->
+ * {task_id}; the task's result: {key, version, origin: {peer, key,
+ * version}, bytes, seconds}. */
+void st__rpc_pull(st__rpc_req_t *r) {
+  const msgpack_object *key = st__rpc_arg(r, "key"), *from = st__rpc_arg(r, "from");
+  const msgpack_object *as = st__rpc_arg(r, "as");
+  char k[ST__KEY_NAME_MAX + 1], a[ST__KEY_NAME_MAX + 1], peer[ST__PEER_ID_MAX + 1], err[700];
+  if (st__wire_cstr(key, k, sizeof k) <= 0 || (as && st__wire_cstr(as, a, sizeof a) <= 0)) {
+    st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "pull: key and as must be key names (at most %d "
+                  "bytes of A-Z a-z 0-9 . _ - / :)", ST__KEY_NAME_MAX);
+    return;
+  }
+  if (st__wire_cstr(from, peer, sizeof peer) <= 0) {
+    st__rpc_error(r, ST_ERR_NOT_FOUND, "pull: no peer with that id");
+    return;
+  }
+  st__pull_req_t q = {.peer = peer, .key = k, .as = as ? a : k, .uid = r->c->cred.uid,
+                      .version = st__rpc_u64(r, "version", 0), .device = -3,
+                      .policy = (st__key_policy_t)st__rpc_word(r, "policy", ST__KEY_PINNED)};
+  if (st__rpc_arg(r, "device") && (q.device = st__rpc_device(r)) == -2) return;
+  st__grant_t readers;
+  int given = st__rpc_readers(r, &readers);
+  if (given < 0) return;
+  if (given) q.readers = &readers;
+  uint64_t id = 0;
+  int rc = st__pull_start(r->c->srv, &q, &id, err, sizeof err);
+  if (rc != ST_OK) {
+    st__rpc_error(r, rc, "pull: %s", err);
+    return;
+  }
   msgpack_sbuffer reply;
+  msgpack_packer pk;
   st__reply_begin(&reply, &pk, r->id);
   msgpack_pack_map(&pk, 1);
   st__pack_kv_uint(&pk, "task_id", id);

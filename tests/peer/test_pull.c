@@ -143,7 +143,7 @@ static int start_two_ucx(const char *b_more, const char *ucx) {
   stt_server_init(&B);
   make_key(A.dir, "cluster.key", key, sizeof key);
   peer_config(&A, "memory_budget = { cpu = 1073741824 }, "
-              "peer = { id = 'a', listen = '127.0.0.1:0', secret = '%s', peers = { b = {} }, "
+              "peer = { id = 'a', listen = '127.0.0.1:0', secret = '%s', peers = { b = {}, c = {} }, "
               "export = { 'w/*' } },", key);
   if (stt_server_start(&A) != 0) return -1;
   char addr[128];
@@ -302,6 +302,65 @@ TEST(a_ucx_version_that_differs_is_refused) {
 #endif
 }
 
+/* replicate: a pushes to peers that take its pushes (as_uid), each a
+ * pull of theirs; a peer whose config names no uid for a refuses. */
+TEST(replicate_pushes_to_peers_that_take_pushes) {
+  stt_server_t C;
+  CHECK(start_two("memory_budget = { cpu = 1073741824 },") == 0);   /* b: no as_uid */
+  stt_server_init(&C);
+  char addr[128];
+  listen_addr(&A, addr, sizeof addr);
+  peer_config(&C, "memory_budget = { cpu = 1073741824 }, peer = { id = 'c', secret = '%s', "
+              "peers = { a = { addr = '%s', as_uid = 65534 } } },", key, addr);
+  CHECK(stt_server_start(&C) == 0);
+  CHECK(wait_peer(&C, "a", "up", NULL) && wait_peer(&A, "c", "up", NULL));
+  CHECK(put_key(A.socket, "w/model", SIZES, 3));
+  OPEN_RC(c, A.socket);
+  msg_t m;
+  CHECK(rc_rpcf(&c, &m, "[0, 1, 'replicate', [{key: 'w/model', to: ['c', 'b']}]]") == 1 &&
+        !m.error);
+  uint64_t id = (uint64_t)obj_int(obj_get(m.result, "task_id"));
+  msg_free(&m);
+  char status[2000], err[2000];
+  wait_task(&c, id, status, err, sizeof status);
+  CHECK_STR_EQ(status, "failed");
+  CHECK_CONTAINS(err, "1 of 2 peers failed");
+  CHECK_CONTAINS(err, "c: ok");
+  CHECK_CONTAINS(err, "server 'b' takes no pushes from 'a'");
+  /* c holds every byte, owned by the uid its config names for a. */
+  CHECK(key_holds(C.socket, "w/model", SIZES, 3));
+  OPEN_RC(cc, C.socket);
+  CHECK(rc_rpcf(&cc, &m, "[0, 2, 'keys', [{all: true}]]") == 1 && !m.error);
+  CHECK(m.result->type == MSGPACK_OBJECT_ARRAY && m.result->via.array.size == 1);
+  CHECK_EQ_INT(obj_int(obj_get(&m.result->via.array.ptr[0], "uid")), 65534);
+  CHECK_STR_EQ(obj_str(obj_path(&m.result->via.array.ptr[0], "origin.peer")), "a");
+  msg_free(&m);
+  rc_close(&cc);
+  OPEN_RC(cb, B.socket);   /* b refused: nothing there */
+  CHECK_RPC(&cb, ST_ERR_NOT_FOUND, "w/model", "[0, 3, 'get', [{key: 'w/model'}]]");
+  rc_close(&cb);
+  /* Once more to c alone: completed, version 2 there. */
+  CHECK(rc_rpcf(&c, &m, "[0, 4, 'replicate', [{key: 'w/model', to: ['c'], as: 'w/copy'}]]") ==
+            1 &&
+        !m.error);
+  id = (uint64_t)obj_int(obj_get(m.result, "task_id"));
+  msg_free(&m);
+  wait_task(&c, id, status, err, sizeof status);
+  CHECK_STR_EQ(status, "completed");
+  CHECK(rc_rpcf(&c, &m, "[0, 5, 'result', [{task_id: %llu}]]", (unsigned long long)id) == 1 &&
+        !m.error);
+  CHECK_EQ_INT(obj_int(obj_path(obj_get(m.result, "value"), "peers.c.version")), 1);
+  msg_free(&m);
+  CHECK(key_holds(C.socket, "w/copy", SIZES, 3));
+  /* Not a peer; a key it cannot see. */
+  CHECK_RPC(&c, ST_ERR_NOT_FOUND, "'z' is not a peer", "[0, 6, 'replicate', [{key: 'w/model', to: ['z']}]]");
+  CHECK_RPC(&c, ST_ERR_NOT_FOUND, "w/none", "[0, 7, 'replicate', [{key: 'w/none', to: ['c']}]]");
+  rc_close(&c);
+  stt_server_stop(&C);
+  stt_server_cleanup(&C);
+  stop_two();
+}
+
 /* SIGSTOPs the helper of s (info.transfers.helper_pid): its transfers
  * hang. The pid, or 0. */
 static pid_t helper_of(const stt_server_t *s) { return (pid_t)info_int(s, "transfers.helper_pid"); }
@@ -402,6 +461,7 @@ int main(void) {
   RUN(a_pulled_key_holds_every_byte_and_its_origin);
   RUN(refusals_leave_nothing_behind);
   RUN(a_ucx_version_that_differs_is_refused);
+  RUN(replicate_pushes_to_peers_that_take_pushes);
   RUN(a_helper_killed_mid_transfer_fails_the_pull_cleanly);
   RUN(the_source_killed_mid_transfer_fails_the_pull_cleanly);
   RUN(a_cancelled_pull_leaves_nothing);
