@@ -706,8 +706,8 @@ ST_API int st_client_delete(st_client_t *c, const char *key);
 /* ------------------------------------------------- keys between servers
  *
  * A key published on a peer (another host's server, docs/multihost.md) is
- * copied into this server by `pull`, or from this server into peers by
- * `replicate`. Both are tasks: the functions below return the task's id
+ * copied into this server by `pull`, or pushed from this server to peers
+ * by `replicate` (docs/protocol.md, "pull" and "replicate"). Both are tasks: the functions below return the task's id
  * at once, and the task functions above follow it (st_client_task_wait:
  * `progress` is the fraction of bytes moved and `note` "N of M bytes";
  * st_client_task_cancel; st_client_task_result, whose value is a plain
@@ -745,11 +745,15 @@ typedef struct st_replicate_opts {
   const char *as;                /* the name on the peers; NULL: the same     */
 } st_replicate_opts_t;
 
-/* Starts copying `key` of this server into each of the `nto` peers named
- * by `to` (ids, none NULL or empty; the caller keeps the list): *task_id
- * names the task. The task's result: {key, version, peers: {<id>: {ok,
- * version?, error?}}}, one entry per peer; a peer that failed does not
- * fail the others. Thread of the client. */
+/* Starts pushing `key` of this server to each of the `nto` peers named by
+ * `to` (ids, none NULL or empty; the caller keeps the list): *task_id
+ * names the task. Each peer pulls the version under the uid its config
+ * names for this server (peer.peers[id].as_uid there; none: AUTH), so
+ * the key must be exported and the caller able to get it. The task
+ * completes with {key, version, peers: {<id>: {ok, version}}} when every
+ * peer holds the version; else it fails naming each peer's outcome
+ * ("replicate: 1 of 2 peers failed: b: ok; c: ..."), with the first
+ * failure's error. Thread of the client. */
 ST_API int st_client_replicate(st_client_t *c, const char *key, const char *const *to,
                                size_t nto, const st_replicate_opts_t *opts,
                                uint64_t *task_id);

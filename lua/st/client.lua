@@ -350,9 +350,12 @@ function Client:pull(key, from, opts)
   return int_value(id[0])
 end
 
--- Copies `key` of this server into each peer of `to` (a list of peer ids)
--- as a task; returns the task id, or nil, err. The result's value:
--- { key, version, peers = { [id] = { ok, version, error } } }.
+-- Pushes `key` of this server to each peer of `to` (a list of peer ids)
+-- as a task; returns the task id, or nil, err. Each peer pulls it under
+-- the uid its config names for this server (peer.peers[id].as_uid there).
+-- The result's value, when every peer holds the version: { key, version,
+-- peers = { [id] = { ok, version } } }; else the task fails naming each
+-- peer's outcome.
 -- opts (optional): { version = N, as = "name on the peers" }.
 function Client:replicate(key, to, opts)
   check_self(self, "replicate")

@@ -470,10 +470,15 @@ class Client(Closing):
         return Task(self, tid.value)
 
     def replicate(self, key, to, version=None, as_=None):
-        """Copies key `key` of this server into each peer of `to` (a list
-        of peer ids, or one id); returns its Task at once. task.result()
-        gives {key, version, peers: {id: {ok, version, error}}}: one entry
-        per peer, a peer that failed does not fail the others."""
+        """Pushes key `key` of this server to each peer of `to` (a list of
+        peer ids, or one id); returns its Task at once. Each peer pulls it
+        under the uid its config names for this server
+        (peer.peers[id].as_uid there; none: AuthError), so the key must be
+        exported. task.result() gives {key, version, peers: {id: {ok,
+        version}}} when every peer holds the version; else it raises the
+        first failure's error, naming each peer's outcome ("replicate: 1
+        of 2 peers failed: b: ok; c: ..."). version: this server's version
+        (None: the latest); as_: the name on the peers (None: `key`)."""
         key = _text("replicate", "key", key)
         if isinstance(to, str):
             to = [to]

@@ -1,8 +1,8 @@
 /* stcli pull, replicate: keys between servers (docs/multihost.md, "Pulling
- * a key"; docs/cli.md, "pull, replicate"). Each starts a task on the
- * server and, unless --no-wait, follows it to its end with a progress
- * display on stderr, then prints what it did. Ctrl-C while waiting
- * cancels the task. */
+ * a key" and "Pushing a key"; docs/cli.md, "pull, replicate"). Each
+ * starts a task on the server and, unless --no-wait, follows it to its
+ * end with a progress display on stderr, then prints what it did. Ctrl-C
+ * while waiting cancels the task. */
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -424,15 +424,19 @@ static int run_replicate(cli_t *g, int argc, char **argv) {
 const cli_command_t cli_replicate_command = {
     "replicate",
     "replicate KEY --to PEER[,PEER...] [--version N] [--as NAME] [--no-wait]",
-    "Copy a key of this server into peers, showing its progress.",
-    "Starts a replicate (docs/multihost.md) and waits for it, with the progress\n"
-    "display of `pull`, then prints one line per peer:\n"
+    "Push a key of this server to peers, showing its progress.",
+    "Starts a replicate (docs/multihost.md, \"Pushing a key\") and waits for\n"
+    "it, with the progress display of `pull`. Each peer pulls the key under\n"
+    "the uid its config names for this server (peer.peers[ID].as_uid there),\n"
+    "so the key must be exported. When every peer holds it, prints one line\n"
+    "per peer:\n"
     "  w/model version 3 to 2 peers\n"
     "    b                    ok, version 1\n"
-    "    c                    failed: ...\n"
-    "A peer that failed does not stop the others; the command then exits 1.\n"
-    "Ctrl-C cancels the task. With --json, prints the task's result\n"
-    "{key, version, peers: {ID: {ok, version, error}}}.\n\n"
+    "    c                    ok, version 4\n"
+    "else exits 1 naming each peer's outcome (\"replicate: 1 of 2 peers\n"
+    "failed: b: ok; c: ...\"). Ctrl-C cancels the task and the peers' pulls.\n"
+    "With --json, prints the task's result {key, version, peers: {ID: {ok,\n"
+    "version}}}.\n\n"
     "Options:\n"
     "  --to PEERS         peer ids joined by commas (stcli peers lists them)\n"
     "  --version N        this server's version N (default: the latest)\n"

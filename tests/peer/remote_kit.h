@@ -1,10 +1,11 @@
 /* What the client-side tests of pull and replicate share (tests/client,
  * tests/cli): two stservers on loopback that are peers, "alpha" (which
- * listens) and "beta" (which dials it), one cluster key, both exporting
- * the keys under w/, the bytes over UCX on lo (UCX_TLS=tcp, UCX_NET_DEVICES=lo); keys
- * put through the public client API with a byte pattern, and the check
- * of those bytes on a server. Built on peer_kit.h. Each function is
- * static inline: a test program includes it once. */
+ * listens) and "beta" (which dials it and takes alpha's pushes,
+ * rk_push_uid), one cluster key, both exporting the keys under w/, the bytes
+ * over UCX on lo (UCX_TLS=tcp, UCX_NET_DEVICES=lo); keys put through the
+ * public client API with a byte pattern, and the check of those bytes on
+ * a server. Built on peer_kit.h. Each function is static inline: a test
+ * program includes it once. */
 #ifndef ST_TESTS_PEER_REMOTE_KIT_H
 #define ST_TESTS_PEER_REMOTE_KIT_H
 
@@ -77,6 +78,10 @@ static inline int rk_ucx_usable(char *why, size_t len) {
   return usable;
 }
 
+/* The uid beta takes alpha's pushes as: this process's, or nobody's
+ * (65534) for root, which as_uid may not name (root reads either). */
+static inline unsigned rk_push_uid(void) { return getuid() ? (unsigned)getuid() : 65534u; }
+
 /* Starts alpha and beta (memory budgets of `budget` bytes each), both
  * exporting the keys under w/, and waits for their link. 0, or -1 (said). Skips
  * (exit 77, both stopped) when UCX is not usable between them. */
@@ -93,9 +98,11 @@ static inline int rk_start(uint64_t budget) {
   char addr[128];
   listen_addr(&ALPHA, addr, sizeof addr);
   if (!addr[0]) return -1;
+  /* beta takes pushes from alpha as this uid; alpha takes none. */
   peer_config(&BETA, "memory_budget = { cpu = %llu }, peer = { id = 'beta', secret = '%s', "
-              "peers = { alpha = '%s' }, export = { 'w/*' }, transfer_timeout_s = 60 },",
-              (unsigned long long)budget, key, addr);
+              "peers = { alpha = { addr = '%s', as_uid = %u } }, export = { 'w/*' }, "
+              "transfer_timeout_s = 60 },",
+              (unsigned long long)budget, key, addr, rk_push_uid());
   if (stt_server_start(&BETA) != 0) return -1;
   if (!wait_peer(&BETA, "alpha", "up", NULL) || !wait_peer(&ALPHA, "beta", "up", NULL)) return -1;
   /* The engines come with the hello once each helper probed them. */

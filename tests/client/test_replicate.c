@@ -1,0 +1,94 @@
+/* st_client_replicate through the public API (include/st/client.h, "keys
+ * between servers"; docs/multihost.md, "Pushing a key"): two stservers
+ * on loopback that are peers (tests/peer/remote_kit.h). alpha pushes a
+ * key to beta, which takes its pushes: the task's result names beta's
+ * version, and beta holds every byte with its origin; a push to a server
+ * that takes none fails the task with AUTH naming the peer; a stranger
+ * is refused at once. */
+#include <inttypes.h>
+
+#include "../peer/remote_kit.h"
+
+static const char *wait_end(st_client_t *c, uint64_t id, char *status, size_t len) {
+  status[0] = '\0';
+  double end = stt_now_ms() + 60000;
+  while (stt_now_ms() < end) {
+    st_result_t *info = NULL;
+    if (st_client_task_wait(c, id, 5, &info) != ST_OK) {
+      fprintf(stderr, "   wait %" PRIu64 ": %s\n", id, st_client_error(c));
+      return status;
+    }
+    const st_value_t *s = st_value_get(st_result_value(info), "status");
+    snprintf(status, len, "%s", s && s->kind == ST_VALUE_STRING ? s->as.str.ptr : "?");
+    st_result_free(info);
+    if (strcmp(status, "running") && strcmp(status, "pending")) return status;
+  }
+  return status;
+}
+
+static const st_value_t *path(const st_value_t *v, const char *a, const char *b) {
+  return st_value_get(st_value_get(v, a), b);
+}
+
+TEST(a_push_lands_on_the_peer) {
+  CHECK(rk_put(ALPHA.socket, "w/push", 5) == 1);
+  st_client_t *c = NULL;
+  char err[256];
+  CHECK(st_client_connect(ALPHA.socket, &c, err, sizeof err) == ST_OK);
+  const char *to[1] = {"beta"};
+  st_replicate_opts_t o = {.as = "pushed/m"};
+  uint64_t id = 0;
+  CHECK_EQ_INT(st_client_replicate(c, "w/push", to, 1, &o, &id), ST_OK);
+  char status[64];
+  CHECK_STR_EQ(wait_end(c, id, status, sizeof status), "completed");
+  st_result_t *r = NULL;
+  CHECK_EQ_INT(st_client_task_result(c, id, &r), ST_OK);
+  const st_value_t *v = st_result_value(r);
+  const st_value_t *key = st_value_get(v, "key");
+  CHECK(key && key->kind == ST_VALUE_STRING && !strcmp(key->as.str.ptr, "w/push"));
+  const st_value_t *beta = path(v, "peers", "beta");
+  const st_value_t *ok = st_value_get(beta, "ok");
+  CHECK(ok && ok->kind == ST_VALUE_BOOL && ok->as.boolean);
+  const st_value_t *ver = st_value_get(beta, "version");
+  CHECK(ver && ver->kind == ST_VALUE_INT && ver->as.integer == 1);
+  st_result_free(r);
+  CHECK(rk_holds(BETA.socket, "pushed/m", 0, 5));
+  st_client_close(c);
+}
+
+TEST(a_push_to_a_server_that_takes_none_fails) {
+  CHECK(rk_put(BETA.socket, "w/back", 6) == 1);
+  st_client_t *c = NULL;
+  char err[256];
+  CHECK(st_client_connect(BETA.socket, &c, err, sizeof err) == ST_OK);
+  const char *to[1] = {"alpha"};
+  uint64_t id = 0;
+  CHECK_EQ_INT(st_client_replicate(c, "w/back", to, 1, NULL, &id), ST_OK);
+  char status[64];
+  CHECK_STR_EQ(wait_end(c, id, status, sizeof status), "failed");
+  st_result_t *r = NULL;
+  CHECK_EQ_INT(st_client_task_result(c, id, &r), ST_ERR_AUTH);
+  CHECK_CONTAINS(st_client_error(c), "1 of 1 peers failed");
+  CHECK_CONTAINS(st_client_error(c), "alpha");
+  /* A stranger: at once. */
+  const char *strangers[2] = {"alpha", "gamma"};
+  CHECK_EQ_INT(st_client_replicate(c, "w/back", strangers, 2, NULL, &id), ST_ERR_NOT_FOUND);
+  CHECK_CONTAINS(st_client_error(c), "gamma");
+  st_client_close(c);
+}
+
+int main(void) {
+  rk_require();
+  if (rk_start(512ull * RK_MIB) != 0) {
+    rk_stop();
+    fprintf(stderr, "the two servers did not start or link\n");
+    return 1;
+  }
+  RUN(a_push_lands_on_the_peer);
+  RUN(a_push_to_a_server_that_takes_none_fails);
+  if (rk_stop() != 0) {
+    fprintf(stderr, "a server did not exit cleanly\n");
+    return 1;
+  }
+  return stt_summary();
+}
