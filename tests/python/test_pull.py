@@ -20,6 +20,11 @@ import torch  # noqa: E402
 import sharedtensor as st  # noqa: E402
 
 
+# The uid beta takes alpha's pushes as: ours, or nobody's for root (which
+# as_uid may not name; root reads either).
+PUSH_UID = os.getuid() or 65534
+
+
 def start_pair(cls):
     """Starts alpha and beta for test class cls, sharing a cluster key,
     and waits for their link; skips when UCX is not usable between them.
@@ -38,8 +43,8 @@ def start_pair(cls):
     with st.Client(path=cls.alpha.socket) as c:
         addr = c.info()["peer"]["listen"]
     cls.beta = st_fixture.Server({}, config=budget + (
-        "peer = { id = 'beta', secret = %r, peers = { alpha = %r }, export = { 'w/*' } },"
-        % (key, addr)))
+        "peer = { id = 'beta', secret = %r, peers = { alpha = { addr = %r, as_uid = %d } }, "
+        "export = { 'w/*' } }," % (key, addr, PUSH_UID)))
     deadline = time.monotonic() + 20
     ucx, peers = [], {}
     with st.Client(path=cls.beta.socket) as c:
@@ -152,6 +157,22 @@ class PullTest(unittest.TestCase):
             self.b.pull("", "alpha")
         with self.assertRaises(st.InvalidArgumentError):
             self.b.replicate("w/model", [])
+
+    def test_replicate(self):
+        x = torch.arange(5000, dtype=torch.int32)
+        self.a.put("w/r", {"x": x})
+        task = self.a.replicate("w/r", ["beta"], as_="w/pushed")
+        r = task.result(timeout=60)
+        self.assertEqual((r["key"], r["version"]), ("w/r", 1))
+        self.assertEqual(r["peers"], {"beta": {"ok": True, "version": 1}})
+        self.assertTrue(torch.equal(self.b.get("w/pushed")["x"], x))
+        # alpha takes no pushes: the task fails naming the peer.
+        self.b.put("w/back", {"x": x})
+        with self.assertRaises(st.AuthError) as cm:
+            self.b.replicate("w/back", "alpha").result(timeout=60)
+        self.assertIn("1 of 1 peers failed", str(cm.exception))
+        with self.assertRaises(st.NotFoundError):
+            self.b.replicate("w/back", ["gamma"])
 
     def test_submit_returns_a_task_too(self):
         with self.assertRaises(st.UnknownEndpointError):
