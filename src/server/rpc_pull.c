@@ -333,6 +333,7 @@ static void xfer_answered(void *ud, const char *peer, int code, const char *mess
     return;
   }
   p->state = MOVING;
+  ST_LOG_D("peer", "pull %llu: '%s' sends", (unsigned long long)p->id, p->peer);
 }
 
 static void xfer_opened(void *ud, uint64_t xfer, const uint8_t *blob, size_t len) {
@@ -340,6 +341,8 @@ static void xfer_opened(void *ud, uint64_t xfer, const uint8_t *blob, size_t len
   st__server_t *srv = p->srv;
   (void)xfer;
   if (p->cancelled) return;            /* the abort's done ends it */
+  ST_LOG_D("peer", "pull %llu: the receive is open; asking '%s' to send",
+           (unsigned long long)p->id, p->peer);
   msgpack_sbuffer sb;
   msgpack_packer pk;
   msgpack_sbuffer_init(&sb);
@@ -457,6 +460,7 @@ static void allocated(void *ctx, st__job_t *job) {
   job->result.narenas = 0;
   msgpack_sbuffer_write(&p->res.value, p->value.data, p->value.size);
   st__job_free(job);
+  ST_LOG_D("peer", "pull %llu: %zu arenas allocated", (unsigned long long)p->id, p->narenas);
   open_transfer(p);
 }
 
@@ -596,6 +600,9 @@ static void described(void *ud, const char *peer, int code, const char *message,
          (unsigned long long)inflight, (unsigned long long)pc->max_bytes_in_flight_per_peer);
     return;
   }
+  ST_LOG_D("peer", "pull %llu: '%s' version %llu described: %llu bytes in %zu arenas",
+           (unsigned long long)p->id, p->key, (unsigned long long)p->version,
+           (unsigned long long)p->bytes, p->narenas);
   if (st__uidq_room(p->uid, ST__UIDQ_PINNED_BYTES, p->bytes, why, sizeof why) != ST_OK) {
     fail(p, ST_ERR_LIMIT, "pull: key '%s' from '%s': %s", p->key, p->peer, why);
     return;
