@@ -20,6 +20,52 @@
 
 const char *st__remote_engine_for(int cuda) { return cuda ? "nccl" : "ucx"; }
 
+void st__remote_pack_begin(msgpack_sbuffer *sb, msgpack_packer *pk, int request) {
+  msgpack_sbuffer_init(sb);
+  msgpack_packer_init(pk, sb, msgpack_sbuffer_write);
+  if (request) msgpack_pack_array(pk, 1);
+}
+
+int st__remote_peer_up(const st__server_t *srv, const char *peer, char *err, size_t errlen) {
+  st__peer_state_t state = st__peer_state(srv->peer, peer);
+  if (state == ST__PEER_UP) return ST_OK;
+  const st__peer_conf_t *pc = &srv->cfg->peer;
+  for (int i = 0; i < pc->npeers; i++)
+    if (!strcmp(pc->peers[i].id, peer)) {
+      snprintf(err, errlen, "peer '%s' is %s (stcli peers says why)", peer,
+               st__peer_state_name(state));
+      return ST_ERR_CAPABILITY;
+    }
+  snprintf(err, errlen, "'%s' is not a peer of this server (peer.peers)", peer);
+  return ST_ERR_NOT_FOUND;
+}
+
+int st__remote_arena_fds(const st__build_result_t *res, int readonly, int *fds,
+                         st__xfer_sup_arena_t *arenas, st__arena_desc_t *descs, char *err,
+                         size_t errlen) {
+  if (res->narenas > ST_MAX_FDS_PER_MESSAGE) {
+    snprintf(err, errlen, "%zu arenas: at most %d move at once", res->narenas,
+             ST_MAX_FDS_PER_MESSAGE);
+    return ST_ERR_LIMIT;
+  }
+  for (size_t n = 0; n < res->narenas; n++) {
+    st__arena_t *a = res->arenas[n];
+    int cuda = st__arena_device(a) >= 0;
+    fds[n] = cuda || !readonly ? st__arena_dup_fd(a, err, errlen)
+                               : st__arena_dup_fd_readonly(a, err, errlen);
+    if (fds[n] < 0) {
+      int rc = fds[n];
+      while (n-- > 0) close(fds[n]);
+      return rc;
+    }
+    memset(&descs[n], 0, sizeof descs[n]);
+    st__arena_describe(a, &descs[n]);
+    arenas[n] = (st__xfer_sup_arena_t){.fd = fds[n], .bytes = st__arena_bytes(a), .cuda = cuda,
+                                       .uuid = cuda ? descs[n].uuid : NULL};
+  }
+  return (int)res->narenas;
+}
+
 /* ------------------------------------------------------------- lends
  *
  * A lend is one version's arenas held for one peer's pull: references
@@ -159,8 +205,7 @@ static void on_describe(st__peer_t *p, const st__peer_req_t *req, void *ud) {
   }
   msgpack_sbuffer sb;
   msgpack_packer pk;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  st__remote_pack_begin(&sb, &pk, 0);
   msgpack_pack_map(&pk, 4);
   st__pack_kv_str(&pk, "key", k->name);
   st__pack_kv_uint(&pk, "version", v->version);
@@ -287,26 +332,11 @@ static void lend_opened(void *ud, uint64_t xfer, const uint8_t *blob, size_t len
   int fds[ST_MAX_FDS_PER_MESSAGE];
   st__xfer_sup_arena_t arenas[ST_MAX_FDS_PER_MESSAGE];
   st__arena_desc_t descs[ST_MAX_FDS_PER_MESSAGE];
-  size_t n = 0;
-  int rc = l->res.narenas <= ST_MAX_FDS_PER_MESSAGE ? ST_OK : ST_ERR_LIMIT;
-  for (; rc == ST_OK && n < l->res.narenas; n++) {
-    st__arena_t *a = l->res.arenas[n];
-    int cuda = st__arena_device(a) >= 0;
-    fds[n] = cuda ? st__arena_dup_fd(a, err, sizeof err)
-                  : st__arena_dup_fd_readonly(a, err, sizeof err);
-    if (fds[n] < 0) {
-      rc = fds[n];
-      break;
-    }
-    memset(&descs[n], 0, sizeof descs[n]);
-    st__arena_describe(a, &descs[n]);
-    arenas[n] = (st__xfer_sup_arena_t){.fd = fds[n], .bytes = st__arena_bytes(a), .cuda = cuda,
-                                       .uuid = cuda ? descs[n].uuid : NULL};
-  }
-  if (rc == ST_OK)
-    rc = st__xfer_sup_start(srv->remote->sup, xfer, l->peer_blob, l->peer_blob_len, arenas, n,
-                            err, sizeof err);
-  for (size_t i = 0; i < n; i++) close(fds[i]);
+  int n = st__remote_arena_fds(&l->res, 1, fds, arenas, descs, err, sizeof err);
+  int rc = n < 0 ? n
+                 : st__xfer_sup_start(srv->remote->sup, xfer, l->peer_blob, l->peer_blob_len,
+                                      arenas, (size_t)n, err, sizeof err);
+  for (int i = 0; i < n; i++) close(fds[i]);
   l->answered = 1;
   if (rc != ST_OK) {
     st__peer_reply_error(srv->peer, l->ticket, rc, err[0] ? err : st_strerror(rc));
@@ -315,8 +345,7 @@ static void lend_opened(void *ud, uint64_t xfer, const uint8_t *blob, size_t len
   }
   msgpack_sbuffer sb;
   msgpack_packer pk;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  st__remote_pack_begin(&sb, &pk, 0);
   msgpack_pack_map(&pk, 1);
   st__pack_cstr(&pk, "blob");
   msgpack_pack_bin(&pk, len);

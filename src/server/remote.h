@@ -19,7 +19,9 @@
 #include <msgpack.h>
 #include <stdint.h>
 
+#include "engine/result.h"
 #include "peer/peer.h"
+#include "proto/proto.h"
 #include "server/server.h"
 
 struct st__xfer_sup;
@@ -100,6 +102,26 @@ void st__pulls_of(const st__server_t *srv, const char *peer, unsigned *n, uint64
  * why"}, pulls, pulls_done, pulls_failed, lends, lends_done, lends_failed,
  * bytes_in, bytes_out}. */
 void st__remote_pack_info(msgpack_packer *pk, const st__server_t *srv);
+
+/* A fresh buffer and its packer for a peer message; `request`: the
+ * params array of a request begins (one map follows). The caller
+ * destroys sb. */
+void st__remote_pack_begin(msgpack_sbuffer *sb, msgpack_packer *pk, int request);
+
+/* ST_OK when `peer` is a configured peer whose link is up, else
+ * NOT_FOUND ("'x' is not a peer of this server (peer.peers)") or
+ * CAPABILITY ("peer 'x' is down (stcli peers says why)") in err. */
+int st__remote_peer_up(const st__server_t *srv, const char *peer, char *err, size_t errlen);
+
+struct st__xfer_sup_arena;
+/* The arenas of res as the helper takes them: one new descriptor each
+ * (read-only when `readonly`; a CUDA arena's export), in fds[], and
+ * their rows in arenas[] (uuid strings in descs[]). The count, or an
+ * error with the reason (what was opened is closed). The caller closes
+ * the descriptors once the helper has them. */
+int st__remote_arena_fds(const st__build_result_t *res, int readonly, int *fds,
+                         struct st__xfer_sup_arena *arenas, st__arena_desc_t *descs, char *err,
+                         size_t errlen);
 
 /* The engine that moves arenas of this kind: "nccl" for CUDA, "ucx" for
  * the CPU. */

@@ -114,9 +114,7 @@ static void finish(st__pull_t *p, int code, const char *why, st__build_result_t 
   if (code != ST_OK && p->sending && srv->peer) {
     msgpack_sbuffer sb;
     msgpack_packer pk;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_array(&pk, 1);
+    st__remote_pack_begin(&sb, &pk, 1);
     msgpack_pack_map(&pk, 1);
     st__pack_kv_uint(&pk, "xfer", p->id);
     st__peer_request(srv->peer, p->peer, "peer_xfer_abort", sb.data, sb.size, 10.0, abort_sent,
@@ -130,8 +128,7 @@ static void finish(st__pull_t *p, int code, const char *why, st__build_result_t 
     if (code == ST_OK) {
       msgpack_sbuffer sb;
       msgpack_packer pk;
-      msgpack_sbuffer_init(&sb);
-      msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+      st__remote_pack_begin(&sb, &pk, 0);
       msgpack_pack_map(&pk, 2);
       st__pack_kv_str(&pk, "key", p->as);
       st__pack_kv_uint(&pk, "version", p->published);
@@ -311,28 +308,19 @@ static void xfer_answered(void *ud, const char *peer, int code, const char *mess
   int fds[ST_MAX_FDS_PER_MESSAGE];
   st__xfer_sup_arena_t arenas[ST_MAX_FDS_PER_MESSAGE];
   st__arena_desc_t descs[ST_MAX_FDS_PER_MESSAGE];
-  size_t n = 0;
-  for (; rc == ST_OK && n < p->res.narenas; n++) {
-    st__arena_t *a = p->res.arenas[n];
-    if ((fds[n] = st__arena_dup_fd(a, err, sizeof err)) < 0) {
-      rc = fds[n];
-      break;
-    }
-    memset(&descs[n], 0, sizeof descs[n]);
-    st__arena_describe(a, &descs[n]);
-    int cuda = st__arena_device(a) >= 0;
-    arenas[n] = (st__xfer_sup_arena_t){.fd = fds[n], .bytes = st__arena_bytes(a), .cuda = cuda,
-                                       .uuid = cuda ? descs[n].uuid : NULL};
-  }
+  int n = 0;
+  if (rc == ST_OK) n = st__remote_arena_fds(&p->res, 0, fds, arenas, descs, err, sizeof err);
+  if (n < 0) rc = n;
   if (rc == ST_OK)
     rc = st__xfer_sup_start(srv->remote->sup, p->xfer, (const uint8_t *)blob->via.bin.ptr,
-                            blob->via.bin.size, arenas, n, err, sizeof err);
-  for (size_t i = 0; i < n; i++) close(fds[i]);
+                            blob->via.bin.size, arenas, (size_t)n, err, sizeof err);
+  for (int i = 0; i < n; i++) close(fds[i]);
   if (rc != ST_OK) {                    /* xfer_done ends the pull */
     stop(p, rc, err);
     return;
   }
   p->state = MOVING;
+  ST_LOG_D("peer", "pull %llu: '%s' sends", (unsigned long long)p->id, p->peer);
 }
 
 static void xfer_opened(void *ud, uint64_t xfer, const uint8_t *blob, size_t len) {
@@ -340,11 +328,11 @@ static void xfer_opened(void *ud, uint64_t xfer, const uint8_t *blob, size_t len
   st__server_t *srv = p->srv;
   (void)xfer;
   if (p->cancelled) return;            /* the abort's done ends it */
+  ST_LOG_D("peer", "pull %llu: the receive is open; asking '%s' to send",
+           (unsigned long long)p->id, p->peer);
   msgpack_sbuffer sb;
   msgpack_packer pk;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  msgpack_pack_array(&pk, 1);
+  st__remote_pack_begin(&sb, &pk, 1);
   msgpack_pack_map(&pk, 5);
   st__pack_kv_str(&pk, "key", p->key);
   st__pack_kv_uint(&pk, "version", p->version);
@@ -457,6 +445,7 @@ static void allocated(void *ctx, st__job_t *job) {
   job->result.narenas = 0;
   msgpack_sbuffer_write(&p->res.value, p->value.data, p->value.size);
   st__job_free(job);
+  ST_LOG_D("peer", "pull %llu: %zu arenas allocated", (unsigned long long)p->id, p->narenas);
   open_transfer(p);
 }
 
@@ -596,6 +585,9 @@ static void described(void *ud, const char *peer, int code, const char *message,
          (unsigned long long)inflight, (unsigned long long)pc->max_bytes_in_flight_per_peer);
     return;
   }
+  ST_LOG_D("peer", "pull %llu: '%s' version %llu described: %llu bytes in %zu arenas",
+           (unsigned long long)p->id, p->key, (unsigned long long)p->version,
+           (unsigned long long)p->bytes, p->narenas);
   if (st__uidq_room(p->uid, ST__UIDQ_PINNED_BYTES, p->bytes, why, sizeof why) != ST_OK) {
     fail(p, ST_ERR_LIMIT, "pull: key '%s' from '%s': %s", p->key, p->peer, why);
     return;
@@ -619,19 +611,8 @@ int st__pull_start(st__server_t *srv, const st__pull_req_t *q, uint64_t *task_id
     snprintf(err, errlen, "%s", why);
     return ST_ERR_INVALID_ARGUMENT;
   }
-  st__peer_state_t state = st__peer_state(srv->peer, q->peer);
-  if (state != ST__PEER_UP) {
-    int known = 0;
-    for (int i = 0; i < srv->cfg->peer.npeers; i++)
-      known |= !strcmp(srv->cfg->peer.peers[i].id, q->peer);
-    if (!known) {
-      snprintf(err, errlen, "'%s' is not a peer of this server (peer.peers)", q->peer);
-      return ST_ERR_NOT_FOUND;
-    }
-    snprintf(err, errlen, "peer '%s' is %s (stcli peers says why)", q->peer,
-             st__peer_state_name(state));
-    return ST_ERR_CAPABILITY;
-  }
+  int up = st__remote_peer_up(srv, q->peer, err, errlen);
+  if (up != ST_OK) return up;
   st__pull_t *p = calloc(1, sizeof *p);
   if (!p) {
     snprintf(err, errlen, "out of memory");
@@ -668,9 +649,7 @@ int st__pull_start(st__server_t *srv, const st__pull_req_t *q, uint64_t *task_id
 
   msgpack_sbuffer sb;
   msgpack_packer pk;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  msgpack_pack_array(&pk, 1);
+  st__remote_pack_begin(&sb, &pk, 1);
   msgpack_pack_map(&pk, p->version ? 2 : 1);
   st__pack_kv_str(&pk, "key", p->key);
   if (p->version) st__pack_kv_uint(&pk, "version", p->version);

@@ -127,9 +127,7 @@ static void on_cancel(st__server_t *srv, st__task_t *task) {
   if (!x) return;
   msgpack_sbuffer sb;
   msgpack_packer pk;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  msgpack_pack_array(&pk, 1);
+  st__remote_pack_begin(&sb, &pk, 1);
   msgpack_pack_map(&pk, 1);
   st__pack_kv_uint(&pk, "replicate", task->id);
   for (size_t i = 0; i < x->n; i++) {
@@ -187,14 +185,9 @@ void st__rpc_replicate(st__rpc_req_t *r) {
     int twice = 0;
     for (size_t k = 0; k < x->n; k++) twice |= !strcmp(x->t[k].id, t->id);
     if (twice) continue;
-    st__peer_state_t st = st__peer_state(srv->peer, t->id);
-    if (st != ST__PEER_UP) {
-      int known = 0;
-      for (int k = 0; k < pc->npeers; k++) known |= !strcmp(pc->peers[k].id, t->id);
-      st__rpc_error(r, known ? ST_ERR_CAPABILITY : ST_ERR_NOT_FOUND,
-                    known ? "replicate: peer '%s' is %s (stcli peers says why)"
-                          : "replicate: '%s' is not a peer of this server (peer.peers)%s",
-                    t->id, known ? st__peer_state_name(st) : "");
+    int up = st__remote_peer_up(srv, t->id, err, sizeof err);
+    if (up != ST_OK) {
+      st__rpc_error(r, up, "replicate: %s", err);
       free(x);
       return;
     }
@@ -225,9 +218,7 @@ void st__rpc_replicate(st__rpc_req_t *r) {
   st__task_started(srv, x->task, st__now_unix());
   msgpack_sbuffer sb;
   msgpack_packer pk;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  msgpack_pack_array(&pk, 1);
+  st__remote_pack_begin(&sb, &pk, 1);
   msgpack_pack_map(&pk, 4);
   st__pack_kv_str(&pk, "key", x->key);
   st__pack_kv_uint(&pk, "version", x->version);

@@ -110,10 +110,16 @@ static void unmap_arenas(tx_t *t) {
   t->n = 0;
 }
 
-/* Ends transfer t: the engine closed, the arenas unmapped, then the done
- * record: after it the helper touches none of the arenas. */
+/* Ends transfer t: the arenas unmapped, then the done record: after it
+ * the helper touches none of the arenas. A failed transfer's engine is
+ * closed first (its requests cancelled before the memory goes); a
+ * finished one's after the done record, whose bytes are all in place and
+ * which need not wait for the endpoints' close. */
 static void finish(tx_t *t, int code, uint64_t bytes, const char *error) {
-  if (t->x) t->eng->close(t->x);
+  st__xfer_t *done_x = NULL;
+  if (t->x && code) t->eng->close(t->x);
+  else done_x = t->x;
+  const st__xfer_engine_t *eng = t->eng;
   t->x = NULL;
   unmap_arenas(t);
   if (code)
@@ -124,6 +130,7 @@ static void finish(tx_t *t, int code, uint64_t bytes, const char *error) {
              (unsigned long long)bytes);
   send_done(t->id, code, bytes, error);
   memset(t, 0, sizeof *t);
+  if (done_x) eng->close(done_x);
 }
 
 static void pack_probe(msgpack_packer *pk, const st__xfer_probe_t *p) {

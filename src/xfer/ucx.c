@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/log.h"
 #include "st/errors.h"
 #include "xfer/engine.h"
 #include "xfer/ucx_api.h"
@@ -78,9 +79,23 @@ struct st__xfer {
   slot_t ack_slot;
   int ack_posted;       /* sender: its receive; receiver: its send       */
   int ack_done;
+  /* A finished receiver's close lingers (below): its flush waits for the
+   * sender's side, which may never answer. */
+  void *close_req;
+  double linger_end;
+  struct st__xfer *next_linger;
 };
 
 static ucp_context_h ctx;
+
+/* Endpoints whose graceful close is still in progress, each with its
+ * worker: progressed by every open and poll of the engine, destroyed when
+ * the close completes or after CLOSE_SECONDS, so that no close holds the
+ * helper's loop. At most MAX_LINGER: past it the oldest is destroyed. */
+#define MAX_LINGER 16
+static struct st__xfer *lingering;
+static void destroy(struct st__xfer *x);
+static void reap_lingering(int all);
 
 static void fail(struct st__xfer *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void fail(struct st__xfer *x, const char *fmt, ...) {
@@ -139,6 +154,7 @@ static int ucx_open(const st__xfer_open_t *o, st__xfer_t **out, uint8_t *blob, s
     snprintf(err, errlen, "UCX is unavailable (probe the engine for the reason)");
     return ST_ERR_CAPABILITY;
   }
+  if (lingering) reap_lingering(0);
   if (o->nranks != 2 || (o->rank != 0 && o->rank != 1)) {
     snprintf(err, errlen,
              "the UCX engine moves to one receiver per transfer (nranks %d): open one transfer "
@@ -249,6 +265,11 @@ static ucs_status_ptr_t post(struct st__xfer *x, slot_t *sl, void *buf, uint64_t
   sl->bytes = len;
   int sending = x->o.role == ST_XFER_SEND ? tag != TAG_ACK : tag == TAG_ACK;
   ucs_status_ptr_t r;
+  /* The callback may run before the call returns (UCX completes a small
+   * send at once even with NO_IMM_CMPL on some transports): it clears
+   * sl->req, and then the request is gone and must not be kept. */
+  static char posting;
+  sl->req = &posting;
   if (sending) {
     p.cb.send = on_send;
     r = x->u->ucp_tag_send_nbx(x->ep, buf, len, tag, &p);
@@ -257,11 +278,12 @@ static ucs_status_ptr_t post(struct st__xfer *x, slot_t *sl, void *buf, uint64_t
     r = x->u->ucp_tag_recv_nbx(x->worker, buf, len, tag, UINT64_MAX, &p);
   }
   if (UCS_PTR_IS_ERR(r)) {
+    sl->req = NULL;
     fail(x, "%s: %s", sending ? "ucp_tag_send_nbx" : "ucp_tag_recv_nbx",
          status_text(x->u, UCS_PTR_STATUS(r)));
     return NULL;
   }
-  sl->req = r;
+  if (sl->req == &posting) sl->req = r;   /* still in flight */
   return r;
 }
 
@@ -382,6 +404,7 @@ static void post_chunks(struct st__xfer *x) {
 
 static st__xfer_state_t ucx_poll(st__xfer_t *x, double now, uint64_t *bytes, char *err,
                                  size_t errlen) {
+  if (lingering) reap_lingering(0);
   if (x->worker)
     while (x->u->ucp_worker_progress(x->worker)) {
     }
@@ -450,27 +473,16 @@ static void drain(struct st__xfer *x) {
   }
 }
 
-static void ucx_close(st__xfer_t *x) {
-  if (!x) return;
+/* The worker and what is left of x, after its endpoint is closed or
+ * given up. */
+static void destroy(struct st__xfer *x) {
   const st__ucx_api_t *u = x->u;
-  x->failed = 1; /* callbacks from here on only release */
-  if (x->ep) {
-    /* A receiver that finished flushes, so that its acknowledgement
-     * leaves before the connection closes; everything else force-closes:
-     * a flush would wait on a peer that may be gone. */
-    ucp_request_param_t p;
-    memset(&p, 0, sizeof p);
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = x->ack_done && x->o.role == ST_XFER_RECV ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
-    ucs_status_ptr_t r = u->ucp_ep_close_nbx(x->ep, &p);
-    if (UCS_PTR_IS_PTR(r)) {
-      double end = st__now_mono() + CLOSE_SECONDS;
-      while (u->ucp_request_check_status(r) == UCS_INPROGRESS && st__now_mono() < end)
-        u->ucp_worker_progress(x->worker);
-      if (u->ucp_request_check_status(r) == UCS_INPROGRESS) u->ucp_request_cancel(x->worker, r);
-      u->ucp_request_free(r);
-    }
-    x->ep = NULL;
+
+  if (x->close_req) {
+    if (u->ucp_request_check_status(x->close_req) == UCS_INPROGRESS)
+      u->ucp_request_cancel(x->worker, x->close_req);
+    u->ucp_request_free(x->close_req);
+    x->close_req = NULL;
   }
   if (x->worker) {
     drain(x);
@@ -479,6 +491,57 @@ static void ucx_close(st__xfer_t *x) {
   free(x->arenas);
   free(x->header);
   free(x);
+}
+
+/* Progresses the lingering closes; destroys those that completed or ran
+ * out of time (all: every one, or the oldest past MAX_LINGER). */
+static void reap_lingering(int all) {
+  double now = st__now_mono();
+  size_t n = 0;
+  for (struct st__xfer **pp = &lingering; *pp;) {
+    struct st__xfer *x = *pp;
+    x->u->ucp_worker_progress(x->worker);
+    int ended = x->u->ucp_request_check_status(x->close_req) != UCS_INPROGRESS;
+    if (all || ended || now > x->linger_end || ++n > MAX_LINGER) {
+      *pp = x->next_linger;
+      destroy(x);
+    } else {
+      pp = &x->next_linger;
+    }
+  }
+}
+
+static void ucx_close(st__xfer_t *x) {
+  if (!x) return;
+  const st__ucx_api_t *u = x->u;
+  x->failed = 1; /* callbacks from here on only release */
+  if (x->ep) {
+    /* A receiver that finished flushes, so that its acknowledgement
+     * leaves before the connection closes; everything else force-closes:
+     * a flush would wait on a peer that may be gone. The flush lingers
+     * (reap_lingering) instead of holding the caller. */
+    ucp_request_param_t p;
+    memset(&p, 0, sizeof p);
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    int flush = x->ack_done && x->o.role == ST_XFER_RECV;
+    p.flags = flush ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t r = u->ucp_ep_close_nbx(x->ep, &p);
+    x->ep = NULL;
+    if (UCS_PTR_IS_PTR(r)) {
+      x->close_req = r;
+      if (flush) {
+        x->linger_end = st__now_mono() + CLOSE_SECONDS;
+        x->next_linger = lingering;
+        lingering = x;
+        reap_lingering(0);
+        return;
+      }
+      double end = st__now_mono() + CLOSE_SECONDS;
+      while (u->ucp_request_check_status(r) == UCS_INPROGRESS && st__now_mono() < end)
+        u->ucp_worker_progress(x->worker);
+    }
+  }
+  destroy(x);
 }
 
 #else /* !ST_HAVE_UCX */
