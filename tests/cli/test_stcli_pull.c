@@ -109,19 +109,10 @@ TEST(progress_while_no_byte_moves) {
 
 int main(void) {
   cli_require_bin();
-  rk_require();
-  if (rk_start(512ull * RK_MIB) != 0) {
-    rk_stop();
-    fprintf(stderr, "the two servers did not start or link\n");
-    return 1;
-  }
+  rk_main_start();
   RUN(help);
   RUN(a_pull_prints_what_arrived);
   RUN(refusals_exit_with_the_reason);
   RUN(progress_while_no_byte_moves);
-  if (rk_stop() != 0) {
-    fprintf(stderr, "a server did not exit cleanly\n");
-    return 1;
-  }
-  return stt_summary();
+  return rk_main_end();
 }

@@ -33,16 +33,7 @@ TEST(replicate_pushes_and_reports_each_peer) {
 
 int main(void) {
   cli_require_bin();
-  rk_require();
-  if (rk_start(512ull * RK_MIB) != 0) {
-    rk_stop();
-    fprintf(stderr, "the two servers did not start or link\n");
-    return 1;
-  }
+  rk_main_start();
   RUN(replicate_pushes_and_reports_each_peer);
-  if (rk_stop() != 0) {
-    fprintf(stderr, "a server did not exit cleanly\n");
-    return 1;
-  }
-  return stt_summary();
+  return rk_main_end();
 }

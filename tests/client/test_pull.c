@@ -187,19 +187,10 @@ TEST(a_cancelled_pull_leaves_nothing) {
 }
 
 int main(void) {
-  rk_require();
-  if (rk_start(512ull * RK_MIB) != 0) {
-    rk_stop();
-    fprintf(stderr, "the two servers did not start or link\n");
-    return 1;
-  }
+  rk_main_start();
   RUN(a_pull_moves_every_byte_and_reports_its_origin);
   RUN(options_name_the_copy_its_version_and_policy);
   RUN(refusals_are_clear_errors);
   RUN(a_cancelled_pull_leaves_nothing);
-  if (rk_stop() != 0) {
-    fprintf(stderr, "a server did not exit cleanly\n");
-    return 1;
-  }
-  return stt_summary();
+  return rk_main_end();
 }

@@ -78,17 +78,8 @@ TEST(a_push_to_a_server_that_takes_none_fails) {
 }
 
 int main(void) {
-  rk_require();
-  if (rk_start(512ull * RK_MIB) != 0) {
-    rk_stop();
-    fprintf(stderr, "the two servers did not start or link\n");
-    return 1;
-  }
+  rk_main_start();
   RUN(a_push_lands_on_the_peer);
   RUN(a_push_to_a_server_that_takes_none_fails);
-  if (rk_stop() != 0) {
-    fprintf(stderr, "a server did not exit cleanly\n");
-    return 1;
-  }
-  return stt_summary();
+  return rk_main_end();
 }

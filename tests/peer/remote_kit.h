@@ -129,6 +129,26 @@ static inline int rk_stop(void) {
   return a == 0 && b == 0 ? 0 : -1;
 }
 
+/* A test program's start: both servers with budgets of 512 MiB, or the
+ * program exits 1 (saying why). */
+static inline void rk_main_start(void) {
+  rk_require();
+  if (rk_start(512ull * RK_MIB) == 0) return;
+  rk_stop();
+  fprintf(stderr, "the two servers did not start or link\n");
+  exit(1);
+}
+
+/* A test program's end: both stopped; its exit status (1 when a server
+ * did not exit cleanly, else the tests' summary). */
+static inline int rk_main_end(void) {
+  if (rk_stop() != 0) {
+    fprintf(stderr, "a server did not exit cleanly\n");
+    return 1;
+  }
+  return stt_summary();
+}
+
 /* Puts key `name` on the server at socket: tensors t0..t2 of RK_SIZES,
  * CPU memory of st_tensor_alloc filled with rk_pattern(., k, salt). The
  * new version, or 0 (said). */

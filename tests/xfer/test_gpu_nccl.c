@@ -11,44 +11,15 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "xfer_kit.h"
 #include "common/clock.h"
 #include "cudadrv/import.h"
 #include "st/errors.h"
 #include "xfer/nccl_api.h"
 #include "xfer/supervisor.h"
 
-static struct ev_loop *loop;
-static const char *server_bin;
-
-typedef struct side {
-  int opened, done, ok, code;
-  uint8_t blob[ST_XFER_BLOB_MAX];
-  size_t blob_len;
-  uint64_t bytes;
-  char error[400];
-} side_t;
-
-static void cb_opened(void *ud, uint64_t xfer, const uint8_t *blob, size_t len) {
-  side_t *s = ud;
-  s->opened = 1;
-  memcpy(s->blob, blob, len);
-  s->blob_len = len;
-}
-static void cb_done(void *ud, uint64_t xfer, int ok, uint64_t bytes, int code, const char *error) {
-  side_t *s = ud;
-  s->done++;
-  s->ok = ok;
-  s->bytes = bytes;
-  s->code = code;
-  snprintf(s->error, sizeof s->error, "%s", error ? error : "");
-}
-static const st__xfer_sup_cbs_t cbs = {cb_opened, NULL, cb_done};
-
-static int wait_for(const int *flag) {
-  double end = st__now_mono() + 120;
-  while (!*flag && st__now_mono() < end) ev_run(loop, EVRUN_ONCE);
-  return *flag != 0;
-}
+/* Runs the loop until *flag is nonzero, within a bound. */
+static int wait_for(const int *flag) { return wait_for_s(flag, 120); }
 
 typedef struct garena {
   int fd;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "xfer_kit.h"
 #include "common/clock.h"
 #include "st/errors.h"
 #include "xfer/nccl_api.h"
@@ -26,47 +27,8 @@
 /* After ev.h: elf.h defines EV_NONE and EV_CURRENT as macros. */
 #include <elf.h>
 
-static struct ev_loop *loop;
-static const char *server_bin;
-
-typedef struct side {
-  int opened;
-  uint8_t blob[ST_XFER_BLOB_MAX];
-  size_t blob_len;
-  int done;
-  int ok;
-  uint64_t bytes;
-  int code;
-  char error[400];
-  int progress_calls;
-} side_t;
-
-static void cb_opened(void *ud, uint64_t xfer, const uint8_t *blob, size_t len) {
-  side_t *s = ud;
-  s->opened = 1;
-  memcpy(s->blob, blob, len);
-  s->blob_len = len;
-}
-static void cb_progress(void *ud, uint64_t xfer, uint64_t bytes, uint64_t total) {
-  ((side_t *)ud)->progress_calls++;
-}
-static void cb_done(void *ud, uint64_t xfer, int ok, uint64_t bytes, int code, const char *error) {
-  side_t *s = ud;
-  s->done++;
-  s->ok = ok;
-  s->bytes = bytes;
-  s->code = code;
-  snprintf(s->error, sizeof s->error, "%s", error ? error : "");
-}
-static const st__xfer_sup_cbs_t cbs = {cb_opened, cb_progress, cb_done};
-
-/* Runs the loop until *flag is nonzero; 0 when a bound of 60 s passed
- * first (the test then fails: nothing here asserts how long it took). */
-static int wait_for(const int *flag) {
-  double end = st__now_mono() + 60;
-  while (!*flag && st__now_mono() < end) ev_run(loop, EVRUN_ONCE);
-  return *flag != 0;
-}
+/* Runs the loop until *flag is nonzero, within a bound. */
+static int wait_for(const int *flag) { return wait_for_s(flag, 60); }
 
 typedef struct arena {
   int fd;
