@@ -23,6 +23,15 @@ static char *versions_cell(const st_value_t *v) {
   return lo == hi ? cli_strdupf("%.0f", lo) : cli_strdupf("%.0f..%.0f", lo, hi);
 }
 
+/* A replica's origin as PEER:KEY@VERSION, "-" for a key put here. */
+static char *origin_cell(const st_value_t *o) {
+  if (!o || o->kind != ST_VALUE_MAP) return strdup("-");
+  double v = 0;
+  cli_value_number(st_value_get(o, "version"), &v);
+  const char *peer = cli_value_str(st_value_get(o, "peer")), *key = cli_value_str(st_value_get(o, "key"));
+  return cli_strdupf("%s:%s@%.0f", peer ? peer : "?", key ? key : "?", v);
+}
+
 /* keys --all: rows carry an OWNER column. */
 static int owner_column;
 
@@ -40,7 +49,8 @@ static void key_row(const st_value_t *e, double now, char **row) {
   const st_value_t *ro = st_value_get(e, "readonly");
   row[5] = strdup(ro && ro->kind == ST_VALUE_BOOL && ro->as.boolean ? "yes" : "no");
   row[6] = text_cell(st_value_get(e, "state"));
-  if (owner_column) row[7] = text_cell(st_value_get(e, "uid"));
+  row[7] = origin_cell(st_value_get(e, "origin"));
+  if (owner_column) row[8] = text_cell(st_value_get(e, "uid"));
 }
 
 /* keys {prefix?, all: true}: every owner's keys (root and the server's
@@ -71,10 +81,10 @@ static int run_keys(cli_t *g, int argc, char **argv) {
   st_client_close(c);
   if (rc != ST_OK) return code;
   if (names) return cli_print_members(g, r, "key");
-  static const char *const heads[] = {"KEY",    "VERSIONS", "BYTES", "POLICY",
-                                      "DEVICE", "READONLY", "STATE", "OWNER"};
+  static const char *const heads[] = {"KEY",      "VERSIONS", "BYTES",  "POLICY", "DEVICE",
+                                      "READONLY", "STATE",    "ORIGIN", "OWNER"};
   owner_column = all;
-  return cli_print_listing(g, r, all ? 8 : 7, heads, key_row, "(no keys%s%s)\n", pos[0] ? " under " : "",
+  return cli_print_listing(g, r, all ? 9 : 8, heads, key_row, "(no keys%s%s)\n", pos[0] ? " under " : "",
                            pos[0] ? pos[0] : "");
 }
 
@@ -87,7 +97,9 @@ const cli_command_t cli_keys_command = {
     "versions), POLICY (pinned or evictable), DEVICE, READONLY (readers other\n"
     "than the publisher map it read-only), STATE (put: a key of versions;\n"
     "live: updated in place; updating: an update runs; torn: its publisher\n"
-    "left in the middle of an update). --all (root and the server's uid):\n"
+    "left in the middle of an update), ORIGIN (a copy pulled from a peer:\n"
+    "PEER:KEY@VERSION there; - for a key put here). --all (root and the\n"
+    "server's uid):\n"
     "every owner's keys, with an OWNER column (the uid). With --json, prints\n"
     "the server's array of key maps.\n\n"
     "Options:\n"

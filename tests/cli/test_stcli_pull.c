@@ -32,6 +32,9 @@ TEST(a_pull_prints_what_arrived) {
   CHECK_CONTAINS(R.out, "\"peer\": \"alpha\"");
   CHECK_CONTAINS(R.out, "\"seconds\"");
   CHECK(rk_holds(BETA.socket, "copy/m", 0, 1));
+  /* keys shows where each copy came from. */
+  CHECK_EQ_INT(STCLI(SOCK, "keys"), 0);
+  CHECK_CONTAINS_ALL(R.out, "ORIGIN", "alpha:w/model@1");
   /* --no-wait: the task id; stcli wait follows it to its result. */
   CHECK_EQ_INT(STCLI(SOCK, "pull", "w/model", "--from", "alpha", "--no-wait"), 0);
   uint64_t id = strtoull(R.out, NULL, 10);
