@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <msgpack.h>
 #include <poll.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -385,6 +387,23 @@ int stt_server_start(stt_server_t *s) {
       dup2(logfd, 2);
       dup2(logfd, 1);
       close(logfd);
+    }
+    if (s->netns[0]) {   /* a network namespace of the test's (ip netns add) */
+      char ns[128];
+      snprintf(ns, sizeof ns, "/var/run/netns/%s", s->netns);
+      int nsfd = open(ns, O_RDONLY | O_CLOEXEC);
+      if (nsfd < 0 || setns(nsfd, CLONE_NEWNET) != 0) {
+        fprintf(stderr, "fixture: network namespace %s: %s\n", ns, strerror(errno));
+        _exit(127);
+      }
+      close(nsfd);
+      /* As `ip netns exec` does: a /sys of this namespace's devices (UCX
+       * finds interfaces there), in a mount namespace of the server's. */
+      if (unshare(CLONE_NEWNS) != 0 || mount("", "/", NULL, MS_SLAVE | MS_REC, NULL) != 0 ||
+          umount2("/sys", MNT_DETACH) != 0 || mount(s->netns, "/sys", "sysfs", 0, NULL) != 0) {
+        fprintf(stderr, "fixture: /sys of network namespace %s: %s\n", ns, strerror(errno));
+        _exit(127);
+      }
     }
     const char *argv[24];
     int n = 0;

@@ -50,6 +50,8 @@ typedef struct stt_server {
   char extra_config[4096];/* text inserted into the config table        */
   const char *extra_args[16];
   int own_endpoints;
+  char netns[64];         /* "": this process's network namespace; else
+                             the server runs in /var/run/netns/<netns>  */
 } stt_server_t;
 
 /* Creates the temp dir. Aborts the test program on failure (setup bug). */
