@@ -131,14 +131,12 @@ static int exported(const st__peer_conf_t *pc, const char *name, size_t len) {
   return 0;
 }
 
-/* The string parameter `k` of a peer request's map, whole, in out (cap
- * bytes): 1, or 0 when absent, empty or not such a string. */
-static int param_str(const msgpack_object *params, const char *k, char *out, size_t cap) {
+int st__remote_param_str(const msgpack_object *params, const char *k, char *out, size_t cap) {
   const msgpack_object *o = params ? st__map_get(params, k) : NULL;
   return o && st__wire_cstr(o, out, cap) > 0;
 }
 
-static int param_u64(const msgpack_object *params, const char *k, uint64_t *out) {
+int st__remote_param_u64(const msgpack_object *params, const char *k, uint64_t *out) {
   const msgpack_object *o = params ? st__map_get(params, k) : NULL;
   if (!o || o->type != MSGPACK_OBJECT_POSITIVE_INTEGER) return 0;
   *out = o->via.u64;
@@ -182,12 +180,12 @@ static void on_describe(st__peer_t *p, const st__peer_req_t *req, void *ud) {
   st__server_t *srv = ud;
   char name[ST__KEY_NAME_MAX + 1], err[600];
   uint64_t version = 0;
-  if (!param_str(req->params, "key", name, sizeof name)) {
+  if (!st__remote_param_str(req->params, "key", name, sizeof name)) {
     st__peer_reply_error(p, req->ticket, ST_ERR_INVALID_ARGUMENT,
                          "peer_describe: key must be a key name");
     return;
   }
-  param_u64(req->params, "version", &version);
+  st__remote_param_u64(req->params, "version", &version);
   st__key_t *k;
   st__key_version_t *v;
   int rc = find_exported(srv, req->peer, name, version, &k, &v, err, sizeof err);
@@ -242,10 +240,10 @@ static void on_xfer_open(st__peer_t *p, const st__peer_req_t *req, void *ud) {
   char name[ST__KEY_NAME_MAX + 1], engine[16], err[600];
   uint64_t version = 0, remote_xfer = 0;
   const msgpack_object *blob = req->params ? st__map_get(req->params, "blob") : NULL;
-  if (!param_str(req->params, "key", name, sizeof name) ||
-      !param_str(req->params, "engine", engine, sizeof engine) ||
-      !param_u64(req->params, "version", &version) || version == 0 ||
-      !param_u64(req->params, "xfer", &remote_xfer) || !blob ||
+  if (!st__remote_param_str(req->params, "key", name, sizeof name) ||
+      !st__remote_param_str(req->params, "engine", engine, sizeof engine) ||
+      !st__remote_param_u64(req->params, "version", &version) || version == 0 ||
+      !st__remote_param_u64(req->params, "xfer", &remote_xfer) || !blob ||
       blob->type != MSGPACK_OBJECT_BIN || blob->via.bin.size == 0 ||
       blob->via.bin.size > 65536) {
     st__peer_reply_error(p, req->ticket, ST_ERR_INVALID_ARGUMENT,
@@ -388,7 +386,7 @@ static void lend_done(void *ud, uint64_t xfer, int ok, uint64_t bytes, int code,
 static void on_xfer_abort(st__peer_t *p, const st__peer_req_t *req, void *ud) {
   st__server_t *srv = ud;
   uint64_t remote_xfer = 0;
-  if (!param_u64(req->params, "xfer", &remote_xfer)) {
+  if (!st__remote_param_u64(req->params, "xfer", &remote_xfer)) {
     st__peer_reply_error(p, req->ticket, ST_ERR_INVALID_ARGUMENT, "peer_xfer_abort needs xfer");
     return;
   }

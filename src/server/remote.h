@@ -108,6 +108,13 @@ void st__remote_pack_info(msgpack_packer *pk, const st__server_t *srv);
  * destroys sb. */
 void st__remote_pack_begin(msgpack_sbuffer *sb, msgpack_packer *pk, int request);
 
+/* A peer request's parameters (nothing a peer sends is trusted): the
+ * string `k` of the map, whole and not empty, copied into out[cap]; the
+ * unsigned integer `k` in *out. 1, or 0 when absent or not such a value
+ * (out untouched). params may be NULL. */
+int st__remote_param_str(const msgpack_object *params, const char *k, char *out, size_t cap);
+int st__remote_param_u64(const msgpack_object *params, const char *k, uint64_t *out);
+
 /* ST_OK when `peer` is a configured peer whose link is up, else
  * NOT_FOUND ("'x' is not a peer of this server (peer.peers)") or
  * CAPABILITY ("peer 'x' is down (stcli peers says why)") in err. */

@@ -250,17 +250,6 @@ void st__rpc_replicate(st__rpc_req_t *r) {
 
 /* ------------------------------------------------------------- the receiver */
 
-/* The string `k` of a peer request's map, whole: 1, or 0. */
-static int param_str(const msgpack_object *params, const char *k, char *out, size_t cap) {
-  const msgpack_object *o = params ? st__map_get(params, k) : NULL;
-  return o && st__wire_cstr(o, out, cap) > 0;
-}
-
-static uint64_t param_u64(const msgpack_object *params, const char *k) {
-  const msgpack_object *o = params ? st__map_get(params, k) : NULL;
-  return o && o->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? o->via.u64 : 0;
-}
-
 /* peer_pull {key, version, as, replicate} -> {key, version} once the pull
  * it starts here ended (an error when it failed): the pusher's push,
  * under the uid this server's config names for it. */
@@ -268,9 +257,11 @@ static void on_peer_pull(st__peer_t *p, const st__peer_req_t *req, void *ud) {
   st__server_t *srv = ud;
   const st__peer_conf_t *pc = &srv->cfg->peer;
   char key[ST__KEY_NAME_MAX + 1], as[ST__KEY_NAME_MAX + 1], err[700];
-  uint64_t version = param_u64(req->params, "version"), push = param_u64(req->params, "replicate");
-  if (!param_str(req->params, "key", key, sizeof key) ||
-      !param_str(req->params, "as", as, sizeof as) || !version || !push) {
+  uint64_t version = 0, push = 0;
+  st__remote_param_u64(req->params, "version", &version);
+  st__remote_param_u64(req->params, "replicate", &push);
+  if (!st__remote_param_str(req->params, "key", key, sizeof key) ||
+      !st__remote_param_str(req->params, "as", as, sizeof as) || !version || !push) {
     st__peer_reply_error(p, req->ticket, ST_ERR_INVALID_ARGUMENT,
                          "peer_pull needs key, version, as and replicate");
     return;
@@ -303,8 +294,9 @@ static void on_peer_pull(st__peer_t *p, const st__peer_req_t *req, void *ud) {
 /* peer_pull_cancel {replicate} -> true: the pusher's task was cancelled. */
 static void on_peer_pull_cancel(st__peer_t *p, const st__peer_req_t *req, void *ud) {
   st__server_t *srv = ud;
-  uint64_t push = param_u64(req->params, "replicate");
-  if (push) st__pulls_stop_pushed(srv, req->peer, push);
+  uint64_t push = 0;
+  if (st__remote_param_u64(req->params, "replicate", &push) && push)
+    st__pulls_stop_pushed(srv, req->peer, push);
   st__peer_reply(p, req->ticket, "\xc3", 1);   /* true */
 }
 
