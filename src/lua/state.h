@@ -21,8 +21,12 @@
 #include "tensor/tensor.h"
 
 /* How long a file's top level (config.lua, an endpoint file) may run while
- * it is loaded: a file that loops forever is a load error, not a hang. */
+ * it is loaded: a file that loops forever is a load error, not a hang.
+ * The fuzz build sets a shorter one (tests/fuzz/CMakeLists.txt): an input
+ * that loops then costs a tenth of a second, not ten. */
+#ifndef ST__LUA_LOAD_LIMIT_S
 #define ST__LUA_LOAD_LIMIT_S 10.0
+#endif
 
 /* How much Lua memory a file's top level may hold while it is loaded: a
  * file that builds a huge string or table is a load error, not an

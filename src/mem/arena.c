@@ -479,7 +479,11 @@ void st__arena_use_source(st__arena_source_fn fn, void *ctx) {
 /* See arena.h. */
 int st__arena_file_id(const st__arena_t *a, uint64_t *dev, uint64_t *ino) {
   struct stat st;
-  if (a->fd < 0 || fstat(a->fd, &st) != 0) return 0;
+  /* Memory files only: the descriptors a CUDA driver exports can all share
+   * one inode (an anonymous inode of the driver), so equal numbers would
+   * not mean one allocation there. */
+  if (a->kind != ST__ARENA_CPU || a->fd < 0 || fstat(a->fd, &st) != 0 || !S_ISREG(st.st_mode))
+    return 0;
   *dev = (uint64_t)st.st_dev;
   *ino = (uint64_t)st.st_ino;
   return 1;

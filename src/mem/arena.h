@@ -280,9 +280,11 @@ int st__arena_import(const st__arena_desc_t *d, int fd, st__arena_t **out, char 
  * still owns fd and the charge). Any thread. */
 st__arena_t *st__arena_adopt_cuda_import(int fd, uint64_t bytes, int ordinal, const char *uuid);
 
-/* The memory file the arena keeps open, as the kernel names it (its
+/* The memory file a CPU arena keeps open, as the kernel names it (its
  * device and inode: two descriptors of one memfd name the same file):
- * 1 with *dev and *ino set, 0 when it keeps no descriptor. Any thread. */
+ * 1 with *dev and *ino set; 0 for an arena with no memory file (CUDA
+ * arenas among them: a driver's exported descriptors can share one
+ * inode). Any thread. */
 int st__arena_file_id(const st__arena_t *a, uint64_t *dev, uint64_t *ino);
 
 /* What the ledger holds for the arena: its device (-1: the CPU), bytes
