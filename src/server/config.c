@@ -119,9 +119,10 @@ static const st__setting_t pool_rows[] = {
                     "0 = no pools)",
      .zero = "no pools"},
     {.name = "cuda_slab_bytes", .type = ST_SET_INT, INT_FIELD(pool_cuda_slab_bytes),
-     .lo = 4096, .hi = INT64_C(1) << 40, .def = 32 << 20,
-     .description = "the first slab (a VMM allocation) of a connection's result pool on a CUDA "
-                    "device; each next one doubles"},
+     .lo = 4096, .hi = INT64_C(1) << 40, .def = 2 << 20,
+     .description = "the first slab (a VMM allocation, rounded up to the device's granularity) "
+                    "of a connection's result pool on a CUDA device, or the first result's size "
+                    "when larger; each next one doubles"},
     {.name = "cuda_max_bytes_per_connection", .type = ST_SET_INT, INT_FIELD(pool_cuda_max_bytes),
      .lo = 0, .hi = INT64_C(1) << 50, .def = INT64_C(1) << 30,
      .description = "slab bytes one connection's pool may hold on one CUDA device (at most a "
@@ -190,9 +191,10 @@ static const st__setting_t quotas_rows[] = {
      .zero = "a quarter of the memory budgets"},
     {.name = "pool_bytes", .type = ST_SET_INT, QUOTA(ST__UIDQ_POOL_BYTES), .lo = 0,
      .hi = INT64_C(1) << 60, .def = 0,
-     .description = "CPU slab bytes of one uid's result pools, all its connections, root's "
-                    "too (0 = a quarter of memory_budget.cpu; none without a budget)",
-     .zero = "a quarter of memory_budget.cpu"},
+     .description = "slab bytes of one uid's result pools, all its connections and devices, "
+                    "root's too (0 = a quarter of the memory_budget entries together; none "
+                    "without a budget)",
+     .zero = "a quarter of the memory budgets"},
     {.name = NULL},
 };
 
@@ -482,7 +484,7 @@ void st__config_quotas(const st__config_t *cfg, uint64_t fd_cap, uint64_t out[ST
       [ST__UIDQ_TASKS] = (uint64_t)cfg->task_capacity,
       [ST__UIDQ_FDS] = fd_cap,
       [ST__UIDQ_PINNED_BYTES] = budgets,
-      [ST__UIDQ_POOL_BYTES] = cfg->nbudgets ? cfg->budgets[0].bytes : 0,
+      [ST__UIDQ_POOL_BYTES] = budgets,
   };
   if (lowered) *lowered = 0;
   for (int k = 0; k < ST__UIDQ_NKINDS; k++) {

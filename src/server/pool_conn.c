@@ -35,15 +35,15 @@ static uint64_t result_cap(const st__config_t *cfg, uint64_t cap) {
 
 /* ------------------------------------------------------ per-uid account
  *
- * The CPU slab bytes of the pools of one uid's connections are charged to
- * its quotas.pool_bytes (mem/uidq.h; a quarter of memory_budget.cpu by
- * default). A pool keeps the uid it charges (pools outlive their
+ * The slab bytes of the pools of one uid's connections, CPU and CUDA
+ * alike, are charged to its quotas.pool_bytes (mem/uidq.h; a quarter of
+ * the memory_budget entries together by default). A pool keeps the uid it charges (pools outlive their
  * connection while regions are in use) and calls in under its own mutex,
  * from any thread. */
 
 static int uid_charge(void *ctx, int device, int64_t bytes) {
   uid_t uid = *(const uid_t *)ctx;
-  if (device >= 0) return 0;   /* CUDA slabs: each device's cap and budget */
+  (void)device;   /* every device's slabs count; each device keeps its cap too */
   if (bytes < 0) {
     st__uidq_uncharge(uid, ST__UIDQ_POOL_BYTES, (uint64_t)-bytes);
     return 0;

@@ -25,7 +25,10 @@
  *     waits for it;
  *   - slabs shrink: with pool.idle_s = 0.2, slabs of 2, 4 and 8 MiB whose
  *     results were all freed retire but the oldest, and the device gets
- *     their memory back (server and client both let go).
+ *     their memory back (server and client both let go);
+ *   - under the defaults the first CUDA slab is one 2 MiB granule, and
+ *     CUDA slabs count in the uid's quotas.pool_bytes: past it, results
+ *     get allocations of their own (pool_fallbacks), every one correct.
  */
 #define PK_WITH_CUDA
 #include <signal.h>
@@ -443,6 +446,42 @@ TEST(idle_cuda_slabs_retire) {
                           endpoints, shrink_body) == 0);
 }
 
+/* ------------------------------------------------ per-uid bytes, small first slab */
+
+/* Under the defaults the first CUDA slab is one 2 MiB granule; with
+ * quotas.pool_bytes = 6 MiB, 1 MiB results fill slabs of 2 and 4 MiB,
+ * and the next (8 MiB) would pass the quota: the results past it get
+ * allocations of their own, every one correct. */
+static void quota_body(stt_server_t *s) {
+  rc_t keep = M;
+  CHECK(rc_open(&M, s->socket) == 0);
+  st_client_t *c = stt_client_open(s->socket);
+  CHECK(c);
+  st_result_t *tiny = fill(c, 7.0f);
+  CHECK(tiny && holds(tiny, 7.0f));
+  CHECK_EQ_INT(pool_bytes(), 2 * MiB);   /* not 32 MiB for 4 KB */
+  st_result_free(tiny);
+  enum { HELD = 8 };
+  int64_t fallbacks = rc_info_int(&M, "counters.pool_fallbacks");
+  st_result_t *r[HELD];
+  for (int i = 0; i < HELD; i++) CHECK((r[i] = make_mib(c, (float)i)) != NULL);
+  CHECK_EQ_INT(pool_bytes(), 6 * MiB);
+  CHECK(rc_info_int(&M, "counters.pool_fallbacks") - fallbacks >= 2);
+  for (int i = 0; i < HELD; i++) {
+    CHECK(mib_holds(r[i], (float)i));
+    st_result_free(r[i]);
+  }
+  st_client_close(c);
+  CHECK(wait_pool_empty() == 0);
+  rc_close(&M);
+  M = keep;
+}
+
+TEST(cuda_slabs_start_small_and_count_in_the_uids_pool_bytes) {
+  CHECK(pk_run_own_server("workers = 1, pool = { idle_s = 0 }, quotas = { pool_bytes = 6291456 },",
+                          endpoints, quota_body) == 0);
+}
+
 int main(int argc, char **argv) {
   gk_require_device();
   pk_dev = "cuda";
@@ -463,6 +502,7 @@ int main(int argc, char **argv) {
 #endif
   RUN(budgets_count_cuda_slabs);
   RUN(idle_cuda_slabs_retire);
+  RUN(cuda_slabs_start_small_and_count_in_the_uids_pool_bytes);
   rc_close(&M);
   return stt_server_finish(&srv);
 }
