@@ -90,7 +90,11 @@ void st__pool_conn_hello(st__conn_t *c, const msgpack_object *features) {
 }
 
 void st__pool_conn_job(const st__endpoint_decl_t *ep, st__conn_t *c, st__job_t *job) {
-  if (ep->managed || ep->cache || ep->singleflight) return;
+  /* Objects other connections can be handed (cached, singleflight) keep
+   * arenas of their own; a managed object is its caller's alone, so it
+   * may sit in the caller's slabs (its lease and refcount unchanged: the
+   * region returns once the object is gone and the client freed it). */
+  if (ep->cache || ep->singleflight) return;
   if (!c || c->dead || !c->pool) return;
   st__mpool_ref(c->pool);
   job->alloc_pool = c->pool;

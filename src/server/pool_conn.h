@@ -31,8 +31,9 @@ void st__pool_conn_sweep(st__server_t *srv);
 void st__pool_conn_hello(st__conn_t *c, const msgpack_object *features);
 
 /* A build of `ep` for connection c (a call, or the task it submits; NULL:
- * none): gives the job a reference on c's pool when the endpoint keeps
- * nothing (no object). */
+ * none): gives the job a reference on c's pool when no other connection
+ * can be handed the result (not cached, not singleflight; a managed
+ * object is its caller's). */
 void st__pool_conn_job(const st__endpoint_decl_t *ep, st__conn_t *c, st__job_t *job);
 
 /* The workers' prepare hook (engine/workers.h): the VM's own, then the job's

@@ -4,6 +4,8 @@
  *   - thousands of calls with random frees (some from another thread,
  *     some through st_result_ref): every held result keeps its bytes, no
  *     two held results overlap, and descriptors go once per slab;
+ *   - a managed endpoint's fresh results are regions too, each with its
+ *     object and lease (release destroys it; the slab goes once);
  *   - results outlive st_client_close: they stay readable, and freeing
  *     them later writes into no freed memory;
  *   - a forked child that frees an inherited result frees nothing;
@@ -51,6 +53,9 @@ static const stt_endpoint_t endpoints[] = {
     {"big.lua",
      "return st.endpoint{ name = 'big', params = { n = 1 },\n"
      "  build = function(a) return st.zeros{ a.n, dtype = 'uint8' } end }\n"},
+    {"mfill.lua",
+     "return st.endpoint{ name = 'mfill', managed = true, params = { v = 0, n = 1024 },\n"
+     "  build = function(a) return st.full{ a.n, value = a.v, dtype = 'float32' } end }\n"},
     {NULL, NULL}};
 
 static int64_t info(const char *section, const char *key) {
@@ -85,6 +90,38 @@ static int holds(const st_result_t *r, float v) {
   for (int i = 0; i < N; i++)
     if (((const float *)t->data)[i] != v) return 0;
   return 1;
+}
+
+/* ------------------------------------------------ managed results */
+
+/* A managed endpoint's fresh result is a region of the caller's pool with
+ * its object and lease as before: 300 calls, each released and freed,
+ * send the slab and the page once; each reply names a new object with
+ * one lease, which release gives back (the object is destroyed); the
+ * server ends with no object and its pool bytes only. */
+TEST(managed_fresh_results_are_regions_with_their_lease) {
+  OPEN_CLIENT(c, srv.socket);
+  int64_t sent = info("counters", "fds_sent"), objects = info("objects", "count");
+  uint64_t last = 0;
+  for (int i = 0; i < 300; i++) {
+    st_result_t *r = stt_call_ints(c, "mfill", (const char *const[]){"v"},
+                                   (const int64_t[]){i}, 1);
+    CHECK(r && holds(r, (float)i));
+    st_object_info_t o;
+    CHECK(st_result_object(r, &o) == ST_OK);
+    CHECK(o.managed && o.lease && o.refcount == 1 && !o.cached && o.id > last);
+    last = o.id;
+    int released = 0, destroyed = 0;
+    CHECK(st_client_release(c, o.id, &released, &destroyed, NULL) == ST_OK);
+    CHECK(released && destroyed);
+    CHECK(holds(r, (float)i));   /* the client's mapping outlives the object */
+    st_result_free(r);
+  }
+  CHECK(info("counters", "fds_sent") - sent <= 2);   /* the slab, the page */
+  CHECK_EQ_INT(info("objects", "count"), objects);
+  CHECK(pool_bytes() > 0);
+  st_client_close(c);
+  CHECK_EQ_INT(wait_pool_bytes(0), 0);
 }
 
 static void *free_on_thread(void *r) {
@@ -349,6 +386,7 @@ int main(int argc, char **argv) {
                          "workers = 1, pool = { slab_bytes = 262144, max_bytes_per_connection = 524288 },",
                          endpoints);
   RUN(held_results_keep_their_bytes_under_random_frees);
+  RUN(managed_fresh_results_are_regions_with_their_lease);
   RUN(results_outlive_close);
   RUN(a_forked_child_freeing_a_result_frees_nothing);
   RUN(a_sigkilled_client_gives_its_slabs_back);
