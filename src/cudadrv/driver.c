@@ -13,6 +13,7 @@
 #include "cudadrv/driver.h"
 
 #include <ctype.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +87,7 @@ static void load_api(void) {
   LOAD(cuDeviceGet);
   LOAD(cuDeviceGetCount);
   LOAD(cuDeviceGetUuid);
+  LOAD(cuDeviceGetAttribute);
   LOAD(cuDevicePrimaryCtxRetain);
   LOAD(cuDevicePrimaryCtxRelease);
   LOAD(cuCtxSetCurrent);
@@ -95,6 +97,7 @@ static void load_api(void) {
   LOAD(cuMemRelease);
   LOAD(cuMemExportToShareableHandle);
   LOAD(cuMemImportFromShareableHandle);
+  LOAD(cuMemGetAllocationPropertiesFromHandle);
   LOAD(cuMemAddressReserve);
   LOAD(cuMemAddressFree);
   LOAD(cuMemMap);
@@ -334,6 +337,26 @@ int st__cuda_mem_info(int ordinal, uint64_t *free_bytes, uint64_t *total_bytes, 
   return rc;
 }
 
+/* Per device: 0 not asked yet, 1 no, 2 yes (st__cuda_gpudirect_rdma). */
+static _Atomic int gdr_of[MAX_DEVICES];
+
+/* See driver.h. Any thread; two threads asking at once both ask the
+ * driver and store the same answer. */
+int st__cuda_gpudirect_rdma(int ordinal) {
+  if (ordinal < 0 || ordinal >= MAX_DEVICES) return 0;
+  int known = atomic_load(&gdr_of[ordinal]);
+  if (known) return known == 2;
+  const st__cuda_api_t *a = st__cuda_api(NULL, 0);
+  CUdevice dev;
+  int v = 0;
+  if (!a || get_device(a, ordinal, &dev, NULL, 0) != ST_OK ||
+      a->cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED,
+                              dev) != CUDA_SUCCESS)
+    v = 0;
+  atomic_store(&gdr_of[ordinal], v ? 2 : 1);
+  return v != 0;
+}
+
 /* See driver.h. Any thread. */
 void st__cuda_alloc_prop(int ordinal, CUmemAllocationProp *prop) {
   memset(prop, 0, sizeof *prop);
@@ -341,6 +364,7 @@ void st__cuda_alloc_prop(int ordinal, CUmemAllocationProp *prop) {
   prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop->location.id = ordinal;
+  prop->allocFlags.gpuDirectRDMACapable = (unsigned char)st__cuda_gpudirect_rdma(ordinal);
 }
 
 /* See driver.h. Any thread. */

@@ -50,6 +50,7 @@ typedef struct st__cuda_api {
   PFN_cuDeviceGet_v2000 cuDeviceGet;
   PFN_cuDeviceGetCount_v2000 cuDeviceGetCount;
   PFN_cuDeviceGetUuid_v11040 cuDeviceGetUuid;
+  PFN_cuDeviceGetAttribute_v2000 cuDeviceGetAttribute;
   PFN_cuDevicePrimaryCtxRetain_v7000 cuDevicePrimaryCtxRetain;
   PFN_cuDevicePrimaryCtxRelease_v11000 cuDevicePrimaryCtxRelease;
   PFN_cuCtxSetCurrent_v4000 cuCtxSetCurrent;
@@ -59,6 +60,7 @@ typedef struct st__cuda_api {
   PFN_cuMemRelease_v10020 cuMemRelease;
   PFN_cuMemExportToShareableHandle_v10020 cuMemExportToShareableHandle;
   PFN_cuMemImportFromShareableHandle_v10020 cuMemImportFromShareableHandle;
+  PFN_cuMemGetAllocationPropertiesFromHandle_v10020 cuMemGetAllocationPropertiesFromHandle;
   PFN_cuMemAddressReserve_v10020 cuMemAddressReserve;
   PFN_cuMemAddressFree_v10020 cuMemAddressFree;
   PFN_cuMemMap_v10020 cuMemMap;
@@ -111,8 +113,17 @@ int st__cuda_error(CUresult r, const char *what, char *err, size_t errlen);
 
 /* The allocation properties every VMM allocation of this project uses:
  * pinned device memory on `ordinal`, exportable as a POSIX descriptor
- * (never FABRIC). Fills *prop. Any thread. */
+ * (never FABRIC), and GPUDirect-RDMA capable where the device supports
+ * that for VMM allocations (st__cuda_gpudirect_rdma), so that a NIC can
+ * read and write it directly when peers move it (docs/multihost.md).
+ * Fills *prop. Any thread. */
 void st__cuda_alloc_prop(int ordinal, CUmemAllocationProp *prop);
+
+/* 1 when device `ordinal` supports the GPUDirect-RDMA flag on VMM
+ * allocations (CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED),
+ * else 0 (no device, no driver, or not supported). Asked of the driver
+ * once per device. Any thread. */
+int st__cuda_gpudirect_rdma(int ordinal);
 #endif
 
 /* ST_OK when the driver loaded and at least one device is visible;

@@ -26,12 +26,13 @@ static void describe_devices(msgpack_packer *pk, const st__devices_t *d) {
   msgpack_pack_array(pk, (size_t)d->count);
   for (int i = 0; i < d->count; i++) {
     const st__device_t *dev = &d->list[i];
-    msgpack_pack_map(pk, 5);
+    msgpack_pack_map(pk, 6);
     st__pack_kv_int(pk, "index", dev->index);
     st__pack_kv_str(pk, "kind", dev->kind);
     st__pack_kv_str(pk, "name", dev->name);
     st__pack_kv_str(pk, "uuid", dev->uuid);
     st__pack_kv_uint(pk, "memory_bytes", dev->memory_bytes);
+    st__pack_kv_bool(pk, "gpudirect_rdma", dev->gpudirect_rdma);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "cudadrv/driver.h"
 #include "mem/cuda.h"
 #include "server/server.h"
 #include "st/errors.h"
@@ -50,6 +51,7 @@ static void probe_cuda(st__devices_t *d) {
     snprintf(dev->name, sizeof dev->name, "%.127s", prop.name);
     format_uuid((const unsigned char *)prop.uuid.bytes, dev->uuid, sizeof dev->uuid);
     dev->memory_bytes = (uint64_t)prop.totalGlobalMem;
+    dev->gpudirect_rdma = st__cuda_gpudirect_rdma(i);
     d->cuda_count++;
   }
   if (d->cuda_count == 0)

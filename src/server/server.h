@@ -61,6 +61,8 @@ typedef struct st__device {
   char name[128];
   char uuid[48];              /* "GPU-xxxxxxxx-..." for CUDA, "" for cpu   */
   uint64_t memory_bytes;      /* total device memory (0 for cpu)           */
+  int gpudirect_rdma;         /* 1: VMM allocations get the GPUDirect-RDMA
+                                 flag (a NIC reads them directly)          */
 } st__device_t;
 
 typedef struct st__devices {
