@@ -30,6 +30,7 @@
 #include "common/log.h"
 #include "peer/link.h"
 #include "peer/peer.h"
+#include "peer/resolve.h"
 #include "peer/ssl_api.h"
 #include "peer/tls.h"
 #include "proto/proto.h"
@@ -59,6 +60,7 @@ typedef struct peer_rec {
   st__link_t *dialing;           /* our outgoing link being made          */
   double next_dial;              /* monotonic                             */
   double backoff;
+  int resolving;                 /* its host name is being resolved       */
 } peer_rec_t;
 
 typedef struct method_row {
@@ -87,6 +89,7 @@ struct st__peer {
   ev_io accept_io;
   ev_timer tick;
   ev_async wake;
+  st__resolver_t *resolver;      /* host names of peers, off the loop     */
   char listen_addr[96];
   int npeers;
   peer_rec_t peers[ST__PEER_MAX_PEERS];
@@ -204,6 +207,7 @@ static peer_rec_t *find_peer(const st__peer_t *p, const char *id, size_t len) {
 /* The state a peer is in now. */
 static st__peer_state_t state_of(const st__peer_t *p, const peer_rec_t *r) {
   if (r->up) return ST__PEER_UP;
+  if (r->resolving) return ST__PEER_CONNECTING;
   for (const st__link_t *l = p->links; l; l = l->next)
     if (l->peer == r && l->stage != ST__LINK_CLOSED)
       return l->stage == ST__LINK_CONNECT ? ST__PEER_CONNECTING : ST__PEER_HANDSHAKE;
@@ -888,24 +892,70 @@ static void tune_socket(int fd) {
   setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
 }
 
-/* Starts a dial of r. Resolution of a host name runs here (numeric
- * addresses never wait). */
+/* A failed attempt of r: the reason, the next attempt after the backoff. */
+static void dial_failed(st__peer_t *p, peer_rec_t *r) {
+  r->backoff = r->backoff ? r->backoff * 2 : BACKOFF_MIN_S;
+  if (r->backoff > BACKOFF_MAX_S) r->backoff = BACKOFF_MAX_S;
+  r->next_dial = st__now_mono() + r->backoff;
+  notify(p, r);
+}
+
+static void connect_to(st__peer_t *p, peer_rec_t *r, struct addrinfo *res);
+
+/* Starts a dial of r. A numeric address connects at once; a host name is
+ * resolved on a thread of its own (resolve.h: DNS may take seconds, the
+ * loop never waits for it) and connects when the answer comes. */
 static void dial(st__peer_t *p, peer_rec_t *r) {
   char host[256], port[16], err[512];
   r->next_dial = 0;
   if (split_addr("addr", r->e->addr, host, sizeof host, port, sizeof port, 0, err, sizeof err))
     return;
-  struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *res = NULL;
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+                           .ai_flags = AI_NUMERICSERV | AI_NUMERICHOST},
+                  *res = NULL;
   int g = getaddrinfo(host, port, &hints, &res);
-  if (g != 0 || !res) {
-    snprintf(r->last_error, sizeof r->last_error, "cannot resolve %s: %s", r->e->addr,
-             gai_strerror(g));
-    r->backoff = r->backoff ? r->backoff * 2 : BACKOFF_MIN_S;
-    if (r->backoff > BACKOFF_MAX_S) r->backoff = BACKOFF_MAX_S;
-    r->next_dial = st__now_mono() + r->backoff;
-    notify(p, r);
+  if (g == 0 && res) {
+    connect_to(p, r, res);
     return;
   }
+  if (g != EAI_NONAME) {
+    snprintf(r->last_error, sizeof r->last_error, "cannot resolve %s: %s", r->e->addr,
+             gai_strerror(g));
+    dial_failed(p, r);
+    return;
+  }
+  if (st__resolver_start(p->resolver, host, port, (uint64_t)(r - p->peers), err, sizeof err) !=
+      ST_OK) {
+    say(r->last_error, sizeof r->last_error, "cannot resolve %s: %s", r->e->addr, err);
+    dial_failed(p, r);
+    return;
+  }
+  r->resolving = 1;
+  notify(p, r);
+}
+
+/* The resolver's answer for peer number `tag` (loop thread). */
+static void on_resolved(void *ctx, uint64_t tag, struct addrinfo *res, int gai_error,
+                        int sys_errno) {
+  st__peer_t *p = ctx;
+  peer_rec_t *r = tag < (uint64_t)p->npeers ? &p->peers[tag] : NULL;
+  if (!r || p->stopping) {
+    if (res) freeaddrinfo(res);
+    return;
+  }
+  r->resolving = 0;
+  if (!res) {
+    snprintf(r->last_error, sizeof r->last_error, "cannot resolve %s: %s", r->e->addr,
+             gai_error == EAI_SYSTEM ? strerror(sys_errno) : gai_strerror(gai_error));
+    dial_failed(p, r);
+    return;
+  }
+  connect_to(p, r, res);
+}
+
+/* Connects r to the first address of res (freed here). */
+static void connect_to(st__peer_t *p, peer_rec_t *r, struct addrinfo *res) {
+  char err[512];
   int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     snprintf(r->last_error, sizeof r->last_error, "socket: %s", strerror(errno));
@@ -921,10 +971,7 @@ static void dial(st__peer_t *p, peer_rec_t *r) {
   if (c != 0 && errno != EINPROGRESS) {
     snprintf(r->last_error, sizeof r->last_error, "connect to %s: %s", remote, strerror(errno));
     close(fd);
-    r->backoff = r->backoff ? r->backoff * 2 : BACKOFF_MIN_S;
-    if (r->backoff > BACKOFF_MAX_S) r->backoff = BACKOFF_MAX_S;
-    r->next_dial = st__now_mono() + r->backoff;
-    notify(p, r);
+    dial_failed(p, r);
     return;
   }
   st__link_t *l;
@@ -1086,7 +1133,9 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents) {
   /* Dials due. */
   for (int i = 0; i < p->npeers && !p->stopping; i++) {
     peer_rec_t *r = &p->peers[i];
-    if (r->e->addr && !r->up && !r->dialing && r->next_dial && now >= r->next_dial) dial(p, r);
+    if (r->e->addr && !r->up && !r->dialing && !r->resolving && r->next_dial &&
+        now >= r->next_dial)
+      dial(p, r);
   }
 }
 
@@ -1175,6 +1224,19 @@ int st__peer_start(struct ev_loop *loop, const st__peer_conf_t *conf,
   ev_async_init(&p->wake, on_wake);
   p->wake.data = p;
   ev_async_start(loop, &p->wake);
+  if (st__resolver_new(loop, on_resolved, p, &p->resolver) != ST_OK) {
+    snprintf(err, errlen, "out of memory");
+    ev_timer_stop(loop, &p->tick);
+    ev_async_stop(loop, &p->wake);
+    if (p->lfd >= 0) {
+      ev_io_stop(loop, &p->accept_io);
+      close(p->lfd);
+    }
+    free_engines(p);
+    st__tls_ctx_free(p->tls);
+    free(p);
+    return ST_ERR_OUT_OF_MEMORY;
+  }
   if (conf->listen)
     ST_LOG_I(WHO, "server '%s' listening for peers on %s (TLS 1.3, %s); %d peer(s)", conf->id,
              p->listen_addr, st__tls_ctx_mode(p->tls), p->npeers);
@@ -1206,6 +1268,7 @@ void st__peer_stop(st__peer_t *p) {
   }
   ev_timer_stop(p->loop, &p->tick);
   ev_async_stop(p->loop, &p->wake);
+  st__resolver_free(p->resolver);
   free_engines(p);
   st__tls_ctx_free(p->tls);
   free(p);

@@ -16,6 +16,8 @@
  *   ST_FAULT_ARM=PATH   calls are counted (and failed) only while PATH
  *                       exists, so that the server's start does not count
  *   ST_FAULT_TRACE=1    every intercepted call is logged on stderr
+ *   ST_FAULT_GAI_DELAY_MS=N   getaddrinfo of a host name (not a numeric
+ *                       address) first sleeps N ms: a slow DNS server
  *
  * Each injected failure writes "st_fault: injected <call> -> <error>" on
  * stderr (the server log), so a test can tell that it fired.
@@ -37,6 +39,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -45,6 +48,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -191,6 +195,21 @@ EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off
 
 EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
   return mmap(addr, len, prot, flags, fd, off);
+}
+
+/* A slow DNS server: names wait ST_FAULT_GAI_DELAY_MS before the real
+ * resolution; numeric addresses (AI_NUMERICHOST) never do. */
+EXPORT int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
+                       struct addrinfo **res) {
+  const char *d = getenv("ST_FAULT_GAI_DELAY_MS");
+  if (d && node && !(hints && (hints->ai_flags & AI_NUMERICHOST))) {
+    long ms = strtol(d, NULL, 10);
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (ms > 0 && nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+  }
+  REAL(getaddrinfo);
+  return real_getaddrinfo(node, service, hints, res);
 }
 
 EXPORT int accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags) {

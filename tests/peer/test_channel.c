@@ -6,8 +6,10 @@
  * `peers`, and both servers serve on; a listener without trust and a key
  * file others can read stop the start; a non-peer method on the TCP port
  * closes the link; a killed peer comes back; descriptors return to their
- * count. */
+ * count; a peer named by a host name that resolves slowly never holds
+ * the loop. */
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -231,6 +233,83 @@ TEST(non_peer_method_closes_the_link) {
   stt_server_cleanup(&a);
 }
 
+/* The longest ping of server s over `ms` milliseconds of back-to-back
+ * pings on one connection; -1 when one failed. */
+static double longest_ping(const stt_server_t *s, double ms) {
+  int fd = stt_connect(s->socket);
+  if (fd < 0) return -1;
+  double worst = 0, end = stt_now_ms() + ms;
+  for (uint32_t id = 1; stt_now_ms() < end; id++) {
+    double t0 = stt_now_ms();
+    if (stt_ping(fd, id) != 0) {
+      close(fd);
+      return -1;
+    }
+    double dt = stt_now_ms() - t0;
+    if (dt > worst) worst = dt;
+    stt_sleep_ms(5);
+  }
+  close(fd);
+  return worst;
+}
+
+/* A peer named by host name, behind a DNS server that takes 2 s per
+ * answer (the fault shim's ST_FAULT_GAI_DELAY_MS): the link comes up
+ * through the name, and while the peer is gone and every redial waits
+ * for the name, the server answers pings within a fraction of that (the
+ * resolution runs off the loop; before, each redial held the loop 2 s). */
+TEST(a_slow_host_name_never_stalls_the_loop) {
+  const char *shim = getenv("ST_FAULT_LIB");
+  if (!shim) {
+    fprintf(stderr, "   ST_FAULT_LIB not set: not tested\n");
+    return;
+  }
+  /* Listen where "localhost" points first for this host. */
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+  CHECK(getaddrinfo("localhost", "1", &hints, &res) == 0 && res);
+  if (!res) return;
+  const char *listen = res->ai_family == AF_INET6 ? "[::1]:0" : "127.0.0.1:0";
+  freeaddrinfo(res);
+  stt_server_t a, b;
+  stt_server_init(&a);
+  stt_server_init(&b);
+  char key[400], addr[128];
+  make_key(a.dir, "k", key, sizeof key);
+  peer_config(&a, "peer = { id = 'a', listen = '%s', secret = '%s', peers = { b = {} } },", listen,
+              key);
+  CHECK(stt_server_start(&a) == 0);
+  listen_addr(&a, addr, sizeof addr);
+  const char *port = strrchr(addr, ':');
+  CHECK(port != NULL);
+  peer_config(&b, "peer = { id = 'b', secret = '%s', peers = { a = 'localhost%s' } },", key,
+              port ? port : ":1");
+  setenv("LD_PRELOAD", shim, 1);
+  setenv("ST_FAULT_GAI_DELAY_MS", "2000", 1);
+  int started = stt_server_start(&b);
+  unsetenv("LD_PRELOAD");
+  unsetenv("ST_FAULT_GAI_DELAY_MS");
+  CHECK(started == 0);
+  /* Resolving: b serves meanwhile, then the link comes up by the name. */
+  double during_start = longest_ping(&b, 1000);
+  CHECK(during_start >= 0 && during_start < 1000);
+  CHECK(wait_peer(&b, "a", "up", NULL));
+  /* a goes: b redials every backoff, each dial waiting 2 s for the name. */
+  kill(a.pid, SIGKILL);
+  waitpid(a.pid, NULL, 0);
+  a.pid = 0;
+  CHECK(wait_peer(&b, "a", "down", NULL) || wait_peer(&b, "a", "connecting", NULL));
+  double during_redials = longest_ping(&b, 5000);
+  fprintf(stderr, "   longest ping: %.1f ms while starting, %.1f ms while redialling\n",
+          during_start, during_redials);
+  CHECK(during_redials >= 0 && during_redials < 1000);
+  char *log = stt_server_log(&b);
+  CHECK(log && strstr(log, "fatal") == NULL);
+  free(log);
+  CHECK(stt_server_stop(&b) == 0);
+  stt_server_cleanup(&b);
+  stt_server_cleanup(&a);
+}
+
 /* openssl: a CA and a certificate for `cn` signed by it. */
 static int sh(const char *cmd) {
   stt_proc_t p;
@@ -305,5 +384,6 @@ int main(void) {
   RUN(bad_trust_stops_the_start);
   RUN(non_peer_method_closes_the_link);
   RUN(certificates);
+  RUN(a_slow_host_name_never_stalls_the_loop);
   return stt_summary();
 }
