@@ -74,7 +74,7 @@ static uint64_t task_in(const char *text) {
 
 TEST(progress_while_no_byte_moves) {
   CHECK(rk_put(ALPHA.socket, "w/slow", 2) >= 1);
-  pid_t helper = (pid_t)rk_info_int(&ALPHA, "transfers.helper_pid");
+  pid_t helper = (pid_t)server_info_int(&ALPHA, "transfers.helper_pid");
   CHECK(helper > 0 && kill(helper, SIGSTOP) == 0);
   /* Not a terminal: a progress line a second; --timeout gives up (exit
    * 4) and leaves the pull running. */
@@ -88,7 +88,7 @@ TEST(progress_while_no_byte_moves) {
   CHECK_EQ_INT(STCLI(SOCK, "status", ids), 0);
   CHECK_CONTAINS(R.out, "running");
   CHECK_EQ_INT(STCLI(SOCK, "cancel", ids), 0);
-  CHECK(rk_wait_info(&BETA, "transfers.pulls", 0));
+  CHECK(server_wait_info(&BETA, "transfers.pulls", 0));
   /* On a terminal: a bar; Ctrl-C cancels the pull, which leaves nothing. */
   stt_proc_t p;
   const char *args[] = {"--socket", BETA.socket, "pull", "w/slow", "--from", "alpha", NULL};
@@ -103,8 +103,8 @@ TEST(progress_while_no_byte_moves) {
   if (helper > 0) kill(helper, SIGCONT);
   CHECK_EQ_INT(STCLI(SOCK, "get", "w/slow"), 1);
   CHECK_CONTAINS(R.err, "NOT_FOUND");
-  CHECK(rk_wait_info(&BETA, "transfers.pulls", 0));
-  CHECK(rk_wait_info(&ALPHA, "transfers.lends", 0));
+  CHECK(server_wait_info(&BETA, "transfers.pulls", 0));
+  CHECK(server_wait_info(&ALPHA, "transfers.lends", 0));
   /* With the helper back, the same pull completes. */
   CHECK_EQ_INT(STCLI(SOCK, "pull", "w/slow", "--from", "alpha"), 0);
   CHECK(rk_holds(BETA.socket, "w/slow", 0, 2));

@@ -164,14 +164,14 @@ TEST(refusals_are_clear_errors) {
 
 TEST(a_cancelled_pull_leaves_nothing) {
   CHECK(rk_put(ALPHA.socket, "w/slow", 3) >= 1);
-  int64_t used0 = rk_info_int(&BETA, "memory.cpu.used_bytes");
+  int64_t used0 = server_info_int(&BETA, "memory.cpu.used_bytes");
   /* alpha's helper stopped: the transfer opens and no byte moves. */
-  pid_t helper = (pid_t)rk_info_int(&ALPHA, "transfers.helper_pid");
+  pid_t helper = (pid_t)server_info_int(&ALPHA, "transfers.helper_pid");
   CHECK(helper > 0 && kill(helper, SIGSTOP) == 0);
   CONNECT(c, BETA);
   uint64_t id = 0;
   CHECK_EQ_INT(st_client_pull(c, "w/slow", "alpha", NULL, &id), ST_OK);
-  CHECK(rk_wait_info(&ALPHA, "transfers.lends", 1));
+  CHECK(server_wait_info(&ALPHA, "transfers.lends", 1));
   st_result_t *info = NULL;
   CHECK_EQ_INT(st_client_task_cancel(c, id, &info), ST_OK);
   st_result_free(info);
@@ -181,8 +181,8 @@ TEST(a_cancelled_pull_leaves_nothing) {
   CHECK_EQ_INT(st_client_task_result(c, id, &r), ST_ERR_CANCELLED);
   if (helper > 0) kill(helper, SIGCONT);
   CHECK_EQ_INT(st_client_get(c, "w/slow", 0, 0, &r, NULL), ST_ERR_NOT_FOUND);
-  CHECK(rk_wait_info(&BETA, "memory.cpu.used_bytes", used0));
-  CHECK(rk_wait_info(&ALPHA, "transfers.lends", 0));
+  CHECK(server_wait_info(&BETA, "memory.cpu.used_bytes", used0));
+  CHECK(server_wait_info(&ALPHA, "transfers.lends", 0));
   st_client_close(c);
 }
 

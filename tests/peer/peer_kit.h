@@ -1,12 +1,18 @@
-/* What the peer tests share (tests/peer): key files, the peer table of a
- * test server, its listen address and `peers` entries, waits on a link's
- * state, settled descriptor counts. Each function is static inline: every test
- * program of this folder includes it once. */
+/* What the peer tests share (tests/peer, and the client and CLI tests of
+ * pulls through remote_kit.h): key files, the peer table of a test
+ * server, its listen address and `peers` entries, waits on a link's
+ * state, settled descriptor counts, info figures, sealed memfds of a byte
+ * pattern, and pull tasks over the raw wire. Each function is static
+ * inline: every test program includes it once. */
 #ifndef ST_TESTS_PEER_KIT_H
 #define ST_TESTS_PEER_KIT_H
 
+#include <fcntl.h>
 #include <stdarg.h>
+#include <stdint.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "wire.h"
 
@@ -121,6 +127,79 @@ static inline int start_pair(stt_server_t *a, stt_server_t *b, const char *key_a
   peer_config(b, "peer = { id = '%s', listen = '127.0.0.1:0', secret = '%s', "
               "peers = { a = '%s' } },", b_id, key_b, addr);
   return stt_server_start(b);
+}
+
+/* info's integer at `path` ("transfers.helper_pid") on s, or -1. */
+static inline int64_t server_info_int(const stt_server_t *s, const char *path) {
+  rc_t c;
+  if (rc_open(&c, s->socket) != 0) return -1;
+  int64_t v = rc_info_int(&c, path);
+  rc_close(&c);
+  return v;
+}
+
+/* Polls until info's `path` on s is `want`: 1, or 0 after 20 s (said). */
+static inline int server_wait_info(const stt_server_t *s, const char *path, int64_t want) {
+  double end = stt_now_ms() + 20000;
+  int64_t v = -1;
+  while (stt_now_ms() < end) {
+    if ((v = server_info_int(s, path)) == want) return 1;
+    stt_sleep_ms(20);
+  }
+  fprintf(stderr, "   %s on %s is %lld, wanted %lld\n", path, s->dir, (long long)v,
+          (long long)want);
+  return 0;
+}
+
+/* A memfd of `bytes` sealed against shrinking and growing whose byte i
+ * is pattern(i, k); -1 when it could not be made. */
+static inline int pattern_memfd(size_t bytes, int k, uint8_t (*pattern)(size_t i, int k)) {
+  int fd = rc_memfd_with(bytes, 0, 1);
+  if (fd < 0) return -1;
+  uint8_t *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    close(fd);
+    return -1;
+  }
+  for (size_t i = 0; i < bytes; i++) p[i] = pattern(i, k);
+  munmap(p, bytes);
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* Starts a pull over the raw connection c with the params map's inside
+ * (e.g. "key: 'w', from: 'a'"): the task id, or 0 (said). */
+static inline uint64_t pull_task(rc_t *c, const char *params) {
+  msg_t m;
+  uint64_t id = 0;
+  if (rc_rpcf(c, &m, "[0, 1, 'pull', [{%s}]]", params) == 1 && !m.error)
+    id = (uint64_t)obj_int(obj_get(m.result, "task_id"));
+  if (!id)
+    fprintf(stderr, "   pull {%s}: %s\n", params,
+            m.error ? obj_str(obj_get(m.error, "message")) : "no task id in the reply");
+  msg_free(&m);
+  return id;
+}
+
+/* Waits (60 s at most) for task id to end: its status ("completed", ...)
+ * and error message copied out ("" when none). */
+static inline void wait_task(rc_t *c, uint64_t id, char *status, char *err, size_t len) {
+  msg_t m;
+  status[0] = err[0] = '\0';
+  if (rc_rpcf(c, &m, "[0, 2, 'wait', [{task_id: %llu, timeout: 60}]]", (unsigned long long)id) ==
+          1 &&
+      !m.error) {
+    snprintf(status, len, "%s", obj_str(obj_get(m.result, "status")));
+    const msgpack_object *e = obj_get(m.result, "error");
+    if (e && e->type == MSGPACK_OBJECT_MAP) snprintf(err, len, "%s", obj_str(obj_get(e, "message")));
+  } else {
+    fprintf(stderr, "   wait for task %llu: %s\n", (unsigned long long)id,
+            m.error ? obj_str(obj_get(m.error, "message")) : "no reply");
+  }
+  msg_free(&m);
 }
 
 #endif

@@ -215,26 +215,4 @@ static inline int rk_holds(const char *socket, const char *name, uint64_t versio
   return ok;
 }
 
-/* info's integer at `path` ("transfers.helper_pid") on s, or -1. */
-static inline int64_t rk_info_int(const stt_server_t *s, const char *path) {
-  rc_t c;
-  if (rc_open(&c, s->socket) != 0) return -1;
-  int64_t v = rc_info_int(&c, path);
-  rc_close(&c);
-  return v;
-}
-
-/* Polls until info's `path` on s is `want`: 1, or 0 after 20 s (said). */
-static inline int rk_wait_info(const stt_server_t *s, const char *path, int64_t want) {
-  double end = stt_now_ms() + 20000;
-  int64_t v = -1;
-  while (stt_now_ms() < end) {
-    if ((v = rk_info_int(s, path)) == want) return 1;
-    stt_sleep_ms(20);
-  }
-  fprintf(stderr, "   %s on %s is %lld, wanted %lld\n", path, s->dir, (long long)v,
-          (long long)want);
-  return 0;
-}
-
 #endif

@@ -58,19 +58,11 @@ static int namespaces_up(void) {
   return 0;
 }
 
-/* A sealed memfd of `bytes` whose byte i is (i * 7 + k) & 0xff. */
-static int pattern_memfd(size_t bytes, int k) {
-  int fd = rc_memfd_with(bytes, 0, 1);
-  uint8_t *p = fd >= 0 ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
-  if (p == MAP_FAILED) return -1;
-  for (size_t i = 0; i < bytes; i++) p[i] = (uint8_t)(i * 7 + (size_t)k);
-  munmap(p, bytes);
-  fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
-  return fd;
-}
+/* Byte i of arena k of the test's key. */
+static uint8_t pattern(size_t i, int k) { return (uint8_t)(i * 7 + (size_t)k); }
 
 static int put_key(const char *name, size_t bytes) {
-  int fds[2] = {pattern_memfd(bytes, 0), pattern_memfd(bytes, 1)};
+  int fds[2] = {pattern_memfd(bytes, 0, pattern), pattern_memfd(bytes, 1, pattern)};
   rc_t c;
   msg_t m;
   if (fds[0] < 0 || fds[1] < 0 || rc_open(&c, A.socket) != 0) return 0;
@@ -96,7 +88,7 @@ static int b_holds(const char *name, size_t bytes) {
     /* The arenas come in the order the value names them: a, then b. */
     uint8_t *p = mmap(NULL, bytes, PROT_READ, MAP_SHARED, c.fds[k], 0);
     ok = p != MAP_FAILED;
-    for (size_t i = 0; ok && i < bytes; i++) ok = p[i] == (uint8_t)(i * 7 + (size_t)k);
+    for (size_t i = 0; ok && i < bytes; i++) ok = p[i] == pattern(i, k);
     if (p != MAP_FAILED) munmap(p, bytes);
   }
   msg_free(&m);
@@ -104,55 +96,27 @@ static int b_holds(const char *name, size_t bytes) {
   return ok;
 }
 
-static uint64_t pull(rc_t *c, const char *name) {
-  msg_t m;
-  uint64_t id = 0;
-  if (rc_rpcf(c, &m, "[0, 1, 'pull', [{key: '%s', from: 'a'}]]", name) == 1 && !m.error)
-    id = (uint64_t)obj_int(obj_get(m.result, "task_id"));
-  msg_free(&m);
-  return id;
-}
-
-static void wait_task(rc_t *c, uint64_t id, char *status, char *err, size_t len) {
-  msg_t m;
-  status[0] = err[0] = '\0';
-  if (rc_rpcf(c, &m, "[0, 2, 'wait', [{task_id: %llu, timeout: 60}]]", (unsigned long long)id) ==
-          1 &&
-      !m.error) {
-    snprintf(status, len, "%s", obj_str(obj_get(m.result, "status")));
-    snprintf(err, len, "%s", obj_str(obj_path(m.result, "error.message")));
-  }
-  msg_free(&m);
-}
-
-static int64_t info_int(const stt_server_t *s, const char *path) {
-  rc_t c;
-  if (rc_open(&c, s->socket) != 0) return -1;
-  int64_t v = rc_info_int(&c, path);
-  rc_close(&c);
-  return v;
-}
 
 TEST(a_key_crosses_between_namespaces_and_a_cut_link_fails_cleanly) {
   const size_t bytes = 4 * MiB;
   CHECK(put_key("w/model", bytes));
   OPEN_RC(c, B.socket);
   char status[600], err[600];
-  uint64_t id = pull(&c, "w/model");
+  uint64_t id = pull_task(&c, "key: 'w/model', from: 'a'");
   CHECK(id > 0);
   wait_task(&c, id, status, err, sizeof status);
   CHECK_STR_EQ(status, "completed");
   if (strcmp(status, "completed")) fprintf(stderr, "   %s\n", err);
   CHECK(b_holds("w/model", bytes));
   CHECK_RPC(&c, ST_OK, NULL, "[0, 3, 'delete', [{key: 'w/model'}]]");
-  int64_t used0 = info_int(&B, "memory.cpu.used_bytes");
+  int64_t used0 = server_info_int(&B, "memory.cpu.used_bytes");
   /* The link cut while a transfer is open (a's helper held stopped). */
-  pid_t ha = (pid_t)info_int(&A, "transfers.helper_pid");
+  pid_t ha = (pid_t)server_info_int(&A, "transfers.helper_pid");
   CHECK(ha > 0 && kill(ha, SIGSTOP) == 0);
-  id = pull(&c, "w/model");
+  id = pull_task(&c, "key: 'w/model', from: 'a'");
   double end = stt_now_ms() + 20000;
-  while (info_int(&A, "transfers.lends") != 1 && stt_now_ms() < end) stt_sleep_ms(20);
-  CHECK_EQ_INT(info_int(&A, "transfers.lends"), 1);
+  while (server_info_int(&A, "transfers.lends") != 1 && stt_now_ms() < end) stt_sleep_ms(20);
+  CHECK_EQ_INT(server_info_int(&A, "transfers.lends"), 1);
   CHECK(sh("ip -n %s link set stvb down", ns_b) == 0);
   kill(ha, SIGCONT);
   wait_task(&c, id, status, err, sizeof status);
@@ -160,11 +124,11 @@ TEST(a_key_crosses_between_namespaces_and_a_cut_link_fails_cleanly) {
   CHECK(err[0] != '\0');
   fprintf(stderr, "   with the link down: %s\n", err);
   CHECK_RPC(&c, ST_ERR_NOT_FOUND, "w/model", "[0, 4, 'get', [{key: 'w/model'}]]");
-  CHECK_EQ_INT(info_int(&B, "memory.cpu.used_bytes"), used0);
+  CHECK_EQ_INT(server_info_int(&B, "memory.cpu.used_bytes"), used0);
   /* Back up: the link comes back and a pull works again. */
   CHECK(sh("ip -n %s link set stvb up", ns_b) == 0);
   CHECK(wait_peer(&B, "a", "up", NULL));
-  id = pull(&c, "w/model");
+  id = pull_task(&c, "key: 'w/model', from: 'a'");
   wait_task(&c, id, status, err, sizeof status);
   CHECK_STR_EQ(status, "completed");
   CHECK(b_holds("w/model", bytes));

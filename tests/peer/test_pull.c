@@ -20,31 +20,13 @@
 /* Byte i of arena k of the test's keys. */
 static uint8_t pattern(size_t i, int k) { return (uint8_t)(i * 131u + (unsigned)k * 7u + (i >> 12)); }
 
-/* A sealed memfd of `bytes` holding pattern(., k), or -1. */
-static int pattern_memfd(size_t bytes, int k) {
-  int fd = rc_memfd_with(bytes, 0, 1);
-  if (fd < 0) return -1;
-  uint8_t *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) {
-    close(fd);
-    return -1;
-  }
-  for (size_t i = 0; i < bytes; i++) p[i] = pattern(i, k);
-  munmap(p, bytes);
-  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 /* Puts key `name` on the server at socket with one uint8 tensor t<k> over
  * each of the n arenas of sizes[]. 1 when it worked. */
 static int put_key(const char *socket, const char *name, const size_t *sizes, int n) {
   char value[2048] = "", arenas[2048] = "";
   int fds[8];
   for (int k = 0; k < n; k++) {
-    if ((fds[k] = pattern_memfd(sizes[k], k)) < 0) return 0;
+    if ((fds[k] = pattern_memfd(sizes[k], k, pattern)) < 0) return 0;
     char one[256];
     snprintf(one, sizeof one, "%st%d: tensor(%d, 0, 'uint8', [%zu], [1])", k ? ", " : "", k, k,
              sizes[k]);
@@ -100,41 +82,6 @@ static int key_holds(const char *socket, const char *name, const size_t *sizes, 
   return ok;
 }
 
-/* Starts a pull on the server at socket: the task id, or 0 (said). */
-static uint64_t pull(rc_t *c, const char *fmt_params) {
-  msg_t m;
-  uint64_t id = 0;
-  if (rc_rpcf(c, &m, "[0, 1, 'pull', [{%s}]]", fmt_params) == 1 && !m.error) {
-    id = (uint64_t)obj_int(obj_get(m.result, "task_id"));
-    if (!id) fprintf(stderr, "   pull {%s}: reply %u without a task_id (type %d, %u)\n", fmt_params, m.id, m.result ? (int)m.result->type : -1, m.result && m.result->type == MSGPACK_OBJECT_MAP ? m.result->via.map.size : 0);
-  }
-  else
-    fprintf(stderr, "   pull {%s}: %s\n", fmt_params,
-            m.error ? obj_str(obj_get(m.error, "message")) : "no reply");
-  msg_free(&m);
-  return id;
-}
-
-/* Waits for task id to end: its status ("completed", ...) and error
- * message copied out. */
-static void wait_task(rc_t *c, uint64_t id, char *status, char *err, size_t len) {
-  msg_t m;
-  status[0] = err[0] = '\0';
-  if (rc_rpcf(c, &m, "[0, 2, 'wait', [{task_id: %llu, timeout: 60}]]", (unsigned long long)id) ==
-          1 &&
-      !m.error) {
-    snprintf(status, len, "%s", obj_str(obj_get(m.result, "status")));
-    const msgpack_object *e = obj_get(m.result, "error");
-    if (e && e->type == MSGPACK_OBJECT_MAP) snprintf(err, len, "%s", obj_str(obj_get(e, "message")));
-  } else {
-    fprintf(stderr, "   wait for task %llu: %s\n", (unsigned long long)id,
-            m.error ? obj_str(obj_get(m.error, "message")) : "no reply");
-  }
-  msg_free(&m);
-}
-
-/* Two servers: a (exports the keys w/...) and b, which dials a. b's extra
- * config lines: `b_more`. */
 static stt_server_t A, B;
 static char key[400];
 
@@ -169,35 +116,14 @@ static void stop_two(void) {
   stt_server_cleanup(&A);
 }
 
-static int64_t info_int(const stt_server_t *s, const char *path) {
-  rc_t c;
-  if (rc_open(&c, s->socket) != 0) return -1;
-  int64_t v = rc_info_int(&c, path);
-  rc_close(&c);
-  return v;
-}
-
-/* Polls until info's `path` on s is `want`: 1, or 0 after 20 s (said). */
-static int wait_info(const stt_server_t *s, const char *path, int64_t want) {
-  double end = stt_now_ms() + 20000;
-  int64_t v = -1;
-  while (stt_now_ms() < end) {
-    if ((v = info_int(s, path)) == want) return 1;
-    stt_sleep_ms(20);
-  }
-  fprintf(stderr, "   %s on %s is %lld, wanted %lld\n", path, s->dir, (long long)v,
-          (long long)want);
-  return 0;
-}
-
 static const size_t SIZES[3] = {4096, MiB + 13, 24 * MiB};
 
 TEST(a_pulled_key_holds_every_byte_and_its_origin) {
   CHECK(start_two("memory_budget = { cpu = 1073741824 },") == 0);
   CHECK(put_key(A.socket, "w/model", SIZES, 3));
-  int64_t used0 = info_int(&B, "memory.cpu.used_bytes");
+  int64_t used0 = server_info_int(&B, "memory.cpu.used_bytes");
   OPEN_RC(c, B.socket);
-  uint64_t id = pull(&c, "key: 'w/model', from: 'a'");
+  uint64_t id = pull_task(&c, "key: 'w/model', from: 'a'");
   CHECK(id > 0);
   char status[600], err[600];
   wait_task(&c, id, status, err, sizeof status);
@@ -221,21 +147,21 @@ TEST(a_pulled_key_holds_every_byte_and_its_origin) {
   CHECK(m.result->type == MSGPACK_OBJECT_ARRAY && m.result->via.array.size == 1);
   CHECK_STR_EQ(obj_str(obj_path(&m.result->via.array.ptr[0], "origin.peer")), "a");
   msg_free(&m);
-  int64_t used = info_int(&B, "memory.cpu.used_bytes");
+  int64_t used = server_info_int(&B, "memory.cpu.used_bytes");
   CHECK(used - used0 >= (int64_t)(SIZES[0] + SIZES[1] + SIZES[2]));
   CHECK(used - used0 < (int64_t)(SIZES[0] + SIZES[1] + SIZES[2]) + 4 * MiB);
   /* `as` names the replica; a second pull makes version 2 of it. */
-  uint64_t id2 = pull(&c, "key: 'w/model', from: 'a', as: 'copy/m'");
+  uint64_t id2 = pull_task(&c, "key: 'w/model', from: 'a', as: 'copy/m'");
   wait_task(&c, id2, status, err, sizeof status);
   CHECK_STR_EQ(status, "completed");
   CHECK(key_holds(B.socket, "copy/m", SIZES, 3));
-  CHECK_EQ_INT(info_int(&B, "transfers.pulls_done"), 2);
-  CHECK_EQ_INT(info_int(&A, "transfers.lends_done"), 2);
-  CHECK(wait_info(&A, "transfers.lends", 0));
+  CHECK_EQ_INT(server_info_int(&B, "transfers.pulls_done"), 2);
+  CHECK_EQ_INT(server_info_int(&A, "transfers.lends_done"), 2);
+  CHECK(server_wait_info(&A, "transfers.lends", 0));
   /* Deleted, the receiver's budget is back where it was. */
   CHECK_RPC(&c, ST_OK, NULL, "[0, 5, 'delete', [{key: 'w/model'}]]");
   CHECK_RPC(&c, ST_OK, NULL, "[0, 6, 'delete', [{key: 'copy/m'}]]");
-  CHECK(wait_info(&B, "memory.cpu.used_bytes", used0));
+  CHECK(server_wait_info(&B, "memory.cpu.used_bytes", used0));
   rc_close(&c);
   stop_two();
 }
@@ -244,17 +170,17 @@ TEST(refusals_leave_nothing_behind) {
   CHECK(start_two("memory_budget = { cpu = 16777216 },") == 0);
   CHECK(put_key(A.socket, "w/big", SIZES, 3));         /* 25 MiB: past b's 16 MiB */
   CHECK(put_key(A.socket, "secret", SIZES, 1));
-  int64_t used0 = info_int(&B, "memory.cpu.used_bytes");
+  int64_t used0 = server_info_int(&B, "memory.cpu.used_bytes");
   int fds0 = settled_fds(B.pid);
   OPEN_RC(c, B.socket);
   char status[600], err[600];
   /* Not exported. */
-  uint64_t id = pull(&c, "key: 'secret', from: 'a'");
+  uint64_t id = pull_task(&c, "key: 'secret', from: 'a'");
   wait_task(&c, id, status, err, sizeof status);
   CHECK_STR_EQ(status, "failed");
   CHECK_CONTAINS(err, "key 'secret' is not exported to peers (peer.export of server 'a')");
   /* No such key there. */
-  id = pull(&c, "key: 'w/none', from: 'a'");
+  id = pull_task(&c, "key: 'w/none', from: 'a'");
   wait_task(&c, id, status, err, sizeof status);
   CHECK_STR_EQ(status, "failed");
   CHECK_CONTAINS(err, "w/none");
@@ -262,15 +188,15 @@ TEST(refusals_leave_nothing_behind) {
   CHECK_RPC(&c, ST_ERR_NOT_FOUND, "'z' is not a peer of this server (peer.peers)",
             "[0, 7, 'pull', [{key: 'w/big', from: 'z'}]]");
   /* Over the receiver's budget: refused before any byte moves. */
-  id = pull(&c, "key: 'w/big', from: 'a'");
+  id = pull_task(&c, "key: 'w/big', from: 'a'");
   wait_task(&c, id, status, err, sizeof status);
   CHECK_STR_EQ(status, "failed");
   CHECK_CONTAINS(err, "nothing moved");
   CHECK_CONTAINS(err, "memory_budget");
   CHECK_RPC(&c, ST_ERR_NOT_FOUND, "w/big", "[0, 8, 'get', [{key: 'w/big'}]]");
-  CHECK_EQ_INT(info_int(&A, "transfers.lends_done") + info_int(&A, "transfers.lends_failed"), 0);
-  CHECK(wait_info(&B, "memory.cpu.used_bytes", used0));
-  CHECK(wait_info(&B, "arenas.count", 0));
+  CHECK_EQ_INT(server_info_int(&A, "transfers.lends_done") + server_info_int(&A, "transfers.lends_failed"), 0);
+  CHECK(server_wait_info(&B, "memory.cpu.used_bytes", used0));
+  CHECK(server_wait_info(&B, "arenas.count", 0));
   rc_close(&c);
   CHECK_EQ_INT(settled_fds(B.pid), fds0);
   stop_two();
@@ -286,17 +212,17 @@ TEST(a_ucx_version_that_differs_is_refused) {
 #else
   CHECK(start_two_with_ucx(ST_OTHER_UCP) == 0);
   CHECK(put_key(A.socket, "w/model", SIZES, 3));
-  int64_t used0 = info_int(&B, "memory.cpu.used_bytes");
+  int64_t used0 = server_info_int(&B, "memory.cpu.used_bytes");
   OPEN_RC(c, B.socket);
-  uint64_t id = pull(&c, "key: 'w/model', from: 'a'");
+  uint64_t id = pull_task(&c, "key: 'w/model', from: 'a'");
   char status[600], err[600];
   wait_task(&c, id, status, err, sizeof status);
   CHECK_STR_EQ(status, "failed");
   CHECK_CONTAINS(err, "1.99.7");
   CHECK_CONTAINS(err, "1.13");
   CHECK_RPC(&c, ST_ERR_NOT_FOUND, "w/model", "[0, 8, 'get', [{key: 'w/model'}]]");
-  CHECK_EQ_INT(info_int(&B, "memory.cpu.used_bytes"), used0);
-  CHECK_EQ_INT(info_int(&A, "transfers.lends_done") + info_int(&A, "transfers.lends_failed"), 0);
+  CHECK_EQ_INT(server_info_int(&B, "memory.cpu.used_bytes"), used0);
+  CHECK_EQ_INT(server_info_int(&A, "transfers.lends_done") + server_info_int(&A, "transfers.lends_failed"), 0);
   rc_close(&c);
   stop_two();
 #endif
@@ -363,33 +289,33 @@ TEST(replicate_pushes_to_peers_that_take_pushes) {
 
 /* SIGSTOPs the helper of s (info.transfers.helper_pid): its transfers
  * hang. The pid, or 0. */
-static pid_t helper_of(const stt_server_t *s) { return (pid_t)info_int(s, "transfers.helper_pid"); }
+static pid_t helper_of(const stt_server_t *s) { return (pid_t)server_info_int(s, "transfers.helper_pid"); }
 
 TEST(a_helper_killed_mid_transfer_fails_the_pull_cleanly) {
   CHECK(start_two("memory_budget = { cpu = 1073741824 },") == 0);
   CHECK(put_key(A.socket, "w/model", SIZES, 3));
-  int64_t used0 = info_int(&B, "memory.cpu.used_bytes");
+  int64_t used0 = server_info_int(&B, "memory.cpu.used_bytes");
   /* a's helper stopped: the transfer opens on both sides and hangs. */
   pid_t ha = helper_of(&A), hb = helper_of(&B);
   CHECK(ha > 0 && hb > 0);
   CHECK(kill(ha, SIGSTOP) == 0);
   OPEN_RC(c, B.socket);
-  uint64_t id = pull(&c, "key: 'w/model', from: 'a'");
-  CHECK(wait_info(&A, "transfers.lends", 1));
+  uint64_t id = pull_task(&c, "key: 'w/model', from: 'a'");
+  CHECK(server_wait_info(&A, "transfers.lends", 1));
   CHECK(kill(hb, SIGKILL) == 0);
   char status[600], err[600];
   wait_task(&c, id, status, err, sizeof status);
   CHECK_STR_EQ(status, "failed");
   CHECK_CONTAINS(err, "the transfer helper exited (signal 9)");
   CHECK_RPC(&c, ST_ERR_NOT_FOUND, "w/model", "[0, 8, 'get', [{key: 'w/model'}]]");
-  CHECK(wait_info(&B, "memory.cpu.used_bytes", used0));
+  CHECK(server_wait_info(&B, "memory.cpu.used_bytes", used0));
   CHECK(kill(ha, SIGCONT) == 0);
   /* a lets its lend go (the receiver aborted it); b's new helper serves
    * the next pull. */
-  CHECK(wait_info(&A, "transfers.lends", 0));
-  CHECK(wait_info(&B, "transfers.helper_spawns", 2));
+  CHECK(server_wait_info(&A, "transfers.lends", 0));
+  CHECK(server_wait_info(&B, "transfers.helper_spawns", 2));
   CHECK(helper_of(&B) > 0 && helper_of(&B) != hb);
-  id = pull(&c, "key: 'w/model', from: 'a'");
+  id = pull_task(&c, "key: 'w/model', from: 'a'");
   wait_task(&c, id, status, err, sizeof status);
   CHECK_STR_EQ(status, "completed");
   CHECK(key_holds(B.socket, "w/model", SIZES, 3));
@@ -400,13 +326,13 @@ TEST(a_helper_killed_mid_transfer_fails_the_pull_cleanly) {
 TEST(the_source_killed_mid_transfer_fails_the_pull_cleanly) {
   CHECK(start_two("memory_budget = { cpu = 1073741824 },") == 0);
   CHECK(put_key(A.socket, "w/model", SIZES, 3));
-  int64_t used0 = info_int(&B, "memory.cpu.used_bytes");
+  int64_t used0 = server_info_int(&B, "memory.cpu.used_bytes");
   int fds0 = settled_fds(B.pid);
   pid_t ha = helper_of(&A);
   CHECK(ha > 0 && kill(ha, SIGSTOP) == 0);
   OPEN_RC(c, B.socket);
-  uint64_t id = pull(&c, "key: 'w/model', from: 'a'");
-  CHECK(wait_info(&A, "transfers.lends", 1));
+  uint64_t id = pull_task(&c, "key: 'w/model', from: 'a'");
+  CHECK(server_wait_info(&A, "transfers.lends", 1));
   kill(A.pid, SIGKILL);
   waitpid(A.pid, NULL, 0);
   A.pid = 0;
@@ -417,8 +343,8 @@ TEST(the_source_killed_mid_transfer_fails_the_pull_cleanly) {
   CHECK_CONTAINS(err, "peer 'a'");
   CHECK_RPC(&c, ST_ERR_NOT_FOUND, "w/model", "[0, 8, 'get', [{key: 'w/model'}]]");
   CHECK(serves(&B));
-  CHECK(wait_info(&B, "memory.cpu.used_bytes", used0));
-  CHECK(wait_info(&B, "transfers.pulls", 0));
+  CHECK(server_wait_info(&B, "memory.cpu.used_bytes", used0));
+  CHECK(server_wait_info(&B, "transfers.pulls", 0));
   rc_close(&c);
   CHECK_EQ_INT(settled_fds(B.pid), fds0 - 1);   /* the link to a is gone */
   stop_two();
@@ -427,20 +353,20 @@ TEST(the_source_killed_mid_transfer_fails_the_pull_cleanly) {
 TEST(a_cancelled_pull_leaves_nothing) {
   CHECK(start_two("memory_budget = { cpu = 1073741824 },") == 0);
   CHECK(put_key(A.socket, "w/model", SIZES, 3));
-  int64_t used0 = info_int(&B, "memory.cpu.used_bytes");
+  int64_t used0 = server_info_int(&B, "memory.cpu.used_bytes");
   pid_t ha = helper_of(&A);
   CHECK(ha > 0 && kill(ha, SIGSTOP) == 0);
   OPEN_RC(c, B.socket);
-  uint64_t id = pull(&c, "key: 'w/model', from: 'a'");
-  CHECK(wait_info(&A, "transfers.lends", 1));
+  uint64_t id = pull_task(&c, "key: 'w/model', from: 'a'");
+  CHECK(server_wait_info(&A, "transfers.lends", 1));
   CHECK_RPC(&c, ST_OK, NULL, "[0, 9, 'cancel', [{task_id: %llu}]]", (unsigned long long)id);
   char status[600], err[600];
   wait_task(&c, id, status, err, sizeof status);
   CHECK_STR_EQ(status, "cancelled");
   CHECK(kill(ha, SIGCONT) == 0);
   CHECK_RPC(&c, ST_ERR_NOT_FOUND, "w/model", "[0, 8, 'get', [{key: 'w/model'}]]");
-  CHECK(wait_info(&B, "memory.cpu.used_bytes", used0));
-  CHECK(wait_info(&A, "transfers.lends", 0));
+  CHECK(server_wait_info(&B, "memory.cpu.used_bytes", used0));
+  CHECK(server_wait_info(&A, "transfers.lends", 0));
   CHECK(serves(&A));
   rc_close(&c);
   stop_two();
