@@ -10,25 +10,6 @@
 
 #include "../peer/remote_kit.h"
 
-/* Waits for task id on c to end (60 s at most): its status, "" when the
- * wait failed (said). */
-static const char *wait_end(st_client_t *c, uint64_t id, char *status, size_t len) {
-  status[0] = '\0';
-  double end = stt_now_ms() + 60000;
-  while (stt_now_ms() < end) {
-    st_result_t *info = NULL;
-    if (st_client_task_wait(c, id, 5, &info) != ST_OK) {
-      fprintf(stderr, "   wait %" PRIu64 ": %s\n", id, st_client_error(c));
-      return status;
-    }
-    const st_value_t *s = st_value_get(st_result_value(info), "status");
-    snprintf(status, len, "%s", s && s->kind == ST_VALUE_STRING ? s->as.str.ptr : "?");
-    st_result_free(info);
-    if (strcmp(status, "running") && strcmp(status, "pending")) return status;
-  }
-  return status;
-}
-
 static const char *str_of(const st_value_t *v) {
   return v && v->kind == ST_VALUE_STRING ? v->as.str.ptr : "";
 }
@@ -53,7 +34,7 @@ TEST(a_pull_moves_every_byte_and_reports_its_origin) {
   CHECK_EQ_INT(st_client_pull(c, "w/model", "alpha", NULL, &id), ST_OK);
   CHECK(id > 0);
   char status[64];
-  CHECK_STR_EQ(wait_end(c, id, status, sizeof status), "completed");
+  CHECK_STR_EQ(rk_wait_end(c, id, status, sizeof status), "completed");
   /* The task info of a pull names it; its progress ended at every byte. */
   st_result_t *info = NULL;
   CHECK_EQ_INT(st_client_task_status(c, id, &info), ST_OK);
@@ -101,7 +82,7 @@ TEST(options_name_the_copy_its_version_and_policy) {
   uint64_t id = 0;
   CHECK_EQ_INT(st_client_pull(c, "w/opts", "alpha", &o, &id), ST_OK);
   char status[64];
-  CHECK_STR_EQ(wait_end(c, id, status, sizeof status), "completed");
+  CHECK_STR_EQ(rk_wait_end(c, id, status, sizeof status), "completed");
   st_result_t *r = NULL;
   CHECK_EQ_INT(st_client_task_result(c, id, &r), ST_OK);
   CHECK_STR_EQ(str_of(st_value_get(st_result_value(r), "key")), "copy/opts");
@@ -117,7 +98,7 @@ TEST(options_name_the_copy_its_version_and_policy) {
   /* The latest by default. */
   o = (st_pull_opts_t){.as = "copy/latest"};
   CHECK_EQ_INT(st_client_pull(c, "w/opts", "alpha", &o, &id), ST_OK);
-  CHECK_STR_EQ(wait_end(c, id, status, sizeof status), "completed");
+  CHECK_STR_EQ(rk_wait_end(c, id, status, sizeof status), "completed");
   CHECK(rk_holds(BETA.socket, "copy/latest", 0, 2));
   CHECK_EQ_INT(st_client_delete(c, "copy/opts"), ST_OK);
   CHECK_EQ_INT(st_client_delete(c, "copy/latest"), ST_OK);
@@ -152,7 +133,7 @@ TEST(refusals_are_clear_errors) {
   CHECK(rk_put(ALPHA.socket, "secret", 1) == 1);
   CHECK_EQ_INT(st_client_pull(c, "secret", "alpha", NULL, &id), ST_OK);
   char status[64];
-  CHECK_STR_EQ(wait_end(c, id, status, sizeof status), "failed");
+  CHECK_STR_EQ(rk_wait_end(c, id, status, sizeof status), "failed");
   st_result_t *r = NULL;
   CHECK_EQ_INT(st_client_task_result(c, id, &r), ST_ERR_AUTH);
   CHECK_CONTAINS(st_client_error(c), "key 'secret' is not exported to peers (peer.export of "
@@ -176,7 +157,7 @@ TEST(a_cancelled_pull_leaves_nothing) {
   CHECK_EQ_INT(st_client_task_cancel(c, id, &info), ST_OK);
   st_result_free(info);
   char status[64];
-  CHECK_STR_EQ(wait_end(c, id, status, sizeof status), "cancelled");
+  CHECK_STR_EQ(rk_wait_end(c, id, status, sizeof status), "cancelled");
   st_result_t *r = NULL;
   CHECK_EQ_INT(st_client_task_result(c, id, &r), ST_ERR_CANCELLED);
   if (helper > 0) kill(helper, SIGCONT);

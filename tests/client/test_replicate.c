@@ -9,23 +9,6 @@
 
 #include "../peer/remote_kit.h"
 
-static const char *wait_end(st_client_t *c, uint64_t id, char *status, size_t len) {
-  status[0] = '\0';
-  double end = stt_now_ms() + 60000;
-  while (stt_now_ms() < end) {
-    st_result_t *info = NULL;
-    if (st_client_task_wait(c, id, 5, &info) != ST_OK) {
-      fprintf(stderr, "   wait %" PRIu64 ": %s\n", id, st_client_error(c));
-      return status;
-    }
-    const st_value_t *s = st_value_get(st_result_value(info), "status");
-    snprintf(status, len, "%s", s && s->kind == ST_VALUE_STRING ? s->as.str.ptr : "?");
-    st_result_free(info);
-    if (strcmp(status, "running") && strcmp(status, "pending")) return status;
-  }
-  return status;
-}
-
 static const st_value_t *path(const st_value_t *v, const char *a, const char *b) {
   return st_value_get(st_value_get(v, a), b);
 }
@@ -40,7 +23,7 @@ TEST(a_push_lands_on_the_peer) {
   uint64_t id = 0;
   CHECK_EQ_INT(st_client_replicate(c, "w/push", to, 1, &o, &id), ST_OK);
   char status[64];
-  CHECK_STR_EQ(wait_end(c, id, status, sizeof status), "completed");
+  CHECK_STR_EQ(rk_wait_end(c, id, status, sizeof status), "completed");
   st_result_t *r = NULL;
   CHECK_EQ_INT(st_client_task_result(c, id, &r), ST_OK);
   const st_value_t *v = st_result_value(r);
@@ -65,7 +48,7 @@ TEST(a_push_to_a_server_that_takes_none_fails) {
   uint64_t id = 0;
   CHECK_EQ_INT(st_client_replicate(c, "w/back", to, 1, NULL, &id), ST_OK);
   char status[64];
-  CHECK_STR_EQ(wait_end(c, id, status, sizeof status), "failed");
+  CHECK_STR_EQ(rk_wait_end(c, id, status, sizeof status), "failed");
   st_result_t *r = NULL;
   CHECK_EQ_INT(st_client_task_result(c, id, &r), ST_ERR_AUTH);
   CHECK_CONTAINS(st_client_error(c), "1 of 1 peers failed");

@@ -10,6 +10,7 @@
 #define ST_TESTS_PEER_REMOTE_KIT_H
 
 #include <dlfcn.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <st/client.h>
 
@@ -213,6 +214,25 @@ static inline int rk_holds(const char *socket, const char *name, uint64_t versio
   st_result_free(r);
   st_client_close(c);
   return ok;
+}
+
+/* Waits for task id on c to end (60 s at most): its status, "" when the
+ * wait failed (said). */
+static inline const char *rk_wait_end(st_client_t *c, uint64_t id, char *status, size_t len) {
+  status[0] = '\0';
+  double end = stt_now_ms() + 60000;
+  while (stt_now_ms() < end) {
+    st_result_t *info = NULL;
+    if (st_client_task_wait(c, id, 5, &info) != ST_OK) {
+      fprintf(stderr, "   wait %" PRIu64 ": %s\n", id, st_client_error(c));
+      return status;
+    }
+    const st_value_t *s = st_value_get(st_result_value(info), "status");
+    snprintf(status, len, "%s", s && s->kind == ST_VALUE_STRING ? s->as.str.ptr : "?");
+    st_result_free(info);
+    if (strcmp(status, "running") && strcmp(status, "pending")) return status;
+  }
+  return status;
 }
 
 #endif
