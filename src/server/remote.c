@@ -18,7 +18,13 @@
 /* How long the start waits for the helper's probe of the engines. */
 #define PROBE_WAIT_S 5.0
 
-const char *st__remote_engine_for(int cuda) { return cuda ? "nccl" : "ucx"; }
+const char *st__remote_engine_for(int src_cuda, int dst_cuda, int nccl_usable) {
+  return src_cuda && dst_cuda && nccl_usable ? "nccl" : "ucx";
+}
+
+int st__remote_engine_fits(const char *engine, int cuda) {
+  return !strcmp(engine, "ucx") || (cuda && !strcmp(engine, "nccl"));
+}
 
 void st__remote_pack_begin(msgpack_sbuffer *sb, msgpack_packer *pk, int request) {
   msgpack_sbuffer_init(sb);
@@ -274,9 +280,9 @@ static void on_xfer_open(st__peer_t *p, const st__peer_req_t *req, void *ud) {
     return;
   }
   int cuda = v->result.narenas && st__arena_device(v->result.arenas[0]) >= 0;
-  if (strcmp(engine, st__remote_engine_for(cuda)) != 0) {
-    snprintf(err, sizeof err, "key '%s' is in %s memory: its engine is %s, not %s", name,
-             cuda ? "CUDA" : "CPU", st__remote_engine_for(cuda), engine);
+  if (!st__remote_engine_fits(engine, cuda)) {
+    snprintf(err, sizeof err, "key '%s' is in %s memory: %s cannot move it (ucx%s can)", name,
+             cuda ? "CUDA" : "CPU", engine, cuda ? " or nccl" : "");
     st__peer_reply_error(p, req->ticket, ST_ERR_INVALID_ARGUMENT, err);
     return;
   }

@@ -130,8 +130,14 @@ int st__remote_arena_fds(const st__build_result_t *res, int readonly, int *fds,
                          struct st__xfer_sup_arena *arenas, st__arena_desc_t *descs, char *err,
                          size_t errlen);
 
-/* The engine that moves arenas of this kind: "nccl" for CUDA, "ucx" for
- * the CPU. */
-const char *st__remote_engine_for(int cuda);
+/* The engine a pull uses: "nccl" when both ends are CUDA memory and
+ * `nccl_usable` (both servers have NCCL, and the same version), else
+ * "ucx" (CPU memory; a CUDA end is staged through host memory by the
+ * helper, src/xfer/helper.c). */
+const char *st__remote_engine_for(int src_cuda, int dst_cuda, int nccl_usable);
+
+/* Whether `engine` can move a source key of this memory kind: "ucx" any
+ * (CUDA staged), "nccl" CUDA only. */
+int st__remote_engine_fits(const char *engine, int cuda);
 
 #endif

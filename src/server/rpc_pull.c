@@ -49,7 +49,8 @@ struct st__pull {
   int has_readers;
   st__grant_t readers;
   int device;                 /* here: -1 the CPU, else a CUDA ordinal; -3: as the key */
-  const char *engine;
+  const char *engine;          /* chosen once described (st__remote_engine_for) */
+  int src_cuda;                /* the peer's key is in CUDA memory */
   pull_state_t state;
   msgpack_sbuffer value;      /* the described value, checked */
   size_t narenas;
@@ -534,14 +535,8 @@ static int take_description(st__pull_t *p, const msgpack_object *d, char *err, s
   p->version = version->via.u64;
   p->narenas = n;
   p->bytes = total;
-  p->engine = st__remote_engine_for(cuda == 1);
+  p->src_cuda = cuda == 1;
   if (p->device == -3) p->device = cuda == 1 ? 0 : -1;
-  if ((p->device >= 0) != (cuda == 1) && n) {
-    snprintf(err, errlen, "key '%s' on '%s' is in %s memory; pull it to %s (pull moves bytes "
-             "between memories of one kind)", p->key, p->peer, cuda == 1 ? "CUDA" : "CPU",
-             cuda == 1 ? "a CUDA device (device = \"cuda:N\")" : "the CPU (device = \"cpu\")");
-    return ST_ERR_CAPABILITY;
-  }
   msgpack_packer pk;
   msgpack_packer_init(&pk, &p->value, msgpack_sbuffer_write);
   msgpack_pack_object(&pk, *value);
@@ -566,6 +561,12 @@ static void described(void *ud, const char *peer, int code, const char *message,
     fail(p, rc, "pull: %s", err);
     return;
   }
+  /* NCCL between two CUDA ends when both servers have it; UCX otherwise,
+   * a CUDA end staged through host memory by its helper. */
+  p->engine = st__remote_engine_for(
+      p->src_cuda, p->device >= 0,
+      p->src_cuda && p->device >= 0 &&
+          st__peer_engine_usable(srv->peer, p->peer, "nccl", why, sizeof why));
   if (p->narenas && !st__peer_engine_usable(srv->peer, p->peer, p->engine, why, sizeof why)) {
     fail(p, ST_ERR_CAPABILITY, "pull: key '%s' from '%s' moves over %s: %s", p->key, p->peer,
          p->engine, why);

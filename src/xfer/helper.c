@@ -24,6 +24,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "cudadrv/driver.h"
 #include "cudadrv/import.h"
 #include "proto/proto.h"
 #include "st/errors.h"
@@ -37,10 +38,14 @@
 #define TICK_MS 100
 
 typedef struct harena {
-  void *addr;              /* CPU mapping, or NULL                      */
+  void *addr;              /* CPU mapping (or the staging copy), or NULL */
   uint64_t bytes;
   int cuda;
   st__cuda_mapping_t m;    /* CUDA mapping                              */
+  int staged;              /* a CUDA arena moved by an engine of CPU
+                              memory: addr is a host copy of it (anonymous,
+                              owned), filled from the device before a send
+                              and copied to it after a receive            */
 } harena_t;
 
 typedef struct tx {
@@ -102,7 +107,7 @@ static tx_t *find(uint64_t id) {
 static void unmap_arenas(tx_t *t) {
   for (size_t i = 0; i < t->n; i++) {
     harena_t *a = &t->arenas[i];
-    if (a->addr) munmap(a->addr, (size_t)a->bytes);
+    if (a->addr) munmap(a->addr, (size_t)a->bytes);   /* a mapping or a staging copy */
     if (a->cuda) st__cuda_unmap(&a->m);
   }
   free(t->arenas);
@@ -285,9 +290,9 @@ static int map_arena(tx_t *t, const msgpack_object *d, int fd, harena_t *a, size
              (unsigned long long)bytes);
     return ST_ERR_INVALID_ARGUMENT;
   }
-  if ((t->eng->memory == ST_XFER_MEM_CUDA) != (cuda != 0)) {
-    snprintf(err, errlen, "arena %zu: the %s engine moves %s memory, not %s", idx, t->eng->name,
-             t->eng->memory == ST_XFER_MEM_CUDA ? "CUDA" : "CPU", cuda ? "CUDA" : "CPU");
+  if (t->eng->memory == ST_XFER_MEM_CUDA && !cuda) {
+    snprintf(err, errlen, "arena %zu: the %s engine moves CUDA memory, not CPU", idx,
+             t->eng->name);
     return ST_ERR_CAPABILITY;
   }
   a->bytes = bytes;
@@ -305,6 +310,16 @@ static int map_arena(tx_t *t, const msgpack_object *d, int fd, harena_t *a, size
     if (rc == ST_OK) rc = st__cuda_import(fd, bytes, u, &a->m, err, errlen);
     if (rc != ST_OK) return rc;
     a->cuda = 1;
+    if (t->eng->memory == ST_XFER_MEM_CUDA) return ST_OK;
+    /* An engine of CPU memory: it moves a host copy of the arena. */
+    void *h = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (h == MAP_FAILED) {
+      snprintf(err, errlen, "arena %zu: no host memory to stage %llu bytes of CUDA memory: %s",
+               idx, (unsigned long long)bytes, strerror(errno));
+      return ST_ERR_OUT_OF_MEMORY;
+    }
+    a->addr = h;
+    a->staged = 1;
     return ST_OK;
   }
   struct stat st;
@@ -331,6 +346,28 @@ static int map_arena(tx_t *t, const msgpack_object *d, int fd, harena_t *a, size
     return ST_ERR_OUT_OF_MEMORY;
   }
   a->addr = p;
+  return ST_OK;
+}
+
+/* Copies the staged arenas of t between their devices and their host
+ * copies: to the host before a send (to_host), to the devices after a
+ * receive. ST_OK, or the driver's error with the arena named. Blocking:
+ * the helper's other transfers wait meanwhile (at device-copy speed). */
+static int copy_staged(tx_t *t, int to_host, char *err, size_t errlen) {
+  for (size_t i = 0; i < t->n; i++) {
+    harena_t *a = &t->arenas[i];
+    if (!a->staged) continue;
+    char why[256];
+    int rc = to_host ? st__cuda_copy_to_host(a->addr, a->m.dptr, a->bytes, a->m.ordinal, why,
+                                             sizeof why)
+                     : st__cuda_copy_to_device(a->m.dptr, a->addr, a->bytes, a->m.ordinal, why,
+                                               sizeof why);
+    if (rc != ST_OK) {
+      snprintf(err, errlen, "arena %zu: staging %llu bytes %s cuda:%d: %s", i,
+               (unsigned long long)a->bytes, to_host ? "from" : "to", a->m.ordinal, why);
+      return rc;
+    }
+  }
   return ST_OK;
 }
 
@@ -399,11 +436,14 @@ static void on_arenas(const msgpack_object *params, const int *fds, size_t nfds,
     goto bad;
   }
   for (size_t i = 0; i < t->n; i++) {
-    ea[i].bytes = t->arenas[i].bytes;
-    ea[i].addr = t->arenas[i].cuda ? (void *)(uintptr_t)t->arenas[i].m.dptr : t->arenas[i].addr;
-    ea[i].device = t->arenas[i].cuda ? t->arenas[i].m.ordinal : -1;
+    const harena_t *a = &t->arenas[i];
+    int on_device = a->cuda && !a->staged;
+    ea[i].bytes = a->bytes;
+    ea[i].addr = on_device ? (void *)(uintptr_t)a->m.dptr : a->addr;
+    ea[i].device = on_device ? a->m.ordinal : -1;
   }
-  rc = t->eng->start(t->x, peer, peer_len, ea, t->n, err, sizeof err);
+  rc = t->role == ST_XFER_SEND ? copy_staged(t, 1, err, sizeof err) : ST_OK;
+  if (rc == ST_OK) rc = t->eng->start(t->x, peer, peer_len, ea, t->n, err, sizeof err);
   free(ea);
   if (rc != ST_OK) goto bad;
   t->started = 1;
@@ -485,7 +525,9 @@ static void poll_transfers(void) {
     char err[320] = "";
     st__xfer_state_t s = t->eng->poll(t->x, now, &bytes, err, sizeof err);
     if (s == ST_XFER_DONE) {
-      finish(t, ST_OK, bytes, NULL);
+      /* Received into host copies: onto their devices before done. */
+      int rc = t->role == ST_XFER_RECV ? copy_staged(t, 0, err, sizeof err) : ST_OK;
+      finish(t, rc, bytes, rc == ST_OK ? NULL : err);
     } else if (s == ST_XFER_FAILED) {
       finish(t, t->aborted ? ST_ERR_CANCELLED : strstr(err, "deadline") ? ST_ERR_TIMEOUT : ST_ERR_IO, bytes,
              err[0] ? err : "the engine failed");

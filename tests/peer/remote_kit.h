@@ -86,15 +86,15 @@ static inline unsigned rk_push_uid(void) { return getuid() ? (unsigned)getuid() 
 /* Starts alpha and beta (memory budgets of `budget` bytes each), both
  * exporting the keys under w/, and waits for their link. 0, or -1 (said). Skips
  * (exit 77, both stopped) when UCX is not usable between them. */
-static inline int rk_start(uint64_t budget) {
+static inline int rk_start_with(uint64_t budget, const char *more) {
   static char key[400];
   stt_server_init(&ALPHA);
   stt_server_init(&BETA);
   make_key(ALPHA.dir, "cluster.key", key, sizeof key);
   peer_config(&ALPHA, "memory_budget = { cpu = %llu }, peer = { id = 'alpha', "
               "listen = '127.0.0.1:0', secret = '%s', peers = { beta = {} }, "
-              "export = { 'w/*' }, transfer_timeout_s = 60 },",
-              (unsigned long long)budget, key);
+              "export = { 'w/*' }, transfer_timeout_s = 60%s },",
+              (unsigned long long)budget, key, more);
   if (stt_server_start(&ALPHA) != 0) return -1;
   char addr[128];
   listen_addr(&ALPHA, addr, sizeof addr);
@@ -102,8 +102,8 @@ static inline int rk_start(uint64_t budget) {
   /* beta takes pushes from alpha as this uid; alpha takes none. */
   peer_config(&BETA, "memory_budget = { cpu = %llu }, peer = { id = 'beta', secret = '%s', "
               "peers = { alpha = { addr = '%s', as_uid = %u } }, export = { 'w/*' }, "
-              "transfer_timeout_s = 60 },",
-              (unsigned long long)budget, key, addr, rk_push_uid());
+              "transfer_timeout_s = 60%s },",
+              (unsigned long long)budget, key, addr, rk_push_uid(), more);
   if (stt_server_start(&BETA) != 0) return -1;
   if (!wait_peer(&BETA, "alpha", "up", NULL) || !wait_peer(&ALPHA, "beta", "up", NULL)) return -1;
   /* The engines come with the hello once each helper probed them. */
@@ -122,6 +122,8 @@ static inline int rk_start(uint64_t budget) {
   return 0;
 }
 
+static inline int rk_start(uint64_t budget) { return rk_start_with(budget, ""); }
+
 /* Stops both; 0 when both exited cleanly. */
 static inline int rk_stop(void) {
   int b = stt_server_stop(&BETA), a = stt_server_stop(&ALPHA);
@@ -130,15 +132,18 @@ static inline int rk_stop(void) {
   return a == 0 && b == 0 ? 0 : -1;
 }
 
-/* A test program's start: both servers with budgets of 512 MiB, or the
+/* A test program's start: both servers with budgets of 512 MiB (and
+ * `more` fields in both peer tables: ", nccl_library = '...'"), or the
  * program exits 1 (saying why). */
-static inline void rk_main_start(void) {
+static inline void rk_main_start_with(const char *more) {
   rk_require();
-  if (rk_start(512ull * RK_MIB) == 0) return;
+  if (rk_start_with(512ull * RK_MIB, more) == 0) return;
   rk_stop();
   fprintf(stderr, "the two servers did not start or link\n");
   exit(1);
 }
+
+static inline void rk_main_start(void) { rk_main_start_with(""); }
 
 /* A test program's end: both stopped; its exit status (1 when a server
  * did not exit cleanly, else the tests' summary). */
@@ -150,10 +155,19 @@ static inline int rk_main_end(void) {
   return stt_summary();
 }
 
+/* Fills tensor k of a test key (CPU memory) with rk_pattern(., k, salt). */
+static inline int rk_fill_cpu(const st_tensor_t *t, int k, int salt) {
+  uint8_t *p = t->data;
+  for (size_t i = 0; i < RK_SIZES[k]; i++) p[i] = rk_pattern(i, k, salt);
+  return 0;
+}
+
 /* Puts key `name` on the server at socket: tensors t0..t2 of RK_SIZES,
- * CPU memory of st_tensor_alloc filled with rk_pattern(., k, salt). The
- * new version, or 0 (said). */
-static inline uint64_t rk_put(const char *socket, const char *name, int salt) {
+ * memory of st_tensor_alloc on `device` ("cpu", "cuda") that fill(t, k,
+ * salt) writes with rk_pattern(., k, salt) (0: done). The new version, or
+ * 0 (said). */
+static inline uint64_t rk_put_on(const char *socket, const char *name, int salt,
+                                 const char *device, int (*fill)(const st_tensor_t *, int, int)) {
   st_client_t *c;
   char err[256];
   if (st_client_connect(socket, &c, err, sizeof err) != ST_OK) {
@@ -165,14 +179,16 @@ static inline uint64_t rk_put(const char *socket, const char *name, int salt) {
   int ok = a != NULL;
   for (int k = 0; ok && k < 3; k++) {
     int64_t shape[1] = {(int64_t)RK_SIZES[k]};
-    ok = st_tensor_alloc("cpu", ST_DTYPE_UINT8, 1, shape, &mem[k], err, sizeof err) == ST_OK;
-    if (!ok) break;
+    ok = st_tensor_alloc(device, ST_DTYPE_UINT8, 1, shape, &mem[k], err, sizeof err) == ST_OK;
+    if (!ok) {
+      fprintf(stderr, "   st_tensor_alloc on %s: %s\n", device, err);
+      break;
+    }
     const st_tensor_t *t = st_result_tensor(mem[k], 0);
-    uint8_t *p = t->data;
-    for (size_t i = 0; i < RK_SIZES[k]; i++) p[i] = rk_pattern(i, k, salt);
+    ok = fill(t, k, salt) == 0;
     char tn[8];
     snprintf(tn, sizeof tn, "t%d", k);
-    ok = st_args_tensor(a, tn, t, err, sizeof err) == ST_OK;
+    ok = ok && st_args_tensor(a, tn, t, err, sizeof err) == ST_OK;
   }
   uint64_t version = 0;
   if (ok && st_client_put(c, name, a, ST_KEY_PINNED, 0, &version) != ST_OK) {
@@ -185,9 +201,16 @@ static inline uint64_t rk_put(const char *socket, const char *name, int salt) {
   return version;
 }
 
+/* rk_put_on the CPU. */
+static inline uint64_t rk_put(const char *socket, const char *name, int salt) {
+  return rk_put_on(socket, name, salt, "cpu", rk_fill_cpu);
+}
+
 /* Whether version `version` (0: the latest) of key `name` on the server
- * at socket holds t0..t2 with rk_pattern(., k, salt): 1, or 0 (said). */
-static inline int rk_holds(const char *socket, const char *name, uint64_t version, int salt) {
+ * at socket holds t0..t2 with rk_pattern(., k, salt), on `device`
+ * (ST_DEVICE_CPU, ST_DEVICE_CUDA; -1: any): 1, or 0 (said). */
+static inline int rk_holds_on(const char *socket, const char *name, uint64_t version, int salt,
+                              int device) {
   st_client_t *c;
   char err[256];
   if (st_client_connect(socket, &c, err, sizeof err) != ST_OK) return 0;
@@ -198,22 +221,31 @@ static inline int rk_holds(const char *socket, const char *name, uint64_t versio
     char tn[8];
     snprintf(tn, sizeof tn, "t%d", k);
     const st_tensor_t *t = st_result_find(r, tn);
-    ok = t && t->ndim == 1 && t->shape[0] == (int64_t)RK_SIZES[k] && t->dtype == ST_DTYPE_UINT8;
+    ok = t && t->ndim == 1 && t->shape[0] == (int64_t)RK_SIZES[k] && t->dtype == ST_DTYPE_UINT8 &&
+         (device < 0 || (int)t->device == device);
     if (!ok) {
-      fprintf(stderr, "   %s on %s: no tensor %s of %zu bytes\n", name, socket, tn, RK_SIZES[k]);
+      fprintf(stderr, "   %s on %s: no tensor %s of %zu bytes%s\n", name, socket, tn, RK_SIZES[k],
+              device < 0 ? "" : " on the device asked");
       break;
     }
-    const uint8_t *p = t->data;
+    uint8_t *p = malloc(RK_SIZES[k]);
+    ok = p && st_tensor_copy_to_host(t, p, RK_SIZES[k]) == ST_OK;
     for (size_t i = 0; ok && i < RK_SIZES[k]; i++)
       if (p[i] != rk_pattern(i, k, salt)) {
         fprintf(stderr, "   %s on %s: %s byte %zu is %u, not %u\n", name, socket, tn, i, p[i],
                 rk_pattern(i, k, salt));
         ok = 0;
       }
+    free(p);
   }
   st_result_free(r);
   st_client_close(c);
   return ok;
+}
+
+/* rk_holds_on whatever the device. */
+static inline int rk_holds(const char *socket, const char *name, uint64_t version, int salt) {
+  return rk_holds_on(socket, name, version, salt, -1);
 }
 
 /* Waits for task id on c to end (60 s at most): its status, "" when the
