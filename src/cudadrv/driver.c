@@ -98,6 +98,7 @@ static void load_api(void) {
   LOAD(cuMemExportToShareableHandle);
   LOAD(cuMemImportFromShareableHandle);
   LOAD(cuMemGetAllocationPropertiesFromHandle);
+  LOAD(cuMemRetainAllocationHandle);
   LOAD(cuMemAddressReserve);
   LOAD(cuMemAddressFree);
   LOAD(cuMemMap);

@@ -61,6 +61,7 @@ typedef struct st__cuda_api {
   PFN_cuMemExportToShareableHandle_v10020 cuMemExportToShareableHandle;
   PFN_cuMemImportFromShareableHandle_v10020 cuMemImportFromShareableHandle;
   PFN_cuMemGetAllocationPropertiesFromHandle_v10020 cuMemGetAllocationPropertiesFromHandle;
+  PFN_cuMemRetainAllocationHandle_v11000 cuMemRetainAllocationHandle;
   PFN_cuMemAddressReserve_v10020 cuMemAddressReserve;
   PFN_cuMemAddressFree_v10020 cuMemAddressFree;
   PFN_cuMemMap_v10020 cuMemMap;

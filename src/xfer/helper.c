@@ -306,8 +306,16 @@ static int map_arena(tx_t *t, const msgpack_object *d, int fd, harena_t *a, size
     }
     memcpy(u, uuid, ulen);
     u[ulen] = 0;
+    /* The allocation is whole granules; `bytes` may be less (a CPU key's
+     * size pulled onto a device): map the granules that hold them. */
+    int ordinal = -1;
+    uint64_t gran = 0;
     int rc = st__cuda_fd_check(fd, err, errlen);
-    if (rc == ST_OK) rc = st__cuda_import(fd, bytes, u, &a->m, err, errlen);
+    if (rc == ST_OK) rc = st__cuda_device_by_uuid(u, &ordinal, err, errlen);
+    if (rc == ST_OK) rc = st__cuda_granularity(ordinal, &gran, err, errlen);
+    if (rc == ST_OK && (gran == 0 || bytes > UINT64_MAX - gran)) rc = ST_ERR_INVALID_ARGUMENT;
+    if (rc == ST_OK)
+      rc = st__cuda_import(fd, (bytes + gran - 1) / gran * gran, u, &a->m, err, errlen);
     if (rc != ST_OK) return rc;
     a->cuda = 1;
     if (t->eng->memory == ST_XFER_MEM_CUDA) return ST_OK;

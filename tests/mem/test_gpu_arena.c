@@ -182,22 +182,20 @@ TEST(import_a_dup_in_process) {
   st__cuda_unmap(&m);                          /* no-op */
 }
 
-/* The exported allocation, imported by handle, carries the GPUDirect-RDMA
- * flag exactly when the device supports it for VMM allocations; the
- * device attribute is what st__cuda_gpudirect_rdma (and info) says. */
+/* The allocation carries the GPUDirect-RDMA flag exactly when the device
+ * supports it for VMM allocations (the properties of its handle, retained
+ * from the server's mapping); the device attribute is what
+ * st__cuda_gpudirect_rdma (and info) says. */
 TEST(allocations_carry_the_gpudirect_rdma_flag_where_supported) {
   char err[512];
   st__arena_t *a = NULL;
   CHECK_ERR_MSG(st__arena_new_cuda(0, gran, &a, err, sizeof err), ST_OK, err);
-  int fd = st__arena_dup_fd(a, NULL, 0);
-  CHECK(fd >= 0);
   CUmemGenericAllocationHandle h = 0;
-  CHECK_EQ_INT(cu->cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
-                                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-               CUDA_SUCCESS);
+  CHECK_EQ_INT(cu->cuMemRetainAllocationHandle(&h, st__arena_base(a)), CUDA_SUCCESS);
   CUmemAllocationProp prop;
   memset(&prop, 0, sizeof prop);
   CHECK_EQ_INT(cu->cuMemGetAllocationPropertiesFromHandle(&prop, h), CUDA_SUCCESS);
+  CHECK_EQ_INT(cu->cuMemRelease(h), CUDA_SUCCESS);
   int want = st__cuda_gpudirect_rdma(0), attr = -1;
   CUdevice dev;
   CHECK_EQ_INT(cu->cuDeviceGet(&dev, 0), CUDA_SUCCESS);
@@ -207,8 +205,6 @@ TEST(allocations_carry_the_gpudirect_rdma_flag_where_supported) {
   CHECK_EQ_INT(attr != 0, want);
   CHECK_EQ_INT(prop.allocFlags.gpuDirectRDMACapable != 0, want);
   fprintf(stderr, "   GPUDirect RDMA on VMM allocations of device 0: %s\n", want ? "yes" : "no");
-  CHECK_EQ_INT(cu->cuMemRelease(h), CUDA_SUCCESS);
-  close(fd);
   st__arena_unref(a);
 }
 
