@@ -2,14 +2,16 @@
  * to UCX's own figure for the same transport (docs/multihost.md; figures
  * in docs/benchmarks.md, "Keys between servers").
  *
- *   build/bench/bench_pull [--mib 64,512] [--arenas 4] [--iters 5]
+ *   build/bench/bench_pull [--mib 64,512] [--arenas 4] [--iters 5] [--to cpu|cuda:N]
  *
  * Two servers on this host acting as two hosts (a cluster key, loopback
  * TCP, UCX_TLS=tcp UCX_NET_DEVICES=lo unless set): a key of the given size
  * in `arenas` memfd arenas is put on a, pulled by b (a new name each
  * time, deleted after), timed from the pull request to the task's end as
  * a client sees it, and as the receiving server counts it (describe,
- * allocate, transfer, publish). Then ucx_perftest (ucx-utils), when
+ * allocate, transfer, publish). `--to cuda:0` pulls onto a CUDA device:
+ * the receiver's helper stages the bytes through host memory (the path of
+ * a CPU key pulled onto a GPU, docs/multihost.md). Then ucx_perftest (ucx-utils), when
  * installed, moves the same message sizes over the same transport
  * (tag_bw), the engine's own figure. Prints what it measured. */
 #include <signal.h>
@@ -88,13 +90,19 @@ static void put_key(const char *socket, const char *name, uint64_t bytes, int n)
   rc_close(&c);
 }
 
-/* One pull of `key` as `as`: client seconds; *server_s the task's own. */
-static double pull_once(rc_t *c, const char *key, const char *as, double *server_s) {
+/* One pull of `key` as `as` onto `device`: client seconds; *server_s the
+ * task's own. */
+static double pull_once(rc_t *c, const char *key, const char *as, const char *device,
+                        double *server_s) {
   msg_t m;
   double t0 = now_s();
-  if (rc_rpcf(c, &m, "[0, 1, 'pull', [{key: '%s', from: 'a', as: '%s'}]]", key, as) != 1 ||
-      m.error)
-    die("pull");
+  if (rc_rpcf(c, &m, "[0, 1, 'pull', [{key: '%s', from: 'a', as: '%s', device: '%s'}]]", key,
+              as, device) != 1 ||
+      m.error) {
+    fprintf(stderr, "bench_pull: pull: %s\n",
+            m.error ? obj_str(obj_get(m.error, "message")) : "no reply");
+    exit(1);
+  }
   int64_t id = obj_int(obj_get(m.result, "task_id"));
   msg_free(&m);
   if (rc_rpcf(c, &m, "[0, 2, 'wait', [{task_id: %lld, timeout: 600}]]", (long long)id) != 1 ||
@@ -136,12 +144,15 @@ static int cmp(const void *a, const void *b) {
 int main(int argc, char **argv) {
   const char *mibs = "64,512";
   int arenas = 4, iters = 5;
+  const char *to = "cpu";
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--mib") && i + 1 < argc) mibs = argv[++i];
     else if (!strcmp(argv[i], "--arenas") && i + 1 < argc) arenas = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--to") && i + 1 < argc) to = argv[++i];
     else {
-      fprintf(stderr, "usage: bench_pull [--mib 64,512] [--arenas 4] [--iters 5]\n");
+      fprintf(stderr, "usage: bench_pull [--mib 64,512] [--arenas 4] [--iters 5] "
+              "[--to cpu|cuda:N]\n");
       return 2;
     }
   }
@@ -168,8 +179,9 @@ int main(int argc, char **argv) {
   stt_server_config(&b, cfg);
   if (stt_server_start(&b) != 0) die("server b");
   for (int i = 0; i < 500 && !link_up(&b); i++) stt_sleep_ms(20);
-  printf("bench_pull: %s=%s %s=%s, %d arenas per key, %d pulls per size\n", "UCX_TLS",
-         getenv("UCX_TLS"), "UCX_NET_DEVICES", getenv("UCX_NET_DEVICES"), arenas, iters);
+  printf("bench_pull: %s=%s %s=%s, %d arenas per key, %d pulls per size, cpu -> %s\n",
+         "UCX_TLS", getenv("UCX_TLS"), "UCX_NET_DEVICES", getenv("UCX_NET_DEVICES"), arenas, iters,
+         to);
   char list[256];
   snprintf(list, sizeof list, "%s", mibs);
   rc_t c;
@@ -184,7 +196,7 @@ int main(int argc, char **argv) {
       char as[64];
       snprintf(as, sizeof as, "copy%s.%d", tok, i);
       double srv_s;
-      double s = pull_once(&c, name, as, &srv_s);
+      double s = pull_once(&c, name, as, to, &srv_s);
       if (i == 0) continue;   /* the first pull starts each side's UCX worker */
       cs[i - 1] = s;
       ss[i - 1] = srv_s;
