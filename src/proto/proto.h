@@ -21,6 +21,8 @@
 /* Open non-empty containers msgpack_unpacker can hold
  * (MSGPACK_EMBED_STACK_SIZE); deeper frames are ST_ERR_PROTOCOL. */
 #define ST__SCAN_DEPTH 32
+/* Whole large messages the scan remembers at once (st__reader_next_sliced). */
+#define ST__SCAN_LARGE 8
 
 /* Framing scan, private to reader.c: follows the object headers of the bytes
  * handed to `up` so that a frame whose declared sizes exceed max_message (or
@@ -40,6 +42,13 @@ typedef struct st__frame_scan {
   uint8_t head_len, head_need;
   int err;                          /* first error found, delivered by next  */
   const char *why;                  /* static reason for err                 */
+  /* Large messages (st__reader_set_slicing): the sequence numbers and
+   * sizes of whole ones not yet taken, oldest first (a ring; one that
+   * finds it full is decoded whole). */
+  uint64_t done;                    /* whole messages scanned since the start */
+  uint64_t large_at;                /* a message this large is sliced (0: none) */
+  struct { uint64_t seq, bytes; } large[ST__SCAN_LARGE];
+  unsigned large_head, large_n;
 } st__frame_scan_t;
 
 /* Incremental frame reader over msgpack_unpacker. Owns its buffer. */
@@ -48,6 +57,10 @@ typedef struct st__reader {
   size_t max_message;       /* a frame larger than this is ST_ERR_LIMIT */
   int failed;               /* sticky: after an error the reader is dead */
   st__frame_scan_t scan;    /* private to reader.c                       */
+  uint64_t taken;           /* messages taken (decoded) since the start  */
+  msgpack_unpacker *slice;  /* a large message being decoded a slice at a
+                               time (owned), or NULL                     */
+  uint64_t slice_bytes, slice_fed;
 } st__reader_t;
 
 /* A decoded message. Fields point into `unpacked`, which owns the memory;
@@ -87,6 +100,19 @@ int st__reader_feed(st__reader_t *r, const void *data, size_t n);
  * `err` (may be NULL) receives a reason. After an error the reader stays
  * failed: the connection must be closed. */
 int st__reader_next(st__reader_t *r, st__message_t *msg, char *err, size_t errlen);
+
+/* Messages of at least `large_bytes` (0: none) are decoded by
+ * st__reader_next_sliced a slice at a time. Set before bytes come. */
+void st__reader_set_slicing(st__reader_t *r, size_t large_bytes);
+
+/* st__reader_next, except that a large message (st__reader_set_slicing)
+ * is decoded `slice` bytes per call, so that no call holds its thread
+ * for longer than decoding that many bytes takes: 2 while it is not done
+ * (call again; nothing is in *msg), then 1 with the message. Its bytes
+ * stay in the reader's buffer until then: the caller reads no more
+ * meanwhile, or the buffer grows by what it reads. */
+int st__reader_next_sliced(st__reader_t *r, st__message_t *msg, size_t slice, char *err,
+                           size_t errlen);
 
 /* Bytes buffered that do not yet form a whole message (a half-sent frame). */
 size_t st__reader_pending(const st__reader_t *r);

@@ -23,6 +23,7 @@
 #include "proto/scan.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define READER_INIT_BUFFER (16u * 1024)
@@ -78,7 +79,13 @@ static void scan_fail(st__frame_scan_t *s, int err, const char *why) {
 /* The current object (header and payload) is complete. */
 static void scan_object_done(st__frame_scan_t *s) {
   if (s->depth > 0) return;
-  /* A whole message: start over. */
+  /* A whole message: remember it when it is large, and start over. */
+  if (s->large_at && s->msg_bytes >= s->large_at && s->large_n < ST__SCAN_LARGE) {
+    unsigned at = (s->large_head + s->large_n++) % ST__SCAN_LARGE;
+    s->large[at].seq = s->done;
+    s->large[at].bytes = s->msg_bytes;
+  }
+  s->done++;
   s->complete++;
   s->msg_bytes = 0;
   s->objects = 0;
@@ -203,6 +210,10 @@ int st__reader_init(st__reader_t *r, size_t max_message) {
  * their own reference to the bytes). The reader's thread. */
 void st__reader_destroy(st__reader_t *r) {
   if (r->up.buffer) msgpack_unpacker_destroy(&r->up);
+  if (r->slice) {
+    msgpack_unpacker_destroy(r->slice);
+    free(r->slice);
+  }
   memset(r, 0, sizeof *r);
 }
 
@@ -330,6 +341,23 @@ static int reader_fail(st__reader_t *r, int rc) {
   return rc;
 }
 
+/* A decoded message u (owned) into *msg: its shape checked. 1, or the
+ * reader failed with the reason. */
+static int take_message(st__reader_t *r, st__message_t *msg, msgpack_unpacked *u, char *err,
+                        size_t errlen) {
+  int rc = message_shape(msg, &u->data, err, errlen);
+  if (rc != ST_OK) {
+    uint32_t id = msg->id;
+    msgpack_unpacked_destroy(u);
+    memset(msg, 0, sizeof *msg);
+    msg->type = -1;
+    msg->id = id;
+    return reader_fail(r, rc);
+  }
+  msg->unpacked = *u;
+  return 1;
+}
+
 /* See proto.h. *msg is always overwritten: after a return <= 0 it holds no
  * memory (st__message_destroy on it is a harmless no-op). */
 int st__reader_next(st__reader_t *r, st__message_t *msg, char *err, size_t errlen) {
@@ -348,7 +376,10 @@ int st__reader_next(st__reader_t *r, st__message_t *msg, char *err, size_t errle
   msgpack_unpack_return ret = MSGPACK_UNPACK_CONTINUE;
   if (r->scan.complete > 0) {
     ret = msgpack_unpacker_next(&r->up, &u);
-    if (ret == MSGPACK_UNPACK_SUCCESS) r->scan.complete--;
+    if (ret == MSGPACK_UNPACK_SUCCESS) {
+      r->scan.complete--;
+      r->taken++;
+    }
   }
   if (ret == MSGPACK_UNPACK_CONTINUE) {
     msgpack_unpacked_destroy(&u);
@@ -373,17 +404,87 @@ int st__reader_next(st__reader_t *r, st__message_t *msg, char *err, size_t errle
     return reader_fail(r, ST_ERR_PROTOCOL);
   }
 
-  int rc = message_shape(msg, &u.data, err, errlen);
-  if (rc != ST_OK) {
-    uint32_t id = msg->id;
-    msgpack_unpacked_destroy(&u);
-    memset(msg, 0, sizeof *msg);
-    msg->type = -1;
-    msg->id = id;
-    return reader_fail(r, rc);
+  return take_message(r, msg, &u, err, errlen);
+}
+
+/* See proto.h. */
+void st__reader_set_slicing(st__reader_t *r, size_t large_bytes) {
+  r->scan.large_at = large_bytes;
+}
+
+/* Whether the next message to take is whole and large: its size, or 0. */
+static uint64_t next_large(st__reader_t *r) {
+  st__frame_scan_t *s = &r->scan;
+  while (s->large_n && s->large[s->large_head].seq < r->taken) {   /* taken whole */
+    s->large_head = (s->large_head + 1) % ST__SCAN_LARGE;
+    s->large_n--;
   }
-  msg->unpacked = u;
-  return 1;
+  if (!s->complete || !s->large_n || s->large[s->large_head].seq != r->taken) return 0;
+  return s->large[s->large_head].bytes;
+}
+
+static int slice_fail(st__reader_t *r, int rc, const char *why, char *err, size_t errlen) {
+  msgpack_unpacker_destroy(r->slice);
+  free(r->slice);
+  r->slice = NULL;
+  set_err(err, errlen, why);
+  return reader_fail(r, rc);
+}
+
+/* See proto.h. The bytes of the message are copied, a slice per call,
+ * into an unpacker of its own (the scan has seen the whole message, so
+ * every container header its slices announce is backed by bytes already
+ * here: decoding in parts allocates no more than decoding it whole). */
+int st__reader_next_sliced(st__reader_t *r, st__message_t *msg, size_t slice, char *err,
+                           size_t errlen) {
+  if (!r->slice) {
+    uint64_t bytes = r->failed ? 0 : next_large(r);
+    if (!bytes || slice == 0 || bytes <= slice) return st__reader_next(r, msg, err, errlen);
+    r->slice = malloc(sizeof *r->slice);
+    if (!r->slice || !msgpack_unpacker_init(r->slice, (size_t)bytes)) {
+      free(r->slice);
+      r->slice = NULL;
+      set_err(err, errlen, "out of memory");
+      return reader_fail(r, ST_ERR_OUT_OF_MEMORY);
+    }
+    r->slice_bytes = bytes;
+    r->slice_fed = 0;
+  }
+  memset(msg, 0, sizeof *msg);
+  msg->type = -1;
+  msg->params.type = msg->error.type = msg->result.type = MSGPACK_OBJECT_NIL;
+  /* The message starts at the main unpacker's offset (read afresh: a
+   * read meanwhile may have moved the buffer, never these bytes). */
+  uint64_t k = r->slice_bytes - r->slice_fed < slice ? r->slice_bytes - r->slice_fed : slice;
+  if (!msgpack_unpacker_reserve_buffer(r->slice, (size_t)k))
+    return slice_fail(r, ST_ERR_OUT_OF_MEMORY, "out of memory", err, errlen);
+  memcpy(msgpack_unpacker_buffer(r->slice), r->up.buffer + r->up.off + r->slice_fed, (size_t)k);
+  msgpack_unpacker_buffer_consumed(r->slice, (size_t)k);
+  r->slice_fed += k;
+  msgpack_unpacked u;
+  msgpack_unpacked_init(&u);
+  msgpack_unpack_return ret = msgpack_unpacker_next(r->slice, &u);
+  if (ret == MSGPACK_UNPACK_CONTINUE && r->slice_fed < r->slice_bytes) {
+    msgpack_unpacked_destroy(&u);
+    return 2;
+  }
+  if (ret != MSGPACK_UNPACK_SUCCESS || r->slice->used != r->slice->off) {
+    msgpack_unpacked_destroy(&u);
+    return slice_fail(r, ret == MSGPACK_UNPACK_NOMEM_ERROR ? ST_ERR_OUT_OF_MEMORY : ST_ERR_PROTOCOL,
+                      ret == MSGPACK_UNPACK_NOMEM_ERROR ? "out of memory decoding a message"
+                                                        : "bytes are not msgpack",
+                      err, errlen);
+  }
+  /* Done: the main unpacker passes over the message's bytes (its parser
+   * is between messages here), and the slice's unpacker goes (the
+   * message keeps its own reference to the bytes). */
+  msgpack_unpacker_destroy(r->slice);
+  free(r->slice);
+  r->slice = NULL;
+  r->up.off += (size_t)r->slice_bytes;
+  r->scan.complete--;
+  r->taken++;
+  return take_message(r, msg, &u, err, errlen);
 }
 
 /* Frees the message's memory; its fields become invalid. A message left

@@ -22,6 +22,10 @@
 #define WQ_HIGH (8u << 20)
 #define WQ_LOW  (1u << 20)
 #define READ_CHUNK 65536
+/* Messages this large are decoded SLICE_BYTES per loop turn ("Large
+ * messages" below). */
+#define SLICE_AT (1u << 20)
+#define SLICE_BYTES (256u << 10)
 #define MAX_IOV 64
 /* How often a connection whose sent replies still hold descriptors or
  * arenas asks the kernel whether the client has read them. */
@@ -37,6 +41,8 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents);
 static void on_write(struct ev_loop *loop, ev_io *w, int revents);
 static void on_frame_timeout(struct ev_loop *loop, ev_timer *w, int revents);
 static void on_resume(struct ev_loop *loop, ev_idle *w, int revents);
+static void on_decode_step(struct ev_loop *loop, ev_check *w, int revents);
+static void on_decode_idle(struct ev_loop *loop, ev_idle *w, int revents);
 static void on_unread_check(struct ev_loop *loop, ev_timer *w, int revents);
 static void process_messages(st__conn_t *c);
 static void flush(st__conn_t *c);
@@ -110,7 +116,7 @@ static int replies_at_limit(const st__conn_t *c) {
 static void maybe_resume(st__conn_t *c) {
   if (c->dead || !c->read_paused || c->wq_bytes >= WQ_LOW || replies_at_limit(c)) return;
   c->read_paused = 0;
-  if (!c->eof) ev_io_start(EVL(c), &c->rio);
+  if (!c->eof && !c->slicing) ev_io_start(EVL(c), &c->rio);
   ev_idle_start(EVL(c), &c->resume);
 }
 
@@ -136,7 +142,9 @@ static void on_unread_check(struct ev_loop *loop, ev_timer *w, int revents) {
 /* Adopts an admitted socket (fd owned) and starts reading. Loop thread. */
 void st__conn_open(st__server_t *srv, int fd, int device, const struct ucred *cred) {
   st__conn_t *c = calloc(1, sizeof *c);
-  if (!c || st__reader_init(&c->reader, srv->cfg->max_message_bytes) != ST_OK) {
+  if (c && st__reader_init(&c->reader, srv->cfg->max_message_bytes) == ST_OK)
+    st__reader_set_slicing(&c->reader, SLICE_AT);
+  else {
     free(c);
     ST_LOG_E("conn", "out of memory accepting a connection");
     close(fd);
@@ -154,6 +162,9 @@ void st__conn_open(st__server_t *srv, int fd, int device, const struct ucred *cr
   double t = srv->cfg->frame_timeout_ms / 1000.0;
   ev_timer_init(&c->frame_timer, on_frame_timeout, t, t);
   ev_idle_init(&c->resume, on_resume);
+  ev_check_init(&c->decode_step, on_decode_step);
+  ev_idle_init(&c->decode_idle, on_decode_idle);
+  c->decode_step.data = c->decode_idle.data = c;
   ev_timer_init(&c->unread_check, on_unread_check, UNREAD_POLL_S, UNREAD_POLL_S);
   c->rio.data = c->wio.data = c->frame_timer.data = c->resume.data = c;
   c->unread_check.data = c;
@@ -188,6 +199,8 @@ static void close_io(st__conn_t *c) {
   ev_io_stop(loop, &c->wio);
   ev_timer_stop(loop, &c->frame_timer);
   ev_idle_stop(loop, &c->resume);
+  ev_check_stop(loop, &c->decode_step);
+  ev_idle_stop(loop, &c->decode_idle);
   ev_timer_stop(loop, &c->unread_check);
   close(c->fd);
   c->fd = -1;
@@ -257,7 +270,7 @@ static void service(st__conn_t *c) {
   }
   if (!c->armed) {
     c->armed = 1;
-    if (!c->closing) ev_io_start(EVL(c), &c->rio);
+    if (!c->closing && !c->slicing) ev_io_start(EVL(c), &c->rio);
   }
   if (c->closing) {
     ev_io_stop(EVL(c), &c->rio);
@@ -469,6 +482,7 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
           conn_close(c, "out of memory");
           return;
         }
+        st__reader_set_slicing(&c->reader, SLICE_AT);
       }
       maybe_finish(c);
       return;
@@ -481,6 +495,56 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
   }
 }
 
+/* ------------------------------------------------------ large messages
+ *
+ * A message of SLICE_AT bytes or more is decoded SLICE_BYTES per loop
+ * turn (st__reader_next_sliced), so that one large request never holds
+ * the loop for more than decoding a slice takes (about 0.1 ms) and every
+ * other connection of the loop is served between two slices. Meanwhile
+ * the connection reads nothing (its next messages wait in the socket),
+ * a check watcher takes the next slice after each poll, and an idle
+ * watcher keeps the poll from sleeping. */
+
+/* A slice is done and more are due: the watchers run (again). */
+static void slicing_go(st__conn_t *c) {
+  if (!c->slicing) {
+    c->slicing = 1;
+    c->srv->counters.sliced_decodes++;
+    ev_io_stop(EVL(c), &c->rio);
+  }
+  ev_check_start(EVL(c), &c->decode_step);
+  ev_idle_start(EVL(c), &c->decode_idle);
+}
+
+/* Paused (replies unread): the slices wait for on_resume. */
+static void slicing_park(st__conn_t *c) {
+  ev_check_stop(EVL(c), &c->decode_step);
+  ev_idle_stop(EVL(c), &c->decode_idle);
+}
+
+/* The message is whole (or failed): reading resumes. */
+static void slicing_done(st__conn_t *c) {
+  if (!c->slicing) return;
+  c->slicing = 0;
+  slicing_park(c);
+  if (c->armed && !c->dead && !c->closing && !c->eof && !c->read_paused)
+    ev_io_start(EVL(c), &c->rio);
+}
+
+static void on_decode_step(struct ev_loop *loop, ev_check *w, int revents) {
+  st__conn_t *c = w->data;
+  (void)loop;
+  (void)revents;
+  st__loop_exclusive(c->srv);
+  if (!c->dead && c->slicing) process_messages(c);
+}
+
+static void on_decode_idle(struct ev_loop *loop, ev_idle *w, int revents) {
+  (void)loop;
+  (void)w;
+  (void)revents;
+}
+
 static void process_messages(st__conn_t *c) {
   st__server_t *srv = c->srv;
   int completed = 0;
@@ -488,6 +552,7 @@ static void process_messages(st__conn_t *c) {
     if (replies_at_limit(c)) {
       /* Backpressure: keep the rest buffered until the client reads. */
       if (exclusive_gone(c)) break;
+      if (c->slicing) slicing_park(c);
       if (!c->read_paused) {
         c->read_paused = 1;
         srv->counters.read_pauses++;
@@ -504,8 +569,13 @@ static void process_messages(st__conn_t *c) {
     memset(&msg, 0, sizeof msg);
     char why[256] = "";
     st__prof_begin(ST_PROF_DECODE);
-    int r = st__reader_next(&c->reader, &msg, why, sizeof why);
+    int r = st__reader_next_sliced(&c->reader, &msg, SLICE_BYTES, why, sizeof why);
     st__prof_end();
+    if (r == 2) {
+      slicing_go(c);
+      break;
+    }
+    slicing_done(c);
     if (r == 0) break;
     if (r < 0) {
       uint32_t id = r == ST_ERR_PROTOCOL ? msg.id : 0;
@@ -542,9 +612,11 @@ static void process_messages(st__conn_t *c) {
      * one. */
     if ((srv->threaded || fast) && !c->dead && c->wq_head && !ev_is_active(&c->wio)) flush(c);
   }
-  /* Every whole message was handled unless reads are paused: what is
-   * left is at most a half-sent frame, which began here. */
-  if (!c->dead && !c->closing && !c->read_paused && c->rx_nfds && !exclusive_gone(c))
+  /* Every whole message was handled unless reads are paused or a large
+   * one is being decoded: what is left is at most a half-sent frame,
+   * which began here. */
+  if (!c->dead && !c->closing && !c->read_paused && !c->slicing && c->rx_nfds &&
+      !exclusive_gone(c))
     st__conn_rx_drop_stray(c, c->rx_bytes - st__reader_pending(&c->reader), 1);
   update_frame_timer(c, completed);
 }

@@ -95,6 +95,11 @@ struct st__conn {
   ev_io rio, wio;
   ev_timer frame_timer;       /* runs while a frame is half-received        */
   ev_idle resume;             /* handles messages buffered while paused     */
+  ev_check decode_step;       /* a large message decoded a slice per loop
+                                 turn (conn.c, "Large messages")           */
+  ev_idle decode_idle;        /* keeps the loop turning meanwhile           */
+  int slicing;                /* such a message is being decoded: not
+                                 reading                                   */
   st__wframe_t *wq_head, *wq_tail;
   size_t wq_bytes;
   /* Replies with descriptors count from queued until the client has read

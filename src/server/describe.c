@@ -97,7 +97,8 @@ static void pack_counters(msgpack_packer *pk, const st__server_t *srv) {
   X(requests) X(requests_ok) X(errors) X(requests_dropped) X(calls) X(calls_ok)            \
   X(calls_failed) X(calls_dropped) X(notifications)                                        \
   X(bytes_received) X(bytes_sent) X(fds_sent) X(fds_received) X(connections)               \
-  X(auth_refused) X(limit_refused) X(protocol_errors) X(busy) X(timeouts) X(read_pauses)   \
+  X(auth_refused) X(limit_refused) X(protocol_errors) X(busy) X(timeouts) X(read_pauses)  \
+  X(sliced_decodes)                                                                        \
   X(reloads) X(reload_failures) X(builds) X(cache_hits) X(cache_misses) X(joins)           \
   X(views_on_workers) X(puts_on_workers)                                                   \
   X(tasks_submitted) X(tasks_completed) X(tasks_failed) X(tasks_cancelled)                 \

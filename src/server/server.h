@@ -146,6 +146,7 @@ typedef struct st__counters {
   uint64_t busy;              /* requests refused with BUSY                */
   uint64_t timeouts;          /* connections closed for a half-sent frame  */
   uint64_t read_pauses;       /* reading paused: a client's replies piled up */
+  uint64_t sliced_decodes;    /* large messages decoded a slice per loop turn */
   uint64_t reloads;           /* successful reloads                        */
   uint64_t reload_failures;
 } st__counters_t;

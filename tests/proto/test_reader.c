@@ -451,6 +451,95 @@ TEST(messages_outlive_buffer_changes) {
   mpbuf_free(&mb);
 }
 
+/* A request whose params hold one array of n small integers (i % 100)
+ * and a map of n/4 short strings: many objects per byte, the hard case
+ * for a decoder. */
+static void pack_dense(msgpack_packer *pk, uint32_t id, uint32_t n) {
+  st__pack_request_head(pk, id, "dense");
+  msgpack_pack_array(pk, 2);
+  msgpack_pack_array(pk, n);
+  for (uint32_t i = 0; i < n; i++) msgpack_pack_int(pk, (int)(i % 100));
+  msgpack_pack_map(pk, n / 4);
+  for (uint32_t i = 0; i < n / 4; i++) {
+    char k[16];
+    snprintf(k, sizeof k, "k%u", i);
+    st__pack_cstr(pk, k);
+    st__pack_cstr(pk, "v");
+  }
+}
+
+static int dense_ok(const st__message_t *m, uint32_t id, uint32_t n) {
+  if (m->type != ST_MSG_REQUEST || m->id != id || !method_is(m, "dense")) return 0;
+  const msgpack_object *a = &m->params.via.array.ptr[0];
+  const msgpack_object *map = &m->params.via.array.ptr[1];
+  if (m->params.via.array.size != 2 || a->type != MSGPACK_OBJECT_ARRAY ||
+      a->via.array.size != n || map->type != MSGPACK_OBJECT_MAP || map->via.map.size != n / 4)
+    return 0;
+  for (uint32_t i = 0; i < n; i++)
+    if (a->via.array.ptr[i].via.u64 != i % 100) return 0;
+  char k[16];
+  snprintf(k, sizeof k, "k%u", n / 4 - 1);
+  const msgpack_object *last = &map->via.map.ptr[n / 4 - 1].key;
+  return last->via.str.size == strlen(k) && !memcmp(last->via.str.ptr, k, strlen(k));
+}
+
+TEST(large_messages_decode_a_slice_at_a_time) {
+  /* small, large, small, large in one buffer, fed in reads of 64 KiB
+   * between the slices (the buffer moves under the slicing). */
+  const uint32_t n = 1u << 20;   /* about 1.6 MiB of msgpack */
+  mpbuf_t mb;
+  mpbuf_init(&mb);
+  pack_req(&mb.sb, 1, "a", 1);
+  pack_dense(&mb.pk, 2, n);
+  pack_req(&mb.sb, 3, "b", 3);
+  pack_dense(&mb.pk, 4, n);
+  st__reader_t r;
+  CHECK_ERR(st__reader_init(&r, 4u << 20), ST_OK);
+  st__reader_set_slicing(&r, 1u << 20);
+  size_t fed = 0;
+  uint32_t want[4] = {1, 2, 3, 4};
+  int got = 0, slices = 0, max_slices_one = 0, this_one = 0;
+  while (got < 4) {
+    if (fed < mb.sb.size) {
+      size_t k = mb.sb.size - fed < 65536 ? mb.sb.size - fed : 65536;
+      CHECK_ERR(st__reader_feed(&r, mb.sb.data + fed, k), ST_OK);
+      fed += k;
+    }
+    st__message_t m;
+    int rc = st__reader_next_sliced(&r, &m, 128u << 10, why, sizeof why);
+    if (rc == 0) continue;
+    if (rc == 2) {
+      slices++;
+      this_one++;
+      continue;
+    }
+    CHECK_EQ_INT(rc, 1);
+    if (rc != 1) break;
+    CHECK_EQ_INT(m.id, want[got]);
+    if (m.id % 2 == 0) CHECK(dense_ok(&m, m.id, n));
+    if (this_one > max_slices_one) max_slices_one = this_one;
+    this_one = 0;
+    st__message_destroy(&m);
+    got++;
+  }
+  /* Each large one took about its size / 128 KiB calls; the small ones one. */
+  CHECK(max_slices_one >= 10);
+  CHECK(slices >= 20);
+  st__message_t m;
+  CHECK_EQ_INT(st__reader_next_sliced(&r, &m, 128u << 10, why, sizeof why), 0);
+  CHECK_EQ_INT(st__reader_pending(&r), 0);
+  CHECK_EQ_INT(st__reader_buffered(&r), 0);
+  st__reader_destroy(&r);
+  /* Destroyed in the middle of a slicing: nothing leaks (ASan, valgrind). */
+  CHECK_ERR(st__reader_init(&r, 4u << 20), ST_OK);
+  st__reader_set_slicing(&r, 1u << 20);
+  CHECK_ERR(st__reader_feed(&r, mb.sb.data, mb.sb.size), ST_OK);
+  CHECK_EQ_INT(st__reader_next_sliced(&r, &m, 1u << 20, why, sizeof why), 1);
+  CHECK_EQ_INT(st__reader_next_sliced(&r, &m, 64u << 10, why, sizeof why), 2);
+  st__reader_destroy(&r);
+  mpbuf_free(&mb);
+}
+
 TEST(ext_and_every_scalar_frame) {
   /* Every header kind in one params array, fed a byte at a time. */
   mpbuf_t mb;
@@ -517,5 +606,6 @@ int main(void) {
   RUN(limit_boundary);
   RUN(messages_outlive_buffer_changes);
   RUN(ext_and_every_scalar_frame);
+  RUN(large_messages_decode_a_slice_at_a_time);
   return stt_summary();
 }

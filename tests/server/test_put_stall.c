@@ -7,7 +7,9 @@
  * key (readers see the next version), a take-over whose tensor differs
  * (INVALID_ARGUMENT, the publisher stays), a plain put's adoption, and a
  * key deleted while its take-over is checked (the put then makes the key
- * again). A small put stays on the loop. */
+ * again). A small put stays on the loop. Frames of 1 MiB or more are
+ * decoded a slice per loop turn (counters.sliced_decodes), and the
+ * requests after them are answered. */
 #include <signal.h>
 #include <sys/mman.h>
 
@@ -109,7 +111,8 @@ TEST(the_largest_takeover_runs_on_a_worker) {
   int n = most_tensors(&b);
   CHECK(n > 100000);
   int64_t before = puts_on_workers(&b);
-  CHECK(before >= 0);
+  int64_t sliced = rc_info_int(&b, "counters.sliced_decodes");
+  CHECK(before >= 0 && sliced >= 0);
   if (n <= 0 || before < 0) return;
   /* The key, put live by p: its adoption goes to a worker too. */
   msg_t m;
@@ -125,6 +128,8 @@ TEST(the_largest_takeover_runs_on_a_worker) {
   msg_free(&m);
   CHECK(rc_read(&a, 0) == 0);   /* nothing from a yet */
   CHECK(reply_of(&a, &m) && !m.error);
+  /* Both frames (about 14 MiB each) were decoded a slice per loop turn. */
+  CHECK_EQ_INT(rc_info_int(&b, "counters.sliced_decodes"), sliced + 2);
   if (m.result) {
     CHECK_EQ_INT(obj_int(obj_get(m.result, "version")), 1);
     CHECK(obj_get(m.result, "taken") && obj_get(m.result, "taken")->via.boolean);
@@ -277,6 +282,56 @@ TEST(a_small_put_stays_on_the_loop) {
   rc_close(&c);
 }
 
+/* A large frame and a small one in one write on one connection: the
+ * large one is decoded in slices (sliced_decodes moves), its value comes
+ * back whole, and the small one after it is answered too. */
+TEST(a_large_frame_is_decoded_in_slices) {
+  OPEN_RC(a, S.socket);
+  OPEN_RC(b, S.socket);
+  int64_t sliced = rc_info_int(&b, "counters.sliced_decodes");
+  enum { N = 3000000 };   /* small integers: about 3 MiB, 3 M objects */
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msgpack_pack_array(&pk, 4);
+  msgpack_pack_int(&pk, 0);
+  msgpack_pack_uint32(&pk, 1);
+  pack_str(&pk, "put");
+  msgpack_pack_array(&pk, 1);
+  msgpack_pack_map(&pk, 2);
+  pack_str(&pk, "key");
+  pack_str(&pk, "dense");
+  pack_str(&pk, "value");
+  msgpack_pack_array(&pk, N);
+  for (int i = 0; i < N; i++) msgpack_pack_int(&pk, i % 100);
+  mpbuf_t ping;
+  mpbuf_text(&ping, "[0, 2, 'ping', []]");
+  msgpack_sbuffer_write(&sb, ping.sb.data, ping.sb.size);
+  mpbuf_free(&ping);
+  CHECK(rc_send(&a, sb.data, sb.size) == 0);
+  msgpack_sbuffer_destroy(&sb);
+  /* Both answered (the put on a worker: its reply may come second). */
+  msg_t m;
+  unsigned seen = 0;
+  for (int k = 0; k < 2; k++) {
+    CHECK(reply_of(&a, &m) && !m.error && (m.id == 1 || m.id == 2));
+    if (m.error) fprintf(stderr, "   reply %u: %s\n", m.id, msg_errmsg(&m));
+    seen |= 1u << m.id;
+    msg_free(&m);
+  }
+  CHECK_EQ_INT(seen, 6);
+  CHECK_EQ_INT(rc_info_int(&b, "counters.sliced_decodes"), sliced + 1);
+  CHECK(rc_rpcf(&b, &m, "[0, 3, 'get', [{key: 'dense'}]]") == 1 && !m.error);
+  const msgpack_object *v = m.result ? obj_get(m.result, "value") : NULL;
+  CHECK(v && v->type == MSGPACK_OBJECT_ARRAY && v->via.array.size == N);
+  if (v && v->type == MSGPACK_OBJECT_ARRAY && v->via.array.size == N)
+    for (int i = 0; i < N; i += 99991) CHECK_EQ_INT(v->via.array.ptr[i].via.u64, i % 100);
+  msg_free(&m);
+  CHECK(rc_rpcf(&b, &m, "[0, 4, 'delete', [{key: 'dense'}]]") == 1 && !m.error);
+  msg_free(&m);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   stt_server_setup(&S, "workers = 2,", NULL);
@@ -284,5 +339,6 @@ int main(void) {
   RUN(a_torn_key_recovers_through_a_takeover_on_a_worker);
   RUN(a_plain_put_adopts_on_a_worker);
   RUN(a_small_put_stays_on_the_loop);
+  RUN(a_large_frame_is_decoded_in_slices);
   return stt_server_finish(&S);
 }
