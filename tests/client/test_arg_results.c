@@ -10,6 +10,9 @@
  *     its own; a result with the argument and a new tensor has both;
  *   - a submitted task's result that is its argument still comes back (a
  *     descriptor of its own);
+ *   - a tensor argument a body keeps past its call (an upvalue) is empty
+ *     after it: a later call that uses it fails with a clear error, and
+ *     the server does not keep the caller's memory for it;
  *   against a scripted server:
  *   - {arg: i} naming an argument the call did not send, an index that is
  *     not an integer, a window past the argument's allocation, or an
@@ -39,6 +42,12 @@ static const stt_endpoint_t endpoints[] = {
     {"both.lua",
      "return st.endpoint{ name = 'both', params = { x = st.tensor_param{} },\n"
      "  build = function(a) return { arg = a.x, new = st.full{2, value = 9} } end }\n"},
+    {"stash.lua",
+     "local kept\n"
+     "return { st.endpoint{ name = 'stash', params = { x = st.tensor_param{} },\n"
+     "           build = function(a) kept = a.x:narrow(0, 1, 2); return 1 end },\n"
+     "         st.endpoint{ name = 'use_stashed',\n"
+     "           build = function() return kept:get(0) end } }\n"},
     {NULL, NULL},
 };
 
@@ -154,6 +163,20 @@ TEST(a_task_result_that_is_the_argument_still_comes_back) {
   st_client_close(c);
 }
 
+TEST(an_argument_kept_past_its_call_is_empty) {
+  OPEN_CLIENT(c, S.socket);
+  st_result_t *x = counting(4);
+  CHECK(x);
+  st_result_t *r = call_with(c, "stash", x, 0);
+  CHECK(r);
+  st_result_free(r);
+  r = NULL;
+  CHECK_RC(st_client_call(c, "use_stashed", NULL, &r), ST_ERR_ENDPOINT, c);
+  CHECK_CONTAINS(st_client_error(c), "on its tensor argument");
+  st_result_free(x);
+  st_client_close(c);
+}
+
 /* ---------------------------------------------------------- scripted */
 
 static int on_request(fake_server_t *f, int conn, uint32_t id, const char *method,
@@ -230,6 +253,7 @@ int main(void) {
   RUN(a_window_of_the_argument_is_at_its_offset);
   RUN(a_result_that_is_not_the_argument_is_memory_of_its_own);
   RUN(a_task_result_that_is_the_argument_still_comes_back);
+  RUN(an_argument_kept_past_its_call_is_empty);
   RUN(a_hostile_arg_reference_is_protocol);
   fake_finish(&fs);
   return stt_server_finish(&S);
