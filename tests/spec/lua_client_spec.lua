@@ -163,6 +163,19 @@ describe("the Lua client", function()
     res:free()
   end)
 
+  it("gets a held managed object again as the same tensors, with a lease each call", function()
+    local a = assert(c:call("mod", { rows = 4 }))
+    local b = assert(c:call("mod", { rows = 4 }))   -- a `same` reply: nothing decoded
+    assert.are.equal(a.object.id, b.object.id)
+    assert.is_true(a.object.lease and b.object.lease)
+    assert.are.same({ 1, 2 }, { a.object.refcount, b.object.refcount })
+    assert.are.equal(a.value.tensors.weight, b.value.tensors.weight)   -- the same tensor
+    assert.are.equal(1, assert(c:release(b.object.id)).refcount)
+    assert.are.equal(0, assert(c:release(a.object.id)).refcount)
+    a:free()
+    b:free()
+  end)
+
   it("sees a result through a view, and reports a bad one", function()
     local res = assert(c:call("mod", { rows = 3 }, { view = "weight:shard(0,1,3)|transpose(0,1)" }))
     local w = res.value.tensors.weight
