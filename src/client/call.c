@@ -92,7 +92,7 @@ int st__client_args_method(st_client_t *c, const char *method, const st__client_
       b.nfds = st__client_argcache_pack(c, &b.pk, arenas, narenas, fds);
       b.fds = b.nfds ? fds : NULL;
     }
-    /* A call's reply may name these allocations {arg: i} (targs.c). */
+    /* A call's reply may name these allocations {arg: i} (arg_results.c). */
     int is_call = narenas && unwrap && strcmp(method, "call") == 0;
     c->call_args = is_call ? arenas : NULL;
     c->ncall_args = is_call ? narenas : 0;

@@ -38,7 +38,7 @@ static int hello(st_client_t *c, int64_t deadline, int features) {
    * objects named by id after the first reply (kept_arenas.c), results of
    * cached objects named by id after the first reply unless
    * ST_CLIENT_KEEP_OBJECTS=0 (kept_objects.c), a call's result that is
-   * one of its tensor arguments named by the argument's index (targs.c),
+   * one of its tensor arguments named by the argument's index (arg_results.c),
    * results as regions of
    * per-connection pools unless ST_CLIENT_POOL=0 (pool.c). */
   size_t keep_objects = features ? st__client_kept_objects_max() : 0;

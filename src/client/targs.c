@@ -7,10 +7,8 @@
  * st_args_tensor adds a tensor that lives in such an allocation (the whole
  * tensor or any view of it) to an argument map: the map keeps the
  * allocation, and the call sends its descriptor with the request. A
- * result that is one of those allocations (the endpoint returned its
- * argument, or a view of it) comes back named {arg: i}: the result maps
- * it through the caller's own mapping, with no descriptor and no import
- * (st__client_targs_result_arena).
+ * result that is one of those allocations comes back named {arg: i}
+ * (arg_results.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -164,29 +162,4 @@ ST_API int st_tensor_is_shareable(const st_tensor_t *t) {
   if (st__client_own_find(t->data, 0, ordinal, &m, &offset) != ST_OK) return 0;
   st__client_mapping_release(m);
   return 1;
-}
-
-/* See client_internal.h. */
-int st__client_targs_is_result(const msgpack_object *a) {
-  return a->type == MSGPACK_OBJECT_MAP && a->via.map.size == 1 && st__map_get(a, "arg") != NULL;
-}
-
-/* See client_internal.h. Thread of the client. */
-int st__client_targs_result_arena(st_client_t *c, const msgpack_object *a, st__arena_desc_t *d,
-                                  st__mapping_t **out) {
-  *out = NULL;
-  const msgpack_object *v = st__map_get(a, "arg");
-  if (!v || v->type != MSGPACK_OBJECT_POSITIVE_INTEGER || v->via.u64 >= c->ncall_args)
-    return st__client_fail(c, ST_ERR_PROTOCOL,
-                           "the reply names tensor argument %s%llu, but the call sent %zu",
-                           v && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? "" : "(not an index) ",
-                           v && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER
-                               ? (unsigned long long)v->via.u64
-                               : 0ull,
-                           c->ncall_args);
-  st__mapping_t *m = c->call_args[v->via.u64];
-  st__client_own_describe(m, d);   /* the argument map holds m: alive */
-  st__client_mapping_ref(m, 0);
-  *out = m;
-  return ST_OK;
 }

@@ -29,13 +29,9 @@ static const char EP_BOTH[] =
 #define ARENA(fd, id) "{fd: " #fd ", bytes: 4096, device: 'cpu', backend: 'memfd', id: " #id "}"
 #define F64(a, off, n) "tensor(" #a ", " #off ", 'float64', [" #n "], [1])"
 
+/* Connects and says hello with `features` (a list's items, may be ""). */
 static int open_hello(rc_t *c, const char *features) {
-  if (rc_open(c, S.socket) != 0) return -1;
-  msg_t m;
-  int rc = rc_rpcf(c, &m, "[0, 1, 'hello', [{protocol: 1, features: [%s]}]]", features);
-  int ok = rc == 1 && !m.error;
-  if (rc == 1) msg_free(&m);
-  return ok ? 0 : -1;
+  return rc_open_hello(c, S.socket, features);
 }
 
 /* What a reply brought: descriptors, and arenas[0]'s `arg` (-1: none) and

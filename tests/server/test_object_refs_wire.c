@@ -40,12 +40,7 @@ static uint32_t next_id = 100;
 
 /* Connects and says hello with `features` (a list's items, may be ""). */
 static int open_hello(rc_t *c, const char *features) {
-  if (rc_open(c, S.socket) != 0) return -1;
-  msg_t m;
-  int rc = rc_rpcf(c, &m, "[0, 1, 'hello', [{protocol: 1, features: [%s]}]]", features);
-  int ok = rc == 1 && !m.error;
-  if (rc == 1) msg_free(&m);
-  return ok ? 0 : -1;
+  return rc_open_hello(c, S.socket, features);
 }
 
 /* What one call brought: descriptors, whether the result had a value and
