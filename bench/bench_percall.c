@@ -1,4 +1,4 @@
-/* bench_percall: the per-call rows of issue 12 through libstclient, for
+/* bench_percall: the per-call rows of issues 12 and 32 through libstclient, for
  * bench/bench_percall.py, which starts the server, runs this program
  * against it and prints its rows next to the Python package's.
  *
@@ -6,8 +6,16 @@
  *
  * Endpoints (bench_percall.py writes them): cached16 (cache), fresh4
  * (plain), mcached16 (managed + cache), managed16 (managed), quick (plain,
- * returns 1), echo (returns its tensor argument), module300 (cache, a
- * module of 300 tensors). DIR holds the raw socket of the floor.
+ * returns 1), echo (returns its tensor argument), echo_int (returns its
+ * integer argument), module300 (cache, a module of 300 tensors),
+ * mmodule300 (the same, managed). DIR holds the raw socket of the floor.
+ *
+ * Rows: raw, ping, cached_kept, cached_dropped, fresh, mcached_release (a
+ * managed cached call + release, the result dropped), managed_release (a
+ * fresh managed result + release), submit_wait, targ_4k (a 4 KiB tensor
+ * argument returned), int_arg (the same call with an integer argument),
+ * module300 (cached, mapping kept), mmodule300_held_release (a managed
+ * call of a held 300-tensor module + release), info.
  *
  * Prints one line per row, "row KEY N P50 P99 MEAN" (microseconds), in
  * the order of --rows (default: every row, the floor "raw" first). Timings are printed, never asserted.
@@ -60,7 +68,10 @@ static void release_object(st_result_t *r) {
   if (st_client_release(client, o.id, NULL, NULL, NULL) != ST_OK) die("release");
 }
 
-enum { PING, CACHED_KEPT, CACHED_DROPPED, FRESH, MCACHED, MANAGED, SUBMIT, TARG, MODULE, INFO };
+enum {
+  PING, CACHED_KEPT, CACHED_DROPPED, FRESH, MCACHED, MANAGED, SUBMIT, TARG, INT_ARG, MODULE,
+  MMODULE, INFO
+};
 
 static void one(int what, st_result_t *targ) {
   st_result_t *r = NULL;
@@ -101,8 +112,21 @@ static void one(int what, st_result_t *targ) {
     st_args_free(a);
     break;
   }
+  case INT_ARG: {
+    st_args_t *a = st_args_new();
+    if (!a || st_args_int(a, "x", 1024) != ST_OK) die("integer argument");
+    st_result_t *v;
+    if (st_client_call(client, "echo_int", a, &v) != ST_OK) die("echo_int");
+    st_args_free(a);
+    st_result_free(v);
+    return;
+  }
   case MODULE:
     r = call("module300", NULL);
+    break;
+  case MMODULE:
+    r = call("mmodule300", NULL);
+    release_object(r);
     break;
   case INFO:
     if (st_client_info(client, &r) != ST_OK) die("info");
@@ -127,9 +151,17 @@ static void run_row(const char *key, const char *dir, int iters) {
   static const struct {
     const char *key;
     int what;
-  } rows[] = {{"ping", PING},           {"cached_kept", CACHED_KEPT}, {"cached_dropped", CACHED_DROPPED},
-              {"fresh", FRESH},         {"mcached_release", MCACHED}, {"managed_release", MANAGED},
-              {"submit_wait", SUBMIT},  {"targ_4k", TARG},            {"module300", MODULE},
+  } rows[] = {{"ping", PING},
+              {"cached_kept", CACHED_KEPT},
+              {"cached_dropped", CACHED_DROPPED},
+              {"fresh", FRESH},
+              {"mcached_release", MCACHED},
+              {"managed_release", MANAGED},
+              {"submit_wait", SUBMIT},
+              {"targ_4k", TARG},
+              {"int_arg", INT_ARG},
+              {"module300", MODULE},
+              {"mmodule300_held_release", MMODULE},
               {"info", INFO}};
   if (!strcmp(key, "raw")) {
     double *us = malloc(sizeof(double) * (size_t)iters);
@@ -143,8 +175,9 @@ static void run_row(const char *key, const char *dir, int iters) {
     st_result_t *keep = NULL, *targ = NULL;
     /* Kept: one result holds the mapping, so every hit reuses it. */
     if (rows[i].what == CACHED_KEPT) keep = call("cached16", NULL);
-    if (rows[i].what == MODULE) {
-      keep = call("module300", NULL);
+    if (rows[i].what == MODULE || rows[i].what == MMODULE) {
+      /* Held: the managed one with its lease, given back after the row. */
+      keep = call(rows[i].what == MODULE ? "module300" : "mmodule300", NULL);
       iters = iters / 4 ? iters / 4 : 1;
     }
     if (rows[i].what == TARG) {
@@ -156,6 +189,7 @@ static void run_row(const char *key, const char *dir, int iters) {
       }
     }
     measure(key, rows[i].what, iters, targ);
+    if (rows[i].what == MMODULE) release_object(keep);
     st_result_free(keep);
     st_result_free(targ);
     return;
@@ -167,7 +201,7 @@ static void run_row(const char *key, const char *dir, int iters) {
 int main(int argc, char **argv) {
   const char *sock = NULL, *dir = NULL;
   char rows[512] = "raw,ping,cached_kept,cached_dropped,fresh,mcached_release,managed_release,"
-                   "submit_wait,targ_4k,module300,info";
+                   "submit_wait,targ_4k,int_arg,module300,mmodule300_held_release,info";
   int iters = 2000;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--socket") && i + 1 < argc) sock = argv[++i];

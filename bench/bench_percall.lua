@@ -65,8 +65,15 @@ row("managed_release", iters, managed("managed16"))
 row("submit_wait", iters, function() assert(c:wait(assert(c:submit("quick")))) end)
 local x = assert(st.zeros({ 1024 }, { dtype = "float32" }))
 row("targ_4k", iters, function() call("echo", { x = x }):free() end)
+row("int_arg", iters, function() call("echo_int", { x = 1024 }) end)
 keep = call("module300")
 row("module300", math.max(1, math.floor(iters / 4)), function() call("module300") end)
 keep:free()
+if not only or only.mmodule300_held_release then
+  keep = call("mmodule300")   -- held, with its lease
+  row("mmodule300_held_release", math.max(1, math.floor(iters / 4)), managed("mmodule300"))
+  assert(c:release(keep.object.id))
+  keep:free()
+end
 row("info", iters, function() assert(c:info()) end)
 c:close()

@@ -12,13 +12,14 @@ CPU when luajit is installed, through the Lua client (bench_percall.lua),
 and prints one table: p50 and p99 of each side in microseconds, and
 Python/C and Lua/C at p50.
 
-Rows (issue 12): ping; a cached 16-float tensor with one result kept (the
+Rows (issues 12 and 32): ping; a cached 16-float tensor with one result kept (the
 mapping is reused); the same with every result dropped (mapped and
 unmapped each call, unless the client keeps arenas); a plain endpoint
 returning a fresh 4-float tensor; a managed and cached call + release; a
 managed call with a fresh result + release; submit + wait; a 4 KiB tensor
-argument returned; a 300-tensor module called again with its mapping
-cached; info(). Python alone: the cached call kept through ctypes only
+argument returned, and the same call with an integer argument; a
+300-tensor module called again with its mapping cached; a managed call
+of a held 300-tensor module + release; info(). Python alone: the cached call kept through ctypes only
 (st_client_call_summary with ST_CALL_LEND_SAME, no conversion; with an
 older library, + st_result_free: what the package's own Python adds is
 the row above minus this one). After the table, whether the rows that
@@ -50,7 +51,13 @@ return {
   st.endpoint { name = "quick", build = function() return 1 end },
   st.endpoint { name = "echo", params = { x = st.tensor_param {} },
                 build = function(a) return a.x end },
+  st.endpoint { name = "echo_int", params = { x = 0 }, build = function(a) return a.x end },
   st.endpoint { name = "module300", cache = true, build = function()
+    local list = {}
+    for i = 1, 300 do list[i] = { "layer" .. i, t(4) } end
+    return st.module(list, { arch = "bench" })
+  end },
+  st.endpoint { name = "mmodule300", managed = true, cache = true, build = function()
     local list = {}
     for i = 1, 300 do list[i] = { "layer" .. i, t(4) } end
     return st.module(list, { arch = "bench" })
@@ -72,7 +79,9 @@ ROWS = [
     ("managed_release", "managed call, fresh result + release"),
     ("submit_wait", "submit + wait"),
     ("targ_4k", "tensor argument 4 KiB, returned"),
+    ("int_arg", "the same call, an integer argument"),
     ("module300", "300-tensor module, mapping cached, again"),
+    ("mmodule300_held_release", "managed 300-tensor module, held, + release"),
     ("info", "info()"),
 ]
 
@@ -186,6 +195,9 @@ def python_rows(st, torch, sock, device, iters):
     def targ():
         c.call("echo", x=x)
 
+    def int_arg():
+        c.call("echo_int", x=1024)
+
     def module():
         c.call("module300")
 
@@ -212,6 +224,9 @@ def python_rows(st, torch, sock, device, iters):
             lib.st_result_free(out.value)
 
     def prepare(key):
+        h = keep.get("h")
+        if h is not None and getattr(h, "lease", False):
+            h.release()
         keep.clear()
         if hasattr(st, "keep_results"):   # kept results: on but in one row
             st.keep_results(*((0, 0) if key == "cached_dropped_nokeep" else (8, 256 << 20)))
@@ -219,6 +234,9 @@ def python_rows(st, torch, sock, device, iters):
             keep["h"] = c.call("cached16")
         elif key == "module300":
             keep["h"] = c.call("module300")
+        elif key == "mmodule300_held_release":
+            keep["h"] = c.call("mmodule300")   # held, with its lease
+
 
     def reused(key):
         """Whether one more call of row `key` gives the kept result's own
@@ -229,12 +247,17 @@ def python_rows(st, torch, sock, device, iters):
         if key == "module300" and h is not None:
             again = c.call("module300").value.values()
             return all(a is b for a, b in zip(again, h.value.values()))
+        if key == "mmodule300_held_release" and h is not None:
+            with c.call("mmodule300") as again:
+                return all(a is b for a, b in zip(again.value.values(), h.value.values()))
         return None
 
     fns = {"ping": ping, "cached_kept": cached, "cached_kept_lib": cached_lib,
            "cached_dropped": cached, "cached_dropped_nokeep": cached, "fresh": fresh,
            "mcached_release": managed("mcached16"), "managed_release": managed("managed16"),
-           "submit_wait": submit_wait, "targ_4k": targ, "module300": module, "info": info}
+           "submit_wait": submit_wait, "targ_4k": targ, "int_arg": int_arg,
+           "module300": module, "mmodule300_held_release": managed("mmodule300"),
+           "info": info}
     return c, fns, prepare, reused
 
 
@@ -295,7 +318,7 @@ def main():
                 crow.update(c_rows(build, sock, d, o.device, o.iters, [key]))
                 if o.device == "cpu":
                     lrow.update(lua_rows(sock, o.iters, [key]))
-            n = o.iters // 4 if key == "module300" else o.iters
+            n = o.iters // 4 if key.startswith(("module300", "mmodule300")) else o.iters
             prepare(key)
             gc.collect()
             prow[key] = measure(fns[key], max(n, 1))

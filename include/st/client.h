@@ -161,7 +161,8 @@ typedef struct st_object_info {
   int managed;               /* 1: a managed endpoint produced it          */
   int lease;                 /* 1: this reply gave the connection a lease  */
   int64_t refcount;          /* leases held on it, all connections, after
-                                this reply                                 */
+                                this reply (a result that a `same` reply
+                                returned again: after the latest one)      */
   uint64_t bytes;            /* memory the object holds                    */
 } st_object_info_t;
 

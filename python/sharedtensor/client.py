@@ -355,7 +355,10 @@ class Client(Closing):
                     value = conv.value()
                     if value is not None:
                         _touch(conv.key)
-                        return Handle(self, value, conv.fields)
+                        fields = conv.fields
+                        if fields["managed"]:   # this reply's lease and refcount
+                            fields = _fields(summary.object, fields)
+                        return Handle(self, value, fields)
                 _result_ref(ptr)
             return ptr, _copy(summary)
 

@@ -40,16 +40,23 @@ def kind_of(v):
     return None
 
 
+_codes = {}   # dtype name -> (st_dtype_t code, element size), as the library says
+
+
 def _code(key, name):
-    code = _l.st_dtype_from_name(name.encode())
-    if code == 0:
-        raise TypeError("argument %r: dtype %s cannot be sent" % (key, name))
-    return code
+    got = _codes.get(name)
+    if got is None:
+        code = _l.st_dtype_from_name(name.encode())
+        if code == 0:
+            raise TypeError("argument %r: dtype %s cannot be sent" % (key, name))
+        got = _codes[name] = (code, _l.st_dtype_size(code))
+    return got
 
 
 def _fill(code, ptr, shape, strides, cuda_index):
     """A Tensor struct and the array its shape and strides point into (keep
-    both alive until st_args_tensor returns)."""
+    both alive until st_args_tensor returns); code: _code's pair."""
+    code, size = code
     n = len(shape)
     dims = (ctypes.c_int64 * max(2 * n, 1))(*shape, *strides)
     numel = 1
@@ -63,7 +70,7 @@ def _fill(code, ptr, shape, strides, cuda_index):
     t.shape = ctypes.cast(dims, _P64)
     t.strides = ctypes.cast(ctypes.addressof(dims) + 8 * n, _P64)
     t.numel = numel
-    t.nbytes = numel * _l.st_dtype_size(code)
+    t.nbytes = numel * size
     t.device = _tensor.DEVICE_CUDA if cuda_index is not None else _tensor.DEVICE_CPU
     t.device_index = -1 if cuda_index is None else cuda_index
     t.device_uuid = b""
@@ -119,27 +126,33 @@ def add(args_ptr, key, v, kind):
         (t, keep), cuda = _from_torch(key, v) if kind == "torch" else _from_numpy(key, v)
         ref = ctypes.byref(t)
         device = "cpu" if cuda is None else "cuda:%d" % cuda
-    if not _l.st_tensor_is_shareable(ref):
-        if kind == "torch" and device == "cpu" and v.is_shared():
-            raise InvalidArgumentError(
-                "argument %r: this tensor lives in torch's own shared memory, not in "
-                "sharedtensor's: torch.multiprocessing moves every CPU tensor put on its "
-                "queues there (share_memory_), also one from sharedtensor.empty. Allocate "
-                "the argument with sharedtensor.empty in the process that makes the call "
-                "(and copy into it), or pass the producer's tensor to the endpoint from "
-                "the producer itself (docs/python.md, 'torch.multiprocessing')" % key)
-        raise InvalidArgumentError(
-            "argument %r: this %s tensor's memory was not allocated by sharedtensor (a "
-            "framework's own allocation, or a result of a call, which is the server's memory); "
-            "only memory from sharedtensor.empty/zeros passes to an endpoint, without a copy: "
-            "allocate it with sharedtensor.empty(...) or copy it: %s"
-            % (key, device, _COPY_ROUTE[kind]))
     err = ctypes.create_string_buffer(512)
     rc = _l.st_args_tensor(args_ptr, key.encode(), ref, err, 512)
+    if rc != 0 and not _l.st_tensor_is_shareable(ref):
+        _not_shareable(key, v, kind, device)
     del keep
     if rc != 0:
         raise from_library(rc, err.value.decode(errors="replace"))
     return cuda
+
+
+def _not_shareable(key, v, kind, device):
+    """Raises InvalidArgumentError naming the way out for tensor v (of
+    `kind`, on `device`), whose memory is not from sharedtensor.empty."""
+    if kind == "torch" and device == "cpu" and v.is_shared():
+        raise InvalidArgumentError(
+            "argument %r: this tensor lives in torch's own shared memory, not in "
+            "sharedtensor's: torch.multiprocessing moves every CPU tensor put on its "
+            "queues there (share_memory_), also one from sharedtensor.empty. Allocate "
+            "the argument with sharedtensor.empty in the process that makes the call "
+            "(and copy into it), or pass the producer's tensor to the endpoint from "
+            "the producer itself (docs/python.md, 'torch.multiprocessing')" % key)
+    raise InvalidArgumentError(
+        "argument %r: this %s tensor's memory was not allocated by sharedtensor (a "
+        "framework's own allocation, or a result of a call, which is the server's memory); "
+        "only memory from sharedtensor.empty/zeros passes to an endpoint, without a copy: "
+        "allocate it with sharedtensor.empty(...) or copy it: %s"
+        % (key, device, _COPY_ROUTE[kind]))
 
 
 def add_copy(args_ptr, key, v, kind):

@@ -92,8 +92,14 @@ int st__client_args_method(st_client_t *c, const char *method, const st__client_
       b.nfds = st__client_argcache_pack(c, &b.pk, arenas, narenas, fds);
       b.fds = b.nfds ? fds : NULL;
     }
+    /* A call's reply may name these allocations {arg: i} (arg_results.c). */
+    int is_call = narenas && unwrap && strcmp(method, "call") == 0;
+    c->call_args = is_call ? arenas : NULL;
+    c->ncall_args = is_call ? narenas : 0;
     rc = b.oom ? st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing '%s'", method)
                : st__client_method(c, method, &b, unwrap, out);
+    c->call_args = NULL;
+    c->ncall_args = 0;
     st__client_cbuf_destroy(&b);
     if (!(rc == ST_ERR_INVALID_ARGUMENT && c->uncached && narenas)) break;
     st__client_argcache_unkeep(c, arenas, narenas);

@@ -183,6 +183,11 @@ struct st_client {
   char closed_why[160];        /* why fd is -1, for later calls             */
   int uncached;                /* the last error named tensor arguments the
                                   server does not keep (error `uncached`)   */
+  /* The tensor arguments' allocations of the call being exchanged
+   * (borrowed from its argument map; NULL/0 otherwise): a reply arena
+   * {arg: i} is the i-th (arg_results.c). */
+  struct st__mapping *const *call_args;
+  size_t ncall_args;
   /* Tensor arguments the server keeps for this connection (argcache.c):
    * guarded by argcache.c's lock, since frees come from any thread. */
   int arg_cache;               /* the server's hello listed "arg_cache"     */
@@ -679,6 +684,16 @@ size_t st__client_args_arenas(const st_args_t *a, st__mapping_t *const **out);
 /* Index of own allocation m in a's arena list, appended when new; takes
  * the caller's reference on m. -1 when out of memory. */
 long st__client_args_arena_index(st_args_t *a, st__mapping_t *m);
+/* arg_results.c: nonzero when reply arena entry `a` names one of the
+ * call's tensor arguments ({arg: i}, docs/protocol.md, "Tensor
+ * arguments"). */
+int st__client_arg_result_is(const msgpack_object *a);
+/* arg_results.c: the allocation such an entry names, with its description
+ * (*d) and one more reference on its mapping (*out): the caller's own
+ * memory, mapped already. ST_ERR_PROTOCOL when it names no tensor argument
+ * of the call being exchanged (c->call_args). Thread of the client. */
+int st__client_arg_result_arena(st_client_t *c, const msgpack_object *a, st__arena_desc_t *d,
+                                st__mapping_t **out);
 
 /* kept.c (see "kept" above). Every function but params, answered,
  * resolved and reset runs under the lock. */

@@ -37,13 +37,16 @@ static int hello(st_client_t *c, int64_t deadline, int features) {
   /* What this client does beyond protocol 1's first form: arenas of
    * objects named by id after the first reply (kept_arenas.c), results of
    * cached objects named by id after the first reply unless
-   * ST_CLIENT_KEEP_OBJECTS=0 (kept_objects.c), results as regions of
+   * ST_CLIENT_KEEP_OBJECTS=0 (kept_objects.c), a call's result that is
+   * one of its tensor arguments named by the argument's index (arg_results.c),
+   * results as regions of
    * per-connection pools unless ST_CLIENT_POOL=0 (pool.c). */
   size_t keep_objects = features ? st__client_kept_objects_max() : 0;
   if (rc == ST_OK && features) {
     rc = st_args_begin_list(a, "features");
     if (rc == ST_OK) rc = st_args_string(a, NULL, "arena_refs");
     if (rc == ST_OK && keep_objects) rc = st_args_string(a, NULL, "object_refs");
+    if (rc == ST_OK) rc = st_args_string(a, NULL, "arg_results");
     if (rc == ST_OK && !st__client_pool_disabled()) rc = st_args_string(a, NULL, "pool");
     if (rc == ST_OK) rc = st_args_end(a);
   }

@@ -6,7 +6,8 @@
  * object in full may say `object_kept`: the server now counts the object
  * as held by this connection, and a later call of it on the same
  * connection is answered {object, same: true}, with no value and no
- * arenas. So the connection keeps the decoded result of each such reply
+ * arenas (for a managed object: with the lease that reply gives and the
+ * refcount after it, which the kept result then says). So the connection keeps the decoded result of each such reply
  * (st_result_t, which is reference counted) while its user holds it, and
  * a `same` reply is one more reference to it: no descriptor, no decode.
  * A `same` is answered from this connection's table alone: an id it does
@@ -29,6 +30,7 @@
  * Threads: the tables and the references of kept results are guarded by
  * the library's process-wide lock (map.c); results are freed outside it.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,8 +113,11 @@ void st__client_kept_objects_keep(st_client_t *c, st_result_t *r) {
   /* Out of memory: not kept; a later `same` fails the call with PROTOCOL. */
 }
 
-/* Whether object map o (a reply's) says what r's object says. */
-static int same_header(const msgpack_object *o, const st_result_t *r) {
+/* Whether object map o (a reply's) says what r's object says: all of
+ * it, but for a managed object's refcount, which each reply gives anew
+ * (each gives a lease: `lease` is true in every one). Its refcount, or
+ * -1 when it does not match. */
+static int64_t same_header(const msgpack_object *o, const st_result_t *r) {
   const st_object_info_t *i = &r->object;
   const msgpack_object *sid = st__map_get(o, "server_id");
   const msgpack_object *key = st__map_get(o, "cache_key");
@@ -121,17 +126,19 @@ static int same_header(const msgpack_object *o, const st_result_t *r) {
   const msgpack_object *cached = st__map_get(o, "cached");
   const msgpack_object *managed = st__map_get(o, "managed");
   const msgpack_object *lease = st__map_get(o, "lease");
-  return (sid ? st__str_eq(sid, i->server_id) : !strcmp(i->server_id, r->server_id)) &&
-         (key && key->type != MSGPACK_OBJECT_NIL ? st__str_eq(key, i->cache_key)
-                                                 : !*i->cache_key) &&
-         st__str_eq(st__map_get(o, "device"), i->device) &&
-         refcount && refcount->type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
-         refcount->via.u64 == (uint64_t)i->refcount && bytes &&
-         bytes->type == MSGPACK_OBJECT_POSITIVE_INTEGER && bytes->via.u64 == i->bytes &&
-         cached && cached->type == MSGPACK_OBJECT_BOOLEAN && cached->via.boolean == i->cached &&
-         managed && managed->type == MSGPACK_OBJECT_BOOLEAN &&
-         managed->via.boolean == i->managed && lease && lease->type == MSGPACK_OBJECT_BOOLEAN &&
-         lease->via.boolean == i->lease;
+  int ok = (sid ? st__str_eq(sid, i->server_id) : !strcmp(i->server_id, r->server_id)) &&
+           (key && key->type != MSGPACK_OBJECT_NIL ? st__str_eq(key, i->cache_key)
+                                                   : !*i->cache_key) &&
+           st__str_eq(st__map_get(o, "device"), i->device) && refcount &&
+           refcount->type == MSGPACK_OBJECT_POSITIVE_INTEGER && refcount->via.u64 <= INT64_MAX &&
+           bytes && bytes->type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+           bytes->via.u64 == i->bytes && cached && cached->type == MSGPACK_OBJECT_BOOLEAN &&
+           cached->via.boolean == i->cached && managed &&
+           managed->type == MSGPACK_OBJECT_BOOLEAN && managed->via.boolean == i->managed &&
+           lease && lease->type == MSGPACK_OBJECT_BOOLEAN && lease->via.boolean == i->lease;
+  if (!ok) return -1;
+  if (i->managed) return i->lease && refcount->via.u64 >= 1 ? (int64_t)refcount->via.u64 : -1;
+  return refcount->via.u64 == (uint64_t)i->refcount ? i->refcount : -1;
 }
 
 /* See client_internal.h. Thread of the client. */
@@ -144,9 +151,13 @@ int st__client_kept_objects_same(st_client_t *c, const msgpack_object *result, s
   st__client_lock();
   st__kept_t *e = c->object_refs && id ? st__kept_find(&c->kept_objects, id) : NULL;
   st_result_t *r = e ? e->pin : NULL;
-  if (r && !same_header(o, r)) {
+  int64_t refcount = r ? same_header(o, r) : -1;
+  if (r && refcount < 0) {
     differs = 1;
   } else if (r) {
+    /* A managed object's reply gave one more lease: the result says the
+     * refcount after the latest reply (atomic: other holders may read it). */
+    __atomic_store_n(&r->object.refcount, refcount, __ATOMIC_RELAXED);
     if (r->extra_refs < 0) r->extra_refs = 0;   /* parked: its user's again */
     else r->extra_refs++;
     if (e->state == ST__KEPT_IDLE) {

@@ -366,10 +366,14 @@ static int map_arenas(decoder_t *d, const msgpack_object *list, const msgpack_ob
   for (size_t i = 0; i < n && rc == ST_OK; i++) {
     char why[200] = "";
     if (d->readonly && (st__client_pool_is_region(&list->via.array.ptr[i]) ||
-                        st__client_kept_arenas_is_ref(d->c, &list->via.array.ptr[i]))) {
+                        st__client_kept_arenas_is_ref(d->c, &list->via.array.ptr[i]) ||
+                        st__client_arg_result_is(&list->via.array.ptr[i]))) {
       rc = st__client_fail(d->c, ST_ERR_PROTOCOL,
                            "arena %zu of a reply asked read-only is a pool region or names an "
                            "arena by id: memory this connection maps writable", i);
+    } else if (st__client_arg_result_is(&list->via.array.ptr[i])) {
+      rc = st__client_arg_result_arena(d->c, &list->via.array.ptr[i], &descs[i], &r->maps[i]);
+      if (rc == ST_OK) r->nmaps = i + 1;
     } else if (st__client_pool_is_region(&list->via.array.ptr[i])) {
       rc = st__client_pool_region(d->c, &list->via.array.ptr[i], fds, nfds, &descs[i], &r->maps[i]);
       if (rc == ST_OK) r->nmaps = i + 1;

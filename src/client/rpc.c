@@ -69,15 +69,17 @@ static int record_server_error(st_client_t *c, const msgpack_object *e) {
 static size_t arena_count(const st_client_t *c, const msgpack_object *result) {
   const msgpack_object *a = st__map_get(result, "arenas");
   if (!a || a->type != MSGPACK_OBJECT_ARRAY) return 0;
-  /* One descriptor per arena, except legacy CUDA IPC arenas and arenas
-   * named by id that this connection keeps (kept_arenas.c): none. */
+  /* One descriptor per arena, except legacy CUDA IPC arenas, arenas
+   * named by id that this connection keeps (kept_arenas.c) and the
+   * call's own tensor arguments (arg_results.c): none. */
   /* A pool region carries its slab's only the first time, and the pool
    * page comes once, after the arenas' (pool.c). */
   size_t n = st__map_get(result, "pool_page") != NULL;
   for (uint32_t i = 0; i < a->via.array.size; i++) {
     const msgpack_object *e = &a->via.array.ptr[i];
     if (st__client_pool_is_region(e)) n += (size_t)st__client_pool_has_fd(e);
-    else if (!st__str_eq(st__map_get(e, "backend"), "legacy") && !st__client_kept_arenas_is_ref(c, e))
+    else if (!st__str_eq(st__map_get(e, "backend"), "legacy") &&
+             !st__client_kept_arenas_is_ref(c, e) && !st__client_arg_result_is(e))
       n++;
   }
   return n;

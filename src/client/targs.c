@@ -6,7 +6,9 @@
  * written, freed and exported through DLPack like any result.
  * st_args_tensor adds a tensor that lives in such an allocation (the whole
  * tensor or any view of it) to an argument map: the map keeps the
- * allocation, and the call sends its descriptor with the request.
+ * allocation, and the call sends its descriptor with the request. A
+ * result that is one of those allocations comes back named {arg: i}
+ * (arg_results.c).
  */
 #include <stdio.h>
 #include <stdlib.h>

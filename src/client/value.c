@@ -25,6 +25,8 @@ ST_API int st_result_object(const st_result_t *r, st_object_info_t *out) {
   if (!r || !out) return ST_ERR_INVALID_ARGUMENT;
   if (!r->has_object) return ST_ERR_NOT_FOUND;
   *out = r->object;
+  /* A `same` reply of a managed object updates it (kept_objects.c). */
+  out->refcount = __atomic_load_n(&r->object.refcount, __ATOMIC_RELAXED);
   return ST_OK;
 }
 

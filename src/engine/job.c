@@ -54,6 +54,7 @@ st__job_t *st__job_new_native(uint64_t conn_id, uint32_t request_id,
 void st__job_free(st__job_t *job) {
   if (!job) return;
   st__build_result_destroy(&job->result);
+  free(job->result_args);
   st__targs_clear(&job->targs);
   st__mpool_close(job->alloc_pool);
   free(job->args);

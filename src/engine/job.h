@@ -95,6 +95,9 @@ typedef struct st__job {
   int status;                      /* ST_OK or a negative ST_ERR_* */
   char error[1024];                /* message when status != ST_OK */
   st__build_result_t result;       /* owned when status == ST_OK */
+  uint32_t *result_args;           /* owned or NULL: per arena of `result`,
+                                      1 + the index of the tensor argument
+                                      it is, else 0 (st__targs_match_result) */
   int worker;                      /* index of the worker that ran it */
   double started_at, finished_at;  /* monotonic seconds */
   double started_unix;             /* wall clock, written before state RUNNING */

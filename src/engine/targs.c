@@ -210,6 +210,20 @@ int st__targs_import(st__targs_t *t, char *err, size_t errlen) {
   return ST_OK;
 }
 
+/* See targs.h. Worker thread. */
+uint32_t *st__targs_match_result(const st__targs_t *t, const st__build_result_t *r) {
+  if (!t->arenas || !t->n || !r->narenas) return NULL;
+  uint32_t *of = NULL;
+  for (size_t k = 0; k < r->narenas; k++)
+    for (size_t i = 0; i < t->n; i++) {
+      if (r->arenas[k] != t->arenas[i]) continue;
+      if (!of && !(of = calloc(r->narenas, sizeof *of))) return NULL;
+      of[k] = (uint32_t)i + 1;
+      break;
+    }
+  return of;
+}
+
 /* See targs.h. */
 void st__targs_clear(st__targs_t *t) {
   for (size_t i = 0; i < t->n; i++) {

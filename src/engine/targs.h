@@ -30,6 +30,7 @@
 
 #include "engine/argcache.h"
 #include "engine/generation.h"
+#include "engine/result.h"
 #include "mem/arena.h"
 #include "proto/proto.h"
 
@@ -77,6 +78,14 @@ int st__targs_check(const st__targs_t *t, const st__param_t *p, const msgpack_ob
  * "tensor argument arena i: reason"; arenas imported before it stay in t
  * until st__targs_clear. Worker thread, or the loop thread for a put. */
 int st__targs_import(st__targs_t *t, char *err, size_t errlen);
+
+/* Which arenas of result r are tensor arguments of t (the body returned
+ * an argument, or a view of it): a new array (owned by the caller) of
+ * r->narenas entries, 1 + the argument's index in t for such an arena and
+ * 0 for the others; NULL when none is (or memory is short: the result
+ * then travels as it would otherwise). Compares arenas, so it is called
+ * after the body and before st__targs_clear. Worker thread. */
+uint32_t *st__targs_match_result(const st__targs_t *t, const st__build_result_t *r);
 
 /* Drops the source and arena references and frees the lists; *t is empty
  * afterwards. Any thread that owns t. */

@@ -125,7 +125,9 @@ static void run_job(worker_t *w, st__vm_t **vm, st__job_t *job) {
     }
   }
   /* The body's tensors and the result hold their own references: the
-   * client's memory is not kept for the job's sake. */
+   * client's memory is not kept for the job's sake. What of the result is
+   * an argument is noted first: its caller is answered by reference. */
+  if (job->status == ST_OK) job->result_args = st__targs_match_result(&job->targs, &job->result);
   st__targs_clear(&job->targs);
   job->finished_at = st__now_mono();
   __atomic_store_n(&job->state, ST_JOB_DONE, __ATOMIC_RELEASE);

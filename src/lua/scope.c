@@ -1,5 +1,5 @@
-/* src/lua/scope.c: the regions of a call's tensors go when the call ends
- * (scope.h says what and why). The registry holds one table with weak
+/* src/lua/scope.c: the regions and tensor arguments of a call's tensors go
+ * when the call ends (scope.h says what and why). The registry holds one table with weak
  * values: index -> tensor or module made during the current call. Weak, so
  * that the collector still takes a temporary during a long call (its __gc
  * drops the reference as before, and the entry goes); what is alive at the
@@ -41,6 +41,13 @@ int st__lua_scope_region(const st__arena_t *a) {
   return a && st__arena_region(a, &owner, &slot);
 }
 
+/* 1 when `a` is one of the current call's tensor arguments. */
+static int is_argument(const st__lua_ctx_t *c, const st__arena_t *a) {
+  for (size_t i = 0; a && i < c->narg_arenas; i++)
+    if (c->arg_arenas[i] == a) return 1;
+  return 0;
+}
+
 /* Drops *a: at once when the call's streams are known idle, else after
  * the thread's stream on its device (st__tensor_arena_release). */
 static void release(st__arena_t **a, int synced) {
@@ -60,7 +67,7 @@ size_t st__lua_scope_end(lua_State *L, int synced) {
     st__tensor_t *tensor = st__lua_totensor(L, -1);
     st__lmodule_t *m = tensor ? NULL : st__lua_tomodule(L, -1);
     st__arena_t **a = tensor ? &tensor->arena : m ? &m->arena : NULL;
-    if (a && st__lua_scope_region(*a)) {
+    if (a && (st__lua_scope_region(*a) || is_argument(c, *a))) {
       release(a, synced);
       released++;
     }

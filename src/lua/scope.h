@@ -7,10 +7,14 @@
  * its CUDA work is synchronized), every tensor and module the call made
  * that holds a region drops it at once, instead of when Lua collects it.
  * The result keeps its own references; a temporary's region goes back to
- * the pool without a full collection after every build. A tensor stashed
- * past its call (in an upvalue or a global) is then empty: using it raises
- * ST__LUA_ENDED_MSG. Tensors made while a file loads, or with any other
- * arena, are never touched.
+ * the pool without a full collection after every build. The call's tensor
+ * arguments likewise (the caller's memory, docs/protocol.md, "Tensor
+ * arguments"): every tensor and view the call made on one drops it when
+ * the call ends, so the server maps the caller's memory no longer than
+ * the call and its result need it, again without a full collection. A
+ * tensor stashed past its call (in an upvalue or a global) is then empty:
+ * using it raises ST__LUA_ENDED_MSG. Tensors made while a file loads, or
+ * with any other arena, are never touched.
  *
  * All of it runs on the thread that owns the lua_State.
  */
@@ -22,9 +26,9 @@
 
 /* What a tensor or module whose region its call released says when used. */
 #define ST__LUA_ENDED_MSG                                                                   \
-  "a tensor made by an earlier call in the caller's result pool (its memory was that "     \
-  "call's result, released when the call ended): make tensors that outlive a call when "   \
-  "the file loads, or in an endpoint with cache = true"
+  "a tensor made by an earlier call in the caller's result pool, or on its tensor "        \
+  "argument (its memory was lent to that call, released when the call ended): make "       \
+  "tensors that outlive a call when the file loads, or in an endpoint with cache = true"
 
 /* Makes the state's table of the current call's tensors and modules (weak
  * values, in the registry). Once per state. */
@@ -34,8 +38,10 @@ void st__lua_scope_open(lua_State *L);
  * (tensor.in_call); nothing otherwise. */
 void st__lua_scope_add(lua_State *L, int idx);
 
-/* After a call: every recorded tensor and module still alive that holds a
- * pool region releases it (arena NULL from now); forgets all. Returns how
+/* After a call, before the context's argument arenas are cleared: every
+ * recorded tensor and module still alive that holds a pool region or one
+ * of the call's tensor arguments releases it (arena NULL from now);
+ * forgets all. Returns how
  * many were released. `synced`: every stream the call used was
  * synchronized after its last work (st__tensor_sync_used succeeded), so
  * the references go without waiting for the thread's streams again;

@@ -353,19 +353,18 @@ int st__vm_build(st__vm_t *vm, const st__endpoint_decl_t *ep, const char *args, 
   char msg[2048];
   int status = st__lua_run(L, 1, 0, timeout_s, cancel, msg, sizeof msg);
   vm->ctx.progress = NULL;
-  /* Argument tensors the body dropped still map the client's memory until
-   * Lua collects them: collect below. */
-  if (vm->ctx.narg_arenas) vm->ctx.gc_debt++;
-  vm->ctx.arg_arenas = NULL;
-  vm->ctx.narg_arenas = 0;
   /* Whatever the body queued on CUDA streams completes before the result
    * leaves this thread (docs/design.md, section 3, decision 5), and
    * before the GC below can release arenas a kernel still writes. */
   char sync_err[512];
   int sync_rc = st__tensor_sync_used(&vm->ctx.tensor, sync_err, sizeof sync_err);
-  /* The regions the call's tensors hold go now (lua/scope.h): the result
-   * keeps its own references, temporaries' regions go back to the pool. */
+  /* The regions and tensor arguments the call's tensors hold go now
+   * (lua/scope.h): the result keeps its own references, temporaries'
+   * regions go back to the pool, and no tensor maps the client's memory
+   * past its call (no full collection needed for that). */
   st__lua_scope_end(L, sync_rc == ST_OK);
+  vm->ctx.arg_arenas = NULL;
+  vm->ctx.narg_arenas = 0;
   vm->ctx.tensor.in_call = 0;
   vm->ctx.tensor.cuda_legacy = 0;
   msgpack_unpacked_destroy(&up);

@@ -45,6 +45,7 @@ struct st__arena {
   uint64_t id;                 /* process-unique, never reused */
   uint64_t bytes;              /* usable size: what the caller asked for */
   uint64_t size;               /* allocated size (page / granularity rounded) */
+  int uncommitted;             /* CPU: pages committed by st__arena_commit */
   int fd;                      /* memfd / received descriptor, dups go to clients;
                                   -1 for VMM (exported per reply) and legacy */
   void *base;                  /* CPU: the server's mapping; CUDA: device address;
@@ -66,6 +67,12 @@ struct st__arena {
   uint64_t charge_bytes;
   unsigned charge_fds;
 };
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+/* Arenas from this size up ask for huge pages when made uncommitted. */
+#define HUGE_BYTES (2ull << 20)
 
 static atomic_uint_fast64_t next_id = 1;
 static _Thread_local st__arena_source_fn source;   /* st__arena_use_source */
@@ -93,8 +100,10 @@ static int alloc_error(int e, const char *step, uint64_t bytes, char *err, size_
   return ST_ERR_OUT_OF_MEMORY;
 }
 
-/* Creates a sealed memfd arena. Any thread; *out gets one reference. */
-int st__arena_new_cpu(uint64_t bytes, st__arena_t **out, char *err, size_t errlen) {
+/* A sealed memfd arena, its pages committed now (st__arena_new_cpu) or
+ * by the caller (`uncommitted`: st__arena_commit). */
+static int new_cpu(uint64_t bytes, int uncommitted, st__arena_t **out, char *err,
+                   size_t errlen) {
   char dummy[1];
   if (!err) { err = dummy; errlen = sizeof dummy; }
   *out = NULL;
@@ -152,8 +161,9 @@ int st__arena_new_cpu(uint64_t bytes, st__arena_t **out, char *err, size_t errle
     goto fail;
   }
   /* Commit the pages now: a shortage is reported here as OUT_OF_MEMORY
-   * instead of a SIGBUS when the worker first writes to them. */
-  int fe = posix_fallocate(a->fd, 0, (off_t)size);
+   * instead of a SIGBUS when the worker first writes to them (or in
+   * st__arena_commit, by the caller's threads). */
+  int fe = uncommitted ? 0 : posix_fallocate(a->fd, 0, (off_t)size);
   if (fe != 0 && fe != EOPNOTSUPP && fe != EINVAL) {
     rc = alloc_error(fe, "fallocate", bytes, err, errlen);
     goto fail;
@@ -168,6 +178,10 @@ int st__arena_new_cpu(uint64_t bytes, st__arena_t **out, char *err, size_t errle
     rc = alloc_error(errno, "mmap", bytes, err, errlen);
     goto fail;
   }
+  a->uncommitted = uncommitted;
+  /* Huge pages where the host's shmem_enabled is "advise" (fewer faults
+   * to commit, fewer TLB misses to read); elsewhere a no-op. */
+  if (uncommitted && size >= HUGE_BYTES) madvise(a->base, (size_t)size, MADV_HUGEPAGE);
   atomic_init(&a->refs, 1);
   atomic_fetch_add(&live_count, 1);
   atomic_fetch_add(&live_bytes, size);
@@ -181,11 +195,36 @@ fail:
   return rc;
 }
 
+/* Creates a sealed memfd arena. Any thread; *out gets one reference. */
+int st__arena_new_cpu(uint64_t bytes, st__arena_t **out, char *err, size_t errlen) {
+  return new_cpu(bytes, 0, out, err, errlen);
+}
+
+/* See arena.h. Any thread. */
+int st__arena_commit(st__arena_t *a, uint64_t off, uint64_t len, char *err, size_t errlen) {
+  if (a->kind != ST__ARENA_CPU || !a->uncommitted || len == 0) return ST_OK;
+  uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
+  uint64_t lo = off / pg * pg, hi = off + len;
+  hi = hi > a->size - pg ? a->size : (hi + pg - 1) / pg * pg;
+  if (lo >= hi) return ST_OK;
+  if (madvise((char *)a->base + lo, (size_t)(hi - lo), MADV_POPULATE_WRITE) == 0) return ST_OK;
+  int e = errno;
+  if (e == EINVAL) {   /* a kernel before 5.14: allocate in the memfd instead */
+    e = posix_fallocate(a->fd, (off_t)lo, (off_t)(hi - lo));
+    if (e == 0 || e == EOPNOTSUPP) return ST_OK;
+  }
+  return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen,
+                  "committing %llu bytes of a %llu-byte CPU arena: %s (the host's memory, or "
+                  "its shared memory, ran out)",
+                  (unsigned long long)(hi - lo), (unsigned long long)a->size,
+                  strerror(e == EFAULT ? ENOMEM : e));
+}
+
 /* See arena.h. Any thread. */
 int st__arena_new(const st__arena_spec_t *s, st__arena_t **out, char *err, size_t errlen) {
   /* A worker running a plain call of a pooled connection: a region. */
   if (source && source(source_ctx, s, out) == ST_OK) return ST_OK;
-  if (s->device < 0) return st__arena_new_cpu(s->bytes, out, err, errlen);
+  if (s->device < 0) return new_cpu(s->bytes, s->uncommitted, out, err, errlen);
   if (s->ipc == ST__CUDA_IPC_LEGACY)
     return st__arena_new_cuda_legacy(s->device, s->bytes, out, err, errlen);
   return st__arena_new_cuda(s->device, s->bytes, out, err, errlen);

@@ -119,6 +119,15 @@ typedef struct st__arena_spec {
                                  queued; the caller synchronizes it before
                                  the memory is used elsewhere. NULL: the
                                  fill is synchronous                      */
+  int uncommitted;            /* CPU: the memfd's pages are not committed
+                                 when it is made (no fallocate, which runs
+                                 on one thread at a few GB/s): the caller
+                                 commits every page with st__arena_commit,
+                                 from as many threads as it likes, before
+                                 anything else touches it. Large ones are
+                                 asked for huge pages (MADV_HUGEPAGE: used
+                                 where the host's shmem_enabled allows).
+                                 Ignored for a pool region and CUDA      */
 } st__arena_spec_t;
 
 /* The one choice of backend for a new arena: a region of the pool the
@@ -130,6 +139,15 @@ typedef struct st__arena_spec {
  * zero-filled whatever the spec says: it may hold another process's
  * old data). Contract and errors as those functions. */
 int st__arena_new(const st__arena_spec_t *s, st__arena_t **out, char *err, size_t errlen);
+
+/* Commits the pages of [off, off + len) of an arena made `uncommitted`
+ * (rounded out to pages): faulted in writable with one call
+ * (MADV_POPULATE_WRITE), or, on a kernel without it, allocated in the
+ * memfd (fallocate). So a shortage of memory is an error here instead of
+ * a SIGBUS at the first write. Other arenas are committed already:
+ * ST_OK. Errors: ST_ERR_OUT_OF_MEMORY with the reason in err. Any thread;
+ * threads may commit disjoint or overlapping ranges at once. */
+int st__arena_commit(st__arena_t *a, uint64_t off, uint64_t len, char *err, size_t errlen);
 
 /* Caps the size of one arena (config max_object_bytes). Call once at start
  * before any worker runs. 0 means no cap. */

@@ -9,10 +9,15 @@
  * Reading: the tensors are cut into pieces (at most 16 MiB of file data on
  * the CPU, one staging chunk for CUDA), sorted by file and offset so that
  * each file is read front to back, and handed to reader threads through
- * an atomic counter. On the CPU a piece is pread straight into the
- * mapped memfd (no bounce buffer) after its pages are populated in one
- * call; a converted piece is read into a per-thread buffer and converted
- * into the arena. CUDA arenas go through safetensors_cuda.c.
+ * an atomic counter. On the CPU the memfd is made uncommitted (arena.h:
+ * no fallocate of the whole on one thread first) and each reader commits
+ * the pages of its piece in one call (st__arena_commit, so the memfd is
+ * filled in parallel with the reads, and a shortage of memory is an error,
+ * not a SIGBUS), then preads straight into them (no bounce buffer); a
+ * converted piece is read into a per-thread buffer and converted into the
+ * arena. Every page of the arena holds bytes of some piece (tensors lie
+ * at most ST_ARENA_ALIGN bytes apart), so the pieces commit all of it.
+ * CUDA arenas go through safetensors_cuda.c.
  *
  * Contracts of the non-static functions: their comments in safetensors.h.
  */
@@ -22,12 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
 
 /* File bytes per CPU piece. */
 #define CPU_PIECE (16ull << 20)
@@ -230,6 +230,7 @@ typedef struct cpu_run {
   const st__safetensors_t *s;
   const st__sft_piece_t *pieces;
   size_t npieces;
+  st__arena_t *arena;
   char *base;
   st__sft_run_t run;           /* items: pieces */
 } cpu_run_t;
@@ -279,14 +280,6 @@ int64_t st__sft_run_take(st__sft_run_t *r) {
   return (int64_t)i;
 }
 
-/* Faults the pages of [p, p + len) in with one call (pread would take one
- * fault per page); a kernel without MADV_POPULATE_WRITE just skips it. */
-static void populate(char *p, uint64_t len) {
-  uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-  uintptr_t a = (uintptr_t)p & ~(pg - 1), e = ((uintptr_t)p + len + pg - 1) & ~(pg - 1);
-  madvise((void *)a, e - a, MADV_POPULATE_WRITE);
-}
-
 static void *cpu_reader(void *arg) {
   cpu_run_t *r = arg;
   char *tmp = NULL;
@@ -296,11 +289,12 @@ static void *cpu_reader(void *arg) {
     const st__safetensors_file_t *f = &r->s->files[p->file];
     uint64_t sbytes = p->n * st_dtype_size(p->sdt);
     char *dst = r->base + p->dst_off;
-    int rc;
-    if (p->sdt == p->ddt) {
-      populate(dst, sbytes);
+    /* Its pages, committed in one call (pread would fault one per page). */
+    int rc = st__arena_commit(r->arena, p->dst_off, p->n * st_dtype_size(p->ddt), err,
+                              sizeof err);
+    if (rc == ST_OK && p->sdt == p->ddt) {
       rc = st__safetensors_pread(f, dst, sbytes, p->src_off, err, sizeof err);
-    } else {
+    } else if (rc == ST_OK) {
       if (!tmp && !(tmp = malloc(CPU_PIECE))) {
         st__sft_run_fail(&r->run, ST_ERR_OUT_OF_MEMORY, "out of memory for a conversion buffer");
         break;
@@ -325,6 +319,7 @@ static int load_cpu(const st__safetensors_t *s, const st__safetensors_opts_t *o,
   r.s = s;
   r.pieces = pieces;
   r.npieces = npieces;
+  r.arena = arena;
   r.base = st__arena_base(arena);
   st__sft_run_init(&r.run, o, npieces);
   st__sft_run_readers(&r.run, threads, cpu_reader, &r);
@@ -367,7 +362,10 @@ int st__safetensors_load(const st__safetensors_t *s, const st__safetensors_opts_
   if ((size_t)threads > npieces) threads = npieces ? (int)npieces : 1;
 
   st__arena_t *a = NULL;
-  rc = st__arena_new(&(st__arena_spec_t){.device = o->device, .bytes = total}, &a, err, errlen);
+  /* A CPU arena with pieces to read is committed by the readers. */
+  rc = st__arena_new(&(st__arena_spec_t){.device = o->device, .bytes = total,
+                                          .uncommitted = o->device < 0 && npieces > 0},
+                     &a, err, errlen);
   if (rc == ST_OK && npieces)
     rc = o->device < 0 ? load_cpu(s, o, a, pieces, npieces, threads, err, errlen)
                        : st__safetensors_load_cuda(s, o, a, pieces, npieces, threads, err, errlen);

@@ -139,6 +139,9 @@ struct st__conn {
                                  one reference (server/pool_conn.c)        */
   st__keptset_t kept_arenas;     /* arenas sent once (kept.h)                 */
   st__keptset_t kept_objects;    /* objects sent once (kept.h)                */
+  int arg_results;               /* the hello asked for "arg_results": a call's
+                                    result arena that is one of its tensor
+                                    arguments goes as {arg: i} (reply.c)     */
   st__conn_t *hnext;          /* id hash chain                              */
   st__conn_t *dnext;          /* its loop's dead list                       */
   st__conn_t *tnext;          /* its loop's todo list                       */

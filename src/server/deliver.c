@@ -111,6 +111,7 @@ void st__deliver_plain(st__server_t *srv, const st__consumer_t *k, st__job_t *jo
       st__conn_request_done(c);
     return;
   }
-  st__reply_result(c, k->request_id, job->ep->name, &job->result, NULL, 0);
+  st__reply_call_result(c, k->request_id, job->ep->name, &job->result,
+                        k->readonly ? NULL : job->result_args);
   st__conn_request_done(c);
 }

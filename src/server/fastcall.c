@@ -114,14 +114,14 @@ int st__fast_call(st__conn_t *c, const st__message_t *msg) {
   int hit = st__bind_args(ep, args, &none, &bound, err, sizeof err) == ST_OK &&
             st__build_locate(srv, ep, bound.data, bound.size, c->device, &place, err,
                              sizeof err) == ST_OK &&
-            place.cached && st__reply_same_for(c, place.cached);
+            place.cached && st__reply_same_for(c, place.cached, 0);
   msgpack_sbuffer_destroy(&bound);
   free(place.key);
   if (!hit) return 0;
   st__object_t *obj = place.cached;
   msgpack_sbuffer sb;
   msgpack_packer pk;
-  st__reply_pack_same(&sb, &pk, srv, msg->id, obj);
+  st__reply_pack_same(&sb, &pk, srv, msg->id, obj, 0);
   int e = count_slot(at);
   if (e < 0 || st__conn_queue(c, &sb) != ST_OK) {
     msgpack_sbuffer_destroy(&sb);

@@ -218,7 +218,8 @@ void st__pool_reply_pack(st__conn_t *c, msgpack_packer *pk, const st__pool_reply
     }
     if (pr->ref[i]) {
       msgpack_pack_map(pk, 1);
-      st__pack_kv_uint(pk, "ref", st__arena_id(pr->arenas[i]));
+      if (pr->arg[i]) st__pack_kv_uint(pk, "arg", pr->arg[i] - 1);
+      else st__pack_kv_uint(pk, "ref", st__arena_id(pr->arenas[i]));
       continue;
     }
     st__arena_desc_t d;

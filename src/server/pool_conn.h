@@ -49,6 +49,10 @@ typedef struct st__pool_reply {
   unsigned char own[ST_MAX_FDS_PER_MESSAGE];     /* a copy: unref after */
   unsigned char pooled[ST_MAX_FDS_PER_MESSAGE];
   unsigned char ref[ST_MAX_FDS_PER_MESSAGE];     /* named by id: {ref} */
+  uint32_t arg[ST_MAX_FDS_PER_MESSAGE];          /* with ref: 1 + the index of
+                                 the request's tensor argument it is, named
+                                 {arg: index} (set by reply.c after
+                                 st__pool_reply_prepare)                   */
   st__mpool_desc_t desc[ST_MAX_FDS_PER_MESSAGE];
   int page;                   /* the control page goes with this reply */
   unsigned char readonly[ST_MAX_FDS_PER_MESSAGE];  /* this arena, when it

@@ -92,13 +92,17 @@ void st__pack_object_info(msgpack_packer *pk, st__server_t *srv, const st__objec
 
 /* Whether a call's reply of obj may be the short form for c: the object
  * is one the client may have received in full on this connection with
- * `object_kept`, and the reply's object map would be the same as then.
- * Only a cached object of a plain (not managed) endpoint: its map never
- * changes while it is cached (no lease, refcount 0; id, cache key, bytes
- * and device are the object's for its life), and a call never receives an
- * object that left the cache (it builds a new one, with a new id). */
+ * `object_kept`, and the reply's object map would be the same as then but
+ * for a managed object's `refcount`. Only a cached object: its id, cache
+ * key, bytes and device are the object's for its life, `cached` stays
+ * true while it is cached, and a call never receives an object that left
+ * the cache (it builds a new one, with a new id). Of a plain endpoint its
+ * map never changes (no lease, refcount 0); of a managed one every reply
+ * gives a lease (`lease` true) and says the object's refcount after it,
+ * which the client takes from the short form. */
 static int same_form(const st__object_t *obj, int lease) {
-  return obj->cached && !obj->managed && !lease && obj->refcount == 0;
+  if (!obj->cached) return 0;
+  return obj->managed ? lease : !lease && obj->refcount == 0;
 }
 
 /* keep_object: a call's reply, whose object c's client may keep (marked
@@ -106,7 +110,8 @@ static int same_form(const st__object_t *obj, int lease) {
  * once"). */
 static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
                         const st__build_result_t *r, const st__object_t *obj, int lease,
-                        int keep_object, const st__reply_more_t *more) {
+                        int keep_object, const st__reply_more_t *more,
+                        const uint32_t *result_args) {
   st__server_t *srv = c->srv;
   /* An object's arenas, and a key's, may go by id to a client that keeps
    * them mapped from an earlier reply on this connection. */
@@ -135,8 +140,14 @@ static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
   }
   char why[300];
   int rc = st__pool_reply_prepare(c, r, by_id, prp, why, sizeof why);
-  for (size_t i = 0; i < prp->n; i++)
+  for (size_t i = 0; i < prp->n; i++) {
     prp->readonly[i] = readonly || (more && more->readonly_each && more->readonly_each[i]);
+    /* An arena that is one of the request's tensor arguments goes as
+     * {arg: i}, no descriptor: the caller holds it (docs/protocol.md,
+     * "Tensor arguments"). */
+    prp->arg[i] = result_args && !prp->pooled[i] && !prp->own[i] ? result_args[i] : 0;
+    if (prp->arg[i]) prp->ref[i] = 1;
+  }
   if (rc != ST_OK) {
     free(prp);
     char m[400];
@@ -211,7 +222,17 @@ static int reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
 int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
                      const st__build_result_t *r, const st__object_t *obj, int lease) {
   st__prof_begin(ST_PROF_PACK);
-  int rc = reply_result(c, id, endpoint, r, obj, lease, 0, NULL);
+  int rc = reply_result(c, id, endpoint, r, obj, lease, 0, NULL, NULL);
+  st__prof_end();
+  return rc;
+}
+
+/* A call's plain result, its arguments' arenas named {arg: i} to a
+ * client that asked for it; see work.h. */
+int st__reply_call_result(st__conn_t *c, uint32_t id, const char *endpoint,
+                          const st__build_result_t *r, const uint32_t *result_args) {
+  st__prof_begin(ST_PROF_PACK);
+  int rc = reply_result(c, id, endpoint, r, NULL, 0, 0, NULL, c->arg_results ? result_args : NULL);
   st__prof_end();
   return rc;
 }
@@ -220,38 +241,39 @@ int st__reply_result(st__conn_t *c, uint32_t id, const char *endpoint,
 int st__reply_more(st__conn_t *c, uint32_t id, const char *what, const st__build_result_t *r,
                    const st__reply_more_t *more) {
   st__prof_begin(ST_PROF_PACK);
-  int rc = reply_result(c, id, what, r, NULL, 0, 0, more);
+  int rc = reply_result(c, id, what, r, NULL, 0, 0, more, NULL);
   st__prof_end();
   return rc;
 }
 
 /* See work.h. Reads only: either side of the server lock. */
-int st__reply_same_for(const st__conn_t *c, const st__object_t *obj) {
-  return same_form(obj, 0) && st__keptset_has(&c->kept_objects, obj->id);
+int st__reply_same_for(const st__conn_t *c, const st__object_t *obj, int lease) {
+  return same_form(obj, lease) && st__keptset_has(&c->kept_objects, obj->id);
 }
 
 /* See work.h. Reads only: either side of the server lock. */
 void st__reply_pack_same(msgpack_sbuffer *sb, msgpack_packer *pk, const st__server_t *srv,
-                         uint32_t id, const st__object_t *obj) {
+                         uint32_t id, const st__object_t *obj, int lease) {
   st__reply_begin(sb, pk, id);
   msgpack_pack_map(pk, 2);
   st__pack_cstr(pk, "object");
-  pack_object(pk, srv, obj, 0);
+  pack_object(pk, srv, obj, lease);
   st__pack_kv_bool(pk, "same", 1);
 }
 
 /* A call's reply of obj: {object, same: true} when c's client holds it
- * from an earlier reply on this connection, else in full; see work.h. */
+ * from an earlier reply on this connection (a managed object's with the
+ * lease this reply gives), else in full; see work.h. */
 int st__reply_object(st__conn_t *c, uint32_t id, const st__object_t *obj, int lease) {
   st__prof_begin(ST_PROF_PACK);
   int rc = ST_OK;
-  if (!lease && st__reply_same_for(c, obj)) {
+  if (st__reply_same_for(c, obj, lease)) {
     msgpack_sbuffer sb;
     msgpack_packer pk;
-    st__reply_pack_same(&sb, &pk, c->srv, id, obj);
+    st__reply_pack_same(&sb, &pk, c->srv, id, obj, lease);
     st__reply_send(c, id, &sb);
   } else {
-    rc = reply_result(c, id, obj->endpoint, &obj->result, obj, lease, 1, NULL);
+    rc = reply_result(c, id, obj->endpoint, &obj->result, obj, lease, 1, NULL, NULL);
   }
   st__prof_end();
   return rc;
@@ -261,7 +283,7 @@ int st__reply_object(st__conn_t *c, uint32_t id, const st__object_t *obj, int le
 int st__reply_object_readonly(st__conn_t *c, uint32_t id, const st__object_t *obj, int lease) {
   st__prof_begin(ST_PROF_PACK);
   st__reply_more_t more = {.readonly = 1};
-  int rc = reply_result(c, id, obj->endpoint, &obj->result, obj, lease, 0, &more);
+  int rc = reply_result(c, id, obj->endpoint, &obj->result, obj, lease, 0, &more, NULL);
   st__prof_end();
   return rc;
 }
@@ -271,7 +293,7 @@ int st__reply_object_view(st__conn_t *c, uint32_t id, const st__build_result_t *
                           const st__object_t *obj, int lease, int readonly) {
   st__prof_begin(ST_PROF_PACK);
   st__reply_more_t more = {.readonly = 1};
-  int rc = reply_result(c, id, obj->endpoint, r, obj, lease, 0, readonly ? &more : NULL);
+  int rc = reply_result(c, id, obj->endpoint, r, obj, lease, 0, readonly ? &more : NULL, NULL);
   st__prof_end();
   return rc;
 }

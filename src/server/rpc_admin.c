@@ -33,7 +33,7 @@ static int features_valid(const msgpack_object *f) {
 
 /* hello {protocol?, client?, features?} -> the server's identity and
  * limits; a newer protocol than ours is PROTOCOL. The client's features
- * ("arena_refs", "object_refs", "pool") apply to the connection from the
+ * ("arena_refs", "object_refs", "arg_results", "pool") apply to the connection from the
  * reply on; any hello starts them afresh. */
 void st__rpc_hello(st__rpc_req_t *r) {
   st__conn_t *c = r->c;
@@ -52,6 +52,7 @@ void st__rpc_hello(st__rpc_req_t *r) {
   }
   st__keptset_start(&c->kept_arenas, st__features_has(features, "arena_refs"));
   st__keptset_start(&c->kept_objects, st__features_has(features, "object_refs"));
+  c->arg_results = st__features_has(features, "arg_results");
   if (client) {
     size_t n = client->via.str.size < sizeof c->client - 1 ? client->via.str.size
                                                            : sizeof c->client - 1;

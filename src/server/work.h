@@ -357,19 +357,27 @@ typedef struct st__reply_more {
                                  arena of the result; NULL: none)         */
 } st__reply_more_t;
 
+/* As st__reply_result for a call's plain result (no object): each arena
+ * whose result_args entry (NULL: none; st__targs_match_result) is 1 + i
+ * goes as {arg: i}, with no descriptor, when c's hello asked for
+ * "arg_results" (docs/protocol.md, "Tensor arguments"). Loop thread. */
+int st__reply_call_result(st__conn_t *c, uint32_t id, const char *endpoint,
+                          const st__build_result_t *r, const uint32_t *result_args);
+
 /* As st__reply_result with no object, plus `more`'s pairs; `what` names
  * the request in errors. Loop thread. */
 int st__reply_more(st__conn_t *c, uint32_t id, const char *what, const st__build_result_t *r,
                    const st__reply_more_t *more);
-/* Whether a call's reply of obj to c may be {object, same: true}: obj is
- * cached, not managed, and c's client holds it in full from an earlier
+/* Whether a call's reply of obj to c, giving a lease when `lease`, may
+ * be {object, same: true}: obj is cached, the reply gives a lease exactly
+ * when obj is managed, and c's client holds obj in full from an earlier
  * reply on c (docs/protocol.md, "Objects sent once"). */
-int st__reply_same_for(const st__conn_t *c, const st__object_t *obj);
+int st__reply_same_for(const st__conn_t *c, const st__object_t *obj, int lease);
 
 /* Packs that reply to request id into a new *sb (the caller queues or
- * destroys it). */
+ * destroys it); `lease` as st__reply_same_for's. */
 void st__reply_pack_same(msgpack_sbuffer *sb, msgpack_packer *pk, const st__server_t *srv,
-                         uint32_t id, const st__object_t *obj);
+                         uint32_t id, const st__object_t *obj, int lease);
 
 /* The reply of a call whose result is object obj: as st__reply_result,
  * or, when c's client holds obj in full from an earlier reply on this

@@ -185,6 +185,9 @@ TEST(echo_returns_the_same_device_memory) {
   const st_tensor_t *e = st_result_tensor(r, 0);
   CHECK(e && e->device == ST_DEVICE_CUDA && e->numel == 4096 && e->dtype == ST_DTYPE_FLOAT32);
   CHECK_STR_EQ(e->device_uuid, t->device_uuid);
+  /* Named by the argument's index: the caller's own mapping, not a second
+   * import (docs/protocol.md, "Tensor arguments", {arg: i}). */
+  CHECK(e->data == t->data);
   CHECK(st_tensor_get(e, 4095) == 4095.0);
   char err[256];
   float v = 777.0f;

@@ -3,6 +3,9 @@
  *   against a real stserver:
  *   - a cached object called twice on one connection is one result: the
  *     same st_result_t, its tensors the same memory;
+ *   - a managed, cached object called again while held is the same
+ *     result too, with a lease per call: its object info says the lease
+ *     and the refcount of the latest reply, and releases give them back;
  *   - a second connection, a rebuilt object (new id) and
  *     ST_CLIENT_KEEP_OBJECTS=0 give results of their own;
  *   - past ST_CLIENT_KEEP_OBJECTS the oldest kept result is let go (it
@@ -31,6 +34,9 @@ static fake_server_t fs;
 static const stt_endpoint_t endpoints[] = {
     {"c16.lua",
      "return st.endpoint{ name = 'c16', cache = true,\n"
+     "  build = function() return st.arange{16, dtype = 'float32'} end }\n"},
+    {"mc16.lua",
+     "return st.endpoint{ name = 'mc16', cache = true, managed = true,\n"
      "  build = function() return st.arange{16, dtype = 'float32'} end }\n"},
     {"num.lua",
      "return st.endpoint{ name = 'num', cache = true, params = { k = 0 },\n"
@@ -74,6 +80,35 @@ TEST(a_cached_object_called_again_is_the_same_result) {
   CHECK(r4 == r3);
   st_result_free(r3);
   st_result_free(r4);
+  st_client_close(c);
+}
+
+static int64_t released_refcount(st_client_t *c, uint64_t id) {
+  int released = 0, destroyed = 0;
+  int64_t left = -1;
+  stt_client_report(c, "release", st_client_release(c, id, &released, &destroyed, &left));
+  return released ? left : -1;
+}
+
+TEST(a_held_managed_object_called_again_is_the_same_result_with_a_lease) {
+  OPEN_CLIENT(c, S.socket);
+  st_result_t *r1 = call(c, "mc16", 0);
+  st_object_info_t o1, o2;
+  CHECK(r1 && st_result_object(r1, &o1) == ST_OK && o1.managed && o1.lease && o1.refcount == 1);
+  st_result_t *r2 = call(c, "mc16", 0);
+  CHECK(r2 == r1);
+  CHECK(st_result_object(r2, &o2) == ST_OK && o2.id == o1.id && o2.lease && o2.refcount == 2);
+  CHECK(((const float *)st_result_tensor(r2, 0)->data)[15] == 15.0f);
+  CHECK_EQ_INT(released_refcount(c, o1.id), 1);
+  CHECK_EQ_INT(released_refcount(c, o1.id), 0);
+  CHECK_EQ_INT(released_refcount(c, o1.id), -1);   /* none left to give back */
+  st_result_free(r1);
+  st_result_free(r2);
+  /* Let go: told, and the next call decodes in full, with its lease. */
+  st_result_t *r3 = call(c, "mc16", 0);
+  CHECK(r3 && st_result_object(r3, &o2) == ST_OK && o2.lease && o2.refcount == 1);
+  CHECK_EQ_INT(released_refcount(c, o1.id), 0);
+  st_result_free(r3);
   st_client_close(c);
 }
 
@@ -276,6 +311,7 @@ int main(void) {
   fs.on_request = on_request;
   fake_start(&fs);
   RUN(a_cached_object_called_again_is_the_same_result);
+  RUN(a_held_managed_object_called_again_is_the_same_result_with_a_lease);
   RUN(other_connections_and_rebuilt_objects_get_their_own_results);
   RUN(past_the_bound_the_oldest_kept_result_is_let_go);
   RUN(the_request_after_the_last_free_says_objects_freed);

@@ -39,6 +39,10 @@ static const char ep_shape[] =
     "  build = function(a) return { shape = a.x:shape(), stride = a.x:stride(),\n"
     "    first = a.x:get(0, 0), dtype = a.x:dtype(), device = a.x:device() } end }\n";
 
+static const char ep_copy[] =
+    "return st.endpoint{ name = \"copy\", params = { x = st.tensor_param{} },\n"
+    "  build = function(a) return a.x:clone() end }\n";
+
 static st_client_t *cli;
 
 static void report(const char *what, int rc) {
@@ -216,11 +220,12 @@ TEST(only_shareable_memory_passes) {
   int64_t big[1] = {1 << 20};
   over.shape = big;
   CHECK_ERR_MSG(st_args_tensor(a, "x", &over, err, sizeof err), ST_ERR_INVALID_ARGUMENT, err);
-  /* a server's result is not an own allocation either */
+  /* a server's result is not an own allocation either (a copy: an
+   * argument returned as it is would be the caller's own memory) */
   st_result_t *r = NULL;
   st_args_t *e = st_args_new();
-  st_args_tensor(e, "value", st_result_tensor(x, 0), err, sizeof err);
-  CHECK_RC(st_client_call(cli, "echo", e, &r), ST_OK, cli);
+  st_args_tensor(e, "x", st_result_tensor(x, 0), err, sizeof err);
+  CHECK_RC(st_client_call(cli, "copy", e, &r), ST_OK, cli);
   CHECK_ERR_MSG(st_args_tensor(a, "x", st_result_tensor(r, 0), err, sizeof err),
                 ST_ERR_INVALID_ARGUMENT, err);
   st_result_free(r);
@@ -288,6 +293,7 @@ static const stt_endpoint_t endpoints[] = {
     {"gpu_only.lua", ep_gpu_only},
     {"cached.lua", ep_cached},
     {"shape.lua", ep_shape},
+    {"copy.lua", ep_copy},
     {NULL, NULL},
 };
 

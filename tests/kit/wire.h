@@ -564,6 +564,20 @@ static inline int rc_call_extra(rc_t *c, uint32_t id, const char *ep, const char
   return 0;
 }
 
+/* Connects c to the socket at path and says hello with `features` (the
+ * items of its features list as stt_pack text, e.g. "'object_refs'", or
+ * "" for none). 0, or -1 when it cannot connect or the hello fails
+ * (printed). */
+static inline int rc_open_hello(rc_t *c, const char *path, const char *features) {
+  if (rc_open(c, path) != 0) return -1;
+  msg_t m;
+  int rc = rc_rpcf(c, &m, "[0, 1, 'hello', [{protocol: 1, features: [%s]}]]", features);
+  int ok = rc == 1 && !m.error;
+  if (!ok && rc == 1) fprintf(stderr, "   hello: %s: %s\n", msg_errname(&m), msg_errmsg(&m));
+  if (rc == 1) msg_free(&m);
+  return ok ? 0 : -1;
+}
+
 /* result.object.<key> of a call reply, as an integer (INT64_MIN if none). */
 static inline int64_t obj_field(const msg_t *m, const char *key) {
   return obj_int(obj_get(obj_get(m->result, "object"), key));

@@ -131,6 +131,43 @@ TEST(too_large_is_a_clean_error) {
   CHECK(err[0] != '\0');
 }
 
+/* Bytes the kernel has allocated to the arena's memfd. */
+static uint64_t allocated(st__arena_t *a) {
+  int fd = st__arena_dup_fd(a, NULL, 0);
+  struct stat st;
+  int ok = fd >= 0 && fstat(fd, &st) == 0;
+  if (fd >= 0) close(fd);
+  return ok ? (uint64_t)st.st_blocks * 512 : 0;
+}
+
+TEST(an_uncommitted_arena_is_committed_by_ranges) {
+  char err[256];
+  st__arena_t *a = NULL;
+  uint64_t bytes = 64 * 4096 + 100;
+  st__arena_spec_t spec = {.device = -1, .bytes = bytes, .uncommitted = 1};
+  CHECK_ERR_MSG(st__arena_new(&spec, &a, err, sizeof err), ST_OK, err);
+  CHECK_EQ_INT(allocated(a), 0);
+  /* A range is rounded out to pages; two threads' ranges may overlap. */
+  CHECK_ERR_MSG(st__arena_commit(a, 4096 + 10, 100, err, sizeof err), ST_OK, err);
+  CHECK_EQ_INT(allocated(a), 4096);
+  CHECK_ERR_MSG(st__arena_commit(a, 4096, 3 * 4096, err, sizeof err), ST_OK, err);
+  CHECK_EQ_INT(allocated(a), 3 * 4096);
+  /* The last, partial page; then everything. */
+  CHECK_ERR_MSG(st__arena_commit(a, bytes - 1, 1, err, sizeof err), ST_OK, err);
+  CHECK_EQ_INT(allocated(a), 4 * 4096);
+  CHECK_ERR_MSG(st__arena_commit(a, 0, bytes, err, sizeof err), ST_OK, err);
+  CHECK_EQ_INT(allocated(a), 65 * 4096);
+  unsigned char *base = st__arena_base(a);
+  CHECK(base[0] == 0 && base[bytes - 1] == 0);   /* zeros, as any new arena */
+  base[bytes - 1] = 7;
+  st__arena_unref(a);
+  /* An ordinary arena is committed when made: nothing to do. */
+  CHECK_ERR_MSG(st__arena_new_cpu(8192, &a, err, sizeof err), ST_OK, err);
+  CHECK_EQ_INT(allocated(a), 8192);
+  CHECK_ERR_MSG(st__arena_commit(a, 0, 8192, err, sizeof err), ST_OK, err);
+  st__arena_unref(a);
+}
+
 int main(void) {
   RUN(create_write_and_map_a_dup);
   RUN(seals_prevent_resizing);
@@ -138,5 +175,6 @@ int main(void) {
   RUN(ids_are_unique_and_refcounted);
   RUN(limit);
   RUN(too_large_is_a_clean_error);
+  RUN(an_uncommitted_arena_is_committed_by_ranges);
   return stt_summary();
 }

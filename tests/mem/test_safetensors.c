@@ -716,6 +716,13 @@ TEST(big_tensors_split_across_threads) {
       st_dtype_store(dts[k], want, 0, st_dtype_load(ts[k].dt, file, 0));
       CHECK(memcmp(base + (n - 1) * st_dtype_size(dts[k]), want, st_dtype_size(dts[k])) == 0);
     }
+    /* The readers committed every page of the memfd (no page is left
+     * for a first touch to fault in, or to fail with SIGBUS). */
+    int fd = st__arena_dup_fd(a, NULL, 0);
+    struct stat st;
+    CHECK(fd >= 0 && fstat(fd, &st) == 0);
+    CHECK((uint64_t)st.st_blocks * 512 >= (uint64_t)st.st_size);
+    close(fd);
     unload_cpu(s, a, offs, dts);
   }
   /* A stop request ends the load with its error and frees the arena. */

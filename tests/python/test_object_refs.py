@@ -7,7 +7,8 @@ a real stserver (CPU tensors):
     first conversion;
   - once every tensor of it is gone, the next call converts afresh with
     the right values; another connection gets its own result;
-  - a managed object is never returned by reference;
+  - a managed object held by the connection comes back by reference
+    with a lease per call (its refcount rises; each release gives one back);
   - a `same` reply costs the package one crossing (ST_CALL_LEND_SAME: no
     st_result_ref, no st_result_free) and gives the very torch tensors of
     the first conversion, whose memory another process writes into;
@@ -114,14 +115,35 @@ class ObjectRefsTest(st_fixture.ServerTestCase):
         finally:
             other.close()
 
-    def test_a_managed_object_is_never_returned_by_reference(self):
-        p1, _, _ = lib_call(self.c, "managed")
-        p2, _, _ = lib_call(self.c, "managed")
+    def test_a_held_managed_object_comes_back_by_reference_with_a_lease(self):
+        p1, _, same1 = lib_call(self.c, "managed")
+        p2, _, same2 = lib_call(self.c, "managed")
         try:
-            self.assertNotEqual(p1, p2)
+            # The second reply is `same`: the result the library holds, and
+            # its object info says the lease this reply gave.
+            self.assertEqual((same1, same2), (0, 1))
+            self.assertEqual(p1, p2)
+            info = _lib.ObjectInfo()
+            self.assertEqual(_lib.lib.st_result_object(p2, ctypes.byref(info)), 0)
+            self.assertTrue(info.managed and info.lease)
+            self.assertEqual(info.refcount, 2)
+            # Two leases, given back one at a time.
+            self.assertEqual(self.c.release(info.id)["refcount"], 1)
+            self.assertEqual(self.c.release(info.id)["refcount"], 0)
         finally:
             _lib.lib.st_result_free(p1)
             _lib.lib.st_result_free(p2)
+
+    def test_managed_handles_say_their_own_lease(self):
+        h1 = self.c.call("managed")
+        h2 = self.c.call("managed")
+        self.assertEqual(h2.object_id, h1.object_id)
+        self.assertTrue(h1.lease and h2.lease)
+        self.assertEqual((h1.refcount, h2.refcount), (1, 2))
+        self.assertIs(h2.value, h1.value)
+        self.assertEqual(h1.release()["refcount"], 1)
+        self.assertEqual(h2.release()["refcount"], 0)
+        self.assertEqual(h2.value.tolist(), [7.0] * 4)
 
 
 class SameInOneCrossingTest(st_fixture.ServerTestCase):

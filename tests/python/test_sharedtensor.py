@@ -542,9 +542,10 @@ class TensorArgumentTest(st_fixture.ServerTestCase):
         self.c.call("scale", x=view, k=2.0)
         del t, a
         gc.collect()
-        # `view` holds its allocation; `r` maps the reply (the same pages as
-        # t's allocation, through a descriptor of its own, already closed)
-        self.assertEqual(own_allocations(), before + 1)
+        # `view` holds its allocation; `r` is a window of t's allocation
+        # (the reply named the argument: docs/protocol.md, "Tensor
+        # arguments"), which it keeps
+        self.assertEqual(own_allocations(), before + 2)
         self.assertEqual(r.tolist(), [4.0, 6.0, 8.0, 10.0, 12.0, 14.0])
         self.assertEqual(view.tolist(), [0.0, 0.0, 0.0])
         del r, view

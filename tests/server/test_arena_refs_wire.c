@@ -27,14 +27,7 @@ static uint32_t next_id = 100;
 
 /* Connects and says hello, with the feature or without. */
 static int open_hello(rc_t *c, int refs) {
-  if (rc_open(c, S.socket) != 0) return -1;
-  msg_t m;
-  int rc = rc_rpcf(c, &m, "[0, 1, 'hello', [{protocol: 1%s}]]",
-                   refs ? ", features: ['arena_refs']" : "");
-  int ok = rc == 1 && !m.error;
-  if (!ok && rc == 1) fprintf(stderr, "   hello: %s: %s\n", msg_errname(&m), msg_errmsg(&m));
-  if (rc == 1) msg_free(&m);
-  return ok ? 0 : -1;
+  return rc_open_hello(c, S.socket, refs ? "'arena_refs'" : "");
 }
 
 /* What one call of `ep` brought: the descriptors that came with it, its

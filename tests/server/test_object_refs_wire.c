@@ -5,8 +5,11 @@
  *     same connection are answered {object, same: true}: no value, no
  *     arenas, no descriptor, the same object map;
  *   - `objects_freed` (on any method) makes the next reply full again;
- *   - without the feature, for managed and plain results, every reply is
- *     in full, unmarked, as before;
+ *   - a managed, cached object goes the same way, with a lease per reply:
+ *     the `same` reply says `lease` and the refcount after it, and each
+ *     `release` gives one back;
+ *   - without the feature, for managed results that are not cached and
+ *     for plain results, every reply is in full, unmarked, as before;
  *   - another connection, a new hello, and an invalidated (rebuilt)
  *     object start in full;
  *   - a malformed `objects_freed` is INVALID_ARGUMENT;
@@ -26,6 +29,9 @@ static const char EP_NUM[] =
 static const char EP_M16[] =
     "return st.endpoint{ name = 'm16', managed = true,\n"
     "  build = function() return st.arange{16, dtype = 'float32'} end }\n";
+static const char EP_MC16[] =
+    "return st.endpoint{ name = 'mc16', managed = true, cache = true,\n"
+    "  build = function() return st.arange{16, dtype = 'float32'} end }\n";
 static const char EP_PLAIN[] =
     "return st.endpoint{ name = 'plain',\n"
     "  build = function() return st.arange{16, dtype = 'float32'} end }\n";
@@ -34,12 +40,7 @@ static uint32_t next_id = 100;
 
 /* Connects and says hello with `features` (a list's items, may be ""). */
 static int open_hello(rc_t *c, const char *features) {
-  if (rc_open(c, S.socket) != 0) return -1;
-  msg_t m;
-  int rc = rc_rpcf(c, &m, "[0, 1, 'hello', [{protocol: 1, features: [%s]}]]", features);
-  int ok = rc == 1 && !m.error;
-  if (rc == 1) msg_free(&m);
-  return ok ? 0 : -1;
+  return rc_open_hello(c, S.socket, features);
 }
 
 /* What one call brought: descriptors, whether the result had a value and
@@ -138,6 +139,55 @@ TEST(without_the_feature_every_reply_is_full) {
   rc_close(&d);
 }
 
+/* release {object_id: id}: the refcount left, or -1. */
+static int64_t release(rc_t *c, int64_t id) {
+  msg_t m;
+  if (rc_rpcf(c, &m, "[0, %u, 'release', [{object_id: %lld}]]", next_id++, (long long)id) != 1)
+    return -1;
+  int64_t left = m.error ? -1 : obj_int(obj_get(m.result, "refcount"));
+  msg_free(&m);
+  return left;
+}
+
+TEST(a_managed_cached_object_goes_as_the_same_with_a_lease) {
+  rc_t c;
+  CHECK(open_hello(&c, "'object_refs'") == 0);
+  got_t g1, g2, g3;
+  CHECK(call(&c, "mc16", NULL, &g1) == 0);
+  CHECK_FULL_KEPT(g1);
+  CHECK(g1.id > 0 && g1.cached && g1.lease && g1.refcount == 1);
+  CHECK(call(&c, "mc16", NULL, &g2) == 0);
+  CHECK_SAME(g2);
+  CHECK(g2.id == g1.id && g2.cached && g2.lease && g2.refcount == 2);
+  /* Each reply gave a lease; each release gives one back. */
+  CHECK_EQ_INT(release(&c, g1.id), 1);
+  CHECK(call(&c, "mc16", NULL, &g3) == 0);
+  CHECK_SAME(g3);
+  CHECK(g3.lease && g3.refcount == 2);
+  CHECK_EQ_INT(release(&c, g1.id), 1);
+  CHECK_EQ_INT(release(&c, g1.id), 0);
+  /* No lease left, still cached and still held by the client: the short
+   * form again, with a new lease. */
+  CHECK(call(&c, "mc16", NULL, &g3) == 0);
+  CHECK_SAME(g3);
+  CHECK(g3.lease && g3.refcount == 1);
+  /* Another connection holds nothing: in full, with its own lease. */
+  rc_t d;
+  CHECK(open_hello(&d, "'object_refs'") == 0);
+  got_t gd;
+  CHECK(call(&d, "mc16", NULL, &gd) == 0);
+  CHECK_FULL_KEPT(gd);
+  CHECK(gd.id == g1.id && gd.refcount == 2);
+  /* Freed by the client: in full again, marked again. */
+  char extra[64];
+  snprintf(extra, sizeof extra, ", objects_freed: [%lld]", (long long)g1.id);
+  CHECK(call(&c, "mc16", extra, &g3) == 0);
+  CHECK_FULL_KEPT(g3);
+  CHECK(g3.lease && g3.refcount == 3);
+  rc_close(&d);
+  rc_close(&c);
+}
+
 TEST(managed_and_plain_results_are_always_full) {
   rc_t c;
   CHECK(open_hello(&c, "'object_refs'") == 0);
@@ -230,11 +280,13 @@ int main(void) {
                    (const stt_endpoint_t[]){{"c16.lua", EP_C16},
                                             {"num.lua", EP_NUM},
                                             {"m16.lua", EP_M16},
+                                            {"mc16.lua", EP_MC16},
                                             {"plain.lua", EP_PLAIN},
                                             {NULL, NULL}});
   RUN(a_cached_object_goes_in_full_once_then_as_the_same);
   RUN(objects_freed_sends_it_in_full_again);
   RUN(without_the_feature_every_reply_is_full);
+  RUN(a_managed_cached_object_goes_as_the_same_with_a_lease);
   RUN(managed_and_plain_results_are_always_full);
   RUN(each_connection_hello_and_rebuilt_object_starts_in_full);
   RUN(malformed_objects_freed_is_invalid_argument);

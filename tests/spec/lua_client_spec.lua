@@ -3,6 +3,7 @@
 -- tensor arguments (st.empty/st.zeros memory passed to endpoints in place).
 local H = require("st_harness")
 local st = require("st.client")
+local ffi = require("ffi")
 
 local endpoints = {
   ["t.lua"] = [[
@@ -162,6 +163,19 @@ describe("the Lua client", function()
     res:free()
   end)
 
+  it("gets a held managed object again as the same tensors, with a lease each call", function()
+    local a = assert(c:call("mod", { rows = 4 }))
+    local b = assert(c:call("mod", { rows = 4 }))   -- a `same` reply: nothing decoded
+    assert.are.equal(a.object.id, b.object.id)
+    assert.is_true(a.object.lease and b.object.lease)
+    assert.are.same({ 1, 2 }, { a.object.refcount, b.object.refcount })
+    assert.are.equal(a.value.tensors.weight, b.value.tensors.weight)   -- the same tensor
+    assert.are.equal(1, assert(c:release(b.object.id)).refcount)
+    assert.are.equal(0, assert(c:release(a.object.id)).refcount)
+    a:free()
+    b:free()
+  end)
+
   it("sees a result through a view, and reports a bad one", function()
     local res = assert(c:call("mod", { rows = 3 }, { view = "weight:shard(0,1,3)|transpose(0,1)" }))
     local w = res.value.tensors.weight
@@ -217,7 +231,6 @@ describe("the Lua client", function()
   end)
 
   it("bounds connecting with timeout_ms (a listener that never answers)", function()
-    local ffi = require("ffi")
     pcall(ffi.cdef, [[
       int socket(int domain, int type, int protocol);
       int bind(int fd, const void *addr, unsigned len);
@@ -298,9 +311,12 @@ describe("the Lua client", function()
     local res = assert(c:call("scale", { x = x, k = 3 }))
     assert.are.same({ 0, 3, 6, 9, 12, 15 }, x:tolist())
     assert.are.equal(15, x:ptr("float")[5])
-    -- the reply is the same memory, mapped again
+    -- the reply is the caller's own memory at its own address (named by
+    -- the argument's index: no descriptor, no second mapping)
     local back = res.value
     assert.are.same({ 2, 3 }, back.shape)
+    assert.are.equal(tonumber(ffi.cast("uintptr_t", x:ptr("float"))),
+                     tonumber(ffi.cast("uintptr_t", back:ptr("float"))))
     back:set(0, 42)
     assert.are.equal(42, x:get(0))
     res:free()
