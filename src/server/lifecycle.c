@@ -28,6 +28,7 @@
 #include "server/loopprof.h"
 #include "server/put_job.h"
 #include "server/reclaim.h"
+#include "server/restart.h"
 #include "server/rpc.h"
 #include "server/views.h"
 #include "server/work.h"
@@ -283,6 +284,12 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
   else
     ST_LOG_W("server", "%s: arenas are released on the loop threads", why);
   st__devices_start(srv);
+  /* Published state kept across restarts: restored before any socket
+   * opens, so no client sees a table half restored. */
+  if (st__restart_start(srv) != ST_OK) {
+    start_failed(setup, "out of memory");
+    return ST_ERR_OUT_OF_MEMORY;
+  }
   st__work_init(srv);
   start_loader(cfg, &srv->devices);
 
@@ -441,6 +448,7 @@ void st__server_destroy(st__server_t *srv) {
   st__work_destroy(srv);
   st__views_destroy(srv);
   st__objects_free(&srv->objects);
+  st__restart_stop(srv);   /* the store keeps the state: not journaled */
   st__keys_free(&srv->keys);
   st__holdings_stop(srv);
   /* Every arena of the server is gone or queued: the releaser tears the

@@ -366,6 +366,8 @@ struct st__server {
                                  configures no peer.listen and no peers    */
   struct st__remote *remote;  /* owned: the transfer helper, pulls and
                                  lends (remote.h); NULL without peers     */
+  struct st__restart *restart; /* owned: the fd store, the journal and
+                                 what the start restored (restart.h)      */
 };
 
 /* ------------------------------------------------------------- startup.c */
@@ -391,6 +393,15 @@ int st__server_main(const st__options_t *opts);
  * service manager at $NOTIFY_SOCKET; nothing when it is unset. Never
  * fails the caller (a send error is logged). Loop thread. */
 void st__notify(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Sends one notification of `len` bytes with `nfds` (at most 8)
+ * descriptors riding on it (SCM_RIGHTS; they stay the caller's), waiting
+ * up to 2 s for room in the manager's queue. ST_OK (the datagram is in
+ * the manager's queue: it outlives this process), CAPABILITY (no
+ * $NOTIFY_SOCKET), CONFIGURATION (not a socket path), BUSY (no room in
+ * time), IO, with the reason in err. Loop thread. */
+int st__notify_send(const char *msg, size_t len, const int *fds, int nfds, char *err,
+                    size_t errlen);
 
 /* ------------------------------------------------------- install_paths.c */
 
