@@ -108,11 +108,17 @@ int st__fdstore_claim(st__fdstore_t *s, const char *name) {
 
 /* See fdstore.h. Loop thread. */
 void st__fdstore_drop_unclaimed(st__fdstore_t *s) {
+  size_t n = 0;
+  char names[200] = "";
   for (size_t i = 0; i < s->nreceived; i++) {
     st__fdstore_entry_t *e = &s->received[i];
     if (e->fd < 0) continue;
-    ST_LOG_W("restart", "received descriptor '%s' belongs to no restored state: closed and "
-             "removed from the store", e->name);
+    size_t used = strlen(names);
+    if (used + strlen(e->name) + 8 < sizeof names)
+      snprintf(names + used, sizeof names - used, "%s'%s'", n ? ", " : "", e->name);
+    else if (!strstr(names, "..."))
+      snprintf(names + used, sizeof names - used, ", ...");
+    n++;
     close(e->fd);
     e->fd = -1;
     if (s->enabled && name_ok(e->name)) {
@@ -120,6 +126,9 @@ void st__fdstore_drop_unclaimed(st__fdstore_t *s) {
       st__fdstore_remove(s, e->name);
     }
   }
+  if (n)
+    ST_LOG_W("restart", "%zu received descriptor%s belong%s to no restored state (%s): closed "
+             "and removed from the store", n, n == 1 ? "" : "s", n == 1 ? "s" : "", names);
 }
 
 /* See fdstore.h. Loop thread. */

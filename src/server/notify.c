@@ -7,7 +7,6 @@
  * STATUS= is what `systemctl status` shows. Loop thread.
  */
 #include <errno.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -15,6 +14,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/fail.h"
@@ -69,12 +69,14 @@ int st__notify_send(const char *msg, size_t len, const int *fds, int nfds, char 
   /* A full queue (the manager is busy) is waited for, briefly: a state
    * change that is not in the store must not be acknowledged. */
   int rc = ST_OK;
-  for (int waited = 0;;) {
+  /* The receiver's queue holds few datagrams (net.unix.max_dgram_qlen),
+   * and nothing of ours can poll it: retry every 200 us. */
+  for (int waited_us = 0;;) {
     if (sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) >= 0) break;
-    if ((errno == EAGAIN || errno == EWOULDBLOCK) && waited < NOTIFY_WAIT_MS) {
-      struct pollfd p = {fd, POLLOUT, 0};
-      poll(&p, 1, 10);
-      waited += 10;
+    if ((errno == EAGAIN || errno == EWOULDBLOCK) && waited_us < NOTIFY_WAIT_MS * 1000) {
+      struct timespec ts = {0, 200 * 1000};
+      nanosleep(&ts, NULL);
+      waited_us += 200;
       continue;
     }
     if (errno == EINTR) continue;

@@ -55,6 +55,7 @@ struct st__restart {
   int keeping;                /* the journal is written, the hooks set     */
   st__journal_t journal;
   int slot;                   /* the journal is stored as st-journal-<slot> */
+  int slot_stored;            /* ... and that name is in the store now     */
   st__smap_t arenas;          /* arena pointer bytes -> kept_arena_t       */
   uint64_t next_arena;
   uint64_t snapshot_bytes;    /* the journal's tail after its snapshot     */
@@ -324,11 +325,12 @@ static int compact(struct st__restart *r, uint64_t generation, uint64_t epoch) {
     if (next.fd >= 0) st__journal_close(&next);
     return w.rc;
   }
-  if (old.fd >= 0) {
+  if (r->slot_stored) {
     snprintf(name, sizeof name, "st-journal-%d", r->slot);
     st__fdstore_remove(&r->store, name);
-    st__journal_close(&old);
   }
+  st__journal_close(&old);
+  r->slot_stored = 1;
   r->journal = next;
   r->slot = 1 - r->slot;
   r->snapshot_bytes = next.tail;
@@ -358,6 +360,7 @@ static void compact_cb(struct ev_loop *loop, ev_prepare *w, int revents) {
   char name[32];
   snprintf(name, sizeof name, "st-journal-%d", r->slot);
   st__fdstore_remove(&r->store, name);
+  r->slot_stored = 0;
   st__journal_close(&r->journal);
 }
 
@@ -786,6 +789,7 @@ static int pick_journal(struct st__restart *r, st__journal_scan_t *best) {
   if (chosen < 0) return -1;
   *best = scans[chosen];
   r->slot = chosen;
+  r->slot_stored = 1;
   return fds[chosen];
 }
 
