@@ -11,6 +11,9 @@
  *               origin: [peer, key, version] or nil}
  *   DROP       {key, version}
  *   DELETE     {key}
+ *   BUFFER     {name, uid, uids, gids, cuda, dtype, shape, slots, data: n,
+ *               page: n}
+ *   BUFFER_GONE {name}                           unlinked
  * An ARENA record comes before the first VERSION that names it, and its
  * descriptor is in the store before the record is written; a VERSION is
  * written before the put is acknowledged.
@@ -25,16 +28,22 @@
 
 #include "common/fail.h"
 #include "common/log.h"
+#include "engine/buffer.h"
 #include "engine/keys.h"
 #include "mem/arena.h"
 #include "proto/proto.h"
 #include "server/fdstore.h"
+#include "server/holdings.h"
 #include "server/journal.h"
+#include "server/rpc.h"
 #include "server/server.h"
 #include "st/errors.h"
 #include "st/wire.h"
 
-enum { REC_ARENA = 1, REC_ARENA_GONE = 2, REC_VERSION = 3, REC_DROP = 4, REC_DELETE = 5 };
+enum {
+  REC_ARENA = 1, REC_ARENA_GONE = 2, REC_VERSION = 3, REC_DROP = 4, REC_DELETE = 5,
+  REC_BUFFER = 6, REC_BUFFER_GONE = 7
+};
 
 /* Compaction once the journal holds this much more than its last
  * snapshot (and twice the snapshot). */
@@ -62,7 +71,7 @@ struct st__restart {
   int compact_due;            /* a record could not be written: rewrite   */
   ev_prepare compact;         /* compactions run before a poll            */
   /* What the start restored. */
-  uint64_t from_generation, keys, versions, bytes, refused, torn;
+  uint64_t from_generation, keys, versions, bytes, refused, torn, buffers;
 };
 
 static void fdname_arena(char *out, size_t cap, uint64_t n) {
@@ -200,38 +209,68 @@ static void pack_version(struct st__restart *r, const st__key_change_t *c, msgpa
   }
 }
 
+/* Makes sure each of the n arenas is in the store and the journal, and
+ * counts one kept reference more to each. On failure nothing is held
+ * (an arena this call stored leaves the store). */
+static int hold_all(struct st__restart *r, const st__arena_t *const *arenas, size_t n, char *err,
+                    size_t errlen) {
+  for (size_t i = 0; i < n; i++) {
+    int fresh;
+    int rc = keep_arena(r, arenas[i], &fresh, err, errlen);
+    if (rc != ST_OK) {
+      while (i-- > 0) release_arena(r, arenas[i]);
+      return rc;
+    }
+    kept_of(r, arenas[i])->refs++;
+  }
+  return ST_OK;
+}
+
+/* One kept reference less to each of the n arenas (hold_all's undo). */
+static void release_all(struct st__restart *r, const st__arena_t *const *arenas, size_t n) {
+  for (size_t i = 0; i < n; i++) release_arena(r, arenas[i]);
+}
+
+/* Appends record (type, sb), whose n arenas hold_all held; on failure
+ * lets go of them, and err says why (`what` first). */
+static int append_held(struct st__restart *r, const st__arena_t *const *arenas, size_t n,
+                       uint32_t type, const msgpack_sbuffer *sb, const char *what, char *err,
+                       size_t errlen) {
+  char why[400];
+  int rc = append(r, type, sb, why, sizeof why);
+  if (rc == ST_OK) return ST_OK;
+  release_all(r, arenas, n);
+  return st__fail(rc, err, errlen, "%s: the journal: %s", what, why);
+}
+
+/* The arenas of version change c (its page last), in *list (malloc'ed). */
+static const st__arena_t **arenas_of(const st__key_change_t *c, size_t *n) {
+  *n = c->result->narenas + (c->page != NULL);
+  const st__arena_t **list = malloc((*n ? *n : 1) * sizeof *list);
+  if (!list) return NULL;
+  for (size_t i = 0; i < c->result->narenas; i++) list[i] = c->result->arenas[i];
+  if (c->page) list[c->result->narenas] = c->page;
+  return list;
+}
+
 /* The key table's version_added: the arenas into the store, then the
- * VERSION record. A failure takes back the arenas this call stored. */
+ * VERSION record (which names them by number). */
 static int on_version_added(void *ud, const st__key_change_t *c, char *err, size_t errlen) {
   struct st__restart *r = ud;
-  size_t n = c->result->narenas + (c->page != NULL);
-  int rc = ST_OK;
-  size_t done = 0;
-  for (; rc == ST_OK && done < n; done++) {
-    const st__arena_t *a = done < c->result->narenas ? c->result->arenas[done] : c->page;
-    int fresh;
-    rc = keep_arena(r, a, &fresh, err, errlen);
-    /* A fresh arena holds one reference until the record is written, so
-     * that a failure below can give it back (release_arena). */
-    if (rc == ST_OK && fresh) kept_of(r, a)->refs = 1;
-    else if (rc == ST_OK) kept_of(r, a)->refs++;
-  }
+  size_t n;
+  const st__arena_t **list = arenas_of(c, &n);
+  if (!list) return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+  char what[ST__KEY_NAME_MAX + 32];
+  snprintf(what, sizeof what, "key '%s'", c->name);
+  int rc = hold_all(r, list, n, err, errlen);
   if (rc == ST_OK) {
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
     pack_version(r, c, &sb);
-    char why[400];
-    rc = append(r, REC_VERSION, &sb, why, sizeof why);
-    if (rc != ST_OK) st__fail(rc, err, errlen, "key '%s': the journal: %s", c->name, why);
+    rc = append_held(r, list, n, REC_VERSION, &sb, what, err, errlen);
     msgpack_sbuffer_destroy(&sb);
-  } else {
-    done--;   /* the failed one holds nothing */
   }
-  for (size_t i = 0; i < done; i++) {
-    const st__arena_t *a = i < c->result->narenas ? c->result->arenas[i] : c->page;
-    /* Success: the taking above was this version's reference. */
-    if (rc != ST_OK) release_arena(r, a);
-  }
+  free(list);
   return rc;
 }
 
@@ -276,6 +315,73 @@ static const st__keys_journal_t hooks = {
     .key_removed = on_key_removed,
 };
 
+/* The BUFFER record of b. */
+static void pack_buffer(struct st__restart *r, const st__buffer_t *b, msgpack_sbuffer *sb) {
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+  msgpack_pack_map(&pk, 10);
+  st__pack_kv_str(&pk, "name", b->named.name);
+  st__pack_kv_uint(&pk, "uid", b->named.uid);
+  const st__grant_t *g = &b->named.readers;
+  st__pack_cstr(&pk, "uids");
+  msgpack_pack_array(&pk, g->nuids);
+  for (uint32_t i = 0; i < g->nuids; i++) msgpack_pack_uint32(&pk, g->uids[i]);
+  st__pack_cstr(&pk, "gids");
+  msgpack_pack_array(&pk, g->ngids);
+  for (uint32_t i = 0; i < g->ngids; i++) msgpack_pack_uint32(&pk, g->gids[i]);
+  st__pack_kv_bool(&pk, "cuda", b->named.device >= 0);
+  st__pack_kv_str(&pk, "dtype", st_dtype_name(b->dtype));
+  st__pack_cstr(&pk, "shape");
+  msgpack_pack_array(&pk, (uint32_t)b->ndim);
+  for (int i = 0; i < b->ndim; i++) msgpack_pack_int64(&pk, b->shape[i]);
+  st__pack_kv_uint(&pk, "slots", b->slots);
+  st__pack_kv_uint(&pk, "data", kept_of(r, b->named.data)->n);
+  st__pack_kv_uint(&pk, "page", kept_of(r, b->named.page_arena)->n);
+}
+
+/* See restart.h. Loop thread. */
+int st__restart_buffer_created(st__server_t *srv, const st__buffer_t *b, char *err,
+                               size_t errlen) {
+  struct st__restart *r = srv->restart;
+  if (!r || !r->keeping) return ST_OK;
+  const st__arena_t *list[2] = {b->named.data, b->named.page_arena};
+  char what[ST__NAME_MAX + 32];
+  snprintf(what, sizeof what, "buffer '%s'", b->named.name);
+  int rc = hold_all(r, list, 2, err, errlen);
+  if (rc == ST_OK) {
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    pack_buffer(r, b, &sb);
+    rc = append_held(r, list, 2, REC_BUFFER, &sb, what, err, errlen);
+    msgpack_sbuffer_destroy(&sb);
+  }
+  return rc;
+}
+
+/* See restart.h. Loop thread. */
+void st__restart_buffer_unlinked(st__server_t *srv, const char *name, size_t len,
+                                 const st__arena_t *data, const st__arena_t *page) {
+  struct st__restart *r = srv->restart;
+  if (!r || !r->keeping || !data || !page) return;
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msgpack_pack_map(&pk, 1);
+  st__pack_cstr(&pk, "name");
+  msgpack_pack_str(&pk, len);
+  msgpack_pack_str_body(&pk, name, len);
+  char err[400];
+  if (append(r, REC_BUFFER_GONE, &sb, err, sizeof err) != ST_OK) {
+    ST_LOG_E("restart", "buffer '%.*s': %s: the journal is rewritten before the next poll",
+             (int)len, name, err);
+    r->compact_due = 1;
+  }
+  msgpack_sbuffer_destroy(&sb);
+  release_arena(r, data);
+  release_arena(r, page);
+}
+
 /* --------------------------------------------------------- compaction */
 
 typedef struct arena_walk {
@@ -314,6 +420,14 @@ static int compact(struct st__restart *r, uint64_t generation, uint64_t epoch) {
         msgpack_sbuffer_destroy(&sb);
       }
     free(keys);
+    st__buffers_t *bt = ST__HOLDING_STATE(r->srv, buffers);
+    for (st__named_t *e = bt ? bt->named.head : NULL; w.rc == ST_OK && e; e = e->next) {
+      msgpack_sbuffer sb;
+      msgpack_sbuffer_init(&sb);
+      pack_buffer(r, (const st__buffer_t *)e, &sb);
+      w.rc = append(r, REC_BUFFER, &sb, w.err, sizeof w.err);
+      msgpack_sbuffer_destroy(&sb);
+    }
     next = r->journal;
     r->journal = old;
   }
@@ -385,8 +499,18 @@ typedef struct old_version {
   int dropped;
 } old_version_t;
 
+/* A BUFFER record still standing. */
+typedef struct old_buffer {
+  char *payload;              /* owned copy of the record; NULL: unlinked  */
+  size_t len;
+  char name[ST__NAME_MAX + 1];
+} old_buffer_t;
+
 typedef struct replay {
   st__smap_t arenas;          /* decimal n -> old_arena_t                  */
+  old_buffer_t *buffers;      /* in record order                           */
+  size_t nbuffers, bcap;
+  st__smap_t buffer_names;    /* name -> index + 1 of its standing record  */
   old_version_t *versions;
   size_t nversions, cap;
   st__smap_t latest;          /* "key" -> index + 1 of its last version    */
@@ -501,6 +625,45 @@ static int replay_gone(replay_t *p, const msgpack_object *m, int drop, char *err
   return ST_OK;
 }
 
+/* Keeps a BUFFER record (a copy), or drops one for BUFFER_GONE. */
+static int replay_buffer(replay_t *p, const msgpack_object *m, const char *payload, size_t len,
+                         int gone, char *err, size_t errlen) {
+  char name[ST__NAME_MAX + 1];
+  if (!field_str(m, "name", name, sizeof name) ||
+      st__named_check("buffer", name, strlen(name), NULL, 0) != ST_OK)
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "a buffer record has no valid name");
+  uintptr_t at = (uintptr_t)st__smap_get(&p->buffer_names, name, strlen(name));
+  if (gone) {
+    if (!at)
+      return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "buffer '%s' unlinked, never made",
+                      name);
+    free(p->buffers[at - 1].payload);
+    p->buffers[at - 1].payload = NULL;
+    st__smap_del(&p->buffer_names, name, strlen(name));
+    return ST_OK;
+  }
+  if (at)
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "buffer '%s' made twice", name);
+  if (p->nbuffers == p->bcap) {
+    size_t cap = p->bcap ? p->bcap * 2 : 16;
+    old_buffer_t *grown = realloc(p->buffers, cap * sizeof *grown);
+    if (!grown) return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+    p->buffers = grown;
+    p->bcap = cap;
+  }
+  old_buffer_t *b = &p->buffers[p->nbuffers];
+  memset(b, 0, sizeof *b);
+  memcpy(b->name, name, strlen(name) + 1);
+  if (!(b->payload = malloc(len ? len : 1)))
+    return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+  memcpy(b->payload, payload, len);
+  b->len = len;
+  p->nbuffers++;
+  if (st__smap_put(&p->buffer_names, name, strlen(name), (void *)(uintptr_t)p->nbuffers) != ST_OK)
+    return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+  return ST_OK;
+}
+
 /* st__journal_read's callback: one verified record into the replay. */
 static int replay_record(void *ud, uint32_t type, const char *payload, size_t len, char *err,
                          size_t errlen) {
@@ -523,6 +686,8 @@ static int replay_record(void *ud, uint32_t type, const char *payload, size_t le
     rc = replay_version(p, &u.data, payload, len, err, errlen);
   } else if (type == REC_DROP || type == REC_DELETE) {
     rc = replay_gone(p, &u.data, type == REC_DROP, err, errlen);
+  } else if (type == REC_BUFFER || type == REC_BUFFER_GONE) {
+    rc = replay_buffer(p, &u.data, payload, len, type == REC_BUFFER_GONE, err, errlen);
   } else {
     rc = st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "a record of unknown type %u", type);
   }
@@ -717,6 +882,61 @@ static int restore_version(struct st__restart *r, replay_t *p, const old_version
   return rc;
 }
 
+/* Makes buffer record b again: every field checked, its arenas
+ * imported, then st__buffer_restore's checks of them. */
+static int restore_buffer(struct st__restart *r, replay_t *p, const old_buffer_t *b, char *err,
+                          size_t errlen) {
+  msgpack_unpacked u;
+  msgpack_unpacked_init(&u);
+  size_t off = 0;
+  msgpack_unpack_next(&u, b->payload, b->len, &off);   /* verified by the replay */
+  const msgpack_object *m = &u.data, *shape = st__map_get(m, "shape");
+  st__buffer_spec_t spec;
+  memset(&spec, 0, sizeof spec);
+  st__grant_t readers;
+  memset(&readers, 0, sizeof readers);
+  uint32_t uids[ST__GRANT_MAX], gids[ST__GRANT_MAX];
+  uint64_t uid = 0, data_n = 0, page_n = 0;
+  int cuda = 0, rc = ST_OK;
+  char dtype[32];
+  if (!field_uint(m, "uid", UINT32_MAX - 1, &uid) || !field_bool(m, "cuda", &cuda) ||
+      !field_str(m, "dtype", dtype, sizeof dtype) ||
+      (spec.dtype = st_dtype_from_name(dtype)) == ST_DTYPE_INVALID ||
+      !field_uint(m, "slots", ST__BUFFER_MAX_SLOTS, &spec.slots) ||
+      !field_uint(m, "data", MAX_ARENA_NUMBER, &data_n) ||
+      !field_uint(m, "page", MAX_ARENA_NUMBER, &page_n) ||
+      !field_ids(m, "uids", &readers.nuids, uids) || !field_ids(m, "gids", &readers.ngids, gids) ||
+      !shape || shape->type != MSGPACK_OBJECT_ARRAY || shape->via.array.size > ST_MAX_NDIM)
+    rc = st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "a field is missing or out of range");
+  for (uint32_t i = 0; rc == ST_OK && i < shape->via.array.size; i++) {
+    const msgpack_object *e = &shape->via.array.ptr[i];
+    if (e->type != MSGPACK_OBJECT_POSITIVE_INTEGER || e->via.u64 > INT64_MAX)
+      rc = st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "its shape is malformed");
+    else spec.shape[spec.ndim++] = (int64_t)e->via.u64;
+  }
+  for (uint32_t i = 0; rc == ST_OK && i < readers.nuids; i++) readers.uids[i] = (uid_t)uids[i];
+  for (uint32_t i = 0; rc == ST_OK && i < readers.ngids; i++) readers.gids[i] = (gid_t)gids[i];
+  st__arena_t *data = rc == ST_OK ? import_arena(r, p, data_n, err, errlen) : NULL;
+  st__arena_t *page = data ? import_arena(r, p, page_n, err, errlen) : NULL;
+  if (rc == ST_OK && (!data || !page)) rc = ST_ERR_INVALID_ARGUMENT;
+  if (rc == ST_OK && data == page)
+    rc = st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "its data and page are one arena");
+  if (rc == ST_OK && (st__arena_device(data) >= 0) != cuda)
+    rc = st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "its data arena is on another backend");
+  if (rc == ST_OK) {
+    spec.device = st__arena_device(data);
+    spec.name = b->name;
+    spec.name_len = strlen(b->name);
+    spec.readers = &readers;
+    st__buffer_limits_t l = st__rpc_buffer_limits(r->srv->cfg);
+    st__buffer_t *made;
+    rc = st__buffer_restore(ST__HOLDING_STATE(r->srv, buffers), &spec, &l, (uid_t)uid, data,
+                            page, &made, err, errlen);
+  }
+  msgpack_unpacked_destroy(&u);
+  return rc;
+}
+
 /* The arena -> number map of what the replay imported. */
 static void index_imported(const char *key, size_t len, void *value, void *ud) {
   (void)key;
@@ -802,6 +1022,7 @@ static void restore(struct st__restart *r) {
   memset(&p, 0, sizeof p);
   st__smap_init(&p.arenas);
   st__smap_init(&p.latest);
+  st__smap_init(&p.buffer_names);
   char err[512];
   int rc = st__journal_read(fd, replay_record, &p, &scan, err, sizeof err);
   close(fd);
@@ -824,6 +1045,16 @@ static void restore(struct st__restart *r) {
       }
       r->versions++;
     }
+    for (size_t i = 0; i < p.nbuffers; i++) {
+      const old_buffer_t *b = &p.buffers[i];
+      if (!b->payload) continue;
+      if (restore_buffer(r, &p, b, err, sizeof err) != ST_OK) {
+        ST_LOG_E("restart", "buffer '%s' not restored: %s", b->name, err);
+        r->refused++;
+        continue;
+      }
+      r->buffers++;
+    }
   }
   /* What the table holds now (a budget may have evicted some) decides
    * which arenas stay in the store. */
@@ -843,16 +1074,24 @@ static void restore(struct st__restart *r) {
   }
   r->keys = nkeys;
   free(keys);
+  st__buffers_t *bt = ST__HOLDING_STATE(r->srv, buffers);
+  for (st__named_t *e = bt ? bt->named.head : NULL; e; e = e->next) {
+    count_kept(r, &imported, e->data);
+    count_kept(r, &imported, e->page_arena);
+  }
   st__smap_clear(&imported);
   st__smap_each(&p.arenas, release_imported, r);
   st__smap_clear(&p.arenas);
   for (size_t i = 0; i < p.nversions; i++) free(p.versions[i].payload);
   free(p.versions);
   st__smap_clear(&p.latest);
+  for (size_t i = 0; i < p.nbuffers; i++) free(p.buffers[i].payload);
+  free(p.buffers);
+  st__smap_clear(&p.buffer_names);
   ST_LOG_I("restart", "restored from generation %" PRIu64 ": %" PRIu64 " keys, %" PRIu64
-           " versions, %" PRIu64 " bytes (no copy); %" PRIu64 " versions refused, %" PRIu64
-           " live keys torn", r->from_generation, r->keys, r->versions, r->bytes, r->refused,
-           r->torn);
+           " versions, %" PRIu64 " bytes (no copy), %" PRIu64 " buffers; %" PRIu64
+           " refused, %" PRIu64 " live keys torn", r->from_generation, r->keys, r->versions,
+           r->bytes, r->buffers, r->refused, r->torn);
 }
 
 /* ----------------------------------------------------------- the rest */
@@ -927,8 +1166,9 @@ void st__restart_pack_info(const st__server_t *srv, msgpack_packer *pk) {
   st__pack_kv_uint(pk, "generation", r && r->keeping ? r->journal.generation : 0);
   st__pack_kv_uint(pk, "journal_bytes", r && r->keeping ? r->journal.tail : 0);
   st__pack_cstr(pk, "restored");
-  msgpack_pack_map(pk, 6);
+  msgpack_pack_map(pk, 7);
   st__pack_kv_uint(pk, "keys", r ? r->keys : 0);
+  st__pack_kv_uint(pk, "buffers", r ? r->buffers : 0);
   st__pack_kv_uint(pk, "versions", r ? r->versions : 0);
   st__pack_kv_uint(pk, "bytes", r ? r->bytes : 0);
   st__pack_kv_uint(pk, "from_generation", r ? r->from_generation : 0);

@@ -28,6 +28,7 @@
 #define ST_SERVER_RESTART_H
 
 #include <msgpack.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct st__server st__server_t;
@@ -44,6 +45,22 @@ int st__restart_start(st__server_t *srv);
  * restart's first half) and frees srv->restart. Loop thread, at exit,
  * before the key table is freed. */
 void st__restart_stop(st__server_t *srv);
+
+struct st__buffer;
+struct st__arena;
+
+/* Buffer b was created: its arenas into the store and its record into
+ * the journal, before the create is acknowledged. ST_OK (also when
+ * nothing is kept), or the reason it cannot be kept (the caller undoes
+ * the create). Loop thread. */
+int st__restart_buffer_created(st__server_t *srv, const struct st__buffer *b, char *err,
+                               size_t errlen);
+
+/* The buffer named (name, len), with arenas data and page (compared by
+ * address only: the unlink may have freed them), was unlinked: its
+ * record goes and its arenas leave the store. Loop thread. */
+void st__restart_buffer_unlinked(st__server_t *srv, const char *name, size_t len,
+                                 const struct st__arena *data, const struct st__arena *page);
 
 /* info's "restart" map: {kept, store_max, stored, generation,
  * journal_bytes, restored: {keys, versions, bytes, from_generation,

@@ -4,11 +4,15 @@
  * messages and their descriptors, a re-launch with LISTEN_FDS and
  * LISTEN_FDNAMES). Through libstclient, across processes:
  *   - a multi-tensor key with three versions, two live keys (one left in
- *     the middle of an update), and a stream of puts from another process
- *     during which the server is SIGKILLed;
+ *     the middle of an update), a buffer with three frames whose writer
+ *     lock is held, a buffer unlinked, and a stream of puts from another
+ *     process during which the server is SIGKILLed;
  *   - after the restart every acknowledged put is there with its bytes
  *     equal, a version past the last acknowledged one is whole or absent,
- *     the live key cut mid-update is TORN, the other has its version;
+ *     the live key cut mid-update is TORN, the other has its version; the
+ *     buffer has its frames, its lock is free, and a write after the
+ *     restart is seen through the creator's old mapping; the unlinked
+ *     buffer is gone;
  *   - the memory is the same (no copy): a reader's old mapping reads on,
  *     the publisher's write into its own allocation after the restart is
  *     what a new reader gets, the server maps the very memfd inode the
@@ -42,7 +46,9 @@ static const char CONFIG[] =
 
 /* What the publisher keeps across the crash. */
 static st_result_t *model_w[3], *model_b[3];
+static st_client_t *pub;           /* the publisher (its server dies)   */
 static st_key_t *live_cut, *live_ok;
+static st_buffer_t *frames;
 static st_result_t *reader_v3;      /* a reader's mapping of model v3    */
 static uint64_t acked[4096];
 static int nacked;
@@ -164,7 +170,8 @@ static void stream_puts(int out) {
 }
 
 TEST(publish_then_crash_during_puts) {
-  OPEN_CLIENT(p, S.socket);
+  st_client_t *p = pub = stt_client_open(S.socket);
+  CHECK(p);
   if (!p) return;
   CHECK_EQ_INT(info_int(p, "restart", "kept", NULL), 1);
   CHECK_EQ_INT(info_int(p, "restart", "generation", NULL), 1);
@@ -197,6 +204,23 @@ TEST(publish_then_crash_during_puts) {
   float *cut = (float *)st_result_tensor(st_key_result(live_cut), 0)->data;
   cut[0] = 99.0f;   /* half written when the server dies */
 
+  /* A buffer of three frames whose writer lock is held at the crash, and
+   * one unlinked. */
+  int64_t shape[1] = {64};
+  CHECK_EQ_INT(st_buffer_create(p, "frames", "cpu", ST_DTYPE_FLOAT32, 1, shape, 4, &frames),
+               ST_OK);
+  if (!frames) return;
+  for (int i = 1; i <= 3; i++) {
+    float f[64];
+    for (int k = 0; k < 64; k++) f[k] = (float)(100 * i + k);
+    CHECK_EQ_INT(st_buffer_write(frames, f, sizeof f, 1000, NULL), ST_OK);
+  }
+  CHECK_EQ_INT(st_buffer_acquire(frames, 1000), ST_OK);
+  st_buffer_t *gone = NULL;
+  CHECK_EQ_INT(st_buffer_create(p, "gone", "cpu", ST_DTYPE_FLOAT32, 1, shape, 1, &gone), ST_OK);
+  CHECK_EQ_INT(st_buffer_close(gone), ST_OK);
+  CHECK_EQ_INT(st_buffer_unlink(p, "gone"), ST_OK);
+
   OPEN_CLIENT(r, S.socket);
   if (!r) return;
   CHECK_EQ_INT(st_client_get(r, "model", 3, 0, &reader_v3, NULL), ST_OK);
@@ -223,7 +247,6 @@ TEST(publish_then_crash_during_puts) {
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   CHECK(nacked >= STREAM_ACKS);
   for (int i = 0; i < nacked; i++) CHECK_EQ_INT(acked[i], i + 1);
-  st_client_close(p);
   stt_svcmgr_sync(&M);
   CHECK_EQ_INT(stt_svcmgr_count(&M, "st-journal-"), 1);
 }
@@ -237,6 +260,7 @@ TEST(restored_after_the_crash) {
   CHECK_EQ_INT(info_int(c, "restart", "restored", "keys"), 4);
   CHECK_EQ_INT(info_int(c, "restart", "restored", "refused"), 0);
   CHECK_EQ_INT(info_int(c, "restart", "restored", "torn"), 1);
+  CHECK_EQ_INT(info_int(c, "restart", "restored", "buffers"), 1);
   CHECK_EQ_INT(info_int(c, "keys", "count", NULL), 4);
 
   /* The model: three versions, bytes equal. */
@@ -291,9 +315,28 @@ TEST(restored_after_the_crash) {
   unsigned long long ino = inode_at(getpid(), mine);
   CHECK(ino != 0);
   CHECK(maps_inode(S.pid, ino));
-  /* Nothing was copied: the server holds as many arenas as the keys do
-   * (model 3 x 2, two live keys with a page each, the stream's). */
-  CHECK_EQ_INT(info_int(c, "arenas", "count", NULL), 6 + 4 + (int64_t)latest);
+  /* The buffer: its frames, its lock free, the same memory. */
+  st_buffer_t *b = NULL;
+  CHECK_EQ_INT(st_buffer_open(c, "frames", 0, &b), ST_OK);
+  if (b) {
+    float f[64];
+    uint64_t seq = 0;
+    CHECK_EQ_INT(st_buffer_read(b, f, sizeof f, 1000, &seq, NULL), ST_OK);
+    CHECK_EQ_INT(seq, 3);
+    CHECK(f[0] == 300.0f && f[63] == 363.0f);
+    CHECK_EQ_INT(st_buffer_locked(b, NULL, NULL, NULL), 0);
+    for (int k = 0; k < 64; k++) f[k] = (float)(400 + k);
+    CHECK_EQ_INT(st_buffer_write(b, f, sizeof f, 1000, &seq), ST_OK);
+    CHECK_EQ_INT(seq, 4);
+    CHECK_EQ_INT(st_buffer_write_sequence(frames), 4);
+    CHECK(((const float *)st_buffer_slot(frames, 3))[1] == 401.0f);
+    CHECK_EQ_INT(st_buffer_close(b), ST_OK);
+  }
+  CHECK_EQ_INT(st_buffer_open(c, "gone", 1, &b), ST_ERR_NOT_FOUND);
+  /* Nothing was copied: the server holds as many arenas as the keys and
+   * the buffer do (model 3 x 2, two live keys with a page each, the
+   * stream's, the buffer's data and page). */
+  CHECK_EQ_INT(info_int(c, "arenas", "count", NULL), 6 + 4 + (int64_t)latest + 2);
 
   /* The table goes on: the next version number, and a delete. */
   st_result_t *w4 = filled(MODEL_N, 13.0f), *b4 = filled(16, 23.0f);
@@ -369,6 +412,8 @@ int main(void) {
   RUN(a_changed_journal_is_refused);
   st_key_close(live_cut);
   st_key_close(live_ok);
+  st_buffer_close(frames);
+  st_client_close(pub);
   st_result_free(reader_v3);
   for (int i = 0; i < 3; i++) {
     st_result_free(model_w[i]);
