@@ -46,8 +46,9 @@ enum {
 };
 
 /* Compaction once the journal holds this much more than its last
- * snapshot (and twice the snapshot). */
-#define COMPACT_SLACK ((uint64_t)4 << 20)
+ * snapshot, and more than the snapshot again: each record is rewritten
+ * a bounded number of times on average. */
+#define COMPACT_SLACK ((uint64_t)1 << 20)
 /* Arena numbers recorded are below this (a bound on what is read). */
 #define MAX_ARENA_NUMBER ((uint64_t)1 << 48)
 
@@ -69,6 +70,7 @@ struct st__restart {
   uint64_t next_arena;
   uint64_t snapshot_bytes;    /* the journal's tail after its snapshot     */
   int compact_due;            /* a record could not be written: rewrite   */
+  uint64_t compactions;       /* journals rewritten since start            */
   ev_prepare compact;         /* compactions run before a poll            */
   /* What the start restored. */
   uint64_t from_generation, keys, versions, bytes, refused, torn, buffers;
@@ -449,6 +451,7 @@ static int compact(struct st__restart *r, uint64_t generation, uint64_t epoch) {
   r->slot = 1 - r->slot;
   r->snapshot_bytes = next.tail;
   r->compact_due = 0;
+  r->compactions++;
   ST_LOG_D("restart", "journal generation %" PRIu64 " epoch %" PRIu64 ": %" PRIu64
            " records, %" PRIu64 " bytes", generation, epoch, next.records, next.tail);
   return ST_OK;
@@ -1159,12 +1162,13 @@ void st__restart_stop(st__server_t *srv) {
 /* See restart.h. Loop thread. */
 void st__restart_pack_info(const st__server_t *srv, msgpack_packer *pk) {
   const struct st__restart *r = srv->restart;
-  msgpack_pack_map(pk, 6);
+  msgpack_pack_map(pk, 7);
   st__pack_kv_bool(pk, "kept", r && r->keeping);
   st__pack_kv_uint(pk, "store_max", r ? r->store.max : 0);
   st__pack_kv_uint(pk, "stored", r ? r->store.stored : 0);
   st__pack_kv_uint(pk, "generation", r && r->keeping ? r->journal.generation : 0);
   st__pack_kv_uint(pk, "journal_bytes", r && r->keeping ? r->journal.tail : 0);
+  st__pack_kv_uint(pk, "compactions", r ? r->compactions : 0);
   st__pack_cstr(pk, "restored");
   msgpack_pack_map(pk, 7);
   st__pack_kv_uint(pk, "keys", r ? r->keys : 0);

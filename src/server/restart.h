@@ -63,8 +63,8 @@ void st__restart_buffer_unlinked(st__server_t *srv, const char *name, size_t len
                                  const struct st__arena *data, const struct st__arena *page);
 
 /* info's "restart" map: {kept, store_max, stored, generation,
- * journal_bytes, restored: {keys, versions, bytes, from_generation,
- * refused, torn}}. Loop thread. */
+ * journal_bytes, compactions, restored: {keys, buffers, versions, bytes,
+ * from_generation, refused, torn}}. Loop thread. */
 void st__restart_pack_info(const st__server_t *srv, msgpack_packer *pk);
 
 #endif
