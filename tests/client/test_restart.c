@@ -16,7 +16,8 @@
  *   - the memory is the same (no copy): a reader's old mapping reads on,
  *     the publisher's write into its own allocation after the restart is
  *     what a new reader gets, the server maps the very memfd inode the
- *     publisher allocated, and info says what was restored;
+ *     publisher allocated, and info (and `stcli info`) says what was
+ *     restored;
  *   - a clean restart keeps the state (the next generation), a delete
  *     before it lets the key's descriptors leave the store;
  *   - under churn (thousands of puts whose old versions go) the journal
@@ -33,6 +34,7 @@
 #include <unistd.h>
 
 #include "client_kit.h"
+#include "proc.h"
 #include "svcmgr.h"
 
 static stt_server_t S;
@@ -264,6 +266,15 @@ TEST(restored_after_the_crash) {
   CHECK_EQ_INT(info_int(c, "restart", "restored", "torn"), 1);
   CHECK_EQ_INT(info_int(c, "restart", "restored", "buffers"), 1);
   CHECK_EQ_INT(info_int(c, "keys", "count", NULL), 4);
+  const char *cli = getenv("ST_CLI_BIN");
+  if (cli) {
+    static stt_proc_t out;
+    CHECK_EQ_INT(stt_run(&out, cli, (const char *const[]){"--socket", S.socket, "info", NULL},
+                         NULL, 0), 0);
+    CHECK_CONTAINS(out.out, "restart      kept in the fd store: generation 2,");
+    CHECK_CONTAINS(out.out, "restored     4 keys (");
+    CHECK_CONTAINS(out.out, "1 buffers from generation 1; 0 refused, 1 torn");
+  }
 
   /* The model: three versions, bytes equal. */
   for (int i = 0; i < 3; i++) {
