@@ -92,6 +92,22 @@ void st__fdstore_init(st__fdstore_t *s) {
   unsetenv("LISTEN_FDNAMES");
 }
 
+/* See fdstore.h. Loop thread, at start. */
+void st__fdstore_adopt(st__fdstore_t *s, st__fdstore_entry_t *handed, size_t n) {
+  st__fdstore_entry_t *mine = n ? calloc(n, sizeof *mine) : NULL;
+  if (n && !mine) {
+    ST_LOG_E("restart", "out of memory taking %zu descriptors handed over", n);
+    return;
+  }
+  st__fdstore_free(s);
+  for (size_t i = 0; i < n; i++) {
+    mine[i] = handed[i];
+    handed[i].fd = -1;
+  }
+  s->received = mine;
+  s->nreceived = n;
+}
+
 /* See fdstore.h. Loop thread. */
 int st__fdstore_claim(st__fdstore_t *s, const char *name) {
   for (size_t i = 0; i < s->nreceived; i++) {

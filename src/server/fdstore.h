@@ -47,6 +47,11 @@ typedef struct st__fdstore {
  * taken. Loop thread, at start. */
 void st__fdstore_init(st__fdstore_t *s);
 
+/* Replaces what the environment gave by the n entries of `handed` (a
+ * takeover's, takeover.h): their descriptors are the table's from now on
+ * (the caller's entries are marked -1). Loop thread, at start. */
+void st__fdstore_adopt(st__fdstore_t *s, st__fdstore_entry_t *handed, size_t n);
+
 /* Takes received descriptor `name` (the caller owns it from now on), or
  * -1 when none has that name. Loop thread. */
 int st__fdstore_claim(st__fdstore_t *s, const char *name);

@@ -30,6 +30,7 @@
 #include "server/reclaim.h"
 #include "server/restart.h"
 #include "server/rpc.h"
+#include "server/takeover.h"
 #include "server/views.h"
 #include "server/work.h"
 #include "st/errors.h"
@@ -188,6 +189,10 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
                      const st__server_setup_t *setup) {
   memset(srv, 0, sizeof *srv);
   srv->cfg = cfg;
+  if (setup) {
+    srv->handed = setup->handed;
+    srv->nhanded = setup->nhanded;
+  }
   srv->on_message = st__dispatch;
   srv->on_fast_message = st__fast_call;
   srv->on_conn_closed = st__holdings_release;
@@ -421,6 +426,7 @@ void st__server_run(st__server_t *srv) {
 /* Closes and frees everything after the loop ended. Loop thread. */
 void st__server_destroy(st__server_t *srv) {
   if (!srv->loop) return;
+  st__takeover_free(srv);
   st__listen_close_all(srv);
   st__remote_stop(srv);   /* the pulls' tasks end before the tasks go */
   if (srv->signals) st__signals_stop(srv);

@@ -20,6 +20,7 @@
  */
 #include "server/restart.h"
 
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +75,10 @@ struct st__restart {
   ev_prepare compact;         /* compactions run before a poll            */
   /* What the start restored. */
   uint64_t from_generation, keys, versions, bytes, refused, torn, buffers;
+  int handed;                 /* the start took a takeover's descriptors   */
+  struct { int device, fd; } listeners[ST_MAX_DEVICES]; /* handed over    */
+  int nlisteners;
+  int temporary;              /* `arenas` was numbered for a handover only */
 };
 
 static void fdname_arena(char *out, size_t cap, uint64_t n) {
@@ -400,15 +405,16 @@ static void snapshot_arena(const char *key, size_t len, void *value, void *ud) {
   w->rc = write_arena(w->r, a, ((kept_arena_t *)value)->n, w->err, sizeof w->err);
 }
 
-/* Writes the whole table into a new journal (generation `generation`),
- * stores it beside the current one, then removes the current one.
- * ST_OK, or an error logged (the current journal stays). */
-static int compact(struct st__restart *r, uint64_t generation, uint64_t epoch) {
-  st__journal_t old = r->journal, next;
+/* Writes the whole table (every kept arena, key version and buffer) into
+ * a new journal *next of (generation, epoch). ST_OK, or the error in
+ * w->err with nothing left open. */
+static int write_snapshot(struct st__restart *r, uint64_t generation, uint64_t epoch,
+                          st__journal_t *next, arena_walk_t *out) {
+  st__journal_t old = r->journal;
   arena_walk_t w = {.r = r, .rc = ST_OK};
-  w.rc = st__journal_create(&next, generation, epoch, w.err, sizeof w.err);
+  w.rc = st__journal_create(next, generation, epoch, w.err, sizeof w.err);
   if (w.rc == ST_OK) {
-    r->journal = next;
+    r->journal = *next;
     st__smap_each(&r->arenas, snapshot_arena, &w);
     size_t nkeys = 0;
     st__key_t **keys = st__keys_list(&r->srv->keys, NULL, 0, &nkeys);
@@ -430,9 +436,21 @@ static int compact(struct st__restart *r, uint64_t generation, uint64_t epoch) {
       w.rc = append(r, REC_BUFFER, &sb, w.err, sizeof w.err);
       msgpack_sbuffer_destroy(&sb);
     }
-    next = r->journal;
+    *next = r->journal;
     r->journal = old;
+    if (w.rc != ST_OK) st__journal_close(next);
   }
+  *out = w;
+  return w.rc;
+}
+
+/* Writes the whole table into a new journal (generation `generation`),
+ * stores it beside the current one, then removes the current one.
+ * ST_OK, or an error logged (the current journal stays). */
+static int compact(struct st__restart *r, uint64_t generation, uint64_t epoch) {
+  st__journal_t old = r->journal, next = {.fd = -1};
+  arena_walk_t w;
+  write_snapshot(r, generation, epoch, &next, &w);
   char name[32];
   snprintf(name, sizeof name, "st-journal-%d", 1 - r->slot);
   if (w.rc == ST_OK) w.rc = st__fdstore_put(&r->store, name, next.fd, 1, w.err, sizeof w.err);
@@ -1097,6 +1115,171 @@ static void restore(struct st__restart *r) {
            r->bytes, r->buffers, r->refused, r->torn);
 }
 
+/* ----------------------------------------------------------- takeover */
+
+/* Takes the listening sockets a takeover handed over ("st-listen-<d>"). */
+static void claim_listeners(struct st__restart *r) {
+  for (size_t i = 0; i < r->store.nreceived; i++) {
+    st__fdstore_entry_t *e = &r->store.received[i];
+    char *end;
+    if (e->fd < 0 || strncmp(e->name, "st-listen-", 10) != 0) continue;
+    long d = strtol(e->name + 10, &end, 10);
+    if (*end || end == e->name + 10 || d < -1 || d > 4096 || r->nlisteners == ST_MAX_DEVICES)
+      continue;   /* left for drop_unclaimed */
+    r->listeners[r->nlisteners].device = (int)d;
+    r->listeners[r->nlisteners++].fd = e->fd;
+    e->fd = -1;
+  }
+}
+
+/* See restart.h. Loop thread, at start. */
+int st__restart_listener(st__server_t *srv, int device) {
+  struct st__restart *r = srv->restart;
+  for (int i = 0; r && i < r->nlisteners; i++)
+    if (r->listeners[i].device == device && r->listeners[i].fd >= 0) {
+      int fd = r->listeners[i].fd;
+      r->listeners[i].fd = -1;
+      return fd;
+    }
+  return -1;
+}
+
+/* Counts arena a into the registry under a new number when it has none
+ * (number_all). */
+static void number_one(struct st__restart *r, const st__arena_t *a) {
+  kept_arena_t *e = kept_of(r, a);
+  if (!e && (e = calloc(1, sizeof *e)) != NULL) {
+    e->n = r->next_arena++;
+    if (st__smap_put(&r->arenas, &a, sizeof a, e) != ST_OK) {
+      free(e);
+      e = NULL;
+    }
+  }
+  if (e) e->refs++;
+}
+
+/* Numbers every arena of the tables for a handover when none is kept
+ * (no fd store): the registry is temporary. */
+static void number_all(struct st__restart *r) {
+  size_t nkeys = 0;
+  st__key_t **keys = st__keys_list(&r->srv->keys, NULL, 0, &nkeys);
+  for (size_t i = 0; i < nkeys; i++)
+    for (size_t j = 0; j < keys[i]->nversions; j++) {
+      const st__key_version_t *v = keys[i]->versions[j];
+      for (size_t a = 0; a < v->result.narenas; a++) number_one(r, v->result.arenas[a]);
+      if (keys[i]->page_arena) number_one(r, keys[i]->page_arena);
+    }
+  free(keys);
+  st__buffers_t *bt = ST__HOLDING_STATE(r->srv, buffers);
+  for (st__named_t *b = bt ? bt->named.head : NULL; b; b = b->next) {
+    number_one(r, b->data);
+    number_one(r, b->page_arena);
+  }
+  r->temporary = 1;
+}
+
+static void free_kept(const char *key, size_t len, void *value, void *ud);
+
+typedef struct handover_walk {
+  st__fdstore_entry_t *list;
+  size_t n, cap;
+  int rc;
+  char err[300];
+} handover_walk_t;
+
+/* Adds (name, a duplicate of fd) to the handover list. */
+static void handover_add(handover_walk_t *h, const char *name, int fd) {
+  if (h->rc != ST_OK) return;
+  if (fd < 0) {
+    h->rc = fd;
+    snprintf(h->err, sizeof h->err, "no descriptor for '%s'", name);
+    return;
+  }
+  if (h->n == h->cap) {
+    size_t cap = h->cap ? h->cap * 2 : 64;
+    st__fdstore_entry_t *grown = realloc(h->list, cap * sizeof *grown);
+    if (!grown) {
+      close(fd);
+      h->rc = ST_ERR_OUT_OF_MEMORY;
+      snprintf(h->err, sizeof h->err, "out of memory");
+      return;
+    }
+    h->list = grown;
+    h->cap = cap;
+  }
+  snprintf(h->list[h->n].name, sizeof h->list[h->n].name, "%s", name);
+  h->list[h->n++].fd = fd;
+}
+
+static void handover_arena(const char *key, size_t len, void *value, void *ud) {
+  handover_walk_t *h = ud;
+  const st__arena_t *a;
+  if (len != sizeof a || h->rc != ST_OK) return;
+  memcpy(&a, key, sizeof a);
+  char name[64];
+  fdname_arena(name, sizeof name, ((kept_arena_t *)value)->n);
+  handover_add(h, name, st__arena_dup_fd(a, h->err, sizeof h->err));
+}
+
+/* See restart.h. Loop thread. */
+int st__restart_handover(st__server_t *srv, st__fdstore_entry_t **out, size_t *n, char *err,
+                         size_t errlen) {
+  struct st__restart *r = srv->restart;
+  *out = NULL;
+  *n = 0;
+  if (!r) return st__fail(ST_ERR_INTERNAL, err, errlen, "no restart state");
+  if (!r->keeping) number_all(r);
+  uint64_t generation = r->keeping ? r->journal.generation : r->from_generation + 1;
+  st__journal_t j = {.fd = -1};
+  arena_walk_t w;
+  if (write_snapshot(r, generation, r->keeping ? r->journal.epoch + 1 : 0, &j, &w) != ST_OK)
+    return st__fail(w.rc, err, errlen, "the journal for the new server: %s", w.err);
+  handover_walk_t h = {.rc = ST_OK};
+  handover_add(&h, "st-journal-0", fcntl(j.fd, F_DUPFD_CLOEXEC, 0));
+  st__journal_close(&j);
+  st__smap_each(&r->arenas, handover_arena, &h);
+  for (int i = 0; i < srv->nlisteners; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "st-listen-%d", srv->listeners[i].device);
+    if (srv->listeners[i].fd >= 0)
+      handover_add(&h, name, fcntl(srv->listeners[i].fd, F_DUPFD_CLOEXEC, 0));
+  }
+  if (h.rc != ST_OK) {
+    for (size_t i = 0; i < h.n; i++) close(h.list[i].fd);
+    free(h.list);
+    return st__fail(h.rc, err, errlen, "%s", h.err);
+  }
+  *out = h.list;
+  *n = h.n;
+  return ST_OK;
+}
+
+/* See restart.h. Loop thread. */
+void st__restart_handover_failed(st__server_t *srv) {
+  struct st__restart *r = srv->restart;
+  if (!r || !r->temporary) return;
+  st__smap_each(&r->arenas, free_kept, NULL);
+  st__smap_clear(&r->arenas);
+  st__smap_init(&r->arenas);
+  r->temporary = 0;
+}
+
+/* After a takeover's restore under a service manager: the arenas this
+ * process took from the old one go into its own store too (a descriptor
+ * stored twice is kept once). */
+static void store_handed(const char *key, size_t len, void *value, void *ud) {
+  struct st__restart *r = ud;
+  const st__arena_t *a;
+  if (len != sizeof a) return;
+  memcpy(&a, key, sizeof a);
+  char name[64], err[300];
+  fdname_arena(name, sizeof name, ((kept_arena_t *)value)->n);
+  int fd = st__arena_dup_fd(a, err, sizeof err);
+  if (fd < 0 || st__fdstore_put(&r->store, name, fd, 1, err, sizeof err) != ST_OK)
+    ST_LOG_E("restart", "arena '%s' is not in the fd store: %s", name, err);
+  if (fd >= 0) close(fd);
+}
+
 /* ----------------------------------------------------------- the rest */
 
 /* See restart.h. Loop thread, at start. */
@@ -1110,8 +1293,27 @@ int st__restart_start(st__server_t *srv) {
   r->slot = 1;   /* the first journal is st-journal-0 */
   st__smap_init(&r->arenas);
   st__fdstore_init(&r->store);
+  if (srv->handed) {   /* a takeover: what the old server handed over */
+    st__fdstore_adopt(&r->store, srv->handed, srv->nhanded);
+    srv->handed = NULL;
+    r->handed = 1;
+  }
+  claim_listeners(r);
   restore(r);
-  st__fdstore_drop_unclaimed(&r->store);
+  if (r->handed) {
+    /* Nothing of it is in this process's store yet. */
+    r->store.stored = 0;
+    if (r->store.enabled) st__smap_each(&r->arenas, store_handed, r);
+  } else {
+    st__fdstore_drop_unclaimed(&r->store);
+  }
+  for (size_t i = 0; r->handed && i < r->store.nreceived; i++)
+    if (r->store.received[i].fd >= 0) {
+      ST_LOG_W("restart", "descriptor '%s' handed over belongs to no restored state: closed",
+               r->store.received[i].name);
+      close(r->store.received[i].fd);
+      r->store.received[i].fd = -1;
+    }
   if (!r->store.enabled) {
     if (r->from_generation)
       ST_LOG_W("restart", "no fd store ($NOTIFY_SOCKET and $FDSTORE): what was restored is not "
@@ -1155,6 +1357,8 @@ void st__restart_stop(st__server_t *srv) {
   st__smap_each(&r->arenas, free_kept, NULL);
   st__smap_clear(&r->arenas);
   st__fdstore_free(&r->store);
+  for (int i = 0; i < r->nlisteners; i++)
+    if (r->listeners[i].fd >= 0) close(r->listeners[i].fd);
   free(r);
   srv->restart = NULL;
 }

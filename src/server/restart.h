@@ -62,6 +62,27 @@ int st__restart_buffer_created(st__server_t *srv, const struct st__buffer *b, ch
 void st__restart_buffer_unlinked(st__server_t *srv, const char *name, size_t len,
                                  const struct st__arena *data, const struct st__arena *page);
 
+/* The listening socket of `device` a takeover handed over (owned by the
+ * caller from now on), or -1. Loop thread, at start (listen.c). */
+int st__restart_listener(st__server_t *srv, int device);
+
+struct st__fdstore_entry;
+
+/* What a takeover hands the new server (takeover.c): a journal of the
+ * tables as they are now ("st-journal-0", a new memfd), a descriptor of
+ * every arena it names ("st-arena-<n>") and of every listening socket
+ * ("st-listen-<device>"), all duplicates the caller owns, in *out
+ * (malloc'ed, *n entries). Without an fd store the arenas are numbered
+ * for this handover only (st__restart_handover_failed forgets them).
+ * ST_OK, or the reason in err with nothing left open. Loop thread, with
+ * no connection left that could change the tables. */
+int st__restart_handover(st__server_t *srv, struct st__fdstore_entry **out, size_t *n,
+                         char *err, size_t errlen);
+
+/* The handover was not taken: numbers made for it alone are forgotten.
+ * Loop thread. */
+void st__restart_handover_failed(st__server_t *srv);
+
 /* info's "restart" map: {kept, store_max, stored, generation,
  * journal_bytes, compactions, restored: {keys, buffers, versions, bytes,
  * from_generation, refused, torn}}. Loop thread. */
