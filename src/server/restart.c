@@ -38,6 +38,7 @@
 #include "server/journal.h"
 #include "server/rpc.h"
 #include "server/server.h"
+#include "server/store_arenas.h"
 #include "st/errors.h"
 #include "st/wire.h"
 
@@ -53,13 +54,6 @@ enum {
 /* Arena numbers recorded are below this (a bound on what is read). */
 #define MAX_ARENA_NUMBER ((uint64_t)1 << 48)
 
-/* An arena in the store: its number and how many kept versions (and
- * live pages) hold it. */
-typedef struct kept_arena {
-  uint64_t n;
-  uint64_t refs;
-} kept_arena_t;
-
 struct st__restart {
   st__server_t *srv;
   st__fdstore_t store;
@@ -67,8 +61,7 @@ struct st__restart {
   st__journal_t journal;
   int slot;                   /* the journal is stored as st-journal-<slot> */
   int slot_stored;            /* ... and that name is in the store now     */
-  st__smap_t arenas;          /* arena pointer bytes -> kept_arena_t       */
-  uint64_t next_arena;
+  st__store_arenas_t arenas;  /* the arenas in the store (store_arenas.h)  */
   uint64_t snapshot_bytes;    /* the journal's tail after its snapshot     */
   int compact_due;            /* a record could not be written: rewrite   */
   uint64_t compactions;       /* journals rewritten since start            */
@@ -118,65 +111,64 @@ static int write_arena(struct st__restart *r, const st__arena_t *a, uint64_t n, 
   return rc;
 }
 
-/* The kept entry of arena a, or NULL. */
-static kept_arena_t *kept_of(struct st__restart *r, const st__arena_t *a) {
-  return st__smap_get(&r->arenas, &a, sizeof a);
+/* The number arena a is kept under (it is held). */
+static uint64_t number_of(struct st__restart *r, const st__arena_t *a) {
+  return st__store_arenas_number_of(&r->arenas, a);
 }
 
-/* Makes sure arena a is in the store and the journal (a new number, its
- * descriptor stored, its ARENA record). *fresh says it was new. */
-static int keep_arena(struct st__restart *r, const st__arena_t *a, int *fresh, char *err,
-                      size_t errlen) {
-  *fresh = 0;
-  if (kept_of(r, a)) return ST_OK;
+/* Holds arena a once more for a kept thing: a new allocation gets a
+ * number, its descriptor goes into the store, then its ARENA record into
+ * the journal. ST_OK, or the reason with nothing held. */
+static int keep_arena(struct st__restart *r, const st__arena_t *a, char *err, size_t errlen) {
+  st__stored_arena_t *e = st__store_arenas_find(&r->arenas, a);
+  if (e)
+    return st__store_arenas_hold(&r->arenas, e, a) == ST_OK
+               ? ST_OK
+               : st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
   if (!st__arena_has_fd(a))
     return st__fail(ST_ERR_CAPABILITY, err, errlen,
                     "a legacy CUDA IPC allocation has no descriptor to keep across a restart");
-  kept_arena_t *e = calloc(1, sizeof *e);
-  if (!e) return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
-  e->n = r->next_arena;
+  if (!(e = st__store_arenas_add(&r->arenas, a, 0)))
+    return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory or descriptors");
   char name[64], why[400];
-  fdname_arena(name, sizeof name, e->n);
+  fdname_arena(name, sizeof name, st__stored_arena_number(e));
   int fd = st__arena_dup_fd(a, why, sizeof why);
   int rc = fd < 0 ? fd : st__fdstore_put(&r->store, name, fd, 1, why, sizeof why);
   if (fd >= 0) close(fd);
-  if (rc == ST_OK && (rc = write_arena(r, a, e->n, why, sizeof why)) != ST_OK)
-    st__fdstore_remove(&r->store, name);
-  if (rc == ST_OK && st__smap_put(&r->arenas, &a, sizeof a, e) != ST_OK) {
-    st__fdstore_remove(&r->store, name);
+  int stored = rc == ST_OK;
+  if (rc == ST_OK) rc = write_arena(r, a, st__stored_arena_number(e), why, sizeof why);
+  if (rc == ST_OK && st__store_arenas_hold(&r->arenas, e, a) != ST_OK)
     rc = st__fail(ST_ERR_OUT_OF_MEMORY, why, sizeof why, "out of memory");
-  }
   if (rc != ST_OK) {
-    free(e);
+    if (stored) st__fdstore_remove(&r->store, name);
+    st__store_arenas_drop(&r->arenas, e);
     return st__fail(rc, err, errlen, "keeping arena %" PRIu64 " across restarts: %s",
                     st__arena_id(a), why);
   }
-  r->next_arena++;
-  *fresh = 1;
   return ST_OK;
 }
 
-/* Arena a is held by one kept thing less: at none, its ARENA_GONE
- * record, and it leaves the store. */
+/* Arena a is held by one kept thing less: when its allocation is held by
+ * none, its ARENA_GONE record, and it leaves the store. */
 static void release_arena(struct st__restart *r, const st__arena_t *a) {
-  kept_arena_t *e = kept_of(r, a);
-  if (!e || --e->refs) return;
+  st__stored_arena_t *e = st__store_arenas_release(&r->arenas, a);
+  if (!e) return;
+  uint64_t n = st__stored_arena_number(e);
   msgpack_sbuffer sb;
   msgpack_sbuffer_init(&sb);
   msgpack_packer pk;
   msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
   msgpack_pack_map(&pk, 1);
-  st__pack_kv_uint(&pk, "n", e->n);
+  st__pack_kv_uint(&pk, "n", n);
   char err[400], name[64];
   if (append(r, REC_ARENA_GONE, &sb, err, sizeof err) != ST_OK) {
     ST_LOG_E("restart", "%s: the journal is rewritten before the next poll", err);
     r->compact_due = 1;
   }
   msgpack_sbuffer_destroy(&sb);
-  fdname_arena(name, sizeof name, e->n);
+  fdname_arena(name, sizeof name, n);
   st__fdstore_remove(&r->store, name);
-  st__smap_del(&r->arenas, &a, sizeof a);
-  free(e);
+  st__store_arenas_drop(&r->arenas, e);
 }
 
 /* The VERSION record of c. */
@@ -203,8 +195,8 @@ static void pack_version(struct st__restart *r, const st__key_change_t *c, msgpa
   st__pack_cstr(&pk, "arenas");
   msgpack_pack_array(&pk, (uint32_t)c->result->narenas);
   for (size_t i = 0; i < c->result->narenas; i++)
-    msgpack_pack_uint64(&pk, kept_of(r, c->result->arenas[i])->n);
-  st__pack_kv_uint(&pk, "page", c->page ? kept_of(r, c->page)->n : 0);
+    msgpack_pack_uint64(&pk, number_of(r, c->result->arenas[i]));
+  st__pack_kv_uint(&pk, "page", c->page ? number_of(r, c->page) : 0);
   st__pack_cstr(&pk, "origin");
   if (!c->origin) {
     msgpack_pack_nil(&pk);
@@ -222,13 +214,11 @@ static void pack_version(struct st__restart *r, const st__key_change_t *c, msgpa
 static int hold_all(struct st__restart *r, const st__arena_t *const *arenas, size_t n, char *err,
                     size_t errlen) {
   for (size_t i = 0; i < n; i++) {
-    int fresh;
-    int rc = keep_arena(r, arenas[i], &fresh, err, errlen);
+    int rc = keep_arena(r, arenas[i], err, errlen);
     if (rc != ST_OK) {
       while (i-- > 0) release_arena(r, arenas[i]);
       return rc;
     }
-    kept_of(r, arenas[i])->refs++;
   }
   return ST_OK;
 }
@@ -342,8 +332,8 @@ static void pack_buffer(struct st__restart *r, const st__buffer_t *b, msgpack_sb
   msgpack_pack_array(&pk, (uint32_t)b->ndim);
   for (int i = 0; i < b->ndim; i++) msgpack_pack_int64(&pk, b->shape[i]);
   st__pack_kv_uint(&pk, "slots", b->slots);
-  st__pack_kv_uint(&pk, "data", kept_of(r, b->named.data)->n);
-  st__pack_kv_uint(&pk, "page", kept_of(r, b->named.page_arena)->n);
+  st__pack_kv_uint(&pk, "data", number_of(r, b->named.data));
+  st__pack_kv_uint(&pk, "page", number_of(r, b->named.page_arena));
 }
 
 /* See restart.h. Loop thread. */
@@ -397,12 +387,11 @@ typedef struct arena_walk {
   char err[400];
 } arena_walk_t;
 
-static void snapshot_arena(const char *key, size_t len, void *value, void *ud) {
+static void snapshot_arena(st__stored_arena_t *e, void *ud) {
   arena_walk_t *w = ud;
-  const st__arena_t *a;
-  if (w->rc != ST_OK || len != sizeof a) return;
-  memcpy(&a, key, sizeof a);
-  w->rc = write_arena(w->r, a, ((kept_arena_t *)value)->n, w->err, sizeof w->err);
+  if (w->rc != ST_OK) return;
+  w->rc = write_arena(w->r, st__stored_arena_any(e), st__stored_arena_number(e), w->err,
+                      sizeof w->err);
 }
 
 /* Writes the whole table (every kept arena, key version and buffer) into
@@ -415,7 +404,7 @@ static int write_snapshot(struct st__restart *r, uint64_t generation, uint64_t e
   w.rc = st__journal_create(next, generation, epoch, w.err, sizeof w.err);
   if (w.rc == ST_OK) {
     r->journal = *next;
-    st__smap_each(&r->arenas, snapshot_arena, &w);
+    st__store_arenas_each(&r->arenas, snapshot_arena, &w);
     size_t nkeys = 0;
     st__key_t **keys = st__keys_list(&r->srv->keys, NULL, 0, &nkeys);
     for (size_t i = 0; w.rc == ST_OK && i < nkeys; i++)
@@ -968,18 +957,11 @@ static void index_imported(const char *key, size_t len, void *value, void *ud) {
 
 /* Counts arena a (of a restored key) into the kept arenas. */
 static void count_kept(struct st__restart *r, st__smap_t *imported, const st__arena_t *a) {
-  kept_arena_t *e = kept_of(r, a);
-  if (!e) {
-    uintptr_t n = (uintptr_t)st__smap_get(imported, &a, sizeof a);
-    if (!n || !(e = calloc(1, sizeof *e))) return;
-    e->n = n;
-    if (st__smap_put(&r->arenas, &a, sizeof a, e) != ST_OK) {
-      free(e);
-      return;
-    }
-    if (n >= r->next_arena) r->next_arena = n + 1;
-  }
-  e->refs++;
+  uintptr_t n = (uintptr_t)st__smap_get(imported, &a, sizeof a);
+  if (!n) return;
+  st__stored_arena_t *e = st__store_arenas_by_number(&r->arenas, n);
+  if (!e && !(e = st__store_arenas_add(&r->arenas, a, n))) return;
+  st__store_arenas_hold(&r->arenas, e, a);
 }
 
 /* Lets go of the replay's arena references; an arena no restored key
@@ -989,7 +971,7 @@ static void release_imported(const char *key, size_t len, void *value, void *ud)
   (void)len;
   struct st__restart *r = ud;
   old_arena_t *a = value;
-  if (a->arena && !kept_of(r, a->arena)) {
+  if (a->arena && !number_of(r, a->arena)) {
     char name[64];
     fdname_arena(name, sizeof name, a->n);
     st__fdstore_remove(&r->store, name);
@@ -1147,15 +1129,9 @@ int st__restart_listener(st__server_t *srv, int device) {
 /* Counts arena a into the registry under a new number when it has none
  * (number_all). */
 static void number_one(struct st__restart *r, const st__arena_t *a) {
-  kept_arena_t *e = kept_of(r, a);
-  if (!e && (e = calloc(1, sizeof *e)) != NULL) {
-    e->n = r->next_arena++;
-    if (st__smap_put(&r->arenas, &a, sizeof a, e) != ST_OK) {
-      free(e);
-      e = NULL;
-    }
-  }
-  if (e) e->refs++;
+  st__stored_arena_t *e = st__store_arenas_find(&r->arenas, a);
+  if (!e) e = st__store_arenas_add(&r->arenas, a, 0);
+  if (e) st__store_arenas_hold(&r->arenas, e, a);
 }
 
 /* Numbers every arena of the tables for a handover when none is kept
@@ -1177,8 +1153,6 @@ static void number_all(struct st__restart *r) {
   }
   r->temporary = 1;
 }
-
-static void free_kept(const char *key, size_t len, void *value, void *ud);
 
 typedef struct handover_walk {
   st__fdstore_entry_t *list;
@@ -1211,14 +1185,12 @@ static void handover_add(handover_walk_t *h, const char *name, int fd) {
   h->list[h->n++].fd = fd;
 }
 
-static void handover_arena(const char *key, size_t len, void *value, void *ud) {
+static void handover_arena(st__stored_arena_t *e, void *ud) {
   handover_walk_t *h = ud;
-  const st__arena_t *a;
-  if (len != sizeof a || h->rc != ST_OK) return;
-  memcpy(&a, key, sizeof a);
+  if (h->rc != ST_OK) return;
   char name[64];
-  fdname_arena(name, sizeof name, ((kept_arena_t *)value)->n);
-  handover_add(h, name, st__arena_dup_fd(a, h->err, sizeof h->err));
+  fdname_arena(name, sizeof name, st__stored_arena_number(e));
+  handover_add(h, name, st__arena_dup_fd(st__stored_arena_any(e), h->err, sizeof h->err));
 }
 
 /* See restart.h. Loop thread. */
@@ -1237,7 +1209,7 @@ int st__restart_handover(st__server_t *srv, st__fdstore_entry_t **out, size_t *n
   handover_walk_t h = {.rc = ST_OK};
   handover_add(&h, "st-journal-0", fcntl(j.fd, F_DUPFD_CLOEXEC, 0));
   st__journal_close(&j);
-  st__smap_each(&r->arenas, handover_arena, &h);
+  st__store_arenas_each(&r->arenas, handover_arena, &h);
   for (int i = 0; i < srv->nlisteners; i++) {
     char name[32];
     snprintf(name, sizeof name, "st-listen-%d", srv->listeners[i].device);
@@ -1258,23 +1230,18 @@ int st__restart_handover(st__server_t *srv, st__fdstore_entry_t **out, size_t *n
 void st__restart_handover_failed(st__server_t *srv) {
   struct st__restart *r = srv->restart;
   if (!r || !r->temporary) return;
-  st__smap_each(&r->arenas, free_kept, NULL);
-  st__smap_clear(&r->arenas);
-  st__smap_init(&r->arenas);
+  st__store_arenas_clear(&r->arenas);
   r->temporary = 0;
 }
 
 /* After a takeover's restore under a service manager: the arenas this
  * process took from the old one go into its own store too (a descriptor
  * stored twice is kept once). */
-static void store_handed(const char *key, size_t len, void *value, void *ud) {
+static void store_handed(st__stored_arena_t *e, void *ud) {
   struct st__restart *r = ud;
-  const st__arena_t *a;
-  if (len != sizeof a) return;
-  memcpy(&a, key, sizeof a);
   char name[64], err[300];
-  fdname_arena(name, sizeof name, ((kept_arena_t *)value)->n);
-  int fd = st__arena_dup_fd(a, err, sizeof err);
+  fdname_arena(name, sizeof name, st__stored_arena_number(e));
+  int fd = st__arena_dup_fd(st__stored_arena_any(e), err, sizeof err);
   if (fd < 0 || st__fdstore_put(&r->store, name, fd, 1, err, sizeof err) != ST_OK)
     ST_LOG_E("restart", "arena '%s' is not in the fd store: %s", name, err);
   if (fd >= 0) close(fd);
@@ -1289,9 +1256,8 @@ int st__restart_start(st__server_t *srv) {
   srv->restart = r;
   r->srv = srv;
   r->journal.fd = -1;
-  r->next_arena = 1;
   r->slot = 1;   /* the first journal is st-journal-0 */
-  st__smap_init(&r->arenas);
+  st__store_arenas_init(&r->arenas);
   st__fdstore_init(&r->store);
   if (srv->handed) {   /* a takeover: what the old server handed over */
     st__fdstore_adopt(&r->store, srv->handed, srv->nhanded);
@@ -1303,7 +1269,7 @@ int st__restart_start(st__server_t *srv) {
   if (r->handed) {
     /* Nothing of it is in this process's store yet. */
     r->store.stored = 0;
-    if (r->store.enabled) st__smap_each(&r->arenas, store_handed, r);
+    if (r->store.enabled) st__store_arenas_each(&r->arenas, store_handed, r);
   } else {
     st__fdstore_drop_unclaimed(&r->store);
   }
@@ -1337,13 +1303,6 @@ int st__restart_start(st__server_t *srv) {
   return ST_OK;
 }
 
-static void free_kept(const char *key, size_t len, void *value, void *ud) {
-  (void)key;
-  (void)len;
-  (void)ud;
-  free(value);
-}
-
 /* See restart.h. Loop thread, at exit. */
 void st__restart_stop(st__server_t *srv) {
   struct st__restart *r = srv->restart;
@@ -1354,8 +1313,7 @@ void st__restart_stop(st__server_t *srv) {
     ev_prepare_stop(srv->loop, &r->compact);
   }
   st__journal_close(&r->journal);
-  st__smap_each(&r->arenas, free_kept, NULL);
-  st__smap_clear(&r->arenas);
+  st__store_arenas_clear(&r->arenas);
   st__fdstore_free(&r->store);
   for (int i = 0; i < r->nlisteners; i++)
     if (r->listeners[i].fd >= 0) close(r->listeners[i].fd);

@@ -8,7 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/kcmp.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -37,6 +40,19 @@ static int field(const char *msg, const char *key, char *out, size_t cap) {
   return 0;
 }
 
+/* Whether a and b are one open file, as systemd decides before it stores
+ * a descriptor (a second descriptor of a file it holds is dropped): kcmp,
+ * else the same inode, flags and position. */
+static int same_fd(int a, int b) {
+  pid_t me = getpid();
+  long k = syscall(SYS_kcmp, me, me, KCMP_FILE, a, b);
+  if (k >= 0) return k == 0;
+  struct stat sa, sb;
+  if (fstat(a, &sa) != 0 || fstat(b, &sb) != 0) return 0;
+  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino &&
+         fcntl(a, F_GETFL) == fcntl(b, F_GETFL) && lseek(a, 0, SEEK_CUR) == lseek(b, 0, SEEK_CUR);
+}
+
 /* Handles one datagram with its descriptors (taken). */
 static void handle(stt_svcmgr_t *m, const char *msg, int *fds, int nfds) {
   char name[256] = "stored", flag[8];
@@ -46,6 +62,13 @@ static void handle(stt_svcmgr_t *m, const char *msg, int *fds, int nfds) {
   if (field(msg, "FDSTORE=", flag, sizeof flag) && strcmp(flag, "1") == 0) {
     m->stored++;
     for (int i = 0; i < nfds; i++) {
+      int dup = 0;
+      for (int k = 0; k < m->nfds && !dup; k++) dup = same_fd(fds[i], m->fds[k].fd);
+      if (dup) {   /* systemd: "Suppressing duplicate fd in fd store" */
+        m->duplicates++;
+        close(fds[i]);
+        continue;
+      }
       if (m->nfds == STT_SVCMGR_MAX_FDS) {
         m->overflow = 1;
         close(fds[i]);

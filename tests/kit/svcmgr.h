@@ -2,7 +2,8 @@
  * (docs/lifecycle.md, "Restarts"). It binds a notify socket, reads every
  * notification on a thread of its own (READY=1; FDSTORE=1 with FDNAME=
  * and the descriptors riding on it; FDSTOREREMOVE=1 with FDNAME=), keeps
- * the stored descriptors as systemd's fd store does, and starts a server
+ * the stored descriptors as systemd's fd store does (a second descriptor
+ * of an open file it holds is dropped), and starts a server
  * as systemd would: $NOTIFY_SOCKET, $FDSTORE, and the stored descriptors
  * from 3 with $LISTEN_FDS, $LISTEN_FDNAMES and $LISTEN_PID.
  *
@@ -43,6 +44,8 @@ typedef struct stt_svcmgr {
   int ready;                  /* READY=1 seen                             */
   uint64_t stored, removed;   /* FDSTORE=1 / FDSTOREREMOVE=1 messages     */
   int overflow;               /* a descriptor past STT_SVCMGR_MAX_FDS     */
+  uint64_t duplicates;        /* descriptors of a file already stored,
+                                 dropped as systemd drops them            */
   /* Prepared by stt_svcmgr_attach for the server's process. */
   int exec_fds[STT_SVCMGR_MAX_FDS];
   int nexec;
