@@ -89,53 +89,6 @@ static uint64_t put2(st_client_t *c, const char *key, st_result_t *w, st_result_
   return rc == ST_OK ? v : 0;
 }
 
-/* info's integer at a.b.c (c may be NULL), or -1. */
-static int64_t info_int(st_client_t *c, const char *a, const char *b, const char *d) {
-  st_result_t *info = NULL;
-  if (st_client_info(c, &info) != ST_OK) return -1;
-  const st_value_t *v = st_value_get(st_value_get(st_result_value(info), a), b);
-  if (d) v = st_value_get(v, d);
-  int64_t n = v && v->kind == ST_VALUE_INT ? v->as.integer
-              : v && v->kind == ST_VALUE_BOOL ? v->as.boolean : -1;
-  st_result_free(info);
-  return n;
-}
-
-/* The inode of the file mapped at addr in process pid (0: none). */
-static unsigned long long inode_at(pid_t pid, const void *addr) {
-  char path[64], line[512];
-  snprintf(path, sizeof path, "/proc/%ld/maps", (long)pid);
-  FILE *f = fopen(path, "r");
-  unsigned long long found = 0;
-  while (f && !found && fgets(line, sizeof line, f)) {
-    unsigned long lo, hi, off;
-    unsigned long long ino;
-    char perm[8], dev[16];
-    if (sscanf(line, "%lx-%lx %7s %lx %15s %llu", &lo, &hi, perm, &off, dev, &ino) == 6 &&
-        (uintptr_t)addr >= lo && (uintptr_t)addr < hi)
-      found = ino;
-  }
-  if (f) fclose(f);
-  return found;
-}
-
-/* Whether process pid maps a file of inode ino. */
-static int maps_inode(pid_t pid, unsigned long long ino) {
-  char path[64], line[512];
-  snprintf(path, sizeof path, "/proc/%ld/maps", (long)pid);
-  FILE *f = fopen(path, "r");
-  int found = 0;
-  while (f && !found && fgets(line, sizeof line, f)) {
-    unsigned long lo, hi, off;
-    unsigned long long i;
-    char perm[8], dev[16];
-    found = sscanf(line, "%lx-%lx %7s %lx %15s %llu", &lo, &hi, perm, &off, dev, &i) == 6 &&
-            i == ino;
-  }
-  if (f) fclose(f);
-  return found;
-}
-
 /* SIGKILLs the server and waits for it. */
 static void kill_server(void) {
   kill(S.pid, SIGKILL);
@@ -177,8 +130,8 @@ TEST(publish_then_crash_during_puts) {
   st_client_t *p = pub = stt_client_open(S.socket);
   CHECK(p);
   if (!p) return;
-  CHECK_EQ_INT(info_int(p, "restart", "kept", NULL), 1);
-  CHECK_EQ_INT(info_int(p, "restart", "generation", NULL), 1);
+  CHECK_EQ_INT(stt_info_int(p, "restart", "kept", NULL), 1);
+  CHECK_EQ_INT(stt_info_int(p, "restart", "generation", NULL), 1);
   for (int i = 0; i < 3; i++) {
     model_w[i] = filled(MODEL_N, 10.0f + (float)i);
     model_b[i] = filled(16, 20.0f + (float)i);
@@ -259,13 +212,13 @@ TEST(restored_after_the_crash) {
   CHECK_EQ_INT(start_managed(), 0);
   OPEN_CLIENT(c, S.socket);
   if (!c) return;
-  CHECK_EQ_INT(info_int(c, "restart", "restored", "from_generation"), 1);
-  CHECK_EQ_INT(info_int(c, "restart", "generation", NULL), 2);
-  CHECK_EQ_INT(info_int(c, "restart", "restored", "keys"), 4);
-  CHECK_EQ_INT(info_int(c, "restart", "restored", "refused"), 0);
-  CHECK_EQ_INT(info_int(c, "restart", "restored", "torn"), 1);
-  CHECK_EQ_INT(info_int(c, "restart", "restored", "buffers"), 1);
-  CHECK_EQ_INT(info_int(c, "keys", "count", NULL), 4);
+  CHECK_EQ_INT(stt_info_int(c, "restart", "restored", "from_generation"), 1);
+  CHECK_EQ_INT(stt_info_int(c, "restart", "generation", NULL), 2);
+  CHECK_EQ_INT(stt_info_int(c, "restart", "restored", "keys"), 4);
+  CHECK_EQ_INT(stt_info_int(c, "restart", "restored", "refused"), 0);
+  CHECK_EQ_INT(stt_info_int(c, "restart", "restored", "torn"), 1);
+  CHECK_EQ_INT(stt_info_int(c, "restart", "restored", "buffers"), 1);
+  CHECK_EQ_INT(stt_info_int(c, "keys", "count", NULL), 4);
   const char *cli = getenv("ST_CLI_BIN");
   if (cli) {
     static stt_proc_t out;
@@ -325,9 +278,9 @@ TEST(restored_after_the_crash) {
   if (r) CHECK(((const float *)st_result_find(r, "weight")->data)[7] == 1234.0f);
   st_result_free(r);
   CHECK(((const float *)st_result_find(reader_v3, "weight")->data)[7] == 1234.0f);
-  unsigned long long ino = inode_at(getpid(), mine);
+  unsigned long long ino = stt_proc_inode_at(getpid(), mine);
   CHECK(ino != 0);
-  CHECK(maps_inode(S.pid, ino));
+  CHECK(stt_proc_maps_inode(S.pid, ino));
   /* The buffer: its frames, its lock free, the same memory. */
   st_buffer_t *b = NULL;
   CHECK_EQ_INT(st_buffer_open(c, "frames", 0, &b), ST_OK);
@@ -349,7 +302,7 @@ TEST(restored_after_the_crash) {
   /* Nothing was copied: the server holds as many arenas as the keys and
    * the buffer do (model 3 x 2, two live keys with a page each, the
    * stream's, the buffer's data and page). */
-  CHECK_EQ_INT(info_int(c, "arenas", "count", NULL), 6 + 4 + (int64_t)latest + 2);
+  CHECK_EQ_INT(stt_info_int(c, "arenas", "count", NULL), 6 + 4 + (int64_t)latest + 2);
 
   /* The table goes on: the next version number, and a delete. */
   st_result_t *w4 = filled(MODEL_N, 13.0f), *b4 = filled(16, 23.0f);
@@ -369,9 +322,9 @@ TEST(kept_across_a_clean_restart) {
   CHECK_EQ_INT(start_managed(), 0);
   OPEN_CLIENT(c, S.socket);
   if (!c) return;
-  CHECK_EQ_INT(info_int(c, "restart", "restored", "from_generation"), 2);
-  CHECK_EQ_INT(info_int(c, "restart", "restored", "keys"), 3);
-  CHECK_EQ_INT(info_int(c, "arenas", "count", NULL), arenas);
+  CHECK_EQ_INT(stt_info_int(c, "restart", "restored", "from_generation"), 2);
+  CHECK_EQ_INT(stt_info_int(c, "restart", "restored", "keys"), 3);
+  CHECK_EQ_INT(stt_info_int(c, "arenas", "count", NULL), arenas);
   st_result_t *r = NULL;
   CHECK_EQ_INT(st_client_get(c, "live/cut", 0, 0, &r, NULL), ST_ERR_NOT_FOUND);
   uint64_t got = 0;
@@ -385,7 +338,7 @@ TEST(kept_across_a_clean_restart) {
 TEST(the_journal_is_compacted_under_churn) {
   OPEN_CLIENT(c, S.socket);
   if (!c) return;
-  int64_t before = info_int(c, "restart", "compactions", NULL);
+  int64_t before = stt_info_int(c, "restart", "compactions", NULL);
   st_result_t *t = filled(16, 0.0f);
   if (!t) return;
   float *p = st_result_tensor(t, 0)->data;
@@ -400,10 +353,10 @@ TEST(the_journal_is_compacted_under_churn) {
     if (rc != ST_OK || v != (uint64_t)i) STT_FAIL("put %d: %s", i, st_client_error(c));
   }
   st_result_free(t);
-  CHECK(info_int(c, "restart", "compactions", NULL) > before);
+  CHECK(stt_info_int(c, "restart", "compactions", NULL) > before);
   /* 1000 versions kept, each a record of about 200 bytes; without
    * compaction the journal would hold every put and its drop. */
-  CHECK(info_int(c, "restart", "journal_bytes", NULL) < 3 * 1024 * 1024);
+  CHECK(stt_info_int(c, "restart", "journal_bytes", NULL) < 3 * 1024 * 1024);
   st_client_close(c);
   CHECK_EQ_INT(stt_server_stop(&S), 0);
   stt_svcmgr_sync(&M);
@@ -415,7 +368,7 @@ TEST(the_journal_is_compacted_under_churn) {
   st_client_t *d = stt_client_open(S.socket);
   CHECK(d);
   if (!d) return;
-  CHECK_EQ_INT(info_int(d, "restart", "restored", "refused"), 0);
+  CHECK_EQ_INT(stt_info_int(d, "restart", "restored", "refused"), 0);
   uint64_t got = 0;
   st_result_t *r = NULL;
   /* The key's memory is the one allocation put again and again. */
@@ -445,8 +398,8 @@ TEST(a_changed_journal_is_refused) {
   CHECK_EQ_INT(start_managed(), 0);
   OPEN_CLIENT(c, S.socket);
   if (!c) return;
-  CHECK_EQ_INT(info_int(c, "restart", "restored", "keys"), 0);
-  CHECK_EQ_INT(info_int(c, "keys", "count", NULL), 0);
+  CHECK_EQ_INT(stt_info_int(c, "restart", "restored", "keys"), 0);
+  CHECK_EQ_INT(stt_info_int(c, "keys", "count", NULL), 0);
   st_result_t *r = NULL;
   CHECK_EQ_INT(st_client_get(c, "model", 0, 0, &r, NULL), ST_ERR_NOT_FOUND);
   char *log = stt_server_log(&S);

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "client_kit.h"
+#include "proc.h"
 
 static stt_server_t S;
 #define LOADERS 4
@@ -156,48 +157,6 @@ static int wait_exit(pid_t pid, int ms) {
   return -1;
 }
 
-static int64_t info_int(st_client_t *c, const char *a, const char *b, const char *d) {
-  st_result_t *info = NULL;
-  if (st_client_info(c, &info) != ST_OK) return -1;
-  const st_value_t *v = st_value_get(st_value_get(st_result_value(info), a), b);
-  if (d) v = st_value_get(v, d);
-  int64_t n = v && v->kind == ST_VALUE_INT ? v->as.integer : -1;
-  st_result_free(info);
-  return n;
-}
-
-static unsigned long long inode_at(const void *addr) {
-  FILE *f = fopen("/proc/self/maps", "r");
-  char line[512];
-  unsigned long long found = 0;
-  while (f && !found && fgets(line, sizeof line, f)) {
-    unsigned long lo, hi, off;
-    unsigned long long ino;
-    char perm[8], dev[16];
-    if (sscanf(line, "%lx-%lx %7s %lx %15s %llu", &lo, &hi, perm, &off, dev, &ino) == 6 &&
-        (uintptr_t)addr >= lo && (uintptr_t)addr < hi)
-      found = ino;
-  }
-  if (f) fclose(f);
-  return found;
-}
-
-static int maps_inode(pid_t pid, unsigned long long ino) {
-  char path[64], line[512];
-  snprintf(path, sizeof path, "/proc/%ld/maps", (long)pid);
-  FILE *f = fopen(path, "r");
-  int found = 0;
-  while (f && !found && fgets(line, sizeof line, f)) {
-    unsigned long lo, hi, off;
-    unsigned long long i;
-    char perm[8], dev[16];
-    found = sscanf(line, "%lx-%lx %7s %lx %15s %llu", &lo, &hi, perm, &off, dev, &i) == 6 &&
-            i == ino;
-  }
-  if (f) fclose(f);
-  return found;
-}
-
 /* Requests all loaders had answered. */
 static uint64_t answered_all(void) {
   uint64_t n = 0;
@@ -315,8 +274,8 @@ TEST(a_takeover_under_load_loses_nothing) {
   }
   CHECK_EQ_INT(sum, total.puts);
   /* The same memory, the buffer, and what info says. */
-  CHECK(maps_inode(S.pid, inode_at(st_result_tensor(model, 0)->data)));
-  CHECK(info_int(d, "restart", "restored", "keys") >= 1);
+  CHECK(stt_proc_maps_inode(S.pid, stt_proc_inode_at(getpid(), st_result_tensor(model, 0)->data)));
+  CHECK(stt_info_int(d, "restart", "restored", "keys") >= 1);
   st_buffer_t *nb = NULL;
   CHECK_EQ_INT(st_buffer_open(d, "frames", 1, &nb), ST_OK);
   if (nb) {
