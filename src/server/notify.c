@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "common/fail.h"
+#include "common/fdpass.h"
 #include "common/log.h"
 #include "server/server.h"
 
@@ -52,19 +53,9 @@ int st__notify_send(const char *msg, size_t len, const int *fds, int nfds, char 
     struct cmsghdr align;
     char buf[CMSG_SPACE(sizeof(int) * 8)];
   } cm;
-  if (nfds > 0) {
-    if (nfds > 8) {
-      close(fd);
-      return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "at most 8 descriptors a message");
-    }
-    memset(&cm, 0, sizeof cm);
-    mh.msg_control = cm.buf;
-    mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-    memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
+  if (nfds < 0 || st__fdpass_put(&mh, cm.buf, sizeof cm.buf, fds, (size_t)nfds) != 0) {
+    close(fd);
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen, "at most 8 descriptors a message");
   }
   /* A full queue (the manager is busy) is waited for, briefly: a state
    * change that is not in the store must not be acknowledged. */

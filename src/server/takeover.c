@@ -17,6 +17,7 @@
 
 #include "common/clock.h"
 #include "common/fail.h"
+#include "common/fdpass.h"
 #include "common/log.h"
 #include "server/conn.h"
 #include "server/restart.h"
@@ -59,15 +60,9 @@ static int send_frame(int fd, const char *buf, size_t len, const int *fds, int n
       struct cmsghdr align;
       char b[CMSG_SPACE(sizeof(int) * ST__TAKEOVER_FDS_PER_FRAME)];
     } cm;
-    if (off == 0 && nfds > 0) {
-      memset(&cm, 0, sizeof cm);
-      mh.msg_control = cm.b;
-      mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-      struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-      c->cmsg_level = SOL_SOCKET;
-      c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-      memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
+    if (st__fdpass_put(&mh, cm.b, sizeof cm.b, fds, off == 0 ? (size_t)nfds : 0) != 0) {
+      errno = EMSGSIZE;
+      return -1;
     }
     ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
@@ -305,15 +300,10 @@ static int read_exact(int fd, char *buf, size_t len, int *fds, int cap, int *nfd
       if (n == 0) errno = EPROTO;
       return -1;
     }
-    for (struct cmsghdr *c = fds ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c)) {
-      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-      int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-      for (int i = 0; i < k; i++) {
-        int got;
-        memcpy(&got, CMSG_DATA(c) + (size_t)i * sizeof(int), sizeof(int));
-        if (*nfds < cap) fds[(*nfds)++] = got;
-        else close(got);
-      }
+    if (fds) {
+      size_t got = (size_t)*nfds;
+      st__fdpass_take(&mh, fds, (size_t)cap, &got);
+      *nfds = (int)got;
     }
     off += (size_t)n;
   }

@@ -1,6 +1,8 @@
 /* A service manager for tests (svcmgr.h). */
 #include "svcmgr.h"
 
+#include "common/fdpass.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -118,13 +120,10 @@ static void *reader(void *arg) {
       continue;
     }
     buf[n] = '\0';
-    int fds[16], nfds = 0;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-        int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-        for (int i = 0; i < k && nfds < 16; i++) memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      }
-    handle(m, buf, fds, nfds);
+    int fds[16];
+    size_t nfds = 0;
+    st__fdpass_take(&mh, fds, 16, &nfds);
+    handle(m, buf, fds, (int)nfds);
     __atomic_store_n(&m->busy, 0, __ATOMIC_SEQ_CST);
   }
   return NULL;
