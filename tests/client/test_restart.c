@@ -22,6 +22,9 @@
  *     before it lets the key's descriptors leave the store;
  *   - under churn (thousands of puts whose old versions go) the journal
  *     is rewritten and stays small, and what it says after is restored;
+ *   - a descriptor in the store that is not what the journal says (a
+ *     memfd shorter than recorded, one not sealed against shrinking) is
+ *     refused with a log line naming the key, and the rest is served;
  *   - a journal whose bytes were changed is refused with a log line, and
  *     nothing of it is served.
  */
@@ -30,6 +33,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -384,6 +389,62 @@ TEST(the_journal_is_compacted_under_churn) {
   st_client_close(d);
 }
 
+/* Replaces the store's descriptor of arena `name` by a memfd of `bytes`,
+ * sealed against shrinking when `sealed`. */
+static int substitute(const char *name, off_t bytes, int sealed) {
+  int fd = memfd_create("substitute", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0 || ftruncate(fd, bytes) != 0) return -1;
+  if (sealed) fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
+  return stt_svcmgr_replace(&M, name, fd);
+}
+
+TEST(descriptors_that_are_not_what_the_journal_says_are_refused) {
+  OPEN_CLIENT(c, S.socket);
+  if (!c) return;
+  st_result_t *a = filled(N, 1.0f), *b = filled(N, 2.0f), *k = filled(N, 3.0f);
+  uint64_t v;
+  st_args_t *args[3];
+  const char *keys[3] = {"short", "unsealed", "kept"};
+  st_result_t *vals[3] = {a, b, k};
+  for (int i = 0; i < 3; i++) {
+    args[i] = st_args_new();
+    CHECK_EQ_INT(st_args_tensor(args[i], "x", st_result_tensor(vals[i], 0), NULL, 0), ST_OK);
+    CHECK_EQ_INT(st_client_put(c, keys[i], args[i], ST_KEY_PINNED, 0, &v), ST_OK);
+    st_args_free(args[i]);
+  }
+  st_client_close(c);
+  CHECK_EQ_INT(stt_server_stop(&S), 0);
+  stt_svcmgr_sync(&M);
+  /* The store's descriptors of the first two keys' memory (the files
+   * this process allocated) are replaced. */
+  char name[300];
+  CHECK_EQ_INT(stt_svcmgr_name_of(&M, stt_proc_inode_at(getpid(), st_result_tensor(a, 0)->data),
+                                  name, sizeof name), 0);
+  CHECK_EQ_INT(substitute(name, 64, 1), 0);           /* too short: a SIGBUS later */
+  CHECK_EQ_INT(stt_svcmgr_name_of(&M, stt_proc_inode_at(getpid(), st_result_tensor(b, 0)->data),
+                                  name, sizeof name), 0);
+  CHECK_EQ_INT(substitute(name, N * 4, 0), 0);        /* could shrink under the server */
+  CHECK_EQ_INT(start_managed(), 0);
+  st_client_t *d = stt_client_open(S.socket);
+  CHECK(d);
+  if (!d) return;
+  CHECK_EQ_INT(stt_info_int(d, "restart", "restored", "refused"), 2);
+  st_result_t *r = NULL;
+  CHECK_EQ_INT(st_client_get(d, "short", 0, 0, &r, NULL), ST_ERR_NOT_FOUND);
+  CHECK_EQ_INT(st_client_get(d, "unsealed", 0, 0, &r, NULL), ST_ERR_NOT_FOUND);
+  CHECK_EQ_INT(st_client_get(d, "kept", 0, 0, &r, NULL), ST_OK);
+  if (r) CHECK(all_equal(st_result_find(r, "x"), 3.0f));
+  st_result_free(r);
+  char *log = stt_server_log(&S);
+  CHECK_CONTAINS(log, "key 'short' version 1 not restored");
+  CHECK_CONTAINS(log, "key 'unsealed' version 1 not restored");
+  free(log);
+  st_client_close(d);
+  st_result_free(a);
+  st_result_free(b);
+  st_result_free(k);
+}
+
 TEST(a_changed_journal_is_refused) {
   CHECK_EQ_INT(stt_server_stop(&S), 0);
   stt_svcmgr_sync(&M);
@@ -425,6 +486,7 @@ int main(void) {
   RUN(restored_after_the_crash);
   RUN(kept_across_a_clean_restart);
   RUN(the_journal_is_compacted_under_churn);
+  RUN(descriptors_that_are_not_what_the_journal_says_are_refused);
   RUN(a_changed_journal_is_refused);
   st_key_close(live_cut);
   st_key_close(live_ok);

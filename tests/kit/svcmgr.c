@@ -225,6 +225,34 @@ int stt_svcmgr_fd(stt_svcmgr_t *m, const char *name) {
   return fd;
 }
 
+int stt_svcmgr_replace(stt_svcmgr_t *m, const char *name, int fd) {
+  pthread_mutex_lock(&m->lock);
+  int done = -1;
+  for (int i = 0; i < m->nfds && done < 0; i++)
+    if (strcmp(m->fds[i].name, name) == 0) {
+      close(m->fds[i].fd);
+      m->fds[i].fd = fd;
+      done = 0;
+    }
+  pthread_mutex_unlock(&m->lock);
+  if (done < 0) close(fd);
+  return done;
+}
+
+int stt_svcmgr_name_of(stt_svcmgr_t *m, unsigned long long ino, char *name, size_t cap) {
+  pthread_mutex_lock(&m->lock);
+  int done = -1;
+  for (int i = 0; i < m->nfds && done < 0; i++) {
+    struct stat st;
+    if (fstat(m->fds[i].fd, &st) == 0 && (unsigned long long)st.st_ino == ino) {
+      snprintf(name, cap, "%s", m->fds[i].name);
+      done = 0;
+    }
+  }
+  pthread_mutex_unlock(&m->lock);
+  return done;
+}
+
 int stt_svcmgr_ready(stt_svcmgr_t *m) {
   pthread_mutex_lock(&m->lock);
   int n = m->ready;

@@ -71,6 +71,15 @@ int stt_svcmgr_count(stt_svcmgr_t *m, const char *prefix);
 /* The first descriptor stored under `name` (borrowed), or -1. */
 int stt_svcmgr_fd(stt_svcmgr_t *m, const char *name);
 
+/* Replaces the descriptor stored under `name` by fd (taken), as a
+ * process that wrote into the store could; 0, or -1 when no descriptor
+ * has that name. */
+int stt_svcmgr_replace(stt_svcmgr_t *m, const char *name, int fd);
+
+/* The name of the stored descriptor of the file of inode ino, copied
+ * into name (cap bytes); 0, or -1 when none is that file. */
+int stt_svcmgr_name_of(stt_svcmgr_t *m, unsigned long long ino, char *name, size_t cap);
+
 /* READY=1 notifications seen so far. */
 int stt_svcmgr_ready(stt_svcmgr_t *m);
 
