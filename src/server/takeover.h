@@ -1,6 +1,7 @@
 /* src/server: a takeover: a new server process takes over from a running
  * one, listening sockets, published state and all, without a service
- * manager (`stserver --takeover`; docs/lifecycle.md, "Upgrades").
+ * manager (`stserver --takeover`; docs/operations.md, "Upgrades without
+ * a service manager").
  *
  * The new process (N) connects to the running one's (O's) socket as a
  * process of O's uid (or root) and sends the `takeover` request. O

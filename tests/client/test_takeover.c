@@ -1,6 +1,6 @@
-/* `stserver --takeover` (docs/lifecycle.md, "Upgrades"): a new server
- * process takes over from a running one, through libstclient, across
- * processes:
+/* `stserver --takeover` (docs/operations.md, "Upgrades without a service
+ * manager"): a new server process takes over from a running one, through
+ * libstclient, across processes:
  *   - a new binary that cannot start (its endpoints do not load) asks for
  *     the takeover and fails: the old server serves on, with its keys,
  *     and clients that lost their connection connect again to it;
