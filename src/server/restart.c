@@ -53,11 +53,6 @@
 
 /* ------------------------------------------------------------ writing */
 
-/* Packs the records' common shapes. */
-static void pack_key(msgpack_packer *pk, const char *k) {
-  st__pack_cstr(pk, k);
-}
-
 /* Appends a packed record; logs nothing (the caller says what failed). */
 static int append(struct st__restart *r, uint32_t type, const msgpack_sbuffer *sb, char *err,
                   size_t errlen) {
@@ -175,8 +170,8 @@ static void pack_version(struct st__restart *r, const st__key_change_t *c, msgpa
     msgpack_pack_nil(&pk);
   } else {
     msgpack_pack_array(&pk, 3);
-    pack_key(&pk, c->origin->peer);
-    pack_key(&pk, c->origin->key);
+    st__pack_cstr(&pk, c->origin->peer);
+    st__pack_cstr(&pk, c->origin->key);
     msgpack_pack_uint64(&pk, c->origin->version);
   }
 }
@@ -446,8 +441,11 @@ static void compact_cb(struct ev_loop *loop, ev_prepare *w, int revents) {
   if (!r->keeping) return;
   uint64_t grown = r->journal.tail - r->snapshot_bytes;
   if (!r->compact_due && (grown < COMPACT_SLACK || grown < r->snapshot_bytes)) return;
-  if (compact(r, r->journal.generation, r->journal.epoch + 1) == ST_OK || !r->compact_due)
+  if (compact(r, r->journal.generation, r->journal.epoch + 1) == ST_OK) return;
+  if (!r->compact_due) {
+    r->snapshot_bytes = r->journal.tail;   /* the next try after more growth */
     return;
+  }
   /* A record is missing and no new journal could be written: a restart
    * must not serve what the journal says now. */
   ST_LOG_E("restart", "the journal misses a change and cannot be rewritten: published state "
