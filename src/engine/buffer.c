@@ -178,6 +178,57 @@ int st__buffer_create(st__buffers_t *t, const st__buffer_spec_t *s,
 }
 
 /* See buffer.h. Loop thread. */
+int st__buffer_restore(st__buffers_t *t, const st__buffer_spec_t *s,
+                       const st__buffer_limits_t *l, uid_t uid, st__arena_t *data,
+                       st__arena_t *page, st__buffer_t **out, char *err, size_t errlen) {
+  *out = NULL;
+  uint64_t frame_bytes = 0;
+  int rc = check_spec(t, s, l, 0, &frame_bytes, err, errlen);
+  if (rc == ST_OK) rc = st__named_unused(&t->named, "buffer", s->name, s->name_len, err, errlen);
+  if (rc != ST_OK) return rc;
+  uint64_t stride = round_up(frame_bytes, SLOT_ALIGN);
+  if (st__arena_device(data) != s->device || st__arena_bytes(data) < stride * s->slots)
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                    "buffer '%.*s': its data arena is not %" PRIu64 " slots of %" PRIu64
+                    " bytes on its device", (int)s->name_len, s->name, s->slots, stride);
+  st__buffer_t *b = calloc(1, sizeof *b);
+  if (!b) return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+  b->dtype = s->dtype;
+  b->ndim = s->ndim;
+  memcpy(b->shape, s->shape, sizeof b->shape);
+  b->slots = (uint32_t)s->slots;
+  b->frame_bytes = frame_bytes;
+  b->stride = stride;
+  rc = st__named_adopt(&b->named, s->name, s->name_len, uid, data, page,
+                       round_up(ST__BUFFER_PAGE_BYTES(b->slots), PAGE_ALIGN), err, errlen);
+  if (rc == ST_OK) {
+    b->page = b->named.page;
+    const st__buffer_geometry_t *g = &b->page->geometry;
+    if (g->magic != ST__BUFFER_MAGIC || g->version != ST__BUFFER_VERSION ||
+        g->slots != b->slots || g->frame_bytes != b->frame_bytes || g->stride != b->stride)
+      rc = st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                    "buffer '%.*s': its control page describes another buffer",
+                    (int)s->name_len, s->name);
+  }
+  if (rc == ST_OK) {
+    if (s->readers) b->named.readers = *s->readers;
+    rc = st__named_charge(&b->named, ST__UIDQ_BUFFERS, err, errlen);
+  }
+  if (rc != ST_OK) {
+    destroy(NULL, b);
+    return rc;
+  }
+  uint64_t owner = atomic_load(&b->page->lock);
+  if (owner && st__buffer_unlock(b->page, owner))
+    ST_LOG_I("buffer", "buffer '%s': the writer lock of connection %" PRIu64 " (before the "
+             "restart) was freed", b->named.name, owner);
+  atomic_store(&b->page->readonly_handles, 0);
+  st__named_add(&t->named, &b->named);
+  *out = b;
+  return ST_OK;
+}
+
+/* See buffer.h. Loop thread. */
 int st__buffer_open(st__buffers_t *t, const char *name, size_t name_len, int readonly,
                     int max_handles, uint64_t conn, const st__who_t *who, st__buffer_t **out,
                     st__buffer_handle_t *handle, char *err, size_t errlen) {

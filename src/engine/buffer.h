@@ -90,6 +90,20 @@ int st__buffer_create(st__buffers_t *t, const st__buffer_spec_t *s,
                       const st__buffer_limits_t *l, uint64_t conn, uid_t uid, st__buffer_t **out,
                       st__buffer_handle_t *handle, char *err, size_t errlen);
 
+/* A restore (server/restart.c): buffer s->name of uid `uid` again, on
+ * the arenas it had (`data`, `page`: references are taken), with no
+ * handle. The spec is checked as buffer_create checks it (name unused,
+ * shape, dtype, slots, limits), then the arenas against it: `data` on
+ * s->device and at least slots * stride bytes, `page` a CPU arena whose
+ * geometry words are this buffer's. The writer lock a connection held
+ * when the last process ended is freed (that connection is gone), and
+ * the count of read-only handles starts at 0 again. Errors as
+ * st__buffer_create; INVALID_ARGUMENT for arenas that do not match.
+ * Loop thread. */
+int st__buffer_restore(st__buffers_t *t, const st__buffer_spec_t *s,
+                       const st__buffer_limits_t *l, uid_t uid, st__arena_t *data,
+                       st__arena_t *page, st__buffer_t **out, char *err, size_t errlen);
+
 /* Opens a handle of buffer `name` for connection `conn` of `who`
  * (named.h: a reader granted read opens read-only). Errors: NOT_FOUND (no
  * such name, or not visible to who), AUTH (a reader asking read-write),

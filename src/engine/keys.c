@@ -77,15 +77,17 @@ static void version_free(st__keys_t *t, st__key_t *k, st__key_version_t *v) {
   free(v);
 }
 
-/* Drops version index i of k. */
+/* Drops version index i of k; the journal is told. */
 static void drop_version(st__keys_t *t, st__key_t *k, size_t i) {
+  if (t->journal) t->journal->version_dropped(t->journal_ud, k, k->versions[i]);
   version_free(t, k, k->versions[i]);
   memmove(&k->versions[i], &k->versions[i + 1], (k->nversions - i - 1) * sizeof *k->versions);
   k->nversions--;
 }
 
+/* Frees k and its versions (the journal is not told). */
 static void key_free(st__keys_t *t, st__key_t *k) {
-  while (k->nversions) drop_version(t, k, k->nversions - 1);
+  while (k->nversions) version_free(t, k, k->versions[--k->nversions]);
   st__uidq_uncharge(k->uid, ST__UIDQ_KEYS, 1);
   free(k->versions);
   if (k->page_arena) {
@@ -97,8 +99,10 @@ static void key_free(st__keys_t *t, st__key_t *k) {
   free(k);
 }
 
-/* Removes k from the table and frees it. */
-static void key_remove(st__keys_t *t, st__key_t *k) {
+/* Removes k from the table and frees it; the journal is told when
+ * `told` (not for a key a failed put made and never showed). */
+static void key_remove(st__keys_t *t, st__key_t *k, int told) {
+  if (told && t->journal) t->journal->key_removed(t->journal_ud, k);
   st__smap_del(&t->by_name, k->name, strlen(k->name));
   t->count--;
   key_free(t, k);
@@ -229,7 +233,7 @@ static st__key_t *key_new(st__keys_t *t, const st__key_put_t *p, st__arena_t *pa
     k->live = 1;
     k->page_arena = page;
     k->page = st__arena_base(page);
-    st__key_page_init(k->page, p->conn);
+    if (!p->page) st__key_page_init(k->page, p->conn);
     t->live++;
   }
   return k;
@@ -250,6 +254,11 @@ static int live_ok(const st__key_put_t *p, const st__key_t *k, st__arena_t **pag
                     "key '%s' is %slive; a put %s live cannot change that (delete it first)",
                     k->name, k->live ? "" : "not ", p->live ? "as" : "not");
   if (!p->live || k) return ST_OK;
+  if (p->page) {   /* a restore: the page as it was */
+    st__arena_ref(p->page);
+    *page = p->page;
+    return ST_OK;
+  }
   char why[300];
   int rc = st__arena_new_cpu(ST__KEY_PAGE_BYTES, page, why, sizeof why);
   if (rc != ST_OK)
@@ -298,22 +307,40 @@ int st__keys_put(st__keys_t *t, const st__key_put_t *p, st__build_result_t *resu
   st__key_version_t **grown = NULL;
   if (!k && (k = key_new(t, p, page)) != NULL) page = NULL;
   if (k) grown = realloc(k->versions, (k->nversions + 1) * sizeof *k->versions);
-  if (!grown) {
+  rc = grown ? ST_OK : st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+  if (grown) k->versions = grown;
+  uint64_t number = k ? k->last_version + 1 : 0;
+  if (rc == ST_OK && p->version) {
+    number = p->version;
+    if (number <= k->last_version)
+      rc = st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                    "key '%s': version %llu is not above its last one, %llu", k->name,
+                    (unsigned long long)number, (unsigned long long)k->last_version);
+  }
+  double created = p->created_at > 0 ? p->created_at : st__now_unix();
+  if (rc == ST_OK && t->journal && !p->version) {
+    const st__key_change_t c = {.name = k->name, .uid = k->uid,
+                                .readers = p->readers ? p->readers : &k->readers,
+                                .policy = p->policy, .readonly = p->readonly, .live = p->live,
+                                .version = number, .created_at = created, .result = result,
+                                .page = k->page_arena, .origin = p->origin};
+    rc = t->journal->version_added(t->journal_ud, &c, err, errlen);
+  }
+  if (rc != ST_OK) {
     if (!p->precharged) charge(result, 0, NULL, 0);
     free(v);
     st__arena_unref(page);
-    if (k && k->nversions == 0) key_remove(t, k);
+    if (k && k->nversions == 0) key_remove(t, k, 0);
     pthread_mutex_unlock(&t->lock);
-    return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
+    return rc;
   }
-  k->versions = grown;
   v->result = *result;
   st__build_result_init(result);
   v->bytes = bytes;
   v->device = first_device(&v->result);
-  v->created_at = st__now_unix();
+  v->created_at = created;
   v->last_used = st__now_mono();
-  v->version = ++k->last_version;
+  v->version = k->last_version = number;
   v->charged = !p->precharged;
   if (p->origin) v->has_origin = 1, v->origin = *p->origin;
   k->versions[k->nversions++] = v;
@@ -330,6 +357,15 @@ int st__keys_put(st__keys_t *t, const st__key_put_t *p, st__build_result_t *resu
   pthread_mutex_unlock(&t->lock);
   *version = v->version;
   return ST_OK;
+}
+
+/* See keys.h. */
+st__key_change_t st__keys_change_of(const st__key_t *k, const st__key_version_t *v) {
+  return (st__key_change_t){.name = k->name, .uid = k->uid, .readers = &k->readers,
+                            .policy = k->policy, .readonly = k->readonly, .live = k->live,
+                            .version = v->version, .created_at = v->created_at,
+                            .result = &v->result, .page = k->page_arena,
+                            .origin = v->has_origin ? &v->origin : NULL};
 }
 
 /* Version `version` of k (0: the latest) in *out. A live key has one
@@ -389,7 +425,7 @@ int st__keys_delete(st__keys_t *t, const char *name, size_t len, const st__who_t
   int rc = lookup(t, name, len, who, ST__USE_REMOVE, force, &k, err, errlen);
   if (rc != ST_OK) return rc;
   pthread_mutex_lock(&t->lock);
-  key_remove(t, k);
+  key_remove(t, k, 1);
   pthread_mutex_unlock(&t->lock);
   return ST_OK;
 }
@@ -466,7 +502,7 @@ size_t st__keys_reclaim(st__keys_t *t, int device, uint64_t bytes, unsigned fds)
     if (!o.key) break;
     pthread_mutex_lock(&t->lock);
     drop_version(t, o.key, o.index);
-    if (o.key->nversions == 0) key_remove(t, o.key);
+    if (o.key->nversions == 0) key_remove(t, o.key, 1);
     pthread_mutex_unlock(&t->lock);
     n++;
     t->evictions++;

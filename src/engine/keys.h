@@ -84,7 +84,41 @@ typedef struct st__key {
   st__key_page_t *page;
 } st__key_t;
 
+struct st__key_put;
+
+/* A version as the journal records it (server/restart.c): what makes it
+ * again after a restart. Every pointer is borrowed for the call. */
+typedef struct st__key_change {
+  const char *name;
+  uid_t uid;
+  const st__grant_t *readers;
+  st__key_policy_t policy;
+  int readonly;
+  int live;
+  uint64_t version;
+  double created_at;
+  const st__build_result_t *result;
+  const st__arena_t *page;    /* a live key's control page, else NULL     */
+  const st__key_origin_t *origin;  /* a replica's, else NULL              */
+} st__key_change_t;
+
+/* What the table tells its journal (server/restart.c), under the table's
+ * lock, before the change is visible or acknowledged. version_added may
+ * refuse (the put then fails with its code and err, nothing changed);
+ * the others are told after the fact and cannot. */
+typedef struct st__keys_journal {
+  int (*version_added)(void *ud, const st__key_change_t *c, char *err, size_t errlen);
+  void (*version_dropped)(void *ud, const st__key_t *k, const st__key_version_t *v);
+  void (*key_removed)(void *ud, const st__key_t *k);
+} st__keys_journal_t;
+
+/* The change version v of key k is (for a journal's compaction). */
+st__key_change_t st__keys_change_of(const st__key_t *k, const st__key_version_t *v);
+
 typedef struct st__keys {
+  const st__keys_journal_t *journal;  /* borrowed; NULL: none (st__keys_free
+                                 runs without it: an exit keeps the state) */
+  void *journal_ud;
   pthread_mutex_t lock;       /* changes (loop thread) vs st__keys_read */
   st__smap_t by_name;         /* name -> st__key_t */
   size_t count;
@@ -137,6 +171,13 @@ typedef struct st__key_put {
                                  replica's): the version charges nothing
                                  more, and gives nothing back when it goes */
   const st__key_origin_t *origin; /* a replica's origin, or NULL         */
+  /* A restore (server/restart.c) only: the version's number (above the
+   * key's last one), its creation time, and a live key's control page as
+   * it was (a reference is taken; the page is not initialized again).
+   * The journal is not told. 0 / NULL: a put. */
+  uint64_t version;
+  double created_at;
+  st__arena_t *page;
 } st__key_put_t;
 
 /* Makes the next version of key p->name (a new key when absent) from
@@ -208,6 +249,16 @@ int st__keys_torn(const st__key_t *k);
  * version v's. The one source of every version a get, keys, put or
  * st.key reports. Any thread: a read of the page. */
 uint64_t st__keys_version_of(const st__key_t *k, const st__key_version_t *v);
+
+/* Live key k has no publisher any more (its connection closed, or the
+ * server restarted): one left in the middle of an update (an odd
+ * sequence) is marked TORN in its page. Loop thread. */
+void st__keys_live_orphaned(st__key_t *k);
+
+/* Whether arena `page` can be a live key's control page (a restore's
+ * check of a page it did not make): a CPU arena of a page's size whose
+ * words say key page, of this layout. Any thread. */
+int st__keys_page_valid(const st__arena_t *page);
 
 /* Live keys connection `conn` publishes now. Loop thread. */
 uint64_t st__keys_conn_live(st__keys_t *t, uint64_t conn);

@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "engine/keys.h"
 #include "engine/smap.h"
+#include "mem/arena.h"
 #include "proto/proto.h"
 #include "st/errors.h"
 #include "st/wire.h"
@@ -189,18 +190,31 @@ int st__keys_take(st__keys_t *t, const st__key_put_t *p, const msgpack_object *v
   return ST_OK;
 }
 
-static void leave_one(const char *name, size_t len, void *value, void *ud) {
-  (void)name;
-  (void)len;
-  st__key_t *k = value;
-  uint64_t conn = *(const uint64_t *)ud;
-  if (!k->live || k->owner_conn != conn) return;
+/* See keys.h. Any thread. */
+int st__keys_page_valid(const st__arena_t *page) {
+  const st__key_page_t *kp = st__arena_base(page);
+  return st__arena_device(page) == -1 && st__arena_bytes(page) >= ST__KEY_PAGE_BYTES && kp &&
+         kp->magic == ST__KEY_PAGE_MAGIC && kp->layout == ST__KEY_PAGE_LAYOUT;
+}
+
+/* See keys.h. Loop thread. */
+void st__keys_live_orphaned(st__key_t *k) {
+  uint64_t conn = atomic_load(&k->page->owner);
   k->owner_conn = 0;
   atomic_store(&k->page->owner, 0);
   if (!st__key_page_updating(k->page)) return;
   ST_LOG_W("keys", "live key '%s' is torn: its publisher (connection %llu) left in the middle "
            "of an update", k->name, (unsigned long long)conn);
   st__key_page_flag(k->page, ST__KEY_TORN);
+}
+
+static void leave_one(const char *name, size_t len, void *value, void *ud) {
+  (void)name;
+  (void)len;
+  st__key_t *k = value;
+  uint64_t conn = *(const uint64_t *)ud;
+  if (!k->live || k->owner_conn != conn) return;
+  st__keys_live_orphaned(k);
 }
 
 static void count_one(const char *name, size_t len, void *value, void *ud) {

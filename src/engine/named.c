@@ -148,6 +148,25 @@ int st__named_init(st__named_t *e, const char *s, size_t n, uid_t uid, int devic
 }
 
 /* See named.h. */
+int st__named_adopt(st__named_t *e, const char *s, size_t n, uid_t uid, st__arena_t *data,
+                    st__arena_t *page, uint64_t page_bytes, char *err, size_t errlen) {
+  if (st__arena_device(page) != -1 || st__arena_bytes(page) < page_bytes || !st__arena_base(page))
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                    "'%.*s': its control page is no CPU arena of %llu bytes", (int)n, s,
+                    (unsigned long long)page_bytes);
+  memcpy(e->name, s, n < ST__NAME_MAX ? n : ST__NAME_MAX);
+  e->uid = uid;
+  e->device = st__arena_device(data);
+  e->page_bytes = page_bytes;
+  st__arena_ref(data);
+  st__arena_ref(page);
+  e->data = data;
+  e->page_arena = page;
+  e->page = st__arena_base(page);
+  return ST_OK;
+}
+
+/* See named.h. */
 void st__named_add(st__named_list_t *l, st__named_t *e) {
   e->next = l->head;
   l->head = e;

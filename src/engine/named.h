@@ -118,6 +118,13 @@ int st__named_room(int n, int max, const char *things, const char *key, char *er
 int st__named_init(st__named_t *e, const char *s, size_t n, uid_t uid, int device,
                    uint64_t data_bytes, uint64_t page_bytes, char *err, size_t errlen);
 
+/* st__named_init for a restore (server/restart.c): e takes one reference
+ * to `data` and to `page` (a CPU arena of at least `page_bytes`, mapped
+ * at e->page) instead of allocating them. INVALID_ARGUMENT (a page that
+ * is no CPU arena of that size) with nothing taken. */
+int st__named_adopt(st__named_t *e, const char *s, size_t n, uid_t uid, st__arena_t *data,
+                    st__arena_t *page, uint64_t page_bytes, char *err, size_t errlen);
+
 /* Charges e (initialized) to its uid's quotas: 1 of `kind` (buffers,
  * hand-offs), its arenas' descriptors and bytes. ST_OK, or LIMIT naming
  * the quota with nothing charged. st__named_release gives it back. */

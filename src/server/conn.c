@@ -272,6 +272,11 @@ static void service(st__conn_t *c) {
     c->armed = 1;
     if (!c->closing && !c->slicing) ev_io_start(EVL(c), &c->rio);
   }
+  if (c->end_input) {
+    c->end_input = 0;
+    st__conn_stop_reading(c);
+    if (c->dead) return;
+  }
   if (c->closing) {
     ev_io_stop(EVL(c), &c->rio);
     ev_timer_stop(EVL(c), &c->frame_timer);
@@ -394,6 +399,44 @@ static void close_received(struct msghdr *mh) {
   }
 }
 
+/* No request can come any more on c (its client finished sending, or
+ * the server stops reading it): what it sent for one is closed, a
+ * half-sent frame's buffer freed; replies still go out, and c closes
+ * once they are out and read. c's loop thread, the write side. */
+static void input_ended(st__conn_t *c) {
+  c->eof = 1;
+  ev_io_stop(EVL(c), &c->rio);
+  update_frame_timer(c, 0);
+  st__conn_rx_close_all(c);
+  if (st__reader_pending(&c->reader) > 0) {
+    ST_LOG_D("conn", "conn %llu: input ended inside a frame", (unsigned long long)c->id);
+    st__reader_destroy(&c->reader);
+    if (st__reader_init(&c->reader, c->srv->cfg->max_message_bytes) != ST_OK) {
+      conn_close(c, "out of memory");
+      return;
+    }
+    st__reader_set_slicing(&c->reader, SLICE_AT);
+  }
+  maybe_finish(c);
+}
+
+/* See conn.h. Loop thread, the write side. */
+void st__conn_stop_reading(st__conn_t *c) {
+  if (c->dead || c->closing || c->eof) return;
+  if (!st__loop_is_current(c->loop)) {
+    c->end_input = 1;   /* its loop's thread does it (service) */
+    todo(c);
+    return;
+  }
+  /* Whole requests already read are answered first, as at the end of a
+   * client's input. */
+  if (!c->read_paused && st__reader_buffered(&c->reader) > st__reader_pending(&c->reader))
+    process_messages(c);
+  /* A large one being decoded a slice per turn is finished here. */
+  while (c->slicing && !c->dead && !c->closing && !c->read_paused) process_messages(c);
+  if (!c->dead && !c->closing && !c->eof) input_ended(c);
+}
+
 /* Reads c and handles what came. Under the read side of the lock on loops
  * 1..N-1 (loops.c), taking the write side at the first thing that needs
  * it: descriptors, the end of input, an error, a message that is not a
@@ -469,22 +512,7 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents) {
         conn_close(c, "closed by the client");
         return;
       }
-      c->eof = 1;
-      ev_io_stop(EVL(c), &c->rio);
-      update_frame_timer(c, 0);
-      /* No request can come any more: what it sent for one is closed, and
-       * a half-sent frame's buffer freed. Replies still go out. */
-      st__conn_rx_close_all(c);
-      if (st__reader_pending(&c->reader) > 0) {
-        ST_LOG_D("conn", "conn %llu: input ended inside a frame", (unsigned long long)c->id);
-        st__reader_destroy(&c->reader);
-        if (st__reader_init(&c->reader, c->srv->cfg->max_message_bytes) != ST_OK) {
-          conn_close(c, "out of memory");
-          return;
-        }
-        st__reader_set_slicing(&c->reader, SLICE_AT);
-      }
-      maybe_finish(c);
+      input_ended(c);
       return;
     }
     st__reader_commit(&c->reader, (size_t)n);

@@ -116,6 +116,7 @@ struct st__conn {
   int closing;                /* close once the write queue is flushed      */
   int eof;                    /* peer finished sending: close when idle     */
   int read_paused;            /* write queue too long: not reading          */
+  int end_input;              /* st__conn_stop_reading, for its loop thread */
   int dead;                   /* closed; struct freed before the next poll  */
   double opened_at;           /* monotonic                                  */
   uint64_t requests;
@@ -202,6 +203,15 @@ void st__conn_send_fault(st__conn_t *c, uint32_t id, int err, const char *messag
  * and closes a connection whose peer already finished sending once nothing
  * is left to send. Loop thread. */
 void st__conn_request_done(st__conn_t *c);
+
+/* Stops reading c as if its client had finished sending (a takeover,
+ * takeover.c): whole requests already read are answered, a half-sent one
+ * is dropped, and c closes once every reply is out and read, so its
+ * client sees the end of the connection and knows that what was not
+ * answered never ran. Loop thread, the write side of the server lock (a
+ * connection of another loop is stopped by its own thread before its
+ * next poll). */
+void st__conn_stop_reading(st__conn_t *c);
 
 /* Stops reading and closes once the write queue is flushed. */
 void st__conn_close_after_flush(st__conn_t *c, const char *why);

@@ -17,6 +17,7 @@
 #include "st/errors.h"
 #include "peer/peer.h"
 #include "server/remote.h"
+#include "server/restart.h"
 #include "server/holdings.h"
 #include "server/work.h"
 #include "st/wire.h"
@@ -395,7 +396,7 @@ void st__describe_free(st__server_t *srv) {
 /* Packs the result of info (docs/protocol.md): the fixed pairs, then
  * those that move between two calls. Loop thread. */
 void st__describe_info(msgpack_packer *pk, st__server_t *srv) {
-  msgpack_pack_map(pk, INFO_FIXED_PAIRS + 17);
+  msgpack_pack_map(pk, INFO_FIXED_PAIRS + 18);
   const msgpack_sbuffer *fixed = info_fixed(srv);
   if (fixed) pk->callback(pk->data, fixed->data, fixed->size);
   else pack_fixed(pk, srv);
@@ -442,6 +443,8 @@ void st__describe_info(msgpack_packer *pk, st__server_t *srv) {
   st__peer_pack_info(pk, srv->peer, &srv->cfg->peer);
   st__pack_cstr(pk, "transfers");
   st__remote_pack_info(pk, srv);
+  st__pack_cstr(pk, "restart");   /* restart.h */
+  st__restart_pack_info(srv, pk);
 }
 
 /* Packs the result of endpoints: every declaration of gen, sorted. Each

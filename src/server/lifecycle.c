@@ -28,7 +28,9 @@
 #include "server/loopprof.h"
 #include "server/put_job.h"
 #include "server/reclaim.h"
+#include "server/restart.h"
 #include "server/rpc.h"
+#include "server/takeover.h"
 #include "server/views.h"
 #include "server/work.h"
 #include "st/errors.h"
@@ -187,6 +189,10 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
                      const st__server_setup_t *setup) {
   memset(srv, 0, sizeof *srv);
   srv->cfg = cfg;
+  if (setup) {
+    srv->handed = setup->handed;
+    srv->nhanded = setup->nhanded;
+  }
   srv->on_message = st__dispatch;
   srv->on_fast_message = st__fast_call;
   srv->on_conn_closed = st__holdings_release;
@@ -283,6 +289,12 @@ int st__server_start(st__server_t *srv, const st__config_t *cfg,
   else
     ST_LOG_W("server", "%s: arenas are released on the loop threads", why);
   st__devices_start(srv);
+  /* Published state kept across restarts: restored before any socket
+   * opens, so no client sees a table half restored. */
+  if (st__restart_start(srv) != ST_OK) {
+    start_failed(setup, "out of memory");
+    return ST_ERR_OUT_OF_MEMORY;
+  }
   st__work_init(srv);
   start_loader(cfg, &srv->devices);
 
@@ -414,6 +426,7 @@ void st__server_run(st__server_t *srv) {
 /* Closes and frees everything after the loop ended. Loop thread. */
 void st__server_destroy(st__server_t *srv) {
   if (!srv->loop) return;
+  st__takeover_free(srv);
   st__listen_close_all(srv);
   st__remote_stop(srv);   /* the pulls' tasks end before the tasks go */
   if (srv->signals) st__signals_stop(srv);
@@ -441,6 +454,7 @@ void st__server_destroy(st__server_t *srv) {
   st__work_destroy(srv);
   st__views_destroy(srv);
   st__objects_free(&srv->objects);
+  st__restart_stop(srv);   /* the store keeps the state: not journaled */
   st__keys_free(&srv->keys);
   st__holdings_stop(srv);
   /* Every arena of the server is gone or queued: the releaser tears the

@@ -25,6 +25,7 @@
 #include "common/clock.h"
 #include "common/sockdir.h"
 #include "server/conn.h"
+#include "server/restart.h"
 #include "server/server.h"
 #include "st/errors.h"
 #include "st/wire.h"
@@ -330,6 +331,63 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
   }
 }
 
+/* Watches listener l (its fd set) and counts it. */
+static void start_listener(st__server_t *srv, st__listener_t *l) {
+  ev_io_init(&l->io, on_accept, l->fd, EV_READ);
+  ev_init(&l->retry, on_retry);
+  l->io.data = l->retry.data = l;
+  ev_io_start(srv->loop, &l->io);
+  srv->nlisteners++;
+  if (srv->nlisteners == 1) srv->spare_fd = spare_open();
+}
+
+/* Takes fd (owned; closed on failure), a listening socket another
+ * server handed over, as l's after checking it is what l's path names:
+ * a listening Unix stream socket bound to that path, whose file is still
+ * a socket. */
+static int adopt(st__listener_t *l, int fd, char *err, size_t errlen) {
+  int type = 0, domain = 0, accepting = 0;
+  socklen_t len = sizeof type;
+  struct sockaddr_un sa;
+  socklen_t salen = sizeof sa;
+  memset(&sa, 0, sizeof sa);
+  struct stat st;
+  int ok = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM &&
+           (len = sizeof domain, getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len)) == 0 &&
+           domain == AF_UNIX &&
+           (len = sizeof accepting, getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len)) == 0 &&
+           accepting && getsockname(fd, (struct sockaddr *)&sa, &salen) == 0 &&
+           salen > offsetof(struct sockaddr_un, sun_path) &&
+           strncmp(sa.sun_path, l->path, sizeof sa.sun_path) == 0 && lstat(l->path, &st) == 0 &&
+           S_ISSOCK(st.st_mode);
+  if (!ok) {
+    close(fd);
+    snprintf(err, errlen, "the socket handed over for %s is no listening Unix socket bound there",
+             l->path);
+    return ST_ERR_INVALID_ARGUMENT;
+  }
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  l->fd = fd;
+  l->st_dev = st.st_dev;
+  l->st_ino = st.st_ino;
+  return ST_OK;
+}
+
+/* See server.h. Loop thread. */
+void st__listen_pause(st__server_t *srv, int pause) {
+  for (int i = 0; i < srv->nlisteners; i++) {
+    st__listener_t *l = &srv->listeners[i];
+    if (l->fd < 0) continue;
+    if (pause) {
+      ev_io_stop(srv->loop, &l->io);
+      ev_timer_stop(srv->loop, &l->retry);
+    } else {
+      ev_io_start(srv->loop, &l->io);
+    }
+  }
+}
+
 /* Opens the socket of one device; see server.h. Loop thread, at start. */
 int st__listen_open(st__server_t *srv, int device, char *err, size_t errlen) {
   const st__config_t *cfg = srv->cfg;
@@ -349,6 +407,16 @@ int st__listen_open(st__server_t *srv, int device, char *err, size_t errlen) {
   }
   rc = check_dir(cfg, l->path, have_gid, gid, err, errlen);
   if (rc != ST_OK) return rc;
+  /* A takeover hands the old server's listening socket over: the same
+   * socket file, and connections waiting in its backlog are ours. */
+  int handed = st__restart_listener(srv, device);
+  if (handed >= 0) {
+    rc = adopt(l, handed, err, errlen);
+    if (rc != ST_OK) return rc;
+    start_listener(srv, l);
+    ST_LOG_I("listen", "listening on %s (device %d), the socket handed over", l->path, device);
+    return ST_OK;
+  }
   rc = clear_path(l->path, err, errlen);
   if (rc != ST_OK) return rc;
 
@@ -391,12 +459,7 @@ int st__listen_open(st__server_t *srv, int device, char *err, size_t errlen) {
     return ST_ERR_IO;
   }
   l->fd = fd;
-  ev_io_init(&l->io, on_accept, fd, EV_READ);
-  ev_init(&l->retry, on_retry);
-  l->io.data = l->retry.data = l;
-  ev_io_start(srv->loop, &l->io);
-  srv->nlisteners++;
-  if (srv->nlisteners == 1) srv->spare_fd = spare_open();
+  start_listener(srv, l);
   ST_LOG_I("listen", "listening on %s (device %d, mode %04o%s%s)", l->path, device,
            cfg->socket_mode & 07777, have_gid ? ", group " : "",
            have_gid ? cfg->socket_group : "");
@@ -417,7 +480,9 @@ void st__listen_close_all(st__server_t *srv) {
     close(l->fd);
     l->fd = -1;
     struct stat st;
-    if (lstat(l->path, &st) == 0 && st.st_dev == l->st_dev && st.st_ino == l->st_ino) {
+    if (srv->handed_over) {
+      ST_LOG_D("listen", "%s: left to the server it was handed to", l->path);
+    } else if (lstat(l->path, &st) == 0 && st.st_dev == l->st_dev && st.st_ino == l->st_ino) {
       if (unlink(l->path) != 0)
         ST_LOG_W("listen", "cannot remove %s: %s", l->path, strerror(errno));
       else

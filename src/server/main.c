@@ -33,6 +33,11 @@ static void usage(FILE *f) {
           "  --log-level LEVEL  error, warn, info or debug (default: config, info)\n"
           "  --check            load the config and the endpoints, report every error\n"
           "                     as file:line, list the endpoints, and exit (0: no error)\n"
+          "  --takeover         take over from the server running on the same sockets:\n"
+          "                     it hands over its sockets and published state, this\n"
+          "                     process serves, then it exits 0 (if this one cannot\n"
+          "                     start, it serves on; docs/operations.md, \"Upgrades\n"
+          "                     without a service manager\")\n"
           "  --help             this text\n"
           "  --version          version and protocol\n"
           "\n"
@@ -84,6 +89,7 @@ int main(int argc, char **argv) {
       {"workers", required_argument, NULL, 'w'},
       {"log-level", required_argument, NULL, 'l'},
       {"check", no_argument, NULL, 'C'},
+      {"takeover", no_argument, NULL, 'T'},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0},
@@ -116,6 +122,7 @@ int main(int argc, char **argv) {
           return bad_usage("--log-level must be error, warn, info or debug, not '%s'", optarg);
         break;
       case 'C': o.check = 1; break;
+      case 'T': o.takeover = 1; break;
       case 'h': usage(stdout); return 0;
       case 'V':
         printf("stserver %s (protocol %d)\n", ST_VERSION_STRING, ST_PROTOCOL_VERSION);

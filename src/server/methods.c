@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "server/rpc.h"
+#include "server/takeover.h"
 #include "server/work.h"
 
 #define M(name) #name, sizeof #name - 1
@@ -42,6 +43,7 @@ static const st__rpc_method_t methods[] = {
     {M(invalidate_call), st__rpc_invalidate_call, {P_ENDPOINT, ANY("args")}},
     {M(invalidate_endpoint), st__rpc_invalidate_endpoint, {P_ENDPOINT}},
     {M(reload), st__rpc_reload, NONE},
+    {M(takeover), st__rpc_takeover, NONE},
     {M(metrics), st__rpc_metrics, NONE},
     {M(handoff_create), st__rpc_handoff_create,
      {P_NAME, P("device", ST_RPC_STR, 0), P("chunk_bytes", ST_RPC_U64, ST_RPC_REQUIRED),

@@ -213,6 +213,8 @@ void st__rpc_buffer_create(st__rpc_req_t *r);
  * descriptor of it cannot be reopened read-write by a process of another
  * uid than the server's (rpc_buffer.c; docs/streams.md). CUDA arenas: no-op. */
 void st__rpc_owner_read_only(st__arena_t *a);
+/* The limits of config.lua a buffer is checked against. */
+struct st__buffer_limits st__rpc_buffer_limits(const st__config_t *cfg);
 void st__rpc_buffer_open(st__rpc_req_t *r);
 void st__rpc_buffer_close(st__rpc_req_t *r);
 void st__rpc_buffer_unlink(st__rpc_req_t *r);

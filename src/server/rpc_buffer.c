@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "engine/buffer.h"
 #include "server/holdings.h"
+#include "server/restart.h"
 #include "server/rpc.h"
 #include "server/server.h"
 #include "server/work.h"
@@ -125,7 +126,8 @@ static void reply_buffer(st__rpc_req_t *r, st__buffer_t *b, const st__buffer_han
   msgpack_sbuffer_destroy(&sb);
 }
 
-static st__buffer_limits_t limits_of(const st__config_t *cfg) {
+/* See rpc.h. */
+st__buffer_limits_t st__rpc_buffer_limits(const st__config_t *cfg) {
   st__buffer_limits_t l = {.max_buffers = cfg->max_buffers,
                            .max_bytes = cfg->max_buffer_bytes,
                            .max_handles = cfg->max_buffer_handles_per_connection};
@@ -179,7 +181,7 @@ void st__rpc_buffer_create(st__rpc_req_t *r) {
   int given = st__rpc_readers(r, &readers);
   if (given < 0) return;
   if (given) s.readers = &readers;
-  st__buffer_limits_t l = limits_of(c->srv->cfg);
+  st__buffer_limits_t l = st__rpc_buffer_limits(c->srv->cfg);
   char err[400];
   st__buffer_t *b = NULL;
   st__buffer_handle_t h;
@@ -191,6 +193,18 @@ void st__rpc_buffer_create(st__rpc_req_t *r) {
   }
   st__rpc_owner_read_only(b->named.data);
   st__rpc_owner_read_only(b->named.page_arena);
+  /* Kept across restarts before it is acknowledged; a buffer that
+   * cannot be is not made. */
+  rc = st__restart_buffer_created(c->srv, b, err, sizeof err);
+  if (rc != ST_OK) {
+    st__who_t who;
+    st__rpc_who(r, &who);
+    st__buffer_unlink(buffers_of(c->srv), b->named.name, strlen(b->named.name), &who, 0, NULL,
+                      0);
+    st__buffer_close(buffers_of(c->srv), s.name, s.name_len, h.id, c->id, NULL, 0);
+    st__rpc_error(r, rc, "buffer_create: %s", err);
+    return;
+  }
   reply_buffer(r, b, &h);
 }
 
@@ -227,8 +241,14 @@ void st__rpc_buffer_unlink(st__rpc_req_t *r) {
   char err[400];
   st__who_t who;
   st__rpc_who(r, &who);
+  /* The unlink may free the buffer: what the journal needs, first. */
+  st__named_t *e = st__named_find(&buffers_of(r->c->srv)->named, name->via.str.ptr,
+                                  name->via.str.size);
+  const st__arena_t *data = e ? e->data : NULL, *page = e ? e->page_arena : NULL;
   int rc = st__buffer_unlink(buffers_of(r->c->srv), name->via.str.ptr, name->via.str.size, &who,
                              st__rpc_bool(r, "force", 0), err, sizeof err);
+  if (rc == ST_OK) st__restart_buffer_unlinked(r->c->srv, name->via.str.ptr, name->via.str.size,
+                                               data, page);
   if (rc != ST_OK) st__rpc_error(r, rc, "buffer_unlink: %s", err);
   else st__reply_true(r->c, r->id);
 }

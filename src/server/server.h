@@ -369,6 +369,15 @@ struct st__server {
                                  configures no peer.listen and no peers    */
   struct st__remote *remote;  /* owned: the transfer helper, pulls and
                                  lends (remote.h); NULL without peers     */
+  struct st__restart *restart; /* owned: the fd store, the journal and
+                                 what the start restored (restart.h)      */
+  struct st__takeover *takeover; /* owned: a takeover by a new server in
+                                 progress (takeover.h); NULL: none         */
+  int handed_over;            /* a new server took over: exit 0 and leave
+                                 it the socket files                       */
+  struct st__fdstore_entry *handed; /* borrowed, at start only: what a
+                                 takeover handed this server (restart.h) */
+  size_t nhanded;
 };
 
 /* ------------------------------------------------------------- startup.c */
@@ -381,6 +390,7 @@ typedef struct st__options {
   int workers;                /* --workers, 0 = config                     */
   int log_level;              /* --log-level, -1 = config                  */
   int check;                  /* --check                                   */
+  int takeover;               /* --takeover (takeover.h)                   */
 } st__options_t;
 
 /* Everything after flag parsing: loads the config, applies the flags, then
@@ -394,6 +404,15 @@ int st__server_main(const st__options_t *opts);
  * service manager at $NOTIFY_SOCKET; nothing when it is unset. Never
  * fails the caller (a send error is logged). Loop thread. */
 void st__notify(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Sends one notification of `len` bytes with `nfds` (at most 8)
+ * descriptors riding on it (SCM_RIGHTS; they stay the caller's), waiting
+ * up to 2 s for room in the manager's queue. ST_OK (the datagram is in
+ * the manager's queue: it outlives this process), CAPABILITY (no
+ * $NOTIFY_SOCKET), CONFIGURATION (not a socket path), BUSY (no room in
+ * time), IO, with the reason in err. Loop thread. */
+int st__notify_send(const char *msg, size_t len, const int *fds, int nfds, char *err,
+                    size_t errlen);
 
 /* ------------------------------------------------------- install_paths.c */
 
@@ -423,6 +442,10 @@ typedef struct st__server_setup {
   size_t errlen;
   int quiet;                  /* a failed start is not logged: the caller
                                  reports what err says                     */
+  struct st__fdstore_entry *handed; /* what a takeover handed over (the
+                                 old server's listeners, journal and
+                                 arenas: takeover.h); taken at start      */
+  size_t nhanded;
 } st__server_setup_t;
 
 /* st__server_init on the loop and with the signals `setup` says. The
@@ -561,13 +584,21 @@ int st__socket_group_id(const char *name, gid_t *gid, char *err, size_t errlen);
 
 /* listen.c: checks/creates the socket's directory, handles an existing
  * file at the path (stale socket: replaced; live server or non-socket:
- * refused), binds with socket_mode and starts accepting. ST_OK or
- * ST_ERR_CONFIGURATION/ST_ERR_IO with a message. Loop thread. */
+ * refused), binds with socket_mode and starts accepting. A listening
+ * socket handed over by a takeover (st__restart_listener) is taken
+ * instead, after checking it is bound to that path. ST_OK or
+ * ST_ERR_CONFIGURATION/ST_ERR_IO/ST_ERR_INVALID_ARGUMENT with a message.
+ * Loop thread. */
 int st__listen_open(st__server_t *srv, int device, char *err, size_t errlen);
 
 /* listen.c: stops accepting, closes every listener and unlinks its socket
- * file if it is still the one we bound. Idempotent. Loop thread. */
+ * file if it is still the one we bound (not after srv->handed_over: the
+ * new server serves it). Idempotent. Loop thread. */
 void st__listen_close_all(st__server_t *srv);
+
+/* listen.c: stops accepting (pause), connections wait in the backlog, or
+ * accepts again. Loop thread. */
+void st__listen_pause(st__server_t *srv, int pause);
 
 /* peer.c: nonzero if the peer of connected socket fd, with these
  * credentials, may use the server: root, our own uid, a uid of

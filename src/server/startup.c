@@ -20,6 +20,7 @@
 #include "peer/ssl_api.h"
 #include "server/server.h"
 #include "server/reclaim.h"
+#include "server/takeover.h"
 #include "st/errors.h"
 #include "st/wire.h"
 
@@ -186,6 +187,24 @@ static int run_check(const st__config_t *cfg, int config_errors) {
   return nerr ? 1 : 0;
 }
 
+/* --takeover: asks the server on this config's first socket to hand
+ * over (takeover.h) and fills setup with what it handed; *channel is the
+ * connection to answer it on. ST_OK, or an error printed. Main thread. */
+static int take_over(const st__config_t *cfg, st__server_setup_t *setup, int *channel) {
+  char path[200], err[1024];
+  pid_t old = 0;
+  int rc = st__socket_path(cfg->base_path, cfg->devices[0], path, sizeof path, err, sizeof err);
+  if (rc == ST_OK)
+    rc = st__takeover_request(path, channel, &setup->handed, &setup->nhanded, &old, err,
+                              sizeof err);
+  if (rc != ST_OK) {
+    fprintf(stderr, "stserver: --takeover: %s\n", err);
+    return rc;
+  }
+  ST_LOG_I("takeover", "pid %ld handed over %zu descriptors", (long)old, setup->nhanded);
+  return ST_OK;
+}
+
 /* Config, flags, then --check or the server; returns the exit status.
  * Main thread. */
 int st__server_main(const st__options_t *o) {
@@ -257,8 +276,21 @@ int st__server_main(const st__options_t *o) {
   if (sockdir_why[0]) ST_LOG_I("listen", "%s", sockdir_why);
 
 
+  st__server_setup_t setup = {0};
+  int channel = -1;
+  if (o->takeover && take_over(&cfg, &setup, &channel) != ST_OK) {
+    st__config_free(&cfg);
+    return 1;
+  }
   st__server_t srv;
-  int rc = st__server_init(&srv, &cfg);
+  char err[1024] = "";
+  setup.err = err;
+  setup.errlen = sizeof err;
+  int rc = st__server_start(&srv, &cfg, &setup);
+  if (channel >= 0) st__takeover_answer(channel, rc == ST_OK, err[0] ? err : st_strerror(rc));
+  for (size_t i = 0; i < setup.nhanded; i++)
+    if (setup.handed[i].fd >= 0) close(setup.handed[i].fd);
+  free(setup.handed);
   if (rc == ST_OK) st__server_run(&srv);
   st__server_destroy(&srv);
   st__config_free(&cfg);

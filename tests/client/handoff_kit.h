@@ -173,15 +173,9 @@ static inline int hk_end(hk_consumer_t *k, int kill_it) {
   return st;
 }
 
-/* info's integer at a.b[.c] on c, or -1. */
+/* info's integer at a.b[.c] on c, or -1 (stt_info_int). */
 static inline int64_t hk_info(st_client_t *c, const char *a, const char *b, const char *d) {
-  st_result_t *info = NULL;
-  if (st_client_info(c, &info) != ST_OK) return -1;
-  const st_value_t *v = st_value_get(st_value_get(st_result_value(info), a), b);
-  if (d) v = st_value_get(v, d);
-  int64_t n = v && v->kind == ST_VALUE_INT ? v->as.integer : -1;
-  st_result_free(info);
-  return n;
+  return stt_info_int(c, a, b, d);
 }
 
 /* What must come back once every hand-off closed. */

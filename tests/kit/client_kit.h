@@ -86,6 +86,20 @@ static inline int stt_client_settle(st_client_t *c) {
   return rc == ST_OK;
 }
 
+/* info's integer at a.b[.c] on c (a boolean as 1 or 0), or -1. */
+static inline int64_t stt_info_int(st_client_t *c, const char *a, const char *b, const char *d) {
+  st_result_t *info = NULL;
+  if (st_client_info(c, &info) != ST_OK) return -1;
+  const st_value_t *v = st_value_get(st_value_get(st_result_value(info), a), b);
+  if (d) v = st_value_get(v, d);
+  int64_t n = !v                         ? -1
+              : v->kind == ST_VALUE_INT  ? v->as.integer
+              : v->kind == ST_VALUE_BOOL ? v->as.boolean
+                                         : -1;
+  st_result_free(info);
+  return n;
+}
+
 /* Prints "what: NAME: message" of c's last failure when rc is one;
  * returns rc. */
 static inline int stt_client_report(st_client_t *c, const char *what, int rc) {

@@ -412,6 +412,7 @@ int stt_server_start(stt_server_t *s) {
     argv[n++] = s->config;
     for (int i = 0; i < 16 && s->extra_args[i]; i++) argv[n++] = s->extra_args[i];
     argv[n] = NULL;
+    if (s->before_exec) s->before_exec(s->before_exec_ud);
     execv(bin, (char *const *)argv);
     fprintf(stderr, "fixture: exec %s: %s\n", bin, strerror(errno));
     _exit(127);

@@ -52,6 +52,11 @@ typedef struct stt_server {
   int own_endpoints;
   char netns[64];         /* "": this process's network namespace; else
                              the server runs in /var/run/netns/<netns>  */
+  /* Called in the server's process just before exec (NULL: nothing):
+   * what a service manager sets up (svcmgr.h). Async-signal-safe work
+   * only (the test may have threads). */
+  void (*before_exec)(void *ud);
+  void *before_exec_ud;
 } stt_server_t;
 
 /* Creates the temp dir. Aborts the test program on failure (setup bug). */

@@ -2,6 +2,7 @@
 #include "proc.h"
 
 #include <dirent.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -139,4 +140,41 @@ int stt_proc_fd_count(pid_t pid) {
   for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
   closedir(d);
   return n;
+}
+
+/* One line of /proc/PID/maps: its range and inode. 1 when it parses. */
+static int maps_line(const char *line, unsigned long *lo, unsigned long *hi,
+                     unsigned long long *ino) {
+  unsigned long off;
+  char perm[8], dev[16];
+  return sscanf(line, "%lx-%lx %7s %lx %15s %llu", lo, hi, perm, &off, dev, ino) == 6;
+}
+
+unsigned long long stt_proc_inode_at(pid_t pid, const void *addr) {
+  char path[64], line[512];
+  snprintf(path, sizeof path, "/proc/%ld/maps", (long)pid);
+  FILE *f = fopen(path, "r");
+  unsigned long long found = 0;
+  while (f && !found && fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    unsigned long long ino;
+    if (maps_line(line, &lo, &hi, &ino) && (uintptr_t)addr >= lo && (uintptr_t)addr < hi)
+      found = ino;
+  }
+  if (f) fclose(f);
+  return found;
+}
+
+int stt_proc_maps_inode(pid_t pid, unsigned long long ino) {
+  char path[64], line[512];
+  snprintf(path, sizeof path, "/proc/%ld/maps", (long)pid);
+  FILE *f = fopen(path, "r");
+  int found = 0;
+  while (f && !found && fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    unsigned long long i;
+    found = maps_line(line, &lo, &hi, &i) && i == ino;
+  }
+  if (f) fclose(f);
+  return found;
 }

@@ -51,6 +51,14 @@ int stt_run(stt_proc_t *p, const char *prog, const char *const *args, const char
 /* The number of '\n' in s. */
 int stt_count_lines(const char *s);
 
+/* The inode of the file process pid maps at addr (/proc/PID/maps), or 0
+ * (no file there). */
+unsigned long long stt_proc_inode_at(pid_t pid, const void *addr);
+
+/* Whether process pid maps a file of inode ino (a memfd another process
+ * mapped too: the same memory, not a copy). */
+int stt_proc_maps_inode(pid_t pid, unsigned long long ino);
+
 /* Descriptors process pid holds now (/proc/PID/fd), or -1. */
 int stt_proc_fd_count(pid_t pid);
 

@@ -18,7 +18,7 @@ static const char *const TOP_KEYS[] = {
     "server_id", "version", "protocol", "pid", "uptime_s", "ready", "generation", "devices",
     "cuda", "sockets", "workers", "connections", "inflight", "waiting", "counters", "methods",
     "errors_by_name", "limits", "held", "holdings", "arenas", "objects", "keys", "memory", "tasks", "peer",
-    "transfers",
+    "transfers", "restart",
     NULL};
 static const char *const GEN_KEYS[] = {"number",    "reloading", "loaded_at", "endpoints",
                                        "dir",       "last_reload", NULL};
