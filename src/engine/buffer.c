@@ -136,6 +136,21 @@ static int check_spec(const st__buffers_t *t, const st__buffer_spec_t *s,
   return handles_ok(t, conn, l->max_handles, err, errlen);
 }
 
+
+/* A buffer of spec s with frames of frame_bytes (slots at SLOT_ALIGN
+ * strides), nothing shared yet; NULL when out of memory. Owned by the
+ * caller until it joins the table. */
+static st__buffer_t *buffer_new(const st__buffer_spec_t *s, uint64_t frame_bytes) {
+  st__buffer_t *b = calloc(1, sizeof *b);
+  if (!b) return NULL;
+  b->dtype = s->dtype;
+  b->ndim = s->ndim;
+  memcpy(b->shape, s->shape, sizeof b->shape);
+  b->slots = (uint32_t)s->slots;
+  b->frame_bytes = frame_bytes;
+  b->stride = round_up(frame_bytes, SLOT_ALIGN);
+  return b;
+}
 /* See buffer.h. Loop thread. */
 int st__buffer_create(st__buffers_t *t, const st__buffer_spec_t *s,
                       const st__buffer_limits_t *l, uint64_t conn, uid_t uid, st__buffer_t **out,
@@ -145,14 +160,8 @@ int st__buffer_create(st__buffers_t *t, const st__buffer_spec_t *s,
   int rc = check_spec(t, s, l, conn, &frame_bytes, err, errlen);
   if (rc == ST_OK) rc = st__named_unused(&t->named, "buffer", s->name, s->name_len, err, errlen);
   if (rc != ST_OK) return rc;
-  st__buffer_t *b = calloc(1, sizeof *b);
+  st__buffer_t *b = buffer_new(s, frame_bytes);
   if (!b) return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
-  b->dtype = s->dtype;
-  b->ndim = s->ndim;
-  memcpy(b->shape, s->shape, sizeof b->shape);
-  b->slots = (uint32_t)s->slots;
-  b->frame_bytes = frame_bytes;
-  b->stride = round_up(frame_bytes, SLOT_ALIGN);
   rc = st__named_init(&b->named, s->name, s->name_len, uid, s->device, b->stride * b->slots,
                       round_up(ST__BUFFER_PAGE_BYTES(b->slots), PAGE_ALIGN), err, errlen);
   if (rc == ST_OK && s->device >= 0 && !st__arena_has_fd(b->named.data))
@@ -191,14 +200,8 @@ int st__buffer_restore(st__buffers_t *t, const st__buffer_spec_t *s,
     return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
                     "buffer '%.*s': its data arena is not %" PRIu64 " slots of %" PRIu64
                     " bytes on its device", (int)s->name_len, s->name, s->slots, stride);
-  st__buffer_t *b = calloc(1, sizeof *b);
+  st__buffer_t *b = buffer_new(s, frame_bytes);
   if (!b) return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen, "out of memory");
-  b->dtype = s->dtype;
-  b->ndim = s->ndim;
-  memcpy(b->shape, s->shape, sizeof b->shape);
-  b->slots = (uint32_t)s->slots;
-  b->frame_bytes = frame_bytes;
-  b->stride = stride;
   rc = st__named_adopt(&b->named, s->name, s->name_len, uid, data, page,
                        round_up(ST__BUFFER_PAGE_BYTES(b->slots), PAGE_ALIGN), err, errlen);
   if (rc == ST_OK) {
