@@ -179,8 +179,8 @@ static int check_header(const unsigned char *m, st__journal_scan_t *scan, char *
 /* See journal.h. */
 int st__journal_header(int fd, st__journal_scan_t *scan, char *err, size_t errlen) {
   memset(scan, 0, sizeof *scan);
-  const unsigned char *m;
-  uint64_t size;
+  const unsigned char *m = NULL;
+  uint64_t size = 0;
   int rc = map_file(fd, &m, &size, err, errlen);
   if (rc != ST_OK) return rc;
   scan->bytes = size;
@@ -273,8 +273,8 @@ static uint64_t verify(const unsigned char *m, uint64_t size, uint64_t *count, i
 int st__journal_read(int fd, st__journal_fn fn, void *ud, st__journal_scan_t *scan, char *err,
                      size_t errlen) {
   memset(scan, 0, sizeof *scan);
-  const unsigned char *m;
-  uint64_t size;
+  const unsigned char *m = NULL;
+  uint64_t size = 0;
   int rc = map_file(fd, &m, &size, err, errlen);
   if (rc != ST_OK) return rc;
   scan->bytes = size;
