@@ -1,7 +1,9 @@
 /* src/peer/channel.c: the channel (peer.h): the listener, the dials and
- * their backoff, peer_hello both ways, the peer_* methods, requests to a
- * peer and their timeouts, peer_ping for liveness and round-trip time, and
- * the peer records `peers` reports. Links' bytes are link.c's.
+ * their backoff, peer_hello both ways, the messages of a link and the
+ * dispatch of peer_* methods, peer_ping for liveness and round-trip time,
+ * the tick (deadlines, pings, dials), start and stop. Links' bytes are
+ * link.c's; requests, replies and the queries requests.c's; the peer
+ * table's checks conf.c's (channel_int.h: what they share).
  *
  * A link is admitted in steps: TCP (accepted: at most ST__PEER_MAX_PENDING
  * not yet identified), TLS 1.3 (tls.c: the cluster key or certificates),
@@ -28,95 +30,18 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "peer/link.h"
-#include "peer/peer.h"
-#include "peer/resolve.h"
+#include "peer/channel_int.h"
 #include "peer/ssl_api.h"
-#include "peer/tls.h"
 #include "proto/proto.h"
 #include "st/errors.h"
 #include "st/wire.h"
-
-#define WHO "peer"
-/* The channel's timer: deadlines, pings and dials are looked at this often. */
-#define TICK_S 0.1
-/* Dial backoff: first wait, factor 2, at most. */
-#define BACKOFF_MIN_S 0.25
-#define BACKOFF_MAX_S 10.0
-/* A link that is up is pinged this often (peer_ping: liveness and rtt). */
-#define PING_EVERY_S 5.0
-/* Handlers at most. */
-#define MAX_METHODS 64
-/* Links of one peer at once (its incoming and outgoing ones). */
-#define MAX_LINKS_PER_PEER 4
-
-typedef struct peer_rec {
-  const st__peer_entry_t *e;     /* borrowed from the configuration      */
-  st__peer_state_t reported;     /* what the state listener last heard   */
-  double since;                  /* unix time of the last state change   */
-  char last_error[512];
-  int refused;                   /* the last attempt was refused          */
-  st__link_t *up;                /* the link that is up, or NULL          */
-  st__link_t *dialing;           /* our outgoing link being made          */
-  double next_dial;              /* monotonic                             */
-  double backoff;
-  int resolving;                 /* its host name is being resolved       */
-} peer_rec_t;
-
-typedef struct method_row {
-  char name[64];
-  st__peer_method_fn fn;
-  void *ud;
-} method_row_t;
-
-typedef struct pending {
-  uint64_t handle;
-  uint64_t link;                 /* serial of the link it went out on     */
-  uint32_t id;
-  double deadline;
-  st__peer_reply_fn cb;          /* NULL: internal (peer_ping, hello)     */
-  void *ud;
-  char peer[ST__PEER_ID_MAX + 1];
-  struct pending *next;
-} pending_t;
-
-struct st__peer {
-  struct ev_loop *loop;
-  pthread_t thread;
-  const st__peer_conf_t *conf;
-  st__tls_ctx_t *tls;
-  int lfd;                       /* listener, -1 when none               */
-  ev_io accept_io;
-  ev_timer tick;
-  ev_async wake;
-  st__resolver_t *resolver;      /* host names of peers, off the loop     */
-  char listen_addr[96];
-  int npeers;
-  peer_rec_t peers[ST__PEER_MAX_PEERS];
-  st__link_t *links;             /* every link, open or closed (freed by
-                                    the tick once closed)                 */
-  int pending_links;             /* incoming, not yet identified         */
-  uint64_t next_serial, next_handle;
-  pending_t *pending;
-  int nmethods;
-  method_row_t methods[MAX_METHODS];
-  size_t nengines;
-  st__peer_engine_t engines[ST__PEER_MAX_ENGINES];   /* owned strings */
-  st__peer_state_fn on_state;
-  void *on_state_ud;
-  uint64_t refused_total;        /* incoming links refused or failed     */
-  char last_refused[512];
-  int stopping;
-};
 
 static const st__link_hooks_t hooks;
 
 /* ------------------------------------------------------------- helpers */
 
-/* printf into dst (n bytes), cut where it does not fit: the messages here
- * are for people, and a cut one still says what happened. */
-static void say(char *dst, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void say(char *dst, size_t n, const char *fmt, ...) {
+/* See channel_int.h. Any thread. */
+void st__peer_say(char *dst, size_t n, const char *fmt, ...) {
   char tmp[2048];
   va_list ap;
   va_start(ap, fmt);
@@ -138,47 +63,6 @@ const char *st__peer_state_name(st__peer_state_t s) {
   }
 }
 
-/* Ids: 1..255 of [A-Za-z0-9._-] (a host name fits). */
-static int id_ok(const char *id) {
-  size_t n = strlen(id);
-  if (n == 0 || n > ST__PEER_ID_MAX) return 0;
-  for (size_t i = 0; i < n; i++) {
-    char c = id[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-          c == '.' || c == '_' || c == '-'))
-      return 0;
-  }
-  return 1;
-}
-
-/* "host:port" or "[v6]:port" into host and port. 0, or -1 with err. */
-static int split_addr(const char *key, const char *addr, char *host, size_t hostlen, char *port,
-                      size_t portlen, int allow_zero, char *err, size_t errlen) {
-  const char *colon;
-  if (addr[0] == '[') {
-    const char *close = strchr(addr, ']');
-    if (!close || close[1] != ':') goto bad;
-    if ((size_t)(close - addr - 1) >= hostlen) goto bad;
-    snprintf(host, hostlen, "%.*s", (int)(close - addr - 1), addr + 1);
-    colon = close + 1;
-  } else {
-    colon = strrchr(addr, ':');
-    if (!colon || colon == addr || (size_t)(colon - addr) >= hostlen) goto bad;
-    if (memchr(addr, ':', (size_t)(colon - addr))) goto bad;   /* bare v6 */
-    snprintf(host, hostlen, "%.*s", (int)(colon - addr), addr);
-  }
-  char *end;
-  errno = 0;
-  long p = strtol(colon + 1, &end, 10);
-  if (!colon[1] || *end || errno || p < (allow_zero ? 0 : 1) || p > 65535) goto bad;
-  snprintf(port, portlen, "%ld", p);
-  return 0;
-bad:
-  snprintf(err, errlen, "%s: expected \"host:port\" (a port in %d..65535; an IPv6 address in "
-           "brackets, \"[::1]:7070\"), got \"%s\"", key, allow_zero ? 0 : 1, addr);
-  return -1;
-}
-
 static void addr_text(const struct sockaddr *sa, char *out, size_t len) {
   char host[INET6_ADDRSTRLEN] = "?";
   int port = 0;
@@ -197,7 +81,7 @@ static void addr_text(const struct sockaddr *sa, char *out, size_t len) {
   }
 }
 
-static peer_rec_t *find_peer(const st__peer_t *p, const char *id, size_t len) {
+peer_rec_t *st__peer_find(const st__peer_t *p, const char *id, size_t len) {
   for (int i = 0; i < p->npeers; i++)
     if (strlen(p->peers[i].e->id) == len && memcmp(p->peers[i].e->id, id, len) == 0)
       return (peer_rec_t *)&p->peers[i];
@@ -205,7 +89,7 @@ static peer_rec_t *find_peer(const st__peer_t *p, const char *id, size_t len) {
 }
 
 /* The state a peer is in now. */
-static st__peer_state_t state_of(const st__peer_t *p, const peer_rec_t *r) {
+st__peer_state_t st__peer_state_of(const st__peer_t *p, const peer_rec_t *r) {
   if (r->up) return ST__PEER_UP;
   if (r->resolving) return ST__PEER_CONNECTING;
   for (const st__link_t *l = p->links; l; l = l->next)
@@ -216,68 +100,18 @@ static st__peer_state_t state_of(const st__peer_t *p, const peer_rec_t *r) {
 
 /* Tells the state listener when r's state changed. */
 static void notify(st__peer_t *p, peer_rec_t *r) {
-  st__peer_state_t s = state_of(p, r);
+  st__peer_state_t s = st__peer_state_of(p, r);
   if (s == r->reported) return;
   r->reported = s;
   r->since = st__now_unix();
   if (p->on_state) p->on_state(p->on_state_ud, r->e->id, s, s == ST__PEER_UP ? "" : r->last_error);
 }
 
-/* ------------------------------------------------------------- config */
-
-/* See peer.h. */
-int st__peer_configured(const st__peer_conf_t *conf) {
-  return conf->listen || conf->npeers > 0;
-}
-
-/* See peer.h. */
-int st__peer_check(const st__peer_conf_t *conf, uid_t owner, char *err, size_t errlen) {
-  char host[256], port[16];
-  if (!conf->id || !id_ok(conf->id)) {
-    snprintf(err, errlen, "peer.id: \"%s\" is not a valid id (1 to %d characters of A-Z a-z 0-9 "
-             ". _ -)", conf->id ? conf->id : "", ST__PEER_ID_MAX);
-    return ST_ERR_CONFIGURATION;
-  }
-  if (conf->listen &&
-      split_addr("peer.listen", conf->listen, host, sizeof host, port, sizeof port, 1, err,
-                 errlen) != 0)
-    return ST_ERR_CONFIGURATION;
-  for (int i = 0; i < conf->npeers; i++) {
-    const st__peer_entry_t *e = &conf->peers[i];
-    char key[300];
-    snprintf(key, sizeof key, "peer.peers.%s", e->id);
-    if (!id_ok(e->id)) {
-      snprintf(err, errlen, "%s: not a valid peer id (1 to %d characters of A-Z a-z 0-9 . _ -)",
-               key, ST__PEER_ID_MAX);
-      return ST_ERR_CONFIGURATION;
-    }
-    if (strcmp(e->id, conf->id) == 0) {
-      snprintf(err, errlen, "%s: that is this server's own id (peer.id)", key);
-      return ST_ERR_CONFIGURATION;
-    }
-    if (e->addr &&
-        split_addr(key, e->addr, host, sizeof host, port, sizeof port, 0, err, errlen) != 0)
-      return ST_ERR_CONFIGURATION;
-  }
-  if (!st__peer_configured(conf)) return ST_OK;   /* nothing opens */
-  if (!conf->secret && !conf->tls_cert && !conf->tls_key && !conf->tls_ca) {
-    snprintf(err, errlen, "%s needs peer.secret or peer.tls",
-             conf->listen ? "peer.listen" : "peer.peers");
-    return ST_ERR_CONFIGURATION;
-  }
-  st__tls_conf_t tc = {.secret = conf->secret, .cert = conf->tls_cert, .key = conf->tls_key,
-                       .ca = conf->tls_ca, .owner = owner};
-  st__tls_ctx_t *ctx = NULL;
-  int rc = st__tls_ctx_new(&tc, &ctx, err, errlen);
-  st__tls_ctx_free(ctx);
-  return rc;
-}
-
 /* ------------------------------------------------------------- frames */
 
 /* Queues a frame on l and sends it now when this is the loop thread,
  * else wakes the loop. ST_OK or the error (the link is closed then). */
-static int send_frame(st__peer_t *p, st__link_t *l, const msgpack_sbuffer *sb) {
+int st__peer_send_frame(st__peer_t *p, st__link_t *l, const msgpack_sbuffer *sb) {
   int mine = pthread_equal(pthread_self(), p->thread);
   int rc = st__link_queue(l, sb->data, sb->size);
   if (rc != ST_OK) {
@@ -288,7 +122,7 @@ static int send_frame(st__peer_t *p, st__link_t *l, const msgpack_sbuffer *sb) {
     } else {
       /* Another thread may not touch the loop's watchers: the channel's
        * next tick closes it. */
-      say(l->refusal, sizeof l->refusal, "%s", why);
+      st__peer_say(l->refusal, sizeof l->refusal, "%s", why);
       l->refused = 0;
       l->close_after_flush = 1;
       l->deadline = 0;
@@ -300,13 +134,13 @@ static int send_frame(st__peer_t *p, st__link_t *l, const msgpack_sbuffer *sb) {
   return ST_OK;
 }
 
-static int send_error(st__peer_t *p, st__link_t *l, uint32_t id, int code, const char *msg) {
+int st__peer_send_error(st__peer_t *p, st__link_t *l, uint32_t id, int code, const char *msg) {
   msgpack_sbuffer sb;
   msgpack_packer pk;
   msgpack_sbuffer_init(&sb);
   msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
   st__pack_error_response(&pk, id, code, msg);
-  int rc = send_frame(p, l, &sb);
+  int rc = st__peer_send_frame(p, l, &sb);
   msgpack_sbuffer_destroy(&sb);
   return rc;
 }
@@ -317,187 +151,22 @@ static void refuse(st__peer_t *p, st__link_t *l, uint32_t id, int has_id, const 
   ST_LOG_W(WHO, "link %s %s refused: %s", l->outgoing ? "to" : "from", l->remote, why);
   if (!l->outgoing || !l->peer) {
     p->refused_total++;
-    say(p->last_refused, sizeof p->last_refused, "%s: %s", l->remote, why);
+    st__peer_say(p->last_refused, sizeof p->last_refused, "%s: %s", l->remote, why);
   }
   l->refused = 1;
-  say(l->refusal, sizeof l->refusal, "%s", why);
+  st__peer_say(l->refusal, sizeof l->refusal, "%s", why);
   if (l->peer) {
     peer_rec_t *r = l->peer;
-    say(r->last_error, sizeof r->last_error, "%s", why);
+    st__peer_say(r->last_error, sizeof r->last_error, "%s", why);
     r->refused = 1;
   }
-  if (has_id && send_error(p, l, id, ST_ERR_AUTH, why) == ST_OK && st__link_has_output(l)) {
+  if (has_id && st__peer_send_error(p, l, id, ST_ERR_AUTH, why) == ST_OK &&
+      st__link_has_output(l)) {
     l->close_after_flush = 1;
     l->deadline = st__now_mono() + 2.0;
     return;
   }
   st__link_close(l, why);
-}
-
-/* ------------------------------------------------------------- requests */
-
-static pending_t *add_pending(st__peer_t *p, st__link_t *l, const char *peer, double timeout_s,
-                              st__peer_reply_fn cb, void *ud) {
-  pending_t *q = calloc(1, sizeof *q);
-  if (!q) return NULL;
-  q->handle = ++p->next_handle;
-  q->link = l->serial;
-  q->id = ++l->next_id;
-  if (q->id == 0) q->id = ++l->next_id;
-  q->deadline = st__now_mono() + timeout_s;
-  q->cb = cb;
-  q->ud = ud;
-  snprintf(q->peer, sizeof q->peer, "%s", peer);
-  q->next = p->pending;
-  p->pending = q;
-  return q;
-}
-
-/* Unlinks and returns the pending request (link serial, id), or NULL. */
-static pending_t *take_pending(st__peer_t *p, uint64_t link, uint32_t id) {
-  for (pending_t **pp = &p->pending; *pp; pp = &(*pp)->next) {
-    if ((*pp)->link == link && (*pp)->id == id) {
-      pending_t *q = *pp;
-      *pp = q->next;
-      return q;
-    }
-  }
-  return NULL;
-}
-
-/* Fails every pending request of link serial `link` (0: all). */
-static void fail_pending(st__peer_t *p, uint64_t link, int code, const char *why) {
-  pending_t **pp = &p->pending;
-  while (*pp) {
-    pending_t *q = *pp;
-    if (link && q->link != link) {
-      pp = &q->next;
-      continue;
-    }
-    *pp = q->next;
-    if (q->cb) q->cb(q->ud, q->peer, code, why, NULL);
-    free(q);
-    pp = &p->pending;   /* a callback may have changed the list */
-  }
-}
-
-/* Packs [0, id, method, <params>] and sends it. */
-/* See peer.h. */
-int st__peer_request(st__peer_t *p, const char *peer, const char *method, const void *params,
-                     size_t params_len, double timeout_s, st__peer_reply_fn cb, void *ud,
-                     uint64_t *handle, char *err, size_t errlen) {
-  if (!method || strncmp(method, "peer_", 5) != 0 || !cb || !(timeout_s > 0)) {
-    snprintf(err, errlen, "a peer request needs a peer_* method, a callback and a timeout");
-    return ST_ERR_INVALID_ARGUMENT;
-  }
-  if (params_len + 512 > ST__PEER_MAX_FRAME) {
-    snprintf(err, errlen, "the request's parameters (%zu bytes) pass the peer frame limit (%u)",
-             params_len, ST__PEER_MAX_FRAME);
-    return ST_ERR_LIMIT;
-  }
-  peer_rec_t *r = p ? find_peer(p, peer, strlen(peer)) : NULL;
-  if (!r) {
-    snprintf(err, errlen, "'%s' is not a peer of this server (peer.peers)", peer);
-    return ST_ERR_NOT_FOUND;
-  }
-  if (!r->up || p->stopping) {
-    snprintf(err, errlen, "no link to peer '%s' is up (state %s%s%s)", peer,
-             st__peer_state_name(state_of(p, r)), r->last_error[0] ? ": " : "", r->last_error);
-    return ST_ERR_CAPABILITY;
-  }
-  pending_t *q = add_pending(p, r->up, peer, timeout_s, cb, ud);
-  if (!q) {
-    snprintf(err, errlen, "out of memory");
-    return ST_ERR_OUT_OF_MEMORY;
-  }
-  /* Queued only: the channel's loop sends it after its wake-up, so that
-   * no callback (this one, or another request's when a link fails) runs
-   * inside this call. A queue that refuses it closes the link there. */
-  msgpack_sbuffer sb;
-  msgpack_packer pk;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  st__pack_request_head(&pk, q->id, method);
-  msgpack_sbuffer_write(&sb, params, params_len);
-  int rc = st__link_queue(r->up, sb.data, sb.size);
-  msgpack_sbuffer_destroy(&sb);
-  if (rc != ST_OK) {
-    st__link_t *l = r->up;
-    free(take_pending(p, q->link, q->id));
-    say(l->refusal, sizeof l->refusal, "%s",
-        rc == ST_ERR_LIMIT ? "more than 64 MiB queued for the peer" : "out of memory (link output)");
-    l->refused = 0;
-    l->close_after_flush = 1;
-    l->deadline = 0;
-    ev_async_send(p->loop, &p->wake);
-    snprintf(err, errlen, "the link to peer '%s' cannot take the request: %s", peer, l->refusal);
-    return rc;
-  }
-  if (handle) *handle = q->handle;
-  ev_async_send(p->loop, &p->wake);
-  return ST_OK;
-}
-
-/* See peer.h. */
-int st__peer_cancel(st__peer_t *p, uint64_t handle) {
-  for (pending_t **pp = &p->pending; *pp; pp = &(*pp)->next) {
-    if ((*pp)->handle == handle) {
-      pending_t *q = *pp;
-      *pp = q->next;
-      free(q);
-      return 1;
-    }
-  }
-  return 0;
-}
-
-static st__link_t *link_by_serial(st__peer_t *p, uint64_t serial) {
-  for (st__link_t *l = p->links; l; l = l->next)
-    if (l->serial == serial && l->stage == ST__LINK_OPEN && l->up) return l;
-  return NULL;
-}
-
-/* See peer.h. */
-int st__peer_reply(st__peer_t *p, st__peer_ticket_t t, const void *result, size_t len) {
-  st__link_t *l = link_by_serial(p, t.link);
-  if (!l) return 0;
-  msgpack_sbuffer sb;
-  msgpack_packer pk;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  st__pack_response_head(&pk, t.id);
-  msgpack_sbuffer_write(&sb, result, len);
-  int rc = send_frame(p, l, &sb);
-  msgpack_sbuffer_destroy(&sb);
-  return rc == ST_OK;
-}
-
-/* See peer.h. */
-int st__peer_reply_error(st__peer_t *p, st__peer_ticket_t t, int code, const char *message) {
-  st__link_t *l = link_by_serial(p, t.link);
-  if (!l) return 0;
-  return send_error(p, l, t.id, code, message) == ST_OK;
-}
-
-/* See peer.h. */
-int st__peer_method_add(st__peer_t *p, const char *name, st__peer_method_fn fn, void *ud) {
-  if (!name || strncmp(name, "peer_", 5) != 0 || strlen(name) >= sizeof p->methods[0].name ||
-      !fn || strcmp(name, "peer_hello") == 0 || strcmp(name, "peer_ping") == 0)
-    return ST_ERR_INVALID_ARGUMENT;
-  for (int i = 0; i < p->nmethods; i++)
-    if (strcmp(p->methods[i].name, name) == 0) return ST_ERR_INVALID_ARGUMENT;
-  if (p->nmethods == MAX_METHODS) return ST_ERR_LIMIT;
-  method_row_t *m = &p->methods[p->nmethods++];
-  snprintf(m->name, sizeof m->name, "%s", name);
-  m->fn = fn;
-  m->ud = ud;
-  return ST_OK;
-}
-
-/* See peer.h. */
-void st__peer_on_state(st__peer_t *p, st__peer_state_fn fn, void *ud) {
-  p->on_state = fn;
-  p->on_state_ud = ud;
 }
 
 /* ------------------------------------------------------------- hello */
@@ -599,13 +268,13 @@ static int compare_engines(st__peer_t *p, st__link_t *l, const msgpack_object *l
         rw = rwhy[k][0] ? rwhy[k] : "unavailable";
       }
     if (!x->local[0])
-      say(x->why, sizeof x->why, "%s is unavailable on this server (%s)", name,
-               have_local ? lwhy : "not reported");
+      st__peer_say(x->why, sizeof x->why, "%s is unavailable on this server (%s)", name,
+                   have_local ? lwhy : "not reported");
     else if (!x->remote[0])
-      say(x->why, sizeof x->why, "%s is unavailable on %s (%s)", name, peer,
-               have_remote ? rw : "not reported");
+      st__peer_say(x->why, sizeof x->why, "%s is unavailable on %s (%s)", name, peer,
+                   have_remote ? rw : "not reported");
     else if (strcmp(x->local, x->remote) != 0)
-      say(x->why, sizeof x->why, "%s versions differ: %s on this server (%s), %s on %s; "
+      st__peer_say(x->why, sizeof x->why, "%s versions differ: %s on this server (%s), %s on %s; "
                "they must match exactly", name, x->local, p->conf->id, x->remote, peer);
     else
       x->usable = 1;
@@ -623,13 +292,13 @@ static void on_hello(st__peer_t *p, st__link_t *l, uint32_t id, const msgpack_ob
     refuse(p, l, id, 1, "peer_hello sent twice");
     return;
   }
-  if (!m || get_str(m, "id", peer_id, sizeof peer_id) != 1 || !id_ok(peer_id)) {
+  if (!m || get_str(m, "id", peer_id, sizeof peer_id) != 1 || !st__peer_id_ok(peer_id)) {
     refuse(p, l, id, 1, "peer_hello: 'id' must be a peer id (1 to 255 of A-Z a-z 0-9 . _ -)");
     return;
   }
   get_str(m, "version", version, sizeof version);
   const msgpack_object *proto = st__map_get(m, "protocol");
-  peer_rec_t *r = find_peer(p, peer_id, strlen(peer_id));
+  peer_rec_t *r = st__peer_find(p, peer_id, strlen(peer_id));
   if (l->outgoing && l->peer != r) {
     snprintf(err, sizeof err, "dialled peer '%s' at %s, but the server there says it is '%s'",
              ((peer_rec_t *)l->peer)->e->id, l->remote, peer_id);
@@ -696,10 +365,10 @@ static void on_hello_reply(st__peer_t *p, st__link_t *l, const st__message_t *m)
     if (e->type == MSGPACK_OBJECT_MAP) get_str(e, "message", why, sizeof why);
     snprintf(msg, sizeof msg, "refused by %s: %s", l->remote, why);
     l->refused = 1;
-    say(l->refusal, sizeof l->refusal, "%s", msg);
+    st__peer_say(l->refusal, sizeof l->refusal, "%s", msg);
     if (l->peer) {
       peer_rec_t *r = l->peer;
-      say(r->last_error, sizeof r->last_error, "%s", msg);
+      st__peer_say(r->last_error, sizeof r->last_error, "%s", msg);
       r->refused = 1;
     }
     ST_LOG_W(WHO, "%s", msg);
@@ -752,7 +421,7 @@ static void on_ping(st__peer_t *p, st__link_t *l, uint32_t id) {
   msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
   st__pack_response_head(&pk, id);
   st__pack_cstr(&pk, "pong");
-  send_frame(p, l, &sb);
+  st__peer_send_frame(p, l, &sb);
   msgpack_sbuffer_destroy(&sb);
 }
 
@@ -771,7 +440,7 @@ static void on_message(st__link_t *l, st__message_t *m) {
       l->ping_id = 0;
       return;
     }
-    pending_t *q = take_pending(p, l->serial, m->id);
+    pending_t *q = st__peer_take_pending(p, l->serial, m->id);
     if (!q) {
       ST_LOG_D(WHO, "link %s: a reply to no request (id %u) ignored", l->remote, m->id);
       return;
@@ -807,7 +476,7 @@ static void on_message(st__link_t *l, st__message_t *m) {
     ST_LOG_W(WHO, "link %s %s closed: %s", l->outgoing ? "to" : "from", l->remote, why);
     if (!l->hello_got) {
       p->refused_total++;
-      say(p->last_refused, sizeof p->last_refused, "%s: %s", l->remote, why);
+      st__peer_say(p->last_refused, sizeof p->last_refused, "%s: %s", l->remote, why);
     }
     st__link_close(l, why);
     return;
@@ -816,7 +485,7 @@ static void on_message(st__link_t *l, st__message_t *m) {
   method[m->method_len] = '\0';
   const msgpack_object *params = NULL;
   if (st__params_map(&m->params, &params, why, sizeof why) != ST_OK) {
-    send_error(p, l, m->id, ST_ERR_INVALID_ARGUMENT, why);
+    st__peer_send_error(p, l, m->id, ST_ERR_INVALID_ARGUMENT, why);
     return;
   }
   if (strcmp(method, "peer_hello") == 0) {
@@ -843,7 +512,7 @@ static void on_message(st__link_t *l, st__message_t *m) {
     }
   }
   snprintf(why, sizeof why, "unknown peer method '%s'", method);
-  send_error(p, l, m->id, ST_ERR_UNKNOWN_METHOD, why);
+  st__peer_send_error(p, l, m->id, ST_ERR_UNKNOWN_METHOD, why);
 }
 
 static void on_closed(st__link_t *l, const char *why) {
@@ -854,10 +523,10 @@ static void on_closed(st__link_t *l, const char *why) {
   if (!l->outgoing && !l->hello_got && !l->refused && !p->stopping) {
     /* An incoming link that failed before it said who it is. */
     p->refused_total++;
-    say(p->last_refused, sizeof p->last_refused, "%s: %s", l->remote, why);
+    st__peer_say(p->last_refused, sizeof p->last_refused, "%s: %s", l->remote, why);
     ST_LOG_W(WHO, "incoming link from %s closed before its hello: %s", l->remote, why);
   }
-  fail_pending(p, l->serial, p->stopping ? ST_ERR_SHUTTING_DOWN : ST_ERR_IO, why);
+  st__peer_fail_pending(p, l->serial, p->stopping ? ST_ERR_SHUTTING_DOWN : ST_ERR_IO, why);
   if (!r) return;
   if (r->dialing == l) r->dialing = NULL;
   int was_up = r->up == l;
@@ -866,7 +535,7 @@ static void on_closed(st__link_t *l, const char *why) {
     ST_LOG_W(WHO, "link to peer %s is down: %s", r->e->id, why);
   }
   if (was_up || (l->outgoing && !r->up)) {
-    say(r->last_error, sizeof r->last_error, "%s", why);
+    st__peer_say(r->last_error, sizeof r->last_error, "%s", why);
     r->refused = l->refused || strstr(why, "TLS handshake failed") != NULL;
   }
   if (l->outgoing && !r->up) {
@@ -908,7 +577,8 @@ static void connect_to(st__peer_t *p, peer_rec_t *r, struct addrinfo *res);
 static void dial(st__peer_t *p, peer_rec_t *r) {
   char host[256], port[16], err[512];
   r->next_dial = 0;
-  if (split_addr("addr", r->e->addr, host, sizeof host, port, sizeof port, 0, err, sizeof err))
+  if (st__peer_split_addr("addr", r->e->addr, host, sizeof host, port, sizeof port, 0, err,
+                          sizeof err))
     return;
   struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
                            .ai_flags = AI_NUMERICSERV | AI_NUMERICHOST},
@@ -926,7 +596,7 @@ static void dial(st__peer_t *p, peer_rec_t *r) {
   }
   if (st__resolver_start(p->resolver, host, port, (uint64_t)(r - p->peers), err, sizeof err) !=
       ST_OK) {
-    say(r->last_error, sizeof r->last_error, "cannot resolve %s: %s", r->e->addr, err);
+    st__peer_say(r->last_error, sizeof r->last_error, "cannot resolve %s: %s", r->e->addr, err);
     dial_failed(p, r);
     return;
   }
@@ -1033,8 +703,8 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
 
 static int open_listener(st__peer_t *p, char *err, size_t errlen) {
   char host[256], port[16];
-  if (split_addr("peer.listen", p->conf->listen, host, sizeof host, port, sizeof port, 1, err,
-                 errlen))
+  if (st__peer_split_addr("peer.listen", p->conf->listen, host, sizeof host, port, sizeof port,
+                          1, err, errlen))
     return ST_ERR_CONFIGURATION;
   struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV},
                   *res = NULL;
@@ -1078,7 +748,7 @@ static void send_ping(st__peer_t *p, st__link_t *l) {
   l->ping_sent = st__now_mono();
   st__pack_request_head(&pk, l->ping_id, "peer_ping");
   msgpack_pack_array(&pk, 0);
-  send_frame(p, l, &sb);
+  st__peer_send_frame(p, l, &sb);
   msgpack_sbuffer_destroy(&sb);
 }
 
@@ -1256,7 +926,7 @@ void st__peer_stop(st__peer_t *p) {
   if (!p) return;
   p->stopping = 1;
   for (st__link_t *l = p->links; l; l = l->next) st__link_close(l, "this server is stopping");
-  fail_pending(p, 0, ST_ERR_SHUTTING_DOWN, "this server is stopping");
+  st__peer_fail_pending(p, 0, ST_ERR_SHUTTING_DOWN, "this server is stopping");
   while (p->links) {
     st__link_t *l = p->links;
     p->links = l->next;
@@ -1272,89 +942,4 @@ void st__peer_stop(st__peer_t *p) {
   free_engines(p);
   st__tls_ctx_free(p->tls);
   free(p);
-}
-
-/* ------------------------------------------------------------- queries */
-
-/* See peer.h. */
-st__peer_state_t st__peer_state(const st__peer_t *p, const char *peer) {
-  const peer_rec_t *r = p ? find_peer(p, peer, strlen(peer)) : NULL;
-  return r ? state_of(p, r) : ST__PEER_DOWN;
-}
-
-/* See peer.h. */
-int st__peer_engine_usable(const st__peer_t *p, const char *peer, const char *engine, char *why,
-                           size_t whylen) {
-  const peer_rec_t *r = p ? find_peer(p, peer, strlen(peer)) : NULL;
-  if (!r || !r->up) {
-    snprintf(why, whylen, "no link to peer '%s' is up", peer);
-    return 0;
-  }
-  for (int i = 0; i < r->up->nengines; i++) {
-    const st__link_engine_t *x = &r->up->engines[i];
-    if (strcmp(x->name, engine) != 0) continue;
-    if (!x->usable) snprintf(why, whylen, "%s", x->why);
-    return x->usable;
-  }
-  snprintf(why, whylen, "neither this server nor peer '%s' reports the engine %s", peer, engine);
-  return 0;
-}
-
-/* See peer.h. */
-const char *st__peer_listen_address(const st__peer_t *p) {
-  return p && p->lfd >= 0 ? p->listen_addr : NULL;
-}
-
-static void pack_peer(msgpack_packer *pk, const st__peer_t *p, const st__peer_entry_t *e,
-                      const peer_rec_t *r) {
-  msgpack_pack_map(pk, 9);
-  st__pack_kv_str(pk, "id", e->id);
-  st__pack_kv_str(pk, "addr", e->addr);
-  st__pack_kv_str(pk, "state", st__peer_state_name(r ? state_of(p, r) : ST__PEER_DOWN));
-  st__pack_cstr(pk, "engines");
-  const st__link_t *l = r ? r->up : NULL;
-  msgpack_pack_array(pk, l ? (size_t)l->nengines : 0);
-  for (int i = 0; l && i < l->nengines; i++) {
-    const st__link_engine_t *x = &l->engines[i];
-    msgpack_pack_map(pk, 5);
-    st__pack_kv_str(pk, "name", x->name);
-    st__pack_kv_str(pk, "local", x->local[0] ? x->local : NULL);
-    st__pack_kv_str(pk, "remote", x->remote[0] ? x->remote : NULL);
-    st__pack_kv_bool(pk, "usable", x->usable);
-    st__pack_kv_str(pk, "why", x->usable ? NULL : x->why);
-  }
-  if (r) st__pack_kv_double(pk, "since", r->since);
-  else st__pack_kv_str(pk, "since", NULL);
-  if (l && l->rtt_us >= 0) st__pack_kv_uint(pk, "rtt_us", (uint64_t)l->rtt_us);
-  else st__pack_kv_str(pk, "rtt_us", NULL);
-  st__pack_kv_str(pk, "last_error", r && r->last_error[0] ? r->last_error : NULL);
-  st__pack_kv_str(pk, "link", l ? (l->outgoing ? "outgoing" : "incoming") : NULL);
-  if (e->as_uid >= 0) st__pack_kv_int(pk, "as_uid", e->as_uid);
-  else st__pack_kv_str(pk, "as_uid", NULL);
-}
-
-/* See peer.h. */
-void st__peer_pack_peers(msgpack_packer *pk, const st__peer_t *p, const st__peer_conf_t *conf) {
-  if (p) {
-    msgpack_pack_array(pk, (size_t)p->npeers);
-    for (int i = 0; i < p->npeers; i++) pack_peer(pk, p, p->peers[i].e, &p->peers[i]);
-    return;
-  }
-  msgpack_pack_array(pk, (size_t)conf->npeers);
-  for (int i = 0; i < conf->npeers; i++) pack_peer(pk, NULL, &conf->peers[i], NULL);
-}
-
-/* See peer.h. */
-void st__peer_pack_info(msgpack_packer *pk, const st__peer_t *p, const st__peer_conf_t *conf) {
-  int up = 0;
-  for (int i = 0; p && i < p->npeers; i++) up += p->peers[i].up != NULL;
-  msgpack_pack_map(pk, 8);
-  st__pack_kv_str(pk, "id", conf->id);
-  st__pack_kv_str(pk, "listen", st__peer_listen_address(p));
-  st__pack_kv_str(pk, "auth", p ? st__tls_ctx_mode(p->tls) : NULL);
-  st__pack_kv_str(pk, "tls", p ? st__ssl_version() : NULL);
-  st__pack_kv_int(pk, "peers", conf->npeers);
-  st__pack_kv_int(pk, "links_up", up);
-  st__pack_kv_uint(pk, "refused", p ? p->refused_total : 0);
-  st__pack_kv_str(pk, "last_refused", p && p->last_refused[0] ? p->last_refused : NULL);
 }
