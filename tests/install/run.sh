@@ -48,7 +48,10 @@ grep -q "^ExecStart=$p/bin/stserver --config $p/etc/sharedtensor/config.lua" \
 # no config.lua, reads the installed config and endpoints.
 mkdir "$work/run"
 cd "$work/run"
-bare "$p/bin/stserver" --base-path "$work/st" > "$work/server.log" 2>&1 &
+# Not through bare(): a function run in the background is a subshell of
+# its own, and $! would name it rather than the server.
+env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$work" $keep \
+  "$p/bin/stserver" --base-path "$work/st" > "$work/server.log" 2>&1 &
 srv=$!
 for _ in $(seq 200); do
   [ -S "$work/st-0.sock" ] && break
