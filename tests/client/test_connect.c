@@ -212,7 +212,8 @@ typedef struct {
 } server_t;
 
 /* Starts stserver on a config without base_path, in the environment
- * `env` ("NAME=value" lines); waits until `socket` exists. 0, or -1 when
+ * `env` ("NAME=value" lines); waits until `socket` accepts a connection
+ * (the file exists from bind(), a moment before listen()). 0, or -1 when
  * the server exited first (its output in s->proc) or 10 s passed. */
 static int start_server(server_t *s, const char *env, const char *socket) {
   char ep[160], text[400];
@@ -228,7 +229,13 @@ static int start_server(server_t *s, const char *env, const char *socket) {
   double end = stt_now_ms() + 10000;
   struct stat st;
   while (stt_now_ms() < end) {
-    if (socket && stat(socket, &st) == 0) return 0;
+    if (socket && stat(socket, &st) == 0) {
+      int fd = stt_connect(socket);
+      if (fd >= 0) {
+        close(fd);
+        return 0;
+      }
+    }
     stt_proc_read(&s->proc, 10);
     if (s->proc.fd_out < 0 && s->proc.fd_err < 0) break; /* it exited */
   }

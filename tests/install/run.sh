@@ -54,7 +54,10 @@ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$work" $keep \
   "$p/bin/stserver" --base-path "$work/st" > "$work/server.log" 2>&1 &
 srv=$!
 for _ in $(seq 200); do
-  [ -S "$work/st-0.sock" ] && break
+  # The file exists from bind(), a moment before listen(): ready once a
+  # ping is answered.
+  [ -S "$work/st-0.sock" ] && bare "$p/bin/stcli" --socket "$work/st-0.sock" ping \
+    > /dev/null 2>&1 && break
   kill -0 "$srv" 2>/dev/null || fail "stserver exited"
   sleep 0.05
 done
