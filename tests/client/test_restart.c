@@ -62,15 +62,6 @@ static st_result_t *reader_v3;      /* a reader's mapping of model v3    */
 static uint64_t acked[4096];
 static int nacked;
 
-/* A CPU float32 tensor of n elements, all `value`. */
-static st_result_t *filled(int64_t n, float value) {
-  st_result_t *r = stt_tensor_alloc_1d("cpu", ST_DTYPE_FLOAT32, n);
-  if (!r) return NULL;
-  float *p = st_result_tensor(r, 0)->data;
-  for (int64_t i = 0; i < n; i++) p[i] = value;
-  return r;
-}
-
 /* Whether every float of tensor t is `value`. */
 static int all_equal(const st_tensor_t *t, float value) {
   if (!t || t->dtype != ST_DTYPE_FLOAT32) return 0;
@@ -115,7 +106,7 @@ static void stream_puts(int out) {
   st_client_t *c = stt_client_open(S.socket);
   if (!c) _exit(2);
   for (uint64_t i = 1;; i++) {
-    st_result_t *t = filled(N, (float)i);
+    st_result_t *t = stt_tensor_filled(N, (float)i);
     if (!t) _exit(3);
     uint64_t v = 0;
     st_args_t *a = st_args_new();
@@ -138,14 +129,14 @@ TEST(publish_then_crash_during_puts) {
   CHECK_EQ_INT(stt_info_int(p, "restart", "kept", NULL), 1);
   CHECK_EQ_INT(stt_info_int(p, "restart", "generation", NULL), 1);
   for (int i = 0; i < 3; i++) {
-    model_w[i] = filled(MODEL_N, 10.0f + (float)i);
-    model_b[i] = filled(16, 20.0f + (float)i);
+    model_w[i] = stt_tensor_filled(MODEL_N, 10.0f + (float)i);
+    model_b[i] = stt_tensor_filled(16, 20.0f + (float)i);
     CHECK(model_w[i] && model_b[i]);
     if (!model_w[i] || !model_b[i]) return;
     CHECK_EQ_INT(put2(p, "model", model_w[i], model_b[i], 0), i + 1);
   }
   /* Two live keys: one left in the middle of an update, one at version 3. */
-  st_result_t *l1 = filled(64, 1.0f), *l2 = filled(64, 1.0f);
+  st_result_t *l1 = stt_tensor_filled(64, 1.0f), *l2 = stt_tensor_filled(64, 1.0f);
   CHECK_EQ_INT(put2(p, "live/cut", l1, NULL, ST_PUT_LIVE), 1);
   CHECK_EQ_INT(put2(p, "live/ok", l2, NULL, ST_PUT_LIVE), 1);
   st_result_free(l1);
@@ -154,7 +145,7 @@ TEST(publish_then_crash_during_puts) {
   CHECK_EQ_INT(st_key_open(p, "live/ok", 0, &live_ok), ST_OK);
   if (!live_cut || !live_ok) return;
   for (int v = 2; v <= 3; v++) {
-    st_result_t *u = filled(64, (float)v);
+    st_result_t *u = stt_tensor_filled(64, (float)v);
     st_tensor_t t = *st_result_tensor(u, 0);
     t.name = "weight";
     const st_tensor_t *ts[1] = {&t};
@@ -310,7 +301,7 @@ TEST(restored_after_the_crash) {
   CHECK_EQ_INT(stt_info_int(c, "arenas", "count", NULL), 6 + 4 + (int64_t)latest + 2);
 
   /* The table goes on: the next version number, and a delete. */
-  st_result_t *w4 = filled(MODEL_N, 13.0f), *b4 = filled(16, 23.0f);
+  st_result_t *w4 = stt_tensor_filled(MODEL_N, 13.0f), *b4 = stt_tensor_filled(16, 23.0f);
   CHECK_EQ_INT(put2(c, "model", w4, b4, 0), 4);
   st_result_free(w4);
   st_result_free(b4);
@@ -344,7 +335,7 @@ TEST(the_journal_is_compacted_under_churn) {
   OPEN_CLIENT(c, S.socket);
   if (!c) return;
   int64_t before = stt_info_int(c, "restart", "compactions", NULL);
-  st_result_t *t = filled(16, 0.0f);
+  st_result_t *t = stt_tensor_filled(16, 0.0f);
   if (!t) return;
   float *p = st_result_tensor(t, 0)->data;
   enum { PUTS = 5000 };
@@ -401,7 +392,7 @@ static int substitute(const char *name, off_t bytes, int sealed) {
 TEST(descriptors_that_are_not_what_the_journal_says_are_refused) {
   OPEN_CLIENT(c, S.socket);
   if (!c) return;
-  st_result_t *a = filled(N, 1.0f), *b = filled(N, 2.0f), *k = filled(N, 3.0f);
+  st_result_t *a = stt_tensor_filled(N, 1.0f), *b = stt_tensor_filled(N, 2.0f), *k = stt_tensor_filled(N, 3.0f);
   uint64_t v;
   st_args_t *args[3];
   const char *keys[3] = {"short", "unsealed", "kept"};

@@ -38,14 +38,6 @@ typedef struct load_report {
   char failure[200];
 } load_report_t;
 
-static st_result_t *filled(int64_t n, float value) {
-  st_result_t *r = stt_tensor_alloc_1d("cpu", ST_DTYPE_FLOAT32, n);
-  if (!r) return NULL;
-  float *p = st_result_tensor(r, 0)->data;
-  for (int64_t i = 0; i < n; i++) p[i] = value;
-  return r;
-}
-
 static int put_value(st_client_t *c, const char *key, st_result_t *t, uint64_t *v) {
   st_args_t *a = st_args_new();
   int rc = st_args_tensor(a, "x", st_result_tensor(t, 0), NULL, 0);
@@ -77,7 +69,7 @@ static void loader(int i, int stop, int out) {
   snprintf(key, sizeof key, "load/%d", i);
   st_client_t *c = connect_retry(S.socket);
   if (!c) _exit(2);
-  st_result_t *t = filled(64, 0.0f);
+  st_result_t *t = stt_tensor_filled(64, 0.0f);
   for (uint64_t j = 1;; j++) {
     char b;
     if (read(stop, &b, 1) >= 0 || errno != EAGAIN) break;
@@ -177,7 +169,7 @@ TEST(a_new_server_that_fails_leaves_the_old_one_serving) {
   owner = stt_client_open(S.socket);
   CHECK(owner);
   if (!owner) return;
-  model = filled(1024, 7.0f);
+  model = stt_tensor_filled(1024, 7.0f);
   uint64_t v = 0;
   CHECK_EQ_INT(put_value(owner, "model", model, &v), ST_OK);
   CHECK_EQ_INT(v, 1);

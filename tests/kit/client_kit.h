@@ -74,6 +74,16 @@ static inline st_result_t *stt_tensor_alloc_1d(const char *device, st_dtype_t dt
   return r;
 }
 
+/* A CPU float32 tensor of n elements of st_tensor_alloc, every one
+ * `value`, or NULL (said). */
+static inline st_result_t *stt_tensor_filled(int64_t n, float value) {
+  st_result_t *r = stt_tensor_alloc_1d("cpu", ST_DTYPE_FLOAT32, n);
+  if (!r) return NULL;
+  float *p = st_result_tensor(r, 0)->data;
+  for (int64_t i = 0; i < n; i++) p[i] = value;
+  return r;
+}
+
 /* Waits until the server c talks to has finished the teardowns it queued
  * (arenas let go on a loop thread are released by its releaser thread):
  * `info` waits for that queue. Call it before reading a baseline of
