@@ -341,6 +341,14 @@ static int reader_fail(st__reader_t *r, int rc) {
   return rc;
 }
 
+/* *msg as st__reader_next leaves it when it holds no message: no memory,
+ * type -1, nil params, error and result. */
+static void message_clear(st__message_t *msg) {
+  memset(msg, 0, sizeof *msg);
+  msg->type = -1;
+  msg->params.type = msg->error.type = msg->result.type = MSGPACK_OBJECT_NIL;
+}
+
 /* A decoded message u (owned) into *msg: its shape checked. 1, or the
  * reader failed with the reason. */
 static int take_message(st__reader_t *r, st__message_t *msg, msgpack_unpacked *u, char *err,
@@ -361,11 +369,7 @@ static int take_message(st__reader_t *r, st__message_t *msg, msgpack_unpacked *u
 /* See proto.h. *msg is always overwritten: after a return <= 0 it holds no
  * memory (st__message_destroy on it is a harmless no-op). */
 int st__reader_next(st__reader_t *r, st__message_t *msg, char *err, size_t errlen) {
-  memset(msg, 0, sizeof *msg);
-  msg->type = -1;
-  msg->params.type = MSGPACK_OBJECT_NIL;
-  msg->error.type = MSGPACK_OBJECT_NIL;
-  msg->result.type = MSGPACK_OBJECT_NIL;
+  message_clear(msg);
   if (r->failed) {
     set_err(err, errlen, "the connection already failed");
     return r->failed;
@@ -450,9 +454,7 @@ int st__reader_next_sliced(st__reader_t *r, st__message_t *msg, size_t slice, ch
     r->slice_bytes = bytes;
     r->slice_fed = 0;
   }
-  memset(msg, 0, sizeof *msg);
-  msg->type = -1;
-  msg->params.type = msg->error.type = msg->result.type = MSGPACK_OBJECT_NIL;
+  message_clear(msg);
   /* The message starts at the main unpacker's offset (read afresh: a
    * read meanwhile may have moved the buffer, never these bytes). */
   uint64_t k = r->slice_bytes - r->slice_fed < slice ? r->slice_bytes - r->slice_fed : slice;
