@@ -176,16 +176,27 @@ static int check_header(const unsigned char *m, st__journal_scan_t *scan, char *
   return ST_OK;
 }
 
+/* Maps the journal at fd (*map, *size; *map stays NULL when it cannot be
+ * mapped) and checks its header into a fresh *scan. ST_OK, or the error
+ * with the reason. */
+static int open_scan(int fd, const unsigned char **map, uint64_t *size, st__journal_scan_t *scan,
+                     char *err, size_t errlen) {
+  memset(scan, 0, sizeof *scan);
+  int rc = map_file(fd, map, size, err, errlen);
+  if (rc != ST_OK) {
+    *map = NULL;
+    return rc;
+  }
+  scan->bytes = *size;
+  return check_header(*map, scan, err, errlen);
+}
+
 /* See journal.h. */
 int st__journal_header(int fd, st__journal_scan_t *scan, char *err, size_t errlen) {
-  memset(scan, 0, sizeof *scan);
   const unsigned char *m = NULL;
   uint64_t size = 0;
-  int rc = map_file(fd, &m, &size, err, errlen);
-  if (rc != ST_OK) return rc;
-  scan->bytes = size;
-  rc = check_header(m, scan, err, errlen);
-  munmap((void *)m, (size_t)size);
+  int rc = open_scan(fd, &m, &size, scan, err, errlen);
+  if (m) munmap((void *)m, (size_t)size);
   return rc;
 }
 
@@ -272,13 +283,10 @@ static uint64_t verify(const unsigned char *m, uint64_t size, uint64_t *count, i
 /* See journal.h. */
 int st__journal_read(int fd, st__journal_fn fn, void *ud, st__journal_scan_t *scan, char *err,
                      size_t errlen) {
-  memset(scan, 0, sizeof *scan);
   const unsigned char *m = NULL;
   uint64_t size = 0;
-  int rc = map_file(fd, &m, &size, err, errlen);
-  if (rc != ST_OK) return rc;
-  scan->bytes = size;
-  rc = check_header(m, scan, err, errlen);
+  int rc = open_scan(fd, &m, &size, scan, err, errlen);
+  if (!m) return rc;
   uint64_t count = 0, end = 0;
   if (rc == ST_OK) {
     end = verify(m, size, &count, &scan->torn_tail, err, errlen);
