@@ -15,7 +15,10 @@
  * fresh managed result + release), submit_wait, targ_4k (a 4 KiB tensor
  * argument returned), int_arg (the same call with an integer argument),
  * module300 (cached, mapping kept), mmodule300_held_release (a managed
- * call of a held 300-tensor module + release), info.
+ * call of a held 300-tensor module + release), info; and two rows that
+ * split managed_release in its parts: managed_call (the call alone, the
+ * release after the clock stopped) and release_only (the release alone,
+ * the call before the clock started).
  *
  * Prints one line per row, "row KEY N P50 P99 MEAN" (microseconds), in
  * the order of --rows (default: every row, the floor "raw" first). Timings are printed, never asserted.
@@ -70,8 +73,26 @@ static void release_object(st_result_t *r) {
 
 enum {
   PING, CACHED_KEPT, CACHED_DROPPED, FRESH, MCACHED, MANAGED, SUBMIT, TARG, INT_ARG, MODULE,
-  MMODULE, INFO
+  MMODULE, INFO, MANAGED_CALL, RELEASE_ONLY
 };
+
+/* The managed result of a split row between its timed and untimed part. */
+static st_result_t *pending;
+
+/* The untimed part of a split row before one call: the call whose release
+ * is timed. */
+static void before_one(int what) {
+  if (what == RELEASE_ONLY) pending = call("managed16", NULL);
+}
+
+/* The untimed part of a split row after one call: the release of the call
+ * that was timed. */
+static void after_one(int what) {
+  if (what != MANAGED_CALL) return;
+  release_object(pending);
+  st_result_free(pending);
+  pending = NULL;
+}
 
 static void one(int what, st_result_t *targ) {
   st_result_t *r = NULL;
@@ -131,6 +152,14 @@ static void one(int what, st_result_t *targ) {
   case INFO:
     if (st_client_info(client, &r) != ST_OK) die("info");
     break;
+  case MANAGED_CALL:
+    pending = call("managed16", NULL);
+    return;
+  case RELEASE_ONLY:
+    release_object(pending);
+    r = pending;
+    pending = NULL;
+    break;
   }
   st_result_free(r);
 }
@@ -138,9 +167,11 @@ static void one(int what, st_result_t *targ) {
 static void measure(const char *key, int what, int iters, st_result_t *targ) {
   double *us = malloc(sizeof(double) * (size_t)iters);
   for (int i = -100; i < iters; i++) {
+    before_one(what);
     double t0 = stt_now_ms();
     one(what, targ);
     if (i >= 0) us[i] = (stt_now_ms() - t0) * 1e3;
+    after_one(what);
   }
   row(key, us, iters);
   free(us);
@@ -162,7 +193,9 @@ static void run_row(const char *key, const char *dir, int iters) {
               {"int_arg", INT_ARG},
               {"module300", MODULE},
               {"mmodule300_held_release", MMODULE},
-              {"info", INFO}};
+              {"info", INFO},
+              {"managed_call", MANAGED_CALL},
+              {"release_only", RELEASE_ONLY}};
   if (!strcmp(key, "raw")) {
     double *us = malloc(sizeof(double) * (size_t)iters);
     bk_raw_pingpong(dir, us, iters);
@@ -201,7 +234,8 @@ static void run_row(const char *key, const char *dir, int iters) {
 int main(int argc, char **argv) {
   const char *sock = NULL, *dir = NULL;
   char rows[512] = "raw,ping,cached_kept,cached_dropped,fresh,mcached_release,managed_release,"
-                   "submit_wait,targ_4k,int_arg,module300,mmodule300_held_release,info";
+                   "submit_wait,targ_4k,int_arg,module300,mmodule300_held_release,info,"
+                   "managed_call,release_only";
   int iters = 2000;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--socket") && i + 1 < argc) sock = argv[++i];

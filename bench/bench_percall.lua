@@ -56,7 +56,7 @@ row("fresh", iters, function() call("fresh4"):free() end)
 local function managed(name)
   return function()
     local r = call(name)
-    assert(c:release(r.object.id))
+    assert(c:release(r.object.id, false))
     r:free()
   end
 end

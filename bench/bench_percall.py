@@ -66,6 +66,7 @@ return {
 """
 
 PYTHON_ONLY = {"cached_kept_lib", "cached_dropped_nokeep"}
+C_ONLY = {"managed_call", "release_only"}   # managed_release in its two parts
 
 ROWS = [
     ("raw", "raw Unix-socket ping-pong 64 B (floor)"),
@@ -83,6 +84,8 @@ ROWS = [
     ("module300", "300-tensor module, mapping cached, again"),
     ("mmodule300_held_release", "managed 300-tensor module, held, + release"),
     ("info", "info()"),
+    ("managed_call", "  managed fresh: the call alone (C)"),
+    ("release_only", "  managed fresh: the release alone (C)"),
 ]
 
 
@@ -316,8 +319,10 @@ def main():
         for key, _ in ROWS[1:]:
             if key not in PYTHON_ONLY:
                 crow.update(c_rows(build, sock, d, o.device, o.iters, [key]))
-                if o.device == "cpu":
+                if o.device == "cpu" and key not in C_ONLY:
                     lrow.update(lua_rows(sock, o.iters, [key]))
+            if key in C_ONLY:
+                continue
             n = o.iters // 4 if key.startswith(("module300", "mmodule300")) else o.iters
             prepare(key)
             gc.collect()

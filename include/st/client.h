@@ -549,7 +549,11 @@ ST_API int st_client_tasks(st_client_t *c, const char *status, uint64_t before, 
 /* Gives back this connection's lease on object `object_id`. Idempotent:
  * without a lease *released is 0. Out pointers may be NULL: *released,
  * *destroyed (the object is gone from the server: no lease left and not
- * cached) and *refcount (leases left, all connections). */
+ * cached) and *refcount (leases left, all connections). With all three
+ * NULL nothing is waited for: the release goes as one message without a
+ * reply (a server that says "release_notify" in hello; any other gets the
+ * request), and the server handles it before this client's next request
+ * on the connection. */
 ST_API int st_client_release(st_client_t *c, uint64_t object_id, int *released,
                              int *destroyed, int64_t *refcount);
 

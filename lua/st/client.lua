@@ -413,9 +413,15 @@ function Client:cancel(id)
 end
 
 -- Gives back this connection's lease: { released, destroyed, refcount }.
-function Client:release(object_id)
+-- wait == false sends it without waiting for the answer (true): the
+-- server handles it before this client's next request.
+function Client:release(object_id, wait)
   check_self(self, "release")
   check_id(object_id, "release")
+  if wait == false then
+    if lib.st_client_release(self._h, object_id, nil, nil, nil) ~= 0 then return failure(self) end
+    return true
+  end
   local rel, des, ref = ffi.new("int[1]"), ffi.new("int[1]"), ffi.new("int64_t[1]")
   if lib.st_client_release(self._h, object_id, rel, des, ref) ~= 0 then return failure(self) end
   return { released = rel[0] ~= 0, destroyed = des[0] ~= 0, refcount = tonumber(ref[0]) }

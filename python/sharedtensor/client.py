@@ -72,8 +72,11 @@ class Handle:
         return self
 
     def __exit__(self, *exc):
-        if self._client._ptr:   # closing the client gave leases back already
-            self.release()
+        # Closing the client gave leases back already. Nothing is asked
+        # back: the release is one message, not waited for.
+        if self._client._ptr and not self.released:
+            self.released = True
+            self._client.release(self.object_id, wait=False)
         return False
 
     def __repr__(self):
@@ -504,9 +507,17 @@ class Client(Closing):
 
     # ----------------------------------------------------------- objects
 
-    def release(self, object_id):
+    def release(self, object_id, wait=True):
         """Gives back this connection's lease on an object (idempotent):
-        {released, destroyed, refcount}."""
+        {released, destroyed, refcount}. wait=False sends it without
+        waiting for the answer (None): the server handles it before this
+        client's next request."""
+        if not wait:
+            with self._lock:
+                rc = _release(self._ptr or self._h(), object_id, None, None, None)
+                if rc != 0:
+                    self._fail(rc)
+            return None
         rel, des, ref = self._rel
         with self._lock:
             rc = _release(self._ptr or self._h(), object_id, *self._rel_refs)

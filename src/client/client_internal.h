@@ -176,6 +176,7 @@ struct st_client {
   char server_version[64];
   int server_pid;
   int device;
+  int release_notify;          /* the server's hello listed "release_notify" */
   /* last failure */
   int err;
   char err_name[32];
@@ -315,6 +316,11 @@ int st__client_exchange(st_client_t *c, const char *method, const void *params,
 int st__client_exchange_until(st_client_t *c, const char *method, const void *params,
                               size_t params_len, const int *req_fds, size_t req_nfds,
                               int64_t deadline, st__message_t *reply, int **fds, size_t *nfds);
+
+/* rpc.c: sends `method` with params (the bytes of one msgpack map) as a
+ * notification: no id, no reply (docs/protocol.md, "Messages"). ST_OK
+ * once written; a failed write closes the connection. */
+int st__client_notify(st_client_t *c, const char *method, const void *params, size_t params_len);
 
 /* call.c: one exchange of `method` (params: the bytes of one msgpack map
  * and the descriptors that go with it, or NULL for none) decoded into a new result owned by the caller; with

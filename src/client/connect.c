@@ -90,6 +90,7 @@ static int hello(st_client_t *c, int64_t deadline, int features) {
       c->server_pid = (int)int_of(st__map_get(r, "pid"), 0);
       c->device = (int)int_of(st__map_get(r, "device"), 0);
       const msgpack_object *f = st__map_get(r, "features");
+      c->release_notify = st__features_has(f, "release_notify");
       st__client_argcache_reset(c, st__features_has(f, "arg_cache"));
       st__client_kept_arenas_reset(c, features && st__features_has(f, "arena_refs"));
       /* The server marks what it counts as kept (`object_kept`): a server

@@ -34,6 +34,18 @@ ST_API int st_client_release(st_client_t *c, uint64_t object_id, int *released, 
   if (destroyed) *destroyed = 0;
   if (refcount) *refcount = 0;
   if (!c) return ST_ERR_INVALID_ARGUMENT;
+  if (!released && !destroyed && !refcount && c->release_notify) {
+    /* Nothing asked back: one message, no reply to wait for. */
+    st__cbuf_t b;
+    st__client_cbuf_init(&b);
+    msgpack_pack_map(&b.pk, 1);
+    st__pack_cstr(&b.pk, "object_id");
+    msgpack_pack_uint64(&b.pk, object_id);
+    int rc = b.oom ? st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing 'release'")
+                   : st__client_notify(c, "release", b.sb.data, b.sb.size);
+    st__client_cbuf_destroy(&b);
+    return rc;
+  }
   st_result_t *r = NULL;
   int rc = object_method(c, "release", object_id, &r);
   if (rc != ST_OK) return rc;

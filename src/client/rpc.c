@@ -143,6 +143,26 @@ static int read_reply(st_client_t *c, uint32_t id, int64_t deadline, st__message
   }
 }
 
+/* See client_internal.h. Thread of the client. */
+int st__client_notify(st_client_t *c, const char *method, const void *params, size_t params_len) {
+  if (c->fd < 0)
+    return st__client_fail(c, ST_ERR_IO, "the connection is closed (%s)", c->closed_why);
+  st__client_clear_error(c);
+  st__cbuf_t b;
+  st__client_cbuf_init(&b);
+  msgpack_pack_array(&b.pk, 3);
+  msgpack_pack_uint8(&b.pk, ST_MSG_NOTIFICATION);
+  st__pack_cstr(&b.pk, method);
+  msgpack_pack_array(&b.pk, 1);
+  st__client_cbuf_raw(&b.pk, params, params_len);
+  int rc = b.oom ? st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing '%s'", method)
+                 : st__client_conn_send(c, b.sb.data, b.sb.size, NULL, 0,
+                                        st__client_deadline(c->timeout_ms));
+  st__client_cbuf_destroy(&b);
+  if (rc != ST_OK && rc != ST_ERR_OUT_OF_MEMORY) st__client_conn_shutdown(c, c->err_msg);
+  return rc;
+}
+
 /* Sends one request and waits for its reply (see client_internal.h for
  * ownership). Thread of the client. */
 int st__client_exchange(st_client_t *c, const char *method, const void *params,

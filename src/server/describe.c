@@ -70,15 +70,17 @@ void st__describe_hello(msgpack_packer *pk, st__server_t *srv, int device) {
    * tensor arguments named by arg_id (docs/protocol.md), unless
    * limits.max_cached_arguments is 0; "arena_refs", arenas of objects
    * sent once per connection to a client that asks for it; "object_refs",
-   * cached objects' results sent once per connection likewise. */
+   * cached objects' results sent once per connection likewise;
+   * "release_notify", `release` taken as a notification too (no reply). */
   int arg_cache = srv->cfg->max_cached_arguments > 0;
   /* "pool": result pools (docs/pool.md), unless pool.max_regions is 0. */
   int pool = st__pool_offered(srv);
   st__pack_cstr(pk, "features");
-  msgpack_pack_array(pk, (uint32_t)(arg_cache + pool) + 2);
+  msgpack_pack_array(pk, (uint32_t)(arg_cache + pool) + 3);
   if (arg_cache) st__pack_cstr(pk, "arg_cache");
   st__pack_cstr(pk, "arena_refs");
   st__pack_cstr(pk, "object_refs");
+  st__pack_cstr(pk, "release_notify");
   if (pool) st__pack_cstr(pk, "pool");
 }
 

@@ -108,7 +108,7 @@ static int take_arenas(st__conn_t *c, uint32_t id, const msgpack_object *params,
 void st__dispatch(st__conn_t *c, st__message_t *msg) {
   st__server_t *srv = c->srv;
   if (msg->type == ST_MSG_NOTIFICATION) {
-    srv->counters.notifications++;
+    st__notified(c, msg);
     return;
   }
   if (msg->type != ST_MSG_REQUEST) {

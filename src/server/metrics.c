@@ -164,7 +164,7 @@ static void counters(text_t *t, const st__server_t *srv) {
       C("read_pauses", read_pauses, "", "Times reading a connection paused: its replies piled up."),
       C("sliced_decodes", sliced_decodes, "",
         "Large messages decoded a slice per loop turn (1 MiB or more)."),
-      C("notifications", notifications, "", "Notification messages received (ignored)."),
+      C("notifications", notifications, "", "Notification messages received (release; others ignored)."),
       C("received_bytes", bytes_received, "bytes", "Bytes read from clients."),
       C("sent_bytes", bytes_sent, "bytes", "Bytes written to clients."),
       C("sent_descriptors", fds_sent, "", "Descriptors sent with replies."),

@@ -105,7 +105,7 @@ const char *st__rpc_method_name(size_t i);
 /* Handles one decoded message of c (borrowed; a handler may take its
  * `unpacked`, leaving it empty): a request runs its method
  * (BUSY past max_inflight, UNKNOWN_METHOD, parameter errors), a
- * notification is counted, a response closes the connection. The
+ * notification goes to st__notified, a response closes the connection. The
  * connection's message hook (server.h). */
 void st__dispatch(st__conn_t *c, st__message_t *msg);
 
@@ -195,6 +195,11 @@ void st__rpc_tasks(st__rpc_req_t *r);
 
 /* rpc_objects.c */
 void st__rpc_release(st__rpc_req_t *r);
+/* A notification of c (msg, borrowed; no reply ever): `release`
+ * {object_id} gives back the lease as the request does (hello feature
+ * "release_notify", docs/protocol.md); any other is counted and ignored,
+ * and so is a release without exactly one object_id (a debug line). */
+void st__notified(st__conn_t *c, const st__message_t *msg);
 void st__rpc_object_info(st__rpc_req_t *r);
 void st__rpc_ensure_live(st__rpc_req_t *r);
 void st__rpc_objects(st__rpc_req_t *r);

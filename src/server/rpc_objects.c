@@ -3,6 +3,9 @@
  * only. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
 
 #include "engine/bind.h"
 #include "engine/cachekey.h"
@@ -16,17 +19,23 @@ static void stale(st__rpc_req_t *r, uint64_t oid) {
                 r->method->name, (unsigned long long)oid);
 }
 
+/* Gives back c's lease on object `oid`, counted; what st__objects_release
+ * says. */
+static void release_lease(st__conn_t *c, uint64_t oid, int *released, int *destroyed,
+                          uint32_t *refcount) {
+  st__objects_release(&c->srv->objects, oid, c->id, released, destroyed, refcount);
+  if (*released) {
+    c->leases--;
+    c->srv->counters.releases++;
+  }
+}
+
 /* release {object_id} -> {released, destroyed, refcount}. */
 void st__rpc_release(st__rpc_req_t *r) {
   st__conn_t *c = r->c;
   int released, destroyed;
   uint32_t refcount;
-  st__objects_release(&c->srv->objects, st__rpc_u64(r, "object_id", 0), c->id, &released,
-                      &destroyed, &refcount);
-  if (released) {
-    c->leases--;
-    c->srv->counters.releases++;
-  }
+  release_lease(c, st__rpc_u64(r, "object_id", 0), &released, &destroyed, &refcount);
   msgpack_sbuffer sb;
   msgpack_packer pk;
   st__reply_begin(&sb, &pk, r->id);
@@ -35,6 +44,24 @@ void st__rpc_release(st__rpc_req_t *r) {
   st__pack_kv_bool(&pk, "destroyed", destroyed);
   st__pack_kv_uint(&pk, "refcount", refcount);
   st__reply_send(c, r->id, &sb);
+}
+
+/* See rpc.h. */
+void st__notified(st__conn_t *c, const st__message_t *msg) {
+  c->srv->counters.notifications++;
+  if (msg->method_len != 7 || memcmp(msg->method, "release", 7) != 0) return;
+  const msgpack_object *params = NULL, *oid = NULL;
+  char err[128];
+  if (st__params_map(&msg->params, &params, err, sizeof err) == ST_OK && params)
+    oid = st__map_get(params, "object_id");
+  if (!oid || oid->type != MSGPACK_OBJECT_POSITIVE_INTEGER || params->via.map.size != 1) {
+    ST_LOG_D("conn", "conn %llu: a release notification without one object_id; ignored",
+             (unsigned long long)c->id);
+    return;
+  }
+  int released, destroyed;
+  uint32_t refcount;
+  release_lease(c, oid->via.u64, &released, &destroyed, &refcount);
 }
 
 /* object_info {object_id} -> object info, or STALE_HANDLE. */

@@ -132,7 +132,7 @@ typedef struct st__counters {
                                  connection closed, or the reply that
                                  carried the lease could not be sent       */
   uint64_t invalidations;     /* cache entries dropped by invalidate_*     */
-  uint64_t notifications;     /* client notifications (ignored)            */
+  uint64_t notifications;     /* client notifications (release, or ignored) */
   uint64_t bytes_received;
   uint64_t bytes_sent;
   uint64_t fds_sent;

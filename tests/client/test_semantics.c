@@ -204,6 +204,50 @@ TEST(release_is_idempotent_and_ensure_live_turns_stale) {
   st_client_close(c);
 }
 
+/* A release that asks nothing back is one message without a reply
+ * ("release_notify"): the next request already sees the lease gone, and
+ * a release of an object without a lease changes nothing. */
+TEST(release_without_outputs_is_not_waited_for) {
+  OPEN_CLIENT(c, srv.socket);
+  st_result_t *r = call_n(c, "owned", NULL, 0);
+  CHECK(r);
+  st_object_info_t o;
+  CHECK_ERR(st_result_object(r, &o), ST_OK);
+  st_result_t *before = NULL;
+  CHECK_RC(st_client_info(c, &before), ST_OK, c);
+  int64_t releases = st_value_get(st_value_get(st_result_value(before), "counters"),
+                                  "releases")->as.integer;
+  int64_t notes = st_value_get(st_value_get(st_result_value(before), "counters"),
+                               "notifications")->as.integer;
+  st_result_free(before);
+  CHECK_RC(st_client_release(c, o.id, NULL, NULL, NULL), ST_OK, c);
+  /* The next request: the object is gone, nothing was answered in between. */
+  CHECK_RC(st_client_ensure_live(c, o.id, NULL), ST_ERR_STALE_HANDLE, c);
+  CHECK_RC(st_client_release(c, o.id, NULL, NULL, NULL), ST_OK, c);
+  CHECK_RC(st_client_release(c, 987654321, NULL, NULL, NULL), ST_OK, c);
+  CHECK_RC(st_client_ping(c, NULL), ST_OK, c);
+  st_result_t *after = NULL;
+  CHECK_RC(st_client_info(c, &after), ST_OK, c);
+  const st_value_t *k = st_value_get(st_result_value(after), "counters");
+  CHECK_EQ_INT(st_value_get(k, "releases")->as.integer, releases + 1);
+  CHECK_EQ_INT(st_value_get(k, "notifications")->as.integer, notes + 3);
+  st_result_free(after);
+  /* Another connection's lease is not this connection's to give back. */
+  st_result_t *h = call_n(c, "owned", NULL, 0);
+  CHECK(h);
+  st_object_info_t ho;
+  CHECK_ERR(st_result_object(h, &ho), ST_OK);
+  OPEN_CLIENT(other, srv.socket);
+  CHECK_RC(st_client_release(other, ho.id, NULL, NULL, NULL), ST_OK, other);
+  CHECK_RC(st_client_ping(other, NULL), ST_OK, other);
+  CHECK_RC(st_client_ensure_live(c, ho.id, NULL), ST_OK, c);
+  st_client_close(other);
+  CHECK(st_tensor_get(st_result_tensor(r, 0), 2) == 2);   /* the mapping outlives it */
+  st_result_free(h);
+  st_result_free(r);
+  st_client_close(c);
+}
+
 TEST(invalidation_drops_cache_entries) {
   OPEN_CLIENT(c, srv.socket);
   st_result_t *r = call_n(c, "cached", "n", 2);
@@ -499,6 +543,7 @@ int main(void) {
   stt_server_setup(&srv, "workers = 2,", endpoints);
   RUN(managed_call_gives_an_object_with_a_lease);
   RUN(release_is_idempotent_and_ensure_live_turns_stale);
+  RUN(release_without_outputs_is_not_waited_for);
   RUN(invalidation_drops_cache_entries);
   RUN(submit_wait_result);
   RUN(progress_shows_while_running);

@@ -233,6 +233,11 @@ class SharedTensorTest(st_fixture.ServerTestCase):
         r = h2.release()
         self.assertEqual((r["released"], r["refcount"]), (True, 0))
         self.assertIsNone(h2.release())
+        # wait=False: not waited for, done before the next request
+        h3 = self.c.call("managed", n=3)
+        self.assertIsNone(self.c.release(h3.object_id, wait=False))
+        with self.assertRaises(st.StaleHandleError):
+            self.c.object_info(h3.object_id)
 
     def test_tasks(self):
         tid = self.c.submit("slow", n=4)

@@ -249,8 +249,12 @@ TEST(client_fds_are_closed) {
 }
 
 TEST(notifications_are_ignored) {
+  /* Unknown ones, and releases that are not {object_id: n}, change
+   * nothing and get no reply; the connection goes on. */
   OPEN_RC(c, S.socket);
-  CHECK(rc_sendf(&c, "[2, 'whatever', []], [0, 77, 'ping', []]") == 0);
+  CHECK(rc_sendf(&c, "[2, 'whatever', []], [2, 'release', []], [2, 'release', [{object_id: -1}]], "
+                     "[2, 'release', [{object_id: 1, x: 2}]], "
+                     "[0, 77, 'ping', []]") == 0);
   msg_t m;
   CHECK(rc_next(&c, &m, 5000) == 1);
   CHECK_EQ_INT(m.id, 77);

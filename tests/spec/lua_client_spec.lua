@@ -176,6 +176,18 @@ describe("the Lua client", function()
     b:free()
   end)
 
+  it("releases without waiting for the answer", function()
+    local a = assert(c:call("mod", { rows = 5 }))
+    local b = assert(c:call("mod", { rows = 5 }))
+    assert.is_true(c:release(b.object.id, false))
+    -- The next request already finds that lease given back.
+    assert.are.equal(0, assert(c:release(a.object.id)).refcount)
+    assert.is_true(c:release(a.object.id, false))   -- none left: nothing changes
+    assert.is_true(c:ensure_live(a.object.id))       -- still cached
+    a:free()
+    b:free()
+  end)
+
   it("sees a result through a view, and reports a bad one", function()
     local res = assert(c:call("mod", { rows = 3 }, { view = "weight:shard(0,1,3)|transpose(0,1)" }))
     local w = res.value.tensors.weight
