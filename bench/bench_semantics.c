@@ -19,7 +19,8 @@
  *     src/server/loopprof.h), and that profile per call: the loop's
  *     time in each phase and the system calls it made
  * --workers sets the server's workers (default 2), --loop-threads its
- * loop_threads (default 1); --throughput-only skips the latency figures
+ * loop_threads (default 1; 0 leaves the server's own default,
+ * src/server/config.c); --throughput-only skips the latency figures
  * and the slow builds.
  * Timings are printed, never asserted (shared machines are noisy).
  */
@@ -247,9 +248,9 @@ static void start_bench_server(stt_server_t *s, int workers, int loops) {
   stt_write_endpoint(s, "quick.lua",
                      "return st.endpoint{ name = 'quick',\n"
                      "  build = function() return 1 end }\n");
-  char cfg[128];
-  snprintf(cfg, sizeof cfg, "log_level = 'warn', workers = %d, loop_threads = %d,", workers,
-           loops);
+  char cfg[128], l[32] = "";
+  if (loops > 0) snprintf(l, sizeof l, " loop_threads = %d,", loops);
+  snprintf(cfg, sizeof cfg, "log_level = 'warn', workers = %d,%s", workers, l);
   stt_server_config(s, cfg);
   if (stt_server_start(s) != 0) exit(1);
 }
@@ -310,7 +311,7 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (iters < 1 || clients < 1 || slow < 1 || slow > 256 || workers < 1 || loops < 1 ||
+  if (iters < 1 || clients < 1 || slow < 1 || slow > 256 || workers < 1 || loops < 0 ||
       !(seconds > 0)) {
     fprintf(stderr, "bench_semantics: counts and seconds must be positive\n");
     return 2;
@@ -320,9 +321,11 @@ int main(int argc, char **argv) {
   stt_server_t s;
   start_bench_server(&s, workers, loops);
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  printf("bench_semantics: %ld CPUs, %d server workers, %d loop threads, %d iterations per "
+  char ln[40] = "the server's default number of";
+  if (loops > 0) snprintf(ln, sizeof ln, "%d", loops);
+  printf("bench_semantics: %ld CPUs, %d server workers, %s loop threads, %d iterations per "
          "latency figure\n",
-         ncpu, workers, loops, iters);
+         ncpu, workers, ln, iters);
   if (!only_tp) {
     st_client_t *c = bk_connect(s.socket);
     double *us = malloc(sizeof(double) * (size_t)iters);

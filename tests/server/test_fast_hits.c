@@ -1,7 +1,8 @@
 /* Repeated cache hits answered by the loops that serve the connections,
  * without loop 0 (docs/pool.md, section 7), against a real stserver with
  * loop_threads = 3:
- *   - `stserver --check` shows loop_threads;
+ *   - `stserver --check` shows loop_threads, and its default follows the
+ *     CPUs the server may run on;
  *   - with loop 0's thread stopped (ptrace), calls answered {object, same:
  *     true} keep coming on two connections (loops 1 and 2), and so does a
  *     cache miss (built on a worker, completed on its connection's loop),
@@ -13,6 +14,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/ptrace.h>
 #include <sys/syscall.h>
@@ -67,6 +69,52 @@ TEST(check_shows_loop_threads) {
   stt_proc_t r;
   CHECK_EQ_INT(stt_run(&r, getenv("ST_SERVER_BIN"), args, NULL, 0), 0);
   CHECK_CONTAINS(r.out, "loop_threads=3");
+}
+
+/* `--check` of a config that leaves loop_threads and spin_us to the
+ * server, run on `ncpu` CPUs of this process's (its affinity): what it
+ * prints. */
+static void check_on_cpus(int ncpu, stt_proc_t *r) {
+  char path[600];
+  snprintf(path, sizeof path, "%s", S.config);
+  snprintf(strrchr(path, '/'), sizeof path - (size_t)(strrchr(path, '/') - path), "/defaults.lua");
+  char text[1400];
+  snprintf(text, sizeof text, "return { base_path = \"%s\", endpoints = \"%s\" }\n", S.base,
+           S.endpoints);
+  stt_write_file(path, text);
+  cpu_set_t all, some;
+  CHECK(sched_getaffinity(0, sizeof all, &all) == 0);
+  CPU_ZERO(&some);
+  for (int i = 0, n = 0; i < CPU_SETSIZE && n < ncpu; i++)
+    if (CPU_ISSET(i, &all)) {
+      CPU_SET(i, &some);
+      n++;
+    }
+  CHECK(sched_setaffinity(0, sizeof some, &some) == 0);
+  const char *args[] = {"--config", path, "--check", NULL};
+  CHECK_EQ_INT(stt_run(r, getenv("ST_SERVER_BIN"), args, NULL, 0), 0);
+  CHECK(sched_setaffinity(0, sizeof all, &all) == 0);
+}
+
+/* The defaults follow the CPUs the server may use: one loop and no
+ * polling below 8; 1 + min(4, CPUs / 4) loops and 50 µs from 8 on. */
+TEST(loop_threads_default_follows_the_cpus) {
+  stt_proc_t r;
+  check_on_cpus(1, &r);
+  CHECK_CONTAINS(r.out, "spin_us=0 loop_threads=1\n");
+  cpu_set_t all;
+  CHECK(sched_getaffinity(0, sizeof all, &all) == 0);
+  int n = CPU_COUNT(&all);
+  if (n < 8) {
+    printf("   (%d CPUs: the default of 8 or more is not seen here)\n", n);
+    return;
+  }
+  check_on_cpus(n, &r);
+  char want[64];
+  snprintf(want, sizeof want, "spin_us=50 loop_threads=%d\n", 1 + (n / 4 < 4 ? n / 4 : 4));
+  CHECK_CONTAINS(r.out, want);
+  check_on_cpus(8, &r);
+  CHECK_CONTAINS(r.out, "spin_us=50 loop_threads=3\n");
 }
 
 /* Whether fd has something to read within ms (the SIGCHLD of a ptrace
@@ -184,6 +232,7 @@ int main(void) {
   signal(SIGPIPE, SIG_IGN);
   stt_server_setup(&S, "loop_threads = 3, memory_budget = { cpu = 64 * 2^20 },", EPS);
   RUN(check_shows_loop_threads);
+  RUN(loop_threads_default_follows_the_cpus);
   RUN(hits_are_answered_while_loop_0_is_stopped);
   return stt_server_finish(&S);
 }
