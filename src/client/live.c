@@ -204,7 +204,10 @@ ST_API int st_key_begin_update(st_key_t *k) {
   if (atomic_load(&k->page->owner) != k->me)
     return fail(ST_ERR_STALE_HANDLE, "live key '%s': another connection took it over (a put "
                 "into it)", k->name);
-  k->useq = st__key_page_begin(k->page);
+  /* A replication reading the key as one version holds the update back
+   * (bounded: st__key_page_begin_fenced). */
+  int overran;
+  k->useq = st__key_page_begin_fenced(k->page, &overran);
   k->updating = 1;
   return ST_OK;
 }

@@ -15,6 +15,14 @@
  * in a page they map read-only, so the publisher always wakes: one
  * system call per update).
  *
+ * A replication's reader (a process outside the publisher's that copies
+ * the memory to another host as one version: docs/multihost.md, "Live
+ * replication") takes the page's `fence` around its read; an update
+ * begun meanwhile gives way until the fence drops or its deadline
+ * passes (st__key_page_begin_fenced, st__key_page_fence_take). A replica's
+ * page is published by its server's transfer helper, under the source's
+ * version numbers (st__key_page_end_as).
+ *
  * Nothing in the page is trusted for memory safety: sizes and addresses
  * come from the server's reply; the page's words are compared, never
  * used as sizes or offsets.
@@ -47,8 +55,11 @@ typedef struct st__key_page {
                                       (server)                             */
   _Atomic uint32_t futex;          /* moves at every complete update and
                                       when the server sets a flag          */
-  uint32_t reserved1;
-  uint64_t reserved[9];
+  _Atomic uint32_t fence;          /* replication reads in progress (0 in
+                                      pages of servers before them)        */
+  _Atomic int64_t fence_until;     /* CLOCK_MONOTONIC ns by which the last
+                                      fence taken promised to drop         */
+  uint64_t reserved[8];
 } st__key_page_t;
 
 _Static_assert(sizeof(st__key_page_t) == 128, "the page's words are two cache lines");
@@ -86,20 +97,105 @@ static inline uint64_t st__key_page_begin(st__key_page_t *p) {
   return s;
 }
 
-/* Ends the update begun with odd word s (every write to the memory is
- * complete, device writes included): TORN cleared (while `seq` is still
- * odd, so no reader sees a complete version marked torn), the next
- * version, `seq` even (release: the memory's bytes before the even word),
- * the futex moved and the waiters woken. Returns the new version. */
-static inline uint64_t st__key_page_end(st__key_page_t *p, uint64_t s) {
-  uint64_t v = (s + 1) / 2;
+static inline int64_t st__key_page_mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The longest an update gives way to a fence, whatever the page says. */
+#define ST__KEY_FENCE_MAX_NS (60ll * 1000000000)
+
+/* st__key_page_begin that first gives way to replication reads: while a
+ * fence is up, `seq` goes back to its even word (waking the readers that
+ * saw it odd) and the update waits for the fence to drop, until the
+ * fence's deadline or ST__KEY_FENCE_MAX_NS from now, whichever is first;
+ * past it, the update goes ahead (*overran set: the fence holder's
+ * st__key_page_fence_check then fails). The odd word and the fence are
+ * each a sequentially consistent store followed by a load of the other,
+ * so of an update and a fence taken at once, at least one sees the other
+ * (st__key_page_fence_take). Returns the odd word. */
+static inline uint64_t st__key_page_begin_fenced(st__key_page_t *p, int *overran) {
+  int64_t cap = st__key_page_mono_ns() + ST__KEY_FENCE_MAX_NS;
+  *overran = 0;
+  for (;;) {
+    uint64_t s = atomic_load(&p->seq);
+    if (s & 1) {   /* left odd by a publisher that died mid-update */
+      atomic_thread_fence(memory_order_seq_cst);
+      return s;
+    }
+    atomic_store(&p->seq, s + 1);
+    uint32_t f = atomic_load(&p->fence);
+    if (f == 0) return s + 1;
+    int64_t until = atomic_load(&p->fence_until), now = st__key_page_mono_ns();
+    if (until > cap) until = cap;
+    if (now >= until) {
+      *overran = 1;
+      return s + 1;
+    }
+    atomic_store(&p->seq, s);
+    atomic_fetch_add(&p->futex, 1);
+    st__shm_futex_wake(&p->futex);
+    int64_t left = until - now;
+    struct timespec ts = {left / 1000000000, left % 1000000000};
+    st__shm_futex_wait(&p->fence, f, &ts);
+  }
+}
+
+/* Takes a fence for a read of the memory as one version that promises to
+ * end by `until` (CLOCK_MONOTONIC ns): 1 and *version when `seq` was even
+ * (no update begins until st__key_page_fence_drop, or `until`), 0 when an
+ * update runs (the fence is dropped again; wait for the update and try
+ * again). Several holders may hold it at once. */
+static inline int st__key_page_fence_take(st__key_page_t *p, int64_t until, uint64_t *version) {
+  if (atomic_load(&p->fence_until) < until) atomic_store(&p->fence_until, until);
+  atomic_fetch_add(&p->fence, 1);
+  uint64_t s = atomic_load(&p->seq);
+  if (s & 1) {
+    atomic_fetch_sub(&p->fence, 1);
+    st__shm_futex_wake(&p->fence);
+    return 0;
+  }
+  *version = s / 2;
+  return 1;
+}
+
+/* Whether what was read under a fence taken at `version` is that version
+ * whole: no update began since (one that overran the fence did). Read
+ * after the reads themselves are complete. */
+static inline int st__key_page_fence_check(st__key_page_t *p, uint64_t version) {
+  atomic_thread_fence(memory_order_acquire);
+  return atomic_load(&p->seq) == 2 * version;
+}
+
+/* Lets go of a fence taken with st__key_page_fence_take; the last one
+ * wakes an update that gives way. */
+static inline void st__key_page_fence_drop(st__key_page_t *p) {
+  if (atomic_fetch_sub(&p->fence, 1) == 1) st__shm_futex_wake(&p->fence);
+}
+
+/* Ends the update begun with odd word s as version v (> the version
+ * before it; a replica takes its source's numbers, which may skip): every
+ * write to the memory is complete, device writes included; TORN cleared
+ * (while `seq` is still odd, so no reader sees a complete version marked
+ * torn), the version, `seq` 2v (release: the memory's bytes before the
+ * even word), the futex moved and the waiters woken. */
+static inline void st__key_page_end_as(st__key_page_t *p, uint64_t s, uint64_t v) {
+  (void)s;
   if (atomic_load_explicit(&p->flags, memory_order_relaxed) & ST__KEY_TORN)
     atomic_fetch_and(&p->flags, ~ST__KEY_TORN);
   atomic_store_explicit(&p->update_time, st__key_page_now_ns(), memory_order_relaxed);
   atomic_store_explicit(&p->version, v, memory_order_release);
-  atomic_store_explicit(&p->seq, s + 1, memory_order_release);
+  atomic_store_explicit(&p->seq, 2 * v, memory_order_release);
   atomic_fetch_add(&p->futex, 1);
   st__shm_futex_wake(&p->futex);
+}
+
+/* Ends the update begun with odd word s as the next version; returns it
+ * (st__key_page_end_as). */
+static inline uint64_t st__key_page_end(st__key_page_t *p, uint64_t s) {
+  uint64_t v = (s + 1) / 2;
+  st__key_page_end_as(p, s, v);
   return v;
 }
 
