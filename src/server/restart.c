@@ -53,10 +53,22 @@
 
 /* ------------------------------------------------------------ writing */
 
-/* Appends a packed record; logs nothing (the caller says what failed). */
+/* Whether the journal grew enough to be rewritten (compact_cb). */
+static int compaction_due(const struct st__restart *r) {
+  uint64_t grown = r->journal.tail - r->snapshot_bytes;
+  return r->compact_due || (grown >= COMPACT_SLACK && grown >= r->snapshot_bytes);
+}
+
+/* Appends a packed record; logs nothing (the caller says what failed).
+ * Compaction runs before loop 0's poll: with several loops the puts come
+ * from the others while loop 0 sleeps, so it is woken once one is due. */
 static int append(struct st__restart *r, uint32_t type, const msgpack_sbuffer *sb, char *err,
                   size_t errlen) {
-  return st__journal_append(&r->journal, type, sb->data, sb->size, err, errlen);
+  int rc = st__journal_append(&r->journal, type, sb->data, sb->size, err, errlen);
+  st__server_t *srv = r->srv;
+  if ((rc != ST_OK || compaction_due(r)) && srv->threaded && srv->loops)
+    st__loop_kick(&srv->loops[0]);
+  return rc;
 }
 
 /* Writes arena a's ARENA record (number n) to the journal. */
@@ -439,8 +451,7 @@ static void compact_cb(struct ev_loop *loop, ev_prepare *w, int revents) {
   (void)revents;
   struct st__restart *r = w->data;
   if (!r->keeping) return;
-  uint64_t grown = r->journal.tail - r->snapshot_bytes;
-  if (!r->compact_due && (grown < COMPACT_SLACK || grown < r->snapshot_bytes)) return;
+  if (!compaction_due(r)) return;
   if (compact(r, r->journal.generation, r->journal.epoch + 1) == ST_OK) return;
   if (!r->compact_due) {
     r->snapshot_bytes = r->journal.tail;   /* the next try after more growth */
