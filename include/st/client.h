@@ -733,6 +733,9 @@ typedef struct st_pull_opts {
                                     peer's key (CUDA: device 0)               */
   int policy;                    /* ST_KEY_PINNED (0) or ST_KEY_EVICTABLE     */
   const st_readers_t *readers;   /* read grants of the copy; NULL: none       */
+  int live;                      /* nonzero: the peer's key is a live key, and
+                                    the copy follows it (below); version must
+                                    be 0 and policy ST_KEY_PINNED            */
 } st_pull_opts_t;
 
 /* Starts a pull of `key` from peer `from` (an id of config.lua's
@@ -742,6 +745,28 @@ typedef struct st_pull_opts {
  * visible before every byte arrived. Thread of the client. */
 ST_API int st_client_pull(st_client_t *c, const char *key, const char *from,
                           const st_pull_opts_t *opts, uint64_t *task_id);
+
+/* A live pull (opts->live; docs/multihost.md, "Live replication") copies
+ * the peer's live key as one whole version into a live key here (its
+ * result says {live: true} and the peer's version number), then keeps it
+ * following the peer's key: each later version the peer's publisher
+ * completes is brought in place and published here under the same
+ * number, so readers here use st_key_open, st_key_read_begin/end and
+ * st_key_wait_version as on any live key, and never read a version that
+ * is not whole. Nobody here may put into it while it follows.
+ * st_client_unsubscribe ends that (the key stays, with its last version):
+ * *version (may be NULL) receives it. ST_ERR_NOT_FOUND when `key` is no
+ * replica that follows a peer's key, ST_ERR_AUTH for another uid's.
+ * Thread of the client. */
+ST_API int st_client_unsubscribe(st_client_t *c, const char *key, uint64_t *version);
+
+/* Who follows this server's key `key`, and what `key` here follows, as a
+ * MAP: {key, subscribers: [{peer, version (the last announced), since}],
+ * source: {peer, key, version, updates, torn, lost, why} or nil}. `lost`:
+ * the peer's key or the link to it is gone (`why`), and the key keeps its
+ * last version. ST_ERR_NOT_FOUND when there is no such key (or it is not
+ * visible to this uid). Thread of the client. */
+ST_API int st_client_replicas(st_client_t *c, const char *key, st_result_t **out);
 
 /* Options of st_client_replicate; NULL, or a zeroed struct, is all
  * defaults. Borrowed for the call. */

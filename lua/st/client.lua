@@ -320,14 +320,20 @@ end
 -- result, cancel; the result's value is { key, version, origin = { peer,
 -- key, version }, bytes, seconds }), or nil, err. opts (optional):
 -- { version = N, as = "name here", device = "cpu" | "cuda" | "cuda:N",
---   policy = "pinned" | "evictable", readers = { uids, gids } }.
+--   policy = "pinned" | "evictable", readers = { uids, gids },
+--   live = true (the peer's live key, followed: docs/multihost.md, "Live
+--   replication"; unsubscribe and replicas below) }.
 function Client:pull(key, from, opts)
   check_self(self, "pull")
   check_name(key, "pull")
   if type(from) ~= "string" or from == "" then error("pull: the peer id must be a non-empty string", 2) end
   opts = opts or {}
   if type(opts) ~= "table" then error("pull: opts must be a table", 2) end
-  check_opts("pull", opts, { version = true, as = true, device = true, policy = true, readers = true })
+  check_opts("pull", opts, { version = true, as = true, device = true, policy = true, readers = true,
+                             live = true })
+  if opts.live ~= nil and type(opts.live) ~= "boolean" then
+    error("pull: opts.live must be true or false", 2)
+  end
   check_version(opts.version, "pull")
   check_string(opts.as, "pull", "as")
   check_string(opts.device, "pull", "device")
@@ -342,12 +348,32 @@ function Client:pull(key, from, opts)
   o.as = opts.as
   o.device = opts.device
   o.policy = policy
+  o.live = opts.live and 1 or 0
   if readers then o.readers = readers.st end
   local id = ffi.new("uint64_t[1]")
   local rc = lib.st_client_pull(self._h, key, from, o, id)
   local _ = readers   -- the arrays live until the call returned
   if rc ~= 0 then return failure(self) end
   return int_value(id[0])
+end
+
+-- Ends the subscription of live replica `key` (pull with live = true);
+-- the key stays with its version, which is returned; or nil, err.
+function Client:unsubscribe(key)
+  check_self(self, "unsubscribe")
+  check_name(key, "unsubscribe")
+  local v = ffi.new("uint64_t[1]")
+  if lib.st_client_unsubscribe(self._h, key, v) ~= 0 then return failure(self) end
+  return int_value(v[0])
+end
+
+-- Who follows this server's key `key`, and what `key` here follows:
+-- { key, subscribers = { { peer, version, since } }, source = { peer,
+-- key, version, updates, torn, lost, why } or nil }; or nil, err.
+function Client:replicas(key)
+  check_self(self, "replicas")
+  check_name(key, "replicas")
+  return value_method(self, lib.st_client_replicas, key)
 end
 
 -- Pushes `key` of this server to each peer of `to` (a list of peer ids)

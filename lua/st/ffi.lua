@@ -209,9 +209,12 @@ typedef struct st_pull_opts {
   const char *device;
   int policy;
   const st_readers_t *readers;
+  int live;
 } st_pull_opts_t;
 int st_client_pull(st_client_t *c, const char *key, const char *from,
                    const st_pull_opts_t *opts, uint64_t *task_id);
+int st_client_unsubscribe(st_client_t *c, const char *key, uint64_t *version);
+int st_client_replicas(st_client_t *c, const char *key, st_result_t **out);
 typedef struct st_replicate_opts {
   uint64_t version;
   const char *as;

@@ -133,6 +133,7 @@ class PullOpts(ctypes.Structure):
         ("device", c_char_p),
         ("policy", c_int),
         ("readers", ctypes.POINTER(Readers)),
+        ("live", c_int),
     ]
 
 
@@ -272,6 +273,8 @@ _PROTOS = {
     "st_client_tasks": (c_int, [c_void_p, c_char_p, c_uint64, c_int, P(c_void_p)]),
     # keys between servers
     "st_client_pull": (c_int, [c_void_p, c_char_p, c_char_p, P(PullOpts), P(c_uint64)]),
+    "st_client_unsubscribe": (c_int, [c_void_p, c_char_p, P(c_uint64)]),
+    "st_client_replicas": (c_int, [c_void_p, c_char_p, P(c_void_p)]),
     "st_client_replicate": (c_int, [c_void_p, c_char_p, P(c_char_p), c_size_t,
                                     P(ReplicateOpts), P(c_uint64)]),
     # objects and caches

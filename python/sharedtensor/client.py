@@ -440,7 +440,8 @@ class Client(Closing):
 
     # ---------------------------------------------- keys between servers
 
-    def pull(self, key, peer, version=None, as_=None, device=None, policy=None, readers=None):
+    def pull(self, key, peer, version=None, as_=None, device=None, policy=None, readers=None,
+             live=False):
         """Copies key `key` published on peer `peer` (an id of config.lua's
         peer.peers) into this server (docs/multihost.md); returns its Task
         at once: task.wait(timeout), task.progress (the fraction of bytes
@@ -454,9 +455,19 @@ class Client(Closing):
         peer; CapabilityError: no peers, the peer not up, no usable
         engine); the rest make task.result() raise (AuthError: the key is
         not exported by the peer; NotFoundError; OutOfMemoryError: this
-        server's memory_budget; IoError; CancelledError)."""
+        server's memory_budget; IoError; CancelledError).
+
+        live=True: the peer's key is a live key, and the copy follows it
+        (docs/multihost.md, "Live replication"): it is published here as
+        a live key at the peer's version number once whole, then every
+        later version the peer's publisher completes is brought in place
+        under the same number, so bind(), consistent() and wait_version()
+        work here as on the peer. unsubscribe(key) ends that; replicas(key)
+        says who follows what."""
         key, peer = _text("pull", "key", key), _text("pull", "peer", peer)
         opts = _lib.PullOpts()
+        if live:
+            opts.live = 1
         if version is not None:
             opts.version = _version("pull", version)
         if as_ is not None:
@@ -504,6 +515,20 @@ class Client(Closing):
         tid = ctypes.c_uint64()
         self._do(_l.st_client_replicate, key, arr, len(ids), _byref(opts), _byref(tid))
         return Task(self, tid.value)
+
+    def unsubscribe(self, key):
+        """Ends the subscription of live replica `key` (pull(..., live=True));
+        the key stays here with the version it holds, which is returned.
+        NotFoundError when `key` follows no peer's key."""
+        v = ctypes.c_uint64()
+        self._do(_l.st_client_unsubscribe, _text("unsubscribe", "key", key), _byref(v))
+        return v.value
+
+    def replicas(self, key):
+        """Who follows this server's key `key`, and what `key` here follows:
+        {key, subscribers: [{peer, version, since}], source: {peer, key,
+        version, updates, torn, lost, why} or None}."""
+        return self._value_call(_l.st_client_replicas, _text("replicas", "key", key))
 
     # ----------------------------------------------------------- objects
 

@@ -41,7 +41,7 @@ ST_API int st_client_pull(st_client_t *c, const char *key, const char *from,
   st__cbuf_t b;
   st__client_cbuf_init(&b);
   msgpack_pack_map(&b.pk, 3 + (o.version != 0) + (o.as != NULL) + (o.device != NULL) +
-                              (o.readers != NULL));
+                              (o.readers != NULL) + (o.live != 0));
   st__pack_kv_str(&b.pk, "key", key);
   st__pack_kv_str(&b.pk, "from", from);
   st__pack_kv_str(&b.pk, "policy", o.policy == ST_KEY_EVICTABLE ? "evictable" : "pinned");
@@ -49,6 +49,7 @@ ST_API int st_client_pull(st_client_t *c, const char *key, const char *from,
   if (o.as) st__pack_kv_str(&b.pk, "as", o.as);
   if (o.device) st__pack_kv_str(&b.pk, "device", o.device);
   if (o.readers) st__client_pack_readers(&b.pk, o.readers);
+  if (o.live) st__pack_kv_bool(&b.pk, "live", 1);
   st_result_t *r = NULL;
   rc = b.oom ? st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing 'pull'")
              : st__client_method(c, "pull", &b, 0, &r);
@@ -92,4 +93,41 @@ ST_API int st_client_replicate(st_client_t *c, const char *key, const char *cons
                  : st__client_method(c, "replicate", &b, 0, &r);
   st__client_cbuf_destroy(&b);
   return rc == ST_OK ? take_task_id(c, "replicate", r, task_id) : rc;
+}
+
+/* {key: key}, the params of unsubscribe and replicas. */
+static int key_method(st_client_t *c, const char *method, const char *key, st_result_t **out) {
+  if (!key || !*key)
+    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT, "%s: a key is required", method);
+  st__cbuf_t b;
+  st__client_cbuf_init(&b);
+  msgpack_pack_map(&b.pk, 1);
+  st__pack_kv_str(&b.pk, "key", key);
+  int rc = b.oom ? st__client_fail(c, ST_ERR_OUT_OF_MEMORY, "out of memory packing '%s'", method)
+                 : st__client_method(c, method, &b, 0, out);
+  st__client_cbuf_destroy(&b);
+  return rc;
+}
+
+/* See client.h. Thread of the client. */
+ST_API int st_client_unsubscribe(st_client_t *c, const char *key, uint64_t *version) {
+  if (version) *version = 0;
+  if (!c) return ST_ERR_INVALID_ARGUMENT;
+  st_result_t *r = NULL;
+  int rc = key_method(c, "unsubscribe", key, &r);
+  if (rc != ST_OK) return rc;
+  const st_value_t *v = st_value_get(st_result_value(r), "version");
+  if (!v || v->kind != ST_VALUE_INT)
+    rc = st__client_fail(c, ST_ERR_PROTOCOL, "the unsubscribe reply is not {key, version}");
+  else if (version)
+    *version = (uint64_t)v->as.integer;
+  st_result_free(r);
+  return rc;
+}
+
+/* See client.h. Thread of the client. */
+ST_API int st_client_replicas(st_client_t *c, const char *key, st_result_t **out) {
+  if (out) *out = NULL;
+  if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
+  return key_method(c, "replicas", key, out);
 }

@@ -11,66 +11,20 @@
 #include "common/log.h"
 #include "engine/keys.h"
 #include "peer/peer.h"
-#include "proto/viewspec.h"
+#include "server/live_source.h"
+#include "server/peering.h"
+#include "server/replica.h"
+#include "server/rpc_pull.h"
+#include "server/rpc_replicate.h"
 #include "st/errors.h"
 #include "xfer/supervisor.h"
 
 /* How long the start waits for the helper's probe of the engines. */
 #define PROBE_WAIT_S 5.0
 
-const char *st__remote_engine_for(int src_cuda, int dst_cuda, int nccl_usable) {
-  return src_cuda && dst_cuda && nccl_usable ? "nccl" : "ucx";
-}
 
-int st__remote_engine_fits(const char *engine, int cuda) {
-  return !strcmp(engine, "ucx") || (cuda && !strcmp(engine, "nccl"));
-}
 
-void st__remote_pack_begin(msgpack_sbuffer *sb, msgpack_packer *pk, int request) {
-  msgpack_sbuffer_init(sb);
-  msgpack_packer_init(pk, sb, msgpack_sbuffer_write);
-  if (request) msgpack_pack_array(pk, 1);
-}
 
-int st__remote_peer_up(const st__server_t *srv, const char *peer, char *err, size_t errlen) {
-  st__peer_state_t state = st__peer_state(srv->peer, peer);
-  if (state == ST__PEER_UP) return ST_OK;
-  const st__peer_conf_t *pc = &srv->cfg->peer;
-  for (int i = 0; i < pc->npeers; i++)
-    if (!strcmp(pc->peers[i].id, peer)) {
-      snprintf(err, errlen, "peer '%s' is %s (stcli peers says why)", peer,
-               st__peer_state_name(state));
-      return ST_ERR_CAPABILITY;
-    }
-  snprintf(err, errlen, "'%s' is not a peer of this server (peer.peers)", peer);
-  return ST_ERR_NOT_FOUND;
-}
-
-int st__remote_arena_fds(const st__build_result_t *res, int readonly, int *fds,
-                         st__xfer_sup_arena_t *arenas, st__arena_desc_t *descs, char *err,
-                         size_t errlen) {
-  if (res->narenas > ST_MAX_FDS_PER_MESSAGE) {
-    snprintf(err, errlen, "%zu arenas: at most %d move at once", res->narenas,
-             ST_MAX_FDS_PER_MESSAGE);
-    return ST_ERR_LIMIT;
-  }
-  for (size_t n = 0; n < res->narenas; n++) {
-    st__arena_t *a = res->arenas[n];
-    int cuda = st__arena_device(a) >= 0;
-    fds[n] = cuda || !readonly ? st__arena_dup_fd(a, err, errlen)
-                               : st__arena_dup_fd_readonly(a, err, errlen);
-    if (fds[n] < 0) {
-      int rc = fds[n];
-      while (n-- > 0) close(fds[n]);
-      return rc;
-    }
-    memset(&descs[n], 0, sizeof descs[n]);
-    st__arena_describe(a, &descs[n]);
-    arenas[n] = (st__xfer_sup_arena_t){.fd = fds[n], .bytes = st__arena_bytes(a), .cuda = cuda,
-                                       .uuid = cuda ? descs[n].uuid : NULL};
-  }
-  return (int)res->narenas;
-}
 
 /* ------------------------------------------------------------- lends
  *
@@ -94,9 +48,23 @@ typedef struct st__lend {
   st__peer_ticket_t ticket;   /* peer_xfer_open, answered once opened */
   int answered;
   double t0;
+  /* A live key's lend (live_source.c): its page (a reference), the fence
+   * taken before the helper reads, the version it holds. */
+  st__arena_t *page_arena;
+  st__key_page_t *page;
+  int raised;                 /* the fence is up ... */
+  int fenced;                 /* ... and holds fence_version */
+  uint64_t fence_version;
+  double fence_until;         /* st__now_mono seconds */
+  ev_timer fence_retry;       /* while an update runs */
+  int retrying;
+  char engine[16];
 } st__lend_t;
 
 static void lend_free(st__lend_t *l) {
+  if (l->retrying) ev_timer_stop(l->srv->loop, &l->fence_retry);
+  if (l->raised) st__key_page_fence_drop(l->page);
+  if (l->page_arena) st__arena_unref(l->page_arena);
   st__build_result_destroy(&l->res);
   free(l->peer_blob);
   free(l);
@@ -122,66 +90,13 @@ static unsigned lends_of(const st__remote_t *rm, const char *peer) {
   return n;
 }
 
-/* ------------------------------------------------------------- helpers */
-
-/* Whether key `name` may leave this host: a glob of peer.export matches
- * all of it. */
-static int exported(const st__peer_conf_t *pc, const char *name, size_t len) {
-  for (int i = 0; i < pc->nexport; i++) {
-    st__view_glob_t g;
-    if (st__viewspec_glob_compile(pc->exports[i], &g) != ST_OK) continue;
-    int hit = st__viewspec_glob_match(&g, name, len, NULL);
-    st__viewspec_glob_free(&g);
-    if (hit) return 1;
-  }
-  return 0;
-}
-
-int st__remote_param_str(const msgpack_object *params, const char *k, char *out, size_t cap) {
-  const msgpack_object *o = params ? st__map_get(params, k) : NULL;
-  return o && st__wire_cstr(o, out, cap) > 0;
-}
-
-int st__remote_param_u64(const msgpack_object *params, const char *k, uint64_t *out) {
-  const msgpack_object *o = params ? st__map_get(params, k) : NULL;
-  if (!o || o->type != MSGPACK_OBJECT_POSITIVE_INTEGER) return 0;
-  *out = o->via.u64;
-  return 1;
-}
-
-/* The version `version` (0: the latest) of exported key `name`, for a
- * peer: ST_OK with *key and *v (borrowed), or an error with the reason.
- * A live key is refused: its bytes change in place. */
-static int find_exported(st__server_t *srv, const char *peer, const char *name, uint64_t version,
-                         st__key_t **key, st__key_version_t **v, char *err, size_t errlen) {
-  size_t len = strlen(name);
-  const st__peer_conf_t *pc = &srv->cfg->peer;
-  if (!exported(pc, name, len)) {
-    snprintf(err, errlen, "key '%s' is not exported to peers (peer.export of server '%s')", name,
-             pc->id);
-    return ST_ERR_AUTH;
-  }
-  st__who_t who = {.uid = geteuid(), .gid = getegid(), .admin = 1};
-  char why[400];
-  int rc = st__keys_get(&srv->keys, name, len, &who, version, key, v, why, sizeof why);
-  if (rc != ST_OK) {
-    snprintf(err, errlen, "server '%s': %s", pc->id, why);
-    return rc;
-  }
-  if ((*key)->live) {
-    snprintf(err, errlen, "key '%s' is live (its bytes change in place): a pull copies a "
-             "version that stays, not a live key", name);
-    return ST_ERR_INVALID_ARGUMENT;
-  }
-  (void)peer;
-  return ST_OK;
-}
-
 /* ------------------------------------------------------------- peer_describe */
 
-/* peer_describe {key, version?} -> {key, version, value, arenas: [{bytes,
- * device: "cpu"|"cuda"}]}: the value names the arenas by index, as a
- * reply's does. */
+/* peer_describe {key, version?, live?} -> {key, version, value, arenas:
+ * [{bytes, device: "cpu"|"cuda"}], live}: the value names the arenas by
+ * index, as a reply's does; a live key is described only when `live`
+ * asks (its current version), and a key that is not live is then
+ * refused. */
 static void on_describe(st__peer_t *p, const st__peer_req_t *req, void *ud) {
   st__server_t *srv = ud;
   char name[ST__KEY_NAME_MAX + 1], err[600];
@@ -192,9 +107,15 @@ static void on_describe(st__peer_t *p, const st__peer_req_t *req, void *ud) {
     return;
   }
   st__remote_param_u64(req->params, "version", &version);
+  const msgpack_object *lv = req->params ? st__map_get(req->params, "live") : NULL;
+  int live = lv && lv->type == MSGPACK_OBJECT_BOOLEAN && lv->via.boolean;
   st__key_t *k;
   st__key_version_t *v;
-  int rc = find_exported(srv, req->peer, name, version, &k, &v, err, sizeof err);
+  int rc = st__remote_find_exported(srv, name, version, live, &k, &v, err, sizeof err);
+  if (rc == ST_OK && live && !k->live) {
+    snprintf(err, sizeof err, "key '%s' is not live: pull it without live", name);
+    rc = ST_ERR_INVALID_ARGUMENT;
+  }
   if (rc != ST_OK) {
     st__peer_reply_error(p, req->ticket, rc, err);
     return;
@@ -210,9 +131,10 @@ static void on_describe(st__peer_t *p, const st__peer_req_t *req, void *ud) {
   msgpack_sbuffer sb;
   msgpack_packer pk;
   st__remote_pack_begin(&sb, &pk, 0);
-  msgpack_pack_map(&pk, 4);
+  msgpack_pack_map(&pk, 5);
   st__pack_kv_str(&pk, "key", k->name);
-  st__pack_kv_uint(&pk, "version", v->version);
+  st__pack_kv_uint(&pk, "version", k->live ? atomic_load(&k->page->version) : v->version);
+  st__pack_kv_bool(&pk, "live", k->live);
   st__pack_cstr(&pk, "value");
   msgpack_pack_object(&pk, value.data);
   st__pack_cstr(&pk, "arenas");
@@ -235,10 +157,72 @@ static void lend_done(void *ud, uint64_t xfer, int ok, uint64_t bytes, int code,
                       const char *error);
 static const st__xfer_sup_cbs_t lend_cbs = {lend_opened, lend_progress, lend_done};
 
-/* peer_xfer_open {key, version, xfer, engine, blob} -> {blob}: lends the
- * version's arenas to the helper for one transfer to the asking peer,
- * and answers with this side's rendezvous blob once the helper opened
- * it. The receiver allocated and charged its arenas before asking. */
+/* Opens the helper's send of lend l (its fence taken first for a live
+ * key); ST_OK, or the error with the reason (l is then not opened). */
+static int lend_open(st__lend_t *l, char *err, size_t errlen) {
+  st__server_t *srv = l->srv;
+  const st__peer_conf_t *pc = &srv->cfg->peer;
+  double timeout = pc->transfer_timeout_s > 0 ? pc->transfer_timeout_s : 600.0;
+  return st__xfer_sup_open(srv->remote->sup, l->engine, ST_XFER_SEND, 2, 0,
+                           (uint32_t)(timeout * 1e3), &lend_cbs, l, &l->xfer, err, errlen);
+}
+
+/* Ends a lend that never opened: the asking peer gets `rc`. */
+static void lend_refuse(st__lend_t *l, int rc, const char *why) {
+  st__server_t *srv = l->srv;
+  st__peer_reply_error(srv->peer, l->ticket, rc, why);
+  lend_unlink(srv->remote, l);
+  lend_free(l);
+}
+
+/* Raises a live lend's fence, then waits (half a millisecond at a time,
+ * until the transfer's deadline) for an update that began before it to
+ * end; then the fence holds one version, and the send opens. */
+static void lend_fence(st__lend_t *l) {
+  char err[400];
+  /* A test's switch (docs/operations.md, ST_LIVE_NO_FENCE): the version
+   * read as it is, unguarded, to show what the fence prevents. */
+  static int no_fence = -1;
+  if (no_fence < 0) no_fence = getenv("ST_LIVE_NO_FENCE") && getenv("ST_LIVE_NO_FENCE")[0] == '1';
+  if (!l->raised && !no_fence) {
+    st__key_page_fence_raise(l->page, (int64_t)(l->fence_until * 1e9));
+    l->raised = 1;
+  }
+  if (!st__key_page_fence_settled(l->page, &l->fence_version)) {
+    if (st__now_mono() >= l->fence_until) {
+      snprintf(err, sizeof err, "live key '%s': an update ran for as long as the transfer "
+               "may (peer.transfer_timeout_s): no version could be read whole", l->key);
+      lend_refuse(l, ST_ERR_TIMEOUT, err);
+      return;
+    }
+    if (!l->retrying) {
+      ev_timer_start(l->srv->loop, &l->fence_retry);
+      l->retrying = 1;
+    }
+    return;
+  }
+  if (l->retrying) {
+    ev_timer_stop(l->srv->loop, &l->fence_retry);
+    l->retrying = 0;
+  }
+  l->fenced = 1;
+  l->version = l->fence_version;
+  int rc = lend_open(l, err, sizeof err);
+  if (rc != ST_OK) lend_refuse(l, rc, err);
+}
+
+static void on_fence_retry(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)loop, (void)revents;
+  lend_fence(w->data);
+}
+
+/* peer_xfer_open {key, version, xfer, engine, blob, live?} -> {blob}:
+ * lends the version's arenas to the helper for one transfer to the
+ * asking peer, and answers with this side's rendezvous blob once the
+ * helper opened it. The receiver allocated and charged its arenas before
+ * asking. With `live` the key is a live key (version 0: whichever is
+ * complete): its page's fence is taken before the helper reads, and the
+ * version read is told when the transfer ends (live_source.c). */
 static void on_xfer_open(st__peer_t *p, const st__peer_req_t *req, void *ud) {
   st__server_t *srv = ud;
   st__remote_t *rm = srv->remote;
@@ -246,9 +230,12 @@ static void on_xfer_open(st__peer_t *p, const st__peer_req_t *req, void *ud) {
   char name[ST__KEY_NAME_MAX + 1], engine[16], err[600];
   uint64_t version = 0, remote_xfer = 0;
   const msgpack_object *blob = req->params ? st__map_get(req->params, "blob") : NULL;
+  const msgpack_object *lv = req->params ? st__map_get(req->params, "live") : NULL;
+  int live = lv && lv->type == MSGPACK_OBJECT_BOOLEAN && lv->via.boolean;
+  st__remote_param_u64(req->params, "version", &version);
   if (!st__remote_param_str(req->params, "key", name, sizeof name) ||
       !st__remote_param_str(req->params, "engine", engine, sizeof engine) ||
-      !st__remote_param_u64(req->params, "version", &version) || version == 0 ||
+      (version == 0 && !live) ||
       !st__remote_param_u64(req->params, "xfer", &remote_xfer) || !blob ||
       blob->type != MSGPACK_OBJECT_BIN || blob->via.bin.size == 0 ||
       blob->via.bin.size > 65536) {
@@ -274,7 +261,11 @@ static void on_xfer_open(st__peer_t *p, const st__peer_req_t *req, void *ud) {
   }
   st__key_t *k;
   st__key_version_t *v;
-  int rc = find_exported(srv, req->peer, name, version, &k, &v, err, sizeof err);
+  int rc = st__remote_find_exported(srv, name, live ? 0 : version, live, &k, &v, err, sizeof err);
+  if (rc == ST_OK && live && !k->live) {
+    snprintf(err, sizeof err, "key '%s' is not live: pull it without live", name);
+    rc = ST_ERR_INVALID_ARGUMENT;
+  }
   if (rc != ST_OK) {
     st__peer_reply_error(p, req->ticket, rc, err);
     return;
@@ -297,6 +288,7 @@ static void on_xfer_open(st__peer_t *p, const st__peer_req_t *req, void *ud) {
   l->srv = srv;
   snprintf(l->peer, sizeof l->peer, "%s", req->peer);
   snprintf(l->key, sizeof l->key, "%s", name);
+  snprintf(l->engine, sizeof l->engine, "%s", engine);
   l->version = version;
   l->remote_xfer = remote_xfer;
   l->ticket = req->ticket;
@@ -312,16 +304,24 @@ static void on_xfer_open(st__peer_t *p, const st__peer_req_t *req, void *ud) {
   l->res.arenas = refs;
   l->res.narenas = v->result.narenas;
   l->res.bytes = v->bytes;
-  double timeout = pc->transfer_timeout_s > 0 ? pc->transfer_timeout_s : 600.0;
-  rc = st__xfer_sup_open(rm->sup, engine, ST_XFER_SEND, 2, 0, (uint32_t)(timeout * 1e3), &lend_cbs,
-                         l, &l->xfer, err, sizeof err);
-  if (rc != ST_OK) {
-    lend_free(l);
-    st__peer_reply_error(p, req->ticket, rc, err);
-    return;
-  }
   l->next = rm->lends;
   rm->lends = l;
+  if (live) {
+    double timeout = pc->transfer_timeout_s > 0 ? pc->transfer_timeout_s : 600.0;
+    st__arena_ref(k->page_arena);
+    l->page_arena = k->page_arena;
+    l->page = k->page;
+    l->fence_until = l->t0 + timeout;
+    ev_timer_init(&l->fence_retry, on_fence_retry, 0.0005, 0.0005);
+    l->fence_retry.data = l;
+    lend_fence(l);
+    return;
+  }
+  rc = lend_open(l, err, sizeof err);
+  if (rc != ST_OK) {
+    lend_refuse(l, rc, err);
+    return;
+  }
   ST_LOG_I("peer", "lending key '%s' version %llu (%llu bytes in %zu arenas) to '%s'", name,
            (unsigned long long)version, (unsigned long long)l->res.bytes, l->res.narenas,
            req->peer);
@@ -371,8 +371,17 @@ static void lend_done(void *ud, uint64_t xfer, int ok, uint64_t bytes, int code,
   if (!l->answered)
     st__peer_reply_error(srv->peer, l->ticket, code ? code : ST_ERR_INTERNAL,
                          error && error[0] ? error : "the transfer ended before it started");
+  if (l->fenced) {   /* the fence checked and dropped; the receiver told */
+    st__live_lend_sent(srv, l->peer, l->remote_xfer, l->page, l->fence_version, l->raised, ok);
+    l->fenced = l->raised = 0;
+  }
   double s = st__now_mono() - l->t0;
-  if (ok) {
+  if (ok && l->page_arena) {   /* a live version: one of many, logged quietly */
+    rm->lends_done++;
+    rm->bytes_out += bytes;
+    ST_LOG_D("peer", "sent live key '%s' version %llu to '%s': %llu bytes in %.3f s", l->key,
+             (unsigned long long)l->version, l->peer, (unsigned long long)bytes, s);
+  } else if (ok) {
     rm->lends_done++;
     rm->bytes_out += bytes;
     ST_LOG_I("peer", "sent key '%s' version %llu to '%s': %llu bytes in %.3f s (%.2f GB/s)",
@@ -485,6 +494,8 @@ static void on_state(void *ud, const char *peer, st__peer_state_t state, const c
   char m[400];
   snprintf(m, sizeof m, "the link to peer '%s' went down: %s", peer, why && why[0] ? why : "closed");
   st__pulls_fail(srv, peer, ST_ERR_IO, m);
+  st__live_source_peer_down(srv, peer);
+  st__replicas_lost(srv, peer, m);
 }
 
 int st__remote_start(st__server_t *srv, char *err, size_t errlen) {
@@ -525,7 +536,8 @@ int st__remote_start(st__server_t *srv, char *err, size_t errlen) {
   if (st__peer_method_add(srv->peer, "peer_describe", on_describe, srv) != ST_OK ||
       st__peer_method_add(srv->peer, "peer_xfer_open", on_xfer_open, srv) != ST_OK ||
       st__peer_method_add(srv->peer, "peer_xfer_abort", on_xfer_abort, srv) != ST_OK ||
-      st__replicate_methods(srv) != ST_OK) {
+      st__replicate_methods(srv) != ST_OK || st__live_source_methods(srv) != ST_OK ||
+      st__replica_methods(srv) != ST_OK) {
     snprintf(err, errlen, "the peer methods could not be added");
     return ST_ERR_INTERNAL;
   }
@@ -534,7 +546,11 @@ int st__remote_start(st__server_t *srv, char *err, size_t errlen) {
 
 void st__remote_stop(st__server_t *srv) {
   st__remote_t *rm = srv->remote;
-  if (rm) st__pulls_fail(srv, NULL, ST_ERR_SHUTTING_DOWN, "the server is stopping");
+  if (rm) {
+    st__pulls_fail(srv, NULL, ST_ERR_SHUTTING_DOWN, "the server is stopping");
+    if (srv->peer) st__live_source_stop(srv);
+    st__replicas_lost(srv, NULL, "the server is stopping");
+  }
   st__peer_stop(srv->peer);
   srv->peer = NULL;
   if (!rm) return;
@@ -545,6 +561,7 @@ void st__remote_stop(st__server_t *srv) {
     rm->lends = l->next;
     lend_free(l);
   }
+  st__replicas_free(srv);
   free(rm);
   srv->remote = NULL;
 }

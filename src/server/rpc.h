@@ -180,6 +180,9 @@ void st__rpc_peers(st__rpc_req_t *r);
 
 /* rpc_pull.c, rpc_replicate.c */
 void st__rpc_pull(st__rpc_req_t *r);
+/* replica.c: a live replica's subscription ended; a key's replicas. */
+void st__rpc_unsubscribe(st__rpc_req_t *r);
+void st__rpc_replicas(st__rpc_req_t *r);
 void st__rpc_replicate(st__rpc_req_t *r);
 
 /* rpc_calls.c */

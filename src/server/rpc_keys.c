@@ -15,6 +15,7 @@
 #include "engine/targs.h"
 #include "server/holdings.h"
 #include "server/put_job.h"
+#include "server/replica.h"
 #include "server/rpc.h"
 #include "server/views.h"
 #include "server/work.h"
@@ -83,6 +84,12 @@ void st__rpc_put_resume(st__rpc_req_t *r, st__put_work_t *w) {
   int rc = st__keys_name_ok(p.name, p.len, err, sizeof err);
   const st__key_t *existing = rc == ST_OK ? st__smap_get(&srv->keys.by_name, p.name, p.len) : NULL;
   const st__key_t *live = p.live && existing && existing->live ? existing : NULL;
+  if (existing && existing->live && st__replica_busy(srv, existing->name)) {
+    st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "put: live key '%s' is a replica that its "
+                  "subscription writes (stcli replicas %s); unsubscribe first", existing->name,
+                  existing->name);
+    return;
+  }
   /* The per-tensor work: a worker's when it fits the put as the table is
    * now, else done again, on a worker for a large value (put_job.h). */
   if (!st__put_work_fits(w, live)) {

@@ -12,6 +12,11 @@
  *      whose answer (the sender's blob) starts it;
  *   4. when every byte is in: the version is published under the uid that
  *      asked, as key `as`, with its origin; nothing is visible before.
+ * A live pull (`live`: docs/multihost.md, "Live replication") asks for
+ * the peer's live key, whose lend reads it under its page's fence and
+ * says which version it read and whether it is whole (peer_live_sent):
+ * only a whole one is published, as a live key of no publisher here,
+ * whose subscription (replica.c) then brings every later version.
  * A failure or a cancel at any step frees what the pull holds and tells
  * the peer (peer_xfer_abort) once it may be sending.
  */
@@ -27,8 +32,9 @@
 #include "engine/targs.h"
 #include "engine/workers.h"
 #include "peer/peer.h"
-#include "server/remote.h"
+#include "server/replica.h"
 #include "server/rpc.h"
+#include "server/rpc_pull.h"
 #include "server/work.h"
 #include "st/errors.h"
 #include "xfer/supervisor.h"
@@ -72,6 +78,11 @@ struct st__pull {
   st__peer_ticket_t push_ticket;   /* answered when the pull ends */
   uint64_t push_id;           /* the pushing server's replicate task */
   uint64_t published;         /* the version made here */
+  int live;                   /* a live pull: publish after the verdict too */
+  int got_all;                /* every byte is in */
+  int verdict;                /* peer_live_sent came: */
+  uint64_t verdict_version;   /* the version the bytes are */
+  int verdict_whole;          /* read under the fence, nothing overran it */
 };
 
 /* ------------------------------------------------------------- the list */
@@ -226,15 +237,32 @@ static void publish(st__pull_t *p) {
   snprintf(origin.peer, sizeof origin.peer, "%s", p->peer);
   snprintf(origin.key, sizeof origin.key, "%s", p->key);
   origin.version = p->version;
+  if (p->live) origin.version = p->version = p->verdict_version;
   st__key_put_t kp = {.name = p->as, .len = strlen(p->as), .uid = p->uid, .conn = 0,
                       .policy = p->policy, .readers = p->has_readers ? &p->readers : NULL,
-                      .precharged = 1, .origin = &origin};
+                      .precharged = 1, .origin = &origin, .live = p->live};
   uint64_t version = 0;
   char err[600];
   int rc = st__keys_put(&srv->keys, &kp, &p->res, &version, err, sizeof err);
   if (rc != ST_OK) {
     fail(p, rc, "pull: every byte arrived but the key could not be published: %s", err);
     return;
+  }
+  if (p->live) {
+    /* The replica shows its source's number from its first version on,
+     * and its subscription brings the next ones (replica.c). */
+    st__who_t who = {.uid = geteuid(), .gid = getegid(), .admin = 1};
+    st__key_t *k = NULL;
+    st__key_version_t *kv = NULL;
+    if (st__keys_get(&srv->keys, p->as, strlen(p->as), &who, 0, &k, &kv, err, sizeof err) ==
+            ST_OK && k->live)
+      st__key_page_end_as(k->page, st__key_page_begin(k->page), p->verdict_version);
+    version = p->verdict_version;
+    rc = st__replica_start(srv, p->id, p->peer, p->key, p->as, p->engine, version, err,
+                           sizeof err);
+    if (rc != ST_OK)
+      ST_LOG_W("peer", "live key '%s' from '%s': the replica holds version %llu but cannot "
+               "follow it: %s", p->key, p->peer, (unsigned long long)version, err);
   }
   p->published = version;
   double s = st__now_mono() - p->t0;
@@ -245,9 +273,10 @@ static void publish(st__pull_t *p) {
   st__build_result_init(&out);
   msgpack_packer pk;
   msgpack_packer_init(&pk, &out.value, msgpack_sbuffer_write);
-  msgpack_pack_map(&pk, 5);
+  msgpack_pack_map(&pk, p->live ? 6 : 5);
   st__pack_kv_str(&pk, "key", p->as);
   st__pack_kv_uint(&pk, "version", version);
+  if (p->live) st__pack_kv_bool(&pk, "live", 1);
   st__pack_cstr(&pk, "origin");
   msgpack_pack_map(&pk, 3);
   st__pack_kv_str(&pk, "peer", p->peer);
@@ -334,11 +363,12 @@ static void xfer_opened(void *ud, uint64_t xfer, const uint8_t *blob, size_t len
   msgpack_sbuffer sb;
   msgpack_packer pk;
   st__remote_pack_begin(&sb, &pk, 1);
-  msgpack_pack_map(&pk, 5);
+  msgpack_pack_map(&pk, p->live ? 6 : 5);
   st__pack_kv_str(&pk, "key", p->key);
   st__pack_kv_uint(&pk, "version", p->version);
   st__pack_kv_uint(&pk, "xfer", p->id);
   st__pack_kv_str(&pk, "engine", p->engine);
+  if (p->live) st__pack_kv_bool(&pk, "live", 1);
   st__pack_cstr(&pk, "blob");
   msgpack_pack_bin(&pk, len);
   msgpack_pack_bin_body(&pk, blob, len);
@@ -361,6 +391,33 @@ static void xfer_progress(void *ud, uint64_t xfer, uint64_t bytes, uint64_t tota
                    n > 0 ? (size_t)n : 0);
 }
 
+/* A live pull's bytes are in and the peer said what they are: a whole
+ * version is published; one an update overran is not. */
+static void live_landed(st__pull_t *p) {
+  if (p->verdict_whole) {
+    publish(p);
+    return;
+  }
+  fail(p, ST_ERR_STALE_HANDLE, "pull: live key '%s' from '%s': version %llu was updated while it "
+       "was read (an update went past the fence's deadline, peer.transfer_timeout_s); nothing "
+       "was published: pull it again", p->key, p->peer,
+       (unsigned long long)p->verdict_version);
+}
+
+/* See remote.h. */
+int st__pull_live_sent(st__server_t *srv, const char *peer, uint64_t xfer, uint64_t version,
+                       int whole) {
+  for (st__pull_t *p = srv->remote ? srv->remote->pulls : NULL; p; p = p->next) {
+    if (p->id != xfer || !p->live || strcmp(p->peer, peer) || p->verdict) continue;
+    p->verdict = 1;
+    p->verdict_version = version;
+    p->verdict_whole = whole && version > 0;
+    if (p->got_all && !p->cancelled) live_landed(p);
+    return 1;
+  }
+  return 0;
+}
+
 static void xfer_done(void *ud, uint64_t xfer, int ok, uint64_t bytes, int code,
                       const char *error) {
   st__pull_t *p = ud;
@@ -368,7 +425,12 @@ static void xfer_done(void *ud, uint64_t xfer, int ok, uint64_t bytes, int code,
   p->xfer_open = 0;
   if (ok && !p->cancelled && bytes == p->bytes) {
     p->sending = 0;
-    publish(p);
+    if (!p->live) {
+      publish(p);
+    } else {
+      p->got_all = 1;
+      if (p->verdict) live_landed(p);   /* else when peer_live_sent comes */
+    }
     return;
   }
   if (p->cancelled) {
@@ -628,6 +690,7 @@ int st__pull_start(st__server_t *srv, const st__pull_req_t *q, uint64_t *task_id
   p->pushed = q->pushed;
   p->push_ticket = q->push_ticket;
   p->push_id = q->push_id;
+  p->live = q->live;
   snprintf(p->peer, sizeof p->peer, "%s", q->peer);
   snprintf(p->key, sizeof p->key, "%s", q->key);
   snprintf(p->as, sizeof p->as, "%s", q->as);
@@ -635,7 +698,8 @@ int st__pull_start(st__server_t *srv, const st__pull_req_t *q, uint64_t *task_id
   st__build_result_init(&p->res);
   p->t0 = st__now_mono();
   int code;
-  p->task = st__task_new(srv, q->pushed ? "pull (pushed)" : "pull", p->uid, err, errlen, &code);
+  p->task = st__task_new(srv, q->pushed ? "pull (pushed)" : q->live ? "pull (live)" : "pull",
+                         p->uid, err, errlen, &code);
   if (!p->task) {
     msgpack_sbuffer_destroy(&p->value);
     free(p);
@@ -651,9 +715,10 @@ int st__pull_start(st__server_t *srv, const st__pull_req_t *q, uint64_t *task_id
   msgpack_sbuffer sb;
   msgpack_packer pk;
   st__remote_pack_begin(&sb, &pk, 1);
-  msgpack_pack_map(&pk, p->version ? 2 : 1);
+  msgpack_pack_map(&pk, (p->version ? 2 : 1) + p->live);
   st__pack_kv_str(&pk, "key", p->key);
   if (p->version) st__pack_kv_uint(&pk, "version", p->version);
+  if (p->live) st__pack_kv_bool(&pk, "live", 1);
   double timeout = srv->cfg->peer.connect_timeout_s > 0 ? srv->cfg->peer.connect_timeout_s : 10.0;
   *task_id = p->id;   /* a failure below ends (and frees) p; the task stands, failed */
   char rerr[400];
@@ -663,9 +728,9 @@ int st__pull_start(st__server_t *srv, const st__pull_req_t *q, uint64_t *task_id
   return ST_OK;
 }
 
-/* pull {key, from, version?, as?, device?, policy?, readers?} ->
- * {task_id}; the task's result: {key, version, origin: {peer, key,
- * version}, bytes, seconds}. */
+/* pull {key, from, version?, as?, device?, policy?, readers?, live?} ->
+ * {task_id}; the task's result: {key, version, live?, origin: {peer,
+ * key, version}, bytes, seconds}. */
 void st__rpc_pull(st__rpc_req_t *r) {
   const msgpack_object *key = st__rpc_arg(r, "key"), *from = st__rpc_arg(r, "from");
   const msgpack_object *as = st__rpc_arg(r, "as");
@@ -683,6 +748,18 @@ void st__rpc_pull(st__rpc_req_t *r) {
                       .version = st__rpc_u64(r, "version", 0), .device = -3,
                       .policy = (st__key_policy_t)st__rpc_word(r, "policy", ST__KEY_PINNED)};
   if (st__rpc_arg(r, "device") && (q.device = st__rpc_device(r)) == -2) return;
+  const msgpack_object *live = st__rpc_arg(r, "live");
+  q.live = live && live->type == MSGPACK_OBJECT_BOOLEAN && live->via.boolean;
+  if (q.live && q.version) {
+    st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "pull: a live pull follows the key's versions "
+                  "from its current one: version cannot be given with live");
+    return;
+  }
+  if (q.live && q.policy != ST__KEY_PINNED) {
+    st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "pull: a live replica is pinned: policy cannot be "
+                  "given with live");
+    return;
+  }
   st__grant_t readers;
   int given = st__rpc_readers(r, &readers);
   if (given < 0) return;

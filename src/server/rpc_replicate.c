@@ -20,8 +20,9 @@
 #include "common/log.h"
 #include "engine/keys.h"
 #include "peer/peer.h"
-#include "server/remote.h"
 #include "server/rpc.h"
+#include "server/rpc_pull.h"
+#include "server/rpc_replicate.h"
 #include "server/work.h"
 #include "st/errors.h"
 

@@ -19,7 +19,7 @@
  * the memory to another host as one version: docs/multihost.md, "Live
  * replication") takes the page's `fence` around its read; an update
  * begun meanwhile gives way until the fence drops or its deadline
- * passes (st__key_page_begin_fenced, st__key_page_fence_take). A replica's
+ * passes (st__key_page_begin_fenced, st__key_page_fence_raise). A replica's
  * page is published by its server's transfer helper, under the source's
  * version numbers (st__key_page_end_as).
  *
@@ -113,8 +113,8 @@ static inline int64_t st__key_page_mono_ns(void) {
  * past it, the update goes ahead (*overran set: the fence holder's
  * st__key_page_fence_check then fails). The odd word and the fence are
  * each a sequentially consistent store followed by a load of the other,
- * so of an update and a fence taken at once, at least one sees the other
- * (st__key_page_fence_take). Returns the odd word. */
+ * so of an update and a fence raised at once, at least one sees the other
+ * (st__key_page_fence_settled). Returns the odd word. */
 static inline uint64_t st__key_page_begin_fenced(st__key_page_t *p, int *overran) {
   int64_t cap = st__key_page_mono_ns() + ST__KEY_FENCE_MAX_NS;
   *overran = 0;
@@ -124,40 +124,66 @@ static inline uint64_t st__key_page_begin_fenced(st__key_page_t *p, int *overran
       atomic_thread_fence(memory_order_seq_cst);
       return s;
     }
-    atomic_store(&p->seq, s + 1);
+    /* A fence already up is waited for without touching `seq`: a
+     * holder's check (st__key_page_fence_check) then never sees the odd
+     * word of an update that gives way. */
     uint32_t f = atomic_load(&p->fence);
-    if (f == 0) return s + 1;
+    if (f == 0) {
+      atomic_store(&p->seq, s + 1);
+      f = atomic_load(&p->fence);
+      if (f == 0) return s + 1;
+      atomic_store(&p->seq, s);
+      atomic_fetch_add(&p->futex, 1);
+      st__shm_futex_wake(&p->futex);
+    }
     int64_t until = atomic_load(&p->fence_until), now = st__key_page_mono_ns();
     if (until > cap) until = cap;
     if (now >= until) {
       *overran = 1;
+      atomic_store(&p->seq, s + 1);
       return s + 1;
     }
-    atomic_store(&p->seq, s);
-    atomic_fetch_add(&p->futex, 1);
-    st__shm_futex_wake(&p->futex);
     int64_t left = until - now;
     struct timespec ts = {left / 1000000000, left % 1000000000};
     st__shm_futex_wait(&p->fence, f, &ts);
   }
 }
 
-/* Takes a fence for a read of the memory as one version that promises to
- * end by `until` (CLOCK_MONOTONIC ns): 1 and *version when `seq` was even
- * (no update begins until st__key_page_fence_drop, or `until`), 0 when an
- * update runs (the fence is dropped again; wait for the update and try
- * again). Several holders may hold it at once. */
-static inline int st__key_page_fence_take(st__key_page_t *p, int64_t until, uint64_t *version) {
+/* Raises a fence for a read of the memory as one version that promises
+ * to end by `until` (CLOCK_MONOTONIC ns): from here no update begins
+ * (each gives way, st__key_page_begin_fenced) until the fence drops or
+ * `until` passes; an update that began before goes on to its end.
+ * Several holders may hold it at once. Then st__key_page_fence_settled. */
+static inline void st__key_page_fence_raise(st__key_page_t *p, int64_t until) {
   if (atomic_load(&p->fence_until) < until) atomic_store(&p->fence_until, until);
   atomic_fetch_add(&p->fence, 1);
+}
+
+/* After st__key_page_fence_raise: 1 and *version when `seq` is even (the
+ * memory is that version, and stays so while the fence is up), 0 while
+ * an update that began before the fence runs (ask again). The fence's
+ * increment and this read of `seq`, and an update's odd store and its
+ * read of the fence, are each sequentially consistent: of the two, at
+ * least one sees the other. */
+static inline int st__key_page_fence_settled(st__key_page_t *p, uint64_t *version) {
   uint64_t s = atomic_load(&p->seq);
-  if (s & 1) {
-    atomic_fetch_sub(&p->fence, 1);
-    st__shm_futex_wake(&p->fence);
-    return 0;
-  }
+  if (s & 1) return 0;
   *version = s / 2;
   return 1;
+}
+
+/* Lets go of a fence; the last one wakes an update that gives way. */
+static inline void st__key_page_fence_drop(st__key_page_t *p) {
+  if (atomic_fetch_sub(&p->fence, 1) == 1) st__shm_futex_wake(&p->fence);
+}
+
+/* A fence for a holder that does not wait: raised and settled at once
+ * (1 and *version), or dropped again when an update runs (0). */
+static inline int st__key_page_fence_take(st__key_page_t *p, int64_t until, uint64_t *version) {
+  st__key_page_fence_raise(p, until);
+  if (st__key_page_fence_settled(p, version)) return 1;
+  st__key_page_fence_drop(p);
+  return 0;
 }
 
 /* Whether what was read under a fence taken at `version` is that version
@@ -166,12 +192,6 @@ static inline int st__key_page_fence_take(st__key_page_t *p, int64_t until, uint
 static inline int st__key_page_fence_check(st__key_page_t *p, uint64_t version) {
   atomic_thread_fence(memory_order_acquire);
   return atomic_load(&p->seq) == 2 * version;
-}
-
-/* Lets go of a fence taken with st__key_page_fence_take; the last one
- * wakes an update that gives way. */
-static inline void st__key_page_fence_drop(st__key_page_t *p) {
-  if (atomic_fetch_sub(&p->fence, 1) == 1) st__shm_futex_wake(&p->fence);
 }
 
 /* Ends the update begun with odd word s as version v (> the version

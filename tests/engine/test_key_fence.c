@@ -155,14 +155,26 @@ TEST(a_fence_never_dropped_holds_an_update_back_until_its_deadline) {
   teardown();
 }
 
-TEST(a_fence_is_not_taken_while_an_update_runs) {
+TEST(a_fence_raised_during_an_update_holds_the_version_after_it) {
   setup();
   uint64_t s = st__key_page_begin(page), v = 0;
+  /* A holder that cannot wait gets nothing and leaves no fence. */
   CHECK(st__key_page_fence_take(page, st__key_page_mono_ns() + 1000000000, &v) == 0);
   CHECK_EQ_INT(atomic_load(&page->fence), 0);
+  /* One that waits raises it: the running update goes on to its end ... */
+  st__key_page_fence_raise(page, st__key_page_mono_ns() + 300000000);
+  CHECK(!st__key_page_fence_settled(page, &v));
   st__key_page_end(page, s);
-  CHECK(st__key_page_fence_take(page, st__key_page_mono_ns() + 1000000000, &v) == 1);
+  CHECK(st__key_page_fence_settled(page, &v));
   CHECK_EQ_INT(v, 2);
+  /* ... and the next one gives way until the fence drops. */
+  int overran = 0;
+  double t0 = stt_now_ms();
+  s = st__key_page_begin_fenced(page, &overran);
+  CHECK(overran);                            /* it waited until the deadline */
+  CHECK(stt_now_ms() - t0 >= 200);
+  CHECK(!st__key_page_fence_check(page, v));
+  st__key_page_end(page, s);
   st__key_page_fence_drop(page);
   teardown();
 }
@@ -185,7 +197,7 @@ int main(void) {
   RUN(fenced_reads_are_whole_versions);
   RUN(without_the_fence_copies_tear_and_the_check_says_so);
   RUN(a_fence_never_dropped_holds_an_update_back_until_its_deadline);
-  RUN(a_fence_is_not_taken_while_an_update_runs);
+  RUN(a_fence_raised_during_an_update_holds_the_version_after_it);
   RUN(a_replica_takes_its_sources_version_numbers);
   return stt_summary();
 }

@@ -131,6 +131,34 @@ class PullTest(unittest.TestCase):
         self.assertTrue(torch.equal(self.b.get("w/v")["x"], torch.ones(1000)))
         self.assertEqual(self.b.keys("w/v")[0]["policy"], "evictable")
 
+    def test_live_pull_follows_updates(self):
+        self.a.put("w/lv", {"w": torch.full((1 << 16,), 1.0)}, live=True)
+        pub = self.a.live("w/lv")
+        r = self.b.pull("w/lv", "alpha", live=True).result(timeout=60)
+        self.assertEqual((r["key"], r["version"], r["live"]), ("w/lv", 1, True))
+        mine = self.b.live("w/lv")
+        self.assertFalse(mine.publisher)
+        for v in range(2, 12):
+            with pub.updating() as t:
+                t["w"].fill_(float(v))
+        self.assertEqual(pub.version, 11)
+        mine.wait_version(11, timeout=30)
+        seq = mine.read_begin(timeout=5)
+        self.assertTrue(torch.all(mine.tensors["w"] == 11.0))
+        self.assertTrue(mine.read_end(seq))
+        rep = self.b.replicas("w/lv")
+        self.assertEqual((rep["source"]["peer"], rep["source"]["version"],
+                          rep["source"]["lost"]), ("alpha", 11, False))
+        self.assertEqual([s["peer"] for s in self.a.replicas("w/lv")["subscribers"]], ["beta"])
+        with self.assertRaises(st.InvalidArgumentError):
+            self.b.put("w/lv", {"w": torch.zeros(1 << 16)}, live=True)
+        self.assertEqual(self.b.unsubscribe("w/lv"), 11)
+        with self.assertRaises(st.NotFoundError):
+            self.b.unsubscribe("w/lv")
+        self.assertIsNone(self.b.replicas("w/lv")["source"])
+        mine.close()
+        pub.close()
+
     def test_not_exported_raises_auth(self):
         self.a.put("secret", {"x": torch.ones(10)})
         task = self.b.pull("secret", "alpha")

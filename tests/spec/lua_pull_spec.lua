@@ -12,11 +12,11 @@ local build_args = require("st.args").build
 ffi.cdef("int setenv(const char *name, const char *value, int overwrite);")
 
 -- Puts { x = a float32 tensor of n elements, x[i] = i * k } under `key`.
-local function put(c, key, n, k)
+local function put(c, key, n, k, flags)
   local x = assert(st.zeros({ n }, { dtype = "float32" }))
   for i = 0, n - 1 do x:set(i, i * k) end
   local v = ffi.new("uint64_t[1]")
-  assert(C.lib.st_client_put(c._h, key, build_args({ x = x }), 0, 0, v) == 0,
+  assert(C.lib.st_client_put(c._h, key, build_args({ x = x }), 0, flags or 0, v) == 0,
          ffi.string(C.lib.st_client_error(c._h)))
   return tonumber(v[0])
 end
@@ -70,6 +70,25 @@ describe("c:pull", function()
     local x = got.value.x
     assert.are.equal(1000, x.shape[1])
     for i = 0, 999 do assert.are.equal(i * 0.5, x:get(i)) end
+  end)
+
+  it("follows a live key, and ends that with unsubscribe", function()
+    assert.are.equal(1, put(ca, "w/live", 100, 2, 2))   -- 2: ST_PUT_LIVE
+    local id = assert(cb:pull("w/live", "alpha", { live = true }))
+    assert.are.equal("completed", cb:wait(id, 60).status)
+    local v = assert(cb:result(id)).value
+    assert.is_true(v.live)
+    assert.are.equal(1, v.version)
+    local rep = assert(cb:replicas("w/live"))
+    assert.are.equal("alpha", rep.source.peer)
+    assert.is_false(rep.source.lost)
+    assert.are.equal("beta", assert(ca:replicas("w/live")).subscribers[1].peer)
+    assert.are.equal(1, assert(cb:unsubscribe("w/live")))
+    local ok, err = cb:unsubscribe("w/live")
+    assert.is_nil(ok)
+    assert.matches("^NOT_FOUND", err)
+    assert.has_error(function() cb:pull("w/live", "alpha", { live = "yes" }) end,
+                     "pull: opts.live must be true or false")
   end)
 
   it("fails the task with AUTH for a key not exported", function()

@@ -1,0 +1,379 @@
+/* A live key followed across servers (docs/multihost.md, "Live
+ * replication"): alpha's publisher updates a live key of two tensors as
+ * fast as it can while beta, which pulled it live, brings every version
+ * it can in place (UCX over TCP on lo, tests/peer/remote_kit.h):
+ *   - the replica starts whole at the source's version number, and every
+ *     read on beta that st_key_read_end calls consistent holds one
+ *     version whole (each of its floats is that version's number), while
+ *     the versions move; beta reaches the publisher's last version;
+ *   - replicas() says who follows on alpha and what beta's key follows;
+ *     a client's live put into the replica is refused while it follows;
+ *   - a plain pull of a live key is refused, and a live pull of a key
+ *     that is not live;
+ *   - unsubscribe ends it: alpha lists no subscriber, beta keeps its last
+ *     version while alpha's goes on;
+ *   - a second replica, then alpha SIGKILLed: beta keeps its last whole
+ *     version and says the source is lost. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/wait.h>
+
+#include "../peer/remote_kit.h"
+#include "client_kit.h"
+
+#define NA (256 * 1024)    /* floats of tensor a: 1 MiB */
+#define NB (1024 * 1024)   /* floats of tensor b: 4 MiB */
+
+static st_client_t *pubc;     /* alpha: the publisher's connection */
+static st_key_t *pubk;
+static atomic_int stop_updates;
+static atomic_ullong last_version;
+
+/* Fills every float of the key's tensors with `value`. */
+static void fill(st_result_t *r, float value) {
+  const char *names[2] = {"a", "b"};
+  for (int i = 0; i < 2; i++) {
+    const st_tensor_t *t = st_result_find(r, names[i]);
+    float *p = t->data;
+    for (int64_t k = 0; k < t->shape[0]; k++) p[k] = value;
+  }
+}
+
+/* Puts live key `name` on alpha (every float 1, version 1) and opens its
+ * publisher's handle: 1 when it worked. */
+static int publish(const char *name) {
+  char err[256];
+  if (st_client_connect(ALPHA.socket, &pubc, err, sizeof err) != ST_OK) return 0;
+  st_result_t *a = NULL, *b = NULL;
+  int64_t na = NA, nb = NB;
+  int ok = st_tensor_alloc("cpu", ST_DTYPE_FLOAT32, 1, &na, &a, err, sizeof err) == ST_OK &&
+           st_tensor_alloc("cpu", ST_DTYPE_FLOAT32, 1, &nb, &b, err, sizeof err) == ST_OK;
+  st_args_t *args = st_args_new();
+  if (ok) {
+    float *pa = st_result_tensor(a, 0)->data, *pb = st_result_tensor(b, 0)->data;
+    for (int i = 0; i < NA; i++) pa[i] = 1.0f;
+    for (int i = 0; i < NB; i++) pb[i] = 1.0f;
+    ok = st_args_tensor(args, "a", st_result_tensor(a, 0), err, sizeof err) == ST_OK &&
+         st_args_tensor(args, "b", st_result_tensor(b, 0), err, sizeof err) == ST_OK;
+  }
+  uint64_t v = 0;
+  ok = ok && st_client_put(pubc, name, args, ST_KEY_PINNED, ST_PUT_LIVE, &v) == ST_OK && v == 1;
+  ok = ok && st_key_open(pubc, name, 0, &pubk) == ST_OK && st_key_is_publisher(pubk);
+  if (!ok) fprintf(stderr, "   publish %s: %s %s\n", name, err, st_client_error(pubc));
+  st_args_free(args);
+  st_result_free(a);
+  st_result_free(b);
+  return ok;
+}
+
+/* The publisher's thread: updates until stop_updates, each version's
+ * floats its number. */
+static void *updater(void *arg) {
+  (void)arg;
+  while (!atomic_load(&stop_updates)) {
+    if (st_key_begin_update(pubk) != ST_OK) break;
+    uint64_t next = st_key_version(pubk) + 1;
+    fill(st_key_result(pubk), (float)next);
+    if (st_key_end_update(pubk, NULL) != ST_OK) break;
+    atomic_store(&last_version, next);
+  }
+  return NULL;
+}
+
+/* Pulls alpha's `key` live into beta; the task's result (the caller
+ * frees it), or NULL (said). */
+static st_result_t *pull_live(st_client_t *c, const char *key, char *status, size_t len) {
+  st_pull_opts_t o = {.live = 1};
+  uint64_t id = 0;
+  if (st_client_pull(c, key, "alpha", &o, &id) != ST_OK) {
+    fprintf(stderr, "   pull %s: %s\n", key, st_client_error(c));
+    return NULL;
+  }
+  rk_wait_end(c, id, status, len);
+  st_result_t *r = NULL;
+  if (st_client_task_result(c, id, &r) != ST_OK) return NULL;
+  return r;
+}
+
+/* A consistent read of k: 1 and *version when every float is the
+ * version's number, 0 for a read st_key_read_end calls torn, -1 for a
+ * consistent read of mixed floats (the failure this test is about). */
+static int read_whole(st_key_t *k, uint64_t *version) {
+  uint64_t seq;
+  if (st_key_read_begin(k, 5000, &seq) != ST_OK) return 0;
+  st_result_t *r = st_key_result(k);
+  float want = (float)(seq / 2);
+  int mixed = 0;
+  const char *names[2] = {"a", "b"};
+  for (int i = 0; i < 2 && !mixed; i++) {
+    const st_tensor_t *t = st_result_find(r, names[i]);
+    const float *p = t->data;
+    for (int64_t j = 0; j < t->shape[0]; j++)
+      if (p[j] != want) {
+        mixed = 1;
+        break;
+      }
+  }
+  int consistent = 0;
+  if (st_key_read_end(k, seq, NULL, &consistent) != ST_OK || !consistent) return 0;
+  *version = seq / 2;
+  return mixed ? -1 : 1;
+}
+
+static const st_value_t *path(const st_value_t *v, const char *a, const char *b) {
+  v = st_value_get(v, a);
+  return b ? st_value_get(v, b) : v;
+}
+
+/* The versions beta's replica of `key` did not publish because the
+ * source's read of them was overwritten (replicas' source.torn). */
+static int64_t replica_torn(st_client_t *c, const char *key) {
+  st_result_t *rep = NULL;
+  if (st_client_replicas(c, key, &rep) != ST_OK) return -1;
+  const st_value_t *t = path(st_result_value(rep), "source", "torn");
+  int64_t n = t && t->kind == ST_VALUE_INT ? t->as.integer : -1;
+  st_result_free(rep);
+  return n;
+}
+
+/* Reads beta's replica k for `ms` while alpha's publisher updates as fast
+ * as it can; counts whole reads, reads retried and mixed reads. */
+static void hammer(st_key_t *k, int ms, int *whole, int *retried, int *mixed, uint64_t *first,
+                   uint64_t *last) {
+  pthread_t th;
+  atomic_store(&stop_updates, 0);
+  if (pthread_create(&th, NULL, updater, NULL) != 0) return;
+  *whole = *retried = *mixed = 0;
+  *first = *last = 0;
+  double end = stt_now_ms() + ms;
+  while (stt_now_ms() < end) {
+    uint64_t v = 0;
+    int r = read_whole(k, &v);
+    if (r == 1) {
+      (*whole)++;
+      if (!*first) *first = v;
+      *last = v;
+    } else if (r == 0) {
+      (*retried)++;
+    } else {
+      (*mixed)++;
+    }
+  }
+  atomic_store(&stop_updates, 1);
+  pthread_join(th, NULL);
+}
+
+TEST(a_live_pull_follows_every_update_whole) {
+  CHECK(publish("w/live"));
+  OPEN_CLIENT(c, BETA.socket);
+  char status[32];
+  st_result_t *res = pull_live(c, "w/live", status, sizeof status);
+  CHECK_STR_EQ(status, "completed");
+  CHECK(res);
+  if (!res) return;
+  CHECK(path(st_result_value(res), "live", NULL)->as.boolean);
+  CHECK_EQ_INT(path(st_result_value(res), "version", NULL)->as.integer, 1);
+  st_result_free(res);
+  st_key_t *k = NULL;
+  CHECK_RC(st_key_open(c, "w/live", 0, &k), ST_OK, c);
+  if (!k) return;
+  CHECK(!st_key_is_publisher(k));
+  uint64_t v = 0;
+  CHECK_EQ_INT(read_whole(k, &v), 1);
+  CHECK_EQ_INT(v, 1);
+
+  int whole = 0, torn = 0, mixed = 0;
+  uint64_t seen_first = 0, seen_last = 0;
+  hammer(k, 3000, &whole, &torn, &mixed, &seen_first, &seen_last);
+  uint64_t final = atomic_load(&last_version);
+  printf("   %llu updates on alpha; beta: %d whole reads (versions %llu..%llu), %d retried, "
+         "%d mixed\n", (unsigned long long)final, whole, (unsigned long long)seen_first,
+         (unsigned long long)seen_last, torn, mixed);
+  CHECK_EQ_INT(mixed, 0);
+  CHECK(whole > 0);
+  CHECK(final > 10);
+  CHECK_EQ_INT(replica_torn(c, "w/live"), 0);   /* the fence kept every version whole */
+  CHECK(seen_last > seen_first);   /* the versions moved on beta while it read */
+  uint64_t got = 0;
+  CHECK_EQ_INT(st_key_wait_version(k, final, 30000, &got), ST_OK);
+  CHECK_EQ_INT(got, final);        /* the same numbers as alpha's */
+  CHECK_EQ_INT(read_whole(k, &v), 1);
+  CHECK_EQ_INT(v, final);
+
+  /* Who follows what. */
+  st_result_t *rep = NULL;
+  CHECK_RC(st_client_replicas(c, "w/live", &rep), ST_OK, c);
+  const st_value_t *src = path(st_result_value(rep), "source", NULL);
+  CHECK(src && src->kind == ST_VALUE_MAP);
+  if (src && src->kind == ST_VALUE_MAP) {
+    CHECK_STR_EQ(st_value_get(src, "peer")->as.str.ptr, "alpha");
+    CHECK_EQ_INT(st_value_get(src, "version")->as.integer, final);
+    CHECK(!st_value_get(src, "lost")->as.boolean);
+  }
+  st_result_free(rep);
+  CHECK_RC(st_client_replicas(pubc, "w/live", &rep), ST_OK, pubc);
+  const st_value_t *subs = path(st_result_value(rep), "subscribers", NULL);
+  CHECK(subs && subs->kind == ST_VALUE_ARRAY && subs->as.array.len == 1);
+  if (subs && subs->as.array.len == 1)
+    CHECK_STR_EQ(st_value_get(&subs->as.array.items[0], "peer")->as.str.ptr, "beta");
+  st_result_free(rep);
+
+  /* Nobody here writes the replica while it follows. */
+  st_args_t *a = st_args_new();
+  st_result_t *t = NULL;
+  int64_t na = NA;
+  char err[256];
+  CHECK(st_tensor_alloc("cpu", ST_DTYPE_FLOAT32, 1, &na, &t, err, sizeof err) == ST_OK);
+  CHECK(st_args_tensor(a, "a", st_result_tensor(t, 0), err, sizeof err) == ST_OK);
+  uint64_t pv;
+  CHECK_RC(st_client_put(c, "w/live", a, ST_KEY_PINNED, ST_PUT_LIVE, &pv),
+           ST_ERR_INVALID_ARGUMENT, c);
+  CHECK(strstr(st_client_error(c), "replica") != NULL);
+  st_args_free(a);
+  st_result_free(t);
+  st_key_close(k);
+  st_client_close(c);
+}
+
+TEST(plain_and_live_pulls_of_the_wrong_kind_are_refused) {
+  OPEN_CLIENT(c, BETA.socket);
+  uint64_t id = 0;
+  char status[32];
+  CHECK_RC(st_client_pull(c, "w/live", "alpha", NULL, &id), ST_OK, c);
+  rk_wait_end(c, id, status, sizeof status);
+  CHECK_STR_EQ(status, "failed");
+  st_result_t *r = NULL;
+  CHECK_EQ_INT(st_client_task_result(c, id, &r), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_client_error(c), "key 'w/live' is live (its bytes change in place)");
+  CHECK(rk_put(ALPHA.socket, "w/plain", 3) == 1);
+  st_result_t *res = pull_live(c, "w/plain", status, sizeof status);
+  CHECK_STR_EQ(status, "failed");
+  CHECK(res == NULL);
+  CHECK_CONTAINS(st_client_error(c), "key 'w/plain' is not live: pull it without live");
+  CHECK_EQ_INT(st_client_get(c, "w/plain", 0, 0, &r, NULL), ST_ERR_NOT_FOUND);
+  st_client_close(c);
+}
+
+TEST(unsubscribe_keeps_the_last_version) {
+  OPEN_CLIENT(c, BETA.socket);
+  st_key_t *k = NULL;
+  CHECK_RC(st_key_open(c, "w/live", 0, &k), ST_OK, c);
+  if (!k) return;
+  uint64_t at = 0;
+  CHECK_RC(st_client_unsubscribe(c, "w/live", &at), ST_OK, c);
+  CHECK_EQ_INT(at, st_key_version(k));
+  CHECK_RC(st_client_unsubscribe(c, "w/live", NULL), ST_ERR_NOT_FOUND, c);
+  /* alpha lets go of the subscriber; its updates no longer reach beta. */
+  int none = 0;
+  for (double end = stt_now_ms() + 5000; stt_now_ms() < end && !none; stt_sleep_ms(20)) {
+    st_result_t *rep = NULL;
+    if (st_client_replicas(pubc, "w/live", &rep) != ST_OK) break;
+    none = path(st_result_value(rep), "subscribers", NULL)->as.array.len == 0;
+    st_result_free(rep);
+  }
+  CHECK(none);
+  for (int i = 0; i < 5; i++) {
+    CHECK_EQ_INT(st_key_begin_update(pubk), ST_OK);
+    fill(st_key_result(pubk), (float)(st_key_version(pubk) + 1));
+    CHECK_EQ_INT(st_key_end_update(pubk, NULL), ST_OK);
+  }
+  stt_sleep_ms(200);
+  uint64_t v = 0;
+  CHECK_EQ_INT(read_whole(k, &v), 1);
+  CHECK_EQ_INT(v, at);
+  st_key_close(k);
+  st_client_close(c);
+}
+
+TEST(the_source_killed_leaves_the_last_version_and_says_lost) {
+  OPEN_CLIENT(c, BETA.socket);
+  st_pull_opts_t o = {.live = 1, .as = "w/live2"};
+  uint64_t id = 0;
+  char status[32];
+  CHECK_RC(st_client_pull(c, "w/live", "alpha", &o, &id), ST_OK, c);
+  rk_wait_end(c, id, status, sizeof status);
+  CHECK_STR_EQ(status, "completed");
+  st_key_t *k = NULL;
+  CHECK_RC(st_key_open(c, "w/live2", 0, &k), ST_OK, c);
+  if (!k) return;
+  uint64_t at = st_key_version(pubk);
+  CHECK_EQ_INT(st_key_wait_version(k, at, 10000, NULL), ST_OK);
+  CHECK(kill(ALPHA.pid, SIGKILL) == 0);
+  waitpid(ALPHA.pid, NULL, 0);
+  ALPHA.pid = -1;
+  int lost = 0;
+  for (double end = stt_now_ms() + 15000; stt_now_ms() < end && !lost; stt_sleep_ms(50)) {
+    st_result_t *rep = NULL;
+    if (st_client_replicas(c, "w/live2", &rep) != ST_OK) break;
+    const st_value_t *src = path(st_result_value(rep), "source", NULL);
+    lost = src && src->kind == ST_VALUE_MAP && st_value_get(src, "lost")->as.boolean;
+    st_result_free(rep);
+  }
+  CHECK(lost);
+  uint64_t v = 0;
+  CHECK_EQ_INT(read_whole(k, &v), 1);
+  CHECK_EQ_INT(v, at);
+  st_key_close(k);
+  st_client_close(c);
+}
+
+/* Servers whose source reads without the fence (ST_LIVE_NO_FENCE, a
+ * test's switch): the publisher overwrites versions while they are read,
+ * and the check after each read catches it: those versions are not
+ * published (counted torn) and no read on beta ever mixes two. */
+TEST(without_the_fence_versions_are_overwritten_and_never_published) {
+  setenv("ST_LIVE_NO_FENCE", "1", 1);
+  int started = rk_start(512ull * RK_MIB) == 0;
+  unsetenv("ST_LIVE_NO_FENCE");
+  CHECK(started);
+  if (!started) return;
+  CHECK(publish("w/bare"));
+  OPEN_CLIENT(c, BETA.socket);
+  char status[32];
+  st_result_free(pull_live(c, "w/bare", status, sizeof status));
+  CHECK_STR_EQ(status, "completed");
+  st_key_t *k = NULL;
+  CHECK_RC(st_key_open(c, "w/bare", 0, &k), ST_OK, c);
+  if (!k) return;
+  int whole = 0, retried = 0, mixed = 0, w, r, m;
+  uint64_t first = 0, last = 0, f, l;
+  int64_t torn = 0;
+  /* Until a version was caught overwritten (a transfer on a loaded host
+   * can take a while): at most 15 s. */
+  for (int round = 0; round < 15 && torn <= 0; round++) {
+    hammer(k, 1000, &w, &r, &m, &f, &l);
+    whole += w, retried += r, mixed += m;
+    if (!first) first = f;
+    if (l) last = l;
+    torn = replica_torn(c, "w/bare");
+  }
+  printf("   without the fence: %lld versions overwritten while read; beta: %d whole reads "
+         "(versions %llu..%llu), %d retried, %d mixed\n", (long long)torn, whole,
+         (unsigned long long)first, (unsigned long long)last, retried, mixed);
+  CHECK(torn > 0);
+  CHECK_EQ_INT(mixed, 0);
+  st_key_close(k);
+  st_client_close(c);
+}
+
+int main(void) {
+  rk_main_start();
+  RUN(a_live_pull_follows_every_update_whole);
+  RUN(plain_and_live_pulls_of_the_wrong_kind_are_refused);
+  RUN(unsubscribe_keeps_the_last_version);
+  RUN(the_source_killed_leaves_the_last_version_and_says_lost);
+  st_key_close(pubk);
+  st_client_close(pubc);
+  int b = stt_server_stop(&BETA);
+  stt_server_cleanup(&BETA);
+  stt_server_cleanup(&ALPHA);
+  if (b != 0) {
+    fprintf(stderr, "beta did not exit cleanly\n");
+    return 1;
+  }
+  RUN(without_the_fence_versions_are_overwritten_and_never_published);
+  st_key_close(pubk);
+  st_client_close(pubc);
+  return rk_main_end();
+}
