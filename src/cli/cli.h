@@ -7,6 +7,7 @@
  *   cmd_call.c   call
  *   cmd_task.c   submit, wait, status, result, cancel, tasks
  *   cmd_remote.c pull, replicate: keys between servers
+ *   cmd_replicas.c replicas, unsubscribe: live keys followed across servers
  *   cmd_object.c objects, release, invalidate
  *   cmd_keys.c   keys, get, delete
  *   cmd_admin.c  reload, stats
@@ -61,6 +62,8 @@ extern const cli_command_t cli_endpoints_command;
 extern const cli_command_t cli_peers_command;
 extern const cli_command_t cli_pull_command;
 extern const cli_command_t cli_replicate_command;
+extern const cli_command_t cli_replicas_command;
+extern const cli_command_t cli_unsubscribe_command;
 extern const cli_command_t cli_call_command;
 extern const cli_command_t cli_submit_command;
 extern const cli_command_t cli_wait_command;

@@ -159,6 +159,7 @@ typedef struct remote_args {
   int no_wait;
   double timeout_s;           /* --timeout; -1: none       */
   cli_readers_t readers;      /* pull                      */
+  int live;                   /* pull --live               */
 } remote_args_t;
 
 static int take_readers(const char *v, void *ud) { return cli_parse_readers("pull", v, ud); }
@@ -209,6 +210,8 @@ static int parse_remote(cli_t *g, const cli_command_t *cmd, int pull, int argc, 
       if (v && strcmp(v, "pinned") == 0) a->policy = ST_KEY_PINNED;
       else if (v && strcmp(v, "evictable") == 0) a->policy = ST_KEY_EVICTABLE;
       else return cli_usage(name, "--policy takes pinned or evictable, not '%s'", v ? v : "");
+    } else if (pull && strcmp(argv[i], "--live") == 0) {
+      a->live = 1;
     } else if (strcmp(argv[i], "--no-wait") == 0) {
       a->no_wait = 1;
     } else if (argv[i][0] == '-' && argv[i][1]) {
@@ -270,9 +273,13 @@ static void print_pulled(const st_value_t *v) {
   char size[32], took[32];
   cli_format_bytes(bytes, size, sizeof size);
   cli_format_duration(seconds, took, sizeof took);
-  printf("%s version %.0f <- %s:%s version %.0f: %s (%.0f bytes) in %s, %.2f GB/s\n",
+  const st_value_t *live = st_value_get(v, "live");
+  printf("%s version %.0f <- %s:%s version %.0f: %s (%.0f bytes) in %s, %.2f GB/s%s\n",
          key ? key : "?", version, peer ? peer : "?", okey ? okey : "?", oversion, size, bytes,
-         took, seconds > 0 ? bytes / seconds / 1e9 : 0.0);
+         took, seconds > 0 ? bytes / seconds / 1e9 : 0.0,
+         live && live->kind == ST_VALUE_BOOL && live->as.boolean
+             ? "; live: it follows the peer's key (stcli replicas shows it)"
+             : "");
 }
 
 static int run_pull(cli_t *g, int argc, char **argv) {
@@ -285,7 +292,8 @@ static int run_pull(cli_t *g, int argc, char **argv) {
   if (code != CLI_OK) return code;
   st_readers_t rd;
   st_pull_opts_t o = {.version = a.version, .as = a.as, .device = a.device,
-                      .policy = a.policy, .readers = cli_readers_of(&a.readers, &rd)};
+                      .policy = a.policy, .readers = cli_readers_of(&a.readers, &rd),
+                      .live = a.live};
   uint64_t id;
   int rc = st_client_pull(c, a.key, a.from, &o, &id);
   if (rc != ST_OK) {
@@ -310,7 +318,7 @@ static int run_pull(cli_t *g, int argc, char **argv) {
 
 const cli_command_t cli_pull_command = {
     "pull",
-    "pull KEY --from PEER [--version N] [--as NAME] [--device D] [--no-wait]",
+    "pull KEY --from PEER [--version N] [--as NAME] [--device D] [--live] [--no-wait]",
     "Copy a key published on a peer into this server, showing its progress.",
     "Starts a pull (docs/multihost.md) and waits for it: on a terminal a\n"
     "progress bar on stderr (percent, bytes moved, rate), else one progress\n"
@@ -329,10 +337,13 @@ const cli_command_t cli_pull_command = {
     "                     key has on the peer)\n"
     "  --policy P         pinned (default) or evictable\n"
     "  --readers LIST     uids and groups granted read of the copy: uid:N, gid:N\n"
+    "  --live             the peer's key is a live key: the copy is a live key\n"
+    "                     that follows it, each new version brought in place\n"
+    "                     under the same number (stcli replicas, unsubscribe)\n"
     "  --no-wait          print the task id and return (stcli wait ID follows it)\n"
     "  --timeout T        stop waiting after T (exit 4; the pull goes on)\n",
     run_pull,
-    "--from= --version= --as= --device= --policy= --readers= --no-wait --timeout=",
+    "--from= --version= --as= --device= --policy= --readers= --live --no-wait --timeout=",
 };
 
 /* ------------------------------------------------------------- replicate */

@@ -22,6 +22,7 @@ static const cli_command_t *const commands[] = {
     &cli_get_command,     &cli_delete_command,     &cli_buffers_command,
     &cli_buffer_create_command, &cli_buffer_unlink_command, &cli_reload_command,
     &cli_peers_command,   &cli_pull_command,    &cli_replicate_command,
+    &cli_replicas_command, &cli_unsubscribe_command,
     &cli_rpc_command,     &cli_watch_command,      &cli_completion_command,
     &help_command,
 };

@@ -3,7 +3,9 @@
  * the exit code of a pull, --json, --no-wait with `stcli wait`, the
  * refusals (not exported, not a peer with a "did you mean", usage), the
  * progress while no byte can move (a bar on a terminal, lines elsewhere),
- * Ctrl-C cancelling the pull and --timeout leaving it running. */
+ * Ctrl-C cancelling the pull and --timeout leaving it running; pull
+ * --live of a live key, `stcli replicas` on both servers and `stcli
+ * unsubscribe`. */
 #include <inttypes.h>
 
 #include "../peer/remote_kit.h"
@@ -45,6 +47,47 @@ TEST(a_pull_prints_what_arrived) {
   CHECK_CONTAINS(R.out, "origin");
   CHECK_EQ_INT(STCLI(SOCK, "delete", "w/model"), 0);
   CHECK_EQ_INT(STCLI(SOCK, "delete", "copy/m"), 0);
+}
+
+/* Puts live key `name` on alpha: one float32 tensor x of 64 elements. */
+static int put_live(const char *name) {
+  st_client_t *c;
+  char err[256];
+  if (st_client_connect(ALPHA.socket, &c, err, sizeof err) != ST_OK) return 0;
+  st_result_t *t = NULL;
+  int64_t n = 64;
+  st_args_t *a = st_args_new();
+  uint64_t v = 0;
+  int ok = st_tensor_alloc("cpu", ST_DTYPE_FLOAT32, 1, &n, &t, err, sizeof err) == ST_OK &&
+           st_args_tensor(a, "x", st_result_tensor(t, 0), err, sizeof err) == ST_OK &&
+           st_client_put(c, name, a, ST_KEY_PINNED, ST_PUT_LIVE, &v) == ST_OK;
+  st_args_free(a);
+  st_result_free(t);
+  st_client_close(c);
+  return ok && v == 1;
+}
+
+TEST(a_live_pull_follows_and_unsubscribe_ends_it) {
+  CHECK(put_live("w/lv"));
+  CHECK_EQ_INT(STCLI(SOCK, "pull", "w/lv", "--from", "alpha", "--live"), 0);
+  CHECK_CONTAINS(R.out, "w/lv version 1 <- alpha:w/lv version 1: ");
+  CHECK_CONTAINS(R.out, "; live: it follows the peer's key (stcli replicas shows it)\n");
+  CHECK_EQ_INT(STCLI(SOCK, "replicas", "w/lv"), 0);
+  CHECK_CONTAINS(R.out, "w/lv follows alpha:w/lv, at version 1 (0 updates brought, 0 overwritten "
+                 "while read)\n");
+  CHECK_CONTAINS(R.out, "no peer follows w/lv\n");
+  CHECK_EQ_INT(STCLI("--socket", ALPHA.socket, "replicas", "w/lv"), 0);
+  CHECK_CONTAINS(R.out, "w/lv follows no peer's key\n");
+  CHECK_CONTAINS(R.out, "beta follows it: told of version 1\n");
+  CHECK_EQ_INT(STCLI(SOCK, "--json", "replicas", "w/lv"), 0);
+  CHECK(json_ok(R.out));
+  CHECK_CONTAINS(R.out, "\"peer\": \"alpha\"");
+  CHECK_EQ_INT(STCLI(SOCK, "unsubscribe", "w/lv"), 0);
+  CHECK_CONTAINS(R.out, "w/lv no longer follows its peer's key; it keeps version 1\n");
+  CHECK_EQ_INT(STCLI(SOCK, "unsubscribe", "w/lv"), 1);
+  CHECK_CONTAINS(R.err, "NOT_FOUND");
+  CHECK_EQ_INT(STCLI(SOCK, "replicas", "w/nothing"), 1);
+  CHECK_CONTAINS(R.err, "NOT_FOUND");
 }
 
 TEST(refusals_exit_with_the_reason) {
@@ -115,6 +158,7 @@ int main(void) {
   rk_main_start();
   RUN(help);
   RUN(a_pull_prints_what_arrived);
+  RUN(a_live_pull_follows_and_unsubscribe_ends_it);
   RUN(refusals_exit_with_the_reason);
   RUN(progress_while_no_byte_moves);
   return rk_main_end();
