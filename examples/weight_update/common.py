@@ -11,7 +11,8 @@ sys.path.insert(0, here)
 import torch  # noqa: E402
 
 KEY = "weight_update/policy"      # live key: the model's weights, updated in place
-SUMS = "weight_update.sums"       # buffer: [0] the last version, [v] version v's checksum
+SUMS = "weight_update/sums"       # live key {"sums": float64 [STEPS + 2]}: [0] the last
+                                  # version, [v] the weights' version v's checksum
 HIDDEN, LAYERS = 1024, 4          # 4 x (1024 x 1024 + 1024) float32: 16 MiB
 
 
@@ -31,6 +32,16 @@ def checksum(m):
     for i, p in enumerate(m.parameters()):
         total += p.detach().double().sum() * (i + 1)
     return float(total)
+
+
+def read_sums(sums, timeout=10):
+    """A copy of the checksum table, read from live key handle `sums` as
+    one version."""
+    while True:
+        seq = sums.read_begin(timeout=timeout)
+        table = sums.tensors["sums"].clone()
+        if sums.read_end(seq):
+            return table
 
 
 def sync(device):

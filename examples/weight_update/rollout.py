@@ -1,7 +1,9 @@
 """A rollout process: binds its own copy of the model's module to the live
 key (no copy of the weights: the parameters point at the key's memory),
 runs forward passes inside consistent() attempts, and checks each pass's
-parameters against the trainer's checksum of the version it used.
+parameters against the trainer's checksum of the version it used (the
+live key SUMS). SOCKET is the trainer's server, or the second server that
+follows its keys (run.sh --two-servers).
 
     python3 rollout.py SOCKET DEVICE INDEX
 
@@ -13,7 +15,7 @@ import sys
 import threading
 import time
 
-from common import KEY, SUMS, checksum, model
+from common import KEY, SUMS, checksum, model, read_sums
 import sharedtensor as st
 import torch
 
@@ -39,13 +41,13 @@ def main():
     with st.Client(path=path) as c:
         m = model(device)                       # its own values: replaced by the binding
         b = c.bind(m, KEY)
-        sums = st.buffer_open(SUMS, readonly=True, path=path)
+        sums = c.live(SUMS)
         seen, stop = {}, threading.Event()
         watcher = threading.Thread(target=watch, args=(b, seen, stop), daemon=True)
         watcher.start()
         print("ready", flush=True)
         x = torch.randn(8, m[0].in_features, device=device)
-        table = sums.read()
+        table = read_sums(sums)
         forwards = verified = mismatched = torn = 0
         used = set()
         while True:
@@ -62,9 +64,10 @@ def main():
             deadline = time.monotonic() + 10
             while table[v].item() == 0.0 and time.monotonic() < deadline:
                 try:   # the trainer writes it right after the update
-                    table = sums.read_new(timeout=1)
+                    sums.wait_version(sums.version + 1, timeout=1)
                 except st.TimeoutError:
                     pass
+                table = read_sums(sums)
             if table[v].item() == cs:
                 verified += 1
             else:

@@ -3,7 +3,11 @@ rollout processes, then takes a training step and updates the key in
 place, STEPS times; prints the update time and bandwidth, how long until
 every rollout saw each version, and what the rollouts checked.
 
-    python3 trainer.py SOCKET DEVICE ROLLOUTS STEPS
+    python3 trainer.py SOCKET DEVICE ROLLOUTS STEPS [ROLLOUT_SOCKET PEER]
+
+With ROLLOUT_SOCKET, the rollouts use that server, which follows the
+trainer's keys across servers: it pulls them live from PEER (the id it
+knows the trainer's server by; docs/multihost.md, "Live replication").
 """
 import json
 import os
@@ -24,9 +28,10 @@ def percentile(xs, q):
 
 
 def main():
-    if len(sys.argv) != 5:
-        sys.exit("usage: trainer.py SOCKET DEVICE ROLLOUTS STEPS")
+    if len(sys.argv) not in (5, 7):
+        sys.exit("usage: trainer.py SOCKET DEVICE ROLLOUTS STEPS [ROLLOUT_SOCKET PEER]")
     path, device, nroll, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    rpath, peer = (sys.argv[5], sys.argv[6]) if len(sys.argv) == 7 else (path, None)
     torch.manual_seed(0)
     m = model(device)
     opt = torch.optim.SGD(m.parameters(), lr=0.05)
@@ -40,14 +45,19 @@ def main():
         sync(device)
         nbytes = sum(t.numel() * t.element_size() for t in shared.values())
         v = c.put(KEY, shared, live=True)
-        sums = st.buffer_create(SUMS, (steps + 2,), dtype="float64", path=path)
         table = torch.zeros(steps + 2, dtype=torch.float64)
         table[v] = checksum(m)
-        sums.write(table)
+        c.put(SUMS, {"sums": st.empty(steps + 2, dtype=torch.float64).copy_(table)}, live=True)
         print("trainer: %s v%d live, %d tensors, %.1f MiB on %s; %d rollouts"
               % (KEY, v, len(shared), nbytes / 2**20, device, nroll), flush=True)
+        if peer:
+            with st.Client(path=rpath) as r:
+                for key in (KEY, SUMS):
+                    got = r.pull(key, peer, live=True).result(timeout=120)
+                    print("rollouts' server: follows %s:%s from v%d" % (peer, key, got["version"]),
+                          flush=True)
         env = dict(os.environ)
-        procs = [subprocess.Popen([sys.executable, os.path.join(here, "rollout.py"), path, device,
+        procs = [subprocess.Popen([sys.executable, os.path.join(here, "rollout.py"), rpath, device,
                                    str(i)], stdout=subprocess.PIPE, text=True, env=env)
                  for i in range(nroll)]
         try:
@@ -71,7 +81,7 @@ def main():
                 table[v] = checksum(m)
                 if step == steps - 1:
                     table[0] = v
-                sums.write(table)
+                c.update(SUMS, {"sums": table})
                 time.sleep(0.01)      # rollouts run forward passes meanwhile
             reports = []
             for p in procs:
@@ -83,9 +93,13 @@ def main():
             for p in procs:
                 if p.poll() is None:
                     p.kill()
-        sums.close()
-        st.buffer_unlink(SUMS, path=path)
+        if peer:
+            with st.Client(path=rpath) as r:
+                for key in (KEY, SUMS):
+                    r.unsubscribe(key)
+                    r.delete(key)
         c.delete(KEY)
+        c.delete(SUMS)
     visible = []
     for v, t0 in began.items():
         ts = [r["seen"].get(str(v)) for r in reports]
@@ -103,8 +117,12 @@ def main():
     print("rollouts: %d forward passes on %s versions, %d checked against the trainer's "
           "checksum, %d torn attempts run again"
           % (forwards, "/".join(str(r["versions"]) for r in reports), verified, torn))
-    print("memory on %s: the weights once (%.1f MiB) for %d rollouts; private copies would be "
-          "%.1f MiB" % (device, nbytes / 2**20, nroll, nroll * nbytes / 2**20))
+    if peer:
+        print("memory on %s: the weights once per server (%.1f MiB) for %d rollouts behind the "
+              "second one" % (device, nbytes / 2**20, nroll))
+    else:
+        print("memory on %s: the weights once (%.1f MiB) for %d rollouts; private copies would be "
+              "%.1f MiB" % (device, nbytes / 2**20, nroll, nroll * nbytes / 2**20))
     if verified != forwards:
         sys.exit("weight_update: %d forward passes used a torn or unknown version"
                  % (forwards - verified))
