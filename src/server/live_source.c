@@ -48,11 +48,6 @@ static void sub_free(st__live_sub_t *s) {
   free(s);
 }
 
-static void noop_reply(void *ud, const char *peer, int code, const char *message,
-                       const msgpack_object *result) {
-  (void)ud, (void)peer, (void)code, (void)message, (void)result;
-}
-
 /* Tells s's subscriber of version `version` (0 with gone: the key is
  * gone here). */
 static void announce(st__server_t *srv, const st__live_sub_t *s, uint64_t version, int gone) {
@@ -65,7 +60,7 @@ static void announce(st__server_t *srv, const st__live_sub_t *s, uint64_t versio
   if (gone) st__pack_kv_bool(&pk, "gone", 1);
   char err[200];
   if (st__peer_request(srv->peer, s->peer, "peer_live_version", sb.data, sb.size, 10.0,
-                       noop_reply, NULL, NULL, err, sizeof err) != ST_OK)
+                       st__remote_ignore_reply, NULL, NULL, err, sizeof err) != ST_OK)
     ST_LOG_D("peer", "live key '%s': telling '%s' of version %llu: %s", s->key, s->peer,
              (unsigned long long)version, err);
   msgpack_sbuffer_destroy(&sb);
@@ -278,8 +273,8 @@ void st__live_lend_sent(st__server_t *srv, const char *peer, uint64_t remote_xfe
   st__pack_kv_uint(&pk, "version", version);
   st__pack_kv_bool(&pk, "whole", whole);
   char err[200];
-  if (st__peer_request(srv->peer, peer, "peer_live_sent", sb.data, sb.size, 10.0, noop_reply,
-                       NULL, NULL, err, sizeof err) != ST_OK)
+  if (st__peer_request(srv->peer, peer, "peer_live_sent", sb.data, sb.size, 10.0,
+                       st__remote_ignore_reply, NULL, NULL, err, sizeof err) != ST_OK)
     ST_LOG_D("peer", "telling '%s' of a sent version: %s", peer, err);
   msgpack_sbuffer_destroy(&sb);
   if (ok && !whole)

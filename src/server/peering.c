@@ -19,6 +19,11 @@ int st__remote_engine_fits(const char *engine, int cuda) {
   return !strcmp(engine, "ucx") || (cuda && !strcmp(engine, "nccl"));
 }
 
+void st__remote_ignore_reply(void *ud, const char *peer, int code, const char *message,
+                             const msgpack_object *result) {
+  (void)ud, (void)peer, (void)code, (void)message, (void)result;
+}
+
 void st__remote_pack_begin(msgpack_sbuffer *sb, msgpack_packer *pk, int request) {
   msgpack_sbuffer_init(sb);
   msgpack_packer_init(pk, sb, msgpack_sbuffer_write);

@@ -58,6 +58,11 @@ typedef struct st__remote {
  * destroys sb. */
 void st__remote_pack_begin(msgpack_sbuffer *sb, msgpack_packer *pk, int request);
 
+/* A st__peer_reply_fn for a request whose answer nobody waits for (a
+ * notice to a peer, an abort): it ignores the outcome. */
+void st__remote_ignore_reply(void *ud, const char *peer, int code, const char *message,
+                             const msgpack_object *result);
+
 /* A peer request's parameters (nothing a peer sends is trusted): the
  * string `k` of the map, whole and not empty, copied into out[cap]; the
  * unsigned integer `k` in *out. 1, or 0 when absent or not such a value

@@ -96,11 +96,6 @@ static st__replica_t *by_as(const st__server_t *srv, const char *as) {
   return NULL;
 }
 
-static void noop_reply(void *ud, const char *peer, int code, const char *message,
-                       const msgpack_object *result) {
-  (void)ud, (void)peer, (void)code, (void)message, (void)result;
-}
-
 /* Whether r's key here is still the live key of r's page (not deleted,
  * not replaced). */
 static int still_ours(const st__replica_t *r) {
@@ -500,7 +495,7 @@ int st__replica_unsubscribe(st__server_t *srv, const char *as, const st__who_t *
     st__pack_kv_uint(&pk, "sub", r->sub);
     char e[200];
     st__peer_request(srv->peer, r->peer, "peer_live_unsubscribe", sb.data, sb.size, 10.0,
-                     noop_reply, NULL, NULL, e, sizeof e);
+                     st__remote_ignore_reply, NULL, NULL, e, sizeof e);
     msgpack_sbuffer_destroy(&sb);
   }
   ST_LOG_I("peer", "live replica '%s' no longer follows '%s' on '%s' (it keeps version %llu)",

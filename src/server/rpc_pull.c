@@ -111,11 +111,6 @@ static int request(st__pull_t *p, const char *method, const msgpack_sbuffer *sb,
                           &p->req, err, errlen);
 }
 
-static void abort_sent(void *ud, const char *peer, int code, const char *message,
-                       const msgpack_object *result) {
-  (void)ud, (void)peer, (void)code, (void)message, (void)result;
-}
-
 /* Ends the pull: its task completed (code ST_OK, result moved in) or
  * failed with `why`. Frees what it holds. The job, a request and the
  * transfer must be over or forgotten first. */
@@ -129,8 +124,8 @@ static void finish(st__pull_t *p, int code, const char *why, st__build_result_t 
     st__remote_pack_begin(&sb, &pk, 1);
     msgpack_pack_map(&pk, 1);
     st__pack_kv_uint(&pk, "xfer", p->id);
-    st__peer_request(srv->peer, p->peer, "peer_xfer_abort", sb.data, sb.size, 10.0, abort_sent,
-                     NULL, NULL, NULL, 0);
+    st__peer_request(srv->peer, p->peer, "peer_xfer_abort", sb.data, sb.size, 10.0,
+                     st__remote_ignore_reply, NULL, NULL, NULL, 0);
     msgpack_sbuffer_destroy(&sb);
   }
   unlink_pull(rm, p);
