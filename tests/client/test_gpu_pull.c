@@ -9,7 +9,10 @@
  *     the memory asked for, every byte equal to the source's;
  *   - the receiver's CUDA used bytes grow by the copies' arenas only, and
  *     the helpers' staging leaves nothing behind: after the pulls, both
- *     servers' transfer counts are back to none running. */
+ *     servers' transfer counts are back to none running;
+ *   - a CUDA live key pulled live to a CUDA device follows 20 updates of
+ *     its publisher: the replica reaches the last version under the same
+ *     number, with its bytes (docs/multihost.md, "Live replication"). */
 #include <inttypes.h>
 
 #include "../peer/remote_kit.h"
@@ -81,11 +84,79 @@ TEST(cpu_to_cuda) {
   CHECK(server_wait_info(&ALPHA, "transfers.lends", 0));
 }
 
+/* Fills every byte of the CUDA tensors of live key handle k with `b`. */
+static int fill_key(st_key_t *k, uint8_t b) {
+  st_result_t *r = st_key_result(k);
+  for (size_t i = 0; i < st_result_tensor_count(r); i++) {
+    const st_tensor_t *t = st_result_tensor(r, i);
+    size_t n = (size_t)t->shape[0];
+    uint8_t *h = malloc(n);
+    if (!h) return -1;
+    memset(h, b, n);
+    char err[256];
+    int rc = st__cuda_copy_to_device((uint64_t)(uintptr_t)t->data, h, n, t->device_index, err,
+                                     sizeof err);
+    free(h);
+    if (rc != ST_OK) return -1;
+  }
+  return 0;
+}
+
+TEST(a_cuda_live_key_followed_on_the_device) {
+  st_client_t *pub = NULL, *c = NULL;
+  char err[256];
+  CHECK(st_client_connect(ALPHA.socket, &pub, err, sizeof err) == ST_OK);
+  CHECK(st_client_connect(BETA.socket, &c, err, sizeof err) == ST_OK);
+  if (!pub || !c) return;
+  st_result_t *mem = NULL;
+  int64_t n = 4 * RK_MIB;
+  st_args_t *a = st_args_new();
+  uint64_t v = 0;
+  CHECK(st_tensor_alloc("cuda", ST_DTYPE_UINT8, 1, &n, &mem, err, sizeof err) == ST_OK);
+  CHECK(mem && st_args_tensor(a, "w", st_result_tensor(mem, 0), err, sizeof err) == ST_OK);
+  CHECK_EQ_INT(st_client_put(pub, "w/gpu-live", a, ST_KEY_PINNED, ST_PUT_LIVE, &v), ST_OK);
+  st_args_free(a);
+  st_key_t *k = NULL;
+  CHECK_EQ_INT(st_key_open(pub, "w/gpu-live", 0, &k), ST_OK);
+  if (!k) return;
+  st_pull_opts_t o = {.live = 1, .device = "cuda:0"};
+  uint64_t id = 0;
+  char status[64];
+  CHECK_EQ_INT(st_client_pull(c, "w/gpu-live", "alpha", &o, &id), ST_OK);
+  CHECK_STR_EQ(rk_wait_end(c, id, status, sizeof status), "completed");
+  st_key_t *mine = NULL;
+  CHECK_EQ_INT(st_key_open(c, "w/gpu-live", 0, &mine), ST_OK);
+  for (int i = 2; i <= 21; i++) {
+    CHECK_EQ_INT(st_key_begin_update(k), ST_OK);
+    CHECK_EQ_INT(fill_key(k, (uint8_t)i), 0);
+    CHECK_EQ_INT(st_key_end_update(k, NULL), ST_OK);
+  }
+  uint64_t got = 0;
+  if (mine) {
+    CHECK_EQ_INT(st_key_wait_version(mine, 21, 60000, &got), ST_OK);
+    CHECK_EQ_INT(got, 21);
+    const st_tensor_t *t = st_result_tensor(st_key_result(mine), 0);
+    CHECK(t && t->device == ST_DEVICE_CUDA);
+    uint8_t *h = malloc((size_t)n);
+    CHECK(h && st_tensor_copy_to_host(t, h, (size_t)n) == ST_OK);
+    size_t bad = 0;
+    for (int64_t i = 0; h && i < n; i++) bad += h[i] != 21;
+    CHECK_EQ_INT(bad, 0);
+    free(h);
+    st_key_close(mine);
+  }
+  st_key_close(k);
+  st_result_free(mem);
+  st_client_close(c);
+  st_client_close(pub);
+}
+
 int main(void) {
   gk_require_device();
   rk_main_start_with(", nccl_library = '/nonexistent/libnccl.so.2'");
   RUN(cuda_to_cuda_staged_over_ucx);
   RUN(cuda_to_cpu);
   RUN(cpu_to_cuda);
+  RUN(a_cuda_live_key_followed_on_the_device);
   return rk_main_end();
 }
