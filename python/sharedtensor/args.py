@@ -34,6 +34,7 @@ _begin_list, _begin_map, _end = _l.st_args_begin_list, _l.st_args_begin_map, _l.
 _keys, _ints, _floats, _strs = _l.st_args_keys, _l.st_args_ints, _l.st_args_floats, _l.st_args_strs
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _C_INT64, _C_DOUBLE, _C_SIZE = ctypes.c_int64, ctypes.c_double, ctypes.c_size_t
+_VOIDP = ctypes.c_void_p
 # Below this many values, one call each costs less than preparing a bulk call.
 _BULK = 8
 
@@ -53,6 +54,7 @@ class Args:
         self.ptr = _new()
         if not self.ptr:
             raise MemoryError("st_args_new")
+        self.vptr = _VOIDP(self.ptr)
         try:
             for k, v in self.args.items():
                 self._set(k, v)
@@ -74,7 +76,7 @@ class Args:
             raise ValueError("argument %r: a name cannot hold a NUL character" % k)
         kind = _targs.kind_of(v)
         if kind is not None:
-            ordinal = _targs.add(self.ptr, k, v, kind)
+            ordinal = _targs.add(self.vptr, k, v, kind)
             if ordinal is not None:
                 self.cuda.add(ordinal)
             return

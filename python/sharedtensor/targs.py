@@ -6,9 +6,19 @@ first element, shape, strides in elements, dtype, device), so any view
 (a slice, a transpose, a storage offset) goes as it is. The library checks
 that the bytes lie inside one allocation of st_tensor_alloc
 (sharedtensor.empty) and refuses anything else.
+
+A torch tensor's struct is kept while the tensor lives (Described, by the
+tensor's id and a weak reference to it) and used again while the
+tensor's geometry (data pointer, shape, strides, dtype, device) is what
+it was: a call with the same tensor builds nothing. The struct describes
+the tensor only; the library finds its allocation afresh at each
+st_args_tensor, so memory freed and reused (by this tensor, after a
+set_, or by another tensor at the same address) is always found as it
+is now.
 """
 import ctypes
 import sys
+import weakref
 
 from . import _lib
 from . import tensor as _tensor
@@ -18,6 +28,9 @@ InvalidArgumentError = BY_NAME["INVALID_ARGUMENT"]
 
 _l = _lib.lib
 _P64 = ctypes.POINTER(ctypes.c_int64)
+# The per-call entry takes ctypes objects only (_lib.unchecked).
+_args_tensor = _lib.unchecked("st_args_tensor")
+_NO_ERR = ctypes.c_size_t(0)
 
 _COPY_ROUTE = {
     "torch": "sharedtensor.empty_like(t).copy_(t)",
@@ -109,25 +122,78 @@ def _from_numpy(key, v):
     return _fill(code, v.__array_interface__["data"][0], v.shape, strides, None), None
 
 
+class Described:
+    """A torch tensor's st_tensor_t (`t`, with `ref_t`, its byref, and
+    `keep`, the array its shape and strides point into), kept for the next
+    call that passes the same tensor object: `geometry` (data pointer,
+    shape, strides, dtype, device) says whether it still describes it.
+    `cuda`: the CUDA ordinal or None."""
+    __slots__ = ("ref", "geometry", "t", "ref_t", "keep", "cuda")
+
+
+# id(tensor) -> its Described, while the tensor lives (the weak
+# reference's callback drops it); each entry is checked against its
+# tensor (the same object, the same geometry) before it is used.
+_described = {}
+
+
+def _forget(i, ref, described=_described):
+    """Drops the entry of the tensor whose id was i (dead now), unless a
+    newer tensor of that id has one already."""
+    e = described.get(i)
+    if e is not None and e.ref is ref:
+        described.pop(i, None)
+
+
+def _geometry(v):
+    return (v.data_ptr(), v.shape, v.stride(), v.dtype, v.device)
+
+
+def described(key, v):
+    """The Described of torch tensor v (key: the argument's name, for the
+    errors of what cannot be described)."""
+    e = _described.get(id(v))
+    if e is not None and e.ref() is v and e.geometry == _geometry(v):
+        return e
+    (t, keep), cuda = _from_torch(key, v)   # checks first what cannot go
+    geometry = _geometry(v)
+    e = Described()
+    e.geometry, e.t, e.ref_t, e.keep, e.cuda = geometry, t, ctypes.byref(t), keep, cuda
+    i = id(v)
+    try:
+        e.ref = weakref.ref(v, lambda r, i=i, forget=_forget: forget(i, r))
+    except TypeError:
+        return e   # no weak reference: described afresh each call
+    _described[i] = e
+    return e
+
+
 def add(args_ptr, key, v, kind):
-    """Sets argument `key` of the st_args_t at args_ptr to tensor v (kind
-    from kind_of). Returns the CUDA ordinal whose work must be synchronized
-    before the request goes (v is a torch CUDA tensor), else None. Raises
-    InvalidArgumentError naming the way out when v's memory is not from
-    sharedtensor.empty, TypeError/ValueError for what cannot be described."""
-    cuda = None
-    keep = None
-    if kind == "shared":
+    """Sets argument `key` of the st_args_t at args_ptr (a c_void_p) to
+    tensor v (kind from kind_of). Returns the CUDA ordinal whose work must
+    be synchronized before the request goes (v is a torch CUDA tensor),
+    else None. Raises InvalidArgumentError naming the way out when v's
+    memory is not from sharedtensor.empty, TypeError/ValueError for what
+    cannot be described."""
+    kb = key.encode()
+    if kind == "torch":
+        e = described(key, v)
+        # No message asked for: the call is made again for one on a refusal.
+        if _args_tensor(args_ptr, kb, e.ref_t, None, _NO_ERR) == 0:
+            return e.cuda
+        ref, keep, cuda = e.ref_t, None, e.cuda
+    elif kind == "shared":
         if not v._result.ptr:
             raise ValueError("argument %r: the result of this tensor was closed" % key)
-        ref = v._t
-        device = v.device
+        ref, keep, cuda = v._t, None, None
     else:
-        (t, keep), cuda = _from_torch(key, v) if kind == "torch" else _from_numpy(key, v)
+        (t, keep), cuda = _from_numpy(key, v)
         ref = ctypes.byref(t)
-        device = "cpu" if cuda is None else "cuda:%d" % cuda
+    device = "cpu" if cuda is None else "cuda:%d" % cuda
+    if kind == "shared":
+        device = v.device
     err = ctypes.create_string_buffer(512)
-    rc = _l.st_args_tensor(args_ptr, key.encode(), ref, err, 512)
+    rc = _l.st_args_tensor(args_ptr, kb, ref, err, 512)
     if rc != 0 and not _l.st_tensor_is_shareable(ref):
         _not_shareable(key, v, kind, device)
     del keep

@@ -8,7 +8,11 @@
   - a result that is not the argument (a copy) is memory of its own, and
     one result may hold both;
   - the result keeps the allocation alive after the caller drops its
-    tensor.
+    tensor;
+  - the description of a tensor argument kept between calls follows the
+    tensor: a tensor freed and its address (and id) reused by another,
+    or one whose storage or geometry changed in place, is sent as it is
+    now.
 """
 import gc
 import unittest
@@ -35,6 +39,8 @@ return {
     build = function(a) return a.x:clone() end },
   st.endpoint { name = "both", params = { x = st.tensor_param {} },
     build = function(a) return { arg = a.x, new = st.full { 2, value = 9 } } end },
+  st.endpoint { name = "look", params = { x = st.tensor_param {} },
+    build = function(a) return { shape = a.x:shape(), values = a.x:tolist() } end },
 }
 """,
 }
@@ -87,6 +93,57 @@ class ArgResultsTest(st_fixture.ServerTestCase):
         self.assertEqual(r.tolist(), [0.0, 2.0, 4.0, 6.0])
         r.add_(1)
         self.assertEqual(r.tolist(), [1.0, 3.0, 5.0, 7.0])
+
+    def test_a_freed_tensors_address_reused_by_another(self):
+        # Each tensor is freed before the next is made: the next one
+        # usually gets the same address (a new allocation, of another
+        # size), often the same id too, and must be sent as it is.
+        prev, reused = None, 0
+        for i in range(50):
+            n = 6 if i % 2 else 10
+            x = st.empty(n, dtype=torch.float32)
+            x.copy_(torch.arange(n, dtype=torch.float32) + 100 * i)
+            reused += x.data_ptr() == prev
+            prev = x.data_ptr()
+            seen = self.c.call("look", x=x)
+            self.assertEqual(seen["shape"], [n])
+            self.assertEqual(seen["values"], x.tolist())
+            r = self.c.call("scale", x=x, k=2)
+            self.assertEqual(r.data_ptr(), x.data_ptr())
+            self.assertEqual(x.tolist(), [2.0 * (k + 100 * i) for k in range(n)])
+            del x, r
+        self.assertGreater(reused, 0, "no tensor got the address of the one before: "
+                                      "the case is not exercised")
+
+    def test_a_tensor_changed_in_place_is_sent_as_it_is_now(self):
+        x, y = counting(4), counting(6)
+        self.c.call("scale", x=x, k=2)
+        x.set_(y)                     # the same object, another allocation
+        self.c.call("scale", x=x, k=3)
+        self.assertEqual(y.tolist(), [0.0, 3.0, 6.0, 9.0, 12.0, 15.0])
+        x.resize_(2)                  # the same memory, another shape
+        self.assertEqual(self.c.call("look", x=x), {"shape": [2], "values": [0.0, 3.0]})
+        x.as_strided_((3,), (2,), 1)  # and another offset and stride
+        self.assertEqual(self.c.call("look", x=x), {"shape": [3], "values": [3.0, 9.0, 15.0]})
+        self.c.call("scale", x=x, k=-1)
+        self.assertEqual(y.tolist(), [0.0, -3.0, 6.0, -9.0, 12.0, -15.0])
+
+    def test_descriptions_of_dead_tensors_go(self):
+        from sharedtensor import targs
+        x = counting(8)
+        self.c.call("look", x=x)
+        i = id(x)
+        self.assertIn(i, targs._described)
+        del x
+        gc.collect()
+        self.assertNotIn(i, targs._described)   # before any tensor may take its id
+        x = counting(64)
+        self.c.call("look", x=x)
+        before = len(targs._described)
+        for i in range(100):
+            self.c.call("look", x=x[i % 60:])   # a new view each call
+        gc.collect()
+        self.assertLessEqual(len(targs._described), before + 1)
 
 
 if __name__ == "__main__":
