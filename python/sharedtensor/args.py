@@ -41,12 +41,15 @@ _BULK = 8
 
 class Args:
     """Keyword arguments as an st_args_t, freed on exit. Entering it also
-    synchronizes the CUDA devices of torch tensor arguments."""
+    synchronizes the CUDA devices of torch tensor arguments. `mine`: the
+    (tensor, targs.Described) of its torch tensor arguments, for
+    targs.returned."""
 
     def __init__(self, args):
         self.args = args
         self.ptr = None
         self.cuda = set()
+        self.mine = []
 
     def __enter__(self):
         if not self.args:
@@ -76,7 +79,7 @@ class Args:
             raise ValueError("argument %r: a name cannot hold a NUL character" % k)
         kind = _targs.kind_of(v)
         if kind is not None:
-            ordinal = _targs.add(self.vptr, k, v, kind)
+            ordinal = _targs.add(self.vptr, k, v, kind, self.mine)
             if ordinal is not None:
                 self.cuda.add(ordinal)
             return

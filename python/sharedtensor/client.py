@@ -9,6 +9,7 @@ from . import convert as _cv
 from . import keys as _keys
 from . import live as _live
 from . import into as _into
+from . import targs as _targs
 from . import tensor as _tensor
 from .args import Args as _Args
 from .task import Task
@@ -35,6 +36,11 @@ _copy = _Summary.from_buffer_copy
 _VOIDP = ctypes.c_void_p
 _names = {}   # endpoint / method name -> its bytes, for names used again
 _CALL_READONLY = _lib.ST_CALL_READONLY
+_TENSOR = _lib.ST_VALUE_TENSOR
+_tensor_at = _lib.unchecked("st_result_tensor")
+_ZERO = ctypes.c_size_t(0)
+_result_free = _l.st_result_free
+_returned = _targs.returned
 
 
 def _name(name):
@@ -249,13 +255,15 @@ class Client(Closing):
         finally:
             res.close()
 
-    def _wrap(self, ptr, summary, as_torch):
-        """Converts an owned result: a Handle when it names an object."""
+    def _wrap(self, ptr, summary, as_torch, mine=None):
+        """Converts an owned result: a Handle when it names an object.
+        mine: the call's torch tensor arguments (args.Args), which a plain
+        result's tensors on them are (convert.torch_tensors)."""
         framework = self.framework if as_torch is None else ("torch" if as_torch else None)
         res = _tensor.Result(ptr)
         if not summary.has_object:
             try:
-                return _cv.value_of(res, summary, framework, _slow_value)
+                return _cv.value_of(res, summary, framework, _slow_value, mine)
             finally:
                 # torch tensors hold their own references; SharedTensor
                 # objects hold `res` itself.
@@ -315,9 +323,12 @@ class Client(Closing):
 
         Returns a torch tensor for a tensor, a Module (OrderedDict of
         tensors, `.metadata`) for a module, plain Python values otherwise
-        (tensors inside). A managed or cached endpoint gives a Handle whose
-        `.value` is that. as_torch=False (or a client made with
-        framework=None) gives SharedTensor objects instead of torch tensors.
+        (tensors inside). A tensor that is a torch tensor argument (the
+        in-place pattern) is that very tensor object, or a view of it for
+        a window of it (docs/python.md, "Passing tensors to endpoints"). A
+        managed or cached endpoint gives a Handle whose `.value` is that.
+        as_torch=False (or a client made with framework=None) gives
+        SharedTensor objects instead of torch tensors.
 
         view="spec" returns the result seen through a view spec
         (docs/views.md, section 1): e.g. "w:shard(0,1,4)" or
@@ -331,9 +342,26 @@ class Client(Closing):
         ename = _names.get(name) or _name(name)
         if args:
             with _Args(args) as a:
-                got = self._call_locked(ename, _VOIDP(a.ptr), as_torch)
-        else:
-            got = self._call_locked(ename, None, as_torch)
+                got = self._call_locked(ename, a.vptr, as_torch)
+            if got.__class__ is not tuple:
+                return got
+            mine = a.mine
+            if mine:
+                # The in-place pattern: a plain result that is one tensor
+                # on a torch tensor argument is that tensor (or a view).
+                ptr, s = got
+                if (s.kind == _TENSOR and s.ntensors == 1 and not s.has_object and
+                        (self._torch if as_torch is None else as_torch)):
+                    try:
+                        v = _returned(_tensor_at(_VOIDP(ptr), _ZERO).contents, mine)
+                    except BaseException:
+                        _result_free(ptr)
+                        raise
+                    if v is not None:
+                        _result_free(ptr)
+                        return v
+            return self._wrap(got[0], got[1], as_torch, mine)
+        got = self._call_locked(ename, None, as_torch)
         if got.__class__ is tuple:
             return self._wrap(got[0], got[1], as_torch)
         return got

@@ -7,6 +7,9 @@ reply allows (docs/python.md, "What a call costs").
     marshal format, read by marshal.loads); tensors stand there as (i,)
     and modules as ([i...], [names], metadata), replaced afterwards.
   - Every tensor's DLPack capsule comes from one st_result_dlpack_all.
+  - A tensor on one of the call's own torch tensor arguments (a reply's
+    {arg: i}) is that tensor object, or a view of it: no DLPack
+    (targs.returned).
   - A result of an object this process already converted reuses the torch
     tensors of that conversion while they live: the cache holds them by
     weak reference, keyed by (server id, object id) and checked against
@@ -22,6 +25,7 @@ import marshal
 import weakref
 
 from . import _lib
+from . import targs as _targs
 from . import tensor as _tensor
 
 _l = _lib.lib
@@ -30,6 +34,7 @@ _marshal = _l.st_result_marshal
 _tensor_at = _l.st_result_tensor
 _tensor_count = _l.st_result_tensor_count
 _capsule = _lib.capsule
+_returned = _targs.returned
 _string_at = ctypes.string_at
 _VOIDP = ctypes.c_void_p
 _SIZE = ctypes.c_size_t
@@ -62,18 +67,37 @@ def _torch():
     return _torch_mod
 
 
-def torch_tensors(res, n):
+def torch_tensors(res, n, mine=None):
     """The n tensors of `res` (a tensor.Result) as torch tensors: one
     library call exports them all. A tensor torch refuses this way (a
     dtype it lacks, bool on torch 1.13, a versioned capsule it does not
     take) goes through tensor.to_torch, which knows those cases, or stays
-    a SharedTensor."""
+    a SharedTensor. mine: the call's torch tensor arguments (args.Args):
+    a tensor on one of them is that tensor, or a view of it
+    (targs.returned), with no DLPack; when every tensor is, nothing is
+    exported."""
     _torch()
+    out = None
+    if mine:
+        out = [_returned(_tensor_at(res.ptr, i).contents, mine) for i in range(n)]
+        for t in out:
+            if t is None:   # (not `None in out`: a tensor's == is elementwise)
+                break
+        else:
+            return out
     versioned = _tensor._torch_state["versioned"]
     ptrs = (_VOIDP * n)()
     _dlpack_all(res.ptr, 1 if versioned else 0, ptrs, n)
-    out = []
+    if out is not None:
+        for i, p in enumerate(ptrs):
+            if out[i] is not None and p:
+                _capsule(p, versioned)   # not taken: frees its export at once
+                ptrs[i] = None
+    else:
+        out = [None] * n
     for i, p in enumerate(ptrs):
+        if out[i] is not None:
+            continue
         t = None
         if p:
             try:
@@ -82,7 +106,7 @@ def torch_tensors(res, n):
                 t = None   # the refused capsule frees itself
         if t is None:
             t = _slow_tensor(res, i, "torch")
-        out.append(t)
+        out[i] = t
     return out
 
 
@@ -94,11 +118,11 @@ def _slow_tensor(res, i, framework):
     return _tensor.to_torch(res, tptr)
 
 
-def tensors_of(res, n, framework):
+def tensors_of(res, n, framework, mine=None):
     if not n:
         return []
     if framework == "torch":
-        return torch_tensors(res, n)
+        return torch_tensors(res, n, mine)
     return [_tensor.SharedTensor(res, _tensor_at(res.ptr, i)) for i in range(n)]
 
 
@@ -134,12 +158,13 @@ def _place(v, tensors, path):
     return v
 
 
-def value_of(res, summary, framework, slow):
+def value_of(res, summary, framework, slow, mine=None):
     """The Python value of result `res` described by `summary`; `slow(res,
-    framework)` converts node by node what marshal cannot carry."""
+    framework)` converts node by node what marshal cannot carry. mine: the
+    call's torch tensor arguments (torch_tensors)."""
     kind, n = summary.kind, summary.ntensors
     if kind == TENSOR and n == 1:
-        return tensors_of(res, 1, framework)[0]
+        return tensors_of(res, 1, framework, mine)[0]
     size = _SIZE()
     p = _marshal(res.ptr, ctypes.byref(size))
     if not p:
@@ -147,7 +172,7 @@ def value_of(res, summary, framework, slow):
     v = marshal.loads(_string_at(p, size.value))
     if not n:
         return v
-    return _place(v, tensors_of(res, n, framework), "")
+    return _place(v, tensors_of(res, n, framework, mine), "")
 
 
 def plain_value(res, slow):

@@ -15,6 +15,11 @@ the tensor only; the library finds its allocation afresh at each
 st_args_tensor, so memory freed and reused (by this tensor, after a
 set_, or by another tensor at the same address) is always found as it
 is now.
+
+A result that is one of the call's own tensor arguments (the reply names
+it by {arg: i}: docs/protocol.md, "Tensor arguments") lies on the
+caller's memory at the caller's address; returned() gives the caller's
+torch tensor itself for it, or a view of it for a window.
 """
 import ctypes
 import sys
@@ -127,8 +132,12 @@ class Described:
     `keep`, the array its shape and strides point into), kept for the next
     call that passes the same tensor object: `geometry` (data pointer,
     shape, strides, dtype, device) says whether it still describes it.
-    `cuda`: the CUDA ordinal or None."""
-    __slots__ = ("ref", "geometry", "t", "ref_t", "keep", "cuda")
+    `cuda`: the CUDA ordinal or None. For returned(): `data`, `code`,
+    `dims` (shape and strides, as st_tensor_t's arrays hold them), `where`
+    (device kind and index), `esize`; `plain`: a torch.Tensor itself, not
+    a subclass (only those come back as the caller's own object)."""
+    __slots__ = ("ref", "geometry", "t", "ref_t", "keep", "cuda", "data", "code", "dims",
+                 "where", "esize", "plain")
 
 
 # id(tensor) -> its Described, while the tensor lives (the weak
@@ -159,6 +168,10 @@ def described(key, v):
     geometry = _geometry(v)
     e = Described()
     e.geometry, e.t, e.ref_t, e.keep, e.cuda = geometry, t, ctypes.byref(t), keep, cuda
+    e.data, e.code, e.esize = t.data, t.dtype, v.element_size()
+    e.dims = list(keep)[:2 * t.ndim]
+    e.where = (t.device, t.device_index)
+    e.plain = type(v) is sys.modules["torch"].Tensor
     i = id(v)
     try:
         e.ref = weakref.ref(v, lambda r, i=i, forget=_forget: forget(i, r))
@@ -168,11 +181,12 @@ def described(key, v):
     return e
 
 
-def add(args_ptr, key, v, kind):
+def add(args_ptr, key, v, kind, mine=None):
     """Sets argument `key` of the st_args_t at args_ptr (a c_void_p) to
     tensor v (kind from kind_of). Returns the CUDA ordinal whose work must
     be synchronized before the request goes (v is a torch CUDA tensor),
-    else None. Raises InvalidArgumentError naming the way out when v's
+    else None; appends (v, its Described) to `mine` (a list, or None) for
+    returned(). Raises InvalidArgumentError naming the way out when v's
     memory is not from sharedtensor.empty, TypeError/ValueError for what
     cannot be described."""
     kb = key.encode()
@@ -180,6 +194,8 @@ def add(args_ptr, key, v, kind):
         e = described(key, v)
         # No message asked for: the call is made again for one on a refusal.
         if _args_tensor(args_ptr, kb, e.ref_t, None, _NO_ERR) == 0:
+            if mine is not None:
+                mine.append((v, e))
             return e.cuda
         ref, keep, cuda = e.ref_t, None, e.cuda
     elif kind == "shared":
@@ -199,7 +215,42 @@ def add(args_ptr, key, v, kind):
     del keep
     if rc != 0:
         raise from_library(rc, err.value.decode(errors="replace"))
+    if kind == "torch" and mine is not None:
+        mine.append((v, e))
     return cuda
+
+
+def returned(t, mine):
+    """The caller's own torch tensor that result tensor t (an st_tensor_t)
+    is, or a view of it (as_strided) for a window of its storage; None
+    when t lies on none of them (or the view cannot be had: another
+    dtype, an offset that is not whole elements, bytes outside the
+    tensor's storage; a tensor that requires grad). mine: (tensor,
+    Described) of the call's torch tensor arguments (add())."""
+    data = t.data
+    if not data:
+        return None
+    where = (t.device, t.device_index)
+    dims = None
+    for v, e in mine:
+        if (e.where != where or e.code != t.dtype or not e.plain or not e.data or
+                v.requires_grad):
+            continue
+        if dims is None:
+            n = t.ndim
+            dims = t.shape[:n] + t.strides[:n]
+        if data == e.data and dims == e.dims:
+            return v
+        base = e.data - v.storage_offset() * e.esize
+        offset, rem = divmod(data - base, e.esize)
+        if offset < 0 or rem:
+            continue
+        try:
+            # Checked by torch against the storage's bounds.
+            return v.as_strided(dims[:n], dims[n:], offset)
+        except (RuntimeError, ValueError):
+            continue
+    return None
 
 
 def _not_shareable(key, v, kind, device):

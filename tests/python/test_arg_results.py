@@ -9,6 +9,10 @@
     one result may hold both;
   - the result keeps the allocation alive after the caller drops its
     tensor;
+  - that torch tensor is the caller's own tensor object when the result
+    is the argument itself, and a view of it (its storage, at the
+    window's offset) for a window, with no DLPack export; a tensor that
+    requires grad comes back as a tensor of its own on the same memory;
   - the description of a tensor argument kept between calls follows the
     tensor: a tensor freed and its address (and id) reused by another,
     or one whose storage or geometry changed in place, is sent as it is
@@ -39,11 +43,20 @@ return {
     build = function(a) return a.x:clone() end },
   st.endpoint { name = "both", params = { x = st.tensor_param {} },
     build = function(a) return { arg = a.x, new = st.full { 2, value = 9 } } end },
+  st.endpoint { name = "cols", params = { x = st.tensor_param {} },
+    build = function(a) return a.x:narrow(1, 1, 2) end },
+  st.endpoint { name = "flip", params = { x = st.tensor_param {} },
+    build = function(a) return a.x:transpose(0, 1) end },
   st.endpoint { name = "look", params = { x = st.tensor_param {} },
     build = function(a) return { shape = a.x:shape(), values = a.x:tolist() } end },
 }
 """,
 }
+
+
+def storage_ptr(t):
+    """The address of t's storage (untyped_storage where torch has it)."""
+    return (t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()).data_ptr()
 
 
 def counting(n):
@@ -94,6 +107,49 @@ class ArgResultsTest(st_fixture.ServerTestCase):
         r.add_(1)
         self.assertEqual(r.tolist(), [1.0, 3.0, 5.0, 7.0])
 
+    def test_the_result_is_the_callers_own_tensor(self):
+        x = counting(8)
+        self.assertIs(self.c.call("scale", x=x, k=2), x)
+        v = x[2:6]
+        self.assertIs(self.c.call("scale", x=v, k=-1), v)
+        self.assertEqual(x.tolist(), [0.0, 2.0, -4.0, -6.0, -8.0, -10.0, 12.0, 14.0])
+        both = self.c.call("both", x=x)
+        self.assertIs(both["arg"], x)
+        # Not torch tensors: a SharedTensor on the same memory.
+        s = self.c.call("scale", x=x, k=1, as_torch=False)
+        self.assertIsInstance(s, st.SharedTensor)
+        self.assertEqual(s.data_ptr, x.data_ptr())
+
+    def test_a_window_is_a_view_of_the_argument(self):
+        x = counting(12).view(3, 4)
+        r = self.c.call("cols", x=x)
+        self.assertEqual((tuple(r.shape), r.stride(), r.storage_offset()), ((3, 2), (4, 1), 1))
+        self.assertEqual(storage_ptr(r), storage_ptr(x))
+        self.assertEqual(r.tolist(), [[1.0, 2.0], [5.0, 6.0], [9.0, 10.0]])
+        r[2, 1] = -1.0
+        self.assertEqual(x[2, 2].item(), -1.0)
+        t = self.c.call("flip", x=x)
+        self.assertEqual((tuple(t.shape), t.stride(), t.storage_offset()), ((4, 3), (1, 4), 0))
+        self.assertEqual(t.tolist(), x.t().tolist())
+        # The window of a view: offsets count from the allocation.
+        v = x[1:]
+        w = self.c.call("cols", x=v)
+        self.assertEqual((tuple(w.shape), w.stride(), w.storage_offset()), ((2, 2), (4, 1), 5))
+        self.assertEqual(w.data_ptr(), x.data_ptr() + 5 * 4)
+        self.assertEqual(w.tolist(), [[5.0, 6.0], [9.0, -1.0]])
+        # A transposed argument's window.
+        u = self.c.call("cols", x=x.t())
+        self.assertEqual((tuple(u.shape), u.stride(), u.storage_offset()), ((4, 2), (1, 4), 4))
+        self.assertEqual(u.tolist(), x.t()[:, 1:3].tolist())
+
+    def test_an_argument_that_requires_grad_comes_back_as_its_own_tensor(self):
+        x = counting(8).requires_grad_()
+        r = self.c.call("window", x=x)
+        self.assertIsNot(r, x)
+        self.assertFalse(r.requires_grad)
+        self.assertEqual(r.data_ptr(), x.data_ptr() + 2 * 4)
+        self.assertEqual(r.tolist(), [2.0, 3.0, 4.0])
+
     def test_a_freed_tensors_address_reused_by_another(self):
         # Each tensor is freed before the next is made: the next one
         # usually gets the same address (a new allocation, of another
@@ -109,7 +165,7 @@ class ArgResultsTest(st_fixture.ServerTestCase):
             self.assertEqual(seen["shape"], [n])
             self.assertEqual(seen["values"], x.tolist())
             r = self.c.call("scale", x=x, k=2)
-            self.assertEqual(r.data_ptr(), x.data_ptr())
+            self.assertIs(r, x)
             self.assertEqual(x.tolist(), [2.0 * (k + 100 * i) for k in range(n)])
             del x, r
         self.assertGreater(reused, 0, "no tensor got the address of the one before: "
@@ -119,13 +175,13 @@ class ArgResultsTest(st_fixture.ServerTestCase):
         x, y = counting(4), counting(6)
         self.c.call("scale", x=x, k=2)
         x.set_(y)                     # the same object, another allocation
-        self.c.call("scale", x=x, k=3)
+        self.assertIs(self.c.call("scale", x=x, k=3), x)
         self.assertEqual(y.tolist(), [0.0, 3.0, 6.0, 9.0, 12.0, 15.0])
         x.resize_(2)                  # the same memory, another shape
         self.assertEqual(self.c.call("look", x=x), {"shape": [2], "values": [0.0, 3.0]})
         x.as_strided_((3,), (2,), 1)  # and another offset and stride
         self.assertEqual(self.c.call("look", x=x), {"shape": [3], "values": [3.0, 9.0, 15.0]})
-        self.c.call("scale", x=x, k=-1)
+        self.assertIs(self.c.call("scale", x=x, k=-1), x)
         self.assertEqual(y.tolist(), [0.0, -3.0, 6.0, -9.0, 12.0, -15.0])
 
     def test_descriptions_of_dead_tensors_go(self):
