@@ -1042,6 +1042,15 @@ ST_API int st_client_call_summary(st_client_t *c, const char *endpoint, const st
  * NULL out. Any thread while r lives. */
 ST_API size_t st_result_dlpack_all(st_result_t *r, int versioned, void **out, size_t n);
 
+/* 1 when tensor i of r is t: the same data address (not NULL), dtype,
+ * shape, strides, device and device index; else 0 (also for a NULL r or
+ * t, or i out of range). A binding asks it of a call's result with each
+ * tensor it passed (st_args_tensor): a result that is the caller's own
+ * argument (docs/protocol.md, "Tensor arguments", {arg: i}) is then the
+ * binding's own tensor object, with no conversion. t must be a valid
+ * tensor (shape and strides for its ndim). Any thread while r lives. */
+ST_API int st_result_tensor_is(const st_result_t *r, size_t i, const st_tensor_t *t);
+
 
 /* Kept arenas. When the last result using an object's arena (one the
  * server may send again: its reply lists it in `kept`) is freed, its

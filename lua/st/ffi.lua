@@ -275,6 +275,7 @@ typedef enum {
 int st_client_call_summary(st_client_t *c, const char *endpoint, const st_args_t *args,
                            int flags, st_result_t **out, st_result_summary_t *summary);
 size_t st_result_dlpack_all(st_result_t *r, int versioned, void **out, size_t n);
+int st_result_tensor_is(const st_result_t *r, size_t i, const st_tensor_t *t);
 void st_open_cache_keep(size_t max_arenas, uint64_t max_bytes);
 void st_open_cache_kept(size_t *arenas, uint64_t *bytes);
 const void *st_result_marshal(st_result_t *r, size_t *len);

@@ -329,6 +329,7 @@ _PROTOS = {
     "st_client_call_summary": (c_int, [c_void_p, c_char_p, c_void_p, c_int, P(c_void_p),
                                        P(ResultSummary)]),
     "st_result_dlpack_all": (c_size_t, [c_void_p, c_int, P(c_void_p), c_size_t]),
+    "st_result_tensor_is": (c_int, [c_void_p, c_size_t, P(Tensor)]),
     "st_result_marshal": (c_void_p, [c_void_p, P(c_size_t)]),
     "st_client_rpc_marshal": (c_int, [c_void_p, c_char_p, c_void_p, P(c_void_p), P(c_size_t),
                                       P(c_void_p)]),

@@ -1,6 +1,6 @@
 /* src/client: what language bindings read of a reply in one call
- * (st_result_summary, st_client_call_summary; include/st/client.h,
- * "Bindings"). Each crossing of a binding into C (ctypes, LuaJIT's FFI)
+ * (st_result_summary, st_client_call_summary, st_result_tensor_is;
+ * include/st/client.h, "Bindings"). Each crossing of a binding into C (ctypes, LuaJIT's FFI)
  * costs more than the C it runs, so a call's reply is described in one
  * struct instead of one accessor per field. */
 #include <string.h>
@@ -67,4 +67,16 @@ ST_API int st_client_call_summary(st_client_t *c, const char *endpoint, const st
   rc = st_result_summary(*out, summary);
   summary->same = same;
   return rc;
+}
+
+/* See client.h. Any thread while r lives. */
+ST_API int st_result_tensor_is(const st_result_t *r, size_t i, const st_tensor_t *t) {
+  const st_tensor_t *u = r && t ? st_result_tensor(r, i) : NULL;
+  if (!u || !u->data || u->data != t->data || u->dtype != t->dtype || u->ndim != t->ndim ||
+      u->device != t->device || u->device_index != t->device_index)
+    return 0;
+  if (u->ndim && (!t->shape || !t->strides)) return 0;
+  for (int d = 0; d < u->ndim; d++)
+    if (u->shape[d] != t->shape[d] || u->strides[d] != t->strides[d]) return 0;
+  return 1;
 }

@@ -8,6 +8,10 @@
  *     the caller frees it;
  *   - a result that is not the argument (a copy) comes back as memory of
  *     its own; a result with the argument and a new tensor has both;
+ *   - st_result_tensor_is says which results are the caller's own
+ *     tensor (the same address and geometry): the returned argument is,
+ *     a window, a copy, another index, a view of another shape, NULLs
+ *     are not;
  *   - a submitted task's result that is its argument still comes back (a
  *     descriptor of its own);
  *   - a tensor argument a body keeps past its call (an upvalue) is empty
@@ -141,6 +145,51 @@ TEST(a_result_that_is_not_the_argument_is_memory_of_its_own) {
   st_client_close(c);
 }
 
+TEST(tensor_is_names_the_callers_own_tensor) {
+  OPEN_CLIENT(c, S.socket);
+  st_result_t *x = counting(8);
+  CHECK(x);
+  const st_tensor_t *xt = st_result_tensor(x, 0);
+  st_result_t *r = call_with(c, "same", x, 1);
+  CHECK(r);
+  CHECK(st_result_tensor_is(r, 0, xt) == 1);
+  CHECK(st_result_tensor_is(r, 1, xt) == 0);          /* no such tensor */
+  CHECK(st_result_tensor_is(NULL, 0, xt) == 0);
+  CHECK(st_result_tensor_is(r, 0, NULL) == 0);
+  /* The same address with another shape, stride, dtype or device. */
+  st_tensor_t v = *xt;
+  int64_t dims[2] = {4, 1};
+  v.shape = &dims[0];
+  v.strides = &dims[1];
+  CHECK(st_result_tensor_is(r, 0, &v) == 0);
+  dims[0] = 8;
+  dims[1] = 2;
+  CHECK(st_result_tensor_is(r, 0, &v) == 0);
+  dims[1] = 1;
+  CHECK(st_result_tensor_is(r, 0, &v) == 1);
+  v.dtype = ST_DTYPE_INT32;
+  CHECK(st_result_tensor_is(r, 0, &v) == 0);
+  v.dtype = xt->dtype;
+  v.device = ST_DEVICE_CUDA;
+  v.device_index = 0;
+  CHECK(st_result_tensor_is(r, 0, &v) == 0);
+  st_result_free(r);
+  /* A window of it, a copy of it: not the caller's tensor. */
+  r = call_with(c, "window", x, 0);
+  CHECK(r && st_result_tensor_is(r, 0, xt) == 0);
+  st_result_free(r);
+  r = call_with(c, "copy", x, 0);
+  CHECK(r && st_result_tensor_is(r, 0, xt) == 0);
+  st_result_free(r);
+  r = call_with(c, "both", x, 0);
+  CHECK(r && st_result_tensor_count(r) == 2);
+  size_t arg = st_result_find(r, "arg") == st_result_tensor(r, 0) ? 0 : 1;
+  CHECK(st_result_tensor_is(r, arg, xt) == 1 && st_result_tensor_is(r, 1 - arg, xt) == 0);
+  st_result_free(r);
+  st_result_free(x);
+  st_client_close(c);
+}
+
 TEST(a_task_result_that_is_the_argument_still_comes_back) {
   OPEN_CLIENT(c, S.socket);
   st_result_t *x = counting(4);
@@ -252,6 +301,7 @@ int main(void) {
   RUN(a_returned_argument_is_the_callers_own_memory);
   RUN(a_window_of_the_argument_is_at_its_offset);
   RUN(a_result_that_is_not_the_argument_is_memory_of_its_own);
+  RUN(tensor_is_names_the_callers_own_tensor);
   RUN(a_task_result_that_is_the_argument_still_comes_back);
   RUN(an_argument_kept_past_its_call_is_empty);
   RUN(a_hostile_arg_reference_is_protocol);
