@@ -37,8 +37,6 @@ _VOIDP = ctypes.c_void_p
 _names = {}   # endpoint / method name -> its bytes, for names used again
 _CALL_READONLY = _lib.ST_CALL_READONLY
 _TENSOR = _lib.ST_VALUE_TENSOR
-_tensor_at = _lib.unchecked("st_result_tensor")
-_ZERO = ctypes.c_size_t(0)
 _result_free = _l.st_result_free
 _returned = _targs.returned
 
@@ -353,7 +351,7 @@ class Client(Closing):
                 if (s.kind == _TENSOR and s.ntensors == 1 and not s.has_object and
                         (self._torch if as_torch is None else as_torch)):
                     try:
-                        v = _returned(_tensor_at(_VOIDP(ptr), _ZERO).contents, mine)
+                        v = _returned(_VOIDP(ptr), 0, mine)
                     except BaseException:
                         _result_free(ptr)
                         raise

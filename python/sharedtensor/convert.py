@@ -79,7 +79,8 @@ def torch_tensors(res, n, mine=None):
     _torch()
     out = None
     if mine:
-        out = [_returned(_tensor_at(res.ptr, i).contents, mine) for i in range(n)]
+        vp = _VOIDP(res.ptr)
+        out = [_returned(vp, i, mine) for i in range(n)]
         for t in out:
             if t is None:   # (not `None in out`: a tensor's == is elementwise)
                 break

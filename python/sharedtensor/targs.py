@@ -19,7 +19,8 @@ is now.
 A result that is one of the call's own tensor arguments (the reply names
 it by {arg: i}: docs/protocol.md, "Tensor arguments") lies on the
 caller's memory at the caller's address; returned() gives the caller's
-torch tensor itself for it, or a view of it for a window.
+torch tensor itself for it (the library compares the result's tensor
+with the kept struct: one crossing), or a view of it for a window.
 """
 import ctypes
 import sys
@@ -35,7 +36,9 @@ _l = _lib.lib
 _P64 = ctypes.POINTER(ctypes.c_int64)
 # The per-call entry takes ctypes objects only (_lib.unchecked).
 _args_tensor = _lib.unchecked("st_args_tensor")
-_NO_ERR = ctypes.c_size_t(0)
+_tensor_is = _lib.unchecked("st_result_tensor_is")
+_tensor_at = _lib.unchecked("st_result_tensor")
+_NO_ERR = _ZERO = ctypes.c_size_t(0)
 
 _COPY_ROUTE = {
     "torch": "sharedtensor.empty_like(t).copy_(t)",
@@ -132,12 +135,11 @@ class Described:
     `keep`, the array its shape and strides point into), kept for the next
     call that passes the same tensor object: `geometry` (data pointer,
     shape, strides, dtype, device) says whether it still describes it.
-    `cuda`: the CUDA ordinal or None. For returned(): `data`, `code`,
-    `dims` (shape and strides, as st_tensor_t's arrays hold them), `where`
-    (device kind and index), `esize`; `plain`: a torch.Tensor itself, not
-    a subclass (only those come back as the caller's own object)."""
-    __slots__ = ("ref", "geometry", "t", "ref_t", "keep", "cuda", "data", "code", "dims",
-                 "where", "esize", "plain")
+    `cuda`: the CUDA ordinal or None. For the windows of returned():
+    `data`, `code`, `where` (device kind and index), `esize`; `plain`: a
+    torch.Tensor itself, not a subclass (only those are viewed)."""
+    __slots__ = ("ref", "geometry", "t", "ref_t", "keep", "cuda", "data", "code", "where",
+                 "esize", "plain")
 
 
 # id(tensor) -> its Described, while the tensor lives (the weak
@@ -169,7 +171,6 @@ def described(key, v):
     e = Described()
     e.geometry, e.t, e.ref_t, e.keep, e.cuda = geometry, t, ctypes.byref(t), keep, cuda
     e.data, e.code, e.esize = t.data, t.dtype, v.element_size()
-    e.dims = list(keep)[:2 * t.ndim]
     e.where = (t.device, t.device_index)
     e.plain = type(v) is sys.modules["torch"].Tensor
     i = id(v)
@@ -220,34 +221,36 @@ def add(args_ptr, key, v, kind, mine=None):
     return cuda
 
 
-def returned(t, mine):
-    """The caller's own torch tensor that result tensor t (an st_tensor_t)
-    is, or a view of it (as_strided) for a window of its storage; None
-    when t lies on none of them (or the view cannot be had: another
-    dtype, an offset that is not whole elements, bytes outside the
-    tensor's storage; a tensor that requires grad). mine: (tensor,
+def returned(res, i, mine):
+    """The caller's own torch tensor that tensor i of result `res` (a
+    c_void_p) is (st_result_tensor_is: the same address and geometry),
+    or, for a window of a plain torch.Tensor's storage, a view of it
+    (as_strided, detached from autograd); None when it lies on none of
+    them (or the view cannot be had: another dtype, an offset that is not
+    whole elements, bytes outside the tensor's storage). mine: (tensor,
     Described) of the call's torch tensor arguments (add())."""
+    ci = _ZERO if i == 0 else ctypes.c_size_t(i)
+    for v, e in mine:
+        if _tensor_is(res, ci, e.ref_t):
+            return v
+    t = _tensor_at(res, ci).contents
     data = t.data
     if not data:
         return None
     where = (t.device, t.device_index)
-    dims = None
+    n = t.ndim
     for v, e in mine:
-        if (e.where != where or e.code != t.dtype or not e.plain or not e.data or
-                v.requires_grad):
+        if e.where != where or e.code != t.dtype or not e.plain or not e.data:
             continue
-        if dims is None:
-            n = t.ndim
-            dims = t.shape[:n] + t.strides[:n]
-        if data == e.data and dims == e.dims:
-            return v
         base = e.data - v.storage_offset() * e.esize
         offset, rem = divmod(data - base, e.esize)
         if offset < 0 or rem:
             continue
+        if v.requires_grad:
+            v = v.detach()
         try:
             # Checked by torch against the storage's bounds.
-            return v.as_strided(dims[:n], dims[n:], offset)
+            return v.as_strided(t.shape[:n], t.strides[:n], offset)
         except (RuntimeError, ValueError):
             continue
     return None

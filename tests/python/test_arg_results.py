@@ -10,9 +10,9 @@
   - the result keeps the allocation alive after the caller drops its
     tensor;
   - that torch tensor is the caller's own tensor object when the result
-    is the argument itself, and a view of it (its storage, at the
-    window's offset) for a window, with no DLPack export; a tensor that
-    requires grad comes back as a tensor of its own on the same memory;
+    is the argument itself (one that requires grad, a Parameter too), and
+    a view of it (its storage, at the window's offset, not in autograd)
+    for a window, with no DLPack export;
   - the description of a tensor argument kept between calls follows the
     tensor: a tensor freed and its address (and id) reused by another,
     or one whose storage or geometry changed in place, is sent as it is
@@ -47,6 +47,8 @@ return {
     build = function(a) return a.x:narrow(1, 1, 2) end },
   st.endpoint { name = "flip", params = { x = st.tensor_param {} },
     build = function(a) return a.x:transpose(0, 1) end },
+  st.endpoint { name = "echo", params = { x = st.tensor_param {} },
+    build = function(a) return a.x end },
   st.endpoint { name = "look", params = { x = st.tensor_param {} },
     build = function(a) return { shape = a.x:shape(), values = a.x:tolist() } end },
 }
@@ -142,13 +144,21 @@ class ArgResultsTest(st_fixture.ServerTestCase):
         self.assertEqual((tuple(u.shape), u.stride(), u.storage_offset()), ((4, 2), (1, 4), 4))
         self.assertEqual(u.tolist(), x.t()[:, 1:3].tolist())
 
-    def test_an_argument_that_requires_grad_comes_back_as_its_own_tensor(self):
+    def test_an_argument_that_requires_grad(self):
         x = counting(8).requires_grad_()
-        r = self.c.call("window", x=x)
-        self.assertIsNot(r, x)
+        self.assertIs(self.c.call("echo", x=x), x)   # itself, as it is
+        self.assertTrue(x.requires_grad)
+        r = self.c.call("window", x=x)        # a view of its memory, not in autograd
         self.assertFalse(r.requires_grad)
-        self.assertEqual(r.data_ptr(), x.data_ptr() + 2 * 4)
+        self.assertEqual((r.data_ptr(), r.storage_offset()), (x.data_ptr() + 2 * 4, 2))
         self.assertEqual(r.tolist(), [2.0, 3.0, 4.0])
+        # A subclass (nn.Parameter) comes back itself; a window of it as
+        # a tensor of its own on the same memory.
+        p = torch.nn.Parameter(counting(8))
+        self.assertIs(self.c.call("echo", x=p), p)
+        w = self.c.call("window", x=p)
+        self.assertNotIsInstance(w, torch.nn.Parameter)
+        self.assertEqual((w.data_ptr(), w.tolist()), (p.data_ptr() + 2 * 4, [2.0, 3.0, 4.0]))
 
     def test_a_freed_tensors_address_reused_by_another(self):
         # Each tensor is freed before the next is made: the next one
