@@ -73,6 +73,7 @@ static void version_free(st__keys_t *t, st__key_t *k, st__key_version_t *v) {
   if (v->charged) charge(&v->result, 0, NULL, 0);
   k->bytes -= v->bytes;
   t->bytes -= v->bytes;
+  t->versions--;
   st__build_result_destroy(&v->result);
   free(v);
 }
@@ -344,6 +345,7 @@ int st__keys_put(st__keys_t *t, const st__key_put_t *p, st__build_result_t *resu
   v->charged = !p->precharged;
   if (p->origin) v->has_origin = 1, v->origin = *p->origin;
   k->versions[k->nversions++] = v;
+  t->versions++;
   add[ST__UIDQ_KEYS] = 0;       /* key_new charged it */
   quota_apply(k->uid, add, 1);
   if (p->readers) k->readers = *p->readers;

@@ -123,6 +123,7 @@ typedef struct st__keys {
   st__smap_t by_name;         /* name -> st__key_t */
   size_t count;
   size_t live;                /* live keys among them */
+  size_t versions;            /* the versions they keep, all together */
   uint64_t bytes;             /* every version's bytes, all devices */
   size_t max_keys;            /* keys.max_keys */
   uint64_t max_bytes;         /* keys.max_bytes; 0 = the budgets alone */
