@@ -158,13 +158,11 @@ static void pack_methods(msgpack_packer *pk, const st__stats_t *s) {
 
 /* objects = {count, leases, bytes}: what the server holds now. */
 static void pack_objects(msgpack_packer *pk, const st__objects_t *r) {
-  uint64_t bytes = 0;
-  for (const st__object_t *o = r->all_head; o; o = o->all_next) bytes += o->bytes;
   st__pack_cstr(pk, "objects");
   msgpack_pack_map(pk, 3);
   st__pack_kv_uint(pk, "count", r->count);
   st__pack_kv_uint(pk, "leases", r->leases);
-  st__pack_kv_uint(pk, "bytes", bytes);
+  st__pack_kv_uint(pk, "bytes", r->bytes);
 }
 
 /* keys = {count, versions, bytes, puts, evictions}: the published keys now
