@@ -123,6 +123,9 @@ static void add_consumer(st__build_t *b, st__consumer_t *k) {
 static void consumer_waits(st__server_t *srv, const st__consumer_t *who, st__build_t *b) {
   if (who->kind == ST_CONSUMER_TASK) {
     who->task->build = b;
+    /* A build that left the submitted list started: so did the task
+     * (st__tasks_refresh would not see it any more). */
+    if (b && b->state == ST_BUILD_SUBMITTED && !b->in_queued) st__task_status(srv, who->task);
     return;
   }
   st__conn_t *c = st__conn_find(srv, who->conn_id);
