@@ -416,9 +416,10 @@ void st__work_conn_closed(st__server_t *srv, st__conn_t *c) {
   }
 }
 
-/* Calls of c waiting for a build. */
+/* Calls of c waiting for a build (each counts in c->inflight: none
+ * without it). */
 static void calls_count(st__server_t *srv, const st__conn_t *c, st__holding_count_t *n) {
-  if (!srv->work) return;
+  if (!srv->work || c->inflight <= 0) return;
   for (const st__build_t *b = srv->work->builds; b; b = b->next)
     for (const st__consumer_t *k = b->consumers; k; k = k->next)
       n->items += k->kind == ST_CONSUMER_CALL && k->conn_id == c->id;

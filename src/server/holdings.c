@@ -273,6 +273,9 @@ int st__holdings_start(st__server_t *srv) {
 
 /* See holdings.h. Loop thread, at the end. */
 void st__holdings_stop(st__server_t *srv) {
+  free(srv->holding_scratch);
+  srv->holding_scratch = NULL;
+  srv->holding_scratch_cap = 0;
   if (!srv->holding_state) return;
   for (size_t i = 0; i < srv->nholding_kinds; i++) {
     void *state = srv->holding_state[i];
@@ -311,7 +314,6 @@ uint64_t st__holdings_fds(const st__conn_t *c) {
 /* c's counts, one per kind; returns how many kinds it holds some of. */
 static size_t counts_of(st__server_t *srv, const st__conn_t *c, st__holding_count_t *n) {
   size_t held = 0;
-  if (srv->nholding_kinds > ST__HOLDING_NKINDS) return 0;
   for (size_t i = 0; i < srv->nholding_kinds; i++) {
     memset(&n[i], 0, sizeof n[i]);
     srv->holding_kinds[i]->count(srv, c, &n[i]);
@@ -320,31 +322,42 @@ static size_t counts_of(st__server_t *srv, const st__conn_t *c, st__holding_coun
   return held;
 }
 
-/* See holdings.h. Loop thread. */
+/* See holdings.h. The open connections are walked once (srv->conns, not
+ * the id table's buckets), their counts kept in srv->holding_scratch
+ * until packed. Loop thread. */
 void st__holdings_pack(msgpack_packer *pk, st__server_t *srv) {
-  size_t nk = srv->nholding_kinds;
-  st__holding_count_t n[ST__HOLDING_NKINDS];
-  size_t nconns = 0;
-  for (size_t b = 0; b < srv->nbuckets; b++)
-    for (const st__conn_t *c = srv->buckets[b]; c; c = c->hnext)
-      nconns += counts_of(srv, c, n) > 0;
+  size_t nk = srv->nholding_kinds, need = (size_t)srv->nconns * nk;
+  if (need > srv->holding_scratch_cap) {
+    st__holding_count_t *p = realloc(srv->holding_scratch, need * sizeof *p);
+    if (p) {
+      srv->holding_scratch = p;
+      srv->holding_scratch_cap = need;
+    }
+  }
+  st__holding_count_t *n = srv->holding_scratch;
+  size_t cap = n ? srv->holding_scratch_cap / (nk ? nk : 1) : 0, nconns = 0, seen = 0;
+  const st__conn_t *c = srv->conns;
+  /* Out of memory: only the connections the scratch holds are listed. */
+  for (; c && seen < cap; c = c->onext, seen++)
+    nconns += counts_of(srv, c, &n[seen * nk]) > 0;
   msgpack_pack_array(pk, nconns);
-  for (size_t b = 0; b < srv->nbuckets; b++) {
-    for (const st__conn_t *c = srv->buckets[b]; c; c = c->hnext) {
-      size_t held = counts_of(srv, c, n);
-      if (!held) continue;
-      msgpack_pack_map(pk, 3 + held);
-      st__pack_kv_uint(pk, "conn", c->id);
-      st__pack_kv_int(pk, "pid", (int64_t)c->cred.pid);
-      st__pack_kv_str(pk, "client", c->client);
-      for (size_t i = 0; i < nk; i++) {
-        if (!n[i].items && !n[i].fds && !n[i].bytes) continue;
-        st__pack_cstr(pk, srv->holding_kinds[i]->name);
-        msgpack_pack_map(pk, 3);
-        st__pack_kv_uint(pk, "items", n[i].items);
-        st__pack_kv_uint(pk, "fds", n[i].fds);
-        st__pack_kv_uint(pk, "bytes", n[i].bytes);
-      }
+  c = srv->conns;
+  for (size_t k = 0; k < seen; k++, c = c->onext) {
+    const st__holding_count_t *h = &n[k * nk];
+    size_t held = 0;
+    for (size_t i = 0; i < nk; i++) held += h[i].items || h[i].fds || h[i].bytes;
+    if (!held) continue;
+    msgpack_pack_map(pk, 3 + held);
+    st__pack_kv_uint(pk, "conn", c->id);
+    st__pack_kv_int(pk, "pid", (int64_t)c->cred.pid);
+    st__pack_kv_str(pk, "client", c->client);
+    for (size_t i = 0; i < nk; i++) {
+      if (!h[i].items && !h[i].fds && !h[i].bytes) continue;
+      st__pack_cstr(pk, srv->holding_kinds[i]->name);
+      msgpack_pack_map(pk, 3);
+      st__pack_kv_uint(pk, "items", h[i].items);
+      st__pack_kv_uint(pk, "fds", h[i].fds);
+      st__pack_kv_uint(pk, "bytes", h[i].bytes);
     }
   }
 }
