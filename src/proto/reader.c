@@ -92,9 +92,9 @@ static void scan_object_done(st__frame_scan_t *s) {
   s->id_stage = 0;
 }
 
-/* Accounts for a complete header in s->head. 0, or -1 after scan_fail. */
-static int scan_header(st__frame_scan_t *s, uint64_t max) {
-  const uint8_t *h = s->head;
+/* Accounts for a complete header at h (in the new bytes, or gathered in
+ * s->head when it came in pieces). 0, or -1 after scan_fail. */
+static int scan_header(st__frame_scan_t *s, const uint8_t *h, uint64_t max) {
   uint8_t b = h[0];
   uint64_t count = 0, skip = 0;
   int container = 0;
@@ -155,6 +155,60 @@ static int scan_header(st__frame_scan_t *s, uint64_t max) {
   return 0;
 }
 
+/* Bytes of a leaf object starting with b, its header and payload (a
+ * number, nil, a bool, a string of up to 31 bytes), or 0 for any other
+ * (containers, longer strings, bin, ext: scan_header's). */
+static size_t leaf_len(uint8_t b) {
+  if (b <= 0x7f || b >= 0xe0) return 1;              /* fixint, negative fixint */
+  if (b >= 0xa0 && b <= 0xbf) return 1u + (b & 0x1f); /* fixstr */
+  switch (b) {
+  case 0xc0: case 0xc2: case 0xc3: return 1;          /* nil, false, true */
+  case 0xcc: case 0xd0: return 2;
+  case 0xcd: case 0xd1: return 3;
+  case 0xca: case 0xce: case 0xd2: return 5;
+  case 0xcb: case 0xcf: case 0xd3: return 9;
+  default: return 0;
+  }
+}
+
+/* The leaves of an open container that lie whole in p[*at, n), past a
+ * message's first three objects (its type and id: scan_header's), each
+ * accounted for as scan_header and the payload's skip would, in one
+ * step. Stops at anything else. 0, or -1 after scan_fail (*at is then
+ * the failing object's first byte). */
+static int scan_leaves(st__frame_scan_t *s, uint64_t max, const uint8_t *p, size_t n,
+                       size_t *at) {
+  if (s->depth <= 0 || s->objects < 3) return 0;
+  /* The counts in locals while the run lasts, written back after. */
+  size_t i = *at;
+  int depth = s->depth, rc = 0;
+  uint64_t items = s->items, bytes = s->msg_bytes;
+  uint32_t objects = s->objects;
+  while (i < n && depth > 0) {
+    size_t len = leaf_len(p[i]);
+    if (!len || len > n - i) break;
+    s->left[depth - 1]--;
+    items--;
+    objects++;
+    /* Lower bound of the message's size: every due object takes a byte. */
+    if (bytes + len + items > max) {
+      scan_fail(s, ST_ERR_LIMIT, "message larger than the limit");
+      rc = -1;
+      break;
+    }
+    bytes += len;
+    i += len;
+    while (depth > 0 && s->left[depth - 1] == 0) depth--;
+  }
+  s->depth = depth;
+  s->items = items;
+  s->msg_bytes = bytes;
+  s->objects = objects;
+  *at = i;
+  if (rc == 0 && depth == 0) scan_object_done(s);   /* the message is whole */
+  return rc;
+}
+
 /* Scans n new bytes. Returns how many of them msgpack may see: n, or fewer
  * when an error was found (the bytes from the failing header on are
  * withheld, so msgpack never completes that header). */
@@ -170,13 +224,28 @@ static size_t scan_bytes(st__frame_scan_t *s, uint64_t max, const uint8_t *p, si
       continue;
     }
     if (s->head_len == 0) {
+      /* Most objects are numbers and short strings inside a map. */
+      if (scan_leaves(s, max, p, n, &i) < 0) return i;
+      if (i == n) break;
       int need = header_len(p[i]);
       if (need == 0) {
         scan_fail(s, ST_ERR_PROTOCOL, "bytes are not msgpack (0xc1)");
         return i;
       }
+      if ((size_t)need <= n - i) {
+        /* The whole header is here (nearly always): scanned in place. */
+        if (s->msg_bytes + (uint64_t)need > max) {   /* a header that starts too late */
+          scan_fail(s, ST_ERR_LIMIT, "message larger than the limit");
+          return i;
+        }
+        s->msg_bytes += (uint64_t)need;
+        i += (size_t)need;
+        if (scan_header(s, p + i - need, max) < 0) return i - (size_t)need;
+        continue;
+      }
       s->head_need = (uint8_t)need;
     }
+    /* A header split between two reads: gathered in s->head. */
     size_t take = (size_t)(s->head_need - s->head_len);
     if (take > n - i) take = n - i;
     if (s->msg_bytes + take > max) {   /* a header that starts too late */
@@ -188,7 +257,7 @@ static size_t scan_bytes(st__frame_scan_t *s, uint64_t max, const uint8_t *p, si
     s->msg_bytes += take;
     i += take;
     if (s->head_len < s->head_need) break;   /* i == n: wait for more */
-    if (scan_header(s, max) < 0) return i - take;
+    if (scan_header(s, s->head, max) < 0) return i - take;
   }
   return n;
 }
