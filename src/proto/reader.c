@@ -155,58 +155,84 @@ static int scan_header(st__frame_scan_t *s, const uint8_t *h, uint64_t max) {
   return 0;
 }
 
-/* Bytes of a leaf object starting with b, its header and payload (a
- * number, nil, a bool, a string of up to 31 bytes), or 0 for any other
+/* Bytes of a leaf object by its first byte, its header and payload (a
+ * number, nil, a bool, a string of up to 31 bytes), 0 for any other
  * (containers, longer strings, bin, ext: scan_header's). */
-static size_t leaf_len(uint8_t b) {
-  if (b <= 0x7f || b >= 0xe0) return 1;              /* fixint, negative fixint */
-  if (b >= 0xa0 && b <= 0xbf) return 1u + (b & 0x1f); /* fixstr */
-  switch (b) {
-  case 0xc0: case 0xc2: case 0xc3: return 1;          /* nil, false, true */
-  case 0xcc: case 0xd0: return 2;
-  case 0xcd: case 0xd1: return 3;
-  case 0xca: case 0xce: case 0xd2: return 5;
-  case 0xcb: case 0xcf: case 0xd3: return 9;
-  default: return 0;
-  }
-}
+static const uint8_t leaf_len[256] = {
+    /* 00: positive fixint */
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    /* 80: fixmap: no leaf */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    /* 90: fixarray: no leaf */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    /* A0: fixstr 0-15 */
+    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+    /* B0: fixstr 16-31 */
+    17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32,
+    /* C0: nil, -, false, true, bin, ext, float32/64, uint8-64 */
+    1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 5, 9, 2, 3, 5, 9,
+    /* D0: int8-64, fixext, str8-32, array16/32, map16/32 */
+    2, 3, 5, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    /* E0: negative fixint */
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+};
 
 /* The leaves of an open container that lie whole in p[*at, n), past a
  * message's first three objects (its type and id: scan_header's), each
- * accounted for as scan_header and the payload's skip would, in one
- * step. Stops at anything else. 0, or -1 after scan_fail (*at is then
- * the failing object's first byte). */
+ * accounted for as scan_header and the payload's skip would. They are
+ * taken a run at a time: the leaves due in the innermost open container,
+ * counted in a tight loop, then accounted for together; the size bound
+ * (bytes so far + one byte per object still due) only grows along a run,
+ * so it is checked at the run's end, and a run that passes it is walked
+ * again to its first leaf that does. Stops at anything else. 0, or -1
+ * after scan_fail (*at is then the failing object's first byte). */
 static int scan_leaves(st__frame_scan_t *s, uint64_t max, const uint8_t *p, size_t n,
                        size_t *at) {
   if (s->depth <= 0 || s->objects < 3) return 0;
-  /* The counts in locals while the run lasts, written back after. */
   size_t i = *at;
-  int depth = s->depth, rc = 0;
-  uint64_t items = s->items, bytes = s->msg_bytes;
-  uint32_t objects = s->objects;
-  while (i < n && depth > 0) {
-    size_t len = leaf_len(p[i]);
-    if (!len || len > n - i) break;
-    s->left[depth - 1]--;
-    items--;
-    objects++;
-    /* Lower bound of the message's size: every due object takes a byte. */
-    if (bytes + len + items > max) {
-      scan_fail(s, ST_ERR_LIMIT, "message larger than the limit");
-      rc = -1;
-      break;
+  while (i < n && s->depth > 0) {
+    uint64_t due = s->left[s->depth - 1], k = 0;
+    size_t start = i;
+    while (k < due && i < n) {
+      size_t len = leaf_len[p[i]];
+      if (!len || len > n - i) break;
+      i += len;
+      k++;
     }
-    bytes += len;
-    i += len;
-    while (depth > 0 && s->left[depth - 1] == 0) depth--;
+    if (k == 0) break;
+    uint64_t items = s->items - k;
+    if (s->msg_bytes + (i - start) + items > max) {
+      /* The first leaf of the run past the bound. */
+      uint64_t bytes = s->msg_bytes;
+      size_t j = start;
+      for (uint64_t left = s->items;; ) {
+        size_t len = leaf_len[p[j]];
+        left--;
+        if (bytes + len + left > max) break;
+        bytes += len;
+        j += len;
+      }
+      scan_fail(s, ST_ERR_LIMIT, "message larger than the limit");
+      *at = j;
+      return -1;
+    }
+    s->left[s->depth - 1] -= k;
+    s->items = items;
+    s->objects += (uint32_t)k;
+    s->msg_bytes += i - start;
+    while (s->depth > 0 && s->left[s->depth - 1] == 0) s->depth--;
+    if (s->depth == 0) scan_object_done(s);   /* the message is whole */
   }
-  s->depth = depth;
-  s->items = items;
-  s->msg_bytes = bytes;
-  s->objects = objects;
   *at = i;
-  if (rc == 0 && depth == 0) scan_object_done(s);   /* the message is whole */
-  return rc;
+  return 0;
 }
 
 /* Scans n new bytes. Returns how many of them msgpack may see: n, or fewer
