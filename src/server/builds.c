@@ -425,8 +425,10 @@ static void calls_count(st__server_t *srv, const st__conn_t *c, st__holding_coun
       n->items += k->kind == ST_CONSUMER_CALL && k->conn_id == c->id;
 }
 
+static int calls_none(st__server_t *srv) { return !srv->work || !srv->work->builds; }
+
 const st__holding_kind_t st__holding_calls = {
-    .name = "calls", .release = st__work_conn_closed, .count = calls_count};
+    .name = "calls", .release = st__work_conn_closed, .count = calls_count, .none = calls_none};
 
 /* Builds waiting for their turn end CANCELLED (shutdown). They are all
  * taken out first and answered afterwards: an answer may close a

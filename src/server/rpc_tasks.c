@@ -124,5 +124,7 @@ static void tasks_count(st__server_t *srv, const st__conn_t *c, st__holding_coun
     n->items += x->conn_id == c->id;
 }
 
+static int tasks_none(st__server_t *srv) { return !srv->work || !srv->work->waiters; }
+
 const st__holding_kind_t st__holding_tasks = {
-    .name = "tasks", .release = tasks_release, .count = tasks_count};
+    .name = "tasks", .release = tasks_release, .count = tasks_count, .none = tasks_none};

@@ -318,9 +318,10 @@ struct st__server {
   const struct st__holding_kind *const *holding_kinds;
   size_t nholding_kinds;
   void **holding_state;       /* each kind's state, by its place (holdings.h) */
-  struct st__holding_count *holding_scratch; /* info's counts, kinds by
-                                 connection (holdings.c), grown on demand */
-  size_t holding_scratch_cap;
+  struct st__holding_row *holding_rows; /* info's: the connections that
+                                 hold anything and their counts
+                                 (holdings.c), grown on demand */
+  size_t holding_rows_cap;
   ev_prepare reap;            /* before each poll: the drain check         */
 
   /* The loops (loops.c): nloops = loop_threads; loops[0].ev is `loop`. */
