@@ -3,22 +3,28 @@
  * against it and prints its rows next to the Python package's.
  *
  *   bench_percall --socket PATH --dir DIR [--device cpu|cuda] [--iters N] [--rows KEY,...]
+ *                 [--tasks N]
  *
  * Endpoints (bench_percall.py writes them): cached16 (cache), fresh4
  * (plain), mcached16 (managed + cache), managed16 (managed), quick (plain,
  * returns 1), echo (returns its tensor argument), echo_int (returns its
  * integer argument), module300 (cache, a module of 300 tensors),
- * mmodule300 (the same, managed). DIR holds the raw socket of the floor.
+ * mmodule300 (the same, managed), slow (serialized, sleeps an hour).
+ * DIR holds the raw socket of the floor. --tasks: the server's
+ * tasks.capacity (bench_percall.py's config: 10000).
  *
  * Rows: raw, ping, cached_kept, cached_dropped, fresh, mcached_release (a
  * managed cached call + release, the result dropped), managed_release (a
  * fresh managed result + release), submit_wait, targ_4k (a 4 KiB tensor
  * argument returned), int_arg (the same call with an integer argument),
  * module300 (cached, mapping kept), mmodule300_held_release (a managed
- * call of a held 300-tensor module + release), info; and two rows that
- * split managed_release in its parts: managed_call (the call alone, the
- * release after the clock stopped) and release_only (the release alone,
- * the call before the clock started).
+ * call of a held 300-tensor module + release), info; two rows that split
+ * managed_release in its parts: managed_call (the call alone, the release
+ * after the clock stopped) and release_only (the release alone, the call
+ * before the clock started); and info_full (info with the task table full:
+ * first two tasks of `slow`, one running and one waiting for its turn,
+ * then quick tasks, each waited for, until the table holds --tasks of
+ * them; a table already full is left as it is).
  *
  * Prints one line per row, "row KEY N P50 P99 MEAN" (microseconds), in
  * the order of --rows (default: every row, the floor "raw" first). Timings are printed, never asserted.
@@ -34,6 +40,7 @@
 
 static st_client_t *client;
 static const char *device = "cpu";
+static int64_t table_capacity = 10000;   /* --tasks */
 
 static void die(const char *what) {
   fprintf(stderr, "bench_percall: %s: %s: %s\n", what, st_client_error_name(client),
@@ -73,7 +80,7 @@ static void release_object(st_result_t *r) {
 
 enum {
   PING, CACHED_KEPT, CACHED_DROPPED, FRESH, MCACHED, MANAGED, SUBMIT, TARG, INT_ARG, MODULE,
-  MMODULE, INFO, MANAGED_CALL, RELEASE_ONLY
+  MMODULE, INFO, MANAGED_CALL, RELEASE_ONLY, INFO_FULL
 };
 
 /* The managed result of a split row between its timed and untimed part. */
@@ -92,6 +99,40 @@ static void after_one(int what) {
   release_object(pending);
   st_result_free(pending);
   pending = NULL;
+}
+
+/* info's tasks.<name> now. */
+static int64_t info_tasks(const char *name) {
+  st_result_t *r;
+  if (st_client_info(client, &r) != ST_OK) die("info");
+  const st_value_t *v = st_value_get(st_value_get(st_result_value(r), "tasks"), name);
+  int64_t n = v && v->kind == ST_VALUE_INT ? v->as.integer : -1;
+  st_result_free(r);
+  return n;
+}
+
+/* The task table full (info_full): two tasks of the serialized `slow`,
+ * one running and one waiting behind it (a pending task older than every
+ * finished one), then quick tasks until the table holds table_capacity
+ * tasks, all of them finished but those two. */
+static void fill_task_table(void) {
+  if (info_tasks("total") >= table_capacity && info_tasks("pending") >= 1) return;
+  uint64_t id;
+  for (int i = 0; i < 2; i++)
+    if (st_client_submit(client, "slow", NULL, &id) != ST_OK) die("submit slow");
+  for (int64_t i = 0; i < table_capacity - 2; i++) {
+    st_result_t *r;
+    if (st_client_submit(client, "quick", NULL, &id) != ST_OK) die("submit");
+    if (st_client_task_wait(client, id, 10, &r) != ST_OK) die("wait");
+    st_result_free(r);
+  }
+  if (info_tasks("total") != table_capacity || info_tasks("pending") < 1) {
+    fprintf(stderr, "bench_percall: the task table holds %lld tasks, %lld pending (want %lld, "
+                    "one or more pending): is --tasks the server's tasks.capacity?\n",
+            (long long)info_tasks("total"), (long long)info_tasks("pending"),
+            (long long)table_capacity);
+    exit(1);
+  }
 }
 
 static void one(int what, st_result_t *targ) {
@@ -150,6 +191,7 @@ static void one(int what, st_result_t *targ) {
     release_object(r);
     break;
   case INFO:
+  case INFO_FULL:
     if (st_client_info(client, &r) != ST_OK) die("info");
     break;
   case MANAGED_CALL:
@@ -195,7 +237,8 @@ static void run_row(const char *key, const char *dir, int iters) {
               {"mmodule300_held_release", MMODULE},
               {"info", INFO},
               {"managed_call", MANAGED_CALL},
-              {"release_only", RELEASE_ONLY}};
+              {"release_only", RELEASE_ONLY},
+              {"info_full", INFO_FULL}};
   if (!strcmp(key, "raw")) {
     double *us = malloc(sizeof(double) * (size_t)iters);
     bk_raw_pingpong(dir, us, iters);
@@ -213,6 +256,7 @@ static void run_row(const char *key, const char *dir, int iters) {
       keep = call(rows[i].what == MODULE ? "module300" : "mmodule300", NULL);
       iters = iters / 4 ? iters / 4 : 1;
     }
+    if (rows[i].what == INFO_FULL) fill_task_table();
     if (rows[i].what == TARG) {
       char err[256];
       int64_t n = 1024;
@@ -235,7 +279,7 @@ int main(int argc, char **argv) {
   const char *sock = NULL, *dir = NULL;
   char rows[512] = "raw,ping,cached_kept,cached_dropped,fresh,mcached_release,managed_release,"
                    "submit_wait,targ_4k,int_arg,module300,mmodule300_held_release,info,"
-                   "managed_call,release_only";
+                   "managed_call,release_only,info_full";
   int iters = 2000;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--socket") && i + 1 < argc) sock = argv[++i];
@@ -243,14 +287,15 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
     else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--rows") && i + 1 < argc) snprintf(rows, sizeof rows, "%s", argv[++i]);
+    else if (!strcmp(argv[i], "--tasks") && i + 1 < argc) table_capacity = atoll(argv[++i]);
     else {
       fprintf(stderr, "usage: bench_percall --socket PATH --dir DIR [--device cpu|cuda] "
-                      "[--iters N] [--rows KEY,...]\n");
+                      "[--iters N] [--rows KEY,...] [--tasks N]\n");
       return 2;
     }
   }
-  if (!sock || !dir || iters < 1) {
-    fprintf(stderr, "bench_percall: --socket and --dir are required, --iters >= 1\n");
+  if (!sock || !dir || iters < 1 || table_capacity < 3) {
+    fprintf(stderr, "bench_percall: --socket and --dir are required, --iters >= 1, --tasks >= 3\n");
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);

@@ -5,7 +5,8 @@
 --   ST_CLIENT_LIB=build/lib/libstclient.so.0 luajit bench/bench_percall.lua SOCKET [ITERS [KEY,...]]
 --
 -- Prints "row KEY N P50 P99" (microseconds) per row; the endpoints are
--- bench_percall.py's. Timings are printed, never asserted.
+-- bench_percall.py's. info_full times info against the task table the C
+-- side's row of that name filled. Timings are printed, never asserted.
 local here = arg[0]:match("^(.*)/[^/]*$") or "."
 package.path = here .. "/../lua/?.lua;" .. package.path
 
@@ -76,4 +77,6 @@ if not only or only.mmodule300_held_release then
   keep:free()
 end
 row("info", iters, function() assert(c:info()) end)
+-- The task table as bench_percall.c's info_full row left it (full).
+row("info_full", iters, function() assert(c:info()) end)
 c:close()

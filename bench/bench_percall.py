@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench_percall: one call's cost through the Python package, next to C.
 
-    build/bench/bench_percall.sh [--device cpu|cuda] [--iters N]
+    build/bench/bench_percall.sh [--device cpu|cuda] [--iters N] [--server STSERVER]
     python3 bench/bench_percall.py --build build [--device cpu|cuda] [--iters N]
 
 Starts its own stserver (a temp dir, a small memory_budget, the endpoints
@@ -19,14 +19,21 @@ returning a fresh 4-float tensor; a managed and cached call + release; a
 managed call with a fresh result + release; submit + wait; a 4 KiB tensor
 argument returned, and the same call with an integer argument; a
 300-tensor module called again with its mapping cached; a managed call
-of a held 300-tensor module + release; info(). Python alone: the cached call kept through ctypes only
+of a held 300-tensor module + release; info(); info() with the task table
+full (tasks.capacity = TASKS_FULL: two tasks of a serialized endpoint
+that sleeps, one running and one waiting for its turn, the rest finished
+quick tasks; the C side fills it, or the Python side when it runs that
+row alone). Python alone: the cached call kept through ctypes only
 (st_client_call_summary with ST_CALL_LEND_SAME, no conversion; with an
 older library, + st_result_free: what the package's own Python adds is
 the row above minus this one). After the table, whether the rows that
 keep a result reused its torch tensors (the same objects, no DLPack:
 docs/python.md, "What a call costs"): a "no"
 there means every call converted afresh. --profile NAME runs one Python
-row under cProfile instead. Timings are printed, never asserted.
+row under cProfile instead. --server runs another stserver binary (an
+older build's, say) against the same clients; $ST_CLIENT_LIB and
+--package pick the library and the Python package. Timings are printed,
+never asserted.
 """
 import argparse
 import ctypes
@@ -62,8 +69,13 @@ return {
     for i = 1, 300 do list[i] = { "layer" .. i, t(4) } end
     return st.module(list, { arch = "bench" })
   end },
+  st.endpoint { name = "slow", concurrency = "serialized",
+                build = function() st.sleep(3600) return 1 end },
 }
 """
+
+# tasks.capacity of the server: the table info_full fills.
+TASKS_FULL = 10000
 
 PYTHON_ONLY = {"cached_kept_lib", "cached_dropped_nokeep"}
 C_ONLY = {"managed_call", "release_only"}   # managed_release in its two parts
@@ -86,13 +98,15 @@ ROWS = [
     ("info", "info()"),
     ("managed_call", "  managed fresh: the call alone (C)"),
     ("release_only", "  managed fresh: the release alone (C)"),
+    ("info_full", "info(), task table full, one task waiting"),
 ]
 
 
-def start_server(build, device, spin_us=None, loop_threads=None, budget=None):
-    """stserver in a temp dir serving ENDPOINTS on `device`; budget (Lua
-    text, the fields of memory_budget) replaces the default 256 MiB CPU
-    (and 1 GiB cuda:0). (dir, socket path, process)."""
+def start_server(build, device, spin_us=None, loop_threads=None, budget=None, server=None):
+    """stserver (`server`, default the build's) in a temp dir serving
+    ENDPOINTS on `device`, tasks.capacity TASKS_FULL; budget (Lua text,
+    the fields of memory_budget) replaces the default 256 MiB CPU (and
+    1 GiB cuda:0). (dir, socket path, process)."""
     d = tempfile.mkdtemp(prefix="st-percall-")
     os.mkdir(os.path.join(d, "endpoints"))
     with open(os.path.join(d, "endpoints", "bench.lua"), "w") as f:
@@ -100,15 +114,16 @@ def start_server(build, device, spin_us=None, loop_threads=None, budget=None):
     cfg = os.path.join(d, "config.lua")
     with open(cfg, "w") as f:
         f.write("return { base_path = %r, endpoints = %r, workers = 2, log_level = 'warn',\n"
+                "  tasks = { capacity = %d },\n"
                 "  default_device = %r, memory_budget = { %s }%s }\n"
-                % (os.path.join(d, "st"), os.path.join(d, "endpoints"),
+                % (os.path.join(d, "st"), os.path.join(d, "endpoints"), TASKS_FULL,
                    "socket" if device == "cuda" else "cpu",
                    budget or "cpu = 256 * 2^20" + (', ["cuda:0"] = 2^30' if device == "cuda"
                                                   else ""),
                    ("" if spin_us is None else ", spin_us = %d" % spin_us) +
                    ("" if loop_threads is None else ", loop_threads = %d" % loop_threads)))
     log = open(os.path.join(d, "server.log"), "wb")
-    proc = subprocess.Popen([os.path.join(build, "bin", "stserver"), "--config", cfg],
+    proc = subprocess.Popen([server or os.path.join(build, "bin", "stserver"), "--config", cfg],
                             stdout=log, stderr=subprocess.STDOUT)
     log.close()
     sock = os.path.join(d, "st-0.sock")
@@ -140,7 +155,7 @@ def c_rows(build, sock, d, device, iters, keys):
     env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(os.environ["ST_CLIENT_LIB"]))
     out = subprocess.run([os.path.join(build, "bench", "bench_percall"), "--socket", sock,
                           "--dir", d, "--device", device, "--iters", str(iters),
-                          "--rows", ",".join(keys)],
+                          "--rows", ",".join(keys), "--tasks", str(TASKS_FULL)],
                          capture_output=True, text=True, env=env)
     if out.returncode != 0:
         sys.exit("bench_percall (C) failed:\n" + out.stderr)
@@ -207,6 +222,17 @@ def python_rows(st, torch, sock, device, iters):
     def info():
         c.info()
 
+    def fill_tasks():
+        """The table full, as bench_percall.c's info_full row makes it
+        (when that row did not run first)."""
+        t = c.info()["tasks"]
+        if t["total"] >= TASKS_FULL and t["pending"] >= 1:
+            return
+        c.submit("slow")
+        c.submit("slow")
+        for _ in range(TASKS_FULL - 2):
+            c.wait(c.submit("quick"))
+
     lib = st._lib.lib
     out, summary = ctypes.c_void_p(), st._lib.ResultSummary()
     out_ref, summary_ref = ctypes.byref(out), ctypes.byref(summary)
@@ -239,6 +265,8 @@ def python_rows(st, torch, sock, device, iters):
             keep["h"] = c.call("module300")
         elif key == "mmodule300_held_release":
             keep["h"] = c.call("mmodule300")   # held, with its lease
+        elif key == "info_full":
+            fill_tasks()
 
 
     def reused(key):
@@ -260,7 +288,7 @@ def python_rows(st, torch, sock, device, iters):
            "mcached_release": managed("mcached16"), "managed_release": managed("managed16"),
            "submit_wait": submit_wait, "targ_4k": targ, "int_arg": int_arg,
            "module300": module, "mmodule300_held_release": managed("mmodule300"),
-           "info": info}
+           "info": info, "info_full": info}
     return c, fns, prepare, reused
 
 
@@ -288,6 +316,8 @@ def main():
     ap.add_argument("--loop-threads", type=int, metavar="N",
                     help="the server's loop_threads (default: the server's own default)")
     ap.add_argument("--profile", metavar="ROW", help="profile one Python row with cProfile")
+    ap.add_argument("--server", metavar="STSERVER",
+                    help="the stserver binary to measure (default: the build's bin/stserver)")
     ap.add_argument("--package", default=os.path.join(HERE, "..", "python"),
                     help="the directory holding the sharedtensor package (to compare versions; "
                          "$ST_CLIENT_LIB picks the library)")
@@ -298,7 +328,8 @@ def main():
     import torch
     import sharedtensor as st
 
-    d, sock, proc = start_server(build, o.device, o.spin_us, o.loop_threads)
+    d, sock, proc = start_server(build, o.device, o.spin_us, o.loop_threads,
+                                 server=o.server and os.path.abspath(o.server))
     try:
         c, fns, prepare, reused = python_rows(st, torch, sock, o.device, o.iters)
         if o.profile:

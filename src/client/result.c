@@ -37,12 +37,30 @@ void *st__client_result_alloc(st_result_t *r, size_t size) {
   return p;
 }
 
+/* One step of the path to the value being decoded: a map key or a
+ * module's tensor name (p, n), or an array index or integer key (num,
+ * p NULL). */
+typedef struct path_seg {
+  const char *p;
+  size_t n;
+  long long num;
+} path_seg_t;
+
+/* Steps kept: decode_value refuses a depth past ST_MAX_DEPTH, and a
+ * module or an object map adds a few. */
+#define PATH_SEGS (ST_MAX_DEPTH + 8)
+
 typedef struct decoder {
   st_client_t *c;
   st_result_t *r;
   const st__arena_desc_t *arenas;
   size_t narenas;
-  st__text_t path;           /* dotted name of the value being decoded */
+  /* The path to the value being decoded, as steps: made into its dotted
+   * text (path) only when a tensor is named after it or an error quotes
+   * it, not at every step of a large map. */
+  path_seg_t seg[PATH_SEGS];
+  size_t nseg;
+  st__text_t path;
   int readonly;              /* map every arena read-only              */
 } decoder_t;
 
@@ -50,8 +68,20 @@ static int oom(decoder_t *d) {
   return st__client_fail(d->c, ST_ERR_OUT_OF_MEMORY, "out of memory decoding a reply");
 }
 
+/* st__client_result_alloc's common case inline: room in the block. */
+static inline void *alloc_in(st_result_t *r, size_t size) {
+  size_t need = (size + 15) & ~(size_t)15;
+  st__block_t *b = r->blocks;
+  if (need && b && b->cap - b->used >= need) {
+    void *p = b->data + b->used;
+    b->used += need;
+    return p;
+  }
+  return st__client_result_alloc(r, size);
+}
+
 static char *copy_bytes(st_result_t *r, const char *p, size_t n) {
-  char *s = st__client_result_alloc(r, n + 1);
+  char *s = alloc_in(r, n + 1);
   if (!s) return NULL;
   if (n) memcpy(s, p, n);
   s[n] = '\0';
@@ -71,21 +101,39 @@ static int push_tensor(decoder_t *d, const st_tensor_t *t) {
   return ST_OK;
 }
 
-/* Path handling: append ".seg" (or "seg" at the root), return the old
- * length to restore. */
+/* Path handling: one more step (the bytes stay the caller's until the
+ * step is popped); returns the depth to restore. */
 static size_t path_push(decoder_t *d, const char *seg, size_t n) {
-  size_t old = d->path.len;
-  if (old) st__client_text_put(&d->path, ".", 1);
-  st__client_text_put(&d->path, seg, n);
+  size_t old = d->nseg++;
+  if (old < PATH_SEGS) d->seg[old] = (path_seg_t){.p = seg, .n = n};
   return old;
 }
 
-static void path_pop(decoder_t *d, size_t old) {
-  d->path.len = old;
-  if (d->path.ptr) d->path.ptr[old] = '\0';
+/* An array index or integer key as the next step. */
+static size_t path_push_num(decoder_t *d, long long num) {
+  size_t old = d->nseg++;
+  if (old < PATH_SEGS) d->seg[old] = (path_seg_t){.p = NULL, .num = num};
+  return old;
 }
 
-static const char *path_now(decoder_t *d) { return d->path.ptr ? d->path.ptr : ""; }
+static void path_pop(decoder_t *d, size_t old) { d->nseg = old; }
+
+/* The dotted path now ("" at the root), valid until the next call;
+ * d->path.len is its length. */
+static const char *path_now(decoder_t *d) {
+  d->path.len = 0;
+  if (d->path.ptr) d->path.ptr[0] = '\0';
+  for (size_t i = 0; i < d->nseg; i++) {
+    if (d->path.len) st__client_text_put(&d->path, ".", 1);
+    if (i >= PATH_SEGS) {
+      st__client_text_put(&d->path, "...", 3);
+      break;
+    }
+    if (d->seg[i].p) st__client_text_put(&d->path, d->seg[i].p, d->seg[i].n);
+    else st__client_text_printf(&d->path, "%lld", d->seg[i].num);
+  }
+  return d->path.ptr ? d->path.ptr : "";
+}
 
 /* Decodes a tensor ext value into a new st_tensor_t at the current path. */
 static int decode_tensor(decoder_t *d, const msgpack_object *o, const st_tensor_t **out) {
@@ -107,7 +155,8 @@ static int decode_tensor(decoder_t *d, const msgpack_object *o, const st_tensor_
   st_result_t *r = d->r;
   st_tensor_t *t = st__client_result_alloc(r, sizeof *t);
   int64_t *dims = st__client_result_alloc(r, sizeof(int64_t) * 2 * (size_t)(td.ndim ? td.ndim : 1));
-  char *name = copy_bytes(r, path_now(d), d->path.len);
+  const char *path = path_now(d);
+  char *name = copy_bytes(r, path, d->path.len);
   if (!t || !dims || !name || d->path.oom) return oom(d);
   memcpy(dims, td.shape, sizeof(int64_t) * (size_t)td.ndim);
   memcpy(dims + td.ndim, td.strides, sizeof(int64_t) * (size_t)td.ndim);
@@ -199,20 +248,19 @@ static int decode_module(decoder_t *d, const msgpack_object *o, st_value_t *v, i
   return ST_OK;
 }
 
-static int decode_value(decoder_t *d, const msgpack_object *o, st_value_t *v, int depth) {
-  if (depth > ST_MAX_DEPTH)
-    return st__client_fail(d->c, ST_ERR_PROTOCOL, "reply value nested deeper than %d at '%s'",
-                           ST_MAX_DEPTH, path_now(d));
+/* A leaf (nil, bool, number, string, bin) into *v: 1, 0 when o is no
+ * leaf, -1 out of memory. A leaf names no tensor and quotes no path, so
+ * the walk below takes it without a step of its own. */
+static inline int decode_leaf(st_result_t *r, const msgpack_object *o, st_value_t *v) {
   memset(v, 0, sizeof *v);
-  st_result_t *r = d->r;
   switch (o->type) {
   case MSGPACK_OBJECT_NIL:
     v->kind = ST_VALUE_NIL;
-    return ST_OK;
+    return 1;
   case MSGPACK_OBJECT_BOOLEAN:
     v->kind = ST_VALUE_BOOL;
     v->as.boolean = o->via.boolean ? 1 : 0;
-    return ST_OK;
+    return 1;
   case MSGPACK_OBJECT_POSITIVE_INTEGER:
     if (o->via.u64 > INT64_MAX) {
       v->kind = ST_VALUE_FLOAT;
@@ -221,16 +269,16 @@ static int decode_value(decoder_t *d, const msgpack_object *o, st_value_t *v, in
       v->kind = ST_VALUE_INT;
       v->as.integer = (int64_t)o->via.u64;
     }
-    return ST_OK;
+    return 1;
   case MSGPACK_OBJECT_NEGATIVE_INTEGER:
     v->kind = ST_VALUE_INT;
     v->as.integer = o->via.i64;
-    return ST_OK;
+    return 1;
   case MSGPACK_OBJECT_FLOAT32:
   case MSGPACK_OBJECT_FLOAT64:
     v->kind = ST_VALUE_FLOAT;
     v->as.number = o->via.f64;
-    return ST_OK;
+    return 1;
   case MSGPACK_OBJECT_STR:
   case MSGPACK_OBJECT_BIN: {
     const char *p = o->type == MSGPACK_OBJECT_STR ? o->via.str.ptr : o->via.bin.ptr;
@@ -238,16 +286,31 @@ static int decode_value(decoder_t *d, const msgpack_object *o, st_value_t *v, in
     v->kind = o->type == MSGPACK_OBJECT_STR ? ST_VALUE_STRING : ST_VALUE_BINARY;
     v->as.str.ptr = copy_bytes(r, p, n);
     v->as.str.len = n;
-    return v->as.str.ptr ? ST_OK : oom(d);
+    return v->as.str.ptr ? 1 : -1;
   }
+  default:
+    return 0;
+  }
+}
+
+static int decode_value(decoder_t *d, const msgpack_object *o, st_value_t *v, int depth) {
+  if (depth > ST_MAX_DEPTH)
+    return st__client_fail(d->c, ST_ERR_PROTOCOL, "reply value nested deeper than %d at '%s'",
+                           ST_MAX_DEPTH, path_now(d));
+  int got = decode_leaf(d->r, o, v);
+  if (got) return got > 0 ? ST_OK : oom(d);
+  st_result_t *r = d->r;
+  switch (o->type) {
   case MSGPACK_OBJECT_ARRAY: {
     size_t n = o->via.array.size;
-    st_value_t *items = st__client_result_alloc(r, sizeof *items * (n ? n : 1));
+    st_value_t *items = alloc_in(r, sizeof *items * (n ? n : 1));
     if (!items) return oom(d);
+    int leaves = depth < ST_MAX_DEPTH;   /* a leaf one deeper is in bounds */
     for (size_t i = 0; i < n; i++) {
-      char seg[24];
-      int k = snprintf(seg, sizeof seg, "%zu", i);
-      size_t old = path_push(d, seg, (size_t)k);
+      int leaf = leaves ? decode_leaf(r, &o->via.array.ptr[i], &items[i]) : 0;
+      if (leaf < 0) return oom(d);
+      if (leaf) continue;
+      size_t old = path_push_num(d, (long long)i);
       int rc = decode_value(d, &o->via.array.ptr[i], &items[i], depth + 1);
       path_pop(d, old);
       if (rc != ST_OK) return rc;
@@ -259,25 +322,22 @@ static int decode_value(decoder_t *d, const msgpack_object *o, st_value_t *v, in
   }
   case MSGPACK_OBJECT_MAP: {
     size_t n = o->via.map.size;
-    st_value_t *keys = st__client_result_alloc(r, sizeof *keys * (n ? n : 1));
-    st_value_t *vals = st__client_result_alloc(r, sizeof *vals * (n ? n : 1));
+    st_value_t *keys = alloc_in(r, sizeof *keys * (n ? n : 1));
+    st_value_t *vals = alloc_in(r, sizeof *vals * (n ? n : 1));
     if (!keys || !vals) return oom(d);
+    int leaves = depth < ST_MAX_DEPTH;   /* a leaf one deeper is in bounds */
     for (size_t i = 0; i < n; i++) {
       const msgpack_object_kv *kv = &o->via.map.ptr[i];
-      int rc = decode_value(d, &kv->key, &keys[i], depth + 1);
+      int leaf = leaves ? decode_leaf(r, &kv->key, &keys[i]) : 0;
+      int rc = leaf < 0 ? oom(d) : leaf ? ST_OK : decode_value(d, &kv->key, &keys[i], depth + 1);
       if (rc != ST_OK) return rc;
-      char seg[24];
-      const char *sp = seg;
-      size_t sn;
-      if (kv->key.type == MSGPACK_OBJECT_STR) {
-        sp = kv->key.via.str.ptr;
-        sn = kv->key.via.str.size;
-      } else if (keys[i].kind == ST_VALUE_INT) {
-        sn = (size_t)snprintf(seg, sizeof seg, "%lld", (long long)keys[i].as.integer);
-      } else {
-        sn = (size_t)snprintf(seg, sizeof seg, "?");
-      }
-      size_t old = path_push(d, sp, sn);
+      leaf = leaves ? decode_leaf(r, &kv->val, &vals[i]) : 0;
+      if (leaf < 0) return oom(d);
+      if (leaf) continue;
+      size_t old = kv->key.type == MSGPACK_OBJECT_STR
+                       ? path_push(d, kv->key.via.str.ptr, kv->key.via.str.size)
+                   : keys[i].kind == ST_VALUE_INT ? path_push_num(d, (long long)keys[i].as.integer)
+                                                  : path_push(d, "?", 1);
       rc = decode_value(d, &kv->val, &vals[i], depth + 1);
       path_pop(d, old);
       if (rc != ST_OK) return rc;
@@ -434,12 +494,53 @@ static int decode_same(st_client_t *c, const msgpack_object *result, int *fds, s
   return rc;
 }
 
+/* The pairs of a reply map that decode reads, found in one pass (a
+ * plain value such as info's is a map of a few dozen pairs, looked into
+ * for these names on every call); the first of equal keys, as
+ * st__map_get. */
+typedef struct reply_fields {
+  const msgpack_object *same, *kept, *value, *arenas, *object, *pool_page, *object_kept;
+} reply_fields_t;
+
+static void reply_fields(const msgpack_object *m, reply_fields_t *f) {
+  memset(f, 0, sizeof *f);
+  if (!m || m->type != MSGPACK_OBJECT_MAP) return;
+  for (uint32_t i = 0; i < m->via.map.size; i++) {
+    const msgpack_object_kv *kv = &m->via.map.ptr[i];
+    if (kv->key.type != MSGPACK_OBJECT_STR) continue;
+    const char *k = kv->key.via.str.ptr;
+    const msgpack_object **at = NULL;
+    switch (kv->key.via.str.size) {
+    case 4:
+      at = !memcmp(k, "same", 4) ? &f->same : !memcmp(k, "kept", 4) ? &f->kept : NULL;
+      break;
+    case 5:
+      at = !memcmp(k, "value", 5) ? &f->value : NULL;
+      break;
+    case 6:
+      at = !memcmp(k, "arenas", 6) ? &f->arenas : !memcmp(k, "object", 6) ? &f->object : NULL;
+      break;
+    case 9:
+      at = !memcmp(k, "pool_page", 9) ? &f->pool_page : NULL;
+      break;
+    case 11:
+      at = !memcmp(k, "object_kept", 11) ? &f->object_kept : NULL;
+      break;
+    default:
+      break;
+    }
+    if (at && !*at) *at = &kv->val;
+  }
+}
+
 /* st__client_result_decode, every arena mapped read-only when
  * `readonly`. */
 static int decode(st_client_t *c, const msgpack_object *result, int unwrap, int readonly,
                   int *fds, size_t nfds, st_result_t **out) {
   *out = NULL;
-  if (unwrap && c->object_refs && st__map_get(result, "same")) {
+  reply_fields_t f;
+  reply_fields(result, &f);
+  if (unwrap && c->object_refs && f.same) {
     if (readonly) {
       for (size_t i = 0; i < nfds; i++)
         if (fds[i] >= 0) close(fds[i]);
@@ -453,7 +554,7 @@ static int decode(st_client_t *c, const msgpack_object *result, int unwrap, int 
   d.c = c;
   d.readonly = readonly;
   st_result_t *r = calloc(1, sizeof *r);
-  const msgpack_object *list = st__map_get(result, "arenas");
+  const msgpack_object *list = f.arenas;
   if (list && list->type != MSGPACK_OBJECT_ARRAY) list = NULL;
   size_t n = list ? list->via.array.size : 0;
   st__arena_desc_t *descs = n ? calloc(n, sizeof *descs) : NULL;
@@ -466,8 +567,8 @@ static int decode(st_client_t *c, const msgpack_object *result, int unwrap, int 
   }
   d.r = r;
   /* The pool page first: the regions of this reply free into it. */
-  rc = st__client_pool_take_page(c, st__map_get(result, "pool_page"), fds, nfds);
-  if (rc == ST_OK) rc = map_arenas(&d, list, st__map_get(result, "kept"), fds, nfds, descs);
+  rc = st__client_pool_take_page(c, f.pool_page, fds, nfds);
+  if (rc == ST_OK) rc = map_arenas(&d, list, f.kept, fds, nfds, descs);
   else
     for (size_t i = 0; i < nfds; i++)
       if (fds[i] >= 0) close(fds[i]);
@@ -478,7 +579,7 @@ static int decode(st_client_t *c, const msgpack_object *result, int unwrap, int 
 
   const msgpack_object *value = result;
   if (unwrap) {
-    value = st__map_get(result, "value");
+    value = f.value;
     if (result->type != MSGPACK_OBJECT_MAP || !value) {
       rc = st__client_fail(c, ST_ERR_PROTOCOL, "the reply has no 'value'");
       goto done;
@@ -490,11 +591,11 @@ static int decode(st_client_t *c, const msgpack_object *result, int unwrap, int 
     goto done;
   }
   rc = decode_value(&d, value, r->value, 0);
-  const msgpack_object *object = unwrap ? st__map_get(result, "object") : NULL;
+  const msgpack_object *object = unwrap ? f.object : NULL;
   if (rc == ST_OK && object && object->type != MSGPACK_OBJECT_NIL) {
     r->server_id = copy_bytes(r, c->server_id, strlen(c->server_id));
     rc = r->server_id ? decode_object(&d, object) : oom(&d);
-    const msgpack_object *kept = st__map_get(result, "object_kept");
+    const msgpack_object *kept = f.object_kept;
     if (rc == ST_OK && kept && kept->type == MSGPACK_OBJECT_BOOLEAN && kept->via.boolean)
       st__client_kept_objects_keep(c, r);
   }

@@ -73,6 +73,7 @@ static void version_free(st__keys_t *t, st__key_t *k, st__key_version_t *v) {
   if (v->charged) charge(&v->result, 0, NULL, 0);
   k->bytes -= v->bytes;
   t->bytes -= v->bytes;
+  t->versions--;
   st__build_result_destroy(&v->result);
   free(v);
 }
@@ -95,6 +96,9 @@ static void key_free(st__keys_t *t, st__key_t *k) {
     st__key_page_flag(k->page, ST__KEY_DELETED);
     st__arena_unref(k->page_arena);
     t->live--;
+    if (k->live_prev) k->live_prev->live_next = k->live_next;
+    else t->live_keys = k->live_next;
+    if (k->live_next) k->live_next->live_prev = k->live_prev;
   }
   free(k);
 }
@@ -235,6 +239,9 @@ static st__key_t *key_new(st__keys_t *t, const st__key_put_t *p, st__arena_t *pa
     k->page = st__arena_base(page);
     if (!p->page) st__key_page_init(k->page, p->conn);
     t->live++;
+    k->live_next = t->live_keys;
+    if (t->live_keys) t->live_keys->live_prev = k;
+    t->live_keys = k;
   }
   return k;
 }
@@ -344,6 +351,7 @@ int st__keys_put(st__keys_t *t, const st__key_put_t *p, st__build_result_t *resu
   v->charged = !p->precharged;
   if (p->origin) v->has_origin = 1, v->origin = *p->origin;
   k->versions[k->nversions++] = v;
+  t->versions++;
   add[ST__UIDQ_KEYS] = 0;       /* key_new charged it */
   quota_apply(k->uid, add, 1);
   if (p->readers) k->readers = *p->readers;

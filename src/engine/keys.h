@@ -82,6 +82,7 @@ typedef struct st__key {
   int live;
   st__arena_t *page_arena;
   st__key_page_t *page;
+  struct st__key *live_prev, *live_next;   /* the table's live keys */
 } st__key_t;
 
 struct st__key_put;
@@ -123,6 +124,9 @@ typedef struct st__keys {
   st__smap_t by_name;         /* name -> st__key_t */
   size_t count;
   size_t live;                /* live keys among them */
+  st__key_t *live_keys;       /* those, listed: a connection's are counted
+                                 without a walk of every key */
+  size_t versions;            /* the versions they keep, all together */
   uint64_t bytes;             /* every version's bytes, all devices */
   size_t max_keys;            /* keys.max_keys */
   uint64_t max_bytes;         /* keys.max_bytes; 0 = the budgets alone */

@@ -208,31 +208,15 @@ void st__keys_live_orphaned(st__key_t *k) {
   st__key_page_flag(k->page, ST__KEY_TORN);
 }
 
-static void leave_one(const char *name, size_t len, void *value, void *ud) {
-  (void)name;
-  (void)len;
-  st__key_t *k = value;
-  uint64_t conn = *(const uint64_t *)ud;
-  if (!k->live || k->owner_conn != conn) return;
-  st__keys_live_orphaned(k);
-}
-
-static void count_one(const char *name, size_t len, void *value, void *ud) {
-  (void)name;
-  (void)len;
-  const st__key_t *k = value;
-  uint64_t *n = ud;   /* n[0]: the connection, n[1]: the count */
-  n[1] += k->live && k->owner_conn == n[0];
-}
-
-/* See keys.h. Loop thread. */
+/* See keys.h. Walks the live keys only. Loop thread. */
 uint64_t st__keys_conn_live(st__keys_t *t, uint64_t conn) {
-  uint64_t n[2] = {conn, 0};
-  if (t->live) st__smap_each(&t->by_name, count_one, n);
-  return n[1];
+  uint64_t n = 0;
+  for (const st__key_t *k = t->live_keys; k; k = k->live_next) n += k->owner_conn == conn;
+  return n;
 }
 
 /* See keys.h. Loop thread. */
 void st__keys_conn_closed(st__keys_t *t, uint64_t conn) {
-  if (t->live) st__smap_each(&t->by_name, leave_one, &conn);
+  for (st__key_t *k = t->live_keys; k; k = k->live_next)
+    if (k->owner_conn == conn) st__keys_live_orphaned(k);
 }

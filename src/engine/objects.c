@@ -48,6 +48,36 @@ static uint64_t mono_ns(void) {
   return (uint64_t)(st__now_mono() * 1e9);
 }
 
+static int evictable(const st__object_t *o) {
+  return o->cached && o->refcount == 0 && o->holds == 0;
+}
+
+/* Where o's charges count now (objects.h: ST__OBJ_CACHED ...). */
+static int part_of(const st__object_t *o) {
+  return evictable(o) ? ST__OBJ_CACHED : o->refcount ? ST__OBJ_LEASED : ST__OBJ_TASK;
+}
+
+/* Adds o's charges to (sign 1) or takes them from (-1) part `part` of
+ * their budgets. */
+static void count_in(st__objects_t *r, const st__object_t *o, int part, int sign) {
+  for (int i = 0; i < o->ncharges; i++) {
+    uint64_t *b = &r->budgets[o->charges[i].budget].part[part];
+    if (sign > 0) *b += o->charges[i].bytes;
+    else *b -= o->charges[i].bytes;
+  }
+}
+
+/* o's cache entry, leases or holds changed: its charges move to the part
+ * they count in now. Every such change calls it, so that info reads the
+ * parts without walking the objects. */
+static void recount(st__objects_t *r, st__object_t *o) {
+  int now = part_of(o);
+  if (!o->counted || now == o->counted) return;
+  count_in(r, o, o->counted, -1);
+  count_in(r, o, now, 1);
+  o->counted = now;
+}
+
 static void lru_unlink(st__objects_t *r, st__object_t *o) {
   if (o->lru_prev) o->lru_prev->lru_next = o->lru_next;
   else if (r->lru_head == o) r->lru_head = o->lru_next;
@@ -71,9 +101,13 @@ static void drop_cache_entry(st__objects_t *r, st__object_t *o) {
     st__smap_del(&r->cache, o->slot, o->slot_len);
   lru_unlink(r, o);
   o->cached = 0;
+  recount(r, o);
 }
 
 static void destroy(st__objects_t *r, st__object_t *o) {
+  if (o->counted) count_in(r, o, o->counted, -1);
+  o->counted = 0;
+  r->bytes -= o->bytes;
   drop_cache_entry(r, o);
   st__smap_del(&r->by_id, ST__ID_KEY(&o->id));
   if (o->all_prev) o->all_prev->all_next = o->all_next;
@@ -101,10 +135,6 @@ void st__objects_free(st__objects_t *r) {
   while (r->all_head) destroy(r, r->all_head);
   st__smap_clear(&r->by_id);
   st__smap_clear(&r->cache);
-}
-
-static int evictable(const st__object_t *o) {
-  return o->cached && o->refcount == 0 && o->holds == 0;
 }
 
 /* Destroys o if nothing holds it; 1 when it did. */
@@ -348,18 +378,22 @@ int st__objects_add(st__objects_t *r, const st__object_spec_t *spec, st__build_r
   r->all_tail = o;
   r->count++;
   r->created++;
+  r->bytes += o->bytes;
   if (spec->cache && o->slot) {
     st__object_t *old = st__smap_get(&r->cache, o->slot, o->slot_len);
     if (st__smap_put(&r->cache, o->slot, o->slot_len, o) == ST_OK) {
       if (old) {
         lru_unlink(r, old);
         old->cached = 0;
+        recount(r, old);
         st__objects_collect(r, old);
       }
       o->cached = 1;
       lru_append(r, o);
     }
   }
+  o->counted = part_of(o);
+  count_in(r, o, o->counted, 1);
   *out = o;
   return ST_OK;
 }
@@ -404,6 +438,7 @@ int st__objects_lease(st__objects_t *r, st__object_t *o, uint64_t conn_id) {
       o->refcount++;
       r->leases++;
       r->leases_granted++;
+      recount(r, o);
       return ST_OK;
     }
   }
@@ -420,6 +455,7 @@ int st__objects_lease(st__objects_t *r, st__object_t *o, uint64_t conn_id) {
   o->refcount++;
   r->leases++;
   r->leases_granted++;
+  recount(r, o);
   return ST_OK;
 }
 
@@ -430,6 +466,7 @@ static uint32_t drop_leases(st__objects_t *r, st__object_t *o, size_t i, uint32_
   o->refcount -= k;
   r->leases -= k;
   if (o->leases[i].count == 0) o->leases[i] = o->leases[--o->nleases];
+  recount(r, o);
   return k;
 }
 
@@ -472,13 +509,19 @@ size_t st__objects_release_conn(st__objects_t *r, uint64_t conn_id) {
 
 /* A task's hold on an unfetched result. */
 void st__objects_hold(st__objects_t *r, st__object_t *o) {
-  (void)r;
   o->holds++;
+  recount(r, o);
+}
+
+/* Gives a hold back, the object kept; see objects.h. */
+void st__objects_unhold_keep(st__objects_t *r, st__object_t *o) {
+  if (o->holds) o->holds--;
+  recount(r, o);
 }
 
 /* Gives a hold back; destroys the object if nothing else holds it. */
 void st__objects_unhold(st__objects_t *r, st__object_t *o) {
-  if (o->holds) o->holds--;
+  st__objects_unhold_keep(r, o);
   st__objects_collect(r, o);
 }
 
@@ -530,13 +573,8 @@ void st__objects_stats(const st__objects_t *r, const char *device, st__budget_st
     out->used_bytes = l.used;
   }
   out->object_bytes = r->budgets[bi].bytes;
-  for (const st__object_t *o = r->all_head; o; o = o->all_next) {
-    for (int i = 0; i < o->ncharges; i++) {
-      if (o->charges[i].budget != bi) continue;
-      out->objects++;
-      if (evictable(o)) out->cached_bytes += o->charges[i].bytes;
-      else if (o->refcount) out->leased_bytes += o->charges[i].bytes;
-      else out->task_bytes += o->charges[i].bytes;
-    }
-  }
+  out->objects = r->budgets[bi].objects;
+  out->cached_bytes = r->budgets[bi].part[ST__OBJ_CACHED];
+  out->leased_bytes = r->budgets[bi].part[ST__OBJ_LEASED];
+  out->task_bytes = r->budgets[bi].part[ST__OBJ_TASK];
 }

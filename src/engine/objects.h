@@ -79,7 +79,15 @@ typedef struct st__object {
    * atomic, written by loop threads that hold only the read side of the
    * server lock; st__objects_reclaim puts such objects in their place. */
   uint64_t hit_ns;
+  int counted;                /* the part of its budgets' bytes it counts in
+                                 now (objects.c: ST__OBJ_CACHED ...), 0:
+                                 none yet */
 } st__object_t;
+
+/* Where an object's charges count in its budgets (st__budget_t.part):
+ * only the cache holds it (evictable), a lease holds it, or neither
+ * (a hold: a finished task's unfetched result). */
+enum { ST__OBJ_CACHED = 1, ST__OBJ_LEASED = 2, ST__OBJ_TASK = 3 };
 
 /* A device objects are counted on (its budget is the ledger's). */
 typedef struct st__budget {
@@ -87,6 +95,9 @@ typedef struct st__budget {
   int ordinal;                /* -1: the CPU; for the ledger */
   uint64_t bytes;             /* bytes of this device's objects */
   uint64_t objects;
+  uint64_t part[4];           /* those bytes by where they count
+                                 (ST__OBJ_CACHED ...; [0] unused), kept up
+                                 to date as objects change (objects.c) */
 } st__budget_t;
 
 typedef struct st__objects {
@@ -102,6 +113,7 @@ typedef struct st__objects {
   uint64_t evictions;         /* cache entries evicted for the budget or
                                  the descriptor cap */
   uint64_t created, destroyed;
+  uint64_t bytes;             /* every object's `bytes` */
   st__budget_t budgets[ST_OBJ_MAX_BUDGETS];
   int nbudgets;
 } st__objects_t;
@@ -200,9 +212,14 @@ void st__objects_release(st__objects_t *r, uint64_t id, uint64_t conn_id, int *r
  * many. Objects nothing holds any more are destroyed. */
 size_t st__objects_release_conn(st__objects_t *r, uint64_t conn_id);
 
-/* Holds for unfetched task results; unhold may destroy the object. */
+/* Holds for unfetched task results; unhold may destroy the object.
+ * unhold_keep gives a hold back and leaves the object for the caller to
+ * collect (a hold taken only for the length of a step). Holds, leases
+ * and cache entries change through these functions only: each one moves
+ * the object's bytes to the part of the budget stats it counts in. */
 void st__objects_hold(st__objects_t *r, st__object_t *o);
 void st__objects_unhold(st__objects_t *r, st__object_t *o);
+void st__objects_unhold_keep(st__objects_t *r, st__object_t *o);
 
 /* Destroys the object if nothing holds it (no lease, hold or cache
  * entry); returns 1 when it did (the pointer is then dead). */

@@ -92,9 +92,9 @@ static void scan_object_done(st__frame_scan_t *s) {
   s->id_stage = 0;
 }
 
-/* Accounts for a complete header in s->head. 0, or -1 after scan_fail. */
-static int scan_header(st__frame_scan_t *s, uint64_t max) {
-  const uint8_t *h = s->head;
+/* Accounts for a complete header at h (in the new bytes, or gathered in
+ * s->head when it came in pieces). 0, or -1 after scan_fail. */
+static int scan_header(st__frame_scan_t *s, const uint8_t *h, uint64_t max) {
   uint8_t b = h[0];
   uint64_t count = 0, skip = 0;
   int container = 0;
@@ -155,6 +155,86 @@ static int scan_header(st__frame_scan_t *s, uint64_t max) {
   return 0;
 }
 
+/* Bytes of a leaf object by its first byte, its header and payload (a
+ * number, nil, a bool, a string of up to 31 bytes), 0 for any other
+ * (containers, longer strings, bin, ext: scan_header's). */
+static const uint8_t leaf_len[256] = {
+    /* 00: positive fixint */
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    /* 80: fixmap: no leaf */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    /* 90: fixarray: no leaf */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    /* A0: fixstr 0-15 */
+    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+    /* B0: fixstr 16-31 */
+    17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32,
+    /* C0: nil, -, false, true, bin, ext, float32/64, uint8-64 */
+    1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 5, 9, 2, 3, 5, 9,
+    /* D0: int8-64, fixext, str8-32, array16/32, map16/32 */
+    2, 3, 5, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    /* E0: negative fixint */
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+};
+
+/* The leaves of an open container that lie whole in p[*at, n), past a
+ * message's first three objects (its type and id: scan_header's), each
+ * accounted for as scan_header and the payload's skip would. They are
+ * taken a run at a time: the leaves due in the innermost open container,
+ * counted in a tight loop, then accounted for together; the size bound
+ * (bytes so far + one byte per object still due) only grows along a run,
+ * so it is checked at the run's end, and a run that passes it is walked
+ * again to its first leaf that does. Stops at anything else. 0, or -1
+ * after scan_fail (*at is then the failing object's first byte). */
+static int scan_leaves(st__frame_scan_t *s, uint64_t max, const uint8_t *p, size_t n,
+                       size_t *at) {
+  if (s->depth <= 0 || s->objects < 3) return 0;
+  size_t i = *at;
+  while (i < n && s->depth > 0) {
+    uint64_t due = s->left[s->depth - 1], k = 0;
+    size_t start = i;
+    while (k < due && i < n) {
+      size_t len = leaf_len[p[i]];
+      if (!len || len > n - i) break;
+      i += len;
+      k++;
+    }
+    if (k == 0) break;
+    uint64_t items = s->items - k;
+    if (s->msg_bytes + (i - start) + items > max) {
+      /* The first leaf of the run past the bound. */
+      uint64_t bytes = s->msg_bytes;
+      size_t j = start;
+      for (uint64_t left = s->items;; ) {
+        size_t len = leaf_len[p[j]];
+        left--;
+        if (bytes + len + left > max) break;
+        bytes += len;
+        j += len;
+      }
+      scan_fail(s, ST_ERR_LIMIT, "message larger than the limit");
+      *at = j;
+      return -1;
+    }
+    s->left[s->depth - 1] -= k;
+    s->items = items;
+    s->objects += (uint32_t)k;
+    s->msg_bytes += i - start;
+    while (s->depth > 0 && s->left[s->depth - 1] == 0) s->depth--;
+    if (s->depth == 0) scan_object_done(s);   /* the message is whole */
+  }
+  *at = i;
+  return 0;
+}
+
 /* Scans n new bytes. Returns how many of them msgpack may see: n, or fewer
  * when an error was found (the bytes from the failing header on are
  * withheld, so msgpack never completes that header). */
@@ -170,13 +250,28 @@ static size_t scan_bytes(st__frame_scan_t *s, uint64_t max, const uint8_t *p, si
       continue;
     }
     if (s->head_len == 0) {
+      /* Most objects are numbers and short strings inside a map. */
+      if (scan_leaves(s, max, p, n, &i) < 0) return i;
+      if (i == n) break;
       int need = header_len(p[i]);
       if (need == 0) {
         scan_fail(s, ST_ERR_PROTOCOL, "bytes are not msgpack (0xc1)");
         return i;
       }
+      if ((size_t)need <= n - i) {
+        /* The whole header is here (nearly always): scanned in place. */
+        if (s->msg_bytes + (uint64_t)need > max) {   /* a header that starts too late */
+          scan_fail(s, ST_ERR_LIMIT, "message larger than the limit");
+          return i;
+        }
+        s->msg_bytes += (uint64_t)need;
+        i += (size_t)need;
+        if (scan_header(s, p + i - need, max) < 0) return i - (size_t)need;
+        continue;
+      }
       s->head_need = (uint8_t)need;
     }
+    /* A header split between two reads: gathered in s->head. */
     size_t take = (size_t)(s->head_need - s->head_len);
     if (take > n - i) take = n - i;
     if (s->msg_bytes + take > max) {   /* a header that starts too late */
@@ -188,7 +283,7 @@ static size_t scan_bytes(st__frame_scan_t *s, uint64_t max, const uint8_t *p, si
     s->msg_bytes += take;
     i += take;
     if (s->head_len < s->head_need) break;   /* i == n: wait for more */
-    if (scan_header(s, max) < 0) return i - take;
+    if (scan_header(s, s->head, max) < 0) return i - take;
   }
   return n;
 }

@@ -99,7 +99,11 @@ static void argument_cache_count(st__server_t *srv, const st__conn_t *c, st__hol
   n->fds = c->argcache.n;
 }
 
+/* Each entry's descriptor counts in the server's held_fds. */
+static int argument_cache_none(st__server_t *srv) { return !srv->held_fds; }
+
 const st__holding_kind_t st__holding_argument_cache = {.name = "argument_cache",
                                                        .release = argument_cache_release,
                                                        .count = argument_cache_count,
-                                                       .limits_fds = 1};
+                                                       .limits_fds = 1,
+                                                       .none = argument_cache_none};

@@ -123,6 +123,9 @@ static void add_consumer(st__build_t *b, st__consumer_t *k) {
 static void consumer_waits(st__server_t *srv, const st__consumer_t *who, st__build_t *b) {
   if (who->kind == ST_CONSUMER_TASK) {
     who->task->build = b;
+    /* A build that left the submitted list started: so did the task
+     * (st__tasks_refresh would not see it any more). */
+    if (b && b->state == ST_BUILD_SUBMITTED && !b->in_queued) st__task_status(srv, who->task);
     return;
   }
   st__conn_t *c = st__conn_find(srv, who->conn_id);
@@ -413,16 +416,19 @@ void st__work_conn_closed(st__server_t *srv, st__conn_t *c) {
   }
 }
 
-/* Calls of c waiting for a build. */
+/* Calls of c waiting for a build (each counts in c->inflight: none
+ * without it). */
 static void calls_count(st__server_t *srv, const st__conn_t *c, st__holding_count_t *n) {
-  if (!srv->work) return;
+  if (!srv->work || c->inflight <= 0) return;
   for (const st__build_t *b = srv->work->builds; b; b = b->next)
     for (const st__consumer_t *k = b->consumers; k; k = k->next)
       n->items += k->kind == ST_CONSUMER_CALL && k->conn_id == c->id;
 }
 
+static int calls_none(st__server_t *srv) { return !srv->work || !srv->work->builds; }
+
 const st__holding_kind_t st__holding_calls = {
-    .name = "calls", .release = st__work_conn_closed, .count = calls_count};
+    .name = "calls", .release = st__work_conn_closed, .count = calls_count, .none = calls_none};
 
 /* Builds waiting for their turn end CANCELLED (shutdown). They are all
  * taken out first and answered afterwards: an answer may close a

@@ -80,6 +80,11 @@ static void table_insert(st__server_t *srv, st__conn_t *c) {
   size_t b = bucket_of(srv, c->id);
   c->hnext = srv->buckets[b];
   srv->buckets[b] = c;
+  c->onext = NULL;
+  c->oprev = srv->conns_tail;
+  if (srv->conns_tail) srv->conns_tail->onext = c;
+  else srv->conns = c;
+  srv->conns_tail = c;
   srv->nconns++;
 }
 
@@ -88,9 +93,13 @@ static void table_remove(st__server_t *srv, st__conn_t *c) {
   while (*pp && *pp != c) pp = &(*pp)->hnext;
   if (*pp) {
     *pp = c->hnext;
+    if (c->oprev) c->oprev->onext = c->onext;
+    else srv->conns = c->onext;
+    if (c->onext) c->onext->oprev = c->oprev;
+    else srv->conns_tail = c->oprev;
     srv->nconns--;
   }
-  c->hnext = NULL;
+  c->hnext = c->onext = c->oprev = NULL;
 }
 
 /* Connection by id or NULL (borrowed); see conn.h. Loop thread. */

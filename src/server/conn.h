@@ -144,6 +144,8 @@ struct st__conn {
                                     result arena that is one of its tensor
                                     arguments goes as {arg: i} (reply.c)     */
   st__conn_t *hnext;          /* id hash chain                              */
+  st__conn_t *onext, *oprev;  /* every open connection, oldest first
+                                 (srv->conns; info's holdings walk it)     */
   st__conn_t *dnext;          /* its loop's dead list                       */
   st__conn_t *tnext;          /* its loop's todo list                       */
   int on_todo;                /* on that list                               */

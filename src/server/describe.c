@@ -158,26 +158,20 @@ static void pack_methods(msgpack_packer *pk, const st__stats_t *s) {
 
 /* objects = {count, leases, bytes}: what the server holds now. */
 static void pack_objects(msgpack_packer *pk, const st__objects_t *r) {
-  uint64_t bytes = 0;
-  for (const st__object_t *o = r->all_head; o; o = o->all_next) bytes += o->bytes;
   st__pack_cstr(pk, "objects");
   msgpack_pack_map(pk, 3);
   st__pack_kv_uint(pk, "count", r->count);
   st__pack_kv_uint(pk, "leases", r->leases);
-  st__pack_kv_uint(pk, "bytes", bytes);
+  st__pack_kv_uint(pk, "bytes", r->bytes);
 }
 
 /* keys = {count, versions, bytes, puts, evictions}: the published keys now
  * (docs/keys.md), and versions made and evicted since start. */
 static void pack_keys(msgpack_packer *pk, const st__keys_t *t) {
-  size_t n = 0, versions = 0;
-  st__key_t **list = st__keys_list((st__keys_t *)t, NULL, 0, &n);
-  for (size_t i = 0; i < n; i++) versions += list[i]->nversions;
-  free(list);
   st__pack_cstr(pk, "keys");
   msgpack_pack_map(pk, 5);
   st__pack_kv_uint(pk, "count", t->count);
-  st__pack_kv_uint(pk, "versions", versions);
+  st__pack_kv_uint(pk, "versions", t->versions);
   st__pack_kv_uint(pk, "bytes", t->bytes);
   st__pack_kv_uint(pk, "puts", t->puts);
   st__pack_kv_uint(pk, "evictions", t->evictions);

@@ -244,8 +244,17 @@ static void replies_count(st__server_t *srv, const st__conn_t *c, st__holding_co
   n->bytes = c->out_bytes;
 }
 
-const st__holding_kind_t st__holding_replies = {
-    .name = "replies", .release = replies_release, .count = replies_count, .limits_fds = 1};
+/* Every reply's descriptors and bytes count in the server's held_fds and
+ * held_bytes too, every received descriptor in held_fds. */
+static int replies_none(st__server_t *srv) { return !srv->held_fds && !srv->held_bytes; }
+
+static int received_none(st__server_t *srv) { return !srv->held_fds; }
+
+const st__holding_kind_t st__holding_replies = {.name = "replies",
+                                                .release = replies_release,
+                                                .count = replies_count,
+                                                .limits_fds = 1,
+                                                .none = replies_none};
 
 static void received_release(st__server_t *srv, st__conn_t *c) {
   (void)srv;
@@ -257,8 +266,11 @@ static void received_count(st__server_t *srv, const st__conn_t *c, st__holding_c
   n->fds = (uint64_t)c->rx_held;
 }
 
-const st__holding_kind_t st__holding_received = {
-    .name = "received", .release = received_release, .count = received_count, .limits_fds = 1};
+const st__holding_kind_t st__holding_received = {.name = "received",
+                                                 .release = received_release,
+                                                 .count = received_count,
+                                                 .limits_fds = 1,
+                                                 .none = received_none};
 
 /* See holdings.h. Loop thread, at start. */
 int st__holdings_start(st__server_t *srv) {
@@ -273,6 +285,9 @@ int st__holdings_start(st__server_t *srv) {
 
 /* See holdings.h. Loop thread, at the end. */
 void st__holdings_stop(st__server_t *srv) {
+  free(srv->holding_rows);
+  srv->holding_rows = NULL;
+  srv->holding_rows_cap = 0;
   if (!srv->holding_state) return;
   for (size_t i = 0; i < srv->nholding_kinds; i++) {
     void *state = srv->holding_state[i];
@@ -308,43 +323,68 @@ uint64_t st__holdings_fds(const st__conn_t *c) {
   return fds;
 }
 
-/* c's counts, one per kind; returns how many kinds it holds some of. */
-static size_t counts_of(st__server_t *srv, const st__conn_t *c, st__holding_count_t *n) {
-  size_t held = 0;
-  if (srv->nholding_kinds > ST__HOLDING_NKINDS) return 0;
-  for (size_t i = 0; i < srv->nholding_kinds; i++) {
-    memset(&n[i], 0, sizeof n[i]);
-    srv->holding_kinds[i]->count(srv, c, &n[i]);
-    held += n[i].items || n[i].fds || n[i].bytes;
-  }
-  return held;
-}
-
-/* See holdings.h. Loop thread. */
-void st__holdings_pack(msgpack_packer *pk, st__server_t *srv) {
-  size_t nk = srv->nholding_kinds;
+/* A connection that holds something, and its count of every kind. */
+struct st__holding_row {
+  const st__conn_t *c;
   st__holding_count_t n[ST__HOLDING_NKINDS];
-  size_t nconns = 0;
-  for (size_t b = 0; b < srv->nbuckets; b++)
-    for (const st__conn_t *c = srv->buckets[b]; c; c = c->hnext)
-      nconns += counts_of(srv, c, n) > 0;
-  msgpack_pack_array(pk, nconns);
-  for (size_t b = 0; b < srv->nbuckets; b++) {
-    for (const st__conn_t *c = srv->buckets[b]; c; c = c->hnext) {
-      size_t held = counts_of(srv, c, n);
-      if (!held) continue;
-      msgpack_pack_map(pk, 3 + held);
-      st__pack_kv_uint(pk, "conn", c->id);
-      st__pack_kv_int(pk, "pid", (int64_t)c->cred.pid);
-      st__pack_kv_str(pk, "client", c->client);
-      for (size_t i = 0; i < nk; i++) {
-        if (!n[i].items && !n[i].fds && !n[i].bytes) continue;
-        st__pack_cstr(pk, srv->holding_kinds[i]->name);
-        msgpack_pack_map(pk, 3);
-        st__pack_kv_uint(pk, "items", n[i].items);
-        st__pack_kv_uint(pk, "fds", n[i].fds);
-        st__pack_kv_uint(pk, "bytes", n[i].bytes);
-      }
+};
+
+/* See holdings.h. The open connections are walked once (srv->conns, not
+ * the id table's buckets); the rows of those that hold anything are kept
+ * in srv->holding_rows (a row is reused by the next connection when its
+ * own holds nothing), then packed. Loop thread. */
+void st__holdings_pack(msgpack_packer *pk, st__server_t *srv) {
+  size_t nk = srv->nholding_kinds, need = (size_t)srv->nconns;
+  if (nk > ST__HOLDING_NKINDS) nk = ST__HOLDING_NKINDS;
+  if (need > srv->holding_rows_cap) {
+    struct st__holding_row *p = realloc(srv->holding_rows, need * sizeof *p);
+    if (p) {
+      srv->holding_rows = p;
+      srv->holding_rows_cap = need;
+    }
+  }
+  /* The kinds some connection may hold now; the others count 0 for all. */
+  size_t live[ST__HOLDING_NKINDS], nlive = 0;
+  unsigned char counted[ST__HOLDING_NKINDS];
+  for (size_t i = 0; i < nk; i++) {
+    counted[i] = !srv->holding_kinds[i]->none || !srv->holding_kinds[i]->none(srv);
+    if (counted[i]) live[nlive++] = i;
+  }
+  /* Out of memory: only the connections the rows have room for. */
+  size_t cap = srv->holding_rows ? srv->holding_rows_cap : 0, nrows = 0;
+  for (const st__conn_t *c = srv->conns; c && nrows < cap && nlive; c = c->onext) {
+    struct st__holding_row *row = &srv->holding_rows[nrows];
+    uint64_t any = 0;
+    for (size_t k = 0; k < nlive; k++) {
+      st__holding_count_t *n = &row->n[live[k]];
+      n->items = n->fds = n->bytes = 0;
+      srv->holding_kinds[live[k]]->count(srv, c, n);
+      any |= n->items | n->fds | n->bytes;
+    }
+    if (!any) continue;
+    for (size_t i = 0; i < nk; i++)
+      if (!counted[i]) row->n[i].items = row->n[i].fds = row->n[i].bytes = 0;
+    row->c = c;
+    nrows++;
+  }
+  msgpack_pack_array(pk, nrows);
+  for (size_t k = 0; k < nrows; k++) {
+    const struct st__holding_row *row = &srv->holding_rows[k];
+    size_t held = 0;
+    for (size_t i = 0; i < nk; i++)
+      held += (row->n[i].items | row->n[i].fds | row->n[i].bytes) != 0;
+    msgpack_pack_map(pk, 3 + held);
+    st__pack_kv_uint(pk, "conn", row->c->id);
+    st__pack_kv_int(pk, "pid", (int64_t)row->c->cred.pid);
+    st__pack_kv_str(pk, "client", row->c->client);
+    for (size_t i = 0; i < nk; i++) {
+      const st__holding_count_t *n = &row->n[i];
+      if (!(n->items | n->fds | n->bytes)) continue;
+      st__pack_cstr(pk, srv->holding_kinds[i]->name);
+      msgpack_pack_map(pk, 3);
+      st__pack_kv_uint(pk, "items", n->items);
+      st__pack_kv_uint(pk, "fds", n->fds);
+      st__pack_kv_uint(pk, "bytes", n->bytes);
     }
   }
 }

@@ -8,8 +8,9 @@
  * ST__HOLDING_KINDS below names every row, in the order a closing
  * connection releases them. Closing a connection walks the rows
  * (st__holdings_release), info's per-connection view packs their counts
- * (st__holdings_pack), and limits.max_fds_per_connection reads the
- * descriptors of the rows that hold some (st__holdings_fds).
+ * (st__holdings_pack: the kinds some connection may hold, by their
+ * `none`, for each open connection), and limits.max_fds_per_connection
+ * reads the descriptors of the rows that hold some (st__holdings_fds).
  *
  * Adding a kind: its row next to its code, and its name in the list.
  * Loop threads, the write side of the server lock held (conn.h, "Loops").
@@ -40,6 +41,11 @@ typedef struct st__holding_kind {
   int limits_fds;             /* its descriptors count against
                                  limits.max_fds_per_connection (keep count
                                  cheap: it runs on every reply)             */
+  /* Optional: nonzero when no connection holds any of this kind now, by a
+   * server-wide look that walks nothing (no build in flight, no live key
+   * ...); info's holdings then counts the kind for no connection. NULL:
+   * it is counted for each one. */
+  int (*none)(st__server_t *srv);
   /* Optional: the kind's server-wide state (its table), state_bytes of
    * zeroes made when the server starts (st__holdings_start) and read with
    * ST__HOLDING_STATE; at the server's end, after the workers stopped,

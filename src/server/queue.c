@@ -31,12 +31,20 @@ void st__build_link(st__work_t *w, st__build_t *b) {
   w->builds = b;
 }
 
-/* Takes b out of that list. */
+/* Takes b out of that list (and out of the submitted ones). */
 void st__build_unlink(st__work_t *w, st__build_t *b) {
   if (b->prev) b->prev->next = b->next;
   else if (w->builds == b) w->builds = b->next;
   if (b->next) b->next->prev = b->prev;
   b->prev = b->next = NULL;
+  if (b->in_queued) {
+    if (b->fprev) b->fprev->fnext = b->fnext;
+    else w->queued = b->fnext;
+    if (b->fnext) b->fnext->fprev = b->fprev;
+    else w->queued_tail = b->fprev;
+    b->fprev = b->fnext = NULL;
+    b->in_queued = 0;
+  }
 }
 
 /* Later calls stop joining b. */
@@ -66,6 +74,7 @@ static int submit(st__server_t *srv, st__build_t *b) {
   int rc = st__workers_submit(srv->workers, b->job);
   if (rc != ST_OK) return rc;
   b->state = ST_BUILD_SUBMITTED;
+  st__tasks_build_submitted(srv->work, b);
   srv->counters.builds++;
   return ST_OK;
 }

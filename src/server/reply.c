@@ -302,11 +302,11 @@ int st__reply_object_view(st__conn_t *c, uint32_t id, const st__build_result_t *
 void st__drop_lease(st__server_t *srv, st__conn_t *c, st__object_t *obj) {
   /* The object is held by its caller (cache, hold or a delivery that
    * collects afterwards), so releasing cannot destroy it under us... */
-  obj->holds++;
+  st__objects_hold(&srv->objects, obj);
   int released, destroyed;
   uint32_t refcount;
   st__objects_release(&srv->objects, obj->id, c->id, &released, &destroyed, &refcount);
-  obj->holds--;   /* ...and the caller collects it when it is done. */
+  st__objects_unhold_keep(&srv->objects, obj);   /* ...and the caller collects it when it is done. */
   if (released) {
     c->leases--;
     srv->counters.leases_dropped++;

@@ -299,6 +299,11 @@ static void buffers_stop(st__server_t *srv, void *state) {
   st__buffer_free_all(state);
 }
 
+static int buffers_none(st__server_t *srv) {
+  const st__buffers_t *b = buffers_of(srv);
+  return !b || (!b->named.count && !b->unlinked.count);
+}
+
 const st__holding_kind_t st__holding_buffers = {
     .name = "buffers", .release = buffers_release, .count = buffers_count,
-    .state_bytes = sizeof(st__buffers_t), .stop = buffers_stop};
+    .state_bytes = sizeof(st__buffers_t), .stop = buffers_stop, .none = buffers_none};

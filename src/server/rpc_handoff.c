@@ -149,6 +149,11 @@ static void handoffs_stop(st__server_t *srv, void *state) {
   st__handoff_free_all(state);
 }
 
+static int handoffs_none(st__server_t *srv) {
+  const st__handoffs_t *h = handoffs_of(srv);
+  return !h || !h->list.count;
+}
+
 const st__holding_kind_t st__holding_handoffs = {
     .name = "handoffs", .release = handoffs_release, .count = handoffs_count,
-    .state_bytes = sizeof(st__handoffs_t), .stop = handoffs_stop};
+    .state_bytes = sizeof(st__handoffs_t), .stop = handoffs_stop, .none = handoffs_none};

@@ -395,5 +395,7 @@ static void keys_count(st__server_t *srv, const st__conn_t *c, st__holding_count
   n->items = st__keys_conn_live(&srv->keys, c->id);
 }
 
+static int keys_none(st__server_t *srv) { return !srv->keys.live; }
+
 const st__holding_kind_t st__holding_keys = {
-    .name = "keys", .release = keys_release, .count = keys_count};
+    .name = "keys", .release = keys_release, .count = keys_count, .none = keys_none};

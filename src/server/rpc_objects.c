@@ -174,5 +174,7 @@ static void leases_count(st__server_t *srv, const st__conn_t *c, st__holding_cou
   n->items = c->leases;
 }
 
+static int leases_none(st__server_t *srv) { return !srv->objects.leases; }
+
 const st__holding_kind_t st__holding_leases = {
-    .name = "leases", .release = leases_release, .count = leases_count};
+    .name = "leases", .release = leases_release, .count = leases_count, .none = leases_none};

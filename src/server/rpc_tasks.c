@@ -119,10 +119,12 @@ static void tasks_release(st__server_t *srv, st__conn_t *c) {
 
 /* The connection's waiters (wait, and calls of task endpoints). */
 static void tasks_count(st__server_t *srv, const st__conn_t *c, st__holding_count_t *n) {
-  if (!srv->work) return;
+  if (!srv->work || c->inflight <= 0) return;   /* each wait counts in c->inflight */
   for (const st__waiter_t *x = srv->work->waiters; x; x = x->gnext)
     n->items += x->conn_id == c->id;
 }
 
+static int tasks_none(st__server_t *srv) { return !srv->work || !srv->work->waiters; }
+
 const st__holding_kind_t st__holding_tasks = {
-    .name = "tasks", .release = tasks_release, .count = tasks_count};
+    .name = "tasks", .release = tasks_release, .count = tasks_count, .none = tasks_none};

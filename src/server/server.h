@@ -310,6 +310,7 @@ struct st__server {
   /* connections by id (chained hash); ids start at 1 and are never reused */
   st__conn_t **buckets;
   size_t nbuckets;            /* power of two                              */
+  st__conn_t *conns, *conns_tail; /* the same connections, oldest first    */
   int nconns;
   uint64_t next_conn_id;
   /* Every kind a connection may hold, in release order (holdings.h; set
@@ -317,6 +318,10 @@ struct st__server {
   const struct st__holding_kind *const *holding_kinds;
   size_t nholding_kinds;
   void **holding_state;       /* each kind's state, by its place (holdings.h) */
+  struct st__holding_row *holding_rows; /* info's: the connections that
+                                 hold anything and their counts
+                                 (holdings.c), grown on demand */
+  size_t holding_rows_cap;
   ev_prepare reap;            /* before each poll: the drain check         */
 
   /* The loops (loops.c): nloops = loop_threads; loops[0].ev is `loop`. */

@@ -172,16 +172,31 @@ st__task_status_t st__task_status(st__server_t *srv, st__task_t *t) {
   return t->status;
 }
 
-/* See work.h. The finished tasks past the last pending one (thousands,
- * kept for tasks.ttl_s) are not looked at. Loop thread. */
+/* See work.h. Loop thread. */
+void st__tasks_build_submitted(st__work_t *w, st__build_t *b) {
+  b->fnext = NULL;
+  b->fprev = w->queued_tail;
+  if (w->queued_tail) w->queued_tail->fnext = b;
+  else w->queued = b;
+  w->queued_tail = b;
+  b->in_queued = 1;
+}
+
+/* See work.h. Each build leaves the list once, so that a refresh costs,
+ * over time, one step per submitted build, not a walk of the tasks.
+ * Loop thread. */
 void st__tasks_refresh(st__server_t *srv) {
   st__work_t *w = srv->work;
-  size_t pending = w ? w->nstatus[ST_TASK_PENDING] : 0;
-  for (st__task_t *t = w ? w->newest : NULL; t && pending; t = t->older)
-    if (t->status == ST_TASK_PENDING) {
-      pending--;
-      st__task_status(srv, t);
-    }
+  while (w && w->queued && st__job_state(w->queued->job) != ST_JOB_QUEUED) {
+    st__build_t *b = w->queued;
+    w->queued = b->fnext;
+    if (w->queued) w->queued->fprev = NULL;
+    else w->queued_tail = NULL;
+    b->fprev = b->fnext = NULL;
+    b->in_queued = 0;
+    for (st__consumer_t *k = b->consumers; k; k = k->next)
+      if (k->kind == ST_CONSUMER_TASK) st__task_started(srv, k->task, b->job->started_unix);
+  }
 }
 
 static void pack_error(msgpack_packer *pk, const st__task_t *t) {

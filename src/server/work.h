@@ -70,6 +70,11 @@ typedef struct st__build {
   st__consumer_t *consumers;
   struct st__build *prev, *next;        /* every build */
   struct st__build *qnext;              /* serialized queue */
+  /* Submitted builds whose job may still be queued on the workers, in
+   * the order they were submitted (st__work_t.queued): the workers take
+   * jobs in that order, so those that started are at its head. */
+  struct st__build *fprev, *fnext;
+  int in_queued;                        /* on that list */
 } st__build_t;
 
 /* Per-endpoint state of concurrency = "serialized" (by name). */
@@ -146,6 +151,8 @@ typedef struct st__work {
   st__smap_t flights;         /* flight key -> build */
   st__smap_t serial;          /* endpoint name -> st__serial_t */
   st__build_t *builds;        /* every build in flight */
+  st__build_t *queued, *queued_tail;    /* submitted, maybe not started yet
+                                 (st__build_t.fprev): st__tasks_refresh */
   size_t nwaiting;            /* builds in serialized queues */
   st__smap_t tasks;           /* id -> task */
   st__task_t *newest, *oldest;
@@ -290,9 +297,15 @@ void st__task_finish_error(st__server_t *srv, st__task_t *t, int code, const cha
 st__task_status_t st__task_status(st__server_t *srv, st__task_t *t);
 
 /* Brings the status counts (st__work_t.nstatus) up to date: each pending
- * task whose job a worker took becomes running. Walks the task list from
- * the newest only down to the last pending task. Loop thread. */
+ * task whose job a worker took becomes running. Looks at the submitted
+ * builds (st__work_t.queued) from the oldest only until the first whose
+ * job is still queued, and takes those that started off the list: a
+ * build is looked at once after it started, whatever the task table
+ * holds. Loop thread. */
 void st__tasks_refresh(st__server_t *srv);
+
+/* A build was handed to the workers: it joins st__work_t.queued. */
+void st__tasks_build_submitted(st__work_t *w, st__build_t *b);
 
 /* Packs task info (docs/protocol.md, "Task info"); st__reply_task answers
  * a request with it. */

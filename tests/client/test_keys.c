@@ -117,9 +117,28 @@ static int two_versions(const char *key, int64_t n, float scale_b, st_result_t *
          put_one(cli, key, st_result_tensor(*b, 0), ST_KEY_PINNED, 2) == 2;
 }
 
+/* info's keys.versions (kept by the table as versions come and go) is
+ * the versions `keys` lists, all keys together. */
+static int versions_agree(void) {
+  st_result_t *r = NULL;
+  if (st_client_keys(cli, NULL, &r) != ST_OK) return 0;
+  int64_t listed = 0;
+  const st_value_t *list = st_result_value(r);
+  for (size_t i = 0; i < list->as.array.len; i++)
+    listed += (int64_t)st_value_get(&list->as.array.items[i], "versions")->as.array.len;
+  st_result_free(r);
+  int64_t info = hk_info(cli, "keys", "versions", NULL);
+  if (info != listed)
+    fprintf(stderr, "   info keys.versions %lld, listed %lld\n", (long long)info,
+            (long long)listed);
+  return info == listed;
+}
+
 TEST(put_get_versions_keys_delete) {
   st_result_t *a, *b;
+  int64_t versions0 = hk_info(cli, "keys", "versions", NULL);
   CHECK(two_versions("model/a", 1024, 2.0f, &a, &b));
+  CHECK_EQ_INT(hk_info(cli, "keys", "versions", NULL), versions0 + 2);
   uint64_t got = 0;
   CHECK(read_elem(cli, "model/a", 0, "w", 10, &got) == 20.0f);
   CHECK_EQ_INT(got, 2);
@@ -132,6 +151,7 @@ TEST(put_get_versions_keys_delete) {
   CHECK(step && step->kind == ST_VALUE_INT && step->as.integer == 1);
   st_result_free(r);
   CHECK_EQ_INT(put_one(cli, "other", st_result_tensor(a, 0), ST_KEY_EVICTABLE, 0), 1);
+  CHECK(versions_agree());
   CHECK_RC(st_client_keys(cli, "model/", &r), ST_OK, cli);
   const st_value_t *list = st_result_value(r);
   CHECK(list->kind == ST_VALUE_ARRAY && list->as.array.len == 1);
@@ -150,6 +170,7 @@ TEST(put_get_versions_keys_delete) {
   CHECK_RC(st_client_delete(cli, "other"), ST_OK, cli);
   CHECK_RC(st_client_get(cli, "model/a", 0, 0, &r, NULL), ST_ERR_NOT_FOUND, cli);
   CHECK_CONTAINS(st_client_error(cli), "no key 'model/a'");
+  CHECK_EQ_INT(hk_info(cli, "keys", "versions", NULL), versions0);
   st_result_free(a);
   st_result_free(b);
   CHECK(hk_back_to(cli, srv.pid, "cpu", baseline));
@@ -242,6 +263,7 @@ TEST(evictable_keys_go_under_the_budget_and_pinned_ones_stay) {
   CHECK_EQ_INT(hk_info(cli, "keys", "count", NULL), 3);
   CHECK_EQ_INT(hk_info(cli, "keys", "evictions", NULL), 1);
   CHECK_EQ_INT(hk_info(cli, "keys", "bytes", NULL), 16 * MIB + 2 * 12 * MIB);
+  CHECK(versions_agree());   /* the evicted version is not counted */
   /* a pinned key too big for what evictions can free is refused */
   st_result_t *huge = alloc_filled(9 * MIB, 1.0f);   /* 36 MiB */
   CHECK(huge);

@@ -1,5 +1,8 @@
 /* Looking into messages and checking client values (src/proto/inspect.c),
- * and the error envelope (src/proto/pack.c). */
+ * the error envelope and the map entries (src/proto/pack.c). */
+#include <stdio.h>
+#include <string.h>
+
 #include "check.h"
 #include "mpbuf.h"
 #include "proto/proto.h"
@@ -269,6 +272,75 @@ TEST(error_envelope) {
   mpbuf_free(&b);
 }
 
+/* Whether the bytes st__pack_kv_* wrote (into a) are those msgpack-c
+ * writes for the key and the value (into b). */
+static int same_bytes(const mpbuf_t *a, const mpbuf_t *b) {
+  return a->sb.size == b->sb.size && memcmp(a->sb.data, b->sb.data, a->sb.size) == 0;
+}
+
+/* st__pack_kv_*: one map entry in the bytes msgpack-c packs for it (the
+ * smallest integer form at every boundary, float64, nil for a NULL
+ * string), with a short key written in one go and a key of 32 bytes or
+ * more as msgpack-c writes it. */
+TEST(kv_pairs_as_msgpack_c) {
+  static const char *const keys[] = {"", "k", "requests_inflight",
+                                     "a key of exactly thirty-one byte",
+                                     "a key of thirty-two bytes or more"};
+  static const uint64_t uints[] = {0, 1, 127, 128, 255, 256, 65535, 65536, 4294967295u,
+                                   4294967296u, UINT64_MAX};
+  static const int64_t ints[] = {0, 1, 127, 128, -1, -32, -33, -128, -129, -32768, -32769,
+                                 INT32_MIN, (int64_t)INT32_MIN - 1, INT64_MIN, INT64_MAX};
+  static const char *const strs[] = {NULL, "", "x", "thirty-one bytes of string text.",
+                                     "thirty-two bytes of string text.."};
+  for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+    for (int kind = 0; kind < 5; kind++) {
+      size_t nv = kind == 0 ? sizeof uints / sizeof *uints
+                  : kind == 1 ? sizeof ints / sizeof *ints
+                  : kind == 4 ? sizeof strs / sizeof *strs
+                              : 2;
+      for (size_t i = 0; i < nv; i++) {
+        mpbuf_t a, b;
+        mpbuf_init(&a);
+        mpbuf_init(&b);
+        msgpack_pack_str(&b.pk, strlen(keys[k]));
+        msgpack_pack_str_body(&b.pk, keys[k], strlen(keys[k]));
+        switch (kind) {
+        case 0:
+          st__pack_kv_uint(&a.pk, keys[k], uints[i]);
+          msgpack_pack_uint64(&b.pk, uints[i]);
+          break;
+        case 1:
+          st__pack_kv_int(&a.pk, keys[k], ints[i]);
+          msgpack_pack_int64(&b.pk, ints[i]);
+          break;
+        case 2:
+          st__pack_kv_double(&a.pk, keys[k], i ? -1.5e300 : 0.25);
+          msgpack_pack_double(&b.pk, i ? -1.5e300 : 0.25);
+          break;
+        case 3:
+          st__pack_kv_bool(&a.pk, keys[k], (int)i);
+          if (i) msgpack_pack_true(&b.pk);
+          else msgpack_pack_false(&b.pk);
+          break;
+        default:
+          st__pack_kv_str(&a.pk, keys[k], strs[i]);
+          if (!strs[i]) {
+            msgpack_pack_nil(&b.pk);
+          } else {
+            msgpack_pack_str(&b.pk, strlen(strs[i]));
+            msgpack_pack_str_body(&b.pk, strs[i], strlen(strs[i]));
+          }
+        }
+        if (!same_bytes(&a, &b))
+          fprintf(stderr, "  key %zu, kind %d, value %zu differs\n", k, kind, i);
+        CHECK(same_bytes(&a, &b));
+        mpbuf_free(&a);
+        mpbuf_free(&b);
+      }
+    }
+  }
+}
+
 int main(void) {
   RUN(map_get_and_str_eq);
   RUN(wire_cstr_and_shown);
@@ -277,5 +349,6 @@ int main(void) {
   RUN(check_value_types_and_keys);
   RUN(check_value_ext);
   RUN(error_envelope);
+  RUN(kv_pairs_as_msgpack_c);
   return stt_summary();
 }

@@ -592,6 +592,78 @@ TEST(ext_and_every_scalar_frame) {
   mpbuf_free(&mb);
 }
 
+/* A response like info's: a map of short keys and every kind of leaf
+ * value (the framing scan takes these a run at a time), nested maps and
+ * an array, a longer string among them. */
+static void pack_leafy(msgpack_packer *pk, uint32_t id) {
+  st__pack_response_head(pk, id);
+  msgpack_pack_map(pk, 6);
+  st__pack_kv_uint(pk, "small", 5);
+  st__pack_kv_int(pk, "negative", -40000);
+  st__pack_cstr(pk, "empty");
+  msgpack_pack_map(pk, 0);
+  st__pack_cstr(pk, "list");
+  msgpack_pack_array(pk, 3);
+  msgpack_pack_float(pk, 1.5f);
+  msgpack_pack_int8(pk, -3);
+  st__pack_cstr(pk, "");
+  st__pack_kv_str(pk, "long", "a string of more than thirty-one bytes, a str8");
+  /* Leaves to the end: the last bytes are the scan's run. */
+  st__pack_cstr(pk, "counters");
+  msgpack_pack_map(pk, 12);
+  st__pack_kv_double(pk, "uptime_s", 12.5);
+  st__pack_kv_bool(pk, "ready", 1);
+  st__pack_kv_str(pk, "none", NULL);
+  static const uint64_t v[] = {0, 127, 128, 255, 256, 65535, 65536, UINT32_MAX, UINT64_MAX};
+  for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+    char k[16];
+    snprintf(k, sizeof k, "c%zu", i);
+    st__pack_kv_uint(pk, k, v[i]);
+  }
+}
+
+/* How a reader with limit `max` takes `bytes`, fed in pieces of `step`
+ * bytes (0: all at once, then -1 for a split at byte `at`): the messages
+ * it gave, then 100 * the error it ended on. */
+static int take_all(const char *bytes, size_t n, size_t max, size_t step, size_t at) {
+  st__reader_t r;
+  st__message_t m;
+  if (st__reader_init(&r, max) != ST_OK) return -1;
+  int got = 0, rc = 0;
+  for (size_t i = 0; i < n && rc >= 0;) {
+    size_t k = step ? step : at && i == 0 ? at : n - i;
+    if (k > n - i) k = n - i;
+    st__reader_feed(&r, bytes + i, k);
+    i += k;
+    while ((rc = st__reader_next(&r, &m, why, sizeof why)) == 1) {
+      got++;
+      st__message_destroy(&m);
+    }
+  }
+  st__reader_destroy(&r);
+  return rc < 0 ? got + 100 * -rc : got;
+}
+
+TEST(leaves_whole_and_in_pieces_agree) {
+  /* Two such replies pipelined: at every limit around the first one's
+   * size, and fed whole, a byte at a time or split at any byte, the
+   * reader takes the same messages and fails with the same error. */
+  mpbuf_t mb;
+  mpbuf_init(&mb);
+  pack_leafy(&mb.pk, 7);
+  size_t first = mb.sb.size;
+  pack_leafy(&mb.pk, 8);
+  for (size_t max = first - 12; max <= first + 1; max++) {
+    int whole = take_all(mb.sb.data, mb.sb.size, max, 0, 0);
+    CHECK_EQ_INT(whole, max >= first ? 2 : 100 * -ST_ERR_LIMIT);
+    CHECK_EQ_INT(take_all(mb.sb.data, mb.sb.size, max, 1, 0), whole);
+    for (size_t at = 1; at < mb.sb.size; at++)
+      CHECK_EQ_INT(take_all(mb.sb.data, mb.sb.size, max, 0, at), whole);
+    if (stt_failed_now) break;
+  }
+  mpbuf_free(&mb);
+}
+
 int main(void) {
   RUN(each_message_type);
   RUN(split_at_every_byte);
@@ -607,5 +679,6 @@ int main(void) {
   RUN(messages_outlive_buffer_changes);
   RUN(ext_and_every_scalar_frame);
   RUN(large_messages_decode_a_slice_at_a_time);
+  RUN(leaves_whole_and_in_pieces_agree);
   return stt_summary();
 }

@@ -3,7 +3,8 @@
  * st.cancelled() ends cancelled; wait answers at its timeout with the
  * current info; st.progress shows in status; a result is handed over once
  * and its memory goes with it; finished tasks expire after tasks.ttl_s;
- * calls of execution = "task" endpoints answer like result. */
+ * calls of execution = "task" endpoints answer like result; info's task
+ * counts stay right with the table full. */
 #include <signal.h>
 
 #include "check.h"
@@ -341,6 +342,113 @@ TEST(info_counts_a_started_task_behind_finished_ones) {
   rc_close(&c);
 }
 
+/* info's tasks map, read once: pending, running, completed, failed,
+ * cancelled, total into n[0..5]; 0, or -1 when the parts do not add up
+ * to total (said on stderr). */
+static int task_counts(rc_t *c, int64_t n[6]) {
+  static const char *const names[6] = {"pending", "running",   "completed",
+                                       "failed",  "cancelled", "total"};
+  msg_t m;
+  if (rc_info(c, 999998, &m) != 1) return -1;
+  const msgpack_object *t = obj_get(m.result, "tasks");
+  int64_t sum = 0;
+  for (int i = 0; i < 6; i++) {
+    n[i] = obj_int(obj_get(t, names[i]));
+    if (i < 5) sum += n[i];
+  }
+  msg_free(&m);
+  if (sum == n[5]) return 0;
+  fprintf(stderr, "   tasks: %lld pending, %lld running, %lld completed, %lld failed, %lld "
+                  "cancelled: %lld, not total %lld\n", (long long)n[0], (long long)n[1],
+          (long long)n[2], (long long)n[3], (long long)n[4], (long long)sum, (long long)n[5]);
+  return -1;
+}
+
+/* Whether info's counts are `want` (pending, running, completed, failed,
+ * cancelled, total) and add up. */
+static int counts_are(rc_t *c, int64_t p, int64_t r, int64_t done, int64_t failed,
+                      int64_t cancelled, int64_t total) {
+  int64_t n[6];
+  if (task_counts(c, n) != 0) return 0;
+  int64_t want[6] = {p, r, done, failed, cancelled, total};
+  if (!memcmp(n, want, sizeof n)) return 1;
+  fprintf(stderr, "   tasks: %lld/%lld/%lld/%lld/%lld of %lld, want %lld/%lld/%lld/%lld/%lld of "
+                  "%lld\n", (long long)n[0], (long long)n[1], (long long)n[2], (long long)n[3],
+          (long long)n[4], (long long)n[5], (long long)p, (long long)r, (long long)done,
+          (long long)failed, (long long)cancelled, (long long)total);
+  return 0;
+}
+
+enum { FULL_CAP = 300 };
+
+/* A table of FULL_CAP tasks, two workers: see the test below. No task's
+ * status is asked before the counts that cover it are read. */
+static void full_table_body(stt_server_t *T) {
+  OPEN_RC(c, T->socket);
+  /* One hold runs on a worker; the second waits for its turn (serialized):
+   * a pending task older than every finished one to come. */
+  uint64_t s1 = rk_submit(&c, "hold", "s", 30.0);
+  CHECK(rc_wait_info(&c, "tasks.running", 1, 5000) == 0);
+  uint64_t s2 = rk_submit(&c, "hold", "s", 30.0);
+  CHECK(s1 && s2);
+  for (int i = 0; i < FULL_CAP - 2; i++) CHECK(rk_submit(&c, "num", NULL, 0) > 0);
+  CHECK(rc_wait_info(&c, "tasks.completed", FULL_CAP - 2, 20000) == 0);
+  CHECK(counts_are(&c, 1, 1, FULL_CAP - 2, 0, 0, FULL_CAP));
+  /* A build on the other worker: running without a status asked (each new
+   * task pushes out the oldest finished one). */
+  uint64_t j1 = rk_submit(&c, "share", "s", 2.0);
+  CHECK(rc_wait_info(&c, "tasks.running", 2, 5000) == 0);
+  CHECK(counts_are(&c, 1, 2, FULL_CAP - 3, 0, 0, FULL_CAP));
+  /* A task that joins it (singleflight) runs as soon as it joins. */
+  uint64_t j2 = rk_submit(&c, "share", "s", 2.0);
+  CHECK(j1 && j2);
+  CHECK(counts_are(&c, 1, 3, FULL_CAP - 4, 0, 0, FULL_CAP));
+  /* Both workers busy: a new build waits in their queue, pending, and
+   * runs once the shared one is done. */
+  uint64_t q = rk_submit(&c, "share", "s", 1.0);
+  CHECK(q > 0);
+  CHECK(counts_are(&c, 2, 3, FULL_CAP - 5, 0, 0, FULL_CAP));
+  CHECK(rc_wait_info(&c, "tasks.running", 2, 5000) == 0);   /* hold s1 and q */
+  CHECK(counts_are(&c, 1, 2, FULL_CAP - 3, 0, 0, FULL_CAP));
+  CHECK(rc_wait_info(&c, "tasks.running", 1, 5000) == 0);
+  CHECK(counts_are(&c, 1, 1, FULL_CAP - 2, 0, 0, FULL_CAP));
+  /* The waiting hold is cancelled at once, the running one when its sleep
+   * sees the flag. */
+  msg_t m;
+  CHECK(rk_id(&c, "cancel", "task_id", s2, &m) == 1 && !m.error);
+  msg_free(&m);
+  CHECK(counts_are(&c, 0, 1, FULL_CAP - 2, 0, 1, FULL_CAP));
+  CHECK(rk_id(&c, "cancel", "task_id", s1, &m) == 1 && !m.error);
+  msg_free(&m);
+  CHECK(rc_wait_info(&c, "tasks.cancelled", 2, 5000) == 0);
+  CHECK(counts_are(&c, 0, 0, FULL_CAP - 2, 0, 2, FULL_CAP));
+  CHECK_STR_EQ(rk_status(&c, j2), "completed");
+  CHECK_STR_EQ(rk_status(&c, q), "completed");
+  rc_close(&c);
+}
+
+/* info's task counts stay right through every change of a full table,
+ * without a walk of it: a task of a serialized endpoint running and one
+ * waiting for its turn (pending, older than every finished task), a task
+ * that joins a running build, one queued behind busy workers that a
+ * worker then takes, cancels of a pending and a running task; the counts
+ * add up to total each time. */
+TEST(info_task_counts_with_the_table_full) {
+  stt_server_t T;
+  stt_server_init(&T);
+  stt_server_config(&T, "workers = 2, tasks = { capacity = 300 },");
+  stt_write_endpoint(&T, "num.lua",
+                     "return st.endpoint{ name = 'num', build = function() return 7 end }\n");
+  stt_write_endpoint(&T, "hold.lua",
+                     "return st.endpoint{ name = 'hold', concurrency = 'serialized',\n"
+                     "  params = { s = 1 }, build = function(a) st.sleep(a.s); return 1 end }\n");
+  stt_write_endpoint(&T, "share.lua",
+                     "return st.endpoint{ name = 'share', singleflight = true,\n"
+                     "  params = { s = 0.5 }, build = function(a) st.sleep(a.s); return 1 end }\n");
+  CHECK(stt_server_run(&T, full_table_body) == 0);
+  stt_server_cleanup(&T);
+}
+
 static const stt_endpoint_t endpoints[] = {
     {"slow.lua",
      "return st.endpoint{ name = 'slow', params = { s = 0.5 },\n"
@@ -381,5 +489,6 @@ int main(void) {
   RUN(closing_the_caller_cancels_its_task);
   RUN(tasks_come_in_pages);
   RUN(info_counts_a_started_task_behind_finished_ones);
+  RUN(info_task_counts_with_the_table_full);
   return stt_server_finish(&S);
 }
