@@ -1,7 +1,8 @@
 /* bench_safetensors: st.load_safetensors' C loader (src/mem/safetensors.h)
  * against the copy ceilings measured in the same run.
  *
- *   bench_safetensors [--dir D] [--tensors N] [--mib M] [--reps R] [--keep]
+ *   bench_safetensors [--dir D] [--tensors N] [--mib M] [--reps R]
+ *                     [--threads T,T,...] [--cpu-only] [--keep]
  *
  * Writes D/st-bench.safetensors (default /tmp; N = 128 float16 tensors of
  * M = 32 MiB: 4 GiB), reads it once so that it is page-cache hot, and
@@ -13,12 +14,14 @@
  *   - the pinned host->device ceiling: cuMemcpyHtoDAsync of the same total
  *     from one pinned buffer in 32 MiB chunks into a CUDA arena; and the
  *     same copy from pageable memory
- *   - the loader into a CPU arena with 1, 2, 4 and 8 threads, each next to
- *     the pread from the page cache at the same thread count, into 16 MiB
- *     buffers (the copy's ceiling) and into new memory of the file's size
- *     (whose pages are faulted in, as an arena's must be), and their
- *     ratios (the loader's memfd is committed by its readers, in parallel
- *     with the reads: src/mem/safetensors_load.c)
+ *   (none of the CUDA rows with --cpu-only or without a device)
+ *   - a table of CPU arena loads at T = 1, 2, 4, 8 threads (--threads):
+ *     at each thread count, in the same run, the page-cache read (pread of
+ *     the file into one reused 16 MiB buffer per thread), a pread into new
+ *     memory of the file's size (whose pages are faulted in, as an arena's
+ *     must be made), the loader, its ratio to each, and how the loader
+ *     filled the arena (bytes copied in the kernel / read into pages its
+ *     readers committed: src/mem/safetensors_load.c)
  * With --keep the file stays (for a comparison with
  * safetensors.torch.load_file). Timings are printed, never asserted.
  */
@@ -167,6 +170,7 @@ static double load_once(const char *path, int device, int threads, st_dtype_t dt
   return dtime;
 }
 
+#ifdef ST_HAVE_CUDA
 /* The loader's best time of reps; printed. */
 static double bench_loader(const char *label, const char *path, uint64_t bytes, int device,
                            int threads, st_dtype_t dtype, int reps) {
@@ -181,7 +185,6 @@ static double bench_loader(const char *label, const char *path, uint64_t bytes, 
   return best;
 }
 
-#ifdef ST_HAVE_CUDA
 /* cuMemcpyHtoDAsync of `bytes` from src in 32 MiB chunks into a fresh CUDA
  * arena on one stream; best of reps. */
 static double copy_ceiling(const void *src, uint64_t bytes, int reps) {
@@ -210,9 +213,60 @@ static double copy_ceiling(const void *src, uint64_t bytes, int reps) {
 }
 #endif
 
+/* ------------------------------------------------------------ CPU table */
+
+/* The loader into a CPU arena at each thread count, next to the two
+ * reads of the same file at that count, each the best of reps, measured
+ * one after the other. */
+static void cpu_table(const char *path, uint64_t bytes, const int *threads, int nthreads,
+                      int reps) {
+  char huge[256];
+  int offered = st__arena_shmem_huge(huge, sizeof huge);
+  printf("\nCPU arena loads: safetensors -> CPU arena (memfd), file page-cache hot, best of %d,\n"
+         "GB/s = 1e9 bytes of tensor data per second; %ld cores online\n"
+         "  page-cache read   pread of the file into one reused 16 MiB buffer per thread\n"
+         "                    (the copy alone: the target is loader >= 0.7x this)\n"
+         "  new memory        pread of the file into new anonymous memory of its size,\n"
+         "                    faulted in by the reads (the copy plus making the pages)\n"
+         "  loader            st__safetensors_load into a new CPU arena: the memfd made,\n"
+         "                    filled and sealed as clients get it (arena creation included)\n"
+         "  kernel / read     how the loader filled it: bytes copied in the kernel from the\n"
+         "                    page cache into the memfd (splice, one reader at a time) /\n"
+         "                    bytes read into pages the readers committed (pread)\n"
+         "  huge pages for shared memory: %s (%s)\n\n",
+         reps, sysconf(_SC_NPROCESSORS_ONLN),
+         offered ? "offered: large arenas ask for them, no kernel copy"
+                 : "not offered: 4 KiB pages",
+         huge);
+  printf("%7s  %15s  %10s  %7s  %18s  %13s  %13s\n", "threads", "page-cache read",
+         "new memory", "loader", "loader/page-cache", "loader/new", "kernel / read");
+  for (int i = 0; i < nthreads; i++) {
+    int n = threads[i];
+    double best[2] = {1e30, 1e30}, t = 1e30;
+    for (int fresh = 0; fresh < 2; fresh++)
+      for (int r = 0; r < reps; r++) {
+        double d = pread_all(path, bytes, n, fresh);
+        if (d < best[fresh]) best[fresh] = d;
+      }
+    st__safetensors_cpu_counts_t c0, c1;
+    st__safetensors_cpu_counts(&c0);
+    for (int r = 0; r < reps; r++) {
+      double d = load_once(path, -1, n, ST_DTYPE_INVALID);
+      if (d < t) t = d;
+    }
+    st__safetensors_cpu_counts(&c1);
+    double spliced = (double)(c1.spliced - c0.spliced), read = (double)(c1.read - c0.read);
+    double all = spliced + read > 0 ? spliced + read : 1;
+    printf("%7d  %15.2f  %10.2f  %7.2f  %17.2fx  %12.2fx  %5.0f%% / %3.0f%%\n", n,
+           (double)bytes / best[0] / 1e9, (double)bytes / best[1] / 1e9, (double)bytes / t / 1e9,
+           best[0] / t, best[1] / t, 100 * spliced / all, 100 * read / all);
+  }
+}
+
 int main(int argc, char **argv) {
   const char *dir = "/tmp";
-  int ntensors = 128, reps = 2, keep = 0;
+  int ntensors = 128, reps = 2, keep = 0, cpu_only = 0;
+  int threads[16] = {1, 2, 4, 8}, nthreads = 4;
   uint64_t mib = 32;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
@@ -220,9 +274,20 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--mib") && i + 1 < argc) mib = (uint64_t)atoi(argv[++i]);
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--keep")) keep = 1;
-    else {
+    else if (!strcmp(argv[i], "--cpu-only")) cpu_only = 1;
+    else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+      nthreads = 0;
+      for (char *p = argv[++i]; *p && nthreads < 16;) {
+        int n = (int)strtol(p, &p, 10);
+        if (n < 1 || n > 64) return 2;
+        threads[nthreads++] = n;
+        if (*p == ',') p++;
+        else if (*p) return 2;
+      }
+      if (nthreads == 0) return 2;
+    } else {
       fprintf(stderr, "usage: bench_safetensors [--dir D] [--tensors N] [--mib M] [--reps R] "
-                      "[--keep]\n");
+                      "[--threads T,T,...] [--cpu-only] [--keep]\n");
       return 2;
     }
   }
@@ -240,7 +305,9 @@ int main(int argc, char **argv) {
   report("page cache -> memory, pread, 8 threads", bytes, pread_all(path, bytes, 8, 0));
 
   char err[512];
-  if (st__cuda_available(err, sizeof err) != ST_OK) {
+  if (cpu_only) {
+    printf("CUDA: skipped (--cpu-only)\n");
+  } else if (st__cuda_available(err, sizeof err) != ST_OK) {
     printf("CUDA: skipped (%s)\n", err);
   } else {
 #ifdef ST_HAVE_CUDA
@@ -292,26 +359,7 @@ int main(int argc, char **argv) {
            (now_s() - tc) * 1e3);
     st__arena_unref(a);
   }
-  printf("CPU: %ld cores online\n", sysconf(_SC_NPROCESSORS_ONLN));
-  static const int cpu_threads[] = {1, 2, 4, 8};
-  for (int i = 0; i < 4; i++) {
-    int n = cpu_threads[i];
-    double best[2] = {1e30, 1e30};
-    for (int fresh = 0; fresh < 2; fresh++) {
-      for (int r = 0; r < reps; r++) {
-        double t = pread_all(path, bytes, n, fresh);
-        if (t < best[fresh]) best[fresh] = t;
-      }
-      char what[128];
-      snprintf(what, sizeof what, "page cache -> %s, pread, %d thread%s",
-               fresh ? "new memory" : "16 MiB buffers", n, n == 1 ? "" : "s");
-      report(what, bytes, best[fresh]);
-    }
-    double t = bench_loader("st loader -> CPU arena (memfd)", path, bytes, -1, n,
-                            ST_DTYPE_INVALID, reps);
-    printf("%-58s %7.2f / %.2f\n", "  loader / pread (buffers / new memory), same threads",
-           best[0] / t, best[1] / t);
-  }
+  cpu_table(path, bytes, threads, nthreads, reps);
   if (keep) printf("kept %s\n", path);
   else unlink(path);
   return 0;

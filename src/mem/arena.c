@@ -14,6 +14,7 @@
 #include "mem/cuda.h"
 #include "mem/ledger.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -218,6 +219,83 @@ int st__arena_commit(st__arena_t *a, uint64_t off, uint64_t len, char *err, size
                   "its shared memory, ran out)",
                   (unsigned long long)(hi - lo), (unsigned long long)a->size,
                   strerror(e == EFAULT ? ENOMEM : e));
+}
+
+/* See arena.h. Any thread. */
+int st__arena_splice(st__arena_t *a, uint64_t off, int pipe_rd, uint64_t len, char *err,
+                     size_t errlen) {
+  if (a->kind != ST__ARENA_CPU || a->fd < 0)
+    return st__fail(ST_ERR_CAPABILITY, err, errlen, "the arena is not a memfd of its own");
+  if (off > a->size || len > a->size - off)
+    return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                    "splicing %llu bytes at %llu into a %llu-byte arena", (unsigned long long)len,
+                    (unsigned long long)off, (unsigned long long)a->size);
+  loff_t at = (loff_t)off;
+  while (len > 0) {
+    /* Never blocking: a pipe holding less than len is the caller's bug. */
+    ssize_t n = splice(pipe_rd, NULL, a->fd, &at, (size_t)len, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN)
+      return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
+                      "splicing into the memfd: the pipe holds less than the %llu bytes said",
+                      (unsigned long long)len);
+    if (n <= 0) {
+      int e = n < 0 ? errno : EIO;
+      if (e == EINVAL || e == ENOSYS || e == EOPNOTSUPP || e == EPERM)
+        return st__fail(ST_ERR_CAPABILITY, err, errlen, "splice into the memfd: %s",
+                        strerror(e));
+      return st__fail(ST_ERR_OUT_OF_MEMORY, err, errlen,
+                      "committing %llu bytes of a %llu-byte CPU arena: %s (the host's memory, "
+                      "or its shared memory, ran out)",
+                      (unsigned long long)len, (unsigned long long)a->size, strerror(e));
+    }
+    len -= (uint64_t)n;
+  }
+  return ST_OK;
+}
+
+/* The bracketed choice of a transparent_hugepage file ("never"), or "". */
+static void thp_choice(const char *path, char *out, size_t len) {
+  char buf[160];
+  out[0] = '\0';
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  buf[n > 0 ? n : 0] = '\0';
+  char *lb = strchr(buf, '['), *rb = lb ? strchr(lb, ']') : NULL;
+  if (rb) snprintf(out, len, "%.*s", (int)(rb - lb - 1), lb + 1);
+}
+
+/* See arena.h. Any thread. */
+int st__arena_shmem_huge(char *what, size_t len) {
+  static const char thp[] = "/sys/kernel/mm/transparent_hugepage";
+  char top[32], path[320];
+  snprintf(path, sizeof path, "%s/shmem_enabled", thp);
+  thp_choice(path, top, sizeof top);
+  int top_on = !strcmp(top, "always") || !strcmp(top, "within_size") || !strcmp(top, "advise") ||
+               !strcmp(top, "force");
+  int on = top_on;
+  size_t used = 0;
+  if (what && len) used = (size_t)snprintf(what, len, "shmem_enabled %s", top[0] ? top : "absent");
+  /* Sizes of their own (multi-size THP, Linux 6.11 on): "inherit" follows
+   * the top setting, which "deny" overrides for all. */
+  DIR *d = strcmp(top, "deny") ? opendir(thp) : NULL;
+  for (struct dirent *e; d && (e = readdir(d));) {
+    if (strncmp(e->d_name, "hugepages-", 10) != 0) continue;
+    char v[32];
+    snprintf(path, sizeof path, "%s/%.64s/shmem_enabled", thp, e->d_name);
+    thp_choice(path, v, sizeof v);
+    if (!strcmp(v, "always") || !strcmp(v, "within_size") || !strcmp(v, "advise")) {
+      on = 1;
+      if (what && used < len)
+        used += (size_t)snprintf(what + used, len - used, ", %s %s", e->d_name + 10, v);
+    } else if (!strcmp(v, "inherit") && top_on) {
+      on = 1;
+    }
+  }
+  if (d) closedir(d);
+  return on;
 }
 
 /* See arena.h. Any thread. */

@@ -123,10 +123,12 @@ typedef struct st__arena_spec {
                                  when it is made (no fallocate, which runs
                                  on one thread at a few GB/s): the caller
                                  commits every page with st__arena_commit,
-                                 from as many threads as it likes, before
+                                 from as many threads as it likes, or
+                                 writes it with st__arena_splice, before
                                  anything else touches it. Large ones are
                                  asked for huge pages (MADV_HUGEPAGE: used
-                                 where the host's shmem_enabled allows).
+                                 where the host's shmem_enabled allows,
+                                 st__arena_shmem_huge).
                                  Ignored for a pool region and CUDA      */
 } st__arena_spec_t;
 
@@ -148,6 +150,35 @@ int st__arena_new(const st__arena_spec_t *s, st__arena_t **out, char *err, size_
  * ST_OK. Errors: ST_ERR_OUT_OF_MEMORY with the reason in err. Any thread;
  * threads may commit disjoint or overlapping ranges at once. */
 int st__arena_commit(st__arena_t *a, uint64_t off, uint64_t len, char *err, size_t errlen);
+
+/* Writes the `len` bytes waiting in the pipe `pipe_rd` (all of them, or
+ * fewer than it holds) into a CPU arena's memfd at `off`, for an arena
+ * made `uncommitted` (splice: the kernel copies them into the memfd's
+ * pages, allocating those it lacks without zero-filling a page the copy
+ * covers whole, and maps nothing in this process). Those pages are then
+ * committed as by st__arena_commit; a page it covers in part is
+ * zero-filled around the bytes (the kernel locks the page: a reader
+ * committing and writing the rest of it at once is safe). The memfd's
+ * writes are serialized by the kernel (its inode lock), so one writer at a
+ * time is the useful number. Errors: ST_ERR_CAPABILITY when the kernel
+ * refuses to splice into the memfd (EINVAL, ENOSYS, EOPNOTSUPP, EPERM:
+ * the caller writes the bytes another way; the pipe may still hold some),
+ * or for an arena with no memfd of its own (a pool region, CUDA);
+ * ST_ERR_OUT_OF_MEMORY when the pages cannot be allocated, worded as
+ * st__arena_commit's; ST_ERR_INVALID_ARGUMENT for a range past its end or
+ * a pipe holding less than `len` (it never blocks). Any thread. */
+int st__arena_splice(st__arena_t *a, uint64_t off, int pipe_rd, uint64_t len, char *err,
+                     size_t errlen);
+
+/* 1 when this host gives large folios to shared memory that asks for them
+ * (MADV_HUGEPAGE, as st__arena_new does for a large uncommitted arena):
+ * transparent_hugepage/shmem_enabled is always, within_size, advise or
+ * force, or one of the per-size hugepages-<size>/shmem_enabled files is
+ * always, within_size or advise (or inherit from an enabled top). 0
+ * otherwise (never, deny, no such files). `what` (may be NULL) gets the
+ * settings read, e.g. "shmem_enabled never" or "shmem_enabled never, 64kB
+ * advise". Reads sysfs on each call. Any thread. */
+int st__arena_shmem_huge(char *what, size_t len);
 
 /* Caps the size of one arena (config max_object_bytes). Call once at start
  * before any worker runs. 0 means no cap. */

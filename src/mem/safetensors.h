@@ -133,8 +133,10 @@ typedef struct st__safetensors_opts {
 /* Creates ONE arena (CPU memfd for o->device < 0, else a CUDA VMM arena on
  * that ordinal) holding every tensor of s at the offsets of
  * safetensors_load.c's layout (filled into offsets/dtypes, caller arrays of
- * s->ntensors) and reads the data into it: on the CPU with pread straight
- * into the mapping from o->threads threads in pieces of >= 4 MiB; for CUDA
+ * s->ntensors) and reads the data into it: on the CPU from o->threads
+ * threads in pieces of >= 4 MiB, one reader at a time splicing its piece
+ * into the memfd, the others preading straight into pages they commit
+ * (safetensors_load.c); for CUDA
  * through the pinned staging pool (file -> pinned chunk -> device with
  * cuMemcpyHtoDAsync on the stream, reads overlapping copies); conversion
  * to o->dtype runs on the CPU per piece (in the staging chunk before the
@@ -200,6 +202,30 @@ typedef struct st__sft_piece {
  * ST_ERR_IO naming the file (short read: the file shrank). */
 int st__safetensors_pread(const st__safetensors_file_t *f, void *dst, uint64_t bytes,
                           uint64_t off, char *err, size_t errlen);
+
+/* Moves up to `bytes` of file f at `off` into the pipe `pipe_wr` with one
+ * splice (page-cache pages are handed over, not copied; at most what the
+ * pipe has room for). Returns the count moved (> 0), or a negative
+ * ST_ERR_*: ST_ERR_IO naming the file, as st__safetensors_pread words it
+ * (a failed read; the file ends before `off`: it shrank), or
+ * ST_ERR_CAPABILITY when the kernel refuses to splice the file (EINVAL,
+ * ENOSYS, EOPNOTSUPP, EPERM: the caller reads it another way). Any
+ * thread; the pipe's reader must drain it before the next call. */
+int64_t st__safetensors_splice(const st__safetensors_file_t *f, int pipe_wr, uint64_t bytes,
+                               uint64_t off, char *err, size_t errlen);
+
+/* How the CPU loads of this process filled their arenas, in bytes of
+ * tensor data since the start (counters only grow): copied in the kernel
+ * from the page cache into the memfd (splice, one reader at a time),
+ * read into pages committed by the readers (pread into the mapping), and
+ * converted (read into a buffer, converted into committed pages). Any
+ * thread. */
+typedef struct st__safetensors_cpu_counts {
+  uint64_t spliced;
+  uint64_t read;
+  uint64_t converted;
+} st__safetensors_cpu_counts_t;
+void st__safetensors_cpu_counts(st__safetensors_cpu_counts_t *out);
 
 /* The shared state of one parallel load: reader threads take work items
  * 0 .. count-1 in turn and record the first failure, after which the

@@ -10,19 +10,36 @@
  * the CPU, one staging chunk for CUDA), sorted by file and offset so that
  * each file is read front to back, and handed to reader threads through
  * an atomic counter. On the CPU the memfd is made uncommitted (arena.h:
- * no fallocate of the whole on one thread first) and each reader commits
- * the pages of its piece in one call (st__arena_commit, so the memfd is
- * filled in parallel with the reads, and a shortage of memory is an error,
- * not a SIGBUS), then preads straight into them (no bounce buffer); a
- * converted piece is read into a per-thread buffer and converted into the
- * arena. Every page of the arena holds bytes of some piece (tensors lie
- * at most ST_ARENA_ALIGN bytes apart), so the pieces commit all of it.
+ * no fallocate of the whole on one thread first) and its pages are made
+ * by the readers, in parallel with the reads, two ways at once:
+ *   - the kernel-copy lane: a reader that finds it free takes it for one
+ *     piece kept in its dtype and splices that piece file -> pipe ->
+ *     memfd (st__safetensors_splice, st__arena_splice): the kernel copies
+ *     from the page cache into new pages of the memfd without zero-filling
+ *     them first or mapping them here, about twice the speed of a fault
+ *     and a copy on one core. The memfd's writes are serialized by its
+ *     inode lock, so one lane, one reader in it at a time;
+ *   - the others commit the pages of their piece in one call
+ *     (st__arena_commit: MADV_POPULATE_WRITE) and pread straight into
+ *     them (no bounce buffer); a converted piece is read into a per-thread
+ *     buffer and converted into the arena.
+ * Either way a shortage of memory is an error, not a SIGBUS. The lane is
+ * off where the host gives shared memory huge pages (those come to pages
+ * committed through the mapping, which asks for them: st__arena_shmem_huge)
+ * and for an arena with no memfd of its own (a pool region); it turns off
+ * for the rest of the load when the kernel refuses a splice (EINVAL and
+ * the like: a filesystem without splice, a seccomp filter), and that
+ * piece is read the other way. Every page of the arena holds bytes of
+ * some piece (tensors lie at most ST_ARENA_ALIGN bytes apart), so the
+ * pieces commit all of it. docs/benchmarks.md, "safetensors -> CPU arena:
+ * pieces copied in the kernel", has the measurements behind this.
  * CUDA arenas go through safetensors_cuda.c.
  *
  * Contracts of the non-static functions: their comments in safetensors.h.
  */
 #include "mem/safetensors.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -233,7 +250,22 @@ typedef struct cpu_run {
   st__arena_t *arena;
   char *base;
   st__sft_run_t run;           /* items: pieces */
+  /* The kernel-copy lane: one reader at a time (the one holding `lane`)
+   * splices a piece file -> pipe -> memfd. pipe[0] < 0: no lane. */
+  pthread_mutex_t lane;
+  int pipe[2];
+  uint64_t pipe_bytes;         /* what one splice into the pipe may move */
+  int lane_off;                /* atomic: the kernel refused a splice    */
 } cpu_run_t;
+
+static uint64_t count_spliced, count_read, count_converted;   /* atomics */
+
+/* See safetensors.h. */
+void st__safetensors_cpu_counts(st__safetensors_cpu_counts_t *out) {
+  out->spliced = __atomic_load_n(&count_spliced, __ATOMIC_RELAXED);
+  out->read = __atomic_load_n(&count_read, __ATOMIC_RELAXED);
+  out->converted = __atomic_load_n(&count_converted, __ATOMIC_RELAXED);
+}
 
 /* See safetensors.h. */
 void st__sft_run_init(st__sft_run_t *r, const st__safetensors_opts_t *o, size_t count) {
@@ -280,6 +312,39 @@ int64_t st__sft_run_take(st__sft_run_t *r) {
   return (int64_t)i;
 }
 
+/* Copies piece p (no conversion) in the kernel: file -> the lane's pipe
+ * -> memfd, never mapping or zero-filling the pages it fills. ST_OK, the
+ * load's error, or ST_ERR_CAPABILITY when the kernel refused a splice
+ * (the caller turns the lane off and reads the piece itself: the pipe may
+ * hold bytes, which nothing reads again). The caller holds the lane. */
+static int splice_piece(cpu_run_t *r, const st__safetensors_file_t *f, const st__sft_piece_t *p,
+                        uint64_t bytes, char *err, size_t errlen) {
+  uint64_t src = p->src_off, dst = p->dst_off;
+  while (bytes > 0) {
+    uint64_t want = bytes < r->pipe_bytes ? bytes : r->pipe_bytes;
+    int64_t n = st__safetensors_splice(f, r->pipe[1], want, src, err, errlen);
+    if (n < 0) return (int)n;
+    int rc = st__arena_splice(r->arena, dst, r->pipe[0], (uint64_t)n, err, errlen);
+    if (rc != ST_OK) return rc;
+    src += (uint64_t)n;
+    dst += (uint64_t)n;
+    bytes -= (uint64_t)n;
+  }
+  return ST_OK;
+}
+
+/* Takes the kernel-copy lane when it is on and free: 1 held, 0 not. Its
+ * state is read again under the lock: a holder that turned it off may
+ * have left bytes in the pipe. */
+static int take_lane(cpu_run_t *r) {
+  if (r->pipe[0] < 0 || __atomic_load_n(&r->lane_off, __ATOMIC_RELAXED) ||
+      pthread_mutex_trylock(&r->lane) != 0)
+    return 0;
+  if (!__atomic_load_n(&r->lane_off, __ATOMIC_RELAXED)) return 1;
+  pthread_mutex_unlock(&r->lane);
+  return 0;
+}
+
 static void *cpu_reader(void *arg) {
   cpu_run_t *r = arg;
   char *tmp = NULL;
@@ -289,18 +354,34 @@ static void *cpu_reader(void *arg) {
     const st__safetensors_file_t *f = &r->s->files[p->file];
     uint64_t sbytes = p->n * st_dtype_size(p->sdt);
     char *dst = r->base + p->dst_off;
-    /* Its pages, committed in one call (pread would fault one per page). */
-    int rc = st__arena_commit(r->arena, p->dst_off, p->n * st_dtype_size(p->ddt), err,
-                              sizeof err);
-    if (rc == ST_OK && p->sdt == p->ddt) {
-      rc = st__safetensors_pread(f, dst, sbytes, p->src_off, err, sizeof err);
-    } else if (rc == ST_OK) {
-      if (!tmp && !(tmp = malloc(CPU_PIECE))) {
-        st__sft_run_fail(&r->run, ST_ERR_OUT_OF_MEMORY, "out of memory for a conversion buffer");
-        break;
+    int rc = ST_ERR_CAPABILITY;
+    /* A piece kept as it is: copied in the kernel when the lane is free
+     * (the memfd's writes are serialized there, so one reader at a time). */
+    if (p->sdt == p->ddt && take_lane(r)) {
+      rc = splice_piece(r, f, p, sbytes, err, sizeof err);
+      if (rc == ST_ERR_CAPABILITY) __atomic_store_n(&r->lane_off, 1, __ATOMIC_RELAXED);
+      pthread_mutex_unlock(&r->lane);
+      if (rc == ST_OK) __atomic_fetch_add(&count_spliced, sbytes, __ATOMIC_RELAXED);
+    }
+    if (rc == ST_ERR_CAPABILITY) {
+      /* Its pages, committed in one call (pread would fault one per
+       * page), then read or converted into. */
+      rc = st__arena_commit(r->arena, p->dst_off, p->n * st_dtype_size(p->ddt), err,
+                            sizeof err);
+      if (rc == ST_OK && p->sdt == p->ddt) {
+        rc = st__safetensors_pread(f, dst, sbytes, p->src_off, err, sizeof err);
+        if (rc == ST_OK) __atomic_fetch_add(&count_read, sbytes, __ATOMIC_RELAXED);
+      } else if (rc == ST_OK) {
+        if (!tmp && !(tmp = malloc(CPU_PIECE))) {
+          st__sft_run_fail(&r->run, ST_ERR_OUT_OF_MEMORY, "out of memory for a conversion buffer");
+          break;
+        }
+        rc = st__safetensors_pread(f, tmp, sbytes, p->src_off, err, sizeof err);
+        if (rc == ST_OK) {
+          st__safetensors_convert(dst, p->ddt, tmp, p->sdt, p->n);
+          __atomic_fetch_add(&count_converted, sbytes, __ATOMIC_RELAXED);
+        }
       }
-      rc = st__safetensors_pread(f, tmp, sbytes, p->src_off, err, sizeof err);
-      if (rc == ST_OK) st__safetensors_convert(dst, p->ddt, tmp, p->sdt, p->n);
     }
     if (rc != ST_OK) {
       st__sft_run_fail(&r->run, rc, err);
@@ -309,6 +390,25 @@ static void *cpu_reader(void *arg) {
   }
   free(tmp);
   return NULL;
+}
+
+/* The kernel-copy lane's pipe, as large as the host lets a process make
+ * one (1 MiB by default: fewer splices per piece). None (all pieces read
+ * into committed pages) for an arena that is no memfd of its own (a pool
+ * region), and where the host gives shared memory huge pages: those come
+ * to pages committed through the mapping, which asked for them, and not
+ * to the memfd's writes. */
+static void lane_open(cpu_run_t *r) {
+  uint64_t dev, ino;
+  r->pipe[0] = r->pipe[1] = -1;
+  if (!st__arena_file_id(r->arena, &dev, &ino) || st__arena_shmem_huge(NULL, 0) ||
+      pipe2(r->pipe, O_CLOEXEC) != 0) {
+    r->pipe[0] = r->pipe[1] = -1;
+    return;
+  }
+  fcntl(r->pipe[1], F_SETPIPE_SZ, 1 << 20);
+  int sz = fcntl(r->pipe[1], F_GETPIPE_SZ);
+  r->pipe_bytes = sz > 0 ? (uint64_t)sz : 65536;
 }
 
 static int load_cpu(const st__safetensors_t *s, const st__safetensors_opts_t *o,
@@ -321,9 +421,16 @@ static int load_cpu(const st__safetensors_t *s, const st__safetensors_opts_t *o,
   r.npieces = npieces;
   r.arena = arena;
   r.base = st__arena_base(arena);
+  pthread_mutex_init(&r.lane, NULL);
+  lane_open(&r);
   st__sft_run_init(&r.run, o, npieces);
   st__sft_run_readers(&r.run, threads, cpu_reader, &r);
   st__sft_run_destroy(&r.run);
+  if (r.pipe[0] >= 0) {
+    close(r.pipe[0]);
+    close(r.pipe[1]);
+  }
+  pthread_mutex_destroy(&r.lane);
   if (r.run.rc != ST_OK) snprintf(err, errlen, "%s", r.run.err);
   return r.run.rc;
 }

@@ -158,6 +158,30 @@ int st__safetensors_pread(const st__safetensors_file_t *f, void *dst, uint64_t b
   return ST_OK;
 }
 
+/* See safetensors.h. Any thread. */
+int64_t st__safetensors_splice(const st__safetensors_file_t *f, int pipe_wr, uint64_t bytes,
+                               uint64_t off, char *err, size_t errlen) {
+  size_t want = bytes > (1u << 30) ? (1u << 30) : (size_t)bytes;
+  for (;;) {
+    loff_t at = (loff_t)off;
+    ssize_t n = splice(f->fd, &at, pipe_wr, NULL, want, SPLICE_F_MOVE);
+    if (n > 0) return n;
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP || errno == EPERM)) {
+      snprintf(err, errlen, "%s: splice: %s", f->path, strerror(errno));
+      return ST_ERR_CAPABILITY;
+    }
+    if (n < 0) {
+      snprintf(err, errlen, "%s: read of %zu bytes at offset %llu failed: %s", f->path, want,
+               (unsigned long long)off, strerror(errno));
+      return ST_ERR_IO;
+    }
+    snprintf(err, errlen, "%s: the file ends at offset %llu, before the data it declares "
+             "(it was truncated)", f->path, (unsigned long long)off);
+    return ST_ERR_IO;
+  }
+}
+
 /* Adds a file entry (fd and path owned by s from here on). */
 static int add_file(st__safetensors_t *s, const char *real, int fd, uint64_t size, char *err,
                     size_t errlen) {

@@ -6,12 +6,12 @@
  *     call    memfd_create | ftruncate | fallocate (fallocate and
  *             posix_fallocate) | mmap (shared mappings of a descriptor
  *             only: anonymous memory and private file maps pass) | accept
- *             (accept, accept4) | cuMemCreate | cuMemExportToShareableHandle
- *             | cuMemImportFromShareableHandle
+ *             (accept, accept4) | splice | cuMemCreate
+ *             | cuMemExportToShareableHandle | cuMemImportFromShareableHandle
  *     after   matching calls let through before the first failure (0)
  *     times   failures in a row (1); 0 = every call from then on
- *     error   an errno name (EMFILE, ENFILE, ENOMEM, ENOSPC, EIO, EINVAL)
- *             or number; for cu* a CUresult number (default 2,
+ *     error   an errno name (EMFILE, ENFILE, ENOMEM, ENOSPC, EIO, EINVAL,
+ *             ENOSYS, ...) or number; for cu* a CUresult number (default 2,
  *             CUDA_ERROR_OUT_OF_MEMORY)
  *   ST_FAULT_ARM=PATH   calls are counted (and failed) only while PATH
  *                       exists, so that the server's start does not count
@@ -53,10 +53,10 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-enum { F_MEMFD, F_FTRUNCATE, F_FALLOCATE, F_MMAP, F_ACCEPT, F_CU_CREATE, F_CU_EXPORT,
+enum { F_MEMFD, F_FTRUNCATE, F_FALLOCATE, F_MMAP, F_ACCEPT, F_SPLICE, F_CU_CREATE, F_CU_EXPORT,
        F_CU_IMPORT, F_N };
 static const char *const call_names[F_N] = {
-    "memfd_create", "ftruncate", "fallocate", "mmap", "accept",
+    "memfd_create", "ftruncate", "fallocate", "mmap", "accept", "splice",
     "cuMemCreate", "cuMemExportToShareableHandle", "cuMemImportFromShareableHandle"};
 
 typedef struct rule {
@@ -73,7 +73,7 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static const struct { const char *name; int value; } errnos[] = {
     {"EMFILE", EMFILE}, {"ENFILE", ENFILE}, {"ENOMEM", ENOMEM}, {"ENOSPC", ENOSPC},
     {"EIO", EIO},       {"EINVAL", EINVAL}, {"EFBIG", EFBIG},   {"EPERM", EPERM},
-    {"EAGAIN", EAGAIN}, {"EACCES", EACCES}};
+    {"EAGAIN", EAGAIN}, {"EACCES", EACCES}, {"ENOSYS", ENOSYS}};
 
 static long parse_error(const char *s, int cuda) {
   if (!s || !*s) return cuda ? 2 : ENOMEM;
@@ -195,6 +195,14 @@ EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off
 
 EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
   return mmap(addr, len, prot, flags, fd, off);
+}
+
+EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out, size_t len,
+                      unsigned int flags) {
+  long e = should_fail(F_SPLICE);
+  if (e) { errno = (int)e; return -1; }
+  REAL(splice);
+  return real_splice(fd_in, off_in, fd_out, off_out, len, flags);
 }
 
 /* A slow DNS server: names wait ST_FAULT_GAI_DELAY_MS before the real

@@ -2,7 +2,9 @@
  * files of every dtype written here and read back into one arena, sharded
  * checkpoints with an index, every kind of bad file and the error it gets,
  * data_dirs confinement, dtype conversion, multi-piece reads from several
- * threads, cancellation, and no arena or descriptor left behind. */
+ * threads, pieces copied in the kernel and the fallback when that is
+ * refused or fails (under the fault shim, $ST_FAULT_LIB), cancellation,
+ * and no arena or descriptor left behind. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -16,6 +18,7 @@
 
 #include "check.h"
 #include "fixture.h"
+#include "proc.h"
 #include "mem/arena.h"
 #include "mem/safetensors.h"
 
@@ -746,6 +749,180 @@ TEST(big_tensors_split_across_threads) {
   st__safetensors_free(s);
 }
 
+/* ------------------------------------------------------------ how pieces are written */
+
+/* Tensors whose pages touch (odd sizes, 256-byte alignment between them):
+ * a float32 of 40 MiB (three pieces), an odd float16, a bfloat16 of
+ * 18 MB (two pieces) and a uint8 of 1000003 bytes. */
+static const wt_t lane_ts[] = {{"big", "F32", ST_DTYPE_FLOAT32, 2, {2621440, 4}},
+                               {"odd", "F16", ST_DTYPE_FLOAT16, 1, {4099}},
+                               {"mid", "BF16", ST_DTYPE_BFLOAT16, 1, {9000001}},
+                               {"u8", "U8", ST_DTYPE_UINT8, 1, {1000003}}};
+#define NLANE ((int)(sizeof lane_ts / sizeof lane_ts[0]))
+
+static uint64_t lane_bytes(void) {
+  uint64_t n = 0;
+  for (int k = 0; k < NLANE; k++) n += numel_of(&lane_ts[k]) * st_dtype_size(lane_ts[k].dt);
+  return n;
+}
+
+/* Every tensor of the arena holds its bytes of the file, every other
+ * byte of the memfd reads as zero, and every page is allocated in the
+ * memfd (committed: no first touch left to fault or to fail). */
+static void check_same_as_file(const st__safetensors_t *s, st__arena_t *a, const uint64_t *offs) {
+  int fd = st__arena_dup_fd(a, NULL, 0);
+  struct stat st;
+  CHECK(fd >= 0 && fstat(fd, &st) == 0);
+  uint64_t size = (uint64_t)st.st_size;
+  CHECK((uint64_t)st.st_blocks * 512 >= size);
+  unsigned char *mem = malloc(size), *file = malloc(size);
+  /* Through the memfd, not the server's mapping. */
+  uint64_t got = 0;
+  for (ssize_t n; got < size && (n = pread(fd, mem + got, size - got, (off_t)got)) > 0;)
+    got += (uint64_t)n;
+  close(fd);
+  CHECK_EQ_INT(got, size);
+  memset(file, 0, size);
+  for (size_t i = 0; i < s->ntensors; i++) {
+    const st__safetensors_tensor_t *t = &s->tensors[i];
+    const st__safetensors_file_t *f = &s->files[t->file];
+    uint64_t b = t->numel * st_dtype_size(t->dtype);
+    CHECK(offs[i] + b <= size);
+    CHECK(pread(f->fd, file + offs[i], b, (off_t)(f->data_start + t->begin)) == (ssize_t)b);
+  }
+  for (uint64_t i = 0; i < size; i++)
+    if (mem[i] != file[i]) {
+      fprintf(stderr, "   byte %llu of %llu differs\n", (unsigned long long)i,
+              (unsigned long long)size);
+      CHECK(0);
+      break;
+    }
+  CHECK(memcmp(mem, st__arena_base(a), size) == 0);   /* and the mapping agrees */
+  free(mem);
+  free(file);
+}
+
+/* Loads p with `threads` readers and checks it (check_same_as_file); the
+ * bytes of each path in *spliced and *read. */
+static void load_and_check(const char *p, int threads, uint64_t *spliced, uint64_t *read) {
+  char err[1024];
+  st__safetensors_t *s = NULL;
+  st__arena_t *a = NULL;
+  uint64_t *offs = NULL;
+  st_dtype_t *dts = NULL;
+  st__safetensors_cpu_counts_t c0, c1;
+  st__safetensors_cpu_counts(&c0);
+  CHECK_ERR_MSG(load_cpu(p, ST_DTYPE_INVALID, threads, &s, &a, &offs, &dts, err, sizeof err),
+                ST_OK, err);
+  st__safetensors_cpu_counts(&c1);
+  *spliced = c1.spliced - c0.spliced;
+  *read = c1.read - c0.read;
+  CHECK_EQ_INT(c1.converted, c0.converted);
+  check_same_as_file(s, a, offs);
+  unload_cpu(s, a, offs, dts);
+}
+
+/* Tensors kept as they are go file -> memfd in the kernel (splice), one
+ * reader at a time, the other readers reading into pages they commit;
+ * where the host gives shared memory huge pages, all go through pages the
+ * readers commit (those get the huge pages). Either way the arena holds
+ * the file's bytes and zeros, and is committed. */
+TEST(cpu_pieces_copied_in_the_kernel_or_read) {
+  char p[512];
+  path_in(p, sizeof p, dir, "lanes.safetensors");
+  write_st(p, lane_ts, NLANE, NULL, 3);
+  char huge[256];
+  int offered = st__arena_shmem_huge(huge, sizeof huge);
+  fprintf(stderr, "   %s: huge pages %s\n", huge, offered ? "offered" : "not offered");
+  uint64_t total = lane_bytes(), spliced = 0, read = 0;
+  load_and_check(p, 1, &spliced, &read);
+  CHECK_EQ_INT(spliced, offered ? 0 : total);
+  CHECK_EQ_INT(read, offered ? total : 0);
+  for (int threads = 2; threads <= 5; threads += 3) {
+    load_and_check(p, threads, &spliced, &read);
+    CHECK_EQ_INT(spliced + read, total);
+    CHECK(offered ? spliced == 0 : spliced > 0);
+  }
+}
+
+/* `mem_safetensors fault MODE`: run by splice_refused_or_failing under
+ * the fault shim (ST_FAULT rules on splice). Loads lanes.safetensors of
+ * `where` and checks what MODE says: "refused" (every piece read into
+ * committed pages, nothing spliced), "enospc" (the memfd's side fails:
+ * OUT_OF_MEMORY), "eio" (the file's side fails: IO). After a failure the
+ * rule is spent, and the next load succeeds. */
+static void fault_child(const char *mode) {
+  char p[512], err[1024];
+  path_in(p, sizeof p, dir, "lanes.safetensors");
+  write_st(p, lane_ts, NLANE, NULL, 3);
+  uint64_t total = lane_bytes(), spliced = 0, read = 0;
+  if (!strcmp(mode, "refused")) {
+    for (int threads = 1; threads <= 3; threads += 2) {
+      load_and_check(p, threads, &spliced, &read);
+      CHECK_EQ_INT(spliced, 0);
+      CHECK_EQ_INT(read, total);
+    }
+    return;
+  }
+  st__safetensors_t *s = NULL;
+  CHECK_ERR_MSG(st__safetensors_open(p, 0, &s, err, sizeof err), ST_OK, err);
+  uint64_t offs[NLANE], count0 = arena_count();
+  st_dtype_t dts[NLANE];
+  st__arena_t *a = (st__arena_t *)1;
+  st__safetensors_opts_t o = {.device = -1, .threads = 1};
+  int enospc = !strcmp(mode, "enospc");
+  CHECK_ERR_MSG(st__safetensors_load(s, &o, &a, offs, dts, err, sizeof err),
+                enospc ? ST_ERR_OUT_OF_MEMORY : ST_ERR_IO, err);
+  CHECK(a == NULL);
+  CHECK_EQ_INT(arena_count(), count0);
+  if (enospc)
+    CHECK_CONTAINS_ALL(err, "committing ", "-byte CPU arena: No space left on device",
+                       "ran out");
+  else
+    CHECK_CONTAINS_ALL(err, p, "read of ", "failed: Input/output error");
+  st__safetensors_free(s);
+  load_and_check(p, 2, &spliced, &read);
+  CHECK(spliced > 0);
+}
+
+/* The kernel copy refused (a filesystem that cannot splice, a seccomp
+ * filter) on the file's side or on the memfd's, after the pipe was
+ * filled: the pieces are read into committed pages instead, with the same
+ * result. A failure on either side is the load's error, as a pread's or
+ * a commit's would be. Run in a child under the fault shim. */
+TEST(splice_refused_or_failing) {
+  const char *lib = getenv("ST_FAULT_LIB");
+  if (!lib || access(lib, R_OK) != 0) {
+    fprintf(stderr, "   ST_FAULT_LIB not set: not tested\n");
+    return;
+  }
+  if (st__arena_shmem_huge(NULL, 0)) {
+    fprintf(stderr, "   huge pages for shared memory: loads do not splice here\n");
+    return;
+  }
+  static const struct { const char *rule, *mode; } cases[] = {
+      {"splice:0:0:EINVAL", "refused"},   /* the file's side, every call */
+      {"splice:1:0:EINVAL", "refused"},   /* the memfd's side, after a full pipe */
+      {"splice:0:0:ENOSYS", "refused"},
+      {"splice:1:1:ENOSPC", "enospc"},
+      {"splice:0:1:EIO", "eio"}};
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  CHECK(n > 0);
+  if (n <= 0) return;
+  self[n] = '\0';
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char env[PATH_MAX + 128];
+    snprintf(env, sizeof env, "LD_PRELOAD=%s\nST_FAULT=%s", lib, cases[i].rule);
+    stt_proc_t pr;
+    int code = stt_run(&pr, self, (const char *const[]){"fault", cases[i].mode, NULL}, env, 0);
+    fprintf(stderr, "   ST_FAULT=%s: exit %d\n", cases[i].rule, code);
+    if (code != 0) fprintf(stderr, "%s", pr.err);
+    CHECK_EQ_INT(code, 0);
+    CHECK_CONTAINS(pr.err, "st_fault: injected splice");
+  }
+}
+
 TEST(cuda_without_a_device_is_a_clear_error) {
   char p[512], err[1024];
   path_in(p, sizeof p, dir, "every.safetensors");
@@ -768,7 +945,7 @@ TEST(cuda_without_a_device_is_a_clear_error) {
 
 /* ------------------------------------------------------------ setup */
 
-int main(void) {
+int main(int argc, char **argv) {
   snprintf(dir, sizeof dir, "/tmp/st-sft-XXXXXX");
   snprintf(other, sizeof other, "/tmp/st-sft-other-XXXXXX");
   if (!mkdtemp(dir) || !mkdtemp(other)) {
@@ -776,6 +953,15 @@ int main(void) {
     return 2;
   }
   if (chdir(other) != 0) return 2;      /* relative paths must not resolve against the cwd */
+  if (argc == 3 && !strcmp(argv[1], "fault")) {   /* splice_refused_or_failing's child */
+    stt_failed_now = 0;
+    fault_child(argv[2]);
+    if (stt_failed_now) stt_failed++;
+    else stt_passed++;
+    stt_remove_tree(dir);
+    stt_remove_tree(other);
+    return stt_summary();
+  }
   RUN(json_reader_is_strict);
   RUN(every_dtype_round_trips);
   RUN(names_with_escapes_and_an_empty_file);
@@ -788,6 +974,8 @@ int main(void) {
   RUN(dtype_conversion_converts_floating_tensors_only);
   RUN(converter_matches_st_dtype_store_for_every_code);
   RUN(big_tensors_split_across_threads);
+  RUN(cpu_pieces_copied_in_the_kernel_or_read);
+  RUN(splice_refused_or_failing);
   RUN(cuda_without_a_device_is_a_clear_error);
   stt_remove_tree(dir);
   stt_remove_tree(other);
