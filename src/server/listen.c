@@ -425,8 +425,19 @@ int st__listen_open(st__server_t *srv, int device, char *err, size_t errlen) {
     snprintf(err, errlen, "socket: %s", strerror(errno));
     return ST_ERR_IO;
   }
+  /* Bound and listening under a name of its own in the same directory,
+   * then renamed into place (atomic): a client never finds the socket
+   * file of a socket that does not listen yet (a connect would be
+   * refused). A directory too long for that name binds the path itself. */
+  char tmp[sizeof l->path];
+  const char *slash = strrchr(l->path, '/');
+  int n = slash ? snprintf(tmp, sizeof tmp, "%.*s/.st-%ld-%d.bind", (int)(slash - l->path),
+                           l->path, (long)getpid(), device)
+                : -1;
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  memcpy(sa.sun_path, l->path, strlen(l->path) + 1);
+  const char *at = n > 0 && (size_t)n < sizeof sa.sun_path ? tmp : l->path;
+  if (at == tmp) unlink(tmp);
+  memcpy(sa.sun_path, at, strlen(at) + 1);
   /* The socket file gets 0777 & ~umask: set the umask so that it is born
    * with socket_mode. Only the loop thread runs while sockets are opened. */
   mode_t old = umask((mode_t)(~cfg->socket_mode & 0777));
@@ -435,28 +446,30 @@ int st__listen_open(st__server_t *srv, int device, char *err, size_t errlen) {
   umask(old);
   if (r != 0) {
     close(fd);
-    snprintf(err, errlen, "cannot bind %s: %s", l->path, strerror(e));
+    snprintf(err, errlen, "cannot bind %s: %s", at, strerror(e));
+    return ST_ERR_IO;
+  }
+  const char *why = NULL;
+  if (have_gid && chown(at, (uid_t)-1, gid) != 0) why = "chown";
+  else if (listen(fd, SOMAXCONN) != 0) why = "listen";
+  else if (at == tmp && rename(tmp, l->path) != 0) why = "rename";
+  if (why) {
+    e = errno;
+    unlink(at);
+    close(fd);
+    if (!strcmp(why, "chown"))
+      snprintf(err, errlen, "cannot give %s to group %s: %s", l->path, cfg->socket_group,
+               strerror(e));
+    else if (!strcmp(why, "listen"))
+      snprintf(err, errlen, "cannot listen on %s: %s", l->path, strerror(e));
+    else
+      snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, l->path, strerror(e));
     return ST_ERR_IO;
   }
   struct stat st;
   if (lstat(l->path, &st) == 0) {
     l->st_dev = st.st_dev;
     l->st_ino = st.st_ino;
-  }
-  if (have_gid && chown(l->path, (uid_t)-1, gid) != 0) {
-    e = errno;
-    unlink(l->path);
-    close(fd);
-    snprintf(err, errlen, "cannot give %s to group %s: %s", l->path, cfg->socket_group,
-             strerror(e));
-    return ST_ERR_IO;
-  }
-  if (listen(fd, SOMAXCONN) != 0) {
-    e = errno;
-    unlink(l->path);
-    close(fd);
-    snprintf(err, errlen, "cannot listen on %s: %s", l->path, strerror(e));
-    return ST_ERR_IO;
   }
   l->fd = fd;
   start_listener(srv, l);

@@ -18,6 +18,8 @@
  *   ST_FAULT_TRACE=1    every intercepted call is logged on stderr
  *   ST_FAULT_GAI_DELAY_MS=N   getaddrinfo of a host name (not a numeric
  *                       address) first sleeps N ms: a slow DNS server
+ *   ST_FAULT_LISTEN_DELAY_MS=N   listen first sleeps N ms: a wide window
+ *                       between a socket's bind and its listen
  *
  * Each injected failure writes "st_fault: injected <call> -> <error>" on
  * stderr (the server log), so a test can tell that it fired.
@@ -205,17 +207,26 @@ EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out, si
   return real_splice(fd_in, off_in, fd_out, off_out, len, flags);
 }
 
+/* Sleeps the milliseconds environment variable `name` says, if any. */
+static void delay_of(const char *name) {
+  const char *d = getenv(name);
+  long ms = d ? strtol(d, NULL, 10) : 0;
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (ms > 0 && nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+EXPORT int listen(int fd, int backlog) {
+  delay_of("ST_FAULT_LISTEN_DELAY_MS");
+  REAL(listen);
+  return real_listen(fd, backlog);
+}
+
 /* A slow DNS server: names wait ST_FAULT_GAI_DELAY_MS before the real
  * resolution; numeric addresses (AI_NUMERICHOST) never do. */
 EXPORT int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
                        struct addrinfo **res) {
-  const char *d = getenv("ST_FAULT_GAI_DELAY_MS");
-  if (d && node && !(hints && (hints->ai_flags & AI_NUMERICHOST))) {
-    long ms = strtol(d, NULL, 10);
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (ms > 0 && nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-  }
+  if (node && !(hints && (hints->ai_flags & AI_NUMERICHOST))) delay_of("ST_FAULT_GAI_DELAY_MS");
   REAL(getaddrinfo);
   return real_getaddrinfo(node, service, hints, res);
 }

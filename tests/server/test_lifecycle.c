@@ -71,6 +71,52 @@ TEST(sigterm_exits_fast_and_unlinks) {
   free(log);
 }
 
+/* The socket file appears only once the socket listens (bound under a
+ * name of its own, renamed into place): a connect made as soon as the
+ * file is there is accepted, start after start, though each listen is
+ * made 200 ms slower than its bind (the fault shim's
+ * ST_FAULT_LISTEN_DELAY_MS; without the shim the window is microseconds
+ * wide and the test proves less). */
+TEST(the_socket_file_appears_listening) {
+  stt_server_init(&S);
+  stt_write_endpoint(&S, "alpha.lua", A_EP);
+  /* Started and stopped once through the fixture, which writes the config. */
+  CHECK_EQ_INT(stt_server_start(&S), 0);
+  CHECK_EQ_INT(stt_server_stop(&S), 0);
+  const char *shim = getenv("ST_FAULT_LIB");
+  char env[600] = "";
+  if (shim && shim[0])
+    snprintf(env, sizeof env, "LD_PRELOAD=%s\nST_FAULT_LISTEN_DELAY_MS=200\n", shim);
+  int refused = 0, starts = 0;
+  for (int round = 0; round < 3; round++) {
+    stt_proc_t p;
+    const char *args[] = {"--config", S.config, NULL};
+    if (stt_proc_start(&p, getenv("ST_SERVER_BIN"), args, env[0] ? env : NULL, 0) != 0) break;
+    starts++;
+    struct stat st;
+    double end = stt_now_ms() + 20000;
+    while (lstat(S.socket, &st) != 0 && stt_now_ms() < end) continue;
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path, S.socket, strlen(S.socket) + 1);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) refused++;
+    else CHECK(stt_ping(fd, 1) == 0);
+    close(fd);
+    /* Serving (or, refused, soon): a SIGTERM is then a plain stop. */
+    for (double until = stt_now_ms() + 5000; stt_now_ms() < until; stt_sleep_ms(10)) {
+      int c = socket(AF_UNIX, SOCK_STREAM, 0);
+      int ok = connect(c, (struct sockaddr *)&sa, sizeof sa) == 0 && stt_ping(c, 2) == 0;
+      close(c);
+      if (ok) break;
+    }
+    kill(p.pid, SIGTERM);
+    CHECK_EQ_INT(stt_proc_finish(&p, 10000), 0);
+  }
+  stt_server_cleanup(&S);
+  CHECK_EQ_INT(starts, 3);
+  CHECK_EQ_INT(refused, 0);
+}
+
 static void second_server_body(stt_server_t *s) {
   stt_proc_t r;
   const char *args[] = {"--config", s->config, NULL};
@@ -476,6 +522,7 @@ int main(void) {
   RUN(sigterm_exits_fast_and_unlinks);
   RUN(second_server_refuses_to_start);
   RUN(stale_socket_is_replaced);
+  RUN(the_socket_file_appears_listening);
   RUN(regular_file_is_refused);
   RUN(too_long_path_is_refused);
   RUN(missing_config_is_an_error);
