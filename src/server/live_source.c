@@ -233,6 +233,13 @@ int st__live_source_methods(st__server_t *srv) {
 }
 
 /* See live_source.h. */
+unsigned st__live_source_count(const st__server_t *srv) {
+  unsigned n = 0;
+  for (const st__live_sub_t *s = srv->remote ? srv->remote->subs : NULL; s; s = s->next) n++;
+  return n;
+}
+
+/* See live_source.h. */
 void st__live_source_peer_down(st__server_t *srv, const char *peer) {
   unsigned n = drop(srv, peer, 0);
   if (n) ST_LOG_I("peer", "'%s' is down: its %u live subscriptions end", peer, n);

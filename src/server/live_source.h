@@ -8,6 +8,8 @@
 
 /* Adds peer_live_subscribe and peer_live_unsubscribe. */
 int st__live_source_methods(st__server_t *srv);
+/* How many peers' replicas follow this server's keys (info). */
+unsigned st__live_source_count(const st__server_t *srv);
 /* Ends peer's subscriptions (its link went down). */
 void st__live_source_peer_down(st__server_t *srv, const char *peer);
 /* Ends every subscription, each announced gone (the server stops). */

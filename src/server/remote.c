@@ -422,7 +422,7 @@ void st__remote_pack_info(msgpack_packer *pk, const st__server_t *srv) {
   uint64_t pulling;
   st__pulls_of(srv, NULL, &pulls, &pulling);
   for (const st__lend_t *l = rm->lends; l; l = l->next) lends++;
-  msgpack_pack_map(pk, 11);
+  msgpack_pack_map(pk, 13);
   st__pack_kv_int(pk, "helper_pid", rm->sup ? (int64_t)st__xfer_sup_pid(rm->sup) : 0);
   st__pack_kv_uint(pk, "helper_spawns", rm->sup ? st__xfer_sup_spawns(rm->sup) : 0);
   st__pack_cstr(pk, "engines");
@@ -441,6 +441,8 @@ void st__remote_pack_info(msgpack_packer *pk, const st__server_t *srv) {
   st__pack_kv_uint(pk, "lends_failed", rm->lends_failed);
   st__pack_kv_uint(pk, "bytes_in", rm->bytes_in);
   st__pack_kv_uint(pk, "bytes_out", rm->bytes_out);
+  st__pack_kv_uint(pk, "live_subscribers", st__live_source_count(srv));
+  st__pack_kv_uint(pk, "live_replicas", st__replicas_count(srv));
 }
 
 /* ------------------------------------------------------------- start, stop */

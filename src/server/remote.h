@@ -34,7 +34,7 @@ void st__remote_stop(st__server_t *srv);
 /* info's `transfers` (docs/protocol.md, "info"): nil without peers,
  * else {helper_pid, helper_spawns, engines: {name: version | "unavailable:
  * why"}, pulls, pulls_done, pulls_failed, lends, lends_done, lends_failed,
- * bytes_in, bytes_out}. */
+ * bytes_in, bytes_out, live_subscribers, live_replicas}. */
 void st__remote_pack_info(msgpack_packer *pk, const st__server_t *srv);
 
 #endif

@@ -463,6 +463,14 @@ void st__replicas_lost(st__server_t *srv, const char *peer, const char *why) {
 }
 
 /* See replica.h. */
+unsigned st__replicas_count(const st__server_t *srv) {
+  unsigned n = 0;
+  for (const st__replica_t *r = srv->remote ? srv->remote->replicas : NULL; r; r = r->next)
+    n += !r->closing;
+  return n;
+}
+
+/* See replica.h. */
 void st__replicas_free(st__server_t *srv) {
   st__remote_t *rm = srv->remote;
   while (rm->replicas) {

@@ -18,6 +18,9 @@ int st__replica_start(st__server_t *srv, uint64_t id, const char *peer, const ch
 /* The link to `peer` went down (NULL: the server stops): its replicas
  * keep their last complete version and say the source is lost. */
 void st__replicas_lost(st__server_t *srv, const char *peer, const char *why);
+/* How many replicas here follow a peer's key, the lost ones included
+ * (info). */
+unsigned st__replicas_count(const st__server_t *srv);
 /* Frees every replica (the server stops; st__replicas_lost first). */
 void st__replicas_free(st__server_t *srv);
 /* The replica state of key `as` here, or nil (replicas' `source`):

@@ -219,6 +219,9 @@ TEST(a_live_pull_follows_every_update_whole) {
     CHECK_STR_EQ(st_value_get(&subs->as.array.items[0], "peer")->as.str.ptr, "beta");
   st_result_free(rep);
 
+  /* info counts both ends. */
+  CHECK_EQ_INT(server_info_int(&ALPHA, "transfers.live_subscribers"), 1);
+  CHECK_EQ_INT(server_info_int(&BETA, "transfers.live_replicas"), 1);
   /* Nobody here writes the replica while it follows. */
   st_args_t *a = st_args_new();
   st_result_t *t = NULL;
@@ -273,6 +276,8 @@ TEST(unsubscribe_keeps_the_last_version) {
     st_result_free(rep);
   }
   CHECK(none);
+  CHECK_EQ_INT(server_info_int(&ALPHA, "transfers.live_subscribers"), 0);
+  CHECK_EQ_INT(server_info_int(&BETA, "transfers.live_replicas"), 0);
   for (int i = 0; i < 5; i++) {
     CHECK_EQ_INT(st_key_begin_update(pubk), ST_OK);
     fill(st_key_result(pubk), (float)(st_key_version(pubk) + 1));
