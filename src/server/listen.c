@@ -341,10 +341,34 @@ static void start_listener(st__server_t *srv, st__listener_t *l) {
   if (srv->nlisteners == 1) srv->spare_fd = spare_open();
 }
 
+/* The name socket `device` of this process is bound under before it is
+ * renamed to `path` (st__listen_open): "<dir>/.st-<pid>-<device>.bind".
+ * Its length, or -1 when path has no directory part. */
+static int bind_name(const char *path, long pid, int device, char *out, size_t cap) {
+  const char *slash = strrchr(path, '/');
+  if (!slash) return -1;
+  return snprintf(out, cap, "%.*s/.st-%ld-%d.bind", (int)(slash - path), path, pid, device);
+}
+
+/* Whether `name` (a socket's bound name) is `path` itself, or the bind
+ * name of socket `device` of some process in path's directory. */
+static int bound_as(const char *name, const char *path, int device) {
+  if (strcmp(name, path) == 0) return 1;
+  const char *slash = strrchr(path, '/');
+  size_t dir = slash ? (size_t)(slash - path) : 0;
+  if (!slash || strncmp(name, path, dir) != 0 || strncmp(name + dir, "/.st-", 5) != 0) return 0;
+  const char *q = name + dir + 5;
+  if (*q < '0' || *q > '9') return 0;
+  while (*q >= '0' && *q <= '9') q++;
+  char tail[32];
+  snprintf(tail, sizeof tail, "-%d.bind", device);
+  return strcmp(q, tail) == 0;
+}
+
 /* Takes fd (owned; closed on failure), a listening socket another
  * server handed over, as l's after checking it is what l's path names:
- * a listening Unix stream socket bound to that path, whose file is still
- * a socket. */
+ * a listening Unix stream socket bound to that path (or bound under its
+ * bind name and renamed there), whose file is still a socket. */
 static int adopt(st__listener_t *l, int fd, char *err, size_t errlen) {
   int type = 0, domain = 0, accepting = 0;
   socklen_t len = sizeof type;
@@ -358,8 +382,9 @@ static int adopt(st__listener_t *l, int fd, char *err, size_t errlen) {
            (len = sizeof accepting, getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len)) == 0 &&
            accepting && getsockname(fd, (struct sockaddr *)&sa, &salen) == 0 &&
            salen > offsetof(struct sockaddr_un, sun_path) &&
-           strncmp(sa.sun_path, l->path, sizeof sa.sun_path) == 0 && lstat(l->path, &st) == 0 &&
-           S_ISSOCK(st.st_mode);
+           (sa.sun_path[sizeof sa.sun_path - 1] = '\0',
+            bound_as(sa.sun_path, l->path, l->device)) &&
+           lstat(l->path, &st) == 0 && S_ISSOCK(st.st_mode);
   if (!ok) {
     close(fd);
     snprintf(err, errlen, "the socket handed over for %s is no listening Unix socket bound there",
@@ -430,10 +455,7 @@ int st__listen_open(st__server_t *srv, int device, char *err, size_t errlen) {
    * file of a socket that does not listen yet (a connect would be
    * refused). A directory too long for that name binds the path itself. */
   char tmp[sizeof l->path];
-  const char *slash = strrchr(l->path, '/');
-  int n = slash ? snprintf(tmp, sizeof tmp, "%.*s/.st-%ld-%d.bind", (int)(slash - l->path),
-                           l->path, (long)getpid(), device)
-                : -1;
+  int n = bind_name(l->path, (long)getpid(), device, tmp, sizeof tmp);
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
   const char *at = n > 0 && (size_t)n < sizeof sa.sun_path ? tmp : l->path;
   if (at == tmp) unlink(tmp);
