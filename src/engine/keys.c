@@ -238,6 +238,7 @@ static st__key_t *key_new(st__keys_t *t, const st__key_put_t *p, st__arena_t *pa
     k->page_arena = page;
     k->page = st__arena_base(page);
     if (!p->page) st__key_page_init(k->page, p->conn);
+    else st__key_page_fence_clear(k->page);   /* a restore: no lend of the old server holds it */
     t->live++;
     k->live_next = t->live_keys;
     if (t->live_keys) t->live_keys->live_prev = k;

@@ -177,6 +177,15 @@ static inline void st__key_page_fence_drop(st__key_page_t *p) {
   if (atomic_fetch_sub(&p->fence, 1) == 1) st__shm_futex_wake(&p->fence);
 }
 
+/* Clears every fence (the server, when no holder can be left: a restored
+ * page, whose lends went with the server before) and wakes an update
+ * that gives way. */
+static inline void st__key_page_fence_clear(st__key_page_t *p) {
+  atomic_store(&p->fence_until, 0);
+  atomic_store(&p->fence, 0);
+  st__shm_futex_wake(&p->fence);
+}
+
 /* A fence for a holder that does not wait: raised and settled at once
  * (1 and *version), or dropped again when an update runs (0). */
 static inline int st__key_page_fence_take(st__key_page_t *p, int64_t until, uint64_t *version) {

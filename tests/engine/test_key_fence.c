@@ -9,6 +9,7 @@
  *     never taken for a version;
  *   - a fence that is never dropped holds an update back until its
  *     deadline only; the update then goes ahead and the check fails;
+ *   - a cleared fence (a restored page) lets a waiting update go at once;
  *   - a replica's page ends its updates under the source's numbers.
  */
 #include <pthread.h>
@@ -179,6 +180,35 @@ TEST(a_fence_raised_during_an_update_holds_the_version_after_it) {
   teardown();
 }
 
+static void *begin_and_end(void *arg) {
+  int *overran = arg;
+  st__key_page_end(page, st__key_page_begin_fenced(page, overran));
+  return NULL;
+}
+
+/* A page restored after a restart keeps no fence of the old server's
+ * lends: the restore clears them (engine/keys.c), and an update waiting
+ * for one goes on at once, not overrun. */
+TEST(a_cleared_fence_lets_a_waiting_update_go) {
+  setup();
+  uint64_t v;
+  st__key_page_fence_raise(page, st__key_page_mono_ns() + 30000000000ll);   /* 30 s */
+  CHECK(st__key_page_fence_settled(page, &v));
+  int overran = -1;
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, begin_and_end, &overran) == 0);
+  stt_sleep_ms(100);
+  CHECK_EQ_INT(atomic_load(&page->seq), 2);   /* still giving way */
+  double t0 = stt_now_ms();
+  st__key_page_fence_clear(page);
+  pthread_join(th, NULL);
+  CHECK(stt_now_ms() - t0 < 5000);
+  CHECK_EQ_INT(overran, 0);
+  CHECK_EQ_INT(atomic_load(&page->seq), 4);
+  CHECK_EQ_INT(atomic_load(&page->fence), 0);
+  teardown();
+}
+
 TEST(a_replica_takes_its_sources_version_numbers) {
   setup();
   uint64_t s = st__key_page_begin(page);
@@ -198,6 +228,7 @@ int main(void) {
   RUN(without_the_fence_copies_tear_and_the_check_says_so);
   RUN(a_fence_never_dropped_holds_an_update_back_until_its_deadline);
   RUN(a_fence_raised_during_an_update_holds_the_version_after_it);
+  RUN(a_cleared_fence_lets_a_waiting_update_go);
   RUN(a_replica_takes_its_sources_version_numbers);
   return stt_summary();
 }
