@@ -210,10 +210,16 @@ static unsigned drop(st__server_t *srv, const char *peer, uint64_t sub) {
 }
 
 /* peer_live_unsubscribe {sub} -> true. */
+/* A request's `sub`, or 0 when absent or not an unsigned integer. */
+static uint64_t sub_of(const msgpack_object *params) {
+  uint64_t v = 0;
+  return st__remote_param_u64(params, "sub", &v) ? v : 0;
+}
+
 static void on_unsubscribe(st__peer_t *p, const st__peer_req_t *req, void *ud) {
   st__server_t *srv = ud;
-  uint64_t sub = 0;
-  if (!st__remote_param_u64(req->params, "sub", &sub) || sub == 0) {
+  uint64_t sub = sub_of(req->params);
+  if (sub == 0) {
     st__peer_reply_error(p, req->ticket, ST_ERR_INVALID_ARGUMENT,
                          "peer_live_unsubscribe needs sub");
     return;
