@@ -244,6 +244,11 @@ int st__keys_take(st__keys_t *t, const st__key_put_t *p, const msgpack_object *v
 int st__keys_take_check(st__keys_t *t, const char *name, size_t len, const st__arena_t *page,
                         const msgpack_object *value, char *err, size_t errlen);
 
+/* Whether `name` is still the live key of control page `page`: neither
+ * deleted nor replaced by another key of that name (a torn key still
+ * is). Loop thread (the table's changes run there). */
+int st__keys_live_page_is(st__keys_t *t, const char *name, const st__arena_t *page);
+
 /* Whether live key k is torn (its publisher left in the middle of an
  * update, and no update completed since): reads the page. */
 int st__keys_torn(const st__key_t *k);

@@ -138,6 +138,12 @@ static const msgpack_sbuffer *value_of(const st__key_t *k) {
   return &k->versions[k->nversions - 1]->result.value;
 }
 
+/* See keys.h. Loop thread. */
+int st__keys_live_page_is(st__keys_t *t, const char *name, const st__arena_t *page) {
+  const st__key_t *k = st__smap_get(&t->by_name, name, strlen(name));
+  return k && k->live && k->page_arena == page;
+}
+
 /* See keys.h. Any thread. */
 int st__keys_take_check(st__keys_t *t, const char *name, size_t len, const st__arena_t *page,
                         const msgpack_object *value, char *err, size_t errlen) {

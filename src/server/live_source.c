@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -73,18 +72,6 @@ static void watch_stop(st__remote_t *rm, st__server_t *srv) {
   }
 }
 
-/* Whether key `name` is still the live key of page `arena`. */
-static int still_live(st__server_t *srv, const char *name, const st__arena_t *arena) {
-  st__who_t who = {.uid = geteuid(), .gid = getegid(), .admin = 1};
-  st__key_t *k = NULL;
-  st__key_version_t *v = NULL;
-  char why[200];
-  int rc = st__keys_get(&srv->keys, name, strlen(name), &who, 0, &k, &v, why, sizeof why);
-  /* A torn key is still the key: its next complete update is announced. */
-  if (rc == ST_ERR_STALE_HANDLE) return 1;
-  return rc == ST_OK && k->live && k->page_arena == arena;
-}
-
 /* The timer: each subscribed page read; new complete versions announced;
  * subscriptions of keys that went away ended. */
 static void on_watch(struct ev_loop *loop, ev_timer *w, int revents) {
@@ -94,7 +81,7 @@ static void on_watch(struct ev_loop *loop, ev_timer *w, int revents) {
   for (st__live_sub_t **pp = &rm->subs; *pp;) {
     st__live_sub_t *s = *pp;
     uint32_t flags = atomic_load(&s->page->flags);
-    if ((flags & ST__KEY_DELETED) || !still_live(srv, s->key, s->page_arena)) {
+    if ((flags & ST__KEY_DELETED) || !st__keys_live_page_is(&srv->keys, s->key, s->page_arena)) {
       ST_LOG_I("peer", "live key '%s' is gone: the subscription of '%s' ends", s->key, s->peer);
       announce(srv, s, 0, 1);
       *pp = s->next;
@@ -227,7 +214,7 @@ static void on_unsubscribe(st__peer_t *p, const st__peer_req_t *req, void *ud) {
   if (drop(srv, req->peer, sub))
     ST_LOG_I("peer", "'%s' ended its live subscription %llu", req->peer,
              (unsigned long long)sub);
-  st__peer_reply(p, req->ticket, "\xc3", 1);   /* true */
+  st__remote_reply_true(p, req->ticket);
 }
 
 /* See live_source.h. */

@@ -24,6 +24,20 @@ void st__remote_ignore_reply(void *ud, const char *peer, int code, const char *m
   (void)ud, (void)peer, (void)code, (void)message, (void)result;
 }
 
+void st__remote_reply_true(st__peer_t *p, st__peer_ticket_t ticket) {
+  st__peer_reply(p, ticket, "\xc3", 1);   /* msgpack true */
+}
+
+double st__remote_transfer_timeout(const st__server_t *srv) {
+  double t = srv->cfg->peer.transfer_timeout_s;
+  return t > 0 ? t : 600.0;
+}
+
+double st__remote_connect_timeout(const st__server_t *srv) {
+  double t = srv->cfg->peer.connect_timeout_s;
+  return t > 0 ? t : 10.0;
+}
+
 void st__remote_pack_begin(msgpack_sbuffer *sb, msgpack_packer *pk, int request) {
   msgpack_sbuffer_init(sb);
   msgpack_packer_init(pk, sb, msgpack_sbuffer_write);

@@ -63,6 +63,15 @@ void st__remote_pack_begin(msgpack_sbuffer *sb, msgpack_packer *pk, int request)
 void st__remote_ignore_reply(void *ud, const char *peer, int code, const char *message,
                              const msgpack_object *result);
 
+/* Answers a peer request `true`. */
+void st__remote_reply_true(st__peer_t *p, st__peer_ticket_t ticket);
+
+/* The seconds a whole transfer may take (peer.transfer_timeout_s; 600
+ * when unset), and a peer request that should be answered at once
+ * (peer.connect_timeout_s; 10 when unset). */
+double st__remote_transfer_timeout(const st__server_t *srv);
+double st__remote_connect_timeout(const st__server_t *srv);
+
 /* A peer request's parameters (nothing a peer sends is trusted): the
  * string `k` of the map, whole and not empty, copied into out[cap]; the
  * unsigned integer `k` in *out. 1, or 0 when absent or not such a value

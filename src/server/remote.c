@@ -161,8 +161,7 @@ static const st__xfer_sup_cbs_t lend_cbs = {lend_opened, lend_progress, lend_don
  * key); ST_OK, or the error with the reason (l is then not opened). */
 static int lend_open(st__lend_t *l, char *err, size_t errlen) {
   st__server_t *srv = l->srv;
-  const st__peer_conf_t *pc = &srv->cfg->peer;
-  double timeout = pc->transfer_timeout_s > 0 ? pc->transfer_timeout_s : 600.0;
+  double timeout = st__remote_transfer_timeout(srv);
   return st__xfer_sup_open(srv->remote->sup, l->engine, ST_XFER_SEND, 2, 0,
                            (uint32_t)(timeout * 1e3), &lend_cbs, l, &l->xfer, err, errlen);
 }
@@ -307,7 +306,7 @@ static void on_xfer_open(st__peer_t *p, const st__peer_req_t *req, void *ud) {
   l->next = rm->lends;
   rm->lends = l;
   if (live) {
-    double timeout = pc->transfer_timeout_s > 0 ? pc->transfer_timeout_s : 600.0;
+    double timeout = st__remote_transfer_timeout(srv);
     st__arena_ref(k->page_arena);
     l->page_arena = k->page_arena;
     l->page = k->page;
@@ -407,7 +406,7 @@ static void on_xfer_abort(st__peer_t *p, const st__peer_req_t *req, void *ud) {
   }
   st__lend_t *l = lend_by_remote(srv->remote, req->peer, remote_xfer);
   if (l) st__xfer_sup_abort(srv->remote->sup, l->xfer, "the receiver aborted the transfer");
-  st__peer_reply(p, req->ticket, "\xc3", 1);   /* true */
+  st__remote_reply_true(p, req->ticket);
 }
 
 /* ------------------------------------------------------------- info */

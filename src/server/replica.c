@@ -96,13 +96,6 @@ static st__replica_t *by_as(const st__server_t *srv, const char *as) {
   return NULL;
 }
 
-/* Whether r's key here is still the live key of r's page (not deleted,
- * not replaced). */
-static int still_ours(const st__replica_t *r) {
-  const st__key_t *k = st__smap_get(&r->srv->keys.by_name, r->as, strlen(r->as));
-  return k && k->live && k->page_arena == r->page_arena;
-}
-
 static void move_next(st__replica_t *r);
 
 /* The transfer is over (landed or failed): the next one, or the end of
@@ -213,7 +206,7 @@ static void xfer_opened(void *ud, uint64_t xfer, const uint8_t *blob, size_t len
   msgpack_pack_bin(&pk, len);
   msgpack_pack_bin_body(&pk, blob, len);
   char err[400];
-  double timeout = srv->cfg->peer.connect_timeout_s > 0 ? srv->cfg->peer.connect_timeout_s : 10.0;
+  double timeout = st__remote_connect_timeout(srv);
   int rc = st__peer_request(srv->peer, r->peer, "peer_xfer_open", sb.data, sb.size, timeout,
                             answered, r, &r->req, err, sizeof err);
   msgpack_sbuffer_destroy(&sb);
@@ -255,7 +248,7 @@ static void move_next(st__replica_t *r) {
   if (r->moving || r->lost || r->closing || r->retrying || !r->subscribed ||
       r->wanted <= r->published)
     return;
-  if (!still_ours(r)) {   /* the replica was deleted here: the subscription ends */
+  if (!st__keys_live_page_is(&srv->keys, r->as, r->page_arena)) {   /* the replica was deleted here: the subscription ends */
     ST_LOG_I("peer", "live replica '%s' was deleted: its subscription to '%s' on '%s' ends",
              r->as, r->key, r->peer);
     st__replica_unsubscribe(srv, r->as, NULL, NULL, NULL, 0);
@@ -266,8 +259,7 @@ static void move_next(st__replica_t *r) {
     r->lost = 1;
     return;
   }
-  const st__peer_conf_t *pc = &srv->cfg->peer;
-  double timeout = pc->transfer_timeout_s > 0 ? pc->transfer_timeout_s : 600.0;
+  double timeout = st__remote_transfer_timeout(srv);
   char err[400];
   int rc = st__xfer_sup_open(rm->sup, r->engine, ST_XFER_RECV, 2, 1, (uint32_t)(timeout * 1e3),
                              &replica_cbs, r, &r->xfer, err, sizeof err);
@@ -362,7 +354,7 @@ int st__replica_start(st__server_t *srv, uint64_t id, const char *peer, const ch
   msgpack_pack_map(&pk, 2);
   st__pack_kv_str(&pk, "key", key);
   st__pack_kv_uint(&pk, "sub", id);
-  double timeout = srv->cfg->peer.connect_timeout_s > 0 ? srv->cfg->peer.connect_timeout_s : 10.0;
+  double timeout = st__remote_connect_timeout(srv);
   int rc = st__peer_request(srv->peer, peer, "peer_live_subscribe", sb.data, sb.size, timeout,
                             subscribed, r, &r->req, err, errlen);
   msgpack_sbuffer_destroy(&sb);
@@ -403,7 +395,7 @@ static void on_version(st__peer_t *p, const st__peer_req_t *req, void *ud) {
     r->wanted = version;
     move_next(r);
   }
-  st__peer_reply(p, req->ticket, "\xc3", 1);   /* true */
+  st__remote_reply_true(p, req->ticket);
 }
 
 /* peer_live_sent {xfer, version, whole} -> true: what a live transfer's
@@ -431,7 +423,7 @@ static void on_sent(st__peer_t *p, const st__peer_req_t *req, void *ud) {
   } else {
     st__pull_live_sent(srv, req->peer, xfer, version, w);
   }
-  st__peer_reply(p, req->ticket, "\xc3", 1);   /* true */
+  st__remote_reply_true(p, req->ticket);
 }
 
 /* See replica.h. */

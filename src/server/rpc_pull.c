@@ -292,7 +292,6 @@ static const st__xfer_sup_cbs_t pull_cbs = {xfer_opened, xfer_progress, xfer_don
 
 static void open_transfer(st__pull_t *p) {
   st__remote_t *rm = p->srv->remote;
-  const st__peer_conf_t *pc = &p->srv->cfg->peer;
   if (p->narenas == 0) {        /* a value with no tensor: nothing to move */
     publish(p);
     return;
@@ -301,7 +300,7 @@ static void open_transfer(st__pull_t *p) {
     fail(p, ST_ERR_CAPABILITY, "pull: this server's transfer helper is not running (see its log)");
     return;
   }
-  double timeout = pc->transfer_timeout_s > 0 ? pc->transfer_timeout_s : 600.0;
+  double timeout = st__remote_transfer_timeout(p->srv);
   char err[400];
   int rc = st__xfer_sup_open(rm->sup, p->engine, ST_XFER_RECV, 2, 1, (uint32_t)(timeout * 1e3),
                              &pull_cbs, p, &p->xfer, err, sizeof err);
@@ -368,7 +367,7 @@ static void xfer_opened(void *ud, uint64_t xfer, const uint8_t *blob, size_t len
   msgpack_pack_bin(&pk, len);
   msgpack_pack_bin_body(&pk, blob, len);
   char err[400];
-  double timeout = srv->cfg->peer.connect_timeout_s > 0 ? srv->cfg->peer.connect_timeout_s : 10.0;
+  double timeout = st__remote_connect_timeout(srv);
   p->sending = 1;   /* from now on the peer may lend: an abort tells it */
   int rc = request(p, "peer_xfer_open", &sb, timeout, xfer_answered, err, sizeof err);
   msgpack_sbuffer_destroy(&sb);
@@ -714,7 +713,7 @@ int st__pull_start(st__server_t *srv, const st__pull_req_t *q, uint64_t *task_id
   st__pack_kv_str(&pk, "key", p->key);
   if (p->version) st__pack_kv_uint(&pk, "version", p->version);
   if (p->live) st__pack_kv_bool(&pk, "live", 1);
-  double timeout = srv->cfg->peer.connect_timeout_s > 0 ? srv->cfg->peer.connect_timeout_s : 10.0;
+  double timeout = st__remote_connect_timeout(srv);
   *task_id = p->id;   /* a failure below ends (and frees) p; the task stands, failed */
   char rerr[400];
   int rc = request(p, "peer_describe", &sb, timeout, described, rerr, sizeof rerr);

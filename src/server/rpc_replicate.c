@@ -147,7 +147,6 @@ static void on_cancel(st__server_t *srv, st__task_t *task) {
  * must be exported (peer.export): a push is a peer's pull. */
 void st__rpc_replicate(st__rpc_req_t *r) {
   st__server_t *srv = r->c->srv;
-  const st__peer_conf_t *pc = &srv->cfg->peer;
   const msgpack_object *key = st__rpc_arg(r, "key"), *to = st__rpc_arg(r, "to");
   const msgpack_object *as = st__rpc_arg(r, "as");
   if (!srv->peer) {
@@ -227,7 +226,7 @@ void st__rpc_replicate(st__rpc_req_t *r) {
   st__pack_kv_uint(&pk, "replicate", id);
   /* Each peer answers when its pull ends: the transfer's limit and a
    * margin for the describe and the allocation. */
-  double timeout = (pc->transfer_timeout_s > 0 ? pc->transfer_timeout_s : 600.0) + 60.0;
+  double timeout = st__remote_transfer_timeout(srv) + 60.0;
   x->left = x->n;
   size_t n = x->n;
   for (size_t i = 0; i < n; i++) {
@@ -298,7 +297,7 @@ static void on_peer_pull_cancel(st__peer_t *p, const st__peer_req_t *req, void *
   uint64_t push = 0;
   if (st__remote_param_u64(req->params, "replicate", &push) && push)
     st__pulls_stop_pushed(srv, req->peer, push);
-  st__peer_reply(p, req->ticket, "\xc3", 1);   /* true */
+  st__remote_reply_true(p, req->ticket);
 }
 
 int st__replicate_methods(st__server_t *srv) {
