@@ -136,3 +136,50 @@ int st__remote_find_exported(st__server_t *srv, const char *name, uint64_t versi
   return ST_OK;
 }
 
+
+int st__remote_ask_send(st__server_t *srv, const char *peer, const char *key, uint64_t version,
+                        uint64_t xfer_id, const char *engine, int live, const uint8_t *blob,
+                        size_t len, st__peer_reply_fn cb, void *ud, uint64_t *req, char *err,
+                        size_t errlen) {
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  st__remote_pack_begin(&sb, &pk, 1);
+  msgpack_pack_map(&pk, live ? 6 : 5);
+  st__pack_kv_str(&pk, "key", key);
+  st__pack_kv_uint(&pk, "version", version);
+  st__pack_kv_uint(&pk, "xfer", xfer_id);
+  st__pack_kv_str(&pk, "engine", engine);
+  if (live) st__pack_kv_bool(&pk, "live", 1);
+  st__pack_cstr(&pk, "blob");
+  msgpack_pack_bin(&pk, len);
+  msgpack_pack_bin_body(&pk, blob, len);
+  int rc = st__peer_request(srv->peer, peer, "peer_xfer_open", sb.data, sb.size,
+                            st__remote_connect_timeout(srv), cb, ud, req, err, errlen);
+  msgpack_sbuffer_destroy(&sb);
+  return rc;
+}
+
+int st__remote_start_receive(st__server_t *srv, const char *peer, int code, const char *message,
+                             const msgpack_object *result, uint64_t xfer,
+                             const st__build_result_t *res, void (*at_start)(void *ud), void *ud,
+                             char *err, size_t errlen) {
+  const msgpack_object *blob = result ? st__map_get(result, "blob") : NULL;
+  if (code != ST_OK) {
+    snprintf(err, errlen, "peer '%s': %s", peer, message ? message : st_strerror(code));
+    return code;
+  }
+  if (!blob || blob->type != MSGPACK_OBJECT_BIN || blob->via.bin.size > 65536) {
+    snprintf(err, errlen, "peer '%s' answered peer_xfer_open without a blob", peer);
+    return ST_ERR_PROTOCOL;
+  }
+  int fds[ST_MAX_FDS_PER_MESSAGE];
+  st__xfer_sup_arena_t arenas[ST_MAX_FDS_PER_MESSAGE];
+  st__arena_desc_t descs[ST_MAX_FDS_PER_MESSAGE];
+  int n = st__remote_arena_fds(res, 0, fds, arenas, descs, err, errlen);
+  if (n < 0) return n;
+  if (at_start) at_start(ud);
+  int rc = st__xfer_sup_start(srv->remote->sup, xfer, (const uint8_t *)blob->via.bin.ptr,
+                              blob->via.bin.size, arenas, (size_t)n, err, errlen);
+  for (int i = 0; i < n; i++) close(fds[i]);
+  return rc;
+}

@@ -94,6 +94,26 @@ int st__remote_arena_fds(const st__build_result_t *res, int readonly, int *fds,
                          struct st__xfer_sup_arena *arenas, st__arena_desc_t *descs, char *err,
                          size_t errlen);
 
+/* Asks peer `peer` to send key `key` (its version `version`; a live key
+ * with `live`) to this server's receive `xfer_id`, opened over `engine`
+ * with blob[0..len) (peer_xfer_open); cb gets the answer with ud, and
+ * *req names the request while it is pending. ST_OK, or the error with
+ * the reason in err (cb is then never called). */
+int st__remote_ask_send(st__server_t *srv, const char *peer, const char *key, uint64_t version,
+                        uint64_t xfer_id, const char *engine, int live, const uint8_t *blob,
+                        size_t len, st__peer_reply_fn cb, void *ud, uint64_t *req, char *err,
+                        size_t errlen);
+
+/* The sender's answer to peer_xfer_open (code, message and result as cb
+ * of st__remote_ask_send gets them) starts the helper's receive `xfer`
+ * into res's arenas (writable descriptors), the sender's blob in hand:
+ * at_start(ud) (may be NULL) runs just before the helper is told. ST_OK,
+ * or the error with the reason in err (the receive is not started). */
+int st__remote_start_receive(st__server_t *srv, const char *peer, int code, const char *message,
+                             const msgpack_object *result, uint64_t xfer,
+                             const st__build_result_t *res, void (*at_start)(void *ud), void *ud,
+                             char *err, size_t errlen);
+
 /* The version `version` (0: the latest) of exported key `name`, for a
  * peer: ST_OK with *key and *v (borrowed), or an error with the reason
  * (AUTH: not exported; the table's NOT_FOUND, STALE_HANDLE). A live key

@@ -152,6 +152,13 @@ static void landed(st__replica_t *r) {
   transfer_over(r);
 }
 
+/* Just before the receive starts: readers wait or retry from here. */
+static void begin_update(void *ud) {
+  st__replica_t *r = ud;
+  r->useq = st__key_page_begin(r->page);
+  r->begun = 1;
+}
+
 /* The peer's answer to peer_xfer_open: the update begins, the receive
  * starts. */
 static void answered(void *ud, const char *peer, int code, const char *message,
@@ -160,32 +167,15 @@ static void answered(void *ud, const char *peer, int code, const char *message,
   st__server_t *srv = r->srv;
   (void)peer;
   r->req = 0;
-  const msgpack_object *blob = result ? st__map_get(result, "blob") : NULL;
   char err[400] = "";
-  int rc = code;
-  if (rc == ST_OK && (!blob || blob->type != MSGPACK_OBJECT_BIN || blob->via.bin.size > 65536)) {
-    rc = ST_ERR_PROTOCOL;
-    snprintf(err, sizeof err, "peer '%s' answered peer_xfer_open without a blob", r->peer);
-  } else if (rc != ST_OK) {
-    snprintf(err, sizeof err, "peer '%s': %s", r->peer, message ? message : st_strerror(rc));
-  }
-  if (rc == ST_OK && (r->closing || r->lost)) {
+  int rc;
+  if (code == ST_OK && (r->closing || r->lost)) {
     rc = ST_ERR_CANCELLED;
     snprintf(err, sizeof err, "%.300s", r->closing ? "unsubscribed" : r->why);
+  } else {
+    rc = st__remote_start_receive(srv, r->peer, code, message, result, r->xfer, &r->res,
+                                  begin_update, r, err, sizeof err);
   }
-  int fds[ST_MAX_FDS_PER_MESSAGE];
-  st__xfer_sup_arena_t arenas[ST_MAX_FDS_PER_MESSAGE];
-  st__arena_desc_t descs[ST_MAX_FDS_PER_MESSAGE];
-  int n = 0;
-  if (rc == ST_OK) n = st__remote_arena_fds(&r->res, 0, fds, arenas, descs, err, sizeof err);
-  if (n < 0) rc = n;
-  if (rc == ST_OK) {
-    r->useq = st__key_page_begin(r->page);   /* readers wait or retry from here */
-    r->begun = 1;
-    rc = st__xfer_sup_start(srv->remote->sup, r->xfer, (const uint8_t *)blob->via.bin.ptr,
-                            blob->via.bin.size, arenas, (size_t)n, err, sizeof err);
-  }
-  for (int i = 0; i < n; i++) close(fds[i]);
   if (rc != ST_OK) st__xfer_sup_abort(srv->remote->sup, r->xfer, err);   /* done ends it */
 }
 
@@ -193,23 +183,9 @@ static void xfer_opened(void *ud, uint64_t xfer, const uint8_t *blob, size_t len
   st__replica_t *r = ud;
   st__server_t *srv = r->srv;
   (void)xfer;
-  msgpack_sbuffer sb;
-  msgpack_packer pk;
-  st__remote_pack_begin(&sb, &pk, 1);
-  msgpack_pack_map(&pk, 6);
-  st__pack_kv_str(&pk, "key", r->key);
-  st__pack_kv_uint(&pk, "version", 0);
-  st__pack_kv_uint(&pk, "xfer", r->xid);
-  st__pack_kv_str(&pk, "engine", r->engine);
-  st__pack_kv_bool(&pk, "live", 1);
-  st__pack_cstr(&pk, "blob");
-  msgpack_pack_bin(&pk, len);
-  msgpack_pack_bin_body(&pk, blob, len);
   char err[400];
-  double timeout = st__remote_connect_timeout(srv);
-  int rc = st__peer_request(srv->peer, r->peer, "peer_xfer_open", sb.data, sb.size, timeout,
-                            answered, r, &r->req, err, sizeof err);
-  msgpack_sbuffer_destroy(&sb);
+  int rc = st__remote_ask_send(srv, r->peer, r->key, 0, r->xid, r->engine, 1, blob, len,
+                               answered, r, &r->req, err, sizeof err);
   if (rc != ST_OK) st__xfer_sup_abort(srv->remote->sup, r->xfer, err);
 }
 

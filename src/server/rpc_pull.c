@@ -320,25 +320,9 @@ static void xfer_answered(void *ud, const char *peer, int code, const char *mess
   (void)peer;
   p->req = 0;
   if (p->cancelled) return;            /* the abort's done ends it */
-  const msgpack_object *blob = result ? st__map_get(result, "blob") : NULL;
   char err[400] = "";
-  int rc = code;
-  if (rc == ST_OK && (!blob || blob->type != MSGPACK_OBJECT_BIN || blob->via.bin.size > 65536)) {
-    rc = ST_ERR_PROTOCOL;
-    snprintf(err, sizeof err, "peer '%s' answered peer_xfer_open without a blob", p->peer);
-  } else if (rc != ST_OK) {
-    snprintf(err, sizeof err, "peer '%s': %s", p->peer, message ? message : st_strerror(rc));
-  }
-  int fds[ST_MAX_FDS_PER_MESSAGE];
-  st__xfer_sup_arena_t arenas[ST_MAX_FDS_PER_MESSAGE];
-  st__arena_desc_t descs[ST_MAX_FDS_PER_MESSAGE];
-  int n = 0;
-  if (rc == ST_OK) n = st__remote_arena_fds(&p->res, 0, fds, arenas, descs, err, sizeof err);
-  if (n < 0) rc = n;
-  if (rc == ST_OK)
-    rc = st__xfer_sup_start(srv->remote->sup, p->xfer, (const uint8_t *)blob->via.bin.ptr,
-                            blob->via.bin.size, arenas, (size_t)n, err, sizeof err);
-  for (int i = 0; i < n; i++) close(fds[i]);
+  int rc = st__remote_start_receive(srv, p->peer, code, message, result, p->xfer, &p->res, NULL,
+                                    NULL, err, sizeof err);
   if (rc != ST_OK) {                    /* xfer_done ends the pull */
     stop(p, rc, err);
     return;
@@ -354,23 +338,10 @@ static void xfer_opened(void *ud, uint64_t xfer, const uint8_t *blob, size_t len
   if (p->cancelled) return;            /* the abort's done ends it */
   ST_LOG_D("peer", "pull %llu: the receive is open; asking '%s' to send",
            (unsigned long long)p->id, p->peer);
-  msgpack_sbuffer sb;
-  msgpack_packer pk;
-  st__remote_pack_begin(&sb, &pk, 1);
-  msgpack_pack_map(&pk, p->live ? 6 : 5);
-  st__pack_kv_str(&pk, "key", p->key);
-  st__pack_kv_uint(&pk, "version", p->version);
-  st__pack_kv_uint(&pk, "xfer", p->id);
-  st__pack_kv_str(&pk, "engine", p->engine);
-  if (p->live) st__pack_kv_bool(&pk, "live", 1);
-  st__pack_cstr(&pk, "blob");
-  msgpack_pack_bin(&pk, len);
-  msgpack_pack_bin_body(&pk, blob, len);
   char err[400];
-  double timeout = st__remote_connect_timeout(srv);
   p->sending = 1;   /* from now on the peer may lend: an abort tells it */
-  int rc = request(p, "peer_xfer_open", &sb, timeout, xfer_answered, err, sizeof err);
-  msgpack_sbuffer_destroy(&sb);
+  int rc = st__remote_ask_send(srv, p->peer, p->key, p->version, p->id, p->engine, p->live, blob,
+                               len, xfer_answered, p, &p->req, err, sizeof err);
   if (rc != ST_OK) stop(p, rc, err);
 }
 
