@@ -3,8 +3,9 @@
  *
  * loop_threads = 1: one loop (srv->loop), run by the thread of
  * st__server_run; no lock. loop_threads = N > 1: loop 0 is srv->loop as
- * before (listeners, signals, completions, the timers of tasks and
- * reloads) and loops 1..N-1 run on threads of their own; the listener
+ * before (listeners, signals, the completions of builds several
+ * connections joined, the timers of tasks and reloads) and loops 1..N-1
+ * run on threads of their own; the listener
  * gives each new connection to one of loops 1..N-1 in turn, and that
  * loop's thread does all of its reads, writes and timers (conn.c).
  *
@@ -27,7 +28,9 @@
  * own thread frees.
  *
  * Loop 0's own timers (task waits) started from another loop's thread
- * wake loop 0 through its `kick`.
+ * wake loop 0 through its `kick`; stopped from another loop's thread (a
+ * task completed on its submitter's loop), they need no wake-up: loop 0
+ * finds the heap changed when it takes the write side after its poll.
  */
 #include <errno.h>
 #include <signal.h>

@@ -56,14 +56,16 @@ void st__build_forget_flight(st__work_t *w, st__build_t *b) {
   b->flight = NULL;
 }
 
-/* The loop that completes b (job.h, `home`): the loop of its one caller's
- * connection, so that the reply is written by the thread that owns it;
- * loop 0 for a task (its timers are loop 0's) or a build several calls
- * joined already. Later joiners on other loops get theirs through their
- * loop's `todo` list, as from loop 0. */
+/* The loop that completes b (job.h, `home`): the loop of its one
+ * consumer's connection (a call's, or the submitter's of a task), so that
+ * the reply (or the answer to a `wait` the submitter sent) is written by
+ * the thread that owns it; loop 0 for a build several consumers joined
+ * already. Other consumers and waiters on other loops get theirs through
+ * their loop's `todo` list; a waiter's timer is loop 0's, stopped under
+ * the write side (loops.c). */
 static int home_of(st__server_t *srv, const st__build_t *b) {
   const st__consumer_t *k = b->consumers;
-  if (!srv->threaded || !k || k->next || k->kind != ST_CONSUMER_CALL) return 0;
+  if (!srv->threaded || !k || k->next) return 0;
   st__conn_t *c = st__conn_find(srv, k->conn_id);
   return c && !c->dead ? c->loop->index : 0;
 }

@@ -342,6 +342,44 @@ TEST(many_clients_on_four_loops_get_their_own_replies) {
   rc_close(&mon);
 }
 
+/* A task completes on its submitter's loop: a `wait` of the submitter, one
+ * of a connection on another loop and one whose timeout (a timer of loop
+ * 0's) ends first are each answered once, rightly, and a waiter whose
+ * timer already fired is not answered again at the completion. */
+TEST(a_task_s_waiters_on_every_loop_get_one_answer) {
+  OPEN_RC(a, S.socket);
+  OPEN_RC(b, S.socket);
+  OPEN_RC(c, S.socket);
+  msg_t m;
+  for (int round = 0; round < 20; round++) {
+    CHECK(rc_rpcf(&a, &m, "[0, 1, 'submit', [{endpoint: 'slow', args: {s: 0.15}}]]") == 1 &&
+          !m.error);
+    long long t = obj_int(obj_get(m.result, "task_id"));
+    msg_free(&m);
+    CHECK(rc_sendf(&c, "[0, 3, 'wait', [{task_id: %lld, timeout: 0.02}]]", t) == 0);
+    CHECK(rc_sendf(&b, "[0, 2, 'wait', [{task_id: %lld, timeout: 20}]]", t) == 0);
+    CHECK(rc_sendf(&a, "[0, 4, 'wait', [{task_id: %lld, timeout: 20}]]", t) == 0);
+    /* c's timer fires first: the task is still running. */
+    CHECK(rc_next(&c, &m, 10000) == 1 && m.id == 3 && !m.error);
+    CHECK(strcmp(obj_str(obj_get(m.result, "status")), "completed") != 0);
+    msg_free(&m);
+    CHECK(rc_next(&b, &m, 10000) == 1 && m.id == 2 && !m.error);
+    CHECK_STR_EQ(obj_str(obj_get(m.result, "status")), "completed");
+    msg_free(&m);
+    CHECK(rc_next(&a, &m, 10000) == 1 && m.id == 4 && !m.error);
+    CHECK_STR_EQ(obj_str(obj_get(m.result, "status")), "completed");
+    msg_free(&m);
+    CHECK(rc_rpcf(&a, &m, "[0, 5, 'result', [{task_id: %lld}]]", t) == 1 && !m.error);
+    CHECK(obj_num(obj_get(m.result, "value")) == 0.15);
+    msg_free(&m);
+    /* Nothing more came to c: its next reply is its ping's. */
+    CHECK(stt_ping(c.fd, 79) == 0);
+  }
+  rc_close(&a);
+  rc_close(&b);
+  rc_close(&c);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   stt_server_setup(&S,
@@ -350,5 +388,6 @@ int main(void) {
                    "pool = { slab_bytes = 65536, max_bytes_per_connection = 262144 },",
                    EPS);
   RUN(many_clients_on_four_loops_get_their_own_replies);
+  RUN(a_task_s_waiters_on_every_loop_get_one_answer);
   return stt_server_finish(&S);
 }
