@@ -237,10 +237,7 @@ static int take_free(st_handoff_t *h) {
   uint32_t start = atomic_fetch_add(&h->hint, 1) % h->chunks;
   for (uint32_t k = 0; k < h->chunks; k++) {
     uint32_t i = (start + k) % h->chunks;
-    _Atomic uint64_t *wp = &h->page->chunk[i].word;
-    uint64_t w = atomic_load(wp);
-    if ((uint32_t)w != 0) continue;
-    if (atomic_compare_exchange_strong(wp, &w, w | ST__HANDOFF_PRODUCER_BIT)) return (int)i;
+    if (st__handoff_take(h->page, i)) return (int)i;
   }
   return -1;
 }
@@ -276,27 +273,13 @@ ST_API int st_handoff_publish(st_handoff_t *h, int chunk, uint64_t bytes, uint64
     return fail(ST_ERR_INVALID_ARGUMENT, "hand-off '%s': %llu bytes do not fit a chunk of %llu",
                 h->name, (unsigned long long)bytes, (unsigned long long)h->chunk_bytes);
   st__handoff_page_t *p = h->page;
-  _Atomic uint64_t *wp = &p->chunk[chunk].word;
-  uint64_t w = atomic_load(wp);
-  if ((uint32_t)w != ST__HANDOFF_PRODUCER_BIT)
+  if ((uint32_t)atomic_load(&p->chunk[chunk].word) != ST__HANDOFF_PRODUCER_BIT)
     return fail(ST_ERR_INVALID_ARGUMENT, "hand-off '%s': chunk %d is not acquired", h->name,
                 chunk);
-  atomic_store(&p->chunk[chunk].bytes, bytes);
-  uint32_t s = atomic_fetch_add(&p->next_seq, 1) + 1;
-  if (s == 0) s = atomic_fetch_add(&p->next_seq, 1) + 1;   /* 0 means "never" */
-  uint32_t expected = atomic_load(&p->expected);
-  uint64_t nw = (uint64_t)s << 32 | expected;
-  if (!atomic_compare_exchange_strong(wp, &w, nw))
+  uint32_t s = st__handoff_next_seq(p);
+  if (st__handoff_publish_as(p, (uint32_t)chunk, bytes, s) != 0)
     return fail(ST_ERR_INVALID_ARGUMENT, "hand-off '%s': chunk %d changed while publishing",
                 h->name, chunk);
-  /* A consumer that left between the load of `expected` and the swap was
-   * swept before the swap landed: clear its bit here (see
-   * engine/handoff.c, sweep_slot). */
-  uint32_t left = expected & ~atomic_load(&p->expected);
-  int freed = expected == 0;
-  if (left) st__handoff_clear(p, (uint32_t)chunk, left, s, 0, &freed);
-  if (freed) st__shm_notify(&p->free_futex, &p->free_waiters);
-  st__shm_notify(&p->pub_futex, &p->pub_waiters);
   if (seq) *seq = s;
   return ST_OK;
 }
@@ -306,13 +289,9 @@ ST_API int st_handoff_cancel(st_handoff_t *h, int chunk) {
   int rc = producer_only(h, "cancel chunks");
   if (rc == ST_OK) rc = chunk_ok(h, chunk);
   if (rc != ST_OK) return rc;
-  _Atomic uint64_t *wp = &h->page->chunk[chunk].word;
-  uint64_t w = atomic_load(wp);
-  if ((uint32_t)w != ST__HANDOFF_PRODUCER_BIT ||
-      !atomic_compare_exchange_strong(wp, &w, w & ~(uint64_t)ST__HANDOFF_MASK))
+  if (!st__handoff_untake(h->page, (uint32_t)chunk))
     return fail(ST_ERR_INVALID_ARGUMENT, "hand-off '%s': chunk %d is not acquired", h->name,
                 chunk);
-  st__shm_notify(&h->page->free_futex, &h->page->free_waiters);
   return ST_OK;
 }
 

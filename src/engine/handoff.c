@@ -88,7 +88,7 @@ static int detach(st__handoffs_t *t, st__handoff_t *h, uint64_t conn) {
 
 static int check_spec(const st__handoffs_t *t, const st__handoff_spec_t *s, uint64_t conn,
                       char *err, size_t errlen) {
-  int rc = st__named_check("hand-off", s->name, s->name_len, err, errlen);
+  int rc = s->mirror ? ST_OK : st__named_check("hand-off", s->name, s->name_len, err, errlen);
   if (rc != ST_OK) return rc;
   if (s->chunk_bytes == 0 || s->chunk_bytes > MAX_CHUNK_BYTES)
     return st__fail(ST_ERR_INVALID_ARGUMENT, err, errlen,
@@ -149,6 +149,7 @@ int st__handoff_create(st__handoffs_t *t, const st__handoff_spec_t *s, uint64_t 
   h->page = h->named.page;
   page_init(h);
   h->producer = conn;
+  h->serial = ++t->serials;
   st__named_add(&t->list, &h->named);
   *out = h;
   return ST_OK;
@@ -219,6 +220,19 @@ int st__handoff_delete(st__handoffs_t *t, const char *name, size_t name_len,
   st__shm_notify(&h->page->free_futex, &h->page->free_waiters);
   destroy(t, h);
   return ST_OK;
+}
+
+/* See handoff.h. Loop thread. */
+st__handoff_t *st__handoff_find(const st__handoffs_t *t, const char *name, uint64_t serial) {
+  st__handoff_t *h = (st__handoff_t *)st__named_find(&t->list, name, strlen(name));
+  return h && (!serial || h->serial == serial) ? h : NULL;
+}
+
+/* See handoff.h. */
+int st__handoff_has_consumers(const st__handoff_t *h) {
+  for (uint32_t i = 0; i < h->consumers; i++)
+    if (h->slots[i]) return 1;
+  return 0;
 }
 
 /* See handoff.h. Loop thread. */

@@ -40,10 +40,13 @@ typedef struct st__handoff {
   uint64_t producer;            /* connection id; 0 once it left          */
   uint64_t slots[ST__HANDOFF_MAX_CONSUMERS];   /* connection ids; 0: free */
   uint32_t used;                /* bits of the slots opened at least once  */
+  uint64_t serial;              /* unique in the table's life: a name that
+                                   comes back names another hand-off      */
 } st__handoff_t;
 
 typedef struct st__handoffs {
   st__named_list_t list;
+  uint64_t serials;
 } st__handoffs_t;
 
 /* What handoff_create asks for. */
@@ -58,6 +61,9 @@ typedef struct st__handoff_spec {
   int max_per_connection;       /* limits.max_handoffs_per_connection      */
   const st__grant_t *readers;   /* may be NULL: uids and gids that may open
                                    it as consumers                          */
+  int mirror;                   /* a server's mirror of a peer's hand-off
+                                   (server/handoff_mirror.c): the name is
+                                   "name@peer", made by the server         */
 } st__handoff_spec_t;
 
 /* Creates hand-off s->name for connection `conn` (the producer) of uid
@@ -96,6 +102,13 @@ int st__handoff_close(st__handoffs_t *t, const char *name, size_t name_len, uint
  * AUTH. Loop thread. */
 int st__handoff_delete(st__handoffs_t *t, const char *name, size_t name_len,
                        const st__who_t *who, int force, char *err, size_t errlen);
+
+/* Hand-off `name` when it is still the one of `serial` (0: any), else
+ * NULL. No access check: for the server's own use. Loop thread. */
+st__handoff_t *st__handoff_find(const st__handoffs_t *t, const char *name, uint64_t serial);
+
+/* Whether any consumer slot of h is open. */
+int st__handoff_has_consumers(const st__handoff_t *h);
 
 /* Hand-offs connection `conn` uses (as producer or consumer): what
  * limits.max_handoffs_per_connection counts. Loop thread. */

@@ -102,4 +102,55 @@ static inline int st__handoff_clear(st__handoff_page_t *p, uint32_t i, uint32_t 
   }
 }
 
+/* The next sequence number a publish hands out (never 0: "never"). */
+static inline uint32_t st__handoff_next_seq(st__handoff_page_t *p) {
+  uint32_t s = atomic_fetch_add(&p->next_seq, 1) + 1;
+  if (s == 0) s = atomic_fetch_add(&p->next_seq, 1) + 1;
+  return s;
+}
+
+/* Publishes chunk i, which the producer holds (its low word is the
+ * producer bit), as sequence `tag` with `bytes`: the pending bits become
+ * `expected`, and the waiters are woken. A consumer that left between
+ * the load of `expected` and the swap was swept before the swap landed:
+ * its bit is cleared here (engine/handoff.c, sweep_slot). 0, or -1 when
+ * the chunk is not held (nothing changed). The producer's library
+ * (tag: st__handoff_next_seq) and a server's mirror of a peer's hand-off
+ * (tag: the peer's sequence number) both publish through it. */
+static inline int st__handoff_publish_as(st__handoff_page_t *p, uint32_t i, uint64_t bytes,
+                                         uint32_t tag) {
+  _Atomic uint64_t *wp = &p->chunk[i].word;
+  uint64_t w = atomic_load(wp);
+  if ((uint32_t)w != ST__HANDOFF_PRODUCER_BIT) return -1;
+  atomic_store(&p->chunk[i].bytes, bytes);
+  uint32_t expected = atomic_load(&p->expected);
+  if (!atomic_compare_exchange_strong(wp, &w, (uint64_t)tag << 32 | expected)) return -1;
+  uint32_t left = expected & ~atomic_load(&p->expected);
+  int freed = expected == 0;
+  if (left) st__handoff_clear(p, i, left, tag, 0, &freed);
+  if (freed) st__shm_notify(&p->free_futex, &p->free_waiters);
+  st__shm_notify(&p->pub_futex, &p->pub_waiters);
+  return 0;
+}
+
+/* Takes chunk i for the producer when it is free (low word 0): 1, else
+ * 0. */
+static inline int st__handoff_take(st__handoff_page_t *p, uint32_t i) {
+  _Atomic uint64_t *wp = &p->chunk[i].word;
+  uint64_t w = atomic_load(wp);
+  return (uint32_t)w == 0 && atomic_compare_exchange_strong(wp, &w, w | ST__HANDOFF_PRODUCER_BIT);
+}
+
+/* Gives back chunk i that the producer holds and did not publish: 1, or
+ * 0 when it was not held. */
+static inline int st__handoff_untake(st__handoff_page_t *p, uint32_t i) {
+  _Atomic uint64_t *wp = &p->chunk[i].word;
+  uint64_t w = atomic_load(wp);
+  if ((uint32_t)w != ST__HANDOFF_PRODUCER_BIT ||
+      !atomic_compare_exchange_strong(wp, &w, w & ~(uint64_t)ST__HANDOFF_MASK))
+    return 0;
+  st__shm_notify(&p->free_futex, &p->free_waiters);
+  return 1;
+}
+
 #endif

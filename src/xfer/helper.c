@@ -39,7 +39,9 @@
 
 typedef struct harena {
   void *addr;              /* CPU mapping (or the staging copy), or NULL */
-  uint64_t bytes;
+  uint64_t bytes;          /* of the mapping (a staging copy: the window's) */
+  uint64_t off, len;       /* the window that moves: [off, off + len) of
+                              the arena (a staging copy holds just it)    */
   int cuda;
   st__cuda_mapping_t m;    /* CUDA mapping                              */
   int staged;              /* a CUDA arena moved by an engine of CPU
@@ -290,6 +292,17 @@ static int map_arena(tx_t *t, const msgpack_object *d, int fd, harena_t *a, size
              (unsigned long long)bytes);
     return ST_ERR_INVALID_ARGUMENT;
   }
+  /* A window: only [off, off + len) moves (the whole arena without one). */
+  uint64_t off = 0, len = 0;
+  int has_off = st__xfer_get_uint(d, "off", &off, err, errlen) == ST_OK;
+  int has_len = st__xfer_get_uint(d, "len", &len, err, errlen) == ST_OK;
+  if (has_off != has_len || (has_len && (len == 0 || off > bytes || len > bytes - off))) {
+    snprintf(err, errlen, "arena %zu: the window [%llu, +%llu) is not inside its %llu bytes",
+             idx, (unsigned long long)off, (unsigned long long)len, (unsigned long long)bytes);
+    return ST_ERR_INVALID_ARGUMENT;
+  }
+  a->off = off;
+  a->len = has_len ? len : bytes;
   if (t->eng->memory == ST_XFER_MEM_CUDA && !cuda) {
     snprintf(err, errlen, "arena %zu: the %s engine moves CUDA memory, not CPU", idx,
              t->eng->name);
@@ -319,14 +332,16 @@ static int map_arena(tx_t *t, const msgpack_object *d, int fd, harena_t *a, size
     if (rc != ST_OK) return rc;
     a->cuda = 1;
     if (t->eng->memory == ST_XFER_MEM_CUDA) return ST_OK;
-    /* An engine of CPU memory: it moves a host copy of the arena. */
-    void *h = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    /* An engine of CPU memory: it moves a host copy of the window. */
+    void *h = mmap(NULL, (size_t)a->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                   0);
     if (h == MAP_FAILED) {
       snprintf(err, errlen, "arena %zu: no host memory to stage %llu bytes of CUDA memory: %s",
-               idx, (unsigned long long)bytes, strerror(errno));
+               idx, (unsigned long long)a->len, strerror(errno));
       return ST_ERR_OUT_OF_MEMORY;
     }
     a->addr = h;
+    a->bytes = a->len;
     a->staged = 1;
     return ST_OK;
   }
@@ -366,10 +381,10 @@ static int copy_staged(tx_t *t, int to_host, char *err, size_t errlen) {
     harena_t *a = &t->arenas[i];
     if (!a->staged) continue;
     char why[256];
-    int rc = to_host ? st__cuda_copy_to_host(a->addr, a->m.dptr, a->bytes, a->m.ordinal, why,
-                                             sizeof why)
-                     : st__cuda_copy_to_device(a->m.dptr, a->addr, a->bytes, a->m.ordinal, why,
-                                               sizeof why);
+    int rc = to_host ? st__cuda_copy_to_host(a->addr, a->m.dptr + a->off, a->len, a->m.ordinal,
+                                             why, sizeof why)
+                     : st__cuda_copy_to_device(a->m.dptr + a->off, a->addr, a->len, a->m.ordinal,
+                                               why, sizeof why);
     if (rc != ST_OK) {
       snprintf(err, errlen, "arena %zu: staging %llu bytes %s cuda:%d: %s", i,
                (unsigned long long)a->bytes, to_host ? "from" : "to", a->m.ordinal, why);
@@ -425,7 +440,7 @@ static void on_arenas(const msgpack_object *params, const int *fds, size_t nfds,
     memset(a, 0, sizeof *a);
     rc = map_arena(t, &list->via.array.ptr[i], fds[i], a, t->n, err, sizeof err);
     if (rc != ST_OK) goto bad;
-    t->total += a->bytes;
+    t->total += a->len;
     t->n++;
   }
   if (!start) return;
@@ -446,8 +461,10 @@ static void on_arenas(const msgpack_object *params, const int *fds, size_t nfds,
   for (size_t i = 0; i < t->n; i++) {
     const harena_t *a = &t->arenas[i];
     int on_device = a->cuda && !a->staged;
-    ea[i].bytes = a->bytes;
-    ea[i].addr = on_device ? (void *)(uintptr_t)a->m.dptr : a->addr;
+    /* A staging copy holds the window alone; a mapping the whole arena. */
+    uint64_t at = a->staged ? 0 : a->off;
+    ea[i].bytes = a->len;
+    ea[i].addr = on_device ? (void *)(uintptr_t)(a->m.dptr + at) : (uint8_t *)a->addr + at;
     ea[i].device = on_device ? a->m.ordinal : -1;
   }
   rc = t->role == ST_XFER_SEND ? copy_staged(t, 1, err, sizeof err) : ST_OK;

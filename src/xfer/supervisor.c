@@ -636,10 +636,15 @@ int st__xfer_sup_start(st__xfer_sup_t *s, uint64_t xfer, const uint8_t *peer, si
     st__pack_cstr(&pk, "arenas");
     msgpack_pack_array(&pk, cnt);
     for (size_t i = first; i < first + cnt; i++) {
-      msgpack_pack_map(&pk, arenas[i].cuda ? 3 : 2);
+      int window = arenas[i].len > 0;
+      msgpack_pack_map(&pk, 2 + (arenas[i].cuda ? 1 : 0) + (window ? 2 : 0));
       st__pack_kv_uint(&pk, "bytes", arenas[i].bytes);
       st__pack_kv_bool(&pk, "cuda", arenas[i].cuda);
       if (arenas[i].cuda) st__pack_kv_str(&pk, "uuid", arenas[i].uuid ? arenas[i].uuid : "");
+      if (window) {
+        st__pack_kv_uint(&pk, "off", arenas[i].off);
+        st__pack_kv_uint(&pk, "len", arenas[i].len);
+      }
     }
     recs[k] = rec_new(&sb, xfer);
     if (!recs[k]) {

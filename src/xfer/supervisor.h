@@ -63,6 +63,9 @@ typedef struct st__xfer_sup_arena {
                                against the descriptor)                    */
   int cuda;                 /* 1: an exported VMM allocation              */
   const char *uuid;         /* CUDA: the device's "GPU-..." UUID          */
+  uint64_t off, len;        /* len > 0: only the window [off, off + len)
+                               of the arena moves (a hand-off's chunk);
+                               0: all of it                               */
 } st__xfer_sup_arena_t;
 
 /* What st__xfer_sup_probe answers: one row per engine of engines.c. */

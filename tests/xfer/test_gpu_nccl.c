@@ -68,8 +68,8 @@ TEST(nccl_send_recv_every_byte) {
   CHECK_EQ_INT(s.blob_len, 5 + ST_NCCL_UNIQUE_ID_BYTES);
   st__xfer_sup_arena_t sa[3], ra[3];
   for (int i = 0; i < 3; i++) {
-    sa[i] = (st__xfer_sup_arena_t){src[i].fd, src[i].size, 1, src[i].uuid};
-    ra[i] = (st__xfer_sup_arena_t){dst[i].fd, dst[i].size, 1, dst[i].uuid};
+    sa[i] = (st__xfer_sup_arena_t){.fd = src[i].fd, .bytes = src[i].size, .cuda = 1, .uuid = src[i].uuid};
+    ra[i] = (st__xfer_sup_arena_t){.fd = dst[i].fd, .bytes = dst[i].size, .cuda = 1, .uuid = dst[i].uuid};
   }
   CHECK_ERR_MSG(st__xfer_sup_start(b, xr, s.blob, s.blob_len, ra, 3, err, sizeof err), ST_OK, err);
   CHECK_ERR_MSG(st__xfer_sup_start(a, xs, r.blob, r.blob_len, sa, 3, err, sizeof err), ST_OK, err);

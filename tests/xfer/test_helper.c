@@ -143,6 +143,52 @@ TEST(ucx_three_arenas_every_byte) {
   st__xfer_sup_free(b);
 }
 
+/* Windows of one arena (a hand-off's chunks): three windows of the
+ * sender's arena land in three other windows of the receiver's, and not
+ * one byte outside them changes; a window past its arena is refused. */
+TEST(ucx_windows_move_only_their_bytes) {
+  st__xfer_sup_t *a = sup_new(NULL), *b = sup_new(NULL);
+  const uint64_t bytes = 8u << 20;
+  arena_t src = arena_new(bytes, 5), dst = arena_new(bytes, 0);
+  const uint64_t soff[3] = {0, 3u << 20, 7u << 20}, doff[3] = {5u << 20, 4096, 2u << 20};
+  const uint64_t len[3] = {4096, (1u << 20) + 7, 1};
+  side_t s = {0}, r = {0};
+  char err[256];
+  uint64_t xs, xr;
+  CHECK_ERR(st__xfer_sup_open(a, "ucx", ST_XFER_SEND, 2, 0, 60000, &cbs, &s, &xs, err, sizeof err), ST_OK);
+  CHECK_ERR(st__xfer_sup_open(b, "ucx", ST_XFER_RECV, 2, 1, 60000, &cbs, &r, &xr, err, sizeof err), ST_OK);
+  CHECK(wait_for(&s.opened) && wait_for(&r.opened));
+  st__xfer_sup_arena_t sa[3], ra[3];
+  for (int i = 0; i < 3; i++) {
+    sa[i] = (st__xfer_sup_arena_t){.fd = src.fd, .bytes = bytes, .off = soff[i], .len = len[i]};
+    ra[i] = (st__xfer_sup_arena_t){.fd = dst.fd, .bytes = bytes, .off = doff[i], .len = len[i]};
+  }
+  CHECK_ERR(st__xfer_sup_start(b, xr, s.blob, s.blob_len, ra, 3, err, sizeof err), ST_OK);
+  CHECK_ERR(st__xfer_sup_start(a, xs, r.blob, r.blob_len, sa, 3, err, sizeof err), ST_OK);
+  CHECK(wait_for(&s.done) && wait_for(&r.done));
+  if (!s.ok || !r.ok) fprintf(stderr, "sender: %s\nreceiver: %s\n", s.error, r.error);
+  CHECK(s.ok && r.ok);
+  CHECK_EQ_INT(r.bytes, len[0] + len[1] + len[2]);
+  uint8_t *want = calloc(1, bytes);
+  CHECK(want != NULL);
+  for (int i = 0; i < 3; i++) memcpy(want + doff[i], src.p + soff[i], len[i]);
+  CHECK(memcmp(want, dst.p, bytes) == 0);
+  free(want);
+  /* A window that reaches past the arena: the receiver refuses it. */
+  memset(&r, 0, sizeof r);
+  CHECK_ERR(st__xfer_sup_open(b, "ucx", ST_XFER_RECV, 2, 1, 60000, &cbs, &r, &xr, err, sizeof err), ST_OK);
+  CHECK(wait_for(&r.opened));
+  ra[0] = (st__xfer_sup_arena_t){.fd = dst.fd, .bytes = bytes, .off = bytes - 10, .len = 11};
+  CHECK_ERR(st__xfer_sup_start(b, xr, r.blob, r.blob_len, ra, 1, err, sizeof err), ST_OK);
+  CHECK(wait_for(&r.done));
+  CHECK(!r.ok);
+  CHECK_CONTAINS(r.error, "is not inside its");
+  arena_free(&src);
+  arena_free(&dst);
+  st__xfer_sup_free(a);
+  st__xfer_sup_free(b);
+}
+
 /* Runs the loop until a second helper of s runs. */
 static int restarted_flag(st__xfer_sup_t *s) {
   double end = st__now_mono() + 60;
@@ -405,6 +451,7 @@ int main(void) {
   require_ucx();
   RUN(size_claim_beyond_descriptor_refused);
   RUN(ucx_three_arenas_every_byte);
+  RUN(ucx_windows_move_only_their_bytes);
   RUN(abort_ends_both_sides);
   RUN(sender_helper_killed_then_restarted);
   return stt_summary();
