@@ -51,6 +51,13 @@ typedef struct st__remote {
   int watch_on;
   struct st__replica *replicas;   /* replica.c: our replicas of peers' keys */
   uint64_t next_xfer;         /* replica.c: ids of its transfers           */
+  struct st__hsrc *hsrcs;     /* handoff_source.c: peers following our hand-offs */
+  struct st__hsend *hsends;   /* handoff_source.c: chunks lent to the helper */
+  ev_timer hwatch;            /* handoff_source.c: reads their pages       */
+  int hwatch_on;
+  struct st__mirror *mirrors; /* handoff_mirror.c: our mirrors of peers' hand-offs */
+  ev_timer mcheck;            /* handoff_mirror.c: mirrors left without consumers */
+  int mcheck_on;
 } st__remote_t;
 
 /* A fresh buffer and its packer for a peer message; `request`: the

@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "engine/keys.h"
 #include "peer/peer.h"
+#include "server/handoff_link.h"
 #include "server/live_source.h"
 #include "server/peering.h"
 #include "server/replica.h"
@@ -497,6 +498,8 @@ static void on_state(void *ud, const char *peer, st__peer_state_t state, const c
   st__pulls_fail(srv, peer, ST_ERR_IO, m);
   st__live_source_peer_down(srv, peer);
   st__replicas_lost(srv, peer, m);
+  st__hsrc_peer_down(srv, peer, 0);
+  st__mirrors_lost(srv, peer, m);
 }
 
 int st__remote_start(st__server_t *srv, char *err, size_t errlen) {
@@ -538,7 +541,8 @@ int st__remote_start(st__server_t *srv, char *err, size_t errlen) {
       st__peer_method_add(srv->peer, "peer_xfer_open", on_xfer_open, srv) != ST_OK ||
       st__peer_method_add(srv->peer, "peer_xfer_abort", on_xfer_abort, srv) != ST_OK ||
       st__replicate_methods(srv) != ST_OK || st__live_source_methods(srv) != ST_OK ||
-      st__replica_methods(srv) != ST_OK) {
+      st__replica_methods(srv) != ST_OK || st__hsrc_methods(srv) != ST_OK ||
+      st__mirror_methods(srv) != ST_OK) {
     snprintf(err, errlen, "the peer methods could not be added");
     return ST_ERR_INTERNAL;
   }
@@ -551,6 +555,7 @@ void st__remote_stop(st__server_t *srv) {
     st__pulls_fail(srv, NULL, ST_ERR_SHUTTING_DOWN, "the server is stopping");
     if (srv->peer) st__live_source_stop(srv);
     st__replicas_lost(srv, NULL, "the server is stopping");
+    st__mirrors_lost(srv, NULL, "the server is stopping");
   }
   st__peer_stop(srv->peer);
   srv->peer = NULL;
@@ -563,6 +568,8 @@ void st__remote_stop(st__server_t *srv) {
     lend_free(l);
   }
   st__replicas_free(srv);
+  st__hsrc_peer_down(srv, NULL, 1);
+  st__mirrors_free(srv);
   free(rm);
   srv->remote = NULL;
 }

@@ -211,6 +211,10 @@ void st__rpc_invalidate_endpoint(st__rpc_req_t *r);
 
 /* rpc_handoff.c */
 void st__rpc_handoff_create(st__rpc_req_t *r);
+/* Answers request `id` of c with hand-off h ({value, arenas}: the data
+ * and the page), as its producer (slot -1) or the consumer of `slot`. */
+struct st__handoff;
+void st__handoff_reply(st__conn_t *c, uint32_t id, const struct st__handoff *h, int slot);
 void st__rpc_handoff_open(st__rpc_req_t *r);
 void st__rpc_handoff_close(st__rpc_req_t *r);
 void st__rpc_handoff_delete(st__rpc_req_t *r);

@@ -6,6 +6,7 @@
 
 #include "engine/handoff.h"
 #include "engine/result.h"
+#include "server/handoff_link.h"
 #include "server/holdings.h"
 #include "server/rpc.h"
 #include "server/work.h"
@@ -25,12 +26,12 @@ static void pack_u8_tensor(msgpack_packer *pk, uint32_t arena, uint64_t bytes) {
   st__pack_tensor(pk, &t);
 }
 
-/* {name, role, slot, device, chunks, chunk_bytes, stride, consumers, data,
+/* See rpc.h. {name, role, slot, device, chunks, chunk_bytes, stride, consumers, data,
  * page} with the data arena and the page, one descriptor each. Every
  * role writes the page; only the producer writes the data, which a
  * consumer (slot >= 0) gets read-only: a uid granted read cannot write
  * the creator's chunks. */
-static void reply_handoff(st__rpc_req_t *r, st__handoff_t *h, int slot) {
+void st__handoff_reply(st__conn_t *c, uint32_t id, const st__handoff_t *h, int slot) {
   st__build_result_t res;
   st__build_result_init(&res);
   st__arena_t *arenas[2] = {h->named.data, h->named.page_arena};
@@ -56,7 +57,7 @@ static void reply_handoff(st__rpc_req_t *r, st__handoff_t *h, int slot) {
   pack_u8_tensor(&pk, 1, h->named.page_bytes);
   const unsigned char readonly[2] = {slot >= 0, 0};
   st__reply_more_t more = {.readonly_each = readonly};
-  st__reply_more(r->c, r->id, r->method->name, &res, &more);
+  st__reply_more(c, id, slot < 0 ? "handoff_create" : "handoff_open", &res, &more);
   /* The references are the table's: nothing to drop. */
   msgpack_sbuffer_destroy(&res.value);
 }
@@ -91,7 +92,7 @@ void st__rpc_handoff_create(st__rpc_req_t *r) {
     st__rpc_error(r, rc, "handoff_create: %s", err);
     return;
   }
-  reply_handoff(r, h, -1);
+  st__handoff_reply(c, r->id, h, -1);
 }
 
 /* handoff_open {name}. */
@@ -101,6 +102,16 @@ void st__rpc_handoff_open(st__rpc_req_t *r) {
   char err[400];
   st__handoff_t *h = NULL;
   uint32_t slot;
+  /* name@peer: the peer's hand-off, mirrored here (handoff_link.h). */
+  if (memchr(name->via.str.ptr, '@', name->via.str.size)) {
+    st__mirror_open(r, name->via.str.ptr, name->via.str.size);
+    return;
+  }
+  if (st__rpc_arg(r, "consumers") || st__rpc_arg(r, "device")) {
+    st__rpc_error(r, ST_ERR_INVALID_ARGUMENT, "handoff_open: 'consumers' and 'device' are for "
+                  "a peer's hand-off (name@peer); a hand-off here has them from its create");
+    return;
+  }
   st__who_t who;
   st__rpc_who(r, &who);
   int rc = st__handoff_open(handoffs_of(c->srv), name->via.str.ptr, name->via.str.size, c->id,
@@ -110,7 +121,7 @@ void st__rpc_handoff_open(st__rpc_req_t *r) {
     st__rpc_error(r, rc, "handoff_open: %s", err);
     return;
   }
-  reply_handoff(r, h, (int)slot);
+  st__handoff_reply(c, r->id, h, (int)slot);
 }
 
 /* handoff_close {name} -> true. */
@@ -121,6 +132,7 @@ void st__rpc_handoff_close(st__rpc_req_t *r) {
                              r->c->id, err, sizeof err);
   if (rc != ST_OK) st__rpc_error(r, rc, "handoff_close: %s", err);
   else st__reply_true(r->c, r->id);
+  st__mirrors_check(r->c->srv);
 }
 
 /* handoff_delete {name, force?} -> true (force: root and the server's
@@ -138,7 +150,10 @@ void st__rpc_handoff_delete(st__rpc_req_t *r) {
 
 /* ------------------------------------------------------------- holdings */
 
-static void handoffs_release(st__server_t *srv, st__conn_t *c) { st__handoff_conn_closed(handoffs_of(srv), c->id); }
+static void handoffs_release(st__server_t *srv, st__conn_t *c) {
+  st__handoff_conn_closed(handoffs_of(srv), c->id);
+  st__mirrors_check(srv);
+}
 
 static void handoffs_count(st__server_t *srv, const st__conn_t *c, st__holding_count_t *n) {
   n->items = (uint64_t)st__handoff_conn_count(handoffs_of(srv), c->id);
