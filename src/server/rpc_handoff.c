@@ -146,6 +146,7 @@ void st__rpc_handoff_delete(st__rpc_req_t *r) {
                               &who, st__rpc_bool(r, "force", 0), err, sizeof err);
   if (rc != ST_OK) st__rpc_error(r, rc, "handoff_delete: %s", err);
   else st__reply_true(r->c, r->id);
+  st__mirrors_check(r->c->srv);   /* a mirror deleted: its subscription ends */
 }
 
 /* ------------------------------------------------------------- holdings */

@@ -8,7 +8,7 @@
  *     requests the chunks are recycled on both servers, and the producer
  *     is held back until beta's consumer acknowledged (backpressure);
  *   - names and refusals: not exported, not a peer, malformed, a slot
- *     count exhausted;
+ *     count exhausted; a mirror deleted on beta lets alpha's producer go;
  *   - beta's consumer SIGKILLed mid-request changes nothing for alpha's
  *     own consumer: the producer goes on past its chunk count, and the
  *     hand-off can be opened from beta again;
@@ -139,6 +139,16 @@ TEST(names_and_refusals) {
   CHECK_EQ_INT(st_handoff_close(h), ST_OK);
   CHECK_EQ_INT(st_handoff_close(q), ST_OK);
   CHECK_EQ_INT(st_handoff_close(p), ST_OK);
+  /* A mirror deleted on beta ends its subscription: alpha's producer then
+   * publishes past its chunk count with nobody following. */
+  CHECK_EQ_INT(st_handoff_create(pc, "kv5", "cpu", 4096, 2, 1, &q), ST_OK);
+  CHECK_ERR_MSG(st_handoff_open(b, "kv5@alpha", &h), ST_OK, st_client_error(b));
+  CHECK_ERR_MSG(st_handoff_delete(b, "kv5@alpha"), ST_OK, st_client_error(b));
+  for (int r = 0; r < 6; r++)
+    CHECK_ERR_MSG(produce(q, 10000, 10, (uint64_t)r, &chunk, &seq, &sum), ST_OK,
+                  st_handoff_error(q));
+  st_handoff_close(h);
+  CHECK_EQ_INT(st_handoff_close(q), ST_OK);
   st_client_close(b);
 }
 
