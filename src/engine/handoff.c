@@ -72,8 +72,7 @@ static int detach(st__handoffs_t *t, st__handoff_t *h, uint64_t conn) {
   int was = 0;
   if (h->producer == conn) {
     h->producer = 0;
-    atomic_fetch_or(&h->page->flags, ST__HANDOFF_PRODUCER_GONE);
-    st__shm_notify(&h->page->pub_futex, &h->page->pub_waiters);
+    st__handoff_producer_gone(h);
     was = 1;
   }
   for (uint32_t i = 0; i < h->consumers; i++) {
@@ -226,6 +225,12 @@ int st__handoff_delete(st__handoffs_t *t, const char *name, size_t name_len,
 st__handoff_t *st__handoff_find(const st__handoffs_t *t, const char *name, uint64_t serial) {
   st__handoff_t *h = (st__handoff_t *)st__named_find(&t->list, name, strlen(name));
   return h && (!serial || h->serial == serial) ? h : NULL;
+}
+
+/* See handoff.h. */
+void st__handoff_producer_gone(st__handoff_t *h) {
+  atomic_fetch_or(&h->page->flags, ST__HANDOFF_PRODUCER_GONE);
+  st__shm_notify(&h->page->pub_futex, &h->page->pub_waiters);
 }
 
 /* See handoff.h. */

@@ -107,6 +107,10 @@ int st__handoff_delete(st__handoffs_t *t, const char *name, size_t name_len,
  * NULL. No access check: for the server's own use. Loop thread. */
 st__handoff_t *st__handoff_find(const st__handoffs_t *t, const char *name, uint64_t serial);
 
+/* Marks h's producer gone (PRODUCER_GONE, its waiters woken): waits for a
+ * publish fail, what was published stays. */
+void st__handoff_producer_gone(st__handoff_t *h);
+
 /* Whether any consumer slot of h is open. */
 int st__handoff_has_consumers(const st__handoff_t *h);
 

@@ -173,9 +173,7 @@ static void pump(st__mirror_t *m);
  * published stays). */
 static void say_gone(st__mirror_t *m) {
   st__handoff_t *h = local_of(m);
-  if (!h) return;
-  atomic_fetch_or(&h->page->flags, ST__HANDOFF_PRODUCER_GONE);
-  st__shm_notify(&h->page->pub_futex, &h->page->pub_waiters);
+  if (h) st__handoff_producer_gone(h);
 }
 
 /* Gives back the chunks of the batch (not published). */
@@ -233,17 +231,13 @@ static void answered(void *ud, const char *peer, int code, const char *message,
   (void)peer;
   m->req = 0;
   char err[400] = "";
-  const msgpack_object *blob = result ? st__map_get(result, "blob") : NULL;
-  int rc = code;
-  if (rc != ST_OK) {
-    snprintf(err, sizeof err, "%s", message ? message : st_strerror(code));
-  } else if (m->state != M_LIVE || !local_of(m)) {
+  const msgpack_object *blob = NULL;
+  int rc = st__remote_answer_blob(m->peer, "peer_handoff_send", code, message, result, &blob, err,
+                                  sizeof err);
+  if (rc == ST_OK && (m->state != M_LIVE || !local_of(m))) {
     rc = ST_ERR_CANCELLED;
     snprintf(err, sizeof err, "the mirror ended");
-  } else if (!blob || blob->type != MSGPACK_OBJECT_BIN || blob->via.bin.size > 65536) {
-    rc = ST_ERR_PROTOCOL;
-    snprintf(err, sizeof err, "the answer to peer_handoff_send has no blob");
-  } else {
+  } else if (rc == ST_OK) {
     st__handoff_t *h = local_of(m);
     uint32_t chunk[BATCH_MAX];
     uint64_t len[BATCH_MAX];
@@ -295,10 +289,6 @@ static void xfer_opened(void *ud, uint64_t xfer, const uint8_t *blob, size_t len
   if (rc != ST_OK) st__xfer_sup_abort(srv->remote->sup, m->xfer, err);
 }
 
-static void xfer_progress(void *ud, uint64_t xfer, uint64_t bytes, uint64_t total) {
-  (void)ud, (void)xfer, (void)bytes, (void)total;
-}
-
 static void xfer_done(void *ud, uint64_t xfer, int ok, uint64_t bytes, int code,
                       const char *error) {
   st__mirror_t *m = ud;
@@ -317,7 +307,7 @@ static void xfer_done(void *ud, uint64_t xfer, int ok, uint64_t bytes, int code,
                     error && error[0] ? error : st_err_name(code));
 }
 
-static const st__xfer_sup_cbs_t mirror_cbs = {xfer_opened, xfer_progress, xfer_done};
+static const st__xfer_sup_cbs_t mirror_cbs = {xfer_opened, NULL, xfer_done};
 
 /* Moves the next batch when nothing moves: the queue's first entries
  * whose chunks here are free, in order. */

@@ -34,7 +34,6 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "engine/handoff.h"
-#include "proto/viewspec.h"
 #include "server/handoff_link.h"
 #include "server/holdings.h"
 #include "st/errors.h"
@@ -91,18 +90,6 @@ static void send_free(st__hsend_t *x) {
   st__arena_unref(x->data);
   free(x->peer_blob);
   free(x);
-}
-
-/* Whether hand-off `name` may leave this host (peer.export). */
-static int exported(const st__peer_conf_t *pc, const char *name) {
-  for (int i = 0; i < pc->nexport; i++) {
-    st__view_glob_t g;
-    if (st__viewspec_glob_compile(pc->exports[i], &g) != ST_OK) continue;
-    int hit = st__viewspec_glob_match(&g, name, strlen(name), NULL);
-    st__viewspec_glob_free(&g);
-    if (hit) return 1;
-  }
-  return 0;
 }
 
 static st__hsrc_t *by_sub(const st__server_t *srv, const char *peer, uint64_t sub) {
@@ -231,7 +218,7 @@ static void on_subscribe(st__peer_t *p, const st__peer_req_t *req, void *ud) {
                          "peer_handoff_subscribe needs name and sub");
     return;
   }
-  if (!exported(pc, name)) {
+  if (!st__remote_exported(pc, name)) {
     snprintf(err, sizeof err, "hand-off '%s' is not exported to peers (peer.export of server "
              "'%s')", name, pc->id);
     st__peer_reply_error(p, req->ticket, ST_ERR_AUTH, err);
@@ -342,12 +329,9 @@ int st__handoff_windows(st__arena_t *data, int readonly, uint64_t stride, const 
 }
 
 static void send_opened(void *ud, uint64_t xfer, const uint8_t *blob, size_t len);
-static void send_progress(void *ud, uint64_t xfer, uint64_t bytes, uint64_t total) {
-  (void)ud, (void)xfer, (void)bytes, (void)total;
-}
 static void send_done(void *ud, uint64_t xfer, int ok, uint64_t bytes, int code,
                       const char *error);
-static const st__xfer_sup_cbs_t send_cbs = {send_opened, send_progress, send_done};
+static const st__xfer_sup_cbs_t send_cbs = {send_opened, NULL, send_done};
 
 static void send_unlink(st__remote_t *rm, st__hsend_t *x) {
   for (st__hsend_t **pp = &rm->hsends; *pp; pp = &(*pp)->next)
@@ -492,15 +476,7 @@ static void send_opened(void *ud, uint64_t xfer, const uint8_t *blob, size_t len
     st__xfer_sup_abort(srv->remote->sup, xfer, err[0] ? err : "the transfer could not start");
     return;
   }
-  msgpack_sbuffer sb;
-  msgpack_packer pk;
-  st__remote_pack_begin(&sb, &pk, 0);
-  msgpack_pack_map(&pk, 1);
-  st__pack_cstr(&pk, "blob");
-  msgpack_pack_bin(&pk, len);
-  msgpack_pack_bin_body(&pk, blob, len);
-  st__peer_reply(srv->peer, x->ticket, sb.data, sb.size);
-  msgpack_sbuffer_destroy(&sb);
+  st__remote_reply_blob(srv->peer, x->ticket, blob, len);
 }
 
 /* Every byte reached the peer: its bit is cleared in each chunk (still at

@@ -28,6 +28,34 @@ void st__remote_reply_true(st__peer_t *p, st__peer_ticket_t ticket) {
   st__peer_reply(p, ticket, "\xc3", 1);   /* msgpack true */
 }
 
+void st__remote_reply_blob(st__peer_t *p, st__peer_ticket_t ticket, const uint8_t *blob,
+                           size_t len) {
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  st__remote_pack_begin(&sb, &pk, 0);
+  msgpack_pack_map(&pk, 1);
+  st__pack_cstr(&pk, "blob");
+  msgpack_pack_bin(&pk, len);
+  msgpack_pack_bin_body(&pk, blob, len);
+  st__peer_reply(p, ticket, sb.data, sb.size);
+  msgpack_sbuffer_destroy(&sb);
+}
+
+int st__remote_answer_blob(const char *peer, const char *method, int code, const char *message,
+                           const msgpack_object *result, const msgpack_object **blob, char *err,
+                           size_t errlen) {
+  if (code != ST_OK) {
+    snprintf(err, errlen, "peer '%s': %s", peer, message ? message : st_strerror(code));
+    return code;
+  }
+  *blob = result ? st__map_get(result, "blob") : NULL;
+  if (!*blob || (*blob)->type != MSGPACK_OBJECT_BIN || (*blob)->via.bin.size > 65536) {
+    snprintf(err, errlen, "peer '%s' answered %s without a blob", peer, method);
+    return ST_ERR_PROTOCOL;
+  }
+  return ST_OK;
+}
+
 double st__remote_transfer_timeout(const st__server_t *srv) {
   double t = srv->cfg->peer.transfer_timeout_s;
   return t > 0 ? t : 600.0;
@@ -86,9 +114,8 @@ int st__remote_arena_fds(const st__build_result_t *res, int readonly, int *fds,
 
 /* ------------------------------------------------------------- helpers */
 
-/* Whether key `name` may leave this host: a glob of peer.export matches
- * all of it. */
-static int exported(const st__peer_conf_t *pc, const char *name, size_t len) {
+int st__remote_exported(const st__peer_conf_t *pc, const char *name) {
+  size_t len = strlen(name);
   for (int i = 0; i < pc->nexport; i++) {
     st__view_glob_t g;
     if (st__viewspec_glob_compile(pc->exports[i], &g) != ST_OK) continue;
@@ -116,7 +143,7 @@ int st__remote_find_exported(st__server_t *srv, const char *name, uint64_t versi
                              st__key_t **key, st__key_version_t **v, char *err, size_t errlen) {
   size_t len = strlen(name);
   const st__peer_conf_t *pc = &srv->cfg->peer;
-  if (!exported(pc, name, len)) {
+  if (!st__remote_exported(pc, name)) {
     snprintf(err, errlen, "key '%s' is not exported to peers (peer.export of server '%s')", name,
              pc->id);
     return ST_ERR_AUTH;
@@ -163,22 +190,17 @@ int st__remote_start_receive(st__server_t *srv, const char *peer, int code, cons
                              const msgpack_object *result, uint64_t xfer,
                              const st__build_result_t *res, void (*at_start)(void *ud), void *ud,
                              char *err, size_t errlen) {
-  const msgpack_object *blob = result ? st__map_get(result, "blob") : NULL;
-  if (code != ST_OK) {
-    snprintf(err, errlen, "peer '%s': %s", peer, message ? message : st_strerror(code));
-    return code;
-  }
-  if (!blob || blob->type != MSGPACK_OBJECT_BIN || blob->via.bin.size > 65536) {
-    snprintf(err, errlen, "peer '%s' answered peer_xfer_open without a blob", peer);
-    return ST_ERR_PROTOCOL;
-  }
+  const msgpack_object *blob = NULL;
+  int rc = st__remote_answer_blob(peer, "peer_xfer_open", code, message, result, &blob, err,
+                                  errlen);
+  if (rc != ST_OK) return rc;
   int fds[ST_MAX_FDS_PER_MESSAGE];
   st__xfer_sup_arena_t arenas[ST_MAX_FDS_PER_MESSAGE];
   st__arena_desc_t descs[ST_MAX_FDS_PER_MESSAGE];
   int n = st__remote_arena_fds(res, 0, fds, arenas, descs, err, errlen);
   if (n < 0) return n;
   if (at_start) at_start(ud);
-  int rc = st__xfer_sup_start(srv->remote->sup, xfer, (const uint8_t *)blob->via.bin.ptr,
+  rc = st__xfer_sup_start(srv->remote->sup, xfer, (const uint8_t *)blob->via.bin.ptr,
                               blob->via.bin.size, arenas, (size_t)n, err, errlen);
   for (int i = 0; i < n; i++) close(fds[i]);
   return rc;

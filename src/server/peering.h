@@ -70,6 +70,22 @@ void st__remote_pack_begin(msgpack_sbuffer *sb, msgpack_packer *pk, int request)
 void st__remote_ignore_reply(void *ud, const char *peer, int code, const char *message,
                              const msgpack_object *result);
 
+/* Answers a peer request {blob: this side's rendezvous blob}. */
+void st__remote_reply_blob(st__peer_t *p, st__peer_ticket_t ticket, const uint8_t *blob,
+                           size_t len);
+
+/* The blob of a peer's answer to a request that opens a transfer
+ * (peer_xfer_open, peer_handoff_send): ST_OK with *blob (borrowed from
+ * result), or the peer's error, or PROTOCOL for an answer without one,
+ * with the reason in err. */
+int st__remote_answer_blob(const char *peer, const char *method, int code, const char *message,
+                           const msgpack_object *result, const msgpack_object **blob, char *err,
+                           size_t errlen);
+
+/* Whether `name` may leave this host: a glob of peer.export matches all
+ * of it (keys and hand-offs alike). */
+int st__remote_exported(const st__peer_conf_t *pc, const char *name);
+
 /* Answers a peer request `true`. */
 void st__remote_reply_true(st__peer_t *p, st__peer_ticket_t ticket);
 

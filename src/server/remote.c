@@ -153,10 +153,9 @@ static void on_describe(st__peer_t *p, const st__peer_req_t *req, void *ud) {
 /* ------------------------------------------------------------- peer_xfer_open */
 
 static void lend_opened(void *ud, uint64_t xfer, const uint8_t *blob, size_t len);
-static void lend_progress(void *ud, uint64_t xfer, uint64_t bytes, uint64_t total);
 static void lend_done(void *ud, uint64_t xfer, int ok, uint64_t bytes, int code,
                       const char *error);
-static const st__xfer_sup_cbs_t lend_cbs = {lend_opened, lend_progress, lend_done};
+static const st__xfer_sup_cbs_t lend_cbs = {lend_opened, NULL, lend_done};
 
 /* Opens the helper's send of lend l (its fence taken first for a live
  * key); ST_OK, or the error with the reason (l is then not opened). */
@@ -347,19 +346,7 @@ static void lend_opened(void *ud, uint64_t xfer, const uint8_t *blob, size_t len
     st__xfer_sup_abort(srv->remote->sup, xfer, err[0] ? err : "the transfer could not start");
     return;
   }
-  msgpack_sbuffer sb;
-  msgpack_packer pk;
-  st__remote_pack_begin(&sb, &pk, 0);
-  msgpack_pack_map(&pk, 1);
-  st__pack_cstr(&pk, "blob");
-  msgpack_pack_bin(&pk, len);
-  msgpack_pack_bin_body(&pk, blob, len);
-  st__peer_reply(srv->peer, l->ticket, sb.data, sb.size);
-  msgpack_sbuffer_destroy(&sb);
-}
-
-static void lend_progress(void *ud, uint64_t xfer, uint64_t bytes, uint64_t total) {
-  (void)ud, (void)xfer, (void)bytes, (void)total;
+  st__remote_reply_blob(srv->peer, l->ticket, blob, len);
 }
 
 static void lend_done(void *ud, uint64_t xfer, int ok, uint64_t bytes, int code,

@@ -189,10 +189,6 @@ static void xfer_opened(void *ud, uint64_t xfer, const uint8_t *blob, size_t len
   if (rc != ST_OK) st__xfer_sup_abort(srv->remote->sup, r->xfer, err);
 }
 
-static void xfer_progress(void *ud, uint64_t xfer, uint64_t bytes, uint64_t total) {
-  (void)ud, (void)xfer, (void)bytes, (void)total;
-}
-
 static void xfer_done(void *ud, uint64_t xfer, int ok, uint64_t bytes, int code,
                       const char *error) {
   st__replica_t *r = ud;
@@ -214,7 +210,7 @@ static void xfer_done(void *ud, uint64_t xfer, int ok, uint64_t bytes, int code,
   transfer_failed(r, why);
 }
 
-static const st__xfer_sup_cbs_t replica_cbs = {xfer_opened, xfer_progress, xfer_done};
+static const st__xfer_sup_cbs_t replica_cbs = {xfer_opened, NULL, xfer_done};
 
 /* Brings the latest announced version when it is newer than the one
  * here and nothing moves. */

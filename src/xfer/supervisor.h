@@ -49,7 +49,7 @@ typedef struct st__xfer_sup_cbs {
    * blob to hand to the peer (borrowed for the call; an NCCL unique id is
    * a secret: send it over the peer channel only, never log it). */
   void (*opened)(void *ud, uint64_t xfer, const uint8_t *blob, size_t len);
-  void (*progress)(void *ud, uint64_t xfer, uint64_t bytes, uint64_t total);
+  void (*progress)(void *ud, uint64_t xfer, uint64_t bytes, uint64_t total);   /* may be NULL */
   /* ok: every byte moved (a receiver: every byte is in its arenas; a
    * sender: the receiver said so). The helper has let go of the arenas
    * when this is called. code: ST_OK or the failure's ST_ERR_*. */
