@@ -95,6 +95,7 @@ typedef struct st__mirror {
   uint32_t qlen, qcap;
   /* The batch that moves. */
   int moving, xfer_open;
+  int refused;                        /* the peer's error for the batch, 0: none */
   uint64_t xfer, xid;
   entry_t batch[BATCH_MAX];
   uint32_t nbatch;
@@ -255,8 +256,12 @@ static void answered(void *ud, const char *peer, int code, const char *message,
                                      wins, m->nbatch, err, sizeof err);
     if (fd >= 0) close(fd);
   }
-  /* The helper's done ends the batch either way. */
-  if (rc != ST_OK) st__xfer_sup_abort(srv->remote->sup, m->xfer, err);
+  /* The helper's done ends the batch either way; it fails with the
+   * peer's own code (a stale batch is dropped, not tried again). */
+  if (rc != ST_OK) {
+    m->refused = rc;
+    st__xfer_sup_abort(srv->remote->sup, m->xfer, err);
+  }
 }
 
 static void xfer_opened(void *ud, uint64_t xfer, const uint8_t *blob, size_t len) {
@@ -303,7 +308,7 @@ static void xfer_done(void *ud, uint64_t xfer, int ok, uint64_t bytes, int code,
     return;
   }
   if (ok && m->state == M_LIVE) batch_landed(m, bytes);
-  else batch_failed(m, ok ? ST_ERR_CANCELLED : code,
+  else batch_failed(m, m->refused ? m->refused : ok ? ST_ERR_CANCELLED : code,
                     error && error[0] ? error : st_err_name(code));
 }
 
@@ -356,6 +361,7 @@ static void pump(st__mirror_t *m) {
     return;
   }
   m->moving = m->xfer_open = 1;
+  m->refused = 0;
   m->xid = ++srv->remote->next_xfer | (1ull << 61);
   m->t0 = st__now_mono();
 }
