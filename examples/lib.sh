@@ -44,3 +44,59 @@ stop_server() {
   fi
   rm -rf "$(dirname "$base")"
 }
+
+# start_two_servers A B GLOB...: two servers linked as peers on loopback,
+# acting as two hosts, both stopped on exit. Server A (socket base $base,
+# peer id A) listens on a loopback port of its choosing and exports the
+# keys and hand-offs the globs match; server B (socket base
+# $base_b, peer id B, log $log_b) dials it. One cluster key in the
+# example's private directory. Returns once B's link to A is up. Needs
+# UCX and OpenSSL 3 (docs/multihost.md) and python3.
+start_two_servers() {
+  tmp="$(dirname "$base")"
+  od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > "$tmp/cluster.key"
+  echo >> "$tmp/cluster.key"
+  chmod 600 "$tmp/cluster.key"
+  export UCX_TLS="${UCX_TLS:-tcp}" UCX_NET_DEVICES="${UCX_NET_DEVICES:-lo}"
+  common="endpoints = '$repo/endpoints', workers = 1, default_device = 'cpu',
+  memory_budget = { cpu = 256 * 1024 * 1024, ['cuda:0'] = 1024 * 1024 * 1024 },"
+  a="$1" b="$2" export=""
+  shift 2
+  for g in "$@"; do export="$export'$g', "; done
+  cat > "$tmp/$a.lua" <<CFG
+return { $common
+  peer = { id = '$a', listen = '127.0.0.1:0', secret = '$tmp/cluster.key',
+           peers = { $b = {} }, export = { $export} } }
+CFG
+  start_server "$tmp/$a.lua"
+  addr="$(stcli --json info | "${python:-python3}" -c 'import json, sys; print(json.load(sys.stdin)["peer"]["listen"])')"
+  cat > "$tmp/$b.lua" <<CFG
+return { $common
+  peer = { id = '$b', secret = '$tmp/cluster.key', peers = { $a = '$addr' } } }
+CFG
+  base_b="$tmp/$b"
+  log_b="$tmp/$b.log"
+  "$stserver" --config "$tmp/$b.lua" --base-path "$base_b" > "$log_b" 2>&1 &
+  pid_b=$!
+  trap stop_two_servers EXIT
+  # Until B's server reaches A's (its link is up).
+  for _ in $(seq 1 1000); do
+    if "$stcli_bin" --base-path "$base_b" peers 2>/dev/null | grep -q "^$a .* up"; then
+      return 0
+    fi
+    kill -0 "$pid_b" 2>/dev/null || break
+    sleep 0.02
+  done
+  echo "the two servers did not link" >&2
+  cat "$log_b" >&2
+  exit 1
+}
+
+stop_two_servers() {
+  if [ -n "${pid_b:-}" ]; then
+    kill -TERM "$pid_b" 2>/dev/null || true
+    wait "$pid_b" || { echo "the second stserver exited with $?" >&2; cat "$log_b" >&2; }
+    pid_b=""
+  fi
+  stop_server
+}

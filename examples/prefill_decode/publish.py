@@ -11,7 +11,7 @@ import sharedtensor as st
 
 
 def main():
-    path, device, _ = args()
+    path, device, _, _, _ = args()
     with st.Client(path=path) as c:
         weights = {}
         for name, t in model.init_weights().items():

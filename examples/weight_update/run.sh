@@ -22,41 +22,6 @@ if [ -z "$two" ]; then
   exit 0
 fi
 
-# Two servers: "trainer" listens on a loopback port of its choosing and
-# exports the example's keys; "rollouts" dials it. One cluster key.
-tmp="$(dirname "$base")"
-od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > "$tmp/cluster.key"
-echo >> "$tmp/cluster.key"
-chmod 600 "$tmp/cluster.key"
-export UCX_TLS="${UCX_TLS:-tcp}" UCX_NET_DEVICES="${UCX_NET_DEVICES:-lo}"
-common="endpoints = '$repo/endpoints', workers = 1, default_device = 'cpu',
-  memory_budget = { cpu = 256 * 1024 * 1024, ['cuda:0'] = 1024 * 1024 * 1024 },"
-cat > "$tmp/trainer.lua" <<EOF
-return { $common
-  peer = { id = 'trainer', listen = '127.0.0.1:0', secret = '$tmp/cluster.key',
-           peers = { rollouts = {} }, export = { 'weight_update/*' } } }
-EOF
-start_server "$tmp/trainer.lua"
-addr="$(stcli --json info | "$python" -c 'import json, sys; print(json.load(sys.stdin)["peer"]["listen"])')"
-cat > "$tmp/rollouts.lua" <<EOF
-return { $common
-  peer = { id = 'rollouts', secret = '$tmp/cluster.key', peers = { trainer = '$addr' } } }
-EOF
-rbase="$tmp/rollouts"
-"$stserver" --config "$tmp/rollouts.lua" --base-path "$rbase" > "$tmp/rollouts.log" 2>&1 &
-rpid=$!
-stop_both() {
-  kill -TERM "$rpid" 2>/dev/null || true
-  wait "$rpid" || { echo "the rollouts' stserver exited with $?" >&2; cat "$tmp/rollouts.log" >&2; }
-  stop_server
-}
-trap stop_both EXIT
-# Until the rollouts' server reaches the trainer's (its link is up).
-up=""
-for _ in $(seq 1 1000); do
-  if "$stcli_bin" --base-path "$rbase" peers 2>/dev/null | grep -q "^trainer .* up"; then up=1; break; fi
-  kill -0 "$rpid" 2>/dev/null || break
-  sleep 0.02
-done
-[ -n "$up" ] || { echo "the two servers did not link" >&2; cat "$tmp/rollouts.log" >&2; exit 1; }
-"$python" "$dir/trainer.py" "$base-0.sock" "$device" "${2:-3}" "${3:-40}" "$rbase-0.sock" trainer
+# Two servers: "trainer" exports the example's keys; "rollouts" dials it.
+start_two_servers trainer rollouts 'weight_update/*'
+"$python" "$dir/trainer.py" "$base-0.sock" "$device" "${2:-3}" "${3:-40}" "$base_b-0.sock" trainer
