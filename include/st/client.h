@@ -1159,6 +1159,15 @@ ST_API int st_handoff_create_ex(st_client_t *c, const char *name, const char *de
  * INVALID_ARGUMENT (this connection already uses it). */
 ST_API int st_handoff_open(st_client_t *c, const char *name, st_handoff_t **out);
 
+/* st_handoff_open of `name@peer` (a hand-off of a peer server,
+ * docs/multihost.md "Hand-offs across servers") choosing what the first
+ * open makes of the mirror: `consumers` its consumer slots (0: 1) and
+ * `device` its memory ("cpu", "cuda", "cuda:N"; NULL: the kind of the
+ * peer's hand-off). A local name with either set is INVALID_ARGUMENT;
+ * later opens of a mirror ignore both. Thread of the client. */
+ST_API int st_handoff_open_ex(st_client_t *c, const char *name, int consumers, const char *device,
+                              st_handoff_t **out);
+
 /* Its shape (out pointers may be NULL): chunks, usable bytes per chunk,
  * consumer slots, this handle's slot (-1: the producer) and the CUDA
  * ordinal of its memory in this process (-1: CPU memory). Any thread. */

@@ -287,6 +287,8 @@ int st_handoff_create_ex(st_client_t *c, const char *name, const char *device,
                          uint64_t chunk_bytes, int chunks, int consumers,
                          const st_readers_t *readers, st_handoff_t **out);
 int st_handoff_open(st_client_t *c, const char *name, st_handoff_t **out);
+int st_handoff_open_ex(st_client_t *c, const char *name, int consumers, const char *device,
+                       st_handoff_t **out);
 int st_handoff_shape(const st_handoff_t *h, int *chunks, uint64_t *chunk_bytes,
                      int *consumers, int *slot, int *device_index);
 int st_handoff_acquire(st_handoff_t *h, int timeout_ms, int *chunk, void **data);

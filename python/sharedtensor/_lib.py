@@ -341,6 +341,7 @@ _PROTOS = {
     "st_handoff_create_ex": (c_int, [c_void_p, c_char_p, c_char_p, c_uint64, c_int, c_int,
                                      P(Readers), P(c_void_p)]),
     "st_handoff_open": (c_int, [c_void_p, c_char_p, P(c_void_p)]),
+    "st_handoff_open_ex": (c_int, [c_void_p, c_char_p, c_int, c_char_p, P(c_void_p)]),
     "st_handoff_shape": (c_int, [c_void_p, P(c_int), P(c_uint64), P(c_int), P(c_int), P(c_int)]),
     "st_handoff_acquire": (c_int, [c_void_p, c_int, P(c_int), P(c_void_p)]),
     "st_handoff_publish": (c_int, [c_void_p, c_int, c_uint64, P(c_uint64)]),

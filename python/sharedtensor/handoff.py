@@ -88,10 +88,16 @@ class Handoff:
         return cls(client, out.value)
 
     @classmethod
-    def open(cls, client, name):
-        """Opens hand-off `name` as a consumer (the lowest free slot)."""
+    def open(cls, client, name, consumers=None, device=None):
+        """Opens hand-off `name` as a consumer (the lowest free slot).
+        `name@peer` opens a peer server's hand-off through this server's
+        mirror of it (docs/multihost.md, "Hand-offs across servers"); the
+        first open of a mirror may choose its `consumers` (default 1) and
+        `device` ("cpu", "cuda", "cuda:N"; default: the kind of the peer's
+        hand-off). Both are refused for a hand-off of this server."""
         out = ctypes.c_void_p()
-        client._do(_l.st_handoff_open, name.encode(), ctypes.byref(out))
+        client._do(_l.st_handoff_open_ex, name.encode(), int(consumers or 0),
+                   device.encode() if device else None, ctypes.byref(out))
         return cls(client, out.value)
 
     @staticmethod

@@ -179,9 +179,31 @@ ST_API int st_handoff_create_ex(st_client_t *c, const char *name, const char *de
 
 /* See client.h. Thread of the client. */
 ST_API int st_handoff_open(st_client_t *c, const char *name, st_handoff_t **out) {
+  return st_handoff_open_ex(c, name, 0, NULL, out);
+}
+
+typedef struct open_args {
+  int consumers;
+  const char *device;
+} open_args_t;
+
+static void pack_open(msgpack_packer *pk, const void *arg) {
+  const open_args_t *a = arg;
+  if (a->consumers > 0) st__pack_kv_uint(pk, "consumers", (uint64_t)a->consumers);
+  if (a->device) st__pack_kv_str(pk, "device", a->device);
+}
+
+/* See client.h. Thread of the client. */
+ST_API int st_handoff_open_ex(st_client_t *c, const char *name, int consumers, const char *device,
+                              st_handoff_t **out) {
   if (out) *out = NULL;
   if (!c || !out) return ST_ERR_INVALID_ARGUMENT;
-  return attach(c, "handoff_open", name, NULL, NULL, 0, out);
+  if (consumers < 0)
+    return st__client_fail(c, ST_ERR_INVALID_ARGUMENT,
+                           "handoff_open: 'consumers' must be at least 1 (0: the default)");
+  open_args_t a = {consumers, device && *device ? device : NULL};
+  uint32_t n = (uint32_t)(a.consumers > 0) + (a.device != NULL);
+  return attach(c, "handoff_open", name, n ? pack_open : NULL, &a, n, out);
 }
 
 /* See client.h. Any thread. */

@@ -139,6 +139,28 @@ TEST(names_and_refusals) {
   CHECK_EQ_INT(st_handoff_close(h), ST_OK);
   CHECK_EQ_INT(st_handoff_close(q), ST_OK);
   CHECK_EQ_INT(st_handoff_close(p), ST_OK);
+  /* st_handoff_open_ex: the first opener gives the mirror two consumer
+   * slots, so a second opener gets slot 1; consumers or device for a
+   * hand-off of this server is refused, as is a negative count. */
+  CHECK_EQ_INT(st_handoff_create(pc, "kv6", "cpu", 4096, 2, 1, &q), ST_OK);
+  CHECK_ERR(st_handoff_open_ex(b, "kv6@alpha", -1, NULL, &h), ST_ERR_INVALID_ARGUMENT);
+  CHECK_ERR_MSG(st_handoff_open_ex(b, "kv6@alpha", 2, "cpu", &h), ST_OK, st_client_error(b));
+  int consumers = 0, slot = -2, dev = 0;
+  CHECK_EQ_INT(st_handoff_shape(h, NULL, NULL, &consumers, &slot, &dev), ST_OK);
+  CHECK_EQ_INT(consumers, 2);
+  CHECK_EQ_INT(slot, 0);
+  CHECK_EQ_INT(dev, -1);
+  b2 = stt_client_open(BETA.socket);
+  CHECK_ERR_MSG(st_handoff_open_ex(b2, "kv6@alpha", 5, NULL, &h2), ST_OK, st_client_error(b2));
+  CHECK_EQ_INT(st_handoff_shape(h2, NULL, NULL, &consumers, &slot, NULL), ST_OK);
+  CHECK_EQ_INT(consumers, 2);   /* a later open's count is ignored */
+  CHECK_EQ_INT(slot, 1);
+  CHECK_ERR(st_handoff_open_ex(b2, "kv6", 2, NULL, &h2), ST_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(st_client_error(b2), "are for a peer's hand-off");
+  st_handoff_close(h2);
+  st_client_close(b2);
+  CHECK_EQ_INT(st_handoff_close(h), ST_OK);
+  CHECK_EQ_INT(st_handoff_close(q), ST_OK);
   /* A mirror deleted on beta ends its subscription: alpha's producer then
    * publishes past its chunk count with nobody following. */
   CHECK_EQ_INT(st_handoff_create(pc, "kv5", "cpu", 4096, 2, 1, &q), ST_OK);

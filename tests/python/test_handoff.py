@@ -59,6 +59,10 @@ class HandoffTest(ServerTestCase):
                 q.read(t)                           # recycled since
             self.assertTrue(torch.equal(q.read(t2), x + 1))
             q.ack(t2)
+            # consumers=/device= choose a peer's mirror; here they are refused
+            with self.assertRaises(errors.BY_NAME["INVALID_ARGUMENT"]) as e:
+                Handoff.open(c2, "py", consumers=2)
+            self.assertIn("are for a peer's hand-off", str(e.exception))
         p.close()
 
     def test_a_publish_before_the_consumers_open_waits_for_them(self):
