@@ -42,6 +42,8 @@ typedef struct harena {
   uint64_t bytes;          /* of the mapping (a staging copy: the window's) */
   uint64_t off, len;       /* the window that moves: [off, off + len) of
                               the arena (a staging copy holds just it)    */
+  uint64_t skip;           /* CPU: bytes from addr to the window (the
+                              mapping starts at the window's page)        */
   int cuda;
   st__cuda_mapping_t m;    /* CUDA mapping                              */
   int staged;              /* a CUDA arena moved by an engine of CPU
@@ -360,15 +362,21 @@ static int map_arena(tx_t *t, const msgpack_object *d, int fd, harena_t *a, size
              idx, (long long)st.st_size, (unsigned long long)bytes);
     return ST_ERR_INVALID_ARGUMENT;
   }
+  /* Only the pages of the window, populated at once: the engine touches
+   * every one of them, and one populate costs far less than a fault per
+   * page (a batch of hand-off chunks maps one window per chunk). */
   int prot = t->role == ST_XFER_SEND ? PROT_READ : PROT_READ | PROT_WRITE;
-  void *p = mmap(NULL, (size_t)bytes, prot, MAP_SHARED, fd, 0);
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  uint64_t first = a->off / page * page, span = a->off + a->len - first;
+  void *p = mmap(NULL, (size_t)span, prot, MAP_SHARED | MAP_POPULATE, fd, (off_t)first);
   if (p == MAP_FAILED) {
     snprintf(err, errlen, "arena %zu: mmap of %llu bytes%s failed: %s", idx,
-             (unsigned long long)bytes, prot & PROT_WRITE ? " read-write" : "",
-             strerror(errno));
+             (unsigned long long)span, prot & PROT_WRITE ? " read-write" : "", strerror(errno));
     return ST_ERR_OUT_OF_MEMORY;
   }
   a->addr = p;
+  a->bytes = span;
+  a->skip = a->off - first;
   return ST_OK;
 }
 
@@ -461,8 +469,9 @@ static void on_arenas(const msgpack_object *params, const int *fds, size_t nfds,
   for (size_t i = 0; i < t->n; i++) {
     const harena_t *a = &t->arenas[i];
     int on_device = a->cuda && !a->staged;
-    /* A staging copy holds the window alone; a mapping the whole arena. */
-    uint64_t at = a->staged ? 0 : a->off;
+    /* A staging copy holds the window alone, a CPU mapping its pages, a
+     * CUDA mapping the whole arena. */
+    uint64_t at = a->staged ? 0 : a->cuda ? a->off : a->skip;
     ea[i].bytes = a->len;
     ea[i].addr = on_device ? (void *)(uintptr_t)(a->m.dptr + at) : (uint8_t *)a->addr + at;
     ea[i].device = on_device ? a->m.ordinal : -1;
