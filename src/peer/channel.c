@@ -171,7 +171,8 @@ static void refuse(st__peer_t *p, st__link_t *l, uint32_t id, int has_id, const 
 
 /* ------------------------------------------------------------- hello */
 
-/* Packs [{id, protocol, version, engines: [{name, version, why}]}]. */
+/* Packs [{id, protocol, version, engines: [{name, version, why,
+ * devices?}]}]. */
 static void pack_hello_params(st__peer_t *p, msgpack_packer *pk) {
   msgpack_pack_array(pk, 1);
   msgpack_pack_map(pk, 4);
@@ -181,10 +182,11 @@ static void pack_hello_params(st__peer_t *p, msgpack_packer *pk) {
   st__pack_cstr(pk, "engines");
   msgpack_pack_array(pk, p->nengines);
   for (size_t i = 0; i < p->nengines; i++) {
-    msgpack_pack_map(pk, 3);
+    msgpack_pack_map(pk, 3 + (p->engines[i].devices != NULL));
     st__pack_kv_str(pk, "name", p->engines[i].name);
     st__pack_kv_str(pk, "version", p->engines[i].version);
     st__pack_kv_str(pk, "why", p->engines[i].why);
+    if (p->engines[i].devices) st__pack_kv_str(pk, "devices", p->engines[i].devices);
   }
 }
 
@@ -219,6 +221,25 @@ static int get_str(const msgpack_object *map, const char *key, char *out, size_t
   return memchr(out, '\0', o->via.str.size) ? -1 : 1;
 }
 
+/* Whether the space-separated device lists a and b (either may be NULL)
+ * name a device in common: 1 with its name in out. */
+static int shared_device(const char *a, const char *b, char *out, size_t len) {
+  if (!a || !b) return 0;
+  for (const char *s = a; *s;) {
+    size_t n = strcspn(s, " ");
+    for (const char *t = b; n && *t;) {
+      size_t m = strcspn(t, " ");
+      if (m == n && !memcmp(s, t, n)) {
+        snprintf(out, len, "%.*s", (int)n, s);
+        return 1;
+      }
+      t += m + (t[m] == ' ');
+    }
+    s += n + (s[n] == ' ');
+  }
+  return 0;
+}
+
 /* Compares the engines of both sides into l->engines. */
 static int compare_engines(st__peer_t *p, st__link_t *l, const msgpack_object *list,
                            const char *peer, char *err, size_t errlen) {
@@ -233,14 +254,15 @@ static int compare_engines(st__peer_t *p, st__link_t *l, const msgpack_object *l
     return -1;
   }
   char rname[ST__PEER_MAX_ENGINES][32], rver[ST__PEER_MAX_ENGINES][64],
-      rwhy[ST__PEER_MAX_ENGINES][256];
+      rwhy[ST__PEER_MAX_ENGINES][256], rdev[ST__PEER_MAX_ENGINES][ST__PEER_DEVICES_MAX];
   for (size_t i = 0; i < n; i++) {
     const msgpack_object *e = &list->via.array.ptr[i];
     if (e->type != MSGPACK_OBJECT_MAP || get_str(e, "name", rname[i], sizeof rname[i]) != 1 ||
         get_str(e, "version", rver[i], sizeof rver[i]) < 0 ||
-        get_str(e, "why", rwhy[i], sizeof rwhy[i]) < 0) {
-      snprintf(err, errlen, "peer_hello: engine %zu must be {name, version, why} (strings or "
-               "nil, of bounded length)", i + 1);
+        get_str(e, "why", rwhy[i], sizeof rwhy[i]) < 0 ||
+        get_str(e, "devices", rdev[i], sizeof rdev[i]) < 0) {
+      snprintf(err, errlen, "peer_hello: engine %zu must be {name, version, why, devices?} "
+               "(strings or nil, of bounded length)", i + 1);
       return -1;
     }
   }
@@ -253,20 +275,23 @@ static int compare_engines(st__peer_t *p, st__link_t *l, const msgpack_object *l
     st__link_engine_t *x = &l->engines[l->nengines++];
     memset(x, 0, sizeof *x);
     snprintf(x->name, sizeof x->name, "%s", name);
-    const char *lwhy = "not reported", *rw = "not reported";
+    const char *lwhy = "not reported", *rw = "not reported", *ldev = NULL, *rd = NULL;
     int have_local = 0, have_remote = 0;
     for (size_t k = 0; k < p->nengines; k++)
       if (strcmp(p->engines[k].name, name) == 0) {
         have_local = 1;
         snprintf(x->local, sizeof x->local, "%s", p->engines[k].version ? p->engines[k].version : "");
         lwhy = p->engines[k].why ? p->engines[k].why : "unavailable";
+        ldev = p->engines[k].devices;
       }
     for (size_t k = 0; k < n; k++)
       if (strcmp(rname[k], name) == 0) {
         have_remote = 1;
         snprintf(x->remote, sizeof x->remote, "%s", rver[k]);
         rw = rwhy[k][0] ? rwhy[k] : "unavailable";
+        rd = rdev[k];
       }
+    char shared[64];
     if (!x->local[0])
       st__peer_say(x->why, sizeof x->why, "%s is unavailable on this server (%s)", name,
                    have_local ? lwhy : "not reported");
@@ -276,6 +301,10 @@ static int compare_engines(st__peer_t *p, st__link_t *l, const msgpack_object *l
     else if (strcmp(x->local, x->remote) != 0)
       st__peer_say(x->why, sizeof x->why, "%s versions differ: %s on this server (%s), %s on %s; "
                "they must match exactly", name, x->local, p->conf->id, x->remote, peer);
+    else if (shared_device(ldev, rd, shared, sizeof shared))
+      st__peer_say(x->why, sizeof x->why, "%s needs a device of its own on each side, and this "
+               "server and %s both use %s (two servers on one GPU move CUDA memory over UCX, "
+               "staged)", name, peer, shared);
     else
       x->usable = 1;
     if (!x->usable) ST_LOG_W(WHO, "peer %s: %s", peer, x->why);
@@ -825,6 +854,7 @@ static void free_engines(st__peer_t *p) {
     free((char *)p->engines[i].name);
     free((char *)p->engines[i].version);
     free((char *)p->engines[i].why);
+    free((char *)p->engines[i].devices);
   }
   p->nengines = 0;
 }
@@ -838,8 +868,10 @@ int st__peer_set_engines(st__peer_t *p, const st__peer_engine_t *engines, size_t
     e->name = strdup(engines[i].name);
     e->version = engines[i].version ? strdup(engines[i].version) : NULL;
     e->why = engines[i].why ? strdup(engines[i].why) : NULL;
+    e->devices = engines[i].devices ? strdup(engines[i].devices) : NULL;
     p->nengines = i + 1;
-    if (!e->name || (engines[i].version && !e->version) || (engines[i].why && !e->why))
+    if (!e->name || (engines[i].version && !e->version) || (engines[i].why && !e->why) ||
+        (engines[i].devices && !e->devices))
       return ST_ERR_OUT_OF_MEMORY;
   }
   return ST_OK;

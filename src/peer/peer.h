@@ -36,6 +36,8 @@
 #define ST__PEER_MAX_PEERS 64
 #define ST__PEER_MAX_EXPORT 64
 #define ST__PEER_MAX_ENGINES 8
+/* Bytes of an engine's device list in peer_hello (space-separated UUIDs). */
+#define ST__PEER_DEVICES_MAX 1024
 /* The largest frame either way on a link; a larger one closes it. */
 #define ST__PEER_MAX_FRAME (4u << 20)
 /* Accepted connections not yet identified by a hello, at once. */
@@ -73,11 +75,15 @@ typedef struct st__peer_conf {
 } st__peer_conf_t;
 
 /* One transfer engine as this server reports it in peer_hello: its name,
- * its version (NULL: unavailable) and why it is unavailable. */
+ * its version (NULL: unavailable), why it is unavailable, and for an
+ * engine that needs a device of its own on each side (NCCL: one rank per
+ * GPU) the UUIDs of this server's devices, space-separated (NULL: none
+ * named). */
 typedef struct st__peer_engine {
   const char *name;
   const char *version;
   const char *why;
+  const char *devices;
 } st__peer_engine_t;
 
 typedef enum {

@@ -56,6 +56,10 @@
 /* The look for freed chunks, and the wait before a failed batch again. */
 #define POLL_S 0.001
 #define RETRY_S 0.1
+/* Batches failing in a row (BUSY aside) before the mirror is lost: a
+ * failure that repeats (an engine that cannot move this memory) ends the
+ * wait of the consumers instead of retrying for ever. */
+#define FAILS_MAX 20
 
 enum { M_OPENING, M_LIVE, M_LOST };
 
@@ -100,6 +104,7 @@ typedef struct st__mirror {
   entry_t batch[BATCH_MAX];
   uint32_t nbatch;
   double t0;
+  unsigned fails;                     /* batches failed in a row (BUSY aside) */
   ev_timer timer;                     /* the look again, or the retry      */
   int timer_on;
   uint64_t chunks_in, bytes_in;
@@ -169,12 +174,28 @@ static void end_if_unused(st__mirror_t *m);
 /* ------------------------------------------------------------- moving */
 
 static void pump(st__mirror_t *m);
+static void unsubscribe(st__mirror_t *m);
 
 /* The local hand-off says the producer is gone (waits fail; what was
  * published stays). */
 static void say_gone(st__mirror_t *m) {
   st__handoff_t *h = local_of(m);
   if (h) st__handoff_producer_gone(h);
+}
+
+/* m no longer follows its source (`why`): the hand-off here says the
+ * producer is gone (what was published stays readable), the batch in
+ * flight is aborted, the queue dropped; a new open is refused until its
+ * consumers closed it. */
+static void mirror_lose(st__mirror_t *m, const char *why) {
+  m->state = M_LOST;
+  snprintf(m->why, sizeof m->why, "%s", why);
+  timer_stop(m);
+  ST_LOG_W("peer", "mirror '%s' lost its source: %s; what was published stays readable",
+           m->local, why);
+  say_gone(m);
+  if (m->xfer_open) st__xfer_sup_abort(m->srv->remote->sup, m->xfer, why);
+  m->qlen = 0;
 }
 
 /* Gives back the chunks of the batch (not published). */
@@ -203,6 +224,13 @@ static void batch_failed(st__mirror_t *m, int code, const char *why) {
   memmove(m->q + n, m->q, m->qlen * sizeof *m->q);
   memcpy(m->q, m->batch, n * sizeof *m->q);
   m->qlen += n;
+  if (code != ST_ERR_BUSY && ++m->fails >= FAILS_MAX) {
+    char lost[sizeof m->why];
+    snprintf(lost, sizeof lost, "%u batches in a row failed; the last: %s", m->fails, why);
+    mirror_lose(m, lost);
+    unsubscribe(m);
+    return;
+  }
   ST_LOG_W("peer", "mirror '%s': a batch failed (%s): tried again in %g s", m->local, why,
            RETRY_S);
   timer_stop(m);
@@ -218,6 +246,7 @@ static void batch_landed(st__mirror_t *m, uint64_t bytes) {
     st__handoff_publish_as(h->page, m->batch[k].chunk, m->batch[k].bytes, m->batch[k].seq);
   m->chunks_in += m->nbatch;
   m->bytes_in += bytes;
+  m->fails = 0;
   ST_LOG_D("peer", "mirror '%s': %u chunks (%llu bytes) in %.3f ms", m->local, m->nbatch,
            (unsigned long long)bytes, (st__now_mono() - m->t0) * 1e3);
   m->nbatch = 0;
@@ -706,15 +735,13 @@ void st__mirrors_lost(st__server_t *srv, const char *peer, const char *why) {
   for (st__mirror_t *m = rm ? rm->mirrors : NULL; m; m = m->next) {
     if ((peer && strcmp(m->peer, peer)) || m->state == M_LOST) continue;
     if (m->state == M_OPENING) continue;   /* its request fails by itself */
-    m->state = M_LOST;
+    if (peer) {
+      mirror_lose(m, why);
+      continue;
+    }
+    m->state = M_LOST;   /* the server stops: nothing is touched */
     snprintf(m->why, sizeof m->why, "%s", why);
     timer_stop(m);
-    if (!peer) continue;   /* the server stops: nothing is touched */
-    ST_LOG_W("peer", "mirror '%s' lost its source: %s; what was published stays readable",
-             m->local, why);
-    say_gone(m);
-    if (m->xfer_open) st__xfer_sup_abort(rm->sup, m->xfer, why);
-    m->qlen = 0;
   }
 }
 

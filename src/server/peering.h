@@ -41,6 +41,9 @@ typedef struct st__remote {
                                  NULL when it could not start            */
   st__remote_engine_t engines[4];
   size_t nengines;
+  char gpus[ST__PEER_DEVICES_MAX];    /* this server's CUDA devices' UUIDs,
+                                         space-separated (NCCL's devices in
+                                         peer_hello)                      */
   int probed;                 /* the probe answered                       */
   struct st__pull *pulls;     /* rpc_pull.c: the pulls in flight          */
   struct st__lend *lends;     /* remote.c: arenas lent to peers' pulls    */

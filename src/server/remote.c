@@ -434,15 +434,34 @@ void st__remote_pack_info(msgpack_packer *pk, const st__server_t *srv) {
 
 /* ------------------------------------------------------------- start, stop */
 
-/* The engines of the probe as peer_hello reports them (borrowed from rm). */
+/* The engines of the probe as peer_hello reports them (borrowed from rm):
+ * NCCL with this server's GPUs, so that two servers on one GPU do not
+ * pick it (one rank per device). */
 static size_t engines_of(const st__remote_t *rm, st__peer_engine_t *out) {
   size_t n = 0;
   for (; n < rm->nengines; n++)
-    out[n] = (st__peer_engine_t){.name = rm->engines[n].name,
-                                 .version = rm->engines[n].version[0] ? rm->engines[n].version
-                                                                      : NULL,
-                                 .why = rm->engines[n].why};
+    out[n] = (st__peer_engine_t){
+        .name = rm->engines[n].name,
+        .version = rm->engines[n].version[0] ? rm->engines[n].version : NULL,
+        .why = rm->engines[n].why,
+        .devices = !strcmp(rm->engines[n].name, "nccl") && rm->gpus[0] ? rm->gpus : NULL};
   return n;
+}
+
+/* rm->gpus from the server's devices. */
+static void list_gpus(st__remote_t *rm, const st__devices_t *d) {
+  size_t at = 0;
+  rm->gpus[0] = '\0';
+  for (int i = 0; i < d->count; i++) {
+    const st__device_t *dev = &d->list[i];
+    if (dev->index < 0 || !dev->uuid[0]) continue;
+    int w = snprintf(rm->gpus + at, sizeof rm->gpus - at, "%s%s", at ? " " : "", dev->uuid);
+    if (w < 0 || (size_t)w >= sizeof rm->gpus - at) {
+      rm->gpus[at] = '\0';   /* the devices that fit */
+      break;
+    }
+    at += (size_t)w;
+  }
 }
 
 static void on_probe(void *ud, const st__xfer_sup_probe_t *rows, size_t n) {
@@ -498,6 +517,7 @@ int st__remote_start(st__server_t *srv, char *err, size_t errlen) {
     return ST_ERR_OUT_OF_MEMORY;
   }
   srv->remote = rm;
+  list_gpus(rm, &srv->devices);
   st__xfer_sup_config_t sc = {.ucx_library = pc->ucx_library, .nccl_library = pc->nccl_library,
                               .max_transfers = 64, .log_level = -1};
   char why[400];
