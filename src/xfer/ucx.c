@@ -3,48 +3,60 @@
  *
  * Why tagged messages and not RMA: a tag receive completes on the side
  * that receives, so each side learns by itself when its bytes are in
- * place, and the blob stays the worker's address alone (RMA would need
- * every arena registered and its rkey packed before the blobs are
- * swapped, and an extra message to tell the owner the reads ended). For
- * large messages UCX itself switches to its rendezvous protocol (a get
- * where the transport has one), so no copy is added.
+ * place, and the blob stays small (RMA would need every arena registered
+ * and its rkey packed before the blobs are swapped, and an extra message
+ * to tell the owner the reads ended). For large messages UCX itself
+ * switches to its rendezvous protocol (a get where the transport has
+ * one), so no copy is added.
  *
- * One UCP worker per transfer: tags need not name the transfer, and an
- * abort is the worker's end. The wire of one transfer, sender to
- * receiver unless said:
+ * Every transfer of the helper runs on one worker, and a transfer to a
+ * peer it has moved to before reuses the endpoint (ucx_worker.h): no
+ * worker and no wire-up per transfer. Each transfer takes a 32-bit id of
+ * its own (never reused while the helper lives); its blob is
  *
- *   tag HEADER        u64 count, then count u64 arena sizes
- *   tag (a<<32 | k)   chunk k (CHUNK bytes, the last one shorter) of arena a
- *   tag ACK (back)    u64 status (0: all received; 1: layout refused),
- *                     u64 bytes received
+ *   "STU2", role (1 byte), id (4 bytes, little-endian), worker address
+ *
+ * and every message is tagged with the id of the transfer it is FOR
+ * (high 32 bits), so the transfers of one worker never take each other's
+ * messages. The wire of one transfer, sender to receiver unless said:
+ *
+ *   HEADER      (low 0x80000000)  u64 count, then count u64 arena sizes
+ *   chunk k of arena a (low a<<21 | k; CHUNK bytes, the last one shorter)
+ *   ACK (back)  (low 0x80000001)  u64 status (0: all received; 1: layout
+ *                                 refused), u64 bytes received
  *
  * The receiver compares the header with its own arenas before it posts a
  * single receive, and refuses a different layout (ACK status 1). The
  * sender is done when the ACK says every byte arrived; the receiver when
- * its last chunk and the ACK's send completed. Both sides create an
- * endpoint to the other with UCP_ERR_HANDLING_MODE_PEER: a peer that dies
- * fails the transfer through the endpoint's error handler; the deadline
- * catches the rest.
+ * its last chunk and the ACK's send completed. Endpoints run with
+ * UCP_ERR_HANDLING_MODE_PEER: a peer that dies fails the transfers on
+ * its endpoint; the deadline catches the rest. A transfer that ends with
+ * a send in flight (a failure, an abort) closes its endpoint, forced, so
+ * that nothing is left reading its arenas.
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/log.h"
 #include "st/errors.h"
 #include "xfer/engine.h"
 #include "xfer/ucx_api.h"
+#include "xfer/ucx_worker.h"
 
 #ifdef ST_HAVE_UCX
 
 #define CHUNK ((uint64_t)8 << 20) /* bytes per tagged message          */
+#define CHUNK_BITS 21             /* chunk index bits of a tag: 16 TiB an arena */
 #define WINDOW 8                  /* chunks in flight per transfer      */
-#define TAG_HEADER UINT64_C(0xFFFFFFFFFFFFFFFE)
-#define TAG_ACK UINT64_C(0xFFFFFFFFFFFFFFFF)
-#define BLOB_MAGIC "STU1"
-#define CLOSE_SECONDS 2.0         /* the longest an endpoint's close may progress */
+#define LOW_HEADER UINT32_C(0x80000000)
+#define LOW_ACK UINT32_C(0x80000001)
+#define BLOB_MAGIC "STU2"
+#define BLOB_HEAD 9               /* magic, role, id                    */
+#define CLOSE_SECONDS 2.0         /* the longest a transfer's end may progress */
 
 typedef struct slot {
   struct st__xfer *x;
@@ -56,9 +68,10 @@ typedef struct slot {
 struct st__xfer {
   const st__ucx_api_t *u;
   st__xfer_open_t o;
-  ucp_worker_h worker;
-  ucp_ep_h ep;
-  int efd;
+  struct st__xfer *next_open;   /* the open transfers (open_list)       */
+  ucp_worker_h worker;          /* the shared one (ucx_worker.h)         */
+  uint32_t id, peer_id;         /* this transfer's tag id, the peer's    */
+  st__ucx_peer_t *pe;           /* the endpoint to the peer, referenced  */
   int started;
   int failed;
   char why[320];
@@ -79,23 +92,10 @@ struct st__xfer {
   slot_t ack_slot;
   int ack_posted;       /* sender: its receive; receiver: its send       */
   int ack_done;
-  /* A finished receiver's close lingers (below): its flush waits for the
-   * sender's side, which may never answer. */
-  void *close_req;
-  double linger_end;
-  struct st__xfer *next_linger;
 };
 
-static ucp_context_h ctx;
-
-/* Endpoints whose graceful close is still in progress, each with its
- * worker: progressed by every open and poll of the engine, destroyed when
- * the close completes or after CLOSE_SECONDS, so that no close holds the
- * helper's loop. At most MAX_LINGER: past it the oldest is destroyed. */
-#define MAX_LINGER 16
-static struct st__xfer *lingering;
-static void destroy(struct st__xfer *x);
-static void reap_lingering(int all);
+static struct st__xfer *open_list;
+static uint32_t last_id;
 
 static void fail(struct st__xfer *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void fail(struct st__xfer *x, const char *fmt, ...) {
@@ -116,35 +116,27 @@ static int ucx_probe(const char *library, st__xfer_probe_t *out) {
   return st__ucx_probe(library, out);
 }
 
-/* The process's UCP context, made on the first open. */
-static int context(const st__ucx_api_t *u, char *err, size_t errlen) {
-  if (ctx) return ST_OK;
-  ucp_config_t *cfg = NULL;
-  ucs_status_t s = u->ucp_config_read(NULL, NULL, &cfg);
-  if (s != UCS_OK) {
-    snprintf(err, errlen, "ucp_config_read: %s (check the UCX_* environment)",
-             status_text(u, s));
-    return ST_ERR_CAPABILITY;
+static ucp_tag_t tag_of(uint32_t id, uint32_t low) { return ((uint64_t)id << 32) | low; }
+
+/* An endpoint failed: every open transfer on it that still needed it
+ * fails with the reason. */
+static void on_dead(st__ucx_peer_t *pe, const char *why) {
+  for (struct st__xfer *x = open_list; x; x = x->next_open) {
+    if (x->pe != pe) continue;
+    if (x->ack_done && (x->o.role == ST_XFER_SEND || x->inflight == 0)) continue;
+    fail(x, "%s", why);
   }
-  ucp_params_t p;
-  memset(&p, 0, sizeof p);
-  p.field_mask = UCP_PARAM_FIELD_FEATURES;
-  p.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
-  s = u->ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &p, cfg, &ctx);
-  u->ucp_config_release(cfg);
-  if (s != UCS_OK) {
-    ctx = NULL;
-    snprintf(err, errlen, "ucp_init: %s", status_text(u, s));
-    return ST_ERR_CAPABILITY;
-  }
-  return ST_OK;
 }
 
-static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
-  struct st__xfer *x = arg;
-  if (x->ack_done && (x->o.role == ST_XFER_SEND || x->inflight == 0)) return;
-  fail(x, "the peer's endpoint failed: %s (the other host's transfer helper or network went away)",
-       status_text(x->u, status));
+/* A transfer id no open transfer has (0 is never one). */
+static uint32_t new_id(void) {
+  if (!last_id) last_id = (uint32_t)getpid() * 2654435761u ^ (uint32_t)(st__now_mono() * 1e6);
+  for (;;) {
+    uint32_t id = ++last_id;
+    int used = !id;
+    for (struct st__xfer *x = open_list; x && !used; x = x->next_open) used = x->id == id;
+    if (!used) return id;
+  }
 }
 
 static int ucx_open(const st__xfer_open_t *o, st__xfer_t **out, uint8_t *blob, size_t *blob_len,
@@ -154,7 +146,6 @@ static int ucx_open(const st__xfer_open_t *o, st__xfer_t **out, uint8_t *blob, s
     snprintf(err, errlen, "UCX is unavailable (probe the engine for the reason)");
     return ST_ERR_CAPABILITY;
   }
-  if (lingering) reap_lingering(0);
   if (o->nranks != 2 || (o->rank != 0 && o->rank != 1)) {
     snprintf(err, errlen,
              "the UCX engine moves to one receiver per transfer (nranks %d): open one transfer "
@@ -162,8 +153,17 @@ static int ucx_open(const st__xfer_open_t *o, st__xfer_t **out, uint8_t *blob, s
              o->nranks);
     return ST_ERR_CAPABILITY;
   }
-  int rc = context(u, err, errlen);
+  st__ucx_on_dead(on_dead);
+  ucp_worker_h w;
+  int efd;
+  const uint8_t *addr;
+  size_t len;
+  int rc = st__ucx_worker(u, open_list == NULL, &w, &efd, &addr, &len, err, errlen);
   if (rc != ST_OK) return rc;
+  if (len + BLOB_HEAD > ST_XFER_BLOB_MAX) {
+    snprintf(err, errlen, "the worker's address is too long (%zu bytes)", len);
+    return ST_ERR_INTERNAL;
+  }
   struct st__xfer *x = calloc(1, sizeof *x);
   if (!x) {
     snprintf(err, errlen, "out of memory");
@@ -171,35 +171,15 @@ static int ucx_open(const st__xfer_open_t *o, st__xfer_t **out, uint8_t *blob, s
   }
   x->u = u;
   x->o = *o;
-  x->efd = -1;
-  ucp_worker_params_t wp;
-  memset(&wp, 0, sizeof wp);
-  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-  ucs_status_t s = u->ucp_worker_create(ctx, &wp, &x->worker);
-  if (s != UCS_OK) {
-    snprintf(err, errlen, "ucp_worker_create: %s", status_text(u, s));
-    free(x);
-    return ST_ERR_CAPABILITY;
-  }
-  s = u->ucp_worker_get_efd(x->worker, &x->efd);
-  if (s != UCS_OK) x->efd = -1; /* polled on the helper's tick instead */
-  ucp_address_t *addr = NULL;
-  size_t len = 0;
-  s = u->ucp_worker_get_address(x->worker, &addr, &len);
-  if (s != UCS_OK || len + 5 > ST_XFER_BLOB_MAX) {
-    snprintf(err, errlen, "ucp_worker_get_address: %s",
-             s != UCS_OK ? status_text(u, s) : "the address is too long");
-    if (s == UCS_OK) u->ucp_worker_release_address(x->worker, addr);
-    u->ucp_worker_destroy(x->worker);
-    free(x);
-    return ST_ERR_INTERNAL;
-  }
+  x->worker = w;
+  x->id = new_id();
   memcpy(blob, BLOB_MAGIC, 4);
   blob[4] = (uint8_t)o->role;
-  memcpy(blob + 5, addr, len);
-  *blob_len = len + 5;
-  u->ucp_worker_release_address(x->worker, addr);
+  for (int i = 0; i < 4; i++) blob[5 + i] = (uint8_t)(x->id >> (8 * i));
+  memcpy(blob + BLOB_HEAD, addr, len);
+  *blob_len = len + BLOB_HEAD;
+  x->next_open = open_list;
+  open_list = x;
   *out = x;
   return ST_OK;
 }
@@ -254,8 +234,11 @@ static void on_recv(void *req, ucs_status_t status, const ucp_tag_recv_info_t *i
   }
 }
 
+/* Posts one message of x: `low` the tag's low half. The sender's header
+ * and chunks and the receiver's ACK are sends to the peer's id; the rest
+ * are receives on x's own id. */
 static ucs_status_ptr_t post(struct st__xfer *x, slot_t *sl, void *buf, uint64_t len,
-                             ucp_tag_t tag) {
+                             uint32_t low) {
   ucp_request_param_t p;
   memset(&p, 0, sizeof p);
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
@@ -263,7 +246,7 @@ static ucs_status_ptr_t post(struct st__xfer *x, slot_t *sl, void *buf, uint64_t
   p.user_data = sl;
   sl->x = x;
   sl->bytes = len;
-  int sending = x->o.role == ST_XFER_SEND ? tag != TAG_ACK : tag == TAG_ACK;
+  int sending = x->o.role == ST_XFER_SEND ? low != LOW_ACK : low == LOW_ACK;
   ucs_status_ptr_t r;
   /* The callback may run before the call returns (UCX completes a small
    * send at once even with NO_IMM_CMPL on some transports): it clears
@@ -271,11 +254,17 @@ static ucs_status_ptr_t post(struct st__xfer *x, slot_t *sl, void *buf, uint64_t
   static char posting;
   sl->req = &posting;
   if (sending) {
+    ucp_ep_h ep = st__ucx_peer_ep(x->pe);
+    if (!ep) {
+      sl->req = NULL;
+      fail(x, "the endpoint to the peer is closed");
+      return NULL;
+    }
     p.cb.send = on_send;
-    r = x->u->ucp_tag_send_nbx(x->ep, buf, len, tag, &p);
+    r = x->u->ucp_tag_send_nbx(ep, buf, len, tag_of(x->peer_id, low), &p);
   } else {
     p.cb.recv = on_recv;
-    r = x->u->ucp_tag_recv_nbx(x->worker, buf, len, tag, UINT64_MAX, &p);
+    r = x->u->ucp_tag_recv_nbx(x->worker, buf, len, tag_of(x->id, low), UINT64_MAX, &p);
   }
   if (UCS_PTR_IS_ERR(r)) {
     sl->req = NULL;
@@ -311,7 +300,7 @@ static void check_header(struct st__xfer *x) {
     fail(x, "the arena layouts differ: %s", why);
     x->ack[0] = 1;
     x->ack[1] = 0;
-    if (post(x, &x->ack_slot, x->ack, sizeof x->ack, TAG_ACK)) x->ack_posted = 1;
+    if (post(x, &x->ack_slot, x->ack, sizeof x->ack, LOW_ACK)) x->ack_posted = 1;
     return;
   }
   x->header_ok = 1;
@@ -319,9 +308,8 @@ static void check_header(struct st__xfer *x) {
 
 static int ucx_start(st__xfer_t *x, const uint8_t *peer, size_t peer_len,
                      const st__xfer_arena_t *arenas, size_t n, char *err, size_t errlen) {
-  const st__ucx_api_t *u = x->u;
   st__xfer_role_t want = x->o.role == ST_XFER_SEND ? ST_XFER_RECV : ST_XFER_SEND;
-  if (peer_len <= 5 || memcmp(peer, BLOB_MAGIC, 4) != 0 || peer[4] != (uint8_t)want) {
+  if (peer_len <= BLOB_HEAD || memcmp(peer, BLOB_MAGIC, 4) != 0 || peer[4] != (uint8_t)want) {
     snprintf(err, errlen, "the peer's blob is not a UCX %s blob of this version",
              want == ST_XFER_SEND ? "sender's" : "receiver's");
     return ST_ERR_INVALID_ARGUMENT;
@@ -330,6 +318,19 @@ static int ucx_start(st__xfer_t *x, const uint8_t *peer, size_t peer_len,
     snprintf(err, errlen, "the transfer was started already");
     return ST_ERR_INVALID_ARGUMENT;
   }
+  if (n > (size_t)1 << (31 - CHUNK_BITS)) {
+    snprintf(err, errlen, "%zu arenas: the UCX engine moves at most %d in one transfer", n,
+             1 << (31 - CHUNK_BITS));
+    return ST_ERR_INVALID_ARGUMENT;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (arenas[i].bytes > CHUNK << CHUNK_BITS) {
+      snprintf(err, errlen, "arena %zu: %llu bytes; the UCX engine moves at most %llu an arena",
+               i, (unsigned long long)arenas[i].bytes, (unsigned long long)(CHUNK << CHUNK_BITS));
+      return ST_ERR_INVALID_ARGUMENT;
+    }
+  x->peer_id = 0;
+  for (int i = 0; i < 4; i++) x->peer_id |= (uint32_t)peer[5 + i] << (8 * i);
   x->header_slot.kind = 1;
   x->ack_slot.kind = 2;
   x->arenas = calloc(n ? n : 1, sizeof *arenas);
@@ -344,32 +345,20 @@ static int ucx_start(st__xfer_t *x, const uint8_t *peer, size_t peer_len,
   memcpy(x->arenas, arenas, n * sizeof *arenas);
   x->n = n;
   for (size_t i = 0; i < n; i++) x->total += arenas[i].bytes;
-  ucp_ep_params_t ep;
-  memset(&ep, 0, sizeof ep);
-  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  ep.address = (const ucp_address_t *)(peer + 5);
-  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  ep.err_handler.cb = on_ep_error;
-  ep.err_handler.arg = x;
-  ucs_status_t s = u->ucp_ep_create(x->worker, &ep, &x->ep);
-  if (s != UCS_OK) {
-    x->ep = NULL;
-    snprintf(err, errlen, "ucp_ep_create to the peer: %s", status_text(u, s));
-    return ST_ERR_IO;
-  }
+  x->pe = st__ucx_peer_get(peer + BLOB_HEAD, peer_len - BLOB_HEAD, err, errlen);
+  if (!x->pe) return ST_ERR_IO;
   x->started = 1;
   if (x->o.role == ST_XFER_SEND) {
     x->header[0] = n;
     for (size_t i = 0; i < n; i++) x->header[1 + i] = arenas[i].bytes;
-    if (!post(x, &x->ack_slot, x->ack, sizeof x->ack, TAG_ACK) ||
-        !post(x, &x->header_slot, x->header, x->header_len, TAG_HEADER)) {
+    if (!post(x, &x->ack_slot, x->ack, sizeof x->ack, LOW_ACK) ||
+        !post(x, &x->header_slot, x->header, x->header_len, LOW_HEADER)) {
       snprintf(err, errlen, "%s", x->why);
       return ST_ERR_INTERNAL;
     }
     x->ack_posted = 1;
   } else {
-    if (!post(x, &x->header_slot, x->header, x->header_len, TAG_HEADER)) {
+    if (!post(x, &x->header_slot, x->header, x->header_len, LOW_HEADER)) {
       snprintf(err, errlen, "%s", x->why);
       return ST_ERR_INTERNAL;
     }
@@ -394,9 +383,9 @@ static void post_chunks(struct st__xfer *x) {
       }
     if (!sl) return;
     uint64_t len = a->bytes - x->next_off < CHUNK ? a->bytes - x->next_off : CHUNK;
-    ucp_tag_t tag = ((uint64_t)x->next_arena << 32) | (x->next_off / CHUNK);
+    uint32_t low = (uint32_t)(x->next_arena << CHUNK_BITS) | (uint32_t)(x->next_off / CHUNK);
     sl->kind = 0;
-    if (!post(x, sl, (char *)a->addr + x->next_off, len, tag)) return;
+    if (!post(x, sl, (char *)a->addr + x->next_off, len, low)) return;
     x->inflight++;
     x->next_off += len;
   }
@@ -404,17 +393,14 @@ static void post_chunks(struct st__xfer *x) {
 
 static st__xfer_state_t ucx_poll(st__xfer_t *x, double now, uint64_t *bytes, char *err,
                                  size_t errlen) {
-  if (lingering) reap_lingering(0);
-  if (x->worker)
-    while (x->u->ucp_worker_progress(x->worker)) {
-    }
+  st__ucx_progress();
   if (x->started && !x->failed) {
     if (x->o.role == ST_XFER_SEND || x->header_ok) post_chunks(x);
     int all = x->next_arena >= x->n && x->inflight == 0;
     if (x->o.role == ST_XFER_RECV && all && x->header_ok && !x->ack_posted) {
       x->ack[0] = 0;
       x->ack[1] = x->done_bytes;
-      if (post(x, &x->ack_slot, x->ack, sizeof x->ack, TAG_ACK)) x->ack_posted = 1;
+      if (post(x, &x->ack_slot, x->ack, sizeof x->ack, LOW_ACK)) x->ack_posted = 1;
     }
     if (x->o.role == ST_XFER_SEND && x->ack_done && !x->failed) {
       if (x->ack[0] != 0)
@@ -442,12 +428,18 @@ static st__xfer_state_t ucx_poll(st__xfer_t *x, double now, uint64_t *bytes, cha
 }
 
 static int ucx_wait_fd(st__xfer_t *x, int *fd) {
-  if (x->efd < 0) return -1;
-  if (x->u->ucp_worker_progress(x->worker)) return 0;
-  ucs_status_t s = x->u->ucp_worker_arm(x->worker);
+  ucp_worker_h w;
+  int efd;
+  const uint8_t *addr;
+  size_t len;
+  char err[64];
+  if (st__ucx_worker(x->u, 0, &w, &efd, &addr, &len, err, sizeof err) != ST_OK || efd < 0)
+    return -1;
+  if (x->u->ucp_worker_progress(w)) return 0;
+  ucs_status_t s = x->u->ucp_worker_arm(w);
   if (s == UCS_ERR_BUSY) return 0;
   if (s != UCS_OK) return -1;
-  *fd = x->efd;
+  *fd = efd;
   return 1;
 }
 
@@ -455,93 +447,56 @@ static void ucx_abort(st__xfer_t *x, const char *why) {
   fail(x, "%s", why);
 }
 
-/* Progresses until no request of the transfer is in flight (bounded). */
-static void drain(struct st__xfer *x) {
-  for (int i = 0; i < WINDOW; i++)
-    if (x->slots[i].req && x->o.role == ST_XFER_RECV)
-      x->u->ucp_request_cancel(x->worker, x->slots[i].req);
-  if (x->header_slot.req && x->o.role == ST_XFER_RECV)
-    x->u->ucp_request_cancel(x->worker, x->header_slot.req);
-  if (x->ack_slot.req && x->o.role == ST_XFER_SEND)
-    x->u->ucp_request_cancel(x->worker, x->ack_slot.req);
-  double end = st__now_mono() + CLOSE_SECONDS;
-  while (st__now_mono() < end) {
-    int busy = x->header_slot.req || x->ack_slot.req;
-    for (int i = 0; i < WINDOW; i++) busy |= x->slots[i].req != NULL;
-    if (!busy) return;
-    x->u->ucp_worker_progress(x->worker);
-  }
+/* Whether a request of x is still in flight (sends: `sends` 1). */
+static int busy(const struct st__xfer *x, int sends) {
+  int send_role = x->o.role == ST_XFER_SEND;
+  int n = 0;
+  for (int i = 0; i < WINDOW; i++) n |= x->slots[i].req && send_role == sends;
+  n |= x->header_slot.req && send_role == sends;
+  n |= x->ack_slot.req && send_role != sends;
+  return n;
 }
 
-/* The worker and what is left of x, after its endpoint is closed or
- * given up. */
-static void destroy(struct st__xfer *x) {
+/* Ends every request of x before it is freed: its receives are
+ * cancelled; a send still in flight (the peer may never take it) closes
+ * the endpoint, forced. Bounded; a request that still does not end
+ * leaves x allocated (its callback may yet come), never freed under it. */
+static int settle(struct st__xfer *x) {
   const st__ucx_api_t *u = x->u;
-
-  if (x->close_req) {
-    if (u->ucp_request_check_status(x->close_req) == UCS_INPROGRESS)
-      u->ucp_request_cancel(x->worker, x->close_req);
-    u->ucp_request_free(x->close_req);
-    x->close_req = NULL;
-  }
-  if (x->worker) {
-    drain(x);
-    u->ucp_worker_destroy(x->worker);
-  }
-  free(x->arenas);
-  free(x->header);
-  free(x);
-}
-
-/* Progresses the lingering closes; destroys those that completed or ran
- * out of time (all: every one, or the oldest past MAX_LINGER). */
-static void reap_lingering(int all) {
-  double now = st__now_mono();
-  size_t n = 0;
-  for (struct st__xfer **pp = &lingering; *pp;) {
-    struct st__xfer *x = *pp;
-    x->u->ucp_worker_progress(x->worker);
-    int ended = x->u->ucp_request_check_status(x->close_req) != UCS_INPROGRESS;
-    if (all || ended || now > x->linger_end || ++n > MAX_LINGER) {
-      *pp = x->next_linger;
-      destroy(x);
-    } else {
-      pp = &x->next_linger;
-    }
-  }
+  int recv_role = x->o.role == ST_XFER_RECV;
+  for (int i = 0; i < WINDOW; i++)
+    if (x->slots[i].req && recv_role) u->ucp_request_cancel(x->worker, x->slots[i].req);
+  if (x->header_slot.req && recv_role) u->ucp_request_cancel(x->worker, x->header_slot.req);
+  if (x->ack_slot.req && !recv_role) u->ucp_request_cancel(x->worker, x->ack_slot.req);
+  if (busy(x, 1) && x->pe) st__ucx_peer_kill(x->pe, "a transfer on it stopped mid-send");
+  double end = st__now_mono() + CLOSE_SECONDS;
+  while ((busy(x, 0) || busy(x, 1)) && st__now_mono() < end) u->ucp_worker_progress(x->worker);
+  return !busy(x, 0) && !busy(x, 1);
 }
 
 static void ucx_close(st__xfer_t *x) {
   if (!x) return;
-  const st__ucx_api_t *u = x->u;
+  int clean = !x->failed;
   x->failed = 1; /* callbacks from here on only release */
-  if (x->ep) {
-    /* A receiver that finished flushes, so that its acknowledgement
-     * leaves before the connection closes; everything else force-closes:
-     * a flush would wait on a peer that may be gone. The flush lingers
-     * (reap_lingering) instead of holding the caller. */
-    ucp_request_param_t p;
-    memset(&p, 0, sizeof p);
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    int flush = x->ack_done && x->o.role == ST_XFER_RECV;
-    p.flags = flush ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
-    ucs_status_ptr_t r = u->ucp_ep_close_nbx(x->ep, &p);
-    x->ep = NULL;
-    if (UCS_PTR_IS_PTR(r)) {
-      x->close_req = r;
-      if (flush) {
-        x->linger_end = st__now_mono() + CLOSE_SECONDS;
-        x->next_linger = lingering;
-        lingering = x;
-        reap_lingering(0);
-        return;
-      }
-      double end = st__now_mono() + CLOSE_SECONDS;
-      while (u->ucp_request_check_status(r) == UCS_INPROGRESS && st__now_mono() < end)
-        u->ucp_worker_progress(x->worker);
+  int settled = settle(x);
+  /* Messages for x may still come (the sender's chunks after a failed
+   * receive): the worker is made again once nothing is open. */
+  if (!clean || !settled) st__ucx_worker_dirty();
+  for (struct st__xfer **pp = &open_list; *pp; pp = &(*pp)->next_open)
+    if (*pp == x) {
+      *pp = x->next_open;
+      break;
     }
+  st__ucx_peer_put(x->pe);
+  x->pe = NULL;
+  if (!settled) {
+    ST_LOG_W("xfer", "ucx: a request of a closed transfer did not end within %g s; its state "
+             "is kept", CLOSE_SECONDS);
+    return;
   }
-  destroy(x);
+  free(x->arenas);
+  free(x->header);
+  free(x);
 }
 
 #else /* !ST_HAVE_UCX */

@@ -143,6 +143,74 @@ TEST(ucx_three_arenas_every_byte) {
   st__xfer_sup_free(b);
 }
 
+/* One helper runs every transfer on one UCX worker and keeps its endpoint
+ * to a peer between transfers: six transfers at once between the same
+ * two helpers, four one way and two the other, each with bytes of its
+ * own, land each in its own arena (the transfers' tags keep them apart);
+ * then twenty in a row on the kept endpoints, every byte compared. */
+TEST(ucx_concurrent_transfers_keep_apart) {
+  st__xfer_sup_t *a = sup_new(NULL), *b = sup_new(NULL);
+  enum { N = 6 };
+  arena_t src[N], dst[N];
+  side_t s[N], r[N];
+  uint64_t xs[N], xr[N];
+  char err[256];
+  for (int i = 0; i < N; i++) {
+    uint64_t bytes = ((uint64_t)(i + 1) << 20) + 7u * (uint64_t)i;   /* chunks of 8 MiB: one each */
+    if (i == 5) bytes = (20u << 20) + 5;                              /* three chunks */
+    src[i] = arena_new(bytes, 100u + (unsigned)i);
+    dst[i] = arena_new(bytes, 0);
+    memset(&s[i], 0, sizeof s[i]);
+    memset(&r[i], 0, sizeof r[i]);
+    st__xfer_sup_t *from = i < 4 ? a : b, *to = i < 4 ? b : a;
+    CHECK_ERR(st__xfer_sup_open(from, "ucx", ST_XFER_SEND, 2, 0, 60000, &cbs, &s[i], &xs[i], err,
+                                sizeof err), ST_OK);
+    CHECK_ERR(st__xfer_sup_open(to, "ucx", ST_XFER_RECV, 2, 1, 60000, &cbs, &r[i], &xr[i], err,
+                                sizeof err), ST_OK);
+  }
+  for (int i = 0; i < N; i++) CHECK(wait_for(&s[i].opened) && wait_for(&r[i].opened));
+  /* Started in an order that is not the opens': the receivers last. */
+  for (int i = N - 1; i >= 0; i--) {
+    st__xfer_sup_t *from = i < 4 ? a : b;
+    st__xfer_sup_arena_t sa;
+    to_sup_arenas(&src[i], 1, &sa);
+    CHECK_ERR(st__xfer_sup_start(from, xs[i], r[i].blob, r[i].blob_len, &sa, 1, err, sizeof err),
+              ST_OK);
+  }
+  for (int i = 0; i < N; i++) {
+    st__xfer_sup_t *to = i < 4 ? b : a;
+    st__xfer_sup_arena_t ra;
+    to_sup_arenas(&dst[i], 1, &ra);
+    CHECK_ERR(st__xfer_sup_start(to, xr[i], s[i].blob, s[i].blob_len, &ra, 1, err, sizeof err),
+              ST_OK);
+  }
+  for (int i = 0; i < N; i++) {
+    CHECK(wait_for(&s[i].done) && wait_for(&r[i].done));
+    if (!s[i].ok || !r[i].ok) fprintf(stderr, "%d: %s / %s\n", i, s[i].error, r[i].error);
+    CHECK(s[i].ok && r[i].ok);
+    CHECK_EQ_INT(r[i].bytes, src[i].bytes);
+    CHECK(memcmp(src[i].p, dst[i].p, src[i].bytes) == 0);
+  }
+  for (int k = 0; k < 20; k++) {
+    int i = k % N;
+    memset(dst[i].p, 0, dst[i].bytes);
+    src[i].p[k] ^= 0x5a;
+    side_t s1, r1;
+    CHECK_EQ_INT(i < 4 ? ucx_move(a, b, &src[i], &dst[i], 1, 60000, &s1, &r1)
+                       : ucx_move(b, a, &src[i], &dst[i], 1, 60000, &s1, &r1), 0);
+    CHECK(s1.ok && r1.ok);
+    CHECK(memcmp(src[i].p, dst[i].p, src[i].bytes) == 0);
+  }
+  for (int i = 0; i < N; i++) {
+    arena_free(&src[i]);
+    arena_free(&dst[i]);
+  }
+  CHECK_EQ_INT(st__xfer_sup_spawns(a), 1);
+  CHECK_EQ_INT(st__xfer_sup_spawns(b), 1);
+  st__xfer_sup_free(a);
+  st__xfer_sup_free(b);
+}
+
 /* Windows of one arena (a hand-off's chunks): three windows of the
  * sender's arena land in three other windows of the receiver's, and not
  * one byte outside them changes; a window past its arena is refused. */
@@ -452,6 +520,7 @@ int main(void) {
   RUN(size_claim_beyond_descriptor_refused);
   RUN(ucx_three_arenas_every_byte);
   RUN(ucx_windows_move_only_their_bytes);
+  RUN(ucx_concurrent_transfers_keep_apart);
   RUN(abort_ends_both_sides);
   RUN(sender_helper_killed_then_restarted);
   return stt_summary();
