@@ -31,7 +31,7 @@
 #include <sys/types.h>
 
 /* The peer protocol this build speaks (peer_hello's `protocol`). */
-#define ST__PEER_PROTOCOL 1
+#define ST__PEER_PROTOCOL 2
 /* Configured peers, exported globs, engines at most. */
 #define ST__PEER_MAX_PEERS 64
 #define ST__PEER_MAX_EXPORT 64
