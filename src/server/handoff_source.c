@@ -7,9 +7,13 @@
  * takes one consumer slot of it under a connection id of its own
  * (ST__HANDOFF_PEER_CONN), so that the producer's publishes wait for the
  * peer as for a local consumer and nothing is recycled before the peer
- * has it. A 1 ms timer of loop 0, which runs only while subscriptions
- * exist, reads each subscribed page: every chunk newly published and not
- * yet acknowledged by the peer's slot is announced (peer_handoff_ready
+ * has it. A thread sleeps on the publish futex of every subscribed page
+ * (page_watch.h) and wakes loop 0, which reads the pages: every chunk
+ * newly published and not yet acknowledged by the peer's slot is
+ * announced at once. A timer of loop 0 reads them too, while
+ * subscriptions exist: every 1 ms when a page is not watched (no
+ * futex_waitv, more pages than the thread takes), else every 10 ms (a
+ * safety net). Announced (peer_handoff_ready
  * {sub, chunks: [[chunk, seq, bytes], ...]}). The peer asks for the bytes
  * of a batch (peer_handoff_send): each chunk is checked to be still at
  * that sequence and pending for the peer, the data arena is lent to the
@@ -26,6 +30,7 @@
  *
  * Loop 0, the write side of the server lock.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,14 +39,18 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "engine/handoff.h"
+#include "mem/arena.h"
 #include "server/handoff_link.h"
 #include "server/holdings.h"
+#include "server/page_watch.h"
 #include "st/errors.h"
 
 /* Subscriptions one peer may hold. */
 #define SUBS_PER_PEER 64
-/* How often the subscribed pages are read. */
+/* How often the subscribed pages are read: when one is not watched by
+ * the thread, and when all are. */
 #define WATCH_S 0.001
+#define WATCHED_S 0.01
 /* Chunks one announcement or one send names at most. */
 #define BATCH_MAX 256
 
@@ -56,6 +65,7 @@ typedef struct st__hsrc {
   uint64_t chunk_bytes, stride;
   uint32_t *told;             /* per chunk: the sequence last announced  */
   int gone_told;
+  int watched;                /* the page watch wakes on its publishes   */
   double since;
 } st__hsrc_t;
 
@@ -107,6 +117,7 @@ static void sub_end(st__server_t *srv, st__hsrc_t *s, int touch) {
       *pp = s->next;
       break;
     }
+  if (s->watched) st__pwatch_remove(rm->hpwatch, (uint64_t)(uintptr_t)s);
   if (touch && st__handoff_find(table(srv), s->name, s->serial)) {
     char e[200];
     st__handoff_close(table(srv), s->name, strlen(s->name), s->conn, e, sizeof e);
@@ -192,16 +203,68 @@ static void watch_stop(st__server_t *srv) {
   }
 }
 
+static void look_all(st__server_t *srv);
+
 static void on_watch(struct ev_loop *loop, ev_timer *w, int revents) {
   (void)loop, (void)revents;
-  st__server_t *srv = w->data;
+  look_all(w->data);
+}
+
+/* The timer runs while subscriptions exist, at the period they need. */
+static void watch_update(st__server_t *srv) {
+  st__remote_t *rm = srv->remote;
+  if (!rm->hsrcs) {
+    watch_stop(srv);
+    return;
+  }
+  double every = WATCHED_S;
+  for (const st__hsrc_t *s = rm->hsrcs; s; s = s->next)
+    if (!s->watched) every = WATCH_S;
+  if (rm->hwatch_on && rm->hwatch_every == every) return;
+  watch_stop(srv);
+  ev_timer_init(&rm->hwatch, on_watch, every, every);
+  rm->hwatch.data = srv;
+  ev_timer_start(srv->loop, &rm->hwatch);
+  rm->hwatch_on = 1;
+  rm->hwatch_every = every;
+}
+
+static void look_all(st__server_t *srv) {
   st__hsrc_t *s = srv->remote->hsrcs;
   while (s) {
     st__hsrc_t *next = s->next;
     look(srv, s);
     s = next;
   }
-  if (!srv->remote->hsrcs) watch_stop(srv);
+  watch_update(srv);
+}
+
+static void on_published(struct ev_loop *loop, void *ud) {
+  (void)loop;
+  look_all(ud);
+}
+
+/* The page watch wakes on s's publishes (the thread started on the first
+ * subscription); when it cannot, the timer reads the page every 1 ms. */
+static void watch_page(st__server_t *srv, st__hsrc_t *s, const st__handoff_t *h) {
+  st__remote_t *rm = srv->remote;
+  char err[300];
+  if (!rm->hpwatch && !rm->hpwatch_failed &&
+      st__pwatch_new(srv->loop, on_published, srv, &rm->hpwatch, err, sizeof err) != ST_OK) {
+    rm->hpwatch_failed = 1;
+    ST_LOG_W("peer", "hand-offs followed by peers are read every %g ms: %s", WATCH_S * 1e3, err);
+  }
+  if (!rm->hpwatch) return;
+  int fd = st__arena_dup_fd(h->named.page_arena, err, sizeof err);
+  if (fd >= 0 &&
+      st__pwatch_add(rm->hpwatch, (uint64_t)(uintptr_t)s, fd, h->named.page_bytes,
+                     offsetof(st__handoff_page_t, pub_futex),
+                     offsetof(st__handoff_page_t, pub_waiters), err, sizeof err) == ST_OK)
+    s->watched = 1;
+  else
+    ST_LOG_I("peer", "hand-off '%s': its page is read every %g ms: %s", s->name, WATCH_S * 1e3,
+             err);
+  if (fd >= 0) close(fd);
 }
 
 /* ------------------------------------------------------------- subscribe */
@@ -282,12 +345,8 @@ static void on_subscribe(st__peer_t *p, const st__peer_req_t *req, void *ud) {
   st__peer_reply(p, req->ticket, sb.data, sb.size);
   msgpack_sbuffer_destroy(&sb);
   ST_LOG_I("peer", "peer '%s' follows hand-off '%s' (consumer slot %u)", s->peer, name, slot);
-  if (!rm->hwatch_on) {
-    ev_timer_init(&rm->hwatch, on_watch, WATCH_S, WATCH_S);
-    rm->hwatch.data = srv;
-    ev_timer_start(srv->loop, &rm->hwatch);
-    rm->hwatch_on = 1;
-  }
+  watch_page(srv, s, h);
+  watch_update(srv);
 }
 
 static void on_unsubscribe(st__peer_t *p, const st__peer_req_t *req, void *ud) {
@@ -303,7 +362,7 @@ static void on_unsubscribe(st__peer_t *p, const st__peer_req_t *req, void *ud) {
     ST_LOG_I("peer", "peer '%s' no longer follows hand-off '%s'", s->peer, s->name);
     sub_end(srv, s, 1);
   }
-  if (!srv->remote->hsrcs) watch_stop(srv);
+  watch_update(srv);
   st__remote_reply_true(p, req->ticket);
 }
 
@@ -538,7 +597,11 @@ void st__hsrc_peer_down(st__server_t *srv, const char *peer, int stopping) {
     }
     s = next;
   }
-  if (!rm->hsrcs) watch_stop(srv);
+  watch_update(srv);
+  if (stopping) {
+    st__pwatch_free(rm->hpwatch);
+    rm->hpwatch = NULL;
+  }
   if (stopping)   /* no callback comes after the helper's end */
     while (rm->hsends) {
       st__hsend_t *x = rm->hsends;

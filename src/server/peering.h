@@ -58,6 +58,10 @@ typedef struct st__remote {
   struct st__hsend *hsends;   /* handoff_source.c: chunks lent to the helper */
   ev_timer hwatch;            /* handoff_source.c: reads their pages       */
   int hwatch_on;
+  double hwatch_every;        /* its period now                            */
+  struct st__pwatch *hpwatch; /* handoff_source.c: wakes on their publishes
+                                 (page_watch.h), or NULL                   */
+  int hpwatch_failed;         /* it could not start: the timer alone       */
   struct st__mirror *mirrors; /* handoff_mirror.c: our mirrors of peers' hand-offs */
   ev_timer mcheck;            /* handoff_mirror.c: mirrors left without consumers */
   int mcheck_on;
