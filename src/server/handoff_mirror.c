@@ -14,9 +14,10 @@
  *
  * The peer announces what its producer published (peer_handoff_ready
  * {sub, chunks: [[chunk, seq, bytes], ...]}); the entries queue here, in
- * order. A batch moves when nothing else of this mirror moves: each
- * entry whose chunk here is free is taken for the producer (an entry for
- * a chunk whose earlier entry still waits waits too), the helper opens a
+ * order. Up to two batches of a mirror move at once (one lands while the
+ * next sets up): each entry whose chunk here is free is taken for the
+ * producer (an entry for a chunk whose earlier entry still waits or moves
+ * waits too, so a chunk's publishes land in order), the helper opens a
  * receive of one window per chunk, the peer is asked for the bytes
  * (peer_handoff_send), and when every byte is in, each chunk is
  * published here under the peer's sequence number (st__handoff_publish_as)
@@ -53,6 +54,9 @@
 #define WAITERS_MAX 64
 /* Chunks one batch moves at most (the peer's limit too). */
 #define BATCH_MAX 256
+/* Batches of one mirror in flight at once (each one transfer, within the
+ * peer's peer.max_transfers_per_peer). */
+#define INFLIGHT_MAX 2
 /* The look for freed chunks, and the wait before a failed batch again. */
 #define POLL_S 0.001
 #define RETRY_S 0.1
@@ -75,6 +79,21 @@ typedef struct entry {
   uint64_t bytes;
 } entry_t;
 
+struct st__mirror;
+
+/* One batch in flight: a transfer of its chunks' windows. */
+typedef struct batch {
+  struct st__mirror *m;
+  int used;                           /* moving                            */
+  int xfer_open;                      /* the helper's done is still to come */
+  int refused;                        /* the peer's error for it, 0: none  */
+  uint64_t xfer, xid, req;            /* the helper's id, the wire's, the
+                                         peer_handoff_send in flight       */
+  entry_t e[BATCH_MAX];
+  uint32_t n;
+  double t0;
+} batch_t;
+
 typedef struct st__mirror {
   struct st__mirror *next;
   st__server_t *srv;
@@ -94,16 +113,11 @@ typedef struct st__mirror {
   char engine[16];
   waiter_t waiters[WAITERS_MAX];
   unsigned nwaiters;
-  uint64_t req;                       /* a peer request in flight          */
+  uint64_t req;                       /* the subscription's request        */
   entry_t *q;                         /* announced, not moved, in order    */
-  uint32_t qlen, qcap;
-  /* The batch that moves. */
-  int moving, xfer_open;
-  int refused;                        /* the peer's error for the batch, 0: none */
-  uint64_t xfer, xid;
-  entry_t batch[BATCH_MAX];
-  uint32_t nbatch;
-  double t0;
+  uint32_t qlen, qcap;                /* qlen + every batch's n <= qcap    */
+  batch_t b[INFLIGHT_MAX];
+  unsigned moving;                    /* batches used                      */
   unsigned fails;                     /* batches failed in a row (BUSY aside) */
   ev_timer timer;                     /* the look again, or the retry      */
   int timer_on;
@@ -141,8 +155,23 @@ static void mirror_unlink(st__mirror_t *m) {
 static void mirror_free(st__mirror_t *m) {
   timer_stop(m);
   if (m->req && m->srv->peer) st__peer_cancel(m->srv->peer, m->req);
+  for (int i = 0; i < INFLIGHT_MAX; i++)
+    if (m->b[i].req && m->srv->peer) st__peer_cancel(m->srv->peer, m->b[i].req);
   free(m->q);
   free(m);
+}
+
+/* Entries in the batches that move. */
+static uint32_t moving_entries(const st__mirror_t *m) {
+  uint32_t n = 0;
+  for (int i = 0; i < INFLIGHT_MAX; i++) n += m->b[i].used ? m->b[i].n : 0;
+  return n;
+}
+
+/* Asks the helper to stop every batch still open. */
+static void abort_batches(st__mirror_t *m, const char *why) {
+  for (int i = 0; i < INFLIGHT_MAX; i++)
+    if (m->b[i].xfer_open) st__xfer_sup_abort(m->srv->remote->sup, m->b[i].xfer, why);
 }
 
 /* ------------------------------------------------------------- openers */
@@ -194,24 +223,28 @@ static void mirror_lose(st__mirror_t *m, const char *why) {
   ST_LOG_W("peer", "mirror '%s' lost its source: %s; what was published stays readable",
            m->local, why);
   say_gone(m);
-  if (m->xfer_open) st__xfer_sup_abort(m->srv->remote->sup, m->xfer, why);
+  abort_batches(m, why);
   m->qlen = 0;
 }
 
-/* Gives back the chunks of the batch (not published). */
-static void batch_untake(st__mirror_t *m) {
-  st__handoff_t *h = local_of(m);
-  for (uint32_t k = 0; h && k < m->nbatch; k++) st__handoff_untake(h->page, m->batch[k].chunk);
-  m->nbatch = 0;
+/* Gives back the chunks of batch b (not published); b is free again. */
+static void batch_untake(batch_t *b) {
+  st__handoff_t *h = local_of(b->m);
+  for (uint32_t k = 0; h && k < b->n; k++) st__handoff_untake(h->page, b->e[k].chunk);
+  b->n = 0;
+  if (b->used) b->m->moving--;
+  b->used = 0;
 }
 
 /* The batch did not land: its chunks here are given back; its entries go
  * back to the head of the queue and are tried again later, but when the
  * peer no longer has them for us (a stale batch: they are not coming). */
-static void batch_failed(st__mirror_t *m, int code, const char *why) {
-  uint32_t n = m->nbatch;
-  batch_untake(m);
-  m->moving = 0;
+static void batch_failed(batch_t *b, int code, const char *why) {
+  st__mirror_t *m = b->m;
+  uint32_t n = b->n;
+  entry_t back[BATCH_MAX];
+  memcpy(back, b->e, n * sizeof *back);
+  batch_untake(b);
   if (m->state != M_LIVE) return;
   if (code == ST_ERR_STALE_HANDLE || code == ST_ERR_NOT_FOUND) {
     ST_LOG_W("peer", "mirror '%s': the peer refused a batch (%s): dropped", m->local, why);
@@ -222,7 +255,7 @@ static void batch_failed(st__mirror_t *m, int code, const char *why) {
    * chunks stays behind (the queue with the batch never holds more than
    * qcap: on_ready). */
   memmove(m->q + n, m->q, m->qlen * sizeof *m->q);
-  memcpy(m->q, m->batch, n * sizeof *m->q);
+  memcpy(m->q, back, n * sizeof *m->q);
   m->qlen += n;
   if (code != ST_ERR_BUSY && ++m->fails >= FAILS_MAX) {
     char lost[sizeof m->why];
@@ -240,26 +273,29 @@ static void batch_failed(st__mirror_t *m, int code, const char *why) {
 /* Every byte of the batch is in: each chunk is published here under the
  * peer's sequence number. The batch's entries leave the queue: they are
  * its first ones, in order (pump takes them so). */
-static void batch_landed(st__mirror_t *m, uint64_t bytes) {
+static void batch_landed(batch_t *b, uint64_t bytes) {
+  st__mirror_t *m = b->m;
   st__handoff_t *h = local_of(m);
-  for (uint32_t k = 0; h && k < m->nbatch; k++)
-    st__handoff_publish_as(h->page, m->batch[k].chunk, m->batch[k].bytes, m->batch[k].seq);
-  m->chunks_in += m->nbatch;
+  for (uint32_t k = 0; h && k < b->n; k++)
+    st__handoff_publish_as(h->page, b->e[k].chunk, b->e[k].bytes, b->e[k].seq);
+  m->chunks_in += b->n;
   m->bytes_in += bytes;
   m->fails = 0;
-  ST_LOG_D("peer", "mirror '%s': %u chunks (%llu bytes) in %.3f ms", m->local, m->nbatch,
-           (unsigned long long)bytes, (st__now_mono() - m->t0) * 1e3);
-  m->nbatch = 0;
-  m->moving = 0;
+  ST_LOG_D("peer", "mirror '%s': %u chunks (%llu bytes) in %.3f ms", m->local, b->n,
+           (unsigned long long)bytes, (st__now_mono() - b->t0) * 1e3);
+  b->n = 0;
+  b->used = 0;
+  m->moving--;
   pump(m);
 }
 
 static void answered(void *ud, const char *peer, int code, const char *message,
                      const msgpack_object *result) {
-  st__mirror_t *m = ud;
+  batch_t *b = ud;
+  st__mirror_t *m = b->m;
   st__server_t *srv = m->srv;
   (void)peer;
-  m->req = 0;
+  b->req = 0;
   char err[400] = "";
   const msgpack_object *blob = NULL;
   int rc = st__remote_answer_blob(m->peer, "peer_handoff_send", code, message, result, &blob, err,
@@ -271,30 +307,31 @@ static void answered(void *ud, const char *peer, int code, const char *message,
     st__handoff_t *h = local_of(m);
     uint32_t chunk[BATCH_MAX];
     uint64_t len[BATCH_MAX];
-    for (uint32_t k = 0; k < m->nbatch; k++) {
-      chunk[k] = m->batch[k].chunk;
-      len[k] = m->batch[k].bytes;
+    for (uint32_t k = 0; k < b->n; k++) {
+      chunk[k] = b->e[k].chunk;
+      len[k] = b->e[k].bytes;
     }
     st__xfer_sup_arena_t wins[BATCH_MAX];
     st__arena_desc_t desc;
-    int fd = st__handoff_windows(h->named.data, 0, m->stride, chunk, len, m->nbatch, wins, &desc,
+    int fd = st__handoff_windows(h->named.data, 0, m->stride, chunk, len, b->n, wins, &desc,
                                  err, sizeof err);
     rc = fd < 0 ? fd
-                : st__xfer_sup_start(srv->remote->sup, m->xfer,
+                : st__xfer_sup_start(srv->remote->sup, b->xfer,
                                      (const uint8_t *)blob->via.bin.ptr, blob->via.bin.size,
-                                     wins, m->nbatch, err, sizeof err);
+                                     wins, b->n, err, sizeof err);
     if (fd >= 0) close(fd);
   }
   /* The helper's done ends the batch either way; it fails with the
    * peer's own code (a stale batch is dropped, not tried again). */
   if (rc != ST_OK) {
-    m->refused = rc;
-    st__xfer_sup_abort(srv->remote->sup, m->xfer, err);
+    b->refused = rc;
+    st__xfer_sup_abort(srv->remote->sup, b->xfer, err);
   }
 }
 
 static void xfer_opened(void *ud, uint64_t xfer, const uint8_t *blob, size_t len) {
-  st__mirror_t *m = ud;
+  batch_t *b = ud;
+  st__mirror_t *m = b->m;
   st__server_t *srv = m->srv;
   (void)xfer;
   msgpack_sbuffer sb;
@@ -302,97 +339,108 @@ static void xfer_opened(void *ud, uint64_t xfer, const uint8_t *blob, size_t len
   st__remote_pack_begin(&sb, &pk, 1);
   msgpack_pack_map(&pk, 5);
   st__pack_kv_uint(&pk, "sub", m->sub);
-  st__pack_kv_uint(&pk, "xfer", m->xid);
+  st__pack_kv_uint(&pk, "xfer", b->xid);
   st__pack_kv_str(&pk, "engine", m->engine);
   st__pack_cstr(&pk, "blob");
   msgpack_pack_bin(&pk, len);
   msgpack_pack_bin_body(&pk, blob, len);
   st__pack_cstr(&pk, "chunks");
-  msgpack_pack_array(&pk, m->nbatch);
-  for (uint32_t k = 0; k < m->nbatch; k++) {
+  msgpack_pack_array(&pk, b->n);
+  for (uint32_t k = 0; k < b->n; k++) {
     msgpack_pack_array(&pk, 3);
-    msgpack_pack_uint32(&pk, m->batch[k].chunk);
-    msgpack_pack_uint32(&pk, m->batch[k].seq);
-    msgpack_pack_uint64(&pk, m->batch[k].bytes);
+    msgpack_pack_uint32(&pk, b->e[k].chunk);
+    msgpack_pack_uint32(&pk, b->e[k].seq);
+    msgpack_pack_uint64(&pk, b->e[k].bytes);
   }
   char err[400];
   int rc = st__peer_request(srv->peer, m->peer, "peer_handoff_send", sb.data, sb.size,
-                            st__remote_connect_timeout(srv), answered, m, &m->req, err,
+                            st__remote_connect_timeout(srv), answered, b, &b->req, err,
                             sizeof err);
   msgpack_sbuffer_destroy(&sb);
-  if (rc != ST_OK) st__xfer_sup_abort(srv->remote->sup, m->xfer, err);
+  if (rc != ST_OK) st__xfer_sup_abort(srv->remote->sup, b->xfer, err);
 }
 
 static void xfer_done(void *ud, uint64_t xfer, int ok, uint64_t bytes, int code,
                       const char *error) {
-  st__mirror_t *m = ud;
+  batch_t *b = ud;
+  st__mirror_t *m = b->m;
   (void)xfer;
-  m->xfer_open = 0;
-  if (m->req) {
-    st__peer_cancel(m->srv->peer, m->req);
-    m->req = 0;
+  b->xfer_open = 0;
+  if (b->req) {
+    st__peer_cancel(m->srv->peer, b->req);
+    b->req = 0;
   }
-  if (m->ended) {   /* end_if_unused let it go meanwhile */
-    mirror_free(m);
+  if (m->ended) {   /* end_if_unused let it go meanwhile: the last done frees it */
+    b->used = 0;
+    b->n = 0;
+    if (!--m->moving) mirror_free(m);
     return;
   }
-  if (ok && m->state == M_LIVE) batch_landed(m, bytes);
-  else batch_failed(m, m->refused ? m->refused : ok ? ST_ERR_CANCELLED : code,
+  if (ok && m->state == M_LIVE) batch_landed(b, bytes);
+  else batch_failed(b, b->refused ? b->refused : ok ? ST_ERR_CANCELLED : code,
                     error && error[0] ? error : st_err_name(code));
 }
 
 static const st__xfer_sup_cbs_t mirror_cbs = {xfer_opened, NULL, xfer_done};
 
-/* Moves the next batch when nothing moves: the queue's first entries
- * whose chunks here are free, in order. */
+/* Moves the next batches while fewer than INFLIGHT_MAX move: each takes
+ * the queue's entries whose chunks here are free, in order. */
 static void pump(st__mirror_t *m) {
   st__server_t *srv = m->srv;
-  if (m->moving || m->state != M_LIVE || m->timer_on) return;
-  if (!m->qlen) {
-    if (m->src_gone) say_gone(m);
-    return;
-  }
-  st__handoff_t *h = local_of(m);
-  if (!h || !srv->remote->sup) return;
-  /* Every entry whose chunk here is free goes, but an entry behind one
-   * of the same chunk that stays (the publishes of one chunk land in
-   * order); the rest keep their order. */
-  uint32_t n = 0, kept = 0;
-  uint8_t *seen = calloc(m->chunks, 1);   /* 1: taken now, 2: held back */
-  if (!seen) {
-    timer_in(m, RETRY_S);
-    return;
-  }
-  for (uint32_t i = 0; i < m->qlen; i++) {
-    const entry_t e = m->q[i];
-    if (n < BATCH_MAX && !seen[e.chunk] && st__handoff_take(h->page, e.chunk)) {
-      seen[e.chunk] = 1;
-      m->batch[n++] = e;
-    } else {
-      seen[e.chunk] = 2;
-      m->q[kept++] = e;
+  while (m->moving < INFLIGHT_MAX && m->state == M_LIVE && !m->timer_on) {
+    if (!m->qlen) {
+      if (m->src_gone && !m->moving) say_gone(m);
+      return;
     }
+    st__handoff_t *h = local_of(m);
+    if (!h || !srv->remote->sup) return;
+    batch_t *b = NULL;
+    for (int i = 0; i < INFLIGHT_MAX && !b; i++)
+      if (!m->b[i].used) b = &m->b[i];
+    /* Every entry whose chunk here is free goes, but an entry behind one
+     * of the same chunk that stays (the publishes of one chunk land in
+     * order; a chunk a batch moves is taken, so its next entry stays);
+     * the rest keep their order. */
+    uint32_t n = 0, kept = 0;
+    uint8_t *seen = calloc(m->chunks, 1);   /* 1: taken now, 2: held back */
+    if (!seen) {
+      timer_in(m, RETRY_S);
+      return;
+    }
+    for (uint32_t i = 0; i < m->qlen; i++) {
+      const entry_t e = m->q[i];
+      if (n < BATCH_MAX && !seen[e.chunk] && st__handoff_take(h->page, e.chunk)) {
+        seen[e.chunk] = 1;
+        b->e[n++] = e;
+      } else {
+        seen[e.chunk] = 2;
+        m->q[kept++] = e;
+      }
+    }
+    free(seen);
+    m->qlen = kept;
+    b->n = n;
+    if (!n) {   /* every chunk waits for its consumers here, or moves */
+      if (!m->moving) timer_in(m, POLL_S);
+      return;
+    }
+    b->used = 1;
+    b->m = m;
+    m->moving++;
+    char err[400];
+    double timeout = st__remote_transfer_timeout(srv);
+    int rc = st__xfer_sup_open(srv->remote->sup, m->engine, ST_XFER_RECV, 2, 1,
+                               (uint32_t)(timeout * 1e3), &mirror_cbs, b, &b->xfer, err,
+                               sizeof err);
+    if (rc != ST_OK) {
+      batch_failed(b, rc, err);   /* back at the head, and again later */
+      return;
+    }
+    b->xfer_open = 1;
+    b->refused = 0;
+    b->xid = ++srv->remote->next_xfer | (1ull << 61);
+    b->t0 = st__now_mono();
   }
-  free(seen);
-  m->qlen = kept;
-  m->nbatch = n;
-  if (!n) {   /* every chunk waits for its consumers here */
-    timer_in(m, POLL_S);
-    return;
-  }
-  char err[400];
-  double timeout = st__remote_transfer_timeout(srv);
-  int rc = st__xfer_sup_open(srv->remote->sup, m->engine, ST_XFER_RECV, 2, 1,
-                             (uint32_t)(timeout * 1e3), &mirror_cbs, m, &m->xfer, err,
-                             sizeof err);
-  if (rc != ST_OK) {
-    batch_failed(m, rc, err);   /* back at the head, and again later */
-    return;
-  }
-  m->moving = m->xfer_open = 1;
-  m->refused = 0;
-  m->xid = ++srv->remote->next_xfer | (1ull << 61);
-  m->t0 = st__now_mono();
 }
 
 static void on_timer(struct ev_loop *loop, ev_timer *w, int revents) {
@@ -444,7 +492,7 @@ static void on_ready(st__peer_t *p, const st__peer_req_t *req, void *ud) {
      * mirror move past a chunk, or queue without bound (each chunk is
      * pending at most once there until this side took it). */
     if (!ok || v[0] >= m->chunks || v[1] == 0 || v[1] > UINT32_MAX || v[2] > m->chunk_bytes ||
-        m->qlen + m->nbatch >= m->qcap) {
+        m->qlen + moving_entries(m) >= m->qcap) {
       ST_LOG_W("peer", "mirror '%s': peer '%s' announced a chunk it cannot have (entry %u): "
                "ignored", m->local, m->peer, k);
       continue;
@@ -692,16 +740,26 @@ static void end_if_unused(st__mirror_t *m) {
   }
   if (h) {
     char e[200];
-    batch_untake(m);
+    for (int i = 0; i < INFLIGHT_MAX; i++) {   /* their chunks back, not published */
+      batch_t *b = &m->b[i];
+      for (uint32_t k = 0; k < b->n; k++) st__handoff_untake(h->page, b->e[k].chunk);
+      b->n = 0;
+    }
     st__handoff_close(table(srv), m->local, strlen(m->local), m->conn, e, sizeof e);
   }
   mirror_unlink(m);
-  if (m->xfer_open) {   /* its done frees it */
+  unsigned open = 0;
+  for (int i = 0; i < INFLIGHT_MAX; i++) {
+    m->b[i].used = m->b[i].xfer_open;
+    open += (unsigned)m->b[i].xfer_open;
+  }
+  m->moving = open;
+  if (open) {   /* the last done frees it */
     m->ended = 1;
     m->state = M_LOST;
     m->serial = 0;
     timer_stop(m);
-    st__xfer_sup_abort(srv->remote->sup, m->xfer, "the mirror ended");
+    abort_batches(m, "the mirror ended");
     return;
   }
   mirror_free(m);
@@ -751,6 +809,7 @@ void st__mirrors_free(st__server_t *srv) {
     st__mirror_t *m = rm->mirrors;
     rm->mirrors = m->next;
     m->req = 0;   /* the channel is gone: nothing to cancel */
+    for (int i = 0; i < INFLIGHT_MAX; i++) m->b[i].req = 0;
     mirror_free(m);
   }
   if (rm->mcheck_on) ev_timer_stop(srv->loop, &rm->mcheck);

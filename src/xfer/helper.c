@@ -34,8 +34,13 @@
 #define WHO "xfer-helper"
 /* Seconds between two progress records of one transfer. */
 #define PROGRESS_PERIOD 0.1
-/* Milliseconds the loop sleeps at most (deadlines are checked then). */
+/* Milliseconds the loop sleeps at most (deadlines are checked then), and
+ * at most while a transfer moves bytes: UCX's event descriptor over TCP
+ * was seen to miss a wake when two transfers shared a connection (the
+ * transfer then stalled until the idle tick), so a moving transfer is
+ * also looked at on a short tick. */
 #define TICK_MS 100
+#define MOVING_TICK_MS 2
 
 typedef struct harena {
   void *addr;              /* CPU mapping (or the staging copy), or NULL */
@@ -618,6 +623,7 @@ int st__xfer_helper_main(const char *fd_arg) {
     for (unsigned i = 0; i < ST_XFER_MAX_TRANSFERS; i++) {
       if (!txs[i].used) continue;
       int fd = -1;
+      if (txs[i].started && timeout > MOVING_TICK_MS) timeout = MOVING_TICK_MS;
       int w = txs[i].eng->wait_fd(txs[i].x, &fd);
       if (w == 0) timeout = 0;
       else if (w < 0) timeout = timeout > 1 ? 1 : timeout;
