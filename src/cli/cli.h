@@ -85,6 +85,8 @@ extern const cli_command_t cli_completion_command;
 extern const cli_command_t cli_buffers_command;
 extern const cli_command_t cli_buffer_create_command;
 extern const cli_command_t cli_buffer_unlink_command;
+extern const cli_command_t cli_handoffs_command;
+extern const cli_command_t cli_handoff_delete_command;
 
 /* main.c: the command table */
 /* Command i of the table (help's order), NULL past the last one. */

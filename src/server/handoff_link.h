@@ -31,6 +31,9 @@ int st__hsrc_methods(st__server_t *srv);
 void st__hsrc_peer_down(st__server_t *srv, const char *peer, int stopping);
 /* How many of this server's hand-offs peers follow (info). */
 unsigned st__hsrc_count(const st__server_t *srv);
+/* Packs the peers that follow hand-off `serial`: [{peer, slot, since}]
+ * (the `handoffs` listing). */
+void st__hsrc_pack(msgpack_packer *pk, const st__server_t *srv, uint64_t serial);
 
 /* ------------------------------------------------------------- the mirror side */
 
@@ -51,6 +54,10 @@ void st__mirrors_lost(st__server_t *srv, const char *peer, const char *why);
 void st__mirrors_free(st__server_t *srv);
 /* How many mirrors this server keeps (info). */
 unsigned st__mirrors_count(const st__server_t *srv);
+/* Packs what hand-off `serial` mirrors: {peer, source, state ("opening",
+ * "live", "lost"), why, engine, chunks_in, bytes_in, queued, moving}, or
+ * nil when it is no mirror (the `handoffs` listing). */
+void st__mirror_pack(msgpack_packer *pk, const st__server_t *srv, uint64_t serial);
 
 /* Shared by both sides (handoff_source.c): the descriptor of a hand-off's
  * data arena (read-only when `readonly` and on the CPU) and the windows

@@ -821,3 +821,24 @@ unsigned st__mirrors_count(const st__server_t *srv) {
   for (const st__mirror_t *m = srv->remote ? srv->remote->mirrors : NULL; m; m = m->next) n++;
   return n;
 }
+
+/* See handoff_link.h. */
+void st__mirror_pack(msgpack_packer *pk, const st__server_t *srv, uint64_t serial) {
+  const st__mirror_t *m = srv->remote ? srv->remote->mirrors : NULL;
+  while (m && (!serial || m->serial != serial)) m = m->next;
+  if (!m) {
+    msgpack_pack_nil(pk);
+    return;
+  }
+  static const char *const states[] = {"opening", "live", "lost"};
+  msgpack_pack_map(pk, 9);
+  st__pack_kv_str(pk, "peer", m->peer);
+  st__pack_kv_str(pk, "source", m->src);
+  st__pack_kv_str(pk, "state", states[m->state]);
+  st__pack_kv_str(pk, "why", m->state == M_LOST ? m->why : "");
+  st__pack_kv_str(pk, "engine", m->engine);
+  st__pack_kv_uint(pk, "chunks_in", m->chunks_in);
+  st__pack_kv_uint(pk, "bytes_in", m->bytes_in);
+  st__pack_kv_uint(pk, "queued", m->qlen);
+  st__pack_kv_uint(pk, "moving", moving_entries(m));
+}

@@ -615,3 +615,18 @@ unsigned st__hsrc_count(const st__server_t *srv) {
   for (const st__hsrc_t *s = srv->remote ? srv->remote->hsrcs : NULL; s; s = s->next) n++;
   return n;
 }
+
+/* See handoff_link.h. */
+void st__hsrc_pack(msgpack_packer *pk, const st__server_t *srv, uint64_t serial) {
+  uint32_t n = 0;
+  for (const st__hsrc_t *s = srv->remote ? srv->remote->hsrcs : NULL; s; s = s->next)
+    n += s->serial == serial;
+  msgpack_pack_array(pk, n);
+  for (const st__hsrc_t *s = srv->remote ? srv->remote->hsrcs : NULL; s; s = s->next) {
+    if (s->serial != serial) continue;
+    msgpack_pack_map(pk, 3);
+    st__pack_kv_str(pk, "peer", s->peer);
+    st__pack_kv_uint(pk, "slot", s->slot);
+    st__pack_kv_double(pk, "since", s->since);
+  }
+}

@@ -53,6 +53,7 @@ static const st__rpc_method_t methods[] = {
      {P_NAME, P("consumers", ST_RPC_U64, 0), P("device", ST_RPC_STR, 0)}},
     {M(handoff_close), st__rpc_handoff_close, {P_NAME}},
     {M(handoff_delete), st__rpc_handoff_delete, {P_NAME, BOOL("force")}},
+    {M(handoffs), st__rpc_handoffs, {BOOL("all")}},
     {M(buffer_create), st__rpc_buffer_create,
      {P_NAME, ANY("shape"), P("dtype", ST_RPC_STR, ST_RPC_REQUIRED), P("device", ST_RPC_STR, 0),
       P("slots", ST_RPC_U64, 0), ANY("readers")}},

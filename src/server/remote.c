@@ -409,7 +409,7 @@ void st__remote_pack_info(msgpack_packer *pk, const st__server_t *srv) {
   uint64_t pulling;
   st__pulls_of(srv, NULL, &pulls, &pulling);
   for (const st__lend_t *l = rm->lends; l; l = l->next) lends++;
-  msgpack_pack_map(pk, 13);
+  msgpack_pack_map(pk, 15);
   st__pack_kv_int(pk, "helper_pid", rm->sup ? (int64_t)st__xfer_sup_pid(rm->sup) : 0);
   st__pack_kv_uint(pk, "helper_spawns", rm->sup ? st__xfer_sup_spawns(rm->sup) : 0);
   st__pack_cstr(pk, "engines");
@@ -430,6 +430,8 @@ void st__remote_pack_info(msgpack_packer *pk, const st__server_t *srv) {
   st__pack_kv_uint(pk, "bytes_out", rm->bytes_out);
   st__pack_kv_uint(pk, "live_subscribers", st__live_source_count(srv));
   st__pack_kv_uint(pk, "live_replicas", st__replicas_count(srv));
+  st__pack_kv_uint(pk, "handoff_followers", st__hsrc_count(srv));
+  st__pack_kv_uint(pk, "handoff_mirrors", st__mirrors_count(srv));
 }
 
 /* ------------------------------------------------------------- start, stop */

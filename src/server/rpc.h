@@ -231,6 +231,7 @@ void st__rpc_buffer_open(st__rpc_req_t *r);
 void st__rpc_buffer_close(st__rpc_req_t *r);
 void st__rpc_buffer_unlink(st__rpc_req_t *r);
 void st__rpc_buffers(st__rpc_req_t *r);
+void st__rpc_handoffs(st__rpc_req_t *r);
 /* rpc_keys.c */
 /* What a get reply says besides value and arenas (docs/protocol.md,
  * "Published keys"): key, version, readonly, and for a live key its page

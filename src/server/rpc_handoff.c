@@ -149,6 +149,62 @@ void st__rpc_handoff_delete(st__rpc_req_t *r) {
   st__mirrors_check(r->c->srv);   /* a mirror deleted: its subscription ends */
 }
 
+/* handoffs {all?} -> [{name, uid, device, chunks, chunk_bytes, consumers,
+ * open, producer, pending, followers, mirror}] of the hand-offs of the
+ * caller's uid (all: of every uid, for root and the server's uid; AUTH
+ * for another): `open` the consumer slots open now, `producer` whether
+ * its producer is connected, `pending` the chunks published and not yet
+ * acknowledged by every slot, `followers` the peers that mirror it,
+ * `mirror` what it mirrors (nil: none). Read under the read side of the
+ * server lock: the table, the mirrors and the followers change under the
+ * write side only. */
+void st__rpc_handoffs(st__rpc_req_t *r) {
+  st__server_t *srv = r->c->srv;
+  const st__handoffs_t *t = handoffs_of(srv);
+  st__who_t who;
+  st__rpc_who(r, &who);
+  int all = st__rpc_bool(r, "all", 0);
+  if (all && !who.admin) {
+    st__rpc_error(r, ST_ERR_AUTH, "handoffs: 'all' lists every uid's hand-offs: root and the "
+                  "server's uid only");
+    return;
+  }
+  uint32_t n = 0;
+  for (const st__named_t *e = t->list.head; e; e = e->next)
+    n += e->uid == who.uid || (all && who.admin);
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  st__reply_begin(&sb, &pk, r->id);
+  msgpack_pack_array(&pk, n);
+  for (const st__named_t *e = t->list.head; e; e = e->next) {
+    if (!(e->uid == who.uid || (all && who.admin))) continue;
+    const st__handoff_t *h = (const st__handoff_t *)e;
+    uint32_t open = 0, pending = 0;
+    uint64_t mask = h->consumers >= 32 ? 0x7FFFFFFFu : ((1u << h->consumers) - 1u);
+    for (uint32_t i = 0; i < h->consumers; i++) open += h->slots[i] != 0;
+    for (uint32_t i = 0; i < h->chunks; i++)
+      pending += (atomic_load(&h->page->chunk[i].word) & mask) != 0;
+    msgpack_pack_map(&pk, 11);
+    st__pack_kv_str(&pk, "name", e->name);
+    st__pack_kv_uint(&pk, "uid", (uint64_t)e->uid);
+    char dev[24];
+    if (e->device < 0) snprintf(dev, sizeof dev, "cpu");
+    else snprintf(dev, sizeof dev, "cuda:%d", e->device);
+    st__pack_kv_str(&pk, "device", dev);
+    st__pack_kv_uint(&pk, "chunks", h->chunks);
+    st__pack_kv_uint(&pk, "chunk_bytes", h->chunk_bytes);
+    st__pack_kv_uint(&pk, "consumers", h->consumers);
+    st__pack_kv_uint(&pk, "open", open);
+    st__pack_kv_bool(&pk, "producer", h->producer != 0);
+    st__pack_kv_uint(&pk, "pending", pending);
+    st__pack_cstr(&pk, "followers");
+    st__hsrc_pack(&pk, srv, h->serial);
+    st__pack_cstr(&pk, "mirror");
+    st__mirror_pack(&pk, srv, h->serial);
+  }
+  st__reply_send(r->c, r->id, &sb);
+}
+
 /* ------------------------------------------------------------- holdings */
 
 static void handoffs_release(st__server_t *srv, st__conn_t *c) {

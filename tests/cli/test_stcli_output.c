@@ -33,11 +33,11 @@ TEST(help_columns_fit_the_longest_name) {
   CHECK_EQ_INT(STCLI("--help"), 0);
   int col = summary_column(R.out, "ping");
   CHECK(col > 0);
-  const char *names[] = {"buffer-create", "buffer-unlink", "completion", "help", "get"};
+  const char *names[] = {"buffer-create", "handoff-delete", "completion", "help", "get"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     CHECK_EQ_INT(summary_column(R.out, names[i]), col);
   /* Two spaces at least after the longest. */
-  CHECK_CONTAINS(R.out, "\n  buffer-create  Create a named buffer");
+  CHECK_CONTAINS(R.out, "\n  handoff-delete  Delete a hand-off");
 }
 
 /* No line of a --json output starts at column 0 but its braces. */

@@ -12,6 +12,9 @@
  *   - beta's consumer SIGKILLed mid-request changes nothing for alpha's
  *     own consumer: the producer goes on past its chunk count, and the
  *     hand-off can be opened from beta again;
+ *   - what each server reports: `handoffs` lists the follower on alpha and
+ *     the mirror (source, state, engine, chunks in) on beta, `stcli
+ *     handoffs` prints both, info counts them;
  *   - alpha SIGKILLed: beta's consumer still reads and acknowledges what
  *     arrived, a wait for more fails at once (the producer is gone), beta
  *     serves on and refuses to open the lost mirror again. */
@@ -102,6 +105,99 @@ TEST(tickets_read_the_same_on_both_servers) {
     CHECK_EQ_INT(hk_do(&k, HK_ACK, c2[i], s2[i], 0, 0), ST_OK);
   }
   CHECK_EQ_INT(hk_do(&k, HK_TAKE, c5, s5, u5, 64), ST_OK);
+  hk_end(&k, 0);
+  CHECK_EQ_INT(st_handoff_close(p), ST_OK);
+}
+
+/* The `handoffs` entry named `name` of the server at socket (NULL when
+ * absent); *keep holds the reply (free it). */
+static const st_value_t *listed(const char *socket, const char *name, st_result_t **keep) {
+  *keep = NULL;
+  st_client_t *c = stt_client_open(socket);
+  if (!c) return NULL;
+  if (st_client_rpc(c, "handoffs", NULL, keep) != ST_OK) {
+    st_client_close(c);
+    return NULL;
+  }
+  st_client_close(c);
+  const st_value_t *v = st_result_value(*keep);
+  for (size_t i = 0; v && v->kind == ST_VALUE_ARRAY && i < v->as.array.len; i++) {
+    const st_value_t *n = st_value_get(&v->as.array.items[i], "name");
+    if (n && n->kind == ST_VALUE_STRING && !strcmp(n->as.str.ptr, name))
+      return &v->as.array.items[i];
+  }
+  return NULL;
+}
+
+static int64_t int_of(const st_value_t *m, const char *k) {
+  const st_value_t *v = m ? st_value_get(m, k) : NULL;
+  return v && v->kind == ST_VALUE_INT ? v->as.integer : -1;
+}
+
+static const char *str_of(const st_value_t *m, const char *k) {
+  const st_value_t *v = m ? st_value_get(m, k) : NULL;
+  return v && v->kind == ST_VALUE_STRING ? v->as.str.ptr : "";
+}
+
+/* stcli handoffs on the server at socket: its output (owned). */
+static char *stcli_handoffs(const char *socket) {
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd, "'%s' --socket '%s' handoffs 2>&1", getenv("ST_CLI_BIN"), socket);
+  FILE *f = popen(cmd, "r");
+  if (!f) return NULL;
+  char *out = calloc(1, 65536);
+  size_t n = out ? fread(out, 1, 65535, f) : 0;
+  (void)n;
+  pclose(f);
+  return out;
+}
+
+TEST(each_server_reports_its_side) {
+  st_handoff_t *p = NULL;
+  CHECK_EQ_INT(st_handoff_create(pc, "kv7", "cpu", 4096, 3, 1, &p), ST_OK);
+  hk_consumer_t k;
+  CHECK(hk_spawn(&k, BETA.socket, "kv7@alpha", NULL) == 0);
+  int chunk;
+  uint64_t seq, sum;
+  for (int r = 0; r < 5; r++) {
+    CHECK_EQ_INT(produce(p, 10000, 1000, (uint64_t)r, &chunk, &seq, &sum), ST_OK);
+    CHECK_EQ_INT(hk_do(&k, HK_TAKE, chunk, seq, sum, 1000), ST_OK);
+    CHECK_EQ_INT(hk_do(&k, HK_ACK, chunk, seq, 0, 0), ST_OK);
+  }
+  st_result_t *ra, *rb;
+  const st_value_t *a = listed(ALPHA.socket, "kv7", &ra), *b = listed(BETA.socket, "kv7@alpha", &rb);
+  CHECK(a != NULL && b != NULL);
+  CHECK_EQ_INT(int_of(a, "chunks"), 3);
+  CHECK_EQ_INT(int_of(a, "consumers"), 1);
+  CHECK_EQ_INT(int_of(a, "open"), 1);           /* beta's slot */
+  const st_value_t *fol = st_value_get(a, "followers");
+  CHECK(fol && fol->kind == ST_VALUE_ARRAY && fol->as.array.len == 1);
+  if (fol && fol->kind == ST_VALUE_ARRAY && fol->as.array.len == 1) {
+    CHECK_STR_EQ(str_of(&fol->as.array.items[0], "peer"), "beta");
+    CHECK_EQ_INT(int_of(&fol->as.array.items[0], "slot"), 0);
+  }
+  CHECK(st_value_get(a, "mirror") && st_value_get(a, "mirror")->kind == ST_VALUE_NIL);
+  const st_value_t *m = b ? st_value_get(b, "mirror") : NULL;
+  CHECK(m && m->kind == ST_VALUE_MAP);
+  CHECK_STR_EQ(str_of(m, "peer"), "alpha");
+  CHECK_STR_EQ(str_of(m, "source"), "kv7");
+  CHECK_STR_EQ(str_of(m, "state"), "live");
+  CHECK_STR_EQ(str_of(m, "engine"), "ucx");
+  CHECK_EQ_INT(int_of(m, "chunks_in"), 5);
+  CHECK_EQ_INT(int_of(m, "bytes_in"), 5000);
+  CHECK_EQ_INT(int_of(b, "pending"), 0);        /* every chunk acknowledged */
+  st_result_free(ra);
+  st_result_free(rb);
+  CHECK_EQ_INT(server_info_int(&ALPHA, "transfers.handoff_followers"), 1);
+  CHECK_EQ_INT(server_info_int(&BETA, "transfers.handoff_mirrors"), 1);
+  char *oa = stcli_handoffs(ALPHA.socket), *ob = stcli_handoffs(BETA.socket);
+  CHECK(oa && ob);
+  if (oa && ob) {
+    CHECK_CONTAINS(oa, "followed by beta");
+    CHECK_CONTAINS(ob, "mirror of alpha over ucx: live, 5 chunks");
+  }
+  free(oa);
+  free(ob);
   hk_end(&k, 0);
   CHECK_EQ_INT(st_handoff_close(p), ST_OK);
 }
@@ -260,6 +356,7 @@ int main(void) {
   if (!pc) return 1;
   RUN(tickets_read_the_same_on_both_servers);
   RUN(names_and_refusals);
+  RUN(each_server_reports_its_side);
   RUN(a_consumer_killed_on_beta_changes_nothing_on_alpha);
   RUN(alpha_killed_beta_keeps_what_arrived);
   if (pc) st_client_close(pc);
