@@ -306,6 +306,17 @@ class Client(Closing):
         docs/protocol.md, "peers")."""
         return self._rpc_value(b"peers", None)
 
+    def handoffs(self, all=False):
+        """The hand-offs of this uid (all=True: every uid's, for root and
+        the server's uid): a list of dicts: name, uid, device, chunks,
+        chunk_bytes, consumers, open, producer, pending, followers (the
+        peers whose mirrors hold a slot), mirror (None, or what a mirror
+        name@peer follows: peer, source, state, why, engine, chunks_in,
+        bytes_in, queued, moving); docs/protocol.md, "handoffs"."""
+        if not all:
+            return self._rpc_value(b"handoffs", None)
+        return self.rpc("handoffs", all=True)
+
     def rpc(self, method, **params):
         """Any method of docs/protocol.md with named parameters; a plain value."""
         with _Args(params) as a:

@@ -59,6 +59,12 @@ class HandoffTest(ServerTestCase):
                 q.read(t)                           # recycled since
             self.assertTrue(torch.equal(q.read(t2), x + 1))
             q.ack(t2)
+            # the listing: both slots' view of one hand-off
+            (e,) = [e for e in self.c.handoffs() if e["name"] == "py"]
+            self.assertEqual((e["chunks"], e["chunk_bytes"], e["consumers"], e["open"]),
+                             (1, 4096, 1, 1))
+            self.assertEqual((e["producer"], e["pending"], e["followers"], e["mirror"]),
+                             (True, 0, [], None))
             # consumers=/device= choose a peer's mirror; here they are refused
             with self.assertRaises(errors.BY_NAME["INVALID_ARGUMENT"]) as e:
                 Handoff.open(c2, "py", consumers=2)
