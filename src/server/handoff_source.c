@@ -7,13 +7,11 @@
  * takes one consumer slot of it under a connection id of its own
  * (ST__HANDOFF_PEER_CONN), so that the producer's publishes wait for the
  * peer as for a local consumer and nothing is recycled before the peer
- * has it. A thread sleeps on the publish futex of every subscribed page
- * (page_watch.h) and wakes loop 0, which reads the pages: every chunk
+ * has it. The page watch (page_watch.h) wakes loop 0 on each publish into
+ * a subscribed page, and on its timer (every 10 ms, or 1 ms while a page
+ * is read by the timer alone); loop 0 then reads the pages: every chunk
  * newly published and not yet acknowledged by the peer's slot is
- * announced at once. A timer of loop 0 reads them too, while
- * subscriptions exist: every 1 ms when a page is not watched (no
- * futex_waitv, more pages than the thread takes), else every 10 ms (a
- * safety net). Announced (peer_handoff_ready
+ * announced. Announced (peer_handoff_ready
  * {sub, chunks: [[chunk, seq, bytes], ...]}). The peer asks for the bytes
  * of a batch (peer_handoff_send): each chunk is checked to be still at
  * that sequence and pending for the peer, the data arena is lent to the
@@ -65,7 +63,8 @@ typedef struct st__hsrc {
   uint64_t chunk_bytes, stride;
   uint32_t *told;             /* per chunk: the sequence last announced  */
   int gone_told;
-  int watched;                /* the page watch wakes on its publishes   */
+  int watching;               /* in the page watch (page_watch.h)        */
+  int watched;                /* its thread wakes on the publishes       */
   double since;
 } st__hsrc_t;
 
@@ -117,7 +116,7 @@ static void sub_end(st__server_t *srv, st__hsrc_t *s, int touch) {
       *pp = s->next;
       break;
     }
-  if (s->watched) st__pwatch_remove(rm->hpwatch, (uint64_t)(uintptr_t)s);
+  if (s->watching) st__pwatch_remove(rm->hpwatch, (uint64_t)(uintptr_t)s);
   if (touch && st__handoff_find(table(srv), s->name, s->serial)) {
     char e[200];
     st__handoff_close(table(srv), s->name, strlen(s->name), s->conn, e, sizeof e);
@@ -195,75 +194,34 @@ static int look(st__server_t *srv, st__hsrc_t *s) {
   return 0;
 }
 
-static void watch_stop(st__server_t *srv) {
-  st__remote_t *rm = srv->remote;
-  if (rm->hwatch_on) {
-    ev_timer_stop(srv->loop, &rm->hwatch);
-    rm->hwatch_on = 0;
-  }
-}
-
-static void look_all(st__server_t *srv);
-
-static void on_watch(struct ev_loop *loop, ev_timer *w, int revents) {
-  (void)loop, (void)revents;
-  look_all(w->data);
-}
-
-/* The timer runs while subscriptions exist, at the period they need. */
-static void watch_update(st__server_t *srv) {
-  st__remote_t *rm = srv->remote;
-  if (!rm->hsrcs) {
-    watch_stop(srv);
-    return;
-  }
-  double every = WATCHED_S;
-  for (const st__hsrc_t *s = rm->hsrcs; s; s = s->next)
-    if (!s->watched) every = WATCH_S;
-  if (rm->hwatch_on && rm->hwatch_every == every) return;
-  watch_stop(srv);
-  ev_timer_init(&rm->hwatch, on_watch, every, every);
-  rm->hwatch.data = srv;
-  ev_timer_start(srv->loop, &rm->hwatch);
-  rm->hwatch_on = 1;
-  rm->hwatch_every = every;
-}
-
-static void look_all(st__server_t *srv) {
+/* Every subscribed page read (page_watch.h calls it on a publish, and on
+ * its timer). */
+static void on_watch(struct ev_loop *loop, void *ud) {
+  (void)loop;
+  st__server_t *srv = ud;
   st__hsrc_t *s = srv->remote->hsrcs;
   while (s) {
     st__hsrc_t *next = s->next;
     look(srv, s);
     s = next;
   }
-  watch_update(srv);
 }
 
-static void on_published(struct ev_loop *loop, void *ud) {
-  (void)loop;
-  look_all(ud);
-}
-
-/* The page watch wakes on s's publishes (the thread started on the first
- * subscription); when it cannot, the timer reads the page every 1 ms. */
+/* s's page watched (the watch made on the first subscription). */
 static void watch_page(st__server_t *srv, st__hsrc_t *s, const st__handoff_t *h) {
   st__remote_t *rm = srv->remote;
+  if (!rm->hpwatch &&
+      st__pwatch_new(srv->loop, "hand-offs followed by peers", WATCH_S, WATCHED_S, on_watch, srv,
+                     &rm->hpwatch) != ST_OK)
+    return;
   char err[300];
-  if (!rm->hpwatch && !rm->hpwatch_failed &&
-      st__pwatch_new(srv->loop, on_published, srv, &rm->hpwatch, err, sizeof err) != ST_OK) {
-    rm->hpwatch_failed = 1;
-    ST_LOG_W("peer", "hand-offs followed by peers are read every %g ms: %s", WATCH_S * 1e3, err);
-  }
-  if (!rm->hpwatch) return;
   int fd = st__arena_dup_fd(h->named.page_arena, err, sizeof err);
-  if (fd >= 0 &&
-      st__pwatch_add(rm->hpwatch, (uint64_t)(uintptr_t)s, fd, h->named.page_bytes,
-                     offsetof(st__handoff_page_t, pub_futex),
-                     offsetof(st__handoff_page_t, pub_waiters), err, sizeof err) == ST_OK)
-    s->watched = 1;
-  else
-    ST_LOG_I("peer", "hand-off '%s': its page is read every %g ms: %s", s->name, WATCH_S * 1e3,
-             err);
+  if (fd < 0)   /* the watch's timer reads it then */
+    ST_LOG_W("peer", "hand-off '%s': its page cannot be mapped for the watch: %s", s->name, err);
+  s->watched = st__pwatch_add(rm->hpwatch, (uint64_t)(uintptr_t)s, fd, h->named.page_bytes,
+                              offsetof(st__handoff_page_t, pub_futex),
+                              offsetof(st__handoff_page_t, pub_waiters));
+  s->watching = 1;
   if (fd >= 0) close(fd);
 }
 
@@ -346,7 +304,6 @@ static void on_subscribe(st__peer_t *p, const st__peer_req_t *req, void *ud) {
   msgpack_sbuffer_destroy(&sb);
   ST_LOG_I("peer", "peer '%s' follows hand-off '%s' (consumer slot %u)", s->peer, name, slot);
   watch_page(srv, s, h);
-  watch_update(srv);
 }
 
 static void on_unsubscribe(st__peer_t *p, const st__peer_req_t *req, void *ud) {
@@ -362,7 +319,6 @@ static void on_unsubscribe(st__peer_t *p, const st__peer_req_t *req, void *ud) {
     ST_LOG_I("peer", "peer '%s' no longer follows hand-off '%s'", s->peer, s->name);
     sub_end(srv, s, 1);
   }
-  watch_update(srv);
   st__remote_reply_true(p, req->ticket);
 }
 
@@ -597,7 +553,6 @@ void st__hsrc_peer_down(st__server_t *srv, const char *peer, int stopping) {
     }
     s = next;
   }
-  watch_update(srv);
   if (stopping) {
     st__pwatch_free(rm->hpwatch);
     rm->hpwatch = NULL;

@@ -2,9 +2,11 @@
  * (remote.h, "Live replication"; docs/multihost.md, "Live replication").
  *
  * A peer subscribes its replica to one of this server's exported live
- * keys (peer_live_subscribe); from then on a 1 ms timer of loop 0, which
- * runs only while subscriptions exist, reads each subscribed key's page,
- * and every new complete version is announced to the subscribers
+ * keys (peer_live_subscribe); from then on the page watch (page_watch.h)
+ * wakes loop 0 at each complete update of a subscribed key (and on its
+ * timer: every 10 ms, or 1 ms while a page is read by the timer alone),
+ * which reads the subscribed pages, and every new complete version is
+ * announced to the subscribers
  * (peer_live_version {sub, version}). Each subscriber then asks for the
  * bytes with peer_xfer_open {live: true} (remote.c): the lend raises the
  * page's fence, and once it holds a version the helper reads; when the
@@ -15,21 +17,26 @@
  *
  * Loop 0, the write side of the server lock.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/log.h"
 #include "engine/keys.h"
 #include "server/live_source.h"
+#include "server/page_watch.h"
 #include "st/errors.h"
 
 /* Subscriptions one peer may hold, and one key may have. */
 #define SUBS_PER_PEER 64
 #define SUBS_PER_KEY 64
-/* How often the subscribed pages are read. */
+/* How often the subscribed pages are read: while one is read by the
+ * watch's timer alone, and while the watch's thread wakes on all. */
 #define WATCH_S 0.001
+#define WATCHED_S 0.01
 
 struct st__live_sub {
   struct st__live_sub *next;
@@ -42,7 +49,8 @@ struct st__live_sub {
   double since;
 };
 
-static void sub_free(st__live_sub_t *s) {
+static void sub_free(st__server_t *srv, st__live_sub_t *s) {
+  st__pwatch_remove(srv->remote->lpwatch, (uint64_t)(uintptr_t)s);
   st__arena_unref(s->page_arena);
   free(s);
 }
@@ -65,18 +73,12 @@ static void announce(st__server_t *srv, const st__live_sub_t *s, uint64_t versio
   msgpack_sbuffer_destroy(&sb);
 }
 
-static void watch_stop(st__remote_t *rm, st__server_t *srv) {
-  if (rm->watch_on) {
-    ev_timer_stop(srv->loop, &rm->watch);
-    rm->watch_on = 0;
-  }
-}
-
-/* The timer: each subscribed page read; new complete versions announced;
- * subscriptions of keys that went away ended. */
-static void on_watch(struct ev_loop *loop, ev_timer *w, int revents) {
-  (void)loop, (void)revents;
-  st__server_t *srv = w->data;
+/* Each subscribed page read (the page watch calls it at an update, and on
+ * its timer); new complete versions announced; subscriptions of keys
+ * that went away ended. */
+static void on_watch(struct ev_loop *loop, void *ud) {
+  (void)loop;
+  st__server_t *srv = ud;
   st__remote_t *rm = srv->remote;
   for (st__live_sub_t **pp = &rm->subs; *pp;) {
     st__live_sub_t *s = *pp;
@@ -85,7 +87,7 @@ static void on_watch(struct ev_loop *loop, ev_timer *w, int revents) {
       ST_LOG_I("peer", "live key '%s' is gone: the subscription of '%s' ends", s->key, s->peer);
       announce(srv, s, 0, 1);
       *pp = s->next;
-      sub_free(s);
+      sub_free(srv, s);
       continue;
     }
     uint64_t seq = atomic_load(&s->page->seq), v = atomic_load(&s->page->version);
@@ -95,7 +97,23 @@ static void on_watch(struct ev_loop *loop, ev_timer *w, int revents) {
     }
     pp = &s->next;
   }
-  if (!rm->subs) watch_stop(rm, srv);
+}
+
+/* s's page watched: the key page's futex moves at every complete update
+ * and its writer always wakes (no waiter count). */
+static void watch_page(st__server_t *srv, st__live_sub_t *s) {
+  st__remote_t *rm = srv->remote;
+  if (!rm->lpwatch &&
+      st__pwatch_new(srv->loop, "live keys followed by peers", WATCH_S, WATCHED_S, on_watch, srv,
+                     &rm->lpwatch) != ST_OK)
+    return;
+  char err[300];
+  int fd = st__arena_dup_fd(s->page_arena, err, sizeof err);
+  if (fd < 0)   /* the watch's timer reads it then */
+    ST_LOG_W("peer", "live key '%s': its page cannot be mapped for the watch: %s", s->key, err);
+  st__pwatch_add(rm->lpwatch, (uint64_t)(uintptr_t)s, fd, st__arena_bytes(s->page_arena),
+                 offsetof(st__key_page_t, futex), ST__PWATCH_NO_WAITERS);
+  if (fd >= 0) close(fd);
 }
 
 static st__live_sub_t *sub_find(st__remote_t *rm, const char *peer, uint64_t sub) {
@@ -161,12 +179,7 @@ static void on_subscribe(st__peer_t *p, const st__peer_req_t *req, void *ud) {
   s->since = st__now_unix();
   s->next = rm->subs;
   rm->subs = s;
-  if (!rm->watch_on) {
-    ev_timer_init(&rm->watch, on_watch, WATCH_S, WATCH_S);
-    rm->watch.data = srv;
-    ev_timer_start(srv->loop, &rm->watch);
-    rm->watch_on = 1;
-  }
+  watch_page(srv, s);
   ST_LOG_I("peer", "'%s' subscribed to live key '%s' (at version %llu)", req->peer, name,
            (unsigned long long)s->told);
   msgpack_sbuffer sb;
@@ -186,13 +199,12 @@ static unsigned drop(st__server_t *srv, const char *peer, uint64_t sub) {
     st__live_sub_t *s = *pp;
     if ((!peer || !strcmp(s->peer, peer)) && (!sub || s->sub == sub)) {
       *pp = s->next;
-      sub_free(s);
+      sub_free(srv, s);
       n++;
     } else {
       pp = &s->next;
     }
   }
-  if (!rm->subs) watch_stop(rm, srv);
   return n;
 }
 
@@ -243,6 +255,8 @@ void st__live_source_stop(st__server_t *srv) {
   st__remote_t *rm = srv->remote;
   for (st__live_sub_t *s = rm->subs; s; s = s->next) announce(srv, s, 0, 1);
   drop(srv, NULL, 0);
+  st__pwatch_free(rm->lpwatch);
+  rm->lpwatch = NULL;
 }
 
 /* See live_source.h. */

@@ -32,22 +32,31 @@ typedef struct entry {
   uint64_t key;
   void *map;                   /* the thread's mapping of the page        */
   size_t len;
-  _Atomic uint32_t *word, *waiters;
+  _Atomic uint32_t *word, *waiters;   /* waiters: NULL when the page has none */
   int gone;                    /* removed: the thread unmaps it           */
 } entry_t;
 
 struct st__pwatch {
   struct ev_loop *loop;
+  char what[64];
   ev_async async;
   void (*cb)(struct ev_loop *loop, void *ud);
   void *ud;
+  int threaded;                /* the thread runs                         */
   pthread_t thread;
-  pthread_mutex_t mu;
+  pthread_mutex_t mu;          /* e, n, stop                              */
   entry_t e[ST__PWATCH_MAX];
   int n;
   _Atomic uint32_t ctl;        /* moved by add, remove and free: the thread
                                   takes the new set                       */
   int stop;
+  /* The loop's side. */
+  int watched;                 /* entries not removed                     */
+  uint64_t *slow_keys;         /* pages the timer alone reads             */
+  size_t nslow, capslow;
+  double fast, slow, every;
+  ev_timer timer;
+  int timer_on;
 };
 
 /* A waitv element of futex word f (a 32-bit, shared futex). */
@@ -92,7 +101,7 @@ static void *run(void *arg) {
     uint32_t seen[ST__PWATCH_MAX];
     for (int i = 0; i < w->n; i++) {
       entry_t *e = &w->e[i];
-      atomic_fetch_add(e->waiters, 1);
+      if (e->waiters) atomic_fetch_add(e->waiters, 1);
       seen[i] = atomic_load(e->word);
       int known = 0;
       for (int k = 0; k < nlast; k++)
@@ -120,9 +129,10 @@ static void *run(void *arg) {
     v[n].uaddr = (uint64_t)(uintptr_t)&w->ctl;
     v[n].flags = FUTEX_32 | FUTEX_PRIVATE_FLAG;
     long rc = syscall(SYS_futex_waitv, v, (unsigned)(n + 1), 0, NULL, CLOCK_MONOTONIC);
-    for (int i = 0; i < n; i++) atomic_fetch_sub(waiters[i], 1);
+    for (int i = 0; i < n; i++)
+      if (waiters[i]) atomic_fetch_sub(waiters[i], 1);
     if (rc < 0 && errno != EAGAIN && errno != EINTR) {
-      ST_LOG_W("peer", "page watch: futex_waitv: %s; pages are read by the timer alone",
+      ST_LOG_W("peer", "%s: futex_waitv: %s; their pages are read on a timer alone", w->what,
                strerror(errno));
       pthread_mutex_lock(&w->mu);
       while (!w->stop) {   /* nothing more to do but to wait for the end */
@@ -143,104 +153,159 @@ static void on_async(struct ev_loop *loop, ev_async *a, int revents) {
   w->cb(loop, w->ud);
 }
 
+static void on_timer(struct ev_loop *loop, ev_timer *t, int revents) {
+  (void)revents;
+  st__pwatch_t *w = t->data;
+  w->cb(loop, w->ud);
+}
+
+/* The timer runs while pages are watched: `fast` while one is read by it
+ * alone, else `slow`. */
+static void timer_update(st__pwatch_t *w) {
+  double every = w->nslow ? w->fast : w->slow;
+  if (!w->watched && !w->nslow) every = 0;
+  if (w->timer_on && w->every == every) return;
+  if (w->timer_on) ev_timer_stop(w->loop, &w->timer);
+  w->timer_on = 0;
+  w->every = every;
+  if (!every) return;
+  ev_timer_init(&w->timer, on_timer, every, every);
+  w->timer.data = w;
+  ev_timer_start(w->loop, &w->timer);
+  w->timer_on = 1;
+}
+
 /* Whether this kernel has futex_waitv (an empty wait says ENOSYS when not). */
 static int have_waitv(void) {
   long rc = syscall(SYS_futex_waitv, NULL, 0u, 0, NULL, CLOCK_MONOTONIC);
   return !(rc < 0 && errno == ENOSYS);
 }
 
-int st__pwatch_new(struct ev_loop *loop, void (*cb)(struct ev_loop *loop, void *ud), void *ud,
-                   st__pwatch_t **out, char *err, size_t errlen) {
+int st__pwatch_new(struct ev_loop *loop, const char *what, double fast, double slow,
+                   void (*cb)(struct ev_loop *loop, void *ud), void *ud, st__pwatch_t **out) {
   *out = NULL;
-  if (!have_waitv()) {
-    snprintf(err, errlen, "this kernel has no futex_waitv (Linux 5.16)");
-    return ST_ERR_CAPABILITY;
-  }
   st__pwatch_t *w = calloc(1, sizeof *w);
-  if (!w) {
-    snprintf(err, errlen, "out of memory");
-    return ST_ERR_OUT_OF_MEMORY;
-  }
+  if (!w) return ST_ERR_OUT_OF_MEMORY;
   w->loop = loop;
+  snprintf(w->what, sizeof w->what, "%s", what);
   w->cb = cb;
   w->ud = ud;
+  w->fast = fast;
+  w->slow = slow;
   pthread_mutex_init(&w->mu, NULL);
-  ev_async_init(&w->async, on_async);
-  w->async.data = w;
-  ev_async_start(loop, &w->async);
-  ev_unref(loop);   /* the watch alone does not keep the loop running */
-  int rc = pthread_create(&w->thread, NULL, run, w);
-  if (rc != 0) {
-    ev_ref(loop);
-    ev_async_stop(loop, &w->async);
-    pthread_mutex_destroy(&w->mu);
-    free(w);
-    snprintf(err, errlen, "pthread_create: %s", strerror(rc));
-    return ST_ERR_INTERNAL;
+  if (!have_waitv()) {
+    ST_LOG_W("peer", "%s are read every %g ms: this kernel has no futex_waitv (Linux 5.16) to "
+             "wake on their changes", what, fast * 1e3);
+  } else {
+    ev_async_init(&w->async, on_async);
+    w->async.data = w;
+    ev_async_start(loop, &w->async);
+    ev_unref(loop);   /* the watch alone does not keep the loop running */
+    int rc = pthread_create(&w->thread, NULL, run, w);
+    if (rc == 0) {
+      w->threaded = 1;
+    } else {
+      ev_ref(loop);
+      ev_async_stop(loop, &w->async);
+      ST_LOG_W("peer", "%s are read every %g ms: pthread_create: %s", what, fast * 1e3,
+               strerror(rc));
+    }
   }
   *out = w;
   return ST_OK;
 }
 
-int st__pwatch_add(st__pwatch_t *w, uint64_t key, int fd, uint64_t page_bytes, size_t word,
-                   size_t waiters, char *err, size_t errlen) {
-  if (word + 4 > page_bytes || waiters + 4 > page_bytes || (word | waiters) % 4) {
-    snprintf(err, errlen, "the words lie outside the page");
-    return ST_ERR_INVALID_ARGUMENT;
+/* The timer alone reads key's page. */
+static int slow_add(st__pwatch_t *w, uint64_t key) {
+  if (w->nslow == w->capslow) {
+    size_t cap = w->capslow ? 2 * w->capslow : 8;
+    uint64_t *k = realloc(w->slow_keys, cap * sizeof *k);
+    if (!k) return 0;   /* the timer still runs while others are watched */
+    w->slow_keys = k;
+    w->capslow = cap;
   }
-  pthread_mutex_lock(&w->mu);
-  int live = 0;
-  for (int i = 0; i < w->n; i++) live += !w->e[i].gone;
-  pthread_mutex_unlock(&w->mu);
-  if (live >= ST__PWATCH_MAX) {
-    snprintf(err, errlen, "%d pages are watched already", ST__PWATCH_MAX);
-    return ST_ERR_LIMIT;
+  w->slow_keys[w->nslow++] = key;
+  timer_update(w);
+  return 0;
+}
+
+int st__pwatch_add(st__pwatch_t *w, uint64_t key, int fd, uint64_t page_bytes, size_t word,
+                   size_t waiters) {
+  int has_waiters = waiters != ST__PWATCH_NO_WAITERS;
+  if (!w->threaded) return slow_add(w, key);
+  if (w->watched >= ST__PWATCH_MAX) {
+    ST_LOG_I("peer", "%s: %d pages are watched already: one more is read every %g ms", w->what,
+             ST__PWATCH_MAX, w->fast * 1e3);
+    return slow_add(w, key);
+  }
+  if (word + 4 > page_bytes || (has_waiters && waiters + 4 > page_bytes) || word % 4 ||
+      (has_waiters && waiters % 4)) {
+    ST_LOG_W("peer", "%s: the words lie outside the page: it is read every %g ms", w->what,
+             w->fast * 1e3);
+    return slow_add(w, key);
   }
   void *map = mmap(NULL, (size_t)page_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (map == MAP_FAILED) {
-    snprintf(err, errlen, "mmap of the page: %s", strerror(errno));
-    return ST_ERR_OUT_OF_MEMORY;
+    ST_LOG_W("peer", "%s: mmap of a page: %s: it is read every %g ms", w->what, strerror(errno),
+             w->fast * 1e3);
+    return slow_add(w, key);
   }
   pthread_mutex_lock(&w->mu);
-  if (w->n >= ST__PWATCH_MAX) {   /* removed ones not yet unmapped: room after the next turn */
-    pthread_mutex_unlock(&w->mu);
-    munmap(map, (size_t)page_bytes);
-    snprintf(err, errlen, "%d pages are watched already", ST__PWATCH_MAX);
-    return ST_ERR_LIMIT;
-  }
-  w->e[w->n++] = (entry_t){.key = key,
-                           .map = map,
-                           .len = (size_t)page_bytes,
-                           .word = (_Atomic uint32_t *)((char *)map + word),
-                           .waiters = (_Atomic uint32_t *)((char *)map + waiters)};
+  int room = w->n < ST__PWATCH_MAX;   /* removed ones not yet unmapped count */
+  if (room)
+    w->e[w->n++] = (entry_t){
+        .key = key,
+        .map = map,
+        .len = (size_t)page_bytes,
+        .word = (_Atomic uint32_t *)((char *)map + word),
+        .waiters = has_waiters ? (_Atomic uint32_t *)((char *)map + waiters) : NULL};
   pthread_mutex_unlock(&w->mu);
+  if (!room) {
+    munmap(map, (size_t)page_bytes);
+    return slow_add(w, key);
+  }
+  w->watched++;
   poke(w);
-  return ST_OK;
+  timer_update(w);
+  return 1;
 }
 
 void st__pwatch_remove(st__pwatch_t *w, uint64_t key) {
   if (!w) return;
-  pthread_mutex_lock(&w->mu);
+  for (size_t i = 0; i < w->nslow; i++)
+    if (w->slow_keys[i] == key) {
+      w->slow_keys[i] = w->slow_keys[--w->nslow];
+      timer_update(w);
+      return;
+    }
   int hit = 0;
+  pthread_mutex_lock(&w->mu);
   for (int i = 0; i < w->n; i++)
     if (w->e[i].key == key && !w->e[i].gone) {
       w->e[i].gone = 1;
       hit = 1;
     }
   pthread_mutex_unlock(&w->mu);
-  if (hit) poke(w);
+  if (!hit) return;
+  w->watched--;
+  poke(w);
+  timer_update(w);
 }
 
 void st__pwatch_free(st__pwatch_t *w) {
   if (!w) return;
-  pthread_mutex_lock(&w->mu);
-  w->stop = 1;
-  pthread_mutex_unlock(&w->mu);
-  poke(w);
-  pthread_join(w->thread, NULL);
+  if (w->threaded) {
+    pthread_mutex_lock(&w->mu);
+    w->stop = 1;
+    pthread_mutex_unlock(&w->mu);
+    poke(w);
+    pthread_join(w->thread, NULL);
+    ev_ref(w->loop);
+    ev_async_stop(w->loop, &w->async);
+  }
   for (int i = 0; i < w->n; i++) munmap(w->e[i].map, w->e[i].len);
-  ev_ref(w->loop);
-  ev_async_stop(w->loop, &w->async);
+  if (w->timer_on) ev_timer_stop(w->loop, &w->timer);
   pthread_mutex_destroy(&w->mu);
+  free(w->slow_keys);
   free(w);
 }

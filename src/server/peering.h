@@ -50,18 +50,14 @@ typedef struct st__remote {
   uint64_t pulls_done, pulls_failed, lends_done, lends_failed;
   uint64_t bytes_in, bytes_out;
   st__live_sub_t *subs;       /* live_source.c: peers' replicas of our keys */
-  ev_timer watch;             /* live_source.c: reads their pages          */
-  int watch_on;
+  struct st__pwatch *lpwatch; /* live_source.c: reads their pages at each
+                                 update (page_watch.h), or NULL            */
   struct st__replica *replicas;   /* replica.c: our replicas of peers' keys */
   uint64_t next_xfer;         /* replica.c: ids of its transfers           */
   struct st__hsrc *hsrcs;     /* handoff_source.c: peers following our hand-offs */
   struct st__hsend *hsends;   /* handoff_source.c: chunks lent to the helper */
-  ev_timer hwatch;            /* handoff_source.c: reads their pages       */
-  int hwatch_on;
-  double hwatch_every;        /* its period now                            */
-  struct st__pwatch *hpwatch; /* handoff_source.c: wakes on their publishes
-                                 (page_watch.h), or NULL                   */
-  int hpwatch_failed;         /* it could not start: the timer alone       */
+  struct st__pwatch *hpwatch; /* handoff_source.c: reads their pages on
+                                 each publish (page_watch.h), or NULL      */
   struct st__mirror *mirrors; /* handoff_mirror.c: our mirrors of peers' hand-offs */
   ev_timer mcheck;            /* handoff_mirror.c: mirrors left without consumers */
   int mcheck_on;

@@ -3,8 +3,10 @@
  * process's mapping (here: another mapping of the same memfd, with the
  * waker's wake-only-when-waited rule of src/shm/futex.h) runs the
  * callback; the watcher counts itself among the waiters while it sleeps;
- * a removed page moves nothing any more; the limit of pages; words
- * outside the page refused. Skips where the kernel has no futex_waitv. */
+ * a page without a waiter count; a removed page moves nothing any more;
+ * pages past the limit, unmappable or with words outside the page read by
+ * the timer at its fast period. Skips where the kernel has no
+ * futex_waitv. */
 #include <ev.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -49,6 +51,14 @@ static int wait_calls(int past, double ms) {
   return calls > past;
 }
 
+/* Runs the loop until no callback came for 100 ms (new pages are each
+ * read once), at most 5 s. */
+static void settle(void) {
+  double end = stt_now_ms() + 5000;
+  while (wait_calls(calls, 100) && stt_now_ms() < end) {
+  }
+}
+
 /* Until the watcher sleeps on p (its waiter count is taken). */
 static int wait_sleeping(const page_t *p) {
   double end = stt_now_ms() + 5000;
@@ -56,20 +66,30 @@ static int wait_sleeping(const page_t *p) {
   return atomic_load(p->waiters) != 0;
 }
 
-TEST(a_moved_word_wakes_the_loop) {
+static st__pwatch_t *watch_new(double fast, double slow) {
   st__pwatch_t *w = NULL;
-  char err[200];
-  CHECK_ERR(st__pwatch_new(loop, on_moved, NULL, &w, err, sizeof err), ST_OK);
+  if (st__pwatch_new(loop, "test pages", fast, slow, on_moved, NULL, &w) != ST_OK) abort();
+  return w;
+}
+
+TEST(a_moved_word_wakes_the_loop) {
+  st__pwatch_t *w = watch_new(10, 10);   /* the timer out of the way */
   page_t a = page_new(), b = page_new();
-  CHECK_ERR(st__pwatch_add(w, 1, a.fd, 4096, 64, 68, err, sizeof err), ST_OK);
-  CHECK_ERR(st__pwatch_add(w, 2, b.fd, 4096, 64, 68, err, sizeof err), ST_OK);
+  CHECK_EQ_INT(st__pwatch_add(w, 1, a.fd, 4096, 64, 68), 1);
+  CHECK_EQ_INT(st__pwatch_add(w, 2, b.fd, 4096, 64, ST__PWATCH_NO_WAITERS), 1);
   CHECK(wait_calls(0, 5000));          /* a new page is read once */
-  CHECK(wait_sleeping(&a) && wait_sleeping(&b));
+  CHECK(wait_sleeping(&a));
   for (int i = 0; i < 50; i++) {
     int before = calls;
-    st__shm_notify(i % 2 ? b.word : a.word, i % 2 ? b.waiters : a.waiters);
+    if (i % 2) {   /* b has no waiter count: its writer always wakes */
+      atomic_fetch_add(b.word, 1);
+      st__shm_futex_wake(b.word);
+    } else {
+      st__shm_notify(a.word, a.waiters);
+    }
     CHECK(wait_calls(before, 5000));
   }
+  CHECK_EQ_INT(atomic_load(b.waiters), 0);   /* never counted there */
   /* Removed: its moves wake nothing; the other still does. */
   st__pwatch_remove(w, 1);
   double end = stt_now_ms() + 5000;
@@ -79,37 +99,49 @@ TEST(a_moved_word_wakes_the_loop) {
   int before = calls;
   st__shm_notify(a.word, a.waiters);
   CHECK(!wait_calls(before, 100));
-  st__shm_notify(b.word, b.waiters);
+  atomic_fetch_add(b.word, 1);
+  st__shm_futex_wake(b.word);
   CHECK(wait_calls(before, 5000));
   st__pwatch_free(w);
   close(a.fd);
   close(b.fd);
 }
 
-TEST(limits_and_refusals) {
-  st__pwatch_t *w = NULL;
-  char err[200];
-  CHECK_ERR(st__pwatch_new(loop, on_moved, NULL, &w, err, sizeof err), ST_OK);
+/* Past ST__PWATCH_MAX pages, or a page that cannot be mapped, the timer
+ * reads it every `fast` seconds; once it goes, back to `slow`. */
+TEST(pages_past_the_limit_go_to_the_timer) {
+  st__pwatch_t *w = watch_new(0.02, 10);
   page_t p = page_new();
-  CHECK_ERR(st__pwatch_add(w, 1, p.fd, 4096, 4094, 68, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
-  CHECK_ERR(st__pwatch_add(w, 1, p.fd, 4096, 66, 68, err, sizeof err), ST_ERR_INVALID_ARGUMENT);
   for (int i = 0; i < ST__PWATCH_MAX; i++)
-    CHECK_ERR(st__pwatch_add(w, (uint64_t)i + 10, p.fd, 4096, 64, 68, err, sizeof err), ST_OK);
-  CHECK_ERR(st__pwatch_add(w, 999, p.fd, 4096, 64, 68, err, sizeof err), ST_ERR_LIMIT);
-  CHECK_CONTAINS(err, "watched already");
-  st__pwatch_free(w);   /* unmaps every page, ends the thread */
+    CHECK_EQ_INT(st__pwatch_add(w, (uint64_t)i + 10, p.fd, 4096, 64, 68), 1);
+  settle();
+  int before = calls;
+  CHECK(!wait_calls(before, 150));   /* all watched: the timer is slow */
+  CHECK_EQ_INT(st__pwatch_add(w, 999, p.fd, 4096, 64, 68), 0);
+  before = calls;
+  CHECK(wait_calls(before + 2, 2000));   /* the fast timer, no word moved */
+  st__pwatch_remove(w, 999);
+  settle();
+  before = calls;
+  CHECK(!wait_calls(before, 150));
+  CHECK_EQ_INT(st__pwatch_add(w, 1000, -1, 4096, 64, 68), 0);   /* no mapping */
+  CHECK_EQ_INT(st__pwatch_add(w, 1001, p.fd, 4096, 4094, 68), 0);   /* outside */
+  before = calls;
+  CHECK(wait_calls(before + 2, 2000));
+  st__pwatch_free(w);   /* unmaps every page, ends the thread and the timer */
   close(p.fd);
 }
 
 int main(void) {
   loop = ev_loop_new(EVFLAG_AUTO);
-  st__pwatch_t *w = NULL;
-  char err[200];
-  if (st__pwatch_new(loop, on_moved, NULL, &w, err, sizeof err) == ST_ERR_CAPABILITY)
-    stt_skip(err);
+  st__pwatch_t *w = watch_new(10, 10);
+  page_t p = page_new();
+  int threaded = st__pwatch_add(w, 1, p.fd, 4096, 64, 68);
   st__pwatch_free(w);
+  close(p.fd);
+  if (!threaded) stt_skip("no futex_waitv in this kernel: pages are read on a timer alone");
   RUN(a_moved_word_wakes_the_loop);
-  RUN(limits_and_refusals);
+  RUN(pages_past_the_limit_go_to_the_timer);
   ev_loop_destroy(loop);
   return stt_summary();
 }
