@@ -68,6 +68,7 @@ typedef struct st__peer_conf {
   int nexport;
   char *exports[ST__PEER_MAX_EXPORT];  /* owned globs of exported keys    */
   int max_transfers_per_peer;
+  int live_staged;            /* live_reads: 0 "fenced", 1 "staged"       */
   uint64_t max_bytes_in_flight_per_peer;
   double transfer_timeout_s;
   double connect_timeout_s;   /* TCP connect, TLS and hello of one link   */

@@ -247,6 +247,11 @@ static const st__setting_t peer_rows[] = {
     {.name = "export", .type = ST_SET_STRINGS, .offset = PF(exports),
      .count_offset = PF(nexport), .max_entries = ST__PEER_MAX_EXPORT,
      .description = "globs of the keys peers may pull from this server (default: none)"},
+    {.name = "live_reads", .type = ST_SET_WORD, INT_FIELD(peer.live_staged),
+     .choices = "fenced|staged", .def = 0,
+     .description = "how a live key's version is read for peers: fenced (the publisher's next "
+                    "update waits while a transfer reads the key) or staged (the version is "
+                    "copied on its device first, and the publisher waits for the copy alone)"},
     {.name = "max_transfers_per_peer", .type = ST_SET_INT, INT_FIELD(peer.max_transfers_per_peer),
      .lo = 1, .hi = 1024, .def = 4, .description = "transfers with one peer at once"},
     {.name = "max_bytes_in_flight_per_peer", .type = ST_SET_INT,

@@ -277,8 +277,8 @@ void st__live_source_pack(msgpack_packer *pk, const st__server_t *srv, const cha
 /* See live_source.h. */
 void st__live_lend_sent(st__server_t *srv, const char *peer, uint64_t remote_xfer,
                         st__key_page_t *page, uint64_t version, int raised, int ok) {
-  int whole = ok && st__key_page_fence_check(page, version);
-  if (raised) st__key_page_fence_drop(page);
+  int whole = ok && (!page || st__key_page_fence_check(page, version));
+  if (raised && page) st__key_page_fence_drop(page);
   msgpack_sbuffer sb;
   msgpack_packer pk;
   st__remote_pack_begin(&sb, &pk, 1);

@@ -19,7 +19,8 @@ void st__live_source_stop(st__server_t *srv);
 void st__live_source_pack(msgpack_packer *pk, const st__server_t *srv, const char *key);
 /* A lend of a fenced live version ended (ok: the receiver has every
  * byte): the version checked, the fence dropped (when `raised`), and the
- * receiver told (peer_live_sent {xfer, version, whole}). */
+ * receiver told (peer_live_sent {xfer, version, whole}). `page` NULL: the
+ * lend sent a staging copy checked whole when it was made (live_stage.h). */
 void st__live_lend_sent(st__server_t *srv, const char *peer, uint64_t remote_xfer,
                         st__key_page_t *page, uint64_t version, int raised, int ok);
 

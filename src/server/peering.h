@@ -48,6 +48,7 @@ typedef struct st__remote {
   struct st__pull *pulls;     /* rpc_pull.c: the pulls in flight          */
   struct st__lend *lends;     /* remote.c: arenas lent to peers' pulls    */
   uint64_t pulls_done, pulls_failed, lends_done, lends_failed;
+  uint64_t lends_staged;      /* live versions sent from a staging copy   */
   uint64_t bytes_in, bytes_out;
   st__live_sub_t *subs;       /* live_source.c: peers' replicas of our keys */
   struct st__pwatch *lpwatch; /* live_source.c: reads their pages at each

@@ -13,6 +13,7 @@
 #include "peer/peer.h"
 #include "server/handoff_link.h"
 #include "server/live_source.h"
+#include "server/live_stage.h"
 #include "server/peering.h"
 #include "server/replica.h"
 #include "server/rpc_pull.h"
@@ -59,10 +60,15 @@ typedef struct st__lend {
   double fence_until;         /* st__now_mono seconds */
   ev_timer fence_retry;       /* while an update runs */
   int retrying;
+  /* peer.live_reads = "staged" (live_stage.h): the copy being made, and
+   * whether the transfer reads a copy made whole under the fence. */
+  st__job_t *stage;
+  int staged;
   char engine[16];
 } st__lend_t;
 
 static void lend_free(st__lend_t *l) {
+  st__live_stage_cancel(l->stage);
   if (l->retrying) ev_timer_stop(l->srv->loop, &l->fence_retry);
   if (l->raised) st__key_page_fence_drop(l->page);
   if (l->page_arena) st__arena_unref(l->page_arena);
@@ -167,6 +173,8 @@ static int lend_open(st__lend_t *l, char *err, size_t errlen) {
 }
 
 /* Ends a lend that never opened: the asking peer gets `rc`. */
+static void lend_staged(void *ctx, int rc, const char *why, st__build_result_t *copy);
+
 static void lend_refuse(st__lend_t *l, int rc, const char *why) {
   st__server_t *srv = l->srv;
   st__peer_reply_error(srv->peer, l->ticket, rc, why);
@@ -206,7 +214,52 @@ static void lend_fence(st__lend_t *l) {
   }
   l->fenced = 1;
   l->version = l->fence_version;
+  if (l->srv->cfg->peer.live_staged && l->raised) {
+    int rc = st__live_stage(l->srv, &l->res, lend_staged, l, &l->stage, err, sizeof err);
+    if (rc == ST_OK) return;   /* lend_staged goes on */
+    ST_LOG_W("peer", "live key '%s': no staging copy (%s): the transfer reads the key under "
+             "the fence", l->key, err);
+  }
   int rc = lend_open(l, err, sizeof err);
+  if (rc != ST_OK) lend_refuse(l, rc, err);
+}
+
+/* The staging copy of a fenced version ended: the fence drops, and the
+ * transfer reads the copy. A copy that failed leaves the fence up and the
+ * transfer reads the key (as without staging); an update that went past
+ * the fence's deadline during the copy (it is then torn) refuses the lend
+ * (the subscriber asks again for the next version). */
+static void lend_staged(void *ctx, int rc, const char *why, st__build_result_t *copy) {
+  st__lend_t *l = ctx;
+  char err[600];
+  l->stage = NULL;
+  if (rc != ST_OK) {
+    ST_LOG_W("peer", "live key '%s': the staging copy failed (%s): the transfer reads the key "
+             "under the fence", l->key, why);
+  } else {
+    int whole = st__key_page_fence_check(l->page, l->fence_version);
+    st__key_page_fence_drop(l->page);
+    l->raised = 0;
+    if (!whole) {
+      st__build_result_destroy(copy);
+      snprintf(err, sizeof err, "live key '%s': an update went past the fence's deadline during "
+               "the staging copy of version %llu", l->key, (unsigned long long)l->fence_version);
+      lend_refuse(l, ST_ERR_TIMEOUT, err);
+      return;
+    }
+    /* The transfer reads the copy: the key's arenas are let go. */
+    for (size_t i = 0; i < l->res.narenas; i++) st__arena_unref(l->res.arenas[i]);
+    free(l->res.arenas);
+    l->res.arenas = copy->arenas;
+    l->res.narenas = copy->narenas;
+    l->res.bytes = copy->bytes;
+    copy->arenas = NULL;
+    copy->narenas = 0;
+    st__build_result_destroy(copy);
+    l->staged = 1;
+    l->srv->remote->lends_staged++;
+  }
+  rc = lend_open(l, err, sizeof err);
   if (rc != ST_OK) lend_refuse(l, rc, err);
 }
 
@@ -358,8 +411,9 @@ static void lend_done(void *ud, uint64_t xfer, int ok, uint64_t bytes, int code,
   if (!l->answered)
     st__peer_reply_error(srv->peer, l->ticket, code ? code : ST_ERR_INTERNAL,
                          error && error[0] ? error : "the transfer ended before it started");
-  if (l->fenced) {   /* the fence checked and dropped; the receiver told */
-    st__live_lend_sent(srv, l->peer, l->remote_xfer, l->page, l->fence_version, l->raised, ok);
+  if (l->fenced) {   /* the fence checked and dropped (a copy: whole); the receiver told */
+    st__live_lend_sent(srv, l->peer, l->remote_xfer, l->staged ? NULL : l->page,
+                       l->fence_version, l->raised, ok);
     l->fenced = l->raised = 0;
   }
   double s = st__now_mono() - l->t0;
@@ -409,7 +463,7 @@ void st__remote_pack_info(msgpack_packer *pk, const st__server_t *srv) {
   uint64_t pulling;
   st__pulls_of(srv, NULL, &pulls, &pulling);
   for (const st__lend_t *l = rm->lends; l; l = l->next) lends++;
-  msgpack_pack_map(pk, 15);
+  msgpack_pack_map(pk, 16);
   st__pack_kv_int(pk, "helper_pid", rm->sup ? (int64_t)st__xfer_sup_pid(rm->sup) : 0);
   st__pack_kv_uint(pk, "helper_spawns", rm->sup ? st__xfer_sup_spawns(rm->sup) : 0);
   st__pack_cstr(pk, "engines");
@@ -426,6 +480,7 @@ void st__remote_pack_info(msgpack_packer *pk, const st__server_t *srv) {
   st__pack_kv_uint(pk, "lends", lends);
   st__pack_kv_uint(pk, "lends_done", rm->lends_done);
   st__pack_kv_uint(pk, "lends_failed", rm->lends_failed);
+  st__pack_kv_uint(pk, "lends_staged", rm->lends_staged);
   st__pack_kv_uint(pk, "bytes_in", rm->bytes_in);
   st__pack_kv_uint(pk, "bytes_out", rm->bytes_out);
   st__pack_kv_uint(pk, "live_subscribers", st__live_source_count(srv));

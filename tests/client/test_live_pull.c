@@ -13,7 +13,12 @@
  *   - unsubscribe ends it: alpha lists no subscriber, beta keeps its last
  *     version while alpha's goes on;
  *   - a second replica, then alpha SIGKILLed: beta keeps its last whole
- *     version and says the source is lost. */
+ *     version and says the source is lost;
+ *   - the trainer's choice (peer.live_reads): with alpha's transfer helper
+ *     stopped (SIGSTOP) while beta waits for a new version, the fenced
+ *     default holds the publisher's next update until the helper goes on;
+ *     "staged" copies the version first and drops the fence, so the
+ *     update completes at once, and beta still gets every version whole. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -246,6 +251,79 @@ TEST(a_live_pull_follows_every_update_whole) {
   st_client_close(c);
 }
 
+static void *cont_later(void *arg) {
+  stt_sleep_ms(1500);
+  kill((pid_t)(intptr_t)arg, SIGCONT);
+  return NULL;
+}
+
+/* One update by the publisher: its milliseconds. */
+static double timed_update(float value) {
+  double t0 = stt_now_ms();
+  if (st_key_begin_update(pubk) != ST_OK) return -1;
+  fill(st_key_result(pubk), value);
+  if (st_key_end_update(pubk, NULL) != ST_OK) return -1;
+  return stt_now_ms() - t0;
+}
+
+/* Alpha's helper stopped while beta waits for version 2 of a new live
+ * key `name`: *ms is how long the publisher's update to version 3 took
+ * (with `staged`, alpha made the copy before it; else a thread lets the
+ * helper go on after 1.5 s; -1: it could not run). Then beta reaches
+ * version 3 whole. */
+static void update_with_helper_stopped(const char *name, int staged, double *ms) {
+  *ms = -1;
+  CHECK(publish(name));
+  OPEN_CLIENT(c, BETA.socket);
+  char status[32];
+  st_result_free(pull_live(c, name, status, sizeof status));
+  CHECK_STR_EQ(status, "completed");
+  st_key_t *k = NULL;
+  CHECK_RC(st_key_open(c, name, 0, &k), ST_OK, c);
+  pid_t helper = (pid_t)server_info_int(&ALPHA, "transfers.helper_pid");
+  int64_t staged0 = server_info_int(&ALPHA, "transfers.lends_staged");
+  CHECK(helper > 0 && kill(helper, SIGSTOP) == 0);
+  CHECK(timed_update(2.0f) >= 0);
+  /* Until alpha holds the fence for beta's transfer of version 2 (and,
+   * staged, has made the copy and dropped it). */
+  double end = stt_now_ms() + 10000;
+  if (staged)
+    while (server_info_int(&ALPHA, "transfers.lends_staged") <= staged0 && stt_now_ms() < end)
+      stt_sleep_ms(10);
+  else
+    while (server_info_int(&ALPHA, "transfers.lends") < 1 && stt_now_ms() < end)
+      stt_sleep_ms(10);
+  stt_sleep_ms(100);
+  pthread_t th;
+  int later = !staged && pthread_create(&th, NULL, cont_later, (void *)(intptr_t)helper) == 0;
+  *ms = timed_update(3.0f);
+  if (later) pthread_join(th, NULL);
+  else kill(helper, SIGCONT);
+  uint64_t got = 0, v = 0;
+  CHECK_EQ_INT(st_key_wait_version(k, 3, 30000, &got), ST_OK);
+  CHECK_EQ_INT(got, 3);
+  CHECK_EQ_INT(read_whole(k, &v), 1);
+  CHECK_EQ_INT(v, 3);
+  CHECK_EQ_INT(replica_torn(c, name), 0);
+  st_key_close(k);
+  st_client_close(c);
+  st_key_close(pubk);
+  st_client_close(pubc);
+  pubk = NULL;
+  pubc = NULL;
+}
+
+TEST(fenced_a_stalled_transfer_holds_the_publisher) {
+  st_client_t *keep_c = pubc;   /* w/live's publisher, for the tests after */
+  st_key_t *keep_k = pubk;
+  double ms;
+  update_with_helper_stopped("w/held", 0, &ms);
+  pubc = keep_c;
+  pubk = keep_k;
+  printf("   fenced: the update waited %.0f ms for the stopped helper\n", ms);
+  CHECK(ms >= 1000);
+}
+
 TEST(plain_and_live_pulls_of_the_wrong_kind_are_refused) {
   OPEN_CLIENT(c, BETA.socket);
   uint64_t id = 0;
@@ -369,11 +447,48 @@ TEST(without_the_fence_versions_are_overwritten_and_never_published) {
   st_client_close(c);
 }
 
+/* peer.live_reads = "staged": the same stall, but the update completes at
+ * once; then the hammer finds every read on beta whole. */
+TEST(staged_the_publisher_goes_on_while_a_transfer_stalls) {
+  int started = rk_start_with(512ull * RK_MIB, ", live_reads = 'staged'") == 0;
+  CHECK(started);
+  if (!started) return;
+  double ms;
+  update_with_helper_stopped("w/staged", 1, &ms);
+  printf("   staged: the update took %.1f ms while the transfer stalled\n", ms);
+  CHECK(ms >= 0 && ms < 1000);
+  CHECK(server_info_int(&ALPHA, "transfers.lends_staged") >= 1);
+  CHECK(publish("w/staged2"));
+  OPEN_CLIENT(c, BETA.socket);
+  char status[32];
+  st_result_free(pull_live(c, "w/staged2", status, sizeof status));
+  CHECK_STR_EQ(status, "completed");
+  st_key_t *k = NULL;
+  CHECK_RC(st_key_open(c, "w/staged2", 0, &k), ST_OK, c);
+  if (!k) return;
+  int whole = 0, retried = 0, mixed = 0, w, r, m;
+  uint64_t first = 0, last = 0, f, l;
+  for (int round = 0; round < 15 && (round < 2 || last <= first); round++) {
+    hammer(k, 1000, &w, &r, &m, &f, &l);
+    whole += w, retried += r, mixed += m;
+    if (!first) first = f;
+    if (l) last = l;
+  }
+  printf("   staged: beta %d whole reads (versions %llu..%llu), %d retried, %d mixed\n", whole,
+         (unsigned long long)first, (unsigned long long)last, retried, mixed);
+  CHECK_EQ_INT(mixed, 0);
+  CHECK(last > first);
+  CHECK_EQ_INT(replica_torn(c, "w/staged2"), 0);
+  st_key_close(k);
+  st_client_close(c);
+}
+
 int main(void) {
   rk_main_start();
   RUN(a_live_pull_follows_every_update_whole);
   RUN(plain_and_live_pulls_of_the_wrong_kind_are_refused);
   RUN(unsubscribe_keeps_the_last_version);
+  RUN(fenced_a_stalled_transfer_holds_the_publisher);
   RUN(the_source_killed_leaves_the_last_version_and_says_lost);
   st_key_close(pubk);
   st_client_close(pubc);
@@ -387,5 +502,10 @@ int main(void) {
   RUN(without_the_fence_versions_are_overwritten_and_never_published);
   st_key_close(pubk);
   st_client_close(pubc);
+  if (rk_stop() != 0) {
+    fprintf(stderr, "a server did not exit cleanly\n");
+    return 1;
+  }
+  RUN(staged_the_publisher_goes_on_while_a_transfer_stalls);
   return rk_main_end();
 }
