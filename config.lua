@@ -163,5 +163,7 @@ return {
   --   max_bytes_in_flight_per_peer = 64 * 2^30,
   --   transfer_timeout_s = 600,
   --   connect_timeout_s = 10,
+  --   live_reads = "fenced",                -- "staged": a trainer's update never waits
+  --                                         -- for a transfer (a copy on its device first)
   -- },
 }
