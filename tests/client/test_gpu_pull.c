@@ -12,7 +12,8 @@
  *     servers' transfer counts are back to none running;
  *   - a CUDA live key pulled live to a CUDA device follows 20 updates of
  *     its publisher: the replica reaches the last version under the same
- *     number, with its bytes (docs/multihost.md, "Live replication"). */
+ *     number, with its bytes (docs/multihost.md, "Live replication"); the
+ *     same with peer.live_reads = "staged" (a device copy first). */
 #include <inttypes.h>
 
 #include "../peer/remote_kit.h"
@@ -102,7 +103,9 @@ static int fill_key(st_key_t *k, uint8_t b) {
   return 0;
 }
 
-TEST(a_cuda_live_key_followed_on_the_device) {
+/* Alpha's CUDA live key `key` pulled live to cuda:0 on beta follows 20
+ * updates, every byte checked. */
+static void follow_cuda_live(const char *key) {
   st_client_t *pub = NULL, *c = NULL;
   char err[256];
   CHECK(st_client_connect(ALPHA.socket, &pub, err, sizeof err) == ST_OK);
@@ -114,18 +117,18 @@ TEST(a_cuda_live_key_followed_on_the_device) {
   uint64_t v = 0;
   CHECK(st_tensor_alloc("cuda", ST_DTYPE_UINT8, 1, &n, &mem, err, sizeof err) == ST_OK);
   CHECK(mem && st_args_tensor(a, "w", st_result_tensor(mem, 0), err, sizeof err) == ST_OK);
-  CHECK_EQ_INT(st_client_put(pub, "w/gpu-live", a, ST_KEY_PINNED, ST_PUT_LIVE, &v), ST_OK);
+  CHECK_EQ_INT(st_client_put(pub, key, a, ST_KEY_PINNED, ST_PUT_LIVE, &v), ST_OK);
   st_args_free(a);
   st_key_t *k = NULL;
-  CHECK_EQ_INT(st_key_open(pub, "w/gpu-live", 0, &k), ST_OK);
+  CHECK_EQ_INT(st_key_open(pub, key, 0, &k), ST_OK);
   if (!k) return;
   st_pull_opts_t o = {.live = 1, .device = "cuda:0"};
   uint64_t id = 0;
   char status[64];
-  CHECK_EQ_INT(st_client_pull(c, "w/gpu-live", "alpha", &o, &id), ST_OK);
+  CHECK_EQ_INT(st_client_pull(c, key, "alpha", &o, &id), ST_OK);
   CHECK_STR_EQ(rk_wait_end(c, id, status, sizeof status), "completed");
   st_key_t *mine = NULL;
-  CHECK_EQ_INT(st_key_open(c, "w/gpu-live", 0, &mine), ST_OK);
+  CHECK_EQ_INT(st_key_open(c, key, 0, &mine), ST_OK);
   for (int i = 2; i <= 21; i++) {
     CHECK_EQ_INT(st_key_begin_update(k), ST_OK);
     CHECK_EQ_INT(fill_key(k, (uint8_t)i), 0);
@@ -151,6 +154,19 @@ TEST(a_cuda_live_key_followed_on_the_device) {
   st_client_close(pub);
 }
 
+TEST(a_cuda_live_key_followed_on_the_device) { follow_cuda_live("w/gpu-live"); }
+
+/* peer.live_reads = "staged": each version copied on alpha's device
+ * (cuMemcpyDtoD) before it moves, the same bytes arrive. */
+TEST(a_staged_cuda_live_key_followed_on_the_device) {
+  CHECK_EQ_INT(rk_stop(), 0);
+  CHECK_EQ_INT(rk_start_with(512ull * RK_MIB,
+                             ", nccl_library = '/nonexistent/libnccl.so.2', live_reads = 'staged'"),
+               0);
+  follow_cuda_live("w/gpu-staged");
+  CHECK(server_info_int(&ALPHA, "transfers.lends_staged") >= 1);
+}
+
 int main(void) {
   gk_require_device();
   rk_main_start_with(", nccl_library = '/nonexistent/libnccl.so.2'");
@@ -158,5 +174,6 @@ int main(void) {
   RUN(cuda_to_cpu);
   RUN(cpu_to_cuda);
   RUN(a_cuda_live_key_followed_on_the_device);
+  RUN(a_staged_cuda_live_key_followed_on_the_device);
   return rk_main_end();
 }
