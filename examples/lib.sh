@@ -52,6 +52,7 @@ stop_server() {
 # $base_b, peer id B, log $log_b) dials it. One cluster key in the
 # example's private directory. Returns once B's link to A is up. Needs
 # UCX and OpenSSL 3 (docs/multihost.md) and python3.
+#   ST_LIVE_READS  A's peer.live_reads: fenced (default) or staged
 start_two_servers() {
   tmp="$(dirname "$base")"
   od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > "$tmp/cluster.key"
@@ -66,7 +67,7 @@ start_two_servers() {
   cat > "$tmp/$a.lua" <<CFG
 return { $common
   peer = { id = '$a', listen = '127.0.0.1:0', secret = '$tmp/cluster.key',
-           peers = { $b = {} }, export = { $export} } }
+           peers = { $b = {} }, export = { $export}, live_reads = '${ST_LIVE_READS:-fenced}' } }
 CFG
   start_server "$tmp/$a.lua"
   addr="$(stcli --json info | "${python:-python3}" -c 'import json, sys; print(json.load(sys.stdin)["peer"]["listen"])')"

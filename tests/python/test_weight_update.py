@@ -39,6 +39,22 @@ class WeightUpdateTest(unittest.TestCase):
         self.assertEqual(m.group(1), m.group(2))
         self.assertIn("every forward pass used one consistent version", out)
 
+    def test_the_rollouts_behind_a_second_server_staged(self):
+        """The trainer's server copies each version before it moves
+        (peer.live_reads = "staged"): the same consistency."""
+        import os
+        os.environ["ST_LIVE_READS"] = "staged"
+        try:
+            out, text = st_fixture.run_example(self, "weight_update", "--two-servers", "cpu",
+                                               "2", "10")
+        finally:
+            del os.environ["ST_LIVE_READS"]
+        self.assertRegex(out, r"update: 10 versions of 16\.0 MiB in place")
+        m = re.search(r"rollouts: (\d+) forward passes on [\d/]+ versions, (\d+) checked", out)
+        self.assertTrue(m, text)
+        self.assertEqual(m.group(1), m.group(2))
+        self.assertIn("every forward pass used one consistent version", out)
+
 
 if __name__ == "__main__":
     unittest.main()
