@@ -178,19 +178,6 @@ static void tcp_requests(uint64_t bytes, int requests, double *ms) {
   free(buf);
 }
 
-/* A loopback TCP port free now (bound to port 0, read back, closed). */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof sa;
-  int port = -1;
-  if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
-      getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
-    port = ntohs(sa.sin_port);
-  if (fd >= 0) close(fd);
-  return port;
-}
-
 int main(int argc, char **argv) {
   int blocks = 16, kib = 2048, requests = 50, python = 0;
   const char *device = "cpu";
@@ -237,20 +224,7 @@ int main(int argc, char **argv) {
   if (rk_stop() != 0) die("servers", "a server did not exit cleanly");
   tcp_requests(bytes, requests, ms);
   report("the same bytes over TCP on loopback", ms, requests, bytes);
-  if (system("command -v ucx_perftest > /dev/null 2>&1") == 0) {
-    printf("ucx_perftest tag_lat, %llu-byte messages (the engine's own, one block):\n",
-           (unsigned long long)block);
-    fflush(stdout);
-    char cmd[512];
-    int port = free_port();
-    snprintf(cmd, sizeof cmd,
-             "(ucx_perftest -p %d > /dev/null 2>&1 &) ; sleep 1; ucx_perftest 127.0.0.1 -p "
-             "%d -t tag_lat -s %llu -n 200 2>&1 | tail -2",
-             port, port, (unsigned long long)block);
-    if (system(cmd) != 0) printf("ucx_perftest failed\n");
-  } else {
-    printf("ucx_perftest not installed (Debian: ucx-utils): no engine figure\n");
-  }
+  bk_ucx_perftest("tag_lat", (unsigned long long)block, "the engine's own, one block");
   free(ms);
   return 0;
 }

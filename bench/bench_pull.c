@@ -21,8 +21,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
 
 #include "fixture.h"
 #include "kit.h"
@@ -123,19 +121,6 @@ static double pull_once(rc_t *c, const char *key, const char *as, const char *de
   return s;
 }
 
-/* A loopback TCP port free now (bound to port 0, read back, closed). */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof sa;
-  int port = -1;
-  if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
-      getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
-    port = ntohs(sa.sin_port);
-  if (fd >= 0) close(fd);
-  return port;
-}
-
 static int cmp(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -221,19 +206,6 @@ int main(int argc, char **argv) {
   stt_server_cleanup(&b);
   stt_server_cleanup(&a);
   /* The engine's own figure over the same transport, when installed. */
-  if (system("command -v ucx_perftest > /dev/null 2>&1") == 0) {
-    int chunk = 8 << 20;
-    printf("ucx_perftest tag_bw, %d-byte messages (the engine's own):\n", chunk);
-    fflush(stdout);
-    char cmd[512];
-    int port = free_port();
-    snprintf(cmd, sizeof cmd,
-             "(ucx_perftest -p %d > /dev/null 2>&1 &) ; sleep 1; ucx_perftest 127.0.0.1 -p "
-             "%d -t tag_bw -s %d -n 200 2>&1 | tail -2",
-             port, port, chunk);
-    if (system(cmd) != 0) printf("ucx_perftest failed\n");
-  } else {
-    printf("ucx_perftest not installed (Debian: ucx-utils): no engine figure\n");
-  }
+  bk_ucx_perftest("tag_bw", 8u << 20, "the engine's own");
   return 0;
 }

@@ -1,6 +1,8 @@
 /* See kit.h. */
 #include "kit.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,4 +133,33 @@ void bk_raw_pingpong(const char *dir, double *us, int iters) {
   close(fd);
   waitpid(pid, NULL, 0);
   unlink(sa.sun_path);
+}
+
+/* A loopback TCP port free now (bound to port 0, read back, closed). */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof sa;
+  int port = -1;
+  if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+      getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+    port = ntohs(sa.sin_port);
+  if (fd >= 0) close(fd);
+  return port;
+}
+
+void bk_ucx_perftest(const char *test, unsigned long long bytes, const char *what) {
+  if (system("command -v ucx_perftest > /dev/null 2>&1") != 0) {
+    printf("ucx_perftest not installed (Debian: ucx-utils): no engine figure\n");
+    return;
+  }
+  printf("ucx_perftest %s, %llu-byte messages (%s):\n", test, bytes, what);
+  fflush(stdout);
+  char cmd[512];
+  int port = free_port();
+  snprintf(cmd, sizeof cmd,
+           "(ucx_perftest -p %d > /dev/null 2>&1 &) ; sleep 1; ucx_perftest 127.0.0.1 -p "
+           "%d -t %s -s %llu -n 200 2>&1 | tail -2",
+           port, port, test, bytes);
+  if (system(cmd) != 0) printf("ucx_perftest failed\n");
 }

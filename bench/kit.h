@@ -14,6 +14,13 @@ void bk_report(const char *what, double *us, int n);
  * warm-up ones; us[i] receives each in microseconds (unsorted). */
 void bk_raw_pingpong(const char *dir, double *us, int iters);
 
+/* UCX's own figure over loopback, when ucx_perftest (ucx-utils) is
+ * installed: a server and a client of `test` ("tag_bw", "tag_lat") with
+ * messages of `bytes`, 200 iterations, on a free loopback port; prints its
+ * last two lines under "ucx_perftest <test>, <bytes>-byte messages
+ * (<what>):", or that it is not installed. */
+void bk_ucx_perftest(const char *test, unsigned long long bytes, const char *what);
+
 struct stt_server;
 
 /* What every benchmark program does first: the test fixture's ST_SERVER_BIN

@@ -214,15 +214,10 @@ static void watch_page(st__server_t *srv, st__hsrc_t *s, const st__handoff_t *h)
       st__pwatch_new(srv->loop, "hand-offs followed by peers", WATCH_S, WATCHED_S, on_watch, srv,
                      &rm->hpwatch) != ST_OK)
     return;
-  char err[300];
-  int fd = st__arena_dup_fd(h->named.page_arena, err, sizeof err);
-  if (fd < 0)   /* the watch's timer reads it then */
-    ST_LOG_W("peer", "hand-off '%s': its page cannot be mapped for the watch: %s", s->name, err);
-  s->watched = st__pwatch_add(rm->hpwatch, (uint64_t)(uintptr_t)s, fd, h->named.page_bytes,
-                              offsetof(st__handoff_page_t, pub_futex),
-                              offsetof(st__handoff_page_t, pub_waiters));
+  s->watched = st__pwatch_add_arena(rm->hpwatch, (uint64_t)(uintptr_t)s, h->named.page_arena,
+                                    h->named.page_bytes, offsetof(st__handoff_page_t, pub_futex),
+                                    offsetof(st__handoff_page_t, pub_waiters), s->name);
   s->watching = 1;
-  if (fd >= 0) close(fd);
 }
 
 /* ------------------------------------------------------------- subscribe */

@@ -107,13 +107,9 @@ static void watch_page(st__server_t *srv, st__live_sub_t *s) {
       st__pwatch_new(srv->loop, "live keys followed by peers", WATCH_S, WATCHED_S, on_watch, srv,
                      &rm->lpwatch) != ST_OK)
     return;
-  char err[300];
-  int fd = st__arena_dup_fd(s->page_arena, err, sizeof err);
-  if (fd < 0)   /* the watch's timer reads it then */
-    ST_LOG_W("peer", "live key '%s': its page cannot be mapped for the watch: %s", s->key, err);
-  st__pwatch_add(rm->lpwatch, (uint64_t)(uintptr_t)s, fd, st__arena_bytes(s->page_arena),
-                 offsetof(st__key_page_t, futex), ST__PWATCH_NO_WAITERS);
-  if (fd >= 0) close(fd);
+  st__pwatch_add_arena(rm->lpwatch, (uint64_t)(uintptr_t)s, s->page_arena,
+                       st__arena_bytes(s->page_arena), offsetof(st__key_page_t, futex),
+                       ST__PWATCH_NO_WAITERS, s->key);
 }
 
 static st__live_sub_t *sub_find(st__remote_t *rm, const char *peer, uint64_t sub) {

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "mem/arena.h"
 #include "st/errors.h"
 
 #ifndef SYS_futex_waitv
@@ -268,6 +269,17 @@ int st__pwatch_add(st__pwatch_t *w, uint64_t key, int fd, uint64_t page_bytes, s
   poke(w);
   timer_update(w);
   return 1;
+}
+
+int st__pwatch_add_arena(st__pwatch_t *w, uint64_t key, const st__arena_t *arena,
+                         uint64_t page_bytes, size_t word, size_t waiters, const char *name) {
+  char err[300];
+  int fd = st__arena_dup_fd(arena, err, sizeof err);
+  if (fd < 0)   /* the timer reads it then */
+    ST_LOG_W("peer", "%s: %s: its page cannot be mapped for the watch: %s", w->what, name, err);
+  int watched = st__pwatch_add(w, key, fd, page_bytes, word, waiters);
+  if (fd >= 0) close(fd);
+  return watched;
 }
 
 void st__pwatch_remove(st__pwatch_t *w, uint64_t key) {

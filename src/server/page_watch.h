@@ -46,6 +46,13 @@ int st__pwatch_new(struct ev_loop *loop, const char *what, double fast, double s
 int st__pwatch_add(st__pwatch_t *w, uint64_t key, int fd, uint64_t page_bytes, size_t word,
                    size_t waiters);
 
+struct st__arena;
+
+/* st__pwatch_add of the page in `arena` (its descriptor duplicated for
+ * the mapping; `name` names the page in the log when that fails). */
+int st__pwatch_add_arena(st__pwatch_t *w, uint64_t key, const struct st__arena *arena,
+                         uint64_t page_bytes, size_t word, size_t waiters, const char *name);
+
 /* Stops watching `key` (nothing when it is not watched). */
 void st__pwatch_remove(st__pwatch_t *w, uint64_t key);
 

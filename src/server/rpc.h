@@ -144,6 +144,12 @@ int st__rpc_bool(const st__rpc_req_t *r, const char *name, int dflt);
  * from the socket (SO_PEERGROUPS) only when a grant asks. rpc_owner.c. */
 void st__rpc_who(const st__rpc_req_t *r, st__who_t *w);
 
+/* A listing's caller (*w, as st__rpc_who) and its `all` parameter: 1 to
+ * list every uid's (root and the server's uid only), 0 the caller's, -1
+ * after the AUTH reply ("<method>: 'all' lists every uid's <what>: root
+ * and the server's uid only"). rpc_owner.c. */
+int st__rpc_listing_all(st__rpc_req_t *r, const char *method, const char *what, st__who_t *w);
+
 /* The request's `readers` parameter ({uids?: [uid], gids?: [gid]}, at
  * most ST__GRANT_MAX each) in *g: 1 when given, 0 when absent (g
  * zeroed), -1 after an INVALID_ARGUMENT reply. rpc_owner.c. */

@@ -264,13 +264,8 @@ static int listed(const st__named_t *e, const st__who_t *who, int all) {
 void st__rpc_buffers(st__rpc_req_t *r) {
   const st__named_list_t *l = &buffers_of(r->c->srv)->named;
   st__who_t who;
-  st__rpc_who(r, &who);
-  int all = st__rpc_bool(r, "all", 0);
-  if (all && !who.admin) {
-    st__rpc_error(r, ST_ERR_AUTH, "buffers: 'all' lists every uid's buffers: root and the "
-                  "server's uid only");
-    return;
-  }
+  int all = st__rpc_listing_all(r, "buffers", "buffers", &who);
+  if (all < 0) return;
   uint32_t n = 0;
   for (const st__named_t *e = l->head; e; e = e->next) n += listed(e, &who, all);
   msgpack_sbuffer sb;

@@ -162,13 +162,8 @@ void st__rpc_handoffs(st__rpc_req_t *r) {
   st__server_t *srv = r->c->srv;
   const st__handoffs_t *t = handoffs_of(srv);
   st__who_t who;
-  st__rpc_who(r, &who);
-  int all = st__rpc_bool(r, "all", 0);
-  if (all && !who.admin) {
-    st__rpc_error(r, ST_ERR_AUTH, "handoffs: 'all' lists every uid's hand-offs: root and the "
-                  "server's uid only");
-    return;
-  }
+  int all = st__rpc_listing_all(r, "handoffs", "hand-offs", &who);
+  if (all < 0) return;
   uint32_t n = 0;
   for (const st__named_t *e = t->list.head; e; e = e->next)
     n += e->uid == who.uid || (all && who.admin);

@@ -344,13 +344,8 @@ static int key_listed(const st__key_t *k, const st__who_t *who, int all) {
  * uid; AUTH for another). */
 void st__rpc_keys(st__rpc_req_t *r) {
   st__who_t who;
-  st__rpc_who(r, &who);
-  int all = st__rpc_bool(r, "all", 0);
-  if (all && !who.admin) {
-    st__rpc_error(r, ST_ERR_AUTH,
-                  "keys: 'all' lists every uid's keys: root and the server's uid only");
-    return;
-  }
+  int all = st__rpc_listing_all(r, "keys", "keys", &who);
+  if (all < 0) return;
   const msgpack_object *pre = st__rpc_arg(r, "prefix");
   size_t n;
   st__key_t **list = st__keys_list(&r->c->srv->keys, pre ? pre->via.str.ptr : NULL,

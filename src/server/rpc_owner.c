@@ -35,6 +35,18 @@ void st__rpc_who(const st__rpc_req_t *r, st__who_t *w) {
   w->fd = r->c->fd;
 }
 
+/* See rpc.h. */
+int st__rpc_listing_all(st__rpc_req_t *r, const char *method, const char *what, st__who_t *w) {
+  st__rpc_who(r, w);
+  int all = st__rpc_bool(r, "all", 0);
+  if (all && !w->admin) {
+    st__rpc_error(r, ST_ERR_AUTH, "%s: 'all' lists every uid's %s: root and the server's uid only",
+                  method, what);
+    return -1;
+  }
+  return all;
+}
+
 /* Reads ids of array o (NULL: none) into out (at most ST__GRANT_MAX).
  * The count, or -1 after an error reply naming `what`. */
 static int ids_of(st__rpc_req_t *r, const msgpack_object *o, const char *what, uint32_t *out) {

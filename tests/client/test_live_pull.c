@@ -101,6 +101,22 @@ static st_result_t *pull_live(st_client_t *c, const char *key, char *status, siz
   return r;
 }
 
+/* Publishes live key `name` on alpha and pulls it live into beta: beta's
+ * handle of the replica (its client in *c, closed by the caller), or NULL
+ * (said). */
+static st_key_t *follow(const char *name, st_client_t **c) {
+  *c = NULL;
+  if (!publish(name) || !(*c = stt_client_open(BETA.socket))) return NULL;
+  char status[32];
+  st_result_free(pull_live(*c, name, status, sizeof status));
+  st_key_t *k = NULL;
+  if (strcmp(status, "completed") || st_key_open(*c, name, 0, &k) != ST_OK) {
+    fprintf(stderr, "   following %s: %s (%s)\n", name, status, st_client_error(*c));
+    return NULL;
+  }
+  return k;
+}
+
 /* A consistent read of k: 1 and *version when every float is the
  * version's number, 0 for a read st_key_read_end calls torn, -1 for a
  * consistent read of mixed floats (the failure this test is about). */
@@ -142,27 +158,31 @@ static int64_t replica_torn(st_client_t *c, const char *key) {
   return n;
 }
 
+/* What the reads of a hammer found: whole reads (of versions
+ * first..last), reads retried, reads mixing two versions. */
+typedef struct tally {
+  int whole, retried, mixed;
+  uint64_t first, last;
+} tally_t;
+
 /* Reads beta's replica k for `ms` while alpha's publisher updates as fast
- * as it can; counts whole reads, reads retried and mixed reads. */
-static void hammer(st_key_t *k, int ms, int *whole, int *retried, int *mixed, uint64_t *first,
-                   uint64_t *last) {
+ * as it can; adds what the reads found to *t. */
+static void hammer(st_key_t *k, int ms, tally_t *t) {
   pthread_t th;
   atomic_store(&stop_updates, 0);
   if (pthread_create(&th, NULL, updater, NULL) != 0) return;
-  *whole = *retried = *mixed = 0;
-  *first = *last = 0;
   double end = stt_now_ms() + ms;
   while (stt_now_ms() < end) {
     uint64_t v = 0;
     int r = read_whole(k, &v);
     if (r == 1) {
-      (*whole)++;
-      if (!*first) *first = v;
-      *last = v;
+      t->whole++;
+      if (!t->first) t->first = v;
+      t->last = v;
     } else if (r == 0) {
-      (*retried)++;
+      t->retried++;
     } else {
-      (*mixed)++;
+      t->mixed++;
     }
   }
   atomic_store(&stop_updates, 1);
@@ -188,25 +208,20 @@ TEST(a_live_pull_follows_every_update_whole) {
   CHECK_EQ_INT(read_whole(k, &v), 1);
   CHECK_EQ_INT(v, 1);
 
-  int whole = 0, torn = 0, mixed = 0, w, rt, m;
-  uint64_t seen_first = 0, seen_last = 0, f, l;
+  tally_t seen = {0};
   /* 3 s, and on a loaded host more (at most 20 s) until the replica's
    * versions moved while beta read. */
-  for (int round = 0; round < 20 && (round < 3 || seen_last <= seen_first); round++) {
-    hammer(k, 1000, &w, &rt, &m, &f, &l);
-    whole += w, torn += rt, mixed += m;
-    if (!seen_first) seen_first = f;
-    if (l) seen_last = l;
-  }
+  for (int round = 0; round < 20 && (round < 3 || seen.last <= seen.first); round++)
+    hammer(k, 1000, &seen);
   uint64_t final = atomic_load(&last_version);
   printf("   %llu updates on alpha; beta: %d whole reads (versions %llu..%llu), %d retried, "
-         "%d mixed\n", (unsigned long long)final, whole, (unsigned long long)seen_first,
-         (unsigned long long)seen_last, torn, mixed);
-  CHECK_EQ_INT(mixed, 0);
-  CHECK(whole > 0);
+         "%d mixed\n", (unsigned long long)final, seen.whole, (unsigned long long)seen.first,
+         (unsigned long long)seen.last, seen.retried, seen.mixed);
+  CHECK_EQ_INT(seen.mixed, 0);
+  CHECK(seen.whole > 0);
   CHECK(final > 10);
   CHECK_EQ_INT(replica_torn(c, "w/live"), 0);   /* the fence kept every version whole */
-  CHECK(seen_last > seen_first);   /* the versions moved on beta while it read */
+  CHECK(seen.last > seen.first);   /* the versions moved on beta while it read */
   uint64_t got = 0;
   CHECK_EQ_INT(st_key_wait_version(k, final, 30000, &got), ST_OK);
   CHECK_EQ_INT(got, final);        /* the same numbers as alpha's */
@@ -273,13 +288,9 @@ static double timed_update(float value) {
  * version 3 whole. */
 static void update_with_helper_stopped(const char *name, int staged, double *ms) {
   *ms = -1;
-  CHECK(publish(name));
-  OPEN_CLIENT(c, BETA.socket);
-  char status[32];
-  st_result_free(pull_live(c, name, status, sizeof status));
-  CHECK_STR_EQ(status, "completed");
-  st_key_t *k = NULL;
-  CHECK_RC(st_key_open(c, name, 0, &k), ST_OK, c);
+  st_client_t *c;
+  st_key_t *k = follow(name, &c);
+  CHECK(k != NULL);
   pid_t helper = (pid_t)server_info_int(&ALPHA, "transfers.helper_pid");
   int64_t staged0 = server_info_int(&ALPHA, "transfers.lends_staged");
   CHECK(helper > 0 && kill(helper, SIGSTOP) == 0);
@@ -418,31 +429,22 @@ TEST(without_the_fence_versions_are_overwritten_and_never_published) {
   unsetenv("ST_LIVE_NO_FENCE");
   CHECK(started);
   if (!started) return;
-  CHECK(publish("w/bare"));
-  OPEN_CLIENT(c, BETA.socket);
-  char status[32];
-  st_result_free(pull_live(c, "w/bare", status, sizeof status));
-  CHECK_STR_EQ(status, "completed");
-  st_key_t *k = NULL;
-  CHECK_RC(st_key_open(c, "w/bare", 0, &k), ST_OK, c);
-  if (!k) return;
-  int whole = 0, retried = 0, mixed = 0, w, r, m;
-  uint64_t first = 0, last = 0, f, l;
+  st_client_t *c;
+  st_key_t *k = follow("w/bare", &c);
+  CHECK(k != NULL);
+  tally_t t = {0};
   int64_t torn = 0;
   /* Until a version was caught overwritten (a transfer on a loaded host
    * can take a while): at most 15 s. */
   for (int round = 0; round < 15 && torn <= 0; round++) {
-    hammer(k, 1000, &w, &r, &m, &f, &l);
-    whole += w, retried += r, mixed += m;
-    if (!first) first = f;
-    if (l) last = l;
+    hammer(k, 1000, &t);
     torn = replica_torn(c, "w/bare");
   }
   printf("   without the fence: %lld versions overwritten while read; beta: %d whole reads "
-         "(versions %llu..%llu), %d retried, %d mixed\n", (long long)torn, whole,
-         (unsigned long long)first, (unsigned long long)last, retried, mixed);
+         "(versions %llu..%llu), %d retried, %d mixed\n", (long long)torn, t.whole,
+         (unsigned long long)t.first, (unsigned long long)t.last, t.retried, t.mixed);
+  CHECK_EQ_INT(t.mixed, 0);
   CHECK(torn > 0);
-  CHECK_EQ_INT(mixed, 0);
   st_key_close(k);
   st_client_close(c);
 }
@@ -458,26 +460,15 @@ TEST(staged_the_publisher_goes_on_while_a_transfer_stalls) {
   printf("   staged: the update took %.1f ms while the transfer stalled\n", ms);
   CHECK(ms >= 0 && ms < 1000);
   CHECK(server_info_int(&ALPHA, "transfers.lends_staged") >= 1);
-  CHECK(publish("w/staged2"));
-  OPEN_CLIENT(c, BETA.socket);
-  char status[32];
-  st_result_free(pull_live(c, "w/staged2", status, sizeof status));
-  CHECK_STR_EQ(status, "completed");
-  st_key_t *k = NULL;
-  CHECK_RC(st_key_open(c, "w/staged2", 0, &k), ST_OK, c);
-  if (!k) return;
-  int whole = 0, retried = 0, mixed = 0, w, r, m;
-  uint64_t first = 0, last = 0, f, l;
-  for (int round = 0; round < 15 && (round < 2 || last <= first); round++) {
-    hammer(k, 1000, &w, &r, &m, &f, &l);
-    whole += w, retried += r, mixed += m;
-    if (!first) first = f;
-    if (l) last = l;
-  }
-  printf("   staged: beta %d whole reads (versions %llu..%llu), %d retried, %d mixed\n", whole,
-         (unsigned long long)first, (unsigned long long)last, retried, mixed);
-  CHECK_EQ_INT(mixed, 0);
-  CHECK(last > first);
+  st_client_t *c;
+  st_key_t *k = follow("w/staged2", &c);
+  CHECK(k != NULL);
+  tally_t t = {0};
+  for (int round = 0; round < 15 && (round < 2 || t.last <= t.first); round++) hammer(k, 1000, &t);
+  printf("   staged: beta %d whole reads (versions %llu..%llu), %d retried, %d mixed\n", t.whole,
+         (unsigned long long)t.first, (unsigned long long)t.last, t.retried, t.mixed);
+  CHECK_EQ_INT(t.mixed, 0);
+  CHECK(t.last > t.first);
   CHECK_EQ_INT(replica_torn(c, "w/staged2"), 0);
   st_key_close(k);
   st_client_close(c);
