@@ -23,7 +23,8 @@
  *   HEADER      (low 0x80000000)  u64 count, then count u64 arena sizes
  *   chunk k of arena a (low a<<21 | k; CHUNK bytes, the last one shorter)
  *   ACK (back)  (low 0x80000001)  u64 status (0: all received; 1: layout
- *                                 refused), u64 bytes received
+ *                                 refused; 2: the receiver stopped), u64
+ *                                 bytes received
  *
  * The receiver compares the header with its own arenas before it posts a
  * single receive, and refuses a different layout (ACK status 1). The
@@ -403,7 +404,10 @@ static st__xfer_state_t ucx_poll(st__xfer_t *x, double now, uint64_t *bytes, cha
       if (post(x, &x->ack_slot, x->ack, sizeof x->ack, LOW_ACK)) x->ack_posted = 1;
     }
     if (x->o.role == ST_XFER_SEND && x->ack_done && !x->failed) {
-      if (x->ack[0] != 0)
+      if (x->ack[0] == 2)
+        fail(x, "the receiver stopped the transfer after %llu bytes",
+             (unsigned long long)x->ack[1]);
+      else if (x->ack[0] != 0)
         fail(x, "the receiver refused the arena layout this side sent");
       else if (x->ack[1] != x->total)
         fail(x, "the receiver reports %llu bytes received of %llu sent",
@@ -474,9 +478,26 @@ static int settle(struct st__xfer *x) {
   return !busy(x, 0) && !busy(x, 1);
 }
 
+/* A receiver that stops before its ACK tells the sender (status 2), so
+ * that the sender ends now rather than at its deadline: the endpoints
+ * outlive the transfer, so nothing else would tell it. Best effort,
+ * bounded. */
+static void tell_stopped(struct st__xfer *x) {
+  if (x->o.role != ST_XFER_RECV || !x->started || x->ack_posted || !x->pe ||
+      !st__ucx_peer_ep(x->pe))
+    return;
+  x->ack[0] = 2;
+  x->ack[1] = x->done_bytes;
+  if (!post(x, &x->ack_slot, x->ack, sizeof x->ack, LOW_ACK)) return;
+  x->ack_posted = 1;
+  double end = st__now_mono() + 0.2;
+  while (x->ack_slot.req && st__now_mono() < end) x->u->ucp_worker_progress(x->worker);
+}
+
 static void ucx_close(st__xfer_t *x) {
   if (!x) return;
   int clean = !x->failed;
+  if (!clean) tell_stopped(x);
   x->failed = 1; /* callbacks from here on only release */
   int settled = settle(x);
   /* Messages for x may still come (the sender's chunks after a failed

@@ -330,11 +330,26 @@ TEST(abort_ends_both_sides) {
   CHECK_ERR(st__xfer_sup_abort(b, xr, "the client cancelled the pull"), ST_OK);
   CHECK(wait_for(&r.done));
   CHECK_EQ_INT(s.done, 0);
-  CHECK_ERR(st__xfer_sup_abort(a, xs, "the receiver cancelled"), ST_OK);
+  /* The stopped receiver told the sender's transfer: started now, it ends
+   * at once (not at its 60 s deadline). */
+  arena_t src = arena_new(1 << 20, 9);
+  st__xfer_sup_arena_t sa = {.fd = src.fd, .bytes = src.bytes};
+  double t0 = st__now_mono();
+  CHECK_ERR(st__xfer_sup_start(a, xs, r.blob, r.blob_len, &sa, 1, err, sizeof err), ST_OK);
   CHECK(wait_for(&s.done));
+  CHECK(st__now_mono() - t0 < 10.0);
   CHECK(!r.ok && !s.ok);
   CHECK_EQ_INT(r.code, ST_ERR_CANCELLED);
   CHECK_CONTAINS(r.error, "the client cancelled the pull");
+  CHECK_CONTAINS(s.error, "the receiver stopped the transfer");
+  arena_free(&src);
+  /* An abort of the sender ends it too. */
+  memset(&s, 0, sizeof s);
+  CHECK_ERR(st__xfer_sup_open(a, "ucx", ST_XFER_SEND, 2, 0, 60000, &cbs, &s, &xs, err, sizeof err), ST_OK);
+  CHECK(wait_for(&s.opened));
+  CHECK_ERR(st__xfer_sup_abort(a, xs, "the receiver cancelled"), ST_OK);
+  CHECK(wait_for(&s.done));
+  CHECK(!s.ok);
   CHECK_CONTAINS(s.error, "the receiver cancelled");
   /* Done once, and the ids are gone. */
   CHECK_ERR(st__xfer_sup_abort(b, xr, NULL), ST_ERR_NOT_FOUND);
