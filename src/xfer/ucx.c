@@ -25,6 +25,8 @@
  *   ACK (back)  (low 0x80000001)  u64 status (0: all received; 1: layout
  *                                 refused; 2: the receiver stopped), u64
  *                                 bytes received
+ *   STOP        (low 0x80000002)  u64 bytes sent: the sender stopped (an
+ *                                 abort, a failure) before the ACK
  *
  * The receiver compares the header with its own arenas before it posts a
  * single receive, and refuses a different layout (ACK status 1). The
@@ -55,6 +57,7 @@
 #define WINDOW 8                  /* chunks in flight per transfer      */
 #define LOW_HEADER UINT32_C(0x80000000)
 #define LOW_ACK UINT32_C(0x80000001)
+#define LOW_STOP UINT32_C(0x80000002)
 #define BLOB_MAGIC "STU2"
 #define BLOB_HEAD 9               /* magic, role, id                    */
 #define CLOSE_SECONDS 2.0         /* the longest a transfer's end may progress */
@@ -63,7 +66,7 @@ typedef struct slot {
   struct st__xfer *x;
   void *req;            /* in flight when non-NULL                       */
   uint64_t bytes;       /* expected length                               */
-  int kind;             /* 0 chunk, 1 header, 2 ack                      */
+  int kind;             /* 0 chunk, 1 header, 2 ack, 3 stop              */
 } slot_t;
 
 struct st__xfer {
@@ -91,6 +94,8 @@ struct st__xfer {
   int header_ok;        /* receiver: the layout matched                  */
   uint64_t ack[2];
   slot_t ack_slot;
+  uint64_t stop_msg;    /* the sender's STOP, the receiver's buffer for it */
+  slot_t stop_slot;
   int ack_posted;       /* sender: its receive; receiver: its send       */
   int ack_done;
 };
@@ -220,7 +225,7 @@ static void on_recv(void *req, ucs_status_t status, const ucp_tag_recv_info_t *i
              : status_text(x->u, status));
     return;
   }
-  if (info->length != sl->bytes && sl->kind != 1) {
+  if (info->length != sl->bytes && sl->kind != 1 && sl->kind != 3) {
     fail(x, "a message of %zu bytes arrived where %llu were expected (the arena layouts differ)",
          info->length, (unsigned long long)sl->bytes);
     return;
@@ -230,6 +235,9 @@ static void on_recv(void *req, ucs_status_t status, const ucp_tag_recv_info_t *i
   } else if (sl->kind == 1) {
     sl->bytes = info->length;
     check_header(x);
+  } else if (sl->kind == 3) {
+    fail(x, "the sender stopped the transfer after %llu of its bytes left",
+         (unsigned long long)x->stop_msg);
   } else {
     x->ack_done = 1;
   }
@@ -247,7 +255,7 @@ static ucs_status_ptr_t post(struct st__xfer *x, slot_t *sl, void *buf, uint64_t
   p.user_data = sl;
   sl->x = x;
   sl->bytes = len;
-  int sending = x->o.role == ST_XFER_SEND ? low != LOW_ACK : low == LOW_ACK;
+  int sending = x->o.role == ST_XFER_SEND ? low != LOW_ACK : low == LOW_ACK;   /* STOP: the sender's */
   ucs_status_ptr_t r;
   /* The callback may run before the call returns (UCX completes a small
    * send at once even with NO_IMM_CMPL on some transports): it clears
@@ -334,6 +342,7 @@ static int ucx_start(st__xfer_t *x, const uint8_t *peer, size_t peer_len,
   for (int i = 0; i < 4; i++) x->peer_id |= (uint32_t)peer[5 + i] << (8 * i);
   x->header_slot.kind = 1;
   x->ack_slot.kind = 2;
+  x->stop_slot.kind = 3;
   x->arenas = calloc(n ? n : 1, sizeof *arenas);
   /* The receiver's buffer holds the longest header, so that a sender
    * with more arenas is told apart from a broken one. */
@@ -359,7 +368,8 @@ static int ucx_start(st__xfer_t *x, const uint8_t *peer, size_t peer_len,
     }
     x->ack_posted = 1;
   } else {
-    if (!post(x, &x->header_slot, x->header, x->header_len, LOW_HEADER)) {
+    if (!post(x, &x->header_slot, x->header, x->header_len, LOW_HEADER) ||
+        !post(x, &x->stop_slot, &x->stop_msg, sizeof x->stop_msg, LOW_STOP)) {
       snprintf(err, errlen, "%s", x->why);
       return ST_ERR_INTERNAL;
     }
@@ -451,12 +461,15 @@ static void ucx_abort(st__xfer_t *x, const char *why) {
   fail(x, "%s", why);
 }
 
-/* Whether a request of x is still in flight (sends: `sends` 1). */
+/* Whether a request of x is still in flight: its sends (`sends` 1) or its
+ * receives. The sender sends chunks, the header and STOP and receives
+ * the ACK; the receiver the other way round. */
 static int busy(const struct st__xfer *x, int sends) {
   int send_role = x->o.role == ST_XFER_SEND;
   int n = 0;
   for (int i = 0; i < WINDOW; i++) n |= x->slots[i].req && send_role == sends;
   n |= x->header_slot.req && send_role == sends;
+  n |= x->stop_slot.req && send_role == sends;
   n |= x->ack_slot.req && send_role != sends;
   return n;
 }
@@ -471,6 +484,7 @@ static int settle(struct st__xfer *x) {
   for (int i = 0; i < WINDOW; i++)
     if (x->slots[i].req && recv_role) u->ucp_request_cancel(x->worker, x->slots[i].req);
   if (x->header_slot.req && recv_role) u->ucp_request_cancel(x->worker, x->header_slot.req);
+  if (x->stop_slot.req && recv_role) u->ucp_request_cancel(x->worker, x->stop_slot.req);
   if (x->ack_slot.req && !recv_role) u->ucp_request_cancel(x->worker, x->ack_slot.req);
   if (busy(x, 1) && x->pe) st__ucx_peer_kill(x->pe, "a transfer on it stopped mid-send");
   double end = st__now_mono() + CLOSE_SECONDS;
@@ -478,20 +492,28 @@ static int settle(struct st__xfer *x) {
   return !busy(x, 0) && !busy(x, 1);
 }
 
-/* A receiver that stops before its ACK tells the sender (status 2), so
- * that the sender ends now rather than at its deadline: the endpoints
- * outlive the transfer, so nothing else would tell it. Best effort,
- * bounded. */
+/* A side that stops early tells the other, so that it ends now rather
+ * than at its deadline (the endpoints outlive the transfer, so nothing
+ * else would tell it): a receiver before its ACK sends the ACK with status
+ * 2, a sender before the ACK came sends STOP. Best effort, bounded. */
 static void tell_stopped(struct st__xfer *x) {
-  if (x->o.role != ST_XFER_RECV || !x->started || x->ack_posted || !x->pe ||
-      !st__ucx_peer_ep(x->pe))
-    return;
-  x->ack[0] = 2;
-  x->ack[1] = x->done_bytes;
-  if (!post(x, &x->ack_slot, x->ack, sizeof x->ack, LOW_ACK)) return;
-  x->ack_posted = 1;
+  if (!x->started || !x->pe || !st__ucx_peer_ep(x->pe)) return;
+  slot_t *sl;
+  if (x->o.role == ST_XFER_RECV) {
+    if (x->ack_posted) return;
+    x->ack[0] = 2;
+    x->ack[1] = x->done_bytes;
+    if (!post(x, &x->ack_slot, x->ack, sizeof x->ack, LOW_ACK)) return;
+    x->ack_posted = 1;
+    sl = &x->ack_slot;
+  } else {
+    if (x->ack_done) return;
+    x->stop_msg = x->done_bytes;
+    if (!post(x, &x->stop_slot, &x->stop_msg, sizeof x->stop_msg, LOW_STOP)) return;
+    sl = &x->stop_slot;
+  }
   double end = st__now_mono() + 0.2;
-  while (x->ack_slot.req && st__now_mono() < end) x->u->ucp_worker_progress(x->worker);
+  while (sl->req && st__now_mono() < end) x->u->ucp_worker_progress(x->worker);
 }
 
 static void ucx_close(st__xfer_t *x) {

@@ -2,7 +2,9 @@
  * "The transfer helper"): two supervisors in this process, each with a
  * helper process of its own (stserver --xfer-helper), move memfd arenas
  * over UCX on loopback (UCX_TLS=tcp, UCX_NET_DEVICES=lo) as two hosts'
- * servers would; a helper SIGKILLed while its peer waits, an abort, an
+ * servers would; concurrent transfers on one worker and kept endpoints;
+ * a helper SIGKILLed while its peer waits, an abort (each side tells the
+ * other, which ends at once), an
  * arena whose size claim its descriptor does not hold, probes of a
  * missing and of a fake library; and stserver's ELF dynamic section,
  * which must need no engine library. */
@@ -343,14 +345,27 @@ TEST(abort_ends_both_sides) {
   CHECK_CONTAINS(r.error, "the client cancelled the pull");
   CHECK_CONTAINS(s.error, "the receiver stopped the transfer");
   arena_free(&src);
-  /* An abort of the sender ends it too. */
+  /* The other way: a sender started, then aborted, tells its receiver,
+   * which (started after) ends at once. */
   memset(&s, 0, sizeof s);
+  memset(&r, 0, sizeof r);
   CHECK_ERR(st__xfer_sup_open(a, "ucx", ST_XFER_SEND, 2, 0, 60000, &cbs, &s, &xs, err, sizeof err), ST_OK);
-  CHECK(wait_for(&s.opened));
-  CHECK_ERR(st__xfer_sup_abort(a, xs, "the receiver cancelled"), ST_OK);
+  CHECK_ERR(st__xfer_sup_open(b, "ucx", ST_XFER_RECV, 2, 1, 60000, &cbs, &r, &xr, err, sizeof err), ST_OK);
+  CHECK(wait_for(&s.opened) && wait_for(&r.opened));
+  arena_t src2 = arena_new(1 << 20, 10);
+  st__xfer_sup_arena_t sa2 = {.fd = src2.fd, .bytes = src2.bytes};
+  CHECK_ERR(st__xfer_sup_start(a, xs, r.blob, r.blob_len, &sa2, 1, err, sizeof err), ST_OK);
+  CHECK_ERR(st__xfer_sup_abort(a, xs, "the server stops"), ST_OK);
   CHECK(wait_for(&s.done));
   CHECK(!s.ok);
-  CHECK_CONTAINS(s.error, "the receiver cancelled");
+  CHECK_CONTAINS(s.error, "the server stops");
+  t0 = st__now_mono();
+  CHECK_ERR(st__xfer_sup_start(b, xr, s.blob, s.blob_len, &ra, 1, err, sizeof err), ST_OK);
+  CHECK(wait_for(&r.done));
+  CHECK(st__now_mono() - t0 < 10.0);
+  CHECK(!r.ok);
+  CHECK_CONTAINS(r.error, "the sender stopped the transfer");
+  arena_free(&src2);
   /* Done once, and the ids are gone. */
   CHECK_ERR(st__xfer_sup_abort(b, xr, NULL), ST_ERR_NOT_FOUND);
   CHECK_EQ_INT(r.done, 1);
