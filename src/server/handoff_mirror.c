@@ -84,8 +84,8 @@ struct st__mirror;
 /* One batch in flight: a transfer of its chunks' windows. */
 typedef struct batch {
   struct st__mirror *m;
-  int used;                           /* moving                            */
-  int xfer_open;                      /* the helper's done is still to come */
+  int xfer_open;                      /* moving: the helper's done is still
+                                         to come                           */
   int refused;                        /* the peer's error for it, 0: none  */
   uint64_t xfer, xid, req;            /* the helper's id, the wire's, the
                                          peer_handoff_send in flight       */
@@ -117,7 +117,6 @@ typedef struct st__mirror {
   entry_t *q;                         /* announced, not moved, in order    */
   uint32_t qlen, qcap;                /* qlen + every batch's n <= qcap    */
   batch_t b[INFLIGHT_MAX];
-  unsigned moving;                    /* batches used                      */
   unsigned fails;                     /* batches failed in a row (BUSY aside) */
   ev_timer timer;                     /* the look again, or the retry      */
   int timer_on;
@@ -161,10 +160,16 @@ static void mirror_free(st__mirror_t *m) {
   free(m);
 }
 
-/* Entries in the batches that move. */
+/* The batches that move, and their entries. */
+static unsigned batches_moving(const st__mirror_t *m) {
+  unsigned n = 0;
+  for (int i = 0; i < INFLIGHT_MAX; i++) n += (unsigned)m->b[i].xfer_open;
+  return n;
+}
+
 static uint32_t moving_entries(const st__mirror_t *m) {
   uint32_t n = 0;
-  for (int i = 0; i < INFLIGHT_MAX; i++) n += m->b[i].used ? m->b[i].n : 0;
+  for (int i = 0; i < INFLIGHT_MAX; i++) n += m->b[i].xfer_open ? m->b[i].n : 0;
   return n;
 }
 
@@ -227,13 +232,11 @@ static void mirror_lose(st__mirror_t *m, const char *why) {
   m->qlen = 0;
 }
 
-/* Gives back the chunks of batch b (not published); b is free again. */
+/* Gives back the chunks of batch b (not published). */
 static void batch_untake(batch_t *b) {
   st__handoff_t *h = local_of(b->m);
   for (uint32_t k = 0; h && k < b->n; k++) st__handoff_untake(h->page, b->e[k].chunk);
   b->n = 0;
-  if (b->used) b->m->moving--;
-  b->used = 0;
 }
 
 /* The batch did not land: its chunks here are given back; its entries go
@@ -284,8 +287,6 @@ static void batch_landed(batch_t *b, uint64_t bytes) {
   ST_LOG_D("peer", "mirror '%s': %u chunks (%llu bytes) in %.3f ms", m->local, b->n,
            (unsigned long long)bytes, (st__now_mono() - b->t0) * 1e3);
   b->n = 0;
-  b->used = 0;
-  m->moving--;
   pump(m);
 }
 
@@ -371,9 +372,8 @@ static void xfer_done(void *ud, uint64_t xfer, int ok, uint64_t bytes, int code,
     b->req = 0;
   }
   if (m->ended) {   /* end_if_unused let it go meanwhile: the last done frees it */
-    b->used = 0;
     b->n = 0;
-    if (!--m->moving) mirror_free(m);
+    if (!batches_moving(m)) mirror_free(m);
     return;
   }
   if (ok && m->state == M_LIVE) batch_landed(b, bytes);
@@ -387,16 +387,16 @@ static const st__xfer_sup_cbs_t mirror_cbs = {xfer_opened, NULL, xfer_done};
  * the queue's entries whose chunks here are free, in order. */
 static void pump(st__mirror_t *m) {
   st__server_t *srv = m->srv;
-  while (m->moving < INFLIGHT_MAX && m->state == M_LIVE && !m->timer_on) {
+  while (batches_moving(m) < INFLIGHT_MAX && m->state == M_LIVE && !m->timer_on) {
     if (!m->qlen) {
-      if (m->src_gone && !m->moving) say_gone(m);
+      if (m->src_gone && !batches_moving(m)) say_gone(m);
       return;
     }
     st__handoff_t *h = local_of(m);
     if (!h || !srv->remote->sup) return;
     batch_t *b = NULL;
     for (int i = 0; i < INFLIGHT_MAX && !b; i++)
-      if (!m->b[i].used) b = &m->b[i];
+      if (!m->b[i].xfer_open) b = &m->b[i];
     /* Every entry whose chunk here is free goes, but an entry behind one
      * of the same chunk that stays (the publishes of one chunk land in
      * order; a chunk a batch moves is taken, so its next entry stays);
@@ -421,12 +421,9 @@ static void pump(st__mirror_t *m) {
     m->qlen = kept;
     b->n = n;
     if (!n) {   /* every chunk waits for its consumers here, or moves */
-      if (!m->moving) timer_in(m, POLL_S);
+      if (!batches_moving(m)) timer_in(m, POLL_S);
       return;
     }
-    b->used = 1;
-    b->m = m;
-    m->moving++;
     char err[400];
     double timeout = st__remote_transfer_timeout(srv);
     int rc = st__xfer_sup_open(srv->remote->sup, m->engine, ST_XFER_RECV, 2, 1,
@@ -690,6 +687,7 @@ void st__mirror_open(st__rpc_req_t *r, const char *name, size_t len) {
     return;
   }
   m->srv = srv;
+  for (int i = 0; i < INFLIGHT_MAX; i++) m->b[i].m = m;
   m->sub = ++rm->next_xfer | (1ull << 60);
   m->conn = ST__HANDOFF_MIRROR_CONN | m->sub;
   snprintf(m->peer, sizeof m->peer, "%s", peer);
@@ -740,21 +738,11 @@ static void end_if_unused(st__mirror_t *m) {
   }
   if (h) {
     char e[200];
-    for (int i = 0; i < INFLIGHT_MAX; i++) {   /* their chunks back, not published */
-      batch_t *b = &m->b[i];
-      for (uint32_t k = 0; k < b->n; k++) st__handoff_untake(h->page, b->e[k].chunk);
-      b->n = 0;
-    }
+    for (int i = 0; i < INFLIGHT_MAX; i++) batch_untake(&m->b[i]);   /* not published */
     st__handoff_close(table(srv), m->local, strlen(m->local), m->conn, e, sizeof e);
   }
   mirror_unlink(m);
-  unsigned open = 0;
-  for (int i = 0; i < INFLIGHT_MAX; i++) {
-    m->b[i].used = m->b[i].xfer_open;
-    open += (unsigned)m->b[i].xfer_open;
-  }
-  m->moving = open;
-  if (open) {   /* the last done frees it */
+  if (batches_moving(m)) {   /* the last done frees it */
     m->ended = 1;
     m->state = M_LOST;
     m->serial = 0;
