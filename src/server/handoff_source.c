@@ -63,8 +63,6 @@ typedef struct st__hsrc {
   uint64_t chunk_bytes, stride;
   uint32_t *told;             /* per chunk: the sequence last announced  */
   int gone_told;
-  int watching;               /* in the page watch (page_watch.h)        */
-  int watched;                /* its thread wakes on the publishes       */
   double since;
 } st__hsrc_t;
 
@@ -116,7 +114,7 @@ static void sub_end(st__server_t *srv, st__hsrc_t *s, int touch) {
       *pp = s->next;
       break;
     }
-  if (s->watching) st__pwatch_remove(rm->hpwatch, (uint64_t)(uintptr_t)s);
+  st__pwatch_remove(rm->hpwatch, (uint64_t)(uintptr_t)s);
   if (touch && st__handoff_find(table(srv), s->name, s->serial)) {
     char e[200];
     st__handoff_close(table(srv), s->name, strlen(s->name), s->conn, e, sizeof e);
@@ -214,10 +212,9 @@ static void watch_page(st__server_t *srv, st__hsrc_t *s, const st__handoff_t *h)
       st__pwatch_new(srv->loop, "hand-offs followed by peers", WATCH_S, WATCHED_S, on_watch, srv,
                      &rm->hpwatch) != ST_OK)
     return;
-  s->watched = st__pwatch_add_arena(rm->hpwatch, (uint64_t)(uintptr_t)s, h->named.page_arena,
-                                    h->named.page_bytes, offsetof(st__handoff_page_t, pub_futex),
-                                    offsetof(st__handoff_page_t, pub_waiters), s->name);
-  s->watching = 1;
+  st__pwatch_add_arena(rm->hpwatch, (uint64_t)(uintptr_t)s, h->named.page_arena,
+                       h->named.page_bytes, offsetof(st__handoff_page_t, pub_futex),
+                       offsetof(st__handoff_page_t, pub_waiters), s->name);
 }
 
 /* ------------------------------------------------------------- subscribe */
@@ -548,16 +545,15 @@ void st__hsrc_peer_down(st__server_t *srv, const char *peer, int stopping) {
     }
     s = next;
   }
-  if (stopping) {
+  if (stopping) {   /* no callback comes after the helper's end */
     st__pwatch_free(rm->hpwatch);
     rm->hpwatch = NULL;
-  }
-  if (stopping)   /* no callback comes after the helper's end */
     while (rm->hsends) {
       st__hsend_t *x = rm->hsends;
       rm->hsends = x->next;
       send_free(x);
     }
+  }
 }
 
 unsigned st__hsrc_count(const st__server_t *srv) {

@@ -35,6 +35,8 @@ typedef struct entry {
   size_t len;
   _Atomic uint32_t *word, *waiters;   /* waiters: NULL when the page has none */
   int gone;                    /* removed: the thread unmaps it           */
+  int read;                    /* the thread read the word once ...      */
+  uint32_t seen;               /* ... and saw this (the thread's)         */
 } entry_t;
 
 struct st__pwatch {
@@ -76,9 +78,6 @@ static void poke(st__pwatch_t *w) {
 static void *run(void *arg) {
   st__pwatch_t *w = arg;
   struct futex_waitv v[ST__PWATCH_MAX + 1];
-  uint32_t last[ST__PWATCH_MAX];
-  uint64_t last_key[ST__PWATCH_MAX];
-  int nlast = 0;
   for (;;) {
     pthread_mutex_lock(&w->mu);
     if (w->stop) {
@@ -86,8 +85,8 @@ static void *run(void *arg) {
       return NULL;
     }
     /* Removed pages go; the others are read (after the waiter count, so
-     * that a publish from here on wakes us) and compared with the last
-     * reading of the same key. */
+     * that a publish from here on wakes us) and compared with their last
+     * reading (a new page counts as moved). */
     int m = 0, moved = 0;
     for (int i = 0; i < w->n; i++) {
       entry_t *e = &w->e[i];
@@ -99,26 +98,16 @@ static void *run(void *arg) {
     }
     w->n = m;
     uint32_t ctl = atomic_load(&w->ctl);
-    uint32_t seen[ST__PWATCH_MAX];
     for (int i = 0; i < w->n; i++) {
       entry_t *e = &w->e[i];
       if (e->waiters) atomic_fetch_add(e->waiters, 1);
-      seen[i] = atomic_load(e->word);
-      int known = 0;
-      for (int k = 0; k < nlast; k++)
-        if (last_key[k] == e->key) {
-          known = 1;
-          moved |= last[k] != seen[i];
-        }
-      moved |= !known;
-      waitv_of(&v[i], e->word, seen[i]);
+      uint32_t now = atomic_load(e->word);
+      moved |= !e->read || e->seen != now;
+      e->read = 1;
+      e->seen = now;
+      waitv_of(&v[i], e->word, now);
     }
     int n = w->n;
-    for (int i = 0; i < n; i++) {
-      last[i] = seen[i];
-      last_key[i] = w->e[i].key;
-    }
-    nlast = n;
     /* The waiter counts stay taken until the wait ends: the entries stay
      * mapped meanwhile (a remove only marks them; they go above). */
     _Atomic uint32_t *waiters[ST__PWATCH_MAX];
