@@ -73,7 +73,9 @@ struct st__xfer {
   const st__ucx_api_t *u;
   st__xfer_open_t o;
   struct st__xfer *next_open;   /* the open transfers (open_list)       */
-  ucp_worker_h worker;          /* the shared one (ucx_worker.h)         */
+  ucp_worker_h worker;          /* the shared one (ucx_worker.h), and its */
+  int efd;                      /* event descriptor (-1: none): both stay
+                                   while a transfer is open              */
   uint32_t id, peer_id;         /* this transfer's tag id, the peer's    */
   st__ucx_peer_t *pe;           /* the endpoint to the peer, referenced  */
   int started;
@@ -178,6 +180,7 @@ static int ucx_open(const st__xfer_open_t *o, st__xfer_t **out, uint8_t *blob, s
   x->u = u;
   x->o = *o;
   x->worker = w;
+  x->efd = efd;
   x->id = new_id();
   memcpy(blob, BLOB_MAGIC, 4);
   blob[4] = (uint8_t)o->role;
@@ -442,18 +445,12 @@ static st__xfer_state_t ucx_poll(st__xfer_t *x, double now, uint64_t *bytes, cha
 }
 
 static int ucx_wait_fd(st__xfer_t *x, int *fd) {
-  ucp_worker_h w;
-  int efd;
-  const uint8_t *addr;
-  size_t len;
-  char err[64];
-  if (st__ucx_worker(x->u, 0, &w, &efd, &addr, &len, err, sizeof err) != ST_OK || efd < 0)
-    return -1;
-  if (x->u->ucp_worker_progress(w)) return 0;
-  ucs_status_t s = x->u->ucp_worker_arm(w);
+  if (x->efd < 0) return -1;
+  if (x->u->ucp_worker_progress(x->worker)) return 0;
+  ucs_status_t s = x->u->ucp_worker_arm(x->worker);
   if (s == UCS_ERR_BUSY) return 0;
   if (s != UCS_OK) return -1;
-  *fd = efd;
+  *fd = x->efd;
   return 1;
 }
 
