@@ -43,9 +43,8 @@ static int stage_run(st__job_t *job, char *err, size_t errlen) {
     void *from = NULL;
     int rc = st__arena_map(a, &from, why, sizeof why);
     st__arena_t *copy = NULL;
-    if (rc == ST_OK)
-      rc = dev >= 0 ? st__arena_new_cuda(dev, bytes, &copy, why, sizeof why)
-                    : st__arena_new_cpu(bytes, &copy, why, sizeof why);
+    st__arena_spec_t spec = {.device = dev, .bytes = bytes};
+    if (rc == ST_OK) rc = st__arena_new(&spec, &copy, why, sizeof why);
     if (rc != ST_OK) {
       snprintf(err, errlen, "staging arena %zu of %zu (%llu bytes on %s): %s", i, in->n,
                (unsigned long long)bytes, dev >= 0 ? "cuda" : "cpu", why);

@@ -172,9 +172,9 @@ static int lend_open(st__lend_t *l, char *err, size_t errlen) {
                            (uint32_t)(timeout * 1e3), &lend_cbs, l, &l->xfer, err, errlen);
 }
 
-/* Ends a lend that never opened: the asking peer gets `rc`. */
 static void lend_staged(void *ctx, int rc, const char *why, st__build_result_t *copy);
 
+/* Ends a lend that never opened: the asking peer gets `rc`. */
 static void lend_refuse(st__lend_t *l, int rc, const char *why) {
   st__server_t *srv = l->srv;
   st__peer_reply_error(srv->peer, l->ticket, rc, why);
