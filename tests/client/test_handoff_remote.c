@@ -360,12 +360,6 @@ int main(void) {
   RUN(a_consumer_killed_on_beta_changes_nothing_on_alpha);
   RUN(alpha_killed_beta_keeps_what_arrived);
   if (pc) st_client_close(pc);
-  int b = stt_server_stop(&BETA);
-  stt_server_cleanup(&BETA);
-  stt_server_cleanup(&ALPHA);
-  if (b != 0) {
-    fprintf(stderr, "beta did not exit cleanly\n");
-    return 1;
-  }
+  if (rk_stop_beta() != 0) return 1;
   return stt_summary();
 }

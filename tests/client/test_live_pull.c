@@ -483,13 +483,7 @@ int main(void) {
   RUN(the_source_killed_leaves_the_last_version_and_says_lost);
   st_key_close(pubk);
   st_client_close(pubc);
-  int b = stt_server_stop(&BETA);
-  stt_server_cleanup(&BETA);
-  stt_server_cleanup(&ALPHA);
-  if (b != 0) {
-    fprintf(stderr, "beta did not exit cleanly\n");
-    return 1;
-  }
+  if (rk_stop_beta() != 0) return 1;
   RUN(without_the_fence_versions_are_overwritten_and_never_published);
   st_key_close(pubk);
   st_client_close(pubc);

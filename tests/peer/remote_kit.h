@@ -132,6 +132,17 @@ static inline int rk_stop(void) {
   return a == 0 && b == 0 ? 0 : -1;
 }
 
+/* After a test killed alpha: stops beta and cleans both up; 0 when beta
+ * exited cleanly, else -1 (said). */
+static inline int rk_stop_beta(void) {
+  int b = stt_server_stop(&BETA);
+  stt_server_cleanup(&BETA);
+  stt_server_cleanup(&ALPHA);
+  if (b == 0) return 0;
+  fprintf(stderr, "beta did not exit cleanly\n");
+  return -1;
+}
+
 /* A test program's start: both servers with budgets of 512 MiB (and
  * `more` fields in both peer tables: ", nccl_library = '...'"), or the
  * program exits 1 (saying why). */
